@@ -1,0 +1,55 @@
+/* clock.c — see clock.h. */
+#include "core/clock.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <time.h>
+
+uint64_t ftc_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t ftc_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000ull + (uint64_t)ts.tv_nsec / 1000000ull;
+}
+
+ftc_deadline_t ftc_deadline_in_ms(uint64_t ms)
+{
+    if (ms >= UINT64_MAX / 2000000ull)
+        return FTC_DEADLINE_NONE;
+    return (ftc_deadline_t){ftc_now_ns() + ms * 1000000ull};
+}
+
+bool ftc_deadline_expired(ftc_deadline_t d)
+{
+    return d.at_ns != UINT64_MAX && ftc_now_ns() >= d.at_ns;
+}
+
+int ftc_deadline_remaining_ms(ftc_deadline_t d)
+{
+    if (d.at_ns == UINT64_MAX)
+        return INT_MAX;
+    uint64_t now = ftc_now_ns();
+    if (now >= d.at_ns)
+        return 0;
+    uint64_t ms = (d.at_ns - now + 999999ull) / 1000000ull;
+    return ms > INT_MAX ? INT_MAX : (int)ms;
+}
+
+ftc_deadline_t ftc_deadline_min(ftc_deadline_t a, ftc_deadline_t b)
+{
+    return a.at_ns < b.at_ns ? a : b;
+}
+
+void ftc_sleep_ms(uint64_t ms)
+{
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}

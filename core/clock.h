@@ -1,0 +1,32 @@
+/*
+ * clock.h — monotonic time and deadlines.
+ *
+ * Every wait in ftc takes a deadline (I6). A deadline is an absolute point on
+ * CLOCK_MONOTONIC, so it survives being passed down through several calls;
+ * FTC_DEADLINE_NONE never expires and is for callers that have their own.
+ */
+#ifndef FTC_CORE_CLOCK_H
+#define FTC_CORE_CLOCK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct ftc_deadline {
+    uint64_t at_ns; /* CLOCK_MONOTONIC nanoseconds; UINT64_MAX = never */
+} ftc_deadline_t;
+
+#define FTC_DEADLINE_NONE ((ftc_deadline_t){UINT64_MAX})
+
+uint64_t ftc_now_ns(void);        /* CLOCK_MONOTONIC */
+uint64_t ftc_wall_ms(void);       /* CLOCK_REALTIME, for records and events */
+ftc_deadline_t ftc_deadline_in_ms(uint64_t ms);
+bool ftc_deadline_expired(ftc_deadline_t d);
+/* Milliseconds left, 0 once expired, INT64_MAX-ish for FTC_DEADLINE_NONE;
+ * clamped to INT32_MAX so it can feed poll(2). */
+int ftc_deadline_remaining_ms(ftc_deadline_t d);
+/* The earlier of two deadlines. */
+ftc_deadline_t ftc_deadline_min(ftc_deadline_t a, ftc_deadline_t b);
+/* Sleeps ms milliseconds (restarting on EINTR). */
+void ftc_sleep_ms(uint64_t ms);
+
+#endif

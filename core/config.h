@@ -1,0 +1,104 @@
+/*
+ * config.h — configuration: flags over FTC_* environment over a JSON file
+ * over defaults.
+ *
+ * Every setting is one row of FTC_CONFIG_KEYS below: a dotted name, a type,
+ * a default, a range and a sentence. The same row gives its three spellings:
+ *
+ *   JSON file     {"persist": {"level": 3}}    (or the flat "persist.level": 3)
+ *   environment   FTC_PERSIST_LEVEL=3
+ *   flag          --persist-level 3  /  --persist-level=3
+ *
+ * A value from a higher source is never replaced by one from a lower source,
+ * whatever the order in which they are loaded. Unknown keys in a file and
+ * unknown flags are errors naming the key (a typo must not be ignored);
+ * unknown FTC_* environment variables are left alone, since other parts of a
+ * job use that prefix too. A value of the wrong type or out of range is an
+ * error naming the key, the source and the allowed range.
+ *
+ * A config is not thread-safe; build it in main() and read it from anywhere
+ * afterwards.
+ */
+#ifndef FTC_CORE_CONFIG_H
+#define FTC_CORE_CONFIG_H
+
+#include "core/err.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* X(ID, "dotted.name", TYPE, "default", min, max, "what it does") */
+#define FTC_CONFIG_KEYS(X)                                                                         \
+    X(JOB_ID, "job.id", STR, "ftc", 0, 0, "job identifier: names files, shm slots and keys")      \
+    X(LOG_LEVEL, "log.level", STR, "info", 0, 0, "debug, info, warn, error or off")                \
+    X(PERSIST_DIR, "persist.dir", STR, "", 0, 0, "directory of the persist tier")                  \
+    X(PERSIST_LEVEL, "persist.level", INT, "1", -7, 19, "zstd level (1 is fastest; 3+ rarely "    \
+                                                         "helps on weights)")                      \
+    X(PERSIST_THREADS, "persist.threads", INT, "0", 0, 256, "compression threads; 0 = one per "   \
+                                                             "online core")                        \
+    X(PERSIST_CHUNK, "persist.chunk_bytes", SIZE, "4MiB", 4096, (1ll << 31),                      \
+      "uncompressed bytes per zstd chunk")                                                         \
+    X(PERSIST_SHUFFLE, "persist.shuffle", BOOL, "true", 0, 1,                                      \
+      "byte-shuffle each tensor by its dtype width before compression")                            \
+    X(PERSIST_DELTA, "persist.delta", BOOL, "true", 0, 1,                                          \
+      "XOR against the previous persisted version before compression")                             \
+    X(PERSIST_FULL_EVERY, "persist.full_every", INT, "8", 1, 1000000,                              \
+      "a full (non-delta) version every N persisted versions")                                     \
+    X(PERSIST_KEEP, "persist.keep", INT, "3", 1, 1000000,                                          \
+      "committed versions kept (plus the bases their deltas need)")                                \
+    X(PERSIST_EVERY, "persist.every", INT, "10", 1, 1000000,                                       \
+      "persist every M committed checkpoints")                                                     \
+    X(FAULT, "fault", STR, "", 0, 0, "I/O fault injection for tests: write:N, fsync:N or "        \
+                                      "rename:N [,crash] [,enospc]")
+
+typedef enum ftc_config_key {
+#define FTC__CFG_ENUM(id, name, type, def, lo, hi, doc) FTC_CFG_##id,
+    FTC_CONFIG_KEYS(FTC__CFG_ENUM)
+#undef FTC__CFG_ENUM
+        FTC_CFG__COUNT
+} ftc_config_key_t;
+
+enum ftc_config_source {
+    FTC_SRC_DEFAULT = 0,
+    FTC_SRC_FILE = 1,
+    FTC_SRC_ENV = 2,
+    FTC_SRC_FLAG = 3,
+};
+
+typedef struct ftc_config ftc_config_t;
+
+/* A config holding every default. NULL on out of memory. */
+ftc_config_t *ftc_config_create(void);
+void ftc_config_destroy(ftc_config_t *cfg); /* NULL is a no-op */
+
+/* Loads a JSON file (objects nest by the dotted name). Errors name the file,
+ * the key and, for JSON syntax, the line and column. */
+int ftc_config_load_file(ftc_config_t *cfg, const char *path, ftc_err_t *err);
+/* Same, from a string (for tests and the fuzzer); origin names it in errors. */
+int ftc_config_load_json(ftc_config_t *cfg, const char *json, size_t len, const char *origin,
+                         ftc_err_t *err);
+/* Reads FTC_<NAME> for every key from envp (NULL = the process environment). */
+int ftc_config_load_env(ftc_config_t *cfg, char *const *envp, ftc_err_t *err);
+/* Sets a key by its dotted name from text, as the given source. */
+int ftc_config_set(ftc_config_t *cfg, const char *name, const char *value, int source,
+                   ftc_err_t *err);
+/* Tries argv[*i] as a config flag ("--persist-level 3" or "--persist-level=3");
+ * on a match consumes it (and its value), advances *i and returns 1; returns
+ * 0 if the flag is not a config flag; <0 with err set on a bad value. */
+int ftc_config_parse_flag(ftc_config_t *cfg, int argc, char **argv, int *i, ftc_err_t *err);
+
+const char *ftc_config_str(const ftc_config_t *cfg, ftc_config_key_t key);
+int64_t ftc_config_int(const ftc_config_t *cfg, ftc_config_key_t key);
+bool ftc_config_bool(const ftc_config_t *cfg, ftc_config_key_t key);
+int ftc_config_source(const ftc_config_t *cfg, ftc_config_key_t key);
+const char *ftc_config_name(ftc_config_key_t key);
+
+/* Prints "name = value  (source)" for every key; or the help table of flags
+ * when help is true. */
+void ftc_config_print(const ftc_config_t *cfg, FILE *out, bool help);
+
+/* "4MiB", "1G", "4096" -> bytes. 0 or FTC_EINVAL / FTC_ERANGE. */
+int ftc_parse_size(const char *s, int64_t *out);
+
+#endif

@@ -1,0 +1,128 @@
+/* test_config.c — precedence (flag > env > file > default), typing, ranges,
+ * unknown keys, bad JSON. */
+#include "ftc_test.h"
+
+#include "core/config.h"
+
+static void test_defaults(void **state)
+{
+    (void)state;
+    ftc_config_t *c = ftc_config_create();
+    assert_non_null(c);
+    assert_int_equal(ftc_config_int(c, FTC_CFG_PERSIST_LEVEL), 1);
+    assert_int_equal(ftc_config_int(c, FTC_CFG_PERSIST_CHUNK), 4 << 20);
+    assert_true(ftc_config_bool(c, FTC_CFG_PERSIST_SHUFFLE));
+    assert_string_equal(ftc_config_str(c, FTC_CFG_JOB_ID), "ftc");
+    assert_int_equal(ftc_config_source(c, FTC_CFG_PERSIST_LEVEL), FTC_SRC_DEFAULT);
+    ftc_config_destroy(c);
+    ftc_config_destroy(NULL);
+}
+
+static void test_precedence_any_order(void **state)
+{
+    (void)state;
+    ftc_err_t err = {0};
+    const char *json = "{\"persist\": {\"level\": 5, \"keep\": 7, \"shuffle\": false},"
+                       " \"job.id\": \"from-file\"}";
+    char *envp[] = {"FTC_PERSIST_LEVEL=6", "FTC_JOB_ID=from-env", "OTHER=1", NULL};
+    char *argv[] = {"ftc", "--persist-level", "9", "--persist-chunk-bytes=1MiB"};
+    /* flags first, then env, then file: the higher source must still win */
+    ftc_config_t *c = ftc_config_create();
+    int i = 1;
+    assert_int_equal(ftc_config_parse_flag(c, 4, argv, &i, &err), 1);
+    assert_int_equal(i, 3);
+    assert_int_equal(ftc_config_parse_flag(c, 4, argv, &i, &err), 1);
+    assert_int_equal(ftc_config_load_env(c, envp, &err), 0);
+    assert_int_equal(ftc_config_load_json(c, json, strlen(json), "test.json", &err), 0);
+    assert_int_equal(ftc_config_int(c, FTC_CFG_PERSIST_LEVEL), 9);
+    assert_int_equal(ftc_config_source(c, FTC_CFG_PERSIST_LEVEL), FTC_SRC_FLAG);
+    assert_int_equal(ftc_config_int(c, FTC_CFG_PERSIST_CHUNK), 1 << 20);
+    assert_string_equal(ftc_config_str(c, FTC_CFG_JOB_ID), "from-env");
+    assert_int_equal(ftc_config_int(c, FTC_CFG_PERSIST_KEEP), 7);
+    assert_false(ftc_config_bool(c, FTC_CFG_PERSIST_SHUFFLE));
+    assert_int_equal(ftc_config_source(c, FTC_CFG_PERSIST_KEEP), FTC_SRC_FILE);
+    ftc_config_destroy(c);
+}
+
+static void test_errors_name_the_key(void **state)
+{
+    (void)state;
+    ftc_err_t err = {0};
+    ftc_config_t *c = ftc_config_create();
+    const char *unknown = "{\"persist\": {\"levle\": 3}}";
+    assert_int_equal(ftc_config_load_json(c, unknown, strlen(unknown), "a.json", &err),
+                     FTC_ECONFIG);
+    assert_non_null(strstr(err.msg, "persist.levle"));
+    const char *range = "{\"persist.level\": 99}";
+    assert_int_equal(ftc_config_load_json(c, range, strlen(range), "b.json", &err), FTC_ECONFIG);
+    assert_non_null(strstr(err.msg, "out of range"));
+    const char *type = "{\"persist.keep\": \"many\"}";
+    assert_int_equal(ftc_config_load_json(c, type, strlen(type), "c.json", &err), FTC_ECONFIG);
+    assert_non_null(strstr(err.msg, "persist.keep"));
+    const char *syntax = "{\"persist\": {\"level\": 3,}";
+    assert_int_equal(ftc_config_load_json(c, syntax, strlen(syntax), "d.json", &err),
+                     FTC_ECONFIG);
+    assert_non_null(strstr(err.msg, "d.json:1:"));
+    const char *arr = "[1,2]";
+    assert_int_equal(ftc_config_load_json(c, arr, strlen(arr), "e.json", &err), FTC_ECONFIG);
+    const char *dup = "{\"fault\": \"\", \"fault\": \"x\"}";
+    assert_int_equal(ftc_config_load_json(c, dup, strlen(dup), "f.json", &err), FTC_ECONFIG);
+    char *envp[] = {"FTC_PERSIST_SHUFFLE=maybe", NULL};
+    assert_int_equal(ftc_config_load_env(c, envp, &err), FTC_ECONFIG);
+    assert_non_null(strstr(err.msg, "FTC_PERSIST_SHUFFLE"));
+    char *argv[] = {"ftc", "--persist-level"};
+    int i = 1;
+    assert_int_equal(ftc_config_parse_flag(c, 2, argv, &i, &err), FTC_ECONFIG);
+    char *argv2[] = {"ftc", "--not-a-config-flag"};
+    i = 1;
+    assert_int_equal(ftc_config_parse_flag(c, 2, argv2, &i, &err), 0);
+    assert_int_equal(ftc_config_load_file(c, "/nonexistent/ftc.json", &err), FTC_ENOENT);
+    ftc_config_destroy(c);
+}
+
+static void test_sizes(void **state)
+{
+    (void)state;
+    int64_t v;
+    assert_int_equal(ftc_parse_size("4096", &v), 0);
+    assert_int_equal(v, 4096);
+    assert_int_equal(ftc_parse_size("4MiB", &v), 0);
+    assert_int_equal(v, 4 << 20);
+    assert_int_equal(ftc_parse_size("1G", &v), 0);
+    assert_int_equal(v, 1 << 30);
+    assert_int_equal(ftc_parse_size("1Q", &v), FTC_EINVAL);
+    assert_int_equal(ftc_parse_size("", &v), FTC_EINVAL);
+    assert_int_equal(ftc_parse_size("-1", &v), FTC_EINVAL);
+    assert_int_equal(ftc_parse_size("99999999999T", &v), FTC_ERANGE);
+}
+
+static void test_file_and_print(void **state)
+{
+    (void)state;
+    char *dir = ftc_test_tmpdir("config");
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/ftc.json", dir);
+    const char *json = "{\"persist\": {\"dir\": \"/data/ckpt\", \"delta\": true}}";
+    ftc_test_write_file(path, json, strlen(json));
+    ftc_config_t *c = ftc_config_create();
+    ftc_err_t err = {0};
+    assert_int_equal(ftc_config_load_file(c, path, &err), 0);
+    assert_string_equal(ftc_config_str(c, FTC_CFG_PERSIST_DIR), "/data/ckpt");
+    FILE *out = tmpfile();
+    ftc_config_print(c, out, false);
+    ftc_config_print(c, out, true);
+    fclose(out);
+    ftc_config_destroy(c);
+    ftc_test_rmrf(dir);
+    free(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults),   cmocka_unit_test(test_precedence_any_order),
+        cmocka_unit_test(test_errors_name_the_key), cmocka_unit_test(test_sizes),
+        cmocka_unit_test(test_file_and_print),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
