@@ -782,8 +782,33 @@ int ftc_shard_verify_tensor(const ftc_shard_view_t *v, uint32_t i, ftc_err_t *er
     return 0;
 }
 
+/* The alignment gaps in the payload carry no data but must be zero, so that
+ * no byte of a shard can change without detection. */
+static int ftc__verify_gaps(const ftc_shard_view_t *v, ftc_err_t *err)
+{
+    uint64_t pos = v->payload_offset;
+    for (uint32_t i = 0; i <= v->n_tensors; i++) {
+        uint64_t next = v->size - FTC_SHARD_FOOTER_SIZE, end = next;
+        if (i < v->n_tensors) {
+            const uint8_t *e = v->base + FTC_SHARD_HEADER_SIZE + (uint64_t)i * FTC_SHARD_ENTRY_SIZE;
+            next = rd64(e + E_OFFSET);
+            end = next + rd64(e + E_LENGTH);
+        }
+        if (!all_zero(v->base + pos, next - pos))
+            return ftc_err_set(err, FTC_ECORRUPT,
+                               "padding bytes %llu..%llu before %s are not zero",
+                               (unsigned long long)pos, (unsigned long long)next,
+                               i < v->n_tensors ? "a tensor" : "the footer");
+        pos = end;
+    }
+    return 0;
+}
+
 int ftc_shard_verify(const ftc_shard_view_t *v, int threads, ftc_err_t *err)
 {
+    int grc = ftc__verify_gaps(v, err);
+    if (grc)
+        return grc;
     ftc__hash_job_t job = {.v = v, .region = NULL};
     atomic_init(&job.next, 0);
     atomic_init(&job.bad, 0);

@@ -17,6 +17,10 @@
 
 #include <stdarg.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define FTC_ERR_MSG_MAX 512
 
 typedef struct ftc_err {
@@ -47,4 +51,7 @@ const char *ftc_err_str(const ftc_err_t *err);
             goto label;                                                                            \
     } while (0)
 
+#ifdef __cplusplus
+}
+#endif
 #endif
