@@ -1,0 +1,150 @@
+/*
+ * slot.c — see slot.h.
+ */
+#include "ckpt/slot.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#define FTC_SHM_DIR "/dev/shm"
+
+int ftc_slot_name(const char *job, uint32_t rank, int idx, char *buf, size_t cap, ftc_err_t *err)
+{
+    for (const char *p = job; *p; p++)
+        if (!isalnum((unsigned char)*p) && *p != '-' && *p != '_' && *p != '.')
+            return ftc_err_set(err, FTC_EINVAL, "job id '%.64s' has characters a shm name cannot "
+                                                "hold (use A-Z a-z 0-9 . _ -)", job);
+    int n = snprintf(buf, cap, "ftc.%s.r%u.s%d", job, rank, idx);
+    if (n < 0 || (size_t)n >= cap || !job[0])
+        return ftc_err_set(err, FTC_EINVAL, "slot name for job '%.64s' is empty or too long", job);
+    return 0;
+}
+
+int ftc_shm_free(uint64_t *free_bytes, ftc_err_t *err)
+{
+    struct statvfs st;
+    if (statvfs(FTC_SHM_DIR, &st) != 0)
+        return ftc_err_errno(err, errno, "statvfs %s", FTC_SHM_DIR);
+    *free_bytes = (uint64_t)st.f_bavail * st.f_frsize;
+    return 0;
+}
+
+static int ftc__map(ftc_slot_t *s, bool writable, ftc_err_t *err)
+{
+    void *p = mmap(NULL, s->size, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, s->fd, 0);
+    if (p == MAP_FAILED)
+        return ftc_err_errno(err, errno, "mmap slot %s (%llu bytes)", s->name,
+                             (unsigned long long)s->size);
+    s->base = p;
+    return 0;
+}
+
+int ftc_slot_create(const char *name, uint64_t size, ftc_slot_t *s, ftc_err_t *err)
+{
+    memset(s, 0, sizeof *s);
+    s->fd = -1;
+    snprintf(s->name, sizeof s->name, "%s", name);
+    if (size == 0)
+        return ftc_err_set(err, FTC_EINVAL, "slot %s: size 0", name);
+    char path[FTC_SLOT_NAME_MAX + 2];
+    snprintf(path, sizeof path, "/%s", name);
+    int fd = shm_open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return ftc_err_errno(err, errno, "shm_open %s", name);
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return ftc_err_errno(err, e, "fstat slot %s", name);
+    }
+    uint64_t have = (uint64_t)st.st_size;
+    if (have != size) {
+        /* new, or a different size: check space first, then reserve */
+        uint64_t free_b = 0;
+        int rc = ftc_shm_free(&free_b, err);
+        if (rc == 0 && free_b + have < size) {
+            close(fd);
+            if (have == 0)
+                shm_unlink(path);
+            return ftc_err_set(err, FTC_ENOSPC,
+                               "slot %s needs %llu bytes but %s has %llu free: enlarge it "
+                               "(mount -o remount,size=... %s, or docker --shm-size) or checkpoint "
+                               "less per node",
+                               name, (unsigned long long)size, FTC_SHM_DIR,
+                               (unsigned long long)free_b, FTC_SHM_DIR);
+        }
+        if (ftruncate(fd, (off_t)size) != 0) {
+            int e = errno;
+            close(fd);
+            return ftc_err_errno(err, e, "ftruncate slot %s to %llu", name,
+                                 (unsigned long long)size);
+        }
+        int e = posix_fallocate(fd, 0, (off_t)size);
+        if (e) {
+            close(fd);
+            shm_unlink(path);
+            return ftc_err_set(err, e == ENOSPC ? FTC_ENOSPC : FTC_EIO,
+                               "reserving %llu bytes for slot %s in %s: %s",
+                               (unsigned long long)size, name, FTC_SHM_DIR, strerror(e));
+        }
+    }
+    s->fd = fd;
+    s->size = size;
+    int rc = ftc__map(s, true, err);
+    if (rc) {
+        close(fd);
+        s->fd = -1;
+    }
+    return rc;
+}
+
+int ftc_slot_open(const char *name, bool writable, ftc_slot_t *s, ftc_err_t *err)
+{
+    memset(s, 0, sizeof *s);
+    s->fd = -1;
+    snprintf(s->name, sizeof s->name, "%s", name);
+    char path[FTC_SLOT_NAME_MAX + 2];
+    snprintf(path, sizeof path, "/%s", name);
+    int fd = shm_open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC, 0);
+    if (fd < 0)
+        return ftc_err_errno(err, errno, "shm_open %s", name);
+    struct stat st;
+    if (fstat(fd, &st) != 0 || st.st_size <= 0) {
+        close(fd);
+        return ftc_err_set(err, FTC_ENOENT, "slot %s is empty", name);
+    }
+    s->fd = fd;
+    s->size = (uint64_t)st.st_size;
+    int rc = ftc__map(s, writable, err);
+    if (rc) {
+        close(fd);
+        s->fd = -1;
+    }
+    return rc;
+}
+
+void ftc_slot_close(ftc_slot_t *s)
+{
+    if (s->base)
+        munmap(s->base, s->size);
+    if (s->fd >= 0)
+        close(s->fd);
+    s->base = NULL;
+    s->fd = -1;
+}
+
+int ftc_slot_unlink(const char *name, ftc_err_t *err)
+{
+    char path[FTC_SLOT_NAME_MAX + 2];
+    snprintf(path, sizeof path, "/%s", name);
+    if (shm_unlink(path) != 0 && errno != ENOENT)
+        return ftc_err_errno(err, errno, "shm_unlink %s", name);
+    return 0;
+}

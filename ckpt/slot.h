@@ -1,0 +1,50 @@
+/*
+ * slot.h — shared-memory slots: the node-local home of shards.
+ *
+ * A slot is a POSIX shm object (/dev/shm/NAME, mode 0600) holding one shard
+ * region. The agent owns the slots, so they outlive a crashed rank; ranks
+ * and a restarted agent map them by name. Each rank has two (double
+ * buffering): one is written while the other still holds the last committed
+ * version (I3).
+ *
+ * Memory is reserved at creation with posix_fallocate, so a /dev/shm that is
+ * too small fails here, with a message naming the size needed and the size
+ * free, instead of killing a writer with SIGBUS later.
+ *
+ * Names: "ftc.JOB.r<RANK>.s<IDX>" (JOB as in the config). Not thread-safe per
+ * slot; different slots are independent.
+ */
+#ifndef FTC_CKPT_SLOT_H
+#define FTC_CKPT_SLOT_H
+
+#include "core/err.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define FTC_SLOT_NAME_MAX 128
+
+typedef struct ftc_slot {
+    char name[FTC_SLOT_NAME_MAX]; /* shm name without the leading '/' */
+    int fd;                       /* open shm fd, -1 when closed */
+    uint8_t *base;                /* mapping, NULL when closed */
+    uint64_t size;                /* bytes mapped */
+} ftc_slot_t;
+
+/* Builds the slot name of (job, rank, idx) into buf. */
+int ftc_slot_name(const char *job, uint32_t rank, int idx, char *buf, size_t cap, ftc_err_t *err);
+/* Bytes free in the file system behind shm (usually /dev/shm). */
+int ftc_shm_free(uint64_t *free_bytes, ftc_err_t *err);
+/* Creates (or, if it exists with this size, reuses) a slot of size bytes,
+ * reserves its memory, and maps it. Refuses with FTC_ENOSPC when /dev/shm
+ * cannot hold it. */
+int ftc_slot_create(const char *name, uint64_t size, ftc_slot_t *s, ftc_err_t *err);
+/* Maps an existing slot (its size is the object's size). */
+int ftc_slot_open(const char *name, bool writable, ftc_slot_t *s, ftc_err_t *err);
+/* Unmaps and closes; the object stays. Safe on a closed slot. */
+void ftc_slot_close(ftc_slot_t *s);
+/* Removes the object (mappings stay valid until closed). Missing is fine. */
+int ftc_slot_unlink(const char *name, ftc_err_t *err);
+
+#endif

@@ -1,0 +1,88 @@
+/*
+ * test_slot.c — shm slots: created, reserved and mapped; seen by another
+ * process; survive the process that wrote them (a crashed rank); reused at
+ * the same size; and a slot larger than /dev/shm's free space is refused up
+ * front with the sizes named (no SIGBUS later).
+ */
+#include "ftc_test.h"
+
+#include "ckpt/slot.h"
+
+#include <sys/wait.h>
+
+static void test_create_share_survive(void **state)
+{
+    (void)state;
+    char name[FTC_SLOT_NAME_MAX];
+    ftc_err_t err = {0};
+    char job[64];
+    snprintf(job, sizeof job, "slot-test-%d", (int)getpid());
+    assert_int_equal(ftc_slot_name(job, 3, 1, name, sizeof name, &err), 0);
+    assert_non_null(strstr(name, ".r3.s1"));
+    /* a child (the rank) writes and dies without cleaning up */
+    pid_t pid = fork();
+    if (pid == 0) {
+        ftc_slot_t s;
+        if (ftc_slot_create(name, 1 << 20, &s, &err) != 0)
+            _exit(1);
+        ftc_test_fill(s.base, s.size, 77);
+        _exit(0); /* no close, no unlink */
+    }
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_int_equal(WEXITSTATUS(st), 0);
+    ftc_slot_t s;
+    assert_int_equal(ftc_slot_open(name, false, &s, &err), 0);
+    assert_int_equal(s.size, 1 << 20);
+    uint8_t *want = malloc(s.size);
+    ftc_test_fill(want, s.size, 77);
+    assert_memory_equal(s.base, want, s.size);
+    ftc_slot_close(&s);
+    ftc_slot_close(&s); /* twice is fine */
+    /* re-created at the same size: the contents stay (an agent restart) */
+    assert_int_equal(ftc_slot_create(name, 1 << 20, &s, &err), 0);
+    assert_memory_equal(s.base, want, s.size);
+    ftc_slot_close(&s);
+    assert_int_equal(ftc_slot_unlink(name, &err), 0);
+    assert_int_equal(ftc_slot_unlink(name, &err), 0);
+    assert_int_equal(ftc_slot_open(name, false, &s, &err), FTC_ENOENT);
+    free(want);
+}
+
+static void test_too_big_refused_up_front(void **state)
+{
+    (void)state;
+    uint64_t free_b;
+    ftc_err_t err = {0};
+    assert_int_equal(ftc_shm_free(&free_b, &err), 0);
+    char name[FTC_SLOT_NAME_MAX];
+    snprintf(name, sizeof name, "ftc.big-test-%d.r0.s0", (int)getpid());
+    ftc_slot_t s;
+    uint64_t want = free_b + (1ull << 30);
+    assert_int_equal(ftc_slot_create(name, want, &s, &err), FTC_ENOSPC);
+    assert_non_null(strstr(err.msg, "needs"));
+    assert_non_null(strstr(err.msg, "/dev/shm"));
+    /* nothing left behind */
+    assert_int_equal(ftc_slot_open(name, false, &s, &err), FTC_ENOENT);
+}
+
+static void test_bad_names(void **state)
+{
+    (void)state;
+    char name[FTC_SLOT_NAME_MAX];
+    ftc_err_t err = {0};
+    assert_int_equal(ftc_slot_name("a/b", 0, 0, name, sizeof name, &err), FTC_EINVAL);
+    assert_int_equal(ftc_slot_name("", 0, 0, name, sizeof name, &err), FTC_EINVAL);
+    ftc_slot_t s;
+    assert_int_equal(ftc_slot_create("ftc.zero", 0, &s, &err), FTC_EINVAL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_create_share_survive),
+        cmocka_unit_test(test_too_big_refused_up_front),
+        cmocka_unit_test(test_bad_names),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
