@@ -281,6 +281,19 @@ uint64_t ftc_shard_layout_offset(const ftc_shard_layout_t *l, uint32_t i)
 
 uint32_t ftc_shard_layout_count(const ftc_shard_layout_t *l) { return l->n; }
 
+uint64_t ftc_shard_layout_meta_offset(const ftc_shard_layout_t *l, const char *key)
+{
+    ftc__layout_plan((ftc_shard_layout_t *)l);
+    size_t klen = strlen(key);
+    for (uint64_t pos = 0; pos < l->meta_len;) {
+        uint32_t kl = rd32(l->meta + pos), vl = rd32(l->meta + pos + 4);
+        if (kl == klen && !memcmp(l->meta + pos + 8, key, klen))
+            return l->meta_offset + pos + 8 + kl;
+        pos += align_up(8ull + kl + vl, 8);
+    }
+    return 0;
+}
+
 int ftc_shard_layout_write(const ftc_shard_layout_t *l, void *region, uint64_t size, ftc_err_t *err)
 {
     ftc__layout_plan((ftc_shard_layout_t *)l);

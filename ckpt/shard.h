@@ -43,6 +43,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define FTC_SHARD_VERSION 1
 #define FTC_SHARD_HEADER_SIZE 256
 #define FTC_SHARD_ENTRY_SIZE 128
@@ -97,6 +101,9 @@ uint64_t ftc_shard_layout_size(const ftc_shard_layout_t *l);
 /* Offset of tensor i's bytes from the start of the shard. */
 uint64_t ftc_shard_layout_offset(const ftc_shard_layout_t *l, uint32_t i);
 uint32_t ftc_shard_layout_count(const ftc_shard_layout_t *l);
+/* Offset of the value of metadata record key in a region written from l
+ * (so a writer can update it in place each step); 0 when absent. */
+uint64_t ftc_shard_layout_meta_offset(const ftc_shard_layout_t *l, const char *key);
 /* Writes header, table, names, metadata and zero padding into region, which
  * must have ftc_shard_layout_size() bytes. The payload is left as it is. */
 int ftc_shard_layout_write(const ftc_shard_layout_t *l, void *region, uint64_t size,
@@ -157,4 +164,7 @@ int ftc_shard_meta_get(const ftc_shard_view_t *v, const char *key, const uint8_t
  * after checking magic and version (for readers that must size a read). */
 int ftc_shard_peek_size(const void *buf, size_t len, uint64_t *size, ftc_err_t *err);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -11,6 +11,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct ftc_deadline {
     uint64_t at_ns; /* CLOCK_MONOTONIC nanoseconds; UINT64_MAX = never */
 } ftc_deadline_t;
@@ -29,4 +33,7 @@ ftc_deadline_t ftc_deadline_min(ftc_deadline_t a, ftc_deadline_t b);
 /* Sleeps ms milliseconds (restarting on EINTR). */
 void ftc_sleep_ms(uint64_t ms);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -1,0 +1,458 @@
+/*
+ * snapshot.c — see snapshot.h.
+ *
+ * A persistent pool of copy threads takes 8 MiB pieces of host tensors from
+ * an atomic counter; device tensors are queued on each device's snapshot
+ * stream by begin() itself. A coordinator thread waits for both, publishes
+ * "copied", then seals the region (per-tensor xxh3 in parallel, footer) and
+ * publishes "sealed". Waits are condition waits with deadlines.
+ */
+#include "ckpt/snapshot.h"
+
+#include "core/log.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define FTC_SNAP_PIECE (8u << 20)
+#define FTC_SNAP_MAX_THREADS 16
+#define FTC_SNAP_MAX_DEVICES 16
+
+typedef struct ftc__snap_tensor {
+    const void *ptr;
+    int device;
+    uint64_t length;
+    uint32_t index; /* in the layout */
+} ftc__snap_tensor_t;
+
+typedef struct ftc__piece {
+    uint32_t t;      /* tensor */
+    uint64_t off, n; /* byte range inside it */
+} ftc__piece_t;
+
+enum { PH_IDLE = 0, PH_COPYING = 1, PH_COPIED = 2, PH_SEALED = 3, PH_FAILED = 4 };
+
+struct ftc_snap {
+    ftc_shard_info_t info;
+    ftc_shard_layout_t *layout;
+    ftc__snap_tensor_t *t;
+    uint32_t nt, capt;
+    uint32_t meta_cap;
+    int threads;
+    bool frozen;       /* layout fixed */
+    uint64_t size;
+    const ftc_snap_device_ops_t *dev; /* NULL in a build without CUDA */
+    void *dev_state;                  /* dev's state, opened on the first device tensor */
+    bool dev_used[FTC_SNAP_MAX_DEVICES];
+    uint8_t *pinned;                  /* region registered with the device, if any */
+    /* current snapshot */
+    uint8_t *region;
+    ftc__piece_t *pieces;
+    uint32_t npieces;
+    atomic_uint next_piece;
+    uint32_t pieces_done; /* under mu */
+    uint64_t job;         /* incremented per begin: wakes the workers */
+    int phase;            /* PH_*, under mu */
+    ftc_err_t job_err;    /* why PH_FAILED */
+    pthread_mutex_t mu;
+    pthread_cond_t cv_work, cv_done;
+    pthread_t *tid;
+    int nthreads;
+    pthread_t coord;
+    bool coord_started;
+    bool stop;
+};
+
+static void *ftc__snap_worker(void *arg)
+{
+    ftc_snap_t *s = arg;
+    uint64_t seen = 0;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->stop && s->job == seen)
+            pthread_cond_wait(&s->cv_work, &s->mu);
+        if (s->stop)
+            break;
+        seen = s->job;
+        pthread_mutex_unlock(&s->mu);
+        uint32_t did = 0;
+        for (;;) {
+            uint32_t i = atomic_fetch_add(&s->next_piece, 1);
+            if (i >= s->npieces)
+                break;
+            const ftc__piece_t *p = &s->pieces[i];
+            const ftc__snap_tensor_t *t = &s->t[p->t];
+            uint8_t *dst = ftc_shard_payload_ptr(s->layout, s->region, t->index);
+            memcpy(dst + p->off, (const uint8_t *)t->ptr + p->off, p->n);
+            did++;
+        }
+        pthread_mutex_lock(&s->mu);
+        s->pieces_done += did;
+        if (s->pieces_done == s->npieces)
+            pthread_cond_broadcast(&s->cv_done);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* Waits for the copy of one snapshot, then seals it. */
+static void *ftc__snap_coord(void *arg)
+{
+    ftc_snap_t *s = arg;
+    uint64_t seen = 0;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->stop && s->job == seen)
+            pthread_cond_wait(&s->cv_work, &s->mu);
+        if (s->stop)
+            break;
+        seen = s->job;
+        while (s->pieces_done < s->npieces)
+            pthread_cond_wait(&s->cv_done, &s->mu);
+        pthread_mutex_unlock(&s->mu);
+        ftc_err_t err = {0};
+        int rc = 0;
+        for (int d = 0; d < FTC_SNAP_MAX_DEVICES && !rc; d++)
+            if (s->dev_used[d])
+                rc = s->dev->sync(s->dev_state, d, ftc_deadline_in_ms(600000), &err);
+        pthread_mutex_lock(&s->mu);
+        s->phase = rc ? PH_FAILED : PH_COPIED;
+        if (rc)
+            s->job_err = err;
+        pthread_cond_broadcast(&s->cv_done);
+        pthread_mutex_unlock(&s->mu);
+        if (!rc)
+            rc = ftc_shard_seal(s->region, s->size, s->threads, &err);
+        pthread_mutex_lock(&s->mu);
+        s->phase = rc ? PH_FAILED : PH_SEALED;
+        if (rc)
+            s->job_err = err;
+        pthread_cond_broadcast(&s->cv_done);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+ftc_snap_t *ftc_snap_create(const ftc_shard_info_t *info, int threads, uint32_t meta_capacity,
+                            ftc_err_t *err)
+{
+    ftc_snap_t *s = calloc(1, sizeof *s);
+    if (!s) {
+        ftc_err_set(err, FTC_ENOMEM, "snapshot: out of memory");
+        return NULL;
+    }
+    s->info = *info;
+    s->meta_cap = meta_capacity;
+    if (threads <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = n > 0 ? (int)n : 1;
+    }
+    s->threads = threads > FTC_SNAP_MAX_THREADS ? FTC_SNAP_MAX_THREADS : threads;
+    s->dev = ftc_snap_cuda_ops();
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv_work, NULL);
+    pthread_cond_init(&s->cv_done, NULL);
+    s->layout = ftc_shard_layout_create(info);
+    s->tid = calloc((size_t)s->threads, sizeof *s->tid);
+    if (!s->layout || !s->tid) {
+        ftc_err_set(err, FTC_ENOMEM, "snapshot: out of memory");
+        ftc_snap_destroy(s);
+        return NULL;
+    }
+    for (int i = 0; i < s->threads; i++) {
+        if (pthread_create(&s->tid[i], NULL, ftc__snap_worker, s) != 0)
+            break;
+        s->nthreads++;
+    }
+    if (s->nthreads == 0 || pthread_create(&s->coord, NULL, ftc__snap_coord, s) != 0) {
+        ftc_err_set(err, FTC_ENOMEM, "snapshot: cannot start threads");
+        ftc_snap_destroy(s);
+        return NULL;
+    }
+    s->coord_started = true;
+    return s;
+}
+
+void ftc_snap_destroy(ftc_snap_t *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->mu);
+    while (s->phase == PH_COPYING || s->phase == PH_COPIED)
+        pthread_cond_wait(&s->cv_done, &s->mu);
+    s->stop = true;
+    pthread_cond_broadcast(&s->cv_work);
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < s->nthreads; i++)
+        pthread_join(s->tid[i], NULL);
+    if (s->coord_started)
+        pthread_join(s->coord, NULL);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv_work);
+    pthread_cond_destroy(&s->cv_done);
+    if (s->dev && s->dev_state) {
+        if (s->pinned)
+            s->dev->host_unregister(s->dev_state, s->pinned);
+        s->dev->close(s->dev_state);
+    }
+    ftc_shard_layout_destroy(s->layout);
+    free(s->tid);
+    free(s->t);
+    free(s->pieces);
+    free(s);
+}
+
+int ftc_snap_add(ftc_snap_t *s, const char *name, int dtype, uint32_t ndim, const uint64_t *shape,
+                 const void *ptr, int device, ftc_err_t *err)
+{
+    if (s->frozen)
+        return ftc_err_set(err, FTC_EINVAL, "tensor '%s': register every tensor before the first "
+                                            "checkpoint", name ? name : "");
+    if (device != FTC_SNAP_HOST && (!s->dev || device < 0 || device >= FTC_SNAP_MAX_DEVICES))
+        return ftc_err_set(err, FTC_EUNSUPPORTED,
+                           "tensor '%s' is on CUDA device %d, but this ftc was built without "
+                           "CUDA (rebuild with nvcc on PATH, -DFTC_WITH_CUDA=ON)",
+                           name ? name : "", device);
+    int idx = ftc_shard_layout_add_tensor(s->layout, name, dtype, ndim, shape, err);
+    if (idx < 0)
+        return idx;
+    if (s->nt == s->capt) {
+        uint32_t cap = s->capt ? s->capt * 2 : 16;
+        ftc__snap_tensor_t *t = realloc(s->t, cap * sizeof *t);
+        if (!t)
+            return ftc_err_set(err, FTC_ENOMEM, "snapshot: out of memory");
+        s->t = t;
+        s->capt = cap;
+    }
+    uint64_t len = ftc_dtype_size(dtype);
+    for (uint32_t k = 0; k < ndim; k++)
+        len *= shape[k];
+    if (len && !ptr)
+        return ftc_err_set(err, FTC_EINVAL, "tensor '%s': NULL data pointer", name);
+    if (device != FTC_SNAP_HOST && !s->dev_state) {
+        int rc = s->dev->open(&s->dev_state, err);
+        if (rc)
+            return rc;
+    }
+    s->t[s->nt++] = (ftc__snap_tensor_t){ptr, device, len, (uint32_t)idx};
+    if (device != FTC_SNAP_HOST)
+        s->dev_used[device] = true;
+    return 0;
+}
+
+static int ftc__snap_freeze(ftc_snap_t *s, ftc_err_t *err)
+{
+    if (s->frozen)
+        return 0;
+    if (s->meta_cap) {
+        uint8_t *zero = calloc(1, 8 + (size_t)s->meta_cap);
+        if (!zero)
+            return ftc_err_set(err, FTC_ENOMEM, "snapshot: out of memory");
+        int rc = ftc_shard_layout_add_meta(s->layout, "user", zero, 8 + (size_t)s->meta_cap, err);
+        free(zero);
+        if (rc)
+            return rc;
+    }
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < s->nt; i++)
+        if (s->t[i].device == FTC_SNAP_HOST)
+            n += (uint32_t)((s->t[i].length + FTC_SNAP_PIECE - 1) / FTC_SNAP_PIECE);
+    s->pieces = calloc(n ? n : 1, sizeof *s->pieces);
+    if (!s->pieces)
+        return ftc_err_set(err, FTC_ENOMEM, "snapshot: out of memory");
+    n = 0;
+    for (uint32_t i = 0; i < s->nt; i++) {
+        if (s->t[i].device != FTC_SNAP_HOST)
+            continue;
+        for (uint64_t off = 0; off < s->t[i].length; off += FTC_SNAP_PIECE) {
+            uint64_t len = s->t[i].length - off;
+            s->pieces[n++] = (ftc__piece_t){i, off, len < FTC_SNAP_PIECE ? len : FTC_SNAP_PIECE};
+        }
+    }
+    s->npieces = n;
+    s->size = ftc_shard_layout_size(s->layout);
+    s->frozen = true;
+    return 0;
+}
+
+uint64_t ftc_snap_size(ftc_snap_t *s)
+{
+    ftc_err_t err = {0};
+    return ftc__snap_freeze(s, &err) == 0 ? s->size : 0;
+}
+
+int ftc_snap_format(ftc_snap_t *s, uint8_t *region, ftc_err_t *err)
+{
+    int rc = ftc__snap_freeze(s, err);
+    if (rc)
+        return rc;
+    rc = ftc_shard_layout_write(s->layout, region, s->size, err);
+    if (!rc && s->dev_state && !s->pinned) {
+        ftc_err_t e = {0};
+        if (s->dev->host_register(s->dev_state, region, s->size, &e) == 0)
+            s->pinned = region;
+        else
+            FTC_WARN("snapshot", "pinning the slot failed (%s): device copies will be slower",
+                     e.msg);
+    }
+    return rc;
+}
+
+bool ftc_snap_busy(ftc_snap_t *s)
+{
+    pthread_mutex_lock(&s->mu);
+    bool b = s->phase == PH_COPYING || s->phase == PH_COPIED;
+    pthread_mutex_unlock(&s->mu);
+    return b;
+}
+
+int ftc_snap_begin(ftc_snap_t *s, uint8_t *region, uint64_t step, uint64_t generation,
+                   const void *meta, uint32_t meta_len, ftc_err_t *err)
+{
+    int rc = ftc__snap_freeze(s, err);
+    if (rc)
+        return rc;
+    if (ftc_snap_busy(s))
+        return ftc_err_set(err, FTC_EAGAIN, "snapshot of step %llu requested while the previous "
+                                            "one is still in progress: wait for it first",
+                           (unsigned long long)step);
+    if (meta_len > s->meta_cap)
+        return ftc_err_set(err, FTC_ERANGE, "checkpoint metadata of %u bytes exceeds the %u "
+                                            "registered", meta_len, s->meta_cap);
+    ftc_shard_restamp(region, step, generation);
+    if (s->meta_cap) {
+        uint8_t *val = region + ftc_shard_layout_meta_offset(s->layout, "user");
+        uint64_t len = meta_len;
+        memcpy(val, &len, 8);
+        if (meta_len)
+            memcpy(val + 8, meta, meta_len);
+        memset(val + 8 + meta_len, 0, s->meta_cap - meta_len);
+    }
+    for (uint32_t i = 0; i < s->nt; i++) {
+        const ftc__snap_tensor_t *t = &s->t[i];
+        if (t->device == FTC_SNAP_HOST || !t->length)
+            continue;
+        rc = s->dev->copy_async(s->dev_state, ftc_shard_payload_ptr(s->layout, region, t->index),
+                                t->ptr, t->length, t->device, true, err);
+        if (rc)
+            return rc;
+    }
+    pthread_mutex_lock(&s->mu);
+    s->region = region;
+    atomic_store(&s->next_piece, 0);
+    s->pieces_done = 0;
+    s->phase = PH_COPYING;
+    ftc_err_clear(&s->job_err);
+    s->job++;
+    pthread_cond_broadcast(&s->cv_work);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+/* Waits until phase reaches at least want (or failed), with a deadline. */
+static int ftc__snap_wait(ftc_snap_t *s, int want, ftc_deadline_t d, ftc_err_t *err)
+{
+    pthread_mutex_lock(&s->mu);
+    int rc = 0;
+    while (s->phase != PH_IDLE && s->phase < want && s->phase != PH_FAILED) {
+        if (d.at_ns == UINT64_MAX) {
+            pthread_cond_wait(&s->cv_done, &s->mu);
+            continue;
+        }
+        int ms = ftc_deadline_remaining_ms(d);
+        if (ms <= 0) {
+            rc = ftc_err_set(err, FTC_ETIMEDOUT, "snapshot still %s at its deadline",
+                             s->phase == PH_COPYING ? "copying" : "being sealed");
+            break;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += ms / 1000;
+        ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&s->cv_done, &s->mu, &ts);
+    }
+    if (!rc && s->phase == PH_FAILED) {
+        if (err)
+            *err = s->job_err;
+        rc = s->job_err.code ? s->job_err.code : FTC_EIO;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+int ftc_snap_wait_copy(ftc_snap_t *s, ftc_deadline_t d, ftc_err_t *err)
+{
+    return ftc__snap_wait(s, PH_COPIED, d, err);
+}
+
+int ftc_snap_wait_sealed(ftc_snap_t *s, ftc_deadline_t d, ftc_err_t *err)
+{
+    return ftc__snap_wait(s, PH_SEALED, d, err);
+}
+
+int ftc_snap_restore(ftc_snap_t *s, const uint8_t *region, uint64_t size, uint64_t *step,
+                     void *meta, uint32_t *meta_len, ftc_err_t *err)
+{
+    ftc_shard_view_t v;
+    int rc = ftc_shard_open(&v, region, size, FTC_SHARD_VERIFY, err);
+    if (rc)
+        return rc;
+    if (v.n_tensors != s->nt)
+        return ftc_err_set(err, FTC_EINVAL, "checkpoint has %u tensors, %u are registered",
+                           v.n_tensors, s->nt);
+    for (uint32_t i = 0; i < s->nt; i++) {
+        ftc_shard_tensor_t t;
+        ftc_shard_get(&v, s->t[i].index, &t);
+        uint64_t want_len = s->t[i].length;
+        if (t.length != want_len)
+            return ftc_err_set(err, FTC_EINVAL,
+                               "tensor '%.*s': checkpoint holds %llu bytes, the registered tensor "
+                               "has %llu (shape or dtype changed?)",
+                               (int)t.name_len, t.name, (unsigned long long)t.length,
+                               (unsigned long long)want_len);
+    }
+    for (uint32_t i = 0; i < s->nt; i++) {
+        ftc_shard_tensor_t t;
+        ftc_shard_get(&v, s->t[i].index, &t);
+        if (!t.length)
+            continue;
+        if (s->t[i].device == FTC_SNAP_HOST) {
+            memcpy((void *)s->t[i].ptr, t.data, t.length);
+        } else {
+            rc = s->dev->copy_async(s->dev_state, (void *)s->t[i].ptr, t.data, t.length,
+                                    s->t[i].device, false, err);
+            if (rc)
+                return rc;
+        }
+    }
+    for (int d = 0; d < FTC_SNAP_MAX_DEVICES; d++)
+        if (s->dev_used[d] && (rc = s->dev->sync(s->dev_state, d, ftc_deadline_in_ms(600000), err)))
+            return rc;
+    *step = v.info.step;
+    if (meta_len) {
+        const uint8_t *val;
+        uint32_t vl;
+        uint32_t cap = *meta_len;
+        *meta_len = 0;
+        if (ftc_shard_meta_get(&v, "user", &val, &vl) == 0 && vl >= 8) {
+            uint64_t n;
+            memcpy(&n, val, 8);
+            if (n > vl - 8 || n > cap)
+                return ftc_err_set(err, FTC_ERANGE, "checkpoint metadata is %llu bytes; buffer "
+                                                    "holds %u", (unsigned long long)n, cap);
+            if (n)
+                memcpy(meta, val + 8, n);
+            *meta_len = (uint32_t)n;
+        }
+    }
+    return 0;
+}
