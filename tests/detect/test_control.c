@@ -7,6 +7,8 @@
  */
 #include "redis_fixture.h"
 
+#include "detect/status.h"
+
 #include <pthread.h>
 
 static void test_lease_and_fenced_generations(void **state)
@@ -263,6 +265,74 @@ static void test_garbage_in_every_key_kind(void **state)
     ftc_ctl_destroy(c);
 }
 
+
+static void count_event(void *arg, const ftc_status_event_t *e)
+{
+    int *n = arg;
+    assert_true(strlen(e->kind) > 0);
+    (*n)++;
+}
+
+static void test_status_snapshot_and_events(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_ctl_t *c = redis_fixture_ctl(f, "job6");
+    uint64_t gen;
+    set_generation(c, 2, &gen);
+    ftc_ctl_member_t m = {.node = "n0", .host = "h0", .domain = "rack1", .pid = 11, .joined_ms = 5};
+    assert_int_equal(ftc_ctl_join(c, &m), 0);
+    ftc_ctl_heartbeat_t hb = {gen, 7, 1500, ftc_wall_ms()};
+    assert_int_equal(ftc_ctl_heartbeat(c, "n0", &hb, 5000), 0);
+    ftc_ctl_member_t m1 = {.node = "n1", .host = "h1", .pid = 12, .joined_ms = 6};
+    assert_int_equal(ftc_ctl_join(c, &m1), 0); /* no heartbeat: shown as such */
+    char k[128];
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, NULL, "HSET",
+                                    ftc_ctl_key(c, "members", k, sizeof k), "n2", "garbage", NULL),
+                     0);
+    ftc_ctl_event_t e = {.kind = "hang", .node = "n0", .rank = 1, .generation = gen, .step = 7,
+                         .detail = "no progress"};
+    assert_int_equal(ftc_ctl_event(c, &e), 0);
+    int64_t committed;
+    bool now;
+    assert_int_equal(ftc_ctl_commit_report(c, gen, 7, 0, 1, &committed, &now), 0);
+    assert_int_equal(ftc_ctl_commit_report(c, gen, 7, 1, 1, &committed, &now), 0);
+    assert_true(now);
+    ftc_status_t *s;
+    assert_int_equal(ftc_status_collect(c, "job6", 10, &s), 0);
+    assert_int_equal(s->generation, gen);
+    assert_int_equal(s->committed_step, 7);
+    assert_int_equal(s->n_members, 3);
+    int alive = 0, problems = 0;
+    for (int i = 0; i < s->n_members; i++) {
+        alive += s->members[i].alive;
+        problems += s->members[i].problem[0] != 0;
+        if (!strcmp(s->members[i].node, "n0")) {
+            assert_int_equal(s->members[i].hb.step, 7);
+            assert_string_equal(s->members[i].domain, "rack1");
+            assert_true(s->members[i].hb_ttl_ms > 0);
+        }
+    }
+    assert_int_equal(alive, 1);
+    assert_int_equal(problems, 1);
+    assert_true(s->n_events >= 3); /* generation, hang, commit */
+    assert_string_equal(s->events[s->n_events - 1].kind, "commit");
+    char *json = ftc_status_json(s);
+    assert_non_null(json);
+    assert_non_null(strstr(json, "\"committed_step\": 7"));
+    free(json);
+    FILE *out = tmpfile();
+    ftc_status_print(s, out);
+    fclose(out);
+    ftc_status_free(s);
+    char after[32] = "0";
+    int n = 0;
+    int got = ftc_events_read(c, after, sizeof after, 100, 0, count_event, &n);
+    assert_true(got >= 3);
+    assert_int_equal(got, n);
+    assert_int_equal(ftc_events_read(c, after, sizeof after, 100, 100, count_event, &n), 0);
+    ftc_ctl_destroy(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -275,6 +345,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_reseed_after_data_loss, redis_fixture_setup,
                                         redis_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_garbage_in_every_key_kind, redis_fixture_setup,
+                                        redis_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_status_snapshot_and_events, redis_fixture_setup,
                                         redis_fixture_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
