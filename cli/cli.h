@@ -1,0 +1,140 @@
+/*
+ * cli.h — the pieces shared by the `ftc` subcommands: the command table
+ * entry, one option parser (command flags, config flags, --config FILE,
+ * FTC_* environment, --help), exit codes, and small helpers that classify a
+ * path and load shards through the ckpt modules. The subcommands themselves
+ * parse arguments and print; the work happens in the modules they call.
+ *
+ * Not thread-safe; used from main() only.
+ */
+#ifndef FTC_CLI_H
+#define FTC_CLI_H
+
+#include "ckpt/persist.h"
+#include "ckpt/shard.h"
+#include "core/config.h"
+#include "core/err.h"
+#include "core/fsio.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* Exit codes of every subcommand. */
+enum {
+    FTC_EXIT_OK = 0,      /* done; for verify: everything checked is good */
+    FTC_EXIT_FAIL = 1,    /* a failure, or corrupt data was found */
+    FTC_EXIT_USAGE = 2,   /* bad command line or configuration */
+    FTC_CLI_CONTINUE = -1 /* from ftc_cli_parse: arguments fine, run the command */
+};
+
+typedef struct ftc_cli_cmd {
+    const char *name;    /* "inspect" */
+    const char *summary; /* one line for `ftc --help` */
+    const char *help;    /* the full text of `ftc help NAME`, usage line first */
+    int (*run)(const struct ftc_cli_cmd *cmd, int argc, char **argv); /* argv[0] is NAME */
+} ftc_cli_cmd_t;
+
+extern const ftc_cli_cmd_t ftc_cli_cmd_inspect;
+extern const ftc_cli_cmd_t ftc_cli_cmd_verify;
+extern const ftc_cli_cmd_t ftc_cli_cmd_export;
+extern const ftc_cli_cmd_t ftc_cli_cmd_synth;
+extern const ftc_cli_cmd_t ftc_cli_cmd_restore;
+
+/* ---- option parsing --------------------------------------------------------- */
+
+enum ftc_cli_opt_kind {
+    FTC_OPT_FLAG = 0, /* bool, no value */
+    FTC_OPT_STR = 1,  /* const char * (points into argv) */
+    FTC_OPT_U64 = 2,  /* uint64_t, decimal */
+    FTC_OPT_SIZE = 3, /* uint64_t, "64MiB" / "1G" / "4096" */
+};
+
+typedef struct ftc_cli_opt {
+    const char *name; /* "--json" */
+    int kind;         /* ftc_cli_opt_kind */
+    void *dest;       /* bool *, const char **, uint64_t * */
+    bool *seen;       /* set true when given; may be NULL */
+} ftc_cli_opt_t;
+
+/* What a parsed command line gives a subcommand. */
+typedef struct ftc_cli_args {
+    ftc_config_t *cfg;     /* flags > FTC_* env > --config file > defaults; owned */
+    ftc_fault_t fault;     /* parsed from the `fault` config key (none by default) */
+    char *pos[8];          /* positional arguments (point into argv) */
+    int npos;
+} ftc_cli_args_t;
+
+/* Parses argv[1..] of a subcommand against opts (n of them), then the config
+ * flags, --config FILE, --help; loads FTC_* environment and the file; applies
+ * log.level. Positionals (at most maxpos) go to a->pos. Returns
+ * FTC_CLI_CONTINUE, or the exit code to return at once (0 after --help, 2
+ * after a usage error, which is printed to stderr with the usage). On
+ * FTC_CLI_CONTINUE the caller releases a with ftc_cli_args_free. */
+int ftc_cli_parse(const ftc_cli_cmd_t *cmd, int argc, char **argv, const ftc_cli_opt_t *opts,
+                  int n, int minpos, int maxpos, ftc_cli_args_t *a);
+void ftc_cli_args_free(ftc_cli_args_t *a);
+
+/* Prints "ftc CMD: message" and the command's usage to stderr; returns 2. */
+int ftc_cli_usage_error(const ftc_cli_cmd_t *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Prints "ftc CMD: message" to stderr; returns 1. */
+int ftc_cli_fail(const ftc_cli_cmd_t *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Prints the full help of cmd to out. */
+void ftc_cli_print_help(const ftc_cli_cmd_t *cmd, FILE *out);
+
+/* ---- paths -------------------------------------------------------------------- */
+
+enum ftc_cli_kind {
+    FTC_KIND_SHARD = 1,   /* a raw shard file (magic FTCSHARD) */
+    FTC_KIND_ZSHARD = 2,  /* a compressed shard file (.ftcz) */
+    FTC_KIND_VERSION = 3, /* a version directory DIR/vNNN... of a persist directory */
+    FTC_KIND_PERSIST = 4, /* a persist directory */
+};
+
+typedef struct ftc_cli_path {
+    int kind;             /* ftc_cli_kind */
+    char persist_dir[4096]; /* VERSION: its parent; PERSIST: the path */
+    uint64_t step;        /* VERSION: the step its name carries */
+} ftc_cli_path_t;
+
+/* Tells what path is; FTC_ENOENT / FTC_EINVAL with err naming it otherwise. */
+int ftc_cli_classify(const char *path, ftc_cli_path_t *out, ftc_err_t *err);
+
+/* Opens the persist directory of p for reading with options from cfg. */
+ftc_persist_t *ftc_cli_persist_open(const char *dir, const ftc_cli_args_t *a, ftc_err_t *err);
+
+/* Shards read from a path for export / restore: raw regions (malloc'd). */
+typedef struct ftc_cli_shards {
+    int n;
+    uint8_t **buf;
+    uint64_t *size;
+    uint64_t step;        /* the version's step (persist paths) */
+    int fallbacks;        /* newer versions skipped (persist paths) */
+    ftc_persist_loaded_t *loaded; /* when loaded from a persist directory */
+} ftc_cli_shards_t;
+
+/* Loads the shards that path holds: a raw shard (verified), a full .ftcz
+ * (decoded and verified), a version directory, or a persist directory
+ * (`step`, or FTC_PERSIST_NEWEST for the newest that verifies). */
+int ftc_cli_load_shards(const char *path, uint64_t step, const ftc_cli_args_t *a,
+                        ftc_cli_shards_t *out, ftc_err_t *err);
+void ftc_cli_shards_free(ftc_cli_shards_t *s);
+
+/* Splits "a/b/c" into "a/b" and "c" ("." when there is no slash). */
+int ftc_cli_split_path(const char *path, char *dir, size_t dlen, const char **base,
+                       ftc_err_t *err);
+
+/* "64.0 MiB" style text for a byte count; buf of 32 bytes. */
+const char *ftc_cli_bytes(uint64_t n, char buf[32]);
+
+/* Help text every subcommand shares (config flags). */
+#define FTC_CLI_COMMON_HELP                                                                        \
+    "\nCommon options:\n"                                                                          \
+    "  --config FILE          read settings from a JSON file (flags > FTC_* env > file)\n"         \
+    "  --<setting> VALUE      any setting as a flag, e.g. --persist-keep 5 (ftc help config)\n"   \
+    "  -h, --help             this help\n"                                                         \
+    "\nExit codes: 0 ok, 1 failure or corrupt data, 2 usage error.\n"
+
+#endif

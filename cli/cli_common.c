@@ -1,0 +1,414 @@
+/*
+ * cli_common.c — what every `ftc` subcommand shares (see cli.h): the option
+ * parser that layers command flags, config flags, FTC_* environment and
+ * --config FILE; usage errors; classifying a path (shard, .ftcz, version
+ * directory, persist directory); and loading the shards a path holds through
+ * the ckpt modules.
+ */
+#include "cli/cli.h"
+
+#include "core/log.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- messages --------------------------------------------------------------- */
+
+/* The usage lines: the help text up to its first blank line. */
+static void ftc__cli_usage(const ftc_cli_cmd_t *cmd, FILE *out)
+{
+    const char *h = cmd->help;
+    const char *end = strstr(h, "\n\n");
+    fprintf(out, "%.*s\n", (int)(end ? end - h : (ptrdiff_t)strlen(h)), h);
+    fprintf(out, "Run 'ftc help %s' for details.\n", cmd->name);
+}
+
+int ftc_cli_usage_error(const ftc_cli_cmd_t *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "ftc %s: ", cmd->name);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    ftc__cli_usage(cmd, stderr);
+    return FTC_EXIT_USAGE;
+}
+
+int ftc_cli_fail(const ftc_cli_cmd_t *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "ftc %s: ", cmd->name);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return FTC_EXIT_FAIL;
+}
+
+void ftc_cli_print_help(const ftc_cli_cmd_t *cmd, FILE *out)
+{
+    fputs(cmd->help, out);
+    fputs(FTC_CLI_COMMON_HELP, out);
+}
+
+const char *ftc_cli_bytes(uint64_t n, char buf[32])
+{
+    static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)n;
+    int u = 0;
+    while (v >= 1024.0 && u < 4)
+        v /= 1024.0, u++;
+    if (u == 0)
+        snprintf(buf, 32, "%llu B", (unsigned long long)n);
+    else
+        snprintf(buf, 32, "%.1f %s", v, units[u]);
+    return buf;
+}
+
+/* ---- option parsing ------------------------------------------------------------ */
+
+static int ftc__cli_parse_u64(const char *s, uint64_t *out)
+{
+    if (!s || !*s || !isdigit((unsigned char)*s))
+        return -1;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int ftc__cli_set_opt(const ftc_cli_cmd_t *cmd, const ftc_cli_opt_t *o, const char *val)
+{
+    switch (o->kind) {
+    case FTC_OPT_FLAG:
+        *(bool *)o->dest = true;
+        break;
+    case FTC_OPT_STR:
+        *(const char **)o->dest = val;
+        break;
+    case FTC_OPT_U64:
+        if (ftc__cli_parse_u64(val, (uint64_t *)o->dest) != 0)
+            return ftc_cli_usage_error(cmd, "%s wants a non-negative integer, not '%s'", o->name,
+                                       val);
+        break;
+    case FTC_OPT_SIZE: {
+        int64_t v;
+        if (ftc_parse_size(val, &v) != 0 || v < 0)
+            return ftc_cli_usage_error(cmd, "%s wants a size such as 4096, 64MiB or 1G, not '%s'",
+                                       o->name, val);
+        *(uint64_t *)o->dest = (uint64_t)v;
+        break;
+    }
+    }
+    if (o->seen)
+        *o->seen = true;
+    return 0;
+}
+
+int ftc_cli_parse(const ftc_cli_cmd_t *cmd, int argc, char **argv, const ftc_cli_opt_t *opts,
+                  int n, int minpos, int maxpos, ftc_cli_args_t *a)
+{
+    memset(a, 0, sizeof *a);
+    a->fault.op = -1;
+    a->cfg = ftc_config_create();
+    if (!a->cfg) {
+        fprintf(stderr, "ftc %s: out of memory\n", cmd->name);
+        return FTC_EXIT_FAIL;
+    }
+    if (maxpos > (int)(sizeof a->pos / sizeof a->pos[0]))
+        maxpos = (int)(sizeof a->pos / sizeof a->pos[0]);
+    const char *config_file = NULL;
+    ftc_err_t err = {0};
+    int rc = FTC_EXIT_USAGE;
+    bool only_pos = false;
+    for (int i = 1; i < argc;) {
+        const char *arg = argv[i];
+        if (only_pos || arg[0] != '-' || !arg[1]) {
+            if (a->npos >= maxpos) {
+                ftc_cli_usage_error(cmd, "unexpected argument '%s'", arg);
+                goto fail;
+            }
+            a->pos[a->npos++] = argv[i++];
+            continue;
+        }
+        if (!strcmp(arg, "--")) {
+            only_pos = true;
+            i++;
+            continue;
+        }
+        if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
+            ftc_cli_print_help(cmd, stdout);
+            rc = FTC_EXIT_OK;
+            goto fail;
+        }
+        const char *eq = strchr(arg, '=');
+        size_t nlen = eq ? (size_t)(eq - arg) : strlen(arg);
+        const ftc_cli_opt_t *o = NULL;
+        for (int k = 0; k < n; k++)
+            if (strlen(opts[k].name) == nlen && !strncmp(opts[k].name, arg, nlen))
+                o = &opts[k];
+        bool is_config = nlen == 8 && !strncmp(arg, "--config", 8);
+        if (o || is_config) {
+            const char *val = NULL;
+            if (o && o->kind == FTC_OPT_FLAG) {
+                if (eq) {
+                    ftc_cli_usage_error(cmd, "%s takes no value", o->name);
+                    goto fail;
+                }
+            } else if (eq) {
+                val = eq + 1;
+            } else if (i + 1 < argc) {
+                val = argv[++i];
+            } else {
+                ftc_cli_usage_error(cmd, "%.*s needs a value", (int)nlen, arg);
+                goto fail;
+            }
+            i++;
+            if (is_config)
+                config_file = val;
+            else if (ftc__cli_set_opt(cmd, o, val) != 0)
+                goto fail;
+            continue;
+        }
+        int c = ftc_config_parse_flag(a->cfg, argc, argv, &i, &err);
+        if (c < 0) {
+            ftc_cli_usage_error(cmd, "%s", ftc_err_str(&err));
+            goto fail;
+        }
+        if (c == 0) {
+            ftc_cli_usage_error(cmd, "unknown option '%s'", arg);
+            goto fail;
+        }
+    }
+    if (a->npos < minpos) {
+        ftc_cli_usage_error(cmd, "missing argument (%d expected, %d given)", minpos, a->npos);
+        goto fail;
+    }
+    /* Sources rank by kind, not by load order: flags stay above env and file. */
+    if (ftc_config_load_env(a->cfg, NULL, &err) != 0) {
+        ftc_cli_usage_error(cmd, "environment: %s", ftc_err_str(&err));
+        goto fail;
+    }
+    if (config_file && ftc_config_load_file(a->cfg, config_file, &err) != 0) {
+        ftc_cli_usage_error(cmd, "%s", ftc_err_str(&err));
+        goto fail;
+    }
+    if (ftc_fault_parse(&a->fault, ftc_config_str(a->cfg, FTC_CFG_FAULT), &err) != 0) {
+        ftc_cli_usage_error(cmd, "%s", ftc_err_str(&err));
+        goto fail;
+    }
+    int level = ftc_log_level_parse(ftc_config_str(a->cfg, FTC_CFG_LOG_LEVEL));
+    if (level < 0) {
+        ftc_cli_usage_error(cmd, "log.level '%s' is not debug, info, warn, error or off",
+                            ftc_config_str(a->cfg, FTC_CFG_LOG_LEVEL));
+        goto fail;
+    }
+    ftc_log_configure(level, NULL);
+    return FTC_CLI_CONTINUE;
+fail:
+    ftc_cli_args_free(a);
+    return rc;
+}
+
+void ftc_cli_args_free(ftc_cli_args_t *a)
+{
+    ftc_config_destroy(a->cfg);
+    a->cfg = NULL;
+}
+
+/* ---- paths ---------------------------------------------------------------------- */
+
+int ftc_cli_split_path(const char *path, char *dir, size_t dlen, const char **base,
+                       ftc_err_t *err)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash) {
+        snprintf(dir, dlen, ".");
+        *base = path;
+    } else {
+        size_t n = (size_t)(slash - path);
+        if (n + 1 >= dlen)
+            return ftc_err_set(err, FTC_EINVAL, "path too long: %s", path);
+        if (n == 0)
+            n = 1; /* "/name" lives in "/" */
+        memcpy(dir, path, n);
+        dir[n] = '\0';
+        *base = slash + 1;
+    }
+    if (!**base)
+        return ftc_err_set(err, FTC_EINVAL, "'%s' ends in '/': give a file name", path);
+    return 0;
+}
+
+int ftc_cli_classify(const char *path, ftc_cli_path_t *out, ftc_err_t *err)
+{
+    memset(out, 0, sizeof *out);
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return ftc_err_errno(err, errno, "%s", path);
+    if (S_ISREG(st.st_mode)) {
+        char magic[8] = {0};
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            return ftc_err_errno(err, errno, "open %s", path);
+        ssize_t r = read(fd, magic, sizeof magic);
+        close(fd);
+        out->kind = (r == 8 && !memcmp(magic, "FTCSHARD", 8)) ? FTC_KIND_SHARD : FTC_KIND_ZSHARD;
+        return 0;
+    }
+    if (!S_ISDIR(st.st_mode))
+        return ftc_err_set(err, FTC_EINVAL, "%s is neither a file nor a directory", path);
+    size_t len = strlen(path);
+    while (len > 1 && path[len - 1] == '/')
+        len--;
+    if (len >= sizeof out->persist_dir)
+        return ftc_err_set(err, FTC_EINVAL, "path too long: %s", path);
+    char buf[sizeof out->persist_dir];
+    memcpy(buf, path, len);
+    buf[len] = '\0';
+    const char *base = strrchr(buf, '/');
+    base = base ? base + 1 : buf;
+    size_t bl = strlen(base);
+    bool version = bl >= 2 && base[0] == 'v' && strspn(base + 1, "0123456789") == bl - 1;
+    if (!version) {
+        out->kind = FTC_KIND_PERSIST;
+        memcpy(out->persist_dir, buf, len + 1);
+        return 0;
+    }
+    out->kind = FTC_KIND_VERSION;
+    out->step = strtoull(base + 1, NULL, 10);
+    if (base == buf) {
+        snprintf(out->persist_dir, sizeof out->persist_dir, ".");
+    } else {
+        size_t dl = (size_t)(base - buf) - 1;
+        memcpy(out->persist_dir, buf, dl ? dl : 1);
+        out->persist_dir[dl ? dl : 1] = '\0';
+    }
+    return 0;
+}
+
+ftc_persist_t *ftc_cli_persist_open(const char *dir, const ftc_cli_args_t *a, ftc_err_t *err)
+{
+    ftc_persist_options_t opts = FTC_PERSIST_OPTIONS_INIT;
+    ftc_persist_options_from_config(&opts, a->cfg);
+    opts.fault = (ftc_fault_t *)&a->fault;
+    return ftc_persist_open(dir, &opts, err);
+}
+
+/* Reads a file and validates it as a raw shard (every checksum). */
+static int ftc__cli_load_file(const char *path, int kind, uint8_t **buf, uint64_t *size,
+                              ftc_err_t *err)
+{
+    uint8_t *file = NULL;
+    size_t len = 0;
+    int rc = ftc_fs_read_file(path, SIZE_MAX / 2, &file, &len, err);
+    if (rc)
+        return rc;
+    if (kind == FTC_KIND_ZSHARD) {
+        ftc_zshard_info_t zi;
+        rc = ftc_zshard_info(file, len, &zi, err);
+        if (rc) {
+            free(file);
+            return ftc_err_wrap(err, "%s (not a raw shard: no FTCSHARD magic; as .ftcz)", path);
+        }
+        if (zi.base_step != UINT64_MAX) {
+            free(file);
+            return ftc_err_set(err, FTC_EUNSUPPORTED,
+                               "%s is a delta against step %llu and cannot be decoded alone: "
+                               "give its version directory or the persist directory instead",
+                               path, (unsigned long long)zi.base_step);
+        }
+        uint8_t *raw = NULL;
+        uint64_t raw_size = 0;
+        rc = ftc_zshard_decode(file, len, NULL, 0, &raw, &raw_size, err);
+        free(file);
+        if (rc)
+            return ftc_err_wrap(err, "%s", path);
+        file = raw;
+        len = raw_size;
+    }
+    ftc_shard_view_t v;
+    rc = ftc_shard_open(&v, file, len, FTC_SHARD_VERIFY, err);
+    if (rc) {
+        free(file);
+        return ftc_err_wrap(err, "%s", path);
+    }
+    *buf = file;
+    *size = len;
+    return 0;
+}
+
+int ftc_cli_load_shards(const char *path, uint64_t step, const ftc_cli_args_t *a,
+                        ftc_cli_shards_t *out, ftc_err_t *err)
+{
+    memset(out, 0, sizeof *out);
+    ftc_cli_path_t cp;
+    int rc = ftc_cli_classify(path, &cp, err);
+    if (rc)
+        return rc;
+    if (cp.kind == FTC_KIND_SHARD || cp.kind == FTC_KIND_ZSHARD) {
+        out->buf = calloc(1, sizeof *out->buf);
+        out->size = calloc(1, sizeof *out->size);
+        if (!out->buf || !out->size) {
+            ftc_cli_shards_free(out);
+            return ftc_err_set(err, FTC_ENOMEM, "out of memory");
+        }
+        rc = ftc__cli_load_file(path, cp.kind, &out->buf[0], &out->size[0], err);
+        if (rc) {
+            ftc_cli_shards_free(out);
+            return rc;
+        }
+        out->n = 1;
+        ftc_shard_view_t v;
+        ftc_shard_open(&v, out->buf[0], out->size[0], 0, NULL);
+        out->step = v.info.step;
+        return 0;
+    }
+    if (cp.kind == FTC_KIND_VERSION) {
+        if (step != FTC_PERSIST_NEWEST && step != cp.step)
+            return ftc_err_set(err, FTC_EINVAL, "%s is step %llu, but step %llu was asked for",
+                               path, (unsigned long long)cp.step, (unsigned long long)step);
+        step = cp.step;
+    }
+    ftc_persist_t *p = ftc_cli_persist_open(cp.persist_dir, a, err);
+    if (!p)
+        return err && err->code ? err->code : FTC_EIO;
+    rc = ftc_persist_load(p, step, &out->loaded);
+    if (rc) {
+        rc = ftc_err_set(err, rc, "%s", ftc_persist_errstr(p));
+        ftc_persist_close(p);
+        return rc;
+    }
+    ftc_persist_close(p);
+    out->n = out->loaded->n_shards;
+    out->buf = out->loaded->shards;
+    out->size = out->loaded->sizes;
+    out->step = out->loaded->step;
+    out->fallbacks = out->loaded->fallbacks;
+    return 0;
+}
+
+void ftc_cli_shards_free(ftc_cli_shards_t *s)
+{
+    if (!s)
+        return;
+    if (s->loaded) {
+        ftc_persist_loaded_free(s->loaded);
+    } else {
+        for (int i = 0; i < s->n; i++)
+            free(s->buf[i]);
+        free(s->buf);
+        free(s->size);
+    }
+    memset(s, 0, sizeof *s);
+}

@@ -1,0 +1,520 @@
+/* test_persist.c — the persist tier: full and delta versions round trip,
+ * several shards per version, retention with delta chains, fallback when a
+ * marker, manifest or shard is bad, list states, hostile manifests, options. */
+#include "ftc_test.h"
+
+#include "ckpt/persist.h"
+#include "ckpt/persist_internal.h"
+#include "trainer/synth.h"
+
+#define NSH 3
+
+/* NSH synthetic ranks; versions are snapshots of them. */
+typedef struct world {
+    ftc_synth_t *s[NSH];
+} world_t;
+
+static void world_init(world_t *w, uint64_t bytes)
+{
+    ftc_err_t err = {0};
+    for (int i = 0; i < NSH; i++) {
+        ftc_synth_options_t o = FTC_SYNTH_OPTIONS_INIT;
+        o.bytes = bytes;
+        o.seed = 100 + (uint64_t)i;
+        o.dtype = i == 1 ? FTC_DTYPE_BF16 : FTC_DTYPE_F32;
+        ftc_shard_info_t in = ftc_test_info(0, (uint32_t)i);
+        w->s[i] = ftc_synth_create(&o, &in, &err);
+        assert_non_null(w->s[i]);
+    }
+}
+
+static void world_free(world_t *w)
+{
+    for (int i = 0; i < NSH; i++)
+        ftc_synth_destroy(w->s[i]);
+}
+
+/* Advances every rank to step and writes the version; returns 0 or the error
+ * of the write. copies (NSH entries) get malloc'd copies when not NULL. */
+static int world_write(world_t *w, ftc_persist_t *p, uint64_t step, uint8_t **copies)
+{
+    ftc_err_t err = {0};
+    const void *sh[NSH];
+    uint64_t sz[NSH];
+    for (int i = 0; i < NSH; i++) {
+        assert_int_equal(ftc_synth_step(w->s[i], step, &err), 0);
+        sh[i] = ftc_synth_region(w->s[i]);
+        sz[i] = ftc_synth_size(w->s[i]);
+        if (copies) {
+            copies[i] = malloc(sz[i]);
+            memcpy(copies[i], sh[i], sz[i]);
+        }
+    }
+    return ftc_persist_write(p, step, sh, sz, NSH);
+}
+
+static void check_loaded(const ftc_persist_loaded_t *l, uint64_t step, uint8_t *const *copies,
+                         world_t *w)
+{
+    assert_int_equal(l->step, step);
+    assert_int_equal(l->n_shards, NSH);
+    for (int i = 0; i < NSH; i++) {
+        assert_int_equal(l->sizes[i], ftc_synth_size(w->s[i]));
+        assert_memory_equal(l->shards[i], copies[i], l->sizes[i]);
+    }
+}
+
+static void free_copies(uint8_t **c)
+{
+    for (int i = 0; i < NSH; i++)
+        free(c[i]);
+}
+
+static bool version_exists(const char *dir, uint64_t step)
+{
+    char path[PATH_MAX];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/v%020llu", dir, (unsigned long long)step);
+    return stat(path, &st) == 0;
+}
+
+static void vfile(char *path, size_t n, const char *dir, uint64_t step, const char *name)
+{
+    snprintf(path, n, "%s/v%020llu/%s", dir, (unsigned long long)step, name);
+}
+
+static void flip_byte(const char *path, long off)
+{
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    if (off < 0) {
+        fseek(f, 0, SEEK_END);
+        off = ftell(f) + off;
+    }
+    fseek(f, off, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, off, SEEK_SET);
+    fputc(c ^ 0x20, f);
+    fclose(f);
+}
+
+static void test_roundtrip_full_and_delta(void **state)
+{
+    (void)state;
+    char *dir = ftc_test_tmpdir("persist-rt");
+    ftc_err_t err = {0};
+    ftc_persist_options_t o = FTC_PERSIST_OPTIONS_INIT;
+    o.chunk_bytes = 4096;
+    o.threads = 2;
+    ftc_persist_t *p = ftc_persist_open(dir, &o, &err);
+    assert_non_null(p);
+    world_t w;
+    world_init(&w, 64u << 10);
+    uint8_t *c1[NSH], *c2[NSH];
+    assert_int_equal(world_write(&w, p, 1, c1), 0);
+    ftc_persist_stats_t st;
+    ftc_persist_last_stats(p, &st);
+    assert_false(st.delta);
+    assert_true(st.raw_bytes > 3 * (60u << 10));
+    assert_true(st.file_bytes > 0);
+    assert_int_equal(world_write(&w, p, 2, c2), 0);
+    ftc_persist_last_stats(p, &st);
+    assert_true(st.delta);
+
+    ftc_persist_loaded_t *l;
+    assert_int_equal(ftc_persist_load(p, FTC_PERSIST_NEWEST, &l), 0);
+    check_loaded(l, 2, c2, &w);
+    assert_int_equal(l->fallbacks, 0);
+    assert_int_equal(l->generation, 1);
+    ftc_persist_loaded_free(l);
+    assert_int_equal(ftc_persist_load(p, 1, &l), 0);
+    check_loaded(l, 1, c1, &w);
+    ftc_persist_loaded_free(l);
+    assert_int_equal(ftc_persist_load(p, 77, &l), FTC_ENOENT);
+    assert_null(l);
+    assert_int_equal(ftc_persist_verify(p, 2), 0);
+
+    ftc_persist_version_t *v;
+    int n;
+    assert_int_equal(ftc_persist_list(p, &v, &n), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(v[0].step, 2);
+    assert_int_equal(v[0].state, FTC_PV_COMMITTED);
+    assert_int_equal(v[0].n_shards, NSH);
+    assert_int_equal(v[0].base_step, 1);
+    assert_int_equal(v[1].base_step, UINT64_MAX);
+    assert_true(v[0].raw_bytes > v[0].file_bytes / 2);
+    free(v);
+
+    /* a fresh handle (no delta memory) reads the same and writes a full version */
+    ftc_persist_close(p);
+    p = ftc_persist_open(dir, &o, &err);
+    assert_non_null(p);
+    assert_int_equal(ftc_persist_load(p, FTC_PERSIST_NEWEST, &l), 0);
+    check_loaded(l, 2, c2, &w);
+    ftc_persist_loaded_free(l);
+    uint8_t *c3[NSH];
+    assert_int_equal(world_write(&w, p, 3, c3), 0);
+    ftc_persist_last_stats(p, &st);
+    assert_false(st.delta);
+    assert_int_equal(ftc_persist_load(p, 3, &l), 0);
+    check_loaded(l, 3, c3, &w);
+    ftc_persist_loaded_free(l);
+
+    /* a committed step is never overwritten */
+    const void *sh[1] = {c3[0]};
+    uint64_t sz[1] = {ftc_synth_size(w.s[0])};
+    assert_int_equal(ftc_persist_write(p, 3, sh, sz, 1), FTC_EEXIST);
+    /* wrong step, duplicate coordinates */
+    assert_int_equal(ftc_persist_write(p, 4, sh, sz, 1), FTC_EINVAL);
+    assert_non_null(strstr(ftc_persist_errstr(p), "step"));
+
+    free_copies(c1);
+    free_copies(c2);
+    free_copies(c3);
+    world_free(&w);
+    ftc_persist_close(p);
+    ftc_test_rmrf(dir);
+    free(dir);
+}
+
+/* make_shard-built shards (tiny tensors, a 0-d scalar) with shuffle off,
+ * level 3, no delta, plus duplicate coordinates refused. */
+static void test_options_variants(void **state)
+{
+    (void)state;
+    for (int variant = 0; variant < 3; variant++) {
+        char *dir = ftc_test_tmpdir("persist-var");
+        ftc_err_t err = {0};
+        ftc_persist_options_t o = FTC_PERSIST_OPTIONS_INIT;
+        o.chunk_bytes = variant == 0 ? 4096 : variant == 1 ? 5000 : (1u << 20);
+        o.shuffle = variant != 1;
+        o.level = variant == 2 ? 3 : 1;
+        o.delta = variant != 2;
+        o.threads = variant;
+        ftc_persist_t *p = ftc_persist_open(dir, &o, &err);
+        assert_non_null(p);
+        for (uint64_t step = 1; step <= 3; step++) {
+            uint64_t s0, s1;
+            uint8_t *a = ftc_test_make_shard(step, 0, 200, step, &s0);
+            uint8_t *b = ftc_test_make_shard(step, 1, 3, step + 50, &s1);
+            const void *sh[2] = {a, b};
+            uint64_t sz[2] = {s0, s1};
+            assert_int_equal(ftc_persist_write(p, step, sh, sz, 2), 0);
+            ftc_persist_stats_t st;
+            ftc_persist_last_stats(p, &st);
+            assert_int_equal(st.delta, o.delta && step > 1);
+            ftc_persist_loaded_t *l;
+            assert_int_equal(ftc_persist_load(p, FTC_PERSIST_NEWEST, &l), 0);
+            assert_int_equal(l->n_shards, 2);
+            assert_memory_equal(l->shards[0], a, s0);
+            assert_memory_equal(l->shards[1], b, s1);
+            ftc_persist_loaded_free(l);
+            sh[1] = a;
+            sz[1] = s0;
+            assert_int_equal(ftc_persist_write(p, step + 100, sh, sz, 2), FTC_EINVAL);
+            free(a);
+            free(b);
+        }
+        ftc_persist_close(p);
+        ftc_test_rmrf(dir);
+        free(dir);
+    }
+}
+
+/* full_every 4, keep 3: ten versions; the newest three and the chain back to
+ * their full base remain, and each loads byte-identical. */
+static void test_retention_and_chains(void **state)
+{
+    (void)state;
+    char *dir = ftc_test_tmpdir("persist-ret");
+    ftc_err_t err = {0};
+    ftc_persist_options_t o = FTC_PERSIST_OPTIONS_INIT;
+    o.full_every = 4;
+    o.keep = 3;
+    o.chunk_bytes = 16384;
+    ftc_persist_t *p = ftc_persist_open(dir, &o, &err);
+    assert_non_null(p);
+    world_t w;
+    world_init(&w, 32u << 10);
+    uint8_t *copies[11][NSH];
+    bool was_delta[11];
+    for (uint64_t s = 1; s <= 10; s++) {
+        assert_int_equal(world_write(&w, p, s, copies[s]), 0);
+        ftc_persist_stats_t st;
+        ftc_persist_last_stats(p, &st);
+        was_delta[s] = st.delta;
+    }
+    /* full at 1, 5, 9; deltas in between */
+    for (uint64_t s = 1; s <= 10; s++)
+        assert_int_equal(was_delta[s], !(s == 1 || s == 5 || s == 9));
+    /* kept: 8, 9, 10 and the chain of 8 (7, 6, 5); gone: 1..4 */
+    for (uint64_t s = 1; s <= 10; s++)
+        assert_int_equal(version_exists(dir, s), s >= 5);
+    for (uint64_t s = 5; s <= 10; s++) {
+        ftc_persist_loaded_t *l;
+        int rc = ftc_persist_load(p, s, &l);
+        if (rc)
+            fail_msg("load %llu: %s", (unsigned long long)s, ftc_persist_errstr(p));
+        check_loaded(l, s, copies[s], &w);
+        ftc_persist_loaded_free(l);
+    }
+    /* keep 1 after another write (a delta on 10): 11 and its chain 10, 9 */
+    ftc_persist_close(p);
+    o.keep = 1;
+    p = ftc_persist_open(dir, &o, &err);
+    assert_non_null(p);
+    uint8_t *c11[NSH];
+    assert_int_equal(world_write(&w, p, 11, c11), 0); /* fresh handle: full */
+    for (uint64_t s = 1; s <= 10; s++)
+        assert_false(version_exists(dir, s));
+    ftc_persist_loaded_t *l;
+    assert_int_equal(ftc_persist_load(p, FTC_PERSIST_NEWEST, &l), 0);
+    check_loaded(l, 11, c11, &w);
+    ftc_persist_loaded_free(l);
+    free_copies(c11);
+    for (int s = 1; s <= 10; s++)
+        free_copies(copies[s]);
+    world_free(&w);
+    ftc_persist_close(p);
+    ftc_test_rmrf(dir);
+    free(dir);
+}
+
+/* One bad thing in the newest version: load takes the previous one with
+ * fallbacks == 1. */
+static void test_fallback(void **state)
+{
+    (void)state;
+    const char *cases[] = {"manifest-flip", "manifest-missing", "marker-missing", "marker-garbage",
+                           "shard-flip",    "shard-missing",    "shard-truncated"};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        char *dir = ftc_test_tmpdir("persist-fb");
+        ftc_err_t err = {0};
+        ftc_persist_options_t o = FTC_PERSIST_OPTIONS_INIT;
+        o.delta = false;
+        ftc_persist_t *p = ftc_persist_open(dir, &o, &err);
+        assert_non_null(p);
+        world_t w;
+        world_init(&w, 16u << 10);
+        uint8_t *c1[NSH], *c2[NSH];
+        assert_int_equal(world_write(&w, p, 1, c1), 0);
+        assert_int_equal(world_write(&w, p, 2, c2), 0);
+        char path[PATH_MAX];
+        const char *what = cases[c];
+        if (!strcmp(what, "manifest-flip")) {
+            vfile(path, sizeof path, dir, 2, "MANIFEST.json");
+            flip_byte(path, 40);
+        } else if (!strcmp(what, "manifest-missing")) {
+            vfile(path, sizeof path, dir, 2, "MANIFEST.json");
+            assert_int_equal(unlink(path), 0);
+        } else if (!strcmp(what, "marker-missing")) {
+            vfile(path, sizeof path, dir, 2, "COMMITTED");
+            assert_int_equal(unlink(path), 0);
+        } else if (!strcmp(what, "marker-garbage")) {
+            vfile(path, sizeof path, dir, 2, "COMMITTED");
+            flip_byte(path, -3);
+        } else if (!strcmp(what, "shard-flip")) {
+            vfile(path, sizeof path, dir, 2, "shard-d1-t0-p0.ftcz");
+            flip_byte(path, 300);
+        } else if (!strcmp(what, "shard-missing")) {
+            vfile(path, sizeof path, dir, 2, "shard-d2-t0-p0.ftcz");
+            assert_int_equal(unlink(path), 0);
+        } else {
+            vfile(path, sizeof path, dir, 2, "shard-d0-t0-p0.ftcz");
+            assert_int_equal(truncate(path, 100), 0);
+        }
+        ftc_persist_loaded_t *l;
+        assert_int_equal(ftc_persist_load(p, FTC_PERSIST_NEWEST, &l), 0);
+        check_loaded(l, 1, c1, &w);
+        assert_int_equal(l->fallbacks, 1);
+        ftc_persist_loaded_free(l);
+        /* asking for the bad version by step is an error naming it */
+        assert_true(ftc_persist_load(p, 2, &l) < 0);
+        assert_non_null(strstr(ftc_persist_errstr(p), "v00000000000000000002"));
+        assert_true(ftc_persist_verify(p, 2) < 0);
+        assert_int_equal(ftc_persist_verify(p, 1), 0);
+
+        ftc_persist_version_t *v;
+        int n;
+        assert_int_equal(ftc_persist_list(p, &v, &n), 0);
+        assert_int_equal(n, 2);
+        if (!strcmp(what, "marker-missing"))
+            assert_int_equal(v[0].state, FTC_PV_INCOMPLETE);
+        else if (!strncmp(what, "manifest", 8) || !strcmp(what, "marker-garbage"))
+            assert_int_equal(v[0].state, FTC_PV_BAD_MARKER);
+        else
+            assert_int_equal(v[0].state, FTC_PV_COMMITTED); /* the cheap check passes */
+        assert_int_equal(v[1].state, FTC_PV_COMMITTED);
+        free(v);
+
+        /* then the older one breaks too: ENOENT listing both */
+        vfile(path, sizeof path, dir, 1, "MANIFEST.json");
+        assert_int_equal(unlink(path), 0);
+        assert_int_equal(ftc_persist_load(p, FTC_PERSIST_NEWEST, &l), FTC_ENOENT);
+        assert_non_null(strstr(ftc_persist_errstr(p), "v00000000000000000001"));
+        assert_non_null(strstr(ftc_persist_errstr(p), "v00000000000000000002"));
+        free_copies(c1);
+        free_copies(c2);
+        world_free(&w);
+        ftc_persist_close(p);
+        ftc_test_rmrf(dir);
+        free(dir);
+    }
+}
+
+/* A broken delta base makes its deltas unloadable: load falls back past
+ * them to an older full version. */
+static void test_broken_base(void **state)
+{
+    (void)state;
+    char *dir = ftc_test_tmpdir("persist-base");
+    ftc_err_t err = {0};
+    ftc_persist_options_t o = FTC_PERSIST_OPTIONS_INIT;
+    o.full_every = 3;
+    o.keep = 10;
+    ftc_persist_t *p = ftc_persist_open(dir, &o, &err);
+    assert_non_null(p);
+    world_t w;
+    world_init(&w, 16u << 10);
+    uint8_t *c[6][NSH];
+    for (uint64_t s = 1; s <= 5; s++) /* full 1, delta 2, 3; full 4, delta 5 */
+        assert_int_equal(world_write(&w, p, s, c[s]), 0);
+    char path[PATH_MAX];
+    vfile(path, sizeof path, dir, 4, "shard-d0-t0-p0.ftcz");
+    flip_byte(path, -40);
+    ftc_persist_loaded_t *l;
+    assert_int_equal(ftc_persist_load(p, FTC_PERSIST_NEWEST, &l), 0);
+    check_loaded(l, 3, c[3], &w);
+    assert_int_equal(l->fallbacks, 2);
+    ftc_persist_loaded_free(l);
+    assert_true(ftc_persist_load(p, 5, &l) < 0);
+    assert_non_null(strstr(ftc_persist_errstr(p), "v00000000000000000004"));
+    for (int s = 1; s <= 5; s++)
+        free_copies(c[s]);
+    world_free(&w);
+    ftc_persist_close(p);
+    ftc_test_rmrf(dir);
+    free(dir);
+}
+
+static void test_manifest_hostile(void **state)
+{
+    (void)state;
+    ftc_err_t err = {0};
+    const char *good_shard =
+        "{\"file\":\"shard-d0-t0-p0.ftcz\",\"dp\":1,\"tp\":1,\"pp\":1,\"dp_rank\":0,"
+        "\"tp_rank\":0,\"pp_rank\":0,\"raw_size\":100,\"raw_xxh3\":\"0123456789abcdef\","
+        "\"file_size\":50,\"file_xxh3\":\"0123456789abcdef\",\"base_step\":null}";
+    char good[2048];
+    snprintf(good, sizeof good,
+             "{\"format\":\"ftc-persist-manifest\",\"version\":1,\"job\":\"j\",\"step\":5,"
+             "\"generation\":1,\"created_ms\":0,\"shards\":[%s]}",
+             good_shard);
+    assert_int_equal(ftc__persist_manifest_check(good, strlen(good), &err), 0);
+    struct {
+        const char *from, *to;
+    } edits[] = {
+        {"shard-d0-t0-p0.ftcz", "../../etc/passwd"},
+        {"shard-d0-t0-p0.ftcz", "shard-d1-t0-p0.ftcz"},
+        {"shard-d0-t0-p0.ftcz", "shard-d0-t0-p0.ftcz/x"},
+        {"\"version\":1", "\"version\":2"},
+        {"\"version\":1", "\"version\":\"1\""},
+        {"\"step\":5", "\"step\":-5"},
+        {"\"step\":5", "\"step\":5.5"},
+        {"\"step\":5", "\"step\":99999999999999999999999"},
+        {"\"step\":5,", ""},
+        {"\"raw_size\":100", "\"raw_size\":0"},
+        {"\"raw_size\":100", "\"raw_size\":9223372036854775807"},
+        {"\"raw_xxh3\":\"0123456789abcdef\"", "\"raw_xxh3\":\"0123\""},
+        {"\"raw_xxh3\":\"0123456789abcdef\"", "\"raw_xxh3\":81985529216486895"},
+        {"\"dp_rank\":0", "\"dp_rank\":1"},
+        {"\"dp\":1", "\"dp\":0"},
+        {"\"base_step\":null", "\"base_step\":5,\"base_raw_xxh3\":\"0123456789abcdef\""},
+        {"\"base_step\":null", "\"base_step\":4"},
+        {"\"base_step\":null", "\"base_step\":null,\"base_raw_xxh3\":\"0123456789abcdef\""},
+        {"\"job\":\"j\"", "\"job\":7"},
+        {"\"job\":\"j\"", "\"job\":\"j\\u0000k\""},
+        {"\"format\":\"ftc-persist-manifest\"", "\"format\":\"x\""},
+        {"\"shards\":[", "\"shards\":{\"a\":["},
+        {"\"generation\":1", "\"generation\":1,\"generation\":2"},
+    };
+    for (size_t i = 0; i < sizeof edits / sizeof *edits; i++) {
+        char bad[2048];
+        const char *at = strstr(good, edits[i].from);
+        assert_non_null(at);
+        snprintf(bad, sizeof bad, "%.*s%s%s", (int)(at - good), good, edits[i].to,
+                 at + strlen(edits[i].from));
+        if (ftc__persist_manifest_check(bad, strlen(bad), &err) == 0)
+            fail_msg("edit %zu accepted: %s", i, bad);
+    }
+    /* two shards with the same coordinates; an empty list; not JSON at all */
+    char dup[4096];
+    snprintf(dup, sizeof dup,
+             "{\"format\":\"ftc-persist-manifest\",\"version\":1,\"job\":\"j\",\"step\":5,"
+             "\"generation\":1,\"created_ms\":0,\"shards\":[%s,%s]}",
+             good_shard, good_shard);
+    assert_int_equal(ftc__persist_manifest_check(dup, strlen(dup), &err), FTC_ECORRUPT);
+    const char *empty = "{\"format\":\"ftc-persist-manifest\",\"version\":1,\"job\":\"j\","
+                        "\"step\":5,\"generation\":1,\"created_ms\":0,\"shards\":[]}";
+    assert_int_equal(ftc__persist_manifest_check(empty, strlen(empty), &err), FTC_ECORRUPT);
+    assert_int_equal(ftc__persist_manifest_check("[1,2", 4, &err), FTC_ECORRUPT);
+    assert_int_equal(ftc__persist_manifest_check("", 0, &err), FTC_ECORRUPT);
+}
+
+static void test_options_from_config(void **state)
+{
+    (void)state;
+    ftc_err_t err = {0};
+    ftc_config_t *cfg = ftc_config_create();
+    assert_non_null(cfg);
+    const char *json = "{\"persist\":{\"level\":5,\"threads\":3,\"chunk_bytes\":\"64KiB\","
+                       "\"shuffle\":false,\"delta\":false,\"full_every\":2,\"keep\":7}}";
+    assert_int_equal(ftc_config_load_json(cfg, json, strlen(json), "test", &err), 0);
+    ftc_persist_options_t o = FTC_PERSIST_OPTIONS_INIT;
+    ftc_fault_t f;
+    o.fault = &f;
+    ftc_persist_options_from_config(&o, cfg);
+    assert_int_equal(o.level, 5);
+    assert_int_equal(o.threads, 3);
+    assert_int_equal(o.chunk_bytes, 64u << 10);
+    assert_false(o.shuffle);
+    assert_false(o.delta);
+    assert_int_equal(o.full_every, 2);
+    assert_int_equal(o.keep, 7);
+    assert_ptr_equal(o.fault, &f);
+    ftc_config_destroy(cfg);
+
+    /* bad options are refused at open */
+    char *dir = ftc_test_tmpdir("persist-opt");
+    ftc_persist_options_t b = FTC_PERSIST_OPTIONS_INIT;
+    b.chunk_bytes = 100;
+    assert_null(ftc_persist_open(dir, &b, &err));
+    assert_int_equal(err.code, FTC_EINVAL);
+    b = (ftc_persist_options_t)FTC_PERSIST_OPTIONS_INIT;
+    b.struct_size = 8;
+    assert_null(ftc_persist_open(dir, &b, &err));
+    ftc_persist_t *p = ftc_persist_open(dir, NULL, &err);
+    assert_non_null(p);
+    ftc_persist_loaded_t *l;
+    assert_int_equal(ftc_persist_load(p, FTC_PERSIST_NEWEST, &l), FTC_ENOENT);
+    ftc_persist_close(p);
+    ftc_persist_close(NULL);
+    ftc_persist_loaded_free(NULL);
+    ftc_test_rmrf(dir);
+    free(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_roundtrip_full_and_delta),
+        cmocka_unit_test(test_options_variants),
+        cmocka_unit_test(test_retention_and_chains),
+        cmocka_unit_test(test_fallback),
+        cmocka_unit_test(test_broken_base),
+        cmocka_unit_test(test_manifest_hostile),
+        cmocka_unit_test(test_options_from_config),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

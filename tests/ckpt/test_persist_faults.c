@@ -1,0 +1,233 @@
+/* test_persist_faults.c — I3 for the persist tier: fail (EIO, ENOSPC) or
+ * crash at every write, fsync and rename a version write performs; the
+ * previous version (or, only once COMMITTED is durable, the new one) loads
+ * byte-identical, and a fresh handle writes again with no temp files left. */
+#include "ftc_test.h"
+
+#include "ckpt/persist.h"
+
+#include <errno.h>
+#include <sys/wait.h>
+
+#define NSH 2
+
+/* Version step's shards: deterministic, same layout every step (so the
+ * second version is a delta). */
+static void make_version(uint64_t step, uint8_t **sh, uint64_t *sz)
+{
+    for (int i = 0; i < NSH; i++)
+        sh[i] = ftc_test_make_shard(step, (uint32_t)i, 150, step * 10 + (uint64_t)i, &sz[i]);
+}
+
+static void free_version(uint8_t **sh)
+{
+    for (int i = 0; i < NSH; i++)
+        free(sh[i]);
+}
+
+static int write_version(ftc_persist_t *p, uint64_t step)
+{
+    uint8_t *sh[NSH];
+    uint64_t sz[NSH];
+    make_version(step, sh, sz);
+    int rc = ftc_persist_write(p, step, (const void *const *)sh, sz, NSH);
+    free_version(sh);
+    return rc;
+}
+
+static ftc_persist_options_t opts_with(ftc_fault_t *f)
+{
+    ftc_persist_options_t o = FTC_PERSIST_OPTIONS_INIT;
+    o.chunk_bytes = 4096;
+    o.threads = 2;
+    o.fault = f;
+    return o;
+}
+
+/* Counts temp files in dir and its version directories. */
+static int count_temps(const char *dir)
+{
+    int n = 0;
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.' && strstr(de->d_name, ".tmp."))
+            n++;
+        if (de->d_name[0] == 'v') {
+            char sub[PATH_MAX];
+            snprintf(sub, sizeof sub, "%s/%s", dir, de->d_name);
+            n += count_temps(sub);
+        }
+    }
+    closedir(d);
+    return n;
+}
+
+static void expect_version(ftc_persist_loaded_t *l, uint64_t step)
+{
+    uint8_t *sh[NSH];
+    uint64_t sz[NSH];
+    make_version(step, sh, sz);
+    assert_int_equal(l->step, step);
+    assert_int_equal(l->n_shards, NSH);
+    for (int i = 0; i < NSH; i++) {
+        assert_int_equal(l->sizes[i], sz[i]);
+        assert_memory_equal(l->shards[i], sh[i], sz[i]);
+    }
+    free_version(sh);
+}
+
+/* How many operations of each kind writing version 2 (a delta after 1) takes. */
+static void count_ops(int64_t counts[3])
+{
+    for (int op = 0; op < 3; op++) {
+        char *dir = ftc_test_tmpdir("pf-count");
+        ftc_fault_t f;
+        ftc_err_t err = {0};
+        assert_int_equal(ftc_fault_parse(&f, "", &err), 0);
+        ftc_persist_options_t o = opts_with(&f);
+        ftc_persist_t *p = ftc_persist_open(dir, &o, &err);
+        assert_non_null(p);
+        assert_int_equal(write_version(p, 1), 0);
+        f.op = op;
+        f.at = INT64_MAX; /* counts without ever failing */
+        assert_int_equal(write_version(p, 2), 0);
+        ftc_persist_stats_t st;
+        ftc_persist_last_stats(p, &st);
+        assert_true(st.delta);
+        counts[op] = atomic_load(&f.count[op]);
+        ftc_persist_close(p);
+        ftc_test_rmrf(dir);
+        free(dir);
+    }
+    /* NSH shards + manifest + marker, each one write, two fsyncs, one rename;
+     * plus the fsync of the new version directory's parent */
+    assert_int_equal(counts[FTC_FAULT_WRITE], NSH + 2);
+    assert_int_equal(counts[FTC_FAULT_FSYNC], 2 * (NSH + 2) + 1);
+    assert_int_equal(counts[FTC_FAULT_RENAME], NSH + 2);
+}
+
+/* After a failed or crashed write of version 2: what loads, and recovery. */
+static void check_after(const char *dir, bool write_ok)
+{
+    ftc_err_t err = {0};
+    ftc_persist_options_t o = opts_with(NULL);
+    ftc_persist_t *p = ftc_persist_open(dir, &o, &err);
+    assert_non_null(p);
+    assert_int_equal(count_temps(dir), 0); /* open cleaned them */
+    ftc_persist_loaded_t *l;
+    assert_int_equal(ftc_persist_load(p, FTC_PERSIST_NEWEST, &l), 0);
+    char marker[PATH_MAX];
+    snprintf(marker, sizeof marker, "%s/v%020d/COMMITTED", dir, 2);
+    struct stat st;
+    if (l->step == 2) {
+        assert_int_equal(stat(marker, &st), 0); /* only once COMMITTED exists */
+        expect_version(l, 2);
+    } else {
+        assert_false(write_ok);
+        expect_version(l, 1);
+    }
+    ftc_persist_loaded_free(l);
+    /* a new write succeeds, loads, and retention removes any leftover */
+    assert_int_equal(write_version(p, 3), 0);
+    assert_int_equal(ftc_persist_load(p, FTC_PERSIST_NEWEST, &l), 0);
+    expect_version(l, 3);
+    assert_int_equal(l->fallbacks, 0);
+    ftc_persist_loaded_free(l);
+    assert_int_equal(count_temps(dir), 0);
+    ftc_persist_close(p);
+}
+
+static const char *op_name(int op)
+{
+    return op == FTC_FAULT_WRITE ? "write" : op == FTC_FAULT_FSYNC ? "fsync" : "rename";
+}
+
+static void test_fail_every_operation(void **state)
+{
+    (void)state;
+    int64_t counts[3];
+    count_ops(counts);
+    int runs = 0;
+    for (int op = 0; op < 3; op++)
+        for (int enospc = 0; enospc < 2; enospc++)
+            for (int64_t n = 1; n <= counts[op]; n++) {
+                char spec[64];
+                snprintf(spec, sizeof spec, "%s:%lld%s", op_name(op), (long long)n,
+                         enospc ? ",enospc" : "");
+                char *dir = ftc_test_tmpdir("pf-fail");
+                ftc_fault_t f;
+                ftc_err_t err = {0};
+                assert_int_equal(ftc_fault_parse(&f, "", &err), 0);
+                ftc_persist_options_t o = opts_with(&f);
+                ftc_persist_t *p = ftc_persist_open(dir, &o, &err);
+                assert_non_null(p);
+                assert_int_equal(write_version(p, 1), 0);
+                assert_int_equal(ftc_fault_parse(&f, spec, &err), 0);
+                int rc = write_version(p, 2);
+                if (rc >= 0)
+                    fail_msg("%s: the write did not report the failure", spec);
+                assert_int_equal(rc, enospc ? FTC_ENOSPC : FTC_EIO);
+                assert_non_null(strstr(ftc_persist_errstr(p), "injected"));
+                /* the same handle still loads version 1 and can write again */
+                ftc_persist_loaded_t *l;
+                assert_int_equal(ftc_persist_load(p, FTC_PERSIST_NEWEST, &l), 0);
+                expect_version(l, 1);
+                assert_int_equal(l->fallbacks, 0); /* the failed version was discarded */
+                ftc_persist_loaded_free(l);
+                ftc_persist_close(p);
+                check_after(dir, false);
+                ftc_test_rmrf(dir);
+                free(dir);
+                runs++;
+            }
+    assert_int_equal(runs, 2 * (counts[0] + counts[1] + counts[2]));
+}
+
+static void test_crash_every_operation(void **state)
+{
+    (void)state;
+    int64_t counts[3];
+    count_ops(counts);
+    for (int op = 0; op < 3; op++)
+        for (int64_t n = 1; n <= counts[op]; n++) {
+            char spec[64];
+            snprintf(spec, sizeof spec, "%s:%lld,crash", op_name(op), (long long)n);
+            char *dir = ftc_test_tmpdir("pf-crash");
+            fflush(NULL);
+            pid_t pid = fork();
+            assert_true(pid >= 0);
+            if (pid == 0) {
+                /* the child writes 1 cleanly, then dies inside the write of 2 */
+                ftc_fault_t f;
+                ftc_err_t err = {0};
+                ftc_fault_parse(&f, "", &err);
+                ftc_persist_options_t o = opts_with(&f);
+                ftc_persist_t *p = ftc_persist_open(dir, &o, &err);
+                if (!p || write_version(p, 1) != 0)
+                    _exit(1);
+                if (ftc_fault_parse(&f, spec, &err) != 0)
+                    _exit(2);
+                write_version(p, 2);
+                _exit(0); /* not reached when the fault fires */
+            }
+            int st;
+            assert_int_equal(waitpid(pid, &st, 0), pid);
+            assert_true(WIFEXITED(st));
+            if (WEXITSTATUS(st) != FTC_FAULT_CRASH_STATUS)
+                fail_msg("%s: child exited %d", spec, WEXITSTATUS(st));
+            check_after(dir, false);
+            ftc_test_rmrf(dir);
+            free(dir);
+        }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fail_every_operation),
+        cmocka_unit_test(test_crash_every_operation),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

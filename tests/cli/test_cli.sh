@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# test_cli.sh — drives the built `ftc` binary end to end: help and usage
+# errors (exit 0 / 2), config flags and FTC_* environment, inspect / verify of
+# a good and of corrupted shard files (exit 0 / 1 with a reason naming the
+# offset), synth -> corrupt the newest version -> verify names it -> restore
+# falls back to the previous step, and export to safetensors read by Python.
+#
+# usage: test_cli.sh PATH/TO/ftc
+set -u
+FTC=${1:?usage: test_cli.sh PATH/TO/ftc}
+# the project's Python (.venv from scripts/setup, with safetensors + numpy)
+PY=${FTC_PYTHON:-python3}
+[ -x "$PY" ] || PY=python3
+BASE=${FTC_TEST_TMP:-/tmp}
+mkdir -p "$BASE"
+T=$(mktemp -d "$BASE/cli-XXXXXX")
+trap 'rm -rf "$T"' EXIT
+fails=0
+n=0
+
+# expect CODE DESCRIPTION -- CMD...: runs CMD, keeps stdout/stderr in $T/out, $T/err
+expect() {
+    local want=$1 what=$2
+    shift 3
+    n=$((n + 1))
+    "$@" >"$T/out" 2>"$T/err"
+    local rc=$?
+    if [ "$rc" -ne "$want" ]; then
+        echo "FAIL: $what: exit $rc, expected $want: $*"
+        sed 's/^/  stdout: /' "$T/out" | head -20
+        sed 's/^/  stderr: /' "$T/err" | head -20
+        fails=$((fails + 1))
+        return 1
+    fi
+    echo "ok: $what"
+}
+# grep_in FILE REGEX DESCRIPTION
+grep_in() {
+    n=$((n + 1))
+    if grep -Eq -- "$2" "$T/$1"; then
+        echo "ok: $3"
+    else
+        echo "FAIL: $3: /$2/ not in $1:"
+        sed 's/^/  /' "$T/$1" | head -20
+        fails=$((fails + 1))
+    fi
+}
+
+# flip one byte of FILE at OFFSET
+flip() {
+    local b
+    b=$(od -An -tu1 -j "$2" -N1 "$1" | tr -d ' ')
+    printf "$(printf '\\%03o' $(((b + 1) % 256)))" | dd of="$1" bs=1 seek="$2" conv=notrunc status=none
+}
+
+# ---- help and usage ----------------------------------------------------------
+expect 0 "ftc --help" -- "$FTC" --help
+grep_in out "inspect" "--help lists the commands"
+expect 0 "ftc --version" -- "$FTC" --version
+grep_in out "^ftc [0-9]+\.[0-9]+\.[0-9]+" "--version prints the version"
+expect 0 "ftc help verify" -- "$FTC" help verify
+grep_in out "usage: ftc verify" "help CMD prints its usage"
+expect 0 "ftc export --help" -- "$FTC" export --help
+grep_in out "usage: ftc export" "CMD --help prints its usage"
+expect 0 "ftc help config" -- "$FTC" help config
+grep_in out "--persist-keep" "help config lists config flags"
+expect 2 "no command" -- "$FTC"
+grep_in err "usage: ftc" "no command prints usage"
+expect 2 "unknown command" -- "$FTC" frobnicate
+grep_in err "unknown command 'frobnicate'" "unknown command is named"
+grep_in err "usage: ftc" "unknown command prints usage"
+expect 2 "unknown flag" -- "$FTC" inspect --frobnicate x
+grep_in err "unknown option '--frobnicate'" "unknown flag is named"
+grep_in err "usage: ftc inspect" "unknown flag prints usage"
+expect 2 "missing argument" -- "$FTC" verify
+expect 2 "extra argument" -- "$FTC" verify a b
+expect 2 "bad config flag value" -- "$FTC" synth --out "$T/x" --steps 1 --persist-level 99
+grep_in err "persist" "bad config value names the key"
+expect 2 "bad FTC_* environment" -- env FTC_PERSIST_KEEP=zero "$FTC" synth --out "$T/x" --steps 1
+grep_in err "FTC_PERSIST_KEEP" "bad environment names the variable"
+printf '{"persist": {"kep": 3}}' >"$T/bad.json"
+expect 2 "unknown key in --config file" -- "$FTC" synth --out "$T/x" --steps 1 --config "$T/bad.json"
+grep_in err "kep" "bad config file names the key"
+expect 2 "synth without --steps" -- "$FTC" synth --out "$T/x"
+expect 2 "export without a format" -- "$FTC" export a b
+expect 1 "inspect of a missing path" -- "$FTC" inspect "$T/nope"
+
+# ---- synth, then a raw shard -------------------------------------------------
+P=$T/persist
+printf '{"persist": {"keep": 5}}' >"$T/cfg.json"
+expect 0 "synth 3 steps x 2 ranks" -- "$FTC" synth --out "$P" --steps 3 --ranks 2 --bytes 256KiB \
+    --config "$T/cfg.json" --persist-full-every 8
+grep_in out "^v1: raw .* full" "synth v1 is full"
+grep_in out "^v3: raw .*ratio [0-9.]+x, delta" "synth v3 is a delta"
+expect 0 "inspect persist dir" -- "$FTC" inspect "$P"
+grep_in out "v3 +committed" "inspect lists v3 committed"
+expect 0 "inspect persist dir --json" -- "$FTC" inspect --json "$P"
+n=$((n + 1))
+if "$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["kind"]=="persist" and [v["step"] for v in d["versions"]]==[3,2,1], d' "$T/out"; then
+    echo "ok: inspect --json parses"
+else
+    echo "FAIL: inspect --json"; fails=$((fails + 1))
+fi
+expect 0 "restore newest to a raw shard" -- "$FTC" restore "$P" --out "$T/good.shard" --rank 1
+grep_in out "restored step 3" "restore takes the newest"
+expect 0 "inspect good shard" -- "$FTC" inspect "$T/good.shard"
+grep_in out "coordinates d1.t0.p0" "inspect shows coordinates"
+grep_in out "wte +fp32 +\[" "inspect shows the tensor table"
+grep_in out "data.cursor +8 bytes +u64 3" "inspect shows u64 metadata"
+expect 0 "verify good shard" -- "$FTC" verify "$T/good.shard"
+expect 0 "inspect good shard --json" -- "$FTC" inspect "$T/good.shard" --json
+n=$((n + 1))
+if "$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["step"]==3 and d["coordinates"]["dp_rank"]==1 and d["ok"] and len(d["tensors"])>4, d' "$T/out"; then
+    echo "ok: shard --json parses"
+else
+    echo "FAIL: shard --json"; fails=$((fails + 1))
+fi
+
+# corrupt one payload byte: a tensor checksum fails, naming the byte range
+cp "$T/good.shard" "$T/bad-payload.shard"
+size=$(stat -c %s "$T/bad-payload.shard")
+flip "$T/bad-payload.shard" $((size / 2))
+expect 1 "verify payload-corrupted shard" -- "$FTC" verify "$T/bad-payload.shard"
+grep_in err "CORRUPT: tensor [0-9]+ '.*': checksum mismatch over bytes [0-9]+\.\.[0-9]+" \
+    "verify names the tensor and byte range"
+expect 1 "inspect payload-corrupted shard" -- "$FTC" inspect "$T/bad-payload.shard"
+grep_in out "BAD" "inspect marks the bad tensor"
+grep_in err "checksum mismatch over bytes" "inspect gives the reason"
+# corrupt a header byte (the step field): named by its offset
+cp "$T/good.shard" "$T/bad-head.shard"
+flip "$T/bad-head.shard" 24
+expect 1 "verify header-corrupted shard" -- "$FTC" verify "$T/bad-head.shard"
+grep_in err "offset [0-9]+" "verify names the offset"
+expect 1 "inspect header-corrupted shard" -- "$FTC" inspect "$T/bad-head.shard"
+printf 'not a shard at all' >"$T/junk.bin"
+expect 1 "verify a junk file" -- "$FTC" verify "$T/junk.bin"
+grep_in err "no FTCSHARD magic" "junk file: says it is not a shard"
+
+# ---- .ftcz files -------------------------------------------------------------
+V1=$(ls -d "$P"/v*1 | head -1)
+expect 0 "inspect full .ftcz" -- "$FTC" inspect "$V1/shard-d0-t0-p0.ftcz"
+grep_in out "delta +none" "full .ftcz is decoded"
+grep_in out "wte" "full .ftcz shows tensors"
+expect 0 "verify full .ftcz" -- "$FTC" verify "$V1/shard-d0-t0-p0.ftcz"
+expect 0 "inspect version dir" -- "$FTC" inspect "$V1"
+grep_in out "shard-d1-t0-p0.ftcz" "version dir lists shard files"
+
+# ---- export ------------------------------------------------------------------
+expect 0 "export raw shard" -- "$FTC" export --safetensors "$T/good.shard" "$T/one.safetensors"
+expect 0 "export persist dir" -- "$FTC" export --safetensors "$P" "$T/all.safetensors" --step 2
+grep_in out "exported step 2: 2 shard" "export --step picks the version"
+n=$((n + 1))
+if "$PY" - "$T/one.safetensors" "$T/all.safetensors" <<'PY'
+import sys
+from safetensors import deserialize
+one = dict(deserialize(open(sys.argv[1], 'rb').read()))
+allt = dict(deserialize(open(sys.argv[2], 'rb').read()))
+assert 'wte' in one and 'd1.t0.p0/wte' in allt and 'd0.t0.p0/wte' in allt, (list(one)[:3], list(allt)[:3])
+PY
+then
+    echo "ok: python safetensors reads both exports"
+else
+    echo "FAIL: python safetensors read (run scripts/setup to install safetensors)"; fails=$((fails + 1))
+fi
+
+# ---- corrupt the newest version: verify names it, restore falls back ----------
+expect 0 "verify persist dir (all good)" -- "$FTC" verify "$P"
+grep_in out "^v3: ok" "v3 ok before corruption"
+V3=$(ls -d "$P"/v* | sort | tail -1)
+f=$V3/shard-d1-t0-p0.ftcz
+flip "$f" $(($(stat -c %s "$f") / 2))
+expect 1 "verify persist dir after corrupting v3" -- "$FTC" verify "$P"
+grep_in out "^v3: CORRUPT: .*shard-d1-t0-p0.ftcz" "verify names the corrupt version and file"
+grep_in out "^v2: ok" "older versions still ok"
+grep_in err "1 of 3 committed version\(s\) corrupt; first: v3" "verify summary on stderr"
+expect 1 "verify the corrupt version dir" -- "$FTC" verify "$V3"
+expect 0 "restore falls back" -- "$FTC" restore "$P" --out "$T/fallback.shard"
+grep_in out "restored step 2" "restore restored the previous step"
+grep_in out "skipped 1 newer" "restore counts the skipped version"
+grep_in err "v0*3" "restore warns about the skipped version"
+expect 0 "restored shard verifies" -- "$FTC" verify "$T/fallback.shard"
+expect 1 "restore --step of the corrupt version fails" -- "$FTC" restore "$P" --step 3 --out "$T/x.shard"
+expect 1 "restore --rank out of range" -- "$FTC" restore "$P" --rank 9 --out "$T/x.shard"
+
+echo "$((n - fails)) of $n checks passed"
+[ "$fails" -eq 0 ]
