@@ -276,3 +276,41 @@ int ftc_redis_url_file_read(const char *path, ftc_redis_url_t *out, ftc_err_t *e
         return ftc_err_wrap(err, "%s", path);
     return 0;
 }
+
+void ftc_job_dir(const ftc_config_t *cfg, char *buf, size_t cap)
+{
+    const char *dir = ftc_config_str(cfg, FTC_CFG_JOB_DIR);
+    if (dir[0]) {
+        snprintf(buf, cap, "%s", dir);
+        return;
+    }
+    const char *tmp = getenv("TMPDIR");
+    snprintf(buf, cap, "%s/ftc-%s", tmp && *tmp ? tmp : "/tmp", ftc_config_str(cfg, FTC_CFG_JOB_ID));
+}
+
+int ftc_redis_resolve(const ftc_config_t *cfg, bool start, ftc_redis_url_t *url,
+                      ftc_redis_server_t **srv, ftc_err_t *err)
+{
+    if (srv)
+        *srv = NULL;
+    const char *u = ftc_config_str(cfg, FTC_CFG_REDIS_URL);
+    if (u[0])
+        return ftc_redis_url_parse(u, url, err);
+    char dir[PATH_MAX], file[PATH_MAX + 16];
+    ftc_job_dir(cfg, dir, sizeof dir);
+    snprintf(file, sizeof file, "%s/redis.url", dir);
+    if (access(file, R_OK) == 0)
+        return ftc_redis_url_file_read(file, url, err);
+    if (!start || !srv)
+        return ftc_err_set(err, FTC_ENOENT,
+                           "no Redis for job '%s': pass --redis URL or set FTC_REDIS_URL, or start "
+                           "the job first (its embedded Redis writes its address to %s)",
+                           ftc_config_str(cfg, FTC_CFG_JOB_ID), file);
+    ftc_redis_server_options_t o = FTC_REDIS_SERVER_OPTIONS_INIT;
+    o.dir = dir;
+    *srv = ftc_redis_server_start(&o, err);
+    if (!*srv)
+        return err ? err->code : FTC_EREDIS;
+    *url = *ftc_redis_server_url(*srv);
+    return 0;
+}

@@ -16,6 +16,7 @@
 #ifndef FTC_DETECT_REDIS_SERVER_H
 #define FTC_DETECT_REDIS_SERVER_H
 
+#include "core/config.h"
 #include "detect/redis.h"
 
 #include <stdbool.h>
@@ -49,6 +50,17 @@ pid_t ftc_redis_server_pid(const ftc_redis_server_t *s);
 int ftc_redis_server_signal(ftc_redis_server_t *s, int sig);
 /* Starts it again on the same port with the same password (after a kill). */
 int ftc_redis_server_restart(ftc_redis_server_t *s, ftc_err_t *err);
+
+/* Where a job's Redis is, in this order: the redis.url setting (--redis,
+ * FTC_REDIS_URL, config file); the URL file of the job directory (job.dir,
+ * default $TMPDIR/ftc-JOB), written by the process that started the job's
+ * embedded Redis; else, when start is true, a new embedded server in the job
+ * directory (*srv, to be stopped by the caller). When start is false and
+ * nothing is found, the error says what to pass. */
+int ftc_redis_resolve(const ftc_config_t *cfg, bool start, ftc_redis_url_t *url,
+                      ftc_redis_server_t **srv, ftc_err_t *err);
+/* The job directory a config names (job.dir, or $TMPDIR/ftc-JOB). */
+void ftc_job_dir(const ftc_config_t *cfg, char *buf, size_t cap);
 
 /* Reads a URL file written by a server (for processes of the same job). */
 int ftc_redis_url_file_read(const char *path, ftc_redis_url_t *out, ftc_err_t *err);
