@@ -360,6 +360,102 @@ int ftc_redis_cmdv(ftc_redis_t *r, bool idempotent, ftc_redis_reply_t **reply, .
     return ftc_redis_cmd(r, idempotent, reply, argc, argv, NULL);
 }
 
+/* Frees the replies of a pipeline read so far and NULLs them. */
+static void ftc__replies_free(ftc_redis_reply_t **replies, int n)
+{
+    for (int i = 0; replies && i < n; i++) {
+        ftc_redis_reply_free(replies[i]);
+        replies[i] = NULL;
+    }
+}
+
+int ftc_redis_pipeline(ftc_redis_t *r, bool idempotent, int n, const int *argcs,
+                       const char **const *argvs, const size_t *const *lens,
+                       ftc_redis_reply_t **replies)
+{
+    for (int i = 0; replies && i < n; i++)
+        replies[i] = NULL;
+    if (n < 0 || (n > 0 && (!argcs || !argvs)))
+        return ftc_err_set(&r->err, FTC_EINVAL, "pipeline: %d commands without arguments", n);
+    for (int i = 0; i < n; i++)
+        if (argcs[i] < 1 || !argvs[i])
+            return ftc_err_set(&r->err, FTC_EINVAL, "pipeline: command %d of %d is empty", i, n);
+    if (n == 0)
+        return 0;
+    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)r->o.command_timeout_ms);
+    for (int attempt = 0;; attempt++) {
+        if (!r->c) {
+            int rc = ftc_redis_reconnect(r, d);
+            if (rc)
+                return ftc_err_wrap(&r->err, "pipeline of %d commands", n);
+        }
+        for (int i = 0; i < n; i++) {
+            if (redisAppendCommandArgv(r->c, argcs[i], argvs[i], lens ? lens[i] : NULL) !=
+                REDIS_OK) {
+                /* only out of memory; the output buffer holds a partial batch */
+                ftc_err_set(&r->err, FTC_ENOMEM, "pipeline: cannot queue command %d of %d: %s", i,
+                            n, r->c->errstr);
+                ftc__drop(r);
+                return FTC_ENOMEM;
+            }
+        }
+        int failed = 0; /* an I/O error or timeout while reading replies */
+        int first_err = -1, err_code = 0;
+        for (int i = 0; i < n && !failed; i++) {
+            void *rep = NULL;
+            /* replies already buffered need no read (and no deadline check) */
+            if (redisReaderGetReply(r->c->reader, &rep) != REDIS_OK) {
+                ftc_err_set(&r->err, FTC_EPROTO, "pipeline: protocol error from redis %s:%d",
+                            r->url.host, r->url.port);
+                failed = FTC_EPROTO;
+                break;
+            }
+            if (!rep) {
+                int ms = ftc_deadline_remaining_ms(d);
+                if (ms <= 0) {
+                    ftc_err_set(&r->err, FTC_ETIMEDOUT,
+                                "pipeline: redis %s:%d did not answer %d of %d commands in time",
+                                r->url.host, r->url.port, n - i, n);
+                    failed = FTC_ETIMEDOUT;
+                    break;
+                }
+                redisSetTimeout(r->c, ftc__tv(ms));
+                if (redisGetReply(r->c, &rep) != REDIS_OK || !rep) {
+                    bool timeout =
+                        r->c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
+                    ftc_err_set(&r->err, timeout ? FTC_ETIMEDOUT : FTC_EREDIS,
+                                "pipeline: redis %s:%d %s after %d of %d replies: %s",
+                                r->url.host, r->url.port,
+                                timeout ? "did not answer in time" : "connection failed", i, n,
+                                r->c->errstr);
+                    failed = timeout ? FTC_ETIMEDOUT : FTC_EREDIS;
+                    break;
+                }
+            }
+            redisReply *rp = rep;
+            r->up = true;
+            if (rp->type == REDIS_REPLY_ERROR && first_err < 0) {
+                first_err = i;
+                err_code = strncmp(rp->str, "NOAUTH", 6) == 0 ? FTC_EAUTH : FTC_EREDIS;
+                ftc_err_set(&r->err, err_code, "command %d of %d (%.*s): redis error: %.300s", i,
+                            n, (int)(lens && lens[i] ? (lens[i][0] < 31 ? lens[i][0] : 31) : 31),
+                            argvs[i][0], rp->str);
+            }
+            if (replies)
+                replies[i] = rp;
+            else
+                freeReplyObject(rp);
+        }
+        if (!failed)
+            return first_err < 0 ? 0 : err_code;
+        /* the connection's state is unknown: throw it away with what was read */
+        ftc__replies_free(replies, n);
+        ftc__drop(r);
+        if (!idempotent || ftc_deadline_expired(d) || attempt > 16)
+            return failed;
+    }
+}
+
 int ftc_redis_want_int(const ftc_redis_reply_t *rep, const char *what, long long *v, ftc_err_t *err)
 {
     if (!rep || rep->type != REDIS_REPLY_INTEGER)

@@ -84,6 +84,28 @@ int ftc_redis_cmd(ftc_redis_t *r, bool idempotent, ftc_redis_reply_t **reply, in
 /* printf-less convenience: NULL-terminated list of strings. */
 int ftc_redis_cmdv(ftc_redis_t *r, bool idempotent, ftc_redis_reply_t **reply, ...);
 
+/* Pipelining: sends n commands in one write and reads their n replies, all
+ * within one command deadline (command_timeout_ms), so a batch costs one
+ * round trip instead of n. Command i has argcs[i] arguments argvs[i]
+ * (binary-safe when lens and lens[i] are non-NULL). Redis runs the commands
+ * in order but not atomically (use a script for that).
+ *
+ * replies: NULL to discard the replies, else an array of n that receives them
+ * in order (the caller frees each with ftc_redis_reply_free; error replies are
+ * kept too, so the caller can see which command failed).
+ *
+ * Returns 0 when every command got a non-error reply. When some got an error
+ * reply, the others still ran: FTC_EREDIS (FTC_EAUTH for NOAUTH) with "command
+ * I of N (NAME): redis error: ..." for the first one. When the connection
+ * fails or the deadline passes (FTC_EREDIS / FTC_ETIMEDOUT), it is dropped,
+ * every replies[i] is NULL, and an idempotent batch is re-sent as a whole
+ * after a reconnect while the deadline allows (so some commands may have run
+ * twice); a non-idempotent one is not. n == 0 is a no-op. Not thread-safe:
+ * one connection per thread. */
+int ftc_redis_pipeline(ftc_redis_t *r, bool idempotent, int n, const int *argcs,
+                       const char **const *argvs, const size_t *const *lens,
+                       ftc_redis_reply_t **replies);
+
 /* Typed expectations. Each returns 0 or FTC_EPROTO with "CMD: expected X,
  * got Y" in err. what names the command. */
 int ftc_redis_want_int(const ftc_redis_reply_t *rep, const char *what, long long *v,

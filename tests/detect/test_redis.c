@@ -2,7 +2,8 @@
  * test_redis.c — the Redis client against a real redis-server started by the
  * embedded-server code: URLs, AUTH (right, wrong, missing), unreachable
  * servers, command deadlines against a SIGSTOPped server, reconnection after
- * a kill and restart, checked reply types, scripts by SHA with EVAL fallback.
+ * a kill and restart, checked reply types, scripts by SHA with EVAL fallback,
+ * pipelined batches.
  */
 #include "ftc_test.h"
 
@@ -232,6 +233,89 @@ static void test_url_file(void **state)
     assert_int_equal(st.st_mode & 0777, 0600);
 }
 
+/* Pipelining: many commands, one round trip; replies in order; an error reply
+ * in the middle names its command and leaves the others run; a stopped server
+ * ends the batch at its deadline with nothing leaked. */
+static void test_pipeline(void **state)
+{
+    fixture_t *f = *state;
+    ftc_err_t err = {0};
+    ftc_redis_options_t o = FTC_REDIS_OPTIONS_INIT;
+    o.command_timeout_ms = 300;
+    ftc_redis_t *r = ftc_redis_connect(ftc_redis_server_url(f->srv), &o, &err);
+    assert_non_null(r);
+    enum { N = 200 };
+    static char keys[N][16], vals[N][16];
+    static const char *argv[N][5];
+    const char **argvs[N];
+    int argcs[N];
+    ftc_redis_reply_t *rep[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(keys[i], sizeof keys[i], "p%d", i);
+        snprintf(vals[i], sizeof vals[i], "%d", i * 7);
+        argv[i][0] = "SET";
+        argv[i][1] = keys[i];
+        argv[i][2] = vals[i];
+        argv[i][3] = "PX";
+        argv[i][4] = "60000";
+        argvs[i] = argv[i];
+        argcs[i] = 5;
+    }
+    assert_int_equal(ftc_redis_pipeline(r, true, N, argcs, argvs, NULL, NULL), 0);
+    /* read them back with GETs, binary-safe lengths on one of them */
+    for (int i = 0; i < N; i++) {
+        argv[i][0] = "GET";
+        argcs[i] = 2;
+    }
+    size_t l0[2] = {3, strlen(keys[0])};
+    const size_t *lens[N] = {l0};
+    assert_int_equal(ftc_redis_pipeline(r, true, N, argcs, argvs, lens, rep), 0);
+    for (int i = 0; i < N; i++) {
+        long long v;
+        assert_int_equal(ftc_redis_str_to_ll(rep[i], "GET", &v, &err), 0);
+        assert_int_equal(v, i * 7);
+        ftc_redis_reply_free(rep[i]);
+    }
+    /* an error reply in the middle: the others ran, the error names command 1 */
+    const char *c0[] = {"SET", "s", "text"}, *c1[] = {"INCR", "s"}, *c2[] = {"INCR", "cnt"};
+    const char **mix[3] = {c0, c1, c2};
+    int mixc[3] = {3, 2, 2};
+    assert_int_equal(ftc_redis_pipeline(r, true, 3, mixc, mix, NULL, rep), FTC_EREDIS);
+    assert_non_null(strstr(ftc_redis_errstr(r), "command 1 of 3 (INCR)"));
+    assert_int_equal(rep[0]->type, REDIS_REPLY_STATUS);
+    assert_int_equal(rep[1]->type, REDIS_REPLY_ERROR);
+    long long v;
+    assert_int_equal(ftc_redis_want_int(rep[2], "INCR", &v, &err), 0);
+    assert_int_equal(v, 1);
+    for (int i = 0; i < 3; i++)
+        ftc_redis_reply_free(rep[i]);
+    /* the connection is still in step after the error */
+    assert_int_equal(ftc_redis_cmdv(r, true, &rep[0], "GET", "cnt", NULL), 0);
+    assert_int_equal(ftc_redis_str_to_ll(rep[0], "GET cnt", &v, &err), 0);
+    assert_int_equal(v, 1);
+    ftc_redis_reply_free(rep[0]);
+    /* bad arguments and the empty batch */
+    assert_int_equal(ftc_redis_pipeline(r, true, 0, NULL, NULL, NULL, NULL), 0);
+    int zero = 0;
+    assert_int_equal(ftc_redis_pipeline(r, true, 1, &zero, mix, NULL, rep), FTC_EINVAL);
+    assert_null(rep[0]);
+    /* a stopped server: the batch ends at its deadline, replies all NULL */
+    assert_int_equal(ftc_redis_server_signal(f->srv, SIGSTOP), 0);
+    uint64_t t0 = ftc_now_ns();
+    int rc = ftc_redis_pipeline(r, true, N, argcs, argvs, NULL, rep);
+    uint64_t took_ms = (ftc_now_ns() - t0) / 1000000u;
+    assert_int_equal(ftc_redis_server_signal(f->srv, SIGCONT), 0);
+    assert_true(rc == FTC_ETIMEDOUT || rc == FTC_EREDIS);
+    assert_true(took_ms < 2000);
+    for (int i = 0; i < N; i++)
+        assert_null(rep[i]);
+    assert_false(ftc_redis_is_up(r));
+    /* and the next batch reconnects by itself */
+    assert_int_equal(ftc_redis_pipeline(r, true, 1, mixc + 2, mix + 2, NULL, NULL), 0);
+    assert_true(ftc_redis_reconnects(r) >= 1);
+    ftc_redis_close(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -243,6 +327,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_reconnect_after_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(test_scripts_sha_and_fallback, setup, teardown),
         cmocka_unit_test_setup_teardown(test_url_file, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pipeline, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
