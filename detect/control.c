@@ -207,20 +207,60 @@ int ftc_ctl_leave(ftc_ctl_t *c, const char *node)
 {
     KEY(members, "members");
     KEY(hb, "hb:%s", node);
+    KEY(deadlines, "deadlines");
     int rc = ftc_redis_cmdv(c->r, true, NULL, "HDEL", members, node, NULL);
     if (!rc)
         rc = ftc_redis_cmdv(c->r, true, NULL, "DEL", hb, NULL);
+    if (!rc)
+        rc = ftc_redis_cmdv(c->r, true, NULL, "ZREM", deadlines, node, NULL);
     return rc ? ftc__rc(c, rc) : 0;
 }
 
 int ftc_ctl_heartbeat(ftc_ctl_t *c, const char *node, const ftc_ctl_heartbeat_t *hb, int ttl_ms)
 {
     KEY(key, "hb:%s", node);
-    char val[128], px[24];
+    KEY(deadlines, "deadlines");
+    char val[128], px[24], due[24];
     snprintf(val, sizeof val, "%" PRIu64 " %" PRId64 " %" PRIu64 " %" PRIu64, hb->generation,
              hb->step, hb->step_time_us, hb->wall_ms);
     snprintf(px, sizeof px, "%d", ttl_ms);
-    int rc = ftc_redis_cmdv(c->r, true, NULL, "SET", key, val, "PX", px, NULL);
+    snprintf(due, sizeof due, "%" PRIu64, hb->wall_ms + (uint64_t)ttl_ms);
+    /* the heartbeat and its deadline in one round trip */
+    const char *set[] = {"SET", key, val, "PX", px};
+    const char *zadd[] = {"ZADD", deadlines, due, node};
+    const char **argvs[] = {set, zadd};
+    const int argcs[] = {5, 4};
+    int rc = ftc_redis_pipeline(c->r, true, 2, argcs, argvs, NULL, NULL);
+    return rc ? ftc__rc(c, rc) : 0;
+}
+
+int ftc_ctl_overdue(ftc_ctl_t *c, uint64_t now_ms, char (*names)[FTC_CTL_NODE_MAX + 1], int max,
+                    int *n)
+{
+    KEY(deadlines, "deadlines");
+    char upto[24], lim[16];
+    snprintf(upto, sizeof upto, "%" PRIu64, now_ms);
+    snprintf(lim, sizeof lim, "%d", max);
+    ftc_redis_reply_t *rep;
+    *n = 0;
+    int rc = ftc_redis_cmdv(c->r, true, &rep, "ZRANGEBYSCORE", deadlines, "-inf", upto, "LIMIT",
+                            "0", lim, NULL);
+    if (rc)
+        return ftc__rc(c, rc);
+    ftc_redis_reply_t **el;
+    size_t cnt;
+    rc = ftc_redis_want_array(rep, deadlines, -1, &el, &cnt, &c->err);
+    for (size_t i = 0; !rc && i < cnt && *n < max; i++)
+        if (el[i]->type == REDIS_REPLY_STRING && el[i]->len <= FTC_CTL_NODE_MAX)
+            snprintf(names[(*n)++], FTC_CTL_NODE_MAX + 1, "%s", el[i]->str);
+    ftc_redis_reply_free(rep);
+    return rc;
+}
+
+int ftc_ctl_forget_deadline(ftc_ctl_t *c, const char *node)
+{
+    KEY(deadlines, "deadlines");
+    int rc = ftc_redis_cmdv(c->r, true, NULL, "ZREM", deadlines, node, NULL);
     return rc ? ftc__rc(c, rc) : 0;
 }
 

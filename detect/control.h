@@ -59,8 +59,17 @@ typedef struct ftc_ctl_heartbeat {
     uint64_t wall_ms;      /* when it was sent */
 } ftc_ctl_heartbeat_t;
 
-/* SET ftc:{job}:hb:NODE "gen step step_time_us wall_ms" PX ttl_ms. */
+/* SET ftc:{job}:hb:NODE "gen step step_time_us wall_ms" PX ttl_ms, and
+ * ZADD ftc:{job}:deadlines (wall_ms + ttl_ms) NODE, pipelined. */
 int ftc_ctl_heartbeat(ftc_ctl_t *c, const char *node, const ftc_ctl_heartbeat_t *hb, int ttl_ms);
+/* Members whose heartbeat deadline (wall ms of the last heartbeat + TTL, in
+ * the sorted set ftc:{job}:deadlines) is at or before now_ms: candidates for
+ * a lost node, to be confirmed by their heartbeat key being gone (clocks of
+ * different hosts may disagree; the key's TTL in Redis does not). */
+int ftc_ctl_overdue(ftc_ctl_t *c, uint64_t now_ms, char (*names)[FTC_CTL_NODE_MAX + 1], int max,
+                    int *n);
+/* Drops a member from the deadline set (after its loss was reported). */
+int ftc_ctl_forget_deadline(ftc_ctl_t *c, const char *node);
 /* Parses a heartbeat value; FTC_EPROTO naming the key on garbage. */
 int ftc_ctl_heartbeat_parse(const char *s, size_t len, ftc_ctl_heartbeat_t *hb, ftc_err_t *err);
 

@@ -7,6 +7,7 @@
 #include "detect/detector.h"
 
 #include "core/clock.h"
+#include "core/hash.h"
 #include "core/log.h"
 
 #include <errno.h>
@@ -28,7 +29,6 @@
 #define FTC_DET_TIMES 32   /* step times kept per rank for the median */
 #define FTC_DET_LOSSES 512 /* upper bound of spike_window */
 #define FTC_DET_QUEUE 1024 /* events waiting for callback or publication */
-#define FTC_DET_NODES 4096 /* members tracked for loss and stragglers */
 
 typedef struct ftc__ev {
     char kind[24];
@@ -90,8 +90,11 @@ struct ftc_detector {
     bool down;               /* Redis unreachable since down_ms */
     uint64_t down_ms;
     uint64_t lease_ok_ns;    /* last successful acquire/renew */
-    ftc__node_t *nodes;
-    int nnodes;
+    ftc__node_t **nodes;     /* members seen, each allocated once (pointers stay valid) */
+    int nnodes, capnodes;
+    int *hidx;               /* open-addressing index name -> nodes[i] + 1 (0 = empty) */
+    int hcap;                /* power of two */
+    uint64_t next_overdue;   /* leader: next poll of the deadline set (ns) */
     ftc_detector_stats_t st; /* under mu */
 };
 
@@ -447,16 +450,49 @@ static void ftc__came_up(ftc_detector_t *d)
     FTC_INFO("detect", "%s: redis is back after %" PRIu64 " ms", d->node, now - d->down_ms);
 }
 
+static int ftc__hash_slot(const ftc_detector_t *d, const char *name)
+{
+    uint64_t h = ftc_xxh3(name, strlen(name));
+    int mask = d->hcap - 1;
+    for (int i = (int)(h & (uint64_t)mask);; i = (i + 1) & mask) {
+        int v = d->hidx[i];
+        if (!v || !strcmp(d->nodes[v - 1]->name, name))
+            return i;
+    }
+}
+
+/* The tracked record of a member, created on first sight; NULL on out of
+ * memory. Lookups are O(1): a job may have thousands of members. */
 static ftc__node_t *ftc__node_get(ftc_detector_t *d, const char *name)
 {
-    for (int i = 0; i < d->nnodes; i++)
-        if (!strcmp(d->nodes[i].name, name))
-            return &d->nodes[i];
-    if (d->nnodes == FTC_DET_NODES)
+    if (d->hcap && d->hidx[ftc__hash_slot(d, name)])
+        return d->nodes[d->hidx[ftc__hash_slot(d, name)] - 1];
+    if (d->nnodes == d->capnodes) {
+        int cap = d->capnodes ? d->capnodes * 2 : 64;
+        ftc__node_t **n = realloc(d->nodes, (size_t)cap * sizeof *n);
+        if (!n)
+            return NULL;
+        d->nodes = n;
+        d->capnodes = cap;
+    }
+    if ((d->nnodes + 1) * 10 > d->hcap * 7) { /* keep the index under 70% full */
+        int hcap = d->hcap ? d->hcap * 2 : 128;
+        int *h = calloc((size_t)hcap, sizeof *h);
+        if (!h)
+            return NULL;
+        free(d->hidx);
+        d->hidx = h;
+        d->hcap = hcap;
+        for (int i = 0; i < d->nnodes; i++)
+            d->hidx[ftc__hash_slot(d, d->nodes[i]->name)] = i + 1;
+    }
+    ftc__node_t *n = calloc(1, sizeof *n);
+    if (!n)
         return NULL;
-    ftc__node_t *n = &d->nodes[d->nnodes++];
-    memset(n, 0, sizeof *n);
     snprintf(n->name, sizeof n->name, "%s", name);
+    d->nodes[d->nnodes] = n;
+    d->hidx[ftc__hash_slot(d, name)] = d->nnodes + 1;
+    d->nnodes++;
     return n;
 }
 
@@ -579,6 +615,7 @@ static int ftc__scan(ftc_detector_t *d)
     }
     size_t nm = rep->elements / 2;
     bool self_listed = false;
+    int nk = 0;
     const char **argv = calloc(nm + 1, sizeof *argv);
     char **keys = calloc(nm + 1, sizeof *keys);
     ftc__node_t **nodes = calloc(nm + 1, sizeof *nodes);
@@ -588,7 +625,6 @@ static int ftc__scan(ftc_detector_t *d)
         goto out;
     }
     argv[0] = "MGET";
-    int nk = 0;
     for (size_t i = 0; i < nm; i++) {
         redisReply *k = rep->element[2 * i], *v = rep->element[2 * i + 1];
         if (k->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING ||
@@ -684,6 +720,36 @@ out:
     free(nodes);
     free(times);
     ftc_redis_reply_free(rep);
+    return rc;
+}
+
+/* Leader: members whose heartbeat deadline passed, confirmed by their key
+ * being gone in Redis (whose TTL clock is the authority, not ours). */
+static int ftc__poll_overdue(ftc_detector_t *d)
+{
+    enum { MAX = 256 }; /* candidates per poll; the rest come at the next one */
+    char(*names)[FTC_CTL_NODE_MAX + 1] = calloc(MAX, sizeof *names);
+    if (!names)
+        return FTC_ENOMEM;
+    int n = 0;
+    int rc = ftc_ctl_overdue(d->ctl, ftc_wall_ms(), names, MAX, &n);
+    for (int i = 0; !rc && i < n; i++) {
+        if (!strcmp(names[i], d->node))
+            continue;
+        char suffix[FTC_CTL_NODE_MAX + 8], key[256];
+        snprintf(suffix, sizeof suffix, "hb:%s", names[i]);
+        ftc_ctl_key(d->ctl, suffix, key, sizeof key);
+        ftc_redis_reply_t *rep = NULL;
+        rc = ftc_redis_cmdv(ftc_ctl_redis(d->ctl), true, &rep, "EXISTS", key, NULL);
+        long long exists = 1;
+        ftc_err_t err = {0};
+        if (!rc && ftc_redis_want_int(rep, "EXISTS", &exists, &err) == 0 && exists == 0) {
+            ftc__node_lost(d, names[i], "heartbeat deadline passed");
+            ftc_ctl_forget_deadline(d->ctl, names[i]);
+        }
+        ftc_redis_reply_free(rep);
+    }
+    free(names);
     return rc;
 }
 
@@ -806,8 +872,15 @@ static void *ftc__redis_main(void *arg)
             next_lease = now + (uint64_t)d->o.lease_ttl_ms * 1000000ull / 4;
             ftc__lease_tick(d);
         }
+        bool leader = ftc_detector_is_leader(d);
+        if (!d->down && leader && now >= d->next_overdue) {
+            d->next_overdue = now + (uint64_t)d->o.deadline_poll_ms * 1000000ull;
+            if (ftc__poll_overdue(d) != 0)
+                ftc__went_down(d);
+        }
         if (!d->down && now >= next_scan) {
-            next_scan = now + (uint64_t)d->o.scan_ms * 1000000ull;
+            uint64_t period = (uint64_t)d->o.scan_ms * (leader ? 1u : (uint64_t)d->o.follower_scan_factor);
+            next_scan = now + period * 1000000ull;
             if (ftc__scan(d) != 0)
                 ftc__went_down(d);
         }
@@ -818,6 +891,8 @@ static void *ftc__redis_main(void *arg)
         uint64_t next = next_hb < next_scan ? next_hb : next_scan;
         if (next_lease < next)
             next = next_lease;
+        if (leader && d->next_overdue < next)
+            next = d->next_overdue;
         now = ftc_now_ns();
         uint64_t wait_ms = next > now ? (next - now) / 1000000ull : 0;
         if (wait_ms > 50)
@@ -837,7 +912,8 @@ ftc_detector_t *ftc_detector_start(const ftc_redis_url_t *url, const ftc_detecto
 {
     if (!o || !o->job || !o->node || o->heartbeat_ms < 1 || o->ttl_ms <= o->heartbeat_ms ||
         o->scan_ms < 1 || o->lease_ttl_ms < 10 || o->spike_window > FTC_DET_LOSSES ||
-        o->straggler_window < 1 || o->redis_timeout_ms < 1) {
+        o->straggler_window < 1 || o->redis_timeout_ms < 1 || o->deadline_poll_ms < 1 ||
+        o->follower_scan_factor < 1) {
         ftc_err_set(err, FTC_EINVAL,
                     "detector: job and node are required, ttl_ms must exceed heartbeat_ms, and "
                     "spike_window is at most %d",
@@ -867,8 +943,7 @@ ftc_detector_t *ftc_detector_start(const ftc_redis_url_t *url, const ftc_detecto
     pthread_mutex_init(&d->mu, NULL);
     d->local.ev = calloc(FTC_DET_QUEUE, sizeof(ftc__ev_t));
     d->pub.ev = calloc(FTC_DET_QUEUE, sizeof(ftc__ev_t));
-    d->nodes = calloc(FTC_DET_NODES, sizeof(ftc__node_t));
-    if (!d->local.ev || !d->pub.ev || !d->nodes) {
+    if (!d->local.ev || !d->pub.ev) {
         ftc_err_set(err, FTC_ENOMEM, "detector: out of memory");
         goto fail;
     }
@@ -943,7 +1018,10 @@ void ftc_detector_stop(ftc_detector_t *d, bool leave)
         close(d->wake[1]);
     free(d->local.ev);
     free(d->pub.ev);
+    for (int i = 0; i < d->nnodes; i++)
+        free(d->nodes[i]);
     free(d->nodes);
+    free(d->hidx);
     pthread_mutex_destroy(&d->mu);
     free(d);
 }

@@ -12,8 +12,12 @@
  *    publication.
  *  - the Redis session: heartbeats (SET PX every heartbeat_ms, TTL ttl_ms),
  *    the leader lease (campaign, renew, step down), node-loss detection from
- *    keyspace expiry notifications plus a periodic scan of the members (the
- *    notifications are lost while the subscriber is disconnected), straggler
+ *    three sources: keyspace expiry notifications (every agent), a poll of
+ *    the heartbeat deadline set every deadline_poll_ms (the leader: Redis
+ *    expires keys lazily and by sampling, so at thousands of members an
+ *    expiry event can come a second late), and a periodic scan of the
+ *    members (the leader every scan_ms, others follower_scan_factor times
+ *    less often; notifications are lost while a subscriber is away), straggler
  *    warnings (leader only: a node's step time above straggler_factor x the
  *    median for straggler_window scans), the generation, and publication of
  *    queued events. Each failure becomes exactly one event in the stream
@@ -65,11 +69,13 @@ typedef struct ftc_detector_options {
     int spike_window;         /* losses in the window, default 50 */
     ftc_detector_cb on_event; /* may be NULL; runs on the local-watch thread */
     void *arg;
+    int deadline_poll_ms;     /* leader: poll of the heartbeat deadline set, default 50 */
+    int follower_scan_factor; /* non-leaders scan members this many times less often, default 8 */
 } ftc_detector_options_t;
 
 #define FTC_DETECTOR_OPTIONS_INIT                                                                  \
     {sizeof(ftc_detector_options_t), 1, NULL, NULL, NULL, NULL, 250, 1000, 500, 2000, true, 500,   \
-     10.0, 5000, 1.5, 8, 6.0, 50, NULL, NULL}
+     10.0, 5000, 1.5, 8, 6.0, 50, NULL, NULL, 50, 8}
 
 typedef struct ftc_detector ftc_detector_t;
 
