@@ -40,6 +40,9 @@ extern const ftc_cli_cmd_t ftc_cli_cmd_verify;
 extern const ftc_cli_cmd_t ftc_cli_cmd_export;
 extern const ftc_cli_cmd_t ftc_cli_cmd_synth;
 extern const ftc_cli_cmd_t ftc_cli_cmd_restore;
+extern const ftc_cli_cmd_t ftc_cli_cmd_status;
+extern const ftc_cli_cmd_t ftc_cli_cmd_events;
+extern const ftc_cli_cmd_t ftc_cli_cmd_redis;
 
 /* ---- option parsing --------------------------------------------------------- */
 

@@ -280,6 +280,11 @@ int ftc_config_set(ftc_config_t *cfg, const char *name, const char *value, int s
     return ftc__cfg_assign(cfg, k, value, source, ftc__src_name[source & 3], err);
 }
 
+/* Short spellings users expect from other launchers. */
+static const struct {
+    const char *flag, *key;
+} ftc__cfg_aliases[] = {{"--redis", "redis.url"}, {"--job", "job.id"}};
+
 int ftc_config_parse_flag(ftc_config_t *cfg, int argc, char **argv, int *i, ftc_err_t *err)
 {
     const char *arg = argv[*i];
@@ -290,7 +295,12 @@ int ftc_config_parse_flag(ftc_config_t *cfg, int argc, char **argv, int *i, ftc_
     for (int k = 0; k < FTC_CFG__COUNT; k++) {
         char flag[128];
         ftc__cfg_spell(ftc__cfg_defs[k].name, flag, sizeof flag, false);
-        if (strlen(flag) != flen || strncmp(flag, arg, flen) != 0)
+        bool match = strlen(flag) == flen && strncmp(flag, arg, flen) == 0;
+        for (size_t a = 0; !match && a < sizeof ftc__cfg_aliases / sizeof ftc__cfg_aliases[0]; a++)
+            match = !strcmp(ftc__cfg_aliases[a].key, ftc__cfg_defs[k].name) &&
+                    strlen(ftc__cfg_aliases[a].flag) == flen &&
+                    !strncmp(ftc__cfg_aliases[a].flag, arg, flen);
+        if (!match)
             continue;
         const char *val;
         if (eq) {
@@ -349,13 +359,21 @@ void ftc_config_print(const ftc_config_t *cfg, FILE *out, bool help)
             continue;
         }
         const ftc__cfg_val_t *v = &cfg->v[k];
-        if (d->type == FTC__T_STR)
-            fprintf(out, "%-22s = \"%s\"  (%s)\n", d->name, v->str ? v->str : "",
-                    ftc__src_name[v->source]);
-        else if (d->type == FTC__T_BOOL)
+        if (d->type == FTC__T_STR) {
+            /* never print a password: scheme://user:SECRET@host -> *** */
+            const char *sv = v->str ? v->str : "", *sch = strstr(sv, "://");
+            const char *at = sch ? strchr(sch + 3, '@') : NULL;
+            const char *colon = sch && at ? memchr(sch + 3, ':', (size_t)(at - sch - 3)) : NULL;
+            if (colon)
+                fprintf(out, "%-22s = \"%.*s***%s\"  (%s)\n", d->name, (int)(colon + 1 - sv), sv,
+                        at, ftc__src_name[v->source]);
+            else
+                fprintf(out, "%-22s = \"%s\"  (%s)\n", d->name, sv, ftc__src_name[v->source]);
+        }
+        if (d->type == FTC__T_BOOL)
             fprintf(out, "%-22s = %s  (%s)\n", d->name, v->num ? "true" : "false",
                     ftc__src_name[v->source]);
-        else
+        else if (d->type != FTC__T_STR)
             fprintf(out, "%-22s = %lld  (%s)\n", d->name, (long long)v->num,
                     ftc__src_name[v->source]);
     }

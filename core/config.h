@@ -31,7 +31,11 @@
 /* X(ID, "dotted.name", TYPE, "default", min, max, "what it does") */
 #define FTC_CONFIG_KEYS(X)                                                                         \
     X(JOB_ID, "job.id", STR, "ftc", 0, 0, "job identifier: names files, shm slots and keys")      \
+    X(JOB_DIR, "job.dir", STR, "", 0, 0, "the job's local directory (embedded Redis address, "    \
+                                           "logs); default $TMPDIR/ftc-JOB")                       \
     X(LOG_LEVEL, "log.level", STR, "info", 0, 0, "debug, info, warn, error or off")                \
+    X(REDIS_URL, "redis.url", STR, "", 0, 0, "redis://[user:password@]host:port/db (also --redis); " \
+                                             "empty: the job's embedded Redis")                    \
     X(PERSIST_DIR, "persist.dir", STR, "", 0, 0, "directory of the persist tier")                  \
     X(PERSIST_LEVEL, "persist.level", INT, "1", -7, 19, "zstd level (1 is fastest; 3+ rarely "    \
                                                          "helps on weights)")                      \

@@ -1,0 +1,594 @@
+/*
+ * control.c — see control.h. The Lua scripts are the protocol: each one
+ * checks the fencing token (generation or lease epoch) and refuses with an
+ * error reply whose first word names the reason (FTC_STALE, FTC_FENCED,
+ * FTC_CORRUPT), which ftc__script_rc turns into an FTC_E* code.
+ */
+#include "detect/control.h"
+
+#include "core/clock.h"
+
+#include <ctype.h>
+#include <hiredis/hiredis.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct ftc_ctl {
+    ftc_redis_t *r;     /* owned connection */
+    char job[64];       /* job id */
+    char prefix[80];    /* "ftc:{job}:" */
+    ftc_err_t err;      /* last error */
+    ftc_redis_script_t s_lease_acquire, s_lease_renew, s_lease_release, s_gen_bump, s_reseed,
+        s_report, s_commit;
+};
+
+/* KEYS: leader, epoch. ARGV: holder, ttl_ms. Returns {held, epoch, holder}. */
+static const char ftc__lua_lease_acquire[] =
+    "local cur = redis.call('GET', KEYS[1])\n"
+    "if cur then\n"
+    "  local h, ep = string.match(cur, '^(%S+) (%d+)$')\n"
+    "  if not h then return redis.error_reply('FTC_CORRUPT leader key ' .. KEYS[1] .. "
+    "' holds \"' .. string.sub(cur, 1, 40) .. '\" (expected \"holder epoch\"); delete it') end\n"
+    "  return {h == ARGV[1] and 1 or 0, tonumber(ep), h}\n"
+    "end\n"
+    "local ep = redis.call('INCR', KEYS[2])\n"
+    "redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. ep, 'PX', ARGV[2])\n"
+    "return {1, ep, ARGV[1]}\n";
+
+/* KEYS: leader. ARGV: holder, epoch, ttl_ms. */
+static const char ftc__lua_lease_renew[] =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] .. ' ' .. ARGV[2] then\n"
+    "  redis.call('PEXPIRE', KEYS[1], ARGV[3]) return 1 end\n"
+    "return 0\n";
+
+static const char ftc__lua_lease_release[] =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] .. ' ' .. ARGV[2] then\n"
+    "  redis.call('DEL', KEYS[1]) return 1 end\n"
+    "return 0\n";
+
+/* KEYS: leader, gen, events. ARGV: holder, epoch, seen, world, reason, now_ms, cap. */
+static const char ftc__lua_gen_bump[] =
+    "if redis.call('GET', KEYS[1]) ~= ARGV[1] .. ' ' .. ARGV[2] then\n"
+    "  return redis.error_reply('FTC_FENCED ' .. ARGV[1] .. ' epoch ' .. ARGV[2] .. "
+    "' does not hold the leader lease') end\n"
+    "local raw = redis.call('HGET', KEYS[2], 'gen')\n"
+    "local g = tonumber(raw or '0')\n"
+    "if g == nil then return redis.error_reply('FTC_CORRUPT ' .. KEYS[2] .. ' field gen holds \"' "
+    ".. string.sub(raw, 1, 40) .. '\"') end\n"
+    "if g ~= tonumber(ARGV[3]) then return redis.error_reply('FTC_STALE generation is ' .. g .. "
+    "', not ' .. ARGV[3]) end\n"
+    "g = g + 1\n"
+    "redis.call('HSET', KEYS[2], 'gen', g, 'world', ARGV[4], 'epoch', ARGV[2], 'at_ms', ARGV[6])\n"
+    "redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[7], '*', 'kind', 'generation', 'node', "
+    "ARGV[1], 'rank', '-1', 'gen', g, 'step', '-1', 'detail', ARGV[5], 't_fault_ms', '0', "
+    "'t_detect_ms', ARGV[6])\n"
+    "return g\n";
+
+/* KEYS: gen, commit. ARGV: gen, world, step. Never moves a value backwards. */
+static const char ftc__lua_reseed[] =
+    "local g = tonumber(redis.call('HGET', KEYS[1], 'gen') or '0') or 0\n"
+    "if g < tonumber(ARGV[1]) then redis.call('HSET', KEYS[1], 'gen', ARGV[1], 'world', ARGV[2]) "
+    "end\n"
+    "local s = tonumber(redis.call('HGET', KEYS[2], 'step') or '-1') or -1\n"
+    "if tonumber(ARGV[3]) >= 0 and s < tonumber(ARGV[3]) then\n"
+    "  redis.call('HSET', KEYS[2], 'step', ARGV[3], 'gen', ARGV[1]) end\n"
+    "return 1\n";
+
+/* KEYS: reports-of-gen, events. ARGV: id, now_ms, cap, then field/value pairs. */
+static const char ftc__lua_report[] =
+    "if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end\n"
+    "redis.call('PEXPIRE', KEYS[1], 86400000)\n"
+    "redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', unpack(ARGV, 4))\n"
+    "return 1\n";
+
+/* KEYS: gen, reports(gen,step), commit, events. ARGV: gen, step, rank, checksum, now_ms, cap.
+ * Returns {state, value}: 0 = waiting (value = reports so far), 1 = committed now,
+ * 2 = already at or past this step (value = committed step). */
+static const char ftc__lua_commit[] =
+    "local raw = redis.call('HGET', KEYS[1], 'gen')\n"
+    "if not raw then return redis.error_reply('FTC_STALE no generation is set') end\n"
+    "local g = tonumber(raw)\n"
+    "local world = tonumber(redis.call('HGET', KEYS[1], 'world') or '')\n"
+    "if g == nil or world == nil or world < 1 then return redis.error_reply('FTC_CORRUPT ' .. "
+    "KEYS[1] .. ' has no valid gen/world fields') end\n"
+    "if g ~= tonumber(ARGV[1]) then return redis.error_reply('FTC_STALE generation ' .. ARGV[1] "
+    ".. ' is not the current ' .. g) end\n"
+    "if tonumber(ARGV[3]) >= world then return redis.error_reply('FTC_RANGE rank ' .. ARGV[3] .. "
+    "' is not below world size ' .. world) end\n"
+    "local cur = tonumber(redis.call('HGET', KEYS[3], 'step') or '-1')\n"
+    "if cur == nil then return redis.error_reply('FTC_CORRUPT ' .. KEYS[3] .. ' field step is not "
+    "a number') end\n"
+    "if cur >= tonumber(ARGV[2]) then return {2, cur} end\n"
+    "redis.call('HSET', KEYS[2], ARGV[3], ARGV[4])\n"
+    "redis.call('PEXPIRE', KEYS[2], 3600000)\n"
+    "local n = redis.call('HLEN', KEYS[2])\n"
+    "if n < world then return {0, n} end\n"
+    "redis.call('HSET', KEYS[3], 'step', ARGV[2], 'gen', ARGV[1], 'at_ms', ARGV[5])\n"
+    "redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[6], '*', 'kind', 'commit', 'node', '', "
+    "'rank', '-1', 'gen', ARGV[1], 'step', ARGV[2], 'detail', 'all ' .. world .. ' ranks "
+    "reported', 't_fault_ms', '0', 't_detect_ms', ARGV[5])\n"
+    "return {1, tonumber(ARGV[2])}\n";
+
+static bool ftc__valid_id(const char *s, size_t max)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > max)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && s[i] != '.' && s[i] != '_' && s[i] != '-' &&
+            s[i] != ':' && s[i] != '/')
+            return false;
+    return true;
+}
+
+ftc_ctl_t *ftc_ctl_create(ftc_redis_t *r, const char *job, ftc_err_t *err)
+{
+    if (!job || !ftc__valid_id(job, 63) || strchr(job, ':') || strchr(job, '/')) {
+        ftc_err_set(err, FTC_EINVAL, "job id '%.80s' must be 1..63 characters of A-Z a-z 0-9 . _ -",
+                    job ? job : "");
+        return NULL;
+    }
+    ftc_ctl_t *c = calloc(1, sizeof *c);
+    if (!c) {
+        ftc_err_set(err, FTC_ENOMEM, "control: out of memory");
+        return NULL;
+    }
+    c->r = r;
+    snprintf(c->job, sizeof c->job, "%s", job);
+    snprintf(c->prefix, sizeof c->prefix, "ftc:{%s}:", job);
+    ftc_redis_script_init(&c->s_lease_acquire, "lease_acquire", ftc__lua_lease_acquire);
+    ftc_redis_script_init(&c->s_lease_renew, "lease_renew", ftc__lua_lease_renew);
+    ftc_redis_script_init(&c->s_lease_release, "lease_release", ftc__lua_lease_release);
+    ftc_redis_script_init(&c->s_gen_bump, "generation_bump", ftc__lua_gen_bump);
+    ftc_redis_script_init(&c->s_reseed, "reseed", ftc__lua_reseed);
+    ftc_redis_script_init(&c->s_report, "report", ftc__lua_report);
+    ftc_redis_script_init(&c->s_commit, "commit_report", ftc__lua_commit);
+    return c;
+}
+
+void ftc_ctl_destroy(ftc_ctl_t *c)
+{
+    if (!c)
+        return;
+    ftc_redis_close(c->r);
+    free(c);
+}
+
+ftc_redis_t *ftc_ctl_redis(ftc_ctl_t *c) { return c->r; }
+const char *ftc_ctl_errstr(const ftc_ctl_t *c) { return ftc_err_str(&c->err); }
+
+const char *ftc_ctl_key(const ftc_ctl_t *c, const char *suffix, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s%s", c->prefix, suffix);
+    return buf;
+}
+
+/* Copies the connection's error into the handle and maps script refusals. */
+static int ftc__rc(ftc_ctl_t *c, int rc)
+{
+    const char *msg = ftc_redis_errstr(c->r);
+    if (strstr(msg, "FTC_STALE"))
+        rc = FTC_ESTALE;
+    else if (strstr(msg, "FTC_FENCED"))
+        rc = FTC_EAUTH;
+    else if (strstr(msg, "FTC_CORRUPT"))
+        rc = FTC_EPROTO;
+    else if (strstr(msg, "FTC_RANGE"))
+        rc = FTC_ERANGE;
+    return ftc_err_set(&c->err, rc, "%s", msg);
+}
+
+#define KEY(var, ...)                                                                              \
+    char var[256];                                                                                 \
+    do {                                                                                           \
+        char suffix__[160];                                                                        \
+        snprintf(suffix__, sizeof suffix__, __VA_ARGS__);                                          \
+        ftc_ctl_key(c, suffix__, var, sizeof var);                                                 \
+    } while (0)
+
+/* ---- membership and heartbeats ------------------------------------------------ */
+
+int ftc_ctl_join(ftc_ctl_t *c, const ftc_ctl_member_t *m)
+{
+    if (!ftc__valid_id(m->node, FTC_CTL_NODE_MAX))
+        return ftc_err_set(&c->err, FTC_EINVAL, "node id '%.80s' is not 1..%d of [A-Za-z0-9._:/-]",
+                           m->node, FTC_CTL_NODE_MAX);
+    KEY(members, "members");
+    char val[400];
+    snprintf(val, sizeof val, "%s %s %" PRId64 " %" PRIu64, m->host[0] ? m->host : "-",
+             m->domain[0] ? m->domain : "-", m->pid, m->joined_ms);
+    int rc = ftc_redis_cmdv(c->r, true, NULL, "HSET", members, m->node, val, NULL);
+    return rc ? ftc__rc(c, rc) : 0;
+}
+
+int ftc_ctl_leave(ftc_ctl_t *c, const char *node)
+{
+    KEY(members, "members");
+    KEY(hb, "hb:%s", node);
+    KEY(deadlines, "deadlines");
+    int rc = ftc_redis_cmdv(c->r, true, NULL, "HDEL", members, node, NULL);
+    if (!rc)
+        rc = ftc_redis_cmdv(c->r, true, NULL, "DEL", hb, NULL);
+    if (!rc)
+        rc = ftc_redis_cmdv(c->r, true, NULL, "ZREM", deadlines, node, NULL);
+    return rc ? ftc__rc(c, rc) : 0;
+}
+
+int ftc_ctl_heartbeat(ftc_ctl_t *c, const char *node, const ftc_ctl_heartbeat_t *hb, int ttl_ms)
+{
+    KEY(key, "hb:%s", node);
+    KEY(deadlines, "deadlines");
+    char val[128], px[24], due[24];
+    snprintf(val, sizeof val, "%" PRIu64 " %" PRId64 " %" PRIu64 " %" PRIu64, hb->generation,
+             hb->step, hb->step_time_us, hb->wall_ms);
+    snprintf(px, sizeof px, "%d", ttl_ms);
+    snprintf(due, sizeof due, "%" PRIu64, hb->wall_ms + (uint64_t)ttl_ms);
+    /* the heartbeat and its deadline in one round trip */
+    const char *set[] = {"SET", key, val, "PX", px};
+    const char *zadd[] = {"ZADD", deadlines, due, node};
+    const char **argvs[] = {set, zadd};
+    const int argcs[] = {5, 4};
+    int rc = ftc_redis_pipeline(c->r, true, 2, argcs, argvs, NULL, NULL);
+    return rc ? ftc__rc(c, rc) : 0;
+}
+
+int ftc_ctl_overdue(ftc_ctl_t *c, uint64_t now_ms, char (*names)[FTC_CTL_NODE_MAX + 1], int max,
+                    int *n)
+{
+    KEY(deadlines, "deadlines");
+    char upto[24], lim[16];
+    snprintf(upto, sizeof upto, "%" PRIu64, now_ms);
+    snprintf(lim, sizeof lim, "%d", max);
+    ftc_redis_reply_t *rep;
+    *n = 0;
+    int rc = ftc_redis_cmdv(c->r, true, &rep, "ZRANGEBYSCORE", deadlines, "-inf", upto, "LIMIT",
+                            "0", lim, NULL);
+    if (rc)
+        return ftc__rc(c, rc);
+    ftc_redis_reply_t **el;
+    size_t cnt;
+    rc = ftc_redis_want_array(rep, deadlines, -1, &el, &cnt, &c->err);
+    for (size_t i = 0; !rc && i < cnt && *n < max; i++)
+        if (el[i]->type == REDIS_REPLY_STRING && el[i]->len <= FTC_CTL_NODE_MAX)
+            snprintf(names[(*n)++], FTC_CTL_NODE_MAX + 1, "%s", el[i]->str);
+    ftc_redis_reply_free(rep);
+    return rc;
+}
+
+int ftc_ctl_forget_deadline(ftc_ctl_t *c, const char *node)
+{
+    KEY(deadlines, "deadlines");
+    int rc = ftc_redis_cmdv(c->r, true, NULL, "ZREM", deadlines, node, NULL);
+    return rc ? ftc__rc(c, rc) : 0;
+}
+
+int ftc_ctl_heartbeat_parse(const char *s, size_t len, ftc_ctl_heartbeat_t *hb, ftc_err_t *err)
+{
+    char buf[128];
+    if (len >= sizeof buf)
+        return ftc_err_set(err, FTC_EPROTO, "heartbeat value of %zu bytes is too long", len);
+    memcpy(buf, s, len);
+    buf[len] = '\0';
+    unsigned long long g, st, w;
+    long long step;
+    int used = 0;
+    if (sscanf(buf, "%llu %lld %llu %llu%n", &g, &step, &st, &w, &used) != 4 ||
+        (size_t)used != len || step < -1)
+        return ftc_err_set(err, FTC_EPROTO,
+                           "heartbeat value '%.40s' is not \"gen step step_time_us wall_ms\"",
+                           buf);
+    hb->generation = g;
+    hb->step = step;
+    hb->step_time_us = st;
+    hb->wall_ms = w;
+    return 0;
+}
+
+/* ---- generations --------------------------------------------------------------- */
+
+int ftc_ctl_generation(ftc_ctl_t *c, uint64_t *gen, uint32_t *world)
+{
+    KEY(key, "gen");
+    ftc_redis_reply_t *rep;
+    int rc = ftc_redis_cmdv(c->r, true, &rep, "HMGET", key, "gen", "world", NULL);
+    if (rc)
+        return ftc__rc(c, rc);
+    ftc_redis_reply_t **el;
+    size_t n;
+    *gen = 0;
+    *world = 0;
+    rc = ftc_redis_want_array(rep, key, 2, &el, &n, &c->err);
+    if (!rc && el[0]->type != REDIS_REPLY_NIL) {
+        long long g, w;
+        if ((rc = ftc_redis_str_to_ll(el[0], "generation (field gen)", &g, &c->err)) == 0 &&
+            (rc = ftc_redis_str_to_ll(el[1], "generation (field world)", &w, &c->err)) == 0) {
+            if (g < 0 || w < 0 || w > (1 << 24))
+                rc = ftc_err_set(&c->err, FTC_EPROTO, "%s holds gen %lld world %lld", key, g, w);
+            *gen = (uint64_t)g;
+            *world = (uint32_t)w;
+        } else {
+            ftc_err_wrap(&c->err, "%s", key);
+        }
+    }
+    ftc_redis_reply_free(rep);
+    return rc;
+}
+
+int ftc_ctl_generation_bump(ftc_ctl_t *c, const char *holder, uint64_t epoch, uint64_t seen,
+                            uint32_t world, const char *reason, uint64_t *out)
+{
+    KEY(leader, "leader");
+    KEY(gen, "gen");
+    KEY(events, "events");
+    const char *keys[] = {leader, gen, events};
+    char ep[24], sn[24], wd[16], now[24], cap[16];
+    snprintf(ep, sizeof ep, "%" PRIu64, epoch);
+    snprintf(sn, sizeof sn, "%" PRIu64, seen);
+    snprintf(wd, sizeof wd, "%u", world);
+    snprintf(now, sizeof now, "%" PRIu64, ftc_wall_ms());
+    snprintf(cap, sizeof cap, "%d", FTC_CTL_EVENTS_CAP);
+    const char *args[] = {holder, ep, sn, wd, reason ? reason : "", now, cap};
+    ftc_redis_reply_t *rep;
+    int rc = ftc_redis_eval(c->r, &c->s_gen_bump, 3, keys, 7, args, &rep);
+    if (rc)
+        return ftc__rc(c, rc);
+    long long g;
+    rc = ftc_redis_want_int(rep, "generation_bump", &g, &c->err);
+    ftc_redis_reply_free(rep);
+    if (!rc)
+        *out = (uint64_t)g;
+    return rc;
+}
+
+int ftc_ctl_reseed(ftc_ctl_t *c, uint64_t gen, uint32_t world, int64_t committed_step)
+{
+    KEY(g, "gen");
+    KEY(commit, "commit");
+    const char *keys[] = {g, commit};
+    char a[24], b[16], s[24];
+    snprintf(a, sizeof a, "%" PRIu64, gen);
+    snprintf(b, sizeof b, "%u", world);
+    snprintf(s, sizeof s, "%" PRId64, committed_step);
+    const char *args[] = {a, b, s};
+    int rc = ftc_redis_eval(c->r, &c->s_reseed, 2, keys, 3, args, NULL);
+    return rc ? ftc__rc(c, rc) : 0;
+}
+
+/* ---- leader lease ---------------------------------------------------------------- */
+
+int ftc_ctl_lease_acquire(ftc_ctl_t *c, const char *holder, int ttl_ms, bool *held,
+                          uint64_t *epoch)
+{
+    if (!ftc__valid_id(holder, 128) || strchr(holder, ' '))
+        return ftc_err_set(&c->err, FTC_EINVAL, "lease holder '%.80s' is not a valid id", holder);
+    KEY(leader, "leader");
+    KEY(ep, "leader:epoch");
+    const char *keys[] = {leader, ep};
+    char ttl[16];
+    snprintf(ttl, sizeof ttl, "%d", ttl_ms);
+    const char *args[] = {holder, ttl};
+    ftc_redis_reply_t *rep;
+    int rc = ftc_redis_eval(c->r, &c->s_lease_acquire, 2, keys, 2, args, &rep);
+    if (rc)
+        return ftc__rc(c, rc);
+    ftc_redis_reply_t **el;
+    size_t n;
+    rc = ftc_redis_want_array(rep, "lease_acquire", 3, &el, &n, &c->err);
+    long long h = 0, e = 0;
+    if (!rc)
+        rc = ftc_redis_want_int(el[0], "lease_acquire held", &h, &c->err);
+    if (!rc)
+        rc = ftc_redis_want_int(el[1], "lease_acquire epoch", &e, &c->err);
+    ftc_redis_reply_free(rep);
+    if (!rc) {
+        *held = h == 1;
+        *epoch = (uint64_t)e;
+    }
+    return rc;
+}
+
+int ftc_ctl_lease_renew(ftc_ctl_t *c, const char *holder, uint64_t epoch, int ttl_ms, bool *held)
+{
+    KEY(leader, "leader");
+    const char *keys[] = {leader};
+    char ep[24], ttl[16];
+    snprintf(ep, sizeof ep, "%" PRIu64, epoch);
+    snprintf(ttl, sizeof ttl, "%d", ttl_ms);
+    const char *args[] = {holder, ep, ttl};
+    ftc_redis_reply_t *rep;
+    int rc = ftc_redis_eval(c->r, &c->s_lease_renew, 1, keys, 3, args, &rep);
+    if (rc)
+        return ftc__rc(c, rc);
+    long long v;
+    rc = ftc_redis_want_int(rep, "lease_renew", &v, &c->err);
+    ftc_redis_reply_free(rep);
+    if (!rc)
+        *held = v == 1;
+    return rc;
+}
+
+int ftc_ctl_lease_release(ftc_ctl_t *c, const char *holder, uint64_t epoch)
+{
+    KEY(leader, "leader");
+    const char *keys[] = {leader};
+    char ep[24];
+    snprintf(ep, sizeof ep, "%" PRIu64, epoch);
+    const char *args[] = {holder, ep};
+    int rc = ftc_redis_eval(c->r, &c->s_lease_release, 1, keys, 2, args, NULL);
+    return rc ? ftc__rc(c, rc) : 0;
+}
+
+int ftc_ctl_leader(ftc_ctl_t *c, char *holder, size_t cap, uint64_t *epoch, int64_t *ttl_ms)
+{
+    KEY(leader, "leader");
+    holder[0] = '\0';
+    *epoch = 0;
+    *ttl_ms = -2;
+    ftc_redis_reply_t *rep;
+    int rc = ftc_redis_cmdv(c->r, true, &rep, "GET", leader, NULL);
+    if (rc)
+        return ftc__rc(c, rc);
+    const char *s;
+    size_t len;
+    rc = ftc_redis_want_str(rep, leader, &s, &len, &c->err);
+    if (rc == FTC_ENOENT) {
+        ftc_redis_reply_free(rep);
+        return 0;
+    }
+    if (!rc) {
+        char buf[200];
+        unsigned long long e;
+        char h[160];
+        snprintf(buf, sizeof buf, "%.*s", (int)(len < 199 ? len : 199), s);
+        if (sscanf(buf, "%159s %llu", h, &e) != 2)
+            rc = ftc_err_set(&c->err, FTC_EPROTO, "%s holds '%.40s' (expected \"holder epoch\")",
+                             leader, buf);
+        else {
+            snprintf(holder, cap, "%s", h);
+            *epoch = e;
+        }
+    }
+    ftc_redis_reply_free(rep);
+    if (rc)
+        return rc;
+    rc = ftc_redis_cmdv(c->r, true, &rep, "PTTL", leader, NULL);
+    if (rc)
+        return ftc__rc(c, rc);
+    long long t;
+    rc = ftc_redis_want_int(rep, "PTTL leader", &t, &c->err);
+    ftc_redis_reply_free(rep);
+    if (!rc)
+        *ttl_ms = t;
+    return rc;
+}
+
+/* ---- events and failure reports ---------------------------------------------- */
+
+/* Builds the field/value list of an event into argv (14 entries). */
+static void ftc__event_fields(const ftc_ctl_event_t *e, const char **argv, char num[5][24])
+{
+    snprintf(num[0], 24, "%d", e->rank);
+    snprintf(num[1], 24, "%" PRIu64, e->generation);
+    snprintf(num[2], 24, "%" PRId64, e->step);
+    snprintf(num[3], 24, "%" PRIu64, e->t_fault_ms);
+    snprintf(num[4], 24, "%" PRIu64, e->t_detect_ms ? e->t_detect_ms : ftc_wall_ms());
+    const char *f[] = {"kind", e->kind ? e->kind : "?", "node", e->node ? e->node : "",
+                       "rank", num[0], "gen", num[1], "step", num[2],
+                       "detail", e->detail ? e->detail : "", "t_fault_ms", num[3]};
+    for (int i = 0; i < 14; i++)
+        argv[i] = f[i];
+    argv[14] = "t_detect_ms";
+    argv[15] = num[4];
+}
+
+int ftc_ctl_event(ftc_ctl_t *c, const ftc_ctl_event_t *e)
+{
+    KEY(events, "events");
+    char num[5][24], cap[16];
+    const char *argv[6 + 16];
+    snprintf(cap, sizeof cap, "%d", FTC_CTL_EVENTS_CAP);
+    argv[0] = "XADD", argv[1] = events, argv[2] = "MAXLEN", argv[3] = "~", argv[4] = cap;
+    argv[5] = "*";
+    ftc__event_fields(e, argv + 6, num);
+    /* not idempotent: a retried XADD could log the event twice */
+    int rc = ftc_redis_cmd(c->r, false, NULL, 22, argv, NULL);
+    return rc ? ftc__rc(c, rc) : 0;
+}
+
+int ftc_ctl_report(ftc_ctl_t *c, const char *id, const ftc_ctl_event_t *e, bool *first)
+{
+    KEY(reports, "failures:%" PRIu64, e->generation);
+    KEY(events, "events");
+    const char *keys[] = {reports, events};
+    char num[5][24], now[24], cap[16];
+    const char *args[3 + 16];
+    snprintf(now, sizeof now, "%" PRIu64, ftc_wall_ms());
+    snprintf(cap, sizeof cap, "%d", FTC_CTL_EVENTS_CAP);
+    args[0] = id, args[1] = now, args[2] = cap;
+    ftc__event_fields(e, args + 3, num);
+    ftc_redis_reply_t *rep;
+    int rc = ftc_redis_eval(c->r, &c->s_report, 2, keys, 19, args, &rep);
+    if (rc)
+        return ftc__rc(c, rc);
+    long long v;
+    rc = ftc_redis_want_int(rep, "report", &v, &c->err);
+    ftc_redis_reply_free(rep);
+    if (!rc && first)
+        *first = v == 1;
+    return rc;
+}
+
+/* ---- commit records --------------------------------------------------------------- */
+
+int ftc_ctl_commit_report(ftc_ctl_t *c, uint64_t gen, int64_t step, uint32_t rank,
+                          uint64_t checksum, int64_t *committed, bool *now_committed)
+{
+    if (step < 0)
+        return ftc_err_set(&c->err, FTC_EINVAL, "commit_report: step %" PRId64 " < 0", step);
+    KEY(g, "gen");
+    KEY(reports, "commit:%" PRIu64 ":%" PRId64, gen, step);
+    KEY(commit, "commit");
+    KEY(events, "events");
+    const char *keys[] = {g, reports, commit, events};
+    char a[24], s[24], r[16], ck[24], now[24], cap[16];
+    snprintf(a, sizeof a, "%" PRIu64, gen);
+    snprintf(s, sizeof s, "%" PRId64, step);
+    snprintf(r, sizeof r, "%u", rank);
+    snprintf(ck, sizeof ck, "%016" PRIx64, checksum);
+    snprintf(now, sizeof now, "%" PRIu64, ftc_wall_ms());
+    snprintf(cap, sizeof cap, "%d", FTC_CTL_EVENTS_CAP);
+    const char *args[] = {a, s, r, ck, now, cap};
+    ftc_redis_reply_t *rep;
+    int rc = ftc_redis_eval(c->r, &c->s_commit, 4, keys, 6, args, &rep);
+    if (rc)
+        return ftc__rc(c, rc);
+    ftc_redis_reply_t **el;
+    size_t n;
+    long long state = 0, val = 0;
+    rc = ftc_redis_want_array(rep, "commit_report", 2, &el, &n, &c->err);
+    if (!rc)
+        rc = ftc_redis_want_int(el[0], "commit_report state", &state, &c->err);
+    if (!rc)
+        rc = ftc_redis_want_int(el[1], "commit_report value", &val, &c->err);
+    ftc_redis_reply_free(rep);
+    if (rc)
+        return rc;
+    if (now_committed)
+        *now_committed = state == 1;
+    if (committed) {
+        if (state == 0)
+            return ftc_ctl_committed(c, committed, &gen);
+        *committed = val;
+    }
+    return 0;
+}
+
+int ftc_ctl_committed(ftc_ctl_t *c, int64_t *step, uint64_t *gen)
+{
+    KEY(commit, "commit");
+    ftc_redis_reply_t *rep;
+    int rc = ftc_redis_cmdv(c->r, true, &rep, "HMGET", commit, "step", "gen", NULL);
+    if (rc)
+        return ftc__rc(c, rc);
+    ftc_redis_reply_t **el;
+    size_t n;
+    *step = -1;
+    *gen = 0;
+    rc = ftc_redis_want_array(rep, commit, 2, &el, &n, &c->err);
+    if (!rc && el[0]->type != REDIS_REPLY_NIL) {
+        long long s, g = 0;
+        rc = ftc_redis_str_to_ll(el[0], "commit step", &s, &c->err);
+        if (!rc && el[1]->type != REDIS_REPLY_NIL)
+            rc = ftc_redis_str_to_ll(el[1], "commit gen", &g, &c->err);
+        if (!rc) {
+            *step = s;
+            *gen = (uint64_t)g;
+        } else {
+            ftc_err_wrap(&c->err, "%s", commit);
+        }
+    }
+    ftc_redis_reply_free(rep);
+    return rc;
+}

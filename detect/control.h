@@ -1,0 +1,138 @@
+/*
+ * control.h — the job's state in Redis: keys, generations, leader lease,
+ * heartbeats, membership, failure reports, events and commit records.
+ *
+ * Every key lives under "ftc:{JOB}:" (the braces are a Redis Cluster hash tag:
+ * all of a job's keys share one slot, so multi-key Lua scripts work there
+ * too). docs/redis-keys.md lists them. Multi-key updates are Lua scripts;
+ * writes that depend on membership carry the generation and are refused when
+ * it is stale (I4), and leader actions carry the lease epoch and are refused
+ * when the caller no longer holds the lease.
+ *
+ * A control handle wraps one Redis connection: one per thread.
+ */
+#ifndef FTC_DETECT_CONTROL_H
+#define FTC_DETECT_CONTROL_H
+
+#include "detect/redis.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FTC_CTL_NODE_MAX 64     /* bytes of a node id */
+#define FTC_CTL_EVENTS_CAP 10000 /* approximate length the event stream is trimmed to */
+
+typedef struct ftc_ctl ftc_ctl_t;
+
+/* Binds a connection to a job (job ids: 1..63 of [A-Za-z0-9._-]). The handle
+ * takes ownership of r. NULL with err on a bad job id. */
+ftc_ctl_t *ftc_ctl_create(ftc_redis_t *r, const char *job, ftc_err_t *err);
+void ftc_ctl_destroy(ftc_ctl_t *c); /* closes the connection; NULL is a no-op */
+ftc_redis_t *ftc_ctl_redis(ftc_ctl_t *c);
+const char *ftc_ctl_errstr(const ftc_ctl_t *c);
+/* Writes the full name of a key ("ftc:{job}:" + suffix) into buf. */
+const char *ftc_ctl_key(const ftc_ctl_t *c, const char *suffix, char *buf, size_t cap);
+
+/* ---- membership and heartbeats ------------------------------------------------ */
+
+typedef struct ftc_ctl_member {
+    char node[FTC_CTL_NODE_MAX + 1]; /* node id */
+    char host[128];                  /* host name or address */
+    char domain[64];                 /* failure-domain label ("" = own domain) */
+    int64_t pid;                     /* agent process id */
+    uint64_t joined_ms;              /* wall clock at join */
+} ftc_ctl_member_t;
+
+/* Registers (or refreshes) a member. */
+int ftc_ctl_join(ftc_ctl_t *c, const ftc_ctl_member_t *m);
+/* Removes a member (a clean leave). */
+int ftc_ctl_leave(ftc_ctl_t *c, const char *node);
+
+typedef struct ftc_ctl_heartbeat {
+    uint64_t generation;   /* the generation the agent is in */
+    int64_t step;          /* last step its ranks finished (-1 before the first) */
+    uint64_t step_time_us; /* duration of that step */
+    uint64_t wall_ms;      /* when it was sent */
+} ftc_ctl_heartbeat_t;
+
+/* SET ftc:{job}:hb:NODE "gen step step_time_us wall_ms" PX ttl_ms, and
+ * ZADD ftc:{job}:deadlines (wall_ms + ttl_ms) NODE, pipelined. */
+int ftc_ctl_heartbeat(ftc_ctl_t *c, const char *node, const ftc_ctl_heartbeat_t *hb, int ttl_ms);
+/* Members whose heartbeat deadline (wall ms of the last heartbeat + TTL, in
+ * the sorted set ftc:{job}:deadlines) is at or before now_ms: candidates for
+ * a lost node, to be confirmed by their heartbeat key being gone (clocks of
+ * different hosts may disagree; the key's TTL in Redis does not). */
+int ftc_ctl_overdue(ftc_ctl_t *c, uint64_t now_ms, char (*names)[FTC_CTL_NODE_MAX + 1], int max,
+                    int *n);
+/* Drops a member from the deadline set (after its loss was reported). */
+int ftc_ctl_forget_deadline(ftc_ctl_t *c, const char *node);
+/* Parses a heartbeat value; FTC_EPROTO naming the key on garbage. */
+int ftc_ctl_heartbeat_parse(const char *s, size_t len, ftc_ctl_heartbeat_t *hb, ftc_err_t *err);
+
+/* ---- generations --------------------------------------------------------------- */
+
+/* Current generation and world size (0, 0 before any). FTC_EPROTO when the
+ * key holds garbage. */
+int ftc_ctl_generation(ftc_ctl_t *c, uint64_t *gen, uint32_t *world);
+/* Leader only: moves from generation `seen` to seen+1 with the given world
+ * size. FTC_ESTALE when the generation moved meanwhile; FTC_EAUTH ("fenced")
+ * when (holder, epoch) no longer holds the lease. *out = the new generation. */
+int ftc_ctl_generation_bump(ftc_ctl_t *c, const char *holder, uint64_t epoch, uint64_t seen,
+                            uint32_t world, const char *reason, uint64_t *out);
+/* After Redis lost its data (a restart without persistence): puts back what
+ * this agent knows, never moving a value backwards. */
+int ftc_ctl_reseed(ftc_ctl_t *c, uint64_t gen, uint32_t world, int64_t committed_step);
+
+/* ---- leader lease ---------------------------------------------------------------- */
+
+/* Tries to take the lease (SET NX PX + a new epoch). *held tells whether
+ * holder has it now; *epoch is the fencing token of the current holder. */
+int ftc_ctl_lease_acquire(ftc_ctl_t *c, const char *holder, int ttl_ms, bool *held,
+                          uint64_t *epoch);
+/* Extends the lease only if (holder, epoch) still holds it; *held = false
+ * means it was lost (expired while paused, or taken over). */
+int ftc_ctl_lease_renew(ftc_ctl_t *c, const char *holder, uint64_t epoch, int ttl_ms, bool *held);
+int ftc_ctl_lease_release(ftc_ctl_t *c, const char *holder, uint64_t epoch);
+/* Who holds the lease: holder ("" when none), epoch and milliseconds left. */
+int ftc_ctl_leader(ftc_ctl_t *c, char *holder, size_t cap, uint64_t *epoch, int64_t *ttl_ms);
+
+/* ---- events and failure reports ---------------------------------------------- */
+
+typedef struct ftc_ctl_event {
+    const char *kind;   /* node_lost, rank_exit, hang, straggler, nan, loss_spike, redis_gap,
+                           generation, commit, ... */
+    const char *node;   /* "" when not about one node */
+    int rank;           /* -1 when not about one rank */
+    uint64_t generation;
+    int64_t step;       /* -1 when unknown */
+    const char *detail; /* free text with the numbers */
+    uint64_t t_fault_ms;  /* when the fault happened (best estimate), 0 = unknown */
+    uint64_t t_detect_ms; /* when it was detected */
+} ftc_ctl_event_t;
+
+/* XADD to ftc:{job}:events, trimmed to about FTC_CTL_EVENTS_CAP. */
+int ftc_ctl_event(ftc_ctl_t *c, const ftc_ctl_event_t *e);
+/* Reports a failure exactly once per id within a generation: the first
+ * reporter's call adds the event (*first = true), later ones do nothing. */
+int ftc_ctl_report(ftc_ctl_t *c, const char *id, const ftc_ctl_event_t *e, bool *first);
+
+/* ---- commit records --------------------------------------------------------------- */
+
+/* A rank reports its shard of (generation, step). When every rank of that
+ * generation has reported, the step becomes the committed step — atomically,
+ * never backwards, never for a stale generation (FTC_ESTALE). *committed is
+ * the committed step after the call (-1 if none); *now_committed is true
+ * when this call committed it. */
+int ftc_ctl_commit_report(ftc_ctl_t *c, uint64_t gen, int64_t step, uint32_t rank,
+                          uint64_t checksum, int64_t *committed, bool *now_committed);
+/* The committed step and the generation that committed it (-1, 0 when none). */
+int ftc_ctl_committed(ftc_ctl_t *c, int64_t *step, uint64_t *gen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

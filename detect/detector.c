@@ -1,0 +1,1044 @@
+/*
+ * detector.c — see detector.h. Two threads: the local watch (pidfds, hangs,
+ * numbers; never blocks on Redis) and the Redis session (heartbeats, lease,
+ * node loss, stragglers, publication). Events travel local -> callback ->
+ * publish queue -> Redis stream.
+ */
+#include "detect/detector.h"
+
+#include "core/clock.h"
+#include "core/hash.h"
+#include "core/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <hiredis/hiredis.h>
+#include <inttypes.h>
+#include <math.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define FTC_DET_MAX_RANKS 256
+#define FTC_DET_TIMES 32   /* step times kept per rank for the median */
+#define FTC_DET_LOSSES 512 /* upper bound of spike_window */
+#define FTC_DET_QUEUE 1024 /* events waiting for callback or publication */
+
+typedef struct ftc__ev {
+    char kind[24];
+    char node[FTC_CTL_NODE_MAX + 1];
+    char detail[256];
+    char id[192];   /* dedupe id ("" = plain event) */
+    int rank;
+    uint64_t gen;
+    int64_t step;
+    uint64_t t_fault_ms, t_detect_ms;
+    bool publish;   /* false: local only (e.g. a generation seen) */
+} ftc__ev_t;
+
+typedef struct ftc__evq {
+    ftc__ev_t *ev;
+    int head, len; /* ring of FTC_DET_QUEUE */
+    uint64_t dropped;
+} ftc__evq_t;
+
+typedef struct ftc__rank {
+    bool used;
+    int rank;
+    pid_t pid;       /* 0 = not watched */
+    int pidfd;       /* -1 = poll /proc instead */
+    int64_t step;    /* last finished step, -1 before the first */
+    uint64_t last_ns; /* when progress was last reported (or watching began) */
+    uint64_t times[FTC_DET_TIMES];
+    int ntimes, tpos;
+    int64_t hang_step; /* step already reported as hung */
+    double loss[FTC_DET_LOSSES];
+    int nloss, lpos;
+} ftc__rank_t;
+
+typedef struct ftc__node {
+    char name[FTC_CTL_NODE_MAX + 1];
+    char incarnation[24]; /* joined_ms from the member record */
+    bool lost;            /* reported lost for this incarnation */
+    int slow;             /* consecutive slow scans */
+} ftc__node_t;
+
+struct ftc_detector {
+    ftc_detector_options_t o;
+    char job[64], node[FTC_CTL_NODE_MAX + 1], host[128], domain[64], holder[192];
+    ftc_redis_url_t url;
+    pthread_mutex_t mu;      /* guards ranks, queues, stats, leader fields */
+    ftc__rank_t ranks[FTC_DET_MAX_RANKS];
+    ftc__evq_t local, pub;   /* to the callback; to Redis */
+    int wake[2];             /* wakes the local thread */
+    atomic_bool stop;
+    pthread_t local_tid, redis_tid;
+    bool local_started, redis_started;
+    /* Redis thread state (only that thread touches these, except under mu) */
+    ftc_ctl_t *ctl;
+    ftc_redis_t *sub;
+    bool subscribed;
+    uint64_t joined_ms;
+    uint32_t world;
+    int64_t committed;
+    bool down;               /* Redis unreachable since down_ms */
+    uint64_t down_ms;
+    uint64_t lease_ok_ns;    /* last successful acquire/renew */
+    ftc__node_t **nodes;     /* members seen, each allocated once (pointers stay valid) */
+    int nnodes, capnodes;
+    int *hidx;               /* open-addressing index name -> nodes[i] + 1 (0 = empty) */
+    int hcap;                /* power of two */
+    uint64_t next_overdue;   /* leader: next poll of the deadline set (ns) */
+    ftc_detector_stats_t st; /* under mu */
+};
+
+/* ---- queues ---------------------------------------------------------------------- */
+
+static void ftc__push(ftc__evq_t *q, const ftc__ev_t *e)
+{
+    if (q->len == FTC_DET_QUEUE) { /* drop the oldest: newest failures matter most */
+        q->head = (q->head + 1) % FTC_DET_QUEUE;
+        q->len--;
+        q->dropped++;
+    }
+    q->ev[(q->head + q->len) % FTC_DET_QUEUE] = *e;
+    q->len++;
+}
+
+static bool ftc__pop(ftc__evq_t *q, ftc__ev_t *e)
+{
+    if (!q->len)
+        return false;
+    *e = q->ev[q->head];
+    q->head = (q->head + 1) % FTC_DET_QUEUE;
+    q->len--;
+    return true;
+}
+
+static void ftc__wake(ftc_detector_t *d)
+{
+    char b = 1;
+    ssize_t w = write(d->wake[1], &b, 1);
+    (void)w; /* a full pipe already means "wake up" */
+}
+
+/* Queues an event for the callback (local thread). Caller holds mu. */
+static void ftc__emit_locked(ftc_detector_t *d, const char *kind, const char *node, int rank,
+                             int64_t step, const char *id, bool publish, const char *fmt, ...)
+    __attribute__((format(printf, 8, 9)));
+static void ftc__emit_locked(ftc_detector_t *d, const char *kind, const char *node, int rank,
+                             int64_t step, const char *id, bool publish, const char *fmt, ...)
+{
+    ftc__ev_t e;
+    memset(&e, 0, sizeof e);
+    snprintf(e.kind, sizeof e.kind, "%s", kind);
+    snprintf(e.node, sizeof e.node, "%s", node ? node : d->node);
+    snprintf(e.id, sizeof e.id, "%s", id ? id : "");
+    e.rank = rank;
+    e.step = step;
+    e.gen = d->st.generation;
+    e.t_detect_ms = ftc_wall_ms();
+    e.publish = publish;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e.detail, sizeof e.detail, fmt, ap);
+    va_end(ap);
+    ftc__push(&d->local, &e);
+    ftc__wake(d);
+}
+
+/* ---- local watch ------------------------------------------------------------------- */
+
+static ftc__rank_t *ftc__rank_get(ftc_detector_t *d, int rank, bool create)
+{
+    ftc__rank_t *free_slot = NULL;
+    for (int i = 0; i < FTC_DET_MAX_RANKS; i++) {
+        if (d->ranks[i].used && d->ranks[i].rank == rank)
+            return &d->ranks[i];
+        if (!d->ranks[i].used && !free_slot)
+            free_slot = &d->ranks[i];
+    }
+    if (!create || !free_slot)
+        return NULL;
+    memset(free_slot, 0, sizeof *free_slot);
+    free_slot->used = true;
+    free_slot->rank = rank;
+    free_slot->pidfd = -1;
+    free_slot->step = -1;
+    free_slot->hang_step = -2;
+    free_slot->last_ns = ftc_now_ns();
+    return free_slot;
+}
+
+static int ftc__pidfd_open(pid_t pid)
+{
+#ifdef SYS_pidfd_open
+    return (int)syscall(SYS_pidfd_open, pid, 0);
+#else
+    return (int)syscall(434, pid, 0);
+#endif
+}
+
+/* True when pid is gone or a zombie (for kernels without pidfd). */
+static bool ftc__pid_dead(pid_t pid)
+{
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return true;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *rp = strrchr(buf, ')');
+    return rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
+}
+
+int ftc_detector_watch_pid(ftc_detector_t *d, int rank, pid_t pid)
+{
+    if (pid <= 0)
+        return FTC_EINVAL;
+    int fd = ftc__pidfd_open(pid);
+    if (fd < 0 && errno == ESRCH)
+        return FTC_ENOENT;
+    pthread_mutex_lock(&d->mu);
+    ftc__rank_t *r = ftc__rank_get(d, rank, true);
+    if (!r) {
+        pthread_mutex_unlock(&d->mu);
+        if (fd >= 0)
+            close(fd);
+        return FTC_ERANGE;
+    }
+    if (r->pidfd >= 0)
+        close(r->pidfd);
+    r->pid = pid;
+    r->pidfd = fd; /* -1: fall back to /proc polling */
+    r->last_ns = ftc_now_ns();
+    pthread_mutex_unlock(&d->mu);
+    ftc__wake(d);
+    return 0;
+}
+
+static int ftc__cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+void ftc_detector_progress(ftc_detector_t *d, int rank, int64_t step, uint64_t step_time_us)
+{
+    pthread_mutex_lock(&d->mu);
+    ftc__rank_t *r = ftc__rank_get(d, rank, true);
+    if (r && step > r->step) {
+        r->step = step;
+        r->last_ns = ftc_now_ns();
+        r->times[r->tpos] = step_time_us;
+        r->tpos = (r->tpos + 1) % FTC_DET_TIMES;
+        if (r->ntimes < FTC_DET_TIMES)
+            r->ntimes++;
+    }
+    pthread_mutex_unlock(&d->mu);
+}
+
+void ftc_detector_loss(ftc_detector_t *d, int rank, int64_t step, double loss)
+{
+    pthread_mutex_lock(&d->mu);
+    ftc__rank_t *r = ftc__rank_get(d, rank, true);
+    if (!r) {
+        pthread_mutex_unlock(&d->mu);
+        return;
+    }
+    char id[128];
+    if (!isfinite(loss)) {
+        snprintf(id, sizeof id, "nan:%s:%d:%" PRId64, d->node, rank, step);
+        ftc__emit_locked(d, "nan", NULL, rank, step, id, true, "loss is %s at step %" PRId64,
+                         isnan(loss) ? "NaN" : "Inf", step);
+        pthread_mutex_unlock(&d->mu);
+        return;
+    }
+    int w = d->o.spike_window;
+    if (r->nloss >= w && w >= 2) {
+        double mean = 0, var = 0;
+        for (int i = 0; i < w; i++)
+            mean += r->loss[i];
+        mean /= w;
+        for (int i = 0; i < w; i++)
+            var += (r->loss[i] - mean) * (r->loss[i] - mean);
+        double sd = sqrt(var / (w - 1));
+        if (sd > 0 && loss > mean + d->o.spike_sigma * sd) {
+            snprintf(id, sizeof id, "loss_spike:%s:%d:%" PRId64, d->node, rank, step);
+            ftc__emit_locked(d, "loss_spike", NULL, rank, step, id, true,
+                             "loss %.6g at step %" PRId64 " is %.1f sigma above the mean %.6g "
+                             "(sd %.3g) of the last %d",
+                             loss, step, (loss - mean) / sd, mean, sd, w);
+            pthread_mutex_unlock(&d->mu);
+            return; /* a spike stays out of the window */
+        }
+    }
+    r->loss[r->lpos] = loss;
+    r->lpos = (r->lpos + 1) % (w > 0 ? w : 1);
+    if (r->nloss < w)
+        r->nloss++;
+    pthread_mutex_unlock(&d->mu);
+}
+
+/* Checks every watched rank for exit and hang. Caller holds mu. */
+static void ftc__check_ranks_locked(ftc_detector_t *d, const struct pollfd *pfd, int npfd)
+{
+    uint64_t now = ftc_now_ns();
+    char id[160];
+    for (int i = 0; i < FTC_DET_MAX_RANKS; i++) {
+        ftc__rank_t *r = &d->ranks[i];
+        if (!r->used)
+            continue;
+        if (r->pid > 0) {
+            bool dead = false;
+            if (r->pidfd >= 0) {
+                for (int k = 0; k < npfd; k++)
+                    if (pfd[k].fd == r->pidfd && (pfd[k].revents & (POLLIN | POLLHUP | POLLERR)))
+                        dead = true;
+            } else {
+                dead = ftc__pid_dead(r->pid);
+            }
+            if (dead) {
+                snprintf(id, sizeof id, "rank_exit:%s:%d:%d", d->node, r->rank, (int)r->pid);
+                ftc__emit_locked(d, "rank_exit", NULL, r->rank, r->step, id, true,
+                                 "rank %d (pid %d) exited after step %" PRId64, r->rank,
+                                 (int)r->pid, r->step);
+                if (r->pidfd >= 0)
+                    close(r->pidfd);
+                r->pidfd = -1;
+                r->pid = 0;
+                continue;
+            }
+        }
+        if (r->ntimes == 0 || r->hang_step == r->step)
+            continue;
+        uint64_t sorted[FTC_DET_TIMES];
+        memcpy(sorted, r->times, sizeof sorted);
+        qsort(sorted, (size_t)r->ntimes, sizeof sorted[0], ftc__cmp_u64);
+        uint64_t median_us = sorted[r->ntimes / 2];
+        double limit_ms = d->o.hang_factor * (double)median_us / 1000.0;
+        if (limit_ms < d->o.hang_min_ms)
+            limit_ms = d->o.hang_min_ms;
+        double idle_ms = (double)(now - r->last_ns) / 1e6;
+        if (idle_ms > limit_ms) {
+            r->hang_step = r->step;
+            snprintf(id, sizeof id, "hang:%s:%d:%" PRId64, d->node, r->rank, r->step);
+            ftc__emit_locked(d, "hang", NULL, r->rank, r->step, id, true,
+                             "rank %d made no progress for %.0f ms after step %" PRId64
+                             " (median step %.1f ms, limit %.0f ms)",
+                             r->rank, idle_ms, r->step, (double)median_us / 1000.0, limit_ms);
+        }
+    }
+}
+
+static void *ftc__local_main(void *arg)
+{
+    ftc_detector_t *d = arg;
+    struct pollfd pfd[FTC_DET_MAX_RANKS + 1];
+    while (!atomic_load(&d->stop)) {
+        int n = 0;
+        pfd[n++] = (struct pollfd){d->wake[0], POLLIN, 0};
+        pthread_mutex_lock(&d->mu);
+        for (int i = 0; i < FTC_DET_MAX_RANKS; i++)
+            if (d->ranks[i].used && d->ranks[i].pid > 0 && d->ranks[i].pidfd >= 0)
+                pfd[n++] = (struct pollfd){d->ranks[i].pidfd, POLLIN, 0};
+        pthread_mutex_unlock(&d->mu);
+        int pr = poll(pfd, (nfds_t)n, 20);
+        if (pr > 0 && (pfd[0].revents & POLLIN)) {
+            char buf[64];
+            while (read(d->wake[0], buf, sizeof buf) > 0) {
+            }
+        }
+        pthread_mutex_lock(&d->mu);
+        ftc__check_ranks_locked(d, pfd, n);
+        ftc__ev_t e;
+        while (ftc__pop(&d->local, &e)) {
+            d->st.events++;
+            if (e.publish)
+                ftc__push(&d->pub, &e);
+            if (d->o.on_event) {
+                ftc_ctl_event_t ce = {e.kind, e.node,   e.rank,        e.gen,
+                                      e.step, e.detail, e.t_fault_ms, e.t_detect_ms};
+                pthread_mutex_unlock(&d->mu);
+                d->o.on_event(d->o.arg, &ce);
+                pthread_mutex_lock(&d->mu);
+            }
+        }
+        pthread_mutex_unlock(&d->mu);
+    }
+    return NULL;
+}
+
+/* ---- Redis session ------------------------------------------------------------------ */
+
+static void ftc__set_up(ftc_detector_t *d, bool ok)
+{
+    pthread_mutex_lock(&d->mu);
+    d->st.redis_up = ok;
+    pthread_mutex_unlock(&d->mu);
+}
+
+static int ftc__join(ftc_detector_t *d)
+{
+    ftc_ctl_heartbeat_t hb = {d->st.generation, -1, 0, ftc_wall_ms()};
+    int rc = ftc_ctl_heartbeat(d->ctl, d->node, &hb, d->o.ttl_ms);
+    if (rc)
+        return rc;
+    ftc_ctl_member_t m;
+    memset(&m, 0, sizeof m);
+    snprintf(m.node, sizeof m.node, "%s", d->node);
+    snprintf(m.host, sizeof m.host, "%s", d->host);
+    snprintf(m.domain, sizeof m.domain, "%s", d->domain);
+    m.pid = getpid();
+    m.joined_ms = d->joined_ms;
+    return ftc_ctl_join(d->ctl, &m);
+}
+
+/* Called after any Redis failure. */
+static void ftc__went_down(ftc_detector_t *d)
+{
+    if (!d->down) {
+        d->down = true;
+        d->down_ms = ftc_wall_ms();
+        FTC_WARN("detect", "%s: redis unreachable (%s); training continues, events are queued",
+                 d->node, ftc_ctl_errstr(d->ctl));
+    }
+    d->subscribed = false;
+    ftc_redis_close(d->sub); /* re-made, and re-subscribed, once Redis answers */
+    d->sub = NULL;
+    ftc__set_up(d, false);
+}
+
+/* Called after a Redis success: ends an outage by re-registering and
+ * putting back what a restarted Redis may have lost. */
+static void ftc__came_up(ftc_detector_t *d)
+{
+    ftc__set_up(d, true);
+    if (!d->down)
+        return;
+    d->down = false;
+    uint64_t now = ftc_wall_ms();
+    ftc__join(d);
+    ftc_ctl_reseed(d->ctl, d->st.generation, d->world, d->committed);
+    pthread_mutex_lock(&d->mu);
+    d->st.gaps++;
+    ftc__ev_t e;
+    memset(&e, 0, sizeof e);
+    snprintf(e.kind, sizeof e.kind, "redis_gap");
+    snprintf(e.node, sizeof e.node, "%s", d->node);
+    snprintf(e.detail, sizeof e.detail,
+             "redis was unreachable for %" PRIu64 " ms (from %" PRIu64 " to %" PRIu64
+             " wall ms); detection resumed",
+             now - d->down_ms, d->down_ms, now);
+    e.rank = -1;
+    e.step = -1;
+    e.gen = d->st.generation;
+    e.t_fault_ms = d->down_ms;
+    e.t_detect_ms = now;
+    e.publish = true;
+    ftc__push(&d->local, &e);
+    ftc__wake(d);
+    pthread_mutex_unlock(&d->mu);
+    FTC_INFO("detect", "%s: redis is back after %" PRIu64 " ms", d->node, now - d->down_ms);
+}
+
+static int ftc__hash_slot(const ftc_detector_t *d, const char *name)
+{
+    uint64_t h = ftc_xxh3(name, strlen(name));
+    int mask = d->hcap - 1;
+    for (int i = (int)(h & (uint64_t)mask);; i = (i + 1) & mask) {
+        int v = d->hidx[i];
+        if (!v || !strcmp(d->nodes[v - 1]->name, name))
+            return i;
+    }
+}
+
+/* The tracked record of a member, created on first sight; NULL on out of
+ * memory. Lookups are O(1): a job may have thousands of members. */
+static ftc__node_t *ftc__node_get(ftc_detector_t *d, const char *name)
+{
+    if (d->hcap && d->hidx[ftc__hash_slot(d, name)])
+        return d->nodes[d->hidx[ftc__hash_slot(d, name)] - 1];
+    if (d->nnodes == d->capnodes) {
+        int cap = d->capnodes ? d->capnodes * 2 : 64;
+        ftc__node_t **n = realloc(d->nodes, (size_t)cap * sizeof *n);
+        if (!n)
+            return NULL;
+        d->nodes = n;
+        d->capnodes = cap;
+    }
+    if ((d->nnodes + 1) * 10 > d->hcap * 7) { /* keep the index under 70% full */
+        int hcap = d->hcap ? d->hcap * 2 : 128;
+        int *h = calloc((size_t)hcap, sizeof *h);
+        if (!h)
+            return NULL;
+        free(d->hidx);
+        d->hidx = h;
+        d->hcap = hcap;
+        for (int i = 0; i < d->nnodes; i++)
+            d->hidx[ftc__hash_slot(d, d->nodes[i]->name)] = i + 1;
+    }
+    ftc__node_t *n = calloc(1, sizeof *n);
+    if (!n)
+        return NULL;
+    snprintf(n->name, sizeof n->name, "%s", name);
+    d->nodes[d->nnodes] = n;
+    d->hidx[ftc__hash_slot(d, name)] = d->nnodes + 1;
+    d->nnodes++;
+    return n;
+}
+
+/* A node's heartbeat is gone: report it once per incarnation. */
+static void ftc__node_lost(ftc_detector_t *d, const char *name, const char *how)
+{
+    if (!strcmp(name, d->node))
+        return; /* our own key expired: we were paused; others report us */
+    ftc__node_t *n = ftc__node_get(d, name);
+    if (!n || n->lost)
+        return;
+    n->lost = true;
+    char id[160];
+    snprintf(id, sizeof id, "node_lost:%s:%s", name, n->incarnation);
+    pthread_mutex_lock(&d->mu);
+    ftc__emit_locked(d, "node_lost", name, -1, -1, id, true, "heartbeat of %s expired (%s)",
+                     name, how);
+    pthread_mutex_unlock(&d->mu);
+}
+
+static void ftc__subscribe(ftc_detector_t *d)
+{
+    if (d->subscribed)
+        return;
+    if (!d->sub) {
+        ftc_err_t err = {0};
+        ftc_redis_options_t ro = FTC_REDIS_OPTIONS_INIT;
+        ro.command_timeout_ms = d->o.redis_timeout_ms;
+        ro.connect_timeout_ms = d->o.redis_timeout_ms;
+        d->sub = ftc_redis_connect(&d->url, &ro, &err);
+        if (!d->sub)
+            return;
+    } else if (ftc_redis_fd(d->sub) < 0) {
+        ftc_redis_close(d->sub);
+        d->sub = NULL;
+        return;
+    }
+    /* expiry events need notify-keyspace-events Ex; the embedded server has it,
+     * an external one may refuse CONFIG: then the scan alone detects */
+    ftc_redis_cmdv(ftc_ctl_redis(d->ctl), true, NULL, "CONFIG", "SET", "notify-keyspace-events",
+                   "Ex", NULL);
+    char chan[64];
+    snprintf(chan, sizeof chan, "__keyevent@%d__:expired", d->url.db);
+    ftc_redis_reply_t *rep = NULL;
+    if (ftc_redis_cmdv(d->sub, true, &rep, "SUBSCRIBE", chan, NULL) == 0)
+        d->subscribed = true;
+    ftc_redis_reply_free(rep);
+}
+
+/* Handles pushed messages until d passes. */
+static void ftc__read_pushes(ftc_detector_t *d, ftc_deadline_t until)
+{
+    char prefix[128];
+    ftc_ctl_key(d->ctl, "hb:", prefix, sizeof prefix);
+    size_t pl = strlen(prefix);
+    for (;;) {
+        ftc_redis_reply_t *rep = NULL;
+        int rc = ftc_redis_read_push(d->sub, until, &rep);
+        if (rc == FTC_ETIMEDOUT)
+            return;
+        if (rc) {
+            d->subscribed = false; /* re-subscribe and let the scan cover the gap */
+            return;
+        }
+        if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 3 &&
+            rep->element[0]->type == REDIS_REPLY_STRING &&
+            !strcmp(rep->element[0]->str, "message") &&
+            rep->element[2]->type == REDIS_REPLY_STRING && rep->element[2]->len > pl &&
+            !strncmp(rep->element[2]->str, prefix, pl)) {
+            char name[FTC_CTL_NODE_MAX + 1];
+            snprintf(name, sizeof name, "%.*s", (int)(rep->element[2]->len - pl),
+                     rep->element[2]->str + pl);
+            ftc__node_lost(d, name, "expiry notification");
+        }
+        ftc_redis_reply_free(rep);
+    }
+}
+
+static uint64_t ftc__median(uint64_t *v, int n)
+{
+    qsort(v, (size_t)n, sizeof v[0], ftc__cmp_u64);
+    return v[n / 2];
+}
+
+/* Members, their heartbeats, the generation and the commit. */
+static int ftc__scan(ftc_detector_t *d)
+{
+    ftc_redis_t *r = ftc_ctl_redis(d->ctl);
+    char members[128];
+    ftc_ctl_key(d->ctl, "members", members, sizeof members);
+    uint64_t gen;
+    uint32_t world;
+    int rc = ftc_ctl_generation(d->ctl, &gen, &world);
+    if (rc == 0) {
+        pthread_mutex_lock(&d->mu);
+        if (gen != d->st.generation && gen > 0) {
+            d->st.generation = gen;
+            ftc__emit_locked(d, "generation", NULL, -1, -1, NULL, false, "generation %" PRIu64
+                             " (world %u)", gen, world);
+        }
+        pthread_mutex_unlock(&d->mu);
+        d->world = world;
+    } else if (rc == FTC_EPROTO) {
+        FTC_WARN("detect", "%s", ftc_ctl_errstr(d->ctl));
+    } else {
+        return rc;
+    }
+    int64_t cstep;
+    uint64_t cgen;
+    if (ftc_ctl_committed(d->ctl, &cstep, &cgen) == 0 && cstep > d->committed)
+        d->committed = cstep;
+    ftc_redis_reply_t *rep = NULL;
+    rc = ftc_redis_cmdv(r, true, &rep, "HGETALL", members, NULL);
+    if (rc)
+        return rc;
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements % 2) {
+        FTC_WARN("detect", "%s is not a hash of members", members);
+        ftc_redis_reply_free(rep);
+        return 0;
+    }
+    size_t nm = rep->elements / 2;
+    bool self_listed = false;
+    int nk = 0;
+    const char **argv = calloc(nm + 1, sizeof *argv);
+    char **keys = calloc(nm + 1, sizeof *keys);
+    ftc__node_t **nodes = calloc(nm + 1, sizeof *nodes);
+    uint64_t *times = calloc(nm + 1, sizeof *times);
+    if (!argv || !keys || !nodes || !times) {
+        rc = FTC_ENOMEM;
+        goto out;
+    }
+    argv[0] = "MGET";
+    for (size_t i = 0; i < nm; i++) {
+        redisReply *k = rep->element[2 * i], *v = rep->element[2 * i + 1];
+        if (k->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING ||
+            k->len > FTC_CTL_NODE_MAX)
+            continue;
+        if (!strcmp(k->str, d->node))
+            self_listed = true;
+        ftc__node_t *n = ftc__node_get(d, k->str);
+        if (!n)
+            continue;
+        char host[128], dom[64], inc[24];
+        long long pid;
+        if (sscanf(v->str, "%127s %63s %lld %23s", host, dom, &pid, inc) == 4 &&
+            strcmp(inc, n->incarnation)) {
+            snprintf(n->incarnation, sizeof n->incarnation, "%s", inc);
+            n->lost = false; /* a new incarnation: it may be lost again */
+            n->slow = 0;
+        }
+        keys[nk] = malloc(strlen(members) + FTC_CTL_NODE_MAX + 8);
+        if (!keys[nk]) {
+            rc = FTC_ENOMEM;
+            goto out;
+        }
+        char suffix[FTC_CTL_NODE_MAX + 8];
+        snprintf(suffix, sizeof suffix, "hb:%s", k->str);
+        ftc_ctl_key(d->ctl, suffix, keys[nk], strlen(members) + FTC_CTL_NODE_MAX + 8);
+        argv[nk + 1] = keys[nk];
+        nodes[nk] = n;
+        nk++;
+    }
+    if (!self_listed) /* Redis lost our record (restart without persistence) */
+        ftc__join(d);
+    if (nk > 0) {
+        ftc_redis_reply_t *hbs = NULL;
+        rc = ftc_redis_cmd(r, true, &hbs, nk + 1, argv, NULL);
+        if (rc)
+            goto out;
+        int nt = 0;
+        for (int i = 0; i < nk && hbs->type == REDIS_REPLY_ARRAY && (size_t)i < hbs->elements;
+             i++) {
+            redisReply *h = hbs->element[i];
+            if (h->type == REDIS_REPLY_NIL) {
+                ftc__node_lost(d, nodes[i]->name, "scan");
+                continue;
+            }
+            ftc_ctl_heartbeat_t hb;
+            ftc_err_t err = {0};
+            if (h->type != REDIS_REPLY_STRING ||
+                ftc_ctl_heartbeat_parse(h->str, h->len, &hb, &err) != 0) {
+                FTC_WARN("detect", "%s: %s", keys[i], err.msg[0] ? err.msg : "not a string");
+                continue;
+            }
+            times[i] = hb.step >= 0 ? hb.step_time_us : 0;
+            if (times[i])
+                nt++;
+        }
+        /* stragglers: the leader compares each node with the median */
+        if (ftc_detector_is_leader(d) && nt >= 3) {
+            uint64_t *sorted = calloc((size_t)nt, sizeof *sorted);
+            int j = 0;
+            for (int i = 0; i < nk; i++)
+                if (times[i] && sorted)
+                    sorted[j++] = times[i];
+            uint64_t med = sorted ? ftc__median(sorted, nt) : 0;
+            free(sorted);
+            for (int i = 0; i < nk && med; i++) {
+                if (!times[i])
+                    continue;
+                if ((double)times[i] > d->o.straggler_factor * (double)med) {
+                    if (++nodes[i]->slow == d->o.straggler_window) {
+                        pthread_mutex_lock(&d->mu);
+                        ftc__emit_locked(d, "straggler", nodes[i]->name, -1, -1, NULL, true,
+                                         "%s: step time %.1f ms is %.2fx the median %.1f ms "
+                                         "for %d scans",
+                                         nodes[i]->name, (double)times[i] / 1000.0,
+                                         (double)times[i] / (double)med, (double)med / 1000.0,
+                                         d->o.straggler_window);
+                        pthread_mutex_unlock(&d->mu);
+                    }
+                } else {
+                    nodes[i]->slow = 0;
+                }
+            }
+        }
+        ftc_redis_reply_free(hbs);
+    }
+    rc = 0;
+out:
+    for (int i = 0; i < nk; i++)
+        free(keys[i]);
+    free(keys);
+    free(argv);
+    free(nodes);
+    free(times);
+    ftc_redis_reply_free(rep);
+    return rc;
+}
+
+/* Leader: members whose heartbeat deadline passed, confirmed by their key
+ * being gone in Redis (whose TTL clock is the authority, not ours). */
+static int ftc__poll_overdue(ftc_detector_t *d)
+{
+    enum { MAX = 256 }; /* candidates per poll; the rest come at the next one */
+    char(*names)[FTC_CTL_NODE_MAX + 1] = calloc(MAX, sizeof *names);
+    if (!names)
+        return FTC_ENOMEM;
+    int n = 0;
+    int rc = ftc_ctl_overdue(d->ctl, ftc_wall_ms(), names, MAX, &n);
+    for (int i = 0; !rc && i < n; i++) {
+        if (!strcmp(names[i], d->node))
+            continue;
+        char suffix[FTC_CTL_NODE_MAX + 8], key[256];
+        snprintf(suffix, sizeof suffix, "hb:%s", names[i]);
+        ftc_ctl_key(d->ctl, suffix, key, sizeof key);
+        ftc_redis_reply_t *rep = NULL;
+        rc = ftc_redis_cmdv(ftc_ctl_redis(d->ctl), true, &rep, "EXISTS", key, NULL);
+        long long exists = 1;
+        ftc_err_t err = {0};
+        if (!rc && ftc_redis_want_int(rep, "EXISTS", &exists, &err) == 0 && exists == 0) {
+            ftc__node_lost(d, names[i], "heartbeat deadline passed");
+            ftc_ctl_forget_deadline(d->ctl, names[i]);
+        }
+        ftc_redis_reply_free(rep);
+    }
+    free(names);
+    return rc;
+}
+
+static void ftc__lease_tick(ftc_detector_t *d)
+{
+    pthread_mutex_lock(&d->mu);
+    bool leader = d->st.leader;
+    uint64_t epoch = d->st.epoch;
+    pthread_mutex_unlock(&d->mu);
+    bool held = false;
+    uint64_t ep = epoch;
+    int rc;
+    if (leader)
+        rc = ftc_ctl_lease_renew(d->ctl, d->holder, epoch, d->o.lease_ttl_ms, &held);
+    else if (d->o.campaign)
+        rc = ftc_ctl_lease_acquire(d->ctl, d->holder, d->o.lease_ttl_ms, &held, &ep);
+    else
+        return;
+    if (rc) {
+        if (rc == FTC_EPROTO)
+            FTC_WARN("detect", "%s", ftc_ctl_errstr(d->ctl));
+        return;
+    }
+    pthread_mutex_lock(&d->mu);
+    if (held) {
+        d->lease_ok_ns = ftc_now_ns();
+        if (!d->st.leader) {
+            d->st.leader = true;
+            d->st.epoch = ep;
+            ftc__emit_locked(d, "leader", NULL, -1, -1, NULL, true, "%s leads with epoch %" PRIu64,
+                             d->node, ep);
+        }
+    } else if (d->st.leader) {
+        d->st.leader = false;
+        ftc__emit_locked(d, "leader_lost", NULL, -1, -1, NULL, true,
+                         "%s lost the lease of epoch %" PRIu64 " (taken over or expired)", d->node,
+                         epoch);
+    }
+    pthread_mutex_unlock(&d->mu);
+}
+
+/* A leader that could not renew within the lease TTL stops being leader
+ * before anything else happens (e.g. right after a SIGSTOP ends). */
+static void ftc__lease_expire_locally(ftc_detector_t *d)
+{
+    pthread_mutex_lock(&d->mu);
+    if (d->st.leader &&
+        ftc_now_ns() - d->lease_ok_ns > (uint64_t)d->o.lease_ttl_ms * 1000000ull * 9 / 10) {
+        d->st.leader = false;
+        ftc__emit_locked(d, "leader_lost", NULL, -1, -1, NULL, true,
+                         "%s stepped down: no lease renewal for %" PRIu64
+                         " ms (paused or cut off from redis)",
+                         d->node, (uint64_t)((ftc_now_ns() - d->lease_ok_ns) / 1000000u));
+    }
+    pthread_mutex_unlock(&d->mu);
+}
+
+static void ftc__publish(ftc_detector_t *d)
+{
+    for (;;) {
+        ftc__ev_t e;
+        pthread_mutex_lock(&d->mu);
+        bool have = ftc__pop(&d->pub, &e);
+        pthread_mutex_unlock(&d->mu);
+        if (!have)
+            return;
+        ftc_ctl_event_t ce = {e.kind, e.node, e.rank, e.gen, e.step, e.detail, e.t_fault_ms,
+                              e.t_detect_ms};
+        int rc = e.id[0] ? ftc_ctl_report(d->ctl, e.id, &ce, NULL) : ftc_ctl_event(d->ctl, &ce);
+        if (rc) {
+            pthread_mutex_lock(&d->mu); /* put it back for later */
+            ftc__evq_t *q = &d->pub;
+            if (q->len < FTC_DET_QUEUE) {
+                q->head = (q->head + FTC_DET_QUEUE - 1) % FTC_DET_QUEUE;
+                q->ev[q->head] = e;
+                q->len++;
+            } else {
+                q->dropped++;
+            }
+            pthread_mutex_unlock(&d->mu);
+            ftc__went_down(d);
+            return;
+        }
+        pthread_mutex_lock(&d->mu);
+        d->st.published++;
+        pthread_mutex_unlock(&d->mu);
+    }
+}
+
+static void *ftc__redis_main(void *arg)
+{
+    ftc_detector_t *d = arg;
+    uint64_t next_hb = 0, next_scan = 0, next_lease = 0;
+    while (!atomic_load(&d->stop)) {
+        ftc__lease_expire_locally(d);
+        uint64_t now = ftc_now_ns();
+        if (now >= next_hb) {
+            next_hb = now + (uint64_t)d->o.heartbeat_ms * 1000000ull;
+            int64_t step = -1;
+            uint64_t st = 0;
+            pthread_mutex_lock(&d->mu);
+            for (int i = 0; i < FTC_DET_MAX_RANKS; i++) /* the node's slowest rank */
+                if (d->ranks[i].used && d->ranks[i].step >= 0 &&
+                    (step < 0 || d->ranks[i].step < step)) {
+                    step = d->ranks[i].step;
+                    st = d->ranks[i].times[(d->ranks[i].tpos + FTC_DET_TIMES - 1) % FTC_DET_TIMES];
+                }
+            ftc_ctl_heartbeat_t hb = {d->st.generation, step, st, ftc_wall_ms()};
+            pthread_mutex_unlock(&d->mu);
+            if (ftc_ctl_heartbeat(d->ctl, d->node, &hb, d->o.ttl_ms) == 0) {
+                ftc__came_up(d);
+                pthread_mutex_lock(&d->mu);
+                d->st.heartbeats++;
+                pthread_mutex_unlock(&d->mu);
+            } else {
+                ftc__went_down(d);
+            }
+        }
+        if (!d->down && now >= next_lease) {
+            next_lease = now + (uint64_t)d->o.lease_ttl_ms * 1000000ull / 4;
+            ftc__lease_tick(d);
+        }
+        bool leader = ftc_detector_is_leader(d);
+        if (!d->down && leader && now >= d->next_overdue) {
+            d->next_overdue = now + (uint64_t)d->o.deadline_poll_ms * 1000000ull;
+            if (ftc__poll_overdue(d) != 0)
+                ftc__went_down(d);
+        }
+        if (!d->down && now >= next_scan) {
+            uint64_t period = (uint64_t)d->o.scan_ms * (leader ? 1u : (uint64_t)d->o.follower_scan_factor);
+            next_scan = now + period * 1000000ull;
+            if (ftc__scan(d) != 0)
+                ftc__went_down(d);
+        }
+        if (!d->down)
+            ftc__publish(d);
+        if (!d->down)
+            ftc__subscribe(d);
+        uint64_t next = next_hb < next_scan ? next_hb : next_scan;
+        if (next_lease < next)
+            next = next_lease;
+        if (leader && d->next_overdue < next)
+            next = d->next_overdue;
+        now = ftc_now_ns();
+        uint64_t wait_ms = next > now ? (next - now) / 1000000ull : 0;
+        if (wait_ms > 50)
+            wait_ms = 50;
+        if (d->subscribed)
+            ftc__read_pushes(d, ftc_deadline_in_ms(wait_ms));
+        else if (wait_ms)
+            ftc_sleep_ms(wait_ms);
+    }
+    return NULL;
+}
+
+/* ---- life cycle -------------------------------------------------------------------- */
+
+ftc_detector_t *ftc_detector_start(const ftc_redis_url_t *url, const ftc_detector_options_t *o,
+                                   ftc_err_t *err)
+{
+    if (!o || !o->job || !o->node || o->heartbeat_ms < 1 || o->ttl_ms <= o->heartbeat_ms ||
+        o->scan_ms < 1 || o->lease_ttl_ms < 10 || o->spike_window > FTC_DET_LOSSES ||
+        o->straggler_window < 1 || o->redis_timeout_ms < 1 || o->deadline_poll_ms < 1 ||
+        o->follower_scan_factor < 1) {
+        ftc_err_set(err, FTC_EINVAL,
+                    "detector: job and node are required, ttl_ms must exceed heartbeat_ms, and "
+                    "spike_window is at most %d",
+                    FTC_DET_LOSSES);
+        return NULL;
+    }
+    ftc_detector_t *d = calloc(1, sizeof *d);
+    if (!d) {
+        ftc_err_set(err, FTC_ENOMEM, "detector: out of memory");
+        return NULL;
+    }
+    d->o = *o;
+    d->wake[0] = d->wake[1] = -1;
+    d->committed = -1;
+    snprintf(d->job, sizeof d->job, "%s", o->job);
+    snprintf(d->node, sizeof d->node, "%s", o->node);
+    snprintf(d->domain, sizeof d->domain, "%s", o->domain ? o->domain : "");
+    if (o->host && *o->host)
+        snprintf(d->host, sizeof d->host, "%s", o->host);
+    else if (gethostname(d->host, sizeof d->host) != 0)
+        snprintf(d->host, sizeof d->host, "unknown");
+    d->joined_ms = ftc_wall_ms();
+    snprintf(d->holder, sizeof d->holder, "%s:%d:%" PRIu64, d->node, (int)getpid(), d->joined_ms);
+    d->o.job = d->job;
+    d->o.node = d->node;
+    d->url = *url;
+    pthread_mutex_init(&d->mu, NULL);
+    d->local.ev = calloc(FTC_DET_QUEUE, sizeof(ftc__ev_t));
+    d->pub.ev = calloc(FTC_DET_QUEUE, sizeof(ftc__ev_t));
+    if (!d->local.ev || !d->pub.ev) {
+        ftc_err_set(err, FTC_ENOMEM, "detector: out of memory");
+        goto fail;
+    }
+    if (pipe2(d->wake, O_NONBLOCK | O_CLOEXEC) != 0) {
+        ftc_err_errno(err, errno, "detector: pipe");
+        goto fail;
+    }
+    ftc_redis_options_t ro = FTC_REDIS_OPTIONS_INIT;
+    ro.command_timeout_ms = o->redis_timeout_ms;
+    ro.connect_timeout_ms = o->redis_timeout_ms;
+    ftc_redis_t *r = ftc_redis_connect(url, &ro, err);
+    if (!r)
+        goto fail;
+    d->ctl = ftc_ctl_create(r, d->job, err);
+    if (!d->ctl) {
+        ftc_redis_close(r);
+        goto fail;
+    }
+    uint64_t gen;
+    uint32_t world;
+    if (ftc_ctl_generation(d->ctl, &gen, &world) == 0) {
+        d->st.generation = gen;
+        d->world = world;
+    }
+    if (ftc__join(d) != 0) {
+        ftc_err_set(err, FTC_EREDIS, "detector: joining %s: %s", d->job, ftc_ctl_errstr(d->ctl));
+        goto fail;
+    }
+    d->st.redis_up = true;
+    if (pthread_create(&d->local_tid, NULL, ftc__local_main, d) != 0) {
+        ftc_err_set(err, FTC_ENOMEM, "detector: cannot start a thread");
+        goto fail;
+    }
+    d->local_started = true;
+    if (pthread_create(&d->redis_tid, NULL, ftc__redis_main, d) != 0) {
+        ftc_err_set(err, FTC_ENOMEM, "detector: cannot start a thread");
+        goto fail;
+    }
+    d->redis_started = true;
+    return d;
+fail:
+    ftc_detector_stop(d, false);
+    return NULL;
+}
+
+void ftc_detector_stop(ftc_detector_t *d, bool leave)
+{
+    if (!d)
+        return;
+    atomic_store(&d->stop, true);
+    if (d->wake[1] >= 0)
+        ftc__wake(d);
+    if (d->local_started)
+        pthread_join(d->local_tid, NULL);
+    if (d->redis_started)
+        pthread_join(d->redis_tid, NULL);
+    if (d->ctl && d->redis_started) {
+        ftc__publish(d);
+        if (d->st.leader)
+            ftc_ctl_lease_release(d->ctl, d->holder, d->st.epoch);
+        if (leave)
+            ftc_ctl_leave(d->ctl, d->node);
+    }
+    for (int i = 0; i < FTC_DET_MAX_RANKS; i++)
+        if (d->ranks[i].used && d->ranks[i].pidfd >= 0)
+            close(d->ranks[i].pidfd);
+    ftc_ctl_destroy(d->ctl);
+    ftc_redis_close(d->sub);
+    if (d->wake[0] >= 0)
+        close(d->wake[0]);
+    if (d->wake[1] >= 0)
+        close(d->wake[1]);
+    free(d->local.ev);
+    free(d->pub.ev);
+    for (int i = 0; i < d->nnodes; i++)
+        free(d->nodes[i]);
+    free(d->nodes);
+    free(d->hidx);
+    pthread_mutex_destroy(&d->mu);
+    free(d);
+}
+
+void ftc_detector_stats(ftc_detector_t *d, ftc_detector_stats_t *st)
+{
+    pthread_mutex_lock(&d->mu);
+    *st = d->st;
+    st->dropped = d->local.dropped + d->pub.dropped;
+    pthread_mutex_unlock(&d->mu);
+}
+
+bool ftc_detector_is_leader(ftc_detector_t *d)
+{
+    pthread_mutex_lock(&d->mu);
+    bool l = d->st.leader &&
+             ftc_now_ns() - d->lease_ok_ns <= (uint64_t)d->o.lease_ttl_ms * 1000000ull * 9 / 10;
+    pthread_mutex_unlock(&d->mu);
+    return l;
+}

@@ -1,0 +1,116 @@
+/*
+ * detector.h — an agent's failure detector and early warning.
+ *
+ * Two threads per detector:
+ *
+ *  - the local watch never touches Redis, so a slow or dead Redis cannot
+ *    delay it: rank exits (a pidfd per rank, reported the moment the process
+ *    ends), hangs (no step progress for hang_factor x the median step time,
+ *    at least hang_min_ms), and numerical trouble reported by the trainer
+ *    (NaN/Inf, or a loss more than spike_sigma standard deviations above its
+ *    recent window). It calls on_event at once and queues the event for
+ *    publication.
+ *  - the Redis session: heartbeats (SET PX every heartbeat_ms, TTL ttl_ms),
+ *    the leader lease (campaign, renew, step down), node-loss detection from
+ *    three sources: keyspace expiry notifications (every agent), a poll of
+ *    the heartbeat deadline set every deadline_poll_ms (the leader: Redis
+ *    expires keys lazily and by sampling, so at thousands of members an
+ *    expiry event can come a second late), and a periodic scan of the
+ *    members (the leader every scan_ms, others follower_scan_factor times
+ *    less often; notifications are lost while a subscriber is away), straggler
+ *    warnings (leader only: a node's step time above straggler_factor x the
+ *    median for straggler_window scans), the generation, and publication of
+ *    queued events. Each failure becomes exactly one event in the stream
+ *    (ftc_ctl_report dedupes by id across all agents). When Redis goes away
+ *    the detector keeps running, queues what it finds, and when Redis is back
+ *    re-registers, reseeds what Redis lost and reports the gap as an event.
+ *
+ * The leader holds the lease only while it renews it in time: a leader whose
+ * last successful renewal is older than the lease TTL (it was paused, or
+ * Redis was unreachable) stops calling itself leader before doing anything
+ * else, and its epoch is fenced in Redis anyway.
+ *
+ * Thread-safety: all functions may be called from any thread.
+ */
+#ifndef FTC_DETECT_DETECTOR_H
+#define FTC_DETECT_DETECTOR_H
+
+#include "detect/control.h"
+#include "detect/redis.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef void (*ftc_detector_cb)(void *arg, const ftc_ctl_event_t *e);
+
+typedef struct ftc_detector_options {
+    uint32_t struct_size;
+    uint32_t version;
+    const char *job;          /* job id */
+    const char *node;         /* this agent's node id */
+    const char *host;         /* shown in status ("" = hostname) */
+    const char *domain;       /* failure-domain label */
+    int heartbeat_ms;         /* default 250 */
+    int ttl_ms;               /* heartbeat TTL, default 1000 */
+    int scan_ms;              /* member scan period, default 500 */
+    int lease_ttl_ms;         /* leader lease, default 2000 */
+    bool campaign;            /* try to become leader (default true) */
+    int redis_timeout_ms;     /* per Redis command incl. reconnects, default 500 */
+    double hang_factor;       /* default 10 */
+    int hang_min_ms;          /* default 5000 */
+    double straggler_factor;  /* default 1.5 */
+    int straggler_window;     /* consecutive scans, default 8 */
+    double spike_sigma;       /* default 6 */
+    int spike_window;         /* losses in the window, default 50 */
+    ftc_detector_cb on_event; /* may be NULL; runs on the local-watch thread */
+    void *arg;
+    int deadline_poll_ms;     /* leader: poll of the heartbeat deadline set, default 50 */
+    int follower_scan_factor; /* non-leaders scan members this many times less often, default 8 */
+} ftc_detector_options_t;
+
+#define FTC_DETECTOR_OPTIONS_INIT                                                                  \
+    {sizeof(ftc_detector_options_t), 1, NULL, NULL, NULL, NULL, 250, 1000, 500, 2000, true, 500,   \
+     10.0, 5000, 1.5, 8, 6.0, 50, NULL, NULL, 50, 8}
+
+typedef struct ftc_detector ftc_detector_t;
+
+/* Connects, joins the members, sends the first heartbeat and starts both
+ * threads. Fails (NULL, err) only on bad options or when Redis cannot be
+ * reached at start; later outages are survived. */
+ftc_detector_t *ftc_detector_start(const ftc_redis_url_t *url, const ftc_detector_options_t *o,
+                                   ftc_err_t *err);
+/* Stops both threads. leave: remove this node from the members and delete
+ * its heartbeat (a clean exit, not a failure). NULL is a no-op. */
+void ftc_detector_stop(ftc_detector_t *d, bool leave);
+
+/* Watches a rank's process: its exit is reported at once (kind rank_exit). */
+int ftc_detector_watch_pid(ftc_detector_t *d, int rank, pid_t pid);
+/* The rank finished `step`, which took step_time_us. */
+void ftc_detector_progress(ftc_detector_t *d, int rank, int64_t step, uint64_t step_time_us);
+/* The rank's loss at `step`, for NaN/Inf and spike detection. */
+void ftc_detector_loss(ftc_detector_t *d, int rank, int64_t step, double loss);
+
+typedef struct ftc_detector_stats {
+    bool redis_up;          /* last Redis command succeeded */
+    bool leader;            /* holds a valid lease now */
+    uint64_t epoch;         /* lease epoch while leader */
+    uint64_t generation;    /* last generation seen */
+    uint64_t heartbeats;    /* sent */
+    uint64_t events;        /* detected locally or seen first */
+    uint64_t published;     /* events written to the stream */
+    uint64_t dropped;       /* events dropped because the queue was full */
+    uint64_t gaps;          /* Redis outages survived */
+} ftc_detector_stats_t;
+
+void ftc_detector_stats(ftc_detector_t *d, ftc_detector_stats_t *st);
+bool ftc_detector_is_leader(ftc_detector_t *d);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

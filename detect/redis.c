@@ -1,0 +1,616 @@
+/*
+ * redis.c — see redis.h. hiredis 0.14 (Debian 12): blocking contexts with
+ * socket timeouts; a timed-out or broken context is thrown away and re-made,
+ * since hiredis leaves it unusable after an I/O error.
+ */
+#include "detect/redis.h"
+
+#include "core/log.h"
+
+#include <errno.h>
+#include <hiredis/hiredis.h>
+#include <limits.h>
+#include <openssl/evp.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct ftc_redis {
+    ftc_redis_url_t url;    /* where to (re)connect */
+    ftc_redis_options_t o;  /* timeouts and backoff */
+    redisContext *c;        /* NULL while down */
+    bool up;                /* last command reached the server */
+    uint64_t reconnects;    /* successful re-connections after a failure */
+    int backoff_ms;         /* next pause before a reconnect attempt */
+    ftc_err_t err;          /* last error */
+};
+
+/* ---- URLs ------------------------------------------------------------------- */
+
+static int ftc__hexval(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+
+/* Percent-decodes s[0..n) into out (NUL-terminated); -1 when malformed or too long. */
+static int ftc__pct_decode(const char *s, size_t n, char *out, size_t cap)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (c == '%') {
+            if (i + 2 >= n)
+                return -1;
+            int hi = ftc__hexval(s[i + 1]), lo = ftc__hexval(s[i + 2]);
+            if (hi < 0 || lo < 0)
+                return -1;
+            c = (char)(hi << 4 | lo);
+            i += 2;
+        }
+        if (o + 1 >= cap)
+            return -1;
+        out[o++] = c;
+    }
+    out[o] = '\0';
+    return 0;
+}
+
+int ftc_redis_url_parse(const char *url, ftc_redis_url_t *out, ftc_err_t *err)
+{
+    memset(out, 0, sizeof *out);
+    out->port = 6379;
+    if (!url || strncmp(url, "redis://", 8) != 0)
+        return ftc_err_set(err, FTC_ECONFIG,
+                           "redis URL must start with redis:// (redis://[user:password@]host:port/db)");
+    const char *p = url + 8;
+    const char *at = strrchr(p, '@');
+    const char *slash = strchr(at ? at : p, '/');
+    if (at && (!slash || at < slash)) {
+        const char *colon = memchr(p, ':', (size_t)(at - p));
+        const char *user_end = colon ? colon : at;
+        if (ftc__pct_decode(p, (size_t)(user_end - p), out->user, sizeof out->user) != 0)
+            return ftc_err_set(err, FTC_ECONFIG, "redis URL: bad or too long user name");
+        if (colon && ftc__pct_decode(colon + 1, (size_t)(at - colon - 1), out->password,
+                                     sizeof out->password) != 0)
+            return ftc_err_set(err, FTC_ECONFIG, "redis URL: bad or too long password");
+        p = at + 1;
+    }
+    const char *hend = p + strcspn(p, ":/");
+    size_t hl = (size_t)(hend - p);
+    if (hl == 0 || hl >= sizeof out->host)
+        return ftc_err_set(err, FTC_ECONFIG, "redis URL: missing or too long host");
+    memcpy(out->host, p, hl);
+    p = hend;
+    if (*p == ':') {
+        char *end;
+        errno = 0;
+        long port = strtol(p + 1, &end, 10);
+        if (errno || end == p + 1 || port < 1 || port > 65535 || (*end && *end != '/'))
+            return ftc_err_set(err, FTC_ECONFIG, "redis URL: port must be 1..65535");
+        out->port = (int)port;
+        p = end;
+    }
+    if (*p == '/' && p[1]) {
+        char *end;
+        errno = 0;
+        long db = strtol(p + 1, &end, 10);
+        if (errno || *end || db < 0 || db > 65535)
+            return ftc_err_set(err, FTC_ECONFIG, "redis URL: database must be a number 0..65535");
+        out->db = (int)db;
+    } else if (*p && strcmp(p, "/")) {
+        return ftc_err_set(err, FTC_ECONFIG, "redis URL: unexpected text after the host");
+    }
+    if (!out->password[0]) {
+        const char *pw = getenv("FTC_REDIS_PASSWORD");
+        const char *file = getenv("FTC_REDIS_PASSWORD_FILE");
+        if (pw && *pw) {
+            if (strlen(pw) >= sizeof out->password)
+                return ftc_err_set(err, FTC_ECONFIG, "FTC_REDIS_PASSWORD is too long");
+            snprintf(out->password, sizeof out->password, "%s", pw);
+        } else if (file && *file) {
+            FILE *f = fopen(file, "r");
+            if (!f)
+                return ftc_err_errno(err, errno, "FTC_REDIS_PASSWORD_FILE %s", file);
+            size_t n = fread(out->password, 1, sizeof out->password - 1, f);
+            fclose(f);
+            out->password[n] = '\0';
+            out->password[strcspn(out->password, "\r\n")] = '\0';
+        }
+    }
+    return 0;
+}
+
+const char *ftc_redis_url_str(const ftc_redis_url_t *u, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "redis://%s%s%s@%s:%d/%d", u->user, u->password[0] ? ":" : "",
+             u->password[0] ? "***" : "", u->host, u->port, u->db);
+    if (!u->user[0] && !u->password[0])
+        snprintf(buf, cap, "redis://%s:%d/%d", u->host, u->port, u->db);
+    return buf;
+}
+
+/* ---- connection ----------------------------------------------------------------- */
+
+static struct timeval ftc__tv(int ms)
+{
+    if (ms < 1)
+        ms = 1;
+    return (struct timeval){ms / 1000, (ms % 1000) * 1000};
+}
+
+static void ftc__drop(ftc_redis_t *r)
+{
+    if (r->c)
+        redisFree(r->c);
+    r->c = NULL;
+    r->up = false;
+}
+
+static const char *ftc__type_name(int t)
+{
+    switch (t) {
+    case REDIS_REPLY_STRING:
+        return "string";
+    case REDIS_REPLY_ARRAY:
+        return "array";
+    case REDIS_REPLY_INTEGER:
+        return "integer";
+    case REDIS_REPLY_NIL:
+        return "nil";
+    case REDIS_REPLY_STATUS:
+        return "status";
+    case REDIS_REPLY_ERROR:
+        return "error";
+    }
+    return "unknown";
+}
+
+/* One connection attempt with AUTH and SELECT, bounded by d. */
+static int ftc__connect_once(ftc_redis_t *r, ftc_deadline_t d)
+{
+    int ms = ftc_deadline_remaining_ms(d);
+    if (ms > r->o.connect_timeout_ms)
+        ms = r->o.connect_timeout_ms;
+    if (ms <= 0)
+        return ftc_err_set(&r->err, FTC_ETIMEDOUT, "redis %s:%d: deadline passed before connecting",
+                           r->url.host, r->url.port);
+    redisContext *c = redisConnectWithTimeout(r->url.host, r->url.port, ftc__tv(ms));
+    if (!c)
+        return ftc_err_set(&r->err, FTC_ENOMEM, "redis: cannot allocate a context");
+    if (c->err) {
+        ftc_err_set(&r->err, FTC_EREDIS,
+                    "redis %s:%d unreachable: %s (is redis-server running? check --redis / "
+                    "FTC_REDIS_URL)",
+                    r->url.host, r->url.port, c->errstr);
+        redisFree(c);
+        return FTC_EREDIS;
+    }
+    redisSetTimeout(c, ftc__tv(ms));
+    redisEnableKeepAlive(c);
+    r->c = c;
+    if (r->url.password[0]) {
+        redisReply *rep;
+        if (r->url.user[0])
+            rep = redisCommand(c, "AUTH %s %s", r->url.user, r->url.password);
+        else
+            rep = redisCommand(c, "AUTH %s", r->url.password);
+        if (!rep) {
+            ftc_err_set(&r->err, FTC_EREDIS, "redis %s:%d: AUTH: %s", r->url.host, r->url.port,
+                        c->errstr);
+            ftc__drop(r);
+            return FTC_EREDIS;
+        }
+        if (rep->type == REDIS_REPLY_ERROR) {
+            ftc_err_set(&r->err, FTC_EAUTH,
+                        "redis %s:%d refused the password (%.80s): check the URL, "
+                        "FTC_REDIS_PASSWORD or FTC_REDIS_PASSWORD_FILE",
+                        r->url.host, r->url.port, rep->str);
+            freeReplyObject(rep);
+            ftc__drop(r);
+            return FTC_EAUTH;
+        }
+        freeReplyObject(rep);
+    }
+    redisReply *rep = redisCommand(c, r->url.db ? "SELECT %d" : "PING", r->url.db);
+    if (!rep || rep->type == REDIS_REPLY_ERROR) {
+        int code = rep && rep->str && strstr(rep->str, "NOAUTH") ? FTC_EAUTH : FTC_EREDIS;
+        ftc_err_set(&r->err, code, "redis %s:%d: %s: %s%s", r->url.host, r->url.port,
+                    r->url.db ? "SELECT" : "PING", rep ? rep->str : c->errstr,
+                    code == FTC_EAUTH ? " (the server needs a password: put it in the URL or "
+                                        "FTC_REDIS_PASSWORD)"
+                                      : "");
+        if (rep)
+            freeReplyObject(rep);
+        ftc__drop(r);
+        return code;
+    }
+    freeReplyObject(rep);
+    r->up = true;
+    return 0;
+}
+
+int ftc_redis_reconnect(ftc_redis_t *r, ftc_deadline_t d)
+{
+    ftc__drop(r);
+    for (;;) {
+        int rc = ftc__connect_once(r, d);
+        if (rc == 0) {
+            r->reconnects++;
+            r->backoff_ms = r->o.backoff_min_ms;
+            return 0;
+        }
+        if (rc == FTC_EAUTH)
+            return rc; /* retrying a wrong password does not help */
+        int left = ftc_deadline_remaining_ms(d);
+        if (left <= 0)
+            return rc;
+        ftc_sleep_ms((uint64_t)(r->backoff_ms < left ? r->backoff_ms : left));
+        r->backoff_ms = r->backoff_ms * 2 > r->o.backoff_max_ms ? r->o.backoff_max_ms
+                                                               : r->backoff_ms * 2;
+    }
+}
+
+ftc_redis_t *ftc_redis_connect(const ftc_redis_url_t *url, const ftc_redis_options_t *o,
+                               ftc_err_t *err)
+{
+    ftc_redis_t *r = calloc(1, sizeof *r);
+    if (!r) {
+        ftc_err_set(err, FTC_ENOMEM, "redis: out of memory");
+        return NULL;
+    }
+    ftc_redis_options_t def = FTC_REDIS_OPTIONS_INIT;
+    r->url = *url;
+    r->o = o ? *o : def;
+    r->backoff_ms = r->o.backoff_min_ms;
+    int rc = ftc__connect_once(r, ftc_deadline_in_ms((uint64_t)r->o.connect_timeout_ms));
+    if (rc) {
+        if (err)
+            *err = r->err;
+        ftc_redis_close(r);
+        return NULL;
+    }
+    return r;
+}
+
+void ftc_redis_close(ftc_redis_t *r)
+{
+    if (!r)
+        return;
+    ftc__drop(r);
+    memset(r->url.password, 0, sizeof r->url.password);
+    free(r);
+}
+
+const char *ftc_redis_errstr(const ftc_redis_t *r) { return ftc_err_str(&r->err); }
+uint64_t ftc_redis_reconnects(const ftc_redis_t *r) { return r->reconnects; }
+bool ftc_redis_is_up(const ftc_redis_t *r) { return r->up; }
+int ftc_redis_fd(const ftc_redis_t *r) { return r->c ? r->c->fd : -1; }
+
+void ftc_redis_reply_free(ftc_redis_reply_t *r)
+{
+    if (r)
+        freeReplyObject(r);
+}
+
+/* ---- commands ------------------------------------------------------------------- */
+
+int ftc_redis_cmd(ftc_redis_t *r, bool idempotent, ftc_redis_reply_t **reply, int argc,
+                  const char **argv, const size_t *lens)
+{
+    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)r->o.command_timeout_ms);
+    const char *name = argc > 0 ? argv[0] : "?";
+    char cmdname[32];
+    snprintf(cmdname, sizeof cmdname, "%.*s", (int)(lens ? (lens[0] < 31 ? lens[0] : 31) : 31),
+             name);
+    if (reply)
+        *reply = NULL;
+    for (int attempt = 0;; attempt++) {
+        if (!r->c) {
+            int rc = ftc_redis_reconnect(r, d);
+            if (rc)
+                return ftc_err_wrap(&r->err, "%s", cmdname);
+        }
+        int ms = ftc_deadline_remaining_ms(d);
+        redisSetTimeout(r->c, ftc__tv(ms));
+        redisReply *rep = redisCommandArgv(r->c, argc, argv, lens);
+        if (!rep) {
+            bool timeout = r->c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
+            ftc_err_set(&r->err, timeout ? FTC_ETIMEDOUT : FTC_EREDIS,
+                        "%s: redis %s:%d %s: %s", cmdname, r->url.host, r->url.port,
+                        timeout ? "did not answer in time" : "connection failed", r->c->errstr);
+            ftc__drop(r);
+            if (!idempotent || ftc_deadline_expired(d) || attempt > 16)
+                return r->err.code;
+            continue;
+        }
+        r->up = true;
+        if (rep->type == REDIS_REPLY_ERROR) {
+            int code = strncmp(rep->str, "NOAUTH", 6) == 0 ? FTC_EAUTH : FTC_EREDIS;
+            ftc_err_set(&r->err, code, "%s: redis error: %.300s", cmdname, rep->str);
+            if (reply && strncmp(rep->str, "NOSCRIPT", 8) == 0) {
+                *reply = rep; /* the script caller needs to see it */
+                return code;
+            }
+            freeReplyObject(rep);
+            return code;
+        }
+        if (reply)
+            *reply = rep;
+        else
+            freeReplyObject(rep);
+        return 0;
+    }
+}
+
+int ftc_redis_cmdv(ftc_redis_t *r, bool idempotent, ftc_redis_reply_t **reply, ...)
+{
+    const char *argv[64];
+    int argc = 0;
+    va_list ap;
+    va_start(ap, reply);
+    const char *s;
+    while ((s = va_arg(ap, const char *)) && argc < 64)
+        argv[argc++] = s;
+    va_end(ap);
+    return ftc_redis_cmd(r, idempotent, reply, argc, argv, NULL);
+}
+
+/* Frees the replies of a pipeline read so far and NULLs them. */
+static void ftc__replies_free(ftc_redis_reply_t **replies, int n)
+{
+    for (int i = 0; replies && i < n; i++) {
+        ftc_redis_reply_free(replies[i]);
+        replies[i] = NULL;
+    }
+}
+
+int ftc_redis_pipeline(ftc_redis_t *r, bool idempotent, int n, const int *argcs,
+                       const char **const *argvs, const size_t *const *lens,
+                       ftc_redis_reply_t **replies)
+{
+    for (int i = 0; replies && i < n; i++)
+        replies[i] = NULL;
+    if (n < 0 || (n > 0 && (!argcs || !argvs)))
+        return ftc_err_set(&r->err, FTC_EINVAL, "pipeline: %d commands without arguments", n);
+    for (int i = 0; i < n; i++)
+        if (argcs[i] < 1 || !argvs[i])
+            return ftc_err_set(&r->err, FTC_EINVAL, "pipeline: command %d of %d is empty", i, n);
+    if (n == 0)
+        return 0;
+    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)r->o.command_timeout_ms);
+    for (int attempt = 0;; attempt++) {
+        if (!r->c) {
+            int rc = ftc_redis_reconnect(r, d);
+            if (rc)
+                return ftc_err_wrap(&r->err, "pipeline of %d commands", n);
+        }
+        for (int i = 0; i < n; i++) {
+            if (redisAppendCommandArgv(r->c, argcs[i], argvs[i], lens ? lens[i] : NULL) !=
+                REDIS_OK) {
+                /* only out of memory; the output buffer holds a partial batch */
+                ftc_err_set(&r->err, FTC_ENOMEM, "pipeline: cannot queue command %d of %d: %s", i,
+                            n, r->c->errstr);
+                ftc__drop(r);
+                return FTC_ENOMEM;
+            }
+        }
+        int failed = 0; /* an I/O error or timeout while reading replies */
+        int first_err = -1, err_code = 0;
+        for (int i = 0; i < n && !failed; i++) {
+            void *rep = NULL;
+            /* replies already buffered need no read (and no deadline check) */
+            if (redisReaderGetReply(r->c->reader, &rep) != REDIS_OK) {
+                ftc_err_set(&r->err, FTC_EPROTO, "pipeline: protocol error from redis %s:%d",
+                            r->url.host, r->url.port);
+                failed = FTC_EPROTO;
+                break;
+            }
+            if (!rep) {
+                int ms = ftc_deadline_remaining_ms(d);
+                if (ms <= 0) {
+                    ftc_err_set(&r->err, FTC_ETIMEDOUT,
+                                "pipeline: redis %s:%d did not answer %d of %d commands in time",
+                                r->url.host, r->url.port, n - i, n);
+                    failed = FTC_ETIMEDOUT;
+                    break;
+                }
+                redisSetTimeout(r->c, ftc__tv(ms));
+                if (redisGetReply(r->c, &rep) != REDIS_OK || !rep) {
+                    bool timeout =
+                        r->c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
+                    ftc_err_set(&r->err, timeout ? FTC_ETIMEDOUT : FTC_EREDIS,
+                                "pipeline: redis %s:%d %s after %d of %d replies: %s",
+                                r->url.host, r->url.port,
+                                timeout ? "did not answer in time" : "connection failed", i, n,
+                                r->c->errstr);
+                    failed = timeout ? FTC_ETIMEDOUT : FTC_EREDIS;
+                    break;
+                }
+            }
+            redisReply *rp = rep;
+            r->up = true;
+            if (rp->type == REDIS_REPLY_ERROR && first_err < 0) {
+                first_err = i;
+                err_code = strncmp(rp->str, "NOAUTH", 6) == 0 ? FTC_EAUTH : FTC_EREDIS;
+                ftc_err_set(&r->err, err_code, "command %d of %d (%.*s): redis error: %.300s", i,
+                            n, (int)(lens && lens[i] ? (lens[i][0] < 31 ? lens[i][0] : 31) : 31),
+                            argvs[i][0], rp->str);
+            }
+            if (replies)
+                replies[i] = rp;
+            else
+                freeReplyObject(rp);
+        }
+        if (!failed)
+            return first_err < 0 ? 0 : err_code;
+        /* the connection's state is unknown: throw it away with what was read */
+        ftc__replies_free(replies, n);
+        ftc__drop(r);
+        if (!idempotent || ftc_deadline_expired(d) || attempt > 16)
+            return failed;
+    }
+}
+
+int ftc_redis_want_int(const ftc_redis_reply_t *rep, const char *what, long long *v, ftc_err_t *err)
+{
+    if (!rep || rep->type != REDIS_REPLY_INTEGER)
+        return ftc_err_set(err, FTC_EPROTO, "%s: expected an integer reply, got %s", what,
+                           rep ? ftc__type_name(rep->type) : "nothing");
+    *v = rep->integer;
+    return 0;
+}
+
+int ftc_redis_want_status(const ftc_redis_reply_t *rep, const char *what, const char *status,
+                          ftc_err_t *err)
+{
+    if (!rep || rep->type != REDIS_REPLY_STATUS || (status && strcmp(rep->str, status)))
+        return ftc_err_set(err, FTC_EPROTO, "%s: expected status %s, got %s%s%.60s", what,
+                           status ? status : "", rep ? ftc__type_name(rep->type) : "nothing",
+                           rep && rep->str ? " " : "", rep && rep->str ? rep->str : "");
+    return 0;
+}
+
+int ftc_redis_want_str(const ftc_redis_reply_t *rep, const char *what, const char **s, size_t *len,
+                       ftc_err_t *err)
+{
+    if (rep && rep->type == REDIS_REPLY_NIL)
+        return ftc_err_set(err, FTC_ENOENT, "%s: no such key", what);
+    if (!rep || (rep->type != REDIS_REPLY_STRING && rep->type != REDIS_REPLY_STATUS))
+        return ftc_err_set(err, FTC_EPROTO, "%s: expected a string reply, got %s", what,
+                           rep ? ftc__type_name(rep->type) : "nothing");
+    *s = rep->str;
+    if (len)
+        *len = rep->len;
+    return 0;
+}
+
+int ftc_redis_want_array(const ftc_redis_reply_t *rep, const char *what, long n,
+                         ftc_redis_reply_t ***elems, size_t *count, ftc_err_t *err)
+{
+    if (!rep || rep->type != REDIS_REPLY_ARRAY)
+        return ftc_err_set(err, FTC_EPROTO, "%s: expected an array reply, got %s", what,
+                           rep ? ftc__type_name(rep->type) : "nothing");
+    if (n >= 0 && rep->elements != (size_t)n)
+        return ftc_err_set(err, FTC_EPROTO, "%s: expected %ld elements, got %zu", what, n,
+                           rep->elements);
+    *elems = rep->element;
+    *count = rep->elements;
+    return 0;
+}
+
+int ftc_redis_str_to_ll(const ftc_redis_reply_t *rep, const char *what, long long *v, ftc_err_t *err)
+{
+    if (rep && rep->type == REDIS_REPLY_INTEGER) {
+        *v = rep->integer;
+        return 0;
+    }
+    const char *s;
+    size_t len;
+    int rc = ftc_redis_want_str(rep, what, &s, &len, err);
+    if (rc)
+        return rc;
+    char buf[32];
+    if (len == 0 || len >= sizeof buf)
+        return ftc_err_set(err, FTC_EPROTO, "%s: expected a number, got %zu bytes", what, len);
+    memcpy(buf, s, len);
+    buf[len] = '\0';
+    char *end;
+    errno = 0;
+    long long x = strtoll(buf, &end, 10);
+    if (errno || *end)
+        return ftc_err_set(err, FTC_EPROTO, "%s: expected a number, got '%.20s'", what, buf);
+    *v = x;
+    return 0;
+}
+
+/* ---- scripts ------------------------------------------------------------------- */
+
+void ftc_redis_script_init(ftc_redis_script_t *s, const char *name, const char *src)
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int mdlen = 0;
+    s->name = name;
+    s->src = src;
+    EVP_Digest(src, strlen(src), md, &mdlen, EVP_sha1(), NULL);
+    for (unsigned i = 0; i < mdlen && i < 20; i++)
+        snprintf(s->sha + 2 * i, 3, "%02x", md[i]);
+    s->sha[40] = '\0';
+}
+
+int ftc_redis_eval(ftc_redis_t *r, const ftc_redis_script_t *s, int nkeys, const char **keys,
+                   int nargs, const char **args, ftc_redis_reply_t **reply)
+{
+    enum { MAX_ARGS = 64 };
+    const char *argv[MAX_ARGS + 3];
+    char nk[16];
+    if (nkeys + nargs > MAX_ARGS)
+        return ftc_err_set(&r->err, FTC_EINVAL, "script %s: too many arguments", s->name);
+    snprintf(nk, sizeof nk, "%d", nkeys);
+    int argc = 0;
+    argv[argc++] = "EVALSHA";
+    argv[argc++] = s->sha;
+    argv[argc++] = nk;
+    for (int i = 0; i < nkeys; i++)
+        argv[argc++] = keys[i];
+    for (int i = 0; i < nargs; i++)
+        argv[argc++] = args[i];
+    ftc_redis_reply_t *rep = NULL;
+    int rc = ftc_redis_cmd(r, true, &rep, argc, argv, NULL);
+    if (rc && rep && rep->type == REDIS_REPLY_ERROR && !strncmp(rep->str, "NOSCRIPT", 8)) {
+        ftc_redis_reply_free(rep);
+        rep = NULL;
+        argv[0] = "EVAL";
+        argv[1] = s->src;
+        rc = ftc_redis_cmd(r, true, &rep, argc, argv, NULL);
+    }
+    if (rc) {
+        ftc_redis_reply_free(rep);
+        return ftc_err_wrap(&r->err, "script %s", s->name);
+    }
+    if (reply)
+        *reply = rep;
+    else
+        ftc_redis_reply_free(rep);
+    return 0;
+}
+
+/* ---- pushed replies (pub/sub) ---------------------------------------------------- */
+
+int ftc_redis_read_push(ftc_redis_t *r, ftc_deadline_t d, ftc_redis_reply_t **reply)
+{
+    *reply = NULL;
+    if (!r->c)
+        return ftc_err_set(&r->err, FTC_EREDIS, "subscription: not connected");
+    for (;;) {
+        void *rep = NULL;
+        if (redisReaderGetReply(r->c->reader, &rep) != REDIS_OK) {
+            ftc_err_set(&r->err, FTC_EPROTO, "subscription: protocol error from redis");
+            ftc__drop(r);
+            return FTC_EPROTO;
+        }
+        if (rep) {
+            *reply = rep;
+            return 0;
+        }
+        int ms = ftc_deadline_remaining_ms(d);
+        if (ms <= 0)
+            return FTC_ETIMEDOUT;
+        struct pollfd pfd = {r->c->fd, POLLIN, 0};
+        int n = poll(&pfd, 1, ms);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n == 0)
+            return FTC_ETIMEDOUT;
+        if (n < 0 || redisBufferRead(r->c) != REDIS_OK) {
+            ftc_err_set(&r->err, FTC_EREDIS, "subscription: connection to redis %s:%d lost: %s",
+                        r->url.host, r->url.port, r->c->errstr[0] ? r->c->errstr : "poll");
+            ftc__drop(r);
+            return FTC_EREDIS;
+        }
+    }
+}

@@ -1,0 +1,307 @@
+/*
+ * status.c — see status.h.
+ */
+#include "detect/status.h"
+
+#include "core/clock.h"
+
+#include <hiredis/hiredis.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static void ftc__problem(ftc_status_t *s, const char *msg)
+{
+    size_t n = strlen(s->problems);
+    if (n + 3 >= sizeof s->problems)
+        return;
+    snprintf(s->problems + n, sizeof s->problems - n, "%s%s", n ? "; " : "", msg);
+}
+
+/* Fills e from a stream entry [id, [field, value, ...]]; false on garbage. */
+static bool ftc__parse_entry(const redisReply *ent, ftc_status_event_t *e)
+{
+    memset(e, 0, sizeof *e);
+    e->rank = -1;
+    e->step = -1;
+    if (ent->type != REDIS_REPLY_ARRAY || ent->elements != 2 ||
+        ent->element[0]->type != REDIS_REPLY_STRING || ent->element[1]->type != REDIS_REPLY_ARRAY)
+        return false;
+    snprintf(e->id, sizeof e->id, "%s", ent->element[0]->str);
+    const redisReply *f = ent->element[1];
+    for (size_t j = 0; j + 1 < f->elements; j += 2) {
+        if (f->element[j]->type != REDIS_REPLY_STRING || f->element[j + 1]->type != REDIS_REPLY_STRING)
+            return false;
+        const char *k = f->element[j]->str, *v = f->element[j + 1]->str;
+        if (!strcmp(k, "kind"))
+            snprintf(e->kind, sizeof e->kind, "%s", v);
+        else if (!strcmp(k, "node"))
+            snprintf(e->node, sizeof e->node, "%s", v);
+        else if (!strcmp(k, "rank"))
+            e->rank = atoi(v);
+        else if (!strcmp(k, "gen"))
+            e->gen = atoll(v);
+        else if (!strcmp(k, "step"))
+            e->step = atoll(v);
+        else if (!strcmp(k, "t_detect_ms"))
+            e->t_detect_ms = strtoull(v, NULL, 10);
+        else if (!strcmp(k, "detail"))
+            snprintf(e->detail, sizeof e->detail, "%s", v);
+    }
+    if (!e->kind[0])
+        snprintf(e->kind, sizeof e->kind, "?");
+    return true;
+}
+
+int ftc_status_collect(ftc_ctl_t *c, const char *job, int max_events, ftc_status_t **out)
+{
+    *out = NULL;
+    ftc_status_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return FTC_ENOMEM;
+    snprintf(s->job, sizeof s->job, "%s", job);
+    s->now_ms = ftc_wall_ms();
+    ftc_redis_t *r = ftc_ctl_redis(c);
+    int rc = ftc_ctl_generation(c, &s->generation, &s->world);
+    if (rc == FTC_EPROTO || rc == FTC_EREDIS)
+        ftc__problem(s, ftc_ctl_errstr(c));
+    if (rc && rc != FTC_EPROTO && rc != FTC_EREDIS)
+        goto fail;
+    rc = ftc_ctl_leader(c, s->leader, sizeof s->leader, &s->epoch, &s->leader_ttl_ms);
+    if (rc == FTC_EPROTO || rc == FTC_EREDIS)
+        ftc__problem(s, ftc_ctl_errstr(c));
+    else if (rc)
+        goto fail;
+    rc = ftc_ctl_committed(c, &s->committed_step, &s->committed_gen);
+    if (rc == FTC_EPROTO || rc == FTC_EREDIS)
+        ftc__problem(s, ftc_ctl_errstr(c));
+    else if (rc)
+        goto fail;
+    char key[160];
+    ftc_redis_reply_t *rep = NULL;
+    rc = ftc_redis_cmdv(r, true, &rep, "HGETALL", ftc_ctl_key(c, "members", key, sizeof key), NULL);
+    if (rc == FTC_EREDIS && strstr(ftc_redis_errstr(r), "WRONGTYPE")) {
+        ftc__problem(s, ftc_redis_errstr(r));
+    } else if (rc) {
+        goto fail;
+    } else if (rep->type == REDIS_REPLY_ARRAY) {
+        size_t nm = rep->elements / 2;
+        s->members = calloc(nm ? nm : 1, sizeof *s->members);
+        if (!s->members) {
+            ftc_redis_reply_free(rep);
+            rc = FTC_ENOMEM;
+            goto fail;
+        }
+        for (size_t i = 0; i < nm; i++) {
+            redisReply *k = rep->element[2 * i], *v = rep->element[2 * i + 1];
+            ftc_status_member_t *m = &s->members[s->n_members++];
+            snprintf(m->node, sizeof m->node, "%.*s", (int)(k->len > FTC_CTL_NODE_MAX ? FTC_CTL_NODE_MAX : k->len), k->str);
+            if (v->type != REDIS_REPLY_STRING ||
+                sscanf(v->str, "%127s %63s %lld %llu", m->host, m->domain, &m->pid, &m->joined_ms) != 4)
+                snprintf(m->problem, sizeof m->problem, "member record is not \"host domain pid joined_ms\"");
+            char suffix[FTC_CTL_NODE_MAX + 8], hbkey[256];
+            snprintf(suffix, sizeof suffix, "hb:%s", m->node);
+            ftc_ctl_key(c, suffix, hbkey, sizeof hbkey);
+            ftc_redis_reply_t *h = NULL;
+            if (ftc_redis_cmdv(r, true, &h, "GET", hbkey, NULL) == 0 && h->type == REDIS_REPLY_STRING) {
+                m->alive = true;
+                ftc_err_t err = {0};
+                if (ftc_ctl_heartbeat_parse(h->str, h->len, &m->hb, &err) != 0 && !m->problem[0])
+                    snprintf(m->problem, sizeof m->problem, "%s", err.msg);
+                else
+                    m->hb_age_ms = (long long)s->now_ms - (long long)m->hb.wall_ms;
+            } else if (h == NULL && !m->problem[0]) {
+                snprintf(m->problem, sizeof m->problem, "%.150s", ftc_redis_errstr(r));
+            }
+            ftc_redis_reply_free(h);
+            h = NULL;
+            if (m->alive && ftc_redis_cmdv(r, true, &h, "PTTL", hbkey, NULL) == 0 &&
+                h->type == REDIS_REPLY_INTEGER)
+                m->hb_ttl_ms = h->integer;
+            ftc_redis_reply_free(h);
+        }
+    }
+    ftc_redis_reply_free(rep);
+    rep = NULL;
+    if (max_events > 0) {
+        char cnt[16];
+        snprintf(cnt, sizeof cnt, "%d", max_events);
+        rc = ftc_redis_cmdv(r, true, &rep, "XREVRANGE", ftc_ctl_key(c, "events", key, sizeof key),
+                            "+", "-", "COUNT", cnt, NULL);
+        if (rc == 0 && rep->type == REDIS_REPLY_ARRAY) {
+            s->events = calloc(rep->elements ? rep->elements : 1, sizeof *s->events);
+            if (!s->events) {
+                ftc_redis_reply_free(rep);
+                rc = FTC_ENOMEM;
+                goto fail;
+            }
+            for (size_t i = rep->elements; i-- > 0;) /* oldest first */
+                if (ftc__parse_entry(rep->element[i], &s->events[s->n_events]))
+                    s->n_events++;
+        } else if (rc) {
+            ftc__problem(s, ftc_redis_errstr(r));
+        }
+        ftc_redis_reply_free(rep);
+    }
+    *out = s;
+    return 0;
+fail:
+    ftc_status_free(s);
+    return rc;
+}
+
+void ftc_status_free(ftc_status_t *s)
+{
+    if (!s)
+        return;
+    free(s->members);
+    free(s->events);
+    free(s);
+}
+
+static void ftc__fmt_time(unsigned long long ms, char *buf, size_t cap)
+{
+    time_t t = (time_t)(ms / 1000);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    snprintf(buf, cap, "%02d:%02d:%02d.%03llu", tm.tm_hour, tm.tm_min, tm.tm_sec, ms % 1000);
+}
+
+void ftc_event_print(const ftc_status_event_t *e, FILE *out)
+{
+    char t[32];
+    ftc__fmt_time(e->t_detect_ms, t, sizeof t);
+    fprintf(out, "%s  %-11s node=%-10s rank=%-3d gen=%-3lld step=%-6lld %s\n", t, e->kind,
+            e->node[0] ? e->node : "-", e->rank, e->gen, e->step, e->detail);
+}
+
+void ftc_status_print(const ftc_status_t *s, FILE *out)
+{
+    fprintf(out, "job %s  generation %" PRIu64 " (world %u)  committed step ", s->job, s->generation,
+            s->world);
+    if (s->committed_step >= 0)
+        fprintf(out, "%" PRId64 " (gen %" PRIu64 ")\n", s->committed_step, s->committed_gen);
+    else
+        fprintf(out, "none\n");
+    if (s->leader[0])
+        fprintf(out, "leader %s  epoch %" PRIu64 "  lease %" PRId64 " ms left\n", s->leader,
+                s->epoch, s->leader_ttl_ms);
+    else
+        fprintf(out, "leader none\n");
+    if (s->problems[0])
+        fprintf(out, "PROBLEMS: %s\n", s->problems);
+    fprintf(out, "\n%-16s %-16s %-10s %-8s %-5s %-8s %-10s %-9s %s\n", "NODE", "HOST", "DOMAIN",
+            "PID", "GEN", "STEP", "STEP_MS", "HB_AGE", "STATE");
+    for (int i = 0; i < s->n_members; i++) {
+        const ftc_status_member_t *m = &s->members[i];
+        char age[24], st[24];
+        if (m->alive && !m->problem[0]) {
+            snprintf(age, sizeof age, "%lld ms", m->hb_age_ms);
+            snprintf(st, sizeof st, "%.1f", (double)m->hb.step_time_us / 1000.0);
+        } else {
+            snprintf(age, sizeof age, "-");
+            snprintf(st, sizeof st, "-");
+        }
+        fprintf(out, "%-16s %-16s %-10s %-8lld %-5llu %-8lld %-10s %-9s %s\n", m->node, m->host,
+                m->domain, m->pid, (unsigned long long)m->hb.generation, (long long)m->hb.step, st,
+                age, m->problem[0] ? m->problem : m->alive ? "alive" : "NO HEARTBEAT");
+    }
+    if (s->n_events) {
+        fprintf(out, "\nrecent events:\n");
+        for (int i = 0; i < s->n_events; i++) {
+            fputs("  ", out);
+            ftc_event_print(&s->events[i], out);
+        }
+    }
+}
+
+char *ftc_status_json(const ftc_status_t *s)
+{
+    json_t *root = json_object();
+    json_t *members = json_array(), *events = json_array();
+    if (!root || !members || !events) {
+        json_decref(root);
+        json_decref(members);
+        json_decref(events);
+        return NULL;
+    }
+    json_object_set_new(root, "job", json_string(s->job));
+    json_object_set_new(root, "now_ms", json_integer((json_int_t)s->now_ms));
+    json_object_set_new(root, "generation", json_integer((json_int_t)s->generation));
+    json_object_set_new(root, "world", json_integer(s->world));
+    json_object_set_new(root, "leader", s->leader[0] ? json_string(s->leader) : json_null());
+    json_object_set_new(root, "epoch", json_integer((json_int_t)s->epoch));
+    json_object_set_new(root, "leader_ttl_ms", json_integer(s->leader_ttl_ms));
+    json_object_set_new(root, "committed_step", json_integer(s->committed_step));
+    json_object_set_new(root, "committed_generation", json_integer((json_int_t)s->committed_gen));
+    json_object_set_new(root, "problems", json_string(s->problems));
+    for (int i = 0; i < s->n_members; i++) {
+        const ftc_status_member_t *m = &s->members[i];
+        json_t *o = json_pack("{s:s, s:s, s:s, s:I, s:I, s:b, s:I, s:I, s:I, s:I, s:I, s:s}",
+                              "node", m->node, "host", m->host, "domain", m->domain, "pid",
+                              (json_int_t)m->pid, "joined_ms", (json_int_t)m->joined_ms, "alive",
+                              m->alive, "generation", (json_int_t)m->hb.generation, "step",
+                              (json_int_t)m->hb.step, "step_time_us",
+                              (json_int_t)m->hb.step_time_us, "heartbeat_age_ms",
+                              (json_int_t)m->hb_age_ms, "heartbeat_ttl_ms",
+                              (json_int_t)m->hb_ttl_ms, "problem", m->problem);
+        if (o)
+            json_array_append_new(members, o);
+    }
+    for (int i = 0; i < s->n_events; i++) {
+        const ftc_status_event_t *e = &s->events[i];
+        json_t *o = json_pack("{s:s, s:s, s:s, s:i, s:I, s:I, s:I, s:s}", "id", e->id, "kind",
+                              e->kind, "node", e->node, "rank", e->rank, "generation",
+                              (json_int_t)e->gen, "step", (json_int_t)e->step, "t_detect_ms",
+                              (json_int_t)e->t_detect_ms, "detail", e->detail);
+        if (o)
+            json_array_append_new(events, o);
+    }
+    json_object_set_new(root, "members", members);
+    json_object_set_new(root, "events", events);
+    char *text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(root);
+    return text;
+}
+
+int ftc_events_read(ftc_ctl_t *c, char *after, size_t cap, int count, int block_ms,
+                    ftc_status_event_fn fn, void *arg)
+{
+    char key[160], cnt[16], blk[16];
+    ftc_ctl_key(c, "events", key, sizeof key);
+    snprintf(cnt, sizeof cnt, "%d", count > 0 ? count : 100);
+    snprintf(blk, sizeof blk, "%d", block_ms);
+    ftc_redis_reply_t *rep = NULL;
+    int rc;
+    if (block_ms > 0)
+        rc = ftc_redis_cmdv(ftc_ctl_redis(c), true, &rep, "XREAD", "COUNT", cnt, "BLOCK", blk,
+                            "STREAMS", key, after, NULL);
+    else
+        rc = ftc_redis_cmdv(ftc_ctl_redis(c), true, &rep, "XREAD", "COUNT", cnt, "STREAMS", key,
+                            after, NULL);
+    if (rc)
+        return rc;
+    int n = 0;
+    /* reply: nil (timeout) or [[key, [entries...]]] */
+    if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 1 &&
+        rep->element[0]->type == REDIS_REPLY_ARRAY && rep->element[0]->elements == 2 &&
+        rep->element[0]->element[1]->type == REDIS_REPLY_ARRAY) {
+        redisReply *entries = rep->element[0]->element[1];
+        for (size_t i = 0; i < entries->elements; i++) {
+            ftc_status_event_t e;
+            if (!ftc__parse_entry(entries->element[i], &e))
+                continue;
+            snprintf(after, cap, "%s", e.id);
+            if (fn)
+                fn(arg, &e);
+            n++;
+        }
+    } else if (rep->type != REDIS_REPLY_NIL && rep->type != REDIS_REPLY_ARRAY) {
+        ftc_redis_reply_free(rep);
+        return FTC_EPROTO;
+    }
+    ftc_redis_reply_free(rep);
+    return n;
+}

@@ -1,0 +1,78 @@
+/*
+ * status.h — a snapshot of a job's control plane for `ftc status` and the
+ * event stream reader for `ftc events`.
+ *
+ * The snapshot reads members, heartbeats (their age and remaining TTL), the
+ * leader lease, the generation, the committed step and the newest events.
+ * Garbage in any key does not abort it: the problem is recorded next to the
+ * member (or in `problems`) and shown.
+ *
+ * Not thread-safe per control handle.
+ */
+#ifndef FTC_DETECT_STATUS_H
+#define FTC_DETECT_STATUS_H
+
+#include "detect/control.h"
+
+#include <stdio.h>
+
+typedef struct ftc_status_member {
+    char node[FTC_CTL_NODE_MAX + 1];
+    char host[128];
+    char domain[64];
+    long long pid;
+    unsigned long long joined_ms;
+    bool alive;             /* heartbeat key present */
+    ftc_ctl_heartbeat_t hb; /* valid when alive and problem is empty */
+    long long hb_age_ms;    /* now - hb.wall_ms */
+    long long hb_ttl_ms;    /* PTTL of the heartbeat key */
+    char problem[160];      /* "" or what is wrong with its keys */
+} ftc_status_member_t;
+
+typedef struct ftc_status_event {
+    char id[32];      /* stream id */
+    char kind[24];
+    char node[FTC_CTL_NODE_MAX + 1];
+    int rank;
+    long long gen, step;
+    unsigned long long t_detect_ms;
+    char detail[256];
+} ftc_status_event_t;
+
+typedef struct ftc_status {
+    char job[64];
+    unsigned long long now_ms;
+    uint64_t generation;
+    uint32_t world;
+    char leader[192]; /* "" = none */
+    uint64_t epoch;
+    int64_t leader_ttl_ms;
+    int64_t committed_step; /* -1 = none */
+    uint64_t committed_gen;
+    int n_members;
+    ftc_status_member_t *members;
+    int n_events;
+    ftc_status_event_t *events; /* newest last */
+    char problems[512];         /* key-level problems, "; "-separated */
+} ftc_status_t;
+
+/* Reads a snapshot (max_events newest events). FTC_EREDIS etc. only when
+ * Redis cannot be read at all. */
+int ftc_status_collect(ftc_ctl_t *c, const char *job, int max_events, ftc_status_t **out);
+void ftc_status_free(ftc_status_t *s); /* NULL is a no-op */
+/* Human-readable table. */
+void ftc_status_print(const ftc_status_t *s, FILE *out);
+/* JSON text (malloc'd; caller frees), NULL on out of memory. */
+char *ftc_status_json(const ftc_status_t *s);
+
+/* Reads events after stream id `after` ("0" = from the start, "$" = only new
+ * ones), waiting up to block_ms for the first (0 = do not wait). Calls fn for
+ * each; copies the last id read into after (cap >= 32). Returns the number
+ * read or an error. */
+typedef void (*ftc_status_event_fn)(void *arg, const ftc_status_event_t *e);
+int ftc_events_read(ftc_ctl_t *c, char *after, size_t cap, int count, int block_ms,
+                    ftc_status_event_fn fn, void *arg);
+/* One line per event, as `ftc events` prints it. */
+void ftc_event_print(const ftc_status_event_t *e, FILE *out);
+
+#endif

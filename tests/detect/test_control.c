@@ -1,0 +1,353 @@
+/*
+ * test_control.c — the Redis keyspace against a real server: generations
+ * fenced by the lease epoch, lease expiry and takeover, commit atomicity
+ * under many concurrent reporters (never backwards, never stale), failure
+ * reports exactly once, reseeding after data loss, and garbage planted in
+ * every key kind getting a clear error.
+ */
+#include "redis_fixture.h"
+
+#include "detect/status.h"
+
+#include <pthread.h>
+
+static void test_lease_and_fenced_generations(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_ctl_t *a = redis_fixture_ctl(f, "job1"), *b = redis_fixture_ctl(f, "job1");
+    uint64_t gen, ep_a, ep_b, out;
+    uint32_t world;
+    bool held;
+    assert_int_equal(ftc_ctl_generation(a, &gen, &world), 0);
+    assert_int_equal(gen, 0);
+    assert_int_equal(ftc_ctl_lease_acquire(a, "node-a:1", 300, &held, &ep_a), 0);
+    assert_true(held);
+    assert_int_equal(ftc_ctl_lease_acquire(b, "node-b:1", 300, &held, &ep_b), 0);
+    assert_false(held);
+    assert_true(ep_b == ep_a);
+    char holder[64];
+    int64_t ttl;
+    uint64_t ep;
+    assert_int_equal(ftc_ctl_leader(b, holder, sizeof holder, &ep, &ttl), 0);
+    assert_string_equal(holder, "node-a:1");
+    assert_true(ttl > 0 && ttl <= 300);
+    /* only the holder can bump, and only from the generation it saw */
+    assert_int_equal(ftc_ctl_generation_bump(b, "node-b:1", ep_a, 0, 4, "test", &out), FTC_EAUTH);
+    assert_int_equal(ftc_ctl_generation_bump(a, "node-a:1", ep_a, 0, 4, "start", &out), 0);
+    assert_int_equal(out, 1);
+    assert_int_equal(ftc_ctl_generation_bump(a, "node-a:1", ep_a, 0, 4, "again", &out), FTC_ESTALE);
+    assert_non_null(strstr(ftc_ctl_errstr(a), "generation is 1"));
+    assert_int_equal(ftc_ctl_lease_renew(a, "node-a:1", ep_a, 300, &held), 0);
+    assert_true(held);
+    /* a's lease runs out (as if it were SIGSTOPped); b takes over with a new epoch */
+    ftc_sleep_ms(400);
+    assert_int_equal(ftc_ctl_lease_acquire(b, "node-b:1", 300, &held, &ep_b), 0);
+    assert_true(held);
+    assert_true(ep_b > ep_a);
+    /* a resumes: renewal tells it the lease is gone, and its old epoch is fenced */
+    assert_int_equal(ftc_ctl_lease_renew(a, "node-a:1", ep_a, 300, &held), 0);
+    assert_false(held);
+    assert_int_equal(ftc_ctl_generation_bump(a, "node-a:1", ep_a, 1, 3, "stale", &out), FTC_EAUTH);
+    assert_int_equal(ftc_ctl_generation_bump(b, "node-b:1", ep_b, 1, 3, "shrink", &out), 0);
+    assert_int_equal(out, 2);
+    assert_int_equal(ftc_ctl_generation(a, &gen, &world), 0);
+    assert_int_equal(gen, 2);
+    assert_int_equal(world, 3);
+    assert_int_equal(ftc_ctl_lease_release(b, "node-b:1", ep_b), 0);
+    assert_int_equal(ftc_ctl_leader(a, holder, sizeof holder, &ep, &ttl), 0);
+    assert_string_equal(holder, "");
+    ftc_ctl_destroy(a);
+    ftc_ctl_destroy(b);
+}
+
+/* Sets generation `gen` with world size `world` through a lease. */
+static void set_generation(ftc_ctl_t *c, uint32_t world, uint64_t *gen)
+{
+    bool held;
+    uint64_t ep, g;
+    uint32_t w;
+    assert_int_equal(ftc_ctl_lease_acquire(c, "setter:1", 5000, &held, &ep), 0);
+    assert_true(held);
+    assert_int_equal(ftc_ctl_generation(c, &g, &w), 0);
+    assert_int_equal(ftc_ctl_generation_bump(c, "setter:1", ep, g, world, "test", gen), 0);
+    assert_int_equal(ftc_ctl_lease_release(c, "setter:1", ep), 0);
+}
+
+typedef struct reporter {
+    redis_fixture_t *f;
+    uint64_t gen;
+    uint32_t ranks[2]; /* this thread reports these two ranks */
+    int steps;
+    int commits;       /* calls that committed a step */
+    int64_t max_seen;  /* committed step never moves backwards across calls */
+    int backwards;
+    int errors;
+} reporter_t;
+
+static void *reporter_main(void *arg)
+{
+    reporter_t *r = arg;
+    ftc_ctl_t *c = redis_fixture_ctl(r->f, "job2");
+    r->max_seen = -1;
+    for (int s = 0; s < r->steps; s++) {
+        for (int k = 0; k < 2; k++) {
+            int64_t committed;
+            bool now;
+            if (ftc_ctl_commit_report(c, r->gen, s, r->ranks[k], 0xabcull + (uint64_t)s,
+                                      &committed, &now) != 0) {
+                r->errors++;
+                continue;
+            }
+            r->commits += now;
+            if (committed < r->max_seen)
+                r->backwards++;
+            if (committed > r->max_seen)
+                r->max_seen = committed;
+        }
+    }
+    ftc_ctl_destroy(c);
+    return NULL;
+}
+
+static void test_commit_atomic_under_concurrency(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_ctl_t *c = redis_fixture_ctl(f, "job2");
+    uint64_t gen;
+    set_generation(c, 8, &gen);
+    enum { THREADS = 4, STEPS = 60 };
+    reporter_t rep[THREADS];
+    pthread_t tid[THREADS];
+    for (int t = 0; t < THREADS; t++) {
+        rep[t] = (reporter_t){.f = f, .gen = gen, .ranks = {2u * t, 2u * t + 1}, .steps = STEPS};
+        pthread_create(&tid[t], NULL, reporter_main, &rep[t]);
+    }
+    int commits = 0;
+    for (int t = 0; t < THREADS; t++) {
+        pthread_join(tid[t], NULL);
+        commits += rep[t].commits;
+        assert_int_equal(rep[t].errors, 0);
+        assert_int_equal(rep[t].backwards, 0);
+    }
+    /* every step committed exactly once, by whichever report completed it */
+    assert_int_equal(commits, STEPS);
+    int64_t step;
+    uint64_t g;
+    assert_int_equal(ftc_ctl_committed(c, &step, &g), 0);
+    assert_int_equal(step, STEPS - 1);
+    assert_int_equal(g, gen);
+    /* an old step after a newer commit: no effect, never backwards */
+    int64_t committed;
+    bool now;
+    assert_int_equal(ftc_ctl_commit_report(c, gen, 3, 0, 1, &committed, &now), 0);
+    assert_false(now);
+    assert_int_equal(committed, STEPS - 1);
+    /* a stale generation is refused; so is a rank outside the world */
+    assert_int_equal(ftc_ctl_commit_report(c, gen - 1, STEPS, 0, 1, &committed, &now), FTC_ESTALE);
+    assert_int_equal(ftc_ctl_commit_report(c, gen, STEPS, 8, 1, &committed, &now), FTC_ERANGE);
+    ftc_ctl_destroy(c);
+}
+
+typedef struct racer {
+    redis_fixture_t *f;
+    int first;
+} racer_t;
+
+static void *racer_main(void *arg)
+{
+    racer_t *r = arg;
+    ftc_ctl_t *c = redis_fixture_ctl(r->f, "job3");
+    ftc_ctl_event_t e = {.kind = "node_lost", .node = "n7", .rank = -1, .generation = 4,
+                         .step = 10, .detail = "heartbeat expired"};
+    bool first = false;
+    assert_int_equal(ftc_ctl_report(c, "node_lost:n7", &e, &first), 0);
+    r->first = first;
+    ftc_ctl_destroy(c);
+    return NULL;
+}
+
+static void test_failure_reported_exactly_once(void **state)
+{
+    redis_fixture_t *f = *state;
+    enum { N = 6 };
+    racer_t r[N];
+    pthread_t tid[N];
+    for (int i = 0; i < N; i++) {
+        r[i] = (racer_t){.f = f};
+        pthread_create(&tid[i], NULL, racer_main, &r[i]);
+    }
+    int firsts = 0;
+    for (int i = 0; i < N; i++) {
+        pthread_join(tid[i], NULL);
+        firsts += r[i].first;
+    }
+    assert_int_equal(firsts, 1);
+    ftc_ctl_t *c = redis_fixture_ctl(f, "job3");
+    char key[128];
+    ftc_redis_reply_t *rep;
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, &rep, "XLEN",
+                                    ftc_ctl_key(c, "events", key, sizeof key), NULL), 0);
+    long long n;
+    ftc_err_t err = {0};
+    assert_int_equal(ftc_redis_want_int(rep, "XLEN", &n, &err), 0);
+    assert_int_equal(n, 1);
+    ftc_redis_reply_free(rep);
+    ftc_ctl_destroy(c);
+}
+
+static void test_reseed_after_data_loss(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_ctl_t *c = redis_fixture_ctl(f, "job4");
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, NULL, "FLUSHALL", NULL), 0);
+    assert_int_equal(ftc_ctl_reseed(c, 5, 4, 10), 0);
+    assert_int_equal(ftc_ctl_reseed(c, 3, 2, 7), 0); /* lower values never win */
+    uint64_t gen;
+    uint32_t world;
+    int64_t step;
+    assert_int_equal(ftc_ctl_generation(c, &gen, &world), 0);
+    assert_int_equal(gen, 5);
+    assert_int_equal(world, 4);
+    assert_int_equal(ftc_ctl_committed(c, &step, &gen), 0);
+    assert_int_equal(step, 10);
+    ftc_ctl_destroy(c);
+}
+
+static void test_garbage_in_every_key_kind(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_ctl_t *c = redis_fixture_ctl(f, "job5");
+    ftc_redis_t *r = ftc_ctl_redis(c);
+    char k[128];
+    uint64_t gen, ep;
+    uint32_t world;
+    int64_t step;
+    bool held;
+    /* generation hash with a non-number */
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", ftc_ctl_key(c, "gen", k, sizeof k),
+                                    "gen", "seven", "world", "4", NULL), 0);
+    assert_int_equal(ftc_ctl_generation(c, &gen, &world), FTC_EPROTO);
+    assert_non_null(strstr(ftc_ctl_errstr(c), "ftc:{job5}:gen"));
+    int64_t committed;
+    bool now;
+    assert_int_equal(ftc_ctl_commit_report(c, 1, 1, 0, 1, &committed, &now), FTC_EPROTO);
+    /* generation key of the wrong type */
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "DEL", k, NULL), 0);
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "SET", k, "x", NULL), 0);
+    assert_int_equal(ftc_ctl_generation(c, &gen, &world), FTC_EREDIS);
+    assert_non_null(strstr(ftc_ctl_errstr(c), "WRONGTYPE"));
+    /* leader key holding garbage */
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "SET", ftc_ctl_key(c, "leader", k, sizeof k),
+                                    "garbage", NULL), 0);
+    assert_int_equal(ftc_ctl_lease_acquire(c, "n:1", 1000, &held, &ep), FTC_EPROTO);
+    assert_non_null(strstr(ftc_ctl_errstr(c), "holds \"garbage\""));
+    char holder[64];
+    int64_t ttl;
+    assert_int_equal(ftc_ctl_leader(c, holder, sizeof holder, &ep, &ttl), FTC_EPROTO);
+    /* commit record with a non-number step */
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", ftc_ctl_key(c, "commit", k, sizeof k),
+                                    "step", "many", NULL), 0);
+    assert_int_equal(ftc_ctl_committed(c, &step, &gen), FTC_EPROTO);
+    assert_non_null(strstr(ftc_ctl_errstr(c), "ftc:{job5}:commit"));
+    /* heartbeat values */
+    ftc_ctl_heartbeat_t hb;
+    ftc_err_t err = {0};
+    assert_int_equal(ftc_ctl_heartbeat_parse("1 2 3 4", 7, &hb, &err), 0);
+    assert_int_equal(hb.step, 2);
+    const char *bad[] = {"", "1 2 3", "a b c d", "1 2 3 4 5", "1 -5 3 4"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_int_equal(ftc_ctl_heartbeat_parse(bad[i], strlen(bad[i]), &hb, &err), FTC_EPROTO);
+    /* bad ids are refused before they reach Redis */
+    ftc_ctl_member_t m = {.node = "bad node"};
+    assert_int_equal(ftc_ctl_join(c, &m), FTC_EINVAL);
+    assert_null(ftc_ctl_create(NULL, "bad job", &err));
+    assert_null(ftc_ctl_create(NULL, "", &err));
+    ftc_ctl_destroy(c);
+}
+
+
+static void count_event(void *arg, const ftc_status_event_t *e)
+{
+    int *n = arg;
+    assert_true(strlen(e->kind) > 0);
+    (*n)++;
+}
+
+static void test_status_snapshot_and_events(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_ctl_t *c = redis_fixture_ctl(f, "job6");
+    uint64_t gen;
+    set_generation(c, 2, &gen);
+    ftc_ctl_member_t m = {.node = "n0", .host = "h0", .domain = "rack1", .pid = 11, .joined_ms = 5};
+    assert_int_equal(ftc_ctl_join(c, &m), 0);
+    ftc_ctl_heartbeat_t hb = {gen, 7, 1500, ftc_wall_ms()};
+    assert_int_equal(ftc_ctl_heartbeat(c, "n0", &hb, 5000), 0);
+    ftc_ctl_member_t m1 = {.node = "n1", .host = "h1", .pid = 12, .joined_ms = 6};
+    assert_int_equal(ftc_ctl_join(c, &m1), 0); /* no heartbeat: shown as such */
+    char k[128];
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, NULL, "HSET",
+                                    ftc_ctl_key(c, "members", k, sizeof k), "n2", "garbage", NULL),
+                     0);
+    ftc_ctl_event_t e = {.kind = "hang", .node = "n0", .rank = 1, .generation = gen, .step = 7,
+                         .detail = "no progress"};
+    assert_int_equal(ftc_ctl_event(c, &e), 0);
+    int64_t committed;
+    bool now;
+    assert_int_equal(ftc_ctl_commit_report(c, gen, 7, 0, 1, &committed, &now), 0);
+    assert_int_equal(ftc_ctl_commit_report(c, gen, 7, 1, 1, &committed, &now), 0);
+    assert_true(now);
+    ftc_status_t *s;
+    assert_int_equal(ftc_status_collect(c, "job6", 10, &s), 0);
+    assert_int_equal(s->generation, gen);
+    assert_int_equal(s->committed_step, 7);
+    assert_int_equal(s->n_members, 3);
+    int alive = 0, problems = 0;
+    for (int i = 0; i < s->n_members; i++) {
+        alive += s->members[i].alive;
+        problems += s->members[i].problem[0] != 0;
+        if (!strcmp(s->members[i].node, "n0")) {
+            assert_int_equal(s->members[i].hb.step, 7);
+            assert_string_equal(s->members[i].domain, "rack1");
+            assert_true(s->members[i].hb_ttl_ms > 0);
+        }
+    }
+    assert_int_equal(alive, 1);
+    assert_int_equal(problems, 1);
+    assert_true(s->n_events >= 3); /* generation, hang, commit */
+    assert_string_equal(s->events[s->n_events - 1].kind, "commit");
+    char *json = ftc_status_json(s);
+    assert_non_null(json);
+    assert_non_null(strstr(json, "\"committed_step\": 7"));
+    free(json);
+    FILE *out = tmpfile();
+    ftc_status_print(s, out);
+    fclose(out);
+    ftc_status_free(s);
+    char after[32] = "0";
+    int n = 0;
+    int got = ftc_events_read(c, after, sizeof after, 100, 0, count_event, &n);
+    assert_true(got >= 3);
+    assert_int_equal(got, n);
+    assert_int_equal(ftc_events_read(c, after, sizeof after, 100, 100, count_event, &n), 0);
+    ftc_ctl_destroy(c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_lease_and_fenced_generations, redis_fixture_setup,
+                                        redis_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_commit_atomic_under_concurrency, redis_fixture_setup,
+                                        redis_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_failure_reported_exactly_once, redis_fixture_setup,
+                                        redis_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_reseed_after_data_loss, redis_fixture_setup,
+                                        redis_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_garbage_in_every_key_kind, redis_fixture_setup,
+                                        redis_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_status_snapshot_and_events, redis_fixture_setup,
+                                        redis_fixture_teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,459 @@
+/*
+ * test_detector.c — failure detection against a real redis-server with real
+ * processes and real signals: a node killed with SIGKILL is reported exactly
+ * once; the leader lease fails over when the leader is killed and when it is
+ * SIGSTOPped (and the paused leader steps down once resumed); Redis killed
+ * and restarted mid-run crashes nothing and the gap becomes an event; rank
+ * exit, hangs, stragglers, NaN and loss spikes become events. Latencies are
+ * printed, never asserted (the machines are shared).
+ */
+#include "redis_fixture.h"
+
+#include "core/fsio.h"
+#include "detect/detector.h"
+
+#include <hiredis/hiredis.h>
+
+#include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+/* ---- event collection -------------------------------------------------------------- */
+
+typedef struct seen {
+    pthread_mutex_t mu;
+    int n;
+    struct {
+        char kind[24], node[72];
+        int rank;
+        uint64_t at_ns;
+    } ev[512];
+} seen_t;
+
+static void on_event(void *arg, const ftc_ctl_event_t *e)
+{
+    seen_t *s = arg;
+    pthread_mutex_lock(&s->mu);
+    if (s->n < 512) {
+        snprintf(s->ev[s->n].kind, sizeof s->ev[0].kind, "%s", e->kind);
+        snprintf(s->ev[s->n].node, sizeof s->ev[0].node, "%s", e->node);
+        s->ev[s->n].rank = e->rank;
+        s->ev[s->n].at_ns = ftc_now_ns();
+        s->n++;
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Number of events of kind about node (NULL = any); *first_ns = time of the first. */
+static int seen_count(seen_t *s, const char *kind, const char *node, uint64_t *first_ns)
+{
+    int c = 0;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n; i++)
+        if (!strcmp(s->ev[i].kind, kind) && (!node || !strcmp(s->ev[i].node, node))) {
+            if (!c && first_ns)
+                *first_ns = s->ev[i].at_ns;
+            c++;
+        }
+    pthread_mutex_unlock(&s->mu);
+    return c;
+}
+
+static bool wait_seen(seen_t *s, const char *kind, const char *node, int ms)
+{
+    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)ms);
+    while (!ftc_deadline_expired(d)) {
+        if (seen_count(s, kind, node, NULL) > 0)
+            return true;
+        ftc_sleep_ms(5);
+    }
+    return false;
+}
+
+static ftc_detector_t *start_detector(redis_fixture_t *f, const char *job, const char *node,
+                                      bool campaign, seen_t *s, ftc_detector_options_t *opt)
+{
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    if (opt)
+        o = *opt;
+    o.job = job;
+    o.node = node;
+    o.campaign = campaign;
+    o.on_event = s ? on_event : NULL;
+    o.arg = s;
+    ftc_err_t err = {0};
+    ftc_detector_t *d = ftc_detector_start(ftc_redis_server_url(f->srv), &o, &err);
+    if (!d)
+        fail_msg("detector %s: %s", node, err.msg);
+    return d;
+}
+
+/* ---- agent processes ---------------------------------------------------------------- */
+
+typedef struct agent {
+    pid_t pid;
+    char out[PATH_MAX];
+} agent_t;
+
+static void spawn_agent(redis_fixture_t *f, agent_t *a, const char *job, const char *node,
+                        const char *extra1, const char *extra2)
+{
+    char bin[PATH_MAX];
+    const char *bd = getenv("FTC_BINARY_DIR");
+    snprintf(bin, sizeof bin, "%s/tests/detect/det_agent", bd ? bd : ".");
+    snprintf(a->out, sizeof a->out, "%s/%s.out", f->dir, node);
+    a->pid = fork();
+    assert_true(a->pid >= 0);
+    if (a->pid == 0) {
+        FILE *o = freopen(a->out, "w", stdout);
+        (void)o;
+        execl(bin, bin, ftc_redis_server_url_file(f->srv), job, node, "--lease-ms", "600",
+              extra1, extra2, (char *)NULL);
+        _exit(127);
+    }
+    /* wait for READY */
+    ftc_deadline_t d = ftc_deadline_in_ms(10000);
+    for (;;) {
+        uint8_t *buf;
+        size_t len;
+        ftc_err_t err = {0};
+        if (ftc_fs_read_file(a->out, 1 << 20, &buf, &len, &err) == 0) {
+            bool ready = strstr((char *)buf, "READY") != NULL;
+            free(buf);
+            if (ready)
+                return;
+        }
+        int st;
+        if (waitpid(a->pid, &st, WNOHANG) == a->pid)
+            fail_msg("agent %s exited before READY", node);
+        if (ftc_deadline_expired(d))
+            fail_msg("agent %s not ready", node);
+        ftc_sleep_ms(10);
+    }
+}
+
+static bool agent_said(agent_t *a, const char *what)
+{
+    uint8_t *buf;
+    size_t len;
+    ftc_err_t err = {0};
+    if (ftc_fs_read_file(a->out, 1 << 20, &buf, &len, &err) != 0)
+        return false;
+    bool yes = strstr((char *)buf, what) != NULL;
+    free(buf);
+    return yes;
+}
+
+static void kill_agent(agent_t *a, int sig)
+{
+    kill(a->pid, sig);
+    if (sig == SIGKILL || sig == SIGTERM) {
+        int st;
+        waitpid(a->pid, &st, 0);
+        a->pid = 0;
+    }
+}
+
+/* Stream entries of a kind about a node. */
+static int stream_count(redis_fixture_t *f, const char *job, const char *kind, const char *node)
+{
+    ftc_ctl_t *c = redis_fixture_ctl(f, job);
+    char key[128];
+    ftc_redis_reply_t *rep;
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, &rep, "XRANGE",
+                                    ftc_ctl_key(c, "events", key, sizeof key), "-", "+", NULL), 0);
+    int n = 0;
+    for (size_t i = 0; i < rep->elements; i++) {
+        ftc_redis_reply_t *fields = rep->element[i]->element[1];
+        const char *k = NULL, *nd = NULL;
+        for (size_t j = 0; j + 1 < fields->elements; j += 2) {
+            if (!strcmp(fields->element[j]->str, "kind"))
+                k = fields->element[j + 1]->str;
+            if (!strcmp(fields->element[j]->str, "node"))
+                nd = fields->element[j + 1]->str;
+        }
+        if (k && !strcmp(k, kind) && (!node || (nd && !strcmp(nd, node))))
+            n++;
+    }
+    ftc_redis_reply_free(rep);
+    ftc_ctl_destroy(c);
+    return n;
+}
+
+static bool wait_leader_prefix(redis_fixture_t *f, const char *job, const char *prefix, int ms)
+{
+    ftc_ctl_t *c = redis_fixture_ctl(f, job);
+    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)ms);
+    bool ok = false;
+    while (!ok && !ftc_deadline_expired(d)) {
+        char holder[192];
+        uint64_t ep;
+        int64_t ttl;
+        if (ftc_ctl_leader(c, holder, sizeof holder, &ep, &ttl) == 0 &&
+            !strncmp(holder, prefix, strlen(prefix)))
+            ok = true;
+        else
+            ftc_sleep_ms(10);
+    }
+    ftc_ctl_destroy(c);
+    return ok;
+}
+
+/* ---- tests ---------------------------------------------------------------------------- */
+
+static void test_node_loss_reported_exactly_once(void **state)
+{
+    redis_fixture_t *f = *state;
+    static seen_t sb, sc;
+    memset(&sb, 0, sizeof sb);
+    memset(&sc, 0, sizeof sc);
+    pthread_mutex_init(&sb.mu, NULL);
+    pthread_mutex_init(&sc.mu, NULL);
+    agent_t a;
+    spawn_agent(f, &a, "jl", "A", "--no-campaign", NULL);
+    ftc_detector_t *b = start_detector(f, "jl", "B", true, &sb, NULL);
+    ftc_detector_t *c = start_detector(f, "jl", "C", false, &sc, NULL);
+    ftc_sleep_ms(700); /* both have scanned A at least once */
+    uint64_t t0 = ftc_now_ns();
+    kill_agent(&a, SIGKILL);
+    assert_true(wait_seen(&sb, "node_lost", "A", 5000));
+    assert_true(wait_seen(&sc, "node_lost", "A", 5000));
+    uint64_t tb = 0;
+    seen_count(&sb, "node_lost", "A", &tb);
+    print_message("node loss seen %.0f ms after SIGKILL (heartbeat TTL 1000 ms)\n",
+                  (double)(tb - t0) / 1e6);
+    ftc_sleep_ms(1200); /* more scans: still one event */
+    assert_int_equal(seen_count(&sb, "node_lost", "A", NULL), 1);
+    assert_int_equal(seen_count(&sc, "node_lost", "A", NULL), 1);
+    assert_int_equal(stream_count(f, "jl", "node_lost", "A"), 1);
+    assert_int_equal(stream_count(f, "jl", "node_lost", "B"), 0);
+    ftc_detector_stop(b, true);
+    ftc_detector_stop(c, true);
+}
+
+static void test_leader_failover_on_kill(void **state)
+{
+    redis_fixture_t *f = *state;
+    agent_t a;
+    spawn_agent(f, &a, "jk", "A", "--hb-ms", "100");
+    assert_true(wait_leader_prefix(f, "jk", "A:", 3000));
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    o.lease_ttl_ms = 600;
+    ftc_detector_t *b = start_detector(f, "jk", "B", true, NULL, &o);
+    ftc_sleep_ms(300);
+    assert_false(ftc_detector_is_leader(b));
+    uint64_t t0 = ftc_now_ns();
+    kill_agent(&a, SIGKILL);
+    ftc_deadline_t d = ftc_deadline_in_ms(5000);
+    while (!ftc_detector_is_leader(b) && !ftc_deadline_expired(d))
+        ftc_sleep_ms(5);
+    assert_true(ftc_detector_is_leader(b));
+    print_message("leader failover %.0f ms after SIGKILL (lease 600 ms)\n",
+                  (double)(ftc_now_ns() - t0) / 1e6);
+    ftc_detector_stop(b, true);
+}
+
+static void test_paused_leader_steps_down(void **state)
+{
+    redis_fixture_t *f = *state;
+    agent_t a;
+    spawn_agent(f, &a, "jp", "A", "--hb-ms", "100");
+    assert_true(wait_leader_prefix(f, "jp", "A:", 3000));
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    o.lease_ttl_ms = 600;
+    ftc_detector_t *b = start_detector(f, "jp", "B", true, NULL, &o);
+    kill_agent(&a, SIGSTOP);
+    ftc_deadline_t d = ftc_deadline_in_ms(5000);
+    while (!ftc_detector_is_leader(b) && !ftc_deadline_expired(d))
+        ftc_sleep_ms(5);
+    assert_true(ftc_detector_is_leader(b));
+    ftc_detector_stats_t st;
+    ftc_detector_stats(b, &st);
+    kill_agent(&a, SIGCONT);
+    /* once resumed, A notices and steps down; the lease stays with B */
+    d = ftc_deadline_in_ms(3000);
+    while (!agent_said(&a, "EVENT leader_lost A") && !ftc_deadline_expired(d))
+        ftc_sleep_ms(10);
+    assert_true(agent_said(&a, "EVENT leader_lost A"));
+    ftc_sleep_ms(500);
+    assert_true(wait_leader_prefix(f, "jp", "B:", 100));
+    assert_true(ftc_detector_is_leader(b));
+    ftc_ctl_t *c = redis_fixture_ctl(f, "jp");
+    char holder[192];
+    uint64_t ep;
+    int64_t ttl;
+    assert_int_equal(ftc_ctl_leader(c, holder, sizeof holder, &ep, &ttl), 0);
+    assert_true(ep == st.epoch);
+    ftc_ctl_destroy(c);
+    kill_agent(&a, SIGTERM);
+    ftc_detector_stop(b, true);
+}
+
+static void test_redis_restart_survived(void **state)
+{
+    redis_fixture_t *f = *state;
+    static seen_t s;
+    memset(&s, 0, sizeof s);
+    pthread_mutex_init(&s.mu, NULL);
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    o.redis_timeout_ms = 200;
+    o.hang_min_ms = 100000;
+    ftc_detector_t *b = start_detector(f, "jr", "B", true, &s, &o);
+    ftc_sleep_ms(300);
+    assert_int_equal(ftc_redis_server_signal(f->srv, SIGKILL), 0);
+    /* meanwhile a rank dies: detected locally at once, published later */
+    pid_t child = fork();
+    if (child == 0) {
+        pause();
+        _exit(0);
+    }
+    assert_int_equal(ftc_detector_watch_pid(b, 3, child), 0);
+    ftc_sleep_ms(800);
+    kill(child, SIGKILL);
+    assert_true(wait_seen(&s, "rank_exit", "B", 2000));
+    int st;
+    waitpid(child, &st, 0);
+    ftc_detector_stats_t ds;
+    ftc_detector_stats(b, &ds);
+    assert_false(ds.redis_up);
+    ftc_err_t err = {0};
+    assert_int_equal(ftc_redis_server_restart(f->srv, &err), 0);
+    assert_true(wait_seen(&s, "redis_gap", "B", 10000));
+    ftc_deadline_t d = ftc_deadline_in_ms(5000);
+    while (stream_count(f, "jr", "rank_exit", "B") < 1 && !ftc_deadline_expired(d))
+        ftc_sleep_ms(20);
+    assert_int_equal(stream_count(f, "jr", "rank_exit", "B"), 1);
+    assert_int_equal(stream_count(f, "jr", "redis_gap", "B"), 1);
+    /* the member record that the restart lost is back */
+    ftc_ctl_t *c = redis_fixture_ctl(f, "jr");
+    char key[128];
+    ftc_redis_reply_t *rep;
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, &rep, "HEXISTS",
+                                    ftc_ctl_key(c, "members", key, sizeof key), "B", NULL), 0);
+    assert_int_equal(rep->integer, 1);
+    ftc_redis_reply_free(rep);
+    ftc_ctl_destroy(c);
+    ftc_detector_stats(b, &ds);
+    assert_true(ds.gaps >= 1);
+    assert_true(ds.redis_up);
+    ftc_detector_stop(b, true);
+}
+
+static void test_rank_exit_and_hang(void **state)
+{
+    redis_fixture_t *f = *state;
+    static seen_t s;
+    memset(&s, 0, sizeof s);
+    pthread_mutex_init(&s.mu, NULL);
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    o.hang_min_ms = 300;
+    ftc_detector_t *b = start_detector(f, "jh", "B", false, &s, &o);
+    pid_t child = fork();
+    if (child == 0) {
+        pause();
+        _exit(0);
+    }
+    assert_int_equal(ftc_detector_watch_pid(b, 0, child), 0);
+    ftc_sleep_ms(50);
+    uint64_t t0 = ftc_now_ns();
+    kill(child, SIGKILL);
+    assert_true(wait_seen(&s, "rank_exit", "B", 2000));
+    uint64_t t1 = 0;
+    seen_count(&s, "rank_exit", "B", &t1);
+    print_message("rank exit seen %.2f ms after SIGKILL\n", (double)(t1 - t0) / 1e6);
+    int st;
+    waitpid(child, &st, 0);
+    for (int i = 0; i < 5; i++) {
+        ftc_detector_progress(b, 1, i, 10000);
+        ftc_sleep_ms(10);
+    }
+    assert_true(wait_seen(&s, "hang", "B", 3000));
+    ftc_sleep_ms(500);
+    assert_int_equal(seen_count(&s, "hang", "B", NULL), 1);
+    /* progress resumes, then stops again: a new hang is a new event */
+    ftc_detector_progress(b, 1, 5, 10000);
+    ftc_sleep_ms(900);
+    assert_int_equal(seen_count(&s, "hang", "B", NULL), 2);
+    ftc_detector_stop(b, true);
+    assert_int_equal(stream_count(f, "jh", "hang", "B"), 2);
+    assert_int_equal(stream_count(f, "jh", "rank_exit", "B"), 1);
+}
+
+static void test_numerical_warnings(void **state)
+{
+    redis_fixture_t *f = *state;
+    static seen_t s;
+    memset(&s, 0, sizeof s);
+    pthread_mutex_init(&s.mu, NULL);
+    ftc_detector_t *b = start_detector(f, "jn", "B", false, &s, NULL);
+    for (int i = 0; i < 60; i++)
+        ftc_detector_loss(b, 0, i, 2.0 + 0.01 * ((i * 7) % 5));
+    assert_int_equal(seen_count(&s, "loss_spike", NULL, NULL), 0);
+    ftc_detector_loss(b, 0, 60, 9.0);
+    ftc_detector_loss(b, 0, 61, 0.0 / 0.0);
+    assert_true(wait_seen(&s, "loss_spike", "B", 2000));
+    assert_true(wait_seen(&s, "nan", "B", 2000));
+    ftc_detector_stop(b, true);
+    assert_int_equal(stream_count(f, "jn", "nan", "B"), 1);
+    assert_int_equal(stream_count(f, "jn", "loss_spike", "B"), 1);
+}
+
+static void test_straggler_warning(void **state)
+{
+    redis_fixture_t *f = *state;
+    static seen_t s;
+    memset(&s, 0, sizeof s);
+    pthread_mutex_init(&s.mu, NULL);
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    o.scan_ms = 100;
+    o.straggler_window = 3;
+    o.heartbeat_ms = 50;
+    o.ttl_ms = 1000;
+    ftc_detector_t *d[4];
+    const char *names[4] = {"N0", "N1", "N2", "N3"};
+    for (int i = 0; i < 4; i++)
+        d[i] = start_detector(f, "js", names[i], i == 0, i == 0 ? &s : NULL, &o);
+    for (int step = 0; step < 60 && !seen_count(&s, "straggler", "N3", NULL); step++) {
+        for (int i = 0; i < 4; i++)
+            ftc_detector_progress(d[i], 0, step, i == 3 ? 30000 : 10000);
+        ftc_sleep_ms(50);
+    }
+    assert_true(seen_count(&s, "straggler", "N3", NULL) >= 1);
+    assert_int_equal(seen_count(&s, "straggler", "N1", NULL), 0);
+    for (int i = 0; i < 4; i++)
+        ftc_detector_stop(d[i], true);
+    assert_true(stream_count(f, "js", "straggler", "N3") >= 1);
+}
+
+static void test_bad_redis_at_start(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    o.job = "jb";
+    o.node = "B";
+    ftc_err_t err = {0};
+    ftc_redis_url_t u = *ftc_redis_server_url(f->srv);
+    snprintf(u.password, sizeof u.password, "nope");
+    assert_null(ftc_detector_start(&u, &o, &err));
+    assert_int_equal(err.code, FTC_EAUTH);
+    u.port = 1;
+    assert_null(ftc_detector_start(&u, &o, &err));
+    assert_non_null(strstr(err.msg, "unreachable"));
+    o.ttl_ms = 100; /* not above the heartbeat interval */
+    assert_null(ftc_detector_start(ftc_redis_server_url(f->srv), &o, &err));
+    assert_int_equal(err.code, FTC_EINVAL);
+}
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        T(test_node_loss_reported_exactly_once), T(test_leader_failover_on_kill),
+        T(test_paused_leader_steps_down),        T(test_redis_restart_survived),
+        T(test_rank_exit_and_hang),              T(test_numerical_warnings),
+        T(test_straggler_warning),               T(test_bad_redis_at_start),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,333 @@
+/*
+ * test_redis.c — the Redis client against a real redis-server started by the
+ * embedded-server code: URLs, AUTH (right, wrong, missing), unreachable
+ * servers, command deadlines against a SIGSTOPped server, reconnection after
+ * a kill and restart, checked reply types, scripts by SHA with EVAL fallback,
+ * pipelined batches.
+ */
+#include "ftc_test.h"
+
+#include "detect/redis.h"
+#include "detect/redis_server.h"
+
+#include <hiredis/hiredis.h>
+#include <signal.h>
+
+typedef struct fixture {
+    char *dir;
+    ftc_redis_server_t *srv;
+} fixture_t;
+
+static int setup(void **state)
+{
+    fixture_t *f = calloc(1, sizeof *f);
+    f->dir = ftc_test_tmpdir("redis");
+    ftc_redis_server_options_t o = FTC_REDIS_SERVER_OPTIONS_INIT;
+    o.dir = f->dir;
+    ftc_err_t err = {0};
+    f->srv = ftc_redis_server_start(&o, &err);
+    if (!f->srv)
+        fail_msg("embedded redis did not start: %s", err.msg);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture_t *f = *state;
+    ftc_redis_server_stop(f->srv);
+    ftc_test_rmrf(f->dir);
+    free(f->dir);
+    free(f);
+    return 0;
+}
+
+static void test_url_parsing(void **state)
+{
+    (void)state;
+    ftc_redis_url_t u;
+    ftc_err_t err = {0};
+    unsetenv("FTC_REDIS_PASSWORD");
+    unsetenv("FTC_REDIS_PASSWORD_FILE");
+    assert_int_equal(ftc_redis_url_parse("redis://alice:s%40cret@db.example:6390/3", &u, &err), 0);
+    assert_string_equal(u.user, "alice");
+    assert_string_equal(u.password, "s@cret");
+    assert_string_equal(u.host, "db.example");
+    assert_int_equal(u.port, 6390);
+    assert_int_equal(u.db, 3);
+    char shown[300];
+    ftc_redis_url_str(&u, shown, sizeof shown);
+    assert_null(strstr(shown, "cret"));
+    assert_non_null(strstr(shown, "***"));
+    assert_int_equal(ftc_redis_url_parse("redis://localhost", &u, &err), 0);
+    assert_int_equal(u.port, 6379);
+    assert_int_equal(u.db, 0);
+    assert_int_equal(ftc_redis_url_parse("redis://:pw@h:1/", &u, &err), 0);
+    assert_string_equal(u.password, "pw");
+    const char *bad[] = {"http://x", "redis://", "redis://h:0", "redis://h:70000", "redis://h:x",
+                         "redis://h/abc", "redis://u:%zz@h", "redis://h:12junk"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        memset(err.msg, 0, sizeof err.msg);
+        if (ftc_redis_url_parse(bad[i], &u, &err) != FTC_ECONFIG)
+            fail_msg("'%s' was accepted", bad[i]);
+        assert_true(strlen(err.msg) > 0);
+    }
+    setenv("FTC_REDIS_PASSWORD", "from-env", 1);
+    assert_int_equal(ftc_redis_url_parse("redis://h:1", &u, &err), 0);
+    assert_string_equal(u.password, "from-env");
+    unsetenv("FTC_REDIS_PASSWORD");
+}
+
+static void test_commands_and_reply_types(void **state)
+{
+    fixture_t *f = *state;
+    ftc_err_t err = {0};
+    ftc_redis_t *r = ftc_redis_connect(ftc_redis_server_url(f->srv), NULL, &err);
+    assert_non_null(r);
+    ftc_redis_reply_t *rep;
+    assert_int_equal(ftc_redis_cmdv(r, true, &rep, "SET", "k", "42", NULL), 0);
+    assert_int_equal(ftc_redis_want_status(rep, "SET", "OK", &err), 0);
+    ftc_redis_reply_free(rep);
+    assert_int_equal(ftc_redis_cmdv(r, true, &rep, "GET", "k", NULL), 0);
+    long long v;
+    assert_int_equal(ftc_redis_str_to_ll(rep, "GET k", &v, &err), 0);
+    assert_int_equal(v, 42);
+    assert_int_equal(ftc_redis_want_int(rep, "GET k", &v, &err), FTC_EPROTO);
+    assert_non_null(strstr(err.msg, "expected an integer reply, got string"));
+    ftc_redis_reply_t **el;
+    size_t n;
+    assert_int_equal(ftc_redis_want_array(rep, "GET k", 2, &el, &n, &err), FTC_EPROTO);
+    ftc_redis_reply_free(rep);
+    assert_int_equal(ftc_redis_cmdv(r, true, &rep, "GET", "missing", NULL), 0);
+    const char *s;
+    assert_int_equal(ftc_redis_want_str(rep, "GET missing", &s, NULL, &err), FTC_ENOENT);
+    ftc_redis_reply_free(rep);
+    /* a server error reply names the command */
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", "k", "f", "v", NULL), FTC_EREDIS);
+    assert_non_null(strstr(ftc_redis_errstr(r), "HSET"));
+    assert_non_null(strstr(ftc_redis_errstr(r), "WRONGTYPE"));
+    /* binary-safe arguments */
+    const char *argv[] = {"SET", "bin", "a\0b"};
+    size_t lens[] = {3, 3, 3};
+    assert_int_equal(ftc_redis_cmd(r, true, NULL, 3, argv, lens), 0);
+    assert_int_equal(ftc_redis_cmdv(r, true, &rep, "STRLEN", "bin", NULL), 0);
+    assert_int_equal(ftc_redis_want_int(rep, "STRLEN", &v, &err), 0);
+    assert_int_equal(v, 3);
+    ftc_redis_reply_free(rep);
+    assert_int_equal(ftc_redis_cmdv(r, true, &rep, "garbage-number", NULL), FTC_EREDIS);
+    assert_null(rep);
+    ftc_redis_close(r);
+    ftc_redis_close(NULL);
+}
+
+static void test_auth_errors(void **state)
+{
+    fixture_t *f = *state;
+    ftc_err_t err = {0};
+    ftc_redis_url_t u = *ftc_redis_server_url(f->srv);
+    snprintf(u.password, sizeof u.password, "wrong");
+    assert_null(ftc_redis_connect(&u, NULL, &err));
+    assert_int_equal(err.code, FTC_EAUTH);
+    assert_non_null(strstr(err.msg, "refused the password"));
+    assert_null(strstr(err.msg, "wrong")); /* never echo a password */
+    u.password[0] = '\0';
+    unsetenv("FTC_REDIS_PASSWORD");
+    assert_null(ftc_redis_connect(&u, NULL, &err));
+    assert_int_equal(err.code, FTC_EAUTH);
+    assert_non_null(strstr(err.msg, "needs a password"));
+}
+
+static void test_unreachable(void **state)
+{
+    (void)state;
+    ftc_err_t err = {0};
+    ftc_redis_url_t u;
+    assert_int_equal(ftc_redis_url_parse("redis://127.0.0.1:1/0", &u, &err), 0);
+    assert_null(ftc_redis_connect(&u, NULL, &err));
+    assert_int_equal(err.code, FTC_EREDIS);
+    assert_non_null(strstr(err.msg, "unreachable"));
+}
+
+/* A stopped server: the command ends at its deadline with FTC_ETIMEDOUT. */
+static void test_deadline_on_stopped_server(void **state)
+{
+    fixture_t *f = *state;
+    ftc_err_t err = {0};
+    ftc_redis_options_t o = FTC_REDIS_OPTIONS_INIT;
+    o.command_timeout_ms = 300;
+    ftc_redis_t *r = ftc_redis_connect(ftc_redis_server_url(f->srv), &o, &err);
+    assert_non_null(r);
+    assert_int_equal(ftc_redis_server_signal(f->srv, SIGSTOP), 0);
+    int rc = ftc_redis_cmdv(r, true, NULL, "PING", NULL);
+    assert_int_equal(ftc_redis_server_signal(f->srv, SIGCONT), 0);
+    assert_true(rc == FTC_ETIMEDOUT || rc == FTC_EREDIS);
+    assert_false(ftc_redis_is_up(r));
+    /* and it recovers by itself */
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "PING", NULL), 0);
+    assert_true(ftc_redis_reconnects(r) >= 1);
+    ftc_redis_close(r);
+}
+
+/* Killed and restarted: commands fail cleanly meanwhile, then work again. */
+static void test_reconnect_after_restart(void **state)
+{
+    fixture_t *f = *state;
+    ftc_err_t err = {0};
+    ftc_redis_options_t o = FTC_REDIS_OPTIONS_INIT;
+    o.command_timeout_ms = 200;
+    ftc_redis_t *r = ftc_redis_connect(ftc_redis_server_url(f->srv), &o, &err);
+    assert_non_null(r);
+    assert_int_equal(ftc_redis_server_signal(f->srv, SIGKILL), 0);
+    assert_true(ftc_redis_cmdv(r, true, NULL, "PING", NULL) < 0);
+    assert_int_equal(ftc_redis_server_restart(f->srv, &err), 0);
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "PING", NULL), 0);
+    ftc_redis_close(r);
+}
+
+static void test_scripts_sha_and_fallback(void **state)
+{
+    fixture_t *f = *state;
+    ftc_err_t err = {0};
+    ftc_redis_t *r = ftc_redis_connect(ftc_redis_server_url(f->srv), NULL, &err);
+    ftc_redis_script_t s;
+    ftc_redis_script_init(&s, "incr2", "return redis.call('INCRBY', KEYS[1], ARGV[1])");
+    assert_int_equal(strlen(s.sha), 40);
+    const char *keys[] = {"cnt"};
+    const char *args[] = {"2"};
+    ftc_redis_reply_t *rep;
+    /* first call: NOSCRIPT, so EVAL */
+    assert_int_equal(ftc_redis_eval(r, &s, 1, keys, 1, args, &rep), 0);
+    long long v;
+    assert_int_equal(ftc_redis_want_int(rep, "incr2", &v, &err), 0);
+    assert_int_equal(v, 2);
+    ftc_redis_reply_free(rep);
+    /* the server cached it under the same SHA we computed */
+    assert_int_equal(ftc_redis_cmdv(r, true, &rep, "SCRIPT", "EXISTS", s.sha, NULL), 0);
+    ftc_redis_reply_t **el;
+    size_t n;
+    assert_int_equal(ftc_redis_want_array(rep, "SCRIPT EXISTS", 1, &el, &n, &err), 0);
+    assert_int_equal(el[0]->integer, 1);
+    ftc_redis_reply_free(rep);
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "SCRIPT", "FLUSH", NULL), 0);
+    assert_int_equal(ftc_redis_eval(r, &s, 1, keys, 1, args, &rep), 0);
+    assert_int_equal(ftc_redis_want_int(rep, "incr2", &v, &err), 0);
+    assert_int_equal(v, 4);
+    ftc_redis_reply_free(rep);
+    ftc_redis_script_t bad;
+    ftc_redis_script_init(&bad, "broken", "return redis.call('NOPE')");
+    assert_int_equal(ftc_redis_eval(r, &bad, 0, NULL, 0, NULL, &rep), FTC_EREDIS);
+    assert_non_null(strstr(ftc_redis_errstr(r), "script broken"));
+    ftc_redis_close(r);
+}
+
+static void test_url_file(void **state)
+{
+    fixture_t *f = *state;
+    ftc_redis_url_t u;
+    ftc_err_t err = {0};
+    assert_int_equal(ftc_redis_url_file_read(ftc_redis_server_url_file(f->srv), &u, &err), 0);
+    assert_int_equal(u.port, ftc_redis_server_url(f->srv)->port);
+    assert_string_equal(u.password, ftc_redis_server_url(f->srv)->password);
+    struct stat st;
+    assert_int_equal(stat(ftc_redis_server_url_file(f->srv), &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0600);
+}
+
+/* Pipelining: many commands, one round trip; replies in order; an error reply
+ * in the middle names its command and leaves the others run; a stopped server
+ * ends the batch at its deadline with nothing leaked. */
+static void test_pipeline(void **state)
+{
+    fixture_t *f = *state;
+    ftc_err_t err = {0};
+    ftc_redis_options_t o = FTC_REDIS_OPTIONS_INIT;
+    o.command_timeout_ms = 300;
+    ftc_redis_t *r = ftc_redis_connect(ftc_redis_server_url(f->srv), &o, &err);
+    assert_non_null(r);
+    enum { N = 200 };
+    static char keys[N][16], vals[N][16];
+    static const char *argv[N][5];
+    const char **argvs[N];
+    int argcs[N];
+    ftc_redis_reply_t *rep[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(keys[i], sizeof keys[i], "p%d", i);
+        snprintf(vals[i], sizeof vals[i], "%d", i * 7);
+        argv[i][0] = "SET";
+        argv[i][1] = keys[i];
+        argv[i][2] = vals[i];
+        argv[i][3] = "PX";
+        argv[i][4] = "60000";
+        argvs[i] = argv[i];
+        argcs[i] = 5;
+    }
+    assert_int_equal(ftc_redis_pipeline(r, true, N, argcs, argvs, NULL, NULL), 0);
+    /* read them back with GETs, binary-safe lengths on one of them */
+    for (int i = 0; i < N; i++) {
+        argv[i][0] = "GET";
+        argcs[i] = 2;
+    }
+    size_t l0[2] = {3, strlen(keys[0])};
+    const size_t *lens[N] = {l0};
+    assert_int_equal(ftc_redis_pipeline(r, true, N, argcs, argvs, lens, rep), 0);
+    for (int i = 0; i < N; i++) {
+        long long v;
+        assert_int_equal(ftc_redis_str_to_ll(rep[i], "GET", &v, &err), 0);
+        assert_int_equal(v, i * 7);
+        ftc_redis_reply_free(rep[i]);
+    }
+    /* an error reply in the middle: the others ran, the error names command 1 */
+    const char *c0[] = {"SET", "s", "text"}, *c1[] = {"INCR", "s"}, *c2[] = {"INCR", "cnt"};
+    const char **mix[3] = {c0, c1, c2};
+    int mixc[3] = {3, 2, 2};
+    assert_int_equal(ftc_redis_pipeline(r, true, 3, mixc, mix, NULL, rep), FTC_EREDIS);
+    assert_non_null(strstr(ftc_redis_errstr(r), "command 1 of 3 (INCR)"));
+    assert_int_equal(rep[0]->type, REDIS_REPLY_STATUS);
+    assert_int_equal(rep[1]->type, REDIS_REPLY_ERROR);
+    long long v;
+    assert_int_equal(ftc_redis_want_int(rep[2], "INCR", &v, &err), 0);
+    assert_int_equal(v, 1);
+    for (int i = 0; i < 3; i++)
+        ftc_redis_reply_free(rep[i]);
+    /* the connection is still in step after the error */
+    assert_int_equal(ftc_redis_cmdv(r, true, &rep[0], "GET", "cnt", NULL), 0);
+    assert_int_equal(ftc_redis_str_to_ll(rep[0], "GET cnt", &v, &err), 0);
+    assert_int_equal(v, 1);
+    ftc_redis_reply_free(rep[0]);
+    /* bad arguments and the empty batch */
+    assert_int_equal(ftc_redis_pipeline(r, true, 0, NULL, NULL, NULL, NULL), 0);
+    int zero = 0;
+    assert_int_equal(ftc_redis_pipeline(r, true, 1, &zero, mix, NULL, rep), FTC_EINVAL);
+    assert_null(rep[0]);
+    /* a stopped server: the batch ends at its deadline, replies all NULL */
+    assert_int_equal(ftc_redis_server_signal(f->srv, SIGSTOP), 0);
+    uint64_t t0 = ftc_now_ns();
+    int rc = ftc_redis_pipeline(r, true, N, argcs, argvs, NULL, rep);
+    uint64_t took_ms = (ftc_now_ns() - t0) / 1000000u;
+    assert_int_equal(ftc_redis_server_signal(f->srv, SIGCONT), 0);
+    assert_true(rc == FTC_ETIMEDOUT || rc == FTC_EREDIS);
+    assert_true(took_ms < 2000);
+    for (int i = 0; i < N; i++)
+        assert_null(rep[i]);
+    assert_false(ftc_redis_is_up(r));
+    /* and the next batch reconnects by itself */
+    assert_int_equal(ftc_redis_pipeline(r, true, 1, mixc + 2, mix + 2, NULL, NULL), 0);
+    assert_true(ftc_redis_reconnects(r) >= 1);
+    ftc_redis_close(r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_url_parsing),
+        cmocka_unit_test(test_unreachable),
+        cmocka_unit_test_setup_teardown(test_commands_and_reply_types, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_auth_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_deadline_on_stopped_server, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reconnect_after_restart, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_scripts_sha_and_fallback, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_url_file, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pipeline, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# test_status_cli.sh — `ftc redis`, `ftc status` and `ftc events` end to end:
+# an embedded Redis started by `ftc redis`, two real agent processes, one
+# killed with SIGKILL; status shows members, leader and heartbeats (table and
+# JSON), events shows the node loss exactly once, and a bad --redis gets a
+# clear error.
+#
+# usage: test_status_cli.sh PATH/TO/ftc PATH/TO/det_agent
+set -u
+FTC=${1:?usage: test_status_cli.sh FTC DET_AGENT}
+AGENT=${2:?usage: test_status_cli.sh FTC DET_AGENT}
+PY=${FTC_PYTHON:-python3}
+[ -x "$PY" ] || PY=python3
+BASE=${FTC_TEST_TMP:-/tmp}
+mkdir -p "$BASE"
+T=$(mktemp -d "$BASE/status-XXXXXX")
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+    wait 2>/dev/null
+    rm -rf "$T"
+}
+trap cleanup EXIT
+fails=0
+n=0
+check() { # check DESCRIPTION COMMAND...
+    local what=$1
+    shift
+    n=$((n + 1))
+    if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; fails=$((fails + 1)); fi
+}
+J=(--job st --job-dir "$T/job")
+
+"$FTC" redis "${J[@]}" >"$T/redis.out" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do [ -s "$T/job/redis.url" ] && break; sleep 0.05; done
+check "ftc redis wrote the address file" test -s "$T/job/redis.url"
+check "the address file is private" test "$(stat -c %a "$T/job/redis.url")" = 600
+check "ftc redis refuses a second server for the job" \
+    bash -c "! '$FTC' redis --job st --job-dir '$T/job' >/dev/null 2>&1"
+
+"$AGENT" "$T/job/redis.url" st A >"$T/A.out" 2>&1 &
+pids+=($!)
+apid=$!
+for _ in $(seq 100); do "$FTC" status "${J[@]}" 2>/dev/null | grep -q "^leader A:" && break; sleep 0.05; done
+"$AGENT" "$T/job/redis.url" st B >"$T/B.out" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do grep -q READY "$T/B.out" && break; sleep 0.05; done
+sleep 0.7
+
+"$FTC" status "${J[@]}" >"$T/status.txt" 2>&1
+check "status exits 0" test $? -eq 0
+check "status lists both members alive" bash -c "grep -E '^A .*alive' '$T/status.txt' >/dev/null && grep -E '^B .*alive' '$T/status.txt' >/dev/null"
+check "status names the leader" grep -q "^leader A:" "$T/status.txt"
+"$FTC" status "${J[@]}" --json >"$T/status.json" 2>&1
+check "status --json parses and has two alive members" "$PY" -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["job"] == "st" and len(d["members"]) == 2, d
+assert all(m["alive"] for m in d["members"]), d
+assert d["leader"].startswith("A:"), d' "$T/status.json"
+
+kill -9 "$apid"
+wait "$apid" 2>/dev/null
+for _ in $(seq 100); do
+    "$FTC" events "${J[@]}" >"$T/events.txt" 2>&1
+    grep -q "node_lost .*node=A" "$T/events.txt" && break
+    sleep 0.05
+done
+check "events shows the node loss" grep -q "node_lost .*node=A" "$T/events.txt"
+sleep 1
+"$FTC" events "${J[@]}" >"$T/events.txt" 2>&1
+check "the node loss is one event" test "$(grep -c 'node_lost .*node=A' "$T/events.txt")" -eq 1
+for _ in $(seq 100); do "$FTC" status "${J[@]}" 2>/dev/null | grep -q "^leader B:" && break; sleep 0.05; done
+check "B took over the lease" bash -c "'$FTC' status --job st --job-dir '$T/job' | grep -q '^leader B:'"
+
+timeout -s TERM 1.5 "$FTC" events "${J[@]}" --follow >"$T/follow.txt" 2>&1
+check "events --follow ends cleanly on SIGTERM" test $? -eq 124
+check "events --follow printed the history" grep -q "node_lost" "$T/follow.txt"
+timeout -s TERM 1.2 "$FTC" status "${J[@]}" --watch --interval 200 >"$T/watch.txt" 2>&1
+check "status --watch redraws" test "$(grep -c '^job st' "$T/watch.txt")" -ge 2
+
+"$FTC" status --redis redis://127.0.0.1:1/0 --job st >"$T/bad.txt" 2>&1
+rc=$?
+check "an unreachable --redis fails with exit 1" test $rc -eq 1
+check "and says it is unreachable" grep -q "unreachable" "$T/bad.txt"
+"$FTC" status --job nojob --job-dir "$T/none" >"$T/none.txt" 2>&1
+check "no Redis for the job: exit 1" test $? -eq 1
+check "and says what to pass" grep -q -- "--redis URL" "$T/none.txt"
+"$FTC" status --redis http://x >"$T/url.txt" 2>&1
+check "a malformed URL is refused" grep -q "redis://" "$T/url.txt"
+
+echo "$((n - fails)) passed, $fails failed"
+[ "$fails" -eq 0 ]
