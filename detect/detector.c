@@ -504,6 +504,21 @@ static void ftc__node_lost(ftc_detector_t *d, const char *name, const char *how)
     ftc__node_t *n = ftc__node_get(d, name);
     if (!n || n->lost)
         return;
+    if (!n->incarnation[0]) {
+        /* not scanned yet (a notification came first): the dedupe id needs
+         * the incarnation every agent sees, so read it from the member record */
+        char members[128];
+        ftc_ctl_key(d->ctl, "members", members, sizeof members);
+        ftc_redis_reply_t *rep = NULL;
+        if (ftc_redis_cmdv(ftc_ctl_redis(d->ctl), true, &rep, "HGET", members, name, NULL) == 0 &&
+            rep->type == REDIS_REPLY_STRING) {
+            char host[128], dom[64], inc[24];
+            long long pid;
+            if (sscanf(rep->str, "%127s %63s %lld %23s", host, dom, &pid, inc) == 4)
+                snprintf(n->incarnation, sizeof n->incarnation, "%s", inc);
+        }
+        ftc_redis_reply_free(rep);
+    }
     n->lost = true;
     char id[160];
     snprintf(id, sizeof id, "node_lost:%s:%s", name, n->incarnation);
