@@ -1,0 +1,316 @@
+/*
+ * bench_fabric.c — throughput of the libfabric transport (core/fabric.h)
+ * between two processes on this machine, next to baselines measured in the
+ * same run: a plain loopback TCP stream (blocking, and busy-polling with
+ * MSG_DONTWAIT) and memcpy. Prints GB/s (best of --reps) and the ratio of
+ * each to busy-poll TCP, the baseline the replication bench must approach.
+ *
+ *   bench_fabric [--bytes 256MiB] [--reps 3] [--chunk 4MiB] [--window 8]
+ *
+ * A transfer is timed on the sender from the first byte to the receiver's
+ * acknowledgement that it has every byte (so it includes one small message
+ * back). The fabric connection is made before timing starts.
+ */
+#include "core/clock.h"
+#include "core/config.h"
+#include "core/fabric.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static size_t g_bytes = (size_t)256 << 20;
+static size_t g_chunk = (size_t)4 << 20;
+static int g_window = 8;
+static int g_reps = 3;
+
+static void die(const char *what)
+{
+    fprintf(stderr, "bench_fabric: %s\n", what);
+    exit(1);
+}
+
+static void xwrite(int fd, const void *p, size_t n)
+{
+    const char *b = p;
+    while (n) {
+        ssize_t w = write(fd, b, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            die("control write failed");
+        b += w, n -= (size_t)w;
+    }
+}
+
+static void xread(int fd, void *p, size_t n)
+{
+    char *b = p;
+    while (n) {
+        ssize_t r = read(fd, b, n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            die("control read failed (peer died?)");
+        b += r, n -= (size_t)r;
+    }
+}
+
+/* ---- TCP baseline ---------------------------------------------------------- */
+
+static void tcp_send_all(int fd, const char *b, size_t n, int busy)
+{
+    while (n) {
+        ssize_t w = send(fd, b, n, busy ? MSG_DONTWAIT : 0);
+        if (w < 0 && (errno == EAGAIN || errno == EINTR))
+            continue;
+        if (w <= 0)
+            die("tcp send failed");
+        b += w, n -= (size_t)w;
+    }
+}
+
+static void tcp_recv_all(int fd, char *b, size_t n, int busy)
+{
+    while (n) {
+        ssize_t r = recv(fd, b, n, busy ? MSG_DONTWAIT : 0);
+        if (r < 0 && (errno == EAGAIN || errno == EINTR))
+            continue;
+        if (r <= 0)
+            die("tcp recv failed");
+        b += r, n -= (size_t)r;
+    }
+}
+
+/* Best GB/s over g_reps transfers of g_bytes; busy: MSG_DONTWAIT spinning. */
+static double bench_tcp(int busy, char *buf)
+{
+    int ctl[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, ctl))
+        die("socketpair");
+    pid_t pid = fork();
+    if (pid == 0) { /* receiver */
+        close(ctl[0]);
+        int ls = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t al = sizeof a;
+        if (bind(ls, (struct sockaddr *)&a, sizeof a) || listen(ls, 1) ||
+            getsockname(ls, (struct sockaddr *)&a, &al))
+            die("tcp listen");
+        xwrite(ctl[1], &a.sin_port, sizeof a.sin_port);
+        int fd = accept(ls, NULL, NULL);
+        if (fd < 0)
+            die("accept");
+        for (int r = 0; r < g_reps; r++) {
+            tcp_recv_all(fd, buf, g_bytes, busy);
+            tcp_send_all(fd, "k", 1, 0);
+        }
+        close(fd);
+        close(ls);
+        _exit(0);
+    }
+    close(ctl[1]);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    xread(ctl[0], &a.sin_port, sizeof a.sin_port);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a))
+        die("tcp connect");
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    double best = 0;
+    for (int r = 0; r < g_reps; r++) {
+        uint64_t t0 = ftc_now_ns();
+        tcp_send_all(fd, buf, g_bytes, busy);
+        char k;
+        tcp_recv_all(fd, &k, 1, 0);
+        double gbs = (double)g_bytes / (double)(ftc_now_ns() - t0);
+        best = gbs > best ? gbs : best;
+    }
+    close(fd);
+    close(ctl[0]);
+    waitpid(pid, NULL, 0);
+    return best;
+}
+
+/* ---- fabric ---------------------------------------------------------------- */
+
+static ftc_fabric_t *fab_open(const char *prov)
+{
+    ftc_fabric_opts_t o = FTC_FABRIC_OPTS_INIT;
+    o.provider = prov;
+    o.max_msg = g_chunk;
+    o.window = g_window;
+    ftc_fabric_t *f;
+    ftc_err_t err = {0};
+    if (ftc_fabric_open(&o, &f, &err) < 0) {
+        fprintf(stderr, "bench_fabric: %s\n", err.msg);
+        return NULL;
+    }
+    return f;
+}
+
+static ftc_fabric_peer_t fab_swap(ftc_fabric_t *f, int ctl)
+{
+    uint8_t me[FTC_FABRIC_ADDR_MAX], other[FTC_FABRIC_ADDR_MAX];
+    size_t len = sizeof me;
+    uint32_t l32, olen;
+    if (ftc_fabric_getname(f, me, &len))
+        die(ftc_fabric_errmsg(f));
+    l32 = (uint32_t)len;
+    xwrite(ctl, &l32, 4);
+    xwrite(ctl, me, len);
+    xread(ctl, &olen, 4);
+    if (olen > sizeof other)
+        die("address too long");
+    xread(ctl, other, olen);
+    ftc_fabric_peer_t p;
+    if (ftc_fabric_peer_add(f, other, olen, &p))
+        die(ftc_fabric_errmsg(f));
+    return p;
+}
+
+/* Best GB/s of send_large over g_reps; -1 when the provider is absent. */
+static double bench_fabric(const char *prov, char *buf)
+{
+    int ctl[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, ctl))
+        die("socketpair");
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) { /* receiver */
+        close(ctl[0]);
+        ftc_fabric_t *f = fab_open(prov);
+        if (!f)
+            _exit(2);
+        ftc_fabric_peer_t p = fab_swap(f, ctl[1]);
+        char hello[8];
+        if (ftc_fabric_recv(f, p, 1, 0, hello, sizeof hello, NULL, NULL,
+                            ftc_deadline_in_ms(30000)) ||
+            ftc_fabric_send(f, p, 2, "ok", 3, ftc_deadline_in_ms(30000)))
+            die(ftc_fabric_errmsg(f));
+        for (int r = 0; r < g_reps; r++) {
+            if (ftc_fabric_recv_large(f, p, 10, buf, g_bytes, ftc_deadline_in_ms(60000)) ||
+                ftc_fabric_send(f, p, 11, "k", 2, ftc_deadline_in_ms(30000)))
+                die(ftc_fabric_errmsg(f));
+        }
+        char c;
+        (void)!read(ctl[1], &c, 1); /* stay until the sender is done */
+        ftc_fabric_close(f);
+        _exit(0);
+    }
+    close(ctl[1]);
+    ftc_fabric_t *f = fab_open(prov);
+    if (!f) {
+        close(ctl[0]);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        return -1;
+    }
+    ftc_fabric_peer_t p = fab_swap(f, ctl[0]);
+    char ok[8];
+    /* connect (rxm connects on the first send) before timing */
+    if (ftc_fabric_send(f, p, 1, "hi", 3, ftc_deadline_in_ms(30000)) ||
+        ftc_fabric_recv(f, p, 2, 0, ok, sizeof ok, NULL, NULL, ftc_deadline_in_ms(30000)))
+        die(ftc_fabric_errmsg(f));
+    double best = 0;
+    for (int r = 0; r < g_reps; r++) {
+        uint64_t t0 = ftc_now_ns();
+        if (ftc_fabric_send_large(f, p, 10, buf, g_bytes, ftc_deadline_in_ms(60000)) ||
+            ftc_fabric_recv(f, p, 11, 0, ok, sizeof ok, NULL, NULL, ftc_deadline_in_ms(30000)))
+            die(ftc_fabric_errmsg(f));
+        double gbs = (double)g_bytes / (double)(ftc_now_ns() - t0);
+        best = gbs > best ? gbs : best;
+    }
+    close(ctl[0]);
+    int st;
+    waitpid(pid, &st, 0);
+    ftc_fabric_close(f);
+    return best;
+}
+
+static double bench_memcpy(char *a, char *b)
+{
+    double best = 0;
+    for (int r = 0; r < g_reps; r++) {
+        uint64_t t0 = ftc_now_ns();
+        memcpy(b, a, g_bytes);
+        double gbs = (double)g_bytes / (double)(ftc_now_ns() - t0);
+        best = gbs > best ? gbs : best;
+    }
+    return best;
+}
+
+static size_t size_arg(const char *s)
+{
+    int64_t v;
+    if (ftc_parse_size(s, &v) || v <= 0)
+        die("bad size (e.g. 256MiB)");
+    return (size_t)v;
+}
+
+int main(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--bytes") && i + 1 < argc)
+            g_bytes = size_arg(argv[++i]);
+        else if (!strcmp(argv[i], "--chunk") && i + 1 < argc)
+            g_chunk = size_arg(argv[++i]);
+        else if (!strcmp(argv[i], "--window") && i + 1 < argc)
+            g_window = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+            g_reps = atoi(argv[++i]);
+        else {
+            fprintf(stderr,
+                    "usage: bench_fabric [--bytes 256MiB] [--reps 3] [--chunk 4MiB] "
+                    "[--window 8]\n");
+            return 2;
+        }
+    }
+    if (g_reps < 1 || g_window < 1)
+        die("--reps and --window must be >= 1");
+    char *a = malloc(g_bytes), *b = malloc(g_bytes);
+    if (!a || !b)
+        die("out of memory");
+    memset(a, 0x5a, g_bytes);
+    memset(b, 0xa5, g_bytes);
+
+    double mc = bench_memcpy(a, b);
+    double tb = bench_tcp(0, a);
+    double tp = bench_tcp(1, a);
+    double fr = bench_fabric("tcp;ofi_rxm", a);
+    double fs = bench_fabric("shm", a);
+
+    printf("bench_fabric: %zu MiB per transfer, best of %d, fabric chunk %zu KiB x window %d\n",
+           g_bytes >> 20, g_reps, g_chunk >> 10, g_window);
+    printf("%-34s %8s %12s %12s\n", "method", "GB/s", "/ busy TCP", "/ block TCP");
+    struct {
+        const char *name;
+        double v;
+    } rows[] = {
+        {"memcpy (one thread)", mc},
+        {"TCP loopback, blocking", tb},
+        {"TCP loopback, busy-poll", tp},
+        {"fabric tcp;ofi_rxm send_large", fr},
+        {"fabric shm send_large", fs},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        if (rows[i].v < 0)
+            printf("%-34s %8s %12s %12s\n", rows[i].name, "absent", "-", "-");
+        else
+            printf("%-34s %8.2f %12.2f %12.2f\n", rows[i].name, rows[i].v, rows[i].v / tp,
+                   rows[i].v / tb);
+    }
+    free(a);
+    free(b);
+    return 0;
+}

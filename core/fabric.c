@@ -1,0 +1,676 @@
+/*
+ * fabric.c — the libfabric transport of fabric.h: opening an RDM endpoint on
+ * a chosen provider, the address vector, tagged posts that retry -FI_EAGAIN
+ * while progressing, completion-queue progress (fi_cq_read, fi_cq_readerr),
+ * deadline-bounded waits with fi_cancel and a bounded wait for the
+ * cancellations, the sticky abort/broken states, and windowed large
+ * transfers.
+ */
+#include "core/fabric.h"
+
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_tagged.h>
+
+#include <assert.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+_Static_assert(sizeof(((ftc_fabric_req_t *)0)->prov_) >= sizeof(struct fi_context2),
+               "ftc_fabric_req_t must have room for struct fi_context2");
+_Static_assert(offsetof(ftc_fabric_req_t, prov_) == 0, "fi_context2 must be first");
+_Static_assert(FTC_FABRIC_PEER_ANY == FI_ADDR_UNSPEC, "PEER_ANY is FI_ADDR_UNSPEC");
+
+#define FTC__FAB_DEFAULT_PROVIDER "tcp;ofi_rxm"
+#define FTC__FAB_DEFAULT_BIND "127.0.0.1"
+#define FTC__FAB_WINDOW_MAX 64
+#define FTC__FAB_CQ_BATCH 16
+#define FTC__FAB_SPINS_BEFORE_YIELD 256
+
+enum { KIND_SEND = 1, KIND_RECV = 2 };
+
+struct ftc_fabric {
+    struct fi_info *info;       /* the provider's answer we opened */
+    struct fid_fabric *fabric;  /* fabric, domain, cq, av, ep: closed in reverse */
+    struct fid_domain *domain;
+    struct fid_cq *cq;          /* one CQ for sends and receives, tagged format */
+    struct fid_av *av;          /* peers */
+    struct fid_ep *ep;          /* the RDM endpoint */
+    atomic_int aborted;         /* set by ftc_fabric_abort from any thread */
+    atomic_int broken;          /* an op could not be cancelled, or the CQ failed */
+    size_t max_msg;             /* largest message; chunk of send/recv_large */
+    int window;                 /* chunks in flight in send/recv_large */
+    int cancel_ms;              /* bound on waiting for cancelled ops */
+    size_t pending;             /* requests posted and not yet completed */
+    char prov[64];              /* provider name actually opened */
+    ftc_err_t err;              /* last error on this handle */
+};
+
+static int fab_health(const ftc_fabric_t *fab)
+{
+    if (atomic_load_explicit(&fab->aborted, memory_order_relaxed))
+        return FTC_ECANCELED;
+    if (atomic_load_explicit(&fab->broken, memory_order_relaxed))
+        return FTC_EFABRIC;
+    return 0;
+}
+
+static int health_err(ftc_fabric_t *fab, int rc)
+{
+    if (rc == FTC_ECANCELED)
+        return ftc_err_set(&fab->err, rc, "fabric %s: aborted; close the handle", fab->prov);
+    char was[FTC_ERR_MSG_MAX];
+    snprintf(was, sizeof was, "%s", fab->err.code ? fab->err.msg : "earlier failure");
+    return ftc_err_set(&fab->err, rc, "fabric %s: endpoint is broken (%s); close and reopen it",
+                       fab->prov, was);
+}
+
+/* ---- open / close ------------------------------------------------------- */
+
+static bool is_shm(const char *prov)
+{
+    return strncmp(prov, "shm", 3) == 0;
+}
+
+int ftc_fabric_open(const ftc_fabric_opts_t *opts, ftc_fabric_t **out, ftc_err_t *err)
+{
+    ftc_fabric_opts_t o = FTC_FABRIC_OPTS_INIT;
+    *out = NULL;
+    if (opts) {
+        if (opts->size < offsetof(ftc_fabric_opts_t, cancel_timeout_ms) + sizeof(int) ||
+            opts->version != FTC_FABRIC_OPTS_VERSION)
+            return ftc_err_set(err, FTC_EINVAL,
+                               "fabric: options size %zu / version %d not understood "
+                               "(use FTC_FABRIC_OPTS_INIT)",
+                               opts->size, opts->version);
+        o = *opts;
+    }
+    if (o.max_msg == 0 || o.window < 1 || o.window > FTC__FAB_WINDOW_MAX ||
+        o.cancel_timeout_ms < 0)
+        return ftc_err_set(err, FTC_EINVAL,
+                           "fabric: bad options (max_msg %zu must be > 0, window %d in 1..%d, "
+                           "cancel_timeout_ms %d >= 0)",
+                           o.max_msg, o.window, FTC__FAB_WINDOW_MAX, o.cancel_timeout_ms);
+    const char *prov = o.provider;
+    const char *env = getenv("FI_PROVIDER");
+    if (!prov || !*prov)
+        prov = (env && *env) ? env : FTC__FAB_DEFAULT_PROVIDER;
+    const char *node = o.bind_addr ? o.bind_addr : FTC__FAB_DEFAULT_BIND;
+    if (is_shm(prov) || !*node)
+        node = NULL;
+
+    ftc_fabric_t *fab = calloc(1, sizeof *fab);
+    struct fi_info *hints = fi_allocinfo();
+    int rc = 0;
+    if (!fab || !hints) {
+        rc = ftc_err_set(err, FTC_ENOMEM, "fabric: out of memory");
+        goto undo_alloc;
+    }
+    atomic_init(&fab->aborted, 0);
+    atomic_init(&fab->broken, 0);
+    fab->max_msg = o.max_msg;
+    fab->window = o.window;
+    fab->cancel_ms = o.cancel_timeout_ms;
+    snprintf(fab->prov, sizeof fab->prov, "%s", prov);
+
+    hints->caps = FI_TAGGED | FI_MSG | FI_DIRECTED_RECV;
+    hints->mode = FI_CONTEXT | FI_CONTEXT2;
+    hints->ep_attr->type = FI_EP_RDM;
+    hints->domain_attr->threading = FI_THREAD_DOMAIN;
+    /* Modes that only matter for RMA targets, which we never expose: saying we
+     * support them keeps providers that want them (shm: VIRT_ADDR) eligible.
+     * FI_MR_LOCAL is not among them: we never register send/recv buffers. */
+    hints->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+    /* send_large's chunks share a tag: they must match receives in order. */
+    hints->tx_attr->msg_order = FI_ORDER_SAS;
+    hints->rx_attr->msg_order = FI_ORDER_SAS;
+    hints->fabric_attr->prov_name = strdup(prov);
+    if (!hints->fabric_attr->prov_name) {
+        rc = ftc_err_set(err, FTC_ENOMEM, "fabric: out of memory");
+        goto undo_alloc;
+    }
+
+    int frc = fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), node, NULL,
+                         node ? FI_SOURCE : 0, hints, &fab->info);
+    if (frc != 0) {
+        /* Tell "absent" from "present but unsuitable": ask again with only the
+         * provider's name. */
+        struct fi_info *bare = fi_allocinfo(), *any = NULL;
+        bool present = false;
+        if (bare) {
+            bare->fabric_attr->prov_name = strdup(prov);
+            present = bare->fabric_attr->prov_name &&
+                      fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), NULL, NULL, 0,
+                                 bare, &any) == 0;
+            fi_freeinfo(any);
+            fi_freeinfo(bare);
+        }
+        if (!present)
+            rc = ftc_err_set(err, FTC_EUNSUPPORTED,
+                             "fabric: provider '%s' is not available here (fi_getinfo: %s)%s%s; "
+                             "`fi_info -l` lists the providers",
+                             prov, fi_strerror(-frc), env && *env ? "; FI_PROVIDER=" : "",
+                             env && *env ? env : "");
+        else
+            rc = ftc_err_set(err, FTC_EUNSUPPORTED,
+                             "fabric: provider '%s' has no RDM endpoint with tagged messages, "
+                             "directed receive and send-after-send order%s%s (fi_getinfo: %s)",
+                             prov, node ? " on address " : "", node ? node : "",
+                             fi_strerror(-frc));
+        goto undo_alloc;
+    }
+    struct fi_info *info = fab->info;
+    snprintf(fab->prov, sizeof fab->prov, "%s", info->fabric_attr->prov_name);
+    if (info->ep_attr->max_msg_size < fab->max_msg) {
+        rc = ftc_err_set(err, FTC_EINVAL, "fabric %s: max_msg %zu exceeds the provider's %zu",
+                         fab->prov, fab->max_msg, info->ep_attr->max_msg_size);
+        goto undo_info;
+    }
+
+    const char *what;
+    what = "fi_fabric";
+    if ((frc = fi_fabric(info->fabric_attr, &fab->fabric, NULL)) != 0)
+        goto fail_fi;
+    what = "fi_domain";
+    if ((frc = fi_domain(fab->fabric, info, &fab->domain, NULL)) != 0)
+        goto fail_fi;
+    struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_NONE};
+    what = "fi_cq_open";
+    if ((frc = fi_cq_open(fab->domain, &cq_attr, &fab->cq, NULL)) != 0)
+        goto fail_fi;
+    struct fi_av_attr av_attr = {.type = FI_AV_UNSPEC};
+    what = "fi_av_open";
+    if ((frc = fi_av_open(fab->domain, &av_attr, &fab->av, NULL)) != 0)
+        goto fail_fi;
+    what = "fi_endpoint";
+    if ((frc = fi_endpoint(fab->domain, info, &fab->ep, NULL)) != 0)
+        goto fail_fi;
+    what = "fi_ep_bind(av)";
+    if ((frc = fi_ep_bind(fab->ep, &fab->av->fid, 0)) != 0)
+        goto fail_fi;
+    what = "fi_ep_bind(cq)";
+    if ((frc = fi_ep_bind(fab->ep, &fab->cq->fid, FI_TRANSMIT | FI_RECV)) != 0)
+        goto fail_fi;
+    what = "fi_enable";
+    if ((frc = fi_enable(fab->ep)) != 0)
+        goto fail_fi;
+    fi_freeinfo(hints);
+    *out = fab;
+    return 0;
+
+fail_fi:
+    rc = ftc_err_set(err, FTC_EFABRIC, "fabric %s: %s: %s", fab->prov, what, fi_strerror(-frc));
+    ftc_fabric_close(fab);
+    fi_freeinfo(hints);
+    return rc;
+undo_info:
+    fi_freeinfo(fab->info);
+undo_alloc:
+    fi_freeinfo(hints);
+    free(fab);
+    return rc;
+}
+
+void ftc_fabric_close(ftc_fabric_t *fab)
+{
+    if (!fab)
+        return;
+    /* The endpoint first: once it is closed libfabric holds no buffer of ours. */
+    if (fab->ep)
+        fi_close(&fab->ep->fid);
+    if (fab->av)
+        fi_close(&fab->av->fid);
+    if (fab->cq)
+        fi_close(&fab->cq->fid);
+    if (fab->domain)
+        fi_close(&fab->domain->fid);
+    if (fab->fabric)
+        fi_close(&fab->fabric->fid);
+    fi_freeinfo(fab->info);
+    free(fab);
+}
+
+void ftc_fabric_abort(ftc_fabric_t *fab)
+{
+    if (fab)
+        atomic_store_explicit(&fab->aborted, 1, memory_order_relaxed);
+}
+
+int ftc_fabric_health(const ftc_fabric_t *fab)
+{
+    return fab_health(fab);
+}
+
+const char *ftc_fabric_provider(const ftc_fabric_t *fab)
+{
+    return fab->prov;
+}
+
+const char *ftc_fabric_errmsg(const ftc_fabric_t *fab)
+{
+    return fab->err.msg;
+}
+
+int ftc_fabric_getname(ftc_fabric_t *fab, void *addr, size_t *len)
+{
+    size_t room = *len;
+    int frc = fi_getname(&fab->ep->fid, addr, len);
+    if (frc == -FI_ETOOSMALL)
+        return ftc_err_set(&fab->err, FTC_ERANGE,
+                           "fabric %s: address needs %zu bytes, room for %zu", fab->prov, *len,
+                           room);
+    if (frc != 0)
+        return ftc_err_set(&fab->err, FTC_EFABRIC, "fabric %s: fi_getname: %s", fab->prov,
+                           fi_strerror(-frc));
+    return 0;
+}
+
+int ftc_fabric_peer_add(ftc_fabric_t *fab, const void *addr, size_t len, ftc_fabric_peer_t *peer)
+{
+    (void)len; /* the provider knows its address format's length */
+    fi_addr_t a = FI_ADDR_NOTAVAIL;
+    int n = fi_av_insert(fab->av, addr, 1, &a, 0, NULL);
+    if (n != 1 || a == FI_ADDR_NOTAVAIL)
+        return ftc_err_set(&fab->err, n < 0 ? FTC_EFABRIC : FTC_EINVAL,
+                           "fabric %s: fi_av_insert of a %zu-byte address: %s", fab->prov, len,
+                           n < 0 ? fi_strerror(-n) : "address not accepted");
+    *peer = a;
+    return 0;
+}
+
+int ftc_fabric_peer_remove(ftc_fabric_t *fab, ftc_fabric_peer_t peer)
+{
+    fi_addr_t a = peer;
+    int frc = fi_av_remove(fab->av, &a, 1, 0);
+    if (frc != 0)
+        return ftc_err_set(&fab->err, FTC_EFABRIC, "fabric %s: fi_av_remove of peer %llu: %s",
+                           fab->prov, (unsigned long long)peer, fi_strerror(-frc));
+    return 0;
+}
+
+/* ---- progress ----------------------------------------------------------- */
+
+static void complete(ftc_fabric_t *fab, ftc_fabric_req_t *req, int status, size_t len,
+                     uint64_t tag)
+{
+    assert(req->state == FTC_FABRIC_REQ_PENDING);
+    req->state = FTC_FABRIC_REQ_DONE;
+    req->status = status;
+    if (req->kind_ == KIND_RECV)
+        req->len = len;
+    req->tag_out = tag;
+    fab->pending--;
+}
+
+/* Reads the completion queue once. Returns the number of completions handled
+ * (0 if none), or FTC_EFABRIC if the queue itself failed (then broken). */
+static int progress(ftc_fabric_t *fab)
+{
+    struct fi_cq_tagged_entry e[FTC__FAB_CQ_BATCH];
+    ssize_t n = fi_cq_read(fab->cq, e, FTC__FAB_CQ_BATCH);
+    if (n > 0) {
+        for (ssize_t i = 0; i < n; i++)
+            complete(fab, e[i].op_context, 0, e[i].len, e[i].tag);
+        return (int)n;
+    }
+    if (n == -FI_EAGAIN)
+        return 0;
+    if (n == -FI_EAVAIL) {
+        struct fi_cq_err_entry ee;
+        memset(&ee, 0, sizeof ee);
+        ssize_t r = fi_cq_readerr(fab->cq, &ee, 0);
+        if (r == -FI_EAGAIN)
+            return 0;
+        if (r != 1) {
+            n = r < 0 ? r : -FI_EOTHER;
+            goto cq_failed;
+        }
+        ftc_fabric_req_t *req = ee.op_context;
+        int status;
+        if (ee.err == FI_ECANCELED) {
+            /* the canceller left its reason in status */
+            status = req->status ? req->status : FTC_ECANCELED;
+        } else {
+            char pbuf[256] = "";
+            const char *ptext = fi_cq_strerror(fab->cq, ee.prov_errno, ee.err_data, pbuf,
+                                               sizeof pbuf);
+            status = ee.err == FI_ETRUNC ? FTC_ETRUNC : FTC_EFABRIC;
+            req->prov_errno_ = ee.prov_errno;
+            ftc_err_set(&fab->err, status,
+                        "fabric %s: %s of %zu bytes (tag 0x%llx) failed: %s (provider errno %d: "
+                        "%s)",
+                        fab->prov, req->kind_ == KIND_SEND ? "send" : "recv",
+                        req->kind_ == KIND_SEND ? req->len : ee.olen + ee.len,
+                        (unsigned long long)ee.tag, fi_strerror(ee.err), ee.prov_errno,
+                        ptext ? ptext : "?");
+        }
+        complete(fab, req, status, ee.len, ee.tag);
+        return 1;
+    }
+cq_failed:
+    atomic_store(&fab->broken, 1);
+    return ftc_err_set(&fab->err, FTC_EFABRIC, "fabric %s: fi_cq_read: %s", fab->prov,
+                       fi_strerror((int)-n));
+}
+
+/* Spins on the CQ while it is empty, yielding the CPU every few hundred
+ * empty polls so that a peer on the same cores (loopback) can run. */
+static void idle(int got, int *spins)
+{
+    if (got > 0) {
+        *spins = 0;
+        return;
+    }
+    if (++*spins >= FTC__FAB_SPINS_BEFORE_YIELD) {
+        *spins = 0;
+        sched_yield();
+    }
+}
+
+static bool all_done(ftc_fabric_req_t *const *reqs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (reqs[i] && reqs[i]->state == FTC_FABRIC_REQ_PENDING)
+            return false;
+    return true;
+}
+
+/* Progresses until every request is done (0), or returns FTC_ECANCELED
+ * (abort), FTC_EFABRIC (broken) or FTC_ETIMEDOUT without cancelling anything. */
+static int wait_raw(ftc_fabric_t *fab, ftc_fabric_req_t *const *reqs, size_t n,
+                    ftc_deadline_t deadline)
+{
+    int spins = 0;
+    for (;;) {
+        if (all_done(reqs, n))
+            return 0;
+        int h = fab_health(fab);
+        if (h < 0)
+            return h;
+        if (ftc_deadline_expired(deadline))
+            return FTC_ETIMEDOUT;
+        int got = progress(fab);
+        if (got < 0)
+            return got;
+        idle(got, &spins);
+    }
+}
+
+
+/* Cancels the pending requests (their status becomes `reason` unless they
+ * complete anyway) and waits up to cancel_ms for libfabric to hand them back.
+ * Ignores the abort flag: this is the bounded cleanup an abort needs. Returns
+ * 0, or FTC_EFABRIC after marking the handle broken if one is still pending. */
+static int settle(ftc_fabric_t *fab, ftc_fabric_req_t *const *reqs, size_t n, int reason)
+{
+    size_t npend = 0;
+    for (size_t i = 0; i < n; i++) {
+        ftc_fabric_req_t *r = reqs[i];
+        if (!r || r->state != FTC_FABRIC_REQ_PENDING)
+            continue;
+        r->status = reason;
+        /* -FI_ENOENT: already completed or not cancellable; progress tells. */
+        (void)fi_cancel(&fab->ep->fid, r);
+        npend++;
+    }
+    if (!npend)
+        return 0;
+    ftc_deadline_t until = ftc_deadline_in_ms((uint64_t)fab->cancel_ms);
+    int spins = 0;
+    while (!all_done(reqs, n) && !ftc_deadline_expired(until)) {
+        int got = progress(fab);
+        if (got < 0)
+            break;
+        idle(got, &spins);
+    }
+    if (all_done(reqs, n))
+        return 0;
+    size_t left = 0, sends = 0;
+    for (size_t i = 0; i < n; i++)
+        if (reqs[i] && reqs[i]->state == FTC_FABRIC_REQ_PENDING)
+            left++, sends += reqs[i]->kind_ == KIND_SEND;
+    atomic_store(&fab->broken, 1);
+    return ftc_err_set(&fab->err, FTC_EFABRIC,
+                       "fabric %s: %zu operation(s) (%zu sends) not cancelled within %d ms "
+                       "(a send to a dead or unreachable peer cannot be cancelled); the "
+                       "endpoint is broken and keeps their buffers until ftc_fabric_close",
+                       fab->prov, left, sends, fab->cancel_ms);
+}
+
+int ftc_fabric_cancel(ftc_fabric_t *fab, ftc_fabric_req_t *const *reqs, size_t n)
+{
+    return settle(fab, reqs, n, FTC_ECANCELED);
+}
+
+/* The reason a wait gave up, as the handle's error (keeps a "broken" detail
+ * from settle when there is one). */
+static int giveup(ftc_fabric_t *fab, ftc_fabric_req_t *const *reqs, size_t n, int why,
+                  const char *what)
+{
+    int s = settle(fab, reqs, n, why);
+    if (s < 0) {
+        ftc_err_wrap(&fab->err, "%s: %s", what, ftc_strerror(why));
+        return why;
+    }
+    if (why == FTC_ETIMEDOUT)
+        return ftc_err_set(&fab->err, why,
+                           "fabric %s: %s: deadline passed (peer dead, slow or not posting?); "
+                           "outstanding operations were cancelled",
+                           fab->prov, what);
+    if (why == FTC_ECANCELED)
+        return ftc_err_set(&fab->err, why, "fabric %s: %s: aborted", fab->prov, what);
+    return why; /* FTC_EFABRIC: progress() already said why */
+}
+
+/* ---- posting -------------------------------------------------------------- */
+
+static int post(ftc_fabric_t *fab, ftc_fabric_req_t *req, int kind, ftc_fabric_peer_t peer,
+                uint64_t tag, uint64_t ignore, void *buf, size_t len, ftc_deadline_t deadline)
+{
+    int h = fab_health(fab);
+    if (h < 0)
+        return health_err(fab, h);
+    if (req->state == FTC_FABRIC_REQ_PENDING)
+        return ftc_err_set(&fab->err, FTC_EINVAL,
+                           "fabric %s: request is still pending (or was never zeroed)",
+                           fab->prov);
+    if (len > fab->max_msg)
+        return ftc_err_set(&fab->err, FTC_EINVAL,
+                           "fabric %s: %s of %zu bytes exceeds max_msg %zu (use the _large "
+                           "calls or chunk it)",
+                           fab->prov, kind == KIND_SEND ? "send" : "recv", len, fab->max_msg);
+    memset(req, 0, sizeof *req);
+    req->kind_ = kind;
+    req->len = len;
+    req->fab_ = fab;
+    int spins = 0;
+    for (;;) {
+        ssize_t r = kind == KIND_SEND
+                        ? fi_tsend(fab->ep, buf, len, NULL, peer, tag, req)
+                        : fi_trecv(fab->ep, buf, len, NULL, peer, tag, ignore, req);
+        if (r == 0) {
+            req->state = FTC_FABRIC_REQ_PENDING;
+            fab->pending++;
+            return 0;
+        }
+        if (r != -FI_EAGAIN)
+            return ftc_err_set(&fab->err, FTC_EFABRIC,
+                               "fabric %s: fi_t%s of %zu bytes to peer %llu: %s", fab->prov,
+                               kind == KIND_SEND ? "send" : "recv", len,
+                               (unsigned long long)peer, fi_strerror((int)-r));
+        /* rxm is connecting or a queue is full: progress, then retry. */
+        int got = progress(fab);
+        if (got < 0)
+            return got;
+        if ((h = fab_health(fab)) < 0)
+            return health_err(fab, h);
+        if (ftc_deadline_expired(deadline))
+            return ftc_err_set(&fab->err, FTC_ETIMEDOUT,
+                               "fabric %s: could not post a %s to peer %llu before the deadline "
+                               "(-FI_EAGAIN: connection not established?)",
+                               fab->prov, kind == KIND_SEND ? "send" : "recv",
+                               (unsigned long long)peer);
+        idle(got, &spins);
+    }
+}
+
+int ftc_fabric_isend(ftc_fabric_t *fab, ftc_fabric_req_t *req, ftc_fabric_peer_t peer,
+                     uint64_t tag, const void *buf, size_t len, ftc_deadline_t deadline)
+{
+    /* fi_tsend takes a non-const pointer; it never writes through it. */
+    return post(fab, req, KIND_SEND, peer, tag, 0, (void *)(uintptr_t)buf, len, deadline);
+}
+
+int ftc_fabric_irecv(ftc_fabric_t *fab, ftc_fabric_req_t *req, ftc_fabric_peer_t peer,
+                     uint64_t tag, uint64_t ignore, void *buf, size_t cap,
+                     ftc_deadline_t deadline)
+{
+    return post(fab, req, KIND_RECV, peer, tag, ignore, buf, cap, deadline);
+}
+
+int ftc_fabric_test(ftc_fabric_t *fab, ftc_fabric_req_t *req)
+{
+    if (req->state == FTC_FABRIC_REQ_PENDING) {
+        int h = fab_health(fab);
+        if (h < 0)
+            return health_err(fab, h);
+        int got = progress(fab);
+        if (got < 0)
+            return got;
+    }
+    return req->state == FTC_FABRIC_REQ_DONE;
+}
+
+static int first_failure(ftc_fabric_req_t *const *reqs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (reqs[i] && reqs[i]->state == FTC_FABRIC_REQ_DONE && reqs[i]->status < 0)
+            return reqs[i]->status;
+    return 0;
+}
+
+int ftc_fabric_wait(ftc_fabric_t *fab, ftc_fabric_req_t *const *reqs, size_t n,
+                    ftc_deadline_t deadline)
+{
+    int rc = wait_raw(fab, reqs, n, deadline);
+    if (rc < 0)
+        return giveup(fab, reqs, n, rc, "wait");
+    return first_failure(reqs, n);
+}
+
+/* ---- blocking ----------------------------------------------------------- */
+
+int ftc_fabric_send(ftc_fabric_t *fab, ftc_fabric_peer_t peer, uint64_t tag, const void *buf,
+                    size_t len, ftc_deadline_t deadline)
+{
+    ftc_fabric_req_t req, *rp = &req;
+    memset(&req, 0, sizeof req);
+    int rc = ftc_fabric_isend(fab, &req, peer, tag, buf, len, deadline);
+    if (rc < 0)
+        return rc;
+    rc = wait_raw(fab, &rp, 1, deadline);
+    if (rc < 0)
+        return giveup(fab, &rp, 1, rc, "send");
+    return req.status;
+}
+
+int ftc_fabric_recv(ftc_fabric_t *fab, ftc_fabric_peer_t peer, uint64_t tag, uint64_t ignore,
+                    void *buf, size_t cap, size_t *got, uint64_t *tag_out,
+                    ftc_deadline_t deadline)
+{
+    ftc_fabric_req_t req, *rp = &req;
+    memset(&req, 0, sizeof req);
+    int rc = ftc_fabric_irecv(fab, &req, peer, tag, ignore, buf, cap, deadline);
+    if (rc < 0)
+        return rc;
+    rc = wait_raw(fab, &rp, 1, deadline);
+    if (rc < 0)
+        return giveup(fab, &rp, 1, rc, "recv");
+    if (got)
+        *got = req.len;
+    if (tag_out)
+        *tag_out = req.tag_out;
+    return req.status;
+}
+
+/* send_large / recv_large: chunk i covers [i*max_msg, min(len, (i+1)*max_msg)),
+ * at most `window` posted at a time; we wait on the oldest, others complete
+ * in the background of the same progress loop. A zero-length transfer is one
+ * empty message, so the receiver still matches something. */
+static int large(ftc_fabric_t *fab, int kind, ftc_fabric_peer_t peer, uint64_t tag, uint8_t *buf,
+                 size_t len, ftc_deadline_t deadline)
+{
+    const size_t chunk = fab->max_msg;
+    const size_t nchunks = len ? (len + chunk - 1) / chunk : 1;
+    const size_t win = (size_t)fab->window;
+    ftc_fabric_req_t reqs[FTC__FAB_WINDOW_MAX];
+    ftc_fabric_req_t *ptrs[FTC__FAB_WINDOW_MAX];
+    const char *what = kind == KIND_SEND ? "send_large" : "recv_large";
+    for (size_t i = 0; i < win; i++) {
+        reqs[i].state = FTC_FABRIC_REQ_IDLE;
+        ptrs[i] = &reqs[i];
+    }
+    size_t posted = 0, done = 0;
+    int rc = 0;
+    while (done < nchunks) {
+        while (posted < nchunks && posted - done < win) {
+            size_t off = posted * chunk;
+            size_t clen = len - off < chunk ? len - off : chunk;
+            rc = post(fab, &reqs[posted % win], kind, peer, tag, 0, buf + off, clen, deadline);
+            if (rc < 0)
+                goto fail;
+            posted++;
+        }
+        ftc_fabric_req_t *oldest = &reqs[done % win];
+        rc = wait_raw(fab, &oldest, 1, deadline);
+        if (rc < 0) {
+            rc = giveup(fab, ptrs, win, rc, what);
+            ftc_err_wrap(&fab->err, "%zu of %zu bytes done", done * chunk, len);
+            return rc;
+        }
+        if (oldest->status < 0) {
+            rc = oldest->status;
+            goto fail;
+        }
+        size_t off = done * chunk;
+        size_t want = len - off < chunk ? len - off : chunk;
+        if (kind == KIND_RECV && oldest->len != want) {
+            rc = ftc_err_set(&fab->err, FTC_EPROTO,
+                             "fabric %s: recv_large chunk %zu has %zu bytes, expected %zu "
+                             "(sender's length or max_msg differs)",
+                             fab->prov, done, oldest->len, want);
+            goto fail;
+        }
+        done++;
+    }
+    return 0;
+fail:
+    /* a failed post or chunk: cancel what is still in flight, keep the first error */
+    {
+        ftc_err_t keep = fab->err;
+        int s = settle(fab, ptrs, win, FTC_ECANCELED);
+        if (s == 0)
+            fab->err = keep;
+    }
+    return ftc_err_wrap(&fab->err, "%s: %zu of %zu bytes done", what,
+                        (done * chunk < len ? done * chunk : len), len);
+}
+
+int ftc_fabric_send_large(ftc_fabric_t *fab, ftc_fabric_peer_t peer, uint64_t tag,
+                          const void *buf, size_t len, ftc_deadline_t deadline)
+{
+    return large(fab, KIND_SEND, peer, tag, (uint8_t *)(uintptr_t)buf, len, deadline);
+}
+
+int ftc_fabric_recv_large(ftc_fabric_t *fab, ftc_fabric_peer_t peer, uint64_t tag, void *buf,
+                          size_t len, ftc_deadline_t deadline)
+{
+    return large(fab, KIND_RECV, peer, tag, buf, len, deadline);
+}

@@ -1,0 +1,230 @@
+/*
+ * fabric.h — a small, fault-aware libfabric transport: one reliable-datagram
+ * (FI_EP_RDM) endpoint with tagged messages, peers in an address vector,
+ * blocking and asynchronous send/receive, every wait bounded by a deadline and
+ * an abort flag.
+ *
+ * It carries checkpoint replication (agent to agent) and the reference
+ * trainer's CPU collectives. Simple use first:
+ *
+ *     ftc_fabric_opts_t o = FTC_FABRIC_OPTS_INIT;     // provider from FI_PROVIDER
+ *     ftc_fabric_t *fab;                              //   or "tcp;ofi_rxm"
+ *     ftc_err_t err = {0};
+ *     if (ftc_fabric_open(&o, &fab, &err) < 0) ...    // err.msg names the provider
+ *     uint8_t me[FTC_FABRIC_ADDR_MAX]; size_t melen = sizeof me;
+ *     ftc_fabric_getname(fab, me, &melen);            // publish (e.g. via Redis)
+ *     ftc_fabric_peer_t p;
+ *     ftc_fabric_peer_add(fab, peer_addr, peer_len, &p);
+ *     ftc_fabric_send(fab, p, tag, buf, len, ftc_deadline_in_ms(5000));
+ *     ftc_fabric_recv(fab, FTC_FABRIC_PEER_ANY, tag, 0, buf, cap, &got, NULL, deadline);
+ *     ftc_fabric_close(fab);
+ *
+ * Progress model: libfabric's tcp;ofi_rxm and shm providers progress data only
+ * when the completion queue is read (FI_PROGRESS_MANUAL), so nothing moves
+ * while no thread of this handle is inside a wait, a test or a post. Every
+ * wait here busy-polls the completion queue (yielding the CPU after a short
+ * spin), which is what gets line rate on loopback.
+ *
+ * Faults. libfabric does not report a dead peer or a cut link by itself: an
+ * operation to such a peer may simply never complete. So every wait takes a
+ * deadline. When it passes (or the handle is aborted), the wait cancels the
+ * operations it was waiting for (fi_cancel) and waits, at most
+ * opts.cancel_timeout_ms, for libfabric to hand each one back. Afterwards:
+ *
+ *   - every request in the set whose state is FTC_FABRIC_REQ_DONE is finished:
+ *     libfabric will never touch its buffer again, the buffer is the caller's;
+ *   - a request still FTC_FABRIC_REQ_PENDING could not be cancelled in time
+ *     (rxm cannot cancel a send in flight, e.g. to a dead peer). The handle is
+ *     then marked broken (ftc_fabric_health() returns FTC_EFABRIC), refuses
+ *     new operations, and the buffers of pending requests stay lent to
+ *     libfabric until ftc_fabric_close() returns. The caller closes the handle
+ *     and opens a new one (with a new address) to carry on.
+ *
+ * The blocking calls (send, recv, send_large, recv_large) use internal
+ * requests and follow the same rule: when they return, their buffers are the
+ * caller's again unless ftc_fabric_health() says the handle is broken.
+ *
+ * Threads: a handle is used by one thread at a time (libfabric is opened with
+ * FI_THREAD_DOMAIN). The exception is ftc_fabric_abort(), which any thread or
+ * signal handler may call at any time. There is no process-wide state here.
+ */
+#ifndef FTC_CORE_FABRIC_H
+#define FTC_CORE_FABRIC_H
+
+#include "core/clock.h"
+#include "core/err.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FTC_FABRIC_OPTS_VERSION 1
+
+/* Options of ftc_fabric_open(). Start from FTC_FABRIC_OPTS_INIT. */
+typedef struct ftc_fabric_opts {
+    size_t size;          /* sizeof(ftc_fabric_opts_t), set by the INIT macro */
+    int version;          /* FTC_FABRIC_OPTS_VERSION */
+    const char *provider; /* "tcp;ofi_rxm", "shm", ...; NULL: $FI_PROVIDER, else
+                             "tcp;ofi_rxm" */
+    const char *bind_addr; /* local address for IP providers; NULL: "127.0.0.1"
+                              (loopback); "": let the provider pick. Ignored by shm */
+    size_t max_msg;        /* largest single message (default 4 MiB); also the
+                              chunk size of send_large/recv_large, which must be
+                              the same on both sides */
+    int window;            /* outstanding chunks in send_large/recv_large (8) */
+    int cancel_timeout_ms; /* how long a wait that gave up waits for its
+                              cancelled operations to come back (1000) */
+} ftc_fabric_opts_t;
+
+#define FTC_FABRIC_OPTS_INIT                                                                       \
+    {                                                                                              \
+        sizeof(ftc_fabric_opts_t), FTC_FABRIC_OPTS_VERSION, NULL, NULL, (size_t)4 << 20, 8, 1000   \
+    }
+
+typedef struct ftc_fabric ftc_fabric_t;
+
+/* A peer: an index into the handle's address vector (libfabric's fi_addr_t). */
+typedef uint64_t ftc_fabric_peer_t;
+#define FTC_FABRIC_PEER_ANY UINT64_MAX /* recv: from any peer */
+
+/* Room for any provider's address (tcp: a sockaddr, shm: a name). */
+#define FTC_FABRIC_ADDR_MAX 256
+
+/* Opens a fabric, domain, completion queue, address vector and an enabled
+ * RDM endpoint with FI_TAGGED | FI_MSG | FI_DIRECTED_RECV and send-after-send
+ * ordering. opts may be NULL (defaults). On failure *out is NULL and err says
+ * which provider and which libfabric call failed, with fi_strerror's text;
+ * FTC_EUNSUPPORTED when the provider is absent or lacks these capabilities,
+ * FTC_EFABRIC for other libfabric errors, FTC_EINVAL for bad options.
+ * Thread-safe (opens an independent handle). */
+int ftc_fabric_open(const ftc_fabric_opts_t *opts, ftc_fabric_t **out, ftc_err_t *err);
+
+/* Closes the endpoint and everything under it, whatever state it is in
+ * (broken, aborted, operations pending). After it returns libfabric holds no
+ * caller buffer. NULL is a no-op. Not thread-safe with other calls on fab. */
+void ftc_fabric_close(ftc_fabric_t *fab);
+
+/* Makes every current and later wait on fab return FTC_ECANCELED promptly
+ * (after the bounded cancel described above), and every later post fail with
+ * FTC_ECANCELED. Sticky: the handle is done; close it and open a new one.
+ * Thread-safe and async-signal-safe (one atomic store). */
+void ftc_fabric_abort(ftc_fabric_t *fab);
+
+/* 0 while usable; FTC_ECANCELED once aborted; FTC_EFABRIC once broken (an
+ * operation could not be cancelled, or the completion queue failed).
+ * Thread-safe. */
+int ftc_fabric_health(const ftc_fabric_t *fab);
+
+/* The provider actually opened ("tcp;ofi_rxm", "shm"). Valid until close. */
+const char *ftc_fabric_provider(const ftc_fabric_t *fab);
+
+/* The detail of the last error on fab ("" if none). Valid until the next call
+ * on fab. Not thread-safe. */
+const char *ftc_fabric_errmsg(const ftc_fabric_t *fab);
+
+/* Copies the endpoint's address (fi_getname) into addr, *len in: its room,
+ * out: the address length. FTC_ERANGE (with *len = the size needed) when the
+ * room is too small. The bytes are opaque; give them to a peer's
+ * ftc_fabric_peer_add. Not thread-safe. */
+int ftc_fabric_getname(ftc_fabric_t *fab, void *addr, size_t *len);
+
+/* Inserts a peer's address into the address vector; *peer is its handle.
+ * rxm connects on the first send, not here, so a wrong or dead address is
+ * only noticed by a transfer that times out. Not thread-safe. */
+int ftc_fabric_peer_add(ftc_fabric_t *fab, const void *addr, size_t len, ftc_fabric_peer_t *peer);
+
+/* Removes a peer (closes rxm's connection to it). Operations to it that are
+ * still pending should be waited for or cancelled first. Not thread-safe. */
+int ftc_fabric_peer_remove(ftc_fabric_t *fab, ftc_fabric_peer_t peer);
+
+/* ---- asynchronous operations ------------------------------------------- */
+
+enum ftc_fabric_req_state {
+    FTC_FABRIC_REQ_IDLE = 0,    /* never posted (zeroed) */
+    FTC_FABRIC_REQ_PENDING = 1, /* posted; libfabric owns the buffer */
+    FTC_FABRIC_REQ_DONE = 2,    /* finished; status says how; buffer is the caller's */
+};
+
+/* One operation. Caller-allocated (stack, array, embedded in a bigger struct)
+ * and zeroed before its first use (a DONE request may be posted again); it
+ * must stay valid and unmoved while PENDING. Fields below `tag_out` are
+ * private. */
+typedef struct ftc_fabric_req {
+    void *prov_[8];      /* libfabric's struct fi_context2: must stay first */
+    int state;           /* enum ftc_fabric_req_state */
+    int status;          /* when DONE: 0, or FTC_ETIMEDOUT / FTC_ECANCELED (cancelled),
+                            FTC_ETRUNC (message longer than the buffer), FTC_EFABRIC */
+    size_t len;          /* when DONE: bytes sent or received */
+    uint64_t tag_out;    /* when DONE (recv): the tag of the message received */
+    int kind_;           /* private: 1 send, 2 recv */
+    int prov_errno_;     /* private: provider errno of a failed completion */
+    struct ftc_fabric *fab_; /* private: the owning handle */
+} ftc_fabric_req_t;
+
+/* Posts a tagged send of len <= opts.max_msg bytes to peer. buf must stay
+ * untouched until req is DONE. -FI_EAGAIN from libfabric (rxm connecting, queue
+ * full) is handled by progressing and retrying until the deadline: then
+ * FTC_ETIMEDOUT and nothing was posted. Returns 0 when posted (req PENDING);
+ * FTC_EINVAL for len > max_msg; FTC_ECANCELED / FTC_EFABRIC per health.
+ * Not thread-safe. */
+int ftc_fabric_isend(ftc_fabric_t *fab, ftc_fabric_req_t *req, ftc_fabric_peer_t peer,
+                     uint64_t tag, const void *buf, size_t len, ftc_deadline_t deadline);
+
+/* Posts a tagged receive into buf (room cap) for a message from peer
+ * (FTC_FABRIC_PEER_ANY: any) whose tag matches `tag` on every bit not set in
+ * `ignore`. Messages that match one receive are delivered in the order they
+ * were sent by one peer. Same returns as isend. Not thread-safe. */
+int ftc_fabric_irecv(ftc_fabric_t *fab, ftc_fabric_req_t *req, ftc_fabric_peer_t peer,
+                     uint64_t tag, uint64_t ignore, void *buf, size_t cap,
+                     ftc_deadline_t deadline);
+
+/* Progresses and returns 1 if req is DONE, 0 if still pending, or <0 when the
+ * handle is unusable. Never cancels. Not thread-safe. */
+int ftc_fabric_test(ftc_fabric_t *fab, ftc_fabric_req_t *req);
+
+/* Waits until every request in reqs[0..n) is DONE. Returns 0 if all succeeded;
+ * the first failed request's status if one failed (the others are still
+ * waited for); FTC_ETIMEDOUT at the deadline or FTC_ECANCELED on abort, after
+ * cancelling the rest as described at the top (per-request status says which
+ * completed). IDLE requests are skipped. Not thread-safe. */
+int ftc_fabric_wait(ftc_fabric_t *fab, ftc_fabric_req_t *const *reqs, size_t n,
+                    ftc_deadline_t deadline);
+
+/* Cancels the pending requests in reqs[0..n) and waits up to
+ * opts.cancel_timeout_ms for them to come back; marks the handle broken and
+ * returns FTC_EFABRIC if one did not. 0 otherwise. Not thread-safe. */
+int ftc_fabric_cancel(ftc_fabric_t *fab, ftc_fabric_req_t *const *reqs, size_t n);
+
+/* ---- blocking operations (isend/irecv + wait) -------------------------- */
+
+/* Sends len <= max_msg bytes and waits for the local completion (the buffer
+ * is reusable; it does not prove the peer consumed it). */
+int ftc_fabric_send(ftc_fabric_t *fab, ftc_fabric_peer_t peer, uint64_t tag, const void *buf,
+                    size_t len, ftc_deadline_t deadline);
+
+/* Receives one message into buf (room cap); *got (may be NULL) gets its
+ * length and *tag_out (may be NULL) its tag. FTC_ETRUNC if it was longer
+ * than cap. */
+int ftc_fabric_recv(ftc_fabric_t *fab, ftc_fabric_peer_t peer, uint64_t tag, uint64_t ignore,
+                    void *buf, size_t cap, size_t *got, uint64_t *tag_out,
+                    ftc_deadline_t deadline);
+
+/* Sends len bytes (any size) as ceil(len / max_msg) messages with the same
+ * tag, keeping opts.window of them in flight. The receiver must call
+ * recv_large with the same len, tag and max_msg. */
+int ftc_fabric_send_large(ftc_fabric_t *fab, ftc_fabric_peer_t peer, uint64_t tag,
+                          const void *buf, size_t len, ftc_deadline_t deadline);
+
+/* Receives exactly len bytes sent by send_large from peer (FTC_FABRIC_PEER_ANY
+ * only if one sender uses this tag). FTC_EPROTO if a chunk has the wrong
+ * length (mismatched len or max_msg). */
+int ftc_fabric_recv_large(ftc_fabric_t *fab, ftc_fabric_peer_t peer, uint64_t tag, void *buf,
+                          size_t len, ftc_deadline_t deadline);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

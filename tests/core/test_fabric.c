@@ -1,0 +1,583 @@
+/*
+ * test_fabric.c — the libfabric transport (core/fabric.h) between two real
+ * processes on loopback: small and 64 MiB messages, many interleaved tags,
+ * a windowed 256 MiB transfer, receive timeouts, a peer killed mid-transfer,
+ * abort from another thread and a bad provider name.
+ *
+ * Usage: test_core_fabric tcp|shm   (tcp means "tcp;ofi_rxm"). Exits 77 with
+ * SKIPPED only when the provider is absent from fi_getinfo. Timings are
+ * printed, never asserted: the assertions are that every call returns by its
+ * deadline with the right code (ctest's TIMEOUT is the backstop for a hang).
+ */
+#include "ftc_test.h"
+
+#include "core/clock.h"
+#include "core/fabric.h"
+#include "core/hash.h"
+
+#include <rdma/fabric.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+static const char *g_prov; /* "tcp;ofi_rxm" or "shm" */
+
+#define MiB ((size_t)1 << 20)
+
+/* In a forked child cmocka's asserts must not be used: fail loudly, exit 1. */
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "child %d: %s:%d: check failed: %s\n", (int)getpid(), __FILE__,       \
+                    __LINE__, #cond);                                                              \
+            _exit(1);                                                                              \
+        }                                                                                          \
+    } while (0)
+
+static double ms_since(uint64_t t0)
+{
+    return (double)(ftc_now_ns() - t0) / 1e6;
+}
+
+static ftc_fabric_t *open_ep(size_t max_msg, ftc_err_t *err)
+{
+    ftc_fabric_opts_t o = FTC_FABRIC_OPTS_INIT;
+    o.provider = g_prov;
+    if (max_msg)
+        o.max_msg = max_msg;
+    ftc_fabric_t *f = NULL;
+    if (ftc_fabric_open(&o, &f, err) < 0)
+        return NULL;
+    return f;
+}
+
+static void write_all(int fd, const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    while (n) {
+        ssize_t w = write(fd, b, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return;
+        b += w, n -= (size_t)w;
+    }
+}
+
+static int read_all(int fd, void *p, size_t n)
+{
+    uint8_t *b = p;
+    while (n) {
+        ssize_t r = read(fd, b, n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -1;
+        b += r, n -= (size_t)r;
+    }
+    return 0;
+}
+
+/* Sends our address over wfd and reads the other side's from rfd. */
+static int swap_addr(ftc_fabric_t *f, int wfd, int rfd, uint8_t *other, uint32_t *olen)
+{
+    uint8_t me[FTC_FABRIC_ADDR_MAX];
+    size_t len = sizeof me;
+    if (ftc_fabric_getname(f, me, &len) < 0)
+        return -1;
+    uint32_t l32 = (uint32_t)len;
+    write_all(wfd, &l32, 4);
+    write_all(wfd, me, len);
+    if (read_all(rfd, olen, 4) < 0 || *olen > FTC_FABRIC_ADDR_MAX)
+        return -1;
+    return read_all(rfd, other, *olen);
+}
+
+typedef void (*child_fn)(ftc_fabric_t *f, ftc_fabric_peer_t parent, int ctl);
+
+typedef struct pair {
+    pid_t pid;                     /* the child */
+    ftc_fabric_t *f;               /* the parent's endpoint */
+    ftc_fabric_peer_t child;       /* the child as a peer */
+    uint8_t caddr[FTC_FABRIC_ADDR_MAX]; /* the child's address */
+    uint32_t caddr_len;
+    int ctl;                       /* parent end of a control socket */
+} pair_t;
+
+/* Forks a child running fn on its own endpoint; both open after the fork. */
+static void pair_start(pair_t *p, size_t max_msg, child_fn fn)
+{
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    fflush(stdout);
+    fflush(stderr);
+    p->pid = fork();
+    assert_true(p->pid >= 0);
+    if (p->pid == 0) {
+        close(sv[0]);
+        ftc_err_t err = {0};
+        ftc_fabric_t *f = open_ep(max_msg, &err);
+        if (!f)
+            fprintf(stderr, "child: %s\n", err.msg);
+        CHECK(f);
+        uint8_t other[FTC_FABRIC_ADDR_MAX];
+        uint32_t olen;
+        CHECK(swap_addr(f, sv[1], sv[1], other, &olen) == 0);
+        ftc_fabric_peer_t parent;
+        CHECK(ftc_fabric_peer_add(f, other, olen, &parent) == 0);
+        fn(f, parent, sv[1]);
+        /* Stay until the parent is done: shm drops messages still queued from
+         * a peer whose endpoint is gone (see docs/fabric.md). EOF = done. */
+        char c;
+        (void)!read(sv[1], &c, 1);
+        ftc_fabric_close(f);
+        _exit(0);
+    }
+    close(sv[1]);
+    p->ctl = sv[0];
+    ftc_err_t err = {0};
+    p->f = open_ep(max_msg, &err);
+    if (!p->f)
+        print_error("parent: %s\n", err.msg);
+    assert_non_null(p->f);
+    assert_int_equal(swap_addr(p->f, p->ctl, p->ctl, p->caddr, &p->caddr_len), 0);
+    assert_int_equal(ftc_fabric_peer_add(p->f, p->caddr, p->caddr_len, &p->child), 0);
+}
+
+/* Waits for the child (killing it after 60 s) and returns its wait status. */
+static int pair_reap(pair_t *p)
+{
+    int st = 0;
+    for (int i = 0; i < 6000; i++) {
+        pid_t r = waitpid(p->pid, &st, WNOHANG);
+        if (r == p->pid)
+            goto done;
+        ftc_sleep_ms(10);
+    }
+    kill(p->pid, SIGKILL);
+    waitpid(p->pid, &st, 0);
+done:
+    close(p->ctl);
+    /* shm names its region after the address; a killed child leaves it. */
+    if (!strncmp(g_prov, "shm", 3) && p->caddr_len > 0 && p->caddr_len < FTC_FABRIC_ADDR_MAX) {
+        char name[FTC_FABRIC_ADDR_MAX + 16];
+        p->caddr[p->caddr_len - 1] = 0;
+        const char *n = strstr((char *)p->caddr, "://");
+        snprintf(name, sizeof name, "/dev/shm/%s", n ? n + 3 : (char *)p->caddr);
+        unlink(name);
+    }
+    return st;
+}
+
+static void pair_end(pair_t *p, bool child_must_succeed)
+{
+    shutdown(p->ctl, SHUT_WR); /* tells the child to close and exit */
+    ftc_fabric_close(p->f);
+    int st = pair_reap(p);
+    if (child_must_succeed) {
+        assert_true(WIFEXITED(st));
+        assert_int_equal(WEXITSTATUS(st), 0);
+    }
+}
+
+static ftc_deadline_t secs(int s)
+{
+    return ftc_deadline_in_ms((uint64_t)s * 1000);
+}
+
+/* ---- small and 64 MiB messages ---------------------------------------- */
+
+#define BIG (64 * MiB)
+
+static void child_echo(ftc_fabric_t *f, ftc_fabric_peer_t parent, int ctl)
+{
+    (void)ctl;
+    char small[64];
+    size_t got = 0;
+    uint64_t tag = 0;
+    CHECK(ftc_fabric_recv(f, parent, 1, 0, small, sizeof small, &got, &tag, secs(30)) == 0);
+    CHECK(got == 6 && tag == 1 && !memcmp(small, "hello", 6));
+    CHECK(ftc_fabric_send(f, parent, 2, "world!", 7, secs(30)) == 0);
+    uint8_t *big = malloc(BIG);
+    CHECK(big);
+    CHECK(ftc_fabric_recv(f, parent, 3, 0, big, BIG, &got, NULL, secs(60)) == 0);
+    CHECK(got == BIG);
+    uint64_t h = ftc_xxh3(big, BIG);
+    CHECK(ftc_fabric_send(f, parent, 4, &h, sizeof h, secs(30)) == 0);
+    ftc_test_fill(big, BIG, 99);
+    CHECK(ftc_fabric_send(f, parent, 5, big, BIG, secs(60)) == 0);
+    free(big);
+}
+
+static void test_small_and_64m(void **state)
+{
+    (void)state;
+    pair_t p;
+    pair_start(&p, BIG, child_echo);
+    uint64_t t0 = ftc_now_ns();
+    assert_int_equal(ftc_fabric_send(p.f, p.child, 1, "hello", 6, secs(30)), 0);
+    char small[64];
+    size_t got = 0;
+    assert_int_equal(ftc_fabric_recv(p.f, p.child, 2, 0, small, sizeof small, &got, NULL,
+                                     secs(30)),
+                     0);
+    assert_int_equal(got, 7);
+    assert_string_equal(small, "world!");
+    printf("# %s: small round trip (incl. connect) %.2f ms\n", g_prov, ms_since(t0));
+
+    uint8_t *big = malloc(BIG), *back = malloc(BIG);
+    assert_non_null(big);
+    assert_non_null(back);
+    ftc_test_fill(big, BIG, 7);
+    t0 = ftc_now_ns();
+    assert_int_equal(ftc_fabric_send(p.f, p.child, 3, big, BIG, secs(60)), 0);
+    uint64_t h = 0;
+    assert_int_equal(ftc_fabric_recv(p.f, p.child, 4, 0, &h, sizeof h, &got, NULL, secs(60)), 0);
+    assert_int_equal(got, 8);
+    assert_true(h == ftc_xxh3(big, BIG));
+    printf("# %s: 64 MiB one message %.1f ms\n", g_prov, ms_since(t0));
+    assert_int_equal(ftc_fabric_recv(p.f, p.child, 5, 0, back, BIG, &got, NULL, secs(60)), 0);
+    assert_int_equal(got, BIG);
+    ftc_test_fill(big, BIG, 99);
+    assert_true(ftc_xxh3(back, BIG) == ftc_xxh3(big, BIG));
+    free(big);
+    free(back);
+    pair_end(&p, true);
+}
+
+/* ---- many interleaved tags -------------------------------------------- */
+
+#define NTAGS 200
+static size_t tag_len(int i)
+{
+    return (size_t)(i * 37 % 5000) + 1;
+}
+
+static void child_tags(ftc_fabric_t *f, ftc_fabric_peer_t parent, int ctl)
+{
+    uint8_t *buf = malloc(5001);
+    CHECK(buf);
+    /* isend a few at a time, tags in a scrambled order */
+    for (int k = 0; k < NTAGS; k++) {
+        int i = (k * 73) % NTAGS;
+        ftc_test_fill(buf, tag_len(i), (uint64_t)i);
+        int rc = ftc_fabric_send(f, parent, 1000 + (uint64_t)i, buf, tag_len(i), secs(30));
+        if (rc)
+            fprintf(stderr, "child: message %d (tag %d): %s\n", k, 1000 + i, ftc_fabric_errmsg(f));
+        CHECK(rc == 0);
+    }
+    /* three messages on one tag prefix: the ignore mask, in send order, once
+     * the parent has posted its receives */
+    char go;
+    CHECK(read(ctl, &go, 1) == 1);
+    for (uint64_t k = 0; k < 3; k++) {
+        uint64_t v = k;
+        CHECK(ftc_fabric_send(f, parent, 0x5000 | k, &v, 8, secs(30)) == 0);
+    }
+    free(buf);
+}
+
+static void test_interleaved_tags(void **state)
+{
+    (void)state;
+    pair_t p;
+    pair_start(&p, 0, child_tags);
+    ftc_fabric_req_t *reqs = calloc(NTAGS, sizeof *reqs);
+    ftc_fabric_req_t **ptrs = calloc(NTAGS, sizeof *ptrs);
+    uint8_t *bufs = malloc((size_t)NTAGS * 5001), *want = malloc(5001);
+    assert_non_null(reqs);
+    assert_non_null(bufs);
+    uint64_t t0 = ftc_now_ns();
+    /* post in reverse tag order, half directed at the child, half from any */
+    for (int i = NTAGS - 1; i >= 0; i--) {
+        ptrs[i] = &reqs[i];
+        assert_int_equal(ftc_fabric_irecv(p.f, &reqs[i], i % 2 ? p.child : FTC_FABRIC_PEER_ANY,
+                                          1000 + (uint64_t)i, 0, bufs + (size_t)i * 5001, 5001,
+                                          secs(30)),
+                         0);
+    }
+    int wrc = ftc_fabric_wait(p.f, ptrs, NTAGS, secs(10));
+    if (wrc) {
+        print_error("%s\n", ftc_fabric_errmsg(p.f));
+        for (int i = 0; i < NTAGS; i++)
+            if (reqs[i].status)
+                print_error("tag %d (%s): %s\n", 1000 + i, i % 2 ? "directed" : "any",
+                            ftc_errname(reqs[i].status));
+    }
+    assert_int_equal(wrc, 0);
+    for (int i = 0; i < NTAGS; i++) {
+        assert_int_equal(reqs[i].state, FTC_FABRIC_REQ_DONE);
+        assert_int_equal(reqs[i].status, 0);
+        assert_int_equal(reqs[i].len, tag_len(i));
+        assert_true(reqs[i].tag_out == 1000 + (uint64_t)i);
+        ftc_test_fill(want, tag_len(i), (uint64_t)i);
+        assert_memory_equal(bufs + (size_t)i * 5001, want, tag_len(i));
+    }
+    /* one tag prefix, low byte ignored: receives posted before the sends
+     * match the messages in the order they were sent */
+    uint64_t v[3] = {99, 99, 99};
+    ftc_fabric_req_t mreq[3];
+    ftc_fabric_req_t *mptr[3] = {&mreq[0], &mreq[1], &mreq[2]};
+    memset(mreq, 0, sizeof mreq);
+    for (int k = 0; k < 3; k++)
+        assert_int_equal(ftc_fabric_irecv(p.f, &mreq[k], p.child, 0x5000, 0xff, &v[k], 8,
+                                          secs(30)),
+                         0);
+    write_all(p.ctl, "g", 1);
+    assert_int_equal(ftc_fabric_wait(p.f, mptr, 3, secs(30)), 0);
+    for (uint64_t k = 0; k < 3; k++) {
+        assert_true(mreq[k].tag_out == (0x5000 | k));
+        assert_true(v[k] == k);
+    }
+    printf("# %s: %d tagged messages matched in %.1f ms\n", g_prov, NTAGS + 3, ms_since(t0));
+    free(reqs);
+    free(ptrs);
+    free(bufs);
+    free(want);
+    pair_end(&p, true);
+}
+
+/* ---- windowed 256 MiB ---------------------------------------------------- */
+
+#define HUGE (256 * MiB)
+
+static void child_recv_large(ftc_fabric_t *f, ftc_fabric_peer_t parent, int ctl)
+{
+    (void)ctl;
+    uint8_t *buf = malloc(HUGE);
+    CHECK(buf);
+    int rc = ftc_fabric_recv_large(f, parent, 77, buf, HUGE, secs(60));
+    if (rc)
+        fprintf(stderr, "child: %s\n", ftc_fabric_errmsg(f));
+    CHECK(rc == 0);
+    uint64_t h = ftc_xxh3(buf, HUGE);
+    CHECK(ftc_fabric_send(f, parent, 78, &h, 8, secs(30)) == 0);
+    free(buf);
+}
+
+static void test_large_256m(void **state)
+{
+    (void)state;
+    pair_t p;
+    pair_start(&p, 0, child_recv_large);
+    uint8_t *buf = malloc(HUGE);
+    assert_non_null(buf);
+    ftc_test_fill(buf, HUGE, 3);
+    uint64_t want = ftc_xxh3(buf, HUGE);
+    uint64_t t0 = ftc_now_ns();
+    int rc = ftc_fabric_send_large(p.f, p.child, 77, buf, HUGE, secs(60));
+    if (rc)
+        print_error("%s\n", ftc_fabric_errmsg(p.f));
+    assert_int_equal(rc, 0);
+    double ms = ms_since(t0);
+    uint64_t h = 0;
+    assert_int_equal(ftc_fabric_recv(p.f, p.child, 78, 0, &h, 8, NULL, NULL, secs(30)), 0);
+    assert_true(h == want);
+    printf("# %s: send_large 256 MiB in %.1f ms (%.2f GB/s, 8 x 4 MiB window)\n", g_prov, ms,
+           (double)HUGE / ms / 1e6);
+    free(buf);
+    pair_end(&p, true);
+}
+
+/* ---- timeouts ------------------------------------------------------------ */
+
+static void test_recv_timeout(void **state)
+{
+    (void)state;
+    ftc_err_t err = {0};
+    ftc_fabric_t *f = open_ep(0, &err);
+    assert_non_null(f);
+    char buf[16];
+    uint64_t t0 = ftc_now_ns();
+    int rc = ftc_fabric_recv(f, FTC_FABRIC_PEER_ANY, 5, 0, buf, sizeof buf, NULL, NULL,
+                             ftc_deadline_in_ms(300));
+    double ms = ms_since(t0);
+    printf("# %s: recv with no sender: %s after %.1f ms (deadline 300 ms): %s\n", g_prov,
+           ftc_errname(rc), ms, ftc_fabric_errmsg(f));
+    assert_int_equal(rc, FTC_ETIMEDOUT);
+    /* the receive was cancelled cleanly: the handle is still good */
+    assert_int_equal(ftc_fabric_health(f), 0);
+
+    /* and still works: a message to ourselves */
+    uint8_t me[FTC_FABRIC_ADDR_MAX];
+    size_t len = sizeof me;
+    assert_int_equal(ftc_fabric_getname(f, me, &len), 0);
+    ftc_fabric_peer_t self;
+    assert_int_equal(ftc_fabric_peer_add(f, me, len, &self), 0);
+    ftc_fabric_req_t r, *rp = &r;
+    assert_int_equal(ftc_fabric_irecv(f, &r, self, 6, 0, buf, sizeof buf, secs(10)), 0);
+    assert_int_equal(ftc_fabric_send(f, self, 6, "self", 5, secs(10)), 0);
+    assert_int_equal(ftc_fabric_wait(f, &rp, 1, secs(10)), 0);
+    assert_string_equal(buf, "self");
+
+    /* too small a buffer for getname: FTC_ERANGE with the size needed */
+    size_t tiny = 1;
+    assert_int_equal(ftc_fabric_getname(f, me, &tiny), FTC_ERANGE);
+    assert_true(tiny > 1);
+    /* a message above max_msg is refused at post time */
+    assert_int_equal(ftc_fabric_send(f, self, 7, me, (size_t)8 << 20, secs(1)), FTC_EINVAL);
+    ftc_fabric_close(f);
+}
+
+/* ---- a peer killed mid-transfer ------------------------------------------ */
+
+/* sends 32 MiB of the 256 MiB the parent expects, then dies */
+static void child_send_then_die(ftc_fabric_t *f, ftc_fabric_peer_t parent, int ctl)
+{
+    (void)ctl;
+    uint8_t *buf = calloc(1, 4 * MiB);
+    CHECK(buf);
+    for (int i = 0; i < 8; i++)
+        CHECK(ftc_fabric_send(f, parent, 90, buf, 4 * MiB, secs(30)) == 0);
+    raise(SIGKILL);
+}
+
+/* receives 32 MiB of what the parent sends, then dies */
+static void child_recv_then_die(ftc_fabric_t *f, ftc_fabric_peer_t parent, int ctl)
+{
+    (void)ctl;
+    uint8_t *buf = malloc(4 * MiB);
+    CHECK(buf);
+    for (int i = 0; i < 8; i++)
+        CHECK(ftc_fabric_recv(f, parent, 91, 0, buf, 4 * MiB, NULL, NULL, secs(30)) == 0);
+    raise(SIGKILL);
+}
+
+static void killed_peer(child_fn fn, bool survivor_sends)
+{
+    pair_t p;
+    pair_start(&p, 0, fn);
+    uint8_t *buf = calloc(1, HUGE);
+    assert_non_null(buf);
+    const int deadline_ms = 3000;
+    uint64_t t0 = ftc_now_ns();
+    ftc_deadline_t d = ftc_deadline_in_ms(deadline_ms);
+    int rc = survivor_sends ? ftc_fabric_send_large(p.f, p.child, 91, buf, HUGE, d)
+                            : ftc_fabric_recv_large(p.f, p.child, 90, buf, HUGE, d);
+    double ms = ms_since(t0);
+    printf("# %s: peer killed while we %s: %s after %.1f ms (deadline %d ms), health %s: %s\n",
+           g_prov, survivor_sends ? "send_large" : "recv_large", ftc_errname(rc), ms,
+           deadline_ms, ftc_errname(ftc_fabric_health(p.f)), ftc_fabric_errmsg(p.f));
+    assert_true(rc < 0);
+    /* the assertion is the deadline: returned by it plus the cancel bound
+     * (1 s) plus generous scheduling slack — not a performance threshold */
+    assert_true(ms < deadline_ms + 1000 + 5000);
+    int st = pair_reap(&p);
+    assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    t0 = ftc_now_ns();
+    ftc_fabric_close(p.f); /* must not hang, whatever is pending */
+    printf("# %s: close after the failure took %.1f ms\n", g_prov, ms_since(t0));
+    free(buf); /* libfabric holds nothing after close */
+}
+
+static void test_peer_killed_during_recv(void **state)
+{
+    (void)state;
+    killed_peer(child_send_then_die, false);
+}
+
+static void test_peer_killed_during_send(void **state)
+{
+    (void)state;
+    killed_peer(child_recv_then_die, true);
+}
+
+/* ---- abort from another thread ------------------------------------------- */
+
+static void *abort_later(void *arg)
+{
+    ftc_sleep_ms(200);
+    ftc_fabric_abort(arg);
+    return NULL;
+}
+
+static void test_abort_from_thread(void **state)
+{
+    (void)state;
+    ftc_err_t err = {0};
+    ftc_fabric_t *f = open_ep(0, &err);
+    assert_non_null(f);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, abort_later, f), 0);
+    char buf[16];
+    uint64_t t0 = ftc_now_ns();
+    int rc = ftc_fabric_recv(f, FTC_FABRIC_PEER_ANY, 1, 0, buf, sizeof buf, NULL, NULL, secs(30));
+    double ms = ms_since(t0);
+    pthread_join(th, NULL);
+    printf("# %s: blocked recv (deadline 30 s) returned %s %.1f ms after start (abort at "
+           "200 ms)\n",
+           g_prov, ftc_errname(rc), ms);
+    assert_int_equal(rc, FTC_ECANCELED);
+    assert_int_equal(ftc_fabric_health(f), FTC_ECANCELED);
+    /* sticky: later posts fail at once */
+    assert_int_equal(ftc_fabric_recv(f, FTC_FABRIC_PEER_ANY, 1, 0, buf, sizeof buf, NULL, NULL,
+                                     secs(30)),
+                     FTC_ECANCELED);
+    ftc_fabric_close(f);
+}
+
+/* ---- options and providers ----------------------------------------------- */
+
+static void test_bad_provider(void **state)
+{
+    (void)state;
+    ftc_fabric_opts_t o = FTC_FABRIC_OPTS_INIT;
+    o.provider = "no-such-provider";
+    ftc_fabric_t *f = (ftc_fabric_t *)&o; /* must be reset to NULL */
+    ftc_err_t err = {0};
+    assert_int_equal(ftc_fabric_open(&o, &f, &err), FTC_EUNSUPPORTED);
+    assert_null(f);
+    printf("# bad provider: %s\n", err.msg);
+    assert_non_null(strstr(err.msg, "no-such-provider"));
+    assert_non_null(strstr(err.msg, "fi_getinfo"));
+
+    ftc_fabric_opts_t bad = FTC_FABRIC_OPTS_INIT;
+    bad.version = 99;
+    assert_int_equal(ftc_fabric_open(&bad, &f, &err), FTC_EINVAL);
+    bad = (ftc_fabric_opts_t)FTC_FABRIC_OPTS_INIT;
+    bad.window = 0;
+    assert_int_equal(ftc_fabric_open(&bad, &f, &err), FTC_EINVAL);
+    ftc_fabric_close(NULL);
+}
+
+static bool provider_present(const char *prov)
+{
+    struct fi_info *hints = fi_allocinfo(), *info = NULL;
+    if (!hints)
+        return false;
+    hints->fabric_attr->prov_name = strdup(prov);
+    int rc = fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), NULL, NULL, 0, hints,
+                        &info);
+    fi_freeinfo(info);
+    fi_freeinfo(hints);
+    return rc == 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *which = argc > 1 ? argv[1] : "tcp";
+    g_prov = !strcmp(which, "tcp") ? "tcp;ofi_rxm" : which;
+    /* libfabric filters providers by FI_PROVIDER: this test names its own */
+    unsetenv("FI_PROVIDER");
+    if (!provider_present(g_prov)) {
+        printf("SKIPPED: libfabric provider '%s' is absent from fi_getinfo\n", g_prov);
+        return 77;
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc > 2)
+        cmocka_set_test_filter(argv[2]); /* e.g. "test_large*" */
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_provider),
+        cmocka_unit_test(test_recv_timeout),
+        cmocka_unit_test(test_small_and_64m),
+        cmocka_unit_test(test_interleaved_tags),
+        cmocka_unit_test(test_large_256m),
+        cmocka_unit_test(test_abort_from_thread),
+        cmocka_unit_test(test_peer_killed_during_recv),
+        cmocka_unit_test(test_peer_killed_during_send),
+    };
+    return cmocka_run_group_tests_name(g_prov, tests, NULL, NULL);
+}
