@@ -1,0 +1,139 @@
+/*
+ * replica.h — the replication engine of an agent: pushes its ranks' sealed
+ * shards to peer agents over libfabric, stores the replicas peers push to
+ * it, and serves them back for restores.
+ *
+ * One engine per agent, driven by one thread (the fabric endpoint is
+ * FI_THREAD_DOMAIN): every call below is non-blocking except
+ * ftc_repl_progress(), which moves every transfer forward — outgoing pushes
+ * and fetches, incoming PUT/GET/ACK — until its deadline. A push and an
+ * incoming push to us proceed together, so two agents replicating to each
+ * other never deadlock.
+ *
+ * Protocol (docs/wire-protocol.md; headers are ckpt/wire.h, HMAC'd):
+ *   - every message is a header message on tag (HDR, sender) — exact tags,
+ *     no ignore masks (the shm provider does not match unexpected messages
+ *     against masked receives) — with a per-peer pool of posted receives;
+ *   - a PUT header announces [offset, offset+length) of (owner, step); its
+ *     payload follows as a separate message on tag (DATA, sender, seq), which
+ *     the receiver receives directly into the replica slot at offset
+ *     (zero copy; rxm uses rendezvous for large messages);
+ *   - PUT_END carries the total size; the receiver opens the replica with
+ *     ftc_shard_open(FTC_SHARD_VERIFY) and answers ACK (status 0) or NACK
+ *     (with the reason). A replica counts only after its ACK: send
+ *     completion in libfabric is local only;
+ *   - GET asks for (owner, step or newest); the answer is PUT messages and a
+ *     PUT_END, or a NACK "not held";
+ *   - headers of another job, a wrong HMAC, a stale generation, a bad length
+ *     or a bad checksum are refused, logged (rate-limited) and never crash
+ *     the engine; refused PUTs are answered with NACK when the sender is
+ *     known.
+ *
+ * Replica store: per owner rank two shm slots ("ftc.JOB.p<OWNER>.s<0|1>"),
+ * one receiving, one holding the newest complete and verified replica, so a
+ * push that fails midway never destroys the previous replica (I3).
+ *
+ * Deadlines: each push and fetch has one; when it passes, the transfer ends
+ * with FTC_ETIMEDOUT for the peers that had not acknowledged, its fabric
+ * operations are cancelled, and if the endpoint reports itself broken
+ * (ftc_fabric_health) every transfer fails with FTC_EFABRIC so the agent can
+ * rebuild the endpoint. A cut link therefore reaches the deadline instead of
+ * hanging (ENVIRONMENT.md: libfabric reports nothing by itself).
+ */
+#ifndef FTC_CKPT_REPLICA_H
+#define FTC_CKPT_REPLICA_H
+
+#include "ckpt/wire.h"
+#include "core/clock.h"
+#include "core/err.h"
+#include "core/fabric.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FTC_REPL_MAX_PEERS 256
+
+typedef struct ftc_repl_options {
+    uint32_t struct_size;
+    uint32_t version;
+    ftc_fabric_t *fab;     /* the agent's endpoint (not owned) */
+    ftc_wire_key_t key;    /* job id hash and secret */
+    const char *job;       /* names the replica slots */
+    uint32_t self;         /* this agent's node index (wire sender) */
+    uint64_t generation;   /* stamped on every message; older ones are refused */
+    uint64_t chunk_bytes;  /* payload per PUT (default 4 MiB, at most FTC_WIRE_MAX_PAYLOAD) */
+    int window;            /* PUTs in flight per transfer (default 8) */
+    int rx_per_peer;       /* header receives posted per peer (default 4) */
+} ftc_repl_options_t;
+
+#define FTC_REPL_OPTIONS_INIT {sizeof(ftc_repl_options_t), 1, NULL, {{0}, 0, 0}, NULL, 0, 0, 4u << 20, 8, 4}
+
+typedef struct ftc_repl ftc_repl_t;
+
+ftc_repl_t *ftc_repl_create(const ftc_repl_options_t *o, ftc_err_t *err);
+/* Cancels every transfer and frees the engine; the replica slots stay (they
+ * are the node's memory of its peers' state). NULL is a no-op. */
+void ftc_repl_destroy(ftc_repl_t *r);
+const char *ftc_repl_errstr(const ftc_repl_t *r);
+
+/* A new generation: messages stamped with an older one are refused. */
+void ftc_repl_set_generation(ftc_repl_t *r, uint64_t gen);
+/* Makes node `node` (its fabric address) reachable and posts its receives. */
+int ftc_repl_peer_add(ftc_repl_t *r, uint32_t node, const void *addr, size_t len);
+/* Forgets a (lost) peer: its transfers fail with FTC_ECANCELED. */
+int ftc_repl_peer_remove(ftc_repl_t *r, uint32_t node);
+
+/* ---- transfers ------------------------------------------------------------------ */
+
+typedef int ftc_repl_xfer_t; /* >= 0: a transfer id */
+
+/* Starts pushing the sealed shard (owner, step) to each of peers. shard must
+ * stay valid and unchanged until the transfer is done. */
+int ftc_repl_push(ftc_repl_t *r, uint32_t owner, uint64_t step, const uint8_t *shard,
+                  uint64_t size, const uint32_t *peers, int npeers, ftc_deadline_t d,
+                  ftc_repl_xfer_t *x);
+/* Starts fetching owner's shard of step (UINT64_MAX: the newest the peer
+ * holds) from peer. */
+int ftc_repl_fetch(ftc_repl_t *r, uint32_t peer, uint32_t owner, uint64_t step, ftc_deadline_t d,
+                   ftc_repl_xfer_t *x);
+
+/* Moves everything forward until d (or until some transfer finishes, when
+ * return_early). Returns 0, or FTC_EFABRIC when the endpoint broke. */
+int ftc_repl_progress(ftc_repl_t *r, ftc_deadline_t d, bool return_early);
+
+typedef struct ftc_repl_status {
+    bool done;          /* finished (successfully or not) */
+    int rc;             /* 0, or the first error (FTC_ETIMEDOUT, FTC_EAUTH, FTC_ECORRUPT, ...) */
+    int acked;          /* push: peers that acknowledged a verified replica */
+    int failed;         /* push: peers that refused or timed out */
+    char detail[256];   /* what failed, naming the peer */
+} ftc_repl_status_t;
+
+int ftc_repl_status(ftc_repl_t *r, ftc_repl_xfer_t x, ftc_repl_status_t *st);
+/* Takes the result of a finished fetch: a malloc'd, verified shard (caller
+ * frees). */
+int ftc_repl_take(ftc_repl_t *r, ftc_repl_xfer_t x, uint8_t **shard, uint64_t *size);
+/* Releases a finished transfer's id. */
+void ftc_repl_release(ftc_repl_t *r, ftc_repl_xfer_t x);
+
+/* The newest complete, verified replica this agent holds for owner:
+ * FTC_ENOENT when none. The pointer is into a slot; valid until the next
+ * progress call. */
+int ftc_repl_held(ftc_repl_t *r, uint32_t owner, uint64_t *step, const uint8_t **shard,
+                  uint64_t *size);
+
+/* Counters, for logs and the benchmark. */
+typedef struct ftc_repl_counters {
+    uint64_t bytes_sent, bytes_received;
+    uint64_t refused;   /* messages refused (auth, job, generation, bounds, checksum) */
+} ftc_repl_counters_t;
+void ftc_repl_counters(ftc_repl_t *r, ftc_repl_counters_t *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
