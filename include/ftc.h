@@ -4,13 +4,30 @@
  * This is the one header a trainer includes. It compiles as C99 and as C++,
  * and includes no CUDA, NCCL, libfabric or hiredis header.
  *
- * What is here today:
- *   - error codes: every function returns 0 on success or a negative FTC_E*
- *     code; ftc_strerror() / ftc_errname() turn a code into text;
- *   - tensor dtypes, shared by the shard format, the persist tier and export.
+ * In order of use:
+ *   - errors: every function returns 0 on success or a negative FTC_E*
+ *     code; ftc_strerror() / ftc_errname() turn a code into text, and a
+ *     context keeps a sentence about its last error (ftc_last_error);
+ *   - dtypes of tensors;
+ *   - the checkpoint context: ftc_create (job and rank from FTC_* variables,
+ *     as `ftc run` / `ftc agent` set them, or from options), ftc_register each
+ *     tensor once, then every step ftc_checkpoint (returns once the snapshot
+ *     has started) and ftc_wait_snapshot before the tensors are written
+ *     again; at start, ftc_restore fills the tensors from the newest
+ *     committed version.
  *
- * The checkpoint context (register tensors, ftc_checkpoint, ftc_restore)
- * arrives with the in-memory replication store.
+ *     ftc_ctx_t *ctx;
+ *     if (ftc_create(NULL, &ctx)) ...                     // FTC_* environment
+ *     ftc_register(ctx, "wte", FTC_DTYPE_F32, 2, (int64_t[]){V, C}, wte, FTC_HOST);
+ *     int64_t step;
+ *     if (ftc_restore(ctx, &step, &cursor, &n) == 0) start = step + 1;
+ *     for (step = start; ...; step++) {
+ *         forward_backward();
+ *         ftc_wait_snapshot(ctx);                         // before the optimizer writes
+ *         optimizer_step();
+ *         ftc_checkpoint(ctx, step, &cursor, sizeof cursor);
+ *     }
+ *     ftc_destroy(ctx);
  */
 #ifndef FTC_H
 #define FTC_H
@@ -91,6 +108,66 @@ size_t ftc_dtype_size(int dtype);
 const char *ftc_dtype_name(int dtype);
 /* Parses "fp32"/"float32"/"F32"... into a dtype; FTC_DTYPE_INVALID if unknown. */
 ftc_dtype_t ftc_dtype_parse(const char *s);
+
+/* ---- the checkpoint context ----------------------------------------------------
+ * A rank's handle on its node's agent: the agent owns the shared-memory slots
+ * (so they survive this process), replicates them to peers, commits and
+ * persists them. One context per rank process. A context is used by one
+ * thread at a time (the trainer's); it runs one helper thread of its own. */
+
+#define FTC_HOST (-1) /* device of a host tensor; CUDA device ids are >= 0 */
+
+typedef struct ftc_options {
+    uint32_t struct_size; /* sizeof(ftc_options_t), set by FTC_OPTIONS_INIT */
+    uint32_t version;     /* 1 */
+    const char *job;      /* job id; NULL: FTC_JOB_ID, else "ftc" */
+    const char *agent;    /* agent socket path; NULL: FTC_AGENT_SOCKET */
+    int rank;             /* -1: FTC_RANK, else RANK (torchrun), else 0 */
+    int world;            /* -1: FTC_WORLD_SIZE, else WORLD_SIZE, else 1 */
+    int dp, tp, pp;       /* 0: dp = world, tp = pp = 1 (FTC_DP/FTC_TP/FTC_PP override) */
+    int threads;          /* snapshot copy threads; 0 = one per online core */
+    uint32_t meta_capacity; /* bytes of user metadata per checkpoint (default 64 KiB) */
+    int timeout_ms;       /* deadline of each call that talks to the agent (default 60000) */
+} ftc_options_t;
+
+#define FTC_OPTIONS_INIT {sizeof(ftc_options_t), 1, NULL, NULL, -1, -1, 0, 0, 0, 0, 65536, 60000}
+
+typedef struct ftc_ctx ftc_ctx_t;
+
+/* Connects to the node's agent. opts may be NULL (everything from FTC_*).
+ * FTC_ENOENT when no agent answers at the socket (the message names it). */
+int ftc_create(const ftc_options_t *opts, ftc_ctx_t **ctx);
+/* Waits for a snapshot in flight, says goodbye to the agent, frees. The
+ * agent keeps the slots. NULL is a no-op. */
+void ftc_destroy(ftc_ctx_t *ctx);
+/* The last error's sentence (never NULL). */
+const char *ftc_last_error(const ftc_ctx_t *ctx);
+
+/* Registers a tensor before the first checkpoint or restore. shape has ndim
+ * entries (ndim 0: a scalar). data stays owned by the caller and must stay
+ * valid until ftc_destroy. device: FTC_HOST or a CUDA device id. */
+int ftc_register(ftc_ctx_t *ctx, const char *name, int dtype, int ndim, const int64_t *shape,
+                 void *data, int device);
+
+/* Starts a checkpoint of every registered tensor as step and returns once
+ * the copy has started (it runs on other threads). meta (up to
+ * meta_capacity bytes: data cursor, RNG state) is stored with it. Returns
+ * FTC_EAGAIN when the agent's policy skipped this step (the previous
+ * version is still replicating and policy is "skip"); the step is then not
+ * checkpointed and training may go on. */
+int ftc_checkpoint(ftc_ctx_t *ctx, int64_t step, const void *meta, size_t meta_len);
+/* Waits until the snapshot's copy is done (the tensors may be written
+ * again). Returns at once when none is in flight. */
+int ftc_wait_snapshot(ftc_ctx_t *ctx);
+/* Waits until step is committed (every rank's shard replicated and
+ * recorded); for tests and for trainers that want it. */
+int ftc_wait_committed(ftc_ctx_t *ctx, int64_t step);
+/* Fills the registered tensors from the newest committed version (from this
+ * node's memory, else a peer's, else the persist tier; every shard checksum-
+ * verified first) and returns its step and metadata (meta_len: capacity in,
+ * bytes out). FTC_ENOENT when nothing committed exists (a fresh start); the
+ * message names where it looked. */
+int ftc_restore(ftc_ctx_t *ctx, int64_t *step, void *meta, size_t *meta_len);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,82 @@
+/*
+ * agent_proto.h — the local protocol between a rank (libftc, ckpt/client.c)
+ * and its node's agent (ckpt/agent.c): fixed-size messages on a Unix
+ * SOCK_SEQPACKET socket (message boundaries kept, peer credentials known).
+ * Data never travels here: it is in the shm slots both sides map.
+ *
+ *   rank                          agent
+ *   HELLO (job, rank, layout) ->
+ *                             <- WELCOME (generation)
+ *   SLOTS (size)              ->  creates / reuses two slots of size bytes
+ *                             <- SLOTS_OK (names)
+ *   BEGIN (step)              ->  picks the slot not holding the newest
+ *                                 committed version; if both are busy applies
+ *                                 the policy: wait, or skip
+ *                             <- BEGIN_OK (slot) | SKIP (reason)
+ *   SEALED (slot, step)       ->  verifies, replicates, reports the commit
+ *                             <- COMMITTED (step) | ERROR (reason), later
+ *   RESTORE                   ->  newest committed step: local slot, else a
+ *                                 peer's replica, else the persist tier
+ *                             <- RESTORE_OK (slot, step) | ERROR (where it looked)
+ *   BYE                       ->
+ *
+ * Both sides check magic, version, type and every string's termination
+ * before using a message; an invalid one closes the connection with an error
+ * logged, never crashes the agent.
+ */
+#ifndef FTC_CKPT_AGENT_PROTO_H
+#define FTC_CKPT_AGENT_PROTO_H
+
+#include "core/err.h"
+
+#include <stdint.h>
+
+#define FTC_AP_MAGIC 0x41435446u /* "FTCA" */
+#define FTC_AP_VERSION 1
+
+enum ftc_ap_type {
+    FTC_AP_HELLO = 1,
+    FTC_AP_WELCOME = 2,
+    FTC_AP_SLOTS = 3,
+    FTC_AP_SLOTS_OK = 4,
+    FTC_AP_BEGIN = 5,
+    FTC_AP_BEGIN_OK = 6,
+    FTC_AP_SKIP = 7,
+    FTC_AP_SEALED = 8,
+    FTC_AP_COMMITTED = 9,
+    FTC_AP_RESTORE = 10,
+    FTC_AP_RESTORE_OK = 11,
+    FTC_AP_ERROR = 12,
+    FTC_AP_BYE = 13,
+    FTC_AP__MAX = 14,
+};
+
+typedef struct ftc_ap_msg {
+    uint32_t magic;      /* FTC_AP_MAGIC */
+    uint16_t version;    /* FTC_AP_VERSION */
+    uint16_t type;       /* ftc_ap_type */
+    int32_t status;      /* ERROR: an FTC_E* code */
+    uint32_t slot;       /* 0 or 1 */
+    uint64_t step;
+    uint64_t size;       /* SLOTS: bytes per slot */
+    uint64_t generation;
+    uint32_t rank, world;
+    uint32_t dp, tp, pp, dp_rank, tp_rank, pp_rank;
+    int32_t pid;
+    uint32_t reserved;
+    char job[64];        /* NUL-terminated */
+    char name[2][128];   /* SLOTS_OK: the slot names */
+    char text[384];      /* ERROR / SKIP: the reason */
+} ftc_ap_msg_t;
+
+/* Fills the fixed fields of m for type. */
+void ftc_ap_init(ftc_ap_msg_t *m, int type);
+/* Checks a received message (length, magic, version, type, strings);
+ * FTC_EPROTO with the reason otherwise. */
+int ftc_ap_check(const ftc_ap_msg_t *m, size_t len, ftc_err_t *err);
+/* Sends / receives one message with a deadline (milliseconds). Receive
+ * returns FTC_EIO ("connection closed") at end of stream. */
+int ftc_ap_send(int fd, const ftc_ap_msg_t *m, int timeout_ms, ftc_err_t *err);
+int ftc_ap_recv(int fd, ftc_ap_msg_t *m, int timeout_ms, ftc_err_t *err);
+
+#endif
