@@ -722,7 +722,16 @@ int ftc_shard_open(ftc_shard_view_t *v, const void *buf, size_t len, unsigned fl
         if (drc)
             return drc;
     }
+    /* padding inside the head is zero, so a head has exactly one encoding */
+    if (!all_zero(p + names_off + names_size, meta_off - (names_off + names_size)) ||
+        !all_zero(p + meta_off + meta_size, pay_off - (meta_off + meta_size)))
+        return ftc_err_set(err, FTC_ECORRUPT,
+                           "padding before the metadata (at %llu) or before the payload (at "
+                           "%llu) is not zero",
+                           (unsigned long long)(names_off + names_size),
+                           (unsigned long long)(meta_off + meta_size));
     /* metadata records */
+    uint32_t nmeta = 0;
     for (uint64_t pos = 0; pos < meta_size;) {
         if (meta_size - pos < 8)
             return ftc_err_set(err, FTC_ECORRUPT, "metadata record at offset %llu is truncated",
@@ -737,7 +746,38 @@ int ftc_shard_open(ftc_shard_view_t *v, const void *buf, size_t len, unsigned fl
         if (memchr(p + meta_off + pos + 8, '\0', kl))
             return ftc_err_set(err, FTC_ECORRUPT, "metadata key at offset %llu contains a NUL",
                                (unsigned long long)(meta_off + pos + 8));
+        uint64_t used = 8ull + kl + vl;
+        if (!all_zero(p + meta_off + pos + used, rec - used))
+            return ftc_err_set(err, FTC_ECORRUPT,
+                               "padding of the metadata record at offset %llu is not zero",
+                               (unsigned long long)(meta_off + pos));
         pos += rec;
+        nmeta++;
+    }
+    if (nmeta > 1) { /* keys are unique, like tensor names */
+        ftc__name_ref_t *keys = malloc((size_t)nmeta * sizeof *keys);
+        if (!keys)
+            return ftc_err_set(err, FTC_ENOMEM, "checking %u metadata keys: out of memory", nmeta);
+        uint32_t k = 0;
+        for (uint64_t pos = 0; pos < meta_size; k++) {
+            uint32_t kl = rd32(p + meta_off + pos), vl = rd32(p + meta_off + pos + 4);
+            keys[k].s = p + meta_off + pos + 8;
+            keys[k].len = kl;
+            pos += align_up(8ull + kl + vl, 8);
+        }
+        qsort(keys, nmeta, sizeof *keys, ftc__name_cmp);
+        int dup = -1;
+        for (uint32_t i = 1; i < nmeta && dup < 0; i++)
+            if (!ftc__name_cmp(&keys[i - 1], &keys[i]))
+                dup = (int)i;
+        if (dup >= 0) {
+            int rc2 = ftc_err_set(err, FTC_ECORRUPT, "metadata key '%.*s' appears twice",
+                                  (int)(keys[dup].len > 200 ? 200 : keys[dup].len),
+                                  (const char *)keys[dup].s);
+            free(keys);
+            return rc2;
+        }
+        free(keys);
     }
     v->base = p;
     v->size = total;

@@ -328,6 +328,50 @@ static void test_peek_size(void **state)
     free(r);
 }
 
+
+/* Re-signs the head and footer after a deliberate edit, so that the check
+ * under test (not the checksum) must catch it. */
+static void resign(uint8_t *x, uint64_t size)
+{
+    uint64_t pay;
+    memcpy(&pay, x + 176, 8);
+    uint64_t h = ftc_xxh3(x, pay);
+    memcpy(x + size - FTC_SHARD_FOOTER_SIZE + 24, &h, 8);
+    uint64_t fh = ftc_xxh3(x + size - FTC_SHARD_FOOTER_SIZE, 56);
+    memcpy(x + size - FTC_SHARD_FOOTER_SIZE + 56, &fh, 8);
+}
+
+static void test_metadata_duplicates_and_padding(void **state)
+{
+    (void)state;
+    ftc_shard_info_t in = ftc_test_info(1, 0);
+    ftc_shard_layout_t *l = ftc_shard_layout_create(&in);
+    ftc_err_t err = {0};
+    assert_int_equal(ftc_shard_layout_add_meta(l, "ka", "x", 1, &err), 0);
+    assert_int_equal(ftc_shard_layout_add_meta(l, "kb", "y", 1, &err), 0);
+    uint64_t size = ftc_shard_layout_size(l);
+    uint8_t *r = malloc(size);
+    assert_int_equal(ftc_shard_layout_write(l, r, size, &err), 0);
+    assert_int_equal(ftc_shard_seal(r, size, 1, &err), 0);
+    ftc_shard_view_t v;
+    assert_int_equal(ftc_shard_open(&v, r, size, FTC_SHARD_VERIFY, &err), 0);
+    uint64_t kb = ftc_shard_layout_meta_offset(l, "kb");
+    assert_true(kb > 0);
+    /* rename "kb" to "ka": two records with one key */
+    r[kb - 1] = 'a';
+    resign(r, size);
+    assert_int_equal(ftc_shard_open(&v, r, size, 0, &err), FTC_ECORRUPT);
+    assert_non_null(strstr(err.msg, "appears twice"));
+    r[kb - 1] = 'b';
+    /* a non-zero byte in a record's padding */
+    r[kb + 1] = 0x55; /* value "y" is 1 byte; the next bytes are padding */
+    resign(r, size);
+    assert_int_equal(ftc_shard_open(&v, r, size, 0, &err), FTC_ECORRUPT);
+    assert_non_null(strstr(err.msg, "padding"));
+    free(r);
+    ftc_shard_layout_destroy(l);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -339,6 +383,7 @@ int main(void)
         cmocka_unit_test(test_layout_errors),
         cmocka_unit_test(test_offsets_past_4gib),
         cmocka_unit_test(test_peek_size),
+        cmocka_unit_test(test_metadata_duplicates_and_padding),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
