@@ -39,7 +39,7 @@ int ftc_redundancy_parse(const char *s, ftc_redundancy_t *r, ftc_err_t *err)
     }
     if (!strncmp(s, "xor:", 4)) {
         long g = strtol(s + 4, &end, 10);
-        if (end == s + 4 || *end || g < 2 || g + 1 > FTC_PARITY_MAX)
+        if (end == s + 4 || *end || g < 2 || g >= FTC_PARITY_MAX)
             goto bad;
         r->kind = FTC_RED_XOR;
         r->g = (int)g;
@@ -52,7 +52,8 @@ int ftc_redundancy_parse(const char *s, ftc_redundancy_t *r, ftc_err_t *err)
             goto bad;
         char *e2;
         long m = strtol(end + 1, &e2, 10);
-        if (e2 == end + 1 || *e2 || g < 1 || m < 1 || g + m > FTC_PARITY_MAX)
+        if (e2 == end + 1 || *e2 || g < 1 || m < 1 || g > FTC_PARITY_MAX || m > FTC_PARITY_MAX ||
+            g + m > FTC_PARITY_MAX)
             goto bad;
         r->kind = FTC_RED_RS;
         r->g = (int)g;
