@@ -66,10 +66,11 @@ typedef struct ftc__job {
     uint8_t addr[FTC_FABRIC_ADDR_MAX]; /* PEER */
     size_t addr_len;
     uint32_t node;          /* PEER: its index */
+    bool replace;           /* PEER: forget the old address first */
     /* results */
     int rc;
     int acked, failed;
-    char detail[256];
+    char detail[768];
     uint8_t *buf;           /* FETCH: the verified shard (malloc'd) */
     uint64_t buf_size;
     /* private to the replication thread */
@@ -88,6 +89,9 @@ typedef struct ftc__rank {
     uint64_t step[2];
     uint64_t checksum[2];   /* head xxh3 of a sealed slot (the commit record's checksum) */
     bool reported[2];       /* commit reported to Redis */
+    bool pushed[2];         /* handed to the replication thread */
+    bool acked[2];          /* replicated to k peers: may be reported */
+    uint64_t sealed_ns[2];  /* when SEALED arrived (placement waits for peers until the timeout) */
     bool begin_waiting;     /* BUSY_WAIT: a BEGIN is parked */
     uint64_t begin_step;
     bool restoring;         /* a RESTORE is being worked on */
@@ -98,6 +102,9 @@ typedef struct ftc__peer {
     bool known;
     char node_id[FTC_CTL_NODE_MAX + 1];
     char domain[64];
+    char addr_hex[2 * FTC_FABRIC_ADDR_MAX + 1]; /* as published; a change = a restarted agent */
+    bool alive;             /* its heartbeat key exists: never send to a dead agent (a send to
+                               a dead peer cannot be cancelled and breaks our endpoint) */
 } ftc__peer_t;
 
 struct ftc_agent {
@@ -115,8 +122,17 @@ struct ftc_agent {
     uint64_t last_poll_ns, last_peers_ns;
     ftc__peer_t *peers;      /* by node index, o.nodes entries */
     /* replication thread */
-    ftc_fabric_t *fab;
+    ftc_fabric_t *fab;       /* owned by the replication thread once it runs */
     ftc_repl_t *repl;
+    ftc_repl_options_t ropt; /* to re-create the engine on a new endpoint */
+    ftc_fabric_opts_t fopt;
+    ftc__peer_t *rpeers;     /* the replication thread's copy of peer addresses */
+    uint8_t (*raddr)[FTC_FABRIC_ADDR_MAX];
+    size_t *raddr_len;
+    uint8_t my_addr[FTC_FABRIC_ADDR_MAX]; /* under mu: our current address, to publish */
+    size_t my_addr_len;
+    bool republish;          /* under mu: the address changed (endpoint rebuilt) */
+    uint64_t rebuilds;
     ftc_wire_key_t key;
     pthread_t repl_tid;
     bool repl_started;
@@ -130,6 +146,8 @@ struct ftc_agent {
 };
 
 /* ---- helpers ----------------------------------------------------------------------- */
+
+static void ftc__try_push(ftc_agent_t *a, struct ftc__rank *r, int s);
 
 void ftc_agent_socket_path(const char *dir, uint32_t index, char *buf, size_t cap)
 {
@@ -198,7 +216,7 @@ static int ftc__placement(ftc_agent_t *a, uint32_t *out, int want)
     for (uint32_t step = 1; step < a->o.nodes && n < want; step++) {
         uint32_t node = (a->o.index + step) % a->o.nodes;
         ftc__peer_t *p = &a->peers[node];
-        if (!p->known)
+        if (!p->known || !p->alive)
             continue;
         if (a->domain[0] && !strcmp(p->domain, a->domain))
             continue;
@@ -212,25 +230,124 @@ static int ftc__placement(ftc_agent_t *a, uint32_t *out, int want)
 static int ftc__publish_address(ftc_agent_t *a, ftc_err_t *err)
 {
     uint8_t addr[FTC_FABRIC_ADDR_MAX];
-    size_t len = sizeof addr;
-    int rc = ftc_fabric_getname(a->fab, addr, &len);
-    if (rc)
-        return ftc_err_set(err, rc, "fabric getname failed");
+    pthread_mutex_lock(&a->mu);
+    size_t len = a->my_addr_len;
+    memcpy(addr, a->my_addr, len);
+    a->republish = false;
+    pthread_mutex_unlock(&a->mu);
     char hex[2 * FTC_FABRIC_ADDR_MAX + 1], val[2 * FTC_FABRIC_ADDR_MAX + 200], field[16], key[160];
     for (size_t i = 0; i < len; i++)
         snprintf(hex + 2 * i, 3, "%02x", addr[i]);
     snprintf(val, sizeof val, "%s %s %s", hex, a->node_id, a->domain[0] ? a->domain : "-");
     snprintf(field, sizeof field, "%u", a->o.index);
-    rc = ftc_redis_cmdv(ftc_ctl_redis(a->ctl), true, NULL, "HSET",
-                        ftc_ctl_key(a->ctl, "fabric", key, sizeof key), field, val, NULL);
+    int rc = ftc_redis_cmdv(ftc_ctl_redis(a->ctl), true, NULL, "HSET",
+                            ftc_ctl_key(a->ctl, "fabric", key, sizeof key), field, val, NULL);
     if (rc)
         return ftc_err_set(err, rc, "publishing the fabric address: %s", ftc_ctl_errstr(a->ctl));
     return 0;
 }
 
+/* Opens the endpoint and the engine on it; records our address. */
+static int ftc__open_transport(ftc_agent_t *a, ftc_err_t *err)
+{
+    int rc = ftc_fabric_open(&a->fopt, &a->fab, err);
+    if (rc)
+        return rc;
+    uint8_t addr[FTC_FABRIC_ADDR_MAX];
+    size_t len = sizeof addr;
+    rc = ftc_fabric_getname(a->fab, addr, &len);
+    if (rc)
+        return ftc_err_set(err, rc, "fabric getname failed");
+    a->ropt.fab = a->fab;
+    a->repl = ftc_repl_create(&a->ropt, err);
+    if (!a->repl)
+        return err ? err->code : FTC_EFABRIC;
+    pthread_mutex_lock(&a->mu);
+    memcpy(a->my_addr, addr, len);
+    a->my_addr_len = len;
+    a->republish = true;
+    pthread_mutex_unlock(&a->mu);
+    return 0;
+}
+
+/* The endpoint broke (a send to a peer that died could not be cancelled):
+ * throw it away with the engine, open new ones, re-add every peer and have
+ * the control loop publish our new address. The replica slots stay. */
+static void ftc__rebuild_transport(ftc_agent_t *a)
+{
+    a->rebuilds++;
+    FTC_WARN("agent", "rebuilding the fabric endpoint (%" PRIu64 " so far): %s", a->rebuilds,
+             a->repl ? ftc_repl_errstr(a->repl) : "");
+    ftc_repl_destroy(a->repl);
+    a->repl = NULL;
+    ftc_fabric_close(a->fab);
+    a->fab = NULL;
+    ftc_err_t err = {0};
+    for (int attempt = 0; !atomic_load(&a->stop); attempt++) {
+        if (ftc__open_transport(a, &err) == 0)
+            break;
+        FTC_ERROR("agent", "reopening the fabric endpoint: %s", err.msg);
+        ftc_repl_destroy(a->repl);
+        a->repl = NULL;
+        ftc_fabric_close(a->fab);
+        a->fab = NULL;
+        ftc_sleep_ms(attempt < 10 ? 100 : 1000);
+    }
+    if (!a->repl)
+        return;
+    ftc_repl_set_generation(a->repl, a->generation);
+    for (uint32_t i = 0; i < a->o.nodes; i++)
+        if (a->rpeers[i].known)
+            ftc_repl_peer_add(a->repl, i, a->raddr[i], a->raddr_len[i]);
+}
+
 static int ftc__hexval(char c)
 {
     return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* Marks each known peer alive when its heartbeat key exists (one MGET). */
+static void ftc__refresh_liveness(ftc_agent_t *a)
+{
+    const char **argv = calloc((size_t)a->o.nodes + 1, sizeof *argv);
+    char (*keys)[200] = calloc(a->o.nodes, sizeof *keys);
+    uint32_t *idx = calloc(a->o.nodes, sizeof *idx);
+    int n = 0;
+    if (!argv || !keys || !idx)
+        goto out;
+    argv[0] = "MGET";
+    for (uint32_t i = 0; i < a->o.nodes; i++) {
+        if (!a->peers[i].known)
+            continue;
+        char suffix[FTC_CTL_NODE_MAX + 8];
+        snprintf(suffix, sizeof suffix, "hb:%s", a->peers[i].node_id);
+        ftc_ctl_key(a->ctl, suffix, keys[n], sizeof keys[n]);
+        argv[n + 1] = keys[n];
+        idx[n++] = i;
+    }
+    if (!n)
+        goto out;
+    ftc_redis_reply_t *rep = NULL;
+    if (ftc_redis_cmd(ftc_ctl_redis(a->ctl), true, &rep, n + 1, argv, NULL) == 0) {
+        ftc_redis_reply_t **el;
+        size_t cnt;
+        ftc_err_t err = {0};
+        if (ftc_redis_want_array(rep, "MGET heartbeats", n, &el, &cnt, &err) == 0)
+            for (int i = 0; i < n; i++) {
+                const char *v;
+                size_t vl;
+                bool alive = ftc_redis_want_str(el[i], "heartbeat", &v, &vl, &err) == 0;
+                if (a->peers[idx[i]].alive != alive)
+                    FTC_INFO("agent", "node %u (%s) is %s", idx[i], a->peers[idx[i]].node_id,
+                             alive ? "alive" : "gone (no heartbeat)");
+                a->peers[idx[i]].alive = alive;
+            }
+    }
+    ftc_redis_reply_free(rep);
+out:
+    free(argv);
+    free(keys);
+    free(idx);
 }
 
 /* Reads ftc:{job}:fabric and queues newly seen peers for the engine. */
@@ -259,8 +376,10 @@ static void ftc__refresh_peers(ftc_agent_t *a)
             if (sscanf(v, "%512s %64s %63s", hex, nid, dom) != 3 || strlen(hex) % 2)
                 continue;
             ftc__peer_t *p = &a->peers[node];
+            if (p->known && !strcmp(p->addr_hex, hex))
+                continue;
             if (p->known)
-                continue; /* addresses change only with a new incarnation (issue 6) */
+                FTC_INFO("agent", "node %lu (%s) has a new address: a restarted agent", node, nid);
             ftc__job_t *j = calloc(1, sizeof *j);
             if (!j)
                 continue;
@@ -278,13 +397,16 @@ static void ftc__refresh_peers(ftc_agent_t *a)
                 free(j);
                 continue;
             }
+            j->replace = p->known;
             p->known = true;
+            snprintf(p->addr_hex, sizeof p->addr_hex, "%s", hex);
             snprintf(p->node_id, sizeof p->node_id, "%s", nid);
             snprintf(p->domain, sizeof p->domain, "%s", strcmp(dom, "-") ? dom : "");
             ftc__queue(a, j);
         }
     }
     ftc_redis_reply_free(rep);
+    ftc__refresh_liveness(a);
 }
 
 /* The job secret: given, or shared through Redis (first agent sets it). */
@@ -369,6 +491,10 @@ static void *ftc__repl_main(void *arg)
     ftc_agent_t *a = arg;
     ftc__job_t *active = NULL;
     while (!atomic_load(&a->stop)) {
+        if (!a->repl) { /* a rebuild that has not succeeded yet */
+            ftc__rebuild_transport(a);
+            continue;
+        }
         pthread_mutex_lock(&a->mu);
         ftc__job_t *fresh = a->todo;
         a->todo = NULL;
@@ -378,6 +504,11 @@ static void *ftc__repl_main(void *arg)
             fresh = j->next;
             j->next = NULL;
             if (j->kind == JOB_PEER) {
+                a->rpeers[j->node].known = true;
+                memcpy(a->raddr[j->node], j->addr, j->addr_len);
+                a->raddr_len[j->node] = j->addr_len;
+                if (j->replace)
+                    ftc_repl_peer_remove(a->repl, j->node);
                 int rc = ftc_repl_peer_add(a->repl, j->node, j->addr, j->addr_len);
                 if (rc)
                     FTC_WARN("agent", "adding peer node %u: %s", j->node,
@@ -406,8 +537,9 @@ static void *ftc__repl_main(void *arg)
                 snprintf(j->detail, sizeof j->detail, "%s", ftc_repl_errstr(a->repl));
             }
         }
-        if (ftc_repl_progress(a->repl, ftc_deadline_in_ms(active ? 5 : 20), true) == FTC_EFABRIC)
-            FTC_ERROR("agent", "the fabric endpoint broke: %s", ftc_repl_errstr(a->repl));
+        bool broken = ftc_repl_progress(a->repl, ftc_deadline_in_ms(active ? 5 : 20), true) ==
+                          FTC_EFABRIC ||
+                      ftc_fabric_health(a->fab) != 0;
         ftc__job_t **pp = &active;
         while (*pp) {
             ftc__job_t *j = *pp;
@@ -417,7 +549,12 @@ static void *ftc__repl_main(void *arg)
                 j->rc = st.rc;
                 j->acked = st.acked;
                 j->failed = st.failed;
-                snprintf(j->detail, sizeof j->detail, "%s", st.detail);
+                if (j->kind == JOB_FETCH && j->detail[0] && st.rc) { /* keep every candidate's reason */
+                    size_t dl = strlen(j->detail);
+                    snprintf(j->detail + dl, sizeof j->detail - dl, "; %s", st.detail);
+                } else {
+                    snprintf(j->detail, sizeof j->detail, "%s", st.detail);
+                }
                 if (j->kind == JOB_FETCH && st.rc == 0)
                     ftc_repl_take(a->repl, j->x, &j->buf, &j->buf_size);
                 ftc_repl_release(a->repl, j->x);
@@ -427,6 +564,17 @@ static void *ftc__repl_main(void *arg)
                     j->rc = 0;
                     finished = false;
                 }
+            }
+            if (!finished && broken) { /* the endpoint goes away with its transfers */
+                if (j->kind == JOB_FETCH && j->next_peer < j->npeers) {
+                    j->started = false; /* the next candidate, on the new endpoint */
+                    pp = &j->next;
+                    continue;
+                }
+                j->rc = FTC_EFABRIC;
+                if (!j->detail[0])
+                    snprintf(j->detail, sizeof j->detail, "the fabric endpoint broke");
+                finished = true;
             }
             if (!finished) {
                 pp = &j->next;
@@ -439,6 +587,12 @@ static void *ftc__repl_main(void *arg)
             pthread_mutex_unlock(&a->mu);
             uint64_t one = 1;
             ssize_t w = write(a->evfd, &one, sizeof one);
+            (void)w;
+        }
+        if (broken) {
+            ftc__rebuild_transport(a);
+            uint64_t one = 1;
+            ssize_t w = write(a->evfd, &one, sizeof one); /* publish the new address */
             (void)w;
         }
     }
@@ -536,11 +690,20 @@ static void ftc__persist(ftc_agent_t *a, uint64_t step)
 /* Moves SEALED+reported slots to COMMITTED once the commit record says so. */
 static void ftc__poll_commits(ftc_agent_t *a)
 {
-    bool pending = false;
+    bool pending = false, waiting_peers = false;
     for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++)
         for (int s = 0; s < 2; s++)
-            if (a->ranks[i].used && a->ranks[i].st[s] == SL_SEALED)
+            if (a->ranks[i].used && a->ranks[i].st[s] == SL_SEALED) {
                 pending = true;
+                if (!a->ranks[i].pushed[s]) {
+                    waiting_peers = true;
+                    ftc__try_push(a, &a->ranks[i], s);
+                }
+            }
+    if (waiting_peers && ftc_now_ns() - a->last_peers_ns > 100000000ull) {
+        a->last_peers_ns = ftc_now_ns();
+        ftc__refresh_peers(a);
+    }
     if (!pending)
         return;
     int64_t step;
@@ -555,8 +718,8 @@ static void ftc__poll_commits(ftc_agent_t *a)
         for (int s = 0; s < 2; s++) {
             if (r->st[s] != SL_SEALED)
                 continue;
-            if (!r->reported[s] && r->checksum[s])
-                ftc__report_commit(a, r, s);
+            if (r->acked[s] && !r->reported[s])
+                ftc__report_commit(a, r, s); /* a report that failed earlier (Redis away) */
             if (!r->reported[s] || (int64_t)r->step[s] > a->committed)
                 continue;
             r->st[s] = SL_COMMITTED;
@@ -728,35 +891,50 @@ static void ftc__on_sealed(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m
     }
     r->st[s] = SL_SEALED;
     r->checksum[s] = v.head_xxh3;
+    r->pushed[s] = r->acked[s] = false;
+    r->reported[s] = false;
+    r->sealed_ns[s] = ftc_now_ns();
+    ftc__try_push(a, r, s);
+}
+
+/* Hands a sealed slot to the replication thread once its k peers are known
+ * (agents that are still starting publish their addresses a little later);
+ * gives up when the replication timeout passes. */
+static void ftc__try_push(ftc_agent_t *a, ftc__rank_t *r, int s)
+{
+    if (r->pushed[s] || r->st[s] != SL_SEALED)
+        return;
     int k = a->o.redundancy.kind == FTC_RED_REPLICA ? a->o.redundancy.copies : 1;
-    uint32_t peers[FTC_REPL_MAX_PEERS];
-    int np = k > 0 ? ftc__placement(a, peers, k) : 0;
-    if (k > 0 && np < k)
-        FTC_WARN("agent", "rank %u step %" PRIu64 ": only %d of %d replica peers are known", r->rank,
-                 m->step, np, k);
-    if (np == 0) {
-        if (k > 0) { /* cannot be committed with fewer replicas than configured */
-            r->st[s] = SL_EMPTY;
-            ftc__not_committed(r->fd, FTC_ENOENT, m->step,
-                               "step %" PRIu64 ": no peer to replicate to (k=%d)", m->step, k);
-            return;
-        }
+    if (k == 0) {
+        r->pushed[s] = r->acked[s] = true;
         ftc__report_commit(a, r, s);
         return;
     }
-    ftc__job_t *j = calloc(1, sizeof *j);
-    if (!j) {
+    int o = 1 - s;
+    if (r->st[o] == SL_SEALED && r->pushed[o] && !r->acked[o] && r->step[o] < r->step[s])
+        return; /* one push per rank at a time, in step order: retried when it ends */
+    uint32_t peers[FTC_REPL_MAX_PEERS];
+    int np = ftc__placement(a, peers, k);
+    if (np < k) {
+        if (ftc_now_ns() - r->sealed_ns[s] < (uint64_t)a->o.timeout_ms * 1000000ull)
+            return; /* retried by the poll */
         r->st[s] = SL_EMPTY;
-        ftc__reply_error(r->fd, FTC_ENOMEM, "agent: out of memory");
+        ftc__not_committed(r->fd, FTC_ENOENT, r->step[s],
+                           "step %" PRIu64 ": only %d of the %d replica peers are known after %d ms",
+                           r->step[s], np, k, a->o.timeout_ms);
         return;
     }
+    ftc__job_t *j = calloc(1, sizeof *j);
+    if (!j)
+        return; /* retried by the poll */
     j->kind = JOB_PUSH;
     j->owner = r->rank;
-    j->step = m->step;
+    j->step = r->step[s];
     j->shard = r->slot[s].base;
     j->size = r->size;
     memcpy(j->peers, peers, (size_t)np * sizeof peers[0]);
     j->npeers = np;
+    r->pushed[s] = true;
     ftc__queue(a, j);
 }
 
@@ -871,7 +1049,7 @@ static void ftc__on_restore(ftc_agent_t *a, ftc__rank_t *r)
         j->step = (uint64_t)step;
         for (uint32_t d = 1; d < a->o.nodes; d++) {
             uint32_t node = (a->o.index + d) % a->o.nodes;
-            if (a->peers[node].known)
+            if (a->peers[node].known && a->peers[node].alive)
                 j->peers[j->npeers++] = node;
         }
         if (j->npeers) {
@@ -928,7 +1106,9 @@ static void ftc__on_push_done(ftc_agent_t *a, ftc__job_t *j)
         return;
     int k = a->o.redundancy.kind == FTC_RED_REPLICA ? a->o.redundancy.copies : 1;
     if (j->rc == 0 && j->acked >= (k < j->npeers ? k : j->npeers)) {
+        r->acked[s] = true;
         ftc__report_commit(a, r, s);
+        ftc__try_push(a, r, 1 - s); /* the next step may have waited for this push */
         return;
     }
     FTC_WARN("agent", "rank %u step %" PRIu64 ": replicated to %d of %d peers: %s", r->rank, j->step,
@@ -937,6 +1117,7 @@ static void ftc__on_push_done(ftc_agent_t *a, ftc__job_t *j)
     ftc__not_committed(r->fd, j->rc ? j->rc : FTC_EIO, j->step,
                        "step %" PRIu64 " not committed: replicated to %d of %d peers: %s", j->step,
                        j->acked, j->npeers, j->detail);
+    ftc__try_push(a, r, 1 - s);
 }
 
 static void ftc__drain_done(ftc_agent_t *a)
@@ -1051,7 +1232,10 @@ ftc_agent_t *ftc_agent_start(const ftc_agent_options_t *o, ftc_err_t *err)
     a->o.job = a->job;
     a->o.dir = a->dir;
     a->peers = calloc(o->nodes, sizeof *a->peers);
-    if (!a->peers) {
+    a->rpeers = calloc(o->nodes, sizeof *a->rpeers);
+    a->raddr = calloc(o->nodes, sizeof *a->raddr);
+    a->raddr_len = calloc(o->nodes, sizeof *a->raddr_len);
+    if (!a->peers || !a->rpeers || !a->raddr || !a->raddr_len) {
         ftc_err_set(err, FTC_ENOMEM, "agent: out of memory");
         goto fail;
     }
@@ -1072,6 +1256,23 @@ ftc_agent_t *ftc_agent_start(const ftc_agent_options_t *o, ftc_err_t *err)
     uint64_t cgen;
     if (ftc_ctl_committed(a->ctl, &cstep, &cgen) == 0)
         a->committed = cstep;
+    /* fabric + replication engine; the address goes to Redis before our
+     * heartbeat does, so peers never see us alive with a stale address */
+    ftc_fabric_opts_t fo = FTC_FABRIC_OPTS_INIT;
+    fo.provider = o->provider;
+    a->fopt = fo;
+    uint8_t secret[32];
+    size_t slen = 0;
+    if (ftc__secret(a, secret, &slen, err) || ftc_wire_key_init(&a->key, a->job, secret, slen, err))
+        goto fail;
+    ftc_repl_options_t ro = FTC_REPL_OPTIONS_INIT;
+    ro.key = a->key;
+    ro.job = a->job; /* the engine adds .n<self> itself */
+    ro.self = o->index;
+    ro.generation = a->generation;
+    a->ropt = ro;
+    if (ftc__open_transport(a, err) || ftc__publish_address(a, err))
+        goto fail;
     /* detector: heartbeats, leases, events for this node */
     ftc_detector_options_t dopt = FTC_DETECTOR_OPTIONS_INIT;
     dopt.job = a->job;
@@ -1080,28 +1281,12 @@ ftc_agent_t *ftc_agent_start(const ftc_agent_options_t *o, ftc_err_t *err)
     a->det = ftc_detector_start(&o->redis, &dopt, err);
     if (!a->det)
         goto fail;
-    /* fabric + replication engine */
-    ftc_fabric_opts_t fo = FTC_FABRIC_OPTS_INIT;
-    fo.provider = o->provider;
-    int rc = ftc_fabric_open(&fo, &a->fab, err);
-    if (rc)
-        goto fail;
-    uint8_t secret[32];
-    size_t slen = 0;
-    if (ftc__secret(a, secret, &slen, err) || ftc_wire_key_init(&a->key, a->job, secret, slen, err))
-        goto fail;
-    ftc_repl_options_t ro = FTC_REPL_OPTIONS_INIT;
-    ro.fab = a->fab;
-    ro.key = a->key;
-    ro.job = a->ns;
-    ro.self = o->index;
-    ro.generation = a->generation;
-    a->repl = ftc_repl_create(&ro, err);
-    if (!a->repl || ftc__publish_address(a, err))
-        goto fail;
     /* persist tier */
     if (o->persist_dir && *o->persist_dir) {
-        a->persist = ftc_persist_open(o->persist_dir, &o->persist, err);
+        /* one writer per version directory: each node persists under its own */
+        char pdir[4200];
+        snprintf(pdir, sizeof pdir, "%s/node%u", o->persist_dir, o->index);
+        a->persist = ftc_persist_open(pdir, &o->persist, err);
         if (!a->persist)
             goto fail;
     }
@@ -1170,8 +1355,15 @@ int ftc_agent_run(ftc_agent_t *a, volatile sig_atomic_t *stop)
                         a->clients[slot] = fd;
                 }
             }
-            if (pfd[1].revents & POLLIN)
+            if (pfd[1].revents & POLLIN) {
                 ftc__drain_done(a);
+                pthread_mutex_lock(&a->mu);
+                bool rp = a->republish;
+                pthread_mutex_unlock(&a->mu);
+                ftc_err_t perr = {0};
+                if (rp && ftc__publish_address(a, &perr))
+                    FTC_WARN("agent", "%s", perr.msg);
+            }
             for (int i = 2; i < n; i++)
                 if (pfd[i].revents & (POLLIN | POLLHUP | POLLERR))
                     ftc__on_message(a, pfd[i].fd);
@@ -1230,6 +1422,9 @@ void ftc_agent_stop(ftc_agent_t *a)
     ftc_detector_stop(a->det, true);
     ftc_ctl_destroy(a->ctl);
     free(a->peers);
+    free(a->rpeers);
+    free(a->raddr);
+    free(a->raddr_len);
     pthread_mutex_destroy(&a->mu);
     free(a);
 }

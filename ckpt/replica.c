@@ -926,12 +926,41 @@ static void on_put_end(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
     in->last_ns = ftc_now_ns();
 }
 
-static int serve_start(ftc_repl_t *r, peer_t *p, store_t *s, const ftc_wire_hdr_t *get);
+static int serve_start(ftc_repl_t *r, peer_t *p, store_t *s, int slot, uint64_t size);
+
+/* The slot of s that holds step (UINT64_MAX: the newest), or -1. Besides the
+ * newest complete replica, the other slot still holds the one before it
+ * until a new push starts writing there: a committed version whose successor
+ * completed here but never committed (its other ranks failed first) is still
+ * served from it (I2). */
+static int held_slot(store_t *s, uint64_t step, uint64_t *size)
+{
+    if (!s || s->complete < 0)
+        return -1;
+    if (step == UINT64_MAX || step == s->step) {
+        *size = s->size;
+        return s->complete;
+    }
+    int o = 1 - s->complete;
+    if (!s->slot[o].base || (s->in && s->in->slot == o))
+        return -1;
+    ftc_shard_view_t v;
+    ftc_err_t e = {0};
+    uint64_t total;
+    if (ftc_shard_peek_size(s->slot[o].base, s->slot[o].size, &total, &e) < 0 ||
+        total > s->slot[o].size ||
+        ftc_shard_open(&v, s->slot[o].base, total, 0, &e) < 0 || v.info.step != step)
+        return -1;
+    *size = total;
+    return o;
+}
 
 static void on_get(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
 {
     store_t *s = store_get(r, h->owner, true);
-    if (!s || s->complete < 0 || (h->step != UINT64_MAX && h->step != s->step)) {
+    uint64_t size = 0;
+    int slot = held_slot(s, h->step, &size);
+    if (slot < 0) {
         char have[64] = "nothing";
         if (s && s->complete >= 0)
             snprintf(have, sizeof have, "step %llu", (unsigned long long)s->step);
@@ -942,7 +971,7 @@ static void on_get(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
                   "not held: owner %u step %s (node %u holds %s)", h->owner, want, r->self, have);
         return;
     }
-    int rc = serve_start(r, p, s, h);
+    int rc = serve_start(r, p, s, slot, size);
     if (rc < 0)
         send_nack(r, p, h->owner, h->step, FTC__F_FETCH, rc, "cannot serve owner %u: %s",
                   h->owner, r->err.msg);
@@ -1301,32 +1330,31 @@ static void xfer_free(ftc_repl_t *r, xfer_t *x)
     free(x);
 }
 
-static int serve_start(ftc_repl_t *r, peer_t *p, store_t *s, const ftc_wire_hdr_t *get)
+static int serve_start(ftc_repl_t *r, peer_t *p, store_t *s, int slot, uint64_t size)
 {
-    (void)get;
     xfer_t *x = NULL;
     int id = xfer_new(r, XK_SERVE, 1, &x);
     if (id < 0)
         return id;
     ftc_shard_view_t v;
     ftc_err_t e = {0};
-    const uint8_t *src = s->slot[s->complete].base;
-    if (ftc_shard_open(&v, src, s->size, 0, &e) < 0) {
+    const uint8_t *src = s->slot[slot].base;
+    if (ftc_shard_open(&v, src, size, 0, &e) < 0) {
         r->xf[id] = NULL;
         x->done = true;
         xfer_free(r, x);
         return ftc_err_set(&r->err, FTC_ECORRUPT, "held replica no longer opens: %s", e.msg);
     }
     x->owner = s->owner;
-    x->step = s->step;
+    x->step = v.info.step;
     x->src = src;
-    x->size = s->size;
+    x->size = size;
     x->head_xxh3 = v.head_xxh3;
     x->d = ftc_deadline_in_ms((uint64_t)r->serve_ms);
     x->tp[0].node = p->node;
     x->pin = s;
-    x->pin_slot = s->complete;
-    s->serving[s->complete]++;
+    x->pin_slot = slot;
+    s->serving[slot]++;
     return 0;
 }
 

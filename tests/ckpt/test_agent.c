@@ -13,6 +13,7 @@
  */
 #include "ftc_test.h"
 
+#include "core/fsio.h"
 #include "detect/redis_fixture.h"
 
 #include <dirent.h>
@@ -309,10 +310,26 @@ static void test_corrupt_replica_other_source(void **state)
     teardown_env(e);
 }
 
+/* Waits until node's persist directory has step committed. */
+static void wait_persisted(env_t *e, int node, int step)
+{
+    char marker[PATH_MAX + 64];
+    snprintf(marker, sizeof marker, "%s/node%d/v%020d/COMMITTED", e->persist, node, step);
+    ftc_deadline_t d = ftc_deadline_in_ms(20000);
+    struct stat st;
+    while (stat(marker, &st) != 0) {
+        if (ftc_deadline_expired(d))
+            fail_msg("%s never appeared", marker);
+        ftc_sleep_ms(20);
+    }
+}
+
 static void test_persist_tier_last_resort(void **state)
 {
     env_t *e = setup_env(*state, 2, "0", 1);
     run_all(e, "3");
+    wait_persisted(e, 0, 2);
+    wait_persisted(e, 1, 2);
     for (int i = 0; i < 2; i++) {
         kill_agent(e, i);
         wipe_node_shm(e, i);
