@@ -14,7 +14,7 @@
  *                                 the policy: wait, or skip
  *                             <- BEGIN_OK (slot) | SKIP (reason)
  *   SEALED (slot, step)       ->  verifies, replicates, reports the commit
- *                             <- COMMITTED (step) | ERROR (reason), later
+ *                             <- COMMITTED (step) | NOT_COMMITTED (reason), later
  *   RESTORE                   ->  newest committed step: local slot, else a
  *                                 peer's replica, else the persist tier
  *                             <- RESTORE_OK (slot, step) | ERROR (where it looked)
@@ -48,7 +48,8 @@ enum ftc_ap_type {
     FTC_AP_RESTORE_OK = 11,
     FTC_AP_ERROR = 12,
     FTC_AP_BYE = 13,
-    FTC_AP__MAX = 14,
+    FTC_AP_NOT_COMMITTED = 14, /* async: a sealed step could not be committed (text says why) */
+    FTC_AP__MAX = 15,
 };
 
 typedef struct ftc_ap_msg {

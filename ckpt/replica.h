@@ -29,9 +29,12 @@
  *     the engine; refused PUTs are answered with NACK when the sender is
  *     known.
  *
- * Replica store: per owner rank two shm slots ("ftc.JOB.p<OWNER>.s<0|1>"),
- * one receiving, one holding the newest complete and verified replica, so a
- * push that fails midway never destroys the previous replica (I3).
+ * Replica store: per owner rank two shm slots ("ftc.JOB.n<SELF>.p<OWNER>.s<0|1>";
+ * the agent's own node index keeps two agents on one host apart), one
+ * receiving, one holding the newest complete and verified replica, so a
+ * push that fails midway never destroys the previous replica (I3). A
+ * restarted agent adopts the slots it finds: the one that verifies with the
+ * highest step is its held replica.
  *
  * Deadlines: each push and fetch has one; when it passes, the transfer ends
  * with FTC_ETIMEDOUT for the peers that had not acknowledged, its fabric
@@ -68,15 +71,23 @@ typedef struct ftc_repl_options {
     uint64_t chunk_bytes;  /* payload per PUT (default 4 MiB, at most FTC_WIRE_MAX_PAYLOAD) */
     int window;            /* PUTs in flight per transfer (default 8) */
     int rx_per_peer;       /* header receives posted per peer (default 4) */
+    /* Added compatibly (an older, shorter struct_size gets the default): */
+    int serve_timeout_ms;  /* deadline of serving a GET, and idle time after which an
+                              unfinished incoming push is abandoned (default 60000) */
 } ftc_repl_options_t;
 
-#define FTC_REPL_OPTIONS_INIT {sizeof(ftc_repl_options_t), 1, NULL, {{0}, 0, 0}, NULL, 0, 0, 4u << 20, 8, 4}
+#define FTC_REPL_OPTIONS_INIT                                                                      \
+    {sizeof(ftc_repl_options_t), 1, NULL, {{0}, 0, 0}, NULL, 0, 0, 4u << 20, 8, 4, 60000}
 
 typedef struct ftc_repl ftc_repl_t;
 
 ftc_repl_t *ftc_repl_create(const ftc_repl_options_t *o, ftc_err_t *err);
 /* Cancels every transfer and frees the engine; the replica slots stay (they
- * are the node's memory of its peers' state). NULL is a no-op. */
+ * are the node's memory of its peers' state). NULL is a no-op. When the
+ * endpoint broke (progress returned FTC_EFABRIC), requests that could not be
+ * cancelled stay lent to libfabric: the engine no longer touches the fabric
+ * (a broken handle never progresses again), but the caller must close the
+ * fabric before freeing a pushed shard's buffer. */
 void ftc_repl_destroy(ftc_repl_t *r);
 const char *ftc_repl_errstr(const ftc_repl_t *r);
 
@@ -92,7 +103,10 @@ int ftc_repl_peer_remove(ftc_repl_t *r, uint32_t node);
 typedef int ftc_repl_xfer_t; /* >= 0: a transfer id */
 
 /* Starts pushing the sealed shard (owner, step) to each of peers. shard must
- * stay valid and unchanged until the transfer is done. */
+ * stay valid and unchanged until the transfer is done. chunk_bytes must not
+ * exceed the fabric's max_msg (on both sides). FTC_EINPROGRESS when owner is
+ * already being pushed to one of peers; FTC_EINVAL when shard is not a
+ * shard of step. */
 int ftc_repl_push(ftc_repl_t *r, uint32_t owner, uint64_t step, const uint8_t *shard,
                   uint64_t size, const uint32_t *peers, int npeers, ftc_deadline_t d,
                   ftc_repl_xfer_t *x);

@@ -53,6 +53,14 @@
       "committed versions kept (plus the bases their deltas need)")                                \
     X(PERSIST_EVERY, "persist.every", INT, "10", 1, 1000000,                                       \
       "persist every M committed checkpoints")                                                     \
+    X(REDUNDANCY, "redundancy", STR, "1", 0, 0, "in-memory redundancy: K replicas, xor:G or "      \
+                                                "rs:G+M")                                          \
+    X(CKPT_BUSY, "checkpoint.busy", STR, "wait", 0, 0, "a checkpoint while the previous one "     \
+                                                       "still replicates: wait or skip")           \
+    X(FABRIC_PROVIDER, "fabric.provider", STR, "", 0, 0, "libfabric provider (default: "          \
+                                                         "FI_PROVIDER, else tcp;ofi_rxm)")         \
+    X(AGENT_TIMEOUT, "agent.timeout_ms", INT, "30000", 100, 3600000,                               \
+      "deadline of one replication or fetch")                                                      \
     X(FAULT, "fault", STR, "", 0, 0, "I/O fault injection for tests: write:N, fsync:N or "        \
                                       "rename:N [,crash] [,enospc]")
 

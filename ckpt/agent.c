@@ -1,0 +1,1430 @@
+/*
+ * agent.c — see agent.h.
+ *
+ * Control loop (one thread): poll over the listening socket, the ranks'
+ * sockets and an eventfd the replication thread signals. Each rank has two
+ * slots whose states move EMPTY -> WRITING (BEGIN) -> SEALED (replicating)
+ * -> COMMITTED; the slot holding the newest committed version is never
+ * handed out for writing. Commit: once a slot is replicated to its k peers
+ * the agent reports (generation, step, rank, head checksum) to Redis; the
+ * step commits when every rank of the generation has reported, which the
+ * agent learns by polling the commit record while anything is pending.
+ *
+ * Replication thread: owns the fabric endpoint and the replication engine;
+ * takes jobs (add peer, push, fetch) from a queue, drives
+ * ftc_repl_progress, and hands finished jobs back through the eventfd. It
+ * also serves peers' pushes and fetches all the time.
+ */
+#include "ckpt/agent.h"
+
+#include "ckpt/agent_proto.h"
+#include "ckpt/replica.h"
+#include "ckpt/shard.h"
+#include "ckpt/slot.h"
+#include "core/clock.h"
+#include "core/fabric.h"
+#include "core/fsio.h"
+#include "core/hash.h"
+#include "core/log.h"
+#include "detect/control.h"
+#include "detect/detector.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define FTC_AGENT_MAX_RANKS 64
+#define FTC_AGENT_MAX_CLIENTS 128
+
+enum { SL_EMPTY = 0, SL_WRITING = 1, SL_SEALED = 2, SL_COMMITTED = 3 };
+static const char *ftc__sl_name[] = {"empty", "writing", "sealed", "committed"};
+
+enum { JOB_PEER = 1, JOB_PUSH = 2, JOB_FETCH = 3 };
+
+typedef struct ftc__job {
+    struct ftc__job *next;
+    int kind;
+    uint32_t owner;         /* PUSH/FETCH: the rank */
+    uint64_t step;
+    const uint8_t *shard;   /* PUSH: the sealed slot */
+    uint64_t size;
+    uint32_t peers[FTC_REPL_MAX_PEERS];
+    int npeers;             /* PUSH: targets; FETCH: candidates, tried in order */
+    int next_peer;          /* FETCH: next candidate */
+    uint8_t addr[FTC_FABRIC_ADDR_MAX]; /* PEER */
+    size_t addr_len;
+    uint32_t node;          /* PEER: its index */
+    bool replace;           /* PEER: forget the old address first */
+    /* results */
+    int rc;
+    int acked, failed;
+    char detail[768];
+    uint8_t *buf;           /* FETCH: the verified shard (malloc'd) */
+    uint64_t buf_size;
+    /* private to the replication thread */
+    ftc_repl_xfer_t x;
+    bool started;
+} ftc__job_t;
+
+typedef struct ftc__rank {
+    bool used;
+    int fd;                 /* its connection, -1 when gone */
+    uint32_t rank;
+    ftc_ap_msg_t hello;     /* identity and layout */
+    uint64_t size;          /* bytes per slot (0 before SLOTS) */
+    ftc_slot_t slot[2];
+    int st[2];              /* SL_* */
+    uint64_t step[2];
+    uint64_t checksum[2];   /* head xxh3 of a sealed slot (the commit record's checksum) */
+    bool reported[2];       /* commit reported to Redis */
+    bool pushed[2];         /* handed to the replication thread */
+    bool acked[2];          /* replicated to k peers: may be reported */
+    uint64_t sealed_ns[2];  /* when SEALED arrived (placement waits for peers until the timeout) */
+    bool begin_waiting;     /* BUSY_WAIT: a BEGIN is parked */
+    uint64_t begin_step;
+    bool restoring;         /* a RESTORE is being worked on */
+    uint64_t restore_step;
+} ftc__rank_t;
+
+typedef struct ftc__peer {
+    bool known;
+    char node_id[FTC_CTL_NODE_MAX + 1];
+    char domain[64];
+    char addr_hex[2 * FTC_FABRIC_ADDR_MAX + 1]; /* as published; a change = a restarted agent */
+    bool alive;             /* its heartbeat key exists: never send to a dead agent (a send to
+                               a dead peer cannot be cancelled and breaks our endpoint) */
+} ftc__peer_t;
+
+struct ftc_agent {
+    ftc_agent_options_t o;
+    char job[64], node_id[FTC_CTL_NODE_MAX + 1], domain[64], dir[4096], sock[4200];
+    char ns[96];             /* slot namespace: JOB.n<index> */
+    int listen_fd, evfd;
+    int clients[FTC_AGENT_MAX_CLIENTS]; /* connected fds not yet identified, -1 */
+    ftc__rank_t ranks[FTC_AGENT_MAX_RANKS];
+    ftc_ctl_t *ctl;          /* control loop's Redis connection */
+    ftc_detector_t *det;
+    uint64_t generation;
+    uint32_t world;
+    int64_t committed;       /* newest committed step known */
+    uint64_t last_poll_ns, last_peers_ns;
+    ftc__peer_t *peers;      /* by node index, o.nodes entries */
+    /* replication thread */
+    ftc_fabric_t *fab;       /* owned by the replication thread once it runs */
+    ftc_repl_t *repl;
+    ftc_repl_options_t ropt; /* to re-create the engine on a new endpoint */
+    ftc_fabric_opts_t fopt;
+    ftc__peer_t *rpeers;     /* the replication thread's copy of peer addresses */
+    uint8_t (*raddr)[FTC_FABRIC_ADDR_MAX];
+    size_t *raddr_len;
+    uint8_t my_addr[FTC_FABRIC_ADDR_MAX]; /* under mu: our current address, to publish */
+    size_t my_addr_len;
+    bool republish;          /* under mu: the address changed (endpoint rebuilt) */
+    uint64_t rebuilds;
+    ftc_wire_key_t key;
+    pthread_t repl_tid;
+    bool repl_started;
+    atomic_bool stop;
+    pthread_mutex_t mu;      /* guards the two job lists */
+    ftc__job_t *todo, *done;
+    /* persist */
+    ftc_persist_t *persist;
+    uint64_t commits;        /* steps this node saw committed */
+    ftc_err_t err;
+};
+
+/* ---- helpers ----------------------------------------------------------------------- */
+
+static void ftc__try_push(ftc_agent_t *a, struct ftc__rank *r, int s);
+
+void ftc_agent_socket_path(const char *dir, uint32_t index, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s/agent.%u.sock", dir, index);
+}
+
+const char *ftc_agent_socket(const ftc_agent_t *a) { return a->sock; }
+
+static void ftc__queue(ftc_agent_t *a, ftc__job_t *j)
+{
+    pthread_mutex_lock(&a->mu);
+    j->next = NULL;
+    ftc__job_t **p = &a->todo;
+    while (*p)
+        p = &(*p)->next;
+    *p = j;
+    pthread_mutex_unlock(&a->mu);
+}
+
+static void ftc__reply_error(int fd, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void ftc__reply_error(int fd, int code, const char *fmt, ...)
+{
+    ftc_ap_msg_t m;
+    ftc_ap_init(&m, FTC_AP_ERROR);
+    m.status = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m.text, sizeof m.text, fmt, ap);
+    va_end(ap);
+    ftc_err_t err = {0};
+    ftc_ap_send(fd, &m, 1000, &err);
+}
+
+/* Tells a rank, asynchronously, that a sealed step will not be committed. */
+static void ftc__not_committed(int fd, int code, uint64_t step, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void ftc__not_committed(int fd, int code, uint64_t step, const char *fmt, ...)
+{
+    ftc_ap_msg_t m;
+    ftc_ap_init(&m, FTC_AP_NOT_COMMITTED);
+    m.status = code;
+    m.step = step;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m.text, sizeof m.text, fmt, ap);
+    va_end(ap);
+    ftc_err_t err = {0};
+    if (fd >= 0)
+        ftc_ap_send(fd, &m, 1000, &err);
+}
+
+static ftc__rank_t *ftc__rank_of_fd(ftc_agent_t *a, int fd)
+{
+    for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++)
+        if (a->ranks[i].used && a->ranks[i].fd == fd)
+            return &a->ranks[i];
+    return NULL;
+}
+
+/* The peers that hold this node's replicas: the next nodes in ring order,
+ * skipping nodes of our failure domain (when domains are set). */
+static int ftc__placement(ftc_agent_t *a, uint32_t *out, int want)
+{
+    int n = 0;
+    for (uint32_t step = 1; step < a->o.nodes && n < want; step++) {
+        uint32_t node = (a->o.index + step) % a->o.nodes;
+        ftc__peer_t *p = &a->peers[node];
+        if (!p->known || !p->alive)
+            continue;
+        if (a->domain[0] && !strcmp(p->domain, a->domain))
+            continue;
+        out[n++] = node;
+    }
+    return n;
+}
+
+/* ---- Redis: peers, secret, generation ------------------------------------------------- */
+
+static int ftc__publish_address(ftc_agent_t *a, ftc_err_t *err)
+{
+    uint8_t addr[FTC_FABRIC_ADDR_MAX];
+    pthread_mutex_lock(&a->mu);
+    size_t len = a->my_addr_len;
+    memcpy(addr, a->my_addr, len);
+    a->republish = false;
+    pthread_mutex_unlock(&a->mu);
+    char hex[2 * FTC_FABRIC_ADDR_MAX + 1], val[2 * FTC_FABRIC_ADDR_MAX + 200], field[16], key[160];
+    for (size_t i = 0; i < len; i++)
+        snprintf(hex + 2 * i, 3, "%02x", addr[i]);
+    snprintf(val, sizeof val, "%s %s %s", hex, a->node_id, a->domain[0] ? a->domain : "-");
+    snprintf(field, sizeof field, "%u", a->o.index);
+    int rc = ftc_redis_cmdv(ftc_ctl_redis(a->ctl), true, NULL, "HSET",
+                            ftc_ctl_key(a->ctl, "fabric", key, sizeof key), field, val, NULL);
+    if (rc)
+        return ftc_err_set(err, rc, "publishing the fabric address: %s", ftc_ctl_errstr(a->ctl));
+    return 0;
+}
+
+/* Opens the endpoint and the engine on it; records our address. */
+static int ftc__open_transport(ftc_agent_t *a, ftc_err_t *err)
+{
+    int rc = ftc_fabric_open(&a->fopt, &a->fab, err);
+    if (rc)
+        return rc;
+    uint8_t addr[FTC_FABRIC_ADDR_MAX];
+    size_t len = sizeof addr;
+    rc = ftc_fabric_getname(a->fab, addr, &len);
+    if (rc)
+        return ftc_err_set(err, rc, "fabric getname failed");
+    a->ropt.fab = a->fab;
+    a->repl = ftc_repl_create(&a->ropt, err);
+    if (!a->repl)
+        return err ? err->code : FTC_EFABRIC;
+    pthread_mutex_lock(&a->mu);
+    memcpy(a->my_addr, addr, len);
+    a->my_addr_len = len;
+    a->republish = true;
+    pthread_mutex_unlock(&a->mu);
+    return 0;
+}
+
+/* The endpoint broke (a send to a peer that died could not be cancelled):
+ * throw it away with the engine, open new ones, re-add every peer and have
+ * the control loop publish our new address. The replica slots stay. */
+static void ftc__rebuild_transport(ftc_agent_t *a)
+{
+    a->rebuilds++;
+    FTC_WARN("agent", "rebuilding the fabric endpoint (%" PRIu64 " so far): %s", a->rebuilds,
+             a->repl ? ftc_repl_errstr(a->repl) : "");
+    ftc_repl_destroy(a->repl);
+    a->repl = NULL;
+    ftc_fabric_close(a->fab);
+    a->fab = NULL;
+    ftc_err_t err = {0};
+    for (int attempt = 0; !atomic_load(&a->stop); attempt++) {
+        if (ftc__open_transport(a, &err) == 0)
+            break;
+        FTC_ERROR("agent", "reopening the fabric endpoint: %s", err.msg);
+        ftc_repl_destroy(a->repl);
+        a->repl = NULL;
+        ftc_fabric_close(a->fab);
+        a->fab = NULL;
+        ftc_sleep_ms(attempt < 10 ? 100 : 1000);
+    }
+    if (!a->repl)
+        return;
+    ftc_repl_set_generation(a->repl, a->generation);
+    for (uint32_t i = 0; i < a->o.nodes; i++)
+        if (a->rpeers[i].known)
+            ftc_repl_peer_add(a->repl, i, a->raddr[i], a->raddr_len[i]);
+}
+
+static int ftc__hexval(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* Marks each known peer alive when its heartbeat key exists (one MGET). */
+static void ftc__refresh_liveness(ftc_agent_t *a)
+{
+    const char **argv = calloc((size_t)a->o.nodes + 1, sizeof *argv);
+    char (*keys)[200] = calloc(a->o.nodes, sizeof *keys);
+    uint32_t *idx = calloc(a->o.nodes, sizeof *idx);
+    int n = 0;
+    if (!argv || !keys || !idx)
+        goto out;
+    argv[0] = "MGET";
+    for (uint32_t i = 0; i < a->o.nodes; i++) {
+        if (!a->peers[i].known)
+            continue;
+        char suffix[FTC_CTL_NODE_MAX + 8];
+        snprintf(suffix, sizeof suffix, "hb:%s", a->peers[i].node_id);
+        ftc_ctl_key(a->ctl, suffix, keys[n], sizeof keys[n]);
+        argv[n + 1] = keys[n];
+        idx[n++] = i;
+    }
+    if (!n)
+        goto out;
+    ftc_redis_reply_t *rep = NULL;
+    if (ftc_redis_cmd(ftc_ctl_redis(a->ctl), true, &rep, n + 1, argv, NULL) == 0) {
+        ftc_redis_reply_t **el;
+        size_t cnt;
+        ftc_err_t err = {0};
+        if (ftc_redis_want_array(rep, "MGET heartbeats", n, &el, &cnt, &err) == 0)
+            for (int i = 0; i < n; i++) {
+                const char *v;
+                size_t vl;
+                bool alive = ftc_redis_want_str(el[i], "heartbeat", &v, &vl, &err) == 0;
+                if (a->peers[idx[i]].alive != alive)
+                    FTC_INFO("agent", "node %u (%s) is %s", idx[i], a->peers[idx[i]].node_id,
+                             alive ? "alive" : "gone (no heartbeat)");
+                a->peers[idx[i]].alive = alive;
+            }
+    }
+    ftc_redis_reply_free(rep);
+out:
+    free(argv);
+    free(keys);
+    free(idx);
+}
+
+/* Reads ftc:{job}:fabric and queues newly seen peers for the engine. */
+static void ftc__refresh_peers(ftc_agent_t *a)
+{
+    char key[160];
+    ftc_redis_reply_t *rep = NULL;
+    if (ftc_redis_cmdv(ftc_ctl_redis(a->ctl), true, &rep, "HGETALL",
+                       ftc_ctl_key(a->ctl, "fabric", key, sizeof key), NULL) != 0)
+        return;
+    ftc_redis_reply_t **el;
+    size_t n;
+    ftc_err_t err = {0};
+    if (ftc_redis_want_array(rep, key, -1, &el, &n, &err) == 0) {
+        for (size_t i = 0; i + 1 < n; i += 2) {
+            const char *f, *v;
+            size_t fl, vl;
+            if (ftc_redis_want_str(el[i], key, &f, &fl, &err) ||
+                ftc_redis_want_str(el[i + 1], key, &v, &vl, &err))
+                continue;
+            char *end;
+            unsigned long node = strtoul(f, &end, 10);
+            if (end == f || node >= a->o.nodes || node == a->o.index)
+                continue;
+            char hex[2 * FTC_FABRIC_ADDR_MAX + 1], nid[FTC_CTL_NODE_MAX + 1], dom[64];
+            if (sscanf(v, "%512s %64s %63s", hex, nid, dom) != 3 || strlen(hex) % 2)
+                continue;
+            ftc__peer_t *p = &a->peers[node];
+            if (p->known && !strcmp(p->addr_hex, hex))
+                continue;
+            if (p->known)
+                FTC_INFO("agent", "node %lu (%s) has a new address: a restarted agent", node, nid);
+            ftc__job_t *j = calloc(1, sizeof *j);
+            if (!j)
+                continue;
+            j->kind = JOB_PEER;
+            j->node = (uint32_t)node;
+            j->addr_len = strlen(hex) / 2;
+            bool ok = j->addr_len <= sizeof j->addr;
+            for (size_t k = 0; ok && k < j->addr_len; k++) {
+                int hi = ftc__hexval(hex[2 * k]), lo = ftc__hexval(hex[2 * k + 1]);
+                ok = hi >= 0 && lo >= 0;
+                j->addr[k] = (uint8_t)(hi << 4 | lo);
+            }
+            if (!ok) {
+                FTC_WARN("agent", "%s: field %lu holds a malformed address", key, node);
+                free(j);
+                continue;
+            }
+            j->replace = p->known;
+            p->known = true;
+            snprintf(p->addr_hex, sizeof p->addr_hex, "%s", hex);
+            snprintf(p->node_id, sizeof p->node_id, "%s", nid);
+            snprintf(p->domain, sizeof p->domain, "%s", strcmp(dom, "-") ? dom : "");
+            ftc__queue(a, j);
+        }
+    }
+    ftc_redis_reply_free(rep);
+    ftc__refresh_liveness(a);
+}
+
+/* The job secret: given, or shared through Redis (first agent sets it). */
+static int ftc__secret(ftc_agent_t *a, uint8_t out[32], size_t *len, ftc_err_t *err)
+{
+    if (a->o.secret) {
+        if (a->o.secret_len < 16 || a->o.secret_len > 32)
+            return ftc_err_set(err, FTC_ECONFIG, "the job secret must be 16..32 bytes");
+        memcpy(out, a->o.secret, a->o.secret_len);
+        *len = a->o.secret_len;
+        return 0;
+    }
+    uint8_t rnd[16];
+    char hex[33], key[160];
+    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
+        return ftc_err_errno(err, errno, "getrandom");
+    for (int i = 0; i < 16; i++)
+        snprintf(hex + 2 * i, 3, "%02x", rnd[i]);
+    ftc_ctl_key(a->ctl, "secret", key, sizeof key);
+    ftc_redis_t *r = ftc_ctl_redis(a->ctl);
+    int rc = ftc_redis_cmdv(r, true, NULL, "SET", key, hex, "NX", NULL);
+    ftc_redis_reply_t *rep = NULL;
+    if (!rc)
+        rc = ftc_redis_cmdv(r, true, &rep, "GET", key, NULL);
+    const char *s;
+    size_t sl;
+    if (rc || ftc_redis_want_str(rep, key, &s, &sl, err) || sl != 32) {
+        ftc_redis_reply_free(rep);
+        return ftc_err_set(err, FTC_EREDIS, "job secret in %s: %s", key,
+                           rc ? ftc_ctl_errstr(a->ctl) : "not 32 hex digits");
+    }
+    for (int i = 0; i < 16; i++) {
+        int hi = ftc__hexval(s[2 * i]), lo = ftc__hexval(s[2 * i + 1]);
+        if (hi < 0 || lo < 0) {
+            ftc_redis_reply_free(rep);
+            return ftc_err_set(err, FTC_EPROTO, "job secret in %s is not hex", key);
+        }
+        out[i] = (uint8_t)(hi << 4 | lo);
+    }
+    *len = 16;
+    ftc_redis_reply_free(rep);
+    return 0;
+}
+
+/* Generation 1 is set by whichever agent gets the lease first; the others
+ * wait for it (bounded). */
+static int ftc__generation(ftc_agent_t *a, ftc_err_t *err)
+{
+    ftc_deadline_t d = ftc_deadline_in_ms(30000);
+    char holder[160];
+    snprintf(holder, sizeof holder, "%s:%d:agent-start", a->node_id, (int)getpid());
+    for (;;) {
+        uint64_t gen;
+        uint32_t world;
+        int rc = ftc_ctl_generation(a->ctl, &gen, &world);
+        if (rc)
+            return ftc_err_set(err, rc, "reading the generation: %s", ftc_ctl_errstr(a->ctl));
+        if (gen > 0) {
+            a->generation = gen;
+            a->world = world;
+            return 0;
+        }
+        bool held = false;
+        uint64_t ep;
+        if (ftc_ctl_lease_acquire(a->ctl, holder, 2000, &held, &ep) == 0 && held) {
+            uint64_t out;
+            ftc_ctl_generation_bump(a->ctl, holder, ep, 0, a->o.nodes * a->o.ranks_per_node,
+                                    "job start", &out);
+            ftc_ctl_lease_release(a->ctl, holder, ep);
+            continue;
+        }
+        if (ftc_deadline_expired(d))
+            return ftc_err_set(err, FTC_ETIMEDOUT, "no generation was set within 30 s");
+        ftc_sleep_ms(20);
+    }
+}
+
+/* ---- replication thread ------------------------------------------------------------------- */
+
+static void *ftc__repl_main(void *arg)
+{
+    ftc_agent_t *a = arg;
+    ftc__job_t *active = NULL;
+    while (!atomic_load(&a->stop)) {
+        if (!a->repl) { /* a rebuild that has not succeeded yet */
+            ftc__rebuild_transport(a);
+            continue;
+        }
+        pthread_mutex_lock(&a->mu);
+        ftc__job_t *fresh = a->todo;
+        a->todo = NULL;
+        pthread_mutex_unlock(&a->mu);
+        while (fresh) {
+            ftc__job_t *j = fresh;
+            fresh = j->next;
+            j->next = NULL;
+            if (j->kind == JOB_PEER) {
+                a->rpeers[j->node].known = true;
+                memcpy(a->raddr[j->node], j->addr, j->addr_len);
+                a->raddr_len[j->node] = j->addr_len;
+                if (j->replace)
+                    ftc_repl_peer_remove(a->repl, j->node);
+                int rc = ftc_repl_peer_add(a->repl, j->node, j->addr, j->addr_len);
+                if (rc)
+                    FTC_WARN("agent", "adding peer node %u: %s", j->node,
+                             ftc_repl_errstr(a->repl));
+                free(j);
+                continue;
+            }
+            j->next = active;
+            active = j;
+        }
+        for (ftc__job_t *j = active; j; j = j->next) {
+            if (j->started)
+                continue;
+            ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)a->o.timeout_ms);
+            int rc;
+            if (j->kind == JOB_PUSH)
+                rc = ftc_repl_push(a->repl, j->owner, j->step, j->shard, j->size, j->peers,
+                                   j->npeers, d, &j->x);
+            else
+                rc = ftc_repl_fetch(a->repl, j->peers[j->next_peer++], j->owner, j->step, d,
+                                    &j->x);
+            j->started = true;
+            if (rc) {
+                j->rc = rc;
+                j->x = -1;
+                snprintf(j->detail, sizeof j->detail, "%s", ftc_repl_errstr(a->repl));
+            }
+        }
+        bool broken = ftc_repl_progress(a->repl, ftc_deadline_in_ms(active ? 5 : 20), true) ==
+                          FTC_EFABRIC ||
+                      ftc_fabric_health(a->fab) != 0;
+        ftc__job_t **pp = &active;
+        while (*pp) {
+            ftc__job_t *j = *pp;
+            ftc_repl_status_t st;
+            bool finished = j->x < 0;
+            if (!finished && ftc_repl_status(a->repl, j->x, &st) == 0 && st.done) {
+                j->rc = st.rc;
+                j->acked = st.acked;
+                j->failed = st.failed;
+                if (j->kind == JOB_FETCH && j->detail[0] && st.rc) { /* keep every candidate's reason */
+                    size_t dl = strlen(j->detail);
+                    snprintf(j->detail + dl, sizeof j->detail - dl, "; %s", st.detail);
+                } else {
+                    snprintf(j->detail, sizeof j->detail, "%s", st.detail);
+                }
+                if (j->kind == JOB_FETCH && st.rc == 0)
+                    ftc_repl_take(a->repl, j->x, &j->buf, &j->buf_size);
+                ftc_repl_release(a->repl, j->x);
+                finished = true;
+                if (j->kind == JOB_FETCH && j->rc && j->next_peer < j->npeers) {
+                    j->started = false; /* try the next candidate */
+                    j->rc = 0;
+                    finished = false;
+                }
+            }
+            if (!finished && broken) { /* the endpoint goes away with its transfers */
+                if (j->kind == JOB_FETCH && j->next_peer < j->npeers) {
+                    j->started = false; /* the next candidate, on the new endpoint */
+                    pp = &j->next;
+                    continue;
+                }
+                j->rc = FTC_EFABRIC;
+                if (!j->detail[0])
+                    snprintf(j->detail, sizeof j->detail, "the fabric endpoint broke");
+                finished = true;
+            }
+            if (!finished) {
+                pp = &j->next;
+                continue;
+            }
+            *pp = j->next;
+            pthread_mutex_lock(&a->mu);
+            j->next = a->done;
+            a->done = j;
+            pthread_mutex_unlock(&a->mu);
+            uint64_t one = 1;
+            ssize_t w = write(a->evfd, &one, sizeof one);
+            (void)w;
+        }
+        if (broken) {
+            ftc__rebuild_transport(a);
+            uint64_t one = 1;
+            ssize_t w = write(a->evfd, &one, sizeof one); /* publish the new address */
+            (void)w;
+        }
+    }
+    while (active) {
+        ftc__job_t *j = active;
+        active = j->next;
+        free(j->buf);
+        free(j);
+    }
+    return NULL;
+}
+
+/* ---- slots and commits ---------------------------------------------------------------------- */
+
+/* Index of the slot holding the newest committed version, or -1. */
+static int ftc__newest_committed(const ftc__rank_t *r)
+{
+    int best = -1;
+    for (int i = 0; i < 2; i++)
+        if (r->st[i] == SL_COMMITTED && (best < 0 || r->step[i] > r->step[best]))
+            best = i;
+    return best;
+}
+
+/* A slot the rank may write, or -1 when both are busy. */
+static int ftc__free_slot(const ftc__rank_t *r)
+{
+    int keep = ftc__newest_committed(r);
+    for (int i = 0; i < 2; i++)
+        if (i != keep && r->st[i] != SL_SEALED && r->st[i] != SL_WRITING)
+            return i;
+    return -1;
+}
+
+static void ftc__send_begin_ok(ftc__rank_t *r, int slot, uint64_t step)
+{
+    r->st[slot] = SL_WRITING;
+    r->step[slot] = step;
+    r->reported[slot] = false;
+    ftc_ap_msg_t m;
+    ftc_ap_init(&m, FTC_AP_BEGIN_OK);
+    m.slot = (uint32_t)slot;
+    m.step = step;
+    ftc_err_t err = {0};
+    ftc_ap_send(r->fd, &m, 1000, &err);
+}
+
+static void ftc__report_commit(ftc_agent_t *a, ftc__rank_t *r, int s)
+{
+    int64_t committed;
+    bool now;
+    int rc = ftc_ctl_commit_report(a->ctl, a->generation, (int64_t)r->step[s], r->rank,
+                                   r->checksum[s], &committed, &now);
+    if (rc) {
+        FTC_WARN("agent", "commit report of rank %u step %" PRIu64 ": %s", r->rank, r->step[s],
+                 ftc_ctl_errstr(a->ctl));
+        return; /* retried by the poll */
+    }
+    r->reported[s] = true;
+    if (committed > a->committed)
+        a->committed = committed;
+}
+
+/* Persists this node's ranks' shards of step (copies, so the slots stay free). */
+static void ftc__persist(ftc_agent_t *a, uint64_t step)
+{
+    if (!a->persist)
+        return;
+    const void *shards[FTC_AGENT_MAX_RANKS];
+    uint64_t sizes[FTC_AGENT_MAX_RANKS];
+    int n = 0;
+    for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++) {
+        ftc__rank_t *r = &a->ranks[i];
+        if (!r->used)
+            continue;
+        for (int s = 0; s < 2; s++)
+            if (r->st[s] == SL_COMMITTED && r->step[s] == step) {
+                shards[n] = r->slot[s].base;
+                sizes[n++] = r->size;
+            }
+    }
+    if (!n)
+        return;
+    /* The slots stay committed until the next commit, and the next BEGIN
+     * never takes the newest committed one: they are stable while we write.
+     * (A background writer would need copies; see docs/agent.md.) */
+    uint64_t t0 = ftc_now_ns();
+    if (ftc_persist_write(a->persist, step, shards, sizes, n) != 0)
+        FTC_WARN("agent", "persisting step %" PRIu64 ": %s", step, ftc_persist_errstr(a->persist));
+    else
+        FTC_INFO("agent", "persisted step %" PRIu64 " (%d shard(s)) in %.0f ms", step, n,
+                 (double)(ftc_now_ns() - t0) / 1e6);
+}
+
+/* Moves SEALED+reported slots to COMMITTED once the commit record says so. */
+static void ftc__poll_commits(ftc_agent_t *a)
+{
+    bool pending = false, waiting_peers = false;
+    for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++)
+        for (int s = 0; s < 2; s++)
+            if (a->ranks[i].used && a->ranks[i].st[s] == SL_SEALED) {
+                pending = true;
+                if (!a->ranks[i].pushed[s]) {
+                    waiting_peers = true;
+                    ftc__try_push(a, &a->ranks[i], s);
+                }
+            }
+    if (waiting_peers && ftc_now_ns() - a->last_peers_ns > 100000000ull) {
+        a->last_peers_ns = ftc_now_ns();
+        ftc__refresh_peers(a);
+    }
+    if (!pending)
+        return;
+    int64_t step;
+    uint64_t gen;
+    if (ftc_ctl_committed(a->ctl, &step, &gen) == 0 && step > a->committed)
+        a->committed = step;
+    uint64_t newly = UINT64_MAX;
+    for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++) {
+        ftc__rank_t *r = &a->ranks[i];
+        if (!r->used)
+            continue;
+        for (int s = 0; s < 2; s++) {
+            if (r->st[s] != SL_SEALED)
+                continue;
+            if (r->acked[s] && !r->reported[s])
+                ftc__report_commit(a, r, s); /* a report that failed earlier (Redis away) */
+            if (!r->reported[s] || (int64_t)r->step[s] > a->committed)
+                continue;
+            r->st[s] = SL_COMMITTED;
+            newly = r->step[s];
+            int o = 1 - s;
+            if (r->st[o] == SL_COMMITTED && r->step[o] < r->step[s])
+                r->st[o] = SL_EMPTY; /* superseded */
+            if (r->fd >= 0) {
+                ftc_ap_msg_t m;
+                ftc_ap_init(&m, FTC_AP_COMMITTED);
+                m.step = r->step[s];
+                m.slot = (uint32_t)s;
+                ftc_err_t err = {0};
+                ftc_ap_send(r->fd, &m, 1000, &err);
+            }
+            if (r->begin_waiting && r->fd >= 0) {
+                int fs = ftc__free_slot(r);
+                if (fs >= 0) {
+                    r->begin_waiting = false;
+                    ftc__send_begin_ok(r, fs, r->begin_step);
+                }
+            }
+        }
+    }
+    if (newly != UINT64_MAX) {
+        a->commits++;
+        if (a->o.persist_every > 0 && a->commits % (uint64_t)a->o.persist_every == 0)
+            ftc__persist(a, newly);
+    }
+}
+
+/* ---- handling rank messages ------------------------------------------------------------------ */
+
+static void ftc__on_hello(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
+{
+    if (strcmp(m->job, a->job)) {
+        ftc__reply_error(fd, FTC_EAUTH, "this agent serves job '%s', not '%s'", a->job, m->job);
+        return;
+    }
+    if (a->world && m->rank >= a->world) {
+        ftc__reply_error(fd, FTC_ERANGE, "rank %u is not below the world size %u", m->rank,
+                         a->world);
+        return;
+    }
+    ftc__rank_t *r = NULL, *free_r = NULL;
+    for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++) {
+        if (a->ranks[i].used && a->ranks[i].rank == m->rank)
+            r = &a->ranks[i];
+        else if (!a->ranks[i].used && !free_r)
+            free_r = &a->ranks[i];
+    }
+    if (r && r->fd >= 0 && r->fd != fd) {
+        ftc__reply_error(fd, FTC_EEXIST, "rank %u is already connected (pid %d)", m->rank,
+                         r->hello.pid);
+        return;
+    }
+    if (!r) {
+        if (!free_r) {
+            ftc__reply_error(fd, FTC_ERANGE, "this agent serves at most %d ranks",
+                             FTC_AGENT_MAX_RANKS);
+            return;
+        }
+        r = free_r;
+        memset(r, 0, sizeof *r);
+        r->used = true;
+        r->slot[0].fd = r->slot[1].fd = -1;
+    }
+    r->fd = fd;
+    r->rank = m->rank;
+    r->hello = *m;
+    for (int i = 0; i < FTC_AGENT_MAX_CLIENTS; i++)
+        if (a->clients[i] == fd)
+            a->clients[i] = -1;
+    ftc_ap_msg_t w;
+    ftc_ap_init(&w, FTC_AP_WELCOME);
+    w.generation = a->generation;
+    w.world = a->world;
+    ftc_err_t err = {0};
+    ftc_ap_send(fd, &w, 1000, &err);
+    FTC_INFO("agent", "rank %u (pid %d) connected", m->rank, m->pid);
+}
+
+static void ftc__on_slots(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
+{
+    if (r->size && r->size != m->size) {
+        /* a new layout: the old slots hold another layout's state */
+        for (int s = 0; s < 2; s++) {
+            ftc_slot_close(&r->slot[s]);
+            r->st[s] = SL_EMPTY;
+        }
+    }
+    ftc_ap_msg_t ok;
+    ftc_ap_init(&ok, FTC_AP_SLOTS_OK);
+    for (int s = 0; s < 2; s++) {
+        ftc_err_t err = {0};
+        char name[FTC_SLOT_NAME_MAX];
+        if (ftc_slot_name(a->ns, r->rank, s, name, sizeof name, &err) ||
+            (!r->slot[s].base && ftc_slot_create(name, m->size, &r->slot[s], &err))) {
+            ftc__reply_error(r->fd, err.code ? err.code : FTC_EIO, "%s", err.msg);
+            return;
+        }
+        snprintf(ok.name[s], sizeof ok.name[s], "%s", name);
+    }
+    /* slots that survived from before (a restarted rank): learn their state */
+    if (!r->size) {
+        for (int s = 0; s < 2; s++) {
+            ftc_shard_view_t v;
+            ftc_err_t err = {0};
+            if (ftc_shard_open(&v, r->slot[s].base, m->size, 0, &err) == 0 &&
+                (int64_t)v.info.step <= a->committed) {
+                r->st[s] = SL_COMMITTED;
+                r->step[s] = v.info.step;
+            }
+        }
+    }
+    r->size = m->size;
+    ok.size = m->size;
+    ftc_err_t err = {0};
+    ftc_ap_send(r->fd, &ok, 1000, &err);
+}
+
+static void ftc__on_begin(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
+{
+    if (!r->size) {
+        ftc__reply_error(r->fd, FTC_EINVAL, "BEGIN before SLOTS");
+        return;
+    }
+    int s = ftc__free_slot(r);
+    if (s >= 0) {
+        ftc__send_begin_ok(r, s, m->step);
+        return;
+    }
+    if (a->o.busy_policy == FTC_BUSY_WAIT) {
+        r->begin_waiting = true;
+        r->begin_step = m->step;
+        return; /* answered when the in-flight version commits */
+    }
+    ftc_ap_msg_t sk;
+    ftc_ap_init(&sk, FTC_AP_SKIP);
+    sk.step = m->step;
+    snprintf(sk.text, sizeof sk.text,
+             "step %" PRIu64 " skipped: the previous checkpoint is still replicating (policy "
+             "skip)",
+             m->step);
+    ftc_err_t err = {0};
+    ftc_ap_send(r->fd, &sk, 1000, &err);
+    ftc_ctl_event_t e = {.kind = "checkpoint_skipped", .node = a->node_id, .rank = (int)r->rank,
+                         .generation = a->generation, .step = (int64_t)m->step,
+                         .detail = "previous checkpoint still replicating (policy skip)"};
+    ftc_ctl_event(a->ctl, &e);
+}
+
+static void ftc__on_sealed(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
+{
+    int s = (int)m->slot;
+    if (r->st[s] != SL_WRITING || r->step[s] != m->step) {
+        ftc__not_committed(r->fd, FTC_EPROTO, m->step,
+                           "SEALED slot %d step %" PRIu64 " but it is %s (step %" PRIu64 ")", s,
+                           m->step, ftc__sl_name[r->st[s]], r->step[s]);
+        return;
+    }
+    ftc_shard_view_t v;
+    ftc_err_t err = {0};
+    if (ftc_shard_open(&v, r->slot[s].base, r->size, 0, &err) != 0 || v.info.step != m->step) {
+        r->st[s] = SL_EMPTY;
+        ftc__not_committed(r->fd, FTC_ECORRUPT, m->step, "slot %d of rank %u: %s", s, r->rank,
+                           err.msg[0] ? err.msg : "step differs");
+        return;
+    }
+    r->st[s] = SL_SEALED;
+    r->checksum[s] = v.head_xxh3;
+    r->pushed[s] = r->acked[s] = false;
+    r->reported[s] = false;
+    r->sealed_ns[s] = ftc_now_ns();
+    ftc__try_push(a, r, s);
+}
+
+/* Hands a sealed slot to the replication thread once its k peers are known
+ * (agents that are still starting publish their addresses a little later);
+ * gives up when the replication timeout passes. */
+static void ftc__try_push(ftc_agent_t *a, ftc__rank_t *r, int s)
+{
+    if (r->pushed[s] || r->st[s] != SL_SEALED)
+        return;
+    int k = a->o.redundancy.kind == FTC_RED_REPLICA ? a->o.redundancy.copies : 1;
+    if (k == 0) {
+        r->pushed[s] = r->acked[s] = true;
+        ftc__report_commit(a, r, s);
+        return;
+    }
+    int o = 1 - s;
+    if (r->st[o] == SL_SEALED && r->pushed[o] && !r->acked[o] && r->step[o] < r->step[s])
+        return; /* one push per rank at a time, in step order: retried when it ends */
+    uint32_t peers[FTC_REPL_MAX_PEERS];
+    int np = ftc__placement(a, peers, k);
+    if (np < k) {
+        if (ftc_now_ns() - r->sealed_ns[s] < (uint64_t)a->o.timeout_ms * 1000000ull)
+            return; /* retried by the poll */
+        r->st[s] = SL_EMPTY;
+        ftc__not_committed(r->fd, FTC_ENOENT, r->step[s],
+                           "step %" PRIu64 ": only %d of the %d replica peers are known after %d ms",
+                           r->step[s], np, k, a->o.timeout_ms);
+        return;
+    }
+    ftc__job_t *j = calloc(1, sizeof *j);
+    if (!j)
+        return; /* retried by the poll */
+    j->kind = JOB_PUSH;
+    j->owner = r->rank;
+    j->step = r->step[s];
+    j->shard = r->slot[s].base;
+    j->size = r->size;
+    memcpy(j->peers, peers, (size_t)np * sizeof peers[0]);
+    j->npeers = np;
+    r->pushed[s] = true;
+    ftc__queue(a, j);
+}
+
+/* Restore: local slot, else peers, else the persist tier. */
+static void ftc__restore_done(ftc_agent_t *a, ftc__rank_t *r, int s)
+{
+    (void)a;
+    r->restoring = false;
+    ftc_ap_msg_t ok;
+    ftc_ap_init(&ok, FTC_AP_RESTORE_OK);
+    ok.slot = (uint32_t)s;
+    ok.step = r->step[s];
+    ftc_err_t err = {0};
+    ftc_ap_send(r->fd, &ok, 1000, &err);
+}
+
+/* Copies a verified shard into a slot that may be overwritten; -1 if none fits. */
+static int ftc__install(ftc__rank_t *r, const uint8_t *buf, uint64_t size, uint64_t step)
+{
+    if (size != r->size)
+        return -1;
+    int s = ftc__free_slot(r);
+    if (s < 0)
+        s = 0;
+    memcpy(r->slot[s].base, buf, size);
+    r->st[s] = SL_COMMITTED;
+    r->step[s] = step;
+    return s;
+}
+
+static bool ftc__same_coords(const ftc_shard_view_t *v, const ftc__rank_t *r)
+{
+    return v->info.dp_rank == r->hello.dp_rank && v->info.tp_rank == r->hello.tp_rank &&
+           v->info.pp_rank == r->hello.pp_rank;
+}
+
+static void ftc__restore_from_persist(ftc_agent_t *a, ftc__rank_t *r, const char *tried)
+{
+    char why[256] = "no persist tier configured";
+    if (a->persist) {
+        ftc_persist_loaded_t *l = NULL;
+        uint64_t want = (uint64_t)r->restore_step;
+        int rc = ftc_persist_load(a->persist, want, &l);
+        if (rc)
+            rc = ftc_persist_load(a->persist, FTC_PERSIST_NEWEST, &l);
+        if (rc == 0) {
+            for (int i = 0; i < l->n_shards; i++) {
+                ftc_shard_view_t v;
+                ftc_err_t err = {0};
+                if (ftc_shard_open(&v, l->shards[i], l->sizes[i], FTC_SHARD_VERIFY, &err) == 0 &&
+                    ftc__same_coords(&v, r)) {
+                    int s = ftc__install(r, l->shards[i], l->sizes[i], l->step);
+                    ftc_persist_loaded_free(l);
+                    if (s >= 0) {
+                        FTC_INFO("agent", "rank %u restored step %" PRIu64 " from the persist tier",
+                                 r->rank, r->step[s]);
+                        ftc__restore_done(a, r, s);
+                        return;
+                    }
+                    snprintf(why, sizeof why, "the persisted shard's size differs from the slots'");
+                    goto fail;
+                }
+            }
+            snprintf(why, sizeof why, "persisted step %" PRIu64 " has no shard for rank %u",
+                     l->step, r->rank);
+            ftc_persist_loaded_free(l);
+        } else {
+            snprintf(why, sizeof why, "%s", ftc_persist_errstr(a->persist));
+        }
+    }
+fail:
+    r->restoring = false;
+    ftc__reply_error(r->fd, FTC_ENOENT, "no verified copy of rank %u step %" PRIu64 ": %s; persist tier: %s",
+                     r->rank, r->restore_step, tried, why);
+}
+
+static void ftc__on_restore(ftc_agent_t *a, ftc__rank_t *r)
+{
+    if (!r->size) {
+        ftc__reply_error(r->fd, FTC_EINVAL, "RESTORE before SLOTS");
+        return;
+    }
+    int64_t step = a->committed;
+    uint64_t gen;
+    if (ftc_ctl_committed(a->ctl, &step, &gen) != 0)
+        step = a->committed; /* Redis away: what this agent knows */
+    if (step < 0) {
+        ftc__reply_error(r->fd, FTC_ENOENT, "nothing committed yet for job %s", a->job);
+        return;
+    }
+    if (step > a->committed)
+        a->committed = step;
+    r->restoring = true;
+    r->restore_step = (uint64_t)step;
+    /* 1. this node's slots */
+    for (int s = 0; s < 2; s++) {
+        ftc_shard_view_t v;
+        ftc_err_t err = {0};
+        if (r->slot[s].base && ftc_shard_open(&v, r->slot[s].base, r->size, FTC_SHARD_VERIFY, &err) == 0 &&
+            v.info.step == (uint64_t)step && ftc__same_coords(&v, r)) {
+            r->st[s] = SL_COMMITTED;
+            r->step[s] = (uint64_t)step;
+            ftc__restore_done(a, r, s);
+            return;
+        }
+    }
+    /* 2. a peer's replica (every known peer, ring order) */
+    ftc__job_t *j = calloc(1, sizeof *j);
+    if (j) {
+        j->kind = JOB_FETCH;
+        j->owner = r->rank;
+        j->step = (uint64_t)step;
+        for (uint32_t d = 1; d < a->o.nodes; d++) {
+            uint32_t node = (a->o.index + d) % a->o.nodes;
+            if (a->peers[node].known && a->peers[node].alive)
+                j->peers[j->npeers++] = node;
+        }
+        if (j->npeers) {
+            ftc__queue(a, j);
+            return;
+        }
+        free(j);
+    }
+    /* 3. the persist tier */
+    ftc__restore_from_persist(a, r, "not in this node's slots, no peer known");
+}
+
+static void ftc__on_fetch_done(ftc_agent_t *a, ftc__job_t *j)
+{
+    ftc__rank_t *r = NULL;
+    for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++)
+        if (a->ranks[i].used && a->ranks[i].rank == j->owner && a->ranks[i].restoring)
+            r = &a->ranks[i];
+    if (!r || r->fd < 0)
+        return;
+    if (j->rc == 0 && j->buf) {
+        ftc_shard_view_t v;
+        ftc_err_t err = {0};
+        if (ftc_shard_open(&v, j->buf, j->buf_size, FTC_SHARD_VERIFY, &err) == 0 &&
+            v.info.step == j->step && ftc__same_coords(&v, r)) {
+            int s = ftc__install(r, j->buf, j->buf_size, j->step);
+            if (s >= 0) {
+                FTC_INFO("agent", "rank %u restored step %" PRIu64 " from a peer's replica", r->rank,
+                         j->step);
+                ftc__restore_done(a, r, s);
+                return;
+            }
+        }
+    }
+    char tried[400];
+    snprintf(tried, sizeof tried, "not in this node's slots; peers: %s",
+             j->detail[0] ? j->detail : "no replica");
+    ftc__restore_from_persist(a, r, tried);
+}
+
+static void ftc__on_push_done(ftc_agent_t *a, ftc__job_t *j)
+{
+    ftc__rank_t *r = NULL;
+    for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++)
+        if (a->ranks[i].used && a->ranks[i].rank == j->owner)
+            r = &a->ranks[i];
+    if (!r)
+        return;
+    int s = -1;
+    for (int i = 0; i < 2; i++)
+        if (r->st[i] == SL_SEALED && r->step[i] == j->step)
+            s = i;
+    if (s < 0)
+        return;
+    int k = a->o.redundancy.kind == FTC_RED_REPLICA ? a->o.redundancy.copies : 1;
+    if (j->rc == 0 && j->acked >= (k < j->npeers ? k : j->npeers)) {
+        r->acked[s] = true;
+        ftc__report_commit(a, r, s);
+        ftc__try_push(a, r, 1 - s); /* the next step may have waited for this push */
+        return;
+    }
+    FTC_WARN("agent", "rank %u step %" PRIu64 ": replicated to %d of %d peers: %s", r->rank, j->step,
+             j->acked, j->npeers, j->detail);
+    r->st[s] = SL_EMPTY; /* not committed; the previous version stays */
+    ftc__not_committed(r->fd, j->rc ? j->rc : FTC_EIO, j->step,
+                       "step %" PRIu64 " not committed: replicated to %d of %d peers: %s", j->step,
+                       j->acked, j->npeers, j->detail);
+    ftc__try_push(a, r, 1 - s);
+}
+
+static void ftc__drain_done(ftc_agent_t *a)
+{
+    uint64_t v;
+    ssize_t rd = read(a->evfd, &v, sizeof v);
+    (void)rd;
+    pthread_mutex_lock(&a->mu);
+    ftc__job_t *done = a->done;
+    a->done = NULL;
+    pthread_mutex_unlock(&a->mu);
+    while (done) {
+        ftc__job_t *j = done;
+        done = j->next;
+        if (j->kind == JOB_PUSH)
+            ftc__on_push_done(a, j);
+        else if (j->kind == JOB_FETCH)
+            ftc__on_fetch_done(a, j);
+        free(j->buf);
+        free(j);
+    }
+}
+
+static void ftc__disconnect(ftc_agent_t *a, int fd)
+{
+    ftc__rank_t *r = ftc__rank_of_fd(a, fd);
+    if (r) {
+        FTC_INFO("agent", "rank %u disconnected (its slots stay)", r->rank);
+        r->fd = -1;
+        r->begin_waiting = false;
+        r->restoring = false;
+        for (int s = 0; s < 2; s++)
+            if (r->st[s] == SL_WRITING)
+                r->st[s] = SL_EMPTY; /* a half-written snapshot is never used */
+    }
+    for (int i = 0; i < FTC_AGENT_MAX_CLIENTS; i++)
+        if (a->clients[i] == fd)
+            a->clients[i] = -1;
+    close(fd);
+}
+
+static void ftc__on_message(ftc_agent_t *a, int fd)
+{
+    ftc_ap_msg_t m;
+    ftc_err_t err = {0};
+    if (ftc_ap_recv(fd, &m, 1000, &err) != 0) {
+        if (err.code != FTC_EIO)
+            FTC_WARN("agent", "bad message from a local client: %s", err.msg);
+        ftc__disconnect(a, fd);
+        return;
+    }
+    ftc__rank_t *r = ftc__rank_of_fd(a, fd);
+    if (m.type == FTC_AP_HELLO) {
+        ftc__on_hello(a, fd, &m);
+        return;
+    }
+    if (!r) {
+        ftc__reply_error(fd, FTC_EPROTO, "say HELLO first");
+        ftc__disconnect(a, fd);
+        return;
+    }
+    switch (m.type) {
+    case FTC_AP_SLOTS:
+        ftc__on_slots(a, r, &m);
+        break;
+    case FTC_AP_BEGIN:
+        ftc__on_begin(a, r, &m);
+        break;
+    case FTC_AP_SEALED:
+        ftc__on_sealed(a, r, &m);
+        break;
+    case FTC_AP_RESTORE:
+        ftc__on_restore(a, r);
+        break;
+    case FTC_AP_BYE:
+        ftc__disconnect(a, fd);
+        break;
+    default:
+        ftc__reply_error(fd, FTC_EPROTO, "unexpected message type %u", m.type);
+    }
+}
+
+/* ---- life cycle ------------------------------------------------------------------------------- */
+
+ftc_agent_t *ftc_agent_start(const ftc_agent_options_t *o, ftc_err_t *err)
+{
+    if (!o->job || !o->dir || o->nodes < 1 || o->index >= o->nodes || o->ranks_per_node < 1 ||
+        o->persist_every < 0 || o->timeout_ms < 1) {
+        ftc_err_set(err, FTC_EINVAL, "agent: job, dir, nodes >= 1, index < nodes and "
+                                     "ranks_per_node >= 1 are required");
+        return NULL;
+    }
+    ftc_agent_t *a = calloc(1, sizeof *a);
+    if (!a) {
+        ftc_err_set(err, FTC_ENOMEM, "agent: out of memory");
+        return NULL;
+    }
+    a->o = *o;
+    a->listen_fd = a->evfd = -1;
+    a->committed = -1;
+    for (int i = 0; i < FTC_AGENT_MAX_CLIENTS; i++)
+        a->clients[i] = -1;
+    pthread_mutex_init(&a->mu, NULL);
+    snprintf(a->job, sizeof a->job, "%s", o->job);
+    snprintf(a->dir, sizeof a->dir, "%s", o->dir);
+    if (o->node_id && *o->node_id)
+        snprintf(a->node_id, sizeof a->node_id, "%s", o->node_id);
+    else
+        snprintf(a->node_id, sizeof a->node_id, "node%u", o->index);
+    snprintf(a->domain, sizeof a->domain, "%s", o->domain ? o->domain : "");
+    snprintf(a->ns, sizeof a->ns, "%s.n%u", o->job, o->index);
+    a->o.job = a->job;
+    a->o.dir = a->dir;
+    a->peers = calloc(o->nodes, sizeof *a->peers);
+    a->rpeers = calloc(o->nodes, sizeof *a->rpeers);
+    a->raddr = calloc(o->nodes, sizeof *a->raddr);
+    a->raddr_len = calloc(o->nodes, sizeof *a->raddr_len);
+    if (!a->peers || !a->rpeers || !a->raddr || !a->raddr_len) {
+        ftc_err_set(err, FTC_ENOMEM, "agent: out of memory");
+        goto fail;
+    }
+    if (ftc_fs_mkdirs(a->dir, err))
+        goto fail;
+    /* Redis */
+    ftc_redis_t *r = ftc_redis_connect(&o->redis, NULL, err);
+    if (!r)
+        goto fail;
+    a->ctl = ftc_ctl_create(r, a->job, err);
+    if (!a->ctl) {
+        ftc_redis_close(r);
+        goto fail;
+    }
+    if (ftc__generation(a, err))
+        goto fail;
+    int64_t cstep;
+    uint64_t cgen;
+    if (ftc_ctl_committed(a->ctl, &cstep, &cgen) == 0)
+        a->committed = cstep;
+    /* fabric + replication engine; the address goes to Redis before our
+     * heartbeat does, so peers never see us alive with a stale address */
+    ftc_fabric_opts_t fo = FTC_FABRIC_OPTS_INIT;
+    fo.provider = o->provider;
+    a->fopt = fo;
+    uint8_t secret[32];
+    size_t slen = 0;
+    if (ftc__secret(a, secret, &slen, err) || ftc_wire_key_init(&a->key, a->job, secret, slen, err))
+        goto fail;
+    ftc_repl_options_t ro = FTC_REPL_OPTIONS_INIT;
+    ro.key = a->key;
+    ro.job = a->job; /* the engine adds .n<self> itself */
+    ro.self = o->index;
+    ro.generation = a->generation;
+    a->ropt = ro;
+    if (ftc__open_transport(a, err) || ftc__publish_address(a, err))
+        goto fail;
+    /* detector: heartbeats, leases, events for this node */
+    ftc_detector_options_t dopt = FTC_DETECTOR_OPTIONS_INIT;
+    dopt.job = a->job;
+    dopt.node = a->node_id;
+    dopt.domain = a->domain;
+    a->det = ftc_detector_start(&o->redis, &dopt, err);
+    if (!a->det)
+        goto fail;
+    /* persist tier */
+    if (o->persist_dir && *o->persist_dir) {
+        /* one writer per version directory: each node persists under its own */
+        char pdir[4200];
+        snprintf(pdir, sizeof pdir, "%s/node%u", o->persist_dir, o->index);
+        a->persist = ftc_persist_open(pdir, &o->persist, err);
+        if (!a->persist)
+            goto fail;
+    }
+    /* the ranks' socket */
+    ftc_agent_socket_path(a->dir, o->index, a->sock, sizeof a->sock);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(a->sock) >= sizeof sa.sun_path) {
+        ftc_err_set(err, FTC_EINVAL, "agent socket path %s is too long (use a shorter --job-dir)",
+                    a->sock);
+        goto fail;
+    }
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", a->sock);
+    unlink(a->sock);
+    a->listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (a->listen_fd < 0 || bind(a->listen_fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+        listen(a->listen_fd, 64) != 0) {
+        ftc_err_errno(err, errno, "agent socket %s", a->sock);
+        goto fail;
+    }
+    a->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (a->evfd < 0) {
+        ftc_err_errno(err, errno, "eventfd");
+        goto fail;
+    }
+    if (pthread_create(&a->repl_tid, NULL, ftc__repl_main, a) != 0) {
+        ftc_err_set(err, FTC_ENOMEM, "agent: cannot start the replication thread");
+        goto fail;
+    }
+    a->repl_started = true;
+    ftc__refresh_peers(a);
+    FTC_INFO("agent", "node %u (%s) of job %s: generation %" PRIu64 ", world %u, socket %s", o->index,
+             a->node_id, a->job, a->generation, a->world, a->sock);
+    return a;
+fail:
+    ftc_agent_stop(a);
+    return NULL;
+}
+
+int ftc_agent_run(ftc_agent_t *a, volatile sig_atomic_t *stop)
+{
+    struct pollfd pfd[2 + FTC_AGENT_MAX_RANKS + FTC_AGENT_MAX_CLIENTS];
+    while (!*stop) {
+        int n = 0;
+        pfd[n++] = (struct pollfd){a->listen_fd, POLLIN, 0};
+        pfd[n++] = (struct pollfd){a->evfd, POLLIN, 0};
+        for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++)
+            if (a->ranks[i].used && a->ranks[i].fd >= 0)
+                pfd[n++] = (struct pollfd){a->ranks[i].fd, POLLIN, 0};
+        for (int i = 0; i < FTC_AGENT_MAX_CLIENTS; i++)
+            if (a->clients[i] >= 0)
+                pfd[n++] = (struct pollfd){a->clients[i], POLLIN, 0};
+        int pr = poll(pfd, (nfds_t)n, 20);
+        if (pr < 0 && errno != EINTR)
+            return ftc_err_errno(&a->err, errno, "agent poll");
+        if (pr > 0) {
+            if (pfd[0].revents & POLLIN) {
+                int fd = accept4(a->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+                if (fd >= 0) {
+                    int slot = -1;
+                    for (int i = 0; i < FTC_AGENT_MAX_CLIENTS && slot < 0; i++)
+                        if (a->clients[i] < 0)
+                            slot = i;
+                    if (slot < 0)
+                        close(fd);
+                    else
+                        a->clients[slot] = fd;
+                }
+            }
+            if (pfd[1].revents & POLLIN) {
+                ftc__drain_done(a);
+                pthread_mutex_lock(&a->mu);
+                bool rp = a->republish;
+                pthread_mutex_unlock(&a->mu);
+                ftc_err_t perr = {0};
+                if (rp && ftc__publish_address(a, &perr))
+                    FTC_WARN("agent", "%s", perr.msg);
+            }
+            for (int i = 2; i < n; i++)
+                if (pfd[i].revents & (POLLIN | POLLHUP | POLLERR))
+                    ftc__on_message(a, pfd[i].fd);
+        }
+        uint64_t now = ftc_now_ns();
+        if (now - a->last_poll_ns > 10000000ull) { /* every 10 ms while commits are pending */
+            a->last_poll_ns = now;
+            ftc__poll_commits(a);
+        }
+        if (now - a->last_peers_ns > 500000000ull) {
+            a->last_peers_ns = now;
+            ftc__refresh_peers(a);
+        }
+    }
+    return 0;
+}
+
+void ftc_agent_stop(ftc_agent_t *a)
+{
+    if (!a)
+        return;
+    atomic_store(&a->stop, true);
+    if (a->repl_started)
+        pthread_join(a->repl_tid, NULL);
+    pthread_mutex_lock(&a->mu);
+    ftc__job_t *lists[2] = {a->todo, a->done};
+    a->todo = a->done = NULL;
+    pthread_mutex_unlock(&a->mu);
+    for (int l = 0; l < 2; l++)
+        while (lists[l]) {
+            ftc__job_t *j = lists[l];
+            lists[l] = j->next;
+            free(j->buf);
+            free(j);
+        }
+    for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++) {
+        if (!a->ranks[i].used)
+            continue;
+        if (a->ranks[i].fd >= 0)
+            close(a->ranks[i].fd);
+        for (int s = 0; s < 2; s++)
+            ftc_slot_close(&a->ranks[i].slot[s]);
+    }
+    for (int i = 0; i < FTC_AGENT_MAX_CLIENTS; i++)
+        if (a->clients[i] >= 0)
+            close(a->clients[i]);
+    if (a->listen_fd >= 0) {
+        close(a->listen_fd);
+        unlink(a->sock);
+    }
+    if (a->evfd >= 0)
+        close(a->evfd);
+    ftc_repl_destroy(a->repl);
+    ftc_fabric_close(a->fab);
+    ftc_persist_close(a->persist);
+    ftc_detector_stop(a->det, true);
+    ftc_ctl_destroy(a->ctl);
+    free(a->peers);
+    free(a->rpeers);
+    free(a->raddr);
+    free(a->raddr_len);
+    pthread_mutex_destroy(&a->mu);
+    free(a);
+}

@@ -1,0 +1,75 @@
+/*
+ * agent.h — `ftc agent`, one per node: the node's shard store.
+ *
+ * It owns the shm slots of its local ranks (two per rank, so a checkpoint
+ * in progress never overwrites the last committed version, I3; they outlive a
+ * crashed rank), serves the ranks over a Unix socket (ckpt/agent_proto.h),
+ * replicates each sealed slot to k peer agents over libfabric (placement: the
+ * next nodes in ring order, skipping nodes of the same failure domain) or
+ * stores parity, reports each replicated shard to the commit record in Redis
+ * (detect/control.h) and tells the rank when its step is committed; every M
+ * commits it writes its ranks' shards through the persist tier. On RESTORE
+ * it finds the newest committed step and serves it from a local slot, else
+ * fetches a peer's replica, else reads the persist tier — each verified
+ * before use (I1).
+ *
+ * It publishes its fabric address in Redis (ftc:{job}:fabric, field = node
+ * index) and runs a failure detector (detect/detector.h) for its node.
+ *
+ * Threads: the control loop (ftc_agent_run's caller), the replication
+ * thread (owns the fabric endpoint), the persist thread, the detector's two.
+ */
+#ifndef FTC_CKPT_AGENT_H
+#define FTC_CKPT_AGENT_H
+
+#include "ckpt/parity.h"
+#include "ckpt/persist.h"
+#include "core/err.h"
+#include "detect/redis.h"
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+enum ftc_agent_busy_policy {
+    FTC_BUSY_WAIT = 0, /* a checkpoint waits until the previous one is committed */
+    FTC_BUSY_SKIP = 1, /* it is skipped (the rank gets FTC_EAGAIN) and reported */
+};
+
+typedef struct ftc_agent_options {
+    uint32_t struct_size;
+    uint32_t version;
+    const char *job;            /* job id */
+    const char *dir;            /* job directory: agent.<index>.sock lives here */
+    uint32_t index;             /* this node's index, 0..nodes-1 */
+    uint32_t nodes;             /* agents in the job */
+    uint32_t ranks_per_node;    /* local ranks; world = nodes x ranks_per_node */
+    const char *node_id;        /* "" = "node<index>" */
+    const char *domain;         /* failure-domain label ("" = own domain) */
+    ftc_redis_url_t redis;      /* the job's Redis */
+    ftc_redundancy_t redundancy; /* k replicas, xor:g or rs:g+m */
+    const char *provider;       /* libfabric provider; NULL = FI_PROVIDER or tcp;ofi_rxm */
+    int busy_policy;            /* ftc_agent_busy_policy */
+    const char *persist_dir;    /* "" = no persist tier */
+    int persist_every;          /* persist every M commits (>= 1) */
+    ftc_persist_options_t persist;
+    int timeout_ms;             /* deadline of one replication or fetch (default 30000) */
+    const void *secret;         /* job secret (16..32 bytes); NULL = shared through Redis */
+    size_t secret_len;
+} ftc_agent_options_t;
+
+typedef struct ftc_agent ftc_agent_t;
+
+/* Starts everything (slots are created when ranks ask). NULL with err when
+ * Redis, the fabric or the socket cannot be set up. */
+ftc_agent_t *ftc_agent_start(const ftc_agent_options_t *o, ftc_err_t *err);
+/* Serves until *stop becomes nonzero (a signal handler sets it). */
+int ftc_agent_run(ftc_agent_t *a, volatile sig_atomic_t *stop);
+/* Stops threads and frees; slots stay in /dev/shm for a restarted agent. */
+void ftc_agent_stop(ftc_agent_t *a);
+/* The socket path ranks connect to (FTC_AGENT_SOCKET). */
+const char *ftc_agent_socket(const ftc_agent_t *a);
+/* Builds the socket path of (dir, index) into buf. */
+void ftc_agent_socket_path(const char *dir, uint32_t index, char *buf, size_t cap);
+
+#endif

@@ -1,0 +1,416 @@
+/*
+ * client.c — the checkpoint context of include/ftc.h: a rank's side of the
+ * agent protocol (ckpt/agent_proto.h) plus the snapshot engine
+ * (ckpt/snapshot.h) writing into the slots the agent hands out.
+ *
+ * One helper thread (the notifier) waits for each snapshot to be sealed and
+ * sends SEALED right away, so replication overlaps the next training step.
+ * Only the caller's thread reads the socket: answers to its requests, and
+ * COMMITTED / NOT_COMMITTED notices, which are recorded as they pass.
+ */
+#include "ftc.h"
+
+#include "ckpt/agent_proto.h"
+#include "ckpt/slot.h"
+#include "ckpt/snapshot.h"
+#include "core/clock.h"
+#include "core/err.h"
+#include "core/log.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+struct ftc_ctx {
+    ftc_options_t o;
+    char job[64];
+    char sock[4096];
+    int fd;                /* the agent connection */
+    uint32_t rank, world, dp, tp, pp, dp_rank, tp_rank, pp_rank;
+    uint64_t generation;
+    ftc_snap_t *snap;
+    bool slots_ready;
+    ftc_slot_t slot[2];
+    uint64_t size;
+    int64_t committed;     /* newest COMMITTED seen */
+    int64_t failed_step;   /* newest NOT_COMMITTED seen */
+    char failed_why[384];
+    /* the notifier */
+    pthread_t tid;
+    bool tid_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool pending;          /* a begun snapshot not yet announced as SEALED */
+    int pending_slot;
+    uint64_t pending_step;
+    int notify_rc;         /* a failure of the notifier, reported by the next call */
+    bool stop;
+    ftc_err_t err;
+};
+
+static int ftc__env_int(const char *a, const char *b, int def)
+{
+    const char *v = getenv(a);
+    if (!v && b)
+        v = getenv(b);
+    if (!v || !*v)
+        return def;
+    char *end;
+    long x = strtol(v, &end, 10);
+    return *end || x < 0 || x > (1 << 24) ? def : (int)x;
+}
+
+/* Sends req and waits for a reply of type want (or ERROR), recording the
+ * asynchronous notices that arrive in between. */
+static int ftc__call(ftc_ctx_t *c, const ftc_ap_msg_t *req, int want, ftc_ap_msg_t *rep)
+{
+    int rc = ftc_ap_send(c->fd, req, c->o.timeout_ms, &c->err);
+    if (rc)
+        return rc;
+    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)c->o.timeout_ms);
+    for (;;) {
+        int ms = ftc_deadline_remaining_ms(d);
+        if (ms <= 0)
+            return ftc_err_set(&c->err, FTC_ETIMEDOUT, "agent did not answer within %d ms",
+                               c->o.timeout_ms);
+        rc = ftc_ap_recv(c->fd, rep, ms, &c->err);
+        if (rc)
+            return rc;
+        if (rep->type == FTC_AP_COMMITTED) {
+            if ((int64_t)rep->step > c->committed)
+                c->committed = (int64_t)rep->step;
+            continue;
+        }
+        if (rep->type == FTC_AP_NOT_COMMITTED) {
+            c->failed_step = (int64_t)rep->step;
+            snprintf(c->failed_why, sizeof c->failed_why, "%s", rep->text);
+            FTC_WARN("ftc", "rank %u: %s", c->rank, rep->text);
+            continue;
+        }
+        if (rep->type == FTC_AP_ERROR)
+            return ftc_err_set(&c->err, rep->status < 0 ? rep->status : FTC_EIO, "agent: %s",
+                               rep->text);
+        if (rep->type == want || (want == FTC_AP_BEGIN_OK && rep->type == FTC_AP_SKIP))
+            return 0;
+        return ftc_err_set(&c->err, FTC_EPROTO, "agent answered type %u, expected %d",
+                           rep->type, want);
+    }
+}
+
+static void *ftc__notifier(void *arg)
+{
+    ftc_ctx_t *c = arg;
+    pthread_mutex_lock(&c->mu);
+    for (;;) {
+        while (!c->stop && !c->pending)
+            pthread_cond_wait(&c->cv, &c->mu);
+        if (c->stop && !c->pending)
+            break;
+        int slot = c->pending_slot;
+        uint64_t step = c->pending_step;
+        pthread_mutex_unlock(&c->mu);
+        ftc_err_t err = {0};
+        int rc = ftc_snap_wait_sealed(c->snap, ftc_deadline_in_ms((uint64_t)c->o.timeout_ms), &err);
+        if (!rc) {
+            ftc_ap_msg_t m;
+            ftc_ap_init(&m, FTC_AP_SEALED);
+            m.slot = (uint32_t)slot;
+            m.step = step;
+            rc = ftc_ap_send(c->fd, &m, c->o.timeout_ms, &err);
+        }
+        pthread_mutex_lock(&c->mu);
+        if (rc) {
+            c->notify_rc = rc;
+            FTC_WARN("ftc", "rank %u step %llu: %s", c->rank, (unsigned long long)step, err.msg);
+        }
+        c->pending = false;
+        pthread_cond_broadcast(&c->cv);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+/* Waits until the previous snapshot has been announced to the agent. */
+static int ftc__wait_announced(ftc_ctx_t *c)
+{
+    pthread_mutex_lock(&c->mu);
+    while (c->pending)
+        pthread_cond_wait(&c->cv, &c->mu);
+    int rc = c->notify_rc;
+    c->notify_rc = 0;
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+int ftc_create(const ftc_options_t *opts, ftc_ctx_t **out)
+{
+    *out = NULL;
+    ftc_ctx_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return FTC_ENOMEM;
+    ftc_options_t def = FTC_OPTIONS_INIT;
+    c->o = opts ? *opts : def;
+    if (c->o.timeout_ms <= 0)
+        c->o.timeout_ms = 60000;
+    c->fd = -1;
+    c->committed = -1;
+    c->failed_step = -1;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    *out = c; /* even on failure, so ftc_last_error works; ftc_destroy frees it */
+    const char *job = c->o.job ? c->o.job : getenv("FTC_JOB_ID");
+    snprintf(c->job, sizeof c->job, "%s", job && *job ? job : "ftc");
+    c->rank = (uint32_t)(c->o.rank >= 0 ? c->o.rank : ftc__env_int("FTC_RANK", "RANK", 0));
+    c->world = (uint32_t)(c->o.world > 0 ? c->o.world
+                                         : ftc__env_int("FTC_WORLD_SIZE", "WORLD_SIZE", 1));
+    c->tp = (uint32_t)(c->o.tp > 0 ? c->o.tp : ftc__env_int("FTC_TP", NULL, 1));
+    c->pp = (uint32_t)(c->o.pp > 0 ? c->o.pp : ftc__env_int("FTC_PP", NULL, 1));
+    c->dp = (uint32_t)(c->o.dp > 0 ? c->o.dp : ftc__env_int("FTC_DP", NULL, 0));
+    if (!c->tp || !c->pp || c->world % (c->tp * c->pp) || c->rank >= c->world)
+        return ftc_err_set(&c->err, FTC_ECONFIG,
+                           "rank %u of world %u does not fit tp=%u x pp=%u (check FTC_RANK, "
+                           "FTC_WORLD_SIZE, FTC_TP, FTC_PP)",
+                           c->rank, c->world, c->tp, c->pp);
+    if (!c->dp)
+        c->dp = c->world / (c->tp * c->pp);
+    /* rank = ((dp_rank * pp) + pp_rank) * tp + tp_rank (Megatron's order) */
+    c->tp_rank = c->rank % c->tp;
+    c->pp_rank = (c->rank / c->tp) % c->pp;
+    c->dp_rank = c->rank / (c->tp * c->pp);
+    const char *sock = c->o.agent ? c->o.agent : getenv("FTC_AGENT_SOCKET");
+    if (!sock || !*sock)
+        return ftc_err_set(&c->err, FTC_ENOENT,
+                           "no agent socket: set FTC_AGENT_SOCKET (ftc run and ftc agent print "
+                           "it) or pass options.agent");
+    snprintf(c->sock, sizeof c->sock, "%s", sock);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", c->sock);
+    c->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (c->fd < 0)
+        return ftc_err_errno(&c->err, errno, "socket");
+    if (connect(c->fd, (struct sockaddr *)&sa, sizeof sa) != 0)
+        return ftc_err_set(&c->err, FTC_ENOENT,
+                           "no agent answers at %s (%s): start `ftc agent` on this node first",
+                           c->sock, strerror(errno));
+    ftc_ap_msg_t m, rep;
+    ftc_ap_init(&m, FTC_AP_HELLO);
+    snprintf(m.job, sizeof m.job, "%s", c->job);
+    m.rank = c->rank;
+    m.world = c->world;
+    m.dp = c->dp, m.tp = c->tp, m.pp = c->pp;
+    m.dp_rank = c->dp_rank, m.tp_rank = c->tp_rank, m.pp_rank = c->pp_rank;
+    m.pid = (int32_t)getpid();
+    int rc = ftc__call(c, &m, FTC_AP_WELCOME, &rep);
+    if (rc)
+        return rc;
+    c->generation = rep.generation;
+    ftc_shard_info_t info;
+    memset(&info, 0, sizeof info);
+    snprintf(info.job_id, sizeof info.job_id, "%s", c->job);
+    info.generation = c->generation;
+    info.dp = c->dp, info.tp = c->tp, info.pp = c->pp;
+    info.dp_rank = c->dp_rank, info.tp_rank = c->tp_rank, info.pp_rank = c->pp_rank;
+    c->snap = ftc_snap_create(&info, c->o.threads, c->o.meta_capacity, &c->err);
+    if (!c->snap)
+        return c->err.code;
+    if (pthread_create(&c->tid, NULL, ftc__notifier, c) != 0)
+        return ftc_err_set(&c->err, FTC_ENOMEM, "cannot start the notifier thread");
+    c->tid_started = true;
+    return 0;
+}
+
+void ftc_destroy(ftc_ctx_t *c)
+{
+    if (!c)
+        return;
+    if (c->tid_started) {
+        pthread_mutex_lock(&c->mu);
+        c->stop = true;
+        pthread_cond_broadcast(&c->cv);
+        pthread_mutex_unlock(&c->mu);
+        pthread_join(c->tid, NULL);
+    }
+    if (c->fd >= 0) {
+        ftc_ap_msg_t m;
+        ftc_ap_init(&m, FTC_AP_BYE);
+        ftc_err_t err = {0};
+        ftc_ap_send(c->fd, &m, 1000, &err);
+        close(c->fd);
+    }
+    ftc_snap_destroy(c->snap);
+    for (int s = 0; s < 2; s++)
+        ftc_slot_close(&c->slot[s]);
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+    free(c);
+}
+
+const char *ftc_last_error(const ftc_ctx_t *c)
+{
+    return c ? ftc_err_str(&c->err) : "no context";
+}
+
+int ftc_register(ftc_ctx_t *c, const char *name, int dtype, int ndim, const int64_t *shape,
+                 void *data, int device)
+{
+    if (!c->snap)
+        return ftc_err_set(&c->err, FTC_EINVAL, "ftc_register: the context is not connected");
+    if (c->slots_ready)
+        return ftc_err_set(&c->err, FTC_EINVAL,
+                           "tensor '%s': register every tensor before the first checkpoint or "
+                           "restore",
+                           name ? name : "");
+    if (ndim < 0 || ndim > FTC_SHARD_MAX_DIMS)
+        return ftc_err_set(&c->err, FTC_EINVAL, "tensor '%s': ndim %d (0..%d)", name ? name : "",
+                           ndim, FTC_SHARD_MAX_DIMS);
+    uint64_t sh[FTC_SHARD_MAX_DIMS];
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0)
+            return ftc_err_set(&c->err, FTC_EINVAL, "tensor '%s': dimension %d is negative",
+                               name ? name : "", i);
+        sh[i] = (uint64_t)shape[i];
+    }
+    return ftc_snap_add(c->snap, name, dtype, (uint32_t)ndim, sh, data,
+                        device == FTC_HOST ? FTC_SNAP_HOST : device, &c->err);
+}
+
+/* Asks the agent for the two slots (once) and maps them. */
+static int ftc__slots(ftc_ctx_t *c)
+{
+    if (c->slots_ready)
+        return 0;
+    if (!c->snap)
+        return ftc_err_set(&c->err, FTC_EINVAL, "the context is not connected");
+    uint64_t size = ftc_snap_size(c->snap);
+    if (!size)
+        return ftc_err_set(&c->err, FTC_EINVAL, "no tensors registered");
+    ftc_ap_msg_t m, rep;
+    ftc_ap_init(&m, FTC_AP_SLOTS);
+    m.size = size;
+    int rc = ftc__call(c, &m, FTC_AP_SLOTS_OK, &rep);
+    if (rc)
+        return rc;
+    for (int s = 0; s < 2; s++) {
+        rc = ftc_slot_open(rep.name[s], true, &c->slot[s], &c->err);
+        if (rc)
+            return rc;
+        if (c->slot[s].size != size)
+            return ftc_err_set(&c->err, FTC_EPROTO, "slot %s has %llu bytes, expected %llu",
+                               rep.name[s], (unsigned long long)c->slot[s].size,
+                               (unsigned long long)size);
+    }
+    c->size = size;
+    c->slots_ready = true;
+    return 0;
+}
+
+int ftc_checkpoint(ftc_ctx_t *c, int64_t step, const void *meta, size_t meta_len)
+{
+    if (step < 0)
+        return ftc_err_set(&c->err, FTC_EINVAL, "ftc_checkpoint: step %lld < 0", (long long)step);
+    int rc = ftc__slots(c);
+    if (rc)
+        return rc;
+    rc = ftc_snap_wait_copy(c->snap, ftc_deadline_in_ms((uint64_t)c->o.timeout_ms), &c->err);
+    if (rc)
+        return rc;
+    rc = ftc__wait_announced(c);
+    if (rc)
+        return ftc_err_set(&c->err, rc, "the previous checkpoint could not be handed to the agent");
+    ftc_ap_msg_t m, rep;
+    ftc_ap_init(&m, FTC_AP_BEGIN);
+    m.step = (uint64_t)step;
+    rc = ftc__call(c, &m, FTC_AP_BEGIN_OK, &rep);
+    if (rc)
+        return rc;
+    if (rep.type == FTC_AP_SKIP)
+        return ftc_err_set(&c->err, FTC_EAGAIN, "%s", rep.text);
+    int s = (int)rep.slot;
+    /* a fresh slot (or one holding another layout): write the head once */
+    ftc_shard_view_t v;
+    ftc_err_t e = {0};
+    if (ftc_shard_peek_size(c->slot[s].base, c->slot[s].size, &v.size, &e) != 0 ||
+        v.size != c->size) {
+        rc = ftc_snap_format(c->snap, c->slot[s].base, &c->err);
+        if (rc)
+            return rc;
+    }
+    if (meta_len > UINT32_MAX)
+        return ftc_err_set(&c->err, FTC_ERANGE, "metadata of %zu bytes", meta_len);
+    rc = ftc_snap_begin(c->snap, c->slot[s].base, (uint64_t)step, c->generation, meta,
+                        (uint32_t)meta_len, &c->err);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&c->mu);
+    c->pending = true;
+    c->pending_slot = s;
+    c->pending_step = (uint64_t)step;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    return 0;
+}
+
+int ftc_wait_snapshot(ftc_ctx_t *c)
+{
+    if (!c->snap)
+        return ftc_err_set(&c->err, FTC_EINVAL, "the context is not connected");
+    return ftc_snap_wait_copy(c->snap, ftc_deadline_in_ms((uint64_t)c->o.timeout_ms), &c->err);
+}
+
+int ftc_wait_committed(ftc_ctx_t *c, int64_t step)
+{
+    int rc = ftc__wait_announced(c);
+    if (rc)
+        return rc;
+    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)c->o.timeout_ms);
+    while (c->committed < step) {
+        if (c->failed_step == step)
+            return ftc_err_set(&c->err, FTC_EIO, "%s", c->failed_why);
+        int ms = ftc_deadline_remaining_ms(d);
+        if (ms <= 0)
+            return ftc_err_set(&c->err, FTC_ETIMEDOUT, "step %lld not committed within %d ms",
+                               (long long)step, c->o.timeout_ms);
+        ftc_ap_msg_t rep;
+        rc = ftc_ap_recv(c->fd, &rep, ms, &c->err);
+        if (rc == FTC_ETIMEDOUT)
+            continue;
+        if (rc)
+            return rc;
+        if (rep.type == FTC_AP_COMMITTED && (int64_t)rep.step > c->committed)
+            c->committed = (int64_t)rep.step;
+        else if (rep.type == FTC_AP_NOT_COMMITTED) {
+            c->failed_step = (int64_t)rep.step;
+            snprintf(c->failed_why, sizeof c->failed_why, "%s", rep.text);
+        }
+    }
+    return 0;
+}
+
+int ftc_restore(ftc_ctx_t *c, int64_t *step, void *meta, size_t *meta_len)
+{
+    int rc = ftc__slots(c);
+    if (rc)
+        return rc;
+    ftc_ap_msg_t m, rep;
+    ftc_ap_init(&m, FTC_AP_RESTORE);
+    rc = ftc__call(c, &m, FTC_AP_RESTORE_OK, &rep);
+    if (rc)
+        return rc;
+    uint64_t st;
+    uint32_t ml = meta_len ? (uint32_t)(*meta_len > UINT32_MAX ? UINT32_MAX : *meta_len) : 0;
+    rc = ftc_snap_restore(c->snap, c->slot[rep.slot].base, c->size, &st, meta,
+                          meta_len ? &ml : NULL, &c->err);
+    if (rc)
+        return rc;
+    if (meta_len)
+        *meta_len = ml;
+    *step = (int64_t)st;
+    if ((int64_t)st > c->committed)
+        c->committed = (int64_t)st;
+    return 0;
+}

@@ -1,0 +1,145 @@
+/*
+ * cmd_agent.c — `ftc agent`: runs one node's agent (ckpt/agent.c) until
+ * SIGINT/SIGTERM. It prints the socket its ranks connect to as
+ * FTC_AGENT_SOCKET=PATH. Without --redis, node 0 starts the job's embedded
+ * Redis and the other nodes find it through the job directory.
+ */
+#include "ckpt/agent.h"
+#include "cli/cli.h"
+#include "core/log.h"
+#include "detect/redis_server.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char ftc__agent_help[] =
+    "usage: ftc agent --nodes N [--index I] [--ranks-per-node R] [--redundancy K|xor:G|rs:G+M]\n"
+    "                 [--persist-dir DIR] [--persist-every M] [--node-id ID] [--domain LABEL]\n"
+    "                 [--redis URL] [--job ID] [--job-dir DIR]\n"
+    "\n"
+    "Runs this node's agent: it keeps its ranks' checkpoints in shared memory (slots\n"
+    "that outlive a crashed rank), replicates each one to K peer agents over\n"
+    "libfabric, records commits in Redis, persists every M commits, and serves\n"
+    "restores from local memory, a peer's replica or the persist tier.\n"
+    "Ranks find it through FTC_AGENT_SOCKET, printed at start.\n"
+    "\n"
+    "Options:\n"
+    "  --nodes N              agents in the job\n"
+    "  --index I              this node's index (default: FTC_NODE_RANK, NODE_RANK, 0)\n"
+    "  --ranks-per-node R     local ranks (default 1); world = N x R\n"
+    "  --node-id ID           name in status and events (default node<I>)\n"
+    "  --domain LABEL         failure domain: replicas avoid nodes with the same label\n"
+    "  --persist-every M      persist every M commits (default: the persist.every setting)\n"
+    "Settings used: redundancy, checkpoint.busy, fabric.provider, agent.timeout_ms,\n"
+    "persist.* (persist.dir enables the persist tier), redis.url, job.id, job.dir.\n";
+
+static volatile sig_atomic_t ftc__agent_stop;
+
+static void ftc__agent_sig(int sig)
+{
+    (void)sig;
+    ftc__agent_stop = 1;
+}
+
+static uint64_t ftc__env_u64(const char *a, const char *b, uint64_t def)
+{
+    const char *v = getenv(a);
+    if (!v && b)
+        v = getenv(b);
+    return v && *v ? strtoull(v, NULL, 10) : def;
+}
+
+static int ftc__agent_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
+{
+    uint64_t nodes = 0, index = ftc__env_u64("FTC_NODE_RANK", "NODE_RANK", 0), rpn = 1,
+             every = 0;
+    const char *node_id = "", *domain = "";
+    bool every_set = false;
+    const ftc_cli_opt_t opts[] = {{"--nodes", FTC_OPT_U64, &nodes, NULL},
+                                  {"--index", FTC_OPT_U64, &index, NULL},
+                                  {"--ranks-per-node", FTC_OPT_U64, &rpn, NULL},
+                                  {"--node-id", FTC_OPT_STR, &node_id, NULL},
+                                  {"--domain", FTC_OPT_STR, &domain, NULL},
+                                  {"--persist-every", FTC_OPT_U64, &every, &every_set}};
+    ftc_cli_args_t a;
+    int ec = ftc_cli_parse(cmd, argc, argv, opts, 6, 0, 0, &a);
+    if (ec != FTC_CLI_CONTINUE)
+        return ec;
+    ftc_err_t err = {0};
+    ftc_agent_options_t o;
+    memset(&o, 0, sizeof o);
+    o.struct_size = sizeof o;
+    o.version = 1;
+    if (nodes < 1 || nodes > 4096 || index >= nodes || rpn < 1 || rpn > 64) {
+        ec = ftc_cli_usage_error(cmd, "--nodes must be 1..4096, --index below it, "
+                                      "--ranks-per-node 1..64");
+        goto out;
+    }
+    if (ftc_redundancy_parse(ftc_config_str(a.cfg, FTC_CFG_REDUNDANCY), &o.redundancy, &err)) {
+        ec = ftc_cli_usage_error(cmd, "%s", err.msg);
+        goto out;
+    }
+    const char *busy = ftc_config_str(a.cfg, FTC_CFG_CKPT_BUSY);
+    if (strcmp(busy, "wait") && strcmp(busy, "skip")) {
+        ec = ftc_cli_usage_error(cmd, "checkpoint.busy is '%s': use wait or skip", busy);
+        goto out;
+    }
+    char dir[4096];
+    ftc_job_dir(a.cfg, dir, sizeof dir);
+    ftc_redis_server_t *srv = NULL;
+    ec = FTC_EXIT_FAIL;
+    /* node 0 may start the embedded Redis; the others wait for its address */
+    int rc = ftc_redis_resolve(a.cfg, index == 0, &o.redis, &srv, &err);
+    for (int i = 0; rc == FTC_ENOENT && index > 0 && i < 200; i++) {
+        ftc_sleep_ms(50);
+        rc = ftc_redis_resolve(a.cfg, false, &o.redis, &srv, &err);
+    }
+    if (rc) {
+        ftc_cli_fail(cmd, "%s", ftc_err_str(&err));
+        goto out;
+    }
+    o.job = ftc_config_str(a.cfg, FTC_CFG_JOB_ID);
+    o.dir = dir;
+    o.index = (uint32_t)index;
+    o.nodes = (uint32_t)nodes;
+    o.ranks_per_node = (uint32_t)rpn;
+    o.node_id = node_id;
+    o.domain = domain;
+    o.provider = ftc_config_str(a.cfg, FTC_CFG_FABRIC_PROVIDER)[0]
+                     ? ftc_config_str(a.cfg, FTC_CFG_FABRIC_PROVIDER)
+                     : NULL;
+    o.busy_policy = strcmp(busy, "skip") ? FTC_BUSY_WAIT : FTC_BUSY_SKIP;
+    o.persist_dir = ftc_config_str(a.cfg, FTC_CFG_PERSIST_DIR);
+    o.persist_every = every_set ? (int)every : (int)ftc_config_int(a.cfg, FTC_CFG_PERSIST_EVERY);
+    ftc_persist_options_t po = FTC_PERSIST_OPTIONS_INIT;
+    ftc_persist_options_from_config(&po, a.cfg);
+    po.fault = &a.fault;
+    o.persist = po;
+    o.timeout_ms = (int)ftc_config_int(a.cfg, FTC_CFG_AGENT_TIMEOUT);
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "agent%llu", (unsigned long long)index);
+    ftc_log_configure(ftc_log_level(), prefix);
+    signal(SIGINT, ftc__agent_sig);
+    signal(SIGTERM, ftc__agent_sig);
+    signal(SIGPIPE, SIG_IGN);
+    ftc_agent_t *ag = ftc_agent_start(&o, &err);
+    if (!ag) {
+        ftc_cli_fail(cmd, "%s", ftc_err_str(&err));
+        ftc_redis_server_stop(srv);
+        goto out;
+    }
+    printf("FTC_AGENT_SOCKET=%s\n", ftc_agent_socket(ag));
+    fflush(stdout);
+    rc = ftc_agent_run(ag, &ftc__agent_stop);
+    ftc_agent_stop(ag);
+    ftc_redis_server_stop(srv);
+    ec = rc ? FTC_EXIT_FAIL : FTC_EXIT_OK;
+out:
+    ftc_cli_args_free(&a);
+    return ec;
+}
+
+const ftc_cli_cmd_t ftc_cli_cmd_agent = {"agent", "run this node's checkpoint agent",
+                                         ftc__agent_help, ftc__agent_run};

@@ -1,0 +1,130 @@
+/*
+ * rank_main.c — a rank process for the agent tests, linked with libftc like
+ * a real trainer: it registers two fp32 tensors and an int64 scalar whose
+ * values at step s are a pure function of (seed, rank, s), checkpoints every
+ * step through include/ftc.h, and can restore at start and check that the
+ * restored state is exactly the one of the restored step.
+ *
+ * usage: rank_main --steps N [--restore] [--floats F] [--step-ms MS]
+ *                  [--die-after S] [--seed X]
+ * Prints "RESTORED s OK" / "RESTORED s BAD" / "RESTORE NONE: why",
+ * "COMMITTED s", and "ERROR: why". Identity comes from FTC_* variables.
+ */
+#include "ftc.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static float value(uint64_t seed, int rank, int64_t step, uint64_t i)
+{
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull ^ (uint64_t)rank << 40 ^ (uint64_t)step << 20 ^ i;
+    x ^= x >> 33, x *= 0xff51afd7ed558ccdull, x ^= x >> 33;
+    return (float)(x % 100000) / 1000.0f - 50.0f;
+}
+
+static void fill(float *w, float *m, int64_t *sc, uint64_t n, uint64_t seed, int rank, int64_t s)
+{
+    for (uint64_t i = 0; i < n; i++) {
+        w[i] = value(seed, rank, s, i);
+        m[i] = value(seed + 1, rank, s, i);
+    }
+    *sc = s * 1000 + rank;
+}
+
+int main(int argc, char **argv)
+{
+    int64_t steps = 5, die_after = -1;
+    uint64_t floats = 1 << 16, seed = 7;
+    int step_ms = 0;
+    int restore = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--steps") && i + 1 < argc)
+            steps = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--restore"))
+            restore = 1;
+        else if (!strcmp(argv[i], "--floats") && i + 1 < argc)
+            floats = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--step-ms") && i + 1 < argc)
+            step_ms = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--die-after") && i + 1 < argc)
+            die_after = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
+            seed = strtoull(argv[++i], NULL, 10);
+        else {
+            fprintf(stderr, "rank_main: unknown argument %s\n", argv[i]);
+            return 2;
+        }
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    ftc_ctx_t *ctx;
+    if (ftc_create(NULL, &ctx) != 0) {
+        printf("ERROR: %s\n", ftc_last_error(ctx));
+        ftc_destroy(ctx);
+        return 1;
+    }
+    int rank = atoi(getenv("FTC_RANK") ? getenv("FTC_RANK") : "0");
+    float *w = calloc(floats, 4), *m = calloc(floats, 4);
+    int64_t sc = 0;
+    int64_t shape[1] = {(int64_t)floats};
+    if (ftc_register(ctx, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST) ||
+        ftc_register(ctx, "optim.m", FTC_DTYPE_F32, 1, shape, m, FTC_HOST) ||
+        ftc_register(ctx, "step", FTC_DTYPE_I64, 0, NULL, &sc, FTC_HOST)) {
+        printf("ERROR: %s\n", ftc_last_error(ctx));
+        ftc_destroy(ctx);
+        return 1;
+    }
+    int64_t start = 0;
+    if (restore) {
+        int64_t got;
+        uint64_t cursor = 0;
+        size_t ml = sizeof cursor;
+        int rc = ftc_restore(ctx, &got, &cursor, &ml);
+        if (rc) {
+            printf("RESTORE NONE: %s\n", ftc_last_error(ctx));
+        } else {
+            float *ew = calloc(floats, 4), *em = calloc(floats, 4);
+            int64_t es;
+            fill(ew, em, &es, floats, seed, rank, got);
+            int ok = !memcmp(ew, w, floats * 4) && !memcmp(em, m, floats * 4) && es == sc &&
+                     ml == sizeof cursor && cursor == (uint64_t)got * 10;
+            printf("RESTORED %lld %s\n", (long long)got, ok ? "OK" : "BAD");
+            free(ew);
+            free(em);
+            start = got + 1;
+        }
+    }
+    for (int64_t s = start; s < steps; s++) {
+        fill(w, m, &sc, floats, seed, rank, s);
+        uint64_t cursor = (uint64_t)s * 10;
+        int rc = ftc_checkpoint(ctx, s, &cursor, sizeof cursor);
+        if (rc && rc != FTC_EAGAIN) {
+            printf("ERROR: checkpoint %lld: %s\n", (long long)s, ftc_last_error(ctx));
+            break;
+        }
+        if (ftc_wait_snapshot(ctx)) {
+            printf("ERROR: wait %lld: %s\n", (long long)s, ftc_last_error(ctx));
+            break;
+        }
+        if (step_ms)
+            usleep((useconds_t)step_ms * 1000);
+        if (s == die_after) {
+            ftc_wait_committed(ctx, s);
+            printf("COMMITTED %lld\n", (long long)s);
+            raise(SIGKILL); /* a crash: no cleanup, no BYE */
+        }
+    }
+    if (steps > start) {
+        if (ftc_wait_committed(ctx, steps - 1) == 0)
+            printf("COMMITTED %lld\n", (long long)(steps - 1));
+        else
+            printf("ERROR: commit: %s\n", ftc_last_error(ctx));
+    }
+    ftc_destroy(ctx);
+    free(w);
+    free(m);
+    return 0;
+}

@@ -1,0 +1,364 @@
+/*
+ * test_agent.c — `ftc agent` and libftc end to end, with a real Redis, real
+ * agent processes talking libfabric (tcp;ofi_rxm on loopback), real rank
+ * processes and real SIGKILLs:
+ *   - replicate then restore (from the node's own slots);
+ *   - a rank killed with SIGKILL restores from its node's shm;
+ *   - an agent killed with SIGKILL and its node's shm wiped (node loss):
+ *     its rank restores from a peer's replica;
+ *   - k = 2: two nodes lost at once, both ranks restore from the third;
+ *   - a corrupted replica is detected and another source is used;
+ *   - with no replicas and no shm left, the persist tier restores;
+ *   - nothing committed: a clear "nothing committed" error.
+ */
+#include "ftc_test.h"
+
+#include "core/fsio.h"
+#include "detect/redis_fixture.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#define MAXN 4
+
+typedef struct env {
+    redis_fixture_t *f;
+    char job[64];
+    char jobdir[PATH_MAX];
+    char persist[PATH_MAX];
+    char url[512];
+    pid_t agent[MAXN];
+    int nodes;
+    char redundancy[16];
+    int persist_every;
+} env_t;
+
+static const char *bindir(void)
+{
+    const char *b = getenv("FTC_BINARY_DIR");
+    return b ? b : ".";
+}
+
+static void read_url(env_t *e)
+{
+    uint8_t *buf;
+    size_t len;
+    ftc_err_t err = {0};
+    assert_int_equal(ftc_fs_read_file(ftc_redis_server_url_file(e->f->srv), 4096, &buf, &len, &err), 0);
+    buf[strcspn((char *)buf, "\n")] = 0;
+    snprintf(e->url, sizeof e->url, "%s", (char *)buf);
+    free(buf);
+}
+
+static void start_agent(env_t *e, int i)
+{
+    char sock[PATH_MAX + 32], out[PATH_MAX + 32];
+    snprintf(sock, sizeof sock, "%s/agent.%d.sock", e->jobdir, i);
+    snprintf(out, sizeof out, "%s/agent%d.log", e->jobdir, i);
+    unlink(sock);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        FILE *o = freopen(out, "a", stdout);
+        FILE *er = freopen(out, "a", stderr);
+        (void)o, (void)er;
+        char bin[PATH_MAX], nodes[16], idx[16], every[16];
+        snprintf(bin, sizeof bin, "%s/cli/ftc", bindir());
+        snprintf(nodes, sizeof nodes, "%d", e->nodes);
+        snprintf(idx, sizeof idx, "%d", i);
+        snprintf(every, sizeof every, "%d", e->persist_every);
+        setenv("FTC_REDIS_URL", e->url, 1);
+        setenv("FI_PROVIDER", "tcp;ofi_rxm", 1);
+        execl(bin, bin, "agent", "--nodes", nodes, "--index", idx, "--job", e->job, "--job-dir",
+              e->jobdir, "--redundancy", e->redundancy, "--persist-dir", e->persist,
+              "--persist-every", every, "--agent-timeout-ms", "8000", (char *)NULL);
+        _exit(127);
+    }
+    e->agent[i] = pid;
+    ftc_deadline_t d = ftc_deadline_in_ms(20000);
+    struct stat st;
+    while (stat(sock, &st) != 0) {
+        int s;
+        if (waitpid(pid, &s, WNOHANG) == pid)
+            fail_msg("agent %d exited at start (see %s)", i, out);
+        if (ftc_deadline_expired(d))
+            fail_msg("agent %d did not open its socket", i);
+        ftc_sleep_ms(20);
+    }
+}
+
+static void kill_agent(env_t *e, int i)
+{
+    if (e->agent[i] <= 0)
+        return;
+    kill(e->agent[i], SIGKILL);
+    int st;
+    waitpid(e->agent[i], &st, 0);
+    e->agent[i] = 0;
+}
+
+/* A node's memory is gone: its rank slots and the replicas it held. */
+static void wipe_node_shm(env_t *e, int i)
+{
+    char prefix[128];
+    snprintf(prefix, sizeof prefix, "ftc.%s.n%d.", e->job, i);
+    DIR *d = opendir("/dev/shm");
+    assert_non_null(d);
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (!strncmp(de->d_name, prefix, strlen(prefix))) {
+            char p[PATH_MAX];
+            snprintf(p, sizeof p, "/dev/shm/%s", de->d_name);
+            unlink(p);
+        }
+    }
+    closedir(d);
+}
+
+/* Flips a byte in the middle of every shm object whose name starts with prefix. */
+static int corrupt_shm(const char *prefix)
+{
+    int n = 0;
+    DIR *d = opendir("/dev/shm");
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (strncmp(de->d_name, prefix, strlen(prefix)))
+            continue;
+        char p[PATH_MAX];
+        snprintf(p, sizeof p, "/dev/shm/%s", de->d_name);
+        int fd = open(p, O_RDWR);
+        struct stat st;
+        if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size > 0) {
+            off_t off = st.st_size / 2;
+            uint8_t b;
+            if (pread(fd, &b, 1, off) == 1) {
+                b ^= 0x40;
+                if (pwrite(fd, &b, 1, off) == 1)
+                    n++;
+            }
+        }
+        if (fd >= 0)
+            close(fd);
+    }
+    closedir(d);
+    return n;
+}
+
+static pid_t start_rank(env_t *e, int rank, int world, const char *out, const char *a1,
+                        const char *a2, const char *a3, const char *a4)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        FILE *o = freopen(out, "w", stdout);
+        (void)o;
+        char bin[PATH_MAX], sock[PATH_MAX + 32], r[16], w[16];
+        snprintf(bin, sizeof bin, "%s/tests/ckpt/rank_main", bindir());
+        snprintf(sock, sizeof sock, "%s/agent.%d.sock", e->jobdir, rank); /* one rank per node */
+        snprintf(r, sizeof r, "%d", rank);
+        snprintf(w, sizeof w, "%d", world);
+        setenv("FTC_AGENT_SOCKET", sock, 1);
+        setenv("FTC_RANK", r, 1);
+        setenv("FTC_WORLD_SIZE", w, 1);
+        setenv("FTC_JOB_ID", e->job, 1);
+        execl(bin, bin, a1, a2, a3, a4, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+static void wait_rank(pid_t pid, int timeout_ms)
+{
+    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)timeout_ms);
+    int st;
+    while (waitpid(pid, &st, WNOHANG) != pid) {
+        if (ftc_deadline_expired(d)) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            fail_msg("rank pid %d did not finish in %d ms", (int)pid, timeout_ms);
+        }
+        ftc_sleep_ms(10);
+    }
+}
+
+static bool said(const char *file, const char *what)
+{
+    uint8_t *buf;
+    size_t len;
+    ftc_err_t err = {0};
+    if (ftc_fs_read_file(file, 1 << 20, &buf, &len, &err))
+        return false;
+    bool y = strstr((char *)buf, what) != NULL;
+    if (!y)
+        print_message("%s says:\n%s\n", file, (char *)buf);
+    free(buf);
+    return y;
+}
+
+/* Runs all `nodes` ranks for `steps` steps (each on its own node). */
+static void run_all(env_t *e, const char *steps)
+{
+    pid_t p[MAXN];
+    char out[MAXN][PATH_MAX + 32];
+    for (int r = 0; r < e->nodes; r++) {
+        snprintf(out[r], sizeof out[r], "%s/rank%d.run.out", e->jobdir, r);
+        p[r] = start_rank(e, r, e->nodes, out[r], "--steps", steps, "--floats", "65536");
+    }
+    char want[32];
+    snprintf(want, sizeof want, "COMMITTED %d", atoi(steps) - 1);
+    for (int r = 0; r < e->nodes; r++) {
+        wait_rank(p[r], 60000);
+        assert_true(said(out[r], want));
+    }
+}
+
+static void restore_rank(env_t *e, int r, const char *expect)
+{
+    char out[PATH_MAX + 32];
+    snprintf(out, sizeof out, "%s/rank%d.restore.out", e->jobdir, r);
+    /* steps 0: restore only */
+    pid_t p = start_rank(e, r, e->nodes, out, "--restore", "--steps", "0", NULL);
+    wait_rank(p, 60000);
+    assert_true(said(out, expect));
+}
+
+static env_t *setup_env(redis_fixture_t *f, int nodes, const char *red, int persist_every)
+{
+    env_t *e = calloc(1, sizeof *e);
+    e->f = f;
+    e->nodes = nodes;
+    snprintf(e->job, sizeof e->job, "agt%d", (int)getpid() % 100000);
+    snprintf(e->jobdir, sizeof e->jobdir, "%s/job", f->dir);
+    snprintf(e->persist, sizeof e->persist, "%s/persist", f->dir);
+    snprintf(e->redundancy, sizeof e->redundancy, "%s", red);
+    e->persist_every = persist_every;
+    mkdir(e->jobdir, 0700);
+    read_url(e);
+    for (int i = 0; i < nodes; i++)
+        start_agent(e, i);
+    return e;
+}
+
+static void teardown_env(env_t *e)
+{
+    for (int i = 0; i < e->nodes; i++) {
+        kill_agent(e, i);
+        wipe_node_shm(e, i);
+    }
+    free(e);
+}
+
+static void test_replicate_kill_rank_lose_node(void **state)
+{
+    env_t *e = setup_env(*state, 3, "1", 1000);
+    run_all(e, "4");
+    /* restart of a rank: its node's slots */
+    restore_rank(e, 1, "RESTORED 3 OK");
+    /* a rank killed with SIGKILL mid-run restores from its node's shm */
+    char out[PATH_MAX + 32];
+    snprintf(out, sizeof out, "%s/rank0.die.out", e->jobdir);
+    pid_t p0 = start_rank(e, 0, 3, out, "--restore", "--steps", "100", NULL);
+    /* the others must report too for a step to commit: run them alongside */
+    char o1[PATH_MAX + 32], o2[PATH_MAX + 32];
+    snprintf(o1, sizeof o1, "%s/rank1.more.out", e->jobdir);
+    snprintf(o2, sizeof o2, "%s/rank2.more.out", e->jobdir);
+    pid_t p1 = start_rank(e, 1, 3, o1, "--restore", "--steps", "7", NULL);
+    pid_t p2 = start_rank(e, 2, 3, o2, "--restore", "--steps", "7", NULL);
+    wait_rank(p1, 60000);
+    wait_rank(p2, 60000);
+    assert_true(said(o1, "COMMITTED 6"));
+    kill(p0, SIGKILL); /* rank 0 dies while it is still checkpointing */
+    wait_rank(p0, 10000);
+    restore_rank(e, 0, "RESTORED 6 OK");
+    /* node loss: agent 0 killed and its shared memory gone */
+    kill_agent(e, 0);
+    wipe_node_shm(e, 0);
+    start_agent(e, 0);
+    restore_rank(e, 0, "RESTORED 6 OK");
+    assert_true(said(e->jobdir[0] ? "/dev/null" : "", "") || true);
+    teardown_env(e);
+}
+
+static void test_two_concurrent_losses_k2(void **state)
+{
+    env_t *e = setup_env(*state, 3, "2", 1000);
+    run_all(e, "3");
+    kill_agent(e, 0);
+    kill_agent(e, 1);
+    wipe_node_shm(e, 0);
+    wipe_node_shm(e, 1);
+    start_agent(e, 0);
+    start_agent(e, 1);
+    restore_rank(e, 0, "RESTORED 2 OK");
+    restore_rank(e, 1, "RESTORED 2 OK");
+    teardown_env(e);
+}
+
+static void test_corrupt_replica_other_source(void **state)
+{
+    env_t *e = setup_env(*state, 3, "2", 1000);
+    run_all(e, "3");
+    /* node 1's replicas of rank 0 get a flipped byte; node 2's stay good */
+    char prefix[128];
+    snprintf(prefix, sizeof prefix, "ftc.%s.n1.p0.", e->job);
+    assert_true(corrupt_shm(prefix) >= 1);
+    kill_agent(e, 0);
+    wipe_node_shm(e, 0);
+    start_agent(e, 0);
+    restore_rank(e, 0, "RESTORED 2 OK");
+    teardown_env(e);
+}
+
+/* Waits until node's persist directory has step committed. */
+static void wait_persisted(env_t *e, int node, int step)
+{
+    char marker[PATH_MAX + 64];
+    snprintf(marker, sizeof marker, "%s/node%d/v%020d/COMMITTED", e->persist, node, step);
+    ftc_deadline_t d = ftc_deadline_in_ms(20000);
+    struct stat st;
+    while (stat(marker, &st) != 0) {
+        if (ftc_deadline_expired(d))
+            fail_msg("%s never appeared", marker);
+        ftc_sleep_ms(20);
+    }
+}
+
+static void test_persist_tier_last_resort(void **state)
+{
+    env_t *e = setup_env(*state, 2, "0", 1);
+    run_all(e, "3");
+    wait_persisted(e, 0, 2);
+    wait_persisted(e, 1, 2);
+    for (int i = 0; i < 2; i++) {
+        kill_agent(e, i);
+        wipe_node_shm(e, i);
+    }
+    for (int i = 0; i < 2; i++)
+        start_agent(e, i);
+    restore_rank(e, 0, "RESTORED 2 OK");
+    restore_rank(e, 1, "RESTORED 2 OK");
+    teardown_env(e);
+}
+
+static void test_nothing_committed(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 1000);
+    restore_rank(e, 0, "RESTORE NONE: agent: nothing committed");
+    teardown_env(e);
+}
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        T(test_nothing_committed),
+        T(test_replicate_kill_rank_lose_node),
+        T(test_two_concurrent_losses_k2),
+        T(test_corrupt_replica_other_source),
+        T(test_persist_tier_last_resort),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
