@@ -94,6 +94,9 @@ typedef struct ftc__rank {
     uint64_t sealed_ns[2];  /* when SEALED arrived (placement waits for peers until the timeout) */
     bool begin_waiting;     /* BUSY_WAIT: a BEGIN is parked */
     uint64_t begin_step;
+    uint64_t begin_since_ns; /* when it was parked: after the timeout the oldest
+                                uncommitted version is abandoned (another rank's
+                                replication of that step failed, it never commits) */
     bool restoring;         /* a RESTORE is being worked on */
     uint64_t restore_step;
 } ftc__rank_t;
@@ -700,6 +703,30 @@ static void ftc__poll_commits(ftc_agent_t *a)
                     ftc__try_push(a, &a->ranks[i], s);
                 }
             }
+    for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++) {
+        ftc__rank_t *r = &a->ranks[i];
+        if (!r->used || !r->begin_waiting || r->fd < 0 ||
+            ftc_now_ns() - r->begin_since_ns < (uint64_t)a->o.timeout_ms * 1000000ull)
+            continue;
+        int keep = ftc__newest_committed(r), victim = -1;
+        for (int s = 0; s < 2; s++)
+            if (s != keep && r->st[s] == SL_SEALED && r->acked[s] &&
+                (victim < 0 || r->step[s] < r->step[victim]))
+                victim = s;
+        if (victim < 0)
+            continue;
+        FTC_WARN("agent", "rank %u: step %" PRIu64 " was not committed within %d ms (another "
+                          "rank's copy of it failed?); its slot is reused for step %" PRIu64,
+                 r->rank, r->step[victim], a->o.timeout_ms, r->begin_step);
+        ftc_ctl_event_t e = {.kind = "checkpoint_abandoned", .node = a->node_id,
+                             .rank = (int)r->rank, .generation = a->generation,
+                             .step = (int64_t)r->step[victim],
+                             .detail = "not committed within the agent timeout"};
+        ftc_ctl_event(a->ctl, &e);
+        r->st[victim] = SL_EMPTY;
+        r->begin_waiting = false;
+        ftc__send_begin_ok(r, victim, r->begin_step);
+    }
     if (waiting_peers && ftc_now_ns() - a->last_peers_ns > 100000000ull) {
         a->last_peers_ns = ftc_now_ns();
         ftc__refresh_peers(a);
@@ -855,6 +882,7 @@ static void ftc__on_begin(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
     if (a->o.busy_policy == FTC_BUSY_WAIT) {
         r->begin_waiting = true;
         r->begin_step = m->step;
+        r->begin_since_ns = ftc_now_ns();
         return; /* answered when the in-flight version commits */
     }
     ftc_ap_msg_t sk;
@@ -911,8 +939,10 @@ static void ftc__try_push(ftc_agent_t *a, ftc__rank_t *r, int s)
         return;
     }
     int o = 1 - s;
-    if (r->st[o] == SL_SEALED && r->pushed[o] && !r->acked[o] && r->step[o] < r->step[s])
+    if (r->st[o] == SL_SEALED && !r->acked[o] && r->step[o] < r->step[s])
         return; /* one push per rank at a time, in step order: retried when it ends */
+    if (r->st[o] == SL_SEALED && r->pushed[o] && !r->acked[o])
+        return; /* (a newer step already in flight: this older one waits its turn) */
     uint32_t peers[FTC_REPL_MAX_PEERS];
     int np = ftc__placement(a, peers, k);
     if (np < k) {

@@ -276,7 +276,6 @@ static void test_replicate_kill_rank_lose_node(void **state)
     wipe_node_shm(e, 0);
     start_agent(e, 0);
     restore_rank(e, 0, "RESTORED 6 OK");
-    assert_true(said(e->jobdir[0] ? "/dev/null" : "", "") || true);
     teardown_env(e);
 }
 
