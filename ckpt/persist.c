@@ -385,7 +385,10 @@ void ftc_persist_options_from_config(ftc_persist_options_t *opts, const ftc_conf
     opts->level = (int)ftc_config_int(cfg, FTC_CFG_PERSIST_LEVEL);
     opts->threads = (int)ftc_config_int(cfg, FTC_CFG_PERSIST_THREADS);
     opts->chunk_bytes = (uint64_t)ftc_config_int(cfg, FTC_CFG_PERSIST_CHUNK);
-    opts->shuffle = ftc_config_bool(cfg, FTC_CFG_PERSIST_SHUFFLE);
+    const char *f = ftc_config_str(cfg, FTC_CFG_PERSIST_SHUFFLE); /* none, byte or bit */
+    opts->shuffle = !strcmp(f, "bit")    ? FTC_ZSHARD_FILTER_BIT
+                    : !strcmp(f, "byte") ? FTC_ZSHARD_FILTER_BYTE
+                                         : FTC_ZSHARD_FILTER_NONE;
     opts->delta = ftc_config_bool(cfg, FTC_CFG_PERSIST_DELTA);
     opts->full_every = (int)ftc_config_int(cfg, FTC_CFG_PERSIST_FULL_EVERY);
     opts->keep = (int)ftc_config_int(cfg, FTC_CFG_PERSIST_KEEP);
@@ -492,13 +495,15 @@ ftc_persist_t *ftc_persist_open(const char *dir, const ftc_persist_options_t *op
     }
     if (opts->level < ZSTD_minCLevel() || opts->level > ZSTD_maxCLevel() || opts->threads < 0 ||
         opts->chunk_bytes < FTC_ZSHARD_MIN_CHUNK || opts->chunk_bytes > FTC_ZSHARD_MAX_CHUNK ||
-        opts->full_every < 1 || opts->keep < 1) {
+        opts->full_every < 1 || opts->keep < 1 || opts->shuffle < FTC_ZSHARD_FILTER_NONE ||
+        opts->shuffle > FTC_ZSHARD_FILTER_BIT) {
         ftc_err_set(err, FTC_EINVAL,
                     "persist options out of range: level %d (%d..%d), threads %d (>= 0), "
-                    "chunk_bytes %llu (%llu..%llu), full_every %d (>= 1), keep %d (>= 1)",
+                    "chunk_bytes %llu (%llu..%llu), full_every %d (>= 1), keep %d (>= 1), "
+                    "shuffle %d (0 none, 1 byte, 2 bit)",
                     opts->level, ZSTD_minCLevel(), ZSTD_maxCLevel(), opts->threads,
                     (unsigned long long)opts->chunk_bytes, FTC_ZSHARD_MIN_CHUNK,
-                    FTC_ZSHARD_MAX_CHUNK, opts->full_every, opts->keep);
+                    FTC_ZSHARD_MAX_CHUNK, opts->full_every, opts->keep, opts->shuffle);
         return NULL;
     }
     if (ftc_fs_mkdirs(dir, err) < 0) {

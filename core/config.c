@@ -33,7 +33,7 @@ static const ftc__cfg_def_t ftc__cfg_defs[FTC_CFG__COUNT] = {
 typedef struct ftc__cfg_val {
     int source;  /* ftc_config_source that set it */
     int64_t num; /* INT, SIZE, BOOL */
-    char *str;   /* STR (owned) */
+    char *str;   /* STR (owned); persist.shuffle: its filter name */
 } ftc__cfg_val_t;
 
 struct ftc_config {
@@ -77,6 +77,39 @@ static int ftc__cfg_lookup(const char *name)
     return -1;
 }
 
+/* persist.shuffle: once a boolean (byte shuffle on/off), now a filter name;
+ * the boolean spellings keep working: true = the default filter ("byte",
+ * FTC_ZSHARD_FILTER_DEFAULT in ckpt/persist.h), false = "none". num is the
+ * boolean (any filter), str the name. */
+static int ftc__cfg_assign_filter(ftc__cfg_val_t *v, const char *text, int source,
+                                  const char *origin, ftc_err_t *err)
+{
+    static const char *const names[3] = {"none", "byte", "bit"};
+    int f = -1;
+    for (int i = 0; i < 3; i++)
+        if (!strcasecmp(text, names[i]))
+            f = i;
+    if (f < 0 && (!strcmp(text, "1") || !strcasecmp(text, "true") || !strcasecmp(text, "yes") ||
+                  !strcasecmp(text, "on")))
+        f = 1;
+    if (f < 0 && (!strcmp(text, "0") || !strcasecmp(text, "false") || !strcasecmp(text, "no") ||
+                  !strcasecmp(text, "off")))
+        f = 0;
+    if (f < 0)
+        return ftc_err_set(err, FTC_ECONFIG,
+                           "config persist.shuffle (from %s): '%s' is not a filter; use none, "
+                           "byte or bit (or a boolean: true = byte, false = none)",
+                           origin, text);
+    char *s = strdup(names[f]);
+    if (!s)
+        return ftc_err_set(err, FTC_ENOMEM, "config persist.shuffle: out of memory");
+    free(v->str);
+    v->str = s;
+    v->num = f != 0;
+    v->source = source;
+    return 0;
+}
+
 /* Parses text into slot k; origin names where it came from for errors. */
 static int ftc__cfg_assign(ftc_config_t *cfg, int k, const char *text, int source,
                            const char *origin, ftc_err_t *err)
@@ -97,6 +130,8 @@ static int ftc__cfg_assign(ftc_config_t *cfg, int k, const char *text, int sourc
         return 0;
     }
     case FTC__T_BOOL:
+        if (k == FTC_CFG_PERSIST_SHUFFLE) /* none | byte | bit, or a boolean */
+            return ftc__cfg_assign_filter(v, text, source, origin, err);
         if (!strcmp(text, "1") || !strcasecmp(text, "true") || !strcasecmp(text, "yes") ||
             !strcasecmp(text, "on"))
             num = 1;
@@ -370,7 +405,9 @@ void ftc_config_print(const ftc_config_t *cfg, FILE *out, bool help)
             else
                 fprintf(out, "%-22s = \"%s\"  (%s)\n", d->name, sv, ftc__src_name[v->source]);
         }
-        if (d->type == FTC__T_BOOL)
+        if (d->type == FTC__T_BOOL && v->str) /* persist.shuffle: the filter's name */
+            fprintf(out, "%-22s = %s  (%s)\n", d->name, v->str, ftc__src_name[v->source]);
+        else if (d->type == FTC__T_BOOL)
             fprintf(out, "%-22s = %s  (%s)\n", d->name, v->num ? "true" : "false",
                     ftc__src_name[v->source]);
         else if (d->type != FTC__T_STR)

@@ -44,7 +44,8 @@
     X(PERSIST_CHUNK, "persist.chunk_bytes", SIZE, "4MiB", 4096, (1ll << 31),                      \
       "uncompressed bytes per zstd chunk")                                                         \
     X(PERSIST_SHUFFLE, "persist.shuffle", BOOL, "true", 0, 1,                                      \
-      "byte-shuffle each tensor by its dtype width before compression")                            \
+      "filter before compression: none, byte (shuffle by dtype width) or bit (bit planes); "       \
+      "true = byte (the default filter), false = none")                                           \
     X(PERSIST_DELTA, "persist.delta", BOOL, "true", 0, 1,                                          \
       "XOR against the previous persisted version before compression")                             \
     X(PERSIST_FULL_EVERY, "persist.full_every", INT, "8", 1, 1000000,                              \
@@ -100,6 +101,9 @@ int ftc_config_set(ftc_config_t *cfg, const char *name, const char *value, int s
  * 0 if the flag is not a config flag; <0 with err set on a bad value. */
 int ftc_config_parse_flag(ftc_config_t *cfg, int argc, char **argv, int *i, ftc_err_t *err);
 
+/* STR keys. persist.shuffle, a boolean that also takes a filter name, reads
+ * back here as "none", "byte" or "bit" (true is the default filter, "byte";
+ * false "none"), and as a boolean that says whether any filter is on. */
 const char *ftc_config_str(const ftc_config_t *cfg, ftc_config_key_t key);
 int64_t ftc_config_int(const ftc_config_t *cfg, ftc_config_key_t key);
 bool ftc_config_bool(const ftc_config_t *cfg, ftc_config_key_t key);

@@ -178,20 +178,23 @@ static void test_roundtrip_full_and_delta(void **state)
     free(dir);
 }
 
-/* make_shard-built shards (tiny tensors, a 0-d scalar) with shuffle off,
- * level 3, no delta, plus duplicate coordinates refused. */
+/* make_shard-built shards (tiny tensors, a 0-d scalar) with each filter
+ * (byte, none, bit, and `true` as old callers wrote it), level 3, no delta,
+ * plus duplicate coordinates refused. */
 static void test_options_variants(void **state)
 {
     (void)state;
-    for (int variant = 0; variant < 3; variant++) {
+    for (int variant = 0; variant < 4; variant++) {
         char *dir = ftc_test_tmpdir("persist-var");
         ftc_err_t err = {0};
         ftc_persist_options_t o = FTC_PERSIST_OPTIONS_INIT;
         o.chunk_bytes = variant == 0 ? 4096 : variant == 1 ? 5000 : (1u << 20);
-        o.shuffle = variant != 1;
+        o.shuffle = variant == 3 ? true : variant == 1 ? FTC_ZSHARD_FILTER_NONE
+                                    : variant == 2 ? FTC_ZSHARD_FILTER_BIT
+                                                   : FTC_ZSHARD_FILTER_BYTE;
         o.level = variant == 2 ? 3 : 1;
         o.delta = variant != 2;
-        o.threads = variant;
+        o.threads = variant % 3;
         ftc_persist_t *p = ftc_persist_open(dir, &o, &err);
         assert_non_null(p);
         for (uint64_t step = 1; step <= 3; step++) {
@@ -485,10 +488,48 @@ static void test_options_from_config(void **state)
     assert_ptr_equal(o.fault, &f);
     ftc_config_destroy(cfg);
 
+    /* persist.shuffle: a filter name, or a boolean as before (true = the
+     * default filter, byte); the default is the byte shuffle */
+    const struct {
+        const char *json;
+        int want;
+    } filt[] = {{"{}", FTC_ZSHARD_FILTER_DEFAULT},
+                {"{\"persist\":{\"shuffle\":true}}", FTC_ZSHARD_FILTER_BYTE},
+                {"{\"persist\":{\"shuffle\":false}}", FTC_ZSHARD_FILTER_NONE},
+                {"{\"persist\":{\"shuffle\":\"bit\"}}", FTC_ZSHARD_FILTER_BIT},
+                {"{\"persist.shuffle\":\"byte\"}", FTC_ZSHARD_FILTER_BYTE},
+                {"{\"persist\":{\"shuffle\":\"none\"}}", FTC_ZSHARD_FILTER_NONE}};
+    assert_int_equal(FTC_ZSHARD_FILTER_DEFAULT, FTC_ZSHARD_FILTER_BYTE);
+    for (size_t i = 0; i < sizeof filt / sizeof *filt; i++) {
+        cfg = ftc_config_create();
+        assert_int_equal(ftc_config_load_json(cfg, filt[i].json, strlen(filt[i].json), "t", &err),
+                         0);
+        ftc_persist_options_t fo = FTC_PERSIST_OPTIONS_INIT;
+        fo.shuffle = -1;
+        ftc_persist_options_from_config(&fo, cfg);
+        assert_int_equal(fo.shuffle, filt[i].want);
+        assert_int_equal(ftc_config_bool(cfg, FTC_CFG_PERSIST_SHUFFLE),
+                         filt[i].want != FTC_ZSHARD_FILTER_NONE);
+        ftc_config_destroy(cfg);
+    }
+    cfg = ftc_config_create();
+    const char *bad = "{\"persist\":{\"shuffle\":\"bits\"}}";
+    assert_int_equal(ftc_config_load_json(cfg, bad, strlen(bad), "t", &err), FTC_ECONFIG);
+    assert_non_null(strstr(err.msg, "persist.shuffle"));
+    char *argv[] = {"x", "--persist-shuffle=bit", "--persist-delta"};
+    int ai = 1;
+    assert_int_equal(ftc_config_parse_flag(cfg, 3, argv, &ai, &err), 1);
+    assert_string_equal(ftc_config_str(cfg, FTC_CFG_PERSIST_SHUFFLE), "bit");
+    ftc_config_destroy(cfg);
+
     /* bad options are refused at open */
     char *dir = ftc_test_tmpdir("persist-opt");
     ftc_persist_options_t b = FTC_PERSIST_OPTIONS_INIT;
     b.chunk_bytes = 100;
+    assert_null(ftc_persist_open(dir, &b, &err));
+    assert_int_equal(err.code, FTC_EINVAL);
+    b = (ftc_persist_options_t)FTC_PERSIST_OPTIONS_INIT;
+    b.shuffle = 3; /* no such filter */
     assert_null(ftc_persist_open(dir, &b, &err));
     assert_int_equal(err.code, FTC_EINVAL);
     b = (ftc_persist_options_t)FTC_PERSIST_OPTIONS_INIT;

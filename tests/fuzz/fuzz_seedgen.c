@@ -266,14 +266,19 @@ static void zshard_seeds(void)
     uint8_t *b = fuzz_base_shard(0, &bsize), *n = fuzz_base_shard(1, &nsize);
     static const struct {
         const char *name;
-        int next, delta, level, shuffle;
+        int next, delta, level, filter; /* filter: ftc_zshard_filter_t */
         uint64_t chunk;
     } v[] = {
-        {"base-l1-shuffle.ftcz", 0, 0, 1, 1, 4096},
-        {"base-l3-plain.ftcz", 0, 0, 3, 0, 1u << 20},
-        {"next-l1-shuffle.ftcz", 1, 0, 1, 1, 4096},
-        {"next-delta-l1-shuffle.ftcz", 1, 1, 1, 1, 4096},
-        {"next-delta-lneg-plain.ftcz", 1, 1, -1, 0, 8192},
+        {"base-l1-shuffle.ftcz", 0, 0, 1, FTC_ZSHARD_FILTER_BYTE, 4096},
+        {"base-l3-plain.ftcz", 0, 0, 3, FTC_ZSHARD_FILTER_NONE, 1u << 20},
+        {"next-l1-shuffle.ftcz", 1, 0, 1, FTC_ZSHARD_FILTER_BYTE, 4096},
+        {"next-delta-l1-shuffle.ftcz", 1, 1, 1, FTC_ZSHARD_FILTER_BYTE, 4096},
+        {"next-delta-lneg-plain.ftcz", 1, 1, -1, FTC_ZSHARD_FILTER_NONE, 8192},
+        /* format version 2: bit planes, and plain chunks stored without zstd */
+        {"base-l1-bitshuffle.ftcz", 0, 0, 1, FTC_ZSHARD_FILTER_BIT, 4096},
+        {"next-delta-l1-bitshuffle.ftcz", 1, 1, 1, FTC_ZSHARD_FILTER_BIT, 4096},
+        {"next-delta-l3-bitshuffle-4100.ftcz", 1, 1, 3, FTC_ZSHARD_FILTER_BIT, 4100},
+        {"next-l1-plain-4096.ftcz", 1, 0, 1, FTC_ZSHARD_FILTER_NONE, 4096},
     };
     if (!b || !n) {
         fprintf(stderr, "seedgen: cannot build the base shard\n");
@@ -287,7 +292,7 @@ static void zshard_seeds(void)
         const uint8_t *raw = v[i].next ? n : b;
         uint64_t raw_size = v[i].next ? nsize : bsize;
         if (ftc_zshard_encode(raw, raw_size, v[i].delta ? b : NULL, v[i].delta ? bsize : 0, 100,
-                              v[i].level, v[i].shuffle, v[i].chunk, 1, &file, &len, &err)) {
+                              v[i].level, v[i].filter, v[i].chunk, 1, &file, &len, &err)) {
             fprintf(stderr, "seedgen: encode %s: %s\n", v[i].name, err.msg);
             failures++;
             continue;

@@ -2,7 +2,9 @@
  * fuzz_zshard.c — libFuzzer target for the compressed shard reader
  * (ftc_zshard_info and ftc_zshard_decode in ckpt/zshard.c).
  *
- * Each input is read as an .ftcz file twice: as given, and "repaired" (every
+ * Inputs are .ftcz files of format versions 1 and 2 (byte shuffle, bit-plane
+ * shuffle with plane masks, stored chunks; the seeds hold each). Each input
+ * is read as an .ftcz file twice: as given, and "repaired" (every
  * chunk, table, header and footer checksum recomputed from what the header
  * and table claim), so that mutations reach the chunk table checks and the
  * zstd frames behind the checksums. Each is decoded without a base, with the
@@ -15,7 +17,8 @@
  *     file info refuses never decodes; a delta needs its base;
  *   - a decoded shard has the size and xxh3 the header promises;
  *   - round trip: a decoded shard that opens is re-encoded with the file's
- *     own parameters and decodes back to the same bytes.
+ *     own parameters (filter included) and decodes back to the same bytes,
+ *     and also with the other two filters.
  * Decoded sizes are capped by -malloc_limit_mb in run_fuzz.sh.
  */
 #include "fuzz_common.h"
@@ -38,7 +41,7 @@ static uint8_t *base;       /* the fuzz base shard, exactly base_size bytes */
 static uint64_t base_size;
 static uint8_t *short_base; /* the same minus its last byte, exactly that size */
 
-/* Field offsets of .ftcz version 1 (ckpt/zshard.c), for the repair pass. */
+/* Field offsets of .ftcz versions 1 and 2 (ckpt/zshard.c), for the repair pass. */
 enum {
     ZH_N_CHUNKS = 64,
     ZH_TABLE_XXH3 = 104,
@@ -111,19 +114,24 @@ static void round_trip(const uint8_t *raw, uint64_t raw_size, const ftc_zshard_i
     bool delta = in->base_step != UINT64_MAX;
     if (delta && (raw_size != base_size || in->base_step >= v.info.step))
         return;
-    uint8_t *file = NULL, *back = NULL;
-    size_t flen = 0;
-    uint64_t blen = 0;
-    int rc = ftc_zshard_encode(raw, raw_size, delta ? base : NULL, delta ? base_size : 0,
-                               in->base_step, in->level, in->shuffle, in->chunk_bytes, 1, &file,
-                               &flen, &err);
-    FUZZ_CHECK(rc == 0, "re-encoding a decoded shard failed: %s", err.msg);
-    rc = ftc_zshard_decode(file, flen, delta ? base : NULL, delta ? base_size : 0, &back, &blen,
-                           &err);
-    FUZZ_CHECK(rc == 0, "decoding a fresh encode failed: %s", err.msg);
-    FUZZ_CHECK(blen == raw_size && !memcmp(back, raw, raw_size), "round trip changed the shard");
-    free(file);
-    free(back);
+    for (int k = 0; k < 3; k++) {
+        int filter = (in->filter + k) % 3; /* the file's own first */
+        uint8_t *file = NULL, *back = NULL;
+        size_t flen = 0;
+        uint64_t blen = 0;
+        int rc = ftc_zshard_encode(raw, raw_size, delta ? base : NULL, delta ? base_size : 0,
+                                   in->base_step, in->level, filter, in->chunk_bytes, 1, &file,
+                                   &flen, &err);
+        FUZZ_CHECK(rc == 0, "re-encoding a decoded shard (filter %d) failed: %s", filter,
+                   err.msg);
+        rc = ftc_zshard_decode(file, flen, delta ? base : NULL, delta ? base_size : 0, &back,
+                               &blen, &err);
+        FUZZ_CHECK(rc == 0, "decoding a fresh encode (filter %d) failed: %s", filter, err.msg);
+        FUZZ_CHECK(blen == raw_size && !memcmp(back, raw, raw_size),
+                   "round trip (filter %d) changed the shard", filter);
+        free(file);
+        free(back);
+    }
 }
 
 static void read_all(const uint8_t *data, size_t size)
@@ -138,6 +146,10 @@ static void read_all(const uint8_t *data, size_t size)
     bool delta = false;
     if (irc == 0) {
         delta = in.base_step != UINT64_MAX;
+        FUZZ_CHECK(in.filter >= FTC_ZSHARD_FILTER_NONE && in.filter <= FTC_ZSHARD_FILTER_BIT &&
+                       (in.version == 1 || in.version == 2) &&
+                       in.shuffle == (in.filter != FTC_ZSHARD_FILTER_NONE),
+                   "info: filter %d, version %u, shuffle %d", in.filter, in.version, in.shuffle);
         FUZZ_CHECK(in.raw_size > 0 && in.n_chunks > 0 &&
                        in.chunk_bytes >= FTC_ZSHARD_MIN_CHUNK &&
                        in.chunk_bytes <= FTC_ZSHARD_MAX_CHUNK &&
