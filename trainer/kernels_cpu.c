@@ -23,6 +23,11 @@
 #define FTC__MM_NB 16
 #define FTC__MM_OB 64
 
+/* Below this much work a parallel region costs more than it saves (and on
+ * a loaded machine, much more): the loop runs on the calling thread. */
+#define FTC__PAR_MIN ((size_t)1 << 18)
+#define FTC__PAR(work) if ((size_t)(work) >= FTC__PAR_MIN)
+
 static inline int ftc__min(int a, int b)
 {
     return a < b ? a : b;
@@ -33,7 +38,7 @@ static inline int ftc__min(int a, int b)
 static void ftc__embed_fwd(float *out, const int32_t *tokens, const float *wte, const float *wpe,
                            int B, int T, int C)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) FTC__PAR((size_t)B * T * C)
     for (int bt = 0; bt < B * T; bt++) {
         int t = bt % T;
         float *o = out + (size_t)bt * C;
@@ -64,7 +69,7 @@ static void ftc__layernorm_fwd(float *out, float *mean, float *rstd, const float
                                const float *w, const float *b, int N, int C)
 {
     const float eps = 1e-5f;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) FTC__PAR((size_t)N * C)
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
         float m = 0.0f;
@@ -90,7 +95,7 @@ static void ftc__layernorm_bwd(float *dinp, float *dw, float *db, const float *d
                                const float *inp, const float *w, const float *mean,
                                const float *rstd, int N, int C)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) FTC__PAR((size_t)N * C)
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
         float m = mean[n], s = rstd[n];
@@ -111,7 +116,7 @@ static void ftc__layernorm_bwd(float *dinp, float *dw, float *db, const float *d
         }
     }
     /* Parameter gradients sum over rows: columns in parallel, rows in order. */
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) FTC__PAR((size_t)N * C)
     for (int c0 = 0; c0 < C; c0 += 64) {
         int c1 = ftc__min(c0 + 64, C);
         for (int n = 0; n < N; n++) {
@@ -175,7 +180,7 @@ static inline void ftc__dot4(const float *a, const float *w, size_t ldw, int n, 
 static void ftc__matmul_fwd(float *out, const float *inp, const float *w, const float *bias, int N,
                             int IC, int OC)
 {
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) FTC__PAR((size_t)N * IC * OC / 4)
     for (int nb = 0; nb < N; nb += FTC__MM_NB) {
         for (int ob = 0; ob < OC; ob += FTC__MM_OB) {
             int n1 = ftc__min(nb + FTC__MM_NB, N), o1 = ftc__min(ob + FTC__MM_OB, OC);
@@ -202,7 +207,7 @@ static void ftc__matmul_bwd(float *dinp, float *dw, float *dbias, const float *d
                             const float *inp, const float *w, int N, int IC, int OC)
 {
     /* dinp[n,:] += sum over o (in order) of dout[n,o] * w[o,:] */
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) FTC__PAR((size_t)N * IC * OC / 4)
     for (int nb = 0; nb < N; nb += FTC__MM_NB) {
         int n1 = ftc__min(nb + FTC__MM_NB, N);
         for (int ob = 0; ob < OC; ob += FTC__MM_OB) {
@@ -220,7 +225,7 @@ static void ftc__matmul_bwd(float *dinp, float *dw, float *dbias, const float *d
         }
     }
     /* dw[o,:] += sum over n (in order) of dout[n,o] * inp[n,:]; dbias likewise */
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) FTC__PAR((size_t)N * IC * OC / 4)
     for (int ob = 0; ob < OC; ob += 8) {
         int o1 = ftc__min(ob + 8, OC);
         for (int nb = 0; nb < N; nb += 64) {
@@ -252,7 +257,7 @@ static void ftc__attention_fwd(float *out, float *att, const float *qkv, int B, 
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
     size_t C3 = (size_t)C * 3;
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) FTC__PAR((size_t)B * NH * T * T * hs / 8)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
             for (int t = 0; t < T; t++) {
@@ -296,7 +301,7 @@ static void ftc__attention_bwd(float *dqkv, float *scratch, const float *dout, c
     float scale = 1.0f / sqrtf((float)hs);
     size_t C3 = (size_t)C * 3;
     /* One (b, h) per thread: it owns that head's slices of dqkv. */
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) FTC__PAR((size_t)B * NH * T * T * hs / 8)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
             float *da = scratch + ((size_t)b * NH + h) * T;
@@ -342,7 +347,7 @@ static void ftc__attention_bwd(float *dqkv, float *scratch, const float *dout, c
 
 static void ftc__gelu_fwd(float *out, const float *inp, size_t n)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) FTC__PAR(n)
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
         float u = FTC__GELU_K * (x + 0.044715f * x * x * x);
@@ -352,7 +357,7 @@ static void ftc__gelu_fwd(float *out, const float *inp, size_t n)
 
 static void ftc__gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) FTC__PAR(n)
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
         float u = FTC__GELU_K * (x + 0.044715f * x * x * x);
@@ -365,7 +370,7 @@ static void ftc__gelu_bwd(float *dinp, const float *inp, const float *dout, size
 
 static void ftc__residual_fwd(float *out, const float *a, const float *b, size_t n)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) FTC__PAR(n)
     for (size_t i = 0; i < n; i++)
         out[i] = a[i] + b[i];
 }
@@ -375,7 +380,7 @@ static void ftc__residual_fwd(float *out, const float *a, const float *b, size_t
 static void ftc__crossentropy_fwd(float *losses, float *probs, const float *logits,
                                   const int32_t *targets, int N, int V)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) FTC__PAR((size_t)N * V)
     for (int n = 0; n < N; n++) {
         const float *z = logits + (size_t)n * V;
         float *p = probs + (size_t)n * V;
@@ -400,7 +405,7 @@ static void ftc__crossentropy_fwd(float *losses, float *probs, const float *logi
 static void ftc__crossentropy_bwd(float *dlogits, const float *probs, const int32_t *targets,
                                   float dloss, int N, int V)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) FTC__PAR((size_t)N * V)
     for (int n = 0; n < N; n++) {
         const float *p = probs + (size_t)n * V;
         float *d = dlogits + (size_t)n * V;
@@ -417,7 +422,7 @@ static void ftc__adamw(float *p, float *m, float *v, const float *g, size_t n, f
 {
     float bc1 = (float)(1.0 - pow((double)b1, (double)t));
     float bc2 = (float)(1.0 - pow((double)b2, (double)t));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) FTC__PAR(n)
     for (size_t i = 0; i < n; i++) {
         float gi = g[i] * grad_scale;
         float mi = b1 * m[i] + (1.0f - b1) * gi;
@@ -433,7 +438,7 @@ static void ftc__adamw(float *p, float *m, float *v, const float *g, size_t n, f
 
 static void ftc__f32_to_bf16(uint16_t *out, const float *inp, size_t n)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) FTC__PAR(n)
     for (size_t i = 0; i < n; i++) {
         uint32_t u;
         memcpy(&u, &inp[i], 4);
@@ -446,7 +451,7 @@ static void ftc__f32_to_bf16(uint16_t *out, const float *inp, size_t n)
 
 static void ftc__bf16_to_f32(float *out, const uint16_t *inp, size_t n)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) FTC__PAR(n)
     for (size_t i = 0; i < n; i++) {
         uint32_t u = (uint32_t)inp[i] << 16;
         memcpy(&out[i], &u, 4);

@@ -170,7 +170,7 @@ static void test_matmul(void **state)
 static void test_matmul_threads(void **state)
 {
     (void)state;
-    int N = 70, IC = 100, OC = 130;
+    int N = 130, IC = 100, OC = 150; /* enough work to run in parallel */
     size_t nx = (size_t)N * IC, nw = (size_t)OC * IC, no = (size_t)N * OC;
     double *tmp = malloc((nx + nw + no + OC) * sizeof(double));
     float *x = malloc(nx * 4), *w = malloc(nw * 4), *r = malloc(no * 4), *b = malloc(OC * 4);
