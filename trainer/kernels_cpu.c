@@ -12,6 +12,7 @@
 #include "trainer/kernels.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #ifdef _OPENMP
@@ -133,8 +134,7 @@ static void ftc__layernorm_bwd(float *dinp, float *dw, float *db, const float *d
 /* ---- matmul ------------------------------------------------------------------ */
 
 /* Dot products in 8 fixed lanes folded by a fixed tree: vectorizable, and
- * the same bits whatever the caller's blocking. ftc__dot4 computes four of
- * them sharing the loads of a (each with exactly ftc__dot's order). */
+ * the same bits whatever the caller's blocking (attention uses them). */
 static inline float ftc__fold8(const float a[8])
 {
     return ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
@@ -152,54 +152,54 @@ static inline float ftc__dot(const float *a, const float *b, int n)
     return ftc__fold8(acc);
 }
 
-static inline void ftc__dot4(const float *a, const float *w, size_t ldw, int n, float out[4])
-{
-    float acc[4][8] = {{0}};
-    const float *w0 = w, *w1 = w + ldw, *w2 = w + 2 * ldw, *w3 = w + 3 * ldw;
-    int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        for (int l = 0; l < 8; l++) {
-            float x = a[i + l];
-            acc[0][l] += x * w0[i + l];
-            acc[1][l] += x * w1[i + l];
-            acc[2][l] += x * w2[i + l];
-            acc[3][l] += x * w3[i + l];
-        }
-    }
-    for (int l = 0; i < n; i++, l++) {
-        float x = a[i];
-        acc[0][l] += x * w0[i];
-        acc[1][l] += x * w1[i];
-        acc[2][l] += x * w2[i];
-        acc[3][l] += x * w3[i];
-    }
-    for (int r = 0; r < 4; r++)
-        out[r] = ftc__fold8(acc[r]);
-}
+/* Forward: each thread takes blocks of FTC__MM_OT outputs, transposes that
+ * slice of the weight into a scratch [IC][OT] once, and then, for every row,
+ * accumulates OT outputs at once over IC in order (a vectorizable axpy). Each
+ * output is sum_i x[i]*w[o,i] for i = 0..IC-1, sequentially from 0 — the
+ * fallback without scratch computes exactly the same sums. */
+#define FTC__MM_OT 32
 
 static void ftc__matmul_fwd(float *out, const float *inp, const float *w, const float *bias, int N,
                             int IC, int OC)
 {
-#pragma omp parallel for collapse(2) schedule(static) FTC__PAR((size_t)N * IC * OC / 4)
-    for (int nb = 0; nb < N; nb += FTC__MM_NB) {
-        for (int ob = 0; ob < OC; ob += FTC__MM_OB) {
-            int n1 = ftc__min(nb + FTC__MM_NB, N), o1 = ftc__min(ob + FTC__MM_OB, OC);
-            for (int n = nb; n < n1; n++) {
+    int nob = (OC + FTC__MM_OT - 1) / FTC__MM_OT;
+#pragma omp parallel FTC__PAR((size_t)N * IC * OC / 4)
+    {
+        float *wt = malloc((size_t)IC * FTC__MM_OT * sizeof(float));
+#pragma omp for schedule(static)
+        for (int ob = 0; ob < nob; ob++) {
+            int o0 = ob * FTC__MM_OT, no = ftc__min(FTC__MM_OT, OC - o0);
+            if (!wt) { /* out of memory for the scratch: the same sums, slower */
+                for (int n = 0; n < N; n++)
+                    for (int j = 0; j < no; j++) {
+                        const float *x = inp + (size_t)n * IC, *wr = w + (size_t)(o0 + j) * IC;
+                        float s = 0.0f;
+                        for (int i = 0; i < IC; i++)
+                            s += x[i] * wr[i];
+                        out[(size_t)n * OC + o0 + j] = bias ? s + bias[o0 + j] : s;
+                    }
+                continue;
+            }
+            for (int i = 0; i < IC; i++)
+                for (int j = 0; j < FTC__MM_OT; j++)
+                    wt[(size_t)i * FTC__MM_OT + j] = j < no ? w[(size_t)(o0 + j) * IC + i] : 0.0f;
+            for (int n = 0; n < N; n++) {
+                float acc[FTC__MM_OT];
+                for (int j = 0; j < FTC__MM_OT; j++)
+                    acc[j] = 0.0f;
                 const float *x = inp + (size_t)n * IC;
-                float *y = out + (size_t)n * OC;
-                int o = ob;
-                for (; o + 4 <= o1; o += 4) {
-                    float r[4];
-                    ftc__dot4(x, w + (size_t)o * IC, (size_t)IC, IC, r);
-                    for (int k = 0; k < 4; k++)
-                        y[o + k] = bias ? r[k] + bias[o + k] : r[k];
+                for (int i = 0; i < IC; i++) {
+                    float xv = x[i];
+                    const float *wr = wt + (size_t)i * FTC__MM_OT;
+                    for (int j = 0; j < FTC__MM_OT; j++)
+                        acc[j] += xv * wr[j];
                 }
-                for (; o < o1; o++) {
-                    float r = ftc__dot(x, w + (size_t)o * IC, IC);
-                    y[o] = bias ? r + bias[o] : r;
-                }
+                float *y = out + (size_t)n * OC + o0;
+                for (int j = 0; j < no; j++)
+                    y[j] = bias ? acc[j] + bias[o0 + j] : acc[j];
             }
         }
+        free(wt);
     }
 }
 
