@@ -1,7 +1,7 @@
 /*
  * test_train.c — training end to end on the generated corpus:
  *   - the loss falls: a small model's held-out loss ends below 0.7 x its
- *     initial value within 300 steps;
+ *     initial value within 200 steps;
  *   - virtual data parallelism: the same global batch (12 micro-batches)
  *     split over DP = 1, 2, 3 and 4 virtual ranks, with the rank sums
  *     reduced in a different order every step, ends with bit-identical
@@ -26,7 +26,7 @@ static ftc_train_options_t small_opts(void)
     o.micro_batch = 8;
     o.seq_len = 32;
     o.micro_steps = 1;
-    o.steps = 300;
+    o.steps = 200;
     o.optim.lr = 3e-3f;
     o.optim.warmup = 20;
     o.corpus_bytes = 200000;
