@@ -1,0 +1,310 @@
+/*
+ * cmd_train.c — `ftc train`: the reference trainer's main. Reads flags (over
+ * a JSON file given with --train-config), builds a trainer (trainer/train.h),
+ * runs the steps with a progress line on a terminal or periodic log lines
+ * otherwise, and ends with a held-out evaluation loss. Also the byte-level
+ * tokenizer: `ftc train --tokenize TEXT --data OUT`.
+ */
+#include "cli/cli.h"
+
+#include "core/log.h"
+#include "trainer/train.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char ftc__train_help[] =
+    "usage: ftc train [--model tiny|small|medium|gpt2-small] [--steps N] [--micro-batch B]\n"
+    "                 [--global-batch G] [--seq-len T] [--lr X] [--warmup N] [--seed S]\n"
+    "                 [--data FILE | --corpus generated] [--deterministic [--dp R]]\n"
+    "                 [--ckpt-dir DIR [--ckpt-every N]] [--train-config FILE.json]\n"
+    "       ftc train --tokenize TEXT --data OUT\n"
+    "\n"
+    "Trains the reference GPT on one process (CPU kernels; OpenMP threads) and\n"
+    "prints a progress line (step, loss, tokens/s, learning rate, gradient norm),\n"
+    "then the loss on held-out samples. A step is one GLOBAL batch of G sequences\n"
+    "(G/B micro-batches of B sequences, gradients accumulated), whatever the\n"
+    "data-parallel layout. With --ckpt-dir, parameters, AdamW moments, RNG state\n"
+    "and data cursor are persisted every N steps, and the newest committed\n"
+    "version there is restored at start (a different configuration is refused).\n"
+    "\n"
+    "Options:\n"
+    "  --model NAME           tiny (default), small, medium or gpt2-small\n"
+    "  --steps N              optimizer steps (default 200); also the lr schedule length\n"
+    "  --micro-batch B        sequences per micro-batch (default 8)\n"
+    "  --global-batch G       sequences per step, a multiple of B (default B)\n"
+    "  --seq-len T            tokens per sequence (default 64, <= the model's maximum)\n"
+    "  --lr X                 peak learning rate (default 1e-3)\n"
+    "  --min-lr-ratio X       the cosine decays to X * lr (default 0.1)\n"
+    "  --warmup N             linear warmup steps (default 10)\n"
+    "  --weight-decay X       AdamW decoupled weight decay on matrices (default 0.1)\n"
+    "  --grad-clip X          clip the global gradient norm (default 1.0; 0 = off)\n"
+    "  --seed S               initialization and data order (default 1337)\n"
+    "  --data FILE            a token file (ftc train --tokenize makes one)\n"
+    "  --corpus generated     the generated corpus (default when no --data)\n"
+    "  --corpus-bytes SIZE    size of the generated corpus (default 1MiB)\n"
+    "  --deterministic        exact, order-independent gradient sums (docs/trainer.md)\n"
+    "  --dp R                 virtual data-parallel ranks in this process (needs\n"
+    "                         --deterministic; the weights do not depend on R)\n"
+    "  --ckpt-dir DIR         persist directory for checkpoints (restored at start)\n"
+    "  --ckpt-every N         checkpoint every N steps (default 10)\n"
+    "  --eval-batches N       held-out micro-batches for the final loss (default 16)\n"
+    "  --log-every N          a log line every N steps when not on a terminal (default 10)\n"
+    "  --backend NAME         auto (default), cpu or cuda\n"
+    "  --threads N            CPU kernel threads (default: OpenMP's)\n"
+    "  --train-config FILE    JSON object with any of the settings above, keys spelled\n"
+    "                         with underscores ({\"model\": \"tiny\", \"lr\": 0.003});\n"
+    "                         flags win over the file\n"
+    "  --tokenize TEXT        byte-tokenize TEXT into the token file --data and exit\n" FTC_CLI_COMMON_HELP;
+
+/* Settings: each one a flag (dest written by ftc_cli_parse) and a JSON key. */
+typedef struct ftc__train_args {
+    const char *model, *data, *corpus, *ckpt_dir, *backend, *tokenize, *config;
+    const char *lr, *min_lr_ratio, *weight_decay, *grad_clip;
+    uint64_t steps, micro_batch, global_batch, seq_len, warmup, seed, corpus_bytes, dp, ckpt_every,
+        eval_batches, log_every, threads;
+    bool deterministic;
+} ftc__train_args_t;
+
+enum { FTC__NOPTS = 24 };
+
+/* Applies JSON values to the settings whose flags were not given. */
+static int ftc__apply_json(const ftc_cli_cmd_t *cmd, json_t *root, const ftc_cli_opt_t *opts,
+                           const bool *seen)
+{
+    const char *key;
+    json_t *val;
+    json_object_foreach(root, key, val)
+    {
+        int i;
+        for (i = 0; i < FTC__NOPTS; i++) {
+            const char *f = opts[i].name + 2; /* "--micro-batch" vs "micro_batch" */
+            size_t k = 0;
+            while (f[k] && key[k] && (f[k] == key[k] || (f[k] == '-' && key[k] == '_')))
+                k++;
+            if (!f[k] && !key[k])
+                break;
+        }
+        if (i == FTC__NOPTS || !strcmp(key, "train_config") || !strcmp(key, "tokenize"))
+            return ftc_cli_usage_error(cmd, "--train-config: unknown key '%s'", key);
+        if (seen[i])
+            continue;
+        switch (opts[i].kind) {
+        case FTC_OPT_FLAG:
+            if (!json_is_boolean(val))
+                return ftc_cli_usage_error(cmd, "--train-config: '%s' must be true or false", key);
+            *(bool *)opts[i].dest = json_is_true(val);
+            break;
+        case FTC_OPT_STR:
+            if (json_is_string(val)) {
+                *(const char **)opts[i].dest = json_string_value(val);
+            } else if (json_is_number(val)) {
+                /* numbers given as numbers: keep their text form in the object */
+                char buf[64];
+                snprintf(buf, sizeof buf, "%.17g", json_number_value(val));
+                json_object_set_new(root, key, json_string(buf));
+                *(const char **)opts[i].dest = json_string_value(json_object_get(root, key));
+            } else {
+                return ftc_cli_usage_error(cmd, "--train-config: '%s' must be a string", key);
+            }
+            break;
+        default:
+            if (!json_is_integer(val) || json_integer_value(val) < 0)
+                return ftc_cli_usage_error(cmd, "--train-config: '%s' must be an integer >= 0",
+                                           key);
+            *(uint64_t *)opts[i].dest = (uint64_t)json_integer_value(val);
+            break;
+        }
+    }
+    return FTC_CLI_CONTINUE;
+}
+
+static int ftc__parse_float(const ftc_cli_cmd_t *cmd, const char *name, const char *s, float *out)
+{
+    char *end = NULL;
+    double v = s ? strtod(s, &end) : NAN;
+    if (!s || end == s || *end || !isfinite(v))
+        return ftc_cli_usage_error(cmd, "%s: '%s' is not a number", name, s ? s : "");
+    *out = (float)v;
+    return FTC_CLI_CONTINUE;
+}
+
+static int ftc__train_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
+{
+    ftc__train_args_t g = {
+        .model = "tiny", .backend = "auto", .lr = "1e-3", .min_lr_ratio = "0.1",
+        .weight_decay = "0.1", .grad_clip = "1.0", .steps = 200, .micro_batch = 8, .seq_len = 64,
+        .warmup = 10, .seed = 1337, .corpus_bytes = 1u << 20, .dp = 1, .ckpt_every = 10,
+        .eval_batches = 16, .log_every = 10,
+    };
+    bool seen[FTC__NOPTS] = {0};
+    const ftc_cli_opt_t opts[FTC__NOPTS] = {
+        {"--model", FTC_OPT_STR, &g.model, &seen[0]},
+        {"--data", FTC_OPT_STR, &g.data, &seen[1]},
+        {"--corpus", FTC_OPT_STR, &g.corpus, &seen[2]},
+        {"--ckpt-dir", FTC_OPT_STR, &g.ckpt_dir, &seen[3]},
+        {"--backend", FTC_OPT_STR, &g.backend, &seen[4]},
+        {"--tokenize", FTC_OPT_STR, &g.tokenize, &seen[5]},
+        {"--train-config", FTC_OPT_STR, &g.config, &seen[6]},
+        {"--lr", FTC_OPT_STR, &g.lr, &seen[7]},
+        {"--min-lr-ratio", FTC_OPT_STR, &g.min_lr_ratio, &seen[8]},
+        {"--weight-decay", FTC_OPT_STR, &g.weight_decay, &seen[9]},
+        {"--grad-clip", FTC_OPT_STR, &g.grad_clip, &seen[10]},
+        {"--steps", FTC_OPT_U64, &g.steps, &seen[11]},
+        {"--micro-batch", FTC_OPT_U64, &g.micro_batch, &seen[12]},
+        {"--global-batch", FTC_OPT_U64, &g.global_batch, &seen[13]},
+        {"--seq-len", FTC_OPT_U64, &g.seq_len, &seen[14]},
+        {"--warmup", FTC_OPT_U64, &g.warmup, &seen[15]},
+        {"--seed", FTC_OPT_U64, &g.seed, &seen[16]},
+        {"--corpus-bytes", FTC_OPT_SIZE, &g.corpus_bytes, &seen[17]},
+        {"--dp", FTC_OPT_U64, &g.dp, &seen[18]},
+        {"--ckpt-every", FTC_OPT_U64, &g.ckpt_every, &seen[19]},
+        {"--eval-batches", FTC_OPT_U64, &g.eval_batches, &seen[20]},
+        {"--log-every", FTC_OPT_U64, &g.log_every, &seen[21]},
+        {"--deterministic", FTC_OPT_FLAG, &g.deterministic, &seen[22]},
+        {"--threads", FTC_OPT_U64, &g.threads, &seen[23]},
+    };
+    ftc_cli_args_t a;
+    int ec = ftc_cli_parse(cmd, argc, argv, opts, FTC__NOPTS, 0, 0, &a);
+    if (ec != FTC_CLI_CONTINUE)
+        return ec;
+    json_t *root = NULL;
+    ftc_trainer_t *t = NULL;
+    ftc_err_t err = {0};
+    if (g.config) {
+        json_error_t je;
+        root = json_load_file(g.config, 0, &je);
+        if (!root || !json_is_object(root)) {
+            ec = ftc_cli_usage_error(cmd, "--train-config %s: %s (line %d, column %d)", g.config,
+                                     root ? "not a JSON object" : je.text, je.line, je.column);
+            goto out;
+        }
+        if ((ec = ftc__apply_json(cmd, root, opts, seen)) != FTC_CLI_CONTINUE)
+            goto out;
+    }
+    if (g.tokenize) {
+        if (!g.data) {
+            ec = ftc_cli_usage_error(cmd, "--tokenize TEXT needs --data OUT (the token file)");
+            goto out;
+        }
+        uint64_t n = 0;
+        if (ftc_tokenize_file(g.tokenize, g.data, &n, &err) < 0) {
+            ec = ftc_cli_fail(cmd, "%s", ftc_err_str(&err));
+            goto out;
+        }
+        printf("tokenized %s: %llu tokens (bytes, vocab 256) -> %s\n", g.tokenize,
+               (unsigned long long)n, g.data);
+        ec = FTC_EXIT_OK;
+        goto out;
+    }
+    ftc_train_options_t o = FTC_TRAIN_OPTIONS_INIT;
+    if (ftc_model_preset(g.model, &o.model, &err) < 0) {
+        ec = ftc_cli_usage_error(cmd, "--model: %s", ftc_err_str(&err));
+        goto out;
+    }
+    if (g.corpus && strcmp(g.corpus, "generated")) {
+        ec = ftc_cli_usage_error(cmd, "--corpus: only 'generated' is known, not '%s'", g.corpus);
+        goto out;
+    }
+    if (g.corpus && g.data) {
+        ec = ftc_cli_usage_error(cmd, "--data and --corpus generated exclude each other");
+        goto out;
+    }
+    if (g.micro_batch < 1 || g.micro_batch > 4096 || g.seq_len < 1 || g.seq_len > 65536 ||
+        g.steps < 1 || g.dp < 1 || g.dp > 64 || g.ckpt_every < 1 || g.eval_batches > 100000) {
+        ec = ftc_cli_usage_error(cmd, "out of range: need 1 <= micro-batch <= 4096, steps >= 1, "
+                                      "1 <= dp <= 64, ckpt-every >= 1");
+        goto out;
+    }
+    if (g.global_batch == 0)
+        g.global_batch = g.micro_batch;
+    if (g.global_batch % g.micro_batch || g.global_batch / g.micro_batch > 65536) {
+        ec = ftc_cli_usage_error(cmd, "--global-batch %llu must be a multiple of --micro-batch "
+                                      "%llu", (unsigned long long)g.global_batch,
+                                 (unsigned long long)g.micro_batch);
+        goto out;
+    }
+    if ((ec = ftc__parse_float(cmd, "--lr", g.lr, &o.optim.lr)) != FTC_CLI_CONTINUE ||
+        (ec = ftc__parse_float(cmd, "--min-lr-ratio", g.min_lr_ratio, &o.optim.min_lr_ratio)) !=
+            FTC_CLI_CONTINUE ||
+        (ec = ftc__parse_float(cmd, "--weight-decay", g.weight_decay, &o.optim.weight_decay)) !=
+            FTC_CLI_CONTINUE ||
+        (ec = ftc__parse_float(cmd, "--grad-clip", g.grad_clip, &o.optim.grad_clip)) !=
+            FTC_CLI_CONTINUE)
+        goto out;
+    o.backend = g.backend;
+    o.micro_batch = (int)g.micro_batch;
+    o.seq_len = (int)g.seq_len;
+    o.micro_steps = (int)(g.global_batch / g.micro_batch);
+    o.steps = g.steps;
+    o.optim.warmup = g.warmup;
+    o.seed = g.seed;
+    o.deterministic = g.deterministic;
+    o.dp = (int)g.dp;
+    o.data_path = g.data;
+    o.corpus_bytes = g.corpus_bytes;
+    o.ckpt_dir = g.ckpt_dir;
+    o.ckpt_every = g.ckpt_every;
+    o.job_id = ftc_config_str(a.cfg, FTC_CFG_JOB_ID);
+    if (g.threads > 0)
+        ftc_kernels_cpu_set_threads((int)(g.threads > 256 ? 256 : g.threads));
+
+    t = ftc_trainer_create(&o, &err);
+    if (!t) {
+        ec = err.code == FTC_EINVAL ? ftc_cli_usage_error(cmd, "%s", ftc_err_str(&err))
+                                    : ftc_cli_fail(cmd, "%s", ftc_err_str(&err));
+        goto out;
+    }
+    ftc_model_t *m = ftc_trainer_model(t);
+    FTC_INFO("train", "backend %s (%d threads), model %s: %zu parameters, L %d, C %d, heads %d; "
+             "global batch %d x %d sequences of %d tokens; %s%s",
+             ftc_trainer_backend(t), ftc_kernels_cpu_threads(), g.model, ftc_model_num_params(m),
+             o.model.layers, o.model.channels, o.model.heads, o.micro_steps, o.micro_batch,
+             o.seq_len, o.deterministic ? "deterministic" : "fp32 accumulation",
+             o.dp > 1 ? " over virtual ranks" : "");
+    bool tty = isatty(STDOUT_FILENO);
+    ftc_train_stats_t st;
+    double tok_s = 0.0, secs = 0.0;
+    uint64_t toks = 0;
+    while (ftc_trainer_steps_done(t) < o.steps) {
+        if (ftc_trainer_step(t, &st, &err) < 0) {
+            if (tty)
+                printf("\n");
+            ec = ftc_cli_fail(cmd, "%s", ftc_err_str(&err));
+            goto out;
+        }
+        secs += st.seconds;
+        toks += st.tokens;
+        tok_s = st.seconds > 0 ? (double)st.tokens / st.seconds : 0.0;
+        bool last = ftc_trainer_steps_done(t) == o.steps;
+        if (tty) {
+            printf("\rstep %llu/%llu | loss %.4f | %.0f tok/s | lr %.2e | norm %.3f%s\033[K",
+                   (unsigned long long)st.step + 1, (unsigned long long)o.steps, st.loss, tok_s,
+                   st.lr, st.grad_norm, st.checkpointed ? " | ckpt" : "");
+            if (last)
+                printf("\n");
+            fflush(stdout);
+        } else if ((st.step + 1) % g.log_every == 0 || last || st.step == 0) {
+            printf("step %llu/%llu loss %.4f tok/s %.0f lr %.3e norm %.4f%s\n",
+                   (unsigned long long)st.step + 1, (unsigned long long)o.steps, st.loss, tok_s,
+                   st.lr, st.grad_norm, st.checkpointed ? " ckpt" : "");
+            fflush(stdout);
+        }
+    }
+    float ev = ftc_trainer_eval(t, (int)(g.eval_batches ? g.eval_batches : 1));
+    printf("eval loss %.4f (%llu held-out sequences); %.0f tokens/s over the run\n", ev,
+           (unsigned long long)((g.eval_batches ? g.eval_batches : 1) * g.micro_batch),
+           secs > 0 ? (double)toks / secs : 0.0);
+    ec = isfinite(ev) ? FTC_EXIT_OK : FTC_EXIT_FAIL;
+out:
+    ftc_trainer_destroy(t);
+    json_decref(root);
+    ftc_cli_args_free(&a);
+    return ec;
+}
+
+const ftc_cli_cmd_t ftc_cli_cmd_train = {"train", "train the reference GPT (one process, CPU)",
+                                         ftc__train_help, ftc__train_run};

@@ -1,0 +1,412 @@
+/*
+ * train.c — one training process (train.h): building the pieces, the step
+ * (micro-batches over virtual ranks, exact reduction, AdamW), evaluation,
+ * and checkpoints through the snapshot + persist tier, restored at start.
+ */
+#include "trainer/train.h"
+
+#include "ckpt/persist.h"
+#include "ckpt/snapshot.h"
+#include "core/clock.h"
+#include "core/hash.h"
+#include "core/log.h"
+#include "trainer/gradsum.h"
+#include "trainer/rng.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FTC__META_MAGIC "FTCTRST1"
+#define FTC__META_VERSION 1
+#define FTC__MAX_DP 64
+
+/* The checkpoint's metadata record (little-endian, docs/trainer.md). */
+typedef struct ftc__train_meta {
+    char magic[8];        /* "FTCTRST1" */
+    uint32_t version;     /* 1 */
+    uint32_t size;        /* sizeof this record */
+    uint64_t step;        /* steps done */
+    uint64_t samples;     /* data cursor: global samples consumed */
+    uint64_t rng;         /* the trainer's RNG state */
+    uint64_t seed;        /* the run's seed */
+    uint64_t config_hash; /* xxh3 of everything that must match to resume */
+    uint64_t reserved;
+} ftc__train_meta_t;
+
+struct ftc_trainer {
+    ftc_train_options_t o;
+    const ftc_kernels_t *k;
+    ftc_tokens_t tokens;      /* the token stream (file or generated) */
+    ftc_loader_t loader;
+    ftc_model_t *model;
+    ftc_adamw_t *adam;
+    ftc_gradsum_t **acc;      /* one exact accumulator per virtual rank (deterministic) */
+    int32_t *inputs, *targets;/* one micro-batch */
+    float *micro_loss;        /* per micro-batch losses of a step */
+    ftc_rng_t rng;            /* after initialization; checkpointed */
+    uint64_t step;            /* steps done */
+    uint64_t resumed_from;    /* UINT64_MAX: fresh */
+    uint64_t config_hash;
+    /* checkpointing */
+    ftc_snap_t *snap;
+    uint8_t *region;
+    uint64_t region_size;
+    ftc_persist_t *persist;
+};
+
+static uint64_t ftc__config_hash(const ftc_trainer_t *t)
+{
+    const ftc_train_options_t *o = &t->o;
+    const ftc_optim_config_t *c = &o->optim;
+    uint64_t h[24];
+    int n = 0;
+    h[n++] = (uint64_t)o->model.vocab, h[n++] = (uint64_t)o->model.max_seq;
+    h[n++] = (uint64_t)o->model.layers, h[n++] = (uint64_t)o->model.heads;
+    h[n++] = (uint64_t)o->model.channels, h[n++] = (uint64_t)o->micro_batch;
+    h[n++] = (uint64_t)o->seq_len, h[n++] = (uint64_t)o->micro_steps, h[n++] = o->steps;
+    h[n++] = o->seed, h[n++] = o->deterministic;
+    uint32_t f[8] = {0};
+    memcpy(&f[0], &c->lr, 4), memcpy(&f[1], &c->min_lr_ratio, 4), memcpy(&f[2], &c->beta1, 4);
+    memcpy(&f[3], &c->beta2, 4), memcpy(&f[4], &c->eps, 4), memcpy(&f[5], &c->weight_decay, 4);
+    memcpy(&f[6], &c->grad_clip, 4);
+    for (int i = 0; i < 7; i++)
+        h[n++] = f[i];
+    h[n++] = c->warmup;
+    h[n++] = t->tokens.vocab, h[n++] = t->tokens.n;
+    h[n++] = ftc_xxh3(t->tokens.tok, (size_t)t->tokens.n * 2);
+    double ef = o->eval_fraction;
+    memcpy(&h[n++], &ef, 8);
+    return ftc_xxh3(h, (size_t)n * sizeof h[0]);
+}
+
+static int ftc__check_options(const ftc_train_options_t *o, ftc_err_t *err)
+{
+    if (o->struct_size != sizeof(ftc_train_options_t))
+        return ftc_err_set(err, FTC_EINVAL, "train options of size %u (this build: %zu)",
+                           o->struct_size, sizeof(ftc_train_options_t));
+    if (o->micro_batch < 1 || o->micro_batch > 4096)
+        return ftc_err_set(err, FTC_EINVAL, "micro-batch %d: must be 1..4096", o->micro_batch);
+    if (o->seq_len < 1 || o->seq_len > o->model.max_seq)
+        return ftc_err_set(err, FTC_EINVAL, "sequence length %d: must be 1..%d (the model's "
+                           "max_seq)", o->seq_len, o->model.max_seq);
+    if (o->micro_steps < 1 || o->micro_steps > 65536)
+        return ftc_err_set(err, FTC_EINVAL, "micro-batches per step %d: must be 1..65536",
+                           o->micro_steps);
+    if (o->steps < 1)
+        return ftc_err_set(err, FTC_EINVAL, "steps must be >= 1");
+    if (o->dp < 1 || o->dp > FTC__MAX_DP)
+        return ftc_err_set(err, FTC_EINVAL, "dp %d: must be 1..%d", o->dp, FTC__MAX_DP);
+    if (o->dp > 1 && !o->deterministic)
+        return ftc_err_set(err, FTC_EINVAL, "dp %d > 1 virtual ranks need deterministic mode "
+                           "(--deterministic)", o->dp);
+    if (o->dp > o->micro_steps)
+        return ftc_err_set(err, FTC_EINVAL, "dp %d: more ranks than micro-batches per step (%d)",
+                           o->dp, o->micro_steps);
+    if (o->ckpt_dir && *o->ckpt_dir && o->ckpt_every < 1)
+        return ftc_err_set(err, FTC_EINVAL, "checkpoint interval must be >= 1 step");
+    return 0;
+}
+
+/* Registers params and moments with a snapshot handle and formats a region. */
+static int ftc__ckpt_setup(ftc_trainer_t *t, ftc_err_t *err)
+{
+    ftc_shard_info_t info;
+    memset(&info, 0, sizeof info);
+    snprintf(info.job_id, sizeof info.job_id, "%s", t->o.job_id ? t->o.job_id : "ftc-train");
+    info.generation = 1;
+    info.dp = info.tp = info.pp = 1;
+    t->snap = ftc_snap_create(&info, 1, sizeof(ftc__train_meta_t), err);
+    if (!t->snap)
+        return err ? err->code : FTC_ENOMEM;
+    const ftc_model_tensor_t *mt = ftc_model_tensors(t->model);
+    float *bufs[3] = {ftc_model_params(t->model), t->adam->m, t->adam->v};
+    const char *prefix[3] = {"param/", "adamw.m/", "adamw.v/"};
+    for (int b = 0; b < 3; b++) {
+        for (int i = 0; i < FTC_MODEL_NTENSORS; i++) {
+            char name[128];
+            snprintf(name, sizeof name, "%s%s", prefix[b], mt[i].name);
+            int rc = ftc_snap_add(t->snap, name, FTC_DTYPE_F32, mt[i].ndim, mt[i].shape,
+                                  bufs[b] + mt[i].offset, FTC_SNAP_HOST, err);
+            if (rc < 0)
+                return rc;
+        }
+    }
+    t->region_size = ftc_snap_size(t->snap);
+    t->region = aligned_alloc(64, (t->region_size + 63) & ~(uint64_t)63);
+    if (!t->region)
+        return ftc_err_set(err, FTC_ENOMEM, "checkpoint region of %llu bytes: out of memory",
+                           (unsigned long long)t->region_size);
+    int rc = ftc_snap_format(t->snap, t->region, err);
+    if (rc < 0)
+        return rc;
+    ftc_persist_options_t po = FTC_PERSIST_OPTIONS_INIT;
+    t->persist = ftc_persist_open(t->o.ckpt_dir, &po, err);
+    if (!t->persist)
+        return err ? err->code : FTC_EIO;
+    return 0;
+}
+
+/* Restores the newest committed version, if any. */
+static int ftc__ckpt_restore(ftc_trainer_t *t, ftc_err_t *err)
+{
+    ftc_persist_version_t *v = NULL;
+    int nv = 0, rc = ftc_persist_list(t->persist, &v, &nv);
+    if (rc < 0)
+        return ftc_err_set(err, rc, "%s: %s", t->o.ckpt_dir, ftc_persist_errstr(t->persist));
+    bool any = false;
+    for (int i = 0; i < nv; i++)
+        any = any || v[i].state == FTC_PV_COMMITTED;
+    free(v);
+    if (!any)
+        return 0;
+    ftc_persist_loaded_t *l = NULL;
+    rc = ftc_persist_load(t->persist, FTC_PERSIST_NEWEST, &l);
+    if (rc < 0)
+        return ftc_err_set(err, rc, "restoring from %s: %s", t->o.ckpt_dir,
+                           ftc_persist_errstr(t->persist));
+    ftc__train_meta_t meta;
+    uint32_t mlen = sizeof meta;
+    uint64_t step = 0;
+    memset(&meta, 0, sizeof meta);
+    rc = l->n_shards == 1 ? ftc_snap_restore(t->snap, l->shards[0], l->sizes[0], &step, &meta,
+                                             &mlen, err)
+                          : ftc_err_set(err, FTC_ECONFIG, "version has %d shards; this trainer "
+                                        "writes 1", l->n_shards);
+    ftc_persist_loaded_free(l);
+    if (rc < 0)
+        return ftc_err_wrap(err, "restoring from %s", t->o.ckpt_dir);
+    if (mlen != sizeof meta || memcmp(meta.magic, FTC__META_MAGIC, 8) ||
+        meta.version != FTC__META_VERSION || meta.size != sizeof meta)
+        return ftc_err_set(err, FTC_ECORRUPT, "%s: step %llu: the trainer metadata record is "
+                           "missing or of another version", t->o.ckpt_dir, (unsigned long long)step);
+    if (meta.config_hash != t->config_hash)
+        return ftc_err_set(err, FTC_ECONFIG,
+                           "%s: step %llu was written by a different configuration (model, batch, "
+                           "schedule, seed or data differ); use another --ckpt-dir or the same "
+                           "settings", t->o.ckpt_dir, (unsigned long long)step);
+    uint64_t G = (uint64_t)t->o.micro_steps * (uint64_t)t->o.micro_batch;
+    if (meta.step != step || meta.samples != step * G)
+        return ftc_err_set(err, FTC_ECORRUPT, "%s: step %llu: metadata says step %llu, cursor %llu",
+                           t->o.ckpt_dir, (unsigned long long)step,
+                           (unsigned long long)meta.step, (unsigned long long)meta.samples);
+    t->step = step;
+    t->rng.state = meta.rng;
+    t->resumed_from = step;
+    FTC_INFO("train", "restored step %llu from %s", (unsigned long long)step, t->o.ckpt_dir);
+    return 0;
+}
+
+ftc_trainer_t *ftc_trainer_create(const ftc_train_options_t *o, ftc_err_t *err)
+{
+    if (ftc__check_options(o, err) < 0)
+        return NULL;
+    ftc_trainer_t *t = calloc(1, sizeof *t);
+    if (!t) {
+        ftc_err_set(err, FTC_ENOMEM, "trainer: out of memory");
+        return NULL;
+    }
+    t->o = *o;
+    t->o.optim.total = o->steps;
+    t->resumed_from = UINT64_MAX;
+    int rc = ftc_optim_config_check(&t->o.optim, err);
+    if (rc < 0)
+        goto fail;
+    t->k = ftc_kernels_select(o->backend, err);
+    if (!t->k)
+        goto fail;
+    /* data */
+    if (o->data_path && *o->data_path)
+        rc = ftc_tokens_load(o->data_path, &t->tokens, err);
+    else
+        rc = ftc_corpus_generate(o->corpus_seed, (size_t)o->corpus_bytes, &t->tokens, err);
+    if (rc < 0)
+        goto fail;
+    rc = ftc_loader_init(&t->loader, &t->tokens, o->seq_len, o->eval_fraction, o->seed,
+                         o->model.vocab, err);
+    if (rc < 0)
+        goto fail;
+    /* model and optimizer */
+    t->model = ftc_model_create(&o->model, t->k, o->micro_batch, o->seq_len, o->seed, err);
+    if (!t->model)
+        goto fail;
+    ftc_rng_seed(&t->rng, o->seed);
+    t->adam = ftc_adamw_create(ftc_model_num_params(t->model), err);
+    if (!t->adam)
+        goto fail;
+    size_t BT = (size_t)o->micro_batch * (size_t)o->seq_len;
+    t->inputs = malloc(BT * sizeof(int32_t));
+    t->targets = malloc(BT * sizeof(int32_t));
+    t->micro_loss = malloc((size_t)o->micro_steps * sizeof(float));
+    if (!t->inputs || !t->targets || !t->micro_loss) {
+        ftc_err_set(err, FTC_ENOMEM, "trainer: out of memory");
+        goto fail;
+    }
+    if (o->deterministic) {
+        t->acc = calloc((size_t)o->dp, sizeof *t->acc);
+        if (!t->acc) {
+            ftc_err_set(err, FTC_ENOMEM, "trainer: out of memory");
+            goto fail;
+        }
+        for (int r = 0; r < o->dp; r++)
+            if (!(t->acc[r] = ftc_gradsum_create(ftc_model_num_params(t->model), err)))
+                goto fail;
+    }
+    t->config_hash = ftc__config_hash(t);
+    if (o->ckpt_dir && *o->ckpt_dir) {
+        if (ftc__ckpt_setup(t, err) < 0 || ftc__ckpt_restore(t, err) < 0)
+            goto fail;
+    }
+    return t;
+fail:
+    ftc_trainer_destroy(t);
+    return NULL;
+}
+
+void ftc_trainer_destroy(ftc_trainer_t *t)
+{
+    if (!t)
+        return;
+    ftc_persist_close(t->persist);
+    ftc_snap_destroy(t->snap);
+    free(t->region);
+    for (int r = 0; t->acc && r < t->o.dp; r++)
+        ftc_gradsum_destroy(t->acc[r]);
+    free(t->acc);
+    free(t->inputs);
+    free(t->targets);
+    free(t->micro_loss);
+    ftc_adamw_destroy(t->adam);
+    ftc_model_destroy(t->model);
+    ftc_tokens_free(&t->tokens);
+    free(t);
+}
+
+/* Forward and backward of micro-batch i of the current step. */
+static void ftc__micro(ftc_trainer_t *t, int i)
+{
+    uint64_t G = (uint64_t)t->o.micro_steps * (uint64_t)t->o.micro_batch;
+    uint64_t first = t->step * G + (uint64_t)i * (uint64_t)t->o.micro_batch;
+    ftc_loader_batch(&t->loader, first, t->o.micro_batch, t->inputs, t->targets);
+    t->micro_loss[i] = ftc_model_forward(t->model, t->inputs, t->targets);
+    ftc_model_backward(t->model);
+}
+
+int ftc_trainer_step(ftc_trainer_t *t, ftc_train_stats_t *st, ftc_err_t *err)
+{
+    uint64_t t0 = ftc_now_ns();
+    int M = t->o.micro_steps, dp = t->o.dp;
+    float *grads = ftc_model_grads(t->model);
+    size_t n = ftc_model_num_params(t->model);
+    if (!t->o.deterministic) {
+        /* fp32: backward accumulates the micro-batches in order */
+        ftc_model_zero_grad(t->model);
+        for (int i = 0; i < M; i++)
+            ftc__micro(t, i);
+        float inv = 1.0f / (float)M;
+        for (size_t j = 0; j < n && M > 1; j++)
+            grads[j] *= inv;
+    } else {
+        /* virtual rank r owns micro-batches [r*M/dp, (r+1)*M/dp) and sums them exactly */
+        for (int r = 0; r < dp; r++) {
+            ftc_gradsum_zero(t->acc[r]);
+            int lo = (int)((int64_t)r * M / dp), hi = (int)((int64_t)(r + 1) * M / dp);
+            for (int i = lo; i < hi; i++) {
+                ftc_model_zero_grad(t->model);
+                ftc__micro(t, i);
+                int rc = ftc_gradsum_add_f32(t->acc[r], grads, n, err);
+                if (rc < 0)
+                    return ftc_err_wrap(err, "step %llu, micro-batch %d (virtual rank %d)",
+                                        (unsigned long long)t->step, i, r);
+            }
+        }
+        /* the all-reduce: rank sums added in a ring order that starts at a
+         * different rank each step — any order gives the same integers */
+        int root = (int)(t->step % (uint64_t)dp);
+        for (int j = 1; j < dp; j++) {
+            int rc = ftc_gradsum_add(t->acc[root], t->acc[(root + dp - j) % dp], err);
+            if (rc < 0)
+                return ftc_err_wrap(err, "step %llu: reducing", (unsigned long long)t->step);
+        }
+        ftc_gradsum_to_f32(t->acc[root], grads, 1.0 / (double)M);
+    }
+    double loss = 0.0; /* in micro-batch order, whatever dp */
+    for (int i = 0; i < M; i++)
+        loss += t->micro_loss[i];
+    float norm, lr;
+    ftc_adamw_step(t->adam, t->model, &t->o.optim, t->step, &norm, &lr);
+    uint64_t done = t->step;
+    t->step++;
+    bool ck = false;
+    double ck_s = 0.0;
+    if (t->persist && t->step % t->o.ckpt_every == 0) {
+        uint64_t c0 = ftc_now_ns();
+        int rc = ftc_trainer_checkpoint(t, err);
+        if (rc < 0)
+            return rc;
+        ck = true;
+        ck_s = (double)(ftc_now_ns() - c0) * 1e-9;
+    }
+    if (st) {
+        st->step = done;
+        st->loss = (float)(loss / M);
+        st->grad_norm = norm;
+        st->lr = lr;
+        st->tokens = (uint64_t)M * (uint64_t)t->o.micro_batch * (uint64_t)t->o.seq_len;
+        st->seconds = (double)(ftc_now_ns() - t0) * 1e-9;
+        st->checkpointed = ck;
+        st->ckpt_seconds = ck_s;
+    }
+    return 0;
+}
+
+float ftc_trainer_eval(ftc_trainer_t *t, int batches)
+{
+    double sum = 0.0;
+    for (int i = 0; i < batches; i++) {
+        ftc_loader_eval_batch(&t->loader, (uint64_t)i * (uint64_t)t->o.micro_batch,
+                              t->o.micro_batch, t->inputs, t->targets);
+        sum += ftc_model_forward(t->model, t->inputs, t->targets);
+    }
+    return batches > 0 ? (float)(sum / batches) : 0.0f;
+}
+
+int ftc_trainer_checkpoint(ftc_trainer_t *t, ftc_err_t *err)
+{
+    if (!t->persist)
+        return ftc_err_set(err, FTC_EINVAL, "checkpoint: no checkpoint directory configured");
+    ftc__train_meta_t meta;
+    memset(&meta, 0, sizeof meta);
+    memcpy(meta.magic, FTC__META_MAGIC, 8);
+    meta.version = FTC__META_VERSION;
+    meta.size = sizeof meta;
+    meta.step = t->step;
+    meta.samples = t->step * (uint64_t)t->o.micro_steps * (uint64_t)t->o.micro_batch;
+    meta.rng = t->rng.state;
+    meta.seed = t->o.seed;
+    meta.config_hash = t->config_hash;
+    int rc = ftc_snap_begin(t->snap, t->region, t->step, 1, &meta, sizeof meta, err);
+    if (rc < 0)
+        return rc;
+    /* the next optimizer update may write the tensors after wait_copy; the
+     * persist tier needs the sealed region */
+    rc = ftc_snap_wait_copy(t->snap, ftc_deadline_in_ms(600000), err);
+    if (rc == 0)
+        rc = ftc_snap_wait_sealed(t->snap, ftc_deadline_in_ms(600000), err);
+    if (rc < 0)
+        return ftc_err_wrap(err, "checkpoint of step %llu", (unsigned long long)t->step);
+    const void *shards[1] = {t->region};
+    uint64_t sizes[1] = {t->region_size};
+    rc = ftc_persist_write(t->persist, t->step, shards, sizes, 1);
+    if (rc < 0)
+        return ftc_err_set(err, rc, "checkpoint of step %llu: %s", (unsigned long long)t->step,
+                           ftc_persist_errstr(t->persist));
+    return 0;
+}
+
+uint64_t ftc_trainer_steps_done(const ftc_trainer_t *t) { return t->step; }
+uint64_t ftc_trainer_resumed_from(const ftc_trainer_t *t) { return t->resumed_from; }
+ftc_model_t *ftc_trainer_model(ftc_trainer_t *t) { return t->model; }
+const ftc_adamw_t *ftc_trainer_adamw(const ftc_trainer_t *t) { return t->adam; }
+const ftc_loader_t *ftc_trainer_loader(const ftc_trainer_t *t) { return &t->loader; }
+const char *ftc_trainer_backend(const ftc_trainer_t *t) { return t->k->name; }
