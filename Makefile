@@ -1,6 +1,7 @@
 # A thin wrapper over CMake: the two commands of the README, and a few more.
 #
-#   make demo    set-up, Release build, run the main job (scripts/demo)
+#   make demo    set-up, Release build, run the main job (scripts/demo: the
+#                persist tier; scripts/drill: node loss on the in-memory store)
 #   make test    set-up, build, the whole suite under ctest; again under
 #                AddressSanitizer + UBSan; short libFuzzer runs
 #   make bench   the benchmarks (bench/), figures recorded in docs/benchmarks.md
@@ -31,6 +32,7 @@ build: setup $(BUILD)/CMakeCache.txt
 
 demo: build
 	bash scripts/demo $(BUILD)
+	bash scripts/drill $(BUILD)
 
 test: setup test-release test-asan test-fuzz
 	@echo "make test: release, sanitizer and fuzz suites passed"

@@ -97,6 +97,7 @@ typedef struct ftc__rank {
     uint64_t begin_since_ns; /* when it was parked: after the timeout the oldest
                                 uncommitted version is abandoned (another rank's
                                 replication of that step failed, it never commits) */
+    uint64_t last_sealed_ns; /* previous SEALED: the step time reported to the detector */
     bool restoring;         /* a RESTORE is being worked on */
     uint64_t restore_step;
 } ftc__rank_t;
@@ -827,6 +828,8 @@ static void ftc__on_hello(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
     ftc_err_t err = {0};
     ftc_ap_send(fd, &w, 1000, &err);
     FTC_INFO("agent", "rank %u (pid %d) connected", m->rank, m->pid);
+    if (a->det && m->pid > 0) /* its exit becomes a rank_exit event at once */
+        ftc_detector_watch_pid(a->det, (int)m->rank, (pid_t)m->pid);
 }
 
 static void ftc__on_slots(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
@@ -921,7 +924,14 @@ static void ftc__on_sealed(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m
     r->checksum[s] = v.head_xxh3;
     r->pushed[s] = r->acked[s] = false;
     r->reported[s] = false;
-    r->sealed_ns[s] = ftc_now_ns();
+    uint64_t now = ftc_now_ns();
+    /* checkpoints are the node's view of step progress: heartbeats carry it,
+     * and the hang watchdog and straggler warnings use it */
+    if (a->det)
+        ftc_detector_progress(a->det, (int)r->rank, (int64_t)m->step,
+                              r->last_sealed_ns ? (now - r->last_sealed_ns) / 1000 : 0);
+    r->last_sealed_ns = now;
+    r->sealed_ns[s] = now;
     ftc__try_push(a, r, s);
 }
 
@@ -1223,6 +1233,8 @@ static void ftc__on_message(ftc_agent_t *a, int fd)
         ftc__on_restore(a, r);
         break;
     case FTC_AP_BYE:
+        if (a->det) /* a clean exit: not a rank failure */
+            ftc_detector_unwatch(a->det, (int)r->rank);
         ftc__disconnect(a, fd);
         break;
     default:

@@ -225,6 +225,20 @@ int ftc_detector_watch_pid(ftc_detector_t *d, int rank, pid_t pid)
     return 0;
 }
 
+void ftc_detector_unwatch(ftc_detector_t *d, int rank)
+{
+    pthread_mutex_lock(&d->mu);
+    ftc__rank_t *r = ftc__rank_get(d, rank, false);
+    if (r) {
+        if (r->pidfd >= 0)
+            close(r->pidfd);
+        r->pidfd = -1;
+        r->pid = 0;
+    }
+    pthread_mutex_unlock(&d->mu);
+    ftc__wake(d);
+}
+
 static int ftc__cmp_u64(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;

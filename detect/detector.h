@@ -90,6 +90,8 @@ void ftc_detector_stop(ftc_detector_t *d, bool leave);
 
 /* Watches a rank's process: its exit is reported at once (kind rank_exit). */
 int ftc_detector_watch_pid(ftc_detector_t *d, int rank, pid_t pid);
+/* Stops watching a rank's process (a clean exit is not a failure). */
+void ftc_detector_unwatch(ftc_detector_t *d, int rank);
 /* The rank finished `step`, which took step_time_us. */
 void ftc_detector_progress(ftc_detector_t *d, int rank, int64_t step, uint64_t step_time_us);
 /* The rank's loss at `step`, for NaN/Inf and spike detection. */
