@@ -18,6 +18,7 @@
 
 #include <dirent.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 
 #define MAXN 4
@@ -60,6 +61,7 @@ static void start_agent(env_t *e, int i)
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive a failed test */
         FILE *o = freopen(out, "a", stdout);
         FILE *er = freopen(out, "a", stderr);
         (void)o, (void)er;
@@ -151,6 +153,7 @@ static pid_t start_rank(env_t *e, int rank, int world, const char *out, const ch
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive a failed test */
         FILE *o = freopen(out, "w", stdout);
         (void)o;
         char bin[PATH_MAX], sock[PATH_MAX + 32], r[16], w[16];

@@ -16,6 +16,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 
 /* ---- event collection -------------------------------------------------------------- */
@@ -105,6 +106,7 @@ static void spawn_agent(redis_fixture_t *f, agent_t *a, const char *job, const c
     a->pid = fork();
     assert_true(a->pid >= 0);
     if (a->pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive a failed test */
         FILE *o = freopen(a->out, "w", stdout);
         (void)o;
         execl(bin, bin, ftc_redis_server_url_file(f->srv), job, node, "--lease-ms", "600",
