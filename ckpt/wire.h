@@ -8,7 +8,10 @@
  *   sender   the sender's node index; seq, a per-sender counter (replays and
  *            reordering of control messages are refused by the receiver)
  *   owner rank, step, offset, length, total: which bytes of which shard
- *   payload_xxh3: checksum of the payload that follows (length bytes)
+ *   payload_xxh3: checksum of the payload that follows (length bytes); the
+ *            replication engine leaves it 0 on PUT chunks, whose bytes are
+ *            verified as a whole (every tensor's xxh3) before the ACK, and
+ *            puts the shard's head checksum in PUT_END's
  *   mac:     HMAC-SHA256 (OpenSSL) over the header's first 96 bytes with the
  *            job secret, truncated to 16 bytes
  *
