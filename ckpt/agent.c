@@ -99,6 +99,7 @@ typedef struct ftc__rank {
                                 replication of that step failed, it never commits) */
     uint64_t last_sealed_ns; /* previous SEALED: the step time reported to the detector */
     bool restoring;         /* a RESTORE is being worked on */
+    int restore_attempts;   /* fetch rounds tried for it (peers may be restarting) */
     uint64_t restore_step;
 } ftc__rank_t;
 
@@ -1051,6 +1052,30 @@ fail:
                      r->rank, r->restore_step, tried, why);
 }
 
+/* Queues a fetch of r's restore step from every live peer in ring order;
+ * false when no peer is known. */
+static bool ftc__queue_fetch(ftc_agent_t *a, ftc__rank_t *r)
+{
+    ftc__job_t *j = calloc(1, sizeof *j);
+    if (!j)
+        return false;
+    j->kind = JOB_FETCH;
+    j->owner = r->rank;
+    j->step = r->restore_step;
+    for (uint32_t d = 1; d < a->o.nodes; d++) {
+        uint32_t node = (a->o.index + d) % a->o.nodes;
+        if (a->peers[node].known && a->peers[node].alive)
+            j->peers[j->npeers++] = node;
+    }
+    if (!j->npeers) {
+        free(j);
+        return false;
+    }
+    r->restore_attempts++;
+    ftc__queue(a, j);
+    return true;
+}
+
 static void ftc__on_restore(ftc_agent_t *a, ftc__rank_t *r)
 {
     if (!r->size) {
@@ -1081,23 +1106,10 @@ static void ftc__on_restore(ftc_agent_t *a, ftc__rank_t *r)
             return;
         }
     }
-    /* 2. a peer's replica (every known peer, ring order) */
-    ftc__job_t *j = calloc(1, sizeof *j);
-    if (j) {
-        j->kind = JOB_FETCH;
-        j->owner = r->rank;
-        j->step = (uint64_t)step;
-        for (uint32_t d = 1; d < a->o.nodes; d++) {
-            uint32_t node = (a->o.index + d) % a->o.nodes;
-            if (a->peers[node].known && a->peers[node].alive)
-                j->peers[j->npeers++] = node;
-        }
-        if (j->npeers) {
-            ftc__queue(a, j);
-            return;
-        }
-        free(j);
-    }
+    /* 2. a peer's replica (every live peer, ring order) */
+    r->restore_attempts = 0;
+    if (ftc__queue_fetch(a, r))
+        return;
     /* 3. the persist tier */
     ftc__restore_from_persist(a, r, "not in this node's slots, no peer known");
 }
@@ -1124,9 +1136,19 @@ static void ftc__on_fetch_done(ftc_agent_t *a, ftc__job_t *j)
             }
         }
     }
-    char tried[400];
-    snprintf(tried, sizeof tried, "not in this node's slots; peers: %s",
-             j->detail[0] ? j->detail : "no replica");
+    /* Peers that were restarting (a stale address, a connection not yet
+     * accepted) may answer a moment later: a few rounds, with fresh
+     * addresses, before the persist tier. */
+    if (r->restore_attempts < 3) {
+        FTC_WARN("agent", "rank %u: fetching step %" PRIu64 " failed (%s); trying the peers again",
+                 r->rank, j->step, j->detail);
+        ftc__refresh_peers(a);
+        if (ftc__queue_fetch(a, r))
+            return;
+    }
+    char tried[900];
+    snprintf(tried, sizeof tried, "not in this node's slots; peers (%d rounds): %s",
+             r->restore_attempts, j->detail[0] ? j->detail : "no replica");
     ftc__restore_from_persist(a, r, tried);
 }
 

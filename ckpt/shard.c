@@ -6,6 +6,7 @@
  * unaligned or hostile, and the layout must not depend on the compiler.
  */
 #include "ckpt/shard.h"
+#include "core/le.h"
 
 #include "core/hash.h"
 
@@ -14,9 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "ftc's formats are little-endian; a big-endian port needs byte swaps in shard.c"
-#endif
 
 static const char ftc__shard_magic[8] = {'F', 'T', 'C', 'S', 'H', 'A', 'R', 'D'};
 static const char ftc__shard_endmagic[8] = {'F', 'T', 'C', 'S', 'H', 'E', 'N', 'D'};
@@ -72,26 +70,6 @@ enum {
     F_SELF_XXH3 = 56,
 };
 
-static inline uint64_t rd64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
-}
-static inline uint32_t rd32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-static inline uint16_t rd16(const uint8_t *p)
-{
-    uint16_t v;
-    memcpy(&v, p, 2);
-    return v;
-}
-static inline void wr64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
-static inline void wr32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
 
 static inline uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
@@ -221,7 +199,7 @@ int ftc_shard_layout_add_meta(ftc_shard_layout_t *l, const char *key, const void
         return ftc_err_set(err, FTC_ERANGE, "metadata '%s': all records together exceed %u bytes",
                            key, FTC_SHARD_META_MAX);
     for (uint64_t pos = 0; pos < l->meta_len;) {
-        uint32_t kl = rd32(l->meta + pos), vl = rd32(l->meta + pos + 4);
+        uint32_t kl = ftc_le_rd32(l->meta + pos), vl = ftc_le_rd32(l->meta + pos + 4);
         if (kl == klen && !memcmp(l->meta + pos + 8, key, klen))
             return ftc_err_set(err, FTC_EEXIST, "metadata key '%s' set twice", key);
         pos += align_up(8ull + kl + vl, 8);
@@ -238,8 +216,8 @@ int ftc_shard_layout_add_meta(ftc_shard_layout_t *l, const char *key, const void
     }
     uint8_t *p = l->meta + l->meta_len;
     memset(p, 0, rec);
-    wr32(p, (uint32_t)klen);
-    wr32(p + 4, (uint32_t)len);
+    ftc_le_wr32(p, (uint32_t)klen);
+    ftc_le_wr32(p + 4, (uint32_t)len);
     memcpy(p + 8, key, klen);
     if (len)
         memcpy(p + 8 + klen, val, len);
@@ -286,7 +264,7 @@ uint64_t ftc_shard_layout_meta_offset(const ftc_shard_layout_t *l, const char *k
     ftc__layout_plan((ftc_shard_layout_t *)l);
     size_t klen = strlen(key);
     for (uint64_t pos = 0; pos < l->meta_len;) {
-        uint32_t kl = rd32(l->meta + pos), vl = rd32(l->meta + pos + 4);
+        uint32_t kl = ftc_le_rd32(l->meta + pos), vl = ftc_le_rd32(l->meta + pos + 4);
         if (kl == klen && !memcmp(l->meta + pos + 8, key, klen))
             return l->meta_offset + pos + 8 + kl;
         pos += align_up(8ull + kl + vl, 8);
@@ -311,39 +289,39 @@ int ftc_shard_layout_write(const ftc_shard_layout_t *l, void *region, uint64_t s
     uint64_t names_offset = FTC_SHARD_HEADER_SIZE + (uint64_t)l->n * FTC_SHARD_ENTRY_SIZE;
     memset(p, 0, l->payload_offset); /* header, table, names, meta, padding */
     memcpy(p + H_MAGIC, ftc__shard_magic, 8);
-    wr32(p + H_VERSION, FTC_SHARD_VERSION);
-    wr32(p + H_HEADER_SIZE, FTC_SHARD_HEADER_SIZE);
-    wr64(p + H_TOTAL_SIZE, l->total);
-    wr64(p + H_STEP, in->step);
-    wr64(p + H_GENERATION, in->generation);
+    ftc_le_wr32(p + H_VERSION, FTC_SHARD_VERSION);
+    ftc_le_wr32(p + H_HEADER_SIZE, FTC_SHARD_HEADER_SIZE);
+    ftc_le_wr64(p + H_TOTAL_SIZE, l->total);
+    ftc_le_wr64(p + H_STEP, in->step);
+    ftc_le_wr64(p + H_GENERATION, in->generation);
     memcpy(p + H_JOB_ID, in->job_id, strnlen(in->job_id, FTC_SHARD_JOB_MAX));
-    wr32(p + H_DP, in->dp);
-    wr32(p + H_TP, in->tp);
-    wr32(p + H_PP, in->pp);
-    wr32(p + H_DP_RANK, in->dp_rank);
-    wr32(p + H_TP_RANK, in->tp_rank);
-    wr32(p + H_PP_RANK, in->pp_rank);
-    wr32(p + H_N_TENSORS, l->n);
-    wr64(p + H_TABLE_OFFSET, FTC_SHARD_HEADER_SIZE);
-    wr64(p + H_NAMES_OFFSET, names_offset);
-    wr64(p + H_NAMES_SIZE, l->names_size);
-    wr64(p + H_META_OFFSET, l->meta_offset);
-    wr64(p + H_META_SIZE, l->meta_len);
-    wr64(p + H_PAYLOAD_OFFSET, l->payload_offset);
-    wr64(p + H_PAYLOAD_SIZE, l->payload_size);
-    wr64(p + H_CREATED_MS, in->created_ms);
+    ftc_le_wr32(p + H_DP, in->dp);
+    ftc_le_wr32(p + H_TP, in->tp);
+    ftc_le_wr32(p + H_PP, in->pp);
+    ftc_le_wr32(p + H_DP_RANK, in->dp_rank);
+    ftc_le_wr32(p + H_TP_RANK, in->tp_rank);
+    ftc_le_wr32(p + H_PP_RANK, in->pp_rank);
+    ftc_le_wr32(p + H_N_TENSORS, l->n);
+    ftc_le_wr64(p + H_TABLE_OFFSET, FTC_SHARD_HEADER_SIZE);
+    ftc_le_wr64(p + H_NAMES_OFFSET, names_offset);
+    ftc_le_wr64(p + H_NAMES_SIZE, l->names_size);
+    ftc_le_wr64(p + H_META_OFFSET, l->meta_offset);
+    ftc_le_wr64(p + H_META_SIZE, l->meta_len);
+    ftc_le_wr64(p + H_PAYLOAD_OFFSET, l->payload_offset);
+    ftc_le_wr64(p + H_PAYLOAD_SIZE, l->payload_size);
+    ftc_le_wr64(p + H_CREATED_MS, in->created_ms);
     uint64_t name_pos = 0;
     for (uint32_t i = 0; i < l->n; i++) {
         const ftc__tensor_desc_t *d = &l->t[i];
         uint8_t *e = p + FTC_SHARD_HEADER_SIZE + (uint64_t)i * FTC_SHARD_ENTRY_SIZE;
-        wr64(e + E_OFFSET, d->offset);
-        wr64(e + E_LENGTH, d->length);
-        wr32(e + E_NAME_OFFSET, (uint32_t)name_pos);
-        wr32(e + E_NAME_LEN, d->name_len);
+        ftc_le_wr64(e + E_OFFSET, d->offset);
+        ftc_le_wr64(e + E_LENGTH, d->length);
+        ftc_le_wr32(e + E_NAME_OFFSET, (uint32_t)name_pos);
+        ftc_le_wr32(e + E_NAME_LEN, d->name_len);
         e[E_DTYPE] = (uint8_t)d->dtype;
         e[E_NDIM] = (uint8_t)d->ndim;
         for (uint32_t k = 0; k < d->ndim; k++)
-            wr64(e + E_SHAPE + 8 * k, d->shape[k]);
+            ftc_le_wr64(e + E_SHAPE + 8 * k, d->shape[k]);
         memcpy(p + names_offset + name_pos, d->name, d->name_len);
         name_pos += d->name_len;
     }
@@ -364,8 +342,8 @@ int ftc_shard_layout_write(const ftc_shard_layout_t *l, void *region, uint64_t s
 void ftc_shard_restamp(void *region, uint64_t step, uint64_t generation)
 {
     uint8_t *p = region;
-    wr64(p + H_STEP, step);
-    wr64(p + H_GENERATION, generation);
+    ftc_le_wr64(p + H_STEP, step);
+    ftc_le_wr64(p + H_GENERATION, generation);
 }
 
 /* ---- parallel hashing -------------------------------------------------------- */
@@ -386,11 +364,11 @@ static void *ftc__hash_worker(void *arg)
         if (i >= v->n_tensors)
             break;
         const uint8_t *e = v->base + FTC_SHARD_HEADER_SIZE + (uint64_t)i * FTC_SHARD_ENTRY_SIZE;
-        uint64_t h = ftc_xxh3(v->base + rd64(e + E_OFFSET), rd64(e + E_LENGTH));
+        uint64_t h = ftc_xxh3(v->base + ftc_le_rd64(e + E_OFFSET), ftc_le_rd64(e + E_LENGTH));
         if (job->region) {
-            wr64(job->region + FTC_SHARD_HEADER_SIZE + (uint64_t)i * FTC_SHARD_ENTRY_SIZE + E_XXH3,
+            ftc_le_wr64(job->region + FTC_SHARD_HEADER_SIZE + (uint64_t)i * FTC_SHARD_ENTRY_SIZE + E_XXH3,
                  h);
-        } else if (h != rd64(e + E_XXH3)) {
+        } else if (h != ftc_le_rd64(e + E_XXH3)) {
             int expect = 0;
             atomic_compare_exchange_strong(&job->bad, &expect, (int)i + 1);
         }
@@ -419,14 +397,14 @@ static void ftc__hash_run(ftc__hash_job_t *job, int threads)
 
 static void ftc__footer_write(uint8_t *p, uint64_t total)
 {
-    uint64_t payload_offset = rd64(p + H_PAYLOAD_OFFSET);
+    uint64_t payload_offset = ftc_le_rd64(p + H_PAYLOAD_OFFSET);
     uint8_t *f = p + total - FTC_SHARD_FOOTER_SIZE;
     memset(f, 0, FTC_SHARD_FOOTER_SIZE);
     memcpy(f + F_MAGIC, ftc__shard_endmagic, 8);
-    wr64(f + F_TOTAL_SIZE, total);
-    wr64(f + F_STEP, rd64(p + H_STEP));
-    wr64(f + F_HEAD_XXH3, ftc_xxh3(p, payload_offset));
-    wr64(f + F_SELF_XXH3, ftc_xxh3(f, F_SELF_XXH3));
+    ftc_le_wr64(f + F_TOTAL_SIZE, total);
+    ftc_le_wr64(f + F_STEP, ftc_le_rd64(p + H_STEP));
+    ftc_le_wr64(f + F_HEAD_XXH3, ftc_xxh3(p, payload_offset));
+    ftc_le_wr64(f + F_SELF_XXH3, ftc_xxh3(f, F_SELF_XXH3));
 }
 
 int ftc_shard_seal(void *region, uint64_t size, int threads, ftc_err_t *err)
@@ -436,13 +414,13 @@ int ftc_shard_seal(void *region, uint64_t size, int threads, ftc_err_t *err)
     /* The head was written by us; open it without checksums (they are what
      * we are about to compute) through a view built from trusted fields. */
     if (size < FTC_SHARD_HEADER_SIZE + FTC_SHARD_FOOTER_SIZE || memcmp(p, ftc__shard_magic, 8) ||
-        rd64(p + H_TOTAL_SIZE) != size)
+        ftc_le_rd64(p + H_TOTAL_SIZE) != size)
         return ftc_err_set(err, FTC_EINVAL, "seal: region is not a shard of %llu bytes",
                            (unsigned long long)size);
     memset(&v, 0, sizeof v);
     v.base = p;
     v.size = size;
-    v.n_tensors = rd32(p + H_N_TENSORS);
+    v.n_tensors = ftc_le_rd32(p + H_N_TENSORS);
     ftc__hash_job_t job = {.v = &v, .region = p};
     atomic_init(&job.next, 0);
     atomic_init(&job.bad, 0);
@@ -474,8 +452,8 @@ static int ftc__check_unique_names(const uint8_t *p, uint64_t names_off, uint32_
         return ftc_err_set(err, FTC_ENOMEM, "checking %u tensor names: out of memory", n);
     for (uint32_t i = 0; i < n; i++) {
         const uint8_t *e = p + FTC_SHARD_HEADER_SIZE + (uint64_t)i * FTC_SHARD_ENTRY_SIZE;
-        r[i].s = p + names_off + rd32(e + E_NAME_OFFSET);
-        r[i].len = rd32(e + E_NAME_LEN);
+        r[i].s = p + names_off + ftc_le_rd32(e + E_NAME_OFFSET);
+        r[i].len = ftc_le_rd32(e + E_NAME_LEN);
     }
     qsort(r, n, sizeof *r, ftc__name_cmp);
     int rc = 0;
@@ -497,12 +475,12 @@ int ftc_shard_peek_size(const void *buf, size_t len, uint64_t *size, ftc_err_t *
     if (memcmp(p + H_MAGIC, ftc__shard_magic, 8))
         return ftc_err_set(err, FTC_ECORRUPT,
                            "bad magic at offset 0: not an ftc shard (expected \"FTCSHARD\")");
-    uint32_t ver = rd32(p + H_VERSION);
+    uint32_t ver = ftc_le_rd32(p + H_VERSION);
     if (ver != FTC_SHARD_VERSION)
         return ftc_err_set(err, FTC_EVERSION,
                            "format version %u at offset %d; this build reads version %d", ver,
                            H_VERSION, FTC_SHARD_VERSION);
-    *size = rd64(p + H_TOTAL_SIZE);
+    *size = ftc_le_rd64(p + H_TOTAL_SIZE);
     return 0;
 }
 
@@ -514,7 +492,7 @@ int ftc_shard_open(ftc_shard_view_t *v, const void *buf, size_t len, unsigned fl
     int rc = ftc_shard_peek_size(buf, len, &total, err);
     if (rc)
         return rc;
-    uint32_t hsize = rd32(p + H_HEADER_SIZE);
+    uint32_t hsize = ftc_le_rd32(p + H_HEADER_SIZE);
     if (hsize != FTC_SHARD_HEADER_SIZE)
         return ftc_err_set(err, FTC_ECORRUPT, "header_size at offset %d is %u, must be %d",
                            H_HEADER_SIZE, hsize, FTC_SHARD_HEADER_SIZE);
@@ -540,29 +518,29 @@ int ftc_shard_open(ftc_shard_view_t *v, const void *buf, size_t len, unsigned fl
                            "footer magic at offset %llu is wrong (expected \"FTCSHEND\"): the "
                            "shard is truncated or overwritten",
                            (unsigned long long)foff);
-    if (ftc_xxh3(f, F_SELF_XXH3) != rd64(f + F_SELF_XXH3))
+    if (ftc_xxh3(f, F_SELF_XXH3) != ftc_le_rd64(f + F_SELF_XXH3))
         return ftc_err_set(err, FTC_ECORRUPT, "footer checksum at offset %llu does not match",
                            (unsigned long long)(foff + F_SELF_XXH3));
-    if (rd64(f + F_TOTAL_SIZE) != total)
+    if (ftc_le_rd64(f + F_TOTAL_SIZE) != total)
         return ftc_err_set(err, FTC_ECORRUPT,
                            "footer total_size at offset %llu (%llu) differs from the header's "
                            "(%llu)",
                            (unsigned long long)(foff + F_TOTAL_SIZE),
-                           (unsigned long long)rd64(f + F_TOTAL_SIZE), (unsigned long long)total);
+                           (unsigned long long)ftc_le_rd64(f + F_TOTAL_SIZE), (unsigned long long)total);
     if (!all_zero(f + F_RESERVED, 24))
         return ftc_err_set(err, FTC_ECORRUPT, "footer reserved bytes at offset %llu are not zero",
                            (unsigned long long)(foff + F_RESERVED));
     /* header fields */
     ftc_shard_info_t *in = &v->info;
-    in->step = rd64(p + H_STEP);
-    if (rd64(f + F_STEP) != in->step)
+    in->step = ftc_le_rd64(p + H_STEP);
+    if (ftc_le_rd64(f + F_STEP) != in->step)
         return ftc_err_set(err, FTC_ECORRUPT,
                            "step at offset %d is %llu but the footer (offset %llu) says %llu",
                            H_STEP, (unsigned long long)in->step,
                            (unsigned long long)(foff + F_STEP),
-                           (unsigned long long)rd64(f + F_STEP));
-    in->generation = rd64(p + H_GENERATION);
-    in->created_ms = rd64(p + H_CREATED_MS);
+                           (unsigned long long)ftc_le_rd64(f + F_STEP));
+    in->generation = ftc_le_rd64(p + H_GENERATION);
+    in->created_ms = ftc_le_rd64(p + H_CREATED_MS);
     const uint8_t *job = p + H_JOB_ID;
     size_t jl = strnlen((const char *)job, 64);
     if (jl > FTC_SHARD_JOB_MAX || !all_zero(job + jl, 64 - jl))
@@ -577,8 +555,8 @@ int ftc_shard_open(ftc_shard_view_t *v, const void *buf, size_t len, unsigned fl
     } deg[3] = {{H_DP, "dp"}, {H_TP, "tp"}, {H_PP, "pp"}};
     uint32_t d[3], r[3];
     for (int k = 0; k < 3; k++) {
-        d[k] = rd32(p + deg[k].off);
-        r[k] = rd32(p + deg[k].off + 12);
+        d[k] = ftc_le_rd32(p + deg[k].off);
+        r[k] = ftc_le_rd32(p + deg[k].off + 12);
         if (d[k] == 0 || d[k] > (1u << 24))
             return ftc_err_set(err, FTC_ECORRUPT, "%s degree at offset %d is %u (must be 1..2^24)",
                                deg[k].name, deg[k].off, d[k]);
@@ -589,18 +567,18 @@ int ftc_shard_open(ftc_shard_view_t *v, const void *buf, size_t len, unsigned fl
     }
     in->dp = d[0], in->tp = d[1], in->pp = d[2];
     in->dp_rank = r[0], in->tp_rank = r[1], in->pp_rank = r[2];
-    uint32_t n = rd32(p + H_N_TENSORS);
+    uint32_t n = ftc_le_rd32(p + H_N_TENSORS);
     if (n > FTC_SHARD_MAX_TENSORS)
         return ftc_err_set(err, FTC_ECORRUPT, "n_tensors at offset %d is %u (at most %u)",
                            H_N_TENSORS, n, FTC_SHARD_MAX_TENSORS);
-    if (rd32(p + H_FLAGS) != 0)
+    if (ftc_le_rd32(p + H_FLAGS) != 0)
         return ftc_err_set(err, FTC_ECORRUPT, "flags at offset %d are %#x; version 1 defines none",
-                           H_FLAGS, rd32(p + H_FLAGS));
+                           H_FLAGS, ftc_le_rd32(p + H_FLAGS));
     if (!all_zero(p + H_RESERVED, FTC_SHARD_HEADER_SIZE - H_RESERVED))
         return ftc_err_set(err, FTC_ECORRUPT, "reserved header bytes at offset %d are not zero",
                            H_RESERVED);
     /* sections: each offset must be the canonical one */
-    uint64_t table_off = rd64(p + H_TABLE_OFFSET);
+    uint64_t table_off = ftc_le_rd64(p + H_TABLE_OFFSET);
     if (table_off != FTC_SHARD_HEADER_SIZE)
         return ftc_err_set(err, FTC_ECORRUPT, "table_offset at offset %d is %llu, must be %d",
                            H_TABLE_OFFSET, (unsigned long long)table_off, FTC_SHARD_HEADER_SIZE);
@@ -610,20 +588,20 @@ int ftc_shard_open(ftc_shard_view_t *v, const void *buf, size_t len, unsigned fl
         return ftc_err_set(err, FTC_ECORRUPT,
                            "tensor table (%u entries) runs past the footer at offset %llu", n,
                            (unsigned long long)limit);
-    if (rd64(p + H_NAMES_OFFSET) != names_off)
+    if (ftc_le_rd64(p + H_NAMES_OFFSET) != names_off)
         return ftc_err_set(err, FTC_ECORRUPT, "names_offset at offset %d is %llu, must be %llu",
-                           H_NAMES_OFFSET, (unsigned long long)rd64(p + H_NAMES_OFFSET),
+                           H_NAMES_OFFSET, (unsigned long long)ftc_le_rd64(p + H_NAMES_OFFSET),
                            (unsigned long long)names_off);
-    uint64_t names_size = rd64(p + H_NAMES_SIZE);
+    uint64_t names_size = ftc_le_rd64(p + H_NAMES_SIZE);
     if (names_size > limit - names_off)
         return ftc_err_set(err, FTC_ECORRUPT, "names_size at offset %d (%llu) runs past the footer",
                            H_NAMES_SIZE, (unsigned long long)names_size);
     uint64_t meta_off = align_up(names_off + names_size, 8);
-    if (rd64(p + H_META_OFFSET) != meta_off)
+    if (ftc_le_rd64(p + H_META_OFFSET) != meta_off)
         return ftc_err_set(err, FTC_ECORRUPT, "meta_offset at offset %d is %llu, must be %llu",
-                           H_META_OFFSET, (unsigned long long)rd64(p + H_META_OFFSET),
+                           H_META_OFFSET, (unsigned long long)ftc_le_rd64(p + H_META_OFFSET),
                            (unsigned long long)meta_off);
-    uint64_t meta_size = rd64(p + H_META_SIZE);
+    uint64_t meta_size = ftc_le_rd64(p + H_META_SIZE);
     if (meta_off > limit || meta_size > limit - meta_off || meta_size > FTC_SHARD_META_MAX ||
         meta_size % 8)
         return ftc_err_set(err, FTC_ECORRUPT,
@@ -631,11 +609,11 @@ int ftc_shard_open(ftc_shard_view_t *v, const void *buf, size_t len, unsigned fl
                            "and the %u-byte limit",
                            H_META_SIZE, (unsigned long long)meta_size, FTC_SHARD_META_MAX);
     uint64_t pay_off = align_up(meta_off + meta_size, FTC_SHARD_ALIGN);
-    if (rd64(p + H_PAYLOAD_OFFSET) != pay_off)
+    if (ftc_le_rd64(p + H_PAYLOAD_OFFSET) != pay_off)
         return ftc_err_set(err, FTC_ECORRUPT, "payload_offset at offset %d is %llu, must be %llu",
-                           H_PAYLOAD_OFFSET, (unsigned long long)rd64(p + H_PAYLOAD_OFFSET),
+                           H_PAYLOAD_OFFSET, (unsigned long long)ftc_le_rd64(p + H_PAYLOAD_OFFSET),
                            (unsigned long long)pay_off);
-    uint64_t pay_size = rd64(p + H_PAYLOAD_SIZE);
+    uint64_t pay_size = ftc_le_rd64(p + H_PAYLOAD_SIZE);
     if (pay_off > limit || pay_size != limit - pay_off)
         return ftc_err_set(err, FTC_ECORRUPT,
                            "payload_size at offset %d is %llu; payload_offset %llu plus it must "
@@ -644,7 +622,7 @@ int ftc_shard_open(ftc_shard_view_t *v, const void *buf, size_t len, unsigned fl
                            (unsigned long long)pay_off, (unsigned long long)limit);
     /* head checksum: covers header, table, names and metadata */
     uint64_t head = ftc_xxh3(p, pay_off);
-    if (head != rd64(f + F_HEAD_XXH3))
+    if (head != ftc_le_rd64(f + F_HEAD_XXH3))
         return ftc_err_set(err, FTC_ECORRUPT,
                            "checksum of header, tensor table and metadata (bytes 0..%llu) does "
                            "not match the footer at offset %llu",
@@ -663,20 +641,20 @@ int ftc_shard_open(ftc_shard_view_t *v, const void *buf, size_t len, unsigned fl
         if (nd > FTC_SHARD_MAX_DIMS)
             return ftc_err_set(err, FTC_ECORRUPT, "tensor %u: ndim at offset %llu is %u (at most %d)",
                                i, (unsigned long long)(eo + E_NDIM), nd, FTC_SHARD_MAX_DIMS);
-        if (rd16(e + E_FLAGS) || rd32(e + E_RESERVED1) || !all_zero(e + E_RESERVED2, 24))
+        if (ftc_le_rd16(e + E_FLAGS) || ftc_le_rd32(e + E_RESERVED1) || !all_zero(e + E_RESERVED2, 24))
             return ftc_err_set(err, FTC_ECORRUPT,
                                "tensor %u: flags or reserved bytes in the entry at offset %llu "
                                "are not zero",
                                i, (unsigned long long)eo);
         uint64_t shape[FTC_SHARD_MAX_DIMS];
         for (uint32_t k = 0; k < FTC_SHARD_MAX_DIMS; k++) {
-            shape[k] = rd64(e + E_SHAPE + 8 * k);
+            shape[k] = ftc_le_rd64(e + E_SHAPE + 8 * k);
             if (k >= nd && shape[k])
                 return ftc_err_set(err, FTC_ECORRUPT,
                                    "tensor %u: shape[%u] at offset %llu is set beyond ndim %u", i,
                                    k, (unsigned long long)(eo + E_SHAPE + 8 * k), nd);
         }
-        uint64_t bytes, length = rd64(e + E_LENGTH);
+        uint64_t bytes, length = ftc_le_rd64(e + E_LENGTH);
         if (ftc__tensor_bytes(dt, nd, shape, &bytes) != 0 || bytes != length)
             return ftc_err_set(err, FTC_ECORRUPT,
                                "tensor %u: length at offset %llu is %llu, but its shape and dtype "
@@ -684,7 +662,7 @@ int ftc_shard_open(ftc_shard_view_t *v, const void *buf, size_t len, unsigned fl
                                i, (unsigned long long)(eo + E_LENGTH), (unsigned long long)length,
                                ftc__tensor_bytes(dt, nd, shape, &bytes) ? "overflow" : "differ");
         expect = align_up(expect, FTC_SHARD_ALIGN);
-        uint64_t off = rd64(e + E_OFFSET);
+        uint64_t off = ftc_le_rd64(e + E_OFFSET);
         if (off != expect)
             return ftc_err_set(err, FTC_ECORRUPT, "tensor %u: offset at %llu is %llu, must be %llu",
                                i, (unsigned long long)(eo + E_OFFSET), (unsigned long long)off,
@@ -696,7 +674,7 @@ int ftc_shard_open(ftc_shard_view_t *v, const void *buf, size_t len, unsigned fl
                                i, (unsigned long long)off, (unsigned long long)length,
                                (unsigned long long)eo, (unsigned long long)limit);
         expect = off + length;
-        uint32_t no = rd32(e + E_NAME_OFFSET), nl = rd32(e + E_NAME_LEN);
+        uint32_t no = ftc_le_rd32(e + E_NAME_OFFSET), nl = ftc_le_rd32(e + E_NAME_LEN);
         if (no != name_pos || nl == 0 || nl > FTC_SHARD_NAME_MAX || nl > names_size - name_pos)
             return ftc_err_set(err, FTC_ECORRUPT,
                                "tensor %u: name (offset %u, length %u) in the entry at %llu is "
@@ -736,7 +714,7 @@ int ftc_shard_open(ftc_shard_view_t *v, const void *buf, size_t len, unsigned fl
         if (meta_size - pos < 8)
             return ftc_err_set(err, FTC_ECORRUPT, "metadata record at offset %llu is truncated",
                                (unsigned long long)(meta_off + pos));
-        uint32_t kl = rd32(p + meta_off + pos), vl = rd32(p + meta_off + pos + 4);
+        uint32_t kl = ftc_le_rd32(p + meta_off + pos), vl = ftc_le_rd32(p + meta_off + pos + 4);
         uint64_t rec = align_up(8ull + kl + vl, 8);
         if (kl == 0 || kl > FTC_SHARD_META_KEY_MAX || rec > meta_size - pos)
             return ftc_err_set(err, FTC_ECORRUPT,
@@ -760,7 +738,7 @@ int ftc_shard_open(ftc_shard_view_t *v, const void *buf, size_t len, unsigned fl
             return ftc_err_set(err, FTC_ENOMEM, "checking %u metadata keys: out of memory", nmeta);
         uint32_t k = 0;
         for (uint64_t pos = 0; pos < meta_size; k++) {
-            uint32_t kl = rd32(p + meta_off + pos), vl = rd32(p + meta_off + pos + 4);
+            uint32_t kl = ftc_le_rd32(p + meta_off + pos), vl = ftc_le_rd32(p + meta_off + pos + 4);
             keys[k].s = p + meta_off + pos + 8;
             keys[k].len = kl;
             pos += align_up(8ull + kl + vl, 8);
@@ -798,15 +776,15 @@ void ftc_shard_get(const ftc_shard_view_t *v, uint32_t i, ftc_shard_tensor_t *t)
 {
     const uint8_t *e = v->base + FTC_SHARD_HEADER_SIZE + (uint64_t)i * FTC_SHARD_ENTRY_SIZE;
     memset(t, 0, sizeof *t);
-    t->name = (const char *)v->base + v->names_offset + rd32(e + E_NAME_OFFSET);
-    t->name_len = rd32(e + E_NAME_LEN);
+    t->name = (const char *)v->base + v->names_offset + ftc_le_rd32(e + E_NAME_OFFSET);
+    t->name_len = ftc_le_rd32(e + E_NAME_LEN);
     t->dtype = e[E_DTYPE];
     t->ndim = e[E_NDIM];
     for (uint32_t k = 0; k < t->ndim; k++)
-        t->shape[k] = rd64(e + E_SHAPE + 8 * k);
-    t->offset = rd64(e + E_OFFSET);
-    t->length = rd64(e + E_LENGTH);
-    t->xxh3 = rd64(e + E_XXH3);
+        t->shape[k] = ftc_le_rd64(e + E_SHAPE + 8 * k);
+    t->offset = ftc_le_rd64(e + E_OFFSET);
+    t->length = ftc_le_rd64(e + E_LENGTH);
+    t->xxh3 = ftc_le_rd64(e + E_XXH3);
     t->data = v->base + t->offset;
 }
 
@@ -815,8 +793,8 @@ int ftc_shard_find(const ftc_shard_view_t *v, const char *name)
     size_t nl = strlen(name);
     for (uint32_t i = 0; i < v->n_tensors; i++) {
         const uint8_t *e = v->base + FTC_SHARD_HEADER_SIZE + (uint64_t)i * FTC_SHARD_ENTRY_SIZE;
-        if (rd32(e + E_NAME_LEN) == nl &&
-            !memcmp(v->base + v->names_offset + rd32(e + E_NAME_OFFSET), name, nl))
+        if (ftc_le_rd32(e + E_NAME_LEN) == nl &&
+            !memcmp(v->base + v->names_offset + ftc_le_rd32(e + E_NAME_OFFSET), name, nl))
             return (int)i;
     }
     return FTC_ENOENT;
@@ -844,8 +822,8 @@ static int ftc__verify_gaps(const ftc_shard_view_t *v, ftc_err_t *err)
         uint64_t next = v->size - FTC_SHARD_FOOTER_SIZE, end = next;
         if (i < v->n_tensors) {
             const uint8_t *e = v->base + FTC_SHARD_HEADER_SIZE + (uint64_t)i * FTC_SHARD_ENTRY_SIZE;
-            next = rd64(e + E_OFFSET);
-            end = next + rd64(e + E_LENGTH);
+            next = ftc_le_rd64(e + E_OFFSET);
+            end = next + ftc_le_rd64(e + E_LENGTH);
         }
         if (!all_zero(v->base + pos, next - pos))
             return ftc_err_set(err, FTC_ECORRUPT,
@@ -878,7 +856,7 @@ int ftc_shard_meta_next(const ftc_shard_view_t *v, uint64_t *pos, const char **k
     if (*pos >= v->meta_size)
         return 0;
     const uint8_t *r = v->base + v->meta_offset + *pos;
-    uint32_t kl = rd32(r), vl = rd32(r + 4);
+    uint32_t kl = ftc_le_rd32(r), vl = ftc_le_rd32(r + 4);
     *key = (const char *)r + 8;
     *key_len = kl;
     *val = r + 8 + kl;

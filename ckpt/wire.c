@@ -10,6 +10,7 @@
  *   112 reserved (16 zero bytes)
  */
 #include "ckpt/wire.h"
+#include "core/le.h"
 
 #include "core/hash.h"
 
@@ -19,27 +20,6 @@
 
 static const char ftc__wire_magic[4] = {'F', 'T', 'C', 'W'};
 
-static inline void w16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
-static inline void w32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
-static inline void w64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
-static inline uint16_t r16(const uint8_t *p)
-{
-    uint16_t v;
-    memcpy(&v, p, 2);
-    return v;
-}
-static inline uint32_t r32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-static inline uint64_t r64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
-}
 
 const char *ftc_wire_type_name(int type)
 {
@@ -85,19 +65,19 @@ int ftc_wire_encode(const ftc_wire_key_t *k, const ftc_wire_hdr_t *h, uint8_t ou
                            (unsigned long long)h->length, FTC_WIRE_MAX_PAYLOAD);
     memset(out, 0, FTC_WIRE_HDR);
     memcpy(out, ftc__wire_magic, 4);
-    w16(out + 4, FTC_WIRE_VERSION);
-    w16(out + 6, h->type);
-    w16(out + 8, h->flags);
-    w32(out + 12, h->sender);
-    w64(out + 16, k->job);
-    w64(out + 24, h->generation);
-    w32(out + 32, h->owner);
-    w64(out + 40, h->seq);
-    w64(out + 48, h->step);
-    w64(out + 56, h->offset);
-    w64(out + 64, h->length);
-    w64(out + 72, h->total);
-    w64(out + 80, h->payload_xxh3);
+    ftc_le_wr16(out + 4, FTC_WIRE_VERSION);
+    ftc_le_wr16(out + 6, h->type);
+    ftc_le_wr16(out + 8, h->flags);
+    ftc_le_wr32(out + 12, h->sender);
+    ftc_le_wr64(out + 16, k->job);
+    ftc_le_wr64(out + 24, h->generation);
+    ftc_le_wr32(out + 32, h->owner);
+    ftc_le_wr64(out + 40, h->seq);
+    ftc_le_wr64(out + 48, h->step);
+    ftc_le_wr64(out + 56, h->offset);
+    ftc_le_wr64(out + 64, h->length);
+    ftc_le_wr64(out + 72, h->total);
+    ftc_le_wr64(out + 80, h->payload_xxh3);
     return ftc__mac(k, out, out + 96, err);
 }
 
@@ -110,9 +90,9 @@ int ftc_wire_decode(const ftc_wire_key_t *k, const uint8_t *buf, size_t len, ftc
                                             "header", len, FTC_WIRE_HDR);
     if (memcmp(buf, ftc__wire_magic, 4))
         return ftc_err_set(err, FTC_EPROTO, "wire: bad magic at offset 0 (not an ftc message)");
-    if (r16(buf + 4) != FTC_WIRE_VERSION)
+    if (ftc_le_rd16(buf + 4) != FTC_WIRE_VERSION)
         return ftc_err_set(err, FTC_EPROTO, "wire: protocol version %u at offset 4; this agent "
-                                            "speaks %d", r16(buf + 4), FTC_WIRE_VERSION);
+                                            "speaks %d", ftc_le_rd16(buf + 4), FTC_WIRE_VERSION);
     uint8_t mac[FTC_WIRE_MAC];
     int rc = ftc__mac(k, buf, mac, err);
     if (rc)
@@ -120,28 +100,28 @@ int ftc_wire_decode(const ftc_wire_key_t *k, const uint8_t *buf, size_t len, ftc
     if (CRYPTO_memcmp(mac, buf + 96, FTC_WIRE_MAC))
         return ftc_err_set(err, FTC_EAUTH, "wire: HMAC mismatch (a peer without the job secret, "
                                            "or a corrupted header)");
-    if (r64(buf + 16) != k->job)
+    if (ftc_le_rd64(buf + 16) != k->job)
         return ftc_err_set(err, FTC_EAUTH, "wire: message of another job (job hash %016llx)",
-                           (unsigned long long)r64(buf + 16));
-    h->type = r16(buf + 6);
+                           (unsigned long long)ftc_le_rd64(buf + 16));
+    h->type = ftc_le_rd16(buf + 6);
     if (h->type == 0 || h->type >= FTC_MSG__MAX)
         return ftc_err_set(err, FTC_EPROTO, "wire: unknown message type %u at offset 6", h->type);
-    if (r16(buf + 10) || r32(buf + 36) || r64(buf + 88))
+    if (ftc_le_rd16(buf + 10) || ftc_le_rd32(buf + 36) || ftc_le_rd64(buf + 88))
         return ftc_err_set(err, FTC_EPROTO, "wire: reserved header bytes are not zero");
     for (int i = 112; i < FTC_WIRE_HDR; i++)
         if (buf[i])
             return ftc_err_set(err, FTC_EPROTO, "wire: reserved header bytes are not zero");
-    h->flags = r16(buf + 8);
-    h->sender = r32(buf + 12);
-    h->job = r64(buf + 16);
-    h->generation = r64(buf + 24);
-    h->owner = r32(buf + 32);
-    h->seq = r64(buf + 40);
-    h->step = r64(buf + 48);
-    h->offset = r64(buf + 56);
-    h->length = r64(buf + 64);
-    h->total = r64(buf + 72);
-    h->payload_xxh3 = r64(buf + 80);
+    h->flags = ftc_le_rd16(buf + 8);
+    h->sender = ftc_le_rd32(buf + 12);
+    h->job = ftc_le_rd64(buf + 16);
+    h->generation = ftc_le_rd64(buf + 24);
+    h->owner = ftc_le_rd32(buf + 32);
+    h->seq = ftc_le_rd64(buf + 40);
+    h->step = ftc_le_rd64(buf + 48);
+    h->offset = ftc_le_rd64(buf + 56);
+    h->length = ftc_le_rd64(buf + 64);
+    h->total = ftc_le_rd64(buf + 72);
+    h->payload_xxh3 = ftc_le_rd64(buf + 80);
     if (h->length > FTC_WIRE_MAX_PAYLOAD)
         return ftc_err_set(err, FTC_EPROTO, "wire: length %llu at offset 64 exceeds %u",
                            (unsigned long long)h->length, FTC_WIRE_MAX_PAYLOAD);

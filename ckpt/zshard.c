@@ -17,6 +17,7 @@
  * field and its byte offset.
  */
 #include "ckpt/zshard.h"
+#include "core/le.h"
 
 #include "ckpt/persist.h"
 #include "ckpt/shard.h"
@@ -78,20 +79,6 @@ enum {
     ZF_SELF_XXH3 = 24,
 };
 
-static inline uint64_t rd64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
-}
-static inline uint32_t rd32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-static inline void wr64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
-static inline void wr32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
 
 /* One chunk, as planned by the encoder or read from a validated table. */
 typedef struct ftc__zchunk {
@@ -705,8 +692,8 @@ static int ftc__zenc_planes(ftc__zjob_t *job, ftc__zworker_t *w, uint32_t i)
     uint64_t toff = c->raw_size - tail;
     ftc__xor(q, src + toff, base ? base + toff : NULL, tail);
     q += tail;
-    wr64(slot, zero);
-    wr64(slot + 8, rawm);
+    ftc_le_wr64(slot, zero);
+    ftc_le_wr64(slot + 8, rawm);
     c->comp_size = (uint64_t)(q - slot);
     c->xxh3 = ftc_xxh3(slot, c->comp_size);
     return 0;
@@ -904,45 +891,45 @@ int ftc_zshard_encode(const void *raw, uint64_t raw_size, const void *base, uint
         cursor += c->comp_size;
         uint8_t *e = tab + (uint64_t)i * FTC_ZSHARD_ENTRY_SIZE;
         memset(e, 0, FTC_ZSHARD_ENTRY_SIZE);
-        wr64(e + ZE_FILE_OFFSET, c->file_offset);
-        wr64(e + ZE_COMP_SIZE, c->comp_size);
-        wr64(e + ZE_RAW_OFFSET, c->raw_offset);
-        wr64(e + ZE_RAW_SIZE, c->raw_size);
-        wr32(e + ZE_WIDTH, c->width);
-        wr32(e + ZE_CFLAGS, c->cflags);
-        wr64(e + ZE_XXH3, c->xxh3);
+        ftc_le_wr64(e + ZE_FILE_OFFSET, c->file_offset);
+        ftc_le_wr64(e + ZE_COMP_SIZE, c->comp_size);
+        ftc_le_wr64(e + ZE_RAW_OFFSET, c->raw_offset);
+        ftc_le_wr64(e + ZE_RAW_SIZE, c->raw_size);
+        ftc_le_wr32(e + ZE_WIDTH, c->width);
+        ftc_le_wr32(e + ZE_CFLAGS, c->cflags);
+        ftc_le_wr64(e + ZE_XXH3, c->xxh3);
     }
     uint64_t file_size = cursor + FTC_ZSHARD_FOOTER_SIZE;
 
     uint8_t *h = buf;
     memset(h, 0, FTC_ZSHARD_HEADER_SIZE);
     memcpy(h + ZH_MAGIC, ftc__z_magic, 8);
-    wr32(h + ZH_VERSION, version);
-    wr32(h + ZH_HEADER_SIZE, FTC_ZSHARD_HEADER_SIZE);
-    wr64(h + ZH_RAW_SIZE, raw_size);
-    wr64(h + ZH_RAW_XXH3, ftc_xxh3(raw, raw_size));
-    wr64(h + ZH_STEP, v.info.step);
-    wr64(h + ZH_BASE_STEP, base ? base_step : UINT64_MAX);
-    wr64(h + ZH_BASE_XXH3, base ? ftc_xxh3(base, base_size) : 0);
-    wr64(h + ZH_CHUNK_BYTES, chunk_bytes);
-    wr32(h + ZH_N_CHUNKS, pl.n);
-    wr32(h + ZH_LEVEL, (uint32_t)level);
-    wr32(h + ZH_FLAGS, (filter == FTC_ZSHARD_FILTER_BYTE ? FTC_ZSHARD_FLAG_SHUFFLE : 0) |
+    ftc_le_wr32(h + ZH_VERSION, version);
+    ftc_le_wr32(h + ZH_HEADER_SIZE, FTC_ZSHARD_HEADER_SIZE);
+    ftc_le_wr64(h + ZH_RAW_SIZE, raw_size);
+    ftc_le_wr64(h + ZH_RAW_XXH3, ftc_xxh3(raw, raw_size));
+    ftc_le_wr64(h + ZH_STEP, v.info.step);
+    ftc_le_wr64(h + ZH_BASE_STEP, base ? base_step : UINT64_MAX);
+    ftc_le_wr64(h + ZH_BASE_XXH3, base ? ftc_xxh3(base, base_size) : 0);
+    ftc_le_wr64(h + ZH_CHUNK_BYTES, chunk_bytes);
+    ftc_le_wr32(h + ZH_N_CHUNKS, pl.n);
+    ftc_le_wr32(h + ZH_LEVEL, (uint32_t)level);
+    ftc_le_wr32(h + ZH_FLAGS, (filter == FTC_ZSHARD_FILTER_BYTE ? FTC_ZSHARD_FLAG_SHUFFLE : 0) |
                            (filter == FTC_ZSHARD_FILTER_BIT ? FTC_ZSHARD_FLAG_BITSHUFFLE : 0) |
                            (base ? FTC_ZSHARD_FLAG_DELTA : 0));
-    wr32(h + ZH_ENTRY_SIZE, FTC_ZSHARD_ENTRY_SIZE);
-    wr64(h + ZH_TABLE_OFFSET, FTC_ZSHARD_HEADER_SIZE);
-    wr64(h + ZH_DATA_OFFSET, data_off);
-    wr64(h + ZH_FILE_SIZE, file_size);
-    wr64(h + ZH_TABLE_XXH3, ftc_xxh3(tab, (uint64_t)pl.n * FTC_ZSHARD_ENTRY_SIZE));
-    wr64(h + ZH_SELF_XXH3, ftc_xxh3(h, ZH_SELF_XXH3));
+    ftc_le_wr32(h + ZH_ENTRY_SIZE, FTC_ZSHARD_ENTRY_SIZE);
+    ftc_le_wr64(h + ZH_TABLE_OFFSET, FTC_ZSHARD_HEADER_SIZE);
+    ftc_le_wr64(h + ZH_DATA_OFFSET, data_off);
+    ftc_le_wr64(h + ZH_FILE_SIZE, file_size);
+    ftc_le_wr64(h + ZH_TABLE_XXH3, ftc_xxh3(tab, (uint64_t)pl.n * FTC_ZSHARD_ENTRY_SIZE));
+    ftc_le_wr64(h + ZH_SELF_XXH3, ftc_xxh3(h, ZH_SELF_XXH3));
 
     uint8_t *f = buf + cursor;
     memset(f, 0, FTC_ZSHARD_FOOTER_SIZE);
     memcpy(f + ZF_MAGIC, ftc__z_endmagic, 8);
-    wr64(f + ZF_FILE_SIZE, file_size);
-    wr64(f + ZF_HEADER_XXH3, rd64(h + ZH_SELF_XXH3));
-    wr64(f + ZF_SELF_XXH3, ftc_xxh3(f, ZF_SELF_XXH3));
+    ftc_le_wr64(f + ZF_FILE_SIZE, file_size);
+    ftc_le_wr64(f + ZF_HEADER_XXH3, ftc_le_rd64(h + ZH_SELF_XXH3));
+    ftc_le_wr64(f + ZF_SELF_XXH3, ftc_xxh3(f, ZF_SELF_XXH3));
 
     uint8_t *shrunk = realloc(buf, file_size);
     if (shrunk)
@@ -981,25 +968,25 @@ static int ftc__z_parse(const uint8_t *p, size_t len, ftc__zhdr_t *h, ftc__zchun
     if (memcmp(p + ZH_MAGIC, ftc__z_magic, 8))
         return ftc_err_set(err, FTC_ECORRUPT,
                            "magic at offset 0 is wrong (expected \"FTCZSHRD\"): not an .ftcz file");
-    uint32_t version = rd32(p + ZH_VERSION);
+    uint32_t version = ftc_le_rd32(p + ZH_VERSION);
     if (version < FTC_ZSHARD_VERSION_MIN || version > FTC_ZSHARD_VERSION)
         return ftc_err_set(err, FTC_EVERSION,
                            "format version at offset %d is %u; this build reads versions %d..%d",
                            ZH_VERSION, version, FTC_ZSHARD_VERSION_MIN, FTC_ZSHARD_VERSION);
     h->version = version;
-    if (ftc_xxh3(p, ZH_SELF_XXH3) != rd64(p + ZH_SELF_XXH3))
+    if (ftc_xxh3(p, ZH_SELF_XXH3) != ftc_le_rd64(p + ZH_SELF_XXH3))
         return ftc_err_set(err, FTC_ECORRUPT, "header checksum at offset %d does not match",
                            ZH_SELF_XXH3);
-    if (rd32(p + ZH_HEADER_SIZE) != FTC_ZSHARD_HEADER_SIZE)
+    if (ftc_le_rd32(p + ZH_HEADER_SIZE) != FTC_ZSHARD_HEADER_SIZE)
         return ftc_err_set(err, FTC_ECORRUPT, "header_size at offset %d is %u, must be %d",
-                           ZH_HEADER_SIZE, rd32(p + ZH_HEADER_SIZE), FTC_ZSHARD_HEADER_SIZE);
-    if (rd32(p + ZH_ENTRY_SIZE) != FTC_ZSHARD_ENTRY_SIZE)
+                           ZH_HEADER_SIZE, ftc_le_rd32(p + ZH_HEADER_SIZE), FTC_ZSHARD_HEADER_SIZE);
+    if (ftc_le_rd32(p + ZH_ENTRY_SIZE) != FTC_ZSHARD_ENTRY_SIZE)
         return ftc_err_set(err, FTC_ECORRUPT, "entry_size at offset %d is %u, must be %d",
-                           ZH_ENTRY_SIZE, rd32(p + ZH_ENTRY_SIZE), FTC_ZSHARD_ENTRY_SIZE);
-    if (rd64(p + ZH_RESERVED) != 0)
+                           ZH_ENTRY_SIZE, ftc_le_rd32(p + ZH_ENTRY_SIZE), FTC_ZSHARD_ENTRY_SIZE);
+    if (ftc_le_rd64(p + ZH_RESERVED) != 0)
         return ftc_err_set(err, FTC_ECORRUPT, "reserved header bytes at offset %d are not zero",
                            ZH_RESERVED);
-    h->flags = rd32(p + ZH_FLAGS);
+    h->flags = ftc_le_rd32(p + ZH_FLAGS);
     uint32_t known = FTC_ZSHARD_FLAG_SHUFFLE | FTC_ZSHARD_FLAG_DELTA |
                      (version >= 2 ? FTC_ZSHARD_FLAG_BITSHUFFLE : 0);
     if ((h->flags & ~known) ||
@@ -1011,18 +998,18 @@ static int ftc__z_parse(const uint8_t *p, size_t len, ftc__zhdr_t *h, ftc__zchun
     h->filter = (h->flags & FTC_ZSHARD_FLAG_BITSHUFFLE) ? FTC_ZSHARD_FILTER_BIT
                 : (h->flags & FTC_ZSHARD_FLAG_SHUFFLE) ? FTC_ZSHARD_FILTER_BYTE
                                                        : FTC_ZSHARD_FILTER_NONE;
-    h->level = (int)rd32(p + ZH_LEVEL);
+    h->level = (int)ftc_le_rd32(p + ZH_LEVEL);
     if (h->level < ZSTD_minCLevel() || h->level > ZSTD_maxCLevel())
         return ftc_err_set(err, FTC_ECORRUPT, "zstd level at offset %d is %d (must be %d..%d)",
                            ZH_LEVEL, h->level, ZSTD_minCLevel(), ZSTD_maxCLevel());
-    h->chunk_bytes = rd64(p + ZH_CHUNK_BYTES);
+    h->chunk_bytes = ftc_le_rd64(p + ZH_CHUNK_BYTES);
     if (h->chunk_bytes < FTC_ZSHARD_MIN_CHUNK || h->chunk_bytes > FTC_ZSHARD_MAX_CHUNK)
         return ftc_err_set(err, FTC_ECORRUPT, "chunk_bytes at offset %d is %llu (must be %llu..%llu)",
                            ZH_CHUNK_BYTES, (unsigned long long)h->chunk_bytes,
                            FTC_ZSHARD_MIN_CHUNK, FTC_ZSHARD_MAX_CHUNK);
-    h->step = rd64(p + ZH_STEP);
-    h->base_step = rd64(p + ZH_BASE_STEP);
-    h->base_xxh3 = rd64(p + ZH_BASE_XXH3);
+    h->step = ftc_le_rd64(p + ZH_STEP);
+    h->base_step = ftc_le_rd64(p + ZH_BASE_STEP);
+    h->base_xxh3 = ftc_le_rd64(p + ZH_BASE_XXH3);
     bool delta = h->flags & FTC_ZSHARD_FLAG_DELTA;
     if (delta && h->base_step >= h->step)
         return ftc_err_set(err, FTC_ECORRUPT,
@@ -1033,9 +1020,9 @@ static int ftc__z_parse(const uint8_t *p, size_t len, ftc__zhdr_t *h, ftc__zchun
         return ftc_err_set(err, FTC_ECORRUPT,
                            "base_step/base_xxh3 at offset %d are set but the delta flag is not",
                            ZH_BASE_STEP);
-    h->raw_size = rd64(p + ZH_RAW_SIZE);
-    h->raw_xxh3 = rd64(p + ZH_RAW_XXH3);
-    h->n_chunks = rd32(p + ZH_N_CHUNKS);
+    h->raw_size = ftc_le_rd64(p + ZH_RAW_SIZE);
+    h->raw_xxh3 = ftc_le_rd64(p + ZH_RAW_XXH3);
+    h->n_chunks = ftc_le_rd32(p + ZH_N_CHUNKS);
     if (h->raw_size == 0 || h->n_chunks == 0)
         return ftc_err_set(err, FTC_ECORRUPT,
                            "raw_size at offset %d (%llu) and n_chunks at offset %d (%u) must be "
@@ -1044,17 +1031,17 @@ static int ftc__z_parse(const uint8_t *p, size_t len, ftc__zhdr_t *h, ftc__zchun
     if (h->raw_size > SIZE_MAX / 2)
         return ftc_err_set(err, FTC_ECORRUPT, "raw_size at offset %d (%llu) is absurd",
                            ZH_RAW_SIZE, (unsigned long long)h->raw_size);
-    if (rd64(p + ZH_TABLE_OFFSET) != FTC_ZSHARD_HEADER_SIZE)
+    if (ftc_le_rd64(p + ZH_TABLE_OFFSET) != FTC_ZSHARD_HEADER_SIZE)
         return ftc_err_set(err, FTC_ECORRUPT, "table_offset at offset %d is %llu, must be %d",
-                           ZH_TABLE_OFFSET, (unsigned long long)rd64(p + ZH_TABLE_OFFSET),
+                           ZH_TABLE_OFFSET, (unsigned long long)ftc_le_rd64(p + ZH_TABLE_OFFSET),
                            FTC_ZSHARD_HEADER_SIZE);
     h->data_offset = FTC_ZSHARD_HEADER_SIZE + (uint64_t)h->n_chunks * FTC_ZSHARD_ENTRY_SIZE;
-    if (rd64(p + ZH_DATA_OFFSET) != h->data_offset)
+    if (ftc_le_rd64(p + ZH_DATA_OFFSET) != h->data_offset)
         return ftc_err_set(err, FTC_ECORRUPT,
                            "data_offset at offset %d is %llu, must be %llu for %u chunks",
-                           ZH_DATA_OFFSET, (unsigned long long)rd64(p + ZH_DATA_OFFSET),
+                           ZH_DATA_OFFSET, (unsigned long long)ftc_le_rd64(p + ZH_DATA_OFFSET),
                            (unsigned long long)h->data_offset, h->n_chunks);
-    h->file_size = rd64(p + ZH_FILE_SIZE);
+    h->file_size = ftc_le_rd64(p + ZH_FILE_SIZE);
     if (h->file_size < h->data_offset + h->n_chunks + FTC_ZSHARD_FOOTER_SIZE)
         return ftc_err_set(err, FTC_ECORRUPT,
                            "file_size at offset %d is %llu, too small for %u chunks",
@@ -1074,19 +1061,19 @@ static int ftc__z_parse(const uint8_t *p, size_t len, ftc__zhdr_t *h, ftc__zchun
     if (memcmp(f + ZF_MAGIC, ftc__z_endmagic, 8))
         return ftc_err_set(err, FTC_ECORRUPT, "footer magic at offset %llu is wrong",
                            (unsigned long long)foff);
-    if (ftc_xxh3(f, ZF_SELF_XXH3) != rd64(f + ZF_SELF_XXH3))
+    if (ftc_xxh3(f, ZF_SELF_XXH3) != ftc_le_rd64(f + ZF_SELF_XXH3))
         return ftc_err_set(err, FTC_ECORRUPT, "footer checksum at offset %llu does not match",
                            (unsigned long long)(foff + ZF_SELF_XXH3));
-    if (rd64(f + ZF_FILE_SIZE) != h->file_size)
+    if (ftc_le_rd64(f + ZF_FILE_SIZE) != h->file_size)
         return ftc_err_set(err, FTC_ECORRUPT, "footer file_size at offset %llu differs from the "
                            "header's", (unsigned long long)(foff + ZF_FILE_SIZE));
-    if (rd64(f + ZF_HEADER_XXH3) != rd64(p + ZH_SELF_XXH3))
+    if (ftc_le_rd64(f + ZF_HEADER_XXH3) != ftc_le_rd64(p + ZH_SELF_XXH3))
         return ftc_err_set(err, FTC_ECORRUPT,
                            "footer header_xxh3 at offset %llu does not match the header",
                            (unsigned long long)(foff + ZF_HEADER_XXH3));
     /* chunk table */
     const uint8_t *tab = p + FTC_ZSHARD_HEADER_SIZE;
-    if (ftc_xxh3(tab, (uint64_t)h->n_chunks * FTC_ZSHARD_ENTRY_SIZE) != rd64(p + ZH_TABLE_XXH3))
+    if (ftc_xxh3(tab, (uint64_t)h->n_chunks * FTC_ZSHARD_ENTRY_SIZE) != ftc_le_rd64(p + ZH_TABLE_XXH3))
         return ftc_err_set(err, FTC_ECORRUPT,
                            "chunk table checksum (table_xxh3 at offset %d) does not match",
                            ZH_TABLE_XXH3);
@@ -1103,13 +1090,13 @@ static int ftc__z_parse(const uint8_t *p, size_t len, ftc__zhdr_t *h, ftc__zchun
     for (uint32_t i = 0; i < h->n_chunks; i++) {
         const uint8_t *e = tab + (uint64_t)i * FTC_ZSHARD_ENTRY_SIZE;
         uint64_t eoff = FTC_ZSHARD_HEADER_SIZE + (uint64_t)i * FTC_ZSHARD_ENTRY_SIZE;
-        ftc__zchunk_t c = {.file_offset = rd64(e + ZE_FILE_OFFSET),
-                           .comp_size = rd64(e + ZE_COMP_SIZE),
-                           .raw_offset = rd64(e + ZE_RAW_OFFSET),
-                           .raw_size = rd64(e + ZE_RAW_SIZE),
-                           .width = rd32(e + ZE_WIDTH),
-                           .cflags = rd32(e + ZE_CFLAGS),
-                           .xxh3 = rd64(e + ZE_XXH3)};
+        ftc__zchunk_t c = {.file_offset = ftc_le_rd64(e + ZE_FILE_OFFSET),
+                           .comp_size = ftc_le_rd64(e + ZE_COMP_SIZE),
+                           .raw_offset = ftc_le_rd64(e + ZE_RAW_OFFSET),
+                           .raw_size = ftc_le_rd64(e + ZE_RAW_SIZE),
+                           .width = ftc_le_rd32(e + ZE_WIDTH),
+                           .cflags = ftc_le_rd32(e + ZE_CFLAGS),
+                           .xxh3 = ftc_le_rd64(e + ZE_XXH3)};
         if (c.file_offset != file_cur) {
             rc = ftc_err_set(err, FTC_ECORRUPT,
                              "chunk %u: file_offset at offset %llu is %llu, must be %llu", i,
@@ -1240,8 +1227,8 @@ static int ftc__z_check_planes(const uint8_t *src, ftc__zchunk_t *c, int filter,
     uint64_t pb, tail;
     ftc__plane_geom(c, filter, &np, &pb, &tail);
     const uint64_t all = np == 64 ? ~0ull : (1ull << np) - 1;
-    c->zero_mask = rd64(src);
-    c->raw_mask = rd64(src + 8);
+    c->zero_mask = ftc_le_rd64(src);
+    c->raw_mask = ftc_le_rd64(src + 8);
     if ((c->zero_mask | c->raw_mask) & ~all || (c->zero_mask & c->raw_mask))
         return ftc_err_set(err, FTC_ECORRUPT,
                            "chunk %u at offset %llu: plane masks %#llx (zero) and %#llx (raw) "
