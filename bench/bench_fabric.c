@@ -27,68 +27,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#define BENCH_NAME "bench_fabric"
+#include "bench_io.h"
+
 static size_t g_bytes = (size_t)256 << 20;
 static size_t g_chunk = (size_t)4 << 20;
 static int g_window = 8;
 static int g_reps = 3;
-
-static void die(const char *what)
-{
-    fprintf(stderr, "bench_fabric: %s\n", what);
-    exit(1);
-}
-
-static void xwrite(int fd, const void *p, size_t n)
-{
-    const char *b = p;
-    while (n) {
-        ssize_t w = write(fd, b, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            die("control write failed");
-        b += w, n -= (size_t)w;
-    }
-}
-
-static void xread(int fd, void *p, size_t n)
-{
-    char *b = p;
-    while (n) {
-        ssize_t r = read(fd, b, n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            die("control read failed (peer died?)");
-        b += r, n -= (size_t)r;
-    }
-}
-
-/* ---- TCP baseline ---------------------------------------------------------- */
-
-static void tcp_send_all(int fd, const char *b, size_t n, int busy)
-{
-    while (n) {
-        ssize_t w = send(fd, b, n, busy ? MSG_DONTWAIT : 0);
-        if (w < 0 && (errno == EAGAIN || errno == EINTR))
-            continue;
-        if (w <= 0)
-            die("tcp send failed");
-        b += w, n -= (size_t)w;
-    }
-}
-
-static void tcp_recv_all(int fd, char *b, size_t n, int busy)
-{
-    while (n) {
-        ssize_t r = recv(fd, b, n, busy ? MSG_DONTWAIT : 0);
-        if (r < 0 && (errno == EAGAIN || errno == EINTR))
-            continue;
-        if (r <= 0)
-            die("tcp recv failed");
-        b += r, n -= (size_t)r;
-    }
-}
 
 /* Best GB/s over g_reps transfers of g_bytes; busy: MSG_DONTWAIT spinning. */
 static double bench_tcp(int busy, char *buf)

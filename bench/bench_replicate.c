@@ -33,6 +33,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#define BENCH_NAME "bench_replicate"
+#include "bench_io.h"
+
 typedef struct bench {
     size_t bytes;
     size_t chunk;
@@ -41,68 +44,12 @@ typedef struct bench {
     char job[64];
 } bench_t;
 
-static void die(const char *what)
-{
-    fprintf(stderr, "bench_replicate: %s\n", what);
-    exit(1);
-}
-
-static void xwrite(int fd, const void *p, size_t n)
-{
-    const char *b = p;
-    while (n) {
-        ssize_t w = write(fd, b, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            die("control write failed");
-        b += w, n -= (size_t)w;
-    }
-}
-
-static void xread(int fd, void *p, size_t n)
-{
-    char *b = p;
-    while (n) {
-        ssize_t r = read(fd, b, n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            die("control read failed (peer died?)");
-        b += r, n -= (size_t)r;
-    }
-}
-
 static double gbs_since(size_t bytes, uint64_t t0)
 {
     return (double)bytes / (double)(ftc_now_ns() - t0);
 }
 
-/* ---- TCP baseline (as bench_fabric) --------------------------------------------- */
-
-static void tcp_send_all(int fd, const char *b, size_t n, int busy)
-{
-    while (n) {
-        ssize_t w = send(fd, b, n, busy ? MSG_DONTWAIT : 0);
-        if (w < 0 && (errno == EAGAIN || errno == EINTR))
-            continue;
-        if (w <= 0)
-            die("tcp send failed");
-        b += w, n -= (size_t)w;
-    }
-}
-
-static void tcp_recv_all(int fd, char *b, size_t n, int busy)
-{
-    while (n) {
-        ssize_t r = recv(fd, b, n, busy ? MSG_DONTWAIT : 0);
-        if (r < 0 && (errno == EAGAIN || errno == EINTR))
-            continue;
-        if (r <= 0)
-            die("tcp recv failed");
-        b += r, n -= (size_t)r;
-    }
-}
+/* ---- TCP baseline (tcp_send_all / tcp_recv_all: bench_io.h) ---------------- */
 
 static double bench_tcp(const bench_t *B, int busy, char *buf, char *rbuf)
 {
