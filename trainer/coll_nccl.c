@@ -262,6 +262,43 @@ static int ensure_scratch(ftc_coll_t *c, const char *op, uint64_t t0, size_t byt
     return 0;
 }
 
+/* height rows of width bytes, strided: one cudaMemcpy2DAsync while the
+ * pitches are within what it takes (cudaDevAttrMaxPitch is 2^31 - 1 bytes
+ * on current GPUs; 1 GiB keeps a margin), else one copy per row. */
+static cudaError_t copy_rows(void *dst, size_t dpitch, const void *src, size_t spitch,
+                             size_t width, size_t height, cudaStream_t st)
+{
+    const size_t lim = (size_t)1 << 30;
+    if (!width || !height)
+        return cudaSuccess;
+    if (dpitch < lim && spitch < lim)
+        return cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height,
+                                 cudaMemcpyDeviceToDevice, st);
+    for (size_t i = 0; i < height; i++) {
+        cudaError_t e = cudaMemcpyAsync((uint8_t *)dst + i * dpitch,
+                                        (const uint8_t *)src + i * spitch, width,
+                                        cudaMemcpyDeviceToDevice, st);
+        if (e != cudaSuccess)
+            return e;
+    }
+    return cudaSuccess;
+}
+
+/* Zeroes the last element (es bytes) of rows of pitch bytes. */
+static cudaError_t zero_rows(void *dst, size_t pitch, size_t es, size_t height, cudaStream_t st)
+{
+    if (!height)
+        return cudaSuccess;
+    if (pitch < ((size_t)1 << 30))
+        return cudaMemset2DAsync(dst, pitch, 0, es, height, st);
+    for (size_t i = 0; i < height; i++) {
+        cudaError_t e = cudaMemsetAsync((uint8_t *)dst + i * pitch, 0, es, st);
+        if (e != cudaSuccess)
+            return e;
+    }
+    return cudaSuccess;
+}
+
 static const char *I128_MSG =
     "coll nccl %s rank %d/%d: FTC_COLL_I128 sums are not supported by the NCCL backend (NCCL "
     "has no 128-bit integer sum); reduce the fixed-point gradients with the CPU backend "
@@ -313,15 +350,14 @@ static int n_reduce_scatter(ftc_coll_t *c, void *buf, size_t count, ftc_coll_dty
                     cudaMemcpyAsync(s, f, rem * m * sizeof(float), cudaMemcpyDeviceToDevice,
                                     p->stream));
         /* chunks rem..n-1 hold base elements: strided into slots of m, zero padding */
-        if (!rc && base)
+        if (!rc)
             rc = cu(c, op, t0, "cudaMemcpy2DAsync",
-                    cudaMemcpy2DAsync(s + rem * m, m * sizeof(float), f + rem * m,
-                                      base * sizeof(float), base * sizeof(float), n - rem,
-                                      cudaMemcpyDeviceToDevice, p->stream));
+                    copy_rows(s + rem * m, m * sizeof(float), f + rem * m, base * sizeof(float),
+                              base * sizeof(float), n - rem, p->stream));
         if (!rc)
             rc = cu(c, op, t0, "cudaMemset2DAsync",
-                    cudaMemset2DAsync(s + rem * m + base, m * sizeof(float), 0, sizeof(float),
-                                      n - rem, p->stream));
+                    zero_rows(s + rem * m + base, m * sizeof(float), sizeof(float), n - rem,
+                              p->stream));
         if (!rc)
             rc = enq(c, op, t0, "ncclReduceScatter",
                      ncclReduceScatter(s, s + r * m, m, ncclFloat, ncclSum, p->comm, p->stream));
@@ -365,10 +401,10 @@ static int n_all_gather(ftc_coll_t *c, void *buf, size_t count, ftc_coll_dtype_t
         if (!rc)
             rc = cu(c, op, t0, "cudaMemcpyAsync",
                     cudaMemcpyAsync(b, s, rem * m * es, cudaMemcpyDeviceToDevice, p->stream));
-        if (!rc && base)
+        if (!rc)
             rc = cu(c, op, t0, "cudaMemcpy2DAsync",
-                    cudaMemcpy2DAsync(b + rem * m * es, base * es, s + rem * m * es, m * es,
-                                      base * es, n - rem, cudaMemcpyDeviceToDevice, p->stream));
+                    copy_rows(b + rem * m * es, base * es, s + rem * m * es, m * es, base * es,
+                              n - rem, p->stream));
     }
     if (!rc)
         rc = wait_done(c, op, t0, dl);
