@@ -100,8 +100,8 @@ bool ftc_coll_nccl_built(void);
 /* The id exchange, without NCCL: rank 0 publishes id (128 bytes, read), the
  * others receive it into id (written); then every rank waits until all
  * `size` ranks announced themselves. Polls every 5 ms until dl or *b->abort.
- * Returns 0; FTC_ETIMEDOUT naming the missing ranks (or "the id from rank
- * 0"); FTC_ESTALE when a newer generation was already published;
+ * Returns 0; FTC_ETIMEDOUT naming the missing ranks and/or "the id from
+ * rank 0"; FTC_ESTALE when a newer generation was already published;
  * FTC_EPROTO when the published size differs; FTC_ECANCELED;
  * FTC_EREDIS / FTC_EIO from the carrier; FTC_EINVAL for bad arguments.
  * Thread-safe for distinct b->redis connections. */
@@ -129,7 +129,9 @@ int ftc_coll_nccl_create(int rank, int size, int cuda_device, const ftc_coll_ncc
  * when c is not an NCCL communicator, or when c's NCCL communicator was
  * already aborted (a failure without keep_on_failure, or an abort);
  * FTC_EINVAL when this rank is excluded or the list is bad; FTC_ETIMEDOUT /
- * FTC_ECANCELED (dl, the abort flag of c) / FTC_EFABRIC as the collectives. */
+ * FTC_ECANCELED (dl, or c's boot.abort flag: c's own abort flag is sticky
+ * and is what a detector sets to get a hung call back before shrinking) /
+ * FTC_EFABRIC as the collectives. */
 int ftc_coll_nccl_shrink(ftc_coll_t *c, const int *excluded, int nexcluded, ftc_deadline_t dl,
                          ftc_coll_t **out, ftc_err_t *err);
 

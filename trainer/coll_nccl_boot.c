@@ -88,15 +88,16 @@ static int timed_out(const ftc_coll_nccl_boot_t *b, int rank, int size, int have
     int missing = 0;
     for (int r = 0; r < size; r++)
         missing += !have[r];
-    char list[256];
+    char list[256], ranks[320] = "";
     list_missing(have, size, list, sizeof list);
+    if (missing)
+        snprintf(ranks, sizeof ranks, "%d of %d ranks (ranks %s)", missing, size, list);
     return ftc_err_set(err, FTC_ETIMEDOUT,
-                       "nccl rendezvous in %s, generation %" PRIu64 ", rank %d/%d: deadline passed "
-                       "with %s%s%d of %d ranks missing%s%s%s (dead, slow, or started with another "
-                       "generation or carrier?)",
-                       where, b->generation, rank, size, have_id ? "" : "the id from rank 0 missing",
-                       have_id ? "" : " and ", missing, size, missing ? " (ranks " : "", list,
-                       missing ? ")" : "");
+                       "nccl rendezvous in %s, generation %" PRIu64 ", rank %d/%d: deadline passed, "
+                       "still missing: %s%s%s (dead, slow, or started with another generation or "
+                       "carrier?)",
+                       where, b->generation, rank, size, have_id ? "" : "the id from rank 0",
+                       !have_id && missing ? " and " : "", ranks);
 }
 
 static int cancelled(const ftc_coll_nccl_boot_t *b)

@@ -124,7 +124,7 @@ static void test_dir(void **state)
     ks[0] = mk(dir, NULL, NULL, 6, 1, 2, 200);
     run(ks, 1);
     assert_int_equal(ks[0].rc, FTC_ETIMEDOUT);
-    assert_non_null(strstr(ks[0].err.msg, "the id from rank 0 missing"));
+    assert_non_null(strstr(ks[0].err.msg, "missing: the id from rank 0 and"));
     assert_non_null(strstr(ks[0].err.msg, "(ranks 0)"));
 
     /* generation 5 published (a group of one); ranks at 4 are refused, at once */
@@ -239,7 +239,7 @@ static void test_redis(void **state)
     run(ks, 1);
     printf("  %s\n", ks[0].err.msg);
     assert_int_equal(ks[0].rc, FTC_ETIMEDOUT);
-    assert_non_null(strstr(ks[0].err.msg, "the id from rank 0 missing"));
+    assert_non_null(strstr(ks[0].err.msg, "missing: the id from rank 0 and"));
     assert_non_null(strstr(ks[0].err.msg, "(ranks 0, 2)"));
 
     /* generation 5 published; rank 0 and rank 1 at generation 4 are refused */
