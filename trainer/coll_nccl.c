@@ -200,7 +200,9 @@ static int begin(ftc_coll_t *c, const char *op, uint64_t t0, int *prev)
                            "earlier failure; destroy it and build a new group",
                            op, c->rank, c->size);
     cudaError_t e = cudaGetDevice(prev);
-    if (e == cudaSuccess && *prev != p->device)
+    if (e != cudaSuccess)
+        *prev = -1;
+    else if (*prev != p->device)
         e = cudaSetDevice(p->device);
     if (e == cudaSuccess)
         e = cudaEventRecord(p->ready, (cudaStream_t)p->opts.stream);
