@@ -1710,6 +1710,20 @@ ftc_agent_t *ftc_agent_start(const ftc_agent_options_t *o, ftc_err_t *err)
         ftc_err_set(err, FTC_ENOMEM, "agent: out of memory");
         goto fail;
     }
+    /* parity groups: refused before anything starts when they cannot be formed */
+    if (o->redundancy.kind == FTC_RED_XOR || o->redundancy.kind == FTC_RED_RS) {
+        a->par = calloc(1, sizeof *a->par);
+        if (!a->par) {
+            ftc_err_set(err, FTC_ENOMEM, "agent: out of memory");
+            goto fail;
+        }
+        if (ftc__par_geometry(&o->redundancy, o->nodes, o->index, &a->par->geo, err))
+            goto fail;
+        if ((uint64_t)o->nodes * o->ranks_per_node >= FTC_PAR_OWNER_BIT) {
+            ftc_err_set(err, FTC_ECONFIG, "parity groups support worlds below 2^31 ranks");
+            goto fail;
+        }
+    }
     if (ftc_fs_mkdirs(a->dir, err))
         goto fail;
     /* Redis */
@@ -1736,19 +1750,6 @@ ftc_agent_t *ftc_agent_start(const ftc_agent_options_t *o, ftc_err_t *err)
     size_t slen = 0;
     if (ftc__secret(a, secret, &slen, err) || ftc_wire_key_init(&a->key, a->job, secret, slen, err))
         goto fail;
-    if (o->redundancy.kind == FTC_RED_XOR || o->redundancy.kind == FTC_RED_RS) {
-        a->par = calloc(1, sizeof *a->par);
-        if (!a->par) {
-            ftc_err_set(err, FTC_ENOMEM, "agent: out of memory");
-            goto fail;
-        }
-        if (ftc__par_geometry(&o->redundancy, o->nodes, o->index, &a->par->geo, err))
-            goto fail;
-        if ((uint64_t)o->nodes * o->ranks_per_node >= FTC_PAR_OWNER_BIT) {
-            ftc_err_set(err, FTC_ECONFIG, "parity groups support worlds below 2^31 ranks");
-            goto fail;
-        }
-    }
     ftc_repl_options_t ro = FTC_REPL_OPTIONS_INIT;
     ro.key = a->key;
     ro.job = a->job; /* the engine adds .n<self> itself */
