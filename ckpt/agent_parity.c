@@ -233,7 +233,6 @@ int ftc__par_rebuild(const ftc__par_geo_t *geo, uint64_t step, uint32_t local, i
         return ftc_err_set(err, FTC_ENOENT,
                            "no verified parity of step %" PRIu64 " (nodes %u..%u, local %u)", step,
                            geo->first, geo->first + (uint32_t)n - 1, local);
-    (void)ref_len;
     uint64_t C = ref[4];
     uint64_t want = ref[META_FIXED + 3 * lost + 1], want_head = ref[META_FIXED + 3 * lost + 2];
     if (C == 0 || C % 64 || C > (1ull << 40) || want > C * (uint64_t)d)
