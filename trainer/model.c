@@ -22,6 +22,8 @@
  * buffer (dacts) has the same layout; its att region is the attention
  * backward's scratch. */
 #define FTC__NACTS 21
+/* With TP, qkv, atty, att, fch and fch_gelu hold this rank's heads and hidden
+ * units only (3C/tp, C/tp, NH/tp, 4C/tp); the rest is full size. */
 typedef struct ftc__acts {
     float *encoded;   /* (B, T, C) */
     float *ln1;       /* (L, B, T, C) */
@@ -30,8 +32,6 @@ typedef struct ftc__acts {
     float *qkv;       /* (L, B, T, 3C) */
     float *atty;      /* (L, B, T, C) */
     float *att;       /* (L, B, NH, T, T) */
-    /* with TP, qkv, atty, att, fch and fch_gelu hold this rank's heads and
-     * hidden units only (3C/tp, C/tp, NH/tp, 4C/tp) */
     float *attproj;   /* (L, B, T, C) */
     float *residual2; /* (L, B, T, C) */
     float *ln2;       /* (L, B, T, C) */
@@ -161,14 +161,20 @@ size_t ftc_model_param_count(const ftc_model_config_t *cfg)
 size_t ftc_model_param_count_tp(const ftc_model_config_t *cfg, int tp_size)
 {
     ftc_model_tensor_t t[FTC_MODEL_NTENSORS];
-    ftc__param_shapes(cfg, tp_size, t);
+    if (ftc_model_tensors_of(cfg, tp_size, t, NULL) < 0)
+        return 0;
     return t[FTC_MODEL_NTENSORS - 1].offset + t[FTC_MODEL_NTENSORS - 1].numel;
 }
 
-void ftc_model_tensors_of(const ftc_model_config_t *cfg, int tp_size,
-                          ftc_model_tensor_t t[FTC_MODEL_NTENSORS])
+int ftc_model_tensors_of(const ftc_model_config_t *cfg, int tp_size,
+                         ftc_model_tensor_t t[FTC_MODEL_NTENSORS], ftc_err_t *err)
 {
+    if (tp_size < 1 || cfg->heads < 1 || cfg->heads % tp_size)
+        return ftc_err_set(err, FTC_EINVAL,
+                           "tensor parallelism of degree %d: must divide the %d heads", tp_size,
+                           cfg->heads);
     ftc__param_shapes(cfg, tp_size, t);
+    return 0;
 }
 
 /* Lays the activation views out in one buffer; returns the floats needed

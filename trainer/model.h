@@ -123,10 +123,11 @@ int ftc_model_batch(const ftc_model_t *m, int *T);
 int ftc_model_tp(const ftc_model_t *m, int *tp_rank);
 /* The tensor views of a config for a TP degree, without allocating (what
  * ftc_model_tensors() of such a model returns); tp_size 1 gives the full
- * tensors. tp_size must divide heads (see ftc_model_create_tp). */
-void ftc_model_tensors_of(const ftc_model_config_t *cfg, int tp_size,
-                          ftc_model_tensor_t t[FTC_MODEL_NTENSORS]);
-/* Parameters per TP rank (ftc_model_param_count for tp_size 1). */
+ * tensors. 0, or FTC_EINVAL when tp_size does not divide the heads. */
+int ftc_model_tensors_of(const ftc_model_config_t *cfg, int tp_size,
+                         ftc_model_tensor_t t[FTC_MODEL_NTENSORS], ftc_err_t *err);
+/* Parameters per TP rank (ftc_model_param_count for tp_size 1; 0 when
+ * tp_size does not divide the heads). */
 size_t ftc_model_param_count_tp(const ftc_model_config_t *cfg, int tp_size);
 
 /* Where a rank's slice sits in the full tensor. Every slice is a range of

@@ -34,7 +34,7 @@ int ftc_model_tp_split(const ftc_model_config_t *cfg, int tp_rank, int tp_size, 
                            "and the rank be 0..%d",
                            tp_rank, tp_size, cfg->heads, tp_size - 1);
     ftc_model_tensor_t full[FTC_MODEL_NTENSORS];
-    ftc_model_tensors_of(cfg, 1, full);
+    ftc_model_tensors_of(cfg, 1, full, NULL);
     uint64_t L = (uint64_t)cfg->layers, C = (uint64_t)cfg->channels, tp = (uint64_t)tp_size;
     memset(s, 0, sizeof *s);
     s->full_ndim = full[i].ndim;

@@ -206,7 +206,7 @@ static float *gather_full(rank_ctx_t *rc, const ftc_model_t *m, const float *buf
 {
     const ftc_model_config_t *c = ftc_model_config(m);
     ftc_model_tensor_t full[FTC_MODEL_NTENSORS];
-    ftc_model_tensors_of(c, 1, full);
+    CHECK(ftc_model_tensors_of(c, 1, full, NULL) == 0);
     size_t n = ftc_model_param_count(c);
     float *out = calloc(n, sizeof *out);
     CHECK(out);
@@ -251,7 +251,7 @@ static double compare_full(const ftc_model_config_t *c, const float *a, const fl
                            bool rel, const char *what)
 {
     ftc_model_tensor_t t[FTC_MODEL_NTENSORS];
-    ftc_model_tensors_of(c, 1, t);
+    CHECK(ftc_model_tensors_of(c, 1, t, NULL) == 0);
     double worst = 0;
     for (int i = 0; i < FTC_MODEL_NTENSORS; i++) {
         double maxb = 0, maxe = 0;
@@ -289,7 +289,7 @@ static void test_split_and_init(void **state)
     assert_int_equal(ftc_model_tp(ref, NULL), 1);
     size_t nfull = ftc_model_num_params(ref);
     ftc_model_tensor_t full[FTC_MODEL_NTENSORS];
-    ftc_model_tensors_of(&c, 1, full);
+    assert_int_equal(ftc_model_tensors_of(&c, 1, full, NULL), 0);
     const int degrees[] = {2, 4};
     for (int di = 0; di < 2; di++) {
         int tp = degrees[di];
@@ -352,6 +352,9 @@ static void test_split_and_init(void **state)
     assert_non_null(strstr(err.msg, "all-reduce callback"));
     assert_int_equal(ftc_model_tp_split(&c, 0, 3, 4, &s, &err), FTC_EINVAL);
     assert_int_equal(ftc_model_tp_split(&c, 0, 2, 16, &s, &err), FTC_EINVAL);
+    assert_int_equal(ftc_model_tensors_of(&c, 3, full, &err), FTC_EINVAL);
+    assert_int_equal(ftc_model_tensors_of(&c, 0, full, &err), FTC_EINVAL);
+    assert_int_equal(ftc_model_param_count_tp(&c, 3), 0);
     ftc_model_destroy(ref);
 }
 
