@@ -128,6 +128,7 @@ struct ftc_filestore {
     bool dirty;                            /* the directory changed since the last pack */
     bool retry_on_members;                 /* the last version missed a peer */
     int retries;                           /* re-pushes since the last change */
+    char own_holders[1000];                /* "idx:id,..." of the newest acknowledged version */
     uint64_t retry_at_ns;                  /* when to re-push (0: none planned) */
     uint64_t last_event_ns;
     uint64_t last_refresh_ns;
@@ -323,7 +324,8 @@ static void fs_refresh_peers(ftc_filestore_t *fs)
             snprintf(p->node_id, sizeof p->node_id, "%s", nid);
             memcpy(p->addr, addr, len);
             p->addr_len = len;
-            if (fs->repl && ftc_repl_peer_add(fs->repl, (uint32_t)node, addr, len) != 0)
+            if (fs->repl && ftc_repl_peer_add(fs->repl, (uint32_t)node, addr, len) != 0 &&
+                ftc_fabric_health(fs->fab) == 0) /* a broken endpoint re-adds all at its rebuild */
                 fs_log(fs, FTC_LOG_WARN, "adding node %lu: %s", node, ftc_repl_errstr(fs->repl));
         }
     }
@@ -807,6 +809,7 @@ static void fs_check_push(ftc_filestore_t *fs, bool broken)
     }
     if (acked) {
         fs->own_newest = fs->push_slot;
+        snprintf(fs->own_holders, sizeof fs->own_holders, "%s", holders);
         fs_record(fs, holders);
         pthread_mutex_lock(&fs->mu);
         fs->stats.versions_pushed++;
@@ -912,6 +915,11 @@ static void fs_wait_xfer(ftc_filestore_t *fs, ftc_repl_xfer_t x, ftc_deadline_t 
             snprintf(st->detail, sizeof st->detail, "restore deadline passed");
             return;
         }
+        /* a holder that restarted (its endpoint rebuilt) publishes a new
+         * address: re-reading them replaces the peer, which cancels a fetch
+         * waiting on the old one, and the next round asks the new one */
+        if (ftc_now_ns() - fs->last_refresh_ns > 500000000ull)
+            fs_refresh_peers(fs);
         if (ftc_repl_progress(fs->repl, ftc_deadline_in_ms(20), true) == FTC_EFABRIC ||
             ftc_fabric_health(fs->fab) != 0) {
             st->done = true, st->rc = FTC_EFABRIC;
@@ -923,7 +931,8 @@ static void fs_wait_xfer(ftc_filestore_t *fs, ftc_repl_xfer_t x, ftc_deadline_t 
 
 /* Fetches rec from its live holders (a few rounds); 0 or the error naming
  * every holder tried. */
-static int fs_fetch_rec(ftc_filestore_t *fs, fs_rec_t *rec, ftc_deadline_t d, ftc_err_t *err)
+static int fs_fetch_rec(ftc_filestore_t *fs, fs_rec_t *rec, ftc_deadline_t d, int per_ms,
+                        ftc_err_t *err)
 {
     char tried[1400] = "";
     int last = FTC_ENOENT;
@@ -958,9 +967,10 @@ static int fs_fetch_rec(ftc_filestore_t *fs, fs_rec_t *rec, ftc_deadline_t d, ft
             }
             ftc_repl_xfer_t x;
             ftc_repl_status_t st = {0};
-            int rc = ftc_repl_fetch(fs->repl, h, rec->owner, rec->version, d, &x);
+            ftc_deadline_t fd = ftc_deadline_min(d, ftc_deadline_in_ms((uint64_t)per_ms));
+            int rc = ftc_repl_fetch(fs->repl, h, rec->owner, rec->version, fd, &x);
             if (rc == 0) {
-                fs_wait_xfer(fs, x, d, &st);
+                fs_wait_xfer(fs, x, fd, &st);
                 rc = st.rc;
                 if (rc == 0) {
                     uint8_t *buf = NULL;
@@ -1149,7 +1159,7 @@ static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
         if (local[i])
             continue;
         ftc_err_t e = {0};
-        int r = fs_fetch_rec(fs, &recs[i], d, &e);
+        int r = fs_fetch_rec(fs, &recs[i], d, lim.push_timeout_ms, &e);
         if (r) {
             recs[i].shard = NULL;
             fs_log(fs, FTC_LOG_ERROR, "restore: %s", e.msg);
@@ -1244,6 +1254,25 @@ static void fs_apply_members(ftc_filestore_t *fs)
     if (fs->retry_on_members) {
         fs->retry_on_members = false;
         fs->dirty = true;
+    }
+    /* holders of this node's newest version that left: replicate it again */
+    if (fs->own_holders[0] && !fs->dirty) {
+        int live = 0;
+        char list[sizeof fs->own_holders];
+        snprintf(list, sizeof list, "%s", fs->own_holders);
+        for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok;
+             tok = strtok_r(NULL, ",", &save)) {
+            char *colon = strchr(tok, ':');
+            if (colon && (*colon = 0, fs_live(fs, (uint32_t)strtoul(tok, NULL, 10), colon + 1)))
+                live++;
+        }
+        int want = fs->k < fs->nmembers - 1 ? fs->k : fs->nmembers - 1;
+        if (live < want) {
+            fs_log(fs, FTC_LOG_INFO, "%d of the holders %s of this node's files left: "
+                   "replicating them again", want - live, fs->own_holders);
+            fs->dirty = true;
+            fs->last_event_ns = 0;
+        }
     }
 }
 
@@ -1407,8 +1436,13 @@ ftc_filestore_t *ftc_filestore_create(const char *job, uint32_t index, const cha
         const char *s;
         size_t sl;
         ftc_err_t e = {0};
-        if (ftc_redis_want_str(rep, key, &s, &sl, &e) == 0)
+        if (ftc_redis_want_str(rep, key, &s, &sl, &e) == 0) {
             fs->last_version = strtoull(s, NULL, 10);
+            uint64_t a, b, c;
+            char h[sizeof fs->own_holders];
+            if (sscanf(s, "%" SCNu64 " %" SCNu64 " %" SCNu64 " %999s", &a, &b, &c, h) == 4)
+                snprintf(fs->own_holders, sizeof fs->own_holders, "%s", h);
+        }
     }
     ftc_redis_reply_free(rep);
     uint8_t secret[16];
