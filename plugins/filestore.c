@@ -48,7 +48,7 @@
 #include <unistd.h>
 
 #define FS_MOD "filestore"
-#define FS_MAX_NODES 1024     /* node indices 0..1023 */
+#define FS_MAX_NODES 1024 /* node indices 0..1023 */
 #define FS_NAME_MAX FTC_SHARD_NAME_MAX
 #define FS_META_FILES "ftc.files" /* per tensor: u64 mtime_ns, u32 mode, u32 0 */
 #define FS_META_NODE "ftc.node"
@@ -56,10 +56,10 @@
 #define FS_MAX_DEPTH 32
 #define FS_LOG_RING 32
 #define FS_FETCH_ROUNDS 3
-#define FS_RETRIES 3          /* re-pushes of a version that missed a peer */
+#define FS_RETRIES 3 /* re-pushes of a version that missed a peer */
 
 typedef struct fs_peer {
-    bool known;                                 /* its address is in ftc:{job}:filefab */
+    bool known; /* its address is in ftc:{job}:filefab */
     char node_id[FTC_CTL_NODE_MAX + 1];
     char addr_hex[2 * FTC_FABRIC_ADDR_MAX + 1]; /* as published; a change = a new process */
     uint8_t addr[FTC_FABRIC_ADDR_MAX];
@@ -78,58 +78,58 @@ typedef struct fs_logline {
 } fs_logline_t;
 
 struct ftc_filestore {
-    char job[64], wjob[64];               /* the job, and the wire job "<job>.files" */
+    char job[64], wjob[64]; /* the job, and the wire job "<job>.files" */
     char node_id[FTC_CTL_NODE_MAX + 1];
     char dir[512];
     uint32_t index;
     int k;
-    ftc_ctl_t *ctl;                        /* the thread's Redis connection */
+    ftc_ctl_t *ctl; /* the thread's Redis connection */
     ftc_fabric_opts_t fopt;
     char provider[64];
-    ftc_fabric_t *fab;                     /* thread-owned once it runs */
+    ftc_fabric_t *fab; /* thread-owned once it runs */
     ftc_repl_t *repl;
     ftc_repl_options_t ropt;
-    bool republish;                        /* the address changed: publish it */
-    int ino;                               /* inotify descriptor */
-    int evfd;                              /* wakes the thread */
+    bool republish; /* the address changed: publish it */
+    int ino;        /* inotify descriptor */
+    int evfd;       /* wakes the thread */
     pthread_t tid;
     bool started;
     atomic_bool stop;
 
-    pthread_mutex_t mu;                    /* guards the fields down to "thread only" */
+    pthread_mutex_t mu; /* guards the fields down to "thread only" */
     pthread_cond_t cv;
     ftc_filestore_limits_t lim;
-    char (*req_members)[65];               /* a set_members not yet applied */
+    char (*req_members)[65]; /* a set_members not yet applied */
     int req_n;
     uint64_t req_gen;
     bool req_fresh;
-    uint64_t flush_req, flush_ack;         /* flush request counters */
-    int flush_rc;                          /* first push error since the previous flush */
+    uint64_t flush_req, flush_ack; /* flush request counters */
+    int flush_rc;                  /* first push error since the previous flush */
     ftc_err_t flush_err;
     uint64_t restore_req, restore_ack;
     int restore_rc;
     ftc_err_t restore_err;
-    fs_logline_t ring[FS_LOG_RING];        /* lines for ftc_filestore_poll */
+    fs_logline_t ring[FS_LOG_RING]; /* lines for ftc_filestore_poll */
     int ring_n;
     uint64_t ring_dropped;
     ftc_filestore_stats_t stats;
 
     /* thread only */
-    fs_peer_t peers[FS_MAX_NODES];         /* by node index */
+    fs_peer_t peers[FS_MAX_NODES]; /* by node index */
     char (*members)[65];
     int nmembers;
     uint64_t gen;
     bool members_known;
-    ftc_slot_t own[2];                     /* own versions */
-    uint64_t own_step[2];                  /* 0: nothing usable */
+    ftc_slot_t own[2];    /* own versions */
+    uint64_t own_step[2]; /* 0: nothing usable */
     uint64_t own_size[2];
-    int own_newest;                        /* slot of the newest acknowledged version, -1 */
-    uint64_t last_version;                 /* strictly increasing version stamps */
-    bool dirty;                            /* the directory changed since the last pack */
-    bool retry_on_members;                 /* the last version missed a peer */
-    int retries;                           /* re-pushes since the last change */
-    char own_holders[1000];                /* "idx:id,..." of the newest acknowledged version */
-    uint64_t retry_at_ns;                  /* when to re-push (0: none planned) */
+    int own_newest;         /* slot of the newest acknowledged version, -1 */
+    uint64_t last_version;  /* strictly increasing version stamps */
+    bool dirty;             /* the directory changed since the last pack */
+    bool retry_on_members;  /* the last version missed a peer */
+    int retries;            /* re-pushes since the last change */
+    char own_holders[1000]; /* "idx:id,..." of the newest acknowledged version */
+    uint64_t retry_at_ns;   /* when to re-push (0: none planned) */
     uint64_t last_event_ns;
     uint64_t last_refresh_ns;
     uint64_t hot_until_ns;
@@ -157,8 +157,7 @@ static void fs_log(ftc_filestore_t *fs, int level, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
-    if (level >= FTC_LOG_ERROR)
-        ftc_log(level, FS_MOD, "%s", text); /* errors are never held back */
+    if (level >= FTC_LOG_ERROR) ftc_log(level, FS_MOD, "%s", text); /* errors are never held back */
     pthread_mutex_lock(&fs->mu);
     if (fs->ring_n < FS_LOG_RING) {
         fs->ring[fs->ring_n].level = level < FTC_LOG_ERROR ? level : -1;
@@ -198,8 +197,7 @@ static uint64_t ts_ns(const struct timespec *t)
  * of non-empty components, none "." or "..", no NUL, each <= NAME_MAX. */
 static bool name_ok(const char *s, size_t len)
 {
-    if (len == 0 || len > FS_NAME_MAX || s[0] == '/' || memchr(s, 0, len))
-        return false;
+    if (len == 0 || len > FS_NAME_MAX || s[0] == '/' || memchr(s, 0, len)) return false;
     size_t i = 0;
     while (i < len) {
         size_t j = i;
@@ -229,8 +227,7 @@ static int fs_secret(ftc_filestore_t *fs, uint8_t out[16], ftc_err_t *err)
     ftc_redis_t *r = ftc_ctl_redis(fs->ctl);
     int rc = ftc_redis_cmdv(r, true, NULL, "SET", key, hex, "NX", NULL);
     ftc_redis_reply_t *rep = NULL;
-    if (!rc)
-        rc = ftc_redis_cmdv(r, true, &rep, "GET", key, NULL);
+    if (!rc) rc = ftc_redis_cmdv(r, true, &rep, "GET", key, NULL);
     const char *s;
     size_t sl;
     if (rc || ftc_redis_want_str(rep, key, &s, &sl, err) || sl != 32) {
@@ -255,8 +252,7 @@ static int fs_publish(ftc_filestore_t *fs, ftc_err_t *err)
     uint8_t addr[FTC_FABRIC_ADDR_MAX];
     size_t len = sizeof addr;
     int rc = ftc_fabric_getname(fs->fab, addr, &len);
-    if (rc)
-        return ftc_err_set(err, rc, "filestore: fabric getname failed");
+    if (rc) return ftc_err_set(err, rc, "filestore: fabric getname failed");
     char hex[2 * FTC_FABRIC_ADDR_MAX + 1], val[sizeof hex + FTC_CTL_NODE_MAX + 4], field[16],
         key[160];
     to_hex(addr, len, hex);
@@ -292,8 +288,7 @@ static void fs_refresh_peers(ftc_filestore_t *fs)
                 continue;
             char *end;
             unsigned long node = strtoul(f, &end, 10);
-            if (end == f || node >= FS_MAX_NODES || node == fs->index)
-                continue;
+            if (end == f || node >= FS_MAX_NODES || node == fs->index) continue;
             char hex[2 * FTC_FABRIC_ADDR_MAX + 1], nid[FTC_CTL_NODE_MAX + 1];
             if (sscanf(v, "%512s %64s", hex, nid) != 2 || strlen(hex) % 2 ||
                 strlen(hex) / 2 > FTC_FABRIC_ADDR_MAX) {
@@ -317,8 +312,7 @@ static void fs_refresh_peers(ftc_filestore_t *fs)
                 fs_log(fs, FTC_LOG_WARN, "%s: field %lu holds a malformed address", key, node);
                 continue;
             }
-            if (p->known && fs->repl)
-                ftc_repl_peer_remove(fs->repl, (uint32_t)node);
+            if (p->known && fs->repl) ftc_repl_peer_remove(fs->repl, (uint32_t)node);
             p->known = true;
             snprintf(p->addr_hex, sizeof p->addr_hex, "%s", hex);
             snprintf(p->node_id, sizeof p->node_id, "%s", nid);
@@ -335,24 +329,20 @@ static void fs_refresh_peers(ftc_filestore_t *fs)
 /* The node index whose published node id is id, or -1. */
 static int fs_index_of(ftc_filestore_t *fs, const char *id)
 {
-    if (!strcmp(id, fs->node_id))
-        return (int)fs->index;
+    if (!strcmp(id, fs->node_id)) return (int)fs->index;
     for (int i = 0; i < FS_MAX_NODES; i++)
-        if (fs->peers[i].known && !strcmp(fs->peers[i].node_id, id))
-            return i;
+        if (fs->peers[i].known && !strcmp(fs->peers[i].node_id, id)) return i;
     return -1;
 }
 
 /* Node index i is live: its published id is a member now. */
 static bool fs_live(ftc_filestore_t *fs, uint32_t i, const char *want_id)
 {
-    if (i >= FS_MAX_NODES || i == fs->index || !fs->peers[i].known)
-        return false;
+    if (i >= FS_MAX_NODES || i == fs->index || !fs->peers[i].known) return false;
     if (want_id && strcmp(fs->peers[i].node_id, want_id))
         return false; /* another node took that index: it does not hold the replica */
     for (int m = 0; m < fs->nmembers; m++)
-        if (!strcmp(fs->members[m], fs->peers[i].node_id))
-            return true;
+        if (!strcmp(fs->members[m], fs->peers[i].node_id)) return true;
     return false;
 }
 
@@ -361,13 +351,11 @@ static bool fs_live(ftc_filestore_t *fs, uint32_t i, const char *want_id)
 static int fs_open_transport(ftc_filestore_t *fs, ftc_err_t *err)
 {
     int rc = ftc_fabric_open(&fs->fopt, &fs->fab, err);
-    if (rc)
-        return rc;
+    if (rc) return rc;
     fs->ropt.fab = fs->fab;
     fs->ropt.generation = fs->gen;
     fs->repl = ftc_repl_create(&fs->ropt, err);
-    if (!fs->repl)
-        return err && err->code ? err->code : FTC_EFABRIC;
+    if (!fs->repl) return err && err->code ? err->code : FTC_EFABRIC;
     fs->republish = true;
     return 0;
 }
@@ -388,8 +376,7 @@ static void fs_rebuild(ftc_filestore_t *fs)
     fs->fab = NULL;
     for (int attempt = 0; !atomic_load(&fs->stop); attempt++) {
         ftc_err_t err = {0};
-        if (fs_open_transport(fs, &err) == 0)
-            break;
+        if (fs_open_transport(fs, &err) == 0) break;
         FTC_ERROR(FS_MOD, "reopening the fabric endpoint: %s", err.msg);
         ftc_repl_destroy(fs->repl);
         fs->repl = NULL;
@@ -397,14 +384,12 @@ static void fs_rebuild(ftc_filestore_t *fs)
         fs->fab = NULL;
         ftc_sleep_ms(attempt < 10 ? 100 : 1000);
     }
-    if (!fs->repl)
-        return;
+    if (!fs->repl) return;
     for (uint32_t i = 0; i < FS_MAX_NODES; i++)
         if (fs->peers[i].known)
             ftc_repl_peer_add(fs->repl, i, fs->peers[i].addr, fs->peers[i].addr_len);
     ftc_err_t err = {0};
-    if (fs_publish(fs, &err))
-        fs_log(fs, FTC_LOG_WARN, "%s", err.msg);
+    if (fs_publish(fs, &err)) fs_log(fs, FTC_LOG_WARN, "%s", err.msg);
 }
 
 /* ---- the watch ------------------------------------------------------------------------- */
@@ -420,12 +405,10 @@ static void fs_watch_tree(ftc_filestore_t *fs, const char *rel, int depth)
         depth >= FS_MAX_DEPTH)
         return;
     DIR *d = opendir(path);
-    if (!d)
-        return;
+    if (!d) return;
     struct dirent *de;
     while ((de = readdir(d))) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-            continue;
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
         struct stat st;
         if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode))
             continue;
@@ -445,29 +428,24 @@ static void fs_drain_events(ftc_filestore_t *fs, bool ignore)
     bool rewatch = false;
     for (;;) {
         ssize_t n = read(fs->ino, buf, sizeof buf);
-        if (n <= 0)
-            break;
+        if (n <= 0) break;
         for (char *p = buf; p < buf + n;) {
             struct inotify_event *e = (struct inotify_event *)p;
             p += sizeof *e + e->len;
             bool ours = e->len && !strncmp(e->name, FS_TMP_PREFIX, strlen(FS_TMP_PREFIX));
-            if (ignore || ours)
-                continue;
+            if (ignore || ours) continue;
             if (e->mask & IN_ISDIR) {
-                if (e->mask & (IN_CREATE | IN_MOVED_TO))
-                    rewatch = true;
+                if (e->mask & (IN_CREATE | IN_MOVED_TO)) rewatch = true;
                 if (e->mask & (IN_CREATE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE))
                     fs->dirty = true;
             }
-            if (e->mask & (IN_CLOSE_WRITE | IN_MOVED_TO | IN_Q_OVERFLOW))
-                fs->dirty = true;
+            if (e->mask & (IN_CLOSE_WRITE | IN_MOVED_TO | IN_Q_OVERFLOW)) fs->dirty = true;
             fs->last_event_ns = ftc_now_ns();
             fs->retries = 0;
             fs->retry_at_ns = 0;
         }
     }
-    if (rewatch)
-        fs_watch_tree(fs, "", 0);
+    if (rewatch) fs_watch_tree(fs, "", 0);
 }
 
 /* ---- packing ----------------------------------------------------------------------------- */
@@ -492,7 +470,8 @@ static int scan_dir(ftc_filestore_t *fs, fs_scan_t *s, const char *rel, int dept
     snprintf(path, sizeof path, "%s%s%s", fs->dir, *rel ? "/" : "", rel);
     DIR *d = opendir(path);
     if (!d)
-        return errno == ENOENT && *rel ? 0 : ftc_err_errno(err, errno, "filestore: opendir %s", path);
+        return errno == ENOENT && *rel ? 0
+                                       : ftc_err_errno(err, errno, "filestore: opendir %s", path);
     int rc = 0;
     struct dirent *de;
     while (!rc && (de = readdir(d))) {
@@ -506,8 +485,8 @@ static int scan_dir(ftc_filestore_t *fs, fs_scan_t *s, const char *rel, int dept
             continue; /* gone meanwhile */
         if (S_ISDIR(st.st_mode)) {
             if (depth >= FS_MAX_DEPTH)
-                fs_log(fs, FTC_LOG_WARN, "%s/%s: deeper than %d directories, skipped", fs->dir,
-                       sub, FS_MAX_DEPTH);
+                fs_log(fs, FTC_LOG_WARN, "%s/%s: deeper than %d directories, skipped", fs->dir, sub,
+                       FS_MAX_DEPTH);
             else
                 rc = scan_dir(fs, s, sub, depth + 1, err);
             continue;
@@ -571,8 +550,7 @@ static int read_one(ftc_filestore_t *fs, const fs_file_t *f, uint8_t *dst, ftc_e
     int rc = 0;
     while (got < f->size) {
         ssize_t r = read(fd, dst + got, f->size - got > (1u << 30) ? (1u << 30) : f->size - got);
-        if (r < 0 && errno == EINTR)
-            continue;
+        if (r < 0 && errno == EINTR) continue;
         if (r < 0) {
             rc = ftc_err_errno(err, errno, "filestore: read %s", path);
             break;
@@ -607,21 +585,17 @@ static int fs_targets(ftc_filestore_t *fs, uint32_t *out, int want)
 {
     int me = -1;
     for (int m = 0; m < fs->nmembers; m++)
-        if (!strcmp(fs->members[m], fs->node_id))
-            me = m;
+        if (!strcmp(fs->members[m], fs->node_id)) me = m;
     int n = 0;
     for (int step = 1; step <= fs->nmembers && n < want; step++) {
         int m = ((me < 0 ? -1 : me) + step) % fs->nmembers;
-        if (m == me)
-            continue;
+        if (m == me) continue;
         int idx = fs_index_of(fs, fs->members[m]);
-        if (idx < 0 || idx == (int)fs->index)
-            continue;
+        if (idx < 0 || idx == (int)fs->index) continue;
         bool dup = false;
         for (int i = 0; i < n; i++)
             dup |= out[i] == (uint32_t)idx;
-        if (!dup)
-            out[n++] = (uint32_t)idx;
+        if (!dup) out[n++] = (uint32_t)idx;
     }
     return n;
 }
@@ -639,15 +613,18 @@ static void fs_start_push(ftc_filestore_t *fs)
     ftc_shard_layout_t *l = NULL;
     uint8_t *meta = NULL;
     int rc = scan_dir(fs, &sc, "", 0, &err);
-    if (rc)
-        goto fail;
+    if (rc) goto fail;
     if (sc.bytes > lim.max_bytes) {
         rc = ftc_err_set(&err, FTC_ERANGE,
                          "%s holds %" PRIu64 " bytes in %zu files, over the cap of %" PRIu64
                          " bytes: not replicated (write less per node, or raise the cap)",
                          fs->dir, sc.bytes, sc.n, lim.max_bytes);
-        ftc_ctl_event_t ev = {.kind = "ckptdir_too_big", .node = fs->node_id, .rank = -1,
-                              .generation = fs->gen, .step = -1, .detail = err.msg};
+        ftc_ctl_event_t ev = {.kind = "ckptdir_too_big",
+                              .node = fs->node_id,
+                              .rank = -1,
+                              .generation = fs->gen,
+                              .step = -1,
+                              .detail = err.msg};
         ftc_ctl_event(fs->ctl, &ev);
         goto fail;
     }
@@ -660,14 +637,14 @@ static void fs_start_push(ftc_filestore_t *fs)
     if (np == 0) {
         rc = ftc_err_set(&err, FTC_ENOENT,
                          "no live peer to push %s to (%d member(s); their addresses are read from "
-                         "ftc:{%s}:filefab)", fs->dir, fs->nmembers, fs->job);
+                         "ftc:{%s}:filefab)",
+                         fs->dir, fs->nmembers, fs->job);
         fs->retry_on_members = true;
         goto fail;
     }
     qsort(sc.f, sc.n, sizeof *sc.f, cmp_file);
     uint64_t version = ftc_wall_ms();
-    if (version <= fs->last_version)
-        version = fs->last_version + 1;
+    if (version <= fs->last_version) version = fs->last_version + 1;
     ftc_shard_info_t info = {0};
     snprintf(info.job_id, sizeof info.job_id, "%s", fs->wjob);
     info.step = version;
@@ -706,8 +683,7 @@ static void fs_start_push(ftc_filestore_t *fs)
         if ((rc = read_one(fs, &sc.f[i], ftc_shard_payload_ptr(l, fs->own[s].base, (uint32_t)i),
                            &err)))
             goto fail;
-    if ((rc = ftc_shard_seal(fs->own[s].base, size, 1, &err)))
-        goto fail;
+    if ((rc = ftc_shard_seal(fs->own[s].base, size, 1, &err))) goto fail;
     fs->last_version = version;
     fs->push_slot = s;
     fs->push_version = version;
@@ -767,11 +743,9 @@ static void fs_check_push(ftc_filestore_t *fs, bool broken)
 {
     bool all = true;
     for (int i = 0; i < fs->push_n; i++) {
-        if (fs->push_done[i])
-            continue;
+        if (fs->push_done[i]) continue;
         ftc_repl_status_t st = {0};
-        int qrc = broken || !fs->repl ? FTC_EFABRIC
-                                      : ftc_repl_status(fs->repl, fs->push_x[i], &st);
+        int qrc = broken || !fs->repl ? FTC_EFABRIC : ftc_repl_status(fs->repl, fs->push_x[i], &st);
         if (qrc == 0 && !st.done) {
             all = false;
             continue;
@@ -791,15 +765,13 @@ static void fs_check_push(ftc_filestore_t *fs, bool broken)
                      st.detail[0] ? st.detail : "no detail");
         }
     }
-    if (!all)
-        return;
+    if (!all) return;
     fs->pushing = false;
     char holders[1000] = "";
     int acked = 0, first_rc = 0;
     for (int i = 0; i < fs->push_n; i++) {
         if (fs->push_rc[i]) {
-            if (!first_rc)
-                first_rc = fs->push_rc[i];
+            if (!first_rc) first_rc = fs->push_rc[i];
             continue;
         }
         size_t hl = strlen(holders);
@@ -831,6 +803,11 @@ static void fs_check_push(ftc_filestore_t *fs, bool broken)
         fs_log(fs, FTC_LOG_WARN, "%s", msg);
         fs_note_error(fs, first_rc, msg);
     } else {
+        /* the directory as it is now is replicated: earlier errors are moot */
+        pthread_mutex_lock(&fs->mu);
+        fs->flush_rc = 0;
+        ftc_err_clear(&fs->flush_err);
+        pthread_mutex_unlock(&fs->mu);
         fs_log(fs, FTC_LOG_INFO, "version %" PRIu64 " (%" PRIu64 " bytes) replicated to %s",
                fs->push_version, fs->push_size, holders);
     }
@@ -838,15 +815,15 @@ static void fs_check_push(ftc_filestore_t *fs, bool broken)
 
 /* ---- restore ------------------------------------------------------------------------------ */
 
-typedef struct fs_rec {   /* one node's recorded version */
+typedef struct fs_rec { /* one node's recorded version */
     uint32_t owner;
     uint64_t version, size;
     char holders[1000];   /* "idx:id,idx:id" */
     const uint8_t *shard; /* the verified shard (own slot or buf) */
     uint64_t shard_size;
-    uint8_t *buf;         /* malloc'd copy / fetched shard */
+    uint8_t *buf; /* malloc'd copy / fetched shard */
     ftc_shard_view_t v;
-    const uint8_t *meta;  /* FS_META_FILES of the view */
+    const uint8_t *meta; /* FS_META_FILES of the view */
     uint32_t meta_len;
 } fs_rec_t;
 
@@ -864,12 +841,10 @@ static int cmp_cand(const void *a, const void *b)
     const fs_cand_t *x = a, *y = b;
     uint32_t m = x->name_len < y->name_len ? x->name_len : y->name_len;
     int c = memcmp(x->name, y->name, m);
-    if (c || x->name_len != y->name_len)
-        return c ? c : (x->name_len < y->name_len ? -1 : 1);
+    if (c || x->name_len != y->name_len) return c ? c : (x->name_len < y->name_len ? -1 : 1);
     if (x->mtime_ns != y->mtime_ns) /* newest last */
         return x->mtime_ns < y->mtime_ns ? -1 : 1;
-    if (x->version != y->version)
-        return x->version < y->version ? -1 : 1;
+    if (x->version != y->version) return x->version < y->version ? -1 : 1;
     return x->owner < y->owner ? -1 : x->owner > y->owner;
 }
 
@@ -878,19 +853,20 @@ static int rec_accept(ftc_filestore_t *fs, fs_rec_t *rec, const uint8_t *p, uint
                       ftc_err_t *err)
 {
     int rc = ftc_shard_open(&rec->v, p, len, FTC_SHARD_VERIFY | FTC_SHARD_ALLOW_TRAILING, err);
-    if (rc)
-        return rc;
+    if (rc) return rc;
     if (strcmp(rec->v.info.job_id, fs->wjob) || rec->v.info.step != rec->version)
-        return ftc_err_set(err, FTC_ECORRUPT, "a shard of %s version %" PRIu64 " was expected, "
-                           "got %s version %" PRIu64, fs->wjob, rec->version, rec->v.info.job_id,
-                           rec->v.info.step);
+        return ftc_err_set(err, FTC_ECORRUPT,
+                           "a shard of %s version %" PRIu64 " was expected, "
+                           "got %s version %" PRIu64,
+                           fs->wjob, rec->version, rec->v.info.job_id, rec->v.info.step);
     const uint8_t *m = NULL;
     uint32_t ml = 0;
     if (ftc_shard_meta_get(&rec->v, FS_META_FILES, &m, &ml) != 0 ||
         ml != (uint64_t)rec->v.n_tensors * 16)
-        return ftc_err_set(err, FTC_ECORRUPT, "version %" PRIu64 " of node %u: metadata record "
-                           "%s missing or of the wrong size", rec->version, rec->owner,
-                           FS_META_FILES);
+        return ftc_err_set(err, FTC_ECORRUPT,
+                           "version %" PRIu64 " of node %u: metadata record "
+                           "%s missing or of the wrong size",
+                           rec->version, rec->owner, FS_META_FILES);
     rec->shard = p;
     rec->shard_size = rec->v.size;
     rec->meta = m;
@@ -908,8 +884,7 @@ static void fs_wait_xfer(ftc_filestore_t *fs, ftc_repl_xfer_t x, ftc_deadline_t 
             snprintf(st->detail, sizeof st->detail, "transfer lost");
             return;
         }
-        if (st->done)
-            return;
+        if (st->done) return;
         if (ftc_deadline_expired(d) || atomic_load(&fs->stop)) {
             st->done = true, st->rc = FTC_ETIMEDOUT;
             snprintf(st->detail, sizeof st->detail, "restore deadline passed");
@@ -918,8 +893,7 @@ static void fs_wait_xfer(ftc_filestore_t *fs, ftc_repl_xfer_t x, ftc_deadline_t 
         /* a holder that restarted (its endpoint rebuilt) publishes a new
          * address: re-reading them replaces the peer, which cancels a fetch
          * waiting on the old one, and the next round asks the new one */
-        if (ftc_now_ns() - fs->last_refresh_ns > 500000000ull)
-            fs_refresh_peers(fs);
+        if (ftc_now_ns() - fs->last_refresh_ns > 500000000ull) fs_refresh_peers(fs);
         if (ftc_repl_progress(fs->repl, ftc_deadline_in_ms(20), true) == FTC_EFABRIC ||
             ftc_fabric_health(fs->fab) != 0) {
             st->done = true, st->rc = FTC_EFABRIC;
@@ -947,8 +921,7 @@ static int fs_fetch_rec(ftc_filestore_t *fs, fs_rec_t *rec, ftc_deadline_t d, in
         for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok;
              tok = strtok_r(NULL, ",", &save)) {
             char *colon = strchr(tok, ':');
-            if (!colon)
-                continue;
+            if (!colon) continue;
             *colon = 0;
             uint32_t h = (uint32_t)strtoul(tok, NULL, 10);
             const char *hid = colon + 1;
@@ -962,8 +935,7 @@ static int fs_fetch_rec(ftc_filestore_t *fs, fs_rec_t *rec, ftc_deadline_t d, in
             tries++;
             if (!fs->repl) {
                 fs_rebuild(fs);
-                if (!fs->repl)
-                    break;
+                if (!fs->repl) break;
             }
             ftc_repl_xfer_t x;
             ftc_repl_status_t st = {0};
@@ -995,11 +967,9 @@ static int fs_fetch_rec(ftc_filestore_t *fs, fs_rec_t *rec, ftc_deadline_t d, in
             tl = strlen(tried);
             snprintf(tried + tl, sizeof tried - tl, "%snode %u (%s) round %d: %s: %s",
                      tl ? "; " : "", h, hid, round + 1, ftc_errname(rc), st.detail);
-            if (fs->fab && ftc_fabric_health(fs->fab) != 0)
-                fs_rebuild(fs);
+            if (fs->fab && ftc_fabric_health(fs->fab) != 0) fs_rebuild(fs);
         }
-        if (!tries)
-            break; /* nobody to ask */
+        if (!tries) break; /* nobody to ask */
     }
     return ftc_err_set(err, last == FTC_ENOENT || last == 0 ? FTC_ENOENT : last,
                        "version %" PRIu64 " of node %u (%" PRIu64 " bytes): no verified copy; "
@@ -1016,11 +986,9 @@ static bool fs_local_rec(ftc_filestore_t *fs, fs_rec_t *rec)
             if (!fs->own[s].base) {
                 char name[FTC_SLOT_NAME_MAX];
                 own_slot_name(fs, s, name, sizeof name);
-                if (ftc_slot_open(name, true, &fs->own[s], &e) != 0)
-                    continue;
+                if (ftc_slot_open(name, true, &fs->own[s], &e) != 0) continue;
             }
-            if (rec_accept(fs, rec, fs->own[s].base, fs->own[s].size, &e) == 0)
-                return true;
+            if (rec_accept(fs, rec, fs->own[s].base, fs->own[s].size, &e) == 0) return true;
         }
         return false;
     }
@@ -1030,12 +998,13 @@ static bool fs_local_rec(ftc_filestore_t *fs, fs_rec_t *rec)
         return false;
     /* copy: the slot may be overwritten by the next progress call */
     rec->buf = malloc(size ? size : 1);
-    if (!rec->buf)
-        return false;
+    if (!rec->buf) return false;
     memcpy(rec->buf, p, size);
     if (rec_accept(fs, rec, rec->buf, size, &e) != 0) {
-        fs_log(fs, FTC_LOG_WARN, "the replica of node %u version %" PRIu64 " this node holds "
-               "failed its check (%s): fetching another copy", rec->owner, rec->version, e.msg);
+        fs_log(fs, FTC_LOG_WARN,
+               "the replica of node %u version %" PRIu64 " this node holds "
+               "failed its check (%s): fetching another copy",
+               rec->owner, rec->version, e.msg);
         free(rec->buf);
         rec->buf = NULL;
         return false;
@@ -1067,16 +1036,14 @@ static int fs_write_file(ftc_filestore_t *fs, const fs_cand_t *c, bool *written,
     snprintf(parent, sizeof parent, "%s", path);
     char *slash = strrchr(parent, '/');
     *slash = 0;
-    if (ftc_fs_mkdirs(parent, err))
-        return err->code;
+    if (ftc_fs_mkdirs(parent, err)) return err->code;
     static atomic_uint counter;
     snprintf(tmp, sizeof tmp, "%s/" FS_TMP_PREFIX "%d.%u", parent, (int)getpid(),
              atomic_fetch_add(&counter, 1));
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0)
-        return ftc_err_errno(err, errno, "filestore: create %s", tmp);
+    if (fd < 0) return ftc_err_errno(err, errno, "filestore: create %s", tmp);
     int rc = ftc_fs_write_all(fd, t.data, t.length, NULL, err, tmp);
-    if (!rc && fchmod(fd, (mode_t)(c->mode & 07777)) != 0)
+    if (!rc && fchmod(fd, (mode_t)(c->mode & 0777)) != 0) /* no set-id bits from a peer */
         rc = ftc_err_errno(err, errno, "filestore: chmod %s", tmp);
     struct timespec ts[2] = {{.tv_sec = 0, .tv_nsec = UTIME_NOW},
                              {.tv_sec = (time_t)(c->mtime_ns / 1000000000ull),
@@ -1156,22 +1123,19 @@ static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
     for (size_t i = 0; i < nr; i++)
         local[i] = fs_local_rec(fs, &recs[i]);
     for (size_t i = 0; i < nr; i++) {
-        if (local[i])
-            continue;
+        if (local[i]) continue;
         ftc_err_t e = {0};
         int r = fs_fetch_rec(fs, &recs[i], d, lim.push_timeout_ms, &e);
         if (r) {
             recs[i].shard = NULL;
             fs_log(fs, FTC_LOG_ERROR, "restore: %s", e.msg);
-            if (!first)
-                first = ftc_err_set(err, r, "%s", e.msg);
+            if (!first) first = ftc_err_set(err, r, "%s", e.msg);
         }
     }
     /* 2. candidates: every file of every version, newest per name wins */
     size_t nc = 0;
     for (size_t i = 0; i < nr; i++)
-        if (recs[i].shard)
-            nc += recs[i].v.n_tensors;
+        if (recs[i].shard) nc += recs[i].v.n_tensors;
     fs_cand_t *c = calloc(nc + 1, sizeof *c);
     if (!c) {
         first = first ? first : ftc_err_set(err, FTC_ENOMEM, "filestore: out of memory");
@@ -1184,20 +1148,24 @@ static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
             ftc_shard_tensor_t tt;
             ftc_shard_get(&r->v, t, &tt);
             if (!name_ok(tt.name, tt.name_len)) {
-                fs_log(fs, FTC_LOG_WARN, "version %" PRIu64 " of node %u: file name '%.*s' is "
-                       "not a safe relative path: skipped", r->version, r->owner,
-                       (int)(tt.name_len > 200 ? 200 : tt.name_len), tt.name);
+                fs_log(fs, FTC_LOG_WARN,
+                       "version %" PRIu64 " of node %u: file name '%.*s' is "
+                       "not a safe relative path: skipped",
+                       r->version, r->owner, (int)(tt.name_len > 200 ? 200 : tt.name_len), tt.name);
                 continue;
             }
-            c[k++] = (fs_cand_t){.name = tt.name, .name_len = tt.name_len,
+            c[k++] = (fs_cand_t){.name = tt.name,
+                                 .name_len = tt.name_len,
                                  .mtime_ns = ftc_le_rd64(r->meta + 16 * t),
                                  .mode = ftc_le_rd32(r->meta + 16 * t + 8),
-                                 .version = r->version, .owner = r->owner, .rec = r, .tensor = t};
+                                 .version = r->version,
+                                 .owner = r->owner,
+                                 .rec = r,
+                                 .tensor = t};
         }
     }
     nc = k;
-    if (nc)
-        qsort(c, nc, sizeof *c, cmp_cand);
+    if (nc) qsort(c, nc, sizeof *c, cmp_cand);
     uint64_t written_n = 0;
     for (size_t i = 0; i < nc; i++) {
         if (i + 1 < nc && c[i + 1].name_len == c[i].name_len &&
@@ -1209,8 +1177,7 @@ static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
         written_n += w;
         if (r) {
             fs_log(fs, FTC_LOG_ERROR, "restore: %s", e.msg);
-            if (!first)
-                first = ftc_err_set(err, r, "%s", e.msg);
+            if (!first) first = ftc_err_set(err, r, "%s", e.msg);
         }
     }
     /* the restore's own writes are not a new version of this node */
@@ -1220,8 +1187,8 @@ static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
     fs->stats.files_restored += written_n;
     pthread_mutex_unlock(&fs->mu);
     fs_log(fs, first ? FTC_LOG_WARN : FTC_LOG_INFO,
-           "restore: %zu recorded version(s), %zu file(s) in the union, %" PRIu64 " written%s",
-           nr, nc, written_n, first ? " (with errors)" : "");
+           "restore: %zu recorded version(s), %zu file(s) in the union, %" PRIu64 " written%s", nr,
+           nc, written_n, first ? " (with errors)" : "");
     for (size_t i = 0; i < nr; i++)
         free(recs[i].buf);
     free(recs);
@@ -1247,8 +1214,7 @@ static void fs_apply_members(ftc_filestore_t *fs)
     fs->req_fresh = false;
     pthread_mutex_unlock(&fs->mu);
     fs->members_known = true;
-    if (fs->repl)
-        ftc_repl_set_generation(fs->repl, fs->gen);
+    if (fs->repl) ftc_repl_set_generation(fs->repl, fs->gen);
     fs->ropt.generation = fs->gen;
     fs_refresh_peers(fs);
     if (fs->retry_on_members) {
@@ -1268,8 +1234,10 @@ static void fs_apply_members(ftc_filestore_t *fs)
         }
         int want = fs->k < fs->nmembers - 1 ? fs->k : fs->nmembers - 1;
         if (live < want) {
-            fs_log(fs, FTC_LOG_INFO, "%d of the holders %s of this node's files left: "
-                   "replicating them again", want - live, fs->own_holders);
+            fs_log(fs, FTC_LOG_INFO,
+                   "%d of the holders %s of this node's files left: "
+                   "replicating them again",
+                   want - live, fs->own_holders);
             fs->dirty = true;
             fs->last_event_ns = 0;
         }
@@ -1304,18 +1272,15 @@ static void *fs_main(void *arg)
             fs->restore_ack = restore_no;
             pthread_cond_broadcast(&fs->cv);
             pthread_mutex_unlock(&fs->mu);
-            if (!fs->repl)
-                continue;
+            if (!fs->repl) continue;
         }
         fs_drain_events(fs, false);
         uint64_t now = ftc_now_ns();
         if (fs->republish) {
             ftc_err_t e = {0};
-            if (fs_publish(fs, &e))
-                fs_log(fs, FTC_LOG_WARN, "%s", e.msg);
+            if (fs_publish(fs, &e)) fs_log(fs, FTC_LOG_WARN, "%s", e.msg);
         }
-        if (now - fs->last_refresh_ns > 1000000000ull)
-            fs_refresh_peers(fs);
+        if (now - fs->last_refresh_ns > 1000000000ull) fs_refresh_peers(fs);
         if (!fs->pushing && fs->retry_at_ns && now >= fs->retry_at_ns) {
             fs->retry_at_ns = 0;
             fs->dirty = true;
@@ -1328,19 +1293,20 @@ static void *fs_main(void *arg)
             pthread_mutex_lock(&fs->mu);
             if (fs->dirty && !fs->members_known && !fs->flush_rc) {
                 fs->flush_rc = FTC_EINVAL;
-                ftc_err_set(&fs->flush_err, FTC_EINVAL, "filestore: %s changed but no members "
-                            "were set (ftc_filestore_set_members first)", fs->dir);
+                ftc_err_set(&fs->flush_err, FTC_EINVAL,
+                            "filestore: %s changed but no members "
+                            "were set (ftc_filestore_set_members first)",
+                            fs->dir);
             }
             fs->flush_ack = flush_no;
             pthread_cond_broadcast(&fs->cv);
             pthread_mutex_unlock(&fs->mu);
         }
         bool hot = fs->pushing || fs->dirty || now < fs->hot_until_ns;
-        bool broken = ftc_repl_progress(fs->repl, ftc_deadline_in_ms(hot ? 5 : 1), true) ==
-                          FTC_EFABRIC ||
-                      ftc_fabric_health(fs->fab) != 0;
-        if (fs->pushing)
-            fs_check_push(fs, broken);
+        bool broken =
+            ftc_repl_progress(fs->repl, ftc_deadline_in_ms(hot ? 5 : 1), true) == FTC_EFABRIC ||
+            ftc_fabric_health(fs->fab) != 0;
+        if (fs->pushing) fs_check_push(fs, broken);
         if (broken) {
             fs_rebuild(fs);
             continue;
@@ -1364,8 +1330,7 @@ static void *fs_main(void *arg)
 static bool id_ok(const char *s, size_t max)
 {
     size_t n = s ? strlen(s) : 0;
-    if (n == 0 || n > max)
-        return false;
+    if (n == 0 || n > max) return false;
     for (size_t i = 0; i < n; i++)
         if (!(s[i] >= 'a' && s[i] <= 'z') && !(s[i] >= 'A' && s[i] <= 'Z') &&
             !(s[i] >= '0' && s[i] <= '9') && !strchr("._-:/", s[i]))
@@ -1380,10 +1345,11 @@ ftc_filestore_t *ftc_filestore_create(const char *job, uint32_t index, const cha
     if (!job || strlen(job) + strlen(".files") > FTC_SHARD_JOB_MAX || !id_ok(job, 63) ||
         strchr(job, ':') || strchr(job, '/') || !id_ok(node_id, FTC_CTL_NODE_MAX) || !redis ||
         k < 1 || index >= FS_MAX_NODES) {
-        ftc_err_set(err, FTC_EINVAL,
-                    "filestore: job (1..%d of A-Z a-z 0-9 . _ -), node id (1..%d of those and : /), "
-                    "redis, k >= 1 and index < %d are required",
-                    FTC_SHARD_JOB_MAX - 6, FTC_CTL_NODE_MAX, FS_MAX_NODES);
+        ftc_err_set(
+            err, FTC_EINVAL,
+            "filestore: job (1..%d of A-Z a-z 0-9 . _ -), node id (1..%d of those and : /), "
+            "redis, k >= 1 and index < %d are required",
+            FTC_SHARD_JOB_MAX - 6, FTC_CTL_NODE_MAX, FS_MAX_NODES);
         return NULL;
     }
     ftc_filestore_t *fs = calloc(1, sizeof *fs);
@@ -1420,8 +1386,7 @@ ftc_filestore_t *ftc_filestore_create(const char *job, uint32_t index, const cha
     }
     fs_watch_tree(fs, "", 0);
     ftc_redis_t *r = ftc_redis_connect(redis, NULL, err);
-    if (!r)
-        goto fail;
+    if (!r) goto fail;
     fs->ctl = ftc_ctl_create(r, job, err);
     if (!fs->ctl) {
         ftc_redis_close(r);
@@ -1459,8 +1424,7 @@ ftc_filestore_t *ftc_filestore_create(const char *job, uint32_t index, const cha
         fo.provider = fs->provider;
     }
     fs->fopt = fo;
-    if (fs_open_transport(fs, err) || fs_publish(fs, err))
-        goto fail;
+    if (fs_open_transport(fs, err) || fs_publish(fs, err)) goto fail;
     /* own versions a previous supervisor of this node left */
     for (int s = 0; s < 2; s++) {
         char name[FTC_SLOT_NAME_MAX];
@@ -1475,8 +1439,7 @@ ftc_filestore_t *ftc_filestore_create(const char *job, uint32_t index, const cha
             fs->own_size[s] = v.size;
             if (fs->own_newest < 0 || v.info.step > fs->own_step[fs->own_newest])
                 fs->own_newest = s;
-            if (v.info.step > fs->last_version)
-                fs->last_version = v.info.step;
+            if (v.info.step > fs->last_version) fs->last_version = v.info.step;
         }
     }
     /* files a previous supervisor left: push them once members are known */
@@ -1484,8 +1447,7 @@ ftc_filestore_t *ftc_filestore_create(const char *job, uint32_t index, const cha
     if (dd) {
         struct dirent *de;
         while ((de = readdir(dd)))
-            if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
-                fs->dirty = true;
+            if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) fs->dirty = true;
         closedir(dd);
     }
     fs_refresh_peers(fs);
@@ -1504,8 +1466,7 @@ fail:
 
 void ftc_filestore_destroy(ftc_filestore_t *fs)
 {
-    if (!fs)
-        return;
+    if (!fs) return;
     atomic_store(&fs->stop, true);
     if (fs->started) {
         fs_wake(fs);
@@ -1517,10 +1478,8 @@ void ftc_filestore_destroy(ftc_filestore_t *fs)
     for (int s = 0; s < 2; s++)
         ftc_slot_close(&fs->own[s]);
     ftc_ctl_destroy(fs->ctl);
-    if (fs->ino >= 0)
-        close(fs->ino);
-    if (fs->evfd >= 0)
-        close(fs->evfd);
+    if (fs->ino >= 0) close(fs->ino);
+    if (fs->evfd >= 0) close(fs->evfd);
     free(fs->members);
     free(fs->req_members);
     pthread_cond_destroy(&fs->cv);
@@ -1528,7 +1487,10 @@ void ftc_filestore_destroy(ftc_filestore_t *fs)
     free(fs);
 }
 
-const char *ftc_filestore_dir(const ftc_filestore_t *fs) { return fs->dir; }
+const char *ftc_filestore_dir(const ftc_filestore_t *fs)
+{
+    return fs->dir;
+}
 
 int ftc_filestore_set_members(ftc_filestore_t *fs, uint64_t gen, const char (*members)[65], int n,
                               ftc_err_t *err)
@@ -1538,9 +1500,8 @@ int ftc_filestore_set_members(ftc_filestore_t *fs, uint64_t gen, const char (*me
     for (int i = 0; i < n; i++)
         if (!memchr(members[i], 0, 65) || !id_ok(members[i], FTC_CTL_NODE_MAX))
             return ftc_err_set(err, FTC_EINVAL, "filestore: member %d is not a node id", i);
-    char (*copy)[65] = malloc((size_t)n * sizeof *copy);
-    if (!copy)
-        return ftc_err_set(err, FTC_ENOMEM, "filestore: out of memory");
+    char(*copy)[65] = malloc((size_t)n * sizeof *copy);
+    if (!copy) return ftc_err_set(err, FTC_ENOMEM, "filestore: out of memory");
     memcpy(copy, members, (size_t)n * sizeof *copy);
     pthread_mutex_lock(&fs->mu);
     free(fs->req_members);
@@ -1555,8 +1516,7 @@ int ftc_filestore_set_members(ftc_filestore_t *fs, uint64_t gen, const char (*me
 
 void ftc_filestore_poll(ftc_filestore_t *fs)
 {
-    if (!fs)
-        return;
+    if (!fs) return;
     fs_logline_t lines[FS_LOG_RING];
     pthread_mutex_lock(&fs->mu);
     int n = fs->ring_n;
@@ -1568,8 +1528,7 @@ void ftc_filestore_poll(ftc_filestore_t *fs)
     for (int i = 0; i < n; i++)
         if (lines[i].level >= 0) /* errors were logged when they happened */
             ftc_log(lines[i].level, FS_MOD, "%s", lines[i].text);
-    if (dropped)
-        FTC_WARN(FS_MOD, "%" PRIu64 " more line(s) not shown", dropped);
+    if (dropped) FTC_WARN(FS_MOD, "%" PRIu64 " more line(s) not shown", dropped);
 }
 
 /* Waits for *ack >= no under mu, until deadline; true when reached. */
@@ -1581,18 +1540,15 @@ static bool fs_wait_ack(ftc_filestore_t *fs, const uint64_t *ack, uint64_t no, i
     until.tv_sec += (time_t)(ns / 1000000000ull);
     until.tv_nsec = (long)(ns % 1000000000ull);
     while (*ack < no)
-        if (pthread_cond_timedwait(&fs->cv, &fs->mu, &until) == ETIMEDOUT)
-            return *ack >= no;
+        if (pthread_cond_timedwait(&fs->cv, &fs->mu, &until) == ETIMEDOUT) return *ack >= no;
     return true;
 }
 
 int ftc_filestore_flush(ftc_filestore_t *fs, int timeout_ms, ftc_err_t *err)
 {
-    if (!fs)
-        return ftc_err_set(err, FTC_EINVAL, "filestore: NULL");
+    if (!fs) return ftc_err_set(err, FTC_EINVAL, "filestore: NULL");
     pthread_mutex_lock(&fs->mu);
-    if (timeout_ms <= 0)
-        timeout_ms = fs->lim.push_timeout_ms + fs->lim.quiet_ms + 10000;
+    if (timeout_ms <= 0) timeout_ms = fs->lim.push_timeout_ms + fs->lim.quiet_ms + 10000;
     uint64_t no = ++fs->flush_req;
     pthread_mutex_unlock(&fs->mu);
     fs_wake(fs);
@@ -1600,12 +1556,11 @@ int ftc_filestore_flush(ftc_filestore_t *fs, int timeout_ms, ftc_err_t *err)
     bool ok = fs_wait_ack(fs, &fs->flush_ack, no, timeout_ms);
     int rc = 0;
     if (!ok) {
-        rc = ftc_err_set(err, FTC_ETIMEDOUT, "filestore: %s still not pushed after %d ms",
-                         fs->dir, timeout_ms);
+        rc = ftc_err_set(err, FTC_ETIMEDOUT, "filestore: %s still not pushed after %d ms", fs->dir,
+                         timeout_ms);
     } else if (fs->flush_rc) {
         rc = fs->flush_rc;
-        if (err)
-            *err = fs->flush_err;
+        if (err) *err = fs->flush_err;
         fs->flush_rc = 0;
         ftc_err_clear(&fs->flush_err);
     }
@@ -1617,8 +1572,7 @@ int ftc_filestore_restore(ftc_filestore_t *fs, uint64_t gen, const char (*member
                           ftc_err_t *err)
 {
     int rc = ftc_filestore_set_members(fs, gen, members, n, err);
-    if (rc)
-        return rc;
+    if (rc) return rc;
     pthread_mutex_lock(&fs->mu);
     uint64_t no = ++fs->restore_req;
     int timeout_ms = fs->lim.restore_timeout_ms + 15000; /* the thread ends it first */
@@ -1630,8 +1584,7 @@ int ftc_filestore_restore(ftc_filestore_t *fs, uint64_t gen, const char (*member
                          fs->dir, timeout_ms);
     } else {
         rc = fs->restore_rc;
-        if (rc && err)
-            *err = fs->restore_err;
+        if (rc && err) *err = fs->restore_err;
     }
     pthread_mutex_unlock(&fs->mu);
     return rc;
@@ -1641,7 +1594,8 @@ int ftc_filestore_set_limits(ftc_filestore_t *fs, const ftc_filestore_limits_t *
 {
     if (!fs || !l || l->struct_size != sizeof *l || l->version != 1 || l->max_bytes == 0 ||
         l->quiet_ms < 0 || l->push_timeout_ms < 1 || l->restore_timeout_ms < 1)
-        return ftc_err_set(err, FTC_EINVAL, "filestore: limits need max_bytes > 0, quiet_ms >= 0 "
+        return ftc_err_set(err, FTC_EINVAL,
+                           "filestore: limits need max_bytes > 0, quiet_ms >= 0 "
                            "and deadlines >= 1 ms (start from FTC_FILESTORE_LIMITS_INIT)");
     pthread_mutex_lock(&fs->mu);
     fs->lim = *l;

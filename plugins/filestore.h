@@ -85,7 +85,9 @@ int ftc_filestore_set_members(ftc_filestore_t *fs, uint64_t gen, const char (*me
  * (pushes done or failed). Never blocks. */
 void ftc_filestore_poll(ftc_filestore_t *fs);
 /* Waits (bounded by the store's deadline) until every version written so
- * far has been pushed or has failed; 0 or the first push error. */
+ * far has been pushed or has failed; 0 or the first push error (since the
+ * previous flush; an error is forgotten once a newer version reached all
+ * its peers). timeout_ms <= 0: push deadline + quiet period + 10 s. */
 int ftc_filestore_flush(ftc_filestore_t *fs, int timeout_ms, ftc_err_t *err);
 /* Sets the members (as ftc_filestore_set_members), then refills the
  * directory as described at the top. 0 when every recorded version was
@@ -107,7 +109,10 @@ typedef struct ftc_filestore_limits {
     int restore_timeout_ms; /* deadline of a whole restore (120000) */
 } ftc_filestore_limits_t;
 
-#define FTC_FILESTORE_LIMITS_INIT                                                                      {sizeof(ftc_filestore_limits_t), 1, (uint64_t)4 << 30, 200, 60000, 120000}
+#define FTC_FILESTORE_LIMITS_INIT                                                                  \
+    {                                                                                              \
+        sizeof(ftc_filestore_limits_t), 1, (uint64_t)4 << 30, 200, 60000, 120000                   \
+    }
 
 /* Applies new limits (taken by the thread at its next pack / push / restore).
  * FTC_EINVAL for a zero cap or a deadline < 1 ms. Thread-safe. */

@@ -48,8 +48,7 @@ typedef struct node {
 extern void __lsan_do_leak_check(void) __attribute__((weak));
 static void child_exit(int rc)
 {
-    if (__lsan_do_leak_check)
-        __lsan_do_leak_check();
+    if (__lsan_do_leak_check) __lsan_do_leak_check();
     _exit(rc);
 }
 
@@ -61,13 +60,10 @@ static void say(int fd, const char *fmt, ...)
     va_start(ap, fmt);
     int n = vsnprintf(line, sizeof line - 1, fmt, ap);
     va_end(ap);
-    if (n < 0)
-        n = 0;
-    if (n > (int)sizeof line - 2)
-        n = (int)sizeof line - 2;
+    if (n < 0) n = 0;
+    if (n > (int)sizeof line - 2) n = (int)sizeof line - 2;
     for (int i = 0; i < n; i++)
-        if (line[i] == '\n')
-            line[i] = ' ';
+        if (line[i] == '\n') line[i] = ' ';
     line[n++] = '\n';
     ssize_t w = write(fd, line, (size_t)n);
     (void)w;
@@ -78,15 +74,11 @@ static int read_line(int fd, char *buf, size_t cap, int timeout_ms)
     size_t n = 0;
     while (n + 1 < cap) {
         struct pollfd pf = {fd, POLLIN, 0};
-        if (timeout_ms >= 0 && poll(&pf, 1, timeout_ms) <= 0)
-            return -1;
+        if (timeout_ms >= 0 && poll(&pf, 1, timeout_ms) <= 0) return -1;
         ssize_t r = read(fd, buf + n, 1);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return -1;
-        if (buf[n] == '\n')
-            break;
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return -1;
+        if (buf[n] == '\n') break;
         n++;
     }
     buf[n] = 0;
@@ -130,7 +122,7 @@ static void child_main(int fd, uint32_t index, const char *id, int k, const ftc_
     while (read_line(fd, line, sizeof line, -1) == 0) {
         char name[256] = "";
         unsigned long long seed = 0, len = 0;
-        char (*m)[65] = calloc(8, 65);
+        char(*m)[65] = calloc(8, 65);
         uint64_t gen;
         ftc_filestore_poll(fs);
         if (!strncmp(line, "members ", 8)) {
@@ -230,8 +222,7 @@ static node_t spawn(uint32_t index, const char *id, int k)
     node_t n = {.pid = pid, .fd = sv[0]};
     snprintf(n.id, sizeof n.id, "%s", id);
     char line[2048];
-    if (read_line(n.fd, line, sizeof line, 60000) != 0)
-        fail_msg("node %s did not start", id);
+    if (read_line(n.fd, line, sizeof line, 60000) != 0) fail_msg("node %s did not start", id);
     if (strncmp(line, "ready 0", 7)) {
         if (strstr(line, "ready -17")) { /* FTC_EUNSUPPORTED: the provider is absent */
             printf("# SKIPPED: %s\n", line);
@@ -261,8 +252,7 @@ static int cmd(node_t *n, char *out, size_t cap, const char *fmt, ...)
         fail_msg("node %s: no answer to '%s' (dead or hung)", n->id, line);
     char *end;
     long v = strtol(ans, &end, 10);
-    if (out)
-        snprintf(out, cap, "%s", *end ? end + 1 : "");
+    if (out) snprintf(out, cap, "%s", *end ? end + 1 : "");
     return (int)v;
 }
 
@@ -270,8 +260,7 @@ static int cmd(node_t *n, char *out, size_t cap, const char *fmt, ...)
     do {                                                                                           \
         char msg_[2048];                                                                           \
         int rc_ = cmd((n), msg_, sizeof msg_, __VA_ARGS__);                                        \
-        if (rc_ != 0)                                                                              \
-            fail_msg("node %s: '%s' -> %d %s", (n)->id, #__VA_ARGS__, rc_, msg_);                 \
+        if (rc_ != 0) fail_msg("node %s: '%s' -> %d %s", (n)->id, #__VA_ARGS__, rc_, msg_);        \
     } while (0)
 
 static void kill9(node_t *n)
@@ -284,12 +273,10 @@ static void kill9(node_t *n)
 
 static void quit(node_t *n)
 {
-    if (n->pid <= 0)
-        return;
+    if (n->pid <= 0) return;
     char line[64];
     assert_int_equal(write(n->fd, "quit\n", 5), 5);
-    if (read_line(n->fd, line, sizeof line, 60000) != 0)
-        fail_msg("node %s did not stop", n->id);
+    if (read_line(n->fd, line, sizeof line, 60000) != 0) fail_msg("node %s did not stop", n->id);
     int st = 0;
     waitpid(n->pid, &st, 0);
     close(n->fd);
@@ -303,8 +290,7 @@ static void shm_clean(const char *what)
     char prefix[160];
     int pl = snprintf(prefix, sizeof prefix, "ftc.%s.%s", g_job, what);
     DIR *d = opendir("/dev/shm");
-    if (!d)
-        return;
+    if (!d) return;
     struct dirent *de;
     while ((de = readdir(d)))
         if (!strncmp(de->d_name, prefix, (size_t)pl)) {
@@ -336,8 +322,7 @@ static int corrupt_replica(uint32_t holder, uint32_t owner)
         uint8_t *buf = NULL;
         size_t len = 0;
         ftc_err_t e = {0};
-        if (ftc_fs_read_file(path, 1u << 30, &buf, &len, &e) != 0)
-            continue;
+        if (ftc_fs_read_file(path, 1u << 30, &buf, &len, &e) != 0) continue;
         ftc_shard_view_t v;
         if (ftc_shard_open(&v, buf, len, FTC_SHARD_ALLOW_TRAILING, &e) == 0 && v.n_tensors > 0) {
             ftc_shard_tensor_t t;
