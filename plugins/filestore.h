@@ -1,0 +1,136 @@
+/*
+ * filestore.h — the replicated checkpoint directory of `ftc run`
+ * (FTC_CKPT_DIR): in-memory replicated checkpoints for a training binary
+ * that is not linked with libftc and saves and loads its own files.
+ *
+ * Each node's supervisor owns one directory on tmpfs,
+ * /dev/shm/ftc.<job>.ckptdir.n<index>/, which its ranks get as FTC_CKPT_DIR.
+ * The store watches it (inotify: IN_CLOSE_WRITE, IN_MOVED_TO — a file the
+ * binary finished writing, or renamed into place); once the directory has
+ * been quiet for a moment it packs every regular file of it (top level and
+ * subdirectories, relative names) into one shard (ckpt/shard.h: one uint8
+ * tensor per file, the version = a wall-clock millisecond stamp, strictly
+ * increasing per node) and pushes it to the next k live nodes in ring order
+ * over libfabric (ckpt/replica.h, an engine and endpoint of its own; wire
+ * job "<job>.files", so its replica slots and HMAC key never mix with the
+ * agent's). A push counts when acknowledged (the peer verified it); the
+ * newest acknowledged version of each node and the nodes holding it are
+ * recorded in Redis (ftc:{job}:files, field = node index).
+ *
+ * Restore (before the supervisor starts its ranks): the directory is made
+ * to hold the union of the newest recorded version of EVERY node that ever
+ * pushed (members and lost nodes alike); when two nodes hold a file of the
+ * same name, the newer version wins. A version is taken from this node's
+ * own memory when it has it (its own directory, or a replica it holds),
+ * else fetched from a live holder; every version is checksum-verified before
+ * a byte is written (I1), and files are written atomically (temp + rename).
+ * A version that no live node holds is reported (the error names the node
+ * and the holders it tried) and the others are still restored.
+ *
+ * Per-file stamps: each file in a version carries its mtime (ns) and mode
+ * (metadata record "ftc.files"); on a name clash the file with the later
+ * mtime wins (then the newer version, then the higher node index), and a
+ * restore sets the mtime it wrote, so a restored file re-packed by its new
+ * node keeps its stamp. A local file newer than every recorded copy is kept.
+ * Files of the directory that are in no version are left alone.
+ *
+ * Limits: the files together must fit max_bytes (default 4 GiB) or the
+ * version is refused (FTC_ERANGE, a log line and a ckptdir_too_big event);
+ * symbolic links and special files are skipped with a warning; names are
+ * relative paths of at most 1024 bytes without "." or ".." components
+ * (checked again on restore). Names starting with ".ftc-tmp." are the
+ * store's own temporaries and are never packed.
+ *
+ * Errors: FTC_EINVAL (bad arguments), FTC_ERANGE (over the cap), FTC_ENOENT
+ * (a version no live node holds), FTC_ECORRUPT (every copy failed its
+ * checksum), FTC_ETIMEDOUT (a push or a restore passed its deadline),
+ * FTC_EFABRIC, FTC_EREDIS, FTC_EIO; err names the node and what was tried.
+ *
+ * Threads: one thread of its own drives the watch, the fabric engine
+ * (pushes, serving peers' fetches) and restore requests; the functions below
+ * may be called from one other thread (the supervisor's).
+ */
+#ifndef FTC_PLUGINS_FILESTORE_H
+#define FTC_PLUGINS_FILESTORE_H
+
+#include "core/err.h"
+#include "detect/redis.h"
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ftc_filestore ftc_filestore_t;
+
+/* Creates the directory (mode 0700; an existing one is kept: a restarted
+ * supervisor finds its files), opens the endpoint on `provider` (NULL =
+ * FI_PROVIDER or "tcp;ofi_rxm"), publishes its address in Redis
+ * (ftc:{job}:filefab) and starts the thread. k >= 1 replicas. NULL with err
+ * set. */
+ftc_filestore_t *ftc_filestore_create(const char *job, uint32_t index, const char *node_id,
+                                      const ftc_redis_url_t *redis, int k, const char *provider,
+                                      ftc_err_t *err);
+/* Stops the thread and frees; the directory and replica slots stay. */
+void ftc_filestore_destroy(ftc_filestore_t *fs); /* NULL is a no-op */
+/* The directory (FTC_CKPT_DIR). */
+const char *ftc_filestore_dir(const ftc_filestore_t *fs);
+/* Tells the store which nodes are live members now (ring order = index
+ * order of members[]); pushes go to the next k of them. Generation gen
+ * stamps its wire messages (older ones are refused, I4). */
+int ftc_filestore_set_members(ftc_filestore_t *fs, uint64_t gen, const char (*members)[65],
+                              int n, ftc_err_t *err);
+/* Cheap: lets the supervisor's loop log what happened since the last call
+ * (pushes done or failed). Never blocks. */
+void ftc_filestore_poll(ftc_filestore_t *fs);
+/* Waits (bounded by the store's deadline) until every version written so
+ * far has been pushed or has failed; 0 or the first push error (since the
+ * previous flush; an error is forgotten once a newer version reached all
+ * its peers). timeout_ms <= 0: push deadline + quiet period + 10 s. */
+int ftc_filestore_flush(ftc_filestore_t *fs, int timeout_ms, ftc_err_t *err);
+/* Sets the members (as ftc_filestore_set_members), then refills the
+ * directory as described at the top. 0 when every recorded version was
+ * restored; otherwise the first error, with the rest restored anyway. */
+int ftc_filestore_restore(ftc_filestore_t *fs, uint64_t gen, const char (*members)[65], int n,
+                          ftc_err_t *err);
+
+/* ---- added with the implementation ------------------------------------------ */
+
+/* Limits and deadlines; start from FTC_FILESTORE_LIMITS_INIT. */
+typedef struct ftc_filestore_limits {
+    uint32_t struct_size;
+    uint32_t version;
+    uint64_t max_bytes;     /* the directory's files together (default 4 GiB): a bigger
+                               directory is not pushed (error, log line and a
+                               ckptdir_too_big event) */
+    int quiet_ms;           /* the directory must be quiet this long before a pack (200) */
+    int push_timeout_ms;    /* deadline of one push (60000) */
+    int restore_timeout_ms; /* deadline of a whole restore (120000) */
+} ftc_filestore_limits_t;
+
+#define FTC_FILESTORE_LIMITS_INIT                                                                  \
+    {                                                                                              \
+        sizeof(ftc_filestore_limits_t), 1, (uint64_t)4 << 30, 200, 60000, 120000                   \
+    }
+
+/* Applies new limits (taken by the thread at its next pack / push / restore).
+ * FTC_EINVAL for a zero cap or a deadline < 1 ms. Thread-safe. */
+int ftc_filestore_set_limits(ftc_filestore_t *fs, const ftc_filestore_limits_t *l, ftc_err_t *err);
+
+typedef struct ftc_filestore_stats {
+    uint64_t versions_pushed; /* versions acknowledged by at least one peer */
+    uint64_t push_failures;   /* versions no peer (or fewer than k) acknowledged, refused packs */
+    uint64_t last_version;    /* newest acknowledged version of this node (0: none) */
+    uint64_t last_bytes;      /* its shard size */
+    uint64_t files_restored;  /* files written by restores */
+    uint64_t rebuilds;        /* fabric endpoints rebuilt after breaking */
+} ftc_filestore_stats_t;
+
+/* Counters so far. Thread-safe, never blocks for long. */
+void ftc_filestore_stats(ftc_filestore_t *fs, ftc_filestore_stats_t *st);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
