@@ -45,9 +45,10 @@
  * mode left off). So EVERY op of "cuda" and "cuda-bf16" is bitwise
  * deterministic from run to run on one GPU model and toolkit version. Across
  * backends the results agree within the tolerances of docs/trainer.md, not
- * bitwise (the GPU contracts a*b+c into FMAs and sums in other orders);
- * embed_bwd, residual_fwd, scale, crossentropy_bwd (without FMA) and the
- * casts match the CPU bit for bit.
+ * bitwise (the GPU contracts a*b+c into FMAs and sums in other orders),
+ * except embed_fwd, embed_bwd, residual_fwd, scale, crossentropy_bwd, adamw
+ * and the casts, which match the CPU bit for bit (no FMA contraction: the
+ * .cu writes them with __fmul_rn / __fadd_rn).
  *
  * Kernels cannot fail: shapes are checked by the model when it is built. A
  * CUDA error inside a kernel (a device fault) prints the call and aborts.
