@@ -123,6 +123,7 @@ static int snap_bench(const ftc_kernels_t *k, uint64_t bytes, int reps)
         if (ftc_snap_add(s, name, FTC_DTYPE_F32, 1, shape, dev[i], k->device, &err) < 0)
             goto out;
     }
+    k->sync(); /* the snapshot's side stream does not wait for the default stream */
     uint64_t size = ftc_snap_size(s);
     region = aligned_alloc(4096, (size + 4095) & ~(uint64_t)4095);
     if (!region) {

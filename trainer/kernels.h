@@ -98,12 +98,14 @@ typedef struct ftc_kernels {
      * bytes 0 gives a valid pointer. */
     void *(*mem_alloc)(size_t bytes);
     void (*mem_free)(void *p); /* NULL is a no-op */
-    void (*mem_zero)(void *p, size_t bytes);
+    void (*mem_zero)(void *p, size_t bytes); /* done when it returns, like mem_copy */
     /* kind FTC_COPY_*; synchronous for the host: after an D2H copy the bytes
      * are in host memory, after H2D the host buffer may be reused. Host
      * buffers may be ordinary (pageable) memory. */
     void (*mem_copy)(void *dst, const void *src, size_t bytes, int kind);
-    /* waits until every kernel issued so far has finished (timing). */
+    /* waits until every kernel issued so far has finished: kernels are
+     * asynchronous on CUDA, so call it before another stream (the snapshot's
+     * side stream) or the host reads what they wrote, and for timing. */
     void (*sync)(void);
 
     /* x *= s (n elements). */

@@ -818,8 +818,11 @@ static void ftc__mem_free(void *p)
 
 static void ftc__mem_zero(void *p, size_t bytes)
 {
-    if (bytes)
+    if (bytes) {
         FTC__CU(cudaMemset(p, 0, bytes));
+        /* synchronous like mem_copy: other streams (the snapshot's) may use p next */
+        FTC__CU(cudaStreamSynchronize(0));
+    }
 }
 
 static void ftc__mem_copy(void *dst, const void *src, size_t bytes, int kind)

@@ -400,6 +400,7 @@ int ftc_trainer_checkpoint(ftc_trainer_t *t, ftc_err_t *err)
     meta.rng = t->rng.state;
     meta.seed = t->o.seed;
     meta.config_hash = t->config_hash;
+    t->k->sync(); /* device tensors: the snapshot's side stream does not wait for the kernels */
     int rc = ftc_snap_begin(t->snap, t->region, t->step, 1, &meta, sizeof meta, err);
     if (rc < 0)
         return rc;
