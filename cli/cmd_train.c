@@ -23,7 +23,7 @@ static const char ftc__train_help[] =
     "                 [--ckpt-dir DIR [--ckpt-every N]] [--train-config FILE.json]\n"
     "       ftc train --tokenize TEXT --data OUT\n"
     "\n"
-    "Trains the reference GPT on one process (CPU kernels; OpenMP threads) and\n"
+    "Trains the reference GPT on one process (CPU or CUDA kernels, --backend) and\n"
     "prints a progress line (step, loss, tokens/s, learning rate, gradient norm),\n"
     "then the loss on held-out samples. A step is one GLOBAL batch of G sequences\n"
     "(G/B micro-batches of B sequences, gradients accumulated), whatever the\n"
@@ -53,7 +53,9 @@ static const char ftc__train_help[] =
     "  --ckpt-every N         checkpoint every N steps (default 10)\n"
     "  --eval-batches N       held-out micro-batches for the final loss (default 16)\n"
     "  --log-every N          a log line every N steps when not on a terminal (default 10)\n"
-    "  --backend NAME         auto (default), cpu or cuda\n"
+    "  --backend NAME         auto (default: cuda when a GPU is present, else cpu),\n"
+    "                         cpu, cuda, or cpu-bf16 / cuda-bf16 / auto-bf16 (bf16\n"
+    "                         matmuls, fp32 weights and optimizer; docs/trainer.md)\n"
     "  --threads N            CPU kernel threads (default: OpenMP's)\n"
     "  --train-config FILE    JSON object with any of the settings above, keys spelled\n"
     "                         with underscores ({\"model\": \"tiny\", \"lr\": 0.003});\n"
@@ -259,9 +261,9 @@ static int ftc__train_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
         goto out;
     }
     ftc_model_t *m = ftc_trainer_model(t);
-    FTC_INFO("train", "backend %s (%d threads), model %s: %zu parameters, L %d, C %d, heads %d; "
-             "global batch %d x %d sequences of %d tokens; %s%s",
-             ftc_trainer_backend(t), ftc_kernels_cpu_threads(), g.model, ftc_model_num_params(m),
+    FTC_INFO("train", "model %s: %zu parameters, L %d, C %d, heads %d; "
+             "global batch %d x %d sequences of %d tokens; %s%s", /* the backend: kernels' line */
+             g.model, ftc_model_num_params(m),
              o.model.layers, o.model.channels, o.model.heads, o.micro_steps, o.micro_batch,
              o.seq_len, o.deterministic ? "deterministic" : "fp32 accumulation",
              o.dp > 1 ? " over virtual ranks" : "");

@@ -3,8 +3,27 @@
  * every compute backend implements with the same semantics.
  *
  * The model (trainer/model.c) calls only these functions, through a table
- * chosen at run time, so the CUDA backend (.cu kernels, later) plugs in
+ * chosen at run time, so the CUDA backend (trainer/kernels_cuda.cu) plugs in
  * without an #ifdef in the model. The CPU table is always present.
+ *
+ * Backends ("flavours"):
+ *   "cpu"        C loops (OpenMP), fp32;
+ *   "cpu-bf16"   the same, but the matmuls round both operands to bf16
+ *                before multiplying in fp32 (emulates bf16 tensor-core
+ *                compute with fp32 accumulation, so mixed precision is
+ *                testable without a GPU);
+ *   "cuda"       CUDA kernels, matmuls through cuBLAS in fp32 (TF32 off
+ *                unless FTC_CUDA_TF32=1 is in the environment);
+ *   "cuda-bf16"  the same, matmuls through cublasGemmEx with bf16 operands
+ *                (cast into a scratch) and fp32 accumulation and output.
+ * In every flavour the parameters, gradients, activations and AdamW state
+ * stay fp32 (master weights); only matmul operands are rounded.
+ *
+ * Memory: every tensor a kernel touches lives in the BACKEND's memory
+ * (host memory for the CPU tables, device memory for CUDA), allocated with
+ * mem_alloc. Host code reaches it only through mem_copy (and sumsq, which
+ * returns its result to the host). Token and target arrays passed to the
+ * kernels are backend memory too.
  *
  * Conventions, shared by every backend:
  *   - all tensors are fp32, row-major, contiguous; B batch, T time, C
@@ -18,15 +37,32 @@
  *     never on the number of threads: the same inputs give the same bits on
  *     1 or 16 cores (the deterministic mode, docs/trainer.md, relies on it).
  *
- * Kernels cannot fail: shapes are checked by the model when it is built.
- * Thread-safety: a table is immutable; kernels may run concurrently on
- * disjoint outputs.
+ * Run-to-run determinism of the CUDA backend: no kernel uses atomics; every
+ * reduction (layernorm rows and columns, bias and embedding gradients,
+ * softmax, cross-entropy, sumsq) is a fixed tree or a fixed sequential
+ * order chosen by the shapes alone, and cuBLAS gives the same bits on the
+ * same GPU model, toolkit and stream (its documented guarantee; atomics
+ * mode left off). So EVERY op of "cuda" and "cuda-bf16" is bitwise
+ * deterministic from run to run on one GPU model and toolkit version. Across
+ * backends the results agree within the tolerances of docs/trainer.md, not
+ * bitwise (the GPU contracts a*b+c into FMAs and sums in other orders),
+ * except embed_fwd, embed_bwd, residual_fwd, scale, crossentropy_bwd, adamw
+ * and the casts, which match the CPU bit for bit (no FMA contraction: the
+ * .cu writes them with __fmul_rn / __fadd_rn).
+ *
+ * Kernels cannot fail: shapes are checked by the model when it is built. A
+ * CUDA error inside a kernel (a device fault) prints the call and aborts.
+ * mem_alloc is the one operation that can fail (NULL).
+ * Thread-safety: a table is immutable; CPU kernels may run concurrently on
+ * disjoint outputs; the CUDA backend is driven by one host thread at a time
+ * (it shares a cuBLAS handle and scratch buffers).
  */
 #ifndef FTC_TRAINER_KERNELS_H
 #define FTC_TRAINER_KERNELS_H
 
 #include "core/err.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -34,12 +70,49 @@
 extern "C" {
 #endif
 
-#define FTC_KERNELS_VERSION 1
+/* 2: device memory operations (mem_*, sync), scale, sumsq, device and
+ * matmul_bf16 fields, the bf16 flavours. */
+#define FTC_KERNELS_VERSION 2
+
+/* mem_copy directions. */
+enum { FTC_COPY_H2D = 1, FTC_COPY_D2H = 2, FTC_COPY_D2D = 3 };
+
+/* Dense peak rates of the H200 SXM (NVIDIA datasheet, without sparsity),
+ * the denominators of the MFU that bench_gpu and `ftc train --bench`
+ * print: fp32 matmuls count against TF32's peak only when TF32 is on. */
+#define FTC_H200_PEAK_BF16_TFLOPS 989.0
+#define FTC_H200_PEAK_TF32_TFLOPS 494.0
+#define FTC_H200_PEAK_FP32_TFLOPS 67.0
 
 typedef struct ftc_kernels {
     uint32_t struct_size; /* sizeof(ftc_kernels_t) of the backend's build */
     uint32_t version;     /* FTC_KERNELS_VERSION */
-    const char *name;     /* "cpu", "cuda" */
+    const char *name;     /* "cpu", "cpu-bf16", "cuda", "cuda-bf16" */
+    int device;           /* where mem_alloc puts buffers: -1 (FTC_SNAP_HOST) host memory,
+                           * else the CUDA device id (for ftc_snap_add) */
+    int matmul_bf16;      /* 1: matmul operands are rounded to bf16 (fp32 accumulation) */
+    const char *device_desc; /* one line: "host", "NVIDIA H200 (sm_90, 139 GiB)" */
+
+    /* ---- memory (version 2) ---- */
+    /* bytes of backend memory (contents undefined), NULL when out of memory;
+     * bytes 0 gives a valid pointer. */
+    void *(*mem_alloc)(size_t bytes);
+    void (*mem_free)(void *p); /* NULL is a no-op */
+    void (*mem_zero)(void *p, size_t bytes); /* done when it returns, like mem_copy */
+    /* kind FTC_COPY_*; synchronous for the host: after an D2H copy the bytes
+     * are in host memory, after H2D the host buffer may be reused. Host
+     * buffers may be ordinary (pageable) memory. */
+    void (*mem_copy)(void *dst, const void *src, size_t bytes, int kind);
+    /* waits until every kernel issued so far has finished: kernels are
+     * asynchronous on CUDA, so call it before another stream (the snapshot's
+     * side stream) or the host reads what they wrote, and for timing. */
+    void (*sync)(void);
+
+    /* x *= s (n elements). */
+    void (*scale)(float *x, float s, size_t n);
+    /* sum of x[i]^2 in double (fixed order), returned to the host. The CPU
+     * sums sequentially from x[0]. */
+    double (*sumsq)(const float *x, size_t n);
 
     /* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:] */
     void (*embed_fwd)(float *out, const int32_t *tokens, const float *wte, const float *wpe, int B,
@@ -100,12 +173,20 @@ typedef struct ftc_kernels {
 
 /* The CPU backend (C, OpenMP when the build found it). Never NULL. */
 const ftc_kernels_t *ftc_kernels_cpu(void);
-/* The CUDA backend of this build, or NULL (no CUDA kernels yet / no GPU). */
+/* The CPU backend with bf16-rounded matmul operands. Never NULL. */
+const ftc_kernels_t *ftc_kernels_cpu_bf16(void);
+/* The CUDA backends of this build on the current CUDA device, or NULL (a
+ * build without CUDA, no device, or cuBLAS failed to start: why says which;
+ * may be NULL). The first call initializes CUDA and cuBLAS. Thread-safe. */
 const ftc_kernels_t *ftc_kernels_cuda(void);
+const ftc_kernels_t *ftc_kernels_cuda_bf16(void);
+const ftc_kernels_t *ftc_kernels_cuda_probe(bool bf16, ftc_err_t *why);
 
-/* Picks a backend by name: "cpu", "cuda", or "auto" (CUDA when available,
- * else CPU). NULL with FTC_EUNSUPPORTED in err when the named one is absent,
- * FTC_EINVAL for an unknown name. Thread-safe. */
+/* Picks a backend by name: "cpu", "cpu-bf16", "cuda", "cuda-bf16", "auto"
+ * (CUDA when a device is present, else CPU) or "auto-bf16". Logs one INFO
+ * line naming the backend chosen (and, for auto, why not CUDA). NULL with
+ * FTC_EUNSUPPORTED in err when the named one is absent, FTC_EINVAL for an
+ * unknown name. Thread-safe. */
 const ftc_kernels_t *ftc_kernels_select(const char *name, ftc_err_t *err);
 
 /* Threads the CPU kernels use (OpenMP's count, or 1 without OpenMP). */

@@ -133,6 +133,23 @@ static void ftc__layernorm_bwd(float *dinp, float *dw, float *db, const float *d
 
 /* ---- matmul ------------------------------------------------------------------ */
 
+/* x rounded to the nearest bf16 (even on ties; NaN stays NaN), as a float:
+ * the "cpu-bf16" matmuls round every operand with it, then multiply and
+ * accumulate in fp32 as a tensor core does with bf16 inputs. */
+static inline float ftc__rbf(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        u = (u | 0x00400000u) & 0xffff0000u;
+    else
+        u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+/* Rounds only in the bf16 flavour (bf is a constant at each inlined call). */
+#define FTC__OP(bf, x) ((bf) ? ftc__rbf(x) : (x))
+
 /* Dot products in 8 fixed lanes folded by a fixed tree: vectorizable, and
  * the same bits whatever the caller's blocking (attention uses them). */
 static inline float ftc__fold8(const float a[8])
@@ -159,8 +176,8 @@ static inline float ftc__dot(const float *a, const float *b, int n)
  * fallback without scratch computes exactly the same sums. */
 #define FTC__MM_OT 32
 
-static void ftc__matmul_fwd(float *out, const float *inp, const float *w, const float *bias, int N,
-                            int IC, int OC)
+static inline void ftc__matmul_fwd_impl(float *out, const float *inp, const float *w,
+                                        const float *bias, int N, int IC, int OC, const int bf)
 {
     int nob = (OC + FTC__MM_OT - 1) / FTC__MM_OT;
 #pragma omp parallel FTC__PAR((size_t)N * IC * OC / 4)
@@ -175,21 +192,22 @@ static void ftc__matmul_fwd(float *out, const float *inp, const float *w, const 
                         const float *x = inp + (size_t)n * IC, *wr = w + (size_t)(o0 + j) * IC;
                         float s = 0.0f;
                         for (int i = 0; i < IC; i++)
-                            s += x[i] * wr[i];
+                            s += FTC__OP(bf, x[i]) * FTC__OP(bf, wr[i]);
                         out[(size_t)n * OC + o0 + j] = bias ? s + bias[o0 + j] : s;
                     }
                 continue;
             }
             for (int i = 0; i < IC; i++)
                 for (int j = 0; j < FTC__MM_OT; j++)
-                    wt[(size_t)i * FTC__MM_OT + j] = j < no ? w[(size_t)(o0 + j) * IC + i] : 0.0f;
+                    wt[(size_t)i * FTC__MM_OT + j] =
+                        j < no ? FTC__OP(bf, w[(size_t)(o0 + j) * IC + i]) : 0.0f;
             for (int n = 0; n < N; n++) {
                 float acc[FTC__MM_OT];
                 for (int j = 0; j < FTC__MM_OT; j++)
                     acc[j] = 0.0f;
                 const float *x = inp + (size_t)n * IC;
                 for (int i = 0; i < IC; i++) {
-                    float xv = x[i];
+                    float xv = FTC__OP(bf, x[i]);
                     const float *wr = wt + (size_t)i * FTC__MM_OT;
                     for (int j = 0; j < FTC__MM_OT; j++)
                         acc[j] += xv * wr[j];
@@ -203,8 +221,22 @@ static void ftc__matmul_fwd(float *out, const float *inp, const float *w, const 
     }
 }
 
-static void ftc__matmul_bwd(float *dinp, float *dw, float *dbias, const float *dout,
-                            const float *inp, const float *w, int N, int IC, int OC)
+static void ftc__matmul_fwd(float *out, const float *inp, const float *w, const float *bias, int N,
+                            int IC, int OC)
+{
+    ftc__matmul_fwd_impl(out, inp, w, bias, N, IC, OC, 0);
+}
+
+static void ftc__matmul_fwd_bf16(float *out, const float *inp, const float *w, const float *bias,
+                                 int N, int IC, int OC)
+{
+    ftc__matmul_fwd_impl(out, inp, w, bias, N, IC, OC, 1);
+}
+
+/* dbias sums dout unrounded in both flavours (as the CUDA bf16 flavour does). */
+static inline void ftc__matmul_bwd_impl(float *dinp, float *dw, float *dbias, const float *dout,
+                                        const float *inp, const float *w, int N, int IC, int OC,
+                                        const int bf)
 {
     /* dinp[n,:] += sum over o (in order) of dout[n,o] * w[o,:] */
 #pragma omp parallel for schedule(static) FTC__PAR((size_t)N * IC * OC / 4)
@@ -216,10 +248,10 @@ static void ftc__matmul_bwd(float *dinp, float *dw, float *dbias, const float *d
                 float *dx = dinp + (size_t)n * IC;
                 const float *dy = dout + (size_t)n * OC;
                 for (int o = ob; o < o1; o++) {
-                    float d = dy[o];
+                    float d = FTC__OP(bf, dy[o]);
                     const float *wr = w + (size_t)o * IC;
                     for (int i = 0; i < IC; i++)
-                        dx[i] += d * wr[i];
+                        dx[i] += d * FTC__OP(bf, wr[i]);
                 }
             }
         }
@@ -233,10 +265,10 @@ static void ftc__matmul_bwd(float *dinp, float *dw, float *dbias, const float *d
             for (int o = ob; o < o1; o++) {
                 float *dwr = dw + (size_t)o * IC;
                 for (int n = nb; n < n1; n++) {
-                    float d = dout[(size_t)n * OC + o];
+                    float d = FTC__OP(bf, dout[(size_t)n * OC + o]);
                     const float *x = inp + (size_t)n * IC;
                     for (int i = 0; i < IC; i++)
-                        dwr[i] += d * x[i];
+                        dwr[i] += d * FTC__OP(bf, x[i]);
                 }
                 if (dbias) {
                     float s = dbias[o];
@@ -247,6 +279,18 @@ static void ftc__matmul_bwd(float *dinp, float *dw, float *dbias, const float *d
             }
         }
     }
+}
+
+static void ftc__matmul_bwd(float *dinp, float *dw, float *dbias, const float *dout,
+                            const float *inp, const float *w, int N, int IC, int OC)
+{
+    ftc__matmul_bwd_impl(dinp, dw, dbias, dout, inp, w, N, IC, OC, 0);
+}
+
+static void ftc__matmul_bwd_bf16(float *dinp, float *dw, float *dbias, const float *dout,
+                                 const float *inp, const float *w, int N, int IC, int OC)
+{
+    ftc__matmul_bwd_impl(dinp, dw, dbias, dout, inp, w, N, IC, OC, 1);
 }
 
 /* ---- attention --------------------------------------------------------------- */
@@ -458,27 +502,72 @@ static void ftc__bf16_to_f32(float *out, const uint16_t *inp, size_t n)
     }
 }
 
-static const ftc_kernels_t ftc__cpu = {
-    .struct_size = sizeof(ftc_kernels_t),
-    .version = FTC_KERNELS_VERSION,
-    .name = "cpu",
-    .embed_fwd = ftc__embed_fwd,
-    .embed_bwd = ftc__embed_bwd,
-    .layernorm_fwd = ftc__layernorm_fwd,
-    .layernorm_bwd = ftc__layernorm_bwd,
-    .matmul_fwd = ftc__matmul_fwd,
-    .matmul_bwd = ftc__matmul_bwd,
-    .attention_fwd = ftc__attention_fwd,
-    .attention_bwd = ftc__attention_bwd,
-    .gelu_fwd = ftc__gelu_fwd,
-    .gelu_bwd = ftc__gelu_bwd,
-    .residual_fwd = ftc__residual_fwd,
-    .crossentropy_fwd = ftc__crossentropy_fwd,
-    .crossentropy_bwd = ftc__crossentropy_bwd,
-    .adamw = ftc__adamw,
-    .f32_to_bf16 = ftc__f32_to_bf16,
-    .bf16_to_f32 = ftc__bf16_to_f32,
-};
+/* ---- memory: host memory, malloc and memcpy ----------------------------------------- */
+
+static void *ftc__mem_alloc(size_t bytes)
+{
+    return malloc(bytes ? bytes : 1);
+}
+
+static void ftc__mem_free(void *p)
+{
+    free(p);
+}
+
+static void ftc__mem_zero(void *p, size_t bytes)
+{
+    if (bytes)
+        memset(p, 0, bytes);
+}
+
+static void ftc__mem_copy(void *dst, const void *src, size_t bytes, int kind)
+{
+    (void)kind;
+    if (bytes && dst != src)
+        memmove(dst, src, bytes);
+}
+
+static void ftc__sync(void) {}
+
+static void ftc__scale(float *x, float s, size_t n)
+{
+#pragma omp parallel for schedule(static) FTC__PAR(n)
+    for (size_t i = 0; i < n; i++)
+        x[i] *= s;
+}
+
+static double ftc__sumsq(const float *x, size_t n)
+{
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++)
+        s += (double)x[i] * (double)x[i];
+    return s;
+}
+
+#define FTC__CPU_TABLE(nm, bf, mmf, mmb)                                                           \
+    {                                                                                              \
+        .struct_size = sizeof(ftc_kernels_t), .version = FTC_KERNELS_VERSION, .name = nm,          \
+        .device = -1, .matmul_bf16 = bf, .device_desc = "host memory",                             \
+        .mem_alloc = ftc__mem_alloc, .mem_free = ftc__mem_free, .mem_zero = ftc__mem_zero,         \
+        .mem_copy = ftc__mem_copy, .sync = ftc__sync, .scale = ftc__scale, .sumsq = ftc__sumsq,    \
+        .embed_fwd = ftc__embed_fwd, .embed_bwd = ftc__embed_bwd,                                  \
+        .layernorm_fwd = ftc__layernorm_fwd, .layernorm_bwd = ftc__layernorm_bwd,                  \
+        .matmul_fwd = mmf, .matmul_bwd = mmb, .attention_fwd = ftc__attention_fwd,                 \
+        .attention_bwd = ftc__attention_bwd, .gelu_fwd = ftc__gelu_fwd, .gelu_bwd = ftc__gelu_bwd, \
+        .residual_fwd = ftc__residual_fwd, .crossentropy_fwd = ftc__crossentropy_fwd,              \
+        .crossentropy_bwd = ftc__crossentropy_bwd, .adamw = ftc__adamw,                            \
+        .f32_to_bf16 = ftc__f32_to_bf16, .bf16_to_f32 = ftc__bf16_to_f32,                          \
+    }
+
+static const ftc_kernels_t ftc__cpu_bf16 =
+    FTC__CPU_TABLE("cpu-bf16", 1, ftc__matmul_fwd_bf16, ftc__matmul_bwd_bf16);
+
+const ftc_kernels_t *ftc_kernels_cpu_bf16(void)
+{
+    return &ftc__cpu_bf16;
+}
+
+static const ftc_kernels_t ftc__cpu = FTC__CPU_TABLE("cpu", 0, ftc__matmul_fwd, ftc__matmul_bwd);
 
 const ftc_kernels_t *ftc_kernels_cpu(void)
 {

@@ -61,6 +61,7 @@ struct ftc_model {
     ftc__acts_t a, d;                              /* views into acts_mem / dacts_mem */
     float *losses;                                 /* (B, T), after probs */
     int32_t *tokens, *targets;                     /* copies of the last forward's input */
+    float *losses_host;                            /* host copy of losses (B*T) */
     bool have_targets;                             /* the last forward had targets */
     int tp_rank, tp_size;                          /* tensor parallelism: this rank of tp_size */
     ftc_model_allreduce_fn allreduce;              /* the TP group's sum (tp_size > 1) */
@@ -205,14 +206,48 @@ static size_t ftc__acts_layout(ftc__acts_t *a, float *base, const ftc_model_conf
     return off;
 }
 
-static void ftc__init_params(ftc_model_t *m, uint64_t seed)
+/* Every buffer of the model, in the backend's memory (kernels.h mem_alloc),
+ * except losses_host; false when one is missing. The one place the model
+ * allocates: ftc__free_buffers undoes it. */
+static bool ftc__alloc_buffers(ftc_model_t *m)
+{
+    const ftc_kernels_t *k = m->k;
+    size_t BT = (size_t)m->B * (size_t)m->T;
+    m->params = k->mem_alloc(m->n_params * sizeof(float));
+    m->grads = k->mem_alloc(m->n_params * sizeof(float));
+    m->acts_mem = k->mem_alloc(m->act_floats * sizeof(float));
+    m->dacts_mem = k->mem_alloc(m->act_floats * sizeof(float));
+    m->tokens = k->mem_alloc(BT * sizeof(int32_t));
+    m->targets = k->mem_alloc(BT * sizeof(int32_t));
+    m->losses_host = malloc(BT * sizeof(float));
+    if (m->grads)
+        k->mem_zero(m->grads, m->n_params * sizeof(float));
+    return m->params && m->grads && m->acts_mem && m->dacts_mem && m->tokens && m->targets &&
+           m->losses_host;
+}
+
+static void ftc__free_buffers(ftc_model_t *m)
+{
+    const ftc_kernels_t *k = m->k;
+    k->mem_free(m->params);
+    k->mem_free(m->grads);
+    k->mem_free(m->acts_mem);
+    k->mem_free(m->dacts_mem);
+    k->mem_free(m->tokens);
+    k->mem_free(m->targets);
+    free(m->losses_host);
+}
+
+/* Initializes the parameters on the host (params: n_params floats), to be
+ * copied into the backend's buffer. */
+static void ftc__init_params(ftc_model_t *m, float *params, uint64_t seed)
 {
     ftc_rng_t rng;
     ftc_rng_seed(&rng, seed);
     float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * (float)m->cfg.layers);
     for (int i = 0; i < FTC_MODEL_NTENSORS; i++) {
         const ftc_model_tensor_t *t = &m->tensors[i];
-        float *p = m->params + t->offset;
+        float *p = params + t->offset;
         if (i == P_LN1W || i == P_LN2W || i == P_LNFW) {
             for (size_t j = 0; j < t->numel; j++)
                 p[j] = 1.0f;
@@ -286,24 +321,22 @@ ftc_model_t *ftc_model_create_tp(const ftc_model_config_t *cfg, const ftc_kernel
     ftc__param_shapes(cfg, tp_size, m->tensors);
     m->n_params = ftc_model_param_count_tp(cfg, tp_size);
     m->act_floats = ftc__acts_layout(&m->a, NULL, cfg, B, T, tp_size);
-    m->params = malloc(m->n_params * sizeof(float));
-    m->grads = calloc(m->n_params, sizeof(float));
-    m->acts_mem = malloc(m->act_floats * sizeof(float));
-    m->dacts_mem = malloc(m->act_floats * sizeof(float));
-    m->tokens = malloc((size_t)B * T * sizeof(int32_t));
-    m->targets = malloc((size_t)B * T * sizeof(int32_t));
-    if (!m->params || !m->grads || !m->acts_mem || !m->dacts_mem || !m->tokens || !m->targets) {
+    float *init = malloc(m->n_params * sizeof(float)); /* host staging of the initial weights */
+    if (!ftc__alloc_buffers(m) || !init) {
+        free(init);
         ftc_err_set(err, FTC_ENOMEM,
-                    "model: out of memory for %zu parameters (%zu MiB with gradients) and %zu MiB "
-                    "of activations for a %d x %d micro-batch",
-                    m->n_params, m->n_params * 8 >> 20, m->act_floats * 8 >> 20, B, T);
+                    "model: out of %s memory for %zu parameters (%zu MiB with gradients) and %zu "
+                    "MiB of activations for a %d x %d micro-batch",
+                    k->name, m->n_params, m->n_params * 8 >> 20, m->act_floats * 8 >> 20, B, T);
         ftc_model_destroy(m);
         return NULL;
     }
     ftc__acts_layout(&m->a, m->acts_mem, cfg, B, T, tp_size);
     ftc__acts_layout(&m->d, m->dacts_mem, cfg, B, T, tp_size);
     m->losses = m->a.probs + (size_t)B * T * (size_t)cfg->vocab;
-    ftc__init_params(m, seed);
+    ftc__init_params(m, init, seed);
+    k->mem_copy(m->params, init, m->n_params * sizeof(float), FTC_COPY_H2D);
+    free(init);
     return m;
 }
 
@@ -311,12 +344,7 @@ void ftc_model_destroy(ftc_model_t *m)
 {
     if (!m)
         return;
-    free(m->params);
-    free(m->grads);
-    free(m->acts_mem);
-    free(m->dacts_mem);
-    free(m->tokens);
-    free(m->targets);
+    ftc__free_buffers(m);
     free(m);
 }
 
@@ -410,7 +438,7 @@ int ftc_model_batch(const ftc_model_t *m, int *T)
 
 void ftc_model_zero_grad(ftc_model_t *m)
 {
-    memset(m->grads, 0, m->n_params * sizeof(float));
+    m->k->mem_zero(m->grads, m->n_params * sizeof(float));
 }
 
 /* Pointer to layer l's slice of a per-layer parameter tensor. */
@@ -452,12 +480,12 @@ int ftc_model_fwd(ftc_model_t *m, const int32_t *tokens, const int32_t *targets,
         assert(tokens[i] >= 0 && tokens[i] < V);
         assert(!targets || (targets[i] >= 0 && targets[i] < V));
     }
-    memcpy(m->tokens, tokens, BT * sizeof(int32_t));
+    k->mem_copy(m->tokens, tokens, BT * sizeof(int32_t), FTC_COPY_H2D);
     m->have_targets = targets != NULL;
     if (targets)
-        memcpy(m->targets, targets, BT * sizeof(int32_t));
+        k->mem_copy(m->targets, targets, BT * sizeof(int32_t), FTC_COPY_H2D);
 
-    k->embed_fwd(a->encoded, tokens, P + m->tensors[P_WTE].offset, P + m->tensors[P_WPE].offset,
+    k->embed_fwd(a->encoded, m->tokens, P + m->tensors[P_WTE].offset, P + m->tensors[P_WPE].offset,
                  B, T, C);
     for (int l = 0; l < L; l++) {
         const float *residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * BTC;
@@ -499,10 +527,11 @@ int ftc_model_fwd(ftc_model_t *m, const int32_t *tokens, const int32_t *targets,
             *loss = 0.0f;
         return 0;
     }
-    k->crossentropy_fwd(m->losses, a->probs, a->logits, targets, N, V);
+    k->crossentropy_fwd(m->losses, a->probs, a->logits, m->targets, N, V);
+    k->mem_copy(m->losses_host, m->losses, BT * sizeof(float), FTC_COPY_D2H);
     double sum = 0.0; /* in order: the mean is part of the deterministic result */
     for (int i = 0; i < N; i++)
-        sum += m->losses[i];
+        sum += m->losses_host[i];
     if (loss)
         *loss = (float)(sum / N);
     return 0;
@@ -520,7 +549,7 @@ int ftc_model_bwd(ftc_model_t *m)
     float *P = m->params, *G = m->grads;
     ftc__acts_t *a = &m->a, *d = &m->d;
     int rc;
-    memset(m->dacts_mem, 0, m->act_floats * sizeof(float));
+    k->mem_zero(m->dacts_mem, m->act_floats * sizeof(float));
 
     k->crossentropy_bwd(d->logits, a->probs, m->targets, 1.0f / (float)N, N, V);
     k->matmul_bwd(d->lnf, G + m->tensors[P_WTE].offset, NULL, d->logits, a->lnf,

@@ -10,7 +10,9 @@
  * kernels table (kernels.h), so the model runs on any backend.
  *
  * Parameters live in one contiguous fp32 buffer (and their gradients in a
- * second one of the same layout), seen through 16 named tensor views:
+ * second one of the same layout) in the backend's memory, seen through 16
+ * named tensor views (tokens are uploaded and the loss read back through
+ * the table's mem_copy):
  * registration with the checkpoint library walks ftc_model_t.tensors.
  *
  * Tensor parallelism (Megatron-style, ftc_model_create_tp): a model can be
@@ -113,6 +115,9 @@ const ftc_model_config_t *ftc_model_config(const ftc_model_t *m);
 const ftc_kernels_t *ftc_model_kernels(const ftc_model_t *m);
 const ftc_model_tensor_t *ftc_model_tensors(const ftc_model_t *m); /* FTC_MODEL_NTENSORS */
 size_t ftc_model_num_params(const ftc_model_t *m);
+/* The parameter and gradient buffers live in the backend's memory (device
+ * memory for CUDA, kernels.h): read or write them from the host only
+ * through the kernels' mem_copy. */
 float *ftc_model_params(ftc_model_t *m);
 float *ftc_model_grads(ftc_model_t *m);
 /* Bytes of activations held for B x T (both directions). */
@@ -215,7 +220,7 @@ void ftc_model_backward(ftc_model_t *m);
 int ftc_model_fwd(ftc_model_t *m, const int32_t *tokens, const int32_t *targets, float *loss);
 int ftc_model_bwd(ftc_model_t *m);
 void ftc_model_zero_grad(ftc_model_t *m);
-/* Logits of the last forward, [B*T, V]. */
+/* Logits of the last forward, [B*T, V] (backend memory). */
 const float *ftc_model_logits(const ftc_model_t *m);
 
 #ifdef __cplusplus

@@ -47,10 +47,20 @@ double ftc_grad_norm(const float *g, size_t n)
 
 ftc_adamw_t *ftc_adamw_create(size_t n, ftc_err_t *err)
 {
+    return ftc_adamw_create_on(ftc_kernels_cpu(), n, err);
+}
+
+ftc_adamw_t *ftc_adamw_create_on(const ftc_kernels_t *k, size_t n, ftc_err_t *err)
+{
     ftc_adamw_t *a = calloc(1, sizeof *a);
     if (a) {
-        a->m = calloc(n ? n : 1, sizeof(float));
-        a->v = calloc(n ? n : 1, sizeof(float));
+        a->k = k;
+        a->m = k->mem_alloc(n * sizeof(float));
+        a->v = k->mem_alloc(n * sizeof(float));
+        if (a->m)
+            k->mem_zero(a->m, n * sizeof(float));
+        if (a->v)
+            k->mem_zero(a->v, n * sizeof(float));
     }
     if (!a || !a->m || !a->v) {
         ftc_adamw_destroy(a);
@@ -65,8 +75,8 @@ void ftc_adamw_destroy(ftc_adamw_t *a)
 {
     if (!a)
         return;
-    free(a->m);
-    free(a->v);
+    a->k->mem_free(a->m);
+    a->k->mem_free(a->v);
     free(a);
 }
 
@@ -76,7 +86,7 @@ void ftc_adamw_step(ftc_adamw_t *a, ftc_model_t *model, const ftc_optim_config_t
     float *p = ftc_model_params(model), *g = ftc_model_grads(model);
     const ftc_model_tensor_t *t = ftc_model_tensors(model);
     const ftc_kernels_t *k = ftc_model_kernels(model); /* the model's backend updates */
-    double gn = ftc_grad_norm(g, a->n);
+    double gn = sqrt(k->sumsq(g, a->n)); /* ftc_grad_norm's sum, where the gradients are */
     float scale = 1.0f;
     if (c->grad_clip > 0.0f && gn > c->grad_clip)
         scale = (float)(c->grad_clip / (gn + 1e-6));

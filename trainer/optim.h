@@ -44,17 +44,24 @@ int ftc_optim_config_check(const ftc_optim_config_t *c, ftc_err_t *err);
 double ftc_grad_norm(const float *g, size_t n);
 
 typedef struct ftc_adamw {
+    const ftc_kernels_t *k; /* whose memory m and v are in */
     size_t n;
     float *m; /* first moments, same layout as the parameters */
     float *v; /* second moments */
 } ftc_adamw_t;
 
-/* Moments for n parameters, zeroed. NULL with err on out of memory. */
+/* Moments for n parameters, zeroed, in host memory (the CPU backend's).
+ * NULL with err on out of memory. */
 ftc_adamw_t *ftc_adamw_create(size_t n, ftc_err_t *err);
+/* The same in backend k's memory (device memory for CUDA): the moments must
+ * live where the model's parameters do. */
+ftc_adamw_t *ftc_adamw_create_on(const ftc_kernels_t *k, size_t n, ftc_err_t *err);
 void ftc_adamw_destroy(ftc_adamw_t *a); /* NULL is a no-op */
 
 /* One update of the model's parameters from its gradient buffer at 0-based
- * step: computes the norm (*norm), the clip scale, lr(step) (*lr), and runs
+ * step: computes the norm (*norm, the backend's sumsq: on the device for
+ * CUDA, the same sequential double sum as ftc_grad_norm on the CPU), the
+ * clip scale, lr(step) (*lr), and runs
  * the backend's AdamW kernel tensor by tensor (decay where the tensor says). */
 void ftc_adamw_step(ftc_adamw_t *a, ftc_model_t *model, const ftc_optim_config_t *c,
                     uint64_t step, float *norm, float *lr);

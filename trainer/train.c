@@ -44,6 +44,7 @@ struct ftc_trainer {
     ftc_gradsum_t **acc;      /* one exact accumulator per virtual rank (deterministic) */
     int32_t *inputs, *targets;/* one micro-batch */
     float *micro_loss;        /* per micro-batch losses of a step */
+    float *gstage;            /* host copy of the gradients (deterministic mode on a device) */
     ftc_rng_t rng;            /* after initialization; checkpointed */
     uint64_t step;            /* steps done */
     uint64_t resumed_from;    /* UINT64_MAX: fresh */
@@ -127,7 +128,7 @@ static int ftc__ckpt_setup(ftc_trainer_t *t, ftc_err_t *err)
             char name[128];
             snprintf(name, sizeof name, "%s%s", prefix[b], mt[i].name);
             int rc = ftc_snap_add(t->snap, name, FTC_DTYPE_F32, mt[i].ndim, mt[i].shape,
-                                  bufs[b] + mt[i].offset, FTC_SNAP_HOST, err);
+                                  bufs[b] + mt[i].offset, t->k->device, err);
             if (rc < 0)
                 return rc;
         }
@@ -197,6 +198,22 @@ static int ftc__ckpt_restore(ftc_trainer_t *t, ftc_err_t *err)
     return 0;
 }
 
+/* The trainer's host buffers (the model and the optimizer allocate theirs
+ * in the backend's memory). */
+static int ftc__alloc_buffers(ftc_trainer_t *t, ftc_err_t *err)
+{
+    size_t BT = (size_t)t->o.micro_batch * (size_t)t->o.seq_len;
+    t->inputs = malloc(BT * sizeof(int32_t));
+    t->targets = malloc(BT * sizeof(int32_t));
+    t->micro_loss = malloc((size_t)t->o.micro_steps * sizeof(float));
+    if (t->o.deterministic && t->k->device >= 0)
+        t->gstage = malloc(ftc_model_num_params(t->model) * sizeof(float));
+    if (!t->inputs || !t->targets || !t->micro_loss ||
+        (t->o.deterministic && t->k->device >= 0 && !t->gstage))
+        return ftc_err_set(err, FTC_ENOMEM, "trainer: out of memory");
+    return 0;
+}
+
 ftc_trainer_t *ftc_trainer_create(const ftc_train_options_t *o, ftc_err_t *err)
 {
     if (ftc__check_options(o, err) < 0)
@@ -231,17 +248,9 @@ ftc_trainer_t *ftc_trainer_create(const ftc_train_options_t *o, ftc_err_t *err)
     if (!t->model)
         goto fail;
     ftc_rng_seed(&t->rng, o->seed);
-    t->adam = ftc_adamw_create(ftc_model_num_params(t->model), err);
-    if (!t->adam)
+    t->adam = ftc_adamw_create_on(t->k, ftc_model_num_params(t->model), err);
+    if (!t->adam || ftc__alloc_buffers(t, err) < 0)
         goto fail;
-    size_t BT = (size_t)o->micro_batch * (size_t)o->seq_len;
-    t->inputs = malloc(BT * sizeof(int32_t));
-    t->targets = malloc(BT * sizeof(int32_t));
-    t->micro_loss = malloc((size_t)o->micro_steps * sizeof(float));
-    if (!t->inputs || !t->targets || !t->micro_loss) {
-        ftc_err_set(err, FTC_ENOMEM, "trainer: out of memory");
-        goto fail;
-    }
     if (o->deterministic) {
         t->acc = calloc((size_t)o->dp, sizeof *t->acc);
         if (!t->acc) {
@@ -276,6 +285,7 @@ void ftc_trainer_destroy(ftc_trainer_t *t)
     free(t->inputs);
     free(t->targets);
     free(t->micro_loss);
+    free(t->gstage);
     ftc_adamw_destroy(t->adam);
     ftc_model_destroy(t->model);
     ftc_tokens_free(&t->tokens);
@@ -303,10 +313,11 @@ int ftc_trainer_step(ftc_trainer_t *t, ftc_train_stats_t *st, ftc_err_t *err)
         ftc_model_zero_grad(t->model);
         for (int i = 0; i < M; i++)
             ftc__micro(t, i);
-        float inv = 1.0f / (float)M;
-        for (size_t j = 0; j < n && M > 1; j++)
-            grads[j] *= inv;
+        if (M > 1)
+            t->k->scale(grads, 1.0f / (float)M, n);
     } else {
+        /* gradient sums on the host: a device backend's gradients go through gstage */
+        float *gh = t->gstage ? t->gstage : grads;
         /* virtual rank r owns micro-batches [r*M/dp, (r+1)*M/dp) and sums them exactly */
         for (int r = 0; r < dp; r++) {
             ftc_gradsum_zero(t->acc[r]);
@@ -314,7 +325,9 @@ int ftc_trainer_step(ftc_trainer_t *t, ftc_train_stats_t *st, ftc_err_t *err)
             for (int i = lo; i < hi; i++) {
                 ftc_model_zero_grad(t->model);
                 ftc__micro(t, i);
-                int rc = ftc_gradsum_add_f32(t->acc[r], grads, n, err);
+                if (t->gstage)
+                    t->k->mem_copy(gh, grads, n * sizeof(float), FTC_COPY_D2H);
+                int rc = ftc_gradsum_add_f32(t->acc[r], gh, n, err);
                 if (rc < 0)
                     return ftc_err_wrap(err, "step %llu, micro-batch %d (virtual rank %d)",
                                         (unsigned long long)t->step, i, r);
@@ -328,7 +341,9 @@ int ftc_trainer_step(ftc_trainer_t *t, ftc_train_stats_t *st, ftc_err_t *err)
             if (rc < 0)
                 return ftc_err_wrap(err, "step %llu: reducing", (unsigned long long)t->step);
         }
-        ftc_gradsum_to_f32(t->acc[root], grads, 1.0 / (double)M);
+        ftc_gradsum_to_f32(t->acc[root], gh, 1.0 / (double)M);
+        if (t->gstage)
+            t->k->mem_copy(grads, gh, n * sizeof(float), FTC_COPY_H2D);
     }
     double loss = 0.0; /* in micro-batch order, whatever dp */
     for (int i = 0; i < M; i++)
@@ -385,6 +400,7 @@ int ftc_trainer_checkpoint(ftc_trainer_t *t, ftc_err_t *err)
     meta.rng = t->rng.state;
     meta.seed = t->o.seed;
     meta.config_hash = t->config_hash;
+    t->k->sync(); /* device tensors: the snapshot's side stream does not wait for the kernels */
     int rc = ftc_snap_begin(t->snap, t->region, t->step, 1, &meta, sizeof meta, err);
     if (rc < 0)
         return rc;
