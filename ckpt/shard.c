@@ -429,6 +429,24 @@ int ftc_shard_seal(void *region, uint64_t size, int threads, ftc_err_t *err)
     return 0;
 }
 
+void ftc_shard_set_tensor_xxh3(void *region, uint32_t i, uint64_t xxh3)
+{
+    ftc_le_wr64((uint8_t *)region + FTC_SHARD_HEADER_SIZE + (uint64_t)i * FTC_SHARD_ENTRY_SIZE +
+                    E_XXH3,
+                xxh3);
+}
+
+int ftc_shard_seal_head(void *region, uint64_t size, ftc_err_t *err)
+{
+    uint8_t *p = region;
+    if (size < FTC_SHARD_HEADER_SIZE + FTC_SHARD_FOOTER_SIZE || memcmp(p, ftc__shard_magic, 8) ||
+        ftc_le_rd64(p + H_TOTAL_SIZE) != size)
+        return ftc_err_set(err, FTC_EINVAL, "seal: region is not a shard of %llu bytes",
+                           (unsigned long long)size);
+    ftc__footer_write(p, size);
+    return 0;
+}
+
 /* ---- reading ------------------------------------------------------------------ */
 
 typedef struct ftc__name_ref {

@@ -120,6 +120,12 @@ void ftc_shard_restamp(void *region, uint64_t step, uint64_t generation);
 /* Computes every tensor checksum and the footer of a region written by
  * ftc_shard_layout_write(). threads > 1 hashes tensors in parallel. */
 int ftc_shard_seal(void *region, uint64_t size, int threads, ftc_err_t *err);
+/* Sealing in pieces, for writers that hash each tensor as they copy it
+ * (ckpt/snapshot.c): set every tensor's checksum (the xxh3 of its bytes,
+ * which must equal ftc_xxh3 of the payload), then seal the head (footer with
+ * the head checksum). The result is the same as ftc_shard_seal(). */
+void ftc_shard_set_tensor_xxh3(void *region, uint32_t i, uint64_t xxh3);
+int ftc_shard_seal_head(void *region, uint64_t size, ftc_err_t *err);
 
 /* ---- reading -------------------------------------------------------------- */
 

@@ -1,25 +1,40 @@
 /*
  * snapshot.c — see snapshot.h.
  *
- * A persistent pool of copy threads takes 8 MiB pieces of host tensors from
- * an atomic counter; device tensors are queued on each device's snapshot
- * stream by begin() itself. A coordinator thread waits for both, publishes
- * "copied", then seals the region (per-tensor xxh3 in parallel, footer) and
- * publishes "sealed". Waits are condition waits with deadlines.
+ * A persistent pool of copy threads copies host tensors in 4 MiB pieces and
+ * hashes them as it goes, so the seal is ready when the copy is:
+ *
+ *   - each thread first claims whole tensors (largest first) and walks their
+ *     pieces in order: it copies a piece in 256 KiB chunks and feeds each
+ *     chunk to the tensor's streaming xxh3 right after copying it (the bytes
+ *     are still in cache); a piece someone else already copied is only
+ *     hashed;
+ *   - a thread with no tensor left helps: it copies pieces of the claimed
+ *     tensors from their ends (copy only), so one big tensor does not leave
+ *     the other threads idle during the copy.
+ *
+ * Each piece moves free -> claimed -> copied (an atomic byte). When every
+ * piece is copied (and the device copies are synchronised) the coordinator
+ * publishes "copied"; when every tensor is hashed it hashes the device
+ * tensors (none without CUDA), writes the footer and publishes "sealed".
+ * Waits are condition waits with deadlines.
  */
 #include "ckpt/snapshot.h"
 
+#include "core/hash.h"
 #include "core/log.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-#define FTC_SNAP_PIECE (8u << 20)
+#define FTC_SNAP_PIECE (4u << 20)
+#define FTC_SNAP_CHUNK (256u << 10) /* copied then hashed while in cache */
 #define FTC_SNAP_MAX_THREADS 16
 #define FTC_SNAP_MAX_DEVICES 16
 
@@ -35,7 +50,19 @@ typedef struct ftc__piece {
     uint64_t off, n; /* byte range inside it */
 } ftc__piece_t;
 
+typedef struct ftc__unit { /* a host tensor: pieces [first, first+count) */
+    uint32_t t;
+    uint32_t first, count;
+} ftc__unit_t;
+
+enum { PS_FREE = 0, PS_CLAIMED = 1, PS_COPIED = 2 };
 enum { PH_IDLE = 0, PH_COPYING = 1, PH_COPIED = 2, PH_SEALED = 3, PH_FAILED = 4 };
+
+struct ftc_snap;
+typedef struct ftc__snap_worker_arg {
+    struct ftc_snap *s;
+    ftc_hash_t *h;
+} ftc__snap_worker_arg_t;
 
 struct ftc_snap {
     ftc_shard_info_t info;
@@ -53,24 +80,91 @@ struct ftc_snap {
     /* current snapshot */
     uint8_t *region;
     ftc__piece_t *pieces;
+    _Atomic unsigned char *pst; /* PS_*, per piece */
     uint32_t npieces;
-    atomic_uint next_piece;
-    uint32_t pieces_done; /* under mu */
+    ftc__unit_t *units;         /* host tensors, largest first */
+    uint32_t nunits;
+    atomic_uint next_unit;
+    atomic_uint copied;   /* pieces copied */
+    int left;             /* workers done with the current job (their tensors hashed), under mu */
     uint64_t job;         /* incremented per begin: wakes the workers */
     int phase;            /* PH_*, under mu */
     ftc_err_t job_err;    /* why PH_FAILED */
     pthread_mutex_t mu;
     pthread_cond_t cv_work, cv_done;
     pthread_t *tid;
+    ftc__snap_worker_arg_t *args;
     int nthreads;
     pthread_t coord;
     bool coord_started;
     bool stop;
 };
 
+static void ftc__snap_signal(ftc_snap_t *s)
+{
+    pthread_mutex_lock(&s->mu);
+    pthread_cond_broadcast(&s->cv_done);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void ftc__piece_copied(ftc_snap_t *s, uint32_t k)
+{
+    atomic_store_explicit(&s->pst[k], PS_COPIED, memory_order_release);
+    if (atomic_fetch_add(&s->copied, 1) + 1 == s->npieces)
+        ftc__snap_signal(s);
+}
+
+/* Copies and hashes unit u's pieces in order (the owner of the tensor). */
+static void ftc__snap_own(ftc_snap_t *s, ftc_hash_t *h, const ftc__unit_t *u)
+{
+    const ftc__snap_tensor_t *t = &s->t[u->t];
+    uint8_t *dst = ftc_shard_payload_ptr(s->layout, s->region, t->index);
+    const uint8_t *src = t->ptr;
+    ftc_hash_reset(h);
+    for (uint32_t k = u->first; k < u->first + u->count; k++) {
+        const ftc__piece_t *p = &s->pieces[k];
+        unsigned char want = PS_FREE;
+        if (atomic_compare_exchange_strong(&s->pst[k], &want, PS_CLAIMED)) {
+            for (uint64_t o = p->off; o < p->off + p->n; o += FTC_SNAP_CHUNK) {
+                uint64_t n = p->off + p->n - o < FTC_SNAP_CHUNK ? p->off + p->n - o : FTC_SNAP_CHUNK;
+                memcpy(dst + o, src + o, n);
+                ftc_hash_update(h, dst + o, n);
+            }
+            ftc__piece_copied(s, k);
+        } else {
+            /* a helper has it: it copies 4 MiB, so this wait is short */
+            while (atomic_load_explicit(&s->pst[k], memory_order_acquire) != PS_COPIED)
+                sched_yield();
+            ftc_hash_update(h, dst + p->off, p->n);
+        }
+    }
+    ftc_shard_set_tensor_xxh3(s->region, t->index, ftc_hash_digest(h));
+}
+
+/* Copies (without hashing) the pieces nobody has claimed yet, from each
+ * tensor's end (its owner walks from the start). */
+static void ftc__snap_help(ftc_snap_t *s)
+{
+    for (uint32_t ui = 0; ui < s->nunits; ui++) {
+        const ftc__unit_t *u = &s->units[ui];
+        for (uint32_t k = u->first + u->count; k-- > u->first;) {
+            unsigned char want = PS_FREE;
+            if (atomic_load_explicit(&s->pst[k], memory_order_relaxed) != PS_FREE ||
+                !atomic_compare_exchange_strong(&s->pst[k], &want, PS_CLAIMED))
+                continue;
+            const ftc__piece_t *p = &s->pieces[k];
+            const ftc__snap_tensor_t *t = &s->t[p->t];
+            uint8_t *dst = ftc_shard_payload_ptr(s->layout, s->region, t->index);
+            memcpy(dst + p->off, (const uint8_t *)t->ptr + p->off, p->n);
+            ftc__piece_copied(s, k);
+        }
+    }
+}
+
 static void *ftc__snap_worker(void *arg)
 {
-    ftc_snap_t *s = arg;
+    ftc__snap_worker_arg_t *wa = arg;
+    ftc_snap_t *s = wa->s;
     uint64_t seen = 0;
     pthread_mutex_lock(&s->mu);
     for (;;) {
@@ -80,27 +174,23 @@ static void *ftc__snap_worker(void *arg)
             break;
         seen = s->job;
         pthread_mutex_unlock(&s->mu);
-        uint32_t did = 0;
         for (;;) {
-            uint32_t i = atomic_fetch_add(&s->next_piece, 1);
-            if (i >= s->npieces)
+            uint32_t u = atomic_fetch_add(&s->next_unit, 1);
+            if (u >= s->nunits)
                 break;
-            const ftc__piece_t *p = &s->pieces[i];
-            const ftc__snap_tensor_t *t = &s->t[p->t];
-            uint8_t *dst = ftc_shard_payload_ptr(s->layout, s->region, t->index);
-            memcpy(dst + p->off, (const uint8_t *)t->ptr + p->off, p->n);
-            did++;
+            ftc__snap_own(s, wa->h, &s->units[u]);
         }
+        ftc__snap_help(s);
         pthread_mutex_lock(&s->mu);
-        s->pieces_done += did;
-        if (s->pieces_done == s->npieces)
+        if (++s->left == s->nthreads)
             pthread_cond_broadcast(&s->cv_done);
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
 }
 
-/* Waits for the copy of one snapshot, then seals it. */
+/* Waits for the copy of one snapshot (publishes "copied"), then for its
+ * hashes (publishes "sealed"). */
 static void *ftc__snap_coord(void *arg)
 {
     ftc_snap_t *s = arg;
@@ -112,7 +202,7 @@ static void *ftc__snap_coord(void *arg)
         if (s->stop)
             break;
         seen = s->job;
-        while (s->pieces_done < s->npieces)
+        while (atomic_load(&s->copied) < s->npieces)
             pthread_cond_wait(&s->cv_done, &s->mu);
         pthread_mutex_unlock(&s->mu);
         ftc_err_t err = {0};
@@ -125,13 +215,25 @@ static void *ftc__snap_coord(void *arg)
         if (rc)
             s->job_err = err;
         pthread_cond_broadcast(&s->cv_done);
+        /* the workers leave the job only once every tensor they own is hashed */
+        while (s->left < s->nthreads)
+            pthread_cond_wait(&s->cv_done, &s->mu);
         pthread_mutex_unlock(&s->mu);
-        if (!rc)
-            rc = ftc_shard_seal(s->region, s->size, s->threads, &err);
+        if (!rc) {
+            for (uint32_t i = 0; i < s->nt; i++) /* device tensors: hashed from the slot */
+                if (s->t[i].device != FTC_SNAP_HOST)
+                    ftc_shard_set_tensor_xxh3(
+                        s->region, s->t[i].index,
+                        ftc_xxh3(ftc_shard_payload_ptr(s->layout, s->region, s->t[i].index),
+                                 s->t[i].length));
+            rc = ftc_shard_seal_head(s->region, s->size, &err);
+        }
         pthread_mutex_lock(&s->mu);
-        s->phase = rc ? PH_FAILED : PH_SEALED;
-        if (rc)
-            s->job_err = err;
+        if (s->phase != PH_FAILED) {
+            s->phase = rc ? PH_FAILED : PH_SEALED;
+            if (rc)
+                s->job_err = err;
+        }
         pthread_cond_broadcast(&s->cv_done);
     }
     pthread_mutex_unlock(&s->mu);
@@ -159,13 +261,17 @@ ftc_snap_t *ftc_snap_create(const ftc_shard_info_t *info, int threads, uint32_t 
     pthread_cond_init(&s->cv_done, NULL);
     s->layout = ftc_shard_layout_create(info);
     s->tid = calloc((size_t)s->threads, sizeof *s->tid);
-    if (!s->layout || !s->tid) {
+    s->args = calloc((size_t)s->threads, sizeof *s->args);
+    bool hashes = s->args != NULL;
+    for (int i = 0; hashes && i < s->threads; i++)
+        hashes = (s->args[i].s = s, s->args[i].h = ftc_hash_create()) != NULL;
+    if (!s->layout || !s->tid || !hashes) {
         ftc_err_set(err, FTC_ENOMEM, "snapshot: out of memory");
         ftc_snap_destroy(s);
         return NULL;
     }
     for (int i = 0; i < s->threads; i++) {
-        if (pthread_create(&s->tid[i], NULL, ftc__snap_worker, s) != 0)
+        if (pthread_create(&s->tid[i], NULL, ftc__snap_worker, &s->args[i]) != 0)
             break;
         s->nthreads++;
     }
@@ -201,9 +307,14 @@ void ftc_snap_destroy(ftc_snap_t *s)
         s->dev->close(s->dev_state);
     }
     ftc_shard_layout_destroy(s->layout);
+    for (int i = 0; s->args && i < s->threads; i++)
+        ftc_hash_destroy(s->args[i].h);
+    free(s->args);
     free(s->tid);
     free(s->t);
     free(s->pieces);
+    free((void *)s->pst);
+    free(s->units);
     free(s);
 }
 
@@ -258,21 +369,40 @@ static int ftc__snap_freeze(ftc_snap_t *s, ftc_err_t *err)
         if (rc)
             return rc;
     }
-    uint32_t n = 0;
+    uint32_t n = 0, nu = 0;
     for (uint32_t i = 0; i < s->nt; i++)
-        if (s->t[i].device == FTC_SNAP_HOST)
+        if (s->t[i].device == FTC_SNAP_HOST) {
             n += (uint32_t)((s->t[i].length + FTC_SNAP_PIECE - 1) / FTC_SNAP_PIECE);
+            nu++;
+        }
     s->pieces = calloc(n ? n : 1, sizeof *s->pieces);
-    if (!s->pieces)
+    s->pst = calloc(n ? n : 1, sizeof *s->pst);
+    s->units = calloc(nu ? nu : 1, sizeof *s->units);
+    if (!s->pieces || !s->pst || !s->units)
         return ftc_err_set(err, FTC_ENOMEM, "snapshot: out of memory");
-    n = 0;
+    /* units largest first (insertion sort: registration is small), so the
+     * last tensors claimed are the short ones */
+    nu = 0;
     for (uint32_t i = 0; i < s->nt; i++) {
         if (s->t[i].device != FTC_SNAP_HOST)
             continue;
+        uint32_t j = nu++;
+        while (j > 0 && s->t[s->units[j - 1].t].length < s->t[i].length) {
+            s->units[j] = s->units[j - 1];
+            j--;
+        }
+        s->units[j].t = i;
+    }
+    s->nunits = nu;
+    n = 0;
+    for (uint32_t ui = 0; ui < nu; ui++) {
+        uint32_t i = s->units[ui].t;
+        s->units[ui].first = n;
         for (uint64_t off = 0; off < s->t[i].length; off += FTC_SNAP_PIECE) {
             uint64_t len = s->t[i].length - off;
             s->pieces[n++] = (ftc__piece_t){i, off, len < FTC_SNAP_PIECE ? len : FTC_SNAP_PIECE};
         }
+        s->units[ui].count = n - s->units[ui].first;
     }
     s->npieces = n;
     s->size = ftc_shard_layout_size(s->layout);
@@ -344,8 +474,11 @@ int ftc_snap_begin(ftc_snap_t *s, uint8_t *region, uint64_t step, uint64_t gener
     }
     pthread_mutex_lock(&s->mu);
     s->region = region;
-    atomic_store(&s->next_piece, 0);
-    s->pieces_done = 0;
+    for (uint32_t k = 0; k < s->npieces; k++)
+        atomic_store_explicit(&s->pst[k], PS_FREE, memory_order_relaxed);
+    atomic_store(&s->next_unit, 0);
+    atomic_store(&s->copied, 0);
+    s->left = 0;
     s->phase = PH_COPYING;
     ftc_err_clear(&s->job_err);
     s->job++;
