@@ -1,23 +1,25 @@
 /*
  * snapshot.c — see snapshot.h.
  *
- * A persistent pool of copy threads copies host tensors in 4 MiB pieces and
- * hashes them as it goes, so the seal is ready when the copy is:
+ * A persistent pool of copy threads seals while it copies: the host tensors
+ * are cut into 4 MiB pieces, ordered tensor by tensor (largest first), and
  *
- *   - each thread first claims whole tensors (largest first) and walks their
- *     pieces in order: it copies a piece in 256 KiB chunks and feeds each
- *     chunk to the tensor's streaming xxh3 right after copying it (the bytes
- *     are still in cache); a piece someone else already copied is only
- *     hashed;
- *   - a thread with no tensor left helps: it copies pieces of the claimed
- *     tensors from their ends (copy only), so one big tensor does not leave
- *     the other threads idle during the copy.
+ *   1. every thread copies the next piece (an atomic counter) until none is
+ *      left; the last piece copied publishes "copied" (with the device
+ *      copies synchronised), so the trainer waits for the copy alone;
+ *   2. then each thread takes the next tensor (another counter), waits for
+ *      its last pieces (being copied by the others, at most one piece per
+ *      thread) and hashes it from the slot. The first threads out of the
+ *      copy start hashing the first tensors while the others finish theirs.
  *
- * Each piece moves free -> claimed -> copied (an atomic byte). When every
- * piece is copied (and the device copies are synchronised) the coordinator
- * publishes "copied"; when every tensor is hashed it hashes the device
- * tensors (none without CUDA), writes the footer and publishes "sealed".
- * Waits are condition waits with deadlines.
+ * Hashing each piece right after copying it, while it is in cache, was
+ * measured too (docs/benchmarks-snapshot.md): where xxh3 costs as much CPU
+ * as memcpy (these 2-core VMs) it made the copy the trainer waits for about
+ * twice as long, for no gain in begin..sealed.
+ *
+ * When every tensor is hashed the coordinator hashes the device tensors
+ * (none without CUDA), writes the footer and publishes "sealed". Waits are
+ * condition waits with deadlines.
  */
 #include "ckpt/snapshot.h"
 
@@ -34,7 +36,6 @@
 #include <unistd.h>
 
 #define FTC_SNAP_PIECE (4u << 20)
-#define FTC_SNAP_CHUNK (256u << 10) /* copied then hashed while in cache */
 #define FTC_SNAP_MAX_THREADS 16
 #define FTC_SNAP_MAX_DEVICES 16
 
@@ -47,6 +48,7 @@ typedef struct ftc__snap_tensor {
 
 typedef struct ftc__piece {
     uint32_t t;      /* tensor */
+    uint32_t u;      /* its unit */
     uint64_t off, n; /* byte range inside it */
 } ftc__piece_t;
 
@@ -55,14 +57,7 @@ typedef struct ftc__unit { /* a host tensor: pieces [first, first+count) */
     uint32_t first, count;
 } ftc__unit_t;
 
-enum { PS_FREE = 0, PS_CLAIMED = 1, PS_COPIED = 2 };
 enum { PH_IDLE = 0, PH_COPYING = 1, PH_COPIED = 2, PH_SEALED = 3, PH_FAILED = 4 };
-
-struct ftc_snap;
-typedef struct ftc__snap_worker_arg {
-    struct ftc_snap *s;
-    ftc_hash_t *h;
-} ftc__snap_worker_arg_t;
 
 struct ftc_snap {
     ftc_shard_info_t info;
@@ -79,12 +74,13 @@ struct ftc_snap {
     uint8_t *pinned;                  /* region registered with the device, if any */
     /* current snapshot */
     uint8_t *region;
-    ftc__piece_t *pieces;
-    _Atomic unsigned char *pst; /* PS_*, per piece */
+    ftc__piece_t *pieces;       /* unit by unit */
     uint32_t npieces;
     ftc__unit_t *units;         /* host tensors, largest first */
+    atomic_uint *unit_left;     /* pieces of each unit not copied yet */
     uint32_t nunits;
-    atomic_uint next_unit;
+    atomic_uint next_piece;     /* next piece to copy */
+    atomic_uint next_unit;      /* next unit to hash */
     atomic_uint copied;   /* pieces copied */
     int left;             /* workers done with the current job (their tensors hashed), under mu */
     uint64_t job;         /* incremented per begin: wakes the workers */
@@ -93,7 +89,6 @@ struct ftc_snap {
     pthread_mutex_t mu;
     pthread_cond_t cv_work, cv_done;
     pthread_t *tid;
-    ftc__snap_worker_arg_t *args;
     int nthreads;
     pthread_t coord;
     bool coord_started;
@@ -107,64 +102,9 @@ static void ftc__snap_signal(ftc_snap_t *s)
     pthread_mutex_unlock(&s->mu);
 }
 
-static void ftc__piece_copied(ftc_snap_t *s, uint32_t k)
-{
-    atomic_store_explicit(&s->pst[k], PS_COPIED, memory_order_release);
-    if (atomic_fetch_add(&s->copied, 1) + 1 == s->npieces)
-        ftc__snap_signal(s);
-}
-
-/* Copies and hashes unit u's pieces in order (the owner of the tensor). */
-static void ftc__snap_own(ftc_snap_t *s, ftc_hash_t *h, const ftc__unit_t *u)
-{
-    const ftc__snap_tensor_t *t = &s->t[u->t];
-    uint8_t *dst = ftc_shard_payload_ptr(s->layout, s->region, t->index);
-    const uint8_t *src = t->ptr;
-    ftc_hash_reset(h);
-    for (uint32_t k = u->first; k < u->first + u->count; k++) {
-        const ftc__piece_t *p = &s->pieces[k];
-        unsigned char want = PS_FREE;
-        if (atomic_compare_exchange_strong(&s->pst[k], &want, PS_CLAIMED)) {
-            for (uint64_t o = p->off; o < p->off + p->n; o += FTC_SNAP_CHUNK) {
-                uint64_t n = p->off + p->n - o < FTC_SNAP_CHUNK ? p->off + p->n - o : FTC_SNAP_CHUNK;
-                memcpy(dst + o, src + o, n);
-                ftc_hash_update(h, dst + o, n);
-            }
-            ftc__piece_copied(s, k);
-        } else {
-            /* a helper has it: it copies 4 MiB, so this wait is short */
-            while (atomic_load_explicit(&s->pst[k], memory_order_acquire) != PS_COPIED)
-                sched_yield();
-            ftc_hash_update(h, dst + p->off, p->n);
-        }
-    }
-    ftc_shard_set_tensor_xxh3(s->region, t->index, ftc_hash_digest(h));
-}
-
-/* Copies (without hashing) the pieces nobody has claimed yet, from each
- * tensor's end (its owner walks from the start). */
-static void ftc__snap_help(ftc_snap_t *s)
-{
-    for (uint32_t ui = 0; ui < s->nunits; ui++) {
-        const ftc__unit_t *u = &s->units[ui];
-        for (uint32_t k = u->first + u->count; k-- > u->first;) {
-            unsigned char want = PS_FREE;
-            if (atomic_load_explicit(&s->pst[k], memory_order_relaxed) != PS_FREE ||
-                !atomic_compare_exchange_strong(&s->pst[k], &want, PS_CLAIMED))
-                continue;
-            const ftc__piece_t *p = &s->pieces[k];
-            const ftc__snap_tensor_t *t = &s->t[p->t];
-            uint8_t *dst = ftc_shard_payload_ptr(s->layout, s->region, t->index);
-            memcpy(dst + p->off, (const uint8_t *)t->ptr + p->off, p->n);
-            ftc__piece_copied(s, k);
-        }
-    }
-}
-
 static void *ftc__snap_worker(void *arg)
 {
-    ftc__snap_worker_arg_t *wa = arg;
-    ftc_snap_t *s = wa->s;
+    ftc_snap_t *s = arg;
     uint64_t seen = 0;
     pthread_mutex_lock(&s->mu);
     for (;;) {
@@ -174,13 +114,30 @@ static void *ftc__snap_worker(void *arg)
             break;
         seen = s->job;
         pthread_mutex_unlock(&s->mu);
-        for (;;) {
+        for (;;) { /* 1. copy */
+            uint32_t k = atomic_fetch_add(&s->next_piece, 1);
+            if (k >= s->npieces)
+                break;
+            const ftc__piece_t *p = &s->pieces[k];
+            const ftc__snap_tensor_t *t = &s->t[p->t];
+            uint8_t *dst = ftc_shard_payload_ptr(s->layout, s->region, t->index);
+            memcpy(dst + p->off, (const uint8_t *)t->ptr + p->off, p->n);
+            atomic_fetch_sub_explicit(&s->unit_left[p->u], 1, memory_order_release);
+            if (atomic_fetch_add(&s->copied, 1) + 1 == s->npieces)
+                ftc__snap_signal(s);
+        }
+        for (;;) { /* 2. hash, tensor by tensor, as their copies end */
             uint32_t u = atomic_fetch_add(&s->next_unit, 1);
             if (u >= s->nunits)
                 break;
-            ftc__snap_own(s, wa->h, &s->units[u]);
+            /* its remaining pieces are being copied by the other threads */
+            while (atomic_load_explicit(&s->unit_left[u], memory_order_acquire) > 0)
+                sched_yield();
+            const ftc__snap_tensor_t *t = &s->t[s->units[u].t];
+            ftc_shard_set_tensor_xxh3(
+                s->region, t->index,
+                ftc_xxh3(ftc_shard_payload_ptr(s->layout, s->region, t->index), t->length));
         }
-        ftc__snap_help(s);
         pthread_mutex_lock(&s->mu);
         if (++s->left == s->nthreads)
             pthread_cond_broadcast(&s->cv_done);
@@ -261,17 +218,13 @@ ftc_snap_t *ftc_snap_create(const ftc_shard_info_t *info, int threads, uint32_t 
     pthread_cond_init(&s->cv_done, NULL);
     s->layout = ftc_shard_layout_create(info);
     s->tid = calloc((size_t)s->threads, sizeof *s->tid);
-    s->args = calloc((size_t)s->threads, sizeof *s->args);
-    bool hashes = s->args != NULL;
-    for (int i = 0; hashes && i < s->threads; i++)
-        hashes = (s->args[i].s = s, s->args[i].h = ftc_hash_create()) != NULL;
-    if (!s->layout || !s->tid || !hashes) {
+    if (!s->layout || !s->tid) {
         ftc_err_set(err, FTC_ENOMEM, "snapshot: out of memory");
         ftc_snap_destroy(s);
         return NULL;
     }
     for (int i = 0; i < s->threads; i++) {
-        if (pthread_create(&s->tid[i], NULL, ftc__snap_worker, &s->args[i]) != 0)
+        if (pthread_create(&s->tid[i], NULL, ftc__snap_worker, s) != 0)
             break;
         s->nthreads++;
     }
@@ -307,13 +260,10 @@ void ftc_snap_destroy(ftc_snap_t *s)
         s->dev->close(s->dev_state);
     }
     ftc_shard_layout_destroy(s->layout);
-    for (int i = 0; s->args && i < s->threads; i++)
-        ftc_hash_destroy(s->args[i].h);
-    free(s->args);
     free(s->tid);
     free(s->t);
     free(s->pieces);
-    free((void *)s->pst);
+    free((void *)s->unit_left);
     free(s->units);
     free(s);
 }
@@ -376,9 +326,9 @@ static int ftc__snap_freeze(ftc_snap_t *s, ftc_err_t *err)
             nu++;
         }
     s->pieces = calloc(n ? n : 1, sizeof *s->pieces);
-    s->pst = calloc(n ? n : 1, sizeof *s->pst);
     s->units = calloc(nu ? nu : 1, sizeof *s->units);
-    if (!s->pieces || !s->pst || !s->units)
+    s->unit_left = calloc(nu ? nu : 1, sizeof *s->unit_left);
+    if (!s->pieces || !s->units || !s->unit_left)
         return ftc_err_set(err, FTC_ENOMEM, "snapshot: out of memory");
     /* units largest first (insertion sort: registration is small), so the
      * last tensors claimed are the short ones */
@@ -400,7 +350,8 @@ static int ftc__snap_freeze(ftc_snap_t *s, ftc_err_t *err)
         s->units[ui].first = n;
         for (uint64_t off = 0; off < s->t[i].length; off += FTC_SNAP_PIECE) {
             uint64_t len = s->t[i].length - off;
-            s->pieces[n++] = (ftc__piece_t){i, off, len < FTC_SNAP_PIECE ? len : FTC_SNAP_PIECE};
+            s->pieces[n++] =
+                (ftc__piece_t){i, ui, off, len < FTC_SNAP_PIECE ? len : FTC_SNAP_PIECE};
         }
         s->units[ui].count = n - s->units[ui].first;
     }
@@ -474,8 +425,9 @@ int ftc_snap_begin(ftc_snap_t *s, uint8_t *region, uint64_t step, uint64_t gener
     }
     pthread_mutex_lock(&s->mu);
     s->region = region;
-    for (uint32_t k = 0; k < s->npieces; k++)
-        atomic_store_explicit(&s->pst[k], PS_FREE, memory_order_relaxed);
+    for (uint32_t u = 0; u < s->nunits; u++)
+        atomic_store_explicit(&s->unit_left[u], s->units[u].count, memory_order_relaxed);
+    atomic_store(&s->next_piece, 0);
     atomic_store(&s->next_unit, 0);
     atomic_store(&s->copied, 0);
     s->left = 0;

@@ -13,9 +13,9 @@
  *   3. ftc_snap_wait_sealed(): returns when the region is also checksummed
  *      (each tensor's xxh3, computed from the slot, not from the live
  *      tensors) and sealed: only then may it be replicated. The copy threads
- *      hash each host tensor chunk by chunk right after copying it, so the
- *      seal is ready a few milliseconds after the copy (the last tensor's
- *      last chunk, and the footer).
+ *      hash each tensor as soon as its copy has ended (no other thread is
+ *      involved), so the seal follows the copy by the hashing time of the
+ *      tensors still unhashed when the last piece is copied.
  *
  * Every wait takes a deadline. The user metadata of a checkpoint (data
  * cursor, RNG state) goes into a fixed-capacity record "user" (u64 length

@@ -18,7 +18,7 @@ static void test_snapshot_round_trip(void **state)
     ftc_shard_info_t in = ftc_test_info(0, 1);
     ftc_snap_t *s = ftc_snap_create(&in, 3, 256, &err);
     assert_non_null(s);
-    /* one big tensor (several 4 MiB pieces, some copied by helpers), a few small ones, an empty one */
+    /* one big tensor (several 4 MiB pieces), a few small ones, an empty one */
     uint64_t nbig = (20u << 20) / 4 + 3, nsmall = 1000;
     float *big = malloc(nbig * 4);
     int64_t *small = malloc(nsmall * 8);
