@@ -660,6 +660,19 @@ static void ftc__send_begin_ok(ftc__rank_t *r, int slot, uint64_t step)
     ftc_ap_send(r->fd, &m, 1000, &err);
 }
 
+/* Answers r's parked BEGIN when a slot has become free (a commit superseded
+ * a version, a push failed, a persist write ended). */
+static void ftc__answer_begin(ftc__rank_t *r)
+{
+    if (!r->begin_waiting || r->fd < 0)
+        return;
+    int fs = ftc__free_slot(r);
+    if (fs >= 0) {
+        r->begin_waiting = false;
+        ftc__send_begin_ok(r, fs, r->begin_step);
+    }
+}
+
 static void ftc__report_commit(ftc_agent_t *a, ftc__rank_t *r, int s)
 {
     int64_t committed;
@@ -732,16 +745,9 @@ static void ftc__persist_collect(ftc_agent_t *a)
         FTC_INFO("agent", "persisted step %" PRIu64 " (%d shard(s)) in %.0f ms", res.step,
                  res.n_shards, res.ms);
     }
-    for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++) {
-        ftc__rank_t *r = &a->ranks[i];
-        if (!r->used || !r->begin_waiting || r->fd < 0)
-            continue;
-        int fs = ftc__free_slot(r);
-        if (fs >= 0) {
-            r->begin_waiting = false;
-            ftc__send_begin_ok(r, fs, r->begin_step);
-        }
-    }
+    for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++)
+        if (a->ranks[i].used)
+            ftc__answer_begin(&a->ranks[i]);
 }
 
 /* Moves SEALED+reported slots to COMMITTED once the commit record says so. */
@@ -817,13 +823,7 @@ static void ftc__poll_commits(ftc_agent_t *a)
                 ftc_err_t err = {0};
                 ftc_ap_send(r->fd, &m, 1000, &err);
             }
-            if (r->begin_waiting && r->fd >= 0) {
-                int fs = ftc__free_slot(r);
-                if (fs >= 0) {
-                    r->begin_waiting = false;
-                    ftc__send_begin_ok(r, fs, r->begin_step);
-                }
-            }
+            ftc__answer_begin(r);
         }
     }
     if (newly != UINT64_MAX) {
@@ -1029,6 +1029,7 @@ static void ftc__try_push(ftc_agent_t *a, ftc__rank_t *r, int s)
         ftc__not_committed(r->fd, FTC_ENOENT, r->step[s],
                            "step %" PRIu64 ": only %d of the %d replica peers are known after %d ms",
                            r->step[s], np, k, a->o.timeout_ms);
+        ftc__answer_begin(r);
         return;
     }
     ftc__job_t *j = calloc(1, sizeof *j);
@@ -1257,6 +1258,7 @@ static void ftc__on_push_done(ftc_agent_t *a, ftc__job_t *j)
                        "step %" PRIu64 " not committed: replicated to %d of %d peers: %s", j->step,
                        j->acked, j->npeers, j->detail);
     ftc__push_others(a, r, s);
+    ftc__answer_begin(r); /* a BEGIN may have waited for this slot */
 }
 
 static void ftc__drain_done(ftc_agent_t *a)

@@ -61,6 +61,12 @@ static void test_snapshot_round_trip(void **state)
         assert_false(ftc_snap_busy(s));
         ftc_shard_view_t v;
         assert_int_equal(ftc_shard_open(&v, slot.base, size, FTC_SHARD_VERIFY, &err), 0);
+        /* sealed by the copy threads: byte for byte what ftc_shard_seal makes */
+        uint8_t *again_sealed = malloc(size);
+        memcpy(again_sealed, slot.base, size);
+        assert_int_equal(ftc_shard_seal(again_sealed, size, 2, &err), 0);
+        assert_memory_equal(again_sealed, slot.base, size);
+        free(again_sealed);
         assert_int_equal(v.info.step, step);
         assert_int_equal(v.info.generation, 3);
         ftc_shard_tensor_t t;
