@@ -17,9 +17,12 @@
  * as memcpy (these 2-core VMs) it made the copy the trainer waits for about
  * twice as long, for no gain in begin..sealed.
  *
- * When every tensor is hashed the coordinator hashes the device tensors
- * (none without CUDA), writes the footer and publishes "sealed". Waits are
- * condition waits with deadlines.
+ * With host tensors only, the thread that copies the last piece publishes
+ * "copied" and the last thread out of the job writes the footer and
+ * publishes "sealed" (no hop through another thread). With device tensors a
+ * coordinator thread syncs the device copies, publishes "copied", waits for
+ * the host hashes, hashes the device tensors, writes the footer and
+ * publishes "sealed". Waits are condition waits with deadlines.
  */
 #include "ckpt/snapshot.h"
 
@@ -67,6 +70,7 @@ struct ftc_snap {
     uint32_t meta_cap;
     int threads;
     bool frozen;       /* layout fixed */
+    bool has_dev;      /* a device tensor is registered: the coordinator syncs and seals */
     uint64_t size;
     const ftc_snap_device_ops_t *dev; /* NULL in a build without CUDA */
     void *dev_state;                  /* dev's state, opened on the first device tensor */
@@ -95,9 +99,13 @@ struct ftc_snap {
     bool stop;
 };
 
-static void ftc__snap_signal(ftc_snap_t *s)
+/* The last piece is copied: without device tensors that is "copied" (no
+ * hop through the coordinator); with them the coordinator syncs first. */
+static void ftc__snap_copied(ftc_snap_t *s)
 {
     pthread_mutex_lock(&s->mu);
+    if (!s->has_dev && s->phase == PH_COPYING)
+        s->phase = PH_COPIED;
     pthread_cond_broadcast(&s->cv_done);
     pthread_mutex_unlock(&s->mu);
 }
@@ -124,7 +132,7 @@ static void *ftc__snap_worker(void *arg)
             memcpy(dst + p->off, (const uint8_t *)t->ptr + p->off, p->n);
             atomic_fetch_sub_explicit(&s->unit_left[p->u], 1, memory_order_release);
             if (atomic_fetch_add(&s->copied, 1) + 1 == s->npieces)
-                ftc__snap_signal(s);
+                ftc__snap_copied(s);
         }
         for (;;) { /* 2. hash, tensor by tensor, as their copies end */
             uint32_t u = atomic_fetch_add(&s->next_unit, 1);
@@ -139,8 +147,20 @@ static void *ftc__snap_worker(void *arg)
                 ftc_xxh3(ftc_shard_payload_ptr(s->layout, s->region, t->index), t->length));
         }
         pthread_mutex_lock(&s->mu);
-        if (++s->left == s->nthreads)
+        if (++s->left == s->nthreads && !s->has_dev) {
+            /* the last thread out seals a host-only snapshot itself; nothing
+             * else moves the phase meanwhile (begin refuses until sealed) */
+            s->phase = PH_COPIED; /* (already, unless it had no piece) */
             pthread_cond_broadcast(&s->cv_done);
+            pthread_mutex_unlock(&s->mu);
+            ftc_err_t err = {0};
+            int rc = ftc_shard_seal_head(s->region, s->size, &err);
+            pthread_mutex_lock(&s->mu);
+            s->phase = rc ? PH_FAILED : PH_SEALED;
+            if (rc)
+                s->job_err = err;
+        }
+        pthread_cond_broadcast(&s->cv_done);
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
@@ -159,6 +179,8 @@ static void *ftc__snap_coord(void *arg)
         if (s->stop)
             break;
         seen = s->job;
+        if (!s->has_dev)
+            continue; /* host tensors only: the copy threads publish and seal */
         while (atomic_load(&s->copied) < s->npieces)
             pthread_cond_wait(&s->cv_done, &s->mu);
         pthread_mutex_unlock(&s->mu);
@@ -172,7 +194,7 @@ static void *ftc__snap_coord(void *arg)
         if (rc)
             s->job_err = err;
         pthread_cond_broadcast(&s->cv_done);
-        /* the workers leave the job only once every tensor they own is hashed */
+        /* the workers leave the job only once every tensor they took is hashed */
         while (s->left < s->nthreads)
             pthread_cond_wait(&s->cv_done, &s->mu);
         pthread_mutex_unlock(&s->mu);
@@ -302,7 +324,7 @@ int ftc_snap_add(ftc_snap_t *s, const char *name, int dtype, uint32_t ndim, cons
     }
     s->t[s->nt++] = (ftc__snap_tensor_t){ptr, device, len, (uint32_t)idx};
     if (device != FTC_SNAP_HOST)
-        s->dev_used[device] = true;
+        s->dev_used[device] = s->has_dev = true;
     return 0;
 }
 
