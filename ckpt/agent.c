@@ -894,7 +894,15 @@ static void ftc__on_hello(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
 static void ftc__on_slots(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
 {
     if (r->size && r->size != m->size) {
-        /* a new layout: the old slots hold another layout's state */
+        /* a new layout: the old slots hold another layout's state; a persist
+         * write reading them must end before they are unmapped */
+        bool pinned = false;
+        for (int s = 0; s < NS; s++)
+            pinned = pinned || r->pinned[s];
+        if (pinned) {
+            ftc__persister_wait(a->pw);
+            ftc__persist_collect(a);
+        }
         for (int s = 0; s < NS; s++) {
             ftc_slot_close(&r->slot[s]);
             r->st[s] = SL_EMPTY;
@@ -1074,8 +1082,11 @@ static int ftc__install(ftc__rank_t *r, const uint8_t *buf, uint64_t size, uint6
     if (size != r->size)
         return -1;
     int s = ftc__free_slot(r);
+    for (int i = 0; s < 0 && i < NS; i++)
+        if (!r->pinned[i]) /* never under the persist thread's reads */
+            s = i;
     if (s < 0)
-        s = 0;
+        return -1;
     memcpy(r->slot[s].base, buf, size);
     r->st[s] = SL_COMMITTED;
     r->step[s] = step;
@@ -1536,6 +1547,8 @@ void ftc_agent_stop(ftc_agent_t *a)
     atomic_store(&a->stop, true);
     if (a->repl_started)
         pthread_join(a->repl_tid, NULL);
+    ftc__persister_stop(a->pw); /* waits for a running write: it reads the slots closed below */
+    a->pw = NULL;
     pthread_mutex_lock(&a->mu);
     ftc__job_t *lists[2] = {a->todo, a->done};
     a->todo = a->done = NULL;
@@ -1566,7 +1579,6 @@ void ftc_agent_stop(ftc_agent_t *a)
         close(a->evfd);
     ftc_repl_destroy(a->repl);
     ftc_fabric_close(a->fab);
-    ftc__persister_stop(a->pw); /* waits for a running write */
     ftc_persist_close(a->persist);
     ftc_detector_stop(a->det, true);
     ftc_ctl_destroy(a->ctl);

@@ -117,6 +117,14 @@ bool ftc__persister_submit(ftc__persister_t *w, uint64_t step, const void *const
     return ok;
 }
 
+void ftc__persister_wait(ftc__persister_t *w)
+{
+    pthread_mutex_lock(&w->mu);
+    while (w->state == PW_QUEUED || w->state == PW_WRITING)
+        pthread_cond_wait(&w->cv, &w->mu);
+    pthread_mutex_unlock(&w->mu);
+}
+
 bool ftc__persister_poll(ftc__persister_t *w, ftc__persist_result_t *res)
 {
     pthread_mutex_lock(&w->mu);

@@ -49,6 +49,11 @@ void ftc__persister_stop(ftc__persister_t *w);
  * write is still running or its result has not been polled yet. */
 bool ftc__persister_submit(ftc__persister_t *w, uint64_t step, const void *const *shards,
                            const uint64_t *sizes, int n);
+/* Waits until no write is queued or running (its result still to be
+ * polled): before unmapping slots that may be pinned. A write cannot be
+ * abandoned halfway while it reads the slots, so this waits as long as the
+ * write takes (bounded by the persist tier's own I/O). */
+void ftc__persister_wait(ftc__persister_t *w);
 /* true (and *res filled) once when a submitted write has ended. */
 bool ftc__persister_poll(ftc__persister_t *w, ftc__persist_result_t *res);
 /* Exclusive use of the persist handle (for loads); waits for a running write. */
