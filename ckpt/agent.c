@@ -18,6 +18,8 @@
 #include "ckpt/agent.h"
 
 #include "ckpt/agent_parity.h"
+#include "ckpt/agent_persist.h"
+
 #include "ckpt/agent_proto.h"
 #include "ckpt/replica.h"
 #include "ckpt/shard.h"
@@ -48,6 +50,7 @@
 
 #define FTC_AGENT_MAX_RANKS 64
 #define FTC_AGENT_MAX_CLIENTS 128
+#define NS FTC_AP_SLOTS_PER_RANK /* slots per rank */
 
 enum { SL_EMPTY = 0, SL_WRITING = 1, SL_SEALED = 2, SL_COMMITTED = 3 };
 static const char *ftc__sl_name[] = {"empty", "writing", "sealed", "committed"};
@@ -90,14 +93,15 @@ typedef struct ftc__rank {
     uint32_t rank;
     ftc_ap_msg_t hello;     /* identity and layout */
     uint64_t size;          /* bytes per slot (0 before SLOTS) */
-    ftc_slot_t slot[2];
-    int st[2];              /* SL_* */
-    uint64_t step[2];
-    uint64_t checksum[2];   /* head xxh3 of a sealed slot (the commit record's checksum) */
-    bool reported[2];       /* commit reported to Redis */
-    bool pushed[2];         /* handed to the replication thread */
-    bool acked[2];          /* replicated to k peers: may be reported */
-    uint64_t sealed_ns[2];  /* when SEALED arrived (placement waits for peers until the timeout) */
+    ftc_slot_t slot[NS];
+    int st[NS];              /* SL_* */
+    uint64_t step[NS];
+    uint64_t checksum[NS];   /* head xxh3 of a sealed slot (the commit record's checksum) */
+    bool reported[NS];       /* commit reported to Redis */
+    bool pushed[NS];         /* handed to the replication thread */
+    bool acked[NS];          /* replicated to k peers: may be reported */
+    bool pinned[NS];         /* being written by the persist thread: never handed out */
+    uint64_t sealed_ns[NS];  /* when SEALED arrived (placement waits for peers until the timeout) */
     bool begin_waiting;     /* BUSY_WAIT: a BEGIN is parked */
     uint64_t begin_step;
     uint64_t begin_since_ns; /* when it was parked: after the timeout the oldest
@@ -152,6 +156,9 @@ struct ftc_agent {
     ftc__job_t *todo, *done;
     /* persist */
     ftc_persist_t *persist;
+    ftc__persister_t *pw;    /* the persist thread (agent_persist.h), when persist is on */
+    bool persist_due;        /* persist the newest committed version once the writer is free */
+    int64_t newest_local;    /* newest step committed in this node's slots, -1 before any */
     uint64_t commits;        /* steps this node saw committed */
     struct ftc__agent_par *par; /* parity groups (redundancy xor / rs), NULL for replicas */
     ftc_err_t err;
@@ -165,6 +172,7 @@ static bool ftc__par_try_push(ftc_agent_t *a, ftc__rank_t *r, int s);
 static bool ftc__par_queue_rebuild(ftc_agent_t *a, ftc__rank_t *r);
 static void ftc__par_on_gather_done(ftc_agent_t *a, ftc__job_t *j);
 static void ftc__par_on_push_done(ftc_agent_t *a, ftc__job_t *j);
+static void ftc__push_others(ftc_agent_t *a, struct ftc__rank *r, int s);
 
 void ftc_agent_socket_path(const char *dir, uint32_t index, char *buf, size_t cap)
 {
@@ -630,20 +638,27 @@ static void *ftc__repl_main(void *arg)
 static int ftc__newest_committed(const ftc__rank_t *r)
 {
     int best = -1;
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < NS; i++)
         if (r->st[i] == SL_COMMITTED && (best < 0 || r->step[i] > r->step[best]))
             best = i;
     return best;
 }
 
-/* A slot the rank may write, or -1 when both are busy. */
+/* A slot the rank may write, or -1 when all are busy: never the newest
+ * committed version (I1/I3), a sealed one (replicating or waiting for its
+ * commit), one being written, or one the persist thread is reading. An empty
+ * slot first, else the oldest superseded version. */
 static int ftc__free_slot(const ftc__rank_t *r)
 {
-    int keep = ftc__newest_committed(r);
-    for (int i = 0; i < 2; i++)
-        if (i != keep && r->st[i] != SL_SEALED && r->st[i] != SL_WRITING)
-            return i;
-    return -1;
+    int keep = ftc__newest_committed(r), best = -1;
+    for (int i = 0; i < NS; i++) {
+        if (i == keep || r->pinned[i] || r->st[i] == SL_SEALED || r->st[i] == SL_WRITING)
+            continue;
+        if (best < 0 || (r->st[best] != SL_EMPTY &&
+                         (r->st[i] == SL_EMPTY || r->step[i] < r->step[best])))
+            best = i;
+    }
+    return best;
 }
 
 static void ftc__send_begin_ok(ftc__rank_t *r, int slot, uint64_t step)
@@ -657,6 +672,19 @@ static void ftc__send_begin_ok(ftc__rank_t *r, int slot, uint64_t step)
     m.step = step;
     ftc_err_t err = {0};
     ftc_ap_send(r->fd, &m, 1000, &err);
+}
+
+/* Answers r's parked BEGIN when a slot has become free (a commit superseded
+ * a version, a push failed, a persist write ended). */
+static void ftc__answer_begin(ftc__rank_t *r)
+{
+    if (!r->begin_waiting || r->fd < 0)
+        return;
+    int fs = ftc__free_slot(r);
+    if (fs >= 0) {
+        r->begin_waiting = false;
+        ftc__send_begin_ok(r, fs, r->begin_step);
+    }
 }
 
 static void ftc__report_commit(ftc_agent_t *a, ftc__rank_t *r, int s)
@@ -675,35 +703,65 @@ static void ftc__report_commit(ftc_agent_t *a, ftc__rank_t *r, int s)
         a->committed = committed;
 }
 
-/* Persists this node's ranks' shards of step (copies, so the slots stay free). */
-static void ftc__persist(ftc_agent_t *a, uint64_t step)
+/* Hands this node's ranks' shards of step to the persist thread, pinning
+ * their slots until it is done (ftc__persist_collect); false when the writer
+ * is still busy with an earlier version (the caller retries at the next
+ * commit). */
+static bool ftc__persist(ftc_agent_t *a, uint64_t step)
 {
-    if (!a->persist)
-        return;
+    if (!a->pw)
+        return true;
     const void *shards[FTC_AGENT_MAX_RANKS];
     uint64_t sizes[FTC_AGENT_MAX_RANKS];
+    int where[FTC_AGENT_MAX_RANKS][2];
     int n = 0;
     for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++) {
         ftc__rank_t *r = &a->ranks[i];
         if (!r->used)
             continue;
-        for (int s = 0; s < 2; s++)
+        for (int s = 0; s < NS; s++)
             if (r->st[s] == SL_COMMITTED && r->step[s] == step) {
+                where[n][0] = i, where[n][1] = s;
                 shards[n] = r->slot[s].base;
                 sizes[n++] = r->size;
             }
     }
     if (!n)
+        return true;
+    if (!ftc__persister_submit(a->pw, step, shards, sizes, n))
+        return false;
+    for (int k = 0; k < n; k++)
+        a->ranks[where[k][0]].pinned[where[k][1]] = true;
+    return true;
+}
+
+/* Collects a finished persist write: unpins its slots, logs it, reports a
+ * failure as an event, and answers BEGINs that waited for a pinned slot. */
+static void ftc__persist_collect(ftc_agent_t *a)
+{
+    ftc__persist_result_t res;
+    if (!a->pw || !ftc__persister_poll(a->pw, &res))
         return;
-    /* The slots stay committed until the next commit, and the next BEGIN
-     * never takes the newest committed one: they are stable while we write.
-     * (A background writer would need copies; see docs/agent.md.) */
-    uint64_t t0 = ftc_now_ns();
-    if (ftc_persist_write(a->persist, step, shards, sizes, n) != 0)
-        FTC_WARN("agent", "persisting step %" PRIu64 ": %s", step, ftc_persist_errstr(a->persist));
-    else
-        FTC_INFO("agent", "persisted step %" PRIu64 " (%d shard(s)) in %.0f ms", step, n,
-                 (double)(ftc_now_ns() - t0) / 1e6);
+    for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++)
+        for (int s = 0; s < NS; s++)
+            a->ranks[i].pinned[s] = false;
+    /* a version due while the writer was busy: the newest committed one now */
+    if (a->persist_due && a->newest_local > (int64_t)res.step &&
+        ftc__persist(a, (uint64_t)a->newest_local))
+        a->persist_due = false;
+    if (res.rc) {
+        FTC_WARN("agent", "persisting step %" PRIu64 ": %s", res.step, res.detail);
+        ftc_ctl_event_t e = {.kind = "persist_failed", .node = a->node_id, .rank = -1,
+                             .generation = a->generation, .step = (int64_t)res.step,
+                             .detail = res.detail};
+        ftc_ctl_event(a->ctl, &e);
+    } else {
+        FTC_INFO("agent", "persisted step %" PRIu64 " (%d shard(s)) in %.0f ms", res.step,
+                 res.n_shards, res.ms);
+    }
+    for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++)
+        if (a->ranks[i].used)
+            ftc__answer_begin(&a->ranks[i]);
 }
 
 /* Moves SEALED+reported slots to COMMITTED once the commit record says so. */
@@ -711,7 +769,7 @@ static void ftc__poll_commits(ftc_agent_t *a)
 {
     bool pending = false, waiting_peers = false;
     for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++)
-        for (int s = 0; s < 2; s++)
+        for (int s = 0; s < NS; s++)
             if (a->ranks[i].used && a->ranks[i].st[s] == SL_SEALED) {
                 pending = true;
                 if (!a->ranks[i].pushed[s]) {
@@ -725,7 +783,7 @@ static void ftc__poll_commits(ftc_agent_t *a)
             ftc_now_ns() - r->begin_since_ns < (uint64_t)a->o.timeout_ms * 1000000ull)
             continue;
         int keep = ftc__newest_committed(r), victim = -1;
-        for (int s = 0; s < 2; s++)
+        for (int s = 0; s < NS; s++)
             if (s != keep && r->st[s] == SL_SEALED && r->acked[s] &&
                 (victim < 0 || r->step[s] < r->step[victim]))
                 victim = s;
@@ -758,7 +816,7 @@ static void ftc__poll_commits(ftc_agent_t *a)
         ftc__rank_t *r = &a->ranks[i];
         if (!r->used)
             continue;
-        for (int s = 0; s < 2; s++) {
+        for (int s = 0; s < NS; s++) {
             if (r->st[s] != SL_SEALED)
                 continue;
             if (r->acked[s] && !r->reported[s])
@@ -767,9 +825,10 @@ static void ftc__poll_commits(ftc_agent_t *a)
                 continue;
             r->st[s] = SL_COMMITTED;
             newly = r->step[s];
-            int o = 1 - s;
-            if (r->st[o] == SL_COMMITTED && r->step[o] < r->step[s])
-                r->st[o] = SL_EMPTY; /* superseded */
+            for (int o = 0; o < NS; o++)
+                if (o != s && r->st[o] == SL_COMMITTED && r->step[o] < r->step[s])
+                    r->st[o] = SL_EMPTY; /* superseded (a pinned one stays unused until the
+                                            persist thread is done with it) */
             if (r->fd >= 0) {
                 ftc_ap_msg_t m;
                 ftc_ap_init(&m, FTC_AP_COMMITTED);
@@ -778,19 +837,17 @@ static void ftc__poll_commits(ftc_agent_t *a)
                 ftc_err_t err = {0};
                 ftc_ap_send(r->fd, &m, 1000, &err);
             }
-            if (r->begin_waiting && r->fd >= 0) {
-                int fs = ftc__free_slot(r);
-                if (fs >= 0) {
-                    r->begin_waiting = false;
-                    ftc__send_begin_ok(r, fs, r->begin_step);
-                }
-            }
+            ftc__answer_begin(r);
         }
     }
     if (newly != UINT64_MAX) {
         a->commits++;
+        if ((int64_t)newly > a->newest_local)
+            a->newest_local = (int64_t)newly;
         if (a->o.persist_every > 0 && a->commits % (uint64_t)a->o.persist_every == 0)
-            ftc__persist(a, newly);
+            a->persist_due = true;
+        if (a->persist_due && ftc__persist(a, newly))
+            a->persist_due = false; /* else the writer is busy: see ftc__persist_collect */
     }
 }
 
@@ -828,7 +885,8 @@ static void ftc__on_hello(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
         r = free_r;
         memset(r, 0, sizeof *r);
         r->used = true;
-        r->slot[0].fd = r->slot[1].fd = -1;
+        for (int s = 0; s < NS; s++)
+            r->slot[s].fd = -1;
     }
     r->fd = fd;
     r->rank = m->rank;
@@ -850,15 +908,23 @@ static void ftc__on_hello(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
 static void ftc__on_slots(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
 {
     if (r->size && r->size != m->size) {
-        /* a new layout: the old slots hold another layout's state */
-        for (int s = 0; s < 2; s++) {
+        /* a new layout: the old slots hold another layout's state; a persist
+         * write reading them must end before they are unmapped */
+        bool pinned = false;
+        for (int s = 0; s < NS; s++)
+            pinned = pinned || r->pinned[s];
+        if (pinned) {
+            ftc__persister_wait(a->pw);
+            ftc__persist_collect(a);
+        }
+        for (int s = 0; s < NS; s++) {
             ftc_slot_close(&r->slot[s]);
             r->st[s] = SL_EMPTY;
         }
     }
     ftc_ap_msg_t ok;
     ftc_ap_init(&ok, FTC_AP_SLOTS_OK);
-    for (int s = 0; s < 2; s++) {
+    for (int s = 0; s < NS; s++) {
         ftc_err_t err = {0};
         char name[FTC_SLOT_NAME_MAX];
         if (ftc_slot_name(a->ns, r->rank, s, name, sizeof name, &err) ||
@@ -870,7 +936,7 @@ static void ftc__on_slots(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
     }
     /* slots that survived from before (a restarted rank): learn their state */
     if (!r->size) {
-        for (int s = 0; s < 2; s++) {
+        for (int s = 0; s < NS; s++) {
             ftc_shard_view_t v;
             ftc_err_t err = {0};
             if (ftc_shard_open(&v, r->slot[s].base, m->size, 0, &err) == 0 &&
@@ -965,11 +1031,19 @@ static void ftc__try_push(ftc_agent_t *a, ftc__rank_t *r, int s)
         ftc__report_commit(a, r, s);
         return;
     }
-    int o = 1 - s;
-    if (r->st[o] == SL_SEALED && !r->acked[o] && r->step[o] < r->step[s])
-        return; /* one push per rank at a time, in step order: retried when it ends */
-    if (r->st[o] == SL_SEALED && r->pushed[o] && !r->acked[o])
-        return; /* (a newer step already in flight: this older one waits its turn) */
+    for (int o = 0; o < NS; o++) {
+        if (o == s || r->st[o] != SL_SEALED)
+            continue;
+        /* One push per rank at a time, in step order, and only once the older
+         * step has committed (retried by the poll): a peer keeps two versions
+         * per owner, the newest it received and the one before, so pushing
+         * step N+1 while step N has not committed could make a peer drop the
+         * newest committed replica (N-1). */
+        if (r->step[o] < r->step[s])
+            return;
+        if (r->pushed[o] && !r->acked[o])
+            return; /* (a newer step already in flight: this older one waits its turn) */
+    }
     uint32_t peers[FTC_REPL_MAX_PEERS];
     int np = ftc__placement(a, peers, k);
     if (np < k) {
@@ -979,6 +1053,7 @@ static void ftc__try_push(ftc_agent_t *a, ftc__rank_t *r, int s)
         ftc__not_committed(r->fd, FTC_ENOENT, r->step[s],
                            "step %" PRIu64 ": only %d of the %d replica peers are known after %d ms",
                            r->step[s], np, k, a->o.timeout_ms);
+        ftc__answer_begin(r);
         return;
     }
     ftc__job_t *j = calloc(1, sizeof *j);
@@ -993,6 +1068,15 @@ static void ftc__try_push(ftc_agent_t *a, ftc__rank_t *r, int s)
     j->npeers = np;
     r->pushed[s] = true;
     ftc__queue(a, j);
+}
+
+/* Tries to push r's other sealed slots (a push of slot s ended); try_push
+ * keeps them in step order. */
+static void ftc__push_others(ftc_agent_t *a, ftc__rank_t *r, int s)
+{
+    for (int o = 0; o < NS; o++)
+        if (o != s)
+            ftc__try_push(a, r, o);
 }
 
 /* Restore: local slot, else peers, else the persist tier. */
@@ -1014,8 +1098,11 @@ static int ftc__install(ftc__rank_t *r, const uint8_t *buf, uint64_t size, uint6
     if (size != r->size)
         return -1;
     int s = ftc__free_slot(r);
+    for (int i = 0; s < 0 && i < NS; i++)
+        if (!r->pinned[i]) /* never under the persist thread's reads */
+            s = i;
     if (s < 0)
-        s = 0;
+        return -1;
     memcpy(r->slot[s].base, buf, size);
     r->st[s] = SL_COMMITTED;
     r->step[s] = step;
@@ -1031,12 +1118,16 @@ static bool ftc__same_coords(const ftc_shard_view_t *v, const ftc__rank_t *r)
 static void ftc__restore_from_persist(ftc_agent_t *a, ftc__rank_t *r, const char *tried)
 {
     char why[256] = "no persist tier configured";
-    if (a->persist) {
+    if (a->pw) {
         ftc_persist_loaded_t *l = NULL;
         uint64_t want = (uint64_t)r->restore_step;
-        int rc = ftc_persist_load(a->persist, want, &l);
+        ftc_persist_t *p = ftc__persister_lock(a->pw); /* waits for a running write */
+        int rc = ftc_persist_load(p, want, &l);
         if (rc)
-            rc = ftc_persist_load(a->persist, FTC_PERSIST_NEWEST, &l);
+            rc = ftc_persist_load(p, FTC_PERSIST_NEWEST, &l);
+        if (rc)
+            snprintf(why, sizeof why, "%s", ftc_persist_errstr(p));
+        ftc__persister_unlock(a->pw);
         if (rc == 0) {
             for (int i = 0; i < l->n_shards; i++) {
                 ftc_shard_view_t v;
@@ -1058,8 +1149,6 @@ static void ftc__restore_from_persist(ftc_agent_t *a, ftc__rank_t *r, const char
             snprintf(why, sizeof why, "persisted step %" PRIu64 " has no shard for rank %u",
                      l->step, r->rank);
             ftc_persist_loaded_free(l);
-        } else {
-            snprintf(why, sizeof why, "%s", ftc_persist_errstr(a->persist));
         }
     }
 fail:
@@ -1111,7 +1200,7 @@ static void ftc__on_restore(ftc_agent_t *a, ftc__rank_t *r)
     r->restoring = true;
     r->restore_step = (uint64_t)step;
     /* 1. this node's slots */
-    for (int s = 0; s < 2; s++) {
+    for (int s = 0; s < NS; s++) {
         ftc_shard_view_t v;
         ftc_err_t err = {0};
         if (r->slot[s].base && ftc_shard_open(&v, r->slot[s].base, r->size, FTC_SHARD_VERIFY, &err) == 0 &&
@@ -1180,7 +1269,7 @@ static void ftc__on_push_done(ftc_agent_t *a, ftc__job_t *j)
     if (!r)
         return;
     int s = -1;
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < NS; i++)
         if (r->st[i] == SL_SEALED && r->step[i] == j->step)
             s = i;
     if (s < 0)
@@ -1189,7 +1278,7 @@ static void ftc__on_push_done(ftc_agent_t *a, ftc__job_t *j)
     if (j->rc == 0 && j->acked >= (k < j->npeers ? k : j->npeers)) {
         r->acked[s] = true;
         ftc__report_commit(a, r, s);
-        ftc__try_push(a, r, 1 - s); /* the next step may have waited for this push */
+        ftc__push_others(a, r, s); /* the next step may have waited for this push */
         return;
     }
     FTC_WARN("agent", "rank %u step %" PRIu64 ": replicated to %d of %d peers: %s", r->rank, j->step,
@@ -1198,7 +1287,8 @@ static void ftc__on_push_done(ftc_agent_t *a, ftc__job_t *j)
     ftc__not_committed(r->fd, j->rc ? j->rc : FTC_EIO, j->step,
                        "step %" PRIu64 " not committed: replicated to %d of %d peers: %s", j->step,
                        j->acked, j->npeers, j->detail);
-    ftc__try_push(a, r, 1 - s);
+    ftc__push_others(a, r, s);
+    ftc__answer_begin(r); /* a BEGIN may have waited for this slot */
 }
 
 static void ftc__drain_done(ftc_agent_t *a)
@@ -1233,7 +1323,7 @@ static void ftc__disconnect(ftc_agent_t *a, int fd)
         r->fd = -1;
         r->begin_waiting = false;
         r->restoring = false;
-        for (int s = 0; s < 2; s++)
+        for (int s = 0; s < NS; s++)
             if (r->st[s] == SL_WRITING)
                 r->st[s] = SL_EMPTY; /* a half-written snapshot is never used */
     }
@@ -1333,7 +1423,9 @@ static void ftc__par_fail(ftc_agent_t *a, ftc__rank_t *r, int s, int code, const
     r->st[s] = SL_EMPTY; /* not committed; the previous version stays */
     ftc__not_committed(r->fd, code, r->step[s], "step %" PRIu64 " not committed: parity: %s",
                        r->step[s], why);
-    ftc__try_push(a, r, 1 - s);
+    for (int o = 0; o < NS; o++)
+        if (o != s)
+            ftc__try_push(a, r, o);
 }
 
 /* Parity mode's part of ftc__try_push: false when the replica path should
@@ -1357,11 +1449,14 @@ static bool ftc__par_try_push(ftc_agent_t *a, ftc__rank_t *r, int s)
         r->pushed[s] = r->acked[s] = r->reported[s] = true; /* the encoder reports it */
         return true;
     }
-    int o = 1 - s;
-    if (r->st[o] == SL_SEALED && r->pushed[o] && !r->acked[o])
-        return true; /* one encode per stripe at a time, in step order */
-    if (r->st[o] == SL_SEALED && !r->acked[o] && r->step[o] < r->step[s])
-        return true;
+    for (int o = 0; o < NS; o++) {
+        if (o == s)
+            continue;
+        if (r->st[o] == SL_SEALED && r->pushed[o] && !r->acked[o])
+            return true; /* one encode per stripe at a time, in step order */
+        if (r->st[o] == SL_SEALED && !r->acked[o] && r->step[o] < r->step[s])
+            return true;
+    }
     int missing = 0;
     for (int i = 0; i < g->n; i++) {
         uint32_t node = g->first + (uint32_t)i;
@@ -1544,7 +1639,9 @@ static void ftc__par_on_push_done(ftc_agent_t *a, ftc__job_t *j)
         }
         r->acked[s] = true;
         ftc__report_commit(a, r, s);
-        ftc__try_push(a, r, 1 - s); /* the next step may have waited for this encode */
+        for (int o = 0; o < NS; o++) /* the next step may have waited for this encode */
+            if (o != s)
+                ftc__try_push(a, r, o);
     }
 }
 
@@ -1653,7 +1750,7 @@ static void ftc__par_on_gather_done(ftc_agent_t *a, ftc__job_t *j)
             ftc__par_rebuild_done(a, r, j);
         return;
     }
-    for (int s = 0; s < 2; s++)
+    for (int s = 0; s < NS; s++)
         if (r->st[s] == SL_SEALED && r->step[s] == j->step && r->pushed[s] && !r->acked[s]) {
             ftc__par_encode_done(a, r, s, j);
             return;
@@ -1689,6 +1786,7 @@ ftc_agent_t *ftc_agent_start(const ftc_agent_options_t *o, ftc_err_t *err)
     a->o = *o;
     a->listen_fd = a->evfd = -1;
     a->committed = -1;
+    a->newest_local = -1;
     for (int i = 0; i < FTC_AGENT_MAX_CLIENTS; i++)
         a->clients[i] = -1;
     pthread_mutex_init(&a->mu, NULL);
@@ -1773,6 +1871,9 @@ ftc_agent_t *ftc_agent_start(const ftc_agent_options_t *o, ftc_err_t *err)
         snprintf(pdir, sizeof pdir, "%s/node%u", o->persist_dir, o->index);
         a->persist = ftc_persist_open(pdir, &o->persist, err);
         if (!a->persist)
+            goto fail;
+        a->pw = ftc__persister_start(a->persist, err);
+        if (!a->pw)
             goto fail;
     }
     /* the ranks' socket */
@@ -1861,6 +1962,7 @@ int ftc_agent_run(ftc_agent_t *a, volatile sig_atomic_t *stop)
                 if (pfd[i].revents & (POLLIN | POLLHUP | POLLERR))
                     ftc__on_message(a, pfd[i].fd);
         }
+        ftc__persist_collect(a);
         uint64_t now = ftc_now_ns();
         if (now - a->last_poll_ns > 10000000ull) { /* every 10 ms while commits are pending */
             a->last_poll_ns = now;
@@ -1881,6 +1983,8 @@ void ftc_agent_stop(ftc_agent_t *a)
     atomic_store(&a->stop, true);
     if (a->repl_started)
         pthread_join(a->repl_tid, NULL);
+    ftc__persister_stop(a->pw); /* waits for a running write: it reads the slots closed below */
+    a->pw = NULL;
     pthread_mutex_lock(&a->mu);
     ftc__job_t *lists[2] = {a->todo, a->done};
     a->todo = a->done = NULL;
@@ -1896,7 +2000,7 @@ void ftc_agent_stop(ftc_agent_t *a)
             continue;
         if (a->ranks[i].fd >= 0)
             close(a->ranks[i].fd);
-        for (int s = 0; s < 2; s++)
+        for (int s = 0; s < NS; s++)
             ftc_slot_close(&a->ranks[i].slot[s]);
     }
     for (int i = 0; i < FTC_AGENT_MAX_CLIENTS; i++)

@@ -1,9 +1,9 @@
 /*
  * agent.h — `ftc agent`, one per node: the node's shard store.
  *
- * It owns the shm slots of its local ranks (two per rank, so a checkpoint
- * in progress never overwrites the last committed version, I3; they outlive a
- * crashed rank), serves the ranks over a Unix socket (ckpt/agent_proto.h),
+ * It owns the shm slots of its local ranks (three per rank, so a checkpoint
+ * in progress never overwrites the last committed version, I3, nor waits for
+ * the previous step's replication; they outlive a crashed rank), serves the ranks over a Unix socket (ckpt/agent_proto.h),
  * replicates each sealed slot to k peer agents over libfabric (placement: the
  * next nodes in ring order, skipping nodes of the same failure domain) or,
  * with redundancy xor:G / rs:G+M, takes part in its parity group
@@ -37,7 +37,7 @@
 #include <stdint.h>
 
 enum ftc_agent_busy_policy {
-    FTC_BUSY_WAIT = 0, /* a checkpoint waits until the previous one is committed */
+    FTC_BUSY_WAIT = 0, /* with no free slot, a checkpoint waits for an older one to commit */
     FTC_BUSY_SKIP = 1, /* it is skipped (the rank gets FTC_EAGAIN) and reported */
 };
 

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <string.h>
 #include <sys/socket.h>
 
@@ -30,11 +31,14 @@ int ftc_ap_check(const ftc_ap_msg_t *m, size_t len, ftc_err_t *err)
                            m->version, FTC_AP_VERSION);
     if (m->type == 0 || m->type >= FTC_AP__MAX)
         return ftc_err_set(err, FTC_EPROTO, "agent message of unknown type %u", m->type);
-    if (!memchr(m->job, 0, sizeof m->job) || !memchr(m->name[0], 0, sizeof m->name[0]) ||
-        !memchr(m->name[1], 0, sizeof m->name[1]) || !memchr(m->text, 0, sizeof m->text))
+    bool terminated = memchr(m->job, 0, sizeof m->job) && memchr(m->text, 0, sizeof m->text);
+    for (int s = 0; s < FTC_AP_SLOTS_PER_RANK; s++)
+        terminated = terminated && memchr(m->name[s], 0, sizeof m->name[s]);
+    if (!terminated)
         return ftc_err_set(err, FTC_EPROTO, "agent message with an unterminated string");
-    if (m->slot > 1)
-        return ftc_err_set(err, FTC_EPROTO, "agent message names slot %u (0 or 1)", m->slot);
+    if (m->slot >= FTC_AP_SLOTS_PER_RANK)
+        return ftc_err_set(err, FTC_EPROTO, "agent message names slot %u (0..%d)", m->slot,
+                           FTC_AP_SLOTS_PER_RANK - 1);
     return 0;
 }
 

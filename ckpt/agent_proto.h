@@ -7,11 +7,13 @@
  *   rank                          agent
  *   HELLO (job, rank, layout) ->
  *                             <- WELCOME (generation)
- *   SLOTS (size)              ->  creates / reuses two slots of size bytes
+ *   SLOTS (size)              ->  creates / reuses three slots of size bytes
  *                             <- SLOTS_OK (names)
- *   BEGIN (step)              ->  picks the slot not holding the newest
- *                                 committed version; if both are busy applies
- *                                 the policy: wait, or skip
+ *   BEGIN (step)              ->  picks a slot that is neither the newest
+ *                                 committed version, nor sealed (replicating),
+ *                                 nor being written, nor pinned by a persist
+ *                                 write; if none is free applies the policy:
+ *                                 wait, or skip
  *                             <- BEGIN_OK (slot) | SKIP (reason)
  *   SEALED (slot, step)       ->  verifies, replicates, reports the commit
  *                             <- COMMITTED (step) | NOT_COMMITTED (reason), later
@@ -32,7 +34,11 @@
 #include <stdint.h>
 
 #define FTC_AP_MAGIC 0x41435446u /* "FTCA" */
-#define FTC_AP_VERSION 1
+#define FTC_AP_VERSION 2 /* 2: three slots per rank */
+
+/* Slots per rank: the newest committed version, the previous step still
+ * replicating, and the step being written (docs/agent.md). */
+#define FTC_AP_SLOTS_PER_RANK 3
 
 enum ftc_ap_type {
     FTC_AP_HELLO = 1,
@@ -57,7 +63,7 @@ typedef struct ftc_ap_msg {
     uint16_t version;    /* FTC_AP_VERSION */
     uint16_t type;       /* ftc_ap_type */
     int32_t status;      /* ERROR: an FTC_E* code */
-    uint32_t slot;       /* 0 or 1 */
+    uint32_t slot;       /* 0 .. FTC_AP_SLOTS_PER_RANK-1 */
     uint64_t step;
     uint64_t size;       /* SLOTS: bytes per slot */
     uint64_t generation;
@@ -66,7 +72,7 @@ typedef struct ftc_ap_msg {
     int32_t pid;
     uint32_t reserved;
     char job[64];        /* NUL-terminated */
-    char name[2][128];   /* SLOTS_OK: the slot names */
+    char name[FTC_AP_SLOTS_PER_RANK][128]; /* SLOTS_OK: the slot names */
     char text[384];      /* ERROR / SKIP: the reason */
 } ftc_ap_msg_t;
 

@@ -35,7 +35,7 @@ struct ftc_ctx {
     uint64_t generation;
     ftc_snap_t *snap;
     bool slots_ready;
-    ftc_slot_t slot[2];
+    ftc_slot_t slot[FTC_AP_SLOTS_PER_RANK];
     uint64_t size;
     int64_t committed;     /* newest COMMITTED seen */
     int64_t failed_step;   /* newest NOT_COMMITTED seen */
@@ -243,7 +243,7 @@ void ftc_destroy(ftc_ctx_t *c)
         close(c->fd);
     }
     ftc_snap_destroy(c->snap);
-    for (int s = 0; s < 2; s++)
+    for (int s = 0; s < FTC_AP_SLOTS_PER_RANK; s++)
         ftc_slot_close(&c->slot[s]);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
@@ -279,7 +279,7 @@ int ftc_register(ftc_ctx_t *c, const char *name, int dtype, int ndim, const int6
                         device == FTC_HOST ? FTC_SNAP_HOST : device, &c->err);
 }
 
-/* Asks the agent for the two slots (once) and maps them. */
+/* Asks the agent for the rank's slots (once) and maps them. */
 static int ftc__slots(ftc_ctx_t *c)
 {
     if (c->slots_ready)
@@ -295,7 +295,7 @@ static int ftc__slots(ftc_ctx_t *c)
     int rc = ftc__call(c, &m, FTC_AP_SLOTS_OK, &rep);
     if (rc)
         return rc;
-    for (int s = 0; s < 2; s++) {
+    for (int s = 0; s < FTC_AP_SLOTS_PER_RANK; s++) {
         rc = ftc_slot_open(rep.name[s], true, &c->slot[s], &c->err);
         if (rc)
             return rc;

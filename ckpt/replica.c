@@ -40,6 +40,8 @@
  */
 #include "ckpt/replica.h"
 
+#include "ckpt/agent_proto.h" /* FTC_AP_SLOTS_PER_RANK: the agent's slots served locally */
+
 #include "ckpt/shard.h"
 #include "ckpt/slot.h"
 #include "core/hash.h"
@@ -54,6 +56,7 @@
 #define FTC__TAG_HDR (1ull << 62)
 #define FTC__TAG_DATA (2ull << 62)
 #define FTC__SEQ_MASK ((1ull << 40) - 1)
+#define FTC__HASH_BUDGET (2u << 20) /* bytes a receiver verifies per progress round */
 #define FTC__F_FETCH 0x100u  /* PUT / PUT_END / NACK: part of a fetch (GET answer) */
 #define FTC__F_CODE 0xffu    /* NACK: the FTC error code, negated */
 #define FTC__MSG_MAX 256     /* header + NACK reason */
@@ -108,6 +111,13 @@ typedef struct chunk_rx {
     struct chunk_rx *next;
 } chunk_rx_t;
 
+typedef struct landed { /* a received byte range past the contiguous prefix */
+    uint64_t off, len;
+    struct landed *next;
+} landed_t;
+
+enum { VS_TABLE = 0, VS_RUN = 1, VS_OFF = 2 }; /* in-order verification, see incoming_hash */
+
 typedef struct incoming { /* bytes arriving for a push (into a slot) or a fetch (into a buffer) */
     uint32_t node;          /* sender */
     uint32_t owner;
@@ -123,6 +133,15 @@ typedef struct incoming { /* bytes arriving for a push (into a slot) or a fetch 
     bool end_seen;
     uint64_t head_xxh3;     /* from PUT_END */
     uint64_t last_ns;       /* last activity, for the idle timeout */
+    /* verification while the bytes arrive (incoming_hash) */
+    uint64_t contig;        /* bytes [0, contig) have landed */
+    landed_t *ahead;        /* landed ranges past contig, by offset */
+    bool overlap;           /* two chunks overlapped: verify the whole shard at the end */
+    int vstate;             /* VS_* */
+    uint32_t nt, vt;        /* tensors; the next one to verify */
+    uint64_t hpos;          /* bytes of tensor vt hashed so far */
+    ftc_hash_t *h;
+    uint32_t bad_tensor;    /* 1 + the first tensor whose checksum differed, 0 = none */
     struct incoming *next;
 } incoming_t;
 
@@ -616,6 +635,12 @@ static void incoming_free(ftc_repl_t *r, incoming_t *in, bool cancel)
         }
     if (in->st && in->st->in == in)
         in->st->in = NULL;
+    while (in->ahead) {
+        landed_t *l = in->ahead;
+        in->ahead = l->next;
+        free(l);
+    }
+    ftc_hash_destroy(in->h);
     free(in);
 }
 
@@ -675,8 +700,101 @@ static int incoming_post(ftc_repl_t *r, peer_t *p, incoming_t *in, const ftc_wir
     return 0;
 }
 
+/* Records that [off, off+len) has landed: grows the contiguous prefix, keeps
+ * later ranges aside; an overlap turns in-order verification off. */
+static void incoming_landed(incoming_t *in, uint64_t off, uint64_t len)
+{
+    if (in->overlap)
+        return;
+    if (off < in->contig) {
+        in->overlap = true;
+        return;
+    }
+    if (off > in->contig) {
+        landed_t **pl = &in->ahead;
+        while (*pl && (*pl)->off < off)
+            pl = &(*pl)->next;
+        landed_t *prev = NULL;
+        for (landed_t *l = in->ahead; l && l->off < off; l = l->next)
+            prev = l;
+        if ((prev && prev->off + prev->len > off) || (*pl && off + len > (*pl)->off)) {
+            in->overlap = true;
+            return;
+        }
+        landed_t *n = malloc(sizeof *n);
+        if (!n) {
+            in->overlap = true; /* fall back to the verification at the end */
+            return;
+        }
+        *n = (landed_t){off, len, *pl};
+        *pl = n;
+        return;
+    }
+    in->contig += len;
+    while (in->ahead && in->ahead->off <= in->contig) {
+        landed_t *l = in->ahead;
+        if (l->off < in->contig) {
+            in->overlap = true;
+            return;
+        }
+        in->contig += l->len;
+        in->ahead = l->next;
+        free(l);
+    }
+}
+
+/* Verifies the tensors whose bytes have all landed, in order, hashing at
+ * most budget bytes (so the progress loop keeps the transfer moving): the
+ * shard is mostly verified when its last byte arrives. The table entries are
+ * only bounds-checked here; incoming_verify validates the whole shard
+ * (ftc_shard_open) before trusting the result, and the bytes hashed cannot
+ * change afterwards because no two chunks overlap. */
+static void incoming_hash(incoming_t *in, uint64_t budget)
+{
+    if (in->overlap || in->vstate == VS_OFF)
+        return;
+    if (in->vstate == VS_TABLE) {
+        int rc = ftc_shard_peek_count(in->dst, in->contig, in->total, &in->nt);
+        if (rc == FTC_EAGAIN)
+            return;
+        if (rc || !(in->h = ftc_hash_create())) {
+            in->vstate = VS_OFF; /* the verification at the end reports what is wrong */
+            return;
+        }
+        in->vstate = VS_RUN;
+    }
+    while (in->vt < in->nt) {
+        uint64_t off, len, want;
+        if (ftc_shard_peek_tensor(in->dst, in->total, in->vt, &off, &len, &want)) {
+            in->vstate = VS_OFF;
+            return;
+        }
+        if (in->hpos == 0)
+            ftc_hash_reset(in->h);
+        uint64_t avail = in->contig > off ? in->contig - off : 0;
+        if (avail > len)
+            avail = len;
+        uint64_t n = avail - in->hpos;
+        if (n > budget)
+            n = budget;
+        if (n) {
+            ftc_hash_update(in->h, in->dst + off + in->hpos, n);
+            in->hpos += n;
+            budget -= n;
+        }
+        if (in->hpos < len)
+            return; /* more bytes to come, or out of budget */
+        if (ftc_hash_digest(in->h) != want && !in->bad_tensor)
+            in->bad_tensor = in->vt + 1;
+        in->vt++;
+        in->hpos = 0;
+    }
+}
+
 /* Verifies a fully received transfer: byte count, shard format and every
- * checksum, head checksum and step against the authenticated PUT_END. */
+ * checksum, head checksum and step against the authenticated PUT_END. The
+ * tensors were hashed as they arrived (incoming_hash); what is left is the
+ * structure, the head checksum and the tail of the last tensor. */
 static int incoming_verify(incoming_t *in, ftc_err_t *e)
 {
     if (in->bad)
@@ -684,8 +802,15 @@ static int incoming_verify(incoming_t *in, ftc_err_t *e)
     if (in->got != in->total)
         return ftc_err_set(e, FTC_ETRUNC, "received %llu of %llu bytes",
                            (unsigned long long)in->got, (unsigned long long)in->total);
+    incoming_hash(in, UINT64_MAX);
+    bool streamed = !in->overlap && in->vstate == VS_RUN && in->contig == in->total &&
+                    in->vt == in->nt;
     ftc_shard_view_t v;
-    int rc = ftc_shard_open(&v, in->dst, in->total, FTC_SHARD_VERIFY, e);
+    int rc = ftc_shard_open(&v, in->dst, in->total, streamed ? 0 : FTC_SHARD_VERIFY, e);
+    if (rc >= 0 && streamed && v.n_tensors != in->nt)
+        rc = ftc_shard_verify(&v, 1, e); /* cannot happen once open succeeded; be safe */
+    else if (rc >= 0 && streamed && in->bad_tensor)
+        rc = ftc_shard_verify_tensor(&v, in->bad_tensor - 1, e); /* names the tensor */
     if (rc < 0)
         return ftc_err_wrap(e, "shard verification (checksum) failed");
     if (v.head_xxh3 != in->head_xxh3)
@@ -758,6 +883,7 @@ static int pump_incoming(ftc_repl_t *r)
             }
             if (c->req.status == 0 && c->req.len == c->len) {
                 in->got += c->len;
+                incoming_landed(in, c->off, c->len);
                 r->ctr.bytes_received += c->len;
             } else if (!in->bad) {
                 in->bad = c->req.status ? c->req.status : FTC_ETRUNC;
@@ -768,6 +894,8 @@ static int pump_incoming(ftc_repl_t *r)
             in->last_ns = ftc_now_ns();
             ev++;
         }
+        if (!in->bad)
+            incoming_hash(in, FTC__HASH_BUDGET);
         if (in->end_seen && in->outstanding == 0) {
             incoming_complete(r, in);
             ev++;
@@ -964,8 +1092,8 @@ static int serve_local(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
 {
     int best = -1;
     uint64_t best_step = 0, best_size = 0;
-    ftc_slot_t sl[2];
-    for (int i = 0; i < 2; i++) {
+    ftc_slot_t sl[FTC_AP_SLOTS_PER_RANK];
+    for (int i = 0; i < FTC_AP_SLOTS_PER_RANK; i++) {
         char name[FTC_SLOT_NAME_MAX];
         ftc_err_t e = {0};
         sl[i].base = NULL;
@@ -992,7 +1120,7 @@ static int serve_local(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
             rc = serve_start_buf(r, p, h->owner, copy, best_size);
         }
     }
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < FTC_AP_SLOTS_PER_RANK; i++)
         if (sl[i].base)
             ftc_slot_close(&sl[i]);
     return rc < 0 ? -1 : 0;

@@ -429,6 +429,24 @@ int ftc_shard_seal(void *region, uint64_t size, int threads, ftc_err_t *err)
     return 0;
 }
 
+void ftc_shard_set_tensor_xxh3(void *region, uint32_t i, uint64_t xxh3)
+{
+    ftc_le_wr64((uint8_t *)region + FTC_SHARD_HEADER_SIZE + (uint64_t)i * FTC_SHARD_ENTRY_SIZE +
+                    E_XXH3,
+                xxh3);
+}
+
+int ftc_shard_seal_head(void *region, uint64_t size, ftc_err_t *err)
+{
+    uint8_t *p = region;
+    if (size < FTC_SHARD_HEADER_SIZE + FTC_SHARD_FOOTER_SIZE || memcmp(p, ftc__shard_magic, 8) ||
+        ftc_le_rd64(p + H_TOTAL_SIZE) != size)
+        return ftc_err_set(err, FTC_EINVAL, "seal: region is not a shard of %llu bytes",
+                           (unsigned long long)size);
+    ftc__footer_write(p, size);
+    return 0;
+}
+
 /* ---- reading ------------------------------------------------------------------ */
 
 typedef struct ftc__name_ref {
@@ -463,6 +481,38 @@ static int ftc__check_unique_names(const uint8_t *p, uint64_t names_off, uint32_
                              (int)(r[i].len > 200 ? 200 : r[i].len), (const char *)r[i].s);
     free(r);
     return rc;
+}
+
+int ftc_shard_peek_count(const void *buf, uint64_t have, uint64_t total, uint32_t *n)
+{
+    const uint8_t *p = buf;
+    if (have < FTC_SHARD_HEADER_SIZE)
+        return FTC_EAGAIN;
+    if (total < FTC_SHARD_HEADER_SIZE + FTC_SHARD_FOOTER_SIZE || memcmp(p, ftc__shard_magic, 8) ||
+        ftc_le_rd64(p + H_TOTAL_SIZE) != total)
+        return FTC_ECORRUPT;
+    uint32_t k = ftc_le_rd32(p + H_N_TENSORS);
+    uint64_t end = FTC_SHARD_HEADER_SIZE + (uint64_t)k * FTC_SHARD_ENTRY_SIZE;
+    if (k > FTC_SHARD_MAX_TENSORS || end > total - FTC_SHARD_FOOTER_SIZE)
+        return FTC_ECORRUPT;
+    if (have < end)
+        return FTC_EAGAIN;
+    *n = k;
+    return 0;
+}
+
+int ftc_shard_peek_tensor(const void *buf, uint64_t total, uint32_t i, uint64_t *offset,
+                          uint64_t *length, uint64_t *xxh3)
+{
+    const uint8_t *e = (const uint8_t *)buf + FTC_SHARD_HEADER_SIZE + (uint64_t)i * FTC_SHARD_ENTRY_SIZE;
+    uint64_t off = ftc_le_rd64(e + E_OFFSET), len = ftc_le_rd64(e + E_LENGTH);
+    uint64_t limit = total - FTC_SHARD_FOOTER_SIZE;
+    if (off < FTC_SHARD_HEADER_SIZE || off > limit || len > limit - off)
+        return FTC_ECORRUPT;
+    *offset = off;
+    *length = len;
+    *xxh3 = ftc_le_rd64(e + E_XXH3);
+    return 0;
 }
 
 int ftc_shard_peek_size(const void *buf, size_t len, uint64_t *size, ftc_err_t *err)

@@ -120,6 +120,12 @@ void ftc_shard_restamp(void *region, uint64_t step, uint64_t generation);
 /* Computes every tensor checksum and the footer of a region written by
  * ftc_shard_layout_write(). threads > 1 hashes tensors in parallel. */
 int ftc_shard_seal(void *region, uint64_t size, int threads, ftc_err_t *err);
+/* Sealing in pieces, for writers that hash each tensor as they copy it
+ * (ckpt/snapshot.c): set every tensor's checksum (the xxh3 of its bytes,
+ * which must equal ftc_xxh3 of the payload), then seal the head (footer with
+ * the head checksum). The result is the same as ftc_shard_seal(). */
+void ftc_shard_set_tensor_xxh3(void *region, uint32_t i, uint64_t xxh3);
+int ftc_shard_seal_head(void *region, uint64_t size, ftc_err_t *err);
 
 /* ---- reading -------------------------------------------------------------- */
 
@@ -159,6 +165,17 @@ int ftc_shard_meta_next(const ftc_shard_view_t *v, uint64_t *pos, const char **k
 /* Looks a key up; FTC_ENOENT when absent. */
 int ftc_shard_meta_get(const ftc_shard_view_t *v, const char *key, const uint8_t **val,
                        uint32_t *val_len);
+
+/* For a shard still arriving in order (replication verifies each tensor as
+ * soon as its bytes are in, ckpt/replica.c): the first have bytes of a shard
+ * of total bytes are present. ftc_shard_peek_count sets *n to the number of
+ * tensors once the whole table is present (FTC_EAGAIN before), FTC_ECORRUPT
+ * when the table cannot fit. ftc_shard_peek_tensor reads entry i (i < *n)
+ * and checks only that its bytes lie inside the payload area; the full
+ * validation is still ftc_shard_open's, on the complete shard. */
+int ftc_shard_peek_count(const void *buf, uint64_t have, uint64_t total, uint32_t *n);
+int ftc_shard_peek_tensor(const void *buf, uint64_t total, uint32_t i, uint64_t *offset,
+                          uint64_t *length, uint64_t *xxh3);
 
 /* Sets *size to the total size a buffer starting with this header declares,
  * after checking magic and version (for readers that must size a read). */

@@ -3,9 +3,9 @@
  *
  * A slot is a POSIX shm object (/dev/shm/NAME, mode 0600) holding one shard
  * region. The agent owns the slots, so they outlive a crashed rank; ranks
- * and a restarted agent map them by name. Each rank has two (double
- * buffering): one is written while the other still holds the last committed
- * version (I3).
+ * and a restarted agent map them by name. Each rank has three
+ * (FTC_AP_SLOTS_PER_RANK): one is written while another still holds the last
+ * committed version (I3) and the third the previous step, still replicating.
  *
  * Memory is reserved at creation with posix_fallocate, so a /dev/shm that is
  * too small fails here, with a message naming the size needed and the size

@@ -1,25 +1,44 @@
 /*
  * snapshot.c — see snapshot.h.
  *
- * A persistent pool of copy threads takes 8 MiB pieces of host tensors from
- * an atomic counter; device tensors are queued on each device's snapshot
- * stream by begin() itself. A coordinator thread waits for both, publishes
- * "copied", then seals the region (per-tensor xxh3 in parallel, footer) and
+ * A persistent pool of copy threads seals while it copies: the host tensors
+ * are cut into 4 MiB pieces, ordered tensor by tensor (largest first), and
+ *
+ *   1. every thread copies the next piece (an atomic counter) until none is
+ *      left; the last piece copied publishes "copied" (with the device
+ *      copies synchronised), so the trainer waits for the copy alone;
+ *   2. then each thread takes the next tensor (another counter), waits for
+ *      its last pieces (being copied by the others, at most one piece per
+ *      thread) and hashes it from the slot. The first threads out of the
+ *      copy start hashing the first tensors while the others finish theirs.
+ *
+ * Hashing each piece right after copying it, while it is in cache, was
+ * measured too (docs/benchmarks-snapshot.md): where xxh3 costs as much CPU
+ * as memcpy (these 2-core VMs) it made the copy the trainer waits for about
+ * twice as long, for no gain in begin..sealed.
+ *
+ * With host tensors only, the thread that copies the last piece publishes
+ * "copied" and the last thread out of the job writes the footer and
+ * publishes "sealed" (no hop through another thread). With device tensors a
+ * coordinator thread syncs the device copies, publishes "copied", waits for
+ * the host hashes, hashes the device tensors, writes the footer and
  * publishes "sealed". Waits are condition waits with deadlines.
  */
 #include "ckpt/snapshot.h"
 
+#include "core/hash.h"
 #include "core/log.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-#define FTC_SNAP_PIECE (8u << 20)
+#define FTC_SNAP_PIECE (4u << 20)
 #define FTC_SNAP_MAX_THREADS 16
 #define FTC_SNAP_MAX_DEVICES 16
 
@@ -32,8 +51,14 @@ typedef struct ftc__snap_tensor {
 
 typedef struct ftc__piece {
     uint32_t t;      /* tensor */
+    uint32_t u;      /* its unit */
     uint64_t off, n; /* byte range inside it */
 } ftc__piece_t;
+
+typedef struct ftc__unit { /* a host tensor: pieces [first, first+count) */
+    uint32_t t;
+    uint32_t first, count;
+} ftc__unit_t;
 
 enum { PH_IDLE = 0, PH_COPYING = 1, PH_COPIED = 2, PH_SEALED = 3, PH_FAILED = 4 };
 
@@ -45,6 +70,7 @@ struct ftc_snap {
     uint32_t meta_cap;
     int threads;
     bool frozen;       /* layout fixed */
+    bool has_dev;      /* a device tensor is registered: the coordinator syncs and seals */
     uint64_t size;
     const ftc_snap_device_ops_t *dev; /* NULL in a build without CUDA */
     void *dev_state;                  /* dev's state, opened on the first device tensor */
@@ -52,10 +78,15 @@ struct ftc_snap {
     uint8_t *pinned;                  /* region registered with the device, if any */
     /* current snapshot */
     uint8_t *region;
-    ftc__piece_t *pieces;
+    ftc__piece_t *pieces;       /* unit by unit */
     uint32_t npieces;
-    atomic_uint next_piece;
-    uint32_t pieces_done; /* under mu */
+    ftc__unit_t *units;         /* host tensors, largest first */
+    atomic_uint *unit_left;     /* pieces of each unit not copied yet */
+    uint32_t nunits;
+    atomic_uint next_piece;     /* next piece to copy */
+    atomic_uint next_unit;      /* next unit to hash */
+    atomic_uint copied;   /* pieces copied */
+    int left;             /* workers done with the current job (their tensors hashed), under mu */
     uint64_t job;         /* incremented per begin: wakes the workers */
     int phase;            /* PH_*, under mu */
     ftc_err_t job_err;    /* why PH_FAILED */
@@ -67,6 +98,17 @@ struct ftc_snap {
     bool coord_started;
     bool stop;
 };
+
+/* The last piece is copied: without device tensors that is "copied" (no
+ * hop through the coordinator); with them the coordinator syncs first. */
+static void ftc__snap_copied(ftc_snap_t *s)
+{
+    pthread_mutex_lock(&s->mu);
+    if (!s->has_dev && s->phase == PH_COPYING)
+        s->phase = PH_COPIED;
+    pthread_cond_broadcast(&s->cv_done);
+    pthread_mutex_unlock(&s->mu);
+}
 
 static void *ftc__snap_worker(void *arg)
 {
@@ -80,27 +122,52 @@ static void *ftc__snap_worker(void *arg)
             break;
         seen = s->job;
         pthread_mutex_unlock(&s->mu);
-        uint32_t did = 0;
-        for (;;) {
-            uint32_t i = atomic_fetch_add(&s->next_piece, 1);
-            if (i >= s->npieces)
+        for (;;) { /* 1. copy */
+            uint32_t k = atomic_fetch_add(&s->next_piece, 1);
+            if (k >= s->npieces)
                 break;
-            const ftc__piece_t *p = &s->pieces[i];
+            const ftc__piece_t *p = &s->pieces[k];
             const ftc__snap_tensor_t *t = &s->t[p->t];
             uint8_t *dst = ftc_shard_payload_ptr(s->layout, s->region, t->index);
             memcpy(dst + p->off, (const uint8_t *)t->ptr + p->off, p->n);
-            did++;
+            atomic_fetch_sub_explicit(&s->unit_left[p->u], 1, memory_order_release);
+            if (atomic_fetch_add(&s->copied, 1) + 1 == s->npieces)
+                ftc__snap_copied(s);
+        }
+        for (;;) { /* 2. hash, tensor by tensor, as their copies end */
+            uint32_t u = atomic_fetch_add(&s->next_unit, 1);
+            if (u >= s->nunits)
+                break;
+            /* its remaining pieces are being copied by the other threads */
+            while (atomic_load_explicit(&s->unit_left[u], memory_order_acquire) > 0)
+                sched_yield();
+            const ftc__snap_tensor_t *t = &s->t[s->units[u].t];
+            ftc_shard_set_tensor_xxh3(
+                s->region, t->index,
+                ftc_xxh3(ftc_shard_payload_ptr(s->layout, s->region, t->index), t->length));
         }
         pthread_mutex_lock(&s->mu);
-        s->pieces_done += did;
-        if (s->pieces_done == s->npieces)
+        if (++s->left == s->nthreads && !s->has_dev) {
+            /* the last thread out seals a host-only snapshot itself; nothing
+             * else moves the phase meanwhile (begin refuses until sealed) */
+            s->phase = PH_COPIED; /* (already, unless it had no piece) */
             pthread_cond_broadcast(&s->cv_done);
+            pthread_mutex_unlock(&s->mu);
+            ftc_err_t err = {0};
+            int rc = ftc_shard_seal_head(s->region, s->size, &err);
+            pthread_mutex_lock(&s->mu);
+            s->phase = rc ? PH_FAILED : PH_SEALED;
+            if (rc)
+                s->job_err = err;
+        }
+        pthread_cond_broadcast(&s->cv_done);
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
 }
 
-/* Waits for the copy of one snapshot, then seals it. */
+/* Waits for the copy of one snapshot (publishes "copied"), then for its
+ * hashes (publishes "sealed"). */
 static void *ftc__snap_coord(void *arg)
 {
     ftc_snap_t *s = arg;
@@ -112,7 +179,9 @@ static void *ftc__snap_coord(void *arg)
         if (s->stop)
             break;
         seen = s->job;
-        while (s->pieces_done < s->npieces)
+        if (!s->has_dev)
+            continue; /* host tensors only: the copy threads publish and seal */
+        while (atomic_load(&s->copied) < s->npieces)
             pthread_cond_wait(&s->cv_done, &s->mu);
         pthread_mutex_unlock(&s->mu);
         ftc_err_t err = {0};
@@ -125,13 +194,25 @@ static void *ftc__snap_coord(void *arg)
         if (rc)
             s->job_err = err;
         pthread_cond_broadcast(&s->cv_done);
+        /* the workers leave the job only once every tensor they took is hashed */
+        while (s->left < s->nthreads)
+            pthread_cond_wait(&s->cv_done, &s->mu);
         pthread_mutex_unlock(&s->mu);
-        if (!rc)
-            rc = ftc_shard_seal(s->region, s->size, s->threads, &err);
+        if (!rc) {
+            for (uint32_t i = 0; i < s->nt; i++) /* device tensors: hashed from the slot */
+                if (s->t[i].device != FTC_SNAP_HOST)
+                    ftc_shard_set_tensor_xxh3(
+                        s->region, s->t[i].index,
+                        ftc_xxh3(ftc_shard_payload_ptr(s->layout, s->region, s->t[i].index),
+                                 s->t[i].length));
+            rc = ftc_shard_seal_head(s->region, s->size, &err);
+        }
         pthread_mutex_lock(&s->mu);
-        s->phase = rc ? PH_FAILED : PH_SEALED;
-        if (rc)
-            s->job_err = err;
+        if (s->phase != PH_FAILED) {
+            s->phase = rc ? PH_FAILED : PH_SEALED;
+            if (rc)
+                s->job_err = err;
+        }
         pthread_cond_broadcast(&s->cv_done);
     }
     pthread_mutex_unlock(&s->mu);
@@ -204,6 +285,8 @@ void ftc_snap_destroy(ftc_snap_t *s)
     free(s->tid);
     free(s->t);
     free(s->pieces);
+    free((void *)s->unit_left);
+    free(s->units);
     free(s);
 }
 
@@ -241,7 +324,7 @@ int ftc_snap_add(ftc_snap_t *s, const char *name, int dtype, uint32_t ndim, cons
     }
     s->t[s->nt++] = (ftc__snap_tensor_t){ptr, device, len, (uint32_t)idx};
     if (device != FTC_SNAP_HOST)
-        s->dev_used[device] = true;
+        s->dev_used[device] = s->has_dev = true;
     return 0;
 }
 
@@ -258,21 +341,41 @@ static int ftc__snap_freeze(ftc_snap_t *s, ftc_err_t *err)
         if (rc)
             return rc;
     }
-    uint32_t n = 0;
+    uint32_t n = 0, nu = 0;
     for (uint32_t i = 0; i < s->nt; i++)
-        if (s->t[i].device == FTC_SNAP_HOST)
+        if (s->t[i].device == FTC_SNAP_HOST) {
             n += (uint32_t)((s->t[i].length + FTC_SNAP_PIECE - 1) / FTC_SNAP_PIECE);
+            nu++;
+        }
     s->pieces = calloc(n ? n : 1, sizeof *s->pieces);
-    if (!s->pieces)
+    s->units = calloc(nu ? nu : 1, sizeof *s->units);
+    s->unit_left = calloc(nu ? nu : 1, sizeof *s->unit_left);
+    if (!s->pieces || !s->units || !s->unit_left)
         return ftc_err_set(err, FTC_ENOMEM, "snapshot: out of memory");
-    n = 0;
+    /* units largest first (insertion sort: registration is small), so the
+     * last tensors claimed are the short ones */
+    nu = 0;
     for (uint32_t i = 0; i < s->nt; i++) {
         if (s->t[i].device != FTC_SNAP_HOST)
             continue;
+        uint32_t j = nu++;
+        while (j > 0 && s->t[s->units[j - 1].t].length < s->t[i].length) {
+            s->units[j] = s->units[j - 1];
+            j--;
+        }
+        s->units[j].t = i;
+    }
+    s->nunits = nu;
+    n = 0;
+    for (uint32_t ui = 0; ui < nu; ui++) {
+        uint32_t i = s->units[ui].t;
+        s->units[ui].first = n;
         for (uint64_t off = 0; off < s->t[i].length; off += FTC_SNAP_PIECE) {
             uint64_t len = s->t[i].length - off;
-            s->pieces[n++] = (ftc__piece_t){i, off, len < FTC_SNAP_PIECE ? len : FTC_SNAP_PIECE};
+            s->pieces[n++] =
+                (ftc__piece_t){i, ui, off, len < FTC_SNAP_PIECE ? len : FTC_SNAP_PIECE};
         }
+        s->units[ui].count = n - s->units[ui].first;
     }
     s->npieces = n;
     s->size = ftc_shard_layout_size(s->layout);
@@ -344,8 +447,12 @@ int ftc_snap_begin(ftc_snap_t *s, uint8_t *region, uint64_t step, uint64_t gener
     }
     pthread_mutex_lock(&s->mu);
     s->region = region;
+    for (uint32_t u = 0; u < s->nunits; u++)
+        atomic_store_explicit(&s->unit_left[u], s->units[u].count, memory_order_relaxed);
     atomic_store(&s->next_piece, 0);
-    s->pieces_done = 0;
+    atomic_store(&s->next_unit, 0);
+    atomic_store(&s->copied, 0);
+    s->left = 0;
     s->phase = PH_COPYING;
     ftc_err_clear(&s->job_err);
     s->job++;

@@ -12,7 +12,10 @@
  *      trainer may write its tensors again (the optimizer hook calls it);
  *   3. ftc_snap_wait_sealed(): returns when the region is also checksummed
  *      (each tensor's xxh3, computed from the slot, not from the live
- *      tensors, after the copy) and sealed: only then may it be replicated.
+ *      tensors) and sealed: only then may it be replicated. The copy threads
+ *      hash each tensor as soon as its copy has ended (no other thread is
+ *      involved), so the seal follows the copy by the hashing time of the
+ *      tensors still unhashed when the last piece is copied.
  *
  * Every wait takes a deadline. The user metadata of a checkpoint (data
  * cursor, RNG state) goes into a fixed-capacity record "user" (u64 length

@@ -10,7 +10,9 @@
  *   owner rank, step, offset, length, total: which bytes of which shard
  *   payload_xxh3: checksum of the payload that follows (length bytes); the
  *            replication engine leaves it 0 on PUT chunks, whose bytes are
- *            verified as a whole (every tensor's xxh3) before the ACK, and
+ *            verified through the shard's own checksums (each tensor's xxh3,
+ *            checked by the receiver as soon as the tensor's bytes have all
+ *            landed, and the head checked at PUT_END) before the ACK, and
  *            puts the shard's head checksum in PUT_END's
  *   mac:     HMAC-SHA256 (OpenSSL) over the header's first 96 bytes with the
  *            job secret, truncated to 16 bytes

@@ -56,8 +56,8 @@
       "persist every M committed checkpoints")                                                     \
     X(REDUNDANCY, "redundancy", STR, "1", 0, 0, "in-memory redundancy: K replicas, xor:G or "      \
                                                 "rs:G+M")                                          \
-    X(CKPT_BUSY, "checkpoint.busy", STR, "wait", 0, 0, "a checkpoint while the previous one "     \
-                                                       "still replicates: wait or skip")           \
+    X(CKPT_BUSY, "checkpoint.busy", STR, "wait", 0, 0, "a checkpoint while two older ones are "   \
+                                                       "still uncommitted: wait or skip")          \
     X(FABRIC_PROVIDER, "fabric.provider", STR, "", 0, 0, "libfabric provider (default: "          \
                                                          "FI_PROVIDER, else tcp;ofi_rxm)")         \
     X(AGENT_TIMEOUT, "agent.timeout_ms", INT, "30000", 100, 3600000,                               \

@@ -152,9 +152,11 @@ int ftc_register(ftc_ctx_t *ctx, const char *name, int dtype, int ndim, const in
 /* Starts a checkpoint of every registered tensor as step and returns once
  * the copy has started (it runs on other threads). meta (up to
  * meta_capacity bytes: data cursor, RNG state) is stored with it. Returns
- * FTC_EAGAIN when the agent's policy skipped this step (the previous
- * version is still replicating and policy is "skip"); the step is then not
- * checkpointed and training may go on. */
+ * FTC_EAGAIN when the agent's policy skipped this step (no free slot: the
+ * two previous versions are still replicating or waiting for their commit,
+ * and policy is "skip"); the step is then not checkpointed and training may
+ * go on. It waits only while the previous snapshot is not sealed yet, or,
+ * with policy "wait", while the agent has no free slot. */
 int ftc_checkpoint(ftc_ctx_t *ctx, int64_t step, const void *meta, size_t meta_len);
 /* Waits until the snapshot's copy is done (the tensors may be written
  * again). Returns at once when none is in flight. */

@@ -6,9 +6,10 @@
  * restored state is exactly the one of the restored step.
  *
  * usage: rank_main --steps N [--restore] [--floats F] [--step-ms MS]
- *                  [--die-after S] [--seed X]
+ *                  [--die-after S] [--seed X] [--no-commit]
  * Prints "RESTORED s OK" / "RESTORED s BAD" / "RESTORE NONE: why",
- * "COMMITTED s", and "ERROR: why". Identity comes from FTC_* variables.
+ * "CHECKPOINTED s" / "SKIPPED s" (the agent's busy policy skipped it),
+ * "COMMITTED s" (not waited for with --no-commit), and "ERROR: why". Identity comes from FTC_* variables.
  */
 #include "ftc.h"
 
@@ -40,7 +41,7 @@ int main(int argc, char **argv)
     int64_t steps = 5, die_after = -1;
     uint64_t floats = 1 << 16, seed = 7;
     int step_ms = 0;
-    int restore = 0;
+    int restore = 0, no_commit = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--steps") && i + 1 < argc)
             steps = atoll(argv[++i]);
@@ -54,6 +55,8 @@ int main(int argc, char **argv)
             die_after = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
             seed = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--no-commit"))
+            no_commit = 1;
         else {
             fprintf(stderr, "rank_main: unknown argument %s\n", argv[i]);
             return 2;
@@ -105,6 +108,7 @@ int main(int argc, char **argv)
             printf("ERROR: checkpoint %lld: %s\n", (long long)s, ftc_last_error(ctx));
             break;
         }
+        printf("%s %lld\n", rc ? "SKIPPED" : "CHECKPOINTED", (long long)s);
         if (ftc_wait_snapshot(ctx)) {
             printf("ERROR: wait %lld: %s\n", (long long)s, ftc_last_error(ctx));
             break;
@@ -117,7 +121,7 @@ int main(int argc, char **argv)
             raise(SIGKILL); /* a crash: no cleanup, no BYE */
         }
     }
-    if (steps > start) {
+    if (steps > start && !no_commit) {
         if (ftc_wait_committed(ctx, steps - 1) == 0)
             printf("COMMITTED %lld\n", (long long)(steps - 1));
         else

@@ -282,6 +282,26 @@ static void test_replicate_kill_rank_lose_node(void **state)
     teardown_env(e);
 }
 
+/* Three slots per rank: with the steps never committing (rank 1 of the
+ * world never runs) and policy skip, a rank still writes three versions —
+ * step 0 replicated and waiting for its commit, step 1 waiting for step 0's
+ * commit before its push, step 2 — before the agent has no slot left and
+ * skips. The newest committed version is never among them (nothing is
+ * committed here); with two slots step 2 would be skipped. */
+static void test_three_slots_before_skip(void **state)
+{
+    setenv("FTC_CHECKPOINT_BUSY", "skip", 1); /* inherited by the agents */
+    env_t *e = setup_env(*state, 2, "1", 1000);
+    unsetenv("FTC_CHECKPOINT_BUSY");
+    char out[PATH_MAX + 32];
+    snprintf(out, sizeof out, "%s/rank0.skip.out", e->jobdir);
+    pid_t p = start_rank(e, 0, 2, out, "--steps", "5", "--no-commit", NULL);
+    wait_rank(p, 60000);
+    assert_true(said(out, "CHECKPOINTED 0\nCHECKPOINTED 1\nCHECKPOINTED 2\nSKIPPED 3\n"
+                          "SKIPPED 4\n"));
+    teardown_env(e);
+}
+
 static void test_two_concurrent_losses_k2(void **state)
 {
     env_t *e = setup_env(*state, 3, "2", 1000);
@@ -358,6 +378,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         T(test_nothing_committed),
         T(test_replicate_kill_rank_lose_node),
+        T(test_three_slots_before_skip),
         T(test_two_concurrent_losses_k2),
         T(test_corrupt_replica_other_source),
         T(test_persist_tier_last_resort),

@@ -328,6 +328,40 @@ static void test_peek_size(void **state)
     free(r);
 }
 
+/* The peeks a receiver uses on a shard still arriving: the table once it is
+ * in, each entry as open() reads it, and a table or entry that cannot fit. */
+static void test_peek_arriving(void **state)
+{
+    (void)state;
+    uint64_t size;
+    uint8_t *r = ftc_test_make_shard(3, 0, 1, 1, &size);
+    ftc_err_t err = {0};
+    ftc_shard_view_t v;
+    assert_int_equal(ftc_shard_open(&v, r, size, FTC_SHARD_VERIFY, &err), 0);
+    uint32_t n = 0;
+    assert_int_equal(ftc_shard_peek_count(r, 100, size, &n), FTC_EAGAIN);
+    assert_int_equal(ftc_shard_peek_count(r, FTC_SHARD_HEADER_SIZE, size, &n),
+                     v.n_tensors ? FTC_EAGAIN : 0);
+    assert_int_equal(ftc_shard_peek_count(r, v.payload_offset, size, &n), 0);
+    assert_int_equal(n, v.n_tensors);
+    for (uint32_t i = 0; i < n; i++) {
+        ftc_shard_tensor_t t;
+        ftc_shard_get(&v, i, &t);
+        uint64_t off, len, h;
+        assert_int_equal(ftc_shard_peek_tensor(r, size, i, &off, &len, &h), 0);
+        assert_int_equal(off, t.offset);
+        assert_int_equal(len, t.length);
+        assert_int_equal(h, t.xxh3);
+        assert_int_equal(ftc_xxh3(r + off, len), h);
+    }
+    /* a total that is not the header's, an entry running past the payload */
+    assert_int_equal(ftc_shard_peek_count(r, size, size + 64, &n), FTC_ECORRUPT);
+    uint64_t huge = UINT64_MAX - 8, off, len, h;
+    memcpy(r + FTC_SHARD_HEADER_SIZE + 8, &huge, 8); /* tensor 0's length */
+    assert_int_equal(ftc_shard_peek_tensor(r, size, 0, &off, &len, &h), FTC_ECORRUPT);
+    free(r);
+}
+
 
 /* Re-signs the head and footer after a deliberate edit, so that the check
  * under test (not the checksum) must catch it. */
@@ -383,6 +417,7 @@ int main(void)
         cmocka_unit_test(test_layout_errors),
         cmocka_unit_test(test_offsets_past_4gib),
         cmocka_unit_test(test_peek_size),
+        cmocka_unit_test(test_peek_arriving),
         cmocka_unit_test(test_metadata_duplicates_and_padding),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

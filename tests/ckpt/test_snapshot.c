@@ -18,7 +18,7 @@ static void test_snapshot_round_trip(void **state)
     ftc_shard_info_t in = ftc_test_info(0, 1);
     ftc_snap_t *s = ftc_snap_create(&in, 3, 256, &err);
     assert_non_null(s);
-    /* one big tensor (several 8 MiB pieces), a few small ones, an empty one */
+    /* one big tensor (several 4 MiB pieces), a few small ones, an empty one */
     uint64_t nbig = (20u << 20) / 4 + 3, nsmall = 1000;
     float *big = malloc(nbig * 4);
     int64_t *small = malloc(nsmall * 8);
@@ -61,6 +61,12 @@ static void test_snapshot_round_trip(void **state)
         assert_false(ftc_snap_busy(s));
         ftc_shard_view_t v;
         assert_int_equal(ftc_shard_open(&v, slot.base, size, FTC_SHARD_VERIFY, &err), 0);
+        /* sealed by the copy threads: byte for byte what ftc_shard_seal makes */
+        uint8_t *again_sealed = malloc(size);
+        memcpy(again_sealed, slot.base, size);
+        assert_int_equal(ftc_shard_seal(again_sealed, size, 2, &err), 0);
+        assert_memory_equal(again_sealed, slot.base, size);
+        free(again_sealed);
         assert_int_equal(v.info.step, step);
         assert_int_equal(v.info.generation, 3);
         ftc_shard_tensor_t t;
