@@ -417,7 +417,9 @@ const ftc_cli_cmd_t *cmd, int argc, char **argv)
         ftc_dist_opts_t dopt = {.world = world, .tp = 1, .rank = rank, .provider = NULL,
                                 .dir = getenv("FTC_TRAIN_RDZV_DIR"),
                                 .host = getenv("MASTER_ADDR"), .port = ftc__rdzv_port(),
-                                .timeout_ms = (int)g.coll_timeout_ms};
+                                /* slow starts on a loaded machine: at least a minute */
+                                .timeout_ms = g.coll_timeout_ms > 60000 ? (int)g.coll_timeout_ms
+                                                                        : 60000};
         if ((!dopt.dir || !*dopt.dir) && (!dopt.host || !*dopt.host || dopt.port < 1)) {
             ec = ftc_cli_usage_error(cmd, "rank %d of %d: set MASTER_ADDR and MASTER_PORT (the "
                                           "rendezvous on rank 0), or run ftc train --nproc N",

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define FTC__META_MAGIC "FTCTRST1"
 #define FTC__META_VERSION 1
@@ -405,9 +406,25 @@ static int ftc__shard_persist_setup(ftc_trainer_t *t, ftc_err_t *err)
     free(v);
     if (ftc__gather_u64(t, mine, all, err) < 0)
         return err->code;
-    uint64_t step = mine;
-    for (int r = 0; r < t->dpn; r++)
+    uint64_t step = mine, most = 0;
+    for (int r = 0; r < t->dpn; r++) {
         step = all[r] < step ? all[r] : step;
+        most = all[r] > most ? all[r] : most;
+    }
+    char more[4200];
+    struct stat sb;
+    snprintf(more, sizeof more, "%s/rank-d%d", t->o.ckpt_dir, t->dpn);
+    if (t->dpr == 0 && stat(more, &sb) == 0)
+        return ftc_err_set(err, FTC_ECONFIG, "%s exists: %s holds the chunks of more than %d DP "
+                           "ranks; restart with the saved DP degree (re-partitioning ZeRO-1 "
+                           "chunks is not implemented) or use another --ckpt-dir", more,
+                           t->o.ckpt_dir, t->dpn);
+    if (step == 0 && most > 0)
+        return ftc_err_set(err, FTC_ECONFIG, "%s: DP rank %d has %s while another rank has step "
+                           "%llu: the checkpoint was written with another DP degree or is "
+                           "incomplete; restart with the saved DP degree or use another "
+                           "--ckpt-dir", t->o.ckpt_dir, t->dpr,
+                           mine ? "a checkpoint" : "no checkpoint", (unsigned long long)most);
     if (step == 0)
         return 0;
     ftc_persist_loaded_t *l = NULL;
