@@ -68,7 +68,8 @@ static double time_steps(ftc_train_options_t *o, int steps, double *ckpt_s, size
 }
 
 /* Mean seconds per step of rank 0 among n forked DP rank processes. */
-static double time_dp(const ftc_train_options_t *o0, int n, int steps, const char *base)
+static double time_dp(const ftc_train_options_t *o0, int n, int steps, const char *base,
+                      bool ckpt)
 {
     char dir[PATH_MAX];
     snprintf(dir, sizeof dir, "%s/bench_train_rdzv.%d.%d", base, (int)getpid(), n);
@@ -92,6 +93,12 @@ static double time_dp(const ftc_train_options_t *o0, int n, int steps, const cha
             }
             ftc_train_options_t o = *o0;
             o.dp_coll = d ? d->dp : NULL;
+            char ck[PATH_MAX + 16];
+            snprintf(ck, sizeof ck, "%s/ckpt", dir);
+            if (ckpt) { /* every rank persists its ZeRO-1 chunk every step */
+                o.ckpt_dir = ck;
+                o.ckpt_every = 1;
+            }
             size_t params;
             double s = time_steps(&o, steps, NULL, &params);
             if (r == 0 && write(fds[1], &s, sizeof s) != (ssize_t)sizeof s)
@@ -138,7 +145,8 @@ int main(int argc, char **argv)
     printf("bench_train: CPU backend, %d OpenMP thread(s) in the 1-process columns, generated "
            "corpus, %ld online cores\n", ftc_kernels_cpu_threads(), sysconf(_SC_NPROCESSORS_ONLN));
     printf("real DP, deterministic, global batch 4 x B x T, 1 thread per rank (tokens/s):\n");
-    printf("%-7s %9s %10s %10s %10s\n", "model", "B x T", "1 rank", "2 ranks", "4 ranks");
+    printf("%-7s %9s %10s %10s %10s | %s\n", "model", "B x T", "1 rank", "2 ranks", "4 ranks",
+           "2 ranks, ckpt every step: ratio");
     for (int i = 0; i < 3; i++) {
         static const char *const names[] = {"tiny", "small", "medium"};
         static const int BT[3][2] = {{8, 64}, {4, 128}, {1, 256}};
@@ -156,12 +164,16 @@ int main(int argc, char **argv)
         o.job_id = "bench-train";
         int steps = quick ? 1 : (i == 0 ? 10 : 2);
         printf("%-7s %4d x %-4d", names[i], BT[i][0], BT[i][1]);
+        double two = 0;
         for (int n = 1; n <= 4; n *= 2) {
-            double s = time_dp(&o, n, steps, base);
+            double s = time_dp(&o, n, steps, base, false);
             printf(" %10.0f", s > 0 ? 4.0 * BT[i][0] * BT[i][1] / s : 0.0);
             fflush(stdout);
+            if (n == 2)
+                two = s;
         }
-        printf("\n");
+        double ck = time_dp(&o, 2, steps, base, true);
+        printf(" | %6.2fx\n", two > 0 && ck > 0 ? ck / two : 0.0);
     }
     printf("one process, fp32 accumulation, with and without a checkpoint every step:\n");
     printf("%-7s %11s %9s %10s %12s | %12s %12s %7s\n", "model", "params", "B x T", "step ms",
