@@ -340,8 +340,8 @@ static int ftc__agent_setup(ftc_trainer_t *t, ftc_err_t *err)
     uint64_t mine = rc == 0 ? (uint64_t)step : UINT64_MAX, all[FTC__MAX_DP];
     if (rc < 0 && rc != FTC_ENOENT)
         return ftc_err_set(err, rc, "agent restore: %s", ftc_last_error(t->ftc));
-    if (ftc__gather_u64(t, mine, all, err) < 0)
-        return err->code;
+    if ((rc = ftc__gather_u64(t, mine, all, err)) < 0)
+        return rc;
     for (int r = 0; r < t->dpn; r++)
         if (all[r] != mine)
             return ftc_err_set(err, FTC_ECONFIG, "agent restore: DP rank %d restored %s, DP rank "
@@ -404,8 +404,8 @@ static int ftc__shard_persist_setup(ftc_trainer_t *t, ftc_err_t *err)
         if (v[i].state == FTC_PV_COMMITTED && v[i].step > mine)
             mine = v[i].step;
     free(v);
-    if (ftc__gather_u64(t, mine, all, err) < 0)
-        return err->code;
+    if ((rc = ftc__gather_u64(t, mine, all, err)) < 0)
+        return rc;
     uint64_t step = mine, most = 0;
     for (int r = 0; r < t->dpn; r++) {
         step = all[r] < step ? all[r] : step;

@@ -6,6 +6,10 @@
  *   - DP = 2, 3, 4 processes over tcp;ofi_rxm and DP = 3 over shm end with
  *     the bits of the single-process run (non-divisible chunks included);
  *     two ranks meeting through the TCP rendezvous (MASTER_ADDR/PORT) too;
+ *   - in-process ranks (ftc_dist_join + ftc_trainer_create with dp_coll) on
+ *     a model of 5410 parameters (not divisible by 3 or 4: uneven ZeRO-1
+ *     chunks) for DP = 3 and 4: the single-process bits, parameters and
+ *     the gathered moments;
  *   - DP = 2 stopped at step 2 (persist tier, one chunk per rank) and
  *     resumed to the end: the same bits;
  *   - a rank killed with SIGKILL mid-run: the launcher and the surviving
@@ -20,10 +24,13 @@
 #include "core/clock.h"
 #include "core/fsio.h"
 #include "detect/redis_fixture.h"
+#include "trainer/dist.h"
+#include "trainer/train.h"
 
 #include <dirent.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -188,6 +195,114 @@ static void test_dp_bit_identical(void **state)
     char *s1 = slurp(p[1].out);
     assert_null(strstr(s1, "step ")); /* only rank 0 prints the progress */
     free(s1);
+    ftc_test_rmrf(dir);
+    free(dir);
+}
+
+/* ---- uneven chunks, in-process ranks ------------------------------------- */
+
+static ftc_train_options_t odd_opts(void)
+{
+    ftc_train_options_t o = FTC_TRAIN_OPTIONS_INIT;
+    o.model = (ftc_model_config_t){257, 16, 2, 2, 10}; /* 10 x 541 = 5410 parameters */
+    o.micro_batch = 2;
+    o.seq_len = 16;
+    o.micro_steps = 5;
+    o.steps = 3;
+    o.optim.lr = 3e-3f;
+    o.optim.warmup = 2;
+    o.corpus_bytes = 40000;
+    o.deterministic = true;
+    o.job_id = "test-odd";
+    return o;
+}
+
+/* Runs the odd model; writes the params and both full moments to `out`
+ * (n floats each) by gathering the ranks' chunks. */
+static void odd_run(int n, const char *dir, float *out, size_t *np)
+{
+    size_t P = 5410;
+    float *sh = mmap(NULL, 3 * P * sizeof(float), PROT_READ | PROT_WRITE,
+                     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(sh != MAP_FAILED);
+    pid_t pids[4];
+    fflush(stdout);
+    for (int r = 0; r < n; r++) {
+        pids[r] = fork();
+        assert_true(pids[r] >= 0);
+        if (pids[r] == 0) {
+            ftc_err_t err = {0};
+            ftc_dist_t *d = NULL;
+            ftc_dist_opts_t dop = {.world = n, .tp = 1, .rank = r, .dir = dir,
+                                   .timeout_ms = 60000, .provider = "tcp;ofi_rxm"};
+            if (n > 1 && ftc_dist_join(&dop, &d, &err) < 0) {
+                fprintf(stderr, "rank %d: %s\n", r, err.msg);
+                _exit(1);
+            }
+            ftc_train_options_t o = odd_opts();
+            o.dp_coll = d ? d->dp : NULL;
+            ftc_trainer_t *t = ftc_trainer_create(&o, &err);
+            if (!t) {
+                fprintf(stderr, "rank %d: %s\n", r, err.msg);
+                _exit(1);
+            }
+            for (uint64_t s = 0; s < o.steps; s++)
+                if (ftc_trainer_step(t, NULL, &err) < 0) {
+                    fprintf(stderr, "rank %d: %s\n", r, err.msg);
+                    _exit(1);
+                }
+            size_t nparam = ftc_model_num_params(ftc_trainer_model(t)), off, len;
+            if (nparam != P)
+                _exit(3);
+            ftc_coll_chunk(P, n, r, &off, &len);
+            const ftc_adamw_t *a = ftc_trainer_adamw(t);
+            if (a->n != len)
+                _exit(4);
+            if (r == 0)
+                memcpy(sh, ftc_model_params(ftc_trainer_model(t)), P * sizeof(float));
+            memcpy(sh + P + off, a->m, len * sizeof(float));
+            memcpy(sh + 2 * P + off, a->v, len * sizeof(float));
+            ftc_trainer_destroy(t);
+            ftc_dist_destroy(d);
+            exit(0);
+        }
+    }
+    for (int r = 0; r < n; r++) {
+        int st;
+        waitpid(pids[r], &st, 0);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            fail_msg("DP=%d rank %d: status 0x%x", n, r, st);
+    }
+    memcpy(out, sh, 3 * P * sizeof(float));
+    munmap(sh, 3 * P * sizeof(float));
+    *np = P;
+}
+
+static void test_uneven_chunks_in_process(void **state)
+{
+    (void)state;
+    char *dir = ftc_test_tmpdir("traindp");
+    size_t P = 5410, np = 0;
+    float *base = malloc(3 * P * sizeof(float)), *got = malloc(3 * P * sizeof(float));
+    assert_non_null(base);
+    assert_non_null(got);
+    /* reference: one process (forked too: OpenMP threads and fork do not
+     * mix, so the test process itself never runs a kernel) */
+    odd_run(1, dir, base, &np);
+    assert_int_equal(np, P);
+    for (int n = 3; n <= 4; n++) {
+        char sub[PATH_MAX];
+        snprintf(sub, sizeof sub, "%s/g%d", dir, n);
+        assert_int_equal(mkdir(sub, 0700), 0);
+        odd_run(n, sub, got, &np);
+        assert_int_equal(np, P);
+        assert_memory_equal(base, got, P * sizeof(float));                 /* parameters */
+        assert_memory_equal(base + P, got + P, 2 * P * sizeof(float));     /* m and v */
+        print_message("DP=%d in-process ranks, %zu parameters (uneven chunks): identical\n", n,
+                      P);
+    }
+    free(base);
+    free(got);
     ftc_test_rmrf(dir);
     free(dir);
 }
@@ -413,6 +528,7 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dp_bit_identical),
+        cmocka_unit_test(test_uneven_chunks_in_process),
         cmocka_unit_test(test_stop_resume_dp2),
         cmocka_unit_test(test_killed_rank_fails_peers),
         cmocka_unit_test_setup_teardown(test_agent_kill_restart, redis_fixture_setup,
