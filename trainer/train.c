@@ -268,7 +268,7 @@ static void ftc__meta_fill(const ftc_trainer_t *t, ftc__train_meta_t *meta)
 
 /* Checks a restored record against this run; sets step and RNG. */
 static int ftc__meta_apply(ftc_trainer_t *t, const ftc__train_meta_t *meta, uint32_t mlen,
-                           uint64_t step, const char *where, ftc_err_t *err)
+                           uint64_t step, uint64_t want, const char *where, ftc_err_t *err)
 {
     if (mlen != sizeof *meta || memcmp(meta->magic, FTC__META_MAGIC, 8) ||
         meta->version != FTC__META_VERSION || meta->size != sizeof *meta)
@@ -279,11 +279,10 @@ static int ftc__meta_apply(ftc_trainer_t *t, const ftc__train_meta_t *meta, uint
                            "%s: step %llu was written by a different configuration (model, batch, "
                            "schedule, seed or data differ); use another checkpoint location or "
                            "the same settings", where, (unsigned long long)step);
-    uint64_t want = t->sharded ? (uint64_t)t->dpn : 0;
     if (meta->reserved != want)
         return ftc_err_set(err, FTC_ECONFIG,
                            "%s: step %llu holds %s, this run has %d DP ranks: restart with the "
-                           "saved DP degree (re-partitioning ZeRO-1 chunks is not implemented)",
+                           "saved DP degree (only the persist tier re-partitions ZeRO-1 chunks)",
                            where, (unsigned long long)step,
                            meta->reserved ? "ZeRO-1 chunks of another DP degree"
                                           : "a whole single-process state",
@@ -350,11 +349,215 @@ static int ftc__agent_setup(ftc_trainer_t *t, ftc_err_t *err)
                                all[r] == UINT64_MAX ? "nothing" : "another step");
     if (mine == UINT64_MAX)
         return 0;
-    rc = ftc__meta_apply(t, &meta, (uint32_t)mlen, mine, "agent", err);
+    rc = ftc__meta_apply(t, &meta, (uint32_t)mlen, mine, (uint64_t)t->dpn, "agent", err);
     if (rc < 0)
         return rc;
     FTC_INFO("train", "DP rank %d: restored step %llu through the agent", t->dpr,
              (unsigned long long)mine);
+    return ftc__gather_params(t, err);
+}
+
+/* The newest committed step in a persist directory (0: none). */
+static int ftc__newest(const char *dir, uint64_t *step, ftc_err_t *err)
+{
+    *step = 0;
+    ftc_persist_options_t po = FTC_PERSIST_OPTIONS_INIT;
+    ftc_persist_t *p = ftc_persist_open(dir, &po, err);
+    if (!p)
+        return err ? err->code : FTC_EIO;
+    ftc_persist_version_t *v = NULL;
+    int nv = 0, rc = ftc_persist_list(p, &v, &nv);
+    if (rc < 0)
+        rc = ftc_err_set(err, rc, "%s: %s", dir, ftc_persist_errstr(p));
+    for (int i = 0; rc == 0 && i < nv; i++)
+        if (v[i].state == FTC_PV_COMMITTED && v[i].step > *step)
+            *step = v[i].step;
+    free(v);
+    ftc_persist_close(p);
+    return rc;
+}
+
+/* Loads version `step` of saved DP rank q of S (chunk qoff, qlen of P) from
+ * ckpt_dir/rank-dq into fresh buffers (params, m, v of the chunk) and the
+ * metadata record. */
+static int ftc__load_chunk(ftc_trainer_t *t, int q, int S, uint64_t step, float **bufs,
+                           size_t *qoff, size_t *qlen, ftc__train_meta_t *meta, uint32_t *mlen,
+                           ftc_err_t *err)
+{
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/rank-d%d", t->o.ckpt_dir, q);
+    ftc_coll_chunk(ftc_model_num_params(t->model), S, q, qoff, qlen);
+    ftc_shard_info_t info;
+    memset(&info, 0, sizeof info);
+    snprintf(info.job_id, sizeof info.job_id, "%s", t->o.job_id ? t->o.job_id : "ftc-train");
+    info.generation = 1;
+    info.dp = (uint32_t)S, info.tp = info.pp = 1, info.dp_rank = (uint32_t)q;
+    ftc_snap_t *sn = ftc_snap_create(&info, 1, sizeof(ftc__train_meta_t), err);
+    if (!sn)
+        return err ? err->code : FTC_ENOMEM;
+    static const char *const names[3] = {"param.shard", "adamw.m.shard", "adamw.v.shard"};
+    uint64_t shape[1] = {*qlen};
+    int rc = 0;
+    for (int b = 0; b < 3 && rc == 0; b++) {
+        bufs[b] = malloc((*qlen ? *qlen : 1) * sizeof(float));
+        rc = bufs[b] ? ftc_snap_add(sn, names[b], FTC_DTYPE_F32, 1, shape, bufs[b],
+                                    FTC_SNAP_HOST, err)
+                     : ftc_err_set(err, FTC_ENOMEM, "re-partitioning: out of memory");
+    }
+    ftc_persist_options_t po = FTC_PERSIST_OPTIONS_INIT;
+    ftc_persist_t *p = rc == 0 ? ftc_persist_open(dir, &po, err) : NULL;
+    ftc_persist_loaded_t *l = NULL;
+    if (rc == 0 && !p)
+        rc = err ? err->code : FTC_EIO;
+    if (rc == 0 && (rc = ftc_persist_load(p, step, &l)) < 0)
+        rc = ftc_err_set(err, rc, "re-partitioning: step %llu of %s: %s",
+                         (unsigned long long)step, dir, ftc_persist_errstr(p));
+    uint64_t got = 0;
+    if (rc == 0)
+        rc = l->n_shards == 1 && l->step == step
+                 ? ftc_snap_restore(sn, l->shards[0], l->sizes[0], &got, meta, mlen, err)
+                 : ftc_err_set(err, FTC_ECORRUPT, "%s: step %llu is not one chunk of step %llu",
+                               dir, (unsigned long long)l->step, (unsigned long long)step);
+    if (rc < 0 && err)
+        ftc_err_wrap(err, "re-partitioning from %s", dir);
+    ftc_persist_loaded_free(l);
+    ftc_persist_close(p);
+    ftc_snap_destroy(sn);
+    return rc;
+}
+
+/* The general restore: the chunks of the saved DP degree S (from rank-d0's
+ * newest version) at the newest step all S ranks committed, re-split into
+ * this run's chunk. Every rank reads the files it overlaps (and rank-d0's). */
+static int ftc__repartition(ftc_trainer_t *t, ftc_err_t *err)
+{
+    char d0[4200];
+    snprintf(d0, sizeof d0, "%s/rank-d0", t->o.ckpt_dir);
+    uint64_t s0 = 0;
+    int rc = ftc__newest(d0, &s0, err);
+    if (rc < 0)
+        return rc;
+    if (s0 == 0)
+        return ftc_err_set(err, FTC_ECORRUPT, "%s: other ranks have checkpoints but %s has "
+                           "none: use another --ckpt-dir", t->o.ckpt_dir, d0);
+    float *bufs[3] = {NULL, NULL, NULL};
+    size_t qoff, qlen;
+    /* the saved DP degree: the shard header of rank-d0's newest version */
+    ftc_persist_options_t po = FTC_PERSIST_OPTIONS_INIT;
+    ftc_persist_t *p0 = ftc_persist_open(d0, &po, err);
+    if (!p0)
+        return err ? err->code : FTC_EIO;
+    ftc_persist_loaded_t *l = NULL;
+    ftc_shard_view_t view;
+    int S = 0;
+    rc = ftc_persist_load(p0, s0, &l);
+    if (rc < 0)
+        rc = ftc_err_set(err, rc, "%s: %s", d0, ftc_persist_errstr(p0));
+    else if (l->n_shards != 1 || (rc = ftc_shard_open(&view, l->shards[0], l->sizes[0], 0, err)) < 0)
+        rc = rc < 0 ? rc : ftc_err_set(err, FTC_ECORRUPT, "%s: not one chunk per version", d0);
+    else
+        S = (int)view.info.dp;
+    ftc_persist_loaded_free(l);
+    ftc_persist_close(p0);
+    if (rc < 0)
+        return rc;
+    if (S < 1 || S > FTC__MAX_DP)
+        return ftc_err_set(err, FTC_ECORRUPT, "%s: step %llu: DP degree %d in the record", d0,
+                           (unsigned long long)s0, S);
+    uint64_t step = UINT64_MAX;
+    for (int q = 0; q < S; q++) {
+        char dq[4200];
+        uint64_t sq = 0;
+        snprintf(dq, sizeof dq, "%s/rank-d%d", t->o.ckpt_dir, q);
+        if ((rc = ftc__newest(dq, &sq, err)) < 0)
+            return rc;
+        if (sq == 0)
+            return ftc_err_set(err, FTC_ECORRUPT, "%s: the checkpoint of %d DP ranks lacks %s",
+                               t->o.ckpt_dir, S, dq);
+        step = sq < step ? sq : step;
+    }
+    float *p = ftc_model_params(t->model);
+    size_t lo = t->shard_off, hi = t->shard_off + t->shard_len;
+    bool have_meta = false;
+    for (int q = 0; q < S; q++) {
+        size_t o0, l0;
+        ftc_coll_chunk(ftc_model_num_params(t->model), S, q, &o0, &l0);
+        if ((o0 + l0 <= lo || o0 >= hi) && have_meta)
+            continue; /* no overlap */
+        ftc__train_meta_t mq;
+        uint32_t ml = sizeof mq;
+        memset(&mq, 0, sizeof mq);
+        rc = ftc__load_chunk(t, q, S, step, bufs, &qoff, &qlen, &mq, &ml, err);
+        if (rc == 0) {
+            size_t a = qoff > lo ? qoff : lo, b = qoff + qlen < hi ? qoff + qlen : hi;
+            for (size_t i = a; i < b; i++) {
+                p[i] = bufs[0][i - qoff];
+                t->adam->m[i - lo] = bufs[1][i - qoff];
+                t->adam->v[i - lo] = bufs[2][i - qoff];
+            }
+            if (!have_meta)
+                rc = ftc__meta_apply(t, &mq, ml, step, (uint64_t)S, t->o.ckpt_dir, err);
+            have_meta = true;
+        }
+        for (int b = 0; b < 3; b++)
+            free(bufs[b]), bufs[b] = NULL;
+        if (rc < 0)
+            return rc;
+    }
+    FTC_INFO("train", "DP rank %d of %d: restored step %llu from %s, re-partitioned from %d DP "
+             "ranks", t->dpr, t->dpn, (unsigned long long)step, t->o.ckpt_dir, S);
+    return 0;
+}
+
+/* Persist-tier restore of a DP rank: when every rank's newest committed step
+ * is the same and of this DP degree, each loads its own chunk; otherwise (a
+ * different saved DP degree, or a checkpoint cut short on some rank) every
+ * rank re-partitions from the saved chunks. Then the parameters are
+ * all-gathered. */
+static int ftc__shard_persist_restore(ftc_trainer_t *t, ftc_err_t *err)
+{
+    uint64_t mine = 0, all[FTC__MAX_DP];
+    int rc = ftc__newest(t->rank_dir, &mine, err);
+    if (rc < 0)
+        return rc;
+    if ((rc = ftc__gather_u64(t, mine, all, err)) < 0)
+        return rc;
+    bool same = true, any = false;
+    for (int r = 0; r < t->dpn; r++)
+        same = same && all[r] == mine, any = any || all[r];
+    char more[4200];
+    struct stat sb;
+    snprintf(more, sizeof more, "%s/rank-d%d", t->o.ckpt_dir, t->dpn);
+    if (!any && stat(more, &sb) != 0)
+        return 0; /* a fresh start */
+    uint64_t ok = 0, oks[FTC__MAX_DP];
+    ftc_err_t e_fast = {0};
+    if (same && mine) {
+        ftc_persist_loaded_t *l = NULL;
+        ftc__train_meta_t meta;
+        uint32_t mlen = sizeof meta;
+        uint64_t got = 0;
+        memset(&meta, 0, sizeof meta);
+        if (ftc_persist_load(t->persist, mine, &l) == 0 && l->n_shards == 1 &&
+            ftc_snap_restore(t->snap, l->shards[0], l->sizes[0], &got, &meta, &mlen, &e_fast) ==
+                0 &&
+            mlen == sizeof meta && meta.reserved == (uint64_t)t->dpn && got == mine)
+            ok = 1;
+        ftc_persist_loaded_free(l);
+        if ((rc = ftc__gather_u64(t, ok, oks, err)) < 0)
+            return rc;
+        for (int r = 0; r < t->dpn; r++)
+            ok = ok && oks[r];
+        if (ok) {
+            if ((rc = ftc__meta_apply(t, &meta, mlen, got, (uint64_t)t->dpn, t->rank_dir, err)) < 0)
+                return rc;
+            FTC_INFO("train", "DP rank %d: restored step %llu from %s", t->dpr,
+                     (unsigned long long)got, t->rank_dir);
+            return ftc__gather_params(t, err);
+        }
+    }
+    if ((rc = ftc__repartition(t, err)) < 0)
+        return rc;
     return ftc__gather_params(t, err);
 }
 
@@ -393,61 +596,7 @@ static int ftc__shard_persist_setup(ftc_trainer_t *t, ftc_err_t *err)
     t->persist = ftc_persist_open(t->rank_dir, &po, err);
     if (!t->persist)
         return err ? err->code : FTC_EIO;
-    /* the newest step that every rank has committed */
-    ftc_persist_version_t *v = NULL;
-    int nv = 0;
-    rc = ftc_persist_list(t->persist, &v, &nv);
-    if (rc < 0)
-        return ftc_err_set(err, rc, "%s: %s", t->rank_dir, ftc_persist_errstr(t->persist));
-    uint64_t mine = 0, all[FTC__MAX_DP];
-    for (int i = 0; i < nv; i++)
-        if (v[i].state == FTC_PV_COMMITTED && v[i].step > mine)
-            mine = v[i].step;
-    free(v);
-    if ((rc = ftc__gather_u64(t, mine, all, err)) < 0)
-        return rc;
-    uint64_t step = mine, most = 0;
-    for (int r = 0; r < t->dpn; r++) {
-        step = all[r] < step ? all[r] : step;
-        most = all[r] > most ? all[r] : most;
-    }
-    char more[4200];
-    struct stat sb;
-    snprintf(more, sizeof more, "%s/rank-d%d", t->o.ckpt_dir, t->dpn);
-    if (t->dpr == 0 && stat(more, &sb) == 0)
-        return ftc_err_set(err, FTC_ECONFIG, "%s exists: %s holds the chunks of more than %d DP "
-                           "ranks; restart with the saved DP degree (re-partitioning ZeRO-1 "
-                           "chunks is not implemented) or use another --ckpt-dir", more,
-                           t->o.ckpt_dir, t->dpn);
-    if (step == 0 && most > 0)
-        return ftc_err_set(err, FTC_ECONFIG, "%s: DP rank %d has %s while another rank has step "
-                           "%llu: the checkpoint was written with another DP degree or is "
-                           "incomplete; restart with the saved DP degree or use another "
-                           "--ckpt-dir", t->o.ckpt_dir, t->dpr,
-                           mine ? "a checkpoint" : "no checkpoint", (unsigned long long)most);
-    if (step == 0)
-        return 0;
-    ftc_persist_loaded_t *l = NULL;
-    rc = ftc_persist_load(t->persist, step, &l);
-    if (rc < 0)
-        return ftc_err_set(err, rc, "restoring step %llu from %s: %s", (unsigned long long)step,
-                           t->rank_dir, ftc_persist_errstr(t->persist));
-    ftc__train_meta_t meta;
-    uint32_t mlen = sizeof meta;
-    uint64_t got = 0;
-    memset(&meta, 0, sizeof meta);
-    rc = l->n_shards == 1 ? ftc_snap_restore(t->snap, l->shards[0], l->sizes[0], &got, &meta,
-                                             &mlen, err)
-                          : ftc_err_set(err, FTC_ECONFIG, "version has %d shards; a DP rank "
-                                        "writes 1", l->n_shards);
-    ftc_persist_loaded_free(l);
-    if (rc < 0)
-        return ftc_err_wrap(err, "restoring from %s", t->rank_dir);
-    if ((rc = ftc__meta_apply(t, &meta, mlen, got, t->rank_dir, err)) < 0)
-        return rc;
-    FTC_INFO("train", "DP rank %d: restored step %llu from %s", t->dpr, (unsigned long long)got,
-             t->rank_dir);
-    return ftc__gather_params(t, err);
+    return ftc__shard_persist_restore(t, err);
 }
 
 ftc_trainer_t *ftc_trainer_create(const ftc_train_options_t *o, ftc_err_t *err)

@@ -43,8 +43,10 @@
  * step every rank has committed. With `agent` set (a socket path) the state
  * goes through include/ftc.h instead: registered once, ftc_checkpoint every
  * ckpt_every steps, ftc_wait_snapshot before the optimizer writes the
- * registered chunk, ftc_restore at start. A restore at a different dp than
- * the checkpoint's is refused (FTC_ECONFIG) on the real-DP paths.
+ * registered chunk, ftc_restore at start. From the persist tier a run may
+ * resume at another dp: the saved chunks are gathered and re-split (every
+ * rank reads the saved chunks its own overlaps); through the agent a
+ * different dp is refused (FTC_ECONFIG).
  *
  * Thread-safety: a trainer is driven by one thread.
  */
