@@ -318,7 +318,6 @@ static int ftc__agent_setup(ftc_trainer_t *t, ftc_err_t *err)
     fo.tp = t->o.tp > 0 ? t->o.tp : 1;
     fo.pp = 1;
     fo.meta_capacity = 4096;
-    fo.timeout_ms = t->o.coll_timeout_ms;
     int rc = ftc_create(&fo, &t->ftc);
     if (rc < 0)
         return ftc_err_set(err, rc, "agent %s: %s", t->o.agent,
