@@ -429,6 +429,8 @@ static void test_killed_rank_fails_peers(void **state)
 
 /* ---- with agents ---------------------------------------------------------- */
 
+static pid_t g_agents[2]; /* killed by agent_teardown, also after a failure */
+
 static pid_t start_agent(redis_fixture_t *f, const char *jobdir, const char *persist,
                          const char *job, const char *url, int i)
 {
@@ -506,9 +508,8 @@ static void test_agent_kill_restart(void **state)
     /* the uninterrupted run of 8 steps */
     const char *one[] = {COMMON, "--steps", "8", "--deterministic", NULL};
     uint64_t want = run_ok(jobdir, "base8", NULL, one, 8);
-    pid_t ag[2];
     for (int i = 0; i < 2; i++)
-        ag[i] = start_agent(f, jobdir, persist, job, url, i);
+        g_agents[i] = start_agent(f, jobdir, persist, job, url, i);
     /* the job, slowed down by nothing: kill rank 1 once step 4 is reported */
     proc_t p[2];
     start_job(p, jobdir, job, "run1", "8");
@@ -536,15 +537,22 @@ static void test_agent_kill_restart(void **state)
     print_message("restart: %.*s\n", r ? (int)strcspn(r, "\n") : 0, r ? r : "");
     free(s);
     assert_true(params_hash(p[0].out, 8) == want);
+}
+
+/* Also after a failed assertion: the agents and their shared memory go. */
+static int agent_teardown(void **state)
+{
     for (int i = 0; i < 2; i++) {
-        kill(ag[i], SIGKILL);
-        waitpid(ag[i], NULL, 0);
+        if (g_agents[i] > 0) {
+            kill(g_agents[i], SIGKILL);
+            waitpid(g_agents[i], NULL, 0);
+        }
+        g_agents[i] = 0;
     }
-    /* the agents' shared memory of this job */
     DIR *d = opendir("/dev/shm");
     struct dirent *de;
     char prefix[80];
-    snprintf(prefix, sizeof prefix, "ftc.%s.", job);
+    snprintf(prefix, sizeof prefix, "ftc.tdp%d.", (int)getpid() % 100000);
     while (d && (de = readdir(d))) {
         if (!strncmp(de->d_name, prefix, strlen(prefix))) {
             char pth[PATH_MAX];
@@ -554,6 +562,7 @@ static void test_agent_kill_restart(void **state)
     }
     if (d)
         closedir(d);
+    return redis_fixture_teardown(state);
 }
 
 int main(void)
@@ -565,7 +574,7 @@ int main(void)
         cmocka_unit_test(test_stop_resume_dp2),
         cmocka_unit_test(test_killed_rank_fails_peers),
         cmocka_unit_test_setup_teardown(test_agent_kill_restart, redis_fixture_setup,
-                                        redis_fixture_teardown),
+                                        agent_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
