@@ -1,20 +1,25 @@
 /*
- * bench_train.c — the reference trainer on the CPU backend, one process:
- * tokens/s per model size (tiny, small, medium), and the ratio of step time
- * with a checkpoint every step (snapshot of params + AdamW moments into a
- * shard region via ckpt/snapshot.h, then a persist-tier write: zstd, fsync,
- * rename) to step time without. Both are measured in the same run on the
- * generated corpus. The 2- and 4-rank numbers come with the collectives.
+ * bench_train.c — the reference trainer on the CPU backend: tokens/s per
+ * model size (tiny, small, medium) in deterministic mode with 1, 2 and 4
+ * real DP rank processes (ZeRO-1 over the CPU collectives, tcp;ofi_rxm or
+ * $FI_PROVIDER, one OpenMP thread per rank; the same global batch of 4
+ * micro-batches whatever the rank count), and the ratio of step time with a
+ * checkpoint every step (one process: snapshot of params + AdamW moments into
+ * a shard region via ckpt/snapshot.h, then a persist-tier write: zstd, fsync,
+ * rename) to step time without. All on the generated corpus.
  *
  *   bench_train [--quick] [--dir DIR]    (DIR: where checkpoints go; default
  *                                         $TMPDIR or /tmp)
  */
 #include "core/clock.h"
 #include "core/log.h"
+#include "trainer/dist.h"
 #include "trainer/kernels.h"
 #include "trainer/train.h"
 
 #include <limits.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +67,57 @@ static double time_steps(ftc_train_options_t *o, int steps, double *ckpt_s, size
     return total / steps;
 }
 
+/* Mean seconds per step of rank 0 among n forked DP rank processes. */
+static double time_dp(const ftc_train_options_t *o0, int n, int steps, const char *base,
+                      bool ckpt)
+{
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/bench_train_rdzv.%d.%d", base, (int)getpid(), n);
+    mkdir(dir, 0700);
+    int fds[2];
+    if (pipe(fds) < 0)
+        return -1;
+    fflush(stdout);
+    pid_t pids[8];
+    for (int r = 0; r < n; r++) {
+        pids[r] = fork();
+        if (pids[r] == 0) {
+            close(fds[0]);
+            ftc_kernels_cpu_set_threads(1);
+            ftc_err_t err = {0};
+            ftc_dist_t *d = NULL;
+            ftc_dist_opts_t dop = {.world = n, .tp = 1, .rank = r, .dir = dir, .timeout_ms = 60000};
+            if (n > 1 && ftc_dist_join(&dop, &d, &err) < 0) {
+                fprintf(stderr, "bench_train: rank %d: %s\n", r, err.msg);
+                _exit(1);
+            }
+            ftc_train_options_t o = *o0;
+            o.dp_coll = d ? d->dp : NULL;
+            char ck[PATH_MAX + 16];
+            snprintf(ck, sizeof ck, "%s/ckpt", dir);
+            if (ckpt) { /* every rank persists its ZeRO-1 chunk every step */
+                o.ckpt_dir = ck;
+                o.ckpt_every = 1;
+            }
+            size_t params;
+            double s = time_steps(&o, steps, NULL, &params);
+            if (r == 0 && write(fds[1], &s, sizeof s) != (ssize_t)sizeof s)
+                _exit(1);
+            ftc_dist_destroy(d);
+            _exit(0);
+        }
+    }
+    close(fds[1]);
+    double s = -1;
+    if (read(fds[0], &s, sizeof s) != (ssize_t)sizeof s)
+        s = -1;
+    close(fds[0]);
+    for (int r = 0; r < n; r++)
+        waitpid(pids[r], NULL, 0);
+    rmrf_versions(dir);
+    return s;
+}
+
 int main(int argc, char **argv)
 {
     bool quick = false;
@@ -86,8 +142,40 @@ int main(int argc, char **argv)
     };
     char dir[PATH_MAX];
     snprintf(dir, sizeof dir, "%s/bench_train.%d", base, (int)getpid());
-    printf("bench_train: CPU backend, %d OpenMP thread(s), 1 process, generated corpus\n",
-           ftc_kernels_cpu_threads());
+    printf("bench_train: CPU backend, %d OpenMP thread(s) in the 1-process columns, generated "
+           "corpus, %ld online cores\n", ftc_kernels_cpu_threads(), sysconf(_SC_NPROCESSORS_ONLN));
+    printf("real DP, deterministic, global batch 4 x B x T, 1 thread per rank (tokens/s):\n");
+    printf("%-7s %9s %10s %10s %10s | %s\n", "model", "B x T", "1 rank", "2 ranks", "4 ranks",
+           "2 ranks, ckpt every step: ratio");
+    for (int i = 0; i < 3; i++) {
+        static const char *const names[] = {"tiny", "small", "medium"};
+        static const int BT[3][2] = {{8, 64}, {4, 128}, {1, 256}};
+        if (quick && i == 2)
+            break;
+        ftc_train_options_t o = FTC_TRAIN_OPTIONS_INIT;
+        ftc_err_t err = {0};
+        if (ftc_model_preset(names[i], &o.model, &err) < 0)
+            return 1;
+        o.micro_batch = BT[i][0];
+        o.seq_len = BT[i][1];
+        o.micro_steps = 4;
+        o.deterministic = true;
+        o.corpus_bytes = 1u << 20;
+        o.job_id = "bench-train";
+        int steps = quick ? 1 : (i == 0 ? 10 : 2);
+        printf("%-7s %4d x %-4d", names[i], BT[i][0], BT[i][1]);
+        double two = 0;
+        for (int n = 1; n <= 4; n *= 2) {
+            double s = time_dp(&o, n, steps, base, false);
+            printf(" %10.0f", s > 0 ? 4.0 * BT[i][0] * BT[i][1] / s : 0.0);
+            fflush(stdout);
+            if (n == 2)
+                two = s;
+        }
+        double ck = time_dp(&o, 2, steps, base, true);
+        printf(" | %6.2fx\n", two > 0 && ck > 0 ? ck / two : 0.0);
+    }
+    printf("one process, fp32 accumulation, with and without a checkpoint every step:\n");
     printf("%-7s %11s %9s %10s %12s | %12s %12s %7s\n", "model", "params", "B x T", "step ms",
            "tokens/s", "ckpt step ms", "ckpt part ms", "ratio");
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {

@@ -8,12 +8,21 @@
 #include "cli/cli.h"
 
 #include "core/log.h"
+#include "trainer/dist.h"
 #include "trainer/train.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static const char ftc__train_help[] =
@@ -21,9 +30,12 @@ static const char ftc__train_help[] =
     "                 [--global-batch G] [--seq-len T] [--lr X] [--warmup N] [--seed S]\n"
     "                 [--data FILE | --corpus generated] [--deterministic [--dp R]]\n"
     "                 [--ckpt-dir DIR [--ckpt-every N]] [--train-config FILE.json]\n"
+    "                 [--nproc N] [--agent SOCKET] [--coll-timeout-ms MS] [--stop-at K]\n"
     "       ftc train --tokenize TEXT --data OUT\n"
     "\n"
-    "Trains the reference GPT on one process (CPU or CUDA kernels, --backend) and\n"
+    "Trains the reference GPT (CPU or CUDA kernels, --backend) on one process, on N\n"
+    "local rank processes (--nproc N), or as one rank under a launcher (torchrun's\n"
+    "RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), and\n"
     "prints a progress line (step, loss, tokens/s, learning rate, gradient norm),\n"
     "then the loss on held-out samples. A step is one GLOBAL batch of G sequences\n"
     "(G/B micro-batches of B sequences, gradients accumulated), whatever the\n"
@@ -50,7 +62,13 @@ static const char ftc__train_help[] =
     "  --dp R                 virtual data-parallel ranks in this process (needs\n"
     "                         --deterministic; the weights do not depend on R)\n"
     "  --ckpt-dir DIR         persist directory for checkpoints (restored at start)\n"
-    "  --ckpt-every N         checkpoint every N steps (default 10)\n"
+    "  --ckpt-every N         checkpoint every N steps (default 10; 1 with an agent)\n"
+    "  --nproc N              launch N local rank processes (real data parallelism,\n"
+    "                         ZeRO-1; implies --deterministic); --nproc-per-node N too\n"
+    "  --agent SOCKET         checkpoint through include/ftc.h and this `ftc agent`\n"
+    "                         (default: $FTC_AGENT_SOCKET when set)\n"
+    "  --coll-timeout-ms MS   deadline of each collective and of the rendezvous (60000)\n"
+    "  --stop-at K            stop (with a checkpoint) after K steps of the --steps run\n"
     "  --eval-batches N       held-out micro-batches for the final loss (default 16)\n"
     "  --log-every N          a log line every N steps when not on a terminal (default 10)\n"
     "  --backend NAME         auto (default: cuda when a GPU is present, else cpu),\n"
@@ -69,9 +87,11 @@ typedef struct ftc__train_args {
     uint64_t steps, micro_batch, global_batch, seq_len, warmup, seed, corpus_bytes, dp, ckpt_every,
         eval_batches, log_every, threads;
     bool deterministic;
+    const char *agent;
+    uint64_t nproc, nproc_per_node, coll_timeout_ms, stop_at;
 } ftc__train_args_t;
 
-enum { FTC__NOPTS = 24 };
+enum { FTC__NOPTS = 29 };
 
 /* Applies JSON values to the settings whose flags were not given. */
 static int ftc__apply_json(const ftc_cli_cmd_t *cmd, json_t *root, const ftc_cli_opt_t *opts,
@@ -134,13 +154,165 @@ static int ftc__parse_float(const ftc_cli_cmd_t *cmd, const char *name, const ch
     return FTC_CLI_CONTINUE;
 }
 
-static int ftc__train_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
+/* Removes the launcher's rendezvous directory (two levels of small files). */
+static void ftc__rmtree(const char *dir, int depth)
+{
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *de;
+        while ((de = readdir(d))) {
+            if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+                continue;
+            char p[4096];
+            snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+            if (unlink(p) < 0 && depth < 2)
+                ftc__rmtree(p, depth + 1);
+        }
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+static bool ftc__is_nproc_flag(const char *a, bool *takes_value)
+{
+    static const char *const names[] = {"--nproc", "--nproc-per-node"};
+    for (int i = 0; i < 2; i++) {
+        size_t n = strlen(names[i]);
+        if (!strncmp(a, names[i], n) && (a[n] == 0 || a[n] == '=')) {
+            *takes_value = a[n] == 0;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* `ftc train --nproc N`: N rank processes of this same command (torchrun's
+ * variables set, addresses exchanged in a fresh directory), waited for; when
+ * one fails the others get the collective deadline to notice, then SIGKILL. */
+static int ftc__launch(const ftc_cli_cmd_t *cmd, int argc, char **argv, int n, uint64_t timeout_ms)
+{
+    char dir[4096];
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/ftc-train-rdzv.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir))
+        return ftc_cli_fail(cmd, "--nproc: cannot create a rendezvous directory %s: %s", dir,
+                            strerror(errno));
+    char **av = calloc((size_t)argc + 2, sizeof *av);
+    if (!av)
+        return ftc_cli_fail(cmd, "out of memory");
+    int k = 0;
+    av[k++] = "ftc";
+    av[k++] = argv[0]; /* "train" */
+    for (int i = 1; i < argc; i++) {
+        bool val = false;
+        if (ftc__is_nproc_flag(argv[i], &val)) {
+            i += val;
+            continue;
+        }
+        av[k++] = argv[i];
+    }
+    av[k] = NULL;
+    pid_t *pids = calloc((size_t)n, sizeof *pids);
+    if (!pids) {
+        free(av);
+        return ftc_cli_fail(cmd, "out of memory");
+    }
+    fflush(stdout);
+    fflush(stderr);
+    char ws[16];
+    snprintf(ws, sizeof ws, "%d", n);
+    int ec = FTC_EXIT_OK, started = 0;
+    for (int r = 0; r < n; r++) {
+        pid_t p = fork();
+        if (p < 0) {
+            ec = ftc_cli_fail(cmd, "--nproc: fork of rank %d: %s", r, strerror(errno));
+            break;
+        }
+        if (p == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the launcher */
+            char rs[16];
+            snprintf(rs, sizeof rs, "%d", r);
+            setenv("RANK", rs, 1);
+            setenv("LOCAL_RANK", rs, 1);
+            setenv("WORLD_SIZE", ws, 1);
+            setenv("LOCAL_WORLD_SIZE", ws, 1);
+            setenv("FTC_TRAIN_RDZV_DIR", dir, 1);
+            execv("/proc/self/exe", av);
+            fprintf(stderr, "ftc train: rank %d: exec /proc/self/exe: %s\n", r, strerror(errno));
+            _exit(127);
+        }
+        pids[r] = p;
+        started++;
+    }
+    int left = started;
+    ftc_deadline_t kill_at = {0};
+    bool failing = ec != FTC_EXIT_OK;
+    if (failing)
+        kill_at = ftc_deadline_in_ms(timeout_ms + 20000);
+    while (left > 0) {
+        int st;
+        pid_t w = waitpid(-1, &st, WNOHANG);
+        if (w <= 0) {
+            if (failing && ftc_deadline_expired(kill_at)) {
+                for (int r = 0; r < started; r++)
+                    if (pids[r] > 0) {
+                        fprintf(stderr, "ftc train: rank %d still running after a peer failed: "
+                                        "killing it\n", r);
+                        kill(pids[r], SIGKILL);
+                    }
+                kill_at = ftc_deadline_in_ms(3600000);
+            }
+            ftc_sleep_ms(20);
+            continue;
+        }
+        int r = 0;
+        while (r < started && pids[r] != w)
+            r++;
+        if (r == started)
+            continue;
+        pids[r] = 0;
+        left--;
+        if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+            continue;
+        if (WIFEXITED(st))
+            fprintf(stderr, "ftc train: rank %d exited with status %d\n", r, WEXITSTATUS(st));
+        else
+            fprintf(stderr, "ftc train: rank %d was killed by signal %d\n", r,
+                    WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+        if (!failing) {
+            failing = true;
+            kill_at = ftc_deadline_in_ms(timeout_ms + 20000);
+        }
+        ec = FTC_EXIT_FAIL;
+    }
+    free(pids);
+    free(av);
+    ftc__rmtree(dir, 0);
+    return ec;
+}
+
+/* MASTER_PORT, or the one after it when torchrun's agent holds MASTER_PORT
+ * (TORCHELASTIC_USE_AGENT_STORE=True); FTC_RDZV_PORT overrides. */
+static int ftc__rdzv_port(void)
+{
+    const char *p = getenv("FTC_RDZV_PORT");
+    if (p && *p)
+        return atoi(p);
+    p = getenv("MASTER_PORT");
+    if (!p || !*p)
+        return 0;
+    const char *a = getenv("TORCHELASTIC_USE_AGENT_STORE");
+    return atoi(p) + (a && !strcasecmp(a, "true") ? 1 : 0);
+}
+
+static int ftc__train_run(
+const ftc_cli_cmd_t *cmd, int argc, char **argv)
 {
     ftc__train_args_t g = {
         .model = "tiny", .backend = "auto", .lr = "1e-3", .min_lr_ratio = "0.1",
         .weight_decay = "0.1", .grad_clip = "1.0", .steps = 200, .micro_batch = 8, .seq_len = 64,
         .warmup = 10, .seed = 1337, .corpus_bytes = 1u << 20, .dp = 1, .ckpt_every = 10,
-        .eval_batches = 16, .log_every = 10,
+        .eval_batches = 16, .log_every = 10, .coll_timeout_ms = 60000,
     };
     bool seen[FTC__NOPTS] = {0};
     const ftc_cli_opt_t opts[FTC__NOPTS] = {
@@ -168,6 +340,11 @@ static int ftc__train_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
         {"--log-every", FTC_OPT_U64, &g.log_every, &seen[21]},
         {"--deterministic", FTC_OPT_FLAG, &g.deterministic, &seen[22]},
         {"--threads", FTC_OPT_U64, &g.threads, &seen[23]},
+        {"--agent", FTC_OPT_STR, &g.agent, &seen[24]},
+        {"--nproc", FTC_OPT_U64, &g.nproc, &seen[25]},
+        {"--nproc-per-node", FTC_OPT_U64, &g.nproc_per_node, &seen[26]},
+        {"--coll-timeout-ms", FTC_OPT_U64, &g.coll_timeout_ms, &seen[27]},
+        {"--stop-at", FTC_OPT_U64, &g.stop_at, &seen[28]},
     };
     ftc_cli_args_t a;
     int ec = ftc_cli_parse(cmd, argc, argv, opts, FTC__NOPTS, 0, 0, &a);
@@ -175,6 +352,7 @@ static int ftc__train_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
         return ec;
     json_t *root = NULL;
     ftc_trainer_t *t = NULL;
+    ftc_dist_t *dist = NULL;
     ftc_err_t err = {0};
     if (g.config) {
         json_error_t je;
@@ -202,6 +380,65 @@ static int ftc__train_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
         ec = FTC_EXIT_OK;
         goto out;
     }
+    /* process layout: launcher, one rank under a launcher, or one process */
+    uint64_t nproc = g.nproc ? g.nproc : g.nproc_per_node;
+    const char *wenv = getenv("WORLD_SIZE"), *renv = getenv("RANK");
+    bool rank_mode = wenv && *wenv && renv && *renv;
+    if (g.coll_timeout_ms < 1 || g.coll_timeout_ms > 86400000) {
+        ec = ftc_cli_usage_error(cmd, "--coll-timeout-ms must be 1..86400000");
+        goto out;
+    }
+    if (nproc > 64 || (nproc > 1 && g.dp > 1)) {
+        ec = ftc_cli_usage_error(cmd, "--nproc %llu: must be 1..64, and excludes --dp (virtual "
+                                      "ranks)", (unsigned long long)nproc);
+        goto out;
+    }
+    if (nproc > 1 && !rank_mode) {
+        ec = ftc__launch(cmd, argc, argv, (int)nproc, g.coll_timeout_ms);
+        goto out;
+    }
+    int world = 1, rank = 0;
+    if (rank_mode) {
+        char *e1 = NULL, *e2 = NULL;
+        long wl = strtol(wenv, &e1, 10), rl = strtol(renv, &e2, 10);
+        if (*e1 || *e2 || wl < 1 || wl > 64 || rl < 0 || rl >= wl) {
+            ec = ftc_cli_usage_error(cmd, "RANK=%s WORLD_SIZE=%s: need 0 <= RANK < WORLD_SIZE "
+                                          "<= 64", renv, wenv);
+            goto out;
+        }
+        world = (int)wl, rank = (int)rl;
+    }
+    bool quiet = rank != 0; /* only rank 0 prints the progress */
+    if (world > 1) {
+        if (g.dp > 1) {
+            ec = ftc_cli_usage_error(cmd, "--dp (virtual ranks) cannot be combined with %d real "
+                                          "ranks", world);
+            goto out;
+        }
+        g.deterministic = true; /* real DP sums gradients exactly */
+        ftc_dist_opts_t dopt = {.world = world, .tp = 1, .rank = rank, .provider = NULL,
+                                .dir = getenv("FTC_TRAIN_RDZV_DIR"),
+                                .host = getenv("MASTER_ADDR"), .port = ftc__rdzv_port(),
+                                /* slow starts on a loaded machine: at least a minute */
+                                .timeout_ms = g.coll_timeout_ms > 60000 ? (int)g.coll_timeout_ms
+                                                                        : 60000};
+        if ((!dopt.dir || !*dopt.dir) && (!dopt.host || !*dopt.host || dopt.port < 1)) {
+            ec = ftc_cli_usage_error(cmd, "rank %d of %d: set MASTER_ADDR and MASTER_PORT (the "
+                                          "rendezvous on rank 0), or run ftc train --nproc N",
+                                     rank, world);
+            goto out;
+        }
+        if (ftc_dist_join(&dopt, &dist, &err) < 0) {
+            ec = ftc_cli_fail(cmd, "rank %d of %d: joining the group: %s", rank, world,
+                              ftc_err_str(&err));
+            goto out;
+        }
+    }
+    const char *agent = g.agent ? g.agent : getenv("FTC_AGENT_SOCKET");
+    if (agent && !*agent)
+        agent = NULL;
+    if (agent && !seen[19])
+        g.ckpt_every = 1;
     ftc_train_options_t o = FTC_TRAIN_OPTIONS_INIT;
     if (ftc_model_preset(g.model, &o.model, &err) < 0) {
         ec = ftc_cli_usage_error(cmd, "--model: %s", ftc_err_str(&err));
@@ -251,6 +488,11 @@ static int ftc__train_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
     o.ckpt_dir = g.ckpt_dir;
     o.ckpt_every = g.ckpt_every;
     o.job_id = ftc_config_str(a.cfg, FTC_CFG_JOB_ID);
+    o.dp_coll = dist ? dist->dp : NULL;
+    o.coll_timeout_ms = (int)g.coll_timeout_ms;
+    o.world_rank = rank;
+    o.world_size = world;
+    o.agent = agent;
     if (g.threads > 0)
         ftc_kernels_cpu_set_threads((int)(g.threads > 256 ? 256 : g.threads));
 
@@ -261,17 +503,19 @@ static int ftc__train_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
         goto out;
     }
     ftc_model_t *m = ftc_trainer_model(t);
-    FTC_INFO("train", "model %s: %zu parameters, L %d, C %d, heads %d; "
+    if (!quiet)
+        FTC_INFO("train", "model %s: %zu parameters, L %d, C %d, heads %d; "
              "global batch %d x %d sequences of %d tokens; %s%s", /* the backend: kernels' line */
              g.model, ftc_model_num_params(m),
              o.model.layers, o.model.channels, o.model.heads, o.micro_steps, o.micro_batch,
              o.seq_len, o.deterministic ? "deterministic" : "fp32 accumulation",
-             o.dp > 1 ? " over virtual ranks" : "");
-    bool tty = isatty(STDOUT_FILENO);
+             world > 1 ? " over real DP ranks (ZeRO-1)" : o.dp > 1 ? " over virtual ranks" : "");
+    bool tty = !quiet && isatty(STDOUT_FILENO);
+    uint64_t stop = g.stop_at && g.stop_at < o.steps ? g.stop_at : o.steps;
     ftc_train_stats_t st;
     double tok_s = 0.0, secs = 0.0;
     uint64_t toks = 0;
-    while (ftc_trainer_steps_done(t) < o.steps) {
+    while (ftc_trainer_steps_done(t) < stop) {
         if (ftc_trainer_step(t, &st, &err) < 0) {
             if (tty)
                 printf("\n");
@@ -281,7 +525,16 @@ static int ftc__train_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
         secs += st.seconds;
         toks += st.tokens;
         tok_s = st.seconds > 0 ? (double)st.tokens / st.seconds : 0.0;
-        bool last = ftc_trainer_steps_done(t) == o.steps;
+        bool last = ftc_trainer_steps_done(t) == stop;
+        if (last && stop < o.steps && !st.checkpointed && (o.agent || (o.ckpt_dir && *o.ckpt_dir))) {
+            if (ftc_trainer_checkpoint(t, &err) < 0) {
+                ec = ftc_cli_fail(cmd, "%s", ftc_err_str(&err));
+                goto out;
+            }
+            st.checkpointed = true;
+        }
+        if (quiet)
+            continue;
         if (tty) {
             printf("\rstep %llu/%llu | loss %.4f | %.0f tok/s | lr %.2e | norm %.3f%s\033[K",
                    (unsigned long long)st.step + 1, (unsigned long long)o.steps, st.loss, tok_s,
@@ -296,17 +549,26 @@ static int ftc__train_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
             fflush(stdout);
         }
     }
+    if (quiet) {
+        ec = FTC_EXIT_OK;
+        goto out;
+    }
     float ev = ftc_trainer_eval(t, (int)(g.eval_batches ? g.eval_batches : 1));
     printf("eval loss %.4f (%llu held-out sequences); %.0f tokens/s over the run\n", ev,
            (unsigned long long)((g.eval_batches ? g.eval_batches : 1) * g.micro_batch),
            secs > 0 ? (double)toks / secs : 0.0);
+    /* the weights' fingerprint: the same for every DP degree in deterministic mode */
+    printf("params xxh3 %016llx after %llu steps\n",
+           (unsigned long long)ftc_trainer_params_hash(t),
+           (unsigned long long)ftc_trainer_steps_done(t));
     ec = isfinite(ev) ? FTC_EXIT_OK : FTC_EXIT_FAIL;
 out:
     ftc_trainer_destroy(t);
+    ftc_dist_destroy(dist);
     json_decref(root);
     ftc_cli_args_free(&a);
     return ec;
 }
 
-const ftc_cli_cmd_t ftc_cli_cmd_train = {"train", "train the reference GPT (one process, CPU)",
+const ftc_cli_cmd_t ftc_cli_cmd_train = {"train", "train the reference GPT (CPU; N processes with --nproc)",
                                          ftc__train_help, ftc__train_run};

@@ -94,6 +94,14 @@ void ftc_gradsum_to_f32(const ftc_gradsum_t *g, float *out, double scale)
         out[i] = (float)((double)g->acc[i] * unscale * scale);
 }
 
+void ftc_gradsum_to_f32_range(const ftc_gradsum_t *g, size_t off, size_t len, float *out,
+                              double scale)
+{
+    const double unscale = 0x1p-96;
+    for (size_t i = 0; i < len && off + i < g->n; i++)
+        out[i] = (float)((double)g->acc[off + i] * unscale * scale);
+}
+
 uint64_t *ftc_gradsum_words(ftc_gradsum_t *g)
 {
     return (uint64_t *)(void *)g->acc;

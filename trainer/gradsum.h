@@ -59,6 +59,11 @@ int ftc_gradsum_add(ftc_gradsum_t *acc, const ftc_gradsum_t *other, ftc_err_t *e
 /* out[i] = (float)(acc[i] * 2^-FRAC_BITS * scale), rounding to nearest. */
 void ftc_gradsum_to_f32(const ftc_gradsum_t *acc, float *out, double scale);
 
+/* The same for elements [off, off+len) only: out[i] = element off+i (the
+ * own chunk after a reduce-scatter). off+len must not pass the length. */
+void ftc_gradsum_to_f32_range(const ftc_gradsum_t *acc, size_t off, size_t len, float *out,
+                              double scale);
+
 /* The raw words (2 per element, low then high), for the collectives. */
 uint64_t *ftc_gradsum_words(ftc_gradsum_t *g);
 

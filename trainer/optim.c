@@ -100,3 +100,26 @@ void ftc_adamw_step(ftc_adamw_t *a, ftc_model_t *model, const ftc_optim_config_t
     if (lr)
         *lr = rate;
 }
+
+void ftc_adamw_step_shard(ftc_adamw_t *a, ftc_model_t *model, const ftc_optim_config_t *c,
+                          uint64_t step, double gn, size_t off, float *lr)
+{
+    float *p = ftc_model_params(model), *g = ftc_model_grads(model);
+    const ftc_model_tensor_t *t = ftc_model_tensors(model);
+    const ftc_kernels_t *k = ftc_model_kernels(model);
+    float scale = 1.0f;
+    if (c->grad_clip > 0.0f && gn > c->grad_clip)
+        scale = (float)(c->grad_clip / (gn + 1e-6));
+    float rate = ftc_optim_lr(c, step);
+    size_t end = off + a->n;
+    for (int i = 0; i < FTC_MODEL_NTENSORS; i++) {
+        size_t lo = t[i].offset > off ? t[i].offset : off;
+        size_t hi = t[i].offset + t[i].numel < end ? t[i].offset + t[i].numel : end;
+        if (lo >= hi)
+            continue;
+        k->adamw(p + lo, a->m + (lo - off), a->v + (lo - off), g + lo, hi - lo, rate, c->beta1,
+                 c->beta2, c->eps, t[i].decay ? c->weight_decay : 0.0f, (int)(step + 1), scale);
+    }
+    if (lr)
+        *lr = rate;
+}

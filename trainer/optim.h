@@ -66,4 +66,13 @@ void ftc_adamw_destroy(ftc_adamw_t *a); /* NULL is a no-op */
 void ftc_adamw_step(ftc_adamw_t *a, ftc_model_t *model, const ftc_optim_config_t *c,
                     uint64_t step, float *norm, float *lr);
 
+/* ZeRO-1: the same update restricted to parameters [off, off + a->n) — a
+ * holds the moments of that chunk only (a->m[0] is parameter off's) — with
+ * the global gradient norm gnorm computed by the caller over the whole
+ * gradient (ftc_grad_norm, as ftc_adamw_step does). Element by element the
+ * same arithmetic as ftc_adamw_step, so the chunks of every rank together
+ * are bit-identical to one full update. */
+void ftc_adamw_step_shard(ftc_adamw_t *a, ftc_model_t *model, const ftc_optim_config_t *c,
+                          uint64_t step, double gnorm, size_t off, float *lr);
+
 #endif

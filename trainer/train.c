@@ -10,12 +10,14 @@
 #include "core/clock.h"
 #include "core/hash.h"
 #include "core/log.h"
+#include "ftc.h"
 #include "trainer/gradsum.h"
 #include "trainer/rng.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define FTC__META_MAGIC "FTCTRST1"
 #define FTC__META_VERSION 1
@@ -31,7 +33,7 @@ typedef struct ftc__train_meta {
     uint64_t rng;         /* the trainer's RNG state */
     uint64_t seed;        /* the run's seed */
     uint64_t config_hash; /* xxh3 of everything that must match to resume */
-    uint64_t reserved;
+    uint64_t reserved;    /* 0: whole state (one process); else the dp of a ZeRO-1 chunk */
 } ftc__train_meta_t;
 
 struct ftc_trainer {
@@ -54,6 +56,13 @@ struct ftc_trainer {
     uint8_t *region;
     uint64_t region_size;
     ftc_persist_t *persist;
+    /* real DP / ZeRO-1 (sharded: dp_coll or agent set) */
+    bool sharded;
+    ftc_coll_t *coll;         /* the DP group, NULL with one rank */
+    int dpr, dpn;             /* DP rank and size */
+    size_t shard_off, shard_len; /* this rank's chunk of the parameters */
+    ftc_ctx_t *ftc;           /* the agent's context (include/ftc.h), or NULL */
+    char rank_dir[4096];      /* persist directory of this DP rank */
 };
 
 static uint64_t ftc__config_hash(const ftc_trainer_t *t)
@@ -104,7 +113,16 @@ static int ftc__check_options(const ftc_train_options_t *o, ftc_err_t *err)
     if (o->dp > o->micro_steps)
         return ftc_err_set(err, FTC_EINVAL, "dp %d: more ranks than micro-batches per step (%d)",
                            o->dp, o->micro_steps);
-    if (o->ckpt_dir && *o->ckpt_dir && o->ckpt_every < 1)
+    if (o->dp_coll && (!o->deterministic || o->dp != 1))
+        return ftc_err_set(err, FTC_EINVAL, "real data parallelism (%d ranks) needs deterministic "
+                           "mode and no virtual ranks (dp 1)", ftc_coll_size(o->dp_coll));
+    if (o->dp_coll && ftc_coll_size(o->dp_coll) > o->micro_steps)
+        return ftc_err_set(err, FTC_EINVAL, "%d DP ranks but only %d micro-batches per step: the "
+                           "global batch must have at least one micro-batch per rank",
+                           ftc_coll_size(o->dp_coll), o->micro_steps);
+    if (o->coll_timeout_ms < 1)
+        return ftc_err_set(err, FTC_EINVAL, "collective timeout must be >= 1 ms");
+    if (o->ckpt_every < 1 && ((o->ckpt_dir && *o->ckpt_dir) || o->agent))
         return ftc_err_set(err, FTC_EINVAL, "checkpoint interval must be >= 1 step");
     return 0;
 }
@@ -214,6 +232,389 @@ static int ftc__alloc_buffers(ftc_trainer_t *t, ftc_err_t *err)
     return 0;
 }
 
+/* ---- real DP (ZeRO-1) --------------------------------------------------- */
+
+static ftc_deadline_t ftc__coll_dl(const ftc_trainer_t *t)
+{
+    return ftc_deadline_in_ms((uint64_t)t->o.coll_timeout_ms);
+}
+
+static int ftc__coll_fail(ftc_trainer_t *t, int rc, const char *what, ftc_err_t *err)
+{
+    return ftc_err_set(err, rc, "step %llu: %s (DP rank %d of %d): %s%s",
+                       (unsigned long long)t->step, what, t->dpr, t->dpn, ftc_coll_errmsg(t->coll),
+                       rc == FTC_ETIMEDOUT || rc == FTC_EFABRIC
+                           ? "; a peer rank probably died: restart the job (it resumes from the "
+                             "last checkpoint)"
+                           : "");
+}
+
+/* Every rank gets every rank's 8-byte value (U8 all-gather). */
+static int ftc__gather_u64(ftc_trainer_t *t, uint64_t mine, uint64_t *all, ftc_err_t *err)
+{
+    all[t->dpr] = mine;
+    if (!t->coll)
+        return 0;
+    int rc = ftc_coll_all_gather(t->coll, all, (size_t)t->dpn * 8, FTC_COLL_U8, ftc__coll_dl(t));
+    return rc < 0 ? ftc__coll_fail(t, rc, "exchanging restart steps", err) : 0;
+}
+
+/* The parameter chunks of every rank to every rank (after an update or a restore). */
+static int ftc__gather_params(ftc_trainer_t *t, ftc_err_t *err)
+{
+    if (!t->coll)
+        return 0;
+    int rc = ftc_coll_all_gather(t->coll, ftc_model_params(t->model), ftc_model_num_params(t->model),
+                                 FTC_COLL_F32, ftc__coll_dl(t));
+    return rc < 0 ? ftc__coll_fail(t, rc, "all-gather of the parameters", err) : 0;
+}
+
+static void ftc__meta_fill(const ftc_trainer_t *t, ftc__train_meta_t *meta)
+{
+    memset(meta, 0, sizeof *meta);
+    memcpy(meta->magic, FTC__META_MAGIC, 8);
+    meta->version = FTC__META_VERSION;
+    meta->size = sizeof *meta;
+    meta->step = t->step;
+    meta->samples = t->step * (uint64_t)t->o.micro_steps * (uint64_t)t->o.micro_batch;
+    meta->rng = t->rng.state;
+    meta->seed = t->o.seed;
+    meta->config_hash = t->config_hash;
+    meta->reserved = t->sharded ? (uint64_t)t->dpn : 0;
+}
+
+/* Checks a restored record against this run; sets step and RNG. */
+static int ftc__meta_apply(ftc_trainer_t *t, const ftc__train_meta_t *meta, uint32_t mlen,
+                           uint64_t step, uint64_t want, const char *where, ftc_err_t *err)
+{
+    if (mlen != sizeof *meta || memcmp(meta->magic, FTC__META_MAGIC, 8) ||
+        meta->version != FTC__META_VERSION || meta->size != sizeof *meta)
+        return ftc_err_set(err, FTC_ECORRUPT, "%s: step %llu: the trainer metadata record is "
+                           "missing or of another version", where, (unsigned long long)step);
+    if (meta->config_hash != t->config_hash)
+        return ftc_err_set(err, FTC_ECONFIG,
+                           "%s: step %llu was written by a different configuration (model, batch, "
+                           "schedule, seed or data differ); use another checkpoint location or "
+                           "the same settings", where, (unsigned long long)step);
+    if (meta->reserved != want)
+        return ftc_err_set(err, FTC_ECONFIG,
+                           "%s: step %llu holds %s, this run has %d DP ranks: restart with the "
+                           "saved DP degree (only the persist tier re-partitions ZeRO-1 chunks)",
+                           where, (unsigned long long)step,
+                           meta->reserved ? "ZeRO-1 chunks of another DP degree"
+                                          : "a whole single-process state",
+                           t->dpn);
+    uint64_t G = (uint64_t)t->o.micro_steps * (uint64_t)t->o.micro_batch;
+    if (meta->step != step || meta->samples != step * G)
+        return ftc_err_set(err, FTC_ECORRUPT, "%s: step %llu: metadata says step %llu, cursor %llu",
+                           where, (unsigned long long)step, (unsigned long long)meta->step,
+                           (unsigned long long)meta->samples);
+    t->step = step;
+    t->rng.state = meta->rng;
+    t->resumed_from = step;
+    return 0;
+}
+
+/* The three chunk tensors: name, data. */
+static void ftc__shard_tensors(ftc_trainer_t *t, const char **names, float **bufs)
+{
+    names[0] = "param.shard", names[1] = "adamw.m.shard", names[2] = "adamw.v.shard";
+    bufs[0] = ftc_model_params(t->model) + t->shard_off;
+    bufs[1] = t->adam->m, bufs[2] = t->adam->v;
+}
+
+/* Agent path: register the chunk, restore the newest committed step. */
+static int ftc__agent_setup(ftc_trainer_t *t, ftc_err_t *err)
+{
+    ftc_options_t fo = FTC_OPTIONS_INIT;
+    fo.job = t->o.job_id;
+    fo.agent = t->o.agent;
+    fo.rank = t->o.world_rank;
+    fo.world = t->o.world_size;
+    fo.dp = t->dpn;
+    fo.tp = t->o.tp > 0 ? t->o.tp : 1;
+    fo.pp = 1;
+    fo.meta_capacity = 4096;
+    int rc = ftc_create(&fo, &t->ftc);
+    if (rc < 0)
+        return ftc_err_set(err, rc, "agent %s: %s", t->o.agent,
+                           t->ftc ? ftc_last_error(t->ftc) : ftc_strerror(rc));
+    const char *names[3];
+    float *bufs[3];
+    ftc__shard_tensors(t, names, bufs);
+    int64_t shape[1] = {(int64_t)t->shard_len};
+    for (int b = 0; b < 3; b++)
+        if ((rc = ftc_register(t->ftc, names[b], FTC_DTYPE_F32, 1, shape, bufs[b], FTC_HOST)) < 0)
+            return ftc_err_set(err, rc, "agent: registering %s: %s", names[b],
+                               ftc_last_error(t->ftc));
+    ftc__train_meta_t meta;
+    memset(&meta, 0, sizeof meta);
+    size_t mlen = sizeof meta;
+    int64_t step = -1;
+    rc = ftc_restore(t->ftc, &step, &meta, &mlen);
+    uint64_t mine = rc == 0 ? (uint64_t)step : UINT64_MAX, all[FTC__MAX_DP];
+    if (rc < 0 && rc != FTC_ENOENT)
+        return ftc_err_set(err, rc, "agent restore: %s", ftc_last_error(t->ftc));
+    if ((rc = ftc__gather_u64(t, mine, all, err)) < 0)
+        return rc;
+    for (int r = 0; r < t->dpn; r++)
+        if (all[r] != mine)
+            return ftc_err_set(err, FTC_ECONFIG, "agent restore: DP rank %d restored %s, DP rank "
+                               "%d %s: the ranks disagree on the committed step", t->dpr,
+                               mine == UINT64_MAX ? "nothing" : "a step", r,
+                               all[r] == UINT64_MAX ? "nothing" : "another step");
+    if (mine == UINT64_MAX)
+        return 0;
+    rc = ftc__meta_apply(t, &meta, (uint32_t)mlen, mine, (uint64_t)t->dpn, "agent", err);
+    if (rc < 0)
+        return rc;
+    FTC_INFO("train", "DP rank %d: restored step %llu through the agent", t->dpr,
+             (unsigned long long)mine);
+    return ftc__gather_params(t, err);
+}
+
+/* The newest committed step in a persist directory (0: none). */
+static int ftc__newest(const char *dir, uint64_t *step, ftc_err_t *err)
+{
+    *step = 0;
+    ftc_persist_options_t po = FTC_PERSIST_OPTIONS_INIT;
+    ftc_persist_t *p = ftc_persist_open(dir, &po, err);
+    if (!p)
+        return err ? err->code : FTC_EIO;
+    ftc_persist_version_t *v = NULL;
+    int nv = 0, rc = ftc_persist_list(p, &v, &nv);
+    if (rc < 0)
+        rc = ftc_err_set(err, rc, "%s: %s", dir, ftc_persist_errstr(p));
+    for (int i = 0; rc == 0 && i < nv; i++)
+        if (v[i].state == FTC_PV_COMMITTED && v[i].step > *step)
+            *step = v[i].step;
+    free(v);
+    ftc_persist_close(p);
+    return rc;
+}
+
+/* Loads version `step` of saved DP rank q of S (chunk qoff, qlen of P) from
+ * ckpt_dir/rank-dq into fresh buffers (params, m, v of the chunk) and the
+ * metadata record. */
+static int ftc__load_chunk(ftc_trainer_t *t, int q, int S, uint64_t step, float **bufs,
+                           size_t *qoff, size_t *qlen, ftc__train_meta_t *meta, uint32_t *mlen,
+                           ftc_err_t *err)
+{
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/rank-d%d", t->o.ckpt_dir, q);
+    ftc_coll_chunk(ftc_model_num_params(t->model), S, q, qoff, qlen);
+    ftc_shard_info_t info;
+    memset(&info, 0, sizeof info);
+    snprintf(info.job_id, sizeof info.job_id, "%s", t->o.job_id ? t->o.job_id : "ftc-train");
+    info.generation = 1;
+    info.dp = (uint32_t)S, info.tp = info.pp = 1, info.dp_rank = (uint32_t)q;
+    ftc_snap_t *sn = ftc_snap_create(&info, 1, sizeof(ftc__train_meta_t), err);
+    if (!sn)
+        return err ? err->code : FTC_ENOMEM;
+    static const char *const names[3] = {"param.shard", "adamw.m.shard", "adamw.v.shard"};
+    uint64_t shape[1] = {*qlen};
+    int rc = 0;
+    for (int b = 0; b < 3 && rc == 0; b++) {
+        bufs[b] = malloc((*qlen ? *qlen : 1) * sizeof(float));
+        rc = bufs[b] ? ftc_snap_add(sn, names[b], FTC_DTYPE_F32, 1, shape, bufs[b],
+                                    FTC_SNAP_HOST, err)
+                     : ftc_err_set(err, FTC_ENOMEM, "re-partitioning: out of memory");
+    }
+    ftc_persist_options_t po = FTC_PERSIST_OPTIONS_INIT;
+    ftc_persist_t *p = rc == 0 ? ftc_persist_open(dir, &po, err) : NULL;
+    ftc_persist_loaded_t *l = NULL;
+    if (rc == 0 && !p)
+        rc = err ? err->code : FTC_EIO;
+    if (rc == 0 && (rc = ftc_persist_load(p, step, &l)) < 0)
+        rc = ftc_err_set(err, rc, "re-partitioning: step %llu of %s: %s",
+                         (unsigned long long)step, dir, ftc_persist_errstr(p));
+    uint64_t got = 0;
+    if (rc == 0)
+        rc = l->n_shards == 1 && l->step == step
+                 ? ftc_snap_restore(sn, l->shards[0], l->sizes[0], &got, meta, mlen, err)
+                 : ftc_err_set(err, FTC_ECORRUPT, "%s: step %llu is not one chunk of step %llu",
+                               dir, (unsigned long long)l->step, (unsigned long long)step);
+    if (rc < 0 && err)
+        ftc_err_wrap(err, "re-partitioning from %s", dir);
+    ftc_persist_loaded_free(l);
+    ftc_persist_close(p);
+    ftc_snap_destroy(sn);
+    return rc;
+}
+
+/* The general restore: the chunks of the saved DP degree S (from rank-d0's
+ * newest version) at the newest step all S ranks committed, re-split into
+ * this run's chunk. Every rank reads the files it overlaps (and rank-d0's). */
+static int ftc__repartition(ftc_trainer_t *t, ftc_err_t *err)
+{
+    char d0[4200];
+    snprintf(d0, sizeof d0, "%s/rank-d0", t->o.ckpt_dir);
+    uint64_t s0 = 0;
+    int rc = ftc__newest(d0, &s0, err);
+    if (rc < 0)
+        return rc;
+    if (s0 == 0)
+        return ftc_err_set(err, FTC_ECORRUPT, "%s: other ranks have checkpoints but %s has "
+                           "none: use another --ckpt-dir", t->o.ckpt_dir, d0);
+    float *bufs[3] = {NULL, NULL, NULL};
+    size_t qoff, qlen;
+    /* the saved DP degree: the shard header of rank-d0's newest version */
+    ftc_persist_options_t po = FTC_PERSIST_OPTIONS_INIT;
+    ftc_persist_t *p0 = ftc_persist_open(d0, &po, err);
+    if (!p0)
+        return err ? err->code : FTC_EIO;
+    ftc_persist_loaded_t *l = NULL;
+    ftc_shard_view_t view;
+    int S = 0;
+    rc = ftc_persist_load(p0, s0, &l);
+    if (rc < 0)
+        rc = ftc_err_set(err, rc, "%s: %s", d0, ftc_persist_errstr(p0));
+    else if (l->n_shards != 1 || (rc = ftc_shard_open(&view, l->shards[0], l->sizes[0], 0, err)) < 0)
+        rc = rc < 0 ? rc : ftc_err_set(err, FTC_ECORRUPT, "%s: not one chunk per version", d0);
+    else
+        S = (int)view.info.dp;
+    ftc_persist_loaded_free(l);
+    ftc_persist_close(p0);
+    if (rc < 0)
+        return rc;
+    if (S < 1 || S > FTC__MAX_DP)
+        return ftc_err_set(err, FTC_ECORRUPT, "%s: step %llu: DP degree %d in the record", d0,
+                           (unsigned long long)s0, S);
+    uint64_t step = UINT64_MAX;
+    for (int q = 0; q < S; q++) {
+        char dq[4200];
+        uint64_t sq = 0;
+        snprintf(dq, sizeof dq, "%s/rank-d%d", t->o.ckpt_dir, q);
+        if ((rc = ftc__newest(dq, &sq, err)) < 0)
+            return rc;
+        if (sq == 0)
+            return ftc_err_set(err, FTC_ECORRUPT, "%s: the checkpoint of %d DP ranks lacks %s",
+                               t->o.ckpt_dir, S, dq);
+        step = sq < step ? sq : step;
+    }
+    float *p = ftc_model_params(t->model);
+    size_t lo = t->shard_off, hi = t->shard_off + t->shard_len;
+    bool have_meta = false;
+    for (int q = 0; q < S; q++) {
+        size_t o0, l0;
+        ftc_coll_chunk(ftc_model_num_params(t->model), S, q, &o0, &l0);
+        if ((o0 + l0 <= lo || o0 >= hi) && have_meta)
+            continue; /* no overlap */
+        ftc__train_meta_t mq;
+        uint32_t ml = sizeof mq;
+        memset(&mq, 0, sizeof mq);
+        rc = ftc__load_chunk(t, q, S, step, bufs, &qoff, &qlen, &mq, &ml, err);
+        if (rc == 0) {
+            size_t a = qoff > lo ? qoff : lo, b = qoff + qlen < hi ? qoff + qlen : hi;
+            for (size_t i = a; i < b; i++) {
+                p[i] = bufs[0][i - qoff];
+                t->adam->m[i - lo] = bufs[1][i - qoff];
+                t->adam->v[i - lo] = bufs[2][i - qoff];
+            }
+            if (!have_meta)
+                rc = ftc__meta_apply(t, &mq, ml, step, (uint64_t)S, t->o.ckpt_dir, err);
+            have_meta = true;
+        }
+        for (int b = 0; b < 3; b++)
+            free(bufs[b]), bufs[b] = NULL;
+        if (rc < 0)
+            return rc;
+    }
+    FTC_INFO("train", "DP rank %d of %d: restored step %llu from %s, re-partitioned from %d DP "
+             "ranks", t->dpr, t->dpn, (unsigned long long)step, t->o.ckpt_dir, S);
+    return 0;
+}
+
+/* Persist-tier restore of a DP rank: when every rank's newest committed step
+ * is the same and of this DP degree, each loads its own chunk; otherwise (a
+ * different saved DP degree, or a checkpoint cut short on some rank) every
+ * rank re-partitions from the saved chunks. Then the parameters are
+ * all-gathered. */
+static int ftc__shard_persist_restore(ftc_trainer_t *t, ftc_err_t *err)
+{
+    uint64_t mine = 0, all[FTC__MAX_DP];
+    int rc = ftc__newest(t->rank_dir, &mine, err);
+    if (rc < 0)
+        return rc;
+    if ((rc = ftc__gather_u64(t, mine, all, err)) < 0)
+        return rc;
+    bool same = true, any = false;
+    for (int r = 0; r < t->dpn; r++)
+        same = same && all[r] == mine, any = any || all[r];
+    char more[4200];
+    struct stat sb;
+    snprintf(more, sizeof more, "%s/rank-d%d", t->o.ckpt_dir, t->dpn);
+    if (!any && stat(more, &sb) != 0)
+        return 0; /* a fresh start */
+    uint64_t ok = 0, oks[FTC__MAX_DP];
+    ftc_err_t e_fast = {0};
+    if (same && mine) {
+        ftc_persist_loaded_t *l = NULL;
+        ftc__train_meta_t meta;
+        uint32_t mlen = sizeof meta;
+        uint64_t got = 0;
+        memset(&meta, 0, sizeof meta);
+        if (ftc_persist_load(t->persist, mine, &l) == 0 && l->n_shards == 1 &&
+            ftc_snap_restore(t->snap, l->shards[0], l->sizes[0], &got, &meta, &mlen, &e_fast) ==
+                0 &&
+            mlen == sizeof meta && meta.reserved == (uint64_t)t->dpn && got == mine)
+            ok = 1;
+        ftc_persist_loaded_free(l);
+        if ((rc = ftc__gather_u64(t, ok, oks, err)) < 0)
+            return rc;
+        for (int r = 0; r < t->dpn; r++)
+            ok = ok && oks[r];
+        if (ok) {
+            if ((rc = ftc__meta_apply(t, &meta, mlen, got, (uint64_t)t->dpn, t->rank_dir, err)) < 0)
+                return rc;
+            FTC_INFO("train", "DP rank %d: restored step %llu from %s", t->dpr,
+                     (unsigned long long)got, t->rank_dir);
+            return ftc__gather_params(t, err);
+        }
+    }
+    if ((rc = ftc__repartition(t, err)) < 0)
+        return rc;
+    return ftc__gather_params(t, err);
+}
+
+/* Persist path of a DP rank: ckpt_dir/rank-dD, one chunk per version. */
+static int ftc__shard_persist_setup(ftc_trainer_t *t, ftc_err_t *err)
+{
+    snprintf(t->rank_dir, sizeof t->rank_dir, "%s/rank-d%d", t->o.ckpt_dir, t->dpr);
+    ftc_shard_info_t info;
+    memset(&info, 0, sizeof info);
+    snprintf(info.job_id, sizeof info.job_id, "%s", t->o.job_id ? t->o.job_id : "ftc-train");
+    info.generation = 1;
+    info.dp = (uint32_t)t->dpn, info.tp = info.pp = 1;
+    info.dp_rank = (uint32_t)t->dpr;
+    t->snap = ftc_snap_create(&info, 1, sizeof(ftc__train_meta_t), err);
+    if (!t->snap)
+        return err ? err->code : FTC_ENOMEM;
+    const char *names[3];
+    float *bufs[3];
+    ftc__shard_tensors(t, names, bufs);
+    uint64_t shape[1] = {t->shard_len};
+    for (int b = 0; b < 3; b++) {
+        int rc = ftc_snap_add(t->snap, names[b], FTC_DTYPE_F32, 1, shape, bufs[b], FTC_SNAP_HOST,
+                              err);
+        if (rc < 0)
+            return rc;
+    }
+    t->region_size = ftc_snap_size(t->snap);
+    t->region = aligned_alloc(64, (t->region_size + 63) & ~(uint64_t)63);
+    if (!t->region)
+        return ftc_err_set(err, FTC_ENOMEM, "checkpoint region of %llu bytes: out of memory",
+                           (unsigned long long)t->region_size);
+    int rc = ftc_snap_format(t->snap, t->region, err);
+    if (rc < 0)
+        return rc;
+    ftc_persist_options_t po = FTC_PERSIST_OPTIONS_INIT;
+    t->persist = ftc_persist_open(t->rank_dir, &po, err);
+    if (!t->persist)
+        return err ? err->code : FTC_EIO;
+    return ftc__shard_persist_restore(t, err);
+}
+
 ftc_trainer_t *ftc_trainer_create(const ftc_train_options_t *o, ftc_err_t *err)
 {
     if (ftc__check_options(o, err) < 0)
@@ -248,10 +649,20 @@ ftc_trainer_t *ftc_trainer_create(const ftc_train_options_t *o, ftc_err_t *err)
     if (!t->model)
         goto fail;
     ftc_rng_seed(&t->rng, o->seed);
-    t->adam = ftc_adamw_create_on(t->k, ftc_model_num_params(t->model), err);
+    t->sharded = o->dp_coll || (o->agent && *o->agent);
+    t->coll = o->dp_coll;
+    t->dpn = t->coll ? ftc_coll_size(t->coll) : 1;
+    t->dpr = t->coll ? ftc_coll_rank(t->coll) : 0;
+    if (t->sharded)
+        ftc_coll_chunk(ftc_model_num_params(t->model), t->dpn, t->dpr, &t->shard_off,
+                       &t->shard_len);
+    else
+        t->shard_len = ftc_model_num_params(t->model);
+    t->adam = ftc_adamw_create_on(t->k, t->shard_len, err);
     if (!t->adam || ftc__alloc_buffers(t, err) < 0)
         goto fail;
     if (o->deterministic) {
+        /* one exact accumulator per virtual rank; one in a real DP rank */
         t->acc = calloc((size_t)o->dp, sizeof *t->acc);
         if (!t->acc) {
             ftc_err_set(err, FTC_ENOMEM, "trainer: out of memory");
@@ -262,7 +673,13 @@ ftc_trainer_t *ftc_trainer_create(const ftc_train_options_t *o, ftc_err_t *err)
                 goto fail;
     }
     t->config_hash = ftc__config_hash(t);
-    if (o->ckpt_dir && *o->ckpt_dir) {
+    if (t->sharded && o->agent && *o->agent) {
+        if (ftc__agent_setup(t, err) < 0)
+            goto fail;
+    } else if (t->sharded && o->ckpt_dir && *o->ckpt_dir) {
+        if (ftc__shard_persist_setup(t, err) < 0)
+            goto fail;
+    } else if (o->ckpt_dir && *o->ckpt_dir) {
         if (ftc__ckpt_setup(t, err) < 0 || ftc__ckpt_restore(t, err) < 0)
             goto fail;
     }
@@ -276,6 +693,7 @@ void ftc_trainer_destroy(ftc_trainer_t *t)
 {
     if (!t)
         return;
+    ftc_destroy(t->ftc);
     ftc_persist_close(t->persist);
     ftc_snap_destroy(t->snap);
     free(t->region);
@@ -302,6 +720,43 @@ static void ftc__micro(ftc_trainer_t *t, int i)
     ftc_model_backward(t->model);
 }
 
+/* A real DP rank's gradient: its micro-batches (chunk dpr of the M of the
+ * step) summed exactly, the reduce-scatter of the i128 sums, its chunk
+ * converted once, the fp32 chunks all-gathered; the micro-batch losses too. */
+static int ftc__sharded_grads(ftc_trainer_t *t, ftc_err_t *err)
+{
+    int M = t->o.micro_steps;
+    float *grads = ftc_model_grads(t->model);
+    size_t n = ftc_model_num_params(t->model), lo, cnt;
+    ftc_coll_chunk((size_t)M, t->dpn, t->dpr, &lo, &cnt);
+    ftc_gradsum_zero(t->acc[0]);
+    for (size_t i = lo; i < lo + cnt; i++) {
+        ftc_model_zero_grad(t->model);
+        ftc__micro(t, (int)i);
+        int rc = ftc_gradsum_add_f32(t->acc[0], grads, n, err);
+        if (rc < 0)
+            return ftc_err_wrap(err, "step %llu, micro-batch %zu (DP rank %d)",
+                                (unsigned long long)t->step, i, t->dpr);
+    }
+    if (t->coll) {
+        int rc = ftc_coll_reduce_scatter(t->coll, ftc_gradsum_words(t->acc[0]), n, FTC_COLL_I128,
+                                         ftc__coll_dl(t));
+        if (rc < 0)
+            return ftc__coll_fail(t, rc, "reduce-scatter of the exact gradient sums", err);
+    }
+    ftc_gradsum_to_f32_range(t->acc[0], t->shard_off, t->shard_len, grads + t->shard_off,
+                             1.0 / (double)M);
+    if (t->coll) {
+        int rc = ftc_coll_all_gather(t->coll, grads, n, FTC_COLL_F32, ftc__coll_dl(t));
+        if (rc == 0) /* every rank's micro-batch losses, in micro-batch order */
+            rc = ftc_coll_all_gather(t->coll, t->micro_loss, (size_t)M, FTC_COLL_F32,
+                                     ftc__coll_dl(t));
+        if (rc < 0)
+            return ftc__coll_fail(t, rc, "all-gather of the gradient", err);
+    }
+    return 0;
+}
+
 int ftc_trainer_step(ftc_trainer_t *t, ftc_train_stats_t *st, ftc_err_t *err)
 {
     uint64_t t0 = ftc_now_ns();
@@ -315,6 +770,11 @@ int ftc_trainer_step(ftc_trainer_t *t, ftc_train_stats_t *st, ftc_err_t *err)
             ftc__micro(t, i);
         if (M > 1)
             t->k->scale(grads, 1.0f / (float)M, n);
+    } else if (t->sharded) {
+        /* a real DP rank: its micro-batches (chunk dpr of M), summed exactly */
+        int rc = ftc__sharded_grads(t, err);
+        if (rc < 0)
+            return rc;
     } else {
         /* gradient sums on the host: a device backend's gradients go through gstage */
         float *gh = t->gstage ? t->gstage : grads;
@@ -349,12 +809,29 @@ int ftc_trainer_step(ftc_trainer_t *t, ftc_train_stats_t *st, ftc_err_t *err)
     for (int i = 0; i < M; i++)
         loss += t->micro_loss[i];
     float norm, lr;
-    ftc_adamw_step(t->adam, t->model, &t->o.optim, t->step, &norm, &lr);
+    if (!t->sharded) {
+        ftc_adamw_step(t->adam, t->model, &t->o.optim, t->step, &norm, &lr);
+    } else {
+        /* ZeRO-1: the norm over the whole (gathered) gradient, as one process
+         * sums it; the update of this rank's chunk; the chunks to everyone */
+        double gn = ftc_grad_norm(grads, n);
+        norm = (float)gn;
+        if (t->ftc) {
+            int rc = ftc_wait_snapshot(t->ftc); /* the chunk is registered */
+            if (rc < 0)
+                return ftc_err_set(err, rc, "step %llu: waiting for the snapshot: %s",
+                                   (unsigned long long)t->step, ftc_last_error(t->ftc));
+        }
+        ftc_adamw_step_shard(t->adam, t->model, &t->o.optim, t->step, gn, t->shard_off, &lr);
+        int rc = ftc__gather_params(t, err);
+        if (rc < 0)
+            return rc;
+    }
     uint64_t done = t->step;
     t->step++;
     bool ck = false;
     double ck_s = 0.0;
-    if (t->persist && t->step % t->o.ckpt_every == 0) {
+    if ((t->persist || t->ftc) && t->step % t->o.ckpt_every == 0) {
         uint64_t c0 = ftc_now_ns();
         int rc = ftc_trainer_checkpoint(t, err);
         if (rc < 0)
@@ -388,18 +865,20 @@ float ftc_trainer_eval(ftc_trainer_t *t, int batches)
 
 int ftc_trainer_checkpoint(ftc_trainer_t *t, ftc_err_t *err)
 {
+    ftc__train_meta_t meta;
+    ftc__meta_fill(t, &meta);
+    if (t->ftc) {
+        /* returns once the copy has started; the next update waits for it */
+        int rc = ftc_checkpoint(t->ftc, (int64_t)t->step, &meta, sizeof meta);
+        if (rc == FTC_EAGAIN)
+            return 0; /* the agent's policy skipped this step */
+        if (rc < 0)
+            return ftc_err_set(err, rc, "checkpoint of step %llu through the agent: %s",
+                               (unsigned long long)t->step, ftc_last_error(t->ftc));
+        return 0;
+    }
     if (!t->persist)
         return ftc_err_set(err, FTC_EINVAL, "checkpoint: no checkpoint directory configured");
-    ftc__train_meta_t meta;
-    memset(&meta, 0, sizeof meta);
-    memcpy(meta.magic, FTC__META_MAGIC, 8);
-    meta.version = FTC__META_VERSION;
-    meta.size = sizeof meta;
-    meta.step = t->step;
-    meta.samples = t->step * (uint64_t)t->o.micro_steps * (uint64_t)t->o.micro_batch;
-    meta.rng = t->rng.state;
-    meta.seed = t->o.seed;
-    meta.config_hash = t->config_hash;
     t->k->sync(); /* device tensors: the snapshot's side stream does not wait for the kernels */
     int rc = ftc_snap_begin(t->snap, t->region, t->step, 1, &meta, sizeof meta, err);
     if (rc < 0)
@@ -426,3 +905,8 @@ ftc_model_t *ftc_trainer_model(ftc_trainer_t *t) { return t->model; }
 const ftc_adamw_t *ftc_trainer_adamw(const ftc_trainer_t *t) { return t->adam; }
 const ftc_loader_t *ftc_trainer_loader(const ftc_trainer_t *t) { return &t->loader; }
 const char *ftc_trainer_backend(const ftc_trainer_t *t) { return t->k->name; }
+
+uint64_t ftc_trainer_params_hash(ftc_trainer_t *t)
+{
+    return ftc_xxh3(ftc_model_params(t->model), ftc_model_num_params(t->model) * sizeof(float));
+}

@@ -13,6 +13,20 @@
  * sums are reduced in a ring-like order that changes every step, and the
  * result is converted back once — the weights do not depend on dp.
  *
+ * Real data parallelism (dp_coll set): this process is ONE rank of a DP
+ * group of ftc_coll_size(dp_coll) processes, each with a full model replica.
+ * Rank r runs the micro-batches [r*M/dp, (r+1)*M/dp) of the step (the same
+ * assignment as virtual rank r), sums their gradients exactly, and then, as
+ * ZeRO-1: reduce-scatter of the 128-bit sums (FTC_COLL_I128, exact), its own
+ * chunk (ftc_coll_chunk over the parameter count) converted to fp32 once,
+ * an all-gather of the fp32 gradient so that the clipping norm is the same
+ * in-order double sum as in one process (bit-identical for every dp), AdamW
+ * on its own chunk of the fp32 master weights with its own chunk of m and v,
+ * and an all-gather of the updated parameters. The final weights equal the
+ * single-process (virtual) run bit for bit, for any dp (I5). Collective
+ * failures (a dead peer: FTC_ETIMEDOUT / FTC_EFABRIC at coll_timeout_ms)
+ * are returned by ftc_trainer_step with the communicator's message.
+ *
  * Checkpoints: the parameters, both AdamW moments (named tensors
  * "param/wte", "adamw.m/wte", ...) and a metadata record (step, data cursor,
  * RNG state, seed, configuration hash) are snapshotted into a shard region
@@ -21,12 +35,26 @@
  * ckpt_dir is restored, if there is one; a checkpoint of a different
  * configuration is refused (FTC_ECONFIG) rather than silently mixed.
  *
+ * With real DP each rank checkpoints only its own ZeRO-1 chunk: tensors
+ * "param.shard", "adamw.m.shard", "adamw.v.shard" (1-D, the chunk) plus the
+ * metadata record (which also holds dp, the chunk offset and length). Without
+ * an agent it is persisted in ckpt_dir/rank-dD (one persist series per DP
+ * rank, file shard-dD-t0-p0.ftcz); at start the ranks agree on the newest
+ * step every rank has committed. With `agent` set (a socket path) the state
+ * goes through include/ftc.h instead: registered once, ftc_checkpoint every
+ * ckpt_every steps, ftc_wait_snapshot before the optimizer writes the
+ * registered chunk, ftc_restore at start. From the persist tier a run may
+ * resume at another dp: the saved chunks are gathered and re-split (every
+ * rank reads the saved chunks its own overlaps); through the agent a
+ * different dp is refused (FTC_ECONFIG).
+ *
  * Thread-safety: a trainer is driven by one thread.
  */
 #ifndef FTC_TRAINER_TRAIN_H
 #define FTC_TRAINER_TRAIN_H
 
 #include "core/err.h"
+#include "trainer/coll.h"
 #include "trainer/data.h"
 #include "trainer/model.h"
 #include "trainer/optim.h"
@@ -53,6 +81,13 @@ typedef struct ftc_train_options {
     const char *ckpt_dir;       /* persist directory; NULL or "" = no checkpoints */
     uint64_t ckpt_every;        /* checkpoint every N steps (>= 1) */
     const char *job_id;         /* names the shards */
+    /* real data parallelism (see the top); NULL = one process, `dp` virtual ranks */
+    ftc_coll_t *dp_coll;        /* the DP group of this process (not owned); needs
+                                   deterministic mode and dp == 1 */
+    int coll_timeout_ms;        /* deadline of each collective (default 60000) */
+    int world_rank, world_size; /* this process in the job (for the agent); 0, 1 */
+    int tp;                     /* tensor-parallel degree of the layout (1; see dist.h) */
+    const char *agent;          /* ftc agent socket: checkpoints through include/ftc.h */
 } ftc_train_options_t;
 
 #define FTC_TRAIN_OPTIONS_INIT                                                                     \
@@ -60,7 +95,8 @@ typedef struct ftc_train_options {
      .backend = "auto", .micro_batch = 4, .seq_len = 64, .micro_steps = 1, .steps = 100,           \
      .optim = FTC_OPTIM_CONFIG_INIT, .seed = 1337, .deterministic = false, .dp = 1,               \
      .data_path = NULL, .corpus_bytes = 1u << 20, .corpus_seed = 7, .eval_fraction = 0.1,          \
-     .ckpt_dir = NULL, .ckpt_every = 10, .job_id = "ftc-train"}
+     .ckpt_dir = NULL, .ckpt_every = 10, .job_id = "ftc-train", .dp_coll = NULL,                   \
+     .coll_timeout_ms = 60000, .world_rank = 0, .world_size = 1, .tp = 1, .agent = NULL}
 
 /* What one step did. */
 typedef struct ftc_train_stats {
@@ -88,7 +124,8 @@ void ftc_trainer_destroy(ftc_trainer_t *t); /* NULL is a no-op */
 int ftc_trainer_step(ftc_trainer_t *t, ftc_train_stats_t *st, ftc_err_t *err);
 /* Mean loss over `batches` held-out micro-batches (deterministic). */
 float ftc_trainer_eval(ftc_trainer_t *t, int batches);
-/* Snapshots and persists the current state now (needs ckpt_dir). */
+/* Snapshots and persists the current state now (needs ckpt_dir, or an
+ * agent: then it is ftc_checkpoint of the current step). */
 int ftc_trainer_checkpoint(ftc_trainer_t *t, ftc_err_t *err);
 
 uint64_t ftc_trainer_steps_done(const ftc_trainer_t *t);
@@ -98,5 +135,7 @@ ftc_model_t *ftc_trainer_model(ftc_trainer_t *t);
 const ftc_adamw_t *ftc_trainer_adamw(const ftc_trainer_t *t);
 const ftc_loader_t *ftc_trainer_loader(const ftc_trainer_t *t);
 const char *ftc_trainer_backend(const ftc_trainer_t *t);
+/* xxh3 of the full fp32 parameter vector (identical on every DP rank). */
+uint64_t ftc_trainer_params_hash(ftc_trainer_t *t);
 
 #endif

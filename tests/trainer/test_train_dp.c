@@ -1,0 +1,580 @@
+/*
+ * test_train_dp.c — real data parallelism end to end, with real `ftc train`
+ * processes (the launcher, torchrun-style ranks), real libfabric
+ * (tcp;ofi_rxm and shm), a real redis-server with two real `ftc agent`s, and
+ * real SIGKILLs. Each run prints the xxh3 of its final parameters:
+ *   - DP = 2, 3, 4 processes over tcp;ofi_rxm and DP = 3 over shm end with
+ *     the bits of the single-process run (non-divisible chunks included);
+ *     two ranks meeting through the TCP rendezvous (MASTER_ADDR/PORT) too;
+ *   - in-process ranks (ftc_dist_join + ftc_trainer_create with dp_coll) on
+ *     a model of 5410 parameters (not divisible by 3 or 4: uneven ZeRO-1
+ *     chunks) for DP = 3 and 4: the single-process bits, parameters and
+ *     the gathered moments;
+ *   - DP = 2 stopped at step 2 (persist tier, one chunk per rank) and
+ *     resumed to the end: the same bits; DP = 3 stopped at step 2 and
+ *     resumed at DP = 2 (chunks re-partitioned): the same bits;
+ *   - a rank killed with SIGKILL mid-run: the launcher and the surviving
+ *     rank exit with an error naming the failure (bounded by the collective
+ *     deadline; ctest's TIMEOUT is the backstop, no time is asserted);
+ *   - with agents: DP = 2 checkpointing every step through include/ftc.h,
+ *     one rank SIGKILLed mid-run, the job restarted: it restores the
+ *     committed step and ends with the uninterrupted run's bits.
+ */
+#include "ftc_test.h"
+
+#include "core/clock.h"
+#include "core/fsio.h"
+#include "detect/redis_fixture.h"
+#include "trainer/dist.h"
+#include "trainer/train.h"
+
+#include <dirent.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+/* the model and batch of every run here: tiny, 6 micro-batches per step. The
+ * collective deadline is generous: a rank's synchronous persist write
+ * (zstd + fsync) can take seconds on a loaded machine while its peers wait;
+ * the kill tests use shorter ones. */
+#define COMMON "--model", "tiny", "--micro-batch", "2", "--global-batch", "12", "--seq-len", "16", \
+               "--corpus-bytes", "60000", "--eval-batches", "1", "--threads", "1",                \
+               "--log-every", "1", "--coll-timeout-ms", "30000"
+
+static const char *bindir(void)
+{
+    const char *b = getenv("FTC_BINARY_DIR");
+    return b ? b : ".";
+}
+
+typedef struct proc {
+    pid_t pid;
+    char out[PATH_MAX];
+} proc_t;
+
+/* Starts `ftc train args...` with extra environment (NAME=VALUE strings,
+ * NULL-terminated) and stdout + stderr into p->out. */
+static void start(proc_t *p, const char *dir, const char *tag, const char *const *env,
+                  const char *const *args)
+{
+    snprintf(p->out, sizeof p->out, "%s/%s.out", dir, tag);
+    fflush(stdout);
+    fflush(stderr);
+    p->pid = fork();
+    assert_true(p->pid >= 0);
+    if (p->pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        FILE *o = freopen(p->out, "w", stdout);
+        (void)o;
+        dup2(STDOUT_FILENO, STDERR_FILENO);
+        unsetenv("RANK"), unsetenv("WORLD_SIZE"), unsetenv("FTC_AGENT_SOCKET");
+        setenv("OMP_WAIT_POLICY", "passive", 1);
+        for (int i = 0; env && env[i]; i++)
+            putenv((char *)env[i]);
+        const char *av[64];
+        int k = 0;
+        static char bin[PATH_MAX];
+        snprintf(bin, sizeof bin, "%s/cli/ftc", bindir());
+        av[k++] = bin;
+        av[k++] = "train";
+        for (int i = 0; args[i] && k < 63; i++)
+            av[k++] = args[i];
+        av[k] = NULL;
+        execv(bin, (char *const *)av);
+        _exit(127);
+    }
+}
+
+/* The exit status; kills and fails after timeout_ms (a hang). */
+static int finish(proc_t *p, int timeout_ms)
+{
+    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)timeout_ms);
+    int st;
+    while (waitpid(p->pid, &st, WNOHANG) != p->pid) {
+        if (ftc_deadline_expired(d)) {
+            kill(p->pid, SIGKILL);
+            waitpid(p->pid, &st, 0);
+            fail_msg("%s: did not finish in %d ms", p->out, timeout_ms);
+        }
+        ftc_sleep_ms(10);
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static char *slurp(const char *file)
+{
+    uint8_t *buf = NULL;
+    size_t len;
+    ftc_err_t err = {0};
+    if (ftc_fs_read_file(file, 1 << 22, &buf, &len, &err))
+        return strdup("");
+    return (char *)buf;
+}
+
+static bool said(const char *file, const char *what)
+{
+    char *s = slurp(file);
+    bool y = strstr(s, what) != NULL;
+    free(s);
+    return y;
+}
+
+/* said(), printing the file when it did not. */
+static bool expect_said(const char *file, const char *what)
+{
+    if (said(file, what))
+        return true;
+    char *s = slurp(file);
+    print_error("%s does not say '%s':\n%s\n", file, what, s);
+    free(s);
+    return false;
+}
+
+/* "params xxh3 HEX after N steps" of a finished run. */
+static uint64_t params_hash(const char *file, int steps)
+{
+    char *s = slurp(file), want[64];
+    snprintf(want, sizeof want, "after %d steps", steps);
+    char *l = strstr(s, "params xxh3 ");
+    uint64_t h = 0;
+    if (!l || !strstr(l, want))
+        print_error("%s has no final hash after %d steps:\n%s\n", file, steps, s);
+    else
+        h = strtoull(l + 12, NULL, 16);
+    free(s);
+    assert_true(h != 0);
+    return h;
+}
+
+static uint64_t run_ok(const char *dir, const char *tag, const char *const *env,
+                       const char *const *args, int steps)
+{
+    proc_t p;
+    start(&p, dir, tag, env, args);
+    int rc = finish(&p, 120000);
+    if (rc != 0) {
+        char *s = slurp(p.out);
+        print_error("%s exited %d:\n%s\n", tag, rc, s);
+        free(s);
+    }
+    assert_int_equal(rc, 0);
+    return params_hash(p.out, steps);
+}
+
+static uint64_t g_base; /* the single-process run of 4 steps */
+
+static void test_dp_bit_identical(void **state)
+{
+    (void)state;
+    char *dir = ftc_test_tmpdir("traindp");
+    const char *one[] = {COMMON, "--steps", "4", "--deterministic", NULL};
+    g_base = run_ok(dir, "dp1", NULL, one, 4);
+    print_message("DP=1 (one process): %016llx\n", (unsigned long long)g_base);
+    const char *tcp[] = {"FI_PROVIDER=tcp;ofi_rxm", NULL};
+    const char *shm[] = {"FI_PROVIDER=shm", NULL};
+    for (int n = 2; n <= 4; n++) {
+        char nn[8], tag[32];
+        snprintf(nn, sizeof nn, "%d", n);
+        snprintf(tag, sizeof tag, "dp%d-tcp", n);
+        const char *a[] = {COMMON, "--steps", "4", "--nproc", nn, NULL};
+        uint64_t h = run_ok(dir, tag, tcp, a, 4);
+        print_message("DP=%d over tcp;ofi_rxm: %016llx\n", n, (unsigned long long)h);
+        assert_true(h == g_base);
+    }
+    const char *a3[] = {COMMON, "--steps", "4", "--nproc", "3", NULL};
+    uint64_t h = run_ok(dir, "dp3-shm", shm, a3, 4);
+    print_message("DP=3 over shm: %016llx\n", (unsigned long long)h);
+    assert_true(h == g_base);
+    /* torchrun style: two ranks meeting at MASTER_ADDR:MASTER_PORT */
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof sa;
+    assert_int_equal(bind(s, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(getsockname(s, (struct sockaddr *)&sa, &sl), 0);
+    close(s);
+    char port[32];
+    snprintf(port, sizeof port, "MASTER_PORT=%d", ntohs(sa.sin_port));
+    proc_t p[2];
+    for (int r = 0; r < 2; r++) {
+        const char *env[] = {r ? "RANK=1" : "RANK=0", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
+                             port, "FI_PROVIDER=tcp;ofi_rxm", NULL};
+        const char *a[] = {COMMON, "--steps", "4", NULL};
+        start(&p[r], dir, r ? "tr1" : "tr0", env, a);
+    }
+    assert_int_equal(finish(&p[1], 120000), 0);
+    assert_int_equal(finish(&p[0], 120000), 0);
+    assert_true(params_hash(p[0].out, 4) == g_base);
+    char *s1 = slurp(p[1].out);
+    assert_null(strstr(s1, "step ")); /* only rank 0 prints the progress */
+    free(s1);
+    ftc_test_rmrf(dir);
+    free(dir);
+}
+
+/* ---- uneven chunks, in-process ranks ------------------------------------- */
+
+static ftc_train_options_t odd_opts(void)
+{
+    ftc_train_options_t o = FTC_TRAIN_OPTIONS_INIT;
+    o.model = (ftc_model_config_t){257, 16, 2, 2, 10}; /* 10 x 541 = 5410 parameters */
+    o.micro_batch = 2;
+    o.seq_len = 16;
+    o.micro_steps = 5;
+    o.steps = 3;
+    o.optim.lr = 3e-3f;
+    o.optim.warmup = 2;
+    o.corpus_bytes = 40000;
+    o.deterministic = true;
+    o.job_id = "test-odd";
+    return o;
+}
+
+/* Runs the odd model; writes the params and both full moments to `out`
+ * (n floats each) by gathering the ranks' chunks. */
+static void odd_run(int n, const char *dir, float *out, size_t *np)
+{
+    size_t P = 5410;
+    float *sh = mmap(NULL, 3 * P * sizeof(float), PROT_READ | PROT_WRITE,
+                     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(sh != MAP_FAILED);
+    pid_t pids[4];
+    fflush(stdout);
+    for (int r = 0; r < n; r++) {
+        pids[r] = fork();
+        assert_true(pids[r] >= 0);
+        if (pids[r] == 0) {
+            ftc_err_t err = {0};
+            ftc_dist_t *d = NULL;
+            ftc_dist_opts_t dop = {.world = n, .tp = 1, .rank = r, .dir = dir,
+                                   .timeout_ms = 60000, .provider = "tcp;ofi_rxm"};
+            if (n > 1 && ftc_dist_join(&dop, &d, &err) < 0) {
+                fprintf(stderr, "rank %d: %s\n", r, err.msg);
+                _exit(1);
+            }
+            ftc_train_options_t o = odd_opts();
+            o.dp_coll = d ? d->dp : NULL;
+            ftc_trainer_t *t = ftc_trainer_create(&o, &err);
+            if (!t) {
+                fprintf(stderr, "rank %d: %s\n", r, err.msg);
+                _exit(1);
+            }
+            for (uint64_t s = 0; s < o.steps; s++)
+                if (ftc_trainer_step(t, NULL, &err) < 0) {
+                    fprintf(stderr, "rank %d: %s\n", r, err.msg);
+                    _exit(1);
+                }
+            size_t nparam = ftc_model_num_params(ftc_trainer_model(t)), off, len;
+            if (nparam != P)
+                _exit(3);
+            ftc_coll_chunk(P, n, r, &off, &len);
+            const ftc_adamw_t *a = ftc_trainer_adamw(t);
+            if (a->n != len)
+                _exit(4);
+            if (r == 0)
+                memcpy(sh, ftc_model_params(ftc_trainer_model(t)), P * sizeof(float));
+            memcpy(sh + P + off, a->m, len * sizeof(float));
+            memcpy(sh + 2 * P + off, a->v, len * sizeof(float));
+            ftc_trainer_destroy(t);
+            ftc_dist_destroy(d);
+            exit(0);
+        }
+    }
+    for (int r = 0; r < n; r++) {
+        int st;
+        waitpid(pids[r], &st, 0);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            fail_msg("DP=%d rank %d: status 0x%x", n, r, st);
+    }
+    memcpy(out, sh, 3 * P * sizeof(float));
+    munmap(sh, 3 * P * sizeof(float));
+    *np = P;
+}
+
+static void test_uneven_chunks_in_process(void **state)
+{
+    (void)state;
+    char *dir = ftc_test_tmpdir("traindp");
+    size_t P = 5410, np = 0;
+    float *base = malloc(3 * P * sizeof(float)), *got = malloc(3 * P * sizeof(float));
+    assert_non_null(base);
+    assert_non_null(got);
+    /* reference: one process (forked too: OpenMP threads and fork do not
+     * mix, so the test process itself never runs a kernel) */
+    odd_run(1, dir, base, &np);
+    assert_int_equal(np, P);
+    for (int n = 3; n <= 4; n++) {
+        char sub[PATH_MAX];
+        snprintf(sub, sizeof sub, "%s/g%d", dir, n);
+        assert_int_equal(mkdir(sub, 0700), 0);
+        odd_run(n, sub, got, &np);
+        assert_int_equal(np, P);
+        assert_memory_equal(base, got, P * sizeof(float));                 /* parameters */
+        assert_memory_equal(base + P, got + P, 2 * P * sizeof(float));     /* m and v */
+        print_message("DP=%d in-process ranks, %zu parameters (uneven chunks): identical\n", n,
+                      P);
+    }
+    free(base);
+    free(got);
+    ftc_test_rmrf(dir);
+    free(dir);
+}
+
+static void test_stop_resume_dp2(void **state)
+{
+    (void)state;
+    char *dir = ftc_test_tmpdir("traindp");
+    char ck[PATH_MAX];
+    snprintf(ck, sizeof ck, "%s/ckpt", dir);
+    if (!g_base) {
+        const char *one[] = {COMMON, "--steps", "4", "--deterministic", NULL};
+        g_base = run_ok(dir, "dp1", NULL, one, 4);
+    }
+    const char *a1[] = {COMMON, "--steps", "4", "--nproc", "2", "--ckpt-dir", ck,
+                        "--ckpt-every", "1", "--stop-at", "2", NULL};
+    run_ok(dir, "first", NULL, a1, 2);
+    char f[PATH_MAX + 64];
+    snprintf(f, sizeof f, "%s/rank-d1/v%020d/shard-d1-t0-p0.ftcz", ck, 2);
+    assert_true(access(f, R_OK) == 0); /* each rank persisted its own chunk */
+    const char *a2[] = {COMMON, "--steps", "4", "--nproc", "2", "--ckpt-dir", ck,
+                        "--ckpt-every", "1", NULL};
+    uint64_t h = run_ok(dir, "resumed", NULL, a2, 4);
+    char out[PATH_MAX + 32];
+    snprintf(out, sizeof out, "%s/resumed.out", dir);
+    assert_true(expect_said(out, "restored step 2"));
+    assert_true(h == g_base);
+    assert_true(expect_said(out, "rank-d0")); /* each rank its own chunk: no re-partitioning */
+    /* another DP degree: saved by 3 ranks at step 2, resumed by 2 (the chunks
+     * gathered and re-split), the same bits at the end */
+    char ck3[PATH_MAX + 8];
+    snprintf(ck3, sizeof ck3, "%s/ckpt3", dir);
+    const char *b1[] = {COMMON, "--steps", "4", "--nproc", "3", "--ckpt-dir", ck3,
+                        "--ckpt-every", "1", "--stop-at", "2", NULL};
+    run_ok(dir, "first3", NULL, b1, 2);
+    const char *b2[] = {COMMON, "--steps", "4", "--nproc", "2", "--ckpt-dir", ck3,
+                        "--ckpt-every", "1", NULL};
+    uint64_t h2 = run_ok(dir, "resumed2", NULL, b2, 4);
+    snprintf(out, sizeof out, "%s/resumed2.out", dir);
+    assert_true(expect_said(out, "re-partitioned from 3 DP ranks"));
+    assert_true(h2 == g_base);
+    ftc_test_rmrf(dir);
+    free(dir);
+}
+
+/* Pid of the launcher's child number `which` (from /proc). */
+static pid_t child_of(pid_t parent, int which)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)parent, (int)parent);
+    char s[512] = {0}, *p = s; /* a /proc file: size 0 to stat, so read it plainly */
+    FILE *fp = fopen(path, "r");
+    if (fp) {
+        size_t n = fread(s, 1, sizeof s - 1, fp);
+        s[n] = 0;
+        fclose(fp);
+    }
+    pid_t got = 0;
+    for (int i = 0; i <= which && *p; i++) {
+        got = (pid_t)strtol(p, &p, 10);
+        while (*p == ' ')
+            p++;
+    }
+    return got;
+}
+
+/* Waits until p's output says `what`; fails at once if p exits first. */
+static void wait_said(proc_t *p, const char *what, int timeout_ms)
+{
+    const char *file = p->out;
+    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)timeout_ms);
+    while (!said(file, what)) {
+        int st;
+        if (waitpid(p->pid, &st, WNOHANG) == p->pid) {
+            p->pid = -1;
+            expect_said(file, what);
+            fail_msg("%s: the process exited (status 0x%x) before saying '%s'", file, st, what);
+        }
+        if (ftc_deadline_expired(d)) {
+            expect_said(file, what);
+            fail_msg("%s never said '%s'", file, what);
+        }
+        ftc_sleep_ms(20);
+    }
+}
+
+static void test_killed_rank_fails_peers(void **state)
+{
+    (void)state;
+    char *dir = ftc_test_tmpdir("traindp");
+    const char *a[] = {COMMON, "--steps", "100000", "--nproc", "2", "--coll-timeout-ms", "8000",
+                       NULL};
+    proc_t p;
+    start(&p, dir, "launcher", NULL, a);
+    wait_said(&p, "step 2/", 60000);
+    pid_t victim = child_of(p.pid, 1);
+    assert_true(victim > 0);
+    uint64_t t0 = ftc_now_ns();
+    kill(victim, SIGKILL);
+    int rc = finish(&p, 90000); /* the deadline is 8 s: a hang fails here */
+    print_message("launcher exited %d, %.1f s after the kill\n", rc,
+                  (double)(ftc_now_ns() - t0) * 1e-9);
+    assert_int_not_equal(rc, 0);
+    assert_true(expect_said(p.out, "killed by signal 9"));
+    assert_true(expect_said(p.out, "a peer rank probably died"));
+    ftc_test_rmrf(dir);
+    free(dir);
+}
+
+/* ---- with agents ---------------------------------------------------------- */
+
+static pid_t g_agents[2]; /* killed by agent_teardown, also after a failure */
+
+static pid_t start_agent(redis_fixture_t *f, const char *jobdir, const char *persist,
+                         const char *job, const char *url, int i)
+{
+    char sock[PATH_MAX + 32], out[PATH_MAX + 32];
+    snprintf(sock, sizeof sock, "%s/agent.%d.sock", jobdir, i);
+    snprintf(out, sizeof out, "%s/agent%d.log", jobdir, i);
+    (void)f;
+    unlink(sock);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        FILE *o = freopen(out, "a", stdout);
+        FILE *er = freopen(out, "a", stderr);
+        (void)o, (void)er;
+        char bin[PATH_MAX], idx[16];
+        snprintf(bin, sizeof bin, "%s/cli/ftc", bindir());
+        snprintf(idx, sizeof idx, "%d", i);
+        setenv("FTC_REDIS_URL", url, 1);
+        setenv("FI_PROVIDER", "tcp;ofi_rxm", 1);
+        execl(bin, bin, "agent", "--nodes", "2", "--index", idx, "--job", job, "--job-dir",
+              jobdir, "--redundancy", "1", "--persist-dir", persist, "--persist-every", "1000",
+              "--agent-timeout-ms", "8000", (char *)NULL);
+        _exit(127);
+    }
+    ftc_deadline_t d = ftc_deadline_in_ms(20000);
+    struct stat st;
+    while (stat(sock, &st) != 0) {
+        int s;
+        if (waitpid(pid, &s, WNOHANG) == pid)
+            fail_msg("agent %d exited at start (see %s)", i, out);
+        if (ftc_deadline_expired(d))
+            fail_msg("agent %d did not open its socket", i);
+        ftc_sleep_ms(20);
+    }
+    return pid;
+}
+
+/* Starts the two ranks of the DP = 2 job (one per node) for `steps` steps. */
+static void start_job(proc_t *p, const char *jobdir, const char *job, const char *tag,
+                      const char *steps)
+{
+    static int incarnation;
+    char rdzv[PATH_MAX];
+    snprintf(rdzv, sizeof rdzv, "%s/rdzv.%d", jobdir, ++incarnation);
+    assert_int_equal(mkdir(rdzv, 0700), 0);
+    for (int r = 0; r < 2; r++) {
+        static char envs[2][5][PATH_MAX + 64];
+        snprintf(envs[r][0], sizeof envs[r][0], "RANK=%d", r);
+        snprintf(envs[r][1], sizeof envs[r][1], "WORLD_SIZE=2");
+        snprintf(envs[r][2], sizeof envs[r][2], "FTC_TRAIN_RDZV_DIR=%s", rdzv);
+        snprintf(envs[r][3], sizeof envs[r][3], "FTC_AGENT_SOCKET=%s/agent.%d.sock", jobdir, r);
+        snprintf(envs[r][4], sizeof envs[r][4], "FTC_JOB_ID=%s", job);
+        const char *env[] = {envs[r][0], envs[r][1], envs[r][2], envs[r][3], envs[r][4],
+                             "FI_PROVIDER=tcp;ofi_rxm", NULL};
+        const char *a[] = {COMMON, "--steps", steps, "--coll-timeout-ms", "10000", NULL};
+        char t[64];
+        snprintf(t, sizeof t, "%s-r%d", tag, r);
+        start(&p[r], jobdir, t, env, a);
+    }
+}
+
+static void test_agent_kill_restart(void **state)
+{
+    redis_fixture_t *f = *state;
+    char jobdir[PATH_MAX], persist[PATH_MAX], url[512], job[64];
+    snprintf(jobdir, sizeof jobdir, "%s/job", f->dir);
+    snprintf(persist, sizeof persist, "%s/persist", f->dir);
+    snprintf(job, sizeof job, "tdp%d", (int)getpid() % 100000);
+    mkdir(jobdir, 0700);
+    char *u = slurp(ftc_redis_server_url_file(f->srv));
+    u[strcspn(u, "\n")] = 0;
+    snprintf(url, sizeof url, "%s", u);
+    free(u);
+    /* the uninterrupted run of 8 steps */
+    const char *one[] = {COMMON, "--steps", "8", "--deterministic", NULL};
+    uint64_t want = run_ok(jobdir, "base8", NULL, one, 8);
+    for (int i = 0; i < 2; i++)
+        g_agents[i] = start_agent(f, jobdir, persist, job, url, i);
+    /* the job, slowed down by nothing: kill rank 1 once step 4 is reported */
+    proc_t p[2];
+    start_job(p, jobdir, job, "run1", "8");
+    wait_said(&p[0], "step 4/", 90000);
+    kill(p[1].pid, SIGKILL);
+    finish(&p[1], 10000);
+    int rc = finish(&p[0], 90000);
+    if (rc == 0) /* rank 0 may have finished first; then nothing to resume */
+        print_message("rank 0 finished before the kill took effect\n");
+    else
+        assert_true(said(p[0].out, "a peer rank probably died") || expect_said(p[0].out, "agent"));
+    /* the restarted job restores the committed step and ends with the same bits */
+    start_job(p, jobdir, job, "run2", "8");
+    assert_int_equal(finish(&p[1], 120000), 0);
+    int rc0 = finish(&p[0], 120000);
+    if (rc0 != 0) {
+        char *s = slurp(p[0].out);
+        print_error("restarted rank 0 exited %d:\n%s\n", rc0, s);
+        free(s);
+    }
+    assert_int_equal(rc0, 0);
+    assert_true(expect_said(p[0].out, "restored step"));
+    char *s = slurp(p[0].out);
+    char *r = strstr(s, "restored step ");
+    print_message("restart: %.*s\n", r ? (int)strcspn(r, "\n") : 0, r ? r : "");
+    free(s);
+    assert_true(params_hash(p[0].out, 8) == want);
+}
+
+/* Also after a failed assertion: the agents and their shared memory go. */
+static int agent_teardown(void **state)
+{
+    for (int i = 0; i < 2; i++) {
+        if (g_agents[i] > 0) {
+            kill(g_agents[i], SIGKILL);
+            waitpid(g_agents[i], NULL, 0);
+        }
+        g_agents[i] = 0;
+    }
+    DIR *d = opendir("/dev/shm");
+    struct dirent *de;
+    char prefix[80];
+    snprintf(prefix, sizeof prefix, "ftc.tdp%d.", (int)getpid() % 100000);
+    while (d && (de = readdir(d))) {
+        if (!strncmp(de->d_name, prefix, strlen(prefix))) {
+            char pth[PATH_MAX];
+            snprintf(pth, sizeof pth, "/dev/shm/%s", de->d_name);
+            unlink(pth);
+        }
+    }
+    if (d)
+        closedir(d);
+    return redis_fixture_teardown(state);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_dp_bit_identical),
+        cmocka_unit_test(test_uneven_chunks_in_process),
+        cmocka_unit_test(test_stop_resume_dp2),
+        cmocka_unit_test(test_killed_rank_fails_peers),
+        cmocka_unit_test_setup_teardown(test_agent_kill_restart, redis_fixture_setup,
+                                        agent_teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

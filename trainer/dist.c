@@ -1,0 +1,348 @@
+/*
+ * dist.c — the DP x TP layout, the TCP rendezvous and the building of the
+ * communicators (dist.h).
+ */
+#include "trainer/dist.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define RDZV_MAGIC 0x46544352u /* "FTCR" */
+
+int ftc_dist_layout(int world, int tp, int rank, ftc_dist_layout_t *l, ftc_err_t *err)
+{
+    if (world < 1 || tp < 1 || world % tp)
+        return ftc_err_set(err, FTC_EINVAL, "layout: world %d is not a multiple of tp %d", world,
+                           tp);
+    if (rank < 0 || rank >= world)
+        return ftc_err_set(err, FTC_EINVAL, "layout: rank %d outside 0..%d", rank, world - 1);
+    l->world = world, l->tp = tp, l->dp = world / tp;
+    l->rank = rank, l->dp_rank = rank / tp, l->tp_rank = rank % tp;
+    return 0;
+}
+
+/* ---- TCP rendezvous ------------------------------------------------------ */
+
+static int wait_fd(int fd, short ev, ftc_deadline_t dl)
+{
+    for (;;) {
+        int64_t left = ftc_deadline_remaining_ms(dl);
+        if (left <= 0)
+            return FTC_ETIMEDOUT;
+        struct pollfd p = {fd, ev, 0};
+        int r = poll(&p, 1, left > 100 ? 100 : (int)left);
+        if (r > 0)
+            return 0;
+        if (r < 0 && errno != EINTR)
+            return FTC_EIO;
+    }
+}
+
+static int io_all(int fd, void *buf, size_t n, int wr, ftc_deadline_t dl)
+{
+    uint8_t *b = buf;
+    while (n) {
+        int rc = wait_fd(fd, wr ? POLLOUT : POLLIN, dl);
+        if (rc < 0)
+            return rc;
+        ssize_t k = wr ? send(fd, b, n, MSG_NOSIGNAL) : recv(fd, b, n, 0);
+        if (k < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        if (k <= 0)
+            return FTC_EIO;
+        b += k, n -= (size_t)k;
+    }
+    return 0;
+}
+
+static int resolve(const char *host, int port, struct sockaddr_storage *sa, socklen_t *salen,
+                   ftc_err_t *err)
+{
+    char ps[16];
+    snprintf(ps, sizeof ps, "%d", port);
+    struct addrinfo hints, *ai = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_socktype = SOCK_STREAM;
+    int g = getaddrinfo(host, ps, &hints, &ai);
+    if (g || !ai)
+        return ftc_err_set(err, FTC_EINVAL, "rendezvous: cannot resolve %s:%d (%s); check "
+                           "MASTER_ADDR", host, port, gai_strerror(g));
+    memcpy(sa, ai->ai_addr, ai->ai_addrlen);
+    *salen = ai->ai_addrlen;
+    freeaddrinfo(ai);
+    return 0;
+}
+
+static int rdzv_server(const struct sockaddr_storage *sa, socklen_t salen, int world,
+                       const void *blob, size_t len, uint8_t *table, size_t *lens,
+                       ftc_deadline_t dl, ftc_err_t *err)
+{
+    int ls = socket(sa->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (ls < 0)
+        return ftc_err_errno(err, errno, "rendezvous: socket");
+    int one = 1;
+    setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(ls, (const struct sockaddr *)sa, salen) < 0 || listen(ls, world) < 0) {
+        int e = errno;
+        close(ls);
+        return ftc_err_errno(err, e, "rendezvous: rank 0 cannot listen on MASTER_ADDR:port (in "
+                             "use? set FTC_RDZV_PORT)");
+    }
+    int *fds = malloc(sizeof(int) * (size_t)world);
+    if (!fds) {
+        close(ls);
+        return ftc_err_set(err, FTC_ENOMEM, "rendezvous: out of memory");
+    }
+    for (int r = 0; r < world; r++)
+        fds[r] = -1, lens[r] = 0;
+    memcpy(table, blob, len);
+    lens[0] = len;
+    int have = 1, rc = 0;
+    while (have < world) {
+        rc = wait_fd(ls, POLLIN, dl);
+        if (rc < 0)
+            break;
+        int fd = accept4(ls, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0)
+            continue;
+        uint32_t hdr[3];
+        if (io_all(fd, hdr, sizeof hdr, 0, dl) < 0 || hdr[0] != RDZV_MAGIC || hdr[1] == 0 ||
+            hdr[1] >= (uint32_t)world || hdr[2] == 0 || hdr[2] > FTC_DIST_BLOB_MAX ||
+            fds[hdr[1]] >= 0 ||
+            io_all(fd, table + (size_t)hdr[1] * FTC_DIST_BLOB_MAX, hdr[2], 0, dl) < 0) {
+            close(fd); /* a stray or broken client: not one of ours */
+            continue;
+        }
+        fds[hdr[1]] = fd;
+        lens[hdr[1]] = hdr[2];
+        have++;
+    }
+    close(ls);
+    if (rc < 0) {
+        int missing = -1, nm = 0;
+        for (int r = 1; r < world; r++)
+            if (fds[r] < 0 && (nm++, missing < 0))
+                missing = r;
+        ftc_err_set(err, FTC_ETIMEDOUT, "rendezvous: rank 0 heard from %d of %d ranks by the "
+                    "deadline (%d missing, first: rank %d)", have, world, nm, missing);
+    }
+    for (int r = 1; r < world && rc == 0; r++) {
+        for (int q = 0; q < world && rc == 0; q++) {
+            uint32_t l32 = (uint32_t)lens[q];
+            rc = io_all(fds[r], &l32, 4, 1, dl);
+            if (rc == 0)
+                rc = io_all(fds[r], table + (size_t)q * FTC_DIST_BLOB_MAX, lens[q], 1, dl);
+        }
+        if (rc < 0)
+            ftc_err_set(err, rc, "rendezvous: sending the table to rank %d failed", r);
+    }
+    for (int r = 1; r < world; r++)
+        if (fds[r] >= 0)
+            close(fds[r]);
+    free(fds);
+    return rc;
+}
+
+static int rdzv_client(const struct sockaddr_storage *sa, socklen_t salen, int rank, int world,
+                       const void *blob, size_t len, uint8_t *table, size_t *lens,
+                       ftc_deadline_t dl, ftc_err_t *err)
+{
+    int fd = -1;
+    for (;;) { /* rank 0 may not listen yet */
+        fd = socket(sa->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            return ftc_err_errno(err, errno, "rendezvous: socket");
+        if (connect(fd, (const struct sockaddr *)sa, salen) == 0)
+            break;
+        close(fd);
+        if (ftc_deadline_expired(dl))
+            return ftc_err_set(err, FTC_ETIMEDOUT, "rendezvous: rank %d could not reach rank 0 "
+                               "at MASTER_ADDR:port by the deadline", rank);
+        ftc_sleep_ms(50);
+    }
+    int fl = fcntl(fd, F_GETFL);
+    fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+    uint32_t hdr[3] = {RDZV_MAGIC, (uint32_t)rank, (uint32_t)len};
+    int rc = io_all(fd, hdr, sizeof hdr, 1, dl);
+    if (rc == 0)
+        rc = io_all(fd, (void *)(uintptr_t)blob, len, 1, dl);
+    for (int q = 0; q < world && rc == 0; q++) {
+        uint32_t l32 = 0;
+        rc = io_all(fd, &l32, 4, 0, dl);
+        if (rc == 0 && (l32 == 0 || l32 > FTC_DIST_BLOB_MAX))
+            rc = FTC_EPROTO;
+        if (rc == 0)
+            rc = io_all(fd, table + (size_t)q * FTC_DIST_BLOB_MAX, l32, 0, dl);
+        lens[q] = l32;
+    }
+    close(fd);
+    if (rc < 0)
+        return ftc_err_set(err, rc, "rendezvous: rank %d did not get the address table from "
+                           "rank 0 (%s; did another rank not start, or rank 0 die?)", rank,
+                           ftc_strerror(rc));
+    return 0;
+}
+
+int ftc_dist_rendezvous_tcp(const char *host, int port, int rank, int world, const void *blob,
+                            size_t len, uint8_t *table, size_t *lens, ftc_deadline_t dl,
+                            ftc_err_t *err)
+{
+    if (!host || !*host || port < 1 || port > 65535 || world < 1 || rank < 0 || rank >= world ||
+        !len || len > FTC_DIST_BLOB_MAX)
+        return ftc_err_set(err, FTC_EINVAL, "rendezvous: need MASTER_ADDR and a MASTER_PORT in "
+                           "1..65535 (rank %d of %d)", rank, world);
+    struct sockaddr_storage sa;
+    socklen_t salen = 0;
+    int rc = resolve(host, port, &sa, &salen, err);
+    if (rc < 0)
+        return rc;
+    if (world == 1) {
+        memcpy(table, blob, len);
+        lens[0] = len;
+        return 0;
+    }
+    return rank == 0 ? rdzv_server(&sa, salen, world, blob, len, table, lens, dl, err)
+                     : rdzv_client(&sa, salen, rank, world, blob, len, table, lens, dl, err);
+}
+
+/* ---- joining ------------------------------------------------------------- */
+
+static int open_ep(const ftc_dist_opts_t *o, ftc_fabric_t **fab, uint8_t *addr, size_t *len,
+                   ftc_err_t *err)
+{
+    ftc_fabric_opts_t fo = FTC_FABRIC_OPTS_INIT;
+    fo.provider = o->provider;
+    int rc = ftc_fabric_open(&fo, fab, err);
+    if (rc < 0)
+        return rc;
+    *len = FTC_FABRIC_ADDR_MAX;
+    rc = ftc_fabric_getname(*fab, addr, len);
+    if (rc < 0)
+        return ftc_err_set(err, rc, "fabric: cannot read the endpoint's address");
+    return 0;
+}
+
+/* Builds one group from the addresses of its members (in group order). */
+static int make_group(ftc_fabric_t *fab, int me, int n, const uint8_t *addrs, const size_t *lens,
+                      ftc_coll_t **out, ftc_err_t *err)
+{
+    return ftc_coll_cpu_create(fab, me, n, addrs, lens, NULL, out, err);
+}
+
+int ftc_dist_join(const ftc_dist_opts_t *o, ftc_dist_t **out, ftc_err_t *err)
+{
+    *out = NULL;
+    ftc_dist_t *d = calloc(1, sizeof *d);
+    if (!d)
+        return ftc_err_set(err, FTC_ENOMEM, "dist: out of memory");
+    int rc = ftc_dist_layout(o->world, o->tp, o->rank, &d->l, err);
+    if (rc < 0) {
+        free(d);
+        return rc;
+    }
+    ftc_deadline_t dl = ftc_deadline_in_ms((uint64_t)(o->timeout_ms > 0 ? o->timeout_ms : 60000));
+    const ftc_dist_layout_t *l = &d->l;
+    int ng = (l->dp > 1) + (l->tp > 1);
+    ftc_fabric_t *fab[2] = {NULL, NULL};
+    uint8_t me[2][FTC_FABRIC_ADDR_MAX];
+    size_t melen[2] = {0, 0};
+    uint8_t *addrs = calloc((size_t)o->world, FTC_FABRIC_ADDR_MAX);
+    size_t *lens = calloc((size_t)o->world, sizeof *lens);
+    uint8_t *table = calloc((size_t)o->world, FTC_DIST_BLOB_MAX);
+    size_t *tlens = calloc((size_t)o->world, sizeof *tlens);
+    if (!addrs || !lens || !table || !tlens) {
+        rc = ftc_err_set(err, FTC_ENOMEM, "dist: out of memory");
+        goto out;
+    }
+    for (int g = 0; g < ng; g++)
+        if ((rc = open_ep(o, &fab[g], me[g], &melen[g], err)) < 0)
+            goto out;
+    /* g = 0: the DP group when dp > 1, else the TP group */
+    int is_dp[2] = {l->dp > 1, 0};
+    if (o->dir && *o->dir) {
+        for (int g = 0; g < ng; g++) {
+            char sub[4096];
+            int gr = is_dp[g] ? l->dp_rank : l->tp_rank, gn = is_dp[g] ? l->dp : l->tp;
+            snprintf(sub, sizeof sub, "%s/%s-%c%d", o->dir, is_dp[g] ? "dp" : "tp",
+                     is_dp[g] ? 't' : 'd', is_dp[g] ? l->tp_rank : l->dp_rank);
+            if (mkdir(sub, 0700) < 0 && errno != EEXIST) {
+                rc = ftc_err_errno(err, errno, "dist: mkdir %s", sub);
+                goto out;
+            }
+            rc = ftc_coll_exchange_dir(sub, gr, gn, me[g], melen[g], addrs, lens, dl, err);
+            if (rc == 0)
+                rc = make_group(fab[g], gr, gn, addrs, lens, is_dp[g] ? &d->dp : &d->tp, err);
+            fab[g] = NULL; /* owned by the group now, also on failure */
+            if (rc < 0)
+                goto out;
+        }
+    } else if (ng > 0) {
+        /* one blob per rank: [len0 u16][addr0][len1 u16][addr1] */
+        uint8_t blob[FTC_DIST_BLOB_MAX];
+        size_t bl = 0;
+        for (int g = 0; g < ng; g++) {
+            blob[bl] = (uint8_t)(melen[g] & 0xff), blob[bl + 1] = (uint8_t)(melen[g] >> 8);
+            memcpy(blob + bl + 2, me[g], melen[g]);
+            bl += 2 + melen[g];
+        }
+        rc = ftc_dist_rendezvous_tcp(o->host, o->port, o->rank, o->world, blob, bl, table,
+                                     tlens, dl, err);
+        if (rc < 0)
+            goto out;
+        for (int g = 0; g < ng; g++) {
+            int gn = is_dp[g] ? l->dp : l->tp, gr = is_dp[g] ? l->dp_rank : l->tp_rank;
+            for (int m = 0; m < gn; m++) {
+                int r = is_dp[g] ? m * l->tp + l->tp_rank : l->dp_rank * l->tp + m;
+                const uint8_t *b = table + (size_t)r * FTC_DIST_BLOB_MAX;
+                size_t pos = 0, al = 0;
+                for (int k = 0; k <= g; k++) {
+                    al = (size_t)b[pos] | (size_t)b[pos + 1] << 8;
+                    if (k < g)
+                        pos += 2 + al;
+                }
+                if (pos + 2 + al > tlens[r] || al == 0 || al > FTC_FABRIC_ADDR_MAX) {
+                    rc = ftc_err_set(err, FTC_EPROTO, "rendezvous: rank %d's addresses are "
+                                     "malformed (a different ftc version?)", r);
+                    goto out;
+                }
+                memcpy(addrs + (size_t)m * FTC_FABRIC_ADDR_MAX, b + pos + 2, al);
+                lens[m] = al;
+            }
+            rc = make_group(fab[g], gr, gn, addrs, lens, is_dp[g] ? &d->dp : &d->tp, err);
+            fab[g] = NULL;
+            if (rc < 0)
+                goto out;
+        }
+    }
+    *out = d;
+    d = NULL;
+out:
+    for (int g = 0; g < 2; g++)
+        ftc_fabric_close(fab[g]);
+    ftc_dist_destroy(d);
+    free(addrs);
+    free(lens);
+    free(table);
+    free(tlens);
+    return rc;
+}
+
+void ftc_dist_destroy(ftc_dist_t *d)
+{
+    if (!d)
+        return;
+    ftc_coll_destroy(d->dp);
+    ftc_coll_destroy(d->tp);
+    free(d);
+}

@@ -1,0 +1,66 @@
+/*
+ * dist.h — the process layout of a distributed training job and the building
+ * of its communicators: world = DP x TP ranks, global rank -> (dp_rank,
+ * tp_rank) with TP innermost (rank = dp_rank * tp + tp_rank, so the ranks of
+ * one TP group are neighbours — on one node when tp divides the ranks per
+ * node), one DP communicator per TP rank (the ranks with the same tp_rank,
+ * ordered by dp_rank) and one TP communicator per DP rank.
+ *
+ * Joining: each rank opens one libfabric endpoint per communicator (provider
+ * from FI_PROVIDER, else "tcp;ofi_rxm"), then the addresses are exchanged
+ * either
+ *   - through a shared directory (ftc_coll_exchange_dir in dir/dp-tT and
+ *     dir/tp-dD; a fresh directory per job incarnation), what the
+ *     `ftc train --nproc N` launcher uses, or
+ *   - through a tiny TCP rendezvous (MASTER_ADDR:port, torchrun style): rank
+ *     0 listens, every other rank connects (retrying until the deadline),
+ *     sends its rank and address blob; once rank 0 has all `world` blobs it
+ *     sends the whole table back to everyone and closes. Every read, write,
+ *     accept and connect has the deadline; a missing rank is FTC_ETIMEDOUT
+ *     naming it.
+ *
+ * Thread-safety: a ftc_dist_t is used by one thread. No global state.
+ */
+#ifndef FTC_TRAINER_DIST_H
+#define FTC_TRAINER_DIST_H
+
+#include "core/clock.h"
+#include "core/err.h"
+#include "trainer/coll.h"
+
+typedef struct ftc_dist_layout {
+    int world, dp, tp;
+    int rank, dp_rank, tp_rank;
+} ftc_dist_layout_t;
+
+/* Fills l from (world, tp, rank). FTC_EINVAL when tp does not divide world
+ * or rank is outside 0..world-1. */
+int ftc_dist_layout(int world, int tp, int rank, ftc_dist_layout_t *l, ftc_err_t *err);
+
+typedef struct ftc_dist_opts {
+    int world, tp, rank;
+    const char *provider;  /* NULL: FI_PROVIDER, else "tcp;ofi_rxm" */
+    const char *dir;       /* address exchange directory, or NULL for TCP */
+    const char *host;      /* TCP rendezvous: rank 0's address (MASTER_ADDR) */
+    int port;              /* and port */
+    int timeout_ms;        /* the deadline of the exchange (default 60000 when 0) */
+} ftc_dist_opts_t;
+
+typedef struct ftc_dist {
+    ftc_dist_layout_t l;
+    ftc_coll_t *dp; /* NULL when dp == 1 */
+    ftc_coll_t *tp; /* NULL when tp == 1 */
+} ftc_dist_t;
+
+/* Opens the endpoints, exchanges the addresses and builds the groups. */
+int ftc_dist_join(const ftc_dist_opts_t *o, ftc_dist_t **out, ftc_err_t *err);
+void ftc_dist_destroy(ftc_dist_t *d); /* NULL is a no-op */
+
+/* The TCP rendezvous alone: every rank's blob (<= 1024 bytes) to every rank;
+ * table holds world x 1024 bytes, lens world entries. */
+#define FTC_DIST_BLOB_MAX 1024
+int ftc_dist_rendezvous_tcp(const char *host, int port, int rank, int world, const void *blob,
+                            size_t len, uint8_t *table, size_t *lens, ftc_deadline_t dl,
+                            ftc_err_t *err);
+
+#endif
