@@ -17,6 +17,7 @@
  */
 #include "ckpt/agent.h"
 
+#include "ckpt/agent_parity.h"
 #include "ckpt/agent_proto.h"
 #include "ckpt/replica.h"
 #include "ckpt/shard.h"
@@ -51,7 +52,8 @@
 enum { SL_EMPTY = 0, SL_WRITING = 1, SL_SEALED = 2, SL_COMMITTED = 3 };
 static const char *ftc__sl_name[] = {"empty", "writing", "sealed", "committed"};
 
-enum { JOB_PEER = 1, JOB_PUSH = 2, JOB_FETCH = 3 };
+enum { JOB_PEER = 1, JOB_PUSH = 2, JOB_FETCH = 3, JOB_GATHER = 4 };
+enum { PAR_NONE = 0, PAR_ENCODE = 1, PAR_REBUILD = 2 }; /* ftc__job_t.par */
 
 typedef struct ftc__job {
     struct ftc__job *next;
@@ -73,6 +75,10 @@ typedef struct ftc__job {
     char detail[768];
     uint8_t *buf;           /* FETCH: the verified shard (malloc'd) */
     uint64_t buf_size;
+    /* parity groups */
+    int par;                /* PAR_*: what a GATHER or a parity PUSH is for */
+    int rix;                /* GATHER / parity PUSH: index of the rank in a->ranks */
+    ftc__gather_t *gather;  /* GATHER: the fetches */
     /* private to the replication thread */
     ftc_repl_xfer_t x;
     bool started;
@@ -147,12 +153,18 @@ struct ftc_agent {
     /* persist */
     ftc_persist_t *persist;
     uint64_t commits;        /* steps this node saw committed */
+    struct ftc__agent_par *par; /* parity groups (redundancy xor / rs), NULL for replicas */
     ftc_err_t err;
 };
 
 /* ---- helpers ----------------------------------------------------------------------- */
 
 static void ftc__try_push(ftc_agent_t *a, struct ftc__rank *r, int s);
+static void ftc__job_free(ftc__job_t *j);
+static bool ftc__par_try_push(ftc_agent_t *a, ftc__rank_t *r, int s);
+static bool ftc__par_queue_rebuild(ftc_agent_t *a, ftc__rank_t *r);
+static void ftc__par_on_gather_done(ftc_agent_t *a, ftc__job_t *j);
+static void ftc__par_on_push_done(ftc_agent_t *a, ftc__job_t *j);
 
 void ftc_agent_socket_path(const char *dir, uint32_t index, char *buf, size_t cap)
 {
@@ -267,6 +279,8 @@ static int ftc__open_transport(ftc_agent_t *a, ftc_err_t *err)
     a->repl = ftc_repl_create(&a->ropt, err);
     if (!a->repl)
         return err ? err->code : FTC_EFABRIC;
+    if (a->par) /* members fetch our ranks' shards and our parity from our slots */
+        ftc_repl_serve_local(a->repl, a->ns);
     pthread_mutex_lock(&a->mu);
     memcpy(a->my_addr, addr, len);
     a->my_addr_len = len;
@@ -525,7 +539,7 @@ static void *ftc__repl_main(void *arg)
             active = j;
         }
         for (ftc__job_t *j = active; j; j = j->next) {
-            if (j->started)
+            if (j->started || j->kind == JOB_GATHER) /* a gather starts its own fetches */
                 continue;
             ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)a->o.timeout_ms);
             int rc;
@@ -549,8 +563,9 @@ static void *ftc__repl_main(void *arg)
         while (*pp) {
             ftc__job_t *j = *pp;
             ftc_repl_status_t st;
-            bool finished = j->x < 0;
-            if (!finished && ftc_repl_status(a->repl, j->x, &st) == 0 && st.done) {
+            bool gather = j->kind == JOB_GATHER;
+            bool finished = gather ? ftc__gather_poll(a->repl, j->gather, broken) : j->x < 0;
+            if (!finished && !gather && ftc_repl_status(a->repl, j->x, &st) == 0 && st.done) {
                 j->rc = st.rc;
                 j->acked = st.acked;
                 j->failed = st.failed;
@@ -570,7 +585,7 @@ static void *ftc__repl_main(void *arg)
                     finished = false;
                 }
             }
-            if (!finished && broken) { /* the endpoint goes away with its transfers */
+            if (!finished && broken && !gather) { /* the endpoint goes away with its transfers */
                 if (j->kind == JOB_FETCH && j->next_peer < j->npeers) {
                     j->started = false; /* the next candidate, on the new endpoint */
                     pp = &j->next;
@@ -604,8 +619,7 @@ static void *ftc__repl_main(void *arg)
     while (active) {
         ftc__job_t *j = active;
         active = j->next;
-        free(j->buf);
-        free(j);
+        ftc__job_free(j);
     }
     return NULL;
 }
@@ -943,6 +957,8 @@ static void ftc__try_push(ftc_agent_t *a, ftc__rank_t *r, int s)
 {
     if (r->pushed[s] || r->st[s] != SL_SEALED)
         return;
+    if (a->par && ftc__par_try_push(a, r, s))
+        return;
     int k = a->o.redundancy.kind == FTC_RED_REPLICA ? a->o.redundancy.copies : 1;
     if (k == 0) {
         r->pushed[s] = r->acked[s] = true;
@@ -1108,7 +1124,10 @@ static void ftc__on_restore(ftc_agent_t *a, ftc__rank_t *r)
     }
     /* 2. a peer's replica (every live peer, ring order) */
     r->restore_attempts = 0;
-    if (ftc__queue_fetch(a, r))
+    if (!a->par && ftc__queue_fetch(a, r))
+        return;
+    /* 2'. parity groups: rebuilt from the surviving members' shards and parity */
+    if (a->par && ftc__par_queue_rebuild(a, r))
         return;
     /* 3. the persist tier */
     ftc__restore_from_persist(a, r, "not in this node's slots, no peer known");
@@ -1194,12 +1213,15 @@ static void ftc__drain_done(ftc_agent_t *a)
     while (done) {
         ftc__job_t *j = done;
         done = j->next;
-        if (j->kind == JOB_PUSH)
+        if (j->kind == JOB_PUSH && j->par)
+            ftc__par_on_push_done(a, j);
+        else if (j->kind == JOB_PUSH)
             ftc__on_push_done(a, j);
         else if (j->kind == JOB_FETCH)
             ftc__on_fetch_done(a, j);
-        free(j->buf);
-        free(j);
+        else if (j->kind == JOB_GATHER)
+            ftc__par_on_gather_done(a, j);
+        ftc__job_free(j);
     }
 }
 
@@ -1264,6 +1286,391 @@ static void ftc__on_message(ftc_agent_t *a, int fd)
     }
 }
 
+/* ---- parity groups (redundancy xor:G / rs:G+M; agent_parity.h, docs/agent.md) -------------- */
+
+typedef struct ftc__enc { /* one rank's encode in flight (this node is its stripe's encoder) */
+    bool active;
+    uint64_t step;
+    int slot;
+    int pending, acked;
+    char detail[600];
+    uint32_t ranks[FTC_PARITY_MAX];
+    uint64_t heads[FTC_PARITY_MAX];
+    uint8_t *wraps[FTC_PARITY_MAX]; /* kept until the next encode: pushes read them */
+} ftc__enc_t;
+
+struct ftc__agent_par {
+    ftc__par_geo_t geo;
+    ftc__enc_t enc[FTC_AGENT_MAX_RANKS];
+};
+
+static void ftc__job_free(ftc__job_t *j)
+{
+    ftc__gather_free(j->gather);
+    free(j->buf);
+    free(j);
+}
+
+static uint32_t ftc__par_local(const ftc_agent_t *a, const ftc__rank_t *r)
+{
+    return r->rank % a->o.ranks_per_node;
+}
+
+static uint32_t ftc__par_rank(const ftc_agent_t *a, int member, uint32_t local)
+{
+    return (a->par->geo.first + (uint32_t)member) * a->o.ranks_per_node + local;
+}
+
+/* The encoder of local index l's stripe: member l % n. */
+static bool ftc__par_is_encoder(const ftc_agent_t *a, uint32_t local)
+{
+    return (int)(local % (uint32_t)a->par->geo.n) == a->par->geo.member;
+}
+
+static void ftc__par_fail(ftc_agent_t *a, ftc__rank_t *r, int s, int code, const char *why)
+{
+    FTC_WARN("agent", "rank %u step %" PRIu64 ": parity not stored: %s", r->rank, r->step[s], why);
+    r->st[s] = SL_EMPTY; /* not committed; the previous version stays */
+    ftc__not_committed(r->fd, code, r->step[s], "step %" PRIu64 " not committed: parity: %s",
+                       r->step[s], why);
+    ftc__try_push(a, r, 1 - s);
+}
+
+/* Parity mode's part of ftc__try_push: false when the replica path should
+ * run instead (never, today). A member that is not its stripe's encoder
+ * has nothing to send: the encoder fetches its shard, and reports it to the
+ * commit record once every member holds its parity. The encoder gathers the
+ * other members' shards of the step (retrying until they are sealed). */
+static bool ftc__par_try_push(ftc_agent_t *a, ftc__rank_t *r, int s)
+{
+    ftc__par_geo_t *g = &a->par->geo;
+    if (r->rank / a->o.ranks_per_node != a->o.index) {
+        r->pushed[s] = true;
+        ftc__par_fail(a, r, s, FTC_ECONFIG,
+                      "parity groups need rank = node index x ranks_per_node + local index");
+        return true;
+    }
+    uint32_t local = ftc__par_local(a, r);
+    if (a->par->enc[r - a->ranks].active)
+        return true; /* the previous encode's pushes still read its parity: retried at its end */
+    if (!ftc__par_is_encoder(a, local)) {
+        r->pushed[s] = r->acked[s] = r->reported[s] = true; /* the encoder reports it */
+        return true;
+    }
+    int o = 1 - s;
+    if (r->st[o] == SL_SEALED && r->pushed[o] && !r->acked[o])
+        return true; /* one encode per stripe at a time, in step order */
+    if (r->st[o] == SL_SEALED && !r->acked[o] && r->step[o] < r->step[s])
+        return true;
+    int missing = 0;
+    for (int i = 0; i < g->n; i++) {
+        uint32_t node = g->first + (uint32_t)i;
+        if (i != g->member && (!a->peers[node].known || !a->peers[node].alive))
+            missing++;
+    }
+    if (missing) {
+        if (ftc_now_ns() - r->sealed_ns[s] < (uint64_t)a->o.timeout_ms * 1000000ull)
+            return true; /* retried by the poll */
+        r->pushed[s] = true;
+        char why[160];
+        snprintf(why, sizeof why, "%d of the %d other members of the group of nodes %u..%u are "
+                 "not known or alive after %d ms", missing, g->n - 1, g->first,
+                 g->first + (uint32_t)g->n - 1, a->o.timeout_ms);
+        ftc__par_fail(a, r, s, FTC_ENOENT, why);
+        return true;
+    }
+    ftc__job_t *j = calloc(1, sizeof *j);
+    ftc__gather_t *ga = calloc(1, sizeof *ga);
+    if (!j || !ga) {
+        free(j);
+        free(ga);
+        return true; /* retried by the poll */
+    }
+    ga->step = r->step[s];
+    ga->max_attempts = 1 << 20; /* bounded by the deadline: members seal at their own pace */
+    ga->retry_ms = 20;
+    ga->d = ftc_deadline_in_ms((uint64_t)a->o.timeout_ms);
+    for (int i = 0; i < g->n; i++) {
+        if (i == g->member)
+            continue;
+        ftc__gitem_t *it = &ga->it[ga->n++];
+        it->peer = g->first + (uint32_t)i;
+        it->owner = ftc__par_rank(a, i, local);
+        it->member = i;
+    }
+    j->kind = JOB_GATHER;
+    j->par = PAR_ENCODE;
+    j->rix = (int)(r - a->ranks);
+    j->owner = r->rank;
+    j->step = r->step[s];
+    j->gather = ga;
+    r->pushed[s] = true;
+    ftc__queue(a, j);
+    return true;
+}
+
+static void ftc__par_encode_done(ftc_agent_t *a, ftc__rank_t *r, int s, ftc__job_t *j)
+{
+    ftc__par_geo_t *g = &a->par->geo;
+    ftc__enc_t *e = &a->par->enc[j->rix];
+    uint32_t local = ftc__par_local(a, r);
+    char why[700] = "";
+    for (int i = 0; i < j->gather->n; i++) {
+        ftc__gitem_t *it = &j->gather->it[i];
+        if (it->rc || !it->buf) {
+            size_t l = strlen(why);
+            snprintf(why + l, sizeof why - l, "%sshard of rank %u from node %u: %s", l ? "; " : "",
+                     it->owner, it->peer, it->detail[0] ? it->detail : ftc_strerror(it->rc));
+        }
+    }
+    if (why[0]) {
+        ftc__par_fail(a, r, s, FTC_EIO, why);
+        return;
+    }
+    const uint8_t *shards[FTC_PARITY_MAX];
+    uint64_t sizes[FTC_PARITY_MAX];
+    shards[g->member] = r->slot[s].base;
+    sizes[g->member] = r->size;
+    for (int i = 0; i < j->gather->n; i++) {
+        ftc__gitem_t *it = &j->gather->it[i];
+        shards[it->member] = it->buf;
+        sizes[it->member] = it->size;
+    }
+    for (int i = 0; i < g->n; i++)
+        e->ranks[i] = ftc__par_rank(a, i, local);
+    ftc_err_t err = {0};
+    ftc_shard_view_t v;
+    if (ftc_shard_open(&v, r->slot[s].base, r->size, FTC_SHARD_VERIFY, &err) ||
+        v.info.step != r->step[s]) { /* never encode a shard that does not verify (I1) */
+        ftc__par_fail(a, r, s, FTC_ECORRUPT, err.msg[0] ? err.msg : "the slot's step differs");
+        return;
+    }
+    for (int i = 0; i < g->n; i++) {
+        free(e->wraps[i]);
+        e->wraps[i] = NULL;
+    }
+    uint64_t wsize[FTC_PARITY_MAX];
+    uint64_t t0 = ftc_now_ns();
+    if (ftc__par_encode(g, a->job, r->step[s], a->generation, local, shards, sizes, e->ranks,
+                        e->wraps, wsize, &err) ||
+        ftc__par_store_local(a->ns, local, e->wraps[g->member], wsize[g->member], &err)) {
+        ftc__par_fail(a, r, s, err.code ? err.code : FTC_EIO, err.msg);
+        return;
+    }
+    for (int i = 0; i < g->n; i++) {
+        ftc_shard_view_t hv;
+        ftc_shard_open(&hv, shards[i], sizes[i], 0, &err); /* opened by the encode */
+        e->heads[i] = hv.head_xxh3;
+    }
+    FTC_DEBUG("agent", "rank %u step %" PRIu64 ": parity of %d shards encoded in %.1f ms", r->rank,
+              r->step[s], g->n, (double)(ftc_now_ns() - t0) / 1e6);
+    e->active = true;
+    e->step = r->step[s];
+    e->slot = s;
+    e->pending = e->acked = 0;
+    e->detail[0] = 0;
+    for (int i = 0; i < g->n; i++) {
+        if (i == g->member)
+            continue;
+        ftc__job_t *p = calloc(1, sizeof *p);
+        if (!p) {
+            snprintf(e->detail, sizeof e->detail, "out of memory");
+            continue;
+        }
+        p->kind = JOB_PUSH;
+        p->par = PAR_ENCODE;
+        p->rix = j->rix;
+        p->owner = FTC_PAR_OWNER(local);
+        p->step = r->step[s];
+        p->shard = e->wraps[i];
+        p->size = wsize[i];
+        p->peers[0] = g->first + (uint32_t)i;
+        p->npeers = 1;
+        e->pending++;
+        ftc__queue(a, p);
+    }
+    if (e->pending == 0) /* a group of one other member failed to allocate, or none */
+        ftc__par_on_push_done(a, NULL);
+}
+
+/* A parity push finished (j NULL: check the encode of every rank). Once every
+ * member holds its parity the encoder reports each member's shard. */
+static void ftc__par_on_push_done(ftc_agent_t *a, ftc__job_t *j)
+{
+    if (j) {
+        ftc__enc_t *e = &a->par->enc[j->rix];
+        if (!e->active || e->step != j->step)
+            return;
+        e->pending--;
+        if (j->rc == 0 && j->acked >= 1) {
+            e->acked++;
+        } else {
+            size_t l = strlen(e->detail);
+            snprintf(e->detail + l, sizeof e->detail - l, "%snode %u: %s", l ? "; " : "",
+                     j->peers[0], j->detail[0] ? j->detail : ftc_strerror(j->rc));
+        }
+    }
+    for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++) {
+        ftc__enc_t *e = &a->par->enc[i];
+        if (!e->active || e->pending > 0)
+            continue;
+        e->active = false;
+        ftc__rank_t *r = &a->ranks[i];
+        int s = e->slot;
+        if (!r->used || r->st[s] != SL_SEALED || r->step[s] != e->step)
+            continue;
+        if (e->acked < a->par->geo.n - 1) {
+            char why[700];
+            snprintf(why, sizeof why, "%d of %d members acknowledged their parity: %s", e->acked,
+                     a->par->geo.n - 1, e->detail);
+            ftc__par_fail(a, r, s, FTC_EIO, why);
+            continue;
+        }
+        /* the other members' shards first: our own report may complete the step */
+        for (int m = 0; m < a->par->geo.n; m++) {
+            if (m == a->par->geo.member)
+                continue;
+            int64_t committed;
+            bool now;
+            int rc = FTC_EIO;
+            for (int t = 0; t < 3 && rc; t++)
+                rc = ftc_ctl_commit_report(a->ctl, a->generation, (int64_t)e->step, e->ranks[m],
+                                           e->heads[m], &committed, &now);
+            if (rc)
+                FTC_WARN("agent", "commit report of rank %u step %" PRIu64 " (parity): %s",
+                         e->ranks[m], e->step, ftc_ctl_errstr(a->ctl));
+            else if (committed > a->committed)
+                a->committed = committed;
+        }
+        r->acked[s] = true;
+        ftc__report_commit(a, r, s);
+        ftc__try_push(a, r, 1 - s); /* the next step may have waited for this encode */
+    }
+}
+
+/* Queues the gather of a lost shard's pieces: every surviving member's data
+ * shard and parity of the restore step. False when no member is alive. */
+static bool ftc__par_queue_rebuild(ftc_agent_t *a, ftc__rank_t *r)
+{
+    ftc__par_geo_t *g = &a->par->geo;
+    if (r->rank / a->o.ranks_per_node != a->o.index)
+        return false;
+    uint32_t local = ftc__par_local(a, r);
+    ftc__gather_t *ga = calloc(1, sizeof *ga);
+    ftc__job_t *j = calloc(1, sizeof *j);
+    if (!ga || !j) {
+        free(ga);
+        free(j);
+        return false;
+    }
+    ga->step = r->restore_step;
+    ga->max_attempts = 4; /* peers learn a restarted agent's address within ~0.5 s */
+    ga->retry_ms = 500;
+    ga->d = ftc_deadline_in_ms((uint64_t)a->o.timeout_ms);
+    for (int i = 0; i < g->n; i++) {
+        uint32_t node = g->first + (uint32_t)i;
+        if (i == g->member || !a->peers[node].known || !a->peers[node].alive)
+            continue;
+        for (int w = 0; w < 2; w++) {
+            ftc__gitem_t *it = &ga->it[ga->n++];
+            it->peer = node;
+            it->owner = w ? FTC_PAR_OWNER(local) : ftc__par_rank(a, i, local);
+            it->member = i;
+            it->wrapper = w;
+        }
+    }
+    if (!ga->n) {
+        free(ga);
+        free(j);
+        return false;
+    }
+    j->kind = JOB_GATHER;
+    j->par = PAR_REBUILD;
+    j->rix = (int)(r - a->ranks);
+    j->owner = r->rank;
+    j->step = r->restore_step;
+    j->gather = ga;
+    ftc__queue(a, j);
+    return true;
+}
+
+static void ftc__par_rebuild_done(ftc_agent_t *a, ftc__rank_t *r, ftc__job_t *j)
+{
+    ftc__par_geo_t *g = &a->par->geo;
+    const uint8_t *data[FTC_PARITY_MAX] = {0}, *wraps[FTC_PARITY_MAX] = {0};
+    uint64_t ds[FTC_PARITY_MAX] = {0}, ws[FTC_PARITY_MAX] = {0};
+    char looked[200] = ""; /* short: the rank's error text is bounded; the log has it all */
+    for (int i = 0; i < j->gather->n; i++) {
+        ftc__gitem_t *it = &j->gather->it[i];
+        if (it->rc == 0 && it->buf) {
+            (it->wrapper ? wraps : data)[it->member] = it->buf;
+            (it->wrapper ? ws : ds)[it->member] = it->size;
+        } else {
+            FTC_WARN("agent", "rank %u: rebuild of step %" PRIu64 ": %s of node %u: %s", r->rank,
+                     j->step, it->wrapper ? "parity" : "shard", it->peer,
+                     it->detail[0] ? it->detail : ftc_strerror(it->rc));
+            size_t l = strlen(looked);
+            snprintf(looked + l, sizeof looked - l, "%s%s@node%u %s", l ? ", " : "",
+                     it->wrapper ? "parity" : "shard", it->peer, ftc_errname(it->rc));
+        }
+    }
+    uint8_t *out = NULL;
+    uint64_t osz = 0;
+    ftc_err_t err = {0};
+    uint64_t t0 = ftc_now_ns();
+    if (ftc__par_rebuild(g, j->step, ftc__par_local(a, r), g->member, data, ds, wraps, ws, &out,
+                         &osz, &err) == 0) {
+        int s = ftc__install(r, out, osz, j->step);
+        free(out);
+        if (s >= 0) {
+            FTC_INFO("agent", "rank %u restored step %" PRIu64 " rebuilt from parity (%s, group of "
+                     "nodes %u..%u) in %.1f ms", r->rank, j->step,
+                     g->xor_code ? "xor" : "rs", g->first, g->first + (uint32_t)g->n - 1,
+                     (double)(ftc_now_ns() - t0) / 1e6);
+            ftc__restore_done(a, r, s);
+            return;
+        }
+        snprintf(err.msg, sizeof err.msg, "the rebuilt shard's size differs from the slots'");
+    }
+    char tried[600];
+    snprintf(tried, sizeof tried, "not in this node's slots; parity rebuild: %s%s%s", err.msg,
+             looked[0] ? " (failed fetches: " : "", looked[0] ? looked : "");
+    if (looked[0])
+        strncat(tried, ")", sizeof tried - strlen(tried) - 1);
+    FTC_WARN("agent", "rank %u: %s", r->rank, tried);
+    ftc__restore_from_persist(a, r, tried);
+}
+
+static void ftc__par_on_gather_done(ftc_agent_t *a, ftc__job_t *j)
+{
+    if (j->rix < 0 || j->rix >= FTC_AGENT_MAX_RANKS)
+        return;
+    ftc__rank_t *r = &a->ranks[j->rix];
+    if (!r->used || r->rank != j->owner)
+        return;
+    if (j->par == PAR_REBUILD) {
+        if (r->restoring && r->fd >= 0 && r->restore_step == j->step)
+            ftc__par_rebuild_done(a, r, j);
+        return;
+    }
+    for (int s = 0; s < 2; s++)
+        if (r->st[s] == SL_SEALED && r->step[s] == j->step && r->pushed[s] && !r->acked[s]) {
+            ftc__par_encode_done(a, r, s, j);
+            return;
+        }
+}
+
+static void ftc__par_free(ftc_agent_t *a)
+{
+    if (!a->par)
+        return;
+    for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++)
+        for (int k = 0; k < FTC_PARITY_MAX; k++)
+            free(a->par->enc[i].wraps[k]);
+    free(a->par);
+    a->par = NULL;
+}
+
 /* ---- life cycle ------------------------------------------------------------------------------- */
 
 ftc_agent_t *ftc_agent_start(const ftc_agent_options_t *o, ftc_err_t *err)
@@ -1302,6 +1709,20 @@ ftc_agent_t *ftc_agent_start(const ftc_agent_options_t *o, ftc_err_t *err)
     if (!a->peers || !a->rpeers || !a->raddr || !a->raddr_len) {
         ftc_err_set(err, FTC_ENOMEM, "agent: out of memory");
         goto fail;
+    }
+    /* parity groups: refused before anything starts when they cannot be formed */
+    if (o->redundancy.kind == FTC_RED_XOR || o->redundancy.kind == FTC_RED_RS) {
+        a->par = calloc(1, sizeof *a->par);
+        if (!a->par) {
+            ftc_err_set(err, FTC_ENOMEM, "agent: out of memory");
+            goto fail;
+        }
+        if (ftc__par_geometry(&o->redundancy, o->nodes, o->index, &a->par->geo, err))
+            goto fail;
+        if ((uint64_t)o->nodes * o->ranks_per_node >= FTC_PAR_OWNER_BIT) {
+            ftc_err_set(err, FTC_ECONFIG, "parity groups support worlds below 2^31 ranks");
+            goto fail;
+        }
     }
     if (ftc_fs_mkdirs(a->dir, err))
         goto fail;
@@ -1381,6 +1802,14 @@ ftc_agent_t *ftc_agent_start(const ftc_agent_options_t *o, ftc_err_t *err)
     }
     a->repl_started = true;
     ftc__refresh_peers(a);
+    if (a->par) {
+        char red[32];
+        FTC_INFO("agent", "redundancy %s: parity group of nodes %u..%u (%d data + %d parity "
+                 "chunks per row, memory x%.2f)",
+                 ftc_redundancy_str(&o->redundancy, red, sizeof red), a->par->geo.first,
+                 a->par->geo.first + (uint32_t)a->par->geo.n - 1, a->par->geo.d, a->par->geo.m,
+                 (double)a->par->geo.n / a->par->geo.d);
+    }
     FTC_INFO("agent", "node %u (%s) of job %s: generation %" PRIu64 ", world %u, socket %s", o->index,
              a->node_id, a->job, a->generation, a->world, a->sock);
     return a;
@@ -1460,8 +1889,7 @@ void ftc_agent_stop(ftc_agent_t *a)
         while (lists[l]) {
             ftc__job_t *j = lists[l];
             lists[l] = j->next;
-            free(j->buf);
-            free(j);
+            ftc__job_free(j);
         }
     for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++) {
         if (!a->ranks[i].used)
@@ -1483,6 +1911,7 @@ void ftc_agent_stop(ftc_agent_t *a)
     ftc_repl_destroy(a->repl);
     ftc_fabric_close(a->fab);
     ftc_persist_close(a->persist);
+    ftc__par_free(a);
     ftc_detector_stop(a->det, true);
     ftc_ctl_destroy(a->ctl);
     free(a->peers);

@@ -182,6 +182,7 @@ struct ftc_repl {
     ftc_fabric_t *fab;
     ftc_wire_key_t key;
     char job[FTC_SHARD_JOB_MAX + 1];
+    char local_ns[96];                 /* ftc_repl_serve_local: "" = none */
     uint32_t self;
     uint64_t gen;
     uint64_t chunk;
@@ -927,6 +928,7 @@ static void on_put_end(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
 }
 
 static int serve_start(ftc_repl_t *r, peer_t *p, store_t *s, int slot, uint64_t size);
+static int serve_start_buf(ftc_repl_t *r, peer_t *p, uint32_t owner, uint8_t *buf, uint64_t size);
 
 /* The slot of s that holds step (UINT64_MAX: the newest), or -1. Besides the
  * newest complete replica, the other slot still holds the one before it
@@ -955,11 +957,54 @@ static int held_slot(store_t *s, uint64_t step, uint64_t *size)
     return o;
 }
 
+/* ftc_repl_serve_local: the agent's own slot of (owner, step), copied out so
+ * the slot may be rewritten or removed while the copy is served (a torn copy
+ * fails the fetcher's verification). 0 when a serve started. */
+static int serve_local(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
+{
+    int best = -1;
+    uint64_t best_step = 0, best_size = 0;
+    ftc_slot_t sl[2];
+    for (int i = 0; i < 2; i++) {
+        char name[FTC_SLOT_NAME_MAX];
+        ftc_err_t e = {0};
+        sl[i].base = NULL;
+        if (ftc_slot_name(r->local_ns, h->owner, i, name, sizeof name, &e) ||
+            ftc_slot_open(name, false, &sl[i], &e))
+            continue;
+        ftc_shard_view_t v;
+        uint64_t total;
+        if (ftc_shard_peek_size(sl[i].base, sl[i].size, &total, &e) < 0 || total > sl[i].size ||
+            ftc_shard_open(&v, sl[i].base, total, 0, &e) < 0)
+            continue;
+        if ((h->step == UINT64_MAX && (best < 0 || v.info.step > best_step)) ||
+            v.info.step == h->step) {
+            best = i;
+            best_step = v.info.step;
+            best_size = total;
+        }
+    }
+    int rc = -1;
+    if (best >= 0) {
+        uint8_t *copy = malloc(best_size ? best_size : 1);
+        if (copy) {
+            memcpy(copy, sl[best].base, best_size);
+            rc = serve_start_buf(r, p, h->owner, copy, best_size);
+        }
+    }
+    for (int i = 0; i < 2; i++)
+        if (sl[i].base)
+            ftc_slot_close(&sl[i]);
+    return rc < 0 ? -1 : 0;
+}
+
 static void on_get(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
 {
     store_t *s = store_get(r, h->owner, true);
     uint64_t size = 0;
     int slot = held_slot(s, h->step, &size);
+    if (slot < 0 && r->local_ns[0] && serve_local(r, p, h) == 0)
+        return;
     if (slot < 0) {
         char have[64] = "nothing";
         if (s && s->complete >= 0)
@@ -1358,7 +1403,38 @@ static int serve_start(ftc_repl_t *r, peer_t *p, store_t *s, int slot, uint64_t 
     return 0;
 }
 
+/* Serves buf (malloc'd; owned by the transfer from here on, even on error). */
+static int serve_start_buf(ftc_repl_t *r, peer_t *p, uint32_t owner, uint8_t *buf, uint64_t size)
+{
+    ftc_shard_view_t v;
+    ftc_err_t e = {0};
+    if (ftc_shard_open(&v, buf, size, 0, &e) < 0) {
+        free(buf);
+        return ftc_err_set(&r->err, FTC_ECORRUPT, "local slot no longer opens: %s", e.msg);
+    }
+    xfer_t *x = NULL;
+    int id = xfer_new(r, XK_SERVE, 1, &x);
+    if (id < 0) {
+        free(buf);
+        return id;
+    }
+    x->owner = owner;
+    x->step = v.info.step;
+    x->buf = buf; /* freed with the transfer */
+    x->src = buf;
+    x->size = size;
+    x->head_xxh3 = v.head_xxh3;
+    x->d = ftc_deadline_in_ms((uint64_t)r->serve_ms);
+    x->tp[0].node = p->node;
+    return 0;
+}
+
 /* ---- public API ------------------------------------------------------------------ */
+
+void ftc_repl_serve_local(ftc_repl_t *r, const char *ns)
+{
+    snprintf(r->local_ns, sizeof r->local_ns, "%s", ns ? ns : "");
+}
 
 ftc_repl_t *ftc_repl_create(const ftc_repl_options_t *o, ftc_err_t *err)
 {

@@ -140,6 +140,16 @@ void ftc_repl_release(ftc_repl_t *r, ftc_repl_xfer_t x);
 int ftc_repl_held(ftc_repl_t *r, uint32_t owner, uint64_t *step, const uint8_t **shard,
                   uint64_t *size);
 
+/* Also serve GETs from this agent's own slots: a GET of (owner, step) that
+ * the replica store cannot answer is answered from the slot
+ * ftc_slot_name(ns, owner, 0|1) whose shard has that step (the newest for
+ * UINT64_MAX), when there is one. The shard is copied out first (one memcpy
+ * on the engine's thread), so the slot may be rewritten or removed at any
+ * time; a torn copy fails the fetcher's verification like any bad replica.
+ * Parity groups fetch the surviving members' data shards and parity this
+ * way (docs/agent.md). ns NULL or "" turns it off (the default). */
+void ftc_repl_serve_local(ftc_repl_t *r, const char *ns);
+
 /* Counters, for logs and the benchmark. */
 typedef struct ftc_repl_counters {
     uint64_t bytes_sent, bytes_received;

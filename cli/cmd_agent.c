@@ -81,13 +81,6 @@ static int ftc__agent_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
         ec = ftc_cli_usage_error(cmd, "%s", err.msg);
         goto out;
     }
-    if (o.redundancy.kind != FTC_RED_REPLICA) {
-        /* the codes exist (ckpt/parity.h); the agent's parity groups do not yet */
-        ec = ftc_cli_usage_error(cmd, "redundancy %s: parity groups are not in the agent yet; "
-                                      "use K replicas (e.g. --redundancy 1)",
-                                 ftc_config_str(a.cfg, FTC_CFG_REDUNDANCY));
-        goto out;
-    }
     const char *busy = ftc_config_str(a.cfg, FTC_CFG_CKPT_BUSY);
     if (strcmp(busy, "wait") && strcmp(busy, "skip")) {
         ec = ftc_cli_usage_error(cmd, "checkpoint.busy is '%s': use wait or skip", busy);

@@ -2,8 +2,9 @@
  * coll.h — the trainer's collectives behind one ops table: all-reduce,
  * reduce-scatter, all-gather, broadcast and barrier over a group of `size`
  * ranks (a DP or a TP group), each with a deadline and an abort. The CPU
- * backend (coll_cpu.c) runs over the libfabric transport (core/fabric.h); an
- * NCCL backend plugs in later by filling the same ftc_coll_ops_t.
+ * backend (coll_cpu.c) runs over the libfabric transport (core/fabric.h); the
+ * NCCL backend (coll_nccl.h) fills the same ftc_coll_ops_t for device
+ * buffers, with the differences it lists (F32 order, no I128 sums).
  *
  * Buffers are contiguous arrays of `count` elements of one dtype, in place.
  * Chunks: for reduce-scatter and all-gather the buffer is split into `size`

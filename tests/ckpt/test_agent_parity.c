@@ -1,0 +1,490 @@
+/*
+ * test_agent_parity.c — parity groups of `ftc agent` (redundancy xor:G and
+ * rs:G+M, docs/agent.md):
+ *   - the pure part (agent_parity.h): geometry with leftover nodes, encode,
+ *     and rebuild of every member and every pair of members of an rs:2+2
+ *     group from shards of different sizes, bit-exact; a corrupted or stale
+ *     parity block or data shard is never used;
+ *   - end to end with a real Redis, real agents over tcp;ofi_rxm on loopback,
+ *     real rank processes and SIGKILL: xor:2 on 3 nodes, one node lost (agent
+ *     killed, its /dev/shm wiped), its rank restores bit-exact rebuilt from
+ *     parity; rs:2+2 on 4 nodes, two nodes of the group lost at once, both
+ *     restore; corrupted parity blocks are detected and the restore falls
+ *     back to the persist tier, and without one fails naming what it tried.
+ */
+#include "ftc_test.h"
+
+#include "ckpt/agent_parity.h"
+#include "ckpt/shard.h"
+#include "core/fsio.h"
+#include "detect/redis_fixture.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+
+#define MAXN 5
+
+typedef struct env {
+    redis_fixture_t *f;
+    char job[64];
+    char jobdir[PATH_MAX];
+    char persist[PATH_MAX];
+    char url[512];
+    pid_t agent[MAXN];
+    int nodes;
+    char redundancy[16];
+    int persist_every;
+} env_t;
+
+static const char *bindir(void)
+{
+    const char *b = getenv("FTC_BINARY_DIR");
+    return b ? b : ".";
+}
+
+static void read_url(env_t *e)
+{
+    uint8_t *buf;
+    size_t len;
+    ftc_err_t err = {0};
+    assert_int_equal(ftc_fs_read_file(ftc_redis_server_url_file(e->f->srv), 4096, &buf, &len, &err), 0);
+    buf[strcspn((char *)buf, "\n")] = 0;
+    snprintf(e->url, sizeof e->url, "%s", (char *)buf);
+    free(buf);
+}
+
+static void start_agent(env_t *e, int i)
+{
+    char sock[PATH_MAX + 32], out[PATH_MAX + 32];
+    snprintf(sock, sizeof sock, "%s/agent.%d.sock", e->jobdir, i);
+    snprintf(out, sizeof out, "%s/agent%d.log", e->jobdir, i);
+    unlink(sock);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive a failed test */
+        FILE *o = freopen(out, "a", stdout);
+        FILE *er = freopen(out, "a", stderr);
+        (void)o, (void)er;
+        char bin[PATH_MAX], nodes[16], idx[16], every[16];
+        snprintf(bin, sizeof bin, "%s/cli/ftc", bindir());
+        snprintf(nodes, sizeof nodes, "%d", e->nodes);
+        snprintf(idx, sizeof idx, "%d", i);
+        snprintf(every, sizeof every, "%d", e->persist_every);
+        setenv("FTC_REDIS_URL", e->url, 1);
+        setenv("FI_PROVIDER", "tcp;ofi_rxm", 1);
+        execl(bin, bin, "agent", "--nodes", nodes, "--index", idx, "--job", e->job, "--job-dir",
+              e->jobdir, "--redundancy", e->redundancy, "--persist-dir", e->persist,
+              "--persist-every", every, "--agent-timeout-ms", "8000", (char *)NULL);
+        _exit(127);
+    }
+    e->agent[i] = pid;
+    ftc_deadline_t d = ftc_deadline_in_ms(20000);
+    struct stat st;
+    while (stat(sock, &st) != 0) {
+        int s;
+        if (waitpid(pid, &s, WNOHANG) == pid)
+            fail_msg("agent %d exited at start (see %s)", i, out);
+        if (ftc_deadline_expired(d))
+            fail_msg("agent %d did not open its socket", i);
+        ftc_sleep_ms(20);
+    }
+}
+
+static void kill_agent(env_t *e, int i)
+{
+    if (e->agent[i] <= 0)
+        return;
+    kill(e->agent[i], SIGKILL);
+    int st;
+    waitpid(e->agent[i], &st, 0);
+    e->agent[i] = 0;
+}
+
+/* A node's memory is gone: its rank slots and the replicas it held. */
+static void wipe_node_shm(env_t *e, int i)
+{
+    char prefix[128];
+    snprintf(prefix, sizeof prefix, "ftc.%s.n%d.", e->job, i);
+    DIR *d = opendir("/dev/shm");
+    assert_non_null(d);
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (!strncmp(de->d_name, prefix, strlen(prefix))) {
+            char p[PATH_MAX];
+            snprintf(p, sizeof p, "/dev/shm/%s", de->d_name);
+            unlink(p);
+        }
+    }
+    closedir(d);
+}
+
+/* Flips a byte in the middle of every shm object whose name starts with prefix. */
+static int corrupt_shm(const char *prefix)
+{
+    int n = 0;
+    DIR *d = opendir("/dev/shm");
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (strncmp(de->d_name, prefix, strlen(prefix)))
+            continue;
+        char p[PATH_MAX];
+        snprintf(p, sizeof p, "/dev/shm/%s", de->d_name);
+        int fd = open(p, O_RDWR);
+        struct stat st;
+        if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size > 0) {
+            off_t off = st.st_size / 2;
+            uint8_t b;
+            if (pread(fd, &b, 1, off) == 1) {
+                b ^= 0x40;
+                if (pwrite(fd, &b, 1, off) == 1)
+                    n++;
+            }
+        }
+        if (fd >= 0)
+            close(fd);
+    }
+    closedir(d);
+    return n;
+}
+
+static pid_t start_rank(env_t *e, int rank, int world, const char *out, const char *a1,
+                        const char *a2, const char *a3, const char *a4)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive a failed test */
+        FILE *o = freopen(out, "w", stdout);
+        (void)o;
+        char bin[PATH_MAX], sock[PATH_MAX + 32], r[16], w[16];
+        snprintf(bin, sizeof bin, "%s/tests/ckpt/rank_main", bindir());
+        snprintf(sock, sizeof sock, "%s/agent.%d.sock", e->jobdir, rank); /* one rank per node */
+        snprintf(r, sizeof r, "%d", rank);
+        snprintf(w, sizeof w, "%d", world);
+        setenv("FTC_AGENT_SOCKET", sock, 1);
+        setenv("FTC_RANK", r, 1);
+        setenv("FTC_WORLD_SIZE", w, 1);
+        setenv("FTC_JOB_ID", e->job, 1);
+        execl(bin, bin, a1, a2, a3, a4, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+static void wait_rank(pid_t pid, int timeout_ms)
+{
+    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)timeout_ms);
+    int st;
+    while (waitpid(pid, &st, WNOHANG) != pid) {
+        if (ftc_deadline_expired(d)) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            fail_msg("rank pid %d did not finish in %d ms", (int)pid, timeout_ms);
+        }
+        ftc_sleep_ms(10);
+    }
+}
+
+static bool said(const char *file, const char *what)
+{
+    uint8_t *buf;
+    size_t len;
+    ftc_err_t err = {0};
+    if (ftc_fs_read_file(file, 1 << 20, &buf, &len, &err))
+        return false;
+    bool y = strstr((char *)buf, what) != NULL;
+    if (!y)
+        print_message("%s says:\n%s\n", file, (char *)buf);
+    free(buf);
+    return y;
+}
+
+/* Runs all `nodes` ranks for `steps` steps (each on its own node). */
+static void run_all(env_t *e, const char *steps)
+{
+    pid_t p[MAXN];
+    char out[MAXN][PATH_MAX + 32];
+    for (int r = 0; r < e->nodes; r++) {
+        snprintf(out[r], sizeof out[r], "%s/rank%d.run.out", e->jobdir, r);
+        p[r] = start_rank(e, r, e->nodes, out[r], "--steps", steps, "--floats", "65536");
+    }
+    char want[32];
+    snprintf(want, sizeof want, "COMMITTED %d", atoi(steps) - 1);
+    for (int r = 0; r < e->nodes; r++) {
+        wait_rank(p[r], 60000);
+        assert_true(said(out[r], want));
+    }
+}
+
+static void restore_rank(env_t *e, int r, const char *expect)
+{
+    char out[PATH_MAX + 32];
+    snprintf(out, sizeof out, "%s/rank%d.restore.out", e->jobdir, r);
+    /* steps 0: restore only */
+    pid_t p = start_rank(e, r, e->nodes, out, "--restore", "--steps", "0", NULL);
+    wait_rank(p, 60000);
+    assert_true(said(out, expect));
+}
+
+static env_t *setup_env(redis_fixture_t *f, int nodes, const char *red, int persist_every)
+{
+    env_t *e = calloc(1, sizeof *e);
+    e->f = f;
+    e->nodes = nodes;
+    snprintf(e->job, sizeof e->job, "apar%d", (int)getpid() % 100000);
+    snprintf(e->jobdir, sizeof e->jobdir, "%s/job", f->dir);
+    snprintf(e->persist, sizeof e->persist, "%s/persist", f->dir);
+    snprintf(e->redundancy, sizeof e->redundancy, "%s", red);
+    e->persist_every = persist_every;
+    mkdir(e->jobdir, 0700);
+    read_url(e);
+    for (int i = 0; i < nodes; i++)
+        start_agent(e, i);
+    return e;
+}
+
+static void teardown_env(env_t *e)
+{
+    for (int i = 0; i < e->nodes; i++) {
+        kill_agent(e, i);
+        wipe_node_shm(e, i);
+    }
+    free(e);
+}
+
+/* Waits until node's persist directory has step committed. */
+static void wait_persisted(env_t *e, int node, int step)
+{
+    char marker[PATH_MAX + 64];
+    snprintf(marker, sizeof marker, "%s/node%d/v%020d/COMMITTED", e->persist, node, step);
+    ftc_deadline_t d = ftc_deadline_in_ms(20000);
+    struct stat st;
+    while (stat(marker, &st) != 0) {
+        if (ftc_deadline_expired(d))
+            fail_msg("%s never appeared", marker);
+        ftc_sleep_ms(20);
+    }
+}
+
+/* ---- the pure part ------------------------------------------------------------ */
+
+static void test_geometry(void **state)
+{
+    (void)state;
+    ftc_redundancy_t red;
+    ftc_err_t e = {0};
+    ftc__par_geo_t g;
+    assert_int_equal(ftc_redundancy_parse("xor:2", &red, &e), 0);
+    /* 7 nodes, groups of 3: [0,3) and [3,7) (the leftover node joins the last) */
+    assert_int_equal(ftc__par_geometry(&red, 7, 1, &g, &e), 0);
+    assert_true(g.first == 0 && g.n == 3 && g.d == 2 && g.m == 1 && g.member == 1);
+    assert_int_equal(ftc__par_geometry(&red, 7, 6, &g, &e), 0);
+    assert_true(g.first == 3 && g.n == 4 && g.d == 3 && g.member == 3);
+    /* fewer nodes than a group: one group of all; too few to tolerate a loss */
+    assert_int_equal(ftc__par_geometry(&red, 2, 1, &g, &e), 0);
+    assert_true(g.n == 2 && g.d == 1);
+    assert_int_equal(ftc__par_geometry(&red, 1, 0, &g, &e), FTC_ECONFIG);
+    assert_non_null(strstr(e.msg, "more than 1 nodes per parity group"));
+    assert_int_equal(ftc_redundancy_parse("rs:2+2", &red, &e), 0);
+    assert_int_equal(ftc__par_geometry(&red, 4, 3, &g, &e), 0);
+    assert_true(g.n == 4 && g.d == 2 && g.m == 2 && !g.xor_code);
+    assert_int_equal(ftc__par_geometry(&red, 2, 0, &g, &e), FTC_ECONFIG);
+}
+
+static void test_encode_rebuild(void **state)
+{
+    (void)state;
+    ftc_redundancy_t red;
+    ftc_err_t e = {0};
+    assert_int_equal(ftc_redundancy_parse("rs:2+2", &red, &e), 0);
+    ftc__par_geo_t g;
+    assert_int_equal(ftc__par_geometry(&red, 4, 0, &g, &e), 0);
+    uint8_t *sh[4];
+    uint64_t sz[4];
+    uint32_t ranks[4] = {0, 1, 2, 3};
+    for (int i = 0; i < 4; i++)
+        sh[i] = ftc_test_make_shard(5, (uint32_t)i, 1000 + 777 * (uint64_t)i, 90 + (uint64_t)i,
+                                    &sz[i]);
+    uint8_t *w[4];
+    uint64_t ws[4];
+    assert_int_equal(ftc__par_encode(&g, "test-job", 5, 1, 0, (const uint8_t *const *)sh, sz,
+                                     ranks, w, ws, &e), 0);
+    /* parity memory: (d+m)/d of the largest shard, spread over the members */
+    printf("# rs:2+2 shards %llu..%llu bytes, parity wrapper %llu bytes per member\n",
+           (unsigned long long)sz[0], (unsigned long long)sz[3], (unsigned long long)ws[0]);
+    int rebuilt = 0;
+    for (int a = 0; a < 4; a++)
+        for (int b = a; b < 4; b++) { /* every single and double loss */
+            const uint8_t *d[4], *wr[4];
+            for (int i = 0; i < 4; i++) {
+                bool gone = i == a || i == b;
+                d[i] = gone ? NULL : sh[i];
+                wr[i] = gone ? NULL : w[i];
+            }
+            for (int x = 0; x < 2; x++) {
+                int lost = x ? b : a;
+                uint8_t *out;
+                uint64_t on;
+                assert_int_equal(ftc__par_rebuild(&g, 5, 0, lost, d, sz, wr, ws, &out, &on, &e), 0);
+                assert_int_equal(on, sz[lost]);
+                assert_memory_equal(out, sh[lost], on);
+                free(out);
+                rebuilt++;
+            }
+        }
+    printf("# %d rebuilds from every 1- and 2-member loss: bit-exact\n", rebuilt);
+    /* three losses: too many, and the error names the missing pieces */
+    const uint8_t *d3[4] = {sh[0], NULL, NULL, NULL}, *w3[4] = {w[0], NULL, NULL, NULL};
+    uint8_t *out;
+    uint64_t on;
+    assert_int_equal(ftc__par_rebuild(&g, 5, 0, 1, d3, sz, w3, ws, &out, &on, &e), FTC_ERANGE);
+    assert_non_null(strstr(e.msg, "code tolerates 2"));
+    /* a corrupted parity block is not used: with members 1 and 2 gone and
+     * member 3's parity flipped, member 1 cannot be rebuilt */
+    uint8_t *bad = malloc(ws[3]);
+    memcpy(bad, w[3], ws[3]);
+    bad[ws[3] - 200] ^= 1;
+    const uint8_t *dc[4] = {sh[0], NULL, NULL, sh[3]}, *wc[4] = {w[0], NULL, NULL, bad};
+    int rc = ftc__par_rebuild(&g, 5, 0, 1, dc, sz, wc, ws, &out, &on, &e);
+    assert_int_not_equal(rc, 0);
+    print_message("corrupt parity: %s\n", e.msg);
+    /* a data shard of another version (same step and size, other bytes) is
+     * not used: member 1's row 3 needs member 2's data, parity of 3 and 0 */
+    uint64_t osz;
+    uint8_t *other = ftc_test_make_shard(5, 2, 1000 + 777 * 2, 12345, &osz);
+    assert_int_equal(osz, sz[2]);
+    const uint8_t *ds[4] = {NULL, NULL, other, sh[3]}, *wsv[4] = {w[0], NULL, NULL, NULL};
+    rc = ftc__par_rebuild(&g, 5, 0, 1, ds, sz, wsv, ws, &out, &on, &e);
+    assert_int_equal(rc, FTC_ERANGE);
+    assert_non_null(strstr(e.msg, "another version"));
+    ds[2] = sh[2]; /* the right version: row 3 rebuilds, row 2 still lacks pieces */
+    rc = ftc__par_rebuild(&g, 5, 0, 1, ds, sz, wsv, ws, &out, &on, &e);
+    assert_int_equal(rc, FTC_ERANGE);
+    assert_non_null(strstr(e.msg, "row 2"));
+    /* the wrong step: no parity block of it */
+    assert_int_equal(ftc__par_rebuild(&g, 6, 0, 1, d3, sz, w3, ws, &out, &on, &e), FTC_ENOENT);
+    free(other);
+    free(bad);
+    for (int i = 0; i < 4; i++) {
+        free(sh[i]);
+        free(w[i]);
+    }
+}
+
+/* ---- end to end ---------------------------------------------------------------- */
+
+static bool agent_said(env_t *e, int i, const char *what)
+{
+    char log[PATH_MAX + 32];
+    snprintf(log, sizeof log, "%s/agent%d.log", e->jobdir, i);
+    return said(log, what);
+}
+
+static void lose_node(env_t *e, int i)
+{
+    kill_agent(e, i);
+    wipe_node_shm(e, i);
+}
+
+static void test_xor_one_node_lost(void **state)
+{
+    env_t *e = setup_env(*state, 3, "xor:2", 1000);
+    run_all(e, "3");
+    lose_node(e, 1);
+    start_agent(e, 1);
+    restore_rank(e, 1, "RESTORED 2 OK");
+    assert_true(agent_said(e, 1, "rebuilt from parity"));
+    /* the job goes on: the restarted node's rank and the others checkpoint
+     * and commit again (the group re-encodes with the rebuilt node) */
+    pid_t p[3];
+    char out[3][PATH_MAX + 32];
+    for (int r = 0; r < 3; r++) {
+        snprintf(out[r], sizeof out[r], "%s/rank%d.more.out", e->jobdir, r);
+        p[r] = start_rank(e, r, 3, out[r], "--restore", "--steps", "5", NULL);
+    }
+    for (int r = 0; r < 3; r++) {
+        wait_rank(p[r], 60000);
+        assert_true(said(out[r], "RESTORED 2 OK"));
+        assert_true(said(out[r], "COMMITTED 4"));
+    }
+    teardown_env(e);
+}
+
+static void test_rs_two_nodes_lost(void **state)
+{
+    env_t *e = setup_env(*state, 4, "rs:2+2", 1000);
+    run_all(e, "3");
+    lose_node(e, 0); /* node 0 is the encoder of the stripe */
+    lose_node(e, 2);
+    start_agent(e, 0);
+    start_agent(e, 2);
+    restore_rank(e, 0, "RESTORED 2 OK");
+    restore_rank(e, 2, "RESTORED 2 OK");
+    assert_true(agent_said(e, 0, "rebuilt from parity"));
+    assert_true(agent_said(e, 2, "rebuilt from parity"));
+    teardown_env(e);
+}
+
+/* Flips a byte of every parity block the surviving nodes hold. */
+static void corrupt_parity(env_t *e, int lost)
+{
+    int n = 0;
+    for (int i = 0; i < e->nodes; i++) {
+        if (i == lost)
+            continue;
+        char prefix[128];
+        snprintf(prefix, sizeof prefix, "ftc.%s.n%d.p%u.", e->job, i, FTC_PAR_OWNER(0));
+        n += corrupt_shm(prefix);
+        snprintf(prefix, sizeof prefix, "ftc.%s.n%d.r%u.", e->job, i, FTC_PAR_OWNER(0));
+        n += corrupt_shm(prefix);
+    }
+    assert_true(n >= e->nodes - 1);
+}
+
+static void test_corrupt_parity_falls_back(void **state)
+{
+    env_t *e = setup_env(*state, 3, "xor:2", 1);
+    run_all(e, "3");
+    wait_persisted(e, 0, 2);
+    lose_node(e, 0);
+    corrupt_parity(e, 0);
+    start_agent(e, 0);
+    restore_rank(e, 0, "RESTORED 2 OK");
+    assert_true(agent_said(e, 0, "parity rebuild:"));
+    assert_true(agent_said(e, 0, "from the persist tier"));
+    teardown_env(e);
+}
+
+static void test_corrupt_parity_no_persist(void **state)
+{
+    env_t *e = setup_env(*state, 3, "xor:2", 1000);
+    run_all(e, "3");
+    lose_node(e, 2);
+    corrupt_parity(e, 2);
+    start_agent(e, 2);
+    restore_rank(e, 2, "RESTORE NONE:");
+    char out[PATH_MAX + 32];
+    snprintf(out, sizeof out, "%s/rank2.restore.out", e->jobdir);
+    assert_true(said(out, "parity rebuild:"));
+    assert_true(said(out, "persist tier:"));
+    teardown_env(e);
+}
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_geometry),
+        cmocka_unit_test(test_encode_rebuild),
+        T(test_xor_one_node_lost),
+        T(test_rs_two_nodes_lost),
+        T(test_corrupt_parity_falls_back),
+        T(test_corrupt_parity_no_persist),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,460 @@
+/*
+ * test_rendezvous.c — rendezvous rounds against a real redis-server, each
+ * joiner a thread with its own connection (or a forked process, for the one
+ * that is SIGKILLed): one round with the same order for all, settle with
+ * min < max, hot spares beyond max, a dead registrant not counted, members
+ * keeping their order across generations, concurrent and stale requests,
+ * the world fence with commit records, deadline, abort, and bad input.
+ * No wall-clock assertions: waits are on observable Redis state, bounded.
+ */
+#include "detect/redis_fixture.h"
+
+#include "recover/rendezvous.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <sys/wait.h>
+
+typedef struct joiner {
+    redis_fixture_t *f;
+    const char *job;
+    char node[FTC_RDZV_NODE_MAX + 1];
+    int min, max, settle, ttl;
+    uint64_t after;
+    int delay_ms, deadline_ms;
+    atomic_int *abort;
+    int rc;
+    ftc_err_t err;
+    ftc_rdzv_round_t round;
+    uint64_t t_done_ns;
+    pthread_t tid;
+} joiner_t;
+
+static ftc_redis_t *conn(redis_fixture_t *f)
+{
+    ftc_err_t err = {0};
+    ftc_redis_t *r = ftc_redis_connect(ftc_redis_server_url(f->srv), NULL, &err);
+    if (!r)
+        fail_msg("connect: %s", err.msg);
+    return r;
+}
+
+static void *joiner_main(void *arg)
+{
+    joiner_t *j = arg;
+    ftc_redis_t *r = conn(j->f);
+    if (j->delay_ms)
+        ftc_sleep_ms((uint64_t)j->delay_ms);
+    ftc_rdzv_options_t o = FTC_RDZV_OPTIONS_INIT;
+    o.job = j->job;
+    o.node_id = j->node;
+    o.min_nodes = j->min;
+    o.max_nodes = j->max;
+    o.settle_ms = j->settle;
+    o.ttl_ms = j->ttl;
+    j->rc = ftc_rdzv_join(r, &o, j->after, &j->round,
+                          ftc_deadline_in_ms((uint64_t)(j->deadline_ms ? j->deadline_ms : 20000)),
+                          j->abort, &j->err);
+    j->t_done_ns = ftc_now_ns();
+    ftc_redis_close(r);
+    return NULL;
+}
+
+static void start(joiner_t *j, redis_fixture_t *f, const char *job, const char *node, int min,
+                  int max, int settle, uint64_t after, int delay_ms)
+{
+    memset(j, 0, sizeof *j);
+    j->f = f;
+    j->job = job;
+    snprintf(j->node, sizeof j->node, "%s", node);
+    j->min = min;
+    j->max = max;
+    j->settle = settle;
+    j->after = after;
+    j->delay_ms = delay_ms;
+    assert_int_equal(pthread_create(&j->tid, NULL, joiner_main, j), 0);
+}
+
+static void finish(joiner_t *j, int n)
+{
+    for (int i = 0; i < n; i++) {
+        pthread_join(j[i].tid, NULL);
+        if (j[i].rc)
+            print_message("joiner %s: %s\n", j[i].node, j[i].err.msg);
+    }
+}
+
+/* All joiners returned the same round; indices match their ids. */
+static void same_round(joiner_t *j, int n, int members, int spares)
+{
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(j[i].rc, 0);
+        assert_int_equal(j[i].round.generation, j[0].round.generation);
+        assert_int_equal(j[i].round.nodes, members);
+        assert_int_equal(j[i].round.spares, spares);
+        for (int k = 0; k < members; k++)
+            assert_string_equal(j[i].round.members[k], j[0].round.members[k]);
+        if (j[i].round.index >= 0)
+            assert_string_equal(j[i].round.members[j[i].round.index], j[i].node);
+    }
+    int seen[64] = {0};
+    for (int i = 0; i < n; i++)
+        if (j[i].round.index >= 0)
+            seen[j[i].round.index]++;
+    for (int k = 0; k < members; k++)
+        assert_int_equal(seen[k], 1);
+}
+
+static int waiting(redis_fixture_t *f, const char *job, uint64_t gen)
+{
+    ftc_redis_t *r = conn(f);
+    ftc_err_t err = {0};
+    int n = -1;
+    assert_int_equal(ftc_rdzv_waiting(r, job, gen, &n, &err), 0);
+    ftc_redis_close(r);
+    return n;
+}
+
+/* Waits (bounded) until `want` registrants are live for the round after gen. */
+static void await_waiting(redis_fixture_t *f, const char *job, uint64_t gen, int want)
+{
+    ftc_deadline_t d = ftc_deadline_in_ms(10000);
+    while (waiting(f, job, gen) != want && !ftc_deadline_expired(d))
+        ftc_sleep_ms(10);
+    assert_int_equal(waiting(f, job, gen), want);
+}
+
+static void test_four_join_and_stable_order(void **state)
+{
+    redis_fixture_t *f = *state;
+    joiner_t j[5];
+    char id[16];
+    for (int i = 0; i < 4; i++) {
+        snprintf(id, sizeof id, "host%d:0", i);
+        start(&j[i], f, "r4", id, 4, 4, 200, 0, 0);
+    }
+    finish(j, 4);
+    same_round(j, 4, 4, 0);
+    assert_int_equal(j[0].round.generation, 1);
+    assert_int_equal(j[0].round.prev_nodes, 0);
+    char order[4][FTC_RDZV_NODE_MAX + 1];
+    memcpy(order, j[0].round.members, sizeof order);
+    for (int i = 0; i < 4; i++)
+        ftc_rdzv_round_free(&j[i].round);
+
+    /* the generation is the control plane's one counter; world waits for the layout */
+    ftc_ctl_t *c = redis_fixture_ctl(f, "r4");
+    ftc_redis_t *r = ftc_ctl_redis(c);
+    ftc_err_t err = {0};
+    uint64_t gen;
+    uint32_t world;
+    bool open, opened;
+    assert_int_equal(ftc_ctl_generation(c, &gen, &world), 0);
+    assert_true(gen == 1 && world == 0);
+    assert_int_equal(ftc_rdzv_state(r, "r4", &gen, &open, &err), 0);
+    assert_true(gen == 1 && !open);
+
+    /* a new round: the 4 come back in reverse order, a newcomer first; the old
+     * members keep their order, the newcomer goes last */
+    assert_int_equal(ftc_rdzv_request(r, "r4", 1, "grow", &opened, &err), 0);
+    assert_true(opened);
+    assert_int_equal(ftc_rdzv_state(r, "r4", &gen, &open, &err), 0);
+    assert_true(gen == 1 && open);
+    start(&j[4], f, "r4", "newcomer:0", 5, 5, 200, 1, 0);
+    for (int i = 0; i < 4; i++)
+        start(&j[i], f, "r4", order[3 - i], 5, 5, 200, 1, 30 * (i + 1));
+    finish(j, 5);
+    same_round(j, 5, 5, 0);
+    assert_int_equal(j[0].round.generation, 2);
+    assert_int_equal(j[0].round.prev_nodes, 4);
+    for (int k = 0; k < 4; k++)
+        assert_string_equal(j[0].round.members[k], order[k]);
+    assert_string_equal(j[0].round.members[4], "newcomer:0");
+    for (int i = 0; i < 5; i++)
+        ftc_rdzv_round_free(&j[i].round);
+    assert_int_equal(ftc_rdzv_state(r, "r4", &gen, &open, &err), 0);
+    assert_true(gen == 2 && !open);
+    ftc_ctl_destroy(c);
+}
+
+static void test_settle_min_of_max(void **state)
+{
+    redis_fixture_t *f = *state;
+    joiner_t j[3];
+    start(&j[0], f, "r3", "a", 3, 4, 300, 0, 0);
+    start(&j[1], f, "r3", "b", 3, 4, 300, 0, 20);
+    start(&j[2], f, "r3", "c", 3, 4, 300, 0, 40);
+    uint64_t t0 = ftc_now_ns();
+    finish(j, 3);
+    same_round(j, 3, 3, 0);
+    print_message("3 of max 4 closed %.0f ms after the first start (settle 300 ms)\n",
+                  (double)(j[0].t_done_ns - t0) / 1e6);
+    for (int i = 0; i < 3; i++)
+        ftc_rdzv_round_free(&j[i].round);
+}
+
+static void test_spare_and_deadline(void **state)
+{
+    redis_fixture_t *f = *state;
+    joiner_t j[5];
+    char id[16];
+    /* generation 1 with one node; then 5 register for the next round before it
+     * opens, so all 5 are there when it closes */
+    start(&j[0], f, "r5", "seed", 1, 1, 0, 0, 0);
+    finish(j, 1);
+    assert_int_equal(j[0].rc, 0);
+    ftc_rdzv_round_free(&j[0].round);
+    for (int i = 0; i < 5; i++) {
+        snprintf(id, sizeof id, "s%d", i);
+        start(&j[i], f, "r5", id, 4, 4, 5000, 1, 0);
+    }
+    await_waiting(f, "r5", 1, 5);
+    ftc_redis_t *r = conn(f);
+    ftc_err_t err = {0};
+    bool opened;
+    assert_int_equal(ftc_rdzv_request(r, "r5", 1, "grow", &opened, &err), 0);
+    assert_true(opened);
+    ftc_redis_close(r);
+    finish(j, 5);
+    same_round(j, 5, 4, 1);
+    assert_int_equal(j[0].round.generation, 2);
+    int spare = -1;
+    for (int i = 0; i < 5; i++)
+        if (j[i].round.index < 0)
+            spare = i;
+    assert_true(spare >= 0);
+    assert_string_equal(j[spare].round.spare_ids[0], j[spare].node);
+    uint64_t gen = j[0].round.generation;
+    char sid[FTC_RDZV_NODE_MAX + 1];
+    snprintf(sid, sizeof sid, "%s", j[spare].node);
+    for (int i = 0; i < 5; i++)
+        ftc_rdzv_round_free(&j[i].round);
+    /* the spare waits for the next round, which nobody opens: its deadline passes */
+    joiner_t s;
+    memset(&s, 0, sizeof s);
+    s.f = f;
+    s.job = "r5";
+    snprintf(s.node, sizeof s.node, "%s", sid);
+    s.min = 1;
+    s.after = gen;
+    s.deadline_ms = 1500;
+    assert_int_equal(pthread_create(&s.tid, NULL, joiner_main, &s), 0);
+    await_waiting(f, "r5", gen, 1);
+    pthread_join(s.tid, NULL);
+    assert_int_equal(s.rc, FTC_ETIMEDOUT);
+    print_message("%s\n", s.err.msg);
+    assert_non_null(strstr(s.err.msg, "1 registered"));
+    assert_non_null(strstr(s.err.msg, sid));
+    assert_non_null(strstr(s.err.msg, "not open"));
+    assert_int_equal(waiting(f, "r5", gen), 0); /* withdrawn */
+}
+
+static void test_killed_registrant_not_counted(void **state)
+{
+    redis_fixture_t *f = *state;
+    pid_t child = fork();
+    if (child == 0) {
+        ftc_err_t err = {0};
+        ftc_redis_t *r = ftc_redis_connect(ftc_redis_server_url(f->srv), NULL, &err);
+        if (!r)
+            _exit(2);
+        ftc_rdzv_options_t o = FTC_RDZV_OPTIONS_INIT;
+        o.job = "rk";
+        o.node_id = "doomed";
+        o.min_nodes = 3;
+        o.ttl_ms = 300;
+        ftc_rdzv_round_t out;
+        ftc_rdzv_join(r, &o, 0, &out, ftc_deadline_in_ms(30000), NULL, &err);
+        _exit(3);
+    }
+    await_waiting(f, "rk", 0, 1);
+    assert_int_equal(kill(child, SIGKILL), 0);
+    int st;
+    assert_int_equal(waitpid(child, &st, 0), child);
+    assert_true(WIFSIGNALED(st));
+    joiner_t j[3];
+    start(&j[0], f, "rk", "a", 3, 0, 400, 0, 0);
+    start(&j[1], f, "rk", "b", 3, 0, 400, 0, 0);
+    /* a and b plus the dead one make 3, but its entry expires before the settle
+     * time can pass: the round waits for a live third */
+    await_waiting(f, "rk", 0, 2);
+    start(&j[2], f, "rk", "c", 3, 0, 400, 0, 0);
+    finish(j, 3);
+    same_round(j, 3, 3, 0);
+    for (int k = 0; k < 3; k++)
+        assert_string_not_equal(j[0].round.members[k], "doomed");
+    for (int i = 0; i < 3; i++)
+        ftc_rdzv_round_free(&j[i].round);
+}
+
+typedef struct requester {
+    redis_fixture_t *f;
+    pthread_barrier_t *bar;
+    bool opened;
+    int rc;
+} requester_t;
+
+static void *requester_main(void *arg)
+{
+    requester_t *q = arg;
+    ftc_redis_t *r = conn(q->f);
+    ftc_err_t err = {0};
+    pthread_barrier_wait(q->bar);
+    q->rc = ftc_rdzv_request(r, "rq", 1, "node_lost", &q->opened, &err);
+    ftc_redis_close(r);
+    return NULL;
+}
+
+static void test_requests_fencing_and_world(void **state)
+{
+    redis_fixture_t *f = *state;
+    joiner_t j;
+    start(&j, f, "rq", "solo", 1, 1, 0, 0, 0);
+    finish(&j, 1);
+    assert_int_equal(j.rc, 0);
+    assert_int_equal(j.round.generation, 1);
+    ftc_rdzv_round_free(&j.round);
+    enum { N = 8 };
+    pthread_barrier_t bar;
+    pthread_barrier_init(&bar, NULL, N);
+    requester_t q[N];
+    pthread_t tid[N];
+    for (int i = 0; i < N; i++) {
+        q[i] = (requester_t){.f = f, .bar = &bar};
+        assert_int_equal(pthread_create(&tid[i], NULL, requester_main, &q[i]), 0);
+    }
+    int opened = 0;
+    for (int i = 0; i < N; i++) {
+        pthread_join(tid[i], NULL);
+        assert_int_equal(q[i].rc, 0);
+        opened += q[i].opened;
+    }
+    pthread_barrier_destroy(&bar);
+    assert_int_equal(opened, 1);
+
+    ftc_ctl_t *c = redis_fixture_ctl(f, "rq");
+    ftc_redis_t *r = ftc_ctl_redis(c);
+    ftc_err_t err = {0};
+    bool op;
+    /* stale requests and joins are refused; a retried join gets its round back */
+    assert_int_equal(ftc_rdzv_request(r, "rq", 0, "late", &op, &err), FTC_ESTALE);
+    assert_non_null(strstr(err.msg, "generation is 1"));
+    ftc_rdzv_options_t o = FTC_RDZV_OPTIONS_INIT;
+    o.job = "rq";
+    o.node_id = "other";
+    ftc_rdzv_round_t out;
+    assert_int_equal(ftc_rdzv_join(r, &o, 0, &out, ftc_deadline_in_ms(2000), NULL, &err),
+                     FTC_ESTALE);
+    print_message("%s\n", err.msg);
+    o.node_id = "solo";
+    assert_int_equal(ftc_rdzv_join(r, &o, 0, &out, ftc_deadline_in_ms(2000), NULL, &err), 0);
+    assert_true(out.generation == 1 && out.index == 0);
+    ftc_rdzv_round_free(&out);
+    /* commit records wait for the world; set_world is fenced and idempotent */
+    int64_t committed;
+    bool now;
+    assert_int_equal(ftc_ctl_commit_report(c, 1, 0, 0, 7, &committed, &now), FTC_ESTALE);
+    assert_non_null(strstr(ftc_ctl_errstr(c), "no world size yet"));
+    assert_int_equal(ftc_rdzv_set_world(r, "rq", 0, 2, &err), FTC_ESTALE);
+    assert_int_equal(ftc_rdzv_set_world(r, "rq", 1, 2, &err), 0);
+    assert_int_equal(ftc_rdzv_set_world(r, "rq", 1, 2, &err), 0);
+    assert_int_equal(ftc_rdzv_set_world(r, "rq", 1, 3, &err), FTC_EEXIST);
+    assert_int_equal(ftc_ctl_commit_report(c, 1, 0, 0, 7, &committed, &now), 0);
+    assert_int_equal(ftc_ctl_commit_report(c, 1, 0, 1, 7, &committed, &now), 0);
+    assert_true(now && committed == 0);
+    ftc_ctl_destroy(c);
+}
+
+static void test_deadline_and_abort(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_redis_t *r = conn(f);
+    ftc_err_t err = {0};
+    ftc_rdzv_options_t o = FTC_RDZV_OPTIONS_INIT;
+    o.job = "ra";
+    o.node_id = "alone";
+    o.min_nodes = 2;
+    ftc_rdzv_round_t out;
+    uint64_t t0 = ftc_now_ns();
+    assert_int_equal(ftc_rdzv_join(r, &o, 0, &out, ftc_deadline_in_ms(300), NULL, &err),
+                     FTC_ETIMEDOUT);
+    print_message("timeout after %.0f ms (deadline 300): %s\n", (double)(ftc_now_ns() - t0) / 1e6,
+                  err.msg);
+    assert_non_null(strstr(err.msg, "1 registered (alone)"));
+    assert_non_null(strstr(err.msg, "min_nodes 2"));
+    assert_int_equal(waiting(f, "ra", 0), 0);
+
+    atomic_int abort_flag = 0;
+    joiner_t j;
+    memset(&j, 0, sizeof j);
+    j.f = f;
+    j.job = "ra";
+    snprintf(j.node, sizeof j.node, "aborted");
+    j.min = 2;
+    j.abort = &abort_flag;
+    j.deadline_ms = 60000;
+    assert_int_equal(pthread_create(&j.tid, NULL, joiner_main, &j), 0);
+    await_waiting(f, "ra", 0, 1);
+    t0 = ftc_now_ns();
+    atomic_store(&abort_flag, 1);
+    pthread_join(j.tid, NULL);
+    assert_int_equal(j.rc, FTC_ECANCELED);
+    print_message("abort honoured in %.1f ms: %s\n", (double)(j.t_done_ns - t0) / 1e6, j.err.msg);
+    assert_int_equal(waiting(f, "ra", 0), 0);
+    ftc_redis_close(r);
+}
+
+static void test_bad_input(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_redis_t *r = conn(f);
+    ftc_err_t err = {0};
+    ftc_rdzv_round_t out;
+    ftc_rdzv_options_t o = FTC_RDZV_OPTIONS_INIT;
+    ftc_deadline_t d = ftc_deadline_in_ms(1000);
+    o.job = "bad job";
+    o.node_id = "n";
+    assert_int_equal(ftc_rdzv_join(r, &o, 0, &out, d, NULL, &err), FTC_EINVAL);
+    o.job = "rb";
+    o.node_id = "has space";
+    assert_int_equal(ftc_rdzv_join(r, &o, 0, &out, d, NULL, &err), FTC_EINVAL);
+    o.node_id = "n";
+    o.min_nodes = 3;
+    o.max_nodes = 2;
+    assert_int_equal(ftc_rdzv_join(r, &o, 0, &out, d, NULL, &err), FTC_EINVAL);
+    o.min_nodes = 0;
+    o.max_nodes = 0;
+    assert_int_equal(ftc_rdzv_join(r, &o, 0, &out, d, NULL, &err), FTC_EINVAL);
+    o.min_nodes = 1;
+    o.struct_size = 8;
+    assert_int_equal(ftc_rdzv_join(r, &o, 0, &out, d, NULL, &err), FTC_EINVAL);
+    assert_int_equal(ftc_rdzv_join(r, NULL, 0, &out, d, NULL, &err), FTC_EINVAL);
+    o.struct_size = sizeof o;
+    /* garbage in the generation: named, not a crash */
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", "ftc:{rb}:gen", "gen", "seven", NULL),
+                     0);
+    assert_int_equal(ftc_rdzv_join(r, &o, 0, &out, d, NULL, &err), FTC_EPROTO);
+    assert_non_null(strstr(err.msg, "seven"));
+    uint64_t gen;
+    bool open;
+    assert_int_equal(ftc_rdzv_state(r, "rb", &gen, &open, &err), FTC_EPROTO);
+    assert_int_equal(ftc_rdzv_request(r, "rb", 0, "x", &open, &err), FTC_EPROTO);
+    assert_int_equal(ftc_rdzv_set_world(r, "rb", 0, 0, &err), FTC_EINVAL);
+    ftc_rdzv_round_free(NULL);
+    ftc_redis_close(r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_four_join_and_stable_order),
+        cmocka_unit_test(test_settle_min_of_max),
+        cmocka_unit_test(test_spare_and_deadline),
+        cmocka_unit_test(test_killed_registrant_not_counted),
+        cmocka_unit_test(test_requests_fencing_and_world),
+        cmocka_unit_test(test_deadline_and_abort),
+        cmocka_unit_test(test_bad_input),
+    };
+    return cmocka_run_group_tests(tests, redis_fixture_setup, redis_fixture_teardown);
+}
