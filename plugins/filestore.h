@@ -27,6 +27,25 @@
  * A version that no live node holds is reported (the error names the node
  * and the holders it tried) and the others are still restored.
  *
+ * Per-file stamps: each file in a version carries its mtime (ns) and mode
+ * (metadata record "ftc.files"); on a name clash the file with the later
+ * mtime wins (then the newer version, then the higher node index), and a
+ * restore sets the mtime it wrote, so a restored file re-packed by its new
+ * node keeps its stamp. A local file newer than every recorded copy is kept.
+ * Files of the directory that are in no version are left alone.
+ *
+ * Limits: the files together must fit max_bytes (default 4 GiB) or the
+ * version is refused (FTC_ERANGE, a log line and a ckptdir_too_big event);
+ * symbolic links and special files are skipped with a warning; names are
+ * relative paths of at most 1024 bytes without "." or ".." components
+ * (checked again on restore). Names starting with ".ftc-tmp." are the
+ * store's own temporaries and are never packed.
+ *
+ * Errors: FTC_EINVAL (bad arguments), FTC_ERANGE (over the cap), FTC_ENOENT
+ * (a version no live node holds), FTC_ECORRUPT (every copy failed its
+ * checksum), FTC_ETIMEDOUT (a push or a restore passed its deadline),
+ * FTC_EFABRIC, FTC_EREDIS, FTC_EIO; err names the node and what was tried.
+ *
  * Threads: one thread of its own drives the watch, the fabric engine
  * (pushes, serving peers' fetches) and restore requests; the functions below
  * may be called from one other thread (the supervisor's).
@@ -66,13 +85,50 @@ int ftc_filestore_set_members(ftc_filestore_t *fs, uint64_t gen, const char (*me
  * (pushes done or failed). Never blocks. */
 void ftc_filestore_poll(ftc_filestore_t *fs);
 /* Waits (bounded by the store's deadline) until every version written so
- * far has been pushed or has failed; 0 or the first push error. */
+ * far has been pushed or has failed; 0 or the first push error (since the
+ * previous flush; an error is forgotten once a newer version reached all
+ * its peers). timeout_ms <= 0: push deadline + quiet period + 10 s. */
 int ftc_filestore_flush(ftc_filestore_t *fs, int timeout_ms, ftc_err_t *err);
 /* Sets the members (as ftc_filestore_set_members), then refills the
  * directory as described at the top. 0 when every recorded version was
  * restored; otherwise the first error, with the rest restored anyway. */
 int ftc_filestore_restore(ftc_filestore_t *fs, uint64_t gen, const char (*members)[65], int n,
                           ftc_err_t *err);
+
+/* ---- added with the implementation ------------------------------------------ */
+
+/* Limits and deadlines; start from FTC_FILESTORE_LIMITS_INIT. */
+typedef struct ftc_filestore_limits {
+    uint32_t struct_size;
+    uint32_t version;
+    uint64_t max_bytes;     /* the directory's files together (default 4 GiB): a bigger
+                               directory is not pushed (error, log line and a
+                               ckptdir_too_big event) */
+    int quiet_ms;           /* the directory must be quiet this long before a pack (200) */
+    int push_timeout_ms;    /* deadline of one push (60000) */
+    int restore_timeout_ms; /* deadline of a whole restore (120000) */
+} ftc_filestore_limits_t;
+
+#define FTC_FILESTORE_LIMITS_INIT                                                                  \
+    {                                                                                              \
+        sizeof(ftc_filestore_limits_t), 1, (uint64_t)4 << 30, 200, 60000, 120000                   \
+    }
+
+/* Applies new limits (taken by the thread at its next pack / push / restore).
+ * FTC_EINVAL for a zero cap or a deadline < 1 ms. Thread-safe. */
+int ftc_filestore_set_limits(ftc_filestore_t *fs, const ftc_filestore_limits_t *l, ftc_err_t *err);
+
+typedef struct ftc_filestore_stats {
+    uint64_t versions_pushed; /* versions acknowledged by at least one peer */
+    uint64_t push_failures;   /* versions no peer (or fewer than k) acknowledged, refused packs */
+    uint64_t last_version;    /* newest acknowledged version of this node (0: none) */
+    uint64_t last_bytes;      /* its shard size */
+    uint64_t files_restored;  /* files written by restores */
+    uint64_t rebuilds;        /* fabric endpoints rebuilt after breaking */
+} ftc_filestore_stats_t;
+
+/* Counters so far. Thread-safe, never blocks for long. */
+void ftc_filestore_stats(ftc_filestore_t *fs, ftc_filestore_stats_t *st);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,1611 @@
+/*
+ * filestore.c — see filestore.h.
+ *
+ * The store's thread owns everything that talks to the outside: the inotify
+ * descriptor, the fabric endpoint and replication engine, and one Redis
+ * connection. The supervisor's thread only hands it requests (members,
+ * flush, restore, limits) under a mutex and waits on a condition variable,
+ * always with a deadline.
+ *
+ * A version of this node is packed into one of two own shm slots
+ * ("ftc.JOB.files.n<I>.self.s<0|1>"): the one not holding the newest
+ * acknowledged version, so a push that fails never destroys the previous
+ * one (I3), and a restarted supervisor finds its own newest version in
+ * memory. It is pushed as one transfer per peer, so each holder's ACK is
+ * known and recorded in Redis (ftc:{job}:files).
+ */
+#include "plugins/filestore.h"
+
+#include "ckpt/replica.h"
+#include "ckpt/shard.h"
+#include "ckpt/slot.h"
+#include "ckpt/wire.h"
+#include "core/clock.h"
+#include "core/fabric.h"
+#include "core/fsio.h"
+#include "core/le.h"
+#include "core/log.h"
+#include "detect/control.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/inotify.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define FS_MOD "filestore"
+#define FS_MAX_NODES 1024 /* node indices 0..1023 */
+#define FS_NAME_MAX FTC_SHARD_NAME_MAX
+#define FS_META_FILES "ftc.files" /* per tensor: u64 mtime_ns, u32 mode, u32 0 */
+#define FS_META_NODE "ftc.node"
+#define FS_TMP_PREFIX ".ftc-tmp."
+#define FS_MAX_DEPTH 32
+#define FS_LOG_RING 32
+#define FS_FETCH_ROUNDS 3
+#define FS_RETRIES 3 /* re-pushes of a version that missed a peer */
+
+typedef struct fs_peer {
+    bool known; /* its address is in ftc:{job}:filefab */
+    char node_id[FTC_CTL_NODE_MAX + 1];
+    char addr_hex[2 * FTC_FABRIC_ADDR_MAX + 1]; /* as published; a change = a new process */
+    uint8_t addr[FTC_FABRIC_ADDR_MAX];
+    size_t addr_len;
+} fs_peer_t;
+
+typedef struct fs_file { /* one file found by a scan */
+    char *name;          /* relative path */
+    uint64_t size, mtime_ns;
+    uint32_t mode;
+} fs_file_t;
+
+typedef struct fs_logline {
+    int level;
+    char text[400];
+} fs_logline_t;
+
+struct ftc_filestore {
+    char job[64], wjob[64]; /* the job, and the wire job "<job>.files" */
+    char node_id[FTC_CTL_NODE_MAX + 1];
+    char dir[512];
+    uint32_t index;
+    int k;
+    ftc_ctl_t *ctl; /* the thread's Redis connection */
+    ftc_fabric_opts_t fopt;
+    char provider[64];
+    ftc_fabric_t *fab; /* thread-owned once it runs */
+    ftc_repl_t *repl;
+    ftc_repl_options_t ropt;
+    bool republish; /* the address changed: publish it */
+    int ino;        /* inotify descriptor */
+    int evfd;       /* wakes the thread */
+    pthread_t tid;
+    bool started;
+    atomic_bool stop;
+
+    pthread_mutex_t mu; /* guards the fields down to "thread only" */
+    pthread_cond_t cv;
+    ftc_filestore_limits_t lim;
+    char (*req_members)[65]; /* a set_members not yet applied */
+    int req_n;
+    uint64_t req_gen;
+    bool req_fresh;
+    uint64_t flush_req, flush_ack; /* flush request counters */
+    int flush_rc;                  /* first push error since the previous flush */
+    ftc_err_t flush_err;
+    uint64_t restore_req, restore_ack;
+    int restore_rc;
+    ftc_err_t restore_err;
+    fs_logline_t ring[FS_LOG_RING]; /* lines for ftc_filestore_poll */
+    int ring_n;
+    uint64_t ring_dropped;
+    ftc_filestore_stats_t stats;
+
+    /* thread only */
+    fs_peer_t peers[FS_MAX_NODES]; /* by node index */
+    char (*members)[65];
+    int nmembers;
+    uint64_t gen;
+    bool members_known;
+    ftc_slot_t own[2];    /* own versions */
+    uint64_t own_step[2]; /* 0: nothing usable */
+    uint64_t own_size[2];
+    int own_newest;         /* slot of the newest acknowledged version, -1 */
+    uint64_t last_version;  /* strictly increasing version stamps */
+    bool dirty;             /* the directory changed since the last pack */
+    bool retry_on_members;  /* the last version missed a peer */
+    int retries;            /* re-pushes since the last change */
+    char own_holders[1000]; /* "idx:id,..." of the newest acknowledged version */
+    uint64_t retry_at_ns;   /* when to re-push (0: none planned) */
+    uint64_t last_event_ns;
+    uint64_t last_refresh_ns;
+    uint64_t hot_until_ns;
+    ftc_repl_counters_t last_ctr;
+    /* the push in flight */
+    bool pushing;
+    int push_slot;
+    uint64_t push_version, push_size;
+    int push_n;
+    uint32_t push_peers[FTC_REPL_MAX_PEERS];
+    ftc_repl_xfer_t push_x[FTC_REPL_MAX_PEERS];
+    bool push_done[FTC_REPL_MAX_PEERS];
+    int push_rc[FTC_REPL_MAX_PEERS];
+    char push_detail[600];
+};
+
+/* ---- small helpers ------------------------------------------------------------------ */
+
+static void fs_log(ftc_filestore_t *fs, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void fs_log(ftc_filestore_t *fs, int level, const char *fmt, ...)
+{
+    char text[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    if (level >= FTC_LOG_ERROR) ftc_log(level, FS_MOD, "%s", text); /* errors are never held back */
+    pthread_mutex_lock(&fs->mu);
+    if (fs->ring_n < FS_LOG_RING) {
+        fs->ring[fs->ring_n].level = level < FTC_LOG_ERROR ? level : -1;
+        snprintf(fs->ring[fs->ring_n].text, sizeof fs->ring[0].text, "%s", text);
+        fs->ring_n++;
+    } else {
+        fs->ring_dropped++;
+    }
+    pthread_mutex_unlock(&fs->mu);
+}
+
+static void fs_wake(ftc_filestore_t *fs)
+{
+    uint64_t one = 1;
+    ssize_t w = write(fs->evfd, &one, sizeof one);
+    (void)w;
+}
+
+static int hexval(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+static void to_hex(const uint8_t *b, size_t n, char *out)
+{
+    for (size_t i = 0; i < n; i++)
+        snprintf(out + 2 * i, 3, "%02x", b[i]);
+    out[2 * n] = 0;
+}
+
+static uint64_t ts_ns(const struct timespec *t)
+{
+    return (uint64_t)t->tv_sec * 1000000000ull + (uint64_t)t->tv_nsec;
+}
+
+/* A stored file name is safe to create under the directory: a relative path
+ * of non-empty components, none "." or "..", no NUL, each <= NAME_MAX. */
+static bool name_ok(const char *s, size_t len)
+{
+    if (len == 0 || len > FS_NAME_MAX || s[0] == '/' || memchr(s, 0, len)) return false;
+    size_t i = 0;
+    while (i < len) {
+        size_t j = i;
+        while (j < len && s[j] != '/')
+            j++;
+        size_t c = j - i;
+        if (c == 0 || c > NAME_MAX || (c == 1 && s[i] == '.') ||
+            (c == 2 && s[i] == '.' && s[i + 1] == '.'))
+            return false;
+        i = j + 1;
+        if (j == len - 1) /* a trailing '/' */
+            return false;
+    }
+    return true;
+}
+
+/* ---- Redis --------------------------------------------------------------------------- */
+
+static int fs_secret(ftc_filestore_t *fs, uint8_t out[16], ftc_err_t *err)
+{
+    uint8_t rnd[16];
+    char hex[33], key[160];
+    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
+        return ftc_err_errno(err, errno, "getrandom");
+    to_hex(rnd, 16, hex);
+    ftc_ctl_key(fs->ctl, "secret", key, sizeof key);
+    ftc_redis_t *r = ftc_ctl_redis(fs->ctl);
+    int rc = ftc_redis_cmdv(r, true, NULL, "SET", key, hex, "NX", NULL);
+    ftc_redis_reply_t *rep = NULL;
+    if (!rc) rc = ftc_redis_cmdv(r, true, &rep, "GET", key, NULL);
+    const char *s;
+    size_t sl;
+    if (rc || ftc_redis_want_str(rep, key, &s, &sl, err) || sl != 32) {
+        ftc_redis_reply_free(rep);
+        return ftc_err_set(err, FTC_EREDIS, "filestore: job secret in %s: %s", key,
+                           rc ? ftc_ctl_errstr(fs->ctl) : "not 32 hex digits");
+    }
+    for (int i = 0; i < 16; i++) {
+        int hi = hexval(s[2 * i]), lo = hexval(s[2 * i + 1]);
+        if (hi < 0 || lo < 0) {
+            ftc_redis_reply_free(rep);
+            return ftc_err_set(err, FTC_EPROTO, "filestore: job secret in %s is not hex", key);
+        }
+        out[i] = (uint8_t)(hi << 4 | lo);
+    }
+    ftc_redis_reply_free(rep);
+    return 0;
+}
+
+static int fs_publish(ftc_filestore_t *fs, ftc_err_t *err)
+{
+    uint8_t addr[FTC_FABRIC_ADDR_MAX];
+    size_t len = sizeof addr;
+    int rc = ftc_fabric_getname(fs->fab, addr, &len);
+    if (rc) return ftc_err_set(err, rc, "filestore: fabric getname failed");
+    char hex[2 * FTC_FABRIC_ADDR_MAX + 1], val[sizeof hex + FTC_CTL_NODE_MAX + 4], field[16],
+        key[160];
+    to_hex(addr, len, hex);
+    snprintf(val, sizeof val, "%s %s", hex, fs->node_id);
+    snprintf(field, sizeof field, "%u", fs->index);
+    rc = ftc_redis_cmdv(ftc_ctl_redis(fs->ctl), true, NULL, "HSET",
+                        ftc_ctl_key(fs->ctl, "filefab", key, sizeof key), field, val, NULL);
+    if (rc)
+        return ftc_err_set(err, rc, "filestore: publishing the address in %s: %s", key,
+                           ftc_ctl_errstr(fs->ctl));
+    fs->republish = false;
+    return 0;
+}
+
+/* Reads ftc:{job}:filefab; adds new peers to the engine, replaces changed ones. */
+static void fs_refresh_peers(ftc_filestore_t *fs)
+{
+    fs->last_refresh_ns = ftc_now_ns();
+    char key[160];
+    ftc_redis_reply_t *rep = NULL;
+    if (ftc_redis_cmdv(ftc_ctl_redis(fs->ctl), true, &rep, "HGETALL",
+                       ftc_ctl_key(fs->ctl, "filefab", key, sizeof key), NULL) != 0)
+        return;
+    ftc_redis_reply_t **el;
+    size_t n;
+    ftc_err_t err = {0};
+    if (ftc_redis_want_array(rep, key, -1, &el, &n, &err) == 0) {
+        for (size_t i = 0; i + 1 < n; i += 2) {
+            const char *f, *v;
+            size_t fl, vl;
+            if (ftc_redis_want_str(el[i], key, &f, &fl, &err) ||
+                ftc_redis_want_str(el[i + 1], key, &v, &vl, &err))
+                continue;
+            char *end;
+            unsigned long node = strtoul(f, &end, 10);
+            if (end == f || node >= FS_MAX_NODES || node == fs->index) continue;
+            char hex[2 * FTC_FABRIC_ADDR_MAX + 1], nid[FTC_CTL_NODE_MAX + 1];
+            if (sscanf(v, "%512s %64s", hex, nid) != 2 || strlen(hex) % 2 ||
+                strlen(hex) / 2 > FTC_FABRIC_ADDR_MAX) {
+                fs_log(fs, FTC_LOG_WARN, "%s: field %lu holds a malformed address", key, node);
+                continue;
+            }
+            fs_peer_t *p = &fs->peers[node];
+            if (p->known && !strcmp(p->addr_hex, hex)) {
+                snprintf(p->node_id, sizeof p->node_id, "%s", nid);
+                continue;
+            }
+            uint8_t addr[FTC_FABRIC_ADDR_MAX];
+            size_t len = strlen(hex) / 2;
+            bool ok = true;
+            for (size_t b = 0; ok && b < len; b++) {
+                int hi = hexval(hex[2 * b]), lo = hexval(hex[2 * b + 1]);
+                ok = hi >= 0 && lo >= 0;
+                addr[b] = (uint8_t)(hi << 4 | lo);
+            }
+            if (!ok) {
+                fs_log(fs, FTC_LOG_WARN, "%s: field %lu holds a malformed address", key, node);
+                continue;
+            }
+            if (p->known && fs->repl) ftc_repl_peer_remove(fs->repl, (uint32_t)node);
+            p->known = true;
+            snprintf(p->addr_hex, sizeof p->addr_hex, "%s", hex);
+            snprintf(p->node_id, sizeof p->node_id, "%s", nid);
+            memcpy(p->addr, addr, len);
+            p->addr_len = len;
+            if (fs->repl && ftc_repl_peer_add(fs->repl, (uint32_t)node, addr, len) != 0 &&
+                ftc_fabric_health(fs->fab) == 0) /* a broken endpoint re-adds all at its rebuild */
+                fs_log(fs, FTC_LOG_WARN, "adding node %lu: %s", node, ftc_repl_errstr(fs->repl));
+        }
+    }
+    ftc_redis_reply_free(rep);
+}
+
+/* The node index whose published node id is id, or -1. */
+static int fs_index_of(ftc_filestore_t *fs, const char *id)
+{
+    if (!strcmp(id, fs->node_id)) return (int)fs->index;
+    for (int i = 0; i < FS_MAX_NODES; i++)
+        if (fs->peers[i].known && !strcmp(fs->peers[i].node_id, id)) return i;
+    return -1;
+}
+
+/* Node index i is live: its published id is a member now. */
+static bool fs_live(ftc_filestore_t *fs, uint32_t i, const char *want_id)
+{
+    if (i >= FS_MAX_NODES || i == fs->index || !fs->peers[i].known) return false;
+    if (want_id && strcmp(fs->peers[i].node_id, want_id))
+        return false; /* another node took that index: it does not hold the replica */
+    for (int m = 0; m < fs->nmembers; m++)
+        if (!strcmp(fs->members[m], fs->peers[i].node_id)) return true;
+    return false;
+}
+
+/* ---- transport ------------------------------------------------------------------------ */
+
+static int fs_open_transport(ftc_filestore_t *fs, ftc_err_t *err)
+{
+    int rc = ftc_fabric_open(&fs->fopt, &fs->fab, err);
+    if (rc) return rc;
+    fs->ropt.fab = fs->fab;
+    fs->ropt.generation = fs->gen;
+    fs->repl = ftc_repl_create(&fs->ropt, err);
+    if (!fs->repl) return err && err->code ? err->code : FTC_EFABRIC;
+    fs->republish = true;
+    return 0;
+}
+
+/* The endpoint broke (a send to a dead peer could not be cancelled): open a
+ * new one and a new engine, re-add the peers, publish the new address. The
+ * replica slots stay. */
+static void fs_rebuild(ftc_filestore_t *fs)
+{
+    pthread_mutex_lock(&fs->mu);
+    uint64_t n = ++fs->stats.rebuilds;
+    pthread_mutex_unlock(&fs->mu);
+    fs_log(fs, FTC_LOG_WARN, "rebuilding the fabric endpoint (%" PRIu64 " so far): %s", n,
+           fs->repl ? ftc_repl_errstr(fs->repl) : "");
+    ftc_repl_destroy(fs->repl);
+    fs->repl = NULL;
+    ftc_fabric_close(fs->fab);
+    fs->fab = NULL;
+    for (int attempt = 0; !atomic_load(&fs->stop); attempt++) {
+        ftc_err_t err = {0};
+        if (fs_open_transport(fs, &err) == 0) break;
+        FTC_ERROR(FS_MOD, "reopening the fabric endpoint: %s", err.msg);
+        ftc_repl_destroy(fs->repl);
+        fs->repl = NULL;
+        ftc_fabric_close(fs->fab);
+        fs->fab = NULL;
+        ftc_sleep_ms(attempt < 10 ? 100 : 1000);
+    }
+    if (!fs->repl) return;
+    for (uint32_t i = 0; i < FS_MAX_NODES; i++)
+        if (fs->peers[i].known)
+            ftc_repl_peer_add(fs->repl, i, fs->peers[i].addr, fs->peers[i].addr_len);
+    ftc_err_t err = {0};
+    if (fs_publish(fs, &err)) fs_log(fs, FTC_LOG_WARN, "%s", err.msg);
+}
+
+/* ---- the watch ------------------------------------------------------------------------- */
+
+/* Adds inotify watches on dir/rel and every directory below it. */
+static void fs_watch_tree(ftc_filestore_t *fs, const char *rel, int depth)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s%s%s", fs->dir, *rel ? "/" : "", rel);
+    if (inotify_add_watch(fs->ino, path,
+                          IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_CREATE | IN_DELETE |
+                              IN_MODIFY | IN_ONLYDIR | IN_DONT_FOLLOW) < 0 ||
+        depth >= FS_MAX_DEPTH)
+        return;
+    DIR *d = opendir(path);
+    if (!d) return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        struct stat st;
+        if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode))
+            continue;
+        char sub[PATH_MAX];
+        snprintf(sub, sizeof sub, "%s%s%s", rel, *rel ? "/" : "", de->d_name);
+        fs_watch_tree(fs, sub, depth + 1);
+    }
+    closedir(d);
+}
+
+/* Reads every queued event. A finished file (closed after writing, or
+ * renamed into place) makes the directory dirty; any change restarts the
+ * quiet period; a new directory gets watched. */
+static void fs_drain_events(ftc_filestore_t *fs, bool ignore)
+{
+    _Alignas(struct inotify_event) char buf[16384];
+    bool rewatch = false;
+    for (;;) {
+        ssize_t n = read(fs->ino, buf, sizeof buf);
+        if (n <= 0) break;
+        for (char *p = buf; p < buf + n;) {
+            struct inotify_event *e = (struct inotify_event *)p;
+            p += sizeof *e + e->len;
+            bool ours = e->len && !strncmp(e->name, FS_TMP_PREFIX, strlen(FS_TMP_PREFIX));
+            if (ignore || ours) continue;
+            if (e->mask & IN_ISDIR) {
+                if (e->mask & (IN_CREATE | IN_MOVED_TO)) rewatch = true;
+                if (e->mask & (IN_CREATE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE))
+                    fs->dirty = true;
+            }
+            if (e->mask & (IN_CLOSE_WRITE | IN_MOVED_TO | IN_Q_OVERFLOW)) fs->dirty = true;
+            fs->last_event_ns = ftc_now_ns();
+            fs->retries = 0;
+            fs->retry_at_ns = 0;
+        }
+    }
+    if (rewatch) fs_watch_tree(fs, "", 0);
+}
+
+/* ---- packing ----------------------------------------------------------------------------- */
+
+typedef struct fs_scan {
+    fs_file_t *f;
+    size_t n, cap;
+    uint64_t bytes;
+} fs_scan_t;
+
+static void scan_free(fs_scan_t *s)
+{
+    for (size_t i = 0; i < s->n; i++)
+        free(s->f[i].name);
+    free(s->f);
+    memset(s, 0, sizeof *s);
+}
+
+static int scan_dir(ftc_filestore_t *fs, fs_scan_t *s, const char *rel, int depth, ftc_err_t *err)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s%s%s", fs->dir, *rel ? "/" : "", rel);
+    DIR *d = opendir(path);
+    if (!d)
+        return errno == ENOENT && *rel ? 0
+                                       : ftc_err_errno(err, errno, "filestore: opendir %s", path);
+    int rc = 0;
+    struct dirent *de;
+    while (!rc && (de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
+            !strncmp(de->d_name, FS_TMP_PREFIX, strlen(FS_TMP_PREFIX)))
+            continue;
+        char sub[PATH_MAX];
+        int sl = snprintf(sub, sizeof sub, "%s%s%s", rel, *rel ? "/" : "", de->d_name);
+        struct stat st;
+        if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+            continue; /* gone meanwhile */
+        if (S_ISDIR(st.st_mode)) {
+            if (depth >= FS_MAX_DEPTH)
+                fs_log(fs, FTC_LOG_WARN, "%s/%s: deeper than %d directories, skipped", fs->dir, sub,
+                       FS_MAX_DEPTH);
+            else
+                rc = scan_dir(fs, s, sub, depth + 1, err);
+            continue;
+        }
+        if (!S_ISREG(st.st_mode)) {
+            fs_log(fs, FTC_LOG_WARN, "%s/%s: %s, not a regular file: not replicated", fs->dir, sub,
+                   S_ISLNK(st.st_mode) ? "a symbolic link" : "a special file");
+            continue;
+        }
+        if (sl <= 0 || (size_t)sl >= sizeof sub || !name_ok(sub, (size_t)sl)) {
+            fs_log(fs, FTC_LOG_WARN, "%s/%s: name longer than %d bytes: not replicated", fs->dir,
+                   sub, FS_NAME_MAX);
+            continue;
+        }
+        if (s->n == s->cap) {
+            size_t cap = s->cap ? s->cap * 2 : 32;
+            fs_file_t *nf = realloc(s->f, cap * sizeof *nf);
+            if (!nf) {
+                rc = ftc_err_set(err, FTC_ENOMEM, "filestore: out of memory scanning %s", fs->dir);
+                break;
+            }
+            s->f = nf, s->cap = cap;
+        }
+        fs_file_t *f = &s->f[s->n];
+        f->name = strdup(sub);
+        if (!f->name) {
+            rc = ftc_err_set(err, FTC_ENOMEM, "filestore: out of memory scanning %s", fs->dir);
+            break;
+        }
+        f->size = (uint64_t)st.st_size;
+        f->mtime_ns = ts_ns(&st.st_mtim);
+        f->mode = (uint32_t)(st.st_mode & 07777);
+        s->bytes += f->size;
+        s->n++;
+    }
+    closedir(d);
+    return rc;
+}
+
+static int cmp_file(const void *a, const void *b)
+{
+    return strcmp(((const fs_file_t *)a)->name, ((const fs_file_t *)b)->name);
+}
+
+static void own_slot_name(const ftc_filestore_t *fs, int i, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "ftc.%s.n%u.self.s%d", fs->wjob, fs->index, i);
+}
+
+/* Reads one file into dst (exactly f->size bytes), checking it did not
+ * change meanwhile. FTC_EAGAIN when it did (or vanished): pack later. */
+static int read_one(ftc_filestore_t *fs, const fs_file_t *f, uint8_t *dst, ftc_err_t *err)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", fs->dir, f->name);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT ? ftc_err_set(err, FTC_EAGAIN, "%s vanished while packing", path)
+                               : ftc_err_errno(err, errno, "filestore: open %s", path);
+    uint64_t got = 0;
+    int rc = 0;
+    while (got < f->size) {
+        ssize_t r = read(fd, dst + got, f->size - got > (1u << 30) ? (1u << 30) : f->size - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            rc = ftc_err_errno(err, errno, "filestore: read %s", path);
+            break;
+        }
+        if (r == 0) {
+            rc = ftc_err_set(err, FTC_EAGAIN, "%s shrank while packing", path);
+            break;
+        }
+        got += (uint64_t)r;
+    }
+    struct stat st;
+    if (!rc && (fstat(fd, &st) != 0 || (uint64_t)st.st_size != f->size ||
+                ts_ns(&st.st_mtim) != f->mtime_ns))
+        rc = ftc_err_set(err, FTC_EAGAIN, "%s changed while packing", path);
+    close(fd);
+    return rc;
+}
+
+static void fs_note_error(ftc_filestore_t *fs, int rc, const char *msg)
+{
+    pthread_mutex_lock(&fs->mu);
+    if (!fs->flush_rc) {
+        fs->flush_rc = rc;
+        ftc_err_set(&fs->flush_err, rc, "%s", msg);
+    }
+    fs->stats.push_failures++;
+    pthread_mutex_unlock(&fs->mu);
+}
+
+/* The next k live members after this node, ring order = members[] order. */
+static int fs_targets(ftc_filestore_t *fs, uint32_t *out, int want)
+{
+    int me = -1;
+    for (int m = 0; m < fs->nmembers; m++)
+        if (!strcmp(fs->members[m], fs->node_id)) me = m;
+    int n = 0;
+    for (int step = 1; step <= fs->nmembers && n < want; step++) {
+        int m = ((me < 0 ? -1 : me) + step) % fs->nmembers;
+        if (m == me) continue;
+        int idx = fs_index_of(fs, fs->members[m]);
+        if (idx < 0 || idx == (int)fs->index) continue;
+        bool dup = false;
+        for (int i = 0; i < n; i++)
+            dup |= out[i] == (uint32_t)idx;
+        if (!dup) out[n++] = (uint32_t)idx;
+    }
+    return n;
+}
+
+/* Packs the directory into the free own slot and starts pushing it. */
+static void fs_start_push(ftc_filestore_t *fs)
+{
+    ftc_filestore_limits_t lim;
+    pthread_mutex_lock(&fs->mu);
+    lim = fs->lim;
+    pthread_mutex_unlock(&fs->mu);
+    fs->dirty = false;
+    ftc_err_t err = {0};
+    fs_scan_t sc = {0};
+    ftc_shard_layout_t *l = NULL;
+    uint8_t *meta = NULL;
+    int rc = scan_dir(fs, &sc, "", 0, &err);
+    if (rc) goto fail;
+    if (sc.bytes > lim.max_bytes) {
+        rc = ftc_err_set(&err, FTC_ERANGE,
+                         "%s holds %" PRIu64 " bytes in %zu files, over the cap of %" PRIu64
+                         " bytes: not replicated (write less per node, or raise the cap)",
+                         fs->dir, sc.bytes, sc.n, lim.max_bytes);
+        ftc_ctl_event_t ev = {.kind = "ckptdir_too_big",
+                              .node = fs->node_id,
+                              .rank = -1,
+                              .generation = fs->gen,
+                              .step = -1,
+                              .detail = err.msg};
+        ftc_ctl_event(fs->ctl, &ev);
+        goto fail;
+    }
+    uint32_t peers[FTC_REPL_MAX_PEERS];
+    int np = fs_targets(fs, peers, fs->k < FTC_REPL_MAX_PEERS ? fs->k : FTC_REPL_MAX_PEERS);
+    if (np == 0) {
+        fs_refresh_peers(fs);
+        np = fs_targets(fs, peers, fs->k);
+    }
+    if (np == 0) {
+        rc = ftc_err_set(&err, FTC_ENOENT,
+                         "no live peer to push %s to (%d member(s); their addresses are read from "
+                         "ftc:{%s}:filefab)",
+                         fs->dir, fs->nmembers, fs->job);
+        fs->retry_on_members = true;
+        goto fail;
+    }
+    qsort(sc.f, sc.n, sizeof *sc.f, cmp_file);
+    uint64_t version = ftc_wall_ms();
+    if (version <= fs->last_version) version = fs->last_version + 1;
+    ftc_shard_info_t info = {0};
+    snprintf(info.job_id, sizeof info.job_id, "%s", fs->wjob);
+    info.step = version;
+    info.generation = fs->gen;
+    info.created_ms = ftc_wall_ms();
+    info.dp = info.tp = info.pp = 1;
+    l = ftc_shard_layout_create(&info);
+    meta = calloc(sc.n ? sc.n : 1, 16);
+    if (!l || !meta) {
+        rc = ftc_err_set(&err, FTC_ENOMEM, "filestore: out of memory packing %s", fs->dir);
+        goto fail;
+    }
+    for (size_t i = 0; i < sc.n; i++) {
+        uint64_t shape = sc.f[i].size;
+        if ((rc = ftc_shard_layout_add_tensor(l, sc.f[i].name, FTC_DTYPE_U8, 1, &shape, &err)) < 0)
+            goto fail;
+        ftc_le_wr64(meta + 16 * i, sc.f[i].mtime_ns);
+        ftc_le_wr32(meta + 16 * i + 8, sc.f[i].mode);
+    }
+    rc = 0;
+    if ((rc = ftc_shard_layout_add_meta(l, FS_META_FILES, meta, sc.n * 16, &err)) < 0 ||
+        (rc = ftc_shard_layout_add_meta(l, FS_META_NODE, fs->node_id, strlen(fs->node_id), &err)) <
+            0)
+        goto fail;
+    rc = 0;
+    uint64_t size = ftc_shard_layout_size(l);
+    int s = fs->own_newest == 0 ? 1 : 0;
+    char name[FTC_SLOT_NAME_MAX];
+    own_slot_name(fs, s, name, sizeof name);
+    ftc_slot_close(&fs->own[s]);
+    fs->own_step[s] = 0;
+    if ((rc = ftc_slot_create(name, size, &fs->own[s], &err)) ||
+        (rc = ftc_shard_layout_write(l, fs->own[s].base, size, &err)))
+        goto fail;
+    for (size_t i = 0; i < sc.n; i++)
+        if ((rc = read_one(fs, &sc.f[i], ftc_shard_payload_ptr(l, fs->own[s].base, (uint32_t)i),
+                           &err)))
+            goto fail;
+    if ((rc = ftc_shard_seal(fs->own[s].base, size, 1, &err))) goto fail;
+    fs->last_version = version;
+    fs->push_slot = s;
+    fs->push_version = version;
+    fs->push_size = size;
+    fs->push_n = np;
+    fs->push_detail[0] = 0;
+    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)lim.push_timeout_ms);
+    for (int i = 0; i < np; i++) {
+        fs->push_peers[i] = peers[i];
+        fs->push_done[i] = false;
+        fs->push_rc[i] = ftc_repl_push(fs->repl, fs->index, version, fs->own[s].base, size,
+                                       &peers[i], 1, d, &fs->push_x[i]);
+        if (fs->push_rc[i]) {
+            fs->push_done[i] = true;
+            size_t dl = strlen(fs->push_detail);
+            snprintf(fs->push_detail + dl, sizeof fs->push_detail - dl, "%snode %u: %s",
+                     dl ? "; " : "", peers[i], ftc_repl_errstr(fs->repl));
+        }
+    }
+    fs->pushing = true;
+    fs->own_step[s] = version; /* packed (not yet acknowledged) */
+    fs->own_size[s] = size;
+    ftc_shard_layout_destroy(l);
+    free(meta);
+    FTC_DEBUG(FS_MOD, "version %" PRIu64 ": %zu files, %" PRIu64 " bytes, pushing to %d peer(s)",
+              version, sc.n, size, np);
+    scan_free(&sc);
+    return;
+fail:
+    ftc_shard_layout_destroy(l);
+    free(meta);
+    scan_free(&sc);
+    if (rc == FTC_EAGAIN) { /* a file is still changing: pack after the next quiet period */
+        fs->dirty = true;
+        fs->last_event_ns = ftc_now_ns();
+        FTC_DEBUG(FS_MOD, "pack postponed: %s", err.msg);
+        return;
+    }
+    fs_log(fs, FTC_LOG_ERROR, "not replicated: %s", err.msg);
+    fs_note_error(fs, rc, err.msg);
+}
+
+static void fs_record(ftc_filestore_t *fs, const char *holders)
+{
+    char key[160], field[16], val[1200];
+    snprintf(field, sizeof field, "%u", fs->index);
+    snprintf(val, sizeof val, "%" PRIu64 " %" PRIu64 " %" PRIu64 " %s", fs->push_version,
+             fs->push_size, fs->gen, holders);
+    if (ftc_redis_cmdv(ftc_ctl_redis(fs->ctl), true, NULL, "HSET",
+                       ftc_ctl_key(fs->ctl, "files", key, sizeof key), field, val, NULL) != 0)
+        fs_log(fs, FTC_LOG_WARN, "recording version %" PRIu64 " in %s: %s", fs->push_version, key,
+               ftc_ctl_errstr(fs->ctl));
+}
+
+/* Checks the push's transfers; records the version once all are done. */
+static void fs_check_push(ftc_filestore_t *fs, bool broken)
+{
+    bool all = true;
+    for (int i = 0; i < fs->push_n; i++) {
+        if (fs->push_done[i]) continue;
+        ftc_repl_status_t st = {0};
+        int qrc = broken || !fs->repl ? FTC_EFABRIC : ftc_repl_status(fs->repl, fs->push_x[i], &st);
+        if (qrc == 0 && !st.done) {
+            all = false;
+            continue;
+        }
+        if (qrc) { /* the endpoint broke (here or during a restore) with the transfer */
+            fs->push_rc[i] = FTC_EFABRIC;
+            snprintf(st.detail, sizeof st.detail, "the fabric endpoint broke");
+        } else {
+            fs->push_rc[i] = st.rc ? st.rc : (st.acked ? 0 : FTC_EIO);
+            ftc_repl_release(fs->repl, fs->push_x[i]);
+        }
+        fs->push_done[i] = true;
+        if (fs->push_rc[i]) {
+            size_t dl = strlen(fs->push_detail);
+            snprintf(fs->push_detail + dl, sizeof fs->push_detail - dl, "%snode %u: %s (%s)",
+                     dl ? "; " : "", fs->push_peers[i], ftc_errname(fs->push_rc[i]),
+                     st.detail[0] ? st.detail : "no detail");
+        }
+    }
+    if (!all) return;
+    fs->pushing = false;
+    char holders[1000] = "";
+    int acked = 0, first_rc = 0;
+    for (int i = 0; i < fs->push_n; i++) {
+        if (fs->push_rc[i]) {
+            if (!first_rc) first_rc = fs->push_rc[i];
+            continue;
+        }
+        size_t hl = strlen(holders);
+        snprintf(holders + hl, sizeof holders - hl, "%s%u:%s", acked ? "," : "", fs->push_peers[i],
+                 fs->peers[fs->push_peers[i]].node_id);
+        acked++;
+    }
+    if (acked) {
+        fs->own_newest = fs->push_slot;
+        snprintf(fs->own_holders, sizeof fs->own_holders, "%s", holders);
+        fs_record(fs, holders);
+        pthread_mutex_lock(&fs->mu);
+        fs->stats.versions_pushed++;
+        fs->stats.last_version = fs->push_version;
+        fs->stats.last_bytes = fs->push_size;
+        pthread_mutex_unlock(&fs->mu);
+    } else {
+        fs->own_step[fs->push_slot] = 0;
+    }
+    if (first_rc) {
+        /* peers may be restarting or catching up with the generation: a few
+         * more tries, and another one whenever the members change */
+        fs->retry_on_members = true;
+        if (fs->retries < FS_RETRIES)
+            fs->retry_at_ns = ftc_now_ns() + (uint64_t)(1000 << fs->retries++) * 1000000ull;
+        char msg[900];
+        snprintf(msg, sizeof msg, "version %" PRIu64 " of %s replicated to %d of %d peer(s): %s",
+                 fs->push_version, fs->dir, acked, fs->push_n, fs->push_detail);
+        fs_log(fs, FTC_LOG_WARN, "%s", msg);
+        fs_note_error(fs, first_rc, msg);
+    } else {
+        /* the directory as it is now is replicated: earlier errors are moot */
+        pthread_mutex_lock(&fs->mu);
+        fs->flush_rc = 0;
+        ftc_err_clear(&fs->flush_err);
+        pthread_mutex_unlock(&fs->mu);
+        fs_log(fs, FTC_LOG_INFO, "version %" PRIu64 " (%" PRIu64 " bytes) replicated to %s",
+               fs->push_version, fs->push_size, holders);
+    }
+}
+
+/* ---- restore ------------------------------------------------------------------------------ */
+
+typedef struct fs_rec { /* one node's recorded version */
+    uint32_t owner;
+    uint64_t version, size;
+    char holders[1000];   /* "idx:id,idx:id" */
+    const uint8_t *shard; /* the verified shard (own slot or buf) */
+    uint64_t shard_size;
+    uint8_t *buf; /* malloc'd copy / fetched shard */
+    ftc_shard_view_t v;
+    const uint8_t *meta; /* FS_META_FILES of the view */
+    uint32_t meta_len;
+} fs_rec_t;
+
+typedef struct fs_cand { /* one file of one version */
+    const char *name;
+    uint32_t name_len;
+    uint64_t mtime_ns, version;
+    uint32_t owner, mode;
+    fs_rec_t *rec;
+    uint32_t tensor;
+} fs_cand_t;
+
+static int cmp_cand(const void *a, const void *b)
+{
+    const fs_cand_t *x = a, *y = b;
+    uint32_t m = x->name_len < y->name_len ? x->name_len : y->name_len;
+    int c = memcmp(x->name, y->name, m);
+    if (c || x->name_len != y->name_len) return c ? c : (x->name_len < y->name_len ? -1 : 1);
+    if (x->mtime_ns != y->mtime_ns) /* newest last */
+        return x->mtime_ns < y->mtime_ns ? -1 : 1;
+    if (x->version != y->version) return x->version < y->version ? -1 : 1;
+    return x->owner < y->owner ? -1 : x->owner > y->owner;
+}
+
+/* Opens and verifies a shard of rec's version; sets rec->v and meta. */
+static int rec_accept(ftc_filestore_t *fs, fs_rec_t *rec, const uint8_t *p, uint64_t len,
+                      ftc_err_t *err)
+{
+    int rc = ftc_shard_open(&rec->v, p, len, FTC_SHARD_VERIFY | FTC_SHARD_ALLOW_TRAILING, err);
+    if (rc) return rc;
+    if (strcmp(rec->v.info.job_id, fs->wjob) || rec->v.info.step != rec->version)
+        return ftc_err_set(err, FTC_ECORRUPT,
+                           "a shard of %s version %" PRIu64 " was expected, "
+                           "got %s version %" PRIu64,
+                           fs->wjob, rec->version, rec->v.info.job_id, rec->v.info.step);
+    const uint8_t *m = NULL;
+    uint32_t ml = 0;
+    if (ftc_shard_meta_get(&rec->v, FS_META_FILES, &m, &ml) != 0 ||
+        ml != (uint64_t)rec->v.n_tensors * 16)
+        return ftc_err_set(err, FTC_ECORRUPT,
+                           "version %" PRIu64 " of node %u: metadata record "
+                           "%s missing or of the wrong size",
+                           rec->version, rec->owner, FS_META_FILES);
+    rec->shard = p;
+    rec->shard_size = rec->v.size;
+    rec->meta = m;
+    rec->meta_len = ml;
+    return 0;
+}
+
+/* Drives the engine until transfer x is done or d passes. */
+static void fs_wait_xfer(ftc_filestore_t *fs, ftc_repl_xfer_t x, ftc_deadline_t d,
+                         ftc_repl_status_t *st)
+{
+    for (;;) {
+        if (ftc_repl_status(fs->repl, x, st) != 0) {
+            st->done = true, st->rc = FTC_EFABRIC;
+            snprintf(st->detail, sizeof st->detail, "transfer lost");
+            return;
+        }
+        if (st->done) return;
+        if (ftc_deadline_expired(d) || atomic_load(&fs->stop)) {
+            st->done = true, st->rc = FTC_ETIMEDOUT;
+            snprintf(st->detail, sizeof st->detail, "restore deadline passed");
+            return;
+        }
+        /* a holder that restarted (its endpoint rebuilt) publishes a new
+         * address: re-reading them replaces the peer, which cancels a fetch
+         * waiting on the old one, and the next round asks the new one */
+        if (ftc_now_ns() - fs->last_refresh_ns > 500000000ull) fs_refresh_peers(fs);
+        if (ftc_repl_progress(fs->repl, ftc_deadline_in_ms(20), true) == FTC_EFABRIC ||
+            ftc_fabric_health(fs->fab) != 0) {
+            st->done = true, st->rc = FTC_EFABRIC;
+            snprintf(st->detail, sizeof st->detail, "the fabric endpoint broke");
+            return;
+        }
+    }
+}
+
+/* Fetches rec from its live holders (a few rounds); 0 or the error naming
+ * every holder tried. */
+static int fs_fetch_rec(ftc_filestore_t *fs, fs_rec_t *rec, ftc_deadline_t d, int per_ms,
+                        ftc_err_t *err)
+{
+    char tried[1400] = "";
+    int last = FTC_ENOENT;
+    for (int round = 0; round < FS_FETCH_ROUNDS && !ftc_deadline_expired(d); round++) {
+        if (round) {
+            ftc_sleep_ms(200);
+            fs_refresh_peers(fs);
+        }
+        int tries = 0;
+        char list[1000];
+        snprintf(list, sizeof list, "%s", rec->holders);
+        for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok;
+             tok = strtok_r(NULL, ",", &save)) {
+            char *colon = strchr(tok, ':');
+            if (!colon) continue;
+            *colon = 0;
+            uint32_t h = (uint32_t)strtoul(tok, NULL, 10);
+            const char *hid = colon + 1;
+            size_t tl = strlen(tried);
+            if (!fs_live(fs, h, hid)) {
+                if (round == 0)
+                    snprintf(tried + tl, sizeof tried - tl, "%snode %u (%s): not a live member",
+                             tl ? "; " : "", h, hid);
+                continue;
+            }
+            tries++;
+            if (!fs->repl) {
+                fs_rebuild(fs);
+                if (!fs->repl) break;
+            }
+            ftc_repl_xfer_t x;
+            ftc_repl_status_t st = {0};
+            ftc_deadline_t fd = ftc_deadline_min(d, ftc_deadline_in_ms((uint64_t)per_ms));
+            int rc = ftc_repl_fetch(fs->repl, h, rec->owner, rec->version, fd, &x);
+            if (rc == 0) {
+                fs_wait_xfer(fs, x, fd, &st);
+                rc = st.rc;
+                if (rc == 0) {
+                    uint8_t *buf = NULL;
+                    uint64_t len = 0;
+                    rc = ftc_repl_take(fs->repl, x, &buf, &len);
+                    ftc_err_t e2 = {0};
+                    if (rc == 0 && (rc = rec_accept(fs, rec, buf, len, &e2)) != 0)
+                        snprintf(st.detail, sizeof st.detail, "%s", e2.msg);
+                    if (rc == 0) {
+                        rec->buf = buf;
+                        ftc_repl_release(fs->repl, x);
+                        return 0;
+                    }
+                    free(buf);
+                }
+                if (rc != FTC_EFABRIC || ftc_fabric_health(fs->fab) == 0)
+                    ftc_repl_release(fs->repl, x);
+            } else {
+                snprintf(st.detail, sizeof st.detail, "%s", ftc_repl_errstr(fs->repl));
+            }
+            last = rc;
+            tl = strlen(tried);
+            snprintf(tried + tl, sizeof tried - tl, "%snode %u (%s) round %d: %s: %s",
+                     tl ? "; " : "", h, hid, round + 1, ftc_errname(rc), st.detail);
+            if (fs->fab && ftc_fabric_health(fs->fab) != 0) fs_rebuild(fs);
+        }
+        if (!tries) break; /* nobody to ask */
+    }
+    return ftc_err_set(err, last == FTC_ENOENT || last == 0 ? FTC_ENOENT : last,
+                       "version %" PRIu64 " of node %u (%" PRIu64 " bytes): no verified copy; "
+                       "holders tried: %s",
+                       rec->version, rec->owner, rec->size, tried[0] ? tried : "none recorded");
+}
+
+/* Takes rec from this node's memory: its own slots or a replica it holds. */
+static bool fs_local_rec(ftc_filestore_t *fs, fs_rec_t *rec)
+{
+    ftc_err_t e = {0};
+    if (rec->owner == fs->index) {
+        for (int s = 0; s < 2; s++) {
+            if (!fs->own[s].base) {
+                char name[FTC_SLOT_NAME_MAX];
+                own_slot_name(fs, s, name, sizeof name);
+                if (ftc_slot_open(name, true, &fs->own[s], &e) != 0) continue;
+            }
+            if (rec_accept(fs, rec, fs->own[s].base, fs->own[s].size, &e) == 0) return true;
+        }
+        return false;
+    }
+    uint64_t step, size;
+    const uint8_t *p;
+    if (ftc_repl_held(fs->repl, rec->owner, &step, &p, &size) != 0 || step != rec->version)
+        return false;
+    /* copy: the slot may be overwritten by the next progress call */
+    rec->buf = malloc(size ? size : 1);
+    if (!rec->buf) return false;
+    memcpy(rec->buf, p, size);
+    if (rec_accept(fs, rec, rec->buf, size, &e) != 0) {
+        fs_log(fs, FTC_LOG_WARN,
+               "the replica of node %u version %" PRIu64 " this node holds "
+               "failed its check (%s): fetching another copy",
+               rec->owner, rec->version, e.msg);
+        free(rec->buf);
+        rec->buf = NULL;
+        return false;
+    }
+    return true;
+}
+
+/* Writes one winning file atomically; keeps a local file that is newer. */
+static int fs_write_file(ftc_filestore_t *fs, const fs_cand_t *c, bool *written, ftc_err_t *err)
+{
+    *written = false;
+    char rel[FS_NAME_MAX + 1], path[PATH_MAX], tmp[PATH_MAX];
+    memcpy(rel, c->name, c->name_len);
+    rel[c->name_len] = 0;
+    snprintf(path, sizeof path, "%s/%s", fs->dir, rel);
+    ftc_shard_tensor_t t;
+    ftc_shard_get(&c->rec->v, c->tensor, &t);
+    struct stat st;
+    if (lstat(path, &st) == 0) {
+        if (S_ISREG(st.st_mode) && ts_ns(&st.st_mtim) > c->mtime_ns) {
+            FTC_INFO(FS_MOD, "%s: the local file is newer than every recorded copy: kept", path);
+            return 0;
+        }
+        if (S_ISREG(st.st_mode) && ts_ns(&st.st_mtim) == c->mtime_ns &&
+            (uint64_t)st.st_size == t.length)
+            return 0; /* already this file */
+    }
+    char parent[PATH_MAX];
+    snprintf(parent, sizeof parent, "%s", path);
+    char *slash = strrchr(parent, '/');
+    *slash = 0;
+    if (ftc_fs_mkdirs(parent, err)) return err->code;
+    static atomic_uint counter;
+    snprintf(tmp, sizeof tmp, "%s/" FS_TMP_PREFIX "%d.%u", parent, (int)getpid(),
+             atomic_fetch_add(&counter, 1));
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) return ftc_err_errno(err, errno, "filestore: create %s", tmp);
+    int rc = ftc_fs_write_all(fd, t.data, t.length, NULL, err, tmp);
+    if (!rc && fchmod(fd, (mode_t)(c->mode & 0777)) != 0) /* no set-id bits from a peer */
+        rc = ftc_err_errno(err, errno, "filestore: chmod %s", tmp);
+    struct timespec ts[2] = {{.tv_sec = 0, .tv_nsec = UTIME_NOW},
+                             {.tv_sec = (time_t)(c->mtime_ns / 1000000000ull),
+                              .tv_nsec = (long)(c->mtime_ns % 1000000000ull)}};
+    if (!rc && futimens(fd, ts) != 0)
+        rc = ftc_err_errno(err, errno, "filestore: setting the mtime of %s", tmp);
+    close(fd);
+    if (!rc && rename(tmp, path) != 0)
+        rc = ftc_err_errno(err, errno, "filestore: rename %s to %s", tmp, path);
+    if (rc) {
+        unlink(tmp);
+        return rc;
+    }
+    *written = true;
+    return 0;
+}
+
+static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
+{
+    ftc_filestore_limits_t lim;
+    pthread_mutex_lock(&fs->mu);
+    lim = fs->lim;
+    pthread_mutex_unlock(&fs->mu);
+    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)lim.restore_timeout_ms);
+    fs_refresh_peers(fs);
+    char key[160];
+    ftc_redis_reply_t *rep = NULL;
+    int rc = ftc_redis_cmdv(ftc_ctl_redis(fs->ctl), true, &rep, "HGETALL",
+                            ftc_ctl_key(fs->ctl, "files", key, sizeof key), NULL);
+    if (rc) {
+        ftc_redis_reply_free(rep);
+        return ftc_err_set(err, rc, "filestore: reading %s: %s", key, ftc_ctl_errstr(fs->ctl));
+    }
+    ftc_redis_reply_t **el;
+    size_t n = 0;
+    if ((rc = ftc_redis_want_array(rep, key, -1, &el, &n, err))) {
+        ftc_redis_reply_free(rep);
+        return rc;
+    }
+    fs_rec_t *recs = calloc(n / 2 + 1, sizeof *recs);
+    if (!recs) {
+        ftc_redis_reply_free(rep);
+        return ftc_err_set(err, FTC_ENOMEM, "filestore: out of memory");
+    }
+    int first = 0;
+    size_t nr = 0;
+    for (size_t i = 0; i + 1 < n; i += 2) {
+        const char *f, *v;
+        size_t fl, vl;
+        ftc_err_t e = {0};
+        if (ftc_redis_want_str(el[i], key, &f, &fl, &e) ||
+            ftc_redis_want_str(el[i + 1], key, &v, &vl, &e))
+            continue;
+        fs_rec_t *r = &recs[nr];
+        char *end;
+        unsigned long owner = strtoul(f, &end, 10);
+        uint64_t gen;
+        r->holders[0] = 0;
+        if (end == f || owner >= FS_MAX_NODES ||
+            sscanf(v, "%" SCNu64 " %" SCNu64 " %" SCNu64 " %999s", &r->version, &r->size, &gen,
+                   r->holders) < 3) {
+            if (!first)
+                first = ftc_err_set(err, FTC_EPROTO, "%s: field %.*s holds garbage: %.*s", key,
+                                    (int)fl, f, (int)(vl > 80 ? 80 : vl), v);
+            continue;
+        }
+        r->owner = (uint32_t)owner;
+        nr++;
+    }
+    ftc_redis_reply_free(rep);
+    /* 1. this node's memory first (no progress calls meanwhile), then fetches */
+    bool *local = calloc(nr + 1, sizeof *local);
+    if (!local) {
+        free(recs);
+        return ftc_err_set(err, FTC_ENOMEM, "filestore: out of memory");
+    }
+    for (size_t i = 0; i < nr; i++)
+        local[i] = fs_local_rec(fs, &recs[i]);
+    for (size_t i = 0; i < nr; i++) {
+        if (local[i]) continue;
+        ftc_err_t e = {0};
+        int r = fs_fetch_rec(fs, &recs[i], d, lim.push_timeout_ms, &e);
+        if (r) {
+            recs[i].shard = NULL;
+            fs_log(fs, FTC_LOG_ERROR, "restore: %s", e.msg);
+            if (!first) first = ftc_err_set(err, r, "%s", e.msg);
+        }
+    }
+    /* 2. candidates: every file of every version, newest per name wins */
+    size_t nc = 0;
+    for (size_t i = 0; i < nr; i++)
+        if (recs[i].shard) nc += recs[i].v.n_tensors;
+    fs_cand_t *c = calloc(nc + 1, sizeof *c);
+    if (!c) {
+        first = first ? first : ftc_err_set(err, FTC_ENOMEM, "filestore: out of memory");
+        nc = 0;
+    }
+    size_t k = 0;
+    for (size_t i = 0; c && i < nr; i++) {
+        fs_rec_t *r = &recs[i];
+        for (uint32_t t = 0; r->shard && t < r->v.n_tensors; t++) {
+            ftc_shard_tensor_t tt;
+            ftc_shard_get(&r->v, t, &tt);
+            if (!name_ok(tt.name, tt.name_len)) {
+                fs_log(fs, FTC_LOG_WARN,
+                       "version %" PRIu64 " of node %u: file name '%.*s' is "
+                       "not a safe relative path: skipped",
+                       r->version, r->owner, (int)(tt.name_len > 200 ? 200 : tt.name_len), tt.name);
+                continue;
+            }
+            c[k++] = (fs_cand_t){.name = tt.name,
+                                 .name_len = tt.name_len,
+                                 .mtime_ns = ftc_le_rd64(r->meta + 16 * t),
+                                 .mode = ftc_le_rd32(r->meta + 16 * t + 8),
+                                 .version = r->version,
+                                 .owner = r->owner,
+                                 .rec = r,
+                                 .tensor = t};
+        }
+    }
+    nc = k;
+    if (nc) qsort(c, nc, sizeof *c, cmp_cand);
+    uint64_t written_n = 0;
+    for (size_t i = 0; i < nc; i++) {
+        if (i + 1 < nc && c[i + 1].name_len == c[i].name_len &&
+            !memcmp(c[i + 1].name, c[i].name, c[i].name_len))
+            continue; /* a newer copy follows */
+        ftc_err_t e = {0};
+        bool w = false;
+        int r = fs_write_file(fs, &c[i], &w, &e);
+        written_n += w;
+        if (r) {
+            fs_log(fs, FTC_LOG_ERROR, "restore: %s", e.msg);
+            if (!first) first = ftc_err_set(err, r, "%s", e.msg);
+        }
+    }
+    /* the restore's own writes are not a new version of this node */
+    fs_drain_events(fs, true);
+    fs_watch_tree(fs, "", 0);
+    pthread_mutex_lock(&fs->mu);
+    fs->stats.files_restored += written_n;
+    pthread_mutex_unlock(&fs->mu);
+    fs_log(fs, first ? FTC_LOG_WARN : FTC_LOG_INFO,
+           "restore: %zu recorded version(s), %zu file(s) in the union, %" PRIu64 " written%s", nr,
+           nc, written_n, first ? " (with errors)" : "");
+    for (size_t i = 0; i < nr; i++)
+        free(recs[i].buf);
+    free(recs);
+    free(local);
+    free(c);
+    return first;
+}
+
+/* ---- the thread ----------------------------------------------------------------------------- */
+
+static void fs_apply_members(ftc_filestore_t *fs)
+{
+    pthread_mutex_lock(&fs->mu);
+    if (!fs->req_fresh) {
+        pthread_mutex_unlock(&fs->mu);
+        return;
+    }
+    free(fs->members);
+    fs->members = fs->req_members;
+    fs->nmembers = fs->req_n;
+    fs->gen = fs->req_gen;
+    fs->req_members = NULL;
+    fs->req_fresh = false;
+    pthread_mutex_unlock(&fs->mu);
+    fs->members_known = true;
+    if (fs->repl) ftc_repl_set_generation(fs->repl, fs->gen);
+    fs->ropt.generation = fs->gen;
+    fs_refresh_peers(fs);
+    if (fs->retry_on_members) {
+        fs->retry_on_members = false;
+        fs->dirty = true;
+    }
+    /* holders of this node's newest version that left: replicate it again */
+    if (fs->own_holders[0] && !fs->dirty) {
+        int live = 0;
+        char list[sizeof fs->own_holders];
+        snprintf(list, sizeof list, "%s", fs->own_holders);
+        for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok;
+             tok = strtok_r(NULL, ",", &save)) {
+            char *colon = strchr(tok, ':');
+            if (colon && (*colon = 0, fs_live(fs, (uint32_t)strtoul(tok, NULL, 10), colon + 1)))
+                live++;
+        }
+        int want = fs->k < fs->nmembers - 1 ? fs->k : fs->nmembers - 1;
+        if (live < want) {
+            fs_log(fs, FTC_LOG_INFO,
+                   "%d of the holders %s of this node's files left: "
+                   "replicating them again",
+                   want - live, fs->own_holders);
+            fs->dirty = true;
+            fs->last_event_ns = 0;
+        }
+    }
+}
+
+static void *fs_main(void *arg)
+{
+    ftc_filestore_t *fs = arg;
+    while (!atomic_load(&fs->stop)) {
+        if (!fs->repl) {
+            fs_rebuild(fs);
+            continue;
+        }
+        uint64_t v;
+        ssize_t rd = read(fs->evfd, &v, sizeof v);
+        (void)rd;
+        fs_apply_members(fs);
+        pthread_mutex_lock(&fs->mu);
+        bool restore = fs->restore_req > fs->restore_ack;
+        uint64_t restore_no = fs->restore_req;
+        bool flush = fs->flush_req > fs->flush_ack;
+        uint64_t flush_no = fs->flush_req;
+        int quiet_ms = fs->lim.quiet_ms;
+        pthread_mutex_unlock(&fs->mu);
+        if (restore) {
+            ftc_err_t e = {0};
+            int rc = fs_do_restore(fs, &e);
+            pthread_mutex_lock(&fs->mu);
+            fs->restore_rc = rc;
+            fs->restore_err = e;
+            fs->restore_ack = restore_no;
+            pthread_cond_broadcast(&fs->cv);
+            pthread_mutex_unlock(&fs->mu);
+            if (!fs->repl) continue;
+        }
+        fs_drain_events(fs, false);
+        uint64_t now = ftc_now_ns();
+        if (fs->republish) {
+            ftc_err_t e = {0};
+            if (fs_publish(fs, &e)) fs_log(fs, FTC_LOG_WARN, "%s", e.msg);
+        }
+        if (now - fs->last_refresh_ns > 1000000000ull) fs_refresh_peers(fs);
+        if (!fs->pushing && fs->retry_at_ns && now >= fs->retry_at_ns) {
+            fs->retry_at_ns = 0;
+            fs->dirty = true;
+            fs->last_event_ns = 0;
+        }
+        if (!fs->pushing && fs->dirty && fs->members_known &&
+            (flush || now - fs->last_event_ns >= (uint64_t)quiet_ms * 1000000ull))
+            fs_start_push(fs);
+        if (flush && !fs->pushing && (!fs->dirty || !fs->members_known)) {
+            pthread_mutex_lock(&fs->mu);
+            if (fs->dirty && !fs->members_known && !fs->flush_rc) {
+                fs->flush_rc = FTC_EINVAL;
+                ftc_err_set(&fs->flush_err, FTC_EINVAL,
+                            "filestore: %s changed but no members "
+                            "were set (ftc_filestore_set_members first)",
+                            fs->dir);
+            }
+            fs->flush_ack = flush_no;
+            pthread_cond_broadcast(&fs->cv);
+            pthread_mutex_unlock(&fs->mu);
+        }
+        bool hot = fs->pushing || fs->dirty || now < fs->hot_until_ns;
+        bool broken =
+            ftc_repl_progress(fs->repl, ftc_deadline_in_ms(hot ? 5 : 1), true) == FTC_EFABRIC ||
+            ftc_fabric_health(fs->fab) != 0;
+        if (fs->pushing) fs_check_push(fs, broken);
+        if (broken) {
+            fs_rebuild(fs);
+            continue;
+        }
+        ftc_repl_counters_t ctr;
+        ftc_repl_counters(fs->repl, &ctr);
+        if (ctr.bytes_received != fs->last_ctr.bytes_received ||
+            ctr.bytes_sent != fs->last_ctr.bytes_sent || ctr.refused != fs->last_ctr.refused)
+            fs->hot_until_ns = ftc_now_ns() + 200000000ull;
+        fs->last_ctr = ctr;
+        if (!hot) {
+            struct pollfd pf[2] = {{fs->ino, POLLIN, 0}, {fs->evfd, POLLIN, 0}};
+            poll(pf, 2, 20);
+        }
+    }
+    return NULL;
+}
+
+/* ---- public ------------------------------------------------------------------------------- */
+
+static bool id_ok(const char *s, size_t max)
+{
+    size_t n = s ? strlen(s) : 0;
+    if (n == 0 || n > max) return false;
+    for (size_t i = 0; i < n; i++)
+        if (!(s[i] >= 'a' && s[i] <= 'z') && !(s[i] >= 'A' && s[i] <= 'Z') &&
+            !(s[i] >= '0' && s[i] <= '9') && !strchr("._-:/", s[i]))
+            return false;
+    return true;
+}
+
+ftc_filestore_t *ftc_filestore_create(const char *job, uint32_t index, const char *node_id,
+                                      const ftc_redis_url_t *redis, int k, const char *provider,
+                                      ftc_err_t *err)
+{
+    if (!job || strlen(job) + strlen(".files") > FTC_SHARD_JOB_MAX || !id_ok(job, 63) ||
+        strchr(job, ':') || strchr(job, '/') || !id_ok(node_id, FTC_CTL_NODE_MAX) || !redis ||
+        k < 1 || index >= FS_MAX_NODES) {
+        ftc_err_set(
+            err, FTC_EINVAL,
+            "filestore: job (1..%d of A-Z a-z 0-9 . _ -), node id (1..%d of those and : /), "
+            "redis, k >= 1 and index < %d are required",
+            FTC_SHARD_JOB_MAX - 6, FTC_CTL_NODE_MAX, FS_MAX_NODES);
+        return NULL;
+    }
+    ftc_filestore_t *fs = calloc(1, sizeof *fs);
+    if (!fs) {
+        ftc_err_set(err, FTC_ENOMEM, "filestore: out of memory");
+        return NULL;
+    }
+    pthread_mutex_init(&fs->mu, NULL);
+    pthread_cond_init(&fs->cv, NULL);
+    fs->ino = fs->evfd = -1;
+    fs->own[0].fd = fs->own[1].fd = -1;
+    fs->own_newest = -1;
+    fs->index = index;
+    fs->k = k;
+    fs->lim = (ftc_filestore_limits_t)FTC_FILESTORE_LIMITS_INIT;
+    snprintf(fs->job, sizeof fs->job, "%s", job);
+    snprintf(fs->wjob, sizeof fs->wjob, "%s.files", job);
+    snprintf(fs->node_id, sizeof fs->node_id, "%s", node_id);
+    snprintf(fs->dir, sizeof fs->dir, "/dev/shm/ftc.%s.ckptdir.n%u", job, index);
+    if (mkdir(fs->dir, 0700) != 0 && errno != EEXIST) {
+        ftc_err_errno(err, errno, "filestore: mkdir %s", fs->dir);
+        goto fail;
+    }
+    struct stat st;
+    if (lstat(fs->dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        ftc_err_set(err, FTC_EINVAL, "filestore: %s exists and is not a directory", fs->dir);
+        goto fail;
+    }
+    fs->ino = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    fs->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (fs->ino < 0 || fs->evfd < 0) {
+        ftc_err_errno(err, errno, "filestore: inotify/eventfd");
+        goto fail;
+    }
+    fs_watch_tree(fs, "", 0);
+    ftc_redis_t *r = ftc_redis_connect(redis, NULL, err);
+    if (!r) goto fail;
+    fs->ctl = ftc_ctl_create(r, job, err);
+    if (!fs->ctl) {
+        ftc_redis_close(r);
+        goto fail;
+    }
+    /* versions only grow, also across a replacement of this node */
+    char key[160], field[16];
+    snprintf(field, sizeof field, "%u", index);
+    ftc_redis_reply_t *rep = NULL;
+    if (ftc_redis_cmdv(ftc_ctl_redis(fs->ctl), true, &rep, "HGET",
+                       ftc_ctl_key(fs->ctl, "files", key, sizeof key), field, NULL) == 0) {
+        const char *s;
+        size_t sl;
+        ftc_err_t e = {0};
+        if (ftc_redis_want_str(rep, key, &s, &sl, &e) == 0) {
+            fs->last_version = strtoull(s, NULL, 10);
+            uint64_t a, b, c;
+            char h[sizeof fs->own_holders];
+            if (sscanf(s, "%" SCNu64 " %" SCNu64 " %" SCNu64 " %999s", &a, &b, &c, h) == 4)
+                snprintf(fs->own_holders, sizeof fs->own_holders, "%s", h);
+        }
+    }
+    ftc_redis_reply_free(rep);
+    uint8_t secret[16];
+    ftc_repl_options_t ro = FTC_REPL_OPTIONS_INIT;
+    if (fs_secret(fs, secret, err) || ftc_wire_key_init(&ro.key, fs->wjob, secret, 16, err))
+        goto fail;
+    ro.job = fs->wjob;
+    ro.self = index;
+    ro.generation = 0;
+    fs->ropt = ro;
+    ftc_fabric_opts_t fo = FTC_FABRIC_OPTS_INIT;
+    if (provider && *provider) {
+        snprintf(fs->provider, sizeof fs->provider, "%s", provider);
+        fo.provider = fs->provider;
+    }
+    fs->fopt = fo;
+    if (fs_open_transport(fs, err) || fs_publish(fs, err)) goto fail;
+    /* own versions a previous supervisor of this node left */
+    for (int s = 0; s < 2; s++) {
+        char name[FTC_SLOT_NAME_MAX];
+        ftc_err_t e = {0};
+        own_slot_name(fs, s, name, sizeof name);
+        ftc_shard_view_t v;
+        if (ftc_slot_open(name, true, &fs->own[s], &e) == 0 &&
+            ftc_shard_open(&v, fs->own[s].base, fs->own[s].size, FTC_SHARD_ALLOW_TRAILING, &e) ==
+                0 &&
+            !strcmp(v.info.job_id, fs->wjob)) {
+            fs->own_step[s] = v.info.step;
+            fs->own_size[s] = v.size;
+            if (fs->own_newest < 0 || v.info.step > fs->own_step[fs->own_newest])
+                fs->own_newest = s;
+            if (v.info.step > fs->last_version) fs->last_version = v.info.step;
+        }
+    }
+    /* files a previous supervisor left: push them once members are known */
+    DIR *dd = opendir(fs->dir);
+    if (dd) {
+        struct dirent *de;
+        while ((de = readdir(dd)))
+            if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) fs->dirty = true;
+        closedir(dd);
+    }
+    fs_refresh_peers(fs);
+    if (pthread_create(&fs->tid, NULL, fs_main, fs) != 0) {
+        ftc_err_set(err, FTC_ENOMEM, "filestore: cannot start its thread");
+        goto fail;
+    }
+    fs->started = true;
+    FTC_INFO(FS_MOD, "node %u (%s) of job %s: %s, k=%d, provider %s", index, node_id, job, fs->dir,
+             k, ftc_fabric_provider(fs->fab));
+    return fs;
+fail:
+    ftc_filestore_destroy(fs);
+    return NULL;
+}
+
+void ftc_filestore_destroy(ftc_filestore_t *fs)
+{
+    if (!fs) return;
+    atomic_store(&fs->stop, true);
+    if (fs->started) {
+        fs_wake(fs);
+        pthread_join(fs->tid, NULL);
+    }
+    ftc_filestore_poll(fs);
+    ftc_repl_destroy(fs->repl);
+    ftc_fabric_close(fs->fab);
+    for (int s = 0; s < 2; s++)
+        ftc_slot_close(&fs->own[s]);
+    ftc_ctl_destroy(fs->ctl);
+    if (fs->ino >= 0) close(fs->ino);
+    if (fs->evfd >= 0) close(fs->evfd);
+    free(fs->members);
+    free(fs->req_members);
+    pthread_cond_destroy(&fs->cv);
+    pthread_mutex_destroy(&fs->mu);
+    free(fs);
+}
+
+const char *ftc_filestore_dir(const ftc_filestore_t *fs)
+{
+    return fs->dir;
+}
+
+int ftc_filestore_set_members(ftc_filestore_t *fs, uint64_t gen, const char (*members)[65], int n,
+                              ftc_err_t *err)
+{
+    if (!fs || !members || n < 1 || n > FS_MAX_NODES)
+        return ftc_err_set(err, FTC_EINVAL, "filestore: 1..%d members required", FS_MAX_NODES);
+    for (int i = 0; i < n; i++)
+        if (!memchr(members[i], 0, 65) || !id_ok(members[i], FTC_CTL_NODE_MAX))
+            return ftc_err_set(err, FTC_EINVAL, "filestore: member %d is not a node id", i);
+    char(*copy)[65] = malloc((size_t)n * sizeof *copy);
+    if (!copy) return ftc_err_set(err, FTC_ENOMEM, "filestore: out of memory");
+    memcpy(copy, members, (size_t)n * sizeof *copy);
+    pthread_mutex_lock(&fs->mu);
+    free(fs->req_members);
+    fs->req_members = copy;
+    fs->req_n = n;
+    fs->req_gen = gen;
+    fs->req_fresh = true;
+    pthread_mutex_unlock(&fs->mu);
+    fs_wake(fs);
+    return 0;
+}
+
+void ftc_filestore_poll(ftc_filestore_t *fs)
+{
+    if (!fs) return;
+    fs_logline_t lines[FS_LOG_RING];
+    pthread_mutex_lock(&fs->mu);
+    int n = fs->ring_n;
+    uint64_t dropped = fs->ring_dropped;
+    memcpy(lines, fs->ring, (size_t)n * sizeof *lines);
+    fs->ring_n = 0;
+    fs->ring_dropped = 0;
+    pthread_mutex_unlock(&fs->mu);
+    for (int i = 0; i < n; i++)
+        if (lines[i].level >= 0) /* errors were logged when they happened */
+            ftc_log(lines[i].level, FS_MOD, "%s", lines[i].text);
+    if (dropped) FTC_WARN(FS_MOD, "%" PRIu64 " more line(s) not shown", dropped);
+}
+
+/* Waits for *ack >= no under mu, until deadline; true when reached. */
+static bool fs_wait_ack(ftc_filestore_t *fs, const uint64_t *ack, uint64_t no, int timeout_ms)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    uint64_t ns = (uint64_t)until.tv_nsec + (uint64_t)timeout_ms * 1000000ull;
+    until.tv_sec += (time_t)(ns / 1000000000ull);
+    until.tv_nsec = (long)(ns % 1000000000ull);
+    while (*ack < no)
+        if (pthread_cond_timedwait(&fs->cv, &fs->mu, &until) == ETIMEDOUT) return *ack >= no;
+    return true;
+}
+
+int ftc_filestore_flush(ftc_filestore_t *fs, int timeout_ms, ftc_err_t *err)
+{
+    if (!fs) return ftc_err_set(err, FTC_EINVAL, "filestore: NULL");
+    pthread_mutex_lock(&fs->mu);
+    if (timeout_ms <= 0) timeout_ms = fs->lim.push_timeout_ms + fs->lim.quiet_ms + 10000;
+    uint64_t no = ++fs->flush_req;
+    pthread_mutex_unlock(&fs->mu);
+    fs_wake(fs);
+    pthread_mutex_lock(&fs->mu);
+    bool ok = fs_wait_ack(fs, &fs->flush_ack, no, timeout_ms);
+    int rc = 0;
+    if (!ok) {
+        rc = ftc_err_set(err, FTC_ETIMEDOUT, "filestore: %s still not pushed after %d ms", fs->dir,
+                         timeout_ms);
+    } else if (fs->flush_rc) {
+        rc = fs->flush_rc;
+        if (err) *err = fs->flush_err;
+        fs->flush_rc = 0;
+        ftc_err_clear(&fs->flush_err);
+    }
+    pthread_mutex_unlock(&fs->mu);
+    return rc;
+}
+
+int ftc_filestore_restore(ftc_filestore_t *fs, uint64_t gen, const char (*members)[65], int n,
+                          ftc_err_t *err)
+{
+    int rc = ftc_filestore_set_members(fs, gen, members, n, err);
+    if (rc) return rc;
+    pthread_mutex_lock(&fs->mu);
+    uint64_t no = ++fs->restore_req;
+    int timeout_ms = fs->lim.restore_timeout_ms + 15000; /* the thread ends it first */
+    pthread_mutex_unlock(&fs->mu);
+    fs_wake(fs);
+    pthread_mutex_lock(&fs->mu);
+    if (!fs_wait_ack(fs, &fs->restore_ack, no, timeout_ms)) {
+        rc = ftc_err_set(err, FTC_ETIMEDOUT, "filestore: restore of %s not done after %d ms",
+                         fs->dir, timeout_ms);
+    } else {
+        rc = fs->restore_rc;
+        if (rc && err) *err = fs->restore_err;
+    }
+    pthread_mutex_unlock(&fs->mu);
+    return rc;
+}
+
+int ftc_filestore_set_limits(ftc_filestore_t *fs, const ftc_filestore_limits_t *l, ftc_err_t *err)
+{
+    if (!fs || !l || l->struct_size != sizeof *l || l->version != 1 || l->max_bytes == 0 ||
+        l->quiet_ms < 0 || l->push_timeout_ms < 1 || l->restore_timeout_ms < 1)
+        return ftc_err_set(err, FTC_EINVAL,
+                           "filestore: limits need max_bytes > 0, quiet_ms >= 0 "
+                           "and deadlines >= 1 ms (start from FTC_FILESTORE_LIMITS_INIT)");
+    pthread_mutex_lock(&fs->mu);
+    fs->lim = *l;
+    pthread_mutex_unlock(&fs->mu);
+    return 0;
+}
+
+void ftc_filestore_stats(ftc_filestore_t *fs, ftc_filestore_stats_t *st)
+{
+    pthread_mutex_lock(&fs->mu);
+    *st = fs->stats;
+    pthread_mutex_unlock(&fs->mu);
+}

@@ -1,0 +1,517 @@
+/*
+ * test_filestore.c — FTC_CKPT_DIR (plugins/filestore.h) between real
+ * processes: a real redis-server, one filestore per forked child on loopback
+ * ("tcp;ofi_rxm", one case on "shm"), children killed with SIGKILL.
+ *
+ *   union      node 0 writes (write + close, and write-temp-then-rename), k=1;
+ *              kill -9 node 0 and remove its directory and shm; a replacement
+ *              restores identical bytes; files of three nodes are unioned and
+ *              the newest wins on a name clash; a survivor whose holder left
+ *              re-replicates; symlinks and fifos are not replicated
+ *   corrupt    k=2; a byte flipped in one holder's replica slot: the other
+ *              holder is used; flipped in both: an error naming the node and
+ *              the holders tried, and no file written
+ *   deadpeer   a directory over the cap is refused (FTC_ERANGE); a push to a
+ *              SIGKILLed peer ends at its deadline; a replacement peer gets the
+ *              next push (the endpoint was rebuilt if it broke)
+ *   shm        write-temp-then-rename, kill, restore on the shm provider
+ *
+ * Each child runs a tiny line protocol over a socketpair (the parent's
+ * commands below); every read of an answer has a deadline. Job ids carry the
+ * pid; every /dev/shm/ftc.<job>.* entry is removed at the end.
+ */
+#include "ftc_test.h"
+
+#include "core/clock.h"
+#include "core/fsio.h"
+#include "detect/redis_fixture.h"
+#include "plugins/filestore.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+static const char *g_prov;
+static char g_job[64];
+static int g_seq;
+
+typedef struct node {
+    pid_t pid;
+    int fd;
+    char id[65];
+} node_t;
+
+/* ---- the child ------------------------------------------------------------------- */
+
+extern void __lsan_do_leak_check(void) __attribute__((weak));
+static void child_exit(int rc)
+{
+    if (__lsan_do_leak_check) __lsan_do_leak_check();
+    _exit(rc);
+}
+
+static void say(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(int fd, const char *fmt, ...)
+{
+    char line[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line - 1, fmt, ap);
+    va_end(ap);
+    if (n < 0) n = 0;
+    if (n > (int)sizeof line - 2) n = (int)sizeof line - 2;
+    for (int i = 0; i < n; i++)
+        if (line[i] == '\n') line[i] = ' ';
+    line[n++] = '\n';
+    ssize_t w = write(fd, line, (size_t)n);
+    (void)w;
+}
+
+static int read_line(int fd, char *buf, size_t cap, int timeout_ms)
+{
+    size_t n = 0;
+    while (n + 1 < cap) {
+        struct pollfd pf = {fd, POLLIN, 0};
+        if (timeout_ms >= 0 && poll(&pf, 1, timeout_ms) <= 0) return -1;
+        ssize_t r = read(fd, buf + n, 1);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return -1;
+        if (buf[n] == '\n') break;
+        n++;
+    }
+    buf[n] = 0;
+    return 0;
+}
+
+static void make_file(const char *path, uint64_t seed, size_t len)
+{
+    uint8_t *b = malloc(len ? len : 1);
+    ftc_test_fill(b, len, seed);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0640);
+    if (fd < 0 || (len && write(fd, b, len) != (ssize_t)len) || close(fd) != 0) {
+        fprintf(stderr, "child: writing %s: %s\n", path, strerror(errno));
+        child_exit(3);
+    }
+    free(b);
+}
+
+/* Parses "G id id ..." into members. */
+static int parse_members(char *s, uint64_t *gen, char (*m)[65])
+{
+    char *save = NULL, *tok = strtok_r(s, " ", &save);
+    *gen = strtoull(tok ? tok : "0", NULL, 10);
+    int n = 0;
+    while ((tok = strtok_r(NULL, " ", &save)) && n < 8)
+        snprintf(m[n++], 65, "%s", tok);
+    return n;
+}
+
+static void child_main(int fd, uint32_t index, const char *id, int k, const ftc_redis_url_t *url)
+{
+    ftc_err_t err = {0};
+    ftc_filestore_t *fs = ftc_filestore_create(g_job, index, id, url, k, g_prov, &err);
+    if (!fs) {
+        say(fd, "ready %d %s", err.code, err.msg);
+        child_exit(0);
+    }
+    say(fd, "ready 0 %s", ftc_filestore_dir(fs));
+    const char *dir = ftc_filestore_dir(fs);
+    char line[1024], path[PATH_MAX], tmp[PATH_MAX];
+    while (read_line(fd, line, sizeof line, -1) == 0) {
+        char name[256] = "";
+        unsigned long long seed = 0, len = 0;
+        char(*m)[65] = calloc(8, 65);
+        uint64_t gen;
+        ftc_filestore_poll(fs);
+        if (!strncmp(line, "members ", 8)) {
+            int n = parse_members(line + 8, &gen, m);
+            int rc = ftc_filestore_set_members(fs, gen, (const char(*)[65])m, n, &err);
+            say(fd, "%d %s", rc, rc ? err.msg : "");
+        } else if (!strncmp(line, "restore ", 8)) {
+            int n = parse_members(line + 8, &gen, m);
+            int rc = ftc_filestore_restore(fs, gen, (const char(*)[65])m, n, &err);
+            say(fd, "%d %s", rc, rc ? err.msg : "");
+        } else if (sscanf(line, "write %255s %llu %llu", name, &seed, &len) == 3) {
+            snprintf(path, sizeof path, "%s/%s", dir, name);
+            make_file(path, seed, len);
+            say(fd, "0");
+        } else if (sscanf(line, "rename %255s %llu %llu", name, &seed, &len) == 3) {
+            snprintf(path, sizeof path, "%s/%s", dir, name);
+            snprintf(tmp, sizeof tmp, "%s/%s.tmp", dir, name);
+            make_file(tmp, seed, len);
+            say(fd, "%d", rename(tmp, path) == 0 ? 0 : -errno);
+        } else if (sscanf(line, "mkdir %255s", name) == 1) {
+            snprintf(path, sizeof path, "%s/%s", dir, name);
+            say(fd, "%d", mkdir(path, 0700) == 0 ? 0 : -errno);
+        } else if (sscanf(line, "rm %255s", name) == 1) {
+            snprintf(path, sizeof path, "%s/%s", dir, name);
+            say(fd, "%d", unlink(path) == 0 ? 0 : -errno);
+        } else if (sscanf(line, "special %255s", name) == 1) {
+            snprintf(path, sizeof path, "%s/%s.link", dir, name);
+            int rc = symlink(name, path);
+            snprintf(path, sizeof path, "%s/%s.fifo", dir, name);
+            rc |= mkfifo(path, 0600);
+            say(fd, "%d", rc);
+        } else if (sscanf(line, "check %255s %llu %llu", name, &seed, &len) == 3) {
+            snprintf(path, sizeof path, "%s/%s", dir, name);
+            uint8_t *got = NULL, *want = malloc(len ? len : 1);
+            size_t glen = 0;
+            ftc_err_t e2 = {0};
+            ftc_test_fill(want, len, seed);
+            if (ftc_fs_read_file(path, 1u << 30, &got, &glen, &e2) != 0)
+                say(fd, "1 %s", e2.msg);
+            else if (glen != len || memcmp(got, want, len))
+                say(fd, "2 %s: %zu bytes, not the %llu expected bytes", path, glen, len);
+            else
+                say(fd, "0");
+            free(got);
+            free(want);
+        } else if (sscanf(line, "absent %255s", name) == 1) {
+            snprintf(path, sizeof path, "%s/%s", dir, name);
+            struct stat st;
+            say(fd, "%d", lstat(path, &st) == 0 ? 1 : 0);
+        } else if (sscanf(line, "limits %llu %llu", &seed, &len) == 2) {
+            ftc_filestore_limits_t l = FTC_FILESTORE_LIMITS_INIT;
+            l.max_bytes = seed;
+            l.push_timeout_ms = (int)len;
+            l.restore_timeout_ms = 30000;
+            int rc = ftc_filestore_set_limits(fs, &l, &err);
+            say(fd, "%d %s", rc, rc ? err.msg : "");
+        } else if (!strcmp(line, "flush")) {
+            uint64_t t0 = ftc_now_ns();
+            int rc = ftc_filestore_flush(fs, 90000, &err);
+            say(fd, "%d %.0f ms %s", rc, (double)(ftc_now_ns() - t0) / 1e6, rc ? err.msg : "");
+        } else if (!strcmp(line, "stats")) {
+            ftc_filestore_stats_t st;
+            ftc_filestore_stats(fs, &st);
+            say(fd, "0 %llu %llu %llu %llu", (unsigned long long)st.versions_pushed,
+                (unsigned long long)st.push_failures, (unsigned long long)st.files_restored,
+                (unsigned long long)st.rebuilds);
+        } else if (!strcmp(line, "quit")) {
+            free(m);
+            break;
+        } else {
+            say(fd, "-1 unknown command %s", line);
+        }
+        free(m);
+    }
+    ftc_filestore_destroy(fs);
+    say(fd, "bye");
+    child_exit(0);
+}
+
+/* ---- the parent ------------------------------------------------------------------- */
+
+static redis_fixture_t *g_fix;
+
+static node_t spawn(uint32_t index, const char *id, int k)
+{
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(sv[0]);
+        ftc_redis_url_t url = *ftc_redis_server_url(g_fix->srv);
+        child_main(sv[1], index, id, k, &url);
+    }
+    close(sv[1]);
+    node_t n = {.pid = pid, .fd = sv[0]};
+    snprintf(n.id, sizeof n.id, "%s", id);
+    char line[2048];
+    if (read_line(n.fd, line, sizeof line, 60000) != 0) fail_msg("node %s did not start", id);
+    if (strncmp(line, "ready 0", 7)) {
+        if (strstr(line, "ready -17")) { /* FTC_EUNSUPPORTED: the provider is absent */
+            printf("# SKIPPED: %s\n", line);
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+            skip();
+        }
+        fail_msg("node %s: %s", id, line);
+    }
+    printf("# node %s (index %u, pid %d): %s\n", id, index, (int)pid, line + 8);
+    return n;
+}
+
+/* Sends a command; returns the answer's leading number, the rest in out. */
+static int cmd(node_t *n, char *out, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int cmd(node_t *n, char *out, size_t cap, const char *fmt, ...)
+{
+    char line[1024], ans[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line - 1, fmt, ap);
+    va_end(ap);
+    strcat(line, "\n");
+    assert_int_equal(write(n->fd, line, strlen(line)), (ssize_t)strlen(line));
+    if (read_line(n->fd, ans, sizeof ans, 150000) != 0)
+        fail_msg("node %s: no answer to '%s' (dead or hung)", n->id, line);
+    char *end;
+    long v = strtol(ans, &end, 10);
+    if (out) snprintf(out, cap, "%s", *end ? end + 1 : "");
+    return (int)v;
+}
+
+#define OK(n, ...)                                                                                 \
+    do {                                                                                           \
+        char msg_[2048];                                                                           \
+        int rc_ = cmd((n), msg_, sizeof msg_, __VA_ARGS__);                                        \
+        if (rc_ != 0) fail_msg("node %s: '%s' -> %d %s", (n)->id, #__VA_ARGS__, rc_, msg_);        \
+    } while (0)
+
+static void kill9(node_t *n)
+{
+    kill(n->pid, SIGKILL);
+    waitpid(n->pid, NULL, 0);
+    close(n->fd);
+    n->pid = -1;
+}
+
+static void quit(node_t *n)
+{
+    if (n->pid <= 0) return;
+    char line[64];
+    assert_int_equal(write(n->fd, "quit\n", 5), 5);
+    if (read_line(n->fd, line, sizeof line, 60000) != 0) fail_msg("node %s did not stop", n->id);
+    int st = 0;
+    waitpid(n->pid, &st, 0);
+    close(n->fd);
+    n->pid = -1;
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+/* Removes /dev/shm entries of the job whose name starts with ftc.<job>.<what>. */
+static void shm_clean(const char *what)
+{
+    char prefix[160];
+    int pl = snprintf(prefix, sizeof prefix, "ftc.%s.%s", g_job, what);
+    DIR *d = opendir("/dev/shm");
+    if (!d) return;
+    struct dirent *de;
+    while ((de = readdir(d)))
+        if (!strncmp(de->d_name, prefix, (size_t)pl)) {
+            char p[PATH_MAX];
+            snprintf(p, sizeof p, "/dev/shm/%s", de->d_name);
+            ftc_test_rmrf(p);
+        }
+    closedir(d);
+}
+
+/* What a lost node leaves behind on a new host: nothing. */
+static void forget_node(uint32_t index)
+{
+    char what[64];
+    snprintf(what, sizeof what, "ckptdir.n%u", index);
+    shm_clean(what);
+    snprintf(what, sizeof what, "files.n%u.", index);
+    shm_clean(what);
+}
+
+/* Flips the first byte of file 0 in every replica slot node `holder` has of
+ * owner `owner`; returns how many slots were changed. */
+static int corrupt_replica(uint32_t holder, uint32_t owner)
+{
+    int n = 0;
+    for (int s = 0; s < 2; s++) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "/dev/shm/ftc.%s.files.n%u.p%u.s%d", g_job, holder, owner, s);
+        uint8_t *buf = NULL;
+        size_t len = 0;
+        ftc_err_t e = {0};
+        if (ftc_fs_read_file(path, 1u << 30, &buf, &len, &e) != 0) continue;
+        ftc_shard_view_t v;
+        if (ftc_shard_open(&v, buf, len, FTC_SHARD_ALLOW_TRAILING, &e) == 0 && v.n_tensors > 0) {
+            ftc_shard_tensor_t t;
+            ftc_shard_get(&v, 0, &t);
+            uint8_t b = (uint8_t)(t.data[0] ^ 0x5a);
+            int fd = open(path, O_WRONLY);
+            assert_true(fd >= 0);
+            assert_int_equal(pwrite(fd, &b, 1, (off_t)t.offset), 1);
+            close(fd);
+            n++;
+        }
+        free(buf);
+    }
+    return n;
+}
+
+static int setup(void **state)
+{
+    redis_fixture_setup(state);
+    g_fix = *state;
+    snprintf(g_job, sizeof g_job, "fst%d-%d", (int)getpid(), ++g_seq);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    shm_clean("");
+    return redis_fixture_teardown(state);
+}
+
+/* ---- the cases ---------------------------------------------------------------------- */
+
+static void test_union(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0 = spawn(0, "n0", 1), n1 = spawn(1, "n1", 1), n2 = spawn(2, "n2", 1);
+    node_t *all[] = {&n0, &n1, &n2};
+    for (int i = 0; i < 3; i++)
+        OK(all[i], "members 1 n0 n1 n2");
+    OK(&n0, "write a.bin 1 300000");
+    OK(&n0, "mkdir sub");
+    OK(&n0, "rename sub/b.bin 2 5243880"); /* > one 4 MiB chunk */
+    OK(&n0, "special a.bin");
+    char msg[2048];
+    int rc = cmd(&n0, msg, sizeof msg, "flush");
+    printf("# node 0 flush: %d %s\n", rc, msg);
+    assert_int_equal(rc, 0);
+    OK(&n1, "write n1.bin 3 1000");
+    OK(&n1, "write shared.bin 4 777");
+    OK(&n1, "flush");
+    ftc_sleep_ms(20);
+    OK(&n2, "write shared.bin 5 888"); /* later: wins */
+    OK(&n2, "write empty.bin 6 0");
+    OK(&n2, "flush");
+
+    kill9(&n0);
+    forget_node(0);
+    /* the survivors move on; node 2's holder (node 0) left: it re-replicates */
+    OK(&n1, "members 2 n0b n1 n2");
+    OK(&n2, "members 2 n0b n1 n2");
+    OK(&n2, "flush");
+    node_t r0 = spawn(0, "n0b", 1);
+    uint64_t t0 = ftc_now_ns();
+    rc = cmd(&r0, msg, sizeof msg, "restore 2 n0b n1 n2");
+    printf("# replacement restore: %d in %.0f ms %s\n", rc, (double)(ftc_now_ns() - t0) / 1e6, msg);
+    assert_int_equal(rc, 0);
+    OK(&r0, "check a.bin 1 300000");
+    OK(&r0, "check sub/b.bin 2 5243880");
+    OK(&r0, "check n1.bin 3 1000");
+    OK(&r0, "check shared.bin 5 888");
+    OK(&r0, "check empty.bin 6 0");
+    OK(&r0, "absent a.bin.link");
+    OK(&r0, "absent a.bin.fifo");
+    /* a survivor restores the union too: its older shared.bin is replaced */
+    OK(&n1, "restore 2 n0b n1 n2");
+    OK(&n1, "check shared.bin 5 888");
+    OK(&n1, "check a.bin 1 300000");
+    OK(&n1, "check n1.bin 3 1000");
+    /* the replacement replicates its own writes */
+    OK(&r0, "write c.bin 7 4096");
+    OK(&r0, "flush");
+    quit(&r0);
+    quit(&n1);
+    quit(&n2);
+}
+
+static void test_corrupt(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0 = spawn(0, "n0", 2), n1 = spawn(1, "n1", 2), n2 = spawn(2, "n2", 2);
+    node_t *all[] = {&n0, &n1, &n2};
+    for (int i = 0; i < 3; i++)
+        OK(all[i], "members 1 n0 n1 n2");
+    OK(&n0, "write a.bin 11 200000");
+    OK(&n0, "flush");
+    kill9(&n0);
+    forget_node(0);
+    assert_true(corrupt_replica(1, 0) >= 1);
+    OK(&n1, "members 2 r0 n1 n2");
+    OK(&n2, "members 2 r0 n1 n2");
+    node_t r0 = spawn(0, "r0", 2);
+    char msg[2048];
+    int rc = cmd(&r0, msg, sizeof msg, "restore 2 r0 n1 n2");
+    printf("# restore with one corrupt holder: %d %s\n", rc, msg);
+    assert_int_equal(rc, 0);
+    OK(&r0, "check a.bin 11 200000");
+
+    /* now every copy is corrupt */
+    kill9(&r0);
+    forget_node(0);
+    assert_true(corrupt_replica(2, 0) >= 1);
+    OK(&n1, "members 3 r1 n1 n2");
+    OK(&n2, "members 3 r1 n1 n2");
+    node_t r1 = spawn(0, "r1", 2);
+    rc = cmd(&r1, msg, sizeof msg, "restore 3 r1 n1 n2");
+    printf("# restore with every holder corrupt: %d %s\n", rc, msg);
+    assert_true(rc < 0);
+    assert_non_null(strstr(msg, "node 0"));
+    assert_non_null(strstr(msg, "node 1"));
+    assert_non_null(strstr(msg, "node 2"));
+    OK(&r1, "absent a.bin");
+    quit(&r1);
+    quit(&n1);
+    quit(&n2);
+}
+
+static void test_deadpeer(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0 = spawn(0, "n0", 1), n1 = spawn(1, "n1", 1);
+    OK(&n0, "members 1 n0 n1");
+    OK(&n1, "members 1 n0 n1");
+    OK(&n0, "limits 1048576 3000");
+    OK(&n0, "write big.bin 1 2000000");
+    char msg[2048];
+    int rc = cmd(&n0, msg, sizeof msg, "flush");
+    printf("# over the cap: %d %s\n", rc, msg);
+    assert_int_equal(rc, FTC_ERANGE);
+    assert_non_null(strstr(msg, "cap"));
+    OK(&n0, "rm big.bin");
+    OK(&n0, "write small.bin 2 1000");
+    OK(&n0, "flush");
+    kill9(&n1);
+    OK(&n0, "write s2.bin 3 1000");
+    rc = cmd(&n0, msg, sizeof msg, "flush");
+    printf("# push to a SIGKILLed peer: %d %s\n", rc, msg);
+    assert_true(rc < 0);
+    node_t r1 = spawn(1, "n1b", 1);
+    OK(&r1, "members 2 n0 n1b");
+    OK(&n0, "members 2 n0 n1b"); /* the version that missed its peer goes again */
+    rc = cmd(&n0, msg, sizeof msg, "flush");
+    printf("# push to the replacement: %d %s\n", rc, msg);
+    assert_int_equal(rc, 0);
+    cmd(&n0, msg, sizeof msg, "stats");
+    printf("# node 0 stats (pushed failures restored rebuilds): %s\n", msg);
+    quit(&n0);
+    quit(&r1);
+}
+
+static void test_shm(void **state)
+{
+    (void)state;
+    g_prov = "shm";
+    node_t n0 = spawn(0, "n0", 1), n1 = spawn(1, "n1", 1);
+    OK(&n0, "members 1 n0 n1");
+    OK(&n1, "members 1 n0 n1");
+    OK(&n0, "rename model.pt 21 1500000");
+    OK(&n0, "flush");
+    kill9(&n0);
+    forget_node(0);
+    OK(&n1, "members 2 r0 n1");
+    node_t r0 = spawn(0, "r0", 1);
+    OK(&r0, "restore 2 r0 n1");
+    OK(&r0, "check model.pt 21 1500000");
+    quit(&r0);
+    quit(&n1);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_union, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_corrupt, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_deadpeer, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_shm, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
