@@ -146,7 +146,7 @@ f0=$fails
 runpid=$!
 pids+=($runpid)
 check "4: rank 0 saved step 10 in FTC_CKPT_DIR" bash -c \
-    "for i in \$(seq 600); do grep -q "SAVED 10" "$T/4.out" 2>/dev/null && exit 0; sleep 0.1; done; exit 1"
+    "for i in \$(seq 600); do grep -q 'SAVED 10' '$T/4.out' 2>/dev/null && exit 0; sleep 0.1; done; exit 1"
 sleep 1 # let the filestore push the newest version
 victim=$(cat "$T/j4/node0.pid")
 kill -9 "$victim"
