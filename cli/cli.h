@@ -10,6 +10,7 @@
 #ifndef FTC_CLI_H
 #define FTC_CLI_H
 
+#include "ckpt/agent.h"
 #include "ckpt/persist.h"
 #include "ckpt/shard.h"
 #include "core/config.h"
@@ -45,6 +46,7 @@ extern const ftc_cli_cmd_t ftc_cli_cmd_events;
 extern const ftc_cli_cmd_t ftc_cli_cmd_redis;
 extern const ftc_cli_cmd_t ftc_cli_cmd_agent;
 extern const ftc_cli_cmd_t ftc_cli_cmd_train;
+extern const ftc_cli_cmd_t ftc_cli_cmd_run;
 
 /* ---- option parsing --------------------------------------------------------- */
 
@@ -88,6 +90,11 @@ int ftc_cli_fail(const ftc_cli_cmd_t *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* Prints the full help of cmd to out. */
 void ftc_cli_print_help(const ftc_cli_cmd_t *cmd, FILE *out);
+
+/* The agent's settings from the configuration (redundancy, checkpoint.busy,
+ * fabric.provider, persist.*, agent.timeout_ms); job, dir, index, nodes and
+ * ranks are the caller's. FTC_EINVAL with err naming the bad setting. */
+int ftc_cli_agent_options(ftc_cli_args_t *a, ftc_agent_options_t *o, ftc_err_t *err);
 
 /* ---- paths -------------------------------------------------------------------- */
 

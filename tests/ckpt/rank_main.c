@@ -6,7 +6,11 @@
  * restored state is exactly the one of the restored step.
  *
  * usage: rank_main --steps N [--restore] [--floats F] [--step-ms MS]
- *                  [--die-after S] [--seed X] [--no-commit]
+ *                  [--die-after S [--die-rank R]] [--seed X] [--no-commit] [--strict]
+ * --die-rank limits --die-after to one rank, and only in the first run of
+ * an `ftc run` job (TORCHELASTIC_RESTART_COUNT unset or 0). --strict makes
+ * an ERROR or a BAD restore exit with status 1 (for `ftc run`, where a
+ * failing rank must fail the generation).
  * Prints "RESTORED s OK" / "RESTORED s BAD" / "RESTORE NONE: why",
  * "CHECKPOINTED s" / "SKIPPED s" (the agent's busy policy skipped it),
  * "COMMITTED s" (not waited for with --no-commit), and "ERROR: why". Identity comes from FTC_* variables.
@@ -41,7 +45,7 @@ int main(int argc, char **argv)
     int64_t steps = 5, die_after = -1;
     uint64_t floats = 1 << 16, seed = 7;
     int step_ms = 0;
-    int restore = 0, no_commit = 0;
+    int restore = 0, no_commit = 0, die_rank = -1, strict = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--steps") && i + 1 < argc)
             steps = atoll(argv[++i]);
@@ -53,6 +57,10 @@ int main(int argc, char **argv)
             step_ms = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--die-after") && i + 1 < argc)
             die_after = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--die-rank") && i + 1 < argc)
+            die_rank = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--strict"))
+            strict = 1;
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
             seed = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--no-commit"))
@@ -70,6 +78,14 @@ int main(int argc, char **argv)
         return 1;
     }
     int rank = atoi(getenv("FTC_RANK") ? getenv("FTC_RANK") : "0");
+    /* under `ftc run`, after a layout change, the state this rank continues
+     * is the one of FTC_RESTORE_RANK (it restores that rank's shard) */
+    const char *src = getenv("FTC_RESTORE_RANK");
+    int ident = src && *src ? atoi(src) : rank;
+    const char *restarts = getenv("TORCHELASTIC_RESTART_COUNT");
+    if (die_rank >= 0 && (rank != die_rank || (restarts && atoi(restarts) > 0)))
+        die_after = -1;
+    int failed = 0;
     float *w = calloc(floats, 4), *m = calloc(floats, 4);
     int64_t sc = 0;
     int64_t shape[1] = {(int64_t)floats};
@@ -91,26 +107,29 @@ int main(int argc, char **argv)
         } else {
             float *ew = calloc(floats, 4), *em = calloc(floats, 4);
             int64_t es;
-            fill(ew, em, &es, floats, seed, rank, got);
+            fill(ew, em, &es, floats, seed, ident, got);
             int ok = !memcmp(ew, w, floats * 4) && !memcmp(em, m, floats * 4) && es == sc &&
                      ml == sizeof cursor && cursor == (uint64_t)got * 10;
             printf("RESTORED %lld %s\n", (long long)got, ok ? "OK" : "BAD");
+            failed |= !ok;
             free(ew);
             free(em);
             start = got + 1;
         }
     }
     for (int64_t s = start; s < steps; s++) {
-        fill(w, m, &sc, floats, seed, rank, s);
+        fill(w, m, &sc, floats, seed, ident, s);
         uint64_t cursor = (uint64_t)s * 10;
         int rc = ftc_checkpoint(ctx, s, &cursor, sizeof cursor);
         if (rc && rc != FTC_EAGAIN) {
             printf("ERROR: checkpoint %lld: %s\n", (long long)s, ftc_last_error(ctx));
+            failed = 1;
             break;
         }
         printf("%s %lld\n", rc ? "SKIPPED" : "CHECKPOINTED", (long long)s);
         if (ftc_wait_snapshot(ctx)) {
             printf("ERROR: wait %lld: %s\n", (long long)s, ftc_last_error(ctx));
+            failed = 1;
             break;
         }
         if (step_ms)
@@ -124,11 +143,13 @@ int main(int argc, char **argv)
     if (steps > start && !no_commit) {
         if (ftc_wait_committed(ctx, steps - 1) == 0)
             printf("COMMITTED %lld\n", (long long)(steps - 1));
-        else
+        else {
             printf("ERROR: commit: %s\n", ftc_last_error(ctx));
+            failed = 1;
+        }
     }
     ftc_destroy(ctx);
     free(w);
     free(m);
-    return 0;
+    return strict && failed ? 1 : 0;
 }

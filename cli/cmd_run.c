@@ -1,0 +1,296 @@
+/*
+ * cmd_run.c — `ftc run`: torchrun-style launcher that keeps a training
+ * binary going through failures (plugins/run.h does the work).
+ *
+ * One `ftc run` per node, or `--simulate-nodes N` to run N node supervisors
+ * on this machine (tests, drills, the demo): the command then starts the
+ * job's embedded Redis (unless --redis is given), forks one supervisor per
+ * node, writes JOB_DIR/node<I>.pid for drills, and waits for them.
+ */
+#include "cli/cli.h"
+#include "core/log.h"
+#include "detect/redis_server.h"
+#include "plugins/run.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const char ftc__run_help[] =
+    "usage: ftc run [--nnodes MIN:MAX] [--nproc-per-node N] [--node-rank I] [--max-restarts R]\n"
+    "               [--redundancy K|xor:G|rs:G+M] [--redis URL] [--ckpt-dir]\n"
+    "               [--simulate-nodes N] -- BINARY [ARGS...]\n"
+    "\n"
+    "Runs BINARY as N ranks on this node, torchrun-style, with an ftc agent that keeps\n"
+    "their checkpoints in memory replicated across nodes, and restarts them when a\n"
+    "rank or a node fails: the surviving nodes agree on a new generation (between MIN\n"
+    "and MAX nodes; more become hot spares), and the ranks start again with the new\n"
+    "layout. Ranks linked with libftc (include/ftc.h) restore from the node's memory\n"
+    "or a peer's; other binaries can save and load their files in FTC_CKPT_DIR\n"
+    "(--ckpt-dir), which ftc replicates to peers and puts back before a restart.\n"
+    "\n"
+    "Each rank gets RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK MASTER_ADDR\n"
+    "MASTER_PORT TORCHELASTIC_RESTART_COUNT and FTC_RANK FTC_WORLD_SIZE FTC_JOB_ID\n"
+    "FTC_GENERATION FTC_AGENT_SOCKET FTC_REDIS_URL [FTC_CKPT_DIR].\n"
+    "\n"
+    "Options:\n"
+    "  --nnodes MIN:MAX       nodes of the job (or N = N:N); default 1, or SLURM_NNODES\n"
+    "  --nproc-per-node N     ranks per node (default 1)\n"
+    "  --node-rank I          this node's index (default FTC_NODE_RANK, NODE_RANK,\n"
+    "                         SLURM_NODEID, 0)\n"
+    "  --node-id ID           name in status and events (default node<I>)\n"
+    "  --domain LABEL         failure domain: replicas avoid nodes with the same label\n"
+    "  --host ADDR            MASTER_ADDR when this node is node 0 (default: hostname)\n"
+    "  --max-restarts R       failed generations before giving up (default 3)\n"
+    "  --settle-ms MS         after MIN nodes arrived, wait this long for more (1000)\n"
+    "  --join-timeout-ms MS   rendezvous deadline (120000)\n"
+    "  --grace-ms MS          SIGTERM to SIGKILL when stopping ranks (3000)\n"
+    "  --ckpt-dir             give ranks FTC_CKPT_DIR, a replicated directory on tmpfs\n"
+    "  --simulate-nodes N     run N nodes on this machine (embedded Redis unless --redis)\n"
+    "Settings used: redundancy, checkpoint.busy, fabric.provider, agent.timeout_ms,\n"
+    "persist.* (persist.dir enables the persist tier), redis.url, job.id, job.dir.\n";
+
+static volatile sig_atomic_t ftc__run_stop;
+
+static void ftc__run_sig(int sig)
+{
+    (void)sig;
+    ftc__run_stop = 1;
+}
+
+static const char *ftc__env_first(const char *const *names)
+{
+    for (int i = 0; names[i]; i++) {
+        const char *v = getenv(names[i]);
+        if (v && *v)
+            return v;
+    }
+    return NULL;
+}
+
+static int ftc__parse_nnodes(const char *s, int *min, int *max)
+{
+    char *end;
+    long a = strtol(s, &end, 10), b = a;
+    if (end == s)
+        return -1;
+    if (*end == ':') {
+        const char *t = end + 1;
+        b = strtol(t, &end, 10);
+        if (end == t)
+            return -1;
+    }
+    if (*end || a < 1 || b < a || b > 4096)
+        return -1;
+    *min = (int)a;
+    *max = (int)b;
+    return 0;
+}
+
+/* --simulate-nodes: one supervisor process per node, this process waits. */
+static int ftc__simulate(const ftc_cli_cmd_t *cmd, ftc_run_options_t *o, int n)
+{
+    pid_t pids[4096];
+    o->host = "127.0.0.1";
+    for (int i = 0; i < n; i++) {
+        fflush(NULL);
+        pid_t p = fork();
+        if (p < 0) {
+            for (int j = 0; j < i; j++)
+                kill(pids[j], SIGTERM);
+            return ftc_cli_fail(cmd, "fork: %s", strerror(errno));
+        }
+        if (p == 0) {
+            ftc_run_options_t mine = *o;
+            mine.node_index = (uint32_t)i;
+            char prefix[32];
+            snprintf(prefix, sizeof prefix, "node%d", i);
+            ftc_log_configure(ftc_log_level(), prefix);
+            ftc_err_t err = {0};
+            int ec = ftc_run_node(&mine, &ftc__run_stop, &err);
+            if (ec)
+                fprintf(stderr, "ftc run: node %d: %s\n", i, ftc_err_str(&err));
+            fflush(NULL);
+            _exit(ec);
+        }
+        pids[i] = p;
+        char path[4200];
+        snprintf(path, sizeof path, "%s/node%d.pid", o->dir, i);
+        FILE *f = fopen(path, "w");
+        if (f) {
+            fprintf(f, "%d\n", (int)p);
+            fclose(f);
+        }
+        printf("ftc run: node %d is pid %d\n", i, (int)p);
+    }
+    fflush(stdout);
+    int ok = 0, failed = 0, killed = 0, left = n;
+    while (left > 0) {
+        int st;
+        pid_t p = waitpid(-1, &st, 0);
+        if (p < 0) {
+            if (errno == EINTR) {
+                if (ftc__run_stop)
+                    for (int i = 0; i < n; i++)
+                        kill(pids[i], SIGTERM);
+                continue;
+            }
+            break;
+        }
+        int i = 0;
+        while (i < n && pids[i] != p)
+            i++;
+        if (i == n)
+            continue; /* not a node (the embedded Redis is not our child's child) */
+        left--;
+        if (WIFSIGNALED(st)) {
+            killed++;
+            printf("ftc run: node %d was killed by signal %d\n", i, WTERMSIG(st));
+        } else if (WEXITSTATUS(st) == 0) {
+            ok++;
+        } else {
+            failed++;
+            printf("ftc run: node %d failed (exit %d)\n", i, WEXITSTATUS(st));
+        }
+        fflush(stdout);
+    }
+    printf("ftc run: %d nodes finished, %d failed, %d killed\n", ok, failed, killed);
+    return ok > 0 && failed == 0 ? FTC_EXIT_OK : FTC_EXIT_FAIL;
+}
+
+static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
+{
+    /* BINARY ARGS start after "--" */
+    int dd = 1;
+    while (dd < argc && strcmp(argv[dd], "--"))
+        dd++;
+    if (dd >= argc - 1) {
+        for (int i = 1; i < argc; i++)
+            if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+                ftc_cli_print_help(cmd, stdout);
+                return FTC_EXIT_OK;
+            }
+        return ftc_cli_usage_error(cmd, "no training binary: put it after --");
+    }
+    static const char *const nn_env[] = {"SLURM_NNODES", "SLURM_JOB_NUM_NODES", NULL};
+    static const char *const nr_env[] = {"FTC_NODE_RANK", "NODE_RANK", "SLURM_NODEID", NULL};
+    const char *nnodes = ftc__env_first(nn_env);
+    const char *nrank = ftc__env_first(nr_env);
+    uint64_t nproc = 1, node_rank = nrank ? strtoull(nrank, NULL, 10) : 0, restarts = 3,
+             simulate = 0, settle = 1000, join_to = 120000, grace = 3000;
+    const char *node_id = "", *domain = "", *host = NULL;
+    bool ckpt_dir = false;
+    const ftc_cli_opt_t opts[] = {{"--nnodes", FTC_OPT_STR, &nnodes, NULL},
+                                  {"--nproc-per-node", FTC_OPT_U64, &nproc, NULL},
+                                  {"--node-rank", FTC_OPT_U64, &node_rank, NULL},
+                                  {"--node-id", FTC_OPT_STR, &node_id, NULL},
+                                  {"--domain", FTC_OPT_STR, &domain, NULL},
+                                  {"--host", FTC_OPT_STR, &host, NULL},
+                                  {"--max-restarts", FTC_OPT_U64, &restarts, NULL},
+                                  {"--settle-ms", FTC_OPT_U64, &settle, NULL},
+                                  {"--join-timeout-ms", FTC_OPT_U64, &join_to, NULL},
+                                  {"--grace-ms", FTC_OPT_U64, &grace, NULL},
+                                  {"--ckpt-dir", FTC_OPT_FLAG, &ckpt_dir, NULL},
+                                  {"--simulate-nodes", FTC_OPT_U64, &simulate, NULL}};
+    ftc_cli_args_t a;
+    int ec = ftc_cli_parse(cmd, dd, argv, opts, (int)(sizeof opts / sizeof opts[0]), 0, 0, &a);
+    if (ec != FTC_CLI_CONTINUE)
+        return ec;
+    ftc_err_t err = {0};
+    ftc_run_options_t o = FTC_RUN_OPTIONS_INIT;
+    int mn = 1, mx = 1;
+    if (simulate > 4096) {
+        ec = ftc_cli_usage_error(cmd, "--simulate-nodes must be 1..4096");
+        goto out;
+    }
+    if (simulate)
+        mn = mx = (int)simulate;
+    if (nnodes && ftc__parse_nnodes(nnodes, &mn, &mx)) {
+        ec = ftc_cli_usage_error(cmd, "--nnodes '%s': use N or MIN:MAX with 1 <= MIN <= MAX",
+                                 nnodes);
+        goto out;
+    }
+    if (simulate && (uint64_t)mx < simulate) {
+        ec = ftc_cli_usage_error(cmd, "--simulate-nodes %llu is more than --nnodes MAX %d",
+                                 (unsigned long long)simulate, mx);
+        goto out;
+    }
+    if (nproc < 1 || nproc > 64 || node_rank >= (uint64_t)mx) {
+        ec = ftc_cli_usage_error(cmd, "--nproc-per-node must be 1..64 and --node-rank below "
+                                      "--nnodes MAX (%d)",
+                                 mx);
+        goto out;
+    }
+    if (ftc_cli_agent_options(&a, &o.agent, &err)) {
+        ec = ftc_cli_usage_error(cmd, "%s", err.msg);
+        goto out;
+    }
+    static char dir[4096];
+    ftc_job_dir(a.cfg, dir, sizeof dir);
+    if (mkdir(dir, 0700) && errno != EEXIST) {
+        ec = ftc_cli_fail(cmd, "cannot create the job directory %s: %s", dir, strerror(errno));
+        goto out;
+    }
+    ftc_redis_server_t *srv = NULL;
+    /* simulated: this process owns the embedded Redis; one node per host:
+     * node 0 starts it, the others find it through the job directory */
+    bool start = simulate ? true : node_rank == 0;
+    int rc = ftc_redis_resolve(a.cfg, start, &o.redis, &srv, &err);
+    for (int i = 0; rc == FTC_ENOENT && !start && i < 400; i++) {
+        ftc_sleep_ms(50);
+        rc = ftc_redis_resolve(a.cfg, false, &o.redis, &srv, &err);
+    }
+    if (rc) {
+        ec = ftc_cli_fail(cmd, "%s", ftc_err_str(&err));
+        goto out;
+    }
+    static char hostbuf[256];
+    if (!host) {
+        if (gethostname(hostbuf, sizeof hostbuf))
+            snprintf(hostbuf, sizeof hostbuf, "127.0.0.1");
+        host = hostbuf;
+    }
+    o.job = ftc_config_str(a.cfg, FTC_CFG_JOB_ID);
+    o.dir = dir;
+    o.node_index = (uint32_t)node_rank;
+    o.node_id = node_id;
+    o.host = host;
+    o.min_nodes = mn;
+    o.max_nodes = mx;
+    o.nproc = (int)nproc;
+    o.max_restarts = (int)restarts;
+    o.settle_ms = (int)settle;
+    o.join_timeout_ms = (int)join_to;
+    o.grace_ms = (int)grace;
+    o.ckpt_dir = ckpt_dir;
+    o.agent.domain = domain;
+    o.argv = argv + dd + 1;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = ftc__run_sig; /* no SA_RESTART: waitpid returns EINTR */
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    if (simulate) {
+        ec = ftc__simulate(cmd, &o, (int)simulate);
+    } else {
+        char prefix[32];
+        snprintf(prefix, sizeof prefix, "node%llu", (unsigned long long)node_rank);
+        ftc_log_configure(ftc_log_level(), prefix);
+        ec = ftc_run_node(&o, &ftc__run_stop, &err);
+        if (ec)
+            ftc_cli_fail(cmd, "%s", ftc_err_str(&err));
+    }
+    ftc_redis_server_stop(srv);
+out:
+    ftc_cli_args_free(&a);
+    return ec;
+}
+
+const ftc_cli_cmd_t ftc_cli_cmd_run = {"run", "run a training binary, restarted through failures",
+                                       ftc__run_help, ftc__run_main};

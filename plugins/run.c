@@ -1,0 +1,681 @@
+/*
+ * run.c — `ftc run`'s per-node supervisor (restart mode). See run.h.
+ *
+ * The loop, per generation:
+ *   join the rendezvous -> (spare: join the next one) -> restart the agent
+ *   for the new generation -> agree on MASTER_ADDR:PORT -> start the ranks ->
+ *   watch ranks, events and the rendezvous state -> done, or ask for a new
+ *   round and stop the ranks.
+ */
+#include "plugins/run.h"
+
+#include "core/clock.h"
+#include "core/log.h"
+#include "detect/control.h"
+#include "detect/status.h"
+#include "plugins/filestore.h"
+#include "recover/rendezvous.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define FTC__MAX_LOCAL 64
+
+typedef struct ftc__agent_thread {
+    ftc_agent_t *agent;
+    pthread_t tid;
+    bool running;
+    volatile sig_atomic_t stop;
+    int rc;
+} ftc__agent_thread_t;
+
+typedef struct ftc__sup {
+    const ftc_run_options_t *o;
+    char node_id[FTC_CTL_NODE_MAX + 1];
+    ftc_ctl_t *ctl;            /* our Redis session (owns the connection) */
+    ftc__agent_thread_t ag;
+    ftc_filestore_t *files;    /* FTC_CKPT_DIR replication, or NULL */
+    pid_t pid[FTC__MAX_LOCAL]; /* local ranks (0 = not running) */
+    int status[FTC__MAX_LOCAL];
+    uint64_t gen;              /* current generation (0 before the first round) */
+    ftc_rdzv_round_t round;
+    int failures;              /* failed rounds so far */
+    char events_after[32];     /* event stream position */
+    char fail_reason[256];
+    int restore_base;          /* FTC_RESTORE_RANK of local rank 0 (-1: none) */
+    int prev_world;            /* ranks of the previous generation (0: none) */
+} ftc__sup_t;
+
+/* ---- the agent, on a thread of its own ------------------------------------------------- */
+
+static void *ftc__agent_main(void *arg)
+{
+    ftc__agent_thread_t *t = arg;
+    t->rc = ftc_agent_run(t->agent, &t->stop);
+    return NULL;
+}
+
+static void ftc__agent_stop(ftc__agent_thread_t *t)
+{
+    if (!t->agent)
+        return;
+    t->stop = 1;
+    if (t->running)
+        pthread_join(t->tid, NULL);
+    ftc_agent_stop(t->agent);
+    memset(t, 0, sizeof *t);
+}
+
+static int ftc__agent_start(ftc__sup_t *s, ftc_err_t *err)
+{
+    ftc__agent_stop(&s->ag);
+    ftc_agent_options_t ao = s->o->agent;
+    ao.struct_size = sizeof ao;
+    ao.version = 1;
+    ao.job = s->o->job;
+    ao.dir = s->o->dir;
+    ao.redis = s->o->redis;
+    ao.index = s->o->node_index;
+    ao.nodes = (uint32_t)s->o->max_nodes;
+    ao.ranks_per_node = (uint32_t)s->o->nproc;
+    ao.node_id = s->node_id;
+    s->ag.agent = ftc_agent_start(&ao, err);
+    if (!s->ag.agent)
+        return err->code ? err->code : FTC_EINVAL;
+    if (pthread_create(&s->ag.tid, NULL, ftc__agent_main, &s->ag)) {
+        ftc_agent_stop(s->ag.agent);
+        s->ag.agent = NULL;
+        return ftc_err_set(err, FTC_ENOMEM, "cannot start the agent's thread");
+    }
+    s->ag.running = true;
+    return 0;
+}
+
+/* ---- ranks --------------------------------------------------------------------------------- */
+
+/* environ minus the names we set, plus ours (built before fork: the child
+ * only calls async-signal-safe functions). */
+static char **ftc__env_build(char **add, int nadd)
+{
+    size_t n = 0;
+    while (environ[n])
+        n++;
+    char **env = calloc(n + (size_t)nadd + 1, sizeof *env);
+    if (!env)
+        return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        bool replaced = false;
+        for (int j = 0; j < nadd && !replaced; j++) {
+            size_t len = strcspn(add[j], "=");
+            replaced = !strncmp(environ[i], add[j], len + 1);
+        }
+        if (!replaced)
+            env[k++] = environ[i];
+    }
+    for (int j = 0; j < nadd; j++)
+        env[k++] = add[j];
+    env[k] = NULL;
+    return env;
+}
+
+static pid_t ftc__spawn(char *const *argv, char **env, ftc_err_t *err)
+{
+    pid_t pid = fork();
+    if (pid < 0) {
+        ftc_err_set(err, FTC_EIO, "fork: %s", strerror(errno));
+        return -1;
+    }
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* a rank never outlives its supervisor */
+        execvpe(argv[0], argv, env);
+        static const char msg[] = "ftc run: cannot execute the training binary\n";
+        ssize_t w = write(2, msg, sizeof msg - 1);
+        (void)w;
+        _exit(127);
+    }
+    return pid;
+}
+
+static bool ftc__is_member(const ftc__sup_t *s, const char *node)
+{
+    for (int i = 0; i < s->round.nodes; i++)
+        if (!strcmp(s->round.members[i], node))
+            return true;
+    return false;
+}
+
+/* Which previous rank's state each of our ranks restores when the layout
+ * changed (FTC_RESTORE_RANK): a node that was a member keeps the state it
+ * has in its own memory (its previous ranks, whatever their new numbers);
+ * a newcomer takes over the ranks of a lost node (their shards are in peers'
+ * memory), in order; beyond those (a pure grow) rank r takes r mod the
+ * previous world. Ranks of the same state then restore the same shard: right
+ * for data-parallel replicas; sharded state is the binary's to re-partition
+ * (the reference trainer does, from FTC_PREV_WORLD_SIZE). */
+static void ftc__restore_map(ftc__sup_t *s)
+{
+    s->restore_base = -1;
+    s->prev_world = 0;
+    if (s->gen < 2)
+        return;
+    char key[256], suffix[64];
+    snprintf(suffix, sizeof suffix, "rdzv:%" PRIu64 ":out", s->gen - 2);
+    ftc_ctl_key(s->ctl, suffix, key, sizeof key);
+    ftc_redis_reply_t *rep = NULL;
+    const char *v = NULL;
+    size_t len = 0;
+    if (ftc_redis_cmdv(ftc_ctl_redis(s->ctl), true, &rep, "HGET", key, "members", NULL) ||
+        ftc_redis_want_str(rep, "previous members", &v, &len, NULL) || !len) {
+        ftc_redis_reply_free(rep);
+        return;
+    }
+    char *list = strndup(v, len);
+    ftc_redis_reply_free(rep);
+    if (!list)
+        return;
+    char *prev[4096];
+    int np = 0;
+    for (char *save = NULL, *t = strtok_r(list, " ", &save); t && np < 4096;
+         t = strtok_r(NULL, " ", &save))
+        prev[np++] = t;
+    s->prev_world = np * s->o->nproc;
+    int mine = -1;
+    for (int i = 0; i < np; i++)
+        if (!strcmp(prev[i], s->node_id))
+            mine = i;
+    if (mine >= 0) {
+        s->restore_base = mine * s->o->nproc;
+    } else {
+        /* newcomer k (in member order) takes the k-th lost node's ranks */
+        int k = 0;
+        for (int i = 0; i < s->round.index; i++) {
+            bool was = false;
+            for (int j = 0; j < np && !was; j++)
+                was = !strcmp(prev[j], s->round.members[i]);
+            k += !was;
+        }
+        int lost = 0;
+        for (int j = 0; j < np && s->restore_base < 0; j++) {
+            if (ftc__is_member(s, prev[j]))
+                continue;
+            if (lost++ == k)
+                s->restore_base = j * s->o->nproc;
+        }
+        if (s->restore_base < 0 && s->prev_world > 0)
+            s->restore_base = (s->round.index * s->o->nproc) % s->prev_world;
+    }
+    free(list);
+}
+
+static int ftc__start_ranks(ftc__sup_t *s, const char *master, int master_port, ftc_err_t *err)
+{
+    const ftc_run_options_t *o = s->o;
+    int nodes = s->round.nodes, index = s->round.index;
+    int world = nodes * o->nproc;
+    char redis_url[512];
+    ftc_redis_url_t pub = o->redis;
+    pub.password[0] = 0; /* the password travels in a file, never in the environment */
+    ftc_redis_url_str(&pub, redis_url, sizeof redis_url);
+    char pwfile[4200];
+    snprintf(pwfile, sizeof pwfile, "%s/redis.password", o->dir);
+    for (int l = 0; l < o->nproc; l++) {
+        int rank = index * o->nproc + l;
+        char v[28][4352];
+        int n = 0;
+#define FTC__SETENV(...) snprintf(v[n++], sizeof v[0], __VA_ARGS__)
+        FTC__SETENV("RANK=%d", rank);
+        FTC__SETENV("LOCAL_RANK=%d", l);
+        FTC__SETENV("WORLD_SIZE=%d", world);
+        FTC__SETENV("LOCAL_WORLD_SIZE=%d", o->nproc);
+        FTC__SETENV("GROUP_RANK=%d", index);
+        FTC__SETENV("ROLE_RANK=%d", rank);
+        FTC__SETENV("MASTER_ADDR=%s", master);
+        FTC__SETENV("MASTER_PORT=%d", master_port);
+        FTC__SETENV("TORCHELASTIC_RESTART_COUNT=%d", s->failures);
+        FTC__SETENV("TORCHELASTIC_MAX_RESTARTS=%d", o->max_restarts);
+        FTC__SETENV("TORCHELASTIC_RUN_ID=%s", o->job);
+        FTC__SETENV("FTC_RANK=%d", rank);
+        FTC__SETENV("FTC_WORLD_SIZE=%d", world);
+        FTC__SETENV("FTC_JOB_ID=%s", o->job);
+        FTC__SETENV("FTC_GENERATION=%" PRIu64, s->gen);
+        FTC__SETENV("FTC_NODE_RANK=%d", index);
+        FTC__SETENV("FTC_AGENT_SOCKET=%s", ftc_agent_socket(s->ag.agent));
+        FTC__SETENV("FTC_REDIS_URL=%s", redis_url);
+        if (access(pwfile, R_OK) == 0)
+            FTC__SETENV("FTC_REDIS_PASSWORD_FILE=%s", pwfile);
+        if (s->files)
+            FTC__SETENV("FTC_CKPT_DIR=%s", ftc_filestore_dir(s->files));
+        if (s->restore_base >= 0) {
+            FTC__SETENV("FTC_RESTORE_RANK=%d", (s->restore_base + l) % s->prev_world);
+            FTC__SETENV("FTC_PREV_WORLD_SIZE=%d", s->prev_world);
+        }
+#undef FTC__SETENV
+        char *add[28];
+        for (int i = 0; i < n; i++)
+            add[i] = v[i];
+        char **env = ftc__env_build(add, n);
+        if (!env)
+            return ftc_err_set(err, FTC_ENOMEM, "environment of rank %d", rank);
+        s->pid[l] = ftc__spawn(o->argv, env, err);
+        free(env);
+        if (s->pid[l] < 0) {
+            s->pid[l] = 0;
+            return err->code;
+        }
+        s->status[l] = -1;
+        FTC_INFO("run", "generation %" PRIu64 ": rank %d (local %d of %d, world %d) is pid %d",
+                 s->gen, rank, l, o->nproc, world, (int)s->pid[l]);
+    }
+    return 0;
+}
+
+/* SIGTERM, then SIGKILL after grace_ms (a stopped process only dies of
+ * SIGKILL); reaps every rank. */
+static void ftc__stop_ranks(ftc__sup_t *s)
+{
+    bool any = false;
+    for (int l = 0; l < s->o->nproc; l++)
+        if (s->pid[l] > 0) {
+            kill(s->pid[l], SIGTERM);
+            kill(s->pid[l], SIGCONT);
+            any = true;
+        }
+    if (!any)
+        return;
+    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)s->o->grace_ms);
+    for (;;) {
+        bool left = false;
+        for (int l = 0; l < s->o->nproc; l++) {
+            if (s->pid[l] <= 0)
+                continue;
+            int st;
+            pid_t p = waitpid(s->pid[l], &st, WNOHANG);
+            if (p == s->pid[l] || (p < 0 && errno == ECHILD))
+                s->pid[l] = 0;
+            else
+                left = true;
+        }
+        if (!left)
+            return;
+        if (ftc_deadline_expired(d)) {
+            for (int l = 0; l < s->o->nproc; l++)
+                if (s->pid[l] > 0) {
+                    kill(s->pid[l], SIGKILL);
+                    waitpid(s->pid[l], NULL, 0);
+                    s->pid[l] = 0;
+                }
+            return;
+        }
+        ftc_sleep_ms(10);
+    }
+}
+
+/* ---- Redis helpers ------------------------------------------------------------------------ */
+
+static int ftc__free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
+    socklen_t len = sizeof sa;
+    int port = -1;
+    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
+        getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
+        port = ntohs(sa.sin_port);
+    close(fd);
+    return port;
+}
+
+/* The round's node 0 publishes host:port for the generation; the others
+ * read it (bounded). */
+static int ftc__master(ftc__sup_t *s, char *host, size_t cap, int *port, ftc_err_t *err)
+{
+    char key[256], suffix[64];
+    snprintf(suffix, sizeof suffix, "master:%" PRIu64, s->gen);
+    ftc_ctl_key(s->ctl, suffix, key, sizeof key);
+    ftc_redis_t *r = ftc_ctl_redis(s->ctl);
+    ftc_redis_reply_t *rep = NULL;
+    if (s->round.index == 0) {
+        int p = ftc__free_port();
+        if (p < 0)
+            return ftc_err_set(err, FTC_EIO, "no free TCP port for MASTER_PORT: %s",
+                               strerror(errno));
+        char val[320];
+        snprintf(val, sizeof val, "%s:%d", s->o->host, p);
+        int rc = ftc_redis_cmdv(r, true, &rep, "SET", key, val, "EX", "86400", NULL);
+        ftc_redis_reply_free(rep);
+        if (rc)
+            return ftc_err_set(err, rc, "publishing MASTER_ADDR: %s", ftc_redis_errstr(r));
+    }
+    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)s->o->join_timeout_ms);
+    for (;;) {
+        rep = NULL;
+        const char *v = NULL;
+        size_t len = 0;
+        int rc = ftc_redis_cmdv(r, true, &rep, "GET", key, NULL);
+        if (rc == 0 && ftc_redis_want_str(rep, "master", &v, &len, NULL) == 0 && v && len &&
+            len < 320) {
+            char buf[320];
+            memcpy(buf, v, len);
+            buf[len] = 0;
+            ftc_redis_reply_free(rep);
+            char *colon = strrchr(buf, ':');
+            if (!colon)
+                return ftc_err_set(err, FTC_EPROTO, "%s holds '%s', not host:port", key, buf);
+            *colon = 0;
+            snprintf(host, cap, "%s", buf);
+            *port = atoi(colon + 1);
+            return 0;
+        }
+        ftc_redis_reply_free(rep);
+        if (ftc_deadline_expired(d))
+            return ftc_err_set(err, FTC_ETIMEDOUT,
+                               "node 0 of generation %" PRIu64 " published no MASTER_ADDR (%s)",
+                               s->gen, key);
+        ftc_sleep_ms(20);
+    }
+}
+
+/* The stream's last id, so this generation reads only newer events. */
+static void ftc__events_mark(ftc__sup_t *s)
+{
+    char key[256];
+    ftc_ctl_key(s->ctl, "events", key, sizeof key);
+    ftc_redis_reply_t *rep = NULL;
+    snprintf(s->events_after, sizeof s->events_after, "0");
+    if (ftc_redis_cmdv(ftc_ctl_redis(s->ctl), true, &rep, "XREVRANGE", key, "+", "-", "COUNT",
+                       "1", NULL) == 0 &&
+        rep) {
+        ftc_redis_reply_t **e = NULL, **f = NULL;
+        size_t ne = 0, nf = 0;
+        const char *v;
+        size_t len;
+        if (ftc_redis_want_array(rep, "XREVRANGE", 1, &e, &ne, NULL) == 0 &&
+            ftc_redis_want_array(e[0], "XREVRANGE entry", 2, &f, &nf, NULL) == 0 &&
+            ftc_redis_want_str(f[0], "XREVRANGE id", &v, &len, NULL) == 0 && len < 32) {
+            memcpy(s->events_after, v, len);
+            s->events_after[len] = 0;
+        }
+    }
+    ftc_redis_reply_free(rep);
+}
+
+typedef struct ftc__ev_scan {
+    ftc__sup_t *s;
+    bool failed;
+} ftc__ev_scan_t;
+
+/* A node of this generation lost, or a rank of ours hung: the round failed.
+ * (Rank exits are seen by their own supervisor through waitpid.) */
+static void ftc__on_event(void *arg, const ftc_status_event_t *e)
+{
+    ftc__ev_scan_t *sc = arg;
+    ftc__sup_t *s = sc->s;
+    if (!strcmp(e->kind, "node_lost") && ftc__is_member(s, e->node) &&
+        strcmp(e->node, s->node_id)) {
+        snprintf(s->fail_reason, sizeof s->fail_reason, "node %s lost (%s)", e->node, e->detail);
+        sc->failed = true;
+    } else if (!strcmp(e->kind, "hang") && !strcmp(e->node, s->node_id)) {
+        int local = e->rank - s->round.index * s->o->nproc;
+        if (local >= 0 && local < s->o->nproc && s->pid[local] > 0) {
+            FTC_WARN("run", "rank %d hangs (%s): killing pid %d", e->rank, e->detail,
+                     (int)s->pid[local]);
+            kill(s->pid[local], SIGKILL); /* its exit fails the round below */
+        }
+    }
+}
+
+/* ---- the loop ---------------------------------------------------------------------------- */
+
+enum { FTC__DONE = 0, FTC__FAILED = 1, FTC__STOPPED = 2, FTC__NEW_ROUND = 3 };
+
+/* Watches one generation until it ends. */
+static int ftc__watch(ftc__sup_t *s, volatile sig_atomic_t *stop, ftc_err_t *err)
+{
+    const ftc_run_options_t *o = s->o;
+    bool done_marked = false;
+    char done_key[256], suffix[64];
+    snprintf(suffix, sizeof suffix, "done:%" PRIu64, s->gen);
+    ftc_ctl_key(s->ctl, suffix, done_key, sizeof done_key);
+    ftc_redis_t *r = ftc_ctl_redis(s->ctl);
+    uint64_t last_poll = 0;
+    for (;;) {
+        if (stop && *stop)
+            return FTC__STOPPED;
+        /* our ranks */
+        int exited_ok = 0;
+        for (int l = 0; l < o->nproc; l++) {
+            if (s->pid[l] > 0) {
+                int st;
+                pid_t p = waitpid(s->pid[l], &st, WNOHANG);
+                if (p == s->pid[l]) {
+                    s->pid[l] = 0;
+                    s->status[l] = st;
+                    int rank = s->round.index * o->nproc + l;
+                    if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+                        FTC_INFO("run", "rank %d finished", rank);
+                    } else {
+                        if (WIFSIGNALED(st))
+                            snprintf(s->fail_reason, sizeof s->fail_reason,
+                                     "rank %d (node %s) was killed by signal %d", rank,
+                                     s->node_id, WTERMSIG(st));
+                        else
+                            snprintf(s->fail_reason, sizeof s->fail_reason,
+                                     "rank %d (node %s) exited with status %d", rank, s->node_id,
+                                     WEXITSTATUS(st));
+                        FTC_WARN("run", "%s", s->fail_reason);
+                        return FTC__FAILED;
+                    }
+                }
+            }
+            if (s->pid[l] == 0 && WIFEXITED(s->status[l]) && WEXITSTATUS(s->status[l]) == 0)
+                exited_ok++;
+        }
+        uint64_t now = ftc_now_ns() / 1000000u;
+        if (now - last_poll >= 50) {
+            last_poll = now;
+            if (s->files)
+                ftc_filestore_poll(s->files);
+            /* another supervisor opened a new round */
+            uint64_t g = 0;
+            bool open = false;
+            ftc_err_t e2 = {0};
+            if (ftc_rdzv_state(r, o->job, &g, &open, &e2) == 0 && (g > s->gen || open))
+                return FTC__NEW_ROUND;
+            /* failures elsewhere */
+            ftc__ev_scan_t sc = {s, false};
+            ftc_events_read(s->ctl, s->events_after, sizeof s->events_after, 64, 0,
+                            ftc__on_event, &sc);
+            if (sc.failed) {
+                FTC_WARN("run", "%s", s->fail_reason);
+                return FTC__FAILED;
+            }
+            /* everyone finished? */
+            if (exited_ok == o->nproc) {
+                ftc_redis_reply_t *rep = NULL;
+                if (!done_marked &&
+                    ftc_redis_cmdv(r, true, &rep, "SADD", done_key, s->node_id, NULL) == 0)
+                    done_marked = true;
+                ftc_redis_reply_free(rep);
+                rep = NULL;
+                long long n = 0;
+                if (done_marked && ftc_redis_cmdv(r, true, &rep, "SCARD", done_key, NULL) == 0 &&
+                    ftc_redis_want_int(rep, "done", &n, NULL) == 0 && n >= s->round.nodes) {
+                    ftc_redis_reply_free(rep);
+                    return FTC__DONE;
+                }
+                ftc_redis_reply_free(rep);
+            }
+        }
+        ftc_sleep_ms(10);
+    }
+    (void)err;
+}
+
+int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_err_t *err)
+{
+    if (!o || !o->job || !o->dir || !o->argv || !o->argv[0] || o->nproc < 1 ||
+        o->nproc > FTC__MAX_LOCAL || o->min_nodes < 1 || o->max_nodes < o->min_nodes ||
+        o->node_index >= (uint32_t)o->max_nodes) {
+        ftc_err_set(err, FTC_EINVAL,
+                    "ftc run: need a job, a binary, 1..%d ranks per node, 1 <= MIN <= MAX nodes "
+                    "and a node index below MAX",
+                    FTC__MAX_LOCAL);
+        return 1;
+    }
+    ftc__sup_t *s = calloc(1, sizeof *s);
+    if (!s) {
+        ftc_err_set(err, FTC_ENOMEM, "ftc run: out of memory");
+        return 1;
+    }
+    s->o = o;
+    if (o->node_id && *o->node_id)
+        snprintf(s->node_id, sizeof s->node_id, "%s", o->node_id);
+    else
+        snprintf(s->node_id, sizeof s->node_id, "node%u", o->node_index);
+    int ec = 1;
+    ftc_redis_options_t ro = FTC_REDIS_OPTIONS_INIT;
+    ftc_redis_t *r = ftc_redis_connect(&o->redis, &ro, err);
+    if (!r)
+        goto out;
+    s->ctl = ftc_ctl_create(r, o->job, err);
+    if (!s->ctl) {
+        ftc_redis_close(r);
+        goto out;
+    }
+    if (o->ckpt_dir) {
+        s->files = ftc_filestore_create(o->job, o->node_index, s->node_id, &o->redis,
+                                        o->agent.redundancy.kind == FTC_RED_REPLICA && o->agent.redundancy.copies > 0
+                                            ? o->agent.redundancy.copies
+                                            : 1,
+                                        o->agent.provider, err);
+        if (!s->files)
+            goto out;
+    }
+    ftc_rdzv_options_t rdo = FTC_RDZV_OPTIONS_INIT;
+    rdo.job = o->job;
+    rdo.node_id = s->node_id;
+    rdo.min_nodes = o->min_nodes;
+    rdo.max_nodes = o->max_nodes;
+    rdo.settle_ms = o->settle_ms;
+    atomic_int abort_flag = 0;
+    for (;;) {
+        if (stop && *stop) {
+            ec = 1;
+            ftc_err_set(err, FTC_ECANCELED, "ftc run: stopped by a signal");
+            break;
+        }
+        /* 1. rendezvous. A node that arrives while the job runs (a repaired
+         * node, a replacement) opens a round itself: in restart mode the job
+         * grows at once. */
+        ftc_redis_t *rc_r = ftc_ctl_redis(s->ctl);
+        bool spare = s->round.index < 0 && s->round.generation > 0;
+        ftc_rdzv_round_free(&s->round);
+        if (s->gen == 0) {
+            uint64_t g = 0;
+            bool open = false;
+            if (ftc_rdzv_state(rc_r, o->job, &g, &open, err))
+                break;
+            if (g > 0 && !open) {
+                bool opened = false;
+                char why[128];
+                snprintf(why, sizeof why, "node %s joins", s->node_id);
+                int rq = ftc_rdzv_request(rc_r, o->job, g, why, &opened, err);
+                if (rq && rq != FTC_ESTALE)
+                    break;
+            }
+            s->gen = g;
+        }
+        ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)o->join_timeout_ms);
+        int rc = ftc_rdzv_join(rc_r, &rdo, s->gen, &s->round, d, &abort_flag, err);
+        if (rc == FTC_ESTALE) { /* the generation moved on while we were away */
+            s->gen = 0;
+            continue;
+        }
+        if (rc == FTC_ETIMEDOUT && spare) /* spares wait as long as the job runs */
+            continue;
+        if (rc)
+            break;
+        s->gen = s->round.generation;
+        if (s->round.index < 0) {
+            FTC_INFO("run", "generation %" PRIu64 ": %d nodes, this node is a hot spare",
+                     s->gen, s->round.nodes);
+            continue;
+        }
+        FTC_INFO("run", "generation %" PRIu64 ": node %d of %d, world %d", s->gen,
+                 s->round.index, s->round.nodes, s->round.nodes * o->nproc);
+        if (ftc_rdzv_set_world(rc_r, o->job, s->gen, (uint32_t)(s->round.nodes * o->nproc), err) &&
+            err->code != FTC_ESTALE)
+            break;
+        /* 2. the agent of this generation (slots in /dev/shm survive) */
+        if (ftc__agent_start(s, err))
+            break;
+        /* 3. the replicated checkpoint directory, refilled before the ranks start */
+        if (s->files &&
+            ftc_filestore_restore(s->files, s->gen, (const char(*)[65])s->round.members,
+                                  s->round.nodes, err))
+            FTC_WARN("run", "FTC_CKPT_DIR: %s", ftc_err_str(err));
+        /* 4. MASTER_ADDR:PORT and the ranks */
+        char host[256];
+        int port = 0;
+        ftc__events_mark(s);
+        ftc__restore_map(s);
+        if (ftc__master(s, host, sizeof host, &port, err) ||
+            ftc__start_ranks(s, host, port, err)) {
+            ftc__stop_ranks(s);
+            break;
+        }
+        int how = ftc__watch(s, stop, err);
+        ftc__stop_ranks(s);
+        if (how == FTC__DONE) {
+            ec = 0;
+            FTC_INFO("run", "generation %" PRIu64 ": every rank finished", s->gen);
+            break;
+        }
+        if (how == FTC__STOPPED) {
+            ftc_err_set(err, FTC_ECANCELED, "ftc run: stopped by a signal");
+            break;
+        }
+        if (how == FTC__FAILED) {
+            bool opened = false;
+            ftc_err_t e2 = {0};
+            ftc_rdzv_request(ftc_ctl_redis(s->ctl), o->job, s->gen, s->fail_reason, &opened,
+                             &e2);
+        }
+        if (++s->failures > o->max_restarts) {
+            ftc_err_set(err, FTC_EAGAIN,
+                        "ftc run: %d failed generations, more than --max-restarts %d; last: %s",
+                        s->failures, o->max_restarts,
+                        s->fail_reason[0] ? s->fail_reason : "another node failed");
+            break;
+        }
+        FTC_WARN("run", "generation %" PRIu64 " failed (%s): restart %d of %d", s->gen,
+                 s->fail_reason[0] ? s->fail_reason : "a new round was opened", s->failures,
+                 o->max_restarts);
+        s->fail_reason[0] = 0;
+    }
+out:
+    ftc__stop_ranks(s);
+    ftc__agent_stop(&s->ag);
+    ftc_filestore_destroy(s->files);
+    ftc_rdzv_round_free(&s->round);
+    ftc_ctl_destroy(s->ctl);
+    free(s);
+    return ec;
+}

@@ -1,0 +1,81 @@
+/*
+ * run.h — `ftc run`: the per-node supervisor that wraps a training binary,
+ * torchrun-style, and keeps it going through failures (restart mode).
+ *
+ * One supervisor per node. It runs the node's agent (ckpt/agent.h) on a
+ * thread of its own, joins a rendezvous round (recover/rendezvous.h), starts
+ * nproc local ranks of BINARY with the round's environment, and watches:
+ *   - its ranks (a rank that exits non-zero, or is killed, fails the round);
+ *   - the job's event stream (a node_lost, hang or rank_exit of a member of
+ *     the current generation fails the round);
+ *   - the rendezvous state (another supervisor opened a new round).
+ * A failed round: the supervisor asks for a new one (fenced by the generation
+ * it saw, so N supervisors noticing the same failure open one round), stops
+ * its ranks (SIGTERM, then SIGKILL after grace_ms: a SIGSTOPped rank dies
+ * too), restarts its agent for the new generation (the shm slots stay), joins,
+ * and starts its ranks again with the new layout. Ranks linked with libftc
+ * restore from the node's shm or from peers (ftc_restore); ranks that are
+ * not can use FTC_CKPT_DIR (plugins/filestore.h). After max_restarts failed
+ * rounds the supervisor gives up (exit 1). When every member's ranks exited
+ * 0 the job is done (exit 0). A supervisor that finds itself a hot spare
+ * waits for the next round.
+ *
+ * Environment of each rank (torchrun's names, then ftc's):
+ *   RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK ROLE_RANK
+ *   MASTER_ADDR MASTER_PORT TORCHELASTIC_RESTART_COUNT
+ *   TORCHELASTIC_MAX_RESTARTS TORCHELASTIC_RUN_ID
+ *   FTC_RANK FTC_WORLD_SIZE FTC_JOB_ID FTC_GENERATION FTC_NODE_RANK
+ *   FTC_AGENT_SOCKET FTC_REDIS_URL (no password: FTC_REDIS_PASSWORD_FILE)
+ *   FTC_CKPT_DIR (when enabled)
+ * MASTER_PORT is a free port picked by the round's node 0 and published in
+ * Redis (ftc:{job}:master:GEN), so each generation gets a fresh one.
+ *
+ * Thread-safety: one supervisor per process; ftc_run_node is called once.
+ */
+#ifndef FTC_PLUGINS_RUN_H
+#define FTC_PLUGINS_RUN_H
+
+#include "ckpt/agent.h"
+#include "core/err.h"
+#include "detect/redis.h"
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ftc_run_options {
+    uint32_t struct_size;      /* sizeof(ftc_run_options_t) */
+    const char *job;           /* job id */
+    const char *dir;           /* job directory (sockets, pids, url file) */
+    ftc_redis_url_t redis;     /* the job's Redis */
+    uint32_t node_index;       /* this node's stable index, 0..max_nodes-1 */
+    const char *node_id;       /* "" = "node<index>" */
+    const char *host;          /* MASTER_ADDR when this node is the round's node 0 */
+    int min_nodes, max_nodes;  /* --nnodes MIN:MAX */
+    int nproc;                 /* ranks per node */
+    int max_restarts;          /* failed rounds before giving up */
+    int settle_ms;             /* rendezvous: wait for late nodes after MIN arrived */
+    int join_timeout_ms;       /* rendezvous deadline */
+    int grace_ms;              /* SIGTERM -> SIGKILL when stopping ranks */
+    bool ckpt_dir;             /* give ranks FTC_CKPT_DIR (replicated files) */
+    ftc_agent_options_t agent; /* the agent's settings (index, nodes, ranks, job filled in) */
+    char *const *argv;         /* BINARY ARGS..., NULL-terminated */
+} ftc_run_options_t;
+
+#define FTC_RUN_OPTIONS_INIT                                                                       \
+    {.struct_size = sizeof(ftc_run_options_t), .min_nodes = 1, .max_nodes = 1, .nproc = 1,       \
+     .max_restarts = 3, .settle_ms = 1000, .join_timeout_ms = 120000, .grace_ms = 3000}
+
+/* Runs this node until the job is done, fails for good, or *stop is set
+ * (SIGINT/SIGTERM: ranks are stopped, the agent leaves). Returns the exit
+ * code of `ftc run`: 0 done, 1 failed (err says why). */
+int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_err_t *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

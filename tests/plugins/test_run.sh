@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# test_run.sh — `ftc run` in restart mode, end to end with real processes, a
+# real embedded Redis, real agents and real signals (tests/ckpt/rank_main is
+# the training binary: it checkpoints every step through include/ftc.h and
+# checks, byte for byte, the state it restores).
+#
+#   1. a rank kills itself (SIGKILL) after a committed step: every node stops
+#      its ranks, a new generation starts, every rank restores the committed
+#      step and the job finishes;
+#   2. a node is lost (its supervisor, agent and ranks killed with SIGKILL and
+#      its shared memory wiped): the two survivors shrink to a world of 2, the
+#      rank that moved restores its shard from a peer's memory, and the lost
+#      node comes back (a new `ftc run --node-rank 1`) and the job grows back;
+#   3. a rank stopped with SIGSTOP is found hung, killed and the job recovers;
+#   4. an unmodified binary (tests/plugins/ckptfile_main: rank 0 saves its
+#      own state file in FTC_CKPT_DIR) loses the node that wrote the file: the
+#      new rank 0 on another node loads it, put back from a peer's memory.
+#
+# usage: test_run.sh PATH/TO/ftc PATH/TO/rank_main PATH/TO/ckptfile_main
+set -u
+FTC=${1:?usage: test_run.sh FTC RANK_MAIN}
+RANK=${2:?usage: test_run.sh FTC RANK_MAIN CKPTFILE_MAIN}
+CKF=${3:?usage: test_run.sh FTC RANK_MAIN CKPTFILE_MAIN}
+BASE=${FTC_TEST_TMP:-/tmp}
+mkdir -p "$BASE"
+T=$(mktemp -d "$BASE/run-XXXXXX")
+tag=$$
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill -9 -- "$p" 2>/dev/null; done
+    wait 2>/dev/null
+    rm -f /dev/shm/ftc.run"$tag"* 2>/dev/null
+    rm -rf "$T"
+}
+trap cleanup EXIT
+fails=0
+check() { # check DESCRIPTION COMMAND...
+    local what=$1
+    shift
+    if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; fails=$((fails + 1)); fi
+}
+count() { grep -c -- "$1" "$2" 2>/dev/null || true; }
+# committed step of a job (-1 while none), from `ftc status --json`
+committed() {
+    "$FTC" status --json --job "$1" --job-dir "$2" 2>/dev/null |
+        sed -n 's/.*"committed_step": *\(-\{0,1\}[0-9]*\).*/\1/p' | head -1
+}
+wait_committed() { # JOB DIR STEP TIMEOUT_S
+    local end=$((SECONDS + $4)) c
+    while [ $SECONDS -lt $end ]; do
+        c=$(committed "$1" "$2")
+        [ -n "$c" ] && [ "$c" -ge "$3" ] && return 0
+        sleep 0.2
+    done
+    return 1
+}
+export FTC_LOG_LEVEL=${FTC_LOG_LEVEL:-info}
+# FTC_RUN_ONLY=24 runs scenarios 2 and 4 only (while debugging)
+want() { case ${FTC_RUN_ONLY:-1234} in *$1*) return 0 ;; esac; return 1; }
+
+# ---- 1. a rank dies -------------------------------------------------------------------
+if want 1; then
+J1=run${tag}a
+timeout 120 "$FTC" run --simulate-nodes 3 --job "$J1" --job-dir "$T/j1" --max-restarts 2 \
+    --settle-ms 300 -- "$RANK" --steps 20 --step-ms 30 --floats 4096 --restore \
+    --die-after 6 --die-rank 1 --strict >"$T/1.out" 2>&1
+rc=$?
+check "1: ftc run finished the job after a rank died (exit $rc)" test $rc -eq 0
+check "1: the rank's death failed the generation" grep -q "rank 1 (node node1) was killed by signal 9" "$T/1.out"
+check "1: every rank restored a committed step, byte for byte ($(count 'RESTORED [0-9]* OK' "$T/1.out"))" \
+    test "$(count 'RESTORED [0-9]* OK' "$T/1.out")" -ge 3
+check "1: no bad restore, no error" bash -c "! grep -q 'RESTORED [0-9]* BAD\|^ERROR' '$T/1.out'"
+check "1: every rank reached the last step" test "$(count 'COMMITTED 19' "$T/1.out")" -ge 3
+[ $fails -eq 0 ] || { echo "--- output of 1:"; tail -60 "$T/1.out"; }
+fi
+
+# ---- 2. a node is lost, the job shrinks, the node comes back ---------------------------------
+if want 2; then
+J2=run${tag}b
+f0=$fails
+"$FTC" run --simulate-nodes 3 --nnodes 2:3 --job "$J2" --job-dir "$T/j2" --max-restarts 4 \
+    --settle-ms 500 -- "$RANK" --steps 160 --step-ms 40 --floats 4096 --restore --strict \
+    >"$T/2.out" 2>&1 &
+runpid=$!
+pids+=($runpid)
+check "2: the job committed step 5" wait_committed "$J2" "$T/j2" 5 60
+victim=$(cat "$T/j2/node1.pid" 2>/dev/null)
+check "2: node 1 has a pid file" test -n "$victim"
+before=$(committed "$J2" "$T/j2")
+kill -9 "$victim"
+rm -f /dev/shm/ftc."$J2".n1.* 2>/dev/null # the node's memory is gone with it
+check "2: the survivors shrank to 2 nodes" bash -c \
+    "for i in \$(seq 300); do grep -q 'of 2, world 2' '$T/2.out' && exit 0; sleep 0.1; done; exit 1"
+check "2: the job commits again after the shrink" wait_committed "$J2" "$T/j2" $((before + 3)) 60
+# the node comes back: a new supervisor for index 1 joins, the job grows back
+url=$(cat "$T/j2/redis.url")
+"$FTC" run --node-rank 1 --nnodes 2:3 --job "$J2" --job-dir "$T/j2" --redis "$url" \
+    --max-restarts 4 --settle-ms 500 -- "$RANK" --steps 160 --step-ms 40 --floats 4096 \
+    --restore --strict >"$T/2b.out" 2>&1 &
+pids+=($!)
+back=$!
+check "2: the returning node joined a 3-node generation" bash -c \
+    "for i in \$(seq 400); do grep -q 'of 3, world 3' '$T/2b.out' && exit 0; sleep 0.1; done; exit 1"
+wait $runpid
+rc=$?
+wait $back
+rc2=$?
+check "2: the simulated job finished (exit $rc)" test $rc -eq 0
+check "2: the returning node finished (exit $rc2)" test $rc2 -eq 0
+check "2: ranks restored committed state after the loss ($(count 'RESTORED [0-9]* OK' "$T/2.out"))" \
+    test "$(count 'RESTORED [0-9]* OK' "$T/2.out")" -ge 2
+check "2: the returning node's rank restored from peers" grep -q 'RESTORED [0-9]* OK' "$T/2b.out"
+check "2: no bad restore, no error" bash -c "! grep -q 'RESTORED [0-9]* BAD\|^ERROR' '$T/2.out' '$T/2b.out'"
+check "2: the node loss is in the event stream" bash -c \
+    "'$FTC' events --job '$J2' --job-dir '$T/j2' --redis '$url' 2>/dev/null | grep -q node_lost"
+[ $fails -eq $f0 ] || { echo "--- output of 2:"; tail -80 "$T/2.out"; echo "--- 2b:"; tail -40 "$T/2b.out"; }
+fi
+
+# ---- 3. a rank hangs (SIGSTOP) ---------------------------------------------------------------
+if want 3; then
+J3=run${tag}c
+f0=$fails
+"$FTC" run --simulate-nodes 2 --job "$J3" --job-dir "$T/j3" --max-restarts 2 --settle-ms 300 \
+    -- "$RANK" --steps 120 --step-ms 40 --floats 4096 --restore --strict >"$T/3.out" 2>&1 &
+runpid=$!
+pids+=($runpid)
+check "3: the job committed step 8" wait_committed "$J3" "$T/j3" 8 60
+node=$(cat "$T/j3/node0.pid")
+victim=$(pgrep -P "$node" -f rank_main | head -1)
+check "3: found node 0's rank" test -n "$victim"
+kill -STOP "$victim"
+wait $runpid
+rc=$?
+check "3: the job finished after the hang (exit $rc)" test $rc -eq 0
+check "3: the hang was detected" grep -q "hangs" "$T/3.out"
+check "3: no bad restore, no error" bash -c "! grep -q 'RESTORED [0-9]* BAD\|^ERROR' '$T/3.out'"
+[ $fails -eq $f0 ] || { echo "--- output of 3:"; tail -60 "$T/3.out"; }
+fi
+
+# ---- 4. an unmodified binary and FTC_CKPT_DIR ---------------------------------------------------
+if want 4; then
+J4=run${tag}d
+f0=$fails
+"$FTC" run --simulate-nodes 3 --nnodes 2:3 --ckpt-dir --job "$J4" --job-dir "$T/j4" \
+    --max-restarts 2 --settle-ms 300 -- "$CKF" --steps 60 --step-ms 250 >"$T/4.out" 2>&1 &
+runpid=$!
+pids+=($runpid)
+check "4: rank 0 saved step 10 in FTC_CKPT_DIR" bash -c \
+    "for i in \$(seq 600); do grep -q 'SAVED 10' '$T/4.out' 2>/dev/null && exit 0; sleep 0.1; done; exit 1"
+sleep 1 # let the filestore push the newest version
+victim=$(cat "$T/j4/node0.pid")
+kill -9 "$victim"
+rm -rf /dev/shm/ftc."$J4".ckptdir.n0 /dev/shm/ftc."$J4".n0.* /dev/shm/ftc."$J4".files.n0.* 2>/dev/null
+wait $runpid
+rc=$?
+check "4: the job finished without the node that wrote the file (exit $rc)" test $rc -eq 0
+check "4: the new rank 0 loaded the saved state from a peer's memory" \
+    grep -q 'LOADED [1-9][0-9]* OK' "$T/4.out"
+check "4: no bad load, no error" bash -c "! grep -q 'LOADED [0-9]* BAD\|^ERROR' '$T/4.out'"
+check "4: every rank finished" test "$(count 'DONE 59' "$T/4.out")" -ge 2
+[ $fails -eq $f0 ] || { echo "--- output of 4:"; tail -60 "$T/4.out"; }
+fi
+
+if [ $fails -ne 0 ]; then
+    echo "test_run: $fails check(s) failed"
+    exit 1
+fi
+echo "test_run: all checks passed"
