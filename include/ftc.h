@@ -171,6 +171,36 @@ int ftc_wait_committed(ftc_ctx_t *ctx, int64_t step);
  * message names where it looked. */
 int ftc_restore(ftc_ctx_t *ctx, int64_t *step, void *meta, size_t *meta_len);
 
+/* ---- after a layout change (elastic shrink or grow) ----------------------------
+ * `ftc run` sets FTC_RESTORE_RANK when the world changed: the rank of the
+ * previous generation whose state this rank continues (a node that survived
+ * keeps its own; a newcomer takes a lost node's). ftc_restore honours it: it
+ * restores that rank's shard (tensors matched by name, dtype and shape) from
+ * this node's memory, a peer's replica, parity or the persist tier. A
+ * trainer whose state is sharded by the world size (ZeRO-1) reads the pieces
+ * it needs with ftc_fetch instead. */
+
+/* ftc_restore from rank src_rank's shard of the newest committed version. */
+int ftc_restore_from(ftc_ctx_t *ctx, int src_rank, int64_t *step, void *meta,
+                     size_t *meta_len);
+
+/* A read-only, verified copy of one rank's shard of a committed version. */
+typedef struct ftc_shard_ref ftc_shard_ref_t;
+
+/* Fetches rank src_rank's shard of committed step `step` (-1: the newest
+ * committed) wherever it is (this node, a peer, parity, persist tier), every
+ * byte checksum-verified (I1). FTC_ENOENT when no copy exists; the message
+ * names where the agent looked. Release with ftc_shard_release. */
+int ftc_fetch(ftc_ctx_t *ctx, int src_rank, int64_t step, ftc_shard_ref_t **out);
+/* The step of a fetched shard and its metadata (as given to ftc_checkpoint). */
+int64_t ftc_shard_step(const ftc_shard_ref_t *s);
+const void *ftc_shard_meta(const ftc_shard_ref_t *s, size_t *len);
+/* Tensor `name` of a fetched shard: its bytes (valid until release), dtype
+ * and element count. FTC_ENOENT when the shard has no such tensor. */
+int ftc_shard_tensor(const ftc_shard_ref_t *s, const char *name, const void **data, int *dtype,
+                     uint64_t *numel);
+void ftc_shard_release(ftc_shard_ref_t *s); /* NULL is a no-op */
+
 #ifdef __cplusplus
 }
 #endif
