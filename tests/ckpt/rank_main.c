@@ -7,6 +7,10 @@
  *
  * usage: rank_main --steps N [--restore] [--floats F] [--step-ms MS]
  *                  [--die-after S [--die-rank R]] [--seed X] [--no-commit] [--strict]
+ *                  [--fetch R[:S]]
+ * --fetch reads rank R's shard of the newest committed step (or of step S)
+ * through ftc_fetch at the end and checks it against R's values:
+ * "FETCHED R s OK".
  * --die-rank limits --die-after to one rank, and only in the first run of
  * an `ftc run` job (TORCHELASTIC_RESTART_COUNT unset or 0). --strict makes
  * an ERROR or a BAD restore exit with status 1 (for `ftc run`, where a
@@ -45,7 +49,8 @@ int main(int argc, char **argv)
     int64_t steps = 5, die_after = -1;
     uint64_t floats = 1 << 16, seed = 7;
     int step_ms = 0;
-    int restore = 0, no_commit = 0, die_rank = -1, strict = 0;
+    int restore = 0, no_commit = 0, die_rank = -1, strict = 0, fetch = -1;
+    int64_t fetch_step = -1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--steps") && i + 1 < argc)
             steps = atoll(argv[++i]);
@@ -59,6 +64,12 @@ int main(int argc, char **argv)
             die_after = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--die-rank") && i + 1 < argc)
             die_rank = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--fetch") && i + 1 < argc) {
+            char *colon;
+            fetch = (int)strtol(argv[++i], &colon, 10);
+            if (*colon == ':')
+                fetch_step = atoll(colon + 1);
+        }
         else if (!strcmp(argv[i], "--strict"))
             strict = 1;
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
@@ -146,6 +157,39 @@ int main(int argc, char **argv)
         else {
             printf("ERROR: commit: %s\n", ftc_last_error(ctx));
             failed = 1;
+        }
+    }
+    if (fetch >= 0) {
+        ftc_shard_ref_t *ref = NULL;
+        int rc = ftc_fetch(ctx, fetch, fetch_step, &ref);
+        if (rc) {
+            printf("FETCH NONE: %s\n", ftc_last_error(ctx));
+            failed = 1;
+        } else {
+            int64_t got = ftc_shard_step(ref);
+            float *ew = calloc(floats, 4), *em = calloc(floats, 4);
+            int64_t es;
+            fill(ew, em, &es, floats, seed, fetch, got);
+            const void *pw = NULL, *pm = NULL, *ps = NULL;
+            uint64_t nw = 0, nm = 0, ns = 0;
+            int dw = 0, dm = 0, ds = 0;
+            int ok = ftc_shard_tensor(ref, "w", &pw, &dw, &nw) == 0 &&
+                     ftc_shard_tensor(ref, "optim.m", &pm, &dm, &nm) == 0 &&
+                     ftc_shard_tensor(ref, "step", &ps, &ds, &ns) == 0 && dw == FTC_DTYPE_F32 &&
+                     nw == floats && nm == floats && ns == 1 && !memcmp(pw, ew, floats * 4) &&
+                     !memcmp(pm, em, floats * 4) && !memcmp(ps, &es, 8) &&
+                     ftc_shard_tensor(ref, "nonesuch", &pw, NULL, NULL) == FTC_ENOENT;
+            size_t ml = 0;
+            const void *mp = ftc_shard_meta(ref, &ml);
+            uint64_t cursor = 0;
+            if (mp && ml == sizeof cursor)
+                memcpy(&cursor, mp, sizeof cursor);
+            ok = ok && ml == sizeof cursor && cursor == (uint64_t)got * 10;
+            printf("FETCHED %d %lld %s\n", fetch, (long long)got, ok ? "OK" : "BAD");
+            failed |= !ok;
+            free(ew);
+            free(em);
+            ftc_shard_release(ref);
         }
     }
     ftc_destroy(ctx);
