@@ -401,7 +401,13 @@ const ftc_cli_cmd_t *cmd, int argc, char **argv)
         /* checked before launching: the layout and the model's heads */
         uint64_t w = rank_mode ? strtoull(wenv, NULL, 10) : nproc;
         ftc_model_config_t mc;
-        if (g.tp < 1 || g.tp > 64 || w < 1 || w % g.tp) {
+        if (w < 2) {
+            ec = ftc_cli_usage_error(cmd, "--tp %llu needs a multiple of %llu ranks: --nproc N "
+                                          "(or N ranks under a launcher, WORLD_SIZE)",
+                                     (unsigned long long)g.tp, (unsigned long long)g.tp);
+            goto out;
+        }
+        if (g.tp < 1 || g.tp > 64 || w % g.tp) {
             ec = ftc_cli_usage_error(cmd, "--tp %llu: must be 1..64 and divide the %llu ranks "
                                           "(--nproc N or WORLD_SIZE); each group of T "
                                           "neighbouring ranks is one tensor-parallel group",
