@@ -19,15 +19,21 @@
  *     re-partitioned): the uninterrupted bits;
  *   - refused: that checkpoint at TP = 1 and at TP = 4 (FTC_ECONFIG, naming
  *     the saved layout); --tp not dividing the ranks or the heads (usage
- *     errors before any rank starts).
+ *     errors before any rank starts);
+ *   - with agents (a real redis-server, two `ftc agent`s): DP = 1 x TP = 2
+ *     checkpointing every step through include/ftc.h (shard coordinates
+ *     tp_rank 0 and 1), TP rank 1 SIGKILLed mid-run, the job restarted: it
+ *     restores the committed step and ends with the uninterrupted bits.
  */
 #include "ftc_test.h"
 
 #include "core/clock.h"
 #include "core/fsio.h"
+#include "detect/redis_fixture.h"
 #include "trainer/dist.h"
 #include "trainer/train.h"
 
+#include <dirent.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -415,6 +421,167 @@ static void test_bad_tp_refused(void **state)
     free(dir);
 }
 
+/* ---- with agents ---------------------------------------------------------- */
+
+static pid_t g_agents[2]; /* killed by agent_teardown, also after a failure */
+
+static pid_t start_agent(const char *jobdir, const char *persist, const char *job,
+                         const char *url, int i)
+{
+    char sock[PATH_MAX + 32], out[PATH_MAX + 32];
+    snprintf(sock, sizeof sock, "%s/agent.%d.sock", jobdir, i);
+    snprintf(out, sizeof out, "%s/agent%d.log", jobdir, i);
+    unlink(sock);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        FILE *o = freopen(out, "a", stdout);
+        FILE *er = freopen(out, "a", stderr);
+        (void)o, (void)er;
+        char bin[PATH_MAX], idx[16];
+        snprintf(bin, sizeof bin, "%s/cli/ftc", bindir());
+        snprintf(idx, sizeof idx, "%d", i);
+        setenv("FTC_REDIS_URL", url, 1);
+        setenv("FI_PROVIDER", "tcp;ofi_rxm", 1);
+        execl(bin, bin, "agent", "--nodes", "2", "--index", idx, "--job", job, "--job-dir",
+              jobdir, "--redundancy", "1", "--persist-dir", persist, "--persist-every", "1000",
+              "--agent-timeout-ms", "8000", (char *)NULL);
+        _exit(127);
+    }
+    ftc_deadline_t d = ftc_deadline_in_ms(20000);
+    struct stat st;
+    while (stat(sock, &st) != 0) {
+        int s;
+        if (waitpid(pid, &s, WNOHANG) == pid)
+            fail_msg("agent %d exited at start (see %s)", i, out);
+        if (ftc_deadline_expired(d))
+            fail_msg("agent %d did not open its socket", i);
+        ftc_sleep_ms(20);
+    }
+    return pid;
+}
+
+/* The two TP ranks of the DP = 1 x TP = 2 job (one per node), `steps` steps. */
+static void start_job(proc_t *p, const char *jobdir, const char *job, const char *tag,
+                      const char *steps)
+{
+    static int incarnation;
+    char rdzv[PATH_MAX];
+    snprintf(rdzv, sizeof rdzv, "%s/rdzv.%d", jobdir, ++incarnation);
+    assert_int_equal(mkdir(rdzv, 0700), 0);
+    for (int r = 0; r < 2; r++) {
+        static char envs[2][5][PATH_MAX + 64];
+        snprintf(envs[r][0], sizeof envs[r][0], "RANK=%d", r);
+        snprintf(envs[r][1], sizeof envs[r][1], "WORLD_SIZE=2");
+        snprintf(envs[r][2], sizeof envs[r][2], "FTC_TRAIN_RDZV_DIR=%s", rdzv);
+        snprintf(envs[r][3], sizeof envs[r][3], "FTC_AGENT_SOCKET=%s/agent.%d.sock", jobdir, r);
+        snprintf(envs[r][4], sizeof envs[r][4], "FTC_JOB_ID=%s", job);
+        const char *env[] = {envs[r][0], envs[r][1], envs[r][2], envs[r][3], envs[r][4], NULL};
+        const char *a[] = {COMMON, "--steps", steps, "--tp", "2", "--coll-timeout-ms", "10000",
+                           NULL};
+        char t[64];
+        snprintf(t, sizeof t, "%s-r%d", tag, r);
+        start(&p[r], jobdir, t, env, a);
+    }
+}
+
+/* Waits until p's output says `what`; fails at once if p exits first. */
+static void wait_said(proc_t *p, const char *what, int timeout_ms)
+{
+    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)timeout_ms);
+    for (;;) {
+        char *s = slurp(p->out);
+        bool y = strstr(s, what) != NULL;
+        free(s);
+        if (y)
+            return;
+        int st;
+        if (waitpid(p->pid, &st, WNOHANG) == p->pid) {
+            p->pid = -1;
+            expect_said(p->out, what);
+            fail_msg("%s: the process exited (status 0x%x) before saying '%s'", p->out, st, what);
+        }
+        if (ftc_deadline_expired(d)) {
+            expect_said(p->out, what);
+            fail_msg("%s never said '%s'", p->out, what);
+        }
+        ftc_sleep_ms(20);
+    }
+}
+
+static void test_agent_tp_kill_restart(void **state)
+{
+    redis_fixture_t *f = *state;
+    char jobdir[PATH_MAX], persist[PATH_MAX], url[512], job[64];
+    snprintf(jobdir, sizeof jobdir, "%s/job", f->dir);
+    snprintf(persist, sizeof persist, "%s/persist", f->dir);
+    snprintf(job, sizeof job, "ttp%d", (int)getpid() % 100000);
+    mkdir(jobdir, 0700);
+    char *u = slurp(ftc_redis_server_url_file(f->srv));
+    u[strcspn(u, "\n")] = 0;
+    snprintf(url, sizeof url, "%s", u);
+    free(u);
+    /* the uninterrupted DP = 1 x TP = 2 run of 8 steps */
+    const char *base[] = {COMMON, "--steps", "8", "--nproc", "2", "--tp", "2", NULL};
+    uint64_t want = run_ok(jobdir, "base8", NULL, base, 8);
+    for (int i = 0; i < 2; i++)
+        g_agents[i] = start_agent(jobdir, persist, job, url, i);
+    /* kill TP rank 1 once step 4 is reported */
+    proc_t p[2];
+    start_job(p, jobdir, job, "run1", "8");
+    wait_said(&p[0], "step 4/", 90000);
+    kill(p[1].pid, SIGKILL);
+    finish(&p[1], 10000);
+    int rc = finish(&p[0], 90000);
+    if (rc == 0) /* rank 0 may have finished first; then nothing to resume */
+        print_message("rank 0 finished before the kill took effect\n");
+    /* the restarted job restores the committed step and ends with the same bits */
+    start_job(p, jobdir, job, "run2", "8");
+    assert_int_equal(finish(&p[1], 120000), 0);
+    int rc0 = finish(&p[0], 120000);
+    if (rc0 != 0) {
+        char *s = slurp(p[0].out);
+        print_error("restarted rank 0 exited %d:\n%s\n", rc0, s);
+        free(s);
+    }
+    assert_int_equal(rc0, 0);
+    assert_true(expect_said(p[0].out, "restored step"));
+    assert_true(expect_said(p[1].out, "restored step"));
+    char *s = slurp(p[0].out);
+    char *r = strstr(s, "restored step ");
+    print_message("DP=1 x TP=2 through the agents, restart: %.*s\n",
+                  r ? (int)strcspn(r, "\n") : 0, r ? r : "");
+    free(s);
+    assert_true(params_hash(p[0].out, 8) == want);
+}
+
+/* Also after a failed assertion: the agents and their shared memory go. */
+static int agent_teardown(void **state)
+{
+    for (int i = 0; i < 2; i++) {
+        if (g_agents[i] > 0) {
+            kill(g_agents[i], SIGKILL);
+            waitpid(g_agents[i], NULL, 0);
+        }
+        g_agents[i] = 0;
+    }
+    DIR *d = opendir("/dev/shm");
+    struct dirent *de;
+    char prefix[80];
+    snprintf(prefix, sizeof prefix, "ftc.ttp%d.", (int)getpid() % 100000);
+    while (d && (de = readdir(d))) {
+        if (!strncmp(de->d_name, prefix, strlen(prefix))) {
+            char pth[PATH_MAX];
+            snprintf(pth, sizeof pth, "/dev/shm/%s", de->d_name);
+            unlink(pth);
+        }
+    }
+    if (d)
+        closedir(d);
+    return redis_fixture_teardown(state);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -423,6 +590,8 @@ int main(void)
         cmocka_unit_test(test_dp_x_tp_bit_identical),
         cmocka_unit_test(test_tp2_vs_tp1_tolerance),
         cmocka_unit_test(test_stop_resume_and_repartition),
+        cmocka_unit_test_setup_teardown(test_agent_tp_kill_restart, redis_fixture_setup,
+                                        agent_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
