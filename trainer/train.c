@@ -126,7 +126,7 @@ static int ftc__check_options(const ftc_train_options_t *o, ftc_err_t *err)
     if (o->coll_timeout_ms < 1)
         return ftc_err_set(err, FTC_EINVAL, "collective timeout must be >= 1 ms");
     int tp = o->tp_coll ? ftc_coll_size(o->tp_coll) : 1;
-    if (o->tp < 1 || (o->tp != 1 && o->tp != tp))
+    if (o->tp < 0 || (o->tp > 1 && o->tp != tp))
         return ftc_err_set(err, FTC_EINVAL, "tp %d: %s", o->tp,
                            o->tp_coll ? "must be 1 or the size of the TP communicator"
                                       : "tensor parallelism needs a TP communicator (tp_coll)");
@@ -730,6 +730,7 @@ ftc_trainer_t *ftc_trainer_create(const ftc_train_options_t *o, ftc_err_t *err)
     /* model and optimizer */
     t->tpn = o->tp_coll ? ftc_coll_size(o->tp_coll) : 1;
     t->tpr = o->tp_coll ? ftc_coll_rank(o->tp_coll) : 0;
+    t->o.tp = t->tpn; /* the layout the agent is told (ftc_create) */
     t->tp_ctx.coll = o->tp_coll;
     t->tp_ctx.timeout_ms = o->coll_timeout_ms;
     t->model = ftc_model_create_tp(&o->model, t->k, o->micro_batch, o->seq_len, o->seed, t->tpr,

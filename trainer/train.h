@@ -108,7 +108,7 @@ typedef struct ftc_train_options {
     int world_rank, world_size; /* this process in the job (for the agent); 0, 1 */
     int tp;                     /* tensor-parallel degree of the layout (1; see dist.h) */
     const char *agent;          /* ftc agent socket: checkpoints through include/ftc.h */
-    /* tensor parallelism (see the top); NULL = none. tp must then be 1 or its size */
+    /* tensor parallelism (see the top); NULL = none. tp must be 0, 1 or its size */
     ftc_coll_t *tp_coll;        /* the TP group of this process (not owned) */
 } ftc_train_options_t;
 
