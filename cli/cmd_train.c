@@ -548,7 +548,8 @@ const ftc_cli_cmd_t *cmd, int argc, char **argv)
              g.model, ftc_model_param_count(&o.model),
              o.model.layers, o.model.channels, o.model.heads, o.micro_steps, o.micro_batch,
              o.seq_len, o.deterministic ? "deterministic" : "fp32 accumulation",
-             world > (int)g.tp ? " over real DP ranks (ZeRO-1)" : o.dp > 1 ? " over virtual ranks" : "");
+             world > (int)g.tp ? " over real DP ranks (ZeRO-1)"
+                               : o.dp > 1 ? " over virtual ranks" : "");
     if (!quiet && g.tp > 1)
         FTC_INFO("train", "tensor parallelism: %d DP x %llu TP ranks, %zu parameters per TP rank",
                  world / (int)g.tp, (unsigned long long)g.tp, ftc_model_num_params(m));

@@ -442,7 +442,8 @@ static int ftc__saved_info(const char *dir, uint64_t step, ftc_shard_info_t *inf
     int rc = ftc_persist_load(p, step, &l);
     if (rc < 0)
         rc = ftc_err_set(err, rc, "%s: %s", dir, ftc_persist_errstr(p));
-    else if (l->n_shards != 1 || (rc = ftc_shard_open(&view, l->shards[0], l->sizes[0], 0, err)) < 0)
+    else if (l->n_shards != 1 ||
+             (rc = ftc_shard_open(&view, l->shards[0], l->sizes[0], 0, err)) < 0)
         rc = rc < 0 ? rc : ftc_err_set(err, FTC_ECORRUPT, "%s: not one chunk per version", dir);
     else
         *info = view.info;
