@@ -30,7 +30,7 @@ static const char ftc__train_help[] =
     "                 [--global-batch G] [--seq-len T] [--lr X] [--warmup N] [--seed S]\n"
     "                 [--data FILE | --corpus generated] [--deterministic [--dp R]]\n"
     "                 [--ckpt-dir DIR [--ckpt-every N]] [--train-config FILE.json]\n"
-    "                 [--nproc N] [--agent SOCKET] [--coll-timeout-ms MS] [--stop-at K]\n"
+    "                 [--nproc N [--tp T]] [--agent SOCKET] [--coll-timeout-ms MS] [--stop-at K]\n"
     "       ftc train --tokenize TEXT --data OUT\n"
     "\n"
     "Trains the reference GPT (CPU or CUDA kernels, --backend) on one process, on N\n"
@@ -65,6 +65,8 @@ static const char ftc__train_help[] =
     "  --ckpt-every N         checkpoint every N steps (default 10; 1 with an agent)\n"
     "  --nproc N              launch N local rank processes (real data parallelism,\n"
     "                         ZeRO-1; implies --deterministic); --nproc-per-node N too\n"
+    "  --tp T                 tensor parallelism: the N ranks form N/T DP ranks of T TP\n"
+    "                         ranks (Megatron splits; T divides N and the heads)\n"
     "  --agent SOCKET         checkpoint through include/ftc.h and this `ftc agent`\n"
     "                         (default: $FTC_AGENT_SOCKET when set)\n"
     "  --coll-timeout-ms MS   deadline of each collective and of the rendezvous (60000)\n"
@@ -89,9 +91,10 @@ typedef struct ftc__train_args {
     bool deterministic;
     const char *agent;
     uint64_t nproc, nproc_per_node, coll_timeout_ms, stop_at;
+    uint64_t tp;
 } ftc__train_args_t;
 
-enum { FTC__NOPTS = 29 };
+enum { FTC__NOPTS = 30 };
 
 /* Applies JSON values to the settings whose flags were not given. */
 static int ftc__apply_json(const ftc_cli_cmd_t *cmd, json_t *root, const ftc_cli_opt_t *opts,
@@ -312,7 +315,7 @@ const ftc_cli_cmd_t *cmd, int argc, char **argv)
         .model = "tiny", .backend = "auto", .lr = "1e-3", .min_lr_ratio = "0.1",
         .weight_decay = "0.1", .grad_clip = "1.0", .steps = 200, .micro_batch = 8, .seq_len = 64,
         .warmup = 10, .seed = 1337, .corpus_bytes = 1u << 20, .dp = 1, .ckpt_every = 10,
-        .eval_batches = 16, .log_every = 10, .coll_timeout_ms = 60000,
+        .eval_batches = 16, .log_every = 10, .coll_timeout_ms = 60000, .tp = 1,
     };
     bool seen[FTC__NOPTS] = {0};
     const ftc_cli_opt_t opts[FTC__NOPTS] = {
@@ -345,6 +348,7 @@ const ftc_cli_cmd_t *cmd, int argc, char **argv)
         {"--nproc-per-node", FTC_OPT_U64, &g.nproc_per_node, &seen[26]},
         {"--coll-timeout-ms", FTC_OPT_U64, &g.coll_timeout_ms, &seen[27]},
         {"--stop-at", FTC_OPT_U64, &g.stop_at, &seen[28]},
+        {"--tp", FTC_OPT_U64, &g.tp, &seen[29]},
     };
     ftc_cli_args_t a;
     int ec = ftc_cli_parse(cmd, argc, argv, opts, FTC__NOPTS, 0, 0, &a);
@@ -393,6 +397,37 @@ const ftc_cli_cmd_t *cmd, int argc, char **argv)
                                       "ranks)", (unsigned long long)nproc);
         goto out;
     }
+    if (g.tp != 1) {
+        /* checked before launching: the layout and the model's heads */
+        uint64_t w = rank_mode ? strtoull(wenv, NULL, 10) : nproc;
+        ftc_model_config_t mc;
+        if (w < 2) {
+            ec = ftc_cli_usage_error(cmd, "--tp %llu needs a multiple of %llu ranks: --nproc N "
+                                          "(or N ranks under a launcher, WORLD_SIZE)",
+                                     (unsigned long long)g.tp, (unsigned long long)g.tp);
+            goto out;
+        }
+        if (g.tp < 1 || g.tp > 64 || w % g.tp) {
+            ec = ftc_cli_usage_error(cmd, "--tp %llu: must be 1..64 and divide the %llu ranks "
+                                          "(--nproc N or WORLD_SIZE); each group of T "
+                                          "neighbouring ranks is one tensor-parallel group",
+                                     (unsigned long long)g.tp, (unsigned long long)w);
+            goto out;
+        }
+        if (ftc_model_preset(g.model, &mc, &err) < 0) {
+            ec = ftc_cli_usage_error(cmd, "--model: %s", ftc_err_str(&err));
+            goto out;
+        }
+        if (mc.heads % (int)g.tp) {
+            ec = ftc_cli_usage_error(cmd, "--tp %llu must divide the %d attention heads of model "
+                                          "%s", (unsigned long long)g.tp, mc.heads, g.model);
+            goto out;
+        }
+        if (g.dp > 1) {
+            ec = ftc_cli_usage_error(cmd, "--tp excludes --dp (virtual ranks)");
+            goto out;
+        }
+    }
     if (nproc > 1 && !rank_mode) {
         ec = ftc__launch(cmd, argc, argv, (int)nproc, g.coll_timeout_ms);
         goto out;
@@ -409,6 +444,8 @@ const ftc_cli_cmd_t *cmd, int argc, char **argv)
         world = (int)wl, rank = (int)rl;
     }
     bool quiet = rank != 0; /* only rank 0 prints the progress */
+    /* the TP group of DP rank 0 (ranks 0..tp-1) evaluates and hashes together */
+    bool final = (uint64_t)rank < g.tp;
     if (world > 1) {
         if (g.dp > 1) {
             ec = ftc_cli_usage_error(cmd, "--dp (virtual ranks) cannot be combined with %d real "
@@ -416,7 +453,7 @@ const ftc_cli_cmd_t *cmd, int argc, char **argv)
             goto out;
         }
         g.deterministic = true; /* real DP sums gradients exactly */
-        ftc_dist_opts_t dopt = {.world = world, .tp = 1, .rank = rank, .provider = NULL,
+        ftc_dist_opts_t dopt = {.world = world, .tp = (int)g.tp, .rank = rank, .provider = NULL,
                                 .dir = getenv("FTC_TRAIN_RDZV_DIR"),
                                 .host = getenv("MASTER_ADDR"), .port = ftc__rdzv_port(),
                                 /* slow starts on a loaded machine: at least a minute */
@@ -489,6 +526,8 @@ const ftc_cli_cmd_t *cmd, int argc, char **argv)
     o.ckpt_every = g.ckpt_every;
     o.job_id = ftc_config_str(a.cfg, FTC_CFG_JOB_ID);
     o.dp_coll = dist ? dist->dp : NULL;
+    o.tp_coll = dist ? dist->tp : NULL;
+    o.tp = (int)g.tp;
     o.coll_timeout_ms = (int)g.coll_timeout_ms;
     o.world_rank = rank;
     o.world_size = world;
@@ -506,10 +545,14 @@ const ftc_cli_cmd_t *cmd, int argc, char **argv)
     if (!quiet)
         FTC_INFO("train", "model %s: %zu parameters, L %d, C %d, heads %d; "
              "global batch %d x %d sequences of %d tokens; %s%s", /* the backend: kernels' line */
-             g.model, ftc_model_num_params(m),
+             g.model, ftc_model_param_count(&o.model),
              o.model.layers, o.model.channels, o.model.heads, o.micro_steps, o.micro_batch,
              o.seq_len, o.deterministic ? "deterministic" : "fp32 accumulation",
-             world > 1 ? " over real DP ranks (ZeRO-1)" : o.dp > 1 ? " over virtual ranks" : "");
+             world > (int)g.tp ? " over real DP ranks (ZeRO-1)"
+                               : o.dp > 1 ? " over virtual ranks" : "");
+    if (!quiet && g.tp > 1)
+        FTC_INFO("train", "tensor parallelism: %d DP x %llu TP ranks, %zu parameters per TP rank",
+                 world / (int)g.tp, (unsigned long long)g.tp, ftc_model_num_params(m));
     bool tty = !quiet && isatty(STDOUT_FILENO);
     uint64_t stop = g.stop_at && g.stop_at < o.steps ? g.stop_at : o.steps;
     ftc_train_stats_t st;
@@ -549,17 +592,32 @@ const ftc_cli_cmd_t *cmd, int argc, char **argv)
             fflush(stdout);
         }
     }
+    if (!final) {
+        ec = FTC_EXIT_OK;
+        goto out;
+    }
+    /* with TP the forward and the hash are collectives of the TP group */
+    float ev = ftc_trainer_eval(t, (int)(g.eval_batches ? g.eval_batches : 1));
+    if (g.tp > 1 && ftc_model_status(m, &err) < 0) {
+        ec = ftc_cli_fail(cmd, "evaluation: %s", ftc_err_str(&err));
+        goto out;
+    }
+    /* the weights' fingerprint: the FULL parameters (with TP the slices
+     * gathered into the full tensors), the same for every DP degree in
+     * deterministic mode (at a fixed TP degree) */
+    uint64_t ph = 0;
+    if (ftc_trainer_full_params(t, &ph, NULL, &err) < 0) {
+        ec = ftc_cli_fail(cmd, "hashing the parameters: %s", ftc_err_str(&err));
+        goto out;
+    }
     if (quiet) {
         ec = FTC_EXIT_OK;
         goto out;
     }
-    float ev = ftc_trainer_eval(t, (int)(g.eval_batches ? g.eval_batches : 1));
     printf("eval loss %.4f (%llu held-out sequences); %.0f tokens/s over the run\n", ev,
            (unsigned long long)((g.eval_batches ? g.eval_batches : 1) * g.micro_batch),
            secs > 0 ? (double)toks / secs : 0.0);
-    /* the weights' fingerprint: the same for every DP degree in deterministic mode */
-    printf("params xxh3 %016llx after %llu steps\n",
-           (unsigned long long)ftc_trainer_params_hash(t),
+    printf("params xxh3 %016llx after %llu steps\n", (unsigned long long)ph,
            (unsigned long long)ftc_trainer_steps_done(t));
     ec = isfinite(ev) ? FTC_EXIT_OK : FTC_EXIT_FAIL;
 out:

@@ -68,6 +68,7 @@ struct ftc_model {
     void *allreduce_ctx;
     ftc_model_tp_split_t splits[FTC_MODEL_NTENSORS]; /* where each view sits in the full tensor */
     ftc_err_t tp_err;                              /* sticky: code 0, or the all-reduce's failure */
+    float *norm_parts;                             /* 2 x tp_size: the TP norm's exchange (host) */
 };
 
 /* Parameter tensors in buffer order: name, shape as (layers?, rows, cols)
@@ -220,10 +221,11 @@ static bool ftc__alloc_buffers(ftc_model_t *m)
     m->tokens = k->mem_alloc(BT * sizeof(int32_t));
     m->targets = k->mem_alloc(BT * sizeof(int32_t));
     m->losses_host = malloc(BT * sizeof(float));
+    m->norm_parts = malloc(2 * (size_t)m->tp_size * sizeof(float));
     if (m->grads)
         k->mem_zero(m->grads, m->n_params * sizeof(float));
     return m->params && m->grads && m->acts_mem && m->dacts_mem && m->tokens && m->targets &&
-           m->losses_host;
+           m->losses_host && m->norm_parts;
 }
 
 static void ftc__free_buffers(ftc_model_t *m)
@@ -236,6 +238,7 @@ static void ftc__free_buffers(ftc_model_t *m)
     k->mem_free(m->tokens);
     k->mem_free(m->targets);
     free(m->losses_host);
+    free(m->norm_parts);
 }
 
 /* Initializes the parameters on the host (params: n_params floats), to be
@@ -421,11 +424,23 @@ int ftc_model_grad_norm(ftc_model_t *m, double *norm)
             s += (double)g[j] * (double)g[j];
         *(m->splits[i].replicated ? &repl : &split) += s;
     }
-    float part = (float)split;
-    int rc = ftc__tp_allreduce(m, &part, 1, "the gradient norm", -1);
+    /* Every rank's share to every rank, exactly: rank r writes its double
+     * as hi + lo (two floats, ~48 bits) into slots 2r, 2r+1, the others
+     * zero; the F32 all-reduce then adds only zeros to each value, which is
+     * exact whatever its order. The shares are summed in rank order in
+     * double: the same bits on every TP rank, for a fixed TP degree. */
+    float *parts = m->norm_parts;
+    memset(parts, 0, 2 * (size_t)m->tp_size * sizeof(float));
+    float hi = (float)split;
+    parts[2 * m->tp_rank] = hi;
+    parts[2 * m->tp_rank + 1] = isinf(hi) ? 0.0f : (float)(split - (double)hi);
+    int rc = ftc__tp_allreduce(m, parts, 2 * (size_t)m->tp_size, "the gradient norm", -1);
     if (rc < 0)
         return rc;
-    *norm = sqrt((double)part + repl);
+    double s = 0.0;
+    for (int r = 0; r < m->tp_size; r++)
+        s += (double)parts[2 * r] + (double)parts[2 * r + 1];
+    *norm = sqrt(s + repl);
     return 0;
 }
 

@@ -178,10 +178,14 @@ const ftc_model_tp_split_t *ftc_model_tp_splits(const ftc_model_t *m);
 void ftc_model_tp_to_full(const ftc_model_tp_split_t *s, const float *local, float *full);
 void ftc_model_tp_from_full(const ftc_model_tp_split_t *s, const float *full, float *local);
 
-/* The global L2 norm of the gradient of the whole (unsplit) model: the split
- * tensors' squares summed locally in double, all-reduced (as one fp32), plus
- * the replicated tensors' counted once; the same bits on every TP rank. For
- * tp_size 1 it is ftc_grad_norm() of the gradient buffer. Gradient clipping
+/* The global L2 norm of the gradient of the whole (unsplit) model: each
+ * rank sums its split tensors' squares in double (tensor order), the TP
+ * ranks exchange these shares exactly (one all-reduce of 2 x tp_size floats:
+ * each share as hi + lo in its own slots, zeros elsewhere) and add them in
+ * rank order, then the replicated tensors' squares are added once: the same
+ * bits on every TP rank, deterministic for a fixed TP degree, and a function
+ * of the gradient buffer only (so identical across DP degrees). For tp_size
+ * 1 it is ftc_grad_norm() of the gradient buffer. Gradient clipping
  * under TP must use this norm, not a rank's local one (or the replicated
  * tensors would be scaled differently on different ranks). 0 or the
  * all-reduce's error (sticky, as for forward). */

@@ -63,6 +63,9 @@ struct ftc_trainer {
     size_t shard_off, shard_len; /* this rank's chunk of the parameters */
     ftc_ctx_t *ftc;           /* the agent's context (include/ftc.h), or NULL */
     char rank_dir[4096];      /* persist directory of this DP rank */
+    /* tensor parallelism (tp_coll set) */
+    int tpr, tpn;             /* TP rank and size (0, 1 without) */
+    ftc_model_coll_ctx_t tp_ctx; /* the model's all-reduce over tp_coll */
 };
 
 static uint64_t ftc__config_hash(const ftc_trainer_t *t)
@@ -122,6 +125,17 @@ static int ftc__check_options(const ftc_train_options_t *o, ftc_err_t *err)
                            ftc_coll_size(o->dp_coll), o->micro_steps);
     if (o->coll_timeout_ms < 1)
         return ftc_err_set(err, FTC_EINVAL, "collective timeout must be >= 1 ms");
+    int tp = o->tp_coll ? ftc_coll_size(o->tp_coll) : 1;
+    if (o->tp < 0 || (o->tp > 1 && o->tp != tp))
+        return ftc_err_set(err, FTC_EINVAL, "tp %d: %s", o->tp,
+                           o->tp_coll ? "must be 1 or the size of the TP communicator"
+                                      : "tensor parallelism needs a TP communicator (tp_coll)");
+    if (tp > 1 && (!o->deterministic || o->dp != 1))
+        return ftc_err_set(err, FTC_EINVAL, "tensor parallelism (%d ranks) needs deterministic "
+                           "mode and no virtual ranks (dp 1)", tp);
+    if (tp > 1 && (o->model.heads < 1 || o->model.heads % tp))
+        return ftc_err_set(err, FTC_EINVAL, "tensor parallelism of degree %d must divide the "
+                           "model's %d attention heads", tp, o->model.heads);
     if (o->ckpt_every < 1 && ((o->ckpt_dir && *o->ckpt_dir) || o->agent))
         return ftc_err_set(err, FTC_EINVAL, "checkpoint interval must be >= 1 step");
     return 0;
@@ -243,6 +257,19 @@ static int ftc__coll_fail(ftc_trainer_t *t, int rc, const char *what, ftc_err_t 
 {
     return ftc_err_set(err, rc, "step %llu: %s (DP rank %d of %d): %s%s",
                        (unsigned long long)t->step, what, t->dpr, t->dpn, ftc_coll_errmsg(t->coll),
+                       rc == FTC_ETIMEDOUT || rc == FTC_EFABRIC
+                           ? "; a peer rank probably died: restart the job (it resumes from the "
+                             "last checkpoint)"
+                           : "");
+}
+
+/* A failed TP all-reduce (sticky in the model, model.h). */
+static int ftc__tp_fail(ftc_trainer_t *t, const char *what, ftc_err_t *err)
+{
+    ftc_err_t e = {0};
+    int rc = ftc_model_status(t->model, &e);
+    return ftc_err_set(err, rc, "step %llu: %s (TP rank %d of %d, DP rank %d): %s%s",
+                       (unsigned long long)t->step, what, t->tpr, t->tpn, t->dpr, e.msg,
                        rc == FTC_ETIMEDOUT || rc == FTC_EFABRIC
                            ? "; a peer rank probably died: restart the job (it resumes from the "
                              "last checkpoint)"
@@ -393,21 +420,90 @@ static int ftc__newest(const char *dir, uint64_t *step, ftc_err_t *err)
     return rc;
 }
 
+/* The persist directory of DP rank q in this TP rank's series: DIR/rank-dQ,
+ * DIR/rank-dQ-tT with tensor parallelism. */
+static void ftc__rank_dir(const ftc_trainer_t *t, int q, char *buf, size_t size)
+{
+    if (t->tpn > 1)
+        snprintf(buf, size, "%s/rank-d%d-t%d", t->o.ckpt_dir, q, t->tpr);
+    else
+        snprintf(buf, size, "%s/rank-d%d", t->o.ckpt_dir, q);
+}
+
+/* The shard header of version `step` in the persist directory dir. */
+static int ftc__saved_info(const char *dir, uint64_t step, ftc_shard_info_t *info, ftc_err_t *err)
+{
+    ftc_persist_options_t po = FTC_PERSIST_OPTIONS_INIT;
+    ftc_persist_t *p = ftc_persist_open(dir, &po, err);
+    if (!p)
+        return err ? err->code : FTC_EIO;
+    ftc_persist_loaded_t *l = NULL;
+    ftc_shard_view_t view;
+    int rc = ftc_persist_load(p, step, &l);
+    if (rc < 0)
+        rc = ftc_err_set(err, rc, "%s: %s", dir, ftc_persist_errstr(p));
+    else if (l->n_shards != 1 ||
+             (rc = ftc_shard_open(&view, l->shards[0], l->sizes[0], 0, err)) < 0)
+        rc = rc < 0 ? rc : ftc_err_set(err, FTC_ECORRUPT, "%s: not one chunk per version", dir);
+    else
+        *info = view.info;
+    ftc_persist_loaded_free(l);
+    ftc_persist_close(p);
+    return rc;
+}
+
+/* The TP degree is fixed for a checkpoint (ARCHITECTURE.md, Determinism):
+ * one saved with another degree is refused. Without TP the series are
+ * rank-dD, with TP rank-dD-tT and the degree is in the shard header of
+ * rank-d0-t0's newest version. Every rank reads the same files, so all
+ * refuse together. */
+static int ftc__tp_layout_check(ftc_trainer_t *t, ftc_err_t *err)
+{
+    char d[4200];
+    struct stat sb;
+    uint64_t s = 0;
+    int rc;
+    snprintf(d, sizeof d, "%s/rank-d0%s", t->o.ckpt_dir, t->tpn > 1 ? "" : "-t0");
+    if (stat(d, &sb) == 0 && (rc = ftc__newest(d, &s, err)) < 0)
+        return rc;
+    if (s)
+        return ftc_err_set(err, FTC_ECONFIG, "%s: step %llu was saved %s tensor parallelism; "
+                           "this run has TP %d: restart with the saved TP degree (--tp), or use "
+                           "another checkpoint directory", d, (unsigned long long)s,
+                           t->tpn > 1 ? "without" : "with", t->tpn);
+    if (t->tpn == 1)
+        return 0;
+    snprintf(d, sizeof d, "%s/rank-d0-t0", t->o.ckpt_dir);
+    if (stat(d, &sb) != 0)
+        return 0;
+    if ((rc = ftc__newest(d, &s, err)) < 0 || s == 0)
+        return rc;
+    ftc_shard_info_t info;
+    if ((rc = ftc__saved_info(d, s, &info, err)) < 0)
+        return rc;
+    if ((int)info.tp != t->tpn)
+        return ftc_err_set(err, FTC_ECONFIG, "%s: step %llu was saved with TP %u; this run has "
+                           "TP %d: restart with the saved TP degree (--tp), or use another "
+                           "checkpoint directory", d, (unsigned long long)s, info.tp, t->tpn);
+    return 0;
+}
+
 /* Loads version `step` of saved DP rank q of S (chunk qoff, qlen of P) from
- * ckpt_dir/rank-dq into fresh buffers (params, m, v of the chunk) and the
- * metadata record. */
+ * its persist directory (ftc__rank_dir) into fresh buffers (params, m, v of
+ * the chunk) and the metadata record. */
 static int ftc__load_chunk(ftc_trainer_t *t, int q, int S, uint64_t step, float **bufs,
                            size_t *qoff, size_t *qlen, ftc__train_meta_t *meta, uint32_t *mlen,
                            ftc_err_t *err)
 {
     char dir[4200];
-    snprintf(dir, sizeof dir, "%s/rank-d%d", t->o.ckpt_dir, q);
+    ftc__rank_dir(t, q, dir, sizeof dir);
     ftc_coll_chunk(ftc_model_num_params(t->model), S, q, qoff, qlen);
     ftc_shard_info_t info;
     memset(&info, 0, sizeof info);
     snprintf(info.job_id, sizeof info.job_id, "%s", t->o.job_id ? t->o.job_id : "ftc-train");
     info.generation = 1;
-    info.dp = (uint32_t)S, info.tp = info.pp = 1, info.dp_rank = (uint32_t)q;
+    info.dp = (uint32_t)S, info.tp = (uint32_t)t->tpn, info.pp = 1, info.dp_rank = (uint32_t)q;
+    info.tp_rank = (uint32_t)t->tpr;
     ftc_snap_t *sn = ftc_snap_create(&info, 1, sizeof(ftc__train_meta_t), err);
     if (!sn)
         return err ? err->code : FTC_ENOMEM;
@@ -448,7 +544,7 @@ static int ftc__load_chunk(ftc_trainer_t *t, int q, int S, uint64_t step, float 
 static int ftc__repartition(ftc_trainer_t *t, ftc_err_t *err)
 {
     char d0[4200];
-    snprintf(d0, sizeof d0, "%s/rank-d0", t->o.ckpt_dir);
+    ftc__rank_dir(t, 0, d0, sizeof d0);
     uint64_t s0 = 0;
     int rc = ftc__newest(d0, &s0, err);
     if (rc < 0)
@@ -459,24 +555,10 @@ static int ftc__repartition(ftc_trainer_t *t, ftc_err_t *err)
     float *bufs[3] = {NULL, NULL, NULL};
     size_t qoff, qlen;
     /* the saved DP degree: the shard header of rank-d0's newest version */
-    ftc_persist_options_t po = FTC_PERSIST_OPTIONS_INIT;
-    ftc_persist_t *p0 = ftc_persist_open(d0, &po, err);
-    if (!p0)
-        return err ? err->code : FTC_EIO;
-    ftc_persist_loaded_t *l = NULL;
-    ftc_shard_view_t view;
-    int S = 0;
-    rc = ftc_persist_load(p0, s0, &l);
-    if (rc < 0)
-        rc = ftc_err_set(err, rc, "%s: %s", d0, ftc_persist_errstr(p0));
-    else if (l->n_shards != 1 || (rc = ftc_shard_open(&view, l->shards[0], l->sizes[0], 0, err)) < 0)
-        rc = rc < 0 ? rc : ftc_err_set(err, FTC_ECORRUPT, "%s: not one chunk per version", d0);
-    else
-        S = (int)view.info.dp;
-    ftc_persist_loaded_free(l);
-    ftc_persist_close(p0);
-    if (rc < 0)
+    ftc_shard_info_t saved;
+    if ((rc = ftc__saved_info(d0, s0, &saved, err)) < 0)
         return rc;
+    int S = (int)saved.dp;
     if (S < 1 || S > FTC__MAX_DP)
         return ftc_err_set(err, FTC_ECORRUPT, "%s: step %llu: DP degree %d in the record", d0,
                            (unsigned long long)s0, S);
@@ -484,7 +566,7 @@ static int ftc__repartition(ftc_trainer_t *t, ftc_err_t *err)
     for (int q = 0; q < S; q++) {
         char dq[4200];
         uint64_t sq = 0;
-        snprintf(dq, sizeof dq, "%s/rank-d%d", t->o.ckpt_dir, q);
+        ftc__rank_dir(t, q, dq, sizeof dq);
         if ((rc = ftc__newest(dq, &sq, err)) < 0)
             return rc;
         if (sq == 0)
@@ -533,8 +615,10 @@ static int ftc__repartition(ftc_trainer_t *t, ftc_err_t *err)
 static int ftc__shard_persist_restore(ftc_trainer_t *t, ftc_err_t *err)
 {
     uint64_t mine = 0, all[FTC__MAX_DP];
-    int rc = ftc__newest(t->rank_dir, &mine, err);
+    int rc = ftc__tp_layout_check(t, err);
     if (rc < 0)
+        return rc;
+    if ((rc = ftc__newest(t->rank_dir, &mine, err)) < 0)
         return rc;
     if ((rc = ftc__gather_u64(t, mine, all, err)) < 0)
         return rc;
@@ -543,7 +627,7 @@ static int ftc__shard_persist_restore(ftc_trainer_t *t, ftc_err_t *err)
         same = same && all[r] == mine, any = any || all[r];
     char more[4200];
     struct stat sb;
-    snprintf(more, sizeof more, "%s/rank-d%d", t->o.ckpt_dir, t->dpn);
+    ftc__rank_dir(t, t->dpn, more, sizeof more);
     if (!any && stat(more, &sb) != 0)
         return 0; /* a fresh start */
     uint64_t ok = 0, oks[FTC__MAX_DP];
@@ -580,13 +664,13 @@ static int ftc__shard_persist_restore(ftc_trainer_t *t, ftc_err_t *err)
 /* Persist path of a DP rank: ckpt_dir/rank-dD, one chunk per version. */
 static int ftc__shard_persist_setup(ftc_trainer_t *t, ftc_err_t *err)
 {
-    snprintf(t->rank_dir, sizeof t->rank_dir, "%s/rank-d%d", t->o.ckpt_dir, t->dpr);
+    ftc__rank_dir(t, t->dpr, t->rank_dir, sizeof t->rank_dir);
     ftc_shard_info_t info;
     memset(&info, 0, sizeof info);
     snprintf(info.job_id, sizeof info.job_id, "%s", t->o.job_id ? t->o.job_id : "ftc-train");
     info.generation = 1;
-    info.dp = (uint32_t)t->dpn, info.tp = info.pp = 1;
-    info.dp_rank = (uint32_t)t->dpr;
+    info.dp = (uint32_t)t->dpn, info.tp = (uint32_t)t->tpn, info.pp = 1;
+    info.dp_rank = (uint32_t)t->dpr, info.tp_rank = (uint32_t)t->tpr;
     t->snap = ftc_snap_create(&info, 1, sizeof(ftc__train_meta_t), err);
     if (!t->snap)
         return err ? err->code : FTC_ENOMEM;
@@ -645,11 +729,18 @@ ftc_trainer_t *ftc_trainer_create(const ftc_train_options_t *o, ftc_err_t *err)
     if (rc < 0)
         goto fail;
     /* model and optimizer */
-    t->model = ftc_model_create(&o->model, t->k, o->micro_batch, o->seq_len, o->seed, err);
+    t->tpn = o->tp_coll ? ftc_coll_size(o->tp_coll) : 1;
+    t->tpr = o->tp_coll ? ftc_coll_rank(o->tp_coll) : 0;
+    t->o.tp = t->tpn; /* the layout the agent is told (ftc_create) */
+    t->tp_ctx.coll = o->tp_coll;
+    t->tp_ctx.timeout_ms = o->coll_timeout_ms;
+    t->model = ftc_model_create_tp(&o->model, t->k, o->micro_batch, o->seq_len, o->seed, t->tpr,
+                                   t->tpn, t->tpn > 1 ? ftc_model_coll_allreduce : NULL,
+                                   &t->tp_ctx, err);
     if (!t->model)
         goto fail;
     ftc_rng_seed(&t->rng, o->seed);
-    t->sharded = o->dp_coll || (o->agent && *o->agent);
+    t->sharded = o->dp_coll || (o->agent && *o->agent) || t->tpn > 1;
     t->coll = o->dp_coll;
     t->dpn = t->coll ? ftc_coll_size(t->coll) : 1;
     t->dpr = t->coll ? ftc_coll_rank(t->coll) : 0;
@@ -733,6 +824,8 @@ static int ftc__sharded_grads(ftc_trainer_t *t, ftc_err_t *err)
     for (size_t i = lo; i < lo + cnt; i++) {
         ftc_model_zero_grad(t->model);
         ftc__micro(t, (int)i);
+        if (t->tpn > 1 && ftc_model_status(t->model, NULL) < 0)
+            return ftc__tp_fail(t, "forward/backward", err);
         int rc = ftc_gradsum_add_f32(t->acc[0], grads, n, err);
         if (rc < 0)
             return ftc_err_wrap(err, "step %llu, micro-batch %zu (DP rank %d)",
@@ -813,8 +906,11 @@ int ftc_trainer_step(ftc_trainer_t *t, ftc_train_stats_t *st, ftc_err_t *err)
         ftc_adamw_step(t->adam, t->model, &t->o.optim, t->step, &norm, &lr);
     } else {
         /* ZeRO-1: the norm over the whole (gathered) gradient, as one process
-         * sums it; the update of this rank's chunk; the chunks to everyone */
-        double gn = ftc_grad_norm(grads, n);
+         * sums it (with TP: the TP-global norm, model.h); the update of this
+         * rank's chunk; the chunks to everyone */
+        double gn = 0.0;
+        if (ftc_model_grad_norm(t->model, &gn) < 0)
+            return ftc__tp_fail(t, "the gradient norm", err);
         norm = (float)gn;
         if (t->ftc) {
             int rc = ftc_wait_snapshot(t->ftc); /* the chunk is registered */
@@ -909,4 +1005,58 @@ const char *ftc_trainer_backend(const ftc_trainer_t *t) { return t->k->name; }
 uint64_t ftc_trainer_params_hash(ftc_trainer_t *t)
 {
     return ftc_xxh3(ftc_model_params(t->model), ftc_model_num_params(t->model) * sizeof(float));
+}
+
+int ftc_trainer_full_params(ftc_trainer_t *t, uint64_t *hash, float *full, ftc_err_t *err)
+{
+    ftc_model_t *m = t->model;
+    size_t n = ftc_model_num_params(m), P = ftc_model_param_count(&t->o.model);
+    size_t nt = (size_t)t->tpn;
+    /* every TP rank's slice, rank r's at r*n (equal slices: ftc_coll_chunk's
+     * chunks of n*tp over tp ranks), then the full tensors in rank order */
+    float *all = malloc(n * nt * sizeof(float));
+    float *whole = nt > 1 ? malloc(P * sizeof(float)) : all;
+    int rc = 0;
+    if (!all || !whole) {
+        rc = ftc_err_set(err, FTC_ENOMEM, "gathering the %zu parameters: out of memory", P);
+        goto out;
+    }
+    t->k->mem_copy(all + (size_t)t->tpr * n, ftc_model_params(m), n * sizeof(float),
+                   FTC_COPY_D2H);
+    if (nt > 1) {
+        rc = ftc_coll_all_gather(t->o.tp_coll, all, n * nt, FTC_COLL_F32, ftc__coll_dl(t));
+        if (rc < 0) {
+            rc = ftc_err_set(err, rc, "all-gather of the TP slices (TP rank %d of %d): %s", t->tpr,
+                             t->tpn, ftc_coll_errmsg(t->o.tp_coll));
+            goto out;
+        }
+        ftc_model_tensor_t ft[FTC_MODEL_NTENSORS];
+        ftc_model_tensors_of(&t->o.model, 1, ft, NULL);
+        const ftc_model_tensor_t *lt = ftc_model_tensors(m);
+        for (int r = 0; r < t->tpn && rc == 0; r++) {
+            const float *slice = all + (size_t)r * n;
+            for (int i = 0; i < FTC_MODEL_NTENSORS && rc == 0; i++) {
+                ftc_model_tp_split_t sp;
+                ftc_model_tp_split(&t->o.model, r, t->tpn, i, &sp, NULL); /* valid at create */
+                if (sp.replicated && r > 0 &&
+                    memcmp(whole + ft[i].offset, slice + lt[i].offset, ft[i].numel * 4))
+                    rc = ftc_err_set(err, FTC_ECORRUPT, "replicated tensor %s differs between "
+                                     "TP ranks 0 and %d (it must stay bit-identical)", lt[i].name,
+                                     r);
+                else
+                    ftc_model_tp_to_full(&sp, slice + lt[i].offset, whole + ft[i].offset);
+            }
+        }
+        if (rc < 0)
+            goto out;
+    }
+    if (hash)
+        *hash = ftc_xxh3(whole, P * sizeof(float));
+    if (full)
+        memcpy(full, whole, P * sizeof(float));
+out:
+    if (whole != all)
+        free(whole);
+    free(all);
+    return rc;
 }

@@ -48,6 +48,26 @@
  * rank reads the saved chunks its own overlaps); through the agent a
  * different dp is refused (FTC_ECONFIG).
  *
+ * Tensor parallelism (tp_coll set, ftc_coll_size(tp_coll) = tp > 1): this
+ * process is also rank ftc_coll_rank(tp_coll) of a TP group; the model is
+ * built with ftc_model_create_tp over it (model.h: Megatron splits, the
+ * replicated tensors identical on every TP rank), so the parameter buffer
+ * is this rank's slice (P_local floats). Everything above then applies to
+ * the slice: the DP group (dp_coll, one per TP rank: the ranks of the same
+ * tp_rank) reduce-scatters and all-gathers P_local, ZeRO-1 chunks are
+ * ftc_coll_chunk(P_local, dp, dp_rank). The clipping norm is
+ * ftc_model_grad_norm (the split tensors' shares exchanged exactly over the
+ * TP group and added in rank order, the replicated tensors counted once):
+ * identical on every rank, for every DP degree at a fixed TP. TP needs
+ * deterministic mode (the sharded path is used even with one DP rank).
+ * Checkpoints: each (dp_rank, tp_rank) rank saves its ZeRO-1 chunk of its
+ * slice, shard coordinates (dp_rank, tp_rank) of (dp, tp); the persist tier
+ * in ckpt_dir/rank-dD-tT (rank-dD without TP, as before); re-partitioning
+ * at another DP reads the chunks of the same tp_rank only. The TP degree is
+ * fixed for a checkpoint (ARCHITECTURE.md, Determinism): another one is
+ * refused (FTC_ECONFIG). A TP all-reduce failure is returned by
+ * ftc_trainer_step like a DP one.
+ *
  * Thread-safety: a trainer is driven by one thread.
  */
 #ifndef FTC_TRAINER_TRAIN_H
@@ -88,6 +108,8 @@ typedef struct ftc_train_options {
     int world_rank, world_size; /* this process in the job (for the agent); 0, 1 */
     int tp;                     /* tensor-parallel degree of the layout (1; see dist.h) */
     const char *agent;          /* ftc agent socket: checkpoints through include/ftc.h */
+    /* tensor parallelism (see the top); NULL = none. tp must be 0, 1 or its size */
+    ftc_coll_t *tp_coll;        /* the TP group of this process (not owned) */
 } ftc_train_options_t;
 
 #define FTC_TRAIN_OPTIONS_INIT                                                                     \
@@ -96,7 +118,8 @@ typedef struct ftc_train_options {
      .optim = FTC_OPTIM_CONFIG_INIT, .seed = 1337, .deterministic = false, .dp = 1,               \
      .data_path = NULL, .corpus_bytes = 1u << 20, .corpus_seed = 7, .eval_fraction = 0.1,          \
      .ckpt_dir = NULL, .ckpt_every = 10, .job_id = "ftc-train", .dp_coll = NULL,                   \
-     .coll_timeout_ms = 60000, .world_rank = 0, .world_size = 1, .tp = 1, .agent = NULL}
+     .coll_timeout_ms = 60000, .world_rank = 0, .world_size = 1, .tp = 1, .agent = NULL,      \
+     .tp_coll = NULL}
 
 /* What one step did. */
 typedef struct ftc_train_stats {
@@ -135,7 +158,18 @@ ftc_model_t *ftc_trainer_model(ftc_trainer_t *t);
 const ftc_adamw_t *ftc_trainer_adamw(const ftc_trainer_t *t);
 const ftc_loader_t *ftc_trainer_loader(const ftc_trainer_t *t);
 const char *ftc_trainer_backend(const ftc_trainer_t *t);
-/* xxh3 of the full fp32 parameter vector (identical on every DP rank). */
+/* xxh3 of this rank's fp32 parameter buffer (identical on every DP rank;
+ * with TP, this TP rank's slice). */
 uint64_t ftc_trainer_params_hash(ftc_trainer_t *t);
+/* xxh3 of the FULL fp32 parameter vector, in the layout of the TP = 1 model
+ * (ftc_model_tensors_of(cfg, 1)): without TP, ftc_trainer_params_hash; with
+ * TP a collective over the TP group (every TP rank must call it): the slices
+ * are all-gathered and placed into the full tensors in rank order
+ * (ftc_model_tp_to_full), the replicated tensors checked bit-identical
+ * across the TP ranks (FTC_ECORRUPT naming the tensor otherwise). So the
+ * same value on every rank, comparable across DP degrees at a fixed TP. 0,
+ * a collective's error, FTC_ENOMEM. With full (not NULL, P floats of the
+ * full model) the gathered parameters are copied there too. */
+int ftc_trainer_full_params(ftc_trainer_t *t, uint64_t *hash, float *full, ftc_err_t *err);
 
 #endif
