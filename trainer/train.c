@@ -42,6 +42,9 @@ typedef struct ftc__train_meta {
     float loss[FTC_GUARD_WINDOW_MAX];    /* the spike window: accepted losses, oldest first */
 } ftc__train_meta_t;
 
+/* docs/trainer.md's table of the record */
+_Static_assert(sizeof(ftc__train_meta_t) == 1608, "the metadata record is 1608 bytes");
+
 struct ftc_trainer {
     ftc_train_options_t o;
     const ftc_kernels_t *k;
