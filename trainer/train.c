@@ -663,7 +663,7 @@ ftc_trainer_t *ftc_trainer_create(const ftc_train_options_t *o, ftc_err_t *err)
     t->o.optim.total = o->steps;
     t->resumed_from = UINT64_MAX;
     t->guard_last_ck = -1;
-    for (int i = 0; i < o->n_skip_steps; i++) /* sorted, distinct (options checked) */
+    for (int i = 0; i < o->n_skip_steps; i++) /* kept sorted, duplicates dropped */
         ftc__guard_add_skip(t, o->skip_steps[i]);
     int rc = ftc_optim_config_check(&t->o.optim, err);
     if (rc < 0)

@@ -519,7 +519,7 @@ static void test_agent_rollback(void **state)
         ftc_sleep_ms(50);
     if (!detail)
         fail_msg("no nan event in the stream of job %s", job);
-    print_message("event: nan step %lld: %s\n", (long long)step, detail);
+    print_message("event: nan step %lld: %s\n", (long long)step, detail ? detail : "");
     assert_true(step == 5);
     assert_non_null(strstr(detail, "rollback to step 4, batch 5 skipped"));
     assert_non_null(strstr(detail, "loss nan"));
