@@ -1468,6 +1468,42 @@ static void ftc__disconnect(ftc_agent_t *a, int fd)
     close(fd);
 }
 
+/* REPORT: an event the rank detected (its numerical guard): into the
+ * stream through the detector's queue (survives a Redis outage), deduped per
+ * (kind, node, rank, step). */
+static void ftc__on_report(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
+{
+    const char *kind = m->name[0];
+    size_t kl = strlen(kind);
+    bool ok = kl >= 1 && kl <= 23;
+    for (size_t i = 0; ok && i < kl; i++)
+        ok = (kind[i] >= 'a' && kind[i] <= 'z') || (kind[i] >= '0' && kind[i] <= '9') ||
+             kind[i] == '_';
+    if (!ok) {
+        ftc__reply_error(r->fd, FTC_EINVAL, "REPORT: event kind '%.40s': need 1..23 of [a-z0-9_]",
+                         kind);
+        return;
+    }
+    double value;
+    memcpy(&value, &m->size, sizeof value);
+    char detail[256];
+    snprintf(detail, sizeof detail, "loss %.6g; %s", value, m->text);
+    FTC_WARN("agent", "rank %u reports %s at step %" PRIu64 ": %s", r->rank, kind, m->step, detail);
+    if (a->det) {
+        ftc_detector_report(a->det, kind, (int)r->rank, (int64_t)m->step, detail);
+    } else {
+        ftc_ctl_event_t e = {.kind = kind, .node = a->node_id, .rank = (int)r->rank,
+                             .generation = a->generation, .step = (int64_t)m->step,
+                             .detail = detail, .t_detect_ms = ftc_wall_ms()};
+        ftc_ctl_event(a->ctl, &e);
+    }
+    ftc_ap_msg_t ok_msg;
+    ftc_ap_init(&ok_msg, FTC_AP_REPORT_OK);
+    ok_msg.step = m->step;
+    ftc_err_t err = {0};
+    ftc_ap_send(r->fd, &ok_msg, 1000, &err);
+}
+
 static void ftc__on_message(ftc_agent_t *a, int fd)
 {
     ftc_ap_msg_t m;
@@ -1501,6 +1537,9 @@ static void ftc__on_message(ftc_agent_t *a, int fd)
     case FTC_AP_RESTORE:
     case FTC_AP_FETCH:
         ftc__on_restore(a, r, &m);
+        break;
+    case FTC_AP_REPORT:
+        ftc__on_report(a, r, &m);
         break;
     case FTC_AP_BYE:
         if (a->det) /* a clean exit: not a rank failure */

@@ -27,6 +27,9 @@
  *                                 verified shard is copied into a fresh shm
  *                                 object that the rank maps and unlinks
  *                             <- FETCH_OK (name[0], size, step) | ERROR
+ *   REPORT (kind in name[0], step,  ->  records an event in the job's stream
+ *     value in size, detail in text)     (the trainer's guard: nan, loss_spike)
+ *                             <- REPORT_OK | ERROR (bad kind)
  *   BYE                       ->
  *
  * Both sides check magic, version, type and every string's termination
@@ -64,7 +67,12 @@ enum ftc_ap_type {
     FTC_AP_NOT_COMMITTED = 14, /* async: a sealed step could not be committed (text says why) */
     FTC_AP_FETCH = 15,
     FTC_AP_FETCH_OK = 16,
-    FTC_AP__MAX = 17,
+    /* A new type needs no version bump: both sides come from one build, and an
+     * older agent answers an unknown type with a clean protocol error. 17..19
+     * are left for other new messages. */
+    FTC_AP_REPORT = 20,    /* an event the rank detected; size holds the bits of a double */
+    FTC_AP_REPORT_OK = 21, /* the agent queued it for the event stream */
+    FTC_AP__MAX = 22,
 };
 
 typedef struct ftc_ap_msg {

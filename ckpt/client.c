@@ -396,6 +396,28 @@ int ftc_wait_committed(ftc_ctx_t *c, int64_t step)
     return 0;
 }
 
+int ftc_report(ftc_ctx_t *c, const char *kind, int64_t step, double value, const char *detail)
+{
+    if (!c || c->fd < 0)
+        return c ? ftc_err_set(&c->err, FTC_EINVAL, "ftc_report: not connected to an agent")
+                 : FTC_EINVAL;
+    size_t kl = kind ? strlen(kind) : 0;
+    bool ok = kl >= 1 && kl <= 23;
+    for (size_t i = 0; ok && i < kl; i++)
+        ok = (kind[i] >= 'a' && kind[i] <= 'z') || (kind[i] >= '0' && kind[i] <= '9') ||
+             kind[i] == '_';
+    if (!ok)
+        return ftc_err_set(&c->err, FTC_EINVAL, "ftc_report: event kind '%s': need 1..23 of "
+                           "[a-z0-9_] (e.g. nan, loss_spike)", kind ? kind : "(null)");
+    ftc_ap_msg_t m, rep;
+    ftc_ap_init(&m, FTC_AP_REPORT);
+    snprintf(m.name[0], sizeof m.name[0], "%s", kind);
+    m.step = (uint64_t)step;
+    memcpy(&m.size, &value, sizeof value);
+    snprintf(m.text, 301, "%s", detail ? detail : "");
+    return ftc__call(c, &m, FTC_AP_REPORT_OK, &rep);
+}
+
 int ftc_restore_from(ftc_ctx_t *c, int src_rank, int64_t *step, void *meta, size_t *meta_len)
 {
     if (src_rank < -1)

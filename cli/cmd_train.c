@@ -31,6 +31,7 @@ static const char ftc__train_help[] =
     "                 [--data FILE | --corpus generated] [--deterministic [--dp R]]\n"
     "                 [--ckpt-dir DIR [--ckpt-every N]] [--train-config FILE.json]\n"
     "                 [--nproc N [--tp T]] [--agent SOCKET] [--coll-timeout-ms MS] [--stop-at K]\n"
+    "                 [--guard skip|rollback|off] [--guard-spike-sigma X] [--skip-steps LIST]\n"
     "       ftc train --tokenize TEXT --data OUT\n"
     "\n"
     "Trains the reference GPT (CPU or CUDA kernels, --backend) on one process, on N\n"
@@ -71,6 +72,18 @@ static const char ftc__train_help[] =
     "                         (default: $FTC_AGENT_SOCKET when set)\n"
     "  --coll-timeout-ms MS   deadline of each collective and of the rendezvous (60000)\n"
     "  --stop-at K            stop (with a checkpoint) after K steps of the --steps run\n"
+    "  --guard MODE           numerical guard, when a step's loss or gradient is NaN/Inf\n"
+    "                         (or spikes): skip (default: the update is not applied),\n"
+    "                         rollback (restore the newest committed version, then skip\n"
+    "                         the batch) or off (docs/trainer.md \"Numerical guard\")\n"
+    "  --guard-spike-sigma X  also a loss more than X sd above the mean of the last\n"
+    "                         --guard-window accepted losses (default 0 = off; try 6)\n"
+    "  --guard-window N       losses in the spike window (default 50, 2..256)\n"
+    "  --skip-steps LIST      step indices (0-based, comma-separated) whose batches are\n"
+    "                         skipped, as Megatron's --skip-train-iteration-range\n"
+    "  --inject-nan STEP      tests: poison one micro-batch's loss and gradient at STEP\n"
+    "  --inject-spike STEP    tests: multiply one micro-batch's loss by 100 at STEP\n"
+    "  --inject-rank R        the DP rank whose micro-batch is poisoned (default 0)\n"
     "  --eval-batches N       held-out micro-batches for the final loss (default 16)\n"
     "  --log-every N          a log line every N steps when not on a terminal (default 10)\n"
     "  --backend NAME         auto (default: cuda when a GPU is present, else cpu),\n"
@@ -92,9 +105,11 @@ typedef struct ftc__train_args {
     const char *agent;
     uint64_t nproc, nproc_per_node, coll_timeout_ms, stop_at;
     uint64_t tp;
+    const char *guard, *guard_spike_sigma, *skip_steps;
+    uint64_t guard_window, inject_nan, inject_spike, inject_rank;
 } ftc__train_args_t;
 
-enum { FTC__NOPTS = 30 };
+enum { FTC__NOPTS = 37 };
 
 /* Applies JSON values to the settings whose flags were not given. */
 static int ftc__apply_json(const ftc_cli_cmd_t *cmd, json_t *root, const ftc_cli_opt_t *opts,
@@ -316,6 +331,8 @@ const ftc_cli_cmd_t *cmd, int argc, char **argv)
         .weight_decay = "0.1", .grad_clip = "1.0", .steps = 200, .micro_batch = 8, .seq_len = 64,
         .warmup = 10, .seed = 1337, .corpus_bytes = 1u << 20, .dp = 1, .ckpt_every = 10,
         .eval_batches = 16, .log_every = 10, .coll_timeout_ms = 60000, .tp = 1,
+        .guard = "skip", .guard_spike_sigma = "0", .guard_window = 50,
+        .inject_nan = UINT64_MAX, .inject_spike = UINT64_MAX,
     };
     bool seen[FTC__NOPTS] = {0};
     const ftc_cli_opt_t opts[FTC__NOPTS] = {
@@ -349,6 +366,13 @@ const ftc_cli_cmd_t *cmd, int argc, char **argv)
         {"--coll-timeout-ms", FTC_OPT_U64, &g.coll_timeout_ms, &seen[27]},
         {"--stop-at", FTC_OPT_U64, &g.stop_at, &seen[28]},
         {"--tp", FTC_OPT_U64, &g.tp, &seen[29]},
+        {"--guard", FTC_OPT_STR, &g.guard, &seen[30]},
+        {"--guard-spike-sigma", FTC_OPT_STR, &g.guard_spike_sigma, &seen[31]},
+        {"--guard-window", FTC_OPT_U64, &g.guard_window, &seen[32]},
+        {"--skip-steps", FTC_OPT_STR, &g.skip_steps, &seen[33]},
+        {"--inject-nan", FTC_OPT_U64, &g.inject_nan, &seen[34]},
+        {"--inject-spike", FTC_OPT_U64, &g.inject_spike, &seen[35]},
+        {"--inject-rank", FTC_OPT_U64, &g.inject_rank, &seen[36]},
     };
     ftc_cli_args_t a;
     int ec = ftc_cli_parse(cmd, argc, argv, opts, FTC__NOPTS, 0, 0, &a);
@@ -532,6 +556,28 @@ const ftc_cli_cmd_t *cmd, int argc, char **argv)
     o.world_rank = rank;
     o.world_size = world;
     o.agent = agent;
+    /* the numerical guard */
+    uint64_t skip_list[FTC_GUARD_MAX_SKIPS];
+    float sigma = 0.0f;
+    if ((o.guard = ftc_guard_parse_mode(g.guard)) < 0) {
+        ec = ftc_cli_usage_error(cmd, "--guard '%s': skip, rollback or off", g.guard);
+        goto out;
+    }
+    if ((ec = ftc__parse_float(cmd, "--guard-spike-sigma", g.guard_spike_sigma, &sigma)) !=
+        FTC_CLI_CONTINUE)
+        goto out;
+    o.guard_spike_sigma = sigma;
+    o.guard_window = g.guard_window > FTC_GUARD_WINDOW_MAX ? FTC_GUARD_WINDOW_MAX + 1
+                                                           : (int)g.guard_window;
+    if (g.skip_steps && ftc_guard_parse_steps(g.skip_steps, skip_list, FTC_GUARD_MAX_SKIPS,
+                                              &o.n_skip_steps, &err) < 0) {
+        ec = ftc_cli_usage_error(cmd, "--skip-steps: %s", ftc_err_str(&err));
+        goto out;
+    }
+    o.skip_steps = skip_list;
+    o.inject_nan_step = g.inject_nan == UINT64_MAX ? -1 : (int64_t)(g.inject_nan & INT64_MAX);
+    o.inject_spike_step = g.inject_spike == UINT64_MAX ? -1 : (int64_t)(g.inject_spike & INT64_MAX);
+    o.inject_rank = g.inject_rank > 64 ? 65 : (int)g.inject_rank;
     if (g.threads > 0)
         ftc_kernels_cpu_set_threads((int)(g.threads > 256 ? 256 : g.threads));
 
@@ -565,6 +611,20 @@ const ftc_cli_cmd_t *cmd, int argc, char **argv)
             ec = ftc_cli_fail(cmd, "%s", ftc_err_str(&err));
             goto out;
         }
+        if (st.skipped && !quiet) { /* the trainer logged the why; the progress says what */
+            if (tty)
+                printf("\n");
+            if (st.rolled_back_to != UINT64_MAX)
+                printf("step %llu/%llu %s: rolled back to step %llu, batch skipped\n",
+                       (unsigned long long)st.step + 1, (unsigned long long)o.steps, st.guard,
+                       (unsigned long long)st.rolled_back_to);
+            else
+                printf("step %llu/%llu %s: batch skipped%s\n", (unsigned long long)st.step + 1,
+                       (unsigned long long)o.steps, st.guard, st.checkpointed ? " ckpt" : "");
+            fflush(stdout);
+        }
+        if (st.skipped && ftc_trainer_steps_done(t) != stop)
+            continue;
         secs += st.seconds;
         toks += st.tokens;
         tok_s = st.seconds > 0 ? (double)st.tokens / st.seconds : 0.0;

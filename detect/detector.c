@@ -302,6 +302,16 @@ void ftc_detector_loss(ftc_detector_t *d, int rank, int64_t step, double loss)
     pthread_mutex_unlock(&d->mu);
 }
 
+void ftc_detector_report(ftc_detector_t *d, const char *kind, int rank, int64_t step,
+                         const char *detail)
+{
+    char id[192];
+    snprintf(id, sizeof id, "%.23s:%s:%d:%" PRId64, kind, d->node, rank, step);
+    pthread_mutex_lock(&d->mu);
+    ftc__emit_locked(d, kind, NULL, rank, step, id, true, "%s", detail ? detail : "");
+    pthread_mutex_unlock(&d->mu);
+}
+
 /* Checks every watched rank for exit and hang. Caller holds mu. */
 static void ftc__check_ranks_locked(ftc_detector_t *d, const struct pollfd *pfd, int npfd)
 {

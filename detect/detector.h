@@ -96,6 +96,12 @@ void ftc_detector_unwatch(ftc_detector_t *d, int rank);
 void ftc_detector_progress(ftc_detector_t *d, int rank, int64_t step, uint64_t step_time_us);
 /* The rank's loss at `step`, for NaN/Inf and spike detection. */
 void ftc_detector_loss(ftc_detector_t *d, int rank, int64_t step, double loss);
+/* An event the rank detected and acted on itself (the trainer's guard: kind
+ * nan or loss_spike, detail naming the action): queued for the stream at
+ * once, once per (kind, node, rank, step). Kinds longer than 23 characters
+ * and details longer than 255 are cut. */
+void ftc_detector_report(ftc_detector_t *d, const char *kind, int rank, int64_t step,
+                         const char *detail);
 
 typedef struct ftc_detector_stats {
     bool redis_up;          /* last Redis command succeeded */

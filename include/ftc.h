@@ -171,6 +171,17 @@ int ftc_wait_committed(ftc_ctx_t *ctx, int64_t step);
  * message names where it looked. */
 int ftc_restore(ftc_ctx_t *ctx, int64_t *step, void *meta, size_t *meta_len);
 
+/* ---- events ------------------------------------------------------------------
+ * A rank reports what it detected and did about it; the agent records it in
+ * the job's event stream (Redis, docs/redis-keys.md), once per (kind, rank,
+ * step), with this context's rank. The reference trainer's numerical guard
+ * reports kind "nan" (a non-finite loss or gradient) and "loss_spike", value
+ * the loss, and a detail that names the action ("rollback to step 40, batch
+ * 42 skipped"). kind: 1..23 characters of [a-z0-9_]; detail: up to 300 bytes
+ * (longer is cut). Returns once the agent has queued the event (it reaches
+ * Redis shortly after, or when Redis is back). FTC_EINVAL on a bad kind. */
+int ftc_report(ftc_ctx_t *ctx, const char *kind, int64_t step, double value, const char *detail);
+
 /* ---- after a layout change (elastic shrink or grow) ----------------------------
  * `ftc run` sets FTC_RESTORE_RANK when the world changed: the rank of the
  * previous generation whose state this rank continues (a node that survived

@@ -14,13 +14,14 @@
 #include "trainer/gradsum.h"
 #include "trainer/rng.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #define FTC__META_MAGIC "FTCTRST1"
-#define FTC__META_VERSION 1
+#define FTC__META_VERSION 2 /* 2: the guard's skipped steps and spike window */
 #define FTC__MAX_DP 64
 
 /* The checkpoint's metadata record (little-endian, docs/trainer.md). */
@@ -34,7 +35,15 @@ typedef struct ftc__train_meta {
     uint64_t seed;        /* the run's seed */
     uint64_t config_hash; /* xxh3 of everything that must match to resume */
     uint64_t reserved;    /* 0: whole state (one process); else the dp of a ZeRO-1 chunk */
+    /* version 2: the numerical guard's state (train.h "Numerical guard") */
+    uint32_t n_skips;                    /* entries of skips */
+    uint32_t n_loss;                     /* entries of loss */
+    uint64_t skips[FTC_GUARD_MAX_SKIPS]; /* skipped step indices, sorted, distinct */
+    float loss[FTC_GUARD_WINDOW_MAX];    /* the spike window: accepted losses, oldest first */
 } ftc__train_meta_t;
+
+/* docs/trainer.md's table of the record */
+_Static_assert(sizeof(ftc__train_meta_t) == 1608, "the metadata record is 1608 bytes");
 
 struct ftc_trainer {
     ftc_train_options_t o;
@@ -66,6 +75,12 @@ struct ftc_trainer {
     /* tensor parallelism (tp_coll set) */
     int tpr, tpn;             /* TP rank and size (0, 1 without) */
     ftc_model_coll_ctx_t tp_ctx; /* the model's all-reduce over tp_coll */
+    /* the numerical guard (train.h) */
+    uint64_t skips[FTC_GUARD_MAX_SKIPS]; /* skipped step indices, sorted, distinct */
+    int nskips;
+    float win[FTC_GUARD_WINDOW_MAX]; /* accepted losses, oldest first */
+    int nwin;
+    int64_t guard_last_ck;    /* last step ftc_checkpoint accepted (agent), -1: none */
 };
 
 static uint64_t ftc__config_hash(const ftc_trainer_t *t)
@@ -92,6 +107,17 @@ static uint64_t ftc__config_hash(const ftc_trainer_t *t)
     memcpy(&h[n++], &ef, 8);
     return ftc_xxh3(h, (size_t)n * sizeof h[0]);
 }
+
+static int ftc__guard_check_options(const ftc_train_options_t *o, ftc_err_t *err);
+static bool ftc__guard_add_skip(ftc_trainer_t *t, uint64_t step);
+static int ftc__guard_from_meta(ftc_trainer_t *t, const ftc__train_meta_t *meta,
+                                const char *where, ftc_err_t *err);
+static void ftc__guard_micro(ftc_trainer_t *t, int i);
+static bool ftc__guard_listed(const ftc_trainer_t *t, uint64_t step);
+static uint64_t ftc__guard_upd(const ftc_trainer_t *t);
+static int ftc__guard_check(ftc_trainer_t *t, double loss, const float *grads, size_t n);
+static int ftc__guard_act(ftc_trainer_t *t, int kind, double loss, ftc_train_stats_t *st,
+                          uint64_t t0, ftc_err_t *err);
 
 static int ftc__check_options(const ftc_train_options_t *o, ftc_err_t *err)
 {
@@ -138,7 +164,7 @@ static int ftc__check_options(const ftc_train_options_t *o, ftc_err_t *err)
                            "model's %d attention heads", tp, o->model.heads);
     if (o->ckpt_every < 1 && ((o->ckpt_dir && *o->ckpt_dir) || o->agent))
         return ftc_err_set(err, FTC_EINVAL, "checkpoint interval must be >= 1 step");
-    return 0;
+    return ftc__guard_check_options(o, err);
 }
 
 /* Registers params and moments with a snapshot handle and formats a region. */
@@ -223,6 +249,8 @@ static int ftc__ckpt_restore(ftc_trainer_t *t, ftc_err_t *err)
         return ftc_err_set(err, FTC_ECORRUPT, "%s: step %llu: metadata says step %llu, cursor %llu",
                            t->o.ckpt_dir, (unsigned long long)step,
                            (unsigned long long)meta.step, (unsigned long long)meta.samples);
+    if ((rc = ftc__guard_from_meta(t, &meta, t->o.ckpt_dir, err)) < 0)
+        return rc;
     t->step = step;
     t->rng.state = meta.rng;
     t->resumed_from = step;
@@ -308,6 +336,10 @@ static void ftc__meta_fill(const ftc_trainer_t *t, ftc__train_meta_t *meta)
     meta->seed = t->o.seed;
     meta->config_hash = t->config_hash;
     meta->reserved = t->sharded ? (uint64_t)t->dpn : 0;
+    meta->n_skips = (uint32_t)t->nskips;
+    memcpy(meta->skips, t->skips, (size_t)t->nskips * sizeof t->skips[0]);
+    meta->n_loss = (uint32_t)t->nwin;
+    memcpy(meta->loss, t->win, (size_t)t->nwin * sizeof t->win[0]);
 }
 
 /* Checks a restored record against this run; sets step and RNG. */
@@ -336,6 +368,9 @@ static int ftc__meta_apply(ftc_trainer_t *t, const ftc__train_meta_t *meta, uint
         return ftc_err_set(err, FTC_ECORRUPT, "%s: step %llu: metadata says step %llu, cursor %llu",
                            where, (unsigned long long)step, (unsigned long long)meta->step,
                            (unsigned long long)meta->samples);
+    int rc = ftc__guard_from_meta(t, meta, where, err);
+    if (rc < 0)
+        return rc;
     t->step = step;
     t->rng.state = meta->rng;
     t->resumed_from = step;
@@ -711,6 +746,9 @@ ftc_trainer_t *ftc_trainer_create(const ftc_train_options_t *o, ftc_err_t *err)
     t->o = *o;
     t->o.optim.total = o->steps;
     t->resumed_from = UINT64_MAX;
+    t->guard_last_ck = -1;
+    for (int i = 0; i < o->n_skip_steps; i++) /* kept sorted, duplicates dropped */
+        ftc__guard_add_skip(t, o->skip_steps[i]);
     int rc = ftc_optim_config_check(&t->o.optim, err);
     if (rc < 0)
         goto fail;
@@ -809,6 +847,7 @@ static void ftc__micro(ftc_trainer_t *t, int i)
     ftc_loader_batch(&t->loader, first, t->o.micro_batch, t->inputs, t->targets);
     t->micro_loss[i] = ftc_model_forward(t->model, t->inputs, t->targets);
     ftc_model_backward(t->model);
+    ftc__guard_micro(t, i);
 }
 
 /* A real DP rank's gradient: its micro-batches (chunk dpr of the M of the
@@ -856,6 +895,8 @@ int ftc_trainer_step(ftc_trainer_t *t, ftc_train_stats_t *st, ftc_err_t *err)
     int M = t->o.micro_steps, dp = t->o.dp;
     float *grads = ftc_model_grads(t->model);
     size_t n = ftc_model_num_params(t->model);
+    if (ftc__guard_listed(t, t->step)) /* a batch skipped by the list: nothing to compute */
+        return ftc__guard_act(t, 0, 0.0, st, t0, err);
     if (!t->o.deterministic) {
         /* fp32: backward accumulates the micro-batches in order */
         ftc_model_zero_grad(t->model);
@@ -901,9 +942,12 @@ int ftc_trainer_step(ftc_trainer_t *t, ftc_train_stats_t *st, ftc_err_t *err)
     double loss = 0.0; /* in micro-batch order, whatever dp */
     for (int i = 0; i < M; i++)
         loss += t->micro_loss[i];
+    int bad = ftc__guard_check(t, loss / M, grads, n); /* before anything is written */
+    if (bad)
+        return ftc__guard_act(t, bad, loss / M, st, t0, err);
     float norm, lr;
     if (!t->sharded) {
-        ftc_adamw_step(t->adam, t->model, &t->o.optim, t->step, &norm, &lr);
+        ftc_adamw_step(t->adam, t->model, &t->o.optim, ftc__guard_upd(t), &norm, &lr);
     } else {
         /* ZeRO-1: the norm over the whole (gathered) gradient, as one process
          * sums it (with TP: the TP-global norm, model.h); the update of this
@@ -918,7 +962,8 @@ int ftc_trainer_step(ftc_trainer_t *t, ftc_train_stats_t *st, ftc_err_t *err)
                 return ftc_err_set(err, rc, "step %llu: waiting for the snapshot: %s",
                                    (unsigned long long)t->step, ftc_last_error(t->ftc));
         }
-        ftc_adamw_step_shard(t->adam, t->model, &t->o.optim, t->step, gn, t->shard_off, &lr);
+        ftc_adamw_step_shard(t->adam, t->model, &t->o.optim, ftc__guard_upd(t), gn, t->shard_off,
+                             &lr);
         int rc = ftc__gather_params(t, err);
         if (rc < 0)
             return rc;
@@ -944,6 +989,9 @@ int ftc_trainer_step(ftc_trainer_t *t, ftc_train_stats_t *st, ftc_err_t *err)
         st->seconds = (double)(ftc_now_ns() - t0) * 1e-9;
         st->checkpointed = ck;
         st->ckpt_seconds = ck_s;
+        st->skipped = false;
+        st->guard = NULL;
+        st->rolled_back_to = UINT64_MAX;
     }
     return 0;
 }
@@ -971,6 +1019,7 @@ int ftc_trainer_checkpoint(ftc_trainer_t *t, ftc_err_t *err)
         if (rc < 0)
             return ftc_err_set(err, rc, "checkpoint of step %llu through the agent: %s",
                                (unsigned long long)t->step, ftc_last_error(t->ftc));
+        t->guard_last_ck = (int64_t)t->step; /* a rollback waits for its commit */
         return 0;
     }
     if (!t->persist)
@@ -1059,4 +1108,339 @@ out:
         free(whole);
     free(all);
     return rc;
+}
+
+/* ---- the numerical guard (train.h "Numerical guard") ------------------------ */
+
+static int ftc__guard_check_options(const ftc_train_options_t *o, ftc_err_t *err)
+{
+    if (o->guard != FTC_GUARD_OFF && o->guard != FTC_GUARD_SKIP && o->guard != FTC_GUARD_ROLLBACK)
+        return ftc_err_set(err, FTC_EINVAL, "guard mode %d: must be skip, rollback or off",
+                           o->guard);
+    if (!(o->guard_spike_sigma >= 0.0) || !isfinite(o->guard_spike_sigma))
+        return ftc_err_set(err, FTC_EINVAL, "guard spike sigma %g: must be >= 0 (0 = off)",
+                           o->guard_spike_sigma);
+    if (o->guard_window < 2 || o->guard_window > FTC_GUARD_WINDOW_MAX)
+        return ftc_err_set(err, FTC_EINVAL, "guard window %d: must be 2..%d losses",
+                           o->guard_window, FTC_GUARD_WINDOW_MAX);
+    if (o->n_skip_steps < 0 || o->n_skip_steps > FTC_GUARD_MAX_SKIPS ||
+        (o->n_skip_steps > 0 && !o->skip_steps))
+        return ftc_err_set(err, FTC_EINVAL, "%d skipped steps: at most %d", o->n_skip_steps,
+                           FTC_GUARD_MAX_SKIPS);
+    int ranks = o->dp_coll ? ftc_coll_size(o->dp_coll) : o->dp;
+    if ((o->inject_nan_step >= 0 || o->inject_spike_step >= 0) &&
+        (o->inject_rank < 0 || o->inject_rank >= ranks))
+        return ftc_err_set(err, FTC_EINVAL, "inject rank %d: must be 0..%d (the DP ranks)",
+                           o->inject_rank, ranks - 1);
+    return 0;
+}
+
+/* Inserts step into the sorted list; false when it is full. */
+static bool ftc__guard_add_skip(ftc_trainer_t *t, uint64_t step)
+{
+    int i = 0;
+    while (i < t->nskips && t->skips[i] < step)
+        i++;
+    if (i < t->nskips && t->skips[i] == step)
+        return true;
+    if (t->nskips == FTC_GUARD_MAX_SKIPS)
+        return false;
+    memmove(&t->skips[i + 1], &t->skips[i], (size_t)(t->nskips - i) * sizeof t->skips[0]);
+    t->skips[i] = step;
+    t->nskips++;
+    return true;
+}
+
+/* A restored record's guard state: its skips joined with the ones this run
+ * knows (the up-front list; a rollback's too), and its spike window (the
+ * newest guard_window losses of it). */
+static int ftc__guard_from_meta(ftc_trainer_t *t, const ftc__train_meta_t *meta,
+                                const char *where, ftc_err_t *err)
+{
+    if (meta->n_skips > FTC_GUARD_MAX_SKIPS || meta->n_loss > FTC_GUARD_WINDOW_MAX)
+        return ftc_err_set(err, FTC_ECORRUPT, "%s: step %llu: guard record with %u skipped steps "
+                           "and %u losses (at most %d and %d)", where,
+                           (unsigned long long)meta->step, meta->n_skips, meta->n_loss,
+                           FTC_GUARD_MAX_SKIPS, FTC_GUARD_WINDOW_MAX);
+    for (uint32_t i = 0; i < meta->n_skips; i++)
+        if (!ftc__guard_add_skip(t, meta->skips[i]))
+            return ftc_err_set(err, FTC_ERANGE, "%s: step %llu: more than %d skipped steps in "
+                               "the checkpoint and the --skip-steps list together", where,
+                               (unsigned long long)meta->step, FTC_GUARD_MAX_SKIPS);
+    int keep = (int)meta->n_loss < t->o.guard_window ? (int)meta->n_loss : t->o.guard_window;
+    memcpy(t->win, meta->loss + (meta->n_loss - (uint32_t)keep), (size_t)keep * sizeof t->win[0]);
+    t->nwin = keep;
+    return 0;
+}
+
+static bool ftc__guard_listed(const ftc_trainer_t *t, uint64_t step)
+{
+    for (int i = 0; i < t->nskips && t->skips[i] <= step; i++)
+        if (t->skips[i] == step)
+            return true;
+    return false;
+}
+
+/* The update index of the current step: the learning rate and AdamW's bias
+ * correction count applied updates only (steps minus the skips before it). */
+static uint64_t ftc__guard_upd(const ftc_trainer_t *t)
+{
+    uint64_t u = t->step;
+    for (int i = 0; i < t->nskips && t->skips[i] < t->step; i++)
+        u--;
+    return u;
+}
+
+/* The first micro-batch of (virtual or real) DP rank r in the step. */
+static int ftc__guard_first_micro(const ftc_trainer_t *t, int r)
+{
+    int M = t->o.micro_steps;
+    if (t->sharded) {
+        size_t lo, cnt;
+        ftc_coll_chunk((size_t)M, t->dpn, r, &lo, &cnt);
+        return (int)lo;
+    }
+    return (int)((int64_t)r * M / t->o.dp);
+}
+
+/* The DP rank that computes micro-batch i. */
+static int ftc__guard_owner(const ftc_trainer_t *t, int i)
+{
+    int ranks = t->sharded ? t->dpn : t->o.dp, r = 0;
+    while (r + 1 < ranks && ftc__guard_first_micro(t, r + 1) <= i)
+        r++;
+    return r;
+}
+
+/* After the backward of micro-batch i: the test faults, then the check. A
+ * poisoned micro-batch keeps a NaN loss (which travels to every DP rank with
+ * the all-gathered micro-batch losses) and a zero gradient (so the exact sums
+ * and the collectives run as usual; the step is dropped anyway). */
+static void ftc__guard_micro(ftc_trainer_t *t, int i)
+{
+    int64_t s = (int64_t)t->step;
+    bool mine = i == ftc__guard_first_micro(t, t->o.inject_rank);
+    float *g = ftc_model_grads(t->model);
+    if (mine && s == t->o.inject_nan_step) {
+        t->micro_loss[i] = NAN;
+        t->k->scale(g, NAN, 1); /* one element of the gradient: g[0] = NaN */
+    }
+    if (mine && s == t->o.inject_spike_step)
+        t->micro_loss[i] *= 100.0f;
+    if (t->o.guard == FTC_GUARD_OFF)
+        return;
+    if (!isfinite(t->micro_loss[i]) || !isfinite(t->k->sumsq(g, ftc_model_num_params(t->model)))) {
+        t->micro_loss[i] = NAN;
+        ftc_model_zero_grad(t->model);
+    }
+}
+
+/* 0 (fine: the loss joins the spike window), 1 (not finite) or 2 (spike).
+ * Every input is identical on every DP rank, so is the answer. */
+static int ftc__guard_check(ftc_trainer_t *t, double loss, const float *grads, size_t n)
+{
+    if (t->o.guard == FTC_GUARD_OFF)
+        return 0;
+    if (!isfinite(loss))
+        return 1;
+    /* fp32 accumulation may overflow in the sum; exact sums are range-checked */
+    if (!t->o.deterministic && !isfinite(t->k->sumsq(grads, n)))
+        return 1;
+    int w = t->o.guard_window;
+    if (t->o.guard_spike_sigma > 0 && t->nwin == w) {
+        double mean = 0, var = 0; /* in window order: the same on every rank and restart */
+        for (int i = 0; i < w; i++)
+            mean += t->win[i];
+        mean /= w;
+        for (int i = 0; i < w; i++)
+            var += (t->win[i] - mean) * (t->win[i] - mean);
+        double sd = sqrt(var / (w - 1));
+        if (sd > 0 && loss > mean + t->o.guard_spike_sigma * sd)
+            return 2;
+    }
+    if (t->nwin == w) {
+        memmove(t->win, t->win + 1, (size_t)(w - 1) * sizeof t->win[0]);
+        t->nwin--;
+    }
+    t->win[t->nwin++] = (float)loss;
+    return 0;
+}
+
+/* Restores the newest committed version for a rollback; *back is its step,
+ * or UINT64_MAX when there is none (the batch is then skipped in place). */
+static int ftc__guard_rollback(ftc_trainer_t *t, uint64_t *back, ftc_err_t *err)
+{
+    *back = UINT64_MAX;
+    uint64_t was = t->resumed_from;
+    t->resumed_from = UINT64_MAX;
+    int rc = 0;
+    if (t->ftc) {
+        if ((rc = ftc_wait_snapshot(t->ftc)) < 0)
+            return ftc_err_set(err, rc, "rollback: waiting for the snapshot: %s",
+                               ftc_last_error(t->ftc));
+        /* the last checkpoint committed first, so that every rank restores the same step */
+        if (t->guard_last_ck >= 0 && ftc_wait_committed(t->ftc, t->guard_last_ck) < 0)
+            FTC_WARN("train", "rollback: step %lld not committed (%s); restoring the newest "
+                     "committed one", (long long)t->guard_last_ck, ftc_last_error(t->ftc));
+        ftc__train_meta_t meta;
+        memset(&meta, 0, sizeof meta);
+        size_t mlen = sizeof meta;
+        int64_t step = -1;
+        rc = ftc_restore(t->ftc, &step, &meta, &mlen);
+        if (rc < 0 && rc != FTC_ENOENT)
+            return ftc_err_set(err, rc, "rollback: agent restore: %s", ftc_last_error(t->ftc));
+        uint64_t mine = rc == 0 ? (uint64_t)step : UINT64_MAX, all[FTC__MAX_DP];
+        if ((rc = ftc__gather_u64(t, mine, all, err)) < 0)
+            return rc;
+        for (int r = 0; r < t->dpn; r++)
+            if (all[r] != mine)
+                return ftc_err_set(err, FTC_ECONFIG, "rollback: DP rank %d restored step %lld, "
+                                   "DP rank %d step %lld: the ranks disagree on the committed "
+                                   "step", t->dpr, mine == UINT64_MAX ? -1LL : (long long)mine, r,
+                                   all[r] == UINT64_MAX ? -1LL : (long long)all[r]);
+        if (mine != UINT64_MAX) {
+            rc = ftc__meta_apply(t, &meta, (uint32_t)mlen, mine, (uint64_t)t->dpn, "agent", err);
+            if (rc == 0)
+                rc = ftc__gather_params(t, err);
+        }
+    } else if (t->persist && t->sharded) {
+        rc = ftc__shard_persist_restore(t, err);
+    } else if (t->persist) {
+        rc = ftc__ckpt_restore(t, err);
+    }
+    if (rc < 0)
+        return ftc_err_wrap(err, "rollback at step %llu", (unsigned long long)t->step);
+    *back = t->resumed_from;
+    t->resumed_from = was;
+    return 0;
+}
+
+/* A skipped step: kind 0 = on the list, 1 = not finite, 2 = spike. Records
+ * the skip (after a rollback when asked), reports the event, moves on and
+ * checkpoints when due, as a step does. */
+static int ftc__guard_act(ftc_trainer_t *t, int kind, double loss, ftc_train_stats_t *st,
+                          uint64_t t0, ftc_err_t *err)
+{
+    static const char *const kinds[3] = {"listed", "nan", "loss_spike"};
+    uint64_t k = t->step, back = UINT64_MAX;
+    if (kind && !ftc__guard_listed(t, k) && t->nskips == FTC_GUARD_MAX_SKIPS)
+        return ftc_err_set(err, FTC_ERANGE, "step %llu: %s, but %d steps were skipped already: "
+                           "the run is diverging (lower --lr, raise --warmup, check the data) or "
+                           "use --guard off", (unsigned long long)k,
+                           kind == 1 ? "loss or gradient not finite" : "loss spike",
+                           FTC_GUARD_MAX_SKIPS);
+    char what[200] = "", action[160];
+    if (kind == 1) {
+        int i = 0;
+        while (i < t->o.micro_steps && isfinite(t->micro_loss[i]))
+            i++;
+        if (i < t->o.micro_steps)
+            snprintf(what, sizeof what, "loss or gradient not finite in micro-batch %d (DP rank "
+                     "%d) at step %llu", i, ftc__guard_owner(t, i), (unsigned long long)k);
+        else
+            snprintf(what, sizeof what, "gradient not finite at step %llu (loss %.6g)",
+                     (unsigned long long)k, loss);
+    } else if (kind == 2) {
+        double mean = 0;
+        for (int i = 0; i < t->nwin; i++)
+            mean += t->win[i];
+        snprintf(what, sizeof what, "loss %.6g at step %llu is more than %g sd above the mean "
+                 "%.6g of the last %d", loss, (unsigned long long)k, t->o.guard_spike_sigma,
+                 t->nwin ? mean / t->nwin : 0.0, t->nwin);
+    }
+    if (kind && t->o.guard == FTC_GUARD_ROLLBACK) {
+        uint64_t keep[FTC_GUARD_MAX_SKIPS];
+        int nkeep = t->nskips;
+        memcpy(keep, t->skips, sizeof keep);
+        int rc = ftc__guard_rollback(t, &back, err);
+        if (rc < 0)
+            return rc;
+        for (int i = 0; i < nkeep; i++) /* the restored list is a prefix of what we knew */
+            ftc__guard_add_skip(t, keep[i]);
+    }
+    ftc__guard_add_skip(t, k); /* room was checked above */
+    if (back != UINT64_MAX)
+        snprintf(action, sizeof action, "rollback to step %llu, batch %llu skipped",
+                 (unsigned long long)back, (unsigned long long)k);
+    else
+        snprintf(action, sizeof action, "batch %llu skipped%s", (unsigned long long)k,
+                 kind && t->o.guard == FTC_GUARD_ROLLBACK
+                     ? " (no committed version to roll back to)" : "");
+    if (kind) {
+        FTC_WARN("train", "DP rank %d: guard: %s: %s", t->dpr, what, action);
+        if (t->ftc && t->o.world_rank == 0) { /* one report per event, from world rank 0 */
+            char detail[380];
+            snprintf(detail, sizeof detail, "%s: %s", what, action);
+            int rc = ftc_report(t->ftc, kinds[kind], (int64_t)k, loss, detail);
+            if (rc < 0)
+                FTC_WARN("train", "guard: reporting the event to the agent: %s",
+                         ftc_last_error(t->ftc));
+        }
+    }
+    bool ck = false;
+    double ck_s = 0.0;
+    if (back == UINT64_MAX) {
+        t->step++;
+        if ((t->persist || t->ftc) && t->step % t->o.ckpt_every == 0) {
+            uint64_t c0 = ftc_now_ns();
+            int rc = ftc_trainer_checkpoint(t, err);
+            if (rc < 0)
+                return rc;
+            ck = true;
+            ck_s = (double)(ftc_now_ns() - c0) * 1e-9;
+        }
+    }
+    if (st) {
+        st->step = k;
+        st->loss = (float)loss;
+        st->grad_norm = 0.0f;
+        st->lr = ftc_optim_lr(&t->o.optim, ftc__guard_upd(t));
+        st->tokens = 0;
+        st->seconds = (double)(ftc_now_ns() - t0) * 1e-9;
+        st->checkpointed = ck;
+        st->ckpt_seconds = ck_s;
+        st->skipped = true;
+        st->guard = kinds[kind];
+        st->rolled_back_to = back;
+    }
+    return 0;
+}
+
+int ftc_trainer_skips(const ftc_trainer_t *t, const uint64_t **steps)
+{
+    *steps = t->skips;
+    return t->nskips;
+}
+
+int ftc_guard_parse_mode(const char *s)
+{
+    if (!s)
+        return -1;
+    if (!strcmp(s, "skip"))
+        return FTC_GUARD_SKIP;
+    if (!strcmp(s, "rollback"))
+        return FTC_GUARD_ROLLBACK;
+    if (!strcmp(s, "off"))
+        return FTC_GUARD_OFF;
+    return -1;
+}
+
+int ftc_guard_parse_steps(const char *s, uint64_t *out, int max, int *n, ftc_err_t *err)
+{
+    *n = 0;
+    const char *p = s ? s : "";
+    while (*p) {
+        char *end = NULL;
+        if (*p < '0' || *p > '9')
+            return ftc_err_set(err, FTC_EINVAL, "skip list '%s': '%s' is not a step index", s, p);
+        unsigned long long v = strtoull(p, &end, 10);
+        if (end == p || (*end && *end != ','))
+            return ftc_err_set(err, FTC_EINVAL, "skip list '%s': expected step indices separated "
+                               "by commas", s);
+        if (*n == max)
+            return ftc_err_set(err, FTC_EINVAL, "skip list '%s': more than %d steps", s, max);
+        out[(*n)++] = (uint64_t)v;
+        p = *end ? end + 1 : end;
+    }
+    return 0;
 }

@@ -68,6 +68,28 @@
  * refused (FTC_ECONFIG). A TP all-reduce failure is returned by
  * ftc_trainer_step like a DP one.
  *
+ * Numerical guard (docs/trainer.md "Numerical guard"): after forward and
+ * backward and before the optimizer writes anything, a step whose loss or
+ * gradient is not finite (every micro-batch is checked, so one poisoned
+ * micro-batch on one DP rank suffices), or — when guard_spike_sigma > 0 — a
+ * loss above the mean of the last guard_window accepted losses by more than
+ * guard_spike_sigma standard deviations, is not applied. FTC_GUARD_SKIP moves
+ * on to the next batch; FTC_GUARD_ROLLBACK restores the newest committed
+ * version (the agent's, else the persist tier's) and then skips the batch
+ * when it comes round again. The decision is global without an extra
+ * collective: a poisoned micro-batch is reported as a NaN micro-batch loss,
+ * and the micro-batch losses are all-gathered with the gradient, so every DP
+ * rank decides on the same values. Skipped step indices are training state:
+ * the checkpoint's metadata record keeps them (sorted, at most
+ * FTC_GUARD_MAX_SKIPS; more is FTC_ERANGE: the run is diverging) with the
+ * spike window, so a restore at any DP degree replays the same schedule. The
+ * data position stays a function of the step (a skipped batch is consumed
+ * and not used); the learning rate and AdamW's bias correction count applied
+ * updates only (step minus the skips before it), as Megatron-LM and DeepSpeed
+ * leave their schedulers alone on a skipped iteration. With an agent the
+ * event (kind nan or loss_spike, step, loss, action) is reported through
+ * ftc_report by world rank 0 and recorded in the job's event stream.
+ *
  * Thread-safety: a trainer is driven by one thread.
  */
 #ifndef FTC_TRAINER_TRAIN_H
@@ -81,6 +103,16 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+
+/* The guard's action on a non-finite loss or gradient, or a loss spike. */
+enum ftc_guard_mode {
+    FTC_GUARD_OFF = 0,      /* no check: a non-finite gradient fails the step (FTC_ERANGE) in
+                               deterministic mode, or reaches the weights in fp32 mode */
+    FTC_GUARD_SKIP = 1,     /* do not apply the update; the next step takes the next batch */
+    FTC_GUARD_ROLLBACK = 2, /* restore the newest committed version, then skip the batch */
+};
+#define FTC_GUARD_WINDOW_MAX 256 /* losses in the spike window */
+#define FTC_GUARD_MAX_SKIPS 64   /* skipped steps a run may accumulate (in the checkpoint) */
 
 typedef struct ftc_train_options {
     uint32_t struct_size;       /* sizeof(ftc_train_options_t) */
@@ -110,6 +142,15 @@ typedef struct ftc_train_options {
     const char *agent;          /* ftc agent socket: checkpoints through include/ftc.h */
     /* tensor parallelism (see the top); NULL = none. tp must be 0, 1 or its size */
     ftc_coll_t *tp_coll;        /* the TP group of this process (not owned) */
+    /* the numerical guard (see "Numerical guard" below) */
+    int guard;                  /* FTC_GUARD_SKIP (default), FTC_GUARD_ROLLBACK, FTC_GUARD_OFF */
+    double guard_spike_sigma;   /* a loss this many sd above the window's mean is a spike; 0 = off */
+    int guard_window;           /* accepted losses in the spike window, 2..FTC_GUARD_WINDOW_MAX */
+    const uint64_t *skip_steps; /* step indices whose batches are skipped up front (not owned) */
+    int n_skip_steps;
+    int64_t inject_nan_step;    /* tests: poison one micro-batch of this step (-1 = none) */
+    int64_t inject_spike_step;  /* tests: multiply one micro-batch's loss by 100 (-1 = none) */
+    int inject_rank;            /* the DP rank (or virtual rank) whose micro-batch is poisoned */
 } ftc_train_options_t;
 
 #define FTC_TRAIN_OPTIONS_INIT                                                                     \
@@ -118,8 +159,10 @@ typedef struct ftc_train_options {
      .optim = FTC_OPTIM_CONFIG_INIT, .seed = 1337, .deterministic = false, .dp = 1,               \
      .data_path = NULL, .corpus_bytes = 1u << 20, .corpus_seed = 7, .eval_fraction = 0.1,          \
      .ckpt_dir = NULL, .ckpt_every = 10, .job_id = "ftc-train", .dp_coll = NULL,                   \
-     .coll_timeout_ms = 60000, .world_rank = 0, .world_size = 1, .tp = 1, .agent = NULL,      \
-     .tp_coll = NULL}
+     .coll_timeout_ms = 60000, .world_rank = 0, .world_size = 1, .tp = 1, .agent = NULL,        \
+     .tp_coll = NULL, .guard = FTC_GUARD_SKIP, .guard_spike_sigma = 0.0, .guard_window = 50,    \
+     .skip_steps = NULL, .n_skip_steps = 0, .inject_nan_step = -1, .inject_spike_step = -1,      \
+     .inject_rank = 0}
 
 /* What one step did. */
 typedef struct ftc_train_stats {
@@ -131,6 +174,11 @@ typedef struct ftc_train_stats {
     double seconds;       /* wall time of the step, checkpoint included */
     bool checkpointed;    /* a checkpoint was persisted after this step */
     double ckpt_seconds;  /* its wall time (snapshot + persist) */
+    /* the guard: a skipped step applied no update (loss and norm are then the
+     * offending values, or 0 for a step skipped from the list) */
+    bool skipped;
+    const char *guard;        /* NULL; "nan", "loss_spike" (detected) or "listed" */
+    uint64_t rolled_back_to;  /* the step restored by a rollback, else UINT64_MAX */
 } ftc_train_stats_t;
 
 typedef struct ftc_trainer ftc_trainer_t;
@@ -171,5 +219,13 @@ uint64_t ftc_trainer_params_hash(ftc_trainer_t *t);
  * a collective's error, FTC_ENOMEM. With full (not NULL, P floats of the
  * full model) the gathered parameters are copied there too. */
 int ftc_trainer_full_params(ftc_trainer_t *t, uint64_t *hash, float *full, ftc_err_t *err);
+/* The skipped steps so far (sorted; the up-front list, the restored one and
+ * the guard's decisions); *steps valid until the next step. */
+int ftc_trainer_skips(const ftc_trainer_t *t, const uint64_t **steps);
+/* Parses "5,9,12" into at most max step indices; FTC_EINVAL naming the bad
+ * entry. */
+int ftc_guard_parse_steps(const char *s, uint64_t *out, int max, int *n, ftc_err_t *err);
+/* "skip" / "rollback" / "off" -> FTC_GUARD_*; -1 when unknown. */
+int ftc_guard_parse_mode(const char *s);
 
 #endif

@@ -1,0 +1,567 @@
+/*
+ * test_guard.c — the trainer's numerical guard (train.h "Numerical guard"),
+ * on the tiny model:
+ *   - a NaN injected at step k with `skip`: the run finishes, every applied
+ *     step's loss is finite, and the final weights equal those of a run that
+ *     was given k in its skip list up front (bit for bit), also with two
+ *     virtual DP ranks and the poison in rank 1's micro-batch;
+ *   - the skip list is training state: a run stopped after the skip and
+ *     resumed from its checkpoint ends with the same bits (the learning rate
+ *     counts applied updates, so a lost list would change them);
+ *   - `rollback` through the persist tier: the newest committed step is
+ *     restored, the batch skipped, same bits again;
+ *   - a loss spike (`--guard-spike-sigma`) is skipped, a clean run has none;
+ *   - `off`: the NaN reaches the exact sums (FTC_ERANGE); bad options;
+ *   - real processes: DP = 2 with one rank's micro-batch poisoned, both
+ *     ranks skip (the single-process bits); DP = 2 through two real `ftc
+ *     agent`s and a real redis-server with `--guard rollback`: the committed
+ *     step is restored, the batch skipped, the same bits, and the job's
+ *     event stream holds the `nan` event naming the rollback.
+ */
+#include "ftc_test.h"
+
+#include "core/clock.h"
+#include "core/fsio.h"
+#include "detect/redis_fixture.h"
+#include "trainer/train.h"
+
+#include <dirent.h>
+#include <hiredis/hiredis.h>
+#include <math.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#define STEPS 8
+
+static ftc_train_options_t opts(void)
+{
+    ftc_train_options_t o = FTC_TRAIN_OPTIONS_INIT;
+    ftc_err_t err = {0};
+    assert_int_equal(ftc_model_preset("tiny", &o.model, &err), 0);
+    o.backend = "cpu";
+    o.micro_batch = 2;
+    o.seq_len = 16;
+    o.micro_steps = 4;
+    o.steps = STEPS;
+    o.optim.warmup = 2;
+    o.deterministic = true;
+    o.corpus_bytes = 60000;
+    o.job_id = "guard-test";
+    return o;
+}
+
+/* Runs o to `until` steps (all when 0); *skipped gets the skipped step
+ * indices as a bit mask, each applied step's loss must be finite. Returns the
+ * parameters' hash; the trainer is kept when out is given. */
+static uint64_t run(const ftc_train_options_t *o, uint64_t until, uint32_t *skipped,
+                    const char **kinds, ftc_trainer_t **out)
+{
+    ftc_err_t err = {0};
+    ftc_trainer_t *t = ftc_trainer_create(o, &err);
+    if (!t)
+        fail_msg("create: %s", err.msg);
+    uint32_t mask = 0;
+    uint64_t stop = until ? until : o->steps;
+    int guard = 0;
+    while (ftc_trainer_steps_done(t) < stop) {
+        ftc_train_stats_t st;
+        memset(&st, 0xa5, sizeof st);
+        if (ftc_trainer_step(t, &st, &err) < 0)
+            fail_msg("step %llu: %s", (unsigned long long)ftc_trainer_steps_done(t), err.msg);
+        if (st.skipped) {
+            mask |= 1u << st.step;
+            if (kinds && guard < 8)
+                kinds[guard++] = st.guard;
+        } else {
+            assert_true(isfinite(st.loss));
+            assert_false(st.guard);
+            assert_true(st.rolled_back_to == UINT64_MAX);
+        }
+    }
+    if (skipped)
+        *skipped = mask;
+    uint64_t h = ftc_trainer_params_hash(t);
+    if (out)
+        *out = t;
+    else
+        ftc_trainer_destroy(t);
+    return h;
+}
+
+static uint64_t g_ref3; /* the run that skips batch 3 from the list */
+
+static void test_skip_equals_list(void **state)
+{
+    (void)state;
+    ftc_train_options_t o = opts();
+    uint32_t mask;
+    const char *kinds[8] = {0};
+    uint64_t clean = run(&o, 0, &mask, NULL, NULL);
+    assert_int_equal(mask, 0);
+    uint64_t list[1] = {3};
+    o.skip_steps = list, o.n_skip_steps = 1;
+    g_ref3 = run(&o, 0, &mask, kinds, NULL);
+    assert_int_equal(mask, 1u << 3);
+    assert_string_equal(kinds[0], "listed");
+    assert_true(g_ref3 != clean);
+    /* the NaN at step 3, guard skip (the default) */
+    o = opts();
+    o.inject_nan_step = 3;
+    ftc_trainer_t *t;
+    uint64_t h = run(&o, 0, &mask, kinds, &t);
+    assert_int_equal(mask, 1u << 3);
+    assert_string_equal(kinds[0], "nan");
+    assert_true(h == g_ref3);
+    const uint64_t *sk;
+    assert_int_equal(ftc_trainer_skips(t, &sk), 1);
+    assert_true(sk[0] == 3);
+    ftc_trainer_destroy(t);
+    /* two virtual ranks, the poison in rank 1's micro-batch: the same decision and bits */
+    o.dp = 2, o.inject_rank = 1;
+    assert_true(run(&o, 0, &mask, NULL, NULL) == g_ref3);
+    assert_int_equal(mask, 1u << 3);
+    /* fp32 accumulation: the NaN is caught too (no reference bits: another mode) */
+    o = opts();
+    o.deterministic = false, o.inject_nan_step = 3;
+    ftc_err_t err = {0};
+    t = ftc_trainer_create(&o, &err);
+    assert_non_null(t);
+    while (ftc_trainer_steps_done(t) < STEPS) {
+        ftc_train_stats_t st;
+        assert_int_equal(ftc_trainer_step(t, &st, &err), 0);
+        assert_true(st.skipped == (st.step == 3));
+    }
+    float *p = ftc_model_params(ftc_trainer_model(t));
+    for (size_t i = 0; i < ftc_model_num_params(ftc_trainer_model(t)); i++)
+        if (!isfinite(p[i]))
+            fail_msg("parameter %zu is not finite", i);
+    ftc_trainer_destroy(t);
+}
+
+static void test_skip_list_in_checkpoint(void **state)
+{
+    (void)state;
+    char *dir = ftc_test_tmpdir("guard-ck");
+    ftc_train_options_t o = opts();
+    o.inject_nan_step = 3;
+    o.ckpt_dir = dir, o.ckpt_every = 2;
+    ftc_trainer_t *t;
+    run(&o, 6, NULL, NULL, &t); /* the skip at 3, checkpoints at 4 and 6 */
+    ftc_trainer_destroy(t);
+    /* resumed without the fault and without a list: the record brings the skip */
+    o.inject_nan_step = -1;
+    ftc_err_t err = {0};
+    t = ftc_trainer_create(&o, &err);
+    assert_non_null(t);
+    assert_true(ftc_trainer_resumed_from(t) == 6);
+    const uint64_t *sk;
+    assert_int_equal(ftc_trainer_skips(t, &sk), 1);
+    assert_true(sk[0] == 3);
+    ftc_trainer_destroy(t);
+    uint32_t mask;
+    assert_true(run(&o, 0, &mask, NULL, NULL) == g_ref3);
+    assert_int_equal(mask, 0);
+    ftc_test_rmrf(dir);
+    free(dir);
+}
+
+static void test_rollback_persist(void **state)
+{
+    (void)state;
+    char *dir = ftc_test_tmpdir("guard-rb");
+    ftc_train_options_t o = opts();
+    o.inject_nan_step = 3;
+    o.guard = FTC_GUARD_ROLLBACK;
+    o.ckpt_dir = dir, o.ckpt_every = 2;
+    ftc_err_t err = {0};
+    ftc_trainer_t *t = ftc_trainer_create(&o, &err);
+    assert_non_null(t);
+    int rollbacks = 0;
+    while (ftc_trainer_steps_done(t) < STEPS) {
+        ftc_train_stats_t st;
+        assert_int_equal(ftc_trainer_step(t, &st, &err), 0);
+        if (st.step == 3 && st.skipped && st.rolled_back_to != UINT64_MAX) {
+            rollbacks++;
+            assert_string_equal(st.guard, "nan");
+            assert_true(st.rolled_back_to == 2); /* the newest committed step */
+            assert_true(ftc_trainer_steps_done(t) == 2);
+        } else if (st.skipped) {
+            assert_true(st.step == 3); /* the listed skip on the replay */
+            assert_string_equal(st.guard, "listed");
+        } else {
+            assert_true(isfinite(st.loss));
+        }
+    }
+    assert_int_equal(rollbacks, 1);
+    assert_true(ftc_trainer_resumed_from(t) == UINT64_MAX); /* a rollback is not a restart */
+    assert_true(ftc_trainer_params_hash(t) == g_ref3);
+    ftc_trainer_destroy(t);
+    ftc_test_rmrf(dir);
+    free(dir);
+    /* no checkpoint to go back to: skipped in place */
+    o.ckpt_dir = NULL;
+    uint32_t mask;
+    assert_true(run(&o, 0, &mask, NULL, NULL) == g_ref3);
+    assert_int_equal(mask, 1u << 3);
+}
+
+static void test_spike(void **state)
+{
+    (void)state;
+    ftc_train_options_t o = opts();
+    o.steps = 12;
+    o.guard_spike_sigma = 6.0, o.guard_window = 4;
+    uint32_t mask;
+    const char *kinds[8] = {0};
+    run(&o, 0, &mask, NULL, NULL);
+    assert_int_equal(mask, 0); /* no false alarm on a clean run */
+    o.inject_spike_step = 9;
+    uint64_t h = run(&o, 0, &mask, kinds, NULL);
+    assert_int_equal(mask, 1u << 9);
+    assert_string_equal(kinds[0], "loss_spike");
+    uint64_t list[1] = {9};
+    o.inject_spike_step = -1, o.skip_steps = list, o.n_skip_steps = 1;
+    assert_true(run(&o, 0, &mask, NULL, NULL) == h);
+    /* spike detection off (the default): the spike is trained on */
+    o = opts();
+    o.steps = 12, o.inject_spike_step = 9;
+    run(&o, 0, &mask, NULL, NULL);
+    assert_int_equal(mask, 0);
+}
+
+static void test_off_and_options(void **state)
+{
+    (void)state;
+    ftc_train_options_t o = opts();
+    o.guard = FTC_GUARD_OFF, o.inject_nan_step = 1;
+    ftc_err_t err = {0};
+    ftc_trainer_t *t = ftc_trainer_create(&o, &err);
+    assert_non_null(t);
+    ftc_train_stats_t st;
+    assert_int_equal(ftc_trainer_step(t, &st, &err), 0);
+    assert_int_equal(ftc_trainer_step(t, &st, &err), FTC_ERANGE); /* the exact sums refuse it */
+    ftc_trainer_destroy(t);
+    o = opts();
+    o.guard_window = 1;
+    assert_null(ftc_trainer_create(&o, &err));
+    assert_int_equal(err.code, FTC_EINVAL);
+    o = opts();
+    o.guard = 7;
+    assert_null(ftc_trainer_create(&o, &err));
+    o = opts();
+    o.inject_nan_step = 1, o.inject_rank = 1; /* one rank only */
+    assert_null(ftc_trainer_create(&o, &err));
+    assert_non_null(strstr(err.msg, "inject rank"));
+    uint64_t s[4];
+    int n;
+    assert_int_equal(ftc_guard_parse_steps("3,17,5", s, 4, &n, &err), 0);
+    assert_int_equal(n, 3);
+    assert_true(s[1] == 17);
+    assert_int_equal(ftc_guard_parse_steps("3,x", s, 4, &n, &err), FTC_EINVAL);
+    assert_int_equal(ftc_guard_parse_steps("1,2,3,4,5", s, 4, &n, &err), FTC_EINVAL);
+    assert_int_equal(ftc_guard_parse_steps("", s, 4, &n, &err), 0);
+    assert_int_equal(n, 0);
+    assert_int_equal(ftc_guard_parse_mode("rollback"), FTC_GUARD_ROLLBACK);
+    assert_int_equal(ftc_guard_parse_mode("Skip"), -1);
+}
+
+/* ---- real processes ---------------------------------------------------------- */
+
+#define COMMON "--model", "tiny", "--micro-batch", "2", "--global-batch", "8", "--seq-len", "16", \
+               "--corpus-bytes", "60000", "--eval-batches", "1", "--threads", "1",               \
+               "--log-every", "1", "--warmup", "2", "--steps", "8"
+
+typedef struct proc {
+    pid_t pid;
+    char out[PATH_MAX];
+} proc_t;
+
+static const char *bindir(void)
+{
+    const char *b = getenv("FTC_BINARY_DIR");
+    return b ? b : ".";
+}
+
+static void start(proc_t *p, const char *dir, const char *tag, const char *const *env,
+                  const char *const *args)
+{
+    snprintf(p->out, sizeof p->out, "%s/%s.out", dir, tag);
+    fflush(stdout);
+    fflush(stderr);
+    p->pid = fork();
+    assert_true(p->pid >= 0);
+    if (p->pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        FILE *o = freopen(p->out, "w", stdout);
+        (void)o;
+        dup2(STDOUT_FILENO, STDERR_FILENO);
+        unsetenv("RANK"), unsetenv("WORLD_SIZE"), unsetenv("FTC_AGENT_SOCKET");
+        setenv("OMP_WAIT_POLICY", "passive", 1);
+        for (int i = 0; env && env[i]; i++)
+            putenv((char *)env[i]);
+        const char *av[64];
+        int k = 0;
+        static char bin[PATH_MAX];
+        snprintf(bin, sizeof bin, "%s/cli/ftc", bindir());
+        av[k++] = bin;
+        av[k++] = "train";
+        for (int i = 0; args[i] && k < 63; i++)
+            av[k++] = args[i];
+        av[k] = NULL;
+        execv(bin, (char *const *)av);
+        _exit(127);
+    }
+}
+
+static char *slurp(const char *file)
+{
+    uint8_t *buf = NULL;
+    size_t len;
+    ftc_err_t err = {0};
+    if (ftc_fs_read_file(file, 1 << 22, &buf, &len, &err))
+        return strdup("");
+    return (char *)buf;
+}
+
+/* Waits (bounded) for p; its output when it failed. */
+static void finish_ok(proc_t *p, int timeout_ms)
+{
+    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)timeout_ms);
+    int st;
+    while (waitpid(p->pid, &st, WNOHANG) != p->pid) {
+        if (ftc_deadline_expired(d)) {
+            kill(p->pid, SIGKILL);
+            waitpid(p->pid, &st, 0);
+            fail_msg("%s: did not finish in %d ms", p->out, timeout_ms);
+        }
+        ftc_sleep_ms(10);
+    }
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        char *s = slurp(p->out);
+        print_error("%s failed (status %d):\n%s\n", p->out, st, s);
+        free(s);
+        fail();
+    }
+}
+
+static bool said(const char *file, const char *what)
+{
+    char *s = slurp(file);
+    bool y = strstr(s, what) != NULL;
+    if (!y)
+        print_error("%s does not say '%s':\n%s\n", file, what, s);
+    free(s);
+    return y;
+}
+
+static uint64_t params_hash(const char *file)
+{
+    char *s = slurp(file);
+    char *l = strstr(s, "params xxh3 ");
+    uint64_t h = l && strstr(l, "after 8 steps") ? strtoull(l + 12, NULL, 16) : 0;
+    if (!h)
+        print_error("%s has no final hash:\n%s\n", file, s);
+    free(s);
+    assert_true(h != 0);
+    return h;
+}
+
+static uint64_t g_ref5; /* one process, --skip-steps 5 */
+
+static void test_dp2_one_rank_poisoned(void **state)
+{
+    (void)state;
+    char *dir = ftc_test_tmpdir("guard-dp");
+    proc_t p;
+    const char *ref[] = {COMMON, "--deterministic", "--skip-steps", "5", NULL};
+    start(&p, dir, "ref", NULL, ref);
+    finish_ok(&p, 120000);
+    g_ref5 = params_hash(p.out);
+    const char *env[] = {"FI_PROVIDER=tcp;ofi_rxm", NULL};
+    const char *dp2[] = {COMMON, "--nproc", "2", "--inject-nan", "5", "--inject-rank", "1",
+                         "--coll-timeout-ms", "30000", NULL};
+    start(&p, dir, "dp2", env, dp2);
+    finish_ok(&p, 120000);
+    assert_true(said(p.out, "DP rank 0: guard: loss or gradient not finite in micro-batch 2 "
+                            "(DP rank 1) at step 5: batch 5 skipped"));
+    assert_true(said(p.out, "DP rank 1: guard: loss or gradient not finite"));
+    assert_true(said(p.out, "step 6/8 nan: batch skipped"));
+    assert_true(params_hash(p.out) == g_ref5);
+    ftc_test_rmrf(dir);
+    free(dir);
+}
+
+/* ---- with agents ---------------------------------------------------------- */
+
+static pid_t g_agents[2];
+
+static pid_t start_agent(const char *jobdir, const char *persist, const char *job,
+                         const char *url, int i)
+{
+    char sock[PATH_MAX + 32], out[PATH_MAX + 32];
+    snprintf(sock, sizeof sock, "%s/agent.%d.sock", jobdir, i);
+    snprintf(out, sizeof out, "%s/agent%d.log", jobdir, i);
+    unlink(sock);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        FILE *o = freopen(out, "a", stdout);
+        FILE *er = freopen(out, "a", stderr);
+        (void)o, (void)er;
+        char bin[PATH_MAX], idx[16];
+        snprintf(bin, sizeof bin, "%s/cli/ftc", bindir());
+        snprintf(idx, sizeof idx, "%d", i);
+        setenv("FTC_REDIS_URL", url, 1);
+        setenv("FI_PROVIDER", "tcp;ofi_rxm", 1);
+        execl(bin, bin, "agent", "--nodes", "2", "--index", idx, "--job", job, "--job-dir",
+              jobdir, "--redundancy", "1", "--persist-dir", persist, "--persist-every", "1000",
+              "--agent-timeout-ms", "8000", (char *)NULL);
+        _exit(127);
+    }
+    ftc_deadline_t d = ftc_deadline_in_ms(20000);
+    struct stat st;
+    while (stat(sock, &st) != 0) {
+        int s;
+        if (waitpid(pid, &s, WNOHANG) == pid)
+            fail_msg("agent %d exited at start (see %s)", i, out);
+        if (ftc_deadline_expired(d))
+            fail_msg("agent %d did not open its socket", i);
+        ftc_sleep_ms(20);
+    }
+    return pid;
+}
+
+/* The detail of the first stream entry of kind `kind` (malloc'd), or NULL. */
+static char *stream_detail(redis_fixture_t *f, const char *job, const char *kind, int64_t *step)
+{
+    ftc_ctl_t *c = redis_fixture_ctl(f, job);
+    char key[128], *found = NULL;
+    ftc_redis_reply_t *rep;
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, &rep, "XRANGE",
+                                    ftc_ctl_key(c, "events", key, sizeof key), "-", "+", NULL), 0);
+    for (size_t i = 0; i < rep->elements && !found; i++) {
+        ftc_redis_reply_t *fields = rep->element[i]->element[1];
+        const char *k = NULL, *d = NULL, *s = NULL;
+        for (size_t j = 0; j + 1 < fields->elements; j += 2) {
+            const char *name = fields->element[j]->str, *v = fields->element[j + 1]->str;
+            if (!strcmp(name, "kind"))
+                k = v;
+            else if (!strcmp(name, "detail"))
+                d = v;
+            else if (!strcmp(name, "step"))
+                s = v;
+        }
+        if (k && d && !strcmp(k, kind)) {
+            found = strdup(d);
+            *step = s ? strtoll(s, NULL, 10) : -1;
+        }
+    }
+    ftc_redis_reply_free(rep);
+    ftc_ctl_destroy(c);
+    return found;
+}
+
+static void test_agent_rollback(void **state)
+{
+    redis_fixture_t *f = *state;
+    char jobdir[PATH_MAX], persist[PATH_MAX], url[512], job[64];
+    snprintf(jobdir, sizeof jobdir, "%s/job", f->dir);
+    snprintf(persist, sizeof persist, "%s/persist", f->dir);
+    snprintf(job, sizeof job, "tgd%d", (int)getpid() % 100000);
+    mkdir(jobdir, 0700);
+    char *u = slurp(ftc_redis_server_url_file(f->srv));
+    u[strcspn(u, "\n")] = 0;
+    snprintf(url, sizeof url, "%s", u);
+    free(u);
+    if (!g_ref5) { /* run alone (ctest -R ... or a filter): the reference first */
+        proc_t p;
+        const char *ref[] = {COMMON, "--deterministic", "--skip-steps", "5", NULL};
+        start(&p, jobdir, "ref", NULL, ref);
+        finish_ok(&p, 120000);
+        g_ref5 = params_hash(p.out);
+    }
+    for (int i = 0; i < 2; i++)
+        g_agents[i] = start_agent(jobdir, persist, job, url, i);
+    char rdzv[PATH_MAX];
+    snprintf(rdzv, sizeof rdzv, "%s/rdzv", jobdir);
+    assert_int_equal(mkdir(rdzv, 0700), 0);
+    proc_t p[2];
+    static char envs[2][5][PATH_MAX + 64];
+    for (int r = 0; r < 2; r++) {
+        snprintf(envs[r][0], sizeof envs[r][0], "RANK=%d", r);
+        snprintf(envs[r][1], sizeof envs[r][1], "WORLD_SIZE=2");
+        snprintf(envs[r][2], sizeof envs[r][2], "FTC_TRAIN_RDZV_DIR=%s", rdzv);
+        snprintf(envs[r][3], sizeof envs[r][3], "FTC_AGENT_SOCKET=%s/agent.%d.sock", jobdir, r);
+        snprintf(envs[r][4], sizeof envs[r][4], "FTC_JOB_ID=%s", job);
+        const char *env[] = {envs[r][0], envs[r][1], envs[r][2], envs[r][3], envs[r][4],
+                             "FI_PROVIDER=tcp;ofi_rxm", NULL};
+        /* checkpoints every 2 steps: the rollback from step 5 replays step 4 */
+        const char *a[] = {COMMON, "--ckpt-every", "2", "--guard", "rollback", "--inject-nan",
+                           "5", "--inject-rank", "1", "--coll-timeout-ms", "20000", NULL};
+        char tag[16];
+        snprintf(tag, sizeof tag, "r%d", r);
+        start(&p[r], jobdir, tag, env, a);
+    }
+    finish_ok(&p[1], 120000);
+    finish_ok(&p[0], 120000);
+    assert_true(said(p[0].out, "rollback to step 4, batch 5 skipped"));
+    assert_true(said(p[1].out, "DP rank 1: guard"));
+    assert_true(said(p[0].out, "step 6/8 nan: rolled back to step 4"));
+    assert_true(params_hash(p[0].out) == g_ref5);
+    /* the event, through rank 0's agent into the stream (published shortly after) */
+    ftc_deadline_t d = ftc_deadline_in_ms(15000);
+    char *detail = NULL;
+    int64_t step = -1;
+    while (!(detail = stream_detail(f, job, "nan", &step)) && !ftc_deadline_expired(d))
+        ftc_sleep_ms(50);
+    if (!detail)
+        fail_msg("no nan event in the stream of job %s", job);
+    print_message("event: nan step %lld: %s\n", (long long)step, detail ? detail : "");
+    assert_true(step == 5);
+    assert_non_null(strstr(detail, "rollback to step 4, batch 5 skipped"));
+    assert_non_null(strstr(detail, "loss nan"));
+    free(detail);
+}
+
+static int agent_teardown(void **state)
+{
+    for (int i = 0; i < 2; i++) {
+        if (g_agents[i] > 0) {
+            kill(g_agents[i], SIGKILL);
+            waitpid(g_agents[i], NULL, 0);
+        }
+        g_agents[i] = 0;
+    }
+    DIR *d = opendir("/dev/shm");
+    struct dirent *de;
+    char prefix[80];
+    snprintf(prefix, sizeof prefix, "ftc.tgd%d.", (int)getpid() % 100000);
+    while (d && (de = readdir(d))) {
+        if (!strncmp(de->d_name, prefix, strlen(prefix))) {
+            char pth[PATH_MAX];
+            snprintf(pth, sizeof pth, "/dev/shm/%s", de->d_name);
+            unlink(pth);
+        }
+    }
+    if (d)
+        closedir(d);
+    return redis_fixture_teardown(state);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_skip_equals_list),
+        cmocka_unit_test(test_skip_list_in_checkpoint),
+        cmocka_unit_test(test_rollback_persist),
+        cmocka_unit_test(test_spike),
+        cmocka_unit_test(test_off_and_options),
+        cmocka_unit_test(test_dp2_one_rank_poisoned),
+        cmocka_unit_test_setup_teardown(test_agent_rollback, redis_fixture_setup, agent_teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
