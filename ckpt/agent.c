@@ -292,8 +292,9 @@ static int ftc__open_transport(ftc_agent_t *a, ftc_err_t *err)
     a->repl = ftc_repl_create(&a->ropt, err);
     if (!a->repl)
         return err ? err->code : FTC_EFABRIC;
-    if (a->par) /* members fetch our ranks' shards and our parity from our slots */
-        ftc_repl_serve_local(a->repl, a->ns);
+    /* peers fetch our ranks' shards from our slots: parity members, and ranks
+     * that re-partition after a layout change */
+    ftc_repl_serve_local(a->repl, a->ns);
     pthread_mutex_lock(&a->mu);
     memcpy(a->my_addr, addr, len);
     a->my_addr_len = len;
@@ -557,9 +558,9 @@ static void *ftc__repl_main(void *arg)
             if (j->kind == JOB_FETCH && !j->local_tried) {
                 /* this node may hold the replica itself (its ring predecessor's) */
                 j->local_tried = true;
-                uint64_t hs = 0, hsize = 0;
+                uint64_t hsize = 0;
                 const uint8_t *held = NULL;
-                if (ftc_repl_held(a->repl, j->owner, &hs, &held, &hsize) == 0 && hs == j->step &&
+                if (ftc_repl_held_step(a->repl, j->owner, j->step, &held, &hsize) == 0 &&
                     (j->buf = malloc(hsize ? hsize : 1)) != NULL) {
                     memcpy(j->buf, held, hsize);
                     j->buf_size = hsize;
@@ -949,7 +950,12 @@ static void ftc__on_slots(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
     for (int s = 0; s < NS; s++) {
         ftc_err_t err = {0};
         char name[FTC_SLOT_NAME_MAX];
+        char prev[FTC_SLOT_NAME_MAX];
+        /* a slot of another size holds the previous layout's shard: keep it
+         * (under its prev name) for ranks that re-partition from it */
         if (ftc_slot_name(a->ns, r->rank, s, name, sizeof name, &err) ||
+            ftc_slot_name_prev(a->ns, r->rank, s, prev, sizeof prev, &err) ||
+            (!r->slot[s].base && ftc_slot_keep_other_size(name, prev, m->size, &err)) ||
             (!r->slot[s].base && ftc_slot_create(name, m->size, &r->slot[s], &err))) {
             ftc__reply_error(r->fd, err.code ? err.code : FTC_EIO, "%s", err.msg);
             return;
@@ -1321,12 +1327,17 @@ static void ftc__on_restore(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *
             return;
         }
     }
-    if (src != r->rank) {
-        for (int s = 0; s < NS; s++) {
+    /* ... and the slots a rank left here under another layout (prev names) */
+    for (int k = 0; k < 2 * NS; k++) {
+        if (src == r->rank && k < NS)
+            continue; /* its current slots: looked at above */
+        {
+            int s = k % NS;
             char name[FTC_SLOT_NAME_MAX];
             ftc_slot_t sl;
             ftc_err_t err = {0};
-            if (ftc_slot_name(a->ns, src, s, name, sizeof name, &err) ||
+            if ((k < NS ? ftc_slot_name(a->ns, src, s, name, sizeof name, &err)
+                        : ftc_slot_name_prev(a->ns, src, s, name, sizeof name, &err)) ||
                 ftc_slot_open(name, false, &sl, &err))
                 continue;
             ftc_shard_view_t v;

@@ -1092,12 +1092,15 @@ static int serve_local(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
 {
     int best = -1;
     uint64_t best_step = 0, best_size = 0;
-    ftc_slot_t sl[FTC_AP_SLOTS_PER_RANK];
-    for (int i = 0; i < FTC_AP_SLOTS_PER_RANK; i++) {
+    ftc_slot_t sl[2 * FTC_AP_SLOTS_PER_RANK]; /* the slots, then those of a previous layout */
+    for (int i = 0; i < 2 * FTC_AP_SLOTS_PER_RANK; i++) {
         char name[FTC_SLOT_NAME_MAX];
         ftc_err_t e = {0};
         sl[i].base = NULL;
-        if (ftc_slot_name(r->local_ns, h->owner, i, name, sizeof name, &e) ||
+        int k = i % FTC_AP_SLOTS_PER_RANK;
+        if ((i < FTC_AP_SLOTS_PER_RANK
+                 ? ftc_slot_name(r->local_ns, h->owner, k, name, sizeof name, &e)
+                 : ftc_slot_name_prev(r->local_ns, h->owner, k, name, sizeof name, &e)) ||
             ftc_slot_open(name, false, &sl[i], &e))
             continue;
         ftc_shard_view_t v;
@@ -1120,7 +1123,7 @@ static int serve_local(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
             rc = serve_start_buf(r, p, h->owner, copy, best_size);
         }
     }
-    for (int i = 0; i < FTC_AP_SLOTS_PER_RANK; i++)
+    for (int i = 0; i < 2 * FTC_AP_SLOTS_PER_RANK; i++)
         if (sl[i].base)
             ftc_slot_close(&sl[i]);
     return rc < 0 ? -1 : 0;
@@ -1971,6 +1974,18 @@ int ftc_repl_held(ftc_repl_t *r, uint32_t owner, uint64_t *step, const uint8_t *
     *step = s->step;
     *shard = s->slot[s->complete].base;
     *size = s->size;
+    return 0;
+}
+
+int ftc_repl_held_step(ftc_repl_t *r, uint32_t owner, uint64_t step, const uint8_t **shard,
+                       uint64_t *size)
+{
+    store_t *s = store_get(r, owner, true);
+    int slot = held_slot(s, step, size);
+    if (slot < 0)
+        return ftc_err_set(&r->err, FTC_ENOENT, "repl: node %u holds no replica of owner %u "
+                           "step %llu", r->self, owner, (unsigned long long)step);
+    *shard = s->slot[slot].base;
     return 0;
 }
 

@@ -150,6 +150,11 @@ int ftc_repl_held(ftc_repl_t *r, uint32_t owner, uint64_t *step, const uint8_t *
  * way (docs/agent.md). ns NULL or "" turns it off (the default). */
 void ftc_repl_serve_local(ftc_repl_t *r, const char *ns);
 
+/* The replica of (owner, step) this agent holds — the newest, or the one
+ * before it while its slot is not being overwritten: FTC_ENOENT otherwise.
+ * Same lifetime as ftc_repl_held. */
+int ftc_repl_held_step(ftc_repl_t *r, uint32_t owner, uint64_t step, const uint8_t **shard,
+                       uint64_t *size);
 /* Counters, for logs and the benchmark. */
 typedef struct ftc_repl_counters {
     uint64_t bytes_sent, bytes_received;

@@ -27,6 +27,32 @@ int ftc_slot_name(const char *job, uint32_t rank, int idx, char *buf, size_t cap
     return 0;
 }
 
+int ftc_slot_name_prev(const char *job, uint32_t rank, int idx, char *buf, size_t cap,
+                       ftc_err_t *err)
+{
+    int rc = ftc_slot_name(job, rank, idx, buf, cap, err);
+    if (rc)
+        return rc;
+    char *dot = strrchr(buf, '.');
+    if (!dot || dot[1] != 's')
+        return ftc_err_set(err, FTC_EINVAL, "slot name %s", buf);
+    dot[1] = 'p';
+    return 0;
+}
+
+int ftc_slot_keep_other_size(const char *name, const char *prev, uint64_t size, ftc_err_t *err)
+{
+    char from[FTC_SLOT_NAME_MAX + 16], to[FTC_SLOT_NAME_MAX + 16];
+    snprintf(from, sizeof from, FTC_SHM_DIR "/%s", name);
+    snprintf(to, sizeof to, FTC_SHM_DIR "/%s", prev);
+    struct stat st;
+    if (stat(from, &st) != 0 || (uint64_t)st.st_size == size)
+        return 0;
+    if (rename(from, to) != 0)
+        return ftc_err_errno(err, errno, "keeping slot %s as %s", name, prev);
+    return 0;
+}
+
 int ftc_shm_free(uint64_t *free_bytes, ftc_err_t *err)
 {
     struct statvfs st;

@@ -34,6 +34,16 @@ typedef struct ftc_slot {
 
 /* Builds the slot name of (job, rank, idx) into buf. */
 int ftc_slot_name(const char *job, uint32_t rank, int idx, char *buf, size_t cap, ftc_err_t *err);
+/* The name a slot is kept under when its rank comes back with another layout
+ * (a new shard size after an elastic change): "...r<rank>.p<idx>", so the
+ * previous layout's committed shard stays readable for re-partitioning until
+ * the next layout change. */
+int ftc_slot_name_prev(const char *job, uint32_t rank, int idx, char *buf, size_t cap,
+                       ftc_err_t *err);
+/* Renames slot `name` to `prev` when it exists with a size other than size
+ * (replacing an older prev). 0 (also when there is nothing to keep), or an
+ * errno-based error. */
+int ftc_slot_keep_other_size(const char *name, const char *prev, uint64_t size, ftc_err_t *err);
 /* Bytes free in the file system behind shm (usually /dev/shm). */
 int ftc_shm_free(uint64_t *free_bytes, ftc_err_t *err);
 /* Creates (or, if it exists with this size, reuses) a slot of size bytes,

@@ -393,6 +393,37 @@ static int ftc__master(ftc__sup_t *s, char *host, size_t cap, int *port, ftc_err
     }
 }
 
+/* Waits until every member's agent heartbeats (its detector is up, its
+ * fabric address published): ranks then find their peers, and a node_lost
+ * that a freshly started detector reports for a member whose agent was still
+ * starting (a replacement node) falls before this generation's events. */
+static int ftc__wait_agents(ftc__sup_t *s, ftc_err_t *err)
+{
+    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)s->o->join_timeout_ms);
+    ftc_redis_t *r = ftc_ctl_redis(s->ctl);
+    for (;;) {
+        int missing = -1;
+        for (int i = 0; i < s->round.nodes && missing < 0; i++) {
+            char key[256], suffix[FTC_CTL_NODE_MAX + 8];
+            snprintf(suffix, sizeof suffix, "hb:%s", s->round.members[i]);
+            ftc_ctl_key(s->ctl, suffix, key, sizeof key);
+            ftc_redis_reply_t *rep = NULL;
+            long long n = 0;
+            if (ftc_redis_cmdv(r, true, &rep, "EXISTS", key, NULL) != 0 ||
+                ftc_redis_want_int(rep, "EXISTS", &n, NULL) != 0 || n != 1)
+                missing = i;
+            ftc_redis_reply_free(rep);
+        }
+        if (missing < 0)
+            return 0;
+        if (ftc_deadline_expired(d))
+            return ftc_err_set(err, FTC_ETIMEDOUT,
+                               "generation %" PRIu64 ": the agent of member %s never came up",
+                               s->gen, s->round.members[missing]);
+        ftc_sleep_ms(20);
+    }
+}
+
 /* The stream's last id, so this generation reads only newer events. */
 static void ftc__events_mark(ftc__sup_t *s)
 {
@@ -673,6 +704,16 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
         /* 4. MASTER_ADDR:PORT and the ranks */
         char host[256];
         int port = 0;
+        if (ftc__wait_agents(s, err)) {
+            snprintf(s->fail_reason, sizeof s->fail_reason, "%s", err->msg);
+            FTC_WARN("run", "%s", s->fail_reason);
+            bool opened = false;
+            ftc_err_t e2 = {0};
+            ftc_rdzv_request(ftc_ctl_redis(s->ctl), o->job, s->gen, s->fail_reason, &opened, &e2);
+            if (++s->failures > o->max_restarts)
+                break;
+            continue;
+        }
         ftc__events_mark(s);
         ftc__restore_map(s);
         if (ftc__master(s, host, sizeof host, &port, err) ||
