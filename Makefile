@@ -54,6 +54,7 @@ test-fuzz: setup
 
 bench: build
 	$(BUILD)/bench/bench_persist
+	$(BUILD)/bench/bench_recover
 
 fuzz: setup
 	bash scripts/fuzz $(FUZZ_SECONDS)

@@ -85,6 +85,7 @@ typedef struct ftc__job {
     /* private to the replication thread */
     ftc_repl_xfer_t x;
     bool started;
+    bool local_tried;       /* FETCH: this node's own replica store was looked at */
 } ftc__job_t;
 
 typedef struct ftc__rank {
@@ -108,9 +109,13 @@ typedef struct ftc__rank {
                                 uncommitted version is abandoned (another rank's
                                 replication of that step failed, it never commits) */
     uint64_t last_sealed_ns; /* previous SEALED: the step time reported to the detector */
-    bool restoring;         /* a RESTORE is being worked on */
+    bool restoring;         /* a RESTORE or FETCH is being worked on */
     int restore_attempts;   /* fetch rounds tried for it (peers may be restarting) */
     uint64_t restore_step;
+    uint32_t src;           /* its subject: the rank whose shard is wanted (usually rank) */
+    bool fetch;             /* a FETCH (answered with a shm copy), not a RESTORE */
+    char fetch_name[FTC_SLOT_NAME_MAX]; /* shm object of the last FETCH_OK ("" = none) */
+    uint64_t fetches;       /* FETCH_OKs so far: names the next object */
 } ftc__rank_t;
 
 typedef struct ftc__peer {
@@ -549,6 +554,22 @@ static void *ftc__repl_main(void *arg)
         for (ftc__job_t *j = active; j; j = j->next) {
             if (j->started || j->kind == JOB_GATHER) /* a gather starts its own fetches */
                 continue;
+            if (j->kind == JOB_FETCH && !j->local_tried) {
+                /* this node may hold the replica itself (its ring predecessor's) */
+                j->local_tried = true;
+                uint64_t hs = 0, hsize = 0;
+                const uint8_t *held = NULL;
+                if (ftc_repl_held(a->repl, j->owner, &hs, &held, &hsize) == 0 && hs == j->step &&
+                    (j->buf = malloc(hsize ? hsize : 1)) != NULL) {
+                    memcpy(j->buf, held, hsize);
+                    j->buf_size = hsize;
+                    j->rc = 0;
+                    j->x = -1;
+                    j->started = true;
+                    snprintf(j->detail, sizeof j->detail, "this node's replica store");
+                    continue;
+                }
+            }
             ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)a->o.timeout_ms);
             int rc;
             if (j->kind == JOB_PUSH)
@@ -890,6 +911,7 @@ static void ftc__on_hello(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
     }
     r->fd = fd;
     r->rank = m->rank;
+    r->src = m->rank;
     r->hello = *m;
     for (int i = 0; i < FTC_AGENT_MAX_CLIENTS; i++)
         if (a->clients[i] == fd)
@@ -1115,6 +1137,75 @@ static bool ftc__same_coords(const ftc_shard_view_t *v, const ftc__rank_t *r)
            v->info.pp_rank == r->hello.pp_rank;
 }
 
+/* The global rank a shard belongs to (Megatron's order, as ckpt/client.c). */
+static uint32_t ftc__info_rank(const ftc_shard_info_t *i)
+{
+    return (i->dp_rank * i->pp + i->pp_rank) * i->tp + i->tp_rank;
+}
+
+/* Is v the shard r's RESTORE / FETCH asks for? Its own: same coordinates;
+ * another rank's (after a layout change): that rank's coordinates. */
+static bool ftc__is_subject(const ftc_shard_view_t *v, const ftc__rank_t *r)
+{
+    return r->src == r->rank && !r->fetch ? ftc__same_coords(v, r)
+                                          : ftc__info_rank(&v->info) == r->src;
+}
+
+/* FETCH: the verified shard goes into a fresh shm object the rank maps and
+ * unlinks (the previous one is unlinked here, in case the rank died first). */
+static void ftc__fetch_reply(ftc_agent_t *a, ftc__rank_t *r, const uint8_t *buf, uint64_t size,
+                             uint64_t step, const char *from)
+{
+    ftc_err_t err = {0};
+    if (r->fetch_name[0])
+        ftc_slot_unlink(r->fetch_name, &err);
+    r->fetch_name[0] = 0;
+    r->restoring = false;
+    char name[FTC_SLOT_NAME_MAX];
+    snprintf(name, sizeof name, "ftc.%s.f%u.%" PRIu64, a->ns, r->rank, r->fetches++);
+    ftc_slot_t sl;
+    if (ftc_slot_create(name, size, &sl, &err)) {
+        ftc__reply_error(r->fd, err.code ? err.code : FTC_EIO, "fetch of rank %u step %" PRIu64
+                         ": %s", r->src, step, err.msg);
+        return;
+    }
+    memcpy(sl.base, buf, size);
+    ftc_slot_close(&sl);
+    snprintf(r->fetch_name, sizeof r->fetch_name, "%s", name);
+    ftc_ap_msg_t ok;
+    ftc_ap_init(&ok, FTC_AP_FETCH_OK);
+    ok.step = step;
+    ok.size = size;
+    ok.src = (int32_t)r->src;
+    snprintf(ok.name[0], sizeof ok.name[0], "%s", name);
+    FTC_INFO("agent", "rank %u fetched rank %u's shard of step %" PRIu64 " (%" PRIu64
+             " bytes) from %s", r->rank, r->src, step, size, from);
+    ftc_ap_send(r->fd, &ok, 1000, &err);
+}
+
+/* Hands a verified shard of r's subject to r: into one of its slots
+ * (RESTORE) or a shm copy (FETCH). */
+static void ftc__deliver(ftc_agent_t *a, ftc__rank_t *r, const uint8_t *buf, uint64_t size,
+                         uint64_t step, const char *from)
+{
+    if (r->fetch) {
+        ftc__fetch_reply(a, r, buf, size, step, from);
+        return;
+    }
+    int s = ftc__install(r, buf, size, step);
+    if (s < 0) {
+        r->restoring = false;
+        ftc__reply_error(r->fd, FTC_ERANGE,
+                         "rank %u's shard of step %" PRIu64 " has %" PRIu64 " bytes, the slots of "
+                         "rank %u %" PRIu64 ": a rank whose layout changed reads it with ftc_fetch",
+                         r->src, step, size, r->rank, r->size);
+        return;
+    }
+    FTC_INFO("agent", "rank %u restored step %" PRIu64 "%s from %s", r->rank, step,
+             r->src == r->rank ? "" : " (the shard of a previous rank)", from);
+    ftc__restore_done(a, r, s);
+}
+
 static void ftc__restore_from_persist(ftc_agent_t *a, ftc__rank_t *r, const char *tried)
 {
     char why[256] = "no persist tier configured";
@@ -1133,28 +1224,20 @@ static void ftc__restore_from_persist(ftc_agent_t *a, ftc__rank_t *r, const char
                 ftc_shard_view_t v;
                 ftc_err_t err = {0};
                 if (ftc_shard_open(&v, l->shards[i], l->sizes[i], FTC_SHARD_VERIFY, &err) == 0 &&
-                    ftc__same_coords(&v, r)) {
-                    int s = ftc__install(r, l->shards[i], l->sizes[i], l->step);
+                    ftc__is_subject(&v, r)) {
+                    ftc__deliver(a, r, l->shards[i], l->sizes[i], l->step, "the persist tier");
                     ftc_persist_loaded_free(l);
-                    if (s >= 0) {
-                        FTC_INFO("agent", "rank %u restored step %" PRIu64 " from the persist tier",
-                                 r->rank, r->step[s]);
-                        ftc__restore_done(a, r, s);
-                        return;
-                    }
-                    snprintf(why, sizeof why, "the persisted shard's size differs from the slots'");
-                    goto fail;
+                    return;
                 }
             }
             snprintf(why, sizeof why, "persisted step %" PRIu64 " has no shard for rank %u",
-                     l->step, r->rank);
+                     l->step, r->src);
             ftc_persist_loaded_free(l);
         }
     }
-fail:
     r->restoring = false;
     ftc__reply_error(r->fd, FTC_ENOENT, "no verified copy of rank %u step %" PRIu64 ": %s; persist tier: %s",
-                     r->rank, r->restore_step, tried, why);
+                     r->src, r->restore_step, tried, why);
 }
 
 /* Queues a fetch of r's restore step from every live peer in ring order;
@@ -1165,7 +1248,7 @@ static bool ftc__queue_fetch(ftc_agent_t *a, ftc__rank_t *r)
     if (!j)
         return false;
     j->kind = JOB_FETCH;
-    j->owner = r->rank;
+    j->owner = r->src;
     j->step = r->restore_step;
     for (uint32_t d = 1; d < a->o.nodes; d++) {
         uint32_t node = (a->o.index + d) % a->o.nodes;
@@ -1181,12 +1264,22 @@ static bool ftc__queue_fetch(ftc_agent_t *a, ftc__rank_t *r)
     return true;
 }
 
-static void ftc__on_restore(ftc_agent_t *a, ftc__rank_t *r)
+/* RESTORE and FETCH: the newest committed step (or, for FETCH, the step
+ * asked for, if committed) of the subject rank's shard, from this node's
+ * slots, else a peer's replica (or a parity rebuild), else the persist tier. */
+static void ftc__on_restore(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
 {
-    if (!r->size) {
+    bool fetch = m->type == FTC_AP_FETCH;
+    if (!fetch && !r->size) {
         ftc__reply_error(r->fd, FTC_EINVAL, "RESTORE before SLOTS");
         return;
     }
+    if (r->restoring) {
+        ftc__reply_error(r->fd, FTC_EINPROGRESS, "a restore or fetch of rank %u is in progress",
+                         r->rank);
+        return;
+    }
+    uint32_t src = m->src >= 0 ? (uint32_t)m->src : r->rank;
     int64_t step = a->committed;
     uint64_t gen;
     if (ftc_ctl_committed(a->ctl, &step, &gen) != 0)
@@ -1197,26 +1290,67 @@ static void ftc__on_restore(ftc_agent_t *a, ftc__rank_t *r)
     }
     if (step > a->committed)
         a->committed = step;
+    if (fetch && m->step != UINT64_MAX) {
+        if (m->step > (uint64_t)step) {
+            ftc__reply_error(r->fd, FTC_ENOENT,
+                             "step %" PRIu64 " is not committed (the newest committed is %" PRId64
+                             ")", m->step, step);
+            return;
+        }
+        step = (int64_t)m->step;
+    }
     r->restoring = true;
+    r->fetch = fetch;
+    r->src = src;
     r->restore_step = (uint64_t)step;
-    /* 1. this node's slots */
+    /* 1. this node's slots: the rank's own, or those the subject left here
+     * (a node keeps its previous ranks' slots across a layout change) */
     for (int s = 0; s < NS; s++) {
         ftc_shard_view_t v;
         ftc_err_t err = {0};
-        if (r->slot[s].base && ftc_shard_open(&v, r->slot[s].base, r->size, FTC_SHARD_VERIFY, &err) == 0 &&
-            v.info.step == (uint64_t)step && ftc__same_coords(&v, r)) {
-            r->st[s] = SL_COMMITTED;
-            r->step[s] = (uint64_t)step;
-            ftc__restore_done(a, r, s);
+        if (src == r->rank && r->slot[s].base &&
+            ftc_shard_open(&v, r->slot[s].base, r->size, FTC_SHARD_VERIFY, &err) == 0 &&
+            v.info.step == (uint64_t)step && ftc__is_subject(&v, r)) {
+            if (!fetch) {
+                r->st[s] = SL_COMMITTED;
+                r->step[s] = (uint64_t)step;
+                ftc__restore_done(a, r, s);
+            } else {
+                ftc__deliver(a, r, r->slot[s].base, r->size, (uint64_t)step, "this node's slot");
+            }
             return;
+        }
+    }
+    if (src != r->rank) {
+        for (int s = 0; s < NS; s++) {
+            char name[FTC_SLOT_NAME_MAX];
+            ftc_slot_t sl;
+            ftc_err_t err = {0};
+            if (ftc_slot_name(a->ns, src, s, name, sizeof name, &err) ||
+                ftc_slot_open(name, false, &sl, &err))
+                continue;
+            ftc_shard_view_t v;
+            uint64_t total = 0;
+            bool ok = ftc_shard_peek_size(sl.base, sl.size, &total, &err) == 0 &&
+                      total <= sl.size &&
+                      ftc_shard_open(&v, sl.base, total, FTC_SHARD_VERIFY, &err) == 0 &&
+                      v.info.step == (uint64_t)step && ftc__is_subject(&v, r);
+            if (ok)
+                ftc__deliver(a, r, sl.base, total, (uint64_t)step, "this node's memory");
+            ftc_slot_close(&sl);
+            if (ok)
+                return;
         }
     }
     /* 2. a peer's replica (every live peer, ring order) */
     r->restore_attempts = 0;
     if (!a->par && ftc__queue_fetch(a, r))
         return;
-    /* 2'. parity groups: rebuilt from the surviving members' shards and parity */
-    if (a->par && ftc__par_queue_rebuild(a, r))
+    /* 2'. parity groups: rebuilt from the surviving members' shards and parity
+     * (a rank's own shard only) */
+    if (a->par && src == r->rank && !fetch && ftc__par_queue_rebuild(a, r))
+        return;
+    if (a->par && ftc__queue_fetch(a, r)) /* serve_local: the subject's node may answer */
         return;
     /* 3. the persist tier */
     ftc__restore_from_persist(a, r, "not in this node's slots, no peer known");
@@ -1226,7 +1360,8 @@ static void ftc__on_fetch_done(ftc_agent_t *a, ftc__job_t *j)
 {
     ftc__rank_t *r = NULL;
     for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++)
-        if (a->ranks[i].used && a->ranks[i].rank == j->owner && a->ranks[i].restoring)
+        if (a->ranks[i].used && a->ranks[i].src == j->owner && a->ranks[i].restoring &&
+            a->ranks[i].restore_step == j->step)
             r = &a->ranks[i];
     if (!r || r->fd < 0)
         return;
@@ -1234,22 +1369,17 @@ static void ftc__on_fetch_done(ftc_agent_t *a, ftc__job_t *j)
         ftc_shard_view_t v;
         ftc_err_t err = {0};
         if (ftc_shard_open(&v, j->buf, j->buf_size, FTC_SHARD_VERIFY, &err) == 0 &&
-            v.info.step == j->step && ftc__same_coords(&v, r)) {
-            int s = ftc__install(r, j->buf, j->buf_size, j->step);
-            if (s >= 0) {
-                FTC_INFO("agent", "rank %u restored step %" PRIu64 " from a peer's replica", r->rank,
-                         j->step);
-                ftc__restore_done(a, r, s);
-                return;
-            }
+            v.info.step == j->step && ftc__is_subject(&v, r)) {
+            ftc__deliver(a, r, j->buf, j->buf_size, j->step, "a peer's replica");
+            return;
         }
     }
     /* Peers that were restarting (a stale address, a connection not yet
      * accepted) may answer a moment later: a few rounds, with fresh
      * addresses, before the persist tier. */
     if (r->restore_attempts < 3) {
-        FTC_WARN("agent", "rank %u: fetching step %" PRIu64 " failed (%s); trying the peers again",
-                 r->rank, j->step, j->detail);
+        FTC_WARN("agent", "rank %u: fetching rank %u's step %" PRIu64 " failed (%s); trying the "
+                 "peers again", r->rank, r->src, j->step, j->detail);
         ftc__refresh_peers(a);
         if (ftc__queue_fetch(a, r))
             return;
@@ -1320,6 +1450,11 @@ static void ftc__disconnect(ftc_agent_t *a, int fd)
     ftc__rank_t *r = ftc__rank_of_fd(a, fd);
     if (r) {
         FTC_INFO("agent", "rank %u disconnected (its slots stay)", r->rank);
+        if (r->fetch_name[0]) { /* a FETCH copy it did not unlink (it died first) */
+            ftc_err_t e = {0};
+            ftc_slot_unlink(r->fetch_name, &e);
+            r->fetch_name[0] = 0;
+        }
         r->fd = -1;
         r->begin_waiting = false;
         r->restoring = false;
@@ -1364,7 +1499,8 @@ static void ftc__on_message(ftc_agent_t *a, int fd)
         ftc__on_sealed(a, r, &m);
         break;
     case FTC_AP_RESTORE:
-        ftc__on_restore(a, r);
+    case FTC_AP_FETCH:
+        ftc__on_restore(a, r, &m);
         break;
     case FTC_AP_BYE:
         if (a->det) /* a clean exit: not a rank failure */

@@ -15,6 +15,7 @@ void ftc_ap_init(ftc_ap_msg_t *m, int type)
     m->magic = FTC_AP_MAGIC;
     m->version = FTC_AP_VERSION;
     m->type = (uint16_t)type;
+    m->src = -1;
 }
 
 int ftc_ap_check(const ftc_ap_msg_t *m, size_t len, ftc_err_t *err)

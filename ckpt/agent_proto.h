@@ -17,9 +17,16 @@
  *                             <- BEGIN_OK (slot) | SKIP (reason)
  *   SEALED (slot, step)       ->  verifies, replicates, reports the commit
  *                             <- COMMITTED (step) | NOT_COMMITTED (reason), later
- *   RESTORE                   ->  newest committed step: local slot, else a
- *                                 peer's replica, else the persist tier
+ *   RESTORE (src)             ->  newest committed step of rank src's shard
+ *                                 (src -1: the caller's own): local slot, else a
+ *                                 peer's replica (or parity), else the persist
+ *                                 tier; installed in one of the caller's slots
  *                             <- RESTORE_OK (slot, step) | ERROR (where it looked)
+ *   FETCH (src, step)         ->  the same search for rank src's shard of a
+ *                                 committed step (UINT64_MAX: the newest); the
+ *                                 verified shard is copied into a fresh shm
+ *                                 object that the rank maps and unlinks
+ *                             <- FETCH_OK (name[0], size, step) | ERROR
  *   BYE                       ->
  *
  * Both sides check magic, version, type and every string's termination
@@ -34,7 +41,7 @@
 #include <stdint.h>
 
 #define FTC_AP_MAGIC 0x41435446u /* "FTCA" */
-#define FTC_AP_VERSION 2 /* 2: three slots per rank */
+#define FTC_AP_VERSION 3 /* 2: three slots per rank; 3: RESTORE from another rank, FETCH */
 
 /* Slots per rank: the newest committed version, the previous step still
  * replicating, and the step being written (docs/agent.md). */
@@ -55,7 +62,9 @@ enum ftc_ap_type {
     FTC_AP_ERROR = 12,
     FTC_AP_BYE = 13,
     FTC_AP_NOT_COMMITTED = 14, /* async: a sealed step could not be committed (text says why) */
-    FTC_AP__MAX = 15,
+    FTC_AP_FETCH = 15,
+    FTC_AP_FETCH_OK = 16,
+    FTC_AP__MAX = 17,
 };
 
 typedef struct ftc_ap_msg {
@@ -70,7 +79,7 @@ typedef struct ftc_ap_msg {
     uint32_t rank, world;
     uint32_t dp, tp, pp, dp_rank, tp_rank, pp_rank;
     int32_t pid;
-    uint32_t reserved;
+    int32_t src;         /* RESTORE / FETCH: the rank whose shard is wanted (-1: the caller's) */
     char job[64];        /* NUL-terminated */
     char name[FTC_AP_SLOTS_PER_RANK][128]; /* SLOTS_OK: the slot names */
     char text[384];      /* ERROR / SKIP: the reason */

@@ -334,8 +334,13 @@ int ftc_checkpoint(ftc_ctx_t *c, int64_t step, const void *meta, size_t meta_len
     /* a fresh slot (or one holding another layout): write the head once */
     ftc_shard_view_t v;
     ftc_err_t e = {0};
+    /* ... or a shard of another rank (restored with ftc_restore_from after a
+     * layout change): its head must name this rank's coordinates */
     if (ftc_shard_peek_size(c->slot[s].base, c->slot[s].size, &v.size, &e) != 0 ||
-        v.size != c->size) {
+        v.size != c->size || ftc_shard_open(&v, c->slot[s].base, c->size, 0, &e) != 0 ||
+        v.info.dp != c->dp || v.info.tp != c->tp || v.info.pp != c->pp ||
+        v.info.dp_rank != c->dp_rank || v.info.tp_rank != c->tp_rank ||
+        v.info.pp_rank != c->pp_rank) {
         rc = ftc_snap_format(c->snap, c->slot[s].base, &c->err);
         if (rc)
             return rc;
@@ -391,13 +396,16 @@ int ftc_wait_committed(ftc_ctx_t *c, int64_t step)
     return 0;
 }
 
-int ftc_restore(ftc_ctx_t *c, int64_t *step, void *meta, size_t *meta_len)
+int ftc_restore_from(ftc_ctx_t *c, int src_rank, int64_t *step, void *meta, size_t *meta_len)
 {
+    if (src_rank < -1)
+        return ftc_err_set(&c->err, FTC_EINVAL, "ftc_restore_from: rank %d", src_rank);
     int rc = ftc__slots(c);
     if (rc)
         return rc;
     ftc_ap_msg_t m, rep;
     ftc_ap_init(&m, FTC_AP_RESTORE);
+    m.src = src_rank;
     rc = ftc__call(c, &m, FTC_AP_RESTORE_OK, &rep);
     if (rc)
         return rc;
@@ -413,4 +421,96 @@ int ftc_restore(ftc_ctx_t *c, int64_t *step, void *meta, size_t *meta_len)
     if ((int64_t)st > c->committed)
         c->committed = (int64_t)st;
     return 0;
+}
+
+int ftc_restore(ftc_ctx_t *c, int64_t *step, void *meta, size_t *meta_len)
+{
+    /* `ftc run` names the previous rank this one continues after a layout change */
+    int src = ftc__env_int("FTC_RESTORE_RANK", NULL, -1);
+    return ftc_restore_from(c, src >= 0 && (uint32_t)src != c->rank ? src : -1, step, meta,
+                            meta_len);
+}
+
+struct ftc_shard_ref {
+    ftc_slot_t sl;         /* the mapped copy (its name already unlinked) */
+    ftc_shard_view_t v;    /* verified */
+};
+
+int ftc_fetch(ftc_ctx_t *c, int src_rank, int64_t step, ftc_shard_ref_t **out)
+{
+    *out = NULL;
+    if (src_rank < 0)
+        return ftc_err_set(&c->err, FTC_EINVAL, "ftc_fetch: rank %d", src_rank);
+    ftc_ap_msg_t m, rep;
+    ftc_ap_init(&m, FTC_AP_FETCH);
+    m.src = src_rank;
+    m.step = step < 0 ? UINT64_MAX : (uint64_t)step;
+    int rc = ftc__call(c, &m, FTC_AP_FETCH_OK, &rep);
+    if (rc)
+        return rc;
+    ftc_shard_ref_t *r = calloc(1, sizeof *r);
+    if (!r)
+        return ftc_err_set(&c->err, FTC_ENOMEM, "ftc_fetch: out of memory");
+    rc = ftc_slot_open(rep.name[0], false, &r->sl, &c->err);
+    ftc_err_t e = {0};
+    ftc_slot_unlink(rep.name[0], &e); /* the mapping stays; nothing is left behind */
+    if (rc) {
+        free(r);
+        return rc;
+    }
+    if (rep.size > r->sl.size ||
+        (rc = ftc_shard_open(&r->v, r->sl.base, rep.size, FTC_SHARD_VERIFY, &c->err)) != 0 ||
+        r->v.info.step != rep.step) {
+        if (!rc)
+            rc = ftc_err_set(&c->err, FTC_ECORRUPT, "ftc_fetch: rank %d's shard is of step %llu, "
+                             "not %llu", src_rank, (unsigned long long)r->v.info.step,
+                             (unsigned long long)rep.step);
+        ftc_slot_close(&r->sl);
+        free(r);
+        return rc;
+    }
+    *out = r;
+    return 0;
+}
+
+int64_t ftc_shard_step(const ftc_shard_ref_t *s) { return (int64_t)s->v.info.step; }
+
+const void *ftc_shard_meta(const ftc_shard_ref_t *s, size_t *len)
+{
+    /* the snapshot engine's "user" record: an 8-byte length, then the bytes */
+    const uint8_t *val;
+    uint32_t vl;
+    uint64_t n = 0;
+    *len = 0;
+    if (ftc_shard_meta_get(&s->v, "user", &val, &vl) != 0 || vl < 8)
+        return NULL;
+    memcpy(&n, val, 8);
+    if (n > vl - 8)
+        return NULL;
+    *len = (size_t)n;
+    return val + 8;
+}
+
+int ftc_shard_tensor(const ftc_shard_ref_t *s, const char *name, const void **data, int *dtype,
+                     uint64_t *numel)
+{
+    int i = ftc_shard_find(&s->v, name);
+    if (i < 0)
+        return FTC_ENOENT;
+    ftc_shard_tensor_t t;
+    ftc_shard_get(&s->v, (uint32_t)i, &t);
+    *data = t.data;
+    if (dtype)
+        *dtype = t.dtype;
+    if (numel)
+        *numel = ftc_dtype_size(t.dtype) ? t.length / ftc_dtype_size(t.dtype) : 0;
+    return 0;
+}
+
+void ftc_shard_release(ftc_shard_ref_t *s)
+{
+    if (!s)
+        return;
+    ftc_slot_close(&s->sl);
+    free(s);
 }

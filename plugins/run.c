@@ -58,6 +58,7 @@ typedef struct ftc__sup {
     char fail_reason[256];
     int restore_base;          /* FTC_RESTORE_RANK of local rank 0 (-1: none) */
     int prev_world;            /* ranks of the previous generation (0: none) */
+    uint64_t rec_t0;           /* wall ms this recovery began (0: none in progress) */
 } ftc__sup_t;
 
 /* ---- the agent, on a thread of its own ------------------------------------------------- */
@@ -441,6 +442,40 @@ static void ftc__on_event(void *arg, const ftc_status_event_t *e)
     }
 }
 
+/* ---- the recovery timeline ------------------------------------------------------------- */
+
+/* Each phase of a recovery, as a log line and a `recovery` event (detail
+ * "phase=P t_ms=WALL ms=SINCE_BEGIN [why=...]"; t_detect_ms = WALL), so an
+ * operator (`ftc events`) and bench/bench_recover.c can read where the time
+ * went. Phases: detected (the event, rank exit or new round that failed the
+ * generation; "joined" for a node joining a running job), stopped (our
+ * ranks reaped), rendezvous (the round closed), agent (the new generation's
+ * agent started), started (the ranks forked: the recovery ends here for the
+ * supervisor; the ranks' restore follows). Best effort: a Redis error only
+ * loses the event. */
+static void ftc__recovery_phase(ftc__sup_t *s, const char *phase, const char *why)
+{
+    if (!s->rec_t0)
+        return;
+    uint64_t now = ftc_wall_ms();
+    char detail[256];
+    snprintf(detail, sizeof detail, "phase=%s t_ms=%" PRIu64 " ms=%" PRIu64 "%s%.180s", phase, now,
+             now - s->rec_t0, why ? " why=" : "", why ? why : "");
+    FTC_INFO("run", "recovery, generation %" PRIu64 ": %s", s->gen, detail);
+    ftc_ctl_event_t e = {.kind = "recovery", .node = s->node_id, .rank = -1,
+                         .generation = s->gen, .step = -1, .detail = detail,
+                         .t_detect_ms = now};
+    ftc_ctl_event(s->ctl, &e);
+    if (!strcmp(phase, "started"))
+        s->rec_t0 = 0;
+}
+
+static void ftc__recovery_begin(ftc__sup_t *s, const char *phase, const char *why)
+{
+    s->rec_t0 = ftc_wall_ms();
+    ftc__recovery_phase(s, phase, why);
+}
+
 /* ---- the loop ---------------------------------------------------------------------------- */
 
 enum { FTC__DONE = 0, FTC__FAILED = 1, FTC__STOPPED = 2, FTC__NEW_ROUND = 3 };
@@ -592,6 +627,8 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
             bool open = false;
             if (ftc_rdzv_state(rc_r, o->job, &g, &open, err))
                 break;
+            if (g > 0)
+                ftc__recovery_begin(s, "joined", "a running job");
             if (g > 0 && !open) {
                 bool opened = false;
                 char why[128];
@@ -620,12 +657,14 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
         }
         FTC_INFO("run", "generation %" PRIu64 ": node %d of %d, world %d", s->gen,
                  s->round.index, s->round.nodes, s->round.nodes * o->nproc);
+        ftc__recovery_phase(s, "rendezvous", NULL);
         if (ftc_rdzv_set_world(rc_r, o->job, s->gen, (uint32_t)(s->round.nodes * o->nproc), err) &&
             err->code != FTC_ESTALE)
             break;
         /* 2. the agent of this generation (slots in /dev/shm survive) */
         if (ftc__agent_start(s, err))
             break;
+        ftc__recovery_phase(s, "agent", NULL);
         /* 3. the replicated checkpoint directory, refilled before the ranks start */
         if (s->files &&
             ftc_filestore_restore(s->files, s->gen, (const char(*)[65])s->round.members,
@@ -641,8 +680,13 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
             ftc__stop_ranks(s);
             break;
         }
+        ftc__recovery_phase(s, "started", NULL);
         int how = ftc__watch(s, stop, err);
+        if (how == FTC__FAILED || how == FTC__NEW_ROUND)
+            ftc__recovery_begin(s, "detected",
+                                s->fail_reason[0] ? s->fail_reason : "a new round was opened");
         ftc__stop_ranks(s);
+        ftc__recovery_phase(s, "stopped", NULL);
         if (how == FTC__DONE) {
             ec = 0;
             FTC_INFO("run", "generation %" PRIu64 ": every rank finished", s->gen);

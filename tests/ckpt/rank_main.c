@@ -7,6 +7,10 @@
  *
  * usage: rank_main --steps N [--restore] [--floats F] [--step-ms MS]
  *                  [--die-after S [--die-rank R]] [--seed X] [--no-commit] [--strict]
+ *                  [--fetch R[:S]] [--timing]
+ * --fetch reads rank R's shard of the newest committed step (or of step S)
+ * through ftc_fetch at the end and checks it against R's values:
+ * "FETCHED R s OK".
  * --die-rank limits --die-after to one rank, and only in the first run of
  * an `ftc run` job (TORCHELASTIC_RESTART_COUNT unset or 0). --strict makes
  * an ERROR or a BAD restore exit with status 1 (for `ftc run`, where a
@@ -14,6 +18,12 @@
  * Prints "RESTORED s OK" / "RESTORED s BAD" / "RESTORE NONE: why",
  * "CHECKPOINTED s" / "SKIPPED s" (the agent's busy policy skipped it),
  * "COMMITTED s" (not waited for with --no-commit), and "ERROR: why". Identity comes from FTC_* variables.
+ * --timing adds lines for bench/bench_recover.c, T = wall-clock ms (CLOCK_REALTIME):
+ *   "TIMING rank R gen G exec T"           at the start of main
+ *   "TIMING rank R gen G ready T"          libftc connected, tensors registered
+ *   "TIMING rank R gen G restored S ms X at T"  ftc_restore returned step S after X ms
+ *   "TIMING rank R gen G verified ms X at T"    the byte-for-byte check of it took X ms
+ *   "TIMING rank R gen G step S at T"      step S done (state filled, checkpointed, slept)
  */
 #include "ftc.h"
 
@@ -31,6 +41,13 @@ static float value(uint64_t seed, int rank, int64_t step, uint64_t i)
     return (float)(x % 100000) / 1000.0f - 50.0f;
 }
 
+static long long wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 static void fill(float *w, float *m, int64_t *sc, uint64_t n, uint64_t seed, int rank, int64_t s)
 {
     for (uint64_t i = 0; i < n; i++) {
@@ -45,7 +62,9 @@ int main(int argc, char **argv)
     int64_t steps = 5, die_after = -1;
     uint64_t floats = 1 << 16, seed = 7;
     int step_ms = 0;
-    int restore = 0, no_commit = 0, die_rank = -1, strict = 0;
+    int restore = 0, no_commit = 0, die_rank = -1, strict = 0, fetch = -1, timing = 0;
+    int64_t fetch_step = -1;
+    long long t_exec = wall_ms();
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--steps") && i + 1 < argc)
             steps = atoll(argv[++i]);
@@ -59,12 +78,20 @@ int main(int argc, char **argv)
             die_after = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--die-rank") && i + 1 < argc)
             die_rank = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--fetch") && i + 1 < argc) {
+            char *colon;
+            fetch = (int)strtol(argv[++i], &colon, 10);
+            if (*colon == ':')
+                fetch_step = atoll(colon + 1);
+        }
         else if (!strcmp(argv[i], "--strict"))
             strict = 1;
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
             seed = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--no-commit"))
             no_commit = 1;
+        else if (!strcmp(argv[i], "--timing"))
+            timing = 1;
         else {
             fprintf(stderr, "rank_main: unknown argument %s\n", argv[i]);
             return 2;
@@ -78,10 +105,15 @@ int main(int argc, char **argv)
         return 1;
     }
     int rank = atoi(getenv("FTC_RANK") ? getenv("FTC_RANK") : "0");
-    /* under `ftc run`, after a layout change, the state this rank continues
-     * is the one of FTC_RESTORE_RANK (it restores that rank's shard) */
-    const char *src = getenv("FTC_RESTORE_RANK");
-    int ident = src && *src ? atoi(src) : rank;
+    const char *gen = getenv("FTC_GENERATION") ? getenv("FTC_GENERATION") : "0";
+    if (timing)
+        printf("TIMING rank %d gen %s exec %lld\n", rank, gen, t_exec);
+    /* The state's identity: the rank whose values it holds. Under `ftc run`
+     * a rank may continue another rank's state after a layout change
+     * (FTC_RESTORE_RANK); the identity travels in the "step" scalar
+     * (step * 1000 + identity), so a restored shard is checked against the
+     * identity it carries, and its bytes against that identity's values. */
+    int ident = rank;
     const char *restarts = getenv("TORCHELASTIC_RESTART_COUNT");
     if (die_rank >= 0 && (rank != die_rank || (restarts && atoi(restarts) > 0)))
         die_after = -1;
@@ -96,21 +128,37 @@ int main(int argc, char **argv)
         ftc_destroy(ctx);
         return 1;
     }
+    if (timing)
+        printf("TIMING rank %d gen %s ready %lld\n", rank, gen, wall_ms());
     int64_t start = 0;
     if (restore) {
         int64_t got;
         uint64_t cursor = 0;
         size_t ml = sizeof cursor;
+        long long t0 = wall_ms();
         int rc = ftc_restore(ctx, &got, &cursor, &ml);
+        long long t1 = wall_ms();
         if (rc) {
             printf("RESTORE NONE: %s\n", ftc_last_error(ctx));
         } else {
+            if (timing)
+                printf("TIMING rank %d gen %s restored %lld ms %lld at %lld\n", rank, gen,
+                       (long long)got, t1 - t0, t1);
             float *ew = calloc(floats, 4), *em = calloc(floats, 4);
             int64_t es;
+            const char *src = getenv("FTC_RESTORE_RANK");
+            int64_t carried = sc - got * 1000;
+            int want = src && *src ? atoi(src) : rank; /* whose shard was asked for */
+            if (carried >= 0 && carried < 1000)
+                ident = (int)carried;
             fill(ew, em, &es, floats, seed, ident, got);
-            int ok = !memcmp(ew, w, floats * 4) && !memcmp(em, m, floats * 4) && es == sc &&
-                     ml == sizeof cursor && cursor == (uint64_t)got * 10;
+            int ok = (carried == want || (src && *src)) && !memcmp(ew, w, floats * 4) &&
+                     !memcmp(em, m, floats * 4) && es == sc && ml == sizeof cursor &&
+                     cursor == (uint64_t)got * 10;
             printf("RESTORED %lld %s\n", (long long)got, ok ? "OK" : "BAD");
+            if (timing)
+                printf("TIMING rank %d gen %s verified ms %lld at %lld\n", rank, gen,
+                       wall_ms() - t1, wall_ms());
             failed |= !ok;
             free(ew);
             free(em);
@@ -134,6 +182,8 @@ int main(int argc, char **argv)
         }
         if (step_ms)
             usleep((useconds_t)step_ms * 1000);
+        if (timing)
+            printf("TIMING rank %d gen %s step %lld at %lld\n", rank, gen, (long long)s, wall_ms());
         if (s == die_after) {
             ftc_wait_committed(ctx, s);
             printf("COMMITTED %lld\n", (long long)s);
@@ -146,6 +196,39 @@ int main(int argc, char **argv)
         else {
             printf("ERROR: commit: %s\n", ftc_last_error(ctx));
             failed = 1;
+        }
+    }
+    if (fetch >= 0) {
+        ftc_shard_ref_t *ref = NULL;
+        int rc = ftc_fetch(ctx, fetch, fetch_step, &ref);
+        if (rc) {
+            printf("FETCH NONE: %s\n", ftc_last_error(ctx));
+            failed = 1;
+        } else {
+            int64_t got = ftc_shard_step(ref);
+            float *ew = calloc(floats, 4), *em = calloc(floats, 4);
+            int64_t es;
+            fill(ew, em, &es, floats, seed, fetch, got);
+            const void *pw = NULL, *pm = NULL, *ps = NULL;
+            uint64_t nw = 0, nm = 0, ns = 0;
+            int dw = 0, dm = 0, ds = 0;
+            int ok = ftc_shard_tensor(ref, "w", &pw, &dw, &nw) == 0 &&
+                     ftc_shard_tensor(ref, "optim.m", &pm, &dm, &nm) == 0 &&
+                     ftc_shard_tensor(ref, "step", &ps, &ds, &ns) == 0 && dw == FTC_DTYPE_F32 &&
+                     nw == floats && nm == floats && ns == 1 && !memcmp(pw, ew, floats * 4) &&
+                     !memcmp(pm, em, floats * 4) && !memcmp(ps, &es, 8) &&
+                     ftc_shard_tensor(ref, "nonesuch", &pw, NULL, NULL) == FTC_ENOENT;
+            size_t ml = 0;
+            const void *mp = ftc_shard_meta(ref, &ml);
+            uint64_t cursor = 0;
+            if (mp && ml == sizeof cursor)
+                memcpy(&cursor, mp, sizeof cursor);
+            ok = ok && ml == sizeof cursor && cursor == (uint64_t)got * 10;
+            printf("FETCHED %d %lld %s\n", fetch, (long long)got, ok ? "OK" : "BAD");
+            failed |= !ok;
+            free(ew);
+            free(em);
+            ftc_shard_release(ref);
         }
     }
     ftc_destroy(ctx);

@@ -302,6 +302,43 @@ static void test_three_slots_before_skip(void **state)
     teardown_env(e);
 }
 
+/* After a layout change a rank continues another rank's state: ftc_fetch
+ * reads any rank's committed shard (this node's replica store, a peer, after
+ * the node that wrote it is lost), ftc_restore_from (FTC_RESTORE_RANK)
+ * installs it; an uncommitted step is refused. */
+static void test_fetch_and_restore_from(void **state)
+{
+    env_t *e = setup_env(*state, 3, "1", 1000);
+    run_all(e, "4");
+    char out[PATH_MAX + 32];
+    /* rank 2's replica lives on node 0 (ring order): this node's store */
+    snprintf(out, sizeof out, "%s/rank0.fetch2.out", e->jobdir);
+    pid_t p = start_rank(e, 0, 3, out, "--steps", "0", "--fetch", "2");
+    wait_rank(p, 60000);
+    assert_true(said(out, "FETCHED 2 3 OK"));
+    /* rank 1's shard: node 1's slots or node 2's replica, over the fabric */
+    snprintf(out, sizeof out, "%s/rank0.fetch1.out", e->jobdir);
+    p = start_rank(e, 0, 3, out, "--steps", "0", "--fetch", "1");
+    wait_rank(p, 60000);
+    assert_true(said(out, "FETCHED 1 3 OK"));
+    /* a step that is not committed is refused */
+    snprintf(out, sizeof out, "%s/rank0.fetch99.out", e->jobdir);
+    p = start_rank(e, 0, 3, out, "--steps", "0", "--fetch", "1:99");
+    wait_rank(p, 60000);
+    assert_true(said(out, "FETCH NONE: agent: step 99 is not committed"));
+    /* node 1 lost: rank 0 continues rank 1's state (restore_from, a peer) */
+    kill_agent(e, 1);
+    wipe_node_shm(e, 1);
+    setenv("FTC_RESTORE_RANK", "1", 1);
+    snprintf(out, sizeof out, "%s/rank0.from1.out", e->jobdir);
+    p = start_rank(e, 0, 3, out, "--restore", "--steps", "0", NULL);
+    unsetenv("FTC_RESTORE_RANK");
+    wait_rank(p, 60000);
+    assert_true(said(out, "RESTORED 3 OK"));
+    start_agent(e, 1);
+    teardown_env(e);
+}
+
 static void test_two_concurrent_losses_k2(void **state)
 {
     env_t *e = setup_env(*state, 3, "2", 1000);
@@ -379,6 +416,7 @@ int main(void)
         T(test_nothing_committed),
         T(test_replicate_kill_rank_lose_node),
         T(test_three_slots_before_skip),
+        T(test_fetch_and_restore_from),
         T(test_two_concurrent_losses_k2),
         T(test_corrupt_replica_other_source),
         T(test_persist_tier_last_resort),

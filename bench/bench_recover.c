@@ -1,0 +1,657 @@
+/*
+ * bench_recover.c — time to recover a job from a lost node, phase by phase,
+ * with the in-memory tier against a restart from the persist tier measured
+ * in the same run.
+ *
+ * For each state size per rank: a real `ftc run --simulate-nodes 3` job (3
+ * node supervisors, 1 rank each, embedded Redis, real agents), the training
+ * binary tests/ckpt/rank_main checkpointing every step (fixed --step-ms) and
+ * printing its TIMING lines. After --kill-at committed steps the bench kills
+ * node 1's supervisor with SIGKILL (its agent and rank die with it) and wipes
+ * its /dev/shm; when the job's event stream has the node_lost event it starts
+ * a replacement node 1 (`ftc run --node-rank 1`, an empty node from a spare
+ * pool). The supervisors' `recovery` phases (plugins/run.c) and the ranks'
+ * TIMING lines give the timeline, from the kill:
+ *   detect      kill -> node_lost (the event's t_detect_ms)
+ *   stop        -> the survivors' ranks stopped (latest node)
+ *   rendezvous  -> the new round closed (latest node; includes the spare's start)
+ *   rebuild     -> agents of the new generation up, ranks forked (latest node)
+ *   restore     -> ftc_restore returned in every rank (the lost rank's shard is
+ *                  fetched from a peer's replica, or read from the persist tier)
+ *   first step  -> every rank finished its first step after the restore (the
+ *                  rank's own byte-for-byte check of the restored state is not
+ *                  counted)
+ * Two modes per size: "memory" (redundancy 1: one replica per shard, no
+ * persist tier) and "persist" (redundancy 0, persist tier every step: the lost
+ * rank's state can only come back from disk, through the agent's fallback).
+ * Lost steps: per rank, its last step done before the kill minus the step it
+ * restored (recomputed: its last step done in the failed generation minus the
+ * restored one; survivors keep stepping until they are stopped).
+ *
+ * Reports, never judges: a missed target is printed, the exit status is
+ * nonzero only when a run could not be measured.
+ *
+ * usage: bench_recover [--sizes 64MiB,256MiB[,1GiB]] [--ftc PATH] [--rank PATH]
+ *                      [--dir DIR] [--step-ms MS] [--kill-at STEP] [--after N]
+ *                      [--modes memory,persist] [--timeout S] [--opt FLAG=VALUE]...
+ * --opt passes --FLAG=VALUE to `ftc run` (e.g. --opt agent-timeout-ms=5000).
+ */
+#include "core/clock.h"
+#include "detect/control.h"
+#include "detect/redis.h"
+#include "detect/status.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NODES 3
+#define MAXR 8
+#define MAXGEN 64
+
+typedef struct cfg {
+    char ftc[PATH_MAX], rank[PATH_MAX], dir[PATH_MAX];
+    int step_ms, kill_at, after, timeout_s;
+    const char *opts[16];
+    int nopts;
+} cfg_t;
+
+typedef struct result {
+    bool ok;
+    char why[256];
+    long long t_kill, t_detect;
+    long long t_stop, t_rdzv, t_rebuild, t_restore, t_first; /* wall ms, latest node/rank */
+    long long restore_ms[NODES]; /* ftc_restore time per rank */
+    long long step_ms;           /* median step time before the kill */
+    int lost, recomputed, rounds;
+    long long restored[NODES];
+} result_t;
+
+static void die(const char *what)
+{
+    fprintf(stderr, "bench_recover: %s\n", what);
+    exit(1);
+}
+
+static long long wall_ms(void)
+{
+    return (long long)ftc_wall_ms();
+}
+
+static size_t size_arg(const char *s)
+{
+    char *end;
+    double v = strtod(s, &end);
+    size_t m = 1;
+    if (!strcasecmp(end, "KiB"))
+        m = 1024;
+    else if (!strcasecmp(end, "MiB"))
+        m = (size_t)1 << 20;
+    else if (!strcasecmp(end, "GiB"))
+        m = (size_t)1 << 30;
+    else if (*end)
+        die("sizes: use N, NKiB, NMiB or NGiB");
+    if (v <= 0)
+        die("sizes must be positive");
+    return (size_t)(v * (double)m);
+}
+
+static void wipe_shm(const char *prefix)
+{
+    DIR *d = opendir("/dev/shm");
+    if (!d)
+        return;
+    struct dirent *e;
+    size_t n = strlen(prefix);
+    char p[600];
+    while ((e = readdir(d)))
+        if (!strncmp(e->d_name, prefix, n)) {
+            snprintf(p, sizeof p, "/dev/shm/%s", e->d_name);
+            unlink(p);
+        }
+    closedir(d);
+}
+
+static void rm_rf(const char *path)
+{
+    pid_t p = fork();
+    if (p == 0) {
+        execlp("rm", "rm", "-rf", path, (char *)NULL);
+        _exit(127);
+    }
+    if (p > 0)
+        waitpid(p, NULL, 0);
+}
+
+/* fork + exec in a process group of its own, stdout and stderr to out */
+static pid_t spawn(char **argv, const char *out)
+{
+    fflush(NULL);
+    pid_t p = fork();
+    if (p < 0)
+        die("fork failed");
+    if (p == 0) {
+        setpgid(0, 0);
+        FILE *f = freopen(out, "w", stdout);
+        if (!f || dup2(1, 2) < 0)
+            _exit(126);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    setpgid(p, p);
+    return p;
+}
+
+static int wait_until(pid_t p, long long deadline)
+{
+    for (;;) {
+        int st;
+        pid_t r = waitpid(p, &st, WNOHANG);
+        if (r == p)
+            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        if (r < 0)
+            return -1;
+        if (wall_ms() > deadline) {
+            kill(-p, SIGKILL);
+            waitpid(p, &st, 0);
+            return -2;
+        }
+        ftc_sleep_ms(50);
+    }
+}
+
+/* ---- the timeline, from the output files --------------------------------------------- */
+
+typedef struct tl {
+    /* ranks: per generation */
+    long long restored_at[MAXGEN][NODES], restored_step[MAXGEN][NODES], restore_ms[MAXGEN][NODES];
+    long long verify_ms[MAXGEN][NODES], first_step_at[MAXGEN][NODES];
+    long long last_before_kill[NODES], last_in_gen[MAXGEN][NODES];
+    long long steps_t[4096];
+    int nsteps_t;
+    /* supervisors: per generation, latest t of each phase over nodes */
+    long long phase[MAXGEN][5]; /* detected stopped rendezvous agent started */
+    int bad;
+} tl_t;
+
+static const char *const PHASES[5] = {"detected", "stopped", "rendezvous", "agent", "started"};
+
+static void parse(const char *path, tl_t *t, long long t_kill)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    char line[2048];
+    long long prev_step_t[NODES] = {0};
+    while (fgets(line, sizeof line, f)) {
+        int r, g;
+        long long a, b, c;
+        char *p;
+        if (strstr(line, "RESTORED") && strstr(line, "BAD"))
+            t->bad++;
+        if (sscanf(line, "TIMING rank %d gen %d restored %lld ms %lld at %lld", &r, &g, &a, &b,
+                   &c) == 5 &&
+            r >= 0 && r < NODES && g >= 0 && g < MAXGEN) {
+            t->restored_step[g][r] = a, t->restore_ms[g][r] = b, t->restored_at[g][r] = c;
+        } else if (sscanf(line, "TIMING rank %d gen %d verified ms %lld at %lld", &r, &g, &a,
+                          &b) == 4 &&
+                   r >= 0 && r < NODES && g >= 0 && g < MAXGEN) {
+            t->verify_ms[g][r] = a;
+        } else if (sscanf(line, "TIMING rank %d gen %d step %lld at %lld", &r, &g, &a, &b) == 4 &&
+                   r >= 0 && r < NODES && g >= 0 && g < MAXGEN) {
+            if (!t->first_step_at[g][r])
+                t->first_step_at[g][r] = b;
+            t->last_in_gen[g][r] = a;
+            if (b <= t_kill) {
+                t->last_before_kill[r] = a;
+                if (prev_step_t[r] && t->nsteps_t < 4096)
+                    t->steps_t[t->nsteps_t++] = b - prev_step_t[r];
+                prev_step_t[r] = b;
+            }
+        } else if ((p = strstr(line, "recovery, generation ")) &&
+                   sscanf(p, "recovery, generation %d: phase=", &g) == 1 && g >= 0 && g < MAXGEN) {
+            char *ph = strstr(p, "phase=");
+            char *tm = strstr(p, "t_ms=");
+            if (!ph || !tm)
+                continue;
+            ph += 6;
+            long long when = atoll(tm + 5);
+            for (int k = 0; k < 5; k++)
+                if (!strncmp(ph, PHASES[k], strlen(PHASES[k])) && when >= t_kill &&
+                    when > t->phase[g][k])
+                    t->phase[g][k] = when;
+        }
+    }
+    fclose(f);
+}
+
+static int cmp_ll(const void *a, const void *b)
+{
+    long long x = *(const long long *)a, y = *(const long long *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void on_event(void *arg, const ftc_status_event_t *e)
+{
+    long long *t = arg;
+    if (!*t && !strcmp(e->kind, "node_lost") && !strcmp(e->node, "node1"))
+        *t = e->t_detect_ms ? (long long)e->t_detect_ms : wall_ms();
+}
+
+/* The generation that failed (the last with a step before the kill) and the
+ * one that recovered (the first later one where every rank stepped). */
+static void timeline(result_t *R, const char *out1, const char *out2)
+{
+    tl_t *t = calloc(1, sizeof *t);
+    if (!t)
+        die("out of memory");
+    parse(out1, t, R->t_kill);
+    parse(out2, t, R->t_kill);
+    int failed = -1, fin = -1;
+    for (int g = 0; g < MAXGEN; g++)
+        for (int r = 0; r < NODES; r++)
+            if (t->first_step_at[g][r] && t->first_step_at[g][r] <= R->t_kill)
+                failed = g;
+    for (int g = failed + 1; g < MAXGEN && failed >= 0 && fin < 0; g++) {
+        int n = 0;
+        for (int r = 0; r < NODES; r++)
+            n += t->first_step_at[g][r] > 0 && t->restored_at[g][r] > 0;
+        if (n == NODES)
+            fin = g;
+    }
+    if (failed < 0 || fin < 0) {
+        snprintf(R->why, sizeof R->why, "no generation recovered with every rank (see %s)", out1);
+        free(t);
+        return;
+    }
+    if (t->bad) {
+        snprintf(R->why, sizeof R->why, "a rank restored BAD state (see %s)", out1);
+        free(t);
+        return;
+    }
+    R->rounds = fin - failed;
+    /* stop: the failed generation's survivors; the rest: the generation that recovered */
+    R->t_stop = t->phase[failed][1];
+    R->t_rdzv = t->phase[fin][2];
+    R->t_rebuild = t->phase[fin][4];
+    R->lost = R->recomputed = -1000000;
+    for (int r = 0; r < NODES; r++) {
+        long long first = t->first_step_at[fin][r] - t->verify_ms[fin][r];
+        if (t->restored_at[fin][r] > R->t_restore)
+            R->t_restore = t->restored_at[fin][r];
+        if (first > R->t_first)
+            R->t_first = first;
+        R->restore_ms[r] = t->restore_ms[fin][r];
+        R->restored[r] = t->restored_step[fin][r];
+        long long lost = t->last_before_kill[r] - t->restored_step[fin][r];
+        long long redo = lost;
+        for (int g = failed; g < fin; g++)
+            if (t->last_in_gen[g][r] - t->restored_step[fin][r] > redo)
+                redo = t->last_in_gen[g][r] - t->restored_step[fin][r];
+        if (lost > R->lost)
+            R->lost = (int)lost;
+        if (redo > R->recomputed)
+            R->recomputed = (int)redo;
+    }
+    if (t->nsteps_t) {
+        qsort(t->steps_t, (size_t)t->nsteps_t, sizeof t->steps_t[0], cmp_ll);
+        R->step_ms = t->steps_t[t->nsteps_t / 2];
+    }
+    R->ok = true;
+    free(t);
+}
+
+/* ---- one run ------------------------------------------------------------------------ */
+
+static void run_one(const cfg_t *C, size_t bytes, bool persist, result_t *R)
+{
+    memset(R, 0, sizeof *R);
+    char job[64], jd[PATH_MAX + 80], out1[PATH_MAX + 100], out2[PATH_MAX + 100],
+        pdir[PATH_MAX + 100];
+    snprintf(job, sizeof job, "brec%d%zu%c", (int)getpid(), bytes >> 20, persist ? 'p' : 'm');
+    snprintf(jd, sizeof jd, "%s/%s", C->dir, job);
+    snprintf(out1, sizeof out1, "%s/run.out", jd);
+    snprintf(out2, sizeof out2, "%s/spare.out", jd);
+    snprintf(pdir, sizeof pdir, "%s/persist", jd);
+    rm_rf(jd);
+    if (mkdir(jd, 0700))
+        die("cannot create the job directory under --dir");
+    char floats[32], steps[32], stepms[32], red[32], pd[PATH_MAX + 120];
+    snprintf(floats, sizeof floats, "%zu", bytes / 8);
+    snprintf(steps, sizeof steps, "%d", C->kill_at + C->after + 4);
+    snprintf(stepms, sizeof stepms, "%d", C->step_ms);
+    snprintf(red, sizeof red, "--redundancy=%d", persist ? 0 : 1);
+    snprintf(pd, sizeof pd, "--persist-dir=%s", pdir);
+    char jdir_opt[PATH_MAX + 100];
+    snprintf(jdir_opt, sizeof jdir_opt, "%s", jd);
+
+    /* argv: ftc run [node opts] common... -- rank ... */
+    char *av[64];
+    int n = 0;
+    av[n++] = (char *)C->ftc;
+    av[n++] = "run";
+    int node_opt = n; /* two slots: --simulate-nodes 3 | --node-rank 1 */
+    av[n++] = "--simulate-nodes";
+    av[n++] = "3";
+    int redis_opt = n; /* two slots: --settle-ms 300 | --redis URL */
+    av[n++] = "--settle-ms";
+    av[n++] = "300";
+    char *common[] = {"--nnodes", "3:3", "--job", job, "--job-dir", jdir_opt, "--max-restarts",
+                      "4", red};
+    for (size_t i = 0; i < sizeof common / sizeof common[0]; i++)
+        av[n++] = common[i];
+    if (persist) {
+        av[n++] = pd;
+        av[n++] = "--persist-every=1";
+    }
+    for (int i = 0; i < C->nopts; i++)
+        av[n++] = (char *)C->opts[i];
+    char *tail[] = {"--", (char *)C->rank, "--steps", steps, "--step-ms", stepms, "--floats",
+                    floats, "--restore", "--strict", "--timing", NULL};
+    for (size_t i = 0; i < sizeof tail / sizeof tail[0]; i++)
+        av[n++] = tail[i];
+
+    long long deadline = wall_ms() + (long long)C->timeout_s * 1000;
+    pid_t job_pid = spawn(av, out1), spare_pid = 0;
+    /* the job's Redis */
+    char urlf[PATH_MAX + 100], url[512] = "";
+    snprintf(urlf, sizeof urlf, "%s/redis.url", jd);
+    ftc_ctl_t *ctl = NULL;
+    while (!ctl && wall_ms() < deadline) {
+        FILE *f = fopen(urlf, "r");
+        if (f) {
+            if (fgets(url, sizeof url, f))
+                url[strcspn(url, "\r\n")] = 0;
+            fclose(f);
+            ftc_redis_url_t u;
+            ftc_err_t err = {0};
+            ftc_redis_options_t ro = FTC_REDIS_OPTIONS_INIT;
+            ftc_redis_t *r = NULL;
+            if (url[0] && ftc_redis_url_parse(url, &u, &err) == 0 &&
+                (r = ftc_redis_connect(&u, &ro, &err)))
+                ctl = ftc_ctl_create(r, job, &err);
+        }
+        if (!ctl && waitpid(job_pid, NULL, WNOHANG) == job_pid) {
+            job_pid = 0;
+            break;
+        }
+        if (!ctl)
+            ftc_sleep_ms(50);
+    }
+    if (!ctl) {
+        snprintf(R->why, sizeof R->why, "the job's Redis never came up (see %s)", out1);
+        goto done;
+    }
+    /* wait for kill_at committed */
+    int64_t committed = -1;
+    uint64_t g = 0;
+    while (wall_ms() < deadline) {
+        if (ftc_ctl_committed(ctl, &committed, &g) == 0 && committed >= C->kill_at)
+            break;
+        if (waitpid(job_pid, NULL, WNOHANG) == job_pid) {
+            job_pid = 0;
+            break;
+        }
+        ftc_sleep_ms(10);
+    }
+    if (committed < C->kill_at) {
+        snprintf(R->why, sizeof R->why, "step %d never committed (see %s)", C->kill_at, out1);
+        goto done;
+    }
+    char pidf[PATH_MAX + 100];
+    snprintf(pidf, sizeof pidf, "%s/node1.pid", jd);
+    FILE *f = fopen(pidf, "r");
+    int victim = 0;
+    if (!f || fscanf(f, "%d", &victim) != 1 || victim <= 0) {
+        if (f)
+            fclose(f);
+        snprintf(R->why, sizeof R->why, "no pid in %s", pidf);
+        goto done;
+    }
+    fclose(f);
+    char after[32] = "0";
+    /* skip the events so far */
+    ftc_events_read(ctl, after, sizeof after, 100000, 0, NULL, NULL);
+    R->t_kill = wall_ms();
+    kill(victim, SIGKILL);
+    char shm[96];
+    snprintf(shm, sizeof shm, "ftc.%s.n1.", job); /* node 1's slots and replicas */
+    wipe_shm(shm);
+    /* node_lost -> start the spare as node 1 */
+    long long t_lost = 0;
+    while (!t_lost && wall_ms() < deadline) {
+        ftc_events_read(ctl, after, sizeof after, 64, 20, on_event, &t_lost);
+        if (!t_lost)
+            ftc_sleep_ms(5);
+    }
+    if (!t_lost) {
+        snprintf(R->why, sizeof R->why, "no node_lost event for node1 (see %s)", out1);
+        goto done;
+    }
+    R->t_detect = t_lost;
+    av[node_opt] = "--node-rank";
+    av[node_opt + 1] = "1";
+    av[redis_opt] = "--redis";
+    av[redis_opt + 1] = url;
+    spare_pid = spawn(av, out2);
+done:
+    if (job_pid > 0 && wait_until(job_pid, deadline) != 0 && !R->why[0])
+        snprintf(R->why, sizeof R->why, "the job did not finish cleanly (see %s)", out1);
+    if (spare_pid > 0 && wait_until(spare_pid, deadline) != 0 && !R->why[0])
+        snprintf(R->why, sizeof R->why, "the spare node did not finish cleanly (see %s)", out2);
+    ftc_ctl_destroy(ctl);
+    snprintf(shm, sizeof shm, "ftc.%s.", job);
+    wipe_shm(shm);
+    rm_rf(pdir);
+    if (R->why[0])
+        return;
+    timeline(R, out1, out2);
+}
+
+/* ---- sizing, report, main ---------------------------------------------------------------- */
+
+static unsigned long long mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    unsigned long long kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kb << 10;
+}
+
+static unsigned long long fs_free(const char *path)
+{
+    struct statvfs v;
+    return statvfs(path, &v) ? 0 : (unsigned long long)v.f_bavail * v.f_frsize;
+}
+
+static void load_avg(char *buf, size_t cap)
+{
+    FILE *f = fopen("/proc/loadavg", "r");
+    buf[0] = 0;
+    if (f) {
+        if (fgets(buf, (int)cap, f))
+            buf[strcspn(buf, "\n")] = 0;
+        fclose(f);
+    }
+}
+
+static void print_row(const char *size, const char *mode, const result_t *R)
+{
+    if (!R->ok) {
+        printf("  %-9s %-8s not measured: %s\n", size, mode, R->why);
+        return;
+    }
+    long long k = R->t_kill;
+    printf("  %-9s %-8s %7lld %7lld %6lld %10lld %8lld %8lld %10lld %8lld %5d %10d %6d   %lld/%lld/%lld\n",
+           size, mode, R->step_ms, R->t_detect - k, R->t_stop - R->t_detect, R->t_rdzv - R->t_stop,
+           R->t_rebuild - R->t_rdzv, R->t_restore - R->t_rebuild, R->t_first - R->t_restore,
+           R->t_first - k, R->lost, R->recomputed, R->rounds, R->restore_ms[0], R->restore_ms[1],
+           R->restore_ms[2]);
+}
+
+static void self_dir(char *buf, size_t cap)
+{
+    ssize_t n = readlink("/proc/self/exe", buf, cap - 1);
+    if (n <= 0)
+        die("cannot read /proc/self/exe");
+    buf[n] = 0;
+    char *s = strrchr(buf, '/');
+    if (s)
+        *s = 0;
+}
+
+int main(int argc, char **argv)
+{
+    cfg_t C = {.step_ms = 100, .kill_at = 4, .after = 4, .timeout_s = 300};
+    size_t sizes[8];
+    int nsizes = 0;
+    bool modes[2] = {true, true}; /* memory, persist */
+    char here[PATH_MAX];
+    self_dir(here, sizeof here);
+    snprintf(C.ftc, sizeof C.ftc, "%s/../cli/ftc", here);
+    snprintf(C.rank, sizeof C.rank, "%s/../tests/ckpt/rank_main", here);
+    snprintf(C.dir, sizeof C.dir, "%s/../bench-tmp", here);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--sizes") && v) {
+            char list[256];
+            snprintf(list, sizeof list, "%s", v);
+            for (char *t = strtok(list, ","); t && nsizes < 8; t = strtok(NULL, ","))
+                sizes[nsizes++] = size_arg(t);
+        } else if (!strcmp(a, "--modes") && v) {
+            modes[0] = strstr(v, "memory") != NULL;
+            modes[1] = strstr(v, "persist") != NULL;
+        } else if (!strcmp(a, "--ftc") && v) {
+            snprintf(C.ftc, sizeof C.ftc, "%s", v);
+        } else if (!strcmp(a, "--rank") && v) {
+            snprintf(C.rank, sizeof C.rank, "%s", v);
+        } else if (!strcmp(a, "--dir") && v) {
+            snprintf(C.dir, sizeof C.dir, "%s", v);
+        } else if (!strcmp(a, "--step-ms") && v) {
+            C.step_ms = atoi(v);
+        } else if (!strcmp(a, "--kill-at") && v) {
+            C.kill_at = atoi(v);
+        } else if (!strcmp(a, "--after") && v) {
+            C.after = atoi(v);
+        } else if (!strcmp(a, "--timeout") && v) {
+            C.timeout_s = atoi(v);
+        } else if (!strcmp(a, "--opt") && v && C.nopts < 16) {
+            char *o = malloc(strlen(v) + 3);
+            if (!o)
+                die("out of memory");
+            sprintf(o, "--%s", v);
+            C.opts[C.nopts++] = o;
+        } else {
+            fprintf(stderr,
+                    "usage: bench_recover [--sizes 64MiB,256MiB[,1GiB]] [--modes memory,persist]\n"
+                    "         [--step-ms 100] [--kill-at 4] [--after 4] [--timeout 300]\n"
+                    "         [--ftc PATH] [--rank PATH] [--dir DIR] [--opt KEY=VALUE]...\n");
+            return 2;
+        }
+        i++;
+    }
+    if (C.step_ms < 0 || C.kill_at < 1 || C.after < 1 || C.timeout_s < 10)
+        die("--step-ms >= 0, --kill-at >= 1, --after >= 1, --timeout >= 10");
+    if (!modes[0] && !modes[1])
+        die("--modes: memory, persist or both");
+    if (nsizes == 0) {
+        sizes[nsizes++] = (size_t)64 << 20;
+        sizes[nsizes++] = (size_t)256 << 20;
+    }
+    if (access(C.ftc, X_OK) || access(C.rank, X_OK)) {
+        fprintf(stderr, "bench_recover: %s or %s is not there: build the ftc and rank_main "
+                        "targets (or pass --ftc / --rank)\n", C.ftc, C.rank);
+        return 1;
+    }
+    mkdir(C.dir, 0700);
+    signal(SIGPIPE, SIG_IGN);
+    char la[128];
+    load_avg(la, sizeof la);
+    printf("bench_recover: %d simulated nodes x 1 rank (tests/ckpt/rank_main), a checkpoint "
+           "every step (--step-ms %d),\n  node 1 killed (SIGKILL, its /dev/shm wiped) once step "
+           "%d is committed, a spare node 1 started on node_lost\n  load average at start: %s\n",
+           NODES, C.step_ms, C.kill_at, la);
+    printf("  modes: memory = redundancy 1 (a replica in a peer's memory), no persist tier;"
+           " persist = redundancy 0,\n  persist tier every step in %s (the lost rank restores "
+           "from disk)\n", C.dir);
+    printf("  phases, ms from the end of the previous one (latest node or rank): detect = kill "
+           "-> node_lost;\n  stop = survivors' ranks stopped; rendezvous = round closed; rebuild "
+           "= agents up + ranks forked;\n  restore = every rank's ftc_restore returned; first "
+           "step = every rank's first step done (its own check not counted)\n\n");
+    printf("  %-9s %-8s %7s %7s %6s %10s %8s %8s %10s %8s %5s %10s %6s   %s\n", "state", "mode",
+           "step", "detect", "stop", "rendezvous", "rebuild", "restore", "first step", "total",
+           "lost", "recomputed", "rounds", "ftc_restore ms rank 0/1/2");
+    int errors = 0;
+    for (int i = 0; i < nsizes; i++) {
+        size_t b = sizes[i];
+        char name[32];
+        if (b >= (size_t)1 << 30 && b % ((size_t)1 << 30) == 0)
+            snprintf(name, sizeof name, "%zu GiB", b >> 30);
+        else
+            snprintf(name, sizeof name, "%zu MiB", b >> 20);
+        /* memory mode: 3 slots per rank + 2 replica slots in a peer, per rank;
+         * RAM: those + the rank's state and its check's copy + the agent's fetch buffer */
+        unsigned long long shm_need = (unsigned long long)NODES * 5 * b,
+                           mem_need = (unsigned long long)NODES * 8 * b,
+                           disk_need = (unsigned long long)NODES * 4 * b;
+        unsigned long long shm_free = fs_free("/dev/shm"), mem_free = mem_available(),
+                           disk_free = fs_free(C.dir);
+        if (shm_need > shm_free || mem_need > mem_free) {
+            printf("  %-9s skipped: needs about %.1f GiB of /dev/shm (%.1f free) and %.1f GiB "
+                   "of memory (%.1f available)\n",
+                   name, shm_need / 1073741824.0, shm_free / 1073741824.0,
+                   mem_need / 1073741824.0, mem_free / 1073741824.0);
+            continue;
+        }
+        result_t R[2];
+        memset(R, 0, sizeof R);
+        for (int m = 0; m < 2; m++) {
+            if (!modes[m])
+                continue;
+            if (m == 1 && disk_need > disk_free) {
+                snprintf(R[1].why, sizeof R[1].why, "needs about %.1f GiB free in %s",
+                         disk_need / 1073741824.0, C.dir);
+            } else {
+                run_one(&C, b, m == 1, &R[m]);
+            }
+            errors += !R[m].ok;
+            print_row(name, m ? "persist" : "memory", &R[m]);
+            fflush(stdout);
+        }
+        if (R[0].ok && R[1].ok) {
+            double rr = (double)(R[1].t_restore - R[1].t_rebuild) /
+                        (double)(R[0].t_restore - R[0].t_rebuild > 0 ? R[0].t_restore - R[0].t_rebuild : 1);
+            double rt = (double)(R[1].t_first - R[1].t_kill) / (double)(R[0].t_first - R[0].t_kill);
+            printf("  %s: restore (ranks forked -> every rank restored) persist / memory = %.1fx "
+                   "(target >= 10x): %s\n",
+                   name, rr, rr >= 10 ? "met" : "MISSED");
+            printf("  %s: total (kill -> every rank's first step) persist / memory = %.2fx\n", name,
+                   rt);
+        }
+        if (R[0].ok)
+            printf("  %s: lost steps in memory mode = %d (target <= 1 with a checkpoint every "
+                   "step): %s; recomputed %d\n",
+                   name, R[0].lost, R[0].lost <= 1 ? "met" : "MISSED", R[0].recomputed);
+    }
+    load_avg(la, sizeof la);
+    printf("\n  load average at the end: %s\n", la);
+    return errors ? 1 : 0;
+}
