@@ -1,7 +1,9 @@
 # A thin wrapper over CMake: the two commands of the README, and a few more.
 #
 #   make demo    set-up, Release build, run the main job (scripts/demo: the
-#                persist tier; scripts/drill: node loss on the in-memory store)
+#                reference trainer on 4 simulated nodes, one killed, elastic
+#                shrink, bit-identical weights; scripts/drill: node loss on
+#                the in-memory store)
 #   make test    set-up, build, the whole suite under ctest; again under
 #                AddressSanitizer + UBSan; short libFuzzer runs
 #   make bench   the benchmarks (bench/), figures recorded in docs/benchmarks.md

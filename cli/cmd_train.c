@@ -604,12 +604,27 @@ const ftc_cli_cmd_t *cmd, int argc, char **argv)
     ftc_train_stats_t st;
     double tok_s = 0.0, secs = 0.0;
     uint64_t toks = 0;
+    /* fault injection for tests and drills: FTC_TRAIN_DIE_IN_CKPT=RANK:STEP
+     * SIGKILLs rank RANK right after the checkpoint of STEP started (its
+     * snapshot and replication in flight), unless this process resumed */
+    long die_rank = -1;
+    unsigned long long die_step = 0;
+    const char *die = getenv("FTC_TRAIN_DIE_IN_CKPT");
+    if (die && *die && sscanf(die, "%ld:%llu", &die_rank, &die_step) != 2)
+        die_rank = -1;
     while (ftc_trainer_steps_done(t) < stop) {
         if (ftc_trainer_step(t, &st, &err) < 0) {
             if (tty)
                 printf("\n");
             ec = ftc_cli_fail(cmd, "%s", ftc_err_str(&err));
             goto out;
+        }
+        if (die_rank == rank && st.checkpointed && ftc_trainer_steps_done(t) == die_step &&
+            ftc_trainer_resumed_from(t) == UINT64_MAX) {
+            printf("FTC_TRAIN_DIE_IN_CKPT: rank %d killed with the checkpoint of step %llu in "
+                   "flight\n", rank, die_step);
+            fflush(stdout);
+            raise(SIGKILL);
         }
         if (st.skipped && !quiet) { /* the trainer logged the why; the progress says what */
             if (tty)

@@ -11,6 +11,7 @@
 #include "core/hash.h"
 #include "core/log.h"
 #include "ftc.h"
+#include "recover/layout.h"
 #include "trainer/gradsum.h"
 #include "trainer/rng.h"
 
@@ -358,7 +359,7 @@ static int ftc__meta_apply(ftc_trainer_t *t, const ftc__train_meta_t *meta, uint
     if (meta->reserved != want)
         return ftc_err_set(err, FTC_ECONFIG,
                            "%s: step %llu holds %s, this run has %d DP ranks: restart with the "
-                           "saved DP degree (only the persist tier re-partitions ZeRO-1 chunks)",
+                           "saved DP degree (ZeRO-1 chunks are re-partitioned, a whole state is not)",
                            where, (unsigned long long)step,
                            meta->reserved ? "ZeRO-1 chunks of another DP degree"
                                           : "a whole single-process state",
@@ -385,6 +386,278 @@ static void ftc__shard_tensors(ftc_trainer_t *t, const char **names, float **buf
     bufs[1] = t->adam->m, bufs[2] = t->adam->v;
 }
 
+/* An integer `ftc run` puts in the environment; dflt when unset or malformed. */
+static int ftc__env_int(const char *name, int dflt)
+{
+    const char *s = getenv(name);
+    if (!s || !*s)
+        return dflt;
+    char *end = NULL;
+    long v = strtol(s, &end, 10);
+    return *end || v < 0 || v > FTC_LAYOUT_MAX_WORLD ? dflt : (int)v;
+}
+
+/* After an FTC_ENOENT from the agent: is it "nothing committed yet" (a
+ * fresh start) rather than "the committed version has no verified copy left"
+ * (a lost checkpoint: never a silent restart from step 0)? The agent answers
+ * both with FTC_ENOENT; its message tells them apart. */
+static bool ftc__nothing_committed(const ftc_trainer_t *t)
+{
+    return strstr(ftc_last_error(t->ftc), "nothing committed") != NULL;
+}
+
+/* Every rank gets every rank's k 8-byte values (all[r * k + i]). */
+static int ftc__gather_words(ftc_trainer_t *t, const uint64_t *mine, int k, uint64_t *all,
+                             ftc_err_t *err)
+{
+    memcpy(all + (size_t)t->dpr * (size_t)k, mine, (size_t)k * 8);
+    if (!t->coll)
+        return 0;
+    int rc = ftc_coll_all_gather(t->coll, all, (size_t)t->dpn * (size_t)k * 8, FTC_COLL_U8,
+                                 ftc__coll_dl(t));
+    return rc < 0 ? ftc__coll_fail(t, rc, "exchanging restore steps", err) : 0;
+}
+
+/* The previous world rank that held ZeRO-1 chunk q of S (this rank's TP
+ * coordinate; the layout rule of recover/layout.h). */
+static int ftc__prev_rank_of(const ftc_trainer_t *t, int S, int q)
+{
+    int tp = t->o.tp > 0 ? t->o.tp : 1;
+    return ftc_layout_rank(S, tp, q, t->o.world_rank % tp, 0);
+}
+
+/* Checks a fetched shard: its step, its metadata record (config hash,
+ * step, cursor, DP degree S, the run's RNG) and its three chunk tensors
+ * (fp32, chunk q of S elements). Returns the tensors' data in src. */
+static int ftc__check_fetched(ftc_trainer_t *t, const ftc_shard_ref_t *ref, int q, int S,
+                              uint64_t step, const ftc__train_meta_t *first,
+                              ftc__train_meta_t *meta, const float **src, ftc_err_t *err)
+{
+    int rank = ftc__prev_rank_of(t, S, q);
+    if (ftc_shard_step(ref) != (int64_t)step)
+        return ftc_err_set(err, FTC_ECORRUPT, "the shard of previous rank %d is step %lld, not "
+                           "the agreed committed step %llu", rank,
+                           (long long)ftc_shard_step(ref), (unsigned long long)step);
+    size_t mlen = 0;
+    const void *m = ftc_shard_meta(ref, &mlen);
+    memset(meta, 0, sizeof *meta);
+    if (m && mlen == sizeof *meta)
+        memcpy(meta, m, sizeof *meta);
+    char where[64];
+    snprintf(where, sizeof where, "agent (previous rank %d)", rank);
+    uint64_t saved_step = t->step, saved_rng = t->rng.state, saved_from = t->resumed_from;
+    int rc = ftc__meta_apply(t, meta, (uint32_t)mlen, step, (uint64_t)S, where, err);
+    t->step = saved_step, t->rng.state = saved_rng, t->resumed_from = saved_from;
+    if (rc < 0)
+        return rc;
+    if (first && meta->rng != first->rng)
+        return ftc_err_set(err, FTC_ECORRUPT, "step %llu: previous ranks %d and %d saved "
+                           "different RNG states", (unsigned long long)step,
+                           ftc__prev_rank_of(t, S, 0), rank);
+    uint64_t qoff, qlen;
+    ftc_layout_chunk(ftc_model_num_params(t->model), S, q, &qoff, &qlen);
+    const char *names[3];
+    float *bufs[3];
+    ftc__shard_tensors(t, names, bufs);
+    for (int b = 0; b < 3; b++) {
+        const void *d = NULL;
+        int dt = 0;
+        uint64_t numel = 0;
+        rc = ftc_shard_tensor(ref, names[b], &d, &dt, &numel);
+        if (rc < 0)
+            return ftc_err_set(err, rc == FTC_ENOENT ? FTC_ECORRUPT : rc, "step %llu: the shard "
+                               "of previous rank %d has no tensor %s", (unsigned long long)step,
+                               rank, names[b]);
+        if (dt != FTC_DTYPE_F32 || numel != qlen)
+            return ftc_err_set(err, FTC_ECORRUPT, "step %llu: tensor %s of previous rank %d is "
+                               "%s x %llu, not fp32 x %llu (chunk %d of %d)",
+                               (unsigned long long)step, names[b], rank,
+                               ftc_dtype_name(dt) ? ftc_dtype_name(dt) : "?",
+                               (unsigned long long)numel, (unsigned long long)qlen, q, S);
+        src[b] = d;
+    }
+    return 0;
+}
+
+/* Re-partition through the agent: DP rank 0 reads the newest committed
+ * version's step and DP degree S from previous rank 0's shard and every
+ * rank agrees on them; each rank then fetches, at that step, the shard of
+ * every previous DP rank whose chunk overlaps its own (ftc_fetch: verified,
+ * committed), checks each one's metadata and copies the overlapping ranges
+ * of the parameters and both moments. *fresh: nothing committed. */
+static int ftc__agent_repartition(ftc_trainer_t *t, bool *fresh, ftc_err_t *err)
+{
+    *fresh = false;
+    size_t P = ftc_model_num_params(t->model);
+    ftc_shard_ref_t *ref0 = NULL;
+    ftc__train_meta_t m0;
+    memset(&m0, 0, sizeof m0);
+    /* [step, S, status]: status 0 ok, 1 nothing committed, 2 failed */
+    uint64_t mine[3] = {0, 0, 0}, all[3 * FTC__MAX_DP];
+    ftc_err_t e0 = {0};
+    if (t->dpr == 0) {
+        int rc = ftc_fetch(t->ftc, ftc__prev_rank_of(t, 1, 0), -1, &ref0);
+        if (rc == FTC_ENOENT && ftc__nothing_committed(t)) {
+            mine[2] = 1;
+            FTC_WARN("train", "no committed checkpoint through the agent (%s): starting at step 0",
+                     ftc_last_error(t->ftc));
+        } else if (rc < 0) {
+            mine[2] = 2;
+            ftc_err_set(&e0, rc, "fetching the newest committed shard of previous rank %d: %s",
+                        ftc__prev_rank_of(t, 1, 0), ftc_last_error(t->ftc));
+        } else {
+            size_t ml = 0;
+            const void *m = ftc_shard_meta(ref0, &ml);
+            if (m && ml == sizeof m0)
+                memcpy(&m0, m, sizeof m0);
+            mine[0] = (uint64_t)ftc_shard_step(ref0);
+            mine[1] = m0.reserved;
+            if (ftc_shard_step(ref0) < 0 || m0.reserved < 1 || m0.reserved > FTC__MAX_DP) {
+                mine[2] = 2;
+                ftc_err_set(&e0, FTC_ECORRUPT, "step %lld of previous rank 0: the metadata "
+                            "record says %llu DP ranks (need 1..%d)",
+                            (long long)ftc_shard_step(ref0), (unsigned long long)m0.reserved,
+                            FTC__MAX_DP);
+            }
+        }
+    }
+    int rc = ftc__gather_words(t, mine, 3, all, err);
+    if (rc < 0) {
+        ftc_shard_release(ref0);
+        return rc;
+    }
+    if (all[2] != 0) {
+        ftc_shard_release(ref0);
+        if (all[2] == 1) {
+            *fresh = true;
+            return 0;
+        }
+        return t->dpr == 0 ? ftc_err_set(err, e0.code, "%s", e0.msg)
+                           : ftc_err_set(err, FTC_EIO, "DP rank 0 could not read the committed "
+                                         "checkpoint through its agent (its log says why)");
+    }
+    uint64_t step = all[0];
+    int S = (int)all[1];
+    ftc_layout_range_t pieces[2 * FTC__MAX_DP];
+    size_t np = 0;
+    if ((rc = ftc_layout_zero_ranges(P, S, t->dpn, pieces, 2 * FTC__MAX_DP, &np, err)) < 0) {
+        ftc_shard_release(ref0);
+        return rc;
+    }
+    float *p = ftc_model_params(t->model);
+    ftc__train_meta_t first, mq;
+    bool have = false;
+    int fetched = 0;
+    rc = 0;
+    for (size_t i = 0; i < np && rc == 0; i++) {
+        const ftc_layout_range_t *pc = &pieces[i];
+        if (pc->new_dp != t->dpr)
+            continue;
+        ftc_shard_ref_t *ref = pc->prev_dp == 0 ? ref0 : NULL;
+        if (!ref) {
+            rc = ftc_fetch(t->ftc, ftc__prev_rank_of(t, S, pc->prev_dp), (int64_t)step, &ref);
+            if (rc < 0) {
+                rc = ftc_err_set(err, rc, "step %llu: fetching the shard of previous rank %d "
+                                 "(chunk %d of %d): %s", (unsigned long long)step,
+                                 ftc__prev_rank_of(t, S, pc->prev_dp), pc->prev_dp, S,
+                                 ftc_last_error(t->ftc));
+                break;
+            }
+        }
+        const float *src[3];
+        rc = ftc__check_fetched(t, ref, pc->prev_dp, S, step, have ? &first : NULL, &mq, src,
+                                err);
+        if (rc == 0) {
+            for (uint64_t j = 0; j < pc->len; j++) {
+                p[pc->offset + j] = src[0][pc->prev_offset + j];
+                t->adam->m[pc->new_offset + j] = src[1][pc->prev_offset + j];
+                t->adam->v[pc->new_offset + j] = src[2][pc->prev_offset + j];
+            }
+            if (!have)
+                first = mq, have = true;
+            fetched++;
+        }
+        if (ref != ref0)
+            ftc_shard_release(ref);
+    }
+    ftc_shard_release(ref0);
+    if (rc == 0 && !have)
+        rc = ftc_err_set(err, FTC_EINVAL, "DP rank %d of %d: no piece of the re-partition",
+                         t->dpr, t->dpn);
+    if (rc == 0)
+        rc = ftc__meta_apply(t, &first, sizeof first, step, (uint64_t)S, "agent", err);
+    /* everyone restored, or everyone fails (no rank waits in a collective) */
+    uint64_t ok = rc == 0, oks[FTC__MAX_DP];
+    int rc2 = ftc__gather_u64(t, ok, oks, rc < 0 ? NULL : err);
+    if (rc < 0)
+        return rc;
+    if (rc2 < 0)
+        return rc2;
+    for (int r = 0; r < t->dpn; r++)
+        if (!oks[r])
+            return ftc_err_set(err, FTC_EIO, "step %llu: DP rank %d could not re-partition the "
+                               "checkpoint (its log says why)", (unsigned long long)step, r);
+    FTC_INFO("train", "DP rank %d of %d: restored step %llu through the agent, re-partitioned "
+             "from %d DP ranks (%d shards fetched)", t->dpr, t->dpn, (unsigned long long)step, S,
+             fetched);
+    return 0;
+}
+
+/* Restore through the agent. When this rank continues its own state
+ * (FTC_RESTORE_RANK unset or its own rank, the same world), ftc_restore
+ * fills the registered chunk from the newest committed version; if every
+ * rank restored the same step at this DP degree, that is it. Otherwise (a
+ * layout change: another DP degree, ranks renumbered, or a failed in-place
+ * restore) every rank re-partitions with ftc_fetch. Then the parameters are
+ * all-gathered. Every rank agrees on the step, or every rank fails. */
+static int ftc__agent_restore(ftc_trainer_t *t, ftc_err_t *err)
+{
+    int prev = ftc__env_int("FTC_PREV_WORLD_SIZE", 0), rr = ftc__env_int("FTC_RESTORE_RANK", -1);
+    bool in_place = (prev == 0 || prev == t->o.world_size) && (rr < 0 || rr == t->o.world_rank);
+    ftc__train_meta_t meta;
+    memset(&meta, 0, sizeof meta);
+    size_t mlen = sizeof meta;
+    /* [kind, step]: kind 0 restored at this DP degree, 1 nothing committed, 2 re-partition */
+    uint64_t mine[2] = {2, 0}, all[2 * FTC__MAX_DP];
+    if (in_place) {
+        int64_t step = -1;
+        int rc = ftc_restore(t->ftc, &step, &meta, &mlen);
+        if (rc == 0 && mlen == sizeof meta && meta.reserved == (uint64_t)t->dpn && step >= 0)
+            mine[0] = 0, mine[1] = (uint64_t)step;
+        else if (rc == FTC_ENOENT && ftc__nothing_committed(t))
+            mine[0] = 1;
+        else
+            FTC_INFO("train", "DP rank %d: no in-place restore (%s): re-partitioning", t->dpr,
+                     rc < 0 ? ftc_last_error(t->ftc) : "a checkpoint of another DP degree");
+    }
+    int rc = ftc__gather_words(t, mine, 2, all, err);
+    if (rc < 0)
+        return rc;
+    bool same = true, none = true;
+    for (int r = 0; r < t->dpn; r++) {
+        same = same && all[2 * r] == 0 && all[2 * r + 1] == all[1];
+        none = none && all[2 * r] == 1;
+    }
+    if (none) {
+        if (prev > 0)
+            FTC_WARN("train", "DP rank %d: restarted (previous world %d) but nothing is "
+                     "committed: starting at step 0", t->dpr, prev);
+        return 0;
+    }
+    if (same) {
+        if ((rc = ftc__meta_apply(t, &meta, (uint32_t)mlen, all[1], (uint64_t)t->dpn, "agent",
+                                  err)) < 0)
+            return rc;
+        FTC_INFO("train", "DP rank %d: restored step %llu through the agent", t->dpr,
+                 (unsigned long long)all[1]);
+        return ftc__gather_params(t, err);
+    }
+    bool fresh = false;
+    if ((rc = ftc__agent_repartition(t, &fresh, err)) < 0)
+        return rc;
+    return fresh ? 0 : ftc__gather_params(t, err);
+}
+
 /* Agent path: register the chunk, restore the newest committed step. */
 static int ftc__agent_setup(ftc_trainer_t *t, ftc_err_t *err)
 {
@@ -409,30 +682,7 @@ static int ftc__agent_setup(ftc_trainer_t *t, ftc_err_t *err)
         if ((rc = ftc_register(t->ftc, names[b], FTC_DTYPE_F32, 1, shape, bufs[b], FTC_HOST)) < 0)
             return ftc_err_set(err, rc, "agent: registering %s: %s", names[b],
                                ftc_last_error(t->ftc));
-    ftc__train_meta_t meta;
-    memset(&meta, 0, sizeof meta);
-    size_t mlen = sizeof meta;
-    int64_t step = -1;
-    rc = ftc_restore(t->ftc, &step, &meta, &mlen);
-    uint64_t mine = rc == 0 ? (uint64_t)step : UINT64_MAX, all[FTC__MAX_DP];
-    if (rc < 0 && rc != FTC_ENOENT)
-        return ftc_err_set(err, rc, "agent restore: %s", ftc_last_error(t->ftc));
-    if ((rc = ftc__gather_u64(t, mine, all, err)) < 0)
-        return rc;
-    for (int r = 0; r < t->dpn; r++)
-        if (all[r] != mine)
-            return ftc_err_set(err, FTC_ECONFIG, "agent restore: DP rank %d restored %s, DP rank "
-                               "%d %s: the ranks disagree on the committed step", t->dpr,
-                               mine == UINT64_MAX ? "nothing" : "a step", r,
-                               all[r] == UINT64_MAX ? "nothing" : "another step");
-    if (mine == UINT64_MAX)
-        return 0;
-    rc = ftc__meta_apply(t, &meta, (uint32_t)mlen, mine, (uint64_t)t->dpn, "agent", err);
-    if (rc < 0)
-        return rc;
-    FTC_INFO("train", "DP rank %d: restored step %llu through the agent", t->dpr,
-             (unsigned long long)mine);
-    return ftc__gather_params(t, err);
+    return ftc__agent_restore(t, err);
 }
 
 /* The newest committed step in a persist directory (0: none). */

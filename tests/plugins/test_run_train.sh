@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# test_run_train.sh — the reference trainer (`ftc train`, real DP with ZeRO-1,
+# deterministic) under `ftc run --simulate-nodes 4`, checkpointing every step
+# through the agents, with real processes, a real embedded Redis and kill -9.
+# Each scenario ends with the parameters' hash of a fault-free single-process
+# run of the same global batch (I5: bit-identical through an elastic shrink).
+#
+#   A. a node is killed (supervisor, agent and rank, SIGKILL; its shared
+#      memory wiped) at a random committed step: the 3 survivors shrink to
+#      DP=3 and re-partition the DP=4 ZeRO-1 chunks through ftc_fetch; the
+#      node comes back (a new `ftc run --node-rank I`), the job grows to DP=4
+#      again (re-partitioned from DP=3) and finishes;
+#   B. a rank is SIGKILLed right after ftc_checkpoint of a step started (its
+#      snapshot and replication in flight: FTC_TRAIN_DIE_IN_CKPT): the
+#      restore takes a committed step, never the cut one unless it committed
+#      (I3); as soon as the survivors' next generation starts (rendezvous
+#      done, ranks starting and restoring), a second node is killed: the
+#      round restarts with 3 nodes and the job still finishes bit-identically.
+#
+# usage: test_run_train.sh PATH/TO/ftc   (FTC_RUN_TRAIN_ONLY=A or B: one scenario)
+set -u
+FTC=${1:?usage: test_run_train.sh FTC}
+BASE=${FTC_TEST_TMP:-/tmp}
+mkdir -p "$BASE"
+T=$(mktemp -d "$BASE/runtrain-XXXXXX")
+tag=$$
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill -9 -- "$p" 2>/dev/null; done
+    wait 2>/dev/null
+    rm -f /dev/shm/ftc.rt"$tag"* 2>/dev/null
+    [ -n "${FTC_TEST_KEEP:-}" ] && echo "kept $T" || rm -rf "$T"
+}
+trap cleanup EXIT
+fails=0
+check() { # check DESCRIPTION COMMAND...
+    local what=$1
+    shift
+    if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; fails=$((fails + 1)); fi
+}
+committed() { # committed step of a job (-1 while none), from `ftc status --json`
+    "$FTC" status --json --job "$1" --job-dir "$2" 2>/dev/null |
+        sed -n 's/.*"committed_step": *\(-\{0,1\}[0-9]*\).*/\1/p' | head -1
+}
+wait_committed() { # JOB DIR STEP TIMEOUT_S
+    local end=$((SECONDS + $4)) c
+    while [ $SECONDS -lt $end ]; do
+        c=$(committed "$1" "$2")
+        [ -n "$c" ] && [ "$c" -ge "$3" ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+wait_grep() { # PATTERN FILE TIMEOUT_S
+    local end=$((SECONDS + $3))
+    while [ $SECONDS -lt $end ]; do
+        grep -q -- "$1" "$2" 2>/dev/null && return 0
+        sleep 0.05
+    done
+    return 1
+}
+hash_of() { sed -n 's/^params xxh3 \([0-9a-f]*\) after.*/\1/p' "$@" | tail -1; }
+want() { case ${FTC_RUN_TRAIN_ONLY:-AB} in *$1*) return 0 ;; esac; return 1; }
+export FTC_LOG_LEVEL=info OMP_WAIT_POLICY=passive
+# the tiny model; a global batch of 12 sequences (12 micro-batches: 3 per
+# rank at DP=4, 4 at DP=3), the same whatever the DP degree
+STEPS=${FTC_RUN_TRAIN_STEPS:-90}
+TRAIN=(train --model tiny --micro-batch 1 --global-batch 12 --seq-len 16 --corpus-bytes 60000
+    --eval-batches 1 --threads 1 --log-every 1 --steps "$STEPS")
+
+# ---- the fault-free reference: one process, deterministic -----------------------------------
+"$FTC" "${TRAIN[@]}" --deterministic >"$T/ref.out" 2>&1
+REF=$(hash_of "$T/ref.out")
+check "the fault-free run printed its params hash ($REF)" test -n "$REF"
+
+# ---- A. node lost at a random step: shrink to DP=3, grow back to DP=4 -------------------------
+if want A; then
+f0=$fails
+J=rt${tag}a
+kill_at=$((5 + RANDOM % 12))
+victim=$((RANDOM % 4))
+"$FTC" run --simulate-nodes 4 --nnodes 3:4 --job "$J" --job-dir "$T/ja" --max-restarts 4 \
+    --settle-ms 300 -- "$FTC" "${TRAIN[@]}" >"$T/a.out" 2>&1 &
+runpid=$!
+pids+=($runpid)
+check "A: the job committed step $kill_at" wait_committed "$J" "$T/ja" "$kill_at" 90
+vpid=$(cat "$T/ja/node$victim.pid" 2>/dev/null)
+kill -9 "$vpid"
+rm -f /dev/shm/ftc."$J".n"$victim".* 2>/dev/null # the node's memory is gone with it
+echo "A: node $victim (pid $vpid) killed after step $kill_at was committed"
+check "A: the survivors shrank to 3 nodes" wait_grep "of 3, world 3" "$T/a.out" 60
+check "A: the DP=3 ranks re-partitioned the DP=4 checkpoint through the agents" \
+    wait_grep "of 3: restored step [1-9][0-9]* through the agent, re-partitioned from 4 DP" \
+    "$T/a.out" 60
+url=$(cat "$T/ja/redis.url")
+"$FTC" run --node-rank "$victim" --nnodes 3:4 --job "$J" --job-dir "$T/ja" --redis "$url" \
+    --max-restarts 4 --settle-ms 300 -- "$FTC" "${TRAIN[@]}" >"$T/a2.out" 2>&1 &
+back=$!
+pids+=($back)
+check "A: the returning node joined a 4-node generation" wait_grep "of 4, world 4" "$T/a2.out" 60
+wait $runpid
+rc=$?
+wait $back
+rc2=$?
+check "A: the simulated job finished (exit $rc)" test $rc -eq 0
+check "A: the returning node finished (exit $rc2)" test $rc2 -eq 0
+check "A: the DP=4 ranks re-partitioned the DP=3 checkpoint" \
+    grep -q "of 4: restored step [1-9][0-9]* through the agent, re-partitioned from 3 DP" \
+    "$T/a.out" "$T/a2.out"
+check "A: no restart from step 0, no failed restore" bash -c \
+    "! grep -q 'starting at step 0\|could not re-partition\|could not read the committed' '$T/a.out' '$T/a2.out'"
+H=$(hash_of "$T/a.out" "$T/a2.out")
+check "A: final params hash $H equals the fault-free run's $REF" test "$H" = "$REF"
+check "A: the node loss is in the event stream" bash -c \
+    "'$FTC' events --job '$J' --job-dir '$T/ja' --redis '$url' 2>/dev/null | grep -q node_lost"
+[ $fails -eq $f0 ] || { echo "--- output of A:"; grep -v 'is alive' "$T/a.out" | tail -80; echo "--- returning node:"; tail -40 "$T/a2.out"; }
+fi
+
+# ---- B. a rank killed mid-checkpoint, then a node killed during the recovery ------------------------
+if want B; then
+f0=$fails
+J=rt${tag}b
+die_at=$((5 + RANDOM % 12))
+FTC_TRAIN_DIE_IN_CKPT=2:$die_at "$FTC" run --simulate-nodes 4 --nnodes 2:4 --job "$J" \
+    --job-dir "$T/jb" --max-restarts 5 --settle-ms 300 -- "$FTC" "${TRAIN[@]}" >"$T/b.out" 2>&1 &
+runpid=$!
+pids+=($runpid)
+check "B: rank 2 died with the checkpoint of step $die_at in flight" \
+    wait_grep "rank 2 killed with the checkpoint of step $die_at in flight" "$T/b.out" 90
+check "B: the next generation started its ranks" wait_grep "generation 2: rank" "$T/b.out" 60
+# the node of rank 0 is spared (the test reads the final hash from it either way)
+node0=$(sed -n 's/.*ftc\[node\([0-9]*\)\] INFO run: generation 2: rank 0 .*/\1/p' "$T/b.out" | head -1)
+second=$(((${node0:-0} + 1 + RANDOM % 3) % 4))
+kill -9 "$(cat "$T/jb/node$second.pid")"
+rm -f /dev/shm/ftc."$J".n"$second".* 2>/dev/null
+echo "B: node $second killed while generation 2 was starting and restoring"
+wait $runpid
+rc=$?
+check "B: the job finished (exit $rc)" test $rc -eq 0
+check "B: the survivors went on with 3 nodes" grep -q "of 3, world 3" "$T/b.out"
+# the first restore after the cut checkpoint (later generations may restore later steps)
+restored=$(sed -n 's/.*restored step \([0-9]*\) through the agent.*/\1/p' "$T/b.out" | head -1)
+echo "B: the restores took step ${restored:-none} (the cut checkpoint was step $die_at)"
+check "B: a committed step was restored, not past the cut checkpoint (I3)" \
+    test -n "$restored" -a "${restored:-0}" -ge 1 -a "${restored:-99999}" -le "$die_at"
+check "B: no restart from step 0, no failed restore" bash -c \
+    "! grep -q 'starting at step 0\|could not re-partition\|could not read the committed' '$T/b.out'"
+H=$(hash_of "$T/b.out")
+check "B: final params hash $H equals the fault-free run's $REF" test "$H" = "$REF"
+[ $fails -eq $f0 ] || { echo "--- output of B:"; grep -v 'is alive' "$T/b.out" | tail -100; }
+fi
+
+if [ $fails -ne 0 ]; then
+    echo "test_run_train: $fails check(s) failed"
+    exit 1
+fi
+echo "test_run_train: all checks passed"
