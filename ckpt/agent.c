@@ -1329,8 +1329,8 @@ static void ftc__on_restore(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *
     }
     /* ... and the slots a rank left here under another layout (prev names) */
     for (int k = 0; k < 2 * NS; k++) {
-        if (src == r->rank && k < NS)
-            continue; /* its current slots: looked at above */
+        if (src == r->rank && k < NS && r->slot[k].base)
+            continue; /* its current slots, mapped: looked at above */
         {
             int s = k % NS;
             char name[FTC_SLOT_NAME_MAX];
