@@ -1241,6 +1241,11 @@ static void on_message(ftc_repl_t *r, peer_t *p, const uint8_t *buf, size_t len)
         }
         return;
     }
+    /* An authenticated peer is at a newer generation: move to it (as a
+     * Lamport clock), so our answers (ACKs) are not refused as stale by it
+     * while our own supervisor has not told us yet. Older peers stay fenced. */
+    if (h.generation > r->gen)
+        r->gen = h.generation;
     switch (h.type) {
     case FTC_MSG_PUT:
         if (len != FTC_WIRE_HDR) {
@@ -1692,7 +1697,8 @@ const char *ftc_repl_errstr(const ftc_repl_t *r)
 
 void ftc_repl_set_generation(ftc_repl_t *r, uint64_t gen)
 {
-    r->gen = gen;
+    if (gen > r->gen) /* never backwards: a peer may have told us a newer one */
+        r->gen = gen;
 }
 
 int ftc_repl_peer_add(ftc_repl_t *r, uint32_t node, const void *addr, size_t len)

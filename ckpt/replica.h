@@ -91,7 +91,9 @@ ftc_repl_t *ftc_repl_create(const ftc_repl_options_t *o, ftc_err_t *err);
 void ftc_repl_destroy(ftc_repl_t *r);
 const char *ftc_repl_errstr(const ftc_repl_t *r);
 
-/* A new generation: messages stamped with an older one are refused. */
+/* A new generation: messages stamped with an older one are refused. Never
+ * moves backwards; a message from an authenticated peer stamped with a newer
+ * generation also moves the engine to it (our answers then carry it). */
 void ftc_repl_set_generation(ftc_repl_t *r, uint64_t gen);
 /* Makes node `node` (its fabric address) reachable and posts its receives. */
 int ftc_repl_peer_add(ftc_repl_t *r, uint32_t node, const void *addr, size_t len);
