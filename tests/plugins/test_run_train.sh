@@ -15,9 +15,18 @@
 #      restore takes a committed step, never the cut one unless it committed
 #      (I3); as soon as the survivors' next generation starts (rendezvous
 #      done, ranks starting and restoring), a second node is killed: the
-#      round restarts with 3 nodes and the job still finishes bit-identically.
+#      round restarts with 3 nodes and the job still finishes bit-identically;
+#   C. DP=2 x TP=2: `ftc run --simulate-nodes 2 --nnodes 1:2 --nproc-per-node 2
+#      -- ftc train ... --tp 2` (each node one TP group: ranks 2d, 2d+1); the
+#      node without rank 0 is killed (its shared memory wiped) at a random
+#      committed step: the survivor goes on as DP=1 x TP=2 (DP and TP groups
+#      rebuilt), each rank re-partitions the DP=2 chunks of its TP slice (the
+#      previous ranks of its tp_rank, the lost ones from the survivor's replica
+#      store) and, alone, commits without replicas; the final hash equals a
+#      fault-free `ftc train --nproc 2 --tp 2` run's (bit-identical across DP
+#      at a fixed TP; the single-process reference of A and B is TP=1).
 #
-# usage: test_run_train.sh PATH/TO/ftc   (FTC_RUN_TRAIN_ONLY=A or B: one scenario)
+# usage: test_run_train.sh PATH/TO/ftc   (FTC_RUN_TRAIN_ONLY=A, B or C: one scenario)
 set -u
 FTC=${1:?usage: test_run_train.sh FTC}
 BASE=${FTC_TEST_TMP:-/tmp}
