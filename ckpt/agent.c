@@ -165,6 +165,7 @@ struct ftc_agent {
     bool persist_due;        /* persist the newest committed version once the writer is free */
     int64_t newest_local;    /* newest step committed in this node's slots, -1 before any */
     uint64_t commits;        /* steps this node saw committed */
+    bool alone_warned;       /* the "only node: no replicas" warning was logged */
     struct ftc__agent_par *par; /* parity groups (redundancy xor / rs), NULL for replicas */
     ftc_err_t err;
 };
@@ -570,6 +571,14 @@ static void *ftc__repl_main(void *arg)
                     snprintf(j->detail, sizeof j->detail, "this node's replica store");
                     continue;
                 }
+            }
+            if (j->kind == JOB_FETCH && j->next_peer >= j->npeers) {
+                j->rc = FTC_ENOENT; /* not held here, no live peer to ask */
+                j->x = -1;
+                j->started = true;
+                snprintf(j->detail, sizeof j->detail, "not in this node's replica store, no "
+                         "live peer");
+                continue;
             }
             ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)a->o.timeout_ms);
             int rc;
@@ -1054,6 +1063,18 @@ static void ftc__try_push(ftc_agent_t *a, ftc__rank_t *r, int s)
     if (a->par && ftc__par_try_push(a, r, s))
         return;
     int k = a->o.redundancy.kind == FTC_RED_REPLICA ? a->o.redundancy.copies : 1;
+    if (k > 0 && (a->o.nodes == 1 || (a->world && a->world <= a->o.ranks_per_node))) {
+        /* a job of one node (or a generation whose ranks are all this
+         * node's: `ftc run` shrunk to it): no peer can hold a replica, so the
+         * checkpoint commits from this node's memory alone (and the persist
+         * tier, when configured) rather than never */
+        if (!a->alone_warned)
+            FTC_WARN("agent", "node %u is the job's only node: checkpoints commit without "
+                     "replicas (redundancy %d needs %d nodes); losing this node loses them "
+                     "unless the persist tier (persist.dir) has them", a->o.index, k, k + 1);
+        a->alone_warned = true;
+        k = 0;
+    }
     if (k == 0) {
         r->pushed[s] = r->acked[s] = true;
         ftc__report_commit(a, r, s);
@@ -1246,8 +1267,11 @@ static void ftc__restore_from_persist(ftc_agent_t *a, ftc__rank_t *r, const char
                      r->src, r->restore_step, tried, why);
 }
 
-/* Queues a fetch of r's restore step from every live peer in ring order;
- * false when no peer is known. */
+/* Queues a fetch of r's restore step: first from this node's own replica
+ * store (the replicas it holds for its ring predecessors: after a shrink to
+ * this node alone, the only copy of a lost node's shards), then from every
+ * live peer in ring order; false when no peer is known and (parity mode)
+ * there is no replica store to look at. */
 static bool ftc__queue_fetch(ftc_agent_t *a, ftc__rank_t *r)
 {
     ftc__job_t *j = calloc(1, sizeof *j);
@@ -1261,7 +1285,7 @@ static bool ftc__queue_fetch(ftc_agent_t *a, ftc__rank_t *r)
         if (a->peers[node].known && a->peers[node].alive)
             j->peers[j->npeers++] = node;
     }
-    if (!j->npeers) {
+    if (!j->npeers && a->par) {
         free(j);
         return false;
     }

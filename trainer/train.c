@@ -35,7 +35,9 @@ typedef struct ftc__train_meta {
     uint64_t rng;         /* the trainer's RNG state */
     uint64_t seed;        /* the run's seed */
     uint64_t config_hash; /* xxh3 of everything that must match to resume */
-    uint64_t reserved;    /* 0: whole state (one process); else the dp of a ZeRO-1 chunk */
+    uint64_t reserved;    /* 0: whole state (one process); else a ZeRO-1 chunk: the DP
+                           * degree in the low 32 bits, the TP degree in the high 32
+                           * (0 in records written before the TP degree was recorded) */
     /* version 2: the numerical guard's state (train.h "Numerical guard") */
     uint32_t n_skips;                    /* entries of skips */
     uint32_t n_loss;                     /* entries of loss */
@@ -336,14 +338,27 @@ static void ftc__meta_fill(const ftc_trainer_t *t, ftc__train_meta_t *meta)
     meta->rng = t->rng.state;
     meta->seed = t->o.seed;
     meta->config_hash = t->config_hash;
-    meta->reserved = t->sharded ? (uint64_t)t->dpn : 0;
+    meta->reserved = t->sharded ? (uint64_t)t->dpn | (uint64_t)t->tpn << 32 : 0;
     meta->n_skips = (uint32_t)t->nskips;
     memcpy(meta->skips, t->skips, (size_t)t->nskips * sizeof t->skips[0]);
     meta->n_loss = (uint32_t)t->nwin;
     memcpy(meta->loss, t->win, (size_t)t->nwin * sizeof t->win[0]);
 }
 
-/* Checks a restored record against this run; sets step and RNG. */
+/* The DP degree of a record's ZeRO-1 chunks (0: a whole state) and its TP
+ * degree (0: not recorded, a record older than the field). */
+static uint64_t ftc__meta_dp(const ftc__train_meta_t *meta)
+{
+    return meta->reserved & 0xffffffffu;
+}
+
+static uint64_t ftc__meta_tp(const ftc__train_meta_t *meta)
+{
+    return meta->reserved >> 32;
+}
+
+/* Checks a restored record against this run (want: the DP degree of its
+ * chunks; the TP degree must be this run's); sets step and RNG. */
 static int ftc__meta_apply(ftc_trainer_t *t, const ftc__train_meta_t *meta, uint32_t mlen,
                            uint64_t step, uint64_t want, const char *where, ftc_err_t *err)
 {
@@ -356,12 +371,20 @@ static int ftc__meta_apply(ftc_trainer_t *t, const ftc__train_meta_t *meta, uint
                            "%s: step %llu was written by a different configuration (model, batch, "
                            "schedule, seed or data differ); use another checkpoint location or "
                            "the same settings", where, (unsigned long long)step);
-    if (meta->reserved != want)
+    if (meta->reserved && ftc__meta_tp(meta) && ftc__meta_tp(meta) != (uint64_t)t->tpn)
+        return ftc_err_set(err, FTC_ECONFIG,
+                           "%s: step %llu was saved with TP %llu, this run has TP %d: the TP "
+                           "degree of a checkpoint cannot change (each TP rank holds a slice of "
+                           "the parameters); restart with --tp %llu, or use another checkpoint "
+                           "location", where, (unsigned long long)step,
+                           (unsigned long long)ftc__meta_tp(meta), t->tpn,
+                           (unsigned long long)ftc__meta_tp(meta));
+    if (ftc__meta_dp(meta) != want)
         return ftc_err_set(err, FTC_ECONFIG,
                            "%s: step %llu holds %s, this run has %d DP ranks: restart with the "
                            "saved DP degree (ZeRO-1 chunks are re-partitioned, a whole state is not)",
                            where, (unsigned long long)step,
-                           meta->reserved ? "ZeRO-1 chunks of another DP degree"
+                           ftc__meta_dp(meta) ? "ZeRO-1 chunks of another DP degree"
                                           : "a whole single-process state",
                            t->dpn);
     uint64_t G = (uint64_t)t->o.micro_steps * (uint64_t)t->o.micro_batch;
@@ -418,12 +441,12 @@ static int ftc__gather_words(ftc_trainer_t *t, const uint64_t *mine, int k, uint
     return rc < 0 ? ftc__coll_fail(t, rc, "exchanging restore steps", err) : 0;
 }
 
-/* The previous world rank that held ZeRO-1 chunk q of S (this rank's TP
- * coordinate; the layout rule of recover/layout.h). */
+/* The previous world rank that held ZeRO-1 chunk q of S of this rank's TP
+ * slice: previous DP rank q with this rank's tp_rank (the TP degree never
+ * changes; TP innermost, the layout rule of recover/layout.h). */
 static int ftc__prev_rank_of(const ftc_trainer_t *t, int S, int q)
 {
-    int tp = t->o.tp > 0 ? t->o.tp : 1;
-    return ftc_layout_rank(S, tp, q, t->o.world_rank % tp, 0);
+    return ftc_layout_rank(S, t->tpn, q, t->tpr, 0);
 }
 
 /* Checks a fetched shard: its step, its metadata record (config hash,
@@ -511,13 +534,21 @@ static int ftc__agent_repartition(ftc_trainer_t *t, bool *fresh, ftc_err_t *err)
             if (m && ml == sizeof m0)
                 memcpy(&m0, m, sizeof m0);
             mine[0] = (uint64_t)ftc_shard_step(ref0);
-            mine[1] = m0.reserved;
-            if (ftc_shard_step(ref0) < 0 || m0.reserved < 1 || m0.reserved > FTC__MAX_DP) {
+            mine[1] = ftc__meta_dp(&m0);
+            if (ftc__meta_tp(&m0) && ftc__meta_tp(&m0) != (uint64_t)t->tpn) {
                 mine[2] = 2;
-                ftc_err_set(&e0, FTC_ECORRUPT, "step %lld of previous rank 0: the metadata "
+                ftc_err_set(&e0, FTC_ECONFIG, "step %lld of previous rank %d was saved with TP "
+                            "%llu, this run has TP %d: the TP degree of a checkpoint cannot "
+                            "change (each TP rank holds a slice of the parameters); restart with "
+                            "--tp %llu, or use another job", (long long)ftc_shard_step(ref0),
+                            ftc__prev_rank_of(t, 1, 0), (unsigned long long)ftc__meta_tp(&m0),
+                            t->tpn, (unsigned long long)ftc__meta_tp(&m0));
+            } else if (ftc_shard_step(ref0) < 0 || mine[1] < 1 || mine[1] > FTC__MAX_DP) {
+                mine[2] = 2;
+                ftc_err_set(&e0, FTC_ECORRUPT, "step %lld of previous rank %d: the metadata "
                             "record says %llu DP ranks (need 1..%d)",
-                            (long long)ftc_shard_step(ref0), (unsigned long long)m0.reserved,
-                            FTC__MAX_DP);
+                            (long long)ftc_shard_step(ref0), ftc__prev_rank_of(t, 1, 0),
+                            (unsigned long long)mine[1], FTC__MAX_DP);
             }
         }
     }
@@ -597,9 +628,12 @@ static int ftc__agent_repartition(ftc_trainer_t *t, bool *fresh, ftc_err_t *err)
         if (!oks[r])
             return ftc_err_set(err, FTC_EIO, "step %llu: DP rank %d could not re-partition the "
                                "checkpoint (its log says why)", (unsigned long long)step, r);
-    FTC_INFO("train", "DP rank %d of %d: restored step %llu through the agent, re-partitioned "
-             "from %d DP ranks (%d shards fetched)", t->dpr, t->dpn, (unsigned long long)step, S,
-             fetched);
+    char tps[48] = "";
+    if (t->tpn > 1)
+        snprintf(tps, sizeof tps, " (TP rank %d of %d)", t->tpr, t->tpn);
+    FTC_INFO("train", "DP rank %d of %d%s: restored step %llu through the agent, re-partitioned "
+             "from %d DP ranks (%d shards fetched)", t->dpr, t->dpn, tps, (unsigned long long)step,
+             S, fetched);
     return 0;
 }
 
@@ -622,7 +656,7 @@ static int ftc__agent_restore(ftc_trainer_t *t, ftc_err_t *err)
     if (in_place) {
         int64_t step = -1;
         int rc = ftc_restore(t->ftc, &step, &meta, &mlen);
-        if (rc == 0 && mlen == sizeof meta && meta.reserved == (uint64_t)t->dpn && step >= 0)
+        if (rc == 0 && mlen == sizeof meta && ftc__meta_dp(&meta) == (uint64_t)t->dpn && step >= 0)
             mine[0] = 0, mine[1] = (uint64_t)step;
         else if (rc == FTC_ENOENT && ftc__nothing_committed(t))
             mine[0] = 1;
@@ -926,7 +960,7 @@ static int ftc__shard_persist_restore(ftc_trainer_t *t, ftc_err_t *err)
         if (ftc_persist_load(t->persist, mine, &l) == 0 && l->n_shards == 1 &&
             ftc_snap_restore(t->snap, l->shards[0], l->sizes[0], &got, &meta, &mlen, &e_fast) ==
                 0 &&
-            mlen == sizeof meta && meta.reserved == (uint64_t)t->dpn && got == mine)
+            mlen == sizeof meta && ftc__meta_dp(&meta) == (uint64_t)t->dpn && got == mine)
             ok = 1;
         ftc_persist_loaded_free(l);
         if ((rc = ftc__gather_u64(t, ok, oks, err)) < 0)

@@ -15,9 +15,18 @@
 #      restore takes a committed step, never the cut one unless it committed
 #      (I3); as soon as the survivors' next generation starts (rendezvous
 #      done, ranks starting and restoring), a second node is killed: the
-#      round restarts with 3 nodes and the job still finishes bit-identically.
+#      round restarts with 3 nodes and the job still finishes bit-identically;
+#   C. DP=2 x TP=2: `ftc run --simulate-nodes 2 --nnodes 1:2 --nproc-per-node 2
+#      -- ftc train ... --tp 2` (each node one TP group: ranks 2d, 2d+1); the
+#      node without rank 0 is killed (its shared memory wiped) at a random
+#      committed step: the survivor goes on as DP=1 x TP=2 (DP and TP groups
+#      rebuilt), each rank re-partitions the DP=2 chunks of its TP slice (the
+#      previous ranks of its tp_rank, the lost ones from the survivor's replica
+#      store) and, alone, commits without replicas; the final hash equals a
+#      fault-free `ftc train --nproc 2 --tp 2` run's (bit-identical across DP
+#      at a fixed TP; the single-process reference of A and B is TP=1).
 #
-# usage: test_run_train.sh PATH/TO/ftc   (FTC_RUN_TRAIN_ONLY=A or B: one scenario)
+# usage: test_run_train.sh PATH/TO/ftc   (FTC_RUN_TRAIN_ONLY=A, B or C: one scenario)
 set -u
 FTC=${1:?usage: test_run_train.sh FTC}
 BASE=${FTC_TEST_TMP:-/tmp}
@@ -51,16 +60,16 @@ wait_committed() { # JOB DIR STEP TIMEOUT_S
     done
     return 1
 }
-wait_grep() { # PATTERN FILE TIMEOUT_S
+wait_grep() { # PATTERN FILE TIMEOUT_S [FROM_LINE]
     local end=$((SECONDS + $3))
     while [ $SECONDS -lt $end ]; do
-        grep -q -- "$1" "$2" 2>/dev/null && return 0
+        tail -n +"${4:-1}" "$2" 2>/dev/null | grep -q -- "$1" && return 0
         sleep 0.05
     done
     return 1
 }
 hash_of() { sed -n 's/^params xxh3 \([0-9a-f]*\) after.*/\1/p' "$@" | tail -1; }
-want() { case ${FTC_RUN_TRAIN_ONLY:-AB} in *$1*) return 0 ;; esac; return 1; }
+want() { case ${FTC_RUN_TRAIN_ONLY:-ABC} in *$1*) return 0 ;; esac; return 1; }
 export FTC_LOG_LEVEL=info OMP_WAIT_POLICY=passive
 # the tiny model; a global batch of 12 sequences (12 micro-batches: 3 per
 # rank at DP=4, 4 at DP=3), the same whatever the DP degree
@@ -68,10 +77,12 @@ STEPS=${FTC_RUN_TRAIN_STEPS:-90}
 TRAIN=(train --model tiny --micro-batch 1 --global-batch 12 --seq-len 16 --corpus-bytes 60000
     --eval-batches 1 --threads 1 --log-every 1 --steps "$STEPS")
 
-# ---- the fault-free reference: one process, deterministic -----------------------------------
+# ---- the fault-free reference of A and B: one process, deterministic -------------------------
+if want A || want B; then
 "$FTC" "${TRAIN[@]}" --deterministic >"$T/ref.out" 2>&1
 REF=$(hash_of "$T/ref.out")
 check "the fault-free run printed its params hash ($REF)" test -n "$REF"
+fi
 
 # ---- A. node lost at a random step: shrink to DP=3, grow back to DP=4 -------------------------
 if want A; then
@@ -148,6 +159,48 @@ check "B: no restart from step 0, no failed restore" bash -c \
 H=$(hash_of "$T/b.out")
 check "B: final params hash $H equals the fault-free run's $REF" test "$H" = "$REF"
 [ $fails -eq $f0 ] || { echo "--- output of B:"; grep -v 'is alive' "$T/b.out" | tail -100; }
+fi
+
+# ---- C. DP=2 x TP=2 (2 nodes of 2 ranks, one TP group each) loses a node --------------------
+if want C; then
+f0=$fails
+J=rt${tag}c
+CSTEPS=${FTC_RUN_TRAIN_STEPS_C:-40}
+TRAINC=(train --model tiny --micro-batch 1 --global-batch 12 --seq-len 16 --corpus-bytes 60000
+    --eval-batches 1 --threads 1 --log-every 1 --steps "$CSTEPS" --tp 2)
+# the reference: fault-free DP=1 x TP=2 (bit-identical across DP at a fixed TP, not across TP)
+"$FTC" "${TRAINC[@]}" --nproc 2 >"$T/cref.out" 2>&1
+CREF=$(hash_of "$T/cref.out")
+check "C: the fault-free TP=2 run printed its params hash ($CREF)" test -n "$CREF"
+kill_at=$((4 + RANDOM % 8))
+"$FTC" run --simulate-nodes 2 --nnodes 1:2 --nproc-per-node 2 --job "$J" --job-dir "$T/jc" \
+    --max-restarts 4 --settle-ms 2000 -- "$FTC" "${TRAINC[@]}" >"$T/c.out" 2>&1 &
+runpid=$!
+pids+=($runpid)
+check "C: the job committed step $kill_at" wait_committed "$J" "$T/jc" "$kill_at" 90
+# the node of rank 0 is spared (the final hash is read from it)
+node0=$(sed -n 's/.*ftc\[node\([0-9]*\)\] INFO run: generation [0-9]*: rank 0 .*/\1/p' "$T/c.out" | tail -1)
+victim=$((1 - ${node0:-0}))
+vpid=$(cat "$T/jc/node$victim.pid" 2>/dev/null)
+from=$(($(wc -l <"$T/c.out") + 1))
+kill -9 "$vpid"
+rm -f /dev/shm/ftc."$J".n"$victim".* 2>/dev/null
+echo "C: node $victim (pid $vpid, ranks 2 and 3) killed after step $kill_at was committed"
+check "C: the survivor went on alone (DP=1 x TP=2)" wait_grep "node 0 of 1, world 2" "$T/c.out" 60 "$from"
+check "C: alone, it commits without replicas (and says so)" \
+    wait_grep "is the job's only node: checkpoints commit without replicas" "$T/c.out" 60 "$from"
+wait $runpid
+rc=$?
+check "C: the job finished (exit $rc)" test $rc -eq 0
+for tr in 0 1; do
+    check "C: TP rank $tr re-partitioned the DP=2 chunks of its slice through the agents" \
+        grep -q "DP rank 0 of 1 (TP rank $tr of 2): restored step [1-9][0-9]* through the agent, re-partitioned from 2 DP" "$T/c.out"
+done
+check "C: no restart from step 0, no failed restore" bash -c \
+    "! grep -q 'starting at step 0\|could not re-partition\|could not read the committed' '$T/c.out'"
+H=$(hash_of "$T/c.out")
+check "C: final params hash $H equals the fault-free TP=2 run's $CREF" test -n "$H" -a "$H" = "$CREF"
+[ $fails -eq $f0 ] || { echo "--- output of C:"; grep -v 'is alive' "$T/c.out" | tail -100; }
 fi
 
 if [ $fails -ne 0 ]; then
