@@ -20,18 +20,13 @@
  */
 #include "ftc_test.h"
 
-#include "core/clock.h"
-#include "core/fsio.h"
-#include "detect/redis_fixture.h"
 #include "trainer/train.h"
 
-#include <dirent.h>
 #include <hiredis/hiredis.h>
 #include <math.h>
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
+
+#define TRAIN_FIXTURE_JOB_PREFIX "tgd"
+#include "trainer/train_fixture.h"
 
 #define STEPS 8
 
@@ -273,99 +268,16 @@ static void test_off_and_options(void **state)
                "--corpus-bytes", "60000", "--eval-batches", "1", "--threads", "1",               \
                "--log-every", "1", "--warmup", "2", "--steps", "8"
 
-typedef struct proc {
-    pid_t pid;
-    char out[PATH_MAX];
-} proc_t;
-
-static const char *bindir(void)
-{
-    const char *b = getenv("FTC_BINARY_DIR");
-    return b ? b : ".";
-}
-
-static void start(proc_t *p, const char *dir, const char *tag, const char *const *env,
-                  const char *const *args)
-{
-    snprintf(p->out, sizeof p->out, "%s/%s.out", dir, tag);
-    fflush(stdout);
-    fflush(stderr);
-    p->pid = fork();
-    assert_true(p->pid >= 0);
-    if (p->pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        FILE *o = freopen(p->out, "w", stdout);
-        (void)o;
-        dup2(STDOUT_FILENO, STDERR_FILENO);
-        unsetenv("RANK"), unsetenv("WORLD_SIZE"), unsetenv("FTC_AGENT_SOCKET");
-        setenv("OMP_WAIT_POLICY", "passive", 1);
-        for (int i = 0; env && env[i]; i++)
-            putenv((char *)env[i]);
-        const char *av[64];
-        int k = 0;
-        static char bin[PATH_MAX];
-        snprintf(bin, sizeof bin, "%s/cli/ftc", bindir());
-        av[k++] = bin;
-        av[k++] = "train";
-        for (int i = 0; args[i] && k < 63; i++)
-            av[k++] = args[i];
-        av[k] = NULL;
-        execv(bin, (char *const *)av);
-        _exit(127);
-    }
-}
-
-static char *slurp(const char *file)
-{
-    uint8_t *buf = NULL;
-    size_t len;
-    ftc_err_t err = {0};
-    if (ftc_fs_read_file(file, 1 << 22, &buf, &len, &err))
-        return strdup("");
-    return (char *)buf;
-}
-
 /* Waits (bounded) for p; its output when it failed. */
 static void finish_ok(proc_t *p, int timeout_ms)
 {
-    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)timeout_ms);
-    int st;
-    while (waitpid(p->pid, &st, WNOHANG) != p->pid) {
-        if (ftc_deadline_expired(d)) {
-            kill(p->pid, SIGKILL);
-            waitpid(p->pid, &st, 0);
-            fail_msg("%s: did not finish in %d ms", p->out, timeout_ms);
-        }
-        ftc_sleep_ms(10);
-    }
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+    int rc = finish(p, timeout_ms);
+    if (rc != 0) {
         char *s = slurp(p->out);
-        print_error("%s failed (status %d):\n%s\n", p->out, st, s);
+        print_error("%s failed (exit %d):\n%s\n", p->out, rc, s);
         free(s);
         fail();
     }
-}
-
-static bool said(const char *file, const char *what)
-{
-    char *s = slurp(file);
-    bool y = strstr(s, what) != NULL;
-    if (!y)
-        print_error("%s does not say '%s':\n%s\n", file, what, s);
-    free(s);
-    return y;
-}
-
-static uint64_t params_hash(const char *file)
-{
-    char *s = slurp(file);
-    char *l = strstr(s, "params xxh3 ");
-    uint64_t h = l && strstr(l, "after 8 steps") ? strtoull(l + 12, NULL, 16) : 0;
-    if (!h)
-        print_error("%s has no final hash:\n%s\n", file, s);
-    free(s);
-    assert_true(h != 0);
-    return h;
 }
 
 static uint64_t g_ref5; /* one process, --skip-steps 5 */
@@ -378,61 +290,22 @@ static void test_dp2_one_rank_poisoned(void **state)
     const char *ref[] = {COMMON, "--deterministic", "--skip-steps", "5", NULL};
     start(&p, dir, "ref", NULL, ref);
     finish_ok(&p, 120000);
-    g_ref5 = params_hash(p.out);
+    g_ref5 = params_hash(p.out, 8);
     const char *env[] = {"FI_PROVIDER=tcp;ofi_rxm", NULL};
     const char *dp2[] = {COMMON, "--nproc", "2", "--inject-nan", "5", "--inject-rank", "1",
                          "--coll-timeout-ms", "30000", NULL};
     start(&p, dir, "dp2", env, dp2);
     finish_ok(&p, 120000);
-    assert_true(said(p.out, "DP rank 0: guard: loss or gradient not finite in micro-batch 2 "
+    assert_true(expect_said(p.out, "DP rank 0: guard: loss or gradient not finite in micro-batch 2 "
                             "(DP rank 1) at step 5: batch 5 skipped"));
-    assert_true(said(p.out, "DP rank 1: guard: loss or gradient not finite"));
-    assert_true(said(p.out, "step 6/8 nan: batch skipped"));
-    assert_true(params_hash(p.out) == g_ref5);
+    assert_true(expect_said(p.out, "DP rank 1: guard: loss or gradient not finite"));
+    assert_true(expect_said(p.out, "step 6/8 nan: batch skipped"));
+    assert_true(params_hash(p.out, 8) == g_ref5);
     ftc_test_rmrf(dir);
     free(dir);
 }
 
 /* ---- with agents ---------------------------------------------------------- */
-
-static pid_t g_agents[2];
-
-static pid_t start_agent(const char *jobdir, const char *persist, const char *job,
-                         const char *url, int i)
-{
-    char sock[PATH_MAX + 32], out[PATH_MAX + 32];
-    snprintf(sock, sizeof sock, "%s/agent.%d.sock", jobdir, i);
-    snprintf(out, sizeof out, "%s/agent%d.log", jobdir, i);
-    unlink(sock);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        FILE *o = freopen(out, "a", stdout);
-        FILE *er = freopen(out, "a", stderr);
-        (void)o, (void)er;
-        char bin[PATH_MAX], idx[16];
-        snprintf(bin, sizeof bin, "%s/cli/ftc", bindir());
-        snprintf(idx, sizeof idx, "%d", i);
-        setenv("FTC_REDIS_URL", url, 1);
-        setenv("FI_PROVIDER", "tcp;ofi_rxm", 1);
-        execl(bin, bin, "agent", "--nodes", "2", "--index", idx, "--job", job, "--job-dir",
-              jobdir, "--redundancy", "1", "--persist-dir", persist, "--persist-every", "1000",
-              "--agent-timeout-ms", "8000", (char *)NULL);
-        _exit(127);
-    }
-    ftc_deadline_t d = ftc_deadline_in_ms(20000);
-    struct stat st;
-    while (stat(sock, &st) != 0) {
-        int s;
-        if (waitpid(pid, &s, WNOHANG) == pid)
-            fail_msg("agent %d exited at start (see %s)", i, out);
-        if (ftc_deadline_expired(d))
-            fail_msg("agent %d did not open its socket", i);
-        ftc_sleep_ms(20);
-    }
-    return pid;
-}
 
 /* The detail of the first stream entry of kind `kind` (malloc'd), or NULL. */
 static char *stream_detail(redis_fixture_t *f, const char *job, const char *kind, int64_t *step)
@@ -468,49 +341,27 @@ static void test_agent_rollback(void **state)
 {
     redis_fixture_t *f = *state;
     char jobdir[PATH_MAX], persist[PATH_MAX], url[512], job[64];
-    snprintf(jobdir, sizeof jobdir, "%s/job", f->dir);
-    snprintf(persist, sizeof persist, "%s/persist", f->dir);
-    snprintf(job, sizeof job, "tgd%d", (int)getpid() % 100000);
-    mkdir(jobdir, 0700);
-    char *u = slurp(ftc_redis_server_url_file(f->srv));
-    u[strcspn(u, "\n")] = 0;
-    snprintf(url, sizeof url, "%s", u);
-    free(u);
+    agent_job_init(f, jobdir, persist, url, job);
     if (!g_ref5) { /* run alone (ctest -R ... or a filter): the reference first */
         proc_t p;
         const char *ref[] = {COMMON, "--deterministic", "--skip-steps", "5", NULL};
         start(&p, jobdir, "ref", NULL, ref);
         finish_ok(&p, 120000);
-        g_ref5 = params_hash(p.out);
+        g_ref5 = params_hash(p.out, 8);
     }
     for (int i = 0; i < 2; i++)
         g_agents[i] = start_agent(jobdir, persist, job, url, i);
-    char rdzv[PATH_MAX];
-    snprintf(rdzv, sizeof rdzv, "%s/rdzv", jobdir);
-    assert_int_equal(mkdir(rdzv, 0700), 0);
     proc_t p[2];
-    static char envs[2][5][PATH_MAX + 64];
-    for (int r = 0; r < 2; r++) {
-        snprintf(envs[r][0], sizeof envs[r][0], "RANK=%d", r);
-        snprintf(envs[r][1], sizeof envs[r][1], "WORLD_SIZE=2");
-        snprintf(envs[r][2], sizeof envs[r][2], "FTC_TRAIN_RDZV_DIR=%s", rdzv);
-        snprintf(envs[r][3], sizeof envs[r][3], "FTC_AGENT_SOCKET=%s/agent.%d.sock", jobdir, r);
-        snprintf(envs[r][4], sizeof envs[r][4], "FTC_JOB_ID=%s", job);
-        const char *env[] = {envs[r][0], envs[r][1], envs[r][2], envs[r][3], envs[r][4],
-                             "FI_PROVIDER=tcp;ofi_rxm", NULL};
-        /* checkpoints every 2 steps: the rollback from step 5 replays step 4 */
-        const char *a[] = {COMMON, "--ckpt-every", "2", "--guard", "rollback", "--inject-nan",
-                           "5", "--inject-rank", "1", "--coll-timeout-ms", "20000", NULL};
-        char tag[16];
-        snprintf(tag, sizeof tag, "r%d", r);
-        start(&p[r], jobdir, tag, env, a);
-    }
+    /* checkpoints every 2 steps: the rollback from step 5 replays step 4 */
+    const char *a[] = {COMMON, "--ckpt-every", "2", "--guard", "rollback", "--inject-nan", "5",
+                       "--inject-rank", "1", "--coll-timeout-ms", "20000", NULL};
+    start_ranks(p, jobdir, job, "run", a);
     finish_ok(&p[1], 120000);
     finish_ok(&p[0], 120000);
-    assert_true(said(p[0].out, "rollback to step 4, batch 5 skipped"));
-    assert_true(said(p[1].out, "DP rank 1: guard"));
-    assert_true(said(p[0].out, "step 6/8 nan: rolled back to step 4"));
-    assert_true(params_hash(p[0].out) == g_ref5);
+    assert_true(expect_said(p[0].out, "rollback to step 4, batch 5 skipped"));
+    assert_true(expect_said(p[1].out, "DP rank 1: guard"));
+    assert_true(expect_said(p[0].out, "step 6/8 nan: rolled back to step 4"));
+    assert_true(params_hash(p[0].out, 8) == g_ref5);
     /* the event, through rank 0's agent into the stream (published shortly after) */
     ftc_deadline_t d = ftc_deadline_in_ms(15000);
     char *detail = NULL;
@@ -524,31 +375,6 @@ static void test_agent_rollback(void **state)
     assert_non_null(strstr(detail, "rollback to step 4, batch 5 skipped"));
     assert_non_null(strstr(detail, "loss nan"));
     free(detail);
-}
-
-static int agent_teardown(void **state)
-{
-    for (int i = 0; i < 2; i++) {
-        if (g_agents[i] > 0) {
-            kill(g_agents[i], SIGKILL);
-            waitpid(g_agents[i], NULL, 0);
-        }
-        g_agents[i] = 0;
-    }
-    DIR *d = opendir("/dev/shm");
-    struct dirent *de;
-    char prefix[80];
-    snprintf(prefix, sizeof prefix, "ftc.tgd%d.", (int)getpid() % 100000);
-    while (d && (de = readdir(d))) {
-        if (!strncmp(de->d_name, prefix, strlen(prefix))) {
-            char pth[PATH_MAX];
-            snprintf(pth, sizeof pth, "/dev/shm/%s", de->d_name);
-            unlink(pth);
-        }
-    }
-    if (d)
-        closedir(d);
-    return redis_fixture_teardown(state);
 }
 
 int main(void)

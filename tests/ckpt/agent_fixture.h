@@ -1,0 +1,259 @@
+/*
+ * agent_fixture.h — shared fixture of the `ftc agent` end-to-end tests
+ * (test_agent.c, test_agent_parity.c): a real Redis (redis_fixture.h), real
+ * `ftc agent` processes over tcp;ofi_rxm on loopback, one per node, and real
+ * rank processes (tests/ckpt/rank_main), one per node, killed with SIGKILL.
+ *
+ * Contract: include after "ftc_test.h", optionally after defining MAXN (most
+ * nodes, default 4) and AGENT_FIXTURE_JOB_PREFIX (default "agt"; the job id is
+ * the prefix and the test's pid). setup_env() starts the agents of a test and
+ * teardown_env() kills them and removes the job's /dev/shm objects. Every
+ * wait has a deadline and fails the test (cmocka) when it passes; children
+ * die with the test (PR_SET_PDEATHSIG). Single-threaded tests only.
+ */
+#ifndef FTC_TEST_CKPT_AGENT_FIXTURE_H
+#define FTC_TEST_CKPT_AGENT_FIXTURE_H
+
+#include "ftc_test.h"
+
+#include "core/fsio.h"
+#include "detect/redis_fixture.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+
+/* Most nodes (agents) a test may start; a test may define a larger MAXN first. */
+#ifndef MAXN
+#define MAXN 4
+#endif
+
+/* Job ids are "<prefix><pid>": unique per test process, and per test binary. */
+#ifndef AGENT_FIXTURE_JOB_PREFIX
+#define AGENT_FIXTURE_JOB_PREFIX "agt"
+#endif
+
+typedef struct env {
+    redis_fixture_t *f;
+    char job[64];
+    char jobdir[PATH_MAX];
+    char persist[PATH_MAX];
+    char url[512];
+    pid_t agent[MAXN];
+    int nodes;
+    char redundancy[16];
+    int persist_every;
+} env_t;
+
+static inline const char *bindir(void)
+{
+    const char *b = getenv("FTC_BINARY_DIR");
+    return b ? b : ".";
+}
+
+static inline void read_url(env_t *e)
+{
+    uint8_t *buf;
+    size_t len;
+    ftc_err_t err = {0};
+    assert_int_equal(ftc_fs_read_file(ftc_redis_server_url_file(e->f->srv), 4096, &buf, &len, &err),
+                     0);
+    buf[strcspn((char *)buf, "\n")] = 0;
+    snprintf(e->url, sizeof e->url, "%s", (char *)buf);
+    free(buf);
+}
+
+static inline void start_agent(env_t *e, int i)
+{
+    char sock[PATH_MAX + 32], out[PATH_MAX + 32];
+    snprintf(sock, sizeof sock, "%s/agent.%d.sock", e->jobdir, i);
+    snprintf(out, sizeof out, "%s/agent%d.log", e->jobdir, i);
+    unlink(sock);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive a failed test */
+        FILE *o = freopen(out, "a", stdout);
+        FILE *er = freopen(out, "a", stderr);
+        (void)o, (void)er;
+        char bin[PATH_MAX], nodes[16], idx[16], every[16];
+        snprintf(bin, sizeof bin, "%s/cli/ftc", bindir());
+        snprintf(nodes, sizeof nodes, "%d", e->nodes);
+        snprintf(idx, sizeof idx, "%d", i);
+        snprintf(every, sizeof every, "%d", e->persist_every);
+        setenv("FTC_REDIS_URL", e->url, 1);
+        setenv("FI_PROVIDER", "tcp;ofi_rxm", 1);
+        execl(bin, bin, "agent", "--nodes", nodes, "--index", idx, "--job", e->job, "--job-dir",
+              e->jobdir, "--redundancy", e->redundancy, "--persist-dir", e->persist,
+              "--persist-every", every, "--agent-timeout-ms", "8000", (char *)NULL);
+        _exit(127);
+    }
+    e->agent[i] = pid;
+    ftc_deadline_t d = ftc_deadline_in_ms(20000);
+    struct stat st;
+    while (stat(sock, &st) != 0) {
+        int s;
+        if (waitpid(pid, &s, WNOHANG) == pid) fail_msg("agent %d exited at start (see %s)", i, out);
+        if (ftc_deadline_expired(d)) fail_msg("agent %d did not open its socket", i);
+        ftc_sleep_ms(20);
+    }
+}
+
+static inline void kill_agent(env_t *e, int i)
+{
+    if (e->agent[i] <= 0) return;
+    kill(e->agent[i], SIGKILL);
+    int st;
+    waitpid(e->agent[i], &st, 0);
+    e->agent[i] = 0;
+}
+
+/* A node's memory is gone: its rank slots and the replicas it held. */
+static inline void wipe_node_shm(env_t *e, int i)
+{
+    char prefix[128];
+    snprintf(prefix, sizeof prefix, "ftc.%s.n%d.", e->job, i);
+    DIR *d = opendir("/dev/shm");
+    assert_non_null(d);
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (!strncmp(de->d_name, prefix, strlen(prefix))) {
+            char p[PATH_MAX];
+            snprintf(p, sizeof p, "/dev/shm/%s", de->d_name);
+            unlink(p);
+        }
+    }
+    closedir(d);
+}
+
+/* Flips a byte in the middle of every shm object whose name starts with prefix. */
+static inline int corrupt_shm(const char *prefix)
+{
+    int n = 0;
+    DIR *d = opendir("/dev/shm");
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (strncmp(de->d_name, prefix, strlen(prefix))) continue;
+        char p[PATH_MAX];
+        snprintf(p, sizeof p, "/dev/shm/%s", de->d_name);
+        int fd = open(p, O_RDWR);
+        struct stat st;
+        if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size > 0) {
+            off_t off = st.st_size / 2;
+            uint8_t b;
+            if (pread(fd, &b, 1, off) == 1) {
+                b ^= 0x40;
+                if (pwrite(fd, &b, 1, off) == 1) n++;
+            }
+        }
+        if (fd >= 0) close(fd);
+    }
+    closedir(d);
+    return n;
+}
+
+static inline pid_t start_rank(env_t *e, int rank, int world, const char *out, const char *a1,
+                               const char *a2, const char *a3, const char *a4)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive a failed test */
+        FILE *o = freopen(out, "w", stdout);
+        (void)o;
+        char bin[PATH_MAX], sock[PATH_MAX + 32], r[16], w[16];
+        snprintf(bin, sizeof bin, "%s/tests/ckpt/rank_main", bindir());
+        snprintf(sock, sizeof sock, "%s/agent.%d.sock", e->jobdir, rank); /* one rank per node */
+        snprintf(r, sizeof r, "%d", rank);
+        snprintf(w, sizeof w, "%d", world);
+        setenv("FTC_AGENT_SOCKET", sock, 1);
+        setenv("FTC_RANK", r, 1);
+        setenv("FTC_WORLD_SIZE", w, 1);
+        setenv("FTC_JOB_ID", e->job, 1);
+        execl(bin, bin, a1, a2, a3, a4, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+static inline void wait_rank(pid_t pid, int timeout_ms)
+{
+    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)timeout_ms);
+    int st;
+    while (waitpid(pid, &st, WNOHANG) != pid) {
+        if (ftc_deadline_expired(d)) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            fail_msg("rank pid %d did not finish in %d ms", (int)pid, timeout_ms);
+        }
+        ftc_sleep_ms(10);
+    }
+}
+
+static inline bool said(const char *file, const char *what)
+{
+    uint8_t *buf;
+    size_t len;
+    ftc_err_t err = {0};
+    if (ftc_fs_read_file(file, 1 << 20, &buf, &len, &err)) return false;
+    bool y = strstr((char *)buf, what) != NULL;
+    if (!y) print_message("%s says:\n%s\n", file, (char *)buf);
+    free(buf);
+    return y;
+}
+
+/* Runs all `nodes` ranks for `steps` steps (each on its own node). */
+static inline void run_all(env_t *e, const char *steps)
+{
+    pid_t p[MAXN];
+    char out[MAXN][PATH_MAX + 32];
+    for (int r = 0; r < e->nodes; r++) {
+        snprintf(out[r], sizeof out[r], "%s/rank%d.run.out", e->jobdir, r);
+        p[r] = start_rank(e, r, e->nodes, out[r], "--steps", steps, "--floats", "65536");
+    }
+    char want[32];
+    snprintf(want, sizeof want, "COMMITTED %d", atoi(steps) - 1);
+    for (int r = 0; r < e->nodes; r++) {
+        wait_rank(p[r], 60000);
+        assert_true(said(out[r], want));
+    }
+}
+
+static inline void restore_rank(env_t *e, int r, const char *expect)
+{
+    char out[PATH_MAX + 32];
+    snprintf(out, sizeof out, "%s/rank%d.restore.out", e->jobdir, r);
+    /* steps 0: restore only */
+    pid_t p = start_rank(e, r, e->nodes, out, "--restore", "--steps", "0", NULL);
+    wait_rank(p, 60000);
+    assert_true(said(out, expect));
+}
+
+static inline env_t *setup_env(redis_fixture_t *f, int nodes, const char *red, int persist_every)
+{
+    env_t *e = calloc(1, sizeof *e);
+    e->f = f;
+    e->nodes = nodes;
+    snprintf(e->job, sizeof e->job, AGENT_FIXTURE_JOB_PREFIX "%d", (int)getpid() % 100000);
+    snprintf(e->jobdir, sizeof e->jobdir, "%s/job", f->dir);
+    snprintf(e->persist, sizeof e->persist, "%s/persist", f->dir);
+    snprintf(e->redundancy, sizeof e->redundancy, "%s", red);
+    e->persist_every = persist_every;
+    mkdir(e->jobdir, 0700);
+    read_url(e);
+    for (int i = 0; i < nodes; i++)
+        start_agent(e, i);
+    return e;
+}
+
+static inline void teardown_env(env_t *e)
+{
+    for (int i = 0; i < e->nodes; i++) {
+        kill_agent(e, i);
+        wipe_node_shm(e, i);
+    }
+    free(e);
+}
+
+#endif
