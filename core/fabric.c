@@ -17,12 +17,15 @@
 #include <rdma/fi_tagged.h>
 
 #include <assert.h>
+#include <dirent.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 _Static_assert(sizeof(((ftc_fabric_req_t *)0)->prov_) >= sizeof(struct fi_context2),
                "ftc_fabric_req_t must have room for struct fi_context2");
@@ -75,6 +78,42 @@ static int health_err(ftc_fabric_t *fab, int rc)
 
 /* ---- open / close ------------------------------------------------------- */
 
+/* libfabric's shm provider names its regions in /dev/shm after the process
+ * id ("<pid>:<n>:<m>"), and a process killed with SIGKILL leaves them behind.
+ * Process ids are reused (pid_max is often 32768, and a test run or a long
+ * job forks thousands of ranks), and a new process that meets its
+ * predecessor's region under its own name could hang or fail to open. No
+ * live process can own a region named after our pid before we created one,
+ * so the first shm endpoint of each process removes them. */
+static void ftc__shm_stale_regions(void)
+{
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static pid_t done_for; /* per process: a forked child has another pid */
+    pid_t me = getpid();
+    pthread_mutex_lock(&mu);
+    if (done_for != me) {
+        done_for = me;
+        char prefix[32];
+        int pl = snprintf(prefix, sizeof prefix, "%d:", (int)me);
+        DIR *d = opendir("/dev/shm");
+        struct dirent *e;
+        int n = 0;
+        while (d && (e = readdir(d)) != NULL) {
+            if (strncmp(e->d_name, prefix, (size_t)pl))
+                continue;
+            char path[300];
+            snprintf(path, sizeof path, "/dev/shm/%s", e->d_name);
+            n += unlink(path) == 0;
+        }
+        if (d)
+            closedir(d);
+        if (n)
+            FTC_INFO("fabric", "removed %d stale shm region(s) a killed process with our pid "
+                     "(%d) left", n, (int)me);
+    }
+    pthread_mutex_unlock(&mu);
+}
+
 static bool is_shm(const char *prov)
 {
     return strncmp(prov, "shm", 3) == 0;
@@ -106,6 +145,8 @@ int ftc_fabric_open(const ftc_fabric_opts_t *opts, ftc_fabric_t **out, ftc_err_t
     const char *node = o.bind_addr ? o.bind_addr : FTC__FAB_DEFAULT_BIND;
     if (is_shm(prov) || !*node)
         node = NULL;
+    if (is_shm(prov))
+        ftc__shm_stale_regions();
 
     ftc_fabric_t *fab = calloc(1, sizeof *fab);
     struct fi_info *hints = fi_allocinfo();
