@@ -277,7 +277,10 @@ static void test_killed_registrant_not_counted(void **state)
     start(&j[0], f, "rk", "a", 3, 0, 400, 0, 0);
     start(&j[1], f, "rk", "b", 3, 0, 400, 0, 0);
     /* a and b plus the dead one make 3, but its entry expires before the settle
-     * time can pass: the round waits for a live third */
+     * time can pass: the round waits for a live third. (Waiting for a count of
+     * 2 at once could see the dead one and a before b registered: let the
+     * dead one's 300 ms lifetime pass first.) */
+    ftc_sleep_ms(600);
     await_waiting(f, "rk", 0, 2);
     start(&j[2], f, "rk", "c", 3, 0, 400, 0, 0);
     finish(j, 3);
