@@ -24,6 +24,11 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 
+/* The agents' --agent-timeout-ms (deadline of one replication, fetch or
+ * parity gather); a test may define another first. */
+#ifndef AGENT_FIXTURE_TIMEOUT_MS
+#define AGENT_FIXTURE_TIMEOUT_MS "8000"
+#endif
 /* Most nodes (agents) a test may start; a test may define a larger MAXN first. */
 #ifndef MAXN
 #define MAXN 4
@@ -86,7 +91,7 @@ static inline void start_agent(env_t *e, int i)
         setenv("FI_PROVIDER", "tcp;ofi_rxm", 1);
         execl(bin, bin, "agent", "--nodes", nodes, "--index", idx, "--job", e->job, "--job-dir",
               e->jobdir, "--redundancy", e->redundancy, "--persist-dir", e->persist,
-              "--persist-every", every, "--agent-timeout-ms", "8000", (char *)NULL);
+              "--persist-every", every, "--agent-timeout-ms", AGENT_FIXTURE_TIMEOUT_MS, (char *)NULL);
         _exit(127);
     }
     e->agent[i] = pid;

@@ -86,12 +86,12 @@ pids+=($runpid)
 check "2: the job committed step 5" wait_committed "$J2" "$T/j2" 5 60
 victim=$(cat "$T/j2/node1.pid" 2>/dev/null)
 check "2: node 1 has a pid file" test -n "$victim"
-before=$(committed "$J2" "$T/j2")
 kill -9 "$victim"
 rm -f /dev/shm/ftc."$J2".n1.* 2>/dev/null # the node's memory is gone with it
 check "2: the survivors shrank to 2 nodes" bash -c \
     "for i in \$(seq 300); do grep -q 'of 2, world 2' '$T/2.out' && exit 0; sleep 0.1; done; exit 1"
-check "2: the job commits again after the shrink" wait_committed "$J2" "$T/j2" $((before + 3)) 60
+# (that the shrunk job commits again is shown below by its ranks finishing
+# their last step, which waits for its commit: no wall-clock bound here)
 # the node comes back: a new supervisor for index 1 joins, the job grows back
 url=$(cat "$T/j2/redis.url")
 "$FTC" run --node-rank 1 --nnodes 2:3 --job "$J2" --job-dir "$T/j2" --redis "$url" \
