@@ -529,7 +529,7 @@ int main(int argc, char **argv)
     snprintf(C.ftc, sizeof C.ftc, "%s/../cli/ftc", here);
     snprintf(C.rank, sizeof C.rank, "%s/../tests/ckpt/rank_main", here);
     snprintf(C.dir, sizeof C.dir, "%s/../bench-tmp", here);
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* every option takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--sizes") && v) {
             char list[256];
@@ -566,7 +566,6 @@ int main(int argc, char **argv)
                     "         [--ftc PATH] [--rank PATH] [--dir DIR] [--opt KEY=VALUE]...\n");
             return 2;
         }
-        i++;
     }
     if (C.step_ms < 0 || C.kill_at < 1 || C.after < 1 || C.timeout_s < 10)
         die("--step-ms >= 0, --kill-at >= 1, --after >= 1, --timeout >= 10");
