@@ -453,36 +453,8 @@ static int ftc__secret(ftc_agent_t *a, uint8_t out[32], size_t *len, ftc_err_t *
         *len = a->o.secret_len;
         return 0;
     }
-    uint8_t rnd[16];
-    char hex[33], key[160];
-    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
-        return ftc_err_errno(err, errno, "getrandom");
-    for (int i = 0; i < 16; i++)
-        snprintf(hex + 2 * i, 3, "%02x", rnd[i]);
-    ftc_ctl_key(a->ctl, "secret", key, sizeof key);
-    ftc_redis_t *r = ftc_ctl_redis(a->ctl);
-    int rc = ftc_redis_cmdv(r, true, NULL, "SET", key, hex, "NX", NULL);
-    ftc_redis_reply_t *rep = NULL;
-    if (!rc)
-        rc = ftc_redis_cmdv(r, true, &rep, "GET", key, NULL);
-    const char *s;
-    size_t sl;
-    if (rc || ftc_redis_want_str(rep, key, &s, &sl, err) || sl != 32) {
-        ftc_redis_reply_free(rep);
-        return ftc_err_set(err, FTC_EREDIS, "job secret in %s: %s", key,
-                           rc ? ftc_ctl_errstr(a->ctl) : "not 32 hex digits");
-    }
-    for (int i = 0; i < 16; i++) {
-        int hi = ftc__hexval(s[2 * i]), lo = ftc__hexval(s[2 * i + 1]);
-        if (hi < 0 || lo < 0) {
-            ftc_redis_reply_free(rep);
-            return ftc_err_set(err, FTC_EPROTO, "job secret in %s is not hex", key);
-        }
-        out[i] = (uint8_t)(hi << 4 | lo);
-    }
     *len = 16;
-    ftc_redis_reply_free(rep);
-    return 0;
+    return ftc_ctl_job_secret(a->ctl, out, err);
 }
 
 /* Generation 1 is set by whichever agent gets the lease first; the others

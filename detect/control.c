@@ -13,7 +13,9 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
+#include <sys/random.h>
 
 struct ftc_ctl {
     ftc_redis_t *r;     /* owned connection */
@@ -594,4 +596,42 @@ int ftc_ctl_committed(ftc_ctl_t *c, int64_t *step, uint64_t *gen)
     }
     ftc_redis_reply_free(rep);
     return rc;
+}
+
+static int ftc__hex_nibble(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+int ftc_ctl_job_secret(ftc_ctl_t *c, uint8_t out[16], ftc_err_t *err)
+{
+    uint8_t rnd[16];
+    char hex[33], key[160];
+    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
+        return ftc_err_errno(err, errno, "getrandom");
+    for (int i = 0; i < 16; i++)
+        snprintf(hex + 2 * i, 3, "%02x", rnd[i]);
+    ftc_ctl_key(c, "secret", key, sizeof key);
+    ftc_redis_t *r = ftc_ctl_redis(c);
+    int rc = ftc_redis_cmdv(r, true, NULL, "SET", key, hex, "NX", NULL);
+    ftc_redis_reply_t *rep = NULL;
+    if (!rc)
+        rc = ftc_redis_cmdv(r, true, &rep, "GET", key, NULL);
+    const char *s;
+    size_t sl;
+    if (rc || ftc_redis_want_str(rep, key, &s, &sl, err) || sl != 32) {
+        ftc_redis_reply_free(rep);
+        return ftc_err_set(err, FTC_EREDIS, "job secret in %s: %s", key,
+                           rc ? ftc_ctl_errstr(c) : "not 32 hex digits");
+    }
+    for (int i = 0; i < 16; i++) {
+        int hi = ftc__hex_nibble(s[2 * i]), lo = ftc__hex_nibble(s[2 * i + 1]);
+        if (hi < 0 || lo < 0) {
+            ftc_redis_reply_free(rep);
+            return ftc_err_set(err, FTC_EPROTO, "job secret in %s is not hex", key);
+        }
+        out[i] = (uint8_t)(hi << 4 | lo);
+    }
+    ftc_redis_reply_free(rep);
+    return 0;
 }

@@ -120,6 +120,11 @@ int ftc_ctl_event(ftc_ctl_t *c, const ftc_ctl_event_t *e);
  * reporter's call adds the event (*first = true), later ones do nothing. */
 int ftc_ctl_report(ftc_ctl_t *c, const char *id, const ftc_ctl_event_t *e, bool *first);
 
+/* The job's 16-byte secret (HMAC key of the wire protocol), shared through
+ * Redis: the first caller stores a random one (SET NX), every caller reads
+ * the one that won. FTC_EREDIS / FTC_EPROTO naming the key otherwise. */
+int ftc_ctl_job_secret(ftc_ctl_t *c, uint8_t out[16], ftc_err_t *err);
+
 /* ---- commit records --------------------------------------------------------------- */
 
 /* A rank reports its shard of (generation, step). When every rank of that

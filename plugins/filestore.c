@@ -218,33 +218,8 @@ static bool name_ok(const char *s, size_t len)
 
 static int fs_secret(ftc_filestore_t *fs, uint8_t out[16], ftc_err_t *err)
 {
-    uint8_t rnd[16];
-    char hex[33], key[160];
-    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
-        return ftc_err_errno(err, errno, "getrandom");
-    to_hex(rnd, 16, hex);
-    ftc_ctl_key(fs->ctl, "secret", key, sizeof key);
-    ftc_redis_t *r = ftc_ctl_redis(fs->ctl);
-    int rc = ftc_redis_cmdv(r, true, NULL, "SET", key, hex, "NX", NULL);
-    ftc_redis_reply_t *rep = NULL;
-    if (!rc) rc = ftc_redis_cmdv(r, true, &rep, "GET", key, NULL);
-    const char *s;
-    size_t sl;
-    if (rc || ftc_redis_want_str(rep, key, &s, &sl, err) || sl != 32) {
-        ftc_redis_reply_free(rep);
-        return ftc_err_set(err, FTC_EREDIS, "filestore: job secret in %s: %s", key,
-                           rc ? ftc_ctl_errstr(fs->ctl) : "not 32 hex digits");
-    }
-    for (int i = 0; i < 16; i++) {
-        int hi = hexval(s[2 * i]), lo = hexval(s[2 * i + 1]);
-        if (hi < 0 || lo < 0) {
-            ftc_redis_reply_free(rep);
-            return ftc_err_set(err, FTC_EPROTO, "filestore: job secret in %s is not hex", key);
-        }
-        out[i] = (uint8_t)(hi << 4 | lo);
-    }
-    ftc_redis_reply_free(rep);
-    return 0;
+    int rc = ftc_ctl_job_secret(fs->ctl, out, err);
+    return rc ? ftc_err_wrap(err, "filestore") : 0;
 }
 
 static int fs_publish(ftc_filestore_t *fs, ftc_err_t *err)
