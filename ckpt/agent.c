@@ -103,6 +103,8 @@ typedef struct ftc__rank {
     bool acked[NS];          /* replicated to k peers: may be reported */
     bool pinned[NS];         /* being written by the persist thread: never handed out */
     uint64_t sealed_ns[NS];  /* when SEALED arrived (placement waits for peers until the timeout) */
+    uint64_t retry_ns[NS];   /* a failed push is tried again from then on (0: now) */
+    int push_tries[NS];      /* pushes of this version that failed so far */
     bool begin_waiting;     /* BUSY_WAIT: a BEGIN is parked */
     uint64_t begin_step;
     uint64_t begin_since_ns; /* when it was parked: after the timeout the oldest
@@ -269,7 +271,10 @@ static int ftc__publish_address(ftc_agent_t *a, ftc_err_t *err)
     char hex[2 * FTC_FABRIC_ADDR_MAX + 1], val[2 * FTC_FABRIC_ADDR_MAX + 200], field[16], key[160];
     for (size_t i = 0; i < len; i++)
         snprintf(hex + 2 * i, 3, "%02x", addr[i]);
-    snprintf(val, sizeof val, "%s %s %s", hex, a->node_id, a->domain[0] ? a->domain : "-");
+    /* the generation lets a supervisor tell this incarnation's address from
+     * the one a previous agent of the node left (plugins/run.c) */
+    snprintf(val, sizeof val, "%s %s %s %" PRIu64, hex, a->node_id,
+             a->domain[0] ? a->domain : "-", a->generation);
     snprintf(field, sizeof field, "%u", a->o.index);
     int rc = ftc_redis_cmdv(ftc_ctl_redis(a->ctl), true, NULL, "HSET",
                             ftc_ctl_key(a->ctl, "fabric", key, sizeof key), field, val, NULL);
@@ -1022,6 +1027,8 @@ static void ftc__on_sealed(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m
                               r->last_sealed_ns ? (now - r->last_sealed_ns) / 1000 : 0);
     r->last_sealed_ns = now;
     r->sealed_ns[s] = now;
+    r->retry_ns[s] = 0;
+    r->push_tries[s] = 0;
     ftc__try_push(a, r, s);
 }
 
@@ -1032,6 +1039,8 @@ static void ftc__try_push(ftc_agent_t *a, ftc__rank_t *r, int s)
 {
     if (r->pushed[s] || r->st[s] != SL_SEALED)
         return;
+    if (r->retry_ns[s] && ftc_now_ns() < r->retry_ns[s])
+        return; /* a failed push waits a little: the poll retries it */
     if (a->par && ftc__par_try_push(a, r, s))
         return;
     int k = a->o.redundancy.kind == FTC_RED_REPLICA ? a->o.redundancy.copies : 1;
@@ -1416,6 +1425,23 @@ static void ftc__on_push_done(ftc_agent_t *a, ftc__job_t *j)
         r->acked[s] = true;
         ftc__report_commit(a, r, s);
         ftc__push_others(a, r, s); /* the next step may have waited for this push */
+        return;
+    }
+    uint64_t now = ftc_now_ns(), limit = (uint64_t)a->o.timeout_ms * 1000000ull;
+    if (now - r->sealed_ns[s] + 200000000ull < limit) {
+        /* A peer that restarted (a new address: the transfer was cancelled),
+         * a connection refused while its agent was still starting, a peer
+         * that died since placement: the version is still good, so it goes
+         * again, to the peers known then, until the replication timeout.
+         * Failing it at once would leave the other ranks' copies of this
+         * step waiting for a commit that never comes. */
+        r->push_tries[s]++;
+        FTC_WARN("agent", "rank %u step %" PRIu64 ": replicated to %d of %d peers (%s); trying "
+                 "again (%d failed so far)", r->rank, j->step, j->acked, j->npeers, j->detail,
+                 r->push_tries[s]);
+        r->pushed[s] = false;
+        r->retry_ns[s] = now + 100000000ull;
+        a->last_peers_ns = 0; /* re-read the peers' addresses and liveness before the retry */
         return;
     }
     FTC_WARN("agent", "rank %u step %" PRIu64 ": replicated to %d of %d peers: %s", r->rank, j->step,
@@ -2163,10 +2189,14 @@ void ftc_agent_stop(ftc_agent_t *a)
     if (!a)
         return;
     atomic_store(&a->stop, true);
+    uint64_t t[5];
+    t[0] = ftc_now_ns();
     if (a->repl_started)
         pthread_join(a->repl_tid, NULL);
+    t[1] = ftc_now_ns();
     ftc__persister_stop(a->pw); /* waits for a running write: it reads the slots closed below */
     a->pw = NULL;
+    t[2] = ftc_now_ns();
     pthread_mutex_lock(&a->mu);
     ftc__job_t *lists[2] = {a->todo, a->done};
     a->todo = a->done = NULL;
@@ -2196,9 +2226,16 @@ void ftc_agent_stop(ftc_agent_t *a)
         close(a->evfd);
     ftc_repl_destroy(a->repl);
     ftc_fabric_close(a->fab);
+    t[3] = ftc_now_ns();
     ftc_persist_close(a->persist);
     ftc__par_free(a);
     ftc_detector_stop(a->det, true);
+    t[4] = ftc_now_ns();
+    if (t[4] - t[0] > 2000000000ull) /* where a slow stop spent its time */
+        FTC_WARN("agent", "stopping took %" PRIu64 " ms: replication thread %" PRIu64
+                 " ms, persist thread %" PRIu64 " ms, endpoint %" PRIu64 " ms, detector %"
+                 PRIu64 " ms", (t[4] - t[0]) / 1000000, (t[1] - t[0]) / 1000000,
+                 (t[2] - t[1]) / 1000000, (t[3] - t[2]) / 1000000, (t[4] - t[3]) / 1000000);
     ftc_ctl_destroy(a->ctl);
     free(a->peers);
     free(a->rpeers);

@@ -7,6 +7,7 @@
  */
 #include "cli/cli.h"
 
+#include "core/fsio.h"
 #include "core/log.h"
 #include "trainer/dist.h"
 #include "trainer/train.h"
@@ -248,6 +249,7 @@ static int ftc__launch(const ftc_cli_cmd_t *cmd, int argc, char **argv, int n, u
         }
         if (p == 0) {
             prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the launcher */
+            ftc_fs_close_from(3);
             char rs[16];
             snprintf(rs, sizeof rs, "%d", r);
             setenv("RANK", rs, 1);

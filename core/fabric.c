@@ -26,6 +26,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 
 _Static_assert(sizeof(((ftc_fabric_req_t *)0)->prov_) >= sizeof(struct fi_context2),
                "ftc_fabric_req_t must have room for struct fi_context2");
@@ -260,6 +263,57 @@ undo_alloc:
     return rc;
 }
 
+/* An abandoned tcp endpoint's sockets stay open (no fi_close), and its
+ * listening socket keeps accepting connections into the kernel's backlog that
+ * nobody serves: a peer that still has this address (or rxm reconnecting to
+ * it) then waits for its transfer's whole deadline, or blocks in connect()
+ * once the backlog is full. Shutting down every socket bound to our address
+ * (the listener and the connections it accepted share its local port) makes
+ * those peers fail at once instead. shutdown(), not close(): the descriptors
+ * stay libfabric's, so no number is reused under it. */
+static void abandon_sockets(ftc_fabric_t *fab)
+{
+    if (!strstr(fab->prov, "tcp"))
+        return;
+    struct sockaddr_storage me;
+    size_t len = sizeof me;
+    if (!fab->ep || fi_getname(&fab->ep->fid, &me, &len) != 0 ||
+        (me.ss_family != AF_INET && me.ss_family != AF_INET6))
+        return;
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        char *end;
+        long fd = strtol(de->d_name, &end, 10);
+        struct stat st;
+        if (*end || fd < 3 || fd == dirfd(d) || fstat((int)fd, &st) || !S_ISSOCK(st.st_mode))
+            continue;
+        struct sockaddr_storage sa;
+        socklen_t sl = sizeof sa;
+        if (getsockname((int)fd, (struct sockaddr *)&sa, &sl) || sa.ss_family != me.ss_family)
+            continue;
+        bool same = me.ss_family == AF_INET
+                        ? ((struct sockaddr_in *)&sa)->sin_port ==
+                                  ((struct sockaddr_in *)&me)->sin_port &&
+                              ((struct sockaddr_in *)&sa)->sin_addr.s_addr ==
+                                  ((struct sockaddr_in *)&me)->sin_addr.s_addr
+                        : ((struct sockaddr_in6 *)&sa)->sin6_port ==
+                                  ((struct sockaddr_in6 *)&me)->sin6_port &&
+                              !memcmp(&((struct sockaddr_in6 *)&sa)->sin6_addr,
+                                      &((struct sockaddr_in6 *)&me)->sin6_addr,
+                                      sizeof(struct in6_addr));
+        if (same && shutdown((int)fd, SHUT_RDWR) == 0)
+            n++;
+    }
+    closedir(d);
+    if (n)
+        FTC_INFO("fabric", "shut down %d socket(s) of the abandoned endpoint, so peers that "
+                           "still use its address are refused instead of waiting", n);
+}
+
 void ftc_fabric_close(ftc_fabric_t *fab)
 {
     if (!fab)
@@ -274,6 +328,7 @@ void ftc_fabric_close(ftc_fabric_t *fab)
          * peer is gone. */
         FTC_WARN("fabric", "abandoning a broken %s endpoint without fi_close (libfabric cannot "
                            "close it safely)", fab->prov);
+        abandon_sockets(fab);
         fi_freeinfo(fab->info);
         free(fab);
         return;

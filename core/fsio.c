@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 int ftc_fault_parse(ftc_fault_t *f, const char *spec, ftc_err_t *err)
@@ -258,4 +259,15 @@ int ftc_fs_remove_dir(const char *path, ftc_err_t *err)
     if (rmdir(path) != 0 && errno != ENOENT)
         return ftc_err_errno(err, errno, "rmdir %s", path);
     return 0;
+}
+
+void ftc_fs_close_from(int lowfd)
+{
+#ifdef SYS_close_range
+    if (syscall(SYS_close_range, (unsigned)lowfd, ~0u, 0u) == 0)
+        return;
+#endif
+    long max = sysconf(_SC_OPEN_MAX);
+    for (long fd = lowfd; fd < (max > 0 && max < 65536 ? max : 65536); fd++)
+        close((int)fd);
 }

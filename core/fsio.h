@@ -68,4 +68,12 @@ int ftc_fs_mkdirs(const char *path, ftc_err_t *err);
  * into subdirectories). Missing is fine. */
 int ftc_fs_remove_dir(const char *path, ftc_err_t *err);
 
+/* Closes every descriptor >= lowfd. For a child between fork and exec
+ * (async-signal-safe: close_range(2), else close(2) in a loop): a training
+ * binary or redis-server must not inherit its parent's libfabric sockets,
+ * Redis connections or agent socket. A rank holding the agent's listening
+ * socket keeps a stopped agent's port open, and a peer's connect to it then
+ * blocks instead of being refused. */
+void ftc_fs_close_from(int lowfd);
+
 #endif

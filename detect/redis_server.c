@@ -91,6 +91,7 @@ static int ftc__spawn(ftc_redis_server_t *s, ftc_err_t *err)
             dup2(devnull, STDIN_FILENO);
             dup2(devnull, STDOUT_FILENO);
         }
+        ftc_fs_close_from(3);
         execlp(s->binary, s->binary, s->conf, (char *)NULL);
         fprintf(stderr, "ftc: cannot run %s: %s (install redis-server: scripts/setup)\n",
                 s->binary, strerror(errno));

@@ -10,6 +10,7 @@
 #include "plugins/run.h"
 
 #include "core/clock.h"
+#include "core/fsio.h"
 #include "core/log.h"
 #include "detect/control.h"
 #include "detect/status.h"
@@ -83,7 +84,10 @@ static void ftc__agent_stop(ftc__agent_thread_t *t)
 
 static int ftc__agent_start(ftc__sup_t *s, ftc_err_t *err)
 {
+    uint64_t t0 = ftc_now_ns();
+    bool had = s->ag.agent != NULL;
     ftc__agent_stop(&s->ag);
+    uint64_t t1 = ftc_now_ns();
     ftc_agent_options_t ao = s->o->agent;
     ao.struct_size = sizeof ao;
     ao.version = 1;
@@ -103,6 +107,13 @@ static int ftc__agent_start(ftc__sup_t *s, ftc_err_t *err)
         return ftc_err_set(err, FTC_ENOMEM, "cannot start the agent's thread");
     }
     s->ag.running = true;
+    uint64_t stop_ms = (t1 - t0) / 1000000, start_ms = (ftc_now_ns() - t1) / 1000000;
+    if (stop_ms + start_ms > 2000)
+        FTC_WARN("run", "the agent took %" PRIu64 " ms to stop and %" PRIu64 " ms to start",
+                 stop_ms, start_ms);
+    else
+        FTC_DEBUG("run", "agent %s in %" PRIu64 " ms, started in %" PRIu64 " ms",
+                  had ? "stopped" : "(none)", stop_ms, start_ms);
     return 0;
 }
 
@@ -143,6 +154,7 @@ static pid_t ftc__spawn(char *const *argv, char **env, ftc_err_t *err)
     }
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL); /* a rank never outlives its supervisor */
+        ftc_fs_close_from(3); /* not the agent's sockets, nor Redis connections */
         execvpe(argv[0], argv, env);
         static const char msg[] = "ftc run: cannot execute the training binary\n";
         ssize_t w = write(2, msg, sizeof msg - 1);
@@ -393,16 +405,61 @@ static int ftc__master(ftc__sup_t *s, char *host, size_t cap, int *port, ftc_err
     }
 }
 
-/* Waits until every member's agent heartbeats (its detector is up, its
- * fabric address published): ranks then find their peers, and a node_lost
- * that a freshly started detector reports for a member whose agent was still
- * starting (a replacement node) falls before this generation's events. */
+/* Whether every member's agent of this generation published its fabric
+ * address (`ftc:{J}:fabric`: "hexaddr node_id domain generation"): the
+ * address a member's previous agent left, with a heartbeat that has not
+ * expired yet, would send this generation's first replicas to a closed
+ * endpoint. Sets *missing to the first member without one. */
+static bool ftc__fabric_current(ftc__sup_t *s, int *missing)
+{
+    char key[256];
+    ftc_ctl_key(s->ctl, "fabric", key, sizeof key);
+    ftc_redis_reply_t *rep = NULL, **el = NULL;
+    size_t n = 0;
+    bool *seen = calloc((size_t)s->round.nodes, sizeof *seen);
+    *missing = 0;
+    if (!seen || ftc_redis_cmdv(ftc_ctl_redis(s->ctl), true, &rep, "HVALS", key, NULL) != 0 ||
+        ftc_redis_want_array(rep, "HVALS fabric", -1, &el, &n, NULL) != 0)
+        n = 0;
+    for (size_t k = 0; k < n; k++) {
+        const char *v;
+        size_t vl;
+        char buf[1024], nid[FTC_CTL_NODE_MAX + 1];
+        unsigned long long gen = 0;
+        if (ftc_redis_want_str(el[k], "fabric", &v, &vl, NULL) || vl >= sizeof buf)
+            continue;
+        memcpy(buf, v, vl);
+        buf[vl] = 0;
+        if (sscanf(buf, "%*s %64s %*s %llu", nid, &gen) != 2 || gen < s->gen)
+            continue;
+        for (int i = 0; i < s->round.nodes; i++)
+            if (!strcmp(nid, s->round.members[i]))
+                seen[i] = true;
+    }
+    ftc_redis_reply_free(rep);
+    bool all = seen != NULL;
+    for (int i = 0; all && i < s->round.nodes; i++)
+        if (!seen[i]) {
+            all = false;
+            *missing = i;
+        }
+    free(seen);
+    return all;
+}
+
+/* Waits until every member's agent of this generation heartbeats (its
+ * detector is up) and has published its fabric address: ranks then find
+ * their peers, and a node_lost that a freshly started detector reports for a
+ * member whose agent was still starting (a replacement node) falls before
+ * this generation's events. */
 static int ftc__wait_agents(ftc__sup_t *s, ftc_err_t *err)
 {
     ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)s->o->join_timeout_ms);
     ftc_redis_t *r = ftc_ctl_redis(s->ctl);
     for (;;) {
-        int missing = -1;
+        int missing = -1, stale = -1;
+        if (!ftc__fabric_current(s, &stale))
+            missing = stale;
         for (int i = 0; i < s->round.nodes && missing < 0; i++) {
             char key[256], suffix[FTC_CTL_NODE_MAX + 8];
             snprintf(suffix, sizeof suffix, "hb:%s", s->round.members[i]);

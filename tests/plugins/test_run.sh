@@ -110,7 +110,9 @@ check "2: the returning node finished (exit $rc2)" test $rc2 -eq 0
 check "2: ranks restored committed state after the loss ($(count 'RESTORED [0-9]* OK' "$T/2.out"))" \
     test "$(count 'RESTORED [0-9]* OK' "$T/2.out")" -ge 2
 check "2: the returning node's rank restored from peers" grep -q 'RESTORED [0-9]* OK' "$T/2b.out"
-check "2: no bad restore, no error" bash -c "! grep -q 'RESTORED [0-9]* BAD\|^ERROR' '$T/2.out' '$T/2b.out'"
+# (the killed node's rank may see its agent's socket close before the
+# SIGKILL its supervisor's death sends it arrives: that ERROR is expected)
+check "2: no bad restore, no error" bash -c "! cat '$T/2.out' '$T/2b.out' | grep -v 'agent socket: connection closed by the other side' | grep -q 'RESTORED [0-9]* BAD\|^ERROR'"
 check "2: the node loss was detected (a node_lost event failed the generation)" \
     grep -q "failed (node node[0-9] lost (heartbeat" "$T/2.out"
 [ $fails -eq $f0 ] || { echo "--- output of 2:"; tail -80 "$T/2.out"; echo "--- 2b:"; tail -40 "$T/2b.out"; }
