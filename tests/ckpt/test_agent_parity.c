@@ -23,6 +23,10 @@
 
 #include "ckpt/agent_parity.h"
 #include "ckpt/shard.h"
+#include "ckpt/slot.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
 
 #define MAXN 6
 #define AGENT_FIXTURE_JOB_PREFIX "apar"
@@ -148,6 +152,111 @@ static void test_encode_rebuild(void **state)
         free(sh[i]);
         free(w[i]);
     }
+}
+
+/* The parity worker encodes what ftc__par_encode does, from the encoder's
+ * slot mapped by name; a slot that does not verify (or holds another step)
+ * gives an error and no parity (I1). Its own wrapper lands in its slot, and
+ * a later store never overwrites the wrapper of the committed step (I3). */
+static void test_worker(void **state)
+{
+    (void)state;
+    ftc_redundancy_t red;
+    ftc_err_t e = {0};
+    assert_int_equal(ftc_redundancy_parse("xor:2", &red, &e), 0);
+    ftc__par_geo_t g;
+    assert_int_equal(ftc__par_geometry(&red, 3, NULL, 1, &g, &e), 0);
+    char ns[64], sname[FTC_SLOT_NAME_MAX];
+    snprintf(ns, sizeof ns, "aparw%d.n1", (int)getpid());
+    uint8_t *sh[3];
+    uint64_t sz[3];
+    uint32_t ranks[3] = {0, 1, 2};
+    for (int i = 0; i < 3; i++)
+        sh[i] = ftc_test_make_shard(7, (uint32_t)i, 3000 + 500 * (uint64_t)i, 40 + (uint64_t)i,
+                                    &sz[i]);
+    assert_int_equal(ftc_slot_name(ns, 1, 0, sname, sizeof sname, &e), 0);
+    ftc_slot_t sl;
+    assert_int_equal(ftc_slot_create(sname, sz[1], &sl, &e), 0);
+    memcpy(sl.base, sh[1], sz[1]);
+    int evfd = eventfd(0, EFD_CLOEXEC);
+    assert_true(evfd >= 0);
+    ftc__par_worker_t *w = ftc__par_worker_start(evfd, &e);
+    assert_non_null(w);
+    for (int round = 0; round < 2; round++) { /* 0: good slot; 1: corrupted */
+        if (round == 1)
+            sl.base[sz[1] / 2] ^= 1;
+        ftc__par_task_t *t = calloc(1, sizeof *t);
+        t->rank = 1;
+        t->step = 7;
+        t->gen = 1;
+        t->keep = -1;
+        snprintf(t->job, sizeof t->job, "test-job");
+        snprintf(t->ns, sizeof t->ns, "%s", ns);
+        snprintf(t->slot_name, sizeof t->slot_name, "%s", sname);
+        t->slot_size = sz[1];
+        t->geo = g;
+        for (int i = 0; i < 3; i += 2) {
+            t->bufs[i] = malloc(sz[i]);
+            memcpy(t->bufs[i], sh[i], sz[i]);
+            t->sizes[i] = sz[i];
+        }
+        memcpy(t->ranks, ranks, sizeof ranks);
+        ftc__par_worker_submit(w, t);
+        struct pollfd pfd = {evfd, POLLIN, 0};
+        assert_int_equal(poll(&pfd, 1, 30000), 1); /* a deadline, not a timing assertion */
+        uint64_t v;
+        assert_int_equal(read(evfd, &v, sizeof v), (ssize_t)sizeof v);
+        t = ftc__par_worker_take(w);
+        assert_non_null(t);
+        assert_null(t->next);
+        if (round == 0) {
+            assert_int_equal(t->rc, 0);
+            uint8_t *ref[3];
+            uint64_t rs[3];
+            assert_int_equal(ftc__par_encode(&g, "test-job", 7, 1, 0, (const uint8_t *const *)sh,
+                                             sz, ranks, ref, rs, &e), 0);
+            for (int i = 0; i < 3; i++) {
+                assert_int_equal(t->wsizes[i], rs[i]);
+                assert_memory_equal(t->wraps[i], ref[i], rs[i]);
+                free(ref[i]);
+            }
+            printf("# parity worker: xor:2 of %llu-byte shards in %.2f ms\n",
+                   (unsigned long long)sz[2], t->ms);
+        } else {
+            assert_int_equal(t->rc, FTC_ECORRUPT);
+            for (int i = 0; i < 3; i++)
+                assert_null(t->wraps[i]);
+            print_message("corrupted slot: %s\n", t->detail);
+        }
+        ftc__par_task_free(t);
+    }
+    ftc__par_worker_stop(w);
+    close(evfd);
+    ftc_slot_close(&sl);
+    ftc_slot_unlink(sname, &e);
+    /* the double buffer: steps 1, 2 (never committed) then 3 with 1 the
+     * committed one: 3 replaces 2, not 1 */
+    char pn[2][FTC_SLOT_NAME_MAX];
+    for (int st = 1; st <= 3; st++) {
+        uint64_t n;
+        uint8_t *wr = ftc_test_make_shard((uint64_t)st, 0, 100, (uint64_t)st, &n);
+        assert_int_equal(ftc__par_store_local(ns, 0, wr, n, 1, &e), 0);
+        free(wr);
+    }
+    uint64_t held[2];
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(ftc_slot_name(ns, FTC_PAR_OWNER(0), i, pn[i], sizeof pn[i], &e), 0);
+        ftc_slot_t ps;
+        assert_int_equal(ftc_slot_open(pn[i], false, &ps, &e), 0);
+        ftc_shard_view_t v;
+        assert_int_equal(ftc_shard_open(&v, ps.base, ps.size, FTC_SHARD_VERIFY, &e), 0);
+        held[i] = v.info.step;
+        ftc_slot_close(&ps);
+        ftc_slot_unlink(pn[i], &e);
+    }
+    assert_true((held[0] == 1 && held[1] == 3) || (held[0] == 3 && held[1] == 1));
+    for (int i = 0; i < 3; i++)
+        free(sh[i]);
 }
 
 /* Checks the groups of every node of one domain assignment (doms NULL: none). */
@@ -433,6 +542,7 @@ int main(void)
         cmocka_unit_test(test_geometry),
         cmocka_unit_test(test_encode_rebuild),
         cmocka_unit_test(test_domain_groups),
+        cmocka_unit_test(test_worker),
         T(test_xor_one_node_lost),
         T(test_rs_two_nodes_lost),
         T(test_corrupt_parity_falls_back),
