@@ -311,7 +311,7 @@ int ftc__par_rebuild(const ftc__par_geo_t *geo, uint64_t step, uint32_t local, i
      * most surviving data shards (all wrappers of one encode agree) */
     const uint64_t *ref = NULL;
     uint64_t ref_len = 0;
-    int ref_score = -1, wrappers_ok = 0;
+    int ref_score = -1;
     char notes[400] = "", gs[200];
     for (int h = 0; h < n; h++) {
         const uint64_t *mt;
@@ -322,7 +322,6 @@ int ftc__par_rebuild(const ftc__par_geo_t *geo, uint64_t step, uint32_t local, i
         if (mt[1] != (uint64_t)n || mt[2] != (uint64_t)m || mt[3] != (uint64_t)d ||
             mt[5] != (uint64_t)h || mt[6] != group_id(geo) || mt[7] != local || mt[8] != step)
             continue;
-        wrappers_ok++;
         int score = 0;
         for (int i = 0; i < n; i++) {
             ftc_shard_view_t dv;
@@ -669,8 +668,15 @@ bool ftc__gather_poll(ftc_repl_t *r, ftc__gather_t *g, bool broken)
         if (it->done)
             continue;
         if (it->started) {
-            ftc_repl_status_t st;
-            if (!broken && ftc_repl_status(r, it->x, &st) == 0 && st.done) {
+            ftc_repl_status_t st = {0};
+            int sr = broken ? 0 : ftc_repl_status(r, it->x, &st);
+            if (sr) { /* an unknown transfer would never finish: count it failed */
+                memset(&st, 0, sizeof st);
+                st.done = true;
+                st.rc = sr;
+                snprintf(st.detail, sizeof st.detail, "the transfer's status is unavailable");
+            }
+            if (!broken && st.done) {
                 it->rc = st.rc;
                 snprintf(it->detail, sizeof it->detail, "%s", st.detail);
                 if (st.rc == 0)
