@@ -108,7 +108,16 @@ static inline void start_agent(env_t *e, int i)
     struct stat st;
     while (stat(sock, &st) != 0) {
         int s;
-        if (waitpid(pid, &s, WNOHANG) == pid) fail_msg("agent %d exited at start (see %s)", i, out);
+        if (waitpid(pid, &s, WNOHANG) == pid) {
+            uint8_t *buf;
+            size_t len;
+            ftc_err_t err = {0};
+            if (ftc_fs_read_file(out, 1 << 20, &buf, &len, &err) == 0) { /* gone with the tmp dir */
+                print_message("%s:\n%.*s\n", out, (int)len, (char *)buf);
+                free(buf);
+            }
+            fail_msg("agent %d exited at start (status 0x%x, log above)", i, s);
+        }
         if (ftc_deadline_expired(d)) fail_msg("agent %d did not open its socket", i);
         ftc_sleep_ms(20);
     }
