@@ -14,6 +14,9 @@
  * takes jobs (add peer, push, fetch) from a queue, drives
  * ftc_repl_progress, and hands finished jobs back through the eventfd. It
  * also serves peers' pushes and fetches all the time.
+ *
+ * Parity worker (redundancy xor / rs, agent_parity.h): encodes a gathered
+ * version off the control loop and hands it back through the same eventfd.
  */
 #include "ckpt/agent.h"
 
@@ -180,6 +183,7 @@ static bool ftc__par_try_push(ftc_agent_t *a, ftc__rank_t *r, int s);
 static bool ftc__par_queue_rebuild(ftc_agent_t *a, ftc__rank_t *r);
 static void ftc__par_on_gather_done(ftc_agent_t *a, ftc__job_t *j);
 static void ftc__par_on_push_done(ftc_agent_t *a, ftc__job_t *j);
+static void ftc__par_collect(ftc_agent_t *a);
 static void ftc__push_others(ftc_agent_t *a, struct ftc__rank *r, int s);
 
 void ftc_agent_socket_path(const char *dir, uint32_t index, char *buf, size_t cap)
@@ -1476,6 +1480,7 @@ static void ftc__drain_done(ftc_agent_t *a)
             ftc__par_on_gather_done(a, j);
         ftc__job_free(j);
     }
+    ftc__par_collect(a); /* the parity worker signals the same eventfd */
 }
 
 static void ftc__disconnect(ftc_agent_t *a, int fd)
@@ -1599,6 +1604,9 @@ typedef struct ftc__enc { /* one rank's encode in flight (this node is its strip
 
 struct ftc__agent_par {
     ftc__par_geo_t geo;
+    bool resolved;          /* geo is final (ftc__par_resolve) */
+    uint64_t resolve_by_ns; /* failure domains: wait for every node's until then */
+    ftc__par_worker_t *worker; /* encodes off the control loop */
     ftc__enc_t enc[FTC_AGENT_MAX_RANKS];
 };
 
@@ -1616,7 +1624,70 @@ static uint32_t ftc__par_local(const ftc_agent_t *a, const ftc__rank_t *r)
 
 static uint32_t ftc__par_rank(const ftc_agent_t *a, int member, uint32_t local)
 {
-    return (a->par->geo.first + (uint32_t)member) * a->o.ranks_per_node + local;
+    return a->par->geo.node[member] * a->o.ranks_per_node + local;
+}
+
+/* Forms the parity groups, once: they never change in the agent's life.
+ * Without a failure domain of its own the agent uses index order (formed at
+ * start, as every agent without domains does). With one it needs every
+ * node's domain, which each agent publishes in Redis with its fabric address
+ * (ftc__refresh_peers); it waits for them until agent.timeout_ms after its
+ * start, then falls back to index order with a warning. False while it
+ * waits (callers retry from the poll). */
+static bool ftc__par_resolve(ftc_agent_t *a)
+{
+    struct ftc__agent_par *p = a->par;
+    if (p->resolved)
+        return true;
+    uint32_t missing = 0, first_missing = 0, no_domain = 0;
+    for (uint32_t i = 0; i < a->o.nodes; i++) {
+        if (i == a->o.index)
+            continue;
+        if (!a->peers[i].known && !missing++)
+            first_missing = i;
+        if (a->peers[i].known && !a->peers[i].domain[0])
+            no_domain++;
+    }
+    if (missing && ftc_now_ns() < p->resolve_by_ns)
+        return false;
+    char gs[200];
+    const char **doms = missing ? NULL : calloc(a->o.nodes, sizeof *doms);
+    ftc__par_geo_t g;
+    ftc_err_t err = {0};
+    if (missing) {
+        FTC_WARN("agent", "failure domains: %u node(s) (node %u first) did not publish a domain "
+                 "within %d ms: parity groups follow node indices (%s); an agent that saw every "
+                 "domain may form other groups (checkpoints of groups they disagree on do not commit)",
+                 missing, first_missing, a->o.timeout_ms,
+                 ftc__par_geo_str(&p->geo, gs, sizeof gs));
+    } else if (!doms) {
+        return false; /* out of memory: retried */
+    } else {
+        for (uint32_t i = 0; i < a->o.nodes; i++)
+            doms[i] = i == a->o.index ? a->domain : a->peers[i].domain;
+        if (no_domain)
+            FTC_WARN("agent", "failure domains: %u node(s) have none (each counts as a domain of "
+                     "its own); set --domain on every node or on none, or the agents may form "
+                     "different parity groups", no_domain);
+        if (ftc__par_geometry(&a->o.redundancy, a->o.nodes, doms, a->o.index, &g, &err) == 0)
+            p->geo = g;
+        else
+            FTC_WARN("agent", "parity groups by failure domain: %s; using node index order",
+                     err.msg);
+    }
+    p->resolved = true;
+    FTC_INFO("agent", "parity group of %s (%s; %d data + %d parity chunks per row)",
+             ftc__par_geo_str(&p->geo, gs, sizeof gs),
+             p->geo.by_domain ? "striped over failure domains" : "node index order", p->geo.d,
+             p->geo.m);
+    if (doms && p->geo.dom_max > p->geo.m)
+        FTC_WARN("agent", "parity group of %s holds %d members of failure domain '%s' but "
+                 "tolerates %d lost members: losing that domain loses the group's checkpoints "
+                 "(too few domains: use more domains, fewer nodes per group or rs:G+M with a "
+                 "larger M)",
+                 gs, p->geo.dom_max, doms[p->geo.dom_node], p->geo.m);
+    free(doms);
+    return true;
 }
 
 /* The encoder of local index l's stripe: member l % n. */
@@ -1650,6 +1721,14 @@ static bool ftc__par_try_push(ftc_agent_t *a, ftc__rank_t *r, int s)
                       "parity groups need rank = node index x ranks_per_node + local index");
         return true;
     }
+    if (!ftc__par_resolve(a)) {
+        if (ftc_now_ns() - r->sealed_ns[s] < 2ull * (uint64_t)a->o.timeout_ms * 1000000ull)
+            return true; /* retried by the poll */
+        r->pushed[s] = true;
+        ftc__par_fail(a, r, s, FTC_ETIMEDOUT, "the parity groups are not formed (waiting for "
+                      "every node's failure domain)");
+        return true;
+    }
     uint32_t local = ftc__par_local(a, r);
     if (a->par->enc[r - a->ranks].active)
         return true; /* the previous encode's pushes still read its parity: retried at its end */
@@ -1667,7 +1746,7 @@ static bool ftc__par_try_push(ftc_agent_t *a, ftc__rank_t *r, int s)
     }
     int missing = 0;
     for (int i = 0; i < g->n; i++) {
-        uint32_t node = g->first + (uint32_t)i;
+        uint32_t node = g->node[i];
         if (i != g->member && (!a->peers[node].known || !a->peers[node].alive))
             missing++;
     }
@@ -1675,10 +1754,10 @@ static bool ftc__par_try_push(ftc_agent_t *a, ftc__rank_t *r, int s)
         if (ftc_now_ns() - r->sealed_ns[s] < (uint64_t)a->o.timeout_ms * 1000000ull)
             return true; /* retried by the poll */
         r->pushed[s] = true;
-        char why[160];
-        snprintf(why, sizeof why, "%d of the %d other members of the group of nodes %u..%u are "
-                 "not known or alive after %d ms", missing, g->n - 1, g->first,
-                 g->first + (uint32_t)g->n - 1, a->o.timeout_ms);
+        char why[360], gs[200];
+        snprintf(why, sizeof why, "%d of the %d other members of the group of %s are "
+                 "not known or alive after %d ms", missing, g->n - 1,
+                 ftc__par_geo_str(g, gs, sizeof gs), a->o.timeout_ms);
         ftc__par_fail(a, r, s, FTC_ENOENT, why);
         return true;
     }
@@ -1697,7 +1776,7 @@ static bool ftc__par_try_push(ftc_agent_t *a, ftc__rank_t *r, int s)
         if (i == g->member)
             continue;
         ftc__gitem_t *it = &ga->it[ga->n++];
-        it->peer = g->first + (uint32_t)i;
+        it->peer = g->node[i];
         it->owner = ftc__par_rank(a, i, local);
         it->member = i;
     }
@@ -1712,10 +1791,12 @@ static bool ftc__par_try_push(ftc_agent_t *a, ftc__rank_t *r, int s)
     return true;
 }
 
+/* The gather of an encode ended: hands the encode to the parity worker
+ * (ftc__par_on_encoded takes it back). The slot stays SEALED and pushed
+ * meanwhile, so no other encode of the stripe starts and no BEGIN reuses it. */
 static void ftc__par_encode_done(ftc_agent_t *a, ftc__rank_t *r, int s, ftc__job_t *j)
 {
     ftc__par_geo_t *g = &a->par->geo;
-    ftc__enc_t *e = &a->par->enc[j->rix];
     uint32_t local = ftc__par_local(a, r);
     char why[700] = "";
     for (int i = 0; i < j->gather->n; i++) {
@@ -1730,45 +1811,63 @@ static void ftc__par_encode_done(ftc_agent_t *a, ftc__rank_t *r, int s, ftc__job
         ftc__par_fail(a, r, s, FTC_EIO, why);
         return;
     }
-    const uint8_t *shards[FTC_PARITY_MAX];
-    uint64_t sizes[FTC_PARITY_MAX];
-    shards[g->member] = r->slot[s].base;
-    sizes[g->member] = r->size;
-    for (int i = 0; i < j->gather->n; i++) {
+    ftc__par_task_t *t = calloc(1, sizeof *t);
+    if (!t) {
+        ftc__par_fail(a, r, s, FTC_ENOMEM, "out of memory");
+        return;
+    }
+    t->rix = j->rix;
+    t->slot = s;
+    t->rank = r->rank;
+    t->local = local;
+    t->step = r->step[s];
+    t->gen = a->generation;
+    t->keep = a->committed;
+    snprintf(t->job, sizeof t->job, "%s", a->job);
+    snprintf(t->ns, sizeof t->ns, "%s", a->ns);
+    snprintf(t->slot_name, sizeof t->slot_name, "%s", r->slot[s].name);
+    t->slot_size = r->size;
+    t->geo = *g;
+    for (int i = 0; i < j->gather->n; i++) { /* the worker takes the fetched shards */
         ftc__gitem_t *it = &j->gather->it[i];
-        shards[it->member] = it->buf;
-        sizes[it->member] = it->size;
+        t->bufs[it->member] = it->buf;
+        t->sizes[it->member] = it->size;
+        it->buf = NULL;
     }
     for (int i = 0; i < g->n; i++)
-        e->ranks[i] = ftc__par_rank(a, i, local);
-    ftc_err_t err = {0};
-    ftc_shard_view_t v;
-    if (ftc_shard_open(&v, r->slot[s].base, r->size, FTC_SHARD_VERIFY, &err) ||
-        v.info.step != r->step[s]) { /* never encode a shard that does not verify (I1) */
-        ftc__par_fail(a, r, s, FTC_ECORRUPT, err.msg[0] ? err.msg : "the slot's step differs");
+        t->ranks[i] = ftc__par_rank(a, i, local);
+    ftc__par_worker_submit(a->par->worker, t);
+}
+
+/* The worker encoded a version (or failed): store the wrappers for the
+ * pushes and push every other member its parity. A task whose slot moved on
+ * meanwhile (a new layout, a failure) is dropped. */
+static void ftc__par_on_encoded(ftc_agent_t *a, ftc__par_task_t *t)
+{
+    if (t->rix < 0 || t->rix >= FTC_AGENT_MAX_RANKS)
+        return;
+    ftc__rank_t *r = &a->ranks[t->rix];
+    int s = t->slot;
+    if (!r->used || r->rank != t->rank || r->st[s] != SL_SEALED || r->step[s] != t->step ||
+        !r->pushed[s] || r->acked[s])
+        return;
+    if (t->rc) {
+        ftc__par_fail(a, r, s, t->rc, t->detail);
         return;
     }
-    for (int i = 0; i < g->n; i++) {
+    ftc__par_geo_t *g = &a->par->geo;
+    ftc__enc_t *e = &a->par->enc[t->rix];
+    for (int i = 0; i < FTC_PARITY_MAX; i++) {
         free(e->wraps[i]);
-        e->wraps[i] = NULL;
+        e->wraps[i] = t->wraps[i]; /* kept until the next encode: the pushes read them */
+        t->wraps[i] = NULL;
     }
-    uint64_t wsize[FTC_PARITY_MAX];
-    uint64_t t0 = ftc_now_ns();
-    if (ftc__par_encode(g, a->job, r->step[s], a->generation, local, shards, sizes, e->ranks,
-                        e->wraps, wsize, &err) ||
-        ftc__par_store_local(a->ns, local, e->wraps[g->member], wsize[g->member], &err)) {
-        ftc__par_fail(a, r, s, err.code ? err.code : FTC_EIO, err.msg);
-        return;
-    }
-    for (int i = 0; i < g->n; i++) {
-        ftc_shard_view_t hv;
-        ftc_shard_open(&hv, shards[i], sizes[i], 0, &err); /* opened by the encode */
-        e->heads[i] = hv.head_xxh3;
-    }
-    FTC_DEBUG("agent", "rank %u step %" PRIu64 ": parity of %d shards encoded in %.1f ms", r->rank,
-              r->step[s], g->n, (double)(ftc_now_ns() - t0) / 1e6);
+    memcpy(e->ranks, t->ranks, sizeof e->ranks);
+    memcpy(e->heads, t->heads, sizeof e->heads);
+    FTC_INFO("agent", "rank %u step %" PRIu64 ": parity of %d shards encoded in %.1f ms (parity "
+             "worker)", r->rank, t->step, g->n, t->ms);
     e->active = true;
-    e->step = r->step[s];
+    e->step = t->step;
     e->slot = s;
     e->pending = e->acked = 0;
     e->detail[0] = 0;
@@ -1782,18 +1881,32 @@ static void ftc__par_encode_done(ftc_agent_t *a, ftc__rank_t *r, int s, ftc__job
         }
         p->kind = JOB_PUSH;
         p->par = PAR_ENCODE;
-        p->rix = j->rix;
-        p->owner = FTC_PAR_OWNER(local);
-        p->step = r->step[s];
+        p->rix = t->rix;
+        p->owner = FTC_PAR_OWNER(t->local);
+        p->step = t->step;
         p->shard = e->wraps[i];
-        p->size = wsize[i];
-        p->peers[0] = g->first + (uint32_t)i;
+        p->size = t->wsizes[i];
+        p->peers[0] = g->node[i];
         p->npeers = 1;
         e->pending++;
         ftc__queue(a, p);
     }
     if (e->pending == 0) /* a group of one other member failed to allocate, or none */
         ftc__par_on_push_done(a, NULL);
+}
+
+/* Takes the parity worker's finished encodes (the eventfd woke the loop). */
+static void ftc__par_collect(ftc_agent_t *a)
+{
+    if (!a->par || !a->par->worker)
+        return;
+    ftc__par_task_t *t = ftc__par_worker_take(a->par->worker);
+    while (t) {
+        ftc__par_task_t *next = t->next;
+        ftc__par_on_encoded(a, t);
+        ftc__par_task_free(t);
+        t = next;
+    }
 }
 
 /* A parity push finished (j NULL: check the encode of every rank). Once every
@@ -1860,6 +1973,11 @@ static bool ftc__par_queue_rebuild(ftc_agent_t *a, ftc__rank_t *r)
     ftc__par_geo_t *g = &a->par->geo;
     if (r->rank / a->o.ranks_per_node != a->o.index)
         return false;
+    if (!ftc__par_resolve(a)) {
+        FTC_WARN("agent", "rank %u: no parity rebuild: the parity groups are not formed yet "
+                 "(waiting for every node's failure domain in Redis)", r->rank);
+        return false;
+    }
     uint32_t local = ftc__par_local(a, r);
     ftc__gather_t *ga = calloc(1, sizeof *ga);
     ftc__job_t *j = calloc(1, sizeof *j);
@@ -1873,7 +1991,7 @@ static bool ftc__par_queue_rebuild(ftc_agent_t *a, ftc__rank_t *r)
     ga->retry_ms = 500;
     ga->d = ftc_deadline_in_ms((uint64_t)a->o.timeout_ms);
     for (int i = 0; i < g->n; i++) {
-        uint32_t node = g->first + (uint32_t)i;
+        uint32_t node = g->node[i];
         if (i == g->member || !a->peers[node].known || !a->peers[node].alive)
             continue;
         for (int w = 0; w < 2; w++) {
@@ -1928,10 +2046,10 @@ static void ftc__par_rebuild_done(ftc_agent_t *a, ftc__rank_t *r, ftc__job_t *j)
         int s = ftc__install(r, out, osz, j->step);
         free(out);
         if (s >= 0) {
+            char gs[200];
             FTC_INFO("agent", "rank %u restored step %" PRIu64 " rebuilt from parity (%s, group of "
-                     "nodes %u..%u) in %.1f ms", r->rank, j->step,
-                     g->xor_code ? "xor" : "rs", g->first, g->first + (uint32_t)g->n - 1,
-                     (double)(ftc_now_ns() - t0) / 1e6);
+                     "%s) in %.1f ms", r->rank, j->step, g->xor_code ? "xor" : "rs",
+                     ftc__par_geo_str(g, gs, sizeof gs), (double)(ftc_now_ns() - t0) / 1e6);
             ftc__restore_done(a, r, s);
             return;
         }
@@ -1969,6 +2087,7 @@ static void ftc__par_free(ftc_agent_t *a)
 {
     if (!a->par)
         return;
+    ftc__par_worker_stop(a->par->worker);
     for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++)
         for (int k = 0; k < FTC_PARITY_MAX; k++)
             free(a->par->enc[i].wraps[k]);
@@ -2023,8 +2142,12 @@ ftc_agent_t *ftc_agent_start(const ftc_agent_options_t *o, ftc_err_t *err)
             ftc_err_set(err, FTC_ENOMEM, "agent: out of memory");
             goto fail;
         }
-        if (ftc__par_geometry(&o->redundancy, o->nodes, o->index, &a->par->geo, err))
+        /* index order; with a failure domain the groups are formed once every
+         * node's domain is known (ftc__par_resolve) */
+        if (ftc__par_geometry(&o->redundancy, o->nodes, NULL, o->index, &a->par->geo, err))
             goto fail;
+        a->par->resolved = !a->domain[0];
+        a->par->resolve_by_ns = ftc_now_ns() + (uint64_t)o->timeout_ms * 1000000ull;
         if ((uint64_t)o->nodes * o->ranks_per_node >= FTC_PAR_OWNER_BIT) {
             ftc_err_set(err, FTC_ECONFIG, "parity groups support worlds below 2^31 ranks");
             goto fail;
@@ -2105,19 +2228,23 @@ ftc_agent_t *ftc_agent_start(const ftc_agent_options_t *o, ftc_err_t *err)
         ftc_err_errno(err, errno, "eventfd");
         goto fail;
     }
+    if (a->par && !(a->par->worker = ftc__par_worker_start(a->evfd, err)))
+        goto fail;
     if (pthread_create(&a->repl_tid, NULL, ftc__repl_main, a) != 0) {
         ftc_err_set(err, FTC_ENOMEM, "agent: cannot start the replication thread");
         goto fail;
     }
     a->repl_started = true;
     ftc__refresh_peers(a);
-    if (a->par) {
-        char red[32];
-        FTC_INFO("agent", "redundancy %s: parity group of nodes %u..%u (%d data + %d parity "
+    if (a->par && a->par->resolved) {
+        char red[32], gs[200];
+        FTC_INFO("agent", "redundancy %s: parity group of %s (%d data + %d parity "
                  "chunks per row, memory x%.2f)",
-                 ftc_redundancy_str(&o->redundancy, red, sizeof red), a->par->geo.first,
-                 a->par->geo.first + (uint32_t)a->par->geo.n - 1, a->par->geo.d, a->par->geo.m,
+                 ftc_redundancy_str(&o->redundancy, red, sizeof red),
+                 ftc__par_geo_str(&a->par->geo, gs, sizeof gs), a->par->geo.d, a->par->geo.m,
                  (double)a->par->geo.n / a->par->geo.d);
+    } else if (a->par) {
+        ftc__par_resolve(a); /* every node's domain may be in Redis already (a restart) */
     }
     FTC_INFO("agent", "node %u (%s) of job %s: generation %" PRIu64 ", world %u, socket %s", o->index,
              a->node_id, a->job, a->generation, a->world, a->sock);
@@ -2193,6 +2320,10 @@ void ftc_agent_stop(ftc_agent_t *a)
     t[0] = ftc_now_ns();
     if (a->repl_started)
         pthread_join(a->repl_tid, NULL);
+    if (a->par) { /* it writes to the eventfd closed below */
+        ftc__par_worker_stop(a->par->worker);
+        a->par->worker = NULL;
+    }
     t[1] = ftc_now_ns();
     ftc__persister_stop(a->pw); /* waits for a running write: it reads the slots closed below */
     a->pw = NULL;
@@ -2232,7 +2363,7 @@ void ftc_agent_stop(ftc_agent_t *a)
     ftc_detector_stop(a->det, true);
     t[4] = ftc_now_ns();
     if (t[4] - t[0] > 2000000000ull) /* where a slow stop spent its time */
-        FTC_WARN("agent", "stopping took %" PRIu64 " ms: replication thread %" PRIu64
+        FTC_WARN("agent", "stopping took %" PRIu64 " ms: replication (and parity) threads %" PRIu64
                  " ms, persist thread %" PRIu64 " ms, endpoint %" PRIu64 " ms, detector %"
                  PRIu64 " ms", (t[4] - t[0]) / 1000000, (t[1] - t[0]) / 1000000,
                  (t[2] - t[1]) / 1000000, (t[3] - t[2]) / 1000000, (t[4] - t[3]) / 1000000);

@@ -22,7 +22,8 @@
  * index) and runs a failure detector (detect/detector.h) for its node.
  *
  * Threads: the control loop (ftc_agent_run's caller), the replication
- * thread (owns the fabric endpoint), the persist thread, the detector's two.
+ * thread (owns the fabric endpoint), the persist thread, the parity worker
+ * (parity encodes, xor / rs only), the detector's two.
  */
 #ifndef FTC_CKPT_AGENT_H
 #define FTC_CKPT_AGENT_H
@@ -50,7 +51,8 @@ typedef struct ftc_agent_options {
     uint32_t nodes;             /* agents in the job */
     uint32_t ranks_per_node;    /* local ranks; world = nodes x ranks_per_node */
     const char *node_id;        /* "" = "node<index>" */
-    const char *domain;         /* failure-domain label ("" = own domain) */
+    const char *domain;         /* failure-domain label ("" = own domain): replicas and
+                                   parity groups avoid sharing one (docs/agent.md) */
     ftc_redis_url_t redis;      /* the job's Redis */
     ftc_redundancy_t redundancy; /* k replicas, xor:g or rs:g+m */
     const char *provider;       /* libfabric provider; NULL = FI_PROVIDER or tcp;ofi_rxm */

@@ -5,23 +5,67 @@
 
 #include "ckpt/shard.h"
 #include "ckpt/slot.h"
+#include "core/hash.h"
 #include "core/log.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #define PAR_MAGIC 0x3152415043544646ull /* "FFTCPAR1" */
 #define META_FIXED 10
 #define META_LEN(n) (META_FIXED + 3 * (uint64_t)(n))
 
-int ftc__par_geometry(const ftc_redundancy_t *red, uint32_t nodes, uint32_t index,
-                      ftc__par_geo_t *geo, ftc_err_t *err)
+/* Most members of one domain among the n nodes of list (0 without domains;
+ * "" is a domain of its own); *who gets a member of it. */
+static int dom_count(const char *const *domains, const uint32_t *list, int n, uint32_t *who)
+{
+    int best = 0;
+    *who = list[0];
+    if (!domains)
+        return 0;
+    for (int i = 0; i < n; i++) {
+        const char *di = domains[list[i]] ? domains[list[i]] : "";
+        int c = 1;
+        for (int k = 0; k < n && di[0]; k++)
+            if (k != i && domains[list[k]] && !strcmp(di, domains[list[k]]))
+                c++;
+        if (c > best)
+            best = c, *who = list[i];
+    }
+    return best;
+}
+
+typedef struct dnode {
+    const char *dom;
+    uint32_t idx;
+} dnode_t;
+
+static int by_domain(const void *x, const void *y)
+{
+    const dnode_t *a = x, *b = y;
+    int c = strcmp(a->dom, b->dom);
+    return c ? c : (a->idx > b->idx) - (a->idx < b->idx);
+}
+
+static int by_index(const void *x, const void *y)
+{
+    uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
+    return (a > b) - (a < b);
+}
+
+int ftc__par_geometry(const ftc_redundancy_t *red, uint32_t nodes, const char *const *domains,
+                      uint32_t index, ftc__par_geo_t *geo, ftc_err_t *err)
 {
     memset(geo, 0, sizeof *geo);
     if (red->kind != FTC_RED_XOR && red->kind != FTC_RED_RS)
         return ftc_err_set(err, FTC_EINVAL, "parity geometry of a replica redundancy");
+    if (index >= nodes)
+        return ftc_err_set(err, FTC_EINVAL, "parity geometry: node %u of %u", index, nodes);
     int m = red->kind == FTC_RED_XOR ? 1 : red->m;
     int size = red->g + m;
     if (red->g < 1 || m < 1 || size > FTC_PARITY_MAX)
@@ -30,28 +74,89 @@ int ftc__par_geometry(const ftc_redundancy_t *red, uint32_t nodes, uint32_t inde
     uint32_t groups = nodes / (uint32_t)size;
     if (groups == 0)
         groups = 1; /* fewer nodes than one group: one group of all of them */
+    /* index order: the sizes of every group are checked here (domain order
+     * spreads the leftover, so its groups are never larger) */
     uint32_t gi = index / (uint32_t)size;
     if (gi >= groups)
         gi = groups - 1; /* leftover nodes join the last group */
-    geo->first = gi * (uint32_t)size;
-    uint32_t n = gi == groups - 1 ? nodes - geo->first : (uint32_t)size;
+    uint32_t first = gi * (uint32_t)size;
+    uint32_t n = gi == groups - 1 ? nodes - first : (uint32_t)size;
+    uint32_t last_n = nodes - (groups - 1) * (uint32_t)size;
     if (n <= (uint32_t)m)
         return ftc_err_set(err, FTC_ECONFIG,
                            "redundancy %s needs more than %d nodes per parity group, the job has "
                            "%u node(s): use more nodes or replicas (--redundancy K)",
                            red->kind == FTC_RED_XOR ? "xor" : "rs", m, nodes);
-    if (n > FTC_PARITY_MAX)
+    if (last_n > FTC_PARITY_MAX)
         return ftc_err_set(err, FTC_ECONFIG,
                            "parity group of nodes %u..%u has %u members (the leftover of %u nodes "
                            "joined it), above the %d a code supports: choose G+M dividing the "
                            "node count",
-                           geo->first, geo->first + n - 1, n, nodes, FTC_PARITY_MAX);
+                           (groups - 1) * (uint32_t)size, nodes - 1, last_n, nodes,
+                           FTC_PARITY_MAX);
     geo->n = (int)n;
+    for (uint32_t i = 0; i < n; i++)
+        geo->node[i] = first + i;
+    /* domain order when index order puts more than m members of one domain
+     * in some group */
+    bool stripe = false;
+    if (domains)
+        for (uint32_t g = 0; g < groups && !stripe; g++) {
+            uint32_t list[FTC_PARITY_MAX], f = g * (uint32_t)size, who;
+            uint32_t gn = g == groups - 1 ? nodes - f : (uint32_t)size;
+            for (uint32_t i = 0; i < gn; i++)
+                list[i] = f + i;
+            stripe = dom_count(domains, list, (int)gn, &who) > m;
+        }
+    if (stripe) {
+        dnode_t *order = malloc(nodes * sizeof *order);
+        if (!order)
+            return ftc_err_set(err, FTC_ENOMEM, "parity geometry: out of memory");
+        for (uint32_t i = 0; i < nodes; i++)
+            order[i] = (dnode_t){domains[i] ? domains[i] : "", i};
+        qsort(order, nodes, sizeof *order, by_domain);
+        uint32_t pos = 0;
+        while (order[pos].idx != index)
+            pos++;
+        gi = pos % groups;
+        n = 0;
+        for (uint32_t q = gi; q < nodes; q += groups)
+            geo->node[n++] = order[q].idx;
+        free(order);
+        qsort(geo->node, n, sizeof geo->node[0], by_index);
+        geo->n = (int)n;
+        geo->by_domain = true;
+    }
+    geo->first = geo->node[0];
     geo->m = m;
-    geo->d = (int)n - m;
-    geo->member = (int)(index - geo->first);
+    geo->d = geo->n - m;
+    for (int i = 0; i < geo->n; i++)
+        if (geo->node[i] == index)
+            geo->member = i;
     geo->xor_code = red->kind == FTC_RED_XOR;
+    geo->dom_max = dom_count(domains, geo->node, geo->n, &geo->dom_node);
     return 0;
+}
+
+const char *ftc__par_geo_str(const ftc__par_geo_t *geo, char *buf, size_t cap)
+{
+    bool run = true;
+    for (int i = 1; i < geo->n; i++)
+        run = run && geo->node[i] == geo->node[0] + (uint32_t)i;
+    if (run) {
+        snprintf(buf, cap, "nodes %u..%u", geo->node[0], geo->node[0] + (uint32_t)geo->n - 1);
+        return buf;
+    }
+    size_t l = (size_t)snprintf(buf, cap, "nodes ");
+    for (int i = 0; i < geo->n && l < cap; i++)
+        l += (size_t)snprintf(buf + l, cap - l, "%s%u", i ? "," : "", geo->node[i]);
+    return buf;
+}
+
+/* Identifies the group's node list in parity.meta. */
+static uint64_t group_id(const ftc__par_geo_t *g)
+{
+    return ftc_xxh3(g->node, (size_t)g->n * sizeof g->node[0]);
 }
 
 /* Row of member i's chunk t; the member at data position t of row r. */
@@ -79,8 +184,9 @@ int ftc__par_encode(const ftc__par_geo_t *geo, const char *job, uint64_t step, u
 {
     int n = geo->n, m = geo->m, d = geo->d;
     uint64_t mx = 0, heads[FTC_PARITY_MAX];
+    for (int i = 0; i < n; i++)
+        wraps[i] = NULL; /* every one, before an early return */
     for (int i = 0; i < n; i++) {
-        wraps[i] = NULL;
         ftc_shard_view_t v;
         if (ftc_shard_open(&v, shards[i], sizes[i], 0, err) != 0)
             return err->code;
@@ -133,7 +239,7 @@ int ftc__par_encode(const ftc__par_geo_t *geo, const char *job, uint64_t step, u
         }
         if (!rc) {
             meta[0] = PAR_MAGIC, meta[1] = (uint64_t)n, meta[2] = (uint64_t)m;
-            meta[3] = (uint64_t)d, meta[4] = C, meta[5] = (uint64_t)h, meta[6] = geo->first;
+            meta[3] = (uint64_t)d, meta[4] = C, meta[5] = (uint64_t)h, meta[6] = group_id(geo);
             meta[7] = local, meta[8] = step, meta[9] = geo->xor_code;
             for (int i = 0; i < n; i++) {
                 meta[META_FIXED + 3 * i] = ranks[i];
@@ -205,8 +311,8 @@ int ftc__par_rebuild(const ftc__par_geo_t *geo, uint64_t step, uint32_t local, i
      * most surviving data shards (all wrappers of one encode agree) */
     const uint64_t *ref = NULL;
     uint64_t ref_len = 0;
-    int ref_score = -1, wrappers_ok = 0;
-    char notes[400] = "";
+    int ref_score = -1;
+    char notes[400] = "", gs[200];
     for (int h = 0; h < n; h++) {
         const uint64_t *mt;
         uint64_t ml;
@@ -214,9 +320,8 @@ int ftc__par_rebuild(const ftc__par_geo_t *geo, uint64_t step, uint32_t local, i
         if (!wrap_meta(wraps[h], wsizes[h], step, &mt, &ml, &v))
             continue;
         if (mt[1] != (uint64_t)n || mt[2] != (uint64_t)m || mt[3] != (uint64_t)d ||
-            mt[5] != (uint64_t)h || mt[6] != geo->first || mt[7] != local || mt[8] != step)
+            mt[5] != (uint64_t)h || mt[6] != group_id(geo) || mt[7] != local || mt[8] != step)
             continue;
-        wrappers_ok++;
         int score = 0;
         for (int i = 0; i < n; i++) {
             ftc_shard_view_t dv;
@@ -231,8 +336,8 @@ int ftc__par_rebuild(const ftc__par_geo_t *geo, uint64_t step, uint32_t local, i
     }
     if (!ref)
         return ftc_err_set(err, FTC_ENOENT,
-                           "no verified parity of step %" PRIu64 " (nodes %u..%u, local %u)", step,
-                           geo->first, geo->first + (uint32_t)n - 1, local);
+                           "no verified parity of step %" PRIu64 " (%s, local %u)", step,
+                           ftc__par_geo_str(geo, gs, sizeof gs), local);
     uint64_t C = ref[4];
     uint64_t want = ref[META_FIXED + 3 * lost + 1], want_head = ref[META_FIXED + 3 * lost + 2];
     if (C == 0 || C % 64 || C > (1ull << 40) || want > C * (uint64_t)d)
@@ -297,7 +402,7 @@ int ftc__par_rebuild(const ftc__par_geo_t *geo, uint64_t step, uint32_t local, i
                 if (who != lost) {
                     size_t ml = strlen(missing);
                     snprintf(missing + ml, sizeof missing - ml, "%s%s of node %u",
-                             ml ? ", " : "", k < d ? "data" : "parity", geo->first + (uint32_t)who);
+                             ml ? ", " : "", k < d ? "data" : "parity", geo->node[who]);
                 }
             }
         }
@@ -322,7 +427,7 @@ int ftc__par_rebuild(const ftc__par_geo_t *geo, uint64_t step, uint32_t local, i
             rc = ftc_err_set(err, FTC_ECORRUPT,
                              "the shard of node %u rebuilt from parity does not verify against "
                              "its recorded checksum: %s",
-                             geo->first + (uint32_t)lost,
+                             geo->node[lost],
                              e.msg[0] ? e.msg : "head checksum or step differs");
     }
 out:
@@ -338,12 +443,16 @@ out:
 }
 
 int ftc__par_store_local(const char *ns, uint32_t local, const uint8_t *wrap, uint64_t size,
-                         ftc_err_t *err)
+                         int64_t keep, ftc_err_t *err)
 {
-    /* write the slot that does not hold the newest wrapper (I3) */
+    /* write the slot that does not hold the newest wrapper (I3), and never
+     * the one holding step `keep` (the committed version: when the version
+     * after it was encoded but not committed, the newest wrapper is that
+     * one's and the committed one's is the older) */
     int target = 0;
     uint64_t newest = 0;
     bool any = false;
+    int64_t held[2] = {-1, -1};
     char name[2][FTC_SLOT_NAME_MAX];
     for (int i = 0; i < 2; i++) {
         if (ftc_slot_name(ns, FTC_PAR_OWNER(local), i, name[i], sizeof name[i], err))
@@ -355,19 +464,197 @@ int ftc__par_store_local(const char *ns, uint32_t local, const uint8_t *wrap, ui
         ftc_shard_view_t v;
         uint64_t total;
         if (ftc_shard_peek_size(s.base, s.size, &total, &e) == 0 && total <= s.size &&
-            ftc_shard_open(&v, s.base, total, 0, &e) == 0 && (!any || v.info.step > newest)) {
-            any = true;
-            newest = v.info.step;
-            target = 1 - i;
+            ftc_shard_open(&v, s.base, total, 0, &e) == 0) {
+            held[i] = (int64_t)v.info.step;
+            if (!any || v.info.step > newest) {
+                any = true;
+                newest = v.info.step;
+                target = 1 - i;
+            }
         }
         ftc_slot_close(&s);
     }
+    if (keep >= 0 && held[target] == keep && held[1 - target] != keep)
+        target = 1 - target;
     ftc_slot_t s;
     if (ftc_slot_create(name[target], size, &s, err))
         return err->code;
     memcpy(s.base, wrap, size);
     ftc_slot_close(&s);
     return 0;
+}
+
+/* ---- the parity worker ------------------------------------------------------ */
+
+struct ftc__par_worker {
+    pthread_t tid;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    ftc__par_task_t *todo, *done; /* todo FIFO; done newest first */
+    bool stop;
+    int evfd;
+};
+
+void ftc__par_task_free(ftc__par_task_t *t)
+{
+    if (!t)
+        return;
+    for (int i = 0; i < FTC_PARITY_MAX; i++) {
+        free(t->bufs[i]);
+        free(t->wraps[i]);
+    }
+    free(t);
+}
+
+void ftc__par_task_run(ftc__par_task_t *t)
+{
+    uint64_t t0 = ftc_now_ns();
+    ftc__par_geo_t *g = &t->geo;
+    ftc_err_t err = {0};
+    ftc_slot_t sl;
+    memset(&sl, 0, sizeof sl);
+    sl.fd = -1;
+    t->rc = 0;
+    t->detail[0] = 0;
+    if (ftc_slot_open(t->slot_name, false, &sl, &err) == 0 && sl.size < t->slot_size)
+        ftc_err_set(&err, FTC_ECORRUPT, "slot %s holds %" PRIu64 " bytes, not %" PRIu64,
+                    t->slot_name, sl.size, t->slot_size);
+    ftc_shard_view_t v;
+    if (!err.code && (ftc_shard_open(&v, sl.base, t->slot_size, FTC_SHARD_VERIFY, &err) == 0) &&
+        v.info.step != t->step) /* never encode a shard that does not verify (I1) */
+        ftc_err_set(&err, FTC_ECORRUPT, "the slot holds step %" PRIu64 ", not %" PRIu64,
+                    v.info.step, t->step);
+    if (!err.code) {
+        const uint8_t *shards[FTC_PARITY_MAX];
+        for (int i = 0; i < g->n; i++)
+            shards[i] = i == g->member ? sl.base : t->bufs[i];
+        uint64_t sizes[FTC_PARITY_MAX];
+        memcpy(sizes, t->sizes, sizeof sizes);
+        sizes[g->member] = t->slot_size;
+        if (ftc__par_encode(g, t->job, t->step, t->gen, t->local, shards, sizes, t->ranks,
+                            t->wraps, t->wsizes, &err) == 0 &&
+            ftc__par_store_local(t->ns, t->local, t->wraps[g->member], t->wsizes[g->member],
+                                 t->keep, &err) == 0) {
+            for (int i = 0; i < g->n; i++) {
+                ftc_shard_view_t hv;
+                ftc_err_t e = {0};
+                ftc_shard_open(&hv, shards[i], sizes[i], 0, &e); /* opened by the encode */
+                t->heads[i] = hv.head_xxh3;
+            }
+        }
+    }
+    ftc_slot_close(&sl);
+    if (err.code) {
+        t->rc = err.code;
+        snprintf(t->detail, sizeof t->detail, "%s", err.msg[0] ? err.msg : ftc_strerror(err.code));
+        for (int i = 0; i < FTC_PARITY_MAX; i++) {
+            free(t->wraps[i]);
+            t->wraps[i] = NULL;
+        }
+    }
+    for (int i = 0; i < FTC_PARITY_MAX; i++) { /* the gathered shards are not needed any more */
+        free(t->bufs[i]);
+        t->bufs[i] = NULL;
+    }
+    t->ms = (double)(ftc_now_ns() - t0) / 1e6;
+}
+
+static void *worker_main(void *arg)
+{
+    ftc__par_worker_t *w = arg;
+    pthread_mutex_lock(&w->mu);
+    while (!w->stop) {
+        ftc__par_task_t *t = w->todo;
+        if (!t) {
+            /* woken by submit or stop; the timeout only bounds a lost wakeup */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 200000000L;
+            if (ts.tv_nsec >= 1000000000L)
+                ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+            pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+            continue;
+        }
+        w->todo = t->next;
+        pthread_mutex_unlock(&w->mu);
+        ftc__par_task_run(t);
+        pthread_mutex_lock(&w->mu);
+        t->next = w->done;
+        w->done = t;
+        uint64_t one = 1;
+        ssize_t wr = write(w->evfd, &one, sizeof one);
+        (void)wr;
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+ftc__par_worker_t *ftc__par_worker_start(int evfd, ftc_err_t *err)
+{
+    ftc__par_worker_t *w = calloc(1, sizeof *w);
+    if (!w) {
+        ftc_err_set(err, FTC_ENOMEM, "parity worker: out of memory");
+        return NULL;
+    }
+    w->evfd = evfd;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    if (pthread_create(&w->tid, NULL, worker_main, w) != 0) {
+        pthread_cond_destroy(&w->cv);
+        pthread_mutex_destroy(&w->mu);
+        free(w);
+        ftc_err_set(err, FTC_ENOMEM, "agent: cannot start the parity worker thread");
+        return NULL;
+    }
+    return w;
+}
+
+void ftc__par_worker_submit(ftc__par_worker_t *w, ftc__par_task_t *t)
+{
+    pthread_mutex_lock(&w->mu);
+    t->next = NULL;
+    ftc__par_task_t **p = &w->todo;
+    while (*p)
+        p = &(*p)->next;
+    *p = t;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+ftc__par_task_t *ftc__par_worker_take(ftc__par_worker_t *w)
+{
+    pthread_mutex_lock(&w->mu);
+    ftc__par_task_t *d = w->done, *out = NULL;
+    w->done = NULL;
+    pthread_mutex_unlock(&w->mu);
+    while (d) { /* reverse: oldest first */
+        ftc__par_task_t *t = d;
+        d = t->next;
+        t->next = out;
+        out = t;
+    }
+    return out;
+}
+
+void ftc__par_worker_stop(ftc__par_worker_t *w)
+{
+    if (!w)
+        return;
+    pthread_mutex_lock(&w->mu);
+    w->stop = true;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->tid, NULL);
+    ftc__par_task_t *lists[2] = {w->todo, w->done};
+    for (int l = 0; l < 2; l++)
+        while (lists[l]) {
+            ftc__par_task_t *t = lists[l];
+            lists[l] = t->next;
+            ftc__par_task_free(t);
+        }
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    free(w);
 }
 
 /* ---- gather ------------------------------------------------------------------ */
@@ -381,8 +668,15 @@ bool ftc__gather_poll(ftc_repl_t *r, ftc__gather_t *g, bool broken)
         if (it->done)
             continue;
         if (it->started) {
-            ftc_repl_status_t st;
-            if (!broken && ftc_repl_status(r, it->x, &st) == 0 && st.done) {
+            ftc_repl_status_t st = {0};
+            int sr = broken ? 0 : ftc_repl_status(r, it->x, &st);
+            if (sr) { /* an unknown transfer would never finish: count it failed */
+                memset(&st, 0, sizeof st);
+                st.done = true;
+                st.rc = sr;
+                snprintf(st.detail, sizeof st.detail, "the transfer's status is unavailable");
+            }
+            if (!broken && st.done) {
                 it->rc = st.rc;
                 snprintf(it->detail, sizeof it->detail, "%s", st.detail);
                 if (st.rc == 0)

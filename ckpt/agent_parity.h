@@ -2,13 +2,23 @@
  * agent_parity.h — internal to the agent (ckpt/agent.c): parity groups for
  * `redundancy = xor:G` and `rs:G+M` (docs/agent.md, "Parity groups").
  *
- * Geometry. Nodes form groups of N = G+M consecutive node indices
- * ([0, N), [N, 2N), ...); when nodes % N != 0 the leftover nodes join the
- * last group (so every group has at least N members and tolerates M
- * losses); a job with fewer than N nodes is one group of all of them, which
- * must still have more than M members. The ranks of one local index l
- * (rank = node * ranks_per_node + l) on the n members of a group form one
- * stripe set; local indices are independent.
+ * Geometry. A job of `nodes` nodes has max(1, nodes / N) groups, N = G+M.
+ * Index order (no failure domains, or domains that index order already
+ * respects): groups of N consecutive node indices ([0, N), [N, 2N), ...);
+ * when nodes % N != 0 the leftover nodes join the last group (so every
+ * group has at least N members and tolerates M losses); a job with fewer
+ * than N nodes is one group of all of them, which must still have more than
+ * M members. Domain order (failure domains given, and index order would put
+ * more than M members of one domain in a group): the nodes sorted by
+ * (domain, index) are dealt round-robin into the groups, so each group gets
+ * floor or ceil(c / groups) of a domain of c nodes — the least possible, so
+ * no group holds more than M members of one domain whenever any grouping
+ * with this group count can (every c <= M x groups). A node without a
+ * domain ("") is a domain of its own. Members of a group are in ascending
+ * node index; the group is a pure function of (redundancy, nodes, domains),
+ * so agents that see the same domains form the same groups. The ranks of
+ * one local index l (rank = node * ranks_per_node + l) on the n members of
+ * a group form one stripe set; local indices are independent.
  *
  * Layout (SCR-style distributed parity). Each member's shard, zero-padded
  * to the group's block length L = d * C (d = n - M data chunks per row, C a
@@ -23,13 +33,15 @@
  * Every parity block a member holds travels and is stored as one sealed
  * shard (the "wrapper": tensors parity.meta and parity.0..M-1, the wrapper
  * step = the version's step) under the synthetic owner id
- * FTC_PAR_OWNER(l). Its parity.meta records the geometry and, for every
+ * FTC_PAR_OWNER(l). Its parity.meta records the geometry (with a hash of
+ * the group's node list) and, for every
  * member, its rank, real shard size and head checksum: a rebuild uses only
  * wrappers and data shards of exactly that version, and verifies every
  * rebuilt shard against its recorded checksum before it is used (I1).
  *
  * Pure functions (geometry, encode, rebuild) are thread-safe; a gather is
- * driven by the replication thread only.
+ * driven by the replication thread only; an encode runs on the parity
+ * worker (ftc__par_worker_*), off the agent's control loop.
  */
 #ifndef FTC_CKPT_AGENT_PARITY_H
 #define FTC_CKPT_AGENT_PARITY_H
@@ -40,23 +52,34 @@
 #include "core/err.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define FTC_PAR_OWNER_BIT 0x80000000u
 #define FTC_PAR_OWNER(l) (FTC_PAR_OWNER_BIT | (uint32_t)(l))
 
 typedef struct ftc__par_geo {
-    uint32_t first;  /* first node of the group */
+    uint32_t first;  /* lowest node of the group (node[0]) */
     int n;           /* members */
     int m, d;        /* parity and data chunks per row (d = n - m) */
     int member;      /* this node's index in the group */
     bool xor_code;
+    uint32_t node[FTC_PARITY_MAX]; /* member -> node index, ascending */
+    bool by_domain;  /* domain order (else index order) */
+    int dom_max;     /* most members of one domain in this group (0 without domains) */
+    uint32_t dom_node; /* a member of that domain */
 } ftc__par_geo_t;
 
-/* The group of node `index`. FTC_ECONFIG when the redundancy cannot be
- * honoured with `nodes` nodes (too few, or a group above FTC_PARITY_MAX). */
-int ftc__par_geometry(const ftc_redundancy_t *red, uint32_t nodes, uint32_t index,
-                      ftc__par_geo_t *geo, ftc_err_t *err);
+/* The group of node `index`. domains: NULL (index order) or `nodes` labels,
+ * "" = a domain of its own (see the geometry rule above). FTC_ECONFIG when
+ * the redundancy cannot be honoured with `nodes` nodes (too few, or a group
+ * above FTC_PARITY_MAX). A group that still holds more than M members of
+ * one domain (too few domains) is formed anyway: dom_max > m tells. */
+int ftc__par_geometry(const ftc_redundancy_t *red, uint32_t nodes, const char *const *domains,
+                      uint32_t index, ftc__par_geo_t *geo, ftc_err_t *err);
+
+/* "nodes 3..5" or "nodes 0,2,4" into buf; returns buf. */
+const char *ftc__par_geo_str(const ftc__par_geo_t *geo, char *buf, size_t cap);
 
 /* Encodes one version: shards[i] (sizes[i] bytes, sealed, verified by the
  * caller) is member i's shard of `step`; ranks[i] its rank. On success
@@ -77,10 +100,58 @@ int ftc__par_rebuild(const ftc__par_geo_t *geo, uint64_t step, uint32_t local, i
 
 /* Stores this node's own wrapper in its shm slot
  * ftc_slot_name(ns, FTC_PAR_OWNER(l), 0|1), double-buffered (the slot not
- * holding the newest wrapper is written), where ftc_repl_serve_local finds
- * it. */
+ * holding the newest wrapper is written, unless that one holds step `keep`,
+ * the newest committed step, -1 = none: then the other), where
+ * ftc_repl_serve_local finds it. */
 int ftc__par_store_local(const char *ns, uint32_t local, const uint8_t *wrap, uint64_t size,
-                         ftc_err_t *err);
+                         int64_t keep, ftc_err_t *err);
+
+/* ---- the parity worker: encodes off the control loop ---------------------------- */
+
+/* One encode: the control loop fills the inputs and submits it; the worker
+ * maps the encoder's own slot by name (its own mapping: the control loop may
+ * unmap or replace its slots meanwhile), verifies it (every tensor checksum,
+ * the step: I1), encodes, stores this node's own wrapper
+ * (ftc__par_store_local) and hands the task back. */
+typedef struct ftc__par_task {
+    struct ftc__par_task *next;
+    /* in */
+    int rix, slot;               /* the rank's index in the agent and its slot */
+    uint32_t rank, local;
+    uint64_t step, gen;
+    char job[64], ns[96];
+    char slot_name[128];         /* the encoder's own slot (FTC_SLOT_NAME_MAX) */
+    uint64_t slot_size;          /* its shard size */
+    int64_t keep;                /* the newest committed step (ftc__par_store_local) */
+    ftc__par_geo_t geo;
+    uint8_t *bufs[FTC_PARITY_MAX]; /* the other members' shards (owned; own member NULL) */
+    uint64_t sizes[FTC_PARITY_MAX];
+    uint32_t ranks[FTC_PARITY_MAX];
+    /* out */
+    int rc;
+    char detail[256];
+    uint8_t *wraps[FTC_PARITY_MAX]; /* member i's wrapper (owned until taken) */
+    uint64_t wsizes[FTC_PARITY_MAX];
+    uint64_t heads[FTC_PARITY_MAX]; /* every member's head checksum */
+    double ms;                   /* verify + encode + store */
+} ftc__par_task_t;
+
+typedef struct ftc__par_worker ftc__par_worker_t;
+
+/* Starts the worker thread; it writes 1 to evfd (an eventfd) after each
+ * finished task. NULL with err (FTC_ENOMEM) when it cannot start. */
+ftc__par_worker_t *ftc__par_worker_start(int evfd, ftc_err_t *err);
+/* Queues t (FIFO); the worker owns it until it is taken back. */
+void ftc__par_worker_submit(ftc__par_worker_t *w, ftc__par_task_t *t);
+/* The finished tasks (a list through next, oldest first), NULL when none. */
+ftc__par_task_t *ftc__par_worker_take(ftc__par_worker_t *w);
+/* Finishes the running task, drops the queued and finished ones, joins. NULL
+ * is a no-op. Call before evfd is closed. */
+void ftc__par_worker_stop(ftc__par_worker_t *w);
+/* Frees a task with its buffers and wrappers. NULL is a no-op. */
+void ftc__par_task_free(ftc__par_task_t *t);
+/* Runs one task on the calling thread (what the worker does). */
+void ftc__par_task_run(ftc__par_task_t *t);
 
 /* ---- gathering shards over the replication engine (replication thread) ---- */
 

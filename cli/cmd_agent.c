@@ -30,7 +30,8 @@ static const char ftc__agent_help[] =
     "  --index I              this node's index (default: FTC_NODE_RANK, NODE_RANK, 0)\n"
     "  --ranks-per-node R     local ranks (default 1); world = N x R\n"
     "  --node-id ID           name in status and events (default node<I>)\n"
-    "  --domain LABEL         failure domain: replicas avoid nodes with the same label\n"
+    "  --domain LABEL         failure domain: replicas avoid nodes with the same label,\n"
+    "                         parity groups spread over the labels (set it on every node)\n"
     "  --persist-every M      persist every M commits (default: the persist.every setting)\n"
     "Settings used: redundancy, checkpoint.busy, fabric.provider, agent.timeout_ms,\n"
     "persist.* (persist.dir enables the persist tier), redis.url, job.id, job.dir.\n";

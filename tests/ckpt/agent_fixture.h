@@ -49,6 +49,7 @@ typedef struct env {
     int nodes;
     char redundancy[16];
     int persist_every;
+    char domain[MAXN][16];  /* --domain of each agent ("" = none); set before start_agent */
 } env_t;
 
 static inline const char *bindir(void)
@@ -89,9 +90,17 @@ static inline void start_agent(env_t *e, int i)
         snprintf(every, sizeof every, "%d", e->persist_every);
         setenv("FTC_REDIS_URL", e->url, 1);
         setenv("FI_PROVIDER", "tcp;ofi_rxm", 1);
-        execl(bin, bin, "agent", "--nodes", nodes, "--index", idx, "--job", e->job, "--job-dir",
-              e->jobdir, "--redundancy", e->redundancy, "--persist-dir", e->persist,
-              "--persist-every", every, "--agent-timeout-ms", AGENT_FIXTURE_TIMEOUT_MS, (char *)NULL);
+        char *argv[32] = {bin, "agent", "--nodes", nodes, "--index", idx, "--job", e->job,
+                          "--job-dir", e->jobdir, "--redundancy", e->redundancy,
+                          "--persist-dir", e->persist, "--persist-every", every,
+                          "--agent-timeout-ms", AGENT_FIXTURE_TIMEOUT_MS};
+        int argc = 18;
+        if (e->domain[i][0]) {
+            argv[argc++] = "--domain";
+            argv[argc++] = e->domain[i];
+        }
+        argv[argc] = NULL;
+        execv(bin, argv);
         _exit(127);
     }
     e->agent[i] = pid;
@@ -99,7 +108,16 @@ static inline void start_agent(env_t *e, int i)
     struct stat st;
     while (stat(sock, &st) != 0) {
         int s;
-        if (waitpid(pid, &s, WNOHANG) == pid) fail_msg("agent %d exited at start (see %s)", i, out);
+        if (waitpid(pid, &s, WNOHANG) == pid) {
+            uint8_t *buf;
+            size_t len;
+            ftc_err_t err = {0};
+            if (ftc_fs_read_file(out, 1 << 20, &buf, &len, &err) == 0) { /* gone with the tmp dir */
+                print_message("%s:\n%.*s\n", out, (int)len, (char *)buf);
+                free(buf);
+            }
+            fail_msg("agent %d exited at start (status 0x%x, log above)", i, s);
+        }
         if (ftc_deadline_expired(d)) fail_msg("agent %d did not open its socket", i);
         ftc_sleep_ms(20);
     }
@@ -235,7 +253,17 @@ static inline void restore_rank(env_t *e, int r, const char *expect)
     assert_true(said(out, expect));
 }
 
+/* Like setup_env, with agent i in failure domain domains[i] (NULL: none). */
+static inline env_t *setup_env_domains(redis_fixture_t *f, int nodes, const char *red,
+                                       int persist_every, const char *const *domains);
+
 static inline env_t *setup_env(redis_fixture_t *f, int nodes, const char *red, int persist_every)
+{
+    return setup_env_domains(f, nodes, red, persist_every, NULL);
+}
+
+static inline env_t *setup_env_domains(redis_fixture_t *f, int nodes, const char *red,
+                                       int persist_every, const char *const *domains)
 {
     env_t *e = calloc(1, sizeof *e);
     e->f = f;
@@ -245,6 +273,8 @@ static inline env_t *setup_env(redis_fixture_t *f, int nodes, const char *red, i
     snprintf(e->persist, sizeof e->persist, "%s/persist", f->dir);
     snprintf(e->redundancy, sizeof e->redundancy, "%s", red);
     e->persist_every = persist_every;
+    for (int i = 0; domains && i < nodes; i++)
+        snprintf(e->domain[i], sizeof e->domain[i], "%s", domains[i] ? domains[i] : "");
     mkdir(e->jobdir, 0700);
     read_url(e);
     for (int i = 0; i < nodes; i++)

@@ -10,14 +10,25 @@
  *     killed, its /dev/shm wiped), its rank restores bit-exact rebuilt from
  *     parity; rs:2+2 on 4 nodes, two nodes of the group lost at once, both
  *     restore; corrupted parity blocks are detected and the restore falls
- *     back to the persist tier, and without one fails naming what it tried.
+ *     back to the persist tier, and without one fails naming what it tried;
+ *   - failure domains: the grouping rule, exhaustively over small node and
+ *     domain counts (no group holds more than M members of one domain when
+ *     any grouping can avoid it, every node agrees on its group); end to end,
+ *     6 nodes xor:2 in 3 domains of 2 consecutive nodes (index order would
+ *     put both nodes of domain A in one group): both nodes of A lost at once,
+ *     every rank restores;
+ *   - encoding runs on the parity worker (the agents log its time).
  */
 #include "ftc_test.h"
 
 #include "ckpt/agent_parity.h"
 #include "ckpt/shard.h"
+#include "ckpt/slot.h"
 
-#define MAXN 5
+#include <poll.h>
+#include <sys/eventfd.h>
+
+#define MAXN 6
 #define AGENT_FIXTURE_JOB_PREFIX "apar"
 /* an encoder gathers every member's shard of a step as each seals it: on a
  * loaded 2-core machine a member can be seconds late (one CI run missed 8 s) */
@@ -48,19 +59,19 @@ static void test_geometry(void **state)
     ftc__par_geo_t g;
     assert_int_equal(ftc_redundancy_parse("xor:2", &red, &e), 0);
     /* 7 nodes, groups of 3: [0,3) and [3,7) (the leftover node joins the last) */
-    assert_int_equal(ftc__par_geometry(&red, 7, 1, &g, &e), 0);
+    assert_int_equal(ftc__par_geometry(&red, 7, NULL, 1, &g, &e), 0);
     assert_true(g.first == 0 && g.n == 3 && g.d == 2 && g.m == 1 && g.member == 1);
-    assert_int_equal(ftc__par_geometry(&red, 7, 6, &g, &e), 0);
+    assert_int_equal(ftc__par_geometry(&red, 7, NULL, 6, &g, &e), 0);
     assert_true(g.first == 3 && g.n == 4 && g.d == 3 && g.member == 3);
     /* fewer nodes than a group: one group of all; too few to tolerate a loss */
-    assert_int_equal(ftc__par_geometry(&red, 2, 1, &g, &e), 0);
+    assert_int_equal(ftc__par_geometry(&red, 2, NULL, 1, &g, &e), 0);
     assert_true(g.n == 2 && g.d == 1);
-    assert_int_equal(ftc__par_geometry(&red, 1, 0, &g, &e), FTC_ECONFIG);
+    assert_int_equal(ftc__par_geometry(&red, 1, NULL, 0, &g, &e), FTC_ECONFIG);
     assert_non_null(strstr(e.msg, "more than 1 nodes per parity group"));
     assert_int_equal(ftc_redundancy_parse("rs:2+2", &red, &e), 0);
-    assert_int_equal(ftc__par_geometry(&red, 4, 3, &g, &e), 0);
+    assert_int_equal(ftc__par_geometry(&red, 4, NULL, 3, &g, &e), 0);
     assert_true(g.n == 4 && g.d == 2 && g.m == 2 && !g.xor_code);
-    assert_int_equal(ftc__par_geometry(&red, 2, 0, &g, &e), FTC_ECONFIG);
+    assert_int_equal(ftc__par_geometry(&red, 2, NULL, 0, &g, &e), FTC_ECONFIG);
 }
 
 static void test_encode_rebuild(void **state)
@@ -70,7 +81,7 @@ static void test_encode_rebuild(void **state)
     ftc_err_t e = {0};
     assert_int_equal(ftc_redundancy_parse("rs:2+2", &red, &e), 0);
     ftc__par_geo_t g;
-    assert_int_equal(ftc__par_geometry(&red, 4, 0, &g, &e), 0);
+    assert_int_equal(ftc__par_geometry(&red, 4, NULL, 0, &g, &e), 0);
     uint8_t *sh[4];
     uint64_t sz[4];
     uint32_t ranks[4] = {0, 1, 2, 3};
@@ -143,6 +154,243 @@ static void test_encode_rebuild(void **state)
     }
 }
 
+/* The parity worker encodes what ftc__par_encode does, from the encoder's
+ * slot mapped by name; a slot that does not verify (or holds another step)
+ * gives an error and no parity (I1). Its own wrapper lands in its slot, and
+ * a later store never overwrites the wrapper of the committed step (I3). */
+static void test_worker(void **state)
+{
+    (void)state;
+    ftc_redundancy_t red;
+    ftc_err_t e = {0};
+    assert_int_equal(ftc_redundancy_parse("xor:2", &red, &e), 0);
+    ftc__par_geo_t g;
+    assert_int_equal(ftc__par_geometry(&red, 3, NULL, 1, &g, &e), 0);
+    char ns[64], sname[FTC_SLOT_NAME_MAX];
+    snprintf(ns, sizeof ns, "aparw%d.n1", (int)getpid());
+    uint8_t *sh[3];
+    uint64_t sz[3];
+    uint32_t ranks[3] = {0, 1, 2};
+    for (int i = 0; i < 3; i++)
+        sh[i] = ftc_test_make_shard(7, (uint32_t)i, 3000 + 500 * (uint64_t)i, 40 + (uint64_t)i,
+                                    &sz[i]);
+    assert_int_equal(ftc_slot_name(ns, 1, 0, sname, sizeof sname, &e), 0);
+    ftc_slot_t sl;
+    assert_int_equal(ftc_slot_create(sname, sz[1], &sl, &e), 0);
+    memcpy(sl.base, sh[1], sz[1]);
+    int evfd = eventfd(0, EFD_CLOEXEC);
+    assert_true(evfd >= 0);
+    ftc__par_worker_t *w = ftc__par_worker_start(evfd, &e);
+    assert_non_null(w);
+    for (int round = 0; round < 2; round++) { /* 0: good slot; 1: corrupted */
+        if (round == 1)
+            sl.base[sz[1] / 2] ^= 1;
+        ftc__par_task_t *t = calloc(1, sizeof *t);
+        t->rank = 1;
+        t->step = 7;
+        t->gen = 1;
+        t->keep = -1;
+        snprintf(t->job, sizeof t->job, "test-job");
+        snprintf(t->ns, sizeof t->ns, "%s", ns);
+        snprintf(t->slot_name, sizeof t->slot_name, "%s", sname);
+        t->slot_size = sz[1];
+        t->geo = g;
+        for (int i = 0; i < 3; i += 2) {
+            t->bufs[i] = malloc(sz[i]);
+            memcpy(t->bufs[i], sh[i], sz[i]);
+            t->sizes[i] = sz[i];
+        }
+        memcpy(t->ranks, ranks, sizeof ranks);
+        ftc__par_worker_submit(w, t);
+        struct pollfd pfd = {evfd, POLLIN, 0};
+        assert_int_equal(poll(&pfd, 1, 30000), 1); /* a deadline, not a timing assertion */
+        uint64_t v;
+        assert_int_equal(read(evfd, &v, sizeof v), (ssize_t)sizeof v);
+        t = ftc__par_worker_take(w);
+        assert_non_null(t);
+        assert_null(t->next);
+        if (round == 0) {
+            assert_int_equal(t->rc, 0);
+            uint8_t *ref[3];
+            uint64_t rs[3];
+            assert_int_equal(ftc__par_encode(&g, "test-job", 7, 1, 0, (const uint8_t *const *)sh,
+                                             sz, ranks, ref, rs, &e), 0);
+            for (int i = 0; i < 3; i++) {
+                assert_int_equal(t->wsizes[i], rs[i]);
+                assert_memory_equal(t->wraps[i], ref[i], rs[i]);
+                free(ref[i]);
+            }
+            printf("# parity worker: xor:2 of %llu-byte shards in %.2f ms\n",
+                   (unsigned long long)sz[2], t->ms);
+        } else {
+            assert_int_equal(t->rc, FTC_ECORRUPT);
+            for (int i = 0; i < 3; i++)
+                assert_null(t->wraps[i]);
+            print_message("corrupted slot: %s\n", t->detail);
+        }
+        ftc__par_task_free(t);
+    }
+    ftc__par_worker_stop(w);
+    close(evfd);
+    ftc_slot_close(&sl);
+    ftc_slot_unlink(sname, &e);
+    /* the double buffer: steps 1, 2 (never committed) then 3 with 1 the
+     * committed one: 3 replaces 2, not 1 */
+    char pn[2][FTC_SLOT_NAME_MAX];
+    for (int st = 1; st <= 3; st++) {
+        uint64_t n;
+        uint8_t *wr = ftc_test_make_shard((uint64_t)st, 0, 100, (uint64_t)st, &n);
+        assert_int_equal(ftc__par_store_local(ns, 0, wr, n, 1, &e), 0);
+        free(wr);
+    }
+    uint64_t held[2];
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(ftc_slot_name(ns, FTC_PAR_OWNER(0), i, pn[i], sizeof pn[i], &e), 0);
+        ftc_slot_t ps;
+        assert_int_equal(ftc_slot_open(pn[i], false, &ps, &e), 0);
+        ftc_shard_view_t v;
+        assert_int_equal(ftc_shard_open(&v, ps.base, ps.size, FTC_SHARD_VERIFY, &e), 0);
+        held[i] = v.info.step;
+        ftc_slot_close(&ps);
+        ftc_slot_unlink(pn[i], &e);
+    }
+    assert_true((held[0] == 1 && held[1] == 3) || (held[0] == 3 && held[1] == 1));
+    for (int i = 0; i < 3; i++)
+        free(sh[i]);
+}
+
+/* Checks the groups of every node of one domain assignment (doms NULL: none). */
+static void check_groups(const ftc_redundancy_t *red, uint32_t n, const char *const *doms,
+                         int *violations, int *striped)
+{
+    ftc__par_geo_t g[12], idx[12];
+    ftc_err_t e = {0};
+    int m = red->kind == FTC_RED_XOR ? 1 : red->m, N = red->g + m;
+    uint32_t groups = n / (uint32_t)N ? n / (uint32_t)N : 1;
+    for (uint32_t i = 0; i < n; i++) {
+        assert_int_equal(ftc__par_geometry(red, n, doms, i, &g[i], &e), 0);
+        assert_int_equal(ftc__par_geometry(red, n, NULL, i, &idx[i], &e), 0);
+    }
+    /* a partition every member agrees on: node i's group, seen from each of
+     * its members, is the same list, and i is in it at its member index */
+    uint32_t seen = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        assert_true(g[i].node[g[i].member] == i);
+        assert_true(g[i].n >= (n < (uint32_t)N ? (int)n : N) && g[i].n > m);
+        assert_int_equal(g[i].d, g[i].n - m);
+        for (int k = 0; k < g[i].n; k++) {
+            const ftc__par_geo_t *o = &g[g[i].node[k]];
+            assert_int_equal(o->n, g[i].n);
+            assert_memory_equal(o->node, g[i].node, sizeof(uint32_t) * (size_t)o->n);
+            assert_int_equal(o->member, k);
+            if (k)
+                assert_true(g[i].node[k] > g[i].node[k - 1]);
+        }
+        seen += g[i].member == 0; /* one per group */
+    }
+    assert_int_equal(seen, groups);
+    /* possible = every domain fits M per group over the groups */
+    bool possible = true, index_ok = true;
+    for (uint32_t i = 0; doms && i < n; i++) {
+        uint32_t c = 0;
+        for (uint32_t k = 0; k < n && doms[i][0]; k++)
+            c += !strcmp(doms[i], doms[k]);
+        possible = possible && c <= (uint32_t)m * groups;
+    }
+    for (uint32_t i = 0; doms && i < n; i++) { /* index order's own count */
+        for (int k = 0; k < idx[i].n; k++) {
+            int c = 0;
+            const char *dk = doms[idx[i].node[k]];
+            for (int q = 0; q < idx[i].n && dk[0]; q++)
+                c += !strcmp(dk, doms[idx[i].node[q]]);
+            index_ok = index_ok && c <= m;
+        }
+    }
+    bool over = false;
+    for (uint32_t i = 0; i < n; i++) {
+        if (!doms || index_ok) { /* no domains, or index order respects them: unchanged */
+            assert_false(g[i].by_domain);
+            assert_int_equal(g[i].n, idx[i].n);
+            assert_memory_equal(g[i].node, idx[i].node, sizeof(uint32_t) * (size_t)g[i].n);
+        }
+        over = over || g[i].dom_max > m;
+        if (g[i].dom_max > m) { /* it names a member of the crowded domain */
+            int c = 0;
+            for (int q = 0; q < g[i].n; q++)
+                c += !strcmp(doms[g[i].dom_node], doms[g[i].node[q]]);
+            assert_int_equal(c, g[i].dom_max);
+        }
+    }
+    if (doms)
+        assert_true(over == !possible);
+    *violations += over;
+    *striped += g[0].by_domain;
+}
+
+static void test_domain_groups(void **state)
+{
+    (void)state;
+    const char *reds[] = {"xor:2", "rs:2+2", "rs:1+1", "rs:3+1"};
+    static const char *labels[] = {"rackA", "rackB", "rackC", "rackD", "rackE",
+                                   "rackF", "rackG", "rackH", "rackI", "rackJ"};
+    long cases = 0;
+    int violations = 0, striped = 0;
+    for (size_t ri = 0; ri < sizeof reds / sizeof reds[0]; ri++) {
+        ftc_redundancy_t red;
+        ftc_err_t e = {0};
+        assert_int_equal(ftc_redundancy_parse(reds[ri], &red, &e), 0);
+        int m = red.kind == FTC_RED_XOR ? 1 : red.m;
+        for (uint32_t n = (uint32_t)m + 1; n <= 8; n++) {
+            /* every assignment of n nodes to domains up to renaming
+             * (restricted growth strings), and each with domain 0 unset */
+            int a[12] = {0}, mx[12] = {0};
+            for (;;) {
+                const char *d[12];
+                for (int unset = 0; unset < 2; unset++) {
+                    for (uint32_t i = 0; i < n; i++)
+                        d[i] = unset && a[i] == 0 ? "" : labels[a[i]];
+                    check_groups(&red, n, d, &violations, &striped);
+                    cases++;
+                }
+                int i = (int)n - 1;
+                while (i > 0 && a[i] == mx[i - 1] + 1)
+                    i--;
+                if (i == 0)
+                    break;
+                a[i]++;
+                mx[i] = a[i] > mx[i - 1] ? a[i] : mx[i - 1];
+                for (uint32_t k = (uint32_t)i + 1; k < n; k++) {
+                    a[k] = 0;
+                    mx[k] = mx[k - 1];
+                }
+            }
+            check_groups(&red, n, NULL, &violations, &striped);
+        }
+    }
+    printf("# %ld domain assignments: %d striped over domains, %d with too few domains "
+           "(warned)\n", cases, striped, violations);
+    assert_true(striped > 0 && violations > 0);
+    /* the end-to-end case below: index order would group nodes 0,1 (both
+     * rackA); the stripes are {0,2,4} and {1,3,5} */
+    ftc_redundancy_t red;
+    ftc_err_t e = {0};
+    assert_int_equal(ftc_redundancy_parse("xor:2", &red, &e), 0);
+    const char *d6[] = {"A", "A", "B", "B", "C", "C"};
+    ftc__par_geo_t g;
+    assert_int_equal(ftc__par_geometry(&red, 6, NULL, 0, &g, &e), 0);
+    assert_true(g.node[0] == 0 && g.node[1] == 1 && g.node[2] == 2);
+    assert_int_equal(ftc__par_geometry(&red, 6, d6, 1, &g, &e), 0);
+    assert_true(g.by_domain && g.n == 3 && g.node[0] == 1 && g.node[1] == 3 && g.node[2] == 5);
+    assert_int_equal(g.member, 0);
+    assert_int_equal(g.dom_max, 1);
+    char gs[64];
+    assert_string_equal(ftc__par_geo_str(&g, gs, sizeof gs), "nodes 1,3,5");
+    /* two domains for groups of three: one of them must hold two of a group */
+    const char *d2[] = {"A", "A", "A", "B", "B", "B"};
+    assert_int_equal(ftc__par_geometry(&red, 6, d2, 0, &g, &e), 0);
+    assert_int_equal(g.dom_max, 2);
+}
+
 /* ---- end to end ---------------------------------------------------------------- */
 
 static bool agent_said(env_t *e, int i, const char *what)
@@ -150,6 +398,25 @@ static bool agent_said(env_t *e, int i, const char *what)
     char log[PATH_MAX + 32];
     snprintf(log, sizeof log, "%s/agent%d.log", e->jobdir, i);
     return said(log, what);
+}
+
+/* Prints the encode times the agents logged (the parity worker's). */
+static void print_encode_times(env_t *e)
+{
+    for (int i = 0; i < e->nodes; i++) {
+        char log[PATH_MAX + 32];
+        snprintf(log, sizeof log, "%s/agent%d.log", e->jobdir, i);
+        FILE *f = fopen(log, "r");
+        char line[1024];
+        while (f && fgets(line, sizeof line, f)) {
+            const char *p = strstr(line, "encoded in ");
+            if (p)
+                printf("# agent %d: %s", i, line);
+        }
+        if (f)
+            fclose(f);
+    }
+    fflush(stdout); /* before the next fork: a child would print the buffer again */
 }
 
 static void lose_node(env_t *e, int i)
@@ -166,6 +433,7 @@ static void test_xor_one_node_lost(void **state)
     start_agent(e, 1);
     restore_rank(e, 1, "RESTORED 2 OK");
     assert_true(agent_said(e, 1, "rebuilt from parity"));
+    print_encode_times(e);
     /* the job goes on: the restarted node's rank and the others checkpoint
      * and commit again (the group re-encodes with the rebuilt node) */
     pid_t p[3];
@@ -242,6 +510,29 @@ static void test_corrupt_parity_no_persist(void **state)
     teardown_env(e);
 }
 
+/* Both nodes of one failure domain lost at once: with groups striped over the
+ * domains each group loses one member (xor tolerates one), so every rank
+ * restores; index-order groups ({0,1,2}, {3,4,5}) would lose two of one
+ * group and its shards. */
+static void test_domain_lost(void **state)
+{
+    const char *doms[] = {"rackA", "rackA", "rackB", "rackB", "rackC", "rackC"};
+    env_t *e = setup_env_domains(*state, 6, "xor:2", 1000, doms);
+    run_all(e, "3");
+    assert_true(agent_said(e, 0, "parity group of nodes 0,2,4 (striped over failure domains"));
+    assert_true(agent_said(e, 5, "parity group of nodes 1,3,5 (striped over failure domains"));
+    lose_node(e, 0);
+    lose_node(e, 1);
+    start_agent(e, 0);
+    start_agent(e, 1);
+    for (int r = 0; r < 6; r++)
+        restore_rank(e, r, "RESTORED 2 OK");
+    assert_true(agent_said(e, 0, "rebuilt from parity"));
+    assert_true(agent_said(e, 1, "rebuilt from parity"));
+    print_encode_times(e);
+    teardown_env(e);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
 
 int main(void)
@@ -250,10 +541,13 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_geometry),
         cmocka_unit_test(test_encode_rebuild),
+        cmocka_unit_test(test_domain_groups),
+        cmocka_unit_test(test_worker),
         T(test_xor_one_node_lost),
         T(test_rs_two_nodes_lost),
         T(test_corrupt_parity_falls_back),
         T(test_corrupt_parity_no_persist),
+        T(test_domain_lost),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
