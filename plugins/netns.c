@@ -336,7 +336,12 @@ ftc_netns_t *ftc_netns_create(const char *dir, int n, ftc_err_t *err)
 
     char cidr[24];
     snprintf(cidr, sizeof cidr, "%s/24", net->bridge_addr);
-    if (ns_ip(net, err, "link", "add", net->bridge, "type", "bridge", NULL) ||
+    /* a fixed MAC: a bridge otherwise takes its ports' lowest, which changes
+     * when a port goes, and the namespaces' ARP entries for it go stale */
+    char mac[24];
+    snprintf(mac, sizeof mac, "02:66:74:%02x:%02x:%02x", (tag >> 16) & 255, (tag >> 8) & 255,
+             tag & 255);
+    if (ns_ip(net, err, "link", "add", net->bridge, "address", mac, "type", "bridge", NULL) ||
         ns_ip(net, err, "addr", "add", cidr, "dev", net->bridge, NULL) ||
         ns_ip(net, err, "link", "set", net->bridge, "up", NULL))
         goto fail;
