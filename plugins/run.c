@@ -578,11 +578,12 @@ static int ftc__watch(ftc__sup_t *s, volatile sig_atomic_t *stop, ftc_err_t *err
             if (st_rc == 0 && (g > s->gen || open))
                 return FTC__NEW_ROUND;
             /* cut off (a link down, a partition): our heartbeat expired long
-             * ago and the others went on; nothing to do here but give up */
+             * ago and the others went on; after as long as a rendezvous may
+             * take (ranks train on through shorter Redis outages), give up */
             uint64_t t = ftc_now_ns() / 1000000u;
             if (st_rc == 0)
                 s->redis_ok_ms = t;
-            else if (t - s->redis_ok_ms > FTC_RUN_REDIS_LOST_MS) {
+            else if (t - s->redis_ok_ms > (uint64_t)o->join_timeout_ms) {
                 snprintf(s->fail_reason, sizeof s->fail_reason,
                          "no answer from the job's Redis for %" PRIu64 " ms (%s): this node is "
                          "cut off",

@@ -70,12 +70,12 @@ typedef struct ftc_run_options {
     {.struct_size = sizeof(ftc_run_options_t), .min_nodes = 1, .max_nodes = 1, .nproc = 1,       \
      .max_restarts = 3, .settle_ms = 1000, .join_timeout_ms = 120000, .grace_ms = 3000}
 
-/* A supervisor that lost the job's Redis (no answer for
- * FTC_RUN_REDIS_LOST_MS while it watched a generation, or none when its
- * rendezvous failed) gives up with this exit code: its node is cut off, its
- * heartbeat expired, the other nodes went on without it. */
+/* A supervisor that lost the job's Redis (no answer for join_timeout_ms
+ * while it watched a generation: ranks keep training through shorter
+ * outages; or none when its rendezvous failed) gives up with this exit code:
+ * its node is cut off, its heartbeat expired, the other nodes went on
+ * without it. */
 #define FTC_RUN_EXIT_CUT 3
-#define FTC_RUN_REDIS_LOST_MS 10000
 
 /* Runs this node until the job is done, fails for good, or *stop is set
  * (SIGINT/SIGTERM: ranks are stopped, the agent leaves). Returns the exit

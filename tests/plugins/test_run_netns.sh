@@ -85,7 +85,7 @@ check "--netns without --simulate-nodes is refused (exit $rc)" \
     bash -c "[ $rc = 2 ] && grep -q -- '--netns needs --simulate-nodes' '$T/usage.out'"
 
 "$FTC" run --simulate-nodes 3 --nnodes 2:3 --netns --job "$J" --job-dir "$T/j" --max-restarts 4 \
-    --settle-ms 500 --join-timeout-ms 20000 -- "$RANK" --steps 150 --step-ms 40 --floats 4096 \
+    --settle-ms 500 --join-timeout-ms 15000 -- "$RANK" --steps 150 --step-ms 40 --floats 4096 \
     --restore --strict >"$T/run.out" 2>&1 &
 runpid=$!
 check "JOB_DIR/netns lists the namespaces" wait_for 30 test -s "$T/j/netns"
