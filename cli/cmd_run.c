@@ -5,11 +5,14 @@
  * One `ftc run` per node, or `--simulate-nodes N` to run N node supervisors
  * on this machine (tests, drills, the demo): the command then starts the
  * job's embedded Redis (unless --redis is given), forks one supervisor per
- * node, writes JOB_DIR/node<I>.pid for drills, and waits for them.
+ * node, writes JOB_DIR/node<I>.pid for drills, and waits for them. With
+ * --netns (root) each node runs in a network namespace of its own, joined to
+ * a bridge (plugins/netns.h; JOB_DIR/netns names them for drills).
  */
 #include "cli/cli.h"
 #include "core/log.h"
 #include "detect/redis_server.h"
+#include "plugins/netns.h"
 #include "plugins/run.h"
 
 #include <errno.h>
@@ -24,7 +27,7 @@
 static const char ftc__run_help[] =
     "usage: ftc run [--nnodes MIN:MAX] [--nproc-per-node N] [--node-rank I] [--max-restarts R]\n"
     "               [--redundancy K|xor:G|rs:G+M] [--redis URL] [--ckpt-dir]\n"
-    "               [--simulate-nodes N] -- BINARY [ARGS...]\n"
+    "               [--simulate-nodes N [--netns]] -- BINARY [ARGS...]\n"
     "\n"
     "Runs BINARY as N ranks on this node, torchrun-style, with an ftc agent that keeps\n"
     "their checkpoints in memory replicated across nodes, and restarts them when a\n"
@@ -52,6 +55,9 @@ static const char ftc__run_help[] =
     "  --grace-ms MS          SIGTERM to SIGKILL when stopping ranks (3000)\n"
     "  --ckpt-dir             give ranks FTC_CKPT_DIR, a replicated directory on tmpfs\n"
     "  --simulate-nodes N     run N nodes on this machine (embedded Redis unless --redis)\n"
+    "  --netns                with --simulate-nodes, as root: each node in a network\n"
+    "                         namespace of its own on a private bridge (JOB_DIR/netns\n"
+    "                         names them; `ip link set VETH down` cuts a node off)\n"
     "Settings used: redundancy, checkpoint.busy, fabric.provider, agent.timeout_ms,\n"
     "persist.* (persist.dir enables the persist tier), redis.url, job.id, job.dir.\n";
 
@@ -93,7 +99,7 @@ static int ftc__parse_nnodes(const char *s, int *min, int *max)
 }
 
 /* --simulate-nodes: one supervisor process per node, this process waits. */
-static int ftc__simulate(const ftc_cli_cmd_t *cmd, ftc_run_options_t *o, int n)
+static int ftc__simulate(const ftc_cli_cmd_t *cmd, ftc_run_options_t *o, int n, ftc_netns_t *net)
 {
     pid_t pids[4096];
     o->host = "127.0.0.1";
@@ -112,6 +118,14 @@ static int ftc__simulate(const ftc_cli_cmd_t *cmd, ftc_run_options_t *o, int n)
             snprintf(prefix, sizeof prefix, "node%d", i);
             ftc_log_configure(ftc_log_level(), prefix);
             ftc_err_t err = {0};
+            if (net) { /* its own network: MASTER_ADDR and endpoints on its address */
+                if (ftc_netns_enter(net, i, &err)) {
+                    fprintf(stderr, "ftc run: node %d: %s\n", i, ftc_err_str(&err));
+                    fflush(NULL);
+                    _exit(FTC_EXIT_FAIL);
+                }
+                mine.host = ftc_netns_addr(net, i);
+            }
             int ec = ftc_run_node(&mine, &ftc__run_stop, &err);
             if (ec)
                 fprintf(stderr, "ftc run: node %d: %s\n", i, ftc_err_str(&err));
@@ -127,9 +141,13 @@ static int ftc__simulate(const ftc_cli_cmd_t *cmd, ftc_run_options_t *o, int n)
             fclose(f);
         }
         printf("ftc run: node %d is pid %d\n", i, (int)p);
+        if (net)
+            printf("ftc run: node %d: network namespace %s, address %s, veth %s (bridge %s)\n",
+                   i, ftc_netns_name(net, i), ftc_netns_addr(net, i), ftc_netns_veth(net, i),
+                   ftc_netns_bridge(net));
     }
     fflush(stdout);
-    int ok = 0, failed = 0, killed = 0, left = n;
+    int ok = 0, failed = 0, killed = 0, cut = 0, left = n;
     while (left > 0) {
         int st;
         pid_t p = waitpid(-1, &st, 0);
@@ -153,13 +171,17 @@ static int ftc__simulate(const ftc_cli_cmd_t *cmd, ftc_run_options_t *o, int n)
             printf("ftc run: node %d was killed by signal %d\n", i, WTERMSIG(st));
         } else if (WEXITSTATUS(st) == 0) {
             ok++;
+        } else if (WEXITSTATUS(st) == FTC_RUN_EXIT_CUT) {
+            cut++; /* like a killed node: the others went on without it */
+            printf("ftc run: node %d was cut off from the job's Redis and gave up\n", i);
         } else {
             failed++;
             printf("ftc run: node %d failed (exit %d)\n", i, WEXITSTATUS(st));
         }
         fflush(stdout);
     }
-    printf("ftc run: %d nodes finished, %d failed, %d killed\n", ok, failed, killed);
+    printf("ftc run: %d nodes finished, %d failed, %d killed, %d cut off\n", ok, failed, killed,
+           cut);
     return ok > 0 && failed == 0 ? FTC_EXIT_OK : FTC_EXIT_FAIL;
 }
 
@@ -184,7 +206,7 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
     uint64_t nproc = 1, node_rank = nrank ? strtoull(nrank, NULL, 10) : 0, restarts = 3,
              simulate = 0, settle = 1000, join_to = 120000, grace = 3000;
     const char *node_id = "", *domain = "", *host = NULL;
-    bool ckpt_dir = false;
+    bool ckpt_dir = false, use_netns = false;
     const ftc_cli_opt_t opts[] = {{"--nnodes", FTC_OPT_STR, &nnodes, NULL},
                                   {"--nproc-per-node", FTC_OPT_U64, &nproc, NULL},
                                   {"--node-rank", FTC_OPT_U64, &node_rank, NULL},
@@ -196,12 +218,14 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
                                   {"--join-timeout-ms", FTC_OPT_U64, &join_to, NULL},
                                   {"--grace-ms", FTC_OPT_U64, &grace, NULL},
                                   {"--ckpt-dir", FTC_OPT_FLAG, &ckpt_dir, NULL},
-                                  {"--simulate-nodes", FTC_OPT_U64, &simulate, NULL}};
+                                  {"--simulate-nodes", FTC_OPT_U64, &simulate, NULL},
+                                  {"--netns", FTC_OPT_FLAG, &use_netns, NULL}};
     ftc_cli_args_t a;
     int ec = ftc_cli_parse(cmd, dd, argv, opts, (int)(sizeof opts / sizeof opts[0]), 0, 0, &a);
     if (ec != FTC_CLI_CONTINUE)
         return ec;
     ftc_err_t err = {0};
+    ftc_netns_t *net = NULL;
     ftc_run_options_t o = FTC_RUN_OPTIONS_INIT;
     int mn = 1, mx = 1;
     if (simulate > 4096) {
@@ -220,6 +244,15 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
                                  (unsigned long long)simulate, mx);
         goto out;
     }
+    if (use_netns && (!simulate || simulate > FTC_NETNS_MAX_NODES)) {
+        ec = ftc_cli_usage_error(cmd, "--netns needs --simulate-nodes N with N in 1..%d",
+                                 FTC_NETNS_MAX_NODES);
+        goto out;
+    }
+    if (use_netns && ftc_netns_check(&err)) { /* before anything is started */
+        ec = ftc_cli_fail(cmd, "%s", ftc_err_str(&err));
+        goto out;
+    }
     if (nproc < 1 || nproc > 64 || node_rank >= (uint64_t)mx) {
         ec = ftc_cli_usage_error(cmd, "--nproc-per-node must be 1..64 and --node-rank below "
                                       "--nnodes MAX (%d)",
@@ -236,6 +269,10 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
         ec = ftc_cli_fail(cmd, "cannot create the job directory %s: %s", dir, strerror(errno));
         goto out;
     }
+    if (use_netns && !(net = ftc_netns_create(dir, (int)simulate, &err))) {
+        ec = ftc_cli_fail(cmd, "%s", ftc_err_str(&err));
+        goto out;
+    }
     ftc_redis_server_t *srv = NULL;
     /* simulated: this process owns the embedded Redis; one node per host:
      * node 0 starts it, the others find it through the job directory */
@@ -248,6 +285,15 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
     if (rc) {
         ec = ftc_cli_fail(cmd, "%s", ftc_err_str(&err));
         goto out;
+    }
+    if (net) { /* the nodes reach Redis through the bridge */
+        ftc_redis_url_t node_url;
+        if (ftc_netns_expose_redis(net, &o.redis, srv != NULL, &node_url, &err)) {
+            ftc_redis_server_stop(srv);
+            ec = ftc_cli_fail(cmd, "%s", ftc_err_str(&err));
+            goto out;
+        }
+        o.redis = node_url;
     }
     static char hostbuf[256];
     if (!host) {
@@ -277,7 +323,7 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     if (simulate) {
-        ec = ftc__simulate(cmd, &o, (int)simulate);
+        ec = ftc__simulate(cmd, &o, (int)simulate, net);
     } else {
         char prefix[32];
         snprintf(prefix, sizeof prefix, "node%llu", (unsigned long long)node_rank);
@@ -286,8 +332,11 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
         if (ec)
             ftc_cli_fail(cmd, "%s", ftc_err_str(&err));
     }
+    ftc_netns_destroy(net); /* nodes reaped: remove the namespaces, veths, bridge */
+    net = NULL;
     ftc_redis_server_stop(srv);
 out:
+    ftc_netns_destroy(net);
     ftc_cli_args_free(&a);
     return ec;
 }

@@ -145,7 +145,12 @@ int ftc_fabric_open(const ftc_fabric_opts_t *opts, ftc_fabric_t **out, ftc_err_t
     const char *env = getenv("FI_PROVIDER");
     if (!prov || !*prov)
         prov = (env && *env) ? env : FTC__FAB_DEFAULT_PROVIDER;
-    const char *node = o.bind_addr ? o.bind_addr : FTC__FAB_DEFAULT_BIND;
+    /* FTC_FABRIC_BIND: the address of this process's network, when the
+     * caller named none (`ftc run --netns` sets it in each node's namespace) */
+    const char *bind_env = getenv("FTC_FABRIC_BIND");
+    const char *node = o.bind_addr            ? o.bind_addr
+                       : bind_env && *bind_env ? bind_env
+                                               : FTC__FAB_DEFAULT_BIND;
     if (is_shm(prov) || !*node)
         node = NULL;
     if (is_shm(prov))

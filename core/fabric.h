@@ -69,8 +69,9 @@ typedef struct ftc_fabric_opts {
     int version;          /* FTC_FABRIC_OPTS_VERSION */
     const char *provider; /* "tcp;ofi_rxm", "shm", ...; NULL: $FI_PROVIDER, else
                              "tcp;ofi_rxm" */
-    const char *bind_addr; /* local address for IP providers; NULL: "127.0.0.1"
-                              (loopback); "": let the provider pick. Ignored by shm */
+    const char *bind_addr; /* local address for IP providers; NULL: $FTC_FABRIC_BIND,
+                              else "127.0.0.1" (loopback); "": let the provider
+                              pick. Ignored by shm */
     size_t max_msg;        /* largest single message (default 4 MiB); also the
                               chunk size of send_large/recv_large, which must be
                               the same on both sides */

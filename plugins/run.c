@@ -60,6 +60,7 @@ typedef struct ftc__sup {
     int restore_base;          /* FTC_RESTORE_RANK of local rank 0 (-1: none) */
     int prev_world;            /* ranks of the previous generation (0: none) */
     uint64_t rec_t0;           /* wall ms this recovery began (0: none in progress) */
+    uint64_t redis_ok_ms;      /* monotonic ms of the last answer from Redis in ftc__watch */
 } ftc__sup_t;
 
 /* ---- the agent, on a thread of its own ------------------------------------------------- */
@@ -566,7 +567,17 @@ static void ftc__recovery_begin(ftc__sup_t *s, const char *phase, const char *wh
 
 /* ---- the loop ---------------------------------------------------------------------------- */
 
-enum { FTC__DONE = 0, FTC__FAILED = 1, FTC__STOPPED = 2, FTC__NEW_ROUND = 3 };
+enum { FTC__DONE = 0, FTC__FAILED = 1, FTC__STOPPED = 2, FTC__NEW_ROUND = 3, FTC__CUT = 4 };
+
+/* Whether the job's Redis answers a PING now (bounded by the connection's
+ * command timeout). */
+static bool ftc__redis_answers(ftc__sup_t *s)
+{
+    ftc_redis_reply_t *rep = NULL;
+    int rc = ftc_redis_cmdv(ftc_ctl_redis(s->ctl), true, &rep, "PING", NULL);
+    ftc_redis_reply_free(rep);
+    return rc == 0;
+}
 
 /* Watches one generation until it ends. */
 static int ftc__watch(ftc__sup_t *s, volatile sig_atomic_t *stop, ftc_err_t *err)
@@ -578,6 +589,7 @@ static int ftc__watch(ftc__sup_t *s, volatile sig_atomic_t *stop, ftc_err_t *err
     ftc_ctl_key(s->ctl, suffix, done_key, sizeof done_key);
     ftc_redis_t *r = ftc_ctl_redis(s->ctl);
     uint64_t last_poll = 0;
+    s->redis_ok_ms = ftc_now_ns() / 1000000u;
     for (;;) {
         if (stop && *stop)
             return FTC__STOPPED;
@@ -619,8 +631,23 @@ static int ftc__watch(ftc__sup_t *s, volatile sig_atomic_t *stop, ftc_err_t *err
             uint64_t g = 0;
             bool open = false;
             ftc_err_t e2 = {0};
-            if (ftc_rdzv_state(r, o->job, &g, &open, &e2) == 0 && (g > s->gen || open))
+            int st_rc = ftc_rdzv_state(r, o->job, &g, &open, &e2);
+            if (st_rc == 0 && (g > s->gen || open))
                 return FTC__NEW_ROUND;
+            /* cut off (a link down, a partition): our heartbeat expired long
+             * ago and the others went on; after as long as a rendezvous may
+             * take (ranks train on through shorter Redis outages), give up */
+            uint64_t t = ftc_now_ns() / 1000000u;
+            if (st_rc == 0)
+                s->redis_ok_ms = t;
+            else if (t - s->redis_ok_ms > (uint64_t)o->join_timeout_ms) {
+                snprintf(s->fail_reason, sizeof s->fail_reason,
+                         "no answer from the job's Redis for %" PRIu64 " ms (%s): this node is "
+                         "cut off",
+                         t - s->redis_ok_ms, e2.msg);
+                FTC_WARN("run", "%s", s->fail_reason);
+                return FTC__CUT;
+            }
             /* failures elsewhere */
             ftc__ev_scan_t sc = {s, false};
             ftc_events_read(s->ctl, s->events_after, sizeof s->events_after, 64, 0,
@@ -780,6 +807,11 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
         }
         ftc__recovery_phase(s, "started", NULL);
         int how = ftc__watch(s, stop, err);
+        if (how == FTC__CUT) {
+            ftc_err_set(err, FTC_EREDIS, "ftc run: %s", s->fail_reason);
+            ec = FTC_RUN_EXIT_CUT;
+            break;
+        }
         if (how == FTC__FAILED || how == FTC__NEW_ROUND)
             ftc__recovery_begin(s, "detected",
                                 s->fail_reason[0] ? s->fail_reason : "a new round was opened");
@@ -813,6 +845,14 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
         s->fail_reason[0] = 0;
     }
 out:
+    /* a node that failed because Redis went out of its reach is cut off */
+    if (ec == 1 && err && s->ctl && err->code != FTC_ECANCELED && !ftc__redis_answers(s)) {
+        ftc_err_t e2 = *err;
+        ftc_err_set(err, FTC_EREDIS, "ftc run: the job's Redis does not answer: this node is cut "
+                                     "off (%s)",
+                    e2.msg);
+        ec = FTC_RUN_EXIT_CUT;
+    }
     ftc__stop_ranks(s);
     ftc__agent_stop(&s->ag);
     ftc_filestore_destroy(s->files);

@@ -70,9 +70,17 @@ typedef struct ftc_run_options {
     {.struct_size = sizeof(ftc_run_options_t), .min_nodes = 1, .max_nodes = 1, .nproc = 1,       \
      .max_restarts = 3, .settle_ms = 1000, .join_timeout_ms = 120000, .grace_ms = 3000}
 
+/* A supervisor that lost the job's Redis (no answer for join_timeout_ms
+ * while it watched a generation: ranks keep training through shorter
+ * outages; or none when its rendezvous failed) gives up with this exit code:
+ * its node is cut off, its heartbeat expired, the other nodes went on
+ * without it. */
+#define FTC_RUN_EXIT_CUT 3
+
 /* Runs this node until the job is done, fails for good, or *stop is set
  * (SIGINT/SIGTERM: ranks are stopped, the agent leaves). Returns the exit
- * code of `ftc run`: 0 done, 1 failed (err says why). */
+ * code of `ftc run`: 0 done, 1 failed (err says why), FTC_RUN_EXIT_CUT
+ * cut off from Redis (err says since when). */
 int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_err_t *err);
 
 #ifdef __cplusplus
