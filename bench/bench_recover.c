@@ -42,6 +42,8 @@
 #include "detect/status.h"
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <ftw.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -123,6 +125,29 @@ static void wipe_shm(const char *prefix)
             unlink(p);
         }
     closedir(d);
+}
+
+/* Drops a file's pages from the page cache (after writing back dirty ones):
+ * the lost node's persist files are then read from storage by the restart, as
+ * a replacement node would, not from this host's memory. */
+static int evict_one(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    (void)st;
+    (void)ftw;
+    if (type != FTW_F)
+        return 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    fdatasync(fd);
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    close(fd);
+    return 0;
+}
+
+static void evict_cache(const char *dir)
+{
+    nftw(dir, evict_one, 16, FTW_PHYS);
 }
 
 static void rm_rf(const char *path)
@@ -430,6 +455,11 @@ static void run_one(const cfg_t *C, size_t bytes, bool persist, result_t *R)
     char shm[96];
     snprintf(shm, sizeof shm, "ftc.%s.n1.", job); /* node 1's slots and replicas */
     wipe_shm(shm);
+    if (persist) {
+        char lost[1200];
+        snprintf(lost, sizeof lost, "%s/node1", pdir);
+        evict_cache(lost);
+    }
     /* node_lost -> start the spare as node 1 */
     long long t_lost = 0;
     while (!t_lost && wall_ms() < deadline) {
@@ -590,7 +620,8 @@ int main(int argc, char **argv)
            NODES, C.step_ms, C.kill_at, la);
     printf("  modes: memory = redundancy 1 (a replica in a peer's memory), no persist tier;"
            " persist = redundancy 0,\n  persist tier every step in %s (the lost rank restores "
-           "from disk)\n", C.dir);
+           "from disk;\n  the lost node's persist files are evicted from the page cache at the kill, "
+           "as a replacement node\n  would not have them in memory)\n", C.dir);
     printf("  phases, ms from the end of the previous one (latest node or rank): detect = kill "
            "-> node_lost;\n  stop = survivors' ranks stopped; rendezvous = round closed; rebuild "
            "= agents up + ranks forked;\n  restore = every rank's ftc_restore returned; first "
