@@ -222,7 +222,7 @@ static void ftc__usr1(int sig, siginfo_t *si, void *uc)
     uint64_t g = si && si->si_code == SI_QUEUE ? (uint64_t)(unsigned)si->si_value.sival_int : cur;
     if (g + 1 > atomic_load(&ftc__leave_gen))
         atomic_store(&ftc__leave_gen, g + 1);
-    if (g == cur && ftc__on_leave)
+    if (g >= cur && ftc__on_leave) /* (a newer one: this rank is behind, it goes too) */
         ftc__on_leave(ftc__on_leave_arg);
 }
 

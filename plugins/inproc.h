@@ -97,11 +97,12 @@ int ftc_inproc_state_read(const char *state_path, ftc_inproc_state_t *st, ftc_er
 /* Rank: installs the SIGUSR1 handler (SA_SIGINFO | SA_RESTART). It records
  * the generation the supervisor asked to leave, and calls on_leave(arg)
  * (which must be async-signal-safe: e.g. ftc_coll_abort of the rank's
- * communicators) when that is the current generation. */
+ * communicators) when that is the current generation or a newer one (the rank
+ * is behind: it leaves too). */
 int ftc_inproc_install(void (*on_leave)(void *arg), void *arg, ftc_err_t *err);
 /* The generation the rank runs now (the handler compares against it). */
 void ftc_inproc_set_generation(uint64_t gen);
-/* Has the supervisor asked to leave the current generation? */
+/* Has the supervisor asked to leave the current generation (or a newer one)? */
 bool ftc_inproc_leave_requested(void);
 
 /* Supervisor: asks the rank pid to leave generation gen (sigqueue SIGUSR1). */

@@ -1,5 +1,6 @@
 /*
- * run.c — `ftc run`'s per-node supervisor (restart mode). See run.h.
+ * run.c — `ftc run`'s per-node supervisor (restart mode; in-process mode
+ * keeps the surviving ranks: "in-process mode" below). See run.h.
  *
  * The loop, per generation:
  *   join the rendezvous -> (spare: join the next one) -> restart the agent
