@@ -29,9 +29,13 @@
 #      are not restarted — they leave the failed generation, take the new
 #      layout from their assignment file and re-partition to DP=3 in the SAME
 #      pids; the node comes back and the survivors, told by SIGUSR1 (nothing
-#      failed for them), grow to DP=4 in-process again; bit-identical.
+#      failed for them) grow to DP=4 in-process again; bit-identical.
+#   E. in-process, 2 nodes of 2 ranks: rank 1 dies with a checkpoint in flight
+#      (FTC_TRAIN_DIE_IN_CKPT): only it is started again; rank 0 (its node's
+#      other rank) and the other node's ranks continue in their pids at the
+#      same layout (in-place restore of a committed step, I3); bit-identical.
 #
-# usage: test_run_train.sh PATH/TO/ftc   (FTC_RUN_TRAIN_ONLY=A, B, C or D: one scenario)
+# usage: test_run_train.sh PATH/TO/ftc   (FTC_RUN_TRAIN_ONLY=A, B, C, D or E: one scenario)
 set -u
 FTC=${1:?usage: test_run_train.sh FTC}
 BASE=${FTC_TEST_TMP:-/tmp}
@@ -74,7 +78,7 @@ wait_grep() { # PATTERN FILE TIMEOUT_S [FROM_LINE]
     return 1
 }
 hash_of() { sed -n 's/^params xxh3 \([0-9a-f]*\) after.*/\1/p' "$@" | tail -1; }
-want() { case ${FTC_RUN_TRAIN_ONLY:-ABCD} in *$1*) return 0 ;; esac; return 1; }
+want() { case ${FTC_RUN_TRAIN_ONLY:-ABCDE} in *$1*) return 0 ;; esac; return 1; }
 export FTC_LOG_LEVEL=info OMP_WAIT_POLICY=passive
 # the tiny model; a global batch of 12 sequences (12 micro-batches: 3 per
 # rank at DP=4, 4 at DP=3), the same whatever the DP degree
@@ -83,7 +87,7 @@ TRAIN=(train --model tiny --micro-batch 1 --global-batch 12 --seq-len 16 --corpu
     --eval-batches 1 --threads 1 --log-every 1 --steps "$STEPS")
 
 # ---- the fault-free reference of A and B: one process, deterministic -------------------------
-if want A || want B || want D; then
+if want A || want B || want D || want E; then
 "$FTC" "${TRAIN[@]}" --deterministic >"$T/ref.out" 2>&1
 REF=$(hash_of "$T/ref.out")
 check "the fault-free run printed its params hash ($REF)" test -n "$REF"
@@ -273,6 +277,43 @@ check "D: no restart from step 0, no failed restore" bash -c \
 H=$(hash_of "$T/d.out" "$T/d2.out")
 check "D: final params hash $H equals the fault-free run's $REF" test "$H" = "$REF"
 [ $fails -eq $f0 ] || { echo "--- output of D:"; grep -v 'is alive' "$T/d.out" | tail -100; echo "--- returning node:"; tail -40 "$T/d2.out"; }
+fi
+
+# ---- E. in-process: a rank dies, only it is started again ------------------------------------
+if want E; then
+f0=$fails
+J=rt${tag}e
+die_at=$((5 + RANDOM % 12))
+FTC_TRAIN_DIE_IN_CKPT=1:$die_at "$FTC" run --simulate-nodes 2 --nproc-per-node 2 --in-process \
+    --job "$J" --job-dir "$T/je" --max-restarts 6 --settle-ms 1000 --grace-ms 10000 \
+    -- "$FTC" "${TRAIN[@]}" >"$T/e.out" 2>&1 &
+runpid=$!
+pids+=($runpid)
+check "E: rank 1 died with the checkpoint of step $die_at in flight" \
+    wait_grep "rank 1 killed with the checkpoint of step $die_at in flight" "$T/e.out" 90
+wait $runpid
+rc=$?
+check "E: the job finished (exit $rc)" test $rc -eq 0
+first=" "
+for r in 0 2 3; do
+    first+="$(sed -n "s/.*INFO run: generation 1: rank $r (.*) is pid \([0-9]*\).*/\1/p" "$T/e.out" | head -1) "
+done
+cont=" $(sed -n 's/.*continuing in-process into generation [0-9]* as rank [0-9]* of 4 (pid \([0-9]*\)).*/\1/p' \
+    "$T/e.out" | sort -nu | tr '\n' ' ')"
+first=" $(echo $first | tr ' ' '\n' | sort -n | tr '\n' ' ')"
+echo "E: ranks 0, 2, 3 were pids$first; continued in-process: pids$cont"
+check "E: ranks 0, 2 and 3 continued in their own processes" test "$cont" = "$first"
+check "E: only rank 1 was started again" test \
+    "$(grep -c 'INFO run: generation [2-9]: rank [0-9]* (.*) is pid' "$T/e.out")" -ge 1 -a \
+    "$(grep 'INFO run: generation [2-9]: rank [0-9]* (.*) is pid' "$T/e.out" | grep -vc ': rank 1 (')" -eq 0
+restored=$(sed -n 's/.*restored step \([0-9]*\) through the agent.*/\1/p' "$T/e.out" | head -1)
+check "E: a committed step was restored, not past the cut checkpoint (I3): ${restored:-none}" \
+    test -n "$restored" -a "${restored:-0}" -ge 1 -a "${restored:-99999}" -le "$die_at"
+check "E: no restart from step 0, no failed restore" bash -c \
+    "! grep -q 'starting at step 0\|could not re-partition\|could not read the committed' '$T/e.out'"
+H=$(hash_of "$T/e.out")
+check "E: final params hash $H equals the fault-free run's $REF" test "$H" = "$REF"
+[ $fails -eq $f0 ] || { echo "--- output of E:"; grep -v 'is alive' "$T/e.out" | tail -100; }
 fi
 
 if [ $fails -ne 0 ]; then
