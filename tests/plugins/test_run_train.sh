@@ -301,8 +301,13 @@ done
 cont=" $(sed -n 's/.*continuing in-process into generation [0-9]* as rank [0-9]* of 4 (pid \([0-9]*\)).*/\1/p' \
     "$T/e.out" | sort -nu | tr '\n' ' ')"
 first=" $(echo $first | tr ' ' '\n' | sort -n | tr '\n' ' ')"
-echo "E: ranks 0, 2, 3 were pids$first; continued in-process: pids$cont"
-check "E: ranks 0, 2 and 3 continued in their own processes" test "$cont" = "$first"
+fresh=" $(sed -n 's/.*INFO run: generation [2-9]: rank [0-9]* (.*) is pid \([0-9]*\).*/\1/p' "$T/e.out" | tr '\n' ' ')"
+echo "E: ranks 0, 2, 3 were pids$first; continued in-process: pids$cont; started again:$fresh"
+# (a loaded machine may fail one more generation, through a late heartbeat:
+# then the new rank 1 continues in-process too)
+subset() { for p in $1; do case "$2" in *" $p "*) ;; *) return 1 ;; esac; done; }
+check "E: ranks 0, 2 and 3 continued in their own processes" subset "$first" "$cont"
+check "E: no other process continued than those and the new rank 1" subset "$cont" "$first$fresh"
 check "E: only rank 1 was started again" test \
     "$(grep -c 'INFO run: generation [2-9]: rank [0-9]* (.*) is pid' "$T/e.out")" -ge 1 -a \
     "$(grep 'INFO run: generation [2-9]: rank [0-9]* (.*) is pid' "$T/e.out" | grep -vc ': rank 1 (')" -eq 0
