@@ -27,7 +27,7 @@
 static const char ftc__run_help[] =
     "usage: ftc run [--nnodes MIN:MAX] [--nproc-per-node N] [--node-rank I] [--max-restarts R]\n"
     "               [--redundancy K|xor:G|rs:G+M] [--redis URL] [--ckpt-dir]\n"
-    "               [--simulate-nodes N [--netns]] -- BINARY [ARGS...]\n"
+    "               [--in-process] [--simulate-nodes N [--netns]] -- BINARY [ARGS...]\n"
     "\n"
     "Runs BINARY as N ranks on this node, torchrun-style, with an ftc agent that keeps\n"
     "their checkpoints in memory replicated across nodes, and restarts them when a\n"
@@ -54,6 +54,10 @@ static const char ftc__run_help[] =
     "  --join-timeout-ms MS   rendezvous deadline (120000)\n"
     "  --grace-ms MS          SIGTERM to SIGKILL when stopping ranks (3000)\n"
     "  --ckpt-dir             give ranks FTC_CKPT_DIR, a replicated directory on tmpfs\n"
+    "  --in-process           surviving ranks are not restarted: they leave the failed\n"
+    "                         generation and continue in their process with the new\n"
+    "                         layout (FTC_ASSIGN_FILE; libftc-aware binaries such as\n"
+    "                         ftc train; others are restarted; docs/recovery.md)\n"
     "  --simulate-nodes N     run N nodes on this machine (embedded Redis unless --redis)\n"
     "  --netns                with --simulate-nodes, as root: each node in a network\n"
     "                         namespace of its own on a private bridge (JOB_DIR/netns\n"
@@ -206,7 +210,7 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
     uint64_t nproc = 1, node_rank = nrank ? strtoull(nrank, NULL, 10) : 0, restarts = 3,
              simulate = 0, settle = 1000, join_to = 120000, grace = 3000;
     const char *node_id = "", *domain = "", *host = NULL;
-    bool ckpt_dir = false, use_netns = false;
+    bool ckpt_dir = false, use_netns = false, in_process = false;
     const ftc_cli_opt_t opts[] = {{"--nnodes", FTC_OPT_STR, &nnodes, NULL},
                                   {"--nproc-per-node", FTC_OPT_U64, &nproc, NULL},
                                   {"--node-rank", FTC_OPT_U64, &node_rank, NULL},
@@ -218,6 +222,7 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
                                   {"--join-timeout-ms", FTC_OPT_U64, &join_to, NULL},
                                   {"--grace-ms", FTC_OPT_U64, &grace, NULL},
                                   {"--ckpt-dir", FTC_OPT_FLAG, &ckpt_dir, NULL},
+                                  {"--in-process", FTC_OPT_FLAG, &in_process, NULL},
                                   {"--simulate-nodes", FTC_OPT_U64, &simulate, NULL},
                                   {"--netns", FTC_OPT_FLAG, &use_netns, NULL}};
     ftc_cli_args_t a;
@@ -314,6 +319,7 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
     o.join_timeout_ms = (int)join_to;
     o.grace_ms = (int)grace;
     o.ckpt_dir = ckpt_dir;
+    o.in_process = in_process;
     o.agent.domain = domain;
     o.argv = argv + dd + 1;
     struct sigaction sa;

@@ -9,14 +9,17 @@
 
 #include "core/fsio.h"
 #include "core/log.h"
+#include "plugins/inproc.h"
 #include "trainer/dist.h"
 #include "trainer/train.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
+#include <inttypes.h>
 #include <math.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -325,6 +328,43 @@ static int ftc__rdzv_port(void)
     return atoi(p) + (a && !strcasecmp(a, "true") ? 1 : 0);
 }
 
+/* In-process recovery (`ftc run --in-process`, plugins/inproc.h): the
+ * supervisor's SIGUSR1 aborts the collectives of the current group. The
+ * handler may run on any thread: the main thread clears the pointers and
+ * waits out a handler in flight before destroying the group. */
+static _Atomic(ftc_coll_t *) ftc__ip_dp, ftc__ip_tp;
+static atomic_int ftc__ip_busy, ftc__ip_join_abort;
+
+static void ftc__ip_abort(void *arg)
+{
+    (void)arg;
+    atomic_store(&ftc__ip_join_abort, 1); /* the TCP rendezvous of the group */
+    atomic_fetch_add(&ftc__ip_busy, 1);
+    ftc_coll_t *c = atomic_load(&ftc__ip_dp);
+    if (c)
+        ftc_coll_abort(c);
+    c = atomic_load(&ftc__ip_tp);
+    if (c)
+        ftc_coll_abort(c);
+    atomic_fetch_sub(&ftc__ip_busy, 1);
+}
+
+static void ftc__ip_groups(ftc_dist_t *d)
+{
+    atomic_store(&ftc__ip_dp, d ? d->dp : NULL);
+    atomic_store(&ftc__ip_tp, d ? d->tp : NULL);
+    while (atomic_load(&ftc__ip_busy))
+        ;
+}
+
+static uint64_t ftc__env_u64(const char *name, uint64_t dflt)
+{
+    const char *v = getenv(name);
+    char *end = NULL;
+    unsigned long long x = v && *v ? strtoull(v, &end, 10) : 0;
+    return v && *v && end && !*end ? (uint64_t)x : dflt;
+}
+
 static int ftc__train_run(
 const ftc_cli_cmd_t *cmd, int argc, char **argv)
 {
@@ -458,6 +498,39 @@ const ftc_cli_cmd_t *cmd, int argc, char **argv)
         ec = ftc__launch(cmd, argc, argv, (int)nproc, g.coll_timeout_ms);
         goto out;
     }
+    /* in-process recovery: this process survives a failed generation, takes
+     * the next one's environment from FTC_ASSIGN_FILE and comes back here */
+    const char *assign = getenv("FTC_ASSIGN_FILE");
+    bool inproc = rank_mode && assign && *assign;
+    char assign_path[4200] = "", state_path[4300] = "", why[300] = "";
+    uint64_t gen = 0;
+    if (inproc) {
+        snprintf(assign_path, sizeof assign_path, "%s", assign);
+        ftc_inproc_state_path(assign_path, state_path, sizeof state_path);
+        signal(SIGPIPE, SIG_IGN); /* a restarted agent's socket */
+        if (ftc_inproc_install(ftc__ip_abort, NULL, &err) < 0) {
+            ec = ftc_cli_fail(cmd, "in-process: %s", ftc_err_str(&err));
+            goto out;
+        }
+    }
+generation:
+    if (inproc) {
+        gen = ftc__env_u64("FTC_GENERATION", 0);
+        ftc_inproc_set_generation(gen);
+        atomic_store(&ftc__ip_join_abort, 0);
+        ftc_inproc_state_t ist = {.pid = getpid(), .gen = gen, .phase = FTC_INPROC_RUNNING};
+        if (ftc_inproc_state_write(state_path, &ist, &err) < 0) {
+            ec = ftc_cli_fail(cmd, "in-process: %s", ftc_err_str(&err));
+            goto out;
+        }
+        wenv = getenv("WORLD_SIZE"), renv = getenv("RANK"); /* the assignment's */
+        rank_mode = wenv && *wenv && renv && *renv;
+        /* the supervisor may have asked this generation to go before we took it up */
+        if (ftc_inproc_leave_requested()) {
+            snprintf(why, sizeof why, "the supervisor asked (SIGUSR1) before it started");
+            goto leave;
+        }
+    }
     int world = 1, rank = 0;
     if (rank_mode) {
         char *e1 = NULL, *e2 = NULL;
@@ -484,7 +557,8 @@ const ftc_cli_cmd_t *cmd, int argc, char **argv)
                                 .host = getenv("MASTER_ADDR"), .port = ftc__rdzv_port(),
                                 /* slow starts on a loaded machine: at least a minute */
                                 .timeout_ms = g.coll_timeout_ms > 60000 ? (int)g.coll_timeout_ms
-                                                                        : 60000};
+                                                                        : 60000,
+                                .abort = inproc ? &ftc__ip_join_abort : NULL};
         if ((!dopt.dir || !*dopt.dir) && (!dopt.host || !*dopt.host || dopt.port < 1)) {
             ec = ftc_cli_usage_error(cmd, "rank %d of %d: set MASTER_ADDR and MASTER_PORT (the "
                                           "rendezvous on rank 0), or run ftc train --nproc N",
@@ -492,9 +566,17 @@ const ftc_cli_cmd_t *cmd, int argc, char **argv)
             goto out;
         }
         if (ftc_dist_join(&dopt, &dist, &err) < 0) {
-            ec = ftc_cli_fail(cmd, "rank %d of %d: joining the group: %s", rank, world,
-                              ftc_err_str(&err));
+            snprintf(why, sizeof why, "joining the group: %s", ftc_err_str(&err));
+            if (inproc)
+                goto leave;
+            ec = ftc_cli_fail(cmd, "rank %d of %d: %s", rank, world, why);
             goto out;
+        }
+        if (inproc)
+            ftc__ip_groups(dist);
+        if (inproc && ftc_inproc_leave_requested()) { /* asked while the group formed */
+            snprintf(why, sizeof why, "the supervisor asked (SIGUSR1) while joining the group");
+            goto leave;
         }
     }
     const char *agent = g.agent ? g.agent : getenv("FTC_AGENT_SOCKET");
@@ -584,6 +666,10 @@ const ftc_cli_cmd_t *cmd, int argc, char **argv)
         ftc_kernels_cpu_set_threads((int)(g.threads > 256 ? 256 : g.threads));
 
     t = ftc_trainer_create(&o, &err);
+    if (!t && inproc && err.code != FTC_EINVAL) {
+        snprintf(why, sizeof why, "%s", ftc_err_str(&err));
+        goto leave;
+    }
     if (!t) {
         ec = err.code == FTC_EINVAL ? ftc_cli_usage_error(cmd, "%s", ftc_err_str(&err))
                                     : ftc_cli_fail(cmd, "%s", ftc_err_str(&err));
@@ -615,9 +701,19 @@ const ftc_cli_cmd_t *cmd, int argc, char **argv)
     if (die && *die && sscanf(die, "%ld:%llu", &die_rank, &die_step) != 2)
         die_rank = -1;
     while (ftc_trainer_steps_done(t) < stop) {
+        if (inproc && ftc_inproc_leave_requested()) {
+            snprintf(why, sizeof why, "the supervisor asked (SIGUSR1) after step %llu",
+                     (unsigned long long)ftc_trainer_steps_done(t));
+            goto leave;
+        }
         if (ftc_trainer_step(t, &st, &err) < 0) {
             if (tty)
                 printf("\n");
+            if (inproc) {
+                snprintf(why, sizeof why, "%s%s", ftc_inproc_leave_requested() ? "SIGUSR1: " : "",
+                         ftc_err_str(&err));
+                goto leave;
+            }
             ec = ftc_cli_fail(cmd, "%s", ftc_err_str(&err));
             goto out;
         }
@@ -697,6 +793,40 @@ const ftc_cli_cmd_t *cmd, int argc, char **argv)
     printf("params xxh3 %016llx after %llu steps\n", (unsigned long long)ph,
            (unsigned long long)ftc_trainer_steps_done(t));
     ec = isfinite(ev) ? FTC_EXIT_OK : FTC_EXIT_FAIL;
+    goto out;
+leave:
+    /* in-process: leave this generation (the trainer, its ftc context and
+     * the groups go; the supervisor restarts the agent), wait for the next
+     * one's assignment, and run the same init path again in this process */
+    ftc_trainer_destroy(t);
+    t = NULL;
+    ftc__ip_groups(NULL);
+    ftc_dist_destroy(dist);
+    dist = NULL;
+    {
+        FTC_WARN("train", "rank %s: left generation %" PRIu64 " (%s): waiting for the next "
+                 "(in-process, pid %d)", renv ? renv : "?", gen, why, (int)getpid());
+        ftc_inproc_state_t ist = {.pid = getpid(), .gen = gen, .phase = FTC_INPROC_WAITING};
+        snprintf(ist.why, sizeof ist.why, "%s", why);
+        ftc_inproc_assign_t *asg = malloc(sizeof *asg);
+        ftc_deadline_t dl = ftc_deadline_in_ms(ftc__env_u64("FTC_ASSIGN_TIMEOUT_MS", 600000));
+        if (!asg) {
+            ec = ftc_cli_fail(cmd, "in-process: out of memory");
+            goto out;
+        }
+        if (ftc_inproc_state_write(state_path, &ist, &err) < 0 ||
+            ftc_inproc_assign_wait(assign_path, gen, dl, NULL, asg, &err) < 0 ||
+            ftc_inproc_apply(asg, &err) < 0) {
+            free(asg);
+            ec = ftc_cli_fail(cmd, "in-process recovery after generation %" PRIu64 ": %s", gen,
+                              ftc_err_str(&err));
+            goto out;
+        }
+        free(asg);
+        FTC_INFO("train", "continuing in-process into generation %s as rank %s of %s (pid %d)",
+                 getenv("FTC_GENERATION"), getenv("RANK"), getenv("WORLD_SIZE"), (int)getpid());
+        goto generation;
+    }
 out:
     ftc_trainer_destroy(t);
     ftc_dist_destroy(dist);

@@ -1,5 +1,6 @@
 /*
- * run.c — `ftc run`'s per-node supervisor (restart mode). See run.h.
+ * run.c — `ftc run`'s per-node supervisor (restart mode; in-process mode
+ * keeps the surviving ranks: "in-process mode" below). See run.h.
  *
  * The loop, per generation:
  *   join the rendezvous -> (spare: join the next one) -> restart the agent
@@ -15,6 +16,7 @@
 #include "detect/control.h"
 #include "detect/status.h"
 #include "plugins/filestore.h"
+#include "plugins/inproc.h"
 #include "recover/rendezvous.h"
 
 #include <arpa/inet.h>
@@ -61,7 +63,11 @@ typedef struct ftc__sup {
     int prev_world;            /* ranks of the previous generation (0: none) */
     uint64_t rec_t0;           /* wall ms this recovery began (0: none in progress) */
     uint64_t redis_ok_ms;      /* monotonic ms of the last answer from Redis in ftc__watch */
+    int continued;             /* in-process: ranks of this generation that continued */
 } ftc__sup_t;
+
+static int ftc__inproc_assign(ftc__sup_t *s, int l, char **add, int n, ftc_err_t *err);
+static void ftc__inproc_fresh(ftc__sup_t *s, int l);
 
 /* ---- the agent, on a thread of its own ------------------------------------------------- */
 
@@ -249,7 +255,7 @@ static int ftc__start_ranks(ftc__sup_t *s, const char *master, int master_port, 
     snprintf(pwfile, sizeof pwfile, "%s/redis.password", o->dir);
     for (int l = 0; l < o->nproc; l++) {
         int rank = index * o->nproc + l;
-        char v[28][4352];
+        char v[32][4352];
         int n = 0;
 #define FTC__SETENV(...) snprintf(v[n++], sizeof v[0], __VA_ARGS__)
         FTC__SETENV("RANK=%d", rank);
@@ -278,10 +284,27 @@ static int ftc__start_ranks(ftc__sup_t *s, const char *master, int master_port, 
             FTC__SETENV("FTC_RESTORE_RANK=%d", (s->restore_base + l) % s->prev_world);
             FTC__SETENV("FTC_PREV_WORLD_SIZE=%d", s->prev_world);
         }
+        if (o->in_process) {
+            FTC__SETENV("FTC_ASSIGN_FILE=%s/assign.%s.%d", o->dir, s->node_id, l);
+            uint64_t to = (uint64_t)(o->max_restarts + 1) * 3u * (uint64_t)o->join_timeout_ms +
+                          (uint64_t)o->grace_ms;
+            FTC__SETENV("FTC_ASSIGN_TIMEOUT_MS=%llu", (unsigned long long)to);
+        }
 #undef FTC__SETENV
-        char *add[28];
+        char *add[32];
         for (int i = 0; i < n; i++)
             add[i] = v[i];
+        if (o->in_process && s->pid[l] > 0) { /* a survivor: continues in its process */
+            int rc = ftc__inproc_assign(s, l, add, n, err);
+            if (rc)
+                return rc;
+            FTC_INFO("run", "generation %" PRIu64 ": rank %d (local %d of %d, world %d) "
+                     "continues in-process in pid %d", s->gen, rank, l, o->nproc, world,
+                     (int)s->pid[l]);
+            continue;
+        }
+        if (o->in_process)
+            ftc__inproc_fresh(s, l);
         char **env = ftc__env_build(add, n);
         if (!env)
             return ftc_err_set(err, FTC_ENOMEM, "environment of rank %d", rank);
@@ -337,6 +360,134 @@ static void ftc__stop_ranks(ftc__sup_t *s)
         }
         ftc_sleep_ms(10);
     }
+}
+
+/* ---- in-process mode (plugins/inproc.h) ------------------------------------------------- */
+
+static void ftc__inproc_paths(const ftc__sup_t *s, int l, char *assign, size_t acap, char *state,
+                              size_t scap)
+{
+    snprintf(assign, acap, "%s/assign.%s.%d", s->o->dir, s->node_id, l);
+    ftc_inproc_state_path(assign, state, scap);
+}
+
+/* Local rank l knows in-process mode: its process wrote its state file. */
+static bool ftc__inproc_aware(const ftc__sup_t *s, int l, ftc_inproc_state_t *st)
+{
+    char a[4200], sp[4300];
+    ftc__inproc_paths(s, l, a, sizeof a, sp, sizeof sp);
+    ftc_err_t e = {0};
+    return s->pid[l] > 0 && ftc_inproc_state_read(sp, st, &e) == 0 && st->pid == s->pid[l];
+}
+
+/* A fresh process for local rank l: the files of its predecessor go. */
+static void ftc__inproc_fresh(ftc__sup_t *s, int l)
+{
+    char a[4200], sp[4300];
+    ftc__inproc_paths(s, l, a, sizeof a, sp, sizeof sp);
+    unlink(a);
+    unlink(sp);
+}
+
+/* The new generation's environment to a surviving rank: what a fresh process
+ * would get, plus "-KEY" for the variables it would not get. */
+static int ftc__inproc_assign(ftc__sup_t *s, int l, char **add, int n, ftc_err_t *err)
+{
+    char *vars[40], unset[2][32] = {"-FTC_RESTORE_RANK", "-FTC_PREV_WORLD_SIZE"};
+    int k = 0;
+    for (int i = 0; i < n && k < 38; i++)
+        vars[k++] = add[i];
+    if (s->restore_base < 0) {
+        vars[k++] = unset[0];
+        vars[k++] = unset[1];
+    }
+    char a[4200], sp[4300];
+    ftc__inproc_paths(s, l, a, sizeof a, sp, sizeof sp);
+    s->continued++;
+    return ftc_inproc_assign_write(a, vars, k, err);
+}
+
+/* In the watch: a rank that left the generation on its own (its collective
+ * failed) fails it, as an exit would. */
+static bool ftc__inproc_left(ftc__sup_t *s)
+{
+    for (int l = 0; l < s->o->nproc; l++) {
+        ftc_inproc_state_t st;
+        if (ftc__inproc_aware(s, l, &st) && st.phase == FTC_INPROC_WAITING && st.gen >= s->gen) {
+            snprintf(s->fail_reason, sizeof s->fail_reason,
+                     "rank %d (node %s) left generation %" PRIu64 " in-process: %.150s",
+                     s->round.index * s->o->nproc + l, s->node_id, st.gen, st.why);
+            return true;
+        }
+    }
+    return false;
+}
+
+/* A failed generation in in-process mode: aware ranks are asked to leave it
+ * (SIGUSR1 queued with the generation) and kept; the others are stopped as
+ * in restart mode. A rank that neither reports having left (state
+ * phase=waiting) nor exits within grace_ms is SIGKILLed (hung, stopped, or
+ * blocked joining a group): it will be started fresh. */
+static void ftc__inproc_leave(ftc__sup_t *s)
+{
+    const ftc_run_options_t *o = s->o;
+    bool aware[FTC__MAX_LOCAL] = {0};
+    for (int l = 0; l < o->nproc; l++) {
+        if (s->pid[l] <= 0)
+            continue;
+        ftc_inproc_state_t st;
+        aware[l] = ftc__inproc_aware(s, l, &st);
+        if (aware[l]) {
+            ftc_inproc_signal(s->pid[l], s->gen);
+        } else {
+            kill(s->pid[l], SIGTERM);
+            kill(s->pid[l], SIGCONT);
+        }
+    }
+    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)o->grace_ms);
+    int kept = 0, killed = 0;
+    for (;;) {
+        bool left = false;
+        kept = 0;
+        for (int l = 0; l < o->nproc; l++) {
+            if (s->pid[l] <= 0)
+                continue;
+            int st;
+            pid_t p = waitpid(s->pid[l], &st, WNOHANG);
+            if (p == s->pid[l] || (p < 0 && errno == ECHILD)) {
+                s->pid[l] = 0;
+                continue;
+            }
+            ftc_inproc_state_t is;
+            if (aware[l] && ftc__inproc_aware(s, l, &is) && is.phase == FTC_INPROC_WAITING &&
+                is.gen >= s->gen) {
+                kept++;
+                continue;
+            }
+            left = true;
+        }
+        if (!left)
+            break;
+        if (ftc_deadline_expired(d)) {
+            for (int l = 0; l < o->nproc; l++) {
+                ftc_inproc_state_t is;
+                if (s->pid[l] <= 0 || (aware[l] && ftc__inproc_aware(s, l, &is) &&
+                                       is.phase == FTC_INPROC_WAITING && is.gen >= s->gen))
+                    continue;
+                FTC_WARN("run", "rank %d (pid %d) did not leave generation %" PRIu64
+                         " within %d ms: killing it (it starts fresh)",
+                         s->round.index * o->nproc + l, (int)s->pid[l], s->gen, o->grace_ms);
+                kill(s->pid[l], SIGKILL);
+                waitpid(s->pid[l], NULL, 0);
+                s->pid[l] = 0;
+                killed++;
+            }
+            break;
+        }
+        ftc_sleep_ms(5);
+    }
+    FTC_INFO("run", "in-process: %d ranks left generation %" PRIu64 " and wait for the next, "
+             "%d killed", kept, s->gen, killed);
 }
 
 /* ---- Redis helpers ------------------------------------------------------------------------ */
@@ -648,6 +799,10 @@ static int ftc__watch(ftc__sup_t *s, volatile sig_atomic_t *stop, ftc_err_t *err
                 FTC_WARN("run", "%s", s->fail_reason);
                 return FTC__CUT;
             }
+            if (o->in_process && ftc__inproc_left(s)) {
+                FTC_WARN("run", "%s", s->fail_reason);
+                return FTC__FAILED;
+            }
             /* failures elsewhere */
             ftc__ev_scan_t sc = {s, false};
             ftc_events_read(s->ctl, s->events_after, sizeof s->events_after, 64, 0,
@@ -768,6 +923,7 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
         if (s->round.index < 0) {
             FTC_INFO("run", "generation %" PRIu64 ": %d nodes, this node is a hot spare",
                      s->gen, s->round.nodes);
+            ftc__stop_ranks(s); /* in-process survivors of a node that became a spare */
             continue;
         }
         FTC_INFO("run", "generation %" PRIu64 ": node %d of %d, world %d", s->gen,
@@ -800,12 +956,20 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
         }
         ftc__events_mark(s);
         ftc__restore_map(s);
+        s->continued = 0;
         if (ftc__master(s, host, sizeof host, &port, err) ||
             ftc__start_ranks(s, host, port, err)) {
             ftc__stop_ranks(s);
             break;
         }
-        ftc__recovery_phase(s, "started", NULL);
+        if (o->in_process) {
+            char why[96];
+            snprintf(why, sizeof why, "in-process: %d ranks continued, %d started", s->continued,
+                     o->nproc - s->continued);
+            ftc__recovery_phase(s, "started", why);
+        } else {
+            ftc__recovery_phase(s, "started", NULL);
+        }
         int how = ftc__watch(s, stop, err);
         if (how == FTC__CUT) {
             ftc_err_set(err, FTC_EREDIS, "ftc run: %s", s->fail_reason);
@@ -815,7 +979,10 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
         if (how == FTC__FAILED || how == FTC__NEW_ROUND)
             ftc__recovery_begin(s, "detected",
                                 s->fail_reason[0] ? s->fail_reason : "a new round was opened");
-        ftc__stop_ranks(s);
+        if (o->in_process && (how == FTC__FAILED || how == FTC__NEW_ROUND))
+            ftc__inproc_leave(s); /* the survivors stay */
+        else
+            ftc__stop_ranks(s);
         ftc__recovery_phase(s, "stopped", NULL);
         if (how == FTC__DONE) {
             ec = 0;

@@ -30,6 +30,19 @@
  * MASTER_PORT is a free port picked by the round's node 0 and published in
  * Redis (ftc:{job}:master:GEN), so each generation gets a fresh one.
  *
+ * In-process mode (in_process, `ftc run --in-process`; plugins/inproc.h has
+ * the contract): a failed generation does not stop the ranks that survive.
+ * Each rank also gets FTC_ASSIGN_FILE (JOB_DIR/assign.NODE.LOCAL) and
+ * FTC_ASSIGN_TIMEOUT_MS. A rank that writes its state file (libftc-aware:
+ * `ftc train`) is asked to leave the generation with SIGUSR1 (queued with
+ * the generation), and after the rendezvous and the agent's restart gets its
+ * new environment in its assignment file instead of a new process; a rank
+ * that left on its own (its collective failed: state phase=waiting) fails
+ * the generation like an exit. A rank that does not report having left
+ * within grace_ms (hung, stopped, or still joining a group that will never
+ * form) is killed and started fresh; a rank without a state file (a binary
+ * that does not know the mode) is stopped and restarted, as in restart mode.
+ *
  * Thread-safety: one supervisor per process; ftc_run_node is called once.
  */
 #ifndef FTC_PLUGINS_RUN_H
@@ -64,6 +77,8 @@ typedef struct ftc_run_options {
     bool ckpt_dir;             /* give ranks FTC_CKPT_DIR (replicated files) */
     ftc_agent_options_t agent; /* the agent's settings (index, nodes, ranks, job filled in) */
     char *const *argv;         /* BINARY ARGS..., NULL-terminated */
+    bool in_process;           /* --in-process: surviving ranks continue in their process
+                                  (plugins/inproc.h); default: restart mode */
 } ftc_run_options_t;
 
 #define FTC_RUN_OPTIONS_INIT                                                                       \

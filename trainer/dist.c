@@ -11,6 +11,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,9 +35,11 @@ int ftc_dist_layout(int world, int tp, int rank, ftc_dist_layout_t *l, ftc_err_t
 
 /* ---- TCP rendezvous ------------------------------------------------------ */
 
-static int wait_fd(int fd, short ev, ftc_deadline_t dl)
+static int wait_fd(int fd, short ev, ftc_deadline_t dl, const atomic_int *ab)
 {
     for (;;) {
+        if (ab && atomic_load(ab))
+            return FTC_ECANCELED;
         int64_t left = ftc_deadline_remaining_ms(dl);
         if (left <= 0)
             return FTC_ETIMEDOUT;
@@ -49,11 +52,11 @@ static int wait_fd(int fd, short ev, ftc_deadline_t dl)
     }
 }
 
-static int io_all(int fd, void *buf, size_t n, int wr, ftc_deadline_t dl)
+static int io_all(int fd, void *buf, size_t n, int wr, ftc_deadline_t dl, const atomic_int *ab)
 {
     uint8_t *b = buf;
     while (n) {
-        int rc = wait_fd(fd, wr ? POLLOUT : POLLIN, dl);
+        int rc = wait_fd(fd, wr ? POLLOUT : POLLIN, dl, ab);
         if (rc < 0)
             return rc;
         ssize_t k = wr ? send(fd, b, n, MSG_NOSIGNAL) : recv(fd, b, n, 0);
@@ -86,7 +89,7 @@ static int resolve(const char *host, int port, struct sockaddr_storage *sa, sock
 
 static int rdzv_server(const struct sockaddr_storage *sa, socklen_t salen, int world,
                        const void *blob, size_t len, uint8_t *table, size_t *lens,
-                       ftc_deadline_t dl, ftc_err_t *err)
+                       ftc_deadline_t dl, const atomic_int *ab, ftc_err_t *err)
 {
     int ls = socket(sa->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (ls < 0)
@@ -110,17 +113,17 @@ static int rdzv_server(const struct sockaddr_storage *sa, socklen_t salen, int w
     lens[0] = len;
     int have = 1, rc = 0;
     while (have < world) {
-        rc = wait_fd(ls, POLLIN, dl);
+        rc = wait_fd(ls, POLLIN, dl, ab);
         if (rc < 0)
             break;
         int fd = accept4(ls, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0)
             continue;
         uint32_t hdr[3];
-        if (io_all(fd, hdr, sizeof hdr, 0, dl) < 0 || hdr[0] != RDZV_MAGIC || hdr[1] == 0 ||
+        if (io_all(fd, hdr, sizeof hdr, 0, dl, ab) < 0 || hdr[0] != RDZV_MAGIC || hdr[1] == 0 ||
             hdr[1] >= (uint32_t)world || hdr[2] == 0 || hdr[2] > FTC_DIST_BLOB_MAX ||
             fds[hdr[1]] >= 0 ||
-            io_all(fd, table + (size_t)hdr[1] * FTC_DIST_BLOB_MAX, hdr[2], 0, dl) < 0) {
+            io_all(fd, table + (size_t)hdr[1] * FTC_DIST_BLOB_MAX, hdr[2], 0, dl, ab) < 0) {
             close(fd); /* a stray or broken client: not one of ours */
             continue;
         }
@@ -129,7 +132,10 @@ static int rdzv_server(const struct sockaddr_storage *sa, socklen_t salen, int w
         have++;
     }
     close(ls);
-    if (rc < 0) {
+    if (rc == FTC_ECANCELED) {
+        ftc_err_set(err, rc, "rendezvous: rank 0: aborted (%d of %d ranks heard from)", have,
+                    world);
+    } else if (rc < 0) {
         int missing = -1, nm = 0;
         for (int r = 1; r < world; r++)
             if (fds[r] < 0 && (nm++, missing < 0))
@@ -140,9 +146,9 @@ static int rdzv_server(const struct sockaddr_storage *sa, socklen_t salen, int w
     for (int r = 1; r < world && rc == 0; r++) {
         for (int q = 0; q < world && rc == 0; q++) {
             uint32_t l32 = (uint32_t)lens[q];
-            rc = io_all(fds[r], &l32, 4, 1, dl);
+            rc = io_all(fds[r], &l32, 4, 1, dl, ab);
             if (rc == 0)
-                rc = io_all(fds[r], table + (size_t)q * FTC_DIST_BLOB_MAX, lens[q], 1, dl);
+                rc = io_all(fds[r], table + (size_t)q * FTC_DIST_BLOB_MAX, lens[q], 1, dl, ab);
         }
         if (rc < 0)
             ftc_err_set(err, rc, "rendezvous: sending the table to rank %d failed", r);
@@ -156,7 +162,7 @@ static int rdzv_server(const struct sockaddr_storage *sa, socklen_t salen, int w
 
 static int rdzv_client(const struct sockaddr_storage *sa, socklen_t salen, int rank, int world,
                        const void *blob, size_t len, uint8_t *table, size_t *lens,
-                       ftc_deadline_t dl, ftc_err_t *err)
+                       ftc_deadline_t dl, const atomic_int *ab, ftc_err_t *err)
 {
     int fd = -1;
     for (;;) { /* rank 0 may not listen yet */
@@ -166,6 +172,8 @@ static int rdzv_client(const struct sockaddr_storage *sa, socklen_t salen, int r
         if (connect(fd, (const struct sockaddr *)sa, salen) == 0)
             break;
         close(fd);
+        if (ab && atomic_load(ab))
+            return ftc_err_set(err, FTC_ECANCELED, "rendezvous: rank %d: aborted", rank);
         if (ftc_deadline_expired(dl))
             return ftc_err_set(err, FTC_ETIMEDOUT, "rendezvous: rank %d could not reach rank 0 "
                                "at MASTER_ADDR:port by the deadline", rank);
@@ -174,16 +182,16 @@ static int rdzv_client(const struct sockaddr_storage *sa, socklen_t salen, int r
     int fl = fcntl(fd, F_GETFL);
     fcntl(fd, F_SETFL, fl | O_NONBLOCK);
     uint32_t hdr[3] = {RDZV_MAGIC, (uint32_t)rank, (uint32_t)len};
-    int rc = io_all(fd, hdr, sizeof hdr, 1, dl);
+    int rc = io_all(fd, hdr, sizeof hdr, 1, dl, ab);
     if (rc == 0)
-        rc = io_all(fd, (void *)(uintptr_t)blob, len, 1, dl);
+        rc = io_all(fd, (void *)(uintptr_t)blob, len, 1, dl, ab);
     for (int q = 0; q < world && rc == 0; q++) {
         uint32_t l32 = 0;
-        rc = io_all(fd, &l32, 4, 0, dl);
+        rc = io_all(fd, &l32, 4, 0, dl, ab);
         if (rc == 0 && (l32 == 0 || l32 > FTC_DIST_BLOB_MAX))
             rc = FTC_EPROTO;
         if (rc == 0)
-            rc = io_all(fd, table + (size_t)q * FTC_DIST_BLOB_MAX, l32, 0, dl);
+            rc = io_all(fd, table + (size_t)q * FTC_DIST_BLOB_MAX, l32, 0, dl, ab);
         lens[q] = l32;
     }
     close(fd);
@@ -194,9 +202,9 @@ static int rdzv_client(const struct sockaddr_storage *sa, socklen_t salen, int r
     return 0;
 }
 
-int ftc_dist_rendezvous_tcp(const char *host, int port, int rank, int world, const void *blob,
-                            size_t len, uint8_t *table, size_t *lens, ftc_deadline_t dl,
-                            ftc_err_t *err)
+static int rdzv_tcp(const char *host, int port, int rank, int world, const void *blob,
+                    size_t len, uint8_t *table, size_t *lens, ftc_deadline_t dl,
+                    const atomic_int *ab, ftc_err_t *err)
 {
     if (!host || !*host || port < 1 || port > 65535 || world < 1 || rank < 0 || rank >= world ||
         !len || len > FTC_DIST_BLOB_MAX)
@@ -212,8 +220,15 @@ int ftc_dist_rendezvous_tcp(const char *host, int port, int rank, int world, con
         lens[0] = len;
         return 0;
     }
-    return rank == 0 ? rdzv_server(&sa, salen, world, blob, len, table, lens, dl, err)
-                     : rdzv_client(&sa, salen, rank, world, blob, len, table, lens, dl, err);
+    return rank == 0 ? rdzv_server(&sa, salen, world, blob, len, table, lens, dl, ab, err)
+                     : rdzv_client(&sa, salen, rank, world, blob, len, table, lens, dl, ab, err);
+}
+
+int ftc_dist_rendezvous_tcp(const char *host, int port, int rank, int world, const void *blob,
+                            size_t len, uint8_t *table, size_t *lens, ftc_deadline_t dl,
+                            ftc_err_t *err)
+{
+    return rdzv_tcp(host, port, rank, world, blob, len, table, lens, dl, NULL, err);
 }
 
 /* ---- joining ------------------------------------------------------------- */
@@ -296,8 +311,8 @@ int ftc_dist_join(const ftc_dist_opts_t *o, ftc_dist_t **out, ftc_err_t *err)
             memcpy(blob + bl + 2, me[g], melen[g]);
             bl += 2 + melen[g];
         }
-        rc = ftc_dist_rendezvous_tcp(o->host, o->port, o->rank, o->world, blob, bl, table,
-                                     tlens, dl, err);
+        rc = rdzv_tcp(o->host, o->port, o->rank, o->world, blob, bl, table, tlens, dl, o->abort,
+                      err);
         if (rc < 0)
             goto out;
         for (int g = 0; g < ng; g++) {

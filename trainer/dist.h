@@ -17,7 +17,8 @@
  *     sends its rank and address blob; once rank 0 has all `world` blobs it
  *     sends the whole table back to everyone and closes. Every read, write,
  *     accept and connect has the deadline; a missing rank is FTC_ETIMEDOUT
- *     naming it.
+ *     naming it. opts.abort, when set, aborts it (FTC_ECANCELED) within
+ *     ~100 ms (`ftc run --in-process`: the supervisor's SIGUSR1).
  *
  * Thread-safety: a ftc_dist_t is used by one thread. No global state.
  */
@@ -44,6 +45,8 @@ typedef struct ftc_dist_opts {
     const char *host;      /* TCP rendezvous: rank 0's address (MASTER_ADDR) */
     int port;              /* and port */
     int timeout_ms;        /* the deadline of the exchange (default 60000 when 0) */
+    const atomic_int *abort; /* TCP rendezvous: non-zero aborts it (FTC_ECANCELED), e.g. from
+                                a signal handler; NULL: none */
 } ftc_dist_opts_t;
 
 typedef struct ftc_dist {

@@ -15,6 +15,9 @@
 #   4. an unmodified binary (tests/plugins/ckptfile_main: rank 0 saves its
 #      own state file in FTC_CKPT_DIR) loses the node that wrote the file: the
 #      new rank 0 on another node loads it, put back from a peer's memory.
+#   5. 1 with `--in-process` and a binary that does not know the mode (no
+#      state file): its surviving ranks are stopped and started again, as in
+#      restart mode, and the job finishes.
 #
 # usage: test_run.sh PATH/TO/ftc PATH/TO/rank_main PATH/TO/ckptfile_main
 set -u
@@ -56,7 +59,7 @@ wait_committed() { # JOB DIR STEP TIMEOUT_S
 }
 export FTC_LOG_LEVEL=${FTC_LOG_LEVEL:-info}
 # FTC_RUN_ONLY=24 runs scenarios 2 and 4 only (while debugging)
-want() { case ${FTC_RUN_ONLY:-1234} in *$1*) return 0 ;; esac; return 1; }
+want() { case ${FTC_RUN_ONLY:-12345} in *$1*) return 0 ;; esac; return 1; }
 
 # ---- 1. a rank dies -------------------------------------------------------------------
 if want 1; then
@@ -137,6 +140,25 @@ check "3: the job finished after the hang (exit $rc)" test $rc -eq 0
 check "3: the hang was detected" grep -q "hangs" "$T/3.out"
 check "3: no bad restore, no error" bash -c "! grep -q 'RESTORED [0-9]* BAD\|^ERROR' '$T/3.out'"
 [ $fails -eq $f0 ] || { echo "--- output of 3:"; tail -60 "$T/3.out"; }
+fi
+
+# ---- 5. --in-process, a binary that does not know it: restart mode for its ranks ----------------
+if want 5; then
+J5=run${tag}e
+f0=$fails
+timeout 120 "$FTC" run --simulate-nodes 3 --in-process --job "$J5" --job-dir "$T/j5" \
+    --max-restarts 2 --settle-ms 300 -- "$RANK" --steps 20 --step-ms 30 --floats 4096 --restore \
+    --die-after 6 --die-rank 1 --strict >"$T/5.out" 2>&1
+rc=$?
+check "5: ftc run --in-process finished the job of an in-process-unaware binary (exit $rc)" \
+    test $rc -eq 0
+check "5: every node started its ranks again (none continued in-process)" \
+    test "$(count 'why=in-process: 0 ranks continued, 1 started' "$T/5.out")" -ge 3 -a \
+    "$(count 'generation 2: rank [0-9] (local 0 of 1, world 3) is pid' "$T/5.out")" -eq 3
+check "5: every rank restored a committed step, byte for byte" \
+    test "$(count 'RESTORED [0-9]* OK' "$T/5.out")" -ge 3
+check "5: no bad restore, no error" bash -c "! grep -q 'RESTORED [0-9]* BAD\|^ERROR' '$T/5.out'"
+[ $fails -eq $f0 ] || { echo "--- output of 5:"; tail -60 "$T/5.out"; }
 fi
 
 # ---- 4. an unmodified binary and FTC_CKPT_DIR ---------------------------------------------------

@@ -25,8 +25,17 @@
 #      store) and, alone, commits without replicas; the final hash equals a
 #      fault-free `ftc train --nproc 2 --tp 2` run's (bit-identical across DP
 #      at a fixed TP; the single-process reference of A and B is TP=1).
+#   D. A in in-process mode (`ftc run --in-process`): the 3 surviving ranks
+#      are not restarted — they leave the failed generation, take the new
+#      layout from their assignment file and re-partition to DP=3 in the SAME
+#      pids; the node comes back and the survivors, told by SIGUSR1 (nothing
+#      failed for them) grow to DP=4 in-process again; bit-identical.
+#   E. in-process, 2 nodes of 2 ranks: rank 1 dies with a checkpoint in flight
+#      (FTC_TRAIN_DIE_IN_CKPT): only it is started again; rank 0 (its node's
+#      other rank) and the other node's ranks continue in their pids at the
+#      same layout (in-place restore of a committed step, I3); bit-identical.
 #
-# usage: test_run_train.sh PATH/TO/ftc   (FTC_RUN_TRAIN_ONLY=A, B or C: one scenario)
+# usage: test_run_train.sh PATH/TO/ftc   (FTC_RUN_TRAIN_ONLY=A, B, C, D or E: one scenario)
 set -u
 FTC=${1:?usage: test_run_train.sh FTC}
 BASE=${FTC_TEST_TMP:-/tmp}
@@ -69,7 +78,7 @@ wait_grep() { # PATTERN FILE TIMEOUT_S [FROM_LINE]
     return 1
 }
 hash_of() { sed -n 's/^params xxh3 \([0-9a-f]*\) after.*/\1/p' "$@" | tail -1; }
-want() { case ${FTC_RUN_TRAIN_ONLY:-ABC} in *$1*) return 0 ;; esac; return 1; }
+want() { case ${FTC_RUN_TRAIN_ONLY:-ABCDE} in *$1*) return 0 ;; esac; return 1; }
 export FTC_LOG_LEVEL=info OMP_WAIT_POLICY=passive
 # the tiny model; a global batch of 12 sequences (12 micro-batches: 3 per
 # rank at DP=4, 4 at DP=3), the same whatever the DP degree
@@ -78,7 +87,7 @@ TRAIN=(train --model tiny --micro-batch 1 --global-batch 12 --seq-len 16 --corpu
     --eval-batches 1 --threads 1 --log-every 1 --steps "$STEPS")
 
 # ---- the fault-free reference of A and B: one process, deterministic -------------------------
-if want A || want B; then
+if want A || want B || want D || want E; then
 "$FTC" "${TRAIN[@]}" --deterministic >"$T/ref.out" 2>&1
 REF=$(hash_of "$T/ref.out")
 check "the fault-free run printed its params hash ($REF)" test -n "$REF"
@@ -203,6 +212,113 @@ check "C: no restart from step 0, no failed restore" bash -c \
 H=$(hash_of "$T/c.out")
 check "C: final params hash $H equals the fault-free TP=2 run's $CREF" test -n "$H" -a "$H" = "$CREF"
 [ $fails -eq $f0 ] || { echo "--- output of C:"; grep -v 'is alive' "$T/c.out" | tail -100; }
+fi
+
+# ---- D. A in in-process mode: the survivors shrink and grow back in their own processes -------
+if want D; then
+f0=$fails
+J=rt${tag}d
+kill_at=$((5 + RANDOM % 12))
+victim=$((RANDOM % 4))
+"$FTC" run --simulate-nodes 4 --nnodes 3:4 --in-process --job "$J" --job-dir "$T/jd" \
+    --max-restarts 6 --settle-ms 1000 --grace-ms 10000 -- "$FTC" "${TRAIN[@]}" >"$T/d.out" 2>&1 &
+runpid=$!
+pids+=($runpid)
+check "D: the job committed step $kill_at" wait_committed "$J" "$T/jd" "$kill_at" 90
+# the pids of the first generation's ranks, by node
+declare -A rpid
+for n in 0 1 2 3; do
+    rpid[$n]=$(sed -n "s/.*ftc\[node$n\] INFO run: generation 1: rank [0-9]* .* is pid \([0-9]*\).*/\1/p" \
+        "$T/d.out" | head -1)
+done
+survivors=" "
+for n in 0 1 2 3; do [ $n -ne $victim ] && survivors+="${rpid[$n]} "; done
+kill -9 "$(cat "$T/jd/node$victim.pid")"
+rm -f /dev/shm/ftc."$J".n"$victim".* 2>/dev/null
+echo "D: node $victim killed after step $kill_at was committed; surviving rank pids:$survivors"
+check "D: the survivors shrank to 3 nodes" wait_grep "of 3, world 3" "$T/d.out" 60
+# (a loaded machine may fail a generation more, through a late heartbeat: the
+# survivors then go through it in-process too; generation numbers may vary)
+inproc_pids() { # WORLD: the pids that continued in-process into a generation of WORLD ranks
+    sed -n "s/.*continuing in-process into generation [0-9]* as rank [0-9]* of $1 (pid \([0-9]*\)).*/\1/p" \
+        "$T/d.out" | sort -nu | tr '\n' ' '
+}
+same_pids() { # WORLD: exactly the 3 survivors continued, in their own pids
+    local got=" $(inproc_pids "$1")" want
+    want=" $(echo $survivors | tr ' ' '\n' | sort -n | tr '\n' ' ')"
+    echo "D: world $1: continued in pids$got(survivors:$want)"
+    [ "$got" = "$want" ]
+}
+wait_pids() { local end=$((SECONDS + 60)); while [ $SECONDS -lt $end ]; do
+    [ "$(inproc_pids "$1" | wc -w)" -ge 3 ] && break; sleep 0.1; done; same_pids "$1"; }
+check "D: the 3 survivors continued into DP=3 in their own processes" wait_pids 3
+check "D: the DP=3 ranks re-partitioned the DP=4 checkpoint in-process" \
+    wait_grep "of 3: restored step [1-9][0-9]* through the agent, re-partitioned from 4 DP" \
+    "$T/d.out" 60
+url=$(cat "$T/jd/redis.url")
+"$FTC" run --node-rank "$victim" --nnodes 3:4 --in-process --job "$J" --job-dir "$T/jd" \
+    --redis "$url" --max-restarts 6 --settle-ms 1000 --grace-ms 10000 -- "$FTC" "${TRAIN[@]}" \
+    >"$T/d2.out" 2>&1 &
+back=$!
+pids+=($back)
+check "D: the returning node joined a 4-node generation" wait_grep "of 4, world 4" "$T/d2.out" 60
+wait $runpid
+rc=$?
+wait $back
+rc2=$?
+check "D: the simulated job finished (exit $rc)" test $rc -eq 0
+check "D: the returning node finished (exit $rc2)" test $rc2 -eq 0
+check "D: the survivors were asked to leave (SIGUSR1) and grew back to DP=4 in-process" \
+    same_pids 4
+check "D: no rank of a surviving node was started again" bash -c \
+    "! grep -q 'INFO run: generation [2-9]: rank [0-9]* (.*) is pid' '$T/d.out'"
+check "D: no restart from step 0, no failed restore" bash -c \
+    "! grep -q 'starting at step 0\|could not re-partition\|could not read the committed' '$T/d.out' '$T/d2.out'"
+H=$(hash_of "$T/d.out" "$T/d2.out")
+check "D: final params hash $H equals the fault-free run's $REF" test "$H" = "$REF"
+[ $fails -eq $f0 ] || { echo "--- output of D:"; grep -v 'is alive' "$T/d.out" | tail -100; echo "--- returning node:"; tail -40 "$T/d2.out"; }
+fi
+
+# ---- E. in-process: a rank dies, only it is started again ------------------------------------
+if want E; then
+f0=$fails
+J=rt${tag}e
+die_at=$((5 + RANDOM % 12))
+FTC_TRAIN_DIE_IN_CKPT=1:$die_at "$FTC" run --simulate-nodes 2 --nproc-per-node 2 --in-process \
+    --job "$J" --job-dir "$T/je" --max-restarts 6 --settle-ms 1000 --grace-ms 10000 \
+    -- "$FTC" "${TRAIN[@]}" >"$T/e.out" 2>&1 &
+runpid=$!
+pids+=($runpid)
+check "E: rank 1 died with the checkpoint of step $die_at in flight" \
+    wait_grep "rank 1 killed with the checkpoint of step $die_at in flight" "$T/e.out" 90
+wait $runpid
+rc=$?
+check "E: the job finished (exit $rc)" test $rc -eq 0
+first=" "
+for r in 0 2 3; do
+    first+="$(sed -n "s/.*INFO run: generation 1: rank $r (.*) is pid \([0-9]*\).*/\1/p" "$T/e.out" | head -1) "
+done
+cont=" $(sed -n 's/.*continuing in-process into generation [0-9]* as rank [0-9]* of 4 (pid \([0-9]*\)).*/\1/p' \
+    "$T/e.out" | sort -nu | tr '\n' ' ')"
+first=" $(echo $first | tr ' ' '\n' | sort -n | tr '\n' ' ')"
+fresh=" $(sed -n 's/.*INFO run: generation [2-9]: rank [0-9]* (.*) is pid \([0-9]*\).*/\1/p' "$T/e.out" | tr '\n' ' ')"
+echo "E: ranks 0, 2, 3 were pids$first; continued in-process: pids$cont; started again:$fresh"
+# (a loaded machine may fail one more generation, through a late heartbeat:
+# then the new rank 1 continues in-process too)
+subset() { for p in $1; do case "$2" in *" $p "*) ;; *) return 1 ;; esac; done; }
+check "E: ranks 0, 2 and 3 continued in their own processes" subset "$first" "$cont"
+check "E: no other process continued than those and the new rank 1" subset "$cont" "$first$fresh"
+check "E: only rank 1 was started again" test \
+    "$(grep -c 'INFO run: generation [2-9]: rank [0-9]* (.*) is pid' "$T/e.out")" -ge 1 -a \
+    "$(grep 'INFO run: generation [2-9]: rank [0-9]* (.*) is pid' "$T/e.out" | grep -vc ': rank 1 (')" -eq 0
+restored=$(sed -n 's/.*restored step \([0-9]*\) through the agent.*/\1/p' "$T/e.out" | head -1)
+check "E: a committed step was restored, not past the cut checkpoint (I3): ${restored:-none}" \
+    test -n "$restored" -a "${restored:-0}" -ge 1 -a "${restored:-99999}" -le "$die_at"
+check "E: no restart from step 0, no failed restore" bash -c \
+    "! grep -q 'starting at step 0\|could not re-partition\|could not read the committed' '$T/e.out'"
+H=$(hash_of "$T/e.out")
+check "E: final params hash $H equals the fault-free run's $REF" test "$H" = "$REF"
+[ $fails -eq $f0 ] || { echo "--- output of E:"; grep -v 'is alive' "$T/e.out" | tail -100; }
 fi
 
 if [ $fails -ne 0 ]; then
