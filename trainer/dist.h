@@ -19,6 +19,19 @@
  *     accept and connect has the deadline; a missing rank is FTC_ETIMEDOUT
  *     naming it.
  *
+ * Collectives (--coll, ftc_dist_coll_resolve): "cpu" builds both groups over
+ * libfabric (above); "nccl" builds them as NCCL communicators
+ * (trainer/coll_nccl.h) on CUDA device LOCAL_RANK % devices, without
+ * fabric endpoints: NCCL's unique id goes through the same shared directory
+ * (dir/dp-tT, dir/tp-dD: files nccl.1.id and nccl.1.rank<r>, generation 1,
+ * a fresh directory per job incarnation as for the addresses), under the
+ * same deadline, and a failure or the deadline aborts the communicator
+ * (ncclCommAbort inside ftc_coll_nccl_create). The TCP rendezvous does not
+ * carry NCCL's id: NCCL over MASTER_ADDR ranks needs FTC_TRAIN_RDZV_DIR on a
+ * shared file system (FTC_EINVAL says so). "auto" is NCCL when the kernels
+ * backend is CUDA (a device is present and the backend is not cpu) and the
+ * build has NCCL, else cpu.
+ *
  * Thread-safety: a ftc_dist_t is used by one thread. No global state.
  */
 #ifndef FTC_TRAINER_DIST_H
@@ -44,7 +57,27 @@ typedef struct ftc_dist_opts {
     const char *host;      /* TCP rendezvous: rank 0's address (MASTER_ADDR) */
     int port;              /* and port */
     int timeout_ms;        /* the deadline of the exchange (default 60000 when 0) */
+    int coll;              /* FTC_DIST_COLL_CPU (0) or FTC_DIST_COLL_NCCL (resolved) */
+    int cuda_device;       /* the NCCL communicators' device (ftc_dist_coll_resolve) */
 } ftc_dist_opts_t;
+
+/* The collective backends of --coll. */
+enum { FTC_DIST_COLL_CPU = 0, FTC_DIST_COLL_NCCL = 1, FTC_DIST_COLL_AUTO = 2 };
+
+/* "cpu", "nccl", "auto" -> FTC_DIST_COLL_*; -1 for anything else. */
+int ftc_dist_coll_parse(const char *s);
+
+/* Resolves want (FTC_DIST_COLL_*) for a rank whose kernels backend is named
+ * backend ("auto", "cpu", "cuda", ... as kernels.h) and whose local rank is
+ * local_rank: *kind gets FTC_DIST_COLL_CPU or _NCCL and, for NCCL, *device
+ * the CUDA device this process is then bound to (ftc_kernels_cuda_use_device:
+ * call it before the trainer is created). why gets one line for the log
+ * ("nccl (auto: CUDA backend on device 0, NCCL 2.28 built)"). Errors, at
+ * once and with what to do: FTC_EUNSUPPORTED for nccl in a build without
+ * NCCL or on a machine without a usable CUDA device; FTC_EINVAL for nccl
+ * with a cpu backend, or an unknown want. */
+int ftc_dist_coll_resolve(int want, const char *backend, int local_rank, int *kind, int *device,
+                          char *why, size_t whylen, ftc_err_t *err);
 
 typedef struct ftc_dist {
     ftc_dist_layout_t l;
