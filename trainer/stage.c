@@ -19,6 +19,7 @@ void ftc_stage_init(ftc_stage_t *s, const ftc_kernels_t *k, bool force)
     memset(s, 0, sizeof *s);
     s->k = k;
     s->staged = k->device >= 0 || force;
+    s->forced = force && k->device < 0;
 }
 
 void ftc_stage_fini(ftc_stage_t *s)
@@ -152,7 +153,7 @@ int ftc_stage_coll(ftc_stage_t *s, ftc_coll_t *c, ftc_stage_op_t op, void *buf, 
     bool dev_coll = ftc_coll_device_memory(c);
     size_t bytes = count * ftc_coll_dtype_size(dt);
     if (dt == FTC_COLL_I128 && (op == FTC_STAGE_ALL_REDUCE || op == FTC_STAGE_REDUCE_SCATTER) &&
-        (dev_coll || s->staged)) {
+        (dev_coll || s->forced)) {
         /* NCCL has no 128-bit sum; forced staging takes the same road on the CPU */
         if (mem != FTC_STAGE_MEM_HOST)
             return ftc_err_set(&c->err, FTC_EINVAL, "exact sums must be in host memory");

@@ -22,7 +22,9 @@
  * deterministic gradient reduction; always host memory): NCCL has none, so
  * on an NCCL communicator — and on any communicator when staging is forced,
  * so the CPU tests run the same code — each element is sign-extended to 144
- * bits and split into nine 16-bit limbs carried as floats; an fp32
+ * bits and split into nine 16-bit limbs carried as floats (on a device
+ * backend over host collectives the native i128 sum is used: the sums are
+ * host memory already); an fp32
  * all-reduce sums them exactly (every partial sum of up to 256 ranks is an
  * integer below 2^24, exact in any order, so NCCL's order does not matter)
  * and the host propagates the carries. The result equals the CPU backend's
@@ -77,6 +79,7 @@ enum { FTC_STAGE_MEM_HOST = 0, FTC_STAGE_MEM_BACKEND = 1 };
 typedef struct ftc_stage {
     const ftc_kernels_t *k;
     bool staged;        /* backend memory is not host memory (device, or forced) */
+    bool forced;        /* staged on a host backend (the test switch) */
     void *host;         /* host staging buffer */
     size_t host_cap;
     void *dev;          /* backend staging buffer (host data on a device collective) */
