@@ -234,7 +234,8 @@ int ftc_dist_coll_parse(const char *s)
     return -1;
 }
 
-int ftc_dist_coll_resolve(int want, const char *backend, int local_rank, int *kind, int *device,
+int ftc_dist_coll_resolve(int want, const char *backend, int world, int local_rank,
+                          int local_world, const char *rdzv_dir, int *kind, int *device,
                           char *why, size_t whylen, ftc_err_t *err)
 {
     *kind = FTC_DIST_COLL_CPU;
@@ -263,6 +264,16 @@ int ftc_dist_coll_resolve(int want, const char *backend, int local_rank, int *ki
         snprintf(why, whylen, "cpu-fabric (auto: --backend %s)", backend);
         return 0;
     }
+    if (world > 1 && (!rdzv_dir || !*rdzv_dir)) {
+        if (nccl)
+            return ftc_err_set(err, FTC_EINVAL, "--coll nccl: NCCL's id needs a rendezvous "
+                               "directory every rank can read, and these ranks meet over TCP "
+                               "(MASTER_ADDR): set FTC_TRAIN_RDZV_DIR to a fresh shared "
+                               "directory, launch with ftc train --nproc N, or use --coll cpu");
+        snprintf(why, whylen, "cpu-fabric (auto: the TCP rendezvous does not carry NCCL's id; "
+                 "set FTC_TRAIN_RDZV_DIR for NCCL)");
+        return 0;
+    }
     ftc_err_t e = {0};
     int dev = -1, n = ftc_kernels_cuda_use_device(local_rank, &dev, &e);
     if (n < 0) {
@@ -270,6 +281,16 @@ int ftc_dist_coll_resolve(int want, const char *backend, int local_rank, int *ki
             return ftc_err_set(err, n, "--coll nccl: %s; NCCL needs a CUDA device (use --coll "
                                "cpu on a machine without one)", e.msg);
         snprintf(why, whylen, "cpu-fabric (auto: %s)", e.msg);
+        return 0;
+    }
+    if (local_world > n) {
+        if (nccl)
+            return ftc_err_set(err, FTC_EINVAL, "--coll nccl: %d ranks on this node but %d CUDA "
+                               "device%s: NCCL needs one GPU per rank (it refuses two ranks of a "
+                               "communicator on one device); use --coll cpu, or fewer ranks per "
+                               "node", local_world, n, n == 1 ? "" : "s");
+        snprintf(why, whylen, "cpu-fabric (auto: %d ranks on this node but %d CUDA device%s; "
+                 "NCCL needs one GPU per rank)", local_world, n, n == 1 ? "" : "s");
         return 0;
     }
     *kind = FTC_DIST_COLL_NCCL;

@@ -67,16 +67,23 @@ enum { FTC_DIST_COLL_CPU = 0, FTC_DIST_COLL_NCCL = 1, FTC_DIST_COLL_AUTO = 2 };
 /* "cpu", "nccl", "auto" -> FTC_DIST_COLL_*; -1 for anything else. */
 int ftc_dist_coll_parse(const char *s);
 
-/* Resolves want (FTC_DIST_COLL_*) for a rank whose kernels backend is named
- * backend ("auto", "cpu", "cuda", ... as kernels.h) and whose local rank is
- * local_rank: *kind gets FTC_DIST_COLL_CPU or _NCCL and, for NCCL, *device
- * the CUDA device this process is then bound to (ftc_kernels_cuda_use_device:
- * call it before the trainer is created). why gets one line for the log
- * ("nccl (auto: CUDA backend on device 0, NCCL 2.28 built)"). Errors, at
- * once and with what to do: FTC_EUNSUPPORTED for nccl in a build without
- * NCCL or on a machine without a usable CUDA device; FTC_EINVAL for nccl
- * with a cpu backend, or an unknown want. */
-int ftc_dist_coll_resolve(int want, const char *backend, int local_rank, int *kind, int *device,
+/* Resolves want (FTC_DIST_COLL_*) for rank local_rank of local_world on
+ * this node (world ranks in all) whose kernels backend is named backend
+ * ("auto", "cpu", "cuda", ... as kernels.h), with rdzv_dir the shared
+ * rendezvous directory (NULL or "": the TCP rendezvous). *kind gets
+ * FTC_DIST_COLL_CPU or _NCCL and, for NCCL, *device the CUDA device this
+ * process is then bound to (ftc_kernels_cuda_use_device: call this before
+ * the trainer is created). auto takes NCCL only when it can work: the build
+ * has NCCL, the backend is not cpu, there are at least local_world devices
+ * (one GPU per local rank), and with more than one rank a rendezvous
+ * directory; otherwise cpu. why gets one line for the log ("nccl (auto: CUDA
+ * device 0 of 8 for local rank 0)", "cpu-fabric (auto: no CUDA device
+ * (...))"). Errors for nccl, at once and saying what to do:
+ * FTC_EUNSUPPORTED (a build without NCCL, no usable CUDA device), FTC_EINVAL
+ * (a cpu backend, fewer devices than local ranks, no rendezvous directory
+ * with world > 1, an unknown want). */
+int ftc_dist_coll_resolve(int want, const char *backend, int world, int local_rank,
+                          int local_world, const char *rdzv_dir, int *kind, int *device,
                           char *why, size_t whylen, ftc_err_t *err);
 
 typedef struct ftc_dist {
