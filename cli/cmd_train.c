@@ -485,9 +485,9 @@ const ftc_cli_cmd_t *cmd, int argc, char **argv)
     int coll_kind = FTC_DIST_COLL_CPU, cuda_dev = -1; /* trainer/dist.h decides, and says why */
     char coll_why[256];
     const char *lrank = getenv("LOCAL_RANK"), *lworld = getenv("LOCAL_WORLD_SIZE");
-    if (ftc_dist_coll_resolve(coll, g.backend, world, lrank ? atoi(lrank) : rank,
-                              lworld ? atoi(lworld) : world, getenv("FTC_TRAIN_RDZV_DIR"),
-                              &coll_kind, &cuda_dev, coll_why, sizeof coll_why, &err) < 0) {
+    if (ftc_dist_coll_resolve(coll, g.backend, lrank ? atoi(lrank) : rank,
+                              lworld ? atoi(lworld) : world, &coll_kind, &cuda_dev, coll_why,
+                              sizeof coll_why, &err) < 0) {
         ec = err.code == FTC_EINVAL ? ftc_cli_usage_error(cmd, "%s", ftc_err_str(&err))
                                     : ftc_cli_fail(cmd, "rank %d: %s", rank, ftc_err_str(&err));
         goto out;

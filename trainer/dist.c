@@ -234,9 +234,8 @@ int ftc_dist_coll_parse(const char *s)
     return -1;
 }
 
-int ftc_dist_coll_resolve(int want, const char *backend, int world, int local_rank,
-                          int local_world, const char *rdzv_dir, int *kind, int *device,
-                          char *why, size_t whylen, ftc_err_t *err)
+int ftc_dist_coll_resolve(int want, const char *backend, int local_rank, int local_world,
+                          int *kind, int *device, char *why, size_t whylen, ftc_err_t *err)
 {
     *kind = FTC_DIST_COLL_CPU;
     *device = -1;
@@ -262,16 +261,6 @@ int ftc_dist_coll_resolve(int want, const char *backend, int world, int local_ra
     }
     if (cpu_backend) {
         snprintf(why, whylen, "cpu-fabric (auto: --backend %s)", backend);
-        return 0;
-    }
-    if (world > 1 && (!rdzv_dir || !*rdzv_dir)) {
-        if (nccl)
-            return ftc_err_set(err, FTC_EINVAL, "--coll nccl: NCCL's id needs a rendezvous "
-                               "directory every rank can read, and these ranks meet over TCP "
-                               "(MASTER_ADDR): set FTC_TRAIN_RDZV_DIR to a fresh shared "
-                               "directory, launch with ftc train --nproc N, or use --coll cpu");
-        snprintf(why, whylen, "cpu-fabric (auto: the TCP rendezvous does not carry NCCL's id; "
-                 "set FTC_TRAIN_RDZV_DIR for NCCL)");
         return 0;
     }
     ftc_err_t e = {0};
@@ -301,14 +290,53 @@ int ftc_dist_coll_resolve(int want, const char *backend, int world, int local_ra
 }
 
 /* The NCCL communicator of one group: NCCL's id through the group's
- * directory (coll_nccl.h rendezvous, generation 1), under dl. */
-static int make_nccl_group(const ftc_dist_opts_t *o, const char *sub, int me, int n,
-                           ftc_deadline_t dl, ftc_coll_t **out, ftc_err_t *err)
+ * directory (coll_nccl.h rendezvous, generation 1), or the id the TCP
+ * rendezvous carried (id not NULL), under dl. */
+static int make_nccl_group(const ftc_dist_opts_t *o, const char *sub, const uint8_t *id, int me,
+                           int n, ftc_deadline_t dl, ftc_coll_t **out, ftc_err_t *err)
 {
     ftc_coll_nccl_boot_t boot = FTC_COLL_NCCL_BOOT_INIT;
     boot.dir = sub;
     boot.generation = 1;
+    boot.id = id;
     return ftc_coll_nccl_create(me, n, o->cuda_device, &boot, dl, out, err);
+}
+
+/* NCCL groups over the TCP rendezvous: each rank's blob holds, per group
+ * (g = 0 DP when dp > 1, else TP; g = 1 TP), FTC_COLL_NCCL_ID_BYTES bytes:
+ * a fresh unique id when it is the group's rank 0, zeros otherwise; each
+ * member then takes the id from its group rank 0's blob. */
+static int join_nccl_tcp(const ftc_dist_opts_t *o, ftc_dist_t *d, int ng, const int *is_dp,
+                         uint8_t *table, size_t *tlens, ftc_deadline_t dl, ftc_err_t *err)
+{
+    const ftc_dist_layout_t *l = &d->l;
+    uint8_t blob[2 * FTC_COLL_NCCL_ID_BYTES];
+    memset(blob, 0, sizeof blob);
+    for (int g = 0; g < ng; g++) {
+        int gr = is_dp[g] ? l->dp_rank : l->tp_rank;
+        int rc = gr == 0 ? ftc_coll_nccl_unique_id(blob + g * FTC_COLL_NCCL_ID_BYTES, err) : 0;
+        if (rc < 0)
+            return rc;
+    }
+    size_t bl = (size_t)ng * FTC_COLL_NCCL_ID_BYTES;
+    int rc = ftc_dist_rendezvous_tcp(o->host, o->port, o->rank, o->world, blob, bl, table, tlens,
+                                     dl, err);
+    if (rc < 0)
+        return rc;
+    for (int g = 0; g < ng; g++) {
+        int gr = is_dp[g] ? l->dp_rank : l->tp_rank, gn = is_dp[g] ? l->dp : l->tp;
+        int r0 = is_dp[g] ? l->tp_rank : l->dp_rank * l->tp; /* the group's rank 0 */
+        if (tlens[r0] != bl)
+            return ftc_err_set(err, FTC_EPROTO, "rendezvous: rank %d sent %zu bytes, not the %zu "
+                               "of its NCCL ids (does every rank run --coll nccl?)", r0,
+                               tlens[r0], bl);
+        const uint8_t *id = table + (size_t)r0 * FTC_DIST_BLOB_MAX + (size_t)g * FTC_COLL_NCCL_ID_BYTES;
+        rc = make_nccl_group(o, NULL, id, gr, gn, dl, is_dp[g] ? &d->dp : &d->tp, err);
+        if (rc < 0)
+            return ftc_err_wrap(err, "the %s group (NCCL, rank %d of %d)",
+                                is_dp[g] ? "DP" : "TP", gr, gn);
+    }
+    return 0;
 }
 
 /* ---- joining ------------------------------------------------------------- */
@@ -361,19 +389,15 @@ int ftc_dist_join(const ftc_dist_opts_t *o, ftc_dist_t **out, ftc_err_t *err)
         goto out;
     }
     bool use_nccl = o->coll == FTC_DIST_COLL_NCCL;
-    if (use_nccl && ng > 0 && (!o->dir || !*o->dir)) {
-        rc = ftc_err_set(err, FTC_EINVAL, "NCCL groups get NCCL's id through a shared directory, "
-                         "and the TCP rendezvous (MASTER_ADDR) has none: set FTC_TRAIN_RDZV_DIR to "
-                         "a fresh directory every rank can read, use ftc train --nproc N, or "
-                         "--coll cpu");
-        goto out;
-    }
     for (int g = 0; g < ng && !use_nccl; g++)
         if ((rc = open_ep(o, &fab[g], me[g], &melen[g], err)) < 0)
             goto out;
     /* g = 0: the DP group when dp > 1, else the TP group */
     int is_dp[2] = {l->dp > 1, 0};
-    if (use_nccl) {
+    if (use_nccl && ng > 0 && (!o->dir || !*o->dir)) {
+        if ((rc = join_nccl_tcp(o, d, ng, is_dp, table, tlens, dl, err)) < 0)
+            goto out;
+    } else if (use_nccl) {
         for (int g = 0; g < ng; g++) {
             char sub[4096];
             int gr = is_dp[g] ? l->dp_rank : l->tp_rank, gn = is_dp[g] ? l->dp : l->tp;
@@ -383,7 +407,7 @@ int ftc_dist_join(const ftc_dist_opts_t *o, ftc_dist_t **out, ftc_err_t *err)
                 rc = ftc_err_errno(err, errno, "dist: mkdir %s", sub);
                 goto out;
             }
-            rc = make_nccl_group(o, sub, gr, gn, dl, is_dp[g] ? &d->dp : &d->tp, err);
+            rc = make_nccl_group(o, sub, NULL, gr, gn, dl, is_dp[g] ? &d->dp : &d->tp, err);
             if (rc < 0) {
                 ftc_err_wrap(err, "the %s group (NCCL, rank %d of %d)", is_dp[g] ? "DP" : "TP",
                              gr, gn);

@@ -24,13 +24,13 @@
  * (trainer/coll_nccl.h) on CUDA device LOCAL_RANK % devices, without
  * fabric endpoints: NCCL's unique id goes through the same shared directory
  * (dir/dp-tT, dir/tp-dD: files nccl.1.id and nccl.1.rank<r>, generation 1,
- * a fresh directory per job incarnation as for the addresses), under the
- * same deadline, and a failure or the deadline aborts the communicator
- * (ncclCommAbort inside ftc_coll_nccl_create). The TCP rendezvous does not
- * carry NCCL's id: NCCL over MASTER_ADDR ranks needs FTC_TRAIN_RDZV_DIR on a
- * shared file system (FTC_EINVAL says so). "auto" is NCCL when the kernels
- * backend is CUDA (a device is present and the backend is not cpu) and the
- * build has NCCL, else cpu.
+ * a fresh directory per job incarnation as for the addresses), or through
+ * the TCP rendezvous (each group's rank 0 puts a fresh id in its blob, the
+ * members take it from there: ftc_coll_nccl_unique_id, boot.id), under the
+ * same deadline; a failure or the deadline aborts the communicator
+ * (ncclCommAbort inside ftc_coll_nccl_create). "auto" is NCCL when the
+ * kernels backend is CUDA (a device per local rank, the backend not cpu)
+ * and the build has NCCL, else cpu.
  *
  * Thread-safety: a ftc_dist_t is used by one thread. No global state.
  */
@@ -68,23 +68,19 @@ enum { FTC_DIST_COLL_CPU = 0, FTC_DIST_COLL_NCCL = 1, FTC_DIST_COLL_AUTO = 2 };
 int ftc_dist_coll_parse(const char *s);
 
 /* Resolves want (FTC_DIST_COLL_*) for rank local_rank of local_world on
- * this node (world ranks in all) whose kernels backend is named backend
- * ("auto", "cpu", "cuda", ... as kernels.h), with rdzv_dir the shared
- * rendezvous directory (NULL or "": the TCP rendezvous). *kind gets
- * FTC_DIST_COLL_CPU or _NCCL and, for NCCL, *device the CUDA device this
- * process is then bound to (ftc_kernels_cuda_use_device: call this before
- * the trainer is created). auto takes NCCL only when it can work: the build
- * has NCCL, the backend is not cpu, there are at least local_world devices
- * (one GPU per local rank), and with more than one rank a rendezvous
- * directory; otherwise cpu. why gets one line for the log ("nccl (auto: CUDA
- * device 0 of 8 for local rank 0)", "cpu-fabric (auto: no CUDA device
- * (...))"). Errors for nccl, at once and saying what to do:
+ * this node whose kernels backend is named backend ("auto", "cpu", "cuda",
+ * ... as kernels.h). *kind gets FTC_DIST_COLL_CPU or _NCCL and, for NCCL,
+ * *device the CUDA device this process is then bound to
+ * (ftc_kernels_cuda_use_device: call this before the trainer is created).
+ * auto takes NCCL only when it can work: the build has NCCL, the backend is
+ * not cpu, and there are at least local_world devices (one GPU per local
+ * rank); otherwise cpu. why gets one line for the log ("nccl (auto: CUDA
+ * device 0 of 8 for local rank 0, NCCL built)", "cpu-fabric (auto: no CUDA
+ * device (...))"). Errors for nccl, at once and saying what to do:
  * FTC_EUNSUPPORTED (a build without NCCL, no usable CUDA device), FTC_EINVAL
- * (a cpu backend, fewer devices than local ranks, no rendezvous directory
- * with world > 1, an unknown want). */
-int ftc_dist_coll_resolve(int want, const char *backend, int world, int local_rank,
-                          int local_world, const char *rdzv_dir, int *kind, int *device,
-                          char *why, size_t whylen, ftc_err_t *err);
+ * (a cpu backend, fewer devices than local ranks, an unknown want). */
+int ftc_dist_coll_resolve(int want, const char *backend, int local_rank, int local_world,
+                          int *kind, int *device, char *why, size_t whylen, ftc_err_t *err);
 
 typedef struct ftc_dist {
     ftc_dist_layout_t l;
