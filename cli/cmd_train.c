@@ -34,7 +34,8 @@ static const char ftc__train_help[] =
     "                 [--global-batch G] [--seq-len T] [--lr X] [--warmup N] [--seed S]\n"
     "                 [--data FILE | --corpus generated] [--deterministic [--dp R]]\n"
     "                 [--ckpt-dir DIR [--ckpt-every N]] [--train-config FILE.json]\n"
-    "                 [--nproc N [--tp T]] [--agent SOCKET] [--coll-timeout-ms MS] [--stop-at K]\n"
+    "                 [--nproc N [--tp T]] [--coll cpu|nccl|auto] [--agent SOCKET]\n"
+    "                 [--coll-timeout-ms MS] [--stop-at K]\n"
     "                 [--guard skip|rollback|off] [--guard-spike-sigma X] [--skip-steps LIST]\n"
     "       ftc train --tokenize TEXT --data OUT\n"
     "\n"
@@ -74,6 +75,10 @@ static const char ftc__train_help[] =
     "                         ranks (Megatron splits; T divides N and the heads)\n"
     "  --agent SOCKET         checkpoint through include/ftc.h and this `ftc agent`\n"
     "                         (default: $FTC_AGENT_SOCKET when set)\n"
+    "  --coll NAME            collectives of the DP and TP groups: cpu (libfabric, host\n"
+    "                         memory), nccl (CUDA backend, one GPU per local rank) or\n"
+    "                         auto (default: nccl with the CUDA backend in an NCCL\n"
+    "                         build, else cpu); docs/trainer.md\n"
     "  --coll-timeout-ms MS   deadline of each collective and of the rendezvous (60000)\n"
     "  --stop-at K            stop (with a checkpoint) after K steps of the --steps run\n"
     "  --guard MODE           numerical guard, when a step's loss or gradient is NaN/Inf\n"
@@ -111,9 +116,10 @@ typedef struct ftc__train_args {
     uint64_t tp;
     const char *guard, *guard_spike_sigma, *skip_steps;
     uint64_t guard_window, inject_nan, inject_spike, inject_rank;
+    const char *coll;
 } ftc__train_args_t;
 
-enum { FTC__NOPTS = 37 };
+enum { FTC__NOPTS = 38 };
 
 /* Applies JSON values to the settings whose flags were not given. */
 static int ftc__apply_json(const ftc_cli_cmd_t *cmd, json_t *root, const ftc_cli_opt_t *opts,
@@ -374,7 +380,7 @@ const ftc_cli_cmd_t *cmd, int argc, char **argv)
         .warmup = 10, .seed = 1337, .corpus_bytes = 1u << 20, .dp = 1, .ckpt_every = 10,
         .eval_batches = 16, .log_every = 10, .coll_timeout_ms = 60000, .tp = 1,
         .guard = "skip", .guard_spike_sigma = "0", .guard_window = 50,
-        .inject_nan = UINT64_MAX, .inject_spike = UINT64_MAX,
+        .inject_nan = UINT64_MAX, .inject_spike = UINT64_MAX, .coll = "auto",
     };
     bool seen[FTC__NOPTS] = {0};
     const ftc_cli_opt_t opts[FTC__NOPTS] = {
@@ -415,6 +421,7 @@ const ftc_cli_cmd_t *cmd, int argc, char **argv)
         {"--inject-nan", FTC_OPT_U64, &g.inject_nan, &seen[34]},
         {"--inject-spike", FTC_OPT_U64, &g.inject_spike, &seen[35]},
         {"--inject-rank", FTC_OPT_U64, &g.inject_rank, &seen[36]},
+        {"--coll", FTC_OPT_STR, &g.coll, &seen[37]},
     };
     ftc_cli_args_t a;
     int ec = ftc_cli_parse(cmd, argc, argv, opts, FTC__NOPTS, 0, 0, &a);
@@ -494,6 +501,11 @@ const ftc_cli_cmd_t *cmd, int argc, char **argv)
             goto out;
         }
     }
+    int coll = ftc_dist_coll_parse(g.coll);
+    if (coll < 0) {
+        ec = ftc_cli_usage_error(cmd, "--coll '%s': cpu, nccl or auto", g.coll);
+        goto out;
+    }
     if (nproc > 1 && !rank_mode) {
         ec = ftc__launch(cmd, argc, argv, (int)nproc, g.coll_timeout_ms);
         goto out;
@@ -545,6 +557,19 @@ generation:
     bool quiet = rank != 0; /* only rank 0 prints the progress */
     /* the TP group of DP rank 0 (ranks 0..tp-1) evaluates and hashes together */
     bool final = (uint64_t)rank < g.tp;
+    int coll_kind = FTC_DIST_COLL_CPU, cuda_dev = -1; /* trainer/dist.h decides, and says why */
+    char coll_why[256];
+    const char *lrank = getenv("LOCAL_RANK"), *lworld = getenv("LOCAL_WORLD_SIZE");
+    if (ftc_dist_coll_resolve(coll, g.backend, lrank ? atoi(lrank) : rank,
+                              lworld ? atoi(lworld) : world, &coll_kind, &cuda_dev, coll_why,
+                              sizeof coll_why, &err) < 0) {
+        ec = err.code == FTC_EINVAL ? ftc_cli_usage_error(cmd, "%s", ftc_err_str(&err))
+                                    : ftc_cli_fail(cmd, "rank %d: %s", rank, ftc_err_str(&err));
+        goto out;
+    }
+    if (!quiet)
+        FTC_INFO("train", "collectives: %s%s", coll_why,
+                 world > 1 ? "" : " (one rank: no group to build)");
     if (world > 1) {
         if (g.dp > 1) {
             ec = ftc_cli_usage_error(cmd, "--dp (virtual ranks) cannot be combined with %d real "
@@ -558,7 +583,8 @@ generation:
                                 /* slow starts on a loaded machine: at least a minute */
                                 .timeout_ms = g.coll_timeout_ms > 60000 ? (int)g.coll_timeout_ms
                                                                         : 60000,
-                                .abort = inproc ? &ftc__ip_join_abort : NULL};
+                                .abort = inproc ? &ftc__ip_join_abort : NULL,
+                                .coll = coll_kind, .cuda_device = cuda_dev};
         if ((!dopt.dir || !*dopt.dir) && (!dopt.host || !*dopt.host || dopt.port < 1)) {
             ec = ftc_cli_usage_error(cmd, "rank %d of %d: set MASTER_ADDR and MASTER_PORT (the "
                                           "rendezvous on rank 0), or run ftc train --nproc N",

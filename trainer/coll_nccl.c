@@ -590,14 +590,18 @@ int ftc_coll_nccl_create(int rank, int size, int cuda_device, const ftc_coll_ncc
     ncclUniqueId uid;
     memset(&uid, 0, sizeof uid);
     int rc = 0;
-    if (rank == 0) {
-        ncclResult_t r = ncclGetUniqueId(&uid);
-        if (r != ncclSuccess)
-            rc = ftc_err_set(err, code_of(r), "coll nccl create: ncclGetUniqueId: %s; %s",
-                             ncclGetErrorString(r), ncclGetLastError(NULL));
+    if (boot->id) { /* agreed on already: no rendezvous */
+        memcpy(uid.internal, boot->id, FTC_COLL_NCCL_ID_BYTES);
+    } else {
+        if (rank == 0) {
+            ncclResult_t r = ncclGetUniqueId(&uid);
+            if (r != ncclSuccess)
+                rc = ftc_err_set(err, code_of(r), "coll nccl create: ncclGetUniqueId: %s; %s",
+                                 ncclGetErrorString(r), ncclGetLastError(NULL));
+        }
+        if (!rc)
+            rc = ftc_coll_nccl_rendezvous(boot, rank, size, (uint8_t *)uid.internal, dl, err);
     }
-    if (!rc)
-        rc = ftc_coll_nccl_rendezvous(boot, rank, size, (uint8_t *)uid.internal, dl, err);
     ncclComm_t comm = NULL;
     if (!rc) {
         ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
@@ -627,6 +631,18 @@ int ftc_coll_nccl_create(int rank, int size, int cuda_device, const ftc_coll_ncc
     if (prev >= 0 && prev != cuda_device)
         cudaSetDevice(prev);
     return rc;
+}
+
+int ftc_coll_nccl_unique_id(uint8_t id[FTC_COLL_NCCL_ID_BYTES], ftc_err_t *err)
+{
+    _Static_assert(sizeof(ncclUniqueId) == FTC_COLL_NCCL_ID_BYTES, "NCCL's id is 128 bytes");
+    ncclUniqueId uid;
+    ncclResult_t r = ncclGetUniqueId(&uid);
+    if (r != ncclSuccess)
+        return ftc_err_set(err, code_of(r), "coll nccl: ncclGetUniqueId: %s; %s",
+                           ncclGetErrorString(r), ncclGetLastError(NULL));
+    memcpy(id, uid.internal, FTC_COLL_NCCL_ID_BYTES);
+    return 0;
 }
 
 /* ---- shrink --------------------------------------------------------------- */

@@ -15,6 +15,9 @@
  *   - Redis: ftc:{job}:nccl:<gen>:id (SET PX ttl), ftc:{job}:nccl:<gen>:ranks
  *     (a hash, field = rank) and ftc:{job}:nccl:gen (the newest generation
  *     published), all with a TTL.
+ * A caller with its own rendezvous (trainer/dist.c's TCP one) skips this:
+ * rank 0 makes the id with ftc_coll_nccl_unique_id, the caller carries it,
+ * and every rank passes it as boot.id.
  * The generation is in every name (invariant I4): an id of another
  * incarnation is never read, and a rank whose generation is older than one
  * already published is refused with FTC_ESTALE at once (rank 0 refuses to
@@ -89,10 +92,20 @@ typedef struct ftc_coll_nccl_boot {
                                  for ftc_coll_nccl_shrink (default 0: ncclCommAbort at once) */
     void *stream;             /* cudaStream_t whose work each call waits for (NULL: the
                                  legacy default stream) */
+    const uint8_t *id;        /* optional: the unique id (FTC_COLL_NCCL_ID_BYTES) the group
+                                 already agreed on through the caller's own rendezvous
+                                 (rank 0 made it with ftc_coll_nccl_unique_id); create then
+                                 skips its rendezvous and dir / redis are not used */
 } ftc_coll_nccl_boot_t;
 
 #define FTC_COLL_NCCL_BOOT_INIT                                                                   \
-    {sizeof(ftc_coll_nccl_boot_t), 1, NULL, NULL, NULL, 0, 600000, NULL, 0, NULL}
+    {sizeof(ftc_coll_nccl_boot_t), 1, NULL, NULL, NULL, 0, 600000, NULL, 0, NULL, NULL}
+
+/* A fresh NCCL unique id (ncclGetUniqueId: it also starts NCCL's bootstrap
+ * listener in this process), for a group whose rank 0 is this process and
+ * whose members get it by another channel (boot.id). FTC_EUNSUPPORTED in a
+ * build without NCCL; NCCL's error otherwise. */
+int ftc_coll_nccl_unique_id(uint8_t id[FTC_COLL_NCCL_ID_BYTES], ftc_err_t *err);
 
 /* True when this build has the NCCL backend (FTC_WITH_NCCL). */
 bool ftc_coll_nccl_built(void);

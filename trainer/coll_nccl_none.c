@@ -27,3 +27,9 @@ int ftc_coll_nccl_shrink(ftc_coll_t *c, const int *excluded, int nexcluded, ftc_
                        "coll nccl shrink: this build of ftc has no NCCL (no NCCL communicator "
                        "can exist to shrink)");
 }
+
+int ftc_coll_nccl_unique_id(uint8_t id[FTC_COLL_NCCL_ID_BYTES], ftc_err_t *err)
+{
+    (void)id;
+    return ftc_err_set(err, FTC_EUNSUPPORTED, "coll nccl unique id: this build of ftc has no NCCL");
+}

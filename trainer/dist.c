@@ -4,6 +4,9 @@
  */
 #include "trainer/dist.h"
 
+#include "trainer/coll_nccl.h"
+#include "trainer/kernels.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -231,6 +234,126 @@ int ftc_dist_rendezvous_tcp(const char *host, int port, int rank, int world, con
     return rdzv_tcp(host, port, rank, world, blob, len, table, lens, dl, NULL, err);
 }
 
+/* ---- choosing the collectives -------------------------------------------- */
+
+int ftc_dist_coll_parse(const char *s)
+{
+    if (!s)
+        return -1;
+    if (!strcmp(s, "cpu"))
+        return FTC_DIST_COLL_CPU;
+    if (!strcmp(s, "nccl"))
+        return FTC_DIST_COLL_NCCL;
+    if (!strcmp(s, "auto"))
+        return FTC_DIST_COLL_AUTO;
+    return -1;
+}
+
+int ftc_dist_coll_resolve(int want, const char *backend, int local_rank, int local_world,
+                          int *kind, int *device, char *why, size_t whylen, ftc_err_t *err)
+{
+    *kind = FTC_DIST_COLL_CPU;
+    *device = -1;
+    if (want != FTC_DIST_COLL_CPU && want != FTC_DIST_COLL_NCCL && want != FTC_DIST_COLL_AUTO)
+        return ftc_err_set(err, FTC_EINVAL, "--coll: %d is not cpu, nccl or auto", want);
+    if (want == FTC_DIST_COLL_CPU) {
+        snprintf(why, whylen, "cpu-fabric (--coll cpu)");
+        return 0;
+    }
+    bool cpu_backend = backend && !strncmp(backend, "cpu", 3);
+    bool nccl = want == FTC_DIST_COLL_NCCL;
+    if (nccl && cpu_backend)
+        return ftc_err_set(err, FTC_EINVAL, "--coll nccl needs the CUDA kernels backend "
+                           "(--backend cuda, cuda-bf16 or auto on a GPU machine), not "
+                           "--backend %s: NCCL moves device memory", backend);
+    if (!ftc_coll_nccl_built()) {
+        if (nccl)
+            return ftc_err_set(err, FTC_EUNSUPPORTED, "--coll nccl: this build of ftc has no NCCL "
+                               "(configure with -DFTC_WITH_CUDA=ON where NCCL is installed), "
+                               "or use --coll cpu");
+        snprintf(why, whylen, "cpu-fabric (auto: this build has no NCCL)");
+        return 0;
+    }
+    if (cpu_backend) {
+        snprintf(why, whylen, "cpu-fabric (auto: --backend %s)", backend);
+        return 0;
+    }
+    ftc_err_t e = {0};
+    int dev = -1, n = ftc_kernels_cuda_use_device(local_rank, &dev, &e);
+    if (n < 0) {
+        if (nccl)
+            return ftc_err_set(err, n, "--coll nccl: %s; NCCL needs a CUDA device (use --coll "
+                               "cpu on a machine without one)", e.msg);
+        snprintf(why, whylen, "cpu-fabric (auto: %s)", e.msg);
+        return 0;
+    }
+    if (local_world > n) {
+        if (nccl)
+            return ftc_err_set(err, FTC_EINVAL, "--coll nccl: %d ranks on this node but %d CUDA "
+                               "device%s: NCCL needs one GPU per rank (it refuses two ranks of a "
+                               "communicator on one device); use --coll cpu, or fewer ranks per "
+                               "node", local_world, n, n == 1 ? "" : "s");
+        snprintf(why, whylen, "cpu-fabric (auto: %d ranks on this node but %d CUDA device%s; "
+                 "NCCL needs one GPU per rank)", local_world, n, n == 1 ? "" : "s");
+        return 0;
+    }
+    *kind = FTC_DIST_COLL_NCCL;
+    *device = dev;
+    snprintf(why, whylen, "nccl (%s: CUDA device %d of %d for local rank %d, NCCL built)",
+             nccl ? "--coll nccl" : "auto", dev, n, local_rank);
+    return 0;
+}
+
+/* The NCCL communicator of one group: NCCL's id through the group's
+ * directory (coll_nccl.h rendezvous, generation 1), or the id the TCP
+ * rendezvous carried (id not NULL), under dl. */
+static int make_nccl_group(const ftc_dist_opts_t *o, const char *sub, const uint8_t *id, int me,
+                           int n, ftc_deadline_t dl, ftc_coll_t **out, ftc_err_t *err)
+{
+    ftc_coll_nccl_boot_t boot = FTC_COLL_NCCL_BOOT_INIT;
+    boot.dir = sub;
+    boot.generation = 1;
+    boot.id = id;
+    return ftc_coll_nccl_create(me, n, o->cuda_device, &boot, dl, out, err);
+}
+
+/* NCCL groups over the TCP rendezvous: each rank's blob holds, per group
+ * (g = 0 DP when dp > 1, else TP; g = 1 TP), FTC_COLL_NCCL_ID_BYTES bytes:
+ * a fresh unique id when it is the group's rank 0, zeros otherwise; each
+ * member then takes the id from its group rank 0's blob. */
+static int join_nccl_tcp(const ftc_dist_opts_t *o, ftc_dist_t *d, int ng, const int *is_dp,
+                         uint8_t *table, size_t *tlens, ftc_deadline_t dl, ftc_err_t *err)
+{
+    const ftc_dist_layout_t *l = &d->l;
+    uint8_t blob[2 * FTC_COLL_NCCL_ID_BYTES];
+    memset(blob, 0, sizeof blob);
+    for (int g = 0; g < ng; g++) {
+        int gr = is_dp[g] ? l->dp_rank : l->tp_rank;
+        int rc = gr == 0 ? ftc_coll_nccl_unique_id(blob + g * FTC_COLL_NCCL_ID_BYTES, err) : 0;
+        if (rc < 0)
+            return rc;
+    }
+    size_t bl = (size_t)ng * FTC_COLL_NCCL_ID_BYTES;
+    int rc = ftc_dist_rendezvous_tcp(o->host, o->port, o->rank, o->world, blob, bl, table, tlens,
+                                     dl, err);
+    if (rc < 0)
+        return rc;
+    for (int g = 0; g < ng; g++) {
+        int gr = is_dp[g] ? l->dp_rank : l->tp_rank, gn = is_dp[g] ? l->dp : l->tp;
+        int r0 = is_dp[g] ? l->tp_rank : l->dp_rank * l->tp; /* the group's rank 0 */
+        if (tlens[r0] != bl)
+            return ftc_err_set(err, FTC_EPROTO, "rendezvous: rank %d sent %zu bytes, not the %zu "
+                               "of its NCCL ids (does every rank run --coll nccl?)", r0,
+                               tlens[r0], bl);
+        const uint8_t *id = table + (size_t)r0 * FTC_DIST_BLOB_MAX + (size_t)g * FTC_COLL_NCCL_ID_BYTES;
+        rc = make_nccl_group(o, NULL, id, gr, gn, dl, is_dp[g] ? &d->dp : &d->tp, err);
+        if (rc < 0)
+            return ftc_err_wrap(err, "the %s group (NCCL, rank %d of %d)",
+                                is_dp[g] ? "DP" : "TP", gr, gn);
+    }
+    return 0;
+}
+
 /* ---- joining ------------------------------------------------------------- */
 
 static int open_ep(const ftc_dist_opts_t *o, ftc_fabric_t **fab, uint8_t *addr, size_t *len,
@@ -280,12 +403,33 @@ int ftc_dist_join(const ftc_dist_opts_t *o, ftc_dist_t **out, ftc_err_t *err)
         rc = ftc_err_set(err, FTC_ENOMEM, "dist: out of memory");
         goto out;
     }
-    for (int g = 0; g < ng; g++)
+    bool use_nccl = o->coll == FTC_DIST_COLL_NCCL;
+    for (int g = 0; g < ng && !use_nccl; g++)
         if ((rc = open_ep(o, &fab[g], me[g], &melen[g], err)) < 0)
             goto out;
     /* g = 0: the DP group when dp > 1, else the TP group */
     int is_dp[2] = {l->dp > 1, 0};
-    if (o->dir && *o->dir) {
+    if (use_nccl && ng > 0 && (!o->dir || !*o->dir)) {
+        if ((rc = join_nccl_tcp(o, d, ng, is_dp, table, tlens, dl, err)) < 0)
+            goto out;
+    } else if (use_nccl) {
+        for (int g = 0; g < ng; g++) {
+            char sub[4096];
+            int gr = is_dp[g] ? l->dp_rank : l->tp_rank, gn = is_dp[g] ? l->dp : l->tp;
+            snprintf(sub, sizeof sub, "%s/%s-%c%d", o->dir, is_dp[g] ? "dp" : "tp",
+                     is_dp[g] ? 't' : 'd', is_dp[g] ? l->tp_rank : l->dp_rank);
+            if (mkdir(sub, 0700) < 0 && errno != EEXIST) {
+                rc = ftc_err_errno(err, errno, "dist: mkdir %s", sub);
+                goto out;
+            }
+            rc = make_nccl_group(o, sub, NULL, gr, gn, dl, is_dp[g] ? &d->dp : &d->tp, err);
+            if (rc < 0) {
+                ftc_err_wrap(err, "the %s group (NCCL, rank %d of %d)", is_dp[g] ? "DP" : "TP",
+                             gr, gn);
+                goto out;
+            }
+        }
+    } else if (o->dir && *o->dir) {
         for (int g = 0; g < ng; g++) {
             char sub[4096];
             int gr = is_dp[g] ? l->dp_rank : l->tp_rank, gn = is_dp[g] ? l->dp : l->tp;

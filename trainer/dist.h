@@ -20,6 +20,19 @@
  *     naming it. opts.abort, when set, aborts it (FTC_ECANCELED) within
  *     ~100 ms (`ftc run --in-process`: the supervisor's SIGUSR1).
  *
+ * Collectives (--coll, ftc_dist_coll_resolve): "cpu" builds both groups over
+ * libfabric (above); "nccl" builds them as NCCL communicators
+ * (trainer/coll_nccl.h) on CUDA device LOCAL_RANK % devices, without
+ * fabric endpoints: NCCL's unique id goes through the same shared directory
+ * (dir/dp-tT, dir/tp-dD: files nccl.1.id and nccl.1.rank<r>, generation 1,
+ * a fresh directory per job incarnation as for the addresses), or through
+ * the TCP rendezvous (each group's rank 0 puts a fresh id in its blob, the
+ * members take it from there: ftc_coll_nccl_unique_id, boot.id), under the
+ * same deadline; a failure or the deadline aborts the communicator
+ * (ncclCommAbort inside ftc_coll_nccl_create). "auto" is NCCL when the
+ * kernels backend is CUDA (a device per local rank, the backend not cpu)
+ * and the build has NCCL, else cpu.
+ *
  * Thread-safety: a ftc_dist_t is used by one thread. No global state.
  */
 #ifndef FTC_TRAINER_DIST_H
@@ -47,7 +60,30 @@ typedef struct ftc_dist_opts {
     int timeout_ms;        /* the deadline of the exchange (default 60000 when 0) */
     const atomic_int *abort; /* TCP rendezvous: non-zero aborts it (FTC_ECANCELED), e.g. from
                                 a signal handler; NULL: none */
+    int coll;              /* FTC_DIST_COLL_CPU (0) or FTC_DIST_COLL_NCCL (resolved) */
+    int cuda_device;       /* the NCCL communicators' device (ftc_dist_coll_resolve) */
 } ftc_dist_opts_t;
+
+/* The collective backends of --coll. */
+enum { FTC_DIST_COLL_CPU = 0, FTC_DIST_COLL_NCCL = 1, FTC_DIST_COLL_AUTO = 2 };
+
+/* "cpu", "nccl", "auto" -> FTC_DIST_COLL_*; -1 for anything else. */
+int ftc_dist_coll_parse(const char *s);
+
+/* Resolves want (FTC_DIST_COLL_*) for rank local_rank of local_world on
+ * this node whose kernels backend is named backend ("auto", "cpu", "cuda",
+ * ... as kernels.h). *kind gets FTC_DIST_COLL_CPU or _NCCL and, for NCCL,
+ * *device the CUDA device this process is then bound to
+ * (ftc_kernels_cuda_use_device: call this before the trainer is created).
+ * auto takes NCCL only when it can work: the build has NCCL, the backend is
+ * not cpu, and there are at least local_world devices (one GPU per local
+ * rank); otherwise cpu. why gets one line for the log ("nccl (auto: CUDA
+ * device 0 of 8 for local rank 0, NCCL built)", "cpu-fabric (auto: no CUDA
+ * device (...))"). Errors for nccl, at once and saying what to do:
+ * FTC_EUNSUPPORTED (a build without NCCL, no usable CUDA device), FTC_EINVAL
+ * (a cpu backend, fewer devices than local ranks, an unknown want). */
+int ftc_dist_coll_resolve(int want, const char *backend, int local_rank, int local_world,
+                          int *kind, int *device, char *why, size_t whylen, ftc_err_t *err);
 
 typedef struct ftc_dist {
     ftc_dist_layout_t l;

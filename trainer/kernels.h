@@ -182,6 +182,16 @@ const ftc_kernels_t *ftc_kernels_cuda(void);
 const ftc_kernels_t *ftc_kernels_cuda_bf16(void);
 const ftc_kernels_t *ftc_kernels_cuda_probe(bool bf16, ftc_err_t *why);
 
+/* Binds this process's CUDA backend (and what else uses the current CUDA
+ * device, e.g. NCCL) to device local_rank % (number of devices), the usual
+ * one-GPU-per-local-rank rule: call it before the first ftc_kernels_cuda*
+ * call, which binds the backend to the current device for good. Returns the
+ * number of devices (> 0) and *device; FTC_EUNSUPPORTED without CUDA or
+ * without a device (the message says which), FTC_EINVAL when the backend is
+ * already bound to another device, FTC_ECUDA when cudaSetDevice fails. Not
+ * thread-safe: call it from the main thread at start-up. */
+int ftc_kernels_cuda_use_device(int local_rank, int *device, ftc_err_t *err);
+
 /* Picks a backend by name: "cpu", "cpu-bf16", "cuda", "cuda-bf16", "auto"
  * (CUDA when a device is present, else CPU) or "auto-bf16". Logs one INFO
  * line naming the backend chosen (and, for auto, why not CUDA). NULL with

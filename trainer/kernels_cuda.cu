@@ -913,6 +913,32 @@ static void ftc__init(void)
     G.ok = 1;
 }
 
+extern "C" int ftc_kernels_cuda_use_device(int local_rank, int *device, ftc_err_t *err)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n < 1) {
+        int rc = ftc_err_set(err, FTC_EUNSUPPORTED, "no CUDA device (%s)",
+                             e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        (void)cudaGetLastError();
+        return rc;
+    }
+    int dev = (local_rank < 0 ? 0 : local_rank) % n;
+    /* the backend binds to the current device on its first use (G.ok once
+     * ftc__init succeeded): after that the choice is made */
+    if (G.ok && G.device != dev)
+        return ftc_err_set(err, FTC_EINVAL, "the CUDA backend already runs on device %d, not %d "
+                           "(select the device before the first CUDA kernel)", G.device, dev);
+    if ((e = cudaSetDevice(dev)) != cudaSuccess) {
+        int rc = ftc_err_set(err, FTC_ECUDA, "cudaSetDevice(%d): %s", dev, cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        return rc;
+    }
+    if (device)
+        *device = dev;
+    return n;
+}
+
 extern "C" const ftc_kernels_t *ftc_kernels_cuda_probe(bool bf16, ftc_err_t *why)
 {
     pthread_once(&G.once, ftc__init);

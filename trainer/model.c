@@ -68,7 +68,8 @@ struct ftc_model {
     void *allreduce_ctx;
     ftc_model_tp_split_t splits[FTC_MODEL_NTENSORS]; /* where each view sits in the full tensor */
     ftc_err_t tp_err;                              /* sticky: code 0, or the all-reduce's failure */
-    float *norm_parts;                             /* 2 x tp_size: the TP norm's exchange (host) */
+    float *norm_parts;                             /* 2 x tp_size: the TP norm's shares (host) */
+    float *norm_dev;                               /* and their exchange (backend memory) */
 };
 
 /* Parameter tensors in buffer order: name, shape as (layers?, rows, cols)
@@ -222,10 +223,11 @@ static bool ftc__alloc_buffers(ftc_model_t *m)
     m->targets = k->mem_alloc(BT * sizeof(int32_t));
     m->losses_host = malloc(BT * sizeof(float));
     m->norm_parts = malloc(2 * (size_t)m->tp_size * sizeof(float));
+    m->norm_dev = k->mem_alloc(2 * (size_t)m->tp_size * sizeof(float));
     if (m->grads)
         k->mem_zero(m->grads, m->n_params * sizeof(float));
     return m->params && m->grads && m->acts_mem && m->dacts_mem && m->tokens && m->targets &&
-           m->losses_host && m->norm_parts;
+           m->losses_host && m->norm_parts && m->norm_dev;
 }
 
 static void ftc__free_buffers(ftc_model_t *m)
@@ -239,6 +241,7 @@ static void ftc__free_buffers(ftc_model_t *m)
     k->mem_free(m->targets);
     free(m->losses_host);
     free(m->norm_parts);
+    k->mem_free(m->norm_dev);
 }
 
 /* Initializes the parameters on the host (params: n_params floats), to be
@@ -409,19 +412,15 @@ static int ftc__tp_allreduce(ftc_model_t *m, float *buf, size_t n, const char *w
 
 int ftc_model_grad_norm(ftc_model_t *m, double *norm)
 {
-    if (m->tp_size == 1) { /* the sum of ftc_grad_norm, in the same order */
-        double s = 0.0;
-        for (size_t j = 0; j < m->n_params; j++)
-            s += (double)m->grads[j] * (double)m->grads[j];
-        *norm = sqrt(s);
+    /* the squares are summed where the gradients are (kernels.h sumsq: on the
+     * CPU the sequential double sum of ftc_grad_norm, in the same order) */
+    if (m->tp_size == 1) {
+        *norm = sqrt(m->k->sumsq(m->grads, m->n_params));
         return 0;
     }
     double split = 0.0, repl = 0.0; /* the sliced tensors' share; the replicated ones' */
     for (int i = 0; i < FTC_MODEL_NTENSORS; i++) {
-        const float *g = m->grads + m->tensors[i].offset;
-        double s = 0.0;
-        for (size_t j = 0; j < m->tensors[i].numel; j++)
-            s += (double)g[j] * (double)g[j];
+        double s = m->k->sumsq(m->grads + m->tensors[i].offset, m->tensors[i].numel);
         *(m->splits[i].replicated ? &repl : &split) += s;
     }
     /* Every rank's share to every rank, exactly: rank r writes its double
@@ -434,9 +433,13 @@ int ftc_model_grad_norm(ftc_model_t *m, double *norm)
     float hi = (float)split;
     parts[2 * m->tp_rank] = hi;
     parts[2 * m->tp_rank + 1] = isinf(hi) ? 0.0f : (float)(split - (double)hi);
-    int rc = ftc__tp_allreduce(m, parts, 2 * (size_t)m->tp_size, "the gradient norm", -1);
+    /* the all-reduce runs on backend memory, like the model's others */
+    size_t pb = 2 * (size_t)m->tp_size * sizeof(float);
+    m->k->mem_copy(m->norm_dev, parts, pb, FTC_COPY_H2D);
+    int rc = ftc__tp_allreduce(m, m->norm_dev, 2 * (size_t)m->tp_size, "the gradient norm", -1);
     if (rc < 0)
         return rc;
+    m->k->mem_copy(parts, m->norm_dev, pb, FTC_COPY_D2H);
     double s = 0.0;
     for (int r = 0; r < m->tp_size; r++)
         s += (double)parts[2 * r] + (double)parts[2 * r + 1];

@@ -75,7 +75,12 @@ size_t ftc_model_param_count(const ftc_model_config_t *cfg);
 
 /* The tensor-parallel all-reduce: buf[i] = sum over the TP group of buf[i],
  * in place, n floats, the same bits on every rank (trainer/coll.h's F32
- * all-reduce). 0 or a negative FTC_E* code (a dead peer: FTC_ETIMEDOUT...). */
+ * all-reduce). 0 or a negative FTC_E* code (a dead peer: FTC_ETIMEDOUT...).
+ * buf is ALWAYS in the kernels backend's memory (device memory on CUDA: the
+ * activations, and a backend copy of the gradient norm's shares), so an
+ * all-reduce over host collectives must stage it (trainer/stage.h; the
+ * trainer's does) and one over NCCL can take it as is. ftc_model_coll_allreduce
+ * below passes buf straight to the communicator: right for the CPU backend. */
 typedef int (*ftc_model_allreduce_fn)(void *ctx, float *buf, size_t n);
 
 /* One named view into the parameter buffer (the same offsets index the
@@ -179,7 +184,8 @@ void ftc_model_tp_to_full(const ftc_model_tp_split_t *s, const float *local, flo
 void ftc_model_tp_from_full(const ftc_model_tp_split_t *s, const float *full, float *local);
 
 /* The global L2 norm of the gradient of the whole (unsplit) model: each
- * rank sums its split tensors' squares in double (tensor order), the TP
+ * rank sums its split tensors' squares in double (tensor order, with the
+ * backend's sumsq: where the gradients are), the TP
  * ranks exchange these shares exactly (one all-reduce of 2 x tp_size floats:
  * each share as hi + lo in its own slots, zeros elsewhere) and add them in
  * rank order, then the replicated tensors' squares are added once: the same

@@ -14,6 +14,7 @@
 #include "recover/layout.h"
 #include "trainer/gradsum.h"
 #include "trainer/rng.h"
+#include "trainer/stage.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -58,7 +59,8 @@ struct ftc_trainer {
     ftc_gradsum_t **acc;      /* one exact accumulator per virtual rank (deterministic) */
     int32_t *inputs, *targets;/* one micro-batch */
     float *micro_loss;        /* per micro-batch losses of a step */
-    float *gstage;            /* host copy of the gradients (deterministic mode on a device) */
+    float *gstage;            /* host copy of the gradients (deterministic mode, staged) */
+    ftc_stage_t stage;        /* backend memory <-> host code and collectives (stage.h) */
     ftc_rng_t rng;            /* after initialization; checkpointed */
     uint64_t step;            /* steps done */
     uint64_t resumed_from;    /* UINT64_MAX: fresh */
@@ -269,10 +271,10 @@ static int ftc__alloc_buffers(ftc_trainer_t *t, ftc_err_t *err)
     t->inputs = malloc(BT * sizeof(int32_t));
     t->targets = malloc(BT * sizeof(int32_t));
     t->micro_loss = malloc((size_t)t->o.micro_steps * sizeof(float));
-    if (t->o.deterministic && t->k->device >= 0)
+    if (t->o.deterministic && t->stage.staged)
         t->gstage = malloc(ftc_model_num_params(t->model) * sizeof(float));
     if (!t->inputs || !t->targets || !t->micro_loss ||
-        (t->o.deterministic && t->k->device >= 0 && !t->gstage))
+        (t->o.deterministic && t->stage.staged && !t->gstage))
         return ftc_err_set(err, FTC_ENOMEM, "trainer: out of memory");
     return 0;
 }
@@ -307,13 +309,39 @@ static int ftc__tp_fail(ftc_trainer_t *t, const char *what, ftc_err_t *err)
                            : "");
 }
 
+/* The model's TP all-reduce: its buffers are backend memory (model.h), staged
+ * for a host collective on a device backend (stage.h). Reads tp_ctx, so a
+ * rebind that replaces tp_ctx.coll keeps the staging. */
+static int ftc__tp_allreduce(void *ctx, float *buf, size_t n)
+{
+    ftc_trainer_t *t = ctx;
+    int ms = t->tp_ctx.timeout_ms > 0 ? t->tp_ctx.timeout_ms : t->o.coll_timeout_ms;
+    return ftc_stage_coll(&t->stage, t->tp_ctx.coll, FTC_STAGE_ALL_REDUCE, buf, n, FTC_COLL_F32,
+                          0, FTC_STAGE_MEM_BACKEND, ftc_deadline_in_ms((uint64_t)ms));
+}
+
+/* Refuses collectives that cannot carry this run: NCCL needs a CUDA backend.
+ * (The DP group's exact 128-bit sums, which NCCL lacks, go through fp32 limbs:
+ * stage.h.) */
+static int ftc__check_colls(const ftc_trainer_t *t, ftc_err_t *err)
+{
+    const ftc_coll_t *cs[2] = {t->o.dp_coll, t->o.tp_coll};
+    for (int i = 0; i < 2; i++)
+        if (ftc_coll_device_memory(cs[i]) && t->k->device < 0)
+            return ftc_err_set(err, FTC_EINVAL, "the %s group runs over NCCL, which needs the "
+                               "CUDA kernels backend, not '%s': use --backend cuda, or --coll cpu",
+                               i ? "TP" : "DP", t->k->name);
+    return 0;
+}
+
 /* Every rank gets every rank's 8-byte value (U8 all-gather). */
 static int ftc__gather_u64(ftc_trainer_t *t, uint64_t mine, uint64_t *all, ftc_err_t *err)
 {
     all[t->dpr] = mine;
     if (!t->coll)
         return 0;
-    int rc = ftc_coll_all_gather(t->coll, all, (size_t)t->dpn * 8, FTC_COLL_U8, ftc__coll_dl(t));
+    int rc = ftc_stage_coll(&t->stage, t->coll, FTC_STAGE_ALL_GATHER, all, (size_t)t->dpn * 8,
+                            FTC_COLL_U8, 0, FTC_STAGE_MEM_HOST, ftc__coll_dl(t));
     return rc < 0 ? ftc__coll_fail(t, rc, "exchanging restart steps", err) : 0;
 }
 
@@ -322,8 +350,9 @@ static int ftc__gather_params(ftc_trainer_t *t, ftc_err_t *err)
 {
     if (!t->coll)
         return 0;
-    int rc = ftc_coll_all_gather(t->coll, ftc_model_params(t->model), ftc_model_num_params(t->model),
-                                 FTC_COLL_F32, ftc__coll_dl(t));
+    int rc = ftc_stage_coll(&t->stage, t->coll, FTC_STAGE_ALL_GATHER, ftc_model_params(t->model),
+                            ftc_model_num_params(t->model), FTC_COLL_F32, 0,
+                            FTC_STAGE_MEM_BACKEND, ftc__coll_dl(t));
     return rc < 0 ? ftc__coll_fail(t, rc, "all-gather of the parameters", err) : 0;
 }
 
@@ -436,8 +465,9 @@ static int ftc__gather_words(ftc_trainer_t *t, const uint64_t *mine, int k, uint
     memcpy(all + (size_t)t->dpr * (size_t)k, mine, (size_t)k * 8);
     if (!t->coll)
         return 0;
-    int rc = ftc_coll_all_gather(t->coll, all, (size_t)t->dpn * (size_t)k * 8, FTC_COLL_U8,
-                                 ftc__coll_dl(t));
+    int rc = ftc_stage_coll(&t->stage, t->coll, FTC_STAGE_ALL_GATHER, all,
+                            (size_t)t->dpn * (size_t)k * 8, FTC_COLL_U8, 0, FTC_STAGE_MEM_HOST,
+                            ftc__coll_dl(t));
     return rc < 0 ? ftc__coll_fail(t, rc, "exchanging restore steps", err) : 0;
 }
 
@@ -598,12 +628,13 @@ static int ftc__agent_repartition(ftc_trainer_t *t, bool *fresh, ftc_err_t *err)
         const float *src[3];
         rc = ftc__check_fetched(t, ref, pc->prev_dp, S, step, have ? &first : NULL, &mq, src,
                                 err);
-        if (rc == 0) {
-            for (uint64_t j = 0; j < pc->len; j++) {
-                p[pc->offset + j] = src[0][pc->prev_offset + j];
-                t->adam->m[pc->new_offset + j] = src[1][pc->prev_offset + j];
-                t->adam->v[pc->new_offset + j] = src[2][pc->prev_offset + j];
-            }
+        if (rc == 0) { /* host data into backend memory */
+            size_t b = (size_t)pc->len * sizeof(float);
+            ftc_stage_to_backend(&t->stage, p + pc->offset, src[0] + pc->prev_offset, b);
+            ftc_stage_to_backend(&t->stage, t->adam->m + pc->new_offset, src[1] + pc->prev_offset,
+                                 b);
+            ftc_stage_to_backend(&t->stage, t->adam->v + pc->new_offset, src[2] + pc->prev_offset,
+                                 b);
             if (!have)
                 first = mq, have = true;
             fetched++;
@@ -712,8 +743,11 @@ static int ftc__agent_setup(ftc_trainer_t *t, ftc_err_t *err)
     float *bufs[3];
     ftc__shard_tensors(t, names, bufs);
     int64_t shape[1] = {(int64_t)t->shard_len};
+    /* device tensors are registered as device tensors (include/ftc.h copies
+     * them itself); -1 is FTC_HOST */
+    int dev = t->k->device >= 0 ? t->k->device : FTC_HOST;
     for (int b = 0; b < 3; b++)
-        if ((rc = ftc_register(t->ftc, names[b], FTC_DTYPE_F32, 1, shape, bufs[b], FTC_HOST)) < 0)
+        if ((rc = ftc_register(t->ftc, names[b], FTC_DTYPE_F32, 1, shape, bufs[b], dev)) < 0)
             return ftc_err_set(err, rc, "agent: registering %s: %s", names[b],
                                ftc_last_error(t->ftc));
     return ftc__agent_restore(t, err);
@@ -907,10 +941,11 @@ static int ftc__repartition(ftc_trainer_t *t, ftc_err_t *err)
         rc = ftc__load_chunk(t, q, S, step, bufs, &qoff, &qlen, &mq, &ml, err);
         if (rc == 0) {
             size_t a = qoff > lo ? qoff : lo, b = qoff + qlen < hi ? qoff + qlen : hi;
-            for (size_t i = a; i < b; i++) {
-                p[i] = bufs[0][i - qoff];
-                t->adam->m[i - lo] = bufs[1][i - qoff];
-                t->adam->v[i - lo] = bufs[2][i - qoff];
+            if (a < b) { /* host data into backend memory */
+                size_t nb = (b - a) * sizeof(float);
+                ftc_stage_to_backend(&t->stage, p + a, bufs[0] + (a - qoff), nb);
+                ftc_stage_to_backend(&t->stage, t->adam->m + (a - lo), bufs[1] + (a - qoff), nb);
+                ftc_stage_to_backend(&t->stage, t->adam->v + (a - lo), bufs[2] + (a - qoff), nb);
             }
             if (!have_meta)
                 rc = ftc__meta_apply(t, &mq, ml, step, (uint64_t)S, t->o.ckpt_dir, err);
@@ -998,8 +1033,8 @@ static int ftc__shard_persist_setup(ftc_trainer_t *t, ftc_err_t *err)
     ftc__shard_tensors(t, names, bufs);
     uint64_t shape[1] = {t->shard_len};
     for (int b = 0; b < 3; b++) {
-        int rc = ftc_snap_add(t->snap, names[b], FTC_DTYPE_F32, 1, shape, bufs[b], FTC_SNAP_HOST,
-                              err);
+        int rc = ftc_snap_add(t->snap, names[b], FTC_DTYPE_F32, 1, shape, bufs[b], t->k->device,
+                              err); /* device tensors as device tensors (FTC_SNAP_HOST = -1) */
         if (rc < 0)
             return rc;
     }
@@ -1039,6 +1074,12 @@ ftc_trainer_t *ftc_trainer_create(const ftc_train_options_t *o, ftc_err_t *err)
     t->k = ftc_kernels_select(o->backend, err);
     if (!t->k)
         goto fail;
+    ftc_stage_init(&t->stage, t->k, ftc_stage_force_env());
+    if (t->stage.staged && t->k->device < 0)
+        FTC_INFO("train", "%s set: host code and host collectives reach the '%s' backend's "
+                 "memory through staging copies, as on a device", FTC_STAGE_FORCE_ENV, t->k->name);
+    if ((rc = ftc__check_colls(t, err)) < 0)
+        goto fail;
     /* data */
     if (o->data_path && *o->data_path)
         rc = ftc_tokens_load(o->data_path, &t->tokens, err);
@@ -1057,8 +1098,7 @@ ftc_trainer_t *ftc_trainer_create(const ftc_train_options_t *o, ftc_err_t *err)
     t->tp_ctx.coll = o->tp_coll;
     t->tp_ctx.timeout_ms = o->coll_timeout_ms;
     t->model = ftc_model_create_tp(&o->model, t->k, o->micro_batch, o->seq_len, o->seed, t->tpr,
-                                   t->tpn, t->tpn > 1 ? ftc_model_coll_allreduce : NULL,
-                                   &t->tp_ctx, err);
+                                   t->tpn, t->tpn > 1 ? ftc__tp_allreduce : NULL, t, err);
     if (!t->model)
         goto fail;
     ftc_rng_seed(&t->rng, o->seed);
@@ -1117,6 +1157,12 @@ void ftc_trainer_destroy(ftc_trainer_t *t)
     free(t->targets);
     free(t->micro_loss);
     free(t->gstage);
+    if (t->stage.staged && t->k)
+        FTC_INFO("train", "DP rank %d: staging: %llu copies through the '%s' backend's memory "
+                 "ops, %llu exact sums over fp32 limbs", t->dpr,
+                 (unsigned long long)t->stage.copies, t->k->name,
+                 (unsigned long long)t->stage.limb_sums);
+    ftc_stage_fini(&t->stage);
     ftc_adamw_destroy(t->adam);
     ftc_model_destroy(t->model);
     ftc_tokens_free(&t->tokens);
@@ -1141,6 +1187,7 @@ static int ftc__sharded_grads(ftc_trainer_t *t, ftc_err_t *err)
 {
     int M = t->o.micro_steps;
     float *grads = ftc_model_grads(t->model);
+    float *gh = t->gstage ? t->gstage : grads; /* the host view of the gradients */
     size_t n = ftc_model_num_params(t->model), lo, cnt;
     ftc_coll_chunk((size_t)M, t->dpn, t->dpr, &lo, &cnt);
     ftc_gradsum_zero(t->acc[0]);
@@ -1149,24 +1196,31 @@ static int ftc__sharded_grads(ftc_trainer_t *t, ftc_err_t *err)
         ftc__micro(t, (int)i);
         if (t->tpn > 1 && ftc_model_status(t->model, NULL) < 0)
             return ftc__tp_fail(t, "forward/backward", err);
-        int rc = ftc_gradsum_add_f32(t->acc[0], grads, n, err);
+        if (t->gstage)
+            ftc_stage_to_host(&t->stage, gh, grads, n * sizeof(float));
+        int rc = ftc_gradsum_add_f32(t->acc[0], gh, n, err);
         if (rc < 0)
             return ftc_err_wrap(err, "step %llu, micro-batch %zu (DP rank %d)",
                                 (unsigned long long)t->step, i, t->dpr);
     }
-    if (t->coll) {
-        int rc = ftc_coll_reduce_scatter(t->coll, ftc_gradsum_words(t->acc[0]), n, FTC_COLL_I128,
-                                         ftc__coll_dl(t));
+    if (t->coll) { /* the exact sums are host memory */
+        int rc = ftc_stage_coll(&t->stage, t->coll, FTC_STAGE_REDUCE_SCATTER,
+                                ftc_gradsum_words(t->acc[0]), n, FTC_COLL_I128, 0,
+                                FTC_STAGE_MEM_HOST, ftc__coll_dl(t));
         if (rc < 0)
             return ftc__coll_fail(t, rc, "reduce-scatter of the exact gradient sums", err);
     }
-    ftc_gradsum_to_f32_range(t->acc[0], t->shard_off, t->shard_len, grads + t->shard_off,
+    ftc_gradsum_to_f32_range(t->acc[0], t->shard_off, t->shard_len, gh + t->shard_off,
                              1.0 / (double)M);
+    if (t->gstage) /* this rank's chunk into the backend's gradient buffer */
+        ftc_stage_to_backend(&t->stage, grads + t->shard_off, gh + t->shard_off,
+                             t->shard_len * sizeof(float));
     if (t->coll) {
-        int rc = ftc_coll_all_gather(t->coll, grads, n, FTC_COLL_F32, ftc__coll_dl(t));
-        if (rc == 0) /* every rank's micro-batch losses, in micro-batch order */
-            rc = ftc_coll_all_gather(t->coll, t->micro_loss, (size_t)M, FTC_COLL_F32,
-                                     ftc__coll_dl(t));
+        int rc = ftc_stage_coll(&t->stage, t->coll, FTC_STAGE_ALL_GATHER, grads, n, FTC_COLL_F32,
+                                0, FTC_STAGE_MEM_BACKEND, ftc__coll_dl(t));
+        if (rc == 0) /* every rank's micro-batch losses (host), in micro-batch order */
+            rc = ftc_stage_coll(&t->stage, t->coll, FTC_STAGE_ALL_GATHER, t->micro_loss,
+                                (size_t)M, FTC_COLL_F32, 0, FTC_STAGE_MEM_HOST, ftc__coll_dl(t));
         if (rc < 0)
             return ftc__coll_fail(t, rc, "all-gather of the gradient", err);
     }
@@ -1204,7 +1258,7 @@ int ftc_trainer_step(ftc_trainer_t *t, ftc_train_stats_t *st, ftc_err_t *err)
                 ftc_model_zero_grad(t->model);
                 ftc__micro(t, i);
                 if (t->gstage)
-                    t->k->mem_copy(gh, grads, n * sizeof(float), FTC_COPY_D2H);
+                    ftc_stage_to_host(&t->stage, gh, grads, n * sizeof(float));
                 int rc = ftc_gradsum_add_f32(t->acc[r], gh, n, err);
                 if (rc < 0)
                     return ftc_err_wrap(err, "step %llu, micro-batch %d (virtual rank %d)",
@@ -1221,7 +1275,7 @@ int ftc_trainer_step(ftc_trainer_t *t, ftc_train_stats_t *st, ftc_err_t *err)
         }
         ftc_gradsum_to_f32(t->acc[root], gh, 1.0 / (double)M);
         if (t->gstage)
-            t->k->mem_copy(grads, gh, n * sizeof(float), FTC_COPY_H2D);
+            ftc_stage_to_backend(&t->stage, grads, gh, n * sizeof(float));
     }
     double loss = 0.0; /* in micro-batch order, whatever dp */
     for (int i = 0; i < M; i++)
@@ -1296,6 +1350,8 @@ int ftc_trainer_checkpoint(ftc_trainer_t *t, ftc_err_t *err)
     ftc__train_meta_t meta;
     ftc__meta_fill(t, &meta);
     if (t->ftc) {
+        /* device tensors: the agent's copy stream does not wait for the kernels */
+        t->k->sync();
         /* returns once the copy has started; the next update waits for it */
         int rc = ftc_checkpoint(t->ftc, (int64_t)t->step, &meta, sizeof meta);
         if (rc == FTC_EAGAIN)
@@ -1337,7 +1393,9 @@ const char *ftc_trainer_backend(const ftc_trainer_t *t) { return t->k->name; }
 
 uint64_t ftc_trainer_params_hash(ftc_trainer_t *t)
 {
-    return ftc_xxh3(ftc_model_params(t->model), ftc_model_num_params(t->model) * sizeof(float));
+    size_t bytes = ftc_model_num_params(t->model) * sizeof(float);
+    const void *h = ftc_stage_host(&t->stage, ftc_model_params(t->model), bytes);
+    return h ? ftc_xxh3(h, bytes) : 0; /* 0: no host memory for the copy */
 }
 
 int ftc_trainer_full_params(ftc_trainer_t *t, uint64_t *hash, float *full, ftc_err_t *err)
@@ -1354,10 +1412,10 @@ int ftc_trainer_full_params(ftc_trainer_t *t, uint64_t *hash, float *full, ftc_e
         rc = ftc_err_set(err, FTC_ENOMEM, "gathering the %zu parameters: out of memory", P);
         goto out;
     }
-    t->k->mem_copy(all + (size_t)t->tpr * n, ftc_model_params(m), n * sizeof(float),
-                   FTC_COPY_D2H);
-    if (nt > 1) {
-        rc = ftc_coll_all_gather(t->o.tp_coll, all, n * nt, FTC_COLL_F32, ftc__coll_dl(t));
+    ftc_stage_to_host(&t->stage, all + (size_t)t->tpr * n, ftc_model_params(m), n * sizeof(float));
+    if (nt > 1) { /* a host buffer (staged into device memory for NCCL) */
+        rc = ftc_stage_coll(&t->stage, t->o.tp_coll, FTC_STAGE_ALL_GATHER, all, n * nt,
+                            FTC_COLL_F32, 0, FTC_STAGE_MEM_HOST, ftc__coll_dl(t));
         if (rc < 0) {
             rc = ftc_err_set(err, rc, "all-gather of the TP slices (TP rank %d of %d): %s", t->tpr,
                              t->tpn, ftc_coll_errmsg(t->o.tp_coll));

@@ -68,6 +68,17 @@
  * refused (FTC_ECONFIG). A TP all-reduce failure is returned by
  * ftc_trainer_step like a DP one.
  *
+ * Device memory: the parameters, gradients and moments live in the kernels
+ * backend's memory (device memory on CUDA). Every collective and host-side
+ * read or write of them goes through trainer/stage.h: host collectives on a
+ * device backend are staged through host memory, NCCL communicators get
+ * device pointers (host data staged to the device), the exact 128-bit sums
+ * travel as fp32 limbs where the collective has no i128 sum (NCCL), and the
+ * checkpoint tensors are registered on the backend's device. dp_coll and
+ * tp_coll may be NCCL communicators only with a CUDA backend (FTC_EINVAL).
+ * FTC_TRAIN_FORCE_STAGING=1 in the environment makes the CPU backend take
+ * the staged path too (the bits do not change: it is how CI tests it).
+ *
  * Numerical guard (docs/trainer.md "Numerical guard"): after forward and
  * backward and before the optimizer writes anything, a step whose loss or
  * gradient is not finite (every micro-batch is checked, so one poisoned
