@@ -50,6 +50,10 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
+#include <time.h>
+
+/* how long stopping waits for the replication thread (ftc__abandon after) */
+#define FTC__STOP_JOIN_MS 3000
 
 #define FTC_AGENT_MAX_RANKS 64
 #define FTC_AGENT_MAX_CLIENTS 128
@@ -2311,6 +2315,60 @@ int ftc_agent_run(ftc_agent_t *a, volatile sig_atomic_t *stop)
     return 0;
 }
 
+/* Agents whose replication thread did not stop in time (ftc__abandon):
+ * kept reachable, never freed — the thread may still touch them. */
+static ftc_agent_t *ftc__abandoned[64];
+static pthread_mutex_t ftc__abandoned_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* The replication thread is blocked inside libfabric (the tcp provider's
+ * connect() is blocking: a SYN nobody answers holds it for the kernel's
+ * retries, tens of seconds) and will see `stop` only when that returns. The
+ * agent goes away without it: its detector stops (no more heartbeats), its
+ * sockets close (a new agent can take the socket path), and everything the
+ * thread may still use — the engine, the endpoint, the slots it pushes
+ * from, the eventfd, the job lists — stays allocated, for good. A bounded
+ * leak per stuck stop, instead of a stop as long as the kernel's SYN
+ * retries. */
+static void ftc__abandon(ftc_agent_t *a)
+{
+    FTC_WARN("agent", "the replication thread did not stop within %d ms (blocked in "
+             "libfabric, likely a connect to a peer that does not answer): the agent leaves "
+             "without it, and its engine, endpoint and slot mappings stay allocated for it",
+             FTC__STOP_JOIN_MS);
+    if (a->par) {
+        ftc__par_worker_stop(a->par->worker);
+        a->par->worker = NULL;
+    }
+    ftc__persister_stop(a->pw);
+    a->pw = NULL;
+    ftc_detector_stop(a->det, true);
+    a->det = NULL;
+    for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++)
+        if (a->ranks[i].used && a->ranks[i].fd >= 0) {
+            close(a->ranks[i].fd);
+            a->ranks[i].fd = -1;
+        }
+    for (int i = 0; i < FTC_AGENT_MAX_CLIENTS; i++)
+        if (a->clients[i] >= 0) {
+            close(a->clients[i]);
+            a->clients[i] = -1;
+        }
+    if (a->listen_fd >= 0) {
+        close(a->listen_fd);
+        unlink(a->sock);
+        a->listen_fd = -1;
+    }
+    ftc_fabric_shutdown_sockets(a->fab); /* peers that still have our address: refused */
+    pthread_detach(a->repl_tid);
+    pthread_mutex_lock(&ftc__abandoned_mu);
+    for (size_t i = 0; i < sizeof ftc__abandoned / sizeof ftc__abandoned[0]; i++)
+        if (!ftc__abandoned[i]) {
+            ftc__abandoned[i] = a;
+            break;
+        }
+    pthread_mutex_unlock(&ftc__abandoned_mu);
+}
+
 void ftc_agent_stop(ftc_agent_t *a)
 {
     if (!a)
@@ -2318,8 +2376,15 @@ void ftc_agent_stop(ftc_agent_t *a)
     atomic_store(&a->stop, true);
     uint64_t t[5];
     t[0] = ftc_now_ns();
-    if (a->repl_started)
-        pthread_join(a->repl_tid, NULL);
+    if (a->repl_started) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += FTC__STOP_JOIN_MS / 1000;
+        if (pthread_timedjoin_np(a->repl_tid, NULL, &ts) != 0) {
+            ftc__abandon(a);
+            return;
+        }
+    }
     if (a->par) { /* it writes to the eventfd closed below */
         ftc__par_worker_stop(a->par->worker);
         a->par->worker = NULL;

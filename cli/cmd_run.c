@@ -25,7 +25,8 @@
 #include <unistd.h>
 
 static const char ftc__run_help[] =
-    "usage: ftc run [--nnodes MIN:MAX] [--nproc-per-node N] [--node-rank I] [--max-restarts R]\n"
+    "usage: ftc run [--nnodes MIN:MAX] [--nproc-per-node N] [--tp T] [--pp P] [--node-rank I]\n"
+    "               [--max-restarts R]\n"
     "               [--redundancy K|xor:G|rs:G+M] [--redis URL] [--ckpt-dir]\n"
     "               [--in-process] [--simulate-nodes N [--netns]] -- BINARY [ARGS...]\n"
     "\n"
@@ -44,6 +45,10 @@ static const char ftc__run_help[] =
     "Options:\n"
     "  --nnodes MIN:MAX       nodes of the job (or N = N:N); default 1, or SLURM_NNODES\n"
     "  --nproc-per-node N     ranks per node (default 1)\n"
+    "  --tp T, --pp P         the job's tensor / pipeline parallel degrees (default 1):\n"
+    "                         the layout planner makes WORLD_SIZE dp x T x P (slots\n"
+    "                         beyond it stay idle), keeps survivors on their slots and\n"
+    "                         TP groups on one node (docs/recovery.md)\n"
     "  --node-rank I          this node's index (default FTC_NODE_RANK, NODE_RANK,\n"
     "                         SLURM_NODEID, 0)\n"
     "  --node-id ID           name in status and events (default node<I>)\n"
@@ -208,11 +213,13 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
     const char *nnodes = ftc__env_first(nn_env);
     const char *nrank = ftc__env_first(nr_env);
     uint64_t nproc = 1, node_rank = nrank ? strtoull(nrank, NULL, 10) : 0, restarts = 3,
-             simulate = 0, settle = 1000, join_to = 120000, grace = 3000;
+             simulate = 0, settle = 1000, join_to = 120000, grace = 3000, tp = 1, pp = 1;
     const char *node_id = "", *domain = "", *host = NULL;
     bool ckpt_dir = false, use_netns = false, in_process = false;
     const ftc_cli_opt_t opts[] = {{"--nnodes", FTC_OPT_STR, &nnodes, NULL},
                                   {"--nproc-per-node", FTC_OPT_U64, &nproc, NULL},
+                                  {"--tp", FTC_OPT_U64, &tp, NULL},
+                                  {"--pp", FTC_OPT_U64, &pp, NULL},
                                   {"--node-rank", FTC_OPT_U64, &node_rank, NULL},
                                   {"--node-id", FTC_OPT_STR, &node_id, NULL},
                                   {"--domain", FTC_OPT_STR, &domain, NULL},
@@ -262,6 +269,13 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
         ec = ftc_cli_usage_error(cmd, "--nproc-per-node must be 1..64 and --node-rank below "
                                       "--nnodes MAX (%d)",
                                  mx);
+        goto out;
+    }
+    if (tp < 1 || pp < 1 || tp * pp > nproc * (uint64_t)mx) {
+        ec = ftc_cli_usage_error(cmd, "--tp %llu x --pp %llu must be >= 1 and fit the job's "
+                                      "slots (--nnodes MAX %d x --nproc-per-node %llu)",
+                                 (unsigned long long)tp, (unsigned long long)pp, mx,
+                                 (unsigned long long)nproc);
         goto out;
     }
     if (ftc_cli_agent_options(&a, &o.agent, &err)) {
@@ -320,6 +334,8 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
     o.grace_ms = (int)grace;
     o.ckpt_dir = ckpt_dir;
     o.in_process = in_process;
+    o.tp = (int)tp;
+    o.pp = (int)pp;
     o.agent.domain = domain;
     o.argv = argv + dd + 1;
     struct sigaction sa;

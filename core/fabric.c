@@ -276,8 +276,10 @@ undo_alloc:
  * (the listener and the connections it accepted share its local port) makes
  * those peers fail at once instead. shutdown(), not close(): the descriptors
  * stay libfabric's, so no number is reused under it. */
-static void abandon_sockets(ftc_fabric_t *fab)
+void ftc_fabric_shutdown_sockets(ftc_fabric_t *fab)
 {
+    if (!fab)
+        return;
     if (!strstr(fab->prov, "tcp"))
         return;
     struct sockaddr_storage me;
@@ -333,7 +335,7 @@ void ftc_fabric_close(ftc_fabric_t *fab)
          * peer is gone. */
         FTC_WARN("fabric", "abandoning a broken %s endpoint without fi_close (libfabric cannot "
                            "close it safely)", fab->prov);
-        abandon_sockets(fab);
+        ftc_fabric_shutdown_sockets(fab);
         fi_freeinfo(fab->info);
         free(fab);
         return;

@@ -107,6 +107,13 @@ int ftc_fabric_open(const ftc_fabric_opts_t *opts, ftc_fabric_t **out, ftc_err_t
  * (broken, aborted, operations pending). After it returns libfabric holds no
  * caller buffer. NULL is a no-op. Not thread-safe with other calls on fab. */
 void ftc_fabric_close(ftc_fabric_t *fab);
+/* Shuts down (shutdown(2), the descriptors stay libfabric's) every socket of
+ * this process bound to the endpoint's tcp address: its listener and the
+ * connections it accepted. Peers that still use the address are refused at
+ * once instead of connecting into a backlog nobody serves (ftc_fabric_close
+ * does it for an endpoint it abandons; an owner that gives up on an endpoint
+ * another thread is stuck in calls it). No-op for other providers. */
+void ftc_fabric_shutdown_sockets(ftc_fabric_t *fab);
 
 /* Makes every current and later wait on fab return FTC_ECANCELED promptly
  * (after the bounded cancel described above), and every later post fail with

@@ -17,6 +17,7 @@
 #include "detect/status.h"
 #include "plugins/filestore.h"
 #include "plugins/inproc.h"
+#include "recover/layout.h"
 #include "recover/rendezvous.h"
 
 #include <arpa/inet.h>
@@ -59,8 +60,11 @@ typedef struct ftc__sup {
     int failures;              /* failed rounds so far */
     char events_after[32];     /* event stream position */
     char fail_reason[256];
-    int restore_base;          /* FTC_RESTORE_RANK of local rank 0 (-1: none) */
-    int prev_world;            /* ranks of the previous generation (0: none) */
+    /* the layout of this generation (ftc__plan, recover/layout.h) */
+    int world;                      /* ranks in the generation: dp x tp x pp */
+    int rank_of[FTC__MAX_LOCAL];    /* rank on each local slot, -1 = idle */
+    int restore_of[FTC__MAX_LOCAL]; /* FTC_RESTORE_RANK of each slot's rank, -1 = none */
+    int prev_world;            /* ranks of the layout of the committed version (0: none) */
     uint64_t rec_t0;           /* wall ms this recovery began (0: none in progress) */
     uint64_t redis_ok_ms;      /* monotonic ms of the last answer from Redis in ftc__watch */
     int continued;             /* in-process: ranks of this generation that continued */
@@ -179,74 +183,191 @@ static bool ftc__is_member(const ftc__sup_t *s, const char *node)
     return false;
 }
 
-/* Which previous rank's state each of our ranks restores when the layout
- * changed (FTC_RESTORE_RANK): a node that was a member keeps the state it
- * has in its own memory (its previous ranks, whatever their new numbers);
- * a newcomer takes over the ranks of a lost node (their shards are in peers'
- * memory), in order; beyond those (a pure grow) rank r takes r mod the
- * previous world. Ranks of the same state then restore the same shard: right
- * for data-parallel replicas; sharded state is the binary's to re-partition
- * (the reference trainer does, from FTC_PREV_WORLD_SIZE). */
-static void ftc__restore_map(ftc__sup_t *s)
+/* Splits "a b c" into at most cap words (in place). */
+static int ftc__words(char *list, char **out, int cap)
 {
-    s->restore_base = -1;
-    s->prev_world = 0;
-    if (s->gen < 2)
-        return;
-    char key[256], suffix[64];
-    snprintf(suffix, sizeof suffix, "rdzv:%" PRIu64 ":out", s->gen - 2);
-    ftc_ctl_key(s->ctl, suffix, key, sizeof key);
-    ftc_redis_reply_t *rep = NULL;
-    const char *v = NULL;
-    size_t len = 0;
-    if (ftc_redis_cmdv(ftc_ctl_redis(s->ctl), true, &rep, "HGET", key, "members", NULL) ||
-        ftc_redis_want_str(rep, "previous members", &v, &len, NULL) || !len) {
-        ftc_redis_reply_free(rep);
-        return;
-    }
-    char *list = strndup(v, len);
-    ftc_redis_reply_free(rep);
-    if (!list)
-        return;
-    char *prev[4096];
-    int np = 0;
-    for (char *save = NULL, *t = strtok_r(list, " ", &save); t && np < 4096;
+    int n = 0;
+    for (char *save = NULL, *t = strtok_r(list, " ", &save); t && n < cap;
          t = strtok_r(NULL, " ", &save))
-        prev[np++] = t;
-    s->prev_world = np * s->o->nproc;
-    int mine = -1;
-    for (int i = 0; i < np; i++)
-        if (!strcmp(prev[i], s->node_id))
-            mine = i;
-    if (mine >= 0) {
-        s->restore_base = mine * s->o->nproc;
-    } else {
-        /* newcomer k (in member order) takes the k-th lost node's ranks */
-        int k = 0;
-        for (int i = 0; i < s->round.index; i++) {
-            bool was = false;
-            for (int j = 0; j < np && !was; j++)
-                was = !strcmp(prev[j], s->round.members[i]);
-            k += !was;
-        }
-        int lost = 0;
-        for (int j = 0; j < np && s->restore_base < 0; j++) {
-            if (ftc__is_member(s, prev[j]))
-                continue;
-            if (lost++ == k)
-                s->restore_base = j * s->o->nproc;
-        }
-        if (s->restore_base < 0 && s->prev_world > 0)
-            s->restore_base = (s->round.index * s->o->nproc) % s->prev_world;
+        out[n++] = t;
+    return n;
+}
+
+/* The layout of generation gen as its supervisors published it
+ * (`ftc:{J}:plan:GEN`: `members` node ids in order, `ranks` "node:slot" per
+ * rank, node = index in members). 0 with *n = world, or -1 when absent. */
+static int ftc__plan_read(ftc__sup_t *s, uint64_t gen, char **members_buf, char **ranks_buf)
+{
+    char key[256], suffix[64];
+    snprintf(suffix, sizeof suffix, "plan:%" PRIu64, gen);
+    ftc_ctl_key(s->ctl, suffix, key, sizeof key);
+    ftc_redis_reply_t *rep = NULL, **el = NULL;
+    size_t n = 0;
+    *members_buf = *ranks_buf = NULL;
+    if (ftc_redis_cmdv(ftc_ctl_redis(s->ctl), true, &rep, "HMGET", key, "members", "ranks",
+                       NULL) ||
+        ftc_redis_want_array(rep, "HMGET plan", 2, &el, &n, NULL)) {
+        ftc_redis_reply_free(rep);
+        return -1;
     }
-    free(list);
+    const char *m, *r;
+    size_t ml, rl;
+    if (ftc_redis_want_str(el[0], "plan members", &m, &ml, NULL) ||
+        ftc_redis_want_str(el[1], "plan ranks", &r, &rl, NULL) || !ml || !rl) {
+        ftc_redis_reply_free(rep);
+        return -1;
+    }
+    *members_buf = strndup(m, ml);
+    *ranks_buf = strndup(r, rl);
+    ftc_redis_reply_free(rep);
+    if (!*members_buf || !*ranks_buf) {
+        free(*members_buf);
+        free(*ranks_buf);
+        *members_buf = *ranks_buf = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+/* This generation's layout, through the layout planner (recover/layout.h),
+ * the same on every node (same inputs from Redis, pure planner):
+ *  - dp = the most replicas of tp x pp ranks that fit the members' slots
+ *    (--tp/--pp; slots beyond dp x tp x pp stay idle);
+ *  - the previous layout is the one of the generation that committed the
+ *    newest version (its plan in Redis), since that is the state ranks
+ *    restore: survivors stay on their node and slot, TP groups whole;
+ *  - FTC_RESTORE_RANK of a rank: the previous rank whose slot it took (its
+ *    state is on this node); else a previous rank whose state no survivor
+ *    carries (a lost node's), with the same (tp, pp) coordinates, lowest
+ *    first — a replacement takes over the lost rank's shard; else the
+ *    planner's parameter source (a survivor's replica: a pure grow).
+ * Ranks restoring the same state restore the same shard: right for
+ * data-parallel replicas; sharded state is the binary's to re-partition (the
+ * reference trainer does, from FTC_PREV_WORLD_SIZE). Publishes the plan. */
+static int ftc__plan(ftc__sup_t *s, ftc_err_t *err)
+{
+    const ftc_run_options_t *o = s->o;
+    int tp = o->tp > 0 ? o->tp : 1, pp = o->pp > 0 ? o->pp : 1;
+    s->prev_world = 0;
+    for (int l = 0; l < FTC__MAX_LOCAL; l++)
+        s->rank_of[l] = s->restore_of[l] = -1;
+    /* the previous layout: the committed version's */
+    int64_t cstep = -1;
+    uint64_t cgen = 0;
+    char *mbuf = NULL, *rbuf = NULL;
+    int *prev_node = NULL, *prev_local = NULL, prev_world = 0;
+    if (ftc_ctl_committed(s->ctl, &cstep, &cgen) == 0 && cstep >= 0 && cgen > 0 &&
+        ftc__plan_read(s, cgen, &mbuf, &rbuf) == 0) {
+        char *pm[FTC_LAYOUT_MAX_NODES], *pr[FTC_LAYOUT_MAX_WORLD / 16];
+        int npm = ftc__words(mbuf, pm, FTC_LAYOUT_MAX_NODES);
+        int npr = ftc__words(rbuf, pr, (int)(sizeof pr / sizeof pr[0]));
+        prev_node = calloc((size_t)npr + 1, sizeof *prev_node);
+        prev_local = calloc((size_t)npr + 1, sizeof *prev_local);
+        bool ok = prev_node && prev_local && npr > 0 && npr % (tp * pp) == 0;
+        for (int q = 0; ok && q < npr; q++) {
+            int pn = -1, pl = -1;
+            ok = sscanf(pr[q], "%d:%d", &pn, &pl) == 2 && pn >= 0 && pn < npm;
+            prev_node[q] = -1;
+            prev_local[q] = pl;
+            for (int i = 0; ok && i < s->round.nodes; i++)
+                if (!strcmp(s->round.members[i], pm[pn]))
+                    prev_node[q] = i;
+        }
+        if (ok)
+            prev_world = npr;
+        else
+            FTC_WARN("run", "generation %" PRIu64 ": the plan of generation %" PRIu64 " (the "
+                     "committed version's) does not fit --tp %d --pp %d: planning afresh",
+                     s->gen, cgen, tp, pp);
+    }
+    ftc_layout_req_t req = {.nodes = s->round.nodes, .gpus_per_node = o->nproc, .tp = tp,
+                            .pp = pp, .global_batch = o->max_nodes * o->nproc,
+                            .micro_batch = 1, .uneven = true};
+    if (prev_world) {
+        req.prev_node_of_rank = prev_node;
+        req.prev_local_of_rank = prev_local;
+        req.prev_world = prev_world;
+        req.prev_dp = prev_world / (tp * pp);
+    }
+    ftc_layout_t l;
+    int rc = ftc_layout_plan(&req, &l, err);
+    if (rc) {
+        free(mbuf), free(rbuf), free(prev_node), free(prev_local);
+        return rc;
+    }
+    s->world = l.world;
+    s->prev_world = prev_world;
+    int base = s->round.index * o->nproc;
+    for (int sl = 0; sl < o->nproc; sl++)
+        s->rank_of[sl] = l.slot_rank[base + sl];
+    if (prev_world) {
+        /* previous ranks whose state no survivor carries */
+        bool *carried = calloc((size_t)prev_world, sizeof *carried);
+        int *src = calloc((size_t)l.world, sizeof *src);
+        if (!carried || !src) {
+            free(carried), free(src), free(mbuf), free(rbuf), free(prev_node), free(prev_local);
+            ftc_layout_free(&l);
+            return ftc_err_set(err, FTC_ENOMEM, "planning generation %" PRIu64, s->gen);
+        }
+        for (int r = 0; r < l.world; r++)
+            if (l.prev_rank_of[r] >= 0)
+                carried[l.prev_rank_of[r]] = true;
+        for (int r = 0; r < l.world; r++) {
+            src[r] = l.prev_rank_of[r];
+            for (int q = 0; src[r] < 0 && q < prev_world; q++)
+                if (!carried[q] && q % tp == l.rank_tp[r] &&
+                    q / (req.prev_dp * tp) == l.rank_pp[r]) {
+                    src[r] = q;
+                    carried[q] = true;
+                }
+            if (src[r] < 0)
+                src[r] = l.param_src[r].prev_rank >= 0 ? l.param_src[r].prev_rank
+                                                       : r % prev_world;
+        }
+        for (int sl = 0; sl < o->nproc; sl++)
+            if (s->rank_of[sl] >= 0)
+                s->restore_of[sl] = src[s->rank_of[sl]];
+        free(carried);
+        free(src);
+    }
+    FTC_INFO("run", "generation %" PRIu64 ": layout dp %d x tp %d x pp %d = world %d on %d "
+             "nodes x %d slots; %d ranks in place, %d moved%s", s->gen, l.dp, tp, pp, l.world,
+             s->round.nodes, o->nproc, l.kept, l.moved,
+             prev_world ? "" : " (no committed version: a fresh layout)");
+    /* publish it (every member writes the same) */
+    size_t cap = 64 + (size_t)l.world * 24, mcap = 16;
+    for (int i = 0; i < s->round.nodes; i++)
+        mcap += strlen(s->round.members[i]) + 1;
+    char *ranks = malloc(cap), *members = malloc(mcap);
+    if (ranks && members) {
+        size_t off = 0;
+        ranks[0] = members[0] = 0;
+        for (int r = 0; r < l.world; r++)
+            off += (size_t)snprintf(ranks + off, cap - off, "%s%d:%d", r ? " " : "",
+                                    l.rank_node[r], l.rank_local[r]);
+        off = 0;
+        for (int i = 0; i < s->round.nodes; i++)
+            off += (size_t)snprintf(members + off, mcap - off, "%s%s", i ? " " : "",
+                                    s->round.members[i]);
+        char key[256], suffix[64], ws[16];
+        snprintf(suffix, sizeof suffix, "plan:%" PRIu64, s->gen);
+        ftc_ctl_key(s->ctl, suffix, key, sizeof key);
+        snprintf(ws, sizeof ws, "%d", l.world);
+        ftc_redis_cmdv(ftc_ctl_redis(s->ctl), true, NULL, "HSET", key, "members", members,
+                       "ranks", ranks, "world", ws, NULL);
+        ftc_redis_cmdv(ftc_ctl_redis(s->ctl), true, NULL, "EXPIRE", key, "86400", NULL);
+    }
+    free(ranks), free(members);
+    free(mbuf), free(rbuf), free(prev_node), free(prev_local);
+    ftc_layout_free(&l);
+    return 0;
 }
 
 static int ftc__start_ranks(ftc__sup_t *s, const char *master, int master_port, ftc_err_t *err)
 {
     const ftc_run_options_t *o = s->o;
-    int nodes = s->round.nodes, index = s->round.index;
-    int world = nodes * o->nproc;
+    int index = s->round.index;
+    int world = s->world;
     char redis_url[512];
     ftc_redis_url_t pub = o->redis;
     pub.password[0] = 0; /* the password travels in a file, never in the environment */
@@ -254,7 +375,18 @@ static int ftc__start_ranks(ftc__sup_t *s, const char *master, int master_port, 
     char pwfile[4200];
     snprintf(pwfile, sizeof pwfile, "%s/redis.password", o->dir);
     for (int l = 0; l < o->nproc; l++) {
-        int rank = index * o->nproc + l;
+        int rank = s->rank_of[l];
+        if (rank < 0) { /* an idle slot in this layout: a survivor there stops */
+            if (s->pid[l] > 0) {
+                FTC_INFO("run", "generation %" PRIu64 ": local slot %d is idle in this layout "
+                         "(world %d): stopping its rank", s->gen, l, world);
+                kill(s->pid[l], SIGKILL);
+                waitpid(s->pid[l], NULL, 0);
+                s->pid[l] = 0;
+            }
+            s->status[l] = 0; /* counts as finished */
+            continue;
+        }
         char v[32][4352];
         int n = 0;
 #define FTC__SETENV(...) snprintf(v[n++], sizeof v[0], __VA_ARGS__)
@@ -280,8 +412,8 @@ static int ftc__start_ranks(ftc__sup_t *s, const char *master, int master_port, 
             FTC__SETENV("FTC_REDIS_PASSWORD_FILE=%s", pwfile);
         if (s->files)
             FTC__SETENV("FTC_CKPT_DIR=%s", ftc_filestore_dir(s->files));
-        if (s->restore_base >= 0) {
-            FTC__SETENV("FTC_RESTORE_RANK=%d", (s->restore_base + l) % s->prev_world);
+        if (s->restore_of[l] >= 0) {
+            FTC__SETENV("FTC_RESTORE_RANK=%d", s->restore_of[l]);
             FTC__SETENV("FTC_PREV_WORLD_SIZE=%d", s->prev_world);
         }
         if (o->in_process) {
@@ -397,7 +529,7 @@ static int ftc__inproc_assign(ftc__sup_t *s, int l, char **add, int n, ftc_err_t
     int k = 0;
     for (int i = 0; i < n && k < 38; i++)
         vars[k++] = add[i];
-    if (s->restore_base < 0) {
+    if (s->restore_of[l] < 0) {
         vars[k++] = unset[0];
         vars[k++] = unset[1];
     }
@@ -416,7 +548,7 @@ static bool ftc__inproc_left(ftc__sup_t *s)
         if (ftc__inproc_aware(s, l, &st) && st.phase == FTC_INPROC_WAITING && st.gen >= s->gen) {
             snprintf(s->fail_reason, sizeof s->fail_reason,
                      "rank %d (node %s) left generation %" PRIu64 " in-process: %.150s",
-                     s->round.index * s->o->nproc + l, s->node_id, st.gen, st.why);
+                     s->rank_of[l], s->node_id, st.gen, st.why);
             return true;
         }
     }
@@ -476,7 +608,7 @@ static void ftc__inproc_leave(ftc__sup_t *s)
                     continue;
                 FTC_WARN("run", "rank %d (pid %d) did not leave generation %" PRIu64
                          " within %d ms: killing it (it starts fresh)",
-                         s->round.index * o->nproc + l, (int)s->pid[l], s->gen, o->grace_ms);
+                         s->rank_of[l], (int)s->pid[l], s->gen, o->grace_ms);
                 kill(s->pid[l], SIGKILL);
                 waitpid(s->pid[l], NULL, 0);
                 s->pid[l] = 0;
@@ -673,8 +805,11 @@ static void ftc__on_event(void *arg, const ftc_status_event_t *e)
         snprintf(s->fail_reason, sizeof s->fail_reason, "node %s lost (%s)", e->node, e->detail);
         sc->failed = true;
     } else if (!strcmp(e->kind, "hang") && !strcmp(e->node, s->node_id)) {
-        int local = e->rank - s->round.index * s->o->nproc;
-        if (local >= 0 && local < s->o->nproc && s->pid[local] > 0) {
+        int local = -1;
+        for (int l = 0; l < s->o->nproc; l++)
+            if (s->rank_of[l] == e->rank)
+                local = l;
+        if (local >= 0 && s->pid[local] > 0) {
             FTC_WARN("run", "rank %d hangs (%s): killing pid %d", e->rank, e->detail,
                      (int)s->pid[local]);
             kill(s->pid[local], SIGKILL); /* its exit fails the round below */
@@ -753,7 +888,7 @@ static int ftc__watch(ftc__sup_t *s, volatile sig_atomic_t *stop, ftc_err_t *err
                 if (p == s->pid[l]) {
                     s->pid[l] = 0;
                     s->status[l] = st;
-                    int rank = s->round.index * o->nproc + l;
+                    int rank = s->rank_of[l];
                     if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
                         FTC_INFO("run", "rank %d finished", rank);
                     } else {
@@ -926,10 +1061,14 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
             ftc__stop_ranks(s); /* in-process survivors of a node that became a spare */
             continue;
         }
+        if (ftc__plan(s, err)) {
+            FTC_ERROR("run", "generation %" PRIu64 ": no layout: %s", s->gen, err->msg);
+            break;
+        }
         FTC_INFO("run", "generation %" PRIu64 ": node %d of %d, world %d", s->gen,
-                 s->round.index, s->round.nodes, s->round.nodes * o->nproc);
+                 s->round.index, s->round.nodes, s->world);
         ftc__recovery_phase(s, "rendezvous", NULL);
-        if (ftc_rdzv_set_world(rc_r, o->job, s->gen, (uint32_t)(s->round.nodes * o->nproc), err) &&
+        if (ftc_rdzv_set_world(rc_r, o->job, s->gen, (uint32_t)s->world, err) &&
             err->code != FTC_ESTALE)
             break;
         /* 2. the agent of this generation (slots in /dev/shm survive) */
@@ -955,7 +1094,6 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
             continue;
         }
         ftc__events_mark(s);
-        ftc__restore_map(s);
         s->continued = 0;
         if (ftc__master(s, host, sizeof host, &port, err) ||
             ftc__start_ranks(s, host, port, err)) {

@@ -79,6 +79,10 @@ typedef struct ftc_run_options {
     char *const *argv;         /* BINARY ARGS..., NULL-terminated */
     bool in_process;           /* --in-process: surviving ranks continue in their process
                                   (plugins/inproc.h); default: restart mode */
+    int tp, pp;                /* --tp / --pp: the job's fixed tensor / pipeline degrees for
+                                  the layout planner (0 = 1): WORLD_SIZE is dp x tp x pp, slots
+                                  beyond it stay idle, TP groups are placed whole on a node
+                                  where they fit (recover/layout.h) */
 } ftc_run_options_t;
 
 #define FTC_RUN_OPTIONS_INIT                                                                       \
