@@ -1604,6 +1604,7 @@ typedef struct ftc__enc { /* one rank's encode in flight (this node is its strip
     uint32_t ranks[FTC_PARITY_MAX];
     uint64_t heads[FTC_PARITY_MAX];
     uint8_t *wraps[FTC_PARITY_MAX]; /* kept until the next encode: pushes read them */
+    int64_t ok_step; /* newest step whose parity every member acknowledged (-1: none) */
 } ftc__enc_t;
 
 struct ftc__agent_par {
@@ -1826,7 +1827,17 @@ static void ftc__par_encode_done(ftc_agent_t *a, ftc__rank_t *r, int s, ftc__job
     t->local = local;
     t->step = r->step[s];
     t->gen = a->generation;
+    /* the wrapper to keep: the newest committed step's, or the previous
+     * encode's when every member acknowledged it and its slot still waits
+     * for the commit record (the commit may complete at any time, before
+     * a->committed knows: keeping only a->committed's would overwrite it).
+     * A version whose encode failed never commits: its wrapper is the one
+     * overwritten. */
+    int64_t ok = a->par->enc[j->rix].ok_step;
     t->keep = a->committed;
+    for (int o = 0; o < NS && ok > t->keep && (uint64_t)ok < r->step[s]; o++)
+        if (o != s && r->st[o] == SL_SEALED && r->acked[o] && r->step[o] == (uint64_t)ok)
+            t->keep = ok; /* still sealed, reported, its commit pending */
     snprintf(t->job, sizeof t->job, "%s", a->job);
     snprintf(t->ns, sizeof t->ns, "%s", a->ns);
     snprintf(t->slot_name, sizeof t->slot_name, "%s", r->slot[s].name);
@@ -1946,6 +1957,7 @@ static void ftc__par_on_push_done(ftc_agent_t *a, ftc__job_t *j)
             ftc__par_fail(a, r, s, FTC_EIO, why);
             continue;
         }
+        e->ok_step = (int64_t)e->step;
         /* the other members' shards first: our own report may complete the step */
         for (int m = 0; m < a->par->geo.n; m++) {
             if (m == a->par->geo.member)
@@ -2109,6 +2121,22 @@ ftc_agent_t *ftc_agent_start(const ftc_agent_options_t *o, ftc_err_t *err)
                                      "ranks_per_node >= 1 are required");
         return NULL;
     }
+    if (o->domain && *o->domain) {
+        /* published as one word of "hexaddr node_id domain gen" in
+         * ftc:{J}:fabric, where "-" means none: anything else would be read
+         * back as another domain (other parity groups) by the peers, and as
+         * a stale entry by `ftc run` */
+        size_t dl = strlen(o->domain);
+        bool ok = dl < 64 && strcmp(o->domain, "-") != 0;
+        for (size_t i = 0; ok && i < dl; i++)
+            ok = (unsigned char)o->domain[i] > ' ' && (unsigned char)o->domain[i] < 0x7f;
+        if (!ok) {
+            ftc_err_set(err, FTC_EINVAL, "agent: failure domain '%.80s' is not 1..63 printable "
+                        "characters without spaces (and not \"-\"): use a label like rack-a",
+                        o->domain);
+            return NULL;
+        }
+    }
     ftc_agent_t *a = calloc(1, sizeof *a);
     if (!a) {
         ftc_err_set(err, FTC_ENOMEM, "agent: out of memory");
@@ -2146,6 +2174,8 @@ ftc_agent_t *ftc_agent_start(const ftc_agent_options_t *o, ftc_err_t *err)
             ftc_err_set(err, FTC_ENOMEM, "agent: out of memory");
             goto fail;
         }
+        for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++)
+            a->par->enc[i].ok_step = -1;
         /* index order; with a failure domain the groups are formed once every
          * node's domain is known (ftc__par_resolve) */
         if (ftc__par_geometry(&o->redundancy, o->nodes, NULL, o->index, &a->par->geo, err))

@@ -122,7 +122,8 @@ typedef struct ftc__par_task {
     char job[64], ns[96];
     char slot_name[128];         /* the encoder's own slot (FTC_SLOT_NAME_MAX) */
     uint64_t slot_size;          /* its shard size */
-    int64_t keep;                /* the newest committed step (ftc__par_store_local) */
+    int64_t keep;                /* the step whose wrapper stays (ftc__par_store_local): the
+                                    newest committed, or a newer one awaiting its commit */
     ftc__par_geo_t geo;
     uint8_t *bufs[FTC_PARITY_MAX]; /* the other members' shards (owned; own member NULL) */
     uint64_t sizes[FTC_PARITY_MAX];

@@ -106,7 +106,21 @@ static int ns_exec(char *const argv[], char *out, size_t cap)
     }
     close(p[0]);
     int st = 0;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    ftc_deadline_t reap = ftc_deadline_in_ms(NS_CMD_MS + 2000);
+    for (;;) { /* bounded too: an ip that closed its output may still hang */
+        pid_t w = waitpid(pid, &st, WNOHANG);
+        if (w == pid || (w < 0 && errno != EINTR))
+            break;
+        if (!late && ftc_deadline_expired(d)) {
+            kill(pid, SIGKILL);
+            late = true;
+        }
+        if (ftc_deadline_expired(reap)) { /* unkillable (D state): left unreaped */
+            late = true;
+            break;
+        }
+        if (w == 0)
+            ftc_sleep_ms(5);
     }
     while (len > 0 && out[len - 1] == ' ')
         out[--len] = 0;

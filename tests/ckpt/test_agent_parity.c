@@ -21,6 +21,7 @@
  */
 #include "ftc_test.h"
 
+#include "ckpt/agent.h"
 #include "ckpt/agent_parity.h"
 #include "ckpt/shard.h"
 #include "ckpt/slot.h"
@@ -533,6 +534,36 @@ static void test_domain_lost(void **state)
     teardown_env(e);
 }
 
+/* A failure domain is one word of the fabric hash entry ("hexaddr node_id
+ * domain gen", "-" = none): a label with a space or "-" would be read back as
+ * another domain by the peers (other parity groups) and as a stale entry by
+ * `ftc run`. Refused at start, before Redis is touched. */
+static void test_bad_domain(void **state)
+{
+    (void)state;
+    const char *bad[] = {"rack A", "-", "tab\there", "x\ny",
+                         "a-label-of-sixty-four-characters-is-one-too-long-for-the-entry-x"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ftc_agent_options_t o;
+        memset(&o, 0, sizeof o);
+        o.struct_size = sizeof o;
+        o.version = 1;
+        o.job = "apardom";
+        o.dir = "/nonexistent-ftc-dir";
+        o.nodes = 2;
+        o.ranks_per_node = 1;
+        o.timeout_ms = 1000;
+        o.persist_every = 1;
+        o.domain = bad[i];
+        ftc_err_t e = {0};
+        ftc_agent_t *a = ftc_agent_start(&o, &e);
+        assert_null(a);
+        assert_int_equal(e.code, FTC_EINVAL);
+        assert_non_null(strstr(e.msg, "failure domain"));
+        printf("# --domain '%s': %s\n", bad[i], e.msg);
+    }
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
 
 int main(void)
@@ -543,6 +574,7 @@ int main(void)
         cmocka_unit_test(test_encode_rebuild),
         cmocka_unit_test(test_domain_groups),
         cmocka_unit_test(test_worker),
+        cmocka_unit_test(test_bad_domain),
         T(test_xor_one_node_lost),
         T(test_rs_two_nodes_lost),
         T(test_corrupt_parity_falls_back),
