@@ -59,7 +59,7 @@ wait_committed() { # JOB DIR STEP TIMEOUT_S
 }
 export FTC_LOG_LEVEL=${FTC_LOG_LEVEL:-info}
 # FTC_RUN_ONLY=24 runs scenarios 2 and 4 only (while debugging)
-want() { case ${FTC_RUN_ONLY:-12345} in *$1*) return 0 ;; esac; return 1; }
+want() { case ${FTC_RUN_ONLY:-123456} in *$1*) return 0 ;; esac; return 1; }
 
 # ---- 1. a rank dies -------------------------------------------------------------------
 if want 1; then
@@ -162,6 +162,41 @@ check "5: no bad restore, no error" bash -c "! grep -q 'RESTORED [0-9]* BAD\|^ER
 fi
 
 # ---- 4. an unmodified binary and FTC_CKPT_DIR ---------------------------------------------------
+# ---- 6. the layout planner: --tp 2 on 3 one-slot nodes ----------------------------------------
+# dp x tp = 1 x 2: two ranks, one node idle (it still holds replicas). The
+# node of one rank is killed: the survivor stays in place and the idle node
+# takes the lost TP rank (same tp coordinate), restoring its shard from a
+# peer's memory.
+if want 6; then
+J6=run${tag}f
+f0=$fails
+"$FTC" run --simulate-nodes 3 --nnodes 2:3 --tp 2 --job "$J6" --job-dir "$T/j6" --max-restarts 4 \
+    --settle-ms 500 -- "$RANK" --steps 120 --step-ms 40 --floats 4096 --restore --strict \
+    >"$T/6.out" 2>&1 &
+runpid=$!
+pids+=($runpid)
+check "6: the job committed step 5" wait_committed "$J6" "$T/j6" 5 60
+check "6: the planner made world 2 (dp 1 x tp 2) with an idle slot" \
+    grep -q 'generation 1: layout dp 1 x tp 2 x pp 1 = world 2 on 3 nodes' "$T/6.out"
+# the node of rank 1 (TP coordinate 1)
+n6=$(sed -n 's/.*ftc\[\(node[0-9]\)\] INFO run: generation 1: rank 1 (local.*/\1/p' "$T/6.out" | head -1)
+victim=$(cat "$T/j6/$n6.pid" 2>/dev/null)
+check "6: found the node of rank 1 ($n6)" test -n "$victim"
+kill -9 "$victim"
+rm -f /dev/shm/ftc."$J6".n"${n6#node}".* 2>/dev/null
+wait $runpid
+rc=$?
+check "6: the job finished on the two other nodes (exit $rc)" test $rc -eq 0
+check "6: the new layout kept the survivor in place and moved rank 1 to the idle node" \
+    grep -q 'layout dp 1 x tp 2 x pp 1 = world 2 on 2 nodes x 1 slots; 1 ranks in place, 1 moved' \
+    "$T/6.out"
+check "6: rank 1's shard came from a peer's memory" grep -q 'rank 1 restored step [0-9]* from a peer' \
+    "$T/6.out"
+check "6: no bad restore, no error" bash -c "! cat '$T/6.out' | grep -v 'agent socket: connection closed by the other side' | grep -q 'RESTORED [0-9]* BAD\|^ERROR'"
+check "6: both ranks reached the last step" test "$(count 'COMMITTED 119' "$T/6.out")" -ge 2
+[ $fails -eq $f0 ] || { echo "--- output of 6:"; tail -60 "$T/6.out"; }
+fi
+
 if want 4; then
 J4=run${tag}d
 f0=$fails
