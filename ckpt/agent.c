@@ -1746,7 +1746,11 @@ static bool ftc__par_try_push(ftc_agent_t *a, ftc__rank_t *r, int s)
             continue;
         if (r->st[o] == SL_SEALED && r->pushed[o] && !r->acked[o])
             return true; /* one encode per stripe at a time, in step order */
-        if (r->st[o] == SL_SEALED && !r->acked[o] && r->step[o] < r->step[s])
+        /* and only once the older step has committed, as replicas do: a
+         * member keeps two parity versions per stripe, so encoding N while
+         * N-1 is acknowledged but not committed (another group may fail it)
+         * could make members drop the parity of the newest committed N-2 */
+        if (r->st[o] == SL_SEALED && r->step[o] < r->step[s])
             return true;
     }
     int missing = 0;
