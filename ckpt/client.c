@@ -18,6 +18,8 @@
 #include "core/log.h"
 
 #include <errno.h>
+#include <poll.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,8 +52,35 @@ struct ftc_ctx {
     uint64_t pending_step;
     int notify_rc;         /* a failure of the notifier, reported by the next call */
     bool stop;
+    atomic_int interrupted; /* ftc_interrupt: waits for the agent end with FTC_ECANCELED */
     ftc_err_t err;
 };
+
+void ftc_interrupt(ftc_ctx_t *c)
+{
+    if (c)
+        atomic_store(&c->interrupted, 1);
+}
+
+/* Waits until the agent connection is readable, in 50 ms slices so that
+ * ftc_interrupt (from a signal handler or another thread) ends the wait. */
+static int ftc__wait_readable(ftc_ctx_t *c, ftc_deadline_t d)
+{
+    for (;;) {
+        if (atomic_load(&c->interrupted))
+            return ftc_err_set(&c->err, FTC_ECANCELED, "interrupted (ftc_interrupt) while "
+                               "waiting for the agent: destroy this context");
+        int ms = ftc_deadline_remaining_ms(d);
+        if (ms <= 0)
+            return FTC_ETIMEDOUT;
+        struct pollfd p = {c->fd, POLLIN, 0};
+        int r = poll(&p, 1, ms < 50 ? ms : 50);
+        if (r > 0)
+            return 0;
+        if (r < 0 && errno != EINTR)
+            return ftc_err_errno(&c->err, errno, "poll on the agent socket");
+    }
+}
 
 static int ftc__env_int(const char *a, const char *b, int def)
 {
@@ -78,7 +107,13 @@ static int ftc__call(ftc_ctx_t *c, const ftc_ap_msg_t *req, int want, ftc_ap_msg
         if (ms <= 0)
             return ftc_err_set(&c->err, FTC_ETIMEDOUT, "agent did not answer within %d ms",
                                c->o.timeout_ms);
-        rc = ftc_ap_recv(c->fd, rep, ms, &c->err);
+        rc = ftc__wait_readable(c, d);
+        if (rc == FTC_ETIMEDOUT)
+            continue;
+        if (rc)
+            return rc;
+        rc = ftc_ap_recv(c->fd, rep, ftc_deadline_remaining_ms(d) > 0 ? ftc_deadline_remaining_ms(d) : 1,
+                         &c->err);
         if (rc)
             return rc;
         if (rep->type == FTC_AP_COMMITTED) {
@@ -381,7 +416,9 @@ int ftc_wait_committed(ftc_ctx_t *c, int64_t step)
             return ftc_err_set(&c->err, FTC_ETIMEDOUT, "step %lld not committed within %d ms",
                                (long long)step, c->o.timeout_ms);
         ftc_ap_msg_t rep;
-        rc = ftc_ap_recv(c->fd, &rep, ms, &c->err);
+        rc = ftc__wait_readable(c, d);
+        if (rc == 0)
+            rc = ftc_ap_recv(c->fd, &rep, ms, &c->err);
         if (rc == FTC_ETIMEDOUT)
             continue;
         if (rc)

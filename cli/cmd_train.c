@@ -339,6 +339,7 @@ static int ftc__rdzv_port(void)
  * handler may run on any thread: the main thread clears the pointers and
  * waits out a handler in flight before destroying the group. */
 static _Atomic(ftc_coll_t *) ftc__ip_dp, ftc__ip_tp;
+static _Atomic(ftc_trainer_t *) ftc__ip_trainer; /* its waits for the agent end too */
 static atomic_int ftc__ip_busy, ftc__ip_join_abort;
 
 static void ftc__ip_abort(void *arg)
@@ -352,7 +353,17 @@ static void ftc__ip_abort(void *arg)
     c = atomic_load(&ftc__ip_tp);
     if (c)
         ftc_coll_abort(c);
+    ftc_trainer_t *t = atomic_load(&ftc__ip_trainer);
+    if (t) /* a checkpoint waiting for a free slot (replication to a dead node pending) */
+        ftc_trainer_interrupt(t);
     atomic_fetch_sub(&ftc__ip_busy, 1);
+}
+
+static void ftc__ip_trainer_set(ftc_trainer_t *t)
+{
+    atomic_store(&ftc__ip_trainer, t);
+    while (atomic_load(&ftc__ip_busy))
+        ;
 }
 
 static void ftc__ip_groups(ftc_dist_t *d)
@@ -692,6 +703,8 @@ generation:
         ftc_kernels_cpu_set_threads((int)(g.threads > 256 ? 256 : g.threads));
 
     t = ftc_trainer_create(&o, &err);
+    if (t && inproc)
+        ftc__ip_trainer_set(t);
     if (!t && inproc && err.code != FTC_EINVAL) {
         snprintf(why, sizeof why, "%s", ftc_err_str(&err));
         goto leave;
@@ -824,6 +837,7 @@ leave:
     /* in-process: leave this generation (the trainer, its ftc context and
      * the groups go; the supervisor restarts the agent), wait for the next
      * one's assignment, and run the same init path again in this process */
+    ftc__ip_trainer_set(NULL);
     ftc_trainer_destroy(t);
     t = NULL;
     ftc__ip_groups(NULL);
@@ -854,6 +868,7 @@ leave:
         goto generation;
     }
 out:
+    ftc__ip_trainer_set(NULL);
     ftc_trainer_destroy(t);
     ftc_dist_destroy(dist);
     json_decref(root);

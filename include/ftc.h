@@ -164,6 +164,13 @@ int ftc_wait_snapshot(ftc_ctx_t *ctx);
 /* Waits until step is committed (every rank's shard replicated and
  * recorded); for tests and for trainers that want it. */
 int ftc_wait_committed(ftc_ctx_t *ctx, int64_t step);
+/* Makes every wait of ctx for its agent (ftc_checkpoint waiting for a free
+ * slot, ftc_restore, ftc_fetch, ftc_wait_committed) end within ~50 ms with
+ * FTC_ECANCELED, now and from then on: the context is then only fit for
+ * ftc_destroy. Async-signal-safe (an atomic store) and callable from any
+ * thread: for a trainer told to leave its generation (`ftc run --in-process`,
+ * docs/recovery.md) while blocked on the agent. */
+void ftc_interrupt(ftc_ctx_t *ctx);
 /* Fills the registered tensors from the newest committed version (from this
  * node's memory, else a peer's, else the persist tier; every shard checksum-
  * verified first) and returns its step and metadata (meta_len: capacity in,

@@ -1142,6 +1142,12 @@ fail:
     return NULL;
 }
 
+void ftc_trainer_interrupt(ftc_trainer_t *t)
+{
+    if (t && t->ftc)
+        ftc_interrupt(t->ftc);
+}
+
 void ftc_trainer_destroy(ftc_trainer_t *t)
 {
     if (!t)

@@ -200,6 +200,11 @@ typedef struct ftc_trainer ftc_trainer_t;
  * configuration), data and I/O errors from the modules. */
 ftc_trainer_t *ftc_trainer_create(const ftc_train_options_t *o, ftc_err_t *err);
 void ftc_trainer_destroy(ftc_trainer_t *t); /* NULL is a no-op */
+/* Ends the trainer's waits for its agent (a checkpoint waiting for a free
+ * slot, a restore) with FTC_ECANCELED, now and from then on (ftc_interrupt):
+ * the trainer is then only fit for ftc_trainer_destroy. Async-signal-safe;
+ * no-op without an agent. For in-process recovery (cli/cmd_train.c). */
+void ftc_trainer_interrupt(ftc_trainer_t *t);
 
 /* One optimizer step over the next global batch; checkpoints when due.
  * FTC_ERANGE when a deterministic gradient sum is out of range. */

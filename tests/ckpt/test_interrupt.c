@@ -1,0 +1,69 @@
+/*
+ * test_interrupt.c — ftc_interrupt ends a wait for the agent: a real Redis, a
+ * real `ftc agent` process, libftc in this process. The agent is frozen with
+ * SIGSTOP, so a checkpoint's BEGIN gets no answer; ftc_interrupt from another
+ * thread must make ftc_checkpoint return FTC_ECANCELED instead of waiting out
+ * its 60 s deadline (`ftc run --in-process` relies on it: a rank told to
+ * leave its generation may be blocked on the agent). No wall-clock bound is
+ * asserted: a broken interrupt shows as the deadline's FTC_ETIMEDOUT.
+ */
+#include "ftc_test.h"
+
+#include "ckpt/agent_fixture.h"
+#include "ftc.h"
+
+#include <pthread.h>
+
+static void *interrupt_later(void *arg)
+{
+    ftc_sleep_ms(300);
+    ftc_interrupt(arg);
+    return NULL;
+}
+
+static void test_interrupt_blocked_checkpoint(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 1000);
+    char sock[PATH_MAX + 32];
+    snprintf(sock, sizeof sock, "%s/agent.0.sock", e->jobdir);
+    ftc_options_t o = FTC_OPTIONS_INIT;
+    o.job = e->job;
+    o.agent = sock;
+    o.rank = 0;
+    o.world = 1;
+    ftc_ctx_t *c = NULL;
+    assert_int_equal(ftc_create(&o, &c), 0);
+    static float w[4096];
+    int64_t shape[1] = {4096};
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    assert_int_equal(ftc_checkpoint(c, 0, NULL, 0), 0);
+    assert_int_equal(ftc_wait_committed(c, 0), 0);
+    /* the agent freezes: the next BEGIN gets no answer */
+    kill(e->agent[0], SIGSTOP);
+    pthread_t tid;
+    assert_int_equal(pthread_create(&tid, NULL, interrupt_later, c), 0);
+    uint64_t t0 = ftc_now_ns();
+    int rc = FTC_OK;
+    for (int64_t step = 1; step <= 4 && rc == FTC_OK; step++) /* slots free: the first may pass */
+        rc = ftc_checkpoint(c, step, NULL, 0);
+    pthread_join(tid, NULL);
+    print_message("ftc_checkpoint returned %s after %.0f ms (%s)\n", ftc_errname(rc),
+                  (double)(ftc_now_ns() - t0) / 1e6, ftc_last_error(c));
+    assert_int_equal(rc, FTC_ECANCELED);
+    /* and from then on */
+    assert_int_equal(ftc_wait_committed(c, 1), FTC_ECANCELED);
+    kill(e->agent[0], SIGCONT);
+    ftc_destroy(c);
+    teardown_env(e);
+}
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        T(test_interrupt_blocked_checkpoint),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
