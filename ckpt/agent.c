@@ -125,6 +125,8 @@ typedef struct ftc__rank {
     bool fetch;             /* a FETCH (answered with a shm copy), not a RESTORE */
     char fetch_name[FTC_SLOT_NAME_MAX]; /* shm object of the last FETCH_OK ("" = none) */
     uint64_t fetches;       /* FETCH_OKs so far: names the next object */
+    uint64_t rebuild_gen;   /* parity rebuild: the layout (generation) of the version */
+    uint32_t rebuild_local; /* parity rebuild: the stripe (local index) it sits in */
 } ftc__rank_t;
 
 typedef struct ftc__peer {
@@ -1607,12 +1609,25 @@ typedef struct ftc__enc { /* one rank's encode in flight (this node is its strip
     int64_t ok_step; /* newest step whose parity every member acknowledged (-1: none) */
 } ftc__enc_t;
 
+/* Where the ranks of one generation live: from the plan `ftc run` publishes
+ * (`ftc:{J}:plan:GEN`, members by node id, "member:slot" per rank), with
+ * member ids mapped to agent node indices through the peers' fabric
+ * entries. Without a plan (`ftc agent` run by hand) rank = node x
+ * ranks_per_node + local. */
+typedef struct ftc__where {
+    uint64_t gen;           /* 0: empty */
+    bool planned;           /* from a plan (else the formula) */
+    uint32_t n;             /* ranks */
+    uint32_t *node, *local; /* [n] */
+} ftc__where_t;
+
 struct ftc__agent_par {
     ftc__par_geo_t geo;
     bool resolved;          /* geo is final (ftc__par_resolve) */
     uint64_t resolve_by_ns; /* failure domains: wait for every node's until then */
     ftc__par_worker_t *worker; /* encodes off the control loop */
     ftc__enc_t enc[FTC_AGENT_MAX_RANKS];
+    ftc__where_t where[2];  /* cache: the current and the committed generation's */
 };
 
 static void ftc__job_free(ftc__job_t *j)
@@ -1622,14 +1637,145 @@ static void ftc__job_free(ftc__job_t *j)
     free(j);
 }
 
-static uint32_t ftc__par_local(const ftc_agent_t *a, const ftc__rank_t *r)
+static void ftc__where_free(ftc__where_t *w)
 {
-    return r->rank % a->o.ranks_per_node;
+    free(w->node);
+    free(w->local);
+    memset(w, 0, sizeof *w);
 }
 
-static uint32_t ftc__par_rank(const ftc_agent_t *a, int member, uint32_t local)
+/* The agent index of node id nid, or UINT32_MAX while unknown. */
+static uint32_t ftc__node_of_id(const ftc_agent_t *a, const char *nid)
 {
-    return a->par->geo.node[member] * a->o.ranks_per_node + local;
+    if (!strcmp(nid, a->node_id))
+        return a->o.index;
+    for (uint32_t i = 0; i < a->o.nodes; i++)
+        if (a->peers[i].known && !strcmp(a->peers[i].node_id, nid))
+            return i;
+    return UINT32_MAX;
+}
+
+/* The locations of generation gen's ranks (cached); NULL while a member of
+ * its plan has no known agent yet (the caller retries). */
+static const ftc__where_t *ftc__where(ftc_agent_t *a, uint64_t gen)
+{
+    for (int i = 0; i < 2; i++)
+        if (a->par->where[i].gen == gen && gen)
+            return &a->par->where[i];
+    char key[200], suffix[48];
+    snprintf(suffix, sizeof suffix, "plan:%" PRIu64, gen);
+    ftc_ctl_key(a->ctl, suffix, key, sizeof key);
+    ftc_redis_reply_t *rep = NULL, **el = NULL;
+    size_t n = 0;
+    const char *mv = NULL, *rv = NULL;
+    size_t ml = 0, rl = 0;
+    bool planned = ftc_redis_cmdv(ftc_ctl_redis(a->ctl), true, &rep, "HMGET", key, "members",
+                                  "ranks", NULL) == 0 &&
+                   ftc_redis_want_array(rep, "HMGET plan", 2, &el, &n, NULL) == 0 &&
+                   ftc_redis_want_str(el[0], "plan", &mv, &ml, NULL) == 0 &&
+                   ftc_redis_want_str(el[1], "plan", &rv, &rl, NULL) == 0 && ml && rl;
+    ftc__where_t w = {.gen = gen, .planned = planned};
+    char *members = planned ? strndup(mv, ml) : NULL, *ranks = planned ? strndup(rv, rl) : NULL;
+    ftc_redis_reply_free(rep);
+    bool ok = true;
+    if (planned && members && ranks) {
+        uint32_t *idx = calloc((size_t)a->o.nodes + 1, sizeof *idx);
+        uint32_t nm = 0;
+        ok = idx != NULL;
+        for (char *sv = NULL, *t = strtok_r(members, " ", &sv); t && ok;
+             t = strtok_r(NULL, " ", &sv)) {
+            ok = nm < a->o.nodes;
+            if (ok && (idx[nm++] = ftc__node_of_id(a, t)) == UINT32_MAX)
+                ok = false; /* not known yet */
+        }
+        uint32_t cap = 64;
+        w.node = malloc(cap * sizeof *w.node);
+        w.local = malloc(cap * sizeof *w.local);
+        for (char *sv = NULL, *t = strtok_r(ranks, " ", &sv); t && ok;
+             t = strtok_r(NULL, " ", &sv)) {
+            unsigned m = 0, l = 0;
+            if (!w.node || !w.local || sscanf(t, "%u:%u", &m, &l) != 2 || m >= nm) {
+                ok = false;
+                break;
+            }
+            if (w.n == cap) {
+                cap *= 2;
+                uint32_t *nn = realloc(w.node, cap * sizeof *nn);
+                if (nn)
+                    w.node = nn;
+                uint32_t *nl = realloc(w.local, cap * sizeof *nl);
+                if (nl)
+                    w.local = nl;
+                if (!nn || !nl) {
+                    ok = false;
+                    break;
+                }
+            }
+            w.node[w.n] = idx[m];
+            w.local[w.n++] = l;
+        }
+        free(idx);
+    } else if (planned) {
+        ok = false;
+    }
+    free(members);
+    free(ranks);
+    if (!ok) {
+        ftc__where_free(&w);
+        return NULL;
+    }
+    /* replace the older entry */
+    int slot = a->par->where[0].gen <= a->par->where[1].gen ? 0 : 1;
+    ftc__where_free(&a->par->where[slot]);
+    a->par->where[slot] = w;
+    return &a->par->where[slot];
+}
+
+/* Rank -> (agent node index, local index) in generation gen; false while
+ * unknown (a plan member not known yet, or a rank outside the plan). */
+static bool ftc__par_locate(ftc_agent_t *a, uint64_t gen, uint32_t rank, uint32_t *node,
+                            uint32_t *local)
+{
+    const ftc__where_t *w = ftc__where(a, gen);
+    if (!w)
+        return false;
+    if (!w->planned) {
+        *node = rank / a->o.ranks_per_node;
+        *local = rank % a->o.ranks_per_node;
+        return true;
+    }
+    if (rank >= w->n)
+        return false;
+    *node = w->node[rank];
+    *local = w->local[rank];
+    return true;
+}
+
+/* The rank on (the group's member, local) in generation gen; UINT32_MAX if
+ * none (an idle slot). */
+static uint32_t ftc__par_rank_at(ftc_agent_t *a, uint64_t gen, int member, uint32_t local)
+{
+    uint32_t node = a->par->geo.node[member];
+    const ftc__where_t *w = ftc__where(a, gen);
+    if (!w || !w->planned)
+        return node * a->o.ranks_per_node + local;
+    for (uint32_t r = 0; r < w->n; r++)
+        if (w->node[r] == node && w->local[r] == local)
+            return r;
+    return UINT32_MAX;
+}
+
+static uint32_t ftc__par_local(ftc_agent_t *a, const ftc__rank_t *r)
+{
+    uint32_t node, local;
+    return ftc__par_locate(a, a->generation, r->rank, &node, &local)
+               ? local
+               : r->rank % a->o.ranks_per_node;
+}
+
+static uint32_t ftc__par_rank(ftc_agent_t *a, int member, uint32_t local)
+{
+    return ftc__par_rank_at(a, a->generation, member, local);
 }
 
 /* Forms the parity groups, once: they never change in the agent's life.
@@ -1720,10 +1866,20 @@ static void ftc__par_fail(ftc_agent_t *a, ftc__rank_t *r, int s, int code, const
 static bool ftc__par_try_push(ftc_agent_t *a, ftc__rank_t *r, int s)
 {
     ftc__par_geo_t *g = &a->par->geo;
-    if (r->rank / a->o.ranks_per_node != a->o.index) {
+    uint32_t at_node = 0, at_local = 0;
+    if (!ftc__par_locate(a, a->generation, r->rank, &at_node, &at_local)) {
+        if (ftc_now_ns() - r->sealed_ns[s] < (uint64_t)a->o.timeout_ms * 1000000ull)
+            return true; /* a plan member's agent not known yet: retried by the poll */
+        r->pushed[s] = true;
+        ftc__par_fail(a, r, s, FTC_ETIMEDOUT, "the layout of this generation (ftc run's plan) "
+                      "names nodes whose agents are not known");
+        return true;
+    }
+    if (at_node != a->o.index) {
         r->pushed[s] = true;
         ftc__par_fail(a, r, s, FTC_ECONFIG,
-                      "parity groups need rank = node index x ranks_per_node + local index");
+                      "parity groups need every rank on the node the layout says (without "
+                      "`ftc run`: rank = node index x ranks_per_node + local index)");
         return true;
     }
     if (!ftc__par_resolve(a)) {
@@ -1991,14 +2147,26 @@ static void ftc__par_on_push_done(ftc_agent_t *a, ftc__job_t *j)
 static bool ftc__par_queue_rebuild(ftc_agent_t *a, ftc__rank_t *r)
 {
     ftc__par_geo_t *g = &a->par->geo;
-    if (r->rank / a->o.ranks_per_node != a->o.index)
-        return false;
     if (!ftc__par_resolve(a)) {
         FTC_WARN("agent", "rank %u: no parity rebuild: the parity groups are not formed yet "
                  "(waiting for every node's failure domain in Redis)", r->rank);
         return false;
     }
-    uint32_t local = ftc__par_local(a, r);
+    /* the subject's stripe position in the layout of the committed version
+     * (a replacement node rebuilds the lost node's position) */
+    int64_t cstep = -1;
+    uint64_t cgen = a->generation;
+    if (ftc_ctl_committed(a->ctl, &cstep, &cgen) != 0 || cgen == 0)
+        cgen = a->generation;
+    uint32_t at_node = 0, local = 0;
+    if (!ftc__par_locate(a, cgen, r->src, &at_node, &local) || at_node != a->o.index) {
+        FTC_WARN("agent", "rank %u: no parity rebuild of rank %u here: in the layout of "
+                 "generation %" PRIu64 " it was not on this node (rebuilds happen at the lost "
+                 "member's position)", r->rank, r->src, cgen);
+        return false;
+    }
+    r->rebuild_gen = cgen;
+    r->rebuild_local = local;
     ftc__gather_t *ga = calloc(1, sizeof *ga);
     ftc__job_t *j = calloc(1, sizeof *j);
     if (!ga || !j) {
@@ -2017,7 +2185,7 @@ static bool ftc__par_queue_rebuild(ftc_agent_t *a, ftc__rank_t *r)
         for (int w = 0; w < 2; w++) {
             ftc__gitem_t *it = &ga->it[ga->n++];
             it->peer = node;
-            it->owner = w ? FTC_PAR_OWNER(local) : ftc__par_rank(a, i, local);
+            it->owner = w ? FTC_PAR_OWNER(local) : ftc__par_rank_at(a, cgen, i, local);
             it->member = i;
             it->wrapper = w;
         }
@@ -2061,7 +2229,7 @@ static void ftc__par_rebuild_done(ftc_agent_t *a, ftc__rank_t *r, ftc__job_t *j)
     uint64_t osz = 0;
     ftc_err_t err = {0};
     uint64_t t0 = ftc_now_ns();
-    if (ftc__par_rebuild(g, j->step, ftc__par_local(a, r), g->member, data, ds, wraps, ws, &out,
+    if (ftc__par_rebuild(g, j->step, r->rebuild_local, g->member, data, ds, wraps, ws, &out,
                          &osz, &err) == 0) {
         int s = ftc__install(r, out, osz, j->step);
         free(out);
@@ -2111,6 +2279,8 @@ static void ftc__par_free(ftc_agent_t *a)
     for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++)
         for (int k = 0; k < FTC_PARITY_MAX; k++)
             free(a->par->enc[i].wraps[k]);
+    ftc__where_free(&a->par->where[0]);
+    ftc__where_free(&a->par->where[1]);
     free(a->par);
     a->par = NULL;
 }
