@@ -2528,6 +2528,12 @@ void ftc_agent_stop(ftc_agent_t *a)
             lists[l] = j->next;
             ftc__job_free(j);
         }
+    /* the engine first: its transfers read (pushes) and write (fetches
+     * landing in a slot) the ranks' slots until it is gone */
+    ftc_repl_destroy(a->repl);
+    a->repl = NULL;
+    ftc_fabric_close(a->fab);
+    a->fab = NULL;
     for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++) {
         if (!a->ranks[i].used)
             continue;
@@ -2545,8 +2551,6 @@ void ftc_agent_stop(ftc_agent_t *a)
     }
     if (a->evfd >= 0)
         close(a->evfd);
-    ftc_repl_destroy(a->repl);
-    ftc_fabric_close(a->fab);
     t[3] = ftc_now_ns();
     ftc_persist_close(a->persist);
     ftc__par_free(a);
