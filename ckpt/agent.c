@@ -60,6 +60,8 @@
 #define NS FTC_AP_SLOTS_PER_RANK /* slots per rank */
 
 enum { SL_EMPTY = 0, SL_WRITING = 1, SL_SEALED = 2, SL_COMMITTED = 3 };
+#define FTC__VERIFY_THREADS 4 /* threads hashing a slot a RESTORE finds here (per tensor) */
+
 static const char *ftc__sl_name[] = {"empty", "writing", "sealed", "committed"};
 
 enum { JOB_PEER = 1, JOB_PUSH = 2, JOB_FETCH = 3, JOB_GATHER = 4 };
@@ -83,8 +85,12 @@ typedef struct ftc__job {
     int rc;
     int acked, failed;
     char detail[768];
-    uint8_t *buf;           /* FETCH: the verified shard (malloc'd) */
+    uint8_t *buf;           /* FETCH: the verified shard (malloc'd, or dst) */
     uint64_t buf_size;
+    uint8_t *dst;           /* FETCH for a RESTORE: the rank's slot it lands in, if it fits */
+    uint64_t dst_cap;
+    int dst_rix, dst_slot;  /* that rank (index in a->ranks) and slot */
+    bool landed;            /* buf == dst, its checksums verified as the bytes landed there */
     /* parity groups */
     int par;                /* PAR_*: what a GATHER or a parity PUSH is for */
     int rix;                /* GATHER / parity PUSH: index of the rank in a->ranks */
@@ -121,12 +127,15 @@ typedef struct ftc__rank {
     bool restoring;         /* a RESTORE or FETCH is being worked on */
     int restore_attempts;   /* fetch rounds tried for it (peers may be restarting) */
     uint64_t restore_step;
+    uint64_t restore_t0;    /* ftc_now_ns() when the RESTORE / FETCH arrived (DEBUG timings) */
     uint32_t src;           /* its subject: the rank whose shard is wanted (usually rank) */
     bool fetch;             /* a FETCH (answered with a shm copy), not a RESTORE */
     char fetch_name[FTC_SLOT_NAME_MAX]; /* shm object of the last FETCH_OK ("" = none) */
     uint64_t fetches;       /* FETCH_OKs so far: names the next object */
     uint64_t rebuild_gen;   /* parity rebuild: the layout (generation) of the version */
     uint32_t rebuild_local; /* parity rebuild: the stripe (local index) it sits in */
+    int landing;            /* 1 + the slot a RESTORE's fetch is landing in (written by the
+                               replication thread: not unmapped meanwhile), 0 = none */
 } ftc__rank_t;
 
 typedef struct ftc__peer {
@@ -549,8 +558,10 @@ static void *ftc__repl_main(void *arg)
                 uint64_t hsize = 0;
                 const uint8_t *held = NULL;
                 if (ftc_repl_held_step(a->repl, j->owner, j->step, &held, &hsize) == 0 &&
-                    (j->buf = malloc(hsize ? hsize : 1)) != NULL) {
-                    memcpy(j->buf, held, hsize);
+                    (j->buf = j->dst && hsize <= j->dst_cap ? j->dst
+                                                            : malloc(hsize ? hsize : 1)) != NULL) {
+                    ftc_mem_prefault(j->buf, hsize);
+                    memcpy(j->buf, held, hsize); /* moved: the rank verifies its slot */
                     j->buf_size = hsize;
                     j->rc = 0;
                     j->x = -1;
@@ -573,8 +584,8 @@ static void *ftc__repl_main(void *arg)
                 rc = ftc_repl_push(a->repl, j->owner, j->step, j->shard, j->size, j->peers,
                                    j->npeers, d, &j->x);
             else
-                rc = ftc_repl_fetch(a->repl, j->peers[j->next_peer++], j->owner, j->step, d,
-                                    &j->x);
+                rc = ftc_repl_fetch_into(a->repl, j->peers[j->next_peer++], j->owner, j->step,
+                                         j->dst, j->dst_cap, d, &j->x);
             j->started = true;
             if (rc) {
                 j->rc = rc;
@@ -601,8 +612,9 @@ static void *ftc__repl_main(void *arg)
                 } else {
                     snprintf(j->detail, sizeof j->detail, "%s", st.detail);
                 }
-                if (j->kind == JOB_FETCH && st.rc == 0)
-                    ftc_repl_take(a->repl, j->x, &j->buf, &j->buf_size);
+                if (j->kind == JOB_FETCH && st.rc == 0 &&
+                    ftc_repl_take(a->repl, j->x, &j->buf, &j->buf_size) == 0)
+                    j->landed = j->dst && j->buf == j->dst;
                 ftc_repl_release(a->repl, j->x);
                 finished = true;
                 if (j->kind == JOB_FETCH && j->rc && j->next_peer < j->npeers) {
@@ -670,7 +682,8 @@ static int ftc__free_slot(const ftc__rank_t *r)
 {
     int keep = ftc__newest_committed(r), best = -1;
     for (int i = 0; i < NS; i++) {
-        if (i == keep || r->pinned[i] || r->st[i] == SL_SEALED || r->st[i] == SL_WRITING)
+        if (i == keep || r->pinned[i] || r->st[i] == SL_SEALED || r->st[i] == SL_WRITING ||
+            r->landing == i + 1)
             continue;
         if (best < 0 || (r->st[best] != SL_EMPTY &&
                          (r->st[i] == SL_EMPTY || r->step[i] < r->step[best])))
@@ -926,6 +939,11 @@ static void ftc__on_hello(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
 
 static void ftc__on_slots(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
 {
+    if (r->size && r->size != m->size && r->landing) {
+        ftc__reply_error(r->fd, FTC_EAGAIN, "a restore of rank %u is landing in its slots: "
+                         "retry SLOTS once it is done", r->rank);
+        return;
+    }
     if (r->size && r->size != m->size) {
         /* a new layout: the old slots hold another layout's state; a persist
          * write reading them must end before they are unmapped */
@@ -943,6 +961,7 @@ static void ftc__on_slots(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
     }
     ftc_ap_msg_t ok;
     ftc_ap_init(&ok, FTC_AP_SLOTS_OK);
+    uint64_t t0 = ftc_now_ns();
     for (int s = 0; s < NS; s++) {
         ftc_err_t err = {0};
         char name[FTC_SLOT_NAME_MAX];
@@ -970,6 +989,8 @@ static void ftc__on_slots(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
             }
         }
     }
+    FTC_DEBUG("agent", "rank %u: %d slots of %" PRIu64 " bytes ready in %.1f ms", r->rank, NS,
+              m->size, (double)(ftc_now_ns() - t0) / 1e6);
     r->size = m->size;
     ok.size = m->size;
     ftc_err_t err = {0};
@@ -1120,14 +1141,18 @@ static void ftc__push_others(ftc_agent_t *a, ftc__rank_t *r, int s)
 }
 
 /* Restore: local slot, else peers, else the persist tier. */
-static void ftc__restore_done(ftc_agent_t *a, ftc__rank_t *r, int s)
+/* verified: every checksum of slot s was verified here after its last write */
+static void ftc__restore_done(ftc_agent_t *a, ftc__rank_t *r, int s, bool verified)
 {
     (void)a;
     r->restoring = false;
+    FTC_DEBUG("agent", "rank %u: RESTORE answered (slot %d, step %" PRIu64 ") %.1f ms after it "
+              "arrived", r->rank, s, r->step[s], (double)(ftc_now_ns() - r->restore_t0) / 1e6);
     ftc_ap_msg_t ok;
     ftc_ap_init(&ok, FTC_AP_RESTORE_OK);
     ok.slot = (uint32_t)s;
     ok.step = r->step[s];
+    ok.status = verified ? FTC_AP_OK_VERIFIED : 0;
     ftc_err_t err = {0};
     ftc_ap_send(r->fd, &ok, 1000, &err);
 }
@@ -1139,11 +1164,15 @@ static int ftc__install(ftc__rank_t *r, const uint8_t *buf, uint64_t size, uint6
         return -1;
     int s = ftc__free_slot(r);
     for (int i = 0; s < 0 && i < NS; i++)
-        if (!r->pinned[i]) /* never under the persist thread's reads */
+        if (!r->pinned[i] && r->landing != i + 1) /* never under the persist thread's reads */
             s = i;
     if (s < 0)
         return -1;
+    uint64_t t0 = ftc_now_ns();
+    ftc_mem_prefault(r->slot[s].base, size); /* a fresh slot: no fault per page */
     memcpy(r->slot[s].base, buf, size);
+    FTC_DEBUG("agent", "rank %u: %" PRIu64 " bytes copied into slot %d in %.1f ms", r->rank, size,
+              s, (double)(ftc_now_ns() - t0) / 1e6);
     r->st[s] = SL_COMMITTED;
     r->step[s] = step;
     return s;
@@ -1221,7 +1250,7 @@ static void ftc__deliver(ftc_agent_t *a, ftc__rank_t *r, const uint8_t *buf, uin
     }
     FTC_INFO("agent", "rank %u restored step %" PRIu64 "%s from %s", r->rank, step,
              r->src == r->rank ? "" : " (the shard of a previous rank)", from);
-    ftc__restore_done(a, r, s);
+    ftc__restore_done(a, r, s, false); /* copied: the rank verifies the slot */
 }
 
 static void ftc__restore_from_persist(ftc_agent_t *a, ftc__rank_t *r, const char *tried)
@@ -1271,6 +1300,23 @@ static bool ftc__queue_fetch(ftc_agent_t *a, ftc__rank_t *r)
     j->kind = JOB_FETCH;
     j->owner = r->src;
     j->step = r->restore_step;
+    j->dst_slot = -1;
+    /* a RESTORE: straight into a slot the rank may have overwritten anyway
+     * (no buffer, no copy; the replication thread writes it, so it is marked
+     * WRITING, and its mapping stays until the fetch is done) */
+    int s = !r->fetch && r->size && !r->landing ? ftc__free_slot(r) : -1;
+    if (s >= 0 && r->slot[s].base) {
+        r->st[s] = SL_WRITING;
+        r->step[s] = r->restore_step;
+        r->landing = s + 1;
+        j->dst = r->slot[s].base;
+        j->dst_cap = r->size;
+        /* a fresh slot's pages in one call (about half the cost of one fault
+         * per page as the DATA lands) */
+        ftc_mem_prefault(j->dst, j->dst_cap);
+        j->dst_rix = (int)(r - a->ranks);
+        j->dst_slot = s;
+    }
     for (uint32_t d = 1; d < a->o.nodes; d++) {
         uint32_t node = (a->o.index + d) % a->o.nodes;
         if (a->peers[node].known && a->peers[node].alive)
@@ -1281,6 +1327,9 @@ static bool ftc__queue_fetch(ftc_agent_t *a, ftc__rank_t *r)
         return false;
     }
     r->restore_attempts++;
+    FTC_DEBUG("agent", "rank %u: fetch of rank %u step %" PRIu64 " queued, %d candidate peer(s), "
+              "%.1f ms after the request", r->rank, r->src, r->restore_step, j->npeers,
+              (double)(ftc_now_ns() - r->restore_t0) / 1e6);
     ftc__queue(a, j);
     return true;
 }
@@ -1321,6 +1370,7 @@ static void ftc__on_restore(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *
         step = (int64_t)m->step;
     }
     r->restoring = true;
+    r->restore_t0 = ftc_now_ns();
     r->fetch = fetch;
     r->src = src;
     r->restore_step = (uint64_t)step;
@@ -1329,13 +1379,15 @@ static void ftc__on_restore(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *
     for (int s = 0; s < NS; s++) {
         ftc_shard_view_t v;
         ftc_err_t err = {0};
+        /* structure and step first: only the right step's slot is hashed */
         if (src == r->rank && r->slot[s].base &&
-            ftc_shard_open(&v, r->slot[s].base, r->size, FTC_SHARD_VERIFY, &err) == 0 &&
-            v.info.step == (uint64_t)step && ftc__is_subject(&v, r)) {
+            ftc_shard_open(&v, r->slot[s].base, r->size, 0, &err) == 0 &&
+            v.info.step == (uint64_t)step && ftc__is_subject(&v, r) &&
+            ftc_shard_verify(&v, FTC__VERIFY_THREADS, &err) == 0) {
             if (!fetch) {
                 r->st[s] = SL_COMMITTED;
                 r->step[s] = (uint64_t)step;
-                ftc__restore_done(a, r, s);
+                ftc__restore_done(a, r, s, true); /* verified here: the rank need not */
             } else {
                 ftc__deliver(a, r, r->slot[s].base, r->size, (uint64_t)step, "this node's slot");
             }
@@ -1368,7 +1420,10 @@ static void ftc__on_restore(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *
                 return;
         }
     }
-    /* 2. a peer's replica (every live peer, ring order) */
+    /* 2. a peer's replica (every live peer, ring order); a freshly started
+     * agent's peer table may be older than the peers' restarts (it refreshes
+     * every 500 ms): one refresh now is cheaper than a failed round */
+    ftc__refresh_peers(a);
     r->restore_attempts = 0;
     if (!a->par && ftc__queue_fetch(a, r))
         return;
@@ -1389,17 +1444,52 @@ static void ftc__on_fetch_done(ftc_agent_t *a, ftc__job_t *j)
         if (a->ranks[i].used && a->ranks[i].src == j->owner && a->ranks[i].restoring &&
             a->ranks[i].restore_step == j->step)
             r = &a->ranks[i];
+    /* the slot the fetch landed in is the main thread's again */
+    ftc__rank_t *lr = j->dst_slot >= 0 ? &a->ranks[j->dst_rix] : NULL;
+    if (lr && lr->landing == j->dst_slot + 1)
+        lr->landing = 0;
+    if (lr && lr->used && lr->restoring && !lr->fetch && lr->src == j->owner &&
+        lr->restore_step == j->step)
+        r = lr; /* the rank whose slot it is */
+    bool in_slot = lr && lr == r && j->buf && j->buf == j->dst;
+    if (lr && !in_slot && lr->st[j->dst_slot] == SL_WRITING)
+        lr->st[j->dst_slot] = SL_EMPTY; /* never used half written (still mapped) */
     if (!r || r->fd < 0)
         return;
+    FTC_DEBUG("agent", "rank %u: fetch of rank %u step %" PRIu64 " done (rc %d, %s%s), %.1f ms "
+              "after the request", r->rank, r->src, j->step, j->rc, j->detail,
+              in_slot ? ", in its slot" : "", (double)(ftc_now_ns() - r->restore_t0) / 1e6);
     if (j->rc == 0 && j->buf) {
         ftc_shard_view_t v;
         ftc_err_t err = {0};
-        if (ftc_shard_open(&v, j->buf, j->buf_size, FTC_SHARD_VERIFY, &err) == 0 &&
+        /* the replication engine verified every tensor checksum as the bytes
+         * landed in j->buf (a fetch), or they come from this node's verified
+         * replica store: the structure here. Landed in the rank's slot: the
+         * gaps too, and the rank need not verify that slot again; copied
+         * (into the slot, or by ftc__deliver): the rank verifies its slot. */
+        if (ftc_shard_open(&v, j->buf, j->buf_size, 0, &err) == 0 &&
             v.info.step == j->step && ftc__is_subject(&v, r)) {
-            ftc__deliver(a, r, j->buf, j->buf_size, j->step, "a peer's replica");
-            return;
+            if (!in_slot || j->buf_size != r->size) {
+                if (in_slot)
+                    r->st[j->dst_slot] = SL_EMPTY; /* ftc__deliver refuses the size */
+                ftc__deliver(a, r, j->buf, j->buf_size, j->step, "a peer's replica");
+                return;
+            }
+            bool verified = j->landed && ftc_shard_verify_gaps(&v, &err) == 0;
+            if (!j->landed || verified) {
+                r->st[j->dst_slot] = SL_COMMITTED;
+                r->step[j->dst_slot] = j->step;
+                FTC_INFO("agent", "rank %u restored step %" PRIu64 "%s from %s", r->rank, j->step,
+                         r->src == r->rank ? "" : " (the shard of a previous rank)",
+                         j->landed ? "a peer's replica" : "this node's replica store");
+                ftc__restore_done(a, r, j->dst_slot, verified);
+                return;
+            }
+            snprintf(j->detail, sizeof j->detail, "%s", err.msg);
         }
     }
+    if (in_slot)
+        r->st[j->dst_slot] = SL_EMPTY; /* never used half written */
     /* Peers that were restarting (a stale address, a connection not yet
      * accepted) may answer a moment later: a few rounds, with fresh
      * addresses, before the persist tier. */
@@ -1633,7 +1723,8 @@ struct ftc__agent_par {
 static void ftc__job_free(ftc__job_t *j)
 {
     ftc__gather_free(j->gather);
-    free(j->buf);
+    if (j->buf != j->dst)
+        free(j->buf);
     free(j);
 }
 
@@ -2238,7 +2329,7 @@ static void ftc__par_rebuild_done(ftc_agent_t *a, ftc__rank_t *r, ftc__job_t *j)
             FTC_INFO("agent", "rank %u restored step %" PRIu64 " rebuilt from parity (%s, group of "
                      "%s) in %.1f ms", r->rank, j->step, g->xor_code ? "xor" : "rs",
                      ftc__par_geo_str(g, gs, sizeof gs), (double)(ftc_now_ns() - t0) / 1e6);
-            ftc__restore_done(a, r, s);
+            ftc__restore_done(a, r, s, false);
             return;
         }
         snprintf(err.msg, sizeof err.msg, "the rebuilt shard's size differs from the slots'");
@@ -2607,6 +2698,12 @@ void ftc_agent_stop(ftc_agent_t *a)
             lists[l] = j->next;
             ftc__job_free(j);
         }
+    /* the engine first: its transfers read (pushes) and write (fetches
+     * landing in a slot) the ranks' slots until it is gone */
+    ftc_repl_destroy(a->repl);
+    a->repl = NULL;
+    ftc_fabric_close(a->fab);
+    a->fab = NULL;
     for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++) {
         if (!a->ranks[i].used)
             continue;
@@ -2624,8 +2721,6 @@ void ftc_agent_stop(ftc_agent_t *a)
     }
     if (a->evfd >= 0)
         close(a->evfd);
-    ftc_repl_destroy(a->repl);
-    ftc_fabric_close(a->fab);
     t[3] = ftc_now_ns();
     ftc_persist_close(a->persist);
     ftc__par_free(a);

@@ -21,7 +21,9 @@
  *                                 (src -1: the caller's own): local slot, else a
  *                                 peer's replica (or parity), else the persist
  *                                 tier; installed in one of the caller's slots
- *                             <- RESTORE_OK (slot, step) | ERROR (where it looked)
+ *                             <- RESTORE_OK (slot, step, status) | ERROR (where it looked)
+ *                                status FTC_AP_OK_VERIFIED: the agent verified every checksum
+ *                                of that very slot after its last write (the rank need not)
  *   FETCH (src, step)         ->  the same search for rank src's shard of a
  *                                 committed step (UINT64_MAX: the newest); the
  *                                 verified shard is copied into a fresh shm
@@ -75,11 +77,14 @@ enum ftc_ap_type {
     FTC_AP__MAX = 22,
 };
 
+/* RESTORE_OK's status flags (an agent that sets none: the rank verifies). */
+enum { FTC_AP_OK_VERIFIED = 1 };
+
 typedef struct ftc_ap_msg {
     uint32_t magic;      /* FTC_AP_MAGIC */
     uint16_t version;    /* FTC_AP_VERSION */
     uint16_t type;       /* ftc_ap_type */
-    int32_t status;      /* ERROR: an FTC_E* code */
+    int32_t status;      /* ERROR: an FTC_E* code; RESTORE_OK: FTC_AP_OK_* flags */
     uint32_t slot;       /* 0 .. FTC_AP_SLOTS_PER_RANK-1 */
     uint64_t step;
     uint64_t size;       /* SLOTS: bytes per slot */

@@ -465,15 +465,22 @@ int ftc_restore_from(ftc_ctx_t *c, int src_rank, int64_t *step, void *meta, size
     ftc_ap_msg_t m, rep;
     ftc_ap_init(&m, FTC_AP_RESTORE);
     m.src = src_rank;
+    uint64_t t0 = ftc_now_ns();
     rc = ftc__call(c, &m, FTC_AP_RESTORE_OK, &rep);
     if (rc)
         return rc;
+    uint64_t t1 = ftc_now_ns();
     uint64_t st;
     uint32_t ml = meta_len ? (uint32_t)(*meta_len > UINT32_MAX ? UINT32_MAX : *meta_len) : 0;
-    rc = ftc_snap_restore(c->snap, c->slot[rep.slot].base, c->size, &st, meta,
-                          meta_len ? &ml : NULL, &c->err);
+    /* the agent verified that very slot after its last write: once is enough */
+    unsigned flags = (rep.status & FTC_AP_OK_VERIFIED) ? FTC_SNAP_RESTORE_VERIFIED : 0;
+    rc = ftc_snap_restore_ex(c->snap, c->slot[rep.slot].base, c->size, flags, &st, meta,
+                             meta_len ? &ml : NULL, &c->err);
     if (rc)
         return rc;
+    FTC_DEBUG("client", "rank %u: restore of step %llu: agent %.1f ms, verify + copy %.1f ms",
+              c->rank, (unsigned long long)st, (double)(t1 - t0) / 1e6,
+              (double)(ftc_now_ns() - t1) / 1e6);
     if (meta_len)
         *meta_len = ml;
     *step = (int64_t)st;

@@ -56,6 +56,7 @@
 #define FTC__TAG_HDR (1ull << 62)
 #define FTC__TAG_DATA (2ull << 62)
 #define FTC__SEQ_MASK ((1ull << 40) - 1)
+#define FTC__ADOPT_THREADS 4  /* threads verifying an adopted replica (per tensor) */
 #define FTC__HASH_BUDGET (2u << 20) /* bytes a receiver verifies per progress round */
 #define FTC__F_FETCH 0x100u  /* PUT / PUT_END / NACK: part of a fetch (GET answer) */
 #define FTC__F_CODE 0xffu    /* NACK: the FTC error code, negated */
@@ -194,6 +195,8 @@ typedef struct xfer {
     uint32_t fpeer;         /* fetch: the peer asked */
     incoming_t *in;         /* fetch: the answer arriving */
     uint8_t *buf;           /* fetch: the verified result (until take) */
+    uint8_t *dst;           /* fetch_into: the caller's memory (never freed here) */
+    uint64_t dst_cap;
     uint64_t got_step;
 } xfer_t;
 
@@ -510,7 +513,8 @@ static void xfer_abort(ftc_repl_t *r, xfer_t *x, int rc, const char *why)
             incoming_free(r, x->in, true);
             x->in = NULL;
         }
-        free(x->buf);
+        if (x->buf != x->dst)
+            free(x->buf);
         x->buf = NULL;
     }
     xfer_finish(r, x);
@@ -547,22 +551,30 @@ static int replica_slot_name(const ftc_repl_t *r, uint32_t owner, int idx, char 
 }
 
 /* Adopts replica slots left in shm by an earlier process of this agent:
- * the slot that verifies with the highest step becomes the complete one. */
+ * the slot that verifies with the highest step becomes the complete one.
+ * Only that one is hashed (the newer slot first, on a few threads; the older
+ * one only if the newer fails): a restarted agent's first GET waits on it. */
 static void store_adopt(ftc_repl_t *r, store_t *s)
 {
+    ftc_shard_view_t v[2];
+    bool ok[2] = {false, false};
     for (int i = 0; i < 2; i++) {
         char name[FTC_SLOT_NAME_MAX];
         ftc_err_t e = {0};
         if (replica_slot_name(r, s->owner, i, name, sizeof name) ||
             ftc_slot_open(name, true, &s->slot[i], &e) < 0)
             continue;
-        ftc_shard_view_t v;
-        if (ftc_shard_open(&v, s->slot[i].base, s->slot[i].size,
-                           FTC_SHARD_VERIFY | FTC_SHARD_ALLOW_TRAILING, &e) == 0 &&
-            (s->complete < 0 || v.info.step > s->step)) {
+        ok[i] = ftc_shard_open(&v[i], s->slot[i].base, s->slot[i].size,
+                               FTC_SHARD_ALLOW_TRAILING, &e) == 0;
+    }
+    int first = ok[0] && (!ok[1] || v[0].info.step >= v[1].info.step) ? 0 : 1;
+    for (int k = 0; k < 2 && s->complete < 0; k++) {
+        int i = k == 0 ? first : !first;
+        ftc_err_t e = {0};
+        if (ok[i] && ftc_shard_verify(&v[i], FTC__ADOPT_THREADS, &e) == 0) {
             s->complete = i;
-            s->step = v.info.step;
-            s->size = v.size;
+            s->step = v[i].info.step;
+            s->size = v[i].size;
         }
     }
     if (s->complete >= 0)
@@ -832,7 +844,8 @@ static void incoming_complete(ftc_repl_t *r, incoming_t *in)
         xfer_t *x = in->fx;
         x->in = NULL;
         if (rc < 0) {
-            free(x->buf);
+            if (x->buf != x->dst)
+                free(x->buf);
             x->buf = NULL;
             xfer_fail(x, rc, "fetch of owner %u step %llu from peer %u: %s", in->owner,
                       (unsigned long long)in->step, in->node, e.msg);
@@ -1008,10 +1021,16 @@ static void on_fetch_put(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
         return;
     }
     if (!x->in) {
-        uint8_t *buf = h->total >= FTC_SHARD_HEADER_SIZE ? malloc(h->total) : NULL;
+        /* straight into the caller's memory when it fits (no copy after) */
+        bool into = x->dst && h->total <= x->dst_cap && h->total >= FTC_SHARD_HEADER_SIZE;
+        uint8_t *buf = into ? x->dst
+                            : h->total >= FTC_SHARD_HEADER_SIZE ? malloc(h->total) : NULL;
+        if (buf && !into)
+            ftc_mem_prefault(buf, h->total); /* the DATA lands page by page otherwise */
         incoming_t *in = buf ? incoming_new(r, p, h) : NULL;
         if (!in) {
-            free(buf);
+            if (!into)
+                free(buf);
             drain_put(r, p, h);
             xfer_fail(x, FTC_ENOMEM, "fetch of owner %u from peer %u: cannot allocate %llu "
                       "bytes", h->owner, p->node, (unsigned long long)h->total);
@@ -1507,7 +1526,8 @@ static void xfer_free(ftc_repl_t *r, xfer_t *x)
     free(x->tp);
     if (x->in)
         incoming_free(r, x->in, true);
-    free(x->buf);
+    if (x->buf != x->dst)
+        free(x->buf);
     free(x);
 }
 
@@ -1847,6 +1867,12 @@ int ftc_repl_push(ftc_repl_t *r, uint32_t owner, uint64_t step, const uint8_t *s
 int ftc_repl_fetch(ftc_repl_t *r, uint32_t peer, uint32_t owner, uint64_t step,
                    ftc_deadline_t d, ftc_repl_xfer_t *xid)
 {
+    return ftc_repl_fetch_into(r, peer, owner, step, NULL, 0, d, xid);
+}
+
+int ftc_repl_fetch_into(ftc_repl_t *r, uint32_t peer, uint32_t owner, uint64_t step,
+                        uint8_t *dst, uint64_t cap, ftc_deadline_t d, ftc_repl_xfer_t *xid)
+{
     if (r->broken)
         return ftc_err_set(&r->err, FTC_EFABRIC, "repl: endpoint broken; fetch refused");
     peer_t *p = peer_find(r, peer);
@@ -1864,6 +1890,8 @@ int ftc_repl_fetch(ftc_repl_t *r, uint32_t peer, uint32_t owner, uint64_t step,
     x->step = step;
     x->fpeer = peer;
     x->d = d;
+    x->dst = dst;
+    x->dst_cap = dst ? cap : 0;
     ftc_wire_hdr_t h;
     hdr_init(r, &h, FTC_MSG_GET, owner, step);
     int rc = send_ctl(r, p, &h, NULL);

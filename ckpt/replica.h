@@ -130,8 +130,14 @@ typedef struct ftc_repl_status {
 } ftc_repl_status_t;
 
 int ftc_repl_status(ftc_repl_t *r, ftc_repl_xfer_t x, ftc_repl_status_t *st);
-/* Takes the result of a finished fetch: a malloc'd, verified shard (caller
- * frees). */
+/* ftc_repl_fetch, the answer landing in dst (cap bytes, the caller's,
+ * untouched by anything else until the fetch is done) when it fits, else in
+ * a malloc'd buffer. A failed fetch may leave partial bytes in dst. */
+int ftc_repl_fetch_into(ftc_repl_t *r, uint32_t peer, uint32_t owner, uint64_t step,
+                        uint8_t *dst, uint64_t cap, ftc_deadline_t d, ftc_repl_xfer_t *xid);
+/* Takes the result of a finished fetch: a verified shard, every checksum
+ * checked as its bytes landed: the fetch_into dst when it fit there
+ * (*shard == dst), else malloc'd (caller frees). */
 int ftc_repl_take(ftc_repl_t *r, ftc_repl_xfer_t x, uint8_t **shard, uint64_t *size);
 /* Releases a finished transfer's id. */
 void ftc_repl_release(ftc_repl_t *r, ftc_repl_xfer_t x);

@@ -885,6 +885,11 @@ static int ftc__verify_gaps(const ftc_shard_view_t *v, ftc_err_t *err)
     return 0;
 }
 
+int ftc_shard_verify_gaps(const ftc_shard_view_t *v, ftc_err_t *err)
+{
+    return ftc__verify_gaps(v, err);
+}
+
 int ftc_shard_verify(const ftc_shard_view_t *v, int threads, ftc_err_t *err)
 {
     int grc = ftc__verify_gaps(v, err);

@@ -158,6 +158,10 @@ int ftc_shard_find(const ftc_shard_view_t *v, const char *name);
 int ftc_shard_verify_tensor(const ftc_shard_view_t *v, uint32_t i, ftc_err_t *err);
 /* Checks every tensor; threads > 1 in parallel. */
 int ftc_shard_verify(const ftc_shard_view_t *v, int threads, ftc_err_t *err);
+/* Only the payload's alignment gaps (all zero), the part of ftc_shard_verify
+ * that is not a tensor checksum: for bytes whose tensors were hashed as they
+ * arrived (ckpt/replica.c). FTC_ECORRUPT naming the gap. */
+int ftc_shard_verify_gaps(const ftc_shard_view_t *v, ftc_err_t *err);
 
 /* Metadata: iterate with *pos = 0 until it returns 0 (end); 1 = a record. */
 int ftc_shard_meta_next(const ftc_shard_view_t *v, uint64_t *pos, const char **key,

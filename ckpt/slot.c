@@ -62,6 +62,20 @@ int ftc_shm_free(uint64_t *free_bytes, ftc_err_t *err)
     return 0;
 }
 
+void ftc_mem_prefault(void *p, uint64_t len)
+{
+#ifdef MADV_POPULATE_WRITE
+    long pg = sysconf(_SC_PAGESIZE);
+    uintptr_t page = pg > 0 ? (uintptr_t)pg : 4096u;
+    uintptr_t b = ((uintptr_t)p + page - 1) & ~(page - 1), e = ((uintptr_t)p + len) & ~(page - 1);
+    if (len && e > b)
+        (void)madvise((void *)b, e - b, MADV_POPULATE_WRITE); /* advice: a failure costs faults */
+#else
+    (void)p;
+    (void)len;
+#endif
+}
+
 static int ftc__map(ftc_slot_t *s, bool writable, ftc_err_t *err)
 {
     void *p = mmap(NULL, s->size, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, s->fd, 0);

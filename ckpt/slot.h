@@ -56,5 +56,11 @@ int ftc_slot_open(const char *name, bool writable, ftc_slot_t *s, ftc_err_t *err
 void ftc_slot_close(ftc_slot_t *s);
 /* Removes the object (mappings stay valid until closed). Missing is fine. */
 int ftc_slot_unlink(const char *name, ftc_err_t *err);
+/* Prefaults [p, p + len) writable in one call (MADV_POPULATE_WRITE), before
+ * a bulk write into memory that may be untouched (a fresh slot, a fetch
+ * buffer, freshly allocated tensors): one fault per 4 KiB page otherwise.
+ * Only whole pages inside the range; a no-op where the kernel lacks it.
+ * Thread-safe. */
+void ftc_mem_prefault(void *p, uint64_t len);
 
 #endif

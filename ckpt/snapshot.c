@@ -25,7 +25,9 @@
  * publishes "sealed". Waits are condition waits with deadlines.
  */
 #include "ckpt/snapshot.h"
+#include "ckpt/slot.h"
 
+#include "core/clock.h"
 #include "core/hash.h"
 #include "core/log.h"
 
@@ -506,13 +508,83 @@ int ftc_snap_wait_sealed(ftc_snap_t *s, ftc_deadline_t d, ftc_err_t *err)
     return ftc__snap_wait(s, PH_SEALED, d, err);
 }
 
+/* ---- restore: the host copies on up to the snapshot's thread count ---- */
+
+typedef struct ftc__rcopy {
+    const ftc_snap_t *s;
+    const ftc_shard_view_t *v;
+    uint64_t piece;        /* bytes per piece */
+    uint64_t npieces;      /* over all host tensors, tensor by tensor */
+    atomic_uint_fast64_t next;
+} ftc__rcopy_t;
+
+static void *ftc__rcopy_worker(void *arg)
+{
+    ftc__rcopy_t *j = arg;
+    for (;;) {
+        uint64_t k = atomic_fetch_add(&j->next, 1);
+        if (k >= j->npieces)
+            return NULL;
+        /* piece k: find its tensor (few tensors; a linear walk is fine) */
+        for (uint32_t i = 0; i < j->s->nt; i++) {
+            if (j->s->t[i].device != FTC_SNAP_HOST || !j->s->t[i].length)
+                continue;
+            uint64_t len = j->s->t[i].length, np = (len + j->piece - 1) / j->piece;
+            if (k >= np) {
+                k -= np;
+                continue;
+            }
+            ftc_shard_tensor_t t;
+            ftc_shard_get(j->v, j->s->t[i].index, &t);
+            uint64_t off = k * j->piece, n = len - off < j->piece ? len - off : j->piece;
+            /* freshly allocated tensors: their pages in one call, not one fault each */
+            ftc_mem_prefault((uint8_t *)j->s->t[i].ptr + off, n);
+            memcpy((uint8_t *)j->s->t[i].ptr + off, t.data + off, n);
+            break;
+        }
+    }
+}
+
+static void ftc__rcopy_run(const ftc_snap_t *s, const ftc_shard_view_t *v)
+{
+    enum { PIECE = 8u << 20, MAX_THREADS = 64 };
+    ftc__rcopy_t j = {.s = s, .v = v, .piece = PIECE};
+    for (uint32_t i = 0; i < s->nt; i++)
+        if (s->t[i].device == FTC_SNAP_HOST)
+            j.npieces += (s->t[i].length + PIECE - 1) / PIECE;
+    atomic_init(&j.next, 0);
+    int n = s->threads < 1 ? 1 : s->threads > MAX_THREADS ? MAX_THREADS : s->threads;
+    if ((uint64_t)n > j.npieces)
+        n = j.npieces ? (int)j.npieces : 1;
+    pthread_t tid[MAX_THREADS];
+    int started = 0;
+    for (int i = 1; i < n; i++) {
+        if (pthread_create(&tid[started], NULL, ftc__rcopy_worker, &j) != 0)
+            break; /* fewer threads is fine; the caller does the rest */
+        started++;
+    }
+    ftc__rcopy_worker(&j);
+    for (int i = 0; i < started; i++)
+        pthread_join(tid[i], NULL);
+}
+
 int ftc_snap_restore(ftc_snap_t *s, const uint8_t *region, uint64_t size, uint64_t *step,
                      void *meta, uint32_t *meta_len, ftc_err_t *err)
 {
+    return ftc_snap_restore_ex(s, region, size, 0, step, meta, meta_len, err);
+}
+
+int ftc_snap_restore_ex(ftc_snap_t *s, const uint8_t *region, uint64_t size, unsigned flags,
+                        uint64_t *step, void *meta, uint32_t *meta_len, ftc_err_t *err)
+{
     ftc_shard_view_t v;
-    int rc = ftc_shard_open(&v, region, size, FTC_SHARD_VERIFY, err);
+    uint64_t t0 = ftc_now_ns();
+    int rc = ftc_shard_open(&v, region, size, 0, err);
+    if (rc == 0 && !(flags & FTC_SNAP_RESTORE_VERIFIED))
+        rc = ftc_shard_verify(&v, s->threads, err);
     if (rc)
         return rc;
+    uint64_t t1 = ftc_now_ns();
     if (v.n_tensors != s->nt)
         return ftc_err_set(err, FTC_EINVAL, "checkpoint has %u tensors, %u are registered",
                            v.n_tensors, s->nt);
@@ -527,23 +599,24 @@ int ftc_snap_restore(ftc_snap_t *s, const uint8_t *region, uint64_t size, uint64
                                (int)t.name_len, t.name, (unsigned long long)t.length,
                                (unsigned long long)want_len);
     }
+    ftc__rcopy_run(s, &v); /* the host tensors */
     for (uint32_t i = 0; i < s->nt; i++) {
         ftc_shard_tensor_t t;
         ftc_shard_get(&v, s->t[i].index, &t);
-        if (!t.length)
+        if (!t.length || s->t[i].device == FTC_SNAP_HOST)
             continue;
-        if (s->t[i].device == FTC_SNAP_HOST) {
-            memcpy((void *)s->t[i].ptr, t.data, t.length);
-        } else {
-            rc = s->dev->copy_async(s->dev_state, (void *)s->t[i].ptr, t.data, t.length,
-                                    s->t[i].device, false, err);
-            if (rc)
-                return rc;
-        }
+        rc = s->dev->copy_async(s->dev_state, (void *)s->t[i].ptr, t.data, t.length,
+                                s->t[i].device, false, err);
+        if (rc)
+            return rc;
     }
     for (int d = 0; d < FTC_SNAP_MAX_DEVICES; d++)
         if (s->dev_used[d] && (rc = s->dev->sync(s->dev_state, d, ftc_deadline_in_ms(600000), err)))
             return rc;
+    FTC_DEBUG("snap", "restore: %s %.1f ms, copy %.1f ms (%llu bytes, %d threads)",
+              flags & FTC_SNAP_RESTORE_VERIFIED ? "open (verified by the agent)" : "verify",
+              (double)(t1 - t0) / 1e6, (double)(ftc_now_ns() - t1) / 1e6,
+              (unsigned long long)size, s->threads);
     *step = v.info.step;
     if (meta_len) {
         const uint8_t *val;

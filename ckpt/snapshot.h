@@ -92,9 +92,22 @@ bool ftc_snap_busy(ftc_snap_t *s);
 
 /* Restores: copies each registered tensor back from a verified region of the
  * same layout (names, dtypes and shapes must match; the error names the
- * first that does not). Fills meta (capacity *meta_len) and *step. */
+ * first that does not). Fills meta (capacity *meta_len) and *step. The
+ * region is verified (every checksum, on the snapshot's threads) before a
+ * byte is copied; the host copies run on the snapshot's threads too. */
 int ftc_snap_restore(ftc_snap_t *s, const uint8_t *region, uint64_t size, uint64_t *step,
                      void *meta, uint32_t *meta_len, ftc_err_t *err);
+
+/* ftc_snap_restore's flags. */
+enum {
+    /* the caller knows every checksum of region was verified after its last
+     * write (the agent verified that very slot): only the structure (head,
+     * footer, head checksum) is checked again, not the payload */
+    FTC_SNAP_RESTORE_VERIFIED = 1
+};
+/* ftc_snap_restore with flags (FTC_SNAP_RESTORE_*). */
+int ftc_snap_restore_ex(ftc_snap_t *s, const uint8_t *region, uint64_t size, unsigned flags,
+                        uint64_t *step, void *meta, uint32_t *meta_len, ftc_err_t *err);
 
 #ifdef __cplusplus
 }

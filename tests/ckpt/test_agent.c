@@ -8,6 +8,7 @@
  *     its rank restores from a peer's replica;
  *   - k = 2: two nodes lost at once, both ranks restore from the third;
  *   - a corrupted replica is detected and another source is used;
+ *   - a rank's corrupted own slots: restored from a peer's replica;
  *   - with no replicas and no shm left, the persist tier restores;
  *   - nothing committed: a clear "nothing committed" error.
  */
@@ -132,6 +133,23 @@ static void test_corrupt_replica_other_source(void **state)
     teardown_env(e);
 }
 
+/* The rank's own slots corrupted on a live node: the agent's check of its
+ * slots fails, the shard comes from a peer's replica, landing straight in
+ * one of the rank's slots (verified as it lands), and the rank's own check
+ * of what it restored passes. */
+static void test_corrupt_own_slots_peer_replica(void **state)
+{
+    env_t *e = setup_env(*state, 3, "1", 1000);
+    run_all(e, "3");
+    char prefix[128];
+    snprintf(prefix, sizeof prefix, "ftc.%s.n0.r0.", e->job);
+    assert_int_equal(corrupt_shm(prefix), 3);
+    restore_rank(e, 0, "RESTORED 2 OK");
+    /* and again: the slot it landed in is now a verified, committed one */
+    restore_rank(e, 0, "RESTORED 2 OK");
+    teardown_env(e);
+}
+
 /* Waits until node's persist directory has step committed. */
 static void wait_persisted(env_t *e, int node, int step)
 {
@@ -182,6 +200,7 @@ int main(void)
         T(test_fetch_and_restore_from),
         T(test_two_concurrent_losses_k2),
         T(test_corrupt_replica_other_source),
+        T(test_corrupt_own_slots_peer_replica),
         T(test_persist_tier_last_resort),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
