@@ -219,7 +219,35 @@ check "7: every rank restored a committed step, byte for byte" \
 check "7: no parity refusal, no bad restore, no error" bash -c \
     "! grep -q 'parity groups need\|RESTORED [0-9]* BAD\|^ERROR' '$T/7.out'"
 check "7: every rank's last step committed" test "$(count 'COMMITTED 29' "$T/7.out")" -ge 3
-[ $fails -eq $f0 ] || { echo "--- output of 7:"; tail -60 "$T/7.out"; }
+# node 1 lost and replaced (--nnodes 3:3: the survivors wait for it); the
+# replacement's rank gets its shard rebuilt from the survivors' data and
+# parity (their agents restarted for the new generation meanwhile)
+J7b=run${tag}h
+"$FTC" run --simulate-nodes 3 --nnodes 3:3 --redundancy xor:2 --job "$J7b" --job-dir "$T/j7b" \
+    --max-restarts 4 --settle-ms 300 -- "$RANK" --steps 80 --step-ms 40 --floats 4096 --restore \
+    --strict >"$T/7b.out" 2>&1 &
+runpid=$!
+pids+=($runpid)
+check "7b: the parity job committed step 5" wait_committed "$J7b" "$T/j7b" 5 60
+victim=$(cat "$T/j7b/node1.pid" 2>/dev/null)
+check "7b: node 1 has a pid file" test -n "$victim"
+kill -9 "$victim"
+rm -f /dev/shm/ftc."$J7b".n1.* 2>/dev/null
+"$FTC" run --node-rank 1 --nnodes 3:3 --redundancy xor:2 --job "$J7b" --job-dir "$T/j7b" \
+    --redis "$(cat "$T/j7b/redis.url")" --max-restarts 4 --settle-ms 300 -- "$RANK" --steps 80 \
+    --step-ms 40 --floats 4096 --restore --strict >"$T/7c.out" 2>&1 &
+p7c=$!
+pids+=($p7c)
+wait $runpid
+rc=$?
+wait $p7c
+rc2=$?
+check "7b: the job finished (exit $rc, replacement $rc2)" test $rc -eq 0 -a $rc2 -eq 0
+check "7b: the replacement's rank was rebuilt from parity" grep -q 'rebuilt from parity' "$T/7c.out"
+check "7b: no bad restore, no error" bash -c "! cat '$T/7b.out' '$T/7c.out' | grep -v 'agent socket: connection closed by the other side' | grep -q 'RESTORED [0-9]* BAD\|no verified copy\|^ERROR'"
+check "7b: every rank reached the last step" \
+    test "$(cat "$T/7b.out" "$T/7c.out" | grep -c 'COMMITTED 79')" -ge 3
+[ $fails -eq $f0 ] || { echo "--- output of 7:"; tail -40 "$T/7.out"; tail -30 "$T/7c.out"; }
 fi
 
 if want 4; then
