@@ -32,7 +32,7 @@ pids=()
 cleanup() {
     for p in "${pids[@]}"; do kill -9 -- "$p" 2>/dev/null; done
     wait 2>/dev/null
-    rm -f /dev/shm/ftc.run"$tag"* 2>/dev/null
+    rm -rf /dev/shm/ftc.run"$tag"* 2>/dev/null # slots, and FTC_CKPT_DIR directories
     [ -n "${FTC_KEEP:-}" ] && echo "kept $T" || rm -rf "$T"
 }
 trap cleanup EXIT
