@@ -36,27 +36,7 @@ cleanup() {
     [ -n "${FTC_KEEP:-}" ] && echo "kept $T" || rm -rf "$T"
 }
 trap cleanup EXIT
-fails=0
-check() { # check DESCRIPTION COMMAND...
-    local what=$1
-    shift
-    if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; fails=$((fails + 1)); fi
-}
-count() { grep -c -- "$1" "$2" 2>/dev/null || true; }
-# committed step of a job (-1 while none), from `ftc status --json`
-committed() {
-    "$FTC" status --json --job "$1" --job-dir "$2" 2>/dev/null |
-        sed -n 's/.*"committed_step": *\(-\{0,1\}[0-9]*\).*/\1/p' | head -1
-}
-wait_committed() { # JOB DIR STEP TIMEOUT_S
-    local end=$((SECONDS + $4)) c
-    while [ $SECONDS -lt $end ]; do
-        c=$(committed "$1" "$2")
-        [ -n "$c" ] && [ "$c" -ge "$3" ] && return 0
-        sleep 0.2
-    done
-    return 1
-}
+. "$(dirname "$0")/lib.sh" # check, count, committed, wait_committed
 export FTC_LOG_LEVEL=${FTC_LOG_LEVEL:-info}
 # FTC_RUN_ONLY=24 runs scenarios 2 and 4 only (while debugging)
 want() { case ${FTC_RUN_ONLY:-1234567} in *$1*) return 0 ;; esac; return 1; }

@@ -54,16 +54,7 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'echo "test_run_netns: interrupted"; exit 1' INT TERM HUP
-check() { # check DESCRIPTION COMMAND...
-    local what=$1
-    shift
-    if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; fails=$((fails + 1)); fi
-}
-count() { grep -c -- "$1" "$2" 2>/dev/null || true; }
-committed() {
-    "$FTC" status --json --job "$J" --job-dir "$T/j" 2>/dev/null |
-        sed -n 's/.*"committed_step": *\(-\{0,1\}[0-9]*\).*/\1/p' | head -1
-}
+. "$(dirname "$0")/lib.sh" # check, count, committed, wait_committed
 wait_for() { # wait_for TIMEOUT_S COMMAND...: until COMMAND succeeds
     local end=$((SECONDS + $1))
     shift
@@ -73,7 +64,7 @@ wait_for() { # wait_for TIMEOUT_S COMMAND...: until COMMAND succeeds
     done
     return 1
 }
-committed_ge() { local c; c=$(committed); [ -n "$c" ] && [ "$c" -ge "$1" ]; }
+committed_ge() { local c; c=$(committed "$J" "$T/j"); [ -n "$c" ] && [ "$c" -ge "$1" ]; }
 export FTC_LOG_LEVEL=${FTC_LOG_LEVEL:-info}
 # a replication to the cut node gives up after 3 s, not 30
 export FTC_AGENT_TIMEOUT_MS=3000
@@ -111,7 +102,7 @@ done
 # the fault: node 1's link goes down
 veth=$(awk '$1 == "node" && $2 == 1 {print $6}' "$T/netns.copy")
 check "node 1's veth $veth is named" test -n "$veth"
-c0=$(committed)
+c0=$(committed "$J" "$T/j")
 ip link set "$veth" down
 echo "# cut node 1's link ($veth down) at committed step $c0"
 check "the survivors shrank to 2 nodes" wait_for 40 grep -q 'of 2, world 2' "$T/run.out"

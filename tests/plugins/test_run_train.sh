@@ -50,25 +50,7 @@ cleanup() {
     [ -n "${FTC_TEST_KEEP:-}" ] && echo "kept $T" || rm -rf "$T"
 }
 trap cleanup EXIT
-fails=0
-check() { # check DESCRIPTION COMMAND...
-    local what=$1
-    shift
-    if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; fails=$((fails + 1)); fi
-}
-committed() { # committed step of a job (-1 while none), from `ftc status --json`
-    "$FTC" status --json --job "$1" --job-dir "$2" 2>/dev/null |
-        sed -n 's/.*"committed_step": *\(-\{0,1\}[0-9]*\).*/\1/p' | head -1
-}
-wait_committed() { # JOB DIR STEP TIMEOUT_S
-    local end=$((SECONDS + $4)) c
-    while [ $SECONDS -lt $end ]; do
-        c=$(committed "$1" "$2")
-        [ -n "$c" ] && [ "$c" -ge "$3" ] && return 0
-        sleep 0.1
-    done
-    return 1
-}
+. "$(dirname "$0")/lib.sh" # check, count, committed, wait_committed
 wait_grep() { # PATTERN FILE TIMEOUT_S [FROM_LINE]
     local end=$((SECONDS + $3))
     while [ $SECONDS -lt $end ]; do

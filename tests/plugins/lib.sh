@@ -1,0 +1,23 @@
+# lib.sh — helpers shared by the `ftc run` drills (test_run.sh,
+# test_run_train.sh, test_run_netns.sh). Source it after setting FTC (the ftc
+# binary); `fails` counts the failed checks.
+fails=0
+check() { # check DESCRIPTION COMMAND...
+    local what=$1
+    shift
+    if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; fails=$((fails + 1)); fi
+}
+count() { grep -c -- "$1" "$2" 2>/dev/null || true; } # count PATTERN FILE
+committed() { # JOB DIR: the job's committed step (-1 while none), from `ftc status --json`
+    "$FTC" status --json --job "$1" --job-dir "$2" 2>/dev/null |
+        sed -n 's/.*"committed_step": *\(-\{0,1\}[0-9]*\).*/\1/p' | head -1
+}
+wait_committed() { # JOB DIR STEP TIMEOUT_S: until the job committed STEP
+    local end=$((SECONDS + $4)) c
+    while [ $SECONDS -lt $end ]; do
+        c=$(committed "$1" "$2")
+        [ -n "$c" ] && [ "$c" -ge "$3" ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
