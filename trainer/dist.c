@@ -304,6 +304,18 @@ int ftc_dist_coll_resolve(int want, const char *backend, int local_rank, int loc
     return 0;
 }
 
+/* The rendezvous subdirectory of this rank's DP (is_dp) or TP group under
+ * o->dir, created if missing: "dp-t<tp_rank>" or "tp-d<dp_rank>". */
+static int group_dir(const ftc_dist_opts_t *o, const ftc_dist_layout_t *l, int is_dp, char *sub,
+                     size_t cap, ftc_err_t *err)
+{
+    snprintf(sub, cap, "%s/%s-%c%d", o->dir, is_dp ? "dp" : "tp", is_dp ? 't' : 'd',
+             is_dp ? l->tp_rank : l->dp_rank);
+    if (mkdir(sub, 0700) < 0 && errno != EEXIST)
+        return ftc_err_errno(err, errno, "dist: mkdir %s", sub);
+    return 0;
+}
+
 /* The NCCL communicator of one group: NCCL's id through the group's
  * directory (coll_nccl.h rendezvous, generation 1), or the id the TCP
  * rendezvous carried (id not NULL), under dl. */
@@ -416,12 +428,8 @@ int ftc_dist_join(const ftc_dist_opts_t *o, ftc_dist_t **out, ftc_err_t *err)
         for (int g = 0; g < ng; g++) {
             char sub[4096];
             int gr = is_dp[g] ? l->dp_rank : l->tp_rank, gn = is_dp[g] ? l->dp : l->tp;
-            snprintf(sub, sizeof sub, "%s/%s-%c%d", o->dir, is_dp[g] ? "dp" : "tp",
-                     is_dp[g] ? 't' : 'd', is_dp[g] ? l->tp_rank : l->dp_rank);
-            if (mkdir(sub, 0700) < 0 && errno != EEXIST) {
-                rc = ftc_err_errno(err, errno, "dist: mkdir %s", sub);
+            if ((rc = group_dir(o, l, is_dp[g], sub, sizeof sub, err)) < 0)
                 goto out;
-            }
             rc = make_nccl_group(o, sub, NULL, gr, gn, dl, is_dp[g] ? &d->dp : &d->tp, err);
             if (rc < 0) {
                 ftc_err_wrap(err, "the %s group (NCCL, rank %d of %d)", is_dp[g] ? "DP" : "TP",
@@ -433,12 +441,8 @@ int ftc_dist_join(const ftc_dist_opts_t *o, ftc_dist_t **out, ftc_err_t *err)
         for (int g = 0; g < ng; g++) {
             char sub[4096];
             int gr = is_dp[g] ? l->dp_rank : l->tp_rank, gn = is_dp[g] ? l->dp : l->tp;
-            snprintf(sub, sizeof sub, "%s/%s-%c%d", o->dir, is_dp[g] ? "dp" : "tp",
-                     is_dp[g] ? 't' : 'd', is_dp[g] ? l->tp_rank : l->dp_rank);
-            if (mkdir(sub, 0700) < 0 && errno != EEXIST) {
-                rc = ftc_err_errno(err, errno, "dist: mkdir %s", sub);
+            if ((rc = group_dir(o, l, is_dp[g], sub, sizeof sub, err)) < 0)
                 goto out;
-            }
             rc = ftc_coll_exchange_dir(sub, gr, gn, me[g], melen[g], addrs, lens, dl, err);
             if (rc == 0)
                 rc = make_group(fab[g], gr, gn, addrs, lens, is_dp[g] ? &d->dp : &d->tp, err);
