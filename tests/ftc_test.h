@@ -127,4 +127,15 @@ static inline uint8_t *ftc_test_make_shard(uint64_t step, uint32_t dp_rank, uint
     return r;
 }
 
+/* In a forked rank process (no cmocka there): report a failed check with
+ * the pid and location and _exit(1); the parent's waitpid sees it. */
+#define CHILD_CHECK(cond)                                                                          \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "rank pid %d: %s:%d: check failed: %s\n", (int)getpid(), __FILE__,    \
+                    __LINE__, #cond);                                                              \
+            _exit(1);                                                                              \
+        }                                                                                          \
+    } while (0)
+
 #endif

@@ -33,15 +33,6 @@ __extension__ typedef unsigned __int128 u128;
 
 static const char *g_prov;
 
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "rank pid %d: %s:%d: check failed: %s\n", (int)getpid(), __FILE__,    \
-                    __LINE__, #cond);                                                              \
-            _exit(1);                                                                              \
-        }                                                                                          \
-    } while (0)
-
 #define CHECK_RC(expr, c)                                                                          \
     do {                                                                                           \
         int rc_ = (expr);                                                                          \
@@ -99,10 +90,10 @@ static ftc_coll_t *join_group(const char *dir, int rank, int n, const spawn_opts
     }
     uint8_t me[FTC_FABRIC_ADDR_MAX];
     size_t melen = sizeof me;
-    CHECK(ftc_fabric_getname(fab, me, &melen) == 0);
+    CHILD_CHECK(ftc_fabric_getname(fab, me, &melen) == 0);
     uint8_t *addrs = calloc((size_t)n, FTC_FABRIC_ADDR_MAX);
     size_t *lens = calloc((size_t)n, sizeof *lens);
-    CHECK(addrs && lens);
+    CHILD_CHECK(addrs && lens);
     if (ftc_coll_exchange_dir(dir, rank, n, me, melen, addrs, lens, ftc_deadline_in_ms(30000),
                               &err) < 0) {
         fprintf(stderr, "rank %d: %s\n", rank, err.msg);
@@ -203,7 +194,7 @@ static void check_sizes(ftc_coll_t *c, void *arg)
         float *f = malloc(cnt * 4 + 16), *ref = malloc(cnt * 4 + 16);
         i128 *q = malloc(cnt * 16 + 16), *qref = malloc(cnt * 16 + 16);
         uint8_t *b = malloc(cnt + 16);
-        CHECK(f && ref && q && qref && b);
+        CHILD_CHECK(f && ref && q && qref && b);
         for (size_t i = 0; i < cnt; i++) {
             float s = genf(seed, 0, i);
             i128 t = geni(seed, 0, i);
@@ -216,34 +207,34 @@ static void check_sizes(ftc_coll_t *c, void *arg)
             for (size_t i = 0; i < cnt; i++)
                 f[i] = genf(seed, me, i);
             CHECK_RC(ftc_coll_all_reduce(c, f, cnt, FTC_COLL_F32, dl), c);
-            CHECK(!cnt || memcmp(f, ref, cnt * 4) == 0);
+            CHILD_CHECK(!cnt || memcmp(f, ref, cnt * 4) == 0);
         }
         /* all_reduce i128: exact */
         for (size_t i = 0; i < cnt; i++)
             q[i] = geni(seed, me, i);
         CHECK_RC(ftc_coll_all_reduce(c, q, cnt, FTC_COLL_I128, dl), c);
-        CHECK(!cnt || memcmp(q, qref, cnt * 16) == 0);
+        CHILD_CHECK(!cnt || memcmp(q, qref, cnt * 16) == 0);
         /* reduce_scatter: own chunk */
         size_t off, len;
         ftc_coll_chunk(cnt, n, me, &off, &len);
         for (size_t i = 0; i < cnt; i++)
             f[i] = genf(seed, me, i), q[i] = geni(seed, me, i);
         CHECK_RC(ftc_coll_reduce_scatter(c, f, cnt, FTC_COLL_F32, dl), c);
-        CHECK(!len || memcmp(f + off, ref + off, len * 4) == 0);
+        CHILD_CHECK(!len || memcmp(f + off, ref + off, len * 4) == 0);
         CHECK_RC(ftc_coll_reduce_scatter(c, q, cnt, FTC_COLL_I128, dl), c);
-        CHECK(!len || memcmp(q + off, qref + off, len * 16) == 0);
+        CHILD_CHECK(!len || memcmp(q + off, qref + off, len * 16) == 0);
         /* all_gather: the reduce-scatter outputs become the all-reduce */
         CHECK_RC(ftc_coll_all_gather(c, f, cnt, FTC_COLL_F32, dl), c);
-        CHECK(!cnt || memcmp(f, ref, cnt * 4) == 0);
+        CHILD_CHECK(!cnt || memcmp(f, ref, cnt * 4) == 0);
         CHECK_RC(ftc_coll_all_gather(c, q, cnt, FTC_COLL_I128, dl), c);
-        CHECK(!cnt || memcmp(q, qref, cnt * 16) == 0);
+        CHILD_CHECK(!cnt || memcmp(q, qref, cnt * 16) == 0);
         /* broadcast bytes from root = k mod n */
         int root = (int)(k % (size_t)n);
         for (size_t i = 0; i < cnt; i++)
             b[i] = me == root ? (uint8_t)mix(seed + i) : 0xEE;
         CHECK_RC(ftc_coll_broadcast(c, b, cnt, FTC_COLL_U8, root, dl), c);
         for (size_t i = 0; i < cnt; i++)
-            CHECK(b[i] == (uint8_t)mix(seed + i));
+            CHILD_CHECK(b[i] == (uint8_t)mix(seed + i));
         CHECK_RC(ftc_coll_barrier(c, dl), c);
         free(f), free(ref), free(q), free(qref), free(b);
     }
@@ -283,21 +274,21 @@ static void exact_dp(ftc_coll_t *c, void *arg)
     float *g = malloc(GLEN * sizeof *g), *out = malloc(GLEN * sizeof *out),
           *ref = malloc(GLEN * sizeof *ref);
     ftc_gradsum_t *acc = ftc_gradsum_create(GLEN, &err), *all = ftc_gradsum_create(GLEN, &err);
-    CHECK(g && out && ref && acc && all);
+    CHILD_CHECK(g && out && ref && acc && all);
     for (int m = 0; m < MB; m++) { /* the serial reference: every micro-batch */
         for (size_t i = 0; i < GLEN; i++)
             g[i] = genf(777, m, i);
-        CHECK(ftc_gradsum_add_f32(all, g, GLEN, &err) == 0);
+        CHILD_CHECK(ftc_gradsum_add_f32(all, g, GLEN, &err) == 0);
         if (m % n == me)
-            CHECK(ftc_gradsum_add_f32(acc, g, GLEN, &err) == 0);
+            CHILD_CHECK(ftc_gradsum_add_f32(acc, g, GLEN, &err) == 0);
     }
     ftc_gradsum_to_f32(all, ref, 1.0 / MB);
     CHECK_RC(ftc_coll_all_reduce(c, ftc_gradsum_words(acc), GLEN, FTC_COLL_I128,
                                  ftc_deadline_in_ms(60000)),
              c);
     ftc_gradsum_to_f32(acc, out, 1.0 / MB);
-    CHECK(memcmp(out, ref, GLEN * sizeof *out) == 0);
-    CHECK(memcmp(ftc_gradsum_words(acc), ftc_gradsum_words(all), GLEN * 16) == 0);
+    CHILD_CHECK(memcmp(out, ref, GLEN * sizeof *out) == 0);
+    CHILD_CHECK(memcmp(ftc_gradsum_words(acc), ftc_gradsum_words(all), GLEN * 16) == 0);
     ftc_gradsum_destroy(acc), ftc_gradsum_destroy(all);
     free(g), free(out), free(ref);
 }
@@ -323,7 +314,7 @@ static void overflow(ftc_coll_t *c, void *arg)
     for (int i = 0; i < 7; i++)
         w[2 * i] = 0, w[2 * i + 1] = i == 5 ? (uint64_t)1 << 62 : 1;
     ftc_deadline_t dl = ftc_deadline_in_ms(30000);
-    CHECK(ftc_coll_all_reduce(c, w, 7, FTC_COLL_I128, dl) == FTC_ERANGE);
+    CHILD_CHECK(ftc_coll_all_reduce(c, w, 7, FTC_COLL_I128, dl) == FTC_ERANGE);
     CHECK_RC(ftc_coll_barrier(c, dl), c);
 }
 
@@ -352,11 +343,11 @@ static void killed_peer(ftc_coll_t *c, void *arg)
     (void)arg;
     int me = ftc_coll_rank(c), n = ftc_coll_size(c);
     float *f = calloc(KILL_COUNT, sizeof *f);
-    CHECK(f);
+    CHILD_CHECK(f);
     CHECK_RC(ftc_coll_barrier(c, ftc_deadline_in_ms(30000)), c);
     if (me == n - 1) {
         pthread_t t;
-        CHECK(pthread_create(&t, NULL, suicide, (void *)(uintptr_t)200) == 0);
+        CHILD_CHECK(pthread_create(&t, NULL, suicide, (void *)(uintptr_t)200) == 0);
     }
     for (int it = 0; it < 100000; it++) {
         uint64_t t0 = ftc_now_ns();
@@ -367,18 +358,18 @@ static void killed_peer(ftc_coll_t *c, void *arg)
             continue;
         printf("  rank %d: all-reduce %d failed after %.0f ms (deadline %d): %s\n", me, it, ms,
                KILL_DL_MS, ftc_coll_errmsg(c));
-        CHECK(rc == FTC_ETIMEDOUT || rc == FTC_ECANCELED || rc == FTC_EFABRIC);
+        CHILD_CHECK(rc == FTC_ETIMEDOUT || rc == FTC_ECANCELED || rc == FTC_EFABRIC);
         /* the deadline, the cancel bound (500 ms), and slack for a loaded machine */
-        CHECK(ms < KILL_DL_MS + 500 + 3000);
+        CHILD_CHECK(ms < KILL_DL_MS + 500 + 3000);
         t0 = ftc_now_ns();
-        CHECK(ftc_coll_all_reduce(c, f, KILL_COUNT, FTC_COLL_F32, ftc_deadline_in_ms(5000)) ==
+        CHILD_CHECK(ftc_coll_all_reduce(c, f, KILL_COUNT, FTC_COLL_F32, ftc_deadline_in_ms(5000)) ==
               rc);
-        CHECK(ftc_coll_barrier(c, ftc_deadline_in_ms(5000)) == rc);
-        CHECK((double)(ftc_now_ns() - t0) / 1e6 < 100); /* broken: fails fast */
+        CHILD_CHECK(ftc_coll_barrier(c, ftc_deadline_in_ms(5000)) == rc);
+        CHILD_CHECK((double)(ftc_now_ns() - t0) / 1e6 < 100); /* broken: fails fast */
         free(f);
         return;
     }
-    CHECK(!"the all-reduces never failed");
+    CHILD_CHECK(!"the all-reduces never failed");
 }
 
 static void test_peer_killed(void **s)
@@ -412,7 +403,7 @@ static void abort_blocked(ftc_coll_t *c, void *arg)
 {
     (void)arg;
     float *f = calloc((size_t)1 << 20, sizeof *f);
-    CHECK(f);
+    CHILD_CHECK(f);
     CHECK_RC(ftc_coll_barrier(c, ftc_deadline_in_ms(30000)), c);
     if (ftc_coll_rank(c) == 1) { /* alive but never joins the all-reduce */
         ftc_sleep_ms(2500);
@@ -420,17 +411,17 @@ static void abort_blocked(ftc_coll_t *c, void *arg)
         return;
     }
     pthread_t t;
-    CHECK(pthread_create(&t, NULL, aborter, c) == 0);
+    CHILD_CHECK(pthread_create(&t, NULL, aborter, c) == 0);
     uint64_t t0 = ftc_now_ns();
     int rc = ftc_coll_all_reduce(c, f, (size_t)1 << 20, FTC_COLL_F32, ftc_deadline_in_ms(30000));
     double ms = (double)(ftc_now_ns() - t0) / 1e6;
     pthread_join(t, NULL);
     printf("  abort after 300 ms: all-reduce returned %d after %.0f ms: %s\n", rc, ms,
            ftc_coll_errmsg(c));
-    CHECK(rc == FTC_ECANCELED);
-    CHECK(ms < 300 + 500 + 3000);
-    CHECK(ftc_coll_health(c) == FTC_ECANCELED);
-    CHECK(ftc_coll_barrier(c, ftc_deadline_in_ms(5000)) == FTC_ECANCELED);
+    CHILD_CHECK(rc == FTC_ECANCELED);
+    CHILD_CHECK(ms < 300 + 500 + 3000);
+    CHILD_CHECK(ftc_coll_health(c) == FTC_ECANCELED);
+    CHILD_CHECK(ftc_coll_barrier(c, ftc_deadline_in_ms(5000)) == FTC_ECANCELED);
     free(f);
 }
 

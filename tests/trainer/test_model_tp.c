@@ -54,15 +54,6 @@
 
 static const char *g_prov;
 
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "rank pid %d: %s:%d: check failed: %s\n", (int)getpid(), __FILE__,    \
-                    __LINE__, #cond);                                                              \
-            _exit(1);                                                                              \
-        }                                                                                          \
-    } while (0)
-
 /* ---- ranks: forked processes, one communicator each ---------------------- */
 
 typedef struct rank_ctx {
@@ -172,7 +163,7 @@ static ftc_model_config_t tiny(void)
 {
     ftc_model_config_t c;
     ftc_err_t err = {0};
-    CHECK(ftc_model_preset("tiny", &c, &err) == 0);
+    CHILD_CHECK(ftc_model_preset("tiny", &c, &err) == 0);
     return c;
 }
 
@@ -194,7 +185,7 @@ static ftc_model_t *make_tp(rank_ctx_t *rc, const ftc_model_config_t *c, int B, 
                                          ftc_model_coll_allreduce, &rc->ar, &err);
     if (!m)
         fprintf(stderr, "rank %d: %s\n", rc->rank, err.msg);
-    CHECK(m);
+    CHILD_CHECK(m);
     return m;
 }
 
@@ -206,16 +197,16 @@ static float *gather_full(rank_ctx_t *rc, const ftc_model_t *m, const float *buf
 {
     const ftc_model_config_t *c = ftc_model_config(m);
     ftc_model_tensor_t full[FTC_MODEL_NTENSORS];
-    CHECK(ftc_model_tensors_of(c, 1, full, NULL) == 0);
+    CHILD_CHECK(ftc_model_tensors_of(c, 1, full, NULL) == 0);
     size_t n = ftc_model_param_count(c);
     float *out = calloc(n, sizeof *out);
-    CHECK(out);
+    CHILD_CHECK(out);
     const ftc_model_tensor_t *t = ftc_model_tensors(m);
     const ftc_model_tp_split_t *sp = ftc_model_tp_splits(m);
     for (int i = 0; i < FTC_MODEL_NTENSORS; i++)
         if (!sp[i].replicated || rc->rank == 0)
             ftc_model_tp_to_full(&sp[i], buf + t[i].offset, out + full[i].offset);
-    CHECK(ftc_coll_all_reduce(rc->coll, out, n, FTC_COLL_F32, ftc_deadline_in_ms(AR_TIMEOUT_MS)) ==
+    CHILD_CHECK(ftc_coll_all_reduce(rc->coll, out, n, FTC_COLL_F32, ftc_deadline_in_ms(AR_TIMEOUT_MS)) ==
           0);
     return out;
 }
@@ -231,9 +222,9 @@ static void check_replicated_same(rank_ctx_t *rc, const ftc_model_t *m, const fl
         if (!sp[i].replicated)
             continue;
         float *x = malloc(t[i].numel * sizeof *x);
-        CHECK(x);
+        CHILD_CHECK(x);
         memcpy(x, buf + t[i].offset, t[i].numel * sizeof *x);
-        CHECK(ftc_coll_broadcast(rc->coll, x, t[i].numel, FTC_COLL_F32, 0,
+        CHILD_CHECK(ftc_coll_broadcast(rc->coll, x, t[i].numel, FTC_COLL_F32, 0,
                                  ftc_deadline_in_ms(AR_TIMEOUT_MS)) == 0);
         if (memcmp(x, buf + t[i].offset, t[i].numel * sizeof *x)) {
             fprintf(stderr, "rank %d: replicated %s %s differs from rank 0's\n", rc->rank, what,
@@ -251,7 +242,7 @@ static double compare_full(const ftc_model_config_t *c, const float *a, const fl
                            bool rel, const char *what)
 {
     ftc_model_tensor_t t[FTC_MODEL_NTENSORS];
-    CHECK(ftc_model_tensors_of(c, 1, t, NULL) == 0);
+    CHILD_CHECK(ftc_model_tensors_of(c, 1, t, NULL) == 0);
     double worst = 0;
     for (int i = 0; i < FTC_MODEL_NTENSORS; i++) {
         double maxb = 0, maxe = 0;
@@ -369,32 +360,32 @@ static void vs_tp1(rank_ctx_t *rc, void *arg)
     ftc_err_t err = {0};
     ftc_model_t *m = make_tp(rc, &c, VB, VT, 7);
     ftc_model_t *ref = ftc_model_create(&c, ftc_kernels_cpu(), VB, VT, 7, &err);
-    CHECK(ref);
+    CHILD_CHECK(ref);
     int32_t tok[VB * VT], tg[VB * VT];
     batch(1, VB * VT, c.vocab, tok, tg);
     /* one forward/backward */
     ftc_model_zero_grad(m);
     ftc_model_zero_grad(ref);
     float loss = NAN;
-    CHECK(ftc_model_fwd(m, tok, tg, &loss) == 0);
-    CHECK(ftc_model_bwd(m) == 0);
+    CHILD_CHECK(ftc_model_fwd(m, tok, tg, &loss) == 0);
+    CHILD_CHECK(ftc_model_bwd(m) == 0);
     float lref = ftc_model_forward(ref, tok, tg);
     ftc_model_backward(ref);
     double lrel = fabs((double)loss - lref) / lref;
-    CHECK(lrel <= TOL_LOSS);
+    CHILD_CHECK(lrel <= TOL_LOSS);
     check_replicated_same(rc, m, ftc_model_grads(m), "gradient");
     float *g = gather_full(rc, m, ftc_model_grads(m));
     double grel = compare_full(&c, g, ftc_model_grads(ref), TOL_GRAD, true, "gradient");
     free(g);
     double norm = 0, nref = 0, norm0;
-    CHECK(ftc_model_grad_norm(m, &norm) == 0);
-    CHECK(ftc_model_grad_norm(ref, &nref) == 0);
-    CHECK(nref == ftc_grad_norm(ftc_model_grads(ref), ftc_model_num_params(ref)));
-    CHECK(fabs(norm - nref) <= 1e-5 * nref);
+    CHILD_CHECK(ftc_model_grad_norm(m, &norm) == 0);
+    CHILD_CHECK(ftc_model_grad_norm(ref, &nref) == 0);
+    CHILD_CHECK(nref == ftc_grad_norm(ftc_model_grads(ref), ftc_model_num_params(ref)));
+    CHILD_CHECK(fabs(norm - nref) <= 1e-5 * nref);
     norm0 = norm;
-    CHECK(ftc_coll_broadcast(rc->coll, &norm0, 2, FTC_COLL_F32, 0,
+    CHILD_CHECK(ftc_coll_broadcast(rc->coll, &norm0, 2, FTC_COLL_F32, 0,
                              ftc_deadline_in_ms(AR_TIMEOUT_MS)) == 0); /* a double as 2 floats */
-    CHECK(memcmp(&norm0, &norm, sizeof norm) == 0);
+    CHILD_CHECK(memcmp(&norm0, &norm, sizeof norm) == 0);
     /* AdamW steps on each rank's slices (no clipping: ftc_adamw_step's norm
      * is the local one) */
     ftc_optim_config_t oc = FTC_OPTIM_CONFIG_INIT;
@@ -402,14 +393,14 @@ static void vs_tp1(rank_ctx_t *rc, void *arg)
     oc.warmup = 1;
     ftc_adamw_t *a = ftc_adamw_create(ftc_model_num_params(m), &err);
     ftc_adamw_t *aref = ftc_adamw_create(ftc_model_num_params(ref), &err);
-    CHECK(a && aref);
+    CHILD_CHECK(a && aref);
     for (int s = 0; s < STEPS; s++) {
         if (s > 0) {
             batch(100 + (uint64_t)s, VB * VT, c.vocab, tok, tg);
             ftc_model_zero_grad(m);
             ftc_model_zero_grad(ref);
-            CHECK(ftc_model_fwd(m, tok, tg, &loss) == 0);
-            CHECK(ftc_model_bwd(m) == 0);
+            CHILD_CHECK(ftc_model_fwd(m, tok, tg, &loss) == 0);
+            CHILD_CHECK(ftc_model_bwd(m) == 0);
             ftc_model_forward(ref, tok, tg);
             ftc_model_backward(ref);
         }
@@ -455,7 +446,7 @@ static void run_steps(rank_ctx_t *rc, float *losses, float **params, float **gra
     ftc_err_t err = {0};
     ftc_model_t *m = make_tp(rc, &c, VB, VT, 9);
     ftc_adamw_t *a = ftc_adamw_create(ftc_model_num_params(m), &err);
-    CHECK(a);
+    CHILD_CHECK(a);
     ftc_optim_config_t oc = FTC_OPTIM_CONFIG_INIT;
     oc.grad_clip = 0.0f;
     int32_t tok[VB * VT], tg[VB * VT];
@@ -464,12 +455,12 @@ static void run_steps(rank_ctx_t *rc, float *losses, float **params, float **gra
         batch(200 + (uint64_t)s, VB * VT, c.vocab, tok, tg);
         ftc_model_zero_grad(m);
         for (int micro = 0; micro < 2; micro++) /* accumulation too */
-            CHECK(ftc_model_fwd(m, tok, tg, &losses[2 * s + micro]) == 0 && ftc_model_bwd(m) == 0);
+            CHILD_CHECK(ftc_model_fwd(m, tok, tg, &losses[2 * s + micro]) == 0 && ftc_model_bwd(m) == 0);
         ftc_adamw_step(a, m, &oc, (uint64_t)s, NULL, NULL);
     }
     *params = malloc(n * sizeof(float));
     *grads = malloc(n * sizeof(float));
-    CHECK(*params && *grads);
+    CHILD_CHECK(*params && *grads);
     memcpy(*params, ftc_model_params(m), n * sizeof(float));
     memcpy(*grads, ftc_model_grads(m), n * sizeof(float));
     ftc_adamw_destroy(a);
@@ -484,9 +475,9 @@ static void repeat(rank_ctx_t *rc, void *arg)
     run_steps(rc, l2, &p2, &g2);
     ftc_model_config_t c = tiny();
     size_t n = ftc_model_param_count_tp(&c, rc->size);
-    CHECK(memcmp(l1, l2, sizeof l1) == 0);
-    CHECK(memcmp(p1, p2, n * sizeof(float)) == 0);
-    CHECK(memcmp(g1, g2, n * sizeof(float)) == 0);
+    CHILD_CHECK(memcmp(l1, l2, sizeof l1) == 0);
+    CHILD_CHECK(memcmp(p1, p2, n * sizeof(float)) == 0);
+    CHILD_CHECK(memcmp(g1, g2, n * sizeof(float)) == 0);
     if (rc->rank == 0)
         printf("  TP=2, %d steps twice: losses, parameters and gradients bit-identical "
                "(last loss %.6f)\n", STEPS, (double)l1[2 * STEPS - 1]);
@@ -515,7 +506,7 @@ static void gradcheck(rank_ctx_t *rc, void *arg)
     ftc_err_t err = {0};
     ftc_model_t *ref = ftc_model_create(&c, ftc_kernels_cpu(), B, T, 5, &err);
     ftc_model_t *m = make_tp(rc, &c, B, T, 5);
-    CHECK(ref);
+    CHILD_CHECK(ref);
     float *pf = ftc_model_params(ref);
     ftc_rng_t r;
     ftc_rng_seed(&r, 99);
@@ -539,8 +530,8 @@ static void gradcheck(rank_ctx_t *rc, void *arg)
 
     ftc_model_zero_grad(m);
     float loss;
-    CHECK(ftc_model_fwd(m, tok, tg, &loss) == 0 && ftc_model_bwd(m) == 0);
-    CHECK(isfinite(loss) && loss > 0);
+    CHILD_CHECK(ftc_model_fwd(m, tok, tg, &loss) == 0 && ftc_model_bwd(m) == 0);
+    CHILD_CHECK(isfinite(loss) && loss > 0);
     const float *g = ftc_model_grads(m);
     const float h = 1e-3f;
     int checked = 0;
@@ -557,10 +548,10 @@ static void gradcheck(rank_ctx_t *rc, void *arg)
                 float keep = p[idx], fp, fm;
                 if (mine)
                     p[idx] = keep + h;
-                CHECK(ftc_model_fwd(m, tok, tg, &fp) == 0);
+                CHILD_CHECK(ftc_model_fwd(m, tok, tg, &fp) == 0);
                 if (mine)
                     p[idx] = keep - h;
-                CHECK(ftc_model_fwd(m, tok, tg, &fm) == 0);
+                CHILD_CHECK(ftc_model_fwd(m, tok, tg, &fm) == 0);
                 p[idx] = keep;
                 num[k] = ((double)fp - fm) / (2.0 * h);
                 ana[k] = g[idx];
@@ -575,7 +566,7 @@ static void gradcheck(rank_ctx_t *rc, void *arg)
                     _exit(1);
                 }
             }
-            CHECK(maxabs > 1e-4); /* every slice gets a gradient */
+            CHILD_CHECK(maxabs > 1e-4); /* every slice gets a gradient */
             checked += nck;
         }
     }
@@ -604,31 +595,31 @@ static void killed(rank_ctx_t *rc, void *arg)
     int32_t tok[VB * VT], tg[VB * VT];
     batch(3, VB * VT, c.vocab, tok, tg);
     float loss;
-    CHECK(ftc_model_fwd(m, tok, tg, &loss) == 0 && ftc_model_bwd(m) == 0);
-    CHECK(ftc_model_status(m, NULL) == 0);
-    CHECK(ftc_coll_barrier(rc->coll, ftc_deadline_in_ms(AR_TIMEOUT_MS)) == 0);
+    CHILD_CHECK(ftc_model_fwd(m, tok, tg, &loss) == 0 && ftc_model_bwd(m) == 0);
+    CHILD_CHECK(ftc_model_status(m, NULL) == 0);
+    CHILD_CHECK(ftc_coll_barrier(rc->coll, ftc_deadline_in_ms(AR_TIMEOUT_MS)) == 0);
     if (rc->rank == 1)
         raise(SIGKILL);
     uint64_t t0 = ftc_now_ns();
     int rc0 = ftc_model_fwd(m, tok, tg, &loss);
     double ms = (double)(ftc_now_ns() - t0) / 1e6;
     ftc_err_t err = {0};
-    CHECK(ftc_model_status(m, &err) == rc0);
+    CHILD_CHECK(ftc_model_status(m, &err) == rc0);
     printf("  rank 0: forward with the peer dead returned %d after %.0f ms (deadline %d ms): "
            "%s\n  (communicator: %s)\n",
            rc0, ms, KILL_DL_MS, err.msg, ftc_coll_errmsg(rc->coll));
-    CHECK(rc0 == FTC_ETIMEDOUT || rc0 == FTC_EFABRIC || rc0 == FTC_ECANCELED);
-    CHECK(isnan(loss));
-    CHECK(strstr(err.msg, "all-reduce") && strstr(err.msg, "layer 0"));
+    CHILD_CHECK(rc0 == FTC_ETIMEDOUT || rc0 == FTC_EFABRIC || rc0 == FTC_ECANCELED);
+    CHILD_CHECK(isnan(loss));
+    CHILD_CHECK(strstr(err.msg, "all-reduce") && strstr(err.msg, "layer 0"));
     /* the deadline, the cancel bound, and slack for a loaded machine */
-    CHECK(ms < KILL_DL_MS + CANCEL_MS + 5000);
+    CHILD_CHECK(ms < KILL_DL_MS + CANCEL_MS + 5000);
     /* sticky: everything after fails at once with the same code */
     t0 = ftc_now_ns();
-    CHECK(ftc_model_bwd(m) == rc0);
-    CHECK(isnan(ftc_model_forward(m, tok, tg)));
+    CHILD_CHECK(ftc_model_bwd(m) == rc0);
+    CHILD_CHECK(isnan(ftc_model_forward(m, tok, tg)));
     double norm;
-    CHECK(ftc_model_grad_norm(m, &norm) == rc0);
-    CHECK((double)(ftc_now_ns() - t0) / 1e6 < 1000);
+    CHILD_CHECK(ftc_model_grad_norm(m, &norm) == rc0);
+    CHILD_CHECK((double)(ftc_now_ns() - t0) / 1e6 < 1000);
     rank_leave(rc); /* before the model: the endpoint may hold its buffers */
     ftc_model_destroy(m);
 }

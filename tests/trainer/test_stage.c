@@ -25,15 +25,6 @@
 __extension__ typedef __int128 i128;
 __extension__ typedef unsigned __int128 u128;
 
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "rank pid %d: %s:%d: check failed: %s\n", (int)getpid(), __FILE__,    \
-                    __LINE__, #cond);                                                              \
-            _exit(1);                                                                              \
-        }                                                                                          \
-    } while (0)
-
 #define NRANKS 3
 
 static uint64_t mix(uint64_t x)
@@ -81,7 +72,7 @@ static ftc_coll_t *join(const char *dir, int rank)
     }
     uint8_t me[FTC_FABRIC_ADDR_MAX], addrs[NRANKS * FTC_FABRIC_ADDR_MAX];
     size_t melen = sizeof me, lens[NRANKS];
-    CHECK(ftc_fabric_getname(fab, me, &melen) == 0);
+    CHILD_CHECK(ftc_fabric_getname(fab, me, &melen) == 0);
     ftc_coll_t *c = NULL;
     if (ftc_coll_exchange_dir(dir, rank, NRANKS, me, melen, addrs, lens,
                               ftc_deadline_in_ms(30000), &err) < 0 ||
@@ -98,77 +89,77 @@ static void rank_main(ftc_coll_t *c)
     ftc_deadline_t dl = ftc_deadline_in_ms(60000);
     ftc_stage_t st;
     ftc_stage_init(&st, ftc_kernels_cpu(), true);
-    CHECK(ftc_stage_staged(&st));
+    CHILD_CHECK(ftc_stage_staged(&st));
     /* exact sums: limbs against the native i128 all-reduce */
     size_t n = ((size_t)1 << 18) + 7; /* two limb blocks */
     i128 *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
-    CHECK(a && b);
+    CHILD_CHECK(a && b);
     for (size_t i = 0; i < n; i++)
         a[i] = b[i] = gen(me, i);
-    CHECK(ftc_stage_coll(&st, c, FTC_STAGE_ALL_REDUCE, a, n, FTC_COLL_I128, 0,
+    CHILD_CHECK(ftc_stage_coll(&st, c, FTC_STAGE_ALL_REDUCE, a, n, FTC_COLL_I128, 0,
                          FTC_STAGE_MEM_HOST, dl) == 0);
-    CHECK(ftc_coll_all_reduce(c, b, n, FTC_COLL_I128, dl) == 0);
-    CHECK(memcmp(a, b, n * sizeof *a) == 0);
+    CHILD_CHECK(ftc_coll_all_reduce(c, b, n, FTC_COLL_I128, dl) == 0);
+    CHILD_CHECK(memcmp(a, b, n * sizeof *a) == 0);
     for (size_t i = 0; i < n; i += 4099) { /* and against the sum computed here */
         i128 want = 0;
         for (int r = 0; r < NRANKS; r++)
             want += gen(r, i);
-        CHECK(a[i] == want);
+        CHILD_CHECK(a[i] == want);
     }
-    CHECK(st.limb_sums == 1);
+    CHILD_CHECK(st.limb_sums == 1);
     /* reduce-scatter: this rank's chunk as the native one's */
     for (size_t i = 0; i < n; i++)
         a[i] = b[i] = gen(me, i + 11);
-    CHECK(ftc_stage_coll(&st, c, FTC_STAGE_REDUCE_SCATTER, a, n, FTC_COLL_I128, 0,
+    CHILD_CHECK(ftc_stage_coll(&st, c, FTC_STAGE_REDUCE_SCATTER, a, n, FTC_COLL_I128, 0,
                          FTC_STAGE_MEM_HOST, dl) == 0);
-    CHECK(ftc_coll_reduce_scatter(c, b, n, FTC_COLL_I128, dl) == 0);
+    CHILD_CHECK(ftc_coll_reduce_scatter(c, b, n, FTC_COLL_I128, dl) == 0);
     size_t off, len;
     ftc_coll_chunk(n, NRANKS, me, &off, &len);
-    CHECK(memcmp(a + off, b + off, len * sizeof *a) == 0);
+    CHILD_CHECK(memcmp(a + off, b + off, len * sizeof *a) == 0);
     /* an overflowing sum: 3 x 2^126 > 2^127 - 1, on element 5 only */
     for (size_t i = 0; i < 16; i++)
         a[i] = i == 5 ? (i128)1 << 126 : 1;
-    CHECK(ftc_stage_coll(&st, c, FTC_STAGE_ALL_REDUCE, a, 16, FTC_COLL_I128, 0,
+    CHILD_CHECK(ftc_stage_coll(&st, c, FTC_STAGE_ALL_REDUCE, a, 16, FTC_COLL_I128, 0,
                          FTC_STAGE_MEM_HOST, dl) == FTC_ERANGE);
-    CHECK(strstr(ftc_coll_errmsg(c), "element 5") != NULL);
-    CHECK(ftc_coll_health(c) == 0); /* like the native FTC_ERANGE: still usable */
+    CHILD_CHECK(strstr(ftc_coll_errmsg(c), "element 5") != NULL);
+    CHILD_CHECK(ftc_coll_health(c) == 0); /* like the native FTC_ERANGE: still usable */
     free(a);
     free(b);
     /* backend memory through host staging: the same as the direct calls */
     size_t m = 1000;
     float *x = ftc_kernels_cpu()->mem_alloc(m * sizeof(float)), *y = malloc(m * sizeof(float));
-    CHECK(x && y);
+    CHILD_CHECK(x && y);
     for (size_t i = 0; i < m; i++)
         x[i] = y[i] = (float)(me + 1) * 0.25f + (float)i;
     uint64_t copies = st.copies;
-    CHECK(ftc_stage_coll(&st, c, FTC_STAGE_ALL_GATHER, x, m, FTC_COLL_F32, 0,
+    CHILD_CHECK(ftc_stage_coll(&st, c, FTC_STAGE_ALL_GATHER, x, m, FTC_COLL_F32, 0,
                          FTC_STAGE_MEM_BACKEND, dl) == 0);
-    CHECK(ftc_coll_all_gather(c, y, m, FTC_COLL_F32, dl) == 0);
-    CHECK(memcmp(x, y, m * sizeof(float)) == 0);
-    CHECK(ftc_stage_coll(&st, c, FTC_STAGE_REDUCE_SCATTER, x, m, FTC_COLL_F32, 0,
+    CHILD_CHECK(ftc_coll_all_gather(c, y, m, FTC_COLL_F32, dl) == 0);
+    CHILD_CHECK(memcmp(x, y, m * sizeof(float)) == 0);
+    CHILD_CHECK(ftc_stage_coll(&st, c, FTC_STAGE_REDUCE_SCATTER, x, m, FTC_COLL_F32, 0,
                          FTC_STAGE_MEM_BACKEND, dl) == 0);
-    CHECK(ftc_coll_reduce_scatter(c, y, m, FTC_COLL_F32, dl) == 0);
+    CHILD_CHECK(ftc_coll_reduce_scatter(c, y, m, FTC_COLL_F32, dl) == 0);
     ftc_coll_chunk(m, NRANKS, me, &off, &len);
-    CHECK(memcmp(x + off, y + off, len * sizeof(float)) == 0);
-    CHECK(ftc_stage_coll(&st, c, FTC_STAGE_BROADCAST, x, m, FTC_COLL_F32, 2,
+    CHILD_CHECK(memcmp(x + off, y + off, len * sizeof(float)) == 0);
+    CHILD_CHECK(ftc_stage_coll(&st, c, FTC_STAGE_BROADCAST, x, m, FTC_COLL_F32, 2,
                          FTC_STAGE_MEM_BACKEND, dl) == 0);
-    CHECK(ftc_coll_broadcast(c, y, m, FTC_COLL_F32, 2, dl) == 0);
-    CHECK(memcmp(x, y, m * sizeof(float)) == 0);
-    CHECK(st.copies == copies + 6); /* D2H and H2D for each of the three */
+    CHILD_CHECK(ftc_coll_broadcast(c, y, m, FTC_COLL_F32, 2, dl) == 0);
+    CHILD_CHECK(memcmp(x, y, m * sizeof(float)) == 0);
+    CHILD_CHECK(st.copies == copies + 6); /* D2H and H2D for each of the three */
     const float *h = ftc_stage_host(&st, x, m * sizeof(float));
-    CHECK(h && h != x && memcmp(h, y, m * sizeof(float)) == 0);
+    CHILD_CHECK(h && h != x && memcmp(h, y, m * sizeof(float)) == 0);
     ftc_stage_fini(&st);
     /* unforced on the CPU: pointers pass through, nothing is copied */
     ftc_stage_init(&st, ftc_kernels_cpu(), false);
-    CHECK(!ftc_stage_staged(&st));
-    CHECK(ftc_stage_host(&st, x, m * sizeof(float)) == x);
-    CHECK(ftc_stage_coll(&st, c, FTC_STAGE_ALL_GATHER, x, m, FTC_COLL_F32, 0,
+    CHILD_CHECK(!ftc_stage_staged(&st));
+    CHILD_CHECK(ftc_stage_host(&st, x, m * sizeof(float)) == x);
+    CHILD_CHECK(ftc_stage_coll(&st, c, FTC_STAGE_ALL_GATHER, x, m, FTC_COLL_F32, 0,
                          FTC_STAGE_MEM_BACKEND, dl) == 0);
-    CHECK(st.copies == 0 && st.limb_sums == 0);
+    CHILD_CHECK(st.copies == 0 && st.limb_sums == 0);
     ftc_stage_fini(&st);
     ftc_kernels_cpu()->mem_free(x);
     free(y);
-    CHECK(!ftc_coll_device_memory(c));
+    CHILD_CHECK(!ftc_coll_device_memory(c));
 }
 
 static void test_stage_three_ranks(void **state)
