@@ -2514,12 +2514,22 @@ ftc_agent_t *ftc_agent_start(const ftc_agent_options_t *o, ftc_err_t *err)
                     a->sock);
         goto fail;
     }
-    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", a->sock);
-    unlink(a->sock);
+    /* bound and listening under a temporary name, then renamed into place:
+     * a rank that sees the path never finds it refusing connections */
+    char tmp[sizeof sa.sun_path];
+    int tl = snprintf(tmp, sizeof tmp, "%s.%d", a->sock, (int)getpid());
+    if (tl < 0 || (size_t)tl >= sizeof tmp) {
+        ftc_err_set(err, FTC_EINVAL, "agent socket path %s is too long (use a shorter --job-dir)",
+                    a->sock);
+        goto fail;
+    }
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", tmp);
+    unlink(tmp);
     a->listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (a->listen_fd < 0 || bind(a->listen_fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
-        listen(a->listen_fd, 64) != 0) {
+        listen(a->listen_fd, 64) != 0 || rename(tmp, a->sock) != 0) {
         ftc_err_errno(err, errno, "agent socket %s", a->sock);
+        unlink(tmp);
         goto fail;
     }
     a->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
