@@ -290,7 +290,7 @@ static int ftc__coll_fail(ftc_trainer_t *t, int rc, const char *what, ftc_err_t 
 {
     return ftc_err_set(err, rc, "step %llu: %s (DP rank %d of %d): %s%s",
                        (unsigned long long)t->step, what, t->dpr, t->dpn, ftc_coll_errmsg(t->coll),
-                       rc == FTC_ETIMEDOUT || rc == FTC_EFABRIC
+                       rc != FTC_EINVAL && rc != FTC_ERANGE && rc != FTC_ENOMEM
                            ? "; a peer rank probably died: restart the job (it resumes from the "
                              "last checkpoint)"
                            : "");
@@ -303,7 +303,7 @@ static int ftc__tp_fail(ftc_trainer_t *t, const char *what, ftc_err_t *err)
     int rc = ftc_model_status(t->model, &e);
     return ftc_err_set(err, rc, "step %llu: %s (TP rank %d of %d, DP rank %d): %s%s",
                        (unsigned long long)t->step, what, t->tpr, t->tpn, t->dpr, e.msg,
-                       rc == FTC_ETIMEDOUT || rc == FTC_EFABRIC
+                       rc != FTC_EINVAL && rc != FTC_ERANGE && rc != FTC_ENOMEM
                            ? "; a peer rank probably died: restart the job (it resumes from the "
                              "last checkpoint)"
                            : "");
