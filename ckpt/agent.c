@@ -184,6 +184,9 @@ struct ftc_agent {
     ftc__persister_t *pw;    /* the persist thread (agent_persist.h), when persist is on */
     bool persist_due;        /* persist the newest committed version once the writer is free */
     int64_t newest_local;    /* newest step committed in this node's slots, -1 before any */
+    int64_t persisted;       /* newest step the persist writer wrote, -1 before any */
+    int persist_rc;          /* the last write's result, its detail below */
+    char persist_detail[512];
     uint64_t commits;        /* steps this node saw committed */
     bool alone_warned;       /* the "only node: no replicas" warning was logged */
     struct ftc__agent_par *par; /* parity groups (redundancy xor / rs), NULL for replicas */
@@ -780,6 +783,10 @@ static void ftc__persist_collect(ftc_agent_t *a)
     if (a->persist_due && a->newest_local > (int64_t)res.step &&
         ftc__persist(a, (uint64_t)a->newest_local))
         a->persist_due = false;
+    a->persist_rc = res.rc;
+    snprintf(a->persist_detail, sizeof a->persist_detail, "%s", res.detail);
+    if (!res.rc && (int64_t)res.step > a->persisted)
+        a->persisted = (int64_t)res.step;
     if (res.rc) {
         FTC_WARN("agent", "persisting step %" PRIu64 ": %s", res.step, res.detail);
         ftc_ctl_event_t e = {.kind = "persist_failed", .node = a->node_id, .rank = -1,
@@ -2411,6 +2418,7 @@ ftc_agent_t *ftc_agent_start(const ftc_agent_options_t *o, ftc_err_t *err)
     a->listen_fd = a->evfd = -1;
     a->committed = -1;
     a->newest_local = -1;
+    a->persisted = -1;
     for (int i = 0; i < FTC_AGENT_MAX_CLIENTS; i++)
         a->clients[i] = -1;
     pthread_mutex_init(&a->mu, NULL);
@@ -2672,6 +2680,37 @@ static void ftc__abandon(ftc_agent_t *a)
             break;
         }
     pthread_mutex_unlock(&ftc__abandoned_mu);
+}
+
+int ftc_agent_flush(ftc_agent_t *a, ftc_err_t *err)
+{
+    if (!a || !a->pw)
+        return 0;
+    ftc__poll_commits(a); /* the last commit may have landed after the run loop's last poll */
+    for (int round = 0; round < 2; round++) { /* a running write, then a due one it left */
+        ftc__persister_wait(a->pw);
+        ftc__persist_collect(a);
+    }
+    if (a->newest_local < 0 || a->persisted >= a->newest_local) {
+        if (a->newest_local >= 0)
+            FTC_INFO("agent", "flush: step %" PRId64 " is already in the persist tier",
+                     a->persisted);
+        return 0;
+    }
+    uint64_t step = (uint64_t)a->newest_local;
+    a->persist_rc = 0;
+    if (!ftc__persist(a, step))
+        return ftc_err_set(err, FTC_EAGAIN, "flush: the persist writer is still busy");
+    ftc__persister_wait(a->pw);
+    ftc__persist_collect(a);
+    if (a->persisted >= (int64_t)step) {
+        FTC_INFO("agent", "flush: step %" PRIu64 " written to the persist tier", step);
+        return 0;
+    }
+    if (a->persist_rc)
+        return ftc_err_set(err, a->persist_rc, "flush of step %" PRIu64 " to the persist tier: %s",
+                           step, a->persist_detail);
+    return 0; /* no slot of this node holds that step any more (nothing to write) */
 }
 
 void ftc_agent_stop(ftc_agent_t *a)

@@ -72,6 +72,16 @@ typedef struct ftc_agent ftc_agent_t;
 ftc_agent_t *ftc_agent_start(const ftc_agent_options_t *o, ftc_err_t *err);
 /* Serves until *stop becomes nonzero (a signal handler sets it). */
 int ftc_agent_run(ftc_agent_t *a, volatile sig_atomic_t *stop);
+/* Once ftc_agent_run has returned (the same thread, before ftc_agent_stop):
+ * writes the newest committed version this node holds to the persist tier,
+ * unless the tier already has it (or a newer one), and waits for the write
+ * (as long as the persist tier's own I/O takes: a write cannot be abandoned
+ * halfway). The end of a job (`ftc run`) calls it so the last committed
+ * state outlives the in-memory tier, as SCR's flush at finalize does.
+ * 0 also without a persist tier or without any committed version here;
+ * else the write's error (FTC_EIO, FTC_ENOSPC, ... with the persist tier's
+ * detail). Not thread-safe with ftc_agent_run. */
+int ftc_agent_flush(ftc_agent_t *a, ftc_err_t *err);
 /* Stops threads and frees; slots stay in /dev/shm for a restarted agent. */
 void ftc_agent_stop(ftc_agent_t *a);
 /* The socket path ranks connect to (FTC_AGENT_SOCKET). */

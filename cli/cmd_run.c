@@ -28,7 +28,8 @@ static const char ftc__run_help[] =
     "usage: ftc run [--nnodes MIN:MAX] [--nproc-per-node N] [--tp T] [--pp P] [--node-rank I]\n"
     "               [--max-restarts R]\n"
     "               [--redundancy K|xor:G|rs:G+M] [--redis URL] [--ckpt-dir]\n"
-    "               [--in-process] [--simulate-nodes N [--netns]] -- BINARY [ARGS...]\n"
+    "               [--in-process] [--keep-shm] [--simulate-nodes N [--netns]]\n"
+    "               -- BINARY [ARGS...]\n"
     "\n"
     "Runs BINARY as N ranks on this node, torchrun-style, with an ftc agent that keeps\n"
     "their checkpoints in memory replicated across nodes, and restarts them when a\n"
@@ -63,6 +64,9 @@ static const char ftc__run_help[] =
     "                         generation and continue in their process with the new\n"
     "                         layout (FTC_ASSIGN_FILE; libftc-aware binaries such as\n"
     "                         ftc train; others are restarted; docs/recovery.md)\n"
+    "  --keep-shm             keep this node's checkpoints in /dev/shm when the job is\n"
+    "                         done (default: the last committed version goes to the\n"
+    "                         persist tier if there is one, then they are removed)\n"
     "  --simulate-nodes N     run N nodes on this machine (embedded Redis unless --redis)\n"
     "  --netns                with --simulate-nodes, as root: each node in a network\n"
     "                         namespace of its own on a private bridge (JOB_DIR/netns\n"
@@ -215,7 +219,7 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
     uint64_t nproc = 1, node_rank = nrank ? strtoull(nrank, NULL, 10) : 0, restarts = 3,
              simulate = 0, settle = 1000, join_to = 120000, grace = 3000, tp = 1, pp = 1;
     const char *node_id = "", *domain = "", *host = NULL;
-    bool ckpt_dir = false, use_netns = false, in_process = false;
+    bool ckpt_dir = false, use_netns = false, in_process = false, keep_shm = false;
     const ftc_cli_opt_t opts[] = {{"--nnodes", FTC_OPT_STR, &nnodes, NULL},
                                   {"--nproc-per-node", FTC_OPT_U64, &nproc, NULL},
                                   {"--tp", FTC_OPT_U64, &tp, NULL},
@@ -230,6 +234,7 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
                                   {"--grace-ms", FTC_OPT_U64, &grace, NULL},
                                   {"--ckpt-dir", FTC_OPT_FLAG, &ckpt_dir, NULL},
                                   {"--in-process", FTC_OPT_FLAG, &in_process, NULL},
+                                  {"--keep-shm", FTC_OPT_FLAG, &keep_shm, NULL},
                                   {"--simulate-nodes", FTC_OPT_U64, &simulate, NULL},
                                   {"--netns", FTC_OPT_FLAG, &use_netns, NULL}};
     ftc_cli_args_t a;
@@ -334,6 +339,7 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
     o.grace_ms = (int)grace;
     o.ckpt_dir = ckpt_dir;
     o.in_process = in_process;
+    o.keep_shm = keep_shm;
     o.tp = (int)tp;
     o.pp = (int)pp;
     o.agent.domain = domain;

@@ -21,6 +21,8 @@
 #include "recover/rendezvous.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <netinet/in.h>
@@ -32,6 +34,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -73,6 +76,100 @@ typedef struct ftc__sup {
 static int ftc__inproc_assign(ftc__sup_t *s, int l, char **add, int n, ftc_err_t *err);
 static void ftc__inproc_fresh(ftc__sup_t *s, int l);
 
+/* True when name (a /dev/shm entry) is rest = one of this node's segments
+ * after the "ftc.<job>.n<I>." or "ftc.<job>.files.n<I>." prefix:
+ * r<N>.s<D> / p<N>.s<D> (slots, replicas, parity), f<N>.<N> (a fetch),
+ * self.s<D> (the file store's own versions). Exact, so another job whose id
+ * extends this one's is never touched. */
+static bool ftc__own_segment(const char *rest)
+{
+    const char *p = rest;
+    if (!strncmp(p, "self.s", 6)) {
+        p += 6;
+    } else if (*p == 'r' || *p == 'p' || *p == 'f') {
+        char kind = *p++;
+        if (!(*p >= '0' && *p <= '9'))
+            return false;
+        while (*p >= '0' && *p <= '9')
+            p++;
+        if (kind == 'f' ? *p != '.' : strncmp(p, ".s", 2))
+            return false;
+        p += kind == 'f' ? 1 : 2;
+    } else {
+        return false;
+    }
+    if (!(*p >= '0' && *p <= '9'))
+        return false;
+    while (*p >= '0' && *p <= '9')
+        p++;
+    return *p == 0;
+}
+
+/* Removes name (relative to dfd) and, for a directory, all it holds,
+ * without following symbolic links. -1 with errno at the first failure. */
+static int ftc__rm_tree(int dfd, const char *name)
+{
+    struct stat st;
+    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+        return -1;
+    if (!S_ISDIR(st.st_mode))
+        return unlinkat(dfd, name, 0);
+    int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        close(fd);
+        return -1;
+    }
+    int rc = 0;
+    struct dirent *e;
+    while (rc == 0 && (e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+            rc = ftc__rm_tree(fd, e->d_name);
+    int saved = errno;
+    closedir(d);
+    if (rc)
+        errno = saved;
+    return rc ? rc : unlinkat(dfd, name, AT_REMOVEDIR);
+}
+
+/* The job finished on this node: its in-memory state (the agent's slots and
+ * the replicas and parity it held for peers, the file store's directory and
+ * versions) is removed from /dev/shm, as torchrun leaves nothing behind; the
+ * last committed version went to the persist tier first when there is one
+ * (ftc_agent_flush). --keep-shm keeps it all. Best effort, logged. */
+static void ftc__forget_memory(ftc__sup_t *s)
+{
+    char pre[2][256], dir[300];
+    snprintf(pre[0], sizeof pre[0], "ftc.%s.n%u.", s->o->job, s->o->node_index);
+    snprintf(pre[1], sizeof pre[1], "ftc.%s.files.n%u.", s->o->job, s->o->node_index);
+    snprintf(dir, sizeof dir, "/dev/shm/ftc.%s.ckptdir.n%u", s->o->job, s->o->node_index);
+    if (ftc__rm_tree(AT_FDCWD, dir) != 0 && errno != ENOENT)
+        FTC_WARN("run", "job done: cannot remove %s: %s", dir, strerror(errno));
+    DIR *d = opendir("/dev/shm");
+    if (!d)
+        return;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        for (int k = 0; k < 2; k++) {
+            size_t pl = strlen(pre[k]);
+            if (strncmp(e->d_name, pre[k], pl) || !ftc__own_segment(e->d_name + pl))
+                continue;
+            char path[512];
+            snprintf(path, sizeof path, "/dev/shm/%s", e->d_name);
+            if (unlink(path) == 0)
+                n++;
+            else
+                FTC_WARN("run", "job done: cannot remove %s: %s", path, strerror(errno));
+        }
+    }
+    closedir(d);
+    FTC_INFO("run", "job done: %d shared-memory segment(s) of node %u removed (--keep-shm keeps "
+                    "them)", n, s->o->node_index);
+}
+
 /* ---- the agent, on a thread of its own ------------------------------------------------- */
 
 static void *ftc__agent_main(void *arg)
@@ -82,13 +179,19 @@ static void *ftc__agent_main(void *arg)
     return NULL;
 }
 
-static void ftc__agent_stop(ftc__agent_thread_t *t)
+/* flush: write the newest committed version to the persist tier first (the
+ * job's end; ftc_agent_flush), a no-op without one. */
+static void ftc__agent_stop(ftc__agent_thread_t *t, bool flush)
 {
     if (!t->agent)
         return;
     t->stop = 1;
     if (t->running)
         pthread_join(t->tid, NULL);
+    ftc_err_t err = {0};
+    if (flush && t->running && ftc_agent_flush(t->agent, &err) != 0)
+        FTC_WARN("run", "the job's last committed state is not in the persist tier: %s",
+                 err.msg);
     ftc_agent_stop(t->agent);
     memset(t, 0, sizeof *t);
 }
@@ -97,7 +200,7 @@ static int ftc__agent_start(ftc__sup_t *s, ftc_err_t *err)
 {
     uint64_t t0 = ftc_now_ns();
     bool had = s->ag.agent != NULL;
-    ftc__agent_stop(&s->ag);
+    ftc__agent_stop(&s->ag, false);
     uint64_t t1 = ftc_now_ns();
     ftc_agent_options_t ao = s->o->agent;
     ao.struct_size = sizeof ao;
@@ -1159,8 +1262,10 @@ out:
         ec = FTC_RUN_EXIT_CUT;
     }
     ftc__stop_ranks(s);
-    ftc__agent_stop(&s->ag);
+    ftc__agent_stop(&s->ag, true);
     ftc_filestore_destroy(s->files);
+    if (ec == 0 && !o->keep_shm)
+        ftc__forget_memory(s);
     ftc_rdzv_round_free(&s->round);
     ftc_ctl_destroy(s->ctl);
     free(s);

@@ -75,6 +75,9 @@ typedef struct ftc_run_options {
     int join_timeout_ms;       /* rendezvous deadline */
     int grace_ms;              /* SIGTERM -> SIGKILL when stopping ranks */
     bool ckpt_dir;             /* give ranks FTC_CKPT_DIR (replicated files) */
+    bool keep_shm;             /* --keep-shm: leave this node's /dev/shm state at the job's
+                                  end (default: removed once every rank finished, after
+                                  the last committed version went to the persist tier) */
     ftc_agent_options_t agent; /* the agent's settings (index, nodes, ranks, job filled in) */
     char *const *argv;         /* BINARY ARGS..., NULL-terminated */
     bool in_process;           /* --in-process: surviving ranks continue in their process

@@ -6,12 +6,14 @@
 #
 #   1. a rank kills itself (SIGKILL) after a committed step: every node stops
 #      its ranks, a new generation starts, every rank restores the committed
-#      step and the job finishes;
+#      step and the job finishes; at the end each node flushes the last
+#      committed step to its persist directory and removes its /dev/shm state;
 #   2. a node is lost (its supervisor, agent and ranks killed with SIGKILL and
 #      its shared memory wiped): the two survivors shrink to a world of 2, the
 #      rank that moved restores its shard from a peer's memory, and the lost
 #      node comes back (a new `ftc run --node-rank 1`) and the job grows back;
-#   3. a rank stopped with SIGSTOP is found hung, killed and the job recovers;
+#   3. a rank stopped with SIGSTOP is found hung, killed and the job recovers
+#      (--keep-shm: the slots stay after the end);
 #   4. an unmodified binary (tests/plugins/ckptfile_main: rank 0 saves its
 #      own state file in FTC_CKPT_DIR) loses the node that wrote the file: the
 #      new rank 0 on another node loads it, put back from a peer's memory.
@@ -44,9 +46,11 @@ want() { case ${FTC_RUN_ONLY:-1234567} in *$1*) return 0 ;; esac; return 1; }
 # ---- 1. a rank dies -------------------------------------------------------------------
 if want 1; then
 J1=run${tag}a
+# a persist tier that the job never writes during the run (every 1000
+# commits): the job's end flushes the last committed step into it
 timeout 120 "$FTC" run --simulate-nodes 3 --job "$J1" --job-dir "$T/j1" --max-restarts 2 \
-    --settle-ms 300 -- "$RANK" --steps 20 --step-ms 30 --floats 4096 --restore \
-    --die-after 6 --die-rank 1 --strict >"$T/1.out" 2>&1
+    --settle-ms 300 --persist-dir "$T/p1" --persist-every 1000 -- "$RANK" --steps 20 \
+    --step-ms 30 --floats 4096 --restore --die-after 6 --die-rank 1 --strict >"$T/1.out" 2>&1
 rc=$?
 check "1: ftc run finished the job after a rank died (exit $rc)" test $rc -eq 0
 check "1: the rank's death failed the generation" grep -q "rank 1 (node node[0-9]) was killed by signal 9" "$T/1.out"
@@ -54,6 +58,11 @@ check "1: every rank restored a committed step, byte for byte ($(count 'RESTORED
     test "$(count 'RESTORED [0-9]* OK' "$T/1.out")" -ge 3
 check "1: no bad restore, no error" bash -c "! grep -q 'RESTORED [0-9]* BAD\|^ERROR' '$T/1.out'"
 check "1: every rank reached the last step" test "$(count 'COMMITTED 19' "$T/1.out")" -ge 3
+check "1: at the job's end each node flushed step 19 to its persist directory" \
+    test -f "$T/p1/node0/v00000000000000000019/COMMITTED" -a \
+    -f "$T/p1/node1/v00000000000000000019/COMMITTED" -a -f "$T/p1/node2/v00000000000000000019/COMMITTED"
+check "1: and removed its shared memory (slots, replicas)" \
+    bash -c "! ls /dev/shm/ftc.$J1.* >/dev/null 2>&1"
 [ $fails -eq 0 ] || { echo "--- output of 1:"; tail -60 "$T/1.out"; }
 fi
 
@@ -106,7 +115,7 @@ if want 3; then
 J3=run${tag}c
 f0=$fails
 "$FTC" run --simulate-nodes 2 --job "$J3" --job-dir "$T/j3" --max-restarts 2 --settle-ms 300 \
-    -- "$RANK" --steps 120 --step-ms 40 --floats 4096 --restore --strict >"$T/3.out" 2>&1 &
+    --keep-shm -- "$RANK" --steps 120 --step-ms 40 --floats 4096 --restore --strict >"$T/3.out" 2>&1 &
 runpid=$!
 pids+=($runpid)
 check "3: the job committed step 8" wait_committed "$J3" "$T/j3" 8 60
@@ -118,6 +127,8 @@ wait $runpid
 rc=$?
 check "3: the job finished after the hang (exit $rc)" test $rc -eq 0
 check "3: the hang was detected" grep -q "hangs" "$T/3.out"
+check "3: --keep-shm left the nodes' slots in /dev/shm" \
+    bash -c "ls /dev/shm/ftc.$J3.n0.r[0-9]*.s0 && ls /dev/shm/ftc.$J3.n1.r[0-9]*.s0"
 check "3: no bad restore, no error" bash -c "! grep -q 'RESTORED [0-9]* BAD\|^ERROR' '$T/3.out'"
 [ $fails -eq $f0 ] || { echo "--- output of 3:"; tail -60 "$T/3.out"; }
 fi
