@@ -256,11 +256,19 @@ int ftc_dist_coll_resolve(int want, const char *backend, int local_rank, int loc
     *device = -1;
     if (want != FTC_DIST_COLL_CPU && want != FTC_DIST_COLL_NCCL && want != FTC_DIST_COLL_AUTO)
         return ftc_err_set(err, FTC_EINVAL, "--coll: %d is not cpu, nccl or auto", want);
+    bool cpu_backend = backend && !strncmp(backend, "cpu", 3);
     if (want == FTC_DIST_COLL_CPU) {
-        snprintf(why, whylen, "cpu-fabric (--coll cpu)");
+        /* the CUDA kernels (when they run) still take one device per local
+         * rank, not device 0 for every rank of the node */
+        ftc_err_t e = {0};
+        int dev = -1, n = cpu_backend ? -1 : ftc_kernels_cuda_use_device(local_rank, &dev, &e);
+        if (n > 0)
+            snprintf(why, whylen, "cpu-fabric (--coll cpu; CUDA device %d of %d for local rank "
+                     "%d's kernels)", dev, n, local_rank);
+        else
+            snprintf(why, whylen, "cpu-fabric (--coll cpu)");
         return 0;
     }
-    bool cpu_backend = backend && !strncmp(backend, "cpu", 3);
     bool nccl = want == FTC_DIST_COLL_NCCL;
     if (nccl && cpu_backend)
         return ftc_err_set(err, FTC_EINVAL, "--coll nccl needs the CUDA kernels backend "

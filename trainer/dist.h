@@ -31,7 +31,9 @@
  * same deadline; a failure or the deadline aborts the communicator
  * (ncclCommAbort inside ftc_coll_nccl_create). "auto" is NCCL when the
  * kernels backend is CUDA (a device per local rank, the backend not cpu)
- * and the build has NCCL, else cpu.
+ * and the build has NCCL, else cpu. Whatever the collectives, a rank whose
+ * kernels backend is not cpu is bound to CUDA device LOCAL_RANK % devices
+ * (when there is one), so the ranks of a node spread over its GPUs.
  *
  * Thread-safety: a ftc_dist_t is used by one thread. No global state.
  */
