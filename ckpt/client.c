@@ -53,6 +53,7 @@ struct ftc_ctx {
     int notify_rc;         /* a failure of the notifier, reported by the next call */
     bool stop;
     atomic_int interrupted; /* ftc_interrupt: waits for the agent end with FTC_ECANCELED */
+    int64_t checkpoints, skipped; /* ftc_ckpt_status counters */
     ftc_err_t err;
 };
 
@@ -363,8 +364,10 @@ int ftc_checkpoint(ftc_ctx_t *c, int64_t step, const void *meta, size_t meta_len
     rc = ftc__call(c, &m, FTC_AP_BEGIN_OK, &rep);
     if (rc)
         return rc;
-    if (rep.type == FTC_AP_SKIP)
+    if (rep.type == FTC_AP_SKIP) {
+        c->skipped++;
         return ftc_err_set(&c->err, FTC_EAGAIN, "%s", rep.text);
+    }
     int s = (int)rep.slot;
     /* a fresh slot (or one holding another layout): write the head once */
     ftc_shard_view_t v;
@@ -386,6 +389,7 @@ int ftc_checkpoint(ftc_ctx_t *c, int64_t step, const void *meta, size_t meta_len
                         (uint32_t)meta_len, &c->err);
     if (rc)
         return rc;
+    c->checkpoints++;
     pthread_mutex_lock(&c->mu);
     c->pending = true;
     c->pending_slot = s;
@@ -393,6 +397,53 @@ int ftc_checkpoint(ftc_ctx_t *c, int64_t step, const void *meta, size_t meta_len
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
     return 0;
+}
+
+int ftc_ckpt_status(ftc_ctx_t *c, ftc_ckpt_status_t *st)
+{
+    if (!c || !st || st->struct_size < sizeof(ftc_ckpt_status_t))
+        return FTC_EINVAL;
+    int rc = 0;
+    /* the notices already queued: commits and failed versions */
+    for (int n = 0; c->fd >= 0 && n < 1024; n++) {
+        struct pollfd p = {c->fd, POLLIN, 0};
+        if (poll(&p, 1, 0) <= 0)
+            break;
+        if (p.revents & (POLLHUP | POLLERR) && !(p.revents & POLLIN)) {
+            rc = ftc_err_set(&c->err, FTC_EIO, "the agent closed the connection");
+            break;
+        }
+        ftc_ap_msg_t m;
+        if ((rc = ftc_ap_recv(c->fd, &m, 1000, &c->err)) != 0)
+            break;
+        if (m.type == FTC_AP_COMMITTED && (int64_t)m.step > c->committed) {
+            c->committed = (int64_t)m.step;
+        } else if (m.type == FTC_AP_NOT_COMMITTED) {
+            c->failed_step = (int64_t)m.step;
+            snprintf(c->failed_why, sizeof c->failed_why, "%s", m.text);
+        } else if (m.type != FTC_AP_COMMITTED) {
+            rc = ftc_err_set(&c->err, FTC_EPROTO, "the agent sent type %u unasked", m.type);
+            break;
+        }
+    }
+    uint32_t size = st->struct_size;
+    memset(st, 0, sizeof *st);
+    st->struct_size = size;
+    st->rank = (int)c->rank;
+    st->world = (int)c->world;
+    st->dp_rank = (int)c->dp_rank;
+    st->tp_rank = (int)c->tp_rank;
+    st->pp_rank = (int)c->pp_rank;
+    st->generation = c->generation;
+    st->committed = c->committed;
+    st->failed = c->failed_step;
+    st->checkpoints = c->checkpoints;
+    st->skipped = c->skipped;
+    st->last_error = c->err.code;
+    pthread_mutex_lock(&c->mu);
+    st->in_flight = c->pending ? (int64_t)c->pending_step : -1;
+    pthread_mutex_unlock(&c->mu);
+    return rc;
 }
 
 int ftc_wait_snapshot(ftc_ctx_t *c)

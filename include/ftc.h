@@ -178,6 +178,28 @@ void ftc_interrupt(ftc_ctx_t *ctx);
  * message names where it looked. */
 int ftc_restore(ftc_ctx_t *ctx, int64_t *step, void *meta, size_t *meta_len);
 
+/* What the context knows, without waiting: for logs, progress lines and
+ * health checks. Reads the agent's notices already queued on the socket
+ * (commits, failed versions) first, never blocks. */
+typedef struct ftc_ckpt_status {
+    uint32_t struct_size;  /* set by the caller: sizeof(ftc_ckpt_status_t) */
+    int rank, world;       /* this rank of the world (FTC_RANK / RANK, ...) */
+    int dp_rank, tp_rank, pp_rank;
+    uint64_t generation;   /* the job generation the agent serves (0 before any) */
+    int64_t committed;     /* newest step this rank saw committed; -1: none yet */
+    int64_t in_flight;     /* step whose snapshot was started and not yet handed to the
+                              agent sealed; -1: none */
+    int64_t failed;        /* newest step the agent reported as not committed; -1: none */
+    int64_t checkpoints;   /* ftc_checkpoint calls that started a snapshot */
+    int64_t skipped;       /* ftc_checkpoint calls the agent's "skip" policy refused */
+    int last_error;        /* FTC_E* of the last failed call, 0 if none (ftc_last_error) */
+} ftc_ckpt_status_t;
+
+/* Fills *st. 0; FTC_EINVAL for a NULL argument or a struct_size smaller than
+ * the first version's; FTC_EPROTO / FTC_EIO when the agent connection is
+ * broken (st is filled anyway). Same thread as the other calls. */
+int ftc_ckpt_status(ftc_ctx_t *ctx, ftc_ckpt_status_t *st);
+
 /* ---- events ------------------------------------------------------------------
  * A rank reports what it detected and did about it; the agent records it in
  * the job's event stream (Redis, docs/redis-keys.md), once per (kind, rank,

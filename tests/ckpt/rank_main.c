@@ -17,7 +17,8 @@
  * failing rank must fail the generation).
  * Prints "RESTORED s OK" / "RESTORED s BAD" / "RESTORE NONE: why",
  * "CHECKPOINTED s" / "SKIPPED s" (the agent's busy policy skipped it),
- * "COMMITTED s" (not waited for with --no-commit), and "ERROR: why". Identity comes from FTC_* variables.
+ * "COMMITTED s" (not waited for with --no-commit), "STATUS rank R world W
+ * committed C checkpoints N skipped K" (ftc_ckpt_status at the end), and "ERROR: why". Identity comes from FTC_* variables.
  * --timing adds lines for bench/bench_recover.c, T = wall-clock ms (CLOCK_REALTIME):
  *   "TIMING rank R gen G exec T"           at the start of main
  *   "TIMING rank R gen G ready T"          libftc connected, tensors registered
@@ -231,6 +232,13 @@ int main(int argc, char **argv)
             ftc_shard_release(ref);
         }
     }
+    ftc_ckpt_status_t st = {.struct_size = sizeof st};
+    if (ftc_ckpt_status(ctx, &st) == 0)
+        printf("STATUS rank %d world %d committed %lld checkpoints %lld skipped %lld\n", st.rank,
+               st.world, (long long)st.committed, (long long)st.checkpoints,
+               (long long)st.skipped);
+    else
+        printf("ERROR: ftc_ckpt_status: %s\n", ftc_last_error(ctx));
     ftc_destroy(ctx);
     free(w);
     free(m);

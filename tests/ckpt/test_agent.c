@@ -35,6 +35,8 @@ static void test_replicate_kill_rank_lose_node(void **state)
     wait_rank(p1, 60000);
     wait_rank(p2, 60000);
     assert_true(said(o1, "COMMITTED 6"));
+    /* ftc_ckpt_status: restored at 3, steps 4..6 checkpointed and committed */
+    assert_true(said(o1, "STATUS rank 1 world 3 committed 6 checkpoints 3 skipped 0\n"));
     kill(p0, SIGKILL); /* rank 0 dies while it is still checkpointing */
     wait_rank(p0, 10000);
     restore_rank(e, 0, "RESTORED 6 OK");
@@ -63,6 +65,8 @@ static void test_three_slots_before_skip(void **state)
     wait_rank(p, 60000);
     assert_true(said(out, "CHECKPOINTED 0\nCHECKPOINTED 1\nCHECKPOINTED 2\nSKIPPED 3\n"
                           "SKIPPED 4\n"));
+    /* ftc_ckpt_status counts them; nothing committed */
+    assert_true(said(out, "STATUS rank 0 world 2 committed -1 checkpoints 3 skipped 2\n"));
     teardown_env(e);
 }
 
