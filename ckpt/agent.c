@@ -189,6 +189,9 @@ struct ftc_agent {
     char persist_detail[512];
     uint64_t commits;        /* steps this node saw committed */
     bool alone_warned;       /* the "only node: no replicas" warning was logged */
+    bool fewer_warned;       /* the "fewer members than redundancy + 1" warning was logged */
+    uint64_t members_gen;    /* the generation members_n was read for (0: not yet) */
+    uint32_t members_n;      /* nodes in that generation's plan (ftc run) */
     struct ftc__agent_par *par; /* parity groups (redundancy xor / rs), NULL for replicas */
     ftc_err_t err;
 };
@@ -1070,6 +1073,38 @@ static void ftc__on_sealed(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m
     ftc__try_push(a, r, s);
 }
 
+/* The nodes of the current generation: the members of the plan `ftc run`
+ * publishes (ftc:{J}:plan:GEN, cached once read); the job's node count for
+ * agents started by hand (no plan). */
+static uint32_t ftc__gen_members(ftc_agent_t *a)
+{
+    if (a->members_gen == a->generation && a->members_n)
+        return a->members_n;
+    char key[200], suffix[48];
+    snprintf(suffix, sizeof suffix, "plan:%" PRIu64, a->generation);
+    ftc_ctl_key(a->ctl, suffix, key, sizeof key);
+    ftc_redis_reply_t *rep = NULL;
+    uint32_t n = 0;
+    const char *v = NULL;
+    size_t len = 0;
+    if (ftc_redis_cmdv(ftc_ctl_redis(a->ctl), true, &rep, "HGET", key, "members", NULL) == 0 &&
+        ftc_redis_want_str(rep, "plan members", &v, &len, NULL) == 0) {
+        bool in = false;
+        for (size_t i = 0; i < len; i++) {
+            bool sp = v[i] == ' ';
+            if (!sp && !in)
+                n++;
+            in = !sp;
+        }
+    }
+    ftc_redis_reply_free(rep);
+    if (!n || n > a->o.nodes)
+        return a->o.nodes;
+    a->members_gen = a->generation;
+    a->members_n = n;
+    return n;
+}
+
 /* Hands a sealed slot to the replication thread once its k peers are known
  * (agents that are still starting publish their addresses a little later);
  * gives up when the replication timeout passes. */
@@ -1093,6 +1128,18 @@ static void ftc__try_push(ftc_agent_t *a, ftc__rank_t *r, int s)
                      "unless the persist tier (persist.dir) has them", a->o.index, k, k + 1);
         a->alone_warned = true;
         k = 0;
+    }
+    uint32_t members = k > 0 ? ftc__gen_members(a) : 0;
+    if (k > 0 && members >= 2 && (uint32_t)k > members - 1) {
+        /* a generation shrunk below redundancy + 1 nodes: every other member
+         * holds a replica, which is all it can do (waiting for k peers
+         * would never commit again) */
+        if (!a->fewer_warned)
+            FTC_WARN("agent", "generation %" PRIu64 " has %u nodes: checkpoints commit with %u "
+                     "replica(s) instead of %d until more nodes join", a->generation, members,
+                     members - 1, k);
+        a->fewer_warned = true;
+        k = (int)members - 1;
     }
     if (k == 0) {
         r->pushed[s] = r->acked[s] = true;

@@ -35,7 +35,13 @@
 #      other rank) and the other node's ranks continue in their pids at the
 #      same layout (in-place restore of a committed step, I3); bit-identical.
 #
-# usage: test_run_train.sh PATH/TO/ftc   (FTC_RUN_TRAIN_ONLY=A, B, C, D or E: one scenario)
+#   F. in-process, 4 nodes: the node of rank 0 is killed (no single point of
+#      failure at rank 0), and as soon as a survivor continues into the next
+#      generation a second node is killed during that recovery: the round
+#      starts again and the two survivors finish as DP=2 in their own
+#      processes (--redundancy 2: two losses before a new commit); bit-identical.
+#
+# usage: test_run_train.sh PATH/TO/ftc   (FTC_RUN_TRAIN_ONLY=A, B, C, D, E or F: one or more)
 set -u
 FTC=${1:?usage: test_run_train.sh FTC}
 BASE=${FTC_TEST_TMP:-/tmp}
@@ -60,7 +66,7 @@ wait_grep() { # PATTERN FILE TIMEOUT_S [FROM_LINE]
     return 1
 }
 hash_of() { sed -n 's/^params xxh3 \([0-9a-f]*\) after.*/\1/p' "$@" | tail -1; }
-want() { case ${FTC_RUN_TRAIN_ONLY:-ABCDE} in *$1*) return 0 ;; esac; return 1; }
+want() { case ${FTC_RUN_TRAIN_ONLY:-ABCDEF} in *$1*) return 0 ;; esac; return 1; }
 export FTC_LOG_LEVEL=info OMP_WAIT_POLICY=passive
 # the tiny model; a global batch of 12 sequences (12 micro-batches: 3 per
 # rank at DP=4, 4 at DP=3), the same whatever the DP degree
@@ -69,7 +75,7 @@ TRAIN=(train --model tiny --micro-batch 1 --global-batch 12 --seq-len 16 --corpu
     --eval-batches 1 --threads 1 --log-every 1 --steps "$STEPS")
 
 # ---- the fault-free reference of A and B: one process, deterministic -------------------------
-if want A || want B || want D || want E; then
+if want A || want B || want D || want E || want F; then
 "$FTC" "${TRAIN[@]}" --deterministic >"$T/ref.out" 2>&1
 REF=$(hash_of "$T/ref.out")
 check "the fault-free run printed its params hash ($REF)" test -n "$REF"
@@ -301,6 +307,48 @@ check "E: no restart from step 0, no failed restore" bash -c \
 H=$(hash_of "$T/e.out")
 check "E: final params hash $H equals the fault-free run's $REF" test "$H" = "$REF"
 [ $fails -eq $f0 ] || { echo "--- output of E:"; grep -v 'is alive' "$T/e.out" | tail -100; }
+fi
+
+# ---- F. in-process: rank 0's node lost, then a second node during the recovery -------------
+if want F; then
+f0=$fails
+J=rt${tag}f
+kill_at=$((5 + RANDOM % 12))
+# two replicas of each shard: the second loss may come before the 3-node
+# generation committed anything (its replicas are then still the 4-node ones)
+"$FTC" run --simulate-nodes 4 --nnodes 2:4 --in-process --redundancy 2 --job "$J" --job-dir "$T/jf" \
+    --max-restarts 6 --settle-ms 1000 --grace-ms 10000 -- "$FTC" "${TRAIN[@]}" >"$T/f.out" 2>&1 &
+runpid=$!
+pids+=($runpid)
+check "F: the job committed step $kill_at" wait_committed "$J" "$T/jf" "$kill_at" 90
+# no single point of failure at rank 0: its node goes first
+first=$(sed -n 's/.*ftc\[node\([0-9]*\)\] INFO run: generation 1: rank 0 .*/\1/p' "$T/f.out" | head -1)
+first=${first:-0}
+kill -9 "$(cat "$T/jf/node$first.pid")"
+rm -f /dev/shm/ftc."$J".n"$first".* 2>/dev/null
+lines=$(wc -l <"$T/f.out")
+echo "F: node $first (rank 0's) killed after step $kill_at was committed"
+# as soon as a survivor continues into the next generation (restoring and
+# re-partitioning in its process), a second node dies
+check "F: a survivor began its in-process recovery" \
+    wait_grep "continuing in-process into generation" "$T/f.out" 60 "$lines"
+second=$(((first + 1 + RANDOM % 3) % 4))
+kill -9 "$(cat "$T/jf/node$second.pid")"
+rm -f /dev/shm/ftc."$J".n"$second".* 2>/dev/null
+echo "F: node $second killed during that recovery"
+wait $runpid
+rc=$?
+check "F: the job finished (exit $rc)" test $rc -eq 0
+check "F: the two survivors went on as DP=2" grep -q "of 2, world 2" "$T/f.out"
+check "F: with 2 nodes left, redundancy 2 commits with the one replica there is" \
+    grep -q "has 2 nodes: checkpoints commit with 1 replica(s) instead of 2" "$T/f.out"
+check "F: the survivors continued in-process into the 2-rank generation" \
+    grep -q "continuing in-process into generation [0-9]* as rank [0-9]* of 2 " "$T/f.out"
+check "F: no restart from step 0, no failed restore" bash -c \
+    "! grep -q 'starting at step 0\|could not re-partition\|could not read the committed' '$T/f.out'"
+H=$(hash_of "$T/f.out")
+check "F: final params hash $H equals the fault-free run's $REF" test "$H" = "$REF"
+[ $fails -eq $f0 ] || { echo "--- output of F:"; grep -v 'is alive' "$T/f.out" | tail -100; }
 fi
 
 if [ $fails -ne 0 ]; then
