@@ -57,6 +57,11 @@
 
 #define FTC_PAR_OWNER_BIT 0x80000000u
 #define FTC_PAR_OWNER(l) (FTC_PAR_OWNER_BIT | (uint32_t)(l))
+/* The "rank" of an idle member of a stripe (no rank at that node and local
+ * index in the layout: a world smaller than nodes x ranks_per_node). Its
+ * data shard is the virtual zero shard: never fetched, zeros in the code,
+ * recorded in parity.meta as rank FTC_PAR_IDLE, size 0, head checksum 0. */
+#define FTC_PAR_IDLE UINT32_MAX
 
 typedef struct ftc__par_geo {
     uint32_t first;  /* lowest node of the group (node[0]) */
@@ -78,19 +83,47 @@ typedef struct ftc__par_geo {
 int ftc__par_geometry(const ftc_redundancy_t *red, uint32_t nodes, const char *const *domains,
                       uint32_t index, ftc__par_geo_t *geo, ftc_err_t *err);
 
+/* Every group of the job as text, for `ftc:{J}:pargroups:GEN` (docs/
+ * redis-keys.md): "RED NODES ORDER G0 G1 ...", RED the redundancy
+ * ("xor:2"), ORDER "index" or "domain", each group its node indices in
+ * ascending order, comma-separated ("xor:2 6 domain 0,2,4 1,3,5"). The
+ * groups are ftc__par_geometry's for every node (same arguments). *out is
+ * malloc'd. */
+int ftc__par_groups_str(const ftc_redundancy_t *red, uint32_t nodes, const char *const *domains,
+                        char **out, ftc_err_t *err);
+
+/* Node `index`'s group from a published text (ftc__par_groups_str's form).
+ * FTC_ECONFIG naming both when it is for another redundancy or node count;
+ * FTC_EPROTO when it is not a partition of the nodes into groups of more
+ * than M and at most FTC_PARITY_MAX members. geo->dom_max is 0 (the
+ * publisher's domains are not known). */
+int ftc__par_groups_parse(const char *text, const ftc_redundancy_t *red, uint32_t nodes,
+                          uint32_t index, ftc__par_geo_t *geo, ftc_err_t *err);
+
 /* "nodes 3..5" or "nodes 0,2,4" into buf; returns buf. */
 const char *ftc__par_geo_str(const ftc__par_geo_t *geo, char *buf, size_t cap);
 
+/* The encoder of local index `local`'s stripe: the first member, from
+ * local % n on cyclically, that is not idle (idle[i]: member i has no rank
+ * at that local index). -1 when every member is idle (nothing to encode).
+ * Every agent computes the same from the same layout. */
+int ftc__par_encoder(const ftc__par_geo_t *geo, uint32_t local, const bool *idle);
+
 /* Encodes one version: shards[i] (sizes[i] bytes, sealed, verified by the
- * caller) is member i's shard of `step`; ranks[i] its rank. On success
- * wraps[i] (malloc'd, wrap_sizes[i] bytes) is the wrapper member i holds. */
+ * caller) is member i's shard of `step`; ranks[i] its rank. An idle member
+ * (ranks[i] == FTC_PAR_IDLE) contributes the virtual zero shard: shards[i]
+ * NULL and sizes[i] 0 (FTC_EINVAL otherwise). On success wraps[i]
+ * (malloc'd, wrap_sizes[i] bytes) is the wrapper member i holds (idle
+ * members hold parity too). */
 int ftc__par_encode(const ftc__par_geo_t *geo, const char *job, uint64_t step, uint64_t gen,
                     uint32_t local, const uint8_t *const *shards, const uint64_t *sizes,
                     const uint32_t *ranks, uint8_t **wraps, uint64_t *wrap_sizes, ftc_err_t *err);
 
 /* Rebuilds member `lost`'s shard of `step`. data[i]/wraps[i] are member
  * i's data shard and wrapper as fetched (NULL when missing); wrappers or
- * shards of another version are ignored. On success *out (malloc'd) is the
+ * shards of another version are ignored. A member the wrapper records as
+ * idle (FTC_PAR_IDLE) counts as zeros whatever data[i] is (it is never
+ * fetched); rebuilding an idle member is FTC_EINVAL (there is nothing). On success *out (malloc'd) is the
  * rebuilt shard, verified with every tensor checksum and against the
  * recorded head checksum. Errors name what was missing. */
 int ftc__par_rebuild(const ftc__par_geo_t *geo, uint64_t step, uint32_t local, int lost,
