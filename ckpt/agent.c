@@ -16,7 +16,8 @@
  * also serves peers' pushes and fetches all the time.
  *
  * Parity worker (redundancy xor / rs, agent_parity.h): encodes a gathered
- * version off the control loop and hands it back through the same eventfd.
+ * version, or decodes and verifies a rebuild, off the control loop and hands
+ * it back through the same eventfd.
  */
 #include "ckpt/agent.h"
 
@@ -199,6 +200,7 @@ static bool ftc__par_queue_rebuild(ftc_agent_t *a, ftc__rank_t *r);
 static void ftc__par_on_gather_done(ftc_agent_t *a, ftc__job_t *j);
 static void ftc__par_on_push_done(ftc_agent_t *a, ftc__job_t *j);
 static void ftc__par_collect(ftc_agent_t *a);
+static void ftc__par_on_rebuilt(ftc_agent_t *a, ftc__par_task_t *t);
 static void ftc__push_others(ftc_agent_t *a, struct ftc__rank *r, int s);
 
 void ftc_agent_socket_path(const char *dir, uint32_t index, char *buf, size_t cap)
@@ -2303,7 +2305,10 @@ static void ftc__par_collect(ftc_agent_t *a)
     ftc__par_task_t *t = ftc__par_worker_take(a->par->worker);
     while (t) {
         ftc__par_task_t *next = t->next;
-        ftc__par_on_encoded(a, t);
+        if (t->rebuild)
+            ftc__par_on_rebuilt(a, t);
+        else
+            ftc__par_on_encoded(a, t);
         ftc__par_task_free(t);
         t = next;
     }
@@ -2434,18 +2439,26 @@ static bool ftc__par_queue_rebuild(ftc_agent_t *a, ftc__rank_t *r)
     return true;
 }
 
+/* A rebuild failed: the restore goes on to the persist tier. */
+static void ftc__par_rebuild_failed(ftc_agent_t *a, ftc__rank_t *r, const char *why,
+                                    const char *looked)
+{
+    char tried[600];
+    snprintf(tried, sizeof tried, "not in this node's slots; parity rebuild: %s%s%s", why,
+             looked[0] ? " (failed fetches: " : "", looked[0] ? looked : "");
+    if (looked[0])
+        strncat(tried, ")", sizeof tried - strlen(tried) - 1);
+    FTC_WARN("agent", "rank %u: %s", r->rank, tried);
+    ftc__restore_from_persist(a, r, tried);
+}
+
 static void ftc__par_rebuild_done(ftc_agent_t *a, ftc__rank_t *r, ftc__job_t *j)
 {
     ftc__par_geo_t *g = &a->par->geo;
-    const uint8_t *data[FTC_PARITY_MAX] = {0}, *wraps[FTC_PARITY_MAX] = {0};
-    uint64_t ds[FTC_PARITY_MAX] = {0}, ws[FTC_PARITY_MAX] = {0};
     char looked[200] = ""; /* short: the rank's error text is bounded; the log has it all */
     for (int i = 0; i < j->gather->n; i++) {
         ftc__gitem_t *it = &j->gather->it[i];
-        if (it->rc == 0 && it->buf) {
-            (it->wrapper ? wraps : data)[it->member] = it->buf;
-            (it->wrapper ? ws : ds)[it->member] = it->size;
-        } else {
+        if (it->rc || !it->buf) {
             FTC_WARN("agent", "rank %u: rebuild of step %" PRIu64 ": %s of node %u: %s", r->rank,
                      j->step, it->wrapper ? "parity" : "shard", it->peer,
                      it->detail[0] ? it->detail : ftc_strerror(it->rc));
@@ -2454,31 +2467,62 @@ static void ftc__par_rebuild_done(ftc_agent_t *a, ftc__rank_t *r, ftc__job_t *j)
                      it->wrapper ? "parity" : "shard", it->peer, ftc_errname(it->rc));
         }
     }
-    uint8_t *out = NULL;
-    uint64_t osz = 0;
-    ftc_err_t err = {0};
-    uint64_t t0 = ftc_now_ns();
-    if (ftc__par_rebuild(g, j->step, r->rebuild_local, g->member, data, ds, wraps, ws, &out,
-                         &osz, &err) == 0) {
-        int s = ftc__install(r, out, osz, j->step);
-        free(out);
+    /* the decode and its verification run on the parity worker (a large
+     * shard would hold the control loop): ftc__par_on_rebuilt takes it back */
+    ftc__par_task_t *t = calloc(1, sizeof *t);
+    if (!t) {
+        ftc__par_rebuild_failed(a, r, "out of memory", looked);
+        return;
+    }
+    t->rebuild = true;
+    t->rix = j->rix;
+    t->rank = r->rank;
+    t->local = r->rebuild_local;
+    t->step = j->step;
+    t->geo = *g;
+    snprintf(t->looked, sizeof t->looked, "%s", looked);
+    for (int i = 0; i < j->gather->n; i++) { /* the worker takes the fetched pieces */
+        ftc__gitem_t *it = &j->gather->it[i];
+        if (it->rc || !it->buf)
+            continue;
+        if (it->wrapper) {
+            t->wraps[it->member] = it->buf;
+            t->wsizes[it->member] = it->size;
+        } else {
+            t->bufs[it->member] = it->buf;
+            t->sizes[it->member] = it->size;
+        }
+        it->buf = NULL;
+    }
+    ftc__par_worker_submit(a->par->worker, t);
+}
+
+/* The worker rebuilt a shard (or failed): install it, else the persist tier.
+ * A result for a rank that is no longer restoring that step is dropped. */
+static void ftc__par_on_rebuilt(ftc_agent_t *a, ftc__par_task_t *t)
+{
+    if (t->rix < 0 || t->rix >= FTC_AGENT_MAX_RANKS)
+        return;
+    ftc__rank_t *r = &a->ranks[t->rix];
+    if (!r->used || r->rank != t->rank || !r->restoring || r->fd < 0 ||
+        r->restore_step != t->step)
+        return;
+    if (t->rc == 0) {
+        int s = ftc__install(r, t->out, t->out_size, t->step);
         if (s >= 0) {
             char gs[200];
             FTC_INFO("agent", "rank %u restored step %" PRIu64 " rebuilt from parity (%s, group of "
-                     "%s) in %.1f ms", r->rank, j->step, g->xor_code ? "xor" : "rs",
-                     ftc__par_geo_str(g, gs, sizeof gs), (double)(ftc_now_ns() - t0) / 1e6);
+                     "%s) in %.1f ms (decode and verify on the parity worker)", r->rank, t->step,
+                     t->geo.xor_code ? "xor" : "rs", ftc__par_geo_str(&t->geo, gs, sizeof gs),
+                     t->ms);
             ftc__restore_done(a, r, s, false);
             return;
         }
-        snprintf(err.msg, sizeof err.msg, "the rebuilt shard's size differs from the slots'");
+        ftc__par_rebuild_failed(a, r, "the rebuilt shard's size differs from the slots'",
+                                t->looked);
+        return;
     }
-    char tried[600];
-    snprintf(tried, sizeof tried, "not in this node's slots; parity rebuild: %s%s%s", err.msg,
-             looked[0] ? " (failed fetches: " : "", looked[0] ? looked : "");
-    if (looked[0])
-        strncat(tried, ")", sizeof tried - strlen(tried) - 1);
-    FTC_WARN("agent", "rank %u: %s", r->rank, tried);
-    ftc__restore_from_persist(a, r, tried);
+    ftc__par_rebuild_failed(a, r, t->detail, t->looked);
 }
 
 static void ftc__par_on_gather_done(ftc_agent_t *a, ftc__job_t *j)

@@ -655,12 +655,36 @@ void ftc__par_task_free(ftc__par_task_t *t)
         free(t->bufs[i]);
         free(t->wraps[i]);
     }
+    free(t->out);
     free(t);
+}
+
+static void rebuild_run(ftc__par_task_t *t)
+{
+    ftc_err_t err = {0};
+    const uint8_t *data[FTC_PARITY_MAX], *wraps[FTC_PARITY_MAX];
+    for (int i = 0; i < FTC_PARITY_MAX; i++)
+        data[i] = t->bufs[i], wraps[i] = t->wraps[i];
+    t->rc = ftc__par_rebuild(&t->geo, t->step, t->local, t->geo.member, data, t->sizes, wraps,
+                             t->wsizes, &t->out, &t->out_size, &err);
+    if (t->rc)
+        snprintf(t->detail, sizeof t->detail, "%s", err.msg[0] ? err.msg : ftc_strerror(t->rc));
+    for (int i = 0; i < FTC_PARITY_MAX; i++) { /* the pieces are not needed any more */
+        free(t->bufs[i]);
+        free(t->wraps[i]);
+        t->bufs[i] = t->wraps[i] = NULL;
+    }
 }
 
 void ftc__par_task_run(ftc__par_task_t *t)
 {
     uint64_t t0 = ftc_now_ns();
+    if (t->rebuild) {
+        t->detail[0] = 0;
+        rebuild_run(t);
+        t->ms = (double)(ftc_now_ns() - t0) / 1e6;
+        return;
+    }
     ftc__par_geo_t *g = &t->geo;
     ftc_err_t err = {0};
     ftc_slot_t sl;

@@ -39,9 +39,15 @@
  * wrappers and data shards of exactly that version, and verifies every
  * rebuilt shard against its recorded checksum before it is used (I1).
  *
- * Pure functions (geometry, encode, rebuild) are thread-safe; a gather is
- * driven by the replication thread only; an encode runs on the parity
- * worker (ftc__par_worker_*), off the agent's control loop.
+ * Pure functions (geometry, encode, rebuild, the published groups'
+ * text) are thread-safe; a gather is driven by the replication thread only;
+ * an encode and a rebuild's decode run on the parity worker
+ * (ftc__par_worker_*), off the agent's control loop.
+ *
+ * Idle members (FTC_PAR_IDLE): the layout may leave a (node, local index)
+ * without a rank; that member's data is the virtual zero shard and the
+ * stripe's encoder is the first member from local % n on with a rank
+ * (ftc__par_encoder).
  */
 #ifndef FTC_CKPT_AGENT_PARITY_H
 #define FTC_CKPT_AGENT_PARITY_H
@@ -145,10 +151,15 @@ int ftc__par_store_local(const char *ns, uint32_t local, const uint8_t *wrap, ui
  * maps the encoder's own slot by name (its own mapping: the control loop may
  * unmap or replace its slots meanwhile), verifies it (every tensor checksum,
  * the step: I1), encodes, stores this node's own wrapper
- * (ftc__par_store_local) and hands the task back. */
+ * (ftc__par_store_local) and hands the task back.
+ * One rebuild (rebuild = true): bufs/sizes are the fetched data shards and
+ * wraps/wsizes the fetched wrappers (NULL when missing), geo.member the lost
+ * member, step and local the version; the worker runs ftc__par_rebuild
+ * (decode and verify) and hands back out/out_size, or rc and detail. */
 typedef struct ftc__par_task {
     struct ftc__par_task *next;
     /* in */
+    bool rebuild;                /* a rebuild (ftc__par_rebuild) instead of an encode */
     int rix, slot;               /* the rank's index in the agent and its slot */
     uint32_t rank, local;
     uint64_t step, gen;
@@ -161,13 +172,16 @@ typedef struct ftc__par_task {
     uint8_t *bufs[FTC_PARITY_MAX]; /* the other members' shards (owned; own member NULL) */
     uint64_t sizes[FTC_PARITY_MAX];
     uint32_t ranks[FTC_PARITY_MAX];
-    /* out */
+    char looked[200];            /* rebuild: the fetches that failed (for the error text) */
+    /* out (a rebuild: wraps/wsizes are its input, the fetched wrappers, owned) */
     int rc;
     char detail[256];
     uint8_t *wraps[FTC_PARITY_MAX]; /* member i's wrapper (owned until taken) */
     uint64_t wsizes[FTC_PARITY_MAX];
     uint64_t heads[FTC_PARITY_MAX]; /* every member's head checksum */
-    double ms;                   /* verify + encode + store */
+    uint8_t *out;                /* rebuild: this member's shard (owned until taken), verified */
+    uint64_t out_size;
+    double ms;                   /* verify + encode + store, or decode + verify */
 } ftc__par_task_t;
 
 typedef struct ftc__par_worker ftc__par_worker_t;

@@ -17,7 +17,14 @@
  *     6 nodes xor:2 in 3 domains of 2 consecutive nodes (index order would
  *     put both nodes of domain A in one group): both nodes of A lost at once,
  *     every rank restores;
- *   - encoding runs on the parity worker (the agents log its time).
+ *   - encoding and a rebuild's decode run on the parity worker (the agents
+ *     log their time);
+ *   - idle slots (a layout with fewer ranks than nodes x ranks_per_node):
+ *     the encoder choice, the virtual zero shard in encode and rebuild; end
+ *     to end with a published plan whose node 0 is idle: commits under xor:2
+ *     and a lost node's shard rebuilt;
+ *   - published parity groups (ftc:{J}:pargroups:GEN): the text form, every
+ *     agent adopts the published groups, a mismatch is refused at start.
  */
 #include "ftc_test.h"
 
@@ -232,6 +239,28 @@ static void test_idle_members(void **state)
     rebuilt++;
     assert_int_equal(ftc__par_rebuild(&g, 3, 2, 0, d1, sz, w1, ws, &out, &on, &e), FTC_EINVAL);
     assert_non_null(strstr(e.msg, "idle"));
+    /* the same rebuild as a parity worker task (what the agent hands its worker) */
+    ftc__par_task_t *t = calloc(1, sizeof *t);
+    t->rebuild = true;
+    t->step = 3;
+    t->local = 2;
+    t->geo = g;
+    t->geo.member = 3;
+    for (int i = 1; i < 3; i++) {
+        t->bufs[i] = malloc(sz[i]);
+        memcpy(t->bufs[i], sh[i], sz[i]);
+        t->sizes[i] = sz[i];
+        t->wraps[i] = malloc(ws[i]);
+        memcpy(t->wraps[i], w[i], ws[i]);
+        t->wsizes[i] = ws[i];
+    }
+    ftc__par_task_run(t);
+    assert_int_equal(t->rc, 0);
+    assert_int_equal(t->out_size, sz[3]);
+    assert_memory_equal(t->out, sh[3], sz[3]);
+    assert_null(t->bufs[1]); /* the pieces are freed once used */
+    printf("# rebuild task on the worker's code path: %.2f ms\n", t->ms);
+    ftc__par_task_free(t);
     printf("# rs:2+2 with an idle member: %d rebuilds bit-exact; %s\n", rebuilt, e.msg);
     for (int i = 0; i < 4; i++) {
         free(sh[i]);
