@@ -1717,6 +1717,7 @@ struct ftc__agent_par {
     ftc__par_geo_t geo;
     bool resolved;          /* geo is final (ftc__par_resolve) */
     bool conflict;          /* the published groups do not fit this agent (why) */
+    uint64_t next_look_ns;  /* while waiting: the next read of the published groups */
     char why[400];
     uint64_t resolve_by_ns; /* failure domains: wait for every node's until then */
     ftc__par_worker_t *worker; /* encodes off the control loop */
@@ -1947,7 +1948,11 @@ static int ftc__par_resolve(ftc_agent_t *a)
         return 1;
     if (p->conflict)
         return -1;
-    bool late = ftc_now_ns() >= p->resolve_by_ns;
+    uint64_t now = ftc_now_ns();
+    bool late = now >= p->resolve_by_ns;
+    if (!late && now < p->next_look_ns)
+        return 0; /* looked less than 100 ms ago (callers retry from the poll) */
+    p->next_look_ns = now + 100000000ull;
     char *pub = NULL;
     int grc = ftc__par_groups_get(a, &pub);
     if (grc == 0 && pub) {
