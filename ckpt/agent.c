@@ -2019,13 +2019,14 @@ static int ftc__par_resolve(ftc_agent_t *a)
             free(pub);
         } else {
             FTC_WARN("agent", "parity groups: could not publish them (%s): using this agent's",
-                     src ? ftc_ctl_errstr(a->ctl) : "no value after SET NX");
+                     src ? ftc_redis_errstr(ftc_ctl_redis(a->ctl)) : "no value after SET NX");
         }
     } else if (grc == 0) {
         FTC_WARN("agent", "parity groups: %s", err.msg);
     } else {
         FTC_WARN("agent", "parity groups: Redis did not answer within %d ms (%s): using this "
-                 "agent's, unpublished", a->o.timeout_ms, ftc_ctl_errstr(a->ctl));
+                 "agent's, unpublished", a->o.timeout_ms,
+                 ftc_redis_errstr(ftc_ctl_redis(a->ctl)));
     }
     free(mine);
     if (rc < 0) {

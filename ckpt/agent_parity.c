@@ -500,9 +500,11 @@ int ftc__par_rebuild(const ftc__par_geo_t *geo, uint64_t step, uint32_t local, i
     for (int i = 0; i < n; i++) {
         ftc_shard_view_t dv;
         ftc_err_t e = {0};
-        have_data[i] = i != lost && (idle[i] || (data[i] && dsizes[i] == ref[META_FIXED + 3 * i + 1] &&
-                       ftc_shard_open(&dv, data[i], dsizes[i], 0, &e) == 0 &&
-                       dv.head_xxh3 == ref[META_FIXED + 3 * i + 2]));
+        have_data[i] = i != lost &&
+                       (idle[i] || /* the virtual zero shard */
+                        (data[i] && dsizes[i] == ref[META_FIXED + 3 * i + 1] &&
+                         ftc_shard_open(&dv, data[i], dsizes[i], 0, &e) == 0 &&
+                         dv.head_xxh3 == ref[META_FIXED + 3 * i + 2]));
         if (i != lost && data[i] && !have_data[i]) {
             size_t nl = strlen(notes);
             snprintf(notes + nl, sizeof notes - nl, "; member %d's shard is another version", i);

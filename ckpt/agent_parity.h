@@ -129,9 +129,10 @@ int ftc__par_encode(const ftc__par_geo_t *geo, const char *job, uint64_t step, u
  * i's data shard and wrapper as fetched (NULL when missing); wrappers or
  * shards of another version are ignored. A member the wrapper records as
  * idle (FTC_PAR_IDLE) counts as zeros whatever data[i] is (it is never
- * fetched); rebuilding an idle member is FTC_EINVAL (there is nothing). On success *out (malloc'd) is the
- * rebuilt shard, verified with every tensor checksum and against the
- * recorded head checksum. Errors name what was missing. */
+ * fetched); rebuilding an idle member is FTC_EINVAL (there is nothing).
+ * On success *out (malloc'd) is the rebuilt shard, verified with every
+ * tensor checksum and against the recorded head checksum. Errors name what
+ * was missing. */
 int ftc__par_rebuild(const ftc__par_geo_t *geo, uint64_t step, uint32_t local, int lost,
                      const uint8_t *const *data, const uint64_t *dsizes,
                      const uint8_t *const *wraps, const uint64_t *wsizes, uint8_t **out,
