@@ -16,7 +16,8 @@
  * also serves peers' pushes and fetches all the time.
  *
  * Parity worker (redundancy xor / rs, agent_parity.h): encodes a gathered
- * version off the control loop and hands it back through the same eventfd.
+ * version, or decodes and verifies a rebuild, off the control loop and hands
+ * it back through the same eventfd.
  */
 #include "ckpt/agent.h"
 
@@ -205,6 +206,7 @@ static bool ftc__par_queue_rebuild(ftc_agent_t *a, ftc__rank_t *r);
 static void ftc__par_on_gather_done(ftc_agent_t *a, ftc__job_t *j);
 static void ftc__par_on_push_done(ftc_agent_t *a, ftc__job_t *j);
 static void ftc__par_collect(ftc_agent_t *a);
+static void ftc__par_on_rebuilt(ftc_agent_t *a, ftc__par_task_t *t);
 static void ftc__push_others(ftc_agent_t *a, struct ftc__rank *r, int s);
 
 void ftc_agent_socket_path(const char *dir, uint32_t index, char *buf, size_t cap)
@@ -1768,6 +1770,9 @@ typedef struct ftc__where {
 struct ftc__agent_par {
     ftc__par_geo_t geo;
     bool resolved;          /* geo is final (ftc__par_resolve) */
+    bool conflict;          /* the published groups do not fit this agent (why) */
+    uint64_t next_look_ns;  /* while waiting: the next read of the published groups */
+    char why[400];
     uint64_t resolve_by_ns; /* failure domains: wait for every node's until then */
     ftc__par_worker_t *worker; /* encodes off the control loop */
     ftc__enc_t enc[FTC_AGENT_MAX_RANKS];
@@ -1923,20 +1928,96 @@ static uint32_t ftc__par_rank(ftc_agent_t *a, int member, uint32_t local)
     return ftc__par_rank_at(a, a->generation, member, local);
 }
 
-/* Forms the parity groups, once: they never change in the agent's life.
- * Without a failure domain of its own the agent uses index order (formed at
- * start, as every agent without domains does). With one it needs every
- * node's domain, which each agent publishes in Redis with its fabric address
- * (ftc__refresh_peers); it waits for them until agent.timeout_ms after its
- * start, then falls back to index order with a warning. False while it
- * waits (callers retry from the poll). */
-static bool ftc__par_resolve(ftc_agent_t *a)
+/* The published groups of this generation (`ftc:{J}:pargroups:GEN`): 0 with
+ * *text (malloc'd) or NULL when none, else a Redis error. */
+static int ftc__par_groups_get(ftc_agent_t *a, char **text)
+{
+    char key[200], suffix[48];
+    *text = NULL;
+    snprintf(suffix, sizeof suffix, "pargroups:%" PRIu64, a->generation);
+    ftc_ctl_key(a->ctl, suffix, key, sizeof key);
+    ftc_redis_reply_t *rep = NULL;
+    const char *v;
+    size_t vl;
+    int rc = ftc_redis_cmdv(ftc_ctl_redis(a->ctl), true, &rep, "GET", key, NULL);
+    if (rc == 0 && ftc_redis_want_str(rep, "GET pargroups", &v, &vl, NULL) == 0 &&
+        !(*text = strndup(v, vl)))
+        rc = FTC_ENOMEM;
+    ftc_redis_reply_free(rep);
+    return rc;
+}
+
+/* Adopts published groups: 1, or -1 (a conflict: p->why) when they do not
+ * fit this agent's redundancy and node count. */
+static int ftc__par_adopt(ftc_agent_t *a, const char *text, bool ours)
+{
+    struct ftc__agent_par *p = a->par;
+    ftc__par_geo_t g;
+    ftc_err_t err = {0};
+    if (ftc__par_groups_parse(text, &a->o.redundancy, a->o.nodes, a->o.index, &g, &err)) {
+        snprintf(p->why, sizeof p->why, "ftc:{%s}:pargroups:%" PRIu64 ": %s", a->job,
+                 a->generation, err.msg);
+        p->conflict = true;
+        FTC_ERROR("agent", "parity groups: %s", p->why);
+        return -1;
+    }
+    bool same = g.n == p->geo.n && !memcmp(g.node, p->geo.node, sizeof(uint32_t) * (size_t)g.n);
+    if (same) { /* the domain count this agent computed still applies */
+        g.dom_max = p->geo.dom_max;
+        g.dom_node = p->geo.dom_node;
+    }
+    p->geo = g;
+    p->resolved = true;
+    char gs[200];
+    FTC_INFO("agent", "parity group of %s (%s; %d data + %d parity chunks per row, memory x%.2f)",
+             ftc__par_geo_str(&p->geo, gs, sizeof gs),
+             p->geo.by_domain ? "striped over failure domains" : "node index order", p->geo.d,
+             p->geo.m, (double)p->geo.n / p->geo.d);
+    if (ours)
+        FTC_INFO("agent", "parity groups published for generation %" PRIu64 ": %s",
+                 a->generation, text);
+    else
+        FTC_INFO("agent", "parity groups adopted from ftc:{%s}:pargroups:%" PRIu64 " (formed by "
+                 "the first agent; every agent of the generation uses them): %s%s", a->job,
+                 a->generation, text, same ? "" : " (not the ones this agent would form)");
+    return 1;
+}
+
+/* Forms the parity groups, once: they never change in the agent's life, and
+ * every agent of a generation uses the same ones. The first agent to form
+ * them publishes them (SET NX `ftc:{J}:pargroups:GEN`, docs/redis-keys.md);
+ * an agent that finds them published adopts them (validated: same
+ * redundancy and node count, else a conflict, FTC_ECONFIG). Forming: without
+ * a failure domain of its own the agent uses index order at once. With one
+ * it needs every node's domain, which each agent publishes in Redis with its
+ * fabric address (ftc__refresh_peers); it waits for them until
+ * agent.timeout_ms after its start, then falls back to index order with a
+ * warning (unless groups were published meanwhile). Returns 1 when formed,
+ * 0 while it waits (callers retry from the poll), -1 on a conflict (p->why).
+ */
+static int ftc__par_resolve(ftc_agent_t *a)
 {
     struct ftc__agent_par *p = a->par;
     if (p->resolved)
-        return true;
+        return 1;
+    if (p->conflict)
+        return -1;
+    uint64_t now = ftc_now_ns();
+    bool late = now >= p->resolve_by_ns;
+    if (!late && now < p->next_look_ns)
+        return 0; /* looked less than 100 ms ago (callers retry from the poll) */
+    p->next_look_ns = now + 100000000ull;
+    char *pub = NULL;
+    int grc = ftc__par_groups_get(a, &pub);
+    if (grc == 0 && pub) {
+        int rc = ftc__par_adopt(a, pub, false);
+        free(pub);
+        return rc;
+    }
+    if (grc && !late)
+        return 0; /* Redis unreachable: retried */
     uint32_t missing = 0, first_missing = 0, no_domain = 0;
-    for (uint32_t i = 0; i < a->o.nodes; i++) {
+    for (uint32_t i = 0; i < a->o.nodes && a->domain[0]; i++) {
         if (i == a->o.index)
             continue;
         if (!a->peers[i].known && !missing++)
@@ -1944,38 +2025,76 @@ static bool ftc__par_resolve(ftc_agent_t *a)
         if (a->peers[i].known && !a->peers[i].domain[0])
             no_domain++;
     }
-    if (missing && ftc_now_ns() < p->resolve_by_ns)
-        return false;
+    if (missing && !late)
+        return 0;
     char gs[200];
-    const char **doms = missing ? NULL : calloc(a->o.nodes, sizeof *doms);
+    const char **doms = missing || !a->domain[0] ? NULL : calloc(a->o.nodes, sizeof *doms);
     ftc__par_geo_t g;
     ftc_err_t err = {0};
     if (missing) {
         FTC_WARN("agent", "failure domains: %u node(s) (node %u first) did not publish a domain "
-                 "within %d ms: parity groups follow node indices (%s); an agent that saw every "
-                 "domain may form other groups (checkpoints of groups they disagree on do not commit)",
-                 missing, first_missing, a->o.timeout_ms,
+                 "within %d ms and no agent published parity groups: parity groups follow node "
+                 "indices (%s)", missing, first_missing, a->o.timeout_ms,
                  ftc__par_geo_str(&p->geo, gs, sizeof gs));
-    } else if (!doms) {
-        return false; /* out of memory: retried */
-    } else {
+    } else if (a->domain[0] && !doms) {
+        return 0; /* out of memory: retried */
+    } else if (doms) {
         for (uint32_t i = 0; i < a->o.nodes; i++)
             doms[i] = i == a->o.index ? a->domain : a->peers[i].domain;
         if (no_domain)
             FTC_WARN("agent", "failure domains: %u node(s) have none (each counts as a domain of "
-                     "its own); set --domain on every node or on none, or the agents may form "
-                     "different parity groups", no_domain);
-        if (ftc__par_geometry(&a->o.redundancy, a->o.nodes, doms, a->o.index, &g, &err) == 0)
+                     "its own); set --domain on every node or on none", no_domain);
+        if (ftc__par_geometry(&a->o.redundancy, a->o.nodes, doms, a->o.index, &g, &err) == 0) {
             p->geo = g;
-        else
+        } else {
             FTC_WARN("agent", "parity groups by failure domain: %s; using node index order",
                      err.msg);
+            free(doms);
+            doms = NULL;
+        }
     }
-    p->resolved = true;
-    FTC_INFO("agent", "parity group of %s (%s; %d data + %d parity chunks per row)",
-             ftc__par_geo_str(&p->geo, gs, sizeof gs),
-             p->geo.by_domain ? "striped over failure domains" : "node index order", p->geo.d,
-             p->geo.m);
+    /* publish them; another agent may have been first */
+    char *mine = NULL;
+    int rc = 1;
+    if (grc == 0 &&
+        ftc__par_groups_str(&a->o.redundancy, a->o.nodes, doms, &mine, &err) == 0) {
+        char key[200], suffix[48];
+        snprintf(suffix, sizeof suffix, "pargroups:%" PRIu64, a->generation);
+        ftc_ctl_key(a->ctl, suffix, key, sizeof key);
+        ftc_redis_reply_t *rep = NULL;
+        int src = ftc_redis_cmdv(ftc_ctl_redis(a->ctl), false, &rep, "SET", key, mine, "NX",
+                                 "PX", "86400000", NULL);
+        bool won = src == 0 && ftc_redis_want_status(rep, "SET pargroups", "OK", NULL) == 0;
+        ftc_redis_reply_free(rep);
+        if (won) {
+            rc = ftc__par_adopt(a, mine, true);
+        } else if (src == 0 && ftc__par_groups_get(a, &pub) == 0 && pub) {
+            rc = ftc__par_adopt(a, pub, false); /* another agent was first */
+            free(pub);
+        } else {
+            FTC_WARN("agent", "parity groups: could not publish them (%s): using this agent's",
+                     src ? ftc_redis_errstr(ftc_ctl_redis(a->ctl)) : "no value after SET NX");
+        }
+    } else if (grc == 0) {
+        FTC_WARN("agent", "parity groups: %s", err.msg);
+    } else {
+        FTC_WARN("agent", "parity groups: Redis did not answer within %d ms (%s): using this "
+                 "agent's, unpublished", a->o.timeout_ms,
+                 ftc_redis_errstr(ftc_ctl_redis(a->ctl)));
+    }
+    free(mine);
+    if (rc < 0) {
+        free(doms);
+        return rc;
+    }
+    if (!p->resolved) { /* not published: this agent's own */
+        p->resolved = true;
+        FTC_INFO("agent", "parity group of %s (%s; %d data + %d parity chunks per row, memory "
+                 "x%.2f)", ftc__par_geo_str(&p->geo, gs, sizeof gs),
+                 p->geo.by_domain ? "striped over failure domains" : "node index order",
+                 p->geo.d, p->geo.m, (double)p->geo.n / p->geo.d);
+    }
+    ftc__par_geo_str(&p->geo, gs, sizeof gs);
     if (doms && p->geo.dom_max > p->geo.m)
         FTC_WARN("agent", "parity group of %s holds %d members of failure domain '%s' but "
                  "tolerates %d lost members: losing that domain loses the group's checkpoints "
@@ -1983,13 +2102,18 @@ static bool ftc__par_resolve(ftc_agent_t *a)
                  "larger M)",
                  gs, p->geo.dom_max, doms[p->geo.dom_node], p->geo.m);
     free(doms);
-    return true;
+    return 1;
 }
 
-/* The encoder of local index l's stripe: member l % n. */
-static bool ftc__par_is_encoder(const ftc_agent_t *a, uint32_t local)
+/* The encoder of local index l's stripe in this generation: the first
+ * member from l % n on (cyclically) that has a rank at local index l
+ * (ftc__par_encoder); an idle member never encodes. */
+static bool ftc__par_is_encoder(ftc_agent_t *a, uint32_t local)
 {
-    return (int)(local % (uint32_t)a->par->geo.n) == a->par->geo.member;
+    bool idle[FTC_PARITY_MAX];
+    for (int i = 0; i < a->par->geo.n; i++)
+        idle[i] = ftc__par_rank(a, i, local) == FTC_PAR_IDLE;
+    return ftc__par_encoder(&a->par->geo, local, idle) == a->par->geo.member;
 }
 
 static void ftc__par_fail(ftc_agent_t *a, ftc__rank_t *r, int s, int code, const char *why)
@@ -2027,7 +2151,13 @@ static bool ftc__par_try_push(ftc_agent_t *a, ftc__rank_t *r, int s)
                       "`ftc run`: rank = node index x ranks_per_node + local index)");
         return true;
     }
-    if (!ftc__par_resolve(a)) {
+    int resolved = ftc__par_resolve(a);
+    if (resolved < 0) {
+        r->pushed[s] = true;
+        ftc__par_fail(a, r, s, FTC_ECONFIG, a->par->why);
+        return true;
+    }
+    if (!resolved) {
         if (ftc_now_ns() - r->sealed_ns[s] < 2ull * (uint64_t)a->o.timeout_ms * 1000000ull)
             return true; /* retried by the poll */
         r->pushed[s] = true;
@@ -2083,11 +2213,12 @@ static bool ftc__par_try_push(ftc_agent_t *a, ftc__rank_t *r, int s)
     ga->retry_ms = 20;
     ga->d = ftc_deadline_in_ms((uint64_t)a->o.timeout_ms);
     for (int i = 0; i < g->n; i++) {
-        if (i == g->member)
-            continue;
+        uint32_t owner = ftc__par_rank(a, i, local);
+        if (i == g->member || owner == FTC_PAR_IDLE)
+            continue; /* an idle member's shard is the virtual zero shard: never fetched */
         ftc__gitem_t *it = &ga->it[ga->n++];
         it->peer = g->node[i];
-        it->owner = ftc__par_rank(a, i, local);
+        it->owner = owner;
         it->member = i;
     }
     j->kind = JOB_GATHER;
@@ -2154,8 +2285,19 @@ static void ftc__par_encode_done(ftc_agent_t *a, ftc__rank_t *r, int s, ftc__job
         t->sizes[it->member] = it->size;
         it->buf = NULL;
     }
-    for (int i = 0; i < g->n; i++)
+    for (int i = 0; i < g->n; i++) {
         t->ranks[i] = ftc__par_rank(a, i, local);
+        if (i != g->member && t->ranks[i] != FTC_PAR_IDLE && !t->bufs[i]) {
+            ftc__par_task_free(t); /* the layout changed under the gather */
+            ftc__par_fail(a, r, s, FTC_ESTALE, "the layout changed during the parity gather");
+            return;
+        }
+        if (t->ranks[i] == FTC_PAR_IDLE && i != g->member) { /* the virtual zero shard */
+            free(t->bufs[i]);
+            t->bufs[i] = NULL;
+            t->sizes[i] = 0;
+        }
+    }
     ftc__par_worker_submit(a->par->worker, t);
 }
 
@@ -2223,7 +2365,10 @@ static void ftc__par_collect(ftc_agent_t *a)
     ftc__par_task_t *t = ftc__par_worker_take(a->par->worker);
     while (t) {
         ftc__par_task_t *next = t->next;
-        ftc__par_on_encoded(a, t);
+        if (t->rebuild)
+            ftc__par_on_rebuilt(a, t);
+        else
+            ftc__par_on_encoded(a, t);
         ftc__par_task_free(t);
         t = next;
     }
@@ -2265,8 +2410,8 @@ static void ftc__par_on_push_done(ftc_agent_t *a, ftc__job_t *j)
         e->ok_step = (int64_t)e->step;
         /* the other members' shards first: our own report may complete the step */
         for (int m = 0; m < a->par->geo.n; m++) {
-            if (m == a->par->geo.member)
-                continue;
+            if (m == a->par->geo.member || e->ranks[m] == FTC_PAR_IDLE)
+                continue; /* an idle member has no rank to report */
             int64_t committed;
             bool now;
             int rc = FTC_EIO;
@@ -2292,9 +2437,12 @@ static void ftc__par_on_push_done(ftc_agent_t *a, ftc__job_t *j)
 static bool ftc__par_queue_rebuild(ftc_agent_t *a, ftc__rank_t *r)
 {
     ftc__par_geo_t *g = &a->par->geo;
-    if (!ftc__par_resolve(a)) {
-        FTC_WARN("agent", "rank %u: no parity rebuild: the parity groups are not formed yet "
-                 "(waiting for every node's failure domain in Redis)", r->rank);
+    int resolved = ftc__par_resolve(a);
+    if (resolved <= 0) {
+        FTC_WARN("agent", "rank %u: no parity rebuild: %s", r->rank,
+                 resolved < 0 ? a->par->why
+                              : "the parity groups are not formed yet (waiting for every node's "
+                                "failure domain in Redis)");
         return false;
     }
     /* the subject's stripe position in the layout of the committed version
@@ -2327,10 +2475,11 @@ static bool ftc__par_queue_rebuild(ftc_agent_t *a, ftc__rank_t *r)
         uint32_t node = g->node[i];
         if (i == g->member || !a->peers[node].known || !a->peers[node].alive)
             continue;
-        for (int w = 0; w < 2; w++) {
+        uint32_t owner = ftc__par_rank_at(a, cgen, i, local);
+        for (int w = owner == FTC_PAR_IDLE; w < 2; w++) { /* an idle member: parity only */
             ftc__gitem_t *it = &ga->it[ga->n++];
             it->peer = node;
-            it->owner = w ? FTC_PAR_OWNER(local) : ftc__par_rank_at(a, cgen, i, local);
+            it->owner = w ? FTC_PAR_OWNER(local) : owner;
             it->member = i;
             it->wrapper = w;
         }
@@ -2350,18 +2499,26 @@ static bool ftc__par_queue_rebuild(ftc_agent_t *a, ftc__rank_t *r)
     return true;
 }
 
+/* A rebuild failed: the restore goes on to the persist tier. */
+static void ftc__par_rebuild_failed(ftc_agent_t *a, ftc__rank_t *r, const char *why,
+                                    const char *looked)
+{
+    char tried[600];
+    snprintf(tried, sizeof tried, "not in this node's slots; parity rebuild: %s%s%s", why,
+             looked[0] ? " (failed fetches: " : "", looked[0] ? looked : "");
+    if (looked[0])
+        strncat(tried, ")", sizeof tried - strlen(tried) - 1);
+    FTC_WARN("agent", "rank %u: %s", r->rank, tried);
+    ftc__restore_from_persist(a, r, tried);
+}
+
 static void ftc__par_rebuild_done(ftc_agent_t *a, ftc__rank_t *r, ftc__job_t *j)
 {
     ftc__par_geo_t *g = &a->par->geo;
-    const uint8_t *data[FTC_PARITY_MAX] = {0}, *wraps[FTC_PARITY_MAX] = {0};
-    uint64_t ds[FTC_PARITY_MAX] = {0}, ws[FTC_PARITY_MAX] = {0};
     char looked[200] = ""; /* short: the rank's error text is bounded; the log has it all */
     for (int i = 0; i < j->gather->n; i++) {
         ftc__gitem_t *it = &j->gather->it[i];
-        if (it->rc == 0 && it->buf) {
-            (it->wrapper ? wraps : data)[it->member] = it->buf;
-            (it->wrapper ? ws : ds)[it->member] = it->size;
-        } else {
+        if (it->rc || !it->buf) {
             FTC_WARN("agent", "rank %u: rebuild of step %" PRIu64 ": %s of node %u: %s", r->rank,
                      j->step, it->wrapper ? "parity" : "shard", it->peer,
                      it->detail[0] ? it->detail : ftc_strerror(it->rc));
@@ -2370,31 +2527,62 @@ static void ftc__par_rebuild_done(ftc_agent_t *a, ftc__rank_t *r, ftc__job_t *j)
                      it->wrapper ? "parity" : "shard", it->peer, ftc_errname(it->rc));
         }
     }
-    uint8_t *out = NULL;
-    uint64_t osz = 0;
-    ftc_err_t err = {0};
-    uint64_t t0 = ftc_now_ns();
-    if (ftc__par_rebuild(g, j->step, r->rebuild_local, g->member, data, ds, wraps, ws, &out,
-                         &osz, &err) == 0) {
-        int s = ftc__install(r, out, osz, j->step);
-        free(out);
+    /* the decode and its verification run on the parity worker (a large
+     * shard would hold the control loop): ftc__par_on_rebuilt takes it back */
+    ftc__par_task_t *t = calloc(1, sizeof *t);
+    if (!t) {
+        ftc__par_rebuild_failed(a, r, "out of memory", looked);
+        return;
+    }
+    t->rebuild = true;
+    t->rix = j->rix;
+    t->rank = r->rank;
+    t->local = r->rebuild_local;
+    t->step = j->step;
+    t->geo = *g;
+    snprintf(t->looked, sizeof t->looked, "%s", looked);
+    for (int i = 0; i < j->gather->n; i++) { /* the worker takes the fetched pieces */
+        ftc__gitem_t *it = &j->gather->it[i];
+        if (it->rc || !it->buf)
+            continue;
+        if (it->wrapper) {
+            t->wraps[it->member] = it->buf;
+            t->wsizes[it->member] = it->size;
+        } else {
+            t->bufs[it->member] = it->buf;
+            t->sizes[it->member] = it->size;
+        }
+        it->buf = NULL;
+    }
+    ftc__par_worker_submit(a->par->worker, t);
+}
+
+/* The worker rebuilt a shard (or failed): install it, else the persist tier.
+ * A result for a rank that is no longer restoring that step is dropped. */
+static void ftc__par_on_rebuilt(ftc_agent_t *a, ftc__par_task_t *t)
+{
+    if (t->rix < 0 || t->rix >= FTC_AGENT_MAX_RANKS)
+        return;
+    ftc__rank_t *r = &a->ranks[t->rix];
+    if (!r->used || r->rank != t->rank || !r->restoring || r->fd < 0 ||
+        r->restore_step != t->step)
+        return;
+    if (t->rc == 0) {
+        int s = ftc__install(r, t->out, t->out_size, t->step);
         if (s >= 0) {
             char gs[200];
             FTC_INFO("agent", "rank %u restored step %" PRIu64 " rebuilt from parity (%s, group of "
-                     "%s) in %.1f ms", r->rank, j->step, g->xor_code ? "xor" : "rs",
-                     ftc__par_geo_str(g, gs, sizeof gs), (double)(ftc_now_ns() - t0) / 1e6);
+                     "%s) in %.1f ms (decode and verify on the parity worker)", r->rank, t->step,
+                     t->geo.xor_code ? "xor" : "rs", ftc__par_geo_str(&t->geo, gs, sizeof gs),
+                     t->ms);
             ftc__restore_done(a, r, s, false);
             return;
         }
-        snprintf(err.msg, sizeof err.msg, "the rebuilt shard's size differs from the slots'");
+        ftc__par_rebuild_failed(a, r, "the rebuilt shard's size differs from the slots'",
+                                t->looked);
+        return;
     }
-    char tried[600];
-    snprintf(tried, sizeof tried, "not in this node's slots; parity rebuild: %s%s%s", err.msg,
-             looked[0] ? " (failed fetches: " : "", looked[0] ? looked : "");
-    if (looked[0])
-        strncat(tried, ")", sizeof tried - strlen(tried) - 1);
-    FTC_WARN("agent", "rank %u: %s", r->rank, tried);
-    ftc__restore_from_persist(a, r, tried);
+    ftc__par_rebuild_failed(a, r, t->detail, t->looked);
 }
 
 static void ftc__par_on_gather_done(ftc_agent_t *a, ftc__job_t *j)
@@ -2500,7 +2688,6 @@ ftc_agent_t *ftc_agent_start(const ftc_agent_options_t *o, ftc_err_t *err)
          * node's domain is known (ftc__par_resolve) */
         if (ftc__par_geometry(&o->redundancy, o->nodes, NULL, o->index, &a->par->geo, err))
             goto fail;
-        a->par->resolved = !a->domain[0];
         a->par->resolve_by_ns = ftc_now_ns() + (uint64_t)o->timeout_ms * 1000000ull;
         if ((uint64_t)o->nodes * o->ranks_per_node >= FTC_PAR_OWNER_BIT) {
             ftc_err_set(err, FTC_ECONFIG, "parity groups support worlds below 2^31 ranks");
@@ -2600,15 +2787,12 @@ ftc_agent_t *ftc_agent_start(const ftc_agent_options_t *o, ftc_err_t *err)
     }
     a->repl_started = true;
     ftc__refresh_peers(a);
-    if (a->par && a->par->resolved) {
-        char red[32], gs[200];
-        FTC_INFO("agent", "redundancy %s: parity group of %s (%d data + %d parity "
-                 "chunks per row, memory x%.2f)",
-                 ftc_redundancy_str(&o->redundancy, red, sizeof red),
-                 ftc__par_geo_str(&a->par->geo, gs, sizeof gs), a->par->geo.d, a->par->geo.m,
-                 (double)a->par->geo.n / a->par->geo.d);
-    } else if (a->par) {
-        ftc__par_resolve(a); /* every node's domain may be in Redis already (a restart) */
+    /* the groups: published ones adopted, index order formed (and
+     * published) at once; with a failure domain, every node's may be in
+     * Redis already (a restart), else they are formed from the poll */
+    if (a->par && ftc__par_resolve(a) < 0) {
+        ftc_err_set(err, FTC_ECONFIG, "agent: parity groups: %s", a->par->why);
+        goto fail;
     }
     FTC_INFO("agent", "node %u (%s) of job %s: generation %" PRIu64 ", world %u, socket %s", o->index,
              a->node_id, a->job, a->generation, a->world, a->sock);

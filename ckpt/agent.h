@@ -68,7 +68,10 @@ typedef struct ftc_agent_options {
 typedef struct ftc_agent ftc_agent_t;
 
 /* Starts everything (slots are created when ranks ask). NULL with err when
- * Redis, the fabric or the socket cannot be set up. */
+ * Redis, the fabric or the socket cannot be set up; FTC_ECONFIG when the
+ * parity groups cannot be formed with these options or the ones published
+ * for this generation (ftc:{J}:pargroups:GEN) are for another redundancy or
+ * node count. */
 ftc_agent_t *ftc_agent_start(const ftc_agent_options_t *o, ftc_err_t *err);
 /* Serves until *stop becomes nonzero (a signal handler sets it). */
 int ftc_agent_run(ftc_agent_t *a, volatile sig_atomic_t *stop);

@@ -138,6 +138,127 @@ int ftc__par_geometry(const ftc_redundancy_t *red, uint32_t nodes, const char *c
     return 0;
 }
 
+int ftc__par_groups_str(const ftc_redundancy_t *red, uint32_t nodes, const char *const *domains,
+                        char **out, ftc_err_t *err)
+{
+    *out = NULL;
+    size_t cap = 96 + (size_t)nodes * 12, l;
+    char *buf = malloc(cap), rs[32];
+    if (!buf)
+        return ftc_err_set(err, FTC_ENOMEM, "parity groups: out of memory");
+    ftc__par_geo_t g;
+    bool by_domain = false;
+    l = 0;
+    for (uint32_t i = 0; i < nodes; i++) { /* one group per lowest member */
+        if (ftc__par_geometry(red, nodes, domains, i, &g, err)) {
+            free(buf);
+            return err->code;
+        }
+        by_domain = by_domain || g.by_domain;
+        if (g.node[0] != i)
+            continue;
+        for (int k = 0; k < g.n; k++)
+            l += (size_t)snprintf(buf + l, cap - l, "%s%u", k ? "," : " ", g.node[k]);
+    }
+    char *text = malloc(cap + 64);
+    if (!text) {
+        free(buf);
+        return ftc_err_set(err, FTC_ENOMEM, "parity groups: out of memory");
+    }
+    snprintf(text, cap + 64, "%s %u %s%s", ftc_redundancy_str(red, rs, sizeof rs), nodes,
+             by_domain ? "domain" : "index", buf);
+    free(buf);
+    *out = text;
+    return 0;
+}
+
+int ftc__par_groups_parse(const char *text, const ftc_redundancy_t *red, uint32_t nodes,
+                          uint32_t index, ftc__par_geo_t *geo, ftc_err_t *err)
+{
+    memset(geo, 0, sizeof *geo);
+    char rs[32], prs[32], order[16];
+    unsigned pn = 0;
+    int off = 0;
+    ftc_redundancy_str(red, rs, sizeof rs);
+    if (sscanf(text, "%31s %u %15s %n", prs, &pn, order, &off) != 3 || !off ||
+        (strcmp(order, "index") && strcmp(order, "domain")))
+        return ftc_err_set(err, FTC_EPROTO, "published parity groups '%.120s': expected "
+                           "\"REDUNDANCY NODES index|domain GROUP...\"", text);
+    if (strcmp(prs, rs) || pn != nodes)
+        return ftc_err_set(err, FTC_ECONFIG, "the parity groups published for this generation "
+                           "are for redundancy %s on %u nodes, this agent has redundancy %s on "
+                           "%u nodes: start every agent of a generation with the same --nodes "
+                           "and --redundancy", prs, pn, rs, nodes);
+    int m = red->kind == FTC_RED_XOR ? 1 : red->m;
+    uint8_t *seen = calloc(nodes ? nodes : 1, 1);
+    if (!seen)
+        return ftc_err_set(err, FTC_ENOMEM, "parity groups: out of memory");
+    int rc = 0;
+    bool found = false;
+    const char *p = text + off;
+    while (*p && !rc) {
+        uint32_t list[FTC_PARITY_MAX];
+        int n = 0;
+        for (;;) { /* one group: a,b,c */
+            char *end;
+            unsigned long v = strtoul(p, &end, 10);
+            if (end == p || v >= nodes || seen[v] || n == FTC_PARITY_MAX) {
+                rc = ftc_err_set(err, FTC_EPROTO, "published parity groups '%.120s': not a "
+                                 "partition of nodes 0..%u into groups of at most %d",
+                                 text, nodes - 1, FTC_PARITY_MAX);
+                break;
+            }
+            seen[v] = 1;
+            list[n++] = (uint32_t)v;
+            p = end;
+            if (*p != ',')
+                break;
+            p++;
+        }
+        if (rc)
+            break;
+        if (*p && *p != ' ') {
+            rc = ftc_err_set(err, FTC_EPROTO, "published parity groups '%.120s': unexpected "
+                             "'%c'", text, *p);
+            break;
+        }
+        while (*p == ' ')
+            p++;
+        if (n <= m) {
+            rc = ftc_err_set(err, FTC_EPROTO, "published parity groups '%.120s': a group of %d "
+                             "member(s) cannot tolerate %d lost", text, n, m);
+            break;
+        }
+        qsort(list, (size_t)n, sizeof list[0], by_index);
+        for (int k = 0; k < n; k++)
+            if (list[k] == index) {
+                found = true;
+                geo->n = n;
+                geo->member = k;
+                memcpy(geo->node, list, (size_t)n * sizeof list[0]);
+            }
+    }
+    for (uint32_t i = 0; i < nodes && !rc; i++)
+        if (!seen[i])
+            rc = ftc_err_set(err, FTC_EPROTO, "published parity groups '%.120s': node %u is in "
+                             "no group", text, i);
+    free(seen);
+    if (rc) {
+        memset(geo, 0, sizeof *geo);
+        return rc;
+    }
+    (void)found; /* every node is in a group, index < nodes is checked below */
+    if (index >= nodes)
+        return ftc_err_set(err, FTC_EINVAL, "parity groups: node %u of %u", index, nodes);
+    geo->first = geo->node[0];
+    geo->m = m;
+    geo->d = geo->n - m;
+    geo->xor_code = red->kind == FTC_RED_XOR;
+    geo->by_domain = !strcmp(order, "domain");
+    geo->dom_node = geo->node[0];
+    return 0;
+}
+
 const char *ftc__par_geo_str(const ftc__par_geo_t *geo, char *buf, size_t cap)
 {
     bool run = true;
@@ -151,6 +272,17 @@ const char *ftc__par_geo_str(const ftc__par_geo_t *geo, char *buf, size_t cap)
     for (int i = 0; i < geo->n && l < cap; i++)
         l += (size_t)snprintf(buf + l, cap - l, "%s%u", i ? "," : "", geo->node[i]);
     return buf;
+}
+
+int ftc__par_encoder(const ftc__par_geo_t *geo, uint32_t local, const bool *idle)
+{
+    int first = (int)(local % (uint32_t)geo->n);
+    for (int k = 0; k < geo->n; k++) {
+        int i = (first + k) % geo->n;
+        if (!idle || !idle[i])
+            return i;
+    }
+    return -1;
 }
 
 /* Identifies the group's node list in parity.meta. */
@@ -186,8 +318,17 @@ int ftc__par_encode(const ftc__par_geo_t *geo, const char *job, uint64_t step, u
     uint64_t mx = 0, heads[FTC_PARITY_MAX];
     for (int i = 0; i < n; i++)
         wraps[i] = NULL; /* every one, before an early return */
+    int real = 0;
     for (int i = 0; i < n; i++) {
         ftc_shard_view_t v;
+        if (ranks[i] == FTC_PAR_IDLE) { /* the virtual zero shard */
+            if (shards[i] || sizes[i])
+                return ftc_err_set(err, FTC_EINVAL, "parity encode: idle member %d has a shard "
+                                   "(%" PRIu64 " bytes)", i, sizes[i]);
+            heads[i] = 0;
+            continue;
+        }
+        real++;
         if (ftc_shard_open(&v, shards[i], sizes[i], 0, err) != 0)
             return err->code;
         if (v.info.step != step)
@@ -196,6 +337,8 @@ int ftc__par_encode(const ftc__par_geo_t *geo, const char *job, uint64_t step, u
         heads[i] = v.head_xxh3;
         mx = sizes[i] > mx ? sizes[i] : mx;
     }
+    if (!real)
+        return ftc_err_set(err, FTC_EINVAL, "parity encode: every member of the stripe is idle");
     uint64_t C = ftc_parity_block_len((mx + (uint64_t)d - 1) / (uint64_t)d);
     ftc_parity_t *code = ftc_parity_create(d, m, geo->xor_code, err);
     if (!code)
@@ -340,6 +483,13 @@ int ftc__par_rebuild(const ftc__par_geo_t *geo, uint64_t step, uint32_t local, i
                            ftc__par_geo_str(geo, gs, sizeof gs), local);
     uint64_t C = ref[4];
     uint64_t want = ref[META_FIXED + 3 * lost + 1], want_head = ref[META_FIXED + 3 * lost + 2];
+    bool idle[FTC_PARITY_MAX];
+    for (int i = 0; i < n; i++)
+        idle[i] = ref[META_FIXED + 3 * i] == FTC_PAR_IDLE;
+    if (idle[lost])
+        return ftc_err_set(err, FTC_EINVAL, "member %d (node %u) is idle in step %" PRIu64
+                           " (no rank at local index %u): nothing to rebuild",
+                           lost, geo->node[lost], step, local);
     if (C == 0 || C % 64 || C > (1ull << 40) || want > C * (uint64_t)d)
         return ftc_err_set(err, FTC_ECORRUPT, "parity meta of step %" PRIu64 " is inconsistent",
                            step);
@@ -350,9 +500,11 @@ int ftc__par_rebuild(const ftc__par_geo_t *geo, uint64_t step, uint32_t local, i
     for (int i = 0; i < n; i++) {
         ftc_shard_view_t dv;
         ftc_err_t e = {0};
-        have_data[i] = i != lost && data[i] && dsizes[i] == ref[META_FIXED + 3 * i + 1] &&
-                       ftc_shard_open(&dv, data[i], dsizes[i], 0, &e) == 0 &&
-                       dv.head_xxh3 == ref[META_FIXED + 3 * i + 2];
+        have_data[i] = i != lost &&
+                       (idle[i] || /* the virtual zero shard */
+                        (data[i] && dsizes[i] == ref[META_FIXED + 3 * i + 1] &&
+                         ftc_shard_open(&dv, data[i], dsizes[i], 0, &e) == 0 &&
+                         dv.head_xxh3 == ref[META_FIXED + 3 * i + 2]));
         if (i != lost && data[i] && !have_data[i]) {
             size_t nl = strlen(notes);
             snprintf(notes + nl, sizeof notes - nl, "; member %d's shard is another version", i);
@@ -392,7 +544,9 @@ int ftc__par_rebuild(const ftc__par_geo_t *geo, uint64_t step, uint32_t local, i
             b[k] = blk + (uint64_t)k * C;
             int who = k < d ? data_member(geo, r, k) : holder(geo, r, k - d);
             bool ok = k < d ? have_data[who] : have_wrap[who];
-            if (ok && k < d)
+            if (ok && k < d && idle[who])
+                memset(b[k], 0, C); /* the virtual zero shard */
+            else if (ok && k < d)
                 chunk_of(data[who], dsizes[who], k, C, b[k]);
             else if (ok)
                 memcpy(b[k], pchunk[who][k - d], C);
@@ -503,12 +657,36 @@ void ftc__par_task_free(ftc__par_task_t *t)
         free(t->bufs[i]);
         free(t->wraps[i]);
     }
+    free(t->out);
     free(t);
+}
+
+static void rebuild_run(ftc__par_task_t *t)
+{
+    ftc_err_t err = {0};
+    const uint8_t *data[FTC_PARITY_MAX], *wraps[FTC_PARITY_MAX];
+    for (int i = 0; i < FTC_PARITY_MAX; i++)
+        data[i] = t->bufs[i], wraps[i] = t->wraps[i];
+    t->rc = ftc__par_rebuild(&t->geo, t->step, t->local, t->geo.member, data, t->sizes, wraps,
+                             t->wsizes, &t->out, &t->out_size, &err);
+    if (t->rc)
+        snprintf(t->detail, sizeof t->detail, "%s", err.msg[0] ? err.msg : ftc_strerror(t->rc));
+    for (int i = 0; i < FTC_PARITY_MAX; i++) { /* the pieces are not needed any more */
+        free(t->bufs[i]);
+        free(t->wraps[i]);
+        t->bufs[i] = t->wraps[i] = NULL;
+    }
 }
 
 void ftc__par_task_run(ftc__par_task_t *t)
 {
     uint64_t t0 = ftc_now_ns();
+    if (t->rebuild) {
+        t->detail[0] = 0;
+        rebuild_run(t);
+        t->ms = (double)(ftc_now_ns() - t0) / 1e6;
+        return;
+    }
     ftc__par_geo_t *g = &t->geo;
     ftc_err_t err = {0};
     ftc_slot_t sl;
@@ -538,8 +716,10 @@ void ftc__par_task_run(ftc__par_task_t *t)
             for (int i = 0; i < g->n; i++) {
                 ftc_shard_view_t hv;
                 ftc_err_t e = {0};
-                ftc_shard_open(&hv, shards[i], sizes[i], 0, &e); /* opened by the encode */
-                t->heads[i] = hv.head_xxh3;
+                t->heads[i] = 0; /* an idle member's virtual zero shard */
+                if (t->ranks[i] != FTC_PAR_IDLE &&
+                    ftc_shard_open(&hv, shards[i], sizes[i], 0, &e) == 0) /* opened by the encode */
+                    t->heads[i] = hv.head_xxh3;
             }
         }
     }

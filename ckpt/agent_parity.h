@@ -39,9 +39,15 @@
  * wrappers and data shards of exactly that version, and verifies every
  * rebuilt shard against its recorded checksum before it is used (I1).
  *
- * Pure functions (geometry, encode, rebuild) are thread-safe; a gather is
- * driven by the replication thread only; an encode runs on the parity
- * worker (ftc__par_worker_*), off the agent's control loop.
+ * Pure functions (geometry, encode, rebuild, the published groups'
+ * text) are thread-safe; a gather is driven by the replication thread only;
+ * an encode and a rebuild's decode run on the parity worker
+ * (ftc__par_worker_*), off the agent's control loop.
+ *
+ * Idle members (FTC_PAR_IDLE): the layout may leave a (node, local index)
+ * without a rank; that member's data is the virtual zero shard and the
+ * stripe's encoder is the first member from local % n on with a rank
+ * (ftc__par_encoder).
  */
 #ifndef FTC_CKPT_AGENT_PARITY_H
 #define FTC_CKPT_AGENT_PARITY_H
@@ -57,6 +63,11 @@
 
 #define FTC_PAR_OWNER_BIT 0x80000000u
 #define FTC_PAR_OWNER(l) (FTC_PAR_OWNER_BIT | (uint32_t)(l))
+/* The "rank" of an idle member of a stripe (no rank at that node and local
+ * index in the layout: a world smaller than nodes x ranks_per_node). Its
+ * data shard is the virtual zero shard: never fetched, zeros in the code,
+ * recorded in parity.meta as rank FTC_PAR_IDLE, size 0, head checksum 0. */
+#define FTC_PAR_IDLE UINT32_MAX
 
 typedef struct ftc__par_geo {
     uint32_t first;  /* lowest node of the group (node[0]) */
@@ -78,21 +89,50 @@ typedef struct ftc__par_geo {
 int ftc__par_geometry(const ftc_redundancy_t *red, uint32_t nodes, const char *const *domains,
                       uint32_t index, ftc__par_geo_t *geo, ftc_err_t *err);
 
+/* Every group of the job as text, for `ftc:{J}:pargroups:GEN` (docs/
+ * redis-keys.md): "RED NODES ORDER G0 G1 ...", RED the redundancy
+ * ("xor:2"), ORDER "index" or "domain", each group its node indices in
+ * ascending order, comma-separated ("xor:2 6 domain 0,2,4 1,3,5"). The
+ * groups are ftc__par_geometry's for every node (same arguments). *out is
+ * malloc'd. */
+int ftc__par_groups_str(const ftc_redundancy_t *red, uint32_t nodes, const char *const *domains,
+                        char **out, ftc_err_t *err);
+
+/* Node `index`'s group from a published text (ftc__par_groups_str's form).
+ * FTC_ECONFIG naming both when it is for another redundancy or node count;
+ * FTC_EPROTO when it is not a partition of the nodes into groups of more
+ * than M and at most FTC_PARITY_MAX members. geo->dom_max is 0 (the
+ * publisher's domains are not known). */
+int ftc__par_groups_parse(const char *text, const ftc_redundancy_t *red, uint32_t nodes,
+                          uint32_t index, ftc__par_geo_t *geo, ftc_err_t *err);
+
 /* "nodes 3..5" or "nodes 0,2,4" into buf; returns buf. */
 const char *ftc__par_geo_str(const ftc__par_geo_t *geo, char *buf, size_t cap);
 
+/* The encoder of local index `local`'s stripe: the first member, from
+ * local % n on cyclically, that is not idle (idle[i]: member i has no rank
+ * at that local index). -1 when every member is idle (nothing to encode).
+ * Every agent computes the same from the same layout. */
+int ftc__par_encoder(const ftc__par_geo_t *geo, uint32_t local, const bool *idle);
+
 /* Encodes one version: shards[i] (sizes[i] bytes, sealed, verified by the
- * caller) is member i's shard of `step`; ranks[i] its rank. On success
- * wraps[i] (malloc'd, wrap_sizes[i] bytes) is the wrapper member i holds. */
+ * caller) is member i's shard of `step`; ranks[i] its rank. An idle member
+ * (ranks[i] == FTC_PAR_IDLE) contributes the virtual zero shard: shards[i]
+ * NULL and sizes[i] 0 (FTC_EINVAL otherwise). On success wraps[i]
+ * (malloc'd, wrap_sizes[i] bytes) is the wrapper member i holds (idle
+ * members hold parity too). */
 int ftc__par_encode(const ftc__par_geo_t *geo, const char *job, uint64_t step, uint64_t gen,
                     uint32_t local, const uint8_t *const *shards, const uint64_t *sizes,
                     const uint32_t *ranks, uint8_t **wraps, uint64_t *wrap_sizes, ftc_err_t *err);
 
 /* Rebuilds member `lost`'s shard of `step`. data[i]/wraps[i] are member
  * i's data shard and wrapper as fetched (NULL when missing); wrappers or
- * shards of another version are ignored. On success *out (malloc'd) is the
- * rebuilt shard, verified with every tensor checksum and against the
- * recorded head checksum. Errors name what was missing. */
+ * shards of another version are ignored. A member the wrapper records as
+ * idle (FTC_PAR_IDLE) counts as zeros whatever data[i] is (it is never
+ * fetched); rebuilding an idle member is FTC_EINVAL (there is nothing).
+ * On success *out (malloc'd) is the rebuilt shard, verified with every
+ * tensor checksum and against the recorded head checksum. Errors name what
+ * was missing. */
 int ftc__par_rebuild(const ftc__par_geo_t *geo, uint64_t step, uint32_t local, int lost,
                      const uint8_t *const *data, const uint64_t *dsizes,
                      const uint8_t *const *wraps, const uint64_t *wsizes, uint8_t **out,
@@ -112,10 +152,15 @@ int ftc__par_store_local(const char *ns, uint32_t local, const uint8_t *wrap, ui
  * maps the encoder's own slot by name (its own mapping: the control loop may
  * unmap or replace its slots meanwhile), verifies it (every tensor checksum,
  * the step: I1), encodes, stores this node's own wrapper
- * (ftc__par_store_local) and hands the task back. */
+ * (ftc__par_store_local) and hands the task back.
+ * One rebuild (rebuild = true): bufs/sizes are the fetched data shards and
+ * wraps/wsizes the fetched wrappers (NULL when missing), geo.member the lost
+ * member, step and local the version; the worker runs ftc__par_rebuild
+ * (decode and verify) and hands back out/out_size, or rc and detail. */
 typedef struct ftc__par_task {
     struct ftc__par_task *next;
     /* in */
+    bool rebuild;                /* a rebuild (ftc__par_rebuild) instead of an encode */
     int rix, slot;               /* the rank's index in the agent and its slot */
     uint32_t rank, local;
     uint64_t step, gen;
@@ -128,13 +173,16 @@ typedef struct ftc__par_task {
     uint8_t *bufs[FTC_PARITY_MAX]; /* the other members' shards (owned; own member NULL) */
     uint64_t sizes[FTC_PARITY_MAX];
     uint32_t ranks[FTC_PARITY_MAX];
-    /* out */
+    char looked[200];            /* rebuild: the fetches that failed (for the error text) */
+    /* out (a rebuild: wraps/wsizes are its input, the fetched wrappers, owned) */
     int rc;
     char detail[256];
     uint8_t *wraps[FTC_PARITY_MAX]; /* member i's wrapper (owned until taken) */
     uint64_t wsizes[FTC_PARITY_MAX];
     uint64_t heads[FTC_PARITY_MAX]; /* every member's head checksum */
-    double ms;                   /* verify + encode + store */
+    uint8_t *out;                /* rebuild: this member's shard (owned until taken), verified */
+    uint64_t out_size;
+    double ms;                   /* verify + encode + store, or decode + verify */
 } ftc__par_task_t;
 
 typedef struct ftc__par_worker ftc__par_worker_t;

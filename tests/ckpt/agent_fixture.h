@@ -70,7 +70,8 @@ static inline void read_url(env_t *e)
     free(buf);
 }
 
-static inline void start_agent(env_t *e, int i)
+/* Forks `ftc agent` for node i (log in jobdir/agent<i>.log); does not wait. */
+static inline pid_t spawn_agent(env_t *e, int i)
 {
     char sock[PATH_MAX + 32], out[PATH_MAX + 32];
     snprintf(sock, sizeof sock, "%s/agent.%d.sock", e->jobdir, i);
@@ -103,6 +104,16 @@ static inline void start_agent(env_t *e, int i)
         execv(bin, argv);
         _exit(127);
     }
+    return pid;
+}
+
+/* Starts node i's agent and waits for its socket. */
+static inline void start_agent(env_t *e, int i)
+{
+    char sock[PATH_MAX + 32], out[PATH_MAX + 32];
+    snprintf(sock, sizeof sock, "%s/agent.%d.sock", e->jobdir, i);
+    snprintf(out, sizeof out, "%s/agent%d.log", e->jobdir, i);
+    pid_t pid = spawn_agent(e, i);
     e->agent[i] = pid;
     ftc_deadline_t d = ftc_deadline_in_ms(20000);
     struct stat st;
@@ -176,8 +187,9 @@ static inline int corrupt_shm(const char *prefix)
     return n;
 }
 
-static inline pid_t start_rank(env_t *e, int rank, int world, const char *out, const char *a1,
-                               const char *a2, const char *a3, const char *a4)
+/* Starts rank `rank` on node `node`'s agent. */
+static inline pid_t start_rank_on(env_t *e, int rank, int node, int world, const char *out,
+                                  const char *a1, const char *a2, const char *a3, const char *a4)
 {
     pid_t pid = fork();
     assert_true(pid >= 0);
@@ -187,7 +199,7 @@ static inline pid_t start_rank(env_t *e, int rank, int world, const char *out, c
         (void)o;
         char bin[PATH_MAX], sock[PATH_MAX + 32], r[16], w[16];
         snprintf(bin, sizeof bin, "%s/tests/ckpt/rank_main", bindir());
-        snprintf(sock, sizeof sock, "%s/agent.%d.sock", e->jobdir, rank); /* one rank per node */
+        snprintf(sock, sizeof sock, "%s/agent.%d.sock", e->jobdir, node);
         snprintf(r, sizeof r, "%d", rank);
         snprintf(w, sizeof w, "%d", world);
         setenv("FTC_AGENT_SOCKET", sock, 1);
@@ -198,6 +210,13 @@ static inline pid_t start_rank(env_t *e, int rank, int world, const char *out, c
         _exit(127);
     }
     return pid;
+}
+
+/* Starts rank `rank` on node `rank` (one rank per node). */
+static inline pid_t start_rank(env_t *e, int rank, int world, const char *out, const char *a1,
+                               const char *a2, const char *a3, const char *a4)
+{
+    return start_rank_on(e, rank, rank, world, out, a1, a2, a3, a4);
 }
 
 static inline void wait_rank(pid_t pid, int timeout_ms)
@@ -262,8 +281,10 @@ static inline env_t *setup_env(redis_fixture_t *f, int nodes, const char *red, i
     return setup_env_domains(f, nodes, red, persist_every, NULL);
 }
 
-static inline env_t *setup_env_domains(redis_fixture_t *f, int nodes, const char *red,
-                                       int persist_every, const char *const *domains)
+/* The env of a test without starting its agents (start_agent each): the test
+ * may seed Redis first (job id and URL are set). */
+static inline env_t *prepare_env(redis_fixture_t *f, int nodes, const char *red,
+                                 int persist_every, const char *const *domains)
 {
     env_t *e = calloc(1, sizeof *e);
     e->f = f;
@@ -277,6 +298,13 @@ static inline env_t *setup_env_domains(redis_fixture_t *f, int nodes, const char
         snprintf(e->domain[i], sizeof e->domain[i], "%s", domains[i] ? domains[i] : "");
     mkdir(e->jobdir, 0700);
     read_url(e);
+    return e;
+}
+
+static inline env_t *setup_env_domains(redis_fixture_t *f, int nodes, const char *red,
+                                       int persist_every, const char *const *domains)
+{
+    env_t *e = prepare_env(f, nodes, red, persist_every, domains);
     for (int i = 0; i < nodes; i++)
         start_agent(e, i);
     return e;

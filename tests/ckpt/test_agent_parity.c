@@ -17,7 +17,14 @@
  *     6 nodes xor:2 in 3 domains of 2 consecutive nodes (index order would
  *     put both nodes of domain A in one group): both nodes of A lost at once,
  *     every rank restores;
- *   - encoding runs on the parity worker (the agents log its time).
+ *   - encoding and a rebuild's decode run on the parity worker (the agents
+ *     log their time);
+ *   - idle slots (a layout with fewer ranks than nodes x ranks_per_node):
+ *     the encoder choice, the virtual zero shard in encode and rebuild; end
+ *     to end with a published plan whose node 0 is idle: commits under xor:2
+ *     and a lost node's shard rebuilt;
+ *   - published parity groups (ftc:{J}:pargroups:GEN): the text form, every
+ *     agent adopts the published groups, a mismatch is refused at start.
  */
 #include "ftc_test.h"
 
@@ -152,6 +159,162 @@ static void test_encode_rebuild(void **state)
     for (int i = 0; i < 4; i++) {
         free(sh[i]);
         free(w[i]);
+    }
+}
+
+/* Idle members (no rank at that node and local index): the encoder is the
+ * first member from l % n on with a rank; an idle member's shard is the
+ * virtual zero shard (never given, zeros in the code, recorded as rank
+ * FTC_PAR_IDLE / size 0 / head 0); every other member rebuilds bit-exact,
+ * an idle one is never rebuilt. */
+static void test_idle_members(void **state)
+{
+    (void)state;
+    ftc_redundancy_t red;
+    ftc_err_t e = {0};
+    ftc__par_geo_t g;
+    assert_int_equal(ftc_redundancy_parse("rs:2+2", &red, &e), 0);
+    assert_int_equal(ftc__par_geometry(&red, 4, NULL, 0, &g, &e), 0);
+    bool idle[4] = {true, false, true, false};
+    assert_int_equal(ftc__par_encoder(&g, 0, idle), 1); /* member 0 idle: the next */
+    assert_int_equal(ftc__par_encoder(&g, 1, idle), 1);
+    assert_int_equal(ftc__par_encoder(&g, 2, idle), 3); /* 2 idle: 3 */
+    assert_int_equal(ftc__par_encoder(&g, 7, idle), 3);
+    assert_int_equal(ftc__par_encoder(&g, 5, NULL), 1); /* none idle: l % n */
+    bool all[4] = {true, true, true, true};
+    assert_int_equal(ftc__par_encoder(&g, 0, all), -1); /* a stripe without ranks */
+    /* member 0 idle; members 1..3 hold ranks 4, 7, 9 */
+    uint8_t *sh[4] = {NULL};
+    uint64_t sz[4] = {0};
+    uint32_t ranks[4] = {FTC_PAR_IDLE, 4, 7, 9};
+    for (int i = 1; i < 4; i++)
+        sh[i] = ftc_test_make_shard(3, (uint32_t)i, 2000 + 333 * (uint64_t)i, 70 + (uint64_t)i,
+                                    &sz[i]);
+    uint8_t *w[4];
+    uint64_t ws[4];
+    assert_int_equal(ftc__par_encode(&g, "test-job", 3, 1, 2, (const uint8_t *const *)sh, sz,
+                                     ranks, w, ws, &e), 0);
+    for (int i = 0; i < 4; i++)
+        assert_non_null(w[i]); /* the idle member holds parity too */
+    /* an idle member with bytes is refused */
+    uint8_t junk[64] = {1};
+    const uint8_t *bad[4] = {junk, sh[1], sh[2], sh[3]};
+    uint64_t bsz[4] = {64, sz[1], sz[2], sz[3]};
+    uint8_t *w2[4];
+    uint64_t ws2[4];
+    assert_int_equal(ftc__par_encode(&g, "test-job", 3, 1, 2, bad, bsz, ranks, w2, ws2, &e),
+                     FTC_EINVAL);
+    /* every pair of lost members among 1..3: the zero shard stands in for member 0's data,
+     * whatever is passed for it (never fetched) */
+    int rebuilt = 0;
+    for (int a = 1; a < 4; a++)
+        for (int b = a; b < 4; b++) {
+            const uint8_t *d[4], *wr[4];
+            uint64_t dsz[4];
+            for (int i = 0; i < 4; i++) {
+                bool gone = i == a || i == b;
+                d[i] = gone || i == 0 ? NULL : sh[i];
+                dsz[i] = i == 0 ? 12345 : sz[i];
+                wr[i] = gone ? NULL : w[i];
+            }
+            for (int x = 0; x < 2; x++) {
+                int lost = x ? b : a;
+                uint8_t *out;
+                uint64_t on;
+                assert_int_equal(ftc__par_rebuild(&g, 3, 2, lost, d, dsz, wr, ws, &out, &on, &e),
+                                 0);
+                assert_int_equal(on, sz[lost]);
+                assert_memory_equal(out, sh[lost], on);
+                free(out);
+                rebuilt++;
+            }
+        }
+    /* the idle member and member 3 lost: 3 rebuilds (the zero shard is not lost) */
+    const uint8_t *d1[4] = {NULL, sh[1], sh[2], NULL}, *w1[4] = {NULL, w[1], w[2], NULL};
+    uint8_t *out;
+    uint64_t on;
+    assert_int_equal(ftc__par_rebuild(&g, 3, 2, 3, d1, sz, w1, ws, &out, &on, &e), 0);
+    assert_memory_equal(out, sh[3], on);
+    free(out);
+    rebuilt++;
+    assert_int_equal(ftc__par_rebuild(&g, 3, 2, 0, d1, sz, w1, ws, &out, &on, &e), FTC_EINVAL);
+    assert_non_null(strstr(e.msg, "idle"));
+    /* the same rebuild as a parity worker task (what the agent hands its worker) */
+    ftc__par_task_t *t = calloc(1, sizeof *t);
+    t->rebuild = true;
+    t->step = 3;
+    t->local = 2;
+    t->geo = g;
+    t->geo.member = 3;
+    for (int i = 1; i < 3; i++) {
+        t->bufs[i] = malloc(sz[i]);
+        memcpy(t->bufs[i], sh[i], sz[i]);
+        t->sizes[i] = sz[i];
+        t->wraps[i] = malloc(ws[i]);
+        memcpy(t->wraps[i], w[i], ws[i]);
+        t->wsizes[i] = ws[i];
+    }
+    ftc__par_task_run(t);
+    assert_int_equal(t->rc, 0);
+    assert_int_equal(t->out_size, sz[3]);
+    assert_memory_equal(t->out, sh[3], sz[3]);
+    assert_null(t->bufs[1]); /* the pieces are freed once used */
+    printf("# rebuild task on the worker's code path: %.2f ms\n", t->ms);
+    ftc__par_task_free(t);
+    printf("# rs:2+2 with an idle member: %d rebuilds bit-exact; %s\n", rebuilt, e.msg);
+    for (int i = 0; i < 4; i++) {
+        free(sh[i]);
+        free(w[i]);
+    }
+}
+
+/* The published form of every group of a job (ftc:{J}:pargroups:GEN): it
+ * gives every node the group ftc__par_geometry does, and another redundancy,
+ * node count or a text that is not a partition is refused, naming both. */
+static void test_groups_text(void **state)
+{
+    (void)state;
+    ftc_redundancy_t red, other;
+    ftc_err_t e = {0};
+    assert_int_equal(ftc_redundancy_parse("xor:2", &red, &e), 0);
+    const char *d6[] = {"A", "A", "B", "B", "C", "C"};
+    const char *const *doms[] = {NULL, d6};
+    const char *want[] = {"xor:2 6 index 0,1,2 3,4,5", "xor:2 6 domain 0,2,4 1,3,5"};
+    for (int k = 0; k < 2; k++) {
+        char *text;
+        assert_int_equal(ftc__par_groups_str(&red, 6, doms[k], &text, &e), 0);
+        assert_string_equal(text, want[k]);
+        for (uint32_t i = 0; i < 6; i++) {
+            ftc__par_geo_t a, b;
+            assert_int_equal(ftc__par_geometry(&red, 6, doms[k], i, &a, &e), 0);
+            assert_int_equal(ftc__par_groups_parse(text, &red, 6, i, &b, &e), 0);
+            assert_true(a.n == b.n && a.m == b.m && a.d == b.d && a.member == b.member &&
+                        a.first == b.first && a.xor_code == b.xor_code &&
+                        a.by_domain == b.by_domain);
+            assert_memory_equal(a.node, b.node, sizeof(uint32_t) * (size_t)a.n);
+        }
+        free(text);
+    }
+    char *text;
+    assert_int_equal(ftc__par_groups_str(&red, 7, NULL, &text, &e), 0); /* leftover joins */
+    assert_string_equal(text, "xor:2 7 index 0,1,2 3,4,5,6");
+    free(text);
+    ftc__par_geo_t g;
+    assert_int_equal(ftc__par_groups_parse("xor:2 6 index 0,1,2 3,4,5", &red, 7, 0, &g, &e),
+                     FTC_ECONFIG);
+    assert_non_null(strstr(e.msg, "xor:2 on 6 nodes"));
+    assert_non_null(strstr(e.msg, "xor:2 on 7 nodes"));
+    print_message("%s\n", e.msg);
+    assert_int_equal(ftc_redundancy_parse("rs:2+1", &other, &e), 0);
+    assert_int_equal(ftc__par_groups_parse("xor:2 6 index 0,1,2 3,4,5", &other, 6, 0, &g, &e),
+                     FTC_ECONFIG);
+    assert_non_null(strstr(e.msg, "rs:2+1 on 6 nodes"));
+    const char *bad[] = {"xor:2 6 index 0,1,2 3,4",     "xor:2 6 index 0,1,2 2,3,4,5",
+                         "xor:2 6 index 0,1,2,3,4 5",   "xor:2 6 index 0,1,2 3,4,9",
+                         "xor:2 6 sideways 0,1,2 3,4,5", "xor:2 6 index 0;1;2 3,4,5", "junk"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(ftc__par_groups_parse(bad[i], &red, 6, 0, &g, &e), FTC_EPROTO);
+        printf("# '%s': %s\n", bad[i], e.msg);
     }
 }
 
@@ -534,6 +697,99 @@ static void test_domain_lost(void **state)
     teardown_env(e);
 }
 
+/* HSET/SET in the job's Redis (NULL-terminated arguments after the key suffix). */
+static void seed(env_t *e, const char *cmd, const char *suffix, const char *a1, const char *a2,
+                 const char *a3, const char *a4, const char *a5, const char *a6)
+{
+    ftc_ctl_t *c = redis_fixture_ctl(e->f, e->job);
+    char key[200];
+    ftc_ctl_key(c, suffix, key, sizeof key);
+    ftc_redis_reply_t *rep = NULL;
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), false, &rep, cmd, key, a1, a2, a3, a4, a5,
+                                    a6, NULL), 0);
+    ftc_redis_reply_free(rep);
+    ftc_ctl_destroy(c);
+}
+
+/* A layout with an idle slot (as `ftc run --tp/--pp` publishes when the world
+ * is smaller than nodes x ranks_per_node): xor:2 on 3 nodes, one rank per
+ * node, world 2, node 0 idle — the stripe's l % n encoder. Node 1 encodes
+ * instead (node 0's shard is the virtual zero shard, node 0 still holds
+ * parity), checkpoints commit, and after node 2 (rank 1) is lost its shard
+ * is rebuilt from node 1's shard, the zero shard and the parity of nodes 0
+ * and 1, and verified. */
+static void test_idle_slot(void **state)
+{
+    env_t *e = prepare_env(*state, 3, "xor:2", 1000, NULL);
+    seed(e, "HSET", "gen", "gen", "1", "world", "2", "epoch", "0");
+    seed(e, "HSET", "plan:1", "members", "node0 node1 node2", "ranks", "1:0 2:0", "world", "2");
+    for (int i = 0; i < 3; i++)
+        start_agent(e, i);
+    pid_t p[2];
+    char out[2][PATH_MAX + 32];
+    for (int r = 0; r < 2; r++) {
+        snprintf(out[r], sizeof out[r], "%s/rank%d.run.out", e->jobdir, r);
+        p[r] = start_rank_on(e, r, r + 1, 2, out[r], "--steps", "3", "--floats", "65536");
+    }
+    for (int r = 0; r < 2; r++) {
+        wait_rank(p[r], 60000);
+        assert_true(said(out[r], "COMMITTED 2"));
+    }
+    assert_true(agent_said(e, 1, "parity of 3 shards encoded"));
+    print_encode_times(e);
+    lose_node(e, 2);
+    start_agent(e, 2);
+    char rout[PATH_MAX + 32];
+    snprintf(rout, sizeof rout, "%s/rank1.restore.out", e->jobdir);
+    pid_t q = start_rank_on(e, 1, 2, 2, rout, "--restore", "--steps", "0", NULL);
+    wait_rank(q, 60000);
+    assert_true(said(rout, "RESTORED 2 OK"));
+    assert_true(agent_said(e, 2, "rebuilt from parity"));
+    teardown_env(e);
+}
+
+/* Published parity groups win: with `ftc:{J}:pargroups:1` set before the
+ * agents start ({0,2} and {1,3} instead of index order's {0,1}, {2,3}) every
+ * agent adopts them and says so; checkpoints commit and node 2's lost shard
+ * is rebuilt from node 0, its published partner. Groups for another node
+ * count are refused at start with FTC_ECONFIG naming both. */
+static void test_published_groups(void **state)
+{
+    env_t *e = prepare_env(*state, 4, "rs:1+1", 1000, NULL);
+    seed(e, "SET", "pargroups:1", "rs:1+1 4 index 0,2 1,3", NULL, NULL, NULL, NULL, NULL);
+    for (int i = 0; i < 4; i++)
+        start_agent(e, i);
+    run_all(e, "3");
+    for (int i = 0; i < 4; i++)
+        assert_true(agent_said(e, i, "parity groups adopted from"));
+    assert_true(agent_said(e, 0, "parity group of nodes 0,2"));
+    assert_true(agent_said(e, 3, "parity group of nodes 1,3"));
+    lose_node(e, 2);
+    start_agent(e, 2);
+    restore_rank(e, 2, "RESTORED 2 OK");
+    assert_true(agent_said(e, 2, "rebuilt from parity (rs, group of nodes 0,2)"));
+    teardown_env(e);
+    /* a mismatch: published for 5 nodes, this agent has 3 */
+    e = prepare_env(*state, 3, "xor:2", 1000, NULL);
+    snprintf(e->job + strlen(e->job), sizeof e->job - strlen(e->job), "m");
+    seed(e, "SET", "pargroups:1", "xor:2 5 index 0,1,2,3,4", NULL, NULL, NULL, NULL, NULL);
+    pid_t pid = spawn_agent(e, 0);
+    ftc_deadline_t d = ftc_deadline_in_ms(30000);
+    int st = 0;
+    while (waitpid(pid, &st, WNOHANG) != pid) {
+        if (ftc_deadline_expired(d)) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            fail_msg("the agent did not refuse mismatching published parity groups");
+        }
+        ftc_sleep_ms(20);
+    }
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) != 0);
+    assert_true(agent_said(e, 0, "xor:2 on 5 nodes, this agent has redundancy xor:2 on 3 nodes"));
+    assert_true(agent_said(e, 0, "pargroups:1"));
+    teardown_env(e);
+}
+
 /* A failure domain is one word of the fabric hash entry ("hexaddr node_id
  * domain gen", "-" = none): a label with a space or "-" would be read back as
  * another domain by the peers (other parity groups) and as a stale entry by
@@ -574,12 +830,16 @@ int main(void)
         cmocka_unit_test(test_encode_rebuild),
         cmocka_unit_test(test_domain_groups),
         cmocka_unit_test(test_worker),
+        cmocka_unit_test(test_idle_members),
+        cmocka_unit_test(test_groups_text),
         cmocka_unit_test(test_bad_domain),
         T(test_xor_one_node_lost),
         T(test_rs_two_nodes_lost),
         T(test_corrupt_parity_falls_back),
         T(test_corrupt_parity_no_persist),
         T(test_domain_lost),
+        T(test_idle_slot),
+        T(test_published_groups),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

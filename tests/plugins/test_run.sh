@@ -20,6 +20,9 @@
 #   5. 1 with `--in-process` and a binary that does not know the mode (no
 #      state file): its surviving ranks are stopped and started again, as in
 #      restart mode, and the job finishes.
+#   6. --tp 2 on 3 nodes (an idle slot), a node lost; 7. parity (xor:2) under
+#      ftc run; 8. parity with an idle slot (--tp 2 --redundancy xor:2), a
+#      node lost and replaced: its rank's shard is rebuilt from parity.
 #
 # usage: test_run.sh PATH/TO/ftc PATH/TO/rank_main PATH/TO/ckptfile_main
 set -u
@@ -41,7 +44,7 @@ trap cleanup EXIT
 . "$(dirname "$0")/lib.sh" # check, count, committed, wait_committed
 export FTC_LOG_LEVEL=${FTC_LOG_LEVEL:-info}
 # FTC_RUN_ONLY=24 runs scenarios 2 and 4 only (while debugging)
-want() { case ${FTC_RUN_ONLY:-1234567} in *$1*) return 0 ;; esac; return 1; }
+want() { case ${FTC_RUN_ONLY:-12345678} in *$1*) return 0 ;; esac; return 1; }
 
 # ---- 1. a rank dies -------------------------------------------------------------------
 if want 1; then
@@ -262,6 +265,46 @@ check "4: the new rank 0 loaded the saved state from a peer's memory" \
 check "4: no bad load, no error" bash -c "! grep -q 'LOADED [0-9]* BAD\|^ERROR' '$T/4.out'"
 check "4: every rank finished" test "$(count 'DONE 59' "$T/4.out")" -ge 2
 [ $fails -eq $f0 ] || { echo "--- output of 4:"; tail -60 "$T/4.out"; }
+fi
+
+# ---- 8. parity with an idle slot under ftc run ---------------------------------------------
+# --tp 2 on 3 nodes with xor:2: world 2, so one node's slot is idle in the
+# group's only stripe (its data is the virtual zero shard; it holds parity).
+# Versions commit; the node of rank 1 is lost and replaced (--nnodes 3:3),
+# and the replacement's rank gets its shard rebuilt from the survivor's data,
+# the zero shard and the parity the idle node holds.
+if want 8; then
+J8=run${tag}i
+f0=$fails
+"$FTC" run --simulate-nodes 3 --nnodes 3:3 --tp 2 --redundancy xor:2 --job "$J8" \
+    --job-dir "$T/j8" --max-restarts 4 --settle-ms 300 -- "$RANK" --steps 80 --step-ms 40 \
+    --floats 4096 --restore --strict >"$T/8.out" 2>&1 &
+runpid=$!
+pids+=($runpid)
+check "8: the parity job with an idle slot committed step 5" wait_committed "$J8" "$T/j8" 5 60
+check "8: the planner made world 2 on 3 nodes (an idle slot)" \
+    grep -q 'generation 1: layout dp 1 x tp 2 x pp 1 = world 2 on 3 nodes' "$T/8.out"
+check "8: parity was encoded with the idle slot" grep -q 'parity of 3 shards encoded' "$T/8.out"
+n8=$(sed -n 's/.*ftc\[\(node[0-9]\)\] INFO run: generation 1: rank 1 (local.*/\1/p' "$T/8.out" | head -1)
+victim=$(cat "$T/j8/$n8.pid" 2>/dev/null)
+check "8: found the node of rank 1 ($n8)" test -n "$victim"
+kill -9 "$victim"
+rm -f /dev/shm/ftc."$J8".n"${n8#node}".* 2>/dev/null
+"$FTC" run --node-rank "${n8#node}" --nnodes 3:3 --tp 2 --redundancy xor:2 --job "$J8" \
+    --job-dir "$T/j8" --redis "$(cat "$T/j8/redis.url")" --max-restarts 4 --settle-ms 300 -- \
+    "$RANK" --steps 80 --step-ms 40 --floats 4096 --restore --strict >"$T/8b.out" 2>&1 &
+p8b=$!
+pids+=($p8b)
+wait $runpid
+rc=$?
+wait $p8b
+rc2=$?
+check "8: the job finished (exit $rc, replacement $rc2)" test $rc -eq 0 -a $rc2 -eq 0
+check "8: the replacement's rank was rebuilt from parity" grep -q 'rebuilt from parity' "$T/8b.out"
+check "8: no bad restore, no error" bash -c "! cat '$T/8.out' '$T/8b.out' | grep -v 'agent socket: connection closed by the other side' | grep -q 'RESTORED [0-9]* BAD\|no verified copy\|^ERROR'"
+check "8: both ranks reached the last step" \
+    test "$(cat "$T/8.out" "$T/8b.out" | grep -c 'COMMITTED 79')" -ge 2
+[ $fails -eq $f0 ] || { echo "--- output of 8:"; tail -60 "$T/8.out"; tail -30 "$T/8b.out"; }
 fi
 
 if [ $fails -ne 0 ]; then
