@@ -1024,6 +1024,13 @@ static void ftc__on_begin(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
         r->begin_waiting = true;
         r->begin_step = m->step;
         r->begin_since_ns = ftc_now_ns();
+        /* the policy applied is reported, like a skip */
+        ftc_ctl_event_t e = {.kind = "checkpoint_waiting", .node = a->node_id,
+                             .rank = (int)r->rank, .generation = a->generation,
+                             .step = (int64_t)m->step,
+                             .detail = "previous checkpoint still replicating (policy wait): "
+                                       "the checkpoint waits for a commit to free a slot"};
+        ftc_ctl_event(a->ctl, &e);
         return; /* answered when the in-flight version commits */
     }
     ftc_ap_msg_t sk;

@@ -294,6 +294,8 @@ const char *ftc_last_error(const ftc_ctx_t *c)
 int ftc_register(ftc_ctx_t *c, const char *name, int dtype, int ndim, const int64_t *shape,
                  void *data, int device)
 {
+    if (!c)
+        return FTC_EINVAL;
     if (!c->snap)
         return ftc_err_set(&c->err, FTC_EINVAL, "ftc_register: the context is not connected");
     if (c->slots_ready)
@@ -448,6 +450,8 @@ int ftc_ckpt_status(ftc_ctx_t *c, ftc_ckpt_status_t *st)
 
 int ftc_wait_snapshot(ftc_ctx_t *c)
 {
+    if (!c)
+        return FTC_EINVAL;
     if (!c->snap)
         return ftc_err_set(&c->err, FTC_EINVAL, "the context is not connected");
     return ftc_snap_wait_copy(c->snap, ftc_deadline_in_ms((uint64_t)c->o.timeout_ms), &c->err);
@@ -455,6 +459,10 @@ int ftc_wait_snapshot(ftc_ctx_t *c)
 
 int ftc_wait_committed(ftc_ctx_t *c, int64_t step)
 {
+    if (!c)
+        return FTC_EINVAL;
+    if (!c->snap)
+        return ftc_err_set(&c->err, FTC_EINVAL, "ftc_wait_committed: the context is not connected");
     int rc = ftc__wait_announced(c);
     if (rc)
         return rc;

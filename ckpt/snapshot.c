@@ -303,6 +303,15 @@ int ftc_snap_add(ftc_snap_t *s, const char *name, int dtype, uint32_t ndim, cons
                            "tensor '%s' is on CUDA device %d, but this ftc was built without "
                            "CUDA (rebuild with nvcc on PATH, -DFTC_WITH_CUDA=ON)",
                            name ? name : "", device);
+    /* a NULL pointer is refused before the layout records the name, so the
+     * caller may register the tensor again with its data */
+    if (!ptr && ftc_dtype_size(dtype)) {
+        uint64_t n = 1;
+        for (uint32_t k = 0; k < ndim && k < FTC_SHARD_MAX_DIMS; k++)
+            n *= shape[k];
+        if (n)
+            return ftc_err_set(err, FTC_EINVAL, "tensor '%s': NULL data pointer", name ? name : "");
+    }
     int idx = ftc_shard_layout_add_tensor(s->layout, name, dtype, ndim, shape, err);
     if (idx < 0)
         return idx;

@@ -343,6 +343,7 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
     o.tp = (int)tp;
     o.pp = (int)pp;
     o.agent.domain = domain;
+    o.hosts_redis = srv != NULL && !simulate; /* simulated: this process outlives the nodes */
     o.argv = argv + dd + 1;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

@@ -142,6 +142,15 @@ static int ftc__apply_json(const ftc_cli_cmd_t *cmd, json_t *root, const ftc_cli
             return ftc_cli_usage_error(cmd, "--train-config: unknown key '%s'", key);
         if (seen[i])
             continue;
+        if (opts[i].kind == FTC_OPT_SIZE && json_is_string(val)) { /* "64KiB", as a flag */
+            int64_t v;
+            if (ftc_parse_size(json_string_value(val), &v) != 0 || v < 0)
+                return ftc_cli_usage_error(cmd, "--train-config: '%s' wants a size such as 4096, "
+                                           "64MiB or 1G, not '%s'",
+                                           key, json_string_value(val));
+            *(uint64_t *)opts[i].dest = (uint64_t)v;
+            continue;
+        }
         switch (opts[i].kind) {
         case FTC_OPT_FLAG:
             if (!json_is_boolean(val))

@@ -135,17 +135,31 @@ typedef struct ftc_options {
 typedef struct ftc_ctx ftc_ctx_t;
 
 /* Connects to the node's agent. opts may be NULL (everything from FTC_*).
- * FTC_ENOENT when no agent answers at the socket (the message names it). */
+ * FTC_ENOENT when no socket is given (the message names FTC_AGENT_SOCKET)
+ * or no agent answers at it (the message names the socket); FTC_ECONFIG when
+ * rank/world/tp/pp do not fit; FTC_ENOMEM; an agent that refuses the HELLO:
+ * its code. *ctx is set even on failure (for ftc_last_error) and must be
+ * freed with ftc_destroy; every other call on it returns FTC_EINVAL ("not
+ * connected"). Thread-safe (each call makes its own context). */
 int ftc_create(const ftc_options_t *opts, ftc_ctx_t **ctx);
 /* Waits for a snapshot in flight, says goodbye to the agent, frees. The
- * agent keeps the slots. NULL is a no-op. */
+ * agent keeps the slots. NULL is a no-op. Not concurrently with any other
+ * call on ctx. */
 void ftc_destroy(ftc_ctx_t *ctx);
-/* The last error's sentence (never NULL). */
+/* The last error's sentence (never NULL). The context's thread only. */
 const char *ftc_last_error(const ftc_ctx_t *ctx);
 
 /* Registers a tensor before the first checkpoint or restore. shape has ndim
  * entries (ndim 0: a scalar). data stays owned by the caller and must stay
- * valid until ftc_destroy. device: FTC_HOST or a CUDA device id. */
+ * valid until ftc_destroy. device: FTC_HOST or a CUDA device id.
+ * Errors: FTC_EEXIST a name registered twice; FTC_EINVAL a NULL or
+ * unconnected context, a name of 0 or more than 1024 bytes,
+ * an unknown dtype, ndim outside 0..8, a negative dimension, NULL data for a
+ * non-empty tensor, or a call after the first ftc_checkpoint / ftc_restore
+ * (the set of tensors is then fixed); FTC_ERANGE too many tensors or a size
+ * that overflows; FTC_EUNSUPPORTED a CUDA device in a build without CUDA;
+ * FTC_ENOMEM. A refused registration registers nothing (the name stays
+ * free). The context's thread only. */
 int ftc_register(ftc_ctx_t *ctx, const char *name, int dtype, int ndim, const int64_t *shape,
                  void *data, int device);
 
@@ -159,10 +173,21 @@ int ftc_register(ftc_ctx_t *ctx, const char *name, int dtype, int ndim, const in
  * with policy "wait", while the agent has no free slot. */
 int ftc_checkpoint(ftc_ctx_t *ctx, int64_t step, const void *meta, size_t meta_len);
 /* Waits until the snapshot's copy is done (the tensors may be written
- * again). Returns at once when none is in flight. */
+ * again). Returns 0 at once when none is in flight. FTC_ETIMEDOUT when the
+ * copy is still running after the context's timeout_ms; the copy's own
+ * error (FTC_EIO, FTC_ECUDA, ...) when it failed; FTC_EINVAL on a NULL or
+ * unconnected context. The context's thread only. */
 int ftc_wait_snapshot(ftc_ctx_t *ctx);
 /* Waits until step is committed (every rank's shard replicated and
- * recorded); for tests and for trainers that want it. */
+ * recorded); for tests and for trainers that want it. Returns 0 once the
+ * agent said step (or a later one) committed; FTC_EIO when the agent said
+ * step will not commit (the message says why: a replication that failed,
+ * a corrupt slot); FTC_ETIMEDOUT after the context's timeout_ms (no rank
+ * checkpointed it, or its replication is still going); FTC_ECANCELED after
+ * ftc_interrupt; a socket error (FTC_EIO, FTC_EPROTO) when the agent is
+ * gone; the snapshot thread's error when telling the agent of the seal
+ * failed; FTC_EINVAL on a NULL or unconnected context. The context's thread
+ * only. */
 int ftc_wait_committed(ftc_ctx_t *ctx, int64_t step);
 /* Makes every wait of ctx for its agent (ftc_checkpoint waiting for a free
  * slot, ftc_restore, ftc_fetch, ftc_wait_committed) end within ~50 ms with

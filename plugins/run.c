@@ -508,7 +508,10 @@ static int ftc__start_ranks(ftc__sup_t *s, const char *master, int master_port, 
         FTC__SETENV("FTC_WORLD_SIZE=%d", world);
         FTC__SETENV("FTC_JOB_ID=%s", o->job);
         FTC__SETENV("FTC_GENERATION=%" PRIu64, s->gen);
-        FTC__SETENV("FTC_NODE_RANK=%d", index);
+        /* the node's stable index (--node-rank, its agent's --index), as
+         * `ftc run` and `ftc agent` read FTC_NODE_RANK; GROUP_RANK is its
+         * position in this generation, which follows the rendezvous */
+        FTC__SETENV("FTC_NODE_RANK=%u", o->node_index);
         FTC__SETENV("FTC_AGENT_SOCKET=%s", ftc_agent_socket(s->ag.agent));
         FTC__SETENV("FTC_REDIS_URL=%s", redis_url);
         if (access(pwfile, R_OK) == 0)
@@ -968,6 +971,44 @@ static bool ftc__redis_answers(ftc__sup_t *s)
     return rc == 0;
 }
 
+/* The job is done (every node of the generation is in done_key): says so in
+ * done_key:seen, and when this process runs the job's embedded Redis
+ * (o->hosts_redis) waits until every node of the generation has seen it too
+ * (bounded: FTC__DONE_SEEN_MS, or a stop signal), so that Redis, stopped
+ * when this process exits, outlives the other nodes' last look at done_key:
+ * without it a node one poll behind lost Redis and waited out its
+ * --join-timeout-ms before giving up as cut off. */
+#define FTC__DONE_SEEN_MS 15000
+static void ftc__done_seen(ftc__sup_t *s, const char *done_key, volatile sig_atomic_t *stop)
+{
+    char seen_key[300];
+    snprintf(seen_key, sizeof seen_key, "%s:seen", done_key);
+    ftc_redis_t *r = ftc_ctl_redis(s->ctl);
+    ftc_redis_reply_t *rep = NULL;
+    ftc_redis_cmdv(r, true, &rep, "SADD", seen_key, s->node_id, NULL);
+    ftc_redis_reply_free(rep);
+    rep = NULL;
+    ftc_redis_cmdv(r, true, &rep, "EXPIRE", seen_key, "3600", NULL);
+    ftc_redis_reply_free(rep);
+    if (!s->o->hosts_redis)
+        return;
+    ftc_deadline_t d = ftc_deadline_in_ms(FTC__DONE_SEEN_MS);
+    long long n = 0;
+    while (!(stop && *stop) && !ftc_deadline_expired(d)) {
+        rep = NULL;
+        int rc = ftc_redis_cmdv(r, true, &rep, "SCARD", seen_key, NULL);
+        if (rc == 0 && ftc_redis_want_int(rep, "seen", &n, NULL) == 0 && n >= s->round.nodes) {
+            ftc_redis_reply_free(rep);
+            return;
+        }
+        ftc_redis_reply_free(rep);
+        ftc_sleep_ms(10);
+    }
+    FTC_WARN("run", "job done, but only %lld of the %d nodes saw it within %d ms: stopping the "
+             "job's Redis anyway",
+             n, s->round.nodes, FTC__DONE_SEEN_MS);
+}
+
 /* Watches one generation until it ends. */
 static int ftc__watch(ftc__sup_t *s, volatile sig_atomic_t *stop, ftc_err_t *err)
 {
@@ -1061,6 +1102,7 @@ static int ftc__watch(ftc__sup_t *s, volatile sig_atomic_t *stop, ftc_err_t *err
                 if (done_marked && ftc_redis_cmdv(r, true, &rep, "SCARD", done_key, NULL) == 0 &&
                     ftc_redis_want_int(rep, "done", &n, NULL) == 0 && n >= s->round.nodes) {
                     ftc_redis_reply_free(rep);
+                    ftc__done_seen(s, done_key, stop);
                     return FTC__DONE;
                 }
                 ftc_redis_reply_free(rep);

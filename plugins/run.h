@@ -82,6 +82,10 @@ typedef struct ftc_run_options {
     char *const *argv;         /* BINARY ARGS..., NULL-terminated */
     bool in_process;           /* --in-process: surviving ranks continue in their process
                                   (plugins/inproc.h); default: restart mode */
+    bool hosts_redis;          /* this process runs the job's embedded Redis (node 0 of a
+                                  real multi-node job): at the job's end it returns only
+                                  once every node saw the job done (at most 15 s), so the
+                                  Redis it then stops outlives their last read */
     int tp, pp;                /* --tp / --pp: the job's fixed tensor / pipeline degrees for
                                   the layout planner (0 = 1): WORLD_SIZE is dp x tp x pp, slots
                                   beyond it stay idle, TP groups are placed whole on a node

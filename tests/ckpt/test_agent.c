@@ -10,11 +10,22 @@
  *   - a corrupted replica is detected and another source is used;
  *   - a rank's corrupted own slots: restored from a peer's replica;
  *   - with no replicas and no shm left, the persist tier restores;
- *   - nothing committed: a clear "nothing committed" error.
+ *   - nothing committed: a clear "nothing committed" error;
+ *   - failure domains {A, A, B, B}, k = 1: every replica lands in the other
+ *     domain; both domain-A nodes lost at once, both their ranks restore;
+ *   - --persist-every 3: only every third commit reaches the persist tier;
+ *   - checkpoint.busy wait: with no free slot the checkpoint waits (never
+ *     FTC_EAGAIN) until a commit frees one, and a checkpoint_waiting event
+ *     says so.
  */
 #include "ftc_test.h"
 
 #include "ckpt/agent_fixture.h"
+#include "ftc.h"
+
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <stdatomic.h>
 
 static void test_replicate_kill_rank_lose_node(void **state)
 {
@@ -192,6 +203,219 @@ static void test_nothing_committed(void **state)
     teardown_env(e);
 }
 
+/* Number of /dev/shm objects whose name starts with "ftc.<job>.n<holder>.p<owner>.":
+ * node holder's replicas of rank owner (replica.c names them so). */
+static int replicas_on(env_t *e, int holder, int owner)
+{
+    char prefix[128];
+    snprintf(prefix, sizeof prefix, "ftc.%s.n%d.p%d.", e->job, holder, owner);
+    int n = 0;
+    DIR *d = opendir("/dev/shm");
+    assert_non_null(d);
+    struct dirent *de;
+    while ((de = readdir(d)))
+        n += !strncmp(de->d_name, prefix, strlen(prefix));
+    closedir(d);
+    return n;
+}
+
+/* Domains {A, A, B, B}, k = 1: a replica goes to the next node in ring order
+ * whose domain differs (docs/agent.md): rank 0 (A) -> node 2, not node 1;
+ * rank 1 (A) -> node 2; rank 2 (B) -> node 0 (node 3 is B); rank 3 (B) ->
+ * node 0. Losing both A nodes at once (agents SIGKILLed, their memory gone)
+ * leaves a copy of both A ranks on node 2: both restore, bytes verified. */
+static void test_failure_domain_placement(void **state)
+{
+    const char *dom[] = {"A", "A", "B", "B"};
+    env_t *e = setup_env_domains(*state, 4, "1", 1000, dom);
+    run_all(e, "3");
+    int want[4] = {2, 2, 0, 0}; /* holder of each rank's replica, in ring order */
+    for (int r = 0; r < 4; r++)
+        for (int h = 0; h < 4; h++) {
+            int n = replicas_on(e, h, r);
+            print_message("rank %d (domain %s): %d replica object(s) on node %d (domain %s)\n", r,
+                          dom[r], n, h, dom[h]);
+            if (h == want[r] && n == 0)
+                fail_msg("no replica of rank %d on node %d", r, h);
+            if (!strcmp(dom[h], dom[r]) && n != 0) /* never in the rank's own domain */
+                fail_msg("%d replica object(s) of rank %d on node %d, both of domain %s", n, r,
+                         h, dom[r]);
+        }
+    kill_agent(e, 0);
+    kill_agent(e, 1);
+    wipe_node_shm(e, 0);
+    wipe_node_shm(e, 1);
+    start_agent(e, 0);
+    start_agent(e, 1);
+    restore_rank(e, 0, "RESTORED 2 OK");
+    restore_rank(e, 1, "RESTORED 2 OK");
+    teardown_env(e);
+}
+
+/* A libftc context in this process: rank `rank` of `world` on node `node`. */
+static ftc_ctx_t *open_ctx(env_t *e, int node, int rank, int world, float *w, int n)
+{
+    char sock[PATH_MAX + 32];
+    snprintf(sock, sizeof sock, "%s/agent.%d.sock", e->jobdir, node);
+    ftc_options_t o = FTC_OPTIONS_INIT;
+    o.job = e->job;
+    o.agent = sock;
+    o.rank = rank;
+    o.world = world;
+    o.timeout_ms = 30000;
+    ftc_ctx_t *c = NULL;
+    if (ftc_create(&o, &c))
+        fail_msg("ftc_create: %s", ftc_last_error(c));
+    int64_t shape[1] = {n};
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    return c;
+}
+
+/* The version directories v<STEP> of node's persist directory, as a bitmask
+ * of steps 0..63. */
+static uint64_t persisted_steps(env_t *e, int node)
+{
+    char dir[PATH_MAX + 32];
+    snprintf(dir, sizeof dir, "%s/node%d", e->persist, node);
+    uint64_t mask = 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        char *end;
+        if (de->d_name[0] != 'v')
+            continue;
+        long long s = strtoll(de->d_name + 1, &end, 10);
+        if (*end == 0 && s >= 0 && s < 64)
+            mask |= 1ull << s;
+    }
+    closedir(d);
+    return mask;
+}
+
+/* --persist-every 3: the agent persists at its 3rd, 6th, 9th... commit. One
+ * rank, k = 0, every step committed (ftc_wait_committed) before the next, and
+ * the writer idle again (the version's COMMITTED marker) before the next due
+ * one, so the versions are exactly steps 2, 5 and 8 — no other step, and none
+ * taken late by a busy writer. */
+static void test_persist_every_third_commit(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 3);
+    static float w[4096];
+    ftc_ctx_t *c = open_ctx(e, 0, 0, 1, w, 4096);
+    for (int64_t s = 0; s < 10; s++) {
+        for (int i = 0; i < 4096; i++)
+            w[i] = (float)(s * 4096 + i);
+        assert_int_equal(ftc_checkpoint(c, s, NULL, 0), 0);
+        assert_int_equal(ftc_wait_snapshot(c), 0);
+        if (ftc_wait_committed(c, s))
+            fail_msg("step %lld: %s", (long long)s, ftc_last_error(c));
+        if (s % 3 == 2)
+            wait_persisted(e, 0, (int)s);
+    }
+    ftc_destroy(c);
+    uint64_t m = persisted_steps(e, 0);
+    print_message("persisted steps mask 0x%llx\n", (unsigned long long)m);
+    assert_true(m == ((1ull << 2) | (1ull << 5) | (1ull << 8)));
+    teardown_env(e);
+}
+
+typedef struct {
+    ftc_ctx_t *c;
+    int64_t step;
+    int rc;
+    atomic_int done;
+} bg_ckpt_t;
+
+static void *bg_checkpoint(void *arg)
+{
+    bg_ckpt_t *b = arg;
+    b->rc = ftc_checkpoint(b->c, b->step, NULL, 0);
+    atomic_store(&b->done, 1);
+    return NULL;
+}
+
+/* The first entry of the job's event stream of kind `kind`: its step, or -1
+ * when there is none. */
+static int64_t stream_event_step(env_t *e, const char *kind, int rank)
+{
+    ftc_ctl_t *c = redis_fixture_ctl(e->f, e->job);
+    char key[128];
+    int64_t step = -1;
+    ftc_redis_reply_t *rep;
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, &rep, "XRANGE",
+                                    ftc_ctl_key(c, "events", key, sizeof key), "-", "+", NULL), 0);
+    for (size_t i = 0; i < rep->elements && step < 0; i++) {
+        ftc_redis_reply_t *fields = rep->element[i]->element[1];
+        const char *k = NULL, *s = NULL, *r = NULL;
+        for (size_t j = 0; j + 1 < fields->elements; j += 2) {
+            const char *name = fields->element[j]->str, *v = fields->element[j + 1]->str;
+            if (!strcmp(name, "kind"))
+                k = v;
+            else if (!strcmp(name, "step"))
+                s = v;
+            else if (!strcmp(name, "rank"))
+                r = v;
+        }
+        if (k && s && !strcmp(k, kind) && (!r || atoi(r) == rank))
+            step = strtoll(s, NULL, 10);
+    }
+    ftc_redis_reply_free(rep);
+    ftc_ctl_destroy(c);
+    return step;
+}
+
+/* checkpoint.busy wait (the default): rank 0 of a world of 2 checkpoints
+ * steps 0, 1, 2 while rank 1 checkpoints nothing, so nothing commits and
+ * its three slots fill (test_three_slots_before_skip); step 3 then has no
+ * free slot and ftc_checkpoint waits — it neither returns FTC_EAGAIN (skip)
+ * nor fails — and the agent records a checkpoint_waiting event for it. Rank
+ * 1 then checkpoints steps 0..2: step 1's commit supersedes step 0's slot,
+ * the parked checkpoint of step 3 gets it and returns 0, and step 3 commits
+ * for both. */
+static void test_busy_wait_policy(void **state)
+{
+    setenv("FTC_CHECKPOINT_BUSY", "wait", 1); /* the default, said explicitly */
+    env_t *e = setup_env(*state, 2, "1", 1000);
+    unsetenv("FTC_CHECKPOINT_BUSY");
+    static float w0[4096], w1[4096];
+    ftc_ctx_t *c0 = open_ctx(e, 0, 0, 2, w0, 4096);
+    for (int64_t s = 0; s < 3; s++) {
+        assert_int_equal(ftc_checkpoint(c0, s, NULL, 0), 0);
+        assert_int_equal(ftc_wait_snapshot(c0), 0);
+    }
+    bg_ckpt_t b = {.c = c0, .step = 3, .rc = 1};
+    pthread_t tid;
+    assert_int_equal(pthread_create(&tid, NULL, bg_checkpoint, &b), 0);
+    /* the agent reports the parked checkpoint; meanwhile it has not returned */
+    ftc_deadline_t d = ftc_deadline_in_ms(20000);
+    while (stream_event_step(e, "checkpoint_waiting", 0) != 3) {
+        if (ftc_deadline_expired(d))
+            fail_msg("no checkpoint_waiting event for rank 0 step 3");
+        ftc_sleep_ms(50);
+    }
+    assert_int_equal(atomic_load(&b.done), 0);
+    ftc_ctx_t *c1 = open_ctx(e, 1, 1, 2, w1, 4096);
+    for (int64_t s = 0; s < 3; s++) {
+        assert_int_equal(ftc_checkpoint(c1, s, NULL, 0), 0);
+        assert_int_equal(ftc_wait_snapshot(c1), 0);
+    }
+    pthread_join(tid, NULL);
+    print_message("parked checkpoint of step 3 returned %s (%s)\n", ftc_errname(b.rc),
+                  b.rc ? ftc_last_error(c0) : "");
+    assert_int_equal(b.rc, 0);
+    assert_int_equal(ftc_wait_snapshot(c0), 0);
+    assert_int_equal(ftc_checkpoint(c1, 3, NULL, 0), 0);
+    assert_int_equal(ftc_wait_snapshot(c1), 0);
+    assert_int_equal(ftc_wait_committed(c0, 3), 0);
+    assert_int_equal(ftc_wait_committed(c1, 3), 0);
+    assert_int_equal(stream_event_step(e, "checkpoint_skipped", 0), -1);
+    ftc_destroy(c0);
+    ftc_destroy(c1);
+    teardown_env(e);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
 
 int main(void)
@@ -206,6 +430,9 @@ int main(void)
         T(test_corrupt_replica_other_source),
         T(test_corrupt_own_slots_peer_replica),
         T(test_persist_tier_last_resort),
+        T(test_failure_domain_placement),
+        T(test_persist_every_third_commit),
+        T(test_busy_wait_policy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,7 +3,10 @@
  * (gpt2-small has GPT-2's 124,439,808), the named tensor views tile the
  * buffer, bad configs are refused, the gradient of every parameter tensor of
  * a small model against central finite differences of the loss, and the same
- * gradient bits with 1 and 2 threads.
+ * gradient bits with 1 and 2 threads; the optimizer's learning-rate
+ * schedule (linear warmup, cosine decay to min_lr_ratio x lr, flat after)
+ * and its clipping by the global L2 norm (seen in AdamW's first moment after
+ * one step: m = (1 - beta1) x the clipped gradient).
  *
  * Gradient check: fp32 model, parameters drawn from U(-0.3, 0.3) so that
  * gradients are well above fp32 noise, h = 1e-3, loss accumulated in double;
@@ -15,6 +18,7 @@
 #include "ftc_test.h"
 
 #include "trainer/model.h"
+#include "trainer/optim.h"
 #include "trainer/rng.h"
 
 #include <math.h>
@@ -159,12 +163,103 @@ static void test_accumulate_and_threads(void **state)
     ftc_model_destroy(m);
 }
 
+/* lr(step): warmup lr*(step+1)/warmup, then cosine from lr at step warmup to
+ * lr*min_lr_ratio at step total-1, flat after (optim.h). */
+static void test_lr_schedule(void **state)
+{
+    (void)state;
+    ftc_optim_config_t c = FTC_OPTIM_CONFIG_INIT;
+    c.lr = 1e-3f;
+    c.min_lr_ratio = 0.1f;
+    c.warmup = 10;
+    c.total = 111; /* cosine over steps 10..110: its middle is step 60 */
+    assert_float_equal(ftc_optim_lr(&c, 0), 1e-4, 1e-9);           /* lr * 1/10 */
+    assert_float_equal(ftc_optim_lr(&c, 4), 5e-4, 1e-9);           /* lr * 5/10 */
+    assert_float_equal(ftc_optim_lr(&c, 9), 1e-3, 1e-9);           /* end of warmup: peak */
+    assert_float_equal(ftc_optim_lr(&c, 10), 1e-3, 1e-9);          /* cosine starts at the peak */
+    assert_float_equal(ftc_optim_lr(&c, 60), 1e-3 * 0.55, 1e-9);   /* middle: (1 + 0.1) / 2 */
+    assert_float_equal(ftc_optim_lr(&c, 110), 1e-4, 1e-9);         /* end: lr * min_lr_ratio */
+    assert_float_equal(ftc_optim_lr(&c, 500), 1e-4, 1e-9);         /* flat after */
+    /* monotone: up during warmup, down after */
+    for (uint64_t s = 1; s < 111; s++) {
+        if (s < 10)
+            assert_true(ftc_optim_lr(&c, s) > ftc_optim_lr(&c, s - 1));
+        else if (s > 10)
+            assert_true(ftc_optim_lr(&c, s) < ftc_optim_lr(&c, s - 1));
+    }
+    ftc_err_t err = {0};
+    assert_int_equal(ftc_optim_config_check(&c, &err), 0);
+    c.total = 0;
+    assert_int_equal(ftc_optim_config_check(&c, &err), FTC_EINVAL);
+    c.total = 111;
+    c.grad_clip = -1.0f;
+    assert_int_equal(ftc_optim_config_check(&c, &err), FTC_EINVAL);
+}
+
+/* One AdamW step from zero moments: m = (1 - beta1) * scale * g, so the
+ * clipped gradient is m / (1 - beta1). A gradient whose global norm is above
+ * grad_clip comes out with exactly that norm (same direction); one below it
+ * is unchanged, element for element. */
+static void clip_case(double want_norm, float clip)
+{
+    ftc_err_t err = {0};
+    ftc_model_config_t mc = {23, 8, 2, 2, 8};
+    ftc_model_t *m = ftc_model_create(&mc, ftc_kernels_cpu(), 1, 4, 1, &err);
+    assert_non_null(m);
+    size_t n = ftc_model_num_params(m);
+    float *g = ftc_model_grads(m);
+    ftc_rng_t r;
+    ftc_rng_seed(&r, 5);
+    for (size_t i = 0; i < n; i++)
+        g[i] = (float)(ftc_rng_uniform(&r) - 0.5);
+    double n0 = ftc_grad_norm(g, n);
+    for (size_t i = 0; i < n; i++)
+        g[i] = (float)(g[i] * (want_norm / n0));
+    double gn = ftc_grad_norm(g, n);
+    float *g0 = malloc(n * sizeof *g0);
+    memcpy(g0, g, n * sizeof *g0);
+    ftc_adamw_t *a = ftc_adamw_create(n, &err);
+    assert_non_null(a);
+    ftc_optim_config_t c = FTC_OPTIM_CONFIG_INIT;
+    c.grad_clip = clip;
+    float norm = 0, lr = 0;
+    ftc_adamw_step(a, m, &c, 0, &norm, &lr);
+    assert_float_equal(norm, gn, gn * 1e-6); /* the norm before clipping */
+    assert_float_equal(lr, ftc_optim_lr(&c, 0), 0);
+    bool clipped = clip > 0.0f && gn > clip;
+    double sq = 0;
+    for (size_t i = 0; i < n; i++) {
+        double gi = (double)a->m[i] / (1.0 - (double)c.beta1);
+        sq += gi * gi;
+        if (!clipped)
+            assert_true(a->m[i] == (1.0f - c.beta1) * g0[i]); /* unchanged, bit for bit */
+        else /* same direction */
+            assert_true((a->m[i] > 0) == (g0[i] > 0) || g0[i] == 0);
+    }
+    double out = sqrt(sq);
+    print_message("gradient norm %.6f, clip %.3f: clipped norm %.6f\n", gn, (double)clip, out);
+    assert_float_equal(out, clipped ? (double)clip : gn, 1e-5 * (clipped ? clip : gn));
+    ftc_adamw_destroy(a);
+    free(g0);
+    ftc_model_destroy(m);
+}
+
+static void test_grad_clip(void **state)
+{
+    (void)state;
+    clip_case(7.5, 1.0f);  /* above: scaled to exactly 1.0 */
+    clip_case(0.25, 1.0f); /* below: unchanged */
+    clip_case(7.5, 0.0f);  /* clipping off: unchanged */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sizes),
         cmocka_unit_test(test_gradcheck),
         cmocka_unit_test(test_accumulate_and_threads),
+        cmocka_unit_test(test_lr_schedule),
+        cmocka_unit_test(test_grad_clip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

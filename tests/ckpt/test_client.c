@@ -1,0 +1,125 @@
+/*
+ * test_client.c — the error contract of include/ftc.h, with a real Redis and
+ * a real `ftc agent` process where a call needs one:
+ *   - ftc_create with no agent at the socket: FTC_ENOENT naming the socket;
+ *     with no socket given at all: FTC_ENOENT naming FTC_AGENT_SOCKET; a
+ *     rank outside the world: FTC_ECONFIG; calls on such a context:
+ *     FTC_EINVAL ("not connected"), never a crash or a wait;
+ *   - ftc_register: duplicate name FTC_EEXIST, unknown dtype, bad ndim,
+ *     negative dimension, empty name, NULL data FTC_EINVAL (and the name is
+ *     still free afterwards), after the first checkpoint FTC_EINVAL;
+ *   - ftc_checkpoint of a negative step FTC_EINVAL; ftc_wait_snapshot with
+ *     nothing in flight returns 0; ftc_wait_committed of a step nobody
+ *     checkpoints: FTC_ETIMEDOUT after the context's timeout_ms.
+ */
+#include "ftc_test.h"
+
+#include "ckpt/agent_fixture.h"
+#include "ftc.h"
+
+static void test_create_without_agent(void **state)
+{
+    redis_fixture_t *f = *state;
+    char sock[PATH_MAX + 32];
+    snprintf(sock, sizeof sock, "%s/nobody-listens.sock", f->dir);
+    ftc_options_t o = FTC_OPTIONS_INIT;
+    o.job = "cli";
+    o.agent = sock;
+    o.rank = 0;
+    o.world = 1;
+    ftc_ctx_t *c = NULL;
+    assert_int_equal(ftc_create(&o, &c), FTC_ENOENT);
+    assert_non_null(c); /* for ftc_last_error */
+    print_message("%s\n", ftc_last_error(c));
+    assert_non_null(strstr(ftc_last_error(c), sock));
+    assert_non_null(strstr(ftc_last_error(c), "ftc agent"));
+    /* a context that never connected refuses, at once */
+    static float w[16];
+    int64_t shape[1] = {16};
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), FTC_EINVAL);
+    assert_non_null(strstr(ftc_last_error(c), "not connected"));
+    assert_int_equal(ftc_checkpoint(c, 0, NULL, 0), FTC_EINVAL);
+    assert_int_equal(ftc_wait_snapshot(c), FTC_EINVAL);
+    assert_int_equal(ftc_wait_committed(c, 0), FTC_EINVAL);
+    ftc_destroy(c);
+    /* no socket at all */
+    o.agent = NULL;
+    unsetenv("FTC_AGENT_SOCKET");
+    assert_int_equal(ftc_create(&o, &c), FTC_ENOENT);
+    assert_non_null(strstr(ftc_last_error(c), "FTC_AGENT_SOCKET"));
+    ftc_destroy(c);
+    /* a rank outside its world */
+    o.agent = sock;
+    o.rank = 2;
+    o.world = 2;
+    assert_int_equal(ftc_create(&o, &c), FTC_ECONFIG);
+    assert_non_null(strstr(ftc_last_error(c), "FTC_WORLD_SIZE"));
+    ftc_destroy(c);
+    /* NULL contexts */
+    assert_int_equal(ftc_register(NULL, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), FTC_EINVAL);
+    assert_int_equal(ftc_wait_snapshot(NULL), FTC_EINVAL);
+    assert_int_equal(ftc_wait_committed(NULL, 0), FTC_EINVAL);
+}
+
+static void test_register_errors(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 1000);
+    char sock[PATH_MAX + 32];
+    snprintf(sock, sizeof sock, "%s/agent.0.sock", e->jobdir);
+    ftc_options_t o = FTC_OPTIONS_INIT;
+    o.job = e->job;
+    o.agent = sock;
+    o.rank = 0;
+    o.world = 1;
+    o.timeout_ms = 1500;
+    ftc_ctx_t *c = NULL;
+    assert_int_equal(ftc_create(&o, &c), 0);
+    static float w[64], m[64];
+    static int64_t step;
+    int64_t shape[2] = {8, 8}, neg[2] = {8, -1};
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 2, shape, w, FTC_HOST), 0);
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 2, shape, m, FTC_HOST), FTC_EEXIST);
+    assert_non_null(strstr(ftc_last_error(c), "'w'"));
+    assert_int_equal(ftc_register(c, "m", 99, 2, shape, m, FTC_HOST), FTC_EINVAL);
+    assert_non_null(strstr(ftc_last_error(c), "dtype"));
+    assert_int_equal(ftc_register(c, "m", FTC_DTYPE_INVALID, 2, shape, m, FTC_HOST), FTC_EINVAL);
+    assert_int_equal(ftc_register(c, "m", FTC_DTYPE_F32, -1, shape, m, FTC_HOST), FTC_EINVAL);
+    assert_int_equal(ftc_register(c, "m", FTC_DTYPE_F32, 9, shape, m, FTC_HOST), FTC_EINVAL);
+    assert_non_null(strstr(ftc_last_error(c), "ndim"));
+    assert_int_equal(ftc_register(c, "m", FTC_DTYPE_F32, 2, neg, m, FTC_HOST), FTC_EINVAL);
+    assert_non_null(strstr(ftc_last_error(c), "negative"));
+    assert_int_equal(ftc_register(c, "", FTC_DTYPE_F32, 2, shape, m, FTC_HOST), FTC_EINVAL);
+    assert_int_equal(ftc_register(c, "m", FTC_DTYPE_F32, 2, shape, NULL, FTC_HOST), FTC_EINVAL);
+    assert_non_null(strstr(ftc_last_error(c), "NULL"));
+    /* the refused registrations left the name free */
+    assert_int_equal(ftc_register(c, "m", FTC_DTYPE_F32, 2, shape, m, FTC_HOST), 0);
+    assert_int_equal(ftc_register(c, "step", FTC_DTYPE_I64, 0, NULL, &step, FTC_HOST), 0);
+    assert_int_equal(ftc_wait_snapshot(c), 0); /* nothing in flight */
+    assert_int_equal(ftc_checkpoint(c, -1, NULL, 0), FTC_EINVAL);
+    w[3] = 3.0f;
+    assert_int_equal(ftc_checkpoint(c, 0, NULL, 0), 0);
+    assert_int_equal(ftc_wait_snapshot(c), 0);
+    assert_int_equal(ftc_wait_committed(c, 0), 0);
+    /* after the first checkpoint the set of tensors is fixed */
+    static float late[4];
+    int64_t four[1] = {4};
+    assert_int_equal(ftc_register(c, "late", FTC_DTYPE_F32, 1, four, late, FTC_HOST), FTC_EINVAL);
+    assert_non_null(strstr(ftc_last_error(c), "before the first checkpoint"));
+    /* a step nobody checkpoints: the context's deadline */
+    assert_int_equal(ftc_wait_committed(c, 7), FTC_ETIMEDOUT);
+    assert_non_null(strstr(ftc_last_error(c), "step 7"));
+    ftc_destroy(c);
+    teardown_env(e);
+}
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        T(test_create_without_agent),
+        T(test_register_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

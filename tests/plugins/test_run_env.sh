@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# test_run_env.sh — the environment `ftc run` gives its ranks (torchrun's
+# variables and ftc's own), read by a probe binary (envprobe_main) that
+# prints them and exits 0; real supervisors, agents and embedded Redis.
+#
+#   1. --simulate-nodes 2 --nproc-per-node 2: RANK 0..3 once each, each node
+#      two ranks with LOCAL_RANK 0, 1 and one GROUP_RANK G (its position in
+#      the generation, rendezvous order), RANK = 2G + LOCAL_RANK;
+#      FTC_NODE_RANK the node's stable index (its agent's socket);
+#      WORLD_SIZE 4, LOCAL_WORLD_SIZE 2, FTC_RANK = RANK,
+#      FTC_WORLD_SIZE = 4, FTC_JOB_ID the job, one FTC_GENERATION and one
+#      MASTER_ADDR:MASTER_PORT for all; TORCHELASTIC_RESTART_COUNT 0;
+#      FTC_AGENT_SOCKET an existing socket, one per node;
+#   2. Slurm: no --nnodes / --node-rank, SLURM_NNODES=1 SLURM_NODEID=0 and
+#      --nproc-per-node 3: a job of one node, WORLD_SIZE 3;
+#   3. Slurm, two `ftc run` processes of one job (SLURM_NNODES=2,
+#      SLURM_NODEID 0 and 1): WORLD_SIZE 2, FTC_NODE_RANK = SLURM_NODEID.
+#
+# usage: test_run_env.sh PATH/TO/ftc PATH/TO/envprobe_main
+set -u
+FTC=${1:?usage: test_run_env.sh FTC ENVPROBE}
+PROBE=${2:?usage: test_run_env.sh FTC ENVPROBE}
+BASE=${FTC_TEST_TMP:-/tmp}
+mkdir -p "$BASE"
+T=$(mktemp -d "$BASE/runenv-XXXXXX")
+tag=$$
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill -9 -- "$p" 2>/dev/null; done
+    wait 2>/dev/null
+    rm -rf /dev/shm/ftc.env"$tag"* 2>/dev/null
+    [ -n "${FTC_KEEP:-}" ] && echo "kept $T" || rm -rf "$T"
+}
+trap cleanup EXIT
+. "$(dirname "$0")/lib.sh" # check, count
+# the node index must come from the options or Slurm's variables only
+unset FTC_NODE_RANK NODE_RANK SLURM_NNODES SLURM_JOB_NUM_NODES SLURM_NODEID
+export FTC_LOG_LEVEL=${FTC_LOG_LEVEL:-info}
+# FTC_RUN_ONLY=3 runs scenario 3 only (while debugging)
+want() { case ${FTC_RUN_ONLY:-123} in *$1*) return 0 ;; esac; return 1; }
+
+# v FILE RANK NAME: variable NAME as rank RANK saw it
+v() { sed -n "s/^PROBE RANK=$2 .*\b$3=\([^ ]*\).*/\1/p" "$1" | head -1; }
+# all FILE NAME: the distinct values of NAME over every rank, space-separated
+all() { grep '^PROBE ' "$1" | sed -n "s/.*\b$2=\([^ ]*\).*/\1/p" | sort -u | tr '\n' ' ' | sed 's/ $//'; }
+
+# ---- 1. two simulated nodes, two ranks each ----------------------------------------------
+if want 1; then
+J1=env${tag}a
+timeout 120 "$FTC" run --simulate-nodes 2 --nproc-per-node 2 --job "$J1" --job-dir "$T/j1" \
+    --settle-ms 300 -- "$PROBE" >"$T/1.out" 2>&1
+rc=$?
+f=$T/1.out
+check "1: ftc run finished (exit $rc)" test $rc -eq 0
+check "1: four probes ran ($(count '^PROBE ' "$f"))" test "$(count '^PROBE ' "$f")" -eq 4
+check "1: RANK 0..3 once each" test "$(grep '^PROBE ' "$f" | sed 's/^PROBE RANK=\([0-9]*\) .*/\1/' | sort -n | tr '\n' ' ')" = "0 1 2 3 "
+# GROUP_RANK is the node's position in the generation (rendezvous order),
+# FTC_NODE_RANK its stable index (--node-rank; its agent's socket)
+for r in 0 1 2 3; do
+    g=$(v "$f" $r GROUP_RANK) nr=$(v "$f" $r FTC_NODE_RANK)
+    check "1: rank $r: RANK = GROUP_RANK x 2 + LOCAL_RANK, FTC_RANK = RANK (group $g, local $(v "$f" $r LOCAL_RANK))" \
+        test "$((g * 2 + $(v "$f" $r LOCAL_RANK)))/$(v "$f" $r FTC_RANK)" = "$r/$r"
+    check "1: rank $r: the agent socket of node $nr, a socket ($(v "$f" $r FTC_AGENT_SOCKET))" \
+        test "$(v "$f" $r FTC_AGENT_SOCKET)" = "$T/j1/agent.$nr.sock" -a "$(v "$f" $r SOCKET_OK)" = 1
+done
+for n in 0 1; do # each node: two ranks, LOCAL_RANK 0 and 1, one GROUP_RANK
+    check "1: node $n: LOCAL_RANK 0 and 1, one GROUP_RANK" \
+        test "$(grep "FTC_NODE_RANK=$n " "$f" | sed -n 's/.*LOCAL_RANK=\([0-9]*\) .*/\1/p' | sort | tr '\n' ' ')/$(grep "FTC_NODE_RANK=$n " "$f" | sed -n 's/.*GROUP_RANK=\([0-9]*\) .*/\1/p' | sort -u | wc -l)" = "0 1 /1"
+done
+check "1: GROUP_RANK 0 and 1 ($(all "$f" GROUP_RANK)), FTC_NODE_RANK 0 and 1 ($(all "$f" FTC_NODE_RANK))" \
+    test "$(all "$f" GROUP_RANK)/$(all "$f" FTC_NODE_RANK)" = "0 1/0 1"
+check "1: WORLD_SIZE and FTC_WORLD_SIZE 4, LOCAL_WORLD_SIZE 2 everywhere" \
+    test "$(all "$f" WORLD_SIZE)/$(all "$f" FTC_WORLD_SIZE)/$(all "$f" LOCAL_WORLD_SIZE)" = "4/4/2"
+check "1: FTC_JOB_ID is the job ($(all "$f" FTC_JOB_ID))" test "$(all "$f" FTC_JOB_ID)" = "$J1"
+check "1: one generation, a number ($(all "$f" FTC_GENERATION))" \
+    bash -c "[[ '$(all "$f" FTC_GENERATION)' =~ ^[0-9]+$ ]]"
+check "1: one MASTER_ADDR:MASTER_PORT ($(all "$f" MASTER_ADDR):$(all "$f" MASTER_PORT))" \
+    bash -c "[[ '$(all "$f" MASTER_ADDR)' =~ ^[^\ ]+$ && '$(all "$f" MASTER_PORT)' =~ ^[1-9][0-9]*$ ]]"
+check "1: TORCHELASTIC_RESTART_COUNT 0" test "$(all "$f" TORCHELASTIC_RESTART_COUNT)" = 0
+[ $fails -eq 0 ] || { echo "--- output of 1:"; tail -40 "$f"; }
+fi
+
+# ---- 2. Slurm, one node --------------------------------------------------------------------
+if want 2; then
+J2=env${tag}b
+f0=$fails
+SLURM_NNODES=1 SLURM_NODEID=0 timeout 120 "$FTC" run --nproc-per-node 3 --job "$J2" \
+    --job-dir "$T/j2" --settle-ms 300 -- "$PROBE" >"$T/2.out" 2>&1
+rc=$?
+f=$T/2.out
+check "2: ftc run under SLURM_NNODES=1 finished (exit $rc)" test $rc -eq 0
+check "2: three probes, RANK 0..2" test "$(grep '^PROBE ' "$f" | sed 's/^PROBE RANK=\([0-9]*\) .*/\1/' | sort -n | tr '\n' ' ')" = "0 1 2 "
+check "2: WORLD_SIZE 3 = nproc, GROUP_RANK 0 ($(all "$f" WORLD_SIZE), $(all "$f" GROUP_RANK))" \
+    test "$(all "$f" WORLD_SIZE)/$(all "$f" GROUP_RANK)/$(all "$f" LOCAL_WORLD_SIZE)" = "3/0/3"
+[ $fails -eq $f0 ] || { echo "--- output of 2:"; tail -40 "$f"; }
+fi
+
+# ---- 3. Slurm, two nodes: two `ftc run` of one job -------------------------------------------
+if want 3; then
+J3=env${tag}c
+f0=$fails
+for n in 0 1; do
+    SLURM_NNODES=2 SLURM_NODEID=$n timeout 120 "$FTC" run --job "$J3" --job-dir "$T/j3" \
+        --settle-ms 300 -- "$PROBE" >"$T/3.$n.out" 2>&1 &
+    pids+=($!)
+done
+rc0=0 rc1=0
+wait "${pids[0]}" || rc0=$?
+wait "${pids[1]}" || rc1=$?
+pids=()
+cat "$T/3.0.out" "$T/3.1.out" >"$T/3.out"
+f=$T/3.out
+check "3: both nodes finished (exit $rc0, $rc1)" test $rc0 -eq 0 -a $rc1 -eq 0
+check "3: two probes, RANK 0 and 1" test "$(grep '^PROBE ' "$f" | sed 's/^PROBE RANK=\([0-9]*\) .*/\1/' | sort -n | tr '\n' ' ')" = "0 1 "
+check "3: WORLD_SIZE 2 everywhere ($(all "$f" WORLD_SIZE))" test "$(all "$f" WORLD_SIZE)" = 2
+for n in 0 1; do
+    check "3: SLURM_NODEID=$n: FTC_NODE_RANK $n, agent socket agent.$n.sock" \
+        test "$(all "$T/3.$n.out" FTC_NODE_RANK)/$(all "$T/3.$n.out" FTC_AGENT_SOCKET)" = "$n/$T/j3/agent.$n.sock"
+done
+check "3: one generation, one MASTER_PORT" \
+    test "$(all "$f" FTC_GENERATION | wc -w)/$(all "$f" MASTER_PORT | wc -w)" = "1/1"
+[ $fails -eq $f0 ] || { echo "--- output of 3:"; tail -30 "$T/3.0.out"; tail -30 "$T/3.1.out"; }
+fi
+
+if [ $fails -ne 0 ]; then
+    echo "test_run_env: $fails check(s) failed"
+    exit 1
+fi
+echo "test_run_env: all checks passed"

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# test_train_cli.sh — `ftc train` as a command (the tiny model, seconds):
+#   1. --train-config FILE.json gives the same run as the same flags: the
+#      same progress lines (loss, lr, norm), eval loss and parameter hash;
+#      a size may be written "64KiB" as on the command line; a flag wins
+#      over the file; an unknown key is a usage error naming it;
+#   2. the final evaluation line "eval loss X (N held-out sequences)" and
+#      the parameter hash line are printed;
+#   3. `ftc train --tokenize TEXT --data OUT` writes a token file (one token
+#      per byte) that `ftc train --data OUT` trains on.
+# usage: test_train_cli.sh PATH/TO/ftc
+set -u
+FTC=${1:?usage: test_train_cli.sh FTC}
+BASE=${FTC_TEST_TMP:-/tmp}
+mkdir -p "$BASE"
+T=$(mktemp -d "$BASE/traincli-XXXXXX")
+trap '[ -n "${FTC_KEEP:-}" ] && echo "kept $T" || rm -rf "$T"' EXIT
+fails=0
+check() { # check DESCRIPTION COMMAND...
+    local what=$1
+    shift
+    if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; fails=$((fails + 1)); fi
+}
+export OMP_WAIT_POLICY=passive
+# the lines that must match between two runs: progress without tok/s, eval
+# loss without tokens/s, the parameter hash
+norm() { sed -n -e 's/ tok\/s [0-9.]*//p' -e 's/; [0-9.]* tokens\/s over the run//p' \
+             -e '/^params xxh3/p' "$1" | grep -E '^(step|eval loss|params)'; }
+
+FLAGS=(--model tiny --steps 6 --micro-batch 2 --seq-len 16 --lr 0.003 --warmup 2 --seed 7
+       --eval-batches 2 --log-every 1 --corpus-bytes 64KiB)
+cat >"$T/cfg.json" <<'JSON'
+{"model": "tiny", "steps": 6, "micro_batch": 2, "seq_len": 16, "lr": 0.003, "warmup": 2,
+ "seed": 7, "eval_batches": 2, "log_every": 1, "corpus_bytes": "64KiB"}
+JSON
+timeout 120 "$FTC" train "${FLAGS[@]}" >"$T/flags.out" 2>&1
+rc=$?
+check "flags run finished (exit $rc)" test $rc -eq 0
+timeout 120 "$FTC" train --train-config "$T/cfg.json" >"$T/cfg.out" 2>&1
+rc=$?
+check "--train-config run finished (exit $rc)" test $rc -eq 0
+norm "$T/flags.out" >"$T/flags.n"
+norm "$T/cfg.out" >"$T/cfg.n"
+check "both runs: 6 progress lines, an eval loss line, a params line" \
+    test "$(grep -c '^step [0-9]*/6 loss' "$T/flags.n")/$(grep -c '^eval loss [0-9.]* (4 held-out sequences)$' "$T/flags.n")/$(grep -c '^params xxh3 [0-9a-f]* after 6 steps$' "$T/flags.n")" = "6/1/1"
+check "--train-config gives the same run as the flags" cmp -s "$T/flags.n" "$T/cfg.n"
+check "lr of step 1 is lr/warmup (1.500e-03)" grep -q '^step 1/6 loss [0-9.]* lr 1.500e-03' "$T/cfg.n"
+# a flag wins over the file
+timeout 120 "$FTC" train --train-config "$T/cfg.json" --lr 0.001 >"$T/win.out" 2>&1
+check "a flag wins over the file (lr 0.001: step 1 at 5.000e-04)" \
+    grep -q '^step 1/6 loss [0-9.]* tok/s [0-9.]* lr 5.000e-04' "$T/win.out"
+echo '{"model": "tiny", "bogus_key": 1}' >"$T/bad.json"
+"$FTC" train --train-config "$T/bad.json" >"$T/bad.out" 2>&1
+rc=$?
+check "an unknown key: usage error (exit $rc) naming it" \
+    bash -c "[ $rc -eq 2 ] && grep -q \"unknown key 'bogus_key'\" '$T/bad.out'"
+echo '{"corpus_bytes": "lots"}' >"$T/bad2.json"
+"$FTC" train --train-config "$T/bad2.json" >"$T/bad2.out" 2>&1
+rc=$?
+check "a bad size: usage error (exit $rc) naming the key" \
+    bash -c "[ $rc -eq 2 ] && grep -q \"'corpus_bytes' wants a size\" '$T/bad2.out'"
+[ $fails -eq 0 ] || { echo "--- flags:"; cat "$T/flags.out"; echo "--- config:"; cat "$T/cfg.out"; }
+
+# ---- the tokenizer -------------------------------------------------------------------------
+f0=$fails
+for i in $(seq 400); do echo "line $i: the quick brown fox jumps over the lazy dog"; done >"$T/text.txt"
+bytes=$(wc -c <"$T/text.txt")
+"$FTC" train --tokenize "$T/text.txt" --data "$T/tok.bin" >"$T/tok.out" 2>&1
+rc=$?
+check "--tokenize finished (exit $rc)" test $rc -eq 0
+check "--tokenize: one token per byte ($bytes)" grep -q "tokenized .*: $bytes tokens (bytes, vocab 256)" "$T/tok.out"
+timeout 120 "$FTC" train --model tiny --data "$T/tok.bin" --steps 3 --micro-batch 2 --seq-len 16 \
+    --eval-batches 2 --log-every 1 >"$T/data.out" 2>&1
+rc=$?
+check "ftc train --data on the token file (exit $rc)" test $rc -eq 0
+check "it trained 3 steps and evaluated" \
+    bash -c "grep -q '^step 3/3 loss' '$T/data.out' && grep -q '^eval loss [0-9.]* (4 held-out sequences)' '$T/data.out'"
+[ $fails -eq $f0 ] || { cat "$T/tok.out" "$T/data.out"; }
+
+if [ $fails -ne 0 ]; then
+    echo "test_train_cli: $fails check(s) failed"
+    exit 1
+fi
+echo "test_train_cli: all checks passed"
