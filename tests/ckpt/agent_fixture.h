@@ -17,6 +17,7 @@
 #include "ftc_test.h"
 
 #include "core/fsio.h"
+#include "ftc.h"
 #include "detect/redis_fixture.h"
 
 #include <dirent.h>
@@ -308,6 +309,21 @@ static inline env_t *setup_env_domains(redis_fixture_t *f, int nodes, const char
     for (int i = 0; i < nodes; i++)
         start_agent(e, i);
     return e;
+}
+
+/* The options of a libftc context in this process: rank `rank` of `world`
+ * on node `node`'s agent, whose socket path is written to sock (cap bytes,
+ * PATH_MAX + 32 fits). */
+static inline ftc_options_t ctx_options(env_t *e, int node, int rank, int world, char *sock,
+                                        size_t cap)
+{
+    snprintf(sock, cap, "%s/agent.%d.sock", e->jobdir, node);
+    ftc_options_t o = FTC_OPTIONS_INIT;
+    o.job = e->job;
+    o.agent = sock;
+    o.rank = rank;
+    o.world = world;
+    return o;
 }
 
 static inline void teardown_env(env_t *e)

@@ -256,12 +256,7 @@ static void test_failure_domain_placement(void **state)
 static ftc_ctx_t *open_ctx(env_t *e, int node, int rank, int world, float *w, int n)
 {
     char sock[PATH_MAX + 32];
-    snprintf(sock, sizeof sock, "%s/agent.%d.sock", e->jobdir, node);
-    ftc_options_t o = FTC_OPTIONS_INIT;
-    o.job = e->job;
-    o.agent = sock;
-    o.rank = rank;
-    o.world = world;
+    ftc_options_t o = ctx_options(e, node, rank, world, sock, sizeof sock);
     o.timeout_ms = 30000;
     ftc_ctx_t *c = NULL;
     if (ftc_create(&o, &c))

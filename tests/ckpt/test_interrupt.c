@@ -25,12 +25,7 @@ static void test_interrupt_blocked_checkpoint(void **state)
 {
     env_t *e = setup_env(*state, 1, "0", 1000);
     char sock[PATH_MAX + 32];
-    snprintf(sock, sizeof sock, "%s/agent.0.sock", e->jobdir);
-    ftc_options_t o = FTC_OPTIONS_INIT;
-    o.job = e->job;
-    o.agent = sock;
-    o.rank = 0;
-    o.world = 1;
+    ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
     ftc_ctx_t *c = NULL;
     assert_int_equal(ftc_create(&o, &c), 0);
     static float w[4096];
