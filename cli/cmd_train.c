@@ -7,6 +7,7 @@
  */
 #include "cli/cli.h"
 
+#include "core/clock.h"
 #include "core/fsio.h"
 #include "core/log.h"
 #include "plugins/inproc.h"
@@ -536,6 +537,10 @@ const ftc_cli_cmd_t *cmd, int argc, char **argv)
     bool inproc = rank_mode && assign && *assign;
     char assign_path[4200] = "", state_path[4300] = "", why[300] = "";
     uint64_t gen = 0;
+    /* the recovery timeline of this generation, logged after its first step
+     * when it resumed (bench/bench_recover --trainer reads it) */
+    uint64_t t_gen = ftc_now_ns(), t_groups = 0, t_restored = 0;
+    bool timed = false, continued = false; /* continued: in-process, after a leave */
     if (inproc) {
         snprintf(assign_path, sizeof assign_path, "%s", assign);
         ftc_inproc_state_path(assign_path, state_path, sizeof state_path);
@@ -546,6 +551,9 @@ const ftc_cli_cmd_t *cmd, int argc, char **argv)
         }
     }
 generation:
+    t_gen = ftc_now_ns();
+    t_groups = t_restored = 0;
+    timed = false;
     if (inproc) {
         gen = ftc__env_u64("FTC_GENERATION", 0);
         ftc_inproc_set_generation(gen);
@@ -618,6 +626,7 @@ generation:
             ec = ftc_cli_fail(cmd, "rank %d of %d: %s", rank, world, why);
             goto out;
         }
+        t_groups = ftc_now_ns();
         if (inproc)
             ftc__ip_groups(dist);
         if (inproc && ftc_inproc_leave_requested()) { /* asked while the group formed */
@@ -711,7 +720,10 @@ generation:
     if (g.threads > 0)
         ftc_kernels_cpu_set_threads((int)(g.threads > 256 ? 256 : g.threads));
 
+    if (!t_groups)
+        t_groups = ftc_now_ns();
     t = ftc_trainer_create(&o, &err);
+    t_restored = ftc_now_ns();
     if (t && inproc)
         ftc__ip_trainer_set(t);
     if (!t && inproc && err.code != FTC_EINVAL) {
@@ -784,6 +796,18 @@ generation:
                        (unsigned long long)o.steps, st.guard, st.checkpointed ? " ckpt" : "");
             fflush(stdout);
         }
+        if (!timed && ftc_trainer_resumed_from(t) != UINT64_MAX) {
+            /* groups = the communicators (re)built; restore = the trainer's
+             * init, its restore through the agent (fetch, re-partition) */
+            uint64_t now = ftc_now_ns();
+            FTC_INFO("train", "recovery timing: rank %d generation %" PRIu64 ": groups %.1f ms, "
+                     "restore %.1f ms, first step %.1f ms (from %s)", rank,
+                     gen ? gen : ftc__env_u64("FTC_GENERATION", 0),
+                     (double)(t_groups - t_gen) / 1e6, (double)(t_restored - t_groups) / 1e6,
+                     (double)(now - t_restored) / 1e6,
+                     continued ? "the assignment, in-process" : "the process start");
+        }
+        timed = true;
         if (st.skipped && ftc_trainer_steps_done(t) != stop)
             continue;
         secs += st.seconds;
@@ -874,6 +898,7 @@ leave:
         free(asg);
         FTC_INFO("train", "continuing in-process into generation %s as rank %s of %s (pid %d)",
                  getenv("FTC_GENERATION"), getenv("RANK"), getenv("WORLD_SIZE"), (int)getpid());
+        continued = true;
         goto generation;
     }
 out:
