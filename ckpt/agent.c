@@ -962,20 +962,45 @@ static void ftc__on_slots(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
     ftc_ap_msg_t ok;
     ftc_ap_init(&ok, FTC_AP_SLOTS_OK);
     uint64_t t0 = ftc_now_ns();
+    char names[NS][FTC_SLOT_NAME_MAX];
+    const char *mk[NS];
+    unsigned mkflags[NS];
+    ftc_slot_t made[NS];
+    int mkslot[NS], nmk = 0;
+    /* a fresh slot while the job has a committed step: this rank restores
+     * one it does not have here (a replacement node), and the fetch lands in
+     * the first free slot, its first fresh one: reserved by prefaulting it
+     * (as fast as posix_fallocate + the prefault before the fetch, in one pass
+     * and on a thread of its own, with the other slots' reservations) */
+    bool restoring = a->committed >= 0 && !r->size;
     for (int s = 0; s < NS; s++) {
         ftc_err_t err = {0};
-        char name[FTC_SLOT_NAME_MAX];
         char prev[FTC_SLOT_NAME_MAX];
         /* a slot of another size holds the previous layout's shard: keep it
          * (under its prev name) for ranks that re-partition from it */
-        if (ftc_slot_name(a->ns, r->rank, s, name, sizeof name, &err) ||
+        if (ftc_slot_name(a->ns, r->rank, s, names[s], sizeof names[s], &err) ||
             ftc_slot_name_prev(a->ns, r->rank, s, prev, sizeof prev, &err) ||
-            (!r->slot[s].base && ftc_slot_keep_other_size(name, prev, m->size, &err)) ||
-            (!r->slot[s].base && ftc_slot_create(name, m->size, &r->slot[s], &err))) {
+            (!r->slot[s].base && ftc_slot_keep_other_size(names[s], prev, m->size, &err))) {
             ftc__reply_error(r->fd, err.code ? err.code : FTC_EIO, "%s", err.msg);
             return;
         }
-        snprintf(ok.name[s], sizeof ok.name[s], "%s", name);
+        if (!r->slot[s].base) {
+            mk[nmk] = names[s];
+            mkflags[nmk] = restoring && nmk == 0 ? FTC_SLOT_POPULATE : 0;
+            mkslot[nmk++] = s;
+        }
+        snprintf(ok.name[s], sizeof ok.name[s], "%s", names[s]);
+    }
+    if (nmk) {
+        ftc_err_t err = {0};
+        int rc = ftc_slot_create_all(mk, nmk, m->size, mkflags, made, &err);
+        for (int i = 0; i < nmk; i++)
+            if (made[i].base)
+                r->slot[mkslot[i]] = made[i];
+        if (rc) {
+            ftc__reply_error(r->fd, err.code ? err.code : FTC_EIO, "%s", err.msg);
+            return;
+        }
     }
     /* slots that survived from before (a restarted rank): learn their state */
     if (!r->size) {
@@ -989,8 +1014,9 @@ static void ftc__on_slots(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
             }
         }
     }
-    FTC_DEBUG("agent", "rank %u: %d slots of %" PRIu64 " bytes ready in %.1f ms", r->rank, NS,
-              m->size, (double)(ftc_now_ns() - t0) / 1e6);
+    FTC_DEBUG("agent", "rank %u: %d slots of %" PRIu64 " bytes ready in %.1f ms (%d created%s)",
+              r->rank, NS, m->size, (double)(ftc_now_ns() - t0) / 1e6, nmk,
+              nmk && r->slot[mkslot[0]].populated ? ", the first one prefaulted" : "");
     r->size = m->size;
     ok.size = m->size;
     ftc_err_t err = {0};
@@ -1312,8 +1338,9 @@ static bool ftc__queue_fetch(ftc_agent_t *a, ftc__rank_t *r)
         j->dst = r->slot[s].base;
         j->dst_cap = r->size;
         /* a fresh slot's pages in one call (about half the cost of one fault
-         * per page as the DATA lands) */
-        ftc_mem_prefault(j->dst, j->dst_cap);
+         * per page as the DATA lands), unless its creation did */
+        if (!r->slot[s].populated)
+            ftc_mem_prefault(j->dst, j->dst_cap);
         j->dst_rix = (int)(r - a->ranks);
         j->dst_slot = s;
     }
