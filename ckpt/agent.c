@@ -692,8 +692,26 @@ static int ftc__free_slot(const ftc__rank_t *r)
     return best;
 }
 
+/* Reserves slot s of r if its creation deferred that (FTC_SLOT_DEFER): before
+ * anything writes it. 0, or the error (the slot stays unwritable). */
+static int ftc__slot_reserve(ftc__rank_t *r, int s, ftc_err_t *err)
+{
+    if (!r->slot[s].unreserved)
+        return 0;
+    uint64_t t0 = ftc_now_ns();
+    int rc = ftc_slot_reserve(&r->slot[s], err);
+    FTC_DEBUG("agent", "rank %u: slot %d reserved in %.1f ms%s%s", r->rank, s,
+              (double)(ftc_now_ns() - t0) / 1e6, rc ? ": " : "", rc ? err->msg : "");
+    return rc;
+}
+
 static void ftc__send_begin_ok(ftc__rank_t *r, int slot, uint64_t step)
 {
+    ftc_err_t rerr = {0};
+    if (ftc__slot_reserve(r, slot, &rerr)) {
+        ftc__reply_error(r->fd, rerr.code, "checkpoint of step %" PRIu64 ": %s", step, rerr.msg);
+        return;
+    }
     r->st[slot] = SL_WRITING;
     r->step[slot] = step;
     r->reported[slot] = false;
@@ -973,6 +991,9 @@ static void ftc__on_slots(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
      * (as fast as posix_fallocate + the prefault before the fetch, in one pass
      * and on a thread of its own, with the other slots' reservations) */
     bool restoring = a->committed >= 0 && !r->size;
+    /* ... and the others are sized and mapped (the rank maps all three) but
+     * reserved after RESTORE_OK, while the rank copies (ftc__restore_done),
+     * or before the first write into them at the latest */
     for (int s = 0; s < NS; s++) {
         ftc_err_t err = {0};
         char prev[FTC_SLOT_NAME_MAX];
@@ -986,7 +1007,7 @@ static void ftc__on_slots(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
         }
         if (!r->slot[s].base) {
             mk[nmk] = names[s];
-            mkflags[nmk] = restoring && nmk == 0 ? FTC_SLOT_POPULATE : 0;
+            mkflags[nmk] = !restoring ? 0 : nmk == 0 ? FTC_SLOT_POPULATE : FTC_SLOT_DEFER;
             mkslot[nmk++] = s;
         }
         snprintf(ok.name[s], sizeof ok.name[s], "%s", names[s]);
@@ -1007,7 +1028,8 @@ static void ftc__on_slots(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
         for (int s = 0; s < NS; s++) {
             ftc_shard_view_t v;
             ftc_err_t err = {0};
-            if (ftc_shard_open(&v, r->slot[s].base, m->size, 0, &err) == 0 &&
+            if (!r->slot[s].unreserved && /* created empty just now: not read (a hole) */
+                ftc_shard_open(&v, r->slot[s].base, m->size, 0, &err) == 0 &&
                 (int64_t)v.info.step <= a->committed) {
                 r->st[s] = SL_COMMITTED;
                 r->step[s] = v.info.step;
@@ -1181,6 +1203,13 @@ static void ftc__restore_done(ftc_agent_t *a, ftc__rank_t *r, int s, bool verifi
     ok.status = verified ? FTC_AP_OK_VERIFIED : 0;
     ftc_err_t err = {0};
     ftc_ap_send(r->fd, &ok, 1000, &err);
+    /* the slots that deferred their reservation, while the rank copies */
+    for (int i = 0; i < NS; i++) {
+        ftc_err_t rerr = {0};
+        if (ftc__slot_reserve(r, i, &rerr))
+            FTC_WARN("agent", "rank %u: %s (its next checkpoint in that slot fails with it)",
+                     r->rank, rerr.msg);
+    }
 }
 
 /* Copies a verified shard into a slot that may be overwritten; -1 if none fits. */
@@ -1192,7 +1221,8 @@ static int ftc__install(ftc__rank_t *r, const uint8_t *buf, uint64_t size, uint6
     for (int i = 0; s < 0 && i < NS; i++)
         if (!r->pinned[i] && r->landing != i + 1) /* never under the persist thread's reads */
             s = i;
-    if (s < 0)
+    ftc_err_t err = {0};
+    if (s < 0 || ftc__slot_reserve(r, s, &err))
         return -1;
     uint64_t t0 = ftc_now_ns();
     ftc_mem_prefault(r->slot[s].base, size); /* a fresh slot: no fault per page */
@@ -1331,7 +1361,8 @@ static bool ftc__queue_fetch(ftc_agent_t *a, ftc__rank_t *r)
      * (no buffer, no copy; the replication thread writes it, so it is marked
      * WRITING, and its mapping stays until the fetch is done) */
     int s = !r->fetch && r->size && !r->landing ? ftc__free_slot(r) : -1;
-    if (s >= 0 && r->slot[s].base) {
+    ftc_err_t rerr = {0};
+    if (s >= 0 && r->slot[s].base && ftc__slot_reserve(r, s, &rerr) == 0) {
         r->st[s] = SL_WRITING;
         r->step[s] = r->restore_step;
         r->landing = s + 1;
@@ -1407,7 +1438,7 @@ static void ftc__on_restore(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *
         ftc_shard_view_t v;
         ftc_err_t err = {0};
         /* structure and step first: only the right step's slot is hashed */
-        if (src == r->rank && r->slot[s].base &&
+        if (src == r->rank && r->slot[s].base && !r->slot[s].unreserved &&
             ftc_shard_open(&v, r->slot[s].base, r->size, 0, &err) == 0 &&
             v.info.step == (uint64_t)step && ftc__is_subject(&v, r) &&
             ftc_shard_verify(&v, FTC__VERIFY_THREADS, &err) == 0) {

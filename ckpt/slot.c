@@ -122,6 +122,9 @@ int ftc_slot_create_ex(const char *name, uint64_t size, unsigned flags, ftc_slot
     }
     uint64_t have = (uint64_t)st.st_size;
     bool reserve = have != size;
+    /* at its size but not every page behind it (deferred, or its creator died
+     * before reserving): reserved again, its contents stay */
+    bool sparse = !reserve && (uint64_t)st.st_blocks * 512 < size;
     if (reserve) {
         /* new, or a different size: check space first, then reserve */
         uint64_t free_b = 0;
@@ -154,8 +157,19 @@ int ftc_slot_create_ex(const char *name, uint64_t size, unsigned flags, ftc_slot
             shm_unlink(path);
         return rc;
     }
-    if (!reserve)
+    if (!reserve && !sparse)
         return 0;
+    if (flags & FTC_SLOT_DEFER) {
+        s->unreserved = true;
+        return 0;
+    }
+    if (sparse) {
+        s->unreserved = true;
+        rc = ftc_slot_reserve(s, err);
+        if (rc)
+            ftc_slot_close(s);
+        return rc;
+    }
     /* the reservation: prefaulting every page allocates (and zeroes) it as
      * posix_fallocate does, and maps it here in the same pass */
     int e = (flags & FTC_SLOT_POPULATE) ? ftc__populate(s->base, size) : EINVAL;
@@ -173,6 +187,23 @@ int ftc_slot_create_ex(const char *name, uint64_t size, unsigned flags, ftc_slot
                            e == EFAULT ? "a page could not be allocated" : strerror(e),
                            FTC_SHM_DIR);
     }
+    return 0;
+}
+
+int ftc_slot_reserve(ftc_slot_t *s, ftc_err_t *err)
+{
+    if (!s->unreserved)
+        return 0;
+    if (s->fd < 0)
+        return ftc_err_set(err, FTC_EINVAL, "slot %s is closed", s->name);
+    int e = posix_fallocate(s->fd, 0, (off_t)s->size);
+    if (e)
+        return ftc_err_set(err, e == ENOSPC ? FTC_ENOSPC : FTC_EIO,
+                           "reserving %llu bytes for slot %s in %s: %s (is %s full? enlarge it "
+                           "or checkpoint less per node)",
+                           (unsigned long long)s->size, s->name, FTC_SHM_DIR, strerror(e),
+                           FTC_SHM_DIR);
+    s->unreserved = false;
     return 0;
 }
 

@@ -4,7 +4,9 @@
  * the same size; and a slot larger than /dev/shm's free space is refused up
  * front with the sizes named (no SIGBUS later); ftc_slot_create_all makes
  * a rank's slots at once (one reserved by prefaulting it), all reserved, and
- * refuses up front when together they do not fit.
+ * refuses up front when together they do not fit; a deferred reservation
+ * (FTC_SLOT_DEFER) is taken by ftc_slot_reserve, or by the next create of a
+ * slot found at its size with pages missing.
  */
 #include "ftc_test.h"
 
@@ -143,6 +145,51 @@ static void test_create_all(void **state)
     assert_int_equal(ftc_slot_create_all(np, 0, size, NULL, sl, &err), FTC_EINVAL);
 }
 
+static void test_deferred_reservation(void **state)
+{
+    (void)state;
+    const uint64_t size = 4u << 20;
+    char name[FTC_SLOT_NAME_MAX], path[FTC_SLOT_NAME_MAX + 16];
+    ftc_err_t err = {0};
+    snprintf(name, sizeof name, "ftc.slot-defer-%d.r0.s1", (int)getpid());
+    snprintf(path, sizeof path, "/dev/shm/%s", name);
+    ftc_slot_t s;
+    assert_int_equal(ftc_slot_create_ex(name, size, FTC_SLOT_DEFER, &s, &err), 0);
+    assert_true(s.unreserved);
+    assert_int_equal(s.size, size);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal((uint64_t)st.st_size, size);
+    assert_true((uint64_t)st.st_blocks * 512 < size); /* sized, not reserved */
+    assert_int_equal(ftc_slot_reserve(&s, &err), 0);
+    assert_false(s.unreserved);
+    assert_reserved(name, size);
+    assert_int_equal(ftc_slot_reserve(&s, &err), 0); /* twice is fine */
+    ftc_slot_close(&s);
+    assert_int_equal(ftc_slot_reserve(&s, &err), 0); /* reserved: nothing to do */
+    assert_int_equal(ftc_slot_unlink(name, &err), 0);
+    /* deferred, written in its first page only, abandoned (an agent gone
+     * before reserving it): the next create reserves it, contents kept */
+    assert_int_equal(ftc_slot_create_ex(name, size, FTC_SLOT_DEFER, &s, &err), 0);
+    memset(s.base, 0x5a, 4096);
+    ftc_slot_close(&s);
+    assert_int_equal(ftc_slot_create(name, size, &s, &err), 0);
+    assert_false(s.unreserved);
+    assert_reserved(name, size);
+    assert_int_equal(s.base[0], 0x5a);
+    assert_int_equal(s.base[4095], 0x5a);
+    assert_int_equal(s.base[size - 1], 0);
+    ftc_slot_close(&s);
+    /* a closed, still unreserved slot is refused, not written */
+    assert_int_equal(ftc_slot_unlink(name, &err), 0);
+    assert_int_equal(ftc_slot_create_ex(name, size, FTC_SLOT_DEFER, &s, &err), 0);
+    ftc_slot_t closed = s;
+    closed.fd = -1;
+    assert_int_equal(ftc_slot_reserve(&closed, &err), FTC_EINVAL);
+    ftc_slot_close(&s);
+    assert_int_equal(ftc_slot_unlink(name, &err), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -150,6 +197,7 @@ int main(void)
         cmocka_unit_test(test_too_big_refused_up_front),
         cmocka_unit_test(test_bad_names),
         cmocka_unit_test(test_create_all),
+        cmocka_unit_test(test_deferred_reservation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
