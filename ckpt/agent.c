@@ -988,8 +988,8 @@ static void ftc__on_slots(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
     /* a fresh slot while the job has a committed step: this rank restores
      * one it does not have here (a replacement node), and the fetch lands in
      * the first free slot, its first fresh one: reserved by prefaulting it
-     * (as fast as posix_fallocate + the prefault before the fetch, in one pass
-     * and on a thread of its own, with the other slots' reservations) */
+     * (MADV_POPULATE_WRITE: the pages posix_fallocate would reserve, mapped
+     * in the same pass, so the fetch need not prefault it) */
     bool restoring = a->committed >= 0 && !r->size;
     /* ... and the others are sized and mapped (the rank maps all three) but
      * reserved after RESTORE_OK, while the rank copies (ftc__restore_done),
