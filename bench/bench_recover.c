@@ -458,6 +458,12 @@ static void run_one(const cfg_t *C, size_t bytes, int mode, result_t *R)
         while (access(uf, R_OK) && wall_ms() < deadline &&
                waitpid(redis_pid, NULL, WNOHANG) == 0)
             ftc_sleep_ms(20);
+        if (access(uf, R_OK)) { /* the job would start a Redis of its own, gone with it */
+            snprintf(R->why, sizeof R->why, "`ftc redis` did not start (see %s)", rout);
+            kill(redis_pid, SIGKILL);
+            waitpid(redis_pid, NULL, 0);
+            return;
+        }
     }
     pid_t job_pid = spawn(av, out1), spare_pid = 0;
     /* the job's Redis */
