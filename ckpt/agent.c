@@ -1212,8 +1212,11 @@ static void ftc__restore_done(ftc_agent_t *a, ftc__rank_t *r, int s, bool verifi
     }
 }
 
-/* Copies a verified shard into a slot that may be overwritten; -1 if none fits. */
-static int ftc__install(ftc__rank_t *r, const uint8_t *buf, uint64_t size, uint64_t step)
+/* Copies a verified shard into a slot that may be overwritten; -1 if none
+ * fits (a size other than the slots', err.code 0) or the slot could not be
+ * reserved (err says why). */
+static int ftc__install(ftc__rank_t *r, const uint8_t *buf, uint64_t size, uint64_t step,
+                        ftc_err_t *err)
 {
     if (size != r->size)
         return -1;
@@ -1221,8 +1224,7 @@ static int ftc__install(ftc__rank_t *r, const uint8_t *buf, uint64_t size, uint6
     for (int i = 0; s < 0 && i < NS; i++)
         if (!r->pinned[i] && r->landing != i + 1) /* never under the persist thread's reads */
             s = i;
-    ftc_err_t err = {0};
-    if (s < 0 || ftc__slot_reserve(r, s, &err))
+    if (s < 0 || ftc__slot_reserve(r, s, err))
         return -1;
     uint64_t t0 = ftc_now_ns();
     ftc_mem_prefault(r->slot[s].base, size); /* a fresh slot: no fault per page */
@@ -1295,7 +1297,14 @@ static void ftc__deliver(ftc_agent_t *a, ftc__rank_t *r, const uint8_t *buf, uin
         ftc__fetch_reply(a, r, buf, size, step, from);
         return;
     }
-    int s = ftc__install(r, buf, size, step);
+    ftc_err_t ierr = {0};
+    int s = ftc__install(r, buf, size, step, &ierr);
+    if (s < 0 && ierr.code) {
+        r->restoring = false;
+        ftc__reply_error(r->fd, ierr.code, "restoring rank %u's shard of step %" PRIu64 ": %s",
+                         r->src, step, ierr.msg);
+        return;
+    }
     if (s < 0) {
         r->restoring = false;
         ftc__reply_error(r->fd, FTC_ERANGE,
@@ -2380,7 +2389,7 @@ static void ftc__par_rebuild_done(ftc_agent_t *a, ftc__rank_t *r, ftc__job_t *j)
     uint64_t t0 = ftc_now_ns();
     if (ftc__par_rebuild(g, j->step, r->rebuild_local, g->member, data, ds, wraps, ws, &out,
                          &osz, &err) == 0) {
-        int s = ftc__install(r, out, osz, j->step);
+        int s = ftc__install(r, out, osz, j->step, &err);
         free(out);
         if (s >= 0) {
             char gs[200];
@@ -2390,7 +2399,8 @@ static void ftc__par_rebuild_done(ftc_agent_t *a, ftc__rank_t *r, ftc__job_t *j)
             ftc__restore_done(a, r, s, false);
             return;
         }
-        snprintf(err.msg, sizeof err.msg, "the rebuilt shard's size differs from the slots'");
+        if (!err.code)
+            snprintf(err.msg, sizeof err.msg, "the rebuilt shard's size differs from the slots'");
     }
     char tried[600];
     snprintf(tried, sizeof tried, "not in this node's slots; parity rebuild: %s%s%s", err.msg,
