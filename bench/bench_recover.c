@@ -21,9 +21,14 @@
  *   first step  -> every rank finished its first step after the restore (the
  *                  rank's own byte-for-byte check of the restored state is not
  *                  counted)
- * Two modes per size: "memory" (redundancy 1: one replica per shard, no
- * persist tier) and "persist" (redundancy 0, persist tier every step: the lost
- * rank's state can only come back from disk, through the agent's fallback).
+ * Three modes per size: "memory" (redundancy 1: one replica per shard, no
+ * persist tier), "persist" (redundancy 0, persist tier every step: the lost
+ * rank's state can only come back from disk, through the agent's fallback;
+ * the survivors restore from their own slots) and "restart" (the classical
+ * baseline: as persist, but once node_lost is seen the whole job is killed,
+ * every node's /dev/shm wiped and the persist tier's page cache dropped, and
+ * the job started again with the same job id and Redis (`ftc redis`, started
+ * by the bench, outlives it): every rank reads its state from disk).
  * Lost steps: per rank, its last step done before the kill minus the step it
  * restored (recomputed: its last step done in the failed generation minus the
  * restored one; survivors keep stepping until they are stopped).
@@ -33,7 +38,7 @@
  *
  * usage: bench_recover [--sizes 64MiB,256MiB[,1GiB]] [--ftc PATH] [--rank PATH]
  *                      [--dir DIR] [--step-ms MS] [--kill-at STEP] [--after N]
- *                      [--modes memory,persist] [--timeout S] [--opt FLAG=VALUE]...
+ *                      [--modes memory,persist,restart] [--timeout S] [--opt FLAG=VALUE]...
  * --opt passes --FLAG=VALUE to `ftc run` (e.g. --opt agent-timeout-ms=5000).
  */
 #include "core/clock.h"
@@ -63,6 +68,9 @@
 #define NODES 3
 #define MAXR 8
 #define MAXGEN 64
+
+enum { M_MEMORY, M_PERSIST, M_RESTART, NMODES };
+static const char *const MODE_NAME[NMODES] = {"memory", "persist", "restart"};
 
 typedef struct cfg {
     char ftc[PATH_MAX], rank[PATH_MAX], dir[PATH_MAX];
@@ -278,7 +286,7 @@ static void on_event(void *arg, const ftc_status_event_t *e)
 
 /* The generation that failed (the last with a step before the kill) and the
  * one that recovered (the first later one where every rank stepped). */
-static void timeline(result_t *R, const char *out1, const char *out2)
+static void timeline(result_t *R, const char *out1, const char *out2, int mode)
 {
     tl_t *t = calloc(1, sizeof *t);
     if (!t)
@@ -309,7 +317,8 @@ static void timeline(result_t *R, const char *out1, const char *out2)
     }
     R->rounds = fin - failed;
     /* stop: the failed generation's survivors; the rest: the generation that recovered */
-    R->t_stop = t->phase[failed][1];
+    if (mode != M_RESTART) /* restart: the bench's kill of the whole job, set by run_one */
+        R->t_stop = t->phase[failed][1];
     R->t_rdzv = t->phase[fin][2];
     R->t_rebuild = t->phase[fin][4];
     R->lost = R->recomputed = -1000000;
@@ -341,15 +350,59 @@ static void timeline(result_t *R, const char *out1, const char *out2)
 
 /* ---- one run ------------------------------------------------------------------------ */
 
-static void run_one(const cfg_t *C, size_t bytes, bool persist, result_t *R)
+/* Whether a process of group pg is still running (a zombie has exited: its
+ * memory and mappings are released; the orphans of a killed job are reaped
+ * by PID 1, which may take seconds in a container). */
+static bool group_alive(pid_t pg)
+{
+    DIR *d = opendir("/proc");
+    if (!d)
+        return kill(-pg, 0) == 0;
+    struct dirent *e;
+    bool alive = false;
+    while (!alive && (e = readdir(d))) {
+        if (e->d_name[0] < '1' || e->d_name[0] > '9')
+            continue;
+        char p[300], buf[512];
+        snprintf(p, sizeof p, "/proc/%s/stat", e->d_name);
+        FILE *f = fopen(p, "r");
+        if (!f)
+            continue;
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = 0;
+        char *rp = strrchr(buf, ')'), st;
+        int ppid, pgrp;
+        if (rp && sscanf(rp + 1, " %c %d %d", &st, &ppid, &pgrp) == 3 && pgrp == pg &&
+            st != 'Z' && st != 'X')
+            alive = true;
+    }
+    closedir(d);
+    return alive;
+}
+
+/* Waits until no process of group pg runs any more (a killed job's
+ * supervisors, agents and ranks); false at the deadline. */
+static bool group_gone(pid_t pg, long long deadline)
+{
+    while (group_alive(pg)) {
+        if (wall_ms() > deadline)
+            return false;
+        ftc_sleep_ms(5);
+    }
+    return true;
+}
+
+static void run_one(const cfg_t *C, size_t bytes, int mode, result_t *R)
 {
     memset(R, 0, sizeof *R);
+    bool persist = mode != M_MEMORY;
     char job[64], jd[PATH_MAX + 80], out1[PATH_MAX + 100], out2[PATH_MAX + 100],
         pdir[PATH_MAX + 100];
-    snprintf(job, sizeof job, "brec%d%zu%c", (int)getpid(), bytes >> 20, persist ? 'p' : 'm');
+    snprintf(job, sizeof job, "brec%d%zu%c", (int)getpid(), bytes >> 20, MODE_NAME[mode][0]);
     snprintf(jd, sizeof jd, "%s/%s", C->dir, job);
     snprintf(out1, sizeof out1, "%s/run.out", jd);
-    snprintf(out2, sizeof out2, "%s/spare.out", jd);
+    snprintf(out2, sizeof out2, mode == M_RESTART ? "%s/restart.out" : "%s/spare.out", jd);
     snprintf(pdir, sizeof pdir, "%s/persist", jd);
     rm_rf(jd);
     if (mkdir(jd, 0700))
@@ -390,6 +443,28 @@ static void run_one(const cfg_t *C, size_t bytes, bool persist, result_t *R)
         av[n++] = tail[i];
 
     long long deadline = wall_ms() + (long long)C->timeout_s * 1000;
+    pid_t redis_pid = 0;
+    if (mode == M_RESTART) {
+        /* the job's Redis, outliving the job: `ftc run` finds it through
+         * JOB_DIR/redis.url, the restarted job too */
+        char rout[PATH_MAX + 100], ujob[96], udir[PATH_MAX + 16];
+        snprintf(rout, sizeof rout, "%s/redis.out", jd);
+        snprintf(ujob, sizeof ujob, "--job=%s", job);
+        snprintf(udir, sizeof udir, "--job-dir=%s", jd);
+        char *rv[] = {(char *)C->ftc, "redis", ujob, udir, NULL};
+        redis_pid = spawn(rv, rout);
+        char uf[PATH_MAX + 100];
+        snprintf(uf, sizeof uf, "%s/redis.url", jd);
+        while (access(uf, R_OK) && wall_ms() < deadline &&
+               waitpid(redis_pid, NULL, WNOHANG) == 0)
+            ftc_sleep_ms(20);
+        if (access(uf, R_OK)) { /* the job would start a Redis of its own, gone with it */
+            snprintf(R->why, sizeof R->why, "`ftc redis` did not start (see %s)", rout);
+            kill(redis_pid, SIGKILL);
+            waitpid(redis_pid, NULL, 0);
+            return;
+        }
+    }
     pid_t job_pid = spawn(av, out1), spare_pid = 0;
     /* the job's Redis */
     char urlf[PATH_MAX + 100], url[512] = "";
@@ -455,7 +530,7 @@ static void run_one(const cfg_t *C, size_t bytes, bool persist, result_t *R)
     char shm[96];
     snprintf(shm, sizeof shm, "ftc.%s.n1.", job); /* node 1's slots and replicas */
     wipe_shm(shm);
-    if (persist) {
+    if (persist && mode != M_RESTART) {
         char lost[1200];
         snprintf(lost, sizeof lost, "%s/node1", pdir);
         evict_cache(lost);
@@ -472,6 +547,25 @@ static void run_one(const cfg_t *C, size_t bytes, bool persist, result_t *R)
         goto done;
     }
     R->t_detect = t_lost;
+    if (mode == M_RESTART) {
+        /* a classical restart: the whole job goes (every supervisor, agent and
+         * rank), comes back on clean nodes (no slot, no replica in /dev/shm, no
+         * persist file in the page cache) with the same job id and Redis */
+        kill(-job_pid, SIGKILL);
+        waitpid(job_pid, NULL, 0);
+        bool gone = group_gone(job_pid, deadline);
+        job_pid = 0;
+        R->t_stop = wall_ms();
+        if (!gone) {
+            snprintf(R->why, sizeof R->why, "the killed job's processes did not go away");
+            goto done;
+        }
+        snprintf(shm, sizeof shm, "ftc.%s.", job);
+        wipe_shm(shm);
+        evict_cache(pdir);
+        job_pid = spawn(av, out2);
+        goto done;
+    }
     av[node_opt] = "--node-rank";
     av[node_opt + 1] = "1";
     av[redis_opt] = "--redis";
@@ -483,12 +577,17 @@ done:
     if (spare_pid > 0 && wait_until(spare_pid, deadline) != 0 && !R->why[0])
         snprintf(R->why, sizeof R->why, "the spare node did not finish cleanly (see %s)", out2);
     ftc_ctl_destroy(ctl);
+    if (redis_pid > 0) {
+        kill(redis_pid, SIGTERM);
+        if (wait_until(redis_pid, wall_ms() + 5000) == -2 && !R->why[0])
+            snprintf(R->why, sizeof R->why, "`ftc redis` did not stop on SIGTERM");
+    }
     snprintf(shm, sizeof shm, "ftc.%s.", job);
     wipe_shm(shm);
     rm_rf(pdir);
     if (R->why[0])
         return;
-    timeline(R, out1, out2);
+    timeline(R, out1, out2, mode);
 }
 
 /* ---- sizing, report, main ---------------------------------------------------------------- */
@@ -553,7 +652,7 @@ int main(int argc, char **argv)
     cfg_t C = {.step_ms = 100, .kill_at = 4, .after = 4, .timeout_s = 300};
     size_t sizes[8];
     int nsizes = 0;
-    bool modes[2] = {true, true}; /* memory, persist */
+    bool modes[NMODES] = {true, true, true}; /* memory, persist, restart */
     char here[PATH_MAX];
     self_dir(here, sizeof here);
     snprintf(C.ftc, sizeof C.ftc, "%s/../cli/ftc", here);
@@ -567,8 +666,17 @@ int main(int argc, char **argv)
             for (char *t = strtok(list, ","); t && nsizes < 8; t = strtok(NULL, ","))
                 sizes[nsizes++] = size_arg(t);
         } else if (!strcmp(a, "--modes") && v) {
-            modes[0] = strstr(v, "memory") != NULL;
-            modes[1] = strstr(v, "persist") != NULL;
+            char list[256];
+            snprintf(list, sizeof list, "%s", v);
+            memset(modes, 0, sizeof modes);
+            for (char *t = strtok(list, ","); t; t = strtok(NULL, ",")) {
+                int m = 0;
+                while (m < NMODES && strcmp(t, MODE_NAME[m]))
+                    m++;
+                if (m == NMODES)
+                    die("--modes: a list of memory, persist, restart");
+                modes[m] = true;
+            }
         } else if (!strcmp(a, "--ftc") && v) {
             snprintf(C.ftc, sizeof C.ftc, "%s", v);
         } else if (!strcmp(a, "--rank") && v) {
@@ -591,7 +699,7 @@ int main(int argc, char **argv)
             C.opts[C.nopts++] = o;
         } else {
             fprintf(stderr,
-                    "usage: bench_recover [--sizes 64MiB,256MiB[,1GiB]] [--modes memory,persist]\n"
+                    "usage: bench_recover [--sizes 64MiB,256MiB[,1GiB]] [--modes memory,persist,restart]\n"
                     "         [--step-ms 100] [--kill-at 4] [--after 4] [--timeout 300]\n"
                     "         [--ftc PATH] [--rank PATH] [--dir DIR] [--opt KEY=VALUE]...\n");
             return 2;
@@ -599,8 +707,8 @@ int main(int argc, char **argv)
     }
     if (C.step_ms < 0 || C.kill_at < 1 || C.after < 1 || C.timeout_s < 10)
         die("--step-ms >= 0, --kill-at >= 1, --after >= 1, --timeout >= 10");
-    if (!modes[0] && !modes[1])
-        die("--modes: memory, persist or both");
+    if (!modes[M_MEMORY] && !modes[M_PERSIST] && !modes[M_RESTART])
+        die("--modes: a list of memory, persist, restart");
     if (nsizes == 0) {
         sizes[nsizes++] = (size_t)64 << 20;
         sizes[nsizes++] = (size_t)256 << 20;
@@ -621,7 +729,10 @@ int main(int argc, char **argv)
     printf("  modes: memory = redundancy 1 (a replica in a peer's memory), no persist tier;"
            " persist = redundancy 0,\n  persist tier every step in %s (the lost rank restores "
            "from disk;\n  the lost node's persist files are evicted from the page cache at the kill, "
-           "as a replacement node\n  would not have them in memory)\n", C.dir);
+           "as a replacement node\n  would not have them in memory); restart = as persist, but on "
+           "node_lost the whole job is killed\n  (stop = until its processes are gone), every "
+           "node's /dev/shm wiped and the persist tier evicted\n  from the page cache, and the job "
+           "started again (same job id and Redis): every rank restores from disk\n", C.dir);
     printf("  phases, ms from the end of the previous one (latest node or rank): detect = kill "
            "-> node_lost;\n  stop = survivors' ranks stopped; rendezvous = round closed; rebuild "
            "= agents up + ranks forked;\n  restore = every rank's ftc_restore returned; first "
@@ -651,30 +762,32 @@ int main(int argc, char **argv)
                    mem_need / 1073741824.0, mem_free / 1073741824.0);
             continue;
         }
-        result_t R[2];
+        result_t R[NMODES];
         memset(R, 0, sizeof R);
-        for (int m = 0; m < 2; m++) {
+        for (int m = 0; m < NMODES; m++) {
             if (!modes[m])
                 continue;
-            if (m == 1 && disk_need > disk_free) {
-                snprintf(R[1].why, sizeof R[1].why, "needs about %.1f GiB free in %s",
+            if (m != M_MEMORY && disk_need > disk_free) {
+                snprintf(R[m].why, sizeof R[m].why, "needs about %.1f GiB free in %s",
                          disk_need / 1073741824.0, C.dir);
             } else {
-                run_one(&C, b, m == 1, &R[m]);
+                run_one(&C, b, m, &R[m]);
             }
             errors += !R[m].ok;
-            print_row(name, m ? "persist" : "memory", &R[m]);
+            print_row(name, MODE_NAME[m], &R[m]);
             fflush(stdout);
         }
-        if (R[0].ok && R[1].ok) {
-            double rr = (double)(R[1].t_restore - R[1].t_rebuild) /
-                        (double)(R[0].t_restore - R[0].t_rebuild > 0 ? R[0].t_restore - R[0].t_rebuild : 1);
-            double rt = (double)(R[1].t_first - R[1].t_kill) / (double)(R[0].t_first - R[0].t_kill);
-            printf("  %s: restore (ranks forked -> every rank restored) persist / memory = %.1fx "
+        for (int m = M_PERSIST; m < NMODES; m++) {
+            if (!R[0].ok || !R[m].ok)
+                continue;
+            long long mem = R[0].t_restore - R[0].t_rebuild;
+            double rr = (double)(R[m].t_restore - R[m].t_rebuild) / (double)(mem > 0 ? mem : 1);
+            double rt = (double)(R[m].t_first - R[m].t_kill) / (double)(R[0].t_first - R[0].t_kill);
+            printf("  %s: restore (ranks forked -> every rank restored) %s / memory = %.1fx "
                    "(target >= 10x): %s\n",
-                   name, rr, rr >= 10 ? "met" : "MISSED");
-            printf("  %s: total (kill -> every rank's first step) persist / memory = %.2fx\n", name,
-                   rt);
+                   name, MODE_NAME[m], rr, rr >= 10 ? "met" : "MISSED");
+            printf("  %s: total (kill -> every rank's first step) %s / memory = %.2fx\n", name,
+                   MODE_NAME[m], rt);
         }
         if (R[0].ok)
             printf("  %s: lost steps in memory mode = %d (target <= 1 with a checkpoint every "

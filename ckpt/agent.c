@@ -700,8 +700,26 @@ static int ftc__free_slot(const ftc__rank_t *r)
     return best;
 }
 
+/* Reserves slot s of r if its creation deferred that (FTC_SLOT_DEFER): before
+ * anything writes it. 0, or the error (the slot stays unwritable). */
+static int ftc__slot_reserve(ftc__rank_t *r, int s, ftc_err_t *err)
+{
+    if (!r->slot[s].unreserved)
+        return 0;
+    uint64_t t0 = ftc_now_ns();
+    int rc = ftc_slot_reserve(&r->slot[s], err);
+    FTC_DEBUG("agent", "rank %u: slot %d reserved in %.1f ms%s%s", r->rank, s,
+              (double)(ftc_now_ns() - t0) / 1e6, rc ? ": " : "", rc ? err->msg : "");
+    return rc;
+}
+
 static void ftc__send_begin_ok(ftc__rank_t *r, int slot, uint64_t step)
 {
+    ftc_err_t rerr = {0};
+    if (ftc__slot_reserve(r, slot, &rerr)) {
+        ftc__reply_error(r->fd, rerr.code, "checkpoint of step %" PRIu64 ": %s", step, rerr.msg);
+        return;
+    }
     r->st[slot] = SL_WRITING;
     r->step[slot] = step;
     r->reported[slot] = false;
@@ -974,35 +992,65 @@ static void ftc__on_slots(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
     ftc_ap_msg_t ok;
     ftc_ap_init(&ok, FTC_AP_SLOTS_OK);
     uint64_t t0 = ftc_now_ns();
+    char names[NS][FTC_SLOT_NAME_MAX];
+    const char *mk[NS];
+    unsigned mkflags[NS];
+    ftc_slot_t made[NS];
+    int mkslot[NS], nmk = 0;
+    /* a fresh slot while the job has a committed step: this rank restores
+     * one it does not have here (a replacement node), and the fetch lands in
+     * the first free slot, its first fresh one: reserved by prefaulting it
+     * (MADV_POPULATE_WRITE: the pages posix_fallocate would reserve, mapped
+     * in the same pass, so the fetch need not prefault it) */
+    bool restoring = a->committed >= 0 && !r->size;
+    /* ... and the others are sized and mapped (the rank maps all three) but
+     * reserved after RESTORE_OK, while the rank copies (ftc__restore_done),
+     * or before the first write into them at the latest */
     for (int s = 0; s < NS; s++) {
         ftc_err_t err = {0};
-        char name[FTC_SLOT_NAME_MAX];
         char prev[FTC_SLOT_NAME_MAX];
         /* a slot of another size holds the previous layout's shard: keep it
          * (under its prev name) for ranks that re-partition from it */
-        if (ftc_slot_name(a->ns, r->rank, s, name, sizeof name, &err) ||
+        if (ftc_slot_name(a->ns, r->rank, s, names[s], sizeof names[s], &err) ||
             ftc_slot_name_prev(a->ns, r->rank, s, prev, sizeof prev, &err) ||
-            (!r->slot[s].base && ftc_slot_keep_other_size(name, prev, m->size, &err)) ||
-            (!r->slot[s].base && ftc_slot_create(name, m->size, &r->slot[s], &err))) {
+            (!r->slot[s].base && ftc_slot_keep_other_size(names[s], prev, m->size, &err))) {
             ftc__reply_error(r->fd, err.code ? err.code : FTC_EIO, "%s", err.msg);
             return;
         }
-        snprintf(ok.name[s], sizeof ok.name[s], "%s", name);
+        if (!r->slot[s].base) {
+            mk[nmk] = names[s];
+            mkflags[nmk] = !restoring ? 0 : nmk == 0 ? FTC_SLOT_POPULATE : FTC_SLOT_DEFER;
+            mkslot[nmk++] = s;
+        }
+        snprintf(ok.name[s], sizeof ok.name[s], "%s", names[s]);
+    }
+    if (nmk) {
+        ftc_err_t err = {0};
+        int rc = ftc_slot_create_all(mk, nmk, m->size, mkflags, made, &err);
+        for (int i = 0; i < nmk; i++)
+            if (made[i].base)
+                r->slot[mkslot[i]] = made[i];
+        if (rc) {
+            ftc__reply_error(r->fd, err.code ? err.code : FTC_EIO, "%s", err.msg);
+            return;
+        }
     }
     /* slots that survived from before (a restarted rank): learn their state */
     if (!r->size) {
         for (int s = 0; s < NS; s++) {
             ftc_shard_view_t v;
             ftc_err_t err = {0};
-            if (ftc_shard_open(&v, r->slot[s].base, m->size, 0, &err) == 0 &&
+            if (!r->slot[s].unreserved && /* created empty just now: not read (a hole) */
+                ftc_shard_open(&v, r->slot[s].base, m->size, 0, &err) == 0 &&
                 (int64_t)v.info.step <= a->committed) {
                 r->st[s] = SL_COMMITTED;
                 r->step[s] = v.info.step;
             }
         }
     }
-    FTC_DEBUG("agent", "rank %u: %d slots of %" PRIu64 " bytes ready in %.1f ms", r->rank, NS,
-              m->size, (double)(ftc_now_ns() - t0) / 1e6);
+    FTC_DEBUG("agent", "rank %u: %d slots of %" PRIu64 " bytes ready in %.1f ms (%d created%s)",
+              r->rank, NS, m->size, (double)(ftc_now_ns() - t0) / 1e6, nmk,
+              nmk && r->slot[mkslot[0]].populated ? ", the first one prefaulted" : "");
     r->size = m->size;
     ok.size = m->size;
     ftc_err_t err = {0};
@@ -1218,10 +1266,20 @@ static void ftc__restore_done(ftc_agent_t *a, ftc__rank_t *r, int s, bool verifi
     ok.status = verified ? FTC_AP_OK_VERIFIED : 0;
     ftc_err_t err = {0};
     ftc_ap_send(r->fd, &ok, 1000, &err);
+    /* the slots that deferred their reservation, while the rank copies */
+    for (int i = 0; i < NS; i++) {
+        ftc_err_t rerr = {0};
+        if (ftc__slot_reserve(r, i, &rerr))
+            FTC_WARN("agent", "rank %u: %s (its next checkpoint in that slot fails with it)",
+                     r->rank, rerr.msg);
+    }
 }
 
-/* Copies a verified shard into a slot that may be overwritten; -1 if none fits. */
-static int ftc__install(ftc__rank_t *r, const uint8_t *buf, uint64_t size, uint64_t step)
+/* Copies a verified shard into a slot that may be overwritten; -1 if none
+ * fits (a size other than the slots', err.code 0) or the slot could not be
+ * reserved (err says why). */
+static int ftc__install(ftc__rank_t *r, const uint8_t *buf, uint64_t size, uint64_t step,
+                        ftc_err_t *err)
 {
     if (size != r->size)
         return -1;
@@ -1229,7 +1287,7 @@ static int ftc__install(ftc__rank_t *r, const uint8_t *buf, uint64_t size, uint6
     for (int i = 0; s < 0 && i < NS; i++)
         if (!r->pinned[i] && r->landing != i + 1) /* never under the persist thread's reads */
             s = i;
-    if (s < 0)
+    if (s < 0 || ftc__slot_reserve(r, s, err))
         return -1;
     uint64_t t0 = ftc_now_ns();
     ftc_mem_prefault(r->slot[s].base, size); /* a fresh slot: no fault per page */
@@ -1302,7 +1360,14 @@ static void ftc__deliver(ftc_agent_t *a, ftc__rank_t *r, const uint8_t *buf, uin
         ftc__fetch_reply(a, r, buf, size, step, from);
         return;
     }
-    int s = ftc__install(r, buf, size, step);
+    ftc_err_t ierr = {0};
+    int s = ftc__install(r, buf, size, step, &ierr);
+    if (s < 0 && ierr.code) {
+        r->restoring = false;
+        ftc__reply_error(r->fd, ierr.code, "restoring rank %u's shard of step %" PRIu64 ": %s",
+                         r->src, step, ierr.msg);
+        return;
+    }
     if (s < 0) {
         r->restoring = false;
         ftc__reply_error(r->fd, FTC_ERANGE,
@@ -1368,15 +1433,17 @@ static bool ftc__queue_fetch(ftc_agent_t *a, ftc__rank_t *r)
      * (no buffer, no copy; the replication thread writes it, so it is marked
      * WRITING, and its mapping stays until the fetch is done) */
     int s = !r->fetch && r->size && !r->landing ? ftc__free_slot(r) : -1;
-    if (s >= 0 && r->slot[s].base) {
+    ftc_err_t rerr = {0};
+    if (s >= 0 && r->slot[s].base && ftc__slot_reserve(r, s, &rerr) == 0) {
         r->st[s] = SL_WRITING;
         r->step[s] = r->restore_step;
         r->landing = s + 1;
         j->dst = r->slot[s].base;
         j->dst_cap = r->size;
         /* a fresh slot's pages in one call (about half the cost of one fault
-         * per page as the DATA lands) */
-        ftc_mem_prefault(j->dst, j->dst_cap);
+         * per page as the DATA lands), unless its creation did */
+        if (!r->slot[s].populated)
+            ftc_mem_prefault(j->dst, j->dst_cap);
         j->dst_rix = (int)(r - a->ranks);
         j->dst_slot = s;
     }
@@ -1443,7 +1510,7 @@ static void ftc__on_restore(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *
         ftc_shard_view_t v;
         ftc_err_t err = {0};
         /* structure and step first: only the right step's slot is hashed */
-        if (src == r->rank && r->slot[s].base &&
+        if (src == r->rank && r->slot[s].base && !r->slot[s].unreserved &&
             ftc_shard_open(&v, r->slot[s].base, r->size, 0, &err) == 0 &&
             v.info.step == (uint64_t)step && ftc__is_subject(&v, r) &&
             ftc_shard_verify(&v, FTC__VERIFY_THREADS, &err) == 0) {
@@ -2575,7 +2642,8 @@ static void ftc__par_on_rebuilt(ftc_agent_t *a, ftc__par_task_t *t)
         r->restore_step != t->step)
         return;
     if (t->rc == 0) {
-        int s = ftc__install(r, t->out, t->out_size, t->step);
+        ftc_err_t err = {0};
+        int s = ftc__install(r, t->out, t->out_size, t->step, &err);
         if (s >= 0) {
             char gs[200];
             FTC_INFO("agent", "rank %u restored step %" PRIu64 " rebuilt from parity (%s, group of "
@@ -2585,7 +2653,9 @@ static void ftc__par_on_rebuilt(ftc_agent_t *a, ftc__par_task_t *t)
             ftc__restore_done(a, r, s, false);
             return;
         }
-        ftc__par_rebuild_failed(a, r, "the rebuilt shard's size differs from the slots'",
+        ftc__par_rebuild_failed(a, r,
+                                err.code ? err.msg
+                                         : "the rebuilt shard's size differs from the slots'",
                                 t->looked);
         return;
     }

@@ -6,6 +6,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -86,7 +87,22 @@ static int ftc__map(ftc_slot_t *s, bool writable, ftc_err_t *err)
     return 0;
 }
 
-int ftc_slot_create(const char *name, uint64_t size, ftc_slot_t *s, ftc_err_t *err)
+/* Reserves [p, p + len) by prefaulting it writable: 0, EINVAL where the
+ * kernel (or these headers) lack MADV_POPULATE_WRITE, else the errno (EFAULT:
+ * a page could not be allocated, a SIGBUS on a plain write; ENOMEM). */
+static int ftc__populate(void *p, uint64_t len)
+{
+#ifdef MADV_POPULATE_WRITE
+    return madvise(p, len, MADV_POPULATE_WRITE) == 0 ? 0 : errno;
+#else
+    (void)p;
+    (void)len;
+    return EINVAL;
+#endif
+}
+
+int ftc_slot_create_ex(const char *name, uint64_t size, unsigned flags, ftc_slot_t *s,
+                       ftc_err_t *err)
 {
     memset(s, 0, sizeof *s);
     s->fd = -1;
@@ -105,7 +121,11 @@ int ftc_slot_create(const char *name, uint64_t size, ftc_slot_t *s, ftc_err_t *e
         return ftc_err_errno(err, e, "fstat slot %s", name);
     }
     uint64_t have = (uint64_t)st.st_size;
-    if (have != size) {
+    bool reserve = have != size;
+    /* at its size but not every page behind it (deferred, or its creator died
+     * before reserving): reserved again, its contents stay */
+    bool sparse = !reserve && (uint64_t)st.st_blocks * 512 < size;
+    if (reserve) {
         /* new, or a different size: check space first, then reserve */
         uint64_t free_b = 0;
         int rc = ftc_shm_free(&free_b, err);
@@ -126,14 +146,6 @@ int ftc_slot_create(const char *name, uint64_t size, ftc_slot_t *s, ftc_err_t *e
             return ftc_err_errno(err, e, "ftruncate slot %s to %llu", name,
                                  (unsigned long long)size);
         }
-        int e = posix_fallocate(fd, 0, (off_t)size);
-        if (e) {
-            close(fd);
-            shm_unlink(path);
-            return ftc_err_set(err, e == ENOSPC ? FTC_ENOSPC : FTC_EIO,
-                               "reserving %llu bytes for slot %s in %s: %s",
-                               (unsigned long long)size, name, FTC_SHM_DIR, strerror(e));
-        }
     }
     s->fd = fd;
     s->size = size;
@@ -141,6 +153,132 @@ int ftc_slot_create(const char *name, uint64_t size, ftc_slot_t *s, ftc_err_t *e
     if (rc) {
         close(fd);
         s->fd = -1;
+        if (reserve)
+            shm_unlink(path);
+        return rc;
+    }
+    if (!reserve && !sparse)
+        return 0;
+    if (flags & FTC_SLOT_DEFER) {
+        s->unreserved = true;
+        return 0;
+    }
+    if (sparse) {
+        s->unreserved = true;
+        rc = ftc_slot_reserve(s, err);
+        if (rc)
+            ftc_slot_close(s);
+        return rc;
+    }
+    /* the reservation: prefaulting every page allocates (and zeroes) it as
+     * posix_fallocate does, and maps it here in the same pass */
+    int e = (flags & FTC_SLOT_POPULATE) ? ftc__populate(s->base, size) : EINVAL;
+    if (e == 0)
+        s->populated = true;
+    else if (e == EINVAL)
+        e = posix_fallocate(fd, 0, (off_t)size);
+    if (e) {
+        ftc_slot_close(s);
+        shm_unlink(path);
+        return ftc_err_set(err, e == ENOSPC || e == EFAULT || e == ENOMEM ? FTC_ENOSPC : FTC_EIO,
+                           "reserving %llu bytes for slot %s in %s: %s (is %s full? enlarge it "
+                           "or checkpoint less per node)",
+                           (unsigned long long)size, name, FTC_SHM_DIR,
+                           e == EFAULT ? "a page could not be allocated" : strerror(e),
+                           FTC_SHM_DIR);
+    }
+    return 0;
+}
+
+int ftc_slot_reserve(ftc_slot_t *s, ftc_err_t *err)
+{
+    if (!s->unreserved)
+        return 0;
+    if (s->fd < 0)
+        return ftc_err_set(err, FTC_EINVAL, "slot %s is closed", s->name);
+    int e = posix_fallocate(s->fd, 0, (off_t)s->size);
+    if (e)
+        return ftc_err_set(err, e == ENOSPC ? FTC_ENOSPC : FTC_EIO,
+                           "reserving %llu bytes for slot %s in %s: %s (is %s full? enlarge it "
+                           "or checkpoint less per node)",
+                           (unsigned long long)s->size, s->name, FTC_SHM_DIR, strerror(e),
+                           FTC_SHM_DIR);
+    s->unreserved = false;
+    return 0;
+}
+
+int ftc_slot_create(const char *name, uint64_t size, ftc_slot_t *s, ftc_err_t *err)
+{
+    return ftc_slot_create_ex(name, size, 0, s, err);
+}
+
+typedef struct ftc__mk {
+    const char *name;
+    uint64_t size;
+    unsigned flags;
+    ftc_slot_t *slot;
+    ftc_err_t err;
+    int rc;
+} ftc__mk_t;
+
+static void *ftc__mk_one(void *arg)
+{
+    ftc__mk_t *m = arg;
+    m->rc = ftc_slot_create_ex(m->name, m->size, m->flags, m->slot, &m->err);
+    return NULL;
+}
+
+int ftc_slot_create_all(const char *const *names, int n, uint64_t size, const unsigned *flags,
+                        ftc_slot_t *slots, ftc_err_t *err)
+{
+    enum { MAXN = 16 };
+    for (int i = 0; i < n && i < MAXN; i++) {
+        memset(&slots[i], 0, sizeof slots[i]);
+        slots[i].fd = -1;
+    }
+    if (n < 1 || n > MAXN)
+        return ftc_err_set(err, FTC_EINVAL, "ftc_slot_create_all: %d slots (1..%d)", n, MAXN);
+    if (size == 0)
+        return ftc_err_set(err, FTC_EINVAL, "slot %s: size 0", names[0]);
+    /* what they still need together, before any is reserved: the threads'
+     * own checks would each see the space the others are about to take */
+    uint64_t need = 0;
+    for (int i = 0; i < n; i++) {
+        char path[FTC_SLOT_NAME_MAX + 16];
+        struct stat st;
+        snprintf(path, sizeof path, FTC_SHM_DIR "/%s", names[i]);
+        uint64_t have = stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
+        need += have == size ? 0 : size > have ? size - have : 0;
+    }
+    uint64_t free_b = 0;
+    if (need && ftc_shm_free(&free_b, err) == 0 && free_b < need)
+        return ftc_err_set(err, FTC_ENOSPC,
+                           "%d slots of %llu bytes (%s ...) need %llu bytes but %s has %llu free: "
+                           "enlarge it (mount -o remount,size=... %s, or docker --shm-size) or "
+                           "checkpoint less per node",
+                           n, (unsigned long long)size, names[0], (unsigned long long)need,
+                           FTC_SHM_DIR, (unsigned long long)free_b, FTC_SHM_DIR);
+    ftc__mk_t mk[MAXN];
+    pthread_t tid[MAXN];
+    bool started[MAXN] = {false};
+    for (int i = 0; i < n; i++) {
+        mk[i] = (ftc__mk_t){.name = names[i], .size = size, .flags = flags ? flags[i] : 0,
+                            .slot = &slots[i]};
+        /* slot 0 on this thread; one that cannot get a thread is made here too */
+        if (i > 0 && need && pthread_create(&tid[i], NULL, ftc__mk_one, &mk[i]) == 0)
+            started[i] = true;
+    }
+    for (int i = 0; i < n; i++)
+        if (!started[i])
+            ftc__mk_one(&mk[i]);
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        if (started[i])
+            pthread_join(tid[i], NULL);
+        if (mk[i].rc && !rc) {
+            rc = mk[i].rc;
+            *err = mk[i].err;
+        }
     }
     return rc;
 }

@@ -7,9 +7,11 @@
  * (FTC_AP_SLOTS_PER_RANK): one is written while another still holds the last
  * committed version (I3) and the third the previous step, still replicating.
  *
- * Memory is reserved at creation with posix_fallocate, so a /dev/shm that is
- * too small fails here, with a message naming the size needed and the size
- * free, instead of killing a writer with SIGBUS later.
+ * Memory is reserved at creation with posix_fallocate (or, with
+ * FTC_SLOT_POPULATE, by prefaulting every page of the creator's mapping,
+ * which reserves the same pages and maps them in one pass), so a /dev/shm
+ * that is too small fails here, with a message naming the size needed and
+ * the size free, instead of killing a writer with SIGBUS later.
  *
  * Names: "ftc.JOB.r<RANK>.s<IDX>" (JOB as in the config). Not thread-safe per
  * slot; different slots are independent.
@@ -30,7 +32,21 @@ typedef struct ftc_slot {
     int fd;                       /* open shm fd, -1 when closed */
     uint8_t *base;                /* mapping, NULL when closed */
     uint64_t size;                /* bytes mapped */
+    bool populated;               /* every page reserved and mapped writable here at creation */
+    bool unreserved;              /* FTC_SLOT_DEFER: ftc_slot_reserve before anything writes it */
 } ftc_slot_t;
+
+/* ftc_slot_create_ex flags */
+#define FTC_SLOT_POPULATE 1u /* a new slot is reserved by prefaulting every page of this
+                              * mapping (MADV_POPULATE_WRITE) instead of posix_fallocate: the
+                              * same pages reserved, and this process takes no fault per page
+                              * writing it next (a fetch landing there); posix_fallocate where
+                              * the kernel lacks it. Sets populated. */
+#define FTC_SLOT_DEFER 2u    /* a new slot is sized and mapped but not reserved yet (the space
+                              * was checked): the caller calls ftc_slot_reserve before anything
+                              * writes it (unreserved until then). A slot found at its size but
+                              * not fully reserved (one whose creator deferred it, or died
+                              * between sizing and reserving) is reserved by any create. */
 
 /* Builds the slot name of (job, rank, idx) into buf. */
 int ftc_slot_name(const char *job, uint32_t rank, int idx, char *buf, size_t cap, ftc_err_t *err);
@@ -50,6 +66,22 @@ int ftc_shm_free(uint64_t *free_bytes, ftc_err_t *err);
  * reserves its memory, and maps it. Refuses with FTC_ENOSPC when /dev/shm
  * cannot hold it. */
 int ftc_slot_create(const char *name, uint64_t size, ftc_slot_t *s, ftc_err_t *err);
+/* ftc_slot_create with flags (FTC_SLOT_POPULATE, FTC_SLOT_DEFER). */
+int ftc_slot_create_ex(const char *name, uint64_t size, unsigned flags, ftc_slot_t *s,
+                       ftc_err_t *err);
+/* Creates (or reuses) n slots of size bytes at once, slot i as
+ * ftc_slot_create_ex(names[i], size, flags ? flags[i] : 0): first checks that
+ * /dev/shm holds what all of them still need together (FTC_ENOSPC naming the
+ * total), then reserves them on up to n threads (the reservation zeroes every
+ * page: the slots of one rank are 3 x its state). On failure the slots that
+ * were created stay mapped in slots[] (base != NULL), the others are closed,
+ * and err says why the first one failed. Thread-safe for different slots. */
+int ftc_slot_create_all(const char *const *names, int n, uint64_t size, const unsigned *flags,
+                        ftc_slot_t *slots, ftc_err_t *err);
+/* Reserves a slot created with FTC_SLOT_DEFER (posix_fallocate; a no-op when
+ * reserved): 0, or FTC_ENOSPC / FTC_EIO naming the slot and /dev/shm, and the
+ * slot stays unreserved (nothing may write it). Not thread-safe per slot. */
+int ftc_slot_reserve(ftc_slot_t *s, ftc_err_t *err);
 /* Maps an existing slot (its size is the object's size). */
 int ftc_slot_open(const char *name, bool writable, ftc_slot_t *s, ftc_err_t *err);
 /* Unmaps and closes; the object stays. Safe on a closed slot. */

@@ -5,7 +5,8 @@
  *   - replicate then restore (from the node's own slots);
  *   - a rank killed with SIGKILL restores from its node's shm;
  *   - an agent killed with SIGKILL and its node's shm wiped (node loss):
- *     its rank restores from a peer's replica;
+ *     its rank restores from a peer's replica, and checkpoints on into its
+ *     fresh slots (two of them reserved after the restore);
  *   - k = 2: two nodes lost at once, both ranks restore from the third;
  *   - a corrupted replica is detected and another source is used;
  *   - a rank's corrupted own slots: restored from a peer's replica;
@@ -56,6 +57,24 @@ static void test_replicate_kill_rank_lose_node(void **state)
     wipe_node_shm(e, 0);
     start_agent(e, 0);
     restore_rank(e, 0, "RESTORED 6 OK");
+    /* lost again, and this time its rank goes on: restored from a peer into
+     * fresh slots (the landing one reserved by prefaulting it, the two others
+     * only after RESTORE_OK), then checkpoints into all three */
+    kill_agent(e, 0);
+    wipe_node_shm(e, 0);
+    start_agent(e, 0);
+    char o0[PATH_MAX + 32];
+    snprintf(o0, sizeof o0, "%s/rank0.cont.out", e->jobdir);
+    snprintf(o1, sizeof o1, "%s/rank1.cont.out", e->jobdir);
+    snprintf(o2, sizeof o2, "%s/rank2.cont.out", e->jobdir);
+    p0 = start_rank(e, 0, 3, o0, "--restore", "--steps", "10", NULL);
+    p1 = start_rank(e, 1, 3, o1, "--restore", "--steps", "10", NULL);
+    p2 = start_rank(e, 2, 3, o2, "--restore", "--steps", "10", NULL);
+    wait_rank(p0, 60000);
+    wait_rank(p1, 60000);
+    wait_rank(p2, 60000);
+    assert_true(said(o0, "RESTORED 6 OK"));
+    assert_true(said(o0, "COMMITTED 9"));
     teardown_env(e);
 }
 
