@@ -2697,6 +2697,14 @@ static void ftc__par_free(ftc_agent_t *a)
 
 /* ---- life cycle ------------------------------------------------------------------------------- */
 
+static _Atomic(const char *) ftc__phase; /* ftc_agent_phase */
+#define FTC__PHASE(p) atomic_store(&ftc__phase, (const char *)(p))
+
+const char *ftc_agent_phase(void)
+{
+    return atomic_load(&ftc__phase);
+}
+
 ftc_agent_t *ftc_agent_start(const ftc_agent_options_t *o, ftc_err_t *err)
 {
     if (!o->job || !o->dir || o->nodes < 1 || o->index >= o->nodes || o->ranks_per_node < 1 ||
@@ -2774,6 +2782,7 @@ ftc_agent_t *ftc_agent_start(const ftc_agent_options_t *o, ftc_err_t *err)
     if (ftc_fs_mkdirs(a->dir, err))
         goto fail;
     /* Redis */
+    FTC__PHASE("start: connecting to Redis");
     ftc_redis_t *r = ftc_redis_connect(&o->redis, NULL, err);
     if (!r)
         goto fail;
@@ -2782,6 +2791,7 @@ ftc_agent_t *ftc_agent_start(const ftc_agent_options_t *o, ftc_err_t *err)
         ftc_redis_close(r);
         goto fail;
     }
+    FTC__PHASE("start: reading the generation");
     if (ftc__generation(a, err))
         goto fail;
     int64_t cstep;
@@ -2803,6 +2813,7 @@ ftc_agent_t *ftc_agent_start(const ftc_agent_options_t *o, ftc_err_t *err)
     ro.self = o->index;
     ro.generation = a->generation;
     a->ropt = ro;
+    FTC__PHASE("start: opening the fabric endpoint");
     if (ftc__open_transport(a, err) || ftc__publish_address(a, err))
         goto fail;
     /* detector: heartbeats, leases, events for this node */
@@ -2810,6 +2821,7 @@ ftc_agent_t *ftc_agent_start(const ftc_agent_options_t *o, ftc_err_t *err)
     dopt.job = a->job;
     dopt.node = a->node_id;
     dopt.domain = a->domain;
+    FTC__PHASE("start: the detector");
     a->det = ftc_detector_start(&o->redis, &dopt, err);
     if (!a->det)
         goto fail;
@@ -2826,6 +2838,7 @@ ftc_agent_t *ftc_agent_start(const ftc_agent_options_t *o, ftc_err_t *err)
             goto fail;
     }
     /* the ranks' socket */
+    FTC__PHASE("start: the ranks' socket and threads");
     ftc_agent_socket_path(a->dir, o->index, a->sock, sizeof a->sock);
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     if (strlen(a->sock) >= sizeof sa.sun_path) {
@@ -2863,6 +2876,7 @@ ftc_agent_t *ftc_agent_start(const ftc_agent_options_t *o, ftc_err_t *err)
         goto fail;
     }
     a->repl_started = true;
+    FTC__PHASE("start: reading the peers");
     ftc__refresh_peers(a);
     /* the groups: published ones adopted, index order formed (and
      * published) at once; with a failure domain, every node's may be in
@@ -2873,6 +2887,7 @@ ftc_agent_t *ftc_agent_start(const ftc_agent_options_t *o, ftc_err_t *err)
     }
     FTC_INFO("agent", "node %u (%s) of job %s: generation %" PRIu64 ", world %u, socket %s", o->index,
              a->node_id, a->job, a->generation, a->world, a->sock);
+    FTC__PHASE(NULL);
     return a;
 fail:
     ftc_agent_stop(a);
@@ -3028,12 +3043,15 @@ void ftc_agent_stop(ftc_agent_t *a)
     atomic_store(&a->stop, true);
     uint64_t t[5];
     t[0] = ftc_now_ns();
+    FTC__PHASE("stop: joining the replication thread");
     if (a->repl_started) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_sec += FTC__STOP_JOIN_MS / 1000;
         if (pthread_timedjoin_np(a->repl_tid, NULL, &ts) != 0) {
+            FTC__PHASE("stop: abandoning the replication thread");
             ftc__abandon(a);
+            FTC__PHASE(NULL);
             return;
         }
     }
@@ -3042,6 +3060,7 @@ void ftc_agent_stop(ftc_agent_t *a)
         a->par->worker = NULL;
     }
     t[1] = ftc_now_ns();
+    FTC__PHASE("stop: the persist thread");
     ftc__persister_stop(a->pw); /* waits for a running write: it reads the slots closed below */
     a->pw = NULL;
     t[2] = ftc_now_ns();
@@ -3057,8 +3076,10 @@ void ftc_agent_stop(ftc_agent_t *a)
         }
     /* the engine first: its transfers read (pushes) and write (fetches
      * landing in a slot) the ranks' slots until it is gone */
+    FTC__PHASE("stop: the replication engine");
     ftc_repl_destroy(a->repl);
     a->repl = NULL;
+    FTC__PHASE("stop: closing the fabric endpoint");
     ftc_fabric_close(a->fab);
     a->fab = NULL;
     for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++) {
@@ -3081,8 +3102,10 @@ void ftc_agent_stop(ftc_agent_t *a)
     t[3] = ftc_now_ns();
     ftc_persist_close(a->persist);
     ftc__par_free(a);
+    FTC__PHASE("stop: the detector");
     ftc_detector_stop(a->det, true);
     t[4] = ftc_now_ns();
+    FTC__PHASE(NULL);
     if (t[4] - t[0] > 2000000000ull) /* where a slow stop spent its time */
         FTC_WARN("agent", "stopping took %" PRIu64 " ms: replication (and parity) threads %" PRIu64
                  " ms, persist thread %" PRIu64 " ms, endpoint %" PRIu64 " ms, detector %"

@@ -87,6 +87,11 @@ int ftc_agent_run(ftc_agent_t *a, volatile sig_atomic_t *stop);
 int ftc_agent_flush(ftc_agent_t *a, ftc_err_t *err);
 /* Stops threads and frees; slots stay in /dev/shm for a restarted agent. */
 void ftc_agent_stop(ftc_agent_t *a);
+/* What ftc_agent_start or ftc_agent_stop of this process is doing now
+ * ("start: fabric endpoint", "stop: detector", ...), NULL when neither
+ * runs: for a supervisor's watchdog to name where a slow start or stop
+ * is. Thread-safe (one atomic pointer per process). */
+const char *ftc_agent_phase(void);
 /* The socket path ranks connect to (FTC_AGENT_SOCKET). */
 const char *ftc_agent_socket(const ftc_agent_t *a);
 /* Builds the socket path of (dir, index) into buf. */

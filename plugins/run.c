@@ -50,6 +50,42 @@ typedef struct ftc__agent_thread {
     int rc;
 } ftc__agent_thread_t;
 
+/* The supervisor's watchdog: what its main thread is doing that may take
+ * long (an agent's stop or start), so that a stall is named in the log while
+ * it lasts instead of only after it (every 10 s; with the agent's own phase,
+ * ftc_agent_phase). One per process. */
+static _Atomic(const char *) ftc__busy_what;
+static atomic_uint_fast64_t ftc__busy_since; /* monotonic ms */
+static atomic_bool ftc__wd_stop;
+
+static void ftc__busy(const char *what)
+{
+    atomic_store(&ftc__busy_since, ftc_now_ns() / 1000000);
+    atomic_store(&ftc__busy_what, what);
+}
+
+static void *ftc__watchdog(void *arg)
+{
+    (void)arg;
+    uint64_t warned_at = 0;
+    while (!atomic_load(&ftc__wd_stop)) {
+        ftc_sleep_ms(200);
+        const char *what = atomic_load(&ftc__busy_what);
+        uint64_t now = ftc_now_ns() / 1000000, since = atomic_load(&ftc__busy_since);
+        if (!what) {
+            warned_at = 0;
+            continue;
+        }
+        if (now - since >= 10000 && now - warned_at >= 10000) {
+            const char *ap = ftc_agent_phase();
+            FTC_WARN("run", "still %s after %" PRIu64 " ms%s%s", what, now - since,
+                     ap ? "; the agent: " : "", ap ? ap : "");
+            warned_at = now;
+        }
+    }
+    return NULL;
+}
+
 typedef struct ftc__sup {
     const ftc_run_options_t *o;
     char node_id[FTC_CTL_NODE_MAX + 1];
@@ -186,13 +222,17 @@ static void ftc__agent_stop(ftc__agent_thread_t *t, bool flush)
     if (!t->agent)
         return;
     t->stop = 1;
+    ftc__busy("waiting for the agent's loop to end");
     if (t->running)
         pthread_join(t->tid, NULL);
     ftc_err_t err = {0};
+    ftc__busy("flushing the agent's newest committed version to the persist tier");
     if (flush && t->running && ftc_agent_flush(t->agent, &err) != 0)
         FTC_WARN("run", "the job's last committed state is not in the persist tier: %s",
                  err.msg);
+    ftc__busy("stopping the agent");
     ftc_agent_stop(t->agent);
+    ftc__busy(NULL);
     memset(t, 0, sizeof *t);
 }
 
@@ -212,7 +252,9 @@ static int ftc__agent_start(ftc__sup_t *s, ftc_err_t *err)
     ao.nodes = (uint32_t)s->o->max_nodes;
     ao.ranks_per_node = (uint32_t)s->o->nproc;
     ao.node_id = s->node_id;
+    ftc__busy("starting the agent");
     s->ag.agent = ftc_agent_start(&ao, err);
+    ftc__busy(NULL);
     if (!s->ag.agent)
         return err->code ? err->code : FTC_EINVAL;
     if (pthread_create(&s->ag.tid, NULL, ftc__agent_main, &s->ag)) {
@@ -1130,6 +1172,9 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
         return 1;
     }
     s->o = o;
+    pthread_t wd;
+    atomic_store(&ftc__wd_stop, false);
+    bool wd_started = pthread_create(&wd, NULL, ftc__watchdog, NULL) == 0;
     if (o->node_id && *o->node_id)
         snprintf(s->node_id, sizeof s->node_id, "%s", o->node_id);
     else
@@ -1311,5 +1356,9 @@ out:
     ftc_rdzv_round_free(&s->round);
     ftc_ctl_destroy(s->ctl);
     free(s);
+    if (wd_started) {
+        atomic_store(&ftc__wd_stop, true);
+        pthread_join(wd, NULL);
+    }
     return ec;
 }

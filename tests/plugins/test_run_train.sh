@@ -65,6 +65,15 @@ wait_grep() { # PATTERN FILE TIMEOUT_S [FROM_LINE]
     done
     return 1
 }
+dump() { # LABEL FILE...: on a failure, the supervisors' story (every WARN/ERROR and
+    # generation line, whole) and the tail of the output
+    local label=$1
+    shift
+    echo "--- $label: warnings, errors and generations:"
+    grep -h -v 'is alive' "$@" | grep -E 'WARN|ERROR|INFO run: (generation [0-9]+: (node|layout)|recovery)|took' | cut -c1-400
+    echo "--- $label: the last lines:"
+    grep -h -v 'is alive' "$@" | tail -60
+}
 hash_of() { sed -n 's/^params xxh3 \([0-9a-f]*\) after.*/\1/p' "$@" | tail -1; }
 want() { case ${FTC_RUN_TRAIN_ONLY:-ABCDEF} in *$1*) return 0 ;; esac; return 1; }
 export FTC_LOG_LEVEL=info OMP_WAIT_POLICY=passive
@@ -123,7 +132,7 @@ check "A: final params hash $H equals the fault-free run's $REF" test "$H" = "$R
 # through a survivor's collective that lost its peer: either way
 check "A: the node loss failed the generation" \
     grep -q "failed (node node[0-9] lost (heartbeat\|failed (rank [0-9]* (node node[0-9]) exited" "$T/a.out"
-[ $fails -eq $f0 ] || { echo "--- output of A:"; grep -v 'is alive' "$T/a.out" | tail -80; echo "--- returning node:"; tail -40 "$T/a2.out"; }
+[ $fails -eq $f0 ] || dump A "$T/a.out" "$T/a2.out"
 fi
 
 # ---- B. a rank killed mid-checkpoint, then a node killed during the recovery ------------------------
@@ -157,7 +166,7 @@ check "B: no restart from step 0, no failed restore" bash -c \
     "! grep -q 'starting at step 0\|could not re-partition\|could not read the committed' '$T/b.out'"
 H=$(hash_of "$T/b.out")
 check "B: final params hash $H equals the fault-free run's $REF" test "$H" = "$REF"
-[ $fails -eq $f0 ] || { echo "--- output of B:"; grep -v 'is alive' "$T/b.out" | tail -100; }
+[ $fails -eq $f0 ] || dump B "$T/b.out"
 fi
 
 # ---- C. DP=2 x TP=2 (2 nodes of 2 ranks, one TP group each) loses a node --------------------
@@ -199,7 +208,7 @@ check "C: no restart from step 0, no failed restore" bash -c \
     "! grep -q 'starting at step 0\|could not re-partition\|could not read the committed' '$T/c.out'"
 H=$(hash_of "$T/c.out")
 check "C: final params hash $H equals the fault-free TP=2 run's $CREF" test -n "$H" -a "$H" = "$CREF"
-[ $fails -eq $f0 ] || { echo "--- output of C:"; grep -v 'is alive' "$T/c.out" | tail -100; }
+[ $fails -eq $f0 ] || dump C "$T/c.out"
 fi
 
 # ---- D. A in in-process mode: the survivors shrink and grow back in their own processes -------
@@ -264,7 +273,7 @@ check "D: no restart from step 0, no failed restore" bash -c \
     "! grep -q 'starting at step 0\|could not re-partition\|could not read the committed' '$T/d.out' '$T/d2.out'"
 H=$(hash_of "$T/d.out" "$T/d2.out")
 check "D: final params hash $H equals the fault-free run's $REF" test "$H" = "$REF"
-[ $fails -eq $f0 ] || { echo "--- output of D:"; grep -v 'is alive' "$T/d.out" | tail -100; echo "--- returning node:"; tail -40 "$T/d2.out"; }
+[ $fails -eq $f0 ] || dump D "$T/d.out" "$T/d2.out"
 fi
 
 # ---- E. in-process: a rank dies, only it is started again ------------------------------------
@@ -306,7 +315,7 @@ check "E: no restart from step 0, no failed restore" bash -c \
     "! grep -q 'starting at step 0\|could not re-partition\|could not read the committed' '$T/e.out'"
 H=$(hash_of "$T/e.out")
 check "E: final params hash $H equals the fault-free run's $REF" test "$H" = "$REF"
-[ $fails -eq $f0 ] || { echo "--- output of E:"; grep -v 'is alive' "$T/e.out" | tail -100; }
+[ $fails -eq $f0 ] || dump E "$T/e.out"
 fi
 
 # ---- F. in-process: rank 0's node lost, then a second node during the recovery -------------
@@ -348,7 +357,7 @@ check "F: no restart from step 0, no failed restore" bash -c \
     "! grep -q 'starting at step 0\|could not re-partition\|could not read the committed' '$T/f.out'"
 H=$(hash_of "$T/f.out")
 check "F: final params hash $H equals the fault-free run's $REF" test "$H" = "$REF"
-[ $fails -eq $f0 ] || { echo "--- output of F:"; grep -v 'is alive' "$T/f.out" | tail -100; }
+[ $fails -eq $f0 ] || dump F "$T/f.out"
 fi
 
 if [ $fails -ne 0 ]; then
