@@ -69,11 +69,12 @@
 #define MAXR 8
 #define MAXGEN 64
 
-enum { M_MEMORY, M_PERSIST, M_RESTART, NMODES };
-static const char *const MODE_NAME[NMODES] = {"memory", "persist", "restart"};
+enum { M_MEMORY, M_PERSIST, M_RESTART, M_INPROC, NMODES };
+static const char *const MODE_NAME[NMODES] = {"memory", "persist", "restart", "inproc"};
 
 typedef struct cfg {
     char ftc[PATH_MAX], rank[PATH_MAX], dir[PATH_MAX];
+    const char *trainer; /* --trainer MODEL: the ranks are `ftc train --model MODEL` */
     int step_ms, kill_at, after, timeout_s;
     const char *opts[16];
     int nopts;
@@ -85,6 +86,7 @@ typedef struct result {
     long long t_kill, t_detect;
     long long t_stop, t_rdzv, t_rebuild, t_restore, t_first; /* wall ms, latest node/rank */
     long long restore_ms[NODES]; /* ftc_restore time per rank */
+    long long groups_ms;         /* --trainer: the slowest rank's communicator rebuild */
     long long step_ms;           /* median step time before the kill */
     int lost, recomputed, rounds;
     long long restored[NODES];
@@ -211,7 +213,7 @@ static int wait_until(pid_t p, long long deadline)
 typedef struct tl {
     /* ranks: per generation */
     long long restored_at[MAXGEN][NODES], restored_step[MAXGEN][NODES], restore_ms[MAXGEN][NODES];
-    long long verify_ms[MAXGEN][NODES], first_step_at[MAXGEN][NODES];
+    long long verify_ms[MAXGEN][NODES], first_step_at[MAXGEN][NODES], groups_ms[MAXGEN][NODES];
     long long last_before_kill[NODES], last_in_gen[MAXGEN][NODES];
     long long steps_t[4096];
     int nsteps_t;
@@ -239,6 +241,10 @@ static void parse(const char *path, tl_t *t, long long t_kill)
                    &c) == 5 &&
             r >= 0 && r < NODES && g >= 0 && g < MAXGEN) {
             t->restored_step[g][r] = a, t->restore_ms[g][r] = b, t->restored_at[g][r] = c;
+        } else if (sscanf(line, "TIMING rank %d gen %d groups ms %lld at %lld", &r, &g, &a, &b) ==
+                       4 &&
+                   r >= 0 && r < NODES && g >= 0 && g < MAXGEN) {
+            t->groups_ms[g][r] = a;
         } else if (sscanf(line, "TIMING rank %d gen %d verified ms %lld at %lld", &r, &g, &a,
                           &b) == 4 &&
                    r >= 0 && r < NODES && g >= 0 && g < MAXGEN) {
@@ -329,6 +335,8 @@ static void timeline(result_t *R, const char *out1, const char *out2, int mode)
         if (first > R->t_first)
             R->t_first = first;
         R->restore_ms[r] = t->restore_ms[fin][r];
+        if (t->groups_ms[fin][r] > R->groups_ms)
+            R->groups_ms = t->groups_ms[fin][r];
         R->restored[r] = t->restored_step[fin][r];
         long long lost = t->last_before_kill[r] - t->restored_step[fin][r];
         long long redo = lost;
@@ -396,7 +404,7 @@ static bool group_gone(pid_t pg, long long deadline)
 static void run_one(const cfg_t *C, size_t bytes, int mode, result_t *R)
 {
     memset(R, 0, sizeof *R);
-    bool persist = mode != M_MEMORY;
+    bool persist = mode == M_PERSIST || mode == M_RESTART;
     char job[64], jd[PATH_MAX + 80], out1[PATH_MAX + 100], out2[PATH_MAX + 100],
         pdir[PATH_MAX + 100];
     snprintf(job, sizeof job, "brec%d%zu%c", (int)getpid(), bytes >> 20, MODE_NAME[mode][0]);
@@ -435,12 +443,22 @@ static void run_one(const cfg_t *C, size_t bytes, int mode, result_t *R)
         av[n++] = pd;
         av[n++] = "--persist-every=1";
     }
+    if (mode == M_INPROC)
+        av[n++] = "--in-process";
     for (int i = 0; i < C->nopts; i++)
         av[n++] = (char *)C->opts[i];
     char *tail[] = {"--", (char *)C->rank, "--steps", steps, "--step-ms", stepms, "--floats",
                     floats, "--restore", "--strict", "--timing", NULL};
-    for (size_t i = 0; i < sizeof tail / sizeof tail[0]; i++)
-        av[n++] = tail[i];
+    /* the reference trainer: a global batch of 12 sequences whatever the DP
+     * degree (3 ranks, 4 each); FTC_TRAIN_TIMING (set in main) for its lines */
+    char *train[] = {"--", (char *)C->ftc, "train", "--model", (char *)C->trainer,
+                     "--micro-batch", "1", "--global-batch", "12", "--seq-len", "16",
+                     "--corpus-bytes", "60000", "--eval-batches", "1", "--threads", "1",
+                     "--log-every", "1000", "--steps", steps, NULL};
+    char **tl = C->trainer ? train : tail;
+    for (size_t i = 0; tl[i]; i++)
+        av[n++] = tl[i];
+    av[n] = NULL;
 
     long long deadline = wall_ms() + (long long)C->timeout_s * 1000;
     pid_t redis_pid = 0;
@@ -629,11 +647,15 @@ static void print_row(const char *size, const char *mode, const result_t *R)
         return;
     }
     long long k = R->t_kill;
-    printf("  %-9s %-8s %7lld %7lld %6lld %10lld %8lld %8lld %10lld %8lld %5d %10d %6d   %lld/%lld/%lld\n",
+    char groups[24] = "-";
+    if (R->groups_ms > 0)
+        snprintf(groups, sizeof groups, "%lld", R->groups_ms);
+    printf("  %-9s %-8s %7lld %7lld %6lld %10lld %8lld %8lld %7s %10lld %8lld %5d %10d %6d   "
+           "%lld/%lld/%lld\n",
            size, mode, R->step_ms, R->t_detect - k, R->t_stop - R->t_detect, R->t_rdzv - R->t_stop,
-           R->t_rebuild - R->t_rdzv, R->t_restore - R->t_rebuild, R->t_first - R->t_restore,
-           R->t_first - k, R->lost, R->recomputed, R->rounds, R->restore_ms[0], R->restore_ms[1],
-           R->restore_ms[2]);
+           R->t_rebuild - R->t_rdzv, R->t_restore - R->t_rebuild, groups,
+           R->t_first - R->t_restore, R->t_first - k, R->lost, R->recomputed, R->rounds,
+           R->restore_ms[0], R->restore_ms[1], R->restore_ms[2]);
 }
 
 static void self_dir(char *buf, size_t cap)
@@ -652,7 +674,8 @@ int main(int argc, char **argv)
     cfg_t C = {.step_ms = 100, .kill_at = 4, .after = 4, .timeout_s = 300};
     size_t sizes[8];
     int nsizes = 0;
-    bool modes[NMODES] = {true, true, true}; /* memory, persist, restart */
+    bool modes[NMODES] = {true, true, true, false}; /* memory, persist, restart, inproc */
+    bool modes_given = false;
     char here[PATH_MAX];
     self_dir(here, sizeof here);
     snprintf(C.ftc, sizeof C.ftc, "%s/../cli/ftc", here);
@@ -669,14 +692,17 @@ int main(int argc, char **argv)
             char list[256];
             snprintf(list, sizeof list, "%s", v);
             memset(modes, 0, sizeof modes);
+            modes_given = true;
             for (char *t = strtok(list, ","); t; t = strtok(NULL, ",")) {
                 int m = 0;
                 while (m < NMODES && strcmp(t, MODE_NAME[m]))
                     m++;
                 if (m == NMODES)
-                    die("--modes: a list of memory, persist, restart");
+                    die("--modes: a list of memory, persist, restart, inproc");
                 modes[m] = true;
             }
+        } else if (!strcmp(a, "--trainer") && v) {
+            C.trainer = v;
         } else if (!strcmp(a, "--ftc") && v) {
             snprintf(C.ftc, sizeof C.ftc, "%s", v);
         } else if (!strcmp(a, "--rank") && v) {
@@ -699,7 +725,8 @@ int main(int argc, char **argv)
             C.opts[C.nopts++] = o;
         } else {
             fprintf(stderr,
-                    "usage: bench_recover [--sizes 64MiB,256MiB[,1GiB]] [--modes memory,persist,restart]\n"
+                    "usage: bench_recover [--sizes 64MiB,256MiB[,1GiB]]\n"
+                    "         [--modes memory,persist,restart,inproc] [--trainer MODEL]\n"
                     "         [--step-ms 100] [--kill-at 4] [--after 4] [--timeout 300]\n"
                     "         [--ftc PATH] [--rank PATH] [--dir DIR] [--opt KEY=VALUE]...\n");
             return 2;
@@ -707,13 +734,20 @@ int main(int argc, char **argv)
     }
     if (C.step_ms < 0 || C.kill_at < 1 || C.after < 1 || C.timeout_s < 10)
         die("--step-ms >= 0, --kill-at >= 1, --after >= 1, --timeout >= 10");
-    if (!modes[M_MEMORY] && !modes[M_PERSIST] && !modes[M_RESTART])
-        die("--modes: a list of memory, persist, restart");
+    if (C.trainer && !modes_given)
+        modes[M_INPROC] = true; /* the reference trainer knows the in-process mode */
+    if (!modes[M_MEMORY] && !modes[M_PERSIST] && !modes[M_RESTART] && !modes[M_INPROC])
+        die("--modes: a list of memory, persist, restart, inproc");
+    if (C.trainer) { /* the model sets the state: one row per mode */
+        nsizes = 1;
+        sizes[0] = 0;
+        setenv("FTC_TRAIN_TIMING", "1", 1);
+    }
     if (nsizes == 0) {
         sizes[nsizes++] = (size_t)64 << 20;
         sizes[nsizes++] = (size_t)256 << 20;
     }
-    if (access(C.ftc, X_OK) || access(C.rank, X_OK)) {
+    if (access(C.ftc, X_OK) || (!C.trainer && access(C.rank, X_OK))) {
         fprintf(stderr, "bench_recover: %s or %s is not there: build the ftc and rank_main "
                         "targets (or pass --ftc / --rank)\n", C.ftc, C.rank);
         return 1;
@@ -722,29 +756,43 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     char la[128];
     load_avg(la, sizeof la);
-    printf("bench_recover: %d simulated nodes x 1 rank (tests/ckpt/rank_main), a checkpoint "
-           "every step (--step-ms %d),\n  node 1 killed (SIGKILL, its /dev/shm wiped) once step "
-           "%d is committed, a spare node 1 started on node_lost\n  load average at start: %s\n",
-           NODES, C.step_ms, C.kill_at, la);
+    if (C.trainer)
+        printf("bench_recover: %d simulated nodes x 1 rank of the reference trainer (ftc train "
+               "--model %s, DP=3, ZeRO-1,\n  a checkpoint every step), node 1 killed (SIGKILL, "
+               "its /dev/shm wiped) once step %d is committed,\n  a spare node 1 started on "
+               "node_lost\n  load average at start: %s\n",
+               NODES, C.trainer, C.kill_at, la);
+    else
+        printf("bench_recover: %d simulated nodes x 1 rank (tests/ckpt/rank_main), a checkpoint "
+               "every step (--step-ms %d),\n  node 1 killed (SIGKILL, its /dev/shm wiped) once "
+               "step %d is committed, a spare node 1 started on node_lost\n  load average at "
+               "start: %s\n",
+               NODES, C.step_ms, C.kill_at, la);
     printf("  modes: memory = redundancy 1 (a replica in a peer's memory), no persist tier;"
            " persist = redundancy 0,\n  persist tier every step in %s (the lost rank restores "
            "from disk;\n  the lost node's persist files are evicted from the page cache at the kill, "
            "as a replacement node\n  would not have them in memory); restart = as persist, but on "
            "node_lost the whole job is killed\n  (stop = until its processes are gone), every "
            "node's /dev/shm wiped and the persist tier evicted\n  from the page cache, and the job "
-           "started again (same job id and Redis): every rank restores from disk\n", C.dir);
+           "started again (same job id and Redis): every rank restores from disk; inproc = as\n"
+           "  memory, with `ftc run --in-process`: surviving ranks continue in their processes\n"
+           "  (only for binaries that know the mode, such as ftc train)\n", C.dir);
     printf("  phases, ms from the end of the previous one (latest node or rank): detect = kill "
            "-> node_lost;\n  stop = survivors' ranks stopped; rendezvous = round closed; rebuild "
-           "= agents up + ranks forked;\n  restore = every rank's ftc_restore returned; first "
-           "step = every rank's first step done (its own check not counted)\n\n");
-    printf("  %-9s %-8s %7s %7s %6s %10s %8s %8s %10s %8s %5s %10s %6s   %s\n", "state", "mode",
-           "step", "detect", "stop", "rendezvous", "rebuild", "restore", "first step", "total",
-           "lost", "recomputed", "rounds", "ftc_restore ms rank 0/1/2");
+           "= agents up + ranks forked;\n  restore = every rank's ftc_restore returned (ftc "
+           "train: its init, groups included); groups = of that, the slowest\n  rank's "
+           "communicator rebuild (ftc train only); first step = every rank's first step done "
+           "(its own check not counted)\n\n");
+    printf("  %-9s %-8s %7s %7s %6s %10s %8s %8s %7s %10s %8s %5s %10s %6s   %s\n", "state",
+           "mode", "step", "detect", "stop", "rendezvous", "rebuild", "restore", "groups",
+           "first step", "total", "lost", "recomputed", "rounds", "restore ms rank 0/1/2");
     int errors = 0;
     for (int i = 0; i < nsizes; i++) {
         size_t b = sizes[i];
         char name[32];
-        if (b >= (size_t)1 << 30 && b % ((size_t)1 << 30) == 0)
+        if (C.trainer)
+            snprintf(name, sizeof name, "%.31s", C.trainer);
+        else if (b >= (size_t)1 << 30 && b % ((size_t)1 << 30) == 0)
             snprintf(name, sizeof name, "%zu GiB", b >> 30);
         else
             snprintf(name, sizeof name, "%zu MiB", b >> 20);
@@ -755,7 +803,7 @@ int main(int argc, char **argv)
                            disk_need = (unsigned long long)NODES * 4 * b;
         unsigned long long shm_free = fs_free("/dev/shm"), mem_free = mem_available(),
                            disk_free = fs_free(C.dir);
-        if (shm_need > shm_free || mem_need > mem_free) {
+        if (!C.trainer && (shm_need > shm_free || mem_need > mem_free)) {
             printf("  %-9s skipped: needs about %.1f GiB of /dev/shm (%.1f free) and %.1f GiB "
                    "of memory (%.1f available)\n",
                    name, shm_need / 1073741824.0, shm_free / 1073741824.0,
@@ -780,6 +828,15 @@ int main(int argc, char **argv)
         for (int m = M_PERSIST; m < NMODES; m++) {
             if (!R[0].ok || !R[m].ok)
                 continue;
+            if (m == M_INPROC) { /* against restart mode with the same in-memory tier */
+                printf("  %s: total (kill -> every rank's first step) inproc / memory (restart "
+                       "mode) = %.2fx; restore %lld vs %lld ms, communicators %lld vs %lld ms\n",
+                       name,
+                       (double)(R[m].t_first - R[m].t_kill) / (double)(R[0].t_first - R[0].t_kill),
+                       R[m].t_restore - R[m].t_rebuild, R[0].t_restore - R[0].t_rebuild,
+                       R[m].groups_ms, R[0].groups_ms);
+                continue;
+            }
             long long mem = R[0].t_restore - R[0].t_rebuild;
             double rr = (double)(R[m].t_restore - R[m].t_rebuild) / (double)(mem > 0 ? mem : 1);
             double rt = (double)(R[m].t_first - R[m].t_kill) / (double)(R[0].t_first - R[0].t_kill);

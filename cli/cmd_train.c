@@ -755,6 +755,29 @@ generation:
     /* fault injection for tests and drills: FTC_TRAIN_DIE_IN_CKPT=RANK:STEP
      * SIGKILLs rank RANK right after the checkpoint of STEP started (its
      * snapshot and replication in flight), unless this process resumed */
+    /* FTC_TRAIN_TIMING=1: machine-readable lines for bench/bench_recover
+     * (the format of tests/ckpt/rank_main --timing): "TIMING rank R gen G
+     * groups ms X at T", "... restored S ms X at T", "... verified ms 0 at
+     * T", "... step S at T" (T: wall-clock ms) */
+    const char *tenv = getenv("FTC_TRAIN_TIMING");
+    bool timing = tenv && *tenv && strcmp(tenv, "0");
+    unsigned long long tgen = ftc__env_u64("FTC_GENERATION", 0);
+    if (timing) {
+        uint64_t w = ftc_wall_ms(), now = ftc_now_ns();
+        printf("TIMING rank %d gen %llu groups ms %.0f at %llu\n", rank, tgen,
+               (double)(t_groups - t_gen) / 1e6,
+               (unsigned long long)(w - (now - t_groups) / 1000000));
+        if (ftc_trainer_resumed_from(t) != UINT64_MAX) {
+            /* the state after N steps holds step N-1, in the step lines' numbering */
+            printf("TIMING rank %d gen %llu restored %lld ms %.0f at %llu\n", rank, tgen,
+                   (long long)ftc_trainer_resumed_from(t) - 1,
+                   (double)(t_restored - t_groups) / 1e6,
+                   (unsigned long long)(w - (now - t_restored) / 1000000));
+            printf("TIMING rank %d gen %llu verified ms 0 at %llu\n", rank, tgen,
+                   (unsigned long long)(w - (now - t_restored) / 1000000));
+        }
+        fflush(stdout);
+    }
     long die_rank = -1;
     unsigned long long die_step = 0;
     const char *die = getenv("FTC_TRAIN_DIE_IN_CKPT");
@@ -794,6 +817,11 @@ generation:
             else
                 printf("step %llu/%llu %s: batch skipped%s\n", (unsigned long long)st.step + 1,
                        (unsigned long long)o.steps, st.guard, st.checkpointed ? " ckpt" : "");
+            fflush(stdout);
+        }
+        if (timing && !st.skipped) {
+            printf("TIMING rank %d gen %llu step %llu at %llu\n", rank, tgen,
+                   (unsigned long long)st.step, (unsigned long long)ftc_wall_ms());
             fflush(stdout);
         }
         if (!timed && ftc_trainer_resumed_from(t) != UINT64_MAX) {

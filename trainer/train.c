@@ -532,13 +532,14 @@ static int ftc__check_fetched(ftc_trainer_t *t, const ftc_shard_ref_t *ref, int 
     return 0;
 }
 
-/* Re-partition through the agent: DP rank 0 reads the newest committed
- * version's step and DP degree S from previous rank 0's shard and every
- * rank agrees on them; each rank then fetches, at that step, the shard of
- * every previous DP rank whose chunk overlaps its own (ftc_fetch: verified,
- * committed), checks each one's metadata and copies the overlapping ranges
- * of the parameters and both moments. *fresh: nothing committed. */
-static int ftc__agent_repartition(ftc_trainer_t *t, bool *fresh, ftc_err_t *err)
+/* Re-partition through the agent: DP rank 0 reads the step (want, or the
+ * newest committed version's when want < 0) and DP degree S from previous
+ * rank 0's shard and every rank agrees on them; each rank then fetches, at
+ * that step, the shard of every previous DP rank whose chunk overlaps its own
+ * (ftc_fetch: verified, committed), checks each one's metadata and copies the
+ * overlapping ranges of the parameters and both moments. *fresh: nothing
+ * committed. */
+static int ftc__agent_repartition(ftc_trainer_t *t, int64_t want, bool *fresh, ftc_err_t *err)
 {
     *fresh = false;
     size_t P = ftc_model_num_params(t->model);
@@ -549,7 +550,7 @@ static int ftc__agent_repartition(ftc_trainer_t *t, bool *fresh, ftc_err_t *err)
     uint64_t mine[3] = {0, 0, 0}, all[3 * FTC__MAX_DP];
     ftc_err_t e0 = {0};
     if (t->dpr == 0) {
-        int rc = ftc_fetch(t->ftc, ftc__prev_rank_of(t, 1, 0), -1, &ref0);
+        int rc = ftc_fetch(t->ftc, ftc__prev_rank_of(t, 1, 0), want, &ref0);
         if (rc == FTC_ENOENT && ftc__nothing_committed(t)) {
             mine[2] = 1;
             FTC_WARN("train", "no committed checkpoint through the agent (%s): starting at step 0",
@@ -698,10 +699,14 @@ static int ftc__agent_restore(ftc_trainer_t *t, ftc_err_t *err)
     int rc = ftc__gather_words(t, mine, 2, all, err);
     if (rc < 0)
         return rc;
-    bool same = true, none = true;
+    bool same = true, none = true, every = true;
+    uint64_t oldest = UINT64_MAX;
     for (int r = 0; r < t->dpn; r++) {
         same = same && all[2 * r] == 0 && all[2 * r + 1] == all[1];
         none = none && all[2 * r] == 1;
+        every = every && all[2 * r] == 0;
+        if (all[2 * r] == 0 && all[2 * r + 1] < oldest)
+            oldest = all[2 * r + 1];
     }
     if (none) {
         if (prev > 0)
@@ -717,8 +722,20 @@ static int ftc__agent_restore(ftc_trainer_t *t, ftc_err_t *err)
                  (unsigned long long)all[1]);
         return ftc__gather_params(t, err);
     }
+    /* every rank restored, but not the same step: one shard of the newest
+     * version was gone from memory and came from the persist tier, which
+     * lags (it holds an older committed step): every rank goes back to the
+     * oldest of them, so that the whole job continues one consistent step */
+    int64_t want = -1;
+    if (every && !same) {
+        want = (int64_t)oldest;
+        FTC_WARN("train", "DP rank %d: the ranks restored different committed steps (this one "
+                 "%llu, the oldest %llu: a shard of the newer ones is lost): every rank goes "
+                 "back to step %llu", t->dpr, (unsigned long long)mine[1],
+                 (unsigned long long)oldest, (unsigned long long)oldest);
+    }
     bool fresh = false;
-    if ((rc = ftc__agent_repartition(t, &fresh, err)) < 0)
+    if ((rc = ftc__agent_repartition(t, want, &fresh, err)) < 0)
         return rc;
     return fresh ? 0 : ftc__gather_params(t, err);
 }
