@@ -1381,6 +1381,49 @@ static void ftc__deliver(ftc_agent_t *a, ftc__rank_t *r, const uint8_t *buf, uin
     ftc__restore_done(a, r, s, false); /* copied: the rank verifies the slot */
 }
 
+/* The persist tiers of the nodes that are not alive (persist.dir/node<I>,
+ * read-only: a shared file system in a real job, and a lost node's shards
+ * exist only there once its memory is gone, e.g. after a shrink that gave
+ * its ranks to survivors). The restore step first, in every such tier, then
+ * the newest version of each (older: the trainer brings every rank back to
+ * one step). True once delivered. */
+static bool ftc__restore_from_lost_tiers(ftc_agent_t *a, ftc__rank_t *r)
+{
+    if (!a->o.persist_dir || !*a->o.persist_dir)
+        return false;
+    for (int pass = 0; pass < 2; pass++)
+        for (uint32_t i = 0; i < a->o.nodes; i++) {
+            if (i == a->o.index || (a->peers[i].known && a->peers[i].alive))
+                continue;
+            char dir[4200];
+            snprintf(dir, sizeof dir, "%s/node%u", a->o.persist_dir, i);
+            ftc_err_t err = {0};
+            ftc_persist_t *p = ftc_persist_open_reader(dir, &err);
+            if (!p)
+                continue;
+            ftc_persist_loaded_t *l = NULL;
+            if (ftc_persist_load(p, pass ? FTC_PERSIST_NEWEST : (uint64_t)r->restore_step, &l) ==
+                0) {
+                for (int k = 0; k < l->n_shards; k++) {
+                    ftc_shard_view_t v;
+                    if (ftc_shard_open(&v, l->shards[k], l->sizes[k], FTC_SHARD_VERIFY, &err) ==
+                            0 &&
+                        ftc__is_subject(&v, r) && l->step <= (uint64_t)r->restore_step) {
+                        char from[64];
+                        snprintf(from, sizeof from, "the persist tier of node %u", i);
+                        ftc__deliver(a, r, l->shards[k], l->sizes[k], l->step, from);
+                        ftc_persist_loaded_free(l);
+                        ftc_persist_close(p);
+                        return true;
+                    }
+                }
+                ftc_persist_loaded_free(l);
+            }
+            ftc_persist_close(p);
+        }
+    return false;
+}
+
 static void ftc__restore_from_persist(ftc_agent_t *a, ftc__rank_t *r, const char *tried)
 {
     char why[256] = "no persist tier configured";
@@ -1409,6 +1452,8 @@ static void ftc__restore_from_persist(ftc_agent_t *a, ftc__rank_t *r, const char
                      l->step, r->src);
             ftc_persist_loaded_free(l);
         }
+        if (ftc__restore_from_lost_tiers(a, r))
+            return;
     }
     r->restoring = false;
     ftc__reply_error(r->fd, FTC_ENOENT, "no verified copy of rank %u step %" PRIu64 ": %s; persist tier: %s",

@@ -378,6 +378,7 @@ struct ftc_persist {
     int n_prev;
     uint64_t prev_step;
     int chain; /* delta versions written since the last full one */
+    bool reader; /* ftc_persist_open_reader: nothing is written or removed */
 };
 
 void ftc_persist_options_from_config(ftc_persist_options_t *opts, const ftc_config_t *cfg)
@@ -533,6 +534,29 @@ ftc_persist_t *ftc_persist_open(const char *dir, const ftc_persist_options_t *op
     return p;
 }
 
+ftc_persist_t *ftc_persist_open_reader(const char *dir, ftc_err_t *err)
+{
+    struct stat st;
+    if (!dir || !*dir || strlen(dir) > PATH_MAX - 128) {
+        ftc_err_set(err, FTC_EINVAL, "persist: directory path missing or too long");
+        return NULL;
+    }
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        ftc_err_set(err, FTC_ENOENT, "persist: %s is not a directory", dir);
+        return NULL;
+    }
+    ftc_persist_t *p = calloc(1, sizeof *p);
+    if (!p || !(p->dir = strdup(dir))) {
+        free(p);
+        ftc_err_set(err, FTC_ENOMEM, "persist: out of memory");
+        return NULL;
+    }
+    ftc_persist_options_t def = FTC_PERSIST_OPTIONS_INIT;
+    p->opts = def;
+    p->reader = true;
+    return p;
+}
+
 void ftc_persist_close(ftc_persist_t *p)
 {
     if (!p)
@@ -639,6 +663,8 @@ int ftc_persist_write(ftc_persist_t *p, uint64_t step, const void *const *shards
 {
     ftc_err_t *err = &p->err;
     ftc_err_clear(err);
+    if (p->reader)
+        return ftc_err_set(err, FTC_EINVAL, "persist write: %s was opened to read only", p->dir);
     if (!shards || !sizes || n < 1 || n > FTC__MAX_SHARDS)
         return ftc_err_set(err, FTC_EINVAL, "persist write: %d shards (must be 1..%d)", n,
                            FTC__MAX_SHARDS);

@@ -81,6 +81,11 @@ typedef struct ftc_persist ftc_persist_t;
 /* Opens (creating when missing, mode 0700) a persist directory. Stale temp
  * files from a crashed writer are removed. NULL on failure, with err set. */
 ftc_persist_t *ftc_persist_open(const char *dir, const ftc_persist_options_t *opts, ftc_err_t *err);
+/* Opens an existing persist directory to read it only (another node's tier
+ * on a shared file system, whose writer may be alive): nothing is created,
+ * no temp file removed, ftc_persist_write refused (FTC_EINVAL). NULL with
+ * err (FTC_ENOENT when dir is not a directory). */
+ftc_persist_t *ftc_persist_open_reader(const char *dir, ftc_err_t *err);
 void ftc_persist_close(ftc_persist_t *p); /* NULL is a no-op */
 /* The last error's message (never NULL). */
 const char *ftc_persist_errstr(const ftc_persist_t *p);

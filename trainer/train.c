@@ -539,7 +539,8 @@ static int ftc__check_fetched(ftc_trainer_t *t, const ftc_shard_ref_t *ref, int 
  * (ftc_fetch: verified, committed), checks each one's metadata and copies the
  * overlapping ranges of the parameters and both moments. *fresh: nothing
  * committed. */
-static int ftc__agent_repartition(ftc_trainer_t *t, int64_t want, bool *fresh, ftc_err_t *err)
+static int ftc__agent_repartition(ftc_trainer_t *t, int64_t want, bool *fresh, uint64_t *used,
+                                  ftc_err_t *err)
 {
     *fresh = false;
     size_t P = ftc_model_num_params(t->model);
@@ -599,6 +600,7 @@ static int ftc__agent_repartition(ftc_trainer_t *t, int64_t want, bool *fresh, f
                                          "checkpoint through its agent (its log says why)");
     }
     uint64_t step = all[0];
+    *used = step;
     int S = (int)all[1];
     ftc_layout_range_t pieces[2 * FTC__MAX_DP];
     size_t np = 0;
@@ -652,14 +654,16 @@ static int ftc__agent_repartition(ftc_trainer_t *t, int64_t want, bool *fresh, f
     /* everyone restored, or everyone fails (no rank waits in a collective) */
     uint64_t ok = rc == 0, oks[FTC__MAX_DP];
     int rc2 = ftc__gather_u64(t, ok, oks, rc < 0 ? NULL : err);
-    if (rc < 0)
-        return rc;
-    if (rc2 < 0)
-        return rc2;
+    if (rc2 < 0) /* the group itself failed: no common answer */
+        return rc < 0 ? rc : rc2;
+    if (rc < 0) /* every rank answers FTC_EAGAIN below; this one's reason goes to the log */
+        FTC_WARN("train", "DP rank %d: %s", t->dpr, err->msg);
+    /* FTC_EAGAIN: every rank agrees that this step cannot be put together
+     * (the caller may try an older committed one) */
     for (int r = 0; r < t->dpn; r++)
         if (!oks[r])
-            return ftc_err_set(err, FTC_EIO, "step %llu: DP rank %d could not re-partition the "
-                               "checkpoint (its log says why)", (unsigned long long)step, r);
+            return ftc_err_set(err, FTC_EAGAIN, "step %llu: DP rank %d could not re-partition "
+                               "the checkpoint (its log says why)", (unsigned long long)step, r);
     char tps[48] = "";
     if (t->tpn > 1)
         snprintf(tps, sizeof tps, " (TP rank %d of %d)", t->tpr, t->tpn);
@@ -734,8 +738,25 @@ static int ftc__agent_restore(ftc_trainer_t *t, ftc_err_t *err)
                  "back to step %llu", t->dpr, (unsigned long long)mine[1],
                  (unsigned long long)oldest, (unsigned long long)oldest);
     }
+    /* a step whose shards cannot all be fetched (one existed only in a lost
+     * node's memory, and the persist tier lags or skipped it): every rank
+     * tries the committed checkpoint before it, a few times (each try is
+     * collective, so every rank takes the same one) */
     bool fresh = false;
-    if ((rc = ftc__agent_repartition(t, want, &fresh, err)) < 0)
+    uint64_t used = 0;
+    uint64_t every_n = t->o.ckpt_every > 0 ? t->o.ckpt_every : 1;
+    for (int tries = 0;; tries++) {
+        rc = ftc__agent_repartition(t, want, &fresh, &used, err);
+        if (rc != FTC_EAGAIN || tries == 7 || used < every_n + 1)
+            break;
+        FTC_WARN("train", "DP rank %d: %s: trying the checkpoint of step %llu", t->dpr, err->msg,
+                 (unsigned long long)(used - every_n));
+        want = (int64_t)(used - every_n);
+    }
+    if (rc == FTC_EAGAIN)
+        rc = ftc_err_set(err, FTC_EIO, "%s; no older committed checkpoint could be put together "
+                         "either", err->msg);
+    if (rc < 0)
         return rc;
     return fresh ? 0 : ftc__gather_params(t, err);
 }

@@ -465,6 +465,51 @@ static void test_manifest_hostile(void **state)
     assert_int_equal(ftc__persist_manifest_check("", 0, &err), FTC_ECORRUPT);
 }
 
+/* Another node's tier, opened to read: nothing created, nothing removed (a
+ * temp file of its live writer stays), versions load, writes are refused. */
+static void test_reader(void **state)
+{
+    (void)state;
+    char *dir = ftc_test_tmpdir("persist-reader");
+    ftc_err_t err = {0};
+    char missing[PATH_MAX];
+    snprintf(missing, sizeof missing, "%s/nonesuch", dir);
+    assert_null(ftc_persist_open_reader(missing, &err));
+    assert_int_equal(err.code, FTC_ENOENT);
+    struct stat st;
+    assert_int_not_equal(stat(missing, &st), 0); /* not created */
+    ftc_persist_options_t o = FTC_PERSIST_OPTIONS_INIT;
+    o.chunk_bytes = 4096;
+    ftc_persist_t *w = ftc_persist_open(dir, &o, &err);
+    assert_non_null(w);
+    world_t wd;
+    world_init(&wd, 16u << 10);
+    uint8_t *c1[NSH];
+    assert_int_equal(world_write(&wd, w, 1, c1), 0);
+    char tmp[PATH_MAX];
+    snprintf(tmp, sizeof tmp, "%s/.tmp.writer-in-progress", dir);
+    FILE *f = fopen(tmp, "w");
+    assert_non_null(f);
+    fclose(f);
+    ftc_persist_t *r = ftc_persist_open_reader(dir, &err);
+    assert_non_null(r);
+    assert_int_equal(stat(tmp, &st), 0); /* the writer's temp file is still there */
+    ftc_persist_loaded_t *l = NULL;
+    assert_int_equal(ftc_persist_load(r, FTC_PERSIST_NEWEST, &l), 0);
+    check_loaded(l, 1, c1, &wd);
+    ftc_persist_loaded_free(l);
+    const void *sh[1] = {c1[0]};
+    uint64_t sz[1] = {ftc_synth_size(wd.s[0])};
+    assert_int_equal(ftc_persist_write(r, 2, sh, sz, 1), FTC_EINVAL);
+    print_message("%s\n", ftc_persist_errstr(r));
+    assert_false(version_exists(dir, 2));
+    ftc_persist_close(r);
+    ftc_persist_close(w);
+    free_copies(c1);
+    world_free(&wd);
+    free(dir);
+}
+
 static void test_options_from_config(void **state)
 {
     (void)state;
@@ -556,6 +601,7 @@ int main(void)
         cmocka_unit_test(test_broken_base),
         cmocka_unit_test(test_manifest_hostile),
         cmocka_unit_test(test_options_from_config),
+        cmocka_unit_test(test_reader),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -41,7 +41,12 @@
 #      starts again and the two survivors finish as DP=2 in their own
 #      processes (--redundancy 2: two losses before a new commit); bit-identical.
 #
-# usage: test_run_train.sh PATH/TO/ftc   (FTC_RUN_TRAIN_ONLY=A, B, C, D, E or F: one or more)
+#   G. no replicas (--redundancy 0), the persist tier every step: a node is
+#      lost, the 2 survivors shrink to DP=2 and re-partition with the lost
+#      rank's shards from the persist tier — at an older committed step when
+#      the tier is behind the newest (every rank goes back to it); bit-identical.
+#
+# usage: test_run_train.sh PATH/TO/ftc   (FTC_RUN_TRAIN_ONLY=A..G: one or more)
 set -u
 FTC=${1:?usage: test_run_train.sh FTC}
 BASE=${FTC_TEST_TMP:-/tmp}
@@ -75,7 +80,7 @@ dump() { # LABEL FILE...: on a failure, the supervisors' story (every WARN/ERROR
     grep -h -v 'is alive' "$@" | tail -60
 }
 hash_of() { sed -n 's/^params xxh3 \([0-9a-f]*\) after.*/\1/p' "$@" | tail -1; }
-want() { case ${FTC_RUN_TRAIN_ONLY:-ABCDEF} in *$1*) return 0 ;; esac; return 1; }
+want() { case ${FTC_RUN_TRAIN_ONLY:-ABCDEFG} in *$1*) return 0 ;; esac; return 1; }
 export FTC_LOG_LEVEL=info OMP_WAIT_POLICY=passive
 # the tiny model; a global batch of 12 sequences (12 micro-batches: 3 per
 # rank at DP=4, 4 at DP=3), the same whatever the DP degree
@@ -84,7 +89,7 @@ TRAIN=(train --model tiny --micro-batch 1 --global-batch 12 --seq-len 16 --corpu
     --eval-batches 1 --threads 1 --log-every 1 --steps "$STEPS")
 
 # ---- the fault-free reference of A and B: one process, deterministic -------------------------
-if want A || want B || want D || want E || want F; then
+if want A || want B || want D || want E || want F || want G; then
 "$FTC" "${TRAIN[@]}" --deterministic >"$T/ref.out" 2>&1
 REF=$(hash_of "$T/ref.out")
 check "the fault-free run printed its params hash ($REF)" test -n "$REF"
@@ -358,6 +363,35 @@ check "F: no restart from step 0, no failed restore" bash -c \
 H=$(hash_of "$T/f.out")
 check "F: final params hash $H equals the fault-free run's $REF" test "$H" = "$REF"
 [ $fails -eq $f0 ] || dump F "$T/f.out"
+fi
+
+# ---- G. no replicas, the persist tier only: a node lost, the job shrinks ----------------------
+if want G; then
+f0=$fails
+J=rt${tag}g
+kill_at=$((5 + RANDOM % 12))
+victim=$((RANDOM % 3))
+"$FTC" run --simulate-nodes 3 --nnodes 2:3 --redundancy 0 --persist-dir "$T/pg" \
+    --persist-every 1 --job "$J" --job-dir "$T/jg" --max-restarts 4 --settle-ms 300 \
+    -- "$FTC" "${TRAIN[@]}" >"$T/g.out" 2>&1 &
+runpid=$!
+pids+=($runpid)
+check "G: the job committed step $kill_at" wait_committed "$J" "$T/jg" "$kill_at" 90
+kill -9 "$(cat "$T/jg/node$victim.pid")"
+rm -f /dev/shm/ftc."$J".n"$victim".* 2>/dev/null
+echo "G: node $victim killed after step $kill_at was committed (no replicas: its shard is on disk)"
+wait $runpid
+rc=$?
+check "G: the job finished (exit $rc)" test $rc -eq 0
+check "G: the survivors went on as DP=2" grep -q "of 2, world 2" "$T/g.out"
+restored=$(sed -n 's/.*restored step \([0-9]*\) through the agent, re-partitioned.*/\1/p' "$T/g.out" | head -1)
+echo "G: the DP=2 ranks restored step ${restored:-none} (the persist tier may be a step behind the commit)"
+check "G: the lost rank's shard came from the persist tier" grep -q "from the persist tier" "$T/g.out"
+check "G: no restart from step 0, no failed restore" bash -c \
+    "! grep -q 'starting at step 0\|could not read the committed' '$T/g.out'"
+H=$(hash_of "$T/g.out")
+check "G: final params hash $H equals the fault-free run's $REF" test "$H" = "$REF"
+[ $fails -eq $f0 ] || dump G "$T/g.out"
 fi
 
 if [ $fails -ne 0 ]; then
