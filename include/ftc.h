@@ -200,7 +200,11 @@ void ftc_interrupt(ftc_ctx_t *ctx);
  * node's memory, else a peer's, else the persist tier; every shard checksum-
  * verified first) and returns its step and metadata (meta_len: capacity in,
  * bytes out). FTC_ENOENT when nothing committed exists (a fresh start); the
- * message names where it looked. */
+ * message names where it looked. When this rank's shard of the newest
+ * committed version survives only in the persist tier, which lags the
+ * commits, *step is an older committed step than the other ranks may get:
+ * ranks that must agree compare their steps and, if they differ, take the
+ * oldest with ftc_fetch (as the reference trainer does). */
 int ftc_restore(ftc_ctx_t *ctx, int64_t *step, void *meta, size_t *meta_len);
 
 /* What the context knows, without waiting: for logs, progress lines and
