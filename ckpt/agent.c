@@ -192,7 +192,9 @@ struct ftc_agent {
     bool alone_warned;       /* the "only node: no replicas" warning was logged */
     bool fewer_warned;       /* the "fewer members than redundancy + 1" warning was logged */
     uint64_t members_gen;    /* the generation members_n was read for (0: not yet) */
-    uint32_t members_n;      /* nodes in that generation's plan (ftc run) */
+    uint32_t members_n;      /* nodes in that generation's plan (ftc run), else o.nodes */
+    bool members_planned;    /* members_n came from a plan (final for the generation) */
+    uint64_t members_ns;     /* when it was read: without a plan, read again after 1 s */
     struct ftc__agent_par *par; /* parity groups (redundancy xor / rs), NULL for replicas */
     ftc_err_t err;
 };
@@ -1135,7 +1137,9 @@ static void ftc__on_sealed(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m
  * agents started by hand (no plan). */
 static uint32_t ftc__gen_members(ftc_agent_t *a)
 {
-    if (a->members_gen == a->generation && a->members_n)
+    uint64_t now = ftc_now_ns();
+    if (a->members_gen == a->generation && a->members_n &&
+        (a->members_planned || now - a->members_ns < 1000000000ull))
         return a->members_n;
     char key[200], suffix[48];
     snprintf(suffix, sizeof suffix, "plan:%" PRIu64, a->generation);
@@ -1155,11 +1159,11 @@ static uint32_t ftc__gen_members(ftc_agent_t *a)
         }
     }
     ftc_redis_reply_free(rep);
-    if (!n || n > a->o.nodes)
-        return a->o.nodes;
+    a->members_planned = n && n <= a->o.nodes;
     a->members_gen = a->generation;
-    a->members_n = n;
-    return n;
+    a->members_n = a->members_planned ? n : a->o.nodes;
+    a->members_ns = now;
+    return a->members_n;
 }
 
 /* Hands a sealed slot to the replication thread once its k peers are known
