@@ -479,15 +479,35 @@ undo_list:
     return rc;
 }
 
+static bool ftc__dir_arg_ok(const char *dir, ftc_err_t *err)
+{
+    if (!dir || !*dir || strlen(dir) > PATH_MAX - 128) {
+        ftc_err_set(err, FTC_EINVAL, "persist: directory path missing or too long");
+        return false;
+    }
+    return true;
+}
+
+static ftc_persist_t *ftc__persist_new(const char *dir, const ftc_persist_options_t *opts,
+                                       ftc_err_t *err)
+{
+    ftc_persist_t *p = calloc(1, sizeof *p);
+    if (!p || !(p->dir = strdup(dir))) {
+        free(p);
+        ftc_err_set(err, FTC_ENOMEM, "persist: out of memory");
+        return NULL;
+    }
+    p->opts = *opts;
+    return p;
+}
+
 ftc_persist_t *ftc_persist_open(const char *dir, const ftc_persist_options_t *opts, ftc_err_t *err)
 {
     ftc_persist_options_t def = FTC_PERSIST_OPTIONS_INIT;
     if (!opts)
         opts = &def;
-    if (!dir || !*dir || strlen(dir) > PATH_MAX - 128) {
-        ftc_err_set(err, FTC_EINVAL, "persist: directory path missing or too long");
+    if (!ftc__dir_arg_ok(dir, err))
         return NULL;
-    }
     if (opts->struct_size != sizeof(ftc_persist_options_t) || opts->version != 1) {
         ftc_err_set(err, FTC_EINVAL,
                     "persist options: struct_size %u / version %u; use FTC_PERSIST_OPTIONS_INIT",
@@ -511,13 +531,9 @@ ftc_persist_t *ftc_persist_open(const char *dir, const ftc_persist_options_t *op
         ftc_err_wrap(err, "persist: open %s", dir);
         return NULL;
     }
-    ftc_persist_t *p = calloc(1, sizeof *p);
-    if (!p || !(p->dir = strdup(dir))) {
-        free(p);
-        ftc_err_set(err, FTC_ENOMEM, "persist: out of memory");
+    ftc_persist_t *p = ftc__persist_new(dir, opts, err);
+    if (!p)
         return NULL;
-    }
-    p->opts = *opts;
     /* stale temp files from a crashed writer, at the top and in each version */
     ftc__clean_temps(p->dir);
     uint64_t *steps;
@@ -537,22 +553,16 @@ ftc_persist_t *ftc_persist_open(const char *dir, const ftc_persist_options_t *op
 ftc_persist_t *ftc_persist_open_reader(const char *dir, ftc_err_t *err)
 {
     struct stat st;
-    if (!dir || !*dir || strlen(dir) > PATH_MAX - 128) {
-        ftc_err_set(err, FTC_EINVAL, "persist: directory path missing or too long");
+    if (!ftc__dir_arg_ok(dir, err))
         return NULL;
-    }
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
         ftc_err_set(err, FTC_ENOENT, "persist: %s is not a directory", dir);
         return NULL;
     }
-    ftc_persist_t *p = calloc(1, sizeof *p);
-    if (!p || !(p->dir = strdup(dir))) {
-        free(p);
-        ftc_err_set(err, FTC_ENOMEM, "persist: out of memory");
-        return NULL;
-    }
     ftc_persist_options_t def = FTC_PERSIST_OPTIONS_INIT;
-    p->opts = def;
+    ftc_persist_t *p = ftc__persist_new(dir, &def, err);
+    if (!p)
+        return NULL;
     p->reader = true;
     return p;
 }
