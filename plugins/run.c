@@ -1349,7 +1349,8 @@ out:
         ec = FTC_RUN_EXIT_CUT;
     }
     ftc__stop_ranks(s);
-    ftc__agent_stop(&s->ag, true);
+    /* not for a node cut off from Redis: the flush reads the commit record */
+    ftc__agent_stop(&s->ag, ec != FTC_RUN_EXIT_CUT);
     ftc_filestore_destroy(s->files);
     if (ec == 0 && !o->keep_shm)
         ftc__forget_memory(s);
