@@ -311,6 +311,18 @@ static inline env_t *setup_env_domains(redis_fixture_t *f, int nodes, const char
     return e;
 }
 
+/* Node loss and replacement: the agents of nodes[0..n) killed together
+ * (SIGKILL), their shared memory wiped, then fresh agents started on them. */
+static inline void lose_and_replace(env_t *e, const int *nodes, int n)
+{
+    for (int i = 0; i < n; i++)
+        kill_agent(e, nodes[i]);
+    for (int i = 0; i < n; i++)
+        wipe_node_shm(e, nodes[i]);
+    for (int i = 0; i < n; i++)
+        start_agent(e, nodes[i]);
+}
+
 /* The options of a libftc context in this process: rank `rank` of `world`
  * on node `node`'s agent, whose socket path is written to sock (cap bytes,
  * PATH_MAX + 32 fits). */

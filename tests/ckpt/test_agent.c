@@ -53,16 +53,12 @@ static void test_replicate_kill_rank_lose_node(void **state)
     wait_rank(p0, 10000);
     restore_rank(e, 0, "RESTORED 6 OK");
     /* node loss: agent 0 killed and its shared memory gone */
-    kill_agent(e, 0);
-    wipe_node_shm(e, 0);
-    start_agent(e, 0);
+    lose_and_replace(e, (int[]){0}, 1);
     restore_rank(e, 0, "RESTORED 6 OK");
     /* lost again, and this time its rank goes on: restored from a peer into
      * fresh slots (the landing one reserved by prefaulting it, the two others
      * only after RESTORE_OK), then checkpoints into all three */
-    kill_agent(e, 0);
-    wipe_node_shm(e, 0);
-    start_agent(e, 0);
+    lose_and_replace(e, (int[]){0}, 1);
     char o0[PATH_MAX + 32];
     snprintf(o0, sizeof o0, "%s/rank0.cont.out", e->jobdir);
     snprintf(o1, sizeof o1, "%s/rank1.cont.out", e->jobdir);
@@ -141,12 +137,7 @@ static void test_two_concurrent_losses_k2(void **state)
 {
     env_t *e = setup_env(*state, 3, "2", 1000);
     run_all(e, "3");
-    kill_agent(e, 0);
-    kill_agent(e, 1);
-    wipe_node_shm(e, 0);
-    wipe_node_shm(e, 1);
-    start_agent(e, 0);
-    start_agent(e, 1);
+    lose_and_replace(e, (int[]){0, 1}, 2);
     restore_rank(e, 0, "RESTORED 2 OK");
     restore_rank(e, 1, "RESTORED 2 OK");
     teardown_env(e);
@@ -160,9 +151,7 @@ static void test_corrupt_replica_other_source(void **state)
     char prefix[128];
     snprintf(prefix, sizeof prefix, "ftc.%s.n1.p0.", e->job);
     assert_true(corrupt_shm(prefix) >= 1);
-    kill_agent(e, 0);
-    wipe_node_shm(e, 0);
-    start_agent(e, 0);
+    lose_and_replace(e, (int[]){0}, 1);
     restore_rank(e, 0, "RESTORED 2 OK");
     teardown_env(e);
 }
@@ -260,12 +249,7 @@ static void test_failure_domain_placement(void **state)
                 fail_msg("%d replica object(s) of rank %d on node %d, both of domain %s", n, r,
                          h, dom[r]);
         }
-    kill_agent(e, 0);
-    kill_agent(e, 1);
-    wipe_node_shm(e, 0);
-    wipe_node_shm(e, 1);
-    start_agent(e, 0);
-    start_agent(e, 1);
+    lose_and_replace(e, (int[]){0, 1}, 2);
     restore_rank(e, 0, "RESTORED 2 OK");
     restore_rank(e, 1, "RESTORED 2 OK");
     teardown_env(e);
