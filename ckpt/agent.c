@@ -2851,6 +2851,7 @@ ftc_agent_t *ftc_agent_start(const ftc_agent_options_t *o, ftc_err_t *err)
      * heartbeat does, so peers never see us alive with a stale address */
     ftc_fabric_opts_t fo = FTC_FABRIC_OPTS_INIT;
     fo.provider = o->provider;
+    fo.abort_flag = &a->stop; /* a stop ends a post or wait the replication thread is in */
     a->fopt = fo;
     uint8_t secret[32];
     size_t slen = 0;

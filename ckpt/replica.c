@@ -525,9 +525,15 @@ static void mark_broken(ftc_repl_t *r)
     if (r->broken)
         return;
     r->broken = true;
-    ftc_err_set(&r->err, FTC_EFABRIC, "repl: the fabric endpoint broke (%s); close it, open a "
-                "new one and create a new engine", ftc_fabric_errmsg(r->fab));
-    FTC_ERROR("repl", "node %u: %s", r->self, r->err.msg);
+    if (ftc_fabric_health(r->fab) == FTC_ECANCELED) { /* its owner is stopping: expected */
+        ftc_err_set(&r->err, FTC_ECANCELED, "repl: the fabric endpoint was aborted (%s)",
+                    ftc_fabric_errmsg(r->fab));
+        FTC_DEBUG("repl", "node %u: %s", r->self, r->err.msg);
+    } else {
+        ftc_err_set(&r->err, FTC_EFABRIC, "repl: the fabric endpoint broke (%s); close it, "
+                    "open a new one and create a new engine", ftc_fabric_errmsg(r->fab));
+        FTC_ERROR("repl", "node %u: %s", r->self, r->err.msg);
+    }
     for (int i = 0; i < r->nxf; i++) {
         xfer_t *x = r->xf[i];
         if (!x || x->done)

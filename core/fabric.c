@@ -40,6 +40,11 @@ _Static_assert(FTC_FABRIC_PEER_ANY == FI_ADDR_UNSPEC, "PEER_ANY is FI_ADDR_UNSPE
 #define FTC__FAB_WINDOW_MAX 64
 #define FTC__FAB_CQ_BATCH 16
 #define FTC__FAB_SPINS_BEFORE_YIELD 256
+/* An aborted handle is going away: its cancel wait is cut to this. What
+ * libfabric can cancel (posted receives, sends to live peers) comes back
+ * within a few ms; what it cannot (a send to a dead peer) never does, and
+ * the handle is then abandoned by ftc_fabric_close, not fi_close'd. */
+#define FTC__FAB_ABORT_SETTLE_MS 100
 
 enum { KIND_SEND = 1, KIND_RECV = 2 };
 
@@ -51,6 +56,7 @@ struct ftc_fabric {
     struct fid_av *av;          /* peers */
     struct fid_ep *ep;          /* the RDM endpoint */
     atomic_int aborted;         /* set by ftc_fabric_abort from any thread */
+    const atomic_bool *abort_flag; /* the owner's stop flag (opts), or NULL */
     atomic_int broken;          /* an op could not be cancelled, or the CQ failed */
     size_t max_msg;             /* largest message; chunk of send/recv_large */
     int window;                 /* chunks in flight in send/recv_large */
@@ -62,7 +68,8 @@ struct ftc_fabric {
 
 static int fab_health(const ftc_fabric_t *fab)
 {
-    if (atomic_load_explicit(&fab->aborted, memory_order_relaxed))
+    if (atomic_load_explicit(&fab->aborted, memory_order_relaxed) ||
+        (fab->abort_flag && atomic_load_explicit(fab->abort_flag, memory_order_relaxed)))
         return FTC_ECANCELED;
     if (atomic_load_explicit(&fab->broken, memory_order_relaxed))
         return FTC_EFABRIC;
@@ -133,7 +140,9 @@ int ftc_fabric_open(const ftc_fabric_opts_t *opts, ftc_fabric_t **out, ftc_err_t
                                "fabric: options size %zu / version %d not understood "
                                "(use FTC_FABRIC_OPTS_INIT)",
                                opts->size, opts->version);
-        o = *opts;
+        /* a caller built against an older, shorter struct: the rest stays default */
+        memcpy(&o, opts, opts->size < sizeof o ? opts->size : sizeof o);
+        o.size = sizeof o;
     }
     if (o.max_msg == 0 || o.window < 1 || o.window > FTC__FAB_WINDOW_MAX ||
         o.cancel_timeout_ms < 0)
@@ -168,6 +177,7 @@ int ftc_fabric_open(const ftc_fabric_opts_t *opts, ftc_fabric_t **out, ftc_err_t
     fab->max_msg = o.max_msg;
     fab->window = o.window;
     fab->cancel_ms = o.cancel_timeout_ms;
+    fab->abort_flag = o.abort_flag;
     snprintf(fab->prov, sizeof fab->prov, "%s", prov);
 
     hints->caps = FI_TAGGED | FI_MSG | FI_DIRECTED_RECV;
@@ -540,7 +550,10 @@ static int settle(ftc_fabric_t *fab, ftc_fabric_req_t *const *reqs, size_t n, in
     }
     if (!npend)
         return 0;
-    ftc_deadline_t until = ftc_deadline_in_ms((uint64_t)fab->cancel_ms);
+    int bound = fab->cancel_ms;
+    if (fab_health(fab) == FTC_ECANCELED && bound > FTC__FAB_ABORT_SETTLE_MS)
+        bound = FTC__FAB_ABORT_SETTLE_MS;
+    ftc_deadline_t until = ftc_deadline_in_ms((uint64_t)bound);
     int spins = 0;
     while (!all_done(reqs, n) && !ftc_deadline_expired(until)) {
         int got = progress(fab);
@@ -559,7 +572,7 @@ static int settle(ftc_fabric_t *fab, ftc_fabric_req_t *const *reqs, size_t n, in
                        "fabric %s: %zu operation(s) (%zu sends) not cancelled within %d ms "
                        "(a send to a dead or unreachable peer cannot be cancelled); the "
                        "endpoint is broken and keeps their buffers until ftc_fabric_close",
-                       fab->prov, left, sends, fab->cancel_ms);
+                       fab->prov, left, sends, bound);
 }
 
 int ftc_fabric_cancel(ftc_fabric_t *fab, ftc_fabric_req_t *const *reqs, size_t n)

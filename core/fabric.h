@@ -54,6 +54,8 @@
 #include "core/clock.h"
 #include "core/err.h"
 
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -78,11 +80,15 @@ typedef struct ftc_fabric_opts {
     int window;            /* outstanding chunks in send_large/recv_large (8) */
     int cancel_timeout_ms; /* how long a wait that gave up waits for its
                               cancelled operations to come back (1000) */
+    const atomic_bool *abort_flag; /* NULL, or the owner's stop flag: once it reads
+                              true the handle acts as after ftc_fabric_abort()
+                              (the flag must outlive the handle) */
 } ftc_fabric_opts_t;
 
 #define FTC_FABRIC_OPTS_INIT                                                                       \
     {                                                                                              \
-        sizeof(ftc_fabric_opts_t), FTC_FABRIC_OPTS_VERSION, NULL, NULL, (size_t)4 << 20, 8, 1000   \
+        sizeof(ftc_fabric_opts_t), FTC_FABRIC_OPTS_VERSION, NULL, NULL, (size_t)4 << 20, 8, 1000,  \
+            NULL                                                                                   \
     }
 
 typedef struct ftc_fabric ftc_fabric_t;

@@ -1398,6 +1398,7 @@ ftc_filestore_t *ftc_filestore_create(const char *job, uint32_t index, const cha
         snprintf(fs->provider, sizeof fs->provider, "%s", provider);
         fo.provider = fs->provider;
     }
+    fo.abort_flag = &fs->stop; /* a stop ends a post or wait its thread is in */
     fs->fopt = fo;
     if (fs_open_transport(fs, err) || fs_publish(fs, err)) goto fail;
     /* own versions a previous supervisor of this node left */
