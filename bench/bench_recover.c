@@ -41,6 +41,7 @@
  *                      [--modes memory,persist,restart] [--timeout S] [--opt FLAG=VALUE]...
  * --opt passes --FLAG=VALUE to `ftc run` (e.g. --opt agent-timeout-ms=5000).
  */
+#include "ckpt/persist.h"
 #include "core/clock.h"
 #include "detect/control.h"
 #include "detect/redis.h"
@@ -401,6 +402,30 @@ static bool group_gone(pid_t pg, long long deadline)
     return true;
 }
 
+/* The newest committed step in the persist tier of every node (the minimum
+ * over nodes), -1 while some node's tier has none. */
+static long long persisted_all(const char *pdir)
+{
+    long long low = LLONG_MAX;
+    for (int n = 0; n < NODES; n++) {
+        char d[PATH_MAX + 120];
+        snprintf(d, sizeof d, "%s/node%d", pdir, n);
+        ftc_persist_t *p = ftc_persist_open_reader(d, NULL);
+        ftc_persist_version_t *v = NULL;
+        int nv = 0;
+        long long newest = -1;
+        if (p && ftc_persist_list(p, &v, &nv) == 0)
+            for (int i = 0; i < nv && newest < 0; i++)
+                if (v[i].state == FTC_PV_COMMITTED)
+                    newest = (long long)v[i].step;
+        free(v);
+        ftc_persist_close(p);
+        if (newest < low)
+            low = newest;
+    }
+    return low;
+}
+
 static void run_one(const cfg_t *C, size_t bytes, int mode, result_t *R)
 {
     memset(R, 0, sizeof *R);
@@ -527,6 +552,21 @@ static void run_one(const cfg_t *C, size_t bytes, int mode, result_t *R)
     }
     if (committed < C->kill_at) {
         snprintf(R->why, sizeof R->why, "step %d never committed (see %s)", C->kill_at, out1);
+        goto done;
+    }
+    /* persist modes: every node's tier must hold a version before the kill
+     * (a 256 MiB write takes seconds here and lags the commits), or the lost
+     * rank would have nothing to restore and start over */
+    while (persist && persisted_all(pdir) < 0 && wall_ms() < deadline) {
+        if (waitpid(job_pid, NULL, WNOHANG) == job_pid) {
+            job_pid = 0;
+            break;
+        }
+        ftc_sleep_ms(20);
+    }
+    if (persist && persisted_all(pdir) < 0) {
+        snprintf(R->why, sizeof R->why, "the persist tier of some node held no version before "
+                 "the job ended (see %s)", out1);
         goto done;
     }
     char pidf[PATH_MAX + 100];

@@ -657,7 +657,7 @@ static void *ftc__repl_main(void *arg)
             ssize_t w = write(a->evfd, &one, sizeof one);
             (void)w;
         }
-        if (broken) {
+        if (broken && !atomic_load(&a->stop)) { /* a stop aborts the endpoint: no rebuild */
             ftc__rebuild_transport(a);
             uint64_t one = 1;
             ssize_t w = write(a->evfd, &one, sizeof one); /* publish the new address */

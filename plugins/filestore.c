@@ -1282,10 +1282,12 @@ static void *fs_main(void *arg)
             ftc_repl_progress(fs->repl, ftc_deadline_in_ms(hot ? 5 : 1), true) == FTC_EFABRIC ||
             ftc_fabric_health(fs->fab) != 0;
         if (fs->pushing) fs_check_push(fs, broken);
-        if (broken) {
+        if (broken && !atomic_load(&fs->stop)) { /* a stop aborts the endpoint: no rebuild */
             fs_rebuild(fs);
             continue;
         }
+        if (broken)
+            break;
         ftc_repl_counters_t ctr;
         ftc_repl_counters(fs->repl, &ctr);
         if (ctr.bytes_received != fs->last_ctr.bytes_received ||
