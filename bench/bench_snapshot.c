@@ -70,6 +70,7 @@
 typedef struct bench {
     size_t bytes;
     int reps, steps, warmup, step_ms;
+    int copy_threads;   /* ftc_options_t.threads of the stall loops (0: one per core) */
     char ftc[PATH_MAX];
     char tmp[PATH_MAX]; /* mkdtemp: redis/, one job dir per variant */
     char tag[32];       /* "sb<pid>": prefix of every job id and shm name */
@@ -474,6 +475,7 @@ static void rank_loop(const bench_t *B, const char *job, const char *sock, int r
     o.rank = rank;
     o.world = world;
     o.timeout_ms = 60000;
+    o.threads = B->copy_threads; /* 0: one per online core */
     ftc_ctx_t *ctx = NULL;
     if (ftc_create(&o, &ctx))
         die("ftc_create: %s", ftc_last_error(ctx));
@@ -755,16 +757,18 @@ int main(int argc, char **argv)
             B.warmup = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--step-ms") && i + 1 < argc) {
             B.step_ms = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--copy-threads") && i + 1 < argc) {
+            B.copy_threads = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--ftc") && i + 1 < argc) {
             snprintf(B.ftc, sizeof B.ftc, "%s", argv[++i]);
         } else {
             fprintf(stderr, "usage: bench_snapshot [--bytes 256MiB,1GiB] [--reps 5] [--steps 20] "
-                            "[--warmup 3] [--step-ms 200] [--ftc PATH]\n");
+                            "[--warmup 3] [--step-ms 200] [--copy-threads N] [--ftc PATH]\n");
             return 2;
         }
     }
-    if (B.reps < 1 || B.steps < 1 || B.steps > 120 || B.warmup < 0 || B.step_ms < 1)
-        die("--reps >= 1, --steps 1..120, --warmup >= 0, --step-ms >= 1");
+    if (B.reps < 1 || B.steps < 1 || B.steps > 120 || B.warmup < 0 || B.step_ms < 1 || B.copy_threads < 0)
+        die("--reps >= 1, --steps 1..120, --warmup >= 0, --step-ms >= 1, --copy-threads >= 0");
     if (nsizes == 0) {
         sizes[nsizes++] = (size_t)256 << 20;
         sizes[nsizes++] = (size_t)1 << 30;

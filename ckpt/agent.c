@@ -927,6 +927,14 @@ static void ftc__on_hello(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
                          a->world);
         return;
     }
+    if (a->world && m->world && m->world != a->world) { /* no commit would ever complete */
+        ftc__reply_error(fd, FTC_ECONFIG, "rank %u says the world has %u rank(s), but generation "
+                         "%" PRIu64 " of this job has %u (nodes x ranks per node, or the "
+                         "layout of `ftc run`): make FTC_WORLD_SIZE (or WORLD_SIZE) agree with "
+                         "the agents' --nodes and --ranks-per-node", m->rank, m->world,
+                         a->generation, a->world);
+        return;
+    }
     ftc__rank_t *r = NULL, *free_r = NULL;
     for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++) {
         if (a->ranks[i].used && a->ranks[i].rank == m->rank)

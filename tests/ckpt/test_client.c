@@ -3,7 +3,8 @@
  * a real `ftc agent` process where a call needs one:
  *   - ftc_create with no agent at the socket: FTC_ENOENT naming the socket;
  *     with no socket given at all: FTC_ENOENT naming FTC_AGENT_SOCKET; a
- *     rank outside the world: FTC_ECONFIG; calls on such a context:
+ *     rank outside the world, or a world other than the agents': FTC_ECONFIG;
+ *     calls on such a context:
  *     FTC_EINVAL ("not connected"), never a crash or a wait;
  *   - ftc_register: duplicate name FTC_EEXIST, unknown dtype, bad ndim,
  *     negative dimension, empty name, NULL data FTC_EINVAL (and the name is
@@ -65,9 +66,18 @@ static void test_register_errors(void **state)
 {
     env_t *e = setup_env(*state, 1, "0", 1000);
     char sock[PATH_MAX + 32];
-    ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
+    /* a rank whose world is not the agents' (1 node x 1 rank): refused at
+     * once, instead of checkpoints that never commit */
+    ftc_options_t o = ctx_options(e, 0, 0, 2, sock, sizeof sock);
     o.timeout_ms = 1500;
     ftc_ctx_t *c = NULL;
+    assert_int_equal(ftc_create(&o, &c), FTC_ECONFIG);
+    print_message("%s\n", ftc_last_error(c));
+    assert_non_null(strstr(ftc_last_error(c), "world has 2 rank(s)"));
+    assert_non_null(strstr(ftc_last_error(c), "FTC_WORLD_SIZE"));
+    ftc_destroy(c);
+    c = NULL;
+    o.world = 1;
     assert_int_equal(ftc_create(&o, &c), 0);
     static float w[64], m[64];
     static int64_t step;
