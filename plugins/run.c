@@ -879,6 +879,20 @@ static bool ftc__fabric_current(ftc__sup_t *s, int *missing)
     return all;
 }
 
+/* Whether node's heartbeat key exists now (false on a Redis error too). */
+static bool ftc__hb_exists(ftc__sup_t *s, const char *node)
+{
+    char key[256], suffix[FTC_CTL_NODE_MAX + 8];
+    snprintf(suffix, sizeof suffix, "hb:%s", node);
+    ftc_ctl_key(s->ctl, suffix, key, sizeof key);
+    ftc_redis_reply_t *rep = NULL;
+    long long n = 0;
+    bool yes = ftc_redis_cmdv(ftc_ctl_redis(s->ctl), true, &rep, "EXISTS", key, NULL) == 0 &&
+               ftc_redis_want_int(rep, "EXISTS", &n, NULL) == 0 && n == 1;
+    ftc_redis_reply_free(rep);
+    return yes;
+}
+
 /* Waits until every member's agent of this generation heartbeats (its
  * detector is up) and has published its fabric address: ranks then find
  * their peers, and a node_lost that a freshly started detector reports for a
@@ -887,22 +901,13 @@ static bool ftc__fabric_current(ftc__sup_t *s, int *missing)
 static int ftc__wait_agents(ftc__sup_t *s, ftc_err_t *err)
 {
     ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)s->o->join_timeout_ms);
-    ftc_redis_t *r = ftc_ctl_redis(s->ctl);
     for (;;) {
         int missing = -1, stale = -1;
         if (!ftc__fabric_current(s, &stale))
             missing = stale;
-        for (int i = 0; i < s->round.nodes && missing < 0; i++) {
-            char key[256], suffix[FTC_CTL_NODE_MAX + 8];
-            snprintf(suffix, sizeof suffix, "hb:%s", s->round.members[i]);
-            ftc_ctl_key(s->ctl, suffix, key, sizeof key);
-            ftc_redis_reply_t *rep = NULL;
-            long long n = 0;
-            if (ftc_redis_cmdv(r, true, &rep, "EXISTS", key, NULL) != 0 ||
-                ftc_redis_want_int(rep, "EXISTS", &n, NULL) != 0 || n != 1)
+        for (int i = 0; i < s->round.nodes && missing < 0; i++)
+            if (!ftc__hb_exists(s, s->round.members[i]))
                 missing = i;
-            ftc_redis_reply_free(rep);
-        }
         if (missing < 0)
             return 0;
         if (ftc_deadline_expired(d))
@@ -950,6 +955,17 @@ static void ftc__on_event(void *arg, const ftc_status_event_t *e)
     ftc__sup_t *s = sc->s;
     if (!strcmp(e->kind, "node_lost") && ftc__is_member(s, e->node) &&
         strcmp(e->node, s->node_id)) {
+        /* A detector started for this generation may report the previous
+         * incarnation of a replaced member (its record was never removed:
+         * it was killed), and its event may reach the stream after this
+         * generation's mark. A loss is a missing heartbeat: a member whose
+         * heartbeat is there is the new incarnation, alive. */
+        if (ftc__hb_exists(s, e->node)) {
+            FTC_INFO("run", "generation %" PRIu64 ": ignoring node_lost of %s (%s): its "
+                     "heartbeat is there (the loss of a previous incarnation)", s->gen, e->node,
+                     e->detail);
+            return;
+        }
         snprintf(s->fail_reason, sizeof s->fail_reason, "node %s lost (%s)", e->node, e->detail);
         sc->failed = true;
     } else if (!strcmp(e->kind, "hang") && !strcmp(e->node, s->node_id)) {
