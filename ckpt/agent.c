@@ -603,7 +603,7 @@ static void *ftc__repl_main(void *arg)
                 snprintf(j->detail, sizeof j->detail, "%s", ftc_repl_errstr(a->repl));
             }
         }
-        bool broken = ftc_repl_progress(a->repl, ftc_deadline_in_ms(active ? 5 : 20), true) ==
+        bool broken = ftc_repl_progress(a->repl, ftc_deadline_in_ms(active ? 5 : 2), true) ==
                           FTC_EFABRIC ||
                       ftc_fabric_health(a->fab) != 0;
         ftc__job_t **pp = &active;

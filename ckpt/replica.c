@@ -44,6 +44,7 @@
 
 #include "ckpt/shard.h"
 #include "ckpt/slot.h"
+#include "core/clock.h"
 #include "core/hash.h"
 #include "core/log.h"
 
@@ -66,6 +67,12 @@
 #define FTC__MAX_DRAINS 32
 #define FTC__CTL_MS 10000      /* lifetime of a control send (ACK/NACK/GET) */
 #define FTC__SPINS 256
+/* An idle engine (nothing in flight: only its header receives posted)
+ * sleeps this long between polls instead of spinning: an idle agent used
+ * to take a whole core, which on a node whose cores train is a core taken
+ * from the trainer. The cost is at most this much latency at the start of
+ * an incoming transfer; a busy engine spins as before. */
+#define FTC__IDLE_SLEEP_US 500
 
 static uint64_t tag_hdr(uint32_t sender) { return FTC__TAG_HDR | sender; }
 static uint64_t tag_data(uint32_t sender, uint64_t seq)
@@ -1928,6 +1935,18 @@ static ftc_fabric_req_t *any_pending(ftc_repl_t *r)
     return NULL;
 }
 
+/* Nothing in flight: no transfer (push, fetch or serve) unfinished, no
+ * incoming shard, no control message or drain pending. */
+static bool engine_idle(const ftc_repl_t *r)
+{
+    if (r->ins || r->outbox || r->drains)
+        return false;
+    for (int i = 0; i < r->nxf; i++)
+        if (r->xf[i] && !r->xf[i]->done)
+            return false;
+    return true;
+}
+
 int ftc_repl_progress(ftc_repl_t *r, ftc_deadline_t d, bool return_early)
 {
     r->finished_now = 0;
@@ -1958,6 +1977,8 @@ int ftc_repl_progress(ftc_repl_t *r, ftc_deadline_t d, bool return_early)
             return 0;
         if (ev) {
             spins = 0;
+        } else if (engine_idle(r)) {
+            ftc_sleep_us(FTC__IDLE_SLEEP_US);
         } else if (++spins >= FTC__SPINS) {
             spins = 0;
             sched_yield();

@@ -47,9 +47,14 @@ ftc_deadline_t ftc_deadline_min(ftc_deadline_t a, ftc_deadline_t b)
     return a.at_ns < b.at_ns ? a : b;
 }
 
-void ftc_sleep_ms(uint64_t ms)
+void ftc_sleep_us(uint64_t us)
 {
-    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000L};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
+}
+
+void ftc_sleep_ms(uint64_t ms)
+{
+    ftc_sleep_us(ms * 1000);
 }

@@ -32,6 +32,8 @@ int ftc_deadline_remaining_ms(ftc_deadline_t d);
 ftc_deadline_t ftc_deadline_min(ftc_deadline_t a, ftc_deadline_t b);
 /* Sleeps ms milliseconds (restarting on EINTR). */
 void ftc_sleep_ms(uint64_t ms);
+/* Sleeps us microseconds (restarting on EINTR). */
+void ftc_sleep_us(uint64_t us);
 
 #ifdef __cplusplus
 }
