@@ -65,7 +65,9 @@ const ftc_snap_device_ops_t *ftc_snap_cuda_ops(void);
 
 typedef struct ftc_snap ftc_snap_t;
 
-/* threads: copy threads (0 = one per online core, at most 16). */
+/* threads: copy threads (0 = one per online core but one, which the trainer
+ * computes on, at least 1; at most 16). A restore copies with `threads`
+ * threads when given, else with one per online core. */
 ftc_snap_t *ftc_snap_create(const ftc_shard_info_t *info, int threads, uint32_t meta_capacity,
                             ftc_err_t *err);
 void ftc_snap_destroy(ftc_snap_t *s); /* waits for a running copy; NULL is a no-op */

@@ -125,7 +125,9 @@ typedef struct ftc_options {
     int rank;             /* -1: FTC_RANK, else RANK (torchrun), else 0 */
     int world;            /* -1: FTC_WORLD_SIZE, else WORLD_SIZE, else 1 */
     int dp, tp, pp;       /* 0: dp = world, tp = pp = 1 (FTC_DP/FTC_TP/FTC_PP override) */
-    int threads;          /* snapshot copy threads; 0 = one per online core */
+    int threads;          /* snapshot copy threads; 0 = one per online core but one
+                             (left to the trainer), at least 1; a restore then
+                             copies with every online core */
     uint32_t meta_capacity; /* bytes of user metadata per checkpoint (default 64 KiB) */
     int timeout_ms;       /* deadline of each call that talks to the agent (default 60000) */
 } ftc_options_t;
