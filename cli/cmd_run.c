@@ -59,6 +59,9 @@ static const char ftc__run_help[] =
     "  --settle-ms MS         after MIN nodes arrived, wait this long for more (1000)\n"
     "  --join-timeout-ms MS   rendezvous deadline (120000)\n"
     "  --grace-ms MS          SIGTERM to SIGKILL when stopping ranks (3000)\n"
+    "  --grow-wait-ms MS      a node joining a running job asks for the grow at the\n"
+    "                         next checkpoint boundary, waiting at most MS (10000; 0:\n"
+    "                         at once)\n"
     "  --ckpt-dir             give ranks FTC_CKPT_DIR, a replicated directory on tmpfs\n"
     "  --in-process           surviving ranks are not restarted: they leave the failed\n"
     "                         generation and continue in their process with the new\n"
@@ -217,7 +220,8 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
     const char *nnodes = ftc__env_first(nn_env);
     const char *nrank = ftc__env_first(nr_env);
     uint64_t nproc = 1, node_rank = nrank ? strtoull(nrank, NULL, 10) : 0, restarts = 3,
-             simulate = 0, settle = 1000, join_to = 120000, grace = 3000, tp = 1, pp = 1;
+             simulate = 0, settle = 1000, join_to = 120000, grace = 3000, tp = 1, pp = 1,
+             grow_wait = 10000;
     const char *node_id = "", *domain = "", *host = NULL;
     bool ckpt_dir = false, use_netns = false, in_process = false, keep_shm = false;
     const ftc_cli_opt_t opts[] = {{"--nnodes", FTC_OPT_STR, &nnodes, NULL},
@@ -232,6 +236,7 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
                                   {"--settle-ms", FTC_OPT_U64, &settle, NULL},
                                   {"--join-timeout-ms", FTC_OPT_U64, &join_to, NULL},
                                   {"--grace-ms", FTC_OPT_U64, &grace, NULL},
+                                  {"--grow-wait-ms", FTC_OPT_U64, &grow_wait, NULL},
                                   {"--ckpt-dir", FTC_OPT_FLAG, &ckpt_dir, NULL},
                                   {"--in-process", FTC_OPT_FLAG, &in_process, NULL},
                                   {"--keep-shm", FTC_OPT_FLAG, &keep_shm, NULL},
@@ -337,6 +342,7 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
     o.settle_ms = (int)settle;
     o.join_timeout_ms = (int)join_to;
     o.grace_ms = (int)grace;
+    o.grow_wait_ms = grow_wait > 3600000 ? 3600000 : (int)grow_wait;
     o.ckpt_dir = ckpt_dir;
     o.in_process = in_process;
     o.keep_shm = keep_shm;

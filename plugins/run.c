@@ -879,6 +879,39 @@ static bool ftc__fabric_current(ftc__sup_t *s, int *missing)
     return all;
 }
 
+/* A node joining a running job: the grow round it opens interrupts every
+ * member, so it waits for the next checkpoint boundary (the committed step
+ * moves: what the members computed is then in a committed version), at
+ * most grow_wait_ms. True when a round was opened meanwhile. */
+static bool ftc__grow_boundary(ftc__sup_t *s, const char *job)
+{
+    int64_t c0 = -1, c = -1;
+    uint64_t cg;
+    if (s->o->grow_wait_ms <= 0 || ftc_ctl_committed(s->ctl, &c0, &cg) != 0)
+        return false;
+    uint64_t t0 = ftc_wall_ms();
+    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)s->o->grow_wait_ms);
+    while (!ftc_deadline_expired(d)) {
+        ftc_sleep_ms(5);
+        uint64_t g;
+        bool open = false;
+        ftc_err_t e = {0};
+        if (ftc_rdzv_state(ftc_ctl_redis(s->ctl), job, &g, &open, &e) == 0 && open) {
+            FTC_INFO("run", "a round is open (generation %" PRIu64 " ended while this node "
+                     "waited for a checkpoint boundary): joining it", g);
+            return true;
+        }
+        if (ftc_ctl_committed(s->ctl, &c, &cg) == 0 && c > c0) {
+            FTC_INFO("run", "joining at the checkpoint boundary: step %" PRId64
+                     " committed %" PRIu64 " ms after this node arrived", c, ftc_wall_ms() - t0);
+            return false;
+        }
+    }
+    FTC_INFO("run", "joining without a checkpoint boundary: no commit in %d ms (newest %" PRId64
+             ")", s->o->grow_wait_ms, c0);
+    return false;
+}
+
 /* Whether node's heartbeat key exists now (false on a Redis error too). */
 static bool ftc__hb_exists(ftc__sup_t *s, const char *node)
 {
@@ -1240,7 +1273,10 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
                 break;
             if (g > 0)
                 ftc__recovery_begin(s, "joined", "a running job");
-            if (g > 0 && !open) {
+            if (g > 0 && open)
+                FTC_INFO("run", "a round is open (generation %" PRIu64 " ended): joining it", g);
+            /* (a round opened while it waited, by a failure: join that one) */
+            if (g > 0 && !open && !ftc__grow_boundary(s, o->job)) {
                 bool opened = false;
                 char why[128];
                 snprintf(why, sizeof why, "node %s joins", s->node_id);

@@ -74,6 +74,9 @@ typedef struct ftc_run_options {
     int settle_ms;             /* rendezvous: wait for late nodes after MIN arrived */
     int join_timeout_ms;       /* rendezvous deadline */
     int grace_ms;              /* SIGTERM -> SIGKILL when stopping ranks */
+    int grow_wait_ms;          /* a node joining a running job asks for the grow round
+                                  at the next checkpoint boundary: once the committed
+                                  step moves, waiting at most this long (0: at once) */
     bool ckpt_dir;             /* give ranks FTC_CKPT_DIR (replicated files) */
     bool keep_shm;             /* --keep-shm: leave this node's /dev/shm state at the job's
                                   end (default: removed once every rank finished, after
@@ -94,7 +97,8 @@ typedef struct ftc_run_options {
 
 #define FTC_RUN_OPTIONS_INIT                                                                       \
     {.struct_size = sizeof(ftc_run_options_t), .min_nodes = 1, .max_nodes = 1, .nproc = 1,       \
-     .max_restarts = 3, .settle_ms = 1000, .join_timeout_ms = 120000, .grace_ms = 3000}
+     .max_restarts = 3, .settle_ms = 1000, .join_timeout_ms = 120000, .grace_ms = 3000,       \
+     .grow_wait_ms = 10000}
 
 /* A supervisor that lost the job's Redis (no answer for join_timeout_ms
  * while it watched a generation: ranks keep training through shorter
