@@ -183,7 +183,14 @@ struct ftc_agent {
     /* persist */
     ftc_persist_t *persist;
     ftc__persister_t *pw;    /* the persist thread (agent_persist.h), when persist is on */
-    bool persist_due;        /* persist the newest committed version once the writer is free */
+    /* the steps due for the persist tier, oldest first: every node writes the
+     * same steps (step + 1 a multiple of persist_every), so that a restore
+     * from the tier finds one version on every node; a due step waits, its
+     * slots pinned, while the writer is busy (the ranks' BEGINs then wait
+     * for a free slot: the busy policy) instead of being skipped */
+    int64_t pq[NS + 1];
+    int pqn;
+    int64_t pwriting;        /* the step the writer has, -1 when idle */
     int64_t newest_local;    /* newest step committed in this node's slots, -1 before any */
     int64_t persisted;       /* newest step the persist writer wrote, -1 before any */
     int persist_rc;          /* the last write's result, its detail below */
@@ -766,6 +773,14 @@ static void ftc__report_commit(ftc_agent_t *a, ftc__rank_t *r, int s)
  * their slots until it is done (ftc__persist_collect); false when the writer
  * is still busy with an earlier version (the caller retries at the next
  * commit). */
+/* Whether slot s of r holds committed step `step`: the newest committed
+ * version, or a superseded one kept (pinned) for the persist tier. */
+static bool ftc__holds_committed(const ftc__rank_t *r, int s, uint64_t step)
+{
+    return r->step[s] == step &&
+           (r->st[s] == SL_COMMITTED || (r->st[s] == SL_EMPTY && r->pinned[s]));
+}
+
 static bool ftc__persist(ftc_agent_t *a, uint64_t step)
 {
     if (!a->pw)
@@ -779,10 +794,11 @@ static bool ftc__persist(ftc_agent_t *a, uint64_t step)
         if (!r->used)
             continue;
         for (int s = 0; s < NS; s++)
-            if (r->st[s] == SL_COMMITTED && r->step[s] == step) {
+            if (ftc__holds_committed(r, s, step)) {
                 where[n][0] = i, where[n][1] = s;
                 shards[n] = r->slot[s].base;
                 sizes[n++] = r->size;
+                break;
             }
     }
     if (!n)
@@ -791,7 +807,64 @@ static bool ftc__persist(ftc_agent_t *a, uint64_t step)
         return false;
     for (int k = 0; k < n; k++)
         a->ranks[where[k][0]].pinned[where[k][1]] = true;
+    a->pwriting = (int64_t)step;
     return true;
+}
+
+/* Pins what the persist tier still needs (the step being written, the due
+ * ones), unpins the rest. */
+static void ftc__persist_pins(ftc_agent_t *a)
+{
+    for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++) {
+        ftc__rank_t *r = &a->ranks[i];
+        for (int s = 0; s < NS; s++) {
+            bool need = r->used && (int64_t)r->step[s] == a->pwriting && a->pwriting >= 0 &&
+                        r->pinned[s];
+            for (int q = 0; q < a->pqn && r->used && !need; q++)
+                need = (int64_t)r->step[s] == a->pq[q] &&
+                       (r->st[s] == SL_COMMITTED || (r->st[s] == SL_EMPTY && r->pinned[s]));
+            r->pinned[s] = need;
+        }
+    }
+}
+
+/* A committed step: queued for the persist tier when it is due (its slots
+ * pinned at once, before a newer commit supersedes them). */
+static void ftc__persist_due(ftc_agent_t *a, uint64_t step)
+{
+    if (!a->pw || a->o.persist_every <= 0 || (step + 1) % (uint64_t)a->o.persist_every != 0)
+        return;
+    bool queued = a->pwriting == (int64_t)step;
+    for (int q = 0; q < a->pqn && !queued; q++)
+        queued = a->pq[q] == (int64_t)step;
+    if (!queued && a->pqn == (int)(sizeof a->pq / sizeof a->pq[0])) { /* pins bound it */
+        FTC_WARN("agent", "persist tier: step %" PRIu64 " is due but %d older ones still wait; "
+                 "skipping it on this node", step, a->pqn);
+        return;
+    }
+    if (!queued)
+        a->pq[a->pqn++] = (int64_t)step;
+    /* every rank's slot of it (each rank's commit is seen in turn) */
+    for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++)
+        for (int s = 0; s < NS; s++)
+            if (a->ranks[i].used && a->ranks[i].st[s] == SL_COMMITTED &&
+                a->ranks[i].step[s] == step)
+                a->ranks[i].pinned[s] = true;
+}
+
+/* Hands the oldest due step to the writer when it is idle. */
+static void ftc__persist_kick(ftc_agent_t *a)
+{
+    while (a->pw && a->pqn > 0 && a->pwriting < 0) {
+        uint64_t step = (uint64_t)a->pq[0];
+        if (!ftc__persist(a, step))
+            return; /* busy after all: the next collect kicks again */
+        memmove(a->pq, a->pq + 1, (size_t)(a->pqn - 1) * sizeof a->pq[0]);
+        a->pqn--;
+        if (a->pwriting < 0)
+            FTC_DEBUG("agent", "persist tier: step %" PRIu64 " is due but no slot of this node "
+                      "holds it any more", step);
+    }
 }
 
 /* Collects a finished persist write: unpins its slots, logs it, reports a
@@ -801,13 +874,9 @@ static void ftc__persist_collect(ftc_agent_t *a)
     ftc__persist_result_t res;
     if (!a->pw || !ftc__persister_poll(a->pw, &res))
         return;
-    for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++)
-        for (int s = 0; s < NS; s++)
-            a->ranks[i].pinned[s] = false;
-    /* a version due while the writer was busy: the newest committed one now */
-    if (a->persist_due && a->newest_local > (int64_t)res.step &&
-        ftc__persist(a, (uint64_t)a->newest_local))
-        a->persist_due = false;
+    a->pwriting = -1;
+    ftc__persist_pins(a); /* the written step's slots are free again, due ones stay */
+    ftc__persist_kick(a); /* the next due step */
     a->persist_rc = res.rc;
     snprintf(a->persist_detail, sizeof a->persist_detail, "%s", res.detail);
     if (!res.rc && (int64_t)res.step > a->persisted)
@@ -888,6 +957,7 @@ static void ftc__poll_commits(ftc_agent_t *a)
                 continue;
             r->st[s] = SL_COMMITTED;
             newly = r->step[s];
+            ftc__persist_due(a, r->step[s]);
             for (int o = 0; o < NS; o++)
                 if (o != s && r->st[o] == SL_COMMITTED && r->step[o] < r->step[s])
                     r->st[o] = SL_EMPTY; /* superseded (a pinned one stays unused until the
@@ -907,10 +977,7 @@ static void ftc__poll_commits(ftc_agent_t *a)
         a->commits++;
         if ((int64_t)newly > a->newest_local)
             a->newest_local = (int64_t)newly;
-        if (a->o.persist_every > 0 && a->commits % (uint64_t)a->o.persist_every == 0)
-            a->persist_due = true;
-        if (a->persist_due && ftc__persist(a, newly))
-            a->persist_due = false; /* else the writer is busy: see ftc__persist_collect */
+        ftc__persist_kick(a); /* else the writer is busy: ftc__persist_collect kicks */
     }
 }
 
@@ -992,7 +1059,11 @@ static void ftc__on_slots(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
             pinned = pinned || r->pinned[s];
         if (pinned) {
             ftc__persister_wait(a->pw);
-            ftc__persist_collect(a);
+            for (int s = 0; s < NS; s++) { /* gone for the persist tier too */
+                r->pinned[s] = false;
+                r->st[s] = SL_EMPTY;
+            }
+            ftc__persist_collect(a); /* (the next due step: without this rank's slots) */
         }
         for (int s = 0; s < NS; s++) {
             ftc_slot_close(&r->slot[s]);
@@ -2796,6 +2867,7 @@ ftc_agent_t *ftc_agent_start(const ftc_agent_options_t *o, ftc_err_t *err)
     a->committed = -1;
     a->newest_local = -1;
     a->persisted = -1;
+    a->pwriting = -1;
     for (int i = 0; i < FTC_AGENT_MAX_CLIENTS; i++)
         a->clients[i] = -1;
     pthread_mutex_init(&a->mu, NULL);
@@ -3068,9 +3140,11 @@ int ftc_agent_flush(ftc_agent_t *a, ftc_err_t *err)
     if (!a || !a->pw)
         return 0;
     ftc__poll_commits(a); /* the last commit may have landed after the run loop's last poll */
-    for (int round = 0; round < 2; round++) { /* a running write, then a due one it left */
+    /* the running write, then every due step it left (each collect starts the next) */
+    for (int round = 0; round <= NS + 1 && (a->pwriting >= 0 || a->pqn > 0); round++) {
         ftc__persister_wait(a->pw);
         ftc__persist_collect(a);
+        ftc__persist_kick(a);
     }
     if (a->newest_local < 0 || a->persisted >= a->newest_local) {
         if (a->newest_local >= 0)

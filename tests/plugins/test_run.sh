@@ -245,7 +245,9 @@ check "7b: the replacement's rank was rebuilt from parity" grep -q 'rebuilt from
 check "7b: no bad restore, no error" bash -c "! cat '$T/7b.out' '$T/7c.out' | grep -v 'agent socket: connection closed by the other side' | grep -q 'RESTORED [0-9]* BAD\|no verified copy\|^ERROR'"
 check "7b: every rank reached the last step" \
     test "$(cat "$T/7b.out" "$T/7c.out" | grep -c 'COMMITTED 79')" -ge 3
-[ $fails -eq $f0 ] || { echo "--- output of 7:"; tail -40 "$T/7.out"; tail -30 "$T/7c.out"; }
+[ $fails -eq $f0 ] || { echo "--- output of 7:"; tail -40 "$T/7.out"; tail -30 "$T/7c.out"
+    echo "--- 7b/7c: errors, warnings and generations:"
+    cat "$T/7b.out" "$T/7c.out" | grep -n 'RESTORED [0-9]* BAD\|no verified copy\|ERROR\|WARN\|generation [0-9]*:' | head -60; }
 fi
 
 if want 4; then
