@@ -1464,19 +1464,22 @@ static void ftc__deliver(ftc_agent_t *a, ftc__rank_t *r, const uint8_t *buf, uin
     ftc__restore_done(a, r, s, false); /* copied: the rank verifies the slot */
 }
 
-/* The persist tiers of the nodes that are not alive (persist.dir/node<I>,
- * read-only: a shared file system in a real job, and a lost node's shards
- * exist only there once its memory is gone, e.g. after a shrink that gave
- * its ranks to survivors). The restore step first, in every such tier, then
- * the newest version of each (older: the trainer brings every rank back to
- * one step). True once delivered. */
-static bool ftc__restore_from_lost_tiers(ftc_agent_t *a, ftc__rank_t *r)
+/* The persist tiers of the other nodes (persist.dir/node<I>, read-only: a
+ * shared file system in a real job). A lost node's shards exist only there
+ * once its memory is gone (a shrink gave its ranks to survivors); a live
+ * node's hold its ranks' older steps, which a re-partition at an older
+ * step needs once they left that node's slots. Nodes that are not alive
+ * first, the restore step first in every tier, then the newest version of
+ * each (older: the trainer brings every rank back to one step). True once
+ * delivered. */
+static bool ftc__restore_from_other_tiers(ftc_agent_t *a, ftc__rank_t *r)
 {
     if (!a->o.persist_dir || !*a->o.persist_dir)
         return false;
-    for (int pass = 0; pass < 2; pass++)
+    for (int pass = 0; pass < 4; pass++) /* lost nodes, live ones; each: step, newest */
         for (uint32_t i = 0; i < a->o.nodes; i++) {
-            if (i == a->o.index || (a->peers[i].known && a->peers[i].alive))
+            bool alive = a->peers[i].known && a->peers[i].alive;
+            if (i == a->o.index || alive != (pass >= 2))
                 continue;
             char dir[4200];
             snprintf(dir, sizeof dir, "%s/node%u", a->o.persist_dir, i);
@@ -1485,7 +1488,8 @@ static bool ftc__restore_from_lost_tiers(ftc_agent_t *a, ftc__rank_t *r)
             if (!p)
                 continue;
             ftc_persist_loaded_t *l = NULL;
-            if (ftc_persist_load(p, pass ? FTC_PERSIST_NEWEST : (uint64_t)r->restore_step, &l) ==
+            if (ftc_persist_load(p, pass % 2 ? FTC_PERSIST_NEWEST : (uint64_t)r->restore_step,
+                                 &l) ==
                 0) {
                 for (int k = 0; k < l->n_shards; k++) {
                     ftc_shard_view_t v;
@@ -1535,7 +1539,7 @@ static void ftc__restore_from_persist(ftc_agent_t *a, ftc__rank_t *r, const char
                      l->step, r->src);
             ftc_persist_loaded_free(l);
         }
-        if (ftc__restore_from_lost_tiers(a, r))
+        if (ftc__restore_from_other_tiers(a, r))
             return;
     }
     r->restoring = false;
