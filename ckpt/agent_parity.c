@@ -638,6 +638,45 @@ int ftc__par_store_local(const char *ns, uint32_t local, const uint8_t *wrap, ui
     return 0;
 }
 
+int ftc__par_read_local(const char *ns, uint32_t owner, uint64_t step, uint8_t **buf,
+                        uint64_t *size, ftc_err_t *err)
+{
+    *buf = NULL;
+    *size = 0;
+    char why[160] = "no slot";
+    for (int i = 0; i < 4; i++) {
+        char name[FTC_SLOT_NAME_MAX];
+        ftc_err_t e = {0};
+        ftc_slot_t s;
+        if ((i < 2 ? ftc_slot_name(ns, owner, i, name, sizeof name, &e)
+                   : ftc_slot_name_prev(ns, owner, i - 2, name, sizeof name, &e)) ||
+            ftc_slot_open(name, false, &s, &e))
+            continue;
+        ftc_shard_view_t v;
+        uint64_t total = 0;
+        bool ok = ftc_shard_peek_size(s.base, s.size, &total, &e) == 0 && total <= s.size &&
+                  ftc_shard_open(&v, s.base, total, 0, &e) == 0 && v.info.step == step;
+        uint8_t *copy = ok ? malloc(total ? total : 1) : NULL;
+        if (copy)
+            memcpy(copy, s.base, total); /* copied first: the slot may be rewritten */
+        ftc_slot_close(&s);
+        if (ok && !copy)
+            return ftc_err_set(err, FTC_ENOMEM, "out of memory copying %s", name);
+        if (!ok)
+            continue;
+        /* the copy, verified: a torn or corrupted slot counts as missing */
+        if (ftc_shard_open(&v, copy, total, FTC_SHARD_VERIFY, &e) == 0 && v.info.step == step) {
+            *buf = copy;
+            *size = total;
+            return 0;
+        }
+        snprintf(why, sizeof why, "%s fails verification: %s", name, e.msg);
+        free(copy);
+    }
+    return ftc_err_set(err, FTC_ENOENT, "step %" PRIu64 " of owner %" PRIu32 " not in this "
+                       "node's slots (%s)", step, owner, why);
+}
+
 /* ---- the parity worker ------------------------------------------------------ */
 
 struct ftc__par_worker {

@@ -146,6 +146,18 @@ int ftc__par_rebuild(const ftc__par_geo_t *geo, uint64_t step, uint32_t local, i
 int ftc__par_store_local(const char *ns, uint32_t local, const uint8_t *wrap, uint64_t size,
                          int64_t keep, ftc_err_t *err);
 
+/* A copy of this node's own piece of (owner, step): the slot
+ * ftc_slot_name(ns, owner, 0|1) or, after a layout change,
+ * ftc_slot_name_prev(ns, owner, 0|1) whose shard has that step — a data
+ * shard (owner a rank) or a wrapper (FTC_PAR_OWNER(l)). A rebuild at
+ * another position than the lost member's uses it for the pieces this node
+ * holds itself (the replication engine fetches only from peers). The copy is
+ * verified (structure, step, every tensor checksum: a torn or corrupted slot
+ * counts as missing). *buf malloc'd. FTC_ENOENT naming the owner and step
+ * when no slot has it, FTC_ENOMEM. */
+int ftc__par_read_local(const char *ns, uint32_t owner, uint64_t step, uint8_t **buf,
+                        uint64_t *size, ftc_err_t *err);
+
 /* ---- the parity worker: encodes off the control loop ---------------------------- */
 
 /* One encode: the control loop fills the inputs and submits it; the worker
