@@ -2678,6 +2678,7 @@ static bool ftc__par_queue_rebuild(ftc_agent_t *a, ftc__rank_t *r)
     ga->max_attempts = 4; /* peers learn a restarted agent's address within ~0.5 s */
     ga->retry_ms = 500;
     ga->d = ftc_deadline_in_ms((uint64_t)a->o.timeout_ms);
+    snprintf(ga->ns, sizeof ga->ns, "%s", a->ns);
     int fetched = 0;
     for (int i = 0; i < geo.n; i++) {
         uint32_t node = geo.node[i];
@@ -2696,17 +2697,11 @@ static bool ftc__par_queue_rebuild(ftc_agent_t *a, ftc__rank_t *r)
             it->owner = w ? FTC_PAR_OWNER(local) : owner;
             it->member = i;
             it->wrapper = w;
-            if (!self) {
-                fetched++;
-                continue;
-            }
             /* this node's own piece (a moved rank's rebuild in a group this
-             * node is a member of): from its slots, nothing to fetch */
-            ftc_err_t err = {0};
-            it->done = true;
-            it->rc = ftc__par_read_local(a->ns, it->owner, ga->step, &it->buf, &it->size, &err);
-            if (it->rc)
-                snprintf(it->detail, sizeof it->detail, "%s", err.msg);
+             * node is a member of): nothing to fetch; the replication thread
+             * takes it from its replica store or this node's slots */
+            it->local = self;
+            fetched += !self;
         }
     }
     if (!ga->n) {

@@ -878,6 +878,33 @@ void ftc__par_worker_stop(ftc__par_worker_t *w)
 
 /* ---- gather ------------------------------------------------------------------ */
 
+/* A local item: a verified copy of this node's own piece. */
+static void gather_local(ftc_repl_t *r, const ftc__gather_t *g, ftc__gitem_t *it)
+{
+    const uint8_t *held = NULL;
+    uint64_t hs = 0;
+    ftc_err_t e = {0};
+    it->done = true;
+    if (r && ftc_repl_held_step(r, it->owner, g->step, &held, &hs) == 0) {
+        ftc_shard_view_t v;
+        uint8_t *copy = malloc(hs ? hs : 1);
+        if (copy) {
+            memcpy(copy, held, hs);
+            if (ftc_shard_open(&v, copy, hs, FTC_SHARD_VERIFY, &e) == 0 &&
+                v.info.step == g->step) {
+                it->buf = copy;
+                it->size = hs;
+                it->rc = 0;
+                return;
+            }
+            free(copy);
+        }
+    }
+    it->rc = ftc__par_read_local(g->ns, it->owner, g->step, &it->buf, &it->size, &e);
+    if (it->rc)
+        snprintf(it->detail, sizeof it->detail, "%s", e.msg);
+}
+
 bool ftc__gather_poll(ftc_repl_t *r, ftc__gather_t *g, bool broken)
 {
     bool all = true;
@@ -886,6 +913,10 @@ bool ftc__gather_poll(ftc_repl_t *r, ftc__gather_t *g, bool broken)
         ftc__gitem_t *it = &g->it[i];
         if (it->done)
             continue;
+        if (it->local) {
+            gather_local(r, g, it);
+            continue;
+        }
         if (it->started) {
             ftc_repl_status_t st = {0};
             int sr = broken ? 0 : ftc_repl_status(r, it->x, &st);

@@ -222,6 +222,8 @@ typedef struct ftc__gitem {
     uint32_t peer, owner;   /* fetch owner's shard of the gather's step from peer */
     int member;             /* group member it belongs to */
     bool wrapper;           /* a wrapper (else a data shard) */
+    bool local;             /* this node's own piece: its replica store (a wrapper another
+                               member pushed here), else its slots (the gather's ns) */
     int rc;                 /* result: 0 with buf, else the last error */
     uint8_t *buf;
     uint64_t size;
@@ -238,13 +240,16 @@ typedef struct ftc__gather {
     int max_attempts;       /* per item (a NACK "not held yet" is retried) */
     int retry_ms;           /* pause between attempts */
     ftc_deadline_t d;       /* for the whole gather */
+    char ns[96];            /* this node's slot namespace (local items) */
     int n;
     ftc__gitem_t it[FTC_PAR_GATHER_MAX];
 } ftc__gather_t;
 
 /* Moves a gather forward on engine r (starts, polls, retries). broken: the
  * endpoint is going away: transfers in flight are abandoned (and retried
- * on the next engine when attempts remain). True when every item is done. */
+ * on the next engine when attempts remain). A local item is taken at once
+ * (a verified copy, ftc_repl_held_step then ftc__par_read_local), or fails
+ * with FTC_ENOENT. True when every item is done. */
 bool ftc__gather_poll(ftc_repl_t *r, ftc__gather_t *g, bool broken);
 void ftc__gather_free(ftc__gather_t *g); /* frees the items' buffers and g */
 
