@@ -135,6 +135,8 @@ typedef struct ftc__rank {
     uint64_t fetches;       /* FETCH_OKs so far: names the next object */
     uint64_t rebuild_gen;   /* parity rebuild: the layout (generation) of the version */
     uint32_t rebuild_local; /* parity rebuild: the stripe (local index) it sits in */
+    ftc__par_geo_t rebuild_geo; /* parity rebuild: the subject's group in that layout, its
+                                   member the lost one (not this node's when the rank moved) */
     int landing;            /* 1 + the slot a RESTORE's fetch is landing in (written by the
                                replication thread: not unmapped meanwhile), 0 = none */
 } ftc__rank_t;
@@ -212,6 +214,8 @@ static void ftc__try_push(ftc_agent_t *a, struct ftc__rank *r, int s);
 static void ftc__job_free(ftc__job_t *j);
 static bool ftc__par_try_push(ftc_agent_t *a, ftc__rank_t *r, int s);
 static bool ftc__par_queue_rebuild(ftc_agent_t *a, ftc__rank_t *r);
+static void ftc__par_rebuild_failed(ftc_agent_t *a, ftc__rank_t *r, const char *why,
+                                    const char *looked);
 static void ftc__par_on_gather_done(ftc_agent_t *a, ftc__job_t *j);
 static void ftc__par_on_push_done(ftc_agent_t *a, ftc__job_t *j);
 static void ftc__par_collect(ftc_agent_t *a);
@@ -2107,11 +2111,10 @@ static bool ftc__par_locate(ftc_agent_t *a, uint64_t gen, uint32_t rank, uint32_
     return true;
 }
 
-/* The rank on (the group's member, local) in generation gen; UINT32_MAX if
- * none (an idle slot). */
-static uint32_t ftc__par_rank_at(ftc_agent_t *a, uint64_t gen, int member, uint32_t local)
+/* The rank on (node, local) in generation gen; UINT32_MAX if none (an idle
+ * slot). */
+static uint32_t ftc__par_rank_on(ftc_agent_t *a, uint64_t gen, uint32_t node, uint32_t local)
 {
-    uint32_t node = a->par->geo.node[member];
     const ftc__where_t *w = ftc__where(a, gen);
     if (!w || !w->planned)
         return node * a->o.ranks_per_node + local;
@@ -2119,6 +2122,12 @@ static uint32_t ftc__par_rank_at(ftc_agent_t *a, uint64_t gen, int member, uint3
         if (w->node[r] == node && w->local[r] == local)
             return r;
     return UINT32_MAX;
+}
+
+/* The rank on (this node's group's member, local) in generation gen. */
+static uint32_t ftc__par_rank_at(ftc_agent_t *a, uint64_t gen, int member, uint32_t local)
+{
+    return ftc__par_rank_on(a, gen, a->par->geo.node[member], local);
 }
 
 static uint32_t ftc__par_local(ftc_agent_t *a, const ftc__rank_t *r)
@@ -2134,13 +2143,13 @@ static uint32_t ftc__par_rank(ftc_agent_t *a, int member, uint32_t local)
     return ftc__par_rank_at(a, a->generation, member, local);
 }
 
-/* The published groups of this generation (`ftc:{J}:pargroups:GEN`): 0 with
+/* The published groups of generation gen (`ftc:{J}:pargroups:GEN`): 0 with
  * *text (malloc'd) or NULL when none, else a Redis error. */
-static int ftc__par_groups_get(ftc_agent_t *a, char **text)
+static int ftc__par_groups_get_gen(ftc_agent_t *a, uint64_t gen, char **text)
 {
     char key[200], suffix[48];
     *text = NULL;
-    snprintf(suffix, sizeof suffix, "pargroups:%" PRIu64, a->generation);
+    snprintf(suffix, sizeof suffix, "pargroups:%" PRIu64, gen);
     ftc_ctl_key(a->ctl, suffix, key, sizeof key);
     ftc_redis_reply_t *rep = NULL;
     const char *v;
@@ -2151,6 +2160,50 @@ static int ftc__par_groups_get(ftc_agent_t *a, char **text)
         rc = FTC_ENOMEM;
     ftc_redis_reply_free(rep);
     return rc;
+}
+
+/* ... of this generation */
+static int ftc__par_groups_get(ftc_agent_t *a, char **text)
+{
+    return ftc__par_groups_get_gen(a, a->generation, text);
+}
+
+/* Node `node`'s parity group in generation gen, geo->member being node's
+ * index in it: from that generation's published groups; when they are not
+ * published (Redis did not answer the agents of this generation) and gen is
+ * this one, from this agent's own groups. -1 with why otherwise (not
+ * published, or for another redundancy or node count). */
+static int ftc__par_group_of(ftc_agent_t *a, uint64_t gen, uint32_t node, ftc__par_geo_t *geo,
+                             char *why, size_t cap)
+{
+    char *text = NULL;
+    int rc = ftc__par_groups_get_gen(a, gen, &text);
+    ftc_err_t err = {0};
+    if (rc == 0 && text) {
+        rc = ftc__par_groups_parse(text, &a->o.redundancy, a->o.nodes, node, geo, &err);
+        if (rc)
+            snprintf(why, cap, "the parity groups of generation %" PRIu64 " (ftc:{%s}:"
+                     "pargroups:%" PRIu64 "): %s", gen, a->job, gen, err.msg);
+        free(text);
+        return rc ? -1 : 0;
+    }
+    free(text);
+    if (gen == a->generation && a->par->resolved) {
+        const ftc__par_geo_t *g = &a->par->geo;
+        for (int i = 0; i < g->n; i++)
+            if (g->node[i] == node) {
+                *geo = *g;
+                geo->member = i;
+                return 0;
+            }
+        if (!g->by_domain &&
+            ftc__par_geometry(&a->o.redundancy, a->o.nodes, NULL, node, geo, &err) == 0)
+            return 0; /* another group of index order (this agent's are unpublished) */
+    }
+    snprintf(why, cap, "the parity groups of generation %" PRIu64 " are not in Redis "
+             "(ftc:{%s}:pargroups:%" PRIu64 ": %s)", gen, a->job, gen,
+             rc ? ftc_redis_errstr(ftc_ctl_redis(a->ctl)) : "no such key");
+    return -1;
 }
 
 /* Adopts published groups: 1, or -1 (a conflict: p->why) when they do not
@@ -2639,33 +2692,56 @@ static void ftc__par_on_push_done(ftc_agent_t *a, ftc__job_t *j)
 }
 
 /* Queues the gather of a lost shard's pieces: every surviving member's data
- * shard and parity of the restore step. False when no member is alive. */
+ * shard and parity of the restore step, in the subject's group of the
+ * committed version's layout. That is this node's group at the lost
+ * member's position (a replacement node), or another group when the rank
+ * moved (a shrink, a layout change): then this node may be a member itself
+ * (its own pieces are read from its slots) or not in the group at all.
+ * False when there is nothing to gather here (the caller tries a fetch,
+ * then the persist tier); true when queued, or when it failed and the
+ * restore already went on to the persist tier naming what was missing. */
 static bool ftc__par_queue_rebuild(ftc_agent_t *a, ftc__rank_t *r)
 {
-    ftc__par_geo_t *g = &a->par->geo;
-    int resolved = ftc__par_resolve(a);
-    if (resolved <= 0) {
-        FTC_WARN("agent", "rank %u: no parity rebuild: %s", r->rank,
-                 resolved < 0 ? a->par->why
-                              : "the parity groups are not formed yet (waiting for every node's "
-                                "failure domain in Redis)");
-        return false;
-    }
-    /* the subject's stripe position in the layout of the committed version
-     * (a replacement node rebuilds the lost node's position) */
+    /* the subject's stripe position in the layout of the committed version */
     int64_t cstep = -1;
     uint64_t cgen = a->generation;
     if (ftc_ctl_committed(a->ctl, &cstep, &cgen) != 0 || cgen == 0)
         cgen = a->generation;
     uint32_t at_node = 0, local = 0;
-    if (!ftc__par_locate(a, cgen, r->src, &at_node, &local) || at_node != a->o.index) {
-        FTC_WARN("agent", "rank %u: no parity rebuild of rank %u here: in the layout of "
-                 "generation %" PRIu64 " it was not on this node (rebuilds happen at the lost "
-                 "member's position)", r->rank, r->src, cgen);
+    if (!ftc__par_locate(a, cgen, r->src, &at_node, &local) || at_node >= a->o.nodes) {
+        FTC_WARN("agent", "rank %u: no parity rebuild of rank %u: the layout of generation "
+                 "%" PRIu64 " does not place it (a node of its plan is not known)", r->rank,
+                 r->src, cgen);
         return false;
     }
-    r->rebuild_gen = cgen;
-    r->rebuild_local = local;
+    bool moved = at_node != a->o.index;
+    if (moved && a->peers[at_node].known && a->peers[at_node].alive) {
+        FTC_INFO("agent", "rank %u: rank %u was on node %u in generation %" PRIu64 ", which is "
+                 "alive: fetching its shard from there (no rebuild)", r->rank, r->src, at_node,
+                 cgen);
+        return false; /* ftc__queue_fetch: the subject's node serves its slot */
+    }
+    ftc__par_geo_t geo;
+    char why[400];
+    if (ftc__par_group_of(a, cgen, at_node, &geo, why, sizeof why) != 0) {
+        if (moved) {
+            ftc__par_rebuild_failed(a, r, why, "");
+            return true;
+        }
+        /* at this node's position: this agent's groups, as they are */
+        int resolved = ftc__par_resolve(a);
+        if (resolved <= 0) {
+            FTC_WARN("agent", "rank %u: no parity rebuild: %s", r->rank,
+                     resolved < 0 ? a->par->why
+                                  : "the parity groups are not formed yet (waiting for every "
+                                    "node's failure domain in Redis)");
+            return false;
+        }
+        FTC_WARN("agent", "rank %u: %s; rebuilding with this agent's group", r->rank, why);
+        geo = a->par->geo;
+    }
+    char gs[200], gone[200] = "";
+    ftc__par_geo_str(&geo, gs, sizeof gs);
     ftc__gather_t *ga = calloc(1, sizeof *ga);
     ftc__job_t *j = calloc(1, sizeof *j);
     if (!ga || !j) {
@@ -2677,24 +2753,54 @@ static bool ftc__par_queue_rebuild(ftc_agent_t *a, ftc__rank_t *r)
     ga->max_attempts = 4; /* peers learn a restarted agent's address within ~0.5 s */
     ga->retry_ms = 500;
     ga->d = ftc_deadline_in_ms((uint64_t)a->o.timeout_ms);
-    for (int i = 0; i < g->n; i++) {
-        uint32_t node = g->node[i];
-        if (i == g->member || !a->peers[node].known || !a->peers[node].alive)
+    snprintf(ga->ns, sizeof ga->ns, "%s", a->ns);
+    int fetched = 0;
+    for (int i = 0; i < geo.n; i++) {
+        uint32_t node = geo.node[i];
+        if (i == geo.member)
             continue;
-        uint32_t owner = ftc__par_rank_at(a, cgen, i, local);
+        bool self = node == a->o.index;
+        if (!self && (node >= a->o.nodes || !a->peers[node].known || !a->peers[node].alive)) {
+            size_t l = strlen(gone);
+            snprintf(gone + l, sizeof gone - l, "%snode%u gone", l ? ", " : "", node);
+            continue;
+        }
+        uint32_t owner = ftc__par_rank_on(a, cgen, node, local);
         for (int w = owner == FTC_PAR_IDLE; w < 2; w++) { /* an idle member: parity only */
             ftc__gitem_t *it = &ga->it[ga->n++];
             it->peer = node;
             it->owner = w ? FTC_PAR_OWNER(local) : owner;
             it->member = i;
             it->wrapper = w;
+            /* this node's own piece (a moved rank's rebuild in a group this
+             * node is a member of): nothing to fetch; the replication thread
+             * takes it from its replica store or this node's slots */
+            it->local = self;
+            fetched += !self;
         }
     }
     if (!ga->n) {
         free(ga);
         free(j);
+        char w[600];
+        snprintf(w, sizeof w, "no member of the group of %s (generation %" PRIu64 ") is alive "
+                 "(%s)", gs, cgen, gone);
+        if (moved) {
+            ftc__par_rebuild_failed(a, r, w, "");
+            return true;
+        }
+        FTC_WARN("agent", "rank %u: no parity rebuild: %s", r->rank, w);
         return false;
     }
+    r->rebuild_gen = cgen;
+    r->rebuild_local = local;
+    r->rebuild_geo = geo;
+    snprintf(j->detail, sizeof j->detail, "%s", gone); /* named when the decode fails */
+    if (moved)
+        FTC_INFO("agent", "rank %u: rebuilding rank %u's step %" PRIu64 " from parity of the "
+                 "group of %s (generation %" PRIu64 ": it was member %d, node %u, local index "
+                 "%u; %d piece(s) to fetch)", r->rank, r->src, r->restore_step, gs, cgen,
+                 geo.member, at_node, local, fetched);
     j->kind = JOB_GATHER;
     j->par = PAR_REBUILD;
     j->rix = (int)(r - a->ranks);
@@ -2720,8 +2826,9 @@ static void ftc__par_rebuild_failed(ftc_agent_t *a, ftc__rank_t *r, const char *
 
 static void ftc__par_rebuild_done(ftc_agent_t *a, ftc__rank_t *r, ftc__job_t *j)
 {
-    ftc__par_geo_t *g = &a->par->geo;
+    ftc__par_geo_t *g = &r->rebuild_geo;
     char looked[200] = ""; /* short: the rank's error text is bounded; the log has it all */
+    snprintf(looked, sizeof looked, "%s", j->detail); /* the members not asked: gone */
     for (int i = 0; i < j->gather->n; i++) {
         ftc__gitem_t *it = &j->gather->it[i];
         if (it->rc || !it->buf) {

@@ -638,6 +638,45 @@ int ftc__par_store_local(const char *ns, uint32_t local, const uint8_t *wrap, ui
     return 0;
 }
 
+int ftc__par_read_local(const char *ns, uint32_t owner, uint64_t step, uint8_t **buf,
+                        uint64_t *size, ftc_err_t *err)
+{
+    *buf = NULL;
+    *size = 0;
+    char why[160] = "no slot";
+    for (int i = 0; i < 4; i++) {
+        char name[FTC_SLOT_NAME_MAX];
+        ftc_err_t e = {0};
+        ftc_slot_t s;
+        if ((i < 2 ? ftc_slot_name(ns, owner, i, name, sizeof name, &e)
+                   : ftc_slot_name_prev(ns, owner, i - 2, name, sizeof name, &e)) ||
+            ftc_slot_open(name, false, &s, &e))
+            continue;
+        ftc_shard_view_t v;
+        uint64_t total = 0;
+        bool ok = ftc_shard_peek_size(s.base, s.size, &total, &e) == 0 && total <= s.size &&
+                  ftc_shard_open(&v, s.base, total, 0, &e) == 0 && v.info.step == step;
+        uint8_t *copy = ok ? malloc(total ? total : 1) : NULL;
+        if (copy)
+            memcpy(copy, s.base, total); /* copied first: the slot may be rewritten */
+        ftc_slot_close(&s);
+        if (ok && !copy)
+            return ftc_err_set(err, FTC_ENOMEM, "out of memory copying %s", name);
+        if (!ok)
+            continue;
+        /* the copy, verified: a torn or corrupted slot counts as missing */
+        if (ftc_shard_open(&v, copy, total, FTC_SHARD_VERIFY, &e) == 0 && v.info.step == step) {
+            *buf = copy;
+            *size = total;
+            return 0;
+        }
+        snprintf(why, sizeof why, "%s fails verification: %s", name, e.msg);
+        free(copy);
+    }
+    return ftc_err_set(err, FTC_ENOENT, "step %" PRIu64 " of owner %" PRIu32 " not in this "
+                       "node's slots (%s)", step, owner, why);
+}
+
 /* ---- the parity worker ------------------------------------------------------ */
 
 struct ftc__par_worker {
@@ -839,6 +878,33 @@ void ftc__par_worker_stop(ftc__par_worker_t *w)
 
 /* ---- gather ------------------------------------------------------------------ */
 
+/* A local item: a verified copy of this node's own piece. */
+static void gather_local(ftc_repl_t *r, const ftc__gather_t *g, ftc__gitem_t *it)
+{
+    const uint8_t *held = NULL;
+    uint64_t hs = 0;
+    ftc_err_t e = {0};
+    it->done = true;
+    if (r && ftc_repl_held_step(r, it->owner, g->step, &held, &hs) == 0) {
+        ftc_shard_view_t v;
+        uint8_t *copy = malloc(hs ? hs : 1);
+        if (copy) {
+            memcpy(copy, held, hs);
+            if (ftc_shard_open(&v, copy, hs, FTC_SHARD_VERIFY, &e) == 0 &&
+                v.info.step == g->step) {
+                it->buf = copy;
+                it->size = hs;
+                it->rc = 0;
+                return;
+            }
+            free(copy);
+        }
+    }
+    it->rc = ftc__par_read_local(g->ns, it->owner, g->step, &it->buf, &it->size, &e);
+    if (it->rc)
+        snprintf(it->detail, sizeof it->detail, "%s", e.msg);
+}
+
 bool ftc__gather_poll(ftc_repl_t *r, ftc__gather_t *g, bool broken)
 {
     bool all = true;
@@ -847,6 +913,10 @@ bool ftc__gather_poll(ftc_repl_t *r, ftc__gather_t *g, bool broken)
         ftc__gitem_t *it = &g->it[i];
         if (it->done)
             continue;
+        if (it->local) {
+            gather_local(r, g, it);
+            continue;
+        }
         if (it->started) {
             ftc_repl_status_t st = {0};
             int sr = broken ? 0 : ftc_repl_status(r, it->x, &st);

@@ -146,6 +146,18 @@ int ftc__par_rebuild(const ftc__par_geo_t *geo, uint64_t step, uint32_t local, i
 int ftc__par_store_local(const char *ns, uint32_t local, const uint8_t *wrap, uint64_t size,
                          int64_t keep, ftc_err_t *err);
 
+/* A copy of this node's own piece of (owner, step): the slot
+ * ftc_slot_name(ns, owner, 0|1) or, after a layout change,
+ * ftc_slot_name_prev(ns, owner, 0|1) whose shard has that step — a data
+ * shard (owner a rank) or a wrapper (FTC_PAR_OWNER(l)). A rebuild at
+ * another position than the lost member's uses it for the pieces this node
+ * holds itself (the replication engine fetches only from peers). The copy is
+ * verified (structure, step, every tensor checksum: a torn or corrupted slot
+ * counts as missing). *buf malloc'd. FTC_ENOENT naming the owner and step
+ * when no slot has it, FTC_ENOMEM. */
+int ftc__par_read_local(const char *ns, uint32_t owner, uint64_t step, uint8_t **buf,
+                        uint64_t *size, ftc_err_t *err);
+
 /* ---- the parity worker: encodes off the control loop ---------------------------- */
 
 /* One encode: the control loop fills the inputs and submits it; the worker
@@ -210,6 +222,8 @@ typedef struct ftc__gitem {
     uint32_t peer, owner;   /* fetch owner's shard of the gather's step from peer */
     int member;             /* group member it belongs to */
     bool wrapper;           /* a wrapper (else a data shard) */
+    bool local;             /* this node's own piece: its replica store (a wrapper another
+                               member pushed here), else its slots (the gather's ns) */
     int rc;                 /* result: 0 with buf, else the last error */
     uint8_t *buf;
     uint64_t size;
@@ -226,13 +240,16 @@ typedef struct ftc__gather {
     int max_attempts;       /* per item (a NACK "not held yet" is retried) */
     int retry_ms;           /* pause between attempts */
     ftc_deadline_t d;       /* for the whole gather */
+    char ns[96];            /* this node's slot namespace (local items) */
     int n;
     ftc__gitem_t it[FTC_PAR_GATHER_MAX];
 } ftc__gather_t;
 
 /* Moves a gather forward on engine r (starts, polls, retries). broken: the
  * endpoint is going away: transfers in flight are abandoned (and retried
- * on the next engine when attempts remain). True when every item is done. */
+ * on the next engine when attempts remain). A local item is taken at once
+ * (a verified copy, ftc_repl_held_step then ftc__par_read_local), or fails
+ * with FTC_ENOENT. True when every item is done. */
 bool ftc__gather_poll(ftc_repl_t *r, ftc__gather_t *g, bool broken);
 void ftc__gather_free(ftc__gather_t *g); /* frees the items' buffers and g */
 

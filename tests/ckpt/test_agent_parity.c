@@ -24,7 +24,12 @@
  *     to end with a published plan whose node 0 is idle: commits under xor:2
  *     and a lost node's shard rebuilt;
  *   - published parity groups (ftc:{J}:pargroups:GEN): the text form, every
- *     agent adopts the published groups, a mismatch is refused at start.
+ *     agent adopts the published groups, a mismatch is refused at start;
+ *   - a moved rank (a shrink): nodes lost without replacement, their ranks
+ *     restored on survivors outside their groups from the committed
+ *     generation's parity groups, with nothing in the persist tier; a group
+ *     that lost more than it tolerates fails over to the persist tier
+ *     naming what was gone.
  */
 #include "ftc_test.h"
 
@@ -748,6 +753,141 @@ static void test_idle_slot(void **state)
     teardown_env(e);
 }
 
+/* True while node's heartbeat key exists in the job's Redis. */
+static bool heartbeat_alive(env_t *e, const char *node)
+{
+    ftc_ctl_t *c = redis_fixture_ctl(e->f, e->job);
+    char key[200], suffix[64];
+    snprintf(suffix, sizeof suffix, "hb:%s", node);
+    ftc_ctl_key(c, suffix, key, sizeof key);
+    ftc_redis_reply_t *rep = NULL;
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, &rep, "EXISTS", key, NULL), 0);
+    long long n = 0;
+    assert_int_equal(ftc_redis_want_int(rep, "EXISTS", &n, NULL), 0);
+    bool alive = n == 1;
+    ftc_redis_reply_free(rep);
+    ftc_ctl_destroy(c);
+    return alive;
+}
+
+/* A shrink: ranks restored on other nodes than the committed layout's, from
+ * parity groups this node is not a member of. xor:2 on 6 nodes (groups
+ * {0,1,2} and {3,4,5}), generation 1 of world 4 with nodes 2 and 5 idle
+ * (rank 0 on node 0, 1 on 1, 2 on 3, 3 on 4). Checkpoints commit, then
+ * nodes 1 and 4 are lost (one per group) and generation 2 runs without them:
+ * rank 1 on node 5 and rank 3 on node 2. Node 5 rebuilds rank 1's shard
+ * from group {0,1,2} (node 0's data shard and the parity of nodes 0 and 2),
+ * node 2 rank 3's from group {3,4,5}; the persist tier has nothing (every
+ * 1000 steps), and every rank restores bit-exact. */
+/* Runs generation 1 (plan:1 = members1 / ranks1, rank r on node on1[r]) to
+ * a commit of step 2, loses nodes lost[0..nlost) (agents killed, memory
+ * wiped), restarts the survivors' agents for generation 2 (plan:2, as
+ * `ftc run` does: their memory kept) once the lost nodes' heartbeats
+ * expired, and starts every rank's restore on node on2[r]; the outputs are
+ * jobdir/rank<r>.restore.out. */
+static void shrink(env_t *e, int world, const char *members1, const char *ranks1,
+                   const int *on1, const int *lost, int nlost, const char *members2,
+                   const char *ranks2, const int *on2)
+{
+    char w[16];
+    snprintf(w, sizeof w, "%d", world);
+    seed(e, "HSET", "gen", "gen", "1", "world", w, "epoch", "0");
+    seed(e, "HSET", "plan:1", "members", members1, "ranks", ranks1, "world", w);
+    for (int i = 0; i < e->nodes; i++)
+        start_agent(e, i);
+    pid_t p[MAXN];
+    char out[MAXN][PATH_MAX + 32];
+    for (int r = 0; r < world; r++) {
+        snprintf(out[r], sizeof out[r], "%s/rank%d.run.out", e->jobdir, r);
+        p[r] = start_rank_on(e, r, on1[r], world, out[r], "--steps", "3", "--floats", "65536");
+    }
+    for (int r = 0; r < world; r++) {
+        wait_rank(p[r], 60000);
+        assert_true(said(out[r], "COMMITTED 2"));
+    }
+    for (int i = 0; i < nlost; i++)
+        lose_node(e, lost[i]);
+    bool gone[MAXN] = {false};
+    for (int i = 0; i < nlost; i++)
+        gone[lost[i]] = true;
+    for (int i = 0; i < e->nodes; i++)
+        kill_agent(e, i);
+    ftc_deadline_t d = ftc_deadline_in_ms(30000);
+    for (int i = 0; i < nlost; i++) {
+        char nid[16];
+        snprintf(nid, sizeof nid, "node%d", lost[i]);
+        while (heartbeat_alive(e, nid)) {
+            if (ftc_deadline_expired(d))
+                fail_msg("the heartbeat of lost %s did not expire within 30 s", nid);
+            ftc_sleep_ms(100);
+        }
+    }
+    seed(e, "HSET", "gen", "gen", "2", "world", w, "epoch", "0");
+    seed(e, "HSET", "plan:2", "members", members2, "ranks", ranks2, "world", w);
+    for (int i = 0; i < e->nodes; i++)
+        if (!gone[i])
+            start_agent(e, i);
+    for (int r = 0; r < world; r++) {
+        snprintf(out[r], sizeof out[r], "%s/rank%d.restore.out", e->jobdir, r);
+        p[r] = start_rank_on(e, r, on2[r], world, out[r], "--restore", "--steps", "0", NULL);
+    }
+    for (int r = 0; r < world; r++)
+        wait_rank(p[r], 60000);
+}
+
+/* A shrink: ranks restored on other nodes than the committed layout's, from
+ * parity groups this node is not a member of. xor:2 on 6 nodes (groups
+ * {0,1,2} and {3,4,5}), generation 1 of world 4 with nodes 2 and 5 idle
+ * (rank 0 on node 0, 1 on 1, 2 on 3, 3 on 4). Checkpoints commit, then
+ * nodes 1 and 4 are lost (one per group) and generation 2 runs without them:
+ * rank 1 on node 5 and rank 3 on node 2. Node 5 rebuilds rank 1's shard
+ * from group {0,1,2} (node 0's data shard and the parity of nodes 0 and 2),
+ * node 2 rank 3's from group {3,4,5}; the persist tier has nothing (every
+ * 1000 steps), and every rank restores bit-exact. */
+static void test_moved_rank(void **state)
+{
+    env_t *e = prepare_env(*state, 6, "xor:2", 1000, NULL);
+    static const int on1[4] = {0, 1, 3, 4}, on2[4] = {0, 5, 3, 2}, lost[2] = {1, 4};
+    shrink(e, 4, "node0 node1 node2 node3 node4 node5", "0:0 1:0 3:0 4:0", on1, lost, 2,
+           "node0 node2 node3 node5", "0:0 3:0 2:0 1:0", on2);
+    for (int r = 0; r < 4; r++) {
+        char out[PATH_MAX + 32];
+        snprintf(out, sizeof out, "%s/rank%d.restore.out", e->jobdir, r);
+        assert_true(said(out, "RESTORED 2 OK"));
+    }
+    assert_true(agent_said(e, 5, "rebuilding rank 1's step 2 from parity of the group of "
+                                 "nodes 0..2"));
+    assert_true(agent_said(e, 5, "rank 1 restored step 2 rebuilt from parity"));
+    assert_true(agent_said(e, 2, "rebuilding rank 3's step 2 from parity of the group of "
+                                 "nodes 3..5"));
+    assert_true(agent_said(e, 2, "rank 3 restored step 2 rebuilt from parity"));
+    teardown_env(e);
+}
+
+/* A moved rank whose group lost more members than its code tolerates: xor:2
+ * on 4 nodes (one group of 4), world 2 (nodes 2 and 3 idle: they hold
+ * parity); nodes 1 and 2 lost, rank 1 moves to node 3. The rebuild cannot
+ * decode; the restore goes on to the persist tier, which has nothing, and
+ * fails naming the parity rebuild and the members that were gone. */
+static void test_moved_rank_too_many_lost(void **state)
+{
+    env_t *e = prepare_env(*state, 4, "xor:2", 1000, NULL);
+    static const int on1[2] = {0, 1}, on2[2] = {0, 3}, lost[2] = {1, 2};
+    shrink(e, 2, "node0 node1 node2 node3", "0:0 1:0", on1, lost, 2, "node0 node3", "0:0 1:0",
+           on2);
+    char out[PATH_MAX + 32];
+    snprintf(out, sizeof out, "%s/rank0.restore.out", e->jobdir);
+    assert_true(said(out, "RESTORED 2 OK"));
+    snprintf(out, sizeof out, "%s/rank1.restore.out", e->jobdir);
+    assert_true(said(out, "RESTORE NONE:"));
+    assert_true(said(out, "parity rebuild:"));
+    assert_true(said(out, "node2 gone"));
+    assert_true(said(out, "persist tier"));
+    assert_true(agent_said(e, 3, "rebuilding rank 1's step 2 from parity of the group of "
+                                 "nodes 0..3"));
+    teardown_env(e);
+}
+
 /* Published parity groups win: with `ftc:{J}:pargroups:1` set before the
  * agents start ({0,2} and {1,3} instead of index order's {0,1}, {2,3}) every
  * agent adopts them and says so; checkpoints commit and node 2's lost shard
@@ -840,6 +980,8 @@ int main(void)
         T(test_domain_lost),
         T(test_idle_slot),
         T(test_published_groups),
+        T(test_moved_rank),
+        T(test_moved_rank_too_many_lost),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
