@@ -148,6 +148,7 @@ typedef struct ftc__peer {
     char addr_hex[2 * FTC_FABRIC_ADDR_MAX + 1]; /* as published; a change = a restarted agent */
     bool alive;             /* its heartbeat key exists: never send to a dead agent (a send to
                                a dead peer cannot be cancelled and breaks our endpoint) */
+    bool stale;             /* the address is an earlier generation's: no push to it */
 } ftc__peer_t;
 
 struct ftc_agent {
@@ -293,6 +294,8 @@ static int ftc__placement(ftc_agent_t *a, uint32_t *out, int want)
             continue;
         if (a->domain[0] && !strcmp(p->domain, a->domain))
             continue;
+        if (p->stale)
+            return 0; /* its agent of this generation publishes soon: wait for it */
         out[n++] = node;
     }
     return n;
@@ -452,9 +455,20 @@ static void ftc__refresh_peers(ftc_agent_t *a)
             if (end == f || node >= a->o.nodes || node == a->o.index)
                 continue;
             char hex[2 * FTC_FABRIC_ADDR_MAX + 1], nid[FTC_CTL_NODE_MAX + 1], dom[64];
-            if (sscanf(v, "%512s %64s %63s", hex, nid, dom) != 3 || strlen(hex) % 2)
+            unsigned long long egen = 0;
+            int nf = sscanf(v, "%512s %64s %63s %llu", hex, nid, dom, &egen);
+            if (nf < 3 || strlen(hex) % 2)
                 continue;
             ftc__peer_t *p = &a->peers[node];
+            /* an address an earlier generation's agent published: that
+             * agent is stopping or gone (ftc run restarts every agent per
+             * generation) and the new one publishes soon. No push goes to
+             * it (ftc__placement waits, refreshing every 100 ms): a push to
+             * a stale address can spin in rxm's connect until its deadline,
+             * holding the replication thread, so that even the new address
+             * could not be applied (test_run.sh scenario 1 hung so, one run
+             * in two). Fetches and gathers may still try it: they retry. */
+            p->stale = nf == 4 && egen < a->generation;
             if (p->known && !strcmp(p->addr_hex, hex))
                 continue;
             if (p->known)
