@@ -1007,6 +1007,17 @@ static void ftc__on_hello(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
         ftc__reply_error(fd, FTC_EAUTH, "this agent serves job '%s', not '%s'", a->job, m->job);
         return;
     }
+    if (a->world && ((m->world && m->world != a->world) || m->rank >= a->world)) {
+        /* this agent's copy may be older than the generation record */
+        uint64_t g = 0;
+        uint32_t w = 0;
+        if (ftc_ctl_generation(a->ctl, &g, &w) == 0 && g == a->generation && w &&
+            w != a->world) {
+            FTC_INFO("agent", "generation %" PRIu64 " has world %u (this agent read %u)", g, w,
+                     a->world);
+            a->world = w;
+        }
+    }
     if (a->world && m->rank >= a->world) {
         ftc__reply_error(fd, FTC_ERANGE, "rank %u is not below the world size %u", m->rank,
                          a->world);

@@ -116,7 +116,9 @@ check "2: the returning node's rank restored from peers" grep -q 'RESTORED [0-9]
 check "2: no bad restore, no error" bash -c "! cat '$T/2.out' '$T/2b.out' | grep -v 'agent socket: connection closed by the other side' | grep -q 'RESTORED [0-9]* BAD\|^ERROR'"
 check "2: the node loss was detected (a node_lost event failed the generation)" \
     grep -q "failed (node node[0-9] lost (heartbeat" "$T/2.out"
-[ $fails -eq $f0 ] || { echo "--- output of 2:"; tail -80 "$T/2.out"; echo "--- 2b:"; tail -40 "$T/2b.out"; }
+[ $fails -eq $f0 ] || { echo "--- output of 2:"; tail -80 "$T/2.out"; echo "--- 2b:"; tail -40 "$T/2b.out"
+    echo "--- 2/2b: errors, warnings and generations:"
+    cat "$T/2.out" "$T/2b.out" | grep -n 'RESTORED [0-9]* BAD\|ERROR\|WARN\|generation [0-9]*:' | head -60; }
 fi
 
 # ---- 3. a rank hangs (SIGSTOP) ---------------------------------------------------------------
