@@ -839,8 +839,7 @@ static void ftc__persist_pins(ftc_agent_t *a)
             bool need = r->used && (int64_t)r->step[s] == a->pwriting && a->pwriting >= 0 &&
                         r->pinned[s];
             for (int q = 0; q < a->pqn && r->used && !need; q++)
-                need = (int64_t)r->step[s] == a->pq[q] &&
-                       (r->st[s] == SL_COMMITTED || (r->st[s] == SL_EMPTY && r->pinned[s]));
+                need = a->pq[q] >= 0 && ftc__holds_committed(r, s, (uint64_t)a->pq[q]);
             r->pinned[s] = need;
         }
     }

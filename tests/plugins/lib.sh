@@ -21,3 +21,13 @@ wait_committed() { # JOB DIR STEP TIMEOUT_S: until the job committed STEP
     done
     return 1
 }
+lose_rank1_node() { # SCENARIO JOB JOBDIR OUT: SIGKILL the node that ran rank 1 in generation 1
+    # (its supervisor, agent and ranks) and wipe its shared memory; sets lost_node (nodeI)
+    lost_node=$(sed -n 's/.*ftc\[\(node[0-9]\)\] INFO run: generation 1: rank 1 (local.*/\1/p' "$4" |
+        head -1)
+    local victim
+    victim=$(cat "$3/$lost_node.pid" 2>/dev/null)
+    check "$1: found the node of rank 1 ($lost_node)" test -n "$victim"
+    [ -n "$victim" ] && kill -9 "$victim"
+    rm -f /dev/shm/ftc."$2".n"${lost_node#node}".* 2>/dev/null # its memory is gone with it
+}

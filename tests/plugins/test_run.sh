@@ -181,11 +181,8 @@ check "6: the job committed step 5" wait_committed "$J6" "$T/j6" 5 60
 check "6: the planner made world 2 (dp 1 x tp 2) with an idle slot" \
     grep -q 'generation 1: layout dp 1 x tp 2 x pp 1 = world 2 on 3 nodes' "$T/6.out"
 # the node of rank 1 (TP coordinate 1)
-n6=$(sed -n 's/.*ftc\[\(node[0-9]\)\] INFO run: generation 1: rank 1 (local.*/\1/p' "$T/6.out" | head -1)
-victim=$(cat "$T/j6/$n6.pid" 2>/dev/null)
-check "6: found the node of rank 1 ($n6)" test -n "$victim"
-kill -9 "$victim"
-rm -f /dev/shm/ftc."$J6".n"${n6#node}".* 2>/dev/null
+lose_rank1_node 6 "$J6" "$T/j6" "$T/6.out"
+n6=$lost_node
 wait $runpid
 rc=$?
 check "6: the job finished on the two other nodes (exit $rc)" test $rc -eq 0
@@ -295,11 +292,8 @@ check "8: the parity job with an idle slot committed step 5" wait_committed "$J8
 check "8: the planner made world 2 on 3 nodes (an idle slot)" \
     grep -q 'generation 1: layout dp 1 x tp 2 x pp 1 = world 2 on 3 nodes' "$T/8.out"
 check "8: parity was encoded with the idle slot" grep -q 'parity of 3 shards encoded' "$T/8.out"
-n8=$(sed -n 's/.*ftc\[\(node[0-9]\)\] INFO run: generation 1: rank 1 (local.*/\1/p' "$T/8.out" | head -1)
-victim=$(cat "$T/j8/$n8.pid" 2>/dev/null)
-check "8: found the node of rank 1 ($n8)" test -n "$victim"
-kill -9 "$victim"
-rm -f /dev/shm/ftc."$J8".n"${n8#node}".* 2>/dev/null
+lose_rank1_node 8 "$J8" "$T/j8" "$T/8.out"
+n8=$lost_node
 "$FTC" run --node-rank "${n8#node}" --nnodes 3:3 --tp 2 --redundancy xor:2 --job "$J8" \
     --job-dir "$T/j8" --redis "$(cat "$T/j8/redis.url")" --max-restarts 4 --settle-ms 300 -- \
     "$RANK" --steps 80 --step-ms 40 --floats 4096 --restore --strict >"$T/8b.out" 2>&1 &
@@ -336,11 +330,8 @@ f0=$fails
 runpid=$!
 pids+=($runpid)
 check "9: the parity job committed step 5" wait_committed "$J9" "$T/j9" 5 60
-n9=$(sed -n 's/.*ftc\[\(node[0-9]\)\] INFO run: generation 1: rank 1 (local.*/\1/p' "$T/9.out" | head -1)
-victim=$(cat "$T/j9/$n9.pid" 2>/dev/null)
-check "9: found the node of rank 1 ($n9)" test -n "$victim"
-kill -9 "$victim"
-rm -f /dev/shm/ftc."$J9".n"${n9#node}".* 2>/dev/null # the node's memory is gone with it
+lose_rank1_node 9 "$J9" "$T/j9" "$T/9.out"
+n9=$lost_node
 check "9: after the shrink both ranks restored a committed step, byte for byte" bash -c \
     "for i in \$(seq 600); do [ \$(grep -c 'RESTORED [0-9]* OK' '$T/9.out') -ge 2 ] && exit 0; sleep 0.1; done; exit 1"
 kill -TERM "$runpid" 2>/dev/null
