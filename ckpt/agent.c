@@ -1999,11 +1999,15 @@ typedef struct ftc__where {
     bool planned;           /* from a plan (else the formula) */
     uint32_t n;             /* ranks */
     uint32_t *node, *local; /* [n] */
+    uint32_t nm;            /* planned: the plan's members (node indices, ascending) */
+    uint32_t *members;      /* [nm] */
 } ftc__where_t;
 
 struct ftc__agent_par {
     ftc__par_geo_t geo;
     bool resolved;          /* geo is final (ftc__par_resolve) */
+    bool few;               /* resolved: the generation has too few nodes for a group
+                             * (M or fewer): its checkpoints use the replica path */
     bool conflict;          /* the published groups do not fit this agent (why) */
     uint64_t next_look_ns;  /* while waiting: the next read of the published groups */
     char why[400];
@@ -2025,6 +2029,7 @@ static void ftc__where_free(ftc__where_t *w)
 {
     free(w->node);
     free(w->local);
+    free(w->members);
     memset(w, 0, sizeof *w);
 }
 
@@ -2037,6 +2042,12 @@ static uint32_t ftc__node_of_id(const ftc_agent_t *a, const char *nid)
         if (a->peers[i].known && !strcmp(a->peers[i].node_id, nid))
             return i;
     return UINT32_MAX;
+}
+
+static int ftc__cmp_u32(const void *x, const void *y)
+{
+    uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
+    return (a > b) - (a < b);
 }
 
 /* The locations of generation gen's ranks (cached); NULL while a member of
@@ -2053,9 +2064,12 @@ static const ftc__where_t *ftc__where(ftc_agent_t *a, uint64_t gen)
     size_t n = 0;
     const char *mv = NULL, *rv = NULL;
     size_t ml = 0, rl = 0;
-    bool planned = ftc_redis_cmdv(ftc_ctl_redis(a->ctl), true, &rep, "HMGET", key, "members",
-                                  "ranks", NULL) == 0 &&
-                   ftc_redis_want_array(rep, "HMGET plan", 2, &el, &n, NULL) == 0 &&
+    if (ftc_redis_cmdv(ftc_ctl_redis(a->ctl), true, &rep, "HMGET", key, "members", "ranks",
+                       NULL) != 0) {
+        ftc_redis_reply_free(rep);
+        return NULL; /* Redis did not answer: not cached as "no plan" (retried) */
+    }
+    bool planned = ftc_redis_want_array(rep, "HMGET plan", 2, &el, &n, NULL) == 0 &&
                    ftc_redis_want_str(el[0], "plan", &mv, &ml, NULL) == 0 &&
                    ftc_redis_want_str(el[1], "plan", &rv, &rl, NULL) == 0 && ml && rl;
     ftc__where_t w = {.gen = gen, .planned = planned};
@@ -2098,6 +2112,14 @@ static const ftc__where_t *ftc__where(ftc_agent_t *a, uint64_t gen)
             w.node[w.n] = idx[m];
             w.local[w.n++] = l;
         }
+        if (ok) { /* the members in ascending node index, each once */
+            qsort(idx, nm, sizeof *idx, ftc__cmp_u32);
+            for (uint32_t i = 1; i < nm && ok; i++)
+                ok = idx[i] != idx[i - 1];
+            w.members = idx;
+            w.nm = nm;
+            idx = NULL;
+        }
         free(idx);
     } else if (planned) {
         ok = false;
@@ -2113,6 +2135,19 @@ static const ftc__where_t *ftc__where(ftc_agent_t *a, uint64_t gen)
     ftc__where_free(&a->par->where[slot]);
     a->par->where[slot] = w;
     return &a->par->where[slot];
+}
+
+/* The nodes of generation gen: *members (ascending node indices, valid
+ * until the next ftc__where) or NULL for all of 0..nodes-1 (no plan: agents
+ * started by hand); false while a member of its plan is not known yet. */
+static bool ftc__gen_nodes(ftc_agent_t *a, uint64_t gen, const uint32_t **members, uint32_t *nm)
+{
+    const ftc__where_t *w = ftc__where(a, gen);
+    if (!w)
+        return false;
+    *members = w->planned ? w->members : NULL;
+    *nm = w->planned ? w->nm : a->o.nodes;
+    return true;
 }
 
 /* Rank -> (agent node index, local index) in generation gen; false while
@@ -2203,8 +2238,17 @@ static int ftc__par_group_of(ftc_agent_t *a, uint64_t gen, uint32_t node, ftc__p
     char *text = NULL;
     int rc = ftc__par_groups_get_gen(a, gen, &text);
     ftc_err_t err = {0};
+    const uint32_t *mem = NULL;
+    uint32_t nm = 0;
+    if (rc == 0 && text && !ftc__gen_nodes(a, gen, &mem, &nm)) {
+        snprintf(why, cap, "the plan of generation %" PRIu64 " names a node whose agent is not "
+                 "known (ftc:{%s}:plan:%" PRIu64 ")", gen, a->job, gen);
+        free(text);
+        return -1;
+    }
     if (rc == 0 && text) {
-        rc = ftc__par_groups_parse(text, &a->o.redundancy, a->o.nodes, node, geo, &err);
+        rc = ftc__par_groups_parse_in(text, &a->o.redundancy, a->o.nodes, mem, nm, node, geo,
+                                      &err);
         if (rc)
             snprintf(why, cap, "the parity groups of generation %" PRIu64 " (ftc:{%s}:"
                      "pargroups:%" PRIu64 "): %s", gen, a->job, gen, err.msg);
@@ -2212,7 +2256,7 @@ static int ftc__par_group_of(ftc_agent_t *a, uint64_t gen, uint32_t node, ftc__p
         return rc ? -1 : 0;
     }
     free(text);
-    if (gen == a->generation && a->par->resolved) {
+    if (gen == a->generation && a->par->resolved && !a->par->few) {
         const ftc__par_geo_t *g = &a->par->geo;
         for (int i = 0; i < g->n; i++)
             if (g->node[i] == node) {
@@ -2220,8 +2264,9 @@ static int ftc__par_group_of(ftc_agent_t *a, uint64_t gen, uint32_t node, ftc__p
                 geo->member = i;
                 return 0;
             }
-        if (!g->by_domain &&
-            ftc__par_geometry(&a->o.redundancy, a->o.nodes, NULL, node, geo, &err) == 0)
+        if (!g->by_domain && ftc__gen_nodes(a, gen, &mem, &nm) &&
+            ftc__par_geometry_in(&a->o.redundancy, a->o.nodes, mem, nm, NULL, node, geo,
+                                 &err) == 0)
             return 0; /* another group of index order (this agent's are unpublished) */
     }
     snprintf(why, cap, "the parity groups of generation %" PRIu64 " are not in Redis "
@@ -2232,12 +2277,14 @@ static int ftc__par_group_of(ftc_agent_t *a, uint64_t gen, uint32_t node, ftc__p
 
 /* Adopts published groups: 1, or -1 (a conflict: p->why) when they do not
  * fit this agent's redundancy and node count. */
-static int ftc__par_adopt(ftc_agent_t *a, const char *text, bool ours)
+static int ftc__par_adopt(ftc_agent_t *a, const char *text, const uint32_t *mem, uint32_t nm,
+                          bool ours)
 {
     struct ftc__agent_par *p = a->par;
     ftc__par_geo_t g;
     ftc_err_t err = {0};
-    if (ftc__par_groups_parse(text, &a->o.redundancy, a->o.nodes, a->o.index, &g, &err)) {
+    if (ftc__par_groups_parse_in(text, &a->o.redundancy, a->o.nodes, mem, nm, a->o.index, &g,
+                                 &err)) {
         snprintf(p->why, sizeof p->why, "ftc:{%s}:pargroups:%" PRIu64 ": %s", a->job,
                  a->generation, err.msg);
         p->conflict = true;
@@ -2290,17 +2337,57 @@ static int ftc__par_resolve(ftc_agent_t *a)
     if (!late && now < p->next_look_ns)
         return 0; /* looked less than 100 ms ago (callers retry from the poll) */
     p->next_look_ns = now + 100000000ull;
+    /* the generation's nodes: its plan's members (ftc run), else all */
+    const uint32_t *wm = NULL;
+    uint32_t nm = a->o.nodes;
+    bool known = ftc__gen_nodes(a, a->generation, &wm, &nm);
+    if (!known && !late)
+        return 0; /* a member's agent is not known yet: retried */
+    if (!known) {
+        FTC_WARN("agent", "parity groups: the plan of generation %" PRIu64 " (ftc:{%s}:plan:%"
+                 PRIu64 ") names a node whose agent did not publish its address within %d ms: "
+                 "forming the groups over all %u nodes", a->generation, a->job, a->generation,
+                 a->o.timeout_ms, a->o.nodes);
+        wm = NULL, nm = a->o.nodes;
+    }
+    int m = a->o.redundancy.kind == FTC_RED_XOR ? 1 : a->o.redundancy.m;
+    if (nm <= (uint32_t)m) {
+        /* a generation shrunk below a group (the job's own node count was
+         * checked at the start): commit without parity rather than never */
+        p->few = p->resolved = true;
+        FTC_WARN("agent", "generation %" PRIu64 " has %u node(s), a parity group needs more "
+                 "than %d: checkpoints commit with %s until more nodes join", a->generation, nm,
+                 m, nm > 1 ? "one replica on the next node" : "this node's memory alone");
+        return 1;
+    }
+    uint32_t *mem = wm ? malloc(nm * sizeof *mem) : NULL; /* wm lives until the next where */
+    if (wm && !mem)
+        return 0; /* out of memory: retried */
+    if (mem)
+        memcpy(mem, wm, nm * sizeof *mem);
+    /* index order over the generation's nodes, unless domains say otherwise
+     * (and what an adopted text is compared with) */
+    ftc__par_geo_t g;
+    ftc_err_t err = {0};
+    int grc_geo = ftc__par_geometry_in(&a->o.redundancy, a->o.nodes, mem, nm, NULL, a->o.index,
+                                       &g, &err);
+    if (grc_geo == 0)
+        p->geo = g;
     char *pub = NULL;
     int grc = ftc__par_groups_get(a, &pub);
     if (grc == 0 && pub) {
-        int rc = ftc__par_adopt(a, pub, false);
+        int rc = ftc__par_adopt(a, pub, mem, nm, false);
         free(pub);
+        free(mem);
         return rc;
     }
-    if (grc && !late)
+    if (grc && !late) {
+        free(mem);
         return 0; /* Redis unreachable: retried */
+    }
     uint32_t missing = 0, first_missing = 0, no_domain = 0;
-    for (uint32_t i = 0; i < a->o.nodes && a->domain[0]; i++) {
+    for (uint32_t k = 0; k < nm && a->domain[0]; k++) {
+        uint32_t i = mem ? mem[k] : k;
         if (i == a->o.index)
             continue;
         if (!a->peers[i].known && !missing++)
@@ -2308,18 +2395,27 @@ static int ftc__par_resolve(ftc_agent_t *a)
         if (a->peers[i].known && !a->peers[i].domain[0])
             no_domain++;
     }
-    if (missing && !late)
+    if (missing && !late) {
+        free(mem);
         return 0;
+    }
     char gs[200];
     const char **doms = missing || !a->domain[0] ? NULL : calloc(a->o.nodes, sizeof *doms);
-    ftc__par_geo_t g;
-    ftc_err_t err = {0};
+    if (grc_geo) {
+        snprintf(p->why, sizeof p->why, "generation %" PRIu64 ": %s", a->generation, err.msg);
+        p->conflict = true;
+        FTC_ERROR("agent", "parity groups: %s", p->why);
+        free(doms);
+        free(mem);
+        return -1;
+    }
     if (missing) {
         FTC_WARN("agent", "failure domains: %u node(s) (node %u first) did not publish a domain "
                  "within %d ms and no agent published parity groups: parity groups follow node "
                  "indices (%s)", missing, first_missing, a->o.timeout_ms,
                  ftc__par_geo_str(&p->geo, gs, sizeof gs));
     } else if (a->domain[0] && !doms) {
+        free(mem);
         return 0; /* out of memory: retried */
     } else if (doms) {
         for (uint32_t i = 0; i < a->o.nodes; i++)
@@ -2327,7 +2423,8 @@ static int ftc__par_resolve(ftc_agent_t *a)
         if (no_domain)
             FTC_WARN("agent", "failure domains: %u node(s) have none (each counts as a domain of "
                      "its own); set --domain on every node or on none", no_domain);
-        if (ftc__par_geometry(&a->o.redundancy, a->o.nodes, doms, a->o.index, &g, &err) == 0) {
+        if (ftc__par_geometry_in(&a->o.redundancy, a->o.nodes, mem, nm, doms, a->o.index, &g,
+                                 &err) == 0) {
             p->geo = g;
         } else {
             FTC_WARN("agent", "parity groups by failure domain: %s; using node index order",
@@ -2340,7 +2437,7 @@ static int ftc__par_resolve(ftc_agent_t *a)
     char *mine = NULL;
     int rc = 1;
     if (grc == 0 &&
-        ftc__par_groups_str(&a->o.redundancy, a->o.nodes, doms, &mine, &err) == 0) {
+        ftc__par_groups_str_in(&a->o.redundancy, a->o.nodes, mem, nm, doms, &mine, &err) == 0) {
         char key[200], suffix[48];
         snprintf(suffix, sizeof suffix, "pargroups:%" PRIu64, a->generation);
         ftc_ctl_key(a->ctl, suffix, key, sizeof key);
@@ -2350,9 +2447,9 @@ static int ftc__par_resolve(ftc_agent_t *a)
         bool won = src == 0 && ftc_redis_want_status(rep, "SET pargroups", "OK", NULL) == 0;
         ftc_redis_reply_free(rep);
         if (won) {
-            rc = ftc__par_adopt(a, mine, true);
+            rc = ftc__par_adopt(a, mine, mem, nm, true);
         } else if (src == 0 && ftc__par_groups_get(a, &pub) == 0 && pub) {
-            rc = ftc__par_adopt(a, pub, false); /* another agent was first */
+            rc = ftc__par_adopt(a, pub, mem, nm, false); /* another agent was first */
             free(pub);
         } else {
             FTC_WARN("agent", "parity groups: could not publish them (%s): using this agent's",
@@ -2366,6 +2463,7 @@ static int ftc__par_resolve(ftc_agent_t *a)
                  ftc_redis_errstr(ftc_ctl_redis(a->ctl)));
     }
     free(mine);
+    free(mem);
     if (rc < 0) {
         free(doms);
         return rc;
@@ -2448,6 +2546,8 @@ static bool ftc__par_try_push(ftc_agent_t *a, ftc__rank_t *r, int s)
                       "every node's failure domain)");
         return true;
     }
+    if (a->par->few)
+        return false; /* too few nodes for a group: the replica path (ftc__try_push) */
     uint32_t local = ftc__par_local(a, r);
     if (a->par->enc[r - a->ranks].active)
         return true; /* the previous encode's pushes still read its parity: retried at its end */
@@ -2754,11 +2854,12 @@ static bool ftc__par_queue_rebuild(ftc_agent_t *a, ftc__rank_t *r)
         }
         /* at this node's position: this agent's groups, as they are */
         int resolved = ftc__par_resolve(a);
-        if (resolved <= 0) {
+        if (resolved <= 0 || a->par->few) {
             FTC_WARN("agent", "rank %u: no parity rebuild: %s", r->rank,
-                     resolved < 0 ? a->par->why
-                                  : "the parity groups are not formed yet (waiting for every "
-                                    "node's failure domain in Redis)");
+                     resolved < 0   ? a->par->why
+                     : resolved > 0 ? "this generation has too few nodes for a parity group"
+                                    : "the parity groups are not formed yet (waiting for every "
+                                      "node's failure domain in Redis)");
             return false;
         }
         FTC_WARN("agent", "rank %u: %s; rebuilding with this agent's group", r->rank, why);

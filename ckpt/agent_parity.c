@@ -58,75 +58,123 @@ static int by_index(const void *x, const void *y)
     return (a > b) - (a < b);
 }
 
+/* members (ascending, distinct, < nodes) or NULL: 0..nodes-1 (*nm = nodes),
+ * as a malloc'd list; NULL with err set when it is not such a list. */
+static uint32_t *member_list(uint32_t nodes, const uint32_t *members, uint32_t *nm, ftc_err_t *err)
+{
+    uint32_t n = members ? *nm : nodes;
+    uint32_t *list = malloc((n ? n : 1) * sizeof *list);
+    if (!list) {
+        ftc_err_set(err, FTC_ENOMEM, "parity groups: out of memory");
+        return NULL;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        list[i] = members ? members[i] : i;
+        if (list[i] >= nodes || (i && list[i] <= list[i - 1])) {
+            ftc_err_set(err, FTC_EINVAL, "parity groups: the member list is not ascending "
+                        "distinct node indices below %u (member %u is node %u)", nodes, i,
+                        list[i]);
+            free(list);
+            return NULL;
+        }
+    }
+    *nm = n;
+    return list;
+}
+
 int ftc__par_geometry(const ftc_redundancy_t *red, uint32_t nodes, const char *const *domains,
                       uint32_t index, ftc__par_geo_t *geo, ftc_err_t *err)
+{
+    return ftc__par_geometry_in(red, nodes, NULL, 0, domains, index, geo, err);
+}
+
+int ftc__par_geometry_in(const ftc_redundancy_t *red, uint32_t nodes, const uint32_t *members,
+                         uint32_t nm, const char *const *domains, uint32_t index,
+                         ftc__par_geo_t *geo, ftc_err_t *err)
 {
     memset(geo, 0, sizeof *geo);
     if (red->kind != FTC_RED_XOR && red->kind != FTC_RED_RS)
         return ftc_err_set(err, FTC_EINVAL, "parity geometry of a replica redundancy");
-    if (index >= nodes)
-        return ftc_err_set(err, FTC_EINVAL, "parity geometry: node %u of %u", index, nodes);
     int m = red->kind == FTC_RED_XOR ? 1 : red->m;
     int size = red->g + m;
     if (red->g < 1 || m < 1 || size > FTC_PARITY_MAX)
         return ftc_err_set(err, FTC_ECONFIG, "redundancy %s:%d+%d: groups of 2..%d nodes",
                            red->kind == FTC_RED_XOR ? "xor" : "rs", red->g, m, FTC_PARITY_MAX);
-    uint32_t groups = nodes / (uint32_t)size;
+    uint32_t *list = member_list(nodes, members, &nm, err);
+    if (!list)
+        return err->code;
+    uint32_t pos = 0;
+    while (pos < nm && list[pos] != index)
+        pos++;
+    if (pos == nm) {
+        free(list);
+        return ftc_err_set(err, FTC_EINVAL, "parity geometry: node %u is not one of the %u "
+                           "node(s) of the generation", index, nm);
+    }
+    uint32_t groups = nm / (uint32_t)size;
     if (groups == 0)
         groups = 1; /* fewer nodes than one group: one group of all of them */
     /* index order: the sizes of every group are checked here (domain order
-     * spreads the leftover, so its groups are never larger) */
-    uint32_t gi = index / (uint32_t)size;
+     * spreads the leftover, so its groups are never larger); positions in
+     * the member list */
+    uint32_t gi = pos / (uint32_t)size;
     if (gi >= groups)
         gi = groups - 1; /* leftover nodes join the last group */
     uint32_t first = gi * (uint32_t)size;
-    uint32_t n = gi == groups - 1 ? nodes - first : (uint32_t)size;
-    uint32_t last_n = nodes - (groups - 1) * (uint32_t)size;
+    uint32_t n = gi == groups - 1 ? nm - first : (uint32_t)size;
+    uint32_t last_n = nm - (groups - 1) * (uint32_t)size;
+    int rc = 0;
     if (n <= (uint32_t)m)
-        return ftc_err_set(err, FTC_ECONFIG,
-                           "redundancy %s needs more than %d nodes per parity group, the job has "
-                           "%u node(s): use more nodes or replicas (--redundancy K)",
-                           red->kind == FTC_RED_XOR ? "xor" : "rs", m, nodes);
-    if (last_n > FTC_PARITY_MAX)
-        return ftc_err_set(err, FTC_ECONFIG,
-                           "parity group of nodes %u..%u has %u members (the leftover of %u nodes "
-                           "joined it), above the %d a code supports: choose G+M dividing the "
-                           "node count",
-                           (groups - 1) * (uint32_t)size, nodes - 1, last_n, nodes,
-                           FTC_PARITY_MAX);
+        rc = ftc_err_set(err, FTC_ECONFIG,
+                         "redundancy %s needs more than %d nodes per parity group, the %s has "
+                         "%u node(s): use more nodes or replicas (--redundancy K)",
+                         red->kind == FTC_RED_XOR ? "xor" : "rs", m,
+                         members ? "generation" : "job", nm);
+    else if (last_n > FTC_PARITY_MAX)
+        rc = ftc_err_set(err, FTC_ECONFIG,
+                         "parity group of nodes %u..%u has %u members (the leftover of %u nodes "
+                         "joined it), above the %d a code supports: choose G+M dividing the "
+                         "node count",
+                         list[(groups - 1) * (uint32_t)size], list[nm - 1], last_n, nm,
+                         FTC_PARITY_MAX);
+    if (rc) {
+        free(list);
+        return rc;
+    }
     geo->n = (int)n;
     for (uint32_t i = 0; i < n; i++)
-        geo->node[i] = first + i;
+        geo->node[i] = list[first + i];
     /* domain order when index order puts more than m members of one domain
      * in some group */
     bool stripe = false;
     if (domains)
         for (uint32_t g = 0; g < groups && !stripe; g++) {
-            uint32_t list[FTC_PARITY_MAX], f = g * (uint32_t)size, who;
-            uint32_t gn = g == groups - 1 ? nodes - f : (uint32_t)size;
-            for (uint32_t i = 0; i < gn; i++)
-                list[i] = f + i;
-            stripe = dom_count(domains, list, (int)gn, &who) > m;
+            uint32_t f = g * (uint32_t)size, who;
+            uint32_t gn = g == groups - 1 ? nm - f : (uint32_t)size;
+            stripe = dom_count(domains, list + f, (int)gn, &who) > m;
         }
     if (stripe) {
-        dnode_t *order = malloc(nodes * sizeof *order);
-        if (!order)
+        dnode_t *order = malloc(nm * sizeof *order);
+        if (!order) {
+            free(list);
             return ftc_err_set(err, FTC_ENOMEM, "parity geometry: out of memory");
-        for (uint32_t i = 0; i < nodes; i++)
-            order[i] = (dnode_t){domains[i] ? domains[i] : "", i};
-        qsort(order, nodes, sizeof *order, by_domain);
-        uint32_t pos = 0;
-        while (order[pos].idx != index)
-            pos++;
-        gi = pos % groups;
+        }
+        for (uint32_t i = 0; i < nm; i++)
+            order[i] = (dnode_t){domains[list[i]] ? domains[list[i]] : "", list[i]};
+        qsort(order, nm, sizeof *order, by_domain);
+        uint32_t at = 0;
+        while (order[at].idx != index)
+            at++;
+        gi = at % groups;
         n = 0;
-        for (uint32_t q = gi; q < nodes; q += groups)
+        for (uint32_t q = gi; q < nm; q += groups)
             geo->node[n++] = order[q].idx;
         free(order);
         qsort(geo->node, n, sizeof geo->node[0], by_index);
         geo->n = (int)n;
         geo->by_domain = true;
     }
+    free(list);
     geo->first = geo->node[0];
     geo->m = m;
     geo->d = geo->n - m;
@@ -141,25 +189,38 @@ int ftc__par_geometry(const ftc_redundancy_t *red, uint32_t nodes, const char *c
 int ftc__par_groups_str(const ftc_redundancy_t *red, uint32_t nodes, const char *const *domains,
                         char **out, ftc_err_t *err)
 {
+    return ftc__par_groups_str_in(red, nodes, NULL, 0, domains, out, err);
+}
+
+int ftc__par_groups_str_in(const ftc_redundancy_t *red, uint32_t nodes, const uint32_t *members,
+                           uint32_t nm, const char *const *domains, char **out, ftc_err_t *err)
+{
     *out = NULL;
-    size_t cap = 96 + (size_t)nodes * 12, l;
+    uint32_t *list = member_list(nodes, members, &nm, err);
+    if (!list)
+        return err->code;
+    size_t cap = 96 + (size_t)nm * 12, l;
     char *buf = malloc(cap), rs[32];
-    if (!buf)
+    if (!buf) {
+        free(list);
         return ftc_err_set(err, FTC_ENOMEM, "parity groups: out of memory");
+    }
     ftc__par_geo_t g;
     bool by_domain = false;
     l = 0;
-    for (uint32_t i = 0; i < nodes; i++) { /* one group per lowest member */
-        if (ftc__par_geometry(red, nodes, domains, i, &g, err)) {
+    for (uint32_t i = 0; i < nm; i++) { /* one group per lowest member */
+        if (ftc__par_geometry_in(red, nodes, list, nm, domains, list[i], &g, err)) {
             free(buf);
+            free(list);
             return err->code;
         }
         by_domain = by_domain || g.by_domain;
-        if (g.node[0] != i)
+        if (g.node[0] != list[i])
             continue;
         for (int k = 0; k < g.n; k++)
             l += (size_t)snprintf(buf + l, cap - l, "%s%u", k ? "," : " ", g.node[k]);
     }
+    free(list);
     char *text = malloc(cap + 64);
     if (!text) {
         free(buf);
@@ -175,6 +236,13 @@ int ftc__par_groups_str(const ftc_redundancy_t *red, uint32_t nodes, const char 
 int ftc__par_groups_parse(const char *text, const ftc_redundancy_t *red, uint32_t nodes,
                           uint32_t index, ftc__par_geo_t *geo, ftc_err_t *err)
 {
+    return ftc__par_groups_parse_in(text, red, nodes, NULL, 0, index, geo, err);
+}
+
+int ftc__par_groups_parse_in(const char *text, const ftc_redundancy_t *red, uint32_t nodes,
+                             const uint32_t *members, uint32_t nm, uint32_t index,
+                             ftc__par_geo_t *geo, ftc_err_t *err)
+{
     memset(geo, 0, sizeof *geo);
     char rs[32], prs[32], order[16];
     unsigned pn = 0;
@@ -189,27 +257,44 @@ int ftc__par_groups_parse(const char *text, const ftc_redundancy_t *red, uint32_
                            "are for redundancy %s on %u nodes, this agent has redundancy %s on "
                            "%u nodes: start every agent of a generation with the same --nodes "
                            "and --redundancy", prs, pn, rs, nodes);
+    if (index >= nodes)
+        return ftc_err_set(err, FTC_EINVAL, "parity groups: node %u of %u", index, nodes);
     int m = red->kind == FTC_RED_XOR ? 1 : red->m;
+    uint32_t *list = member_list(nodes, members, &nm, err);
+    if (!list)
+        return err->code;
+    /* seen[v]: 0 not a member, 1 a member not in a group yet, 2 in a group */
     uint8_t *seen = calloc(nodes ? nodes : 1, 1);
-    if (!seen)
+    if (!seen) {
+        free(list);
         return ftc_err_set(err, FTC_ENOMEM, "parity groups: out of memory");
+    }
+    for (uint32_t i = 0; i < nm; i++)
+        seen[list[i]] = 1;
+    free(list);
     int rc = 0;
     bool found = false;
     const char *p = text + off;
     while (*p && !rc) {
-        uint32_t list[FTC_PARITY_MAX];
+        uint32_t glist[FTC_PARITY_MAX];
         int n = 0;
         for (;;) { /* one group: a,b,c */
             char *end;
             unsigned long v = strtoul(p, &end, 10);
-            if (end == p || v >= nodes || seen[v] || n == FTC_PARITY_MAX) {
-                rc = ftc_err_set(err, FTC_EPROTO, "published parity groups '%.120s': not a "
-                                 "partition of nodes 0..%u into groups of at most %d",
-                                 text, nodes - 1, FTC_PARITY_MAX);
+            if (end == p || v >= nodes || seen[v] != 1 || n == FTC_PARITY_MAX) {
+                if (end != p && v < nodes && seen[v] == 0)
+                    rc = ftc_err_set(err, FTC_EPROTO, "published parity groups '%.120s': node "
+                                     "%lu is not one of the generation's %u node(s)", text, v,
+                                     nm);
+                else
+                    rc = ftc_err_set(err, FTC_EPROTO, "published parity groups '%.120s': not "
+                                     "a partition of the generation's %u node(s) (of 0..%u) "
+                                     "into groups of at most %d", text, nm, nodes - 1,
+                                     FTC_PARITY_MAX);
                 break;
             }
-            seen[v] = 1;
-            list[n++] = (uint32_t)v;
+            seen[v] = 2;
+            glist[n++] = (uint32_t)v;
             p = end;
             if (*p != ',')
                 break;
@@ -229,27 +314,27 @@ int ftc__par_groups_parse(const char *text, const ftc_redundancy_t *red, uint32_
                              "member(s) cannot tolerate %d lost", text, n, m);
             break;
         }
-        qsort(list, (size_t)n, sizeof list[0], by_index);
+        qsort(glist, (size_t)n, sizeof glist[0], by_index);
         for (int k = 0; k < n; k++)
-            if (list[k] == index) {
+            if (glist[k] == index) {
                 found = true;
                 geo->n = n;
                 geo->member = k;
-                memcpy(geo->node, list, (size_t)n * sizeof list[0]);
+                memcpy(geo->node, glist, (size_t)n * sizeof glist[0]);
             }
     }
     for (uint32_t i = 0; i < nodes && !rc; i++)
-        if (!seen[i])
+        if (seen[i] == 1)
             rc = ftc_err_set(err, FTC_EPROTO, "published parity groups '%.120s': node %u is in "
                              "no group", text, i);
     free(seen);
+    if (!rc && !found)
+        rc = ftc_err_set(err, FTC_EINVAL, "published parity groups '%.120s': node %u is not "
+                         "one of the generation's nodes", text, index);
     if (rc) {
         memset(geo, 0, sizeof *geo);
         return rc;
     }
-    (void)found; /* every node is in a group, index < nodes is checked below */
-    if (index >= nodes)
-        return ftc_err_set(err, FTC_EINVAL, "parity groups: node %u of %u", index, nodes);
     geo->first = geo->node[0];
     geo->m = m;
     geo->d = geo->n - m;

@@ -16,7 +16,10 @@
  * with this group count can (every c <= M x groups). A node without a
  * domain ("") is a domain of its own. Members of a group are in ascending
  * node index; the group is a pure function of (redundancy, nodes, domains),
- * so agents that see the same domains form the same groups. The ranks of
+ * so agents that see the same domains form the same groups. A generation
+ * of `ftc run` (a plan) forms its groups the same way over its members only
+ * (the k-th member in ascending node index in place of node k): after a
+ * shrink the lost node is in no group. The ranks of
  * one local index l (rank = node * ranks_per_node + l) on the n members of
  * a group form one stripe set; local indices are independent.
  *
@@ -89,6 +92,16 @@ typedef struct ftc__par_geo {
 int ftc__par_geometry(const ftc_redundancy_t *red, uint32_t nodes, const char *const *domains,
                       uint32_t index, ftc__par_geo_t *geo, ftc_err_t *err);
 
+/* The same over the nodes of one generation: members (nm ascending,
+ * distinct node indices below nodes; NULL: all of 0..nodes-1) take the
+ * place of 0..nodes-1 in the rule above, positions in the list for indices
+ * (`ftc run`'s generation after a shrink forms its groups over its plan's
+ * members, not over --nnodes MAX). FTC_EINVAL when index is not a member or
+ * the list is not such a list. domains stays indexed by node index. */
+int ftc__par_geometry_in(const ftc_redundancy_t *red, uint32_t nodes, const uint32_t *members,
+                         uint32_t nm, const char *const *domains, uint32_t index,
+                         ftc__par_geo_t *geo, ftc_err_t *err);
+
 /* Every group of the job as text, for `ftc:{J}:pargroups:GEN` (docs/
  * redis-keys.md): "RED NODES ORDER G0 G1 ...", RED the redundancy
  * ("xor:2"), ORDER "index" or "domain", each group its node indices in
@@ -97,6 +110,10 @@ int ftc__par_geometry(const ftc_redundancy_t *red, uint32_t nodes, const char *c
  * malloc'd. */
 int ftc__par_groups_str(const ftc_redundancy_t *red, uint32_t nodes, const char *const *domains,
                         char **out, ftc_err_t *err);
+/* ... of a generation's members (ftc__par_geometry_in): NODES stays the
+ * job's node count, the groups cover the members only. */
+int ftc__par_groups_str_in(const ftc_redundancy_t *red, uint32_t nodes, const uint32_t *members,
+                           uint32_t nm, const char *const *domains, char **out, ftc_err_t *err);
 
 /* Node `index`'s group from a published text (ftc__par_groups_str's form).
  * FTC_ECONFIG naming both when it is for another redundancy or node count;
@@ -105,6 +122,12 @@ int ftc__par_groups_str(const ftc_redundancy_t *red, uint32_t nodes, const char 
  * publisher's domains are not known). */
 int ftc__par_groups_parse(const char *text, const ftc_redundancy_t *red, uint32_t nodes,
                           uint32_t index, ftc__par_geo_t *geo, ftc_err_t *err);
+/* ... when the groups are a partition of a generation's members (NULL: all
+ * nodes): FTC_EPROTO also when a group names a node that is not a member;
+ * FTC_EINVAL when index is not a member. */
+int ftc__par_groups_parse_in(const char *text, const ftc_redundancy_t *red, uint32_t nodes,
+                             const uint32_t *members, uint32_t nm, uint32_t index,
+                             ftc__par_geo_t *geo, ftc_err_t *err);
 
 /* "nodes 3..5" or "nodes 0,2,4" into buf; returns buf. */
 const char *ftc__par_geo_str(const ftc__par_geo_t *geo, char *buf, size_t cap);

@@ -29,7 +29,10 @@
  *     restored on survivors outside their groups from the committed
  *     generation's parity groups, with nothing in the persist tier; a group
  *     that lost more than it tolerates fails over to the persist tier
- *     naming what was gone.
+ *     naming what was gone;
+ *   - a shrunk generation's groups (the plan's members only): the rule over
+ *     member lists; its checkpoints commit, and a later rebuild uses its
+ *     groups; shrunk below a group, it commits without parity.
  */
 #include "ftc_test.h"
 
@@ -321,6 +324,78 @@ static void test_groups_text(void **state)
         assert_int_equal(ftc__par_groups_parse(bad[i], &red, 6, 0, &g, &e), FTC_EPROTO);
         printf("# '%s': %s\n", bad[i], e.msg);
     }
+}
+
+/* A generation's groups over its members only (a shrunk `ftc run`
+ * generation): the member list takes the place of 0..nodes-1 (positions
+ * for indices, domains by node index); the text names the job's node count
+ * and covers the members only; parsing it with the members gives every
+ * member the group the geometry does, and a text naming a non-member,
+ * missing a member, or a node outside the generation is refused. */
+static void test_member_groups(void **state)
+{
+    (void)state;
+    ftc_redundancy_t red;
+    ftc_err_t e = {0};
+    assert_int_equal(ftc_redundancy_parse("xor:2", &red, &e), 0);
+    static const uint32_t m4[] = {0, 2, 3, 5}, m6[] = {0, 1, 3, 4, 5, 7};
+    const char *d8[] = {"A", "A", "x", "B", "B", "C", "x", "C"};
+    struct {
+        const uint32_t *mem;
+        uint32_t nm, nodes;
+        const char *const *doms;
+        const char *want;
+    } cases[] = {
+        {m4, 4, 6, NULL, "xor:2 6 index 0,2,3,5"},      /* one group (leftover joins) */
+        {m6, 6, 8, NULL, "xor:2 8 index 0,1,3 4,5,7"},  /* positions 0..2, 3..5 */
+        {m6, 6, 8, d8, "xor:2 8 domain 0,3,5 1,4,7"},   /* A={0,1} B={3,4} C={5,7} striped */
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char *text;
+        assert_int_equal(ftc__par_groups_str_in(&red, cases[c].nodes, cases[c].mem, cases[c].nm,
+                                                cases[c].doms, &text, &e), 0);
+        assert_string_equal(text, cases[c].want);
+        for (uint32_t k = 0; k < cases[c].nm; k++) {
+            uint32_t i = cases[c].mem[k];
+            ftc__par_geo_t a, b;
+            assert_int_equal(ftc__par_geometry_in(&red, cases[c].nodes, cases[c].mem,
+                                                  cases[c].nm, cases[c].doms, i, &a, &e), 0);
+            assert_int_equal(ftc__par_groups_parse_in(text, &red, cases[c].nodes, cases[c].mem,
+                                                      cases[c].nm, i, &b, &e), 0);
+            assert_true(a.n == b.n && a.member == b.member && a.first == b.first &&
+                        a.by_domain == b.by_domain && a.node[a.member] == i);
+            assert_memory_equal(a.node, b.node, sizeof(uint32_t) * (size_t)a.n);
+            if (cases[c].doms)
+                assert_true(a.dom_max <= a.m);
+        }
+        /* the same text read as all nodes' groups: members are missing */
+        ftc__par_geo_t g;
+        assert_int_equal(ftc__par_groups_parse(text, &red, cases[c].nodes, 0, &g, &e),
+                         FTC_EPROTO);
+        assert_non_null(strstr(e.msg, "in no group"));
+        free(text);
+    }
+    ftc__par_geo_t g;
+    /* a node that is not a member: in the geometry, and in a text */
+    assert_int_equal(ftc__par_geometry_in(&red, 6, m4, 4, NULL, 1, &g, &e), FTC_EINVAL);
+    assert_non_null(strstr(e.msg, "node 1 is not one of the 4 node(s)"));
+    assert_int_equal(ftc__par_groups_parse_in("xor:2 6 index 0,2,3,5", &red, 6, m4, 4, 1, &g, &e),
+                     FTC_EINVAL);
+    assert_int_equal(ftc__par_groups_parse_in("xor:2 6 index 0,1,2,3,5", &red, 6, m4, 4, 0, &g,
+                                              &e), FTC_EPROTO);
+    assert_non_null(strstr(e.msg, "node 1 is not one of the generation's 4 node(s)"));
+    print_message("%s\n", e.msg);
+    assert_int_equal(ftc__par_groups_parse_in("xor:2 6 index 0,2,3", &red, 6, m4, 4, 0, &g, &e),
+                     FTC_EPROTO);
+    assert_non_null(strstr(e.msg, "node 5 is in no group"));
+    /* a member list that is not ascending, or names a node beyond the job */
+    static const uint32_t unsorted[] = {2, 0, 3}, beyond[] = {0, 2, 6};
+    assert_int_equal(ftc__par_geometry_in(&red, 6, unsorted, 3, NULL, 0, &g, &e), FTC_EINVAL);
+    assert_int_equal(ftc__par_geometry_in(&red, 6, beyond, 3, NULL, 0, &g, &e), FTC_EINVAL);
+    /* too few members for a group: named, with the generation's count */
+    static const uint32_t one[] = {4};
+    assert_int_equal(ftc__par_geometry_in(&red, 6, one, 1, NULL, 4, &g, &e), FTC_ECONFIG);
+    assert_non_null(strstr(e.msg, "the generation has 1 node(s)"));
 }
 
 /* The parity worker encodes what ftc__par_encode does, from the encoder's
@@ -779,15 +854,60 @@ static bool heartbeat_alive(env_t *e, const char *node)
  * from group {0,1,2} (node 0's data shard and the parity of nodes 0 and 2),
  * node 2 rank 3's from group {3,4,5}; the persist tier has nothing (every
  * 1000 steps), and every rank restores bit-exact. */
+/* Generation gen of world `world` after generation gen-1 (as `ftc run` does
+ * it): loses nodes lost[0..nlost) (agents killed, memory wiped), kills every
+ * other agent (their memory kept), waits until the lost nodes' heartbeats
+ * expired, publishes gen and plan:gen (members / ranks), restarts the agents
+ * of every node not in gone[] (the lost ones are added) and starts every
+ * rank with `--restore --steps steps` on node on[r]; the outputs are
+ * jobdir/rank<r>.restore<gen>.out (gen 2: rank<r>.restore.out). */
+static void next_gen(env_t *e, int gen, int world, bool *gone, const int *lost, int nlost,
+                     const char *members, const char *ranks, const int *on, const char *steps)
+{
+    char w[16], g[16], key[32];
+    snprintf(w, sizeof w, "%d", world);
+    snprintf(g, sizeof g, "%d", gen);
+    snprintf(key, sizeof key, "plan:%d", gen);
+    for (int i = 0; i < nlost; i++)
+        lose_node(e, lost[i]);
+    for (int i = 0; i < nlost; i++)
+        gone[lost[i]] = true;
+    for (int i = 0; i < e->nodes; i++)
+        kill_agent(e, i);
+    ftc_deadline_t d = ftc_deadline_in_ms(30000);
+    for (int i = 0; i < nlost; i++) {
+        char nid[16];
+        snprintf(nid, sizeof nid, "node%d", lost[i]);
+        while (heartbeat_alive(e, nid)) {
+            if (ftc_deadline_expired(d))
+                fail_msg("the heartbeat of lost %s did not expire within 30 s", nid);
+            ftc_sleep_ms(100);
+        }
+    }
+    seed(e, "HSET", "gen", "gen", g, "world", w, "epoch", "0");
+    seed(e, "HSET", key, "members", members, "ranks", ranks, "world", w);
+    for (int i = 0; i < e->nodes; i++)
+        if (!gone[i])
+            start_agent(e, i);
+    pid_t p[MAXN];
+    for (int r = 0; r < world; r++) {
+        char out[PATH_MAX + 48];
+        if (gen == 2)
+            snprintf(out, sizeof out, "%s/rank%d.restore.out", e->jobdir, r);
+        else
+            snprintf(out, sizeof out, "%s/rank%d.restore%d.out", e->jobdir, r, gen);
+        p[r] = start_rank_on(e, r, on[r], world, out, "--restore", "--steps", steps, NULL);
+    }
+    for (int r = 0; r < world; r++)
+        wait_rank(p[r], 60000);
+}
+
 /* Runs generation 1 (plan:1 = members1 / ranks1, rank r on node on1[r]) to
- * a commit of step 2, loses nodes lost[0..nlost) (agents killed, memory
- * wiped), restarts the survivors' agents for generation 2 (plan:2, as
- * `ftc run` does: their memory kept) once the lost nodes' heartbeats
- * expired, and starts every rank's restore on node on2[r]; the outputs are
- * jobdir/rank<r>.restore.out. */
+ * a commit of step 2, then generation 2 of world2 ranks without the lost
+ * nodes (next_gen, the ranks restoring and running to step steps2 - 1). */
 static void shrink(env_t *e, int world, const char *members1, const char *ranks1,
-                   const int *on1, const int *lost, int nlost, const char *members2,
-                   const char *ranks2, const int *on2)
+                   const int *on1, const int *lost, int nlost, int world2, const char *members2,
+                   const char *ranks2, const int *on2, const char *steps2, bool *gone)
 {
     char w[16];
     snprintf(w, sizeof w, "%d", world);
@@ -805,34 +925,7 @@ static void shrink(env_t *e, int world, const char *members1, const char *ranks1
         wait_rank(p[r], 60000);
         assert_true(said(out[r], "COMMITTED 2"));
     }
-    for (int i = 0; i < nlost; i++)
-        lose_node(e, lost[i]);
-    bool gone[MAXN] = {false};
-    for (int i = 0; i < nlost; i++)
-        gone[lost[i]] = true;
-    for (int i = 0; i < e->nodes; i++)
-        kill_agent(e, i);
-    ftc_deadline_t d = ftc_deadline_in_ms(30000);
-    for (int i = 0; i < nlost; i++) {
-        char nid[16];
-        snprintf(nid, sizeof nid, "node%d", lost[i]);
-        while (heartbeat_alive(e, nid)) {
-            if (ftc_deadline_expired(d))
-                fail_msg("the heartbeat of lost %s did not expire within 30 s", nid);
-            ftc_sleep_ms(100);
-        }
-    }
-    seed(e, "HSET", "gen", "gen", "2", "world", w, "epoch", "0");
-    seed(e, "HSET", "plan:2", "members", members2, "ranks", ranks2, "world", w);
-    for (int i = 0; i < e->nodes; i++)
-        if (!gone[i])
-            start_agent(e, i);
-    for (int r = 0; r < world; r++) {
-        snprintf(out[r], sizeof out[r], "%s/rank%d.restore.out", e->jobdir, r);
-        p[r] = start_rank_on(e, r, on2[r], world, out[r], "--restore", "--steps", "0", NULL);
-    }
-    for (int r = 0; r < world; r++)
-        wait_rank(p[r], 60000);
+    next_gen(e, 2, world2, gone, lost, nlost, members2, ranks2, on2, steps2);
 }
 
 /* A shrink: ranks restored on other nodes than the committed layout's, from
@@ -848,8 +941,9 @@ static void test_moved_rank(void **state)
 {
     env_t *e = prepare_env(*state, 6, "xor:2", 1000, NULL);
     static const int on1[4] = {0, 1, 3, 4}, on2[4] = {0, 5, 3, 2}, lost[2] = {1, 4};
-    shrink(e, 4, "node0 node1 node2 node3 node4 node5", "0:0 1:0 3:0 4:0", on1, lost, 2,
-           "node0 node2 node3 node5", "0:0 3:0 2:0 1:0", on2);
+    bool gone[MAXN] = {false};
+    shrink(e, 4, "node0 node1 node2 node3 node4 node5", "0:0 1:0 3:0 4:0", on1, lost, 2, 4,
+           "node0 node2 node3 node5", "0:0 3:0 2:0 1:0", on2, "0", gone);
     for (int r = 0; r < 4; r++) {
         char out[PATH_MAX + 32];
         snprintf(out, sizeof out, "%s/rank%d.restore.out", e->jobdir, r);
@@ -873,8 +967,9 @@ static void test_moved_rank_too_many_lost(void **state)
 {
     env_t *e = prepare_env(*state, 4, "xor:2", 1000, NULL);
     static const int on1[2] = {0, 1}, on2[2] = {0, 3}, lost[2] = {1, 2};
-    shrink(e, 2, "node0 node1 node2 node3", "0:0 1:0", on1, lost, 2, "node0 node3", "0:0 1:0",
-           on2);
+    bool gone[MAXN] = {false};
+    shrink(e, 2, "node0 node1 node2 node3", "0:0 1:0", on1, lost, 2, 2, "node0 node3", "0:0 1:0",
+           on2, "0", gone);
     char out[PATH_MAX + 32];
     snprintf(out, sizeof out, "%s/rank0.restore.out", e->jobdir);
     assert_true(said(out, "RESTORED 2 OK"));
@@ -885,6 +980,64 @@ static void test_moved_rank_too_many_lost(void **state)
     assert_true(said(out, "persist tier"));
     assert_true(agent_said(e, 3, "rebuilding rank 1's step 2 from parity of the group of "
                                  "nodes 0..3"));
+    teardown_env(e);
+}
+
+/* A shrunk generation forms its parity groups over its own members and
+ * commits. xor:2 on 3 nodes (one group {0,1,2}), world 2 on nodes 0 and 1
+ * (node 2 idle). Node 1 is lost without replacement: generation 2 has
+ * members {0,2} (rank 1 moves to node 2, rebuilt from parity), its group is
+ * {0,2} (published as such) and its checkpoints commit (steps 3..5). Then
+ * node 2 is lost too and node 1 comes back empty (generation 3, members
+ * {0,1}, rank 1 on node 1): rank 1's step 5 is rebuilt from generation 2's
+ * group {0,2}, i.e. from node 0's parity alone, and every rank restores
+ * bit-exact. */
+static void test_shrunk_generation_commits(void **state)
+{
+    env_t *e = prepare_env(*state, 3, "xor:2", 1000, NULL);
+    static const int on1[2] = {0, 1}, on2[2] = {0, 2}, on3[2] = {0, 1}, lost1[1] = {1},
+                     lost2[1] = {2};
+    bool gone[MAXN] = {false};
+    shrink(e, 2, "node0 node1 node2", "0:0 1:0", on1, lost1, 1, 2, "node0 node2", "0:0 1:0", on2,
+           "6", gone);
+    for (int r = 0; r < 2; r++) {
+        char out[PATH_MAX + 32];
+        snprintf(out, sizeof out, "%s/rank%d.restore.out", e->jobdir, r);
+        assert_true(said(out, "RESTORED 2 OK"));
+        assert_true(said(out, "COMMITTED 5"));
+    }
+    assert_true(agent_said(e, 0, "parity groups published for generation 2: xor:2 3 index 0,2") ||
+                agent_said(e, 2, "parity groups published for generation 2: xor:2 3 index 0,2"));
+    assert_true(agent_said(e, 2, "parity group of nodes 0,2"));
+    assert_true(agent_said(e, 2, "rank 1 restored step 2 rebuilt from parity"));
+    gone[1] = false; /* node 1 returns, its memory empty */
+    next_gen(e, 3, 2, gone, lost2, 1, "node0 node1", "0:0 1:0", on3, "0");
+    for (int r = 0; r < 2; r++) {
+        char out[PATH_MAX + 48];
+        snprintf(out, sizeof out, "%s/rank%d.restore3.out", e->jobdir, r);
+        assert_true(said(out, "RESTORED 5 OK"));
+    }
+    assert_true(agent_said(e, 1, "rebuilding rank 1's step 5 from parity of the group of "
+                                 "nodes 0,2"));
+    teardown_env(e);
+}
+
+/* A generation shrunk below a parity group: xor:2 on 2 nodes (one group),
+ * world 2; node 1 is lost and generation 2 is node 0 alone (world 1). The
+ * agent says the generation has too few nodes for a group, and rank 0's
+ * checkpoints commit from node 0's memory instead of never. */
+static void test_shrunk_below_a_group(void **state)
+{
+    env_t *e = prepare_env(*state, 2, "xor:2", 1000, NULL);
+    static const int on1[2] = {0, 1}, on2[1] = {0}, lost[1] = {1};
+    bool gone[MAXN] = {false};
+    shrink(e, 2, "node0 node1", "0:0 1:0", on1, lost, 1, 1, "node0", "0:0", on2, "5", gone);
+    char out[PATH_MAX + 32];
+    snprintf(out, sizeof out, "%s/rank0.restore.out", e->jobdir);
+    assert_true(said(out, "RESTORED 2 OK"));
+    assert_true(said(out, "COMMITTED 4"));
+    assert_true(agent_said(e, 0, "generation 2 has 1 node(s), a parity group needs more than 1: "
+                                 "checkpoints commit with this node's memory alone"));
     teardown_env(e);
 }
 
@@ -972,6 +1125,7 @@ int main(void)
         cmocka_unit_test(test_worker),
         cmocka_unit_test(test_idle_members),
         cmocka_unit_test(test_groups_text),
+        cmocka_unit_test(test_member_groups),
         cmocka_unit_test(test_bad_domain),
         T(test_xor_one_node_lost),
         T(test_rs_two_nodes_lost),
@@ -982,6 +1136,8 @@ int main(void)
         T(test_published_groups),
         T(test_moved_rank),
         T(test_moved_rank_too_many_lost),
+        T(test_shrunk_generation_commits),
+        T(test_shrunk_below_a_group),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -23,8 +23,9 @@
 #   6. --tp 2 on 3 nodes (an idle slot), a node lost; 7. parity (xor:2) under
 #      ftc run; 8. parity with an idle slot (--tp 2 --redundancy xor:2), a
 #      node lost and replaced: its rank's shard is rebuilt from parity;
-#   9. parity (xor:2, --tp 2), a node lost and not replaced: the job shrinks
-#      and the moved rank's shard is rebuilt from parity on a survivor.
+#   9. parity (xor:2, --tp 2), a node lost and not replaced: the job shrinks,
+#      the moved rank's shard is rebuilt from parity on a survivor, and the
+#      shrunk generation forms its parity groups over its 2 nodes and commits.
 #
 # usage: test_run.sh PATH/TO/ftc PATH/TO/rank_main PATH/TO/ckptfile_main
 set -u
@@ -334,6 +335,12 @@ lose_rank1_node 9 "$J9" "$T/j9" "$T/9.out"
 n9=$lost_node
 check "9: after the shrink both ranks restored a committed step, byte for byte" bash -c \
     "for i in \$(seq 600); do [ \$(grep -c 'RESTORED [0-9]* OK' '$T/9.out') -ge 2 ] && exit 0; sleep 0.1; done; exit 1"
+r9=$(sed -n 's/.*RESTORED \([0-9]*\) OK.*/\1/p' "$T/9.out" | sort -n | tail -1)
+check "9: the shrunk generation commits under parity (past step ${r9:-?} + 5)" \
+    wait_committed "$J9" "$T/j9" $((${r9:-1000000} + 5)) 60
+s9=$(for i in 0 1 2; do [ "node$i" = "$n9" ] || printf '%s' "$i,"; done)
+check "9: its groups are formed over its 2 nodes (${s9%,})" \
+    grep -q "parity groups published for generation 2: xor:2 3 index ${s9%,}\$" "$T/9.out"
 kill -TERM "$runpid" 2>/dev/null
 for i in $(seq 150); do kill -0 "$runpid" 2>/dev/null || break; sleep 0.1; done
 kill -9 -- "$runpid" 2>/dev/null
