@@ -727,6 +727,19 @@ static int ftc__free_slot(const ftc__rank_t *r)
     return best;
 }
 
+/* The slot for a rank's BEGIN: ftc__free_slot's, unless checkpoint.inflight
+ * is 1 and a version of the rank is sealed and not committed (a checkpoint
+ * then waits for the previous one's commit, so a kill never loses more than
+ * one step); 2, the default, is what the three slots allow. -1 when the
+ * busy policy applies. */
+static int ftc__begin_slot(const ftc_agent_t *a, const ftc__rank_t *r)
+{
+    for (int i = 0; i < NS && a->o.max_inflight == 1; i++)
+        if (r->st[i] == SL_SEALED)
+            return -1;
+    return ftc__free_slot(r);
+}
+
 /* Reserves slot s of r if its creation deferred that (FTC_SLOT_DEFER): before
  * anything writes it. 0, or the error (the slot stays unwritable). */
 static int ftc__slot_reserve(ftc__rank_t *r, int s, ftc_err_t *err)
@@ -760,11 +773,11 @@ static void ftc__send_begin_ok(ftc__rank_t *r, int slot, uint64_t step)
 
 /* Answers r's parked BEGIN when a slot has become free (a commit superseded
  * a version, a push failed, a persist write ended). */
-static void ftc__answer_begin(ftc__rank_t *r)
+static void ftc__answer_begin(const ftc_agent_t *a, ftc__rank_t *r)
 {
     if (!r->begin_waiting || r->fd < 0)
         return;
-    int fs = ftc__free_slot(r);
+    int fs = ftc__begin_slot(a, r);
     if (fs >= 0) {
         r->begin_waiting = false;
         ftc__send_begin_ok(r, fs, r->begin_step);
@@ -910,7 +923,7 @@ static void ftc__persist_collect(ftc_agent_t *a)
     }
     for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++)
         if (a->ranks[i].used)
-            ftc__answer_begin(&a->ranks[i]);
+            ftc__answer_begin(a, &a->ranks[i]);
 }
 
 /* Moves SEALED+reported slots to COMMITTED once the commit record says so. */
@@ -987,7 +1000,7 @@ static void ftc__poll_commits(ftc_agent_t *a)
                 ftc_err_t err = {0};
                 ftc_ap_send(r->fd, &m, 1000, &err);
             }
-            ftc__answer_begin(r);
+            ftc__answer_begin(a, r);
         }
     }
     if (newly != UINT64_MAX) {
@@ -1172,7 +1185,7 @@ static void ftc__on_begin(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
         ftc__reply_error(r->fd, FTC_EINVAL, "BEGIN before SLOTS");
         return;
     }
-    int s = ftc__free_slot(r);
+    int s = ftc__begin_slot(a, r);
     if (s >= 0) {
         ftc__send_begin_ok(r, s, m->step);
         return;
@@ -1336,7 +1349,7 @@ static void ftc__try_push(ftc_agent_t *a, ftc__rank_t *r, int s)
         ftc__not_committed(r->fd, FTC_ENOENT, r->step[s],
                            "step %" PRIu64 ": only %d of the %d replica peers are known after %d ms",
                            r->step[s], np, k, a->o.timeout_ms);
-        ftc__answer_begin(r);
+        ftc__answer_begin(a, r);
         return;
     }
     ftc__job_t *j = calloc(1, sizeof *j);
@@ -1841,7 +1854,7 @@ static void ftc__on_push_done(ftc_agent_t *a, ftc__job_t *j)
                        "step %" PRIu64 " not committed: replicated to %d of %d peers: %s", j->step,
                        j->acked, j->npeers, j->detail);
     ftc__push_others(a, r, s);
-    ftc__answer_begin(r); /* a BEGIN may have waited for this slot */
+    ftc__answer_begin(a, r); /* a BEGIN may have waited for this slot */
 }
 
 static void ftc__drain_done(ftc_agent_t *a)

@@ -57,6 +57,9 @@ typedef struct ftc_agent_options {
     ftc_redundancy_t redundancy; /* k replicas, xor:g or rs:g+m */
     const char *provider;       /* libfabric provider; NULL = FI_PROVIDER or tcp;ofi_rxm */
     int busy_policy;            /* ftc_agent_busy_policy */
+    int max_inflight;           /* 1: a BEGIN finding a version of its rank sealed and not
+                                   committed gets the busy policy; else (0, 2) only when no
+                                   slot is free (checkpoint.inflight, docs/agent.md) */
     const char *persist_dir;    /* "" = no persist tier */
     int persist_every;          /* persist every M commits (>= 1) */
     ftc_persist_options_t persist;

@@ -58,6 +58,9 @@
                                                 "rs:G+M")                                          \
     X(CKPT_BUSY, "checkpoint.busy", STR, "wait", 0, 0, "a checkpoint while two older ones are "   \
                                                        "still uncommitted: wait or skip")          \
+    X(CKPT_INFLIGHT, "checkpoint.inflight", INT, "2", 1, 2,                                        \
+      "versions of a rank replicating at once: 2 (a kill may lose 2 steps when a step is "        \
+      "shorter than a commit) or 1 (a checkpoint waits for the previous commit: at most 1)")       \
     X(FABRIC_PROVIDER, "fabric.provider", STR, "", 0, 0, "libfabric provider (default: "          \
                                                          "FI_PROVIDER, else tcp;ofi_rxm)")         \
     X(AGENT_TIMEOUT, "agent.timeout_ms", INT, "30000", 100, 3600000,                               \

@@ -17,7 +17,8 @@
  *   - --persist-every 3: only every third commit reaches the persist tier;
  *   - checkpoint.busy wait: with no free slot the checkpoint waits (never
  *     FTC_EAGAIN) until a commit frees one, and a checkpoint_waiting event
- *     says so.
+ *     says so; checkpoint.inflight 1: a checkpoint waits for the previous
+ *     version's commit although slots are free.
  */
 #include "ftc_test.h"
 
@@ -414,6 +415,45 @@ static void test_busy_wait_policy(void **state)
     teardown_env(e);
 }
 
+/* checkpoint.inflight 1: a checkpoint waits for the previous version's
+ * commit. World 2, rank 0 checkpoints step 0 (it cannot commit: rank 1 has
+ * not checkpointed), then step 1, which parks (checkpoint_waiting) although
+ * two slots are free; rank 1's step 0 commits step 0 and releases it. */
+static void test_inflight_one(void **state)
+{
+    setenv("FTC_CHECKPOINT_INFLIGHT", "1", 1); /* inherited by the agents */
+    env_t *e = setup_env(*state, 2, "1", 1000);
+    unsetenv("FTC_CHECKPOINT_INFLIGHT");
+    static float w0[4096], w1[4096];
+    ftc_ctx_t *c0 = open_ctx(e, 0, 0, 2, w0, 4096);
+    assert_int_equal(ftc_checkpoint(c0, 0, NULL, 0), 0);
+    assert_int_equal(ftc_wait_snapshot(c0), 0);
+    bg_ckpt_t b = {.c = c0, .step = 1, .rc = 1};
+    pthread_t tid;
+    assert_int_equal(pthread_create(&tid, NULL, bg_checkpoint, &b), 0);
+    ftc_deadline_t d = ftc_deadline_in_ms(20000);
+    while (stream_event_step(e, "checkpoint_waiting", 0) != 1) {
+        if (ftc_deadline_expired(d))
+            fail_msg("no checkpoint_waiting event for rank 0 step 1");
+        ftc_sleep_ms(50);
+    }
+    assert_int_equal(atomic_load(&b.done), 0);
+    ftc_ctx_t *c1 = open_ctx(e, 1, 1, 2, w1, 4096);
+    assert_int_equal(ftc_checkpoint(c1, 0, NULL, 0), 0);
+    assert_int_equal(ftc_wait_snapshot(c1), 0);
+    assert_int_equal(ftc_wait_committed(c1, 0), 0);
+    pthread_join(tid, NULL);
+    assert_int_equal(b.rc, 0);
+    assert_int_equal(ftc_wait_snapshot(c0), 0);
+    assert_int_equal(ftc_checkpoint(c1, 1, NULL, 0), 0);
+    assert_int_equal(ftc_wait_snapshot(c1), 0);
+    assert_int_equal(ftc_wait_committed(c0, 1), 0);
+    assert_int_equal(stream_event_step(e, "checkpoint_skipped", 0), -1);
+    ftc_destroy(c0);
+    ftc_destroy(c1);
+    teardown_env(e);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
 
 int main(void)
@@ -431,6 +471,7 @@ int main(void)
         T(test_failure_domain_placement),
         T(test_persist_every_third_commit),
         T(test_busy_wait_policy),
+        T(test_inflight_one),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
