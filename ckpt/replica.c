@@ -66,6 +66,12 @@
 #define FTC__MAX_CHUNKS_IN 512 /* DATA receives outstanding per incoming transfer */
 #define FTC__MAX_DRAINS 32
 #define FTC__CTL_MS 10000      /* lifetime of a control send (ACK/NACK/GET) */
+/* How long a control message that the endpoint cannot take (FTC_EAGAIN) is
+ * retried before it is dropped; a dropped GET fails its fetch, so the agent
+ * asks its next candidate after this long instead of the fetch deadline. */
+#define FTC__CTL_POST_MS 1000
+#define FTC__STR_(x) #x
+#define FTC__STR(x) FTC__STR_(x)
 #define FTC__SPINS 256
 /* A post the endpoint could not take now (ftc_fabric_isend_try returned
  * FTC_EAGAIN: rxm still connecting to the peer, or a queue full) stays queued
@@ -113,6 +119,7 @@ typedef struct outmsg { /* a control message queued or in flight (ACK, NACK, GET
     bool posted;            /* false: the endpoint said FTC_EAGAIN; retried */
     uint64_t id;            /* unique in the engine: a fetch finds its GET by it */
     uint64_t next_try_ns;   /* not posted: when to try again */
+    ftc_deadline_t post_d;  /* not posted by then: dropped */
     ftc_deadline_t d;
     struct outmsg *next;
 } outmsg_t;
@@ -385,6 +392,7 @@ static int send_ctl(ftc_repl_t *r, peer_t *p, ftc_wire_hdr_t *h, const char *rea
     m->node = p->node;
     m->id = ++r->msg_ids;
     m->d = ftc_deadline_in_ms(FTC__CTL_MS);
+    m->post_d = ftc_deadline_in_ms(FTC__CTL_POST_MS);
     int rc = ctl_post(r, m, p);
     if (rc < 0 && rc != FTC_EAGAIN) {
         free(m);
@@ -420,6 +428,21 @@ static void send_nack(ftc_repl_t *r, peer_t *p, uint32_t owner, uint64_t step, u
     (void)send_ctl(r, p, &h, reason, NULL);
 }
 
+static void xfer_abort(ftc_repl_t *r, xfer_t *x, int rc, const char *why);
+
+/* Outbox message id, a GET, was dropped unposted: its fetch fails now. */
+static void get_not_posted(ftc_repl_t *r, uint64_t id)
+{
+    for (int i = 0; i < r->nxf; i++) {
+        xfer_t *x = r->xf[i];
+        if (x && !x->done && x->kind == XK_FETCH && x->get_id == id) {
+            xfer_abort(r, x, FTC_ETIMEDOUT, "could not post its GET (connection not "
+                       "established?) within " FTC__STR(FTC__CTL_POST_MS) " ms");
+            return;
+        }
+    }
+}
+
 static int pump_outbox(ftc_repl_t *r)
 {
     int ev = 0;
@@ -428,11 +451,11 @@ static int pump_outbox(ftc_repl_t *r)
         if (!m->posted) {
             peer_t *p = r->broken ? NULL : peer_find(r, m->node);
             int rc = FTC_EAGAIN;
-            if (p && !ftc_deadline_expired(m->d) && retry_due(m->next_try_ns))
+            if (p && !ftc_deadline_expired(m->post_d) && retry_due(m->next_try_ns))
                 rc = ctl_post(r, m, p);
             if (rc == 0)
                 ev++;
-            if (rc == 0 || (rc == FTC_EAGAIN && p && !ftc_deadline_expired(m->d))) {
+            if (rc == 0 || (rc == FTC_EAGAIN && p && !ftc_deadline_expired(m->post_d))) {
                 pm = &m->next;
                 continue;
             }
@@ -445,8 +468,11 @@ static int pump_outbox(ftc_repl_t *r)
             if (rc != FTC_EAGAIN && ftc_fabric_health(r->fab) == FTC_EFABRIC)
                 mark_broken(r);
             *pm = m->next;
+            uint64_t id = m->id;
             free(m);
             ev++;
+            if (rc == FTC_EAGAIN && p)
+                get_not_posted(r, id);
             continue;
         }
         if (pending(&m->req) && ftc_deadline_expired(m->d))
