@@ -650,7 +650,7 @@ static void xfer_abort(ftc_repl_t *r, xfer_t *x, int rc, const char *why)
     if (x->kind == XK_FETCH && outbox_drop_unposted(r, x->get_id))
         xfer_fail(x, rc, "fetch of owner %u from peer %u: could not post its GET (connection "
                   "not established?) by the %s", x->owner, x->fpeer,
-                  rc == FTC_ETIMEDOUT ? "deadline" : "end");
+                  rc == FTC_ETIMEDOUT ? "deadline" : "time it ended");
     if (x->kind == XK_FETCH)
         xfer_fail(x, rc, "fetch of owner %u from peer %u: %s", x->owner, x->fpeer, why);
     if (x->ntp) {
