@@ -66,7 +66,19 @@
 #define FTC__MAX_CHUNKS_IN 512 /* DATA receives outstanding per incoming transfer */
 #define FTC__MAX_DRAINS 32
 #define FTC__CTL_MS 10000      /* lifetime of a control send (ACK/NACK/GET) */
+/* How long a control message that the endpoint cannot take (FTC_EAGAIN) is
+ * retried before it is dropped; a dropped GET fails its fetch, so the agent
+ * asks its next candidate after this long instead of the fetch deadline. */
+#define FTC__CTL_POST_MS 1000
+#define FTC__STR_(x) #x
+#define FTC__STR(x) FTC__STR_(x)
 #define FTC__SPINS 256
+/* A post the endpoint could not take now (ftc_fabric_isend_try returned
+ * FTC_EAGAIN: rxm still connecting to the peer, or a queue full) stays queued
+ * and is tried again this long later, by a later pump: the engine never waits
+ * on one peer's connection while its other transfers could move. The
+ * transfer's own deadline bounds the retries. */
+#define FTC__RETRY_US 1000
 /* An idle engine (nothing in flight: only its header receives posted)
  * sleeps this long between polls instead of spinning: an idle agent used
  * to take a whole core, which on a node whose cores train is a core taken
@@ -91,15 +103,23 @@ typedef struct peer {
     bool used;
     uint32_t node;            /* wire sender index */
     ftc_fabric_peer_t fa;     /* address vector entry */
-    rx_hdr_t *rx;             /* ring of rx_per_peer posted header receives */
+    rx_hdr_t *rx;             /* ring of rx_per_peer header receives */
     int head;                 /* oldest posted entry: processed first */
+    int posted;               /* entries head, head+1, ... posted, in ring order */
     bool seen;                /* last_seq is valid */
     uint64_t last_seq;        /* highest header seq accepted from it */
 } peer_t;
 
-typedef struct outmsg { /* a control message in flight (ACK, NACK, GET) */
+typedef struct outmsg { /* a control message queued or in flight (ACK, NACK, GET) */
     ftc_fabric_req_t req;
     uint8_t buf[FTC__MSG_MAX];
+    size_t len;             /* header + reason */
+    ftc_wire_hdr_t h;       /* re-encoded with a fresh seq at each post attempt */
+    uint32_t node;          /* to */
+    bool posted;            /* false: the endpoint said FTC_EAGAIN; retried */
+    uint64_t id;            /* unique in the engine: a fetch finds its GET by it */
+    uint64_t next_try_ns;   /* not posted: when to try again */
+    ftc_deadline_t post_d;  /* not posted by then: dropped */
     ftc_deadline_t d;
     struct outmsg *next;
 } outmsg_t;
@@ -107,6 +127,12 @@ typedef struct outmsg { /* a control message in flight (ACK, NACK, GET) */
 typedef struct drain { /* a refused PUT's payload received to be thrown away */
     ftc_fabric_req_t req;
     uint8_t *buf;
+    size_t len;
+    uint32_t node;          /* from */
+    uint64_t tag;
+    bool posted;            /* false: FTC_EAGAIN, retried until d */
+    uint64_t next_try_ns;
+    ftc_deadline_t d;
     struct drain *next;
 } drain_t;
 
@@ -116,6 +142,9 @@ struct store;
 typedef struct chunk_rx {
     ftc_fabric_req_t req;
     uint64_t off, len;
+    uint64_t tag;           /* its DATA tag */
+    bool posted;            /* false: FTC_EAGAIN, retried (the idle timeout bounds it) */
+    uint64_t next_try_ns;
     struct chunk_rx *next;
 } chunk_rx_t;
 
@@ -170,6 +199,8 @@ typedef struct tx_chunk {
     uint8_t hbuf[FTC_WIRE_HDR];
     uint64_t len;
     bool busy;
+    bool dwait;             /* header posted, its DATA not yet (FTC_EAGAIN): retried */
+    uint64_t doff, dseq;    /* the DATA's offset and the header's seq (its tag) */
 } tx_chunk_t;
 
 typedef struct tx_peer {
@@ -178,6 +209,8 @@ typedef struct tx_peer {
     int rc;                 /* failure of this peer */
     uint64_t next_off;      /* next byte to send */
     int inflight;
+    bool blocked;           /* the last post to it got FTC_EAGAIN (none since went through) */
+    uint64_t next_try_ns;   /* blocked: when to try again */
     tx_chunk_t *ch;         /* window */
     ftc_fabric_req_t ereq;  /* PUT_END */
     uint8_t ebuf[FTC_WIRE_HDR];
@@ -200,6 +233,7 @@ typedef struct xfer {
     store_t *pin;           /* serve: the store and slot it reads */
     int pin_slot;
     uint32_t fpeer;         /* fetch: the peer asked */
+    uint64_t get_id;        /* fetch: its GET in the outbox (outmsg_t.id) */
     incoming_t *in;         /* fetch: the answer arriving */
     uint8_t *buf;           /* fetch: the verified result (until take) */
     uint8_t *dst;           /* fetch_into: the caller's memory (never freed here) */
@@ -217,6 +251,7 @@ struct ftc_repl {
     uint64_t chunk;
     int window, rx_per_peer, serve_ms;
     uint64_t seq;                      /* next header seq */
+    uint64_t msg_ids;                  /* last outmsg_t.id */
     bool broken;                       /* the endpoint broke: no fabric call any more */
     peer_t peers[FTC_REPL_MAX_PEERS];
     store_t **stores;
@@ -303,9 +338,43 @@ static void hdr_init(ftc_repl_t *r, ftc_wire_hdr_t *h, int type, uint32_t owner,
     h->seq = r->seq++;
 }
 
-/* Sends a control message (ACK, NACK with reason, GET) to p. A failure is
+static bool retry_due(uint64_t next_ns)
+{
+    return ftc_now_ns() >= next_ns;
+}
+
+static uint64_t retry_later(void)
+{
+    return ftc_now_ns() + (uint64_t)FTC__RETRY_US * 1000u;
+}
+
+/* One attempt at posting a control message: a fresh seq (so that whatever
+ * goes out to a peer carries increasing seqs even after a retry), encode,
+ * try to post. 0, FTC_EAGAIN (retry later) or an error. */
+static int ctl_post(ftc_repl_t *r, outmsg_t *m, peer_t *p)
+{
+    m->h.seq = r->seq++;
+    ftc_err_t e = {0};
+    int rc = ftc_wire_encode(&r->key, &m->h, m->buf, &e);
+    if (rc < 0)
+        return ftc_err_set(&r->err, rc, "repl: encoding a %s to node %u: %s",
+                           ftc_wire_type_name(m->h.type), p->node, e.msg);
+    rc = ftc_fabric_isend_try(r->fab, &m->req, p->fa, tag_hdr(r->self), m->buf, m->len);
+    if (rc == 0)
+        m->posted = true;
+    else if (rc == FTC_EAGAIN)
+        m->next_try_ns = retry_later();
+    else
+        ftc_err_set(&r->err, rc, "%s", ftc_fabric_errmsg(r->fab));
+    return rc;
+}
+
+/* Sends a control message (ACK, NACK with reason, GET) to p; *id (may be
+ * NULL) names it in the outbox. When the endpoint cannot take it now it is
+ * queued and posted by a later pump_outbox, until FTC__CTL_MS. A failure is
  * logged: the other side's deadline covers a lost control message. */
-static int send_ctl(ftc_repl_t *r, peer_t *p, ftc_wire_hdr_t *h, const char *reason)
+static int send_ctl(ftc_repl_t *r, peer_t *p, ftc_wire_hdr_t *h, const char *reason,
+                    uint64_t *id)
 {
     if (r->broken)
         return FTC_EFABRIC;
@@ -316,28 +385,27 @@ static int send_ctl(ftc_repl_t *r, peer_t *p, ftc_wire_hdr_t *h, const char *rea
     size_t rl = reason ? strnlen(reason, FTC__REASON_MAX) : 0;
     h->length = rl;
     h->payload_xxh3 = rl ? ftc_xxh3(reason, rl) : 0;
-    ftc_err_t e = {0};
-    int rc = ftc_wire_encode(&r->key, h, m->buf, &e);
-    if (rc < 0) {
-        free(m);
-        return ftc_err_set(&r->err, rc, "repl: encoding a %s to node %u: %s",
-                           ftc_wire_type_name(h->type), p->node, e.msg);
-    }
     if (rl)
         memcpy(m->buf + FTC_WIRE_HDR, reason, rl);
+    m->h = *h;
+    m->len = FTC_WIRE_HDR + rl;
+    m->node = p->node;
+    m->id = ++r->msg_ids;
     m->d = ftc_deadline_in_ms(FTC__CTL_MS);
-    rc = ftc_fabric_isend(r->fab, &m->req, p->fa, tag_hdr(r->self), m->buf, FTC_WIRE_HDR + rl,
-                          ftc_deadline_in_ms(1000));
-    if (rc < 0) {
+    m->post_d = ftc_deadline_in_ms(FTC__CTL_POST_MS);
+    int rc = ctl_post(r, m, p);
+    if (rc < 0 && rc != FTC_EAGAIN) {
         free(m);
         FTC_WARN("repl", "node %u: could not send %s to node %u: %s", r->self,
-                 ftc_wire_type_name(h->type), p->node, ftc_fabric_errmsg(r->fab));
+                 ftc_wire_type_name(h->type), p->node, r->err.msg);
         if (ftc_fabric_health(r->fab) == FTC_EFABRIC)
             mark_broken(r);
         return rc;
     }
     m->next = r->outbox;
     r->outbox = m;
+    if (id)
+        *id = m->id;
     return 0;
 }
 
@@ -357,7 +425,22 @@ static void send_nack(ftc_repl_t *r, peer_t *p, uint32_t owner, uint64_t step, u
     h.flags = (uint16_t)(fetch | (unsigned)((c > 0 && c <= 0xff) ? c : -FTC_EPROTO));
     FTC_INFO("repl", "node %u: NACK to node %u for owner %u step %llu: %s", r->self, p->node,
              owner, (unsigned long long)step, reason);
-    (void)send_ctl(r, p, &h, reason);
+    (void)send_ctl(r, p, &h, reason, NULL);
+}
+
+static void xfer_abort(ftc_repl_t *r, xfer_t *x, int rc, const char *why);
+
+/* Outbox message id, a GET, was dropped unposted: its fetch fails now. */
+static void get_not_posted(ftc_repl_t *r, uint64_t id)
+{
+    for (int i = 0; i < r->nxf; i++) {
+        xfer_t *x = r->xf[i];
+        if (x && !x->done && x->kind == XK_FETCH && x->get_id == id) {
+            xfer_abort(r, x, FTC_ETIMEDOUT, "could not post its GET (connection not "
+                       "established?) within " FTC__STR(FTC__CTL_POST_MS) " ms");
+            return;
+        }
+    }
 }
 
 static int pump_outbox(ftc_repl_t *r)
@@ -365,6 +448,33 @@ static int pump_outbox(ftc_repl_t *r)
     int ev = 0;
     for (outmsg_t **pm = &r->outbox; *pm;) {
         outmsg_t *m = *pm;
+        if (!m->posted) {
+            peer_t *p = r->broken ? NULL : peer_find(r, m->node);
+            int rc = FTC_EAGAIN;
+            if (p && !ftc_deadline_expired(m->post_d) && retry_due(m->next_try_ns))
+                rc = ctl_post(r, m, p);
+            if (rc == 0)
+                ev++;
+            if (rc == 0 || (rc == FTC_EAGAIN && p && !ftc_deadline_expired(m->post_d))) {
+                pm = &m->next;
+                continue;
+            }
+            /* given up: nothing of it is posted, the buffer is ours */
+            FTC_WARN("repl", "node %u: %s to node %u dropped: %s", r->self,
+                     ftc_wire_type_name(m->h.type), m->node,
+                     !p ? "peer removed or endpoint broken"
+                     : rc == FTC_EAGAIN ? "could not post it (connection not established?)"
+                                        : r->err.msg);
+            if (rc != FTC_EAGAIN && ftc_fabric_health(r->fab) == FTC_EFABRIC)
+                mark_broken(r);
+            *pm = m->next;
+            uint64_t id = m->id;
+            free(m);
+            ev++;
+            if (rc == FTC_EAGAIN && p)
+                get_not_posted(r, id);
+            continue;
+        }
         if (pending(&m->req) && ftc_deadline_expired(m->d))
             cancel_one(r, &m->req);
         if (pending(&m->req)) {
@@ -391,12 +501,18 @@ static void drain_put(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
         return;
     }
     d->buf = buf;
-    if (ftc_fabric_irecv(r->fab, &d->req, p->fa, tag_data(p->node, h->seq), 0, buf, h->length,
-                         ftc_deadline_in_ms(1000)) < 0) {
+    d->len = h->length;
+    d->node = p->node;
+    d->tag = tag_data(p->node, h->seq);
+    d->d = ftc_deadline_in_ms(1000);
+    int rc = ftc_fabric_irecv_try(r->fab, &d->req, p->fa, d->tag, 0, buf, d->len);
+    if (rc < 0 && rc != FTC_EAGAIN) {
         free(buf);
         free(d);
         return;
     }
+    d->posted = rc == 0;
+    d->next_try_ns = retry_later();
     d->next = r->drains;
     r->drains = d;
     r->ndrains++;
@@ -407,7 +523,20 @@ static int pump_drains(ftc_repl_t *r)
     int ev = 0;
     for (drain_t **pd = &r->drains; *pd;) {
         drain_t *d = *pd;
-        if (pending(&d->req)) {
+        bool keep = pending(&d->req);
+        if (!d->posted) {
+            /* not posted yet (FTC_EAGAIN): retry until its deadline, then give
+             * up (best effort); nothing of it is posted, so it is freed */
+            peer_t *p = r->broken ? NULL : peer_find(r, d->node);
+            keep = p && !ftc_deadline_expired(d->d);
+            if (keep && retry_due(d->next_try_ns)) {
+                int rc = ftc_fabric_irecv_try(r->fab, &d->req, p->fa, d->tag, 0, d->buf, d->len);
+                d->posted = rc == 0;
+                d->next_try_ns = retry_later();
+                keep = rc == 0 || rc == FTC_EAGAIN;
+            }
+        }
+        if (keep) {
             pd = &d->next;
             continue;
         }
@@ -485,6 +614,22 @@ static size_t tp_pending(tx_peer_t *tp, int window, ftc_fabric_req_t **out)
 
 static void incoming_free(ftc_repl_t *r, incoming_t *in, bool cancel);
 
+/* Drops outbox message `id` if it is still waiting to be posted (nothing of
+ * it is in libfabric's hands); true if it was. */
+static bool outbox_drop_unposted(ftc_repl_t *r, uint64_t id)
+{
+    for (outmsg_t **pm = &r->outbox; id && *pm; pm = &(*pm)->next)
+        if ((*pm)->id == id) {
+            outmsg_t *m = *pm;
+            if (m->posted)
+                return false;
+            *pm = m->next;
+            free(m);
+            return true;
+        }
+    return false;
+}
+
 /* Deadline or removal: cancel what is outstanding, fail what is unfinished. */
 static void xfer_abort(ftc_repl_t *r, xfer_t *x, int rc, const char *why)
 {
@@ -496,9 +641,16 @@ static void xfer_abort(ftc_repl_t *r, xfer_t *x, int rc, const char *why)
         tx_peer_t *tp = &x->tp[i];
         if (tp->state != TP_OK)
             tp_fail(x, tp, rc, "peer %u, owner %u step %llu: %s (posted %llu of %llu bytes)",
-                    tp->node, x->owner, (unsigned long long)x->step, why,
+                    tp->node, x->owner, (unsigned long long)x->step,
+                    rc == FTC_ETIMEDOUT && tp->blocked
+                        ? "could not post (connection not established?) by the deadline"
+                        : why,
                     (unsigned long long)tp->next_off, (unsigned long long)x->size);
     }
+    if (x->kind == XK_FETCH && outbox_drop_unposted(r, x->get_id))
+        xfer_fail(x, rc, "fetch of owner %u from peer %u: could not post its GET (connection "
+                  "not established?) by the %s", x->owner, x->fpeer,
+                  rc == FTC_ETIMEDOUT ? "deadline" : "time it ended");
     if (x->kind == XK_FETCH)
         xfer_fail(x, rc, "fetch of owner %u from peer %u: %s", x->owner, x->fpeer, why);
     if (x->ntp) {
@@ -512,7 +664,7 @@ static void xfer_abort(ftc_repl_t *r, xfer_t *x, int rc, const char *why)
         for (int i = 0; i < x->ntp; i++) { /* cancelled: nothing in flight now */
             x->tp[i].inflight = 0;
             for (int c = 0; c < r->window; c++)
-                x->tp[i].ch[c].busy = false;
+                x->tp[i].ch[c].busy = x->tp[i].ch[c].dwait = false;
         }
     }
     if (x->kind == XK_FETCH) {
@@ -709,8 +861,14 @@ static int incoming_post(ftc_repl_t *r, peer_t *p, incoming_t *in, const ftc_wir
     }
     c->off = h->offset;
     c->len = h->length;
-    int rc = ftc_fabric_irecv(r->fab, &c->req, p->fa, tag_data(p->node, h->seq), 0,
-                              in->dst + h->offset, h->length, ftc_deadline_in_ms(1000));
+    c->tag = tag_data(p->node, h->seq);
+    int rc = ftc_fabric_irecv_try(r->fab, &c->req, p->fa, c->tag, 0, in->dst + h->offset,
+                                  h->length);
+    c->posted = rc == 0;
+    if (rc == FTC_EAGAIN) { /* pump_incoming posts it later */
+        c->next_try_ns = retry_later();
+        rc = 0;
+    }
     if (rc < 0) {
         free(c);
         *why = "the endpoint refused the receive (chunk larger than max_msg?)";
@@ -890,7 +1048,7 @@ static void incoming_complete(ftc_repl_t *r, incoming_t *in)
         ftc_wire_hdr_t h;
         hdr_init(r, &h, FTC_MSG_ACK, in->owner, in->step);
         h.total = in->total;
-        (void)send_ctl(r, p, &h, NULL);
+        (void)send_ctl(r, p, &h, NULL, NULL);
     }
     incoming_free(r, in, false);
 }
@@ -903,6 +1061,28 @@ static int pump_incoming(ftc_repl_t *r)
         next = in->next;
         for (chunk_rx_t **pc = &in->chunks; *pc;) {
             chunk_rx_t *c = *pc;
+            if (!c->posted) { /* FTC_EAGAIN before: try again (idle timeout bounds it) */
+                peer_t *p = peer_find(r, in->node);
+                if (!p || !retry_due(c->next_try_ns)) {
+                    pc = &c->next;
+                    continue;
+                }
+                int rc = ftc_fabric_irecv_try(r->fab, &c->req, p->fa, c->tag, 0,
+                                              in->dst + c->off, c->len);
+                if (rc == FTC_EAGAIN) {
+                    c->next_try_ns = retry_later();
+                    pc = &c->next;
+                    continue;
+                }
+                c->posted = true; /* posted, or failed: then a failed chunk below */
+                if (rc < 0) {
+                    if (ftc_fabric_health(r->fab) == FTC_EFABRIC)
+                        mark_broken(r);
+                    c->req.status = rc;
+                } else {
+                    ev++;
+                }
+            }
             if (pending(&c->req)) {
                 pc = &c->next;
                 continue;
@@ -1304,18 +1484,30 @@ static void on_message(ftc_repl_t *r, peer_t *p, const uint8_t *buf, size_t len)
     }
 }
 
-static int rx_post(ftc_repl_t *r, peer_t *p, int i)
+/* Posts the peer's free header receives in ring order after the posted
+ * ones, as many as the endpoint takes now: the rest (FTC_EAGAIN) on a later
+ * call. 0 or an error. */
+static int rx_fill(ftc_repl_t *r, peer_t *p)
 {
-    return ftc_fabric_irecv(r->fab, &p->rx[i].req, p->fa, tag_hdr(p->node), 0, p->rx[i].buf,
-                            sizeof p->rx[i].buf, ftc_deadline_in_ms(1000));
+    while (p->posted < r->rx_per_peer) {
+        int i = (p->head + p->posted) % r->rx_per_peer;
+        int rc = ftc_fabric_irecv_try(r->fab, &p->rx[i].req, p->fa, tag_hdr(p->node), 0,
+                                      p->rx[i].buf, sizeof p->rx[i].buf);
+        if (rc == FTC_EAGAIN)
+            return 0;
+        if (rc < 0)
+            return rc;
+        p->posted++;
+    }
+    return 0;
 }
 
-/* Processes the peer's completed header receives in post order, reposting
- * each. */
+/* Processes the peer's completed header receives in post order, then
+ * reposts them. */
 static int pump_rx(ftc_repl_t *r, peer_t *p)
 {
     int ev = 0;
-    while (p->used && !r->broken) {
+    while (p->used && !r->broken && p->posted > 0) {
         rx_hdr_t *e = &p->rx[p->head];
         if (e->req.state != FTC_FABRIC_REQ_DONE)
             break;
@@ -1326,19 +1518,48 @@ static int pump_rx(ftc_repl_t *r, peer_t *p)
             refused(r, "header receive from node %u failed: %s", p->node, ftc_strerror(st));
         if (!p->used || r->broken) /* the handler cannot remove a peer, but stay safe */
             break;
-        if (rx_post(r, p, p->head) < 0) {
-            if (ftc_fabric_health(r->fab) == FTC_EFABRIC)
-                mark_broken(r);
-            return ev;
-        }
         p->head = (p->head + 1) % r->rx_per_peer;
+        p->posted--;
         ev++;
     }
+    if (p->used && !r->broken && p->posted < r->rx_per_peer && rx_fill(r, p) < 0 &&
+        ftc_fabric_health(r->fab) == FTC_EFABRIC)
+        mark_broken(r);
     return ev;
 }
 
 /* ---- outgoing transfers ---------------------------------------------------------- */
 
+/* The endpoint could not take a post to tp's peer now: try again later. */
+static void tp_blocked(tx_peer_t *tp)
+{
+    tp->blocked = true;
+    tp->next_try_ns = retry_later();
+}
+
+/* Posts chunk c's DATA (its header is out). 0, FTC_EAGAIN (c stays dwait)
+ * or an error. */
+static int tp_post_data(ftc_repl_t *r, xfer_t *x, tx_peer_t *tp, tx_chunk_t *c, peer_t *p)
+{
+    int rc = ftc_fabric_isend_try(r->fab, &c->dreq, p->fa, tag_data(r->self, c->dseq),
+                                  x->src + c->doff, c->len);
+    if (rc == FTC_EAGAIN) {
+        tp_blocked(tp);
+        return rc;
+    }
+    c->dwait = false;
+    if (rc < 0)
+        return ftc_err_set(&r->err, rc, "%s", ftc_fabric_errmsg(r->fab));
+    tp->blocked = false;
+    return 0;
+}
+
+/* Posts the next chunk (PUT header, then its DATA) into c. FTC_EAGAIN when
+ * the header could not be posted now (nothing changed; the seq it took is
+ * skipped, which the receiver allows). Once the header is out the chunk is
+ * busy: a DATA that gets FTC_EAGAIN is posted by a later pump_tp (never the
+ * header again), and a DATA that fails leaves the chunk busy until its header
+ * send completes (its buffer is c->hbuf). */
 static int tp_post_chunk(ftc_repl_t *r, xfer_t *x, tx_peer_t *tp, tx_chunk_t *c, peer_t *p)
 {
     uint64_t len = x->size - tp->next_off;
@@ -1354,26 +1575,52 @@ static int tp_post_chunk(ftc_repl_t *r, xfer_t *x, tx_peer_t *tp, tx_chunk_t *c,
     int rc = ftc_wire_encode(&r->key, &h, c->hbuf, &e);
     if (rc < 0)
         return ftc_err_set(&r->err, rc, "%s", e.msg);
-    rc = ftc_fabric_isend(r->fab, &c->hreq, p->fa, tag_hdr(r->self), c->hbuf, FTC_WIRE_HDR, x->d);
+    rc = ftc_fabric_isend_try(r->fab, &c->hreq, p->fa, tag_hdr(r->self), c->hbuf, FTC_WIRE_HDR);
+    if (rc == FTC_EAGAIN) {
+        tp_blocked(tp);
+        return rc;
+    }
     if (rc < 0)
         return ftc_err_set(&r->err, rc, "%s", ftc_fabric_errmsg(r->fab));
-    rc = ftc_fabric_isend(r->fab, &c->dreq, p->fa, tag_data(r->self, h.seq),
-                          x->src + tp->next_off, len, x->d);
-    if (rc < 0)
-        return ftc_err_set(&r->err, rc, "%s", ftc_fabric_errmsg(r->fab));
+    tp->blocked = false;
     c->len = len;
+    c->doff = tp->next_off;
+    c->dseq = h.seq;
     c->busy = true;
+    c->dwait = true;
     tp->inflight++;
     tp->next_off += len;
-    return 0;
+    rc = tp_post_data(r, x, tp, c, p);
+    return rc == FTC_EAGAIN ? 0 : rc;
 }
 
 static int pump_tp(ftc_repl_t *r, xfer_t *x, tx_peer_t *tp)
 {
     int ev = 0;
+    peer_t *p = peer_find(r, tp->node);
+    /* DATA whose header is out, held back by FTC_EAGAIN: post it first, also
+     * after the peer failed (a receiver that refused the PUT drains it) */
+    for (int i = 0; p && i < r->window && retry_due(tp->next_try_ns); i++) {
+        tx_chunk_t *c = &tp->ch[i];
+        if (!c->dwait)
+            continue;
+        int rc = tp_post_data(r, x, tp, c, p);
+        if (rc == FTC_EAGAIN)
+            break;
+        ev++;
+        if (rc < 0) {
+            if (ftc_fabric_health(r->fab) == FTC_EFABRIC)
+                mark_broken(r);
+            tp_fail(x, tp, rc, "peer %u, owner %u step %llu at offset %llu: %s", tp->node,
+                    x->owner, (unsigned long long)x->step, (unsigned long long)c->doff,
+                    r->err.msg);
+            if (r->broken)
+                return ev;
+        }
+    }
     for (int i = 0; i < r->window; i++) {
         tx_chunk_t *c = &tp->ch[i];
-        if (!c->busy || pending(&c->hreq) || pending(&c->dreq))
+        if (!c->busy || c->dwait || pending(&c->hreq) || pending(&c->dreq))
             continue;
         c->busy = false;
         tp->inflight--;
@@ -1384,23 +1631,26 @@ static int pump_tp(ftc_repl_t *r, xfer_t *x, tx_peer_t *tp)
         else if (st == FTC_ECANCELED) /* not by us: rxm flushes sends of a lost connection */
             tp_fail(x, tp, FTC_EFABRIC, "peer %u, owner %u step %llu: the provider cancelled a "
                     "send at offset %llu (connection lost: peer dead?)", tp->node, x->owner,
-                    (unsigned long long)x->step, (unsigned long long)(tp->next_off - c->len));
+                    (unsigned long long)x->step, (unsigned long long)c->doff);
         else
             tp_fail(x, tp, st, "peer %u, owner %u step %llu: send failed: %s", tp->node,
                     x->owner, (unsigned long long)x->step, ftc_strerror(st));
     }
     if (tp->state != TP_SEND)
         return ev;
-    peer_t *p = peer_find(r, tp->node);
     if (!p) {
         tp_fail(x, tp, FTC_ECANCELED, "peer %u removed", tp->node);
         return ev;
     }
+    if (!retry_due(tp->next_try_ns)) /* blocked a moment ago: the others go first */
+        return ev;
     for (int i = 0; i < r->window && tp->next_off < x->size; i++) {
         tx_chunk_t *c = &tp->ch[i];
         if (c->busy)
             continue;
         int rc = tp_post_chunk(r, x, tp, c, p);
+        if (rc == FTC_EAGAIN)
+            return ev;
         if (rc < 0) {
             if (ftc_fabric_health(r->fab) == FTC_EFABRIC)
                 mark_broken(r);
@@ -1420,8 +1670,12 @@ static int pump_tp(ftc_repl_t *r, xfer_t *x, tx_peer_t *tp)
         ftc_err_t e = {0};
         int rc = ftc_wire_encode(&r->key, &h, tp->ebuf, &e);
         if (rc == 0)
-            rc = ftc_fabric_isend(r->fab, &tp->ereq, p->fa, tag_hdr(r->self), tp->ebuf,
-                                  FTC_WIRE_HDR, x->d);
+            rc = ftc_fabric_isend_try(r->fab, &tp->ereq, p->fa, tag_hdr(r->self), tp->ebuf,
+                                      FTC_WIRE_HDR);
+        if (rc == FTC_EAGAIN) { /* again on a later pump, with a fresh seq */
+            tp_blocked(tp);
+            return ev;
+        }
         if (rc < 0) {
             if (ftc_fabric_health(r->fab) == FTC_EFABRIC)
                 mark_broken(r);
@@ -1429,6 +1683,7 @@ static int pump_tp(ftc_repl_t *r, xfer_t *x, tx_peer_t *tp)
                     (unsigned long long)x->step, e.code ? e.msg : ftc_fabric_errmsg(r->fab));
             return ev;
         }
+        tp->blocked = false;
         tp->state = TP_END;
         ev++;
     }
@@ -1762,14 +2017,12 @@ int ftc_repl_peer_add(ftc_repl_t *r, uint32_t node, const void *addr, size_t len
     }
     p->node = node;
     p->used = true;
-    for (int i = 0; i < r->rx_per_peer; i++) {
-        rc = rx_post(r, p, i);
-        if (rc < 0) {
-            ftc_err_set(&r->err, rc, "repl: posting receives for node %u: %s", node,
-                        ftc_fabric_errmsg(r->fab));
-            ftc_repl_peer_remove(r, node);
-            return rc;
-        }
+    rc = rx_fill(r, p); /* what the endpoint cannot take now, pump_rx posts later */
+    if (rc < 0) {
+        ftc_err_set(&r->err, rc, "repl: posting receives for node %u: %s", node,
+                    ftc_fabric_errmsg(r->fab));
+        ftc_repl_peer_remove(r, node);
+        return rc;
     }
     return 0;
 }
@@ -1792,7 +2045,7 @@ int ftc_repl_peer_remove(ftc_repl_t *r, uint32_t node)
                 cancel_reqs(r, reqs, n);
                 x->tp[j].inflight = 0;
                 for (int c = 0; c < r->window; c++)
-                    x->tp[j].ch[c].busy = false;
+                    x->tp[j].ch[c].busy = x->tp[j].ch[c].dwait = false;
                 tp_fail(x, &x->tp[j], FTC_ECANCELED, "peer %u removed during the transfer of "
                         "owner %u step %llu", node, x->owner, (unsigned long long)x->step);
             }
@@ -1907,7 +2160,7 @@ int ftc_repl_fetch_into(ftc_repl_t *r, uint32_t peer, uint32_t owner, uint64_t s
     x->dst_cap = dst ? cap : 0;
     ftc_wire_hdr_t h;
     hdr_init(r, &h, FTC_MSG_GET, owner, step);
-    int rc = send_ctl(r, p, &h, NULL);
+    int rc = send_ctl(r, p, &h, NULL, &x->get_id);
     if (rc < 0) {
         r->xf[id] = NULL;
         x->done = true;

@@ -42,6 +42,15 @@
  * (ftc_fabric_health) every transfer fails with FTC_EFABRIC so the agent can
  * rebuild the endpoint. A cut link therefore reaches the deadline instead of
  * hanging (ENVIRONMENT.md: libfabric reports nothing by itself).
+ *
+ * Unreachable peers: the engine never waits inside a post. It posts with
+ * ftc_fabric_isend_try / irecv_try; what the endpoint cannot take now (rxm
+ * still connecting, for ever to an address nobody listens at) stays queued
+ * in its transfer and is retried 1 ms later by a later progress call, while
+ * the other transfers move. A push whose posts to a peer never went through
+ * fails at its deadline with FTC_ETIMEDOUT, "peer N ...: could not post
+ * (connection not established?)"; a GET (an ACK, a NACK) not posted within
+ * 1 s is dropped, and a fetch whose GET is dropped fails then with FTC_ETIMEDOUT.
  */
 #ifndef FTC_CKPT_REPLICA_H
 #define FTC_CKPT_REPLICA_H

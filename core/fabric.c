@@ -45,6 +45,10 @@ _Static_assert(FTC_FABRIC_PEER_ANY == FI_ADDR_UNSPEC, "PEER_ANY is FI_ADDR_UNSPE
  * within a few ms; what it cannot (a send to a dead peer) never does, and
  * the handle is then abandoned by ftc_fabric_close, not fi_close'd. */
 #define FTC__FAB_ABORT_SETTLE_MS 100
+/* A try post (ftc_fabric_isend_try) retries -FI_EAGAIN at most this many
+ * times, each after one completion-queue read, and for at most this long. */
+#define FTC__FAB_TRY_ATTEMPTS 4
+#define FTC__FAB_TRY_US 1000
 
 enum { KIND_SEND = 1, KIND_RECV = 2 };
 
@@ -602,8 +606,14 @@ static int giveup(ftc_fabric_t *fab, ftc_fabric_req_t *const *reqs, size_t n, in
 
 /* ---- posting -------------------------------------------------------------- */
 
+/* Posts one tagged send or receive. -FI_EAGAIN is retried, progressing in
+ * between, until `deadline` (FTC_ETIMEDOUT); with try_only a few times
+ * (FTC__FAB_TRY_ATTEMPTS) within FTC__FAB_TRY_US at most (FTC_EAGAIN). A
+ * failed post never leaves req PENDING: a try post leaves it as the caller
+ * handed it in, a blocking one zeroed (IDLE). */
 static int post(ftc_fabric_t *fab, ftc_fabric_req_t *req, int kind, ftc_fabric_peer_t peer,
-                uint64_t tag, uint64_t ignore, void *buf, size_t len, ftc_deadline_t deadline)
+                uint64_t tag, uint64_t ignore, void *buf, size_t len, ftc_deadline_t deadline,
+                bool try_only)
 {
     int h = fab_health(fab);
     if (h < 0)
@@ -617,11 +627,17 @@ static int post(ftc_fabric_t *fab, ftc_fabric_req_t *req, int kind, ftc_fabric_p
                            "fabric %s: %s of %zu bytes exceeds max_msg %zu (use the _large "
                            "calls or chunk it)",
                            fab->prov, kind == KIND_SEND ? "send" : "recv", len, fab->max_msg);
+    /* a try post that fails hands the request back as it found it (the
+     * blocking one leaves it zeroed, IDLE, as it always did) */
+    ftc_fabric_req_t before = *req;
     memset(req, 0, sizeof *req);
     req->kind_ = kind;
     req->len = len;
     req->fab_ = fab;
-    int spins = 0;
+    int spins = 0, tries = 0;
+    ftc_deadline_t until = deadline;
+    if (try_only)
+        until.at_ns = ftc_now_ns() + (uint64_t)FTC__FAB_TRY_US * 1000u;
     for (;;) {
         ssize_t r = kind == KIND_SEND
                         ? fi_tsend(fab->ep, buf, len, NULL, peer, tag, req)
@@ -631,18 +647,35 @@ static int post(ftc_fabric_t *fab, ftc_fabric_req_t *req, int kind, ftc_fabric_p
             fab->pending++;
             return 0;
         }
-        if (r != -FI_EAGAIN)
+        if (r != -FI_EAGAIN) {
+            if (try_only)
+                *req = before;
             return ftc_err_set(&fab->err, FTC_EFABRIC,
                                "fabric %s: fi_t%s of %zu bytes to peer %llu: %s", fab->prov,
                                kind == KIND_SEND ? "send" : "recv", len,
                                (unsigned long long)peer, fi_strerror((int)-r));
+        }
         /* rxm is connecting or a queue is full: progress, then retry. */
         int got = progress(fab);
-        if (got < 0)
+        if (got < 0) {
+            if (try_only)
+                *req = before;
             return got;
-        if ((h = fab_health(fab)) < 0)
+        }
+        if ((h = fab_health(fab)) < 0) {
+            if (try_only)
+                *req = before;
             return health_err(fab, h);
-        if (ftc_deadline_expired(deadline))
+        }
+        if (try_only && (++tries >= FTC__FAB_TRY_ATTEMPTS || ftc_deadline_expired(until))) {
+            *req = before;
+            return ftc_err_set(&fab->err, FTC_EAGAIN,
+                               "fabric %s: could not post a %s to peer %llu now (-FI_EAGAIN: "
+                               "connection not established or queue full); retry later",
+                               fab->prov, kind == KIND_SEND ? "send" : "recv",
+                               (unsigned long long)peer);
+        }
+        if (!try_only && ftc_deadline_expired(until))
             return ftc_err_set(&fab->err, FTC_ETIMEDOUT,
                                "fabric %s: could not post a %s to peer %llu before the deadline "
                                "(-FI_EAGAIN: connection not established?)",
@@ -656,14 +689,28 @@ int ftc_fabric_isend(ftc_fabric_t *fab, ftc_fabric_req_t *req, ftc_fabric_peer_t
                      uint64_t tag, const void *buf, size_t len, ftc_deadline_t deadline)
 {
     /* fi_tsend takes a non-const pointer; it never writes through it. */
-    return post(fab, req, KIND_SEND, peer, tag, 0, (void *)(uintptr_t)buf, len, deadline);
+    return post(fab, req, KIND_SEND, peer, tag, 0, (void *)(uintptr_t)buf, len, deadline, false);
 }
 
 int ftc_fabric_irecv(ftc_fabric_t *fab, ftc_fabric_req_t *req, ftc_fabric_peer_t peer,
                      uint64_t tag, uint64_t ignore, void *buf, size_t cap,
                      ftc_deadline_t deadline)
 {
-    return post(fab, req, KIND_RECV, peer, tag, ignore, buf, cap, deadline);
+    return post(fab, req, KIND_RECV, peer, tag, ignore, buf, cap, deadline, false);
+}
+
+int ftc_fabric_isend_try(ftc_fabric_t *fab, ftc_fabric_req_t *req, ftc_fabric_peer_t peer,
+                         uint64_t tag, const void *buf, size_t len)
+{
+    return post(fab, req, KIND_SEND, peer, tag, 0, (void *)(uintptr_t)buf, len, FTC_DEADLINE_NONE,
+                true);
+}
+
+int ftc_fabric_irecv_try(ftc_fabric_t *fab, ftc_fabric_req_t *req, ftc_fabric_peer_t peer,
+                         uint64_t tag, uint64_t ignore, void *buf, size_t cap)
+{
+    return post(fab, req, KIND_RECV, peer, tag, ignore, buf, cap, FTC_DEADLINE_NONE,
+                true);
 }
 
 int ftc_fabric_test(ftc_fabric_t *fab, ftc_fabric_req_t *req)
@@ -754,7 +801,8 @@ static int large(ftc_fabric_t *fab, int kind, ftc_fabric_peer_t peer, uint64_t t
         while (posted < nchunks && posted - done < win) {
             size_t off = posted * chunk;
             size_t clen = len - off < chunk ? len - off : chunk;
-            rc = post(fab, &reqs[posted % win], kind, peer, tag, 0, buf + off, clen, deadline);
+            rc = post(fab, &reqs[posted % win], kind, peer, tag, 0, buf + off, clen, deadline,
+                          false);
             if (rc < 0)
                 goto fail;
             posted++;

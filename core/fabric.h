@@ -181,9 +181,10 @@ typedef struct ftc_fabric_req {
 /* Posts a tagged send of len <= opts.max_msg bytes to peer. buf must stay
  * untouched until req is DONE. -FI_EAGAIN from libfabric (rxm connecting, queue
  * full) is handled by progressing and retrying until the deadline: then
- * FTC_ETIMEDOUT and nothing was posted. Returns 0 when posted (req PENDING);
- * FTC_EINVAL for len > max_msg; FTC_ECANCELED / FTC_EFABRIC per health.
- * Not thread-safe. */
+ * FTC_ETIMEDOUT and nothing was posted (req zeroed). The calling thread is
+ * held that long: an event loop uses ftc_fabric_isend_try instead. Returns
+ * 0 when posted (req PENDING); FTC_EINVAL for len > max_msg; FTC_ECANCELED /
+ * FTC_EFABRIC per health. Not thread-safe. */
 int ftc_fabric_isend(ftc_fabric_t *fab, ftc_fabric_req_t *req, ftc_fabric_peer_t peer,
                      uint64_t tag, const void *buf, size_t len, ftc_deadline_t deadline);
 
@@ -194,6 +195,21 @@ int ftc_fabric_isend(ftc_fabric_t *fab, ftc_fabric_req_t *req, ftc_fabric_peer_t
 int ftc_fabric_irecv(ftc_fabric_t *fab, ftc_fabric_req_t *req, ftc_fabric_peer_t peer,
                      uint64_t tag, uint64_t ignore, void *buf, size_t cap,
                      ftc_deadline_t deadline);
+
+/* Non-blocking posts, for an event loop that drives many transfers from one
+ * thread (the replication engine): like isend / irecv, but -FI_EAGAIN (rxm
+ * still connecting to the peer — forever when nobody listens at its address
+ * — or a queue full) is retried only a few times, progressing once before
+ * each retry, for at most about 1 ms. Then FTC_EAGAIN: nothing was posted,
+ * req is exactly as the caller handed it in (never PENDING), buf is the
+ * caller's; post again later (progress in between: rxm's connection moves
+ * only while the completion queue is read). Giving up on a post that keeps
+ * returning FTC_EAGAIN is the caller's call, by its own deadline. Other
+ * returns as isend / irecv (0: posted, req PENDING). Not thread-safe. */
+int ftc_fabric_isend_try(ftc_fabric_t *fab, ftc_fabric_req_t *req, ftc_fabric_peer_t peer,
+                         uint64_t tag, const void *buf, size_t len);
+int ftc_fabric_irecv_try(ftc_fabric_t *fab, ftc_fabric_req_t *req, ftc_fabric_peer_t peer,
+                         uint64_t tag, uint64_t ignore, void *buf, size_t cap);
 
 /* Progresses and returns 1 if req is DONE, 0 if still pending, or <0 when the
  * handle is unusable. Never cancels. Not thread-safe. */
