@@ -772,6 +772,10 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    bool inflight_one = false;
+    for (int i = 0; i < C.nopts; i++)
+        inflight_one = inflight_one || !strcmp(C.opts[i], "--checkpoint-inflight=1") ||
+                       !strcmp(C.opts[i], "--checkpoint.inflight=1");
     if (C.step_ms < 0 || C.kill_at < 1 || C.after < 1 || C.timeout_s < 10)
         die("--step-ms >= 0, --kill-at >= 1, --after >= 1, --timeout >= 10");
     if (C.trainer && !modes_given)
@@ -836,10 +840,14 @@ int main(int argc, char **argv)
             snprintf(name, sizeof name, "%zu GiB", b >> 30);
         else
             snprintf(name, sizeof name, "%zu MiB", b >> 20);
-        /* memory mode: 3 slots per rank + 2 replica slots in a peer, per rank;
-         * RAM: those + the rank's state and its check's copy + the agent's fetch buffer */
-        unsigned long long shm_need = (unsigned long long)NODES * 5 * b,
-                           mem_need = (unsigned long long)NODES * 8 * b,
+        /* memory mode: 3 slots per rank (2 with checkpoint.inflight 1: the
+         * third is never written, so never allocated) + 2 replica slots in a
+         * peer, per rank; RAM: those + the rank's state (rank_main checks a
+         * restore element by element, without a copy) + one more for the
+         * spare's slots while the lost node's are not yet freed */
+        int slots = inflight_one ? 2 : 3;
+        unsigned long long shm_need = (unsigned long long)NODES * (unsigned)(slots + 2) * b,
+                           mem_need = shm_need + (unsigned long long)(NODES + 1) * b,
                            disk_need = (unsigned long long)NODES * 4 * b;
         unsigned long long shm_free = fs_free("/dev/shm"), mem_free = mem_available(),
                            disk_free = fs_free(C.dir);

@@ -711,18 +711,21 @@ static int ftc__newest_committed(const ftc__rank_t *r)
 
 /* A slot the rank may write, or -1 when all are busy: never the newest
  * committed version (I1/I3), a sealed one (replicating or waiting for its
- * commit), one being written, or one the persist thread is reading. An empty
- * slot first, else the oldest superseded version. */
+ * commit), one being written, or one the persist thread is reading. A slot
+ * whose memory is reserved first (an empty one, else the oldest superseded
+ * version), else one not reserved yet: a rank whose versions commit before
+ * its next checkpoint then never touches its third slot's memory. */
 static int ftc__free_slot(const ftc__rank_t *r)
 {
-    int keep = ftc__newest_committed(r), best = -1;
+    int keep = ftc__newest_committed(r), best = -1, best_rank = 0;
     for (int i = 0; i < NS; i++) {
         if (i == keep || r->pinned[i] || r->st[i] == SL_SEALED || r->st[i] == SL_WRITING ||
             r->landing == i + 1)
             continue;
-        if (best < 0 || (r->st[best] != SL_EMPTY &&
-                         (r->st[i] == SL_EMPTY || r->step[i] < r->step[best])))
-            best = i;
+        int rank = r->slot[i].unreserved ? 2 : r->st[i] == SL_EMPTY ? 0 : 1;
+        if (best < 0 || rank < best_rank ||
+            (rank == best_rank && rank == 1 && r->step[i] < r->step[best]))
+            best = i, best_rank = rank;
     }
     return best;
 }
@@ -1141,7 +1144,11 @@ static void ftc__on_slots(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
         }
         if (!r->slot[s].base) {
             mk[nmk] = names[s];
-            mkflags[nmk] = !restoring ? 0 : nmk == 0 ? FTC_SLOT_POPULATE : FTC_SLOT_DEFER;
+            /* the third slot's memory is reserved at its first use: only
+             * when a version is still replicating at the next checkpoint */
+            mkflags[nmk] = !restoring ? (s == NS - 1 ? FTC_SLOT_DEFER : 0)
+                           : nmk == 0 ? FTC_SLOT_POPULATE
+                                      : FTC_SLOT_DEFER;
             mkslot[nmk++] = s;
         }
         snprintf(ok.name[s], sizeof ok.name[s], "%s", names[s]);
@@ -1390,9 +1397,16 @@ static void ftc__restore_done(ftc_agent_t *a, ftc__rank_t *r, int s, bool verifi
     ok.status = verified ? FTC_AP_OK_VERIFIED : 0;
     ftc_err_t err = {0};
     ftc_ap_send(r->fd, &ok, 1000, &err);
-    /* the slots that deferred their reservation, while the rank copies */
-    for (int i = 0; i < NS; i++) {
+    /* a second slot that deferred its reservation, while the rank copies
+     * (the third waits for its first use, as at a start) */
+    int reserved = 0;
+    for (int i = 0; i < NS; i++)
+        reserved += r->slot[i].base && !r->slot[i].unreserved;
+    for (int i = 0; i < NS && reserved < NS - 1; i++) {
         ftc_err_t rerr = {0};
+        if (!r->slot[i].unreserved)
+            continue;
+        reserved++;
         if (ftc__slot_reserve(r, i, &rerr))
             FTC_WARN("agent", "rank %u: %s (its next checkpoint in that slot fails with it)",
                      r->rank, rerr.msg);

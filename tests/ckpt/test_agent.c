@@ -18,7 +18,8 @@
  *   - checkpoint.busy wait: with no free slot the checkpoint waits (never
  *     FTC_EAGAIN) until a commit frees one, and a checkpoint_waiting event
  *     says so; checkpoint.inflight 1: a checkpoint waits for the previous
- *     version's commit although slots are free.
+ *     version's commit although slots are free, and the third slot's memory
+ *     is never reserved.
  */
 #include "ftc_test.h"
 
@@ -449,6 +450,27 @@ static void test_inflight_one(void **state)
     assert_int_equal(ftc_wait_snapshot(c1), 0);
     assert_int_equal(ftc_wait_committed(c0, 1), 0);
     assert_int_equal(stream_event_step(e, "checkpoint_skipped", 0), -1);
+    /* more versions, each committed before the next: two slots take turns,
+     * the third's memory is never reserved (a sized, empty tmpfs file) */
+    for (int64_t st = 2; st < 6; st++) {
+        assert_int_equal(ftc_checkpoint(c0, st, NULL, 0), 0);
+        assert_int_equal(ftc_checkpoint(c1, st, NULL, 0), 0);
+        assert_int_equal(ftc_wait_snapshot(c0), 0);
+        assert_int_equal(ftc_wait_snapshot(c1), 0);
+        assert_int_equal(ftc_wait_committed(c0, st), 0);
+    }
+    for (int idx = 0; idx < 3; idx++) {
+        char path[PATH_MAX];
+        struct stat sb;
+        snprintf(path, sizeof path, "/dev/shm/ftc.%s.n0.r0.s%d", e->job, idx);
+        assert_int_equal(stat(path, &sb), 0);
+        print_message("%s: %lld bytes, %lld allocated\n", path, (long long)sb.st_size,
+                      (long long)sb.st_blocks * 512);
+        if (idx == 2)
+            assert_true(sb.st_blocks == 0);
+        else
+            assert_true((long long)sb.st_blocks * 512 >= (long long)sb.st_size);
+    }
     ftc_destroy(c0);
     ftc_destroy(c1);
     teardown_env(e);
