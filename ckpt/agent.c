@@ -1074,6 +1074,10 @@ static void ftc__on_hello(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
     r->rank = m->rank;
     r->src = m->rank;
     r->hello = *m;
+    /* the first step time the hang watchdog sees runs from the connection
+     * (start, restore, first step), not 0: a median of 0 left only the
+     * 5 s floor for a second checkpoint that waits for a large first one */
+    r->last_sealed_ns = ftc_now_ns();
     for (int i = 0; i < FTC_AGENT_MAX_CLIENTS; i++)
         if (a->clients[i] == fd)
             a->clients[i] = -1;
@@ -3214,6 +3218,8 @@ ftc_agent_t *ftc_agent_start(const ftc_agent_options_t *o, ftc_err_t *err)
     dopt.job = a->job;
     dopt.node = a->node_id;
     dopt.domain = a->domain;
+    if (o->hang_min_ms > 0)
+        dopt.hang_min_ms = o->hang_min_ms;
     FTC__PHASE("start: the detector");
     a->det = ftc_detector_start(&o->redis, &dopt, err);
     if (!a->det)

@@ -60,6 +60,7 @@ typedef struct ftc_agent_options {
     int max_inflight;           /* 1: a BEGIN finding a version of its rank sealed and not
                                    committed gets the busy policy; else (0, 2) only when no
                                    slot is free (checkpoint.inflight, docs/agent.md) */
+    int hang_min_ms;            /* the hang watchdog's floor (detect.hang_ms; 0 = 5000) */
     const char *persist_dir;    /* "" = no persist tier */
     int persist_every;          /* persist every M commits (>= 1) */
     ftc_persist_options_t persist;

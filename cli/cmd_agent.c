@@ -34,7 +34,7 @@ static const char ftc__agent_help[] =
     "                         parity groups spread over the labels (set it on every node)\n"
     "  --persist-every M      persist every M commits (default: the persist.every setting)\n"
     "Settings used: redundancy, checkpoint.busy, checkpoint.inflight, fabric.provider,\n"
-    "agent.timeout_ms, persist.* (persist.dir enables the persist tier), redis.url, job.id, job.dir.\n";
+    "agent.timeout_ms, detect.hang_ms, persist.* (persist.dir enables the persist tier), redis.url, job.id, job.dir.\n";
 
 static volatile sig_atomic_t ftc__agent_stop;
 
@@ -113,6 +113,7 @@ static int ftc__agent_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
                      : NULL;
     o.busy_policy = strcmp(busy, "skip") ? FTC_BUSY_WAIT : FTC_BUSY_SKIP;
     o.max_inflight = (int)ftc_config_int(a.cfg, FTC_CFG_CKPT_INFLIGHT);
+    o.hang_min_ms = (int)ftc_config_int(a.cfg, FTC_CFG_DETECT_HANG_MS);
     o.persist_dir = ftc_config_str(a.cfg, FTC_CFG_PERSIST_DIR);
     o.persist_every = every_set ? (int)every : (int)ftc_config_int(a.cfg, FTC_CFG_PERSIST_EVERY);
     ftc_persist_options_t po = FTC_PERSIST_OPTIONS_INIT;

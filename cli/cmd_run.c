@@ -75,7 +75,7 @@ static const char ftc__run_help[] =
     "                         namespace of its own on a private bridge (JOB_DIR/netns\n"
     "                         names them; `ip link set VETH down` cuts a node off)\n"
     "Settings used: redundancy, checkpoint.busy, checkpoint.inflight, fabric.provider,\n"
-    "agent.timeout_ms, persist.* (persist.dir enables the persist tier), redis.url, job.id, job.dir.\n";
+    "agent.timeout_ms, detect.hang_ms, persist.* (persist.dir enables the persist tier), redis.url, job.id, job.dir.\n";
 
 static volatile sig_atomic_t ftc__run_stop;
 

@@ -61,6 +61,9 @@
     X(CKPT_INFLIGHT, "checkpoint.inflight", INT, "2", 1, 2,                                        \
       "versions of a rank replicating at once: 2 (a kill may lose 2 steps when a step is "        \
       "shorter than a commit) or 1 (a checkpoint waits for the previous commit: at most 1)")       \
+    X(DETECT_HANG_MS, "detect.hang_ms", INT, "5000", 100, 86400000,                               \
+      "a rank whose checkpoints stop for max(10 x its median step, this) is hung (ftc run "       \
+      "kills it)")                                                                                 \
     X(FABRIC_PROVIDER, "fabric.provider", STR, "", 0, 0, "libfabric provider (default: "          \
                                                          "FI_PROVIDER, else tcp;ofi_rxm)")         \
     X(AGENT_TIMEOUT, "agent.timeout_ms", INT, "30000", 100, 3600000,                               \

@@ -127,7 +127,7 @@ if want 3; then
 J3=run${tag}c
 f0=$fails
 "$FTC" run --simulate-nodes 2 --job "$J3" --job-dir "$T/j3" --max-restarts 2 --settle-ms 300 \
-    --keep-shm -- "$RANK" --steps 120 --step-ms 40 --floats 4096 --restore --strict >"$T/3.out" 2>&1 &
+    --keep-shm --detect-hang-ms 2000 -- "$RANK" --steps 120 --step-ms 40 --floats 4096 --restore --strict >"$T/3.out" 2>&1 &
 runpid=$!
 pids+=($runpid)
 check "3: the job committed step 8" wait_committed "$J3" "$T/j3" 8 60
@@ -138,7 +138,7 @@ kill -STOP "$victim"
 wait $runpid
 rc=$?
 check "3: the job finished after the hang (exit $rc)" test $rc -eq 0
-check "3: the hang was detected" grep -q "hangs" "$T/3.out"
+check "3: the hang was detected, at the --detect-hang-ms floor" grep -q "hangs (.*limit 2000 ms)" "$T/3.out"
 check "3: --keep-shm left the nodes' slots in /dev/shm" \
     bash -c "ls /dev/shm/ftc.$J3.n0.r[0-9]*.s0 && ls /dev/shm/ftc.$J3.n1.r[0-9]*.s0"
 check "3: no bad restore, no error" bash -c "! grep -q 'RESTORED [0-9]* BAD\|^ERROR' '$T/3.out'"
