@@ -854,6 +854,27 @@ static bool heartbeat_alive(env_t *e, const char *node)
  * from group {0,1,2} (node 0's data shard and the parity of nodes 0 and 2),
  * node 2 rank 3's from group {3,4,5}; the persist tier has nothing (every
  * 1000 steps), and every rank restores bit-exact. */
+/* The output of rank r's restore in generation gen (next_gen). */
+static void restore_out(env_t *e, int r, int gen, char *out, size_t cap)
+{
+    if (gen == 2)
+        snprintf(out, cap, "%s/rank%d.restore.out", e->jobdir, r);
+    else
+        snprintf(out, cap, "%s/rank%d.restore%d.out", e->jobdir, r, gen);
+}
+
+/* True when the restore of every rank 0..world-1 in generation gen said what. */
+static bool restores_said(env_t *e, int world, int gen, const char *what)
+{
+    bool all = true;
+    for (int r = 0; r < world; r++) {
+        char out[PATH_MAX + 48];
+        restore_out(e, r, gen, out, sizeof out);
+        all = all && said(out, what);
+    }
+    return all;
+}
+
 /* Generation gen of world `world` after generation gen-1 (as `ftc run` does
  * it): loses nodes lost[0..nlost) (agents killed, memory wiped), kills every
  * other agent (their memory kept), waits until the lost nodes' heartbeats
@@ -892,10 +913,7 @@ static void next_gen(env_t *e, int gen, int world, bool *gone, const int *lost, 
     pid_t p[MAXN];
     for (int r = 0; r < world; r++) {
         char out[PATH_MAX + 48];
-        if (gen == 2)
-            snprintf(out, sizeof out, "%s/rank%d.restore.out", e->jobdir, r);
-        else
-            snprintf(out, sizeof out, "%s/rank%d.restore%d.out", e->jobdir, r, gen);
+        restore_out(e, r, gen, out, sizeof out);
         p[r] = start_rank_on(e, r, on[r], world, out, "--restore", "--steps", steps, NULL);
     }
     for (int r = 0; r < world; r++)
@@ -944,11 +962,7 @@ static void test_moved_rank(void **state)
     bool gone[MAXN] = {false};
     shrink(e, 4, "node0 node1 node2 node3 node4 node5", "0:0 1:0 3:0 4:0", on1, lost, 2, 4,
            "node0 node2 node3 node5", "0:0 3:0 2:0 1:0", on2, "0", gone);
-    for (int r = 0; r < 4; r++) {
-        char out[PATH_MAX + 32];
-        snprintf(out, sizeof out, "%s/rank%d.restore.out", e->jobdir, r);
-        assert_true(said(out, "RESTORED 2 OK"));
-    }
+    assert_true(restores_said(e, 4, 2, "RESTORED 2 OK"));
     assert_true(agent_said(e, 5, "rebuilding rank 1's step 2 from parity of the group of "
                                  "nodes 0..2"));
     assert_true(agent_said(e, 5, "rank 1 restored step 2 rebuilt from parity"));
@@ -1000,23 +1014,15 @@ static void test_shrunk_generation_commits(void **state)
     bool gone[MAXN] = {false};
     shrink(e, 2, "node0 node1 node2", "0:0 1:0", on1, lost1, 1, 2, "node0 node2", "0:0 1:0", on2,
            "6", gone);
-    for (int r = 0; r < 2; r++) {
-        char out[PATH_MAX + 32];
-        snprintf(out, sizeof out, "%s/rank%d.restore.out", e->jobdir, r);
-        assert_true(said(out, "RESTORED 2 OK"));
-        assert_true(said(out, "COMMITTED 5"));
-    }
+    assert_true(restores_said(e, 2, 2, "RESTORED 2 OK"));
+    assert_true(restores_said(e, 2, 2, "COMMITTED 5"));
     assert_true(agent_said(e, 0, "parity groups published for generation 2: xor:2 3 index 0,2") ||
                 agent_said(e, 2, "parity groups published for generation 2: xor:2 3 index 0,2"));
     assert_true(agent_said(e, 2, "parity group of nodes 0,2"));
     assert_true(agent_said(e, 2, "rank 1 restored step 2 rebuilt from parity"));
     gone[1] = false; /* node 1 returns, its memory empty */
     next_gen(e, 3, 2, gone, lost2, 1, "node0 node1", "0:0 1:0", on3, "0");
-    for (int r = 0; r < 2; r++) {
-        char out[PATH_MAX + 48];
-        snprintf(out, sizeof out, "%s/rank%d.restore3.out", e->jobdir, r);
-        assert_true(said(out, "RESTORED 5 OK"));
-    }
+    assert_true(restores_said(e, 2, 3, "RESTORED 5 OK"));
     assert_true(agent_said(e, 1, "rebuilding rank 1's step 5 from parity of the group of "
                                  "nodes 0,2"));
     teardown_env(e);
