@@ -3268,8 +3268,17 @@ ftc_agent_t *ftc_agent_start(const ftc_agent_options_t *o, ftc_err_t *err)
         ftc_err_errno(err, errno, "eventfd");
         goto fail;
     }
-    if (a->par && !(a->par->worker = ftc__par_worker_start(a->evfd, err)))
-        goto fail;
+    if (a->par) {
+        /* one parity thread per local index (each encodes its own stripe),
+         * at most one per core but one: the ranks compute on the cores */
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        int pt = (int)o->ranks_per_node;
+        if (cores > 1 && pt > cores - 1)
+            pt = (int)cores - 1;
+        if (!(a->par->worker = ftc__par_worker_start(a->evfd, pt, err)))
+            goto fail;
+        FTC_DEBUG("agent", "parity worker: %d thread(s)", ftc__par_worker_threads(a->par->worker));
+    }
     if (pthread_create(&a->repl_tid, NULL, ftc__repl_main, a) != 0) {
         ftc_err_set(err, FTC_ENOMEM, "agent: cannot start the replication thread");
         goto fail;

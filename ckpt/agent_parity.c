@@ -765,7 +765,8 @@ int ftc__par_read_local(const char *ns, uint32_t owner, uint64_t step, uint8_t *
 /* ---- the parity worker ------------------------------------------------------ */
 
 struct ftc__par_worker {
-    pthread_t tid;
+    pthread_t tid[FTC_PAR_WORKERS_MAX];
+    int nthreads;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     ftc__par_task_t *todo, *done; /* todo FIFO; done newest first */
@@ -893,7 +894,7 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-ftc__par_worker_t *ftc__par_worker_start(int evfd, ftc_err_t *err)
+ftc__par_worker_t *ftc__par_worker_start(int evfd, int threads, ftc_err_t *err)
 {
     ftc__par_worker_t *w = calloc(1, sizeof *w);
     if (!w) {
@@ -903,14 +904,28 @@ ftc__par_worker_t *ftc__par_worker_start(int evfd, ftc_err_t *err)
     w->evfd = evfd;
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
-    if (pthread_create(&w->tid, NULL, worker_main, w) != 0) {
-        pthread_cond_destroy(&w->cv);
-        pthread_mutex_destroy(&w->mu);
-        free(w);
-        ftc_err_set(err, FTC_ENOMEM, "agent: cannot start the parity worker thread");
-        return NULL;
+    if (threads < 1)
+        threads = 1;
+    if (threads > FTC_PAR_WORKERS_MAX)
+        threads = FTC_PAR_WORKERS_MAX;
+    for (int i = 0; i < threads; i++) {
+        if (pthread_create(&w->tid[i], NULL, worker_main, w) != 0) {
+            if (i > 0)
+                break; /* fewer threads than asked: still a pool */
+            pthread_cond_destroy(&w->cv);
+            pthread_mutex_destroy(&w->mu);
+            free(w);
+            ftc_err_set(err, FTC_ENOMEM, "agent: cannot start the parity worker thread");
+            return NULL;
+        }
+        w->nthreads = i + 1;
     }
     return w;
+}
+
+int ftc__par_worker_threads(const ftc__par_worker_t *w)
+{
+    return w ? w->nthreads : 0;
 }
 
 void ftc__par_worker_submit(ftc__par_worker_t *w, ftc__par_task_t *t)
@@ -946,9 +961,10 @@ void ftc__par_worker_stop(ftc__par_worker_t *w)
         return;
     pthread_mutex_lock(&w->mu);
     w->stop = true;
-    pthread_cond_signal(&w->cv);
+    pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
-    pthread_join(w->tid, NULL);
+    for (int i = 0; i < w->nthreads; i++)
+        pthread_join(w->tid[i], NULL);
     ftc__par_task_t *lists[2] = {w->todo, w->done};
     for (int l = 0; l < 2; l++)
         while (lists[l]) {

@@ -45,7 +45,7 @@
  * Pure functions (geometry, encode, rebuild, the published groups'
  * text) are thread-safe; a gather is driven by the replication thread only;
  * an encode and a rebuild's decode run on the parity worker
- * (ftc__par_worker_*), off the agent's control loop.
+ * (ftc__par_worker_*: a pool), off the agent's control loop.
  *
  * Idle members (FTC_PAR_IDLE): the layout may leave a (node, local index)
  * without a rank; that member's data is the virtual zero shard and the
@@ -222,14 +222,22 @@ typedef struct ftc__par_task {
 
 typedef struct ftc__par_worker ftc__par_worker_t;
 
-/* Starts the worker thread; it writes 1 to evfd (an eventfd) after each
- * finished task. NULL with err (FTC_ENOMEM) when it cannot start. */
-ftc__par_worker_t *ftc__par_worker_start(int evfd, ftc_err_t *err);
+#define FTC_PAR_WORKERS_MAX 16
+
+/* Starts the worker: `threads` threads (1..FTC_PAR_WORKERS_MAX) taking
+ * tasks from one FIFO, so that the stripes of different local indices
+ * encode and rebuild at the same time; each writes 1 to evfd (an eventfd)
+ * after each finished task. Tasks must be independent (the agent never
+ * queues two of one rank at once). NULL with err (FTC_ENOMEM) when not even
+ * one thread starts. */
+ftc__par_worker_t *ftc__par_worker_start(int evfd, int threads, ftc_err_t *err);
+/* Threads running (0 for NULL). */
+int ftc__par_worker_threads(const ftc__par_worker_t *w);
 /* Queues t (FIFO); the worker owns it until it is taken back. */
 void ftc__par_worker_submit(ftc__par_worker_t *w, ftc__par_task_t *t);
 /* The finished tasks (a list through next, oldest first), NULL when none. */
 ftc__par_task_t *ftc__par_worker_take(ftc__par_worker_t *w);
-/* Finishes the running task, drops the queued and finished ones, joins. NULL
+/* Finishes the running tasks, drops the queued and finished ones, joins. NULL
  * is a no-op. Call before evfd is closed. */
 void ftc__par_worker_stop(ftc__par_worker_t *w);
 /* Frees a task with its buffers and wrappers. NULL is a no-op. */

@@ -398,6 +398,104 @@ static void test_member_groups(void **state)
     assert_non_null(strstr(e.msg, "the generation has 1 node(s)"));
 }
 
+/* The parity worker is a pool: 3 threads, the stripes of 4 local indices
+ * (4 tasks over one encoder slot) queued at once; every task comes back
+ * exactly once with the parity ftc__par_encode gives for its local index,
+ * and each local index's own wrapper is in its parity slot. */
+static void test_worker_pool(void **state)
+{
+    (void)state;
+    ftc_redundancy_t red;
+    ftc_err_t e = {0};
+    assert_int_equal(ftc_redundancy_parse("rs:2+1", &red, &e), 0);
+    ftc__par_geo_t g;
+    assert_int_equal(ftc__par_geometry(&red, 3, NULL, 0, &g, &e), 0);
+    char ns[64], sname[FTC_SLOT_NAME_MAX];
+    snprintf(ns, sizeof ns, "aparp%d.n0", (int)getpid());
+    uint8_t *sh[3];
+    uint64_t sz[3];
+    uint32_t ranks[3] = {0, 1, 2};
+    for (int i = 0; i < 3; i++)
+        sh[i] = ftc_test_make_shard(9, (uint32_t)i, 200000 + 999 * (uint64_t)i, 5, &sz[i]);
+    assert_int_equal(ftc_slot_name(ns, 0, 0, sname, sizeof sname, &e), 0);
+    ftc_slot_t sl;
+    assert_int_equal(ftc_slot_create(sname, sz[0], &sl, &e), 0);
+    memcpy(sl.base, sh[0], sz[0]);
+    int evfd = eventfd(0, EFD_CLOEXEC);
+    assert_true(evfd >= 0);
+    ftc__par_worker_t *w = ftc__par_worker_start(evfd, 3, &e);
+    assert_non_null(w);
+    assert_int_equal(ftc__par_worker_threads(w), 3);
+    enum { NT = 4 };
+    for (uint32_t l = 0; l < NT; l++) {
+        ftc__par_task_t *t = calloc(1, sizeof *t);
+        t->rank = 0;
+        t->local = l;
+        t->step = 9;
+        t->gen = 1;
+        t->keep = -1;
+        snprintf(t->job, sizeof t->job, "test-job");
+        snprintf(t->ns, sizeof t->ns, "%s", ns);
+        snprintf(t->slot_name, sizeof t->slot_name, "%s", sname);
+        t->slot_size = sz[0];
+        t->geo = g;
+        for (int i = 1; i < 3; i++) {
+            t->bufs[i] = malloc(sz[i]);
+            memcpy(t->bufs[i], sh[i], sz[i]);
+            t->sizes[i] = sz[i];
+        }
+        memcpy(t->ranks, ranks, sizeof ranks);
+        ftc__par_worker_submit(w, t);
+    }
+    bool seen[NT] = {false};
+    int got = 0;
+    ftc_deadline_t d = ftc_deadline_in_ms(60000);
+    while (got < NT) {
+        struct pollfd pfd = {evfd, POLLIN, 0};
+        if (ftc_deadline_expired(d))
+            fail_msg("only %d of %d parity tasks came back within 60 s", got, NT);
+        if (poll(&pfd, 1, 1000) != 1)
+            continue;
+        uint64_t v;
+        assert_int_equal(read(evfd, &v, sizeof v), (ssize_t)sizeof v);
+        for (ftc__par_task_t *t = ftc__par_worker_take(w), *next; t; t = next) {
+            next = t->next;
+            assert_int_equal(t->rc, 0);
+            assert_true(t->local < NT && !seen[t->local]);
+            seen[t->local] = true;
+            got++;
+            uint8_t *ref[3];
+            uint64_t rs[3];
+            assert_int_equal(ftc__par_encode(&g, "test-job", 9, 1, t->local,
+                                             (const uint8_t *const *)sh, sz, ranks, ref, rs, &e),
+                             0);
+            for (int i = 0; i < 3; i++) {
+                assert_int_equal(t->wsizes[i], rs[i]);
+                assert_memory_equal(t->wraps[i], ref[i], rs[i]);
+                free(ref[i]);
+            }
+            ftc__par_task_free(t);
+        }
+    }
+    ftc__par_worker_stop(w);
+    close(evfd);
+    for (uint32_t l = 0; l < NT; l++) { /* each local index's wrapper in its own slot */
+        uint8_t *buf = NULL;
+        uint64_t n = 0;
+        assert_int_equal(ftc__par_read_local(ns, FTC_PAR_OWNER(l), 9, &buf, &n, &e), 0);
+        free(buf);
+        for (int i = 0; i < 2; i++) {
+            char pn[FTC_SLOT_NAME_MAX];
+            assert_int_equal(ftc_slot_name(ns, FTC_PAR_OWNER(l), i, pn, sizeof pn, &e), 0);
+            ftc_slot_unlink(pn, &e);
+        }
+    }
+    ftc_slot_close(&sl);
+    ftc_slot_unlink(sname, &e);
+    for (int i = 0; i < 3; i++)
+        free(sh[i]);
+}
+
 /* The parity worker encodes what ftc__par_encode does, from the encoder's
  * slot mapped by name; a slot that does not verify (or holds another step)
  * gives an error and no parity (I1). Its own wrapper lands in its slot, and
@@ -424,7 +522,7 @@ static void test_worker(void **state)
     memcpy(sl.base, sh[1], sz[1]);
     int evfd = eventfd(0, EFD_CLOEXEC);
     assert_true(evfd >= 0);
-    ftc__par_worker_t *w = ftc__par_worker_start(evfd, &e);
+    ftc__par_worker_t *w = ftc__par_worker_start(evfd, 1, &e);
     assert_non_null(w);
     for (int round = 0; round < 2; round++) { /* 0: good slot; 1: corrupted */
         if (round == 1)
@@ -1129,6 +1227,7 @@ int main(void)
         cmocka_unit_test(test_encode_rebuild),
         cmocka_unit_test(test_domain_groups),
         cmocka_unit_test(test_worker),
+        cmocka_unit_test(test_worker_pool),
         cmocka_unit_test(test_idle_members),
         cmocka_unit_test(test_groups_text),
         cmocka_unit_test(test_member_groups),
