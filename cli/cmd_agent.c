@@ -71,20 +71,14 @@ static int ftc__agent_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
     ftc_err_t err = {0};
     ftc_agent_options_t o;
     memset(&o, 0, sizeof o);
-    o.struct_size = sizeof o;
-    o.version = 1;
     if (nodes < 1 || nodes > 4096 || index >= nodes || rpn < 1 || rpn > 64) {
         ec = ftc_cli_usage_error(cmd, "--nodes must be 1..4096, --index below it, "
                                       "--ranks-per-node 1..64");
         goto out;
     }
-    if (ftc_redundancy_parse(ftc_config_str(a.cfg, FTC_CFG_REDUNDANCY), &o.redundancy, &err)) {
+    /* the settings `ftc run` gives its agents too (redundancy, busy policy, ...) */
+    if (ftc_cli_agent_options(&a, &o, &err)) {
         ec = ftc_cli_usage_error(cmd, "%s", err.msg);
-        goto out;
-    }
-    const char *busy = ftc_config_str(a.cfg, FTC_CFG_CKPT_BUSY);
-    if (strcmp(busy, "wait") && strcmp(busy, "skip")) {
-        ec = ftc_cli_usage_error(cmd, "checkpoint.busy is '%s': use wait or skip", busy);
         goto out;
     }
     char dir[4096];
@@ -108,19 +102,8 @@ static int ftc__agent_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
     o.ranks_per_node = (uint32_t)rpn;
     o.node_id = node_id;
     o.domain = domain;
-    o.provider = ftc_config_str(a.cfg, FTC_CFG_FABRIC_PROVIDER)[0]
-                     ? ftc_config_str(a.cfg, FTC_CFG_FABRIC_PROVIDER)
-                     : NULL;
-    o.busy_policy = strcmp(busy, "skip") ? FTC_BUSY_WAIT : FTC_BUSY_SKIP;
-    o.max_inflight = (int)ftc_config_int(a.cfg, FTC_CFG_CKPT_INFLIGHT);
-    o.hang_min_ms = (int)ftc_config_int(a.cfg, FTC_CFG_DETECT_HANG_MS);
-    o.persist_dir = ftc_config_str(a.cfg, FTC_CFG_PERSIST_DIR);
-    o.persist_every = every_set ? (int)every : (int)ftc_config_int(a.cfg, FTC_CFG_PERSIST_EVERY);
-    ftc_persist_options_t po = FTC_PERSIST_OPTIONS_INIT;
-    ftc_persist_options_from_config(&po, a.cfg);
-    po.fault = &a.fault;
-    o.persist = po;
-    o.timeout_ms = (int)ftc_config_int(a.cfg, FTC_CFG_AGENT_TIMEOUT);
+    if (every_set)
+        o.persist_every = (int)every;
     char prefix[64];
     snprintf(prefix, sizeof prefix, "agent%llu", (unsigned long long)index);
     ftc_log_configure(ftc_log_level(), prefix);

@@ -1136,10 +1136,8 @@ static void test_shrunk_below_a_group(void **state)
     static const int on1[2] = {0, 1}, on2[1] = {0}, lost[1] = {1};
     bool gone[MAXN] = {false};
     shrink(e, 2, "node0 node1", "0:0 1:0", on1, lost, 1, 1, "node0", "0:0", on2, "5", gone);
-    char out[PATH_MAX + 32];
-    snprintf(out, sizeof out, "%s/rank0.restore.out", e->jobdir);
-    assert_true(said(out, "RESTORED 2 OK"));
-    assert_true(said(out, "COMMITTED 4"));
+    assert_true(restores_said(e, 1, 2, "RESTORED 2 OK"));
+    assert_true(restores_said(e, 1, 2, "COMMITTED 4"));
     assert_true(agent_said(e, 0, "generation 2 has 1 node(s), a parity group needs more than 1: "
                                  "checkpoints commit with this node's memory alone"));
     teardown_env(e);
