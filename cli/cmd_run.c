@@ -292,6 +292,15 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
         ec = ftc_cli_usage_error(cmd, "%s", err.msg);
         goto out;
     }
+    const ftc_redundancy_t *red = &o.agent.redundancy;
+    int par_m = red->kind == FTC_RED_XOR ? 1 : red->kind == FTC_RED_RS ? red->m : 0;
+    if (par_m && mn <= par_m) {
+        char rs[32];
+        FTC_WARN("run", "--nnodes MIN %d: a generation of %d node(s) has too few for a parity "
+                 "group of redundancy %s (more than %d): its checkpoints would commit without "
+                 "parity until more nodes join; use MIN >= %d", mn, mn,
+                 ftc_redundancy_str(red, rs, sizeof rs), par_m, par_m + 1);
+    }
     static char dir[4096];
     ftc_job_dir(a.cfg, dir, sizeof dir);
     if (mkdir(dir, 0700) && errno != EEXIST) {
