@@ -1196,6 +1196,9 @@ static void ftc__on_begin(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
         ftc__reply_error(r->fd, FTC_EINVAL, "BEGIN before SLOTS");
         return;
     }
+    /* a new BEGIN supersedes a parked one (the rank gave up waiting for it):
+     * it must not be answered later, into this BEGIN's reply */
+    r->begin_waiting = false;
     int s = ftc__begin_slot(a, r);
     if (s >= 0) {
         ftc__send_begin_ok(r, s, m->step);
@@ -2037,6 +2040,7 @@ typedef struct ftc__where {
 struct ftc__agent_par {
     ftc__par_geo_t geo;
     bool resolved;          /* geo is final (ftc__par_resolve) */
+    bool late_warned;       /* the "plan member not known" warning was logged */
     bool few;               /* resolved: the generation has too few nodes for a group
                              * (M or fewer): its checkpoints use the replica path */
     bool conflict;          /* the published groups do not fit this agent (why) */
@@ -2371,15 +2375,19 @@ static int ftc__par_resolve(ftc_agent_t *a)
     /* the generation's nodes: its plan's members (ftc run), else all */
     const uint32_t *wm = NULL;
     uint32_t nm = a->o.nodes;
-    bool known = ftc__gen_nodes(a, a->generation, &wm, &nm);
-    if (!known && !late)
-        return 0; /* a member's agent is not known yet: retried */
-    if (!known) {
-        FTC_WARN("agent", "parity groups: the plan of generation %" PRIu64 " (ftc:{%s}:plan:%"
-                 PRIu64 ") names a node whose agent did not publish its address within %d ms: "
-                 "forming the groups over all %u nodes", a->generation, a->job, a->generation,
-                 a->o.timeout_ms, a->o.nodes);
-        wm = NULL, nm = a->o.nodes;
+    if (!ftc__gen_nodes(a, a->generation, &wm, &nm)) {
+        /* a member's agent is not known yet (or Redis did not answer):
+         * retried. Never formed over other nodes than the plan's: agents
+         * that know the plan would refuse such groups. A version waiting
+         * for the groups fails after its deadline (ftc__par_try_push). */
+        if (late && !p->late_warned) {
+            p->late_warned = true;
+            FTC_WARN("agent", "parity groups: the plan of generation %" PRIu64 " (ftc:{%s}:plan:%"
+                     PRIu64 ") names a node whose agent has not published its address after %d "
+                     "ms (or Redis does not answer): no parity groups until it does",
+                     a->generation, a->job, a->generation, a->o.timeout_ms);
+        }
+        return 0;
     }
     int m = a->o.redundancy.kind == FTC_RED_XOR ? 1 : a->o.redundancy.m;
     if (nm <= (uint32_t)m) {
@@ -2537,6 +2545,7 @@ static void ftc__par_fail(ftc_agent_t *a, ftc__rank_t *r, int s, int code, const
     for (int o = 0; o < NS; o++)
         if (o != s)
             ftc__try_push(a, r, o);
+    ftc__answer_begin(a, r); /* a BEGIN parked for this slot (checkpoint.inflight 1) */
 }
 
 /* Parity mode's part of ftc__try_push: false when the replica path should
@@ -2574,7 +2583,7 @@ static bool ftc__par_try_push(ftc_agent_t *a, ftc__rank_t *r, int s)
             return true; /* retried by the poll */
         r->pushed[s] = true;
         ftc__par_fail(a, r, s, FTC_ETIMEDOUT, "the parity groups are not formed (waiting for "
-                      "every node's failure domain)");
+                      "a plan member's agent or every node's failure domain)");
         return true;
     }
     if (a->par->few)

@@ -131,6 +131,14 @@ static int ftc__call(ftc_ctx_t *c, const ftc_ap_msg_t *req, int want, ftc_ap_msg
         if (rep->type == FTC_AP_ERROR)
             return ftc_err_set(&c->err, rep->status < 0 ? rep->status : FTC_EIO, "agent: %s",
                                rep->text);
+        if (want == FTC_AP_BEGIN_OK && (rep->type == FTC_AP_BEGIN_OK || rep->type == FTC_AP_SKIP) &&
+            rep->step != req->step) {
+            /* the late answer to an earlier BEGIN this rank gave up on */
+            FTC_WARN("ftc", "rank %u: dropped the agent's late answer to the checkpoint of "
+                     "step %llu (waiting for step %llu's)", c->rank,
+                     (unsigned long long)rep->step, (unsigned long long)req->step);
+            continue;
+        }
         if (rep->type == want || (want == FTC_AP_BEGIN_OK && rep->type == FTC_AP_SKIP))
             return 0;
         return ftc_err_set(&c->err, FTC_EPROTO, "agent answered type %u, expected %d",

@@ -1548,8 +1548,10 @@ static int tp_post_data(ftc_repl_t *r, xfer_t *x, tx_peer_t *tp, tx_chunk_t *c, 
         return rc;
     }
     c->dwait = false;
-    if (rc < 0)
+    if (rc < 0) {
+        c->dreq.status = rc; /* not the previous chunk's DONE: nothing was sent */
         return ftc_err_set(&r->err, rc, "%s", ftc_fabric_errmsg(r->fab));
+    }
     tp->blocked = false;
     return 0;
 }
@@ -2038,16 +2040,18 @@ int ftc_repl_peer_remove(ftc_repl_t *r, uint32_t node)
             continue;
         bool hit = x->kind == XK_FETCH ? x->fpeer == node : false;
         for (int j = 0; j < x->ntp; j++)
-            if (x->tp[j].node == node && x->tp[j].state != TP_OK &&
-                x->tp[j].state != TP_FAIL) {
+            if (x->tp[j].node == node && x->tp[j].state != TP_OK) {
+                /* a failed peer too: a DATA held back (dwait) would only be
+                 * retried while the peer exists, keeping the push open */
                 ftc_fabric_req_t *reqs[129];
                 size_t n = tp_pending(&x->tp[j], r->window, reqs);
                 cancel_reqs(r, reqs, n);
                 x->tp[j].inflight = 0;
                 for (int c = 0; c < r->window; c++)
                     x->tp[j].ch[c].busy = x->tp[j].ch[c].dwait = false;
-                tp_fail(x, &x->tp[j], FTC_ECANCELED, "peer %u removed during the transfer of "
-                        "owner %u step %llu", node, x->owner, (unsigned long long)x->step);
+                if (x->tp[j].state != TP_FAIL)
+                    tp_fail(x, &x->tp[j], FTC_ECANCELED, "peer %u removed during the transfer "
+                            "of owner %u step %llu", node, x->owner, (unsigned long long)x->step);
             }
         if (hit)
             xfer_abort(r, x, FTC_ECANCELED, "peer removed");
