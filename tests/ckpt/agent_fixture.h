@@ -246,6 +246,14 @@ static inline bool said(const char *file, const char *what)
     return y;
 }
 
+/* True when node i's agent log (all its incarnations) has what. */
+static inline bool agent_said(env_t *e, int i, const char *what)
+{
+    char log[PATH_MAX + 32];
+    snprintf(log, sizeof log, "%s/agent%d.log", e->jobdir, i);
+    return said(log, what);
+}
+
 /* Runs all `nodes` ranks for `steps` steps (each on its own node). */
 static inline void run_all(env_t *e, const char *steps)
 {

@@ -19,7 +19,8 @@
  *     FTC_EAGAIN) until a commit frees one, and a checkpoint_waiting event
  *     says so; checkpoint.inflight 1: a checkpoint waits for the previous
  *     version's commit although slots are free, and the third slot's memory
- *     is never reserved.
+ *     is never reserved; a BEGIN parked behind a version whose parity fails
+ *     is answered at the failure.
  */
 #include "ftc_test.h"
 
@@ -476,6 +477,31 @@ static void test_inflight_one(void **state)
     teardown_env(e);
 }
 
+/* A BEGIN parked by checkpoint.inflight 1 behind a version whose parity
+ * then fails is answered at the failure, not left for the client's
+ * timeout: xor:2 on 3 nodes, only rank 0 of 3 checkpoints, so its encode
+ * of step 0 waits for the other members' shards until the agent timeout
+ * (8 s here) and fails; the parked checkpoint of step 1 then returns 0. */
+static void test_inflight_one_parity_failure(void **state)
+{
+    setenv("FTC_CHECKPOINT_INFLIGHT", "1", 1);
+    env_t *e = setup_env(*state, 3, "xor:2", 1000);
+    unsetenv("FTC_CHECKPOINT_INFLIGHT");
+    static float w0[4096];
+    ftc_ctx_t *c0 = open_ctx(e, 0, 0, 3, w0, 4096);
+    assert_int_equal(ftc_checkpoint(c0, 0, NULL, 0), 0);
+    assert_int_equal(ftc_wait_snapshot(c0), 0);
+    uint64_t t0 = ftc_now_ns();
+    int rc = ftc_checkpoint(c0, 1, NULL, 0); /* parked until step 0's parity fails */
+    print_message("checkpoint of step 1 returned %s after %.1f s (%s)\n", ftc_errname(rc),
+                  (double)(ftc_now_ns() - t0) / 1e9, rc ? ftc_last_error(c0) : "");
+    assert_int_equal(rc, 0);
+    assert_int_equal(ftc_wait_snapshot(c0), 0);
+    assert_true(agent_said(e, 0, "parity not stored"));
+    ftc_destroy(c0);
+    teardown_env(e);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
 
 int main(void)
@@ -494,6 +520,7 @@ int main(void)
         T(test_persist_every_third_commit),
         T(test_busy_wait_policy),
         T(test_inflight_one),
+        T(test_inflight_one_parity_failure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

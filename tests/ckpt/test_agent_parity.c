@@ -735,13 +735,6 @@ static void test_domain_groups(void **state)
 
 /* ---- end to end ---------------------------------------------------------------- */
 
-static bool agent_said(env_t *e, int i, const char *what)
-{
-    char log[PATH_MAX + 32];
-    snprintf(log, sizeof log, "%s/agent%d.log", e->jobdir, i);
-    return said(log, what);
-}
-
 /* Prints the encode times the agents logged (the parity worker's). */
 static void print_encode_times(env_t *e)
 {
