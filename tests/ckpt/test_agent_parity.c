@@ -398,6 +398,36 @@ static void test_member_groups(void **state)
     assert_non_null(strstr(e.msg, "the generation has 1 node(s)"));
 }
 
+/* An encode task as the agent hands it to the worker: member `self` (its
+ * rank in ranks[self]) encodes local index `local` of `step` from its slot
+ * `sname` (namespace ns) and copies of the other members' shards. */
+static ftc__par_task_t *encode_task(const char *ns, const char *sname, uint64_t step,
+                                    uint32_t local, const ftc__par_geo_t *g, int self,
+                                    uint8_t *const *sh, const uint64_t *sz, const uint32_t *ranks)
+{
+    ftc__par_task_t *t = calloc(1, sizeof *t);
+    assert_non_null(t);
+    t->rank = ranks[self];
+    t->local = local;
+    t->step = step;
+    t->gen = 1;
+    t->keep = -1;
+    snprintf(t->job, sizeof t->job, "test-job");
+    snprintf(t->ns, sizeof t->ns, "%s", ns);
+    snprintf(t->slot_name, sizeof t->slot_name, "%s", sname);
+    t->slot_size = sz[self];
+    t->geo = *g;
+    for (int i = 0; i < g->n; i++) {
+        if (i == self)
+            continue;
+        t->bufs[i] = malloc(sz[i]);
+        memcpy(t->bufs[i], sh[i], sz[i]);
+        t->sizes[i] = sz[i];
+    }
+    memcpy(t->ranks, ranks, sizeof(uint32_t) * (size_t)g->n);
+    return t;
+}
+
 /* The parity worker is a pool: 3 threads, the stripes of 4 local indices
  * (4 tasks over one encoder slot) queued at once; every task comes back
  * exactly once with the parity ftc__par_encode gives for its local index,
@@ -427,26 +457,8 @@ static void test_worker_pool(void **state)
     assert_non_null(w);
     assert_int_equal(ftc__par_worker_threads(w), 3);
     enum { NT = 4 };
-    for (uint32_t l = 0; l < NT; l++) {
-        ftc__par_task_t *t = calloc(1, sizeof *t);
-        t->rank = 0;
-        t->local = l;
-        t->step = 9;
-        t->gen = 1;
-        t->keep = -1;
-        snprintf(t->job, sizeof t->job, "test-job");
-        snprintf(t->ns, sizeof t->ns, "%s", ns);
-        snprintf(t->slot_name, sizeof t->slot_name, "%s", sname);
-        t->slot_size = sz[0];
-        t->geo = g;
-        for (int i = 1; i < 3; i++) {
-            t->bufs[i] = malloc(sz[i]);
-            memcpy(t->bufs[i], sh[i], sz[i]);
-            t->sizes[i] = sz[i];
-        }
-        memcpy(t->ranks, ranks, sizeof ranks);
-        ftc__par_worker_submit(w, t);
-    }
+    for (uint32_t l = 0; l < NT; l++)
+        ftc__par_worker_submit(w, encode_task(ns, sname, 9, l, &g, 0, sh, sz, ranks));
     bool seen[NT] = {false};
     int got = 0;
     ftc_deadline_t d = ftc_deadline_in_ms(60000);
@@ -527,22 +539,7 @@ static void test_worker(void **state)
     for (int round = 0; round < 2; round++) { /* 0: good slot; 1: corrupted */
         if (round == 1)
             sl.base[sz[1] / 2] ^= 1;
-        ftc__par_task_t *t = calloc(1, sizeof *t);
-        t->rank = 1;
-        t->step = 7;
-        t->gen = 1;
-        t->keep = -1;
-        snprintf(t->job, sizeof t->job, "test-job");
-        snprintf(t->ns, sizeof t->ns, "%s", ns);
-        snprintf(t->slot_name, sizeof t->slot_name, "%s", sname);
-        t->slot_size = sz[1];
-        t->geo = g;
-        for (int i = 0; i < 3; i += 2) {
-            t->bufs[i] = malloc(sz[i]);
-            memcpy(t->bufs[i], sh[i], sz[i]);
-            t->sizes[i] = sz[i];
-        }
-        memcpy(t->ranks, ranks, sizeof ranks);
+        ftc__par_task_t *t = encode_task(ns, sname, 7, 0, &g, 1, sh, sz, ranks);
         ftc__par_worker_submit(w, t);
         struct pollfd pfd = {evfd, POLLIN, 0};
         assert_int_equal(poll(&pfd, 1, 30000), 1); /* a deadline, not a timing assertion */

@@ -319,9 +319,9 @@ fi
 # committed shard is rebuilt there from parity of the committed generation's
 # group (the survivor's data fetched, the parity the moved-to node holds read
 # from its own replica store), with no persist tier, and checked byte for
-# byte. The shrunk generation cannot commit yet under parity (its groups
-# still span the lost node: docs/agent.md "Not yet"), so the job is stopped
-# once both ranks restored.
+# byte. The shrunk generation forms its parity groups over its 2 nodes
+# (docs/agent.md "Groups of a generation") and commits: the job is stopped
+# once it committed 5 steps past its restore.
 if want 9; then
 J9=run${tag}j
 f0=$fails
