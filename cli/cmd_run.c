@@ -358,7 +358,10 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
     o.tp = (int)tp;
     o.pp = (int)pp;
     o.agent.domain = domain;
-    o.hosts_redis = srv != NULL && !simulate; /* simulated: this process outlives the nodes */
+    /* the Redis this process runs stops when it exits: its node(s) wait
+     * (bounded) until every member of the last generation saw the job done,
+     * a node outside the simulation (a replacement, a returning node) too */
+    o.hosts_redis = srv != NULL;
     o.argv = argv + dd + 1;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

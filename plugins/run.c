@@ -879,19 +879,59 @@ static bool ftc__fabric_current(ftc__sup_t *s, int *missing)
     return all;
 }
 
+static bool ftc__hb_exists(ftc__sup_t *s, const char *node);
+
+/* Whether a member of generation gen's plan heartbeats: the job is running
+ * (true too when the plan cannot be read: then it may be). False for a job
+ * whose every node is gone, e.g. a whole job started again on its Redis. */
+static bool ftc__gen_running(ftc__sup_t *s, uint64_t gen)
+{
+    char key[256], suffix[48];
+    snprintf(suffix, sizeof suffix, "plan:%" PRIu64, gen);
+    ftc_ctl_key(s->ctl, suffix, key, sizeof key);
+    ftc_redis_reply_t *rep = NULL;
+    const char *v = NULL;
+    size_t len = 0;
+    char *members = NULL;
+    if (ftc_redis_cmdv(ftc_ctl_redis(s->ctl), true, &rep, "HGET", key, "members", NULL) == 0 &&
+        ftc_redis_want_str(rep, "plan members", &v, &len, NULL) == 0)
+        members = strndup(v, len);
+    ftc_redis_reply_free(rep);
+    if (!members)
+        return true;
+    bool alive = false;
+    for (char *sv = NULL, *t = strtok_r(members, " ", &sv); t && !alive;
+         t = strtok_r(NULL, " ", &sv))
+        alive = ftc__hb_exists(s, t);
+    free(members);
+    return alive;
+}
+
 /* A node joining a running job: the grow round it opens interrupts every
  * member, so it waits for the next checkpoint boundary (the committed step
  * moves: what the members computed is then in a committed version), at
- * most grow_wait_ms. True when a round was opened meanwhile. */
-static bool ftc__grow_boundary(ftc__sup_t *s, const char *job)
+ * most grow_wait_ms. True when a round was opened meanwhile. A job of
+ * generation gen whose members are all gone (a whole job restarted on its
+ * Redis) has no boundary to wait for. */
+static bool ftc__grow_boundary(ftc__sup_t *s, const char *job, uint64_t gen)
 {
     int64_t c0 = -1, c = -1;
     uint64_t cg;
     if (s->o->grow_wait_ms <= 0 || ftc_ctl_committed(s->ctl, &c0, &cg) != 0)
         return false;
-    uint64_t t0 = ftc_wall_ms();
+    uint64_t t0 = ftc_wall_ms(), next_look = 0;
     ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)s->o->grow_wait_ms);
     while (!ftc_deadline_expired(d)) {
+        /* every 250 ms: is anybody still running generation gen? (the
+         * heartbeats of a job killed just before expire within their TTL) */
+        if (ftc_wall_ms() >= next_look) {
+            next_look = ftc_wall_ms() + 250;
+            if (!ftc__gen_running(s, gen)) {
+                FTC_INFO("run", "generation %" PRIu64 " has no live member: joining at once "
+                         "(no checkpoint boundary to wait for)", gen);
+                return false;
+            }
+        }
         ftc_sleep_ms(5);
         uint64_t g;
         bool open = false;
@@ -1276,7 +1316,7 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
             if (g > 0 && open)
                 FTC_INFO("run", "a round is open (generation %" PRIu64 " ended): joining it", g);
             /* (a round opened while it waited, by a failure: join that one) */
-            if (g > 0 && !open && !ftc__grow_boundary(s, o->job)) {
+            if (g > 0 && !open && !ftc__grow_boundary(s, o->job, g)) {
                 bool opened = false;
                 char why[128];
                 snprintf(why, sizeof why, "node %s joins", s->node_id);

@@ -86,7 +86,9 @@ typedef struct ftc_run_options {
     bool in_process;           /* --in-process: surviving ranks continue in their process
                                   (plugins/inproc.h); default: restart mode */
     bool hosts_redis;          /* this process runs the job's embedded Redis (node 0 of a
-                                  real multi-node job): at the job's end it returns only
+                                  real multi-node job, or the nodes of --simulate-nodes,
+                                  which a node from outside may join): at the job's end
+                                  it returns only
                                   once every node saw the job done (at most 15 s), so the
                                   Redis it then stops outlives their last read */
     int tp, pp;                /* --tp / --pp: the job's fixed tensor / pipeline degrees for

@@ -25,7 +25,9 @@
 #      node lost and replaced: its rank's shard is rebuilt from parity;
 #   9. parity (xor:2, --tp 2), a node lost and not replaced: the job shrinks,
 #      the moved rank's shard is rebuilt from parity on a survivor, and the
-#      shrunk generation forms its parity groups over its 2 nodes and commits.
+#      shrunk generation forms its parity groups over its 2 nodes and commits;
+#   0. (10) the whole job killed and started again on its Redis (`ftc redis`):
+#      it joins at once and restores the committed step.
 #
 # usage: test_run.sh PATH/TO/ftc PATH/TO/rank_main PATH/TO/ckptfile_main
 set -u
@@ -47,7 +49,7 @@ trap cleanup EXIT
 . "$(dirname "$0")/lib.sh" # check, count, committed, wait_committed
 export FTC_LOG_LEVEL=${FTC_LOG_LEVEL:-info}
 # FTC_RUN_ONLY=24 runs scenarios 2 and 4 only (while debugging)
-want() { case ${FTC_RUN_ONLY:-123456789} in *$1*) return 0 ;; esac; return 1; }
+want() { case ${FTC_RUN_ONLY:-1234567890} in *$1*) return 0 ;; esac; return 1; }
 
 # ---- 1. a rank dies -------------------------------------------------------------------
 if want 1; then
@@ -352,6 +354,45 @@ check "9: the moved rank was rebuilt from parity of its committed group" \
 check "9: and restored from it" grep -q 'rank 1 restored step [0-9]* rebuilt from parity' "$T/9.out"
 check "9: no bad restore, no failed rebuild" bash -c "! grep -q 'RESTORED [0-9]* BAD\|RESTORE NONE: agent: no verified copy\|parity rebuild:' '$T/9.out'"
 [ $fails -eq $f0 ] || { echo "--- output of 9:"; tail -80 "$T/9.out"; }
+fi
+
+# ---- 10. the whole job killed and started again on its Redis --------------------------------
+# `ftc redis` keeps the job's Redis; the job is killed (every process,
+# SIGKILL) once step 5 is committed and started again with the same job id:
+# its nodes find generation 1 with nobody alive and join at once (not after
+# --grow-wait-ms waiting for a checkpoint boundary that cannot come), and the
+# ranks restore the committed step from the slots left in /dev/shm.
+if want 0; then
+J10=run${tag}k
+f0=$fails
+mkdir -p "$T/j10"
+"$FTC" redis --job "$J10" --job-dir "$T/j10" >"$T/10.redis.out" 2>&1 &
+rpid=$!
+pids+=($rpid)
+for i in $(seq 100); do [ -s "$T/j10/redis.url" ] && break; sleep 0.1; done
+setsid "$FTC" run --simulate-nodes 2 --job "$J10" --job-dir "$T/j10" --max-restarts 1 \
+    --settle-ms 300 -- "$RANK" --steps 200 --step-ms 40 --floats 4096 --restore --strict \
+    >"$T/10.out" 2>&1 &
+runpid=$!
+pids+=($runpid)
+check "10: the job committed step 5" wait_committed "$J10" "$T/j10" 5 60
+kill -9 -- -"$runpid" 2>/dev/null # the whole job: supervisors, agents, ranks
+wait "$runpid" 2>/dev/null
+timeout 120 "$FTC" run --simulate-nodes 2 --job "$J10" --job-dir "$T/j10" --max-restarts 1 \
+    --settle-ms 300 --grow-wait-ms 60000 -- "$RANK" --steps 12 --step-ms 40 --floats 4096 \
+    --restore --strict >"$T/10b.out" 2>&1
+rc=$?
+check "10: the restarted job finished (exit $rc)" test $rc -eq 0
+check "10: it joined at once: generation 1 had no live member" \
+    grep -q "generation 1 has no live member: joining at once" "$T/10b.out"
+check "10: and did not wait for a checkpoint boundary" \
+    bash -c "! grep -q 'joining without a checkpoint boundary' '$T/10b.out'"
+check "10: both ranks restored a committed step, byte for byte" \
+    test "$(count 'RESTORED [0-9]* OK' "$T/10b.out")" -ge 2
+check "10: no bad restore, no error" bash -c "! grep -q 'RESTORED [0-9]* BAD\|^ERROR' '$T/10b.out'"
+kill "$rpid" 2>/dev/null
+wait "$rpid" 2>/dev/null
+[ $fails -eq $f0 ] || { echo "--- output of 10b:"; tail -60 "$T/10b.out"; }
 fi
 
 if [ $fails -ne 0 ]; then
