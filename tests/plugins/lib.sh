@@ -8,6 +8,14 @@ check() { # check DESCRIPTION COMMAND...
     if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; fails=$((fails + 1)); fi
 }
 count() { grep -c -- "$1" "$2" 2>/dev/null || true; } # count PATTERN FILE
+no_errors() { # EXTRA_PATTERN FILE...: no BAD restore, no EXTRA_PATTERN ("" for none), and no
+    # ERROR but those of a killed node's rank losing its agent socket (its agent died first:
+    # the socket reads as closed, or as reset, or writes into a broken pipe)
+    local extra=$1
+    shift
+    ! cat "$@" | grep -v 'agent socket[a-z ]*: \(connection closed by the other side\|Connection reset by peer\|Broken pipe\)' |
+        grep -q "RESTORED [0-9]* BAD\|^ERROR${extra:+\\|$extra}"
+}
 committed() { # JOB DIR: the job's committed step (-1 while none), from `ftc status --json`
     "$FTC" status --json --job "$1" --job-dir "$2" 2>/dev/null |
         sed -n 's/.*"committed_step": *\(-\{0,1\}[0-9]*\).*/\1/p' | head -1
