@@ -886,24 +886,15 @@ static bool ftc__hb_exists(ftc__sup_t *s, const char *node);
  * whose every node is gone, e.g. a whole job started again on its Redis. */
 static bool ftc__gen_running(ftc__sup_t *s, uint64_t gen)
 {
-    char key[256], suffix[48];
-    snprintf(suffix, sizeof suffix, "plan:%" PRIu64, gen);
-    ftc_ctl_key(s->ctl, suffix, key, sizeof key);
-    ftc_redis_reply_t *rep = NULL;
-    const char *v = NULL;
-    size_t len = 0;
-    char *members = NULL;
-    if (ftc_redis_cmdv(ftc_ctl_redis(s->ctl), true, &rep, "HGET", key, "members", NULL) == 0 &&
-        ftc_redis_want_str(rep, "plan members", &v, &len, NULL) == 0)
-        members = strndup(v, len);
-    ftc_redis_reply_free(rep);
-    if (!members)
+    char *members = NULL, *ranks = NULL;
+    if (ftc__plan_read(s, gen, &members, &ranks))
         return true;
     bool alive = false;
     for (char *sv = NULL, *t = strtok_r(members, " ", &sv); t && !alive;
          t = strtok_r(NULL, " ", &sv))
         alive = ftc__hb_exists(s, t);
     free(members);
+    free(ranks);
     return alive;
 }
 
