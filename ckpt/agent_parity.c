@@ -186,12 +186,6 @@ int ftc__par_geometry_in(const ftc_redundancy_t *red, uint32_t nodes, const uint
     return 0;
 }
 
-int ftc__par_groups_str(const ftc_redundancy_t *red, uint32_t nodes, const char *const *domains,
-                        char **out, ftc_err_t *err)
-{
-    return ftc__par_groups_str_in(red, nodes, NULL, 0, domains, out, err);
-}
-
 int ftc__par_groups_str_in(const ftc_redundancy_t *red, uint32_t nodes, const uint32_t *members,
                            uint32_t nm, const char *const *domains, char **out, ftc_err_t *err)
 {
@@ -231,12 +225,6 @@ int ftc__par_groups_str_in(const ftc_redundancy_t *red, uint32_t nodes, const ui
     free(buf);
     *out = text;
     return 0;
-}
-
-int ftc__par_groups_parse(const char *text, const ftc_redundancy_t *red, uint32_t nodes,
-                          uint32_t index, ftc__par_geo_t *geo, ftc_err_t *err)
-{
-    return ftc__par_groups_parse_in(text, red, nodes, NULL, 0, index, geo, err);
 }
 
 int ftc__par_groups_parse_in(const char *text, const ftc_redundancy_t *red, uint32_t nodes,

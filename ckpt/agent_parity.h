@@ -102,29 +102,22 @@ int ftc__par_geometry_in(const ftc_redundancy_t *red, uint32_t nodes, const uint
                          uint32_t nm, const char *const *domains, uint32_t index,
                          ftc__par_geo_t *geo, ftc_err_t *err);
 
-/* Every group of the job as text, for `ftc:{J}:pargroups:GEN` (docs/
+/* Every group of a generation as text, for `ftc:{J}:pargroups:GEN` (docs/
  * redis-keys.md): "RED NODES ORDER G0 G1 ...", RED the redundancy
- * ("xor:2"), ORDER "index" or "domain", each group its node indices in
- * ascending order, comma-separated ("xor:2 6 domain 0,2,4 1,3,5"). The
- * groups are ftc__par_geometry's for every node (same arguments). *out is
- * malloc'd. */
-int ftc__par_groups_str(const ftc_redundancy_t *red, uint32_t nodes, const char *const *domains,
-                        char **out, ftc_err_t *err);
-/* ... of a generation's members (ftc__par_geometry_in): NODES stays the
- * job's node count, the groups cover the members only. */
+ * ("xor:2"), NODES the job's node count, ORDER "index" or "domain", each
+ * group its node indices in ascending order, comma-separated ("xor:2 6
+ * domain 0,2,4 1,3,5"). The groups are ftc__par_geometry_in's for every
+ * member (same arguments; members NULL: all nodes), so they cover the
+ * members only. *out is malloc'd. */
 int ftc__par_groups_str_in(const ftc_redundancy_t *red, uint32_t nodes, const uint32_t *members,
                            uint32_t nm, const char *const *domains, char **out, ftc_err_t *err);
 
-/* Node `index`'s group from a published text (ftc__par_groups_str's form).
- * FTC_ECONFIG naming both when it is for another redundancy or node count;
- * FTC_EPROTO when it is not a partition of the nodes into groups of more
- * than M and at most FTC_PARITY_MAX members. geo->dom_max is 0 (the
- * publisher's domains are not known). */
-int ftc__par_groups_parse(const char *text, const ftc_redundancy_t *red, uint32_t nodes,
-                          uint32_t index, ftc__par_geo_t *geo, ftc_err_t *err);
-/* ... when the groups are a partition of a generation's members (NULL: all
- * nodes): FTC_EPROTO also when a group names a node that is not a member;
- * FTC_EINVAL when index is not a member. */
+/* Node `index`'s group from a published text (ftc__par_groups_str_in's
+ * form). FTC_ECONFIG naming both when it is for another redundancy or node
+ * count; FTC_EPROTO when it is not a partition of the generation's members
+ * (NULL: all nodes) into groups of more than M and at most FTC_PARITY_MAX
+ * members, or names a node that is not a member; FTC_EINVAL when index is
+ * not a member. geo->dom_max is 0 (the publisher's domains are not known). */
 int ftc__par_groups_parse_in(const char *text, const ftc_redundancy_t *red, uint32_t nodes,
                              const uint32_t *members, uint32_t nm, uint32_t index,
                              ftc__par_geo_t *geo, ftc_err_t *err);

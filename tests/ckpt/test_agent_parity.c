@@ -290,12 +290,12 @@ static void test_groups_text(void **state)
     const char *want[] = {"xor:2 6 index 0,1,2 3,4,5", "xor:2 6 domain 0,2,4 1,3,5"};
     for (int k = 0; k < 2; k++) {
         char *text;
-        assert_int_equal(ftc__par_groups_str(&red, 6, doms[k], &text, &e), 0);
+        assert_int_equal(ftc__par_groups_str_in(&red, 6, NULL, 0, doms[k], &text, &e), 0);
         assert_string_equal(text, want[k]);
         for (uint32_t i = 0; i < 6; i++) {
             ftc__par_geo_t a, b;
             assert_int_equal(ftc__par_geometry(&red, 6, doms[k], i, &a, &e), 0);
-            assert_int_equal(ftc__par_groups_parse(text, &red, 6, i, &b, &e), 0);
+            assert_int_equal(ftc__par_groups_parse_in(text, &red, 6, NULL, 0, i, &b, &e), 0);
             assert_true(a.n == b.n && a.m == b.m && a.d == b.d && a.member == b.member &&
                         a.first == b.first && a.xor_code == b.xor_code &&
                         a.by_domain == b.by_domain);
@@ -304,24 +304,28 @@ static void test_groups_text(void **state)
         free(text);
     }
     char *text;
-    assert_int_equal(ftc__par_groups_str(&red, 7, NULL, &text, &e), 0); /* leftover joins */
+    /* leftover joins */
+    assert_int_equal(ftc__par_groups_str_in(&red, 7, NULL, 0, NULL, &text, &e), 0);
     assert_string_equal(text, "xor:2 7 index 0,1,2 3,4,5,6");
     free(text);
     ftc__par_geo_t g;
-    assert_int_equal(ftc__par_groups_parse("xor:2 6 index 0,1,2 3,4,5", &red, 7, 0, &g, &e),
+    assert_int_equal(ftc__par_groups_parse_in("xor:2 6 index 0,1,2 3,4,5", &red, 7, NULL, 0, 0, &g,
+                                              &e),
                      FTC_ECONFIG);
     assert_non_null(strstr(e.msg, "xor:2 on 6 nodes"));
     assert_non_null(strstr(e.msg, "xor:2 on 7 nodes"));
     print_message("%s\n", e.msg);
     assert_int_equal(ftc_redundancy_parse("rs:2+1", &other, &e), 0);
-    assert_int_equal(ftc__par_groups_parse("xor:2 6 index 0,1,2 3,4,5", &other, 6, 0, &g, &e),
+    assert_int_equal(ftc__par_groups_parse_in("xor:2 6 index 0,1,2 3,4,5", &other, 6, NULL, 0,
+                                              0, &g, &e),
                      FTC_ECONFIG);
     assert_non_null(strstr(e.msg, "rs:2+1 on 6 nodes"));
     const char *bad[] = {"xor:2 6 index 0,1,2 3,4",     "xor:2 6 index 0,1,2 2,3,4,5",
                          "xor:2 6 index 0,1,2,3,4 5",   "xor:2 6 index 0,1,2 3,4,9",
                          "xor:2 6 sideways 0,1,2 3,4,5", "xor:2 6 index 0;1;2 3,4,5", "junk"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        assert_int_equal(ftc__par_groups_parse(bad[i], &red, 6, 0, &g, &e), FTC_EPROTO);
+        assert_int_equal(ftc__par_groups_parse_in(bad[i], &red, 6, NULL, 0, 0, &g, &e),
+                         FTC_EPROTO);
         printf("# '%s': %s\n", bad[i], e.msg);
     }
 }
@@ -370,7 +374,7 @@ static void test_member_groups(void **state)
         }
         /* the same text read as all nodes' groups: members are missing */
         ftc__par_geo_t g;
-        assert_int_equal(ftc__par_groups_parse(text, &red, cases[c].nodes, 0, &g, &e),
+        assert_int_equal(ftc__par_groups_parse_in(text, &red, cases[c].nodes, NULL, 0, 0, &g, &e),
                          FTC_EPROTO);
         assert_non_null(strstr(e.msg, "in no group"));
         free(text);
