@@ -2050,6 +2050,7 @@ struct ftc__agent_par {
     ftc__par_worker_t *worker; /* encodes off the control loop */
     ftc__enc_t enc[FTC_AGENT_MAX_RANKS];
     ftc__where_t where[2];  /* cache: the current and the committed generation's */
+    char where_why[240];    /* why the last ftc__where returned NULL */
 };
 
 static void ftc__job_free(ftc__job_t *j)
@@ -2086,7 +2087,8 @@ static int ftc__cmp_u32(const void *x, const void *y)
 }
 
 /* The locations of generation gen's ranks (cached); NULL while a member of
- * its plan has no known agent yet (the caller retries). */
+ * its plan has no known agent yet, or while Redis does not answer (the
+ * caller retries; a->par->where_why says which). */
 static const ftc__where_t *ftc__where(ftc_agent_t *a, uint64_t gen)
 {
     for (int i = 0; i < 2; i++)
@@ -2102,7 +2104,11 @@ static const ftc__where_t *ftc__where(ftc_agent_t *a, uint64_t gen)
     if (ftc_redis_cmdv(ftc_ctl_redis(a->ctl), true, &rep, "HMGET", key, "members", "ranks",
                        NULL) != 0) {
         ftc_redis_reply_free(rep);
-        return NULL; /* Redis did not answer: not cached as "no plan" (retried) */
+        snprintf(a->par->where_why, sizeof a->par->where_why,
+                 "Redis did not answer the read of generation %" PRIu64 "'s plan (%s): is the "
+                 "job's Redis up?",
+                 gen, ftc_redis_errstr(ftc_ctl_redis(a->ctl)));
+        return NULL; /* not cached as "no plan" (retried) */
     }
     bool planned = ftc_redis_want_array(rep, "HMGET plan", 2, &el, &n, NULL) == 0 &&
                    ftc_redis_want_str(el[0], "plan", &mv, &ml, NULL) == 0 &&
@@ -2110,7 +2116,7 @@ static const ftc__where_t *ftc__where(ftc_agent_t *a, uint64_t gen)
     ftc__where_t w = {.gen = gen, .planned = planned};
     char *members = planned ? strndup(mv, ml) : NULL, *ranks = planned ? strndup(rv, rl) : NULL;
     ftc_redis_reply_free(rep);
-    bool ok = true;
+    bool ok = true, said = false; /* said: where_why is set */
     if (planned && members && ranks) {
         uint32_t *idx = calloc((size_t)a->o.nodes + 1, sizeof *idx);
         uint32_t nm = 0;
@@ -2118,8 +2124,14 @@ static const ftc__where_t *ftc__where(ftc_agent_t *a, uint64_t gen)
         for (char *sv = NULL, *t = strtok_r(members, " ", &sv); t && ok;
              t = strtok_r(NULL, " ", &sv)) {
             ok = nm < a->o.nodes;
-            if (ok && (idx[nm++] = ftc__node_of_id(a, t)) == UINT32_MAX)
+            if (ok && (idx[nm++] = ftc__node_of_id(a, t)) == UINT32_MAX) {
                 ok = false; /* not known yet */
+                said = true;
+                snprintf(a->par->where_why, sizeof a->par->where_why,
+                         "the layout of generation %" PRIu64 " (ftc run's plan) names node %.64s, "
+                         "whose agent is not known (it never published its address)",
+                         gen, t);
+            }
         }
         uint32_t cap = 64;
         w.node = malloc(cap * sizeof *w.node);
@@ -2158,10 +2170,17 @@ static const ftc__where_t *ftc__where(ftc_agent_t *a, uint64_t gen)
         free(idx);
     } else if (planned) {
         ok = false;
+        said = true;
+        snprintf(a->par->where_why, sizeof a->par->where_why, "out of memory reading a plan");
     }
     free(members);
     free(ranks);
     if (!ok) {
+        if (!said)
+            snprintf(a->par->where_why, sizeof a->par->where_why,
+                     "the layout of generation %" PRIu64 " (ftc run's plan) in Redis is not "
+                     "valid (members or ranks)",
+                     gen);
         ftc__where_free(&w);
         return NULL;
     }
@@ -2382,10 +2401,9 @@ static int ftc__par_resolve(ftc_agent_t *a)
          * for the groups fails after its deadline (ftc__par_try_push). */
         if (late && !p->late_warned) {
             p->late_warned = true;
-            FTC_WARN("agent", "parity groups: the plan of generation %" PRIu64 " (ftc:{%s}:plan:%"
-                     PRIu64 ") names a node whose agent has not published its address after %d "
-                     "ms (or Redis does not answer): no parity groups until it does",
-                     a->generation, a->job, a->generation, a->o.timeout_ms);
+            FTC_WARN("agent", "parity groups of generation %" PRIu64 " (ftc:{%s}:plan:%" PRIu64
+                     ") not formed after %d ms: %s; no parity groups until then",
+                     a->generation, a->job, a->generation, a->o.timeout_ms, p->where_why);
         }
         return 0;
     }
@@ -2561,8 +2579,7 @@ static bool ftc__par_try_push(ftc_agent_t *a, ftc__rank_t *r, int s)
         if (ftc_now_ns() - r->sealed_ns[s] < (uint64_t)a->o.timeout_ms * 1000000ull)
             return true; /* a plan member's agent not known yet: retried by the poll */
         r->pushed[s] = true;
-        ftc__par_fail(a, r, s, FTC_ETIMEDOUT, "the layout of this generation (ftc run's plan) "
-                      "names nodes whose agents are not known");
+        ftc__par_fail(a, r, s, FTC_ETIMEDOUT, a->par->where_why);
         return true;
     }
     if (at_node != a->o.index) {

@@ -51,6 +51,7 @@ typedef struct env {
     char redundancy[16];
     int persist_every;
     char domain[MAXN][16];  /* --domain of each agent ("" = none); set before start_agent */
+    char timeout_ms[16];    /* --agent-timeout-ms ("" = AGENT_FIXTURE_TIMEOUT_MS) */
 } env_t;
 
 static inline const char *bindir(void)
@@ -95,7 +96,8 @@ static inline pid_t spawn_agent(env_t *e, int i)
         char *argv[32] = {bin, "agent", "--nodes", nodes, "--index", idx, "--job", e->job,
                           "--job-dir", e->jobdir, "--redundancy", e->redundancy,
                           "--persist-dir", e->persist, "--persist-every", every,
-                          "--agent-timeout-ms", AGENT_FIXTURE_TIMEOUT_MS};
+                          "--agent-timeout-ms",
+                          e->timeout_ms[0] ? e->timeout_ms : AGENT_FIXTURE_TIMEOUT_MS};
         int argc = 18;
         if (e->domain[i][0]) {
             argv[argc++] = "--domain";

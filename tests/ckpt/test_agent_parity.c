@@ -1137,6 +1137,36 @@ static void test_shrunk_below_a_group(void **state)
     teardown_env(e);
 }
 
+/* A plan that names a node no agent ever announced ("node9"): the versions
+ * of generation 1 wait for its agent until agent.timeout_ms (3 s here), are
+ * not committed, and the agents say which node is missing (not a vague "agents
+ * are not known", nor a Redis outage). */
+static void test_unknown_plan_member(void **state)
+{
+    env_t *e = prepare_env(*state, 3, "xor:2", 1000, NULL);
+    snprintf(e->timeout_ms, sizeof e->timeout_ms, "3000"); /* the wait for node9 */
+    seed(e, "HSET", "gen", "gen", "1", "world", "3", "epoch", "0");
+    seed(e, "HSET", "plan:1", "members", "node0 node1 node9", "ranks", "0:0 1:0 2:0", "world",
+         "3");
+    for (int i = 0; i < e->nodes; i++)
+        start_agent(e, i);
+    pid_t p[2];
+    char out[2][PATH_MAX + 32];
+    for (int r = 0; r < 2; r++) {
+        snprintf(out[r], sizeof out[r], "%s/rank%d.run.out", e->jobdir, r);
+        p[r] = start_rank_on(e, r, r, 3, out[r], "--steps", "1", "--floats", "4096");
+    }
+    for (int r = 0; r < 2; r++) {
+        wait_rank(p[r], 60000);
+        assert_false(said(out[r], "COMMITTED 0"));
+        assert_true(said(out[r], "ERROR: commit:"));
+    }
+    for (int i = 0; i < 2; i++)
+        assert_true(agent_said(e, i, "parity not stored: the layout of generation 1 (ftc run's "
+                                     "plan) names node node9, whose agent is not known"));
+    teardown_env(e);
+}
+
 /* Published parity groups win: with `ftc:{J}:pargroups:1` set before the
  * agents start ({0,2} and {1,3} instead of index order's {0,1}, {2,3}) every
  * agent adopts them and says so; checkpoints commit and node 2's lost shard
@@ -1235,6 +1265,7 @@ int main(void)
         T(test_moved_rank_too_many_lost),
         T(test_shrunk_generation_commits),
         T(test_shrunk_below_a_group),
+        T(test_unknown_plan_member),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
