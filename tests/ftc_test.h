@@ -110,7 +110,7 @@ static inline uint8_t *ftc_test_make_shard(uint64_t step, uint32_t dp_rank, uint
     uint64_t cursor = step * 1000;
     assert_int_equal(ftc_shard_layout_add_meta(l, "data.cursor", &cursor, 8, &err), 0);
     *size = ftc_shard_layout_size(l);
-    uint8_t *r = malloc(*size);
+    uint8_t *r = calloc(1, *size); /* zeroed: the payload is filled after a first seal */
     assert_non_null(r);
     assert_int_equal(ftc_shard_layout_write(l, r, *size, &err), 0);
     /* fill the tensors through a view of the (unsealed) head */

@@ -36,7 +36,7 @@ static void test_round_trip_every_dtype(void **state)
     assert_int_equal(ftc_shard_layout_add_meta(l, "rng.state", rng, sizeof rng, &err), 0);
     assert_int_equal(ftc_shard_layout_add_meta(l, "empty", NULL, 0, &err), 0);
     uint64_t size = ftc_shard_layout_size(l);
-    uint8_t *r = malloc(size);
+    uint8_t *r = calloc(1, size);
     assert_int_equal(ftc_shard_layout_write(l, r, size, &err), 0);
     for (uint32_t i = 0; i < ftc_shard_layout_count(l); i++) {
         uint64_t off = ftc_shard_layout_offset(l, i);
@@ -114,7 +114,7 @@ static void test_empty_shard(void **state)
     ftc_err_t err = {0};
     uint64_t size = ftc_shard_layout_size(l);
     assert_int_equal(size, FTC_SHARD_HEADER_SIZE + FTC_SHARD_FOOTER_SIZE);
-    uint8_t *r = malloc(size);
+    uint8_t *r = calloc(1, size);
     assert_int_equal(ftc_shard_layout_write(l, r, size, &err), 0);
     assert_int_equal(ftc_shard_seal(r, size, 1, &err), 0);
     ftc_shard_view_t v;
@@ -200,7 +200,7 @@ static void test_hostile_fields_named(void **state)
         {220, 1, 1, "reserved header bytes"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        uint8_t *x = malloc(size);
+        uint8_t *x = calloc(1, size);
         memcpy(x, r, size);
         memcpy(x + cases[c].off, &cases[c].val, (size_t)cases[c].width);
         int rc = ftc_shard_open(&v, x, size, FTC_SHARD_VERIFY, &err);
@@ -211,7 +211,7 @@ static void test_hostile_fields_named(void **state)
     }
     /* a tensor entry with a bad dtype (head checksum recomputed, so the entry
      * check itself must catch it) */
-    uint8_t *x = malloc(size);
+    uint8_t *x = calloc(1, size);
     memcpy(x, r, size);
     x[FTC_SHARD_HEADER_SIZE + 32] = 77; /* tensor 0 dtype */
     uint64_t pay;
@@ -254,7 +254,7 @@ static void test_layout_errors(void **state)
     assert_int_equal(ftc_shard_layout_add_meta(l, "k", "v", 1, &err), FTC_EEXIST);
     assert_int_equal(ftc_shard_layout_add_meta(l, "", "v", 1, &err), FTC_EINVAL);
     uint64_t size = ftc_shard_layout_size(l);
-    uint8_t *r = malloc(size);
+    uint8_t *r = calloc(1, size);
     assert_int_equal(ftc_shard_layout_write(l, r, size - 1, &err), FTC_EINVAL);
     ftc_shard_layout_destroy(l);
     in.dp_rank = 4; /* not below dp=4 */
@@ -384,7 +384,7 @@ static void test_metadata_duplicates_and_padding(void **state)
     assert_int_equal(ftc_shard_layout_add_meta(l, "ka", "x", 1, &err), 0);
     assert_int_equal(ftc_shard_layout_add_meta(l, "kb", "y", 1, &err), 0);
     uint64_t size = ftc_shard_layout_size(l);
-    uint8_t *r = malloc(size);
+    uint8_t *r = calloc(1, size);
     assert_int_equal(ftc_shard_layout_write(l, r, size, &err), 0);
     assert_int_equal(ftc_shard_seal(r, size, 1, &err), 0);
     ftc_shard_view_t v;
