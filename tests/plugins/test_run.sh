@@ -27,7 +27,9 @@
 #      the moved rank's shard is rebuilt from parity on a survivor, and the
 #      shrunk generation forms its parity groups over its 2 nodes and commits;
 #   0. (10) the whole job killed and started again on its Redis (`ftc redis`):
-#      it joins at once and restores the committed step.
+#      it joins at once and restores the committed step;
+#   r. (11) the job's Redis paused (SIGSTOP) for 3 s, three heartbeat TTLs:
+#      the job trains through it, no node is declared lost, nothing restarts.
 #
 # usage: test_run.sh PATH/TO/ftc PATH/TO/rank_main PATH/TO/ckptfile_main
 set -u
@@ -49,7 +51,7 @@ trap cleanup EXIT
 . "$(dirname "$0")/lib.sh" # check, count, committed, wait_committed
 export FTC_LOG_LEVEL=${FTC_LOG_LEVEL:-info}
 # FTC_RUN_ONLY=24 runs scenarios 2 and 4 only (while debugging)
-want() { case ${FTC_RUN_ONLY:-1234567890} in *$1*) return 0 ;; esac; return 1; }
+want() { case ${FTC_RUN_ONLY:-1234567890r} in *$1*) return 0 ;; esac; return 1; }
 
 # ---- 1. a rank dies -------------------------------------------------------------------
 if want 1; then
@@ -393,6 +395,41 @@ check "10: no bad restore, no error" bash -c "! grep -q 'RESTORED [0-9]* BAD\|^E
 kill "$rpid" 2>/dev/null
 wait "$rpid" 2>/dev/null
 [ $fails -eq $f0 ] || { echo "--- output of 10b:"; tail -60 "$T/10b.out"; }
+fi
+
+# ---- 11. the job's Redis stops answering for a while ---------------------------------------
+# A Redis that stalls (a fork for a save, a failover, a paused VM) for longer
+# than the heartbeat TTL: every heartbeat key expires when it resumes unless
+# its node refreshes it first. The supervisors keep their ranks training
+# ("training continues, events are queued"), a node_lost for a node that
+# heartbeats again is ignored, and the job ends in its first generation.
+if want r; then
+J11=run${tag}r
+f0=$fails
+"$FTC" run --simulate-nodes 3 --job "$J11" --job-dir "$T/j11" --max-restarts 2 \
+    --settle-ms 300 -- "$RANK" --steps 150 --step-ms 40 --floats 4096 --restore --strict \
+    >"$T/11.out" 2>&1 &
+runpid=$!
+pids+=($runpid)
+check "11: the job committed step 5" wait_committed "$J11" "$T/j11" 5 60
+port=$(sed -n 's/.*@[^:]*:\([0-9]*\).*/\1/p' "$T/j11/redis.url")
+rpid=$(pgrep -f "redis-server 127.0.0.1:$port\$" | head -1)
+check "11: found the job's redis-server (port $port)" test -n "$rpid"
+before=$(committed "$J11" "$T/j11")
+[ -n "$rpid" ] && kill -STOP "$rpid"
+sleep 3
+[ -n "$rpid" ] && kill -CONT "$rpid"
+wait $runpid
+rc=$?
+check "11: the job finished (exit $rc)" test $rc -eq 0
+check "11: the supervisors saw the outage and trained on" \
+    grep -q "redis unreachable .*training continues" "$T/11.out"
+check "11: no generation after the first (no node declared lost)" \
+    bash -c "! grep -q 'generation 2' '$T/11.out'"
+check "11: every rank committed its last step after the outage (step $before before it)" \
+    test "$(count 'COMMITTED 149' "$T/11.out")" -ge 3
+check "11: no restore, no error" bash -c "! grep -q 'RESTORED\|^ERROR' '$T/11.out'"
+[ $fails -eq $f0 ] || { echo "--- output of 11:"; tail -60 "$T/11.out"; }
 fi
 
 if [ $fails -ne 0 ]; then
