@@ -43,6 +43,7 @@
 #define FTC_SNAP_PIECE (4u << 20)
 #define FTC_SNAP_MAX_THREADS 16
 #define FTC_SNAP_MAX_DEVICES 16
+#define FTC_SNAP_MAX_PINNED 4 /* regions registered with the device (a rank's slots: 3) */
 
 typedef struct ftc__snap_tensor {
     const void *ptr;
@@ -77,7 +78,8 @@ struct ftc_snap {
     const ftc_snap_device_ops_t *dev; /* NULL in a build without CUDA */
     void *dev_state;                  /* dev's state, opened on the first device tensor */
     bool dev_used[FTC_SNAP_MAX_DEVICES];
-    uint8_t *pinned;                  /* region registered with the device, if any */
+    uint8_t *pinned[FTC_SNAP_MAX_PINNED]; /* regions registered with the device */
+    int npinned;
     /* current snapshot */
     uint8_t *region;
     ftc__piece_t *pieces;       /* unit by unit */
@@ -285,8 +287,8 @@ void ftc_snap_destroy(ftc_snap_t *s)
     pthread_cond_destroy(&s->cv_work);
     pthread_cond_destroy(&s->cv_done);
     if (s->dev && s->dev_state) {
-        if (s->pinned)
-            s->dev->host_unregister(s->dev_state, s->pinned);
+        for (int i = 0; i < s->npinned; i++) /* before the caller unmaps or frees them */
+            s->dev->host_unregister(s->dev_state, s->pinned[i]);
         s->dev->close(s->dev_state);
     }
     ftc_shard_layout_destroy(s->layout);
@@ -412,10 +414,15 @@ int ftc_snap_format(ftc_snap_t *s, uint8_t *region, ftc_err_t *err)
     if (rc)
         return rc;
     rc = ftc_shard_layout_write(s->layout, region, s->size, err);
-    if (!rc && s->dev_state && !s->pinned) {
+    /* each distinct region once (a rank's slots take turns: an unpinned one
+     * makes a device->host cudaMemcpyAsync return only once it is done) */
+    bool pinned = false;
+    for (int i = 0; i < s->npinned; i++)
+        pinned |= s->pinned[i] == region;
+    if (!rc && s->dev_state && !pinned && s->npinned < FTC_SNAP_MAX_PINNED) {
         ftc_err_t e = {0};
         if (s->dev->host_register(s->dev_state, region, s->size, &e) == 0)
-            s->pinned = region;
+            s->pinned[s->npinned++] = region;
         else
             FTC_WARN("snapshot", "pinning the slot failed (%s): device copies will be slower",
                      e.msg);
@@ -429,6 +436,18 @@ bool ftc_snap_busy(ftc_snap_t *s)
     bool b = s->phase == PH_COPYING || s->phase == PH_COPIED;
     pthread_mutex_unlock(&s->mu);
     return b;
+}
+
+/* After a failed copy_async: waits (bounded) for the copies already started,
+ * so that none still writes the region or reads it once the caller has the
+ * error (and may unregister, unmap or rewrite it). */
+static void ftc__snap_drain(ftc_snap_t *s)
+{
+    for (int d = 0; d < FTC_SNAP_MAX_DEVICES; d++)
+        if (s->dev_used[d]) {
+            ftc_err_t ignored = {0};
+            (void)s->dev->sync(s->dev_state, d, ftc_deadline_in_ms(60000), &ignored);
+        }
 }
 
 int ftc_snap_begin(ftc_snap_t *s, uint8_t *region, uint64_t step, uint64_t generation,
@@ -459,8 +478,10 @@ int ftc_snap_begin(ftc_snap_t *s, uint8_t *region, uint64_t step, uint64_t gener
             continue;
         rc = s->dev->copy_async(s->dev_state, ftc_shard_payload_ptr(s->layout, region, t->index),
                                 t->ptr, t->length, t->device, true, err);
-        if (rc)
+        if (rc) {
+            ftc__snap_drain(s);
             return rc;
+        }
     }
     pthread_mutex_lock(&s->mu);
     s->region = region;
@@ -622,8 +643,10 @@ int ftc_snap_restore_ex(ftc_snap_t *s, const uint8_t *region, uint64_t size, uns
             continue;
         rc = s->dev->copy_async(s->dev_state, (void *)s->t[i].ptr, t.data, t.length,
                                 s->t[i].device, false, err);
-        if (rc)
+        if (rc) {
+            ftc__snap_drain(s);
             return rc;
+        }
     }
     for (int d = 0; d < FTC_SNAP_MAX_DEVICES; d++)
         if (s->dev_used[d] && (rc = s->dev->sync(s->dev_state, d, ftc_deadline_in_ms(600000), err)))

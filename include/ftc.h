@@ -172,7 +172,10 @@ int ftc_register(ftc_ctx_t *ctx, const char *name, int dtype, int ndim, const in
  * two previous versions are still replicating or waiting for their commit,
  * and policy is "skip"); the step is then not checkpointed and training may
  * go on. It waits only while the previous snapshot is not sealed yet, or,
- * with policy "wait", while the agent has no free slot. */
+ * with policy "wait", while the agent has no free slot. CUDA tensors are
+ * copied on ftc's own non-blocking stream, which does not wait for the
+ * caller's streams: finish the writes to them first (cudaStreamSynchronize
+ * of the streams that wrote them, or cudaDeviceSynchronize). */
 int ftc_checkpoint(ftc_ctx_t *ctx, int64_t step, const void *meta, size_t meta_len);
 /* Waits until the snapshot's copy is done (the tensors may be written
  * again). Returns 0 at once when none is in flight. FTC_ETIMEDOUT when the

@@ -8,7 +8,9 @@
  * caller's, a one-float device buffer for the barrier and a scratch buffer
  * for uneven chunks. Every collective: switch to the communicator's device,
  * make the private stream wait for the caller's stream, enqueue (memcpys and
- * one NCCL call), then wait(): poll ncclCommGetAsyncError (ncclInProgress
+ * one NCCL call; when copies follow the NCCL call, settle() first waits for
+ * the communicator state to leave ncclInProgress, so the NCCL kernel is on
+ * the stream before them), then wait(): poll ncclCommGetAsyncError (ncclInProgress
  * while a non-blocking enqueue is still under way) and, once it says
  * ncclSuccess, cudaStreamQuery — with the deadline and the abort flag checked
  * between polls. A failure calls ncclCommAbort (unless keep_on_failure),
@@ -182,6 +184,38 @@ static int wait_done(ftc_coll_t *c, const char *op, uint64_t t0, ftc_deadline_t 
         if (ftc_deadline_expired(dl))
             return fail(c, op, FTC_ETIMEDOUT, t0,
                         "deadline passed (a peer dead, slow, or not calling this collective?)",
+                        NULL);
+        backoff(&spins);
+    }
+}
+
+/* After an NCCL call that returned ncclInProgress (a non-blocking
+ * communicator enqueues in the background, e.g. while it connects to its
+ * peers on first use): polls until the communicator state is ncclSuccess, so
+ * that the NCCL kernel is on p->stream before the caller enqueues more CUDA
+ * work there (NCCL's ncclCommGetAsyncError: "Before the states change into
+ * ncclSuccess, users are not allowed to issue CUDA kernel to the streams
+ * being used by NCCL"). Same deadline / abort / error handling as wait_done. */
+static int settle(ftc_coll_t *c, const char *op, uint64_t t0, ftc_deadline_t dl)
+{
+    nccl_t *p = c->impl;
+    unsigned spins = 0;
+    for (;;) {
+        ncclResult_t st = ncclSuccess;
+        ncclResult_t r = ncclCommGetAsyncError(p->comm, &st);
+        if (r != ncclSuccess)
+            return fail_nccl(c, op, t0, "ncclCommGetAsyncError", r);
+        if (st == ncclSuccess)
+            return 0;
+        if (st != ncclInProgress)
+            return fail_nccl(c, op, t0, "asynchronous error while enqueueing (peer died, "
+                                        "network or NVLink failure?)", st);
+        if (atomic_load(&c->aborted))
+            return fail(c, op, FTC_ECANCELED, t0, "aborted (ftc_coll_abort)", NULL);
+        if (ftc_deadline_expired(dl))
+            return fail(c, op, FTC_ETIMEDOUT, t0,
+                        "deadline passed while NCCL enqueued (a peer dead, slow, or not "
+                        "calling this collective?)",
                         NULL);
         backoff(&spins);
     }
@@ -363,6 +397,8 @@ static int n_reduce_scatter(ftc_coll_t *c, void *buf, size_t count, ftc_coll_dty
         if (!rc)
             rc = enq(c, op, t0, "ncclReduceScatter",
                      ncclReduceScatter(s, s + r * m, m, ncclFloat, ncclSum, p->comm, p->stream));
+        if (!rc) /* the NCCL kernel on the stream before the copy back */
+            rc = settle(c, op, t0, dl);
         if (!rc && len)
             rc = cu(c, op, t0, "cudaMemcpyAsync",
                     cudaMemcpyAsync(f + off, s + r * m, len * sizeof(float),
@@ -400,6 +436,8 @@ static int n_all_gather(ftc_coll_t *c, void *buf, size_t count, ftc_coll_dtype_t
         if (!rc)
             rc = enq(c, op, t0, "ncclAllGather",
                      ncclAllGather(s + r * m * es, s, m * es, ncclUint8, p->comm, p->stream));
+        if (!rc) /* the NCCL kernel on the stream before the copies back */
+            rc = settle(c, op, t0, dl);
         if (!rc)
             rc = cu(c, op, t0, "cudaMemcpyAsync",
                     cudaMemcpyAsync(b, s, rem * m * es, cudaMemcpyDeviceToDevice, p->stream));
