@@ -92,6 +92,8 @@ int ftc_slot_unlink(const char *name, ftc_err_t *err);
  * a bulk write into memory that may be untouched (a fresh slot, a fetch
  * buffer, freshly allocated tensors): one fault per 4 KiB page otherwise.
  * Only whole pages inside the range; a no-op where the kernel lacks it.
+ * A range of 128 MiB or more is split over up to 8 threads (one per online
+ * core, pieces of 64 MiB or more), as is a FTC_SLOT_POPULATE reservation.
  * Thread-safe. */
 void ftc_mem_prefault(void *p, uint64_t len);
 

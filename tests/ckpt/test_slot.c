@@ -6,12 +6,14 @@
  * a rank's slots at once (one reserved by prefaulting it), all reserved, and
  * refuses up front when together they do not fit; a deferred reservation
  * (FTC_SLOT_DEFER) is taken by ftc_slot_reserve, or by the next create of a
- * slot found at its size with pages missing.
+ * slot found at its size with pages missing; a large reservation or
+ * prefault (several threads) leaves every page mapped.
  */
 #include "ftc_test.h"
 
 #include "ckpt/slot.h"
 
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -190,6 +192,51 @@ static void test_deferred_reservation(void **state)
     assert_int_equal(ftc_slot_unlink(name, &err), 0);
 }
 
+/* A large reservation is prefaulted on several threads (pieces of 64 MiB or
+ * more, one per core): every page of a 192 MiB slot is there and mapped
+ * afterwards, and so is every page of an anonymous range ftc_mem_prefault
+ * was given (mincore), its contents zero. */
+static void test_populate_large(void **state)
+{
+    (void)state;
+    const uint64_t size = 192u << 20;
+    char name[FTC_SLOT_NAME_MAX];
+    ftc_err_t err = {0};
+    snprintf(name, sizeof name, "ftc.slot-big-%d.r0.s0", (int)getpid());
+    ftc_slot_t s;
+    uint64_t free_b = 0;
+    assert_int_equal(ftc_shm_free(&free_b, &err), 0);
+    if (free_b < 2 * size) {
+        print_message("skipped: /dev/shm has %llu bytes free\n", (unsigned long long)free_b);
+        return;
+    }
+    assert_int_equal(ftc_slot_create_ex(name, size, FTC_SLOT_POPULATE, &s, &err), 0);
+    assert_reserved(name, size);
+    long pg = sysconf(_SC_PAGESIZE);
+    size_t pages = (size_t)(size / (uint64_t)pg);
+    unsigned char *vec = malloc(pages);
+    if (s.populated) { /* the kernel has MADV_POPULATE_WRITE: mapped here too */
+        assert_int_equal(mincore(s.base, size, vec), 0);
+        for (size_t i = 0; i < pages; i++)
+            assert_true(vec[i] & 1);
+    }
+    for (uint64_t off = 0; off < size; off += 64u << 20)
+        assert_int_equal(s.base[off], 0);
+    ftc_slot_close(&s);
+    assert_int_equal(ftc_slot_unlink(name, &err), 0);
+    uint8_t *anon = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(anon != MAP_FAILED);
+    ftc_mem_prefault(anon + 100, size - 200); /* whole pages inside it only */
+    assert_int_equal(mincore(anon, size, vec), 0);
+#ifdef MADV_POPULATE_WRITE
+    for (size_t i = 1; i + 1 < pages; i++)
+        assert_true(vec[i] & 1);
+#endif
+    assert_int_equal(anon[size / 2], 0);
+    munmap(anon, size);
+    free(vec);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -198,6 +245,7 @@ int main(void)
         cmocka_unit_test(test_bad_names),
         cmocka_unit_test(test_create_all),
         cmocka_unit_test(test_deferred_reservation),
+        cmocka_unit_test(test_populate_large),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
