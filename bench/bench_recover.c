@@ -12,7 +12,8 @@
  * a replacement node 1 (`ftc run --node-rank 1`, an empty node from a spare
  * pool). The supervisors' `recovery` phases (plugins/run.c) and the ranks'
  * TIMING lines give the timeline, from the kill:
- *   detect      kill -> node_lost (the event's t_detect_ms)
+ *   detect      kill -> the failure's first notice: node_lost (the event's
+ *                  t_detect_ms), or a supervisor's "detected" phase if earlier
  *   stop        -> the survivors' ranks stopped (latest node)
  *   rendezvous  -> the new round closed (latest node; includes the spare's start)
  *   rebuild     -> agents of the new generation up, ranks forked (latest node)
@@ -220,6 +221,7 @@ typedef struct tl {
     int nsteps_t;
     /* supervisors: per generation, latest t of each phase over nodes */
     long long phase[MAXGEN][5]; /* detected stopped rendezvous agent started */
+    long long first_detected[MAXGEN]; /* earliest "detected" over nodes */
     int bad;
 } tl_t;
 
@@ -269,10 +271,14 @@ static void parse(const char *path, tl_t *t, long long t_kill)
                 continue;
             ph += 6;
             long long when = atoll(tm + 5);
-            for (int k = 0; k < 5; k++)
-                if (!strncmp(ph, PHASES[k], strlen(PHASES[k])) && when >= t_kill &&
-                    when > t->phase[g][k])
+            for (int k = 0; k < 5; k++) {
+                if (strncmp(ph, PHASES[k], strlen(PHASES[k])) || when < t_kill)
+                    continue;
+                if (when > t->phase[g][k])
                     t->phase[g][k] = when;
+                if (k == 0 && (!t->first_detected[g] || when < t->first_detected[g]))
+                    t->first_detected[g] = when;
+            }
         }
     }
     fclose(f);
@@ -324,8 +330,14 @@ static void timeline(result_t *R, const char *out1, const char *out2, int mode)
     }
     R->rounds = fin - failed;
     /* stop: the failed generation's survivors; the rest: the generation that recovered */
-    if (mode != M_RESTART) /* restart: the bench's kill of the whole job, set by run_one */
+    if (mode != M_RESTART) { /* restart: the bench's kill of the whole job, set by run_one */
         R->t_stop = t->phase[failed][1];
+        /* detection: the failure's first notice, the node_lost event or a
+         * supervisor that saw it first (a survivor's rank failing against
+         * the dead one): stop then counts from it, never below 0 */
+        if (t->first_detected[failed] && t->first_detected[failed] < R->t_detect)
+            R->t_detect = t->first_detected[failed];
+    }
     R->t_rdzv = t->phase[fin][2];
     R->t_rebuild = t->phase[fin][4];
     R->lost = R->recomputed = -1000000;
