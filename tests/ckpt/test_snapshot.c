@@ -103,7 +103,7 @@ static void test_restore_layout_mismatch(void **state)
     (void)state;
     ftc_err_t err = {0};
     ftc_shard_info_t in = ftc_test_info(0, 0);
-    float a[16], b[32];
+    float a[16] = {0}, b[32] = {0}; /* (valgrind: no uninitialised bytes hashed) */
     uint64_t s16[1] = {16}, s32[1] = {32};
     ftc_snap_t *s1 = ftc_snap_create(&in, 1, 0, &err);
     assert_int_equal(ftc_snap_add(s1, "w", FTC_DTYPE_F32, 1, s16, a, FTC_SNAP_HOST, &err), 0);
