@@ -300,6 +300,19 @@ void ftc_snap_destroy(ftc_snap_t *s)
     free(s);
 }
 
+int ftc_snap_set_device_ops(ftc_snap_t *s, const ftc_snap_device_ops_t *ops, ftc_err_t *err)
+{
+    if (s->has_dev || s->dev_state)
+        return ftc_err_set(err, FTC_EINVAL, "snapshot: device ops are set before the first device "
+                                            "tensor is registered");
+    if (ops && ops->struct_size < sizeof *ops)
+        return ftc_err_set(err, FTC_EINVAL, "snapshot: device ops '%s' of %u bytes, this build "
+                                            "needs %zu",
+                           ops->name ? ops->name : "?", ops->struct_size, sizeof *ops);
+    s->dev = ops;
+    return 0;
+}
+
 int ftc_snap_add(ftc_snap_t *s, const char *name, int dtype, uint32_t ndim, const uint64_t *shape,
                  const void *ptr, int device, ftc_err_t *err)
 {

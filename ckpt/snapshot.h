@@ -72,8 +72,15 @@ ftc_snap_t *ftc_snap_create(const ftc_shard_info_t *info, int threads, uint32_t 
                             ftc_err_t *err);
 void ftc_snap_destroy(ftc_snap_t *s); /* waits for a running copy; NULL is a no-op */
 
+/* Replaces the device copy ops (default: ftc_snap_cuda_ops(); NULL: host
+ * tensors only), before any device tensor is registered: another backend,
+ * or a test's stand-in device. FTC_EINVAL after a device tensor, or when
+ * ops->struct_size is smaller than this build's. */
+int ftc_snap_set_device_ops(ftc_snap_t *s, const ftc_snap_device_ops_t *ops, ftc_err_t *err);
+
 /* Registers a tensor (before the first begin). device FTC_SNAP_HOST or a
- * CUDA device id (FTC_EUNSUPPORTED in a build without CUDA). */
+ * CUDA device id (FTC_EUNSUPPORTED without device ops: a build without
+ * CUDA). */
 int ftc_snap_add(ftc_snap_t *s, const char *name, int dtype, uint32_t ndim, const uint64_t *shape,
                  const void *ptr, int device, ftc_err_t *err);
 /* Shard bytes the registered tensors need (fixes the layout). */

@@ -4,12 +4,19 @@
  * after wait_copy(); the sealed region verifies; metadata round-trips;
  * restore fills the registered tensors; double begin is refused; a layout
  * mismatch on restore names the tensor; device tensors are refused in a
- * build without CUDA.
+ * build without CUDA. The engine's device path (begin -> async copies ->
+ * sync before "copied" -> hashes from the slot -> seal; restore; pinning of
+ * each slot; a failed copy) runs against a stand-in device whose copies land
+ * late, on a thread of their own (the CUDA ops themselves need a GPU:
+ * test_trainer_kernels_cuda, label gpu).
  */
 #include "ftc_test.h"
 
 #include "ckpt/slot.h"
 #include "ckpt/snapshot.h"
+
+#include <pthread.h>
+#include <unistd.h>
 
 static void test_snapshot_round_trip(void **state)
 {
@@ -122,11 +129,240 @@ static void test_restore_layout_mismatch(void **state)
     free(region);
 }
 
+/* ---- a stand-in device: "device memory" is host memory, and each copy
+ * lands 2 ms after copy_async, on the device's own thread, as a DMA would
+ * after cudaMemcpyAsync returned ---------------------------------------------- */
+typedef struct fake_dev {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t th;
+    bool stop;
+    struct {
+        void *dst;
+        const void *src;
+        uint64_t len;
+    } q[64];
+    int head, tail, busy;
+    int opened, closed, copies, fail_at, syncs;
+    void *pinned[8];
+    int npinned, unpinned;
+} fake_dev_t;
+
+static fake_dev_t FD;
+
+static void *fake_worker(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&FD.mu);
+    for (;;) {
+        while (!FD.stop && FD.head == FD.tail)
+            pthread_cond_wait(&FD.cv, &FD.mu);
+        if (FD.head == FD.tail)
+            break;
+        FD.busy = 1;
+        int i = FD.head % 64;
+        pthread_mutex_unlock(&FD.mu);
+        usleep(2000);
+        memcpy(FD.q[i].dst, FD.q[i].src, FD.q[i].len);
+        pthread_mutex_lock(&FD.mu);
+        FD.head++;
+        FD.busy = 0;
+        pthread_cond_broadcast(&FD.cv);
+    }
+    pthread_mutex_unlock(&FD.mu);
+    return NULL;
+}
+
+static int fake_open(void **state, ftc_err_t *err)
+{
+    (void)err;
+    FD.opened++;
+    FD.stop = false;
+    pthread_create(&FD.th, NULL, fake_worker, NULL);
+    *state = &FD;
+    return 0;
+}
+
+static void fake_close(void *state)
+{
+    assert_ptr_equal(state, &FD);
+    pthread_mutex_lock(&FD.mu);
+    FD.stop = true;
+    pthread_cond_broadcast(&FD.cv);
+    pthread_mutex_unlock(&FD.mu);
+    pthread_join(FD.th, NULL);
+    FD.closed++;
+}
+
+static int fake_register(void *state, void *base, uint64_t len, ftc_err_t *err)
+{
+    (void)state, (void)len, (void)err;
+    assert_true(FD.npinned < 8);
+    FD.pinned[FD.npinned++] = base;
+    return 0;
+}
+
+static void fake_unregister(void *state, void *base)
+{
+    (void)state;
+    bool known = false;
+    for (int i = 0; i < FD.npinned; i++)
+        known |= FD.pinned[i] == base;
+    assert_true(known);
+    FD.unpinned++;
+}
+
+static int fake_copy(void *state, void *dst, const void *src, uint64_t len, int device,
+                     bool to_host, ftc_err_t *err)
+{
+    (void)state, (void)to_host;
+    assert_true(device >= 0 && device < 2);
+    if (++FD.copies == FD.fail_at)
+        return ftc_err_set(err, FTC_EIO, "fake device: copy %d failed", FD.copies);
+    pthread_mutex_lock(&FD.mu);
+    assert_true(FD.tail - FD.head < 64);
+    int i = FD.tail % 64;
+    FD.q[i].dst = dst;
+    FD.q[i].src = src;
+    FD.q[i].len = len;
+    FD.tail++;
+    pthread_cond_broadcast(&FD.cv);
+    pthread_mutex_unlock(&FD.mu);
+    return 0;
+}
+
+static int fake_pending(void)
+{
+    pthread_mutex_lock(&FD.mu);
+    int n = FD.tail - FD.head;
+    pthread_mutex_unlock(&FD.mu);
+    return n;
+}
+
+static int fake_sync(void *state, int device, ftc_deadline_t d, ftc_err_t *err)
+{
+    (void)state, (void)device, (void)d, (void)err;
+    pthread_mutex_lock(&FD.mu);
+    FD.syncs++;
+    while (FD.head != FD.tail)
+        pthread_cond_wait(&FD.cv, &FD.mu);
+    pthread_mutex_unlock(&FD.mu);
+    return 0;
+}
+
+static const ftc_snap_device_ops_t FAKE_OPS = {
+    sizeof(ftc_snap_device_ops_t), "fake", fake_open, fake_close, fake_register,
+    fake_unregister, fake_copy, fake_sync};
+
+/* Device tensors on two stand-in devices and one host tensor, snapshotted
+ * into two slots taking turns: wait_copy returns only once the late device
+ * copies have landed (the tensors are overwritten right after it and the
+ * slot still holds the values of begin), the seal's checksums cover the
+ * device bytes, each slot is pinned once and unpinned at destroy, and a
+ * restore fills the device tensors before it returns. */
+static void test_device_path(void **state)
+{
+    (void)state;
+    memset(&FD, 0, sizeof FD);
+    pthread_mutex_init(&FD.mu, NULL);
+    pthread_cond_init(&FD.cv, NULL);
+    ftc_err_t err = {0};
+    ftc_shard_info_t in = ftc_test_info(0, 0);
+    ftc_snap_t *s = ftc_snap_create(&in, 2, 64, &err);
+    assert_non_null(s);
+    assert_int_equal(ftc_snap_set_device_ops(s, &FAKE_OPS, &err), 0);
+    enum { NW = 300000, NB = 1000, NH = 5000 };
+    float *w = malloc(NW * 4), *h = malloc(NH * 4);
+    int64_t *b = malloc(NB * 8);
+    uint64_t sw[1] = {NW}, sb[1] = {NB}, sh[1] = {NH};
+    assert_int_equal(ftc_snap_add(s, "dev0.w", FTC_DTYPE_F32, 1, sw, w, 0, &err), 0);
+    assert_int_equal(ftc_snap_add(s, "host.h", FTC_DTYPE_F32, 1, sh, h, FTC_SNAP_HOST, &err), 0);
+    assert_int_equal(ftc_snap_add(s, "dev1.b", FTC_DTYPE_I64, 1, sb, b, 1, &err), 0);
+    assert_int_equal(FD.opened, 1);
+    /* too late for other ops once a device tensor is registered */
+    assert_int_equal(ftc_snap_set_device_ops(s, NULL, &err), FTC_EINVAL);
+    uint64_t size = ftc_snap_size(s);
+    uint8_t *slot[2] = {calloc(1, size), calloc(1, size)};
+    for (int k = 0; k < 2; k++)
+        assert_int_equal(ftc_snap_format(s, slot[k], &err), 0);
+    assert_int_equal(ftc_snap_format(s, slot[0], &err), 0); /* again: pinned once */
+    assert_int_equal(FD.npinned, 2);
+    for (int step = 1; step <= 4; step++) {
+        uint8_t *r = slot[step % 2];
+        ftc_test_fill(w, NW * 4, 100 + step);
+        ftc_test_fill(h, NH * 4, 200 + step);
+        ftc_test_fill(b, NB * 8, 300 + step);
+        uint64_t cursor = (uint64_t)step * 7;
+        assert_int_equal(ftc_snap_begin(s, r, (uint64_t)step, 1, &cursor, 8, &err), 0);
+        assert_int_equal(ftc_snap_wait_copy(s, ftc_deadline_in_ms(30000), &err), 0);
+        assert_int_equal(fake_pending(), 0); /* copied means the device's copies landed */
+        ftc_test_fill(w, NW * 4, 999); /* the trainer writes its tensors again */
+        ftc_test_fill(b, NB * 8, 998);
+        assert_int_equal(ftc_snap_wait_sealed(s, ftc_deadline_in_ms(30000), &err), 0);
+        ftc_shard_view_t v;
+        assert_int_equal(ftc_shard_open(&v, r, size, FTC_SHARD_VERIFY, &err), 0);
+        assert_int_equal(v.info.step, (uint64_t)step);
+        float *want_w = malloc(NW * 4);
+        int64_t *want_b = malloc(NB * 8);
+        ftc_test_fill(want_w, NW * 4, 100 + step);
+        ftc_test_fill(want_b, NB * 8, 300 + step);
+        for (uint32_t i = 0; i < v.n_tensors; i++) {
+            ftc_shard_tensor_t t;
+            ftc_shard_get(&v, i, &t);
+            if (t.name_len == 6 && !memcmp(t.name, "dev0.w", 6))
+                assert_memory_equal(t.data, want_w, NW * 4);
+            if (t.name_len == 6 && !memcmp(t.name, "dev1.b", 6))
+                assert_memory_equal(t.data, want_b, NB * 8);
+        }
+        /* restore the step just sealed: the device tensors are filled when
+         * the call returns (no copy still in flight) */
+        memset(w, 0, NW * 4);
+        memset(b, 0, NB * 8);
+        memset(h, 0, NH * 4);
+        uint64_t got = 0, c2 = 0;
+        uint32_t ml = 8;
+        assert_int_equal(ftc_snap_restore(s, r, size, &got, &c2, &ml, &err), 0);
+        assert_int_equal(fake_pending(), 0);
+        assert_int_equal(got, (uint64_t)step);
+        assert_int_equal(c2, cursor);
+        assert_memory_equal(w, want_w, NW * 4);
+        assert_memory_equal(b, want_b, NB * 8);
+        float *want_h = malloc(NH * 4);
+        ftc_test_fill(want_h, NH * 4, 200 + step);
+        assert_memory_equal(h, want_h, NH * 4);
+        free(want_w);
+        free(want_b);
+        free(want_h);
+    }
+    assert_int_equal(FD.npinned, 2);
+    /* a device copy that fails at begin: the error says so, the copies
+     * already started have landed when begin returns (none still writes the
+     * slot), and the slot of the last sealed step (4, slot 0) is untouched */
+    FD.fail_at = FD.copies + 2;
+    assert_int_equal(ftc_snap_begin(s, slot[1], 5, 1, NULL, 0, &err), FTC_EIO);
+    assert_non_null(strstr(err.msg, "fake device: copy"));
+    assert_int_equal(fake_pending(), 0);
+    ftc_shard_view_t v;
+    assert_int_equal(ftc_shard_open(&v, slot[0], size, FTC_SHARD_VERIFY, &err), 0);
+    assert_int_equal(v.info.step, 4);
+    ftc_snap_destroy(s);
+    assert_int_equal(FD.unpinned, 2); /* every slot unpinned before the caller frees it */
+    assert_int_equal(FD.closed, 1);
+    free(slot[0]);
+    free(slot[1]);
+    free(w);
+    free(h);
+    free(b);
+    pthread_mutex_destroy(&FD.mu);
+    pthread_cond_destroy(&FD.cv);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_snapshot_round_trip),
         cmocka_unit_test(test_restore_layout_mismatch),
+        cmocka_unit_test(test_device_path),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
