@@ -2225,7 +2225,9 @@ static bool ftc__par_locate(ftc_agent_t *a, uint64_t gen, uint32_t rank, uint32_
 }
 
 /* The rank on (node, local) in generation gen; UINT32_MAX if none (an idle
- * slot). */
+ * slot). Callers have located a rank of gen first (ftc__par_locate), so its
+ * plan is cached; without a plan (agents started by hand) rank = node x
+ * ranks_per_node + local. */
 static uint32_t ftc__par_rank_on(ftc_agent_t *a, uint64_t gen, uint32_t node, uint32_t local)
 {
     const ftc__where_t *w = ftc__where(a, gen);
@@ -2891,8 +2893,8 @@ static bool ftc__par_queue_rebuild(ftc_agent_t *a, ftc__rank_t *r)
     uint32_t at_node = 0, local = 0;
     if (!ftc__par_locate(a, cgen, r->src, &at_node, &local) || at_node >= a->o.nodes) {
         FTC_WARN("agent", "rank %u: no parity rebuild of rank %u: the layout of generation "
-                 "%" PRIu64 " does not place it (a node of its plan is not known)", r->rank,
-                 r->src, cgen);
+                 "%" PRIu64 " does not place it (%s)", r->rank, r->src, cgen,
+                 ftc__where(a, cgen) ? "the rank is not in its plan" : a->par->where_why);
         return false;
     }
     bool moved = at_node != a->o.index;
