@@ -1370,6 +1370,7 @@ ftc_filestore_t *ftc_filestore_create(const char *job, uint32_t index, const cha
         goto fail;
     }
     /* versions only grow, also across a replacement of this node */
+    uint64_t recorded = 0; /* the newest acknowledged version of this index */
     char key[160], field[16];
     snprintf(field, sizeof field, "%u", index);
     ftc_redis_reply_t *rep = NULL;
@@ -1379,7 +1380,7 @@ ftc_filestore_t *ftc_filestore_create(const char *job, uint32_t index, const cha
         size_t sl;
         ftc_err_t e = {0};
         if (ftc_redis_want_str(rep, key, &s, &sl, &e) == 0) {
-            fs->last_version = strtoull(s, NULL, 10);
+            fs->last_version = recorded = strtoull(s, NULL, 10);
             uint64_t a, b, c;
             char h[sizeof fs->own_holders];
             if (sscanf(s, "%" SCNu64 " %" SCNu64 " %" SCNu64 " %999s", &a, &b, &c, h) == 4)
@@ -1403,22 +1404,32 @@ ftc_filestore_t *ftc_filestore_create(const char *job, uint32_t index, const cha
     fo.abort_flag = &fs->stop; /* a stop ends a post or wait its thread is in */
     fs->fopt = fo;
     if (fs_open_transport(fs, err) || fs_publish(fs, err)) goto fail;
-    /* own versions a previous supervisor of this node left */
+    /* own versions a previous supervisor of this node left. The slot kept
+     * from the next pack is the one holding the recorded (acknowledged)
+     * version, not merely the newer one: that may be a version no peer ever
+     * acknowledged, or a pack cut short (I3). Only verified slots count. */
     for (int s = 0; s < 2; s++) {
         char name[FTC_SLOT_NAME_MAX];
         ftc_err_t e = {0};
         own_slot_name(fs, s, name, sizeof name);
         ftc_shard_view_t v;
         if (ftc_slot_open(name, true, &fs->own[s], &e) == 0 &&
-            ftc_shard_open(&v, fs->own[s].base, fs->own[s].size, FTC_SHARD_ALLOW_TRAILING, &e) ==
-                0 &&
+            ftc_shard_open(&v, fs->own[s].base, fs->own[s].size,
+                           FTC_SHARD_VERIFY | FTC_SHARD_ALLOW_TRAILING, &e) == 0 &&
             !strcmp(v.info.job_id, fs->wjob)) {
             fs->own_step[s] = v.info.step;
             fs->own_size[s] = v.size;
-            if (fs->own_newest < 0 || v.info.step > fs->own_step[fs->own_newest])
-                fs->own_newest = s;
             if (v.info.step > fs->last_version) fs->last_version = v.info.step;
         }
+    }
+    for (int s = 0; s < 2; s++) {
+        if (!fs->own_step[s]) continue;
+        if (fs->own_step[s] == recorded) {
+            fs->own_newest = s;
+            break;
+        }
+        if (fs->own_newest < 0 || fs->own_step[s] > fs->own_step[fs->own_newest])
+            fs->own_newest = s;
     }
     /* files a previous supervisor left: push them once members are known */
     DIR *dd = opendir(fs->dir);

@@ -15,6 +15,10 @@
  *              SIGKILLed peer ends at its deadline; a replacement peer gets the
  *              next push (the endpoint was rebuilt if it broke)
  *   shm        write-temp-then-rename, kill, restore on the shm provider
+ *   selfslot   a version that was never acknowledged is left in an own slot
+ *              (its peer died); a restarted supervisor packs the next version:
+ *              the slot of the recorded (acknowledged) version survives, and
+ *              a restore without any live holder brings that version back (I3)
  *
  * Each child runs a tiny line protocol over a socketpair (the parent's
  * commands below); every read of an answer has a deadline. Job ids carry the
@@ -504,6 +508,42 @@ static void test_shm(void **state)
     quit(&n1);
 }
 
+static void test_selfslot(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0 = spawn(0, "n0", 1), n1 = spawn(1, "n1", 1);
+    OK(&n0, "members 1 n0 n1");
+    OK(&n1, "members 1 n0 n1");
+    OK(&n0, "limits 1073741824 3000");
+    OK(&n0, "write a.bin 31 100000");
+    OK(&n0, "flush"); /* version 1: acknowledged by node 1, recorded */
+    kill9(&n1);
+    OK(&n0, "write a.bin 32 100000");
+    char msg[2048];
+    int rc = cmd(&n0, msg, sizeof msg, "flush"); /* version 2: never acknowledged */
+    printf("# push to a SIGKILLed peer: %d %s\n", rc, msg);
+    assert_true(rc < 0);
+    quit(&n0); /* the supervisor restarts on the same host: its slots stay */
+    node_t r0 = spawn(0, "n0", 1);
+    OK(&r0, "limits 1073741824 3000");
+    OK(&r0, "members 2 n0 n1");
+    OK(&r0, "write b.bin 33 1000");
+    rc = cmd(&r0, msg, sizeof msg, "flush"); /* version 3, packed over a slot, not acknowledged */
+    printf("# restarted node, push to the dead peer: %d %s\n", rc, msg);
+    assert_true(rc < 0);
+    /* the binary lost its files; its only holder is gone: version 1 comes
+     * from this node's own memory */
+    OK(&r0, "rm a.bin");
+    OK(&r0, "rm b.bin");
+    rc = cmd(&r0, msg, sizeof msg, "restore 3 n0");
+    printf("# restore from own memory: %d %s\n", rc, msg);
+    assert_int_equal(rc, 0);
+    OK(&r0, "check a.bin 31 100000");
+    OK(&r0, "absent b.bin");
+    quit(&r0);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -512,6 +552,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_corrupt, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deadpeer, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shm, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_selfslot, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
