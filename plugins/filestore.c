@@ -130,6 +130,13 @@ struct ftc_filestore {
     int retries;            /* re-pushes since the last change */
     char own_holders[1000]; /* "idx:id,..." of the newest acknowledged version */
     uint64_t retry_at_ns;   /* when to re-push (0: none planned) */
+    /* the last push was acknowledged but recording it failed (a timed-out
+     * HSET may still land): no pack until it is recorded, so neither the
+     * slot of the recorded version nor the pushed one is packed over */
+    bool rec_pending;
+    bool rec_all;           /* ... and it reached every peer */
+    char rec_holders[1000]; /* its holders */
+    uint64_t rec_retry_ns;  /* next try */
     uint64_t last_event_ns;
     uint64_t last_refresh_ns;
     uint64_t hot_until_ns;
@@ -237,7 +244,7 @@ static int fs_publish(ftc_filestore_t *fs, ftc_err_t *err)
                         ftc_ctl_key(fs->ctl, "filefab", key, sizeof key), field, val, NULL);
     if (rc)
         return ftc_err_set(err, rc, "filestore: publishing the address in %s: %s", key,
-                           ftc_ctl_errstr(fs->ctl));
+                           ftc_redis_errstr(ftc_ctl_redis(fs->ctl)));
     fs->republish = false;
     return 0;
 }
@@ -701,16 +708,52 @@ fail:
     fs_note_error(fs, rc, err.msg);
 }
 
-static void fs_record(ftc_filestore_t *fs, const char *holders)
+/* Records the pushed version and its holders; 0, or the Redis error with
+ * its text in why. */
+static int fs_record(ftc_filestore_t *fs, const char *holders, char *why, size_t cap)
 {
     char key[160], field[16], val[1200];
     snprintf(field, sizeof field, "%u", fs->index);
     snprintf(val, sizeof val, "%" PRIu64 " %" PRIu64 " %" PRIu64 " %s", fs->push_version,
              fs->push_size, fs->gen, holders);
-    if (ftc_redis_cmdv(ftc_ctl_redis(fs->ctl), true, NULL, "HSET",
-                       ftc_ctl_key(fs->ctl, "files", key, sizeof key), field, val, NULL) != 0)
-        fs_log(fs, FTC_LOG_WARN, "recording version %" PRIu64 " in %s: %s", fs->push_version, key,
-               ftc_ctl_errstr(fs->ctl));
+    int rc = ftc_redis_cmdv(ftc_ctl_redis(fs->ctl), true, NULL, "HSET",
+                            ftc_ctl_key(fs->ctl, "files", key, sizeof key), field, val, NULL);
+    if (rc) snprintf(why, cap, "%s: %s", key, ftc_redis_errstr(ftc_ctl_redis(fs->ctl)));
+    return rc;
+}
+
+/* The pushed version is recorded: it is this node's newest. */
+static void fs_counted(ftc_filestore_t *fs, const char *holders)
+{
+    fs->own_newest = fs->push_slot;
+    snprintf(fs->own_holders, sizeof fs->own_holders, "%s", holders);
+    pthread_mutex_lock(&fs->mu);
+    fs->stats.versions_pushed++;
+    fs->stats.last_version = fs->push_version;
+    fs->stats.last_bytes = fs->push_size;
+    pthread_mutex_unlock(&fs->mu);
+}
+
+/* Tries again to record an acknowledged version (rec_pending). */
+static void fs_retry_record(ftc_filestore_t *fs)
+{
+    char why[400] = "";
+    if (fs_record(fs, fs->rec_holders, why, sizeof why) != 0) {
+        fs->rec_retry_ns = ftc_now_ns() + 1000000000ull;
+        FTC_DEBUG(FS_MOD, "recording version %" PRIu64 " again: %s", fs->push_version, why);
+        return;
+    }
+    fs->rec_pending = false;
+    fs_counted(fs, fs->rec_holders);
+    if (fs->rec_all) {
+        pthread_mutex_lock(&fs->mu);
+        fs->flush_rc = 0;
+        ftc_err_clear(&fs->flush_err);
+        pthread_mutex_unlock(&fs->mu);
+    }
+    fs_log(fs, FTC_LOG_INFO,
+           "version %" PRIu64 " (%" PRIu64 " bytes) recorded after all, held by %s",
+           fs->push_version, fs->push_size, fs->rec_holders);
 }
 
 /* Checks the push's transfers; records the version once all are done. */
@@ -754,15 +797,24 @@ static void fs_check_push(ftc_filestore_t *fs, bool broken)
                  fs->peers[fs->push_peers[i]].node_id);
         acked++;
     }
-    if (acked) {
-        fs->own_newest = fs->push_slot;
-        snprintf(fs->own_holders, sizeof fs->own_holders, "%s", holders);
-        fs_record(fs, holders);
-        pthread_mutex_lock(&fs->mu);
-        fs->stats.versions_pushed++;
-        fs->stats.last_version = fs->push_version;
-        fs->stats.last_bytes = fs->push_size;
-        pthread_mutex_unlock(&fs->mu);
+    /* the version counts once recorded: a restore looks only for the
+     * recorded one, so until then the slot of the previous one is kept */
+    char why[400] = "";
+    int rec_rc = acked ? fs_record(fs, holders, why, sizeof why) : 0;
+    if (rec_rc) {
+        fs->rec_pending = true;
+        fs->rec_all = !first_rc;
+        snprintf(fs->rec_holders, sizeof fs->rec_holders, "%s", holders);
+        fs->rec_retry_ns = ftc_now_ns() + 1000000000ull;
+        if (!first_rc) first_rc = rec_rc;
+        size_t dl = strlen(fs->push_detail);
+        snprintf(fs->push_detail + dl, sizeof fs->push_detail - dl,
+                 "%sacknowledged by %s but not recorded in %s (a restore would not find it; "
+                 "recording is retried before the next version)",
+                 dl ? "; " : "", holders, why);
+        acked = 0;
+    } else if (acked) {
+        fs_counted(fs, holders);
     } else {
         fs->own_step[fs->push_slot] = 0;
     }
@@ -1050,7 +1102,8 @@ static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
                             ftc_ctl_key(fs->ctl, "files", key, sizeof key), NULL);
     if (rc) {
         ftc_redis_reply_free(rep);
-        return ftc_err_set(err, rc, "filestore: reading %s: %s", key, ftc_ctl_errstr(fs->ctl));
+        return ftc_err_set(err, rc, "filestore: reading %s: %s", key,
+                           ftc_redis_errstr(ftc_ctl_redis(fs->ctl)));
     }
     ftc_redis_reply_t **el;
     size_t n = 0;
@@ -1261,11 +1314,21 @@ static void *fs_main(void *arg)
             fs->dirty = true;
             fs->last_event_ns = 0;
         }
-        if (!fs->pushing && fs->dirty && fs->members_known &&
+        if (fs->rec_pending && !fs->pushing && (flush || now >= fs->rec_retry_ns))
+            fs_retry_record(fs);
+        if (!fs->pushing && !fs->rec_pending && fs->dirty && fs->members_known &&
             (flush || now - fs->last_event_ns >= (uint64_t)quiet_ms * 1000000ull))
             fs_start_push(fs);
-        if (flush && !fs->pushing && (!fs->dirty || !fs->members_known)) {
+        if (flush && !fs->pushing && (fs->rec_pending || !fs->dirty || !fs->members_known)) {
             pthread_mutex_lock(&fs->mu);
+            if (fs->rec_pending && !fs->flush_rc) {
+                fs->flush_rc = FTC_EREDIS;
+                ftc_err_set(&fs->flush_err, FTC_EREDIS,
+                            "filestore: version %" PRIu64 " of %s is acknowledged by %s but still "
+                            "not recorded in Redis (ftc:{%s}:files): no newer version is made "
+                            "until it is",
+                            fs->push_version, fs->dir, fs->rec_holders, fs->job);
+            }
             if (fs->dirty && !fs->members_known && !fs->flush_rc) {
                 fs->flush_rc = FTC_EINVAL;
                 ftc_err_set(&fs->flush_err, FTC_EINVAL,

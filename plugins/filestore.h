@@ -15,7 +15,8 @@
  * job "<job>.files", so its replica slots and HMAC key never mix with the
  * agent's). A push counts when acknowledged (the peer verified it); the
  * newest acknowledged version of each node and the nodes holding it are
- * recorded in Redis (ftc:{job}:files, field = node index).
+ * recorded in Redis (ftc:{job}:files, field = node index); a version counts
+ * once recorded (a failed record is retried before any newer pack).
  *
  * Restore (before the supervisor starts its ranks): the directory is made
  * to hold the union of the newest recorded version of EVERY node that ever

@@ -19,6 +19,10 @@
  *              (its peer died); a restarted supervisor packs the next version:
  *              the slot of the recorded (acknowledged) version survives, and
  *              a restore without any live holder brings that version back (I3)
+ *   norecord   Redis stopped (SIGSTOP) while a version is acknowledged: the
+ *              flush fails naming the record; once Redis answers the record
+ *              is made before the next pack, and a restore from own memory
+ *              finds the recorded version's slot intact (I3)
  *
  * Each child runs a tiny line protocol over a socketpair (the parent's
  * commands below); every read of an answer has a deadline. Job ids carry the
@@ -544,6 +548,44 @@ static void test_selfslot(void **state)
     quit(&r0);
 }
 
+static void test_norecord(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0 = spawn(0, "n0", 1), n1 = spawn(1, "n1", 1);
+    OK(&n0, "members 1 n0 n1");
+    OK(&n1, "members 1 n0 n1");
+    OK(&n0, "limits 1073741824 3000");
+    OK(&n0, "write a.bin 41 100000");
+    OK(&n0, "flush"); /* version 1: acknowledged and recorded */
+    assert_int_equal(ftc_redis_server_signal(g_fix->srv, SIGSTOP), 0);
+    OK(&n0, "write a.bin 42 100000");
+    char msg[2048];
+    int rc = cmd(&n0, msg, sizeof msg, "flush"); /* acknowledged, but Redis does not answer */
+    printf("# acknowledged, Redis stopped: %d %s\n", rc, msg);
+    int rc2 = cmd(&n0, NULL, 0, "stats");
+    kill9(&n1); /* nothing is acknowledged from now on */
+    assert_int_equal(ftc_redis_server_signal(g_fix->srv, SIGCONT), 0);
+    assert_int_equal(rc2, 0);
+    assert_true(rc < 0);
+    assert_non_null(strstr(msg, "not recorded"));
+    OK(&n0, "write b.bin 43 1000");
+    rc = cmd(&n0, msg, sizeof msg, "flush");
+    printf("# push to the dead peer: %d %s\n", rc, msg);
+    assert_true(rc < 0);
+    /* the binary lost its files: the recorded version (the one acknowledged
+     * while Redis was stopped, recorded before b.bin was packed) comes from
+     * own memory */
+    OK(&n0, "rm a.bin");
+    OK(&n0, "rm b.bin");
+    rc = cmd(&n0, msg, sizeof msg, "restore 2 n0");
+    printf("# restore from own memory: %d %s\n", rc, msg);
+    assert_int_equal(rc, 0);
+    OK(&n0, "check a.bin 42 100000");
+    OK(&n0, "absent b.bin");
+    quit(&n0);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -553,6 +595,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_deadpeer, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shm, setup, teardown),
         cmocka_unit_test_setup_teardown(test_selfslot, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_norecord, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
