@@ -146,6 +146,7 @@ struct ftc_filestore {
     int push_slot;
     uint64_t push_version, push_size;
     int push_n;
+    int push_recorded; /* holders of it recorded so far (0: it does not count yet) */
     uint32_t push_peers[FTC_REPL_MAX_PEERS];
     ftc_repl_xfer_t push_x[FTC_REPL_MAX_PEERS];
     bool push_done[FTC_REPL_MAX_PEERS];
@@ -672,6 +673,8 @@ static void fs_start_push(ftc_filestore_t *fs)
     fs->push_size = size;
     fs->push_n = np;
     fs->push_detail[0] = 0;
+    fs->push_recorded = 0;
+    fs->rec_retry_ns = 0;
     ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)lim.push_timeout_ms);
     for (int i = 0; i < np; i++) {
         fs->push_peers[i] = peers[i];
@@ -722,16 +725,35 @@ static int fs_record(ftc_filestore_t *fs, const char *holders, char *why, size_t
     return rc;
 }
 
-/* The pushed version is recorded: it is this node's newest. */
-static void fs_counted(ftc_filestore_t *fs, const char *holders)
+/* The pushed version is recorded (with these holders): it is this node's
+ * newest. Counted once, however many records its holders take. */
+static void fs_counted(ftc_filestore_t *fs, const char *holders, int n)
 {
+    bool first = fs->push_recorded == 0;
+    fs->push_recorded = n;
     fs->own_newest = fs->push_slot;
     snprintf(fs->own_holders, sizeof fs->own_holders, "%s", holders);
+    if (!first) return;
     pthread_mutex_lock(&fs->mu);
     fs->stats.versions_pushed++;
     fs->stats.last_version = fs->push_version;
     fs->stats.last_bytes = fs->push_size;
     pthread_mutex_unlock(&fs->mu);
+}
+
+/* "idx:id,..." of the push's peers that acknowledged so far; their count. */
+static int fs_acked_holders(ftc_filestore_t *fs, char *holders, size_t cap)
+{
+    int acked = 0;
+    holders[0] = 0;
+    for (int i = 0; i < fs->push_n; i++) {
+        if (!fs->push_done[i] || fs->push_rc[i]) continue;
+        size_t hl = strlen(holders);
+        snprintf(holders + hl, cap - hl, "%s%u:%s", acked ? "," : "", fs->push_peers[i],
+                 fs->peers[fs->push_peers[i]].node_id);
+        acked++;
+    }
+    return acked;
 }
 
 /* Tries again to record an acknowledged version (rec_pending). */
@@ -744,7 +766,10 @@ static void fs_retry_record(ftc_filestore_t *fs)
         return;
     }
     fs->rec_pending = false;
-    fs_counted(fs, fs->rec_holders);
+    int n = 1;
+    for (const char *c = fs->rec_holders; *c; c++)
+        n += *c == ',';
+    fs_counted(fs, fs->rec_holders, n);
     if (fs->rec_all) {
         pthread_mutex_lock(&fs->mu);
         fs->flush_rc = 0;
@@ -783,25 +808,35 @@ static void fs_check_push(ftc_filestore_t *fs, bool broken)
                      st.detail[0] ? st.detail : "no detail");
         }
     }
-    if (!all) return;
-    fs->pushing = false;
-    char holders[1000] = "";
-    int acked = 0, first_rc = 0;
-    for (int i = 0; i < fs->push_n; i++) {
-        if (fs->push_rc[i]) {
-            if (!first_rc) first_rc = fs->push_rc[i];
-            continue;
+    char holders[1000] = "", why[400] = "";
+    int acked = fs_acked_holders(fs, holders, sizeof holders);
+    if (!all) {
+        /* the version counts as soon as a peer acknowledged it: a hung peer
+         * must not hold its record back until the push deadline */
+        if (acked > fs->push_recorded && ftc_now_ns() >= fs->rec_retry_ns) {
+            if (fs_record(fs, holders, why, sizeof why) == 0)
+                fs_counted(fs, holders, acked);
+            else /* tried again at the next check, or when all are done */
+                fs->rec_retry_ns = ftc_now_ns() + 1000000000ull;
         }
-        size_t hl = strlen(holders);
-        snprintf(holders + hl, sizeof holders - hl, "%s%u:%s", acked ? "," : "", fs->push_peers[i],
-                 fs->peers[fs->push_peers[i]].node_id);
-        acked++;
+        return;
     }
+    fs->pushing = false;
+    fs->rec_retry_ns = 0;
+    int first_rc = 0;
+    for (int i = 0; i < fs->push_n && !first_rc; i++)
+        first_rc = fs->push_rc[i];
     /* the version counts once recorded: a restore looks only for the
      * recorded one, so until then the slot of the previous one is kept */
-    char why[400] = "";
-    int rec_rc = acked ? fs_record(fs, holders, why, sizeof why) : 0;
-    if (rec_rc) {
+    int rec_rc = acked > fs->push_recorded ? fs_record(fs, holders, why, sizeof why) : 0;
+    if (rec_rc && fs->push_recorded) {
+        /* it counts already, recorded with its first holders: a late (or
+         * lost) record of the others changes nothing a restore relies on */
+        fs_log(fs, FTC_LOG_WARN,
+               "version %" PRIu64 ": recording its holders %s in %s failed; %s stay recorded",
+               fs->push_version, holders, why, fs->own_holders);
+        acked = fs->push_recorded;
+    } else if (rec_rc) {
         fs->rec_pending = true;
         fs->rec_all = !first_rc;
         snprintf(fs->rec_holders, sizeof fs->rec_holders, "%s", holders);
@@ -814,7 +849,7 @@ static void fs_check_push(ftc_filestore_t *fs, bool broken)
                  dl ? "; " : "", holders, why);
         acked = 0;
     } else if (acked) {
-        fs_counted(fs, holders);
+        fs_counted(fs, holders, acked);
     } else {
         fs->own_step[fs->push_slot] = 0;
     }

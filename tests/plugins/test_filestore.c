@@ -23,6 +23,10 @@
  *              flush fails naming the record; once Redis answers the record
  *              is made before the next pack, and a restore from own memory
  *              finds the recorded version's slot intact (I3)
+ *   stall      k=2, one holder hung (SIGSTOP): the version the other holder
+ *              acknowledged is recorded without waiting for the hung one's
+ *              push deadline; the owner is then lost and a replacement
+ *              restores that version from the live holder
  *
  * Each child runs a tiny line protocol over a socketpair (the parent's
  * commands below); every read of an answer has a deadline. Job ids carry the
@@ -586,6 +590,43 @@ static void test_norecord(void **state)
     quit(&n0);
 }
 
+static void test_stall(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0 = spawn(0, "n0", 2), n1 = spawn(1, "n1", 2), n2 = spawn(2, "n2", 2);
+    node_t *all[] = {&n0, &n1, &n2};
+    for (int i = 0; i < 3; i++)
+        OK(all[i], "members 1 n0 n1 n2");
+    OK(&n0, "limits 1073741824 120000"); /* a push deadline longer than this test */
+    OK(&n0, "write a.bin 51 100000");
+    OK(&n0, "flush");
+    kill(n2.pid, SIGSTOP); /* hung: its connection stays up, it never answers */
+    OK(&n0, "write a.bin 52 100000");
+    char msg[2048];
+    bool counted = false;
+    for (int i = 0; i < 300 && !counted; i++) { /* up to ~30 s */
+        ftc_sleep_ms(100);
+        unsigned long long pushed = 0;
+        cmd(&n0, msg, sizeof msg, "stats");
+        counted = sscanf(msg, "%llu", &pushed) == 1 && pushed >= 2;
+    }
+    printf("# version acknowledged by node 1 counted while node 2 hangs: %s\n",
+           counted ? "yes" : "no");
+    kill9(&n2);
+    assert_true(counted);
+    kill9(&n0);
+    forget_node(0);
+    OK(&n1, "members 2 r0 n1");
+    node_t r0 = spawn(0, "r0", 2);
+    int rc = cmd(&r0, msg, sizeof msg, "restore 2 r0 n1");
+    printf("# replacement restore: %d %s\n", rc, msg);
+    assert_int_equal(rc, 0);
+    OK(&r0, "check a.bin 52 100000");
+    quit(&r0);
+    quit(&n1);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -596,6 +637,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_shm, setup, teardown),
         cmocka_unit_test_setup_teardown(test_selfslot, setup, teardown),
         cmocka_unit_test_setup_teardown(test_norecord, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stall, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
