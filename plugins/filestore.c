@@ -1280,6 +1280,21 @@ static void fs_apply_members(ftc_filestore_t *fs)
     if (fs->repl) ftc_repl_set_generation(fs->repl, fs->gen);
     fs->ropt.generation = fs->gen;
     fs_refresh_peers(fs);
+    /* a push still going to a node that left the members (dead or hung)
+     * would hold every newer version back until its deadline: cancel those
+     * transfers (the node is re-added by the next refresh, not as a target)
+     * and push again to the new ring once this push ends */
+    for (int i = 0; fs->pushing && fs->repl && i < fs->push_n; i++) {
+        uint32_t p = fs->push_peers[i];
+        if (fs->push_done[i] || fs_live(fs, p, NULL)) continue;
+        fs_log(fs, FTC_LOG_INFO,
+               "node %u left the members: its push of version %" PRIu64 " is cancelled", p,
+               fs->push_version);
+        ftc_repl_peer_remove(fs->repl, p);
+        fs->peers[p].known = false;
+        fs->dirty = true;
+        fs->last_event_ns = 0;
+    }
     if (fs->retry_on_members) {
         fs->retry_on_members = false;
         fs->dirty = true;

@@ -27,6 +27,9 @@
  *              acknowledged is recorded without waiting for the hung one's
  *              push deadline; the owner is then lost and a replacement
  *              restores that version from the live holder
+ *   leave      k=1, the holder hangs (SIGSTOP) during a push and leaves the
+ *              members: the push to it is cancelled and the version goes to
+ *              the new ring without waiting for the push deadline
  *
  * Each child runs a tiny line protocol over a socketpair (the parent's
  * commands below); every read of an answer has a deadline. Job ids carry the
@@ -590,6 +593,19 @@ static void test_norecord(void **state)
     quit(&n0);
 }
 
+/* Polls node n's stats until versions_pushed >= want (up to ~30 s). */
+static bool wait_pushed(node_t *n, unsigned long long want)
+{
+    char msg[2048];
+    for (int i = 0; i < 300; i++) {
+        unsigned long long pushed = 0;
+        cmd(n, msg, sizeof msg, "stats");
+        if (sscanf(msg, "%llu", &pushed) == 1 && pushed >= want) return true;
+        ftc_sleep_ms(100);
+    }
+    return false;
+}
+
 static void test_stall(void **state)
 {
     (void)state;
@@ -603,14 +619,7 @@ static void test_stall(void **state)
     OK(&n0, "flush");
     kill(n2.pid, SIGSTOP); /* hung: its connection stays up, it never answers */
     OK(&n0, "write a.bin 52 100000");
-    char msg[2048];
-    bool counted = false;
-    for (int i = 0; i < 300 && !counted; i++) { /* up to ~30 s */
-        ftc_sleep_ms(100);
-        unsigned long long pushed = 0;
-        cmd(&n0, msg, sizeof msg, "stats");
-        counted = sscanf(msg, "%llu", &pushed) == 1 && pushed >= 2;
-    }
+    bool counted = wait_pushed(&n0, 2);
     printf("# version acknowledged by node 1 counted while node 2 hangs: %s\n",
            counted ? "yes" : "no");
     kill9(&n2);
@@ -619,12 +628,47 @@ static void test_stall(void **state)
     forget_node(0);
     OK(&n1, "members 2 r0 n1");
     node_t r0 = spawn(0, "r0", 2);
+    char msg[2048];
     int rc = cmd(&r0, msg, sizeof msg, "restore 2 r0 n1");
     printf("# replacement restore: %d %s\n", rc, msg);
     assert_int_equal(rc, 0);
     OK(&r0, "check a.bin 52 100000");
     quit(&r0);
     quit(&n1);
+}
+
+static void test_leave(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0 = spawn(0, "n0", 1), n1 = spawn(1, "n1", 1), n2 = spawn(2, "n2", 1);
+    node_t *all[] = {&n0, &n1, &n2};
+    for (int i = 0; i < 3; i++)
+        OK(all[i], "members 1 n0 n1 n2");
+    OK(&n0, "limits 1073741824 120000"); /* a push deadline longer than this test */
+    OK(&n0, "write a.bin 61 100000");
+    OK(&n0, "flush"); /* to node 1, the next in the ring */
+    kill(n1.pid, SIGSTOP);
+    OK(&n0, "write a.bin 62 100000");
+    ftc_sleep_ms(500); /* the push to the hung node 1 is under way */
+    /* the supervisors drop node 1 from the members */
+    OK(&n0, "members 2 n0 n2");
+    OK(&n2, "members 2 n0 n2");
+    bool counted = wait_pushed(&n0, 2);
+    printf("# version pushed to the new ring while node 1 hangs: %s\n", counted ? "yes" : "no");
+    kill9(&n1);
+    assert_true(counted);
+    kill9(&n0);
+    forget_node(0);
+    OK(&n2, "members 3 r0 n2");
+    node_t r0 = spawn(0, "r0", 1);
+    char msg[2048];
+    int rc = cmd(&r0, msg, sizeof msg, "restore 3 r0 n2");
+    printf("# replacement restore: %d %s\n", rc, msg);
+    assert_int_equal(rc, 0);
+    OK(&r0, "check a.bin 62 100000");
+    quit(&r0);
+    quit(&n2);
 }
 
 int main(void)
@@ -638,6 +682,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_selfslot, setup, teardown),
         cmocka_unit_test_setup_teardown(test_norecord, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stall, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_leave, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
