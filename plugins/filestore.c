@@ -612,10 +612,11 @@ static void fs_start_push(ftc_filestore_t *fs)
         goto fail;
     }
     uint32_t peers[FTC_REPL_MAX_PEERS];
-    int np = fs_targets(fs, peers, fs->k < FTC_REPL_MAX_PEERS ? fs->k : FTC_REPL_MAX_PEERS);
+    int want = fs->k < FTC_REPL_MAX_PEERS ? fs->k : FTC_REPL_MAX_PEERS;
+    int np = fs_targets(fs, peers, want);
     if (np == 0) {
         fs_refresh_peers(fs);
-        np = fs_targets(fs, peers, fs->k);
+        np = fs_targets(fs, peers, want); /* capped too: peers[] holds no more */
     }
     if (np == 0) {
         rc = ftc_err_set(&err, FTC_ENOENT,
