@@ -1055,10 +1055,11 @@ static bool fs_local_rec(ftc_filestore_t *fs, fs_rec_t *rec)
         }
         return false;
     }
-    uint64_t step, size;
+    uint64_t size;
     const uint8_t *p;
-    if (ftc_repl_held(fs->repl, rec->owner, &step, &p, &size) != 0 || step != rec->version)
-        return false;
+    /* the recorded version may sit in the slot before the newest: a newer
+     * one reached this node but was never recorded (its owner died first) */
+    if (ftc_repl_held_step(fs->repl, rec->owner, rec->version, &p, &size) != 0) return false;
     /* copy: the slot may be overwritten by the next progress call */
     rec->buf = malloc(size ? size : 1);
     if (!rec->buf) return false;

@@ -30,6 +30,10 @@
  *   leave      k=1, the holder hangs (SIGSTOP) during a push and leaves the
  *              members: the push to it is cancelled and the version goes to
  *              the new ring without waiting for the push deadline
+ *   older      a holder got a newer version that was never recorded (the
+ *              record hit a foreign value of the wrong type; the owner then
+ *              died): its own restore takes the recorded, older version from
+ *              the replica slot before its newest
  *
  * Each child runs a tiny line protocol over a socketpair (the parent's
  * commands below); every read of an answer has a deadline. Job ids carry the
@@ -671,6 +675,60 @@ static void test_leave(void **state)
     quit(&n2);
 }
 
+/* Runs a Redis command (NULL-terminated words) on the fixture; 0 or the error. */
+static int redis_do(const char *a0, ...)
+{
+    const char *argv[8] = {a0};
+    int n = 1;
+    va_list ap;
+    va_start(ap, a0);
+    while (n < 7 && (argv[n] = va_arg(ap, const char *)))
+        n++;
+    va_end(ap);
+    ftc_ctl_t *c = redis_fixture_ctl(g_fix, g_job);
+    int rc = ftc_redis_cmd(ftc_ctl_redis(c), true, NULL, n, argv, NULL);
+    ftc_ctl_destroy(c);
+    return rc;
+}
+
+static void test_older(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    char key[160], bak[160];
+    snprintf(key, sizeof key, "ftc:{%s}:files", g_job);
+    snprintf(bak, sizeof bak, "ftc:{%s}:files.bak", g_job);
+    node_t n0 = spawn(0, "n0", 1), n1 = spawn(1, "n1", 1);
+    OK(&n0, "members 1 n0 n1");
+    OK(&n1, "members 1 n0 n1");
+    OK(&n0, "write a.bin 71 100000");
+    OK(&n0, "flush"); /* version 1, held by node 1, recorded */
+    assert_int_equal(redis_do("RENAME", key, bak, NULL), 0);
+    assert_int_equal(redis_do("SET", key, "not a hash", NULL), 0);
+    OK(&n0, "write a.bin 72 100000");
+    char msg[2048];
+    int rc = cmd(&n0, msg, sizeof msg, "flush"); /* version 2 reaches node 1, no record */
+    printf("# record over a foreign value: %d %s\n", rc, msg);
+    assert_true(rc < 0);
+    assert_non_null(strstr(msg, "not recorded"));
+    kill9(&n0);
+    forget_node(0);
+    assert_int_equal(redis_do("RENAME", bak, key, NULL), 0);
+    rc = cmd(&n1, msg, sizeof msg, "restore 2 n1");
+    printf("# holder's restore of the recorded version: %d %s\n", rc, msg);
+    assert_int_equal(rc, 0);
+    OK(&n1, "check a.bin 71 100000");
+    /* and a replacement fetches that version from the holder */
+    OK(&n1, "members 3 r0 n1");
+    node_t r0 = spawn(0, "r0", 1);
+    rc = cmd(&r0, msg, sizeof msg, "restore 3 r0 n1");
+    printf("# replacement's restore of the recorded version: %d %s\n", rc, msg);
+    assert_int_equal(rc, 0);
+    OK(&r0, "check a.bin 71 100000");
+    quit(&r0);
+    quit(&n1);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -683,6 +741,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_norecord, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stall, setup, teardown),
         cmocka_unit_test_setup_teardown(test_leave, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_older, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
