@@ -782,7 +782,8 @@ static void fs_retry_record(ftc_filestore_t *fs)
            fs->push_version, fs->push_size, fs->rec_holders);
 }
 
-/* Checks the push's transfers; records the version once all are done. */
+/* Checks the push's transfers; records the version as soon as a peer
+ * acknowledged it, and its whole holder list once all are done. */
 static void fs_check_push(ftc_filestore_t *fs, bool broken)
 {
     bool all = true;
@@ -834,7 +835,7 @@ static void fs_check_push(ftc_filestore_t *fs, bool broken)
         /* it counts already, recorded with its first holders: a late (or
          * lost) record of the others changes nothing a restore relies on */
         fs_log(fs, FTC_LOG_WARN,
-               "version %" PRIu64 ": recording its holders %s in %s failed; %s stay recorded",
+               "version %" PRIu64 ": its holders %s could not be recorded (%s); %s stay recorded",
                fs->push_version, holders, why, fs->own_holders);
         acked = fs->push_recorded;
     } else if (rec_rc) {
