@@ -130,6 +130,13 @@ struct ftc_filestore {
     int retries;            /* re-pushes since the last change */
     char own_holders[1000]; /* "idx:id,..." of the newest acknowledged version */
     uint64_t retry_at_ns;   /* when to re-push (0: none planned) */
+    /* the last push was acknowledged but recording it failed (a timed-out
+     * HSET may still land): no pack until it is recorded, so neither the
+     * slot of the recorded version nor the pushed one is packed over */
+    bool rec_pending;
+    bool rec_all;           /* ... and it reached every peer */
+    char rec_holders[1000]; /* its holders */
+    uint64_t rec_retry_ns;  /* next try */
     uint64_t last_event_ns;
     uint64_t last_refresh_ns;
     uint64_t hot_until_ns;
@@ -139,6 +146,7 @@ struct ftc_filestore {
     int push_slot;
     uint64_t push_version, push_size;
     int push_n;
+    int push_recorded; /* holders of it recorded so far (0: it does not count yet) */
     uint32_t push_peers[FTC_REPL_MAX_PEERS];
     ftc_repl_xfer_t push_x[FTC_REPL_MAX_PEERS];
     bool push_done[FTC_REPL_MAX_PEERS];
@@ -237,7 +245,7 @@ static int fs_publish(ftc_filestore_t *fs, ftc_err_t *err)
                         ftc_ctl_key(fs->ctl, "filefab", key, sizeof key), field, val, NULL);
     if (rc)
         return ftc_err_set(err, rc, "filestore: publishing the address in %s: %s", key,
-                           ftc_ctl_errstr(fs->ctl));
+                           ftc_redis_errstr(ftc_ctl_redis(fs->ctl)));
     fs->republish = false;
     return 0;
 }
@@ -604,10 +612,11 @@ static void fs_start_push(ftc_filestore_t *fs)
         goto fail;
     }
     uint32_t peers[FTC_REPL_MAX_PEERS];
-    int np = fs_targets(fs, peers, fs->k < FTC_REPL_MAX_PEERS ? fs->k : FTC_REPL_MAX_PEERS);
+    int want = fs->k < FTC_REPL_MAX_PEERS ? fs->k : FTC_REPL_MAX_PEERS;
+    int np = fs_targets(fs, peers, want);
     if (np == 0) {
         fs_refresh_peers(fs);
-        np = fs_targets(fs, peers, fs->k);
+        np = fs_targets(fs, peers, want); /* capped too: peers[] holds no more */
     }
     if (np == 0) {
         rc = ftc_err_set(&err, FTC_ENOENT,
@@ -665,6 +674,8 @@ static void fs_start_push(ftc_filestore_t *fs)
     fs->push_size = size;
     fs->push_n = np;
     fs->push_detail[0] = 0;
+    fs->push_recorded = 0;
+    fs->rec_retry_ns = 0;
     ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)lim.push_timeout_ms);
     for (int i = 0; i < np; i++) {
         fs->push_peers[i] = peers[i];
@@ -701,19 +712,78 @@ fail:
     fs_note_error(fs, rc, err.msg);
 }
 
-static void fs_record(ftc_filestore_t *fs, const char *holders)
+/* Records the pushed version and its holders; 0, or the Redis error with
+ * its text in why. */
+static int fs_record(ftc_filestore_t *fs, const char *holders, char *why, size_t cap)
 {
     char key[160], field[16], val[1200];
     snprintf(field, sizeof field, "%u", fs->index);
     snprintf(val, sizeof val, "%" PRIu64 " %" PRIu64 " %" PRIu64 " %s", fs->push_version,
              fs->push_size, fs->gen, holders);
-    if (ftc_redis_cmdv(ftc_ctl_redis(fs->ctl), true, NULL, "HSET",
-                       ftc_ctl_key(fs->ctl, "files", key, sizeof key), field, val, NULL) != 0)
-        fs_log(fs, FTC_LOG_WARN, "recording version %" PRIu64 " in %s: %s", fs->push_version, key,
-               ftc_ctl_errstr(fs->ctl));
+    int rc = ftc_redis_cmdv(ftc_ctl_redis(fs->ctl), true, NULL, "HSET",
+                            ftc_ctl_key(fs->ctl, "files", key, sizeof key), field, val, NULL);
+    if (rc) snprintf(why, cap, "%s: %s", key, ftc_redis_errstr(ftc_ctl_redis(fs->ctl)));
+    return rc;
 }
 
-/* Checks the push's transfers; records the version once all are done. */
+/* The pushed version is recorded (with these holders): it is this node's
+ * newest. Counted once, however many records its holders take. */
+static void fs_counted(ftc_filestore_t *fs, const char *holders, int n)
+{
+    bool first = fs->push_recorded == 0;
+    fs->push_recorded = n;
+    fs->own_newest = fs->push_slot;
+    snprintf(fs->own_holders, sizeof fs->own_holders, "%s", holders);
+    if (!first) return;
+    pthread_mutex_lock(&fs->mu);
+    fs->stats.versions_pushed++;
+    fs->stats.last_version = fs->push_version;
+    fs->stats.last_bytes = fs->push_size;
+    pthread_mutex_unlock(&fs->mu);
+}
+
+/* "idx:id,..." of the push's peers that acknowledged so far; their count. */
+static int fs_acked_holders(ftc_filestore_t *fs, char *holders, size_t cap)
+{
+    int acked = 0;
+    holders[0] = 0;
+    for (int i = 0; i < fs->push_n; i++) {
+        if (!fs->push_done[i] || fs->push_rc[i]) continue;
+        size_t hl = strlen(holders);
+        snprintf(holders + hl, cap - hl, "%s%u:%s", acked ? "," : "", fs->push_peers[i],
+                 fs->peers[fs->push_peers[i]].node_id);
+        acked++;
+    }
+    return acked;
+}
+
+/* Tries again to record an acknowledged version (rec_pending). */
+static void fs_retry_record(ftc_filestore_t *fs)
+{
+    char why[400] = "";
+    if (fs_record(fs, fs->rec_holders, why, sizeof why) != 0) {
+        fs->rec_retry_ns = ftc_now_ns() + 1000000000ull;
+        FTC_DEBUG(FS_MOD, "recording version %" PRIu64 " again: %s", fs->push_version, why);
+        return;
+    }
+    fs->rec_pending = false;
+    int n = 1;
+    for (const char *c = fs->rec_holders; *c; c++)
+        n += *c == ',';
+    fs_counted(fs, fs->rec_holders, n);
+    if (fs->rec_all) {
+        pthread_mutex_lock(&fs->mu);
+        fs->flush_rc = 0;
+        ftc_err_clear(&fs->flush_err);
+        pthread_mutex_unlock(&fs->mu);
+    }
+    fs_log(fs, FTC_LOG_INFO,
+           "version %" PRIu64 " (%" PRIu64 " bytes) recorded after all, held by %s",
+           fs->push_version, fs->push_size, fs->rec_holders);
+}
+
+/* Checks the push's transfers; records the version as soon as a peer
+ * acknowledged it, and its whole holder list once all are done. */
 static void fs_check_push(ftc_filestore_t *fs, bool broken)
 {
     bool all = true;
@@ -740,29 +810,48 @@ static void fs_check_push(ftc_filestore_t *fs, bool broken)
                      st.detail[0] ? st.detail : "no detail");
         }
     }
-    if (!all) return;
-    fs->pushing = false;
-    char holders[1000] = "";
-    int acked = 0, first_rc = 0;
-    for (int i = 0; i < fs->push_n; i++) {
-        if (fs->push_rc[i]) {
-            if (!first_rc) first_rc = fs->push_rc[i];
-            continue;
+    char holders[1000] = "", why[400] = "";
+    int acked = fs_acked_holders(fs, holders, sizeof holders);
+    if (!all) {
+        /* the version counts as soon as a peer acknowledged it: a hung peer
+         * must not hold its record back until the push deadline */
+        if (acked > fs->push_recorded && ftc_now_ns() >= fs->rec_retry_ns) {
+            if (fs_record(fs, holders, why, sizeof why) == 0)
+                fs_counted(fs, holders, acked);
+            else /* tried again at the next check, or when all are done */
+                fs->rec_retry_ns = ftc_now_ns() + 1000000000ull;
         }
-        size_t hl = strlen(holders);
-        snprintf(holders + hl, sizeof holders - hl, "%s%u:%s", acked ? "," : "", fs->push_peers[i],
-                 fs->peers[fs->push_peers[i]].node_id);
-        acked++;
+        return;
     }
-    if (acked) {
-        fs->own_newest = fs->push_slot;
-        snprintf(fs->own_holders, sizeof fs->own_holders, "%s", holders);
-        fs_record(fs, holders);
-        pthread_mutex_lock(&fs->mu);
-        fs->stats.versions_pushed++;
-        fs->stats.last_version = fs->push_version;
-        fs->stats.last_bytes = fs->push_size;
-        pthread_mutex_unlock(&fs->mu);
+    fs->pushing = false;
+    fs->rec_retry_ns = 0;
+    int first_rc = 0;
+    for (int i = 0; i < fs->push_n && !first_rc; i++)
+        first_rc = fs->push_rc[i];
+    /* the version counts once recorded: a restore looks only for the
+     * recorded one, so until then the slot of the previous one is kept */
+    int rec_rc = acked > fs->push_recorded ? fs_record(fs, holders, why, sizeof why) : 0;
+    if (rec_rc && fs->push_recorded) {
+        /* it counts already, recorded with its first holders: a late (or
+         * lost) record of the others changes nothing a restore relies on */
+        fs_log(fs, FTC_LOG_WARN,
+               "version %" PRIu64 ": its holders %s could not be recorded (%s); %s stay recorded",
+               fs->push_version, holders, why, fs->own_holders);
+        acked = fs->push_recorded;
+    } else if (rec_rc) {
+        fs->rec_pending = true;
+        fs->rec_all = !first_rc;
+        snprintf(fs->rec_holders, sizeof fs->rec_holders, "%s", holders);
+        fs->rec_retry_ns = ftc_now_ns() + 1000000000ull;
+        if (!first_rc) first_rc = rec_rc;
+        size_t dl = strlen(fs->push_detail);
+        snprintf(fs->push_detail + dl, sizeof fs->push_detail - dl,
+                 "%sacknowledged by %s but not recorded in %s (a restore would not find it; "
+                 "recording is retried before the next version)",
+                 dl ? "; " : "", holders, why);
+        acked = 0;
+    } else if (acked) {
+        fs_counted(fs, holders, acked);
     } else {
         fs->own_step[fs->push_slot] = 0;
     }
@@ -967,10 +1056,11 @@ static bool fs_local_rec(ftc_filestore_t *fs, fs_rec_t *rec)
         }
         return false;
     }
-    uint64_t step, size;
+    uint64_t size;
     const uint8_t *p;
-    if (ftc_repl_held(fs->repl, rec->owner, &step, &p, &size) != 0 || step != rec->version)
-        return false;
+    /* the recorded version may sit in the slot before the newest: a newer
+     * one reached this node but was never recorded (its owner died first) */
+    if (ftc_repl_held_step(fs->repl, rec->owner, rec->version, &p, &size) != 0) return false;
     /* copy: the slot may be overwritten by the next progress call */
     rec->buf = malloc(size ? size : 1);
     if (!rec->buf) return false;
@@ -1050,7 +1140,8 @@ static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
                             ftc_ctl_key(fs->ctl, "files", key, sizeof key), NULL);
     if (rc) {
         ftc_redis_reply_free(rep);
-        return ftc_err_set(err, rc, "filestore: reading %s: %s", key, ftc_ctl_errstr(fs->ctl));
+        return ftc_err_set(err, rc, "filestore: reading %s: %s", key,
+                           ftc_redis_errstr(ftc_ctl_redis(fs->ctl)));
     }
     ftc_redis_reply_t **el;
     size_t n = 0;
@@ -1192,6 +1283,21 @@ static void fs_apply_members(ftc_filestore_t *fs)
     if (fs->repl) ftc_repl_set_generation(fs->repl, fs->gen);
     fs->ropt.generation = fs->gen;
     fs_refresh_peers(fs);
+    /* a push still going to a node that left the members (dead or hung)
+     * would hold every newer version back until its deadline: cancel those
+     * transfers (the node is re-added by the next refresh, not as a target)
+     * and push again to the new ring once this push ends */
+    for (int i = 0; fs->pushing && fs->repl && i < fs->push_n; i++) {
+        uint32_t p = fs->push_peers[i];
+        if (fs->push_done[i] || fs_live(fs, p, NULL)) continue;
+        fs_log(fs, FTC_LOG_INFO,
+               "node %u left the members: its push of version %" PRIu64 " is cancelled", p,
+               fs->push_version);
+        ftc_repl_peer_remove(fs->repl, p);
+        fs->peers[p].known = false;
+        fs->dirty = true;
+        fs->last_event_ns = 0;
+    }
     if (fs->retry_on_members) {
         fs->retry_on_members = false;
         fs->dirty = true;
@@ -1261,11 +1367,21 @@ static void *fs_main(void *arg)
             fs->dirty = true;
             fs->last_event_ns = 0;
         }
-        if (!fs->pushing && fs->dirty && fs->members_known &&
+        if (fs->rec_pending && !fs->pushing && (flush || now >= fs->rec_retry_ns))
+            fs_retry_record(fs);
+        if (!fs->pushing && !fs->rec_pending && fs->dirty && fs->members_known &&
             (flush || now - fs->last_event_ns >= (uint64_t)quiet_ms * 1000000ull))
             fs_start_push(fs);
-        if (flush && !fs->pushing && (!fs->dirty || !fs->members_known)) {
+        if (flush && !fs->pushing && (fs->rec_pending || !fs->dirty || !fs->members_known)) {
             pthread_mutex_lock(&fs->mu);
+            if (fs->rec_pending && !fs->flush_rc) {
+                fs->flush_rc = FTC_EREDIS;
+                ftc_err_set(&fs->flush_err, FTC_EREDIS,
+                            "filestore: version %" PRIu64 " of %s is acknowledged by %s but still "
+                            "not recorded in Redis (ftc:{%s}:files): no newer version is made "
+                            "until it is",
+                            fs->push_version, fs->dir, fs->rec_holders, fs->job);
+            }
             if (fs->dirty && !fs->members_known && !fs->flush_rc) {
                 fs->flush_rc = FTC_EINVAL;
                 ftc_err_set(&fs->flush_err, FTC_EINVAL,
@@ -1370,6 +1486,7 @@ ftc_filestore_t *ftc_filestore_create(const char *job, uint32_t index, const cha
         goto fail;
     }
     /* versions only grow, also across a replacement of this node */
+    uint64_t recorded = 0; /* the newest acknowledged version of this index */
     char key[160], field[16];
     snprintf(field, sizeof field, "%u", index);
     ftc_redis_reply_t *rep = NULL;
@@ -1379,7 +1496,7 @@ ftc_filestore_t *ftc_filestore_create(const char *job, uint32_t index, const cha
         size_t sl;
         ftc_err_t e = {0};
         if (ftc_redis_want_str(rep, key, &s, &sl, &e) == 0) {
-            fs->last_version = strtoull(s, NULL, 10);
+            fs->last_version = recorded = strtoull(s, NULL, 10);
             uint64_t a, b, c;
             char h[sizeof fs->own_holders];
             if (sscanf(s, "%" SCNu64 " %" SCNu64 " %" SCNu64 " %999s", &a, &b, &c, h) == 4)
@@ -1403,22 +1520,32 @@ ftc_filestore_t *ftc_filestore_create(const char *job, uint32_t index, const cha
     fo.abort_flag = &fs->stop; /* a stop ends a post or wait its thread is in */
     fs->fopt = fo;
     if (fs_open_transport(fs, err) || fs_publish(fs, err)) goto fail;
-    /* own versions a previous supervisor of this node left */
+    /* own versions a previous supervisor of this node left. The slot kept
+     * from the next pack is the one holding the recorded (acknowledged)
+     * version, not merely the newer one: that may be a version no peer ever
+     * acknowledged, or a pack cut short (I3). Only verified slots count. */
     for (int s = 0; s < 2; s++) {
         char name[FTC_SLOT_NAME_MAX];
         ftc_err_t e = {0};
         own_slot_name(fs, s, name, sizeof name);
         ftc_shard_view_t v;
         if (ftc_slot_open(name, true, &fs->own[s], &e) == 0 &&
-            ftc_shard_open(&v, fs->own[s].base, fs->own[s].size, FTC_SHARD_ALLOW_TRAILING, &e) ==
-                0 &&
+            ftc_shard_open(&v, fs->own[s].base, fs->own[s].size,
+                           FTC_SHARD_VERIFY | FTC_SHARD_ALLOW_TRAILING, &e) == 0 &&
             !strcmp(v.info.job_id, fs->wjob)) {
             fs->own_step[s] = v.info.step;
             fs->own_size[s] = v.size;
-            if (fs->own_newest < 0 || v.info.step > fs->own_step[fs->own_newest])
-                fs->own_newest = s;
             if (v.info.step > fs->last_version) fs->last_version = v.info.step;
         }
+    }
+    for (int s = 0; s < 2; s++) {
+        if (!fs->own_step[s]) continue;
+        if (fs->own_step[s] == recorded) {
+            fs->own_newest = s;
+            break;
+        }
+        if (fs->own_newest < 0 || fs->own_step[s] > fs->own_step[fs->own_newest])
+            fs->own_newest = s;
     }
     /* files a previous supervisor left: push them once members are known */
     DIR *dd = opendir(fs->dir);

@@ -15,7 +15,8 @@
  * job "<job>.files", so its replica slots and HMAC key never mix with the
  * agent's). A push counts when acknowledged (the peer verified it); the
  * newest acknowledged version of each node and the nodes holding it are
- * recorded in Redis (ftc:{job}:files, field = node index).
+ * recorded in Redis (ftc:{job}:files, field = node index); a version counts
+ * once recorded (a failed record is retried before any newer pack).
  *
  * Restore (before the supervisor starts its ranks): the directory is made
  * to hold the union of the newest recorded version of EVERY node that ever
@@ -79,8 +80,8 @@ const char *ftc_filestore_dir(const ftc_filestore_t *fs);
 /* Tells the store which nodes are live members now (ring order = index
  * order of members[]); pushes go to the next k of them. Generation gen
  * stamps its wire messages (older ones are refused, I4). */
-int ftc_filestore_set_members(ftc_filestore_t *fs, uint64_t gen, const char (*members)[65],
-                              int n, ftc_err_t *err);
+int ftc_filestore_set_members(ftc_filestore_t *fs, uint64_t gen, const char (*members)[65], int n,
+                              ftc_err_t *err);
 /* Cheap: lets the supervisor's loop log what happened since the last call
  * (pushes done or failed). Never blocks. */
 void ftc_filestore_poll(ftc_filestore_t *fs);
@@ -119,7 +120,7 @@ typedef struct ftc_filestore_limits {
 int ftc_filestore_set_limits(ftc_filestore_t *fs, const ftc_filestore_limits_t *l, ftc_err_t *err);
 
 typedef struct ftc_filestore_stats {
-    uint64_t versions_pushed; /* versions acknowledged by at least one peer */
+    uint64_t versions_pushed; /* versions acknowledged by at least one peer and recorded */
     uint64_t push_failures;   /* versions no peer (or fewer than k) acknowledged, refused packs */
     uint64_t last_version;    /* newest acknowledged version of this node (0: none) */
     uint64_t last_bytes;      /* its shard size */

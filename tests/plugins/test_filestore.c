@@ -15,6 +15,25 @@
  *              SIGKILLed peer ends at its deadline; a replacement peer gets the
  *              next push (the endpoint was rebuilt if it broke)
  *   shm        write-temp-then-rename, kill, restore on the shm provider
+ *   selfslot   a version that was never acknowledged is left in an own slot
+ *              (its peer died); a restarted supervisor packs the next version:
+ *              the slot of the recorded (acknowledged) version survives, and
+ *              a restore without any live holder brings that version back (I3)
+ *   norecord   Redis stopped (SIGSTOP) while a version is acknowledged: the
+ *              flush fails naming the record; once Redis answers the record
+ *              is made before the next pack, and a restore from own memory
+ *              finds the recorded version's slot intact (I3)
+ *   stall      k=2, one holder hung (SIGSTOP): the version the other holder
+ *              acknowledged is recorded without waiting for the hung one's
+ *              push deadline; the owner is then lost and a replacement
+ *              restores that version from the live holder
+ *   leave      k=1, the holder hangs (SIGSTOP) during a push and leaves the
+ *              members: the push to it is cancelled and the version goes to
+ *              the new ring without waiting for the push deadline
+ *   older      a holder got a newer version that was never recorded (the
+ *              record hit a foreign value of the wrong type; the owner then
+ *              died): its own restore takes the recorded, older version from
+ *              the replica slot before its newest
  *
  * Each child runs a tiny line protocol over a socketpair (the parent's
  * commands below); every read of an answer has a deadline. Job ids carry the
@@ -504,6 +523,212 @@ static void test_shm(void **state)
     quit(&n1);
 }
 
+static void test_selfslot(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0 = spawn(0, "n0", 1), n1 = spawn(1, "n1", 1);
+    OK(&n0, "members 1 n0 n1");
+    OK(&n1, "members 1 n0 n1");
+    OK(&n0, "limits 1073741824 3000");
+    OK(&n0, "write a.bin 31 100000");
+    OK(&n0, "flush"); /* version 1: acknowledged by node 1, recorded */
+    kill9(&n1);
+    OK(&n0, "write a.bin 32 100000");
+    char msg[2048];
+    int rc = cmd(&n0, msg, sizeof msg, "flush"); /* version 2: never acknowledged */
+    printf("# push to a SIGKILLed peer: %d %s\n", rc, msg);
+    assert_true(rc < 0);
+    quit(&n0); /* the supervisor restarts on the same host: its slots stay */
+    node_t r0 = spawn(0, "n0", 1);
+    OK(&r0, "limits 1073741824 3000");
+    OK(&r0, "members 2 n0 n1");
+    OK(&r0, "write b.bin 33 1000");
+    rc = cmd(&r0, msg, sizeof msg, "flush"); /* version 3, packed over a slot, not acknowledged */
+    printf("# restarted node, push to the dead peer: %d %s\n", rc, msg);
+    assert_true(rc < 0);
+    /* the binary lost its files; its only holder is gone: version 1 comes
+     * from this node's own memory */
+    OK(&r0, "rm a.bin");
+    OK(&r0, "rm b.bin");
+    rc = cmd(&r0, msg, sizeof msg, "restore 3 n0");
+    printf("# restore from own memory: %d %s\n", rc, msg);
+    assert_int_equal(rc, 0);
+    OK(&r0, "check a.bin 31 100000");
+    OK(&r0, "absent b.bin");
+    quit(&r0);
+}
+
+static void test_norecord(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0 = spawn(0, "n0", 1), n1 = spawn(1, "n1", 1);
+    OK(&n0, "members 1 n0 n1");
+    OK(&n1, "members 1 n0 n1");
+    OK(&n0, "limits 1073741824 3000");
+    OK(&n0, "write a.bin 41 100000");
+    OK(&n0, "flush"); /* version 1: acknowledged and recorded */
+    assert_int_equal(ftc_redis_server_signal(g_fix->srv, SIGSTOP), 0);
+    OK(&n0, "write a.bin 42 100000");
+    char msg[2048];
+    int rc = cmd(&n0, msg, sizeof msg, "flush"); /* acknowledged, but Redis does not answer */
+    printf("# acknowledged, Redis stopped: %d %s\n", rc, msg);
+    int rc2 = cmd(&n0, NULL, 0, "stats");
+    kill9(&n1); /* nothing is acknowledged from now on */
+    assert_int_equal(ftc_redis_server_signal(g_fix->srv, SIGCONT), 0);
+    assert_int_equal(rc2, 0);
+    assert_true(rc < 0);
+    assert_non_null(strstr(msg, "not recorded"));
+    OK(&n0, "write b.bin 43 1000");
+    rc = cmd(&n0, msg, sizeof msg, "flush");
+    printf("# push to the dead peer: %d %s\n", rc, msg);
+    assert_true(rc < 0);
+    /* the binary lost its files: the recorded version (the one acknowledged
+     * while Redis was stopped, recorded before b.bin was packed) comes from
+     * own memory */
+    OK(&n0, "rm a.bin");
+    OK(&n0, "rm b.bin");
+    rc = cmd(&n0, msg, sizeof msg, "restore 2 n0");
+    printf("# restore from own memory: %d %s\n", rc, msg);
+    assert_int_equal(rc, 0);
+    OK(&n0, "check a.bin 42 100000");
+    OK(&n0, "absent b.bin");
+    quit(&n0);
+}
+
+/* Polls node n's stats until versions_pushed >= want (up to ~30 s). */
+static bool wait_pushed(node_t *n, unsigned long long want)
+{
+    char msg[2048];
+    for (int i = 0; i < 300; i++) {
+        unsigned long long pushed = 0;
+        cmd(n, msg, sizeof msg, "stats");
+        if (sscanf(msg, "%llu", &pushed) == 1 && pushed >= want) return true;
+        ftc_sleep_ms(100);
+    }
+    return false;
+}
+
+static void test_stall(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0 = spawn(0, "n0", 2), n1 = spawn(1, "n1", 2), n2 = spawn(2, "n2", 2);
+    node_t *all[] = {&n0, &n1, &n2};
+    for (int i = 0; i < 3; i++)
+        OK(all[i], "members 1 n0 n1 n2");
+    OK(&n0, "limits 1073741824 120000"); /* a push deadline longer than this test */
+    OK(&n0, "write a.bin 51 100000");
+    OK(&n0, "flush");
+    kill(n2.pid, SIGSTOP); /* hung: its connection stays up, it never answers */
+    OK(&n0, "write a.bin 52 100000");
+    bool counted = wait_pushed(&n0, 2);
+    printf("# version acknowledged by node 1 counted while node 2 hangs: %s\n",
+           counted ? "yes" : "no");
+    kill9(&n2);
+    assert_true(counted);
+    kill9(&n0);
+    forget_node(0);
+    OK(&n1, "members 2 r0 n1");
+    node_t r0 = spawn(0, "r0", 2);
+    char msg[2048];
+    int rc = cmd(&r0, msg, sizeof msg, "restore 2 r0 n1");
+    printf("# replacement restore: %d %s\n", rc, msg);
+    assert_int_equal(rc, 0);
+    OK(&r0, "check a.bin 52 100000");
+    quit(&r0);
+    quit(&n1);
+}
+
+static void test_leave(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0 = spawn(0, "n0", 1), n1 = spawn(1, "n1", 1), n2 = spawn(2, "n2", 1);
+    node_t *all[] = {&n0, &n1, &n2};
+    for (int i = 0; i < 3; i++)
+        OK(all[i], "members 1 n0 n1 n2");
+    OK(&n0, "limits 1073741824 120000"); /* a push deadline longer than this test */
+    OK(&n0, "write a.bin 61 100000");
+    OK(&n0, "flush"); /* to node 1, the next in the ring */
+    kill(n1.pid, SIGSTOP);
+    OK(&n0, "write a.bin 62 100000");
+    ftc_sleep_ms(500); /* the push to the hung node 1 is under way */
+    /* the supervisors drop node 1 from the members */
+    OK(&n0, "members 2 n0 n2");
+    OK(&n2, "members 2 n0 n2");
+    bool counted = wait_pushed(&n0, 2);
+    printf("# version pushed to the new ring while node 1 hangs: %s\n", counted ? "yes" : "no");
+    kill9(&n1);
+    assert_true(counted);
+    kill9(&n0);
+    forget_node(0);
+    OK(&n2, "members 3 r0 n2");
+    node_t r0 = spawn(0, "r0", 1);
+    char msg[2048];
+    int rc = cmd(&r0, msg, sizeof msg, "restore 3 r0 n2");
+    printf("# replacement restore: %d %s\n", rc, msg);
+    assert_int_equal(rc, 0);
+    OK(&r0, "check a.bin 62 100000");
+    quit(&r0);
+    quit(&n2);
+}
+
+/* Runs a Redis command (NULL-terminated words) on the fixture; 0 or the error. */
+static int redis_do(const char *a0, ...)
+{
+    const char *argv[8] = {a0};
+    int n = 1;
+    va_list ap;
+    va_start(ap, a0);
+    while (n < 7 && (argv[n] = va_arg(ap, const char *)))
+        n++;
+    va_end(ap);
+    ftc_ctl_t *c = redis_fixture_ctl(g_fix, g_job);
+    int rc = ftc_redis_cmd(ftc_ctl_redis(c), true, NULL, n, argv, NULL);
+    ftc_ctl_destroy(c);
+    return rc;
+}
+
+static void test_older(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    char key[160], bak[160];
+    snprintf(key, sizeof key, "ftc:{%s}:files", g_job);
+    snprintf(bak, sizeof bak, "ftc:{%s}:files.bak", g_job);
+    node_t n0 = spawn(0, "n0", 1), n1 = spawn(1, "n1", 1);
+    OK(&n0, "members 1 n0 n1");
+    OK(&n1, "members 1 n0 n1");
+    OK(&n0, "write a.bin 71 100000");
+    OK(&n0, "flush"); /* version 1, held by node 1, recorded */
+    assert_int_equal(redis_do("RENAME", key, bak, NULL), 0);
+    assert_int_equal(redis_do("SET", key, "not a hash", NULL), 0);
+    OK(&n0, "write a.bin 72 100000");
+    char msg[2048];
+    int rc = cmd(&n0, msg, sizeof msg, "flush"); /* version 2 reaches node 1, no record */
+    printf("# record over a foreign value: %d %s\n", rc, msg);
+    assert_true(rc < 0);
+    assert_non_null(strstr(msg, "not recorded"));
+    kill9(&n0);
+    forget_node(0);
+    assert_int_equal(redis_do("RENAME", bak, key, NULL), 0);
+    rc = cmd(&n1, msg, sizeof msg, "restore 2 n1");
+    printf("# holder's restore of the recorded version: %d %s\n", rc, msg);
+    assert_int_equal(rc, 0);
+    OK(&n1, "check a.bin 71 100000");
+    /* and a replacement fetches that version from the holder */
+    OK(&n1, "members 3 r0 n1");
+    node_t r0 = spawn(0, "r0", 1);
+    rc = cmd(&r0, msg, sizeof msg, "restore 3 r0 n1");
+    printf("# replacement's restore of the recorded version: %d %s\n", rc, msg);
+    assert_int_equal(rc, 0);
+    OK(&r0, "check a.bin 71 100000");
+    quit(&r0);
+    quit(&n1);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -512,6 +737,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_corrupt, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deadpeer, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shm, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_selfslot, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_norecord, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stall, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_leave, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_older, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
