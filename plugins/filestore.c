@@ -44,6 +44,7 @@
 #include <sys/inotify.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -57,6 +58,8 @@
 #define FS_LOG_RING 32
 #define FS_FETCH_ROUNDS 3
 #define FS_RETRIES 3 /* re-pushes of a version that missed a peer */
+#define FS_MAX_RANKS 256 /* watched ranks of one node */
+#define FS_CRASHED_PREFIX FS_TMP_PREFIX "crashed." /* files moved aside after a crash */
 
 typedef struct fs_peer {
     bool known; /* its address is in ftc:{job}:filefab */
@@ -109,6 +112,14 @@ struct ftc_filestore {
     uint64_t restore_req, restore_ack;
     int restore_rc;
     ftc_err_t restore_err;
+    /* the supervisor's ranks (ftc_filestore_watch_ranks) and the exits it
+     * reaped; crashed: one died abnormally (killed, or a non-zero exit) */
+    pid_t wranks[FS_MAX_RANKS];
+    int nwranks;
+    pid_t clean[FS_MAX_RANKS]; /* reaped with exit status 0 */
+    int nclean;
+    bool crashed;
+    char crash_why[200];
     fs_logline_t ring[FS_LOG_RING]; /* lines for ftc_filestore_poll */
     int ring_n;
     uint64_t ring_dropped;
@@ -138,6 +149,13 @@ struct ftc_filestore {
     char rec_holders[1000]; /* its holders */
     uint64_t rec_retry_ns;  /* next try */
     uint64_t last_event_ns;
+    /* a rank died while the directory may have held its half-written files:
+     * changes since the last version are not packed, and the next restore
+     * replaces local files with the recorded copies (moves aside files in no
+     * version) instead of keeping local files that look newer */
+    bool suspect;
+    bool crash_logged;
+    uint64_t unreported_ns; /* a watched rank reaped but not reported since */
     uint64_t last_refresh_ns;
     uint64_t hot_until_ns;
     ftc_repl_counters_t last_ctr;
@@ -1090,8 +1108,13 @@ static int fs_write_file(ftc_filestore_t *fs, const fs_cand_t *c, bool *written,
     struct stat st;
     if (lstat(path, &st) == 0) {
         if (S_ISREG(st.st_mode) && ts_ns(&st.st_mtim) > c->mtime_ns) {
-            FTC_INFO(FS_MOD, "%s: the local file is newer than every recorded copy: kept", path);
-            return 0;
+            if (!fs->suspect) {
+                FTC_INFO(FS_MOD, "%s: the local file is newer than every recorded copy: kept",
+                         path);
+                return 0;
+            }
+            fs_log(fs, FTC_LOG_WARN, "%s changed after its recorded copy while a rank died "
+                   "(perhaps half-written): replaced by the recorded copy", path);
         }
         if (S_ISREG(st.st_mode) && ts_ns(&st.st_mtim) == c->mtime_ns &&
             (uint64_t)st.st_size == t.length)
@@ -1124,6 +1147,48 @@ static int fs_write_file(ftc_filestore_t *fs, const fs_cand_t *c, bool *written,
     }
     *written = true;
     return 0;
+}
+
+/* After a restore while the directory is suspect (a rank died: its last
+ * writes were not packed): files that are in no recorded version were
+ * written after the last one, perhaps half, by the rank that died; they are
+ * renamed aside (FS_CRASHED_PREFIX + name, never packed) so that the binary
+ * does not load them, unless the restore was incomplete (a version it could
+ * not get may hold them). */
+static void fs_move_aside(ftc_filestore_t *fs, const fs_cand_t *c, size_t nc, bool incomplete)
+{
+    fs_scan_t sc = {0};
+    ftc_err_t e = {0};
+    if (scan_dir(fs, &sc, "", 0, &e)) {
+        fs_log(fs, FTC_LOG_WARN, "restore after a rank died: %s", e.msg);
+        scan_free(&sc);
+        return;
+    }
+    for (size_t i = 0; i < sc.n; i++) {
+        size_t len = strlen(sc.f[i].name);
+        bool known = false;
+        for (size_t j = 0; j < nc && !known; j++)
+            known = c[j].name_len == len && !memcmp(c[j].name, sc.f[i].name, len);
+        if (known)
+            continue;
+        char path[PATH_MAX], aside[PATH_MAX + 32];
+        snprintf(path, sizeof path, "%s/%s", fs->dir, sc.f[i].name);
+        if (incomplete) {
+            fs_log(fs, FTC_LOG_WARN, "%s is in no recorded version and a rank died: kept (the "
+                   "restore was incomplete)", path);
+            continue;
+        }
+        const char *base = strrchr(sc.f[i].name, '/');
+        int dl = base ? (int)(base - sc.f[i].name) + 1 : 0;
+        snprintf(aside, sizeof aside, "%s/%.*s" FS_CRASHED_PREFIX "%s", fs->dir, dl,
+                 sc.f[i].name, base ? base + 1 : sc.f[i].name);
+        if (rename(path, aside) == 0)
+            fs_log(fs, FTC_LOG_WARN, "%s is in no recorded version and a rank died while it may "
+                   "have been writing it: moved aside to %s", path, aside);
+        else
+            fs_log(fs, FTC_LOG_WARN, "%s: moving it aside failed: %s", path, strerror(errno));
+    }
+    scan_free(&sc);
 }
 
 static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
@@ -1246,6 +1311,8 @@ static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
             if (!first) first = ftc_err_set(err, r, "%s", e.msg);
         }
     }
+    if (fs->suspect) /* a rank died: what no version holds may be half-written */
+        fs_move_aside(fs, c, nc, first != 0);
     /* the restore's own writes are not a new version of this node */
     fs_drain_events(fs, true);
     fs_watch_tree(fs, "", 0);
@@ -1325,6 +1392,97 @@ static void fs_apply_members(ftc_filestore_t *fs)
     }
 }
 
+static void fs_crashed(ftc_filestore_t *fs, const char *why)
+{
+    pthread_mutex_lock(&fs->mu);
+    if (!fs->crashed) {
+        fs->crashed = true;
+        snprintf(fs->crash_why, sizeof fs->crash_why, "%s", why);
+    }
+    pthread_mutex_unlock(&fs->mu);
+}
+
+/* Before a pack: 1 when every watched rank runs or exited with status 0;
+ * -1 when one died otherwise (killed, or a non-zero exit: its files closed
+ * by the kernel may be half-written); 0 while one was reaped by the
+ * supervisor but not reported yet (asked again; after 2 s it counts as
+ * dead). waitid(WNOWAIT) leaves the reaping to the supervisor. */
+static int fs_ranks_check(ftc_filestore_t *fs)
+{
+    pid_t w[FS_MAX_RANKS], c[FS_MAX_RANKS];
+    pthread_mutex_lock(&fs->mu);
+    bool crashed = fs->crashed;
+    int nw = fs->nwranks, nc = fs->nclean;
+    memcpy(w, fs->wranks, (size_t)nw * sizeof *w);
+    memcpy(c, fs->clean, (size_t)nc * sizeof *c);
+    pthread_mutex_unlock(&fs->mu);
+    if (crashed)
+        return -1;
+    bool unreported = false;
+    for (int i = 0; i < nw; i++) {
+        bool clean = false;
+        for (int j = 0; j < nc && !clean; j++)
+            clean = c[j] == w[i];
+        if (clean)
+            continue;
+        siginfo_t si;
+        memset(&si, 0, sizeof si);
+        if (waitid(P_PID, (id_t)w[i], &si, WEXITED | WNOHANG | WNOWAIT) != 0) {
+            if (errno == ECHILD)
+                unreported = true; /* reaped: its supervisor reports it */
+            continue;
+        }
+        if (si.si_pid == 0 || (si.si_code == CLD_EXITED && si.si_status == 0))
+            continue; /* running, or done */
+        char why[120];
+        snprintf(why, sizeof why,
+                 si.si_code == CLD_EXITED ? "rank pid %d exited with status %d"
+                                          : "rank pid %d was killed by signal %d",
+                 (int)w[i], si.si_status);
+        fs_crashed(fs, why);
+        return -1;
+    }
+    if (!unreported) {
+        fs->unreported_ns = 0;
+        return 1;
+    }
+    uint64_t now = ftc_now_ns();
+    if (!fs->unreported_ns)
+        fs->unreported_ns = now;
+    if (now - fs->unreported_ns < 2000000000ull)
+        return 0;
+    fs_crashed(fs, "a rank was reaped but its exit was never reported");
+    return -1;
+}
+
+/* A rank died: the changes since the last version are not packed (I3: a
+ * half-written file must not replace the last good version on the peers);
+ * the next restore puts the recorded files back. */
+static void fs_crash_discard(ftc_filestore_t *fs)
+{
+    fs->dirty = false;
+    fs->suspect = true;
+    pthread_mutex_lock(&fs->mu);
+    char why[sizeof fs->crash_why];
+    snprintf(why, sizeof why, "%s", fs->crash_why);
+    if (!fs->flush_rc) {
+        fs->flush_rc = FTC_ECANCELED;
+        ftc_err_set(&fs->flush_err, FTC_ECANCELED,
+                    "filestore: %s: the changes to %s since version %" PRIu64 " were not packed "
+                    "(a file it was writing may be half-written); the next restore puts back the "
+                    "recorded files",
+                    why, fs->dir, fs->last_version);
+    }
+    pthread_mutex_unlock(&fs->mu);
+    if (!fs->crash_logged) {
+        fs->crash_logged = true;
+        fs_log(fs, FTC_LOG_WARN,
+               "%s: the changes to %s since version %" PRIu64 " are not packed (a file it was "
+               "writing may be half-written); the next restore puts back the recorded files",
+               why, fs->dir, fs->last_version);
+    }
+}
+
 static void *fs_main(void *arg)
 {
     ftc_filestore_t *fs = arg;
@@ -1347,6 +1505,8 @@ static void *fs_main(void *arg)
         if (restore) {
             ftc_err_t e = {0};
             int rc = fs_do_restore(fs, &e);
+            fs->suspect = false;
+            fs->crash_logged = false;
             pthread_mutex_lock(&fs->mu);
             fs->restore_rc = rc;
             fs->restore_err = e;
@@ -1370,8 +1530,13 @@ static void *fs_main(void *arg)
         if (fs->rec_pending && !fs->pushing && (flush || now >= fs->rec_retry_ns))
             fs_retry_record(fs);
         if (!fs->pushing && !fs->rec_pending && fs->dirty && fs->members_known &&
-            (flush || now - fs->last_event_ns >= (uint64_t)quiet_ms * 1000000ull))
-            fs_start_push(fs);
+            (flush || now - fs->last_event_ns >= (uint64_t)quiet_ms * 1000000ull)) {
+            int ranks = fs_ranks_check(fs);
+            if (ranks > 0)
+                fs_start_push(fs);
+            else if (ranks < 0)
+                fs_crash_discard(fs);
+        }
         if (flush && !fs->pushing && (fs->rec_pending || !fs->dirty || !fs->members_known)) {
             pthread_mutex_lock(&fs->mu);
             if (fs->rec_pending && !fs->flush_rc) {
@@ -1617,6 +1782,48 @@ int ftc_filestore_set_members(ftc_filestore_t *fs, uint64_t gen, const char (*me
     pthread_mutex_unlock(&fs->mu);
     fs_wake(fs);
     return 0;
+}
+
+int ftc_filestore_watch_ranks(ftc_filestore_t *fs, const pid_t *pids, int n, ftc_err_t *err)
+{
+    if (!fs || n < 0 || n > FS_MAX_RANKS || (n && !pids))
+        return ftc_err_set(err, FTC_EINVAL, "filestore: 0..%d rank pids", FS_MAX_RANKS);
+    pthread_mutex_lock(&fs->mu);
+    if (n)
+        memcpy(fs->wranks, pids, (size_t)n * sizeof *pids);
+    fs->nwranks = n;
+    fs->nclean = 0;
+    fs->crashed = false;
+    fs->crash_why[0] = 0;
+    pthread_mutex_unlock(&fs->mu);
+    fs_wake(fs);
+    return 0;
+}
+
+void ftc_filestore_rank_exited(ftc_filestore_t *fs, pid_t pid, int status)
+{
+    if (!fs)
+        return;
+    pthread_mutex_lock(&fs->mu);
+    bool watched = false;
+    for (int i = 0; i < fs->nwranks && !watched; i++)
+        watched = fs->wranks[i] == pid;
+    if (watched && status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+        if (fs->nclean < FS_MAX_RANKS)
+            fs->clean[fs->nclean++] = pid;
+    } else if (watched && !fs->crashed) {
+        fs->crashed = true;
+        if (status < 0)
+            snprintf(fs->crash_why, sizeof fs->crash_why, "rank pid %d was stopped", (int)pid);
+        else if (WIFSIGNALED(status))
+            snprintf(fs->crash_why, sizeof fs->crash_why, "rank pid %d was killed by signal %d",
+                     (int)pid, WTERMSIG(status));
+        else
+            snprintf(fs->crash_why, sizeof fs->crash_why, "rank pid %d exited with status %d",
+                     (int)pid, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    }
+    pthread_mutex_unlock(&fs->mu);
+    fs_wake(fs);
 }
 
 void ftc_filestore_poll(ftc_filestore_t *fs)

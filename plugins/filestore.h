@@ -58,6 +58,7 @@
 #include "detect/redis.h"
 
 #include <stdint.h>
+#include <sys/types.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -82,6 +83,19 @@ const char *ftc_filestore_dir(const ftc_filestore_t *fs);
  * stamps its wire messages (older ones are refused, I4). */
 int ftc_filestore_set_members(ftc_filestore_t *fs, uint64_t gen, const char (*members)[65], int n,
                               ftc_err_t *err);
+/* The pids of this node's ranks, each time they are started (n = 0: none),
+ * and each rank the caller reaped (status from waitpid; -1 when unknown, e.g.
+ * killed by the caller). Before it packs, the store checks that no watched
+ * rank died other than by exiting 0 (waitid with WNOWAIT for those not
+ * reaped yet): a rank killed while it rewrote a file in place has that file
+ * closed by the kernel, half-written. After such a death the changes are not
+ * packed (the next flush says so, FTC_ECANCELED), and the next restore puts
+ * the recorded copies back over newer local files and renames files that are
+ * in no recorded version aside (".ftc-tmp.crashed.NAME"). watch_ranks
+ * clears the state for the new ranks. The ranks must be children of this
+ * process. */
+int ftc_filestore_watch_ranks(ftc_filestore_t *fs, const pid_t *pids, int n, ftc_err_t *err);
+void ftc_filestore_rank_exited(ftc_filestore_t *fs, pid_t pid, int status);
 /* Cheap: lets the supervisor's loop log what happened since the last call
  * (pushes done or failed). Never blocks. */
 void ftc_filestore_poll(ftc_filestore_t *fs);

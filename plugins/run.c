@@ -527,6 +527,7 @@ static int ftc__start_ranks(ftc__sup_t *s, const char *master, int master_port, 
                          "(world %d): stopping its rank", s->gen, l, world);
                 kill(s->pid[l], SIGKILL);
                 waitpid(s->pid[l], NULL, 0);
+                ftc_filestore_rank_exited(s->files, s->pid[l], -1);
                 s->pid[l] = 0;
             }
             s->status[l] = 0; /* counts as finished */
@@ -622,10 +623,12 @@ static void ftc__stop_ranks(ftc__sup_t *s)
                 continue;
             int st;
             pid_t p = waitpid(s->pid[l], &st, WNOHANG);
-            if (p == s->pid[l] || (p < 0 && errno == ECHILD))
+            if (p == s->pid[l] || (p < 0 && errno == ECHILD)) {
+                ftc_filestore_rank_exited(s->files, s->pid[l], p == s->pid[l] ? st : -1);
                 s->pid[l] = 0;
-            else
+            } else {
                 left = true;
+            }
         }
         if (!left)
             return;
@@ -634,6 +637,7 @@ static void ftc__stop_ranks(ftc__sup_t *s)
                 if (s->pid[l] > 0) {
                     kill(s->pid[l], SIGKILL);
                     waitpid(s->pid[l], NULL, 0);
+                    ftc_filestore_rank_exited(s->files, s->pid[l], -1);
                     s->pid[l] = 0;
                 }
             return;
@@ -735,6 +739,7 @@ static void ftc__inproc_leave(ftc__sup_t *s)
             int st;
             pid_t p = waitpid(s->pid[l], &st, WNOHANG);
             if (p == s->pid[l] || (p < 0 && errno == ECHILD)) {
+                ftc_filestore_rank_exited(s->files, s->pid[l], p == s->pid[l] ? st : -1);
                 s->pid[l] = 0;
                 continue;
             }
@@ -759,6 +764,7 @@ static void ftc__inproc_leave(ftc__sup_t *s)
                          s->rank_of[l], (int)s->pid[l], s->gen, o->grace_ms);
                 kill(s->pid[l], SIGKILL);
                 waitpid(s->pid[l], NULL, 0);
+                ftc_filestore_rank_exited(s->files, s->pid[l], -1);
                 s->pid[l] = 0;
                 killed++;
             }
@@ -1152,6 +1158,7 @@ static int ftc__watch(ftc__sup_t *s, volatile sig_atomic_t *stop, ftc_err_t *err
                 int st;
                 pid_t p = waitpid(s->pid[l], &st, WNOHANG);
                 if (p == s->pid[l]) {
+                    ftc_filestore_rank_exited(s->files, s->pid[l], st);
                     s->pid[l] = 0;
                     s->status[l] = st;
                     int rank = s->rank_of[l];
@@ -1372,6 +1379,16 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
             ftc__start_ranks(s, host, port, err)) {
             ftc__stop_ranks(s);
             break;
+        }
+        if (s->files) { /* a rank that dies must not get its half-written files packed */
+            pid_t pids[FTC__MAX_LOCAL];
+            int np = 0;
+            for (int l = 0; l < o->nproc && np < FTC__MAX_LOCAL; l++)
+                if (s->pid[l] > 0)
+                    pids[np++] = s->pid[l];
+            ftc_err_t e2 = {0};
+            if (ftc_filestore_watch_ranks(s->files, pids, np, &e2))
+                FTC_WARN("run", "FTC_CKPT_DIR: %s", e2.msg);
         }
         if (o->in_process) {
             char why[96];

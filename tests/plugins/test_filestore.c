@@ -30,6 +30,9 @@
  *   leave      k=1, the holder hangs (SIGSTOP) during a push and leaves the
  *              members: the push to it is cancelled and the version goes to
  *              the new ring without waiting for the push deadline
+ *   crash      a rank killed while it rewrites a file in place: the half-written
+ *              files are not packed, a restore puts the recorded copy back and
+ *              moves the new file aside, a replacement gets the recorded one
  *   older      a holder got a newer version that was never recorded (the
  *              record hit a foreign value of the wrong type; the owner then
  *              died): its own restore takes the recorded, older version from
@@ -127,6 +130,8 @@ static int parse_members(char *s, uint64_t *gen, char (*m)[65])
     return n;
 }
 
+static pid_t crashed_rank; /* crashwrite's killed rank, not reaped yet */
+
 static void child_main(int fd, uint32_t index, const char *id, int k, const ftc_redis_url_t *url)
 {
     ftc_err_t err = {0};
@@ -161,6 +166,65 @@ static void child_main(int fd, uint32_t index, const char *id, int k, const ftc_
             snprintf(tmp, sizeof tmp, "%s/%s.tmp", dir, name);
             make_file(tmp, seed, len);
             say(fd, "%d", rename(tmp, path) == 0 ? 0 : -errno);
+        } else if (sscanf(line, "rankwrite %255s %llu %llu", name, &seed, &len) == 3) {
+            /* a rank (a child of this supervisor) writes the file and exits 0 */
+            snprintf(path, sizeof path, "%s/%s", dir, name);
+            fflush(NULL);
+            pid_t r = fork();
+            if (r == 0) {
+                make_file(path, seed, len);
+                _exit(0);
+            }
+            int rc = ftc_filestore_watch_ranks(fs, &r, 1, &err);
+            int st = 0;
+            waitpid(r, &st, 0);
+            ftc_filestore_rank_exited(fs, r, st);
+            say(fd, "%d", rc);
+        } else if (sscanf(line, "crashwrite %255s %llu %llu %255s", name, &seed, &len, tmp) == 4) {
+            /* a rank rewrites the file in place and starts a new one, and is
+             * killed halfway (SIGKILL: the kernel closes both); "reap": the
+             * supervisor reaps and reports it at once, else later ("reap") */
+            snprintf(path, sizeof path, "%s/%s", dir, name);
+            char path2[PATH_MAX + 8];
+            snprintf(path2, sizeof path2, "%s.new", path);
+            uint8_t *half = malloc(len ? len : 1);
+            ftc_test_fill(half, len, seed);
+            fflush(NULL);
+            pid_t r = fork();
+            if (r == 0) {
+                int a = open(path, O_WRONLY | O_TRUNC | O_CREAT, 0600);
+                int b = open(path2, O_WRONLY | O_TRUNC | O_CREAT, 0600);
+                if (a < 0 || b < 0 || write(a, half, len / 2) != (ssize_t)(len / 2) ||
+                    write(b, half, 1000) != 1000)
+                    _exit(3);
+                pause();
+                _exit(0);
+            }
+            free(half);
+            int rc = ftc_filestore_watch_ranks(fs, &r, 1, &err);
+            struct stat s1, s2;
+            for (int i = 0; i < 1000; i++) { /* both written, the files still open */
+                if (stat(path, &s1) == 0 && (uint64_t)s1.st_size == len / 2 &&
+                    stat(path2, &s2) == 0 && s2.st_size == 1000)
+                    break;
+                ftc_sleep_ms(10);
+            }
+            kill(r, SIGKILL);
+            if (!strcmp(tmp, "reap")) {
+                int st = 0;
+                waitpid(r, &st, 0);
+                ftc_filestore_rank_exited(fs, r, st);
+            } else {
+                crashed_rank = r;
+            }
+            say(fd, "%d", rc);
+        } else if (!strcmp(line, "reap")) {
+            int st = 0;
+            pid_t r = crashed_rank > 0 ? waitpid(crashed_rank, &st, 0) : -1;
+            if (r > 0)
+                ftc_filestore_rank_exited(fs, r, st);
+            crashed_rank = 0;
+            say(fd, "%d", r > 0 ? 0 : 1);
         } else if (sscanf(line, "mkdir %255s", name) == 1) {
             snprintf(path, sizeof path, "%s/%s", dir, name);
             say(fd, "%d", mkdir(path, 0700) == 0 ? 0 : -errno);
@@ -729,6 +793,57 @@ static void test_older(void **state)
     quit(&n1);
 }
 
+/* A rank killed while it rewrites a file in place (and writes a new one):
+ * the kernel closes both, half-written. The store does not pack them (the
+ * flush says why), the recorded version stays the newest, a restore puts the
+ * recorded copy back over the newer local file and moves the new file aside;
+ * the next rank's files are packed again. Once with the dead rank not reaped
+ * yet when the store looks (waitid WNOWAIT), once reaped and reported first. */
+static void test_crash(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0 = spawn(0, "n0", 1), n1 = spawn(1, "n1", 1);
+    OK(&n0, "members 1 n0 n1");
+    OK(&n1, "members 1 n0 n1");
+    OK(&n0, "rankwrite a.bin 51 100000");
+    OK(&n0, "flush"); /* version 1, recorded */
+    char msg[2048];
+    unsigned long long pushed = 0;
+    for (int round = 0; round < 2; round++) {
+        bool reap = round == 1;
+        OK(&n0, "crashwrite a.bin %d 100000 %s", 52 + 2 * round, reap ? "reap" : "noreap");
+        int rc = cmd(&n0, msg, sizeof msg, "flush");
+        printf("# a rank killed mid-write (%s): flush %d %s\n", reap ? "reported" : "unreaped",
+               rc, msg);
+        assert_true(rc != 0);
+        assert_non_null(strstr(msg, "killed by signal 9"));
+        assert_non_null(strstr(msg, "not packed"));
+        assert_int_equal(cmd(&n0, msg, sizeof msg, "stats"), 0);
+        assert_int_equal(sscanf(msg, "%llu", &pushed), 1);
+        assert_int_equal(pushed, (unsigned long long)(1 + round)); /* nothing new recorded */
+        if (!reap)
+            OK(&n0, "reap");
+        OK(&n0, "restore %d n0 n1", 2 + round);
+        OK(&n0, "check a.bin %d 100000", 51 + 2 * round); /* the recorded copy, whole */
+        OK(&n0, "absent a.bin.new");
+        assert_int_equal(cmd(&n0, NULL, 0, "absent .ftc-tmp.crashed.a.bin.new"), 1);
+        OK(&n0, "rm .ftc-tmp.crashed.a.bin.new");
+        /* the next rank's files count again */
+        OK(&n0, "rankwrite a.bin %d 100000", 53 + 2 * round);
+        OK(&n0, "flush");
+    }
+    /* the half-written bytes never left the node: a replacement of node 0
+     * gets the last recorded version from node 1 */
+    kill9(&n0);
+    forget_node(0);
+    node_t r0 = spawn(0, "n0", 1);
+    OK(&r0, "restore 4 n0 n1");
+    OK(&r0, "check a.bin 55 100000");
+    quit(&r0);
+    quit(&n1);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -742,6 +857,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stall, setup, teardown),
         cmocka_unit_test_setup_teardown(test_leave, setup, teardown),
         cmocka_unit_test_setup_teardown(test_older, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_crash, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
