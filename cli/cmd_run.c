@@ -324,6 +324,17 @@ static int ftc__parse_ranks(const char *v, uint64_t *mask)
     }
 }
 
+/* "host:port" or "[v6]:port" (a bare "::1" has no port). */
+static bool ftc__has_port(const char *ep)
+{
+    const char *colon = strrchr(ep, ':'), *br = strrchr(ep, ']');
+    if (!colon)
+        return false;
+    if (br)
+        return br < colon;
+    return colon == strchr(ep, ':');
+}
+
 /* Whether host names an address of this machine (a bind to it works). */
 static bool ftc__is_local_addr(const char *host)
 {
@@ -472,6 +483,8 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
         goto out;
     }
     bool redis_flag = ftc_config_source(a.cfg, FTC_CFG_REDIS_URL) == FTC_SRC_FLAG;
+    if (standalone && !nnodes_seen && !simulate)
+        mn = mx = 1; /* not SLURM_NNODES: one node */
     if (standalone && (mx > 1 || simulate > 1 || rdzv_endpoint || redis_flag ||
                        (node_rank_seen && node_rank != 0))) {
         ftc_cli_usage_error(cmd, "--standalone is one node with the job's embedded Redis: "
@@ -490,8 +503,7 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
         char url[1200];
         if (!strncmp(rdzv_endpoint, "redis://", 8) || !strncmp(rdzv_endpoint, "rediss://", 9))
             snprintf(url, sizeof url, "%s", rdzv_endpoint);
-        else if (strrchr(rdzv_endpoint, ':') && strrchr(rdzv_endpoint, ']') <
-                                                   strrchr(rdzv_endpoint, ':'))
+        else if (ftc__has_port(rdzv_endpoint))
             snprintf(url, sizeof url, "redis://%s", rdzv_endpoint);
         else
             snprintf(url, sizeof url, "redis://%s:6379", rdzv_endpoint);
