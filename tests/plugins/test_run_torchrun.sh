@@ -5,7 +5,8 @@
 #
 #   1. --standalone --nproc_per_node=2 --max_restarts=1 --rdzv_id=J PROBE ARGS
 #      (no --, underscores, =VALUE): two ranks of job J, ARGS untouched even
-#      where they look like options (--job x), OMP_NUM_THREADS=1, ROLE_NAME;
+#      where they look like options (--job x), OMP_NUM_THREADS=1, ROLE_NAME,
+#      --master_addr=127.0.0.1 (this node's) as MASTER_ADDR;
 #   2. SCRIPT.py ARGS runs in python3 -u (skipped without python3);
 #   3. -m MODULE ARGS with the module on PYTHONPATH (skipped without python3);
 #   4. --no-python -- PROBE.py: a .py name executed directly, `--` kept;
@@ -16,6 +17,7 @@
 #      1's not;
 #   6. --master-port held by another listener (the Redis of 5): the round
 #      fails with an error naming the port, exit 1 after --max-restarts 0;
+#      --master-addr of another host is named as not used on this node;
 #   7. usage errors, exit 2 with the message: --rdzv-backend c10d / etcd,
 #      --rdzv-conf, --standalone with --nnodes 2 or --rdzv-endpoint, -m with
 #      --no-python, --redirects 5, --nproc-per-node gpu without a GPU;
@@ -71,7 +73,8 @@ if want 1; then
 f0=$fails
 J=tr${tag}a
 timeout 120 "$FTC" run --standalone --nproc_per_node=2 --max_restarts=1 --rdzv_id="$J" \
-    --job_dir="$T/j1" --settle_ms=200 --role=trainer "$PROBE" --lr 3 -x --job foo -- z \
+    --job_dir="$T/j1" --settle_ms=200 --role=trainer --master_addr=127.0.0.1 \
+    "$PROBE" --lr 3 -x --job foo -- z \
     >"$T/1.out" 2>&1
 rc=$?
 f=$T/1.out
@@ -84,6 +87,8 @@ check "1: WORLD_SIZE 2, GROUP_WORLD_SIZE 1, ROLE_WORLD_SIZE 2" \
     test "$(all "$f" WORLD_SIZE)/$(all "$f" GROUP_WORLD_SIZE)/$(all "$f" ROLE_WORLD_SIZE)" = "2/1/2"
 check "1: ROLE_NAME trainer, OMP_NUM_THREADS 1 ($(all "$f" ROLE_NAME), $(all "$f" OMP_NUM_THREADS))" \
     test "$(all "$f" ROLE_NAME)/$(all "$f" OMP_NUM_THREADS)" = "trainer/1"
+check "1: --master-addr 127.0.0.1, this node's, is MASTER_ADDR ($(all "$f" MASTER_ADDR))" \
+    test "$(all "$f" MASTER_ADDR)" = 127.0.0.1
 dump $f0 "$f"
 fi
 
@@ -177,12 +182,14 @@ fi
 if want 6; then
 f0=$fails
 timeout 120 "$FTC" run --standalone --job "tr${tag}f" --job-dir "$T/j6" --settle-ms 200 \
-    --max-restarts 0 --master-port "$rport" "$PROBE" >"$T/6.out" 2>&1
+    --max-restarts 0 --master-port "$rport" --master-addr 192.0.2.1 "$PROBE" >"$T/6.out" 2>&1
 rc=$?
 f=$T/6.out
 check "6: a --master-port in use fails the job (exit $rc)" test $rc -eq 1
 check "6: the error names the port" grep -q "MASTER_PORT $rport (--master-port) cannot be bound" "$f"
 check "6: no rank started" bash -c "! grep -q '^PROBE ' '$f'"
+check "6: --master-addr 192.0.2.1, not this node's, is named as not used here" \
+    grep -q "master-addr 192.0.2.1 is not an address of this node" "$f"
 dump $f0 "$f"
 fi
 if want 5 || want 6; then
