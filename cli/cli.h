@@ -73,13 +73,20 @@ typedef struct ftc_cli_args {
 } ftc_cli_args_t;
 
 /* Parses argv[1..] of a subcommand against opts (n of them), then the config
- * flags, --config FILE, --help; loads FTC_* environment and the file; applies
+ * flags, --config FILE, --help; a long option may be spelled with
+ * underscores (--node_rank, --persist_keep: torchrun's spelling) and as
+ * --name=VALUE; loads FTC_* environment and the file; applies
  * log.level. Positionals (at most maxpos) go to a->pos. Returns
  * FTC_CLI_CONTINUE, or the exit code to return at once (0 after --help, 2
  * after a usage error, which is printed to stderr with the usage). On
  * FTC_CLI_CONTINUE the caller releases a with ftc_cli_args_free. */
 int ftc_cli_parse(const ftc_cli_cmd_t *cmd, int argc, char **argv, const ftc_cli_opt_t *opts,
                   int n, int minpos, int maxpos, ftc_cli_args_t *a);
+/* Same for a command whose options end at its first positional (torchrun's
+ * `ftc run [OPTIONS] BINARY ARGS...`) or after "--": *rest is the index of
+ * BINARY in argv (argc when none); what follows is not parsed. */
+int ftc_cli_parse_until(const ftc_cli_cmd_t *cmd, int argc, char **argv,
+                        const ftc_cli_opt_t *opts, int n, int *rest, ftc_cli_args_t *a);
 void ftc_cli_args_free(ftc_cli_args_t *a);
 
 /* Prints "ftc CMD: message" and the command's usage to stderr; returns 2. */

@@ -115,8 +115,25 @@ static int ftc__cli_set_opt(const ftc_cli_cmd_t *cmd, const ftc_cli_opt_t *o, co
     return 0;
 }
 
-int ftc_cli_parse(const ftc_cli_cmd_t *cmd, int argc, char **argv, const ftc_cli_opt_t *opts,
-                  int n, int minpos, int maxpos, ftc_cli_args_t *a)
+/* "--nproc_per_node=2" -> "--nproc-per-node=2": torchrun's (argparse's)
+ * spelling of every long option; the value after '=' is left as it is. */
+static void ftc__cli_norm(const char *arg, char *out, size_t cap)
+{
+    size_t k = 0;
+    bool in_name = arg[0] == '-' && arg[1] == '-';
+    for (const char *p = arg; *p && k + 1 < cap; p++) {
+        if (*p == '=')
+            in_name = false;
+        out[k++] = in_name && p > arg + 1 && *p == '_' ? '-' : *p;
+    }
+    out[k] = '\0';
+}
+
+/* The parser of ftc_cli_parse and ftc_cli_parse_until (rest != NULL: stop at
+ * the first positional or after "--", and say where). */
+static int ftc__cli_parse(const ftc_cli_cmd_t *cmd, int argc, char **argv,
+                          const ftc_cli_opt_t *opts, int n, int minpos, int maxpos, int *rest,
+                          ftc_cli_args_t *a)
 {
     memset(a, 0, sizeof *a);
     a->fault.op = -1;
@@ -127,30 +144,47 @@ int ftc_cli_parse(const ftc_cli_cmd_t *cmd, int argc, char **argv, const ftc_cli
     }
     if (maxpos > (int)(sizeof a->pos / sizeof a->pos[0]))
         maxpos = (int)(sizeof a->pos / sizeof a->pos[0]);
+    if (rest)
+        *rest = argc;
     const char *config_file = NULL;
     ftc_err_t err = {0};
     int rc = FTC_EXIT_USAGE;
     bool only_pos = false;
+    char norm[4352];
     for (int i = 1; i < argc;) {
-        const char *arg = argv[i];
-        if (only_pos || arg[0] != '-' || !arg[1]) {
+        const char *raw = argv[i];
+        if (only_pos || raw[0] != '-' || !raw[1]) {
+            if (rest) {
+                *rest = i;
+                break;
+            }
             if (a->npos >= maxpos) {
-                ftc_cli_usage_error(cmd, "unexpected argument '%s'", arg);
+                ftc_cli_usage_error(cmd, "unexpected argument '%s'", raw);
                 goto fail;
             }
             a->pos[a->npos++] = argv[i++];
             continue;
         }
-        if (!strcmp(arg, "--")) {
+        if (!strcmp(raw, "--")) {
             only_pos = true;
             i++;
+            if (rest) {
+                *rest = i;
+                break;
+            }
             continue;
         }
-        if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
+        if (!strcmp(raw, "-h") || !strcmp(raw, "--help")) {
             ftc_cli_print_help(cmd, stdout);
             rc = FTC_EXIT_OK;
             goto fail;
         }
+        if (strlen(raw) >= sizeof norm) {
+            ftc_cli_usage_error(cmd, "argument too long (%zu bytes)", strlen(raw));
+            goto fail;
+        }
+        ftc__cli_norm(raw, norm, sizeof norm);
+        const char *arg = norm;
         const char *eq = strchr(arg, '=');
         size_t nlen = eq ? (size_t)(eq - arg) : strlen(arg);
         const ftc_cli_opt_t *o = NULL;
@@ -166,7 +200,7 @@ int ftc_cli_parse(const ftc_cli_cmd_t *cmd, int argc, char **argv, const ftc_cli
                     goto fail;
                 }
             } else if (eq) {
-                val = eq + 1;
+                val = raw + (eq - arg) + 1;
             } else if (i + 1 < argc) {
                 val = argv[++i];
             } else {
@@ -180,15 +214,19 @@ int ftc_cli_parse(const ftc_cli_cmd_t *cmd, int argc, char **argv, const ftc_cli
                 goto fail;
             continue;
         }
-        int c = ftc_config_parse_flag(a->cfg, argc, argv, &i, &err);
+        /* a config flag, spelled as normalized; its value is the next argument */
+        char *two[2] = {norm, i + 1 < argc ? argv[i + 1] : NULL};
+        int j = 0;
+        int c = ftc_config_parse_flag(a->cfg, i + 1 < argc ? 2 : 1, two, &j, &err);
         if (c < 0) {
             ftc_cli_usage_error(cmd, "%s", ftc_err_str(&err));
             goto fail;
         }
         if (c == 0) {
-            ftc_cli_usage_error(cmd, "unknown option '%s'", arg);
+            ftc_cli_usage_error(cmd, "unknown option '%s'", raw);
             goto fail;
         }
+        i += j;
     }
     if (a->npos < minpos) {
         ftc_cli_usage_error(cmd, "missing argument (%d expected, %d given)", minpos, a->npos);
@@ -218,6 +256,18 @@ int ftc_cli_parse(const ftc_cli_cmd_t *cmd, int argc, char **argv, const ftc_cli
 fail:
     ftc_cli_args_free(a);
     return rc;
+}
+
+int ftc_cli_parse(const ftc_cli_cmd_t *cmd, int argc, char **argv, const ftc_cli_opt_t *opts,
+                  int n, int minpos, int maxpos, ftc_cli_args_t *a)
+{
+    return ftc__cli_parse(cmd, argc, argv, opts, n, minpos, maxpos, NULL, a);
+}
+
+int ftc_cli_parse_until(const ftc_cli_cmd_t *cmd, int argc, char **argv,
+                        const ftc_cli_opt_t *opts, int n, int *rest, ftc_cli_args_t *a)
+{
+    return ftc__cli_parse(cmd, argc, argv, opts, n, 0, 0, rest, a);
 }
 
 void ftc_cli_args_free(ftc_cli_args_t *a)

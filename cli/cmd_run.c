@@ -10,26 +10,30 @@
  * a bridge (plugins/netns.h; JOB_DIR/netns names them for drills).
  */
 #include "cli/cli.h"
+#include "core/gpu.h"
 #include "core/log.h"
 #include "detect/redis_server.h"
 #include "plugins/netns.h"
 #include "plugins/run.h"
 
 #include <errno.h>
+#include <netdb.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 static const char ftc__run_help[] =
-    "usage: ftc run [--nnodes MIN:MAX] [--nproc-per-node N] [--tp T] [--pp P] [--node-rank I]\n"
-    "               [--max-restarts R]\n"
-    "               [--redundancy K|xor:G|rs:G+M] [--redis URL] [--ckpt-dir]\n"
+    "usage: ftc run [--nnodes MIN:MAX] [--nproc-per-node N|gpu|cpu|auto] [--tp T] [--pp P]\n"
+    "               [--node-rank I] [--max-restarts R] [--redundancy K|xor:G|rs:G+M]\n"
+    "               [--redis URL | --rdzv-endpoint HOST[:PORT]] [--standalone] [--ckpt-dir]\n"
     "               [--in-process] [--keep-shm] [--simulate-nodes N [--netns]]\n"
-    "               -- BINARY [ARGS...]\n"
+    "               [-m | --no-python] [--log-dir DIR [-r N] [-t N]] [OPTIONS...]\n"
+    "               BINARY|SCRIPT.py|MODULE [ARGS...]   (or: [OPTIONS] -- BINARY [ARGS...])\n"
     "\n"
     "Runs BINARY as N ranks on this node, torchrun-style, with an ftc agent that keeps\n"
     "their checkpoints in memory replicated across nodes, and restarts them when a\n"
@@ -39,13 +43,22 @@ static const char ftc__run_help[] =
     "or a peer's; other binaries can save and load their files in FTC_CKPT_DIR\n"
     "(--ckpt-dir), which ftc replicates to peers and puts back before a restart.\n"
     "\n"
-    "Each rank gets RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK MASTER_ADDR\n"
-    "MASTER_PORT TORCHELASTIC_RESTART_COUNT and FTC_RANK FTC_WORLD_SIZE FTC_JOB_ID\n"
-    "FTC_GENERATION FTC_AGENT_SOCKET FTC_REDIS_URL [FTC_CKPT_DIR].\n"
+    "The command line is torchrun's: options end at the first argument that is not\n"
+    "one (or at --); it and everything after it go to the ranks untouched. Options\n"
+    "may be spelled with underscores (--nproc_per_node) and as --name=VALUE. A\n"
+    "SCRIPT.py runs as `$PYTHON -u SCRIPT.py ARGS` (PYTHON, else python3 on PATH),\n"
+    "-m MODULE as `python3 -u -m MODULE ARGS`; any other BINARY is executed.\n"
+    "\n"
+    "Each rank gets RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK\n"
+    "GROUP_WORLD_SIZE ROLE_RANK ROLE_NAME ROLE_WORLD_SIZE MASTER_ADDR MASTER_PORT\n"
+    "TORCHELASTIC_RESTART_COUNT TORCHELASTIC_MAX_RESTARTS TORCHELASTIC_RUN_ID and\n"
+    "FTC_RANK FTC_WORLD_SIZE FTC_JOB_ID FTC_GENERATION FTC_AGENT_SOCKET FTC_REDIS_URL\n"
+    "[FTC_CKPT_DIR]; OMP_NUM_THREADS=1 when N > 1 and it is not set (as torchrun).\n"
     "\n"
     "Options:\n"
     "  --nnodes MIN:MAX       nodes of the job (or N = N:N); default 1, or SLURM_NNODES\n"
-    "  --nproc-per-node N     ranks per node (default 1)\n"
+    "  --nproc-per-node N     ranks per node (default 1): 1..64, gpu (the node's CUDA\n"
+    "                         devices), cpu (its online cores), auto (gpu, else cpu)\n"
     "  --tp T, --pp P         the job's tensor / pipeline parallel degrees (default 1):\n"
     "                         the layout planner makes WORLD_SIZE dp x T x P (slots\n"
     "                         beyond it stay idle), keeps survivors on their slots and\n"
@@ -74,6 +87,29 @@ static const char ftc__run_help[] =
     "  --netns                with --simulate-nodes, as root: each node in a network\n"
     "                         namespace of its own on a private bridge (JOB_DIR/netns\n"
     "                         names them; `ip link set VETH down` cuts a node off)\n"
+    "torchrun's options (docs/cli.md has the details):\n"
+    "  --standalone           one node with the job's embedded Redis\n"
+    "  --rdzv-endpoint H[:P]  the job's Redis (= --redis redis://H:P, port 6379 by\n"
+    "                         default; or a redis:// URL); password: FTC_REDIS_PASSWORD\n"
+    "                         or FTC_REDIS_PASSWORD_FILE\n"
+    "  --rdzv-backend B       redis (or ftc); c10d, etcd, static: refused (use Redis)\n"
+    "  --rdzv-id ID           the job id (= --job)\n"
+    "  --rdzv-conf            refused unless empty (use --join-timeout-ms, --settle-ms)\n"
+    "  --master-addr ADDR     this node's MASTER_ADDR (= --host) when ADDR is one of its\n"
+    "                         addresses; ignored (INFO) on the other nodes\n"
+    "  --local-addr ADDR      = --host\n"
+    "  --master-port P        every generation's MASTER_PORT (default: a free port per\n"
+    "                         generation); a port node 0 cannot bind fails the round\n"
+    "  -m, --module           BINARY is a Python module: python3 -u -m MODULE ARGS\n"
+    "  --no-python            execute BINARY (even a .py) instead of running it in Python\n"
+    "  --log-dir DIR          where -r / -t write: DIR/JOB/attempt_GEN/RANK/stdout.log and\n"
+    "                         stderr.log (default JOB_DIR/logs)\n"
+    "  -r, --redirects N      the ranks' streams to their files only: 0 none, 1 stdout,\n"
+    "                         2 stderr, 3 both; or per local rank: 0:1,1:2\n"
+    "  -t, --tee N            to the files and the console (same values)\n"
+    "  --local-ranks-filter L the local ranks (0,1,...) whose output reaches the console\n"
+    "  --role NAME            ROLE_NAME of the ranks (default: default)\n"
+    "  --monitor-interval S, --start-method M   accepted, not used (an INFO says why)\n"
     "Settings used: redundancy, checkpoint.busy, checkpoint.inflight, fabric.provider,\n"
     "agent.timeout_ms, detect.hang_ms, persist.* (persist.dir enables the persist tier), redis.url, job.id, job.dir.\n";
 
@@ -201,34 +237,165 @@ static int ftc__simulate(const ftc_cli_cmd_t *cmd, ftc_run_options_t *o, int n, 
     return ok > 0 && failed == 0 ? FTC_EXIT_OK : FTC_EXIT_FAIL;
 }
 
+/* --nproc-per-node N | gpu | cpu | auto (torchrun's values). */
+static int ftc__parse_nproc(const ftc_cli_cmd_t *cmd, const char *v, uint64_t *out)
+{
+    char *end;
+    if (v[0] >= '0' && v[0] <= '9') {
+        errno = 0;
+        unsigned long long n = strtoull(v, &end, 10);
+        if (errno || *end || n < 1 || n > 64)
+            return ftc_cli_usage_error(cmd, "--nproc-per-node '%s': give 1..64, gpu, cpu or auto",
+                                       v);
+        *out = n;
+        return 0;
+    }
+    bool gpu = !strcmp(v, "gpu"), cpu = !strcmp(v, "cpu"), aut = !strcmp(v, "auto");
+    if (!gpu && !cpu && !aut)
+        return ftc_cli_usage_error(cmd, "--nproc-per-node '%s': give 1..64, gpu, cpu or auto", v);
+    ftc_err_t why = {0};
+    int g = gpu || aut ? ftc_gpu_count(&why) : 0;
+    long c = sysconf(_SC_NPROCESSORS_ONLN);
+    if (gpu && g < 1)
+        return ftc_cli_usage_error(cmd, "--nproc-per-node gpu: no CUDA device on this node (%s); "
+                                        "give a number, or cpu",
+                                   !ftc_gpu_built() ? "this ftc was built without CUDA"
+                                   : why.msg[0]     ? why.msg
+                                                    : "none found");
+    long n = g > 0 ? g : c;
+    if (n < 1)
+        n = 1;
+    if (n > 64)
+        return ftc_cli_usage_error(cmd, "--nproc-per-node %s: %ld %s, more than the 64 ranks a "
+                                        "node runs; give a number",
+                                   v, n, g > 0 ? "GPUs" : "online cores");
+    FTC_INFO("run", "--nproc-per-node %s: %ld rank(s) (%s)", v, n,
+             g > 0 ? "CUDA devices" : "online cores");
+    *out = (uint64_t)n;
+    return 0;
+}
+
+/* --redirects / --tee: "N" for every local rank or "L:N,L:N" (N 0..3). */
+static int ftc__parse_streams(const char *v, uint8_t out[64])
+{
+    memset(out, 0, 64);
+    char *end;
+    if (!strchr(v, ':')) {
+        long n = strtol(v, &end, 10);
+        if (end == v || *end || n < 0 || n > 3)
+            return -1;
+        memset(out, (int)n, 64);
+        return 0;
+    }
+    const char *p = v;
+    for (;;) {
+        long l = strtol(p, &end, 10);
+        if (end == p || *end != ':' || l < 0 || l > 63)
+            return -1;
+        p = end + 1;
+        long n = strtol(p, &end, 10);
+        if (end == p || n < 0 || n > 3)
+            return -1;
+        out[l] = (uint8_t)n;
+        if (!*end)
+            return 0;
+        if (*end != ',')
+            return -1;
+        p = end + 1;
+    }
+}
+
+/* --local-ranks-filter 0,1: the local ranks shown on the console. */
+static int ftc__parse_ranks(const char *v, uint64_t *mask)
+{
+    *mask = 0;
+    const char *p = v;
+    char *end;
+    for (;;) {
+        long l = strtol(p, &end, 10);
+        if (end == p || l < 0 || l > 63)
+            return -1;
+        *mask |= 1ull << l;
+        if (!*end)
+            return 0;
+        if (*end != ',')
+            return -1;
+        p = end + 1;
+    }
+}
+
+/* "host:port" or "[v6]:port" (a bare "::1" has no port). */
+static bool ftc__has_port(const char *ep)
+{
+    const char *colon = strrchr(ep, ':'), *br = strrchr(ep, ']');
+    if (!colon)
+        return false;
+    if (br)
+        return br < colon;
+    return colon == strchr(ep, ':');
+}
+
+/* Whether host names an address of this machine (a bind to it works). */
+static bool ftc__is_local_addr(const char *host)
+{
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
+    struct addrinfo *res = NULL;
+    if (getaddrinfo(host, NULL, &hints, &res) != 0)
+        return false;
+    bool local = false;
+    for (struct addrinfo *ai = res; ai && !local; ai = ai->ai_next) {
+        int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            continue;
+        local = bind(fd, ai->ai_addr, ai->ai_addrlen) == 0; /* port 0 */
+        close(fd);
+    }
+    freeaddrinfo(res);
+    return local;
+}
+
+/* An executable on PATH (or a path), for the Python interpreter. */
+static bool ftc__on_path(const char *prog)
+{
+    if (strchr(prog, '/'))
+        return access(prog, X_OK) == 0;
+    const char *path = getenv("PATH");
+    if (!path || !*path)
+        path = "/usr/local/bin:/usr/bin:/bin";
+    char buf[4200];
+    for (const char *p = path; *p;) {
+        size_t n = strcspn(p, ":");
+        snprintf(buf, sizeof buf, "%.*s/%s", (int)(n ? n : 1), n ? p : ".", prog);
+        if (access(buf, X_OK) == 0)
+            return true;
+        p += n;
+        if (*p == ':')
+            p++;
+    }
+    return false;
+}
+
 static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
 {
-    /* BINARY ARGS start after "--" */
-    int dd = 1;
-    while (dd < argc && strcmp(argv[dd], "--"))
-        dd++;
-    if (dd >= argc - 1) {
-        for (int i = 1; i < argc; i++)
-            if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-                ftc_cli_print_help(cmd, stdout);
-                return FTC_EXIT_OK;
-            }
-        return ftc_cli_usage_error(cmd, "no training binary: put it after --");
-    }
     static const char *const nn_env[] = {"SLURM_NNODES", "SLURM_JOB_NUM_NODES", NULL};
     static const char *const nr_env[] = {"FTC_NODE_RANK", "NODE_RANK", "SLURM_NODEID", NULL};
     const char *nnodes = ftc__env_first(nn_env);
     const char *nrank = ftc__env_first(nr_env);
     uint64_t nproc = 1, node_rank = nrank ? strtoull(nrank, NULL, 10) : 0, restarts = 3,
              simulate = 0, settle = 1000, join_to = 120000, grace = 3000, tp = 1, pp = 1,
-             grow_wait = 10000;
-    const char *node_id = "", *domain = "", *host = NULL;
-    bool ckpt_dir = false, use_netns = false, in_process = false, keep_shm = false;
-    const ftc_cli_opt_t opts[] = {{"--nnodes", FTC_OPT_STR, &nnodes, NULL},
-                                  {"--nproc-per-node", FTC_OPT_U64, &nproc, NULL},
+             grow_wait = 10000, master_port = 0;
+    const char *node_id = "", *domain = "", *host = NULL, *nproc_s = NULL, *master_addr = NULL,
+               *local_addr = NULL, *rdzv_endpoint = NULL, *rdzv_backend = NULL, *rdzv_id = NULL,
+               *rdzv_conf = NULL, *log_dir = NULL, *redirects = NULL, *tee = NULL,
+               *ranks_filter = NULL, *monitor = NULL, *start_method = NULL, *role = NULL;
+    bool ckpt_dir = false, use_netns = false, in_process = false, keep_shm = false,
+         standalone = false, module = false, no_python = false, nnodes_seen = false,
+         node_rank_seen = false;
+    const ftc_cli_opt_t opts[] = {{"--nnodes", FTC_OPT_STR, &nnodes, &nnodes_seen},
+                                  {"--nproc-per-node", FTC_OPT_STR, &nproc_s, NULL},
                                   {"--tp", FTC_OPT_U64, &tp, NULL},
                                   {"--pp", FTC_OPT_U64, &pp, NULL},
-                                  {"--node-rank", FTC_OPT_U64, &node_rank, NULL},
+                                  {"--node-rank", FTC_OPT_U64, &node_rank, &node_rank_seen},
                                   {"--node-id", FTC_OPT_STR, &node_id, NULL},
                                   {"--domain", FTC_OPT_STR, &domain, NULL},
                                   {"--host", FTC_OPT_STR, &host, NULL},
@@ -241,13 +408,42 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
                                   {"--in-process", FTC_OPT_FLAG, &in_process, NULL},
                                   {"--keep-shm", FTC_OPT_FLAG, &keep_shm, NULL},
                                   {"--simulate-nodes", FTC_OPT_U64, &simulate, NULL},
-                                  {"--netns", FTC_OPT_FLAG, &use_netns, NULL}};
+                                  {"--netns", FTC_OPT_FLAG, &use_netns, NULL},
+                                  /* torchrun's */
+                                  {"--standalone", FTC_OPT_FLAG, &standalone, NULL},
+                                  {"--rdzv-endpoint", FTC_OPT_STR, &rdzv_endpoint, NULL},
+                                  {"--rdzv-backend", FTC_OPT_STR, &rdzv_backend, NULL},
+                                  {"--rdzv-id", FTC_OPT_STR, &rdzv_id, NULL},
+                                  {"--rdzv-conf", FTC_OPT_STR, &rdzv_conf, NULL},
+                                  {"--master-addr", FTC_OPT_STR, &master_addr, NULL},
+                                  {"--master-port", FTC_OPT_U64, &master_port, NULL},
+                                  {"--local-addr", FTC_OPT_STR, &local_addr, NULL},
+                                  {"-m", FTC_OPT_FLAG, &module, NULL},
+                                  {"--module", FTC_OPT_FLAG, &module, NULL},
+                                  {"--no-python", FTC_OPT_FLAG, &no_python, NULL},
+                                  {"--log-dir", FTC_OPT_STR, &log_dir, NULL},
+                                  {"-r", FTC_OPT_STR, &redirects, NULL},
+                                  {"--redirects", FTC_OPT_STR, &redirects, NULL},
+                                  {"-t", FTC_OPT_STR, &tee, NULL},
+                                  {"--tee", FTC_OPT_STR, &tee, NULL},
+                                  {"--local-ranks-filter", FTC_OPT_STR, &ranks_filter, NULL},
+                                  {"--role", FTC_OPT_STR, &role, NULL},
+                                  {"--monitor-interval", FTC_OPT_STR, &monitor, NULL},
+                                  {"--start-method", FTC_OPT_STR, &start_method, NULL}};
     ftc_cli_args_t a;
-    int ec = ftc_cli_parse(cmd, dd, argv, opts, (int)(sizeof opts / sizeof opts[0]), 0, 0, &a);
+    int rest = argc;
+    int ec = ftc_cli_parse_until(cmd, argc, argv, opts, (int)(sizeof opts / sizeof opts[0]),
+                                 &rest, &a);
     if (ec != FTC_CLI_CONTINUE)
         return ec;
+    if (rest >= argc) {
+        ftc_cli_args_free(&a);
+        return ftc_cli_usage_error(cmd, "no training binary: give it after the options "
+                                        "(ftc run [OPTIONS] BINARY [ARGS...], or -- BINARY)");
+    }
     ftc_err_t err = {0};
     ftc_netns_t *net = NULL;
+    char **pyargv = NULL, **bin_argv = NULL;
     ftc_run_options_t o = FTC_RUN_OPTIONS_INIT;
     int mn = 1, mx = 1;
     if (simulate > 4096) {
@@ -261,6 +457,174 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
                                  nnodes);
         goto out;
     }
+    /* ---- torchrun's options ---- */
+    if (nproc_s && (ec = ftc__parse_nproc(cmd, nproc_s, &nproc)) != 0)
+        goto out;
+    ec = FTC_EXIT_USAGE;
+    if (rdzv_backend && strcmp(rdzv_backend, "redis") && strcmp(rdzv_backend, "ftc")) {
+        bool known = !strcmp(rdzv_backend, "c10d") || !strcmp(rdzv_backend, "etcd") ||
+                     !strcmp(rdzv_backend, "etcd-v2") || !strcmp(rdzv_backend, "static");
+        ftc_cli_usage_error(cmd, "--rdzv-backend %s %s: ftc's rendezvous runs on Redis: start one "
+                            "with `ftc redis` (it writes its URL to JOB_DIR/redis.url) and give "
+                            "--rdzv-endpoint HOST:PORT or --redis URL (--rdzv-backend redis, or "
+                            "none); on one host (--standalone, --simulate-nodes) omit both for "
+                            "the job's embedded Redis",
+                            rdzv_backend, known ? "is not supported" : "is unknown");
+        goto out;
+    }
+    if (rdzv_conf && rdzv_conf[0]) {
+        ftc_cli_usage_error(cmd, "--rdzv-conf '%s': ftc's rendezvous takes options instead: "
+                            "join_timeout -> --join-timeout-ms, last_call_timeout -> "
+                            "--settle-ms, timeout -> --join-timeout-ms; read_timeout, "
+                            "close_timeout, keep_alive_* (a node is lost when its agent's "
+                            "heartbeat expires), is_host and use_agent_store have no "
+                            "equivalent; drop --rdzv-conf or give it no value",
+                            rdzv_conf);
+        goto out;
+    }
+    bool redis_flag = ftc_config_source(a.cfg, FTC_CFG_REDIS_URL) == FTC_SRC_FLAG;
+    if (standalone && !nnodes_seen && !simulate)
+        mn = mx = 1; /* not SLURM_NNODES: one node */
+    if (standalone && (mx > 1 || simulate > 1 || rdzv_endpoint || redis_flag ||
+                       (node_rank_seen && node_rank != 0))) {
+        ftc_cli_usage_error(cmd, "--standalone is one node with the job's embedded Redis: "
+                            "drop --nnodes > 1, --simulate-nodes > 1, --node-rank, "
+                            "--rdzv-endpoint and --redis, or drop --standalone");
+        goto out;
+    }
+    if (standalone)
+        node_rank = 0;
+    if (rdzv_endpoint) {
+        if (redis_flag) {
+            ftc_cli_usage_error(cmd, "--rdzv-endpoint and --redis both name the job's Redis: "
+                                "give one");
+            goto out;
+        }
+        char url[1200];
+        if (!strncmp(rdzv_endpoint, "redis://", 8) || !strncmp(rdzv_endpoint, "rediss://", 9))
+            snprintf(url, sizeof url, "%s", rdzv_endpoint);
+        else if (ftc__has_port(rdzv_endpoint))
+            snprintf(url, sizeof url, "redis://%s", rdzv_endpoint);
+        else
+            snprintf(url, sizeof url, "redis://%s:6379", rdzv_endpoint);
+        if (!rdzv_endpoint[0] ||
+            ftc_config_set(a.cfg, "redis.url", url, FTC_SRC_FLAG, &err)) {
+            ftc_cli_usage_error(cmd, "--rdzv-endpoint '%s': %s", rdzv_endpoint,
+                                err.msg[0] ? err.msg : "give HOST[:PORT] or a redis:// URL");
+            goto out;
+        }
+        ftc_redis_url_t check;
+        if (ftc_redis_url_parse(url, &check, &err)) {
+            ftc_cli_usage_error(cmd, "--rdzv-endpoint '%s': %s", rdzv_endpoint, err.msg);
+            goto out;
+        }
+    }
+    if (rdzv_id) {
+        if (ftc_config_source(a.cfg, FTC_CFG_JOB_ID) == FTC_SRC_FLAG &&
+            strcmp(ftc_config_str(a.cfg, FTC_CFG_JOB_ID), rdzv_id)) {
+            ftc_cli_usage_error(cmd, "--rdzv-id %s and --job %s differ: give one", rdzv_id,
+                                ftc_config_str(a.cfg, FTC_CFG_JOB_ID));
+            goto out;
+        }
+        if (!rdzv_id[0] || ftc_config_set(a.cfg, "job.id", rdzv_id, FTC_SRC_FLAG, &err)) {
+            ftc_cli_usage_error(cmd, "--rdzv-id '%s': %s", rdzv_id,
+                                err.msg[0] ? err.msg : "give a job id");
+            goto out;
+        }
+    }
+    /* MASTER_ADDR is published by whichever node is node 0 of a generation:
+     * --master-addr / --local-addr name this node's address when they are its */
+    const char *addr_opt = local_addr ? "--local-addr" : "--master-addr";
+    const char *addr = local_addr ? local_addr : master_addr;
+    if (local_addr && master_addr && strcmp(local_addr, master_addr) &&
+        ftc__is_local_addr(master_addr)) {
+        ftc_cli_usage_error(cmd, "--local-addr %s and --master-addr %s are both this node's: "
+                            "give one", local_addr, master_addr);
+        goto out;
+    }
+    if (addr && host && strcmp(addr, host)) {
+        ftc_cli_usage_error(cmd, "%s %s and --host %s differ: give one", addr_opt, addr, host);
+        goto out;
+    }
+    if (addr && !host) {
+        if (local_addr || ftc__is_local_addr(addr))
+            host = addr;
+        else
+            FTC_INFO("run", "--master-addr %s is not an address of this node: MASTER_ADDR is "
+                     "the address of each generation's node 0 (its --host, default its "
+                     "hostname)", addr);
+    }
+    if (master_port > 65535) {
+        ftc_cli_usage_error(cmd, "--master-port %llu: give 1..65535 (or omit it for a free "
+                            "port per generation)", (unsigned long long)master_port);
+        goto out;
+    }
+    if (module && no_python) {
+        ftc_cli_usage_error(cmd, "-m/--module and --no-python exclude each other");
+        goto out;
+    }
+    uint8_t red_v[64] = {0}, tee_v[64] = {0};
+    uint64_t shown = 0;
+    if (redirects && ftc__parse_streams(redirects, red_v)) {
+        ftc_cli_usage_error(cmd, "--redirects '%s': give 0..3 (1 stdout, 2 stderr, 3 both) or "
+                            "LOCAL:N,LOCAL:N", redirects);
+        goto out;
+    }
+    if (tee && ftc__parse_streams(tee, tee_v)) {
+        ftc_cli_usage_error(cmd, "--tee '%s': give 0..3 (1 stdout, 2 stderr, 3 both) or "
+                            "LOCAL:N,LOCAL:N", tee);
+        goto out;
+    }
+    if (ranks_filter && ftc__parse_ranks(ranks_filter, &shown)) {
+        ftc_cli_usage_error(cmd, "--local-ranks-filter '%s': give local ranks such as 0 or 0,1",
+                            ranks_filter);
+        goto out;
+    }
+    if (start_method && strcmp(start_method, "spawn") && strcmp(start_method, "fork") &&
+        strcmp(start_method, "forkserver")) {
+        ftc_cli_usage_error(cmd, "--start-method '%s': give spawn, fork or forkserver",
+                            start_method);
+        goto out;
+    }
+    if (monitor)
+        FTC_INFO("run", "--monitor-interval %s: not used; ftc learns of a rank's exit at once "
+                 "(waitpid) and of other nodes' failures from the job's event stream", monitor);
+    if (start_method)
+        FTC_INFO("run", "--start-method %s: not used; ftc forks and execs every rank (a fresh "
+                 "process, as spawn)", start_method);
+    /* BINARY ARGS: a Python script or module runs in $PYTHON (python3) -u */
+    char **bin = argv + rest;
+    size_t len = strlen(bin[0]);
+    bool py = !no_python && (module || (len > 3 && !strcmp(bin[0] + len - 3, ".py")));
+    if (py) {
+        const char *python = getenv("PYTHON");
+        if (!python || !*python)
+            python = "python3";
+        if (!ftc__on_path(python)) {
+            ftc_cli_usage_error(cmd, "%s %s needs Python: %s is not %s; set PYTHON to "
+                                     "the interpreter%s",
+                                     module ? "module" : "script", bin[0], python,
+                                     strchr(python, '/') ? "executable" : "on PATH",
+                                     module ? "" : ", or give --no-python to exec it directly");
+            goto out;
+        }
+        pyargv = calloc((size_t)(argc - rest) + 4, sizeof *pyargv);
+        if (!pyargv) {
+            ec = ftc_cli_fail(cmd, "out of memory");
+            goto out;
+        }
+        int k = 0;
+        pyargv[k++] = (char *)python;
+        pyargv[k++] = (char *)"-u";
+        if (module)
+            pyargv[k++] = (char *)"-m";
+        for (int i = rest; i < argc; i++)
+            pyargv[k++] = argv[i];
+        bin_argv = pyargv;
+    } else {
+        bin_argv = bin;
+    }
+    ec = FTC_EXIT_OK;
     if (simulate && (uint64_t)mx < simulate) {
         ec = ftc_cli_usage_error(cmd, "--simulate-nodes %llu is more than --nnodes MAX %d",
                                  (unsigned long long)simulate, mx);
@@ -362,7 +726,33 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
      * (bounded) until every member of the last generation saw the job done,
      * a node outside the simulation (a replacement, a returning node) too */
     o.hosts_redis = srv != NULL;
-    o.argv = argv + dd + 1;
+    o.argv = bin_argv;
+    o.master_port = (int)master_port;
+    o.role = role;
+    memcpy(o.redirect, red_v, sizeof o.redirect);
+    memcpy(o.tee, tee_v, sizeof o.tee);
+    o.quiet = ranks_filter ? ~shown : 0;
+    static char logbuf[4200];
+    bool any_file = false;
+    for (int l = 0; l < 64; l++)
+        any_file |= (red_v[l] | tee_v[l]) != 0;
+    if (log_dir && log_dir[0]) {
+        o.log_dir = log_dir;
+    } else if (any_file) { /* torchrun makes a temporary directory; ours is the job's */
+        snprintf(logbuf, sizeof logbuf, "%s/logs", dir);
+        o.log_dir = logbuf;
+    }
+    if (o.log_dir && any_file)
+        FTC_INFO("run", "the ranks' redirected output goes to %s/%s/attempt_GEN/RANK/"
+                 "stdout.log|stderr.log", o.log_dir, o.job);
+    else if (o.log_dir)
+        FTC_INFO("run", "--log-dir %s without --redirects or --tee: the ranks' output stays on "
+                 "the console (as torchrun)", o.log_dir);
+    /* torchrun's default: one OpenMP thread per rank when a node runs several */
+    if (nproc > 1 && !getenv("OMP_NUM_THREADS")) {
+        setenv("OMP_NUM_THREADS", "1", 1);
+        FTC_INFO("run", "OMP_NUM_THREADS=1 for each rank (as torchrun; set it to change this)");
+    }
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = ftc__run_sig; /* no SA_RESTART: waitpid returns EINTR */
@@ -384,6 +774,7 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
     ftc_redis_server_stop(srv);
 out:
     ftc_netns_destroy(net);
+    free(pyargv);
     ftc_cli_args_free(&a);
     return ec;
 }

@@ -301,7 +301,95 @@ static char **ftc__env_build(char **add, int nadd)
     return env;
 }
 
-static pid_t ftc__spawn(char *const *argv, char **env, ftc_err_t *err)
+/* Where a rank's stdout (s[0]) and stderr (s[1]) go: the console, a file,
+ * or both (a relay); quiet drops the console. Paths made before fork. */
+enum { FTC__OUT_CONSOLE = 0, FTC__OUT_FILE = 1, FTC__OUT_TEE = 2 };
+typedef struct ftc__io {
+    int mode[2];
+    char path[2][4400];
+    bool quiet;
+} ftc__io_t;
+
+static void ftc__write_all_raw(int fd, const char *p, ssize_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, p, (size_t)n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return; /* the console or the file is gone: keep draining the pipe */
+        p += w, n -= w;
+    }
+}
+
+/* The tee relay (child of the rank, before its exec): copies the pipe to
+ * the file and the console until the rank's end closes. */
+static void ftc__relay(int in, int file, int con)
+{
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
+    static char buf[65536];
+    for (;;) {
+        ssize_t r = read(in, buf, sizeof buf);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            _exit(0);
+        ftc__write_all_raw(file, buf, r);
+        if (con >= 0)
+            ftc__write_all_raw(con, buf, r);
+    }
+}
+
+/* In the child, before exec: async-signal-safe calls only. */
+static void ftc__child_io(const ftc__io_t *io)
+{
+    for (int k = 0; k < 2; k++) {
+        int fd = k + 1;
+        if (io->mode[k] == FTC__OUT_CONSOLE) {
+            if (io->quiet) {
+                int n = open("/dev/null", O_WRONLY);
+                if (n >= 0 && n != fd) {
+                    dup2(n, fd);
+                    close(n);
+                }
+            }
+            continue;
+        }
+        int f = open(io->path[k], O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (f < 0) {
+            static const char msg[] = "ftc run: cannot open the rank's log file\n";
+            ssize_t w = write(2, msg, sizeof msg - 1);
+            (void)w;
+            _exit(127);
+        }
+        if (io->mode[k] == FTC__OUT_TEE && !io->quiet) {
+            int p[2];
+            if (pipe(p) == 0) {
+                pid_t r = fork();
+                if (r == 0) {
+                    close(p[1]);
+                    for (int x = 0; x < 3; x++)
+                        if (x != fd)
+                            close(x);
+                    ftc__relay(p[0], f, fd);
+                }
+                close(p[0]);
+                if (r > 0) {
+                    dup2(p[1], fd);
+                    close(p[1]);
+                    close(f);
+                    continue;
+                }
+                close(p[1]); /* no relay: the file alone */
+            }
+        }
+        dup2(f, fd);
+        close(f);
+    }
+}
+
+static pid_t ftc__spawn(char *const *argv, char **env, const ftc__io_t *io, ftc_err_t *err)
 {
     pid_t pid = fork();
     if (pid < 0) {
@@ -311,6 +399,8 @@ static pid_t ftc__spawn(char *const *argv, char **env, ftc_err_t *err)
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL); /* a rank never outlives its supervisor */
         ftc_fs_close_from(3); /* not the agent's sockets, nor Redis connections */
+        if (io)
+            ftc__child_io(io);
         execvpe(argv[0], argv, env);
         static const char msg[] = "ftc run: cannot execute the training binary\n";
         ssize_t w = write(2, msg, sizeof msg - 1);
@@ -318,6 +408,28 @@ static pid_t ftc__spawn(char *const *argv, char **env, ftc_err_t *err)
         _exit(127);
     }
     return pid;
+}
+
+/* The output plan of local rank l, rank `rank`: its log directory made. */
+static int ftc__io_plan(const ftc__sup_t *s, int l, int rank, ftc__io_t *io, ftc_err_t *err)
+{
+    const ftc_run_options_t *o = s->o;
+    memset(io, 0, sizeof *io);
+    io->quiet = l < 64 && (o->quiet >> l) & 1;
+    int red = l < 64 ? o->redirect[l] : 0, tee = l < 64 ? o->tee[l] : 0;
+    if (!o->log_dir || !o->log_dir[0] || !(red | tee))
+        return 0;
+    char dir[4300];
+    snprintf(dir, sizeof dir, "%s/%s/attempt_%" PRIu64 "/%d", o->log_dir, o->job, s->gen, rank);
+    if (ftc_fs_mkdirs(dir, err))
+        return ftc_err_wrap(err, "--log-dir");
+    static const char *const names[2] = {"stdout.log", "stderr.log"};
+    for (int k = 0; k < 2; k++) {
+        int bit = 1 << k;
+        io->mode[k] = (tee & bit) ? FTC__OUT_TEE : (red & bit) ? FTC__OUT_FILE : FTC__OUT_CONSOLE;
+        snprintf(io->path[k], sizeof io->path[k], "%s/%s", dir, names[k]);
+    }
+    return 0;
 }
 
 static bool ftc__is_member(const ftc__sup_t *s, const char *node)
@@ -541,7 +653,10 @@ static int ftc__start_ranks(ftc__sup_t *s, const char *master, int master_port, 
         FTC__SETENV("WORLD_SIZE=%d", world);
         FTC__SETENV("LOCAL_WORLD_SIZE=%d", o->nproc);
         FTC__SETENV("GROUP_RANK=%d", index);
+        FTC__SETENV("GROUP_WORLD_SIZE=%d", s->round.nodes);
         FTC__SETENV("ROLE_RANK=%d", rank);
+        FTC__SETENV("ROLE_NAME=%s", o->role && o->role[0] ? o->role : "default");
+        FTC__SETENV("ROLE_WORLD_SIZE=%d", world);
         FTC__SETENV("MASTER_ADDR=%s", master);
         FTC__SETENV("MASTER_PORT=%d", master_port);
         FTC__SETENV("TORCHELASTIC_RESTART_COUNT=%d", s->failures);
@@ -589,7 +704,12 @@ static int ftc__start_ranks(ftc__sup_t *s, const char *master, int master_port, 
         char **env = ftc__env_build(add, n);
         if (!env)
             return ftc_err_set(err, FTC_ENOMEM, "environment of rank %d", rank);
-        s->pid[l] = ftc__spawn(o->argv, env, err);
+        ftc__io_t io;
+        if (ftc__io_plan(s, l, rank, &io, err)) {
+            free(env);
+            return err->code;
+        }
+        s->pid[l] = ftc__spawn(o->argv, env, &io, err);
         free(env);
         if (s->pid[l] < 0) {
             s->pid[l] = 0;
@@ -793,6 +913,23 @@ static int ftc__free_port(void)
     return port;
 }
 
+/* 0 when a TCP listener could bind port on any address now (as a rank's
+ * store would: SO_REUSEADDR, so a previous generation's TIME_WAIT does not
+ * count), else the errno. */
+static int ftc__port_bindable(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return errno;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY),
+                             .sin_port = htons((uint16_t)port)};
+    int rc = bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 && listen(fd, 1) == 0 ? 0 : errno;
+    close(fd);
+    return rc;
+}
+
 /* The round's node 0 publishes host:port for the generation; the others
  * read it (bounded). */
 static int ftc__master(ftc__sup_t *s, char *host, size_t cap, int *port, ftc_err_t *err)
@@ -803,12 +940,23 @@ static int ftc__master(ftc__sup_t *s, char *host, size_t cap, int *port, ftc_err
     ftc_redis_t *r = ftc_ctl_redis(s->ctl);
     ftc_redis_reply_t *rep = NULL;
     if (s->round.index == 0) {
-        int p = ftc__free_port();
-        if (p < 0)
-            return ftc_err_set(err, FTC_EIO, "no free TCP port for MASTER_PORT: %s",
-                               strerror(errno));
-        char val[320];
-        snprintf(val, sizeof val, "%s:%d", s->o->host, p);
+        char val[640];
+        int p = s->o->master_port;
+        int busy = p > 0 ? ftc__port_bindable(p) : 0;
+        if (busy) { /* published too, so that every node fails this round at once */
+            snprintf(val, sizeof val,
+                     "!MASTER_PORT %d (--master-port) cannot be bound on node 0 of "
+                     "generation %" PRIu64 " (%s, %s): %s; free it, pick another port, or omit "
+                     "--master-port for a free port per generation",
+                     p, s->gen, s->node_id, s->o->host, strerror(busy));
+        } else {
+            if (p <= 0)
+                p = ftc__free_port();
+            if (p < 0)
+                return ftc_err_set(err, FTC_EIO, "no free TCP port for MASTER_PORT: %s",
+                                   strerror(errno));
+            snprintf(val, sizeof val, "%s:%d", s->o->host, p);
+        }
         int rc = ftc_redis_cmdv(r, true, &rep, "SET", key, val, "EX", "86400", NULL);
         ftc_redis_reply_free(rep);
         if (rc)
@@ -821,11 +969,13 @@ static int ftc__master(ftc__sup_t *s, char *host, size_t cap, int *port, ftc_err
         size_t len = 0;
         int rc = ftc_redis_cmdv(r, true, &rep, "GET", key, NULL);
         if (rc == 0 && ftc_redis_want_str(rep, "master", &v, &len, NULL) == 0 && v && len &&
-            len < 320) {
-            char buf[320];
+            len < 640) {
+            char buf[640];
             memcpy(buf, v, len);
             buf[len] = 0;
             ftc_redis_reply_free(rep);
+            if (buf[0] == '!') /* node 0 could not take the fixed port: the round fails */
+                return ftc_err_set(err, FTC_EAGAIN, "%s", buf + 1);
             char *colon = strrchr(buf, ':');
             if (!colon)
                 return ftc_err_set(err, FTC_EPROTO, "%s holds '%s', not host:port", key, buf);
@@ -1375,8 +1525,18 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
         }
         ftc__events_mark(s);
         s->continued = 0;
-        if (ftc__master(s, host, sizeof host, &port, err) ||
-            ftc__start_ranks(s, host, port, err)) {
+        int mrc = ftc__master(s, host, sizeof host, &port, err);
+        if (mrc == FTC_EAGAIN) { /* the fixed MASTER_PORT is taken: a failed round */
+            snprintf(s->fail_reason, sizeof s->fail_reason, "%s", err->msg);
+            FTC_ERROR("run", "generation %" PRIu64 ": %s", s->gen, s->fail_reason);
+            bool opened = false;
+            ftc_err_t e2 = {0};
+            ftc_rdzv_request(ftc_ctl_redis(s->ctl), o->job, s->gen, s->fail_reason, &opened, &e2);
+            if (++s->failures > o->max_restarts)
+                break;
+            continue;
+        }
+        if (mrc || ftc__start_ranks(s, host, port, err)) {
             ftc__stop_ranks(s);
             break;
         }

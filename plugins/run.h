@@ -21,14 +21,23 @@
  * waits for the next round.
  *
  * Environment of each rank (torchrun's names, then ftc's):
- *   RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK ROLE_RANK
+ *   RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE
+ *   ROLE_RANK ROLE_NAME ROLE_WORLD_SIZE
  *   MASTER_ADDR MASTER_PORT TORCHELASTIC_RESTART_COUNT
  *   TORCHELASTIC_MAX_RESTARTS TORCHELASTIC_RUN_ID
  *   FTC_RANK FTC_WORLD_SIZE FTC_JOB_ID FTC_GENERATION FTC_NODE_RANK
  *   FTC_AGENT_SOCKET FTC_REDIS_URL (no password: FTC_REDIS_PASSWORD_FILE)
  *   FTC_CKPT_DIR (when enabled)
  * MASTER_PORT is a free port picked by the round's node 0 and published in
- * Redis (ftc:{job}:master:GEN), so each generation gets a fresh one.
+ * Redis (ftc:{job}:master:GEN), so each generation gets a fresh one; with
+ * master_port every generation uses that one (a port node 0 cannot bind
+ * fails the round, which counts against max_restarts).
+ *
+ * Output of the ranks (log_dir, redirect, tee, quiet; torchrun's --log-dir,
+ * --redirects, --tee, --local-ranks-filter): a redirected stream is opened
+ * on its file before exec; a tee'd one goes through a pipe to a relay
+ * process (a child of the rank that ignores SIGINT/SIGTERM and exits when the
+ * rank's end of the pipe closes) that writes to the file and the console.
  *
  * In-process mode (in_process, `ftc run --in-process`; plugins/inproc.h has
  * the contract): a failed generation does not stop the ranks that survive.
@@ -95,6 +104,22 @@ typedef struct ftc_run_options {
                                   the layout planner (0 = 1): WORLD_SIZE is dp x tp x pp, slots
                                   beyond it stay idle, TP groups are placed whole on a node
                                   where they fit (recover/layout.h) */
+    int master_port;           /* --master-port: every generation's MASTER_PORT; node 0
+                                  checks it can bind it (SO_REUSEADDR, any address) before
+                                  the ranks start, and fails the round with an error that
+                                  names it otherwise (0: a free port per generation) */
+    const char *role;          /* ROLE_NAME of the ranks (NULL or "": "default") */
+    const char *log_dir;       /* --log-dir: the ranks' output files, torchrun's layout
+                                  LOG_DIR/JOB/attempt_GEN/RANK/stdout.log|stderr.log (NULL:
+                                  none; the directories are made only for ranks that
+                                  redirect or tee a stream) */
+    uint8_t redirect[64];      /* per local rank: bit 1 stdout, bit 2 stderr go to the file
+                                  only (torchrun's --redirects) */
+    uint8_t tee[64];           /* per local rank: bit 1 stdout, bit 2 stderr go to the file
+                                  and the console (--tee; wins over redirect) */
+    uint64_t quiet;            /* local ranks (bit l) whose console output is dropped
+                                  (--local-ranks-filter names the others); their files
+                                  are still written */
 } ftc_run_options_t;
 
 #define FTC_RUN_OPTIONS_INIT                                                                       \

@@ -82,6 +82,14 @@ printf '{"persist": {"kep": 3}}' >"$T/bad.json"
 expect 2 "unknown key in --config file" -- "$FTC" synth --out "$T/x" --steps 1 --config "$T/bad.json"
 grep_in err "kep" "bad config file names the key"
 expect 2 "synth without --steps" -- "$FTC" synth --out "$T/x"
+# torchrun's spellings, in the parser every command shares: underscores and --name=VALUE
+expect 2 "bad config flag value, spelled --persist_level=99" -- "$FTC" synth --out "$T/x" \
+    --steps=1 --persist_level=99
+grep_in err "persist" "the underscore spelling is the config flag (its key is named)"
+expect 0 "synth --out=DIR --steps=1 --persist_keep=2 (underscores, =VALUE)" -- \
+    "$FTC" synth --out="$T/us" --steps=1 --ranks=1 --bytes=64KiB --persist_keep=2
+expect 2 "an unknown option with underscores is still unknown" -- "$FTC" inspect --frob_nicate x
+grep_in err "unknown option '--frob_nicate'" "the unknown option is named as given"
 expect 2 "export without a format" -- "$FTC" export a b
 expect 1 "inspect of a missing path" -- "$FTC" inspect "$T/nope"
 

@@ -1,9 +1,10 @@
 /*
  * envprobe_main.c — a training binary for test_run_env.sh that only reports
  * what `ftc run` gave it: one line
- *   PROBE RANK=.. LOCAL_RANK=.. ... FTC_AGENT_SOCKET=.. SOCKET_OK=0|1
- * with the launcher's variables ("-" for an unset one) and whether
- * FTC_AGENT_SOCKET is a Unix socket that exists. Written with one write(2)
+ *   PROBE RANK=.. LOCAL_RANK=.. ... SOCKET_OK=0|1 ARGS=..
+ * with the launcher's variables ("-" for an unset one), whether
+ * FTC_AGENT_SOCKET is a Unix socket that exists, and its arguments
+ * (ARGS=a,b,c; "-" for none). Written with one write(2)
  * so the lines of ranks sharing a stdout do not interleave. Exits 0.
  */
 #include <stdio.h>
@@ -12,12 +13,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int main(void)
+int main(int argc, char **argv)
 {
     static const char *const names[] = {
         "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
         "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT", "FTC_RANK", "FTC_WORLD_SIZE", "FTC_JOB_ID",
-        "FTC_GENERATION", "FTC_NODE_RANK", "FTC_AGENT_SOCKET", NULL};
+        "FTC_GENERATION", "FTC_NODE_RANK", "FTC_AGENT_SOCKET", "GROUP_WORLD_SIZE", "ROLE_NAME",
+        "ROLE_WORLD_SIZE", "OMP_NUM_THREADS", NULL};
     char line[8192];
     size_t n = (size_t)snprintf(line, sizeof line, "PROBE");
     for (int i = 0; names[i] && n < sizeof line; i++) {
@@ -28,7 +30,12 @@ int main(void)
     struct stat st;
     int ok = sock && stat(sock, &st) == 0 && S_ISSOCK(st.st_mode);
     if (n < sizeof line)
-        n += (size_t)snprintf(line + n, sizeof line - n, " SOCKET_OK=%d\n", ok);
+        n += (size_t)snprintf(line + n, sizeof line - n, " SOCKET_OK=%d ARGS=%s", ok,
+                              argc > 1 ? "" : "-");
+    for (int i = 1; i < argc && n < sizeof line; i++)
+        n += (size_t)snprintf(line + n, sizeof line - n, "%s%s", i > 1 ? "," : "", argv[i]);
+    if (n < sizeof line)
+        n += (size_t)snprintf(line + n, sizeof line - n, "\n");
     if (n >= sizeof line)
         return 1;
     return write(1, line, n) == (ssize_t)n ? 0 : 1;
