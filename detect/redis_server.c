@@ -281,12 +281,20 @@ int ftc_redis_url_file_read(const char *path, ftc_redis_url_t *out, ftc_err_t *e
 void ftc_job_dir(const ftc_config_t *cfg, char *buf, size_t cap)
 {
     const char *dir = ftc_config_str(cfg, FTC_CFG_JOB_DIR);
-    if (dir[0]) {
-        snprintf(buf, cap, "%s", dir);
-        return;
-    }
     const char *tmp = getenv("TMPDIR");
-    snprintf(buf, cap, "%s/ftc-%s", tmp && *tmp ? tmp : "/tmp", ftc_config_str(cfg, FTC_CFG_JOB_ID));
+    char rel[PATH_MAX];
+    if (dir[0])
+        snprintf(rel, sizeof rel, "%s", dir);
+    else
+        snprintf(rel, sizeof rel, "%s/ftc-%s", tmp && *tmp ? tmp : "/tmp",
+                 ftc_config_str(cfg, FTC_CFG_JOB_ID));
+    /* absolute: the embedded redis-server runs in it (its log file path
+     * would not resolve), and ranks and agents may run elsewhere */
+    char cwd[PATH_MAX];
+    if (rel[0] != '/' && getcwd(cwd, sizeof cwd))
+        snprintf(buf, cap, "%s/%s", cwd, rel);
+    else
+        snprintf(buf, cap, "%s", rel);
 }
 
 int ftc_redis_resolve(const ftc_config_t *cfg, bool start, ftc_redis_url_t *url,

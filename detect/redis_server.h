@@ -59,7 +59,8 @@ int ftc_redis_server_restart(ftc_redis_server_t *s, ftc_err_t *err);
  * nothing is found, the error says what to pass. */
 int ftc_redis_resolve(const ftc_config_t *cfg, bool start, ftc_redis_url_t *url,
                       ftc_redis_server_t **srv, ftc_err_t *err);
-/* The job directory a config names (job.dir, or $TMPDIR/ftc-JOB). */
+/* The job directory a config names (job.dir, or $TMPDIR/ftc-JOB), made
+ * absolute against the working directory. */
 void ftc_job_dir(const ftc_config_t *cfg, char *buf, size_t cap);
 
 /* Reads a URL file written by a server (for processes of the same job). */

@@ -190,5 +190,10 @@ expect 0 "restored shard verifies" -- "$FTC" verify "$T/fallback.shard"
 expect 1 "restore --step of the corrupt version fails" -- "$FTC" restore "$P" --step 3 --out "$T/x.shard"
 expect 1 "restore --rank out of range" -- "$FTC" restore "$P" --rank 9 --out "$T/x.shard"
 
+# a relative --job-dir is made absolute (the embedded redis-server runs in it)
+expect 0 "ftc run with a relative --job-dir" -- bash -c \
+    "cd '$T' && timeout 120 '$FTC' run --simulate-nodes 1 --job clirel\$\$ --job-dir reljob -- /bin/true"
+expect 0 "its embedded Redis wrote its log in the job directory" -- test -s "$T/reljob/redis.log"
+
 echo "$((n - fails)) of $n checks passed"
 [ "$fails" -eq 0 ]
