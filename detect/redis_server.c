@@ -297,6 +297,31 @@ void ftc_job_dir(const ftc_config_t *cfg, char *buf, size_t cap)
         snprintf(buf, cap, "%s", rel);
 }
 
+/* True when nothing listens at a loopback url (a connect is refused at
+ * once): the embedded Redis of a job that was killed, whose URL file stayed.
+ * A Redis that is only slow or stopped still accepts, so it is never
+ * mistaken for a dead one. */
+static bool ftc__loopback_refused(const ftc_redis_url_t *u)
+{
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)u->port);
+    if (strcmp(u->host, "localhost") && inet_pton(AF_INET, u->host, &a.sin_addr) != 1)
+        return false;
+    if (!strcmp(u->host, "localhost"))
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if ((ntohl(a.sin_addr.s_addr) >> 24) != 127)
+        return false;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return false;
+    /* loopback: a blocking connect is refused or accepted at once */
+    bool refused = connect(fd, (struct sockaddr *)&a, sizeof a) != 0 && errno == ECONNREFUSED;
+    close(fd);
+    return refused;
+}
+
 int ftc_redis_resolve(const ftc_config_t *cfg, bool start, ftc_redis_url_t *url,
                       ftc_redis_server_t **srv, ftc_err_t *err)
 {
@@ -308,8 +333,14 @@ int ftc_redis_resolve(const ftc_config_t *cfg, bool start, ftc_redis_url_t *url,
     char dir[PATH_MAX], file[PATH_MAX + 16];
     ftc_job_dir(cfg, dir, sizeof dir);
     snprintf(file, sizeof file, "%s/redis.url", dir);
-    if (access(file, R_OK) == 0)
-        return ftc_redis_url_file_read(file, url, err);
+    if (access(file, R_OK) == 0) {
+        int rc = ftc_redis_url_file_read(file, url, err);
+        if (rc || !start || !srv || !ftc__loopback_refused(url))
+            return rc;
+        FTC_WARN("redis", "%s names a Redis at %s:%d that is not running (left by a job that was "
+                 "killed?): starting a new embedded one (the old one's state is gone with it)",
+                 file, url->host, url->port);
+    }
     if (!start || !srv)
         return ftc_err_set(err, FTC_ENOENT,
                            "no Redis for job '%s': pass --redis URL or set FTC_REDIS_URL, or start "

@@ -195,5 +195,12 @@ expect 0 "ftc run with a relative --job-dir" -- bash -c \
     "cd '$T' && timeout 120 '$FTC' run --simulate-nodes 1 --job clirel\$\$ --job-dir reljob -- /bin/true"
 expect 0 "its embedded Redis wrote its log in the job directory" -- test -s "$T/reljob/redis.log"
 
+# the URL file of a job whose embedded Redis died with it (kill -9 of ftc
+# run): the next run starts a new one instead of failing on the dead address
+mkdir -p "$T/stalejob" && echo "redis://127.0.0.1:1/0" >"$T/stalejob/redis.url"
+expect 0 "ftc run after a killed run left a dead Redis's URL" -- \
+    timeout 120 "$FTC" run --simulate-nodes 1 --job clistale$$ --job-dir "$T/stalejob" -- /bin/true
+grep_in err "names a Redis at 127.0.0.1:1 that is not running" "it said it started a new one"
+
 echo "$((n - fails)) of $n checks passed"
 [ "$fails" -eq 0 ]
