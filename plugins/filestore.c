@@ -421,7 +421,7 @@ static void fs_watch_tree(ftc_filestore_t *fs, const char *rel, int depth)
 }
 
 /* Reads every queued event. A finished file (closed after writing, or
- * renamed into place) makes the directory dirty; any change restarts the
+ * renamed into place) or a removed one makes the directory dirty; any change restarts the
  * quiet period; a new directory gets watched. */
 static void fs_drain_events(ftc_filestore_t *fs, bool ignore)
 {
@@ -440,7 +440,11 @@ static void fs_drain_events(ftc_filestore_t *fs, bool ignore)
                 if (e->mask & (IN_CREATE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE))
                     fs->dirty = true;
             }
-            if (e->mask & (IN_CLOSE_WRITE | IN_MOVED_TO | IN_Q_OVERFLOW)) fs->dirty = true;
+            /* a deleted or renamed-away file is a change too: a version still
+             * holding it would bring it back at the next restore (a binary
+             * that keeps its last N checkpoints would grow past the cap) */
+            if (e->mask & (IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_Q_OVERFLOW))
+                fs->dirty = true;
             fs->last_event_ns = ftc_now_ns();
             fs->retries = 0;
             fs->retry_at_ns = 0;

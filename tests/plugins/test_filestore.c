@@ -33,6 +33,8 @@
  *   crash      a rank killed while it rewrites a file in place: the half-written
  *              files are not packed, a restore puts the recorded copy back and
  *              moves the new file aside, a replacement gets the recorded one
+ *   delete     a file the binary deletes is not brought back by a restore (a
+ *              deletion makes a version; deleting all makes an empty one)
  *   older      a holder got a newer version that was never recorded (the
  *              record hit a foreign value of the wrong type; the owner then
  *              died): its own restore takes the recorded, older version from
@@ -844,6 +846,39 @@ static void test_crash(void **state)
     quit(&n1);
 }
 
+/* A file the binary deletes (a trainer keeping its last N checkpoints) is a
+ * change: the next version no longer holds it, and a restore does not bring
+ * it back; deleting every file makes an empty version. */
+static void test_delete(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0 = spawn(0, "n0", 1), n1 = spawn(1, "n1", 1);
+    OK(&n0, "members 1 n0 n1");
+    OK(&n1, "members 1 n0 n1");
+    OK(&n0, "write ckpt_1.bin 61 50000");
+    OK(&n0, "write ckpt_2.bin 62 50000");
+    OK(&n0, "flush");
+    OK(&n0, "rm ckpt_1.bin");
+    OK(&n0, "flush");
+    assert_true(wait_pushed(&n0, 2));
+    kill9(&n0);
+    forget_node(0);
+    node_t r0 = spawn(0, "n0", 1);
+    OK(&r0, "restore 2 n0 n1");
+    OK(&r0, "check ckpt_2.bin 62 50000");
+    OK(&r0, "absent ckpt_1.bin");
+    OK(&r0, "rm ckpt_2.bin"); /* nothing left: an empty version */
+    OK(&r0, "flush");
+    kill9(&r0);
+    forget_node(0);
+    node_t r1 = spawn(0, "n0", 1);
+    OK(&r1, "restore 3 n0 n1");
+    OK(&r1, "absent ckpt_2.bin");
+    quit(&r1);
+    quit(&n1);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -858,6 +893,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_leave, setup, teardown),
         cmocka_unit_test_setup_teardown(test_older, setup, teardown),
         cmocka_unit_test_setup_teardown(test_crash, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_delete, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
