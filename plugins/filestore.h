@@ -6,7 +6,8 @@
  * Each node's supervisor owns one directory on tmpfs,
  * /dev/shm/ftc.<job>.ckptdir.n<index>/, which its ranks get as FTC_CKPT_DIR.
  * The store watches it (inotify: IN_CLOSE_WRITE, IN_MOVED_TO — a file the
- * binary finished writing, or renamed into place); once the directory has
+ * binary finished writing, or renamed into place; IN_DELETE, IN_MOVED_FROM —
+ * a file removed); once the directory has
  * been quiet for a moment it packs every regular file of it (top level and
  * subdirectories, relative names) into one shard (ckpt/shard.h: one uint8
  * tensor per file, the version = a wall-clock millisecond stamp, strictly
