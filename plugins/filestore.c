@@ -155,6 +155,7 @@ struct ftc_filestore {
      * version) instead of keeping local files that look newer */
     bool suspect;
     bool crash_logged;
+    char down_why[300];     /* why the endpoint could not be reopened */
     uint64_t unreported_ns; /* a watched rank reaped but not reported since */
     uint64_t last_refresh_ns;
     uint64_t hot_until_ns;
@@ -375,15 +376,20 @@ static void fs_rebuild(ftc_filestore_t *fs)
     fs->repl = NULL;
     ftc_fabric_close(fs->fab);
     fs->fab = NULL;
-    for (int attempt = 0; !atomic_load(&fs->stop); attempt++) {
+    /* about 1 s of tries per call: a restore or a flush waiting on this
+     * thread must get an answer (fs_main answers them with the error and
+     * tries again a second later) */
+    for (int attempt = 0; attempt < 10 && !atomic_load(&fs->stop); attempt++) {
         ftc_err_t err = {0};
         if (fs_open_transport(fs, &err) == 0) break;
-        FTC_ERROR(FS_MOD, "reopening the fabric endpoint: %s", err.msg);
+        if (attempt == 0 || attempt == 9)
+            FTC_ERROR(FS_MOD, "reopening the fabric endpoint: %s", err.msg);
+        snprintf(fs->down_why, sizeof fs->down_why, "%s", err.msg);
         ftc_repl_destroy(fs->repl);
         fs->repl = NULL;
         ftc_fabric_close(fs->fab);
         fs->fab = NULL;
-        ftc_sleep_ms(attempt < 10 ? 100 : 1000);
+        ftc_sleep_ms(100);
     }
     if (!fs->repl) return;
     for (uint32_t i = 0; i < FS_MAX_NODES; i++)
@@ -1487,12 +1493,40 @@ static void fs_crash_discard(ftc_filestore_t *fs)
     }
 }
 
+/* The endpoint could not be reopened: pending restores and flushes get
+ * FTC_EFABRIC now instead of waiting out their deadlines. */
+static void fs_answer_down(ftc_filestore_t *fs)
+{
+    pthread_mutex_lock(&fs->mu);
+    if (fs->restore_req > fs->restore_ack) {
+        fs->restore_rc = ftc_err_set(&fs->restore_err, FTC_EFABRIC,
+                                     "filestore: no fabric endpoint (reopening it failed: %s): "
+                                     "nothing restored",
+                                     fs->down_why);
+        fs->restore_ack = fs->restore_req;
+    }
+    if (fs->flush_req > fs->flush_ack) {
+        if (!fs->flush_rc)
+            fs->flush_rc = ftc_err_set(&fs->flush_err, FTC_EFABRIC,
+                                       "filestore: no fabric endpoint (reopening it failed: %s): "
+                                       "nothing pushed",
+                                       fs->down_why);
+        fs->flush_ack = fs->flush_req;
+    }
+    pthread_cond_broadcast(&fs->cv);
+    pthread_mutex_unlock(&fs->mu);
+}
+
 static void *fs_main(void *arg)
 {
     ftc_filestore_t *fs = arg;
     while (!atomic_load(&fs->stop)) {
         if (!fs->repl) {
             fs_rebuild(fs);
+            if (!fs->repl && !atomic_load(&fs->stop)) {
+                fs_answer_down(fs); /* nothing waits for an endpoint that does not open */
+                ftc_sleep_ms(1000);
+            }
             continue;
         }
         uint64_t v;
