@@ -1027,7 +1027,12 @@ static int fs_fetch_rec(ftc_filestore_t *fs, fs_rec_t *rec, ftc_deadline_t d, in
             tries++;
             if (!fs->repl) {
                 fs_rebuild(fs);
-                if (!fs->repl) break;
+                if (!fs->repl) {
+                    last = FTC_EFABRIC;
+                    snprintf(tried + tl, sizeof tried - tl, "%sno fabric endpoint (%s)",
+                             tl ? "; " : "", fs->down_why);
+                    break;
+                }
             }
             ftc_repl_xfer_t x;
             ftc_repl_status_t st = {0};
