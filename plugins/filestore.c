@@ -654,7 +654,8 @@ static void fs_start_push(ftc_filestore_t *fs)
         fs->retry_on_members = true;
         goto fail;
     }
-    qsort(sc.f, sc.n, sizeof *sc.f, cmp_file);
+    if (sc.n) /* (an empty directory is a version too: every file deleted) */
+        qsort(sc.f, sc.n, sizeof *sc.f, cmp_file);
     uint64_t version = ftc_wall_ms();
     if (version <= fs->last_version) version = fs->last_version + 1;
     ftc_shard_info_t info = {0};
@@ -1407,6 +1408,34 @@ static void fs_apply_members(ftc_filestore_t *fs)
     }
 }
 
+/* True while pid is exiting but not a zombie yet (PF_EXITING in
+ * /proc/PID/stat): the kernel closes its files before its exit status can
+ * be waited for, so a file event may be seen before the death. (A rank
+ * whose main thread left by pthread_exit while others run reads as exiting
+ * too: after 2 s the store then stops packing for it, on the safe side.) */
+static bool fs_exiting(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return false;
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')'); /* after the command name, which may hold spaces */
+    if (!p)
+        return false;
+    /* fields after ")": 3 state, 4 ppid, 5 pgrp, 6 session, 7 tty_nr, 8 tpgid, 9 flags */
+    char state = 0;
+    unsigned long flags = 0;
+    if (sscanf(p + 1, " %c %*d %*d %*d %*d %*d %lu", &state, &flags) != 2)
+        return false;
+    return state == 'X' || (flags & 0x4ul) != 0; /* PF_EXITING */
+}
+
 static void fs_crashed(ftc_filestore_t *fs, const char *why)
 {
     pthread_mutex_lock(&fs->mu);
@@ -1445,6 +1474,10 @@ static int fs_ranks_check(ftc_filestore_t *fs)
         if (waitid(P_PID, (id_t)w[i], &si, WEXITED | WNOHANG | WNOWAIT) != 0) {
             if (errno == ECHILD)
                 unreported = true; /* reaped: its supervisor reports it */
+            continue;
+        }
+        if (si.si_pid == 0 && fs_exiting(w[i])) {
+            unreported = true; /* dying (its files closing): its status comes next */
             continue;
         }
         if (si.si_pid == 0 || (si.si_code == CLD_EXITED && si.si_status == 0))

@@ -212,6 +212,9 @@ static void child_main(int fd, uint32_t index, const char *id, int k, const ftc_
                 ftc_sleep_ms(10);
             }
             kill(r, SIGKILL);
+            siginfo_t si; /* dead (its files closed) before the answer, not reaped */
+            memset(&si, 0, sizeof si);
+            waitid(P_PID, (id_t)r, &si, WEXITED | WNOWAIT);
             if (!strcmp(tmp, "reap")) {
                 int st = 0;
                 waitpid(r, &st, 0);
