@@ -1392,6 +1392,17 @@ static int ftc__watch(ftc__sup_t *s, volatile sig_atomic_t *stop, ftc_err_t *err
     (void)err;
 }
 
+/* This generation could not start (why in err): asks for the next round,
+ * and says whether --max-restarts is used up (true: give up). */
+static bool ftc__round_failed(ftc__sup_t *s, const ftc_err_t *err)
+{
+    snprintf(s->fail_reason, sizeof s->fail_reason, "%s", err->msg);
+    bool opened = false;
+    ftc_err_t e2 = {0};
+    ftc_rdzv_request(ftc_ctl_redis(s->ctl), s->o->job, s->gen, s->fail_reason, &opened, &e2);
+    return ++s->failures > s->o->max_restarts;
+}
+
 int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_err_t *err)
 {
     if (!o || !o->job || !o->dir || !o->argv || !o->argv[0] || o->nproc < 1 ||
@@ -1514,12 +1525,8 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
         char host[256];
         int port = 0;
         if (ftc__wait_agents(s, err)) {
-            snprintf(s->fail_reason, sizeof s->fail_reason, "%s", err->msg);
-            FTC_WARN("run", "%s", s->fail_reason);
-            bool opened = false;
-            ftc_err_t e2 = {0};
-            ftc_rdzv_request(ftc_ctl_redis(s->ctl), o->job, s->gen, s->fail_reason, &opened, &e2);
-            if (++s->failures > o->max_restarts)
+            FTC_WARN("run", "%s", err->msg);
+            if (ftc__round_failed(s, err))
                 break;
             continue;
         }
@@ -1527,12 +1534,8 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
         s->continued = 0;
         int mrc = ftc__master(s, host, sizeof host, &port, err);
         if (mrc == FTC_EAGAIN) { /* the fixed MASTER_PORT is taken: a failed round */
-            snprintf(s->fail_reason, sizeof s->fail_reason, "%s", err->msg);
-            FTC_ERROR("run", "generation %" PRIu64 ": %s", s->gen, s->fail_reason);
-            bool opened = false;
-            ftc_err_t e2 = {0};
-            ftc_rdzv_request(ftc_ctl_redis(s->ctl), o->job, s->gen, s->fail_reason, &opened, &e2);
-            if (++s->failures > o->max_restarts)
+            FTC_ERROR("run", "generation %" PRIu64 ": %s", s->gen, err->msg);
+            if (ftc__round_failed(s, err))
                 break;
             continue;
         }

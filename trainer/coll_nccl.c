@@ -159,8 +159,16 @@ static int wait_comm(ncclComm_t *comm, const atomic_int *flag, ftc_deadline_t dl
     }
 }
 
-/* Waits for what was enqueued on p->stream: see the top. */
-static int wait_done(ftc_coll_t *c, const char *op, uint64_t t0, ftc_deadline_t dl)
+/* Polls the communicator until its state is ncclSuccess and, with stream,
+ * until what was enqueued on p->stream is done (wait_done: see the top).
+ * Without stream (settle): after an NCCL call that returned ncclInProgress
+ * (a non-blocking communicator enqueues in the background, e.g. while it
+ * connects to its peers on first use), so that the NCCL kernel is on
+ * p->stream before the caller enqueues more CUDA work there (NCCL's
+ * ncclCommGetAsyncError: "Before the states change into ncclSuccess, users
+ * are not allowed to issue CUDA kernel to the streams being used by NCCL").
+ * The deadline and the abort flag are checked between polls. */
+static int poll_comm(ftc_coll_t *c, const char *op, uint64_t t0, ftc_deadline_t dl, bool stream)
 {
     nccl_t *p = c->impl;
     unsigned spins = 0;
@@ -173,6 +181,8 @@ static int wait_done(ftc_coll_t *c, const char *op, uint64_t t0, ftc_deadline_t 
             return fail_nccl(c, op, t0, "asynchronous error (peer died, network or NVLink "
                                         "failure?)", st);
         if (st == ncclSuccess) {
+            if (!stream)
+                return 0;
             cudaError_t e = cudaStreamQuery(p->stream);
             if (e == cudaSuccess)
                 return 0;
@@ -183,42 +193,23 @@ static int wait_done(ftc_coll_t *c, const char *op, uint64_t t0, ftc_deadline_t 
             return fail(c, op, FTC_ECANCELED, t0, "aborted (ftc_coll_abort)", NULL);
         if (ftc_deadline_expired(dl))
             return fail(c, op, FTC_ETIMEDOUT, t0,
-                        "deadline passed (a peer dead, slow, or not calling this collective?)",
+                        stream ? "deadline passed (a peer dead, slow, or not calling this "
+                                 "collective?)"
+                               : "deadline passed while NCCL enqueued (a peer dead, slow, or "
+                                 "not calling this collective?)",
                         NULL);
         backoff(&spins);
     }
 }
 
-/* After an NCCL call that returned ncclInProgress (a non-blocking
- * communicator enqueues in the background, e.g. while it connects to its
- * peers on first use): polls until the communicator state is ncclSuccess, so
- * that the NCCL kernel is on p->stream before the caller enqueues more CUDA
- * work there (NCCL's ncclCommGetAsyncError: "Before the states change into
- * ncclSuccess, users are not allowed to issue CUDA kernel to the streams
- * being used by NCCL"). Same deadline / abort / error handling as wait_done. */
+static int wait_done(ftc_coll_t *c, const char *op, uint64_t t0, ftc_deadline_t dl)
+{
+    return poll_comm(c, op, t0, dl, true);
+}
+
 static int settle(ftc_coll_t *c, const char *op, uint64_t t0, ftc_deadline_t dl)
 {
-    nccl_t *p = c->impl;
-    unsigned spins = 0;
-    for (;;) {
-        ncclResult_t st = ncclSuccess;
-        ncclResult_t r = ncclCommGetAsyncError(p->comm, &st);
-        if (r != ncclSuccess)
-            return fail_nccl(c, op, t0, "ncclCommGetAsyncError", r);
-        if (st == ncclSuccess)
-            return 0;
-        if (st != ncclInProgress)
-            return fail_nccl(c, op, t0, "asynchronous error while enqueueing (peer died, "
-                                        "network or NVLink failure?)", st);
-        if (atomic_load(&c->aborted))
-            return fail(c, op, FTC_ECANCELED, t0, "aborted (ftc_coll_abort)", NULL);
-        if (ftc_deadline_expired(dl))
-            return fail(c, op, FTC_ETIMEDOUT, t0,
-                        "deadline passed while NCCL enqueued (a peer dead, slow, or not "
-                        "calling this collective?)",
-                        NULL);
-        backoff(&spins);
-    }
+    return poll_comm(c, op, t0, dl, false);
 }
 
 /* ---- the calls ------------------------------------------------------------ */
