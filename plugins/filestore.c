@@ -1436,6 +1436,21 @@ static bool fs_exiting(pid_t pid)
     return state == 'X' || (flags & 0x4ul) != 0; /* PF_EXITING */
 }
 
+/* True when a file of the directory was modified at or after t (ns of the
+ * real-time clock): the restore writes files with their recorded mtimes, so
+ * a newer one was written by someone else meanwhile. */
+static bool fs_written_since(ftc_filestore_t *fs, uint64_t t)
+{
+    fs_scan_t sc = {0};
+    ftc_err_t e = {0};
+    bool newer = false;
+    if (scan_dir(fs, &sc, "", 0, &e) == 0)
+        for (size_t i = 0; i < sc.n && !newer; i++)
+            newer = sc.f[i].mtime_ns >= t;
+    scan_free(&sc);
+    return newer;
+}
+
 static void fs_crashed(ftc_filestore_t *fs, const char *why)
 {
     pthread_mutex_lock(&fs->mu);
@@ -1580,7 +1595,17 @@ static void *fs_main(void *arg)
         pthread_mutex_unlock(&fs->mu);
         if (restore) {
             ftc_err_t e = {0};
+            /* changes made before the restore still count; the restore's own
+             * writes do not (fs_do_restore drops their events, and with them
+             * those of a rank writing meanwhile: in-process survivors) */
+            fs_drain_events(fs, false);
+            struct timespec t0;
+            clock_gettime(CLOCK_REALTIME_COARSE, &t0); /* the clock of mtimes */
             int rc = fs_do_restore(fs, &e);
+            if (fs->suspect) /* a rank died: the recorded files are the truth now */
+                fs->dirty = false;
+            else if (fs_written_since(fs, ts_ns(&t0))) /* by a rank, during the restore */
+                fs->dirty = true, fs->last_event_ns = ftc_now_ns();
             fs->suspect = false;
             fs->crash_logged = false;
             pthread_mutex_lock(&fs->mu);

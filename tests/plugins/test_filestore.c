@@ -35,6 +35,7 @@
  *              moves the new file aside, a replacement gets the recorded one
  *   delete     a file the binary deletes is not brought back by a restore (a
  *              deletion makes a version; deleting all makes an empty one)
+ *   pending    a file written just before a restore is still pushed after it
  *   older      a holder got a newer version that was never recorded (the
  *              record hit a foreign value of the wrong type; the owner then
  *              died): its own restore takes the recorded, older version from
@@ -882,6 +883,31 @@ static void test_delete(void **state)
     quit(&n1);
 }
 
+/* A file written just before a restore (not packed yet: the quiet period
+ * had not passed) still makes a version after the restore; before, the
+ * restore dropped every queued event, its own and the binary's. */
+static void test_pending(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0 = spawn(0, "n0", 1), n1 = spawn(1, "n1", 1);
+    OK(&n0, "members 1 n0 n1");
+    OK(&n1, "members 1 n0 n1");
+    OK(&n0, "write a.bin 71 20000");
+    OK(&n0, "flush"); /* version 1 */
+    OK(&n0, "write b.bin 72 20000");
+    OK(&n0, "restore 2 n0 n1"); /* at once: b.bin is not packed yet */
+    assert_true(wait_pushed(&n0, 2));
+    kill9(&n0);
+    forget_node(0);
+    node_t r0 = spawn(0, "n0", 1);
+    OK(&r0, "restore 3 n0 n1");
+    OK(&r0, "check a.bin 71 20000");
+    OK(&r0, "check b.bin 72 20000");
+    quit(&r0);
+    quit(&n1);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -897,6 +923,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_older, setup, teardown),
         cmocka_unit_test_setup_teardown(test_crash, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delete, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pending, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
