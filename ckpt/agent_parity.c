@@ -860,11 +860,7 @@ static void *worker_main(void *arg)
         ftc__par_task_t *t = w->todo;
         if (!t) {
             /* woken by submit or stop; the timeout only bounds a lost wakeup */
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 200000000L;
-            if (ts.tv_nsec >= 1000000000L)
-                ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+            struct timespec ts = ftc_cond_abstime(ftc_deadline_in_ms(200));
             pthread_cond_timedwait(&w->cv, &w->mu, &ts);
             continue;
         }
@@ -891,7 +887,7 @@ ftc__par_worker_t *ftc__par_worker_start(int evfd, int threads, ftc_err_t *err)
     }
     w->evfd = evfd;
     pthread_mutex_init(&w->mu, NULL);
-    pthread_cond_init(&w->cv, NULL);
+    ftc_cond_init(&w->cv); /* (monotonic timed waits) */
     if (threads < 1)
         threads = 1;
     if (threads > FTC_PAR_WORKERS_MAX)

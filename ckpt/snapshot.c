@@ -246,8 +246,8 @@ ftc_snap_t *ftc_snap_create(const ftc_shard_info_t *info, int threads, uint32_t 
     s->threads = threads > FTC_SNAP_MAX_THREADS ? FTC_SNAP_MAX_THREADS : threads;
     s->dev = ftc_snap_cuda_ops();
     pthread_mutex_init(&s->mu, NULL);
-    pthread_cond_init(&s->cv_work, NULL);
-    pthread_cond_init(&s->cv_done, NULL);
+    ftc_cond_init(&s->cv_work);
+    ftc_cond_init(&s->cv_done); /* its timed waits count on the monotonic clock */
     s->layout = ftc_shard_layout_create(info);
     s->tid = calloc((size_t)s->threads, sizeof *s->tid);
     if (!s->layout || !s->tid) {
@@ -528,14 +528,7 @@ static int ftc__snap_wait(ftc_snap_t *s, int want, ftc_deadline_t d, ftc_err_t *
                              s->phase == PH_COPYING ? "copying" : "being sealed");
             break;
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += ms / 1000;
-        ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        struct timespec ts = ftc_cond_abstime(d);
         pthread_cond_timedwait(&s->cv_done, &s->mu, &ts);
     }
     if (!rc && s->phase == PH_FAILED) {

@@ -58,3 +58,26 @@ void ftc_sleep_ms(uint64_t ms)
 {
     ftc_sleep_us(ms * 1000);
 }
+
+int ftc_cond_init(pthread_cond_t *cv)
+{
+    pthread_condattr_t at;
+    int rc = pthread_condattr_init(&at);
+    if (rc)
+        return rc;
+    rc = pthread_condattr_setclock(&at, CLOCK_MONOTONIC);
+    if (!rc)
+        rc = pthread_cond_init(cv, &at);
+    pthread_condattr_destroy(&at);
+    return rc;
+}
+
+struct timespec ftc_cond_abstime(ftc_deadline_t d)
+{
+    uint64_t at = d.at_ns;
+    if (at == UINT64_MAX)
+        at = ftc_now_ns() + 365ull * 86400ull * 1000000000ull;
+    struct timespec ts = {.tv_sec = (time_t)(at / 1000000000ull),
+                          .tv_nsec = (long)(at % 1000000000ull)};
+    return ts;
+}

@@ -8,8 +8,10 @@
 #ifndef FTC_CORE_CLOCK_H
 #define FTC_CORE_CLOCK_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -34,6 +36,14 @@ ftc_deadline_t ftc_deadline_min(ftc_deadline_t a, ftc_deadline_t b);
 void ftc_sleep_ms(uint64_t ms);
 /* Sleeps us microseconds (restarting on EINTR). */
 void ftc_sleep_us(uint64_t us);
+
+/* Condition variables whose timed waits count on CLOCK_MONOTONIC, like the
+ * deadlines: a step of the wall clock (NTP, an operator) neither stretches
+ * nor cuts them. ftc_cond_init: 0 or the errno of pthread_cond_init.
+ * ftc_cond_abstime: the absolute time for pthread_cond_timedwait on such a
+ * condition variable when deadline d ends (FTC_DEADLINE_NONE: a year on). */
+int ftc_cond_init(pthread_cond_t *cv);
+struct timespec ftc_cond_abstime(ftc_deadline_t d);
 
 #ifdef __cplusplus
 }

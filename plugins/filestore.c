@@ -1717,7 +1717,7 @@ ftc_filestore_t *ftc_filestore_create(const char *job, uint32_t index, const cha
         return NULL;
     }
     pthread_mutex_init(&fs->mu, NULL);
-    pthread_cond_init(&fs->cv, NULL);
+    ftc_cond_init(&fs->cv); /* fs_wait_ack counts on the monotonic clock */
     fs->ino = fs->evfd = -1;
     fs->own[0].fd = fs->own[1].fd = -1;
     fs->own_newest = -1;
@@ -1947,11 +1947,7 @@ void ftc_filestore_poll(ftc_filestore_t *fs)
 /* Waits for *ack >= no under mu, until deadline; true when reached. */
 static bool fs_wait_ack(ftc_filestore_t *fs, const uint64_t *ack, uint64_t no, int timeout_ms)
 {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    uint64_t ns = (uint64_t)until.tv_nsec + (uint64_t)timeout_ms * 1000000ull;
-    until.tv_sec += (time_t)(ns / 1000000000ull);
-    until.tv_nsec = (long)(ns % 1000000000ull);
+    struct timespec until = ftc_cond_abstime(ftc_deadline_in_ms((uint64_t)timeout_ms));
     while (*ack < no)
         if (pthread_cond_timedwait(&fs->cv, &fs->mu, &until) == ETIMEDOUT) return *ack >= no;
     return true;

@@ -75,6 +75,25 @@ static void test_clock_and_deadlines(void **state)
     assert_false(ftc_deadline_expired(FTC_DEADLINE_NONE));
     ftc_deadline_t m = ftc_deadline_min(FTC_DEADLINE_NONE, d);
     assert_true(m.at_ns == d.at_ns);
+    /* a timed wait on an ftc_cond_init condition variable ends at the
+     * deadline on the same (monotonic) clock: not at once (a wall-clock
+     * condition variable would read the monotonic time as long past), not
+     * before the deadline */
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cv;
+    assert_int_equal(ftc_cond_init(&cv), 0);
+    ftc_deadline_t w = ftc_deadline_in_ms(30);
+    struct timespec ts = ftc_cond_abstime(w);
+    pthread_mutex_lock(&mu);
+    int rc;
+    while ((rc = pthread_cond_timedwait(&cv, &mu, &ts)) == 0) /* spurious wakeups */
+        ;
+    pthread_mutex_unlock(&mu);
+    assert_int_equal(rc, ETIMEDOUT);
+    assert_true(ftc_deadline_expired(w));
+    struct timespec far = ftc_cond_abstime(FTC_DEADLINE_NONE);
+    assert_true((uint64_t)far.tv_sec > ftc_now_ns() / 1000000000ull + 86400);
+    pthread_cond_destroy(&cv);
 }
 
 static void test_hash(void **state)
