@@ -374,6 +374,15 @@ static void quit(node_t *n)
 }
 
 /* Removes /dev/shm entries of the job whose name starts with ftc.<job>.<what>. */
+/* Nodes 0 and 1 (k=1), both told the members "n0 n1" of generation 1. */
+static void spawn_pair(node_t *n0, node_t *n1)
+{
+    *n0 = spawn(0, "n0", 1);
+    *n1 = spawn(1, "n1", 1);
+    OK(n0, "members 1 n0 n1");
+    OK(n1, "members 1 n0 n1");
+}
+
 static void shm_clean(const char *what)
 {
     char prefix[160];
@@ -398,6 +407,13 @@ static void forget_node(uint32_t index)
     shm_clean(what);
     snprintf(what, sizeof what, "files.n%u.", index);
     shm_clean(what);
+}
+
+/* Node `index` is lost: its process killed, its directory and shm gone. */
+static void lose(node_t *n, uint32_t index)
+{
+    kill9(n);
+    forget_node(index);
 }
 
 /* Flips the first byte of file 0 in every replica slot node `holder` has of
@@ -468,8 +484,7 @@ static void test_union(void **state)
     OK(&n2, "write empty.bin 6 0");
     OK(&n2, "flush");
 
-    kill9(&n0);
-    forget_node(0);
+    lose(&n0, 0);
     /* the survivors move on; node 2's holder (node 0) left: it re-replicates */
     OK(&n1, "members 2 n0b n1 n2");
     OK(&n2, "members 2 n0b n1 n2");
@@ -509,8 +524,7 @@ static void test_corrupt(void **state)
         OK(all[i], "members 1 n0 n1 n2");
     OK(&n0, "write a.bin 11 200000");
     OK(&n0, "flush");
-    kill9(&n0);
-    forget_node(0);
+    lose(&n0, 0);
     assert_true(corrupt_replica(1, 0) >= 1);
     OK(&n1, "members 2 r0 n1 n2");
     OK(&n2, "members 2 r0 n1 n2");
@@ -522,8 +536,7 @@ static void test_corrupt(void **state)
     OK(&r0, "check a.bin 11 200000");
 
     /* now every copy is corrupt */
-    kill9(&r0);
-    forget_node(0);
+    lose(&r0, 0);
     assert_true(corrupt_replica(2, 0) >= 1);
     OK(&n1, "members 3 r1 n1 n2");
     OK(&n2, "members 3 r1 n1 n2");
@@ -544,9 +557,8 @@ static void test_deadpeer(void **state)
 {
     (void)state;
     g_prov = "tcp;ofi_rxm";
-    node_t n0 = spawn(0, "n0", 1), n1 = spawn(1, "n1", 1);
-    OK(&n0, "members 1 n0 n1");
-    OK(&n1, "members 1 n0 n1");
+    node_t n0, n1;
+    spawn_pair(&n0, &n1);
     OK(&n0, "limits 1048576 3000");
     OK(&n0, "write big.bin 1 2000000");
     char msg[2048];
@@ -578,13 +590,11 @@ static void test_shm(void **state)
 {
     (void)state;
     g_prov = "shm";
-    node_t n0 = spawn(0, "n0", 1), n1 = spawn(1, "n1", 1);
-    OK(&n0, "members 1 n0 n1");
-    OK(&n1, "members 1 n0 n1");
+    node_t n0, n1;
+    spawn_pair(&n0, &n1);
     OK(&n0, "rename model.pt 21 1500000");
     OK(&n0, "flush");
-    kill9(&n0);
-    forget_node(0);
+    lose(&n0, 0);
     OK(&n1, "members 2 r0 n1");
     node_t r0 = spawn(0, "r0", 1);
     OK(&r0, "restore 2 r0 n1");
@@ -597,9 +607,8 @@ static void test_selfslot(void **state)
 {
     (void)state;
     g_prov = "tcp;ofi_rxm";
-    node_t n0 = spawn(0, "n0", 1), n1 = spawn(1, "n1", 1);
-    OK(&n0, "members 1 n0 n1");
-    OK(&n1, "members 1 n0 n1");
+    node_t n0, n1;
+    spawn_pair(&n0, &n1);
     OK(&n0, "limits 1073741824 3000");
     OK(&n0, "write a.bin 31 100000");
     OK(&n0, "flush"); /* version 1: acknowledged by node 1, recorded */
@@ -633,9 +642,8 @@ static void test_norecord(void **state)
 {
     (void)state;
     g_prov = "tcp;ofi_rxm";
-    node_t n0 = spawn(0, "n0", 1), n1 = spawn(1, "n1", 1);
-    OK(&n0, "members 1 n0 n1");
-    OK(&n1, "members 1 n0 n1");
+    node_t n0, n1;
+    spawn_pair(&n0, &n1);
     OK(&n0, "limits 1073741824 3000");
     OK(&n0, "write a.bin 41 100000");
     OK(&n0, "flush"); /* version 1: acknowledged and recorded */
@@ -698,8 +706,7 @@ static void test_stall(void **state)
            counted ? "yes" : "no");
     kill9(&n2);
     assert_true(counted);
-    kill9(&n0);
-    forget_node(0);
+    lose(&n0, 0);
     OK(&n1, "members 2 r0 n1");
     node_t r0 = spawn(0, "r0", 2);
     char msg[2048];
@@ -732,8 +739,7 @@ static void test_leave(void **state)
     printf("# version pushed to the new ring while node 1 hangs: %s\n", counted ? "yes" : "no");
     kill9(&n1);
     assert_true(counted);
-    kill9(&n0);
-    forget_node(0);
+    lose(&n0, 0);
     OK(&n2, "members 3 r0 n2");
     node_t r0 = spawn(0, "r0", 1);
     char msg[2048];
@@ -768,9 +774,8 @@ static void test_older(void **state)
     char key[160], bak[160];
     snprintf(key, sizeof key, "ftc:{%s}:files", g_job);
     snprintf(bak, sizeof bak, "ftc:{%s}:files.bak", g_job);
-    node_t n0 = spawn(0, "n0", 1), n1 = spawn(1, "n1", 1);
-    OK(&n0, "members 1 n0 n1");
-    OK(&n1, "members 1 n0 n1");
+    node_t n0, n1;
+    spawn_pair(&n0, &n1);
     OK(&n0, "write a.bin 71 100000");
     OK(&n0, "flush"); /* version 1, held by node 1, recorded */
     assert_int_equal(redis_do("RENAME", key, bak, NULL), 0);
@@ -781,8 +786,7 @@ static void test_older(void **state)
     printf("# record over a foreign value: %d %s\n", rc, msg);
     assert_true(rc < 0);
     assert_non_null(strstr(msg, "not recorded"));
-    kill9(&n0);
-    forget_node(0);
+    lose(&n0, 0);
     assert_int_equal(redis_do("RENAME", bak, key, NULL), 0);
     rc = cmd(&n1, msg, sizeof msg, "restore 2 n1");
     printf("# holder's restore of the recorded version: %d %s\n", rc, msg);
@@ -809,9 +813,8 @@ static void test_crash(void **state)
 {
     (void)state;
     g_prov = "tcp;ofi_rxm";
-    node_t n0 = spawn(0, "n0", 1), n1 = spawn(1, "n1", 1);
-    OK(&n0, "members 1 n0 n1");
-    OK(&n1, "members 1 n0 n1");
+    node_t n0, n1;
+    spawn_pair(&n0, &n1);
     OK(&n0, "rankwrite a.bin 51 100000");
     OK(&n0, "flush"); /* version 1, recorded */
     char msg[2048];
@@ -841,8 +844,7 @@ static void test_crash(void **state)
     }
     /* the half-written bytes never left the node: a replacement of node 0
      * gets the last recorded version from node 1 */
-    kill9(&n0);
-    forget_node(0);
+    lose(&n0, 0);
     node_t r0 = spawn(0, "n0", 1);
     OK(&r0, "restore 4 n0 n1");
     OK(&r0, "check a.bin 55 100000");
@@ -857,25 +859,22 @@ static void test_delete(void **state)
 {
     (void)state;
     g_prov = "tcp;ofi_rxm";
-    node_t n0 = spawn(0, "n0", 1), n1 = spawn(1, "n1", 1);
-    OK(&n0, "members 1 n0 n1");
-    OK(&n1, "members 1 n0 n1");
+    node_t n0, n1;
+    spawn_pair(&n0, &n1);
     OK(&n0, "write ckpt_1.bin 61 50000");
     OK(&n0, "write ckpt_2.bin 62 50000");
     OK(&n0, "flush");
     OK(&n0, "rm ckpt_1.bin");
     OK(&n0, "flush");
     assert_true(wait_pushed(&n0, 2));
-    kill9(&n0);
-    forget_node(0);
+    lose(&n0, 0);
     node_t r0 = spawn(0, "n0", 1);
     OK(&r0, "restore 2 n0 n1");
     OK(&r0, "check ckpt_2.bin 62 50000");
     OK(&r0, "absent ckpt_1.bin");
     OK(&r0, "rm ckpt_2.bin"); /* nothing left: an empty version */
     OK(&r0, "flush");
-    kill9(&r0);
-    forget_node(0);
+    lose(&r0, 0);
     node_t r1 = spawn(0, "n0", 1);
     OK(&r1, "restore 3 n0 n1");
     OK(&r1, "absent ckpt_2.bin");
@@ -890,16 +889,14 @@ static void test_pending(void **state)
 {
     (void)state;
     g_prov = "tcp;ofi_rxm";
-    node_t n0 = spawn(0, "n0", 1), n1 = spawn(1, "n1", 1);
-    OK(&n0, "members 1 n0 n1");
-    OK(&n1, "members 1 n0 n1");
+    node_t n0, n1;
+    spawn_pair(&n0, &n1);
     OK(&n0, "write a.bin 71 20000");
     OK(&n0, "flush"); /* version 1 */
     OK(&n0, "write b.bin 72 20000");
     OK(&n0, "restore 2 n0 n1"); /* at once: b.bin is not packed yet */
     assert_true(wait_pushed(&n0, 2));
-    kill9(&n0);
-    forget_node(0);
+    lose(&n0, 0);
     node_t r0 = spawn(0, "n0", 1);
     OK(&r0, "restore 3 n0 n1");
     OK(&r0, "check a.bin 71 20000");
