@@ -77,6 +77,18 @@ static int ftc__cfg_lookup(const char *name)
     return -1;
 }
 
+/* 1 or 0 for the spellings of a boolean, -1 for any other text. */
+static int ftc__cfg_bool_word(const char *text)
+{
+    if (!strcmp(text, "1") || !strcasecmp(text, "true") || !strcasecmp(text, "yes") ||
+        !strcasecmp(text, "on"))
+        return 1;
+    if (!strcmp(text, "0") || !strcasecmp(text, "false") || !strcasecmp(text, "no") ||
+        !strcasecmp(text, "off"))
+        return 0;
+    return -1;
+}
+
 /* persist.shuffle: once a boolean (byte shuffle on/off), now a filter name;
  * the boolean spellings keep working: true = the default filter ("byte",
  * FTC_ZSHARD_FILTER_DEFAULT in ckpt/persist.h), false = "none". num is the
@@ -89,12 +101,8 @@ static int ftc__cfg_assign_filter(ftc__cfg_val_t *v, const char *text, int sourc
     for (int i = 0; i < 3; i++)
         if (!strcasecmp(text, names[i]))
             f = i;
-    if (f < 0 && (!strcmp(text, "1") || !strcasecmp(text, "true") || !strcasecmp(text, "yes") ||
-                  !strcasecmp(text, "on")))
-        f = 1;
-    if (f < 0 && (!strcmp(text, "0") || !strcasecmp(text, "false") || !strcasecmp(text, "no") ||
-                  !strcasecmp(text, "off")))
-        f = 0;
+    if (f < 0 && ftc__cfg_bool_word(text) >= 0)
+        f = ftc__cfg_bool_word(text); /* true = byte (1), false = none (0) */
     if (f < 0)
         return ftc_err_set(err, FTC_ECONFIG,
                            "config persist.shuffle (from %s): '%s' is not a filter; use none, "
@@ -132,13 +140,8 @@ static int ftc__cfg_assign(ftc_config_t *cfg, int k, const char *text, int sourc
     case FTC__T_BOOL:
         if (k == FTC_CFG_PERSIST_SHUFFLE) /* none | byte | bit, or a boolean */
             return ftc__cfg_assign_filter(v, text, source, origin, err);
-        if (!strcmp(text, "1") || !strcasecmp(text, "true") || !strcasecmp(text, "yes") ||
-            !strcasecmp(text, "on"))
-            num = 1;
-        else if (!strcmp(text, "0") || !strcasecmp(text, "false") || !strcasecmp(text, "no") ||
-                 !strcasecmp(text, "off"))
-            num = 0;
-        else
+        num = ftc__cfg_bool_word(text);
+        if (num < 0)
             return ftc_err_set(err, FTC_ECONFIG,
                                "config %s (from %s): '%s' is not a boolean; use true or false",
                                d->name, origin, text);
@@ -320,6 +323,16 @@ static const struct {
     const char *flag, *key;
 } ftc__cfg_aliases[] = {{"--redis", "redis.url"}, {"--job", "job.id"}};
 
+/* Whether text is a value of boolean key k: a boolean's spelling, or for
+ * persist.shuffle a filter's name too. */
+static bool ftc__cfg_bool_value(int k, const char *text)
+{
+    if (ftc__cfg_bool_word(text) >= 0)
+        return true;
+    return k == FTC_CFG_PERSIST_SHUFFLE &&
+           (!strcasecmp(text, "none") || !strcasecmp(text, "byte") || !strcasecmp(text, "bit"));
+}
+
 int ftc_config_parse_flag(ftc_config_t *cfg, int argc, char **argv, int *i, ftc_err_t *err)
 {
     const char *arg = argv[*i];
@@ -338,12 +351,16 @@ int ftc_config_parse_flag(ftc_config_t *cfg, int argc, char **argv, int *i, ftc_
         if (!match)
             continue;
         const char *val;
+        const char *next = *i + 1 < argc ? argv[*i + 1] : NULL;
         if (eq) {
             val = eq + 1;
-        } else if (*i + 1 < argc) {
+        } else if (ftc__cfg_defs[k].type == FTC__T_BOOL && !(next && ftc__cfg_bool_value(k, next))) {
+            /* a bare boolean flag turns it on; the next argument is not its
+             * value unless it spells one (`--persist-delta train.py`: the
+             * script stays the script) */
+            val = "true";
+        } else if (next) {
             val = argv[++*i];
-        } else if (ftc__cfg_defs[k].type == FTC__T_BOOL) {
-            val = "true"; /* a bare boolean flag turns it on */
         } else {
             return ftc_err_set(err, FTC_ECONFIG, "%s needs a value", flag);
         }

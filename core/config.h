@@ -104,7 +104,10 @@ int ftc_config_set(ftc_config_t *cfg, const char *name, const char *value, int s
                    ftc_err_t *err);
 /* Tries argv[*i] as a config flag ("--persist-level 3" or "--persist-level=3");
  * on a match consumes it (and its value), advances *i and returns 1; returns
- * 0 if the flag is not a config flag; <0 with err set on a bad value. */
+ * 0 if the flag is not a config flag; <0 with err set on a bad value. A
+ * boolean flag takes the next argument only when it spells a boolean (1/0,
+ * true/false, yes/no, on/off; persist.shuffle also a filter name); else the
+ * flag is bare, means true, and the next argument is left alone. */
 int ftc_config_parse_flag(ftc_config_t *cfg, int argc, char **argv, int *i, ftc_err_t *err);
 
 /* STR keys. persist.shuffle, a boolean that also takes a filter name, reads

@@ -44,6 +44,44 @@ static void test_precedence_any_order(void **state)
     ftc_config_destroy(c);
 }
 
+/* A bare boolean flag means true and leaves a next argument that is not a
+ * boolean alone (`ftc run --persist-delta train.py`); one that spells a
+ * boolean is its value. */
+static void test_bare_boolean(void **state)
+{
+    (void)state;
+    ftc_err_t err = {0};
+    ftc_config_t *c = ftc_config_create();
+    char *argv[] = {"ftc", "--persist-delta", "false", "--persist-shuffle", "bit",
+                    "--persist-delta", "train.py", "--persist-shuffle", "--persist-level", "4"};
+    int i = 1;
+    assert_int_equal(ftc_config_parse_flag(c, 10, argv, &i, &err), 1);
+    assert_int_equal(i, 3); /* took "false" */
+    assert_false(ftc_config_bool(c, FTC_CFG_PERSIST_DELTA));
+    assert_int_equal(ftc_config_parse_flag(c, 10, argv, &i, &err), 1);
+    assert_int_equal(i, 5); /* took the filter name */
+    assert_string_equal(ftc_config_str(c, FTC_CFG_PERSIST_SHUFFLE), "bit");
+    assert_int_equal(ftc_config_parse_flag(c, 10, argv, &i, &err), 1);
+    assert_int_equal(i, 6); /* bare: "train.py" is left for the caller */
+    assert_string_equal(argv[i], "train.py");
+    assert_true(ftc_config_bool(c, FTC_CFG_PERSIST_DELTA));
+    i = 7;
+    assert_int_equal(ftc_config_parse_flag(c, 10, argv, &i, &err), 1);
+    assert_int_equal(i, 8); /* bare before another flag */
+    assert_string_equal(ftc_config_str(c, FTC_CFG_PERSIST_SHUFFLE), "byte");
+    assert_int_equal(ftc_config_parse_flag(c, 10, argv, &i, &err), 1);
+    assert_int_equal(ftc_config_int(c, FTC_CFG_PERSIST_LEVEL), 4);
+    char *last[] = {"ftc", "--persist-delta"};
+    i = 1;
+    assert_int_equal(ftc_config_parse_flag(c, 2, last, &i, &err), 1);
+    assert_int_equal(i, 2);
+    char *bad[] = {"ftc", "--persist-delta=maybe"};
+    i = 1;
+    assert_int_equal(ftc_config_parse_flag(c, 2, bad, &i, &err), FTC_ECONFIG);
+    assert_non_null(strstr(err.msg, "persist.delta"));
+    ftc_config_destroy(c);
+}
+
 static void test_errors_name_the_key(void **state)
 {
     (void)state;
@@ -122,7 +160,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults),   cmocka_unit_test(test_precedence_any_order),
         cmocka_unit_test(test_errors_name_the_key), cmocka_unit_test(test_sizes),
-        cmocka_unit_test(test_file_and_print),
+        cmocka_unit_test(test_file_and_print), cmocka_unit_test(test_bare_boolean),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

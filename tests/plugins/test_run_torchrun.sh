@@ -4,7 +4,8 @@
 # and ranks (envprobe_main prints what each got, a tiny Python script too).
 #
 #   1. --standalone --nproc_per_node=2 --max_restarts=1 --rdzv_id=J PROBE ARGS
-#      (no --, underscores, =VALUE): two ranks of job J, ARGS untouched even
+#      (no --, underscores, =VALUE, a bare boolean setting just before the
+#      binary, which stays the binary): two ranks of job J, ARGS untouched even
 #      where they look like options (--job x), OMP_NUM_THREADS=1, ROLE_NAME,
 #      --master_addr=127.0.0.1 (this node's) as MASTER_ADDR;
 #   2. SCRIPT.py ARGS runs in python3 -u (skipped without python3);
@@ -73,7 +74,7 @@ if want 1; then
 f0=$fails
 J=tr${tag}a
 timeout 120 "$FTC" run --standalone --nproc_per_node=2 --max_restarts=1 --rdzv_id="$J" \
-    --job_dir="$T/j1" --settle_ms=200 --role=trainer --master_addr=127.0.0.1 \
+    --job_dir="$T/j1" --settle_ms=200 --role=trainer --master_addr=127.0.0.1 --persist_delta \
     "$PROBE" --lr 3 -x --job foo -- z \
     >"$T/1.out" 2>&1
 rc=$?
