@@ -73,6 +73,8 @@ typedef struct fs_file { /* one file found by a scan */
     char *name;          /* relative path */
     uint64_t size, mtime_ns;
     uint32_t mode;
+    bool busy;           /* being written (a busy pack): taken from the previous version */
+    const uint8_t *from; /* ... where its bytes are */
 } fs_file_t;
 
 typedef struct fs_logline {
@@ -149,6 +151,11 @@ struct ftc_filestore {
     char rec_holders[1000]; /* its holders */
     uint64_t rec_retry_ns;  /* next try */
     uint64_t last_event_ns;
+    uint64_t busy_since_ns; /* dirty since (0: clean): waiting for a quiet period */
+    uint64_t pack_after_ns; /* no pack before (a file changed while it was read) */
+    char **busy;            /* files being written, kept out of a busy pack (sorted) */
+    size_t nbusy, capbusy;
+    bool busy_flush;        /* the pack was asked for by a flush */
     /* a rank died while the directory may have held its half-written files:
      * changes since the last version are not packed, and the next restore
      * replaces local files with the recorded copies (moves aside files in no
@@ -461,6 +468,82 @@ static void fs_drain_events(ftc_filestore_t *fs, bool ignore)
 
 /* ---- packing ----------------------------------------------------------------------------- */
 
+/* The busy set: files a busy pack keeps out (being written), sorted. */
+static int busy_cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static bool busy_has(const ftc_filestore_t *fs, const char *name)
+{
+    return fs->nbusy && bsearch(&name, fs->busy, fs->nbusy, sizeof *fs->busy, busy_cmp);
+}
+
+static void busy_add(ftc_filestore_t *fs, const char *name)
+{
+    if (busy_has(fs, name)) return;
+    if (fs->nbusy == fs->capbusy) {
+        size_t cap = fs->capbusy ? 2 * fs->capbusy : 8;
+        char **nb = realloc(fs->busy, cap * sizeof *nb);
+        if (!nb) return; /* then it is read as usual (and may postpone the pack) */
+        fs->busy = nb, fs->capbusy = cap;
+    }
+    char *c = strdup(name);
+    if (!c) return;
+    fs->busy[fs->nbusy++] = c;
+    qsort(fs->busy, fs->nbusy, sizeof *fs->busy, busy_cmp);
+}
+
+static void busy_clear(ftc_filestore_t *fs)
+{
+    for (size_t i = 0; i < fs->nbusy; i++)
+        free(fs->busy[i]);
+    fs->nbusy = 0;
+}
+
+/* Adds to the busy set every file of the directory that some process holds
+ * open for writing: for each /proc/PID/fd link into the directory, the
+ * access mode in /proc/PID/fdinfo/FD. Processes this one may not look into
+ * are passed over. */
+static void fs_find_writers(ftc_filestore_t *fs)
+{
+    char dir[PATH_MAX];
+    if (!realpath(fs->dir, dir)) return;
+    size_t dl = strlen(dir);
+    DIR *proc = opendir("/proc");
+    if (!proc) return;
+    struct dirent *pe;
+    while ((pe = readdir(proc))) {
+        if (pe->d_name[0] < '1' || pe->d_name[0] > '9') continue;
+        char p[300];
+        snprintf(p, sizeof p, "/proc/%s/fd", pe->d_name);
+        DIR *fdd = opendir(p);
+        if (!fdd) continue;
+        struct dirent *fe;
+        while ((fe = readdir(fdd))) {
+            if (fe->d_name[0] == '.') continue;
+            char target[PATH_MAX];
+            ssize_t n = readlinkat(dirfd(fdd), fe->d_name, target, sizeof target - 1);
+            if (n <= (ssize_t)dl + 1 || strncmp(target, dir, dl) || target[dl] != '/') continue;
+            target[n] = 0;
+            snprintf(p, sizeof p, "/proc/%s/fdinfo/%s", pe->d_name, fe->d_name);
+            int ifd = open(p, O_RDONLY | O_CLOEXEC);
+            if (ifd < 0) continue;
+            char info[512];
+            ssize_t r = read(ifd, info, sizeof info - 1);
+            close(ifd);
+            if (r <= 0) continue;
+            info[r] = 0;
+            const char *f = strstr(info, "flags:");
+            if (!f) continue;
+            unsigned long flags = strtoul(f + 6, NULL, 8);
+            if ((flags & O_ACCMODE) != O_RDONLY) busy_add(fs, target + dl + 1);
+        }
+        closedir(fdd);
+    }
+    closedir(proc);
+}
+
 typedef struct fs_scan {
     fs_file_t *f;
     size_t n, cap;
@@ -530,6 +613,8 @@ static int scan_dir(ftc_filestore_t *fs, fs_scan_t *s, const char *rel, int dept
         f->size = (uint64_t)st.st_size;
         f->mtime_ns = ts_ns(&st.st_mtim);
         f->mode = (uint32_t)(st.st_mode & 07777);
+        f->busy = busy_has(fs, sub);
+        f->from = NULL;
         s->bytes += f->size;
         s->n++;
     }
@@ -611,8 +696,61 @@ static int fs_targets(ftc_filestore_t *fs, uint32_t *out, int want)
     return n;
 }
 
-/* Packs the directory into the free own slot and starts pushing it. */
-static void fs_start_push(ftc_filestore_t *fs)
+static const char *busy_why(const ftc_filestore_t *fs)
+{
+    return fs->busy_flush ? "a flush came before a quiet period"
+                          : "no pause of quiet_ms in the writes for busy_max_ms";
+}
+
+/* A busy pack: each file being written takes its size, stamp, mode and
+ * bytes from the previous own version (the slot of the newest acknowledged
+ * one, which this pack does not write); a file that version lacks is left
+ * out. Names what it did in list. */
+static void fs_take_previous(ftc_filestore_t *fs, fs_scan_t *sc, char *list, size_t cap)
+{
+    ftc_shard_view_t v;
+    const uint8_t *m = NULL;
+    uint32_t ml = 0;
+    bool have = false;
+    int o = fs->own_newest;
+    if (o >= 0 && fs->own_step[o] && fs->own[o].base) {
+        ftc_err_t e = {0};
+        have = ftc_shard_open(&v, fs->own[o].base, fs->own[o].size, FTC_SHARD_ALLOW_TRAILING,
+                              &e) == 0 &&
+               ftc_shard_meta_get(&v, FS_META_FILES, &m, &ml) == 0 &&
+               ml == (uint64_t)v.n_tensors * 16;
+    }
+    size_t out = 0, ll = strlen(list);
+    for (size_t i = 0; i < sc->n; i++) {
+        fs_file_t f = sc->f[i];
+        if (f.busy) {
+            int t = have ? ftc_shard_find(&v, f.name) : -1;
+            if (ll + 1 < cap)
+                ll += (size_t)snprintf(list + ll, cap - ll, "%s%s (%s)", ll ? ", " : "", f.name,
+                                       t >= 0 ? "as in the previous version" : "left out");
+            if (ll >= cap) ll = cap - 1;
+            sc->bytes -= f.size;
+            if (t < 0) {
+                free(f.name);
+                continue;
+            }
+            ftc_shard_tensor_t tt;
+            ftc_shard_get(&v, (uint32_t)t, &tt);
+            f.size = tt.length;
+            f.from = tt.data;
+            f.mtime_ns = ftc_le_rd64(m + 16 * t);
+            f.mode = ftc_le_rd32(m + 16 * t + 8);
+            sc->bytes += f.size;
+        }
+        sc->f[out++] = f;
+    }
+    sc->n = out;
+}
+
+/* Packs the directory into the free own slot and starts pushing it. busy:
+ * the directory was not quiet (a flush, or busy_max_ms passed): files being
+ * written are taken as the previous version held them. */
+static void fs_start_push(ftc_filestore_t *fs, bool busy)
 {
     ftc_filestore_limits_t lim;
     pthread_mutex_lock(&fs->mu);
@@ -623,8 +761,14 @@ static void fs_start_push(ftc_filestore_t *fs)
     fs_scan_t sc = {0};
     ftc_shard_layout_t *l = NULL;
     uint8_t *meta = NULL;
+    char carried[600] = "";
+    if (busy)
+        fs_find_writers(fs);
+    else
+        busy_clear(fs);
     int rc = scan_dir(fs, &sc, "", 0, &err);
     if (rc) goto fail;
+    if (fs->nbusy) fs_take_previous(fs, &sc, carried, sizeof carried);
     if (sc.bytes > lim.max_bytes) {
         rc = ftc_err_set(&err, FTC_ERANGE,
                          "%s holds %" PRIu64 " bytes in %zu files, over the cap of %" PRIu64
@@ -692,10 +836,15 @@ static void fs_start_push(ftc_filestore_t *fs)
     if ((rc = ftc_slot_create(name, size, &fs->own[s], &err)) ||
         (rc = ftc_shard_layout_write(l, fs->own[s].base, size, &err)))
         goto fail;
-    for (size_t i = 0; i < sc.n; i++)
-        if ((rc = read_one(fs, &sc.f[i], ftc_shard_payload_ptr(l, fs->own[s].base, (uint32_t)i),
-                           &err)))
+    for (size_t i = 0; i < sc.n; i++) {
+        uint8_t *dst = ftc_shard_payload_ptr(l, fs->own[s].base, (uint32_t)i);
+        if (sc.f[i].from) {
+            memcpy(dst, sc.f[i].from, sc.f[i].size);
+        } else if ((rc = read_one(fs, &sc.f[i], dst, &err))) {
+            if (rc == FTC_EAGAIN && busy) busy_add(fs, sc.f[i].name); /* being written */
             goto fail;
+        }
+    }
     if ((rc = ftc_shard_seal(fs->own[s].base, size, 1, &err))) goto fail;
     fs->last_version = version;
     fs->push_slot = s;
@@ -721,6 +870,11 @@ static void fs_start_push(ftc_filestore_t *fs)
     fs->pushing = true;
     fs->own_step[s] = version; /* packed (not yet acknowledged) */
     fs->own_size[s] = size;
+    if (carried[0])
+        fs_log(fs, FTC_LOG_WARN,
+               "version %" PRIu64 " of %s made while files were still being written (%s): %s",
+               version, fs->dir, busy_why(fs), carried);
+    busy_clear(fs);
     ftc_shard_layout_destroy(l);
     free(meta);
     FTC_DEBUG(FS_MOD, "version %" PRIu64 ": %zu files, %" PRIu64 " bytes, pushing to %d peer(s)",
@@ -731,12 +885,15 @@ fail:
     ftc_shard_layout_destroy(l);
     free(meta);
     scan_free(&sc);
-    if (rc == FTC_EAGAIN) { /* a file is still changing: pack after the next quiet period */
+    if (rc == FTC_EAGAIN) { /* a file is still changing: pack after the next quiet period
+                               (busy: at once, that file now counted as being written) */
         fs->dirty = true;
-        fs->last_event_ns = ftc_now_ns();
+        if (!busy) fs->last_event_ns = ftc_now_ns();
+        fs->pack_after_ns = ftc_now_ns() + (busy ? 10 : 20) * 1000000ull; /* a flush never spins */
         FTC_DEBUG(FS_MOD, "pack postponed: %s", err.msg);
         return;
     }
+    busy_clear(fs);
     fs_log(fs, FTC_LOG_ERROR, "not replicated: %s", err.msg);
     fs_note_error(fs, rc, err.msg);
 }
@@ -1592,6 +1749,7 @@ static void *fs_main(void *arg)
         bool flush = fs->flush_req > fs->flush_ack;
         uint64_t flush_no = fs->flush_req;
         int quiet_ms = fs->lim.quiet_ms;
+        int busy_max_ms = fs->lim.busy_max_ms;
         pthread_mutex_unlock(&fs->mu);
         if (restore) {
             ftc_err_t e = {0};
@@ -1630,11 +1788,18 @@ static void *fs_main(void *arg)
         }
         if (fs->rec_pending && !fs->pushing && (flush || now >= fs->rec_retry_ns))
             fs_retry_record(fs);
+        if (!fs->dirty)
+            fs->busy_since_ns = 0;
+        else if (!fs->busy_since_ns)
+            fs->busy_since_ns = now;
+        bool quiet = now - fs->last_event_ns >= (uint64_t)quiet_ms * 1000000ull;
+        bool overdue = busy_max_ms > 0 && now - fs->busy_since_ns >= (uint64_t)busy_max_ms * 1000000ull;
         if (!fs->pushing && !fs->rec_pending && fs->dirty && fs->members_known &&
-            (flush || now - fs->last_event_ns >= (uint64_t)quiet_ms * 1000000ull)) {
+            now >= fs->pack_after_ns && (flush || quiet || overdue)) {
             int ranks = fs_ranks_check(fs);
+            fs->busy_flush = flush;
             if (ranks > 0)
-                fs_start_push(fs);
+                fs_start_push(fs, !quiet);
             else if (ranks < 0)
                 fs_crash_discard(fs);
         }
@@ -1853,6 +2018,8 @@ void ftc_filestore_destroy(ftc_filestore_t *fs)
     if (fs->evfd >= 0) close(fs->evfd);
     free(fs->members);
     free(fs->req_members);
+    busy_clear(fs);
+    free(fs->busy);
     pthread_cond_destroy(&fs->cv);
     pthread_mutex_destroy(&fs->mu);
     free(fs);
@@ -2001,10 +2168,11 @@ int ftc_filestore_restore(ftc_filestore_t *fs, uint64_t gen, const char (*member
 
 int ftc_filestore_set_limits(ftc_filestore_t *fs, const ftc_filestore_limits_t *l, ftc_err_t *err)
 {
-    if (!fs || !l || l->struct_size != sizeof *l || l->version != 1 || l->max_bytes == 0 ||
-        l->quiet_ms < 0 || l->push_timeout_ms < 1 || l->restore_timeout_ms < 1)
+    if (!fs || !l || l->struct_size != sizeof *l || l->version != 2 || l->max_bytes == 0 ||
+        l->quiet_ms < 0 || l->push_timeout_ms < 1 || l->restore_timeout_ms < 1 ||
+        l->busy_max_ms < 0)
         return ftc_err_set(err, FTC_EINVAL,
-                           "filestore: limits need max_bytes > 0, quiet_ms >= 0 "
+                           "filestore: limits need max_bytes > 0, quiet_ms >= 0, busy_max_ms >= 0 "
                            "and deadlines >= 1 ms (start from FTC_FILESTORE_LIMITS_INIT)");
     pthread_mutex_lock(&fs->mu);
     fs->lim = *l;

@@ -8,7 +8,8 @@
  * The store watches it (inotify: IN_CLOSE_WRITE, IN_MOVED_TO — a file the
  * binary finished writing, or renamed into place; IN_DELETE, IN_MOVED_FROM —
  * a file removed); once the directory has
- * been quiet for a moment it packs every regular file of it (top level and
+ * been quiet for a moment (or, when writes never pause, busy_max_ms after
+ * the change: see "A busy directory" below) it packs every regular file of it (top level and
  * subdirectories, relative names) into one shard (ckpt/shard.h: one uint8
  * tensor per file, the version = a wall-clock millisecond stamp, strictly
  * increasing per node) and pushes it to the next k live nodes in ring order
@@ -35,6 +36,16 @@
  * restore sets the mtime it wrote, so a restored file re-packed by its new
  * node keeps its stamp. A local file newer than every recorded copy is kept.
  * Files of the directory that are in no version are left alone.
+ *
+ * A busy directory: a file a rank keeps appending to (a log, TensorBoard's
+ * event file) sends writes all the time, so the directory is never quiet.
+ * Once a change has waited busy_max_ms (default 5 s) for a quiet period, the
+ * version is packed anyway, and so is one a flush asks for before the quiet
+ * period: then a file some process holds open for writing (/proc/PID/fdinfo)
+ * or that changes while it is read is still being written, so the version
+ * takes it as the previous own version held it, or leaves it out when no
+ * version had it (a warning names such files). A half-written file is never
+ * packed this way; an append-only file is packed once it is closed.
  *
  * Limits: the files together must fit max_bytes (default 4 GiB) or the
  * version is refused (FTC_ERANGE, a log line and a ckptdir_too_big event);
@@ -123,15 +134,19 @@ typedef struct ftc_filestore_limits {
     int quiet_ms;           /* the directory must be quiet this long before a pack (200) */
     int push_timeout_ms;    /* deadline of one push (60000) */
     int restore_timeout_ms; /* deadline of a whole restore (120000) */
+    int busy_max_ms;        /* a change waits at most this long for a quiet period,
+                               then is packed without the files being written (5000;
+                               0: wait for quiet as long as it takes) */
 } ftc_filestore_limits_t;
 
 #define FTC_FILESTORE_LIMITS_INIT                                                                  \
     {                                                                                              \
-        sizeof(ftc_filestore_limits_t), 1, (uint64_t)4 << 30, 200, 60000, 120000                   \
+        sizeof(ftc_filestore_limits_t), 2, (uint64_t)4 << 30, 200, 60000, 120000, 5000             \
     }
 
 /* Applies new limits (taken by the thread at its next pack / push / restore).
- * FTC_EINVAL for a zero cap or a deadline < 1 ms. Thread-safe. */
+ * FTC_EINVAL for a zero cap, a deadline < 1 ms or a negative busy_max_ms, or
+ * a struct not from FTC_FILESTORE_LIMITS_INIT (version 2). Thread-safe. */
 int ftc_filestore_set_limits(ftc_filestore_t *fs, const ftc_filestore_limits_t *l, ftc_err_t *err);
 
 typedef struct ftc_filestore_stats {

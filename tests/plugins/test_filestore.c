@@ -36,6 +36,9 @@
  *   delete     a file the binary deletes is not brought back by a restore (a
  *              deletion makes a version; deleting all makes an empty one)
  *   pending    a file written just before a restore is still pushed after it
+ *   busy       a log appended every 20 ms (never quiet) and a file rewritten in
+ *              place and held open: a version is still made (busy_max_ms), with
+ *              the held file as the previous version had it and without the log
  *   older      a holder got a newer version that was never recorded (the
  *              record hit a foreign value of the wrong type; the owner then
  *              died): its own restore takes the recorded, older version from
@@ -261,8 +264,47 @@ static void child_main(int fd, uint32_t index, const char *id, int k, const ftc_
             snprintf(path, sizeof path, "%s/%s", dir, name);
             struct stat st;
             say(fd, "%d", lstat(path, &st) == 0 ? 1 : 0);
+        } else if (sscanf(line, "appender %255s", name) == 1) {
+            /* a process that keeps a log open and appends to it every 20 ms */
+            snprintf(path, sizeof path, "%s/%s", dir, name);
+            fflush(NULL);
+            pid_t r = fork();
+            if (r == 0) {
+                int a = open(path, O_WRONLY | O_APPEND | O_CREAT, 0600);
+                for (int i = 0; a >= 0; i++) {
+                    char l[64];
+                    int n = snprintf(l, sizeof l, "step %d\n", i);
+                    if (write(a, l, (size_t)n) != n) _exit(3);
+                    ftc_sleep_ms(20);
+                }
+                _exit(3);
+            }
+            struct stat st;
+            for (int i = 0; i < 1000 && (stat(path, &st) != 0 || st.st_size == 0); i++)
+                ftc_sleep_ms(10);
+            say(fd, "%d", (int)r);
+        } else if (sscanf(line, "holdwrite %255s %llu %llu", name, &seed, &len) == 3) {
+            /* a process rewriting the file in place, halfway, the file kept open */
+            snprintf(path, sizeof path, "%s/%s", dir, name);
+            uint8_t *half = malloc(len ? len : 1);
+            ftc_test_fill(half, len, seed);
+            fflush(NULL);
+            pid_t r = fork();
+            if (r == 0) {
+                int a = open(path, O_WRONLY | O_TRUNC | O_CREAT, 0600);
+                if (a < 0 || write(a, half, len / 2) != (ssize_t)(len / 2)) _exit(3);
+                pause();
+                _exit(0);
+            }
+            free(half);
+            struct stat st;
+            for (int i = 0; i < 1000 && (stat(path, &st) != 0 || (uint64_t)st.st_size != len / 2); i++)
+                ftc_sleep_ms(10);
+            say(fd, "%d", (int)r);
         } else if (sscanf(line, "limits %llu %llu", &seed, &len) == 2) {
             ftc_filestore_limits_t l = FTC_FILESTORE_LIMITS_INIT;
+            int busy_ms = -1;
+            if (sscanf(line, "limits %*u %*u %d", &busy_ms) == 1) l.busy_max_ms = busy_ms;
             l.max_bytes = seed;
             l.push_timeout_ms = (int)len;
             l.restore_timeout_ms = 30000;
@@ -905,9 +947,46 @@ static void test_pending(void **state)
     quit(&n1);
 }
 
-int main(void)
+/* A directory that is never quiet (a log appended every 20 ms) still makes
+ * versions, busy_max_ms after a change; a file still being written (the
+ * log, a file rewritten in place and held open) goes in as the previous
+ * version held it, or not at all: never half-written. Before, no version
+ * was made while the log grew. */
+static void test_busy(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0, n1;
+    spawn_pair(&n0, &n1);
+    OK(&n0, "limits 1073741824 60000 1000"); /* busy_max_ms 1 s */
+    OK(&n0, "write a.bin 91 50000");
+    OK(&n0, "flush"); /* version 1 */
+    int app = cmd(&n0, NULL, 0, "appender train.log");
+    int hold = cmd(&n0, NULL, 0, "holdwrite a.bin 92 50000");
+    assert_true(app > 0 && hold > 0);
+    OK(&n0, "write b.bin 93 50000"); /* a finished file: a change */
+    bool pushed = wait_pushed(&n0, 2); /* never quiet: made once busy_max_ms passed */
+    /* node 0 lost while both files are still being written (the node
+     * first, so that the writers' deaths make no version) */
+    kill9(&n0);
+    kill(app, SIGKILL);
+    kill(hold, SIGKILL);
+    forget_node(0);
+    assert_true(pushed);
+    node_t r0 = spawn(0, "n0", 1);
+    OK(&r0, "restore 2 n0 n1");
+    OK(&r0, "check a.bin 91 50000"); /* the previous version's, not the half-written one */
+    OK(&r0, "check b.bin 93 50000");
+    OK(&r0, "absent train.log"); /* being written and in no version: left out */
+    quit(&r0);
+    quit(&n1);
+}
+
+int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
+    if (argc > 1) /* test_plugins_filestore test_busy: that case alone */
+        cmocka_set_test_filter(argv[1]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_union, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corrupt, setup, teardown),
@@ -921,6 +1000,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_crash, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delete, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pending, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_busy, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
