@@ -4,6 +4,8 @@
  */
 #include "plugins/inproc.h"
 
+#include "core/fsio.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -73,51 +75,60 @@ int ftc_inproc_assign_write(const char *path, char *const *vars, int n, ftc_err_
     return rc;
 }
 
-int ftc_inproc_assign_read(const char *path, ftc_inproc_assign_t *a, ftc_err_t *err)
+int ftc_inproc_assign_parse(const char *text, size_t len, const char *what,
+                            ftc_inproc_assign_t *a, ftc_err_t *err)
 {
     memset(a, 0, sizeof *a);
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        if (errno == ENOENT)
-            return ftc_err_set(err, FTC_ENOENT, "no in-process assignment in %s yet", path);
-        return ftc_err_set(err, FTC_EIO, "cannot read %s: %s", path, strerror(errno));
-    }
-    char buf[FTC_INPROC_LINE_MAX + 2];
     bool gen = false;
-    int rc = 0;
-    while (fgets(buf, sizeof buf, f)) {
-        size_t len = strlen(buf);
-        if (len && buf[len - 1] == '\n')
-            buf[--len] = 0;
-        else if (len >= FTC_INPROC_LINE_MAX) {
-            rc = ftc_err_set(err, FTC_EPROTO, "%s: a line longer than %d bytes", path,
-                             FTC_INPROC_LINE_MAX - 1);
-            break;
-        }
-        if (!len)
+    for (size_t pos = 0; pos < len;) {
+        const char *nl = memchr(text + pos, '\n', len - pos);
+        size_t ll = nl ? (size_t)(nl - (text + pos)) : len - pos;
+        const char *line = text + pos;
+        pos += ll + (nl ? 1 : 0);
+        if (ll >= FTC_INPROC_LINE_MAX)
+            return ftc_err_set(err, FTC_EPROTO, "%s: a line longer than %d bytes", what,
+                               FTC_INPROC_LINE_MAX - 1);
+        if (!ll)
             continue;
-        if (!ftc__valid_var(buf) || a->n == FTC_INPROC_MAX_VARS) {
-            rc = ftc_err_set(err, FTC_EPROTO, "%s: '%.80s' is not KEY=VALUE or -KEY (or more "
-                                              "than %d lines)", path, buf, FTC_INPROC_MAX_VARS);
-            break;
-        }
+        char buf[FTC_INPROC_LINE_MAX];
+        memcpy(buf, line, ll);
+        buf[ll] = 0;
+        if (memchr(line, 0, ll) || !ftc__valid_var(buf) || a->n == FTC_INPROC_MAX_VARS)
+            return ftc_err_set(err, FTC_EPROTO,
+                               "%s: '%.80s' is not KEY=VALUE or -KEY (or more than %d lines)",
+                               what, buf, FTC_INPROC_MAX_VARS);
         if (!strncmp(buf, "FTC_GENERATION=", 15)) {
             char *end = NULL;
             errno = 0;
             unsigned long long g = strtoull(buf + 15, &end, 10);
-            if (errno || end == buf + 15 || *end) {
-                rc = ftc_err_set(err, FTC_EPROTO, "%s: FTC_GENERATION '%s' is not a number",
-                                 path, buf + 15);
-                break;
-            }
+            if (errno || end == buf + 15 || *end || buf[15] < '0' || buf[15] > '9')
+                return ftc_err_set(err, FTC_EPROTO, "%s: FTC_GENERATION '%s' is not a number",
+                                   what, buf + 15);
             a->gen = g;
             gen = true;
         }
-        memcpy(a->line[a->n++], buf, len + 1);
+        memcpy(a->line[a->n++], buf, ll + 1);
     }
-    fclose(f);
-    if (!rc && !gen)
-        rc = ftc_err_set(err, FTC_EPROTO, "%s: no FTC_GENERATION line", path);
+    if (!gen)
+        return ftc_err_set(err, FTC_EPROTO, "%s: no FTC_GENERATION line", what);
+    return 0;
+}
+
+int ftc_inproc_assign_read(const char *path, ftc_inproc_assign_t *a, ftc_err_t *err)
+{
+    memset(a, 0, sizeof *a);
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    ftc_err_t e2 = {0};
+    int rc = ftc_fs_read_file(path, (size_t)FTC_INPROC_MAX_VARS * (FTC_INPROC_LINE_MAX + 1), &buf,
+                              &len, &e2);
+    if (rc == FTC_ENOENT)
+        return ftc_err_set(err, FTC_ENOENT, "no in-process assignment in %s yet", path);
+    if (rc)
+        return ftc_err_set(err, rc == FTC_ERANGE || rc == FTC_ETRUNC ? FTC_EPROTO : FTC_EIO,
+                           "cannot read %s: %s", path, e2.msg);
+    rc = ftc_inproc_assign_parse((const char *)buf, len, path, a, err);
+    free(buf);
     return rc;
 }
 

@@ -76,6 +76,12 @@ typedef struct ftc_inproc_assign {
  * path. One of them must be FTC_GENERATION=G. */
 int ftc_inproc_assign_write(const char *path, char *const *vars, int n, ftc_err_t *err);
 
+/* Parses the text of an assignment file (what names it in errors): lines
+ * "KEY=VALUE" or "-KEY" shorter than FTC_INPROC_LINE_MAX, at most
+ * FTC_INPROC_MAX_VARS of them, one FTC_GENERATION=G; empty lines skipped.
+ * FTC_EPROTO naming the bad line. */
+int ftc_inproc_assign_parse(const char *text, size_t len, const char *what,
+                            ftc_inproc_assign_t *a, ftc_err_t *err);
 /* Reads path into a (FTC_ENOENT when absent, FTC_EPROTO when malformed). */
 int ftc_inproc_assign_read(const char *path, ftc_inproc_assign_t *a, ftc_err_t *err);
 

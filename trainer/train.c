@@ -16,6 +16,7 @@
 #include "trainer/rng.h"
 #include "trainer/stage.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1819,7 +1820,11 @@ int ftc_guard_parse_steps(const char *s, uint64_t *out, int max, int *n, ftc_err
         char *end = NULL;
         if (*p < '0' || *p > '9')
             return ftc_err_set(err, FTC_EINVAL, "skip list '%s': '%s' is not a step index", s, p);
+        errno = 0;
         unsigned long long v = strtoull(p, &end, 10);
+        if (errno == ERANGE)
+            return ftc_err_set(err, FTC_EINVAL, "skip list '%s': '%.*s' is out of range", s,
+                               (int)(end - p), p);
         if (end == p || (*end && *end != ','))
             return ftc_err_set(err, FTC_EINVAL, "skip list '%s': expected step indices separated "
                                "by commas", s);

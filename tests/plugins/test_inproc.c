@@ -112,6 +112,39 @@ static void test_assign_bad_input(void **state)
     fclose(f);
     assert_int_equal(ftc_inproc_assign_read(p, a, &err), FTC_EPROTO);
     assert_non_null(strstr(err.msg, "no FTC_GENERATION"));
+    /* the longest line (FTC_INPROC_LINE_MAX - 1 bytes) fits; one byte more
+     * is refused: the line it was read into had no room for its NUL (a
+     * line of exactly FTC_INPROC_LINE_MAX bytes wrote one byte past it) */
+    size_t cap = 2 * FTC_INPROC_LINE_MAX + 64;
+    char *text = malloc(cap);
+    assert_non_null(text);
+    for (int extra = 0; extra < 2; extra++) {
+        size_t k = (size_t)snprintf(text, cap, "FTC_GENERATION=7\nX=");
+        size_t want = FTC_INPROC_LINE_MAX - 1 + (size_t)extra; /* the line's length */
+        memset(text + k, 'v', want - 2);
+        k += want - 2;
+        text[k++] = '\n';
+        assert_int_equal(ftc_inproc_assign_parse(text, k, "long", a, &err), extra ? FTC_EPROTO : 0);
+        if (extra)
+            assert_non_null(strstr(err.msg, "longer than"));
+        else
+            assert_int_equal(strlen(a->line[1]), FTC_INPROC_LINE_MAX - 1);
+    }
+    /* a NUL inside a line, and more lines than fit */
+#define NUL_LINE "FTC_GENERATION=1\nA=b\0c\n"
+#define LAST "\n\nFTC_GENERATION=5" /* no newline at the end */
+#define NEG "FTC_GENERATION=-1\n"
+    assert_int_equal(ftc_inproc_assign_parse(NUL_LINE, sizeof NUL_LINE - 1, "nul", a, &err),
+                     FTC_EPROTO);
+    size_t k = 0;
+    for (int i = 0; i <= FTC_INPROC_MAX_VARS; i++)
+        k += (size_t)snprintf(text + k, cap - k, "%s\n", i ? "A=1" : "FTC_GENERATION=2");
+    assert_int_equal(ftc_inproc_assign_parse(text, k, "many", a, &err), FTC_EPROTO);
+    assert_int_equal(ftc_inproc_assign_parse(LAST, sizeof LAST - 1, "last", a, &err), 0);
+    assert_int_equal(a->gen, 5);
+    assert_int_equal(a->n, 1);
+    assert_int_equal(ftc_inproc_assign_parse(NEG, sizeof NEG - 1, "neg", a, &err), FTC_EPROTO);
+    free(text);
     free(a);
 }
 

@@ -256,6 +256,8 @@ static void test_off_and_options(void **state)
     assert_true(s[1] == 17);
     assert_int_equal(ftc_guard_parse_steps("3,x", s, 4, &n, &err), FTC_EINVAL);
     assert_int_equal(ftc_guard_parse_steps("1,2,3,4,5", s, 4, &n, &err), FTC_EINVAL);
+    assert_int_equal(ftc_guard_parse_steps("3,99999999999999999999", s, 4, &n, &err), FTC_EINVAL);
+    assert_non_null(strstr(err.msg, "out of range"));
     assert_int_equal(ftc_guard_parse_steps("", s, 4, &n, &err), 0);
     assert_int_equal(n, 0);
     assert_int_equal(ftc_guard_parse_mode("rollback"), FTC_GUARD_ROLLBACK);
