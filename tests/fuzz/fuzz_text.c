@@ -4,18 +4,30 @@
  * detect/redis.h), a heartbeat value (ftc_ctl_heartbeat_parse,
  * detect/control.h) and a redundancy ("2", "xor:4", "rs:4+2",
  * ftc_redundancy_parse, ckpt/parity.h). The input, cut at its first NUL, is
- * given to each. Checked besides memory safety (ASan/UBSan, leaks):
+ * given to each; then an in-process assignment file (ftc_inproc_assign_parse,
+ * plugins/inproc.h: what a rank of `ftc run --in-process` reads), an
+ * FTC_FAULT spec (ftc_fault_parse, core/fsio.h) and a skip list of the
+ * numerical guard (ftc_guard_parse_steps, trainer/train.h) get the whole
+ * input, NULs included where the parser takes a length. Checked besides
+ * memory safety (ASan/UBSan, leaks):
  *   - the error contract: every failure has its code and a message;
  *   - a URL that parses has a host, a port in 1..65535, a database >= 0,
  *     and its printable form never shows a password;
  *   - a heartbeat or a redundancy that parses prints back to a text that
- *     parses to the same values (the round trip).
+ *     parses to the same values (the round trip);
+ *   - an assignment that parses has 1..FTC_INPROC_MAX_VARS NUL-terminated
+ *     lines shorter than FTC_INPROC_LINE_MAX, one of them its
+ *     FTC_GENERATION, and written back one per line it parses the same;
+ *   - a skip list gives at most max steps.
  */
 #include "fuzz_common.h"
 
 #include "ckpt/parity.h"
+#include "core/fsio.h"
 #include "detect/control.h"
 #include "detect/redis.h"
+#include "plugins/inproc.h"
+#include "trainer/train.h"
 
 #include <inttypes.h>
 #include <stdbool.h>
@@ -92,6 +104,61 @@ static void redundancy(const char *text)
                "'%s' parses to another redundancy", again);
 }
 
+static void assignment(const char *data, size_t size)
+{
+    static ftc_inproc_assign_t a, back; /* 200 KiB each: not on the stack */
+    ftc_err_t err = {0};
+    int rc = ftc_inproc_assign_parse(data, size, "fuzz", &a, &err);
+    if (rc) {
+        check_error(rc, &err, "assignment");
+        return;
+    }
+    FUZZ_CHECK(a.n >= 1 && a.n <= FTC_INPROC_MAX_VARS, "%d lines", a.n);
+    bool gen = false;
+    size_t cap = (size_t)a.n * FTC_INPROC_LINE_MAX + 1, k = 0;
+    char *text = malloc(cap);
+    if (!text) return;
+    for (int i = 0; i < a.n; i++) {
+        size_t l = strnlen(a.line[i], FTC_INPROC_LINE_MAX);
+        FUZZ_CHECK(l > 0 && l < FTC_INPROC_LINE_MAX, "line %d: %zu bytes", i, l);
+        gen |= !strncmp(a.line[i], "FTC_GENERATION=", 15);
+        memcpy(text + k, a.line[i], l);
+        k += l;
+        text[k++] = '\n';
+    }
+    FUZZ_CHECK(gen, "no FTC_GENERATION line among %d", a.n);
+    FUZZ_CHECK(ftc_inproc_assign_parse(text, k, "again", &back, &err) == 0,
+               "written back, it does not parse: %s", err.msg);
+    FUZZ_CHECK(back.n == a.n && back.gen == a.gen, "written back, it parses differently");
+    free(text);
+}
+
+static void fault(const char *text)
+{
+    ftc_fault_t f;
+    ftc_err_t err = {0};
+    int rc = ftc_fault_parse(&f, text, &err);
+    if (rc) {
+        check_error(rc, &err, "fault");
+        return;
+    }
+    FUZZ_CHECK(f.op >= -1 && f.op <= FTC_FAULT_RENAME && f.at >= 0, "op %d at %lld", f.op,
+               (long long)f.at);
+}
+
+static void skips(const char *text)
+{
+    uint64_t steps[8];
+    int n = -1;
+    ftc_err_t err = {0};
+    int rc = ftc_guard_parse_steps(text, steps, 8, &n, &err);
+    if (rc) {
+        check_error(rc, &err, "skip list");
+        return;
+    }
+    FUZZ_CHECK(n >= 0 && n <= 8, "%d steps", n);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static bool once;
@@ -109,6 +176,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     url(text);
     heartbeat(text, len);
     redundancy(text);
+    fault(text);
+    skips(text);
+    assignment((const char *)data, size);
     free(text);
     return 0;
 }
