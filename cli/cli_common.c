@@ -191,10 +191,18 @@ static int ftc__cli_parse(const ftc_cli_cmd_t *cmd, int argc, char **argv,
         for (int k = 0; k < n; k++)
             if (strlen(opts[k].name) == nlen && !strncmp(opts[k].name, arg, nlen))
                 o = &opts[k];
+        /* a short option with its value attached, as argparse takes it: -r3 */
+        const char *attached = NULL;
+        for (int k = 0; !o && arg[1] != '-' && !eq && arg[2] && k < n; k++)
+            if (strlen(opts[k].name) == 2 && opts[k].name[0] == '-' &&
+                opts[k].name[1] == arg[1] && opts[k].kind != FTC_OPT_FLAG)
+                o = &opts[k], attached = raw + 2;
         bool is_config = nlen == 8 && !strncmp(arg, "--config", 8);
         if (o || is_config) {
             const char *val = NULL;
-            if (o && o->kind == FTC_OPT_FLAG) {
+            if (attached) {
+                val = attached;
+            } else if (o && o->kind == FTC_OPT_FLAG) {
                 if (eq) {
                     ftc_cli_usage_error(cmd, "%s takes no value", o->name);
                     goto fail;
