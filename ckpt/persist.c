@@ -849,6 +849,15 @@ undo_dir:
     free(mtext);
     if (dir_made)
         ftc__discard_version(p, vdir);
+    if (rc == FTC_ENOSPC && err && !strstr(err->msg, "disk is full")) {
+        char was[FTC_ERR_MSG_MAX];
+        snprintf(was, sizeof was, "%s", err->msg);
+        ftc_err_set(err, FTC_ENOSPC,
+                    "the disk is full: version %s not written (its partial files removed, the "
+                    "versions committed before it intact); free space there, keep fewer "
+                    "versions (persist.keep) or move persist.dir (%.240s)",
+                    vn, was);
+    }
 undo_manifest:
     free(base_of);
     ftc__manifest_free(&m);

@@ -3,7 +3,8 @@
 # errors (exit 0 / 2), config flags and FTC_* environment, inspect / verify of
 # a good and of corrupted shard files (exit 0 / 1 with a reason naming the
 # offset), synth -> corrupt the newest version -> verify names it -> restore
-# falls back to the previous step, and export to safetensors read by Python.
+# falls back to the previous step, export to safetensors read by Python, and
+# (as root) a really full disk under the persist tier.
 #
 # usage: test_cli.sh PATH/TO/ftc
 set -u
@@ -201,6 +202,34 @@ mkdir -p "$T/stalejob" && echo "redis://127.0.0.1:1/0" >"$T/stalejob/redis.url"
 expect 0 "ftc run after a killed run left a dead Redis's URL" -- \
     timeout 120 "$FTC" run --simulate-nodes 1 --job clistale$$ --job-dir "$T/stalejob" -- /bin/true
 grep_in err "names a Redis at 127.0.0.1:1 that is not running" "it said it started a new one"
+
+# a really full disk (a 3 MiB tmpfs, mounted in a mount namespace of its own:
+# root only, else skipped): the version that does not fit fails naming the
+# full disk and what to do, leaves no partial version, and the versions
+# committed before it verify and restore
+if [ "$(id -u)" = 0 ] && unshare -m true 2>/dev/null; then
+    mkdir -p "$T/full"
+    expect 1 "synth onto a full disk fails" -- unshare -m bash -c \
+        "mount -t tmpfs -o size=3m tmpfs '$T/full' && '$FTC' synth --out '$T/full/p' --steps 8 \
+         --bytes 1MiB --persist-keep 8 --persist-full-every 1 && echo never-full; \
+         r=\$?; ls '$T/full/p' | sed 's/^/dir /'; '$FTC' verify '$T/full/p' >&2 && \
+         '$FTC' restore '$T/full/p' --out '$T/full.shard' >&2 && exit \$r"
+    grep_in err "the disk is full: version v0*([3-9]) not written .*persist.keep" \
+        "the error says the disk is full and what to do"
+    grep_in err "No space left on device" "and names the failed write"
+    grep_in out "^dir v0*1\$" "the first version is there"
+    n=$((n + 1))
+    nv=$(grep -c "^dir " "$T/out")
+    if grep -q "never-full" "$T/out" || [ "$nv" -lt 2 ] || [ "$nv" -ge 8 ]; then
+        echo "FAIL: the disk never filled, or fewer than 2 versions fit ($nv)"; fails=$((fails + 1))
+    else
+        echo "ok: $nv versions committed before the disk filled, no partial one"
+    fi
+    grep_in err ": $nv committed version\(s\) verified" "those verify, and every directory is one of them"
+    grep_in err "restored step [0-9]+" "and the newest of them restores"
+else
+    echo "skip: full disk (needs root and unshare -m)"
+fi
 
 echo "$((n - fails)) of $n checks passed"
 [ "$fails" -eq 0 ]
