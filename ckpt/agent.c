@@ -3248,6 +3248,11 @@ ftc_agent_t *ftc_agent_start(const ftc_agent_options_t *o, ftc_err_t *err)
     dopt.domain = a->domain;
     if (o->hang_min_ms > 0)
         dopt.hang_min_ms = o->hang_min_ms;
+    if (o->ttl_ms > 0) {
+        dopt.ttl_ms = o->ttl_ms;
+        if (dopt.heartbeat_ms > o->ttl_ms / 4)
+            dopt.heartbeat_ms = o->ttl_ms / 4;
+    }
     FTC__PHASE("start: the detector");
     a->det = ftc_detector_start(&o->redis, &dopt, err);
     if (!a->det)

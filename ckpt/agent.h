@@ -61,6 +61,8 @@ typedef struct ftc_agent_options {
                                    committed gets the busy policy; else (0, 2) only when no
                                    slot is free (checkpoint.inflight, docs/agent.md) */
     int hang_min_ms;            /* the hang watchdog's floor (detect.hang_ms; 0 = 5000) */
+    int ttl_ms;                 /* heartbeat TTL (detect.ttl_ms; 0 = 1000); heartbeats
+                                   every min(250, ttl_ms / 4) ms */
     const char *persist_dir;    /* "" = no persist tier */
     int persist_every;          /* persist every M commits (>= 1) */
     ftc_persist_options_t persist;

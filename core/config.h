@@ -64,6 +64,9 @@
     X(DETECT_HANG_MS, "detect.hang_ms", INT, "5000", 100, 86400000,                               \
       "a rank whose checkpoints stop for max(10 x its median step, this) is hung (ftc run "       \
       "kills it)")                                                                                 \
+    X(DETECT_TTL_MS, "detect.ttl_ms", INT, "1000", 200, 600000,                                 \
+      "heartbeat TTL: a node whose heartbeat is not renewed for this long is lost (heartbeats "   \
+      "every min(250, ttl/4) ms); raise it where links flap for longer")                          \
     X(FABRIC_PROVIDER, "fabric.provider", STR, "", 0, 0, "libfabric provider (default: "          \
                                                          "FI_PROVIDER, else tcp;ofi_rxm)")         \
     X(AGENT_TIMEOUT, "agent.timeout_ms", INT, "30000", 100, 3600000,                               \

@@ -8,6 +8,9 @@
 #
 #   - each supervisor runs in the namespace JOB_DIR/netns names for it, and
 #     its fabric endpoint listens on that namespace's address (not loopback);
+#   - node 2's veth flaps (down for 1 s, then up) under a heartbeat TTL of
+#     4 s (--detect-ttl-ms): no node is lost, no new generation, and the
+#     job commits on (replication to and from node 2 resumed);
 #   - node 1's veth is set down after a committed step: its heartbeat
 #     expires, the survivors see node_lost, shrink to 2 nodes, restore the
 #     committed step and finish; no restore is bad;
@@ -76,7 +79,8 @@ check "--netns without --simulate-nodes is refused (exit $rc)" \
     bash -c "[ $rc = 2 ] && grep -q -- '--netns needs --simulate-nodes' '$T/usage.out'"
 
 "$FTC" run --simulate-nodes 3 --nnodes 2:3 --netns --job "$J" --job-dir "$T/j" --max-restarts 4 \
-    --settle-ms 500 --join-timeout-ms 15000 -- "$RANK" --steps 150 --step-ms 40 --floats 4096 \
+    --settle-ms 500 --join-timeout-ms 15000 --detect-ttl-ms 4000 \
+    -- "$RANK" --steps 150 --step-ms 40 --floats 4096 \
     --restore --strict >"$T/run.out" 2>&1 &
 runpid=$!
 check "JOB_DIR/netns lists the namespaces" wait_for 30 test -s "$T/j/netns"
@@ -98,6 +102,18 @@ for i in 0 1 2; do
     case " $seen " in *" $addr "*) check "node $i's address $addr is its own" false ;; esac
     seen="$seen $addr"
 done
+
+# a flap: node 2's link down for 1 s, shorter than the TTL
+veth2=$(awk '$1 == "node" && $2 == 2 {print $6}' "$T/netns.copy")
+check "node 2's veth $veth2 is named" test -n "$veth2"
+ip link set "$veth2" down
+sleep 1
+ip link set "$veth2" up
+cf=$(committed "$J" "$T/j")
+echo "# flapped node 2's link ($veth2 down for 1 s), committed step $cf after it"
+check "the job committed on after the flap (step $((cf + 10)))" wait_for 40 committed_ge $((cf + 10))
+check "no node was lost over the flap, no new generation" \
+    bash -c "! grep -q 'lost (heartbeat\|of 2, world 2' '$T/run.out'"
 
 # the fault: node 1's link goes down
 veth=$(awk '$1 == "node" && $2 == 1 {print $6}' "$T/netns.copy")
@@ -123,6 +139,7 @@ check "ranks restored committed state after the loss ($(count 'RESTORED [0-9]* O
 check "no bad restore, no error" bash -c "! grep -q 'RESTORED [0-9]* BAD\|^ERROR' '$T/run.out'"
 check "both survivors' ranks reached the last step" test "$(count 'COMMITTED 149' "$T/run.out")" -ge 2
 check "the cut node gave up by itself" grep -q "node 1 was cut off from the job's Redis" "$T/run.out"
+check "node 2 (the flap) was never declared lost" bash -c "! grep -q 'node node2 lost' '$T/run.out'"
 
 # everything made is gone
 left=""
