@@ -6,6 +6,8 @@
 #                the in-memory store)
 #   make test    set-up, build, the whole suite under ctest; again under
 #                AddressSanitizer + UBSan; short libFuzzer runs
+#   make drills  every chaos drill of scripts/drill: node loss, a corrupt
+#                replica, a hung rank, and (as root) a network partition
 #   make bench   the benchmarks (bench/), figures recorded in docs/benchmarks.md
 #   make fuzz    long fuzzing runs (FUZZ_SECONDS per target, default 600)
 #   make soak    long tests, only on request (ctest -L soak)
@@ -19,7 +21,7 @@ export ASAN_OPTIONS ?= detect_leaks=1:abort_on_error=1:protect_shadow_gap=0
 export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
 export LSAN_OPTIONS ?= suppressions=$(CURDIR)/tests/lsan.supp
 
-.PHONY: all setup build demo test test-release test-asan test-fuzz bench fuzz soak clean
+.PHONY: all setup build demo drills test test-release test-asan test-fuzz bench fuzz soak clean
 
 all: build
 
@@ -35,6 +37,12 @@ build: setup $(BUILD)/CMakeCache.txt
 demo: build
 	bash scripts/demo $(BUILD)
 	bash scripts/drill $(BUILD)
+
+drills: build
+	bash scripts/drill $(BUILD)
+	bash scripts/drill --corrupt $(BUILD)
+	bash scripts/drill --hang $(BUILD)
+	if [ "$$(id -u)" = 0 ]; then bash scripts/drill --partition $(BUILD); fi
 
 test: setup test-release test-asan test-fuzz
 	@echo "make test: release, sanitizer and fuzz suites passed"

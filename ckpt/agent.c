@@ -86,6 +86,7 @@ typedef struct ftc__job {
     int rc;
     int acked, failed;
     char detail[768];
+    char passed_over[512]; /* FETCH: why candidates before the one that answered failed */
     uint8_t *buf;           /* FETCH: the verified shard (malloc'd, or dst) */
     uint64_t buf_size;
     uint8_t *dst;           /* FETCH for a RESTORE: the rank's slot it lands in, if it fits */
@@ -653,6 +654,10 @@ static void *ftc__repl_main(void *arg)
                 ftc_repl_release(a->repl, j->x);
                 finished = true;
                 if (j->kind == JOB_FETCH && j->rc && j->next_peer < j->npeers) {
+                    size_t pl = strlen(j->passed_over);
+                    if (pl + 3 < sizeof j->passed_over)
+                        snprintf(j->passed_over + pl, sizeof j->passed_over - pl, "%s%s",
+                                 pl ? "; " : "", st.detail);
                     j->started = false; /* try the next candidate */
                     j->rc = 0;
                     finished = false;
@@ -1761,6 +1766,21 @@ static void ftc__on_restore(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *
     ftc__restore_from_persist(a, r, "not in this node's slots, no peer known");
 }
 
+/* A fetch that succeeded after other holders failed (a replica refused by
+ * its checksum, a holder that did not answer): said in the log and the
+ * event stream (replica_refused), so that a bad copy is not silent. */
+static void ftc__report_passed_over(ftc_agent_t *a, const ftc__rank_t *r, const ftc__job_t *j)
+{
+    if (!j->passed_over[0])
+        return;
+    FTC_WARN("agent", "rank %u: step %" PRIu64 " of rank %u came from another holder after: %s",
+             r->rank, j->step, r->src, j->passed_over);
+    ftc_ctl_event_t e = {.kind = "replica_refused", .node = a->node_id, .rank = (int)r->rank,
+                         .generation = a->generation, .step = (int64_t)j->step,
+                         .detail = j->passed_over};
+    ftc_ctl_event(a->ctl, &e);
+}
+
 static void ftc__on_fetch_done(ftc_agent_t *a, ftc__job_t *j)
 {
     ftc__rank_t *r = NULL;
@@ -1794,6 +1814,7 @@ static void ftc__on_fetch_done(ftc_agent_t *a, ftc__job_t *j)
         if (ftc_shard_open(&v, j->buf, j->buf_size, 0, &err) == 0 &&
             v.info.step == j->step && ftc__is_subject(&v, r)) {
             if (!in_slot || j->buf_size != r->size) {
+                ftc__report_passed_over(a, r, j);
                 if (in_slot)
                     r->st[j->dst_slot] = SL_EMPTY; /* ftc__deliver refuses the size */
                 ftc__deliver(a, r, j->buf, j->buf_size, j->step, "a peer's replica");
@@ -1801,6 +1822,7 @@ static void ftc__on_fetch_done(ftc_agent_t *a, ftc__job_t *j)
             }
             bool verified = j->landed && ftc_shard_verify_gaps(&v, &err) == 0;
             if (!j->landed || verified) {
+                ftc__report_passed_over(a, r, j);
                 r->st[j->dst_slot] = SL_COMMITTED;
                 r->step[j->dst_slot] = j->step;
                 FTC_INFO("agent", "rank %u restored step %" PRIu64 "%s from %s", r->rank, j->step,
