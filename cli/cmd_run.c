@@ -717,6 +717,9 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
     o.grace_ms = (int)grace;
     o.grow_wait_ms = grow_wait > 3600000 ? 3600000 : (int)grow_wait;
     o.ckpt_dir = ckpt_dir;
+    o.ckpt_dir_max_bytes = (uint64_t)ftc_config_int(a.cfg, FTC_CFG_CKPTDIR_MAX_BYTES);
+    o.ckpt_dir_quiet_ms = (int)ftc_config_int(a.cfg, FTC_CFG_CKPTDIR_QUIET_MS);
+    o.ckpt_dir_busy_max_ms = (int)ftc_config_int(a.cfg, FTC_CFG_CKPTDIR_BUSY_MAX_MS);
     o.in_process = in_process;
     o.keep_shm = keep_shm;
     o.tp = (int)tp;

@@ -71,6 +71,14 @@
                                                          "FI_PROVIDER, else tcp;ofi_rxm)")         \
     X(AGENT_TIMEOUT, "agent.timeout_ms", INT, "30000", 100, 3600000,                               \
       "deadline of one replication or fetch")                                                      \
+    X(CKPTDIR_MAX_BYTES, "ckptdir.max_bytes", SIZE, "4GiB", 1, (1ll << 50),                       \
+      "ftc run --ckpt-dir: the node's files together may be this big (a bigger directory is "   \
+      "not replicated: an error and a ckptdir_too_big event)")                                     \
+    X(CKPTDIR_QUIET_MS, "ckptdir.quiet_ms", INT, "200", 0, 600000,                                \
+      "ftc run --ckpt-dir: the directory is packed once no write came for this long")              \
+    X(CKPTDIR_BUSY_MAX_MS, "ckptdir.busy_max_ms", INT, "30000", 0, 86400000,                      \
+      "ftc run --ckpt-dir: a change waits at most this long for a quiet period, then is packed "  \
+      "without the files still being written (0: waits as long as it takes)")                    \
     X(FAULT, "fault", STR, "", 0, 0, "I/O fault injection for tests: write:N, fsync:N or "        \
                                       "rename:N [,crash] [,enospc]")
 

@@ -39,7 +39,7 @@
  *
  * A busy directory: a file a rank keeps appending to (a log, TensorBoard's
  * event file) sends writes all the time, so the directory is never quiet.
- * Once a change has waited busy_max_ms (default 5 s) for a quiet period, the
+ * Once a change has waited busy_max_ms (default 30 s) for a quiet period, the
  * version is packed anyway, and so is one a flush asks for before the quiet
  * period: then a file some process holds open for writing (/proc/PID/fdinfo)
  * or that changes while it is read is still being written, so the version
@@ -135,13 +135,13 @@ typedef struct ftc_filestore_limits {
     int push_timeout_ms;    /* deadline of one push (60000) */
     int restore_timeout_ms; /* deadline of a whole restore (120000) */
     int busy_max_ms;        /* a change waits at most this long for a quiet period,
-                               then is packed without the files being written (5000;
+                               then is packed without the files being written (30000;
                                0: wait for quiet as long as it takes) */
 } ftc_filestore_limits_t;
 
 #define FTC_FILESTORE_LIMITS_INIT                                                                  \
     {                                                                                              \
-        sizeof(ftc_filestore_limits_t), 2, (uint64_t)4 << 30, 200, 60000, 120000, 5000             \
+        sizeof(ftc_filestore_limits_t), 2, (uint64_t)4 << 30, 200, 60000, 120000, 30000            \
     }
 
 /* Applies new limits (taken by the thread at its next pack / push / restore).

@@ -1445,6 +1445,15 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
                                         o->agent.provider, err);
         if (!s->files)
             goto out;
+        ftc_filestore_limits_t lim = FTC_FILESTORE_LIMITS_INIT;
+        if (o->ckpt_dir_max_bytes > 0)
+            lim.max_bytes = o->ckpt_dir_max_bytes;
+        if (o->ckpt_dir_quiet_ms >= 0)
+            lim.quiet_ms = o->ckpt_dir_quiet_ms;
+        if (o->ckpt_dir_busy_max_ms >= 0)
+            lim.busy_max_ms = o->ckpt_dir_busy_max_ms;
+        if (ftc_filestore_set_limits(s->files, &lim, err) != 0)
+            goto out;
     }
     ftc_rdzv_options_t rdo = FTC_RDZV_OPTIONS_INIT;
     rdo.job = o->job;

@@ -87,6 +87,9 @@ typedef struct ftc_run_options {
                                   at the next checkpoint boundary: once the committed
                                   step moves, waiting at most this long (0: at once) */
     bool ckpt_dir;             /* give ranks FTC_CKPT_DIR (replicated files) */
+    uint64_t ckpt_dir_max_bytes; /* its limits (plugins/filestore.h; 0 = the default) */
+    int ckpt_dir_quiet_ms;       /* (-1 = the default) */
+    int ckpt_dir_busy_max_ms;    /* (-1 = the default) */
     bool keep_shm;             /* --keep-shm: leave this node's /dev/shm state at the job's
                                   end (default: removed once every rank finished, after
                                   the last committed version went to the persist tier) */
@@ -125,7 +128,7 @@ typedef struct ftc_run_options {
 #define FTC_RUN_OPTIONS_INIT                                                                       \
     {.struct_size = sizeof(ftc_run_options_t), .min_nodes = 1, .max_nodes = 1, .nproc = 1,       \
      .max_restarts = 3, .settle_ms = 1000, .join_timeout_ms = 120000, .grace_ms = 3000,       \
-     .grow_wait_ms = 10000}
+     .grow_wait_ms = 10000, .ckpt_dir_quiet_ms = -1, .ckpt_dir_busy_max_ms = -1}
 
 /* A supervisor that lost the job's Redis (no answer for join_timeout_ms
  * while it watched a generation: ranks keep training through shorter

@@ -30,6 +30,8 @@
 #      it joins at once and restores the committed step;
 #   r. (11) the job's Redis paused (SIGSTOP) for 3 s, three heartbeat TTLs:
 #      the job trains through it, no node is declared lost, nothing restarts.
+#   c. --ckpt-dir with --ckptdir-max-bytes under the binary's file: the cap,
+#      a setting, refuses the directory (named in the log), the job runs on.
 #
 # usage: test_run.sh PATH/TO/ftc PATH/TO/rank_main PATH/TO/ckptfile_main
 set -u
@@ -51,7 +53,7 @@ trap cleanup EXIT
 . "$(dirname "$0")/lib.sh" # check, count, committed, wait_committed
 export FTC_LOG_LEVEL=${FTC_LOG_LEVEL:-info}
 # FTC_RUN_ONLY=24 runs scenarios 2 and 4 only (while debugging)
-want() { case ${FTC_RUN_ONLY:-1234567890r} in *$1*) return 0 ;; esac; return 1; }
+want() { case ${FTC_RUN_ONLY:-1234567890rc} in *$1*) return 0 ;; esac; return 1; }
 
 # ---- 1. a rank dies -------------------------------------------------------------------
 if want 1; then
@@ -430,6 +432,23 @@ check "11: every rank committed its last step after the outage (step $before bef
     test "$(count 'COMMITTED 149' "$T/11.out")" -ge 3
 check "11: no restore, no error" bash -c "! grep -q 'RESTORED\|^ERROR' '$T/11.out'"
 [ $fails -eq $f0 ] || { echo "--- output of 11:"; tail -60 "$T/11.out"; }
+fi
+
+# ---- c. the replicated checkpoint directory's limits are settings ---------------------------
+# --ckptdir-max-bytes under the binary's file: no version is pushed, the log
+# names the cap; the job itself runs on (the binary's saves still work).
+if want c; then
+Jc=run${tag}k
+f0=$fails
+"$FTC" run --simulate-nodes 2 --ckpt-dir --ckptdir-max-bytes 1000 --ckptdir-quiet-ms 50 \
+    --ckptdir-busy-max-ms 2000 --job "$Jc" --job-dir "$T/jc" --settle-ms 300 \
+    -- "$CKF" --steps 12 --step-ms 50 >"$T/c.out" 2>&1
+rc=$?
+check "c: the job finished (exit $rc)" test $rc -eq 0
+check "c: the cap (--ckptdir-max-bytes 1000) refused the directory, naming it" \
+    grep -q "over the cap of 1000 bytes" "$T/c.out"
+check "c: every rank finished" test "$(count 'DONE 11' "$T/c.out")" -ge 2
+[ $fails -eq $f0 ] || { echo "--- output of c:"; tail -40 "$T/c.out"; }
 fi
 
 if [ $fails -ne 0 ]; then
