@@ -624,8 +624,15 @@ static int ftc__scan(ftc_detector_t *d)
     ftc_ctl_key(d->ctl, "members", members, sizeof members);
     uint64_t gen;
     uint32_t world;
+    /* Redis lost its data (a restart without persistence, FLUSHALL) while no
+     * command of ours failed, so ftc__came_up never ran: the generation or the
+     * committed step is gone though we know one. Put them back, else every
+     * commit_report of this generation is refused. */
+    bool lost = false;
     int rc = ftc_ctl_generation(d->ctl, &gen, &world);
-    if (rc == 0) {
+    if (rc == 0 && gen == 0 && d->st.generation > 0) {
+        lost = true; /* keep d->world: it is what reseed puts back */
+    } else if (rc == 0) {
         pthread_mutex_lock(&d->mu);
         if (gen != d->st.generation && gen > 0) {
             d->st.generation = gen;
@@ -641,8 +648,12 @@ static int ftc__scan(ftc_detector_t *d)
     }
     int64_t cstep;
     uint64_t cgen;
-    if (ftc_ctl_committed(d->ctl, &cstep, &cgen) == 0 && cstep > d->committed)
-        d->committed = cstep;
+    if (ftc_ctl_committed(d->ctl, &cstep, &cgen) == 0) {
+        if (cstep > d->committed)
+            d->committed = cstep;
+        else if (cstep < 0 && d->committed >= 0)
+            lost = true;
+    }
     ftc_redis_reply_t *rep = NULL;
     rc = ftc_redis_cmdv(r, true, &rep, "HGETALL", members, NULL);
     if (rc)
@@ -696,6 +707,13 @@ static int ftc__scan(ftc_detector_t *d)
     }
     if (!self_listed) /* Redis lost our record (restart without persistence) */
         ftc__join(d);
+    if (lost || !self_listed) {
+        FTC_WARN("detect",
+                 "%s: redis lost the job's state without an outage (restart or flush): putting "
+                 "back generation %" PRIu64 " (world %u) and committed step %" PRId64,
+                 d->node, d->st.generation, d->world, d->committed);
+        ftc_ctl_reseed(d->ctl, d->st.generation, d->world, d->committed);
+    }
     if (nk > 0) {
         ftc_redis_reply_t *hbs = NULL;
         rc = ftc_redis_cmd(r, true, &hbs, nk + 1, argv, NULL);

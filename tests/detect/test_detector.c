@@ -13,6 +13,7 @@
 #include "detect/detector.h"
 
 #include <hiredis/hiredis.h>
+#include <inttypes.h>
 
 #include <pthread.h>
 #include <signal.h>
@@ -446,16 +447,71 @@ static void test_bad_redis_at_start(void **state)
     assert_int_equal(err.code, FTC_EINVAL);
 }
 
+/* Redis loses its data without any command failing (FLUSHALL here; a restart
+ * between two heartbeats looks the same: the next command reconnects inside
+ * its deadline). The agent must put back the generation and the committed
+ * step, else every commit_report is refused ("no generation is set"). */
+static void test_data_loss_without_outage_reseeded(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_ctl_t *c = redis_fixture_ctl(f, "jd");
+    ftc_redis_t *r = ftc_ctl_redis(c);
+    char gk[128], ck[128];
+    ftc_ctl_key(c, "gen", gk, sizeof gk);
+    ftc_ctl_key(c, "commit", ck, sizeof ck);
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", ck, "step", "10", "gen", "3", NULL), 0);
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", gk, "gen", "3", "world", "2", NULL), 0);
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    o.scan_ms = 100;
+    o.hang_min_ms = 100000;
+    ftc_detector_t *b = start_detector(f, "jd", "B", true, NULL, &o);
+    ftc_detector_stats_t ds;
+    ftc_deadline_t d = ftc_deadline_in_ms(5000);
+    do {
+        ftc_sleep_ms(20);
+        ftc_detector_stats(b, &ds);
+    } while (!(ds.generation == 3 && ds.leader) && !ftc_deadline_expired(d));
+    assert_int_equal(ds.generation, 3);
+    ftc_sleep_ms(300); /* a few more scans: the committed step is read too */
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "FLUSHALL", NULL), 0);
+    uint64_t gen = 0;
+    uint32_t world = 0;
+    int64_t step = -1;
+    uint64_t cgen = 0;
+    d = ftc_deadline_in_ms(5000);
+    while (!ftc_deadline_expired(d)) {
+        assert_int_equal(ftc_ctl_generation(c, &gen, &world), 0);
+        assert_int_equal(ftc_ctl_committed(c, &step, &cgen), 0);
+        if (gen == 3 && step == 10)
+            break;
+        ftc_sleep_ms(20);
+    }
+    print_message("after FLUSHALL: gen %" PRIu64 " world %u committed %" PRId64 "\n", gen, world,
+                  step);
+    assert_int_equal(gen, 3);
+    assert_int_equal(world, 2);
+    assert_int_equal(step, 10);
+    /* and a commit of the generation is accepted again */
+    int64_t committed = -1;
+    bool now = false;
+    assert_int_equal(ftc_ctl_commit_report(c, 3, 11, 0, 1, &committed, &now), 0);
+    ftc_detector_stop(b, true);
+    ftc_ctl_destroy(c);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
 
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
+    if (getenv("FTC_TEST_FILTER")) /* e.g. FTC_TEST_FILTER='test_data_loss*' */
+        cmocka_set_test_filter(getenv("FTC_TEST_FILTER"));
     const struct CMUnitTest tests[] = {
         T(test_node_loss_reported_exactly_once), T(test_leader_failover_on_kill),
         T(test_paused_leader_steps_down),        T(test_redis_restart_survived),
         T(test_rank_exit_and_hang),              T(test_numerical_warnings),
         T(test_straggler_warning),               T(test_bad_redis_at_start),
+        T(test_data_loss_without_outage_reseeded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
