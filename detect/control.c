@@ -182,6 +182,8 @@ static int ftc__rc(ftc_ctl_t *c, int rc)
         rc = FTC_EPROTO;
     else if (strstr(msg, "FTC_RANGE"))
         rc = FTC_ERANGE;
+    else if (strstr(msg, "WRONGTYPE"))
+        rc = FTC_EPROTO; /* a key of the job holds another type: garbage, not an outage */
     return ftc_err_set(&c->err, rc, "%s", msg);
 }
 

@@ -95,6 +95,7 @@ struct ftc_detector {
     int *hidx;               /* open-addressing index name -> nodes[i] + 1 (0 = empty) */
     int hcap;                /* power of two */
     uint64_t next_overdue;   /* leader: next poll of the deadline set (ns) */
+    uint64_t warn_ns;        /* last warning about an error reply (rate limit) */
     ftc_detector_stats_t st; /* under mu */
 };
 
@@ -441,6 +442,24 @@ static void ftc__went_down(ftc_detector_t *d)
     ftc__set_up(d, false);
 }
 
+/* Called after any failed Redis call: an outage only when the connection
+ * failed. An error reply (a key of the job holding another type, say) says
+ * Redis is there: it is logged, at most every 10 s, and detection goes on —
+ * calling it an outage would log a redis_gap event at every heartbeat. */
+static void ftc__failed(ftc_detector_t *d)
+{
+    if (!ftc_redis_is_up(ftc_ctl_redis(d->ctl))) {
+        ftc__went_down(d);
+        return;
+    }
+    uint64_t now = ftc_now_ns();
+    if (!d->warn_ns || now - d->warn_ns > 10000000000ull) {
+        d->warn_ns = now;
+        FTC_WARN("detect", "%s: redis refused a command: %s (fix or delete that key)", d->node,
+                 ftc_ctl_errstr(d->ctl));
+    }
+}
+
 /* Called after a Redis success: ends an outage by re-registering and
  * putting back what a restarted Redis may have lost. */
 static void ftc__came_up(ftc_detector_t *d)
@@ -642,7 +661,7 @@ static int ftc__scan(ftc_detector_t *d)
         pthread_mutex_unlock(&d->mu);
         d->world = world;
     } else if (rc == FTC_EPROTO) {
-        FTC_WARN("detect", "%s", ftc_ctl_errstr(d->ctl));
+        ftc__failed(d); /* garbage in the key: logged (rate-limited); the scan goes on */
     } else {
         return rc;
     }
@@ -876,6 +895,15 @@ static void ftc__publish(ftc_detector_t *d)
         ftc_ctl_event_t ce = {e.kind, e.node, e.rank, e.gen, e.step, e.detail, e.t_fault_ms,
                               e.t_detect_ms};
         int rc = e.id[0] ? ftc_ctl_report(d->ctl, e.id, &ce, NULL) : ftc_ctl_event(d->ctl, &ce);
+        if (rc && ftc_redis_is_up(ftc_ctl_redis(d->ctl))) {
+            /* refused (an error reply): retrying cannot help and would hold
+             * back every later event */
+            ftc__failed(d);
+            pthread_mutex_lock(&d->mu);
+            d->pub.dropped++;
+            pthread_mutex_unlock(&d->mu);
+            continue;
+        }
         if (rc) {
             pthread_mutex_lock(&d->mu); /* put it back for later */
             ftc__evq_t *q = &d->pub;
@@ -916,11 +944,15 @@ static void *ftc__redis_main(void *arg)
                 }
             ftc_ctl_heartbeat_t hb = {d->st.generation, step, st, ftc_wall_ms()};
             pthread_mutex_unlock(&d->mu);
-            if (ftc_ctl_heartbeat(d->ctl, d->node, &hb, d->o.ttl_ms) == 0) {
+            int hrc = ftc_ctl_heartbeat(d->ctl, d->node, &hb, d->o.ttl_ms);
+            if (hrc == 0) {
                 ftc__came_up(d);
                 pthread_mutex_lock(&d->mu);
                 d->st.heartbeats++;
                 pthread_mutex_unlock(&d->mu);
+            } else if (ftc_redis_is_up(ftc_ctl_redis(d->ctl))) {
+                ftc__came_up(d); /* Redis answered, with an error */
+                ftc__failed(d);
             } else {
                 ftc__went_down(d);
             }
@@ -933,13 +965,13 @@ static void *ftc__redis_main(void *arg)
         if (!d->down && leader && now >= d->next_overdue) {
             d->next_overdue = now + (uint64_t)d->o.deadline_poll_ms * 1000000ull;
             if (ftc__poll_overdue(d) != 0)
-                ftc__went_down(d);
+                ftc__failed(d);
         }
         if (!d->down && now >= next_scan) {
             uint64_t period = (uint64_t)d->o.scan_ms * (leader ? 1u : (uint64_t)d->o.follower_scan_factor);
             next_scan = now + period * 1000000ull;
             if (ftc__scan(d) != 0)
-                ftc__went_down(d);
+                ftc__failed(d);
         }
         if (!d->down)
             ftc__publish(d);

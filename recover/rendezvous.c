@@ -201,6 +201,8 @@ static int script_rc(ftc_redis_t *r, int rc, const char *what, ftc_err_t *err)
         rc = FTC_EPROTO;
     else if (strstr(msg, "FTC_CONFLICT"))
         rc = FTC_EEXIST;
+    else if (strstr(msg, "WRONGTYPE"))
+        rc = FTC_EPROTO; /* a key of the round holds another type: waiting does not help */
     return ftc_err_set(err, rc, "%s: %s", what, msg);
 }
 

@@ -234,8 +234,9 @@ static void test_garbage_in_every_key_kind(void **state)
     /* generation key of the wrong type */
     assert_int_equal(ftc_redis_cmdv(r, true, NULL, "DEL", k, NULL), 0);
     assert_int_equal(ftc_redis_cmdv(r, true, NULL, "SET", k, "x", NULL), 0);
-    assert_int_equal(ftc_ctl_generation(c, &gen, &world), FTC_EREDIS);
+    assert_int_equal(ftc_ctl_generation(c, &gen, &world), FTC_EPROTO);
     assert_non_null(strstr(ftc_ctl_errstr(c), "WRONGTYPE"));
+    assert_non_null(strstr(ftc_ctl_errstr(c), "ftc:{job5}:gen"));
     /* leader key holding garbage */
     assert_int_equal(ftc_redis_cmdv(r, true, NULL, "SET", ftc_ctl_key(c, "leader", k, sizeof k),
                                     "garbage", NULL), 0);

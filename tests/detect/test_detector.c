@@ -499,6 +499,46 @@ static void test_data_loss_without_outage_reseeded(void **state)
     ftc_ctl_destroy(c);
 }
 
+/* A key of the job holding another type (a foreign or corrupt value) is an
+ * error naming it, not an outage: the detector keeps detecting, and does not
+ * log a redis_gap for every heartbeat. */
+static void test_wrong_type_key_is_not_an_outage(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_ctl_t *c = redis_fixture_ctl(f, "jw");
+    ftc_redis_t *r = ftc_ctl_redis(c);
+    char gk[128];
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "SET", ftc_ctl_key(c, "gen", gk, sizeof gk),
+                                    "not-a-hash", NULL), 0);
+    uint64_t gen;
+    uint32_t world;
+    int grc = ftc_ctl_generation(c, &gen, &world);
+    char gmsg[FTC_ERR_MSG_MAX];
+    snprintf(gmsg, sizeof gmsg, "%s", ftc_ctl_errstr(c));
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    o.scan_ms = 50;
+    o.heartbeat_ms = 50;
+    o.hang_min_ms = 100000;
+    ftc_detector_t *b = start_detector(f, "jw", "B", true, NULL, &o);
+    ftc_detector_stats_t ds;
+    ftc_deadline_t d = ftc_deadline_in_ms(10000);
+    do {
+        ftc_sleep_ms(20);
+        ftc_detector_stats(b, &ds);
+    } while (ds.heartbeats < 20 && !ftc_deadline_expired(d));
+    print_message("%" PRIu64 " heartbeats, %" PRIu64 " gaps\n", ds.heartbeats, ds.gaps);
+    assert_true(ds.heartbeats >= 20);
+    assert_int_equal(ds.gaps, 0);
+    ftc_detector_stop(b, true);
+    assert_int_equal(stream_count(f, "jw", "redis_gap", NULL), 0);
+    /* the error names the key and the reason, and is FTC_EPROTO (garbage), not FTC_EREDIS */
+    print_message("%s\n", gmsg);
+    assert_non_null(strstr(gmsg, "WRONGTYPE"));
+    assert_non_null(strstr(gmsg, gk));
+    assert_int_equal(grc, FTC_EPROTO);
+    ftc_ctl_destroy(c);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
 
 int main(void)
@@ -511,7 +551,7 @@ int main(void)
         T(test_paused_leader_steps_down),        T(test_redis_restart_survived),
         T(test_rank_exit_and_hang),              T(test_numerical_warnings),
         T(test_straggler_warning),               T(test_bad_redis_at_start),
-        T(test_data_loss_without_outage_reseeded),
+        T(test_data_loss_without_outage_reseeded), T(test_wrong_type_key_is_not_an_outage),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
