@@ -78,11 +78,12 @@ static const char ftc__lua_reseed[] =
     "  redis.call('HSET', KEYS[2], 'step', ARGV[3], 'gen', ARGV[1]) end\n"
     "return 1\n";
 
-/* KEYS: reports-of-gen, events. ARGV: id, now_ms, cap, then field/value pairs. */
+/* KEYS: dedupe hash, events. ARGV: id, now_ms, cap, ttl_ms (0 = keep), then field/value
+ * pairs. */
 static const char ftc__lua_report[] =
     "if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end\n"
-    "redis.call('PEXPIRE', KEYS[1], 86400000)\n"
-    "redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', unpack(ARGV, 4))\n"
+    "if ARGV[4] ~= '0' then redis.call('PEXPIRE', KEYS[1], ARGV[4]) end\n"
+    "redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', unpack(ARGV, 5))\n"
     "return 1\n";
 
 /* KEYS: gen, reports(gen,step), commit, events. ARGV: gen, step, rank, checksum, now_ms, cap.
@@ -504,19 +505,20 @@ int ftc_ctl_event(ftc_ctl_t *c, const ftc_ctl_event_t *e)
     return rc ? ftc__rc(c, rc) : 0;
 }
 
-int ftc_ctl_report(ftc_ctl_t *c, const char *id, const ftc_ctl_event_t *e, bool *first)
+/* The exactly-once report into dedupe hash `reports` (ttl_ms 0: no expiry). */
+static int ftc__report(ftc_ctl_t *c, const char *reports, const char *ttl_ms, const char *id,
+                       const ftc_ctl_event_t *e, bool *first)
 {
-    KEY(reports, "failures:%" PRIu64, e->generation);
     KEY(events, "events");
     const char *keys[] = {reports, events};
     char num[5][24], now[24], cap[16];
-    const char *args[3 + 16];
+    const char *args[4 + 16];
     snprintf(now, sizeof now, "%" PRIu64, ftc_wall_ms());
     snprintf(cap, sizeof cap, "%d", FTC_CTL_EVENTS_CAP);
-    args[0] = id, args[1] = now, args[2] = cap;
-    ftc__event_fields(e, args + 3, num);
+    args[0] = id, args[1] = now, args[2] = cap, args[3] = ttl_ms;
+    ftc__event_fields(e, args + 4, num);
     ftc_redis_reply_t *rep;
-    int rc = ftc_redis_eval(c->r, &c->s_report, 2, keys, 19, args, &rep);
+    int rc = ftc_redis_eval(c->r, &c->s_report, 2, keys, 20, args, &rep);
     if (rc)
         return ftc__rc(c, rc);
     long long v;
@@ -525,6 +527,18 @@ int ftc_ctl_report(ftc_ctl_t *c, const char *id, const ftc_ctl_event_t *e, bool 
     if (!rc && first)
         *first = v == 1;
     return rc;
+}
+
+int ftc_ctl_report(ftc_ctl_t *c, const char *id, const ftc_ctl_event_t *e, bool *first)
+{
+    KEY(reports, "failures:%" PRIu64, e->generation);
+    return ftc__report(c, reports, "86400000", id, e, first);
+}
+
+int ftc_ctl_report_job(ftc_ctl_t *c, const char *id, const ftc_ctl_event_t *e, bool *first)
+{
+    KEY(reports, "failures:job");
+    return ftc__report(c, reports, "0", id, e, first);
 }
 
 /* ---- commit records --------------------------------------------------------------- */

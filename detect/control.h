@@ -119,6 +119,11 @@ int ftc_ctl_event(ftc_ctl_t *c, const ftc_ctl_event_t *e);
 /* Reports a failure exactly once per id within a generation: the first
  * reporter's call adds the event (*first = true), later ones do nothing. */
 int ftc_ctl_report(ftc_ctl_t *c, const char *id, const ftc_ctl_event_t *e, bool *first);
+/* The same, once per id for the whole job (hash ftc:{job}:failures:job, no
+ * expiry), for ids unique across generations: node_lost names the node's
+ * incarnation, and an agent of a later generation that scans the members
+ * finds a node lost earlier missing too (its record stays). */
+int ftc_ctl_report_job(ftc_ctl_t *c, const char *id, const ftc_ctl_event_t *e, bool *first);
 
 /* The job's 16-byte secret (HMAC key of the wire protocol), shared through
  * Redis: the first caller stores a random one (SET NX), every caller reads

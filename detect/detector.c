@@ -894,7 +894,11 @@ static void ftc__publish(ftc_detector_t *d)
             return;
         ftc_ctl_event_t ce = {e.kind, e.node, e.rank, e.gen, e.step, e.detail, e.t_fault_ms,
                               e.t_detect_ms};
-        int rc = e.id[0] ? ftc_ctl_report(d->ctl, e.id, &ce, NULL) : ftc_ctl_event(d->ctl, &ce);
+        /* node_lost ids name the incarnation: once per job, not per generation
+         * (an agent already in the next generation may see the loss too) */
+        int rc = !e.id[0]                          ? ftc_ctl_event(d->ctl, &ce)
+                 : !strcmp(e.kind, "node_lost") ? ftc_ctl_report_job(d->ctl, e.id, &ce, NULL)
+                                                   : ftc_ctl_report(d->ctl, e.id, &ce, NULL);
         if (rc && ftc_redis_is_up(ftc_ctl_redis(d->ctl))) {
             /* refused (an error reply): retrying cannot help and would hold
              * back every later event */

@@ -539,6 +539,43 @@ static void test_wrong_type_key_is_not_an_outage(void **state)
     ftc_ctl_destroy(c);
 }
 
+/* A node lost in one generation is one event in the stream, even when an
+ * agent that first sees it missing is already in the next generation (a
+ * replacement's agent scans the members: the lost node's record is never
+ * removed). The id names the incarnation, so the dedupe is job-wide. */
+static void test_node_lost_once_across_generations(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_ctl_t *c = redis_fixture_ctl(f, "jg");
+    ftc_redis_t *r = ftc_ctl_redis(c);
+    char gk[128], mk[128];
+    ftc_ctl_key(c, "gen", gk, sizeof gk);
+    ftc_ctl_key(c, "members", mk, sizeof mk);
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", gk, "gen", "5", "world", "2", NULL), 0);
+    /* X joined once and died: its record stays, its heartbeat is gone */
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", mk, "X", "hx - 4242 1700000000000",
+                                    NULL), 0);
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    o.scan_ms = 100;
+    o.hang_min_ms = 100000;
+    static seen_t sa, sb;
+    memset(&sa, 0, sizeof sa);
+    memset(&sb, 0, sizeof sb);
+    pthread_mutex_init(&sa.mu, NULL);
+    pthread_mutex_init(&sb.mu, NULL);
+    ftc_detector_t *a = start_detector(f, "jg", "A", true, &sa, &o);
+    assert_true(wait_seen(&sa, "node_lost", "X", 5000));
+    ftc_detector_stop(a, true);
+    assert_int_equal(stream_count(f, "jg", "node_lost", "X"), 1);
+    /* the job moves on; a new agent (generation 6) scans the members */
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", gk, "gen", "6", NULL), 0);
+    ftc_detector_t *b = start_detector(f, "jg", "B", true, &sb, &o);
+    assert_true(wait_seen(&sb, "node_lost", "X", 5000));
+    ftc_detector_stop(b, true); /* publishes what it queued */
+    assert_int_equal(stream_count(f, "jg", "node_lost", "X"), 1);
+    ftc_ctl_destroy(c);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
 
 int main(void)
@@ -552,6 +589,7 @@ int main(void)
         T(test_rank_exit_and_hang),              T(test_numerical_warnings),
         T(test_straggler_warning),               T(test_bad_redis_at_start),
         T(test_data_loss_without_outage_reseeded), T(test_wrong_type_key_is_not_an_outage),
+        T(test_node_lost_once_across_generations),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
