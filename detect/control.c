@@ -279,14 +279,33 @@ int ftc_ctl_heartbeat_parse(const char *s, size_t len, ftc_ctl_heartbeat_t *hb, 
         return ftc_err_set(err, FTC_EPROTO, "heartbeat value of %zu bytes is too long", len);
     memcpy(buf, s, len);
     buf[len] = '\0';
-    unsigned long long g, st, w;
-    long long step;
-    int used = 0;
-    if (sscanf(buf, "%llu %lld %llu %llu%n", &g, &step, &st, &w, &used) != 4 ||
-        (size_t)used != len || step < -1)
+    /* strtoull, not sscanf %llu: that takes "-1" as 2^64-1 and clamps values
+     * out of range silently (a foreign value became a huge step time) */
+    unsigned long long v[4] = {0};
+    long long step = 0;
+    const char *p = buf;
+    bool ok = true;
+    for (int i = 0; i < 4 && ok; i++) {
+        char *end;
+        if (i > 0 && *p++ != ' ')
+            ok = false;
+        else if (i == 1 ? !(isdigit((unsigned char)*p) || *p == '-') : !isdigit((unsigned char)*p))
+            ok = false;
+        else {
+            errno = 0;
+            if (i == 1)
+                step = strtoll(p, &end, 10);
+            else
+                v[i] = strtoull(p, &end, 10);
+            ok = errno == 0 && end != p;
+            p = end;
+        }
+    }
+    if (!ok || *p || step < -1)
         return ftc_err_set(err, FTC_EPROTO,
                            "heartbeat value '%.40s' is not \"gen step step_time_us wall_ms\"",
                            buf);
+    unsigned long long g = v[0], st = v[2], w = v[3];
     hb->generation = g;
     hb->step = step;
     hb->step_time_us = st;
