@@ -619,6 +619,8 @@ static void ftc__read_pushes(ftc_detector_t *d, ftc_deadline_t until)
             rep->element[0]->type == REDIS_REPLY_STRING &&
             !strcmp(rep->element[0]->str, "message") &&
             rep->element[2]->type == REDIS_REPLY_STRING && rep->element[2]->len > pl &&
+            rep->element[2]->len - pl <= FTC_CTL_NODE_MAX && /* longer: no agent's key; cut, it
+                                                                could name a live node */
             !strncmp(rep->element[2]->str, prefix, pl)) {
             char name[FTC_CTL_NODE_MAX + 1];
             snprintf(name, sizeof name, "%.*s", (int)(rep->element[2]->len - pl),

@@ -576,6 +576,41 @@ static void test_node_lost_once_across_generations(void **state)
     ftc_ctl_destroy(c);
 }
 
+/* An expiry notification for a key whose name is longer than any node id
+ * (ftc:{J}:hb: + 65 characters: not an agent's) must not be cut down to the
+ * live node whose id is its first 64 characters and reported as lost. */
+static void test_long_expired_key_not_cut_to_a_node(void **state)
+{
+    redis_fixture_t *f = *state;
+    char nid[FTC_CTL_NODE_MAX + 1];
+    memset(nid, 'n', FTC_CTL_NODE_MAX);
+    nid[FTC_CTL_NODE_MAX] = '\0';
+    static seen_t s;
+    memset(&s, 0, sizeof s);
+    pthread_mutex_init(&s.mu, NULL);
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    o.hang_min_ms = 100000;
+    ftc_detector_t *live = start_detector(f, "jt", nid, false, NULL, &o);
+    ftc_detector_t *b = start_detector(f, "jt", "B", true, &s, &o);
+    ftc_sleep_ms(500); /* B subscribed to expiry notifications */
+    ftc_ctl_t *c = redis_fixture_ctl(f, "jt");
+    char suffix[FTC_CTL_NODE_MAX + 8], key[256];
+    snprintf(suffix, sizeof suffix, "hb:%sX", nid);
+    ftc_ctl_key(c, suffix, key, sizeof key);
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, NULL, "SET", key, "1 0 0 0", "PX",
+                                    "20", NULL), 0);
+    ftc_sleep_ms(300);
+    /* a short foreign key expires after it: its notification comes later */
+    ftc_ctl_key(c, "hb:ghost", key, sizeof key);
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, NULL, "SET", key, "1 0 0 0", "PX",
+                                    "20", NULL), 0);
+    assert_true(wait_seen(&s, "node_lost", "ghost", 5000));
+    assert_int_equal(seen_count(&s, "node_lost", nid, NULL), 0);
+    ftc_detector_stop(b, true);
+    ftc_detector_stop(live, true);
+    ftc_ctl_destroy(c);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
 
 int main(void)
@@ -589,7 +624,7 @@ int main(void)
         T(test_rank_exit_and_hang),              T(test_numerical_warnings),
         T(test_straggler_warning),               T(test_bad_redis_at_start),
         T(test_data_loss_without_outage_reseeded), T(test_wrong_type_key_is_not_an_outage),
-        T(test_node_lost_once_across_generations),
+        T(test_node_lost_once_across_generations), T(test_long_expired_key_not_cut_to_a_node),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
