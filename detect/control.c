@@ -68,11 +68,15 @@ static const char ftc__lua_gen_bump[] =
     "'t_detect_ms', ARGV[6])\n"
     "return g\n";
 
-/* KEYS: gen, commit. ARGV: gen, world, step. Never moves a value backwards. */
+/* KEYS: gen, commit. ARGV: gen, world, step. Never moves a value backwards. A
+ * generation put back by a rendezvous (rdzv_join after Redis lost its data)
+ * has world 0 (unknown): an agent of that generation fills it in. */
 static const char ftc__lua_reseed[] =
     "local g = tonumber(redis.call('HGET', KEYS[1], 'gen') or '0') or 0\n"
-    "if g < tonumber(ARGV[1]) then redis.call('HSET', KEYS[1], 'gen', ARGV[1], 'world', ARGV[2]) "
-    "end\n"
+    "if g < tonumber(ARGV[1]) then redis.call('HSET', KEYS[1], 'gen', ARGV[1], 'world', ARGV[2])\n"
+    "elseif g == tonumber(ARGV[1]) and tonumber(ARGV[2]) > 0 and "
+    "(tonumber(redis.call('HGET', KEYS[1], 'world') or '0') or 0) == 0 then\n"
+    "  redis.call('HSET', KEYS[1], 'world', ARGV[2]) end\n"
     "local s = tonumber(redis.call('HGET', KEYS[2], 'step') or '-1') or -1\n"
     "if tonumber(ARGV[3]) >= 0 and s < tonumber(ARGV[3]) then\n"
     "  redis.call('HSET', KEYS[2], 'step', ARGV[3], 'gen', ARGV[1]) end\n"

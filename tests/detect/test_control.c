@@ -212,6 +212,18 @@ static void test_reseed_after_data_loss(void **state)
     assert_int_equal(world, 4);
     assert_int_equal(ftc_ctl_committed(c, &step, &gen), 0);
     assert_int_equal(step, 10);
+    /* a rendezvous that put the generation back (world unknown: 0) gets its
+     * world from an agent of that generation, and only from one */
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, NULL, "FLUSHALL", NULL), 0);
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, NULL, "HSET", "ftc:{job4}:gen", "gen",
+                                    "6", "world", "0", NULL), 0);
+    assert_int_equal(ftc_ctl_reseed(c, 5, 4, -1), 0);
+    assert_int_equal(ftc_ctl_generation(c, &gen, &world), 0);
+    assert_true(gen == 6 && world == 0);
+    assert_int_equal(ftc_ctl_reseed(c, 6, 3, -1), 0);
+    assert_int_equal(ftc_ctl_reseed(c, 6, 5, -1), 0); /* set once: no second opinion */
+    assert_int_equal(ftc_ctl_generation(c, &gen, &world), 0);
+    assert_true(gen == 6 && world == 3);
     ftc_ctl_destroy(c);
 }
 
