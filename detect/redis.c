@@ -117,10 +117,19 @@ int ftc_redis_url_parse(const char *url, ftc_redis_url_t *out, ftc_err_t *err)
             FILE *f = fopen(file, "r");
             if (!f)
                 return ftc_err_errno(err, errno, "FTC_REDIS_PASSWORD_FILE %s", file);
-            size_t n = fread(out->password, 1, sizeof out->password - 1, f);
+            /* one byte more than fits: a longer password is an error, not cut */
+            char buf[sizeof out->password + 1];
+            size_t n = fread(buf, 1, sizeof buf - 1, f);
             fclose(f);
-            out->password[n] = '\0';
-            out->password[strcspn(out->password, "\r\n")] = '\0';
+            buf[n] = '\0';
+            buf[strcspn(buf, "\r\n")] = '\0';
+            if (strlen(buf) >= sizeof out->password)
+                return ftc_err_set(err, FTC_ECONFIG,
+                                   "FTC_REDIS_PASSWORD_FILE %s: the password is longer than %zu "
+                                   "bytes",
+                                   file, sizeof out->password - 1);
+            memcpy(out->password, buf, strlen(buf) + 1);
+            memset(buf, 0, sizeof buf);
         }
     }
     return 0;
