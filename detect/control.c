@@ -564,6 +564,12 @@ int ftc_ctl_report_job(ftc_ctl_t *c, const char *id, const ftc_ctl_event_t *e, b
     return ftc__report(c, reports, "0", id, e, first);
 }
 
+int ftc_ctl_event_once(ftc_ctl_t *c, const char *id, const ftc_ctl_event_t *e, bool *first)
+{
+    KEY(ids, "published");
+    return ftc__report(c, ids, "3600000", id, e, first);
+}
+
 /* ---- commit records --------------------------------------------------------------- */
 
 int ftc_ctl_commit_report(ftc_ctl_t *c, uint64_t gen, int64_t step, uint32_t rank,

@@ -40,6 +40,7 @@ typedef struct ftc__ev {
     int64_t step;
     uint64_t t_fault_ms, t_detect_ms;
     bool publish;   /* false: local only (e.g. a generation seen) */
+    bool plain;     /* id made up for publication (ftc_ctl_event_once), not a failure id */
 } ftc__ev_t;
 
 typedef struct ftc__evq {
@@ -96,6 +97,7 @@ struct ftc_detector {
     int hcap;                /* power of two */
     uint64_t next_overdue;   /* leader: next poll of the deadline set (ns) */
     uint64_t warn_ns;        /* last warning about an error reply (rate limit) */
+    uint64_t ev_seq;         /* plain events queued for publication (their ids), under mu */
     ftc_detector_stats_t st; /* under mu */
 };
 
@@ -387,6 +389,13 @@ static void *ftc__local_main(void *arg)
         ftc__ev_t e;
         while (ftc__pop(&d->local, &e)) {
             d->st.events++;
+            if (e.publish && !e.id[0]) {
+                /* an id of its own, so that a retry after a lost reply does
+                 * not add it twice (ftc__publish re-queues what failed) */
+                snprintf(e.id, sizeof e.id, "ev:%s:%" PRIu64 ":%" PRIu64, d->node, d->joined_ms,
+                         ++d->ev_seq);
+                e.plain = true;
+            }
             if (e.publish)
                 ftc__push(&d->pub, &e);
             if (d->o.on_event) {
@@ -898,9 +907,10 @@ static void ftc__publish(ftc_detector_t *d)
                               e.t_detect_ms};
         /* node_lost ids name the incarnation: once per job, not per generation
          * (an agent already in the next generation may see the loss too) */
-        int rc = !e.id[0]                          ? ftc_ctl_event(d->ctl, &ce)
+        int rc = !e.id[0]                       ? ftc_ctl_event(d->ctl, &ce)
+                 : e.plain                      ? ftc_ctl_event_once(d->ctl, e.id, &ce, NULL)
                  : !strcmp(e.kind, "node_lost") ? ftc_ctl_report_job(d->ctl, e.id, &ce, NULL)
-                                                   : ftc_ctl_report(d->ctl, e.id, &ce, NULL);
+                                                : ftc_ctl_report(d->ctl, e.id, &ce, NULL);
         if (rc && ftc_redis_is_up(ftc_ctl_redis(d->ctl))) {
             /* refused (an error reply): retrying cannot help and would hold
              * back every later event */

@@ -17,7 +17,12 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdatomic.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 
 /* ---- event collection -------------------------------------------------------------- */
@@ -611,6 +616,152 @@ static void test_long_expired_key_not_cut_to_a_node(void **state)
     ftc_ctl_destroy(c);
 }
 
+/* ---- a TCP proxy that loses one reply ------------------------------------------------ */
+
+/* Forwards connections to Redis. Armed, it lets the next request holding
+ * "XADD" through, waits for Redis's reply (the command ran) and closes that
+ * client connection instead of forwarding it: a reply lost after the command
+ * executed, as when a link drops or Redis is paused right after reading. */
+typedef struct proxy {
+    int lfd, port, up_port;
+    atomic_int stop, armed, swallowed;
+    pthread_t tid;
+} proxy_t;
+
+static void *proxy_main(void *arg)
+{
+    proxy_t *p = arg;
+    enum { NP = 16 };
+    int cfd[NP], sfd[NP];
+    bool drop[NP];
+    for (int i = 0; i < NP; i++)
+        cfd[i] = sfd[i] = -1, drop[i] = false;
+    char buf[65536];
+    while (!atomic_load(&p->stop)) {
+        struct pollfd pf[1 + 2 * NP];
+        int who[1 + 2 * NP];
+        int n = 0;
+        pf[n] = (struct pollfd){p->lfd, POLLIN, 0};
+        who[n++] = -1;
+        for (int i = 0; i < NP; i++)
+            if (cfd[i] >= 0) {
+                pf[n] = (struct pollfd){cfd[i], POLLIN, 0};
+                who[n++] = i;
+                pf[n] = (struct pollfd){sfd[i], POLLIN, 0};
+                who[n++] = NP + i;
+            }
+        if (poll(pf, (nfds_t)n, 20) <= 0)
+            continue;
+        for (int k = 0; k < n; k++) {
+            if (!(pf[k].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            if (who[k] < 0) {
+                int c = accept(p->lfd, NULL, NULL);
+                if (c < 0)
+                    continue;
+                int sv = socket(AF_INET, SOCK_STREAM, 0);
+                struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)p->up_port)};
+                a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+                int i = 0;
+                while (i < NP && cfd[i] >= 0)
+                    i++;
+                if (i == NP || connect(sv, (struct sockaddr *)&a, sizeof a) != 0) {
+                    close(c);
+                    close(sv);
+                    continue;
+                }
+                cfd[i] = c, sfd[i] = sv, drop[i] = false;
+                continue;
+            }
+            int i = who[k] % NP;
+            bool from_client = who[k] < NP;
+            if (cfd[i] < 0)
+                continue;
+            ssize_t r = read(from_client ? cfd[i] : sfd[i], buf, sizeof buf);
+            bool gone = r <= 0;
+            if (!gone && from_client) {
+                if (atomic_load(&p->armed) && memmem(buf, (size_t)r, "XADD", 4)) {
+                    atomic_store(&p->armed, 0);
+                    drop[i] = true;
+                }
+                gone = write(sfd[i], buf, (size_t)r) != r;
+            } else if (!gone && drop[i]) {
+                atomic_store(&p->swallowed, 1); /* the reply came: the XADD ran */
+                gone = true;
+            } else if (!gone) {
+                gone = write(cfd[i], buf, (size_t)r) != r;
+            }
+            if (gone) {
+                close(cfd[i]);
+                close(sfd[i]);
+                cfd[i] = sfd[i] = -1;
+            }
+        }
+    }
+    for (int i = 0; i < NP; i++)
+        if (cfd[i] >= 0) {
+            close(cfd[i]);
+            close(sfd[i]);
+        }
+    return NULL;
+}
+
+static void proxy_start(proxy_t *p, int up_port)
+{
+    memset(p, 0, sizeof *p);
+    p->up_port = up_port;
+    p->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(p->lfd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(p->lfd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(p->lfd, 16), 0);
+    socklen_t al = sizeof a;
+    assert_int_equal(getsockname(p->lfd, (struct sockaddr *)&a, &al), 0);
+    p->port = ntohs(a.sin_port);
+    assert_int_equal(pthread_create(&p->tid, NULL, proxy_main, p), 0);
+}
+
+static void proxy_stop(proxy_t *p)
+{
+    atomic_store(&p->stop, 1);
+    pthread_join(p->tid, NULL);
+    close(p->lfd);
+}
+
+/* A plain event (here the `leader` event) whose XADD ran but whose reply was
+ * lost is in the stream once: the detector publishes it again after the
+ * reconnect, so the publication must be idempotent. */
+static void test_event_once_after_lost_reply(void **state)
+{
+    redis_fixture_t *f = *state;
+    proxy_t px;
+    proxy_start(&px, ftc_redis_server_url(f->srv)->port);
+    atomic_store(&px.armed, 1);
+    ftc_redis_url_t u = *ftc_redis_server_url(f->srv);
+    u.port = px.port;
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    o.job = "je";
+    o.node = "B";
+    o.hang_min_ms = 100000;
+    ftc_err_t err = {0};
+    ftc_detector_t *b = ftc_detector_start(&u, &o, &err);
+    if (!b)
+        fail_msg("detector: %s", err.msg);
+    ftc_deadline_t d = ftc_deadline_in_ms(10000);
+    ftc_detector_stats_t ds;
+    do {
+        ftc_sleep_ms(20);
+        ftc_detector_stats(b, &ds);
+    } while (!(atomic_load(&px.swallowed) && ds.published >= 1) && !ftc_deadline_expired(d));
+    print_message("reply swallowed %d, gaps %" PRIu64 ", published %" PRIu64 "\n",
+                  atomic_load(&px.swallowed), ds.gaps, ds.published);
+    assert_true(atomic_load(&px.swallowed));
+    ftc_detector_stop(b, true);
+    proxy_stop(&px);
+    assert_int_equal(stream_count(f, "je", "leader", "B"), 1);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
 
 int main(void)
@@ -625,6 +776,7 @@ int main(void)
         T(test_straggler_warning),               T(test_bad_redis_at_start),
         T(test_data_loss_without_outage_reseeded), T(test_wrong_type_key_is_not_an_outage),
         T(test_node_lost_once_across_generations), T(test_long_expired_key_not_cut_to_a_node),
+        T(test_event_once_after_lost_reply),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
