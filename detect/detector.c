@@ -849,6 +849,10 @@ static void ftc__lease_tick(ftc_detector_t *d)
     bool held = false;
     uint64_t ep = epoch;
     int rc;
+    /* the lease runs from when Redis ran the script, which is after this
+     * moment and maybe long before its reply arrived: count from here, else a
+     * late reply stretches the local lease past the one in Redis */
+    uint64_t sent_ns = ftc_now_ns();
     if (leader)
         rc = ftc_ctl_lease_renew(d->ctl, d->holder, epoch, d->o.lease_ttl_ms, &held);
     else if (d->o.campaign)
@@ -862,7 +866,7 @@ static void ftc__lease_tick(ftc_detector_t *d)
     }
     pthread_mutex_lock(&d->mu);
     if (held) {
-        d->lease_ok_ns = ftc_now_ns();
+        d->lease_ok_ns = sent_ns;
         if (!d->st.leader) {
             d->st.leader = true;
             d->st.epoch = ep;

@@ -26,9 +26,10 @@
  *    re-registers, reseeds what Redis lost and reports the gap as an event.
  *
  * The leader holds the lease only while it renews it in time: a leader whose
- * last successful renewal is older than the lease TTL (it was paused, or
- * Redis was unreachable) stops calling itself leader before doing anything
- * else, and its epoch is fenced in Redis anyway.
+ * last successful renewal is older than 0.9 x the lease TTL (it was paused,
+ * or Redis was unreachable), counted from when the renewal was sent, stops
+ * calling itself leader before doing anything else, and its epoch is fenced
+ * in Redis anyway.
  *
  * Thread-safety: all functions may be called from any thread.
  */

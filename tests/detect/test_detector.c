@@ -625,6 +625,11 @@ static void test_long_expired_key_not_cut_to_a_node(void **state)
 typedef struct proxy {
     int lfd, port, up_port;
     atomic_int stop, armed, swallowed;
+    /* hold_renew armed: the reply to the next lease renewal (EVALSHA on the
+     * leader key alone) is held hold_ms, then forwarded, and from then on
+     * nothing passes (a link gone dark): held = 1 */
+    atomic_int hold_renew, held, dark;
+    int hold_ms;
     pthread_t tid;
 } proxy_t;
 
@@ -633,9 +638,9 @@ static void *proxy_main(void *arg)
     proxy_t *p = arg;
     enum { NP = 16 };
     int cfd[NP], sfd[NP];
-    bool drop[NP];
+    bool drop[NP], hold[NP];
     for (int i = 0; i < NP; i++)
-        cfd[i] = sfd[i] = -1, drop[i] = false;
+        cfd[i] = sfd[i] = -1, drop[i] = hold[i] = false;
     char buf[65536];
     while (!atomic_load(&p->stop)) {
         struct pollfd pf[1 + 2 * NP];
@@ -670,7 +675,7 @@ static void *proxy_main(void *arg)
                     close(sv);
                     continue;
                 }
-                cfd[i] = c, sfd[i] = sv, drop[i] = false;
+                cfd[i] = c, sfd[i] = sv, drop[i] = hold[i] = false;
                 continue;
             }
             int i = who[k] % NP;
@@ -679,7 +684,20 @@ static void *proxy_main(void *arg)
                 continue;
             ssize_t r = read(from_client ? cfd[i] : sfd[i], buf, sizeof buf);
             bool gone = r <= 0;
-            if (!gone && from_client) {
+            if (!gone && atomic_load(&p->dark))
+                continue; /* nothing passes, nothing is closed */
+            if (!gone && from_client && atomic_load(&p->hold_renew) &&
+                memmem(buf, (size_t)r, "EVALSHA", 7) && memmem(buf, (size_t)r, ":leader\r\n", 9) &&
+                !memmem(buf, (size_t)r, "leader:epoch", 12)) {
+                atomic_store(&p->hold_renew, 0);
+                hold[i] = true;
+            }
+            if (!gone && !from_client && hold[i]) {
+                ftc_sleep_ms((uint64_t)p->hold_ms); /* the renewal ran; its answer is late */
+                gone = write(cfd[i], buf, (size_t)r) != r;
+                atomic_store(&p->dark, 1);
+                atomic_store(&p->held, 1);
+            } else if (!gone && from_client) {
                 if (atomic_load(&p->armed) && memmem(buf, (size_t)r, "XADD", 4)) {
                     atomic_store(&p->armed, 0);
                     drop[i] = true;
@@ -762,6 +780,58 @@ static void test_event_once_after_lost_reply(void **state)
     assert_int_equal(stream_count(f, "je", "leader", "B"), 1);
 }
 
+/* The local lease runs from when a renewal was sent, not from when its reply
+ * came: a reply that arrives late (here 450 ms, under the 500 ms command
+ * timeout) must not let the detector call itself leader after the lease
+ * expired in Redis (where the renewal ran before the delay). */
+static void test_late_renewal_reply_does_not_extend_lease(void **state)
+{
+    redis_fixture_t *f = *state;
+    proxy_t px;
+    proxy_start(&px, ftc_redis_server_url(f->srv)->port);
+    px.hold_ms = 450;
+    ftc_redis_url_t u = *ftc_redis_server_url(f->srv);
+    u.port = px.port;
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    o.job = "jy";
+    o.node = "B";
+    o.hang_min_ms = 100000;
+    ftc_err_t err = {0};
+    ftc_detector_t *b = ftc_detector_start(&u, &o, &err);
+    if (!b)
+        fail_msg("detector: %s", err.msg);
+    ftc_deadline_t d = ftc_deadline_in_ms(10000);
+    while (!ftc_detector_is_leader(b) && !ftc_deadline_expired(d))
+        ftc_sleep_ms(10);
+    assert_true(ftc_detector_is_leader(b));
+    ftc_sleep_ms(1200); /* renewals every 500 ms: the renew script is loaded (no NOSCRIPT) */
+    atomic_store(&px.hold_renew, 1);
+    while (!atomic_load(&px.held) && !ftc_deadline_expired(d))
+        ftc_sleep_ms(5);
+    assert_true(atomic_load(&px.held));
+    /* straight to Redis: wait for the lease key to expire there */
+    ftc_ctl_t *c = redis_fixture_ctl(f, "jy");
+    char key[128];
+    ftc_ctl_key(c, "leader", key, sizeof key);
+    bool gone = false;
+    d = ftc_deadline_in_ms(10000);
+    while (!gone && !ftc_deadline_expired(d)) {
+        ftc_redis_reply_t *rep = NULL;
+        assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, &rep, "EXISTS", key, NULL), 0);
+        gone = rep->integer == 0;
+        ftc_redis_reply_free(rep);
+        if (!gone)
+            ftc_sleep_ms(2);
+    }
+    bool still = ftc_detector_is_leader(b);
+    assert_true(gone);
+    print_message("lease key expired in redis; detector still leader: %d\n", still);
+    assert_false(still);
+    ftc_ctl_destroy(c);
+    ftc_detector_stop(b, true);
+    proxy_stop(&px);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
 
 int main(void)
@@ -776,7 +846,7 @@ int main(void)
         T(test_straggler_warning),               T(test_bad_redis_at_start),
         T(test_data_loss_without_outage_reseeded), T(test_wrong_type_key_is_not_an_outage),
         T(test_node_lost_once_across_generations), T(test_long_expired_key_not_cut_to_a_node),
-        T(test_event_once_after_lost_reply),
+        T(test_event_once_after_lost_reply), T(test_late_renewal_reply_does_not_extend_lease),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
