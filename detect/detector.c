@@ -98,6 +98,7 @@ struct ftc_detector {
     uint64_t next_overdue;   /* leader: next poll of the deadline set (ns) */
     uint64_t warn_ns;        /* last warning about an error reply (rate limit) */
     uint64_t ev_seq;         /* plain events queued for publication (their ids), under mu */
+    uint64_t quiet_until_ns; /* no node-loss reports before (just back from an outage) */
     ftc_detector_stats_t st; /* under mu */
 };
 
@@ -477,6 +478,11 @@ static void ftc__came_up(ftc_detector_t *d)
     if (!d->down)
         return;
     d->down = false;
+    /* The outage was ours, maybe everyone's (Redis away): a missing heartbeat
+     * is no evidence yet. Give the others a heartbeat TTL plus a reconnect
+     * backoff (at most 1 s) to come back before reporting any of them lost;
+     * a node still missing then is found by the next scan or deadline poll. */
+    d->quiet_until_ns = ftc_now_ns() + ((uint64_t)d->o.ttl_ms + 1000u) * 1000000ull;
     uint64_t now = ftc_wall_ms();
     ftc__join(d);
     ftc_ctl_reseed(d->ctl, d->st.generation, d->world, d->committed);
@@ -553,6 +559,8 @@ static void ftc__node_lost(ftc_detector_t *d, const char *name, const char *how)
 {
     if (!strcmp(name, d->node))
         return; /* our own key expired: we were paused; others report us */
+    if (ftc_now_ns() < d->quiet_until_ns)
+        return; /* just back from our own outage: not yet (ftc__came_up) */
     ftc__node_t *n = ftc__node_get(d, name);
     if (!n || n->lost)
         return;
@@ -815,6 +823,8 @@ out:
 static int ftc__poll_overdue(ftc_detector_t *d)
 {
     enum { MAX = 256 }; /* candidates per poll; the rest come at the next one */
+    if (ftc_now_ns() < d->quiet_until_ns)
+        return 0; /* just back from our own outage: the deadlines stay for later */
     char(*names)[FTC_CTL_NODE_MAX + 1] = calloc(MAX, sizeof *names);
     if (!names)
         return FTC_ENOMEM;

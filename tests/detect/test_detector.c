@@ -832,6 +832,64 @@ static void test_late_renewal_reply_does_not_extend_lease(void **state)
     proxy_stop(&px);
 }
 
+/* The leader's own outage is no evidence against the others: while it was
+ * cut off (here its link went dark for 1.5 s, longer than the heartbeat TTL)
+ * B was paused too, as every agent is when Redis itself is away, and B's
+ * heartbeat expired. Back, the leader must give the others a heartbeat TTL
+ * to come back before it reports them lost. */
+static void test_no_loss_reported_right_after_own_outage(void **state)
+{
+    redis_fixture_t *f = *state;
+    static seen_t s;
+    memset(&s, 0, sizeof s);
+    pthread_mutex_init(&s.mu, NULL);
+    agent_t b;
+    spawn_agent(f, &b, "jo", "B", "--no-campaign", NULL);
+    proxy_t px;
+    proxy_start(&px, ftc_redis_server_url(f->srv)->port);
+    ftc_redis_url_t u = *ftc_redis_server_url(f->srv);
+    u.port = px.port;
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    o.job = "jo";
+    o.node = "A";
+    o.hang_min_ms = 100000;
+    o.on_event = on_event;
+    o.arg = &s;
+    ftc_err_t err = {0};
+    ftc_detector_t *a = ftc_detector_start(&u, &o, &err);
+    if (!a)
+        fail_msg("detector: %s", err.msg);
+    ftc_deadline_t d = ftc_deadline_in_ms(10000);
+    while (!ftc_detector_is_leader(a) && !ftc_deadline_expired(d))
+        ftc_sleep_ms(10);
+    assert_true(ftc_detector_is_leader(a));
+    ftc_sleep_ms(700); /* A has scanned B */
+    atomic_store(&px.dark, 1);
+    kill(b.pid, SIGSTOP);
+    ftc_sleep_ms(1500); /* B's heartbeat (TTL 1000 ms) expires in Redis */
+    ftc_detector_stats_t ds;
+    ftc_detector_stats(a, &ds);
+    uint64_t gaps0 = ds.gaps;
+    atomic_store(&px.dark, 0);
+    d = ftc_deadline_in_ms(10000);
+    do {
+        ftc_sleep_ms(2);
+        ftc_detector_stats(a, &ds);
+    } while (ds.gaps == gaps0 && !ftc_deadline_expired(d));
+    kill(b.pid, SIGCONT); /* back as soon as A is: B was only cut off like A */
+    assert_true(ds.gaps > gaps0);
+    ftc_sleep_ms(2500); /* more than the grace: scans and polls found B alive */
+    int lost = seen_count(&s, "node_lost", "B", NULL);
+    print_message("node_lost of B after A's outage: %d\n", lost);
+    assert_int_equal(lost, 0);
+    /* the grace ends: a node that really dies is reported as usual */
+    kill_agent(&b, SIGKILL);
+    assert_true(wait_seen(&s, "node_lost", "B", 5000));
+    ftc_detector_stop(a, true);
+    proxy_stop(&px);
+    assert_int_equal(stream_count(f, "jo", "node_lost", "B"), 1);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
 
 int main(void)
@@ -847,6 +905,7 @@ int main(void)
         T(test_data_loss_without_outage_reseeded), T(test_wrong_type_key_is_not_an_outage),
         T(test_node_lost_once_across_generations), T(test_long_expired_key_not_cut_to_a_node),
         T(test_event_once_after_lost_reply), T(test_late_renewal_reply_does_not_extend_lease),
+        T(test_no_loss_reported_right_after_own_outage),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
