@@ -68,21 +68,26 @@ static const char ftc__lua_gen_bump[] =
     "'t_detect_ms', ARGV[6])\n"
     "return g\n";
 
-/* KEYS: gen, commit. ARGV: gen, world, step. Never moves a value backwards. */
+/* KEYS: gen, commit. ARGV: gen, world, step. Never moves a value backwards. A
+ * generation put back by a rendezvous (rdzv_join after Redis lost its data)
+ * has world 0 (unknown): an agent of that generation fills it in. */
 static const char ftc__lua_reseed[] =
     "local g = tonumber(redis.call('HGET', KEYS[1], 'gen') or '0') or 0\n"
-    "if g < tonumber(ARGV[1]) then redis.call('HSET', KEYS[1], 'gen', ARGV[1], 'world', ARGV[2]) "
-    "end\n"
+    "if g < tonumber(ARGV[1]) then redis.call('HSET', KEYS[1], 'gen', ARGV[1], 'world', ARGV[2])\n"
+    "elseif g == tonumber(ARGV[1]) and tonumber(ARGV[2]) > 0 and "
+    "(tonumber(redis.call('HGET', KEYS[1], 'world') or '0') or 0) == 0 then\n"
+    "  redis.call('HSET', KEYS[1], 'world', ARGV[2]) end\n"
     "local s = tonumber(redis.call('HGET', KEYS[2], 'step') or '-1') or -1\n"
     "if tonumber(ARGV[3]) >= 0 and s < tonumber(ARGV[3]) then\n"
     "  redis.call('HSET', KEYS[2], 'step', ARGV[3], 'gen', ARGV[1]) end\n"
     "return 1\n";
 
-/* KEYS: reports-of-gen, events. ARGV: id, now_ms, cap, then field/value pairs. */
+/* KEYS: dedupe hash, events. ARGV: id, now_ms, cap, ttl_ms (0 = keep), then field/value
+ * pairs. */
 static const char ftc__lua_report[] =
     "if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end\n"
-    "redis.call('PEXPIRE', KEYS[1], 86400000)\n"
-    "redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', unpack(ARGV, 4))\n"
+    "if ARGV[4] ~= '0' then redis.call('PEXPIRE', KEYS[1], ARGV[4]) end\n"
+    "redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', unpack(ARGV, 5))\n"
     "return 1\n";
 
 /* KEYS: gen, reports(gen,step), commit, events. ARGV: gen, step, rank, checksum, now_ms, cap.
@@ -182,6 +187,8 @@ static int ftc__rc(ftc_ctl_t *c, int rc)
         rc = FTC_EPROTO;
     else if (strstr(msg, "FTC_RANGE"))
         rc = FTC_ERANGE;
+    else if (strstr(msg, "WRONGTYPE"))
+        rc = FTC_EPROTO; /* a key of the job holds another type: garbage, not an outage */
     return ftc_err_set(&c->err, rc, "%s", msg);
 }
 
@@ -276,14 +283,33 @@ int ftc_ctl_heartbeat_parse(const char *s, size_t len, ftc_ctl_heartbeat_t *hb, 
         return ftc_err_set(err, FTC_EPROTO, "heartbeat value of %zu bytes is too long", len);
     memcpy(buf, s, len);
     buf[len] = '\0';
-    unsigned long long g, st, w;
-    long long step;
-    int used = 0;
-    if (sscanf(buf, "%llu %lld %llu %llu%n", &g, &step, &st, &w, &used) != 4 ||
-        (size_t)used != len || step < -1)
+    /* strtoull, not sscanf %llu: that takes "-1" as 2^64-1 and clamps values
+     * out of range silently (a foreign value became a huge step time) */
+    unsigned long long v[4] = {0};
+    long long step = 0;
+    const char *p = buf;
+    bool ok = true;
+    for (int i = 0; i < 4 && ok; i++) {
+        char *end;
+        if (i > 0 && *p++ != ' ')
+            ok = false;
+        else if (i == 1 ? !(isdigit((unsigned char)*p) || *p == '-') : !isdigit((unsigned char)*p))
+            ok = false;
+        else {
+            errno = 0;
+            if (i == 1)
+                step = strtoll(p, &end, 10);
+            else
+                v[i] = strtoull(p, &end, 10);
+            ok = errno == 0 && end != p;
+            p = end;
+        }
+    }
+    if (!ok || *p || step < -1)
         return ftc_err_set(err, FTC_EPROTO,
                            "heartbeat value '%.40s' is not \"gen step step_time_us wall_ms\"",
                            buf);
+    unsigned long long g = v[0], st = v[2], w = v[3];
     hb->generation = g;
     hb->step = step;
     hb->step_time_us = st;
@@ -502,19 +528,20 @@ int ftc_ctl_event(ftc_ctl_t *c, const ftc_ctl_event_t *e)
     return rc ? ftc__rc(c, rc) : 0;
 }
 
-int ftc_ctl_report(ftc_ctl_t *c, const char *id, const ftc_ctl_event_t *e, bool *first)
+/* The exactly-once report into dedupe hash `reports` (ttl_ms 0: no expiry). */
+static int ftc__report(ftc_ctl_t *c, const char *reports, const char *ttl_ms, const char *id,
+                       const ftc_ctl_event_t *e, bool *first)
 {
-    KEY(reports, "failures:%" PRIu64, e->generation);
     KEY(events, "events");
     const char *keys[] = {reports, events};
     char num[5][24], now[24], cap[16];
-    const char *args[3 + 16];
+    const char *args[4 + 16];
     snprintf(now, sizeof now, "%" PRIu64, ftc_wall_ms());
     snprintf(cap, sizeof cap, "%d", FTC_CTL_EVENTS_CAP);
-    args[0] = id, args[1] = now, args[2] = cap;
-    ftc__event_fields(e, args + 3, num);
+    args[0] = id, args[1] = now, args[2] = cap, args[3] = ttl_ms;
+    ftc__event_fields(e, args + 4, num);
     ftc_redis_reply_t *rep;
-    int rc = ftc_redis_eval(c->r, &c->s_report, 2, keys, 19, args, &rep);
+    int rc = ftc_redis_eval(c->r, &c->s_report, 2, keys, 20, args, &rep);
     if (rc)
         return ftc__rc(c, rc);
     long long v;
@@ -523,6 +550,24 @@ int ftc_ctl_report(ftc_ctl_t *c, const char *id, const ftc_ctl_event_t *e, bool 
     if (!rc && first)
         *first = v == 1;
     return rc;
+}
+
+int ftc_ctl_report(ftc_ctl_t *c, const char *id, const ftc_ctl_event_t *e, bool *first)
+{
+    KEY(reports, "failures:%" PRIu64, e->generation);
+    return ftc__report(c, reports, "86400000", id, e, first);
+}
+
+int ftc_ctl_report_job(ftc_ctl_t *c, const char *id, const ftc_ctl_event_t *e, bool *first)
+{
+    KEY(reports, "failures:job");
+    return ftc__report(c, reports, "0", id, e, first);
+}
+
+int ftc_ctl_event_once(ftc_ctl_t *c, const char *id, const ftc_ctl_event_t *e, bool *first)
+{
+    KEY(ids, "published");
+    return ftc__report(c, ids, "3600000", id, e, first);
 }
 
 /* ---- commit records --------------------------------------------------------------- */

@@ -114,11 +114,23 @@ typedef struct ftc_ctl_event {
     uint64_t t_detect_ms; /* when it was detected */
 } ftc_ctl_event_t;
 
-/* XADD to ftc:{job}:events, trimmed to about FTC_CTL_EVENTS_CAP. */
+/* XADD to ftc:{job}:events, trimmed to about FTC_CTL_EVENTS_CAP. Not
+ * idempotent: after a lost reply the event may or may not be there; a caller
+ * that retries uses ftc_ctl_event_once. */
 int ftc_ctl_event(ftc_ctl_t *c, const ftc_ctl_event_t *e);
+/* The same, at most once per id (unique to the caller, e.g. node, incarnation
+ * and a counter), remembered for an hour in the hash ftc:{job}:published: a
+ * retry after a lost reply (the XADD ran, the answer did not arrive) adds
+ * nothing. *first (may be NULL) tells whether this call added it. */
+int ftc_ctl_event_once(ftc_ctl_t *c, const char *id, const ftc_ctl_event_t *e, bool *first);
 /* Reports a failure exactly once per id within a generation: the first
  * reporter's call adds the event (*first = true), later ones do nothing. */
 int ftc_ctl_report(ftc_ctl_t *c, const char *id, const ftc_ctl_event_t *e, bool *first);
+/* The same, once per id for the whole job (hash ftc:{job}:failures:job, no
+ * expiry), for ids unique across generations: node_lost names the node's
+ * incarnation, and an agent of a later generation that scans the members
+ * finds a node lost earlier missing too (its record stays). */
+int ftc_ctl_report_job(ftc_ctl_t *c, const char *id, const ftc_ctl_event_t *e, bool *first);
 
 /* The job's 16-byte secret (HMAC key of the wire protocol), shared through
  * Redis: the first caller stores a random one (SET NX), every caller reads

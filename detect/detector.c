@@ -40,6 +40,7 @@ typedef struct ftc__ev {
     int64_t step;
     uint64_t t_fault_ms, t_detect_ms;
     bool publish;   /* false: local only (e.g. a generation seen) */
+    bool plain;     /* id made up for publication (ftc_ctl_event_once), not a failure id */
 } ftc__ev_t;
 
 typedef struct ftc__evq {
@@ -95,6 +96,9 @@ struct ftc_detector {
     int *hidx;               /* open-addressing index name -> nodes[i] + 1 (0 = empty) */
     int hcap;                /* power of two */
     uint64_t next_overdue;   /* leader: next poll of the deadline set (ns) */
+    uint64_t warn_ns;        /* last warning about an error reply (rate limit) */
+    uint64_t ev_seq;         /* plain events queued for publication (their ids), under mu */
+    uint64_t quiet_until_ns; /* no node-loss reports before (just back from an outage) */
     ftc_detector_stats_t st; /* under mu */
 };
 
@@ -386,6 +390,13 @@ static void *ftc__local_main(void *arg)
         ftc__ev_t e;
         while (ftc__pop(&d->local, &e)) {
             d->st.events++;
+            if (e.publish && !e.id[0]) {
+                /* an id of its own, so that a retry after a lost reply does
+                 * not add it twice (ftc__publish re-queues what failed) */
+                snprintf(e.id, sizeof e.id, "ev:%s:%" PRIu64 ":%" PRIu64, d->node, d->joined_ms,
+                         ++d->ev_seq);
+                e.plain = true;
+            }
             if (e.publish)
                 ftc__push(&d->pub, &e);
             if (d->o.on_event) {
@@ -441,6 +452,24 @@ static void ftc__went_down(ftc_detector_t *d)
     ftc__set_up(d, false);
 }
 
+/* Called after any failed Redis call: an outage only when the connection
+ * failed. An error reply (a key of the job holding another type, say) says
+ * Redis is there: it is logged, at most every 10 s, and detection goes on —
+ * calling it an outage would log a redis_gap event at every heartbeat. */
+static void ftc__failed(ftc_detector_t *d)
+{
+    if (!ftc_redis_is_up(ftc_ctl_redis(d->ctl))) {
+        ftc__went_down(d);
+        return;
+    }
+    uint64_t now = ftc_now_ns();
+    if (!d->warn_ns || now - d->warn_ns > 10000000000ull) {
+        d->warn_ns = now;
+        FTC_WARN("detect", "%s: redis refused a command: %s (fix or delete that key)", d->node,
+                 ftc_ctl_errstr(d->ctl));
+    }
+}
+
 /* Called after a Redis success: ends an outage by re-registering and
  * putting back what a restarted Redis may have lost. */
 static void ftc__came_up(ftc_detector_t *d)
@@ -449,6 +478,11 @@ static void ftc__came_up(ftc_detector_t *d)
     if (!d->down)
         return;
     d->down = false;
+    /* The outage was ours, maybe everyone's (Redis away): a missing heartbeat
+     * is no evidence yet. Give the others a heartbeat TTL plus a reconnect
+     * backoff (at most 1 s) to come back before reporting any of them lost;
+     * a node still missing then is found by the next scan or deadline poll. */
+    d->quiet_until_ns = ftc_now_ns() + ((uint64_t)d->o.ttl_ms + 1000u) * 1000000ull;
     uint64_t now = ftc_wall_ms();
     ftc__join(d);
     ftc_ctl_reseed(d->ctl, d->st.generation, d->world, d->committed);
@@ -525,6 +559,8 @@ static void ftc__node_lost(ftc_detector_t *d, const char *name, const char *how)
 {
     if (!strcmp(name, d->node))
         return; /* our own key expired: we were paused; others report us */
+    if (ftc_now_ns() < d->quiet_until_ns)
+        return; /* just back from our own outage: not yet (ftc__came_up) */
     ftc__node_t *n = ftc__node_get(d, name);
     if (!n || n->lost)
         return;
@@ -600,6 +636,8 @@ static void ftc__read_pushes(ftc_detector_t *d, ftc_deadline_t until)
             rep->element[0]->type == REDIS_REPLY_STRING &&
             !strcmp(rep->element[0]->str, "message") &&
             rep->element[2]->type == REDIS_REPLY_STRING && rep->element[2]->len > pl &&
+            rep->element[2]->len - pl <= FTC_CTL_NODE_MAX && /* longer: no agent's key; cut, it
+                                                                could name a live node */
             !strncmp(rep->element[2]->str, prefix, pl)) {
             char name[FTC_CTL_NODE_MAX + 1];
             snprintf(name, sizeof name, "%.*s", (int)(rep->element[2]->len - pl),
@@ -624,8 +662,15 @@ static int ftc__scan(ftc_detector_t *d)
     ftc_ctl_key(d->ctl, "members", members, sizeof members);
     uint64_t gen;
     uint32_t world;
+    /* Redis lost its data (a restart without persistence, FLUSHALL) while no
+     * command of ours failed, so ftc__came_up never ran: the generation or the
+     * committed step is gone though we know one. Put them back, else every
+     * commit_report of this generation is refused. */
+    bool lost = false;
     int rc = ftc_ctl_generation(d->ctl, &gen, &world);
-    if (rc == 0) {
+    if (rc == 0 && gen == 0 && d->st.generation > 0) {
+        lost = true; /* keep d->world: it is what reseed puts back */
+    } else if (rc == 0) {
         pthread_mutex_lock(&d->mu);
         if (gen != d->st.generation && gen > 0) {
             d->st.generation = gen;
@@ -635,14 +680,18 @@ static int ftc__scan(ftc_detector_t *d)
         pthread_mutex_unlock(&d->mu);
         d->world = world;
     } else if (rc == FTC_EPROTO) {
-        FTC_WARN("detect", "%s", ftc_ctl_errstr(d->ctl));
+        ftc__failed(d); /* garbage in the key: logged (rate-limited); the scan goes on */
     } else {
         return rc;
     }
     int64_t cstep;
     uint64_t cgen;
-    if (ftc_ctl_committed(d->ctl, &cstep, &cgen) == 0 && cstep > d->committed)
-        d->committed = cstep;
+    if (ftc_ctl_committed(d->ctl, &cstep, &cgen) == 0) {
+        if (cstep > d->committed)
+            d->committed = cstep;
+        else if (cstep < 0 && d->committed >= 0)
+            lost = true;
+    }
     ftc_redis_reply_t *rep = NULL;
     rc = ftc_redis_cmdv(r, true, &rep, "HGETALL", members, NULL);
     if (rc)
@@ -696,6 +745,13 @@ static int ftc__scan(ftc_detector_t *d)
     }
     if (!self_listed) /* Redis lost our record (restart without persistence) */
         ftc__join(d);
+    if (lost || !self_listed) {
+        FTC_WARN("detect",
+                 "%s: redis lost the job's state without an outage (restart or flush): putting "
+                 "back generation %" PRIu64 " (world %u) and committed step %" PRId64,
+                 d->node, d->st.generation, d->world, d->committed);
+        ftc_ctl_reseed(d->ctl, d->st.generation, d->world, d->committed);
+    }
     if (nk > 0) {
         ftc_redis_reply_t *hbs = NULL;
         rc = ftc_redis_cmd(r, true, &hbs, nk + 1, argv, NULL);
@@ -767,6 +823,8 @@ out:
 static int ftc__poll_overdue(ftc_detector_t *d)
 {
     enum { MAX = 256 }; /* candidates per poll; the rest come at the next one */
+    if (ftc_now_ns() < d->quiet_until_ns)
+        return 0; /* just back from our own outage: the deadlines stay for later */
     char(*names)[FTC_CTL_NODE_MAX + 1] = calloc(MAX, sizeof *names);
     if (!names)
         return FTC_ENOMEM;
@@ -801,6 +859,10 @@ static void ftc__lease_tick(ftc_detector_t *d)
     bool held = false;
     uint64_t ep = epoch;
     int rc;
+    /* the lease runs from when Redis ran the script, which is after this
+     * moment and maybe long before its reply arrived: count from here, else a
+     * late reply stretches the local lease past the one in Redis */
+    uint64_t sent_ns = ftc_now_ns();
     if (leader)
         rc = ftc_ctl_lease_renew(d->ctl, d->holder, epoch, d->o.lease_ttl_ms, &held);
     else if (d->o.campaign)
@@ -814,7 +876,7 @@ static void ftc__lease_tick(ftc_detector_t *d)
     }
     pthread_mutex_lock(&d->mu);
     if (held) {
-        d->lease_ok_ns = ftc_now_ns();
+        d->lease_ok_ns = sent_ns;
         if (!d->st.leader) {
             d->st.leader = true;
             d->st.epoch = ep;
@@ -857,7 +919,21 @@ static void ftc__publish(ftc_detector_t *d)
             return;
         ftc_ctl_event_t ce = {e.kind, e.node, e.rank, e.gen, e.step, e.detail, e.t_fault_ms,
                               e.t_detect_ms};
-        int rc = e.id[0] ? ftc_ctl_report(d->ctl, e.id, &ce, NULL) : ftc_ctl_event(d->ctl, &ce);
+        /* node_lost ids name the incarnation: once per job, not per generation
+         * (an agent already in the next generation may see the loss too) */
+        int rc = !e.id[0]                       ? ftc_ctl_event(d->ctl, &ce)
+                 : e.plain                      ? ftc_ctl_event_once(d->ctl, e.id, &ce, NULL)
+                 : !strcmp(e.kind, "node_lost") ? ftc_ctl_report_job(d->ctl, e.id, &ce, NULL)
+                                                : ftc_ctl_report(d->ctl, e.id, &ce, NULL);
+        if (rc && ftc_redis_is_up(ftc_ctl_redis(d->ctl))) {
+            /* refused (an error reply): retrying cannot help and would hold
+             * back every later event */
+            ftc__failed(d);
+            pthread_mutex_lock(&d->mu);
+            d->pub.dropped++;
+            pthread_mutex_unlock(&d->mu);
+            continue;
+        }
         if (rc) {
             pthread_mutex_lock(&d->mu); /* put it back for later */
             ftc__evq_t *q = &d->pub;
@@ -898,11 +974,15 @@ static void *ftc__redis_main(void *arg)
                 }
             ftc_ctl_heartbeat_t hb = {d->st.generation, step, st, ftc_wall_ms()};
             pthread_mutex_unlock(&d->mu);
-            if (ftc_ctl_heartbeat(d->ctl, d->node, &hb, d->o.ttl_ms) == 0) {
+            int hrc = ftc_ctl_heartbeat(d->ctl, d->node, &hb, d->o.ttl_ms);
+            if (hrc == 0) {
                 ftc__came_up(d);
                 pthread_mutex_lock(&d->mu);
                 d->st.heartbeats++;
                 pthread_mutex_unlock(&d->mu);
+            } else if (ftc_redis_is_up(ftc_ctl_redis(d->ctl))) {
+                ftc__came_up(d); /* Redis answered, with an error */
+                ftc__failed(d);
             } else {
                 ftc__went_down(d);
             }
@@ -915,13 +995,13 @@ static void *ftc__redis_main(void *arg)
         if (!d->down && leader && now >= d->next_overdue) {
             d->next_overdue = now + (uint64_t)d->o.deadline_poll_ms * 1000000ull;
             if (ftc__poll_overdue(d) != 0)
-                ftc__went_down(d);
+                ftc__failed(d);
         }
         if (!d->down && now >= next_scan) {
             uint64_t period = (uint64_t)d->o.scan_ms * (leader ? 1u : (uint64_t)d->o.follower_scan_factor);
             next_scan = now + period * 1000000ull;
             if (ftc__scan(d) != 0)
-                ftc__went_down(d);
+                ftc__failed(d);
         }
         if (!d->down)
             ftc__publish(d);

@@ -23,12 +23,15 @@
  *    queued events. Each failure becomes exactly one event in the stream
  *    (ftc_ctl_report dedupes by id across all agents). When Redis goes away
  *    the detector keeps running, queues what it finds, and when Redis is back
- *    re-registers, reseeds what Redis lost and reports the gap as an event.
+ *    re-registers, reseeds what Redis lost and reports the gap as an event;
+ *    for ttl_ms + 1 s after that it reports no node lost (the others may have
+ *    been cut off too and need a heartbeat to come back).
  *
  * The leader holds the lease only while it renews it in time: a leader whose
- * last successful renewal is older than the lease TTL (it was paused, or
- * Redis was unreachable) stops calling itself leader before doing anything
- * else, and its epoch is fenced in Redis anyway.
+ * last successful renewal is older than 0.9 x the lease TTL (it was paused,
+ * or Redis was unreachable), counted from when the renewal was sent, stops
+ * calling itself leader before doing anything else, and its epoch is fenced
+ * in Redis anyway.
  *
  * Thread-safety: all functions may be called from any thread.
  */

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 struct ftc_redis {
     ftc_redis_url_t url;    /* where to (re)connect */
@@ -116,10 +117,19 @@ int ftc_redis_url_parse(const char *url, ftc_redis_url_t *out, ftc_err_t *err)
             FILE *f = fopen(file, "r");
             if (!f)
                 return ftc_err_errno(err, errno, "FTC_REDIS_PASSWORD_FILE %s", file);
-            size_t n = fread(out->password, 1, sizeof out->password - 1, f);
+            /* one byte more than fits: a longer password is an error, not cut */
+            char buf[sizeof out->password + 1];
+            size_t n = fread(buf, 1, sizeof buf - 1, f);
             fclose(f);
-            out->password[n] = '\0';
-            out->password[strcspn(out->password, "\r\n")] = '\0';
+            buf[n] = '\0';
+            buf[strcspn(buf, "\r\n")] = '\0';
+            if (strlen(buf) >= sizeof out->password)
+                return ftc_err_set(err, FTC_ECONFIG,
+                                   "FTC_REDIS_PASSWORD_FILE %s: the password is longer than %zu "
+                                   "bytes",
+                                   file, sizeof out->password - 1);
+            memcpy(out->password, buf, strlen(buf) + 1);
+            memset(buf, 0, sizeof buf);
         }
     }
     return 0;
@@ -331,7 +341,13 @@ int ftc_redis_cmd(ftc_redis_t *r, bool idempotent, ftc_redis_reply_t **reply, in
         r->up = true;
         if (rep->type == REDIS_REPLY_ERROR) {
             int code = strncmp(rep->str, "NOAUTH", 6) == 0 ? FTC_EAUTH : FTC_EREDIS;
-            ftc_err_set(&r->err, code, "%s: redis error: %.300s", cmdname, rep->str);
+            if (strstr(rep->str, "WRONGTYPE") && argc > 1 && strncasecmp(cmdname, "EVAL", 4))
+                /* a key holding another type: say which one (scripts: ftc_redis_eval) */
+                ftc_err_set(&r->err, code, "%s %.*s: redis error: %.300s", cmdname,
+                            (int)(lens ? (lens[1] < 200 ? lens[1] : 200) : 200), argv[1],
+                            rep->str);
+            else
+                ftc_err_set(&r->err, code, "%s: redis error: %.300s", cmdname, rep->str);
             if (reply && strncmp(rep->str, "NOSCRIPT", 8) == 0) {
                 *reply = rep; /* the script caller needs to see it */
                 return code;
@@ -570,6 +586,16 @@ int ftc_redis_eval(ftc_redis_t *r, const ftc_redis_script_t *s, int nkeys, const
     }
     if (rc) {
         ftc_redis_reply_free(rep);
+        if (strstr(ftc_err_str(&r->err), "WRONGTYPE") && nkeys > 0) {
+            /* the server does not say which key: name the candidates */
+            char ks[400];
+            size_t at = 0;
+            ks[0] = '\0';
+            for (int i = 0; i < nkeys && at < sizeof ks; i++)
+                at += (size_t)snprintf(ks + at, sizeof ks - at, "%s%s", i ? ", " : "", keys[i]);
+            return ftc_err_wrap(&r->err, "script %s (one of its keys holds another type: %s)",
+                                s->name, ks);
+        }
         return ftc_err_wrap(&r->err, "script %s", s->name);
     }
     if (reply)

@@ -1593,11 +1593,16 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
             ftc_err_set(err, FTC_ECANCELED, "ftc run: stopped by a signal");
             break;
         }
-        if (how == FTC__FAILED) {
+        if (how == FTC__FAILED || how == FTC__NEW_ROUND) {
+            /* NEW_ROUND: usually already open (then a no-op) or the generation
+             * moved on (FTC_ESTALE); but a Redis that lost its data reads as
+             * generation 0 with its round open, and the request puts s->gen
+             * back and opens the round after it, which this node then joins */
             bool opened = false;
             ftc_err_t e2 = {0};
-            ftc_rdzv_request(ftc_ctl_redis(s->ctl), o->job, s->gen, s->fail_reason, &opened,
-                             &e2);
+            ftc_rdzv_request(ftc_ctl_redis(s->ctl), o->job, s->gen,
+                             how == FTC__FAILED ? s->fail_reason : "a new round was opened",
+                             &opened, &e2);
         }
         if (++s->failures > o->max_restarts) {
             ftc_err_set(err, FTC_EAGAIN,

@@ -15,7 +15,8 @@
 #include <string.h>
 
 /* KEYS: gen, rdzv, reg, alive, out, roster, events.
- * ARGV: node, after, min, max (0 = none), settle_ms, ttl_ms, events cap, mode (join|leave).
+ * ARGV: node, after, min, max (0 = none), settle_ms, ttl_ms, events cap, mode (join|leave),
+ * was_open (1 = the caller's last poll found the round open).
  * Returns {0, registered, open, settled_ms} while waiting (or after a leave),
  * {2, gen, members, spares, prev} once the round after `after` closed (in either mode: a
  * leave that comes too late learns the round it is in). */
@@ -27,6 +28,18 @@ static const char lua_join[] =
     "if g == nil then return redis.error_reply('FTC_CORRUPT ' .. KEYS[1] .. ' field gen holds \"' "
     ".. string.sub(raw, 1, 40) .. '\"') end\n"
     "local after, node = tonumber(ARGV[2]), ARGV[1]\n"
+    /* Redis lost the job's state (restart without persistence, FLUSHALL): the
+     * caller was in generation `after`, so it exists; put it back (never
+     * lowers), and the round's open flag when the caller saw it open */
+    "if g < after and ARGV[8] ~= 'leave' then\n"
+    "  redis.call('HSET', KEYS[1], 'gen', after, 'world', 0, 'at_ms', now, 'by', 'reseed')\n"
+    "  local r0 = redis.call('HGET', KEYS[2], 'round')\n"
+    "  if ARGV[9] == '1' and tonumber(r0 or '-1') ~= after then\n"
+    "    redis.call('HSET', KEYS[2], 'round', after, 'open', 1, 'opened_ms', now, 'last_ms', 0, "
+    "'seq', 0, 'reason', 'reopened: redis lost its data')\n"
+    "  end\n"
+    "  g = after\n"
+    "end\n"
     "if g ~= after then\n"
     "  local o = redis.call('HMGET', KEYS[5], 'gen', 'members', 'spares', 'prev')\n"
     "  if o[1] and o[2] then return {2, tonumber(o[1]) or -1, o[2], o[3] or '', "
@@ -106,7 +119,8 @@ static const char lua_join[] =
     ".. #spa .. ' spares' .. why, 't_fault_ms', '0', 't_detect_ms', now)\n"
     "return {2, g2, ms, ss, prev}\n";
 
-/* KEYS: gen, rdzv, events. ARGV: seen, reason, events cap. Returns 1 = opened, 0 = already. */
+/* KEYS: gen, rdzv, events. ARGV: seen, reason, events cap. Returns 1 = opened, 0 = already.
+ * A generation below seen is Redis having lost its data: seen is put back. */
 static const char lua_request[] =
     "local t = redis.call('TIME')\n"
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
@@ -114,6 +128,10 @@ static const char lua_request[] =
     "local g = tonumber(raw or '0')\n"
     "if g == nil then return redis.error_reply('FTC_CORRUPT ' .. KEYS[1] .. ' field gen holds \"' "
     ".. string.sub(raw, 1, 40) .. '\"') end\n"
+    "if g < tonumber(ARGV[1]) then\n"
+    "  g = tonumber(ARGV[1])\n"
+    "  redis.call('HSET', KEYS[1], 'gen', g, 'world', 0, 'at_ms', now, 'by', 'reseed')\n"
+    "end\n"
     "if g ~= tonumber(ARGV[1]) then return redis.error_reply('FTC_STALE generation is ' .. g .. "
     "', not ' .. ARGV[1]) end\n"
     "if g == 0 then return 0 end\n"
@@ -201,6 +219,8 @@ static int script_rc(ftc_redis_t *r, int rc, const char *what, ftc_err_t *err)
         rc = FTC_EPROTO;
     else if (strstr(msg, "FTC_CONFLICT"))
         rc = FTC_EEXIST;
+    else if (strstr(msg, "WRONGTYPE"))
+        rc = FTC_EPROTO; /* a key of the round holds another type: waiting does not help */
     return ftc_err_set(err, rc, "%s: %s", what, msg);
 }
 
@@ -351,14 +371,14 @@ static void describe_live(ftc_redis_t *r, const join_keys_t *k, char *buf, size_
  * already closed with this node in it, else non-zero (withdrawn, or Redis
  * away: the entry then expires by itself). */
 static int withdraw(ftc_redis_t *r, const ftc_redis_script_t *s, const join_keys_t *k,
-                    const char *const *args8, uint64_t after, ftc_rdzv_round_t *out)
+                    const char *const *args9, uint64_t after, ftc_rdzv_round_t *out)
 {
     const char *keys[] = {k->gen, k->rdzv, k->reg, k->alive, k->out, k->roster, k->events};
-    const char *args[8];
-    memcpy(args, args8, sizeof args);
+    const char *args[9];
+    memcpy(args, args9, sizeof args);
     args[7] = "leave";
     ftc_redis_reply_t *rep = NULL;
-    if (ftc_redis_eval(r, s, 7, keys, 8, args, &rep))
+    if (ftc_redis_eval(r, s, 7, keys, 9, args, &rep))
         return FTC_EREDIS;
     ftc_redis_reply_t **el;
     size_t cnt;
@@ -367,7 +387,7 @@ static int withdraw(ftc_redis_t *r, const ftc_redis_script_t *s, const join_keys
     int rc = ftc_redis_want_array(rep, "rendezvous leave", -1, &el, &cnt, &e);
     if (!rc && cnt >= 1)
         rc = ftc_redis_want_int(el[0], "rendezvous leave state", &state, &e);
-    rc = !rc && state == 2 ? parse_round(el, cnt, args8[0], after, out, &e) : FTC_ENOENT;
+    rc = !rc && state == 2 ? parse_round(el, cnt, args9[0], after, out, &e) : FTC_ENOENT;
     ftc_redis_reply_free(rep);
     return rc;
 }
@@ -410,7 +430,9 @@ int ftc_rdzv_join(ftc_redis_t *r, const ftc_rdzv_options_t *o, uint64_t after_ge
     snprintf(a_max, sizeof a_max, "%d", o->max_nodes);
     snprintf(a_settle, sizeof a_settle, "%d", settle);
     snprintf(a_ttl, sizeof a_ttl, "%d", ttl);
-    const char *args[] = {o->node_id, a_after, a_min, a_max, a_settle, a_ttl, EVENTS_CAP, "join"};
+    char a_open[2] = "0"; /* "1" once a poll found the round open (a reseed reopens it) */
+    const char *args[] = {o->node_id, a_after, a_min, a_max, a_settle, a_ttl, EVENTS_CAP, "join",
+                          a_open};
     ftc_redis_script_t s;
     ftc_redis_script_init(&s, "rdzv_join", lua_join);
 
@@ -436,7 +458,8 @@ int ftc_rdzv_join(ftc_redis_t *r, const ftc_rdzv_options_t *o, uint64_t after_ge
                                who);
         }
         ftc_redis_reply_t *rep = NULL;
-        rc = ftc_redis_eval(r, &s, 7, keys, 8, args, &rep);
+        a_open[0] = open ? '1' : '0';
+        rc = ftc_redis_eval(r, &s, 7, keys, 9, args, &rep);
         if (rc) {
             rc = script_rc(r, rc, "rendezvous", err);
             if (rc == FTC_ESTALE || rc == FTC_EPROTO || rc == FTC_EAUTH)

@@ -7,6 +7,8 @@
  */
 #include "redis_fixture.h"
 
+#include <inttypes.h>
+
 #include "detect/status.h"
 
 #include <pthread.h>
@@ -210,6 +212,18 @@ static void test_reseed_after_data_loss(void **state)
     assert_int_equal(world, 4);
     assert_int_equal(ftc_ctl_committed(c, &step, &gen), 0);
     assert_int_equal(step, 10);
+    /* a rendezvous that put the generation back (world unknown: 0) gets its
+     * world from an agent of that generation, and only from one */
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, NULL, "FLUSHALL", NULL), 0);
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, NULL, "HSET", "ftc:{job4}:gen", "gen",
+                                    "6", "world", "0", NULL), 0);
+    assert_int_equal(ftc_ctl_reseed(c, 5, 4, -1), 0);
+    assert_int_equal(ftc_ctl_generation(c, &gen, &world), 0);
+    assert_true(gen == 6 && world == 0);
+    assert_int_equal(ftc_ctl_reseed(c, 6, 3, -1), 0);
+    assert_int_equal(ftc_ctl_reseed(c, 6, 5, -1), 0); /* set once: no second opinion */
+    assert_int_equal(ftc_ctl_generation(c, &gen, &world), 0);
+    assert_true(gen == 6 && world == 3);
     ftc_ctl_destroy(c);
 }
 
@@ -234,8 +248,9 @@ static void test_garbage_in_every_key_kind(void **state)
     /* generation key of the wrong type */
     assert_int_equal(ftc_redis_cmdv(r, true, NULL, "DEL", k, NULL), 0);
     assert_int_equal(ftc_redis_cmdv(r, true, NULL, "SET", k, "x", NULL), 0);
-    assert_int_equal(ftc_ctl_generation(c, &gen, &world), FTC_EREDIS);
+    assert_int_equal(ftc_ctl_generation(c, &gen, &world), FTC_EPROTO);
     assert_non_null(strstr(ftc_ctl_errstr(c), "WRONGTYPE"));
+    assert_non_null(strstr(ftc_ctl_errstr(c), "ftc:{job5}:gen"));
     /* leader key holding garbage */
     assert_int_equal(ftc_redis_cmdv(r, true, NULL, "SET", ftc_ctl_key(c, "leader", k, sizeof k),
                                     "garbage", NULL), 0);
@@ -254,9 +269,20 @@ static void test_garbage_in_every_key_kind(void **state)
     ftc_err_t err = {0};
     assert_int_equal(ftc_ctl_heartbeat_parse("1 2 3 4", 7, &hb, &err), 0);
     assert_int_equal(hb.step, 2);
-    const char *bad[] = {"", "1 2 3", "a b c d", "1 2 3 4 5", "1 -5 3 4"};
+    const char *bad[] = {"", "1 2 3", "a b c d", "1 2 3 4 5", "1 -5 3 4",
+                         /* negative unsigned fields wrapped around (sscanf %llu) */
+                         "-1 2 3 4", "1 2 -3 4", "1 2 3 -4",
+                         /* out of range: clamped silently */
+                         "18446744073709551616 2 3 4", "1 9223372036854775808 3 4",
+                         "1 2 3 99999999999999999999"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-        assert_int_equal(ftc_ctl_heartbeat_parse(bad[i], strlen(bad[i]), &hb, &err), FTC_EPROTO);
+        if (ftc_ctl_heartbeat_parse(bad[i], strlen(bad[i]), &hb, &err) != FTC_EPROTO)
+            fail_msg("heartbeat '%s' parsed: gen %" PRIu64 " step %" PRId64 " step_time %" PRIu64
+                     " wall %" PRIu64, bad[i], hb.generation, hb.step, hb.step_time_us,
+                     hb.wall_ms);
+    assert_int_equal(ftc_ctl_heartbeat_parse("18446744073709551615 -1 0 9223372036854775807",
+                                             46, &hb, &err), 0);
+    assert_true(hb.generation == UINT64_MAX && hb.step == -1);
     /* bad ids are refused before they reach Redis */
     ftc_ctl_member_t m = {.node = "bad node"};
     assert_int_equal(ftc_ctl_join(c, &m), FTC_EINVAL);

@@ -13,10 +13,16 @@
 #include "detect/detector.h"
 
 #include <hiredis/hiredis.h>
+#include <inttypes.h>
 
 #include <pthread.h>
 #include <signal.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdatomic.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 
 /* ---- event collection -------------------------------------------------------------- */
@@ -446,16 +452,460 @@ static void test_bad_redis_at_start(void **state)
     assert_int_equal(err.code, FTC_EINVAL);
 }
 
+/* Redis loses its data without any command failing (FLUSHALL here; a restart
+ * between two heartbeats looks the same: the next command reconnects inside
+ * its deadline). The agent must put back the generation and the committed
+ * step, else every commit_report is refused ("no generation is set"). */
+static void test_data_loss_without_outage_reseeded(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_ctl_t *c = redis_fixture_ctl(f, "jd");
+    ftc_redis_t *r = ftc_ctl_redis(c);
+    char gk[128], ck[128];
+    ftc_ctl_key(c, "gen", gk, sizeof gk);
+    ftc_ctl_key(c, "commit", ck, sizeof ck);
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", ck, "step", "10", "gen", "3", NULL), 0);
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", gk, "gen", "3", "world", "2", NULL), 0);
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    o.scan_ms = 100;
+    o.hang_min_ms = 100000;
+    ftc_detector_t *b = start_detector(f, "jd", "B", true, NULL, &o);
+    ftc_detector_stats_t ds;
+    ftc_deadline_t d = ftc_deadline_in_ms(5000);
+    do {
+        ftc_sleep_ms(20);
+        ftc_detector_stats(b, &ds);
+    } while (!(ds.generation == 3 && ds.leader) && !ftc_deadline_expired(d));
+    assert_int_equal(ds.generation, 3);
+    ftc_sleep_ms(300); /* a few more scans: the committed step is read too */
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "FLUSHALL", NULL), 0);
+    uint64_t gen = 0;
+    uint32_t world = 0;
+    int64_t step = -1;
+    uint64_t cgen = 0;
+    d = ftc_deadline_in_ms(5000);
+    while (!ftc_deadline_expired(d)) {
+        assert_int_equal(ftc_ctl_generation(c, &gen, &world), 0);
+        assert_int_equal(ftc_ctl_committed(c, &step, &cgen), 0);
+        if (gen == 3 && step == 10)
+            break;
+        ftc_sleep_ms(20);
+    }
+    print_message("after FLUSHALL: gen %" PRIu64 " world %u committed %" PRId64 "\n", gen, world,
+                  step);
+    assert_int_equal(gen, 3);
+    assert_int_equal(world, 2);
+    assert_int_equal(step, 10);
+    /* and a commit of the generation is accepted again */
+    int64_t committed = -1;
+    bool now = false;
+    assert_int_equal(ftc_ctl_commit_report(c, 3, 11, 0, 1, &committed, &now), 0);
+    ftc_detector_stop(b, true);
+    ftc_ctl_destroy(c);
+}
+
+/* A key of the job holding another type (a foreign or corrupt value) is an
+ * error naming it, not an outage: the detector keeps detecting, and does not
+ * log a redis_gap for every heartbeat. */
+static void test_wrong_type_key_is_not_an_outage(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_ctl_t *c = redis_fixture_ctl(f, "jw");
+    ftc_redis_t *r = ftc_ctl_redis(c);
+    char gk[128];
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "SET", ftc_ctl_key(c, "gen", gk, sizeof gk),
+                                    "not-a-hash", NULL), 0);
+    uint64_t gen;
+    uint32_t world;
+    int grc = ftc_ctl_generation(c, &gen, &world);
+    char gmsg[FTC_ERR_MSG_MAX];
+    snprintf(gmsg, sizeof gmsg, "%s", ftc_ctl_errstr(c));
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    o.scan_ms = 50;
+    o.heartbeat_ms = 50;
+    o.hang_min_ms = 100000;
+    ftc_detector_t *b = start_detector(f, "jw", "B", true, NULL, &o);
+    ftc_detector_stats_t ds;
+    ftc_deadline_t d = ftc_deadline_in_ms(10000);
+    do {
+        ftc_sleep_ms(20);
+        ftc_detector_stats(b, &ds);
+    } while (ds.heartbeats < 20 && !ftc_deadline_expired(d));
+    print_message("%" PRIu64 " heartbeats, %" PRIu64 " gaps\n", ds.heartbeats, ds.gaps);
+    assert_true(ds.heartbeats >= 20);
+    assert_int_equal(ds.gaps, 0);
+    ftc_detector_stop(b, true);
+    assert_int_equal(stream_count(f, "jw", "redis_gap", NULL), 0);
+    /* the error names the key and the reason, and is FTC_EPROTO (garbage), not FTC_EREDIS */
+    print_message("%s\n", gmsg);
+    assert_non_null(strstr(gmsg, "WRONGTYPE"));
+    assert_non_null(strstr(gmsg, gk));
+    assert_int_equal(grc, FTC_EPROTO);
+    ftc_ctl_destroy(c);
+}
+
+/* A node lost in one generation is one event in the stream, even when an
+ * agent that first sees it missing is already in the next generation (a
+ * replacement's agent scans the members: the lost node's record is never
+ * removed). The id names the incarnation, so the dedupe is job-wide. */
+static void test_node_lost_once_across_generations(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_ctl_t *c = redis_fixture_ctl(f, "jg");
+    ftc_redis_t *r = ftc_ctl_redis(c);
+    char gk[128], mk[128];
+    ftc_ctl_key(c, "gen", gk, sizeof gk);
+    ftc_ctl_key(c, "members", mk, sizeof mk);
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", gk, "gen", "5", "world", "2", NULL), 0);
+    /* X joined once and died: its record stays, its heartbeat is gone */
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", mk, "X", "hx - 4242 1700000000000",
+                                    NULL), 0);
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    o.scan_ms = 100;
+    o.hang_min_ms = 100000;
+    static seen_t sa, sb;
+    memset(&sa, 0, sizeof sa);
+    memset(&sb, 0, sizeof sb);
+    pthread_mutex_init(&sa.mu, NULL);
+    pthread_mutex_init(&sb.mu, NULL);
+    ftc_detector_t *a = start_detector(f, "jg", "A", true, &sa, &o);
+    assert_true(wait_seen(&sa, "node_lost", "X", 5000));
+    ftc_detector_stop(a, true);
+    assert_int_equal(stream_count(f, "jg", "node_lost", "X"), 1);
+    /* the job moves on; a new agent (generation 6) scans the members */
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", gk, "gen", "6", NULL), 0);
+    ftc_detector_t *b = start_detector(f, "jg", "B", true, &sb, &o);
+    assert_true(wait_seen(&sb, "node_lost", "X", 5000));
+    ftc_detector_stop(b, true); /* publishes what it queued */
+    assert_int_equal(stream_count(f, "jg", "node_lost", "X"), 1);
+    ftc_ctl_destroy(c);
+}
+
+/* An expiry notification for a key whose name is longer than any node id
+ * (ftc:{J}:hb: + 65 characters: not an agent's) must not be cut down to the
+ * live node whose id is its first 64 characters and reported as lost. */
+static void test_long_expired_key_not_cut_to_a_node(void **state)
+{
+    redis_fixture_t *f = *state;
+    char nid[FTC_CTL_NODE_MAX + 1];
+    memset(nid, 'n', FTC_CTL_NODE_MAX);
+    nid[FTC_CTL_NODE_MAX] = '\0';
+    static seen_t s;
+    memset(&s, 0, sizeof s);
+    pthread_mutex_init(&s.mu, NULL);
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    o.hang_min_ms = 100000;
+    ftc_detector_t *live = start_detector(f, "jt", nid, false, NULL, &o);
+    ftc_detector_t *b = start_detector(f, "jt", "B", true, &s, &o);
+    ftc_sleep_ms(500); /* B subscribed to expiry notifications */
+    ftc_ctl_t *c = redis_fixture_ctl(f, "jt");
+    char suffix[FTC_CTL_NODE_MAX + 8], key[256];
+    snprintf(suffix, sizeof suffix, "hb:%sX", nid);
+    ftc_ctl_key(c, suffix, key, sizeof key);
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, NULL, "SET", key, "1 0 0 0", "PX",
+                                    "20", NULL), 0);
+    ftc_sleep_ms(300);
+    /* a short foreign key expires after it: its notification comes later */
+    ftc_ctl_key(c, "hb:ghost", key, sizeof key);
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, NULL, "SET", key, "1 0 0 0", "PX",
+                                    "20", NULL), 0);
+    assert_true(wait_seen(&s, "node_lost", "ghost", 5000));
+    assert_int_equal(seen_count(&s, "node_lost", nid, NULL), 0);
+    ftc_detector_stop(b, true);
+    ftc_detector_stop(live, true);
+    ftc_ctl_destroy(c);
+}
+
+/* ---- a TCP proxy that loses one reply ------------------------------------------------ */
+
+/* Forwards connections to Redis. Armed, it lets the next request holding
+ * "XADD" through, waits for Redis's reply (the command ran) and closes that
+ * client connection instead of forwarding it: a reply lost after the command
+ * executed, as when a link drops or Redis is paused right after reading. */
+typedef struct proxy {
+    int lfd, port, up_port;
+    atomic_int stop, armed, swallowed;
+    /* hold_renew armed: the reply to the next lease renewal (EVALSHA on the
+     * leader key alone) is held hold_ms, then forwarded, and from then on
+     * nothing passes (a link gone dark): held = 1 */
+    atomic_int hold_renew, held, dark;
+    int hold_ms;
+    pthread_t tid;
+} proxy_t;
+
+static void *proxy_main(void *arg)
+{
+    proxy_t *p = arg;
+    enum { NP = 16 };
+    int cfd[NP], sfd[NP];
+    bool drop[NP], hold[NP];
+    for (int i = 0; i < NP; i++)
+        cfd[i] = sfd[i] = -1, drop[i] = hold[i] = false;
+    char buf[65536];
+    while (!atomic_load(&p->stop)) {
+        struct pollfd pf[1 + 2 * NP];
+        int who[1 + 2 * NP];
+        int n = 0;
+        pf[n] = (struct pollfd){p->lfd, POLLIN, 0};
+        who[n++] = -1;
+        for (int i = 0; i < NP; i++)
+            if (cfd[i] >= 0) {
+                pf[n] = (struct pollfd){cfd[i], POLLIN, 0};
+                who[n++] = i;
+                pf[n] = (struct pollfd){sfd[i], POLLIN, 0};
+                who[n++] = NP + i;
+            }
+        if (poll(pf, (nfds_t)n, 20) <= 0)
+            continue;
+        for (int k = 0; k < n; k++) {
+            if (!(pf[k].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            if (who[k] < 0) {
+                int c = accept(p->lfd, NULL, NULL);
+                if (c < 0)
+                    continue;
+                int sv = socket(AF_INET, SOCK_STREAM, 0);
+                struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)p->up_port)};
+                a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+                int i = 0;
+                while (i < NP && cfd[i] >= 0)
+                    i++;
+                if (i == NP || connect(sv, (struct sockaddr *)&a, sizeof a) != 0) {
+                    close(c);
+                    close(sv);
+                    continue;
+                }
+                cfd[i] = c, sfd[i] = sv, drop[i] = hold[i] = false;
+                continue;
+            }
+            int i = who[k] % NP;
+            bool from_client = who[k] < NP;
+            if (cfd[i] < 0)
+                continue;
+            ssize_t r = read(from_client ? cfd[i] : sfd[i], buf, sizeof buf);
+            bool gone = r <= 0;
+            if (!gone && atomic_load(&p->dark))
+                continue; /* nothing passes, nothing is closed */
+            if (!gone && from_client && atomic_load(&p->hold_renew) &&
+                memmem(buf, (size_t)r, "EVALSHA", 7) && memmem(buf, (size_t)r, ":leader\r\n", 9) &&
+                !memmem(buf, (size_t)r, "leader:epoch", 12)) {
+                atomic_store(&p->hold_renew, 0);
+                hold[i] = true;
+            }
+            if (!gone && !from_client && hold[i]) {
+                ftc_sleep_ms((uint64_t)p->hold_ms); /* the renewal ran; its answer is late */
+                gone = write(cfd[i], buf, (size_t)r) != r;
+                atomic_store(&p->dark, 1);
+                atomic_store(&p->held, 1);
+            } else if (!gone && from_client) {
+                if (atomic_load(&p->armed) && memmem(buf, (size_t)r, "XADD", 4)) {
+                    atomic_store(&p->armed, 0);
+                    drop[i] = true;
+                }
+                gone = write(sfd[i], buf, (size_t)r) != r;
+            } else if (!gone && drop[i]) {
+                atomic_store(&p->swallowed, 1); /* the reply came: the XADD ran */
+                gone = true;
+            } else if (!gone) {
+                gone = write(cfd[i], buf, (size_t)r) != r;
+            }
+            if (gone) {
+                close(cfd[i]);
+                close(sfd[i]);
+                cfd[i] = sfd[i] = -1;
+            }
+        }
+    }
+    for (int i = 0; i < NP; i++)
+        if (cfd[i] >= 0) {
+            close(cfd[i]);
+            close(sfd[i]);
+        }
+    return NULL;
+}
+
+static void proxy_start(proxy_t *p, int up_port)
+{
+    memset(p, 0, sizeof *p);
+    p->up_port = up_port;
+    p->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(p->lfd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(p->lfd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(p->lfd, 16), 0);
+    socklen_t al = sizeof a;
+    assert_int_equal(getsockname(p->lfd, (struct sockaddr *)&a, &al), 0);
+    p->port = ntohs(a.sin_port);
+    assert_int_equal(pthread_create(&p->tid, NULL, proxy_main, p), 0);
+}
+
+static void proxy_stop(proxy_t *p)
+{
+    atomic_store(&p->stop, 1);
+    pthread_join(p->tid, NULL);
+    close(p->lfd);
+}
+
+/* A plain event (here the `leader` event) whose XADD ran but whose reply was
+ * lost is in the stream once: the detector publishes it again after the
+ * reconnect, so the publication must be idempotent. */
+static void test_event_once_after_lost_reply(void **state)
+{
+    redis_fixture_t *f = *state;
+    proxy_t px;
+    proxy_start(&px, ftc_redis_server_url(f->srv)->port);
+    atomic_store(&px.armed, 1);
+    ftc_redis_url_t u = *ftc_redis_server_url(f->srv);
+    u.port = px.port;
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    o.job = "je";
+    o.node = "B";
+    o.hang_min_ms = 100000;
+    ftc_err_t err = {0};
+    ftc_detector_t *b = ftc_detector_start(&u, &o, &err);
+    if (!b)
+        fail_msg("detector: %s", err.msg);
+    ftc_deadline_t d = ftc_deadline_in_ms(10000);
+    ftc_detector_stats_t ds;
+    do {
+        ftc_sleep_ms(20);
+        ftc_detector_stats(b, &ds);
+    } while (!(atomic_load(&px.swallowed) && ds.published >= 1) && !ftc_deadline_expired(d));
+    print_message("reply swallowed %d, gaps %" PRIu64 ", published %" PRIu64 "\n",
+                  atomic_load(&px.swallowed), ds.gaps, ds.published);
+    assert_true(atomic_load(&px.swallowed));
+    ftc_detector_stop(b, true);
+    proxy_stop(&px);
+    assert_int_equal(stream_count(f, "je", "leader", "B"), 1);
+}
+
+/* The local lease runs from when a renewal was sent, not from when its reply
+ * came: a reply that arrives late (here 450 ms, under the 500 ms command
+ * timeout) must not let the detector call itself leader after the lease
+ * expired in Redis (where the renewal ran before the delay). */
+static void test_late_renewal_reply_does_not_extend_lease(void **state)
+{
+    redis_fixture_t *f = *state;
+    proxy_t px;
+    proxy_start(&px, ftc_redis_server_url(f->srv)->port);
+    px.hold_ms = 450;
+    ftc_redis_url_t u = *ftc_redis_server_url(f->srv);
+    u.port = px.port;
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    o.job = "jy";
+    o.node = "B";
+    o.hang_min_ms = 100000;
+    ftc_err_t err = {0};
+    ftc_detector_t *b = ftc_detector_start(&u, &o, &err);
+    if (!b)
+        fail_msg("detector: %s", err.msg);
+    ftc_deadline_t d = ftc_deadline_in_ms(10000);
+    while (!ftc_detector_is_leader(b) && !ftc_deadline_expired(d))
+        ftc_sleep_ms(10);
+    assert_true(ftc_detector_is_leader(b));
+    ftc_sleep_ms(1200); /* renewals every 500 ms: the renew script is loaded (no NOSCRIPT) */
+    atomic_store(&px.hold_renew, 1);
+    while (!atomic_load(&px.held) && !ftc_deadline_expired(d))
+        ftc_sleep_ms(5);
+    assert_true(atomic_load(&px.held));
+    /* straight to Redis: wait for the lease key to expire there */
+    ftc_ctl_t *c = redis_fixture_ctl(f, "jy");
+    char key[128];
+    ftc_ctl_key(c, "leader", key, sizeof key);
+    bool gone = false;
+    d = ftc_deadline_in_ms(10000);
+    while (!gone && !ftc_deadline_expired(d)) {
+        ftc_redis_reply_t *rep = NULL;
+        assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, &rep, "EXISTS", key, NULL), 0);
+        gone = rep->integer == 0;
+        ftc_redis_reply_free(rep);
+        if (!gone)
+            ftc_sleep_ms(2);
+    }
+    bool still = ftc_detector_is_leader(b);
+    assert_true(gone);
+    print_message("lease key expired in redis; detector still leader: %d\n", still);
+    assert_false(still);
+    ftc_ctl_destroy(c);
+    ftc_detector_stop(b, true);
+    proxy_stop(&px);
+}
+
+/* The leader's own outage is no evidence against the others: while it was
+ * cut off (here its link went dark for 1.5 s, longer than the heartbeat TTL)
+ * B was paused too, as every agent is when Redis itself is away, and B's
+ * heartbeat expired. Back, the leader must give the others a heartbeat TTL
+ * to come back before it reports them lost. */
+static void test_no_loss_reported_right_after_own_outage(void **state)
+{
+    redis_fixture_t *f = *state;
+    static seen_t s;
+    memset(&s, 0, sizeof s);
+    pthread_mutex_init(&s.mu, NULL);
+    agent_t b;
+    spawn_agent(f, &b, "jo", "B", "--no-campaign", NULL);
+    proxy_t px;
+    proxy_start(&px, ftc_redis_server_url(f->srv)->port);
+    ftc_redis_url_t u = *ftc_redis_server_url(f->srv);
+    u.port = px.port;
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    o.job = "jo";
+    o.node = "A";
+    o.hang_min_ms = 100000;
+    o.on_event = on_event;
+    o.arg = &s;
+    ftc_err_t err = {0};
+    ftc_detector_t *a = ftc_detector_start(&u, &o, &err);
+    if (!a)
+        fail_msg("detector: %s", err.msg);
+    ftc_deadline_t d = ftc_deadline_in_ms(10000);
+    while (!ftc_detector_is_leader(a) && !ftc_deadline_expired(d))
+        ftc_sleep_ms(10);
+    assert_true(ftc_detector_is_leader(a));
+    ftc_sleep_ms(700); /* A has scanned B */
+    atomic_store(&px.dark, 1);
+    kill(b.pid, SIGSTOP);
+    ftc_sleep_ms(1500); /* B's heartbeat (TTL 1000 ms) expires in Redis */
+    ftc_detector_stats_t ds;
+    ftc_detector_stats(a, &ds);
+    uint64_t gaps0 = ds.gaps;
+    atomic_store(&px.dark, 0);
+    d = ftc_deadline_in_ms(10000);
+    do {
+        ftc_sleep_ms(2);
+        ftc_detector_stats(a, &ds);
+    } while (ds.gaps == gaps0 && !ftc_deadline_expired(d));
+    kill(b.pid, SIGCONT); /* back as soon as A is: B was only cut off like A */
+    assert_true(ds.gaps > gaps0);
+    ftc_sleep_ms(2500); /* more than the grace: scans and polls found B alive */
+    int lost = seen_count(&s, "node_lost", "B", NULL);
+    print_message("node_lost of B after A's outage: %d\n", lost);
+    assert_int_equal(lost, 0);
+    /* the grace ends: a node that really dies is reported as usual */
+    kill_agent(&b, SIGKILL);
+    assert_true(wait_seen(&s, "node_lost", "B", 5000));
+    ftc_detector_stop(a, true);
+    proxy_stop(&px);
+    assert_int_equal(stream_count(f, "jo", "node_lost", "B"), 1);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
 
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
+    if (getenv("FTC_TEST_FILTER")) /* e.g. FTC_TEST_FILTER='test_data_loss*' */
+        cmocka_set_test_filter(getenv("FTC_TEST_FILTER"));
     const struct CMUnitTest tests[] = {
         T(test_node_loss_reported_exactly_once), T(test_leader_failover_on_kill),
         T(test_paused_leader_steps_down),        T(test_redis_restart_survived),
         T(test_rank_exit_and_hang),              T(test_numerical_warnings),
         T(test_straggler_warning),               T(test_bad_redis_at_start),
+        T(test_data_loss_without_outage_reseeded), T(test_wrong_type_key_is_not_an_outage),
+        T(test_node_lost_once_across_generations), T(test_long_expired_key_not_cut_to_a_node),
+        T(test_event_once_after_lost_reply), T(test_late_renewal_reply_does_not_extend_lease),
+        T(test_no_loss_reported_right_after_own_outage),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

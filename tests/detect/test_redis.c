@@ -76,6 +76,29 @@ static void test_url_parsing(void **state)
     assert_int_equal(ftc_redis_url_parse("redis://h:1", &u, &err), 0);
     assert_string_equal(u.password, "from-env");
     unsetenv("FTC_REDIS_PASSWORD");
+    /* FTC_REDIS_PASSWORD_FILE: a password longer than the buffer is an error,
+     * not silently cut (AUTH would then fail as "refused the password") */
+    char *dir = ftc_test_tmpdir("pwfile");
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/pw", dir);
+    FILE *fp = fopen(path, "w");
+    assert_non_null(fp);
+    for (int i = 0; i < 300; i++)
+        fputc('a' + i % 26, fp);
+    fputc('\n', fp);
+    fclose(fp);
+    setenv("FTC_REDIS_PASSWORD_FILE", path, 1);
+    assert_int_equal(ftc_redis_url_parse("redis://h:1", &u, &err), FTC_ECONFIG);
+    assert_non_null(strstr(err.msg, "FTC_REDIS_PASSWORD_FILE"));
+    fp = fopen(path, "w");
+    assert_non_null(fp);
+    fputs("secret\r\n", fp);
+    fclose(fp);
+    assert_int_equal(ftc_redis_url_parse("redis://h:1", &u, &err), 0);
+    assert_string_equal(u.password, "secret");
+    unsetenv("FTC_REDIS_PASSWORD_FILE");
+    ftc_test_rmrf(dir);
+    free(dir);
 }
 
 static void test_commands_and_reply_types(void **state)

@@ -29,7 +29,9 @@
 #   0. (10) the whole job killed and started again on its Redis (`ftc redis`):
 #      it joins at once and restores the committed step;
 #   r. (11) the job's Redis paused (SIGSTOP) for 3 s, three heartbeat TTLs:
-#      the job trains through it, no node is declared lost, nothing restarts.
+#      the job trains through it, no node is declared lost, nothing restarts;
+#   f. (12) the job's Redis loses its data (FLUSHALL) mid-run: the job
+#      finishes, and no generation number is made twice;
 #   c. --ckpt-dir with --ckptdir-max-bytes under the binary's file: the cap,
 #      a setting, refuses the directory (named in the log), the job runs on.
 #
@@ -53,7 +55,7 @@ trap cleanup EXIT
 . "$(dirname "$0")/lib.sh" # check, count, committed, wait_committed
 export FTC_LOG_LEVEL=${FTC_LOG_LEVEL:-info}
 # FTC_RUN_ONLY=24 runs scenarios 2 and 4 only (while debugging)
-want() { case ${FTC_RUN_ONLY:-1234567890rc} in *$1*) return 0 ;; esac; return 1; }
+want() { case ${FTC_RUN_ONLY:-1234567890rfc} in *$1*) return 0 ;; esac; return 1; }
 
 # ---- 1. a rank dies -------------------------------------------------------------------
 if want 1; then
@@ -432,6 +434,29 @@ check "11: every rank committed its last step after the outage (step $before bef
     test "$(count 'COMMITTED 149' "$T/11.out")" -ge 3
 check "11: no restore, no error" bash -c "! grep -q 'RESTORED\|^ERROR' '$T/11.out'"
 [ $fails -eq $f0 ] || { echo "--- output of 11:"; tail -60 "$T/11.out"; }
+fi
+
+# ---- f. (12) the job's Redis loses its data (FLUSHALL: a restart without persistence) ------
+if want f; then
+J12=run${tag}f
+f0=$fails
+"$FTC" run --simulate-nodes 3 --job "$J12" --job-dir "$T/j12" --max-restarts 2 \
+    --settle-ms 300 -- "$RANK" --steps 150 --step-ms 40 --floats 4096 --restore --strict \
+    >"$T/12.out" 2>&1 &
+runpid=$!
+pids+=($runpid)
+check "12: the job committed step 5" wait_committed "$J12" "$T/j12" 5 60
+port=$(sed -n 's/.*@[^:]*:\([0-9]*\).*/\1/p' "$T/j12/redis.url")
+pw=$(sed -n 's|redis://:\([^@]*\)@.*|\1|p' "$T/j12/redis.url")
+check "12: FLUSHALL" test "$(redis-cli --no-auth-warning -p "$port" -a "$pw" FLUSHALL)" = OK
+wait $runpid
+rc=$?
+check "12: the job finished (exit $rc)" test $rc -eq 0
+check "12: every rank committed its last step" test "$(count 'COMMITTED 149' "$T/12.out")" -ge 3
+check "12: generations only grow (no second generation 1)" \
+    test "$(count 'INFO run: generation 1: node 0 of' "$T/12.out")" -le 1
+check "12: no bad restore, no error" no_errors "" "$T/12.out"
+[ $fails -eq $f0 ] || { echo "--- output of 12:"; tail -60 "$T/12.out"; }
 fi
 
 # ---- c. the replicated checkpoint directory's limits are settings ---------------------------

@@ -448,6 +448,76 @@ static void test_bad_input(void **state)
     ftc_redis_close(r);
 }
 
+/* A key of the round holding another type (foreign or corrupt) is an error
+ * naming the keys at the first poll, not "Redis did not answer" after the
+ * whole deadline. */
+static void test_wrong_type_key_fails_fast(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_redis_t *r = conn(f);
+    ftc_err_t err = {0};
+    ftc_rdzv_round_t out;
+    ftc_rdzv_options_t o = FTC_RDZV_OPTIONS_INIT;
+    o.job = "rw";
+    o.node_id = "n0";
+    const char *bad[] = {"ftc:{rw}:rdzv", "ftc:{rw}:rdzv:0:reg", "ftc:{rw}:rdzv:0:alive"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(ftc_redis_cmdv(r, true, NULL, "SET", bad[i], "foreign", NULL), 0);
+        ftc_deadline_t d = ftc_deadline_in_ms(3000);
+        int rc = ftc_rdzv_join(r, &o, 0, &out, d, NULL, &err);
+        print_message("%s a string: %s\n", bad[i], err.msg);
+        assert_int_equal(rc, FTC_EPROTO);
+        assert_non_null(strstr(err.msg, "WRONGTYPE"));
+        assert_non_null(strstr(err.msg, bad[i]));
+        assert_int_equal(ftc_redis_cmdv(r, true, NULL, "DEL", bad[i], NULL), 0);
+    }
+    /* with the keys gone the round closes as usual */
+    o.settle_ms = 10;
+    assert_int_equal(ftc_rdzv_join(r, &o, 0, &out, ftc_deadline_in_ms(5000), NULL, &err), 0);
+    assert_int_equal(out.nodes, 1);
+    ftc_rdzv_round_free(&out);
+    ftc_redis_close(r);
+}
+
+/* Redis loses its data (a restart without persistence, FLUSHALL) while a
+ * member waits in the round after generation 3: the round still closes, as
+ * generation 4 — not FTC_ESTALE ("generation is 0"), after which the
+ * supervisors would start over at the round after 0 and make a second
+ * generation 1. */
+static void test_data_loss_mid_round(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_redis_t *r = conn(f);
+    ftc_err_t err = {0};
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", "ftc:{rf}:gen", "gen", "3", "world",
+                                    "2", NULL), 0);
+    bool opened = false;
+    assert_int_equal(ftc_rdzv_request(r, "rf", 3, "test", &opened, &err), 0);
+    assert_true(opened);
+    joiner_t j[2];
+    start(&j[0], f, "rf", "a", 2, 2, 100, 3, 0);
+    await_waiting(f, "rf", 3, 1);
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "FLUSHALL", NULL), 0);
+    ftc_sleep_ms(200); /* a has polled the empty Redis */
+    start(&j[1], f, "rf", "b", 2, 2, 100, 3, 0);
+    finish(j, 2);
+    same_round(j, 2, 2, 0);
+    assert_int_equal(j[0].round.generation, 4);
+    uint64_t gen = 0;
+    bool open = true;
+    assert_int_equal(ftc_rdzv_state(r, "rf", &gen, &open, &err), 0);
+    assert_int_equal(gen, 4);
+    /* a request from the generation before the loss works the same way */
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "FLUSHALL", NULL), 0);
+    assert_int_equal(ftc_rdzv_request(r, "rf", 4, "after a flush", &opened, &err), 0);
+    assert_true(opened);
+    assert_int_equal(ftc_rdzv_state(r, "rf", &gen, &open, &err), 0);
+    assert_true(gen == 4 && open);
+    for (int i = 0; i < 2; i++)
+        ftc_rdzv_round_free(&j[i].round);
+    ftc_redis_close(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -458,6 +528,8 @@ int main(void)
         cmocka_unit_test(test_requests_fencing_and_world),
         cmocka_unit_test(test_deadline_and_abort),
         cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_wrong_type_key_fails_fast),
+        cmocka_unit_test(test_data_loss_mid_round),
     };
     return cmocka_run_group_tests(tests, redis_fixture_setup, redis_fixture_teardown);
 }
