@@ -94,7 +94,9 @@ static const char ftc__run_help[] =
     "                         or FTC_REDIS_PASSWORD_FILE\n"
     "  --rdzv-backend B       redis (or ftc); c10d, etcd, static: refused (use Redis)\n"
     "  --rdzv-id ID           the job id (= --job)\n"
-    "  --rdzv-conf            refused unless empty (use --join-timeout-ms, --settle-ms)\n"
+    "  --rdzv-conf K=V,...    torchrun's: join_timeout/timeout -> --join-timeout-ms,\n"
+    "                         last_call_timeout -> --settle-ms, keep_alive_interval x\n"
+    "                         keep_alive_max_attempt -> --detect-ttl-ms (seconds)\n"
     "  --master-addr ADDR     this node's MASTER_ADDR (= --host) when ADDR is one of its\n"
     "                         addresses; ignored (INFO) on the other nodes\n"
     "  --local-addr ADDR      = --host\n"
@@ -238,6 +240,76 @@ static int ftc__simulate(const ftc_cli_cmd_t *cmd, ftc_run_options_t *o, int n, 
 }
 
 /* --nproc-per-node N | gpu | cpu | auto (torchrun's values). */
+/* torchrun's --rdzv-conf "k=v,k2=v2" (seconds): join_timeout (or timeout)
+ * -> the rendezvous deadline, last_call_timeout -> the settle time,
+ * keep_alive_interval (or heartbeat) x keep_alive_max_attempt (3) -> the
+ * heartbeat TTL; keys of c10d's store with no equivalent here are ignored
+ * with a warning; an unknown key or a bad value is a usage error. join and
+ * settle are NULL where the ftc flag was given (it wins), and so is the
+ * TTL when --detect-ttl-ms was. */
+static int ftc__rdzv_conf(const ftc_cli_cmd_t *cmd, const char *conf, uint64_t *join,
+                          uint64_t *settle, ftc_config_t *cfg)
+{
+    char buf[1024];
+    if (strlen(conf) >= sizeof buf)
+        return ftc_cli_usage_error(cmd, "--rdzv-conf is longer than %zu bytes", sizeof buf - 1);
+    snprintf(buf, sizeof buf, "%s", conf);
+    double join_s = -1, timeout_s = -1, keep_s = -1, attempts = 3;
+    for (char *save = NULL, *kv = strtok_r(buf, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(kv, '=');
+        if (!eq)
+            return ftc_cli_usage_error(cmd, "--rdzv-conf: '%s' is not KEY=VALUE", kv);
+        *eq = 0;
+        const char *k = kv, *v = eq + 1;
+        static const char *const ignored[] = {"read_timeout", "close_timeout", "is_host",
+                                              "use_agent_store", "use_libuv", "store_type"};
+        bool skip = false;
+        for (size_t i = 0; i < sizeof ignored / sizeof ignored[0]; i++)
+            skip |= !strcmp(k, ignored[i]);
+        if (skip) {
+            FTC_WARN("run", "--rdzv-conf %s=%s ignored: ftc's rendezvous runs on Redis and has "
+                     "no such setting", k, v);
+            continue;
+        }
+        char *end = NULL;
+        errno = 0;
+        double x = strtod(v, &end);
+        if (errno || end == v || *end || !(x >= 0) || x > 86400 * 30)
+            return ftc_cli_usage_error(cmd, "--rdzv-conf %s='%s': expected seconds (a number "
+                                            ">= 0)", k, v);
+        if (!strcmp(k, "join_timeout"))
+            join_s = x;
+        else if (!strcmp(k, "timeout"))
+            timeout_s = x;
+        else if (!strcmp(k, "last_call_timeout"))
+        {
+            if (settle)
+                *settle = (uint64_t)(x * 1000);
+        }
+        else if (!strcmp(k, "keep_alive_interval") || !strcmp(k, "heartbeat"))
+            keep_s = x;
+        else if (!strcmp(k, "keep_alive_max_attempt"))
+            attempts = x < 1 ? 1 : x;
+        else
+            return ftc_cli_usage_error(cmd, "--rdzv-conf: unknown key '%s' (ftc takes "
+                                            "join_timeout, timeout, last_call_timeout, "
+                                            "keep_alive_interval, keep_alive_max_attempt; and "
+                                            "ignores read_timeout, close_timeout, is_host, "
+                                            "use_agent_store, use_libuv)", k);
+    }
+    if (join && (join_s >= 0 || timeout_s >= 0))
+        *join = (uint64_t)((join_s >= 0 ? join_s : timeout_s) * 1000);
+    if (keep_s > 0 && ftc_config_source(cfg, FTC_CFG_DETECT_TTL_MS) != FTC_SRC_FLAG) {
+        char ttl[32];
+        double ms = keep_s * attempts * 1000;
+        snprintf(ttl, sizeof ttl, "%.0f", ms < 200 ? 200 : ms > 600000 ? 600000 : ms);
+        ftc_err_t err = {0};
+        if (ftc_config_set(cfg, "detect.ttl_ms", ttl, FTC_SRC_FLAG, &err) != 0)
+            return ftc_cli_usage_error(cmd, "--rdzv-conf: %s", ftc_err_str(&err));
+    }
+    return 0;
+}
+
 static int ftc__parse_nproc(const ftc_cli_cmd_t *cmd, const char *v, uint64_t *out)
 {
     char *end;
@@ -390,7 +462,7 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
                *ranks_filter = NULL, *monitor = NULL, *start_method = NULL, *role = NULL;
     bool ckpt_dir = false, use_netns = false, in_process = false, keep_shm = false,
          standalone = false, module = false, no_python = false, nnodes_seen = false,
-         node_rank_seen = false;
+         node_rank_seen = false, settle_seen = false, join_seen = false;
     const ftc_cli_opt_t opts[] = {{"--nnodes", FTC_OPT_STR, &nnodes, &nnodes_seen},
                                   {"--nproc-per-node", FTC_OPT_STR, &nproc_s, NULL},
                                   {"--tp", FTC_OPT_U64, &tp, NULL},
@@ -400,8 +472,8 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
                                   {"--domain", FTC_OPT_STR, &domain, NULL},
                                   {"--host", FTC_OPT_STR, &host, NULL},
                                   {"--max-restarts", FTC_OPT_U64, &restarts, NULL},
-                                  {"--settle-ms", FTC_OPT_U64, &settle, NULL},
-                                  {"--join-timeout-ms", FTC_OPT_U64, &join_to, NULL},
+                                  {"--settle-ms", FTC_OPT_U64, &settle, &settle_seen},
+                                  {"--join-timeout-ms", FTC_OPT_U64, &join_to, &join_seen},
                                   {"--grace-ms", FTC_OPT_U64, &grace, NULL},
                                   {"--grow-wait-ms", FTC_OPT_U64, &grow_wait, NULL},
                                   {"--ckpt-dir", FTC_OPT_FLAG, &ckpt_dir, NULL},
@@ -472,16 +544,10 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
                             rdzv_backend, known ? "is not supported" : "is unknown");
         goto out;
     }
-    if (rdzv_conf && rdzv_conf[0]) {
-        ftc_cli_usage_error(cmd, "--rdzv-conf '%s': ftc's rendezvous takes options instead: "
-                            "join_timeout -> --join-timeout-ms, last_call_timeout -> "
-                            "--settle-ms, timeout -> --join-timeout-ms; read_timeout, "
-                            "close_timeout, keep_alive_* (a node is lost when its agent's "
-                            "heartbeat expires), is_host and use_agent_store have no "
-                            "equivalent; drop --rdzv-conf or give it no value",
-                            rdzv_conf);
+    if (rdzv_conf && rdzv_conf[0] &&
+        ftc__rdzv_conf(cmd, rdzv_conf, join_seen ? NULL : &join_to, settle_seen ? NULL : &settle,
+                       a.cfg) != 0)
         goto out;
-    }
     bool redis_flag = ftc_config_source(a.cfg, FTC_CFG_REDIS_URL) == FTC_SRC_FLAG;
     if (standalone && !nnodes_seen && !simulate)
         mn = mx = 1; /* not SLURM_NNODES: one node */

@@ -4,8 +4,9 @@
 # and ranks (envprobe_main prints what each got, a tiny Python script too).
 #
 #   1. --standalone --nproc_per_node=2 --max_restarts=1 --rdzv_id=J PROBE ARGS
-#      (no --, underscores, =VALUE, a bare boolean setting just before the
-#      binary, which stays the binary): two ranks of job J, ARGS untouched even
+#      (no --, underscores, =VALUE, --rdzv_conf with torchrun's keys, a bare
+#      boolean setting just before the binary, which stays the binary): two
+#      ranks of job J, ARGS untouched even
 #      where they look like options (--job x), OMP_NUM_THREADS=1, ROLE_NAME,
 #      --master_addr=127.0.0.1 (this node's) as MASTER_ADDR;
 #   2. SCRIPT.py ARGS runs in python3 -u (skipped without python3);
@@ -21,7 +22,7 @@
 #      fails with an error naming the port, exit 1 after --max-restarts 0;
 #      --master-addr of another host is named as not used on this node;
 #   7. usage errors, exit 2 with the message: --rdzv-backend c10d / etcd,
-#      --rdzv-conf, --standalone with --nnodes 2 or --rdzv-endpoint, -m with
+#      --rdzv-conf with an unknown key or a bad value, --standalone with --nnodes 2 or --rdzv-endpoint, -m with
 #      --no-python, --redirects 5, --nproc-per-node gpu without a GPU;
 #      --nproc-per-node cpu runs one rank per online core (when <= 4).
 #
@@ -76,6 +77,7 @@ f0=$fails
 J=tr${tag}a
 timeout 120 "$FTC" run --standalone --nproc_per_node=2 --max_restarts=1 --rdzv_id="$J" \
     --job_dir="$T/j1" --settle_ms=200 --role=trainer --master_addr=127.0.0.1 --persist_delta \
+    --rdzv_conf=join_timeout=60,keep_alive_interval=1,keep_alive_max_attempt=2,read_timeout=60 \
     "$PROBE" --lr 3 -x --job foo -- z \
     >"$T/1.out" 2>&1
 rc=$?
@@ -91,6 +93,8 @@ check "1: ROLE_NAME trainer, OMP_NUM_THREADS 1 ($(all "$f" ROLE_NAME), $(all "$f
     test "$(all "$f" ROLE_NAME)/$(all "$f" OMP_NUM_THREADS)" = "trainer/1"
 check "1: --master-addr 127.0.0.1, this node's, is MASTER_ADDR ($(all "$f" MASTER_ADDR))" \
     test "$(all "$f" MASTER_ADDR)" = 127.0.0.1
+check "1: --rdzv_conf taken; its read_timeout, which has no equivalent, named as ignored" \
+    grep -q "rdzv-conf read_timeout=60 ignored" "$f"
 dump $f0 "$f"
 fi
 
@@ -215,7 +219,8 @@ usage() {
 usage "rdzv-backend c10d is not supported: ftc's rendezvous runs on Redis" \
     --rdzv-backend c10d --rdzv-endpoint host:29400 "$PROBE"
 usage "rdzv-backend etcd is not supported.*ftc redis" --rdzv_backend=etcd "$PROBE"
-usage "rdzv-conf 'join_timeout=5'.*--join-timeout-ms" --rdzv-conf join_timeout=5 "$PROBE"
+usage "rdzv-conf: unknown key 'bogus'" --rdzv-conf join_timeout=5,bogus=1 "$PROBE"
+usage "rdzv-conf join_timeout='x': expected seconds" --rdzv-conf join_timeout=x "$PROBE"
 usage "standalone is one node" --standalone --nnodes 2 "$PROBE"
 usage "standalone is one node" --standalone --rdzv-endpoint 127.0.0.1:1 "$PROBE"
 usage "module and --no-python exclude" -m --no-python "$PROBE"
