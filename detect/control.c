@@ -23,8 +23,18 @@ struct ftc_ctl {
     char prefix[80];    /* "ftc:{job}:" */
     ftc_err_t err;      /* last error */
     ftc_redis_script_t s_lease_acquire, s_lease_renew, s_lease_release, s_gen_bump, s_reseed,
-        s_report, s_commit;
+        s_report, s_commit, s_leave;
 };
+
+/* KEYS: members, hb, deadlines. ARGV: node. A member leaving: its record,
+ * heartbeat and deadline go together (three commands left a deadline entry
+ * behind when the caller died between them, and a later node_lost for a
+ * node that had left cleanly). */
+static const char ftc__lua_leave[] =
+    "redis.call('HDEL', KEYS[1], ARGV[1])\n"
+    "redis.call('DEL', KEYS[2])\n"
+    "redis.call('ZREM', KEYS[3], ARGV[1])\n"
+    "return 1\n";
 
 /* KEYS: leader, epoch. ARGV: holder, ttl_ms. Returns {held, epoch, holder}. */
 static const char ftc__lua_lease_acquire[] =
@@ -151,6 +161,7 @@ ftc_ctl_t *ftc_ctl_create(ftc_redis_t *r, const char *job, ftc_err_t *err)
     ftc_redis_script_init(&c->s_lease_acquire, "lease_acquire", ftc__lua_lease_acquire);
     ftc_redis_script_init(&c->s_lease_renew, "lease_renew", ftc__lua_lease_renew);
     ftc_redis_script_init(&c->s_lease_release, "lease_release", ftc__lua_lease_release);
+    ftc_redis_script_init(&c->s_leave, "leave", ftc__lua_leave);
     ftc_redis_script_init(&c->s_gen_bump, "generation_bump", ftc__lua_gen_bump);
     ftc_redis_script_init(&c->s_reseed, "reseed", ftc__lua_reseed);
     ftc_redis_script_init(&c->s_report, "report", ftc__lua_report);
@@ -220,11 +231,9 @@ int ftc_ctl_leave(ftc_ctl_t *c, const char *node)
     KEY(members, "members");
     KEY(hb, "hb:%s", node);
     KEY(deadlines, "deadlines");
-    int rc = ftc_redis_cmdv(c->r, true, NULL, "HDEL", members, node, NULL);
-    if (!rc)
-        rc = ftc_redis_cmdv(c->r, true, NULL, "DEL", hb, NULL);
-    if (!rc)
-        rc = ftc_redis_cmdv(c->r, true, NULL, "ZREM", deadlines, node, NULL);
+    const char *keys[] = {members, hb, deadlines};
+    const char *args[] = {node};
+    int rc = ftc_redis_eval(c->r, &c->s_leave, 3, keys, 1, args, NULL);
     return rc ? ftc__rc(c, rc) : 0;
 }
 
