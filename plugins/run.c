@@ -631,6 +631,15 @@ static int ftc__start_ranks(ftc__sup_t *s, const char *master, int master_port, 
     ftc_redis_url_str(&pub, redis_url, sizeof redis_url);
     char pwfile[4200];
     snprintf(pwfile, sizeof pwfile, "%s/redis.password", o->dir);
+    /* the ranks' way to the password (mode 0600, rewritten each generation:
+     * a new embedded Redis has a new one); never written before, so a rank
+     * opening FTC_REDIS_URL could not authenticate */
+    if (o->redis.password[0]) {
+        ftc_err_t e2 = {0};
+        if (ftc_fs_write_file_atomic(o->dir, "redis.password", o->redis.password,
+                                     strlen(o->redis.password), NULL, &e2) != 0)
+            FTC_WARN("run", "ranks get no Redis password file: %s", e2.msg);
+    }
     for (int l = 0; l < o->nproc; l++) {
         int rank = s->rank_of[l];
         if (rank < 0) { /* an idle slot in this layout: a survivor there stops */

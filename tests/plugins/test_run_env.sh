@@ -10,7 +10,9 @@
 #      WORLD_SIZE 4, LOCAL_WORLD_SIZE 2, FTC_RANK = RANK,
 #      FTC_WORLD_SIZE = 4, FTC_JOB_ID the job, one FTC_GENERATION and one
 #      MASTER_ADDR:MASTER_PORT for all; TORCHELASTIC_RESTART_COUNT 0;
-#      FTC_AGENT_SOCKET an existing socket, one per node;
+#      FTC_AGENT_SOCKET an existing socket, one per node; FTC_REDIS_URL
+#      without the password, which is in FTC_REDIS_PASSWORD_FILE (mode 0600,
+#      JOB_DIR/redis.password; before, no such file was ever written);
 #   2. Slurm: no --nnodes / --node-rank, SLURM_NNODES=1 SLURM_NODEID=0 and
 #      --nproc-per-node 3: a job of one node, WORLD_SIZE 3;
 #   3. Slurm, two `ftc run` processes of one job (SLURM_NNODES=2,
@@ -77,6 +79,15 @@ check "1: one generation, a number ($(all "$f" FTC_GENERATION))" \
 check "1: one MASTER_ADDR:MASTER_PORT ($(all "$f" MASTER_ADDR):$(all "$f" MASTER_PORT))" \
     bash -c "[[ '$(all "$f" MASTER_ADDR)' =~ ^[^\ ]+$ && '$(all "$f" MASTER_PORT)' =~ ^[1-9][0-9]*$ ]]"
 check "1: TORCHELASTIC_RESTART_COUNT 0" test "$(all "$f" TORCHELASTIC_RESTART_COUNT)" = 0
+# the Redis URL without its password, which is in a file only the ranks' user reads
+pwf=$(all "$f" FTC_REDIS_PASSWORD_FILE)
+check "1: FTC_REDIS_URL has no password ($(all "$f" FTC_REDIS_URL))" \
+    bash -c "[[ '$(all "$f" FTC_REDIS_URL)' =~ ^redis://127.0.0.1:[0-9]+/0$ ]]"
+check "1: FTC_REDIS_PASSWORD_FILE ($pwf): one file, mode 0600, readable ($(all "$f" PWFILE_OK))" \
+    test "$pwf" = "$T/j1/redis.password" -a "$(all "$f" PWFILE_OK)" = 1
+check "1: it holds the job's Redis password (the embedded Redis's requirepass)" \
+    test -n "$(cat "$pwf" 2>/dev/null)" -a \
+    "$(cat "$pwf" 2>/dev/null)" = "$(sed -n 's/^requirepass //p' "$T/j1/redis.conf")"
 [ $fails -eq 0 ] || { echo "--- output of 1:"; tail -40 "$f"; }
 fi
 
