@@ -125,23 +125,28 @@ static const char ftc__events_help[] =
     "\n"
     "Options:\n"
     "  --follow               keep printing new events until Ctrl-C\n"
-    "  --count N              without --follow: the last N events (default 100)\n";
+    "  --count N              without --follow: the last N events (default 100)\n"
+    "  --json                 one JSON object per line (id, kind, node, rank, generation,\n"
+    "                         step, t_detect_ms, detail)\n";
 
 static void ftc__print_event(void *arg, const ftc_status_event_t *e)
 {
-    (void)arg;
-    ftc_event_print(e, stdout);
+    if (arg)
+        ftc_event_print_json(e, stdout);
+    else
+        ftc_event_print(e, stdout);
     fflush(stdout);
 }
 
 static int ftc__events_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
 {
-    bool follow = false;
+    bool follow = false, json = false;
     uint64_t count = 100;
     const ftc_cli_opt_t opts[] = {{"--follow", FTC_OPT_FLAG, &follow, NULL},
-                                  {"--count", FTC_OPT_U64, &count, NULL}};
+                                  {"--count", FTC_OPT_U64, &count, NULL},
+                                  {"--json", FTC_OPT_FLAG, &json, NULL}};
     ftc_cli_args_t a;
-    int ec = ftc_cli_parse(cmd, argc, argv, opts, 2, 0, 0, &a);
+    int ec = ftc_cli_parse(cmd, argc, argv, opts, 3, 0, 0, &a);
     if (ec != FTC_CLI_CONTINUE)
         return ec;
     if (count < 1 || count > 100000) {
@@ -165,7 +170,7 @@ static int ftc__events_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
     }
     char after[32] = "0";
     for (int i = 0; i < s->n_events; i++) {
-        ftc_event_print(&s->events[i], stdout);
+        ftc__print_event(json ? &json : NULL, &s->events[i]);
         snprintf(after, sizeof after, "%s", s->events[i].id);
     }
     if (!s->n_events)
@@ -173,7 +178,8 @@ static int ftc__events_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
     ftc_status_free(s);
     fflush(stdout);
     while (follow && !ftc__status_stop) {
-        int n = ftc_events_read(c, after, sizeof after, 100, 500, ftc__print_event, NULL);
+        int n = ftc_events_read(c, after, sizeof after, 100, 500, ftc__print_event,
+                                json ? &json : NULL);
         if (n < 0) { /* Redis away: say so once, keep trying */
             fprintf(stderr, "ftc events: %s (retrying)\n", ftc_ctl_errstr(c));
             for (int w = 0; w < 20 && !ftc__status_stop; w++)

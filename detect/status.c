@@ -169,6 +169,24 @@ static void ftc__fmt_time(unsigned long long ms, char *buf, size_t cap)
     snprintf(buf, cap, "%02d:%02d:%02d.%03llu", tm.tm_hour, tm.tm_min, tm.tm_sec, ms % 1000);
 }
 
+static json_t *ftc__event_json(const ftc_status_event_t *e)
+{
+    return json_pack("{s:s, s:s, s:s, s:i, s:I, s:I, s:I, s:s}", "id", e->id, "kind", e->kind,
+                     "node", e->node, "rank", e->rank, "generation", (json_int_t)e->gen, "step",
+                     (json_int_t)e->step, "t_detect_ms", (json_int_t)e->t_detect_ms, "detail",
+                     e->detail);
+}
+
+void ftc_event_print_json(const ftc_status_event_t *e, FILE *out)
+{
+    json_t *o = ftc__event_json(e);
+    char *text = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    if (text)
+        fprintf(out, "%s\n", text);
+    free(text);
+    json_decref(o);
+}
+
 void ftc_event_print(const ftc_status_event_t *e, FILE *out)
 {
     char t[32];
@@ -251,11 +269,7 @@ char *ftc_status_json(const ftc_status_t *s)
             json_array_append_new(members, o);
     }
     for (int i = 0; i < s->n_events; i++) {
-        const ftc_status_event_t *e = &s->events[i];
-        json_t *o = json_pack("{s:s, s:s, s:s, s:i, s:I, s:I, s:I, s:s}", "id", e->id, "kind",
-                              e->kind, "node", e->node, "rank", e->rank, "generation",
-                              (json_int_t)e->gen, "step", (json_int_t)e->step, "t_detect_ms",
-                              (json_int_t)e->t_detect_ms, "detail", e->detail);
+        json_t *o = ftc__event_json(&s->events[i]);
         if (o)
             json_array_append_new(events, o);
     }

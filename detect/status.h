@@ -74,5 +74,8 @@ int ftc_events_read(ftc_ctl_t *c, char *after, size_t cap, int count, int block_
                     ftc_status_event_fn fn, void *arg);
 /* One line per event, as `ftc events` prints it. */
 void ftc_event_print(const ftc_status_event_t *e, FILE *out);
+/* The same as one compact JSON object per line (`ftc events --json`): the
+ * fields of ftc_status_json's "events" entries. */
+void ftc_event_print_json(const ftc_status_event_t *e, FILE *out);
 
 #endif

@@ -71,6 +71,11 @@ check "events shows the node loss" grep -q "node_lost .*node=A" "$T/events.txt"
 sleep 1
 "$FTC" events "${J[@]}" >"$T/events.txt" 2>&1
 check "the node loss is one event" test "$(grep -c 'node_lost .*node=A' "$T/events.txt")" -eq 1
+"$FTC" events "${J[@]}" --json >"$T/events.json" 2>&1
+check "events --json: one JSON object per line, the loss among them" \
+    "$PY" -c "import json,sys; ev=[json.loads(l) for l in open(sys.argv[1])]; \
+assert ev and all(set(e) >= {'id','kind','node','rank','generation','step','t_detect_ms','detail'} for e in ev); \
+assert sum(1 for e in ev if e['kind'] == 'node_lost' and e['node'] == 'A') == 1" "$T/events.json"
 for _ in $(seq 100); do "$FTC" status "${J[@]}" 2>/dev/null | grep -q "^leader B:" && break; sleep 0.05; done
 check "B took over the lease" bash -c "'$FTC' status --job st --job-dir '$T/job' | grep -q '^leader B:'"
 
