@@ -103,7 +103,7 @@ static const char ftc__train_help[] =
     "  --train-config FILE    JSON object with any of the settings above, keys spelled\n"
     "                         with underscores ({\"model\": \"tiny\", \"lr\": 0.003});\n"
     "                         flags win over the file\n"
-    "  --tokenize TEXT        byte-tokenize TEXT into the token file --data and exit\n" FTC_CLI_COMMON_HELP;
+    "  --tokenize TEXT        byte-tokenize TEXT into the token file --data and exit\n";
 
 /* Settings: each one a flag (dest written by ftc_cli_parse) and a JSON key. */
 typedef struct ftc__train_args {

@@ -59,6 +59,12 @@ expect 0 "ftc --help" -- "$FTC" --help
 grep_in out "inspect" "--help lists the commands"
 expect 0 "ftc --version" -- "$FTC" --version
 grep_in out "^ftc [0-9]+\.[0-9]+\.[0-9]+" "--version prints the version"
+for c in inspect verify export synth restore status events redis agent train run; do
+    n=$((n + 1))
+    k=$("$FTC" help "$c" 2>&1 | grep -c "^Common options:")
+    if [ "$k" = 1 ]; then echo "ok: ftc help $c: the common options once"; else
+        echo "FAIL: ftc help $c prints the common options $k times"; fails=$((fails + 1)); fi
+done
 expect 0 "ftc help verify" -- "$FTC" help verify
 grep_in out "usage: ftc verify" "help CMD prints its usage"
 expect 0 "ftc export --help" -- "$FTC" export --help
