@@ -271,13 +271,13 @@ static void child_main(int fd, uint32_t index, const char *id, int k, const ftc_
             pid_t r = fork();
             if (r == 0) {
                 int a = open(path, O_WRONLY | O_APPEND | O_CREAT, 0600);
-                for (int i = 0; a >= 0; i++) {
+                if (a < 0) _exit(3);
+                for (int i = 0;; i++) { /* until killed */
                     char l[64];
                     int n = snprintf(l, sizeof l, "step %d\n", i);
                     if (write(a, l, (size_t)n) != n) _exit(3);
                     ftc_sleep_ms(20);
                 }
-                _exit(3);
             }
             struct stat st;
             for (int i = 0; i < 1000 && (stat(path, &st) != 0 || st.st_size == 0); i++)
