@@ -237,10 +237,14 @@ int ftc_create(const ftc_options_t *opts, ftc_ctx_t **out)
     c->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     if (c->fd < 0)
         return ftc_err_errno(&c->err, errno, "socket");
-    if (connect(c->fd, (struct sockaddr *)&sa, sizeof sa) != 0)
+    if (connect(c->fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        int e = errno;
+        close(c->fd); /* not connected: no call may use it */
+        c->fd = -1;
         return ftc_err_set(&c->err, FTC_ENOENT,
                            "no agent answers at %s (%s): start `ftc agent` on this node first",
-                           c->sock, strerror(errno));
+                           c->sock, strerror(e));
+    }
     ftc_ap_msg_t m, rep;
     ftc_ap_init(&m, FTC_AP_HELLO);
     snprintf(m.job, sizeof m.job, "%s", c->job);
@@ -357,6 +361,8 @@ static int ftc__slots(ftc_ctx_t *c)
 
 int ftc_checkpoint(ftc_ctx_t *c, int64_t step, const void *meta, size_t meta_len)
 {
+    if (!c)
+        return FTC_EINVAL;
     if (step < 0)
         return ftc_err_set(&c->err, FTC_EINVAL, "ftc_checkpoint: step %lld < 0", (long long)step);
     int rc = ftc__slots(c);
@@ -502,7 +508,7 @@ int ftc_wait_committed(ftc_ctx_t *c, int64_t step)
 
 int ftc_report(ftc_ctx_t *c, const char *kind, int64_t step, double value, const char *detail)
 {
-    if (!c || c->fd < 0)
+    if (!c || c->fd < 0 || !c->snap)
         return c ? ftc_err_set(&c->err, FTC_EINVAL, "ftc_report: not connected to an agent")
                  : FTC_EINVAL;
     size_t kl = kind ? strlen(kind) : 0;
@@ -524,6 +530,10 @@ int ftc_report(ftc_ctx_t *c, const char *kind, int64_t step, double value, const
 
 int ftc_restore_from(ftc_ctx_t *c, int src_rank, int64_t *step, void *meta, size_t *meta_len)
 {
+    if (!c)
+        return FTC_EINVAL;
+    if (!step)
+        return ftc_err_set(&c->err, FTC_EINVAL, "ftc_restore: step is NULL");
     if (src_rank < -1)
         return ftc_err_set(&c->err, FTC_EINVAL, "ftc_restore_from: rank %d", src_rank);
     int rc = ftc__slots(c);
@@ -558,6 +568,8 @@ int ftc_restore_from(ftc_ctx_t *c, int src_rank, int64_t *step, void *meta, size
 
 int ftc_restore(ftc_ctx_t *c, int64_t *step, void *meta, size_t *meta_len)
 {
+    if (!c)
+        return FTC_EINVAL;
     /* `ftc run` names the previous rank this one continues after a layout change */
     int src = ftc__env_int("FTC_RESTORE_RANK", NULL, -1);
     return ftc_restore_from(c, src >= 0 && (uint32_t)src != c->rank ? src : -1, step, meta,
@@ -571,7 +583,14 @@ struct ftc_shard_ref {
 
 int ftc_fetch(ftc_ctx_t *c, int src_rank, int64_t step, ftc_shard_ref_t **out)
 {
-    *out = NULL;
+    if (out)
+        *out = NULL;
+    if (!c)
+        return FTC_EINVAL;
+    if (!out)
+        return ftc_err_set(&c->err, FTC_EINVAL, "ftc_fetch: out is NULL");
+    if (!c->snap || c->fd < 0)
+        return ftc_err_set(&c->err, FTC_EINVAL, "ftc_fetch: the context is not connected");
     if (src_rank < 0)
         return ftc_err_set(&c->err, FTC_EINVAL, "ftc_fetch: rank %d", src_rank);
     ftc_ap_msg_t m, rep;

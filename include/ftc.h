@@ -209,7 +209,8 @@ void ftc_interrupt(ftc_ctx_t *ctx);
  * committed version survives only in the persist tier, which lags the
  * commits, *step is an older committed step than the other ranks may get:
  * ranks that must agree compare their steps and, if they differ, take the
- * oldest with ftc_fetch (as the reference trainer does). */
+ * oldest with ftc_fetch (as the reference trainer does). FTC_EINVAL on a
+ * NULL or unconnected context or a NULL step. */
 int ftc_restore(ftc_ctx_t *ctx, int64_t *step, void *meta, size_t *meta_len);
 
 /* What the context knows, without waiting: for logs, progress lines and
@@ -264,7 +265,9 @@ typedef struct ftc_shard_ref ftc_shard_ref_t;
 /* Fetches rank src_rank's shard of committed step `step` (-1: the newest
  * committed) wherever it is (this node, a peer, parity, persist tier), every
  * byte checksum-verified (I1). FTC_ENOENT when no copy exists; the message
- * names where the agent looked. Release with ftc_shard_release. */
+ * names where the agent looked; FTC_EINVAL on a NULL or unconnected context
+ * or a NULL out (*out is NULL on every failure). Release with
+ * ftc_shard_release. */
 int ftc_fetch(ftc_ctx_t *ctx, int src_rank, int64_t step, ftc_shard_ref_t **out);
 /* The step of a fetched shard and its metadata (as given to ftc_checkpoint). */
 int64_t ftc_shard_step(const ftc_shard_ref_t *s);
