@@ -1199,6 +1199,19 @@ static void ftc__on_begin(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
     /* a new BEGIN supersedes a parked one (the rank gave up waiting for it):
      * it must not be answered later, into this BEGIN's reply */
     r->begin_waiting = false;
+    /* A rank writes one snapshot at a time and announces it (SEALED) before
+     * its next BEGIN: a slot still WRITING for it now was handed out for a
+     * snapshot that never happened (the checkpoint failed after BEGIN_OK,
+     * or the rank had given up waiting for that BEGIN_OK). Free it, or each
+     * such BEGIN loses a slot for good and, three of them later, every
+     * checkpoint waits for a slot that never comes. Not the slot a
+     * restore's fetch is landing in. */
+    for (int i = 0; i < NS; i++)
+        if (r->st[i] == SL_WRITING && r->landing != i + 1) {
+            FTC_INFO("agent", "rank %u: slot %d (step %" PRIu64 ") was never sealed; reused",
+                     r->rank, i, r->step[i]);
+            r->st[i] = SL_EMPTY;
+        }
     int s = ftc__begin_slot(a, r);
     if (s >= 0) {
         ftc__send_begin_ok(r, s, m->step);

@@ -365,6 +365,14 @@ int ftc_checkpoint(ftc_ctx_t *c, int64_t step, const void *meta, size_t meta_len
         return FTC_EINVAL;
     if (step < 0)
         return ftc_err_set(&c->err, FTC_EINVAL, "ftc_checkpoint: step %lld < 0", (long long)step);
+    /* before the agent hands out a slot for it */
+    if (meta_len > c->o.meta_capacity)
+        return ftc_err_set(&c->err, FTC_ERANGE, "ftc_checkpoint: metadata of %zu bytes exceeds "
+                           "the context's meta_capacity (%u bytes, ftc_options_t)",
+                           meta_len, c->o.meta_capacity);
+    if (meta_len && !meta)
+        return ftc_err_set(&c->err, FTC_EINVAL, "ftc_checkpoint: meta is NULL, meta_len %zu",
+                           meta_len);
     int rc = ftc__slots(c);
     if (rc)
         return rc;
@@ -399,8 +407,6 @@ int ftc_checkpoint(ftc_ctx_t *c, int64_t step, const void *meta, size_t meta_len
         if (rc)
             return rc;
     }
-    if (meta_len > UINT32_MAX)
-        return ftc_err_set(&c->err, FTC_ERANGE, "metadata of %zu bytes", meta_len);
     rc = ftc_snap_begin(c->snap, c->slot[s].base, (uint64_t)step, c->generation, meta,
                         (uint32_t)meta_len, &c->err);
     if (rc)

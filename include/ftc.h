@@ -171,7 +171,10 @@ int ftc_register(ftc_ctx_t *ctx, const char *name, int dtype, int ndim, const in
  * FTC_EAGAIN when the agent's policy skipped this step (no free slot: the
  * two previous versions are still replicating or waiting for their commit,
  * and policy is "skip"); the step is then not checkpointed and training may
- * go on. It waits only while the previous snapshot is not sealed yet, or,
+ * go on. FTC_ERANGE when meta_len exceeds meta_capacity (nothing is asked
+ * of the agent); FTC_EINVAL on a NULL or unconnected context, a negative
+ * step, or NULL meta with a nonzero meta_len. It waits only while the
+ * previous snapshot is not sealed yet, or,
  * with policy "wait", while the agent has no free slot. CUDA tensors are
  * copied on ftc's own non-blocking stream, which does not wait for the
  * caller's streams: finish the writes to them first (cudaStreamSynchronize

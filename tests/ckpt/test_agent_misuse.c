@@ -1,0 +1,152 @@
+/*
+ * test_agent_misuse.c — a rank that misuses the local protocol
+ * (ckpt/agent_proto.h) against a real `ftc agent` process and a real Redis;
+ * the rank side is either libftc in this process or raw messages on the
+ * agent's Unix socket:
+ *   - BEGINs the rank never writes (a checkpoint that failed after its
+ *     BEGIN_OK, a late BEGIN_OK the rank gave up on) do not keep their slots:
+ *     the next BEGIN still gets one; truncated and oversized messages close
+ *     that connection only; libftc refuses metadata larger than its capacity
+ *     before it asks the agent for a slot;
+ *   - SLOTS of a size /dev/shm cannot hold: FTC_ENOSPC naming the size; a
+ *     RESTORE after it is refused cleanly (it crashed the agent), and the
+ *     rank's committed shard is still restored after a SLOTS that fits.
+ * No wall-clock bound is asserted: a lost slot shows as a BEGIN that gets no
+ * answer within the test's receive deadline.
+ */
+#include "ftc_test.h"
+
+#include "ckpt/agent_fixture.h"
+#include "ckpt/agent_proto.h"
+#include "ckpt/slot.h"
+#include "ftc.h"
+
+#include <sys/socket.h>
+#include <sys/un.h>
+
+static int raw_connect(env_t *e, int node)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s/agent.%d.sock", e->jobdir, node);
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    return fd;
+}
+
+/* Sends m and receives the next message into rep (deadline ms): 0 or the
+ * receive's error (FTC_ETIMEDOUT: no answer, FTC_EIO: connection closed). */
+static int raw_call(int fd, const ftc_ap_msg_t *m, ftc_ap_msg_t *rep, int ms)
+{
+    ftc_err_t err = {0};
+    int rc = ftc_ap_send(fd, m, 2000, &err);
+    if (!rc)
+        rc = ftc_ap_recv(fd, rep, ms, &err);
+    if (rc)
+        print_message("raw call type %u: %s\n", m->type, err.msg);
+    else if (rep->type == FTC_AP_ERROR)
+        print_message("agent: %s (%s)\n", rep->text, ftc_errname(rep->status));
+    return rc;
+}
+
+static int raw_hello(env_t *e, int rank, int world)
+{
+    int fd = raw_connect(e, 0);
+    ftc_ap_msg_t m, rep;
+    ftc_ap_init(&m, FTC_AP_HELLO);
+    snprintf(m.job, sizeof m.job, "%s", e->job);
+    m.rank = (uint32_t)rank;
+    m.world = (uint32_t)world;
+    m.dp = (uint32_t)world, m.tp = m.pp = 1;
+    m.dp_rank = (uint32_t)rank;
+    m.pid = (int32_t)getpid();
+    assert_int_equal(raw_call(fd, &m, &rep, 5000), 0);
+    assert_int_equal(rep.type, FTC_AP_WELCOME);
+    return fd;
+}
+
+static ftc_ap_msg_t raw_slots(int fd, uint64_t size)
+{
+    ftc_ap_msg_t m, rep;
+    ftc_ap_init(&m, FTC_AP_SLOTS);
+    m.size = size;
+    assert_int_equal(raw_call(fd, &m, &rep, 20000), 0);
+    return rep;
+}
+
+static void assert_agent_alive(env_t *e, int i)
+{
+    int st;
+    pid_t w = waitpid(e->agent[i], &st, WNOHANG);
+    if (w == e->agent[i]) {
+        e->agent[i] = 0;
+        fail_msg("agent %d died (status 0x%x)", i, st);
+    }
+}
+
+static void test_unused_begins_keep_no_slot(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 1000);
+    int fd = raw_hello(e, 0, 1);
+    ftc_ap_msg_t rep = raw_slots(fd, 1 << 16);
+    assert_int_equal(rep.type, FTC_AP_SLOTS_OK);
+    /* three BEGINs whose snapshots never happen (the rank failed after each
+     * BEGIN_OK, or had given up waiting for it), then one more: a rank
+     * writes one snapshot at a time, so the slot of an earlier BEGIN that
+     * was never SEALED is free again */
+    for (uint64_t step = 0; step < 6; step++) {
+        ftc_ap_msg_t m;
+        ftc_ap_init(&m, FTC_AP_BEGIN);
+        m.step = step;
+        assert_int_equal(raw_call(fd, &m, &rep, 5000), 0);
+        assert_int_equal(rep.type, FTC_AP_BEGIN_OK);
+        assert_int_equal(rep.step, step);
+    }
+    /* a truncated and an oversized message: that connection is closed (the
+     * agent lives on and serves the next one) */
+    char shortmsg[10] = "FTCA";
+    assert_int_equal(send(fd, shortmsg, sizeof shortmsg, MSG_NOSIGNAL), (ssize_t)sizeof shortmsg);
+    ftc_err_t err = {0};
+    assert_int_equal(ftc_ap_recv(fd, &rep, 5000, &err), FTC_EIO);
+    close(fd);
+    fd = raw_hello(e, 0, 1);
+    static uint8_t big[sizeof(ftc_ap_msg_t) + 4096];
+    ftc_ap_init((ftc_ap_msg_t *)big, FTC_AP_BEGIN);
+    assert_int_equal(send(fd, big, sizeof big, MSG_NOSIGNAL), (ssize_t)sizeof big);
+    assert_int_equal(ftc_ap_recv(fd, &rep, 5000, &err), FTC_EIO);
+    close(fd);
+    assert_agent_alive(e, 0);
+
+    /* libftc: metadata over the context's capacity is refused before the
+     * agent hands out a slot, and checkpoints go on */
+    char sock[PATH_MAX + 32];
+    ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
+    o.meta_capacity = 64;
+    o.timeout_ms = 5000;
+    ftc_ctx_t *c = NULL;
+    assert_int_equal(ftc_create(&o, &c), 0);
+    static float w[4096];
+    int64_t shape[1] = {4096};
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    static char meta[256];
+    for (int64_t step = 0; step < 3; step++) {
+        assert_int_equal(ftc_checkpoint(c, step, meta, sizeof meta), FTC_ERANGE);
+        print_message("%s\n", ftc_last_error(c));
+        assert_non_null(strstr(ftc_last_error(c), "256"));
+    }
+    assert_int_equal(ftc_checkpoint(c, 3, meta, 64), 0);
+    assert_int_equal(ftc_wait_committed(c, 3), 0);
+    ftc_destroy(c);
+    teardown_env(e);
+}
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        T(test_unused_begins_keep_no_slot),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
