@@ -1117,6 +1117,10 @@ static void ftc__on_slots(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
             ftc_slot_close(&r->slot[s]);
             r->st[s] = SL_EMPTY;
         }
+        /* no slots until the new ones exist: a BEGIN or RESTORE meanwhile
+         * (the new size refused: /dev/shm too small) is answered "before
+         * SLOTS" instead of writing into the closed ones */
+        r->size = 0;
     }
     ftc_ap_msg_t ok;
     ftc_ap_init(&ok, FTC_AP_SLOTS_OK);

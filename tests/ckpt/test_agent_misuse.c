@@ -140,6 +140,75 @@ static void test_unused_begins_keep_no_slot(void **state)
     teardown_env(e);
 }
 
+static void test_refused_slots_then_restore(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 1000);
+    /* step 0 committed by libftc */
+    char sock[PATH_MAX + 32];
+    ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
+    ftc_ctx_t *c = NULL;
+    assert_int_equal(ftc_create(&o, &c), 0);
+    static float w[4096];
+    int64_t shape[1] = {4096};
+    for (int i = 0; i < 4096; i++)
+        w[i] = (float)i;
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    assert_int_equal(ftc_checkpoint(c, 0, NULL, 0), 0);
+    assert_int_equal(ftc_wait_committed(c, 0), 0);
+    ftc_destroy(c);
+    char slot0[PATH_MAX];
+    snprintf(slot0, sizeof slot0, "/dev/shm/ftc.%s.n0.r0.s0", e->job);
+    struct stat st;
+    assert_int_equal(stat(slot0, &st), 0);
+    uint64_t size = (uint64_t)st.st_size;
+
+    int fd = raw_hello(e, 0, 1);
+    ftc_ap_msg_t rep = raw_slots(fd, size);
+    assert_int_equal(rep.type, FTC_AP_SLOTS_OK);
+    /* a new layout far beyond /dev/shm: refused up front, naming the size */
+    rep = raw_slots(fd, 1ull << 60);
+    assert_int_equal(rep.type, FTC_AP_ERROR);
+    assert_int_equal(rep.status, FTC_ENOSPC);
+    assert_non_null(strstr(rep.text, "1152921504606846976"));
+    assert_non_null(strstr(rep.text, "/dev/shm"));
+    /* ... as is one whose three slots overflow 64 bits together */
+    rep = raw_slots(fd, UINT64_MAX / 3 + 2);
+    assert_int_equal(rep.type, FTC_AP_ERROR);
+    assert_int_equal(rep.status, FTC_ENOSPC);
+    /* the rank has no slots now: a RESTORE is refused (it wrote into the
+     * closed slots' NULL mappings and killed the agent) */
+    ftc_ap_msg_t m;
+    ftc_ap_init(&m, FTC_AP_RESTORE);
+    assert_int_equal(raw_call(fd, &m, &rep, 20000), 0);
+    assert_int_equal(rep.type, FTC_AP_ERROR);
+    assert_int_equal(rep.status, FTC_EINVAL);
+    assert_non_null(strstr(rep.text, "SLOTS"));
+    ftc_ap_init(&m, FTC_AP_BEGIN);
+    assert_int_equal(raw_call(fd, &m, &rep, 5000), 0);
+    assert_int_equal(rep.type, FTC_AP_ERROR);
+    assert_agent_alive(e, 0);
+    /* back at the old size: step 0 is still restored (kept under the
+     * previous layout's names), verified */
+    rep = raw_slots(fd, size);
+    assert_int_equal(rep.type, FTC_AP_SLOTS_OK);
+    ftc_ap_init(&m, FTC_AP_RESTORE);
+    assert_int_equal(raw_call(fd, &m, &rep, 20000), 0);
+    assert_int_equal(rep.type, FTC_AP_RESTORE_OK);
+    assert_int_equal(rep.step, 0);
+    ftc_slot_t sl;
+    ftc_err_t err = {0};
+    char name[FTC_SLOT_NAME_MAX];
+    snprintf(name, sizeof name, "ftc.%s.n0.r0.s%u", e->job, rep.slot);
+    assert_int_equal(ftc_slot_open(name, false, &sl, &err), 0);
+    ftc_shard_view_t v;
+    assert_int_equal(ftc_shard_open(&v, sl.base, size, FTC_SHARD_VERIFY, &err), 0);
+    assert_int_equal(v.info.step, 0);
+    ftc_slot_close(&sl);
+    close(fd);
+    assert_agent_alive(e, 0);
+    teardown_env(e);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
 
 int main(void)
@@ -147,6 +216,7 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         T(test_unused_begins_keep_no_slot),
+        T(test_refused_slots_then_restore),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
