@@ -1216,6 +1216,40 @@ static void ftc__on_begin(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
                      r->rank, i, r->step[i]);
             r->st[i] = SL_EMPTY;
         }
+    /* A step not after the job's committed step (the ranks went back to an
+     * older step: ftc_fetch, a persist tier that lags the commits) can never
+     * be recorded (the commit record never goes backwards), and one this
+     * rank already sealed is checkpointed: skipped, with the committed step
+     * told first so that ftc_wait_committed of it returns. Taken, such a
+     * version was marked committed without its report counting, and a
+     * restore could return it instead of the version the record holds (I1). */
+    bool again = false;
+    for (int i = 0; i < NS; i++)
+        again = again || ((r->st[i] == SL_SEALED || r->st[i] == SL_COMMITTED) &&
+                          r->step[i] == m->step);
+    if ((a->committed >= 0 && m->step <= (uint64_t)a->committed) || again) {
+        ftc_err_t err = {0};
+        if (a->committed >= 0) {
+            ftc_ap_msg_t cm;
+            ftc_ap_init(&cm, FTC_AP_COMMITTED);
+            cm.step = (uint64_t)a->committed;
+            ftc_ap_send(r->fd, &cm, 1000, &err);
+        }
+        ftc_ap_msg_t sk;
+        ftc_ap_init(&sk, FTC_AP_SKIP);
+        sk.step = m->step;
+        if (a->committed < 0 || m->step > (uint64_t)a->committed)
+            snprintf(sk.text, sizeof sk.text, "step %" PRIu64 " skipped: rank %u already "
+                     "checkpointed it", m->step, r->rank);
+        else
+            snprintf(sk.text, sizeof sk.text, "step %" PRIu64 " skipped: it is not after the "
+                     "job's committed step %" PRId64 " (a repeated step, or the ranks went back "
+                     "to an older one), "
+                     "so it could never commit", m->step, a->committed);
+        FTC_INFO("agent", "rank %u: %s", r->rank, sk.text);
+        ftc_ap_send(r->fd, &sk, 1000, &err);
+        return;
+    }
     int s = ftc__begin_slot(a, r);
     if (s >= 0) {
         ftc__send_begin_ok(r, s, m->step);

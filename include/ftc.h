@@ -170,8 +170,11 @@ int ftc_register(ftc_ctx_t *ctx, const char *name, int dtype, int ndim, const in
  * meta_capacity bytes: data cursor, RNG state) is stored with it. Returns
  * FTC_EAGAIN when the agent's policy skipped this step (no free slot: the
  * two previous versions are still replicating or waiting for their commit,
- * and policy is "skip"); the step is then not checkpointed and training may
- * go on. FTC_ERANGE when meta_len exceeds meta_capacity (nothing is asked
+ * and policy is "skip"; or step is not after the job's committed step, or
+ * was checkpointed already: such a version could never be committed, since
+ * the commit record never goes backwards, and ftc_wait_committed of it
+ * returns 0 as the committed step is later); the step is then not
+ * checkpointed and training may go on. FTC_ERANGE when meta_len exceeds meta_capacity (nothing is asked
  * of the agent); FTC_EINVAL on a NULL or unconnected context, a negative
  * step, or NULL meta with a nonzero meta_len. It waits only while the
  * previous snapshot is not sealed yet, or,

@@ -10,7 +10,10 @@
  *     before it asks the agent for a slot;
  *   - SLOTS of a size /dev/shm cannot hold: FTC_ENOSPC naming the size; a
  *     RESTORE after it is refused cleanly (it crashed the agent), and the
- *     rank's committed shard is still restored after a SLOTS that fits.
+ *     rank's committed shard is still restored after a SLOTS that fits;
+ *   - a checkpoint of a step not after the committed one (steps that went
+ *     back, or repeat) is skipped (FTC_EAGAIN) rather than marked committed
+ *     unrecorded, and a restore returns the version the record holds.
  * No wall-clock bound is asserted: a lost slot shows as a BEGIN that gets no
  * answer within the test's receive deadline.
  */
@@ -209,6 +212,82 @@ static void test_refused_slots_then_restore(void **state)
     teardown_env(e);
 }
 
+static void fill(float *w, int n, float v)
+{
+    for (int i = 0; i < n; i++)
+        w[i] = v;
+}
+
+/* Steps that go back (ranks that took an older committed step with
+ * ftc_fetch, a persist tier that lags the commits) or repeat: a checkpoint
+ * of a step not after the job's committed one can never be recorded (the
+ * commit record never goes backwards), yet the agent marked such versions
+ * committed, and a restore could then return one instead of the version
+ * the record holds (I1). */
+static void test_step_not_after_committed(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 1000);
+    char sock[PATH_MAX + 32];
+    ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
+    o.timeout_ms = 10000;
+    ftc_ctx_t *c = NULL;
+    assert_int_equal(ftc_create(&o, &c), 0);
+    enum { N = 4096 };
+    static float w[N];
+    int64_t shape[1] = {N};
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    for (int64_t step = 0; step < 4; step++) {
+        fill(w, N, (float)step);
+        assert_int_equal(ftc_checkpoint(c, step, NULL, 0), 0);
+        assert_int_equal(ftc_wait_committed(c, step), 0);
+    }
+    /* back to step 2 (its state fetched, say): step 3 again, with other
+     * values (in the slot after the committed one's: the first a restore
+     * looks at) */
+    for (int64_t step = 3; step < 4; step++) {
+        fill(w, N, 100.0f + (float)step);
+        int rc = ftc_checkpoint(c, step, NULL, 0);
+        print_message("checkpoint of step %lld again: %s (%s)\n", (long long)step,
+                      ftc_errname(rc), ftc_last_error(c));
+        assert_int_equal(rc, FTC_EAGAIN);
+        assert_non_null(strstr(ftc_last_error(c), "committed step 3"));
+        assert_int_equal(ftc_wait_snapshot(c), 0);
+        assert_int_equal(ftc_wait_committed(c, step), 0); /* step 3 is */
+    }
+    /* the restore (a new context: the old one's snapshots all announced)
+     * returns what the commit record holds */
+    ftc_destroy(c);
+    c = NULL;
+    assert_int_equal(ftc_create(&o, &c), 0);
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    fill(w, N, -1.0f);
+    int64_t got = -1;
+    assert_int_equal(ftc_restore(c, &got, NULL, NULL), 0);
+    assert_int_equal(got, 3);
+    print_message("restored step %lld: w = %g\n", (long long)got, w[0]);
+    assert_true(w[0] == 3.0f && w[N - 1] == 3.0f);
+    /* the same step twice in a row: the second is not checkpointed */
+    fill(w, N, 4.0f);
+    assert_int_equal(ftc_checkpoint(c, 4, NULL, 0), 0);
+    fill(w, N, 104.0f);
+    assert_int_equal(ftc_checkpoint(c, 4, NULL, 0), FTC_EAGAIN);
+    print_message("%s\n", ftc_last_error(c));
+    assert_int_equal(ftc_wait_committed(c, 4), 0);
+    fill(w, N, 5.0f);
+    assert_int_equal(ftc_checkpoint(c, 5, NULL, 0), 0);
+    assert_int_equal(ftc_wait_committed(c, 5), 0);
+    ftc_ckpt_status_t st = {.struct_size = sizeof st};
+    assert_int_equal(ftc_ckpt_status(c, &st), 0);
+    assert_int_equal(st.committed, 5);
+    assert_int_equal(st.skipped, 1); /* this context's: step 4 again */
+    fill(w, N, -1.0f);
+    assert_int_equal(ftc_restore(c, &got, NULL, NULL), 0);
+    assert_int_equal(got, 5);
+    assert_true(w[0] == 5.0f && w[N - 1] == 5.0f);
+    ftc_destroy(c);
+    teardown_env(e);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
 
 int main(void)
@@ -217,6 +296,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         T(test_unused_begins_keep_no_slot),
         T(test_refused_slots_then_restore),
+        T(test_step_not_after_committed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
