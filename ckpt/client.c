@@ -18,6 +18,7 @@
 #include "core/log.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdatomic.h>
 #include <pthread.h>
@@ -234,17 +235,33 @@ int ftc_create(const ftc_options_t *opts, ftc_ctx_t **out)
     snprintf(c->sock, sizeof c->sock, "%s", sock);
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     snprintf(sa.sun_path, sizeof sa.sun_path, "%s", c->sock);
-    c->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    /* non-blocking: a connect to an agent whose listen backlog is full (a
+     * frozen agent that accepts nothing) blocks for ever otherwise */
+    c->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (c->fd < 0)
         return ftc_err_errno(&c->err, errno, "socket");
-    if (connect(c->fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+    ftc_deadline_t cd = ftc_deadline_in_ms((uint64_t)c->o.timeout_ms);
+    int crc;
+    while ((crc = connect(c->fd, (struct sockaddr *)&sa, sizeof sa)) != 0 &&
+           (errno == EAGAIN || errno == EINTR) && !ftc_deadline_expired(cd) &&
+           !atomic_load(&c->interrupted))
+        ftc_sleep_ms(10);
+    if (crc != 0) {
         int e = errno;
         close(c->fd); /* not connected: no call may use it */
         c->fd = -1;
+        if (e == EAGAIN || e == EINTR)
+            return ftc_err_set(&c->err, FTC_ETIMEDOUT,
+                               "the agent at %s accepted no connection within %d ms (is it "
+                               "stopped or overloaded?)",
+                               c->sock, c->o.timeout_ms);
         return ftc_err_set(&c->err, FTC_ENOENT,
                            "no agent answers at %s (%s): start `ftc agent` on this node first",
                            c->sock, strerror(e));
     }
+    int fl = fcntl(c->fd, F_GETFL);
+    if (fl < 0 || fcntl(c->fd, F_SETFL, fl & ~O_NONBLOCK) != 0)
+        return ftc_err_errno(&c->err, errno, "fcntl on the agent socket");
     ftc_ap_msg_t m, rep;
     ftc_ap_init(&m, FTC_AP_HELLO);
     snprintf(m.job, sizeof m.job, "%s", c->job);

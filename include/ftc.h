@@ -138,7 +138,9 @@ typedef struct ftc_ctx ftc_ctx_t;
 
 /* Connects to the node's agent. opts may be NULL (everything from FTC_*).
  * FTC_ENOENT when no socket is given (the message names FTC_AGENT_SOCKET)
- * or no agent answers at it (the message names the socket); FTC_ECONFIG when
+ * or no agent answers at it (the message names the socket); FTC_ETIMEDOUT
+ * when the agent neither accepts the connection nor answers the HELLO within
+ * timeout_ms (a stopped agent: never a wait without end); FTC_ECONFIG when
  * rank/world/tp/pp do not fit; FTC_ENOMEM; an agent that refuses the HELLO:
  * its code. *ctx is set even on failure (for ftc_last_error) and must be
  * freed with ftc_destroy; every other call on it returns FTC_EINVAL ("not

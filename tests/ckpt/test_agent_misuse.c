@@ -14,6 +14,8 @@
  *   - a checkpoint of a step not after the committed one (steps that went
  *     back, or repeat) is skipped (FTC_EAGAIN) rather than marked committed
  *     unrecorded, and a restore returns the version the record holds.
+ *   - ftc_create against a stopped agent whose listen backlog is full ends
+ *     with FTC_ETIMEDOUT (connect blocked for ever).
  * No wall-clock bound is asserted: a lost slot shows as a BEGIN that gets no
  * answer within the test's receive deadline.
  */
@@ -288,6 +290,58 @@ static void test_step_not_after_committed(void **state)
     teardown_env(e);
 }
 
+/* A frozen agent (SIGSTOP) accepts no connection: once its listen backlog
+ * (64) is full, connect() on its socket blocked for ever, so ranks that
+ * retried ftc_create against it hung in the 65th call (I6). Each call must
+ * end with an error after the context's timeout. The calls run in a child
+ * that the test waits for with a deadline. */
+static void test_create_against_frozen_agent(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 1000);
+    char sock[PATH_MAX + 32];
+    ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
+    o.timeout_ms = 100;
+    kill(e->agent[0], SIGSTOP);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        for (int i = 0; i < 80; i++) {
+            ftc_ctx_t *c = NULL;
+            int rc = ftc_create(&o, &c);
+            if (rc != FTC_ETIMEDOUT) {
+                fprintf(stderr, "call %d: %s (%s)\n", i, ftc_errname(rc), ftc_last_error(c));
+                _exit(1);
+            }
+            if (i == 79)
+                fprintf(stderr, "call %d: %s\n", i, ftc_last_error(c));
+            ftc_destroy(c);
+        }
+        _exit(0);
+    }
+    int st = 0;
+    ftc_deadline_t d = ftc_deadline_in_ms(40000);
+    while (waitpid(pid, &st, WNOHANG) != pid) {
+        if (ftc_deadline_expired(d)) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            kill(e->agent[0], SIGCONT);
+            fail_msg("ftc_create against a frozen agent did not return");
+        }
+        ftc_sleep_ms(20);
+    }
+    kill(e->agent[0], SIGCONT);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    /* thawed, it serves again */
+    o.timeout_ms = 10000;
+    ftc_ctx_t *c = NULL;
+    int rc = ftc_create(&o, &c);
+    if (rc)
+        print_message("%s\n", ftc_last_error(c));
+    assert_int_equal(rc, 0);
+    ftc_destroy(c);
+    teardown_env(e);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
 
 int main(void)
@@ -297,6 +351,7 @@ int main(void)
         T(test_unused_begins_keep_no_slot),
         T(test_refused_slots_then_restore),
         T(test_step_not_after_committed),
+        T(test_create_against_frozen_agent),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
