@@ -335,6 +335,9 @@ int ftc_register(ftc_ctx_t *c, const char *name, int dtype, int ndim, const int6
     if (ndim < 0 || ndim > FTC_SHARD_MAX_DIMS)
         return ftc_err_set(&c->err, FTC_EINVAL, "tensor '%s': ndim %d (0..%d)", name ? name : "",
                            ndim, FTC_SHARD_MAX_DIMS);
+    if (ndim > 0 && !shape)
+        return ftc_err_set(&c->err, FTC_EINVAL, "tensor '%s': shape is NULL for ndim %d",
+                           name ? name : "", ndim);
     uint64_t sh[FTC_SHARD_MAX_DIMS];
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0)

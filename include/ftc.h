@@ -157,7 +157,8 @@ const char *ftc_last_error(const ftc_ctx_t *ctx);
  * entries (ndim 0: a scalar). data stays owned by the caller and must stay
  * valid until ftc_destroy. device: FTC_HOST or a CUDA device id.
  * Errors: FTC_EEXIST a name registered twice; FTC_EINVAL a NULL or
- * unconnected context, a name of 0 or more than 1024 bytes,
+ * unconnected context, a NULL name or one of 0 or more than 1024 bytes, a
+ * NULL shape for ndim > 0,
  * an unknown dtype, ndim outside 0..8, a negative dimension, NULL data for a
  * non-empty tensor, or a call after the first ftc_checkpoint / ftc_restore
  * (the set of tensors is then fixed); FTC_ERANGE too many tensors or a size

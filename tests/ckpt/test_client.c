@@ -7,7 +7,8 @@
  *     calls on such a context (ftc_restore, ftc_fetch included) and on a
  *     NULL one: FTC_EINVAL ("not connected"), never a crash or a wait;
  *   - ftc_register: duplicate name FTC_EEXIST, unknown dtype, bad ndim,
- *     negative dimension, empty name, NULL data FTC_EINVAL (and the name is
+ *     negative dimension, empty or NULL name, NULL shape, NULL data
+ *     FTC_EINVAL (and the name is
  *     still free afterwards), after the first checkpoint FTC_EINVAL;
  *   - ftc_checkpoint of a negative step FTC_EINVAL; ftc_wait_snapshot with
  *     nothing in flight returns 0; ftc_wait_committed of a step nobody
@@ -117,6 +118,10 @@ static void test_register_errors(void **state)
     assert_int_equal(ftc_register(c, "m", FTC_DTYPE_F32, 2, neg, m, FTC_HOST), FTC_EINVAL);
     assert_non_null(strstr(ftc_last_error(c), "negative"));
     assert_int_equal(ftc_register(c, "", FTC_DTYPE_F32, 2, shape, m, FTC_HOST), FTC_EINVAL);
+    assert_int_equal(ftc_register(c, NULL, FTC_DTYPE_F32, 2, shape, m, FTC_HOST), FTC_EINVAL);
+    /* no shape for a tensor of 2 dimensions (it crashed) */
+    assert_int_equal(ftc_register(c, "m", FTC_DTYPE_F32, 2, NULL, m, FTC_HOST), FTC_EINVAL);
+    assert_non_null(strstr(ftc_last_error(c), "shape"));
     assert_int_equal(ftc_register(c, "m", FTC_DTYPE_F32, 2, shape, NULL, FTC_HOST), FTC_EINVAL);
     assert_non_null(strstr(ftc_last_error(c), "NULL"));
     /* the refused registrations left the name free */
