@@ -52,6 +52,7 @@ struct ftc_ctx {
     int pending_slot;
     uint64_t pending_step;
     int notify_rc;         /* a failure of the notifier, reported by the next call */
+    ftc_err_t notify_err;  /* ... and what it was (under mu) */
     bool stop;
     atomic_int interrupted; /* ftc_interrupt: waits for the agent end with FTC_ECANCELED */
     int64_t checkpoints, skipped; /* ftc_ckpt_status counters */
@@ -171,6 +172,7 @@ static void *ftc__notifier(void *arg)
         pthread_mutex_lock(&c->mu);
         if (rc) {
             c->notify_rc = rc;
+            ftc_err_set(&c->notify_err, rc, "step %llu: %s", (unsigned long long)step, err.msg);
             FTC_WARN("ftc", "rank %u step %llu: %s", c->rank, (unsigned long long)step, err.msg);
         }
         c->pending = false;
@@ -180,7 +182,8 @@ static void *ftc__notifier(void *arg)
     return NULL;
 }
 
-/* Waits until the previous snapshot has been announced to the agent. */
+/* Waits until the previous snapshot has been announced to the agent; a
+ * failure to announce it is returned once, its message in c->err. */
 static int ftc__wait_announced(ftc_ctx_t *c)
 {
     pthread_mutex_lock(&c->mu);
@@ -188,6 +191,8 @@ static int ftc__wait_announced(ftc_ctx_t *c)
         pthread_cond_wait(&c->cv, &c->mu);
     int rc = c->notify_rc;
     c->notify_rc = 0;
+    if (rc)
+        c->err = c->notify_err;
     pthread_mutex_unlock(&c->mu);
     return rc;
 }
@@ -401,7 +406,7 @@ int ftc_checkpoint(ftc_ctx_t *c, int64_t step, const void *meta, size_t meta_len
         return rc;
     rc = ftc__wait_announced(c);
     if (rc)
-        return ftc_err_set(&c->err, rc, "the previous checkpoint could not be handed to the agent");
+        return ftc_err_wrap(&c->err, "the previous checkpoint could not be handed to the agent");
     ftc_ap_msg_t m, rep;
     ftc_ap_init(&m, FTC_AP_BEGIN);
     m.step = (uint64_t)step;
@@ -505,7 +510,8 @@ int ftc_wait_committed(ftc_ctx_t *c, int64_t step)
         return ftc_err_set(&c->err, FTC_EINVAL, "ftc_wait_committed: the context is not connected");
     int rc = ftc__wait_announced(c);
     if (rc)
-        return rc;
+        return ftc_err_wrap(&c->err, "waiting for step %lld: the last checkpoint was not "
+                            "handed to the agent sealed", (long long)step);
     ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)c->o.timeout_ms);
     while (c->committed < step) {
         if (c->failed_step == step)

@@ -14,6 +14,9 @@
  *   - a checkpoint of a step not after the committed one (steps that went
  *     back, or repeat) is skipped (FTC_EAGAIN) rather than marked committed
  *     unrecorded, and a restore returns the version the record holds.
+ *   - the agent killed mid-checkpoint: no call waits without end, each
+ *     fails with a message of its own (not a stale one), and the restarted
+ *     agent restores the previous committed step intact;
  *   - ftc_create against a stopped agent whose listen backlog is full ends
  *     with FTC_ETIMEDOUT (connect blocked for ever).
  * No wall-clock bound is asserted: a lost slot shows as a BEGIN that gets no
@@ -342,6 +345,61 @@ static void test_create_against_frozen_agent(void **state)
     teardown_env(e);
 }
 
+/* The agent killed (SIGKILL) while a snapshot is being copied: nothing
+ * waits without end, the calls that need the agent fail with their own
+ * error and a message about it (not a stale one: the failure to hand the
+ * sealed snapshot to the agent left ftc_last_error as it was), and the
+ * restarted agent restores the previous committed step, intact (I3). */
+static void test_agent_killed_mid_checkpoint(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 1000);
+    char sock[PATH_MAX + 32];
+    ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
+    o.timeout_ms = 5000;
+    ftc_ctx_t *c = NULL;
+    assert_int_equal(ftc_create(&o, &c), 0);
+    enum { N = 16 << 20 }; /* 64 MiB: the copy and its hashing outlast the kill */
+    float *w = malloc((size_t)N * sizeof *w);
+    assert_non_null(w);
+    int64_t shape[1] = {N};
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    fill(w, N, 1.0f);
+    assert_int_equal(ftc_checkpoint(c, 0, NULL, 0), 0);
+    assert_int_equal(ftc_wait_committed(c, 0), 0);
+    assert_int_equal(ftc_checkpoint(c, -1, NULL, 0), FTC_EINVAL);
+    char stale[512];
+    snprintf(stale, sizeof stale, "%s", ftc_last_error(c));
+    fill(w, N, 2.0f);
+    assert_int_equal(ftc_checkpoint(c, 1, NULL, 0), 0);
+    kill_agent(e, 0);
+    assert_int_equal(ftc_wait_snapshot(c), 0); /* the copy itself needs no agent */
+    int rc = ftc_wait_committed(c, 1);
+    print_message("ftc_wait_committed: %s (%s)\n", ftc_errname(rc), ftc_last_error(c));
+    assert_true(rc < 0);
+    assert_string_not_equal(ftc_last_error(c), stale);
+    assert_true(ftc_last_error(c)[0] != 0);
+    rc = ftc_checkpoint(c, 2, NULL, 0);
+    print_message("ftc_checkpoint: %s (%s)\n", ftc_errname(rc), ftc_last_error(c));
+    assert_true(rc < 0);
+    ftc_destroy(c);
+    /* the agent again: step 0 as it was committed */
+    start_agent(e, 0);
+    c = NULL;
+    assert_int_equal(ftc_create(&o, &c), 0);
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    fill(w, N, -1.0f);
+    int64_t got = -1;
+    rc = ftc_restore(c, &got, NULL, NULL);
+    if (rc)
+        print_message("%s\n", ftc_last_error(c));
+    assert_int_equal(rc, 0);
+    assert_int_equal(got, 0);
+    assert_true(w[0] == 1.0f && w[N - 1] == 1.0f);
+    ftc_destroy(c);
+    free(w);
+    teardown_env(e);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
 
 int main(void)
@@ -352,6 +410,7 @@ int main(void)
         T(test_refused_slots_then_restore),
         T(test_step_not_after_committed),
         T(test_create_against_frozen_agent),
+        T(test_agent_killed_mid_checkpoint),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
