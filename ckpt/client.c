@@ -571,6 +571,16 @@ int ftc_restore_from(ftc_ctx_t *c, int src_rank, int64_t *step, void *meta, size
     int rc = ftc__slots(c);
     if (rc)
         return rc;
+    /* a snapshot in flight reads the tensors the restore is about to write:
+     * it would seal (and commit) a mix of both states, with checksums that
+     * verify. It ends, and is handed to the agent, first. */
+    rc = ftc_snap_wait_copy(c->snap, ftc_deadline_in_ms((uint64_t)c->o.timeout_ms), &c->err);
+    if (rc)
+        return ftc_err_wrap(&c->err, "ftc_restore: the snapshot in flight");
+    rc = ftc__wait_announced(c);
+    if (rc)
+        return ftc_err_wrap(&c->err, "ftc_restore: the last checkpoint was not handed to the "
+                            "agent sealed");
     ftc_ap_msg_t m, rep;
     ftc_ap_init(&m, FTC_AP_RESTORE);
     m.src = src_rank;

@@ -213,8 +213,10 @@ void ftc_interrupt(ftc_ctx_t *ctx);
 /* Fills the registered tensors from the newest committed version (from this
  * node's memory, else a peer's, else the persist tier; every shard checksum-
  * verified first) and returns its step and metadata (meta_len: capacity in,
- * bytes out). FTC_ENOENT when nothing committed exists (a fresh start); the
- * message names where it looked. When this rank's shard of the newest
+ * bytes out). A snapshot still in flight (ftc_checkpoint without
+ * ftc_wait_snapshot) is finished and handed to the agent first: the restore
+ * writes the tensors it copies. FTC_ENOENT when nothing committed exists (a
+ * fresh start); the message names where it looked. When this rank's shard of the newest
  * committed version survives only in the persist tier, which lags the
  * commits, *step is an older committed step than the other ranks may get:
  * ranks that must agree compare their steps and, if they differ, take the

@@ -17,6 +17,8 @@
  *   - the agent killed mid-checkpoint: no call waits without end, each
  *     fails with a message of its own (not a stale one), and the restarted
  *     agent restores the previous committed step intact;
+ *   - ftc_restore while a snapshot is being copied: the snapshot holds the
+ *     tensors of its ftc_checkpoint call, not a mix with the restored ones;
  *   - ftc_create against a stopped agent whose listen backlog is full ends
  *     with FTC_ETIMEDOUT (connect blocked for ever).
  * No wall-clock bound is asserted: a lost slot shows as a BEGIN that gets no
@@ -400,6 +402,59 @@ static void test_agent_killed_mid_checkpoint(void **state)
     teardown_env(e);
 }
 
+static uint64_t count_not(const float *w, uint64_t n, float v)
+{
+    uint64_t bad = 0;
+    for (uint64_t i = 0; i < n; i++)
+        bad += w[i] != v;
+    return bad;
+}
+
+/* ftc_restore while the previous checkpoint's copy is still running: the
+ * restore wrote the tensors under the copy, which then sealed (and
+ * committed) a mix of the two states with checksums that verify. The
+ * snapshot must hold exactly the tensors of its ftc_checkpoint call. */
+static void test_restore_during_snapshot(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 1000);
+    char sock[PATH_MAX + 32];
+    ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
+    o.threads = 1; /* a long copy */
+    ftc_ctx_t *c = NULL;
+    assert_int_equal(ftc_create(&o, &c), 0);
+    enum { N = 32 << 20 }; /* 128 MiB */
+    float *w = malloc((size_t)N * sizeof *w);
+    assert_non_null(w);
+    int64_t shape[1] = {N};
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    fill(w, N, 1.0f);
+    assert_int_equal(ftc_checkpoint(c, 0, NULL, 0), 0);
+    assert_int_equal(ftc_wait_committed(c, 0), 0);
+    fill(w, N, 2.0f);
+    assert_int_equal(ftc_checkpoint(c, 1, NULL, 0), 0);
+    int64_t got = -1;
+    assert_int_equal(ftc_restore(c, &got, NULL, NULL), 0); /* 0, or 1 if it committed first */
+    print_message("restored step %lld during the snapshot of step 1\n", (long long)got);
+    assert_true(got == 0 || got == 1);
+    assert_int_equal(count_not(w, N, got == 0 ? 1.0f : 2.0f), 0);
+    assert_int_equal(ftc_wait_committed(c, 1), 0);
+    ftc_destroy(c);
+    /* step 1 as it was checkpointed */
+    c = NULL;
+    assert_int_equal(ftc_create(&o, &c), 0);
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    fill(w, N, -1.0f);
+    assert_int_equal(ftc_restore(c, &got, NULL, NULL), 0);
+    assert_int_equal(got, 1);
+    uint64_t bad = count_not(w, N, 2.0f);
+    print_message("step 1: %llu of %d values are not the checkpointed ones\n",
+                  (unsigned long long)bad, N);
+    assert_int_equal(bad, 0);
+    ftc_destroy(c);
+    free(w);
+    teardown_env(e);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
 
 int main(void)
@@ -411,6 +466,7 @@ int main(void)
         T(test_step_not_after_committed),
         T(test_create_against_frozen_agent),
         T(test_agent_killed_mid_checkpoint),
+        T(test_restore_during_snapshot),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
