@@ -1480,10 +1480,20 @@ static int ftc__install(ftc__rank_t *r, const uint8_t *buf, uint64_t size, uint6
     if (size != r->size)
         return -1;
     int s = ftc__free_slot(r);
-    for (int i = 0; s < 0 && i < NS; i++)
-        if (!r->pinned[i] && r->landing != i + 1) /* never under the persist thread's reads */
-            s = i;
-    if (s < 0 || ftc__slot_reserve(r, s, err))
+    /* none free: the slot of the newest committed version this node holds
+     * (the restore found it missing or corrupt, or an older step), never a
+     * sealed one (replicating, its commit reported: the node's copy of a
+     * version that may commit) nor one the persist thread reads */
+    int keep = ftc__newest_committed(r);
+    if (s < 0 && keep >= 0 && !r->pinned[keep] && r->landing != keep + 1)
+        s = keep;
+    if (s < 0) {
+        ftc_err_set(err, FTC_EAGAIN, "every slot of rank %u is in use (versions replicating or "
+                    "waiting for their commit, a persist write): retry the restore once one "
+                    "commits", r->rank);
+        return -1;
+    }
+    if (ftc__slot_reserve(r, s, err))
         return -1;
     uint64_t t0 = ftc_now_ns();
     ftc_mem_prefault(r->slot[s].base, size); /* a fresh slot: no fault per page */

@@ -19,6 +19,9 @@
  *     agent restores the previous committed step intact;
  *   - ftc_restore while a snapshot is being copied: the snapshot holds the
  *     tensors of its ftc_checkpoint call, not a mix with the restored ones;
+ *   - a restore that fetches while the rank's other slots hold sealed
+ *     versions: it lands in the corrupt committed slot, the sealed ones
+ *     stay (and commit);
  *   - ftc_create against a stopped agent whose listen backlog is full ends
  *     with FTC_ETIMEDOUT (connect blocked for ever).
  * No wall-clock bound is asserted: a lost slot shows as a BEGIN that gets no
@@ -455,6 +458,87 @@ static void test_restore_during_snapshot(void **state)
     teardown_env(e);
 }
 
+/* Flips one byte in the middle of the payload of rank 0's slot on node 0
+ * that holds `step`; returns its index, -1 if none does. */
+static int corrupt_slot_of_step(env_t *e, uint64_t step)
+{
+    for (int k = 0; k < 3; k++) {
+        char name[FTC_SLOT_NAME_MAX];
+        snprintf(name, sizeof name, "ftc.%s.n0.r0.s%d", e->job, k);
+        ftc_slot_t sl;
+        ftc_err_t err = {0};
+        if (ftc_slot_open(name, true, &sl, &err))
+            continue;
+        ftc_shard_view_t v;
+        bool hit = ftc_shard_open(&v, sl.base, sl.size, 0, &err) == 0 && v.info.step == step;
+        if (hit)
+            sl.base[sl.size - sl.size / 4] ^= 0x40;
+        ftc_slot_close(&sl);
+        if (hit)
+            return k;
+    }
+    return -1;
+}
+
+/* A restore that must fetch (the rank's committed slot is corrupt) while
+ * the rank's two other slots hold sealed versions waiting for their commit
+ * (the other rank has not checkpointed them yet): the fetched shard went
+ * into the first slot that was not pinned, a sealed version the commit
+ * record already had the report of, so that version was gone from the node
+ * (and its commit never reached the rank). It belongs in the corrupt slot. */
+static void test_restore_keeps_sealed_slots(void **state)
+{
+    env_t *e = setup_env(*state, 2, "1", 1000);
+    char s0[PATH_MAX + 32], s1[PATH_MAX + 32];
+    ftc_options_t o0 = ctx_options(e, 0, 0, 2, s0, sizeof s0);
+    ftc_options_t o1 = ctx_options(e, 1, 1, 2, s1, sizeof s1);
+    o0.timeout_ms = o1.timeout_ms = 8000;
+    ftc_ctx_t *c0 = NULL, *c1 = NULL;
+    assert_int_equal(ftc_create(&o0, &c0), 0);
+    assert_int_equal(ftc_create(&o1, &c1), 0);
+    enum { N = 1 << 16 };
+    static float w0[N], w1[N];
+    int64_t shape[1] = {N};
+    assert_int_equal(ftc_register(c0, "w", FTC_DTYPE_F32, 1, shape, w0, FTC_HOST), 0);
+    assert_int_equal(ftc_register(c1, "w", FTC_DTYPE_F32, 1, shape, w1, FTC_HOST), 0);
+    for (int64_t step = 0; step < 4; step++) {
+        fill(w0, N, (float)step);
+        fill(w1, N, (float)step);
+        assert_int_equal(ftc_checkpoint(c0, step, NULL, 0), 0);
+        assert_int_equal(ftc_checkpoint(c1, step, NULL, 0), 0);
+        assert_int_equal(ftc_wait_committed(c0, step), 0);
+        assert_int_equal(ftc_wait_committed(c1, step), 0);
+    }
+    /* rank 0 runs ahead: steps 4 and 5 sealed, not committed */
+    for (int64_t step = 4; step < 6; step++) {
+        fill(w0, N, (float)step);
+        assert_int_equal(ftc_checkpoint(c0, step, NULL, 0), 0);
+        assert_int_equal(ftc_wait_snapshot(c0), 0);
+    }
+    int bad = corrupt_slot_of_step(e, 3);
+    assert_true(bad >= 0);
+    fill(w0, N, -1.0f);
+    int64_t got = -1;
+    int rc = ftc_restore(c0, &got, NULL, NULL);
+    if (rc)
+        print_message("%s\n", ftc_last_error(c0));
+    assert_int_equal(rc, 0);
+    assert_int_equal(got, 3);
+    assert_int_equal(count_not(w0, N, 3.0f), 0);
+    /* rank 1 checkpoints step 4: it commits, and rank 0's version of it is
+     * still on its node */
+    fill(w1, N, 4.0f);
+    assert_int_equal(ftc_checkpoint(c1, 4, NULL, 0), 0);
+    assert_int_equal(ftc_wait_committed(c1, 4), 0);
+    rc = ftc_wait_committed(c0, 4);
+    print_message("rank 0 waits for step 4: %s (%s)\n", ftc_errname(rc),
+                  rc ? ftc_last_error(c0) : "");
+    assert_int_equal(rc, 0);
+    ftc_destroy(c0);
+    ftc_destroy(c1);
+    teardown_env(e);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
 
 int main(void)
@@ -467,6 +551,7 @@ int main(void)
         T(test_create_against_frozen_agent),
         T(test_agent_killed_mid_checkpoint),
         T(test_restore_during_snapshot),
+        T(test_restore_keeps_sealed_slots),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
