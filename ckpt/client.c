@@ -574,13 +574,18 @@ int ftc_restore_from(ftc_ctx_t *c, int src_rank, int64_t *step, void *meta, size
     /* a snapshot in flight reads the tensors the restore is about to write:
      * it would seal (and commit) a mix of both states, with checksums that
      * verify. It ends, and is handed to the agent, first. */
-    rc = ftc_snap_wait_copy(c->snap, ftc_deadline_in_ms((uint64_t)c->o.timeout_ms), &c->err);
-    if (rc)
+    ftc_err_t werr = {0};
+    rc = ftc_snap_wait_copy(c->snap, ftc_deadline_in_ms((uint64_t)c->o.timeout_ms), &werr);
+    if (rc == FTC_ETIMEDOUT) {
+        c->err = werr;
         return ftc_err_wrap(&c->err, "ftc_restore: the snapshot in flight");
-    rc = ftc__wait_announced(c);
-    if (rc)
-        return ftc_err_wrap(&c->err, "ftc_restore: the last checkpoint was not handed to the "
-                            "agent sealed");
+    }
+    /* (a copy that failed is not running: no matter here; the notifier's
+     * outcome stays for the next ftc_checkpoint / ftc_wait_committed) */
+    pthread_mutex_lock(&c->mu);
+    while (c->pending)
+        pthread_cond_wait(&c->cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
     ftc_ap_msg_t m, rep;
     ftc_ap_init(&m, FTC_AP_RESTORE);
     m.src = src_rank;
