@@ -29,6 +29,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#define FTC__FAILED_KEEP 8 /* NOT_COMMITTED steps remembered */
+
 struct ftc_ctx {
     ftc_options_t o;
     char job[64];
@@ -42,7 +44,11 @@ struct ftc_ctx {
     uint64_t size;
     int64_t committed;     /* newest COMMITTED seen */
     int64_t failed_step;   /* newest NOT_COMMITTED seen */
-    char failed_why[384];
+    /* the last FTC__FAILED_KEEP NOT_COMMITTED steps and why, for
+     * ftc_wait_committed of any of them (not only the newest) */
+    int64_t failed[FTC__FAILED_KEEP];
+    char failed_why[FTC__FAILED_KEEP][384];
+    unsigned nfailed;
     /* the notifier */
     pthread_t tid;
     bool tid_started;
@@ -85,6 +91,27 @@ static int ftc__wait_readable(ftc_ctx_t *c, ftc_deadline_t d)
     }
 }
 
+/* Records a NOT_COMMITTED notice. */
+static void ftc__note_failed(ftc_ctx_t *c, uint64_t step, const char *why)
+{
+    c->failed_step = (int64_t)step;
+    unsigned i = c->nfailed++ % FTC__FAILED_KEEP;
+    c->failed[i] = (int64_t)step;
+    snprintf(c->failed_why[i], sizeof c->failed_why[i], "%s", why);
+}
+
+/* Why step will not commit, if the agent said so recently; else NULL. */
+static const char *ftc__failed_why(const ftc_ctx_t *c, int64_t step)
+{
+    unsigned n = c->nfailed < FTC__FAILED_KEEP ? c->nfailed : FTC__FAILED_KEEP;
+    for (unsigned k = 1; k <= n; k++) { /* newest first */
+        unsigned i = (c->nfailed - k) % FTC__FAILED_KEEP;
+        if (c->failed[i] == step)
+            return c->failed_why[i];
+    }
+    return NULL;
+}
+
 static int ftc__env_int(const char *a, const char *b, int def)
 {
     const char *v = getenv(a);
@@ -125,8 +152,7 @@ static int ftc__call(ftc_ctx_t *c, const ftc_ap_msg_t *req, int want, ftc_ap_msg
             continue;
         }
         if (rep->type == FTC_AP_NOT_COMMITTED) {
-            c->failed_step = (int64_t)rep->step;
-            snprintf(c->failed_why, sizeof c->failed_why, "%s", rep->text);
+            ftc__note_failed(c, rep->step, rep->text);
             FTC_WARN("ftc", "rank %u: %s", c->rank, rep->text);
             continue;
         }
@@ -466,8 +492,7 @@ int ftc_ckpt_status(ftc_ctx_t *c, ftc_ckpt_status_t *st)
         if (m.type == FTC_AP_COMMITTED && (int64_t)m.step > c->committed) {
             c->committed = (int64_t)m.step;
         } else if (m.type == FTC_AP_NOT_COMMITTED) {
-            c->failed_step = (int64_t)m.step;
-            snprintf(c->failed_why, sizeof c->failed_why, "%s", m.text);
+            ftc__note_failed(c, m.step, m.text);
         } else if (m.type != FTC_AP_COMMITTED) {
             rc = ftc_err_set(&c->err, FTC_EPROTO, "the agent sent type %u unasked", m.type);
             break;
@@ -514,8 +539,9 @@ int ftc_wait_committed(ftc_ctx_t *c, int64_t step)
                             "handed to the agent sealed", (long long)step);
     ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)c->o.timeout_ms);
     while (c->committed < step) {
-        if (c->failed_step == step)
-            return ftc_err_set(&c->err, FTC_EIO, "%s", c->failed_why);
+        const char *why = ftc__failed_why(c, step);
+        if (why)
+            return ftc_err_set(&c->err, FTC_EIO, "%s", why);
         int ms = ftc_deadline_remaining_ms(d);
         if (ms <= 0)
             return ftc_err_set(&c->err, FTC_ETIMEDOUT, "step %lld not committed within %d ms",
@@ -530,10 +556,8 @@ int ftc_wait_committed(ftc_ctx_t *c, int64_t step)
             return rc;
         if (rep.type == FTC_AP_COMMITTED && (int64_t)rep.step > c->committed)
             c->committed = (int64_t)rep.step;
-        else if (rep.type == FTC_AP_NOT_COMMITTED) {
-            c->failed_step = (int64_t)rep.step;
-            snprintf(c->failed_why, sizeof c->failed_why, "%s", rep.text);
-        }
+        else if (rep.type == FTC_AP_NOT_COMMITTED)
+            ftc__note_failed(c, rep.step, rep.text);
     }
     return 0;
 }

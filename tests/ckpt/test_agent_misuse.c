@@ -22,6 +22,8 @@
  *   - a restore that fetches while the rank's other slots hold sealed
  *     versions: it lands in the corrupt committed slot, the sealed ones
  *     stay (and commit);
+ *   - two steps that will not commit: ftc_wait_committed of either says so
+ *     (FTC_EIO, the agent's reason), not only of the newest;
  *   - ftc_create against a stopped agent whose listen backlog is full ends
  *     with FTC_ETIMEDOUT (connect blocked for ever).
  * No wall-clock bound is asserted: a lost slot shows as a BEGIN that gets no
@@ -539,6 +541,45 @@ static void test_restore_keeps_sealed_slots(void **state)
     teardown_env(e);
 }
 
+/* Two steps that will not commit (the only replica peer is gone):
+ * ftc_wait_committed of the older one must say so (FTC_EIO with the
+ * agent's reason) like the newer one's, not wait out its deadline because
+ * the newer failure replaced the older one's record. */
+static void test_wait_committed_older_failure(void **state)
+{
+    env_t *e = prepare_env(*state, 2, "1", 1000, NULL);
+    snprintf(e->timeout_ms, sizeof e->timeout_ms, "2000");
+    start_agent(e, 0);
+    start_agent(e, 1);
+    char sock[PATH_MAX + 32];
+    ftc_options_t o = ctx_options(e, 0, 0, 2, sock, sizeof sock);
+    o.timeout_ms = 15000;
+    ftc_ctx_t *c = NULL;
+    assert_int_equal(ftc_create(&o, &c), 0);
+    enum { N = 1 << 14 };
+    static float w[N];
+    int64_t shape[1] = {N};
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    kill_agent(e, 1); /* the replica peer of node 0 */
+    for (int64_t step = 0; step < 2; step++) {
+        fill(w, N, (float)step);
+        assert_int_equal(ftc_checkpoint(c, step, NULL, 0), 0);
+        assert_int_equal(ftc_wait_snapshot(c), 0);
+    }
+    int rc = ftc_wait_committed(c, 1);
+    print_message("step 1: %s (%s)\n", ftc_errname(rc), ftc_last_error(c));
+    assert_int_equal(rc, FTC_EIO);
+    rc = ftc_wait_committed(c, 0);
+    print_message("step 0: %s (%s)\n", ftc_errname(rc), ftc_last_error(c));
+    assert_int_equal(rc, FTC_EIO);
+    assert_non_null(strstr(ftc_last_error(c), "step 0"));
+    ftc_ckpt_status_t st = {.struct_size = sizeof st};
+    assert_int_equal(ftc_ckpt_status(c, &st), 0);
+    assert_int_equal(st.failed, 1);
+    ftc_destroy(c);
+    teardown_env(e);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
 
 int main(void)
@@ -552,6 +593,7 @@ int main(void)
         T(test_agent_killed_mid_checkpoint),
         T(test_restore_during_snapshot),
         T(test_restore_keeps_sealed_slots),
+        T(test_wait_committed_older_failure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
