@@ -177,11 +177,11 @@ int ftc_register(ftc_ctx_t *ctx, const char *name, int dtype, int ndim, const in
  * was checkpointed already: such a version could never be committed, since
  * the commit record never goes backwards, and ftc_wait_committed of it
  * returns 0 as the committed step is later); the step is then not
- * checkpointed and training may go on. FTC_ERANGE when meta_len exceeds meta_capacity (nothing is asked
- * of the agent); FTC_EINVAL on a NULL or unconnected context, a negative
- * step, or NULL meta with a nonzero meta_len. It waits only while the
- * previous snapshot is not sealed yet, or,
- * with policy "wait", while the agent has no free slot. CUDA tensors are
+ * checkpointed and training may go on. FTC_ERANGE when meta_len exceeds
+ * meta_capacity (nothing is asked of the agent); FTC_EINVAL on a NULL or
+ * unconnected context, a negative step, or NULL meta with a nonzero
+ * meta_len. It waits only while the previous snapshot is not sealed yet,
+ * or, with policy "wait", while the agent has no free slot. CUDA tensors are
  * copied on ftc's own non-blocking stream, which does not wait for the
  * caller's streams: finish the writes to them first (cudaStreamSynchronize
  * of the streams that wrote them, or cudaDeviceSynchronize). */
@@ -216,9 +216,10 @@ void ftc_interrupt(ftc_ctx_t *ctx);
  * bytes out). A snapshot still in flight (ftc_checkpoint without
  * ftc_wait_snapshot) is finished and handed to the agent first: the restore
  * writes the tensors it copies. FTC_ENOENT when nothing committed exists (a
- * fresh start); the message names where it looked. When this rank's shard of the newest
- * committed version survives only in the persist tier, which lags the
- * commits, *step is an older committed step than the other ranks may get:
+ * fresh start); the message names where it looked. When this rank's shard
+ * of the newest committed version survives only in the persist tier, which
+ * lags the commits, *step is an older committed step than the other ranks
+ * may get:
  * ranks that must agree compare their steps and, if they differ, take the
  * oldest with ftc_fetch (as the reference trainer does). FTC_EINVAL on a
  * NULL or unconnected context or a NULL step. */
