@@ -1099,6 +1099,15 @@ static void ftc__on_slots(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
                          "retry SLOTS once it is done", r->rank);
         return;
     }
+    for (int s = 0; r->size && r->size != m->size && s < NS; s++)
+        if (r->st[s] == SL_SEALED && r->pushed[s] && !r->acked[s]) {
+            /* the replication thread (or the parity encoder) reads that slot
+             * through this mapping: unmapped now, it crashed the agent */
+            ftc__reply_error(r->fd, FTC_EAGAIN, "rank %u's step %" PRIu64 " (the previous "
+                             "layout) is still replicating: retry SLOTS once it is done",
+                             r->rank, r->step[s]);
+            return;
+        }
     if (r->size && r->size != m->size) {
         /* a new layout: the old slots hold another layout's state; a persist
          * write reading them must end before they are unmapped */

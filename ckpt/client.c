@@ -393,7 +393,14 @@ static int ftc__slots(ftc_ctx_t *c)
     ftc_ap_msg_t m, rep;
     ftc_ap_init(&m, FTC_AP_SLOTS);
     m.size = size;
-    int rc = ftc__call(c, &m, FTC_AP_SLOTS_OK, &rep);
+    /* FTC_EAGAIN: the agent cannot replace this rank's slots yet (a version
+     * of the previous layout still replicating, a restore landing in them):
+     * asked again until the context's deadline */
+    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)c->o.timeout_ms);
+    int rc;
+    while ((rc = ftc__call(c, &m, FTC_AP_SLOTS_OK, &rep)) == FTC_EAGAIN &&
+           !ftc_deadline_expired(d) && !atomic_load(&c->interrupted))
+        ftc_sleep_ms(50);
     if (rc)
         return rc;
     for (int s = 0; s < FTC_AP_SLOTS_PER_RANK; s++) {

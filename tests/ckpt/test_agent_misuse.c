@@ -24,6 +24,8 @@
  *     stay (and commit);
  *   - two steps that will not commit: ftc_wait_committed of either says so
  *     (FTC_EIO, the agent's reason), not only of the newest;
+ *   - a rank back with another layout while its previous version still
+ *     replicates: SLOTS waits for the push (it crashed the agent);
  *   - ftc_create against a stopped agent whose listen backlog is full ends
  *     with FTC_ETIMEDOUT (connect blocked for ever).
  * No wall-clock bound is asserted: a lost slot shows as a BEGIN that gets no
@@ -95,6 +97,16 @@ static void assert_agent_alive(env_t *e, int i)
     pid_t w = waitpid(e->agent[i], &st, WNOHANG);
     if (w == e->agent[i]) {
         e->agent[i] = 0;
+        char log[PATH_MAX + 32];
+        snprintf(log, sizeof log, "%s/agent%d.log", e->jobdir, i);
+        uint8_t *buf;
+        size_t len;
+        ftc_err_t err = {0};
+        if (ftc_fs_read_file(log, 1 << 22, &buf, &len, &err) == 0) {
+            size_t from = len > 3000 ? len - 3000 : 0;
+            print_message("%s (end):\n%.*s\n", log, (int)(len - from), (char *)buf + from);
+            free(buf);
+        }
         fail_msg("agent %d died (status 0x%x)", i, st);
     }
 }
@@ -580,6 +592,44 @@ static void test_wait_committed_older_failure(void **state)
     teardown_env(e);
 }
 
+/* A rank that comes back with another layout (a shard of another size)
+ * while its previous version is still being replicated: the agent unmapped
+ * the old slots under the replication thread, which read the shard there
+ * and died (SIGSEGV in ftc_shard_open of the push). */
+static void test_layout_change_during_push(void **state)
+{
+    env_t *e = setup_env(*state, 2, "1", 1000);
+    char sock[PATH_MAX + 32];
+    ftc_options_t o = ctx_options(e, 0, 0, 2, sock, sizeof sock);
+    o.timeout_ms = 20000;
+    for (int round = 0; round < 4; round++) {
+        ftc_ctx_t *c = NULL;
+        assert_int_equal(ftc_create(&o, &c), 0);
+        int64_t n = (round % 2 ? 8 : 16) << 20; /* 32 or 64 MiB: a push that takes a while */
+        float *w = calloc((size_t)n, sizeof *w);
+        assert_non_null(w);
+        int64_t shape[1] = {n};
+        assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+        int rc = ftc_checkpoint(c, round, NULL, 0);
+        if (rc)
+            print_message("round %d: %s\n", round, ftc_last_error(c));
+        assert_int_equal(rc, 0);
+        ftc_destroy(c); /* its snapshot handed to the agent: replicating */
+        free(w);
+        assert_agent_alive(e, 0);
+    }
+    /* the last push done, and the agent still there */
+    ftc_ctx_t *c = NULL;
+    assert_int_equal(ftc_create(&o, &c), 0);
+    static float small[16];
+    int64_t shape[1] = {16};
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, small, FTC_HOST), 0);
+    assert_int_equal(ftc_checkpoint(c, 4, NULL, 0), 0);
+    ftc_destroy(c);
+    assert_agent_alive(e, 0);
+    teardown_env(e);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
 
 int main(void)
@@ -594,6 +644,7 @@ int main(void)
         T(test_restore_during_snapshot),
         T(test_restore_keeps_sealed_slots),
         T(test_wait_committed_older_failure),
+        T(test_layout_change_during_push),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
