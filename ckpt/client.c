@@ -597,6 +597,9 @@ int ftc_restore_from(ftc_ctx_t *c, int src_rank, int64_t *step, void *meta, size
         return FTC_EINVAL;
     if (!step)
         return ftc_err_set(&c->err, FTC_EINVAL, "ftc_restore: step is NULL");
+    if (meta_len && *meta_len && !meta)
+        return ftc_err_set(&c->err, FTC_EINVAL, "ftc_restore: meta is NULL, *meta_len %zu",
+                           *meta_len);
     if (src_rank < -1)
         return ftc_err_set(&c->err, FTC_EINVAL, "ftc_restore_from: rank %d", src_rank);
     int rc = ftc__slots(c);

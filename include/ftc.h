@@ -221,8 +221,10 @@ void ftc_interrupt(ftc_ctx_t *ctx);
  * lags the commits, *step is an older committed step than the other ranks
  * may get:
  * ranks that must agree compare their steps and, if they differ, take the
- * oldest with ftc_fetch (as the reference trainer does). FTC_EINVAL on a
- * NULL or unconnected context or a NULL step. */
+ * oldest with ftc_fetch (as the reference trainer does). FTC_ERANGE when
+ * the stored metadata exceeds *meta_len (the tensors are left untouched);
+ * FTC_EINVAL on a NULL or unconnected context, a NULL step, or NULL meta
+ * with a nonzero *meta_len. */
 int ftc_restore(ftc_ctx_t *ctx, int64_t *step, void *meta, size_t *meta_len);
 
 /* What the context knows, without waiting: for logs, progress lines and

@@ -26,6 +26,8 @@
  *     (FTC_EIO, the agent's reason), not only of the newest;
  *   - a rank back with another layout while its previous version still
  *     replicates: SLOTS waits for the push (it crashed the agent);
+ *   - a restore whose metadata buffer is too small: FTC_ERANGE with the
+ *     tensors untouched (they were overwritten first);
  *   - ftc_create against a stopped agent whose listen backlog is full ends
  *     with FTC_ETIMEDOUT (connect blocked for ever).
  * No wall-clock bound is asserted: a lost slot shows as a BEGIN that gets no
@@ -630,6 +632,48 @@ static void test_layout_change_during_push(void **state)
     teardown_env(e);
 }
 
+/* A restore whose metadata buffer is too small: FTC_ERANGE, but only after
+ * it had overwritten the tensors, so a trainer taking the error for "no
+ * checkpoint" went on from the restored weights; and a NULL meta with a
+ * capacity crashed. The tensors must be untouched by a refused restore. */
+static void test_restore_meta_too_small(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 1000);
+    char sock[PATH_MAX + 32];
+    ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
+    ftc_ctx_t *c = NULL;
+    assert_int_equal(ftc_create(&o, &c), 0);
+    enum { N = 4096 };
+    static float w[N];
+    int64_t shape[1] = {N};
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    fill(w, N, 7.0f);
+    char meta[32];
+    memset(meta, 'm', sizeof meta);
+    assert_int_equal(ftc_checkpoint(c, 0, meta, sizeof meta), 0);
+    assert_int_equal(ftc_wait_committed(c, 0), 0);
+    fill(w, N, -1.0f);
+    int64_t got = -1;
+    char small[8];
+    size_t len = sizeof small;
+    assert_int_equal(ftc_restore(c, &got, small, &len), FTC_ERANGE);
+    print_message("%s\n", ftc_last_error(c));
+    assert_non_null(strstr(ftc_last_error(c), "32"));
+    assert_int_equal(count_not(w, N, -1.0f), 0); /* untouched */
+    len = 8;
+    assert_int_equal(ftc_restore(c, &got, NULL, &len), FTC_EINVAL);
+    assert_int_equal(count_not(w, N, -1.0f), 0);
+    char big[64];
+    len = sizeof big;
+    assert_int_equal(ftc_restore(c, &got, big, &len), 0);
+    assert_int_equal(got, 0);
+    assert_int_equal(len, 32);
+    assert_memory_equal(big, meta, 32);
+    assert_int_equal(count_not(w, N, 7.0f), 0);
+    ftc_destroy(c);
+    teardown_env(e);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
 
 int main(void)
@@ -645,6 +689,7 @@ int main(void)
         T(test_restore_keeps_sealed_slots),
         T(test_wait_committed_older_failure),
         T(test_layout_change_during_push),
+        T(test_restore_meta_too_small),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
