@@ -1104,6 +1104,15 @@ static void ftc__on_slots(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
                          "retry SLOTS once it is done", r->rank);
         return;
     }
+    for (int s = 0; r->size && r->size != m->size && s < NS; s++)
+        if (r->st[s] == SL_SEALED && r->pushed[s] && !r->acked[s]) {
+            /* the replication thread (or the parity encoder) reads that slot
+             * through this mapping: unmapped now, it crashed the agent */
+            ftc__reply_error(r->fd, FTC_EAGAIN, "rank %u's step %" PRIu64 " (the previous "
+                             "layout) is still replicating: retry SLOTS once it is done",
+                             r->rank, r->step[s]);
+            return;
+        }
     if (r->size && r->size != m->size) {
         /* a new layout: the old slots hold another layout's state; a persist
          * write reading them must end before they are unmapped */
@@ -1122,6 +1131,10 @@ static void ftc__on_slots(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
             ftc_slot_close(&r->slot[s]);
             r->st[s] = SL_EMPTY;
         }
+        /* no slots until the new ones exist: a BEGIN or RESTORE meanwhile
+         * (the new size refused: /dev/shm too small) is answered "before
+         * SLOTS" instead of writing into the closed ones */
+        r->size = 0;
     }
     ftc_ap_msg_t ok;
     ftc_ap_init(&ok, FTC_AP_SLOTS_OK);
@@ -1204,6 +1217,53 @@ static void ftc__on_begin(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
     /* a new BEGIN supersedes a parked one (the rank gave up waiting for it):
      * it must not be answered later, into this BEGIN's reply */
     r->begin_waiting = false;
+    /* A rank writes one snapshot at a time and announces it (SEALED) before
+     * its next BEGIN: a slot still WRITING for it now was handed out for a
+     * snapshot that never happened (the checkpoint failed after BEGIN_OK,
+     * or the rank had given up waiting for that BEGIN_OK). Free it, or each
+     * such BEGIN loses a slot for good and, three of them later, every
+     * checkpoint waits for a slot that never comes. Not the slot a
+     * restore's fetch is landing in. */
+    for (int i = 0; i < NS; i++)
+        if (r->st[i] == SL_WRITING && r->landing != i + 1) {
+            FTC_INFO("agent", "rank %u: slot %d (step %" PRIu64 ") was never sealed; reused",
+                     r->rank, i, r->step[i]);
+            r->st[i] = SL_EMPTY;
+        }
+    /* A step not after the job's committed step (the ranks went back to an
+     * older step: ftc_fetch, a persist tier that lags the commits) can never
+     * be recorded (the commit record never goes backwards), and one this
+     * rank already sealed is checkpointed: skipped, with the committed step
+     * told first so that ftc_wait_committed of it returns. Taken, such a
+     * version was marked committed without its report counting, and a
+     * restore could return it instead of the version the record holds (I1). */
+    bool again = false;
+    for (int i = 0; i < NS; i++)
+        again = again || ((r->st[i] == SL_SEALED || r->st[i] == SL_COMMITTED) &&
+                          r->step[i] == m->step);
+    if ((a->committed >= 0 && m->step <= (uint64_t)a->committed) || again) {
+        ftc_err_t err = {0};
+        if (a->committed >= 0) {
+            ftc_ap_msg_t cm;
+            ftc_ap_init(&cm, FTC_AP_COMMITTED);
+            cm.step = (uint64_t)a->committed;
+            ftc_ap_send(r->fd, &cm, 1000, &err);
+        }
+        ftc_ap_msg_t sk;
+        ftc_ap_init(&sk, FTC_AP_SKIP);
+        sk.step = m->step;
+        if (a->committed < 0 || m->step > (uint64_t)a->committed)
+            snprintf(sk.text, sizeof sk.text, "step %" PRIu64 " skipped: rank %u already "
+                     "checkpointed it", m->step, r->rank);
+        else
+            snprintf(sk.text, sizeof sk.text, "step %" PRIu64 " skipped: it is not after the "
+                     "job's committed step %" PRId64 " (a repeated step, or the ranks went back "
+                     "to an older one), "
+                     "so it could never commit", m->step, a->committed);
+        FTC_INFO("agent", "rank %u: %s", r->rank, sk.text);
+        ftc_ap_send(r->fd, &sk, 1000, &err);
+        return;
+    }
     int s = ftc__begin_slot(a, r);
     if (s >= 0) {
         ftc__send_begin_ok(r, s, m->step);
@@ -1434,10 +1494,20 @@ static int ftc__install(ftc__rank_t *r, const uint8_t *buf, uint64_t size, uint6
     if (size != r->size)
         return -1;
     int s = ftc__free_slot(r);
-    for (int i = 0; s < 0 && i < NS; i++)
-        if (!r->pinned[i] && r->landing != i + 1) /* never under the persist thread's reads */
-            s = i;
-    if (s < 0 || ftc__slot_reserve(r, s, err))
+    /* none free: the slot of the newest committed version this node holds
+     * (the restore found it missing or corrupt, or an older step), never a
+     * sealed one (replicating, its commit reported: the node's copy of a
+     * version that may commit) nor one the persist thread reads */
+    int keep = ftc__newest_committed(r);
+    if (s < 0 && keep >= 0 && !r->pinned[keep] && r->landing != keep + 1)
+        s = keep;
+    if (s < 0) {
+        ftc_err_set(err, FTC_EAGAIN, "every slot of rank %u is in use (versions replicating or "
+                    "waiting for their commit, a persist write): retry the restore once one "
+                    "commits", r->rank);
+        return -1;
+    }
+    if (ftc__slot_reserve(r, s, err))
         return -1;
     uint64_t t0 = ftc_now_ns();
     ftc_mem_prefault(r->slot[s].base, size); /* a fresh slot: no fault per page */

@@ -18,6 +18,7 @@
 #include "core/log.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdatomic.h>
 #include <pthread.h>
@@ -27,6 +28,8 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
+
+#define FTC__FAILED_KEEP 8 /* NOT_COMMITTED steps remembered */
 
 struct ftc_ctx {
     ftc_options_t o;
@@ -41,7 +44,11 @@ struct ftc_ctx {
     uint64_t size;
     int64_t committed;     /* newest COMMITTED seen */
     int64_t failed_step;   /* newest NOT_COMMITTED seen */
-    char failed_why[384];
+    /* the last FTC__FAILED_KEEP NOT_COMMITTED steps and why, for
+     * ftc_wait_committed of any of them (not only the newest) */
+    int64_t failed[FTC__FAILED_KEEP];
+    char failed_why[FTC__FAILED_KEEP][384];
+    unsigned nfailed;
     /* the notifier */
     pthread_t tid;
     bool tid_started;
@@ -51,6 +58,7 @@ struct ftc_ctx {
     int pending_slot;
     uint64_t pending_step;
     int notify_rc;         /* a failure of the notifier, reported by the next call */
+    ftc_err_t notify_err;  /* ... and what it was (under mu) */
     bool stop;
     atomic_int interrupted; /* ftc_interrupt: waits for the agent end with FTC_ECANCELED */
     int64_t checkpoints, skipped; /* ftc_ckpt_status counters */
@@ -81,6 +89,27 @@ static int ftc__wait_readable(ftc_ctx_t *c, ftc_deadline_t d)
         if (r < 0 && errno != EINTR)
             return ftc_err_errno(&c->err, errno, "poll on the agent socket");
     }
+}
+
+/* Records a NOT_COMMITTED notice. */
+static void ftc__note_failed(ftc_ctx_t *c, uint64_t step, const char *why)
+{
+    c->failed_step = (int64_t)step;
+    unsigned i = c->nfailed++ % FTC__FAILED_KEEP;
+    c->failed[i] = (int64_t)step;
+    snprintf(c->failed_why[i], sizeof c->failed_why[i], "%s", why);
+}
+
+/* Why step will not commit, if the agent said so recently; else NULL. */
+static const char *ftc__failed_why(const ftc_ctx_t *c, int64_t step)
+{
+    unsigned n = c->nfailed < FTC__FAILED_KEEP ? c->nfailed : FTC__FAILED_KEEP;
+    for (unsigned k = 1; k <= n; k++) { /* newest first */
+        unsigned i = (c->nfailed - k) % FTC__FAILED_KEEP;
+        if (c->failed[i] == step)
+            return c->failed_why[i];
+    }
+    return NULL;
 }
 
 static int ftc__env_int(const char *a, const char *b, int def)
@@ -123,8 +152,7 @@ static int ftc__call(ftc_ctx_t *c, const ftc_ap_msg_t *req, int want, ftc_ap_msg
             continue;
         }
         if (rep->type == FTC_AP_NOT_COMMITTED) {
-            c->failed_step = (int64_t)rep->step;
-            snprintf(c->failed_why, sizeof c->failed_why, "%s", rep->text);
+            ftc__note_failed(c, rep->step, rep->text);
             FTC_WARN("ftc", "rank %u: %s", c->rank, rep->text);
             continue;
         }
@@ -170,6 +198,7 @@ static void *ftc__notifier(void *arg)
         pthread_mutex_lock(&c->mu);
         if (rc) {
             c->notify_rc = rc;
+            ftc_err_set(&c->notify_err, rc, "step %llu: %s", (unsigned long long)step, err.msg);
             FTC_WARN("ftc", "rank %u step %llu: %s", c->rank, (unsigned long long)step, err.msg);
         }
         c->pending = false;
@@ -179,7 +208,8 @@ static void *ftc__notifier(void *arg)
     return NULL;
 }
 
-/* Waits until the previous snapshot has been announced to the agent. */
+/* Waits until the previous snapshot has been announced to the agent; a
+ * failure to announce it is returned once, its message in c->err. */
 static int ftc__wait_announced(ftc_ctx_t *c)
 {
     pthread_mutex_lock(&c->mu);
@@ -187,6 +217,8 @@ static int ftc__wait_announced(ftc_ctx_t *c)
         pthread_cond_wait(&c->cv, &c->mu);
     int rc = c->notify_rc;
     c->notify_rc = 0;
+    if (rc)
+        c->err = c->notify_err;
     pthread_mutex_unlock(&c->mu);
     return rc;
 }
@@ -234,13 +266,33 @@ int ftc_create(const ftc_options_t *opts, ftc_ctx_t **out)
     snprintf(c->sock, sizeof c->sock, "%s", sock);
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     snprintf(sa.sun_path, sizeof sa.sun_path, "%s", c->sock);
-    c->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    /* non-blocking: a connect to an agent whose listen backlog is full (a
+     * frozen agent that accepts nothing) blocks for ever otherwise */
+    c->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (c->fd < 0)
         return ftc_err_errno(&c->err, errno, "socket");
-    if (connect(c->fd, (struct sockaddr *)&sa, sizeof sa) != 0)
+    ftc_deadline_t cd = ftc_deadline_in_ms((uint64_t)c->o.timeout_ms);
+    int crc;
+    while ((crc = connect(c->fd, (struct sockaddr *)&sa, sizeof sa)) != 0 &&
+           (errno == EAGAIN || errno == EINTR) && !ftc_deadline_expired(cd) &&
+           !atomic_load(&c->interrupted))
+        ftc_sleep_ms(10);
+    if (crc != 0) {
+        int e = errno;
+        close(c->fd); /* not connected: no call may use it */
+        c->fd = -1;
+        if (e == EAGAIN || e == EINTR)
+            return ftc_err_set(&c->err, FTC_ETIMEDOUT,
+                               "the agent at %s accepted no connection within %d ms (is it "
+                               "stopped or overloaded?)",
+                               c->sock, c->o.timeout_ms);
         return ftc_err_set(&c->err, FTC_ENOENT,
                            "no agent answers at %s (%s): start `ftc agent` on this node first",
-                           c->sock, strerror(errno));
+                           c->sock, strerror(e));
+    }
+    int fl = fcntl(c->fd, F_GETFL);
+    if (fl < 0 || fcntl(c->fd, F_SETFL, fl & ~O_NONBLOCK) != 0)
+        return ftc_err_errno(&c->err, errno, "fcntl on the agent socket");
     ftc_ap_msg_t m, rep;
     ftc_ap_init(&m, FTC_AP_HELLO);
     snprintf(m.job, sizeof m.job, "%s", c->job);
@@ -314,6 +366,9 @@ int ftc_register(ftc_ctx_t *c, const char *name, int dtype, int ndim, const int6
     if (ndim < 0 || ndim > FTC_SHARD_MAX_DIMS)
         return ftc_err_set(&c->err, FTC_EINVAL, "tensor '%s': ndim %d (0..%d)", name ? name : "",
                            ndim, FTC_SHARD_MAX_DIMS);
+    if (ndim > 0 && !shape)
+        return ftc_err_set(&c->err, FTC_EINVAL, "tensor '%s': shape is NULL for ndim %d",
+                           name ? name : "", ndim);
     uint64_t sh[FTC_SHARD_MAX_DIMS];
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0)
@@ -338,7 +393,14 @@ static int ftc__slots(ftc_ctx_t *c)
     ftc_ap_msg_t m, rep;
     ftc_ap_init(&m, FTC_AP_SLOTS);
     m.size = size;
-    int rc = ftc__call(c, &m, FTC_AP_SLOTS_OK, &rep);
+    /* FTC_EAGAIN: the agent cannot replace this rank's slots yet (a version
+     * of the previous layout still replicating, a restore landing in them):
+     * asked again until the context's deadline */
+    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)c->o.timeout_ms);
+    int rc;
+    while ((rc = ftc__call(c, &m, FTC_AP_SLOTS_OK, &rep)) == FTC_EAGAIN &&
+           !ftc_deadline_expired(d) && !atomic_load(&c->interrupted))
+        ftc_sleep_ms(50);
     if (rc)
         return rc;
     for (int s = 0; s < FTC_AP_SLOTS_PER_RANK; s++) {
@@ -357,8 +419,18 @@ static int ftc__slots(ftc_ctx_t *c)
 
 int ftc_checkpoint(ftc_ctx_t *c, int64_t step, const void *meta, size_t meta_len)
 {
+    if (!c)
+        return FTC_EINVAL;
     if (step < 0)
         return ftc_err_set(&c->err, FTC_EINVAL, "ftc_checkpoint: step %lld < 0", (long long)step);
+    /* before the agent hands out a slot for it */
+    if (meta_len > c->o.meta_capacity)
+        return ftc_err_set(&c->err, FTC_ERANGE, "ftc_checkpoint: metadata of %zu bytes exceeds "
+                           "the context's meta_capacity (%u bytes, ftc_options_t)",
+                           meta_len, c->o.meta_capacity);
+    if (meta_len && !meta)
+        return ftc_err_set(&c->err, FTC_EINVAL, "ftc_checkpoint: meta is NULL, meta_len %zu",
+                           meta_len);
     int rc = ftc__slots(c);
     if (rc)
         return rc;
@@ -367,7 +439,7 @@ int ftc_checkpoint(ftc_ctx_t *c, int64_t step, const void *meta, size_t meta_len
         return rc;
     rc = ftc__wait_announced(c);
     if (rc)
-        return ftc_err_set(&c->err, rc, "the previous checkpoint could not be handed to the agent");
+        return ftc_err_wrap(&c->err, "the previous checkpoint could not be handed to the agent");
     ftc_ap_msg_t m, rep;
     ftc_ap_init(&m, FTC_AP_BEGIN);
     m.step = (uint64_t)step;
@@ -393,8 +465,6 @@ int ftc_checkpoint(ftc_ctx_t *c, int64_t step, const void *meta, size_t meta_len
         if (rc)
             return rc;
     }
-    if (meta_len > UINT32_MAX)
-        return ftc_err_set(&c->err, FTC_ERANGE, "metadata of %zu bytes", meta_len);
     rc = ftc_snap_begin(c->snap, c->slot[s].base, (uint64_t)step, c->generation, meta,
                         (uint32_t)meta_len, &c->err);
     if (rc)
@@ -429,8 +499,7 @@ int ftc_ckpt_status(ftc_ctx_t *c, ftc_ckpt_status_t *st)
         if (m.type == FTC_AP_COMMITTED && (int64_t)m.step > c->committed) {
             c->committed = (int64_t)m.step;
         } else if (m.type == FTC_AP_NOT_COMMITTED) {
-            c->failed_step = (int64_t)m.step;
-            snprintf(c->failed_why, sizeof c->failed_why, "%s", m.text);
+            ftc__note_failed(c, m.step, m.text);
         } else if (m.type != FTC_AP_COMMITTED) {
             rc = ftc_err_set(&c->err, FTC_EPROTO, "the agent sent type %u unasked", m.type);
             break;
@@ -473,11 +542,13 @@ int ftc_wait_committed(ftc_ctx_t *c, int64_t step)
         return ftc_err_set(&c->err, FTC_EINVAL, "ftc_wait_committed: the context is not connected");
     int rc = ftc__wait_announced(c);
     if (rc)
-        return rc;
+        return ftc_err_wrap(&c->err, "waiting for step %lld: the last checkpoint was not "
+                            "handed to the agent sealed", (long long)step);
     ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)c->o.timeout_ms);
     while (c->committed < step) {
-        if (c->failed_step == step)
-            return ftc_err_set(&c->err, FTC_EIO, "%s", c->failed_why);
+        const char *why = ftc__failed_why(c, step);
+        if (why)
+            return ftc_err_set(&c->err, FTC_EIO, "%s", why);
         int ms = ftc_deadline_remaining_ms(d);
         if (ms <= 0)
             return ftc_err_set(&c->err, FTC_ETIMEDOUT, "step %lld not committed within %d ms",
@@ -492,17 +563,15 @@ int ftc_wait_committed(ftc_ctx_t *c, int64_t step)
             return rc;
         if (rep.type == FTC_AP_COMMITTED && (int64_t)rep.step > c->committed)
             c->committed = (int64_t)rep.step;
-        else if (rep.type == FTC_AP_NOT_COMMITTED) {
-            c->failed_step = (int64_t)rep.step;
-            snprintf(c->failed_why, sizeof c->failed_why, "%s", rep.text);
-        }
+        else if (rep.type == FTC_AP_NOT_COMMITTED)
+            ftc__note_failed(c, rep.step, rep.text);
     }
     return 0;
 }
 
 int ftc_report(ftc_ctx_t *c, const char *kind, int64_t step, double value, const char *detail)
 {
-    if (!c || c->fd < 0)
+    if (!c || c->fd < 0 || !c->snap)
         return c ? ftc_err_set(&c->err, FTC_EINVAL, "ftc_report: not connected to an agent")
                  : FTC_EINVAL;
     size_t kl = kind ? strlen(kind) : 0;
@@ -524,11 +593,33 @@ int ftc_report(ftc_ctx_t *c, const char *kind, int64_t step, double value, const
 
 int ftc_restore_from(ftc_ctx_t *c, int src_rank, int64_t *step, void *meta, size_t *meta_len)
 {
+    if (!c)
+        return FTC_EINVAL;
+    if (!step)
+        return ftc_err_set(&c->err, FTC_EINVAL, "ftc_restore: step is NULL");
+    if (meta_len && *meta_len && !meta)
+        return ftc_err_set(&c->err, FTC_EINVAL, "ftc_restore: meta is NULL, *meta_len %zu",
+                           *meta_len);
     if (src_rank < -1)
         return ftc_err_set(&c->err, FTC_EINVAL, "ftc_restore_from: rank %d", src_rank);
     int rc = ftc__slots(c);
     if (rc)
         return rc;
+    /* a snapshot in flight reads the tensors the restore is about to write:
+     * it would seal (and commit) a mix of both states, with checksums that
+     * verify. It ends, and is handed to the agent, first. */
+    ftc_err_t werr = {0};
+    rc = ftc_snap_wait_copy(c->snap, ftc_deadline_in_ms((uint64_t)c->o.timeout_ms), &werr);
+    if (rc == FTC_ETIMEDOUT) {
+        c->err = werr;
+        return ftc_err_wrap(&c->err, "ftc_restore: the snapshot in flight");
+    }
+    /* (a copy that failed is not running: no matter here; the notifier's
+     * outcome stays for the next ftc_checkpoint / ftc_wait_committed) */
+    pthread_mutex_lock(&c->mu);
+    while (c->pending)
+        pthread_cond_wait(&c->cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
     ftc_ap_msg_t m, rep;
     ftc_ap_init(&m, FTC_AP_RESTORE);
     m.src = src_rank;
@@ -558,6 +649,8 @@ int ftc_restore_from(ftc_ctx_t *c, int src_rank, int64_t *step, void *meta, size
 
 int ftc_restore(ftc_ctx_t *c, int64_t *step, void *meta, size_t *meta_len)
 {
+    if (!c)
+        return FTC_EINVAL;
     /* `ftc run` names the previous rank this one continues after a layout change */
     int src = ftc__env_int("FTC_RESTORE_RANK", NULL, -1);
     return ftc_restore_from(c, src >= 0 && (uint32_t)src != c->rank ? src : -1, step, meta,
@@ -571,7 +664,14 @@ struct ftc_shard_ref {
 
 int ftc_fetch(ftc_ctx_t *c, int src_rank, int64_t step, ftc_shard_ref_t **out)
 {
-    *out = NULL;
+    if (out)
+        *out = NULL;
+    if (!c)
+        return FTC_EINVAL;
+    if (!out)
+        return ftc_err_set(&c->err, FTC_EINVAL, "ftc_fetch: out is NULL");
+    if (!c->snap || c->fd < 0)
+        return ftc_err_set(&c->err, FTC_EINVAL, "ftc_fetch: the context is not connected");
     if (src_rank < 0)
         return ftc_err_set(&c->err, FTC_EINVAL, "ftc_fetch: rank %d", src_rank);
     ftc_ap_msg_t m, rep;

@@ -641,6 +641,22 @@ int ftc_snap_restore_ex(ftc_snap_t *s, const uint8_t *region, uint64_t size, uns
                                (int)t.name_len, t.name, (unsigned long long)t.length,
                                (unsigned long long)want_len);
     }
+    /* the metadata fits the caller's buffer before a tensor is written: a
+     * refused restore leaves them as they were */
+    const uint8_t *mval = NULL;
+    uint64_t mlen = 0;
+    if (meta_len) {
+        uint32_t vl;
+        if (ftc_shard_meta_get(&v, "user", &mval, &vl) == 0 && vl >= 8) {
+            memcpy(&mlen, mval, 8);
+            if (mlen > vl - 8 || mlen > *meta_len)
+                return ftc_err_set(err, FTC_ERANGE, "checkpoint metadata is %llu bytes; buffer "
+                                                    "holds %u", (unsigned long long)mlen,
+                                   *meta_len);
+        } else {
+            mval = NULL;
+        }
+    }
     ftc__rcopy_run(s, &v); /* the host tensors */
     for (uint32_t i = 0; i < s->nt; i++) {
         ftc_shard_tensor_t t;
@@ -663,20 +679,9 @@ int ftc_snap_restore_ex(ftc_snap_t *s, const uint8_t *region, uint64_t size, uns
               (unsigned long long)size, s->rthreads);
     *step = v.info.step;
     if (meta_len) {
-        const uint8_t *val;
-        uint32_t vl;
-        uint32_t cap = *meta_len;
-        *meta_len = 0;
-        if (ftc_shard_meta_get(&v, "user", &val, &vl) == 0 && vl >= 8) {
-            uint64_t n;
-            memcpy(&n, val, 8);
-            if (n > vl - 8 || n > cap)
-                return ftc_err_set(err, FTC_ERANGE, "checkpoint metadata is %llu bytes; buffer "
-                                                    "holds %u", (unsigned long long)n, cap);
-            if (n)
-                memcpy(meta, val + 8, n);
-            *meta_len = (uint32_t)n;
-        }
+        if (mval && mlen)
+            memcpy(meta, mval + 8, mlen);
+        *meta_len = mval ? (uint32_t)mlen : 0;
     }
     return 0;
 }

@@ -101,7 +101,9 @@ bool ftc_snap_busy(ftc_snap_t *s);
 
 /* Restores: copies each registered tensor back from a verified region of the
  * same layout (names, dtypes and shapes must match; the error names the
- * first that does not). Fills meta (capacity *meta_len) and *step. The
+ * first that does not). Fills meta (capacity *meta_len) and *step;
+ * FTC_ERANGE, before any tensor is written, when the metadata does not fit.
+ * The
  * region is verified (every checksum, on the snapshot's threads) before a
  * byte is copied; the host copies run on the snapshot's threads too. */
 int ftc_snap_restore(ftc_snap_t *s, const uint8_t *region, uint64_t size, uint64_t *step,

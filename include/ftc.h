@@ -138,7 +138,9 @@ typedef struct ftc_ctx ftc_ctx_t;
 
 /* Connects to the node's agent. opts may be NULL (everything from FTC_*).
  * FTC_ENOENT when no socket is given (the message names FTC_AGENT_SOCKET)
- * or no agent answers at it (the message names the socket); FTC_ECONFIG when
+ * or no agent answers at it (the message names the socket); FTC_ETIMEDOUT
+ * when the agent neither accepts the connection nor answers the HELLO within
+ * timeout_ms (a stopped agent: never a wait without end); FTC_ECONFIG when
  * rank/world/tp/pp do not fit; FTC_ENOMEM; an agent that refuses the HELLO:
  * its code. *ctx is set even on failure (for ftc_last_error) and must be
  * freed with ftc_destroy; every other call on it returns FTC_EINVAL ("not
@@ -155,7 +157,8 @@ const char *ftc_last_error(const ftc_ctx_t *ctx);
  * entries (ndim 0: a scalar). data stays owned by the caller and must stay
  * valid until ftc_destroy. device: FTC_HOST or a CUDA device id.
  * Errors: FTC_EEXIST a name registered twice; FTC_EINVAL a NULL or
- * unconnected context, a name of 0 or more than 1024 bytes,
+ * unconnected context, a NULL name or one of 0 or more than 1024 bytes, a
+ * NULL shape for ndim > 0,
  * an unknown dtype, ndim outside 0..8, a negative dimension, NULL data for a
  * non-empty tensor, or a call after the first ftc_checkpoint / ftc_restore
  * (the set of tensors is then fixed); FTC_ERANGE too many tensors or a size
@@ -170,9 +173,15 @@ int ftc_register(ftc_ctx_t *ctx, const char *name, int dtype, int ndim, const in
  * meta_capacity bytes: data cursor, RNG state) is stored with it. Returns
  * FTC_EAGAIN when the agent's policy skipped this step (no free slot: the
  * two previous versions are still replicating or waiting for their commit,
- * and policy is "skip"); the step is then not checkpointed and training may
- * go on. It waits only while the previous snapshot is not sealed yet, or,
- * with policy "wait", while the agent has no free slot. CUDA tensors are
+ * and policy is "skip"; or step is not after the job's committed step, or
+ * was checkpointed already: such a version could never be committed, since
+ * the commit record never goes backwards, and ftc_wait_committed of it
+ * returns 0 as the committed step is later); the step is then not
+ * checkpointed and training may go on. FTC_ERANGE when meta_len exceeds
+ * meta_capacity (nothing is asked of the agent); FTC_EINVAL on a NULL or
+ * unconnected context, a negative step, or NULL meta with a nonzero
+ * meta_len. It waits only while the previous snapshot is not sealed yet,
+ * or, with policy "wait", while the agent has no free slot. CUDA tensors are
  * copied on ftc's own non-blocking stream, which does not wait for the
  * caller's streams: finish the writes to them first (cudaStreamSynchronize
  * of the streams that wrote them, or cudaDeviceSynchronize). */
@@ -204,12 +213,18 @@ void ftc_interrupt(ftc_ctx_t *ctx);
 /* Fills the registered tensors from the newest committed version (from this
  * node's memory, else a peer's, else the persist tier; every shard checksum-
  * verified first) and returns its step and metadata (meta_len: capacity in,
- * bytes out). FTC_ENOENT when nothing committed exists (a fresh start); the
- * message names where it looked. When this rank's shard of the newest
- * committed version survives only in the persist tier, which lags the
- * commits, *step is an older committed step than the other ranks may get:
+ * bytes out). A snapshot still in flight (ftc_checkpoint without
+ * ftc_wait_snapshot) is finished and handed to the agent first: the restore
+ * writes the tensors it copies. FTC_ENOENT when nothing committed exists (a
+ * fresh start); the message names where it looked. When this rank's shard
+ * of the newest committed version survives only in the persist tier, which
+ * lags the commits, *step is an older committed step than the other ranks
+ * may get:
  * ranks that must agree compare their steps and, if they differ, take the
- * oldest with ftc_fetch (as the reference trainer does). */
+ * oldest with ftc_fetch (as the reference trainer does). FTC_ERANGE when
+ * the stored metadata exceeds *meta_len (the tensors are left untouched);
+ * FTC_EINVAL on a NULL or unconnected context, a NULL step, or NULL meta
+ * with a nonzero *meta_len. */
 int ftc_restore(ftc_ctx_t *ctx, int64_t *step, void *meta, size_t *meta_len);
 
 /* What the context knows, without waiting: for logs, progress lines and
@@ -264,7 +279,9 @@ typedef struct ftc_shard_ref ftc_shard_ref_t;
 /* Fetches rank src_rank's shard of committed step `step` (-1: the newest
  * committed) wherever it is (this node, a peer, parity, persist tier), every
  * byte checksum-verified (I1). FTC_ENOENT when no copy exists; the message
- * names where the agent looked. Release with ftc_shard_release. */
+ * names where the agent looked; FTC_EINVAL on a NULL or unconnected context
+ * or a NULL out (*out is NULL on every failure). Release with
+ * ftc_shard_release. */
 int ftc_fetch(ftc_ctx_t *ctx, int src_rank, int64_t step, ftc_shard_ref_t **out);
 /* The step of a fetched shard and its metadata (as given to ftc_checkpoint). */
 int64_t ftc_shard_step(const ftc_shard_ref_t *s);

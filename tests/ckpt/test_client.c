@@ -4,10 +4,11 @@
  *   - ftc_create with no agent at the socket: FTC_ENOENT naming the socket;
  *     with no socket given at all: FTC_ENOENT naming FTC_AGENT_SOCKET; a
  *     rank outside the world, or a world other than the agents': FTC_ECONFIG;
- *     calls on such a context:
- *     FTC_EINVAL ("not connected"), never a crash or a wait;
+ *     calls on such a context (ftc_restore, ftc_fetch included) and on a
+ *     NULL one: FTC_EINVAL ("not connected"), never a crash or a wait;
  *   - ftc_register: duplicate name FTC_EEXIST, unknown dtype, bad ndim,
- *     negative dimension, empty name, NULL data FTC_EINVAL (and the name is
+ *     negative dimension, empty or NULL name, NULL shape, NULL data
+ *     FTC_EINVAL (and the name is
  *     still free afterwards), after the first checkpoint FTC_EINVAL;
  *   - ftc_checkpoint of a negative step FTC_EINVAL; ftc_wait_snapshot with
  *     nothing in flight returns 0; ftc_wait_committed of a step nobody
@@ -42,6 +43,16 @@ static void test_create_without_agent(void **state)
     assert_int_equal(ftc_checkpoint(c, 0, NULL, 0), FTC_EINVAL);
     assert_int_equal(ftc_wait_snapshot(c), FTC_EINVAL);
     assert_int_equal(ftc_wait_committed(c, 0), FTC_EINVAL);
+    /* ... every other call too: a fetch waited out timeout_ms on no socket
+     * (FTC_ETIMEDOUT), a restore or fetch without a shard ref crashed */
+    int64_t step = -1;
+    ftc_shard_ref_t *ref = (ftc_shard_ref_t *)1;
+    assert_int_equal(ftc_restore(c, &step, NULL, NULL), FTC_EINVAL);
+    assert_int_equal(ftc_restore_from(c, 0, &step, NULL, NULL), FTC_EINVAL);
+    assert_int_equal(ftc_fetch(c, 0, -1, &ref), FTC_EINVAL);
+    assert_null(ref);
+    assert_non_null(strstr(ftc_last_error(c), "not connected"));
+    assert_int_equal(ftc_report(c, "nan", 0, 0.0, "x"), FTC_EINVAL);
     ftc_destroy(c);
     /* no socket at all */
     o.agent = NULL;
@@ -60,6 +71,19 @@ static void test_create_without_agent(void **state)
     assert_int_equal(ftc_register(NULL, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), FTC_EINVAL);
     assert_int_equal(ftc_wait_snapshot(NULL), FTC_EINVAL);
     assert_int_equal(ftc_wait_committed(NULL, 0), FTC_EINVAL);
+    assert_int_equal(ftc_checkpoint(NULL, 0, NULL, 0), FTC_EINVAL);
+    assert_int_equal(ftc_checkpoint(NULL, -1, NULL, 0), FTC_EINVAL);
+    assert_int_equal(ftc_restore(NULL, &step, NULL, NULL), FTC_EINVAL);
+    assert_int_equal(ftc_restore_from(NULL, 0, &step, NULL, NULL), FTC_EINVAL);
+    ref = (ftc_shard_ref_t *)1;
+    assert_int_equal(ftc_fetch(NULL, 0, -1, &ref), FTC_EINVAL);
+    assert_null(ref);
+    assert_int_equal(ftc_fetch(NULL, 0, -1, NULL), FTC_EINVAL);
+    assert_int_equal(ftc_report(NULL, "nan", 0, 0.0, NULL), FTC_EINVAL);
+    ftc_ckpt_status_t st = {.struct_size = sizeof st};
+    assert_int_equal(ftc_ckpt_status(NULL, &st), FTC_EINVAL);
+    ftc_interrupt(NULL);
+    ftc_destroy(NULL);
 }
 
 static void test_register_errors(void **state)
@@ -94,6 +118,10 @@ static void test_register_errors(void **state)
     assert_int_equal(ftc_register(c, "m", FTC_DTYPE_F32, 2, neg, m, FTC_HOST), FTC_EINVAL);
     assert_non_null(strstr(ftc_last_error(c), "negative"));
     assert_int_equal(ftc_register(c, "", FTC_DTYPE_F32, 2, shape, m, FTC_HOST), FTC_EINVAL);
+    assert_int_equal(ftc_register(c, NULL, FTC_DTYPE_F32, 2, shape, m, FTC_HOST), FTC_EINVAL);
+    /* no shape for a tensor of 2 dimensions (it crashed) */
+    assert_int_equal(ftc_register(c, "m", FTC_DTYPE_F32, 2, NULL, m, FTC_HOST), FTC_EINVAL);
+    assert_non_null(strstr(ftc_last_error(c), "shape"));
     assert_int_equal(ftc_register(c, "m", FTC_DTYPE_F32, 2, shape, NULL, FTC_HOST), FTC_EINVAL);
     assert_non_null(strstr(ftc_last_error(c), "NULL"));
     /* the refused registrations left the name free */

@@ -1,0 +1,695 @@
+/*
+ * test_agent_misuse.c — a rank that misuses the local protocol
+ * (ckpt/agent_proto.h) against a real `ftc agent` process and a real Redis;
+ * the rank side is either libftc in this process or raw messages on the
+ * agent's Unix socket:
+ *   - BEGINs the rank never writes (a checkpoint that failed after its
+ *     BEGIN_OK, a late BEGIN_OK the rank gave up on) do not keep their slots:
+ *     the next BEGIN still gets one; truncated and oversized messages close
+ *     that connection only; libftc refuses metadata larger than its capacity
+ *     before it asks the agent for a slot;
+ *   - SLOTS of a size /dev/shm cannot hold: FTC_ENOSPC naming the size; a
+ *     RESTORE after it is refused cleanly (it crashed the agent), and the
+ *     rank's committed shard is still restored after a SLOTS that fits;
+ *   - a checkpoint of a step not after the committed one (steps that went
+ *     back, or repeat) is skipped (FTC_EAGAIN) rather than marked committed
+ *     unrecorded, and a restore returns the version the record holds.
+ *   - the agent killed mid-checkpoint: no call waits without end, each
+ *     fails with a message of its own (not a stale one), and the restarted
+ *     agent restores the previous committed step intact;
+ *   - ftc_restore while a snapshot is being copied: the snapshot holds the
+ *     tensors of its ftc_checkpoint call, not a mix with the restored ones;
+ *   - a restore that fetches while the rank's other slots hold sealed
+ *     versions: it lands in the corrupt committed slot, the sealed ones
+ *     stay (and commit);
+ *   - two steps that will not commit: ftc_wait_committed of either says so
+ *     (FTC_EIO, the agent's reason), not only of the newest;
+ *   - a rank back with another layout while its previous version still
+ *     replicates: SLOTS waits for the push (it crashed the agent);
+ *   - a restore whose metadata buffer is too small: FTC_ERANGE with the
+ *     tensors untouched (they were overwritten first);
+ *   - ftc_create against a stopped agent whose listen backlog is full ends
+ *     with FTC_ETIMEDOUT (connect blocked for ever).
+ * No wall-clock bound is asserted: a lost slot shows as a BEGIN that gets no
+ * answer within the test's receive deadline.
+ */
+#include "ftc_test.h"
+
+#include "ckpt/agent_fixture.h"
+#include "ckpt/agent_proto.h"
+#include "ckpt/slot.h"
+#include "ftc.h"
+
+#include <sys/socket.h>
+#include <sys/un.h>
+
+static int raw_connect(env_t *e, int node)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s/agent.%d.sock", e->jobdir, node);
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    return fd;
+}
+
+/* Sends m and receives the next message into rep (deadline ms): 0 or the
+ * receive's error (FTC_ETIMEDOUT: no answer, FTC_EIO: connection closed). */
+static int raw_call(int fd, const ftc_ap_msg_t *m, ftc_ap_msg_t *rep, int ms)
+{
+    ftc_err_t err = {0};
+    int rc = ftc_ap_send(fd, m, 2000, &err);
+    if (!rc)
+        rc = ftc_ap_recv(fd, rep, ms, &err);
+    if (rc)
+        print_message("raw call type %u: %s\n", m->type, err.msg);
+    else if (rep->type == FTC_AP_ERROR)
+        print_message("agent: %s (%s)\n", rep->text, ftc_errname(rep->status));
+    return rc;
+}
+
+static int raw_hello(env_t *e, int rank, int world)
+{
+    int fd = raw_connect(e, 0);
+    ftc_ap_msg_t m, rep;
+    ftc_ap_init(&m, FTC_AP_HELLO);
+    snprintf(m.job, sizeof m.job, "%s", e->job);
+    m.rank = (uint32_t)rank;
+    m.world = (uint32_t)world;
+    m.dp = (uint32_t)world, m.tp = m.pp = 1;
+    m.dp_rank = (uint32_t)rank;
+    m.pid = (int32_t)getpid();
+    assert_int_equal(raw_call(fd, &m, &rep, 5000), 0);
+    assert_int_equal(rep.type, FTC_AP_WELCOME);
+    return fd;
+}
+
+static ftc_ap_msg_t raw_slots(int fd, uint64_t size)
+{
+    ftc_ap_msg_t m, rep;
+    ftc_ap_init(&m, FTC_AP_SLOTS);
+    m.size = size;
+    assert_int_equal(raw_call(fd, &m, &rep, 20000), 0);
+    return rep;
+}
+
+static void assert_agent_alive(env_t *e, int i)
+{
+    int st;
+    pid_t w = waitpid(e->agent[i], &st, WNOHANG);
+    if (w == e->agent[i]) {
+        e->agent[i] = 0;
+        char log[PATH_MAX + 32];
+        snprintf(log, sizeof log, "%s/agent%d.log", e->jobdir, i);
+        uint8_t *buf;
+        size_t len;
+        ftc_err_t err = {0};
+        if (ftc_fs_read_file(log, 1 << 22, &buf, &len, &err) == 0) {
+            size_t from = len > 3000 ? len - 3000 : 0;
+            print_message("%s (end):\n%.*s\n", log, (int)(len - from), (char *)buf + from);
+            free(buf);
+        }
+        fail_msg("agent %d died (status 0x%x)", i, st);
+    }
+}
+
+static void test_unused_begins_keep_no_slot(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 1000);
+    int fd = raw_hello(e, 0, 1);
+    ftc_ap_msg_t rep = raw_slots(fd, 1 << 16);
+    assert_int_equal(rep.type, FTC_AP_SLOTS_OK);
+    /* three BEGINs whose snapshots never happen (the rank failed after each
+     * BEGIN_OK, or had given up waiting for it), then one more: a rank
+     * writes one snapshot at a time, so the slot of an earlier BEGIN that
+     * was never SEALED is free again */
+    for (uint64_t step = 0; step < 6; step++) {
+        ftc_ap_msg_t m;
+        ftc_ap_init(&m, FTC_AP_BEGIN);
+        m.step = step;
+        assert_int_equal(raw_call(fd, &m, &rep, 5000), 0);
+        assert_int_equal(rep.type, FTC_AP_BEGIN_OK);
+        assert_int_equal(rep.step, step);
+    }
+    /* a truncated and an oversized message: that connection is closed (the
+     * agent lives on and serves the next one) */
+    char shortmsg[10] = "FTCA";
+    assert_int_equal(send(fd, shortmsg, sizeof shortmsg, MSG_NOSIGNAL), (ssize_t)sizeof shortmsg);
+    ftc_err_t err = {0};
+    assert_int_equal(ftc_ap_recv(fd, &rep, 5000, &err), FTC_EIO);
+    close(fd);
+    fd = raw_hello(e, 0, 1);
+    static uint8_t big[sizeof(ftc_ap_msg_t) + 4096];
+    ftc_ap_init((ftc_ap_msg_t *)big, FTC_AP_BEGIN);
+    assert_int_equal(send(fd, big, sizeof big, MSG_NOSIGNAL), (ssize_t)sizeof big);
+    assert_int_equal(ftc_ap_recv(fd, &rep, 5000, &err), FTC_EIO);
+    close(fd);
+    assert_agent_alive(e, 0);
+
+    /* libftc: metadata over the context's capacity is refused before the
+     * agent hands out a slot, and checkpoints go on */
+    char sock[PATH_MAX + 32];
+    ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
+    o.meta_capacity = 64;
+    o.timeout_ms = 5000;
+    ftc_ctx_t *c = NULL;
+    assert_int_equal(ftc_create(&o, &c), 0);
+    static float w[4096];
+    int64_t shape[1] = {4096};
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    static char meta[256];
+    for (int64_t step = 0; step < 3; step++) {
+        assert_int_equal(ftc_checkpoint(c, step, meta, sizeof meta), FTC_ERANGE);
+        print_message("%s\n", ftc_last_error(c));
+        assert_non_null(strstr(ftc_last_error(c), "256"));
+    }
+    assert_int_equal(ftc_checkpoint(c, 3, meta, 64), 0);
+    assert_int_equal(ftc_wait_committed(c, 3), 0);
+    ftc_destroy(c);
+    teardown_env(e);
+}
+
+static void test_refused_slots_then_restore(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 1000);
+    /* step 0 committed by libftc */
+    char sock[PATH_MAX + 32];
+    ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
+    ftc_ctx_t *c = NULL;
+    assert_int_equal(ftc_create(&o, &c), 0);
+    static float w[4096];
+    int64_t shape[1] = {4096};
+    for (int i = 0; i < 4096; i++)
+        w[i] = (float)i;
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    assert_int_equal(ftc_checkpoint(c, 0, NULL, 0), 0);
+    assert_int_equal(ftc_wait_committed(c, 0), 0);
+    ftc_destroy(c);
+    char slot0[PATH_MAX];
+    snprintf(slot0, sizeof slot0, "/dev/shm/ftc.%s.n0.r0.s0", e->job);
+    struct stat st;
+    assert_int_equal(stat(slot0, &st), 0);
+    uint64_t size = (uint64_t)st.st_size;
+
+    int fd = raw_hello(e, 0, 1);
+    ftc_ap_msg_t rep = raw_slots(fd, size);
+    assert_int_equal(rep.type, FTC_AP_SLOTS_OK);
+    /* a new layout far beyond /dev/shm: refused up front, naming the size */
+    rep = raw_slots(fd, 1ull << 60);
+    assert_int_equal(rep.type, FTC_AP_ERROR);
+    assert_int_equal(rep.status, FTC_ENOSPC);
+    assert_non_null(strstr(rep.text, "1152921504606846976"));
+    assert_non_null(strstr(rep.text, "/dev/shm"));
+    /* ... as is one whose three slots overflow 64 bits together */
+    rep = raw_slots(fd, UINT64_MAX / 3 + 2);
+    assert_int_equal(rep.type, FTC_AP_ERROR);
+    assert_int_equal(rep.status, FTC_ENOSPC);
+    /* the rank has no slots now: a RESTORE is refused (it wrote into the
+     * closed slots' NULL mappings and killed the agent) */
+    ftc_ap_msg_t m;
+    ftc_ap_init(&m, FTC_AP_RESTORE);
+    assert_int_equal(raw_call(fd, &m, &rep, 20000), 0);
+    assert_int_equal(rep.type, FTC_AP_ERROR);
+    assert_int_equal(rep.status, FTC_EINVAL);
+    assert_non_null(strstr(rep.text, "SLOTS"));
+    ftc_ap_init(&m, FTC_AP_BEGIN);
+    assert_int_equal(raw_call(fd, &m, &rep, 5000), 0);
+    assert_int_equal(rep.type, FTC_AP_ERROR);
+    assert_agent_alive(e, 0);
+    /* back at the old size: step 0 is still restored (kept under the
+     * previous layout's names), verified */
+    rep = raw_slots(fd, size);
+    assert_int_equal(rep.type, FTC_AP_SLOTS_OK);
+    ftc_ap_init(&m, FTC_AP_RESTORE);
+    assert_int_equal(raw_call(fd, &m, &rep, 20000), 0);
+    assert_int_equal(rep.type, FTC_AP_RESTORE_OK);
+    assert_int_equal(rep.step, 0);
+    ftc_slot_t sl;
+    ftc_err_t err = {0};
+    char name[FTC_SLOT_NAME_MAX];
+    snprintf(name, sizeof name, "ftc.%s.n0.r0.s%u", e->job, rep.slot);
+    assert_int_equal(ftc_slot_open(name, false, &sl, &err), 0);
+    ftc_shard_view_t v;
+    assert_int_equal(ftc_shard_open(&v, sl.base, size, FTC_SHARD_VERIFY, &err), 0);
+    assert_int_equal(v.info.step, 0);
+    ftc_slot_close(&sl);
+    close(fd);
+    assert_agent_alive(e, 0);
+    teardown_env(e);
+}
+
+static void fill(float *w, int n, float v)
+{
+    for (int i = 0; i < n; i++)
+        w[i] = v;
+}
+
+/* Steps that go back (ranks that took an older committed step with
+ * ftc_fetch, a persist tier that lags the commits) or repeat: a checkpoint
+ * of a step not after the job's committed one can never be recorded (the
+ * commit record never goes backwards), yet the agent marked such versions
+ * committed, and a restore could then return one instead of the version
+ * the record holds (I1). */
+static void test_step_not_after_committed(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 1000);
+    char sock[PATH_MAX + 32];
+    ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
+    o.timeout_ms = 10000;
+    ftc_ctx_t *c = NULL;
+    assert_int_equal(ftc_create(&o, &c), 0);
+    enum { N = 4096 };
+    static float w[N];
+    int64_t shape[1] = {N};
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    for (int64_t step = 0; step < 4; step++) {
+        fill(w, N, (float)step);
+        assert_int_equal(ftc_checkpoint(c, step, NULL, 0), 0);
+        assert_int_equal(ftc_wait_committed(c, step), 0);
+    }
+    /* back to step 2 (its state fetched, say): step 3 again, with other
+     * values (in the slot after the committed one's: the first a restore
+     * looks at) */
+    for (int64_t step = 3; step < 4; step++) {
+        fill(w, N, 100.0f + (float)step);
+        int rc = ftc_checkpoint(c, step, NULL, 0);
+        print_message("checkpoint of step %lld again: %s (%s)\n", (long long)step,
+                      ftc_errname(rc), ftc_last_error(c));
+        assert_int_equal(rc, FTC_EAGAIN);
+        assert_non_null(strstr(ftc_last_error(c), "committed step 3"));
+        assert_int_equal(ftc_wait_snapshot(c), 0);
+        assert_int_equal(ftc_wait_committed(c, step), 0); /* step 3 is */
+    }
+    /* the restore (a new context: the old one's snapshots all announced)
+     * returns what the commit record holds */
+    ftc_destroy(c);
+    c = NULL;
+    assert_int_equal(ftc_create(&o, &c), 0);
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    fill(w, N, -1.0f);
+    int64_t got = -1;
+    assert_int_equal(ftc_restore(c, &got, NULL, NULL), 0);
+    assert_int_equal(got, 3);
+    print_message("restored step %lld: w = %g\n", (long long)got, w[0]);
+    assert_true(w[0] == 3.0f && w[N - 1] == 3.0f);
+    /* the same step twice in a row: the second is not checkpointed */
+    fill(w, N, 4.0f);
+    assert_int_equal(ftc_checkpoint(c, 4, NULL, 0), 0);
+    fill(w, N, 104.0f);
+    assert_int_equal(ftc_checkpoint(c, 4, NULL, 0), FTC_EAGAIN);
+    print_message("%s\n", ftc_last_error(c));
+    assert_int_equal(ftc_wait_committed(c, 4), 0);
+    fill(w, N, 5.0f);
+    assert_int_equal(ftc_checkpoint(c, 5, NULL, 0), 0);
+    assert_int_equal(ftc_wait_committed(c, 5), 0);
+    ftc_ckpt_status_t st = {.struct_size = sizeof st};
+    assert_int_equal(ftc_ckpt_status(c, &st), 0);
+    assert_int_equal(st.committed, 5);
+    assert_int_equal(st.skipped, 1); /* this context's: step 4 again */
+    fill(w, N, -1.0f);
+    assert_int_equal(ftc_restore(c, &got, NULL, NULL), 0);
+    assert_int_equal(got, 5);
+    assert_true(w[0] == 5.0f && w[N - 1] == 5.0f);
+    ftc_destroy(c);
+    teardown_env(e);
+}
+
+/* A frozen agent (SIGSTOP) accepts no connection: once its listen backlog
+ * (64) is full, connect() on its socket blocked for ever, so ranks that
+ * retried ftc_create against it hung in the 65th call (I6). Each call must
+ * end with an error after the context's timeout. The calls run in a child
+ * that the test waits for with a deadline. */
+static void test_create_against_frozen_agent(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 1000);
+    char sock[PATH_MAX + 32];
+    ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
+    o.timeout_ms = 100;
+    kill(e->agent[0], SIGSTOP);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        for (int i = 0; i < 80; i++) {
+            ftc_ctx_t *c = NULL;
+            int rc = ftc_create(&o, &c);
+            if (rc != FTC_ETIMEDOUT) {
+                fprintf(stderr, "call %d: %s (%s)\n", i, ftc_errname(rc), ftc_last_error(c));
+                _exit(1);
+            }
+            if (i == 79)
+                fprintf(stderr, "call %d: %s\n", i, ftc_last_error(c));
+            ftc_destroy(c);
+        }
+        _exit(0);
+    }
+    int st = 0;
+    ftc_deadline_t d = ftc_deadline_in_ms(40000);
+    while (waitpid(pid, &st, WNOHANG) != pid) {
+        if (ftc_deadline_expired(d)) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            kill(e->agent[0], SIGCONT);
+            fail_msg("ftc_create against a frozen agent did not return");
+        }
+        ftc_sleep_ms(20);
+    }
+    kill(e->agent[0], SIGCONT);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    /* thawed, it serves again */
+    o.timeout_ms = 10000;
+    ftc_ctx_t *c = NULL;
+    int rc = ftc_create(&o, &c);
+    if (rc)
+        print_message("%s\n", ftc_last_error(c));
+    assert_int_equal(rc, 0);
+    ftc_destroy(c);
+    teardown_env(e);
+}
+
+/* The agent killed (SIGKILL) while a snapshot is being copied: nothing
+ * waits without end, the calls that need the agent fail with their own
+ * error and a message about it (not a stale one: the failure to hand the
+ * sealed snapshot to the agent left ftc_last_error as it was), and the
+ * restarted agent restores the previous committed step, intact (I3). */
+static void test_agent_killed_mid_checkpoint(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 1000);
+    char sock[PATH_MAX + 32];
+    ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
+    o.timeout_ms = 5000;
+    ftc_ctx_t *c = NULL;
+    assert_int_equal(ftc_create(&o, &c), 0);
+    enum { N = 16 << 20 }; /* 64 MiB: the copy and its hashing outlast the kill */
+    float *w = malloc((size_t)N * sizeof *w);
+    assert_non_null(w);
+    int64_t shape[1] = {N};
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    fill(w, N, 1.0f);
+    assert_int_equal(ftc_checkpoint(c, 0, NULL, 0), 0);
+    assert_int_equal(ftc_wait_committed(c, 0), 0);
+    assert_int_equal(ftc_checkpoint(c, -1, NULL, 0), FTC_EINVAL);
+    char stale[512];
+    snprintf(stale, sizeof stale, "%s", ftc_last_error(c));
+    fill(w, N, 2.0f);
+    assert_int_equal(ftc_checkpoint(c, 1, NULL, 0), 0);
+    kill_agent(e, 0);
+    assert_int_equal(ftc_wait_snapshot(c), 0); /* the copy itself needs no agent */
+    int rc = ftc_wait_committed(c, 1);
+    print_message("ftc_wait_committed: %s (%s)\n", ftc_errname(rc), ftc_last_error(c));
+    assert_true(rc < 0);
+    assert_string_not_equal(ftc_last_error(c), stale);
+    assert_true(ftc_last_error(c)[0] != 0);
+    rc = ftc_checkpoint(c, 2, NULL, 0);
+    print_message("ftc_checkpoint: %s (%s)\n", ftc_errname(rc), ftc_last_error(c));
+    assert_true(rc < 0);
+    ftc_destroy(c);
+    /* the agent again: step 0 as it was committed */
+    start_agent(e, 0);
+    c = NULL;
+    assert_int_equal(ftc_create(&o, &c), 0);
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    fill(w, N, -1.0f);
+    int64_t got = -1;
+    rc = ftc_restore(c, &got, NULL, NULL);
+    if (rc)
+        print_message("%s\n", ftc_last_error(c));
+    assert_int_equal(rc, 0);
+    assert_int_equal(got, 0);
+    assert_true(w[0] == 1.0f && w[N - 1] == 1.0f);
+    ftc_destroy(c);
+    free(w);
+    teardown_env(e);
+}
+
+static uint64_t count_not(const float *w, uint64_t n, float v)
+{
+    uint64_t bad = 0;
+    for (uint64_t i = 0; i < n; i++)
+        bad += w[i] != v;
+    return bad;
+}
+
+/* ftc_restore while the previous checkpoint's copy is still running: the
+ * restore wrote the tensors under the copy, which then sealed (and
+ * committed) a mix of the two states with checksums that verify. The
+ * snapshot must hold exactly the tensors of its ftc_checkpoint call. */
+static void test_restore_during_snapshot(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 1000);
+    char sock[PATH_MAX + 32];
+    ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
+    o.threads = 1; /* a long copy */
+    ftc_ctx_t *c = NULL;
+    assert_int_equal(ftc_create(&o, &c), 0);
+    enum { N = 32 << 20 }; /* 128 MiB */
+    float *w = malloc((size_t)N * sizeof *w);
+    assert_non_null(w);
+    int64_t shape[1] = {N};
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    fill(w, N, 1.0f);
+    assert_int_equal(ftc_checkpoint(c, 0, NULL, 0), 0);
+    assert_int_equal(ftc_wait_committed(c, 0), 0);
+    fill(w, N, 2.0f);
+    assert_int_equal(ftc_checkpoint(c, 1, NULL, 0), 0);
+    int64_t got = -1;
+    assert_int_equal(ftc_restore(c, &got, NULL, NULL), 0); /* 0, or 1 if it committed first */
+    print_message("restored step %lld during the snapshot of step 1\n", (long long)got);
+    assert_true(got == 0 || got == 1);
+    assert_int_equal(count_not(w, N, got == 0 ? 1.0f : 2.0f), 0);
+    assert_int_equal(ftc_wait_committed(c, 1), 0);
+    ftc_destroy(c);
+    /* step 1 as it was checkpointed */
+    c = NULL;
+    assert_int_equal(ftc_create(&o, &c), 0);
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    fill(w, N, -1.0f);
+    assert_int_equal(ftc_restore(c, &got, NULL, NULL), 0);
+    assert_int_equal(got, 1);
+    uint64_t bad = count_not(w, N, 2.0f);
+    print_message("step 1: %llu of %d values are not the checkpointed ones\n",
+                  (unsigned long long)bad, N);
+    assert_int_equal(bad, 0);
+    ftc_destroy(c);
+    free(w);
+    teardown_env(e);
+}
+
+/* Flips one byte in the middle of the payload of rank 0's slot on node 0
+ * that holds `step`; returns its index, -1 if none does. */
+static int corrupt_slot_of_step(env_t *e, uint64_t step)
+{
+    for (int k = 0; k < 3; k++) {
+        char name[FTC_SLOT_NAME_MAX];
+        snprintf(name, sizeof name, "ftc.%s.n0.r0.s%d", e->job, k);
+        ftc_slot_t sl;
+        ftc_err_t err = {0};
+        if (ftc_slot_open(name, true, &sl, &err))
+            continue;
+        ftc_shard_view_t v;
+        bool hit = ftc_shard_open(&v, sl.base, sl.size, 0, &err) == 0 && v.info.step == step;
+        if (hit)
+            sl.base[sl.size - sl.size / 4] ^= 0x40;
+        ftc_slot_close(&sl);
+        if (hit)
+            return k;
+    }
+    return -1;
+}
+
+/* A restore that must fetch (the rank's committed slot is corrupt) while
+ * the rank's two other slots hold sealed versions waiting for their commit
+ * (the other rank has not checkpointed them yet): the fetched shard went
+ * into the first slot that was not pinned, a sealed version the commit
+ * record already had the report of, so that version was gone from the node
+ * (and its commit never reached the rank). It belongs in the corrupt slot. */
+static void test_restore_keeps_sealed_slots(void **state)
+{
+    env_t *e = setup_env(*state, 2, "1", 1000);
+    char s0[PATH_MAX + 32], s1[PATH_MAX + 32];
+    ftc_options_t o0 = ctx_options(e, 0, 0, 2, s0, sizeof s0);
+    ftc_options_t o1 = ctx_options(e, 1, 1, 2, s1, sizeof s1);
+    o0.timeout_ms = o1.timeout_ms = 8000;
+    ftc_ctx_t *c0 = NULL, *c1 = NULL;
+    assert_int_equal(ftc_create(&o0, &c0), 0);
+    assert_int_equal(ftc_create(&o1, &c1), 0);
+    enum { N = 1 << 16 };
+    static float w0[N], w1[N];
+    int64_t shape[1] = {N};
+    assert_int_equal(ftc_register(c0, "w", FTC_DTYPE_F32, 1, shape, w0, FTC_HOST), 0);
+    assert_int_equal(ftc_register(c1, "w", FTC_DTYPE_F32, 1, shape, w1, FTC_HOST), 0);
+    for (int64_t step = 0; step < 4; step++) {
+        fill(w0, N, (float)step);
+        fill(w1, N, (float)step);
+        assert_int_equal(ftc_checkpoint(c0, step, NULL, 0), 0);
+        assert_int_equal(ftc_checkpoint(c1, step, NULL, 0), 0);
+        assert_int_equal(ftc_wait_committed(c0, step), 0);
+        assert_int_equal(ftc_wait_committed(c1, step), 0);
+    }
+    /* rank 0 runs ahead: steps 4 and 5 sealed, not committed */
+    for (int64_t step = 4; step < 6; step++) {
+        fill(w0, N, (float)step);
+        assert_int_equal(ftc_checkpoint(c0, step, NULL, 0), 0);
+        assert_int_equal(ftc_wait_snapshot(c0), 0);
+    }
+    int bad = corrupt_slot_of_step(e, 3);
+    assert_true(bad >= 0);
+    fill(w0, N, -1.0f);
+    int64_t got = -1;
+    int rc = ftc_restore(c0, &got, NULL, NULL);
+    if (rc)
+        print_message("%s\n", ftc_last_error(c0));
+    assert_int_equal(rc, 0);
+    assert_int_equal(got, 3);
+    assert_int_equal(count_not(w0, N, 3.0f), 0);
+    /* rank 1 checkpoints step 4: it commits, and rank 0's version of it is
+     * still on its node */
+    fill(w1, N, 4.0f);
+    assert_int_equal(ftc_checkpoint(c1, 4, NULL, 0), 0);
+    assert_int_equal(ftc_wait_committed(c1, 4), 0);
+    rc = ftc_wait_committed(c0, 4);
+    print_message("rank 0 waits for step 4: %s (%s)\n", ftc_errname(rc),
+                  rc ? ftc_last_error(c0) : "");
+    assert_int_equal(rc, 0);
+    ftc_destroy(c0);
+    ftc_destroy(c1);
+    teardown_env(e);
+}
+
+/* Two steps that will not commit (the only replica peer is gone):
+ * ftc_wait_committed of the older one must say so (FTC_EIO with the
+ * agent's reason) like the newer one's, not wait out its deadline because
+ * the newer failure replaced the older one's record. */
+static void test_wait_committed_older_failure(void **state)
+{
+    env_t *e = prepare_env(*state, 2, "1", 1000, NULL);
+    snprintf(e->timeout_ms, sizeof e->timeout_ms, "2000");
+    start_agent(e, 0);
+    start_agent(e, 1);
+    char sock[PATH_MAX + 32];
+    ftc_options_t o = ctx_options(e, 0, 0, 2, sock, sizeof sock);
+    o.timeout_ms = 15000;
+    ftc_ctx_t *c = NULL;
+    assert_int_equal(ftc_create(&o, &c), 0);
+    enum { N = 1 << 14 };
+    static float w[N];
+    int64_t shape[1] = {N};
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    kill_agent(e, 1); /* the replica peer of node 0 */
+    for (int64_t step = 0; step < 2; step++) {
+        fill(w, N, (float)step);
+        assert_int_equal(ftc_checkpoint(c, step, NULL, 0), 0);
+        assert_int_equal(ftc_wait_snapshot(c), 0);
+    }
+    int rc = ftc_wait_committed(c, 1);
+    print_message("step 1: %s (%s)\n", ftc_errname(rc), ftc_last_error(c));
+    assert_int_equal(rc, FTC_EIO);
+    rc = ftc_wait_committed(c, 0);
+    print_message("step 0: %s (%s)\n", ftc_errname(rc), ftc_last_error(c));
+    assert_int_equal(rc, FTC_EIO);
+    assert_non_null(strstr(ftc_last_error(c), "step 0"));
+    ftc_ckpt_status_t st = {.struct_size = sizeof st};
+    assert_int_equal(ftc_ckpt_status(c, &st), 0);
+    assert_int_equal(st.failed, 1);
+    ftc_destroy(c);
+    teardown_env(e);
+}
+
+/* A rank that comes back with another layout (a shard of another size)
+ * while its previous version is still being replicated: the agent unmapped
+ * the old slots under the replication thread, which read the shard there
+ * and died (SIGSEGV in ftc_shard_open of the push). */
+static void test_layout_change_during_push(void **state)
+{
+    env_t *e = setup_env(*state, 2, "1", 1000);
+    char sock[PATH_MAX + 32];
+    ftc_options_t o = ctx_options(e, 0, 0, 2, sock, sizeof sock);
+    o.timeout_ms = 20000;
+    for (int round = 0; round < 4; round++) {
+        ftc_ctx_t *c = NULL;
+        assert_int_equal(ftc_create(&o, &c), 0);
+        int64_t n = (round % 2 ? 8 : 16) << 20; /* 32 or 64 MiB: a push that takes a while */
+        float *w = calloc((size_t)n, sizeof *w);
+        assert_non_null(w);
+        int64_t shape[1] = {n};
+        assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+        int rc = ftc_checkpoint(c, round, NULL, 0);
+        if (rc)
+            print_message("round %d: %s\n", round, ftc_last_error(c));
+        assert_int_equal(rc, 0);
+        ftc_destroy(c); /* its snapshot handed to the agent: replicating */
+        free(w);
+        assert_agent_alive(e, 0);
+    }
+    /* the last push done, and the agent still there */
+    ftc_ctx_t *c = NULL;
+    assert_int_equal(ftc_create(&o, &c), 0);
+    static float small[16];
+    int64_t shape[1] = {16};
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, small, FTC_HOST), 0);
+    assert_int_equal(ftc_checkpoint(c, 4, NULL, 0), 0);
+    ftc_destroy(c);
+    assert_agent_alive(e, 0);
+    teardown_env(e);
+}
+
+/* A restore whose metadata buffer is too small: FTC_ERANGE, but only after
+ * it had overwritten the tensors, so a trainer taking the error for "no
+ * checkpoint" went on from the restored weights; and a NULL meta with a
+ * capacity crashed. The tensors must be untouched by a refused restore. */
+static void test_restore_meta_too_small(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 1000);
+    char sock[PATH_MAX + 32];
+    ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
+    ftc_ctx_t *c = NULL;
+    assert_int_equal(ftc_create(&o, &c), 0);
+    enum { N = 4096 };
+    static float w[N];
+    int64_t shape[1] = {N};
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    fill(w, N, 7.0f);
+    char meta[32];
+    memset(meta, 'm', sizeof meta);
+    assert_int_equal(ftc_checkpoint(c, 0, meta, sizeof meta), 0);
+    assert_int_equal(ftc_wait_committed(c, 0), 0);
+    fill(w, N, -1.0f);
+    int64_t got = -1;
+    char small[8];
+    size_t len = sizeof small;
+    assert_int_equal(ftc_restore(c, &got, small, &len), FTC_ERANGE);
+    print_message("%s\n", ftc_last_error(c));
+    assert_non_null(strstr(ftc_last_error(c), "32"));
+    assert_int_equal(count_not(w, N, -1.0f), 0); /* untouched */
+    len = 8;
+    assert_int_equal(ftc_restore(c, &got, NULL, &len), FTC_EINVAL);
+    assert_int_equal(count_not(w, N, -1.0f), 0);
+    char big[64];
+    len = sizeof big;
+    assert_int_equal(ftc_restore(c, &got, big, &len), 0);
+    assert_int_equal(got, 0);
+    assert_int_equal(len, 32);
+    assert_memory_equal(big, meta, 32);
+    assert_int_equal(count_not(w, N, 7.0f), 0);
+    ftc_destroy(c);
+    teardown_env(e);
+}
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        T(test_unused_begins_keep_no_slot),
+        T(test_refused_slots_then_restore),
+        T(test_step_not_after_committed),
+        T(test_create_against_frozen_agent),
+        T(test_agent_killed_mid_checkpoint),
+        T(test_restore_during_snapshot),
+        T(test_restore_keeps_sealed_slots),
+        T(test_wait_committed_older_failure),
+        T(test_layout_change_during_push),
+        T(test_restore_meta_too_small),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
