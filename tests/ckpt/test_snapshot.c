@@ -345,6 +345,16 @@ static void test_device_path(void **state)
     ftc_shard_view_t v;
     assert_int_equal(ftc_shard_open(&v, slot[0], size, FTC_SHARD_VERIFY, &err), 0);
     assert_int_equal(v.info.step, 4);
+    /* the failure is not sticky: once the device copies again, the next
+     * checkpoint works */
+    FD.fail_at = 0;
+    ftc_test_fill(w, NW * 4, 106);
+    /* what ftc_checkpoint does first: wait for the previous copy (none) */
+    assert_int_equal(ftc_snap_wait_copy(s, ftc_deadline_in_ms(30000), &err), 0);
+    assert_int_equal(ftc_snap_begin(s, slot[1], 6, 1, NULL, 0, &err), 0);
+    assert_int_equal(ftc_snap_wait_sealed(s, ftc_deadline_in_ms(30000), &err), 0);
+    assert_int_equal(ftc_shard_open(&v, slot[1], size, FTC_SHARD_VERIFY, &err), 0);
+    assert_int_equal(v.info.step, 6);
     ftc_snap_destroy(s);
     assert_int_equal(FD.unpinned, 2); /* every slot unpinned before the caller frees it */
     assert_int_equal(FD.closed, 1);
