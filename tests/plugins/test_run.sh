@@ -107,10 +107,12 @@ pids+=($!)
 back=$!
 check "2: the returning node joined a 3-node generation" bash -c \
     "for i in \$(seq 400); do grep -q 'of 3, world 3' '$T/2b.out' && exit 0; sleep 0.1; done; exit 1"
-# (unless it found a round open, still the shrink's: then it joined that)
+# (unless it found a round open, still the shrink's: then it joined that; on
+# a loaded machine the survivors may commit nothing within --grow-wait-ms,
+# and then it joins after that wait: still not at once)
 grep -q 'a round is open' "$T/2b.out" ||
-    check "2: it asked for the grow at a checkpoint boundary (the next commit)" \
-        grep -q 'joining at the checkpoint boundary: step [0-9]* committed' "$T/2b.out"
+    check "2: it asked for the grow at a checkpoint boundary (the next commit, or after the wait)" \
+        grep -q 'joining at the checkpoint boundary: step [0-9]* committed\|joining without a checkpoint boundary: no commit in' "$T/2b.out"
 wait $runpid
 rc=$?
 wait $back
