@@ -57,6 +57,11 @@ typedef struct ftc__agent_thread {
 static _Atomic(const char *) ftc__busy_what;
 static atomic_uint_fast64_t ftc__busy_since; /* monotonic ms */
 static atomic_bool ftc__wd_stop;
+/* The stop flag of ftc_run_node (set by SIGINT/SIGTERM), and its copy that
+ * the watchdog makes for ftc_rdzv_join's abort (an atomic_int): a node
+ * waiting in a rendezvous stops at once, not after --join-timeout-ms. */
+static volatile sig_atomic_t *ftc__stop_flag;
+static atomic_int ftc__abort;
 
 static void ftc__busy(const char *what)
 {
@@ -70,6 +75,8 @@ static void *ftc__watchdog(void *arg)
     uint64_t warned_at = 0;
     while (!atomic_load(&ftc__wd_stop)) {
         ftc_sleep_ms(200);
+        if (ftc__stop_flag && *ftc__stop_flag)
+            atomic_store(&ftc__abort, 1);
         const char *what = atomic_load(&ftc__busy_what);
         uint64_t now = ftc_now_ns() / 1000000, since = atomic_load(&ftc__busy_since);
         if (!what) {
@@ -93,6 +100,11 @@ typedef struct ftc__sup {
     ftc__agent_thread_t ag;
     ftc_filestore_t *files;    /* FTC_CKPT_DIR replication, or NULL */
     pid_t pid[FTC__MAX_LOCAL]; /* local ranks (0 = not running) */
+    pid_t pgid[FTC__MAX_LOCAL]; /* each rank's process group (its own session, led by the
+                                   rank: what it started, a wrapper script's trainer, is
+                                   signalled with it); kept after the rank is reaped while
+                                   the group has members (0 = none) */
+    volatile sig_atomic_t *stop; /* ftc_run_node's stop flag (may be NULL) */
     int status[FTC__MAX_LOCAL];
     uint64_t gen;              /* current generation (0 before the first round) */
     ftc_rdzv_round_t round;
@@ -110,6 +122,12 @@ typedef struct ftc__sup {
 } ftc__sup_t;
 
 static int ftc__inproc_assign(ftc__sup_t *s, int l, char **add, int n, ftc_err_t *err);
+
+/* SIGINT/SIGTERM arrived: every wait of the loop ends at once. */
+static bool ftc__stopping(const ftc__sup_t *s)
+{
+    return s->stop && *s->stop;
+}
 static void ftc__inproc_fresh(ftc__sup_t *s, int l);
 
 /* True when name (a /dev/shm entry) is rest = one of this node's segments
@@ -397,6 +415,10 @@ static pid_t ftc__spawn(char *const *argv, char **env, const ftc__io_t *io, ftc_
         return -1;
     }
     if (pid == 0) {
+        /* a session of its own (torchrun's start_new_session): the rank and
+         * what it starts (a wrapper script's trainer, workers) are one
+         * process group, signalled together when the rank is stopped */
+        setsid();
         prctl(PR_SET_PDEATHSIG, SIGKILL); /* a rank never outlives its supervisor */
         ftc_fs_close_from(3); /* not the agent's sockets, nor Redis connections */
         if (io)
@@ -408,6 +430,36 @@ static pid_t ftc__spawn(char *const *argv, char **env, const ftc__io_t *io, ftc_
         _exit(127);
     }
     return pid;
+}
+
+/* Sends sig to local rank l's process group (the rank and what it started),
+ * or to the rank alone when it has no group. */
+static void ftc__signal_rank(const ftc__sup_t *s, int l, int sig)
+{
+    if (s->pgid[l] > 0 && kill(-s->pgid[l], sig) == 0)
+        return;
+    if (s->pid[l] > 0)
+        kill(s->pid[l], sig);
+}
+
+/* Local rank l's group is forgotten once its rank was reaped and nothing is
+ * left in it (a group id stays reserved while it has members). */
+static void ftc__group_check(ftc__sup_t *s, int l)
+{
+    if (s->pid[l] <= 0 && s->pgid[l] > 0 && kill(-s->pgid[l], 0) != 0 && errno == ESRCH)
+        s->pgid[l] = 0;
+}
+
+/* SIGKILL to what is left of local rank l (its group), the rank reaped. */
+static void ftc__kill_rank(ftc__sup_t *s, int l)
+{
+    ftc__signal_rank(s, l, SIGKILL);
+    if (s->pid[l] > 0) {
+        waitpid(s->pid[l], NULL, 0);
+        ftc_filestore_rank_exited(s->files, s->pid[l], -1);
+        s->pid[l] = 0;
+    }
+    s->pgid[l] = 0;
 }
 
 /* The output plan of local rank l, rank `rank`: its log directory made. */
@@ -634,14 +686,11 @@ static int ftc__start_ranks(ftc__sup_t *s, const char *master, int master_port, 
     for (int l = 0; l < o->nproc; l++) {
         int rank = s->rank_of[l];
         if (rank < 0) { /* an idle slot in this layout: a survivor there stops */
-            if (s->pid[l] > 0) {
+            if (s->pid[l] > 0)
                 FTC_INFO("run", "generation %" PRIu64 ": local slot %d is idle in this layout "
                          "(world %d): stopping its rank", s->gen, l, world);
-                kill(s->pid[l], SIGKILL);
-                waitpid(s->pid[l], NULL, 0);
-                ftc_filestore_rank_exited(s->files, s->pid[l], -1);
-                s->pid[l] = 0;
-            }
+            if (s->pid[l] > 0 || s->pgid[l] > 0)
+                ftc__kill_rank(s, l);
             s->status[l] = 0; /* counts as finished */
             continue;
         }
@@ -709,12 +758,15 @@ static int ftc__start_ranks(ftc__sup_t *s, const char *master, int master_port, 
             free(env);
             return err->code;
         }
+        if (s->pgid[l] > 0) /* what the slot's previous rank left behind */
+            ftc__kill_rank(s, l);
         s->pid[l] = ftc__spawn(o->argv, env, &io, err);
         free(env);
         if (s->pid[l] < 0) {
             s->pid[l] = 0;
             return err->code;
         }
+        s->pgid[l] = s->pid[l];
         s->status[l] = -1;
         FTC_INFO("run", "generation %" PRIu64 ": rank %d (local %d of %d, world %d) is pid %d",
                  s->gen, rank, l, o->nproc, world, (int)s->pid[l]);
@@ -723,14 +775,16 @@ static int ftc__start_ranks(ftc__sup_t *s, const char *master, int master_port, 
 }
 
 /* SIGTERM, then SIGKILL after grace_ms (a stopped process only dies of
- * SIGKILL); reaps every rank. */
+ * SIGKILL), to each rank's process group: what a rank started (the trainer
+ * of a wrapper script) stops with it; reaps every rank and waits (within
+ * the same grace) until its group is empty. */
 static void ftc__stop_ranks(ftc__sup_t *s)
 {
     bool any = false;
     for (int l = 0; l < s->o->nproc; l++)
-        if (s->pid[l] > 0) {
-            kill(s->pid[l], SIGTERM);
-            kill(s->pid[l], SIGCONT);
+        if (s->pid[l] > 0 || s->pgid[l] > 0) {
+            ftc__signal_rank(s, l, SIGTERM);
+            ftc__signal_rank(s, l, SIGCONT);
             any = true;
         }
     if (!any)
@@ -739,27 +793,26 @@ static void ftc__stop_ranks(ftc__sup_t *s)
     for (;;) {
         bool left = false;
         for (int l = 0; l < s->o->nproc; l++) {
-            if (s->pid[l] <= 0)
-                continue;
-            int st;
-            pid_t p = waitpid(s->pid[l], &st, WNOHANG);
-            if (p == s->pid[l] || (p < 0 && errno == ECHILD)) {
-                ftc_filestore_rank_exited(s->files, s->pid[l], p == s->pid[l] ? st : -1);
-                s->pid[l] = 0;
-            } else {
-                left = true;
+            if (s->pid[l] > 0) {
+                int st;
+                pid_t p = waitpid(s->pid[l], &st, WNOHANG);
+                if (p == s->pid[l] || (p < 0 && errno == ECHILD)) {
+                    ftc_filestore_rank_exited(s->files, s->pid[l], p == s->pid[l] ? st : -1);
+                    s->pid[l] = 0;
+                } else {
+                    left = true;
+                }
             }
+            ftc__group_check(s, l);
+            if (s->pid[l] <= 0 && s->pgid[l] > 0)
+                left = true;
         }
         if (!left)
             return;
         if (ftc_deadline_expired(d)) {
             for (int l = 0; l < s->o->nproc; l++)
-                if (s->pid[l] > 0) {
-                    kill(s->pid[l], SIGKILL);
-                    waitpid(s->pid[l], NULL, 0);
-                    ftc_filestore_rank_exited(s->files, s->pid[l], -1);
-                    s->pid[l] = 0;
-                }
+                if (s->pid[l] > 0 || s->pgid[l] > 0)
+                    ftc__kill_rank(s, l);
             return;
         }
         ftc_sleep_ms(10);
@@ -844,8 +897,8 @@ static void ftc__inproc_leave(ftc__sup_t *s)
         if (aware[l]) {
             ftc_inproc_signal(s->pid[l], s->gen);
         } else {
-            kill(s->pid[l], SIGTERM);
-            kill(s->pid[l], SIGCONT);
+            ftc__signal_rank(s, l, SIGTERM);
+            ftc__signal_rank(s, l, SIGCONT);
         }
     }
     ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)o->grace_ms);
@@ -882,10 +935,7 @@ static void ftc__inproc_leave(ftc__sup_t *s)
                 FTC_WARN("run", "rank %d (pid %d) did not leave generation %" PRIu64
                          " within %d ms: killing it (it starts fresh)",
                          s->rank_of[l], (int)s->pid[l], s->gen, o->grace_ms);
-                kill(s->pid[l], SIGKILL);
-                waitpid(s->pid[l], NULL, 0);
-                ftc_filestore_rank_exited(s->files, s->pid[l], -1);
-                s->pid[l] = 0;
+                ftc__kill_rank(s, l);
                 killed++;
             }
             break;
@@ -985,6 +1035,8 @@ static int ftc__master(ftc__sup_t *s, char *host, size_t cap, int *port, ftc_err
             return 0;
         }
         ftc_redis_reply_free(rep);
+        if (ftc__stopping(s))
+            return ftc_err_set(err, FTC_ECANCELED, "ftc run: stopped by a signal");
         if (ftc_deadline_expired(d))
             return ftc_err_set(err, FTC_ETIMEDOUT,
                                "node 0 of generation %" PRIu64 " published no MASTER_ADDR (%s)",
@@ -1068,7 +1120,7 @@ static bool ftc__grow_boundary(ftc__sup_t *s, const char *job, uint64_t gen)
         return false;
     uint64_t t0 = ftc_wall_ms(), next_look = 0;
     ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)s->o->grow_wait_ms);
-    while (!ftc_deadline_expired(d)) {
+    while (!ftc_deadline_expired(d) && !ftc__stopping(s)) {
         /* every 250 ms: is anybody still running generation gen? (the
          * heartbeats of a job killed just before expire within their TTL) */
         if (ftc_wall_ms() >= next_look) {
@@ -1130,6 +1182,8 @@ static int ftc__wait_agents(ftc__sup_t *s, ftc_err_t *err)
                 missing = i;
         if (missing < 0)
             return 0;
+        if (ftc__stopping(s))
+            return ftc_err_set(err, FTC_ECANCELED, "ftc run: stopped by a signal");
         if (ftc_deadline_expired(d))
             return ftc_err_set(err, FTC_ETIMEDOUT,
                                "generation %" PRIu64 ": the agent of member %s never came up",
@@ -1196,7 +1250,7 @@ static void ftc__on_event(void *arg, const ftc_status_event_t *e)
         if (local >= 0 && s->pid[local] > 0) {
             FTC_WARN("run", "rank %d hangs (%s): killing pid %d", e->rank, e->detail,
                      (int)s->pid[local]);
-            kill(s->pid[local], SIGKILL); /* its exit fails the round below */
+            ftc__signal_rank(s, local, SIGKILL); /* its exit fails the round below */
         }
     }
 }
@@ -1310,6 +1364,7 @@ static int ftc__watch(ftc__sup_t *s, volatile sig_atomic_t *stop, ftc_err_t *err
                 if (p == s->pid[l]) {
                     ftc_filestore_rank_exited(s->files, s->pid[l], st);
                     s->pid[l] = 0;
+                    ftc__group_check(s, l);
                     s->status[l] = st;
                     int rank = s->rank_of[l];
                     if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
@@ -1420,6 +1475,9 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
         return 1;
     }
     s->o = o;
+    s->stop = stop;
+    ftc__stop_flag = stop;
+    atomic_store(&ftc__abort, 0);
     pthread_t wd;
     atomic_store(&ftc__wd_stop, false);
     bool wd_started = pthread_create(&wd, NULL, ftc__watchdog, NULL) == 0;
@@ -1461,7 +1519,6 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
     rdo.min_nodes = o->min_nodes;
     rdo.max_nodes = o->max_nodes;
     rdo.settle_ms = o->settle_ms;
-    atomic_int abort_flag = 0;
     for (;;) {
         if (stop && *stop) {
             ec = 1;
@@ -1485,6 +1542,10 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
                 FTC_INFO("run", "a round is open (generation %" PRIu64 " ended): joining it", g);
             /* (a round opened while it waited, by a failure: join that one) */
             if (g > 0 && !open && !ftc__grow_boundary(s, o->job, g)) {
+                if (ftc__stopping(s)) { /* not a grow round for a node going away */
+                    ftc_err_set(err, FTC_ECANCELED, "ftc run: stopped by a signal");
+                    break;
+                }
                 bool opened = false;
                 char why[128];
                 snprintf(why, sizeof why, "node %s joins", s->node_id);
@@ -1495,7 +1556,11 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
             s->gen = g;
         }
         ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)o->join_timeout_ms);
-        int rc = ftc_rdzv_join(rc_r, &rdo, s->gen, &s->round, d, &abort_flag, err);
+        int rc = ftc_rdzv_join(rc_r, &rdo, s->gen, &s->round, d, &ftc__abort, err);
+        if (rc && ftc__stopping(s)) {
+            ftc_err_set(err, FTC_ECANCELED, "ftc run: stopped by a signal");
+            break;
+        }
         if (rc == FTC_ESTALE) { /* the generation moved on while we were away */
             s->gen = 0;
             continue;
@@ -1534,6 +1599,8 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
         char host[256];
         int port = 0;
         if (ftc__wait_agents(s, err)) {
+            if (err->code == FTC_ECANCELED)
+                break;
             FTC_WARN("run", "%s", err->msg);
             if (ftc__round_failed(s, err))
                 break;
@@ -1542,6 +1609,8 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
         ftc__events_mark(s);
         s->continued = 0;
         int mrc = ftc__master(s, host, sizeof host, &port, err);
+        if (mrc == FTC_ECANCELED)
+            break;
         if (mrc == FTC_EAGAIN) { /* the fixed MASTER_PORT is taken: a failed round */
             FTC_ERROR("run", "generation %" PRIu64 ": %s", s->gen, err->msg);
             if (ftc__round_failed(s, err))
@@ -1638,5 +1707,6 @@ out:
         atomic_store(&ftc__wd_stop, true);
         pthread_join(wd, NULL);
     }
+    ftc__stop_flag = NULL;
     return ec;
 }

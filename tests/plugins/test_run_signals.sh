@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# test_run_signals.sh — `ftc run` and signals, one node, real processes (the
+# "training binary" is a shell script; no libftc needed):
+#
+#   1. a rank that is a wrapper script (sh starting the real trainer, here a
+#      `sleep`, and waiting for it, as `bash train.sh` running python does):
+#      SIGTERM to `ftc run` ends the job, and the trainer the wrapper started
+#      is gone too (the rank's whole process group is signalled, as torchrun
+#      does: it was left running, an orphan holding its GPU);
+#   2. a node waiting in the rendezvous for a second node that never comes
+#      (--nnodes 2, --join-timeout-ms 90000): SIGTERM ends `ftc run` (exit
+#      non-zero) well before the join timeout (it used to wait it out);
+#
+# usage: test_run_signals.sh PATH/TO/ftc
+set -u
+FTC=${1:?usage: test_run_signals.sh FTC}
+BASE=${FTC_TEST_TMP:-/tmp}
+mkdir -p "$BASE"
+T=$(mktemp -d "$BASE/runsig-XXXXXX")
+tag=$$
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill -9 -- "$p" 2>/dev/null; done
+    [ -s "$T/1.child" ] && kill -9 "$(cat "$T/1.child")" 2>/dev/null
+    wait 2>/dev/null
+    rm -rf /dev/shm/ftc.sig"$tag"* 2>/dev/null
+    [ -n "${FTC_KEEP:-}" ] && echo "kept $T" || rm -rf "$T"
+}
+trap cleanup EXIT
+. "$(dirname "$0")/lib.sh" # check, count
+unset FTC_NODE_RANK NODE_RANK SLURM_NNODES SLURM_JOB_NUM_NODES SLURM_NODEID
+export FTC_LOG_LEVEL=${FTC_LOG_LEVEL:-info}
+want() { case ${FTC_RUN_ONLY:-12} in *$1*) return 0 ;; esac; return 1; }
+# until COMMAND succeeds, at most S seconds
+wait_for() {
+    local end=$((SECONDS + $1))
+    shift
+    while [ $SECONDS -lt $end ]; do "$@" && return 0; sleep 0.1; done
+    return 1
+}
+alive() { kill -0 "$1" 2>/dev/null; }
+gone() { ! kill -0 "$1" 2>/dev/null; }
+
+# ---- 1. SIGTERM reaches the processes a rank started -----------------------------------------
+if want 1; then
+J1=sig${tag}a
+f0=$fails
+cat >"$T/wrapper.sh" <<EOF
+#!/bin/sh
+sleep 300 &
+echo \$! >"$T/1.child"
+wait
+EOF
+chmod +x "$T/wrapper.sh"
+"$FTC" run --job "$J1" --job-dir "$T/j1" --settle-ms 200 --grace-ms 2000 -- "$T/wrapper.sh" \
+    >"$T/1.out" 2>&1 &
+runpid=$!
+pids+=($runpid)
+check "1: the rank started its trainer" wait_for 60 test -s "$T/1.child"
+child=$(cat "$T/1.child" 2>/dev/null)
+check "1: the trainer runs (pid $child)" alive "${child:-0}"
+kill -TERM "$runpid"
+check "1: ftc run ended on SIGTERM" wait_for 30 gone "$runpid"
+wait "$runpid"
+rc=$?
+check "1: with a non-zero exit ($rc)" test $rc -ne 0
+check "1: the trainer the rank started is gone too (no orphan)" wait_for 10 gone "${child:-0}"
+[ $fails -eq $f0 ] || { echo "--- output of 1:"; tail -30 "$T/1.out"; }
+fi
+
+# ---- 2. SIGTERM while waiting in the rendezvous -----------------------------------------------
+if want 2; then
+J2=sig${tag}b
+f0=$fails
+"$FTC" run --nnodes 2 --node-rank 0 --job "$J2" --job-dir "$T/j2" --settle-ms 200 \
+    --join-timeout-ms 90000 -- /bin/true >"$T/2.out" 2>&1 &
+runpid=$!
+pids+=($runpid)
+# its agent is not up before the round closes; the round is joined once Redis is
+check "2: the node is up (its Redis url written)" wait_for 60 test -s "$T/j2/redis.url"
+sleep 1
+check "2: and waits for the second node" alive "$runpid"
+kill -TERM "$runpid"
+check "2: ftc run ended on SIGTERM, before the join timeout" wait_for 30 gone "$runpid"
+wait "$runpid"
+rc=$?
+check "2: with a non-zero exit ($rc)" test $rc -ne 0
+check "2: saying it was stopped by a signal" grep -q "stopped by a signal" "$T/2.out"
+[ $fails -eq $f0 ] || { echo "--- output of 2:"; tail -30 "$T/2.out"; }
+fi
+
+if [ $fails -ne 0 ]; then
+    echo "test_run_signals: $fails check(s) failed"
+    exit 1
+fi
+echo "test_run_signals: all checks passed"
