@@ -113,6 +113,8 @@ typedef struct ftc__sup {
     char fail_reason[256];
     /* the layout of this generation (ftc__plan, recover/layout.h) */
     int world;                      /* ranks in the generation: dp x tp x pp */
+    int master_node;                /* the member (round index) that runs rank 0: its host
+                                       is MASTER_ADDR (rank 0 serves torch's store there) */
     int rank_of[FTC__MAX_LOCAL];    /* rank on each local slot, -1 = idle */
     int restore_of[FTC__MAX_LOCAL]; /* FTC_RESTORE_RANK of each slot's rank, -1 = none */
     int prev_world;            /* ranks of the layout of the committed version (0: none) */
@@ -606,6 +608,7 @@ static int ftc__plan(ftc__sup_t *s, ftc_err_t *err)
     }
     s->world = l.world;
     s->prev_world = prev_world;
+    s->master_node = l.world > 0 ? l.rank_node[0] : 0;
     int base = s->round.index * o->nproc;
     for (int sl = 0; sl < o->nproc; sl++)
         s->rank_of[sl] = l.slot_rank[base + sl];
@@ -980,8 +983,10 @@ static int ftc__port_bindable(int port)
     return rc;
 }
 
-/* The round's node 0 publishes host:port for the generation; the others
- * read it (bounded). */
+/* The member that runs rank 0 (not always the round's first: a survivor
+ * kept in place can come first while a node that was idle takes rank 0)
+ * publishes host:port for the generation, since rank 0 serves torch's store
+ * there; the others read it (bounded). */
 static int ftc__master(ftc__sup_t *s, char *host, size_t cap, int *port, ftc_err_t *err)
 {
     char key[256], suffix[64];
@@ -989,14 +994,14 @@ static int ftc__master(ftc__sup_t *s, char *host, size_t cap, int *port, ftc_err
     ftc_ctl_key(s->ctl, suffix, key, sizeof key);
     ftc_redis_t *r = ftc_ctl_redis(s->ctl);
     ftc_redis_reply_t *rep = NULL;
-    if (s->round.index == 0) {
+    if (s->round.index == s->master_node) {
         char val[640];
         int p = s->o->master_port;
         int busy = p > 0 ? ftc__port_bindable(p) : 0;
         if (busy) { /* published too, so that every node fails this round at once */
             snprintf(val, sizeof val,
-                     "!MASTER_PORT %d (--master-port) cannot be bound on node 0 of "
-                     "generation %" PRIu64 " (%s, %s): %s; free it, pick another port, or omit "
+                     "!MASTER_PORT %d (--master-port) cannot be bound on the node of rank 0 "
+                     "in generation %" PRIu64 " (%s, %s): %s; free it, pick another port, or omit "
                      "--master-port for a free port per generation",
                      p, s->gen, s->node_id, s->o->host, strerror(busy));
         } else {
@@ -1039,8 +1044,9 @@ static int ftc__master(ftc__sup_t *s, char *host, size_t cap, int *port, ftc_err
             return ftc_err_set(err, FTC_ECANCELED, "ftc run: stopped by a signal");
         if (ftc_deadline_expired(d))
             return ftc_err_set(err, FTC_ETIMEDOUT,
-                               "node 0 of generation %" PRIu64 " published no MASTER_ADDR (%s)",
-                               s->gen, key);
+                               "the node of rank 0 in generation %" PRIu64 " (%s) published no "
+                               "MASTER_ADDR (%s)",
+                               s->gen, s->round.members[s->master_node], key);
         ftc_sleep_ms(20);
     }
 }

@@ -34,6 +34,8 @@
 #      finishes, and no generation number is made twice;
 #   c. --ckpt-dir with --ckptdir-max-bytes under the binary's file: the cap,
 #      a setting, refuses the directory (named in the log), the job runs on.
+#   m. three `ftc run` of one job (--tp 2, a node idle), the node of rank 0
+#      killed: the idle node takes rank 0, and MASTER_ADDR is its host.
 #
 # usage: test_run.sh PATH/TO/ftc PATH/TO/rank_main PATH/TO/ckptfile_main
 set -u
@@ -55,7 +57,7 @@ trap cleanup EXIT
 . "$(dirname "$0")/lib.sh" # check, count, committed, wait_committed
 export FTC_LOG_LEVEL=${FTC_LOG_LEVEL:-info}
 # FTC_RUN_ONLY=24 runs scenarios 2 and 4 only (while debugging)
-want() { case ${FTC_RUN_ONLY:-1234567890rfc} in *$1*) return 0 ;; esac; return 1; }
+want() { case ${FTC_RUN_ONLY:-1234567890rfcm} in *$1*) return 0 ;; esac; return 1; }
 
 # ---- 1. a rank dies -------------------------------------------------------------------
 if want 1; then
@@ -438,7 +440,7 @@ fi
 
 # ---- f. (12) the job's Redis loses its data (FLUSHALL: a restart without persistence) ------
 if want f; then
-J12=run${tag}f
+J12=run${tag}p
 f0=$fails
 "$FTC" run --simulate-nodes 3 --job "$J12" --job-dir "$T/j12" --max-restarts 2 \
     --settle-ms 300 -- "$RANK" --steps 150 --step-ms 40 --floats 4096 --restore --strict \
@@ -463,7 +465,7 @@ fi
 # --ckptdir-max-bytes under the binary's file: no version is pushed, the log
 # names the cap; the job itself runs on (the binary's saves still work).
 if want c; then
-Jc=run${tag}k
+Jc=run${tag}o
 f0=$fails
 "$FTC" run --simulate-nodes 2 --ckpt-dir --ckptdir-max-bytes 1000 --ckptdir-quiet-ms 50 \
     --ckptdir-busy-max-ms 2000 --job "$Jc" --job-dir "$T/jc" --settle-ms 300 \
@@ -474,6 +476,63 @@ check "c: the cap (--ckptdir-max-bytes 1000) refused the directory, naming it" \
     grep -q "over the cap of 1000 bytes" "$T/c.out"
 check "c: every rank finished" test "$(count 'DONE 11' "$T/c.out")" -ge 2
 [ $fails -eq $f0 ] || { echo "--- output of c:"; tail -40 "$T/c.out"; }
+fi
+
+# ---- m. MASTER_ADDR is the address of the node that runs rank 0 ---------------------------
+# Three `ftc run` processes of one job (each its own --host) on `ftc redis`,
+# --tp 2: world 2, one node idle. The node of rank 0 is killed: the survivor
+# (rank 1) stays in place and is the round's first member, the idle node
+# takes rank 0. Rank 0 hosts torch's store at MASTER_ADDR:MASTER_PORT, so
+# every rank must get the host of the node that runs rank 0 (it used to be
+# the round's first member's: the ranks would wait for a store nobody runs).
+if want m; then
+Jm=run${tag}m
+f0=$fails
+mkdir -p "$T/jm"
+cat >"$T/m.sh" <<EOF
+#!/bin/sh
+echo "ENVM GEN=\$FTC_GENERATION RANK=\$RANK NODE=\$FTC_NODE_RANK GROUP=\$GROUP_RANK ADDR=\$MASTER_ADDR"
+exec "$RANK" "\$@"
+EOF
+chmod +x "$T/m.sh"
+"$FTC" redis --job "$Jm" --job-dir "$T/jm" >"$T/m.redis.out" 2>&1 &
+rpid=$!
+pids+=($rpid)
+for i in $(seq 100); do [ -s "$T/jm/redis.url" ] && break; sleep 0.1; done
+mpids=()
+for n in 0 1 2; do
+    "$FTC" run --nnodes 2:3 --node-rank $n --host "host$n" --tp 2 --job "$Jm" --job-dir "$T/jm" \
+        --max-restarts 4 --settle-ms 500 -- "$T/m.sh" --steps 100 --step-ms 40 --floats 4096 \
+        --restore --strict >"$T/m.$n.out" 2>&1 &
+    mpids+=($!)
+    pids+=($!)
+done
+check "m: the job committed step 5" wait_committed "$Jm" "$T/jm" 5 60
+m0=$(grep -l 'generation 1: rank 0 (local' "$T"/m.[012].out | head -1 | sed 's/.*m\.\([012]\)\.out/\1/')
+check "m: found the node of rank 0 (node $m0)" test -n "$m0"
+if [ -n "$m0" ]; then
+    kill -9 "${mpids[$m0]}"
+    rm -f /dev/shm/ftc."$Jm".n"$m0".* 2>/dev/null
+fi
+rcs=""
+for n in 0 1 2; do
+    [ "$n" = "$m0" ] && continue
+    wait "${mpids[$n]}"
+    rcs="$rcs $?"
+done
+check "m: the two other nodes finished the job (exit$rcs)" test "$rcs" = " 0 0"
+cat "$T"/m.[012].out >"$T/m.out"
+g=$(sed -n 's/^ENVM GEN=\([0-9]*\) .*/\1/p' "$T/m.out" | sort -n | tail -1)
+r0=$(grep "^ENVM GEN=$g RANK=0 " "$T/m.out" | head -1)
+n0=$(echo "$r0" | sed -n 's/.* NODE=\([0-9]*\) .*/\1/p')
+check "m: generation $g: rank 0 runs on a node that is not the round's first ($r0)" \
+    bash -c "[[ '$r0' =~ GROUP=[1-9] ]]"
+check "m: generation $g: every rank's MASTER_ADDR is host$n0, rank 0's node ($(grep "^ENVM GEN=$g " "$T/m.out" | sed 's/.*ADDR=//' | tr '\n' ' '))" \
+    test "$(grep -c "^ENVM GEN=$g " "$T/m.out")/$(grep "^ENVM GEN=$g " "$T/m.out" | grep -vc " ADDR=host$n0\$")" = "2/0"
+check "m: no bad restore, no error" no_errors "" "$T"/m.[012].out
+kill "$rpid" 2>/dev/null
+wait "$rpid" 2>/dev/null
+[ $fails -eq $f0 ] || { echo "--- output of m:"; tail -n 30 "$T"/m.[012].out; }
 fi
 
 if [ $fails -ne 0 ]; then
