@@ -108,7 +108,9 @@ typedef struct ftc__sup {
     int status[FTC__MAX_LOCAL];
     uint64_t gen;              /* current generation (0 before the first round) */
     ftc_rdzv_round_t round;
-    int failures;              /* failed rounds so far */
+    int failures;              /* failed rounds so far (grows are not failures) */
+    bool grow_round;           /* the round that ended this generation was opened by a node
+                                  joining (reason FTC__GROW_WHY ...): not a failure */
     char events_after[32];     /* event stream position */
     char fail_reason[256];
     /* the layout of this generation (ftc__plan, recover/layout.h) */
@@ -1297,6 +1299,36 @@ static void ftc__recovery_begin(ftc__sup_t *s, const char *phase, const char *wh
 
 /* ---- the loop ---------------------------------------------------------------------------- */
 
+/* The reason a joining node gives the round it opens (ftc:{J}:rdzv reason):
+ * a generation ended by it is a grow, not a failure (torchrun does not count
+ * membership changes against --max-restarts). */
+#define FTC__GROW_WHY "grow: node "
+
+/* Whether the open round after generation gen was opened for a grow (its
+ * reason, read while it is open; false when it cannot be read: counted). */
+static bool ftc__round_is_grow(ftc__sup_t *s, uint64_t gen)
+{
+    char key[256];
+    ftc_ctl_key(s->ctl, "rdzv", key, sizeof key);
+    ftc_redis_reply_t *rep = NULL, **el = NULL;
+    size_t n = 0;
+    const char *round = NULL, *why = NULL;
+    size_t rl = 0, wl = 0;
+    bool grow = false;
+    if (ftc_redis_cmdv(ftc_ctl_redis(s->ctl), true, &rep, "HMGET", key, "round", "open",
+                       "reason", NULL) == 0 &&
+        ftc_redis_want_array(rep, "HMGET rdzv", 3, &el, &n, NULL) == 0 &&
+        ftc_redis_want_str(el[0], "rdzv round", &round, &rl, NULL) == 0 && round &&
+        ftc_redis_want_str(el[2], "rdzv reason", &why, &wl, NULL) == 0 && why) {
+        char buf[32];
+        snprintf(buf, sizeof buf, "%.*s", (int)(rl < 31 ? rl : 31), round);
+        grow = strtoull(buf, NULL, 10) == gen && wl > strlen(FTC__GROW_WHY) &&
+               !strncmp(why, FTC__GROW_WHY, strlen(FTC__GROW_WHY));
+    }
+    ftc_redis_reply_free(rep);
+    return grow;
+}
+
 enum { FTC__DONE = 0, FTC__FAILED = 1, FTC__STOPPED = 2, FTC__NEW_ROUND = 3, FTC__CUT = 4 };
 
 /* Whether the job's Redis answers a PING now (bounded by the connection's
@@ -1402,8 +1434,10 @@ static int ftc__watch(ftc__sup_t *s, volatile sig_atomic_t *stop, ftc_err_t *err
             bool open = false;
             ftc_err_t e2 = {0};
             int st_rc = ftc_rdzv_state(r, o->job, &g, &open, &e2);
-            if (st_rc == 0 && (g > s->gen || open))
+            if (st_rc == 0 && (g > s->gen || open)) {
+                s->grow_round = open && g == s->gen && ftc__round_is_grow(s, s->gen);
                 return FTC__NEW_ROUND;
+            }
             /* cut off (a link down, a partition): our heartbeat expired long
              * ago and the others went on; after as long as a rendezvous may
              * take (ranks train on through shorter Redis outages), give up */
@@ -1554,7 +1588,7 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
                 }
                 bool opened = false;
                 char why[128];
-                snprintf(why, sizeof why, "node %s joins", s->node_id);
+                snprintf(why, sizeof why, FTC__GROW_WHY "%s joins", s->node_id);
                 int rq = ftc_rdzv_request(rc_r, o->job, g, why, &opened, err);
                 if (rq && rq != FTC_ESTALE)
                     break;
@@ -1678,6 +1712,14 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
             ftc_rdzv_request(ftc_ctl_redis(s->ctl), o->job, s->gen,
                              how == FTC__FAILED ? s->fail_reason : "a new round was opened",
                              &opened, &e2);
+        }
+        if (how == FTC__NEW_ROUND && s->grow_round) {
+            FTC_INFO("run", "generation %" PRIu64 " ended for a node joining the job (a grow): "
+                     "not counted against --max-restarts (%d of %d used)", s->gen, s->failures,
+                     o->max_restarts);
+            s->grow_round = false;
+            s->fail_reason[0] = 0;
+            continue;
         }
         if (++s->failures > o->max_restarts) {
             ftc_err_set(err, FTC_EAGAIN,

@@ -36,6 +36,8 @@
 #      a setting, refuses the directory (named in the log), the job runs on.
 #   m. three `ftc run` of one job (--tp 2, a node idle), the node of rank 0
 #      killed: the idle node takes rank 0, and MASTER_ADDR is its host.
+#   g. --max-restarts 0 on one node, a second node joins: the grow is not a
+#      failure (torchrun's count), the job finishes on both.
 #
 # usage: test_run.sh PATH/TO/ftc PATH/TO/rank_main PATH/TO/ckptfile_main
 set -u
@@ -57,7 +59,7 @@ trap cleanup EXIT
 . "$(dirname "$0")/lib.sh" # check, count, committed, wait_committed
 export FTC_LOG_LEVEL=${FTC_LOG_LEVEL:-info}
 # FTC_RUN_ONLY=24 runs scenarios 2 and 4 only (while debugging)
-want() { case ${FTC_RUN_ONLY:-1234567890rfcm} in *$1*) return 0 ;; esac; return 1; }
+want() { case ${FTC_RUN_ONLY:-1234567890rfcmg} in *$1*) return 0 ;; esac; return 1; }
 
 # ---- 1. a rank dies -------------------------------------------------------------------
 if want 1; then
@@ -533,6 +535,40 @@ check "m: no bad restore, no error" no_errors "" "$T"/m.[012].out
 kill "$rpid" 2>/dev/null
 wait "$rpid" 2>/dev/null
 [ $fails -eq $f0 ] || { echo "--- output of m:"; tail -n 30 "$T"/m.[012].out; }
+fi
+
+# ---- g. a grow is not a failure: --max-restarts 0 and a node that joins ---------------------
+# torchrun does not count membership changes against --max-restarts. One
+# node runs the job (--nnodes 1:2 --max-restarts 0); a second `ftc run`
+# joins at a checkpoint boundary: the first node restarts its rank in the
+# grow round and the job finishes on both (the grow used to count as a
+# failed generation, and the first node gave up: "more than --max-restarts").
+if want g; then
+Jg=run${tag}q
+f0=$fails
+"$FTC" run --nnodes 1:2 --node-rank 0 --max-restarts 0 --job "$Jg" --job-dir "$T/jg" \
+    --settle-ms 300 --grow-wait-ms 2000 -- "$RANK" --steps 150 --step-ms 40 --floats 4096 \
+    --restore --strict >"$T/g.0.out" 2>&1 &
+g0=$!
+pids+=($g0)
+check "g: the job committed step 5 on one node" wait_committed "$Jg" "$T/jg" 5 60
+"$FTC" run --nnodes 1:2 --node-rank 1 --max-restarts 0 --job "$Jg" --job-dir "$T/jg" \
+    --settle-ms 300 --grow-wait-ms 2000 -- "$RANK" --steps 150 --step-ms 40 --floats 4096 \
+    --restore --strict >"$T/g.1.out" 2>&1 &
+g1=$!
+pids+=($g1)
+wait $g1
+rc1=$?
+wait $g0
+rc0=$?
+check "g: both nodes finished the job (exit $rc0, $rc1)" test $rc0 -eq 0 -a $rc1 -eq 0
+check "g: the job grew to 2 nodes" grep -q 'layout .* on 2 nodes' "$T/g.0.out"
+check "g: the grow was not counted against --max-restarts" \
+    grep -q 'not counted against --max-restarts' "$T/g.0.out"
+check "g: both ranks reached the last step" \
+    test "$(cat "$T"/g.[01].out | grep -c 'COMMITTED 149')" -ge 2
+check "g: no bad restore, no error" no_errors "" "$T"/g.[01].out
+[ $fails -eq $f0 ] || { echo "--- output of g:"; tail -n 30 "$T"/g.[01].out; }
 fi
 
 if [ $fails -ne 0 ]; then
