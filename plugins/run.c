@@ -109,6 +109,7 @@ typedef struct ftc__sup {
     uint64_t gen;              /* current generation (0 before the first round) */
     ftc_rdzv_round_t round;
     int failures;              /* failed rounds so far (grows are not failures) */
+    bool spare;                /* a hot spare: waits in the rendezvous as long as the job runs */
     bool grow_round;           /* the round that ended this generation was opened by a node
                                   joining (reason FTC__GROW_WHY ...): not a failure */
     char events_after[32];     /* event stream position */
@@ -1159,6 +1160,50 @@ static bool ftc__grow_boundary(ftc__sup_t *s, const char *job, uint64_t gen)
     return false;
 }
 
+/* Generation gen's member count (the gen hash's `nodes`, written when its
+ * round closed), or -1 when it is not the current one or cannot be read. */
+static int ftc__gen_nodes(ftc__sup_t *s, uint64_t gen)
+{
+    char key[256];
+    ftc_ctl_key(s->ctl, "gen", key, sizeof key);
+    ftc_redis_reply_t *rep = NULL, **el = NULL;
+    size_t n = 0;
+    const char *g = NULL, *v = NULL;
+    size_t gl = 0, vl = 0;
+    int nodes = -1;
+    if (ftc_redis_cmdv(ftc_ctl_redis(s->ctl), true, &rep, "HMGET", key, "gen", "nodes", NULL) ==
+            0 &&
+        ftc_redis_want_array(rep, "HMGET gen", 2, &el, &n, NULL) == 0 &&
+        ftc_redis_want_str(el[0], "gen", &g, &gl, NULL) == 0 && g &&
+        ftc_redis_want_str(el[1], "gen nodes", &v, &vl, NULL) == 0 && v && vl < 16 && gl < 24) {
+        char gb[24], vb[16];
+        snprintf(gb, sizeof gb, "%.*s", (int)gl, g);
+        snprintf(vb, sizeof vb, "%.*s", (int)vl, v);
+        if (strtoull(gb, NULL, 10) == gen)
+            nodes = atoi(vb);
+    }
+    ftc_redis_reply_free(rep);
+    return nodes;
+}
+
+/* Whether every member of generation gen (the current one) finished: the job
+ * is done (what a hot spare waits for). */
+static bool ftc__gen_done(ftc__sup_t *s, uint64_t gen)
+{
+    int nodes = ftc__gen_nodes(s, gen);
+    if (nodes <= 0)
+        return false;
+    char key[256], suffix[64];
+    snprintf(suffix, sizeof suffix, "done:%" PRIu64, gen);
+    ftc_ctl_key(s->ctl, suffix, key, sizeof key);
+    ftc_redis_reply_t *rep = NULL;
+    long long n = 0;
+    bool done = ftc_redis_cmdv(ftc_ctl_redis(s->ctl), true, &rep, "SCARD", key, NULL) == 0 &&
+                ftc_redis_want_int(rep, "SCARD done", &n, NULL) == 0 && n >= nodes;
+    ftc_redis_reply_free(rep);
+    return done;
+}
+
 /* Whether node's heartbeat key exists now (false on a Redis error too). */
 static bool ftc__hb_exists(ftc__sup_t *s, const char *node)
 {
@@ -1526,6 +1571,7 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
     else
         snprintf(s->node_id, sizeof s->node_id, "node%u", o->node_index);
     int ec = 1;
+    bool spare_done = false; /* a hot spare that the job never needed: nothing of its to clean */
     ftc_redis_options_t ro = FTC_REDIS_OPTIONS_INIT;
     ftc_redis_t *r = ftc_redis_connect(&o->redis, &ro, err);
     if (!r)
@@ -1569,7 +1615,6 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
          * node, a replacement) opens a round itself: in restart mode the job
          * grows at once. */
         ftc_redis_t *rc_r = ftc_ctl_redis(s->ctl);
-        bool spare = s->round.index < 0 && s->round.generation > 0;
         ftc_rdzv_round_free(&s->round);
         if (s->gen == 0) {
             uint64_t g = 0;
@@ -1580,8 +1625,18 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
                 ftc__recovery_begin(s, "joined", "a running job");
             if (g > 0 && open)
                 FTC_INFO("run", "a round is open (generation %" PRIu64 " ended): joining it", g);
+            /* a running job that has its MAX nodes: a grow round would only
+             * interrupt it (the members come first), so wait as a hot spare
+             * for the next round (a failure's) */
+            int gn = g > 0 && !open ? ftc__gen_nodes(s, g) : -1;
+            if (gn >= o->max_nodes && ftc__gen_running(s, g)) {
+                FTC_INFO("run", "generation %" PRIu64 " runs on %d nodes, --nnodes MAX %d: this "
+                         "node waits as a hot spare for the next round", g, gn, o->max_nodes);
+                s->spare = true;
+                s->rec_t0 = 0;
+            }
             /* (a round opened while it waited, by a failure: join that one) */
-            if (g > 0 && !open && !ftc__grow_boundary(s, o->job, g)) {
+            else if (g > 0 && !open && !ftc__grow_boundary(s, o->job, g)) {
                 if (ftc__stopping(s)) { /* not a grow round for a node going away */
                     ftc_err_set(err, FTC_ECANCELED, "ftc run: stopped by a signal");
                     break;
@@ -1595,7 +1650,10 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
             }
             s->gen = g;
         }
-        ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)o->join_timeout_ms);
+        /* a spare looks every 2 s (at most) whether the job is done */
+        bool spare = s->spare;
+        uint64_t jt = (uint64_t)o->join_timeout_ms;
+        ftc_deadline_t d = ftc_deadline_in_ms(spare && jt > 2000 ? 2000 : jt);
         int rc = ftc_rdzv_join(rc_r, &rdo, s->gen, &s->round, d, &ftc__abort, err);
         if (rc && ftc__stopping(s)) {
             ftc_err_set(err, FTC_ECANCELED, "ftc run: stopped by a signal");
@@ -1603,13 +1661,23 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
         }
         if (rc == FTC_ESTALE) { /* the generation moved on while we were away */
             s->gen = 0;
+            s->spare = false;
             continue;
         }
-        if (rc == FTC_ETIMEDOUT && spare) /* spares wait as long as the job runs */
+        if (rc == FTC_ETIMEDOUT && spare) { /* spares wait as long as the job runs */
+            if (ftc__gen_done(s, s->gen)) {
+                FTC_INFO("run", "generation %" PRIu64 " finished the job: this hot spare was "
+                         "not needed", s->gen);
+                spare_done = true;
+                ec = 0;
+                break;
+            }
             continue;
+        }
         if (rc)
             break;
         s->gen = s->round.generation;
+        s->spare = s->round.index < 0;
         if (s->round.index < 0) {
             FTC_INFO("run", "generation %" PRIu64 ": %d nodes, this node is a hot spare",
                      s->gen, s->round.nodes);
@@ -1746,7 +1814,7 @@ out:
     /* not for a node cut off from Redis: the flush reads the commit record */
     ftc__agent_stop(&s->ag, ec != FTC_RUN_EXIT_CUT);
     ftc_filestore_destroy(s->files);
-    if (ec == 0 && !o->keep_shm)
+    if (ec == 0 && !o->keep_shm && !spare_done)
         ftc__forget_memory(s);
     ftc_rdzv_round_free(&s->round);
     ftc_ctl_destroy(s->ctl);

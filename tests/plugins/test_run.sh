@@ -38,6 +38,8 @@
 #      killed: the idle node takes rank 0, and MASTER_ADDR is its host.
 #   g. --max-restarts 0 on one node, a second node joins: the grow is not a
 #      failure (torchrun's count), the job finishes on both.
+#   s. a node arriving at a full job (--nnodes 1) waits as a hot spare
+#      without interrupting it, past --join-timeout-ms, and exits 0 at the end.
 #
 # usage: test_run.sh PATH/TO/ftc PATH/TO/rank_main PATH/TO/ckptfile_main
 set -u
@@ -59,7 +61,7 @@ trap cleanup EXIT
 . "$(dirname "$0")/lib.sh" # check, count, committed, wait_committed
 export FTC_LOG_LEVEL=${FTC_LOG_LEVEL:-info}
 # FTC_RUN_ONLY=24 runs scenarios 2 and 4 only (while debugging)
-want() { case ${FTC_RUN_ONLY:-1234567890rfcmg} in *$1*) return 0 ;; esac; return 1; }
+want() { case ${FTC_RUN_ONLY:-1234567890rfcmgs} in *$1*) return 0 ;; esac; return 1; }
 
 # ---- 1. a rank dies -------------------------------------------------------------------
 if want 1; then
@@ -569,6 +571,48 @@ check "g: both ranks reached the last step" \
     test "$(cat "$T"/g.[01].out | grep -c 'COMMITTED 149')" -ge 2
 check "g: no bad restore, no error" no_errors "" "$T"/g.[01].out
 [ $fails -eq $f0 ] || { echo "--- output of g:"; tail -n 30 "$T"/g.[01].out; }
+fi
+
+# ---- s. a hot spare ----------------------------------------------------------------------
+# A one-node job (--nnodes 1) on `ftc redis`, and a second node for it (same
+# index, another --node-id: a replacement from a pool) that arrives while it
+# runs: the job is full, so the second node waits as a hot spare without
+# opening a round (it used to open a grow round that restarted the member's
+# ranks only to make itself a spare), keeps waiting past --join-timeout-ms
+# (it gave up after the second timeout), and exits 0 when the job is done
+# (it waited on for a round that never opens).
+if want s; then
+Js=run${tag}s
+f0=$fails
+mkdir -p "$T/js"
+"$FTC" redis --job "$Js" --job-dir "$T/js" >"$T/s.redis.out" 2>&1 &
+rpid=$!
+pids+=($rpid)
+for i in $(seq 100); do [ -s "$T/js/redis.url" ] && break; sleep 0.1; done
+"$FTC" run --nnodes 1 --node-rank 0 --node-id sa --job "$Js" --job-dir "$T/js" --settle-ms 200 \
+    --join-timeout-ms 1500 --grow-wait-ms 0 -- sh -c 'sleep 8' >"$T/s.a.out" 2>&1 &
+sa=$!
+pids+=($sa)
+for i in $(seq 300); do grep -q 'generation 1: rank 0 ' "$T/s.a.out" && break; sleep 0.1; done
+"$FTC" run --nnodes 1 --node-rank 0 --node-id sb --job "$Js" --job-dir "$T/js" --settle-ms 200 \
+    --join-timeout-ms 1500 --grow-wait-ms 0 -- sh -c 'sleep 8' >"$T/s.b.out" 2>&1 &
+sb=$!
+pids+=($sb)
+wait $sa
+rca=$?
+check "s: the member finished the job (exit $rca)" test $rca -eq 0
+check "s: in its first generation (the spare opened no round)" \
+    bash -c "! grep -q 'generation 2' '$T/s.a.out'"
+check "s: the second node waited as a hot spare" grep -q 'hot spare' "$T/s.b.out"
+for i in $(seq 300); do kill -0 $sb 2>/dev/null || break; sleep 0.1; done
+check "s: and ended once the job was done" bash -c "! kill -0 $sb 2>/dev/null"
+kill -9 $sb 2>/dev/null
+wait $sb
+rcb=$?
+check "s: with exit 0 ($rcb)" test $rcb -eq 0
+kill "$rpid" 2>/dev/null
+wait "$rpid" 2>/dev/null
+[ $fails -eq $f0 ] || { echo "--- output of s:"; tail -n 20 "$T"/s.[ab].out; }
 fi
 
 if [ $fails -ne 0 ]; then
