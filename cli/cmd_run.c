@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <netdb.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -157,6 +158,7 @@ static int ftc__simulate(const ftc_cli_cmd_t *cmd, ftc_run_options_t *o, int n, 
 {
     pid_t pids[4096];
     o->host = "127.0.0.1";
+    pid_t parent = getpid();
     for (int i = 0; i < n; i++) {
         fflush(NULL);
         pid_t p = fork();
@@ -166,6 +168,13 @@ static int ftc__simulate(const ftc_cli_cmd_t *cmd, ftc_run_options_t *o, int n, 
             return ftc_cli_fail(cmd, "fork: %s", strerror(errno));
         }
         if (p == 0) {
+            /* the nodes end with this process, however it ends (a SIGKILL
+             * too): SIGTERM stops the node as `ftc run` stops, its ranks
+             * first (they trained on until their Redis, gone with this
+             * process, had been silent for --join-timeout-ms) */
+            prctl(PR_SET_PDEATHSIG, SIGTERM);
+            if (getppid() != parent)
+                _exit(FTC_EXIT_FAIL);
             ftc_run_options_t mine = *o;
             mine.node_index = (uint32_t)i;
             char prefix[32];

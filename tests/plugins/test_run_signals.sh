@@ -10,6 +10,9 @@
 #   2. a node waiting in the rendezvous for a second node that never comes
 #      (--nnodes 2, --join-timeout-ms 90000): SIGTERM ends `ftc run` (exit
 #      non-zero) well before the join timeout (it used to wait it out);
+#   3. `ftc run --simulate-nodes 2` killed with SIGKILL: its node supervisors
+#      (and so their ranks) end too (they trained on until their Redis, gone
+#      with the launcher, had been silent for --join-timeout-ms).
 #
 # usage: test_run_signals.sh PATH/TO/ftc
 set -u
@@ -30,7 +33,7 @@ trap cleanup EXIT
 . "$(dirname "$0")/lib.sh" # check, count
 unset FTC_NODE_RANK NODE_RANK SLURM_NNODES SLURM_JOB_NUM_NODES SLURM_NODEID
 export FTC_LOG_LEVEL=${FTC_LOG_LEVEL:-info}
-want() { case ${FTC_RUN_ONLY:-12} in *$1*) return 0 ;; esac; return 1; }
+want() { case ${FTC_RUN_ONLY:-123} in *$1*) return 0 ;; esac; return 1; }
 # until COMMAND succeeds, at most S seconds
 wait_for() {
     local end=$((SECONDS + $1))
@@ -87,6 +90,30 @@ rc=$?
 check "2: with a non-zero exit ($rc)" test $rc -ne 0
 check "2: saying it was stopped by a signal" grep -q "stopped by a signal" "$T/2.out"
 [ $fails -eq $f0 ] || { echo "--- output of 2:"; tail -30 "$T/2.out"; }
+fi
+
+# ---- 3. SIGKILL to `ftc run --simulate-nodes` --------------------------------------------------
+if want 3; then
+J3=sig${tag}c
+f0=$fails
+setsid "$FTC" run --simulate-nodes 2 --job "$J3" --job-dir "$T/j3" --settle-ms 200 \
+    --join-timeout-ms 90000 -- sh -c "echo \$\$ >$T/3.rank.\$RANK; exec sleep 300" \
+    >"$T/3.out" 2>&1 &
+runpid=$!
+pids+=($runpid)
+check "3: both ranks started" wait_for 60 test -s "$T/3.rank.0" -a -s "$T/3.rank.1"
+n0=$(cat "$T/j3/node0.pid" 2>/dev/null) n1=$(cat "$T/j3/node1.pid" 2>/dev/null)
+r0=$(cat "$T/3.rank.0" 2>/dev/null) r1=$(cat "$T/3.rank.1" 2>/dev/null)
+check "3: the node supervisors ($n0, $n1) and ranks ($r0, $r1) run" \
+    bash -c "kill -0 ${n0:-0} && kill -0 ${n1:-0} && kill -0 ${r0:-0} && kill -0 ${r1:-0}"
+kill -9 "$runpid"
+wait "$runpid" 2>/dev/null
+check "3: after SIGKILL to ftc run, its node supervisors end" \
+    wait_for 30 bash -c "! kill -0 ${n0:-0} 2>/dev/null && ! kill -0 ${n1:-0} 2>/dev/null"
+check "3: and so do their ranks" \
+    wait_for 10 bash -c "! kill -0 ${r0:-0} 2>/dev/null && ! kill -0 ${r1:-0} 2>/dev/null"
+kill -9 -- -"$runpid" 2>/dev/null # whatever is left
+[ $fails -eq $f0 ] || { echo "--- output of 3:"; tail -30 "$T/3.out"; }
 fi
 
 if [ $fails -ne 0 ]; then
