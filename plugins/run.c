@@ -379,7 +379,9 @@ static void ftc__child_io(const ftc__io_t *io)
             }
             continue;
         }
-        int f = open(io->path[k], O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        /* appended: a job launched again (its generations counted anew on a
+         * fresh Redis) must not wipe the logs of the launch that failed */
+        int f = open(io->path[k], O_WRONLY | O_CREAT | O_APPEND, 0644);
         if (f < 0) {
             static const char msg[] = "ftc run: cannot open the rank's log file\n";
             ssize_t w = write(2, msg, sizeof msg - 1);

@@ -116,8 +116,9 @@ typedef struct ftc_run_options {
                                   names it otherwise (0: a free port per generation) */
     const char *role;          /* ROLE_NAME of the ranks (NULL or "": "default") */
     const char *log_dir;       /* --log-dir: the ranks' output files, torchrun's layout
-                                  LOG_DIR/JOB/attempt_GEN/RANK/stdout.log|stderr.log (NULL:
-                                  none; the directories are made only for ranks that
+                                  LOG_DIR/JOB/attempt_GEN/RANK/stdout.log|stderr.log,
+                                  appended to (a job launched again keeps the last
+                                  launch's logs; NULL: none; the directories are made only for ranks that
                                   redirect or tee a stream) */
     uint8_t redirect[64];      /* per local rank: bit 1 stdout, bit 2 stderr go to the file
                                   only (torchrun's --redirects) */
