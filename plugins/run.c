@@ -1627,28 +1627,30 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
                 ftc__recovery_begin(s, "joined", "a running job");
             if (g > 0 && open)
                 FTC_INFO("run", "a round is open (generation %" PRIu64 " ended): joining it", g);
-            /* a running job that has its MAX nodes: a grow round would only
-             * interrupt it (the members come first), so wait as a hot spare
-             * for the next round (a failure's) */
-            int gn = g > 0 && !open ? ftc__gen_nodes(s, g) : -1;
-            if (gn >= o->max_nodes && ftc__gen_running(s, g)) {
-                FTC_INFO("run", "generation %" PRIu64 " runs on %d nodes, --nnodes MAX %d: this "
-                         "node waits as a hot spare for the next round", g, gn, o->max_nodes);
-                s->spare = true;
-                s->rec_t0 = 0;
-            }
             /* (a round opened while it waited, by a failure: join that one) */
-            else if (g > 0 && !open && !ftc__grow_boundary(s, o->job, g)) {
+            if (g > 0 && !open && !ftc__grow_boundary(s, o->job, g)) {
                 if (ftc__stopping(s)) { /* not a grow round for a node going away */
                     ftc_err_set(err, FTC_ECANCELED, "ftc run: stopped by a signal");
                     break;
                 }
-                bool opened = false;
-                char why[128];
-                snprintf(why, sizeof why, FTC__GROW_WHY "%s joins", s->node_id);
-                int rq = ftc_rdzv_request(rc_r, o->job, g, why, &opened, err);
-                if (rq && rq != FTC_ESTALE)
-                    break;
+                /* a running job that has its MAX nodes: a grow round would
+                 * only interrupt it (the members come first), so wait as a
+                 * hot spare for the next round (a failure's) */
+                int gn = ftc__gen_nodes(s, g);
+                if (gn >= o->max_nodes && ftc__gen_running(s, g)) {
+                    FTC_INFO("run", "generation %" PRIu64 " runs on %d nodes, --nnodes MAX %d: "
+                             "this node waits as a hot spare for the next round", g, gn,
+                             o->max_nodes);
+                    s->spare = true;
+                    s->rec_t0 = 0;
+                } else {
+                    bool opened = false;
+                    char why[128];
+                    snprintf(why, sizeof why, FTC__GROW_WHY "%s joins", s->node_id);
+                    int rq = ftc_rdzv_request(rc_r, o->job, g, why, &opened, err);
+                    if (rq && rq != FTC_ESTALE)
+                        break;
+                }
             }
             s->gen = g;
         }
@@ -1673,6 +1675,15 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
                 spare_done = true;
                 ec = 0;
                 break;
+            }
+            if (!ftc__gen_running(s, s->gen)) { /* nobody is left to open the next round */
+                char why[160];
+                snprintf(why, sizeof why, "generation %" PRIu64 " has no live member: spare %s "
+                         "takes over", s->gen, s->node_id);
+                FTC_WARN("run", "%s", why);
+                bool opened = false;
+                ftc_err_t e2 = {0};
+                ftc_rdzv_request(rc_r, o->job, s->gen, why, &opened, &e2);
             }
             continue;
         }

@@ -39,7 +39,8 @@
 #   g. --max-restarts 0 on one node, a second node joins: the grow is not a
 #      failure (torchrun's count), the job finishes on both.
 #   s. a node arriving at a full job (--nnodes 1) waits as a hot spare
-#      without interrupting it, past --join-timeout-ms, and exits 0 at the end.
+#      without interrupting it, past --join-timeout-ms, and exits 0 at the end;
+#      when the member is killed, the spare takes over and finishes the job.
 #
 # usage: test_run.sh PATH/TO/ftc PATH/TO/rank_main PATH/TO/ckptfile_main
 set -u
@@ -610,9 +611,32 @@ kill -9 $sb 2>/dev/null
 wait $sb
 rcb=$?
 check "s: with exit 0 ($rcb)" test $rcb -eq 0
+# the member is killed (SIGKILL, the whole node): nobody is left to open a
+# round, so the spare opens it once the member's heartbeat is gone, and
+# finishes the job (generation 1's rank sleeps, a later one's exits 0)
+"$FTC" run --nnodes 1 --node-rank 0 --node-id sc --job "$Js" --job-dir "$T/js" --settle-ms 200 \
+    --join-timeout-ms 1500 --grow-wait-ms 0 -- sh -c '[ "$FTC_GENERATION" -gt 2 ] || sleep 300' \
+    >"$T/s.c.out" 2>&1 &
+sc=$!
+pids+=($sc)
+for i in $(seq 300); do grep -q 'generation 2: rank 0 ' "$T/s.c.out" && break; sleep 0.1; done
+"$FTC" run --nnodes 1 --node-rank 0 --node-id sd --job "$Js" --job-dir "$T/js" --settle-ms 200 \
+    --join-timeout-ms 1500 --grow-wait-ms 0 -- sh -c '[ "$FTC_GENERATION" -gt 2 ] || sleep 300' \
+    >"$T/s.d.out" 2>&1 &
+sd=$!
+pids+=($sd)
+for i in $(seq 300); do grep -q 'hot spare' "$T/s.d.out" && break; sleep 0.1; done
+kill -9 $sc
+for i in $(seq 300); do kill -0 $sd 2>/dev/null || break; sleep 0.1; done
+kill -9 $sd 2>/dev/null
+wait $sd
+rcd=$?
+check "s: the spare of a job whose only member was killed took over and finished it (exit $rcd)" \
+    test $rcd -eq 0
+check "s: saying why" grep -q 'no live member: spare sd takes over' "$T/s.d.out"
 kill "$rpid" 2>/dev/null
 wait "$rpid" 2>/dev/null
-[ $fails -eq $f0 ] || { echo "--- output of s:"; tail -n 20 "$T"/s.[ab].out; }
+[ $fails -eq $f0 ] || { echo "--- output of s:"; tail -n 20 "$T"/s.[abcd].out; }
 fi
 
 if [ $fails -ne 0 ]; then
