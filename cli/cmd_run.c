@@ -836,6 +836,17 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
     sa.sa_handler = ftc__run_sig; /* no SA_RESTART: waitpid returns EINTR */
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    /* SIGHUP (the terminal went away) and SIGQUIT stop the job as SIGTERM
+     * does, as torchrun's handlers do (SIGHUP killed this process at once:
+     * its ranks died of PR_SET_PDEATHSIG, what they started was left
+     * running); ignored when inherited ignored (nohup, a shell's
+     * background job) */
+    int more[] = {SIGHUP, SIGQUIT};
+    for (size_t k = 0; k < sizeof more / sizeof more[0]; k++) {
+        struct sigaction old;
+        if (sigaction(more[k], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+            sigaction(more[k], &sa, NULL);
+    }
     signal(SIGPIPE, SIG_IGN);
     if (simulate) {
         ec = ftc__simulate(cmd, &o, (int)simulate, net);

@@ -10,6 +10,8 @@
 #   2. a node waiting in the rendezvous for a second node that never comes
 #      (--nnodes 2, --join-timeout-ms 90000): SIGTERM ends `ftc run` (exit
 #      non-zero) well before the join timeout (it used to wait it out);
+#   4. SIGHUP stops the job as SIGTERM does (torchrun's handlers; it killed
+#      `ftc run` at once, the trainers of its ranks orphaned);
 #   3. `ftc run --simulate-nodes 2` killed with SIGKILL: its node supervisors
 #      (and so their ranks) end too (they trained on until their Redis, gone
 #      with the launcher, had been silent for --join-timeout-ms).
@@ -25,6 +27,7 @@ pids=()
 cleanup() {
     for p in "${pids[@]}"; do kill -9 -- "$p" 2>/dev/null; done
     [ -s "$T/1.child" ] && kill -9 "$(cat "$T/1.child")" 2>/dev/null
+    [ -s "$T/children" ] && kill -9 $(cat "$T/children") 2>/dev/null
     wait 2>/dev/null
     rm -rf /dev/shm/ftc.sig"$tag"* 2>/dev/null
     [ -n "${FTC_KEEP:-}" ] && echo "kept $T" || rm -rf "$T"
@@ -33,7 +36,7 @@ trap cleanup EXIT
 . "$(dirname "$0")/lib.sh" # check, count
 unset FTC_NODE_RANK NODE_RANK SLURM_NNODES SLURM_JOB_NUM_NODES SLURM_NODEID
 export FTC_LOG_LEVEL=${FTC_LOG_LEVEL:-info}
-want() { case ${FTC_RUN_ONLY:-123} in *$1*) return 0 ;; esac; return 1; }
+want() { case ${FTC_RUN_ONLY:-1234} in *$1*) return 0 ;; esac; return 1; }
 # until COMMAND succeeds, at most S seconds
 wait_for() {
     local end=$((SECONDS + $1))
@@ -44,10 +47,7 @@ wait_for() {
 alive() { kill -0 "$1" 2>/dev/null; }
 gone() { ! kill -0 "$1" 2>/dev/null; }
 
-# ---- 1. SIGTERM reaches the processes a rank started -----------------------------------------
-if want 1; then
-J1=sig${tag}a
-f0=$fails
+# a rank that is a wrapper script: it starts its trainer (sleep) and waits
 cat >"$T/wrapper.sh" <<EOF
 #!/bin/sh
 sleep 300 &
@@ -55,6 +55,11 @@ echo \$! >"$T/1.child"
 wait
 EOF
 chmod +x "$T/wrapper.sh"
+
+# ---- 1. SIGTERM reaches the processes a rank started -----------------------------------------
+if want 1; then
+J1=sig${tag}a
+f0=$fails
 "$FTC" run --job "$J1" --job-dir "$T/j1" --settle-ms 200 --grace-ms 2000 -- "$T/wrapper.sh" \
     >"$T/1.out" 2>&1 &
 runpid=$!
@@ -90,6 +95,30 @@ rc=$?
 check "2: with a non-zero exit ($rc)" test $rc -ne 0
 check "2: saying it was stopped by a signal" grep -q "stopped by a signal" "$T/2.out"
 [ $fails -eq $f0 ] || { echo "--- output of 2:"; tail -30 "$T/2.out"; }
+fi
+
+# ---- 4. SIGHUP (the terminal went away) stops the job as SIGTERM does ------------------------
+if want 4; then
+for sig in HUP; do
+J4=sig${tag}d$sig
+f0=$fails
+rm -f "$T/1.child"
+"$FTC" run --job "$J4" --job-dir "$T/j4$sig" --settle-ms 200 --grace-ms 2000 -- "$T/wrapper.sh" \
+    >"$T/4$sig.out" 2>&1 &
+runpid=$!
+pids+=($runpid)
+check "4: SIG$sig: the rank started its trainer" wait_for 60 test -s "$T/1.child"
+child=$(cat "$T/1.child" 2>/dev/null)
+echo "$child" >>"$T/children"
+kill -$sig "$runpid"
+check "4: SIG$sig: ftc run ended" wait_for 30 gone "$runpid"
+wait "$runpid"
+rc=$?
+check "4: SIG$sig: saying it was stopped by a signal (exit $rc)" \
+    grep -q "stopped by a signal" "$T/4$sig.out"
+check "4: SIG$sig: the trainer the rank started is gone too" wait_for 10 gone "${child:-0}"
+[ $fails -eq $f0 ] || { echo "--- output of 4 ($sig):"; tail -30 "$T/4$sig.out"; }
+done
 fi
 
 # ---- 3. SIGKILL to `ftc run --simulate-nodes` --------------------------------------------------
