@@ -1684,6 +1684,7 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
                 bool opened = false;
                 ftc_err_t e2 = {0};
                 ftc_rdzv_request(rc_r, o->job, s->gen, why, &opened, &e2);
+                s->spare = false; /* a joiner now: fewer than MIN nodes end it (a timeout) */
             }
             continue;
         }

@@ -40,7 +40,8 @@
 #      failure (torchrun's count), the job finishes on both.
 #   s. a node arriving at a full job (--nnodes 1) waits as a hot spare
 #      without interrupting it, past --join-timeout-ms, and exits 0 at the end;
-#      when the member is killed, the spare takes over and finishes the job.
+#      when the member is killed, the spare takes over and finishes the job;
+#      a spare left alone below MIN ends with an error.
 #
 # usage: test_run.sh PATH/TO/ftc PATH/TO/rank_main PATH/TO/ckptfile_main
 set -u
@@ -634,9 +635,33 @@ rcd=$?
 check "s: the spare of a job whose only member was killed took over and finished it (exit $rcd)" \
     test $rcd -eq 0
 check "s: saying why" grep -q 'no live member: spare sd takes over' "$T/s.d.out"
+# --nnodes 2, both members killed: the spare takes over, alone, below MIN:
+# it ends with an error after --join-timeout-ms (it waited forever)
+Js2=run${tag}t
+for n in 0 1; do
+    "$FTC" run --nnodes 2 --node-rank $n --node-id "m$n" --job "$Js2" --job-dir "$T/js" \
+        --settle-ms 200 --join-timeout-ms 1500 --grow-wait-ms 0 -- sleep 300 \
+        >"$T/s.m$n.out" 2>&1 &
+    eval "sm$n=\$!"
+    pids+=($!)
+done
+for i in $(seq 300); do grep -q 'generation 1: rank 1 ' "$T"/s.m[01].out && break; sleep 0.1; done
+"$FTC" run --nnodes 2 --node-rank 0 --node-id se --job "$Js2" --job-dir "$T/js" --settle-ms 200 \
+    --join-timeout-ms 1500 --grow-wait-ms 0 -- sleep 300 >"$T/s.e.out" 2>&1 &
+se=$!
+pids+=($se)
+for i in $(seq 300); do grep -q 'hot spare' "$T/s.e.out" && break; sleep 0.1; done
+kill -9 $sm0 $sm1
+for i in $(seq 300); do kill -0 $se 2>/dev/null || break; sleep 0.1; done
+check "s: a spare left alone below --nnodes MIN ends" bash -c "! kill -0 $se 2>/dev/null"
+kill -9 $se 2>/dev/null
+wait $se
+rce=$?
+check "s: with an error naming MIN (exit $rce)" \
+    bash -c "[ $rce -eq 1 ] && grep -q 'min_nodes 2' '$T/s.e.out'"
 kill "$rpid" 2>/dev/null
 wait "$rpid" 2>/dev/null
-[ $fails -eq $f0 ] || { echo "--- output of s:"; tail -n 20 "$T"/s.[abcd].out; }
+[ $fails -eq $f0 ] || { echo "--- output of s:"; tail -n 20 "$T"/s.[abcde].out; }
 fi
 
 if [ $fails -ne 0 ]; then
