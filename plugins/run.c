@@ -1534,14 +1534,39 @@ static int ftc__watch(ftc__sup_t *s, volatile sig_atomic_t *stop, ftc_err_t *err
     (void)err;
 }
 
+/* Opens the round after this generation (fenced: a no-op when it is open
+ * already or the generation moved on). Retried while Redis does not answer,
+ * for as long as a rendezvous may take (or a stop signal): a request lost
+ * to an outage left this node waiting in a round nobody opened, and the
+ * others training on (nothing else told them). */
+static void ftc__request_round(ftc__sup_t *s, const char *why)
+{
+    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)s->o->join_timeout_ms);
+    for (int tries = 1;; tries++) {
+        bool opened = false;
+        ftc_err_t e2 = {0};
+        int rc = ftc_rdzv_request(ftc_ctl_redis(s->ctl), s->o->job, s->gen, why, &opened, &e2);
+        if (rc == 0 || rc == FTC_ESTALE || rc == FTC_EPROTO || rc == FTC_EAUTH) {
+            if (tries > 1)
+                FTC_INFO("run", "generation %" PRIu64 ": the next round %s after %d tries",
+                         s->gen, rc ? "was not needed" : opened ? "opened" : "was open", tries);
+            return;
+        }
+        if (tries == 1)
+            FTC_WARN("run", "generation %" PRIu64 ": cannot open the next round yet (%s): "
+                     "retrying for up to %d ms", s->gen, e2.msg, s->o->join_timeout_ms);
+        if (ftc_deadline_expired(d) || ftc__stopping(s))
+            return;
+        ftc_sleep_ms(100);
+    }
+}
+
 /* This generation could not start (why in err): asks for the next round,
  * and says whether --max-restarts is used up (true: give up). */
 static bool ftc__round_failed(ftc__sup_t *s, const ftc_err_t *err)
 {
     snprintf(s->fail_reason, sizeof s->fail_reason, "%s", err->msg);
-    bool opened = false;
-    ftc_err_t e2 = {0};
-    ftc_rdzv_request(ftc_ctl_redis(s->ctl), s->o->job, s->gen, s->fail_reason, &opened, &e2);
+    ftc__request_round(s, s->fail_reason);
     return ++s->failures > s->o->max_restarts;
 }
 
@@ -1789,11 +1814,8 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
              * moved on (FTC_ESTALE); but a Redis that lost its data reads as
              * generation 0 with its round open, and the request puts s->gen
              * back and opens the round after it, which this node then joins */
-            bool opened = false;
-            ftc_err_t e2 = {0};
-            ftc_rdzv_request(ftc_ctl_redis(s->ctl), o->job, s->gen,
-                             how == FTC__FAILED ? s->fail_reason : "a new round was opened",
-                             &opened, &e2);
+            ftc__request_round(s, how == FTC__FAILED ? s->fail_reason
+                                                     : "a new round was opened");
         }
         if (how == FTC__NEW_ROUND && s->grow_round) {
             FTC_INFO("run", "generation %" PRIu64 " ended for a node joining the job (a grow): "

@@ -41,7 +41,9 @@
 #   s. a node arriving at a full job (--nnodes 1) waits as a hot spare
 #      without interrupting it, past --join-timeout-ms, and exits 0 at the end;
 #      when the member is killed, the spare takes over and finishes the job;
-#      a spare left alone below MIN ends with an error.
+#      a spare left alone below MIN ends with an error;
+#   p. a rank exits 1 while the job's Redis is paused (SIGSTOP, 12 s): the
+#      next round opens once Redis answers, the job finishes.
 #
 # usage: test_run.sh PATH/TO/ftc PATH/TO/rank_main PATH/TO/ckptfile_main
 set -u
@@ -63,7 +65,7 @@ trap cleanup EXIT
 . "$(dirname "$0")/lib.sh" # check, count, committed, wait_committed
 export FTC_LOG_LEVEL=${FTC_LOG_LEVEL:-info}
 # FTC_RUN_ONLY=24 runs scenarios 2 and 4 only (while debugging)
-want() { case ${FTC_RUN_ONLY:-1234567890rfcmgs} in *$1*) return 0 ;; esac; return 1; }
+want() { case ${FTC_RUN_ONLY:-1234567890rfcmgsp} in *$1*) return 0 ;; esac; return 1; }
 
 # ---- 1. a rank dies -------------------------------------------------------------------
 if want 1; then
@@ -662,6 +664,38 @@ check "s: with an error naming MIN (exit $rce)" \
 kill "$rpid" 2>/dev/null
 wait "$rpid" 2>/dev/null
 [ $fails -eq $f0 ] || { echo "--- output of s:"; tail -n 20 "$T"/s.[abcde].out; }
+fi
+
+# ---- p. a rank fails while the job's Redis is paused ------------------------------------------
+# Redis SIGSTOPped for 12 s and a rank (a binary without libftc: no hang
+# detection helps) exits 1 meanwhile: its supervisor cannot open the next
+# round then, and must once Redis answers again; generation 2 then runs and
+# the job finishes (the request was tried once and lost: that supervisor
+# waited in a round nobody opened and gave up, and the other node, its rank
+# done, waited for it forever).
+if want p; then
+Jp=run${tag}u
+f0=$fails
+"$FTC" run --simulate-nodes 2 --job "$Jp" --job-dir "$T/jp" --max-restarts 2 --settle-ms 300 \
+    --join-timeout-ms 20000 -- sh -c 'if [ "$FTC_GENERATION" = 1 ]; then
+        if [ "$RANK" = 1 ]; then sleep 1; exit 1; fi; sleep 25; fi; exit 0' >"$T/p.out" 2>&1 &
+runpid=$!
+pids+=($runpid)
+for i in $(seq 600); do [ "$(grep -c 'generation 1: rank [01] ' "$T/p.out")" -ge 2 ] && break; sleep 0.1; done
+port=$(sed -n 's/.*@[^:]*:\([0-9]*\).*/\1/p' "$T/jp/redis.url")
+rpid=$(pgrep -f "redis-server 127.0.0.1:$port\$" | head -1)
+check "p: found the job's redis-server ($rpid)" test -n "$rpid"
+[ -n "$rpid" ] && kill -STOP "$rpid"
+sleep 12
+[ -n "$rpid" ] && kill -CONT "$rpid"
+for i in $(seq 600); do kill -0 $runpid 2>/dev/null || break; sleep 0.1; done
+check "p: the job ended" bash -c "! kill -0 $runpid 2>/dev/null"
+kill -9 $runpid 2>/dev/null
+wait $runpid
+rc=$?
+check "p: and finished (exit $rc)" test $rc -eq 0
+check "p: in generation 2, both nodes" test "$(grep -c 'generation 2: rank [01] ' "$T/p.out")" -eq 2
+[ $fails -eq $f0 ] || { echo "--- output of p:"; tail -n 40 "$T/p.out"; }
 fi
 
 if [ $fails -ne 0 ]; then
