@@ -109,6 +109,7 @@ typedef struct ftc__sup {
     uint64_t gen;              /* current generation (0 before the first round) */
     ftc_rdzv_round_t round;
     int failures;              /* failed rounds so far (grows are not failures) */
+    bool done_marked;          /* this generation: every local rank finished (in done:GEN) */
     bool spare;                /* a hot spare: waits in the rendezvous as long as the job runs */
     bool grow_round;           /* the round that ended this generation was opened by a node
                                   joining (reason FTC__GROW_WHY ...): not a failure */
@@ -1436,6 +1437,7 @@ static int ftc__watch(ftc__sup_t *s, volatile sig_atomic_t *stop, ftc_err_t *err
     ftc_ctl_key(s->ctl, suffix, done_key, sizeof done_key);
     ftc_redis_t *r = ftc_ctl_redis(s->ctl);
     uint64_t last_poll = 0;
+    s->done_marked = false;
     s->redis_ok_ms = ftc_now_ns() / 1000000u;
     for (;;) {
         if (stop && *stop)
@@ -1516,7 +1518,7 @@ static int ftc__watch(ftc__sup_t *s, volatile sig_atomic_t *stop, ftc_err_t *err
                 ftc_redis_reply_t *rep = NULL;
                 if (!done_marked &&
                     ftc_redis_cmdv(r, true, &rep, "SADD", done_key, s->node_id, NULL) == 0)
-                    done_marked = true;
+                    done_marked = s->done_marked = true;
                 ftc_redis_reply_free(rep);
                 rep = NULL;
                 long long n = 0;
@@ -1806,6 +1808,21 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
             break;
         }
         if (how == FTC__STOPPED) {
+            /* a node leaving mid-generation (a preemption) says so: its
+             * agent leaves cleanly (no node_lost), and the others, told by
+             * nothing, trained on and then waited for its done mark forever.
+             * One try: a node going away does not wait for Redis. */
+            if (!s->done_marked) {
+                char why[160];
+                snprintf(why, sizeof why, "node %s stopped by a signal (it leaves the job)",
+                         s->node_id);
+                bool opened = false;
+                ftc_err_t e2 = {0};
+                if (ftc_rdzv_request(ftc_ctl_redis(s->ctl), o->job, s->gen, why, &opened,
+                                     &e2) == 0 && opened)
+                    FTC_INFO("run", "generation %" PRIu64 ": %s: opened the next round for the "
+                             "others", s->gen, why);
+            }
             ftc_err_set(err, FTC_ECANCELED, "ftc run: stopped by a signal");
             break;
         }

@@ -43,7 +43,9 @@
 #      when the member is killed, the spare takes over and finishes the job;
 #      a spare left alone below MIN ends with an error;
 #   p. a rank exits 1 while the job's Redis is paused (SIGSTOP, 12 s): the
-#      next round opens once Redis answers, the job finishes.
+#      next round opens once Redis answers, the job finishes;
+#   l. a node's supervisor gets SIGTERM (a preemption): the other node goes
+#      on alone in a new generation and finishes the job.
 #
 # usage: test_run.sh PATH/TO/ftc PATH/TO/rank_main PATH/TO/ckptfile_main
 set -u
@@ -65,7 +67,7 @@ trap cleanup EXIT
 . "$(dirname "$0")/lib.sh" # check, count, committed, wait_committed
 export FTC_LOG_LEVEL=${FTC_LOG_LEVEL:-info}
 # FTC_RUN_ONLY=24 runs scenarios 2 and 4 only (while debugging)
-want() { case ${FTC_RUN_ONLY:-1234567890rfcmgsp} in *$1*) return 0 ;; esac; return 1; }
+want() { case ${FTC_RUN_ONLY:-1234567890rfcmgspl} in *$1*) return 0 ;; esac; return 1; }
 
 # ---- 1. a rank dies -------------------------------------------------------------------
 if want 1; then
@@ -696,6 +698,33 @@ rc=$?
 check "p: and finished (exit $rc)" test $rc -eq 0
 check "p: in generation 2, both nodes" test "$(grep -c 'generation 2: rank [01] ' "$T/p.out")" -eq 2
 [ $fails -eq $f0 ] || { echo "--- output of p:"; tail -n 40 "$T/p.out"; }
+fi
+
+# ---- l. a node leaves on SIGTERM (a preemption) ----------------------------------------------
+# Two simulated nodes (--nnodes 1:2); one node's supervisor gets SIGTERM: it
+# stops its rank, leaves cleanly (no node_lost: its heartbeat goes with it)
+# and must tell the others: the survivor's rank is restarted alone in
+# generation 2 and the job finishes (it used to train on in generation 1 and,
+# its rank done, wait forever for the node that had left).
+if want l; then
+Jl=run${tag}v
+f0=$fails
+"$FTC" run --simulate-nodes 2 --nnodes 1:2 --job "$Jl" --job-dir "$T/jl" --settle-ms 300 \
+    --join-timeout-ms 20000 -- sh -c '[ "$FTC_GENERATION" = 1 ] && sleep 10; exit 0' \
+    >"$T/l.out" 2>&1 &
+runpid=$!
+pids+=($runpid)
+for i in $(seq 600); do [ "$(grep -c 'generation 1: rank [01] ' "$T/l.out")" -ge 2 ] && break; sleep 0.1; done
+n1=$(cat "$T/jl/node1.pid" 2>/dev/null)
+check "l: node 1 runs (pid $n1)" test -n "$n1"
+[ -n "$n1" ] && kill -TERM "$n1"
+for i in $(seq 600); do kill -0 $runpid 2>/dev/null || break; sleep 0.1; done
+check "l: the job ended" bash -c "! kill -0 $runpid 2>/dev/null"
+kill -9 $runpid 2>/dev/null
+wait $runpid
+check "l: node 0 finished it (exit 0)" grep -q 'ftc run: 1 nodes finished, 1 failed' "$T/l.out"
+check "l: in generation 2, alone" grep -q '\[node0\] INFO run: generation 2: node 0 of 1' "$T/l.out"
+[ $fails -eq $f0 ] || { echo "--- output of l:"; tail -n 30 "$T/l.out"; }
 fi
 
 if [ $fails -ne 0 ]; then
