@@ -1808,21 +1808,6 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
             break;
         }
         if (how == FTC__STOPPED) {
-            /* a node leaving mid-generation (a preemption) says so: its
-             * agent leaves cleanly (no node_lost), and the others, told by
-             * nothing, trained on and then waited for its done mark forever.
-             * One try: a node going away does not wait for Redis. */
-            if (!s->done_marked) {
-                char why[160];
-                snprintf(why, sizeof why, "node %s stopped by a signal (it leaves the job)",
-                         s->node_id);
-                bool opened = false;
-                ftc_err_t e2 = {0};
-                if (ftc_rdzv_request(ftc_ctl_redis(s->ctl), o->job, s->gen, why, &opened,
-                                     &e2) == 0 && opened)
-                    FTC_INFO("run", "generation %" PRIu64 ": %s: opened the next round for the "
-                             "others", s->gen, why);
-            }
             ftc_err_set(err, FTC_ECANCELED, "ftc run: stopped by a signal");
             break;
         }
@@ -1864,6 +1849,24 @@ out:
         ec = FTC_RUN_EXIT_CUT;
     }
     ftc__stop_ranks(s);
+    /* A member of a generation that leaves it unfinished (a signal: a
+     * preemption; ranks it could not start; --max-restarts used up) says so
+     * by opening the next round: its agent leaves cleanly, so no node_lost
+     * tells the others, who trained on in that generation and, their ranks
+     * done, waited for its done mark forever. One try: a node going away
+     * does not wait for Redis (a cut-off node's heartbeat expires anyway). */
+    if (ec != 0 && ec != FTC_RUN_EXIT_CUT && s->ctl && s->gen > 0 && s->round.nodes > 0 &&
+        s->round.index >= 0 && !s->done_marked) {
+        char why[200];
+        snprintf(why, sizeof why, "node %s leaves the job (%.150s)", s->node_id,
+                 err && err->msg[0] ? err->msg : "it gave up");
+        bool opened = false;
+        ftc_err_t e2 = {0};
+        if (ftc_rdzv_request(ftc_ctl_redis(s->ctl), o->job, s->gen, why, &opened, &e2) == 0 &&
+            opened)
+            FTC_INFO("run", "generation %" PRIu64 ": %s: opened the next round for the others",
+                     s->gen, why);
+    }
     /* not for a node cut off from Redis: the flush reads the commit record */
     ftc__agent_stop(&s->ag, ec != FTC_RUN_EXIT_CUT);
     ftc_filestore_destroy(s->files);

@@ -45,7 +45,9 @@
 #   p. a rank exits 1 while the job's Redis is paused (SIGSTOP, 12 s): the
 #      next round opens once Redis answers, the job finishes;
 #   l. a node's supervisor gets SIGTERM (a preemption): the other node goes
-#      on alone in a new generation and finishes the job.
+#      on alone in a new generation and finishes the job;
+#   x. a node that cannot start its rank (its log directory) gives up: the
+#      other node goes on alone and finishes the job.
 #
 # usage: test_run.sh PATH/TO/ftc PATH/TO/rank_main PATH/TO/ckptfile_main
 set -u
@@ -67,7 +69,7 @@ trap cleanup EXIT
 . "$(dirname "$0")/lib.sh" # check, count, committed, wait_committed
 export FTC_LOG_LEVEL=${FTC_LOG_LEVEL:-info}
 # FTC_RUN_ONLY=24 runs scenarios 2 and 4 only (while debugging)
-want() { case ${FTC_RUN_ONLY:-1234567890rfcmgspl} in *$1*) return 0 ;; esac; return 1; }
+want() { case ${FTC_RUN_ONLY:-1234567890rfcmgsplx} in *$1*) return 0 ;; esac; return 1; }
 
 # ---- 1. a rank dies -------------------------------------------------------------------
 if want 1; then
@@ -725,6 +727,32 @@ wait $runpid
 check "l: node 0 finished it (exit 0)" grep -q 'ftc run: 1 nodes finished, 1 failed' "$T/l.out"
 check "l: in generation 2, alone" grep -q '\[node0\] INFO run: generation 2: node 0 of 1' "$T/l.out"
 [ $fails -eq $f0 ] || { echo "--- output of l:"; tail -n 30 "$T/l.out"; }
+fi
+
+# ---- x. a node that cannot start its ranks gives up, and says so ----------------------------
+# Two simulated nodes (--nnodes 1:2, -r3 --log-dir): rank 1's log directory
+# cannot be made (a file is in the way), so its node fails to start it and
+# exits 1; it opens the next round as it goes, and the other node finishes
+# the job alone in generation 2 (it trained on in generation 1 and then
+# waited forever for the node that had gone).
+if want x; then
+Jx=run${tag}w
+f0=$fails
+mkdir -p "$T/lx/$Jx/attempt_1"
+touch "$T/lx/$Jx/attempt_1/1"
+"$FTC" run --simulate-nodes 2 --nnodes 1:2 --job "$Jx" --job-dir "$T/jx" --settle-ms 300 \
+    --join-timeout-ms 20000 --log-dir "$T/lx" -r3 \
+    -- sh -c '[ "$FTC_GENERATION" = 1 ] && sleep 8; exit 0' >"$T/x.out" 2>&1 &
+runpid=$!
+pids+=($runpid)
+for i in $(seq 600); do kill -0 $runpid 2>/dev/null || break; sleep 0.1; done
+check "x: the job ended" bash -c "! kill -0 $runpid 2>/dev/null"
+kill -9 $runpid 2>/dev/null
+wait $runpid
+check "x: one node failed (its rank's log directory), the other finished the job" \
+    grep -q 'ftc run: 1 nodes finished, 1 failed' "$T/x.out"
+check "x: in generation 2, alone" grep -q 'INFO run: generation 2: node 0 of 1' "$T/x.out"
+[ $fails -eq $f0 ] || { echo "--- output of x:"; tail -n 30 "$T/x.out"; }
 fi
 
 if [ $fails -ne 0 ]; then
