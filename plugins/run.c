@@ -989,6 +989,24 @@ static int ftc__port_bindable(int port)
     return rc;
 }
 
+/* While this generation starts (its agents, MASTER_ADDR): whether the next
+ * round was opened meanwhile (a member gave up and said so as it left, or
+ * failed otherwise): then the generation cannot start, and waiting for the
+ * missing member until --join-timeout-ms only delays the next round.
+ * Looked up every 100 ms at most (*next_ms: when next). */
+static bool ftc__round_moved(ftc__sup_t *s, uint64_t *next_ms)
+{
+    uint64_t now = ftc_now_ns() / 1000000u;
+    if (now < *next_ms)
+        return false;
+    *next_ms = now + 100;
+    uint64_t g = 0;
+    bool open = false;
+    ftc_err_t e = {0};
+    return ftc_rdzv_state(ftc_ctl_redis(s->ctl), s->o->job, &g, &open, &e) == 0 &&
+           (g > s->gen || open);
+}
+
 /* The member that runs rank 0 (not always the round's first: a survivor
  * kept in place can come first while a node that was idle takes rank 0)
  * publishes host:port for the generation, since rank 0 serves torch's store
@@ -1024,6 +1042,7 @@ static int ftc__master(ftc__sup_t *s, char *host, size_t cap, int *port, ftc_err
             return ftc_err_set(err, rc, "publishing MASTER_ADDR: %s", ftc_redis_errstr(r));
     }
     ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)s->o->join_timeout_ms);
+    uint64_t next_look = 0;
     for (;;) {
         rep = NULL;
         const char *v = NULL;
@@ -1048,6 +1067,11 @@ static int ftc__master(ftc__sup_t *s, char *host, size_t cap, int *port, ftc_err
         ftc_redis_reply_free(rep);
         if (ftc__stopping(s))
             return ftc_err_set(err, FTC_ECANCELED, "ftc run: stopped by a signal");
+        if (ftc__round_moved(s, &next_look))
+            return ftc_err_set(err, FTC_EAGAIN,
+                               "generation %" PRIu64 ": the next round was opened before the "
+                               "node of rank 0 (%s) published MASTER_ADDR",
+                               s->gen, s->round.members[s->master_node]);
         if (ftc_deadline_expired(d))
             return ftc_err_set(err, FTC_ETIMEDOUT,
                                "the node of rank 0 in generation %" PRIu64 " (%s) published no "
@@ -1229,6 +1253,7 @@ static bool ftc__hb_exists(ftc__sup_t *s, const char *node)
 static int ftc__wait_agents(ftc__sup_t *s, ftc_err_t *err)
 {
     ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)s->o->join_timeout_ms);
+    uint64_t next_look = 0;
     for (;;) {
         int missing = -1, stale = -1;
         if (!ftc__fabric_current(s, &stale))
@@ -1240,6 +1265,11 @@ static int ftc__wait_agents(ftc__sup_t *s, ftc_err_t *err)
             return 0;
         if (ftc__stopping(s))
             return ftc_err_set(err, FTC_ECANCELED, "ftc run: stopped by a signal");
+        if (ftc__round_moved(s, &next_look))
+            return ftc_err_set(err, FTC_EAGAIN,
+                               "generation %" PRIu64 ": the next round was opened while the "
+                               "agent of member %s was not up (it left, or failed)",
+                               s->gen, s->round.members[missing]);
         if (ftc_deadline_expired(d))
             return ftc_err_set(err, FTC_ETIMEDOUT,
                                "generation %" PRIu64 ": the agent of member %s never came up",
@@ -1564,10 +1594,17 @@ static void ftc__request_round(ftc__sup_t *s, const char *why)
 }
 
 /* This generation could not start (why in err): asks for the next round,
- * and says whether --max-restarts is used up (true: give up). */
+ * and says whether --max-restarts is used up (true: give up). A round that
+ * a node joining opened meanwhile (a grow) is not a failure. */
 static bool ftc__round_failed(ftc__sup_t *s, const ftc_err_t *err)
 {
     snprintf(s->fail_reason, sizeof s->fail_reason, "%s", err->msg);
+    if (err->code == FTC_EAGAIN && ftc__round_is_grow(s, s->gen)) {
+        FTC_INFO("run", "generation %" PRIu64 " ended before it started, for a node joining "
+                 "(a grow): not counted against --max-restarts", s->gen);
+        s->fail_reason[0] = 0;
+        return false;
+    }
     ftc__request_round(s, s->fail_reason);
     return ++s->failures > s->o->max_restarts;
 }
@@ -1760,7 +1797,8 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
         int mrc = ftc__master(s, host, sizeof host, &port, err);
         if (mrc == FTC_ECANCELED)
             break;
-        if (mrc == FTC_EAGAIN) { /* the fixed MASTER_PORT is taken: a failed round */
+        if (mrc == FTC_EAGAIN || mrc == FTC_ETIMEDOUT) { /* the fixed MASTER_PORT is taken,
+                                                           or rank 0's node is gone */
             FTC_ERROR("run", "generation %" PRIu64 ": %s", s->gen, err->msg);
             if (ftc__round_failed(s, err))
                 break;

@@ -47,7 +47,9 @@
 #   l. a node's supervisor gets SIGTERM (a preemption): the other node goes
 #      on alone in a new generation and finishes the job;
 #   x. a node that cannot start its rank (its log directory) gives up: the
-#      other node goes on alone and finishes the job.
+#      other node goes on alone and finishes the job;
+#   y. a member whose agent cannot start gives up right after the round: the
+#      other node, waiting for that agent, goes on alone at once.
 #
 # usage: test_run.sh PATH/TO/ftc PATH/TO/rank_main PATH/TO/ckptfile_main
 set -u
@@ -69,7 +71,7 @@ trap cleanup EXIT
 . "$(dirname "$0")/lib.sh" # check, count, committed, wait_committed
 export FTC_LOG_LEVEL=${FTC_LOG_LEVEL:-info}
 # FTC_RUN_ONLY=24 runs scenarios 2 and 4 only (while debugging)
-want() { case ${FTC_RUN_ONLY:-1234567890rfcmgsplx} in *$1*) return 0 ;; esac; return 1; }
+want() { case ${FTC_RUN_ONLY:-1234567890rfcmgsplxy} in *$1*) return 0 ;; esac; return 1; }
 
 # ---- 1. a rank dies -------------------------------------------------------------------
 if want 1; then
@@ -753,6 +755,30 @@ check "x: one node failed (its rank's log directory), the other finished the job
     grep -q 'ftc run: 1 nodes finished, 1 failed' "$T/x.out"
 check "x: in generation 2, alone" grep -q 'INFO run: generation 2: node 0 of 1' "$T/x.out"
 [ $fails -eq $f0 ] || { echo "--- output of x:"; tail -n 30 "$T/x.out"; }
+fi
+
+# ---- y. a member gives up after the round closed (a second failure during recovery) -----------
+# Two simulated nodes (--nnodes 1:2, --join-timeout-ms 90000); node 1's agent
+# cannot start (a directory where its socket goes), so node 1 gives up right
+# after the rendezvous and opens the next round as it goes. Node 0, waiting
+# for node 1's agent, joins that round at once (it waited out the join
+# timeout) and finishes the job alone in generation 2.
+if want y; then
+Jy=run${tag}y
+f0=$fails
+mkdir -p "$T/jy/agent.1.sock/x"
+"$FTC" run --simulate-nodes 2 --nnodes 1:2 --job "$Jy" --job-dir "$T/jy" --settle-ms 300 \
+    --join-timeout-ms 90000 -- sh -c 'exit 0' >"$T/y.out" 2>&1 &
+runpid=$!
+pids+=($runpid)
+for i in $(seq 400); do kill -0 $runpid 2>/dev/null || break; sleep 0.1; done
+check "y: the job ended well before the join timeout" bash -c "! kill -0 $runpid 2>/dev/null"
+kill -9 $runpid 2>/dev/null
+wait $runpid
+check "y: node 1 failed (its agent), node 0 finished the job" \
+    grep -q 'ftc run: 1 nodes finished, 1 failed' "$T/y.out"
+check "y: in generation 2, alone" grep -q 'INFO run: generation 2: node 0 of 1' "$T/y.out"
+[ $fails -eq $f0 ] || { echo "--- output of y:"; tail -n 30 "$T/y.out"; }
 fi
 
 if [ $fails -ne 0 ]; then
