@@ -624,13 +624,13 @@ check "s: with exit 0 ($rcb)" test $rcb -eq 0
 # round, so the spare opens it once the member's heartbeat is gone, and
 # finishes the job (generation 1's rank sleeps, a later one's exits 0)
 "$FTC" run --nnodes 1 --node-rank 0 --node-id sc --job "$Js" --job-dir "$T/js" --settle-ms 200 \
-    --join-timeout-ms 1500 --grow-wait-ms 0 -- sh -c '[ "$FTC_GENERATION" -gt 2 ] || sleep 300' \
+    --join-timeout-ms 1500 --grow-wait-ms 0 -- sh -c '[ "$FTC_GENERATION" -gt 2 ] || exec sleep 300' \
     >"$T/s.c.out" 2>&1 &
 sc=$!
 pids+=($sc)
 for i in $(seq 300); do grep -q 'generation 2: rank 0 ' "$T/s.c.out" && break; sleep 0.1; done
 "$FTC" run --nnodes 1 --node-rank 0 --node-id sd --job "$Js" --job-dir "$T/js" --settle-ms 200 \
-    --join-timeout-ms 1500 --grow-wait-ms 0 -- sh -c '[ "$FTC_GENERATION" -gt 2 ] || sleep 300' \
+    --join-timeout-ms 1500 --grow-wait-ms 0 -- sh -c '[ "$FTC_GENERATION" -gt 2 ] || exec sleep 300' \
     >"$T/s.d.out" 2>&1 &
 sd=$!
 pids+=($sd)
