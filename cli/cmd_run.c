@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <netdb.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,6 +159,7 @@ static int ftc__simulate(const ftc_cli_cmd_t *cmd, ftc_run_options_t *o, int n, 
 {
     pid_t pids[4096];
     o->host = "127.0.0.1";
+    pid_t parent = getpid();
     for (int i = 0; i < n; i++) {
         fflush(NULL);
         pid_t p = fork();
@@ -167,6 +169,13 @@ static int ftc__simulate(const ftc_cli_cmd_t *cmd, ftc_run_options_t *o, int n, 
             return ftc_cli_fail(cmd, "fork: %s", strerror(errno));
         }
         if (p == 0) {
+            /* the nodes end with this process, however it ends (a SIGKILL
+             * too): SIGTERM stops the node as `ftc run` stops, its ranks
+             * first (they trained on until their Redis, gone with this
+             * process, had been silent for --join-timeout-ms) */
+            prctl(PR_SET_PDEATHSIG, SIGTERM);
+            if (getppid() != parent)
+                _exit(FTC_EXIT_FAIL);
             ftc_run_options_t mine = *o;
             mine.node_index = (uint32_t)i;
             char prefix[32];
@@ -828,6 +837,17 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
     sa.sa_handler = ftc__run_sig; /* no SA_RESTART: waitpid returns EINTR */
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    /* SIGHUP (the terminal went away) and SIGQUIT stop the job as SIGTERM
+     * does, as torchrun's handlers do (SIGHUP killed this process at once:
+     * its ranks died of PR_SET_PDEATHSIG, what they started was left
+     * running); ignored when inherited ignored (nohup, a shell's
+     * background job) */
+    int more[] = {SIGHUP, SIGQUIT};
+    for (size_t k = 0; k < sizeof more / sizeof more[0]; k++) {
+        struct sigaction old;
+        if (sigaction(more[k], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+            sigaction(more[k], &sa, NULL);
+    }
     signal(SIGPIPE, SIG_IGN);
     if (simulate) {
         ec = ftc__simulate(cmd, &o, (int)simulate, net);

@@ -57,6 +57,11 @@ typedef struct ftc__agent_thread {
 static _Atomic(const char *) ftc__busy_what;
 static atomic_uint_fast64_t ftc__busy_since; /* monotonic ms */
 static atomic_bool ftc__wd_stop;
+/* The stop flag of ftc_run_node (set by SIGINT/SIGTERM), and its copy that
+ * the watchdog makes for ftc_rdzv_join's abort (an atomic_int): a node
+ * waiting in a rendezvous stops at once, not after --join-timeout-ms. */
+static volatile sig_atomic_t *ftc__stop_flag;
+static atomic_int ftc__abort;
 
 static void ftc__busy(const char *what)
 {
@@ -70,6 +75,8 @@ static void *ftc__watchdog(void *arg)
     uint64_t warned_at = 0;
     while (!atomic_load(&ftc__wd_stop)) {
         ftc_sleep_ms(200);
+        if (ftc__stop_flag && *ftc__stop_flag)
+            atomic_store(&ftc__abort, 1);
         const char *what = atomic_load(&ftc__busy_what);
         uint64_t now = ftc_now_ns() / 1000000, since = atomic_load(&ftc__busy_since);
         if (!what) {
@@ -93,14 +100,25 @@ typedef struct ftc__sup {
     ftc__agent_thread_t ag;
     ftc_filestore_t *files;    /* FTC_CKPT_DIR replication, or NULL */
     pid_t pid[FTC__MAX_LOCAL]; /* local ranks (0 = not running) */
+    pid_t pgid[FTC__MAX_LOCAL]; /* each rank's process group (its own session, led by the
+                                   rank: what it started, a wrapper script's trainer, is
+                                   signalled with it); kept after the rank is reaped while
+                                   the group has members (0 = none) */
+    volatile sig_atomic_t *stop; /* ftc_run_node's stop flag (may be NULL) */
     int status[FTC__MAX_LOCAL];
     uint64_t gen;              /* current generation (0 before the first round) */
     ftc_rdzv_round_t round;
-    int failures;              /* failed rounds so far */
+    int failures;              /* failed rounds so far (grows are not failures) */
+    bool done_marked;          /* this generation: every local rank finished (in done:GEN) */
+    bool spare;                /* a hot spare: waits in the rendezvous as long as the job runs */
+    bool grow_round;           /* the round that ended this generation was opened by a node
+                                  joining (reason FTC__GROW_WHY ...): not a failure */
     char events_after[32];     /* event stream position */
     char fail_reason[256];
     /* the layout of this generation (ftc__plan, recover/layout.h) */
     int world;                      /* ranks in the generation: dp x tp x pp */
+    int master_node;                /* the member (round index) that runs rank 0: its host
+                                       is MASTER_ADDR (rank 0 serves torch's store there) */
     int rank_of[FTC__MAX_LOCAL];    /* rank on each local slot, -1 = idle */
     int restore_of[FTC__MAX_LOCAL]; /* FTC_RESTORE_RANK of each slot's rank, -1 = none */
     int prev_world;            /* ranks of the layout of the committed version (0: none) */
@@ -110,6 +128,12 @@ typedef struct ftc__sup {
 } ftc__sup_t;
 
 static int ftc__inproc_assign(ftc__sup_t *s, int l, char **add, int n, ftc_err_t *err);
+
+/* SIGINT/SIGTERM arrived: every wait of the loop ends at once. */
+static bool ftc__stopping(const ftc__sup_t *s)
+{
+    return s->stop && *s->stop;
+}
 static void ftc__inproc_fresh(ftc__sup_t *s, int l);
 
 /* True when name (a /dev/shm entry) is rest = one of this node's segments
@@ -356,7 +380,9 @@ static void ftc__child_io(const ftc__io_t *io)
             }
             continue;
         }
-        int f = open(io->path[k], O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        /* appended: a job launched again (its generations counted anew on a
+         * fresh Redis) must not wipe the logs of the launch that failed */
+        int f = open(io->path[k], O_WRONLY | O_CREAT | O_APPEND, 0644);
         if (f < 0) {
             static const char msg[] = "ftc run: cannot open the rank's log file\n";
             ssize_t w = write(2, msg, sizeof msg - 1);
@@ -397,6 +423,10 @@ static pid_t ftc__spawn(char *const *argv, char **env, const ftc__io_t *io, ftc_
         return -1;
     }
     if (pid == 0) {
+        /* a session of its own (torchrun's start_new_session): the rank and
+         * what it starts (a wrapper script's trainer, workers) are one
+         * process group, signalled together when the rank is stopped */
+        setsid();
         prctl(PR_SET_PDEATHSIG, SIGKILL); /* a rank never outlives its supervisor */
         ftc_fs_close_from(3); /* not the agent's sockets, nor Redis connections */
         if (io)
@@ -408,6 +438,36 @@ static pid_t ftc__spawn(char *const *argv, char **env, const ftc__io_t *io, ftc_
         _exit(127);
     }
     return pid;
+}
+
+/* Sends sig to local rank l's process group (the rank and what it started),
+ * or to the rank alone when it has no group. */
+static void ftc__signal_rank(const ftc__sup_t *s, int l, int sig)
+{
+    if (s->pgid[l] > 0 && kill(-s->pgid[l], sig) == 0)
+        return;
+    if (s->pid[l] > 0)
+        kill(s->pid[l], sig);
+}
+
+/* Local rank l's group is forgotten once its rank was reaped and nothing is
+ * left in it (a group id stays reserved while it has members). */
+static void ftc__group_check(ftc__sup_t *s, int l)
+{
+    if (s->pid[l] <= 0 && s->pgid[l] > 0 && kill(-s->pgid[l], 0) != 0 && errno == ESRCH)
+        s->pgid[l] = 0;
+}
+
+/* SIGKILL to what is left of local rank l (its group), the rank reaped. */
+static void ftc__kill_rank(ftc__sup_t *s, int l)
+{
+    ftc__signal_rank(s, l, SIGKILL);
+    if (s->pid[l] > 0) {
+        waitpid(s->pid[l], NULL, 0);
+        ftc_filestore_rank_exited(s->files, s->pid[l], -1);
+        s->pid[l] = 0;
+    }
+    s->pgid[l] = 0;
 }
 
 /* The output plan of local rank l, rank `rank`: its log directory made. */
@@ -554,6 +614,7 @@ static int ftc__plan(ftc__sup_t *s, ftc_err_t *err)
     }
     s->world = l.world;
     s->prev_world = prev_world;
+    s->master_node = l.world > 0 ? l.rank_node[0] : 0;
     int base = s->round.index * o->nproc;
     for (int sl = 0; sl < o->nproc; sl++)
         s->rank_of[sl] = l.slot_rank[base + sl];
@@ -643,14 +704,11 @@ static int ftc__start_ranks(ftc__sup_t *s, const char *master, int master_port, 
     for (int l = 0; l < o->nproc; l++) {
         int rank = s->rank_of[l];
         if (rank < 0) { /* an idle slot in this layout: a survivor there stops */
-            if (s->pid[l] > 0) {
+            if (s->pid[l] > 0)
                 FTC_INFO("run", "generation %" PRIu64 ": local slot %d is idle in this layout "
                          "(world %d): stopping its rank", s->gen, l, world);
-                kill(s->pid[l], SIGKILL);
-                waitpid(s->pid[l], NULL, 0);
-                ftc_filestore_rank_exited(s->files, s->pid[l], -1);
-                s->pid[l] = 0;
-            }
+            if (s->pid[l] > 0 || s->pgid[l] > 0)
+                ftc__kill_rank(s, l);
             s->status[l] = 0; /* counts as finished */
             continue;
         }
@@ -718,12 +776,15 @@ static int ftc__start_ranks(ftc__sup_t *s, const char *master, int master_port, 
             free(env);
             return err->code;
         }
+        if (s->pgid[l] > 0) /* what the slot's previous rank left behind */
+            ftc__kill_rank(s, l);
         s->pid[l] = ftc__spawn(o->argv, env, &io, err);
         free(env);
         if (s->pid[l] < 0) {
             s->pid[l] = 0;
             return err->code;
         }
+        s->pgid[l] = s->pid[l];
         s->status[l] = -1;
         FTC_INFO("run", "generation %" PRIu64 ": rank %d (local %d of %d, world %d) is pid %d",
                  s->gen, rank, l, o->nproc, world, (int)s->pid[l]);
@@ -732,14 +793,16 @@ static int ftc__start_ranks(ftc__sup_t *s, const char *master, int master_port, 
 }
 
 /* SIGTERM, then SIGKILL after grace_ms (a stopped process only dies of
- * SIGKILL); reaps every rank. */
+ * SIGKILL), to each rank's process group: what a rank started (the trainer
+ * of a wrapper script) stops with it; reaps every rank and waits (within
+ * the same grace) until its group is empty. */
 static void ftc__stop_ranks(ftc__sup_t *s)
 {
     bool any = false;
     for (int l = 0; l < s->o->nproc; l++)
-        if (s->pid[l] > 0) {
-            kill(s->pid[l], SIGTERM);
-            kill(s->pid[l], SIGCONT);
+        if (s->pid[l] > 0 || s->pgid[l] > 0) {
+            ftc__signal_rank(s, l, SIGTERM);
+            ftc__signal_rank(s, l, SIGCONT);
             any = true;
         }
     if (!any)
@@ -748,27 +811,26 @@ static void ftc__stop_ranks(ftc__sup_t *s)
     for (;;) {
         bool left = false;
         for (int l = 0; l < s->o->nproc; l++) {
-            if (s->pid[l] <= 0)
-                continue;
-            int st;
-            pid_t p = waitpid(s->pid[l], &st, WNOHANG);
-            if (p == s->pid[l] || (p < 0 && errno == ECHILD)) {
-                ftc_filestore_rank_exited(s->files, s->pid[l], p == s->pid[l] ? st : -1);
-                s->pid[l] = 0;
-            } else {
-                left = true;
+            if (s->pid[l] > 0) {
+                int st;
+                pid_t p = waitpid(s->pid[l], &st, WNOHANG);
+                if (p == s->pid[l] || (p < 0 && errno == ECHILD)) {
+                    ftc_filestore_rank_exited(s->files, s->pid[l], p == s->pid[l] ? st : -1);
+                    s->pid[l] = 0;
+                } else {
+                    left = true;
+                }
             }
+            ftc__group_check(s, l);
+            if (s->pid[l] <= 0 && s->pgid[l] > 0)
+                left = true;
         }
         if (!left)
             return;
         if (ftc_deadline_expired(d)) {
             for (int l = 0; l < s->o->nproc; l++)
-                if (s->pid[l] > 0) {
-                    kill(s->pid[l], SIGKILL);
-                    waitpid(s->pid[l], NULL, 0);
-                    ftc_filestore_rank_exited(s->files, s->pid[l], -1);
-                    s->pid[l] = 0;
-                }
+                if (s->pid[l] > 0 || s->pgid[l] > 0)
+                    ftc__kill_rank(s, l);
             return;
         }
         ftc_sleep_ms(10);
@@ -853,8 +915,8 @@ static void ftc__inproc_leave(ftc__sup_t *s)
         if (aware[l]) {
             ftc_inproc_signal(s->pid[l], s->gen);
         } else {
-            kill(s->pid[l], SIGTERM);
-            kill(s->pid[l], SIGCONT);
+            ftc__signal_rank(s, l, SIGTERM);
+            ftc__signal_rank(s, l, SIGCONT);
         }
     }
     ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)o->grace_ms);
@@ -891,10 +953,7 @@ static void ftc__inproc_leave(ftc__sup_t *s)
                 FTC_WARN("run", "rank %d (pid %d) did not leave generation %" PRIu64
                          " within %d ms: killing it (it starts fresh)",
                          s->rank_of[l], (int)s->pid[l], s->gen, o->grace_ms);
-                kill(s->pid[l], SIGKILL);
-                waitpid(s->pid[l], NULL, 0);
-                ftc_filestore_rank_exited(s->files, s->pid[l], -1);
-                s->pid[l] = 0;
+                ftc__kill_rank(s, l);
                 killed++;
             }
             break;
@@ -939,8 +998,28 @@ static int ftc__port_bindable(int port)
     return rc;
 }
 
-/* The round's node 0 publishes host:port for the generation; the others
- * read it (bounded). */
+/* While this generation starts (its agents, MASTER_ADDR): whether the next
+ * round was opened meanwhile (a member gave up and said so as it left, or
+ * failed otherwise): then the generation cannot start, and waiting for the
+ * missing member until --join-timeout-ms only delays the next round.
+ * Looked up every 100 ms at most (*next_ms: when next). */
+static bool ftc__round_moved(ftc__sup_t *s, uint64_t *next_ms)
+{
+    uint64_t now = ftc_now_ns() / 1000000u;
+    if (now < *next_ms)
+        return false;
+    *next_ms = now + 100;
+    uint64_t g = 0;
+    bool open = false;
+    ftc_err_t e = {0};
+    return ftc_rdzv_state(ftc_ctl_redis(s->ctl), s->o->job, &g, &open, &e) == 0 &&
+           (g > s->gen || open);
+}
+
+/* The member that runs rank 0 (not always the round's first: a survivor
+ * kept in place can come first while a node that was idle takes rank 0)
+ * publishes host:port for the generation, since rank 0 serves torch's store
+ * there; the others read it (bounded). */
 static int ftc__master(ftc__sup_t *s, char *host, size_t cap, int *port, ftc_err_t *err)
 {
     char key[256], suffix[64];
@@ -948,14 +1027,14 @@ static int ftc__master(ftc__sup_t *s, char *host, size_t cap, int *port, ftc_err
     ftc_ctl_key(s->ctl, suffix, key, sizeof key);
     ftc_redis_t *r = ftc_ctl_redis(s->ctl);
     ftc_redis_reply_t *rep = NULL;
-    if (s->round.index == 0) {
+    if (s->round.index == s->master_node) {
         char val[640];
         int p = s->o->master_port;
         int busy = p > 0 ? ftc__port_bindable(p) : 0;
         if (busy) { /* published too, so that every node fails this round at once */
             snprintf(val, sizeof val,
-                     "!MASTER_PORT %d (--master-port) cannot be bound on node 0 of "
-                     "generation %" PRIu64 " (%s, %s): %s; free it, pick another port, or omit "
+                     "!MASTER_PORT %d (--master-port) cannot be bound on the node of rank 0 "
+                     "in generation %" PRIu64 " (%s, %s): %s; free it, pick another port, or omit "
                      "--master-port for a free port per generation",
                      p, s->gen, s->node_id, s->o->host, strerror(busy));
         } else {
@@ -972,6 +1051,7 @@ static int ftc__master(ftc__sup_t *s, char *host, size_t cap, int *port, ftc_err
             return ftc_err_set(err, rc, "publishing MASTER_ADDR: %s", ftc_redis_errstr(r));
     }
     ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)s->o->join_timeout_ms);
+    uint64_t next_look = 0;
     for (;;) {
         rep = NULL;
         const char *v = NULL;
@@ -994,10 +1074,18 @@ static int ftc__master(ftc__sup_t *s, char *host, size_t cap, int *port, ftc_err
             return 0;
         }
         ftc_redis_reply_free(rep);
+        if (ftc__stopping(s))
+            return ftc_err_set(err, FTC_ECANCELED, "ftc run: stopped by a signal");
+        if (ftc__round_moved(s, &next_look))
+            return ftc_err_set(err, FTC_EAGAIN,
+                               "generation %" PRIu64 ": the next round was opened before the "
+                               "node of rank 0 (%s) published MASTER_ADDR",
+                               s->gen, s->round.members[s->master_node]);
         if (ftc_deadline_expired(d))
             return ftc_err_set(err, FTC_ETIMEDOUT,
-                               "node 0 of generation %" PRIu64 " published no MASTER_ADDR (%s)",
-                               s->gen, key);
+                               "the node of rank 0 in generation %" PRIu64 " (%s) published no "
+                               "MASTER_ADDR (%s)",
+                               s->gen, s->round.members[s->master_node], key);
         ftc_sleep_ms(20);
     }
 }
@@ -1077,7 +1165,7 @@ static bool ftc__grow_boundary(ftc__sup_t *s, const char *job, uint64_t gen)
         return false;
     uint64_t t0 = ftc_wall_ms(), next_look = 0;
     ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)s->o->grow_wait_ms);
-    while (!ftc_deadline_expired(d)) {
+    while (!ftc_deadline_expired(d) && !ftc__stopping(s)) {
         /* every 250 ms: is anybody still running generation gen? (the
          * heartbeats of a job killed just before expire within their TTL) */
         if (ftc_wall_ms() >= next_look) {
@@ -1108,6 +1196,50 @@ static bool ftc__grow_boundary(ftc__sup_t *s, const char *job, uint64_t gen)
     return false;
 }
 
+/* Generation gen's member count (the gen hash's `nodes`, written when its
+ * round closed), or -1 when it is not the current one or cannot be read. */
+static int ftc__gen_nodes(ftc__sup_t *s, uint64_t gen)
+{
+    char key[256];
+    ftc_ctl_key(s->ctl, "gen", key, sizeof key);
+    ftc_redis_reply_t *rep = NULL, **el = NULL;
+    size_t n = 0;
+    const char *g = NULL, *v = NULL;
+    size_t gl = 0, vl = 0;
+    int nodes = -1;
+    if (ftc_redis_cmdv(ftc_ctl_redis(s->ctl), true, &rep, "HMGET", key, "gen", "nodes", NULL) ==
+            0 &&
+        ftc_redis_want_array(rep, "HMGET gen", 2, &el, &n, NULL) == 0 &&
+        ftc_redis_want_str(el[0], "gen", &g, &gl, NULL) == 0 && g &&
+        ftc_redis_want_str(el[1], "gen nodes", &v, &vl, NULL) == 0 && v && vl < 16 && gl < 24) {
+        char gb[24], vb[16];
+        snprintf(gb, sizeof gb, "%.*s", (int)gl, g);
+        snprintf(vb, sizeof vb, "%.*s", (int)vl, v);
+        if (strtoull(gb, NULL, 10) == gen)
+            nodes = atoi(vb);
+    }
+    ftc_redis_reply_free(rep);
+    return nodes;
+}
+
+/* Whether every member of generation gen (the current one) finished: the job
+ * is done (what a hot spare waits for). */
+static bool ftc__gen_done(ftc__sup_t *s, uint64_t gen)
+{
+    int nodes = ftc__gen_nodes(s, gen);
+    if (nodes <= 0)
+        return false;
+    char key[256], suffix[64];
+    snprintf(suffix, sizeof suffix, "done:%" PRIu64, gen);
+    ftc_ctl_key(s->ctl, suffix, key, sizeof key);
+    ftc_redis_reply_t *rep = NULL;
+    long long n = 0;
+    bool done = ftc_redis_cmdv(ftc_ctl_redis(s->ctl), true, &rep, "SCARD", key, NULL) == 0 &&
+                ftc_redis_want_int(rep, "SCARD done", &n, NULL) == 0 && n >= nodes;
+    ftc_redis_reply_free(rep);
+    return done;
+}
+
 /* Whether node's heartbeat key exists now (false on a Redis error too). */
 static bool ftc__hb_exists(ftc__sup_t *s, const char *node)
 {
@@ -1130,6 +1262,7 @@ static bool ftc__hb_exists(ftc__sup_t *s, const char *node)
 static int ftc__wait_agents(ftc__sup_t *s, ftc_err_t *err)
 {
     ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)s->o->join_timeout_ms);
+    uint64_t next_look = 0;
     for (;;) {
         int missing = -1, stale = -1;
         if (!ftc__fabric_current(s, &stale))
@@ -1139,6 +1272,13 @@ static int ftc__wait_agents(ftc__sup_t *s, ftc_err_t *err)
                 missing = i;
         if (missing < 0)
             return 0;
+        if (ftc__stopping(s))
+            return ftc_err_set(err, FTC_ECANCELED, "ftc run: stopped by a signal");
+        if (ftc__round_moved(s, &next_look))
+            return ftc_err_set(err, FTC_EAGAIN,
+                               "generation %" PRIu64 ": the next round was opened while the "
+                               "agent of member %s was not up (it left, or failed)",
+                               s->gen, s->round.members[missing]);
         if (ftc_deadline_expired(d))
             return ftc_err_set(err, FTC_ETIMEDOUT,
                                "generation %" PRIu64 ": the agent of member %s never came up",
@@ -1205,7 +1345,7 @@ static void ftc__on_event(void *arg, const ftc_status_event_t *e)
         if (local >= 0 && s->pid[local] > 0) {
             FTC_WARN("run", "rank %d hangs (%s): killing pid %d", e->rank, e->detail,
                      (int)s->pid[local]);
-            kill(s->pid[local], SIGKILL); /* its exit fails the round below */
+            ftc__signal_rank(s, local, SIGKILL); /* its exit fails the round below */
         }
     }
 }
@@ -1245,6 +1385,36 @@ static void ftc__recovery_begin(ftc__sup_t *s, const char *phase, const char *wh
 }
 
 /* ---- the loop ---------------------------------------------------------------------------- */
+
+/* The reason a joining node gives the round it opens (ftc:{J}:rdzv reason):
+ * a generation ended by it is a grow, not a failure (torchrun does not count
+ * membership changes against --max-restarts). */
+#define FTC__GROW_WHY "grow: node "
+
+/* Whether the open round after generation gen was opened for a grow (its
+ * reason, read while it is open; false when it cannot be read: counted). */
+static bool ftc__round_is_grow(ftc__sup_t *s, uint64_t gen)
+{
+    char key[256];
+    ftc_ctl_key(s->ctl, "rdzv", key, sizeof key);
+    ftc_redis_reply_t *rep = NULL, **el = NULL;
+    size_t n = 0;
+    const char *round = NULL, *why = NULL;
+    size_t rl = 0, wl = 0;
+    bool grow = false;
+    if (ftc_redis_cmdv(ftc_ctl_redis(s->ctl), true, &rep, "HMGET", key, "round", "open",
+                       "reason", NULL) == 0 &&
+        ftc_redis_want_array(rep, "HMGET rdzv", 3, &el, &n, NULL) == 0 &&
+        ftc_redis_want_str(el[0], "rdzv round", &round, &rl, NULL) == 0 && round &&
+        ftc_redis_want_str(el[2], "rdzv reason", &why, &wl, NULL) == 0 && why) {
+        char buf[32];
+        snprintf(buf, sizeof buf, "%.*s", (int)(rl < 31 ? rl : 31), round);
+        grow = strtoull(buf, NULL, 10) == gen && wl > strlen(FTC__GROW_WHY) &&
+               !strncmp(why, FTC__GROW_WHY, strlen(FTC__GROW_WHY));
+    }
+    ftc_redis_reply_free(rep);
+    return grow;
+}
 
 enum { FTC__DONE = 0, FTC__FAILED = 1, FTC__STOPPED = 2, FTC__NEW_ROUND = 3, FTC__CUT = 4 };
 
@@ -1306,6 +1476,7 @@ static int ftc__watch(ftc__sup_t *s, volatile sig_atomic_t *stop, ftc_err_t *err
     ftc_ctl_key(s->ctl, suffix, done_key, sizeof done_key);
     ftc_redis_t *r = ftc_ctl_redis(s->ctl);
     uint64_t last_poll = 0;
+    s->done_marked = false;
     s->redis_ok_ms = ftc_now_ns() / 1000000u;
     for (;;) {
         if (stop && *stop)
@@ -1319,6 +1490,7 @@ static int ftc__watch(ftc__sup_t *s, volatile sig_atomic_t *stop, ftc_err_t *err
                 if (p == s->pid[l]) {
                     ftc_filestore_rank_exited(s->files, s->pid[l], st);
                     s->pid[l] = 0;
+                    ftc__group_check(s, l);
                     s->status[l] = st;
                     int rank = s->rank_of[l];
                     if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
@@ -1350,8 +1522,10 @@ static int ftc__watch(ftc__sup_t *s, volatile sig_atomic_t *stop, ftc_err_t *err
             bool open = false;
             ftc_err_t e2 = {0};
             int st_rc = ftc_rdzv_state(r, o->job, &g, &open, &e2);
-            if (st_rc == 0 && (g > s->gen || open))
+            if (st_rc == 0 && (g > s->gen || open)) {
+                s->grow_round = open && g == s->gen && ftc__round_is_grow(s, s->gen);
                 return FTC__NEW_ROUND;
+            }
             /* cut off (a link down, a partition): our heartbeat expired long
              * ago and the others went on; after as long as a rendezvous may
              * take (ranks train on through shorter Redis outages), give up */
@@ -1383,7 +1557,7 @@ static int ftc__watch(ftc__sup_t *s, volatile sig_atomic_t *stop, ftc_err_t *err
                 ftc_redis_reply_t *rep = NULL;
                 if (!done_marked &&
                     ftc_redis_cmdv(r, true, &rep, "SADD", done_key, s->node_id, NULL) == 0)
-                    done_marked = true;
+                    done_marked = s->done_marked = true;
                 ftc_redis_reply_free(rep);
                 rep = NULL;
                 long long n = 0;
@@ -1401,14 +1575,46 @@ static int ftc__watch(ftc__sup_t *s, volatile sig_atomic_t *stop, ftc_err_t *err
     (void)err;
 }
 
+/* Opens the round after this generation (fenced: a no-op when it is open
+ * already or the generation moved on). Retried while Redis does not answer,
+ * for as long as a rendezvous may take (or a stop signal): a request lost
+ * to an outage left this node waiting in a round nobody opened, and the
+ * others training on (nothing else told them). */
+static void ftc__request_round(ftc__sup_t *s, const char *why)
+{
+    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)s->o->join_timeout_ms);
+    for (int tries = 1;; tries++) {
+        bool opened = false;
+        ftc_err_t e2 = {0};
+        int rc = ftc_rdzv_request(ftc_ctl_redis(s->ctl), s->o->job, s->gen, why, &opened, &e2);
+        if (rc == 0 || rc == FTC_ESTALE || rc == FTC_EPROTO || rc == FTC_EAUTH) {
+            if (tries > 1)
+                FTC_INFO("run", "generation %" PRIu64 ": the next round %s after %d tries",
+                         s->gen, rc ? "was not needed" : opened ? "opened" : "was open", tries);
+            return;
+        }
+        if (tries == 1)
+            FTC_WARN("run", "generation %" PRIu64 ": cannot open the next round yet (%s): "
+                     "retrying for up to %d ms", s->gen, e2.msg, s->o->join_timeout_ms);
+        if (ftc_deadline_expired(d) || ftc__stopping(s))
+            return;
+        ftc_sleep_ms(100);
+    }
+}
+
 /* This generation could not start (why in err): asks for the next round,
- * and says whether --max-restarts is used up (true: give up). */
+ * and says whether --max-restarts is used up (true: give up). A round that
+ * a node joining opened meanwhile (a grow) is not a failure. */
 static bool ftc__round_failed(ftc__sup_t *s, const ftc_err_t *err)
 {
     snprintf(s->fail_reason, sizeof s->fail_reason, "%s", err->msg);
-    bool opened = false;
-    ftc_err_t e2 = {0};
-    ftc_rdzv_request(ftc_ctl_redis(s->ctl), s->o->job, s->gen, s->fail_reason, &opened, &e2);
+    if (err->code == FTC_EAGAIN && ftc__round_is_grow(s, s->gen)) {
+        FTC_INFO("run", "generation %" PRIu64 " ended before it started, for a node joining "
+                 "(a grow): not counted against --max-restarts", s->gen);
+        s->fail_reason[0] = 0;
+        return false;
+    }
+    ftc__request_round(s, s->fail_reason);
     return ++s->failures > s->o->max_restarts;
 }
 
@@ -1429,6 +1635,9 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
         return 1;
     }
     s->o = o;
+    s->stop = stop;
+    ftc__stop_flag = stop;
+    atomic_store(&ftc__abort, 0);
     pthread_t wd;
     atomic_store(&ftc__wd_stop, false);
     bool wd_started = pthread_create(&wd, NULL, ftc__watchdog, NULL) == 0;
@@ -1437,6 +1646,7 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
     else
         snprintf(s->node_id, sizeof s->node_id, "node%u", o->node_index);
     int ec = 1;
+    bool spare_done = false; /* a hot spare that the job never needed: nothing of its to clean */
     ftc_redis_options_t ro = FTC_REDIS_OPTIONS_INIT;
     ftc_redis_t *r = ftc_redis_connect(&o->redis, &ro, err);
     if (!r)
@@ -1470,7 +1680,6 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
     rdo.min_nodes = o->min_nodes;
     rdo.max_nodes = o->max_nodes;
     rdo.settle_ms = o->settle_ms;
-    atomic_int abort_flag = 0;
     for (;;) {
         if (stop && *stop) {
             ec = 1;
@@ -1481,7 +1690,6 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
          * node, a replacement) opens a round itself: in restart mode the job
          * grows at once. */
         ftc_redis_t *rc_r = ftc_ctl_redis(s->ctl);
-        bool spare = s->round.index < 0 && s->round.generation > 0;
         ftc_rdzv_round_free(&s->round);
         if (s->gen == 0) {
             uint64_t g = 0;
@@ -1494,26 +1702,69 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
                 FTC_INFO("run", "a round is open (generation %" PRIu64 " ended): joining it", g);
             /* (a round opened while it waited, by a failure: join that one) */
             if (g > 0 && !open && !ftc__grow_boundary(s, o->job, g)) {
-                bool opened = false;
-                char why[128];
-                snprintf(why, sizeof why, "node %s joins", s->node_id);
-                int rq = ftc_rdzv_request(rc_r, o->job, g, why, &opened, err);
-                if (rq && rq != FTC_ESTALE)
+                if (ftc__stopping(s)) { /* not a grow round for a node going away */
+                    ftc_err_set(err, FTC_ECANCELED, "ftc run: stopped by a signal");
                     break;
+                }
+                /* a running job that has its MAX nodes: a grow round would
+                 * only interrupt it (the members come first), so wait as a
+                 * hot spare for the next round (a failure's) */
+                int gn = ftc__gen_nodes(s, g);
+                if (gn >= o->max_nodes && ftc__gen_running(s, g)) {
+                    FTC_INFO("run", "generation %" PRIu64 " runs on %d nodes, --nnodes MAX %d: "
+                             "this node waits as a hot spare for the next round", g, gn,
+                             o->max_nodes);
+                    s->spare = true;
+                    s->rec_t0 = 0;
+                } else {
+                    bool opened = false;
+                    char why[128];
+                    snprintf(why, sizeof why, FTC__GROW_WHY "%s joins", s->node_id);
+                    int rq = ftc_rdzv_request(rc_r, o->job, g, why, &opened, err);
+                    if (rq && rq != FTC_ESTALE)
+                        break;
+                }
             }
             s->gen = g;
         }
-        ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)o->join_timeout_ms);
-        int rc = ftc_rdzv_join(rc_r, &rdo, s->gen, &s->round, d, &abort_flag, err);
+        /* a spare looks every 2 s (at most) whether the job is done */
+        bool spare = s->spare;
+        uint64_t jt = (uint64_t)o->join_timeout_ms;
+        ftc_deadline_t d = ftc_deadline_in_ms(spare && jt > 2000 ? 2000 : jt);
+        int rc = ftc_rdzv_join(rc_r, &rdo, s->gen, &s->round, d, &ftc__abort, err);
+        if (rc && ftc__stopping(s)) {
+            ftc_err_set(err, FTC_ECANCELED, "ftc run: stopped by a signal");
+            break;
+        }
         if (rc == FTC_ESTALE) { /* the generation moved on while we were away */
             s->gen = 0;
+            s->spare = false;
             continue;
         }
-        if (rc == FTC_ETIMEDOUT && spare) /* spares wait as long as the job runs */
+        if (rc == FTC_ETIMEDOUT && spare) { /* spares wait as long as the job runs */
+            if (ftc__gen_done(s, s->gen)) {
+                FTC_INFO("run", "generation %" PRIu64 " finished the job: this hot spare was "
+                         "not needed", s->gen);
+                spare_done = true;
+                ec = 0;
+                break;
+            }
+            if (!ftc__gen_running(s, s->gen)) { /* nobody is left to open the next round */
+                char why[160];
+                snprintf(why, sizeof why, "generation %" PRIu64 " has no live member: spare %s "
+                         "takes over", s->gen, s->node_id);
+                FTC_WARN("run", "%s", why);
+                bool opened = false;
+                ftc_err_t e2 = {0};
+                ftc_rdzv_request(rc_r, o->job, s->gen, why, &opened, &e2);
+                s->spare = false; /* a joiner now: fewer than MIN nodes end it (a timeout) */
+            }
             continue;
+        }
         if (rc)
             break;
         s->gen = s->round.generation;
+        s->spare = s->round.index < 0;
         if (s->round.index < 0) {
             FTC_INFO("run", "generation %" PRIu64 ": %d nodes, this node is a hot spare",
                      s->gen, s->round.nodes);
@@ -1543,6 +1794,8 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
         char host[256];
         int port = 0;
         if (ftc__wait_agents(s, err)) {
+            if (err->code == FTC_ECANCELED)
+                break;
             FTC_WARN("run", "%s", err->msg);
             if (ftc__round_failed(s, err))
                 break;
@@ -1551,7 +1804,10 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
         ftc__events_mark(s);
         s->continued = 0;
         int mrc = ftc__master(s, host, sizeof host, &port, err);
-        if (mrc == FTC_EAGAIN) { /* the fixed MASTER_PORT is taken: a failed round */
+        if (mrc == FTC_ECANCELED)
+            break;
+        if (mrc == FTC_EAGAIN || mrc == FTC_ETIMEDOUT) { /* the fixed MASTER_PORT is taken,
+                                                           or rank 0's node is gone */
             FTC_ERROR("run", "generation %" PRIu64 ": %s", s->gen, err->msg);
             if (ftc__round_failed(s, err))
                 break;
@@ -1607,11 +1863,16 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
              * moved on (FTC_ESTALE); but a Redis that lost its data reads as
              * generation 0 with its round open, and the request puts s->gen
              * back and opens the round after it, which this node then joins */
-            bool opened = false;
-            ftc_err_t e2 = {0};
-            ftc_rdzv_request(ftc_ctl_redis(s->ctl), o->job, s->gen,
-                             how == FTC__FAILED ? s->fail_reason : "a new round was opened",
-                             &opened, &e2);
+            ftc__request_round(s, how == FTC__FAILED ? s->fail_reason
+                                                     : "a new round was opened");
+        }
+        if (how == FTC__NEW_ROUND && s->grow_round) {
+            FTC_INFO("run", "generation %" PRIu64 " ended for a node joining the job (a grow): "
+                     "not counted against --max-restarts (%d of %d used)", s->gen, s->failures,
+                     o->max_restarts);
+            s->grow_round = false;
+            s->fail_reason[0] = 0;
+            continue;
         }
         if (++s->failures > o->max_restarts) {
             ftc_err_set(err, FTC_EAGAIN,
@@ -1635,10 +1896,28 @@ out:
         ec = FTC_RUN_EXIT_CUT;
     }
     ftc__stop_ranks(s);
+    /* A member of a generation that leaves it unfinished (a signal: a
+     * preemption; ranks it could not start; --max-restarts used up) says so
+     * by opening the next round: its agent leaves cleanly, so no node_lost
+     * tells the others, who trained on in that generation and, their ranks
+     * done, waited for its done mark forever. One try: a node going away
+     * does not wait for Redis (a cut-off node's heartbeat expires anyway). */
+    if (ec != 0 && ec != FTC_RUN_EXIT_CUT && s->ctl && s->gen > 0 && s->round.nodes > 0 &&
+        s->round.index >= 0 && !s->done_marked) {
+        char why[200];
+        snprintf(why, sizeof why, "node %s leaves the job (%.150s)", s->node_id,
+                 err && err->msg[0] ? err->msg : "it gave up");
+        bool opened = false;
+        ftc_err_t e2 = {0};
+        if (ftc_rdzv_request(ftc_ctl_redis(s->ctl), o->job, s->gen, why, &opened, &e2) == 0 &&
+            opened)
+            FTC_INFO("run", "generation %" PRIu64 ": %s: opened the next round for the others",
+                     s->gen, why);
+    }
     /* not for a node cut off from Redis: the flush reads the commit record */
     ftc__agent_stop(&s->ag, ec != FTC_RUN_EXIT_CUT);
     ftc_filestore_destroy(s->files);
-    if (ec == 0 && !o->keep_shm)
+    if (ec == 0 && !o->keep_shm && !spare_done)
         ftc__forget_memory(s);
     ftc_rdzv_round_free(&s->round);
     ftc_ctl_destroy(s->ctl);
@@ -1647,5 +1926,6 @@ out:
         atomic_store(&ftc__wd_stop, true);
         pthread_join(wd, NULL);
     }
+    ftc__stop_flag = NULL;
     return ec;
 }

@@ -28,9 +28,12 @@
  *   FTC_RANK FTC_WORLD_SIZE FTC_JOB_ID FTC_GENERATION FTC_NODE_RANK
  *   FTC_AGENT_SOCKET FTC_REDIS_URL (no password: FTC_REDIS_PASSWORD_FILE)
  *   FTC_CKPT_DIR (when enabled)
- * MASTER_PORT is a free port picked by the round's node 0 and published in
+ * MASTER_ADDR is the host of the member that runs rank 0 (it serves torch's
+ * store there; not always the round's first member: a survivor kept in place
+ * can come first while a node that was idle takes rank 0), and MASTER_PORT a
+ * free port it picks and publishes in
  * Redis (ftc:{job}:master:GEN), so each generation gets a fresh one; with
- * master_port every generation uses that one (a port node 0 cannot bind
+ * master_port every generation uses that one (a port that node cannot bind
  * fails the round, which counts against max_restarts).
  *
  * Output of the ranks (log_dir, redirect, tee, quiet; torchrun's --log-dir,
@@ -76,7 +79,7 @@ typedef struct ftc_run_options {
     ftc_redis_url_t redis;     /* the job's Redis */
     uint32_t node_index;       /* this node's stable index, 0..max_nodes-1 */
     const char *node_id;       /* "" = "node<index>" */
-    const char *host;          /* MASTER_ADDR when this node is the round's node 0 */
+    const char *host;          /* MASTER_ADDR when this node runs rank 0 */
     int min_nodes, max_nodes;  /* --nnodes MIN:MAX */
     int nproc;                 /* ranks per node */
     int max_restarts;          /* failed rounds before giving up */
@@ -107,14 +110,15 @@ typedef struct ftc_run_options {
                                   the layout planner (0 = 1): WORLD_SIZE is dp x tp x pp, slots
                                   beyond it stay idle, TP groups are placed whole on a node
                                   where they fit (recover/layout.h) */
-    int master_port;           /* --master-port: every generation's MASTER_PORT; node 0
+    int master_port;           /* --master-port: every generation's MASTER_PORT; rank 0's node
                                   checks it can bind it (SO_REUSEADDR, any address) before
                                   the ranks start, and fails the round with an error that
                                   names it otherwise (0: a free port per generation) */
     const char *role;          /* ROLE_NAME of the ranks (NULL or "": "default") */
     const char *log_dir;       /* --log-dir: the ranks' output files, torchrun's layout
-                                  LOG_DIR/JOB/attempt_GEN/RANK/stdout.log|stderr.log (NULL:
-                                  none; the directories are made only for ranks that
+                                  LOG_DIR/JOB/attempt_GEN/RANK/stdout.log|stderr.log,
+                                  appended to (a job launched again keeps the last
+                                  launch's logs; NULL: none; the directories are made only for ranks that
                                   redirect or tee a stream) */
     uint8_t redirect[64];      /* per local rank: bit 1 stdout, bit 2 stderr go to the file
                                   only (torchrun's --redirects) */

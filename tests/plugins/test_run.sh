@@ -34,6 +34,22 @@
 #      finishes, and no generation number is made twice;
 #   c. --ckpt-dir with --ckptdir-max-bytes under the binary's file: the cap,
 #      a setting, refuses the directory (named in the log), the job runs on.
+#   m. three `ftc run` of one job (--tp 2, a node idle), the node of rank 0
+#      killed: the idle node takes rank 0, and MASTER_ADDR is its host.
+#   g. --max-restarts 0 on one node, a second node joins: the grow is not a
+#      failure (torchrun's count), the job finishes on both.
+#   s. a node arriving at a full job (--nnodes 1) waits as a hot spare
+#      without interrupting it, past --join-timeout-ms, and exits 0 at the end;
+#      when the member is killed, the spare takes over and finishes the job;
+#      a spare left alone below MIN ends with an error;
+#   p. a rank exits 1 while the job's Redis is paused (SIGSTOP, 12 s): the
+#      next round opens once Redis answers, the job finishes;
+#   l. a node's supervisor gets SIGTERM (a preemption): the other node goes
+#      on alone in a new generation and finishes the job;
+#   x. a node that cannot start its rank (its log directory) gives up: the
+#      other node goes on alone and finishes the job;
+#   y. a member whose agent cannot start gives up right after the round: the
+#      other node, waiting for that agent, goes on alone at once.
 #
 # usage: test_run.sh PATH/TO/ftc PATH/TO/rank_main PATH/TO/ckptfile_main
 set -u
@@ -55,7 +71,7 @@ trap cleanup EXIT
 . "$(dirname "$0")/lib.sh" # check, count, committed, wait_committed
 export FTC_LOG_LEVEL=${FTC_LOG_LEVEL:-info}
 # FTC_RUN_ONLY=24 runs scenarios 2 and 4 only (while debugging)
-want() { case ${FTC_RUN_ONLY:-1234567890rfc} in *$1*) return 0 ;; esac; return 1; }
+want() { case ${FTC_RUN_ONLY:-1234567890rfcmgsplxy} in *$1*) return 0 ;; esac; return 1; }
 
 # ---- 1. a rank dies -------------------------------------------------------------------
 if want 1; then
@@ -440,7 +456,7 @@ fi
 
 # ---- f. (12) the job's Redis loses its data (FLUSHALL: a restart without persistence) ------
 if want f; then
-J12=run${tag}f
+J12=run${tag}p
 f0=$fails
 "$FTC" run --simulate-nodes 3 --job "$J12" --job-dir "$T/j12" --max-restarts 2 \
     --settle-ms 300 -- "$RANK" --steps 150 --step-ms 40 --floats 4096 --restore --strict \
@@ -465,7 +481,7 @@ fi
 # --ckptdir-max-bytes under the binary's file: no version is pushed, the log
 # names the cap; the job itself runs on (the binary's saves still work).
 if want c; then
-Jc=run${tag}k
+Jc=run${tag}o
 f0=$fails
 "$FTC" run --simulate-nodes 2 --ckpt-dir --ckptdir-max-bytes 1000 --ckptdir-quiet-ms 50 \
     --ckptdir-busy-max-ms 2000 --job "$Jc" --job-dir "$T/jc" --settle-ms 300 \
@@ -476,6 +492,295 @@ check "c: the cap (--ckptdir-max-bytes 1000) refused the directory, naming it" \
     grep -q "over the cap of 1000 bytes" "$T/c.out"
 check "c: every rank finished" test "$(count 'DONE 11' "$T/c.out")" -ge 2
 [ $fails -eq $f0 ] || { echo "--- output of c:"; tail -40 "$T/c.out"; }
+fi
+
+# ---- m. MASTER_ADDR is the address of the node that runs rank 0 ---------------------------
+# Three `ftc run` processes of one job (each its own --host) on `ftc redis`,
+# --tp 2: world 2, one node idle. The node of rank 0 is killed: the survivor
+# (rank 1) stays in place and is the round's first member, the idle node
+# takes rank 0. Rank 0 hosts torch's store at MASTER_ADDR:MASTER_PORT, so
+# every rank must get the host of the node that runs rank 0 (it used to be
+# the round's first member's: the ranks would wait for a store nobody runs).
+if want m; then
+Jm=run${tag}m
+f0=$fails
+mkdir -p "$T/jm"
+cat >"$T/m.sh" <<EOF
+#!/bin/sh
+echo "ENVM GEN=\$FTC_GENERATION RANK=\$RANK NODE=\$FTC_NODE_RANK GROUP=\$GROUP_RANK ADDR=\$MASTER_ADDR"
+exec "$RANK" "\$@"
+EOF
+chmod +x "$T/m.sh"
+"$FTC" redis --job "$Jm" --job-dir "$T/jm" >"$T/m.redis.out" 2>&1 &
+rpid=$!
+pids+=($rpid)
+for i in $(seq 100); do [ -s "$T/jm/redis.url" ] && break; sleep 0.1; done
+mpids=()
+for n in 0 1 2; do
+    "$FTC" run --nnodes 2:3 --node-rank $n --host "host$n" --tp 2 --job "$Jm" --job-dir "$T/jm" \
+        --max-restarts 4 --settle-ms 500 -- "$T/m.sh" --steps 100 --step-ms 40 --floats 4096 \
+        --restore --strict >"$T/m.$n.out" 2>&1 &
+    mpids+=($!)
+    pids+=($!)
+done
+check "m: the job committed step 5" wait_committed "$Jm" "$T/jm" 5 60
+m0=$(grep -l 'generation 1: rank 0 (local' "$T"/m.[012].out | head -1 | sed 's/.*m\.\([012]\)\.out/\1/')
+check "m: found the node of rank 0 (node $m0)" test -n "$m0"
+if [ -n "$m0" ]; then
+    kill -9 "${mpids[$m0]}"
+    rm -f /dev/shm/ftc."$Jm".n"$m0".* 2>/dev/null
+fi
+rcs=""
+for n in 0 1 2; do
+    [ "$n" = "$m0" ] && continue
+    wait "${mpids[$n]}"
+    rcs="$rcs $?"
+done
+check "m: the two other nodes finished the job (exit$rcs)" test "$rcs" = " 0 0"
+cat "$T"/m.[012].out >"$T/m.out"
+g=$(sed -n 's/^ENVM GEN=\([0-9]*\) .*/\1/p' "$T/m.out" | sort -n | tail -1)
+r0=$(grep "^ENVM GEN=$g RANK=0 " "$T/m.out" | head -1)
+n0=$(echo "$r0" | sed -n 's/.* NODE=\([0-9]*\) .*/\1/p')
+check "m: generation $g: rank 0 runs on a node that is not the round's first ($r0)" \
+    bash -c "[[ '$r0' =~ GROUP=[1-9] ]]"
+check "m: generation $g: every rank's MASTER_ADDR is host$n0, rank 0's node ($(grep "^ENVM GEN=$g " "$T/m.out" | sed 's/.*ADDR=//' | tr '\n' ' '))" \
+    test "$(grep -c "^ENVM GEN=$g " "$T/m.out")/$(grep "^ENVM GEN=$g " "$T/m.out" | grep -vc " ADDR=host$n0\$")" = "2/0"
+check "m: no bad restore, no error" no_errors "" "$T"/m.[012].out
+kill "$rpid" 2>/dev/null
+wait "$rpid" 2>/dev/null
+[ $fails -eq $f0 ] || { echo "--- output of m:"; tail -n 30 "$T"/m.[012].out; }
+fi
+
+# ---- g. a grow is not a failure: --max-restarts 0 and a node that joins ---------------------
+# torchrun does not count membership changes against --max-restarts. One
+# node runs the job (--nnodes 1:2 --max-restarts 0); a second `ftc run`
+# joins at a checkpoint boundary: the first node restarts its rank in the
+# grow round and the job finishes on both (the grow used to count as a
+# failed generation, and the first node gave up: "more than --max-restarts").
+if want g; then
+Jg=run${tag}q
+f0=$fails
+"$FTC" run --nnodes 1:2 --node-rank 0 --max-restarts 0 --job "$Jg" --job-dir "$T/jg" \
+    --settle-ms 300 --grow-wait-ms 2000 -- "$RANK" --steps 150 --step-ms 40 --floats 4096 \
+    --restore --strict >"$T/g.0.out" 2>&1 &
+g0=$!
+pids+=($g0)
+check "g: the job committed step 5 on one node" wait_committed "$Jg" "$T/jg" 5 60
+"$FTC" run --nnodes 1:2 --node-rank 1 --max-restarts 0 --job "$Jg" --job-dir "$T/jg" \
+    --settle-ms 300 --grow-wait-ms 2000 -- "$RANK" --steps 150 --step-ms 40 --floats 4096 \
+    --restore --strict >"$T/g.1.out" 2>&1 &
+g1=$!
+pids+=($g1)
+wait $g1
+rc1=$?
+wait $g0
+rc0=$?
+check "g: both nodes finished the job (exit $rc0, $rc1)" test $rc0 -eq 0 -a $rc1 -eq 0
+check "g: the job grew to 2 nodes" grep -q 'layout .* on 2 nodes' "$T/g.0.out"
+check "g: the grow was not counted against --max-restarts" \
+    grep -q 'not counted against --max-restarts' "$T/g.0.out"
+check "g: both ranks reached the last step" \
+    test "$(cat "$T"/g.[01].out | grep -c 'COMMITTED 149')" -ge 2
+check "g: no bad restore, no error" no_errors "" "$T"/g.[01].out
+[ $fails -eq $f0 ] || { echo "--- output of g:"; tail -n 30 "$T"/g.[01].out; }
+fi
+
+# ---- s. a hot spare ----------------------------------------------------------------------
+# A one-node job (--nnodes 1) on `ftc redis`, and a second node for it (same
+# index, another --node-id: a replacement from a pool) that arrives while it
+# runs: the job is full, so the second node waits as a hot spare without
+# opening a round (it used to open a grow round that restarted the member's
+# ranks only to make itself a spare), keeps waiting past --join-timeout-ms
+# (it gave up after the second timeout), and exits 0 when the job is done
+# (it waited on for a round that never opens).
+if want s; then
+Js=run${tag}s
+f0=$fails
+mkdir -p "$T/js"
+"$FTC" redis --job "$Js" --job-dir "$T/js" >"$T/s.redis.out" 2>&1 &
+rpid=$!
+pids+=($rpid)
+for i in $(seq 100); do [ -s "$T/js/redis.url" ] && break; sleep 0.1; done
+"$FTC" run --nnodes 1 --node-rank 0 --node-id sa --job "$Js" --job-dir "$T/js" --settle-ms 200 \
+    --join-timeout-ms 1500 --grow-wait-ms 0 -- sh -c 'sleep 8' >"$T/s.a.out" 2>&1 &
+sa=$!
+pids+=($sa)
+for i in $(seq 300); do grep -q 'generation 1: rank 0 ' "$T/s.a.out" && break; sleep 0.1; done
+"$FTC" run --nnodes 1 --node-rank 0 --node-id sb --job "$Js" --job-dir "$T/js" --settle-ms 200 \
+    --join-timeout-ms 1500 --grow-wait-ms 0 -- sh -c 'sleep 8' >"$T/s.b.out" 2>&1 &
+sb=$!
+pids+=($sb)
+wait $sa
+rca=$?
+check "s: the member finished the job (exit $rca)" test $rca -eq 0
+check "s: in its first generation (the spare opened no round)" \
+    bash -c "! grep -q 'generation 2' '$T/s.a.out'"
+check "s: the second node waited as a hot spare" grep -q 'hot spare' "$T/s.b.out"
+for i in $(seq 300); do kill -0 $sb 2>/dev/null || break; sleep 0.1; done
+check "s: and ended once the job was done" bash -c "! kill -0 $sb 2>/dev/null"
+kill -9 $sb 2>/dev/null
+wait $sb
+rcb=$?
+check "s: with exit 0 ($rcb)" test $rcb -eq 0
+# the member is killed (SIGKILL, the whole node): nobody is left to open a
+# round, so the spare opens it once the member's heartbeat is gone, and
+# finishes the job (generation 1's rank sleeps, a later one's exits 0)
+"$FTC" run --nnodes 1 --node-rank 0 --node-id sc --job "$Js" --job-dir "$T/js" --settle-ms 200 \
+    --join-timeout-ms 1500 --grow-wait-ms 0 -- sh -c '[ "$FTC_GENERATION" -gt 2 ] || exec sleep 300' \
+    >"$T/s.c.out" 2>&1 &
+sc=$!
+pids+=($sc)
+for i in $(seq 300); do grep -q 'generation 2: rank 0 ' "$T/s.c.out" && break; sleep 0.1; done
+"$FTC" run --nnodes 1 --node-rank 0 --node-id sd --job "$Js" --job-dir "$T/js" --settle-ms 200 \
+    --join-timeout-ms 1500 --grow-wait-ms 0 -- sh -c '[ "$FTC_GENERATION" -gt 2 ] || exec sleep 300' \
+    >"$T/s.d.out" 2>&1 &
+sd=$!
+pids+=($sd)
+for i in $(seq 300); do grep -q 'hot spare' "$T/s.d.out" && break; sleep 0.1; done
+kill -9 $sc
+for i in $(seq 300); do kill -0 $sd 2>/dev/null || break; sleep 0.1; done
+kill -9 $sd 2>/dev/null
+wait $sd
+rcd=$?
+check "s: the spare of a job whose only member was killed took over and finished it (exit $rcd)" \
+    test $rcd -eq 0
+check "s: saying why" grep -q 'no live member: spare sd takes over' "$T/s.d.out"
+# --nnodes 2, both members killed: the spare takes over, alone, below MIN:
+# it ends with an error after --join-timeout-ms (it waited forever)
+Js2=run${tag}t
+for n in 0 1; do
+    "$FTC" run --nnodes 2 --node-rank $n --node-id "m$n" --job "$Js2" --job-dir "$T/js" \
+        --settle-ms 200 --join-timeout-ms 1500 --grow-wait-ms 0 -- sleep 300 \
+        >"$T/s.m$n.out" 2>&1 &
+    eval "sm$n=\$!"
+    pids+=($!)
+done
+for i in $(seq 300); do grep -q 'generation 1: rank 1 ' "$T"/s.m[01].out && break; sleep 0.1; done
+"$FTC" run --nnodes 2 --node-rank 0 --node-id se --job "$Js2" --job-dir "$T/js" --settle-ms 200 \
+    --join-timeout-ms 1500 --grow-wait-ms 0 -- sleep 300 >"$T/s.e.out" 2>&1 &
+se=$!
+pids+=($se)
+for i in $(seq 300); do grep -q 'hot spare' "$T/s.e.out" && break; sleep 0.1; done
+kill -9 $sm0 $sm1
+for i in $(seq 300); do kill -0 $se 2>/dev/null || break; sleep 0.1; done
+check "s: a spare left alone below --nnodes MIN ends" bash -c "! kill -0 $se 2>/dev/null"
+kill -9 $se 2>/dev/null
+wait $se
+rce=$?
+check "s: with an error naming MIN (exit $rce)" \
+    bash -c "[ $rce -eq 1 ] && grep -q 'min_nodes 2' '$T/s.e.out'"
+kill "$rpid" 2>/dev/null
+wait "$rpid" 2>/dev/null
+[ $fails -eq $f0 ] || { echo "--- output of s:"; tail -n 20 "$T"/s.[abcde].out; }
+fi
+
+# ---- p. a rank fails while the job's Redis is paused ------------------------------------------
+# Redis SIGSTOPped for 12 s and a rank (a binary without libftc: no hang
+# detection helps) exits 1 meanwhile: its supervisor cannot open the next
+# round then, and must once Redis answers again; generation 2 then runs and
+# the job finishes (the request was tried once and lost: that supervisor
+# waited in a round nobody opened and gave up, and the other node, its rank
+# done, waited for it forever).
+if want p; then
+Jp=run${tag}u
+f0=$fails
+"$FTC" run --simulate-nodes 2 --job "$Jp" --job-dir "$T/jp" --max-restarts 2 --settle-ms 300 \
+    --join-timeout-ms 20000 -- sh -c 'if [ "$FTC_GENERATION" = 1 ]; then
+        if [ "$RANK" = 1 ]; then sleep 1; exit 1; fi; sleep 25; fi; exit 0' >"$T/p.out" 2>&1 &
+runpid=$!
+pids+=($runpid)
+for i in $(seq 600); do [ "$(grep -c 'generation 1: rank [01] ' "$T/p.out")" -ge 2 ] && break; sleep 0.1; done
+port=$(sed -n 's/.*@[^:]*:\([0-9]*\).*/\1/p' "$T/jp/redis.url")
+rpid=$(pgrep -f "redis-server 127.0.0.1:$port\$" | head -1)
+check "p: found the job's redis-server ($rpid)" test -n "$rpid"
+[ -n "$rpid" ] && kill -STOP "$rpid"
+sleep 12
+[ -n "$rpid" ] && kill -CONT "$rpid"
+for i in $(seq 600); do kill -0 $runpid 2>/dev/null || break; sleep 0.1; done
+check "p: the job ended" bash -c "! kill -0 $runpid 2>/dev/null"
+kill -9 $runpid 2>/dev/null
+wait $runpid
+rc=$?
+check "p: and finished (exit $rc)" test $rc -eq 0
+check "p: in generation 2, both nodes" test "$(grep -c 'generation 2: rank [01] ' "$T/p.out")" -eq 2
+[ $fails -eq $f0 ] || { echo "--- output of p:"; tail -n 40 "$T/p.out"; }
+fi
+
+# ---- l. a node leaves on SIGTERM (a preemption) ----------------------------------------------
+# Two simulated nodes (--nnodes 1:2); one node's supervisor gets SIGTERM: it
+# stops its rank, leaves cleanly (no node_lost: its heartbeat goes with it)
+# and must tell the others: the survivor's rank is restarted alone in
+# generation 2 and the job finishes (it used to train on in generation 1 and,
+# its rank done, wait forever for the node that had left).
+if want l; then
+Jl=run${tag}v
+f0=$fails
+"$FTC" run --simulate-nodes 2 --nnodes 1:2 --job "$Jl" --job-dir "$T/jl" --settle-ms 300 \
+    --join-timeout-ms 20000 -- sh -c '[ "$FTC_GENERATION" = 1 ] && sleep 10; exit 0' \
+    >"$T/l.out" 2>&1 &
+runpid=$!
+pids+=($runpid)
+for i in $(seq 600); do [ "$(grep -c 'generation 1: rank [01] ' "$T/l.out")" -ge 2 ] && break; sleep 0.1; done
+n1=$(cat "$T/jl/node1.pid" 2>/dev/null)
+check "l: node 1 runs (pid $n1)" test -n "$n1"
+[ -n "$n1" ] && kill -TERM "$n1"
+for i in $(seq 600); do kill -0 $runpid 2>/dev/null || break; sleep 0.1; done
+check "l: the job ended" bash -c "! kill -0 $runpid 2>/dev/null"
+kill -9 $runpid 2>/dev/null
+wait $runpid
+check "l: node 0 finished it (exit 0)" grep -q 'ftc run: 1 nodes finished, 1 failed' "$T/l.out"
+check "l: in generation 2, alone" grep -q '\[node0\] INFO run: generation 2: node 0 of 1' "$T/l.out"
+[ $fails -eq $f0 ] || { echo "--- output of l:"; tail -n 30 "$T/l.out"; }
+fi
+
+# ---- x. a node that cannot start its ranks gives up, and says so ----------------------------
+# Two simulated nodes (--nnodes 1:2, -r3 --log-dir): rank 1's log directory
+# cannot be made (a file is in the way), so its node fails to start it and
+# exits 1; it opens the next round as it goes, and the other node finishes
+# the job alone in generation 2 (it trained on in generation 1 and then
+# waited forever for the node that had gone).
+if want x; then
+Jx=run${tag}w
+f0=$fails
+mkdir -p "$T/lx/$Jx/attempt_1"
+touch "$T/lx/$Jx/attempt_1/1"
+"$FTC" run --simulate-nodes 2 --nnodes 1:2 --job "$Jx" --job-dir "$T/jx" --settle-ms 300 \
+    --join-timeout-ms 20000 --log-dir "$T/lx" -r3 \
+    -- sh -c '[ "$FTC_GENERATION" = 1 ] && sleep 8; exit 0' >"$T/x.out" 2>&1 &
+runpid=$!
+pids+=($runpid)
+for i in $(seq 600); do kill -0 $runpid 2>/dev/null || break; sleep 0.1; done
+check "x: the job ended" bash -c "! kill -0 $runpid 2>/dev/null"
+kill -9 $runpid 2>/dev/null
+wait $runpid
+check "x: one node failed (its rank's log directory), the other finished the job" \
+    grep -q 'ftc run: 1 nodes finished, 1 failed' "$T/x.out"
+check "x: in generation 2, alone" grep -q 'INFO run: generation 2: node 0 of 1' "$T/x.out"
+[ $fails -eq $f0 ] || { echo "--- output of x:"; tail -n 30 "$T/x.out"; }
+fi
+
+# ---- y. a member gives up after the round closed (a second failure during recovery) -----------
+# Two simulated nodes (--nnodes 1:2, --join-timeout-ms 90000); node 1's agent
+# cannot start (a directory where its socket goes), so node 1 gives up right
+# after the rendezvous and opens the next round as it goes. Node 0, waiting
+# for node 1's agent, joins that round at once (it waited out the join
+# timeout) and finishes the job alone in generation 2.
+if want y; then
+Jy=run${tag}y
+f0=$fails
+mkdir -p "$T/jy/agent.1.sock/x"
+"$FTC" run --simulate-nodes 2 --nnodes 1:2 --job "$Jy" --job-dir "$T/jy" --settle-ms 300 \
+    --join-timeout-ms 90000 -- sh -c 'exit 0' >"$T/y.out" 2>&1 &
+runpid=$!
+pids+=($runpid)
+for i in $(seq 400); do kill -0 $runpid 2>/dev/null || break; sleep 0.1; done
+check "y: the job ended well before the join timeout" bash -c "! kill -0 $runpid 2>/dev/null"
+kill -9 $runpid 2>/dev/null
+wait $runpid
+check "y: node 1 failed (its agent), node 0 finished the job" \
+    grep -q 'ftc run: 1 nodes finished, 1 failed' "$T/y.out"
+check "y: in generation 2, alone" grep -q 'INFO run: generation 2: node 0 of 1' "$T/y.out"
+[ $fails -eq $f0 ] || { echo "--- output of y:"; tail -n 30 "$T/y.out"; }
 fi
 
 if [ $fails -ne 0 ]; then

@@ -24,7 +24,9 @@
 #   7. usage errors, exit 2 with the message: --rdzv-backend c10d / etcd,
 #      --rdzv-conf with an unknown key or a bad value, --standalone with --nnodes 2 or --rdzv-endpoint, -m with
 #      --no-python, --redirects 5, --nproc-per-node gpu without a GPU;
-#      --nproc-per-node cpu runs one rank per online core (when <= 4).
+#      --nproc-per-node cpu runs one rank per online core (when <= 4);
+#   8. --log-dir -r3, the same job launched twice (generation 1 both times):
+#      the second launch's output is appended, the first's kept.
 #
 # usage: test_run_torchrun.sh PATH/TO/ftc PATH/TO/envprobe_main
 set -u
@@ -46,7 +48,7 @@ trap cleanup EXIT
 unset FTC_NODE_RANK NODE_RANK SLURM_NNODES SLURM_JOB_NUM_NODES SLURM_NODEID OMP_NUM_THREADS \
     FTC_REDIS_URL FTC_JOB_ID PYTHONUNBUFFERED # (-u must be what makes Python unbuffered)
 export FTC_LOG_LEVEL=${FTC_LOG_LEVEL:-info}
-want() { case ${FTC_RUN_ONLY:-1234567} in *$1*) return 0 ;; esac; return 1; }
+want() { case ${FTC_RUN_ONLY:-12345678} in *$1*) return 0 ;; esac; return 1; }
 # v FILE RANK NAME: variable NAME as rank RANK saw it
 v() { sed -n "s/^PROBE RANK=$2 .*\b$3=\([^ ]*\).*/\1/p" "$1" | head -1; }
 all() { grep '^PROBE ' "$1" | sed -n "s/.*\b$2=\([^ ]*\).*/\1/p" | sort -u | tr '\n' ' ' | sed 's/ $//'; }
@@ -241,6 +243,25 @@ else
     echo "skip: 7: --nproc-per-node cpu would run $cores ranks"
 fi
 dump $f0 "$T/7.out"
+fi
+
+# ---- 8. --log-dir across launches ------------------------------------------------------------
+# The same job launched twice (a crashed job started again with its
+# --rdzv-id; a fresh embedded Redis, so generation 1 again): the second
+# launch's output goes after the first's in attempt_1/RANK/stdout.log (the
+# files were truncated: the crashed launch's logs were lost).
+if want 8; then
+f0=$fails
+for k in 1 2; do
+    timeout 120 "$FTC" run --standalone --rdzv-id "tr${tag}i" --job-dir "$T/j8.$k" --settle-ms 200 \
+        --log-dir "$T/logs8" -r3 "$PROBE" launch$k >"$T/8.$k.out" 2>&1
+    rc=$?
+    check "8: launch $k finished (exit $rc)" test $rc -eq 0
+done
+L=$T/logs8/tr${tag}i/attempt_1/0/stdout.log
+check "8: both launches' output in $L ($(grep -c '^PROBE ' "$L" 2>/dev/null))" \
+    bash -c "grep -q 'ARGS=launch1' '$L' && grep -q 'ARGS=launch2' '$L'"
+dump $f0 "$T/8.2.out"
 fi
 
 if [ $fails -ne 0 ]; then

@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# test_run_signals.sh — `ftc run` and signals, one node, real processes (the
+# "training binary" is a shell script; no libftc needed):
+#
+#   1. a rank that is a wrapper script (sh starting the real trainer, here a
+#      `sleep`, and waiting for it, as `bash train.sh` running python does):
+#      SIGTERM to `ftc run` ends the job, and the trainer the wrapper started
+#      is gone too (the rank's whole process group is signalled, as torchrun
+#      does: it was left running, an orphan holding its GPU);
+#   2. a node waiting in the rendezvous for a second node that never comes
+#      (--nnodes 2, --join-timeout-ms 90000): SIGTERM ends `ftc run` (exit
+#      non-zero) well before the join timeout (it used to wait it out);
+#   4. SIGHUP stops the job as SIGTERM does (torchrun's handlers; it killed
+#      `ftc run` at once, the trainers of its ranks orphaned);
+#   3. `ftc run --simulate-nodes 2` killed with SIGKILL: its node supervisors
+#      (and so their ranks) end too (they trained on until their Redis, gone
+#      with the launcher, had been silent for --join-timeout-ms).
+#
+# usage: test_run_signals.sh PATH/TO/ftc
+set -u
+FTC=${1:?usage: test_run_signals.sh FTC}
+BASE=${FTC_TEST_TMP:-/tmp}
+mkdir -p "$BASE"
+T=$(mktemp -d "$BASE/runsig-XXXXXX")
+tag=$$
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill -9 -- "$p" 2>/dev/null; done
+    [ -s "$T/1.child" ] && kill -9 "$(cat "$T/1.child")" 2>/dev/null
+    [ -s "$T/children" ] && kill -9 $(cat "$T/children") 2>/dev/null
+    wait 2>/dev/null
+    rm -rf /dev/shm/ftc.sig"$tag"* 2>/dev/null
+    [ -n "${FTC_KEEP:-}" ] && echo "kept $T" || rm -rf "$T"
+}
+trap cleanup EXIT
+. "$(dirname "$0")/lib.sh" # check, count
+unset FTC_NODE_RANK NODE_RANK SLURM_NNODES SLURM_JOB_NUM_NODES SLURM_NODEID
+export FTC_LOG_LEVEL=${FTC_LOG_LEVEL:-info}
+want() { case ${FTC_RUN_ONLY:-1234} in *$1*) return 0 ;; esac; return 1; }
+# until COMMAND succeeds, at most S seconds
+wait_for() {
+    local end=$((SECONDS + $1))
+    shift
+    while [ $SECONDS -lt $end ]; do "$@" && return 0; sleep 0.1; done
+    return 1
+}
+alive() { kill -0 "$1" 2>/dev/null; }
+gone() { ! kill -0 "$1" 2>/dev/null; }
+
+# a rank that is a wrapper script: it starts its trainer (sleep) and waits
+cat >"$T/wrapper.sh" <<EOF
+#!/bin/sh
+sleep 300 &
+echo \$! >"$T/1.child"
+wait
+EOF
+chmod +x "$T/wrapper.sh"
+
+# ---- 1. SIGTERM reaches the processes a rank started -----------------------------------------
+if want 1; then
+J1=sig${tag}a
+f0=$fails
+"$FTC" run --job "$J1" --job-dir "$T/j1" --settle-ms 200 --grace-ms 2000 -- "$T/wrapper.sh" \
+    >"$T/1.out" 2>&1 &
+runpid=$!
+pids+=($runpid)
+check "1: the rank started its trainer" wait_for 60 test -s "$T/1.child"
+child=$(cat "$T/1.child" 2>/dev/null)
+check "1: the trainer runs (pid $child)" alive "${child:-0}"
+kill -TERM "$runpid"
+check "1: ftc run ended on SIGTERM" wait_for 30 gone "$runpid"
+wait "$runpid"
+rc=$?
+check "1: with a non-zero exit ($rc)" test $rc -ne 0
+check "1: the trainer the rank started is gone too (no orphan)" wait_for 10 gone "${child:-0}"
+[ $fails -eq $f0 ] || { echo "--- output of 1:"; tail -30 "$T/1.out"; }
+fi
+
+# ---- 2. SIGTERM while waiting in the rendezvous -----------------------------------------------
+if want 2; then
+J2=sig${tag}b
+f0=$fails
+"$FTC" run --nnodes 2 --node-rank 0 --job "$J2" --job-dir "$T/j2" --settle-ms 200 \
+    --join-timeout-ms 90000 -- /bin/true >"$T/2.out" 2>&1 &
+runpid=$!
+pids+=($runpid)
+# its agent is not up before the round closes; the round is joined once Redis is
+check "2: the node is up (its Redis url written)" wait_for 60 test -s "$T/j2/redis.url"
+sleep 1
+check "2: and waits for the second node" alive "$runpid"
+kill -TERM "$runpid"
+check "2: ftc run ended on SIGTERM, before the join timeout" wait_for 30 gone "$runpid"
+wait "$runpid"
+rc=$?
+check "2: with a non-zero exit ($rc)" test $rc -ne 0
+check "2: saying it was stopped by a signal" grep -q "stopped by a signal" "$T/2.out"
+[ $fails -eq $f0 ] || { echo "--- output of 2:"; tail -30 "$T/2.out"; }
+fi
+
+# ---- 4. SIGHUP (the terminal went away) stops the job as SIGTERM does ------------------------
+if want 4; then
+for sig in HUP; do
+J4=sig${tag}d$sig
+f0=$fails
+rm -f "$T/1.child"
+"$FTC" run --job "$J4" --job-dir "$T/j4$sig" --settle-ms 200 --grace-ms 2000 -- "$T/wrapper.sh" \
+    >"$T/4$sig.out" 2>&1 &
+runpid=$!
+pids+=($runpid)
+check "4: SIG$sig: the rank started its trainer" wait_for 60 test -s "$T/1.child"
+child=$(cat "$T/1.child" 2>/dev/null)
+echo "$child" >>"$T/children"
+kill -$sig "$runpid"
+check "4: SIG$sig: ftc run ended" wait_for 30 gone "$runpid"
+wait "$runpid"
+rc=$?
+check "4: SIG$sig: saying it was stopped by a signal (exit $rc)" \
+    grep -q "stopped by a signal" "$T/4$sig.out"
+check "4: SIG$sig: the trainer the rank started is gone too" wait_for 10 gone "${child:-0}"
+[ $fails -eq $f0 ] || { echo "--- output of 4 ($sig):"; tail -30 "$T/4$sig.out"; }
+done
+fi
+
+# ---- 3. SIGKILL to `ftc run --simulate-nodes` --------------------------------------------------
+if want 3; then
+J3=sig${tag}c
+f0=$fails
+setsid "$FTC" run --simulate-nodes 2 --job "$J3" --job-dir "$T/j3" --settle-ms 200 \
+    --join-timeout-ms 90000 -- sh -c "echo \$\$ >$T/3.rank.\$RANK; exec sleep 300" \
+    >"$T/3.out" 2>&1 &
+runpid=$!
+pids+=($runpid)
+check "3: both ranks started" wait_for 60 test -s "$T/3.rank.0" -a -s "$T/3.rank.1"
+n0=$(cat "$T/j3/node0.pid" 2>/dev/null) n1=$(cat "$T/j3/node1.pid" 2>/dev/null)
+r0=$(cat "$T/3.rank.0" 2>/dev/null) r1=$(cat "$T/3.rank.1" 2>/dev/null)
+check "3: the node supervisors ($n0, $n1) and ranks ($r0, $r1) run" \
+    bash -c "kill -0 ${n0:-0} && kill -0 ${n1:-0} && kill -0 ${r0:-0} && kill -0 ${r1:-0}"
+kill -9 "$runpid"
+wait "$runpid" 2>/dev/null
+check "3: after SIGKILL to ftc run, its node supervisors end" \
+    wait_for 30 bash -c "! kill -0 ${n0:-0} 2>/dev/null && ! kill -0 ${n1:-0} 2>/dev/null"
+check "3: and so do their ranks" \
+    wait_for 10 bash -c "! kill -0 ${r0:-0} 2>/dev/null && ! kill -0 ${r1:-0} 2>/dev/null"
+kill -9 -- -"$runpid" 2>/dev/null # whatever is left
+[ $fails -eq $f0 ] || { echo "--- output of 3:"; tail -30 "$T/3.out"; }
+fi
+
+if [ $fails -ne 0 ]; then
+    echo "test_run_signals: $fails check(s) failed"
+    exit 1
+fi
+echo "test_run_signals: all checks passed"
