@@ -655,7 +655,8 @@ static void *ftc__repl_main(void *arg)
                 finished = true;
                 if (j->kind == JOB_FETCH && j->rc && j->next_peer < j->npeers) {
                     size_t pl = strlen(j->passed_over);
-                    if (pl + 3 < sizeof j->passed_over)
+                    /* a peer that does not hold it (FTC_ENOENT) is no news */
+                    if (j->rc != FTC_ENOENT && pl + 3 < sizeof j->passed_over)
                         snprintf(j->passed_over + pl, sizeof j->passed_over - pl, "%s%s",
                                  pl ? "; " : "", st.detail);
                     j->started = false; /* try the next candidate */
@@ -1837,8 +1838,9 @@ static void ftc__on_restore(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *
 }
 
 /* A fetch that succeeded after other holders failed (a replica refused by
- * its checksum, a holder that did not answer): said in the log and the
- * event stream (replica_refused), so that a bad copy is not silent. */
+ * its checksum, a holder that did not answer; not a peer that simply does
+ * not hold it): said in the log and the event stream (replica_refused), so
+ * that a bad copy is not silent. */
 static void ftc__report_passed_over(ftc_agent_t *a, const ftc__rank_t *r, const ftc__job_t *j)
 {
     if (!j->passed_over[0])
