@@ -1196,30 +1196,44 @@ static bool ftc__grow_boundary(ftc__sup_t *s, const char *job, uint64_t gen)
     return false;
 }
 
+/* HMGET of the job's hash `suffix` in one read (the fields of one moment):
+ * field i's value, NUL-terminated, in out[i] ("" when missing; cut to 255
+ * bytes). 0, or -1 when Redis gave no array of nf values. */
+static int ftc__hmget(ftc__sup_t *s, const char *suffix, int nf, const char *const *fields,
+                      char (*out)[256])
+{
+    char key[256];
+    const char *argv[8] = {"HMGET", ftc_ctl_key(s->ctl, suffix, key, sizeof key)};
+    for (int i = 0; i < nf && i < 6; i++)
+        argv[2 + i] = fields[i];
+    ftc_redis_reply_t *rep = NULL, **el = NULL;
+    size_t n = 0;
+    int rc = -1;
+    if (nf <= 6 && ftc_redis_cmd(ftc_ctl_redis(s->ctl), true, &rep, 2 + nf, argv, NULL) == 0 &&
+        ftc_redis_want_array(rep, "HMGET", nf, &el, &n, NULL) == 0) {
+        for (int i = 0; i < nf; i++) {
+            const char *v = NULL;
+            size_t vl = 0;
+            out[i][0] = 0;
+            if (ftc_redis_want_str(el[i], fields[i], &v, &vl, NULL) == 0 && v)
+                snprintf(out[i], 256, "%.*s", (int)(vl < 255 ? vl : 255), v);
+        }
+        rc = 0;
+    }
+    ftc_redis_reply_free(rep);
+    return rc;
+}
+
 /* Generation gen's member count (the gen hash's `nodes`, written when its
  * round closed), or -1 when it is not the current one or cannot be read. */
 static int ftc__gen_nodes(ftc__sup_t *s, uint64_t gen)
 {
-    char key[256];
-    ftc_ctl_key(s->ctl, "gen", key, sizeof key);
-    ftc_redis_reply_t *rep = NULL, **el = NULL;
-    size_t n = 0;
-    const char *g = NULL, *v = NULL;
-    size_t gl = 0, vl = 0;
-    int nodes = -1;
-    if (ftc_redis_cmdv(ftc_ctl_redis(s->ctl), true, &rep, "HMGET", key, "gen", "nodes", NULL) ==
-            0 &&
-        ftc_redis_want_array(rep, "HMGET gen", 2, &el, &n, NULL) == 0 &&
-        ftc_redis_want_str(el[0], "gen", &g, &gl, NULL) == 0 && g &&
-        ftc_redis_want_str(el[1], "gen nodes", &v, &vl, NULL) == 0 && v && vl < 16 && gl < 24) {
-        char gb[24], vb[16];
-        snprintf(gb, sizeof gb, "%.*s", (int)gl, g);
-        snprintf(vb, sizeof vb, "%.*s", (int)vl, v);
-        if (strtoull(gb, NULL, 10) == gen)
-            nodes = atoi(vb);
-    }
-    ftc_redis_reply_free(rep);
-    return nodes;
+    static const char *const f[] = {"gen", "nodes"};
+    char v[2][256];
+    if (ftc__hmget(s, "gen", 2, f, v) != 0 || !v[0][0] || !v[1][0] ||
+        strtoull(v[0], NULL, 10) != gen)
+        return -1;
+    return atoi(v[1]);
 }
 
 /* Whether every member of generation gen (the current one) finished: the job
@@ -1395,25 +1409,11 @@ static void ftc__recovery_begin(ftc__sup_t *s, const char *phase, const char *wh
  * reason, read while it is open; false when it cannot be read: counted). */
 static bool ftc__round_is_grow(ftc__sup_t *s, uint64_t gen)
 {
-    char key[256];
-    ftc_ctl_key(s->ctl, "rdzv", key, sizeof key);
-    ftc_redis_reply_t *rep = NULL, **el = NULL;
-    size_t n = 0;
-    const char *round = NULL, *why = NULL;
-    size_t rl = 0, wl = 0;
-    bool grow = false;
-    if (ftc_redis_cmdv(ftc_ctl_redis(s->ctl), true, &rep, "HMGET", key, "round", "open",
-                       "reason", NULL) == 0 &&
-        ftc_redis_want_array(rep, "HMGET rdzv", 3, &el, &n, NULL) == 0 &&
-        ftc_redis_want_str(el[0], "rdzv round", &round, &rl, NULL) == 0 && round &&
-        ftc_redis_want_str(el[2], "rdzv reason", &why, &wl, NULL) == 0 && why) {
-        char buf[32];
-        snprintf(buf, sizeof buf, "%.*s", (int)(rl < 31 ? rl : 31), round);
-        grow = strtoull(buf, NULL, 10) == gen && wl > strlen(FTC__GROW_WHY) &&
-               !strncmp(why, FTC__GROW_WHY, strlen(FTC__GROW_WHY));
-    }
-    ftc_redis_reply_free(rep);
-    return grow;
+    static const char *const f[] = {"round", "reason"};
+    char v[2][256];
+    return ftc__hmget(s, "rdzv", 2, f, v) == 0 && v[0][0] && strtoull(v[0], NULL, 10) == gen &&
+           strlen(v[1]) > strlen(FTC__GROW_WHY) &&
+           !strncmp(v[1], FTC__GROW_WHY, strlen(FTC__GROW_WHY));
 }
 
 enum { FTC__DONE = 0, FTC__FAILED = 1, FTC__STOPPED = 2, FTC__NEW_ROUND = 3, FTC__CUT = 4 };
