@@ -77,7 +77,8 @@ typedef struct ftc__job {
     uint64_t size;
     uint32_t peers[FTC_REPL_MAX_PEERS];
     int npeers;             /* PUSH: targets; FETCH: candidates, tried in order */
-    int64_t keep;           /* PUSH: the committed step when queued (peers keep its replica) */
+    int64_t keep;           /* PUSH of a replica: the committed step when queued (peers keep
+                               its replica; -1 = not said, always for parity pushes) */
     int next_peer;          /* FETCH: next candidate */
     uint8_t addr[FTC_FABRIC_ADDR_MAX]; /* PEER */
     size_t addr_len;
@@ -619,7 +620,7 @@ static void *ftc__repl_main(void *arg)
             int rc;
             if (j->kind == JOB_PUSH)
                 rc = ftc_repl_push_keep(a->repl, j->owner, j->step, j->shard, j->size, j->peers,
-                                        j->npeers, j->keep, d, &j->x);
+                                        j->npeers, j->par ? -1 : j->keep, d, &j->x);
             else
                 rc = ftc_repl_fetch_into(a->repl, j->peers[j->next_peer++], j->owner, j->step,
                                          j->dst, j->dst_cap, d, &j->x);
@@ -2968,6 +2969,7 @@ static void ftc__par_on_encoded(ftc_agent_t *a, ftc__par_task_t *t)
         }
         p->kind = JOB_PUSH;
         p->par = PAR_ENCODE;
+        p->keep = -1; /* parity blocks: their own double-buffering rule (not keep) */
         p->rix = t->rix;
         p->owner = FTC_PAR_OWNER(t->local);
         p->step = t->step;
