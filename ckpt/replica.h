@@ -32,7 +32,10 @@
  * Replica store: per owner rank two shm slots ("ftc.JOB.n<SELF>.p<OWNER>.s<0|1>";
  * the agent's own node index keeps two agents on one host apart), one
  * receiving, one holding the newest complete and verified replica, so a
- * push that fails midway never destroys the previous replica (I3). A
+ * push that fails midway never destroys the previous replica (I3). A push
+ * that says the owner's committed step (ftc_repl_push_keep) goes over the
+ * newest replica instead when that one is of another step and the other
+ * slot holds the committed one (the newest was abandoned by its sender). A
  * restarted agent adopts the slots it finds: the one that verifies with the
  * highest step is its held replica.
  *
