@@ -77,6 +77,8 @@ typedef struct ftc__job {
     uint64_t size;
     uint32_t peers[FTC_REPL_MAX_PEERS];
     int npeers;             /* PUSH: targets; FETCH: candidates, tried in order */
+    int64_t keep;           /* PUSH of a replica: the committed step when queued (peers keep
+                               its replica; -1 = not said, always for parity pushes) */
     int next_peer;          /* FETCH: next candidate */
     uint8_t addr[FTC_FABRIC_ADDR_MAX]; /* PEER */
     size_t addr_len;
@@ -617,8 +619,8 @@ static void *ftc__repl_main(void *arg)
             ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)a->o.timeout_ms);
             int rc;
             if (j->kind == JOB_PUSH)
-                rc = ftc_repl_push(a->repl, j->owner, j->step, j->shard, j->size, j->peers,
-                                   j->npeers, d, &j->x);
+                rc = ftc_repl_push_keep(a->repl, j->owner, j->step, j->shard, j->size, j->peers,
+                                        j->npeers, j->par ? -1 : j->keep, d, &j->x);
             else
                 rc = ftc_repl_fetch_into(a->repl, j->peers[j->next_peer++], j->owner, j->step,
                                          j->dst, j->dst_cap, d, &j->x);
@@ -960,8 +962,29 @@ static void ftc__poll_commits(ftc_agent_t *a)
                 victim = s;
         if (victim < 0)
             continue;
+        /* The version was reported: the commit record could still commit it
+         * (another rank's copy was only slow), and it would then be committed
+         * without this node's copy (k copies instead of k + 1, I2). Its report
+         * is taken back first, atomically unless the record has reached the
+         * step already: then it is committed (the commit pass below marks it)
+         * and is not abandoned. Redis away: tried again at the next poll. */
+        int64_t rec = -1;
+        bool gone = false;
+        if (ftc_ctl_commit_withdraw(a->ctl, a->generation, (int64_t)r->step[victim], r->rank,
+                                    &rec, &gone) != 0) {
+            FTC_DEBUG("agent", "rank %u: step %" PRIu64 " is not committed after %d ms, but its "
+                      "report could not be taken back (%s): its slot is kept for now",
+                      r->rank, r->step[victim], a->o.timeout_ms, ftc_ctl_errstr(a->ctl));
+            continue;
+        }
+        if (!gone) {
+            if (rec > a->committed)
+                a->committed = rec;
+            continue;
+        }
         FTC_WARN("agent", "rank %u: step %" PRIu64 " was not committed within %d ms (another "
-                          "rank's copy of it failed?); its slot is reused for step %" PRIu64,
+                          "rank's copy of it failed?); its report is withdrawn and its slot "
+                          "reused for step %" PRIu64,
                  r->rank, r->step[victim], a->o.timeout_ms, r->begin_step);
         ftc_ctl_event_t e = {.kind = "checkpoint_abandoned", .node = a->node_id,
                              .rank = (int)r->rank, .generation = a->generation,
@@ -1187,17 +1210,38 @@ static void ftc__on_slots(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
             return;
         }
     }
-    /* slots that survived from before (a restarted rank): learn their state */
+    /* slots that survived from before (a restarted rank or agent): learn
+     * their state. A version newer than the committed step whose report the
+     * commit record holds (with this very checksum) was replicated and may
+     * still commit: it stays sealed, or a BEGIN would take its slot and the
+     * version would commit without this node's copy (I2). */
     if (!r->size) {
         for (int s = 0; s < NS; s++) {
             ftc_shard_view_t v;
             ftc_err_t err = {0};
-            if (!r->slot[s].unreserved && /* created empty just now: not read (a hole) */
-                ftc_shard_open(&v, r->slot[s].base, m->size, 0, &err) == 0 &&
-                (int64_t)v.info.step <= a->committed) {
+            if (r->slot[s].unreserved || /* created empty just now: not read (a hole) */
+                ftc_shard_open(&v, r->slot[s].base, m->size, 0, &err) != 0)
+                continue;
+            if ((int64_t)v.info.step <= a->committed) {
                 r->st[s] = SL_COMMITTED;
                 r->step[s] = v.info.step;
+                continue;
             }
+            uint64_t rec = 0;
+            bool found = false;
+            if (ftc_ctl_commit_checksum(a->ctl, a->generation, (int64_t)v.info.step, r->rank,
+                                        &rec, &found) != 0 ||
+                !found || rec != v.head_xxh3)
+                continue;
+            FTC_INFO("agent", "rank %u: slot %d holds step %" PRIu64 ", reported to the commit "
+                     "record and not committed yet: kept sealed", r->rank, s, v.info.step);
+            r->st[s] = SL_SEALED;
+            r->step[s] = v.info.step;
+            r->checksum[s] = v.head_xxh3;
+            r->pushed[s] = r->acked[s] = r->reported[s] = true;
+            r->sealed_ns[s] = ftc_now_ns();
+            r->retry_ns[s] = 0;
+            r->push_tries[s] = 0;
         }
     }
     FTC_DEBUG("agent", "rank %u: %d slots of %" PRIu64 " bytes ready in %.1f ms (%d created%s)",
@@ -1442,6 +1486,7 @@ static void ftc__try_push(ftc_agent_t *a, ftc__rank_t *r, int s)
     j->size = r->size;
     memcpy(j->peers, peers, (size_t)np * sizeof peers[0]);
     j->npeers = np;
+    j->keep = a->committed;
     r->pushed[s] = true;
     ftc__queue(a, j);
 }
@@ -1538,6 +1583,25 @@ static bool ftc__is_subject(const ftc_shard_view_t *v, const ftc__rank_t *r)
 {
     return r->src == r->rank && !r->fetch ? ftc__same_coords(v, r)
                                           : ftc__info_rank(&v->info) == r->src;
+}
+
+/* Whether v (in slot s of r, -1: another shm object) is the version the commit
+ * record holds: its head checksum is the recorded one (want, when known). */
+static bool ftc__is_recorded(const ftc__rank_t *r, const ftc_shard_view_t *v, int s,
+                             uint64_t want, bool known)
+{
+    if (!known || v->head_xxh3 == want)
+        return true;
+    char where[48];
+    if (s >= 0)
+        snprintf(where, sizeof where, "slot %d", s);
+    else
+        snprintf(where, sizeof where, "a slot of another layout");
+    FTC_WARN("agent", "rank %u: %s holds step %" PRIu64 " with head checksum %016" PRIx64
+             ", not the committed version's %016" PRIx64 " (a snapshot of that step that was "
+             "never committed): not restored from it", r->rank, where, v->info.step,
+             v->head_xxh3, want);
+    return false;
 }
 
 /* FETCH: the verified shard goes into a fresh shm object the rank maps and
@@ -1751,9 +1815,13 @@ static void ftc__on_restore(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *
     }
     uint32_t src = m->src >= 0 ? (uint32_t)m->src : r->rank;
     int64_t step = a->committed;
-    uint64_t gen;
-    if (ftc_ctl_committed(a->ctl, &step, &gen) != 0)
+    uint64_t gen = 0;
+    bool gen_known = true;
+    if (ftc_ctl_committed(a->ctl, &step, &gen) != 0) {
         step = a->committed; /* Redis away: what this agent knows */
+        gen_known = false;
+    }
+    int64_t committed_step = step;
     if (step < 0) {
         ftc__reply_error(r->fd, FTC_ENOENT, "nothing committed yet for job %s", a->job);
         return;
@@ -1774,16 +1842,37 @@ static void ftc__on_restore(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *
     r->fetch = fetch;
     r->src = src;
     r->restore_step = (uint64_t)step;
+    /* The checksum the commit record holds for the subject's shard of the
+     * committed step: a local copy whose content verifies but is another
+     * version of that step (a snapshot that was never committed, a stale
+     * one) is not it (I1). Unknown for an older step a FETCH asks for (its
+     * generation is not known here), when the record expired (an hour after
+     * the step's last report) or Redis is away: then the content alone. */
+    uint64_t want = 0;
+    bool want_known = false;
+    if (gen_known && (int64_t)r->restore_step == committed_step &&
+        ftc_ctl_commit_checksum(a->ctl, gen, committed_step, src, &want, &want_known) != 0) {
+        FTC_WARN("agent", "rank %u: the commit record's checksum of rank %u step %" PRId64
+                 " could not be read (%s): local copies are checked by their content only",
+                 r->rank, src, committed_step, ftc_ctl_errstr(a->ctl));
+        want_known = false;
+    }
     /* 1. this node's slots: the rank's own, or those the subject left here
      * (a node keeps its previous ranks' slots across a layout change) */
     for (int s = 0; s < NS; s++) {
         ftc_shard_view_t v;
         ftc_err_t err = {0};
         /* structure and step first: only the right step's slot is hashed */
-        if (src == r->rank && r->slot[s].base && !r->slot[s].unreserved &&
-            ftc_shard_open(&v, r->slot[s].base, r->size, 0, &err) == 0 &&
-            v.info.step == (uint64_t)step && ftc__is_subject(&v, r) &&
-            ftc_shard_verify(&v, FTC__VERIFY_THREADS, &err) == 0) {
+        if (!(src == r->rank && r->slot[s].base && !r->slot[s].unreserved &&
+              ftc_shard_open(&v, r->slot[s].base, r->size, 0, &err) == 0 &&
+              v.info.step == (uint64_t)step && ftc__is_subject(&v, r)))
+            continue;
+        if (!ftc__is_recorded(r, &v, s, want, want_known)) {
+            if (r->st[s] == SL_COMMITTED)
+                r->st[s] = SL_EMPTY; /* not the committed version: free (the fetch may land here) */
+            continue;
+        }
+        if (ftc_shard_verify(&v, FTC__VERIFY_THREADS, &err) == 0) {
             if (!fetch) {
                 r->st[s] = SL_COMMITTED;
                 r->step[s] = (uint64_t)step;
@@ -1812,7 +1901,8 @@ static void ftc__on_restore(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *
             bool ok = ftc_shard_peek_size(sl.base, sl.size, &total, &err) == 0 &&
                       total <= sl.size &&
                       ftc_shard_open(&v, sl.base, total, FTC_SHARD_VERIFY, &err) == 0 &&
-                      v.info.step == (uint64_t)step && ftc__is_subject(&v, r);
+                      v.info.step == (uint64_t)step && ftc__is_subject(&v, r) &&
+                      ftc__is_recorded(r, &v, -1, want, want_known);
             if (ok)
                 ftc__deliver(a, r, sl.base, total, (uint64_t)step, "this node's memory");
             ftc_slot_close(&sl);
@@ -2879,6 +2969,7 @@ static void ftc__par_on_encoded(ftc_agent_t *a, ftc__par_task_t *t)
         }
         p->kind = JOB_PUSH;
         p->par = PAR_ENCODE;
+        p->keep = -1; /* parity blocks: their own double-buffering rule (not keep) */
         p->rix = t->rix;
         p->owner = FTC_PAR_OWNER(t->local);
         p->step = t->step;

@@ -12,7 +12,8 @@
  * in Redis (detect/control.h) and tells the rank when its step is
  * committed; every M commits it writes its ranks' shards through the
  * persist tier. On RESTORE it finds the newest committed step and serves it
- * from a local slot, else fetches a peer's replica (K replicas) or rebuilds
+ * from a local slot (only the version whose head checksum the commit record
+ * holds), else fetches a peer's replica (K replicas) or rebuilds
  * it from the surviving group members' shards and parity (xor / rs), else
  * reads the persist tier — each verified before use (I1). ftc_agent_start
  * fails with FTC_ECONFIG when the parity groups cannot be formed (too few

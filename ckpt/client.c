@@ -234,6 +234,8 @@ int ftc_create(const ftc_options_t *opts, ftc_ctx_t **out)
     if (c->o.timeout_ms <= 0)
         c->o.timeout_ms = 60000;
     c->fd = -1;
+    for (int s = 0; s < FTC_AP_SLOTS_PER_RANK; s++)
+        c->slot[s].fd = -1; /* closed: ftc_slot_close of a zeroed slot closed fd 0 */
     c->committed = -1;
     c->failed_step = -1;
     pthread_mutex_init(&c->mu, NULL);
@@ -403,15 +405,17 @@ static int ftc__slots(ftc_ctx_t *c)
         ftc_sleep_ms(50);
     if (rc)
         return rc;
+    /* all or none: a slot that cannot be mapped (or has another size) left
+     * the ones mapped before it mapped, and the next call mapped them again
+     * over the same ftc_slot_t, leaking a mapping and an fd per slot */
+    const char *names[FTC_AP_SLOTS_PER_RANK];
     for (int s = 0; s < FTC_AP_SLOTS_PER_RANK; s++) {
-        rc = ftc_slot_open(rep.name[s], true, &c->slot[s], &c->err);
-        if (rc)
-            return rc;
-        if (c->slot[s].size != size)
-            return ftc_err_set(&c->err, FTC_EPROTO, "slot %s has %llu bytes, expected %llu",
-                               rep.name[s], (unsigned long long)c->slot[s].size,
-                               (unsigned long long)size);
+        ftc_slot_close(&c->slot[s]);
+        names[s] = rep.name[s];
     }
+    rc = ftc_slot_open_all(names, FTC_AP_SLOTS_PER_RANK, true, size, c->slot, &c->err);
+    if (rc)
+        return rc;
     c->size = size;
     c->slots_ready = true;
     return 0;

@@ -187,6 +187,9 @@ typedef struct store { /* one owner's replica: two slots */
     ftc_slot_t slot[2];
     int complete;           /* index holding the newest verified replica, -1: none */
     uint64_t step, size;    /* of the complete replica */
+    bool held[2];           /* slot i holds a whole replica (the complete one, or the one
+                               before it): of step sstep[i], ssize[i] bytes */
+    uint64_t sstep[2], ssize[2];
     int serving[2];         /* serve transfers reading each slot */
     incoming_t *in;         /* push being received into slot[!complete] */
 } store_t;
@@ -227,6 +230,7 @@ typedef struct xfer {
     const uint8_t *src;     /* push/serve: the shard */
     uint64_t size;
     uint64_t head_xxh3;
+    uint64_t keep;          /* push: 1 + the owner's committed step (PUT's keep), 0 = none */
     ftc_deadline_t d;
     int ntp;
     tx_peer_t *tp;
@@ -742,6 +746,12 @@ static void store_adopt(ftc_repl_t *r, store_t *s)
             s->size = v[i].size;
         }
     }
+    for (int i = 0; i < 2 && s->complete >= 0; i++) /* the other one is verified when served */
+        if (ok[i]) {
+            s->held[i] = true;
+            s->sstep[i] = v[i].info.step;
+            s->ssize[i] = v[i].size;
+        }
     if (s->complete >= 0)
         FTC_INFO("repl", "node %u: adopted the replica of owner %u step %llu from slot %d",
                  r->self, s->owner, (unsigned long long)s->step, s->complete);
@@ -778,6 +788,7 @@ static int store_prepare(ftc_repl_t *r, store_t *s, int idx, uint64_t size, ftc_
 {
     if (s->slot[idx].base && s->slot[idx].size == size)
         return 0;
+    s->held[idx] = false;
     ftc_slot_close(&s->slot[idx]);
     char name[FTC_SLOT_NAME_MAX];
     if (replica_slot_name(r, s->owner, idx, name, sizeof name))
@@ -1041,6 +1052,9 @@ static void incoming_complete(ftc_repl_t *r, incoming_t *in)
     s->complete = in->slot;
     s->step = in->step;
     s->size = in->total;
+    s->held[in->slot] = true;
+    s->sstep[in->slot] = in->step;
+    s->ssize[in->slot] = in->total;
     FTC_DEBUG("repl", "node %u: replica of owner %u step %llu from node %u stored (%llu bytes)",
               r->self, in->owner, (unsigned long long)in->step, in->node,
               (unsigned long long)in->total);
@@ -1158,6 +1172,24 @@ static void on_push_put(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
     }
     if (!in) {
         int idx = s->complete < 0 ? 0 : 1 - s->complete;
+        if (s->complete >= 0 && h->keep && s->step != h->keep - 1 && s->held[idx] &&
+            s->sstep[idx] == h->keep - 1 && !s->serving[s->complete]) {
+            /* The newest replica here is of a version the sender says never
+             * committed (it abandoned it after its timeout), and the other
+             * slot holds the owner's committed one: the push goes over the
+             * uncommitted one. Written over as usual, the committed version
+             * lost this copy until the new one committed, for good if that
+             * one failed too (I2). */
+            FTC_INFO("repl", "node %u: push of owner %u step %llu from node %u replaces the "
+                     "uncommitted step %llu and keeps the committed step %llu", r->self,
+                     h->owner, (unsigned long long)h->step, p->node,
+                     (unsigned long long)s->step, (unsigned long long)s->sstep[idx]);
+            int c = idx;
+            idx = s->complete;
+            s->complete = c;
+            s->step = s->sstep[c];
+            s->size = s->ssize[c];
+        }
         if (s->serving[idx]) {
             code = FTC_EAGAIN, why = "busy: the receiving slot is being served to a fetch";
             goto refuse;
@@ -1181,6 +1213,7 @@ static void on_push_put(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
         in->slot = idx;
         in->dst = s->slot[idx].base;
         s->in = in;
+        s->held[idx] = false; /* written over from now on */
     }
     code = incoming_post(r, p, in, h, &why);
     if (code == 0 || r->broken)
@@ -1570,6 +1603,7 @@ static int tp_post_chunk(ftc_repl_t *r, xfer_t *x, tx_peer_t *tp, tx_chunk_t *c,
     ftc_wire_hdr_t h;
     hdr_init(r, &h, FTC_MSG_PUT, x->owner, x->step);
     h.flags = x->kind == XK_SERVE ? FTC__F_FETCH : 0;
+    h.keep = x->kind == XK_PUSH ? x->keep : 0;
     h.offset = tp->next_off;
     h.length = len;
     h.total = x->size;
@@ -2091,6 +2125,13 @@ int ftc_repl_push(ftc_repl_t *r, uint32_t owner, uint64_t step, const uint8_t *s
                   uint64_t size, const uint32_t *peers, int npeers, ftc_deadline_t d,
                   ftc_repl_xfer_t *xid)
 {
+    return ftc_repl_push_keep(r, owner, step, shard, size, peers, npeers, -1, d, xid);
+}
+
+int ftc_repl_push_keep(ftc_repl_t *r, uint32_t owner, uint64_t step, const uint8_t *shard,
+                       uint64_t size, const uint32_t *peers, int npeers, int64_t committed,
+                       ftc_deadline_t d, ftc_repl_xfer_t *xid)
+{
     if (r->broken)
         return ftc_err_set(&r->err, FTC_EFABRIC, "repl: endpoint broken; push of owner %u "
                            "refused", owner);
@@ -2127,6 +2168,7 @@ int ftc_repl_push(ftc_repl_t *r, uint32_t owner, uint64_t step, const uint8_t *s
     x->src = shard;
     x->size = size;
     x->head_xxh3 = v.head_xxh3;
+    x->keep = committed >= 0 ? (uint64_t)committed + 1 : 0;
     x->d = d;
     for (int i = 0; i < npeers; i++)
         x->tp[i].node = peers[i];

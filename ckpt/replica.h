@@ -32,7 +32,10 @@
  * Replica store: per owner rank two shm slots ("ftc.JOB.n<SELF>.p<OWNER>.s<0|1>";
  * the agent's own node index keeps two agents on one host apart), one
  * receiving, one holding the newest complete and verified replica, so a
- * push that fails midway never destroys the previous replica (I3). A
+ * push that fails midway never destroys the previous replica (I3). A push
+ * that says the owner's committed step (ftc_repl_push_keep) goes over the
+ * newest replica instead when that one is of another step and the other
+ * slot holds the committed one (the newest was abandoned by its sender). A
  * restarted agent adopts the slots it finds: the one that verifies with the
  * highest step is its held replica.
  *
@@ -121,6 +124,14 @@ typedef int ftc_repl_xfer_t; /* >= 0: a transfer id */
 int ftc_repl_push(ftc_repl_t *r, uint32_t owner, uint64_t step, const uint8_t *shard,
                   uint64_t size, const uint32_t *peers, int npeers, ftc_deadline_t d,
                   ftc_repl_xfer_t *x);
+/* ftc_repl_push telling the peers the owner's newest committed step as the
+ * caller knows it (-1: none, as ftc_repl_push): a peer whose newest replica
+ * of owner is of another step while its other slot holds that committed one
+ * (the newest was never committed: its sender abandoned it) receives the
+ * push over the newest and keeps the committed replica. */
+int ftc_repl_push_keep(ftc_repl_t *r, uint32_t owner, uint64_t step, const uint8_t *shard,
+                       uint64_t size, const uint32_t *peers, int npeers, int64_t committed,
+                       ftc_deadline_t d, ftc_repl_xfer_t *x);
 /* Starts fetching owner's shard of step (UINT64_MAX: the newest the peer
  * holds) from peer. */
 int ftc_repl_fetch(ftc_repl_t *r, uint32_t peer, uint32_t owner, uint64_t step, ftc_deadline_t d,

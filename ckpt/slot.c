@@ -367,6 +367,26 @@ int ftc_slot_open(const char *name, bool writable, ftc_slot_t *s, ftc_err_t *err
     return rc;
 }
 
+int ftc_slot_open_all(const char *const *names, int n, bool writable, uint64_t size,
+                      ftc_slot_t *slots, ftc_err_t *err)
+{
+    for (int i = 0; i < n; i++) {
+        slots[i].base = NULL;
+        slots[i].fd = -1;
+    }
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        rc = ftc_slot_open(names[i], writable, &slots[i], err);
+        if (!rc && size && slots[i].size != size)
+            rc = ftc_err_set(err, FTC_EPROTO, "slot %s has %llu bytes, expected %llu", names[i],
+                             (unsigned long long)slots[i].size, (unsigned long long)size);
+    }
+    if (rc)
+        for (int i = 0; i < n; i++)
+            ftc_slot_close(&slots[i]);
+    return rc;
+}
+
 void ftc_slot_close(ftc_slot_t *s)
 {
     if (s->base)

@@ -84,6 +84,12 @@ int ftc_slot_create_all(const char *const *names, int n, uint64_t size, const un
 int ftc_slot_reserve(ftc_slot_t *s, ftc_err_t *err);
 /* Maps an existing slot (its size is the object's size). */
 int ftc_slot_open(const char *name, bool writable, ftc_slot_t *s, ftc_err_t *err);
+/* Maps n existing slots at once (ftc_slot_open each), each of exactly size
+ * bytes (0: any size). All or nothing: on failure every slot of slots[] is
+ * closed (base NULL, fd -1, also those mapped before the one that failed),
+ * and err names the failed one (FTC_EPROTO for a wrong size). */
+int ftc_slot_open_all(const char *const *names, int n, bool writable, uint64_t size,
+                      ftc_slot_t *slots, ftc_err_t *err);
 /* Unmaps and closes; the object stays. Safe on a closed slot. */
 void ftc_slot_close(ftc_slot_t *s);
 /* Removes the object (mappings stay valid until closed). Missing is fine. */

@@ -5,7 +5,7 @@
  *   10 reserved u16 (0)  12  sender u32    16 job u64     24 generation u64
  *   32 owner u32         36  reserved u32 (0)             40 seq u64
  *   48 step u64          56  offset u64    64 length u64  72 total u64
- *   80 payload_xxh3 u64  88  reserved u64 (0)
+ *   80 payload_xxh3 u64  88  keep u64 (PUT; 0 otherwise)
  *   96 mac[16]: HMAC-SHA256(secret, bytes 0..95), first 16 bytes
  *   112 reserved (16 zero bytes)
  */
@@ -78,6 +78,7 @@ int ftc_wire_encode(const ftc_wire_key_t *k, const ftc_wire_hdr_t *h, uint8_t ou
     ftc_le_wr64(out + 64, h->length);
     ftc_le_wr64(out + 72, h->total);
     ftc_le_wr64(out + 80, h->payload_xxh3);
+    ftc_le_wr64(out + 88, h->type == FTC_MSG_PUT ? h->keep : 0);
     return ftc__mac(k, out, out + 96, err);
 }
 
@@ -106,12 +107,14 @@ int ftc_wire_decode(const ftc_wire_key_t *k, const uint8_t *buf, size_t len, ftc
     h->type = ftc_le_rd16(buf + 6);
     if (h->type == 0 || h->type >= FTC_MSG__MAX)
         return ftc_err_set(err, FTC_EPROTO, "wire: unknown message type %u at offset 6", h->type);
-    if (ftc_le_rd16(buf + 10) || ftc_le_rd32(buf + 36) || ftc_le_rd64(buf + 88))
+    if (ftc_le_rd16(buf + 10) || ftc_le_rd32(buf + 36) ||
+        (h->type != FTC_MSG_PUT && ftc_le_rd64(buf + 88)))
         return ftc_err_set(err, FTC_EPROTO, "wire: reserved header bytes are not zero");
     for (int i = 112; i < FTC_WIRE_HDR; i++)
         if (buf[i])
             return ftc_err_set(err, FTC_EPROTO, "wire: reserved header bytes are not zero");
     h->flags = ftc_le_rd16(buf + 8);
+    h->keep = h->type == FTC_MSG_PUT ? ftc_le_rd64(buf + 88) : 0;
     h->sender = ftc_le_rd32(buf + 12);
     h->job = ftc_le_rd64(buf + 16);
     h->generation = ftc_le_rd64(buf + 24);

@@ -68,6 +68,8 @@ typedef struct ftc_wire_hdr {
     uint64_t length;     /* payload bytes after the header */
     uint64_t total;      /* size of the whole shard */
     uint64_t payload_xxh3;
+    uint64_t keep;       /* PUT: 1 + the owner's newest committed step as the sender knows
+                            it (0 = not said): the holder keeps its replica of that step */
 } ftc_wire_hdr_t;
 
 /* The secret and identity a side checks messages against. */

@@ -23,7 +23,7 @@ struct ftc_ctl {
     char prefix[80];    /* "ftc:{job}:" */
     ftc_err_t err;      /* last error */
     ftc_redis_script_t s_lease_acquire, s_lease_renew, s_lease_release, s_gen_bump, s_reseed,
-        s_report, s_commit, s_leave;
+        s_report, s_commit, s_withdraw, s_leave;
 };
 
 /* KEYS: members, hb, deadlines. ARGV: node. A member leaving: its record,
@@ -131,6 +131,17 @@ static const char ftc__lua_commit[] =
     "reported', 't_fault_ms', '0', 't_detect_ms', ARGV[5])\n"
     "return {1, tonumber(ARGV[2])}\n";
 
+/* KEYS: reports(gen,step), commit. ARGV: step, rank. Takes a rank's report back
+ * unless the record is at or past the step already. Returns {state, committed}:
+ * 1 = withdrawn (or there was none), 0 = the record is at or past the step. */
+static const char ftc__lua_withdraw[] =
+    "local cur = tonumber(redis.call('HGET', KEYS[2], 'step') or '-1')\n"
+    "if cur == nil then return redis.error_reply('FTC_CORRUPT ' .. KEYS[2] .. ' field step is not "
+    "a number') end\n"
+    "if cur >= tonumber(ARGV[1]) then return {0, cur} end\n"
+    "redis.call('HDEL', KEYS[1], ARGV[2])\n"
+    "return {1, cur}\n";
+
 static bool ftc__valid_id(const char *s, size_t max)
 {
     size_t n = strlen(s);
@@ -166,6 +177,7 @@ ftc_ctl_t *ftc_ctl_create(ftc_redis_t *r, const char *job, ftc_err_t *err)
     ftc_redis_script_init(&c->s_reseed, "reseed", ftc__lua_reseed);
     ftc_redis_script_init(&c->s_report, "report", ftc__lua_report);
     ftc_redis_script_init(&c->s_commit, "commit_report", ftc__lua_commit);
+    ftc_redis_script_init(&c->s_withdraw, "commit_withdraw", ftc__lua_withdraw);
     return c;
 }
 
@@ -655,6 +667,79 @@ int ftc_ctl_committed(ftc_ctl_t *c, int64_t *step, uint64_t *gen)
 static int ftc__hex_nibble(char c)
 {
     return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+int ftc_ctl_commit_withdraw(ftc_ctl_t *c, uint64_t gen, int64_t step, uint32_t rank,
+                            int64_t *committed, bool *withdrawn)
+{
+    if (step < 0)
+        return ftc_err_set(&c->err, FTC_EINVAL, "commit_withdraw: step %" PRId64 " < 0", step);
+    KEY(reports, "commit:%" PRIu64 ":%" PRId64, gen, step);
+    KEY(commit, "commit");
+    const char *keys[] = {reports, commit};
+    char s[24], r[16];
+    snprintf(s, sizeof s, "%" PRId64, step);
+    snprintf(r, sizeof r, "%u", rank);
+    const char *args[] = {s, r};
+    ftc_redis_reply_t *rep;
+    int rc = ftc_redis_eval(c->r, &c->s_withdraw, 2, keys, 2, args, &rep);
+    if (rc)
+        return ftc__rc(c, rc);
+    ftc_redis_reply_t **el;
+    size_t n;
+    long long state = 0, val = -1;
+    rc = ftc_redis_want_array(rep, "commit_withdraw", 2, &el, &n, &c->err);
+    if (!rc)
+        rc = ftc_redis_want_int(el[0], "commit_withdraw state", &state, &c->err);
+    if (!rc)
+        rc = ftc_redis_want_int(el[1], "commit_withdraw value", &val, &c->err);
+    ftc_redis_reply_free(rep);
+    if (rc)
+        return rc;
+    if (committed)
+        *committed = val;
+    if (withdrawn)
+        *withdrawn = state == 1;
+    return 0;
+}
+
+int ftc_ctl_commit_checksum(ftc_ctl_t *c, uint64_t gen, int64_t step, uint32_t rank,
+                            uint64_t *checksum, bool *found)
+{
+    *found = false;
+    *checksum = 0;
+    if (step < 0)
+        return ftc_err_set(&c->err, FTC_EINVAL, "commit_checksum: step %" PRId64 " < 0", step);
+    KEY(reports, "commit:%" PRIu64 ":%" PRId64, gen, step);
+    char r[16];
+    snprintf(r, sizeof r, "%u", rank);
+    ftc_redis_reply_t *rep;
+    int rc = ftc_redis_cmdv(c->r, true, &rep, "HGET", reports, r, NULL);
+    if (rc)
+        return ftc__rc(c, rc);
+    if (rep->type == REDIS_REPLY_NIL) {
+        ftc_redis_reply_free(rep);
+        return 0;
+    }
+    const char *v = NULL;
+    size_t len = 0;
+    rc = ftc_redis_want_str(rep, reports, &v, &len, &c->err);
+    uint64_t x = 0;
+    for (size_t i = 0; !rc && i < len; i++) {
+        int d = ftc__hex_nibble(v[i]);
+        if (d < 0 || len > 16)
+            rc = ftc_err_set(&c->err, FTC_EPROTO, "%s field %s: checksum '%.*s' is not hex",
+                             reports, r, (int)(len > 32 ? 32 : len), v);
+        x = x << 4 | (uint64_t)(d < 0 ? 0 : d);
+    }
+    if (!rc && !len)
+        rc = ftc_err_set(&c->err, FTC_EPROTO, "%s field %s: empty checksum", reports, r);
+    ftc_redis_reply_free(rep);
+    if (rc)
+        return rc;
+    *checksum = x;
+    *found = true;
+    return 0;
 }
 
 int ftc_ctl_job_secret(ftc_ctl_t *c, uint8_t out[16], ftc_err_t *err)

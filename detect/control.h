@@ -148,6 +148,19 @@ int ftc_ctl_commit_report(ftc_ctl_t *c, uint64_t gen, int64_t step, uint32_t ran
                           uint64_t checksum, int64_t *committed, bool *now_committed);
 /* The committed step and the generation that committed it (-1, 0 when none). */
 int ftc_ctl_committed(ftc_ctl_t *c, int64_t *step, uint64_t *gen);
+/* The head checksum rank reported for (gen, step) (ftc:{job}:commit:GEN:STEP,
+ * kept an hour after the step's last report): *found false when the record
+ * has none (never reported, withdrawn, or expired). FTC_EREDIS, or
+ * FTC_EPROTO naming the key when the field is not a hex checksum. */
+int ftc_ctl_commit_checksum(ftc_ctl_t *c, uint64_t gen, int64_t step, uint32_t rank,
+                            uint64_t *checksum, bool *found);
+/* Takes rank's report of (gen, step) back, atomically, unless the committed
+ * step is at or past step already: after it the step cannot commit without
+ * a new report of that rank. *withdrawn (may be NULL): true when the report
+ * is gone (or there was none), false when the record is at or past step
+ * (*committed, may be NULL, is the committed step either way). */
+int ftc_ctl_commit_withdraw(ftc_ctl_t *c, uint64_t gen, int64_t step, uint32_t rank,
+                            int64_t *committed, bool *withdrawn);
 
 #ifdef __cplusplus
 }

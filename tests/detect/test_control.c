@@ -299,6 +299,54 @@ static void count_event(void *arg, const ftc_status_event_t *e)
     (*n)++;
 }
 
+/* A rank's reported checksum is read back; a withdrawn report no longer
+ * counts (the step cannot commit without it), and a report of a step the
+ * record has reached is not withdrawn. */
+static void test_commit_checksum_and_withdraw(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_ctl_t *c = redis_fixture_ctl(f, "job7");
+    uint64_t gen;
+    set_generation(c, 2, &gen);
+    int64_t committed;
+    bool now, found, gone;
+    uint64_t ck;
+    assert_int_equal(ftc_ctl_commit_checksum(c, gen, 4, 0, &ck, &found), 0);
+    assert_false(found);
+    assert_int_equal(ftc_ctl_commit_report(c, gen, 4, 0, 0xfedcba9876543210ull, &committed, &now),
+                     0);
+    assert_int_equal(ftc_ctl_commit_checksum(c, gen, 4, 0, &ck, &found), 0);
+    assert_true(found);
+    assert_true(ck == 0xfedcba9876543210ull);
+    assert_int_equal(ftc_ctl_commit_withdraw(c, gen, 4, 0, &committed, &gone), 0);
+    assert_true(gone);
+    assert_int_equal(committed, -1);
+    assert_int_equal(ftc_ctl_commit_checksum(c, gen, 4, 0, &ck, &found), 0);
+    assert_false(found);
+    /* rank 1's report alone does not commit step 4 now */
+    assert_int_equal(ftc_ctl_commit_report(c, gen, 4, 1, 1, &committed, &now), 0);
+    assert_false(now);
+    assert_int_equal(committed, -1);
+    /* both report step 5: committed; its reports are not withdrawn */
+    assert_int_equal(ftc_ctl_commit_report(c, gen, 5, 0, 2, &committed, &now), 0);
+    assert_int_equal(ftc_ctl_commit_report(c, gen, 5, 1, 3, &committed, &now), 0);
+    assert_true(now);
+    assert_int_equal(ftc_ctl_commit_withdraw(c, gen, 5, 0, &committed, &gone), 0);
+    assert_false(gone);
+    assert_int_equal(committed, 5);
+    assert_int_equal(ftc_ctl_commit_checksum(c, gen, 5, 1, &ck, &found), 0);
+    assert_true(found && ck == 3);
+    /* garbage in the record: FTC_EPROTO naming the key */
+    char k[128];
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, NULL, "HSET",
+                                    ftc_ctl_key(c, "commit:2:9", k, sizeof k), "0", "xyz", NULL),
+                     0);
+    assert_int_equal(ftc_ctl_commit_checksum(c, 2, 9, 0, &ck, &found), FTC_EPROTO);
+    assert_false(found);
+    assert_non_null(strstr(ftc_ctl_errstr(c), "commit:2:9"));
+    ftc_ctl_destroy(c);
+}
+
 static void test_status_snapshot_and_events(void **state)
 {
     redis_fixture_t *f = *state;
@@ -371,6 +419,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_reseed_after_data_loss, redis_fixture_setup,
                                         redis_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_garbage_in_every_key_kind, redis_fixture_setup,
+                                        redis_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_commit_checksum_and_withdraw, redis_fixture_setup,
                                         redis_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_status_snapshot_and_events, redis_fixture_setup,
                                         redis_fixture_teardown),

@@ -1,0 +1,330 @@
+/*
+ * test_agent_copies.c — a committed version keeps its k + 1 copies (I2) and
+ * only the committed version is restored (I1), against real `ftc agent`
+ * processes (tcp;ofi_rxm on loopback), a real Redis and libftc contexts in
+ * this process (agent_fixture.h):
+ *   - a reported version abandoned after agent.timeout_ms (a BEGIN parked
+ *     behind it) reused its slot while its report stayed in the commit
+ *     record: the other rank's late report then committed it without this
+ *     node's copy. The report is withdrawn first; a version that commits
+ *     is on both nodes. The next step's push wrote over the holder's
+ *     committed replica (the one before its newest, the abandoned one):
+ *     now over the abandoned one;
+ *   - a restarted agent marked a slot whose version was reported but not
+ *     committed yet as empty: the next BEGIN wrote over it and the version
+ *     then committed with one copy fewer. It stays sealed and commits;
+ *   - a restore took a local slot of the committed step whose content
+ *     verifies but is not the committed version (another snapshot of that
+ *     step): it must be the version whose checksum the record holds.
+ * No wall-clock bound is asserted.
+ */
+#include "ftc_test.h"
+
+#include "ckpt/agent_fixture.h"
+#include "ckpt/shard.h"
+#include "ckpt/slot.h"
+#include "detect/control.h"
+#include "ftc.h"
+
+static void fill(float *w, int n, float v)
+{
+    for (int i = 0; i < n; i++)
+        w[i] = v;
+}
+
+/* Whether an shm object whose name starts with prefix holds a shard of step
+ * that verifies (and, want != 0, whose head checksum is want). */
+static bool shm_holds(const char *prefix, uint64_t step, uint64_t want)
+{
+    bool found = false;
+    DIR *d = opendir("/dev/shm");
+    assert_non_null(d);
+    struct dirent *de;
+    while (!found && (de = readdir(d))) {
+        if (strncmp(de->d_name, prefix, strlen(prefix)))
+            continue;
+        ftc_slot_t sl;
+        ftc_err_t err = {0};
+        if (ftc_slot_open(de->d_name, false, &sl, &err))
+            continue;
+        ftc_shard_view_t v;
+        uint64_t total = 0;
+        found = ftc_shard_peek_size(sl.base, sl.size, &total, &err) == 0 && total <= sl.size &&
+                ftc_shard_open(&v, sl.base, total, FTC_SHARD_VERIFY, &err) == 0 &&
+                v.info.step == step && (!want || v.head_xxh3 == want);
+        ftc_slot_close(&sl);
+    }
+    closedir(d);
+    return found;
+}
+
+/* Node `node` holds rank's own slot of step (checksum want, 0 = any). */
+static bool node_slot_holds(env_t *e, int node, int rank, uint64_t step, uint64_t want)
+{
+    char prefix[128];
+    snprintf(prefix, sizeof prefix, "ftc.%s.n%d.r%d.s", e->job, node, rank);
+    return shm_holds(prefix, step, want);
+}
+
+/* Node `node` holds a replica of owner's step (checksum want, 0 = any). */
+static bool node_replica_holds(env_t *e, int node, int owner, uint64_t step, uint64_t want)
+{
+    char prefix[128];
+    snprintf(prefix, sizeof prefix, "ftc.%s.n%d.p%d.s", e->job, node, owner);
+    return shm_holds(prefix, step, want);
+}
+
+/* Waits (10 s at most) until the commit record has rank's report of step;
+ * returns its checksum. */
+static uint64_t wait_report(ftc_ctl_t *ctl, int64_t step, uint32_t rank)
+{
+    uint64_t gen = 0, ck = 0;
+    uint32_t world = 0;
+    assert_int_equal(ftc_ctl_generation(ctl, &gen, &world), 0);
+    ftc_deadline_t d = ftc_deadline_in_ms(10000);
+    for (;;) {
+        bool found = false;
+        assert_int_equal(ftc_ctl_commit_checksum(ctl, gen, step, rank, &ck, &found), 0);
+        if (found)
+            return ck;
+        if (ftc_deadline_expired(d))
+            fail_msg("rank %u's report of step %lld never reached the commit record", rank,
+                     (long long)step);
+        ftc_sleep_ms(10);
+    }
+}
+
+/* Rank r (0, 1) of a two-node job with one replica: its own context. */
+typedef struct two {
+    env_t *e;
+    ftc_ctl_t *ctl;
+    char sock[2][PATH_MAX + 32];
+    ftc_options_t o[2];
+    ftc_ctx_t *c[2];
+} two_t;
+
+enum { N = 1 << 14 };
+static float w[2][N];
+
+static void open_rank(two_t *t, int r)
+{
+    t->c[r] = NULL;
+    assert_int_equal(ftc_create(&t->o[r], &t->c[r]), 0);
+    int64_t shape[1] = {N};
+    assert_int_equal(ftc_register(t->c[r], "w", FTC_DTYPE_F32, 1, shape, w[r], FTC_HOST), 0);
+}
+
+static void two_start(two_t *t, redis_fixture_t *f, const char *timeout_ms)
+{
+    t->e = prepare_env(f, 2, "1", 1000, NULL);
+    snprintf(t->e->timeout_ms, sizeof t->e->timeout_ms, "%s", timeout_ms);
+    start_agent(t->e, 0);
+    start_agent(t->e, 1);
+    t->ctl = redis_fixture_ctl(f, t->e->job);
+    for (int r = 0; r < 2; r++) {
+        t->o[r] = ctx_options(t->e, r, r, 2, t->sock[r], sizeof t->sock[r]);
+        t->o[r].timeout_ms = 20000;
+        open_rank(t, r);
+    }
+}
+
+static void two_stop(two_t *t)
+{
+    for (int r = 0; r < 2; r++)
+        ftc_destroy(t->c[r]);
+    ftc_ctl_destroy(t->ctl);
+    teardown_env(t->e);
+}
+
+static void ckpt(two_t *t, int r, int64_t step)
+{
+    fill(w[r], N, (float)(10 * r) + (float)step);
+    int rc = ftc_checkpoint(t->c[r], step, NULL, 0);
+    if (rc)
+        print_message("rank %d step %lld: %s\n", r, (long long)step, ftc_last_error(t->c[r]));
+    assert_int_equal(rc, 0);
+    assert_int_equal(ftc_wait_snapshot(t->c[r]), 0);
+}
+
+static void both_commit(two_t *t, int64_t step)
+{
+    for (int r = 0; r < 2; r++) {
+        int rc = ftc_wait_committed(t->c[r], step);
+        if (rc)
+            print_message("rank %d waits for step %lld: %s (%s)\n", r, (long long)step,
+                          ftc_errname(rc), ftc_last_error(t->c[r]));
+        assert_int_equal(rc, 0);
+    }
+}
+
+/* Whatever the record committed, node 0 holds rank 0's copy of it, and node
+ * 1 its replica: k + 1 = 2 copies (I2). */
+static void assert_committed_has_copies(two_t *t)
+{
+    int64_t cstep = -1;
+    uint64_t cgen = 0;
+    assert_int_equal(ftc_ctl_committed(t->ctl, &cstep, &cgen), 0);
+    uint64_t ck = 0;
+    bool found = false;
+    assert_int_equal(ftc_ctl_commit_checksum(t->ctl, cgen, cstep, 0, &ck, &found), 0);
+    assert_true(found);
+    bool local = node_slot_holds(t->e, 0, 0, (uint64_t)cstep, ck);
+    bool replica = node_replica_holds(t->e, 1, 0, (uint64_t)cstep, ck);
+    print_message("committed step %lld: rank 0's copy on node 0 %s, its replica on node 1 %s\n",
+                  (long long)cstep, local ? "yes" : "NO", replica ? "yes" : "NO");
+    assert_true(local);
+    assert_true(replica);
+}
+
+/* (a) The abandon after agent.timeout_ms. Rank 0 runs ahead: step 1 sealed,
+ * replicated and reported, step 2 sealed behind it, step 3 parked for a
+ * slot; rank 1 is slow. After the timeout the agent abandons step 1 and
+ * writes step 3 into its slot; rank 1's report of step 1 arriving then
+ * committed it with rank 0's copy gone from node 0 (only node 1's replica
+ * left). Now the abandon takes the report back: step 1 cannot commit, and
+ * the next step that does (2) has both copies. */
+static void test_abandon_withdraws_report(void **state)
+{
+    two_t t;
+    two_start(&t, *state, "2000");
+    ckpt(&t, 0, 0);
+    ckpt(&t, 1, 0);
+    both_commit(&t, 0);
+    ckpt(&t, 0, 1);
+    ckpt(&t, 0, 2);
+    (void)wait_report(t.ctl, 1, 0);
+    ckpt(&t, 0, 3); /* parked until the abandon (agent.timeout_ms) */
+    assert_true(agent_said(t.e, 0, "was not committed within"));
+    /* step 2 went out once step 1 was abandoned: replicated (reported) while
+     * step 0 is still the committed one, whose replica node 1 kept */
+    (void)wait_report(t.ctl, 2, 0);
+    assert_committed_has_copies(&t);
+    ckpt(&t, 1, 1);
+    (void)wait_report(t.ctl, 1, 1);
+    assert_committed_has_copies(&t);
+    /* rank 1 catches up (its step 1 abandoned the same way) and step 2 commits */
+    ckpt(&t, 1, 2);
+    ckpt(&t, 1, 3);
+    both_commit(&t, 2);
+    assert_committed_has_copies(&t);
+    /* node 1 took rank 0's step 2 over the abandoned step 1, not over step 0 */
+    assert_true(agent_said(t.e, 1, "replaces the uncommitted step 1 and keeps the committed step 0"));
+    two_stop(&t);
+}
+
+/* (b) A restarted agent and a version reported, not committed yet: rank
+ * 0's step 1 is reported when its agent is killed; the restarted agent
+ * marked that slot empty, rank 0's next checkpoint (step 2) wrote over it,
+ * and rank 1's report then committed step 1 without node 0's copy. */
+static void test_restart_keeps_reported(void **state)
+{
+    two_t t;
+    two_start(&t, *state, "8000");
+    ckpt(&t, 0, 0);
+    ckpt(&t, 1, 0);
+    both_commit(&t, 0);
+    ckpt(&t, 0, 1);
+    uint64_t ck1 = wait_report(t.ctl, 1, 0);
+    kill_agent(t.e, 0);
+    ftc_destroy(t.c[0]);
+    start_agent(t.e, 0);
+    open_rank(&t, 0);
+    int64_t got = -1;
+    fill(w[0], N, -1.0f);
+    int rc = ftc_restore(t.c[0], &got, NULL, NULL);
+    if (rc)
+        print_message("%s\n", ftc_last_error(t.c[0]));
+    assert_int_equal(rc, 0);
+    assert_int_equal(got, 0);
+    assert_true(w[0][0] == 0.0f && w[0][N - 1] == 0.0f);
+    ckpt(&t, 0, 2);
+    ckpt(&t, 1, 1);
+    int64_t cstep = -1;
+    uint64_t cgen = 0;
+    ftc_deadline_t d = ftc_deadline_in_ms(10000);
+    while (ftc_ctl_committed(t.ctl, &cstep, &cgen) == 0 && cstep < 1 && !ftc_deadline_expired(d))
+        ftc_sleep_ms(10);
+    assert_int_equal(cstep, 1); /* the report from before the restart counted */
+    assert_true(node_slot_holds(t.e, 0, 0, 1, ck1));
+    assert_committed_has_copies(&t);
+    assert_int_equal(ftc_wait_committed(t.c[0], 1), 0);
+    ckpt(&t, 1, 2);
+    both_commit(&t, 2);
+    assert_committed_has_copies(&t);
+    two_stop(&t);
+}
+
+/* Rewrites rank 0's slot of step on node 0 with other values (checksums
+ * recomputed: the content verifies, the version is not the committed one).
+ * Returns the slot index, -1 when none holds it. */
+static int forge_slot_of_step(env_t *e, uint64_t step, float v)
+{
+    for (int k = 0; k < 3; k++) {
+        char name[FTC_SLOT_NAME_MAX];
+        snprintf(name, sizeof name, "ftc.%s.n0.r0.s%d", e->job, k);
+        ftc_slot_t sl;
+        ftc_err_t err = {0};
+        if (ftc_slot_open(name, true, &sl, &err))
+            continue;
+        ftc_shard_view_t sv;
+        bool hit = ftc_shard_open(&sv, sl.base, sl.size, 0, &err) == 0 && sv.info.step == step;
+        if (hit) {
+            ftc_shard_tensor_t tt;
+            ftc_shard_get(&sv, 0, &tt);
+            float *p = (float *)(uintptr_t)tt.data;
+            for (uint64_t i = 0; i < tt.length / sizeof(float); i++)
+                p[i] = v;
+            assert_int_equal(ftc_shard_seal(sl.base, sl.size, 1, &err), 0);
+            assert_int_equal(ftc_shard_open(&sv, sl.base, sl.size, FTC_SHARD_VERIFY, &err), 0);
+        }
+        ftc_slot_close(&sl);
+        if (hit)
+            return k;
+    }
+    return -1;
+}
+
+/* (3) The local slot of the committed step verifies by its own checksums
+ * but is another version of that step: the restore takes the committed one
+ * (node 1's replica), and the agent says why it passed over its slot. */
+static void test_restore_checks_record(void **state)
+{
+    two_t t;
+    two_start(&t, *state, "8000");
+    for (int64_t step = 0; step < 3; step++) {
+        ckpt(&t, 0, step);
+        ckpt(&t, 1, step);
+        both_commit(&t, step);
+    }
+    assert_true(forge_slot_of_step(t.e, 2, 99.0f) >= 0);
+    ftc_destroy(t.c[0]);
+    open_rank(&t, 0);
+    fill(w[0], N, -1.0f);
+    int64_t got = -1;
+    int rc = ftc_restore(t.c[0], &got, NULL, NULL);
+    if (rc)
+        print_message("%s\n", ftc_last_error(t.c[0]));
+    assert_int_equal(rc, 0);
+    assert_int_equal(got, 2);
+    print_message("restored step 2: w = %g (committed 2, forged 99)\n", w[0][0]);
+    assert_true(w[0][0] == 2.0f && w[0][N - 1] == 2.0f);
+    assert_true(agent_said(t.e, 0, "not the committed version's"));
+    /* and training goes on from it */
+    ckpt(&t, 0, 3);
+    ckpt(&t, 1, 3);
+    both_commit(&t, 3);
+    two_stop(&t);
+}
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        T(test_abandon_withdraws_report),
+        T(test_restart_keeps_reported),
+        T(test_restore_checks_record),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
