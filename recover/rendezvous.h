@@ -21,7 +21,12 @@
  *  - close: any registrant's poll closes the round when it is open and
  *    either max_nodes live registrants are there, or at least min_nodes and
  *    settle_ms (Redis server clock) have passed since the last arrival (or
- *    since the round opened, whichever is later). The close is one script,
+ *    since the round opened, whichever is later). max_nodes close it at once
+ *    only when no survivor is missing: a member of generation after_gen not
+ *    registered yet whose heartbeat key (ftc:{J}:hb:NODE, detect/control.h)
+ *    exists keeps its place against spares and newcomers that registered
+ *    earlier (the round waits for it, bounded by the settle rule); one whose
+ *    heartbeat is gone is lost and leaves its place. The close is one script,
  *    fenced by the generation (it runs only while the current generation is
  *    after_gen), so it happens exactly once. It orders the members —
  *    the members of generation after_gen first, in their previous order

@@ -250,6 +250,92 @@ static void test_spare_and_deadline(void **state)
     assert_int_equal(waiting(f, "r5", gen), 0); /* withdrawn */
 }
 
+/* A heartbeat for node (as a live agent keeps one) or none (ms = 0: dead). */
+static void heartbeat(redis_fixture_t *f, const char *job, const char *node, int ms)
+{
+    ftc_redis_t *r = conn(f);
+    char k[160];
+    snprintf(k, sizeof k, "ftc:{%s}:hb:%s", job, node);
+    if (ms > 0)
+        assert_int_equal(ftc_redis_cmdv(r, true, NULL, "SET", k, "1 -1 0 0", "PX", "60000", NULL),
+                         0);
+    else
+        assert_int_equal(ftc_redis_cmdv(r, true, NULL, "DEL", k, NULL), 0);
+    ftc_redis_close(r);
+}
+
+/* A hot spare registered before the round opened, MAX 3: the round does not
+ * close at MAX without a survivor (a member of the previous generation whose
+ * heartbeat is there) that registers after the spare and two others — the
+ * survivor keeps its place, the spare stays a spare. A survivor whose
+ * heartbeat is gone (lost) leaves its place to the spare at once: the round
+ * closes at MAX without waiting out the (long) settle time. */
+static void test_spare_does_not_displace_survivor(void **state)
+{
+    redis_fixture_t *f = *state;
+    joiner_t j[4];
+    static const char *const ids[] = {"sv-a", "sv-b", "sv-c"};
+    for (int i = 0; i < 3; i++)
+        start(&j[i], f, "rsv", ids[i], 3, 3, 200, 0, 0);
+    finish(j, 3);
+    same_round(j, 3, 3, 0);
+    char order[3][FTC_RDZV_NODE_MAX + 1];
+    memcpy(order, j[0].round.members, sizeof order);
+    for (int i = 0; i < 3; i++) {
+        ftc_rdzv_round_free(&j[i].round);
+        heartbeat(f, "rsv", ids[i], 60000); /* their agents run on */
+    }
+    /* the spare waits for the round after generation 1 */
+    start(&j[3], f, "rsv", "sv-spare", 2, 3, 60000, 1, 0);
+    await_waiting(f, "rsv", 1, 1);
+    ftc_redis_t *r = conn(f);
+    ftc_err_t err = {0};
+    bool opened;
+    assert_int_equal(ftc_rdzv_request(r, "rsv", 1, "node failed", &opened, &err), 0);
+    /* two survivors at once, the third one later, after the round had 3 */
+    start(&j[0], f, "rsv", order[0], 2, 3, 60000, 1, 0);
+    start(&j[1], f, "rsv", order[1], 2, 3, 60000, 1, 0);
+    start(&j[2], f, "rsv", order[2], 2, 3, 60000, 1, 400);
+    finish(j, 4);
+    same_round(j, 4, 3, 1);
+    assert_int_equal(j[0].round.generation, 2);
+    assert_int_equal(j[0].round.prev_nodes, 3);
+    for (int k = 0; k < 3; k++)
+        assert_string_equal(j[0].round.members[k], order[k]);
+    assert_string_equal(j[0].round.spare_ids[0], "sv-spare");
+    assert_int_equal(j[3].round.index, -1);
+    for (int i = 0; i < 4; i++)
+        ftc_rdzv_round_free(&j[i].round);
+
+    /* the last survivor is lost (its heartbeat expired): the spare takes its
+     * place as soon as the two others are there (settle 60 s, deadline 20 s) */
+    heartbeat(f, "rsv", order[2], 0);
+    start(&j[3], f, "rsv", "sv-spare", 2, 3, 60000, 2, 0);
+    await_waiting(f, "rsv", 2, 1);
+    assert_int_equal(ftc_rdzv_request(r, "rsv", 2, "node lost", &opened, &err), 0);
+    start(&j[0], f, "rsv", order[0], 2, 3, 60000, 2, 0);
+    start(&j[1], f, "rsv", order[1], 2, 3, 60000, 2, 50);
+    uint64_t t0 = ftc_now_ns();
+    finish(j, 2);
+    finish(&j[3], 1);
+    print_message("round with a lost survivor closed %.0f ms after the request (settle 60 s)\n",
+                  (double)(j[0].t_done_ns - t0) / 1e6);
+    assert_int_equal(j[0].rc, 0);
+    assert_int_equal(j[1].rc, 0);
+    assert_int_equal(j[3].rc, 0);
+    assert_int_equal(j[0].round.generation, 3);
+    assert_int_equal(j[0].round.nodes, 3);
+    assert_int_equal(j[0].round.prev_nodes, 2);
+    assert_string_equal(j[0].round.members[0], order[0]);
+    assert_string_equal(j[0].round.members[1], order[1]);
+    assert_string_equal(j[0].round.members[2], "sv-spare");
+    assert_int_equal(j[3].round.index, 2);
+    for (int i = 0; i < 4; i++)
+        if (i != 2)
+            ftc_rdzv_round_free(&j[i].round);
+    ftc_redis_close(r);
+}
+
 static void test_killed_registrant_not_counted(void **state)
 {
     redis_fixture_t *f = *state;
@@ -524,6 +610,7 @@ int main(void)
         cmocka_unit_test(test_four_join_and_stable_order),
         cmocka_unit_test(test_settle_min_of_max),
         cmocka_unit_test(test_spare_and_deadline),
+        cmocka_unit_test(test_spare_does_not_displace_survivor),
         cmocka_unit_test(test_killed_registrant_not_counted),
         cmocka_unit_test(test_requests_fencing_and_world),
         cmocka_unit_test(test_deadline_and_abort),
