@@ -1747,6 +1747,9 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
     rdo.min_nodes = o->min_nodes;
     rdo.max_nodes = o->max_nodes;
     rdo.settle_ms = o->settle_ms;
+    /* a survivor stops its ranks (up to --grace-ms) before it registers: a
+     * spare or newcomer does not take its place meanwhile */
+    rdo.survivor_wait_ms = o->grace_ms + o->settle_ms;
     for (;;) {
         if (stop && *stop) {
             ec = 1;

@@ -20,7 +20,7 @@ typedef struct joiner {
     redis_fixture_t *f;
     const char *job;
     char node[FTC_RDZV_NODE_MAX + 1];
-    int min, max, settle, ttl;
+    int min, max, settle, ttl, survivor_wait;
     uint64_t after;
     int delay_ms, deadline_ms;
     atomic_int *abort;
@@ -53,6 +53,7 @@ static void *joiner_main(void *arg)
     o.max_nodes = j->max;
     o.settle_ms = j->settle;
     o.ttl_ms = j->ttl;
+    o.survivor_wait_ms = j->survivor_wait;
     j->rc = ftc_rdzv_join(r, &o, j->after, &j->round,
                           ftc_deadline_in_ms((uint64_t)(j->deadline_ms ? j->deadline_ms : 20000)),
                           j->abort, &j->err);
@@ -61,10 +62,12 @@ static void *joiner_main(void *arg)
     return NULL;
 }
 
-static void start(joiner_t *j, redis_fixture_t *f, const char *job, const char *node, int min,
-                  int max, int settle, uint64_t after, int delay_ms)
+/* start() with survivor_wait_ms (0: the default) */
+static void start_sw(joiner_t *j, redis_fixture_t *f, const char *job, const char *node, int min,
+                     int max, int settle, uint64_t after, int delay_ms, int survivor_wait)
 {
     memset(j, 0, sizeof *j);
+    j->survivor_wait = survivor_wait;
     j->f = f;
     j->job = job;
     snprintf(j->node, sizeof j->node, "%s", node);
@@ -74,6 +77,12 @@ static void start(joiner_t *j, redis_fixture_t *f, const char *job, const char *
     j->after = after;
     j->delay_ms = delay_ms;
     assert_int_equal(pthread_create(&j->tid, NULL, joiner_main, j), 0);
+}
+
+static void start(joiner_t *j, redis_fixture_t *f, const char *job, const char *node, int min,
+                  int max, int settle, uint64_t after, int delay_ms)
+{
+    start_sw(j, f, job, node, min, max, settle, after, delay_ms, 0);
 }
 
 static void finish(joiner_t *j, int n)
@@ -333,6 +342,24 @@ static void test_spare_does_not_displace_survivor(void **state)
     for (int i = 0; i < 4; i++)
         if (i != 2)
             ftc_rdzv_round_free(&j[i].round);
+
+    /* a survivor whose heartbeat is there but that never registers (its node
+     * hangs) holds its place for survivor_wait_ms (300), not for ever: then
+     * the newcomer takes it (settle 60 s, deadline 20 s) */
+    start_sw(&j[3], f, "rsv", "sv-new", 1, 2, 60000, 3, 0, 300);
+    await_waiting(f, "rsv", 3, 1);
+    assert_int_equal(ftc_rdzv_request(r, "rsv", 3, "node hangs", &opened, &err), 0);
+    start_sw(&j[0], f, "rsv", order[0], 1, 2, 60000, 3, 0, 300);
+    finish(j, 1);
+    finish(&j[3], 1);
+    assert_int_equal(j[0].rc, 0);
+    assert_int_equal(j[3].rc, 0);
+    assert_int_equal(j[0].round.generation, 4);
+    assert_int_equal(j[0].round.nodes, 2);
+    assert_string_equal(j[0].round.members[0], order[0]);
+    assert_string_equal(j[0].round.members[1], "sv-new");
+    ftc_rdzv_round_free(&j[0].round);
+    ftc_rdzv_round_free(&j[3].round);
     ftc_redis_close(r);
 }
 
