@@ -267,17 +267,18 @@ int ftc_ctl_heartbeat(ftc_ctl_t *c, const char *node, const ftc_ctl_heartbeat_t 
     return rc ? ftc__rc(c, rc) : 0;
 }
 
-int ftc_ctl_overdue(ftc_ctl_t *c, uint64_t now_ms, char (*names)[FTC_CTL_NODE_MAX + 1], int max,
-                    int *n)
+int ftc_ctl_overdue(ftc_ctl_t *c, uint64_t now_ms, int offset,
+                    char (*names)[FTC_CTL_NODE_MAX + 1], int max, int *n)
 {
     KEY(deadlines, "deadlines");
-    char upto[24], lim[16];
+    char upto[24], off[16], lim[16];
     snprintf(upto, sizeof upto, "%" PRIu64, now_ms);
+    snprintf(off, sizeof off, "%d", offset < 0 ? 0 : offset);
     snprintf(lim, sizeof lim, "%d", max);
     ftc_redis_reply_t *rep;
     *n = 0;
     int rc = ftc_redis_cmdv(c->r, true, &rep, "ZRANGEBYSCORE", deadlines, "-inf", upto, "LIMIT",
-                            "0", lim, NULL);
+                            off, lim, NULL);
     if (rc)
         return ftc__rc(c, rc);
     ftc_redis_reply_t **el;

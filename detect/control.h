@@ -65,9 +65,12 @@ int ftc_ctl_heartbeat(ftc_ctl_t *c, const char *node, const ftc_ctl_heartbeat_t 
 /* Members whose heartbeat deadline (wall ms of the last heartbeat + TTL, in
  * the sorted set ftc:{job}:deadlines) is at or before now_ms: candidates for
  * a lost node, to be confirmed by their heartbeat key being gone (clocks of
- * different hosts may disagree; the key's TTL in Redis does not). */
-int ftc_ctl_overdue(ftc_ctl_t *c, uint64_t now_ms, char (*names)[FTC_CTL_NODE_MAX + 1], int max,
-                    int *n);
+ * different hosts may disagree; the key's TTL in Redis does not). One page:
+ * at most max of them, skipping the first `offset` in deadline order (a
+ * caller pages through them: live nodes whose clocks run behind sort first
+ * and stay in the set). */
+int ftc_ctl_overdue(ftc_ctl_t *c, uint64_t now_ms, int offset,
+                    char (*names)[FTC_CTL_NODE_MAX + 1], int max, int *n);
 /* Drops a member from the deadline set (after its loss was reported). */
 int ftc_ctl_forget_deadline(ftc_ctl_t *c, const char *node);
 /* Parses a heartbeat value; FTC_EPROTO naming the key on garbage. */

@@ -819,32 +819,44 @@ out:
 }
 
 /* Leader: members whose heartbeat deadline passed, confirmed by their key
- * being gone in Redis (whose TTL clock is the authority, not ours). */
+ * being gone in Redis (whose TTL clock is the authority, not ours). Pages
+ * through every overdue entry: live nodes whose clocks run behind have
+ * deadlines in the past that sort first and stay (their keys are there), and
+ * a poll that read only the first page never reached a real loss behind
+ * them. Bounded: at most PAGES x PAGE candidates per poll. */
 static int ftc__poll_overdue(ftc_detector_t *d)
 {
-    enum { MAX = 256 }; /* candidates per poll; the rest come at the next one */
+    enum { PAGE = 256, PAGES = 64 };
     if (ftc_now_ns() < d->quiet_until_ns)
         return 0; /* just back from our own outage: the deadlines stay for later */
-    char(*names)[FTC_CTL_NODE_MAX + 1] = calloc(MAX, sizeof *names);
+    char(*names)[FTC_CTL_NODE_MAX + 1] = calloc(PAGE, sizeof *names);
     if (!names)
         return FTC_ENOMEM;
-    int n = 0;
-    int rc = ftc_ctl_overdue(d->ctl, ftc_wall_ms(), names, MAX, &n);
-    for (int i = 0; !rc && i < n; i++) {
-        if (!strcmp(names[i], d->node))
-            continue;
-        char suffix[FTC_CTL_NODE_MAX + 8], key[256];
-        snprintf(suffix, sizeof suffix, "hb:%s", names[i]);
-        ftc_ctl_key(d->ctl, suffix, key, sizeof key);
-        ftc_redis_reply_t *rep = NULL;
-        rc = ftc_redis_cmdv(ftc_ctl_redis(d->ctl), true, &rep, "EXISTS", key, NULL);
-        long long exists = 1;
-        ftc_err_t err = {0};
-        if (!rc && ftc_redis_want_int(rep, "EXISTS", &exists, &err) == 0 && exists == 0) {
-            ftc__node_lost(d, names[i], "heartbeat deadline passed");
-            ftc_ctl_forget_deadline(d->ctl, names[i]);
+    uint64_t now = ftc_wall_ms();
+    int rc = 0, offset = 0;
+    for (int page = 0; !rc && page < PAGES; page++) {
+        int n = 0, dropped = 0;
+        rc = ftc_ctl_overdue(d->ctl, now, offset, names, PAGE, &n);
+        for (int i = 0; !rc && i < n; i++) {
+            if (!strcmp(names[i], d->node))
+                continue;
+            char suffix[FTC_CTL_NODE_MAX + 8], key[256];
+            snprintf(suffix, sizeof suffix, "hb:%s", names[i]);
+            ftc_ctl_key(d->ctl, suffix, key, sizeof key);
+            ftc_redis_reply_t *rep = NULL;
+            rc = ftc_redis_cmdv(ftc_ctl_redis(d->ctl), true, &rep, "EXISTS", key, NULL);
+            long long exists = 1;
+            ftc_err_t err = {0};
+            if (!rc && ftc_redis_want_int(rep, "EXISTS", &exists, &err) == 0 && exists == 0) {
+                ftc__node_lost(d, names[i], "heartbeat deadline passed");
+                if (ftc_ctl_forget_deadline(d->ctl, names[i]) == 0)
+                    dropped++; /* the entries after it moved up by one */
+            }
+            ftc_redis_reply_free(rep);
         }
-        ftc_redis_reply_free(rep);
+        if (n < PAGE)
+            break;
+        offset += n - dropped;
     }
     free(names);
     return rc;

@@ -15,7 +15,9 @@
  *    three sources: keyspace expiry notifications (every agent), a poll of
  *    the heartbeat deadline set every deadline_poll_ms (the leader: Redis
  *    expires keys lazily and by sampling, so at thousands of members an
- *    expiry event can come a second late), and a periodic scan of the
+ *    expiry event can come a second late; the poll pages through every
+ *    overdue entry, so live nodes whose clocks run behind, whose past
+ *    deadlines sort first, do not hide a loss), and a periodic scan of the
  *    members (the leader every scan_ms, others follower_scan_factor times
  *    less often; notifications are lost while a subscriber is away), straggler
  *    warnings (leader only: a node's step time above straggler_factor x the

@@ -114,6 +114,10 @@ typedef struct ftc__sup {
     bool grow_round;           /* the round that ended this generation was opened by a node
                                   joining (reason FTC__GROW_WHY ...): not a failure */
     char events_after[32];     /* event stream position */
+    char lost_after[32];       /* stream position from before the round: where a member's
+                                  loss is looked for while its generation starts */
+    bool cursor_kept;          /* events_after is the last watch's (else marked anew before
+                                  the next round) */
     char fail_reason[256];
     /* the layout of this generation (ftc__plan, recover/layout.h) */
     int world;                      /* ranks in the generation: dp x tp x pp */
@@ -998,6 +1002,9 @@ static int ftc__port_bindable(int port)
     return rc;
 }
 
+static bool ftc__member_lost(ftc__sup_t *s, uint64_t *next_ms, int *member, char *why,
+                             size_t cap);
+
 /* While this generation starts (its agents, MASTER_ADDR): whether the next
  * round was opened meanwhile (a member gave up and said so as it left, or
  * failed otherwise): then the generation cannot start, and waiting for the
@@ -1051,7 +1058,7 @@ static int ftc__master(ftc__sup_t *s, char *host, size_t cap, int *port, ftc_err
             return ftc_err_set(err, rc, "publishing MASTER_ADDR: %s", ftc_redis_errstr(r));
     }
     ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)s->o->join_timeout_ms);
-    uint64_t next_look = 0;
+    uint64_t next_look = 0, next_lost = 0;
     for (;;) {
         rep = NULL;
         const char *v = NULL;
@@ -1081,6 +1088,13 @@ static int ftc__master(ftc__sup_t *s, char *host, size_t cap, int *port, ftc_err
                                "generation %" PRIu64 ": the next round was opened before the "
                                "node of rank 0 (%s) published MASTER_ADDR",
                                s->gen, s->round.members[s->master_node]);
+        int lost;
+        char why[256];
+        if (ftc__member_lost(s, &next_lost, &lost, why, sizeof why))
+            return ftc_err_set(err, FTC_EAGAIN,
+                               "generation %" PRIu64 ": member %s was lost before the generation "
+                               "started (%s): not waiting for it, the next round opens",
+                               s->gen, s->round.members[lost], why);
         if (ftc_deadline_expired(d))
             return ftc_err_set(err, FTC_ETIMEDOUT,
                                "the node of rank 0 in generation %" PRIu64 " (%s) published no "
@@ -1268,6 +1282,52 @@ static bool ftc__hb_exists(ftc__sup_t *s, const char *node)
     return yes;
 }
 
+typedef struct ftc__lost_scan {
+    ftc__sup_t *s;
+    int member; /* the lost member's round index, -1 = none */
+    char *why;
+    size_t cap;
+} ftc__lost_scan_t;
+
+static void ftc__on_lost(void *arg, const ftc_status_event_t *e)
+{
+    ftc__lost_scan_t *sc = arg;
+    ftc__sup_t *s = sc->s;
+    if (sc->member >= 0 || strcmp(e->kind, "node_lost") || !strcmp(e->node, s->node_id))
+        return;
+    for (int i = 0; i < s->round.prev_nodes && i < s->round.nodes; i++)
+        if (!strcmp(s->round.members[i], e->node) && !ftc__hb_exists(s, e->node)) {
+            sc->member = i;
+            snprintf(sc->why, sc->cap, "node_lost: %s", e->detail);
+        }
+}
+
+/* While this generation starts: whether a member that was a member of the
+ * previous generation too (its agent ran through the round, so it has a
+ * member record and a heartbeat) was lost — a node_lost event for it since
+ * before the round (s->lost_after), its heartbeat gone now — after it
+ * registered: it will never start its agent or publish MASTER_ADDR, and
+ * waiting for it until --join-timeout-ms only delays the next round. (A
+ * newcomer's node_lost is its previous incarnation's, which a detector may
+ * report while the newcomer's agent starts: not counted.) Looked up every
+ * 100 ms at most (*next_ms); *member = its round index, why = the event. */
+static bool ftc__member_lost(ftc__sup_t *s, uint64_t *next_ms, int *member, char *why,
+                             size_t cap)
+{
+    uint64_t now = ftc_now_ns() / 1000000u;
+    *member = -1;
+    if (now < *next_ms || !s->lost_after[0])
+        return false;
+    *next_ms = now + 100;
+    ftc__lost_scan_t sc = {s, -1, why, cap};
+    for (int k = 0; k < 16 && sc.member < 0; k++) /* 64 events a read, bounded */
+        if (ftc_events_read(s->ctl, s->lost_after, sizeof s->lost_after, 64, 0, ftc__on_lost,
+                            &sc) < 64)
+            break;
+    *member = sc.member;
+    return sc.member >= 0;
+}
+
 /* Waits until every member's agent of this generation heartbeats (its
  * detector is up) and has published its fabric address: ranks then find
  * their peers, and a node_lost that a freshly started detector reports for a
@@ -1276,7 +1336,7 @@ static bool ftc__hb_exists(ftc__sup_t *s, const char *node)
 static int ftc__wait_agents(ftc__sup_t *s, ftc_err_t *err)
 {
     ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)s->o->join_timeout_ms);
-    uint64_t next_look = 0;
+    uint64_t next_look = 0, next_lost = 0;
     for (;;) {
         int missing = -1, stale = -1;
         if (!ftc__fabric_current(s, &stale))
@@ -1293,6 +1353,13 @@ static int ftc__wait_agents(ftc__sup_t *s, ftc_err_t *err)
                                "generation %" PRIu64 ": the next round was opened while the "
                                "agent of member %s was not up (it left, or failed)",
                                s->gen, s->round.members[missing]);
+        int lost;
+        char why[256];
+        if (ftc__member_lost(s, &next_lost, &lost, why, sizeof why))
+            return ftc_err_set(err, FTC_EAGAIN,
+                               "generation %" PRIu64 ": member %s was lost before its agent "
+                               "came up (%s): not waiting for it, the next round opens",
+                               s->gen, s->round.members[lost], why);
         if (ftc_deadline_expired(d))
             return ftc_err_set(err, FTC_ETIMEDOUT,
                                "generation %" PRIu64 ": the agent of member %s never came up",
@@ -1680,6 +1747,9 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
     rdo.min_nodes = o->min_nodes;
     rdo.max_nodes = o->max_nodes;
     rdo.settle_ms = o->settle_ms;
+    /* a survivor stops its ranks (up to --grace-ms) before it registers: a
+     * spare or newcomer does not take its place meanwhile */
+    rdo.survivor_wait_ms = o->grace_ms + o->settle_ms;
     for (;;) {
         if (stop && *stop) {
             ec = 1;
@@ -1727,6 +1797,13 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
             }
             s->gen = g;
         }
+        /* where a member's loss is looked for until its generation runs: the
+         * last watch's position (a loss after it, even during the round), or
+         * the stream's end for a node that comes from elsewhere */
+        if (!s->cursor_kept)
+            ftc__events_mark(s);
+        s->cursor_kept = false;
+        snprintf(s->lost_after, sizeof s->lost_after, "%s", s->events_after);
         /* a spare looks every 2 s (at most) whether the job is done */
         bool spare = s->spare;
         uint64_t jt = (uint64_t)o->join_timeout_ms;
@@ -1836,6 +1913,7 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
             ftc__recovery_phase(s, "started", NULL);
         }
         int how = ftc__watch(s, stop, err);
+        s->cursor_kept = true;
         if (how == FTC__CUT) {
             ftc_err_set(err, FTC_EREDIS, "ftc run: %s", s->fail_reason);
             ec = FTC_RUN_EXIT_CUT;

@@ -16,7 +16,9 @@
 
 /* KEYS: gen, rdzv, reg, alive, out, roster, events.
  * ARGV: node, after, min, max (0 = none), settle_ms, ttl_ms, events cap, mode (join|leave),
- * was_open (1 = the caller's last poll found the round open).
+ * was_open (1 = the caller's last poll found the round open), heartbeat key prefix
+ * (ftc:{J}:hb:, detect/control.h: a survivor's agent keeps ftc:{J}:hb:NODE),
+ * survivor_wait_ms.
  * Returns {0, registered, open, settled_ms} while waiting (or after a leave),
  * {2, gen, members, spares, prev} once the round after `after` closed (in either mode: a
  * leave that comes too late learns the round it is in). */
@@ -78,6 +80,22 @@ static const char lua_join[] =
     "local from = last\n"
     "if opened > from then from = opened end\n"
     "if open ~= 1 then return {0, n, 0, 0} end\n"
+    /* MAX registrants mean a spare or newcomer takes a place: not while a
+     * survivor is missing, a member of generation `after` not registered yet
+     * whose heartbeat (ARGV[10] .. node, the agent's key, same hash slot) is
+     * there — it holds shards — until ARGV[11] ms after the round opened
+     * (neither rule closes the round meanwhile) */
+    "if max > 0 and n >= max and now - opened < tonumber(ARGV[11]) then\n"
+    "  local ro = redis.call('HMGET', KEYS[6], 'gen', 'members')\n"
+    "  if ro[1] and ro[2] and tonumber(ro[1]) == after then\n"
+    "    local preg, missing = 0, false\n"
+    "    for m in string.gmatch(ro[2], '%S+') do\n"
+    "      if redis.call('HEXISTS', KEYS[3], m) == 1 then preg = preg + 1\n"
+    "      elseif redis.call('EXISTS', ARGV[10] .. m) == 1 then missing = true end\n"
+    "    end\n"
+    "    if missing and preg < max then return {0, n, 1, now - from} end\n"
+    "  end\n"
+    "end\n"
     "if not ((max > 0 and n >= max) or (n >= tonumber(ARGV[3]) and now - from >= "
     "tonumber(ARGV[5]))) then return {0, n, 1, now - from} end\n"
     "local reg = redis.call('HGETALL', KEYS[3])\n"
@@ -371,14 +389,14 @@ static void describe_live(ftc_redis_t *r, const join_keys_t *k, char *buf, size_
  * already closed with this node in it, else non-zero (withdrawn, or Redis
  * away: the entry then expires by itself). */
 static int withdraw(ftc_redis_t *r, const ftc_redis_script_t *s, const join_keys_t *k,
-                    const char *const *args9, uint64_t after, ftc_rdzv_round_t *out)
+                    const char *const *args11, uint64_t after, ftc_rdzv_round_t *out)
 {
     const char *keys[] = {k->gen, k->rdzv, k->reg, k->alive, k->out, k->roster, k->events};
-    const char *args[9];
-    memcpy(args, args9, sizeof args);
+    const char *args[11];
+    memcpy(args, args11, sizeof args);
     args[7] = "leave";
     ftc_redis_reply_t *rep = NULL;
-    if (ftc_redis_eval(r, s, 7, keys, 9, args, &rep))
+    if (ftc_redis_eval(r, s, 7, keys, 11, args, &rep))
         return FTC_EREDIS;
     ftc_redis_reply_t **el;
     size_t cnt;
@@ -387,7 +405,7 @@ static int withdraw(ftc_redis_t *r, const ftc_redis_script_t *s, const join_keys
     int rc = ftc_redis_want_array(rep, "rendezvous leave", -1, &el, &cnt, &e);
     if (!rc && cnt >= 1)
         rc = ftc_redis_want_int(el[0], "rendezvous leave state", &state, &e);
-    rc = !rc && state == 2 ? parse_round(el, cnt, args9[0], after, out, &e) : FTC_ENOENT;
+    rc = !rc && state == 2 ? parse_round(el, cnt, args11[0], after, out, &e) : FTC_ENOENT;
     ftc_redis_reply_free(rep);
     return rc;
 }
@@ -412,12 +430,14 @@ int ftc_rdzv_join(ftc_redis_t *r, const ftc_rdzv_options_t *o, uint64_t after_ge
                            "rendezvous: node id '%.80s' is not 1..%d of [A-Za-z0-9._:/-]",
                            o->node_id ? o->node_id : "", FTC_RDZV_NODE_MAX);
     if (o->min_nodes < 1 || o->max_nodes < 0 || (o->max_nodes && o->max_nodes < o->min_nodes) ||
-        o->settle_ms < 0 || o->ttl_ms < 0)
+        o->settle_ms < 0 || o->ttl_ms < 0 || o->survivor_wait_ms < 0)
         return ftc_err_set(err, FTC_EINVAL,
                            "rendezvous: min_nodes %d (>= 1), max_nodes %d (0 or >= min_nodes), "
-                           "settle_ms %d, ttl_ms %d (>= 0)",
-                           o->min_nodes, o->max_nodes, o->settle_ms, o->ttl_ms);
+                           "settle_ms %d, ttl_ms %d, survivor_wait_ms %d (>= 0)",
+                           o->min_nodes, o->max_nodes, o->settle_ms, o->ttl_ms,
+                           o->survivor_wait_ms);
     int settle = o->settle_ms ? o->settle_ms : 1000, ttl = o->ttl_ms ? o->ttl_ms : 3000;
+    int sv_wait = o->survivor_wait_ms ? o->survivor_wait_ms : settle;
     int poll_ms = settle / 10 < ttl / 4 ? settle / 10 : ttl / 4;
     poll_ms = poll_ms < 5 ? 5 : poll_ms > 100 ? 100 : poll_ms;
 
@@ -431,8 +451,11 @@ int ftc_rdzv_join(ftc_redis_t *r, const ftc_rdzv_options_t *o, uint64_t after_ge
     snprintf(a_settle, sizeof a_settle, "%d", settle);
     snprintf(a_ttl, sizeof a_ttl, "%d", ttl);
     char a_open[2] = "0"; /* "1" once a poll found the round open (a reseed reopens it) */
+    char a_hb[96], a_sv[16];
+    key(a_hb, sizeof a_hb, o->job, "hb:");
+    snprintf(a_sv, sizeof a_sv, "%d", sv_wait);
     const char *args[] = {o->node_id, a_after, a_min, a_max, a_settle, a_ttl, EVENTS_CAP, "join",
-                          a_open};
+                          a_open,     a_hb,    a_sv};
     ftc_redis_script_t s;
     ftc_redis_script_init(&s, "rdzv_join", lua_join);
 
@@ -459,7 +482,7 @@ int ftc_rdzv_join(ftc_redis_t *r, const ftc_rdzv_options_t *o, uint64_t after_ge
         }
         ftc_redis_reply_t *rep = NULL;
         a_open[0] = open ? '1' : '0';
-        rc = ftc_redis_eval(r, &s, 7, keys, 9, args, &rep);
+        rc = ftc_redis_eval(r, &s, 7, keys, 11, args, &rep);
         if (rc) {
             rc = script_rc(r, rc, "rendezvous", err);
             if (rc == FTC_ESTALE || rc == FTC_EPROTO || rc == FTC_EAUTH)

@@ -895,6 +895,94 @@ static void test_no_loss_reported_right_after_own_outage(void **state)
     assert_int_equal(stream_count(f, "jo", "node_lost", "B"), 1);
 }
 
+/* ---- the deadline poll pages past nodes with skewed clocks ---------------------------- */
+
+typedef struct lost_detail {
+    pthread_mutex_t mu;
+    char detail[256]; /* of the first node_lost about "victim" */
+} lost_detail_t;
+
+static void on_victim_lost(void *arg, const ftc_ctl_event_t *e)
+{
+    lost_detail_t *l = arg;
+    pthread_mutex_lock(&l->mu);
+    if (!strcmp(e->kind, "node_lost") && !strcmp(e->node, "victim") && !l->detail[0])
+        snprintf(l->detail, sizeof l->detail, "%s", e->detail ? e->detail : "?");
+    pthread_mutex_unlock(&l->mu);
+}
+
+/* 300 live nodes whose deadlines lie in the past (their clocks run 60 s
+ * behind: their heartbeat keys are there) sort before a node really lost
+ * (deadline passed, key gone; deleted, so no expiry notification, and the
+ * member scan runs once a minute): the leader's deadline poll pages past the
+ * 300 and reports it ("heartbeat deadline passed", the poll's own words). */
+static void test_deadline_poll_pages_past_skewed_clocks(void **state)
+{
+    redis_fixture_t *f = *state;
+    static lost_detail_t l;
+    memset(&l, 0, sizeof l);
+    pthread_mutex_init(&l.mu, NULL);
+    ftc_ctl_t *c = redis_fixture_ctl(f, "jsk");
+    ftc_redis_t *r = ftc_ctl_redis(c);
+    char key[256], dl[256], name[32], score[32];
+    ftc_ctl_key(c, "deadlines", dl, sizeof dl);
+    uint64_t now = ftc_wall_ms();
+    for (int i = 0; i < 300; i++) {
+        snprintf(name, sizeof name, "skew%03d", i);
+        char suffix[48];
+        snprintf(suffix, sizeof suffix, "hb:%s", name);
+        ftc_ctl_key(c, suffix, key, sizeof key);
+        assert_int_equal(ftc_redis_cmdv(r, true, NULL, "SET", key, "1 0 0 0", "PX", "120000",
+                                        NULL), 0);
+        snprintf(score, sizeof score, "%" PRIu64, now - 60000 + (uint64_t)i);
+        assert_int_equal(ftc_redis_cmdv(r, true, NULL, "ZADD", dl, score, name, NULL), 0);
+    }
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    o.hang_min_ms = 100000;
+    o.scan_ms = 60000;
+    o.job = "jsk";
+    o.node = "B";
+    o.campaign = true;
+    o.on_event = on_victim_lost;
+    o.arg = &l;
+    ftc_err_t err = {0};
+    ftc_detector_t *b = ftc_detector_start(ftc_redis_server_url(f->srv), &o, &err);
+    if (!b)
+        fail_msg("detector B: %s", err.msg);
+    ftc_deadline_t d = ftc_deadline_in_ms(10000);
+    while (!ftc_detector_is_leader(b) && !ftc_deadline_expired(d))
+        ftc_sleep_ms(10);
+    assert_true(ftc_detector_is_leader(b));
+    ftc_sleep_ms(300); /* its first scan is done: the victim appears after it */
+    ftc_ctl_key(c, "members", key, sizeof key);
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", key, "victim", "h - 1 777", NULL), 0);
+    snprintf(score, sizeof score, "%" PRIu64, ftc_wall_ms() - 1000);
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "ZADD", dl, score, "victim", NULL), 0);
+    uint64_t t0 = ftc_now_ns();
+    bool got = false;
+    d = ftc_deadline_in_ms(8000); /* well below the scan's minute */
+    while (!got && !ftc_deadline_expired(d)) {
+        pthread_mutex_lock(&l.mu);
+        got = l.detail[0] != 0;
+        pthread_mutex_unlock(&l.mu);
+        if (!got)
+            ftc_sleep_ms(10);
+    }
+    print_message("victim behind 300 skewed deadlines: %s after %.0f ms (%s)\n",
+                  got ? "reported" : "NOT reported", (double)(ftc_now_ns() - t0) / 1e6, l.detail);
+    assert_true(got);
+    assert_non_null(strstr(l.detail, "heartbeat deadline passed"));
+    /* the skewed nodes are alive: none reported, their deadlines stay */
+    long long left = 0;
+    ftc_redis_reply_t *rep = NULL;
+    assert_int_equal(ftc_redis_cmdv(r, true, &rep, "ZCARD", dl, NULL), 0);
+    assert_int_equal(ftc_redis_want_int(rep, "ZCARD", &left, NULL), 0);
+    ftc_redis_reply_free(rep);
+    assert_true(left >= 300);
+    ftc_detector_stop(b, true);
+    ftc_ctl_destroy(c);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
 
 int main(void)
@@ -911,6 +999,7 @@ int main(void)
         T(test_node_lost_once_across_generations), T(test_long_expired_key_not_cut_to_a_node),
         T(test_event_once_after_lost_reply), T(test_late_renewal_reply_does_not_extend_lease),
         T(test_no_loss_reported_right_after_own_outage),
+        T(test_deadline_poll_pages_past_skewed_clocks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -49,7 +49,9 @@
 #   x. a node that cannot start its rank (its log directory) gives up: the
 #      other node goes on alone and finishes the job;
 #   y. a member whose agent cannot start gives up right after the round: the
-#      other node, waiting for that agent, goes on alone at once.
+#      other node, waiting for that agent, goes on alone at once;
+#   k. a member SIGKILLed after the round closed: its loss (node_lost) ends
+#      the other node's wait for its agent at once (not --join-timeout-ms).
 #
 # usage: test_run.sh PATH/TO/ftc PATH/TO/rank_main PATH/TO/ckptfile_main
 set -u
@@ -71,7 +73,7 @@ trap cleanup EXIT
 . "$(dirname "$0")/lib.sh" # check, count, committed, wait_committed
 export FTC_LOG_LEVEL=${FTC_LOG_LEVEL:-info}
 # FTC_RUN_ONLY=24 runs scenarios 2 and 4 only (while debugging)
-want() { case ${FTC_RUN_ONLY:-1234567890rfcmgsplxy} in *$1*) return 0 ;; esac; return 1; }
+want() { case ${FTC_RUN_ONLY:-1234567890rfcmgsplxyk} in *$1*) return 0 ;; esac; return 1; }
 
 # ---- 1. a rank dies -------------------------------------------------------------------
 if want 1; then
@@ -781,6 +783,47 @@ check "y: node 1 failed (its agent), node 0 finished the job" \
     grep -q 'ftc run: 1 nodes finished, 1 failed' "$T/y.out"
 check "y: in generation 2, alone" grep -q 'INFO run: generation 2: node 0 of 1' "$T/y.out"
 [ $fails -eq $f0 ] || { echo "--- output of y:"; tail -n 30 "$T/y.out"; }
+fi
+
+# ---- k. a member SIGKILLed after the round closed (its loss ends the wait for it) --------------
+# Two simulated nodes (--nnodes 1:2, --join-timeout-ms 120000). In generation
+# 1 node 1's rank exits 1; node 0's rank ignores SIGTERM, so node 0 joins the
+# round only after --grace-ms. Node 1, registered and waiting, is stopped
+# (SIGSTOP): its registration (3 s) outlives its heartbeat (1 s), so the
+# round closes with both; then it is killed (SIGKILL). Node 0 waits for node
+# 1's agent of generation 2: the loss (node_lost) ends that wait at once, not
+# the join timeout: node 0 opens the next round with the loss as its reason
+# and finishes alone in generation 3 (the loop's own bound, 60 s, is half
+# the join timeout).
+if want k; then
+Jk=run${tag}k
+f0=$fails
+"$FTC" run --simulate-nodes 2 --nnodes 1:2 --job "$Jk" --job-dir "$T/jk" --settle-ms 300 \
+    --grace-ms 1000 --join-timeout-ms 120000 -- sh -c 'if [ "$FTC_GENERATION" = 1 ]; then
+        if [ "$FTC_NODE_RANK" = 1 ]; then sleep 2; exit 1; fi; trap "" TERM; sleep 60; fi; exit 0' \
+    >"$T/k.out" 2>&1 &
+runpid=$!
+pids+=($runpid)
+for i in $(seq 600); do grep -q '\[node1\] .*generation 1: phase=stopped' "$T/k.out" && break; sleep 0.05; done
+sleep 0.2
+n1=$(cat "$T/jk/node1.pid" 2>/dev/null)
+check "k: node 1 stopped its rank of generation 1 (pid $n1)" test -n "$n1"
+[ -n "$n1" ] && kill -STOP "$n1"
+t0=$(date +%s%N)
+for i in $(seq 300); do grep -q '\[node0\] INFO run: generation 2: node [01] of 2' "$T/k.out" && break; sleep 0.05; done
+check "k: the round closed with both nodes" grep -q '\[node0\] INFO run: generation 2: node [01] of 2' "$T/k.out"
+[ -n "$n1" ] && kill -KILL "$n1"
+for i in $(seq 600); do kill -0 $runpid 2>/dev/null || break; sleep 0.1; done
+echo "k: the job ended $(( ($(date +%s%N) - t0) / 1000000 )) ms after node 1 was stopped (join timeout 120000 ms)"
+check "k: the job ended (well before the join timeout)" bash -c "! kill -0 $runpid 2>/dev/null"
+kill -9 $runpid 2>/dev/null
+wait $runpid
+check "k: node 0 gave up waiting for node 1 on its loss" \
+    grep -q '\[node0\] WARN run: generation 2: member node1 was lost' "$T/k.out"
+check "k: node 0 finished the job alone in generation 3" \
+    grep -q '\[node0\] INFO run: generation 3: node 0 of 1' "$T/k.out"
+check "k: node 0 finished" grep -q 'ftc run: 1 nodes finished' "$T/k.out"
+[ $fails -eq $f0 ] || { echo "--- output of k:"; tail -n 40 "$T/k.out"; }
 fi
 
 if [ $fails -ne 0 ]; then

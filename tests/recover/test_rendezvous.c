@@ -20,7 +20,7 @@ typedef struct joiner {
     redis_fixture_t *f;
     const char *job;
     char node[FTC_RDZV_NODE_MAX + 1];
-    int min, max, settle, ttl;
+    int min, max, settle, ttl, survivor_wait;
     uint64_t after;
     int delay_ms, deadline_ms;
     atomic_int *abort;
@@ -53,6 +53,7 @@ static void *joiner_main(void *arg)
     o.max_nodes = j->max;
     o.settle_ms = j->settle;
     o.ttl_ms = j->ttl;
+    o.survivor_wait_ms = j->survivor_wait;
     j->rc = ftc_rdzv_join(r, &o, j->after, &j->round,
                           ftc_deadline_in_ms((uint64_t)(j->deadline_ms ? j->deadline_ms : 20000)),
                           j->abort, &j->err);
@@ -61,10 +62,12 @@ static void *joiner_main(void *arg)
     return NULL;
 }
 
-static void start(joiner_t *j, redis_fixture_t *f, const char *job, const char *node, int min,
-                  int max, int settle, uint64_t after, int delay_ms)
+/* start() with survivor_wait_ms (0: the default) */
+static void start_sw(joiner_t *j, redis_fixture_t *f, const char *job, const char *node, int min,
+                     int max, int settle, uint64_t after, int delay_ms, int survivor_wait)
 {
     memset(j, 0, sizeof *j);
+    j->survivor_wait = survivor_wait;
     j->f = f;
     j->job = job;
     snprintf(j->node, sizeof j->node, "%s", node);
@@ -74,6 +77,12 @@ static void start(joiner_t *j, redis_fixture_t *f, const char *job, const char *
     j->after = after;
     j->delay_ms = delay_ms;
     assert_int_equal(pthread_create(&j->tid, NULL, joiner_main, j), 0);
+}
+
+static void start(joiner_t *j, redis_fixture_t *f, const char *job, const char *node, int min,
+                  int max, int settle, uint64_t after, int delay_ms)
+{
+    start_sw(j, f, job, node, min, max, settle, after, delay_ms, 0);
 }
 
 static void finish(joiner_t *j, int n)
@@ -248,6 +257,110 @@ static void test_spare_and_deadline(void **state)
     assert_non_null(strstr(s.err.msg, sid));
     assert_non_null(strstr(s.err.msg, "not open"));
     assert_int_equal(waiting(f, "r5", gen), 0); /* withdrawn */
+}
+
+/* A heartbeat for node (as a live agent keeps one) or none (ms = 0: dead). */
+static void heartbeat(redis_fixture_t *f, const char *job, const char *node, int ms)
+{
+    ftc_redis_t *r = conn(f);
+    char k[160];
+    snprintf(k, sizeof k, "ftc:{%s}:hb:%s", job, node);
+    if (ms > 0)
+        assert_int_equal(ftc_redis_cmdv(r, true, NULL, "SET", k, "1 -1 0 0", "PX", "60000", NULL),
+                         0);
+    else
+        assert_int_equal(ftc_redis_cmdv(r, true, NULL, "DEL", k, NULL), 0);
+    ftc_redis_close(r);
+}
+
+/* A hot spare registered before the round opened, MAX 3: the round does not
+ * close at MAX without a survivor (a member of the previous generation whose
+ * heartbeat is there) that registers after the spare and two others — the
+ * survivor keeps its place, the spare stays a spare. A survivor whose
+ * heartbeat is gone (lost) leaves its place to the spare at once: the round
+ * closes at MAX without waiting out the (long) settle time. */
+static void test_spare_does_not_displace_survivor(void **state)
+{
+    redis_fixture_t *f = *state;
+    joiner_t j[4];
+    static const char *const ids[] = {"sv-a", "sv-b", "sv-c"};
+    for (int i = 0; i < 3; i++)
+        start(&j[i], f, "rsv", ids[i], 3, 3, 200, 0, 0);
+    finish(j, 3);
+    same_round(j, 3, 3, 0);
+    char order[3][FTC_RDZV_NODE_MAX + 1];
+    memcpy(order, j[0].round.members, sizeof order);
+    for (int i = 0; i < 3; i++) {
+        ftc_rdzv_round_free(&j[i].round);
+        heartbeat(f, "rsv", ids[i], 60000); /* their agents run on */
+    }
+    /* the spare waits for the round after generation 1 */
+    start(&j[3], f, "rsv", "sv-spare", 2, 3, 60000, 1, 0);
+    await_waiting(f, "rsv", 1, 1);
+    ftc_redis_t *r = conn(f);
+    ftc_err_t err = {0};
+    bool opened;
+    assert_int_equal(ftc_rdzv_request(r, "rsv", 1, "node failed", &opened, &err), 0);
+    /* two survivors at once, the third one later, after the round had 3 */
+    start(&j[0], f, "rsv", order[0], 2, 3, 60000, 1, 0);
+    start(&j[1], f, "rsv", order[1], 2, 3, 60000, 1, 0);
+    start(&j[2], f, "rsv", order[2], 2, 3, 60000, 1, 400);
+    finish(j, 4);
+    same_round(j, 4, 3, 1);
+    assert_int_equal(j[0].round.generation, 2);
+    assert_int_equal(j[0].round.prev_nodes, 3);
+    for (int k = 0; k < 3; k++)
+        assert_string_equal(j[0].round.members[k], order[k]);
+    assert_string_equal(j[0].round.spare_ids[0], "sv-spare");
+    assert_int_equal(j[3].round.index, -1);
+    for (int i = 0; i < 4; i++)
+        ftc_rdzv_round_free(&j[i].round);
+
+    /* the last survivor is lost (its heartbeat expired): the spare takes its
+     * place as soon as the two others are there (settle 60 s, deadline 20 s) */
+    heartbeat(f, "rsv", order[2], 0);
+    start(&j[3], f, "rsv", "sv-spare", 2, 3, 60000, 2, 0);
+    await_waiting(f, "rsv", 2, 1);
+    assert_int_equal(ftc_rdzv_request(r, "rsv", 2, "node lost", &opened, &err), 0);
+    start(&j[0], f, "rsv", order[0], 2, 3, 60000, 2, 0);
+    start(&j[1], f, "rsv", order[1], 2, 3, 60000, 2, 50);
+    uint64_t t0 = ftc_now_ns();
+    finish(j, 2);
+    finish(&j[3], 1);
+    print_message("round with a lost survivor closed %.0f ms after the request (settle 60 s)\n",
+                  (double)(j[0].t_done_ns - t0) / 1e6);
+    assert_int_equal(j[0].rc, 0);
+    assert_int_equal(j[1].rc, 0);
+    assert_int_equal(j[3].rc, 0);
+    assert_int_equal(j[0].round.generation, 3);
+    assert_int_equal(j[0].round.nodes, 3);
+    assert_int_equal(j[0].round.prev_nodes, 2);
+    assert_string_equal(j[0].round.members[0], order[0]);
+    assert_string_equal(j[0].round.members[1], order[1]);
+    assert_string_equal(j[0].round.members[2], "sv-spare");
+    assert_int_equal(j[3].round.index, 2);
+    for (int i = 0; i < 4; i++)
+        if (i != 2)
+            ftc_rdzv_round_free(&j[i].round);
+
+    /* a survivor whose heartbeat is there but that never registers (its node
+     * hangs) holds its place for survivor_wait_ms (300), not for ever: then
+     * the newcomer takes it (settle 60 s, deadline 20 s) */
+    start_sw(&j[3], f, "rsv", "sv-new", 1, 2, 60000, 3, 0, 300);
+    await_waiting(f, "rsv", 3, 1);
+    assert_int_equal(ftc_rdzv_request(r, "rsv", 3, "node hangs", &opened, &err), 0);
+    start_sw(&j[0], f, "rsv", order[0], 1, 2, 60000, 3, 0, 300);
+    finish(j, 1);
+    finish(&j[3], 1);
+    assert_int_equal(j[0].rc, 0);
+    assert_int_equal(j[3].rc, 0);
+    assert_int_equal(j[0].round.generation, 4);
+    assert_int_equal(j[0].round.nodes, 2);
+    assert_string_equal(j[0].round.members[0], order[0]);
+    assert_string_equal(j[0].round.members[1], "sv-new");
+    ftc_rdzv_round_free(&j[0].round);
+    ftc_rdzv_round_free(&j[3].round);
+    ftc_redis_close(r);
 }
 
 static void test_killed_registrant_not_counted(void **state)
@@ -524,6 +637,7 @@ int main(void)
         cmocka_unit_test(test_four_join_and_stable_order),
         cmocka_unit_test(test_settle_min_of_max),
         cmocka_unit_test(test_spare_and_deadline),
+        cmocka_unit_test(test_spare_does_not_displace_survivor),
         cmocka_unit_test(test_killed_registrant_not_counted),
         cmocka_unit_test(test_requests_fencing_and_world),
         cmocka_unit_test(test_deadline_and_abort),
