@@ -202,6 +202,26 @@ expect 0 "ftc run with a relative --job-dir" -- bash -c \
     "cd '$T' && timeout 120 '$FTC' run --simulate-nodes 1 --job clirel\$\$ --job-dir reljob -- /bin/true"
 expect 0 "its embedded Redis wrote its log in the job directory" -- test -s "$T/reljob/redis.log"
 
+# every `ftc run` error names the command once: a usage error, and an error
+# of the supervisor (it used to say "ftc run: node 0: ftc run: 1 failed ...")
+once() { # once FILE DESCRIPTION: "ftc run:" exactly once on each of its lines that has it
+    n=$((n + 1))
+    if grep -q "ftc run:" "$T/$1" && ! grep -q "ftc run:.*ftc run:" "$T/$1"; then
+        echo "ok: $2"
+    else
+        echo "FAIL: $2:"; sed 's/^/  /' "$T/$1" | head -20; fails=$((fails + 1))
+    fi
+}
+expect 2 "ftc run --nnodes 3:1 is a usage error" -- "$FTC" run --nnodes 3:1 -- /bin/true
+once err "its usage error says 'ftc run:' once"
+expect 2 "ftc run without a binary is a usage error" -- "$FTC" run --job x
+once err "its usage error says 'ftc run:' once"
+expect 1 "ftc run of a failing binary with --max-restarts 0 fails" -- \
+    timeout 120 "$FTC" run --simulate-nodes 1 --max-restarts 0 --job clionce$$ \
+    --job-dir "$T/oncejob" -- /bin/false
+grep_in err "ftc run: node 0: 1 failed generations" "it names the failed generations"
+once err "the supervisor's error says 'ftc run:' once"
+
 # the URL file of a job whose embedded Redis died with it (kill -9 of ftc
 # run): the next run starts a new one instead of failing on the dead address
 mkdir -p "$T/stalejob" && echo "redis://127.0.0.1:1/0" >"$T/stalejob/redis.url"
