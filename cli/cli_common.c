@@ -357,6 +357,13 @@ int ftc_cli_classify(const char *path, ftc_cli_path_t *out, ftc_err_t *err)
 
 ftc_persist_t *ftc_cli_persist_open(const char *dir, const ftc_cli_args_t *a, ftc_err_t *err)
 {
+    (void)a;
+    return ftc_persist_open_reader(dir, err);
+}
+
+ftc_persist_t *ftc_cli_persist_open_writer(const char *dir, const ftc_cli_args_t *a,
+                                           ftc_err_t *err)
+{
     ftc_persist_options_t opts = FTC_PERSIST_OPTIONS_INIT;
     ftc_persist_options_from_config(&opts, a->cfg);
     opts.fault = (ftc_fault_t *)&a->fault;

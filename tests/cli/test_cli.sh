@@ -178,6 +178,25 @@ else
     echo "FAIL: python safetensors read (run scripts/setup to install safetensors)"; fails=$((fails + 1))
 fi
 
+# ---- a writer at work in the directory: the reading commands leave it be ----
+# (they used to open it as a writer, which removes every temp file it finds:
+# a live agent's or trainer's shard being written vanished before its rename)
+sleep 300 &
+WPID=$!
+W4=$P/v00000000000000000004
+mkdir -p "$W4"
+printf 'half a shard' >"$W4/.shard-d0-t0-p0.ftcz.tmp.$WPID"
+printf 'half' >"$P/.x.tmp.$WPID"
+expect 0 "inspect beside a writer at work" -- "$FTC" inspect "$P"
+expect 0 "verify beside a writer at work" -- "$FTC" verify "$P"
+expect 0 "restore beside a writer at work" -- "$FTC" restore "$P" --out "$T/busy.shard"
+expect 0 "export beside a writer at work" -- "$FTC" export --safetensors "$P" "$T/busy.safetensors"
+expect 0 "the writer's temp files are still there" -- \
+    test -f "$W4/.shard-d0-t0-p0.ftcz.tmp.$WPID" -a -f "$P/.x.tmp.$WPID"
+kill "$WPID" 2>/dev/null
+wait "$WPID" 2>/dev/null
+rm -rf "$W4" "$P/.x.tmp.$WPID"
+
 # ---- corrupt the newest version: verify names it, restore falls back ----------
 expect 0 "verify persist dir (all good)" -- "$FTC" verify "$P"
 grep_in out "^v3: ok" "v3 ok before corruption"
