@@ -1172,10 +1172,21 @@ int ftc_persist_load(ftc_persist_t *p, uint64_t step, ftc_persist_loaded_t **out
     char tried[FTC__TRIED_MAX];
     size_t tl = 0;
     tried[0] = '\0';
-    int fallbacks = 0;
+    int fallbacks = 0, unfinished = 0;
     for (int i = 0; i < n; i++) {
         ftc_err_t e = {0};
         ftc__vname(vn, sizeof vn, steps[i]);
+        /* no marker at all: a write in progress or one that crashed; such a
+         * version does not exist for readers, it is no failed one */
+        char mk[PATH_MAX];
+        struct stat mst;
+        snprintf(mk, sizeof mk, "%s/%s/%s", p->dir, vn, FTC__MARKER);
+        if (lstat(mk, &mst) != 0 && errno == ENOENT) {
+            FTC_DEBUG("persist", "%s in %s has no %s marker (unfinished): not a version", vn,
+                      p->dir, FTC__MARKER);
+            unfinished++;
+            continue;
+        }
         rc = ftc__load_version(p, steps[i], out, &e);
         if (rc == 0) {
             (*out)->fallbacks = fallbacks;
@@ -1196,8 +1207,10 @@ int ftc_persist_load(ftc_persist_t *p, uint64_t step, ftc_persist_loaded_t **out
         }
     }
     free(steps);
-    if (n == 0)
-        return ftc_err_set(err, FTC_ENOENT, "persist %s: no versions", p->dir);
+    if (n == unfinished)
+        return ftc_err_set(err, FTC_ENOENT, "persist %s: no committed version%s", p->dir,
+                           unfinished ? " (only unfinished writes without a COMMITTED marker)"
+                                      : "");
     return ftc_err_set(err, FTC_ENOENT, "persist %s: no version verifies; tried %s", p->dir,
                        tried);
 }

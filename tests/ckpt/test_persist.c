@@ -330,7 +330,9 @@ static void test_fallback(void **state)
         ftc_persist_loaded_t *l;
         assert_int_equal(ftc_persist_load(p, FTC_PERSIST_NEWEST, &l), 0);
         check_loaded(l, 1, c1, &w);
-        assert_int_equal(l->fallbacks, 1);
+        /* no marker: an unfinished (or crashed) write, no version at all */
+        bool unfinished = !strcmp(what, "marker-missing");
+        assert_int_equal(l->fallbacks, unfinished ? 0 : 1);
         ftc_persist_loaded_free(l);
         /* asking for the bad version by step is an error naming it */
         assert_true(ftc_persist_load(p, 2, &l) < 0);
@@ -356,7 +358,8 @@ static void test_fallback(void **state)
         assert_int_equal(unlink(path), 0);
         assert_int_equal(ftc_persist_load(p, FTC_PERSIST_NEWEST, &l), FTC_ENOENT);
         assert_non_null(strstr(ftc_persist_errstr(p), "v00000000000000000001"));
-        assert_non_null(strstr(ftc_persist_errstr(p), "v00000000000000000002"));
+        if (!unfinished)
+            assert_non_null(strstr(ftc_persist_errstr(p), "v00000000000000000002"));
         free_copies(c1);
         free_copies(c2);
         world_free(&w);
