@@ -666,7 +666,7 @@ static void ftc__discard_version(const ftc_persist_t *p, const char *vdir)
     (void)p;
 }
 
-static void ftc__retain(ftc_persist_t *p);
+static void ftc__retain(ftc_persist_t *p, uint64_t written);
 
 int ftc_persist_write(ftc_persist_t *p, uint64_t step, const void *const *shards,
                       const uint64_t *sizes, int n)
@@ -841,7 +841,7 @@ int ftc_persist_write(ftc_persist_t *p, uint64_t step, const void *const *shards
     free(mtext);
     free(base_of);
     ftc__manifest_free(&m);
-    ftc__retain(p);
+    ftc__retain(p, step);
     return 0;
 
 undo_dir:
@@ -874,11 +874,13 @@ static bool ftc__has(const uint64_t *v, int n, uint64_t x)
     return false;
 }
 
-/* Keeps the newest opts.keep committed versions and every base their delta
- * chains need; removes older committed versions, uncommitted ones older than
- * the newest committed, and temp files. Failures are logged, not returned:
- * the version is committed already. */
-static void ftc__retain(ftc_persist_t *p)
+/* Keeps the newest opts.keep committed versions, the version just written
+ * (written: a job that went back to an older step, past newer versions that
+ * do not load, writes below them) and every base their delta chains need;
+ * removes older committed versions, uncommitted ones older than the newest
+ * committed, and temp files. Failures are logged, not returned: the version
+ * is committed already. */
+static void ftc__retain(ftc_persist_t *p, uint64_t written)
 {
     uint64_t *steps = NULL, *keep = NULL;
     int *states = NULL;
@@ -905,6 +907,8 @@ static void ftc__retain(ftc_persist_t *p)
         if (committed_kept < p->opts.keep) {
             keep[nkeep++] = steps[i];
             committed_kept++;
+        } else if (steps[i] == written) {
+            keep[nkeep++] = steps[i];
         }
     }
     if (!any_committed)

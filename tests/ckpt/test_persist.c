@@ -284,6 +284,64 @@ static void test_retention_and_chains(void **state)
     free(dir);
 }
 
+/* A job that went back to an older step (its newer versions do not load, or
+ * it was restored to --step) writes below them: retention keeps the version
+ * just written. It used to keep only the newest persist.keep by step, so
+ * with keep 1 the new version was removed the moment it was committed and
+ * a restore found only the old one. */
+static void test_retention_rollback(void **state)
+{
+    (void)state;
+    char *dir = ftc_test_tmpdir("persist-back");
+    ftc_err_t err = {0};
+    ftc_persist_options_t o = FTC_PERSIST_OPTIONS_INIT;
+    o.keep = 1;
+    o.chunk_bytes = 4096;
+    ftc_persist_t *p = ftc_persist_open(dir, &o, &err);
+    assert_non_null(p);
+    world_t w;
+    world_init(&w, 16u << 10);
+    uint8_t *c10[NSH], *c20[NSH], *c15[NSH];
+    assert_int_equal(world_write(&w, p, 10, c10), 0);
+    assert_int_equal(world_write(&w, p, 20, c20), 0); /* a delta on 10: both kept */
+    ftc_persist_close(p);
+    char path[PATH_MAX];
+    vfile(path, sizeof path, dir, 20, "shard-d1-t0-p0.ftcz");
+    flip_byte(path, 300);
+    p = ftc_persist_open(dir, &o, &err);
+    assert_non_null(p);
+    ftc_persist_loaded_t *l;
+    assert_int_equal(ftc_persist_load(p, FTC_PERSIST_NEWEST, &l), 0);
+    check_loaded(l, 10, c10, &w);
+    ftc_persist_loaded_free(l);
+    /* the job goes on from 10 and persists 15 */
+    world_t w2;
+    world_init(&w2, 16u << 10);
+    assert_int_equal(world_write(&w2, p, 15, c15), 0);
+    assert_true(version_exists(dir, 15));
+    assert_int_equal(ftc_persist_load(p, FTC_PERSIST_NEWEST, &l), 0);
+    check_loaded(l, 15, c15, &w2);
+    assert_int_equal(l->fallbacks, 1); /* the bad 20 */
+    ftc_persist_loaded_free(l);
+    /* and once it passes 20 the usual rule applies again: 25 (a delta on
+     * 15) and its base are kept, 20 and 10 go */
+    uint8_t *c25[NSH];
+    assert_int_equal(world_write(&w2, p, 25, c25), 0);
+    assert_true(version_exists(dir, 15));
+    assert_false(version_exists(dir, 10));
+    assert_false(version_exists(dir, 20));
+    assert_true(version_exists(dir, 25));
+    free_copies(c10);
+    free_copies(c20);
+    free_copies(c15);
+    free_copies(c25);
+    world_free(&w);
+    world_free(&w2);
+    ftc_persist_close(p);
+    ftc_test_rmrf(dir);
+    free(dir);
+}
+
 /* One bad thing in the newest version: load takes the previous one with
  * fallbacks == 1. */
 static void test_fallback(void **state)
@@ -600,6 +658,7 @@ int main(void)
         cmocka_unit_test(test_roundtrip_full_and_delta),
         cmocka_unit_test(test_options_variants),
         cmocka_unit_test(test_retention_and_chains),
+        cmocka_unit_test(test_retention_rollback),
         cmocka_unit_test(test_fallback),
         cmocka_unit_test(test_broken_base),
         cmocka_unit_test(test_manifest_hostile),
