@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +74,25 @@ static void ftc__shard_name(char *buf, size_t n, uint32_t d, uint32_t t, uint32_
 static bool ftc__is_temp(const char *name)
 {
     return name[0] == '.' && strstr(name, ".tmp.") != NULL;
+}
+
+/* A temp file "....tmp.<pid>" (ftc_fs_write_file_atomic) of a writer that is
+ * still alive: another process's persist tier at work in the directory (a
+ * trainer reading a peer rank's directory, an agent restarted beside the old
+ * one), or this process's. Its file must stay until that writer renames it. */
+static bool ftc__temp_live(const char *name)
+{
+    const char *t = NULL;
+    for (const char *q = strstr(name, ".tmp."); q; q = strstr(q + 1, ".tmp."))
+        t = q;
+    if (!t)
+        return false;
+    char *end;
+    errno = 0;
+    long pid = strtol(t + 5, &end, 10);
+    if (end == t + 5 || *end || errno || pid <= 0 || pid > INT_MAX)
+        return false;
+    return kill((pid_t)pid, 0) == 0 || errno == EPERM;
 }
 
 /* ---- the manifest -------------------------------------------------------------- */
@@ -423,7 +443,7 @@ static void ftc__clean_temps(const char *dir)
     struct dirent *de;
     char path[PATH_MAX];
     while ((de = readdir(d))) {
-        if (!ftc__is_temp(de->d_name))
+        if (!ftc__is_temp(de->d_name) || ftc__temp_live(de->d_name))
             continue;
         snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
         if (unlink(path) == 0)

@@ -7,6 +7,10 @@
 #include "ckpt/persist_internal.h"
 #include "trainer/synth.h"
 
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+
 #define NSH 3
 
 /* NSH synthetic ranks; versions are snapshots of them. */
@@ -342,6 +346,68 @@ static void test_retention_rollback(void **state)
     free(dir);
 }
 
+static void touch(const char *path)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("half a file", f);
+    fclose(f);
+}
+
+/* Opening a directory to write removes the temp files of writers that died,
+ * not those of a writer still at work (another process's handle there): it
+ * used to remove every one, and that writer's rename then failed. */
+static void test_live_temps(void **state)
+{
+    (void)state;
+    char *dir = ftc_test_tmpdir("persist-live");
+    ftc_err_t err = {0};
+    ftc_persist_options_t o = FTC_PERSIST_OPTIONS_INIT;
+    o.chunk_bytes = 4096;
+    ftc_persist_t *p = ftc_persist_open(dir, &o, &err);
+    assert_non_null(p);
+    world_t w;
+    world_init(&w, 16u << 10);
+    uint8_t *c1[NSH];
+    assert_int_equal(world_write(&w, p, 1, c1), 0);
+    ftc_persist_close(p);
+    fflush(NULL);
+    pid_t writer = fork(); /* a writer at work: alive until killed */
+    assert_true(writer >= 0);
+    if (writer == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlives a failed test */
+        pause();
+        _exit(0);
+    }
+    char v2[PATH_MAX], t1[PATH_MAX + 64], t2[PATH_MAX + 64], t3[PATH_MAX + 64];
+    snprintf(v2, sizeof v2, "%s/v%020d", dir, 2);
+    assert_int_equal(mkdir(v2, 0700), 0);
+    snprintf(t1, sizeof t1, "%s/.shard-d0-t0-p0.ftcz.tmp.%d", v2, (int)writer);
+    snprintf(t2, sizeof t2, "%s/.x.tmp.%d", dir, (int)writer);
+    snprintf(t3, sizeof t3, "%s/.shard-d1-t0-p0.ftcz.tmp.999999999", v2); /* no such pid */
+    touch(t1);
+    touch(t2);
+    touch(t3);
+    p = ftc_persist_open(dir, &o, &err);
+    assert_non_null(p);
+    struct stat st;
+    assert_int_equal(stat(t1, &st), 0);
+    assert_int_equal(stat(t2, &st), 0);
+    assert_int_not_equal(stat(t3, &st), 0); /* a dead writer's: removed */
+    ftc_persist_close(p);
+    kill(writer, SIGKILL);
+    assert_int_equal(waitpid(writer, NULL, 0), writer);
+    p = ftc_persist_open(dir, &o, &err);
+    assert_non_null(p);
+    assert_int_not_equal(stat(t1, &st), 0); /* its writer died: stale now */
+    assert_int_not_equal(stat(t2, &st), 0);
+    ftc_persist_close(p);
+    free_copies(c1);
+    world_free(&w);
+    ftc_test_rmrf(dir);
+    free(dir);
+}
+
 /* One bad thing in the newest version: load takes the previous one with
  * fallbacks == 1. */
 static void test_fallback(void **state)
@@ -664,6 +730,7 @@ int main(void)
         cmocka_unit_test(test_manifest_hostile),
         cmocka_unit_test(test_options_from_config),
         cmocka_unit_test(test_reader),
+        cmocka_unit_test(test_live_temps),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
