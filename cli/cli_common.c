@@ -337,7 +337,9 @@ int ftc_cli_classify(const char *path, ftc_cli_path_t *out, ftc_err_t *err)
     const char *base = strrchr(buf, '/');
     base = base ? base + 1 : buf;
     size_t bl = strlen(base);
-    bool version = bl >= 2 && base[0] == 'v' && strspn(base + 1, "0123456789") == bl - 1;
+    /* the persist tier's own rule (persist-format.md): "v" + exactly 20
+     * digits; a persist directory that is merely named v2 is no version */
+    bool version = bl == 21 && base[0] == 'v' && strspn(base + 1, "0123456789") == 20;
     if (!version) {
         out->kind = FTC_KIND_PERSIST;
         memcpy(out->persist_dir, buf, len + 1);

@@ -197,6 +197,18 @@ kill "$WPID" 2>/dev/null
 wait "$WPID" 2>/dev/null
 rm -rf "$W4" "$P/.x.tmp.$WPID"
 
+# a persist directory named like v2 is a persist directory, not a version
+# (only "v" + 20 digits is one): it was read as version 2 of its parent
+expect 0 "synth into a directory named v2" -- "$FTC" synth --out "$T/exp/v2" --steps 1 --ranks 1 \
+    --bytes 64KiB
+expect 0 "verify a persist directory named v2" -- "$FTC" verify "$T/exp/v2"
+grep_in out "^v1: ok" "it verifies its version 1"
+expect 0 "restore from a persist directory named v2" -- "$FTC" restore "$T/exp/v2" \
+    --out "$T/exp.shard"
+grep_in out "restored step 1" "it restores its step 1"
+expect 0 "inspect a persist directory named v2" -- "$FTC" inspect "$T/exp/v2"
+grep_in out "^persist directory" "inspect lists it as a persist directory"
+
 # ---- corrupt the newest version: verify names it, restore falls back ----------
 expect 0 "verify persist dir (all good)" -- "$FTC" verify "$P"
 grep_in out "^v3: ok" "v3 ok before corruption"
