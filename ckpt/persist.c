@@ -521,6 +521,53 @@ static ftc_persist_t *ftc__persist_new(const char *dir, const ftc_persist_option
     return p;
 }
 
+/* The parent directory of path ("." or "/" at the top) into out. */
+static void ftc__parent(char *out, size_t n, const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(out, n, ".");
+    else if (slash == path)
+        snprintf(out, n, "/");
+    else
+        snprintf(out, n, "%.*s", (int)(slash - path), path);
+}
+
+/* mkdir -p of dir, durably: the entry of every directory made is fsync'd
+ * in its parent (a version's COMMITTED is only durable once every name on
+ * its path is: without this, a power cut soon after the first versions of a
+ * new directory could lose the whole directory). */
+static int ftc__mkdirs_durable(const char *dir, ftc_fault_t *f, ftc_err_t *err)
+{
+    char path[PATH_MAX], top[PATH_MAX], up[PATH_MAX];
+    snprintf(path, sizeof path, "%s", dir);
+    for (size_t l = strlen(path); l > 1 && path[l - 1] == '/'; l--)
+        path[l - 1] = '\0';
+    struct stat st;
+    bool made = stat(path, &st) != 0;
+    /* the shallowest missing directory */
+    snprintf(top, sizeof top, "%s", path);
+    while (made) {
+        ftc__parent(up, sizeof up, top);
+        if (!strcmp(up, top) || stat(up, &st) == 0)
+            break;
+        snprintf(top, sizeof top, "%s", up);
+    }
+    int rc = ftc_fs_mkdirs(path, err);
+    if (rc < 0 || !made)
+        return rc < 0 ? rc : 0;
+    char cur[PATH_MAX];
+    snprintf(cur, sizeof cur, "%s", path);
+    for (;;) {
+        ftc__parent(up, sizeof up, cur);
+        if ((rc = ftc_fs_fsync_dir(up, f, err)) < 0)
+            return rc;
+        if (!strcmp(cur, top) || !strcmp(up, cur))
+            return 0;
+        snprintf(cur, sizeof cur, "%s", up);
+    }
+}
+
 ftc_persist_t *ftc_persist_open(const char *dir, const ftc_persist_options_t *opts, ftc_err_t *err)
 {
     ftc_persist_options_t def = FTC_PERSIST_OPTIONS_INIT;
@@ -547,7 +594,7 @@ ftc_persist_t *ftc_persist_open(const char *dir, const ftc_persist_options_t *op
                     FTC_ZSHARD_MAX_CHUNK, opts->full_every, opts->keep, opts->shuffle);
         return NULL;
     }
-    if (ftc_fs_mkdirs(dir, err) < 0) {
+    if (ftc__mkdirs_durable(dir, opts->fault, err) < 0) {
         ftc_err_wrap(err, "persist: open %s", dir);
         return NULL;
     }
