@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +74,25 @@ static void ftc__shard_name(char *buf, size_t n, uint32_t d, uint32_t t, uint32_
 static bool ftc__is_temp(const char *name)
 {
     return name[0] == '.' && strstr(name, ".tmp.") != NULL;
+}
+
+/* A temp file "....tmp.<pid>" (ftc_fs_write_file_atomic) of a writer that is
+ * still alive: another process's persist tier at work in the directory (a
+ * trainer reading a peer rank's directory, an agent restarted beside the old
+ * one), or this process's. Its file must stay until that writer renames it. */
+static bool ftc__temp_live(const char *name)
+{
+    const char *t = NULL;
+    for (const char *q = strstr(name, ".tmp."); q; q = strstr(q + 1, ".tmp."))
+        t = q;
+    if (!t)
+        return false;
+    char *end;
+    errno = 0;
+    long pid = strtol(t + 5, &end, 10);
+    if (end == t + 5 || *end || errno || pid <= 0 || pid > INT_MAX)
+        return false;
+    return kill((pid_t)pid, 0) == 0 || errno == EPERM;
 }
 
 /* ---- the manifest -------------------------------------------------------------- */
@@ -423,7 +443,7 @@ static void ftc__clean_temps(const char *dir)
     struct dirent *de;
     char path[PATH_MAX];
     while ((de = readdir(d))) {
-        if (!ftc__is_temp(de->d_name))
+        if (!ftc__is_temp(de->d_name) || ftc__temp_live(de->d_name))
             continue;
         snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
         if (unlink(path) == 0)
@@ -501,6 +521,53 @@ static ftc_persist_t *ftc__persist_new(const char *dir, const ftc_persist_option
     return p;
 }
 
+/* The parent directory of path ("." or "/" at the top) into out. */
+static void ftc__parent(char *out, size_t n, const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(out, n, ".");
+    else if (slash == path)
+        snprintf(out, n, "/");
+    else
+        snprintf(out, n, "%.*s", (int)(slash - path), path);
+}
+
+/* mkdir -p of dir, durably: the entry of every directory made is fsync'd
+ * in its parent (a version's COMMITTED is only durable once every name on
+ * its path is: without this, a power cut soon after the first versions of a
+ * new directory could lose the whole directory). */
+static int ftc__mkdirs_durable(const char *dir, ftc_fault_t *f, ftc_err_t *err)
+{
+    char path[PATH_MAX], top[PATH_MAX], up[PATH_MAX];
+    snprintf(path, sizeof path, "%s", dir);
+    for (size_t l = strlen(path); l > 1 && path[l - 1] == '/'; l--)
+        path[l - 1] = '\0';
+    struct stat st;
+    bool made = stat(path, &st) != 0;
+    /* the shallowest missing directory */
+    snprintf(top, sizeof top, "%s", path);
+    while (made) {
+        ftc__parent(up, sizeof up, top);
+        if (!strcmp(up, top) || stat(up, &st) == 0)
+            break;
+        snprintf(top, sizeof top, "%s", up);
+    }
+    int rc = ftc_fs_mkdirs(path, err);
+    if (rc < 0 || !made)
+        return rc < 0 ? rc : 0;
+    char cur[PATH_MAX];
+    snprintf(cur, sizeof cur, "%s", path);
+    for (;;) {
+        ftc__parent(up, sizeof up, cur);
+        if ((rc = ftc_fs_fsync_dir(up, f, err)) < 0)
+            return rc;
+        if (!strcmp(cur, top) || !strcmp(up, cur))
+            return 0;
+        snprintf(cur, sizeof cur, "%s", up);
+    }
+}
+
 ftc_persist_t *ftc_persist_open(const char *dir, const ftc_persist_options_t *opts, ftc_err_t *err)
 {
     ftc_persist_options_t def = FTC_PERSIST_OPTIONS_INIT;
@@ -527,7 +594,7 @@ ftc_persist_t *ftc_persist_open(const char *dir, const ftc_persist_options_t *op
                     FTC_ZSHARD_MAX_CHUNK, opts->full_every, opts->keep, opts->shuffle);
         return NULL;
     }
-    if (ftc_fs_mkdirs(dir, err) < 0) {
+    if (ftc__mkdirs_durable(dir, opts->fault, err) < 0) {
         ftc_err_wrap(err, "persist: open %s", dir);
         return NULL;
     }
@@ -666,7 +733,7 @@ static void ftc__discard_version(const ftc_persist_t *p, const char *vdir)
     (void)p;
 }
 
-static void ftc__retain(ftc_persist_t *p);
+static void ftc__retain(ftc_persist_t *p, uint64_t written);
 
 int ftc_persist_write(ftc_persist_t *p, uint64_t step, const void *const *shards,
                       const uint64_t *sizes, int n)
@@ -841,7 +908,7 @@ int ftc_persist_write(ftc_persist_t *p, uint64_t step, const void *const *shards
     free(mtext);
     free(base_of);
     ftc__manifest_free(&m);
-    ftc__retain(p);
+    ftc__retain(p, step);
     return 0;
 
 undo_dir:
@@ -874,11 +941,13 @@ static bool ftc__has(const uint64_t *v, int n, uint64_t x)
     return false;
 }
 
-/* Keeps the newest opts.keep committed versions and every base their delta
- * chains need; removes older committed versions, uncommitted ones older than
- * the newest committed, and temp files. Failures are logged, not returned:
- * the version is committed already. */
-static void ftc__retain(ftc_persist_t *p)
+/* Keeps the newest opts.keep committed versions, the version just written
+ * (written: a job that went back to an older step, past newer versions that
+ * do not load, writes below them) and every base their delta chains need;
+ * removes older committed versions, uncommitted ones older than the newest
+ * committed, and temp files. Failures are logged, not returned: the version
+ * is committed already. */
+static void ftc__retain(ftc_persist_t *p, uint64_t written)
 {
     uint64_t *steps = NULL, *keep = NULL;
     int *states = NULL;
@@ -905,6 +974,8 @@ static void ftc__retain(ftc_persist_t *p)
         if (committed_kept < p->opts.keep) {
             keep[nkeep++] = steps[i];
             committed_kept++;
+        } else if (steps[i] == written) {
+            keep[nkeep++] = steps[i];
         }
     }
     if (!any_committed)
@@ -1172,10 +1243,21 @@ int ftc_persist_load(ftc_persist_t *p, uint64_t step, ftc_persist_loaded_t **out
     char tried[FTC__TRIED_MAX];
     size_t tl = 0;
     tried[0] = '\0';
-    int fallbacks = 0;
+    int fallbacks = 0, unfinished = 0;
     for (int i = 0; i < n; i++) {
         ftc_err_t e = {0};
         ftc__vname(vn, sizeof vn, steps[i]);
+        /* no marker at all: a write in progress or one that crashed; such a
+         * version does not exist for readers, it is no failed one */
+        char mk[PATH_MAX];
+        struct stat mst;
+        snprintf(mk, sizeof mk, "%s/%s/%s", p->dir, vn, FTC__MARKER);
+        if (lstat(mk, &mst) != 0 && errno == ENOENT) {
+            FTC_DEBUG("persist", "%s in %s has no %s marker (unfinished): not a version", vn,
+                      p->dir, FTC__MARKER);
+            unfinished++;
+            continue;
+        }
         rc = ftc__load_version(p, steps[i], out, &e);
         if (rc == 0) {
             (*out)->fallbacks = fallbacks;
@@ -1196,8 +1278,10 @@ int ftc_persist_load(ftc_persist_t *p, uint64_t step, ftc_persist_loaded_t **out
         }
     }
     free(steps);
-    if (n == 0)
-        return ftc_err_set(err, FTC_ENOENT, "persist %s: no versions", p->dir);
+    if (n == unfinished)
+        return ftc_err_set(err, FTC_ENOENT, "persist %s: no committed version%s", p->dir,
+                           unfinished ? " (only unfinished writes without a COMMITTED marker)"
+                                      : "");
     return ftc_err_set(err, FTC_ENOENT, "persist %s: no version verifies; tried %s", p->dir,
                        tried);
 }

@@ -79,7 +79,8 @@ void ftc_persist_options_from_config(ftc_persist_options_t *opts, const ftc_conf
 typedef struct ftc_persist ftc_persist_t;
 
 /* Opens (creating when missing, mode 0700) a persist directory. Stale temp
- * files from a crashed writer are removed. NULL on failure, with err set. */
+ * files from a crashed writer are removed (those whose writer process, named
+ * by the ".tmp.<pid>" suffix, is alive stay). NULL on failure, with err set. */
 ftc_persist_t *ftc_persist_open(const char *dir, const ftc_persist_options_t *opts, ftc_err_t *err);
 /* Opens an existing persist directory to read it only (another node's tier
  * on a shared file system, whose writer may be alive): nothing is created,

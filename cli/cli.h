@@ -121,8 +121,14 @@ typedef struct ftc_cli_path {
 /* Tells what path is; FTC_ENOENT / FTC_EINVAL with err naming it otherwise. */
 int ftc_cli_classify(const char *path, ftc_cli_path_t *out, ftc_err_t *err);
 
-/* Opens the persist directory of p for reading with options from cfg. */
+/* Opens the persist directory dir to read it only (ftc_persist_open_reader):
+ * nothing is created or removed there, so a writer at work in it (an
+ * agent's or trainer's persist tier) keeps its temp files. */
 ftc_persist_t *ftc_cli_persist_open(const char *dir, const ftc_cli_args_t *a, ftc_err_t *err);
+/* Opens (creates) dir to write versions, with the persist options of cfg
+ * and the fault injection of a. */
+ftc_persist_t *ftc_cli_persist_open_writer(const char *dir, const ftc_cli_args_t *a,
+                                           ftc_err_t *err);
 
 /* Shards read from a path for export / restore: raw regions (malloc'd). */
 typedef struct ftc_cli_shards {

@@ -337,7 +337,9 @@ int ftc_cli_classify(const char *path, ftc_cli_path_t *out, ftc_err_t *err)
     const char *base = strrchr(buf, '/');
     base = base ? base + 1 : buf;
     size_t bl = strlen(base);
-    bool version = bl >= 2 && base[0] == 'v' && strspn(base + 1, "0123456789") == bl - 1;
+    /* the persist tier's own rule (persist-format.md): "v" + exactly 20
+     * digits; a persist directory that is merely named v2 is no version */
+    bool version = bl == 21 && base[0] == 'v' && strspn(base + 1, "0123456789") == 20;
     if (!version) {
         out->kind = FTC_KIND_PERSIST;
         memcpy(out->persist_dir, buf, len + 1);
@@ -356,6 +358,13 @@ int ftc_cli_classify(const char *path, ftc_cli_path_t *out, ftc_err_t *err)
 }
 
 ftc_persist_t *ftc_cli_persist_open(const char *dir, const ftc_cli_args_t *a, ftc_err_t *err)
+{
+    (void)a;
+    return ftc_persist_open_reader(dir, err);
+}
+
+ftc_persist_t *ftc_cli_persist_open_writer(const char *dir, const ftc_cli_args_t *a,
+                                           ftc_err_t *err)
 {
     ftc_persist_options_t opts = FTC_PERSIST_OPTIONS_INIT;
     ftc_persist_options_from_config(&opts, a->cfg);

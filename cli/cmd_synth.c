@@ -98,7 +98,7 @@ static int ftc__synth_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
             goto out_mem;
         }
     }
-    p = ftc_cli_persist_open(out, &a, &err);
+    p = ftc_cli_persist_open_writer(out, &a, &err);
     if (!p) {
         ftc_cli_fail(cmd, "%s: %s", out, ftc_err_str(&err));
         goto out_mem;

@@ -58,6 +58,14 @@
 #define FS_LOG_RING 32
 #define FS_FETCH_ROUNDS 3
 #define FS_RETRIES 3 /* re-pushes of a version that missed a peer */
+/* A version's holder list "idx:id,idx:id,...": at most FTC_REPL_MAX_PEERS
+ * peers (a push asks min(k, FTC_REPL_MAX_PEERS)), each an index below
+ * FS_MAX_NODES (4 digits), ':' and an id of up to FTC_CTL_NODE_MAX bytes,
+ * and ','. Buffers of this size hold any list; a recorded one longer than
+ * that is refused as garbage, never cut. */
+#define FS_HOLDER_MAX (4 + 1 + FTC_CTL_NODE_MAX + 1)
+#define FS_HOLDERS_MAX (FTC_REPL_MAX_PEERS * FS_HOLDER_MAX + 1)
+_Static_assert(FS_MAX_NODES <= 10000, "FS_HOLDER_MAX counts 4 digits of a node index");
 #define FS_MAX_RANKS 256 /* watched ranks of one node */
 #define FS_CRASHED_PREFIX FS_TMP_PREFIX "crashed." /* files moved aside after a crash */
 
@@ -141,14 +149,14 @@ struct ftc_filestore {
     bool dirty;             /* the directory changed since the last pack */
     bool retry_on_members;  /* the last version missed a peer */
     int retries;            /* re-pushes since the last change */
-    char own_holders[1000]; /* "idx:id,..." of the newest acknowledged version */
+    char own_holders[FS_HOLDERS_MAX]; /* "idx:id,..." of the newest acknowledged version */
     uint64_t retry_at_ns;   /* when to re-push (0: none planned) */
     /* the last push was acknowledged but recording it failed (a timed-out
      * HSET may still land): no pack until it is recorded, so neither the
      * slot of the recorded version nor the pushed one is packed over */
     bool rec_pending;
     bool rec_all;           /* ... and it reached every peer */
-    char rec_holders[1000]; /* its holders */
+    char rec_holders[FS_HOLDERS_MAX]; /* its holders */
     uint64_t rec_retry_ns;  /* next try */
     uint64_t last_event_ns;
     uint64_t busy_since_ns; /* dirty since (0: clean): waiting for a quiet period */
@@ -898,11 +906,39 @@ fail:
     fs_note_error(fs, rc, err.msg);
 }
 
+/* Parses a record "version size gen [holders]"; 0, -1 when it is not one,
+ * -2 when its holder list is longer than FS_HOLDERS_MAX - 1 bytes. holders gets a
+ * malloc'd copy of the list ("" when none) when not NULL. */
+static int fs_parse_rec(const char *v, size_t vl, uint64_t *version, uint64_t *size,
+                        uint64_t *gen, char **holders)
+{
+    char num[3 * 21 + 4];
+    int used = 0;
+    size_t nl = vl < sizeof num - 1 ? vl : sizeof num - 1;
+    memcpy(num, v, nl);
+    num[nl] = 0;
+    if (sscanf(num, "%" SCNu64 " %" SCNu64 " %" SCNu64 "%n", version, size, gen, &used) < 3)
+        return -1;
+    const char *h = v + used, *e = v + vl;
+    while (h < e && *h == ' ')
+        h++;
+    size_t hl = 0;
+    while (h + hl < e && h[hl] != ' ' && h[hl])
+        hl++;
+    if (hl >= FS_HOLDERS_MAX) return -2;
+    if (holders) {
+        if (!(*holders = malloc(hl + 1))) return -1;
+        memcpy(*holders, h, hl);
+        (*holders)[hl] = 0;
+    }
+    return 0;
+}
+
 /* Records the pushed version and its holders; 0, or the Redis error with
  * its text in why. */
 static int fs_record(ftc_filestore_t *fs, const char *holders, char *why, size_t cap)
 {
-    char key[160], field[16], val[1200];
+    char key[160], field[16], val[3 * 21 + FS_HOLDERS_MAX];
     snprintf(field, sizeof field, "%u", fs->index);
     snprintf(val, sizeof val, "%" PRIu64 " %" PRIu64 " %" PRIu64 " %s", fs->push_version,
              fs->push_size, fs->gen, holders);
@@ -928,16 +964,27 @@ static void fs_counted(ftc_filestore_t *fs, const char *holders, int n)
     pthread_mutex_unlock(&fs->mu);
 }
 
-/* "idx:id,..." of the push's peers that acknowledged so far; their count. */
-static int fs_acked_holders(ftc_filestore_t *fs, char *holders, size_t cap)
+/* "idx:id,..." of the push's peers that acknowledged so far (holders has
+ * FS_HOLDERS_MAX bytes, enough for any push: push_n <= FTC_REPL_MAX_PEERS);
+ * their count. */
+static int fs_acked_holders(ftc_filestore_t *fs, char *holders)
 {
     int acked = 0;
+    size_t hl = 0;
     holders[0] = 0;
     for (int i = 0; i < fs->push_n; i++) {
         if (!fs->push_done[i] || fs->push_rc[i]) continue;
-        size_t hl = strlen(holders);
-        snprintf(holders + hl, cap - hl, "%s%u:%s", acked ? "," : "", fs->push_peers[i],
-                 fs->peers[fs->push_peers[i]].node_id);
+        int w = snprintf(holders + hl, FS_HOLDERS_MAX - hl, "%s%u:%s", acked ? "," : "",
+                         fs->push_peers[i], fs->peers[fs->push_peers[i]].node_id);
+        if (w < 0 || (size_t)w >= FS_HOLDERS_MAX - hl) { /* cannot happen: the bound above */
+            holders[hl] = 0; /* whole entries only: a shorter list is still true */
+            fs_log(fs, FTC_LOG_ERROR,
+                   "version %" PRIu64 ": holder list longer than %d bytes; recording the "
+                   "first %d holder(s) only",
+                   fs->push_version, FS_HOLDERS_MAX - 1, acked);
+            break;
+        }
+        hl += (size_t)w;
         acked++;
     }
     return acked;
@@ -996,8 +1043,8 @@ static void fs_check_push(ftc_filestore_t *fs, bool broken)
                      st.detail[0] ? st.detail : "no detail");
         }
     }
-    char holders[1000] = "", why[400] = "";
-    int acked = fs_acked_holders(fs, holders, sizeof holders);
+    char holders[FS_HOLDERS_MAX] = "", why[400] = "";
+    int acked = fs_acked_holders(fs, holders);
     if (!all) {
         /* the version counts as soon as a peer acknowledged it: a hung peer
          * must not hold its record back until the push deadline */
@@ -1068,7 +1115,7 @@ static void fs_check_push(ftc_filestore_t *fs, bool broken)
 typedef struct fs_rec { /* one node's recorded version */
     uint32_t owner;
     uint64_t version, size;
-    char holders[1000];   /* "idx:id,idx:id" */
+    char *holders;        /* "idx:id,idx:id" (malloc'd; "" when none recorded) */
     const uint8_t *shard; /* the verified shard (own slot or buf) */
     uint64_t shard_size;
     uint8_t *buf; /* malloc'd copy / fetched shard */
@@ -1166,7 +1213,7 @@ static int fs_fetch_rec(ftc_filestore_t *fs, fs_rec_t *rec, ftc_deadline_t d, in
             fs_refresh_peers(fs);
         }
         int tries = 0;
-        char list[1000];
+        char list[FS_HOLDERS_MAX];
         snprintf(list, sizeof list, "%s", rec->holders);
         for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok;
              tok = strtok_r(NULL, ",", &save)) {
@@ -1405,10 +1452,21 @@ static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
         char *end;
         unsigned long owner = strtoul(f, &end, 10);
         uint64_t gen;
-        r->holders[0] = 0;
-        if (end == f || owner >= FS_MAX_NODES ||
-            sscanf(v, "%" SCNu64 " %" SCNu64 " %" SCNu64 " %999s", &r->version, &r->size, &gen,
-                   r->holders) < 3) {
+        r->holders = NULL;
+        int prc = end == f || owner >= FS_MAX_NODES
+                      ? -1
+                      : fs_parse_rec(v, vl, &r->version, &r->size, &gen, &r->holders);
+        if (prc == -2) {
+            if (!first)
+                first = ftc_err_set(err, FTC_EPROTO,
+                                    "%s: field %.*s lists holders in %zu bytes, more than the "
+                                    "%d any version can have (%d peers of ids up to %d bytes): "
+                                    "not a record of this version of ftc",
+                                    key, (int)fl, f, vl, FS_HOLDERS_MAX - 1, FTC_REPL_MAX_PEERS,
+                                    FTC_CTL_NODE_MAX);
+            continue;
+        }
+        if (prc) {
             if (!first)
                 first = ftc_err_set(err, FTC_EPROTO, "%s: field %.*s holds garbage: %.*s", key,
                                     (int)fl, f, (int)(vl > 80 ? 80 : vl), v);
@@ -1421,6 +1479,8 @@ static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
     /* 1. this node's memory first (no progress calls meanwhile), then fetches */
     bool *local = calloc(nr + 1, sizeof *local);
     if (!local) {
+        for (size_t i = 0; i < nr; i++)
+            free(recs[i].holders);
         free(recs);
         return ftc_err_set(err, FTC_ENOMEM, "filestore: out of memory");
     }
@@ -1495,8 +1555,10 @@ static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
     fs_log(fs, first ? FTC_LOG_WARN : FTC_LOG_INFO,
            "restore: %zu recorded version(s), %zu file(s) in the union, %" PRIu64 " written%s", nr,
            nc, written_n, first ? " (with errors)" : "");
-    for (size_t i = 0; i < nr; i++)
+    for (size_t i = 0; i < nr; i++) {
         free(recs[i].buf);
+        free(recs[i].holders);
+    }
     free(recs);
     free(local);
     free(c);
@@ -1929,9 +1991,10 @@ ftc_filestore_t *ftc_filestore_create(const char *job, uint32_t index, const cha
         if (ftc_redis_want_str(rep, key, &s, &sl, &e) == 0) {
             fs->last_version = recorded = strtoull(s, NULL, 10);
             uint64_t a, b, c;
-            char h[sizeof fs->own_holders];
-            if (sscanf(s, "%" SCNu64 " %" SCNu64 " %" SCNu64 " %999s", &a, &b, &c, h) == 4)
+            char *h = NULL;
+            if (fs_parse_rec(s, sl, &a, &b, &c, &h) == 0)
                 snprintf(fs->own_holders, sizeof fs->own_holders, "%s", h);
+            free(h);
         }
     }
     ftc_redis_reply_free(rep);

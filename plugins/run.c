@@ -1082,7 +1082,7 @@ static int ftc__master(ftc__sup_t *s, char *host, size_t cap, int *port, ftc_err
         }
         ftc_redis_reply_free(rep);
         if (ftc__stopping(s))
-            return ftc_err_set(err, FTC_ECANCELED, "ftc run: stopped by a signal");
+            return ftc_err_set(err, FTC_ECANCELED, "stopped by a signal");
         if (ftc__round_moved(s, &next_look))
             return ftc_err_set(err, FTC_EAGAIN,
                                "generation %" PRIu64 ": the next round was opened before the "
@@ -1347,7 +1347,7 @@ static int ftc__wait_agents(ftc__sup_t *s, ftc_err_t *err)
         if (missing < 0)
             return 0;
         if (ftc__stopping(s))
-            return ftc_err_set(err, FTC_ECANCELED, "ftc run: stopped by a signal");
+            return ftc_err_set(err, FTC_ECANCELED, "stopped by a signal");
         if (ftc__round_moved(s, &next_look))
             return ftc_err_set(err, FTC_EAGAIN,
                                "generation %" PRIu64 ": the next round was opened while the "
@@ -1691,14 +1691,14 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
         o->nproc > FTC__MAX_LOCAL || o->min_nodes < 1 || o->max_nodes < o->min_nodes ||
         o->node_index >= (uint32_t)o->max_nodes) {
         ftc_err_set(err, FTC_EINVAL,
-                    "ftc run: need a job, a binary, 1..%d ranks per node, 1 <= MIN <= MAX nodes "
+                    "need a job, a binary, 1..%d ranks per node, 1 <= MIN <= MAX nodes "
                     "and a node index below MAX",
                     FTC__MAX_LOCAL);
         return 1;
     }
     ftc__sup_t *s = calloc(1, sizeof *s);
     if (!s) {
-        ftc_err_set(err, FTC_ENOMEM, "ftc run: out of memory");
+        ftc_err_set(err, FTC_ENOMEM, "out of memory");
         return 1;
     }
     s->o = o;
@@ -1753,7 +1753,7 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
     for (;;) {
         if (stop && *stop) {
             ec = 1;
-            ftc_err_set(err, FTC_ECANCELED, "ftc run: stopped by a signal");
+            ftc_err_set(err, FTC_ECANCELED, "stopped by a signal");
             break;
         }
         /* 1. rendezvous. A node that arrives while the job runs (a repaired
@@ -1773,7 +1773,7 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
             /* (a round opened while it waited, by a failure: join that one) */
             if (g > 0 && !open && !ftc__grow_boundary(s, o->job, g)) {
                 if (ftc__stopping(s)) { /* not a grow round for a node going away */
-                    ftc_err_set(err, FTC_ECANCELED, "ftc run: stopped by a signal");
+                    ftc_err_set(err, FTC_ECANCELED, "stopped by a signal");
                     break;
                 }
                 /* a running job that has its MAX nodes: a grow round would
@@ -1810,7 +1810,7 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
         ftc_deadline_t d = ftc_deadline_in_ms(spare && jt > 2000 ? 2000 : jt);
         int rc = ftc_rdzv_join(rc_r, &rdo, s->gen, &s->round, d, &ftc__abort, err);
         if (rc && ftc__stopping(s)) {
-            ftc_err_set(err, FTC_ECANCELED, "ftc run: stopped by a signal");
+            ftc_err_set(err, FTC_ECANCELED, "stopped by a signal");
             break;
         }
         if (rc == FTC_ESTALE) { /* the generation moved on while we were away */
@@ -1915,7 +1915,7 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
         int how = ftc__watch(s, stop, err);
         s->cursor_kept = true;
         if (how == FTC__CUT) {
-            ftc_err_set(err, FTC_EREDIS, "ftc run: %s", s->fail_reason);
+            ftc_err_set(err, FTC_EREDIS, "%s", s->fail_reason);
             ec = FTC_RUN_EXIT_CUT;
             break;
         }
@@ -1933,7 +1933,7 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
             break;
         }
         if (how == FTC__STOPPED) {
-            ftc_err_set(err, FTC_ECANCELED, "ftc run: stopped by a signal");
+            ftc_err_set(err, FTC_ECANCELED, "stopped by a signal");
             break;
         }
         if (how == FTC__FAILED || how == FTC__NEW_ROUND) {
@@ -1954,7 +1954,7 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
         }
         if (++s->failures > o->max_restarts) {
             ftc_err_set(err, FTC_EAGAIN,
-                        "ftc run: %d failed generations, more than --max-restarts %d; last: %s",
+                        "%d failed generations, more than --max-restarts %d; last: %s",
                         s->failures, o->max_restarts,
                         s->fail_reason[0] ? s->fail_reason : "another node failed");
             break;
@@ -1968,7 +1968,7 @@ out:
     /* a node that failed because Redis went out of its reach is cut off */
     if (ec == 1 && err && s->ctl && err->code != FTC_ECANCELED && !ftc__redis_answers(s)) {
         ftc_err_t e2 = *err;
-        ftc_err_set(err, FTC_EREDIS, "ftc run: the job's Redis does not answer: this node is cut "
+        ftc_err_set(err, FTC_EREDIS, "the job's Redis does not answer: this node is cut "
                                      "off (%s)",
                     e2.msg);
         ec = FTC_RUN_EXIT_CUT;

@@ -178,6 +178,37 @@ else
     echo "FAIL: python safetensors read (run scripts/setup to install safetensors)"; fails=$((fails + 1))
 fi
 
+# ---- a writer at work in the directory: the reading commands leave it be ----
+# (they used to open it as a writer, which removes every temp file it finds:
+# a live agent's or trainer's shard being written vanished before its rename)
+sleep 300 &
+WPID=$!
+W4=$P/v00000000000000000004
+mkdir -p "$W4"
+printf 'half a shard' >"$W4/.shard-d0-t0-p0.ftcz.tmp.$WPID"
+printf 'half' >"$P/.x.tmp.$WPID"
+expect 0 "inspect beside a writer at work" -- "$FTC" inspect "$P"
+expect 0 "verify beside a writer at work" -- "$FTC" verify "$P"
+expect 0 "restore beside a writer at work" -- "$FTC" restore "$P" --out "$T/busy.shard"
+expect 0 "export beside a writer at work" -- "$FTC" export --safetensors "$P" "$T/busy.safetensors"
+expect 0 "the writer's temp files are still there" -- \
+    test -f "$W4/.shard-d0-t0-p0.ftcz.tmp.$WPID" -a -f "$P/.x.tmp.$WPID"
+kill "$WPID" 2>/dev/null
+wait "$WPID" 2>/dev/null
+rm -rf "$W4" "$P/.x.tmp.$WPID"
+
+# a persist directory named like v2 is a persist directory, not a version
+# (only "v" + 20 digits is one): it was read as version 2 of its parent
+expect 0 "synth into a directory named v2" -- "$FTC" synth --out "$T/exp/v2" --steps 1 --ranks 1 \
+    --bytes 64KiB
+expect 0 "verify a persist directory named v2" -- "$FTC" verify "$T/exp/v2"
+grep_in out "^v1: ok" "it verifies its version 1"
+expect 0 "restore from a persist directory named v2" -- "$FTC" restore "$T/exp/v2" \
+    --out "$T/exp.shard"
+grep_in out "restored step 1" "it restores its step 1"
+expect 0 "inspect a persist directory named v2" -- "$FTC" inspect "$T/exp/v2"
+grep_in out "^persist directory" "inspect lists it as a persist directory"
+
 # ---- corrupt the newest version: verify names it, restore falls back ----------
 expect 0 "verify persist dir (all good)" -- "$FTC" verify "$P"
 grep_in out "^v3: ok" "v3 ok before corruption"
@@ -201,6 +232,26 @@ expect 1 "restore --rank out of range" -- "$FTC" restore "$P" --rank 9 --out "$T
 expect 0 "ftc run with a relative --job-dir" -- bash -c \
     "cd '$T' && timeout 120 '$FTC' run --simulate-nodes 1 --job clirel\$\$ --job-dir reljob -- /bin/true"
 expect 0 "its embedded Redis wrote its log in the job directory" -- test -s "$T/reljob/redis.log"
+
+# every `ftc run` error names the command once: a usage error, and an error
+# of the supervisor (it used to say "ftc run: node 0: ftc run: 1 failed ...")
+once() { # once FILE DESCRIPTION: "ftc run:" exactly once on each of its lines that has it
+    n=$((n + 1))
+    if grep -q "ftc run:" "$T/$1" && ! grep -q "ftc run:.*ftc run:" "$T/$1"; then
+        echo "ok: $2"
+    else
+        echo "FAIL: $2:"; sed 's/^/  /' "$T/$1" | head -20; fails=$((fails + 1))
+    fi
+}
+expect 2 "ftc run --nnodes 3:1 is a usage error" -- "$FTC" run --nnodes 3:1 -- /bin/true
+once err "its usage error says 'ftc run:' once"
+expect 2 "ftc run without a binary is a usage error" -- "$FTC" run --job x
+once err "its usage error says 'ftc run:' once"
+expect 1 "ftc run of a failing binary with --max-restarts 0 fails" -- \
+    timeout 120 "$FTC" run --simulate-nodes 1 --max-restarts 0 --job clionce$$ \
+    --job-dir "$T/oncejob" -- /bin/false
+grep_in err "ftc run: node 0: 1 failed generations" "it names the failed generations"
+once err "the supervisor's error says 'ftc run:' once"
 
 # the URL file of a job whose embedded Redis died with it (kill -9 of ftc
 # run): the next run starts a new one instead of failing on the dead address

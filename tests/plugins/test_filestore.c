@@ -982,6 +982,67 @@ static void test_busy(void **state)
     quit(&n1);
 }
 
+/* A version held by many peers with long node ids: its recorded holder list
+ * runs past 1000 bytes (it used to be cut there, silently). The record of
+ * node 0's version lists 30 holders of 62-byte ids that are not members
+ * first and its real holder, node 1, last; a replacement of node 0 finds
+ * and fetches it from node 1. */
+static void test_longholders(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    char key[160];
+    snprintf(key, sizeof key, "ftc:{%s}:files", g_job);
+    node_t n0, n1;
+    spawn_pair(&n0, &n1);
+    OK(&n0, "write a.bin 81 100000");
+    OK(&n0, "flush"); /* held by node 1, recorded "version size gen 1:n1" */
+    ftc_ctl_t *c = redis_fixture_ctl(g_fix, g_job);
+    ftc_redis_reply_t *rep = NULL;
+    const char *s;
+    size_t sl;
+    ftc_err_t e = {0};
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, &rep, "HGET", key, "0", NULL), 0);
+    assert_int_equal(ftc_redis_want_str(rep, key, &s, &sl, &e), 0);
+    unsigned long long ver, size, gen;
+    assert_int_equal(sscanf(s, "%llu %llu %llu", &ver, &size, &gen), 3);
+    ftc_redis_reply_free(rep);
+    char val[4096];
+    int vl = snprintf(val, sizeof val, "%llu %llu %llu ", ver, size, gen);
+    for (int i = 0; i < 30; i++)
+        vl += snprintf(val + vl, sizeof val - (size_t)vl,
+                       "%d:gone-%02d-xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx,",
+                       100 + i, i);
+    snprintf(val + vl, sizeof val - (size_t)vl, "1:n1");
+    printf("# record of %zu bytes\n", strlen(val));
+    assert_true(strlen(val) > 2000);
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, NULL, "HSET", key, "0", val, NULL), 0);
+    lose(&n0, 0);
+    OK(&n1, "members 2 r0 n1");
+    node_t r0 = spawn(0, "r0", 1);
+    char msg[2048];
+    int rc = cmd(&r0, msg, sizeof msg, "restore 2 r0 n1");
+    printf("# replacement's restore: %d %s\n", rc, msg);
+    assert_int_equal(rc, 0);
+    OK(&r0, "check a.bin 81 100000");
+    /* a record whose holder list is longer than any push can write is refused by name */
+    char *big = malloc(40000);
+    assert_non_null(big);
+    int bl = snprintf(big, 40000, "%llu %llu %llu ", ver, size, gen);
+    while (bl < 39000)
+        bl += snprintf(big + bl, 40000 - (size_t)bl, "1:n1,");
+    snprintf(big + bl, 40000 - (size_t)bl, "1:n1");
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, NULL, "HSET", key, "0", big, NULL), 0);
+    free(big);
+    rc = cmd(&r0, msg, sizeof msg, "restore 2 r0 n1");
+    printf("# restore over an oversized record: %d %s\n", rc, msg);
+    assert_true(rc != 0);
+    assert_non_null(strstr(msg, "lists holders in"));
+    ftc_ctl_destroy(c);
+    quit(&r0);
+    quit(&n1);
+}
+
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -1001,6 +1062,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_delete, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pending, setup, teardown),
         cmocka_unit_test_setup_teardown(test_busy, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_longholders, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
