@@ -1713,6 +1713,36 @@ static bool ftc__restore_from_other_tiers(ftc_agent_t *a, ftc__rank_t *r)
     return false;
 }
 
+/* Loads the newest committed version of p whose step is below want (the
+ * persist tier lags the commits: every persist.every-th one), trying older
+ * ones when a version fails to load. Never a newer step: a FETCH of an older
+ * agreed step, or a restore after a rollback, must not get a later state.
+ * 0, or -1 with why (cap bytes) saying what was tried. */
+static int ftc__persist_load_at_most(ftc_persist_t *p, uint64_t want, ftc_persist_loaded_t **out,
+                                     char *why, size_t cap)
+{
+    ftc_persist_version_t *v = NULL;
+    int n = 0, tried = 0;
+    if (ftc_persist_list(p, &v, &n) != 0) {
+        snprintf(why, cap, "%s", ftc_persist_errstr(p));
+        return -1;
+    }
+    int rc = -1;
+    for (int i = 0; i < n && rc; i++) { /* newest first */
+        if (v[i].step >= want || v[i].state != FTC_PV_COMMITTED)
+            continue;
+        tried++;
+        rc = ftc_persist_load(p, v[i].step, out);
+        if (rc)
+            snprintf(why, cap, "%s", ftc_persist_errstr(p));
+    }
+    if (rc && !tried)
+        snprintf(why, cap, "no persisted version at or before step %" PRIu64 " (%d version(s), "
+                 "all newer or unfinished)", want, n);
+    free(v);
+    return rc;
+}
+
 static void ftc__restore_from_persist(ftc_agent_t *a, ftc__rank_t *r, const char *tried)
 {
     char why[256] = "no persist tier configured";
@@ -1722,9 +1752,9 @@ static void ftc__restore_from_persist(ftc_agent_t *a, ftc__rank_t *r, const char
         ftc_persist_t *p = ftc__persister_lock(a->pw); /* waits for a running write */
         int rc = ftc_persist_load(p, want, &l);
         if (rc)
-            rc = ftc_persist_load(p, FTC_PERSIST_NEWEST, &l);
-        if (rc)
             snprintf(why, sizeof why, "%s", ftc_persist_errstr(p));
+        if (rc) /* the newest older one: never a newer step than asked for */
+            rc = ftc__persist_load_at_most(p, want, &l, why, sizeof why);
         ftc__persister_unlock(a->pw);
         if (rc == 0) {
             for (int i = 0; i < l->n_shards; i++) {

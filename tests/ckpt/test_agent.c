@@ -15,6 +15,8 @@
  *   - failure domains {A, A, B, B}, k = 1: every replica lands in the other
  *     domain; both domain-A nodes lost at once, both their ranks restore;
  *   - --persist-every 3: only every third commit reaches the persist tier;
+ *   - a fetch the persist tier answers gets the newest older persisted step,
+ *     never a newer one;
  *   - checkpoint.busy wait: with no free slot the checkpoint waits (never
  *     FTC_EAGAIN) until a commit frees one, and a checkpoint_waiting event
  *     says so; checkpoint.inflight 1: a checkpoint waits for the previous
@@ -322,6 +324,52 @@ static void test_persist_every_third_commit(void **state)
     teardown_env(e);
 }
 
+/* The persist tier lags the commits (--persist-every 2: steps 1, 3, 5). A
+ * fetch of committed step 2 or 4 that only the persist tier can answer (one
+ * node, k = 0, its agent killed and its memory gone) gets the newest older
+ * persisted step, 1 or 3: never step 5, a later state than the one asked
+ * for (the agent used to fall back to the newest version). */
+static void test_persist_fetch_never_newer(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 2);
+    static float w[4096];
+    ftc_ctx_t *c = open_ctx(e, 0, 0, 1, w, 4096);
+    for (int64_t s = 0; s < 6; s++) {
+        for (int i = 0; i < 4096; i++)
+            w[i] = (float)(s * 4096 + i);
+        assert_int_equal(ftc_checkpoint(c, s, NULL, 0), 0);
+        assert_int_equal(ftc_wait_snapshot(c), 0);
+        if (ftc_wait_committed(c, s))
+            fail_msg("step %lld: %s", (long long)s, ftc_last_error(c));
+        if (s % 2 == 1)
+            wait_persisted(e, 0, (int)s);
+    }
+    ftc_destroy(c);
+    assert_true(persisted_steps(e, 0) == ((1ull << 1) | (1ull << 3) | (1ull << 5)));
+    kill_agent(e, 0);
+    wipe_node_shm(e, 0);
+    start_agent(e, 0);
+    c = open_ctx(e, 0, 0, 1, w, 4096);
+    const int64_t ask[] = {2, 4, 5}, got_want[] = {1, 3, 5};
+    for (int k = 0; k < 3; k++) {
+        ftc_shard_ref_t *ref = NULL;
+        if (ftc_fetch(c, 0, ask[k], &ref))
+            fail_msg("fetch of step %lld: %s", (long long)ask[k], ftc_last_error(c));
+        int64_t got = ftc_shard_step(ref);
+        const void *data = NULL;
+        int dtype = 0;
+        uint64_t numel = 0;
+        assert_int_equal(ftc_shard_tensor(ref, "w", &data, &dtype, &numel), 0);
+        print_message("fetch of step %lld: step %lld, w[7] = %g\n", (long long)ask[k],
+                      (long long)got, (double)((const float *)data)[7]);
+        assert_int_equal(got, got_want[k]);
+        assert_true(((const float *)data)[7] == (float)(got * 4096 + 7));
+        ftc_shard_release(ref);
+    }
+    ftc_destroy(c);
+    teardown_env(e);
+}
+
 typedef struct {
     ftc_ctx_t *c;
     int64_t step;
@@ -518,6 +566,7 @@ int main(void)
         T(test_persist_tier_last_resort),
         T(test_failure_domain_placement),
         T(test_persist_every_third_commit),
+        T(test_persist_fetch_never_newer),
         T(test_busy_wait_policy),
         T(test_inflight_one),
         T(test_inflight_one_parity_failure),
