@@ -662,6 +662,10 @@ static int ftc__read_version(const ftc_persist_t *p, uint64_t step, ftc__manifes
     snprintf(path, sizeof path, "%s/%s/%s", p->dir, vn, FTC__MARKER);
     struct stat st;
     bool has_marker = stat(path, &st) == 0;
+    if (!has_marker && errno != ENOENT) { /* cannot tell: not "no marker" */
+        *state = FTC_PV_BAD_MARKER;
+        return ftc_err_errno(err, errno, "stat %s", path);
+    }
     if (has_marker)
         *state = FTC_PV_BAD_MARKER;
     snprintf(path, sizeof path, "%s/%s/%s", p->dir, vn, FTC__MANIFEST);
@@ -699,6 +703,18 @@ fail:
     free(ktext);
     free(mtext);
     return rc;
+}
+
+/* Whether a ftc__read_version result says what the version IS: committed,
+ * unfinished (no marker), or broken for good (a manifest or marker that is
+ * missing, corrupt or oversized). Anything else (EIO, ENOMEM, EMFILE, a
+ * manifest that is not a regular file) says only that it could not be read
+ * now: such a version may be committed, and the base of others, so nothing
+ * may remove or overwrite it on that ground (I3). */
+static bool ftc__read_settled(int rc, int state)
+{
+    return rc == 0 || state == FTC_PV_INCOMPLETE || rc == FTC_ECORRUPT || rc == FTC_ENOENT ||
+           rc == FTC_ERANGE;
 }
 
 /* ---- writing ---------------------------------------------------------------------- */
@@ -830,13 +846,20 @@ int ftc_persist_write(ftc_persist_t *p, uint64_t step, const void *const *shards
         ftc_err_t e2 = {0};
         struct stat st;
         if (stat(vdir, &st) == 0) {
-            if (ftc__read_version(p, step, &old, &state, &e2) == 0) {
-                ftc__manifest_free(&old);
+            int r2 = ftc__read_version(p, step, &old, &state, &e2);
+            ftc__manifest_free(&old);
+            if (r2 == 0) {
                 rc = ftc_err_set(err, FTC_EEXIST, "persist write: version %s is already committed",
                                  vn);
                 goto undo_manifest;
             }
-            ftc__manifest_free(&old);
+            if (!ftc__read_settled(r2, state)) {
+                rc = ftc_err_set(err, r2, "persist write: version %s exists and cannot be read "
+                                 "(%s): it may be committed, so it is not overwritten; check "
+                                 "the file system, or remove %s if it is not needed", vn, e2.msg,
+                                 vdir);
+                goto undo_manifest;
+            }
             ftc__discard_version(p, vdir);
         }
     }
@@ -964,8 +987,14 @@ static void ftc__retain(ftc_persist_t *p, uint64_t written)
     for (int i = 0; i < n; i++) {
         ftc__manifest_t m;
         ftc_err_t e = {0};
-        ftc__read_version(p, steps[i], &m, &states[i], &e);
+        int r = ftc__read_version(p, steps[i], &m, &states[i], &e);
         ftc__manifest_free(&m);
+        if (!ftc__read_settled(r, states[i])) {
+            FTC_WARN("persist", "retention skipped: version %llu cannot be read (%s), and it may "
+                     "be committed or the base of a kept one", (unsigned long long)steps[i],
+                     ftc_err_str(&e));
+            goto out;
+        }
         if (states[i] != FTC_PV_COMMITTED)
             continue;
         if (!any_committed)
@@ -985,9 +1014,14 @@ static void ftc__retain(ftc_persist_t *p, uint64_t written)
         ftc__manifest_t m;
         int state;
         ftc_err_t e = {0};
-        if (ftc__read_version(p, keep[k], &m, &state, &e) != 0) {
+        int r = ftc__read_version(p, keep[k], &m, &state, &e);
+        if (r != 0) {
             ftc__manifest_free(&m);
-            continue;
+            if (ftc__read_settled(r, state))
+                continue;
+            FTC_WARN("persist", "retention skipped: the bases of version %llu cannot be read "
+                     "(%s)", (unsigned long long)keep[k], ftc_err_str(&e));
+            goto out;
         }
         for (int i = 0; i < m.n; i++) {
             uint64_t b = m.s[i].base_step;

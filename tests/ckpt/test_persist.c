@@ -288,6 +288,66 @@ static void test_retention_and_chains(void **state)
     free(dir);
 }
 
+/* A version that exists but cannot be read right now (here its MANIFEST.json
+ * is a directory: open succeeds, the read fails; the same path as EIO,
+ * ENOMEM or EMFILE) may be committed and the base of others. A write of the
+ * same step used to take it for a leftover and delete it, and retention took
+ * it for not committed and removed its delta base: neither may happen. */
+static void test_unreadable_version_kept(void **state)
+{
+    (void)state;
+    char *dir = ftc_test_tmpdir("persist-unread");
+    ftc_err_t err = {0};
+    ftc_persist_options_t o = FTC_PERSIST_OPTIONS_INIT;
+    o.full_every = 100;
+    o.keep = 1;
+    o.chunk_bytes = 16384;
+    ftc_persist_t *p = ftc_persist_open(dir, &o, &err);
+    assert_non_null(p);
+    world_t w;
+    world_init(&w, 32u << 10);
+    uint8_t *c1[NSH], *c2[NSH], *c3[NSH];
+    assert_int_equal(world_write(&w, p, 1, c1), 0); /* full */
+    assert_int_equal(world_write(&w, p, 2, c2), 0); /* delta on 1 */
+    char man[PATH_MAX], saved[PATH_MAX];
+    vfile(man, sizeof man, dir, 2, "MANIFEST.json");
+    vfile(saved, sizeof saved, dir, 2, "MANIFEST.saved");
+    assert_int_equal(rename(man, saved), 0);
+    assert_int_equal(mkdir(man, 0700), 0);
+    /* the same step again: refused, v2 untouched */
+    int rc = world_write(&w, p, 2, NULL);
+    print_message("write of step 2 over an unreadable v2: %s\n", ftc_persist_errstr(p));
+    assert_int_not_equal(rc, 0);
+    assert_non_null(strstr(ftc_persist_errstr(p), "not overwritten"));
+    char mk[PATH_MAX];
+    vfile(mk, sizeof mk, dir, 2, "COMMITTED");
+    struct stat st;
+    assert_int_equal(stat(mk, &st), 0);
+    /* a newer version (a delta on 2): retention must not remove 1, the base of 2 */
+    assert_int_equal(world_write(&w, p, 3, c3), 0);
+    assert_true(version_exists(dir, 1));
+    assert_true(version_exists(dir, 2));
+    /* the manifest readable again: 3 -> 2 -> 1 loads, and so does 2 */
+    assert_int_equal(rmdir(man), 0);
+    assert_int_equal(rename(saved, man), 0);
+    ftc_persist_loaded_t *l;
+    if (ftc_persist_load(p, 3, &l))
+        fail_msg("load 3: %s", ftc_persist_errstr(p));
+    check_loaded(l, 3, c3, &w);
+    ftc_persist_loaded_free(l);
+    if (ftc_persist_load(p, 2, &l))
+        fail_msg("load 2: %s", ftc_persist_errstr(p));
+    check_loaded(l, 2, c2, &w);
+    ftc_persist_loaded_free(l);
+    free_copies(c1);
+    free_copies(c2);
+    free_copies(c3);
+    world_free(&w);
+    ftc_persist_close(p);
+    ftc_test_rmrf(dir);
+    free(dir);
+}
+
 /* A job that went back to an older step (its newer versions do not load, or
  * it was restored to --step) writes below them: retention keeps the version
  * just written. It used to keep only the newest persist.keep by step, so
@@ -725,6 +785,7 @@ int main(void)
         cmocka_unit_test(test_options_variants),
         cmocka_unit_test(test_retention_and_chains),
         cmocka_unit_test(test_retention_rollback),
+        cmocka_unit_test(test_unreadable_version_kept),
         cmocka_unit_test(test_fallback),
         cmocka_unit_test(test_broken_base),
         cmocka_unit_test(test_manifest_hostile),
