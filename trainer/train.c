@@ -151,6 +151,9 @@ static int ftc__check_options(const ftc_train_options_t *o, ftc_err_t *err)
     if (o->dp_coll && (!o->deterministic || o->dp != 1))
         return ftc_err_set(err, FTC_EINVAL, "real data parallelism (%d ranks) needs deterministic "
                            "mode and no virtual ranks (dp 1)", ftc_coll_size(o->dp_coll));
+    if (o->dp_coll && ftc_coll_size(o->dp_coll) > FTC__MAX_DP)
+        return ftc_err_set(err, FTC_EINVAL, "a DP group of %d ranks: the trainer takes at most %d "
+                           "DP ranks (per TP rank)", ftc_coll_size(o->dp_coll), FTC__MAX_DP);
     if (o->dp_coll && ftc_coll_size(o->dp_coll) > o->micro_steps)
         return ftc_err_set(err, FTC_EINVAL, "%d DP ranks but only %d micro-batches per step: the "
                            "global batch must have at least one micro-batch per rank",

@@ -146,7 +146,7 @@ typedef struct ftc_train_options {
     const char *job_id;         /* names the shards */
     /* real data parallelism (see the top); NULL = one process, `dp` virtual ranks */
     ftc_coll_t *dp_coll;        /* the DP group of this process (not owned); needs
-                                   deterministic mode and dp == 1 */
+                                   deterministic mode and dp == 1; at most 64 ranks */
     int coll_timeout_ms;        /* deadline of each collective (default 60000) */
     int world_rank, world_size; /* this process in the job (for the agent); 0, 1 */
     int tp;                     /* tensor-parallel degree of the layout (1; see dist.h) */
