@@ -933,42 +933,119 @@ static int ftc__load_chunk(ftc_trainer_t *t, int q, int S, uint64_t step, float 
     return rc;
 }
 
-/* The general restore: the chunks of the saved DP degree S (from rank-d0's
- * newest version) at the newest step all S ranks committed, re-split into
- * this run's chunk. Every rank reads the files it overlaps (and rank-d0's). */
+/* Whether the persist directory dir holds a committed version `step`
+ * (false when the directory does not exist). */
+static int ftc__has_committed(const char *dir, uint64_t step, bool *has, ftc_err_t *err)
+{
+    *has = false;
+    struct stat sb;
+    if (stat(dir, &sb) != 0)
+        return 0;
+    ftc_persist_options_t po = FTC_PERSIST_OPTIONS_INIT;
+    ftc_persist_t *p = ftc_persist_open(dir, &po, err);
+    if (!p)
+        return err ? err->code : FTC_EIO;
+    ftc_persist_version_t *v = NULL;
+    int nv = 0, rc = ftc_persist_list(p, &v, &nv);
+    if (rc < 0)
+        rc = ftc_err_set(err, rc, "%s: %s", dir, ftc_persist_errstr(p));
+    for (int i = 0; rc == 0 && i < nv; i++)
+        if (v[i].state == FTC_PV_COMMITTED && v[i].step == step)
+            *has = true;
+    free(v);
+    ftc_persist_close(p);
+    return rc;
+}
+
+/* The committed steps of dir, newest first (*steps malloc'd, NULL when none). */
+static int ftc__committed_steps(const char *dir, uint64_t **steps, int *n, ftc_err_t *err)
+{
+    *steps = NULL, *n = 0;
+    ftc_persist_options_t po = FTC_PERSIST_OPTIONS_INIT;
+    ftc_persist_t *p = ftc_persist_open(dir, &po, err);
+    if (!p)
+        return err ? err->code : FTC_EIO;
+    ftc_persist_version_t *v = NULL;
+    int nv = 0, rc = ftc_persist_list(p, &v, &nv);
+    if (rc < 0)
+        rc = ftc_err_set(err, rc, "%s: %s", dir, ftc_persist_errstr(p));
+    if (rc == 0 && nv > 0 && !(*steps = malloc((size_t)nv * sizeof **steps)))
+        rc = ftc_err_set(err, FTC_ENOMEM, "%s: out of memory", dir);
+    for (int i = 0; rc == 0 && i < nv; i++)
+        if (v[i].state == FTC_PV_COMMITTED) {
+            int k = (*n)++; /* kept newest first, whatever the listing's order */
+            while (k > 0 && (*steps)[k - 1] < v[i].step) {
+                (*steps)[k] = (*steps)[k - 1];
+                k--;
+            }
+            (*steps)[k] = v[i].step;
+        }
+    free(v);
+    ftc_persist_close(p);
+    if (rc < 0)
+        free(*steps), *steps = NULL, *n = 0;
+    return rc;
+}
+
+/* The general restore: the newest step of rank-d0 that every rank of the DP
+ * degree S it was saved with (its shard header) committed too, re-split into
+ * this run's chunk. S is the degree of that version, not of rank-d0's newest
+ * one: after a restart at another degree that was cut short before every
+ * rank committed, rank-d0's newest version is of the new degree but the step
+ * to restore is an older one, of the old degree. Every rank reads the files
+ * it overlaps (and rank-d0's). */
 static int ftc__repartition(ftc_trainer_t *t, ftc_err_t *err)
 {
     char d0[4200];
     ftc__rank_dir(t, 0, d0, sizeof d0);
-    uint64_t s0 = 0;
-    int rc = ftc__newest(d0, &s0, err);
+    uint64_t *steps = NULL;
+    int nsteps = 0;
+    int rc = ftc__committed_steps(d0, &steps, &nsteps, err);
     if (rc < 0)
         return rc;
-    if (s0 == 0)
+    if (nsteps == 0)
         return ftc_err_set(err, FTC_ECORRUPT, "%s: other ranks have checkpoints but %s has "
                            "none: use another --ckpt-dir", t->o.ckpt_dir, d0);
     float *bufs[3] = {NULL, NULL, NULL};
     size_t qoff, qlen;
-    /* the saved DP degree: the shard header of rank-d0's newest version */
-    ftc_shard_info_t saved;
-    if ((rc = ftc__saved_info(d0, s0, &saved, err)) < 0)
-        return rc;
-    int S = (int)saved.dp;
-    if (S < 1 || S > FTC__MAX_DP)
-        return ftc_err_set(err, FTC_ECORRUPT, "%s: step %llu: DP degree %d in the record", d0,
-                           (unsigned long long)s0, S);
-    uint64_t step = UINT64_MAX;
-    for (int q = 0; q < S; q++) {
-        char dq[4200];
-        uint64_t sq = 0;
-        ftc__rank_dir(t, q, dq, sizeof dq);
-        if ((rc = ftc__newest(dq, &sq, err)) < 0)
-            return rc;
-        if (sq == 0)
-            return ftc_err_set(err, FTC_ECORRUPT, "%s: the checkpoint of %d DP ranks lacks %s",
-                               t->o.ckpt_dir, S, dq);
-        step = sq < step ? sq : step;
+    uint64_t step = 0;
+    int S = 0;
+    for (int i = 0; i < nsteps && S == 0; i++) {
+        /* the saved DP degree: the shard header of rank-d0's version */
+        ftc_shard_info_t saved;
+        ftc_err_t e = {0};
+        /* unreadable (or removed meanwhile by its rank, which found it
+         * incomplete: see the end): not a candidate, like an incomplete one */
+        if (ftc__saved_info(d0, steps[i], &saved, &e) < 0) {
+            FTC_WARN("train", "DP rank %d: step %llu of %s: %s: trying an older one", t->dpr,
+                     (unsigned long long)steps[i], d0, e.msg);
+            continue;
+        }
+        int s = (int)saved.dp;
+        if (s < 1 || s > FTC__MAX_DP) {
+            FTC_WARN("train", "DP rank %d: step %llu of %s: DP degree %d in the shard header: "
+                     "trying an older one", t->dpr, (unsigned long long)steps[i], d0, s);
+            continue;
+        }
+        bool all = true;
+        for (int q = 1; q < s && all; q++) {
+            char dq[4200];
+            ftc__rank_dir(t, q, dq, sizeof dq);
+            if (ftc__has_committed(dq, steps[i], &all, &e) < 0)
+                all = false;
+        }
+        if (all)
+            S = s, step = steps[i];
+        else
+            FTC_INFO("train", "DP rank %d: step %llu of %s (saved by %d DP ranks) was not "
+                     "committed by all of them: trying an older one", t->dpr,
+                     (unsigned long long)steps[i], d0, s);
     }
+    free(steps);
+    if (S == 0)
+        return ftc_err_set(err, FTC_ECORRUPT, "%s: no checkpoint step of %s was committed by "
+                           "every DP rank that saved it: use another --ckpt-dir", t->o.ckpt_dir,
+                           d0);
     float *p = ftc_model_params(t->model);
     size_t lo = t->shard_off, hi = t->shard_off + t->shard_len;
     bool have_meta = false;
@@ -998,6 +1075,17 @@ static int ftc__repartition(ftc_trainer_t *t, ftc_err_t *err)
         if (rc < 0)
             return rc;
     }
+    /* this rank's own versions after the step (committed before the other
+     * ranks' were: the checkpoint that was cut short) are abandoned: the run
+     * writes those steps again, and a committed version is never overwritten */
+    int dropped = 0;
+    if (ftc_persist_drop_newer(t->persist, step, &dropped) < 0)
+        return ftc_err_set(err, FTC_EIO, "re-partitioning: %s",
+                           ftc_persist_errstr(t->persist));
+    if (dropped)
+        FTC_INFO("train", "DP rank %d: dropped %d version(s) of %s newer than step %llu (not "
+                 "committed by every rank)", t->dpr, dropped, t->rank_dir,
+                 (unsigned long long)step);
     FTC_INFO("train", "DP rank %d of %d: restored step %llu from %s, re-partitioned from %d DP "
              "ranks", t->dpr, t->dpn, (unsigned long long)step, t->o.ckpt_dir, S);
     return 0;
