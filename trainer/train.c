@@ -1760,27 +1760,17 @@ static int ftc__guard_rollback(ftc_trainer_t *t, uint64_t *back, ftc_err_t *err)
         if (t->guard_last_ck >= 0 && ftc_wait_committed(t->ftc, t->guard_last_ck) < 0)
             FTC_WARN("train", "rollback: step %lld not committed (%s); restoring the newest "
                      "committed one", (long long)t->guard_last_ck, ftc_last_error(t->ftc));
-        ftc__train_meta_t meta;
-        memset(&meta, 0, sizeof meta);
-        size_t mlen = sizeof meta;
-        int64_t step = -1;
-        rc = ftc_restore(t->ftc, &step, &meta, &mlen);
-        if (rc < 0 && rc != FTC_ENOENT)
-            return ftc_err_set(err, rc, "rollback: agent restore: %s", ftc_last_error(t->ftc));
-        uint64_t mine = rc == 0 ? (uint64_t)step : UINT64_MAX, all[FTC__MAX_DP];
-        if ((rc = ftc__gather_u64(t, mine, all, err)) < 0)
-            return rc;
-        for (int r = 0; r < t->dpn; r++)
-            if (all[r] != mine)
-                return ftc_err_set(err, FTC_ECONFIG, "rollback: DP rank %d restored step %lld, "
-                                   "DP rank %d step %lld: the ranks disagree on the committed "
-                                   "step", t->dpr, mine == UINT64_MAX ? -1LL : (long long)mine, r,
-                                   all[r] == UINT64_MAX ? -1LL : (long long)all[r]);
-        if (mine != UINT64_MAX) {
-            rc = ftc__meta_apply(t, &meta, (uint32_t)mlen, mine, (uint64_t)t->dpn, "agent", err);
-            if (rc == 0)
-                rc = ftc__gather_params(t, err);
-        }
+        /* the newest committed version's chunks, fetched by the ranks of ITS
+         * layout (DP rank 0 reads the step and the degree, every rank
+         * agrees): not ftc_restore, which follows FTC_RESTORE_RANK, the
+         * previous rank this one continued at its start, and so after a
+         * renumbering would hand this rank another rank's chunk of this
+         * generation's checkpoints */
+        bool fresh = false;
+        uint64_t used = 0;
+        rc = ftc__agent_repartition(t, -1, &fresh, &used, err);
+        if (rc == 0 && !fresh)
+            rc = ftc__gather_params(t, err);
     } else if (t->persist && t->sharded) {
         rc = ftc__shard_persist_restore(t, err);
     } else if (t->persist) {
