@@ -114,6 +114,7 @@ static uint64_t ftc__config_hash(const ftc_trainer_t *t)
     return ftc_xxh3(h, (size_t)n * sizeof h[0]);
 }
 
+static int ftc__newest_ro(const char *dir, uint64_t *step, ftc_err_t *err);
 static int ftc__guard_check_options(const ftc_train_options_t *o, ftc_err_t *err);
 static bool ftc__guard_add_skip(ftc_trainer_t *t, uint64_t step);
 static int ftc__guard_from_meta(ftc_trainer_t *t, const ftc__train_meta_t *meta,
@@ -226,8 +227,27 @@ static int ftc__ckpt_restore(ftc_trainer_t *t, ftc_err_t *err)
     for (int i = 0; i < nv; i++)
         any = any || v[i].state == FTC_PV_COMMITTED;
     free(v);
-    if (!any)
+    if (!any) {
+        /* ZeRO-1 chunks of real DP ranks (ftc train --nproc) in the same
+         * directory: starting over at step 0 would silently drop them */
+        static const char *const kinds[2] = {"rank-d0", "rank-d0-t0"};
+        for (int k = 0; k < 2; k++) {
+            char d[4200];
+            uint64_t s = 0;
+            snprintf(d, sizeof d, "%s/%s", t->o.ckpt_dir, kinds[k]);
+            if ((rc = ftc__newest_ro(d, &s, err)) < 0)
+                return rc;
+            if (s)
+                return ftc_err_set(err, FTC_ECONFIG,
+                                   "%s holds ZeRO-1 chunks of real DP ranks (%s: step %llu), not "
+                                   "a single-process state: this run would start over at step 0; "
+                                   "resume with --nproc N (any DP degree: the chunks are "
+                                   "re-partitioned%s), or use another --ckpt-dir",
+                                   t->o.ckpt_dir, kinds[k], (unsigned long long)s,
+                                   k ? "; the saved --tp" : "");
+        }
         return 0;
+    }
     ftc_persist_loaded_t *l = NULL;
     rc = ftc_persist_load(t->persist, FTC_PERSIST_NEWEST, &l);
     if (rc < 0)
@@ -815,6 +835,28 @@ static int ftc__newest(const char *dir, uint64_t *step, ftc_err_t *err)
     return rc;
 }
 
+/* As ftc__newest, read-only, and 0 when dir does not exist. */
+static int ftc__newest_ro(const char *dir, uint64_t *step, ftc_err_t *err)
+{
+    *step = 0;
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return 0;
+    ftc_persist_t *p = ftc_persist_open_reader(dir, err);
+    if (!p)
+        return err ? err->code : FTC_EIO;
+    ftc_persist_version_t *v = NULL;
+    int nv = 0, rc = ftc_persist_list(p, &v, &nv);
+    if (rc < 0)
+        rc = ftc_err_set(err, rc, "%s: %s", dir, ftc_persist_errstr(p));
+    for (int i = 0; rc == 0 && i < nv; i++)
+        if (v[i].state == FTC_PV_COMMITTED && v[i].step > *step)
+            *step = v[i].step;
+    free(v);
+    ftc_persist_close(p);
+    return rc;
+}
+
 /* The persist directory of DP rank q in this TP rank's series: DIR/rank-dQ,
  * DIR/rank-dQ-tT with tensor parallelism. */
 static void ftc__rank_dir(const ftc_trainer_t *t, int q, char *buf, size_t size)
@@ -1112,8 +1154,21 @@ static int ftc__shard_persist_restore(ftc_trainer_t *t, ftc_err_t *err)
     char more[4200];
     struct stat sb;
     ftc__rank_dir(t, t->dpn, more, sizeof more);
-    if (!any && stat(more, &sb) != 0)
-        return 0; /* a fresh start */
+    if (!any && stat(more, &sb) != 0) {
+        /* a fresh start, unless the directory holds a whole single-process
+         * state (every rank reads the same files: all refuse together) */
+        uint64_t whole = 0;
+        if ((rc = ftc__newest_ro(t->o.ckpt_dir, &whole, err)) < 0)
+            return rc;
+        if (whole)
+            return ftc_err_set(err, FTC_ECONFIG,
+                               "%s holds a single-process state (step %llu), not ZeRO-1 chunks "
+                               "of real DP ranks: this run of %d DP x %d TP ranks would start "
+                               "over at step 0; resume it in one process (without --nproc; any "
+                               "--dp), or use another --ckpt-dir", t->o.ckpt_dir,
+                               (unsigned long long)whole, t->dpn, t->tpn);
+        return 0;
+    }
     uint64_t ok = 0, oks[FTC__MAX_DP];
     ftc_err_t e_fast = {0};
     if (same && mine) {

@@ -15,7 +15,8 @@
  *     resumed at DP = 2 (chunks re-partitioned): the same bits; and when
  *     the DP = 2 run's next checkpoint was committed by rank 0 only, the
  *     restart goes back to the DP = 3 step (the abandoned versions dropped):
- *     the same bits;
+ *     the same bits; a single-process checkpoint resumed by --nproc, and
+ *     chunks resumed by one process, are refused (they started over);
  *   - a rank killed with SIGKILL mid-run: the launcher and the surviving
  *     rank exit with an error naming the failure (bounded by the collective
  *     deadline; ctest's TIMEOUT is the backstop, no time is asserted);
@@ -282,6 +283,37 @@ static void test_cut_short_after_degree_change(void **state)
     free(dir);
 }
 
+/* One --ckpt-dir, the other kind of checkpoint: the ZeRO-1 chunks of real DP
+ * ranks resumed by one process, a single-process state resumed by --nproc.
+ * Each looked only for its own kind and, finding none, started over at step
+ * 0 without a word (hours of training redone, and two series that disagree
+ * left in the directory). Both refuse now, naming what the directory holds. */
+static void test_other_kind_refused(void **state)
+{
+    (void)state;
+    char *dir = ftc_test_tmpdir("traindp");
+    char ck[PATH_MAX], ck1[PATH_MAX + 8];
+    snprintf(ck, sizeof ck, "%s/ckpt", dir);
+    snprintf(ck1, sizeof ck1, "%s/ckpt1", dir);
+    const char *chunks[] = {COMMON, "--steps", "4", "--nproc", "2", "--ckpt-dir", ck,
+                            "--ckpt-every", "1", "--stop-at", "2", NULL};
+    run_ok(dir, "chunks", NULL, chunks, 2);
+    const char *one[] = {COMMON, "--steps", "4", "--deterministic", "--ckpt-dir", ck, NULL};
+    proc_t p;
+    run_rc(dir, "one-on-chunks", NULL, one, 1, &p);
+    assert_true(expect_said(p.out, "holds ZeRO-1 chunks of real DP ranks (rank-d0: step 2)"));
+    assert_false(said(p.out, "step 1/4"));
+    const char *whole[] = {COMMON, "--steps", "4", "--deterministic", "--ckpt-dir", ck1,
+                           "--ckpt-every", "1", "--stop-at", "2", NULL};
+    run_ok(dir, "whole", NULL, whole, 2);
+    const char *dp2[] = {COMMON, "--steps", "4", "--nproc", "2", "--ckpt-dir", ck1, NULL};
+    run_rc(dir, "dp2-on-whole", NULL, dp2, 1, &p);
+    assert_true(expect_said(p.out, "holds a single-process state (step 2)"));
+    assert_false(said(p.out, "step 1/4"));
+    ftc_test_rmrf(dir);
+    free(dir);
+}
+
 /* Pid of the launcher's child number `which` (from /proc). */
 static pid_t child_of(pid_t parent, int which)
 {
@@ -383,6 +415,7 @@ int main(void)
         cmocka_unit_test(test_uneven_chunks_in_process),
         cmocka_unit_test(test_stop_resume_dp2),
         cmocka_unit_test(test_cut_short_after_degree_change),
+        cmocka_unit_test(test_other_kind_refused),
         cmocka_unit_test(test_killed_rank_fails_peers),
         cmocka_unit_test_setup_teardown(test_agent_kill_restart, redis_fixture_setup,
                                         agent_teardown),
