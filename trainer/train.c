@@ -139,8 +139,9 @@ static int ftc__check_options(const ftc_train_options_t *o, ftc_err_t *err)
     if (o->micro_steps < 1 || o->micro_steps > 65536)
         return ftc_err_set(err, FTC_EINVAL, "micro-batches per step %d: must be 1..65536",
                            o->micro_steps);
-    if (o->steps < 1)
-        return ftc_err_set(err, FTC_EINVAL, "steps must be >= 1");
+    if (o->steps < 1 || o->steps > INT32_MAX - 1) /* AdamW's bias correction takes an int */
+        return ftc_err_set(err, FTC_EINVAL, "steps %llu: must be 1..%d",
+                           (unsigned long long)o->steps, INT32_MAX - 1);
     if (o->dp < 1 || o->dp > FTC__MAX_DP)
         return ftc_err_set(err, FTC_EINVAL, "dp %d: must be 1..%d", o->dp, FTC__MAX_DP);
     if (o->dp > 1 && !o->deterministic)

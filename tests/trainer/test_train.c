@@ -11,7 +11,8 @@
  *     changes at the restart (an elastic shrink 3 -> 2);
  *   - a checkpoint of another configuration is refused; the exact
  *     accumulator refuses non-finite gradients and reports overflow;
- *   - a DP group larger than the trainer carries (64 ranks) is refused.
+ *   - a DP group larger than the trainer carries (64 ranks) is refused, and
+ *     so is a schedule of 2^31 steps or more (AdamW's int step count).
  */
 #include "ftc_test.h"
 
@@ -268,11 +269,28 @@ static void test_dp_group_too_large(void **state)
     free(dir);
 }
 
+/* AdamW's step count is an int (kernels.h): a schedule of 2^31 steps or more
+ * wrapped it negative at step 2^31 (bias corrections of pow(beta, -2^31):
+ * updates of zero, silently). Refused up front. */
+static void test_steps_bound(void **state)
+{
+    (void)state;
+    ftc_err_t err = {0};
+    ftc_train_options_t o = small_opts();
+    o.steps = (uint64_t)1 << 31;
+    ftc_trainer_t *t = ftc_trainer_create(&o, &err);
+    ftc_trainer_destroy(t);
+    assert_null(t);
+    assert_int_equal(err.code, FTC_EINVAL);
+    assert_non_null(strstr(err.msg, "steps 2147483648"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gradsum_limits),
         cmocka_unit_test(test_dp_group_too_large),
+        cmocka_unit_test(test_steps_bound),
         cmocka_unit_test(test_virtual_dp_bit_identical),
         cmocka_unit_test(test_resume_bit_identical),
         cmocka_unit_test(test_loss_falls),
