@@ -60,6 +60,7 @@ struct ftc_trainer {
     ftc_gradsum_t **acc;      /* one exact accumulator per virtual rank (deterministic) */
     int32_t *inputs, *targets;/* one micro-batch */
     float *micro_loss;        /* per micro-batch losses of a step */
+    float *tp_flags;          /* [micro_steps]: the guard's verdicts exchanged over TP */
     float *gstage;            /* host copy of the gradients (deterministic mode, staged) */
     ftc_stage_t stage;        /* backend memory <-> host code and collectives (stage.h) */
     ftc_rng_t rng;            /* after initialization; checkpointed */
@@ -296,9 +297,10 @@ static int ftc__alloc_buffers(ftc_trainer_t *t, ftc_err_t *err)
     t->inputs = malloc(BT * sizeof(int32_t));
     t->targets = malloc(BT * sizeof(int32_t));
     t->micro_loss = malloc((size_t)t->o.micro_steps * sizeof(float));
+    t->tp_flags = malloc((size_t)t->o.micro_steps * sizeof(float));
     if (t->o.deterministic && t->stage.staged)
         t->gstage = malloc(ftc_model_num_params(t->model) * sizeof(float));
-    if (!t->inputs || !t->targets || !t->micro_loss ||
+    if (!t->inputs || !t->targets || !t->micro_loss || !t->tp_flags ||
         (t->o.deterministic && t->stage.staged && !t->gstage))
         return ftc_err_set(err, FTC_ENOMEM, "trainer: out of memory");
     return 0;
@@ -1348,6 +1350,7 @@ void ftc_trainer_destroy(ftc_trainer_t *t)
     free(t->inputs);
     free(t->targets);
     free(t->micro_loss);
+    free(t->tp_flags);
     free(t->gstage);
     if (t->stage.staged && t->k)
         FTC_INFO("train", "DP rank %d: staging: %llu copies through the '%s' backend's memory "
@@ -1394,6 +1397,26 @@ static int ftc__sharded_grads(ftc_trainer_t *t, ftc_err_t *err)
         if (rc < 0)
             return ftc_err_wrap(err, "step %llu, micro-batch %zu (DP rank %d)",
                                 (unsigned long long)t->step, i, t->dpr);
+    }
+    if (t->tpn > 1 && t->o.guard != FTC_GUARD_OFF) {
+        /* a micro-batch is poisoned when its gradient is not finite on ANY
+         * TP rank (the loss is replicated, the gradient slices are not): the
+         * guard must decide the same on every TP rank, or one applies the
+         * step and the other drops it and the replicated tensors part */
+        float *fl = t->tp_flags;
+        for (int i = 0; i < M; i++)
+            fl[i] = (size_t)i >= lo && (size_t)i < lo + cnt && !isfinite(t->micro_loss[i])
+                        ? NAN : 0.0f;
+        int rc = ftc_stage_coll(&t->stage, t->tp_ctx.coll, FTC_STAGE_ALL_REDUCE, fl, (size_t)M,
+                                FTC_COLL_F32, 0, FTC_STAGE_MEM_HOST, ftc__coll_dl(t));
+        if (rc < 0)
+            return ftc_err_set(err, rc, "step %llu: exchanging the guard's verdicts (TP rank %d "
+                               "of %d): %s; a peer rank probably died: restart the job",
+                               (unsigned long long)t->step, t->tpr, t->tpn,
+                               ftc_coll_errmsg(t->tp_ctx.coll));
+        for (size_t i = lo; i < lo + cnt; i++)
+            if (isnan(fl[i]))
+                t->micro_loss[i] = NAN;
     }
     if (t->coll) { /* the exact sums are host memory */
         int rc = ftc_stage_coll(&t->stage, t->coll, FTC_STAGE_REDUCE_SCATTER,
@@ -1661,6 +1684,10 @@ static int ftc__guard_check_options(const ftc_train_options_t *o, ftc_err_t *err
         (o->n_skip_steps > 0 && !o->skip_steps))
         return ftc_err_set(err, FTC_EINVAL, "%d skipped steps: at most %d", o->n_skip_steps,
                            FTC_GUARD_MAX_SKIPS);
+    int tps = o->tp_coll ? ftc_coll_size(o->tp_coll) : 1;
+    if (o->inject_tp_rank < -1 || o->inject_tp_rank >= tps)
+        return ftc_err_set(err, FTC_EINVAL, "inject TP rank %d: must be -1 (all) or 0..%d",
+                           o->inject_tp_rank, tps - 1);
     int ranks = o->dp_coll ? ftc_coll_size(o->dp_coll) : o->dp;
     if ((o->inject_nan_step >= 0 || o->inject_spike_step >= 0) &&
         (o->inject_rank < 0 || o->inject_rank >= ranks))
@@ -1755,8 +1782,10 @@ static void ftc__guard_micro(ftc_trainer_t *t, int i)
     int64_t s = (int64_t)t->step;
     bool mine = i == ftc__guard_first_micro(t, t->o.inject_rank);
     float *g = ftc_model_grads(t->model);
-    if (mine && s == t->o.inject_nan_step) {
-        t->micro_loss[i] = NAN;
+    if (mine && s == t->o.inject_nan_step &&
+        (t->o.inject_tp_rank < 0 || t->o.inject_tp_rank == t->tpr)) {
+        if (t->o.inject_tp_rank < 0)
+            t->micro_loss[i] = NAN;
         t->k->scale(g, NAN, 1); /* one element of the gradient: g[0] = NaN */
     }
     if (mine && s == t->o.inject_spike_step)
