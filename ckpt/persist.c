@@ -1057,6 +1057,42 @@ out:
     free(keep);
 }
 
+int ftc_persist_drop_newer(ftc_persist_t *p, uint64_t step, int *dropped)
+{
+    ftc_err_t *err = &p->err;
+    ftc_err_clear(err);
+    if (dropped)
+        *dropped = 0;
+    if (p->reader)
+        return ftc_err_set(err, FTC_EINVAL, "persist drop: %s was opened to read only", p->dir);
+    uint64_t *steps = NULL;
+    int n = 0, rc = ftc__scan(p, &steps, &n, err);
+    if (rc < 0)
+        return rc;
+    /* the versions this handle wrote after step are gone: no delta against them */
+    if (p->n_prev > 0 && p->prev_step > step) {
+        ftc__prev_clear(p);
+        p->chain = 0;
+    }
+    char vn[32], path[PATH_MAX], mk[PATH_MAX];
+    for (int i = 0; i < n && rc == 0; i++) {
+        if (steps[i] <= step)
+            continue;
+        ftc__vname(vn, sizeof vn, steps[i]);
+        snprintf(path, sizeof path, "%s/%s", p->dir, vn);
+        /* marker first: a half-removed version must not look committed */
+        snprintf(mk, sizeof mk, "%s/%s", path, FTC__MARKER);
+        if (unlink(mk) < 0 && errno != ENOENT)
+            rc = ftc_err_errno(err, errno, "persist drop: removing %s", mk);
+        else if (ftc_fs_remove_dir(path, err) < 0)
+            rc = ftc_err_wrap(err, "persist drop: removing version %s of %s", vn, p->dir);
+        else if (dropped)
+            (*dropped)++;
+    }
+    free(steps);
+    return rc;
+}
+
 /* ---- loading ---------------------------------------------------------------------- */
 
 static int ftc__find_shard(const ftc__manifest_t *m, const ftc__mshard_t *like)

@@ -152,6 +152,13 @@ typedef struct ftc_persist_loaded {
 int ftc_persist_load(ftc_persist_t *p, uint64_t step, ftc_persist_loaded_t **out);
 void ftc_persist_loaded_free(ftc_persist_loaded_t *l); /* NULL is a no-op */
 
+/* Removes every version newer than `step`, committed or not (the COMMITTED
+ * marker first, so a half-removed version never looks committed): what a
+ * restore to `step` abandons, so that the steps after it can be written again
+ * (a committed version is never overwritten). *dropped (may be NULL): how
+ * many. FTC_EINVAL on a read-only handle, FTC_EIO naming the path. */
+int ftc_persist_drop_newer(ftc_persist_t *p, uint64_t step, int *dropped);
+
 /* Fully verifies version `step` (as load does, without keeping the data).
  * 0 when good; otherwise the error names the file and what failed. */
 int ftc_persist_verify(ftc_persist_t *p, uint64_t step);

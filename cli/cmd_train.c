@@ -95,7 +95,8 @@ static const char ftc__train_help[] =
     "  --inject-spike STEP    tests: multiply one micro-batch's loss by 100 at STEP\n"
     "  --inject-rank R        the DP rank whose micro-batch is poisoned (default 0)\n"
     "  --eval-batches N       held-out micro-batches for the final loss (default 16)\n"
-    "  --log-every N          a log line every N steps when not on a terminal (default 10)\n"
+    "  --log-every N          a log line every N steps when not on a terminal (N >= 1,\n"
+    "                         default 10)\n"
     "  --backend NAME         auto (default: cuda when a GPU is present, else cpu),\n"
     "                         cpu, cuda, or cpu-bf16 / cuda-bf16 / auto-bf16 (bf16\n"
     "                         matmuls, fp32 weights and optimizer; docs/trainer.md)\n"
@@ -653,9 +654,11 @@ generation:
         goto out;
     }
     if (g.micro_batch < 1 || g.micro_batch > 4096 || g.seq_len < 1 || g.seq_len > 65536 ||
-        g.steps < 1 || g.dp < 1 || g.dp > 64 || g.ckpt_every < 1 || g.eval_batches > 100000) {
+        g.steps < 1 || g.dp < 1 || g.dp > 64 || g.ckpt_every < 1 || g.eval_batches > 100000 ||
+        g.log_every < 1) {
         ec = ftc_cli_usage_error(cmd, "out of range: need 1 <= micro-batch <= 4096, steps >= 1, "
-                                      "1 <= dp <= 64, ckpt-every >= 1");
+                                      "1 <= dp <= 64, ckpt-every >= 1, log-every >= 1 "
+                                      "(--log-every), eval-batches <= 100000");
         goto out;
     }
     if (g.global_batch == 0)

@@ -60,6 +60,7 @@ struct ftc_trainer {
     ftc_gradsum_t **acc;      /* one exact accumulator per virtual rank (deterministic) */
     int32_t *inputs, *targets;/* one micro-batch */
     float *micro_loss;        /* per micro-batch losses of a step */
+    float *tp_flags;          /* [micro_steps]: the guard's verdicts exchanged over TP */
     float *gstage;            /* host copy of the gradients (deterministic mode, staged) */
     ftc_stage_t stage;        /* backend memory <-> host code and collectives (stage.h) */
     ftc_rng_t rng;            /* after initialization; checkpointed */
@@ -114,6 +115,7 @@ static uint64_t ftc__config_hash(const ftc_trainer_t *t)
     return ftc_xxh3(h, (size_t)n * sizeof h[0]);
 }
 
+static int ftc__newest_ro(const char *dir, uint64_t *step, ftc_err_t *err);
 static int ftc__guard_check_options(const ftc_train_options_t *o, ftc_err_t *err);
 static bool ftc__guard_add_skip(ftc_trainer_t *t, uint64_t step);
 static int ftc__guard_from_meta(ftc_trainer_t *t, const ftc__train_meta_t *meta,
@@ -138,8 +140,9 @@ static int ftc__check_options(const ftc_train_options_t *o, ftc_err_t *err)
     if (o->micro_steps < 1 || o->micro_steps > 65536)
         return ftc_err_set(err, FTC_EINVAL, "micro-batches per step %d: must be 1..65536",
                            o->micro_steps);
-    if (o->steps < 1)
-        return ftc_err_set(err, FTC_EINVAL, "steps must be >= 1");
+    if (o->steps < 1 || o->steps > INT32_MAX - 1) /* AdamW's bias correction takes an int */
+        return ftc_err_set(err, FTC_EINVAL, "steps %llu: must be 1..%d",
+                           (unsigned long long)o->steps, INT32_MAX - 1);
     if (o->dp < 1 || o->dp > FTC__MAX_DP)
         return ftc_err_set(err, FTC_EINVAL, "dp %d: must be 1..%d", o->dp, FTC__MAX_DP);
     if (o->dp > 1 && !o->deterministic)
@@ -151,6 +154,9 @@ static int ftc__check_options(const ftc_train_options_t *o, ftc_err_t *err)
     if (o->dp_coll && (!o->deterministic || o->dp != 1))
         return ftc_err_set(err, FTC_EINVAL, "real data parallelism (%d ranks) needs deterministic "
                            "mode and no virtual ranks (dp 1)", ftc_coll_size(o->dp_coll));
+    if (o->dp_coll && ftc_coll_size(o->dp_coll) > FTC__MAX_DP)
+        return ftc_err_set(err, FTC_EINVAL, "a DP group of %d ranks: the trainer takes at most %d "
+                           "DP ranks (per TP rank)", ftc_coll_size(o->dp_coll), FTC__MAX_DP);
     if (o->dp_coll && ftc_coll_size(o->dp_coll) > o->micro_steps)
         return ftc_err_set(err, FTC_EINVAL, "%d DP ranks but only %d micro-batches per step: the "
                            "global batch must have at least one micro-batch per rank",
@@ -223,8 +229,27 @@ static int ftc__ckpt_restore(ftc_trainer_t *t, ftc_err_t *err)
     for (int i = 0; i < nv; i++)
         any = any || v[i].state == FTC_PV_COMMITTED;
     free(v);
-    if (!any)
+    if (!any) {
+        /* ZeRO-1 chunks of real DP ranks (ftc train --nproc) in the same
+         * directory: starting over at step 0 would silently drop them */
+        static const char *const kinds[2] = {"rank-d0", "rank-d0-t0"};
+        for (int k = 0; k < 2; k++) {
+            char d[4200];
+            uint64_t s = 0;
+            snprintf(d, sizeof d, "%s/%s", t->o.ckpt_dir, kinds[k]);
+            if ((rc = ftc__newest_ro(d, &s, err)) < 0)
+                return rc;
+            if (s)
+                return ftc_err_set(err, FTC_ECONFIG,
+                                   "%s holds ZeRO-1 chunks of real DP ranks (%s: step %llu), not "
+                                   "a single-process state: this run would start over at step 0; "
+                                   "resume with --nproc N (any DP degree: the chunks are "
+                                   "re-partitioned%s), or use another --ckpt-dir",
+                                   t->o.ckpt_dir, kinds[k], (unsigned long long)s,
+                                   k ? "; the saved --tp" : "");
+        }
         return 0;
+    }
     ftc_persist_loaded_t *l = NULL;
     rc = ftc_persist_load(t->persist, FTC_PERSIST_NEWEST, &l);
     if (rc < 0)
@@ -272,9 +297,10 @@ static int ftc__alloc_buffers(ftc_trainer_t *t, ftc_err_t *err)
     t->inputs = malloc(BT * sizeof(int32_t));
     t->targets = malloc(BT * sizeof(int32_t));
     t->micro_loss = malloc((size_t)t->o.micro_steps * sizeof(float));
+    t->tp_flags = malloc((size_t)t->o.micro_steps * sizeof(float));
     if (t->o.deterministic && t->stage.staged)
         t->gstage = malloc(ftc_model_num_params(t->model) * sizeof(float));
-    if (!t->inputs || !t->targets || !t->micro_loss ||
+    if (!t->inputs || !t->targets || !t->micro_loss || !t->tp_flags ||
         (t->o.deterministic && t->stage.staged && !t->gstage))
         return ftc_err_set(err, FTC_ENOMEM, "trainer: out of memory");
     return 0;
@@ -812,6 +838,28 @@ static int ftc__newest(const char *dir, uint64_t *step, ftc_err_t *err)
     return rc;
 }
 
+/* As ftc__newest, read-only, and 0 when dir does not exist. */
+static int ftc__newest_ro(const char *dir, uint64_t *step, ftc_err_t *err)
+{
+    *step = 0;
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return 0;
+    ftc_persist_t *p = ftc_persist_open_reader(dir, err);
+    if (!p)
+        return err ? err->code : FTC_EIO;
+    ftc_persist_version_t *v = NULL;
+    int nv = 0, rc = ftc_persist_list(p, &v, &nv);
+    if (rc < 0)
+        rc = ftc_err_set(err, rc, "%s: %s", dir, ftc_persist_errstr(p));
+    for (int i = 0; rc == 0 && i < nv; i++)
+        if (v[i].state == FTC_PV_COMMITTED && v[i].step > *step)
+            *step = v[i].step;
+    free(v);
+    ftc_persist_close(p);
+    return rc;
+}
+
 /* The persist directory of DP rank q in this TP rank's series: DIR/rank-dQ,
  * DIR/rank-dQ-tT with tensor parallelism. */
 static void ftc__rank_dir(const ftc_trainer_t *t, int q, char *buf, size_t size)
@@ -930,42 +978,119 @@ static int ftc__load_chunk(ftc_trainer_t *t, int q, int S, uint64_t step, float 
     return rc;
 }
 
-/* The general restore: the chunks of the saved DP degree S (from rank-d0's
- * newest version) at the newest step all S ranks committed, re-split into
- * this run's chunk. Every rank reads the files it overlaps (and rank-d0's). */
+/* Whether the persist directory dir holds a committed version `step`
+ * (false when the directory does not exist). */
+static int ftc__has_committed(const char *dir, uint64_t step, bool *has, ftc_err_t *err)
+{
+    *has = false;
+    struct stat sb;
+    if (stat(dir, &sb) != 0)
+        return 0;
+    ftc_persist_options_t po = FTC_PERSIST_OPTIONS_INIT;
+    ftc_persist_t *p = ftc_persist_open(dir, &po, err);
+    if (!p)
+        return err ? err->code : FTC_EIO;
+    ftc_persist_version_t *v = NULL;
+    int nv = 0, rc = ftc_persist_list(p, &v, &nv);
+    if (rc < 0)
+        rc = ftc_err_set(err, rc, "%s: %s", dir, ftc_persist_errstr(p));
+    for (int i = 0; rc == 0 && i < nv; i++)
+        if (v[i].state == FTC_PV_COMMITTED && v[i].step == step)
+            *has = true;
+    free(v);
+    ftc_persist_close(p);
+    return rc;
+}
+
+/* The committed steps of dir, newest first (*steps malloc'd, NULL when none). */
+static int ftc__committed_steps(const char *dir, uint64_t **steps, int *n, ftc_err_t *err)
+{
+    *steps = NULL, *n = 0;
+    ftc_persist_options_t po = FTC_PERSIST_OPTIONS_INIT;
+    ftc_persist_t *p = ftc_persist_open(dir, &po, err);
+    if (!p)
+        return err ? err->code : FTC_EIO;
+    ftc_persist_version_t *v = NULL;
+    int nv = 0, rc = ftc_persist_list(p, &v, &nv);
+    if (rc < 0)
+        rc = ftc_err_set(err, rc, "%s: %s", dir, ftc_persist_errstr(p));
+    if (rc == 0 && nv > 0 && !(*steps = malloc((size_t)nv * sizeof **steps)))
+        rc = ftc_err_set(err, FTC_ENOMEM, "%s: out of memory", dir);
+    for (int i = 0; rc == 0 && i < nv; i++)
+        if (v[i].state == FTC_PV_COMMITTED) {
+            int k = (*n)++; /* kept newest first, whatever the listing's order */
+            while (k > 0 && (*steps)[k - 1] < v[i].step) {
+                (*steps)[k] = (*steps)[k - 1];
+                k--;
+            }
+            (*steps)[k] = v[i].step;
+        }
+    free(v);
+    ftc_persist_close(p);
+    if (rc < 0)
+        free(*steps), *steps = NULL, *n = 0;
+    return rc;
+}
+
+/* The general restore: the newest step of rank-d0 that every rank of the DP
+ * degree S it was saved with (its shard header) committed too, re-split into
+ * this run's chunk. S is the degree of that version, not of rank-d0's newest
+ * one: after a restart at another degree that was cut short before every
+ * rank committed, rank-d0's newest version is of the new degree but the step
+ * to restore is an older one, of the old degree. Every rank reads the files
+ * it overlaps (and rank-d0's). */
 static int ftc__repartition(ftc_trainer_t *t, ftc_err_t *err)
 {
     char d0[4200];
     ftc__rank_dir(t, 0, d0, sizeof d0);
-    uint64_t s0 = 0;
-    int rc = ftc__newest(d0, &s0, err);
+    uint64_t *steps = NULL;
+    int nsteps = 0;
+    int rc = ftc__committed_steps(d0, &steps, &nsteps, err);
     if (rc < 0)
         return rc;
-    if (s0 == 0)
+    if (nsteps == 0)
         return ftc_err_set(err, FTC_ECORRUPT, "%s: other ranks have checkpoints but %s has "
                            "none: use another --ckpt-dir", t->o.ckpt_dir, d0);
     float *bufs[3] = {NULL, NULL, NULL};
     size_t qoff, qlen;
-    /* the saved DP degree: the shard header of rank-d0's newest version */
-    ftc_shard_info_t saved;
-    if ((rc = ftc__saved_info(d0, s0, &saved, err)) < 0)
-        return rc;
-    int S = (int)saved.dp;
-    if (S < 1 || S > FTC__MAX_DP)
-        return ftc_err_set(err, FTC_ECORRUPT, "%s: step %llu: DP degree %d in the record", d0,
-                           (unsigned long long)s0, S);
-    uint64_t step = UINT64_MAX;
-    for (int q = 0; q < S; q++) {
-        char dq[4200];
-        uint64_t sq = 0;
-        ftc__rank_dir(t, q, dq, sizeof dq);
-        if ((rc = ftc__newest(dq, &sq, err)) < 0)
-            return rc;
-        if (sq == 0)
-            return ftc_err_set(err, FTC_ECORRUPT, "%s: the checkpoint of %d DP ranks lacks %s",
-                               t->o.ckpt_dir, S, dq);
-        step = sq < step ? sq : step;
+    uint64_t step = 0;
+    int S = 0;
+    for (int i = 0; i < nsteps && S == 0; i++) {
+        /* the saved DP degree: the shard header of rank-d0's version */
+        ftc_shard_info_t saved;
+        ftc_err_t e = {0};
+        /* unreadable (or removed meanwhile by its rank, which found it
+         * incomplete: see the end): not a candidate, like an incomplete one */
+        if (ftc__saved_info(d0, steps[i], &saved, &e) < 0) {
+            FTC_WARN("train", "DP rank %d: step %llu of %s: %s: trying an older one", t->dpr,
+                     (unsigned long long)steps[i], d0, e.msg);
+            continue;
+        }
+        int s = (int)saved.dp;
+        if (s < 1 || s > FTC__MAX_DP) {
+            FTC_WARN("train", "DP rank %d: step %llu of %s: DP degree %d in the shard header: "
+                     "trying an older one", t->dpr, (unsigned long long)steps[i], d0, s);
+            continue;
+        }
+        bool all = true;
+        for (int q = 1; q < s && all; q++) {
+            char dq[4200];
+            ftc__rank_dir(t, q, dq, sizeof dq);
+            if (ftc__has_committed(dq, steps[i], &all, &e) < 0)
+                all = false;
+        }
+        if (all)
+            S = s, step = steps[i];
+        else
+            FTC_INFO("train", "DP rank %d: step %llu of %s (saved by %d DP ranks) was not "
+                     "committed by all of them: trying an older one", t->dpr,
+                     (unsigned long long)steps[i], d0, s);
     }
+    free(steps);
+    if (S == 0)
+        return ftc_err_set(err, FTC_ECORRUPT, "%s: no checkpoint step of %s was committed by "
+                           "every DP rank that saved it: use another --ckpt-dir", t->o.ckpt_dir,
+                           d0);
     float *p = ftc_model_params(t->model);
     size_t lo = t->shard_off, hi = t->shard_off + t->shard_len;
     bool have_meta = false;
@@ -995,6 +1120,17 @@ static int ftc__repartition(ftc_trainer_t *t, ftc_err_t *err)
         if (rc < 0)
             return rc;
     }
+    /* this rank's own versions after the step (committed before the other
+     * ranks' were: the checkpoint that was cut short) are abandoned: the run
+     * writes those steps again, and a committed version is never overwritten */
+    int dropped = 0;
+    if (ftc_persist_drop_newer(t->persist, step, &dropped) < 0)
+        return ftc_err_set(err, FTC_EIO, "re-partitioning: %s",
+                           ftc_persist_errstr(t->persist));
+    if (dropped)
+        FTC_INFO("train", "DP rank %d: dropped %d version(s) of %s newer than step %llu (not "
+                 "committed by every rank)", t->dpr, dropped, t->rank_dir,
+                 (unsigned long long)step);
     FTC_INFO("train", "DP rank %d of %d: restored step %llu from %s, re-partitioned from %d DP "
              "ranks", t->dpr, t->dpn, (unsigned long long)step, t->o.ckpt_dir, S);
     return 0;
@@ -1021,8 +1157,21 @@ static int ftc__shard_persist_restore(ftc_trainer_t *t, ftc_err_t *err)
     char more[4200];
     struct stat sb;
     ftc__rank_dir(t, t->dpn, more, sizeof more);
-    if (!any && stat(more, &sb) != 0)
-        return 0; /* a fresh start */
+    if (!any && stat(more, &sb) != 0) {
+        /* a fresh start, unless the directory holds a whole single-process
+         * state (every rank reads the same files: all refuse together) */
+        uint64_t whole = 0;
+        if ((rc = ftc__newest_ro(t->o.ckpt_dir, &whole, err)) < 0)
+            return rc;
+        if (whole)
+            return ftc_err_set(err, FTC_ECONFIG,
+                               "%s holds a single-process state (step %llu), not ZeRO-1 chunks "
+                               "of real DP ranks: this run of %d DP x %d TP ranks would start "
+                               "over at step 0; resume it in one process (without --nproc; any "
+                               "--dp), or use another --ckpt-dir", t->o.ckpt_dir,
+                               (unsigned long long)whole, t->dpn, t->tpn);
+        return 0;
+    }
     uint64_t ok = 0, oks[FTC__MAX_DP];
     ftc_err_t e_fast = {0};
     if (same && mine) {
@@ -1201,6 +1350,7 @@ void ftc_trainer_destroy(ftc_trainer_t *t)
     free(t->inputs);
     free(t->targets);
     free(t->micro_loss);
+    free(t->tp_flags);
     free(t->gstage);
     if (t->stage.staged && t->k)
         FTC_INFO("train", "DP rank %d: staging: %llu copies through the '%s' backend's memory "
@@ -1247,6 +1397,26 @@ static int ftc__sharded_grads(ftc_trainer_t *t, ftc_err_t *err)
         if (rc < 0)
             return ftc_err_wrap(err, "step %llu, micro-batch %zu (DP rank %d)",
                                 (unsigned long long)t->step, i, t->dpr);
+    }
+    if (t->tpn > 1 && t->o.guard != FTC_GUARD_OFF) {
+        /* a micro-batch is poisoned when its gradient is not finite on ANY
+         * TP rank (the loss is replicated, the gradient slices are not): the
+         * guard must decide the same on every TP rank, or one applies the
+         * step and the other drops it and the replicated tensors part */
+        float *fl = t->tp_flags;
+        for (int i = 0; i < M; i++)
+            fl[i] = (size_t)i >= lo && (size_t)i < lo + cnt && !isfinite(t->micro_loss[i])
+                        ? NAN : 0.0f;
+        int rc = ftc_stage_coll(&t->stage, t->tp_ctx.coll, FTC_STAGE_ALL_REDUCE, fl, (size_t)M,
+                                FTC_COLL_F32, 0, FTC_STAGE_MEM_HOST, ftc__coll_dl(t));
+        if (rc < 0)
+            return ftc_err_set(err, rc, "step %llu: exchanging the guard's verdicts (TP rank %d "
+                               "of %d): %s; a peer rank probably died: restart the job",
+                               (unsigned long long)t->step, t->tpr, t->tpn,
+                               ftc_coll_errmsg(t->tp_ctx.coll));
+        for (size_t i = lo; i < lo + cnt; i++)
+            if (isnan(fl[i]))
+                t->micro_loss[i] = NAN;
     }
     if (t->coll) { /* the exact sums are host memory */
         int rc = ftc_stage_coll(&t->stage, t->coll, FTC_STAGE_REDUCE_SCATTER,
@@ -1514,6 +1684,10 @@ static int ftc__guard_check_options(const ftc_train_options_t *o, ftc_err_t *err
         (o->n_skip_steps > 0 && !o->skip_steps))
         return ftc_err_set(err, FTC_EINVAL, "%d skipped steps: at most %d", o->n_skip_steps,
                            FTC_GUARD_MAX_SKIPS);
+    int tps = o->tp_coll ? ftc_coll_size(o->tp_coll) : 1;
+    if (o->inject_tp_rank < -1 || o->inject_tp_rank >= tps)
+        return ftc_err_set(err, FTC_EINVAL, "inject TP rank %d: must be -1 (all) or 0..%d",
+                           o->inject_tp_rank, tps - 1);
     int ranks = o->dp_coll ? ftc_coll_size(o->dp_coll) : o->dp;
     if ((o->inject_nan_step >= 0 || o->inject_spike_step >= 0) &&
         (o->inject_rank < 0 || o->inject_rank >= ranks))
@@ -1608,8 +1782,10 @@ static void ftc__guard_micro(ftc_trainer_t *t, int i)
     int64_t s = (int64_t)t->step;
     bool mine = i == ftc__guard_first_micro(t, t->o.inject_rank);
     float *g = ftc_model_grads(t->model);
-    if (mine && s == t->o.inject_nan_step) {
-        t->micro_loss[i] = NAN;
+    if (mine && s == t->o.inject_nan_step &&
+        (t->o.inject_tp_rank < 0 || t->o.inject_tp_rank == t->tpr)) {
+        if (t->o.inject_tp_rank < 0)
+            t->micro_loss[i] = NAN;
         t->k->scale(g, NAN, 1); /* one element of the gradient: g[0] = NaN */
     }
     if (mine && s == t->o.inject_spike_step)
@@ -1669,27 +1845,17 @@ static int ftc__guard_rollback(ftc_trainer_t *t, uint64_t *back, ftc_err_t *err)
         if (t->guard_last_ck >= 0 && ftc_wait_committed(t->ftc, t->guard_last_ck) < 0)
             FTC_WARN("train", "rollback: step %lld not committed (%s); restoring the newest "
                      "committed one", (long long)t->guard_last_ck, ftc_last_error(t->ftc));
-        ftc__train_meta_t meta;
-        memset(&meta, 0, sizeof meta);
-        size_t mlen = sizeof meta;
-        int64_t step = -1;
-        rc = ftc_restore(t->ftc, &step, &meta, &mlen);
-        if (rc < 0 && rc != FTC_ENOENT)
-            return ftc_err_set(err, rc, "rollback: agent restore: %s", ftc_last_error(t->ftc));
-        uint64_t mine = rc == 0 ? (uint64_t)step : UINT64_MAX, all[FTC__MAX_DP];
-        if ((rc = ftc__gather_u64(t, mine, all, err)) < 0)
-            return rc;
-        for (int r = 0; r < t->dpn; r++)
-            if (all[r] != mine)
-                return ftc_err_set(err, FTC_ECONFIG, "rollback: DP rank %d restored step %lld, "
-                                   "DP rank %d step %lld: the ranks disagree on the committed "
-                                   "step", t->dpr, mine == UINT64_MAX ? -1LL : (long long)mine, r,
-                                   all[r] == UINT64_MAX ? -1LL : (long long)all[r]);
-        if (mine != UINT64_MAX) {
-            rc = ftc__meta_apply(t, &meta, (uint32_t)mlen, mine, (uint64_t)t->dpn, "agent", err);
-            if (rc == 0)
-                rc = ftc__gather_params(t, err);
-        }
+        /* the newest committed version's chunks, fetched by the ranks of ITS
+         * layout (DP rank 0 reads the step and the degree, every rank
+         * agrees): not ftc_restore, which follows FTC_RESTORE_RANK, the
+         * previous rank this one continued at its start, and so after a
+         * renumbering would hand this rank another rank's chunk of this
+         * generation's checkpoints */
+        bool fresh = false;
+        uint64_t used = 0;
+        rc = ftc__agent_repartition(t, -1, &fresh, &used, err);
+        if (rc == 0 && !fresh)
+            rc = ftc__gather_params(t, err);
     } else if (t->persist && t->sharded) {
         rc = ftc__shard_persist_restore(t, err);
     } else if (t->persist) {

@@ -146,7 +146,7 @@ typedef struct ftc_train_options {
     const char *job_id;         /* names the shards */
     /* real data parallelism (see the top); NULL = one process, `dp` virtual ranks */
     ftc_coll_t *dp_coll;        /* the DP group of this process (not owned); needs
-                                   deterministic mode and dp == 1 */
+                                   deterministic mode and dp == 1; at most 64 ranks */
     int coll_timeout_ms;        /* deadline of each collective (default 60000) */
     int world_rank, world_size; /* this process in the job (for the agent); 0, 1 */
     int tp;                     /* tensor-parallel degree of the layout (1; see dist.h) */
@@ -162,6 +162,8 @@ typedef struct ftc_train_options {
     int64_t inject_nan_step;    /* tests: poison one micro-batch of this step (-1 = none) */
     int64_t inject_spike_step;  /* tests: multiply one micro-batch's loss by 100 (-1 = none) */
     int inject_rank;            /* the DP rank (or virtual rank) whose micro-batch is poisoned */
+    int inject_tp_rank;         /* tests: -1 = every TP rank; else only this TP rank's gradient
+                                   slice gets the NaN (its loss, replicated, stays finite) */
 } ftc_train_options_t;
 
 #define FTC_TRAIN_OPTIONS_INIT                                                                     \
@@ -173,7 +175,7 @@ typedef struct ftc_train_options {
      .coll_timeout_ms = 60000, .world_rank = 0, .world_size = 1, .tp = 1, .agent = NULL,        \
      .tp_coll = NULL, .guard = FTC_GUARD_SKIP, .guard_spike_sigma = 0.0, .guard_window = 50,    \
      .skip_steps = NULL, .n_skip_steps = 0, .inject_nan_step = -1, .inject_spike_step = -1,      \
-     .inject_rank = 0}
+     .inject_rank = 0, .inject_tp_rank = -1}
 
 /* What one step did. */
 typedef struct ftc_train_stats {

@@ -288,6 +288,67 @@ static void test_retention_and_chains(void **state)
     free(dir);
 }
 
+/* ftc_persist_drop_newer: a restore to step 2 abandons 3 and 4 (committed or
+ * not); those steps can then be written again, the handle's next write is not
+ * a delta on a dropped version, and everything loads. */
+static void test_drop_newer(void **state)
+{
+    (void)state;
+    char *dir = ftc_test_tmpdir("persist-drop");
+    ftc_err_t err = {0};
+    ftc_persist_options_t o = FTC_PERSIST_OPTIONS_INIT;
+    o.chunk_bytes = 16384;
+    o.keep = 10; /* no retention here */
+    ftc_persist_t *p = ftc_persist_open(dir, &o, &err);
+    assert_non_null(p);
+    world_t w;
+    world_init(&w, 32u << 10);
+    uint8_t *copies[6][NSH];
+    for (uint64_t s = 1; s <= 4; s++)
+        assert_int_equal(world_write(&w, p, s, copies[s]), 0);
+    /* a committed version is never overwritten */
+    uint8_t *again[NSH];
+    assert_int_equal(world_write(&w, p, 3, again), FTC_EEXIST);
+    free_copies(again);
+    char mk[PATH_MAX];
+    vfile(mk, sizeof mk, dir, 4, "COMMITTED");
+    assert_int_equal(unlink(mk), 0); /* and one not committed */
+    int dropped = -1;
+    assert_int_equal(ftc_persist_drop_newer(p, 2, &dropped), 0);
+    assert_int_equal(dropped, 2);
+    for (uint64_t s = 1; s <= 4; s++)
+        assert_int_equal(version_exists(dir, s), s <= 2);
+    free_copies(copies[3]), free_copies(copies[4]);
+    for (uint64_t s = 3; s <= 5; s++) { /* written again, then one more */
+        assert_int_equal(world_write(&w, p, s, copies[s]), 0);
+        if (s == 3) {
+            ftc_persist_stats_t st;
+            ftc_persist_last_stats(p, &st);
+            assert_false(st.delta); /* its previous write (4) is gone */
+        }
+    }
+    for (uint64_t s = 1; s <= 5; s++) {
+        ftc_persist_loaded_t *l;
+        if (ftc_persist_load(p, s, &l))
+            fail_msg("load %llu: %s", (unsigned long long)s, ftc_persist_errstr(p));
+        check_loaded(l, s, copies[s], &w);
+        ftc_persist_loaded_free(l);
+    }
+    assert_int_equal(ftc_persist_drop_newer(p, 5, &dropped), 0);
+    assert_int_equal(dropped, 0);
+    ftc_persist_t *r = ftc_persist_open_reader(dir, &err);
+    assert_non_null(r);
+    assert_int_equal(ftc_persist_drop_newer(r, 0, NULL), FTC_EINVAL);
+    assert_true(version_exists(dir, 1));
+    ftc_persist_close(r);
+    for (int s = 1; s <= 5; s++)
+        free_copies(copies[s]);
+    world_free(&w);
+    ftc_persist_close(p);
+    ftc_test_rmrf(dir);
+    free(dir);
+}
+
 /* A version that exists but cannot be read right now (here its MANIFEST.json
  * is a directory: open succeeds, the read fails; the same path as EIO,
  * ENOMEM or EMFILE) may be committed and the base of others. A write of the
@@ -786,6 +847,7 @@ int main(void)
         cmocka_unit_test(test_retention_and_chains),
         cmocka_unit_test(test_retention_rollback),
         cmocka_unit_test(test_unreadable_version_kept),
+        cmocka_unit_test(test_drop_newer),
         cmocka_unit_test(test_fallback),
         cmocka_unit_test(test_broken_base),
         cmocka_unit_test(test_manifest_hostile),

@@ -16,7 +16,8 @@
  *     ranks skip (the single-process bits); DP = 2 through two real `ftc
  *     agent`s and a real redis-server with `--guard rollback`: the committed
  *     step is restored, the batch skipped, the same bits, and the job's
- *     event stream holds the `nan` event naming the rollback.
+ *     event stream holds the `nan` event naming the rollback; the same with
+ *     the ranks renumbered (FTC_RESTORE_RANK swapped): the same bits.
  */
 #include "ftc_test.h"
 
@@ -379,6 +380,39 @@ static void test_agent_rollback(void **state)
     free(detail);
 }
 
+/* Rollback through the agent in a generation whose ranks were renumbered:
+ * `ftc run` gives each rank FTC_RESTORE_RANK, the previous rank whose place
+ * it took, for its start; here rank 0 continues previous rank 1 and rank 1
+ * previous rank 0 (and nothing is committed yet: a fresh start). The
+ * rollback restored with ftc_restore, which honours FTC_RESTORE_RANK all the
+ * generation long: each rank got the OTHER rank's chunk of this generation's
+ * step 4 (the same size: no error), so the weights were silently scrambled.
+ * It must restore this layout's chunks: the bits of --skip-steps 5. */
+static void test_agent_rollback_renumbered(void **state)
+{
+    redis_fixture_t *f = *state;
+    char jobdir[PATH_MAX], persist[PATH_MAX], url[512], job[64];
+    agent_job_init(f, jobdir, persist, url, job);
+    if (!g_ref5) {
+        proc_t p;
+        const char *ref[] = {COMMON, "--deterministic", "--skip-steps", "5", NULL};
+        start(&p, jobdir, "ref", NULL, ref);
+        finish_ok(&p, 120000);
+        g_ref5 = params_hash(p.out, 8);
+    }
+    for (int i = 0; i < 2; i++)
+        g_agents[i] = start_agent(jobdir, persist, job, url, i);
+    proc_t p[2];
+    const char *a[] = {COMMON, "--ckpt-every", "2", "--guard", "rollback", "--inject-nan", "5",
+                       "--coll-timeout-ms", "20000", NULL};
+    const char *extra[2] = {"FTC_RESTORE_RANK=1", "FTC_RESTORE_RANK=0"};
+    start_ranks_env(p, jobdir, job, "renum", a, extra);
+    finish_ok(&p[1], 120000);
+    finish_ok(&p[0], 120000);
+    assert_true(expect_said(p[0].out, "rollback to step 4, batch 5 skipped"));
+    assert_true(params_hash(p[0].out, 8) == g_ref5);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -390,6 +424,8 @@ int main(void)
         cmocka_unit_test(test_off_and_options),
         cmocka_unit_test(test_dp2_one_rank_poisoned),
         cmocka_unit_test_setup_teardown(test_agent_rollback, redis_fixture_setup, agent_teardown),
+        cmocka_unit_test_setup_teardown(test_agent_rollback_renumbered, redis_fixture_setup,
+                                        agent_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

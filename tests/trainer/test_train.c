@@ -10,7 +10,9 @@
  *     same bits as the uninterrupted run to N — also when the DP degree
  *     changes at the restart (an elastic shrink 3 -> 2);
  *   - a checkpoint of another configuration is refused; the exact
- *     accumulator refuses non-finite gradients and reports overflow.
+ *     accumulator refuses non-finite gradients and reports overflow;
+ *   - a DP group larger than the trainer carries (64 ranks) is refused, and
+ *     so is a schedule of 2^31 steps or more (AdamW's int step count).
  */
 #include "ftc_test.h"
 
@@ -229,10 +231,66 @@ static void test_gradsum_limits(void **state)
     ftc_gradsum_destroy(g);
 }
 
+/* A stand-in DP communicator that only has a rank and a size: the options
+ * check must refuse a group the trainer cannot carry before any collective
+ * (pure validation; the real groups are in test_train_dp.c). */
+static int fake_op(ftc_coll_t *c, void *buf, size_t count, ftc_coll_dtype_t dt, ftc_deadline_t dl)
+{
+    (void)c, (void)buf, (void)count, (void)dt, (void)dl;
+    return 0;
+}
+static void fake_destroy(ftc_coll_t *c) { (void)c; }
+
+static void test_dp_group_too_large(void **state)
+{
+    (void)state;
+    static const ftc_coll_ops_t ops = {.name = "fake", .all_reduce = fake_op,
+                                       .reduce_scatter = fake_op, .all_gather = fake_op,
+                                       .destroy = fake_destroy};
+    char *dir = ftc_test_tmpdir("trdp65");
+    ftc_err_t err = {0};
+    /* 65 ranks (this one the last): the restart-step exchange and the restore
+     * keep one word per rank in arrays of 64; it wrote past them */
+    ftc_coll_t *c = ftc_coll_new(&ops, 64, 65, NULL);
+    assert_non_null(c);
+    ftc_train_options_t o = small_opts();
+    o.deterministic = true;
+    o.micro_steps = 65;
+    o.micro_batch = 1;
+    o.dp_coll = c;
+    o.ckpt_dir = dir;
+    ftc_trainer_t *t = ftc_trainer_create(&o, &err);
+    ftc_trainer_destroy(t);
+    assert_null(t);
+    assert_int_equal(err.code, FTC_EINVAL);
+    assert_non_null(strstr(err.msg, "at most 64"));
+    ftc_coll_destroy(c);
+    ftc_test_rmrf(dir);
+    free(dir);
+}
+
+/* AdamW's step count is an int (kernels.h): a schedule of 2^31 steps or more
+ * wrapped it negative at step 2^31 (bias corrections of pow(beta, -2^31):
+ * updates of zero, silently). Refused up front. */
+static void test_steps_bound(void **state)
+{
+    (void)state;
+    ftc_err_t err = {0};
+    ftc_train_options_t o = small_opts();
+    o.steps = (uint64_t)1 << 31;
+    ftc_trainer_t *t = ftc_trainer_create(&o, &err);
+    ftc_trainer_destroy(t);
+    assert_null(t);
+    assert_int_equal(err.code, FTC_EINVAL);
+    assert_non_null(strstr(err.msg, "steps 2147483648"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gradsum_limits),
+        cmocka_unit_test(test_dp_group_too_large),
+        cmocka_unit_test(test_steps_bound),
         cmocka_unit_test(test_virtual_dp_bit_identical),
         cmocka_unit_test(test_resume_bit_identical),
         cmocka_unit_test(test_loss_falls),

@@ -3,7 +3,8 @@
 #   1. --train-config FILE.json gives the same run as the same flags: the
 #      same progress lines (loss, lr, norm), eval loss and parameter hash;
 #      a size may be written "64KiB" as on the command line; a flag wins
-#      over the file; an unknown key is a usage error naming it;
+#      over the file; an unknown key is a usage error naming it; --log-every 0
+#      is a usage error (it divided by zero);
 #   2. the final evaluation line "eval loss X (N held-out sequences)" and
 #      the parameter hash line are printed;
 #   3. `ftc train --tokenize TEXT --data OUT` writes a token file (one token
@@ -59,6 +60,11 @@ echo '{"corpus_bytes": "lots"}' >"$T/bad2.json"
 rc=$?
 check "a bad size: usage error (exit $rc) naming the key" \
     bash -c "[ $rc -eq 2 ] && grep -q \"'corpus_bytes' wants a size\" '$T/bad2.out'"
+# a value that would divide by zero is a usage error, never a crash (SIGFPE)
+timeout 120 "$FTC" train "${FLAGS[@]}" --steps 2 --log-every 0 >"$T/le0.out" 2>&1
+rc=$?
+check "--log-every 0: usage error (exit $rc) naming it" \
+    bash -c "[ $rc -eq 2 ] && grep -q -- '--log-every' '$T/le0.out'"
 [ $fails -eq 0 ] || { echo "--- flags:"; cat "$T/flags.out"; echo "--- config:"; cat "$T/cfg.out"; }
 
 # ---- the tokenizer -------------------------------------------------------------------------

@@ -12,7 +12,11 @@
  *     the gathered moments;
  *   - DP = 2 stopped at step 2 (persist tier, one chunk per rank) and
  *     resumed to the end: the same bits; DP = 3 stopped at step 2 and
- *     resumed at DP = 2 (chunks re-partitioned): the same bits;
+ *     resumed at DP = 2 (chunks re-partitioned): the same bits; and when
+ *     the DP = 2 run's next checkpoint was committed by rank 0 only, the
+ *     restart goes back to the DP = 3 step (the abandoned versions dropped):
+ *     the same bits; a single-process checkpoint resumed by --nproc, and
+ *     chunks resumed by one process, are refused (they started over);
  *   - a rank killed with SIGKILL mid-run: the launcher and the surviving
  *     rank exit with an error naming the failure (bounded by the collective
  *     deadline; ctest's TIMEOUT is the backstop, no time is asserted);
@@ -239,6 +243,77 @@ static void test_stop_resume_dp2(void **state)
     free(dir);
 }
 
+/* A checkpoint cut short after a change of DP degree: saved by 3 ranks at
+ * step 1, resumed by 2 (re-partitioned), whose checkpoint of step 2 only
+ * rank 0 committed (rank 1 died before its marker). rank-d0's newest version
+ * is then of DP 2 but the step all ranks have is 1, of DP 3: the restart
+ * took the degree from rank-d0's newest version and failed for good ("checkpoint
+ * holds ... bytes"); and restored at step 1, rank 0's step-2 version made its
+ * next checkpoint fail ("already committed"). Now: step 1 from 3 chunks,
+ * the abandoned step-2 versions dropped, the uninterrupted bits. */
+static void test_cut_short_after_degree_change(void **state)
+{
+    (void)state;
+    char *dir = ftc_test_tmpdir("traindp");
+    char ck[PATH_MAX];
+    snprintf(ck, sizeof ck, "%s/ckpt", dir);
+    if (!g_base) {
+        const char *one[] = {COMMON, "--steps", "4", "--deterministic", NULL};
+        g_base = run_ok(dir, "dp1", NULL, one, 4);
+    }
+    const char *a1[] = {COMMON, "--steps", "4", "--nproc", "3", "--ckpt-dir", ck,
+                        "--ckpt-every", "1", "--stop-at", "1", NULL};
+    run_ok(dir, "first3", NULL, a1, 1);
+    const char *a2[] = {COMMON, "--steps", "4", "--nproc", "2", "--ckpt-dir", ck,
+                        "--ckpt-every", "1", "--stop-at", "2", NULL};
+    run_ok(dir, "then2", NULL, a2, 2);
+    char f[PATH_MAX + 64];
+    snprintf(f, sizeof f, "%s/rank-d1/v%020d/COMMITTED", ck, 2);
+    assert_int_equal(unlink(f), 0); /* rank 1 never committed step 2 */
+    const char *a3[] = {COMMON, "--steps", "4", "--nproc", "2", "--ckpt-dir", ck,
+                        "--ckpt-every", "1", NULL};
+    uint64_t h = run_ok(dir, "resumed", NULL, a3, 4);
+    char out[PATH_MAX + 32];
+    snprintf(out, sizeof out, "%s/resumed.out", dir);
+    assert_true(expect_said(out, "restored step 1 from"));
+    assert_true(expect_said(out, "re-partitioned from 3 DP ranks"));
+    assert_true(expect_said(out, "newer than step 1"));
+    assert_true(h == g_base);
+    ftc_test_rmrf(dir);
+    free(dir);
+}
+
+/* One --ckpt-dir, the other kind of checkpoint: the ZeRO-1 chunks of real DP
+ * ranks resumed by one process, a single-process state resumed by --nproc.
+ * Each looked only for its own kind and, finding none, started over at step
+ * 0 without a word (hours of training redone, and two series that disagree
+ * left in the directory). Both refuse now, naming what the directory holds. */
+static void test_other_kind_refused(void **state)
+{
+    (void)state;
+    char *dir = ftc_test_tmpdir("traindp");
+    char ck[PATH_MAX], ck1[PATH_MAX + 8];
+    snprintf(ck, sizeof ck, "%s/ckpt", dir);
+    snprintf(ck1, sizeof ck1, "%s/ckpt1", dir);
+    const char *chunks[] = {COMMON, "--steps", "4", "--nproc", "2", "--ckpt-dir", ck,
+                            "--ckpt-every", "1", "--stop-at", "2", NULL};
+    run_ok(dir, "chunks", NULL, chunks, 2);
+    const char *one[] = {COMMON, "--steps", "4", "--deterministic", "--ckpt-dir", ck, NULL};
+    proc_t p;
+    run_rc(dir, "one-on-chunks", NULL, one, 1, &p);
+    assert_true(expect_said(p.out, "holds ZeRO-1 chunks of real DP ranks (rank-d0: step 2)"));
+    assert_false(said(p.out, "step 1/4"));
+    const char *whole[] = {COMMON, "--steps", "4", "--deterministic", "--ckpt-dir", ck1,
+                           "--ckpt-every", "1", "--stop-at", "2", NULL};
+    run_ok(dir, "whole", NULL, whole, 2);
+    const char *dp2[] = {COMMON, "--steps", "4", "--nproc", "2", "--ckpt-dir", ck1, NULL};
+    run_rc(dir, "dp2-on-whole", NULL, dp2, 1, &p);
+    assert_true(expect_said(p.out, "holds a single-process state (step 2)"));
+    assert_false(said(p.out, "step 1/4"));
+    ftc_test_rmrf(dir);
+    free(dir);
+}
+
 /* Pid of the launcher's child number `which` (from /proc). */
 static pid_t child_of(pid_t parent, int which)
 {
@@ -339,6 +414,8 @@ int main(void)
         cmocka_unit_test(test_dp_bit_identical),
         cmocka_unit_test(test_uneven_chunks_in_process),
         cmocka_unit_test(test_stop_resume_dp2),
+        cmocka_unit_test(test_cut_short_after_degree_change),
+        cmocka_unit_test(test_other_kind_refused),
         cmocka_unit_test(test_killed_rank_fails_peers),
         cmocka_unit_test_setup_teardown(test_agent_kill_restart, redis_fixture_setup,
                                         agent_teardown),

@@ -17,6 +17,8 @@
  *     tp) rank, shard-dD-tT) and resumed: the uninterrupted bits; the same
  *     checkpoint resumed at DP = 1 x TP = 2 (ZeRO-1 chunks of each TP rank
  *     re-partitioned): the uninterrupted bits;
+ *   - the guard: a NaN in one TP rank's gradient slice only is dropped by
+ *     both TP ranks (the bits of a run given that step to skip);
  *   - refused: that checkpoint at TP = 1 and at TP = 4 (FTC_ECONFIG, naming
  *     the saved layout); --tp not dividing the ranks or the heads (usage
  *     errors before any rank starts);
@@ -110,6 +112,12 @@ static ftc_train_options_t tol_opts(void)
     return o;
 }
 
+/* tp_run's guard settings (the forked ranks inherit them): a NaN injected in
+ * the gradient of TP rank g_nan_tp only at step g_nan_step, or step g_skip
+ * skipped from the list (-1: none). */
+static int64_t g_nan_step = -1, g_nan_tp = -1;
+static int64_t g_skip = -1;
+
 /* `world` ranks of DP x tp (tp 1 and world 1: one process, no communicator)
  * run STEPS steps; rank 0 writes the full parameters to out (P floats), and
  * (before training) the initial ones to init when not NULL. */
@@ -139,6 +147,11 @@ static void tp_run(int world, int tp, const char *dir, float *out, float *init)
             o.tp_coll = d ? d->tp : NULL;
             o.tp = tp;
             o.coll_timeout_ms = 30000;
+            uint64_t skip = (uint64_t)g_skip;
+            o.inject_nan_step = g_nan_step;
+            o.inject_tp_rank = (int)g_nan_tp;
+            if (g_skip >= 0)
+                o.skip_steps = &skip, o.n_skip_steps = 1;
             ftc_trainer_t *t = ftc_trainer_create(&o, &err);
             if (!t) {
                 fprintf(stderr, "rank %d: %s\n", r, err.msg);
@@ -169,6 +182,35 @@ static void tp_run(int world, int tp, const char *dir, float *out, float *init)
     if (init)
         memcpy(init, sh + P, P * sizeof(float));
     munmap(sh, 2 * P * sizeof(float));
+}
+
+/* The guard under TP: a gradient that is not finite on ONE TP rank only
+ * (the loss, replicated, is finite everywhere). That rank dropped the step,
+ * the other applied it, and the replicated tensors parted (the run ended in
+ * FTC_ECORRUPT, "replicated tensor ... differs between TP ranks"). Now the
+ * verdicts are exchanged over TP: both drop it, the bits of a run given the
+ * step in its skip list. */
+static void test_tp_guard_one_slice(void **state)
+{
+    (void)state;
+    ftc_train_options_t o0 = tol_opts();
+    size_t P = ftc_model_param_count(&o0.model);
+    float *a = malloc(P * sizeof(float)), *b = malloc(P * sizeof(float));
+    char *dir = ftc_test_tmpdir("tpguard");
+    char d1[PATH_MAX + 8], d2[PATH_MAX + 8];
+    snprintf(d1, sizeof d1, "%s/a", dir);
+    snprintf(d2, sizeof d2, "%s/b", dir);
+    assert_int_equal(mkdir(d1, 0700), 0);
+    assert_int_equal(mkdir(d2, 0700), 0);
+    g_nan_step = 2, g_nan_tp = 1;
+    tp_run(2, 2, d1, a, NULL);
+    g_nan_step = -1, g_nan_tp = -1, g_skip = 2;
+    tp_run(2, 2, d2, b, NULL);
+    g_skip = -1;
+    assert_memory_equal(a, b, P * sizeof(float));
+    free(a), free(b);
+    ftc_test_rmrf(dir);
+    free(dir);
 }
 
 static void test_tp2_vs_tp1_tolerance(void **state)
@@ -355,6 +397,7 @@ int main(void)
         cmocka_unit_test(test_bad_tp_refused),
         cmocka_unit_test(test_dp_x_tp_bit_identical),
         cmocka_unit_test(test_tp2_vs_tp1_tolerance),
+        cmocka_unit_test(test_tp_guard_one_slice),
         cmocka_unit_test(test_stop_resume_and_repartition),
         cmocka_unit_test_setup_teardown(test_agent_tp_kill_restart, redis_fixture_setup,
                                         agent_teardown),

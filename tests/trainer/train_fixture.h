@@ -242,8 +242,10 @@ static inline pid_t start_agent(const char *jobdir, const char *persist, const c
 /* Starts the two ranks of a job (one per node, torchrun-style, over
  * tcp;ofi_rxm, a fresh rendezvous directory per call) with `ftc train args`;
  * outputs TAG-r0.out and TAG-r1.out in jobdir. */
-static inline void start_ranks(proc_t *p, const char *jobdir, const char *job, const char *tag,
-                               const char *const *args)
+/* start_ranks with one more environment variable per rank (extra[r], NULL: none). */
+static inline void start_ranks_env(proc_t *p, const char *jobdir, const char *job,
+                                   const char *tag, const char *const *args,
+                                   const char *const *extra)
 {
     static int incarnation;
     char rdzv[PATH_MAX];
@@ -258,11 +260,17 @@ static inline void start_ranks(proc_t *p, const char *jobdir, const char *job, c
         snprintf(envs[r][4], sizeof envs[r][4], "FTC_JOB_ID=%s", job);
         const char *env[] = {envs[r][0], envs[r][1], envs[r][2],
                              envs[r][3], envs[r][4], "FI_PROVIDER=tcp;ofi_rxm",
-                             NULL};
+                             extra ? extra[r] : NULL, NULL};
         char t[64];
         snprintf(t, sizeof t, "%s-r%d", tag, r);
         start(&p[r], jobdir, t, env, args);
     }
+}
+
+static inline void start_ranks(proc_t *p, const char *jobdir, const char *job, const char *tag,
+                               const char *const *args)
+{
+    start_ranks_env(p, jobdir, job, tag, args, NULL);
 }
 
 /* Also after a failed assertion: the agents and their shared memory go. */
