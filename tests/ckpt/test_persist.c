@@ -1,6 +1,8 @@
 /* test_persist.c — the persist tier: full and delta versions round trip,
  * several shards per version, retention with delta chains, fallback when a
- * marker, manifest or shard is bad, list states, hostile manifests, options. */
+ * marker, manifest or shard is bad, list states, hostile manifests, options,
+ * dropping the versions newer than a restored step, a version that cannot
+ * be read now kept. */
 #include "ftc_test.h"
 
 #include "ckpt/persist.h"
