@@ -2140,14 +2140,6 @@ static void ftc__on_fetch_done(ftc_agent_t *a, ftc__job_t *j)
     }
     if (in_slot)
         r->st[j->dst_slot] = SL_EMPTY; /* never used half written */
-    if (j->refused) { /* no holder had the committed version: not silent either */
-        FTC_WARN("agent", "rank %u: no holder served the committed version of rank %u's step "
-                 "%" PRIu64 ": %s", r->rank, r->src, j->step, j->passed_over);
-        ftc_ctl_event_t e = {.kind = "replica_refused", .node = a->node_id, .rank = (int)r->rank,
-                             .generation = a->generation, .step = (int64_t)j->step,
-                             .detail = j->passed_over};
-        ftc_ctl_event(a->ctl, &e);
-    }
     /* Peers that were restarting (a stale address, a connection not yet
      * accepted) may answer a moment later: a few rounds, with fresh
      * addresses, before the persist tier. */
@@ -2157,6 +2149,14 @@ static void ftc__on_fetch_done(ftc_agent_t *a, ftc__job_t *j)
         ftc__refresh_peers(a);
         if (ftc__queue_fetch(a, r))
             return;
+    }
+    if (j->refused) { /* no holder had the committed version: not silent either */
+        FTC_WARN("agent", "rank %u: no holder served the committed version of rank %u's step "
+                 "%" PRIu64 ": %s", r->rank, r->src, j->step, j->passed_over);
+        ftc_ctl_event_t e = {.kind = "replica_refused", .node = a->node_id, .rank = (int)r->rank,
+                             .generation = a->generation, .step = (int64_t)j->step,
+                             .detail = j->passed_over};
+        ftc_ctl_event(a->ctl, &e);
     }
     char tried[900];
     snprintf(tried, sizeof tried, "not in this node's slots; peers (%d rounds): %s",
