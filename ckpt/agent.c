@@ -632,7 +632,8 @@ static void *ftc__repl_main(void *arg)
                 uint64_t hsize = 0;
                 const uint8_t *held = NULL;
                 int hrc = ftc_repl_held_step(a->repl, j->owner, j->step, &held, &hsize);
-                if (hrc == 0 && !ftc__job_is_recorded(j, held, hsize, "this node's replica store")) {
+                if (hrc == 0 &&
+                    !ftc__job_is_recorded(j, held, hsize, "this node's replica store")) {
                     hrc = FTC_ECORRUPT; /* another version of the step: the peers next */
                     snprintf(j->detail, sizeof j->detail, "%s", j->refusal);
                 }
@@ -708,7 +709,7 @@ static void *ftc__repl_main(void *arg)
                         reason = j->refusal;
                     }
                 }
-                if (j->kind == JOB_FETCH && j->detail[0] && j->rc) { /* keep every candidate's reason */
+                if (j->kind == JOB_FETCH && j->detail[0] && j->rc) { /* every candidate's reason */
                     size_t dl = strlen(j->detail);
                     snprintf(j->detail + dl, sizeof j->detail - dl, "; %s", reason);
                 } else {
@@ -720,7 +721,8 @@ static void *ftc__repl_main(void *arg)
                     size_t pl = strlen(j->passed_over);
                     /* a peer that does not hold it (FTC_ENOENT) is no news; a
                      * refusal is in passed_over already */
-                    if (j->rc != FTC_ENOENT && reason == st.detail && pl + 3 < sizeof j->passed_over)
+                    if (j->rc != FTC_ENOENT && reason == st.detail &&
+                        pl + 3 < sizeof j->passed_over)
                         snprintf(j->passed_over + pl, sizeof j->passed_over - pl, "%s%s",
                                  pl ? "; " : "", st.detail);
                     j->started = false; /* try the next candidate */
