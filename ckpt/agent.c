@@ -89,6 +89,10 @@ typedef struct ftc__job {
     int acked, failed;
     char detail[768];
     char passed_over[512]; /* FETCH: why candidates before the one that answered failed */
+    uint64_t rec_head;      /* FETCH: the commit record's head checksum of the shard (I1) */
+    bool rec_known;         /* FETCH: rec_head is known (else the content alone is checked) */
+    bool refused;           /* FETCH: a candidate held another version of the step (rec_head) */
+    char refusal[256];      /* FETCH: the last such refusal, naming the holder */
     uint8_t *buf;           /* FETCH: the verified shard (malloc'd, or dst) */
     uint64_t buf_size;
     uint8_t *dst;           /* FETCH for a RESTORE: the rank's slot it lands in, if it fits */
@@ -132,6 +136,9 @@ typedef struct ftc__rank {
     int restore_attempts;   /* fetch rounds tried for it (peers may be restarting) */
     uint64_t restore_step;
     uint64_t restore_t0;    /* ftc_now_ns() when the RESTORE / FETCH arrived (DEBUG timings) */
+    uint64_t rec_head;      /* the head checksum the commit record holds for the subject's
+                               shard of restore_step: every copy restored must have it (I1) */
+    bool rec_known;         /* rec_head is known (else copies are checked by content only) */
     uint32_t src;           /* its subject: the rank whose shard is wanted (usually rank) */
     bool fetch;             /* a FETCH (answered with a shm copy), not a RESTORE */
     char fetch_name[FTC_SLOT_NAME_MAX]; /* shm object of the last FETCH_OK ("" = none) */
@@ -554,6 +561,35 @@ static int ftc__generation(ftc_agent_t *a, ftc_err_t *err)
 
 /* ---- replication thread ------------------------------------------------------------------- */
 
+/* FETCH (replication thread): whether buf, a shard that verified by its
+ * content (as it landed, or in this node's replica store), is the version
+ * the commit record holds (j->rec_head, when known). Another version of the
+ * step (a replica left from an earlier generation before a rollback re-ran
+ * the step, a stale copy) is refused like a corrupt one, the holder (where)
+ * named: j->refused, j->refusal, passed_over and a warning. A shard whose
+ * structure or step is not the one asked for passes here: the control loop
+ * refuses it, naming why. */
+static bool ftc__job_is_recorded(ftc__job_t *j, const uint8_t *buf, uint64_t size,
+                                 const char *where)
+{
+    ftc_shard_view_t v;
+    ftc_err_t err = {0};
+    if (!j->rec_known || ftc_shard_open(&v, buf, size, 0, &err) != 0 || v.info.step != j->step ||
+        v.head_xxh3 == j->rec_head)
+        return true;
+    snprintf(j->refusal, sizeof j->refusal, "%s: rank %u's shard of step %" PRIu64 " has head "
+             "checksum %016" PRIx64 ", not the committed version's %016" PRIx64 " (another "
+             "version of that step): refused", where, j->owner, j->step, v.head_xxh3,
+             j->rec_head);
+    FTC_WARN("agent", "fetch: %s", j->refusal);
+    j->refused = true;
+    size_t pl = strlen(j->passed_over);
+    if (pl + 3 < sizeof j->passed_over)
+        snprintf(j->passed_over + pl, sizeof j->passed_over - pl, "%s%s", pl ? "; " : "",
+                 j->refusal);
+    return false;
+}
+
 static void *ftc__repl_main(void *arg)
 {
     ftc_agent_t *a = arg;
@@ -595,7 +631,13 @@ static void *ftc__repl_main(void *arg)
                 j->local_tried = true;
                 uint64_t hsize = 0;
                 const uint8_t *held = NULL;
-                if (ftc_repl_held_step(a->repl, j->owner, j->step, &held, &hsize) == 0 &&
+                int hrc = ftc_repl_held_step(a->repl, j->owner, j->step, &held, &hsize);
+                if (hrc == 0 &&
+                    !ftc__job_is_recorded(j, held, hsize, "this node's replica store")) {
+                    hrc = FTC_ECORRUPT; /* another version of the step: the peers next */
+                    snprintf(j->detail, sizeof j->detail, "%s", j->refusal);
+                }
+                if (hrc == 0 &&
                     (j->buf = j->dst && hsize <= j->dst_cap ? j->dst
                                                             : malloc(hsize ? hsize : 1)) != NULL) {
                     ftc_mem_prefault(j->buf, hsize);
@@ -609,9 +651,15 @@ static void *ftc__repl_main(void *arg)
                 }
             }
             if (j->kind == JOB_FETCH && j->next_peer >= j->npeers) {
-                j->rc = FTC_ENOENT; /* not held here, no live peer to ask */
                 j->x = -1;
                 j->started = true;
+                if (j->refused && !j->npeers) { /* the store's copy was refused: why */
+                    j->rc = FTC_ECORRUPT;
+                    size_t dl = strlen(j->detail);
+                    snprintf(j->detail + dl, sizeof j->detail - dl, "; no live peer");
+                    continue;
+                }
+                j->rc = FTC_ENOENT; /* not held here, no live peer to ask */
                 snprintf(j->detail, sizeof j->detail, "not in this node's replica store, no "
                          "live peer");
                 continue;
@@ -644,21 +692,37 @@ static void *ftc__repl_main(void *arg)
                 j->rc = st.rc;
                 j->acked = st.acked;
                 j->failed = st.failed;
-                if (j->kind == JOB_FETCH && j->detail[0] && st.rc) { /* keep every candidate's reason */
-                    size_t dl = strlen(j->detail);
-                    snprintf(j->detail + dl, sizeof j->detail - dl, "; %s", st.detail);
-                } else {
-                    snprintf(j->detail, sizeof j->detail, "%s", st.detail);
-                }
+                const char *reason = st.detail;
                 if (j->kind == JOB_FETCH && st.rc == 0 &&
-                    ftc_repl_take(a->repl, j->x, &j->buf, &j->buf_size) == 0)
+                    ftc_repl_take(a->repl, j->x, &j->buf, &j->buf_size) == 0) {
                     j->landed = j->dst && j->buf == j->dst;
+                    /* verified by its content as it landed; the version too (I1) */
+                    char where[32];
+                    snprintf(where, sizeof where, "peer %u", j->peers[j->next_peer - 1]);
+                    if (!ftc__job_is_recorded(j, j->buf, j->buf_size, where)) {
+                        if (j->buf != j->dst)
+                            free(j->buf);
+                        j->buf = NULL; /* never delivered: refused like a corrupt copy */
+                        j->buf_size = 0;
+                        j->landed = false;
+                        j->rc = FTC_ECORRUPT;
+                        reason = j->refusal;
+                    }
+                }
+                if (j->kind == JOB_FETCH && j->detail[0] && j->rc) { /* every candidate's reason */
+                    size_t dl = strlen(j->detail);
+                    snprintf(j->detail + dl, sizeof j->detail - dl, "; %s", reason);
+                } else {
+                    snprintf(j->detail, sizeof j->detail, "%s", reason);
+                }
                 ftc_repl_release(a->repl, j->x);
                 finished = true;
                 if (j->kind == JOB_FETCH && j->rc && j->next_peer < j->npeers) {
                     size_t pl = strlen(j->passed_over);
-                    /* a peer that does not hold it (FTC_ENOENT) is no news */
-                    if (j->rc != FTC_ENOENT && pl + 3 < sizeof j->passed_over)
+                    /* a peer that does not hold it (FTC_ENOENT) is no news; a
+                     * refusal is in passed_over already */
+                    if (j->rc != FTC_ENOENT && reason == st.detail &&
+                        pl + 3 < sizeof j->passed_over)
                         snprintf(j->passed_over + pl, sizeof j->passed_over - pl, "%s%s",
                                  pl ? "; " : "", st.detail);
                     j->started = false; /* try the next candidate */
@@ -1604,6 +1668,22 @@ static bool ftc__is_recorded(const ftc__rank_t *r, const ftc_shard_view_t *v, in
     return false;
 }
 
+/* Whether v, a verified shard of r's subject from `from` (a parity rebuild,
+ * a persist tier), is the version the commit record holds for r's restore
+ * step (r->rec_head, when known; another step, an older one a persist tier
+ * has: the content alone). If not: a warning, and why (cap bytes) says so. */
+static bool ftc__copy_is_recorded(const ftc__rank_t *r, const ftc_shard_view_t *v,
+                                  const char *from, char *why, size_t cap)
+{
+    if (!r->rec_known || v->info.step != r->restore_step || v->head_xxh3 == r->rec_head)
+        return true;
+    snprintf(why, cap, "%s: rank %u's shard of step %" PRIu64 " has head checksum %016" PRIx64
+             ", not the committed version's %016" PRIx64 " (another version of that step): "
+             "refused", from, r->src, v->info.step, v->head_xxh3, r->rec_head);
+    FTC_WARN("agent", "rank %u: %s", r->rank, why);
+    return false;
+}
+
 /* FETCH: the verified shard goes into a fresh shm object the rank maps and
  * unlinks (the previous one is unlinked here, in case the rank died first). */
 static void ftc__fetch_reply(ftc_agent_t *a, ftc__rank_t *r, const uint8_t *buf, uint64_t size,
@@ -1695,11 +1775,12 @@ static bool ftc__restore_from_other_tiers(ftc_agent_t *a, ftc__rank_t *r)
                 0) {
                 for (int k = 0; k < l->n_shards; k++) {
                     ftc_shard_view_t v;
+                    char from[64], why[400];
+                    snprintf(from, sizeof from, "the persist tier of node %u", i);
                     if (ftc_shard_open(&v, l->shards[k], l->sizes[k], FTC_SHARD_VERIFY, &err) ==
                             0 &&
-                        ftc__is_subject(&v, r) && l->step <= (uint64_t)r->restore_step) {
-                        char from[64];
-                        snprintf(from, sizeof from, "the persist tier of node %u", i);
+                        ftc__is_subject(&v, r) && l->step <= (uint64_t)r->restore_step &&
+                        ftc__copy_is_recorded(r, &v, from, why, sizeof why)) {
                         ftc__deliver(a, r, l->shards[k], l->sizes[k], l->step, from);
                         ftc_persist_loaded_free(l);
                         ftc_persist_close(p);
@@ -1745,31 +1826,50 @@ static int ftc__persist_load_at_most(ftc_persist_t *p, uint64_t want, ftc_persis
 
 static void ftc__restore_from_persist(ftc_agent_t *a, ftc__rank_t *r, const char *tried)
 {
-    char why[256] = "no persist tier configured";
+    char why[700] = "no persist tier configured";
     if (a->pw) {
-        ftc_persist_loaded_t *l = NULL;
         uint64_t want = (uint64_t)r->restore_step;
-        ftc_persist_t *p = ftc__persister_lock(a->pw); /* waits for a running write */
-        int rc = ftc_persist_load(p, want, &l);
-        if (rc)
-            snprintf(why, sizeof why, "%s", ftc_persist_errstr(p));
-        if (rc) /* the newest older one: never a newer step than asked for */
-            rc = ftc__persist_load_at_most(p, want, &l, why, sizeof why);
-        ftc__persister_unlock(a->pw);
-        if (rc == 0) {
-            for (int i = 0; i < l->n_shards; i++) {
-                ftc_shard_view_t v;
+        /* pass 0: the restore step, else the newest older one; pass 1 (the
+         * restore step's version was not the committed one): the older */
+        for (int pass = 0; pass < 2; pass++) {
+            ftc_persist_loaded_t *l = NULL;
+            char older[256] = "";
+            ftc_persist_t *p = ftc__persister_lock(a->pw); /* waits for a running write */
+            int rc = pass ? -1 : ftc_persist_load(p, want, &l);
+            if (rc && !pass)
+                snprintf(why, sizeof why, "%s", ftc_persist_errstr(p));
+            if (rc) /* the newest older one: never a newer step than asked for */
+                rc = ftc__persist_load_at_most(p, want, &l, pass ? older : why,
+                                               pass ? sizeof older : sizeof why);
+            ftc__persister_unlock(a->pw);
+            if (rc) {
+                if (pass) {
+                    size_t wl = strlen(why);
+                    snprintf(why + wl, sizeof why - wl, "; older: %s", older);
+                }
+                break;
+            }
+            int k = -1;
+            ftc_shard_view_t v;
+            for (int i = 0; i < l->n_shards && k < 0; i++) {
                 ftc_err_t err = {0};
                 if (ftc_shard_open(&v, l->shards[i], l->sizes[i], FTC_SHARD_VERIFY, &err) == 0 &&
-                    ftc__is_subject(&v, r)) {
-                    ftc__deliver(a, r, l->shards[i], l->sizes[i], l->step, "the persist tier");
-                    ftc_persist_loaded_free(l);
-                    return;
-                }
+                    ftc__is_subject(&v, r))
+                    k = i;
             }
-            snprintf(why, sizeof why, "persisted step %" PRIu64 " has no shard for rank %u",
-                     l->step, r->src);
+            if (k < 0) {
+                snprintf(why, sizeof why, "persisted step %" PRIu64 " has no shard for rank %u",
+                         l->step, r->src);
+                ftc_persist_loaded_free(l);
+                break;
+            }
+            if (!ftc__copy_is_recorded(r, &v, "the persist tier", why, sizeof why)) {
+                ftc_persist_loaded_free(l);
+                continue; /* never restored: an older version, the other tiers */
+            }
+            ftc__deliver(a, r, l->shards[k], l->sizes[k], l->step, "the persist tier");
             ftc_persist_loaded_free(l);
+            return;
         }
         if (ftc__restore_from_other_tiers(a, r))
             return;
@@ -1792,6 +1892,8 @@ static bool ftc__queue_fetch(ftc_agent_t *a, ftc__rank_t *r)
     j->kind = JOB_FETCH;
     j->owner = r->src;
     j->step = r->restore_step;
+    j->rec_head = r->rec_head;
+    j->rec_known = r->rec_known;
     j->dst_slot = -1;
     /* a RESTORE: straight into a slot the rank may have overwritten anyway
      * (no buffer, no copy; the replication thread writes it, so it is marked
@@ -1873,20 +1975,31 @@ static void ftc__on_restore(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *
     r->src = src;
     r->restore_step = (uint64_t)step;
     /* The checksum the commit record holds for the subject's shard of the
-     * committed step: a local copy whose content verifies but is another
-     * version of that step (a snapshot that was never committed, a stale
-     * one) is not it (I1). Unknown for an older step a FETCH asks for (its
-     * generation is not known here), when the record expired (an hour after
-     * the step's last report) or Redis is away: then the content alone. */
+     * committed step: a copy whose content verifies but is another version
+     * of that step (a snapshot that was never committed, a stale one, a
+     * replica or persisted version left from before a rollback re-ran the
+     * step) is not it (I1): every source below checks it. Unknown for an
+     * older step a FETCH asks for (its generation is not known here), when
+     * the record expired (an hour after the step's last report) or Redis is
+     * away: then the content alone. */
     uint64_t want = 0;
     bool want_known = false;
     if (gen_known && (int64_t)r->restore_step == committed_step &&
         ftc_ctl_commit_checksum(a->ctl, gen, committed_step, src, &want, &want_known) != 0) {
         FTC_WARN("agent", "rank %u: the commit record's checksum of rank %u step %" PRId64
-                 " could not be read (%s): local copies are checked by their content only",
+                 " could not be read (%s): copies are checked by their content only",
                  r->rank, src, committed_step, ftc_ctl_errstr(a->ctl));
         want_known = false;
+    } else if (!want_known) {
+        FTC_DEBUG("agent", "rank %u: no commit record checksum for rank %u step %" PRIu64 " (%s): "
+                  "copies are checked by their content only", r->rank, src, r->restore_step,
+                  !gen_known ? "Redis did not answer"
+                  : (int64_t)r->restore_step != committed_step
+                      ? "an older step than the committed one: its generation is not known"
+                      : "the record has none: expired or withdrawn");
     }
+    r->rec_head = want;
+    r->rec_known = want_known;
     /* 1. this node's slots: the rank's own, or those the subject left here
      * (a node keeps its previous ranks' slots across a layout change) */
     for (int s = 0; s < NS; s++) {
@@ -2004,7 +2117,8 @@ static void ftc__on_fetch_done(ftc_agent_t *a, ftc__job_t *j)
          * gaps too, and the rank need not verify that slot again; copied
          * (into the slot, or by ftc__deliver): the rank verifies its slot. */
         if (ftc_shard_open(&v, j->buf, j->buf_size, 0, &err) == 0 &&
-            v.info.step == j->step && ftc__is_subject(&v, r)) {
+            v.info.step == j->step && ftc__is_subject(&v, r) &&
+            (!r->rec_known || v.head_xxh3 == r->rec_head)) { /* (the replication thread checked) */
             if (!in_slot || j->buf_size != r->size) {
                 ftc__report_passed_over(a, r, j);
                 if (in_slot)
@@ -2037,6 +2151,14 @@ static void ftc__on_fetch_done(ftc_agent_t *a, ftc__job_t *j)
         ftc__refresh_peers(a);
         if (ftc__queue_fetch(a, r))
             return;
+    }
+    if (j->refused) { /* no holder had the committed version: not silent either */
+        FTC_WARN("agent", "rank %u: no holder served the committed version of rank %u's step "
+                 "%" PRIu64 ": %s", r->rank, r->src, j->step, j->passed_over);
+        ftc_ctl_event_t e = {.kind = "replica_refused", .node = a->node_id, .rank = (int)r->rank,
+                             .generation = a->generation, .step = (int64_t)j->step,
+                             .detail = j->passed_over};
+        ftc_ctl_event(a->ctl, &e);
     }
     char tried[900];
     snprintf(tried, sizeof tried, "not in this node's slots; peers (%d rounds): %s",
@@ -3279,6 +3401,15 @@ static void ftc__par_on_rebuilt(ftc_agent_t *a, ftc__par_task_t *t)
     if (!r->used || r->rank != t->rank || !r->restoring || r->fd < 0 ||
         r->restore_step != t->step)
         return;
+    ftc_shard_view_t v;
+    ftc_err_t verr = {0};
+    char why[400];
+    if (t->rc == 0 && ftc_shard_open(&v, t->out, t->out_size, 0, &verr) == 0 && /* verified */
+        !ftc__copy_is_recorded(r, &v, "the parity rebuild", why, sizeof why)) {
+        /* the group's parity encoded another version of the step */
+        ftc__par_rebuild_failed(a, r, why, t->looked);
+        return;
+    }
     if (t->rc == 0) {
         ftc_err_t err = {0};
         int s = ftc__install(r, t->out, t->out_size, t->step, &err);

@@ -12,10 +12,16 @@
  * in Redis (detect/control.h) and tells the rank when its step is
  * committed; every M commits it writes its ranks' shards through the
  * persist tier. On RESTORE it finds the newest committed step and serves it
- * from a local slot (only the version whose head checksum the commit record
- * holds), else fetches a peer's replica (K replicas) or rebuilds
- * it from the surviving group members' shards and parity (xor / rs), else
- * reads the persist tier — each verified before use (I1). ftc_agent_start
+ * from a local slot, else fetches a peer's replica (K replicas: holders in
+ * ring order) or rebuilds it from the surviving group members' shards and
+ * parity (xor / rs), else reads the persist tier — each verified before use
+ * (I1), and, for the committed step, only the version whose head checksum
+ * the commit record holds: a copy that verifies by its content but is
+ * another version of the step (a replica or persisted version from before
+ * a rollback) is refused like a corrupt one and the next source tried (a
+ * refused replica: a warning and a `replica_refused` event). Without the
+ * record's checksum (expired, Redis away, an older step a FETCH names) the
+ * content alone is checked. ftc_agent_start
  * fails with FTC_ECONFIG when the parity groups cannot be formed (too few
  * nodes).
  *

@@ -15,12 +15,18 @@
  *     then committed with one copy fewer. It stays sealed and commits;
  *   - a restore took a local slot of the committed step whose content
  *     verifies but is not the committed version (another snapshot of that
- *     step): it must be the version whose checksum the record holds.
+ *     step): it must be the version whose checksum the record holds;
+ *   - the same for a peer's replica (three nodes, two replicas): one that
+ *     verifies by its content but is another version of the step is
+ *     refused and the next holder asked; with none left, an error;
+ *   - and for the persist tier: a persisted version of the committed step
+ *     that is not the recorded one is refused (an older one restores).
  * No wall-clock bound is asserted.
  */
 #include "ftc_test.h"
 
 #include "ckpt/agent_fixture.h"
+#include "ckpt/persist.h"
 #include "ckpt/shard.h"
 #include "ckpt/slot.h"
 #include "detect/control.h"
@@ -94,17 +100,19 @@ static uint64_t wait_report(ftc_ctl_t *ctl, int64_t step, uint32_t rank)
     }
 }
 
-/* Rank r (0, 1) of a two-node job with one replica: its own context. */
+/* Rank r (0..n-1) of an n-node job (two nodes with one replica, unless
+ * said), one rank per node: its own context. */
 typedef struct two {
     env_t *e;
     ftc_ctl_t *ctl;
-    char sock[2][PATH_MAX + 32];
-    ftc_options_t o[2];
-    ftc_ctx_t *c[2];
+    int n;
+    char sock[3][PATH_MAX + 32];
+    ftc_options_t o[3];
+    ftc_ctx_t *c[3];
 } two_t;
 
 enum { N = 1 << 14 };
-static float w[2][N];
+static float w[3][N];
 
 static void open_rank(two_t *t, int r)
 {
@@ -114,23 +122,30 @@ static void open_rank(two_t *t, int r)
     assert_int_equal(ftc_register(t->c[r], "w", FTC_DTYPE_F32, 1, shape, w[r], FTC_HOST), 0);
 }
 
-static void two_start(two_t *t, redis_fixture_t *f, const char *timeout_ms)
+static void nodes_start(two_t *t, redis_fixture_t *f, int n, const char *red, int persist_every,
+                        const char *timeout_ms)
 {
-    t->e = prepare_env(f, 2, "1", 1000, NULL);
+    t->n = n;
+    t->e = prepare_env(f, n, red, persist_every, NULL);
     snprintf(t->e->timeout_ms, sizeof t->e->timeout_ms, "%s", timeout_ms);
-    start_agent(t->e, 0);
-    start_agent(t->e, 1);
+    for (int i = 0; i < n; i++)
+        start_agent(t->e, i);
     t->ctl = redis_fixture_ctl(f, t->e->job);
-    for (int r = 0; r < 2; r++) {
-        t->o[r] = ctx_options(t->e, r, r, 2, t->sock[r], sizeof t->sock[r]);
+    for (int r = 0; r < n; r++) {
+        t->o[r] = ctx_options(t->e, r, r, n, t->sock[r], sizeof t->sock[r]);
         t->o[r].timeout_ms = 20000;
         open_rank(t, r);
     }
 }
 
+static void two_start(two_t *t, redis_fixture_t *f, const char *timeout_ms)
+{
+    nodes_start(t, f, 2, "1", 1000, timeout_ms);
+}
+
 static void two_stop(two_t *t)
 {
-    for (int r = 0; r < 2; r++)
+    for (int r = 0; r < t->n; r++)
         ftc_destroy(t->c[r]);
     ftc_ctl_destroy(t->ctl);
     teardown_env(t->e);
@@ -148,7 +163,7 @@ static void ckpt(two_t *t, int r, int64_t step)
 
 static void both_commit(two_t *t, int64_t step)
 {
-    for (int r = 0; r < 2; r++) {
+    for (int r = 0; r < t->n; r++) {
         int rc = ftc_wait_committed(t->c[r], step);
         if (rc)
             print_message("rank %d waits for step %lld: %s (%s)\n", r, (long long)step,
@@ -316,6 +331,217 @@ static void test_restore_checks_record(void **state)
     two_stop(&t);
 }
 
+/* Rewrites every shm object whose name starts with prefix and holds a shard
+ * of step (a rank slot, a replica slot) with other values, checksums
+ * recomputed: the content verifies, the version is not the committed one.
+ * Returns how many. */
+static int forge_shm(const char *prefix, uint64_t step, float val)
+{
+    int n = 0;
+    DIR *d = opendir("/dev/shm");
+    assert_non_null(d);
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (strncmp(de->d_name, prefix, strlen(prefix)))
+            continue;
+        ftc_slot_t sl;
+        ftc_err_t err = {0};
+        if (ftc_slot_open(de->d_name, true, &sl, &err))
+            continue;
+        ftc_shard_view_t sv;
+        uint64_t total = 0;
+        if (ftc_shard_peek_size(sl.base, sl.size, &total, &err) == 0 && total <= sl.size &&
+            ftc_shard_open(&sv, sl.base, total, 0, &err) == 0 && sv.info.step == step) {
+            ftc_shard_tensor_t tt;
+            ftc_shard_get(&sv, 0, &tt);
+            float *p = (float *)(uintptr_t)tt.data;
+            for (uint64_t i = 0; i < tt.length / sizeof(float); i++)
+                p[i] = val;
+            assert_int_equal(ftc_shard_seal(sl.base, total, 1, &err), 0);
+            assert_int_equal(ftc_shard_open(&sv, sl.base, total, FTC_SHARD_VERIFY, &err), 0);
+            n++;
+        }
+        ftc_slot_close(&sl);
+    }
+    closedir(d);
+    return n;
+}
+
+/* (4) The peer replica path: rank 0's shard of the committed step 2 is on
+ * node 0 (its slot), node 1 and node 2 (replicas, redundancy 2). Node 0's
+ * slot and node 1's replica are forged (another version of step 2 that
+ * verifies by its content: what a replica left from an earlier generation,
+ * before a rollback re-ran the step, looks like): the fetch refuses node
+ * 1's replica and takes node 2's, saying why. Then node 2's is forged too:
+ * no holder has the committed version, and the restore fails rather than
+ * return another version (I1). */
+static void test_fetch_checks_record(void **state)
+{
+    two_t t;
+    nodes_start(&t, *state, 3, "2", 1000, "8000");
+    for (int64_t step = 0; step < 3; step++) {
+        for (int r = 0; r < 3; r++)
+            ckpt(&t, r, step);
+        both_commit(&t, step);
+    }
+    char local[128], rep1[128], rep2[128];
+    snprintf(local, sizeof local, "ftc.%s.n0.r0.s", t.e->job);
+    snprintf(rep1, sizeof rep1, "ftc.%s.n1.p0.s", t.e->job);
+    snprintf(rep2, sizeof rep2, "ftc.%s.n2.p0.s", t.e->job);
+    assert_true(forge_shm(local, 2, 99.0f) >= 1);
+    assert_int_equal(forge_shm(rep1, 2, 77.0f), 1);
+    ftc_destroy(t.c[0]);
+    open_rank(&t, 0);
+    fill(w[0], N, -1.0f);
+    int64_t got = -1;
+    int rc = ftc_restore(t.c[0], &got, NULL, NULL);
+    if (rc)
+        print_message("%s\n", ftc_last_error(t.c[0]));
+    assert_int_equal(rc, 0);
+    assert_int_equal(got, 2);
+    print_message("restored step 2: w = %g (committed 2, forged 99 here, 77 on node 1)\n",
+                  w[0][0]);
+    assert_true(w[0][0] == 2.0f && w[0][N - 1] == 2.0f);
+    assert_true(agent_said(t.e, 0, "peer 1: rank 0's shard of step 2 has head checksum"));
+    assert_true(agent_said(t.e, 0, "came from another holder after"));
+    /* no holder has it: an error, never another version */
+    assert_true(forge_shm(local, 2, 99.0f) >= 1);
+    assert_int_equal(forge_shm(rep2, 2, 55.0f), 1);
+    ftc_destroy(t.c[0]);
+    open_rank(&t, 0);
+    fill(w[0], N, -1.0f);
+    rc = ftc_restore(t.c[0], &got, NULL, NULL);
+    print_message("with every replica forged: %s: %s (w = %g)\n", ftc_errname(rc),
+                  ftc_last_error(t.c[0]), w[0][0]);
+    assert_int_not_equal(rc, 0);
+    assert_true(w[0][0] == -1.0f && w[0][N - 1] == -1.0f);
+    assert_true(agent_said(t.e, 0, "peer 2: rank 0's shard of step 2 has head checksum"));
+    assert_true(agent_said(t.e, 0, "no holder served the committed version"));
+    two_stop(&t);
+}
+
+/* A malloc'd copy of the first shm object starting with prefix that holds a
+ * shard of step (*size: its bytes); NULL when none. */
+static uint8_t *copy_shm_shard(const char *prefix, uint64_t step, uint64_t *size)
+{
+    uint8_t *out = NULL;
+    DIR *d = opendir("/dev/shm");
+    assert_non_null(d);
+    struct dirent *de;
+    while (!out && (de = readdir(d))) {
+        if (strncmp(de->d_name, prefix, strlen(prefix)))
+            continue;
+        ftc_slot_t sl;
+        ftc_err_t err = {0};
+        if (ftc_slot_open(de->d_name, false, &sl, &err))
+            continue;
+        ftc_shard_view_t sv;
+        uint64_t total = 0;
+        if (ftc_shard_peek_size(sl.base, sl.size, &total, &err) == 0 && total <= sl.size &&
+            ftc_shard_open(&sv, sl.base, total, FTC_SHARD_VERIFY, &err) == 0 &&
+            sv.info.step == step) {
+            out = malloc(total);
+            assert_non_null(out);
+            memcpy(out, sl.base, total);
+            *size = total;
+        }
+        ftc_slot_close(&sl);
+    }
+    closedir(d);
+    return out;
+}
+
+/* Removes directory dir and the files in it (one level). */
+static void rm_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        char p[PATH_MAX + 300];
+        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+        assert_int_equal(unlink(p), 0);
+    }
+    closedir(d);
+    assert_int_equal(rmdir(dir), 0);
+}
+
+/* (5) The persist tier: no replicas (redundancy 0), every commit persisted.
+ * Node 0's persisted step 2 is replaced by another version of step 2 that
+ * verifies by its content (a stale persisted step: what a tier written
+ * before a rollback re-ran the step holds), and node 0's memory is lost:
+ * the restore refuses it and takes the older committed step 1 there, saying
+ * why, rather than the forged step 2 (I1). */
+static void test_persist_checks_record(void **state)
+{
+    two_t t;
+    nodes_start(&t, *state, 2, "0", 1, "8000");
+    for (int64_t step = 0; step < 3; step++) {
+        ckpt(&t, 0, step);
+        ckpt(&t, 1, step);
+        both_commit(&t, step);
+    }
+    char ver[PATH_MAX + 64], forged[PATH_MAX + 64], fdir[PATH_MAX + 32], prefix[128];
+    snprintf(ver, sizeof ver, "%s/node0/v%020d", t.e->persist, 2);
+    snprintf(fdir, sizeof fdir, "%s/forged", t.e->jobdir);
+    snprintf(forged, sizeof forged, "%s/v%020d", fdir, 2);
+    char marker[PATH_MAX + 80];
+    snprintf(marker, sizeof marker, "%s/COMMITTED", ver);
+    ftc_deadline_t d = ftc_deadline_in_ms(20000);
+    struct stat st;
+    while (stat(marker, &st) != 0) {
+        if (ftc_deadline_expired(d))
+            fail_msg("%s never appeared", marker);
+        ftc_sleep_ms(20);
+    }
+    /* rank 0's step 2 with other values, written as step 2 of a persist
+     * directory of its own, then put in place of node 0's */
+    snprintf(prefix, sizeof prefix, "ftc.%s.n0.r0.s", t.e->job);
+    uint64_t size = 0;
+    uint8_t *shard = copy_shm_shard(prefix, 2, &size);
+    assert_non_null(shard);
+    ftc_shard_view_t sv;
+    ftc_err_t err = {0};
+    assert_int_equal(ftc_shard_open(&sv, shard, size, 0, &err), 0);
+    ftc_shard_tensor_t tt;
+    ftc_shard_get(&sv, 0, &tt);
+    float *p = (float *)(uintptr_t)tt.data;
+    for (uint64_t i = 0; i < tt.length / sizeof(float); i++)
+        p[i] = 99.0f;
+    assert_int_equal(ftc_shard_seal(shard, size, 1, &err), 0);
+    ftc_persist_options_t po = FTC_PERSIST_OPTIONS_INIT;
+    po.threads = 1;
+    ftc_persist_t *pt = ftc_persist_open(fdir, &po, &err);
+    if (!pt)
+        fail_msg("%s", err.msg);
+    const void *shards[1] = {shard};
+    if (ftc_persist_write(pt, 2, shards, &size, 1))
+        fail_msg("%s", ftc_persist_errstr(pt));
+    ftc_persist_close(pt);
+    free(shard);
+    ftc_destroy(t.c[0]);
+    kill_agent(t.e, 0);
+    wipe_node_shm(t.e, 0);
+    rm_dir(ver);
+    assert_int_equal(rename(forged, ver), 0);
+    start_agent(t.e, 0);
+    open_rank(&t, 0);
+    fill(w[0], N, -1.0f);
+    int64_t got = -1;
+    int rc = ftc_restore(t.c[0], &got, NULL, NULL);
+    if (rc)
+        print_message("%s\n", ftc_last_error(t.c[0]));
+    assert_int_equal(rc, 0);
+    print_message("restored step %lld: w = %g (committed 2, forged 99 in the persist tier)\n",
+                  (long long)got, w[0][0]);
+    assert_int_equal(got, 1);
+    assert_true(w[0][0] == 1.0f && w[0][N - 1] == 1.0f);
+    assert_true(agent_said(t.e, 0, "the persist tier: rank 0's shard of step 2 has head checksum"));
+    two_stop(&t);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
 
 int main(void)
@@ -325,6 +551,8 @@ int main(void)
         T(test_abandon_withdraws_report),
         T(test_restart_keeps_reported),
         T(test_restore_checks_record),
+        T(test_fetch_checks_record),
+        T(test_persist_checks_record),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

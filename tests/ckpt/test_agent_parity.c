@@ -11,6 +11,8 @@
  *     parity; rs:2+2 on 4 nodes, two nodes of the group lost at once, both
  *     restore; corrupted parity blocks are detected and the restore falls
  *     back to the persist tier, and without one fails naming what it tried;
+ *     a rebuild that verifies against forged parity (another version of
+ *     the committed step) is refused by the commit record's checksum;
  *   - failure domains: the grouping rule, exhaustively over small node and
  *     domain counts (no group holds more than M members of one domain when
  *     any grouping can avoid it, every node agrees on its group); end to end,
@@ -846,6 +848,136 @@ static void test_corrupt_parity_no_persist(void **state)
     teardown_env(e);
 }
 
+/* A malloc'd copy of the shard of step in the first shm object whose name
+ * starts with prefix (*size its bytes); NULL when none. */
+static uint8_t *copy_shard_of(const char *prefix, uint64_t step, uint64_t *size)
+{
+    uint8_t *out = NULL;
+    DIR *d = opendir("/dev/shm");
+    assert_non_null(d);
+    struct dirent *de;
+    while (!out && (de = readdir(d))) {
+        if (strncmp(de->d_name, prefix, strlen(prefix)))
+            continue;
+        ftc_slot_t sl;
+        ftc_err_t err = {0};
+        if (ftc_slot_open(de->d_name, false, &sl, &err))
+            continue;
+        ftc_shard_view_t v;
+        uint64_t total = 0;
+        if (ftc_shard_peek_size(sl.base, sl.size, &total, &err) == 0 && total <= sl.size &&
+            ftc_shard_open(&v, sl.base, total, FTC_SHARD_VERIFY, &err) == 0 &&
+            v.info.step == step) {
+            out = malloc(total);
+            assert_non_null(out);
+            memcpy(out, sl.base, total);
+            *size = total;
+        }
+        ftc_slot_close(&sl);
+    }
+    closedir(d);
+    return out;
+}
+
+/* Every shm object of node `node` holding a parity wrapper that is byte for
+ * byte one of orig[0..n) is rewritten with forged[that member]. Returns how
+ * many. */
+static int replace_wrappers(env_t *e, int node, uint8_t *const *orig, uint8_t *const *forged,
+                            const uint64_t *sizes, int n)
+{
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "ftc.%s.n%d.", e->job, node);
+    char owner[32];
+    snprintf(owner, sizeof owner, "%u.s", FTC_PAR_OWNER(0));
+    int hits = 0;
+    DIR *d = opendir("/dev/shm");
+    assert_non_null(d);
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (strncmp(de->d_name, prefix, strlen(prefix)) || !strstr(de->d_name, owner))
+            continue;
+        ftc_slot_t sl;
+        ftc_err_t err = {0};
+        if (ftc_slot_open(de->d_name, true, &sl, &err))
+            continue;
+        for (int i = 0; i < n; i++)
+            if (sl.size >= sizes[i] && !memcmp(sl.base, orig[i], sizes[i])) {
+                memcpy(sl.base, forged[i], sizes[i]);
+                hits++;
+                break;
+            }
+        ftc_slot_close(&sl);
+    }
+    closedir(d);
+    return hits;
+}
+
+/* A rebuild that verifies against its parity but is another version of the
+ * committed step than the commit record's (the group's parity encoded
+ * another version of rank 1's step 2: what parity left from an earlier
+ * generation, before a rollback re-ran the step, would give): node 1 lost,
+ * the survivors' parity wrappers re-encoded from a forged rank 1 shard
+ * (content self-consistent, its head checksum not the recorded one). The
+ * rebuild is refused and, with no persist tier version, the restore fails
+ * naming it: never the forged shard (I1). */
+static void test_rebuild_checks_record(void **state)
+{
+    env_t *e = setup_env(*state, 3, "xor:2", 1000);
+    run_all(e, "3");
+    uint8_t *sh[3], *fsh;
+    uint64_t sz[3];
+    for (int i = 0; i < 3; i++) {
+        char prefix[64];
+        snprintf(prefix, sizeof prefix, "ftc.%s.n%d.r%d.s", e->job, i, i);
+        sh[i] = copy_shard_of(prefix, 2, &sz[i]);
+        assert_non_null(sh[i]);
+    }
+    fsh = malloc(sz[1]);
+    assert_non_null(fsh);
+    memcpy(fsh, sh[1], sz[1]);
+    ftc_shard_view_t v;
+    ftc_err_t err = {0};
+    assert_int_equal(ftc_shard_open(&v, fsh, sz[1], 0, &err), 0);
+    ftc_shard_tensor_t tt;
+    ftc_shard_get(&v, 0, &tt);
+    float *p = (float *)(uintptr_t)tt.data;
+    for (uint64_t i = 0; i < tt.length / sizeof(float); i++)
+        p[i] = 99.0f;
+    assert_int_equal(ftc_shard_seal(fsh, sz[1], 1, &err), 0);
+    ftc_ctl_t *c = redis_fixture_ctl(e->f, e->job);
+    uint64_t gen = 0;
+    uint32_t world = 0;
+    assert_int_equal(ftc_ctl_generation(c, &gen, &world), 0);
+    ftc_ctl_destroy(c);
+    ftc_redundancy_t red;
+    assert_int_equal(ftc_redundancy_parse("xor:2", &red, &err), 0);
+    ftc__par_geo_t g;
+    assert_int_equal(ftc__par_geometry(&red, 3, NULL, 0, &g, &err), 0);
+    uint32_t ranks[3] = {0, 1, 2};
+    uint8_t *ow[3], *fw[3];
+    uint64_t ows[3], fws[3];
+    assert_int_equal(ftc__par_encode(&g, e->job, 2, gen, 0, (const uint8_t *const *)sh, sz, ranks,
+                                     ow, ows, &err), 0);
+    const uint8_t *fsh3[3] = {sh[0], fsh, sh[2]};
+    assert_int_equal(ftc__par_encode(&g, e->job, 2, gen, 0, fsh3, sz, ranks, fw, fws, &err), 0);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(ows[i], fws[i]);
+    lose_node(e, 1);
+    int n0 = replace_wrappers(e, 0, ow, fw, ows, 3), n2 = replace_wrappers(e, 2, ow, fw, ows, 3);
+    print_message("forged parity wrappers: %d on node 0, %d on node 2\n", n0, n2);
+    assert_true(n0 >= 1 && n2 >= 1);
+    start_agent(e, 1);
+    restore_rank(e, 1, "RESTORE NONE:");
+    assert_true(agent_said(e, 1, "the parity rebuild: rank 1's shard of step 2 has head checksum"));
+    for (int i = 0; i < 3; i++) {
+        free(sh[i]);
+        free(ow[i]);
+        free(fw[i]);
+    }
+    free(fsh);
+    teardown_env(e);
+}
+
 /* Both nodes of one failure domain lost at once: with groups striped over the
  * domains each group loses one member (xor tolerates one), so every rank
  * restores; index-order groups ({0,1,2}, {3,4,5}) would lose two of one
@@ -1258,6 +1390,7 @@ int main(void)
         T(test_rs_two_nodes_lost),
         T(test_corrupt_parity_falls_back),
         T(test_corrupt_parity_no_persist),
+        T(test_rebuild_checks_record),
         T(test_domain_lost),
         T(test_idle_slot),
         T(test_published_groups),
