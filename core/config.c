@@ -198,9 +198,20 @@ void ftc_config_destroy(ftc_config_t *cfg)
     free(cfg);
 }
 
-/* Walks a JSON object; prefix is the dotted path so far. */
+/* Whether some key's dotted name starts with "prefix." (a group of keys). */
+static bool ftc__cfg_is_group(const char *prefix)
+{
+    size_t n = strlen(prefix);
+    for (int k = 0; k < FTC_CFG__COUNT; k++)
+        if (!strncmp(ftc__cfg_defs[k].name, prefix, n) && ftc__cfg_defs[k].name[n] == '.')
+            return true;
+    return false;
+}
+
+/* Walks a JSON object; prefix is the dotted path so far. seen[k]: key k was
+ * already given in this file (flat and nested spellings of one key). */
 static int ftc__cfg_walk(ftc_config_t *cfg, json_t *obj, const char *prefix, const char *origin,
-                         int depth, ftc_err_t *err)
+                         int depth, bool *seen, ftc_err_t *err)
 {
     const char *key;
     json_t *val;
@@ -214,8 +225,8 @@ static int ftc__cfg_walk(ftc_config_t *cfg, json_t *obj, const char *prefix, con
         if (n < 0 || (size_t)n >= sizeof name)
             return ftc_err_set(err, FTC_ECONFIG, "%s: key '%.64s...' is too long", origin, key);
         int k = ftc__cfg_lookup(name);
-        if (k < 0 && json_is_object(val)) {
-            int rc = ftc__cfg_walk(cfg, val, name, origin, depth + 1, err);
+        if (k < 0 && json_is_object(val) && ftc__cfg_is_group(name)) {
+            int rc = ftc__cfg_walk(cfg, val, name, origin, depth + 1, seen, err);
             if (rc)
                 return rc;
             continue;
@@ -224,6 +235,12 @@ static int ftc__cfg_walk(ftc_config_t *cfg, json_t *obj, const char *prefix, con
             return ftc_err_set(err, FTC_ECONFIG,
                                "%s: unknown key '%s' (run `ftc help config` for the list)",
                                origin, name);
+        if (seen[k])
+            return ftc_err_set(err, FTC_ECONFIG,
+                               "%s: key '%s' is given twice (flat and nested spellings of "
+                               "one key); keep one",
+                               origin, name);
+        seen[k] = true;
         char text[64];
         const char *s = text;
         if (json_is_string(val))
@@ -252,8 +269,10 @@ int ftc_config_load_json(ftc_config_t *cfg, const char *json, size_t len, const 
     int rc;
     if (!json_is_object(root))
         rc = ftc_err_set(err, FTC_ECONFIG, "%s: the top level must be a JSON object", origin);
-    else
-        rc = ftc__cfg_walk(cfg, root, "", origin, 0, err);
+    else {
+        bool seen[FTC_CFG__COUNT] = {false};
+        rc = ftc__cfg_walk(cfg, root, "", origin, 0, seen, err);
+    }
     json_decref(root);
     return rc;
 }

@@ -11,7 +11,9 @@
  *
  * A value from a higher source is never replaced by one from a lower source,
  * whatever the order in which they are loaded. Unknown keys in a file and
- * unknown flags are errors naming the key (a typo must not be ignored);
+ * unknown flags are errors naming the key (a typo must not be ignored), and
+ * so are a key given twice in one file (flat and nested) and an object that
+ * groups no key;
  * unknown FTC_* environment variables are left alone, since other parts of a
  * job use that prefix too. A value of the wrong type or out of range is an
  * error naming the key, the source and the allowed range.

@@ -155,12 +155,40 @@ static void test_file_and_print(void **state)
     free(dir);
 }
 
+/* One key given twice in one file (flat and nested spelling) is an error, not
+ * "the last one wins"; so is an object that names no group of keys. */
+static void test_file_key_twice(void **state)
+{
+    (void)state;
+    ftc_err_t err = {0};
+    ftc_config_t *c = ftc_config_create();
+    const char *twice = "{\"persist.level\": 3, \"persist\": {\"level\": 5}}";
+    assert_int_equal(ftc_config_load_json(c, twice, strlen(twice), "t.json", &err), FTC_ECONFIG);
+    assert_non_null(strstr(err.msg, "persist.level"));
+    assert_non_null(strstr(err.msg, "t.json"));
+    const char *twice2 = "{\"persist\": {\"level\": 5}, \"persist\": {\"keep\": 2}}";
+    assert_int_equal(ftc_config_load_json(c, twice2, strlen(twice2), "u.json", &err),
+                     FTC_ECONFIG);
+    const char *empty = "{\"persit\": {}}";
+    assert_int_equal(ftc_config_load_json(c, empty, strlen(empty), "v.json", &err), FTC_ECONFIG);
+    assert_non_null(strstr(err.msg, "persit"));
+    /* the same key in two files: the later file wins (both are "file") */
+    const char *a = "{\"persist\": {\"level\": 5}}", *b = "{\"persist.level\": 7}";
+    ftc_config_t *c2 = ftc_config_create();
+    assert_int_equal(ftc_config_load_json(c2, a, strlen(a), "a.json", &err), 0);
+    assert_int_equal(ftc_config_load_json(c2, b, strlen(b), "b.json", &err), 0);
+    assert_int_equal(ftc_config_int(c2, FTC_CFG_PERSIST_LEVEL), 7);
+    ftc_config_destroy(c2);
+    ftc_config_destroy(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults),   cmocka_unit_test(test_precedence_any_order),
         cmocka_unit_test(test_errors_name_the_key), cmocka_unit_test(test_sizes),
         cmocka_unit_test(test_file_and_print), cmocka_unit_test(test_bare_boolean),
+        cmocka_unit_test(test_file_key_twice),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
