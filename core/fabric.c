@@ -406,9 +406,35 @@ int ftc_fabric_getname(ftc_fabric_t *fab, void *addr, size_t *len)
 
 int ftc_fabric_peer_add(ftc_fabric_t *fab, const void *addr, size_t len, ftc_fabric_peer_t *peer)
 {
-    (void)len; /* the provider knows its address format's length */
+    if (!addr || len == 0 || len > FTC_FABRIC_ADDR_MAX)
+        return ftc_err_set(&fab->err, FTC_EINVAL,
+                           "fabric %s: a peer address of %zu bytes (%s); give the bytes and "
+                           "length ftc_fabric_getname produced (1..%d)",
+                           fab->prov, len, addr ? "bad length" : "NULL", FTC_FABRIC_ADDR_MAX);
+    /* fi_av_insert takes no length: it reads a whole address of the
+     * provider's format (a sockaddr by its family, a string up to its NUL).
+     * So it reads a zero-padded copy, never past the caller's len, and a
+     * socket address must be as long as its family says. */
+    uint8_t copy[FTC_FABRIC_ADDR_MAX + 8];
+    memset(copy, 0, sizeof copy);
+    memcpy(copy, addr, len);
+    uint32_t fmt = fab->info->addr_format;
+    if (fmt == FI_SOCKADDR || fmt == FI_SOCKADDR_IN || fmt == FI_SOCKADDR_IN6) {
+        sa_family_t fam = 0;
+        if (len >= sizeof fam)
+            memcpy(&fam, copy, sizeof fam);
+        size_t need = fam == AF_INET    ? sizeof(struct sockaddr_in)
+                      : fam == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                        : 0;
+        if (!need || len < need)
+            return ftc_err_set(&fab->err, FTC_EINVAL,
+                               "fabric %s: a peer address of %zu bytes is not an IPv4 or IPv6 "
+                               "socket address (family %d needs %zu bytes); give the bytes "
+                               "ftc_fabric_getname produced",
+                               fab->prov, len, (int)fam, need);
+    }
     fi_addr_t a = FI_ADDR_NOTAVAIL;
-    int n = fi_av_insert(fab->av, addr, 1, &a, 0, NULL);
+    int n = fi_av_insert(fab->av, copy, 1, &a, 0, NULL);
     if (n != 1 || a == FI_ADDR_NOTAVAIL)
         return ftc_err_set(&fab->err, n < 0 ? FTC_EFABRIC : FTC_EINVAL,
                            "fabric %s: fi_av_insert of a %zu-byte address: %s", fab->prov, len,

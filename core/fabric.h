@@ -147,7 +147,10 @@ int ftc_fabric_getname(ftc_fabric_t *fab, void *addr, size_t *len);
 
 /* Inserts a peer's address into the address vector; *peer is its handle.
  * rxm connects on the first send, not here, so a wrong or dead address is
- * only noticed by a transfer that times out. Not thread-safe. */
+ * only noticed by a transfer that times out. FTC_EINVAL (and *peer untouched)
+ * for a NULL address, a len of 0 or above FTC_FABRIC_ADDR_MAX, or a socket
+ * address shorter than its family's sockaddr: libfabric is never made to
+ * read past len. Not thread-safe. */
 int ftc_fabric_peer_add(ftc_fabric_t *fab, const void *addr, size_t len, ftc_fabric_peer_t *peer);
 
 /* Removes a peer (closes rxm's connection to it). Operations to it that are

@@ -585,6 +585,47 @@ static void test_peer_killed_during_send(void **state)
     killed_peer(child_recv_then_die, true);
 }
 
+/* ---- peer addresses -------------------------------------------------------- */
+
+/* peer_add checks the length it is given: libfabric's fi_av_insert takes no
+ * length and reads a whole address of the provider's format (a sockaddr by
+ * its family, a string to its NUL), so a short or oversized one must be
+ * refused, never read past. */
+static void test_peer_add_bad_address(void **state)
+{
+    (void)state;
+    ftc_err_t err = {0};
+    ftc_fabric_t *f = open_ep(0, &err);
+    assert_non_null(f);
+    uint8_t me[FTC_FABRIC_ADDR_MAX];
+    size_t len = sizeof me;
+    assert_int_equal(ftc_fabric_getname(f, me, &len), 0);
+    ftc_fabric_peer_t p = 12345;
+    assert_int_equal(ftc_fabric_peer_add(f, NULL, len, &p), FTC_EINVAL);
+    assert_int_equal(ftc_fabric_peer_add(f, me, 0, &p), FTC_EINVAL);
+    assert_int_equal(ftc_fabric_peer_add(f, me, FTC_FABRIC_ADDR_MAX + 1, &p), FTC_EINVAL);
+    assert_non_null(strstr(ftc_fabric_errmsg(f), "bytes"));
+    assert_int_equal(p, 12345); /* untouched on failure */
+    /* the address cut short, in a heap block of exactly that size */
+    uint8_t *cut = malloc(len / 2);
+    memcpy(cut, me, len / 2);
+    int rc = ftc_fabric_peer_add(f, cut, len / 2, &p);
+    printf("# %s: peer_add of %zu of the address's %zu bytes: %s (%s)\n", g_prov, len / 2, len,
+           ftc_errname(rc), rc ? ftc_fabric_errmsg(f) : "");
+    if (!strcmp(g_prov, "tcp;ofi_rxm"))
+        assert_int_equal(rc, FTC_EINVAL); /* half a sockaddr */
+    free(cut);
+    if (!strcmp(g_prov, "tcp;ofi_rxm")) {
+        uint8_t junk[16];
+        memset(junk, 0xee, sizeof junk); /* no address family */
+        assert_int_equal(ftc_fabric_peer_add(f, junk, sizeof junk, &p), FTC_EINVAL);
+    }
+    /* the whole address still works, and the handle is healthy */
+    assert_int_equal(ftc_fabric_peer_add(f, me, len, &p), 0);
+    assert_int_equal(ftc_fabric_health(f), 0);
+    ftc_fabric_close(f);
+}
+
 /* ---- abort from another thread ------------------------------------------- */
 
 static void *abort_later(void *arg)
@@ -677,6 +718,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_interleaved_tags),
         cmocka_unit_test(test_large_256m),
         cmocka_unit_test(test_abort_from_thread),
+        cmocka_unit_test(test_peer_add_bad_address),
         cmocka_unit_test(test_peer_killed_during_recv),
         cmocka_unit_test(test_peer_killed_during_send),
     };
