@@ -568,6 +568,14 @@ static int wait_raw(ftc_fabric_t *fab, ftc_fabric_req_t *const *reqs, size_t n,
  * 0, or FTC_EFABRIC after marking the handle broken if one is still pending. */
 static int settle(ftc_fabric_t *fab, ftc_fabric_req_t *const *reqs, size_t n, int reason)
 {
+    /* A broken handle never reads its CQ again: requests it gave up on may be
+     * the internal ones of a blocking call that has returned (on a stack frame
+     * that is gone), and a completion for them would be written there. */
+    if (atomic_load_explicit(&fab->broken, memory_order_relaxed)) {
+        if (all_done(reqs, n))
+            return 0;
+        return health_err(fab, FTC_EFABRIC);
+    }
     size_t npend = 0;
     for (size_t i = 0; i < n; i++) {
         ftc_fabric_req_t *r = reqs[i];

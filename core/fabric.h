@@ -37,8 +37,10 @@
  *     (rxm cannot cancel a send in flight, e.g. to a dead peer). The handle is
  *     then marked broken (ftc_fabric_health() returns FTC_EFABRIC), refuses
  *     new operations, and the buffers of pending requests stay lent to
- *     libfabric until ftc_fabric_close() returns. The caller closes the handle
- *     and opens a new one (with a new address) to carry on.
+ *     libfabric until ftc_fabric_close() returns. A broken handle never reads
+ *     its completion queue again, so those requests stay PENDING (wait,
+ *     cancel and test return FTC_EFABRIC at once). The caller closes the
+ *     handle and opens a new one (with a new address) to carry on.
  *
  * The blocking calls (send, recv, send_large, recv_large) use internal
  * requests and follow the same rule: when they return, their buffers are the

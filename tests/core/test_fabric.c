@@ -626,6 +626,120 @@ static void test_peer_add_bad_address(void **state)
     ftc_fabric_close(f);
 }
 
+/* ---- a broken handle never reads its completion queue again ----------------- */
+
+typedef struct {
+    ftc_fabric_t *f;
+    ftc_fabric_peer_t a;
+    uint8_t *buf1, *buf2;
+    atomic_int go;
+    int rc_hello, rc;
+} late_rx_t;
+
+/* B: takes A's hello, then (once told) posts the receives that match A's two
+ * big sends and waits a little for them. */
+static void *late_receiver(void *arg)
+{
+    late_rx_t *x = arg;
+    char hello[8];
+    x->rc_hello = ftc_fabric_recv(x->f, x->a, 100, 0, hello, sizeof hello, NULL, NULL, secs(10));
+    while (!atomic_load(&x->go))
+        ftc_sleep_ms(1);
+    ftc_fabric_req_t r1, r2, *both[2] = {&r1, &r2};
+    memset(&r1, 0, sizeof r1);
+    memset(&r2, 0, sizeof r2);
+    x->rc = ftc_fabric_irecv(x->f, &r1, x->a, 1, 0, x->buf1, 4 * MiB, secs(2));
+    if (x->rc == 0)
+        x->rc = ftc_fabric_irecv(x->f, &r2, x->a, 2, 0, x->buf2, 4 * MiB, secs(2));
+    if (x->rc == 0)
+        x->rc = ftc_fabric_wait(x->f, both, 2, ftc_deadline_in_ms(1500));
+    return NULL;
+}
+
+/* A blocking send whose deadline passes while libfabric cannot cancel it
+ * leaves the handle broken, with the send's internal request (on the stack
+ * of ftc_fabric_send, long returned) still lent to libfabric. A later wait on
+ * the broken handle must not read the completion queue: the send's
+ * completion would be written into whatever lives on the stack there now
+ * (the same holds for send_large/recv_large's request array). So once
+ * broken, no request changes state until close. */
+static void test_broken_handle_no_progress(void **state)
+{
+    (void)state;
+    ftc_err_t err = {0};
+    ftc_fabric_opts_t o = FTC_FABRIC_OPTS_INIT;
+    o.provider = g_prov;
+    o.cancel_timeout_ms = 200;
+    ftc_fabric_t *a = NULL, *b = NULL;
+    assert_int_equal(ftc_fabric_open(&o, &a, &err), 0);
+    assert_int_equal(ftc_fabric_open(&o, &b, &err), 0);
+    uint8_t an[FTC_FABRIC_ADDR_MAX], bn[FTC_FABRIC_ADDR_MAX];
+    size_t al = sizeof an, bl = sizeof bn;
+    assert_int_equal(ftc_fabric_getname(a, an, &al), 0);
+    assert_int_equal(ftc_fabric_getname(b, bn, &bl), 0);
+    late_rx_t x = {.f = b, .buf1 = malloc(4 * MiB), .buf2 = malloc(4 * MiB)};
+    atomic_init(&x.go, 0);
+    ftc_fabric_peer_t to_b;
+    assert_int_equal(ftc_fabric_peer_add(b, an, al, &x.a), 0);
+    assert_int_equal(ftc_fabric_peer_add(a, bn, bl, &to_b), 0);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, late_receiver, &x), 0);
+    assert_int_equal(ftc_fabric_send(a, to_b, 100, "hello", 6, secs(10)), 0);
+
+    uint8_t *s1 = malloc(4 * MiB), *s2 = malloc(4 * MiB);
+    memset(s1, 1, 4 * MiB);
+    memset(s2, 2, 4 * MiB);
+    ftc_fabric_req_t sreq;
+    memset(&sreq, 0, sizeof sreq);
+    assert_int_equal(ftc_fabric_isend(a, &sreq, to_b, 2, s2, 4 * MiB, secs(10)), 0);
+    int rc = ftc_fabric_send(a, to_b, 1, s1, 4 * MiB, ftc_deadline_in_ms(300));
+    printf("# %s: send to a peer not receiving: %s, health %s\n", g_prov, ftc_errname(rc),
+           ftc_errname(ftc_fabric_health(a)));
+    assert_int_equal(rc, FTC_ETIMEDOUT);
+    bool broken = ftc_fabric_health(a) == FTC_EFABRIC;
+    atomic_store(&x.go, 1); /* B now takes both messages */
+    if (broken) {
+        ftc_fabric_req_t *sp = &sreq;
+        rc = ftc_fabric_wait(a, &sp, 1, secs(3));
+        printf("# %s: wait on the broken handle: %s; the other send %s\n", g_prov,
+               ftc_errname(rc),
+               sreq.state == FTC_FABRIC_REQ_PENDING ? "still pending" : "completed");
+        assert_int_equal(rc, FTC_EFABRIC);
+    } else {
+        printf("# %s: the send was cancelled: no broken handle to check here\n", g_prov);
+    }
+    pthread_join(th, NULL);
+    printf("# %s: receiver: hello %s, big ones %s\n", g_prov, ftc_errname(x.rc_hello),
+           ftc_errname(x.rc));
+    assert_int_equal(x.rc_hello, 0);
+    if (broken) {
+        /* had the wait read the CQ, it would have completed sreq (B took it) and,
+         * first or later, the timed-out send's request in a dead stack frame */
+        assert_int_equal(sreq.state, FTC_FABRIC_REQ_PENDING); /* lent until close */
+        /* cancel, test and wait on it neither progress nor hang */
+        ftc_fabric_req_t *sp = &sreq;
+        assert_int_equal(ftc_fabric_cancel(a, &sp, 1), FTC_EFABRIC);
+        assert_true(ftc_fabric_test(a, &sreq) < 0);
+        assert_int_equal(sreq.state, FTC_FABRIC_REQ_PENDING);
+    }
+    ftc_fabric_close(a); /* abandons a broken endpoint: s1, s2 may stay lent */
+    ftc_fabric_close(b);
+    if (broken && !strncmp(g_prov, "shm", 3) && al < sizeof an) {
+        /* an abandoned shm endpoint keeps its region in /dev/shm */
+        char name[FTC_FABRIC_ADDR_MAX + 16];
+        an[al] = 0;
+        const char *n = strstr((char *)an, "://");
+        snprintf(name, sizeof name, "/dev/shm/%s", n ? n + 3 : (char *)an);
+        unlink(name);
+    }
+    if (!broken) {
+        free(s1);
+        free(s2);
+    }
+    free(x.buf1);
+    free(x.buf2);
+}
+
 /* ---- abort from another thread ------------------------------------------- */
 
 static void *abort_later(void *arg)
@@ -719,6 +833,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_large_256m),
         cmocka_unit_test(test_abort_from_thread),
         cmocka_unit_test(test_peer_add_bad_address),
+        cmocka_unit_test(test_broken_handle_no_progress),
         cmocka_unit_test(test_peer_killed_during_recv),
         cmocka_unit_test(test_peer_killed_during_send),
     };
