@@ -814,13 +814,18 @@ int ftc_fabric_recv(ftc_fabric_t *fab, ftc_fabric_peer_t peer, uint64_t tag, uin
 
 /* send_large / recv_large: chunk i covers [i*max_msg, min(len, (i+1)*max_msg)),
  * at most `window` posted at a time; we wait on the oldest, others complete
- * in the background of the same progress loop. A zero-length transfer is one
- * empty message, so the receiver still matches something. */
+ * in the background of the same progress loop. There are len / max_msg + 1
+ * chunks: the last is always shorter than max_msg (empty when len is a
+ * multiple of it, or 0), so it marks the end. A receiver expecting less than
+ * was sent then gets a longer message in its short last chunk (FTC_EPROTO,
+ * or FTC_ETRUNC) instead of returning a prefix as if it were all, and one
+ * expecting more meets the sender's short end early (FTC_EPROTO) instead of
+ * timing out. */
 static int large(ftc_fabric_t *fab, int kind, ftc_fabric_peer_t peer, uint64_t tag, uint8_t *buf,
                  size_t len, ftc_deadline_t deadline)
 {
     const size_t chunk = fab->max_msg;
-    const size_t nchunks = len ? (len + chunk - 1) / chunk : 1;
+    const size_t nchunks = len / chunk + 1;
     const size_t win = (size_t)fab->window;
     ftc_fabric_req_t reqs[FTC__FAB_WINDOW_MAX];
     ftc_fabric_req_t *ptrs[FTC__FAB_WINDOW_MAX];
@@ -835,8 +840,17 @@ static int large(ftc_fabric_t *fab, int kind, ftc_fabric_peer_t peer, uint64_t t
         while (posted < nchunks && posted - done < win) {
             size_t off = posted * chunk;
             size_t clen = len - off < chunk ? len - off : chunk;
-            rc = post(fab, &reqs[posted % win], kind, peer, tag, 0, buf + off, clen, deadline,
-                          false);
+            uint8_t *cbuf = buf + off;
+            if (kind == KIND_RECV && clen == 0 && len > 0) {
+                /* the empty end marker after whole chunks: give it room for a
+                 * whole chunk (the start of buf), so a sender that sent more
+                 * is seen as a chunk of the wrong length (FTC_EPROTO) rather
+                 * than a truncated receive (rxm 1.17 stalls truncating a
+                 * rendezvous message into 0 bytes). */
+                cbuf = buf;
+                clen = chunk;
+            }
+            rc = post(fab, &reqs[posted % win], kind, peer, tag, 0, cbuf, clen, deadline, false);
             if (rc < 0)
                 goto fail;
             posted++;

@@ -247,15 +247,18 @@ int ftc_fabric_recv(ftc_fabric_t *fab, ftc_fabric_peer_t peer, uint64_t tag, uin
                     void *buf, size_t cap, size_t *got, uint64_t *tag_out,
                     ftc_deadline_t deadline);
 
-/* Sends len bytes (any size) as ceil(len / max_msg) messages with the same
- * tag, keeping opts.window of them in flight. The receiver must call
- * recv_large with the same len, tag and max_msg. */
+/* Sends len bytes (any size) as len / max_msg + 1 messages with the same
+ * tag (the last one shorter than max_msg, empty when len is a multiple of
+ * it: it marks the end), keeping opts.window of them in flight. The receiver
+ * must call recv_large with the same len, tag and max_msg. */
 int ftc_fabric_send_large(ftc_fabric_t *fab, ftc_fabric_peer_t peer, uint64_t tag,
                           const void *buf, size_t len, ftc_deadline_t deadline);
 
 /* Receives exactly len bytes sent by send_large from peer (FTC_FABRIC_PEER_ANY
- * only if one sender uses this tag). FTC_EPROTO if a chunk has the wrong
- * length (mismatched len or max_msg). */
+ * only if one sender uses this tag). A sender's len that differs is an error,
+ * never a silent prefix: FTC_EPROTO (a chunk of the wrong length: less or
+ * more was sent, or max_msg differs) or FTC_ETRUNC (a chunk longer than its
+ * room); on error buf's contents are unspecified. */
 int ftc_fabric_recv_large(ftc_fabric_t *fab, ftc_fabric_peer_t peer, uint64_t tag, void *buf,
                           size_t len, ftc_deadline_t deadline);
 

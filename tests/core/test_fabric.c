@@ -382,6 +382,62 @@ static void test_large_256m(void **state)
     pair_end(&p, true);
 }
 
+/* ---- send_large / recv_large with lengths that differ ---------------------- */
+
+#define MM_CHUNK MiB
+
+static void child_recv_mismatch(ftc_fabric_t *f, ftc_fabric_peer_t parent, int ctl)
+{
+    uint8_t *buf = malloc(3 * MM_CHUNK);
+    CHECK(buf);
+    int rc[3];
+    /* tag 82: the same 2 MiB both sides; 81: we expect 3 MiB, 2 come; 80: we
+     * expect 2 MiB (a whole number of chunks), 3 come */
+    rc[0] = ftc_fabric_recv_large(f, parent, 82, buf, 2 * MM_CHUNK, secs(10));
+    uint64_t h = ftc_xxh3(buf, 2 * MM_CHUNK);
+    rc[1] = ftc_fabric_recv_large(f, parent, 81, buf, 3 * MM_CHUNK, secs(3));
+    printf("# %s: recv_large of 3 MiB, 2 sent: %s\n", g_prov, ftc_fabric_errmsg(f));
+    rc[2] = ftc_fabric_recv_large(f, parent, 80, buf, 2 * MM_CHUNK, secs(3));
+    printf("# %s: recv_large of 2 MiB, 3 sent: %s\n", g_prov,
+           rc[2] ? ftc_fabric_errmsg(f) : "success");
+    fflush(stdout);
+    write_all(ctl, rc, sizeof rc);
+    write_all(ctl, &h, sizeof h);
+    free(buf);
+}
+
+/* A receiver given another length than the sender's gets an error
+ * (FTC_EPROTO), never a silent prefix of the message: the last chunk is
+ * always shorter than max_msg (empty when the length is a multiple of it), so
+ * it marks the end. */
+static void test_large_length_mismatch(void **state)
+{
+    (void)state;
+    pair_t p;
+    pair_start(&p, MM_CHUNK, child_recv_mismatch);
+    uint8_t *buf = malloc(3 * MM_CHUNK);
+    assert_non_null(buf);
+    ftc_test_fill(buf, 3 * MM_CHUNK, 5);
+    assert_int_equal(ftc_fabric_send_large(p.f, p.child, 82, buf, 2 * MM_CHUNK, secs(10)), 0);
+    int s81 = ftc_fabric_send_large(p.f, p.child, 81, buf, 2 * MM_CHUNK, secs(3));
+    int s80 = ftc_fabric_send_large(p.f, p.child, 80, buf, 3 * MM_CHUNK, secs(3));
+    int rc[3];
+    uint64_t h = 0;
+    assert_int_equal(read_all(p.ctl, rc, sizeof rc), 0);
+    assert_int_equal(read_all(p.ctl, &h, sizeof h), 0);
+    printf("# %s: sender: 2 of 3 MiB %s, 3 of 2 MiB %s; receiver: same %s, shorter %s, "
+           "longer %s\n",
+           g_prov, ftc_errname(s81), ftc_errname(s80), ftc_errname(rc[0]), ftc_errname(rc[1]),
+           ftc_errname(rc[2]));
+    assert_int_equal(rc[0], 0);
+    assert_true(h == ftc_xxh3(buf, 2 * MM_CHUNK));
+    assert_int_equal(s81, 0);
+    assert_int_equal(rc[1], FTC_EPROTO); /* the end came early: at once, not a timeout */
+    assert_int_equal(rc[2], FTC_EPROTO); /* more than 2 MiB came: an error */
+    free(buf);
+    pair_end(&p, true);
+}
+
 /* ---- timeouts ------------------------------------------------------------ */
 
 static void test_recv_timeout(void **state)
@@ -831,6 +887,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_small_and_64m),
         cmocka_unit_test(test_interleaved_tags),
         cmocka_unit_test(test_large_256m),
+        cmocka_unit_test(test_large_length_mismatch),
         cmocka_unit_test(test_abort_from_thread),
         cmocka_unit_test(test_peer_add_bad_address),
         cmocka_unit_test(test_broken_handle_no_progress),
