@@ -20,6 +20,8 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 
@@ -682,6 +684,60 @@ static void test_peer_add_bad_address(void **state)
     ftc_fabric_close(f);
 }
 
+/* The address vector grows past its initial size: thousands of peers (tcp:
+ * distinct ports nobody listens at; shm: as many as it takes), then a real
+ * peer added after them (ourselves) still gets its messages, and removing
+ * the others leaves it working. */
+static void test_many_peers(void **state)
+{
+    (void)state;
+    ftc_err_t err = {0};
+    ftc_fabric_t *f = open_ep(0, &err);
+    assert_non_null(f);
+    uint8_t me[FTC_FABRIC_ADDR_MAX];
+    size_t len = sizeof me;
+    assert_int_equal(ftc_fabric_getname(f, me, &len), 0);
+    enum { N = 3000 };
+    static ftc_fabric_peer_t peers[N];
+    int added = 0, rc = 0;
+    for (int i = 0; i < N; i++) {
+        uint8_t a[FTC_FABRIC_ADDR_MAX];
+        memcpy(a, me, len);
+        if (!strcmp(g_prov, "tcp;ofi_rxm")) {
+            struct sockaddr_in *sin = (struct sockaddr_in *)a;
+            sin->sin_port = htons((uint16_t)(20000 + i));
+        } else {
+            /* shm: a name nobody owns */
+            snprintf((char *)a, sizeof a, "fi_shm://ftc-nobody-%d-%d", (int)getpid(), i);
+            len = strlen((char *)a) + 1;
+        }
+        if ((rc = ftc_fabric_peer_add(f, a, len, &peers[i])) < 0)
+            break;
+        added++;
+    }
+    printf("# %s: %d peers added to the address vector (%s)\n", g_prov, added,
+           rc < 0 ? ftc_fabric_errmsg(f) : "all");
+    assert_true(added >= 64); /* shm caps its peers; tcp takes them all */
+    if (!strcmp(g_prov, "tcp;ofi_rxm"))
+        assert_int_equal(added, N);
+    len = sizeof me;
+    assert_int_equal(ftc_fabric_getname(f, me, &len), 0);
+    for (int i = 0; i < added && rc < 0; i += 2) /* shm: make room for ourselves */
+        assert_int_equal(ftc_fabric_peer_remove(f, peers[i]), 0);
+    ftc_fabric_peer_t self;
+    assert_int_equal(ftc_fabric_peer_add(f, me, len, &self), 0);
+    for (int i = rc < 0 ? 1 : 0; i < added; i += rc < 0 ? 2 : 1)
+        assert_int_equal(ftc_fabric_peer_remove(f, peers[i]), 0);
+    char buf[16] = "";
+    ftc_fabric_req_t r, *rp = &r;
+    memset(&r, 0, sizeof r);
+    assert_int_equal(ftc_fabric_irecv(f, &r, self, 6, 0, buf, sizeof buf, secs(10)), 0);
+    assert_int_equal(ftc_fabric_send(f, self, 6, "many", 5, secs(10)), 0);
+    assert_int_equal(ftc_fabric_wait(f, &rp, 1, secs(10)), 0);
+    assert_string_equal(buf, "many");
+    ftc_fabric_close(f);
+}
+
 /* ---- a broken handle never reads its completion queue again ----------------- */
 
 typedef struct {
@@ -890,6 +946,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_large_length_mismatch),
         cmocka_unit_test(test_abort_from_thread),
         cmocka_unit_test(test_peer_add_bad_address),
+        cmocka_unit_test(test_many_peers),
         cmocka_unit_test(test_broken_handle_no_progress),
         cmocka_unit_test(test_peer_killed_during_recv),
         cmocka_unit_test(test_peer_killed_during_send),
