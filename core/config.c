@@ -331,10 +331,15 @@ int ftc_config_load_env(ftc_config_t *cfg, char *const *envp, ftc_err_t *err)
 int ftc_config_set(ftc_config_t *cfg, const char *name, const char *value, int source,
                    ftc_err_t *err)
 {
+    if (!name || !value || source < FTC_SRC_DEFAULT || source > FTC_SRC_FLAG)
+        return ftc_err_set(err, FTC_EINVAL,
+                           "config set %s: %s (source %d must be FTC_SRC_DEFAULT..FTC_SRC_FLAG)",
+                           name ? name : "(NULL key)", value ? "bad source" : "NULL value",
+                           source);
     int k = ftc__cfg_lookup(name);
     if (k < 0)
         return ftc_err_set(err, FTC_ECONFIG, "unknown config key '%s'", name);
-    return ftc__cfg_assign(cfg, k, value, source, ftc__src_name[source & 3], err);
+    return ftc__cfg_assign(cfg, k, value, source, ftc__src_name[source], err);
 }
 
 /* Short spellings users expect from other launchers. */

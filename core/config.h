@@ -112,7 +112,9 @@ int ftc_config_load_json(ftc_config_t *cfg, const char *json, size_t len, const 
                          ftc_err_t *err);
 /* Reads FTC_<NAME> for every key from envp (NULL = the process environment). */
 int ftc_config_load_env(ftc_config_t *cfg, char *const *envp, ftc_err_t *err);
-/* Sets a key by its dotted name from text, as the given source. */
+/* Sets a key by its dotted name from text, as the given source
+ * (FTC_SRC_DEFAULT..FTC_SRC_FLAG; another source, or a NULL name or value,
+ * is FTC_EINVAL). */
 int ftc_config_set(ftc_config_t *cfg, const char *name, const char *value, int source,
                    ftc_err_t *err);
 /* Tries argv[*i] as a config flag ("--persist-level 3" or "--persist-level=3");

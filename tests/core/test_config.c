@@ -172,6 +172,17 @@ static void test_file_key_twice(void **state)
     const char *empty = "{\"persit\": {}}";
     assert_int_equal(ftc_config_load_json(c, empty, strlen(empty), "v.json", &err), FTC_ECONFIG);
     assert_non_null(strstr(err.msg, "persit"));
+    /* ftc_config_set with a source that is none, or no value: an error, and
+     * the config (its print) is unharmed */
+    ftc_config_t *c3 = ftc_config_create();
+    assert_int_equal(ftc_config_set(c3, "persist.level", "4", 7, &err), FTC_EINVAL);
+    assert_int_equal(ftc_config_set(c3, "persist.level", "4", -1, &err), FTC_EINVAL);
+    assert_int_equal(ftc_config_set(c3, "persist.level", NULL, FTC_SRC_FLAG, &err), FTC_EINVAL);
+    assert_int_equal(ftc_config_source(c3, FTC_CFG_PERSIST_LEVEL), FTC_SRC_DEFAULT);
+    FILE *out = tmpfile();
+    ftc_config_print(c3, out, false);
+    fclose(out);
+    ftc_config_destroy(c3);
     /* the same key in two files: the later file wins (both are "file") */
     const char *a = "{\"persist\": {\"level\": 5}}", *b = "{\"persist.level\": 7}";
     ftc_config_t *c2 = ftc_config_create();
