@@ -126,7 +126,9 @@ void ftc_fabric_shutdown_sockets(ftc_fabric_t *fab);
 /* Makes every current and later wait on fab return FTC_ECANCELED promptly
  * (after the bounded cancel described above), and every later post fail with
  * FTC_ECANCELED. Sticky: the handle is done; close it and open a new one.
- * Thread-safe and async-signal-safe (one atomic store). */
+ * Thread-safe and async-signal-safe (one atomic store), but fab must still be
+ * open: a signal handler that may run while (or after) the owner closes the
+ * handle sets the owner's opts.abort_flag instead, which outlives it. */
 void ftc_fabric_abort(ftc_fabric_t *fab);
 
 /* 0 while usable; FTC_ECANCELED once aborted; FTC_EFABRIC once broken (an
