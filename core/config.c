@@ -247,6 +247,12 @@ static int ftc__cfg_walk(ftc_config_t *cfg, json_t *obj, const char *prefix, con
             s = json_string_value(val);
         else if (json_is_integer(val))
             snprintf(text, sizeof text, "%lld", (long long)json_integer_value(val));
+        else if (json_is_boolean(val) && ftc__cfg_defs[k].type == FTC__T_STR)
+            /* {"persist": {"dir": true}} is a mistake, not a directory named "true" */
+            return ftc_err_set(err, FTC_ECONFIG,
+                               "%s: key '%s' takes a string, not %s (quote it if you mean "
+                               "the text)",
+                               origin, name, json_is_true(val) ? "true" : "false");
         else if (json_is_boolean(val))
             snprintf(text, sizeof text, "%s", json_is_true(val) ? "true" : "false");
         else

@@ -172,6 +172,18 @@ static void test_file_key_twice(void **state)
     const char *empty = "{\"persit\": {}}";
     assert_int_equal(ftc_config_load_json(c, empty, strlen(empty), "v.json", &err), FTC_ECONFIG);
     assert_non_null(strstr(err.msg, "persit"));
+    /* a boolean for a text key is a mistake (a directory named "true"); an
+     * integer is fine there (redundancy 2, a numeric job id) */
+    const char *bdir = "{\"persist\": {\"dir\": true}}";
+    assert_int_equal(ftc_config_load_json(c, bdir, strlen(bdir), "w.json", &err), FTC_ECONFIG);
+    assert_non_null(strstr(err.msg, "persist.dir"));
+    ftc_config_t *c4 = ftc_config_create();
+    const char *nums = "{\"redundancy\": 2, \"job\": {\"id\": 7}, \"persist\": {\"delta\": 0}}";
+    assert_int_equal(ftc_config_load_json(c4, nums, strlen(nums), "x.json", &err), 0);
+    assert_string_equal(ftc_config_str(c4, FTC_CFG_REDUNDANCY), "2");
+    assert_string_equal(ftc_config_str(c4, FTC_CFG_JOB_ID), "7");
+    assert_false(ftc_config_bool(c4, FTC_CFG_PERSIST_DELTA));
+    ftc_config_destroy(c4);
     /* ftc_config_set with a source that is none, or no value: an error, and
      * the config (its print) is unharmed */
     ftc_config_t *c3 = ftc_config_create();
