@@ -259,7 +259,7 @@ static int ftc__cli_parse(const ftc_cli_cmd_t *cmd, int argc, char **argv,
                             ftc_config_str(a->cfg, FTC_CFG_LOG_LEVEL));
         goto fail;
     }
-    ftc_log_configure(level, NULL);
+    ftc_log_set_level(level); /* already flag over FTC_LOG_LEVEL over file */
     return FTC_CLI_CONTINUE;
 fail:
     ftc_cli_args_free(a);

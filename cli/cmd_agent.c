@@ -107,7 +107,7 @@ static int ftc__agent_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
         o.persist_every = (int)every;
     char prefix[64];
     snprintf(prefix, sizeof prefix, "agent%llu", (unsigned long long)index);
-    ftc_log_configure(ftc_log_level(), prefix);
+    ftc_log_configure(-1, prefix); /* keeps the level --log-level set */
     signal(SIGINT, ftc__agent_sig);
     signal(SIGTERM, ftc__agent_sig);
     signal(SIGPIPE, SIG_IGN);

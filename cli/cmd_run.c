@@ -180,7 +180,7 @@ static int ftc__simulate(const ftc_cli_cmd_t *cmd, ftc_run_options_t *o, int n, 
             mine.node_index = (uint32_t)i;
             char prefix[32];
             snprintf(prefix, sizeof prefix, "node%d", i);
-            ftc_log_configure(ftc_log_level(), prefix);
+            ftc_log_configure(-1, prefix);
             ftc_err_t err = {0};
             if (net) { /* its own network: MASTER_ADDR and endpoints on its address */
                 if (ftc_netns_enter(net, i, &err)) {
@@ -854,7 +854,7 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
     } else {
         char prefix[32];
         snprintf(prefix, sizeof prefix, "node%llu", (unsigned long long)node_rank);
-        ftc_log_configure(ftc_log_level(), prefix);
+        ftc_log_configure(-1, prefix);
         ec = ftc_run_node(&o, &ftc__run_stop, &err);
         if (ec)
             ftc_cli_fail(cmd, "%s", ftc_err_str(&err));

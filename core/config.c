@@ -198,9 +198,20 @@ void ftc_config_destroy(ftc_config_t *cfg)
     free(cfg);
 }
 
-/* Walks a JSON object; prefix is the dotted path so far. */
+/* Whether some key's dotted name starts with "prefix." (a group of keys). */
+static bool ftc__cfg_is_group(const char *prefix)
+{
+    size_t n = strlen(prefix);
+    for (int k = 0; k < FTC_CFG__COUNT; k++)
+        if (!strncmp(ftc__cfg_defs[k].name, prefix, n) && ftc__cfg_defs[k].name[n] == '.')
+            return true;
+    return false;
+}
+
+/* Walks a JSON object; prefix is the dotted path so far. seen[k]: key k was
+ * already given in this file (flat and nested spellings of one key). */
 static int ftc__cfg_walk(ftc_config_t *cfg, json_t *obj, const char *prefix, const char *origin,
-                         int depth, ftc_err_t *err)
+                         int depth, bool *seen, ftc_err_t *err)
 {
     const char *key;
     json_t *val;
@@ -214,8 +225,8 @@ static int ftc__cfg_walk(ftc_config_t *cfg, json_t *obj, const char *prefix, con
         if (n < 0 || (size_t)n >= sizeof name)
             return ftc_err_set(err, FTC_ECONFIG, "%s: key '%.64s...' is too long", origin, key);
         int k = ftc__cfg_lookup(name);
-        if (k < 0 && json_is_object(val)) {
-            int rc = ftc__cfg_walk(cfg, val, name, origin, depth + 1, err);
+        if (k < 0 && json_is_object(val) && ftc__cfg_is_group(name)) {
+            int rc = ftc__cfg_walk(cfg, val, name, origin, depth + 1, seen, err);
             if (rc)
                 return rc;
             continue;
@@ -224,12 +235,24 @@ static int ftc__cfg_walk(ftc_config_t *cfg, json_t *obj, const char *prefix, con
             return ftc_err_set(err, FTC_ECONFIG,
                                "%s: unknown key '%s' (run `ftc help config` for the list)",
                                origin, name);
+        if (seen[k])
+            return ftc_err_set(err, FTC_ECONFIG,
+                               "%s: key '%s' is given twice (flat and nested spellings of "
+                               "one key); keep one",
+                               origin, name);
+        seen[k] = true;
         char text[64];
         const char *s = text;
         if (json_is_string(val))
             s = json_string_value(val);
         else if (json_is_integer(val))
             snprintf(text, sizeof text, "%lld", (long long)json_integer_value(val));
+        else if (json_is_boolean(val) && ftc__cfg_defs[k].type == FTC__T_STR)
+            /* {"persist": {"dir": true}} is a mistake, not a directory named "true" */
+            return ftc_err_set(err, FTC_ECONFIG,
+                               "%s: key '%s' takes a string, not %s (quote it if you mean "
+                               "the text)",
+                               origin, name, json_is_true(val) ? "true" : "false");
         else if (json_is_boolean(val))
             snprintf(text, sizeof text, "%s", json_is_true(val) ? "true" : "false");
         else
@@ -252,8 +275,10 @@ int ftc_config_load_json(ftc_config_t *cfg, const char *json, size_t len, const 
     int rc;
     if (!json_is_object(root))
         rc = ftc_err_set(err, FTC_ECONFIG, "%s: the top level must be a JSON object", origin);
-    else
-        rc = ftc__cfg_walk(cfg, root, "", origin, 0, err);
+    else {
+        bool seen[FTC_CFG__COUNT] = {false};
+        rc = ftc__cfg_walk(cfg, root, "", origin, 0, seen, err);
+    }
     json_decref(root);
     return rc;
 }
@@ -312,10 +337,15 @@ int ftc_config_load_env(ftc_config_t *cfg, char *const *envp, ftc_err_t *err)
 int ftc_config_set(ftc_config_t *cfg, const char *name, const char *value, int source,
                    ftc_err_t *err)
 {
+    if (!name || !value || source < FTC_SRC_DEFAULT || source > FTC_SRC_FLAG)
+        return ftc_err_set(err, FTC_EINVAL,
+                           "config set %s: %s (source %d must be FTC_SRC_DEFAULT..FTC_SRC_FLAG)",
+                           name ? name : "(NULL key)", value ? "bad source" : "NULL value",
+                           source);
     int k = ftc__cfg_lookup(name);
     if (k < 0)
         return ftc_err_set(err, FTC_ECONFIG, "unknown config key '%s'", name);
-    return ftc__cfg_assign(cfg, k, value, source, ftc__src_name[source & 3], err);
+    return ftc__cfg_assign(cfg, k, value, source, ftc__src_name[source], err);
 }
 
 /* Short spellings users expect from other launchers. */

@@ -11,7 +11,9 @@
  *
  * A value from a higher source is never replaced by one from a lower source,
  * whatever the order in which they are loaded. Unknown keys in a file and
- * unknown flags are errors naming the key (a typo must not be ignored);
+ * unknown flags are errors naming the key (a typo must not be ignored), and
+ * so are a key given twice in one file (flat and nested) and an object that
+ * groups no key;
  * unknown FTC_* environment variables are left alone, since other parts of a
  * job use that prefix too. A value of the wrong type or out of range is an
  * error naming the key, the source and the allowed range.
@@ -110,7 +112,9 @@ int ftc_config_load_json(ftc_config_t *cfg, const char *json, size_t len, const 
                          ftc_err_t *err);
 /* Reads FTC_<NAME> for every key from envp (NULL = the process environment). */
 int ftc_config_load_env(ftc_config_t *cfg, char *const *envp, ftc_err_t *err);
-/* Sets a key by its dotted name from text, as the given source. */
+/* Sets a key by its dotted name from text, as the given source
+ * (FTC_SRC_DEFAULT..FTC_SRC_FLAG; another source, or a NULL name or value,
+ * is FTC_EINVAL). */
 int ftc_config_set(ftc_config_t *cfg, const char *name, const char *value, int source,
                    ftc_err_t *err);
 /* Tries argv[*i] as a config flag ("--persist-level 3" or "--persist-level=3");

@@ -406,9 +406,35 @@ int ftc_fabric_getname(ftc_fabric_t *fab, void *addr, size_t *len)
 
 int ftc_fabric_peer_add(ftc_fabric_t *fab, const void *addr, size_t len, ftc_fabric_peer_t *peer)
 {
-    (void)len; /* the provider knows its address format's length */
+    if (!addr || len == 0 || len > FTC_FABRIC_ADDR_MAX)
+        return ftc_err_set(&fab->err, FTC_EINVAL,
+                           "fabric %s: a peer address of %zu bytes (%s); give the bytes and "
+                           "length ftc_fabric_getname produced (1..%d)",
+                           fab->prov, len, addr ? "bad length" : "NULL", FTC_FABRIC_ADDR_MAX);
+    /* fi_av_insert takes no length: it reads a whole address of the
+     * provider's format (a sockaddr by its family, a string up to its NUL).
+     * So it reads a zero-padded copy, never past the caller's len, and a
+     * socket address must be as long as its family says. */
+    uint8_t copy[FTC_FABRIC_ADDR_MAX + 8];
+    memset(copy, 0, sizeof copy);
+    memcpy(copy, addr, len);
+    uint32_t fmt = fab->info->addr_format;
+    if (fmt == FI_SOCKADDR || fmt == FI_SOCKADDR_IN || fmt == FI_SOCKADDR_IN6) {
+        sa_family_t fam = 0;
+        if (len >= sizeof fam)
+            memcpy(&fam, copy, sizeof fam);
+        size_t need = fam == AF_INET    ? sizeof(struct sockaddr_in)
+                      : fam == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                        : 0;
+        if (!need || len < need)
+            return ftc_err_set(&fab->err, FTC_EINVAL,
+                               "fabric %s: a peer address of %zu bytes is not an IPv4 or IPv6 "
+                               "socket address (family %d needs %zu bytes); give the bytes "
+                               "ftc_fabric_getname produced",
+                               fab->prov, len, (int)fam, need);
+    }
     fi_addr_t a = FI_ADDR_NOTAVAIL;
-    int n = fi_av_insert(fab->av, addr, 1, &a, 0, NULL);
+    int n = fi_av_insert(fab->av, copy, 1, &a, 0, NULL);
     if (n != 1 || a == FI_ADDR_NOTAVAIL)
         return ftc_err_set(&fab->err, n < 0 ? FTC_EFABRIC : FTC_EINVAL,
                            "fabric %s: fi_av_insert of a %zu-byte address: %s", fab->prov, len,
@@ -542,6 +568,14 @@ static int wait_raw(ftc_fabric_t *fab, ftc_fabric_req_t *const *reqs, size_t n,
  * 0, or FTC_EFABRIC after marking the handle broken if one is still pending. */
 static int settle(ftc_fabric_t *fab, ftc_fabric_req_t *const *reqs, size_t n, int reason)
 {
+    /* A broken handle never reads its CQ again: requests it gave up on may be
+     * the internal ones of a blocking call that has returned (on a stack frame
+     * that is gone), and a completion for them would be written there. */
+    if (atomic_load_explicit(&fab->broken, memory_order_relaxed)) {
+        if (all_done(reqs, n))
+            return 0;
+        return health_err(fab, FTC_EFABRIC);
+    }
     size_t npend = 0;
     for (size_t i = 0; i < n; i++) {
         ftc_fabric_req_t *r = reqs[i];
@@ -780,13 +814,18 @@ int ftc_fabric_recv(ftc_fabric_t *fab, ftc_fabric_peer_t peer, uint64_t tag, uin
 
 /* send_large / recv_large: chunk i covers [i*max_msg, min(len, (i+1)*max_msg)),
  * at most `window` posted at a time; we wait on the oldest, others complete
- * in the background of the same progress loop. A zero-length transfer is one
- * empty message, so the receiver still matches something. */
+ * in the background of the same progress loop. There are len / max_msg + 1
+ * chunks: the last is always shorter than max_msg (empty when len is a
+ * multiple of it, or 0), so it marks the end. A receiver expecting less than
+ * was sent then gets a longer message in its short last chunk (FTC_EPROTO,
+ * or FTC_ETRUNC) instead of returning a prefix as if it were all, and one
+ * expecting more meets the sender's short end early (FTC_EPROTO) instead of
+ * timing out. */
 static int large(ftc_fabric_t *fab, int kind, ftc_fabric_peer_t peer, uint64_t tag, uint8_t *buf,
                  size_t len, ftc_deadline_t deadline)
 {
     const size_t chunk = fab->max_msg;
-    const size_t nchunks = len ? (len + chunk - 1) / chunk : 1;
+    const size_t nchunks = len / chunk + 1;
     const size_t win = (size_t)fab->window;
     ftc_fabric_req_t reqs[FTC__FAB_WINDOW_MAX];
     ftc_fabric_req_t *ptrs[FTC__FAB_WINDOW_MAX];
@@ -801,8 +840,17 @@ static int large(ftc_fabric_t *fab, int kind, ftc_fabric_peer_t peer, uint64_t t
         while (posted < nchunks && posted - done < win) {
             size_t off = posted * chunk;
             size_t clen = len - off < chunk ? len - off : chunk;
-            rc = post(fab, &reqs[posted % win], kind, peer, tag, 0, buf + off, clen, deadline,
-                          false);
+            uint8_t *cbuf = buf + off;
+            if (kind == KIND_RECV && clen == 0 && len > 0) {
+                /* the empty end marker after whole chunks: give it room for a
+                 * whole chunk (the start of buf), so a sender that sent more
+                 * is seen as a chunk of the wrong length (FTC_EPROTO) rather
+                 * than a truncated receive (rxm 1.17 stalls truncating a
+                 * rendezvous message into 0 bytes). */
+                cbuf = buf;
+                clen = chunk;
+            }
+            rc = post(fab, &reqs[posted % win], kind, peer, tag, 0, cbuf, clen, deadline, false);
             if (rc < 0)
                 goto fail;
             posted++;

@@ -37,8 +37,10 @@
  *     (rxm cannot cancel a send in flight, e.g. to a dead peer). The handle is
  *     then marked broken (ftc_fabric_health() returns FTC_EFABRIC), refuses
  *     new operations, and the buffers of pending requests stay lent to
- *     libfabric until ftc_fabric_close() returns. The caller closes the handle
- *     and opens a new one (with a new address) to carry on.
+ *     libfabric until ftc_fabric_close() returns. A broken handle never reads
+ *     its completion queue again, so those requests stay PENDING (wait,
+ *     cancel and test return FTC_EFABRIC at once). The caller closes the
+ *     handle and opens a new one (with a new address) to carry on.
  *
  * The blocking calls (send, recv, send_large, recv_large) use internal
  * requests and follow the same rule: when they return, their buffers are the
@@ -124,7 +126,9 @@ void ftc_fabric_shutdown_sockets(ftc_fabric_t *fab);
 /* Makes every current and later wait on fab return FTC_ECANCELED promptly
  * (after the bounded cancel described above), and every later post fail with
  * FTC_ECANCELED. Sticky: the handle is done; close it and open a new one.
- * Thread-safe and async-signal-safe (one atomic store). */
+ * Thread-safe and async-signal-safe (one atomic store), but fab must still be
+ * open: a signal handler that may run while (or after) the owner closes the
+ * handle sets the owner's opts.abort_flag instead, which outlives it. */
 void ftc_fabric_abort(ftc_fabric_t *fab);
 
 /* 0 while usable; FTC_ECANCELED once aborted; FTC_EFABRIC once broken (an
@@ -147,7 +151,10 @@ int ftc_fabric_getname(ftc_fabric_t *fab, void *addr, size_t *len);
 
 /* Inserts a peer's address into the address vector; *peer is its handle.
  * rxm connects on the first send, not here, so a wrong or dead address is
- * only noticed by a transfer that times out. Not thread-safe. */
+ * only noticed by a transfer that times out. FTC_EINVAL (and *peer untouched)
+ * for a NULL address, a len of 0 or above FTC_FABRIC_ADDR_MAX, or a socket
+ * address shorter than its family's sockaddr: libfabric is never made to
+ * read past len. Not thread-safe. */
 int ftc_fabric_peer_add(ftc_fabric_t *fab, const void *addr, size_t len, ftc_fabric_peer_t *peer);
 
 /* Removes a peer (closes rxm's connection to it). Operations to it that are
@@ -242,15 +249,18 @@ int ftc_fabric_recv(ftc_fabric_t *fab, ftc_fabric_peer_t peer, uint64_t tag, uin
                     void *buf, size_t cap, size_t *got, uint64_t *tag_out,
                     ftc_deadline_t deadline);
 
-/* Sends len bytes (any size) as ceil(len / max_msg) messages with the same
- * tag, keeping opts.window of them in flight. The receiver must call
- * recv_large with the same len, tag and max_msg. */
+/* Sends len bytes (any size) as len / max_msg + 1 messages with the same
+ * tag (the last one shorter than max_msg, empty when len is a multiple of
+ * it: it marks the end), keeping opts.window of them in flight. The receiver
+ * must call recv_large with the same len, tag and max_msg. */
 int ftc_fabric_send_large(ftc_fabric_t *fab, ftc_fabric_peer_t peer, uint64_t tag,
                           const void *buf, size_t len, ftc_deadline_t deadline);
 
 /* Receives exactly len bytes sent by send_large from peer (FTC_FABRIC_PEER_ANY
- * only if one sender uses this tag). FTC_EPROTO if a chunk has the wrong
- * length (mismatched len or max_msg). */
+ * only if one sender uses this tag). A sender's len that differs is an error,
+ * never a silent prefix: FTC_EPROTO (a chunk of the wrong length: less or
+ * more was sent, or max_msg differs) or FTC_ETRUNC (a chunk longer than its
+ * room); on error buf's contents are unspecified. */
 int ftc_fabric_recv_large(ftc_fabric_t *fab, ftc_fabric_peer_t peer, uint64_t tag, void *buf,
                           size_t len, ftc_deadline_t deadline);
 

@@ -137,8 +137,15 @@ int ftc_fs_fsync_dir(const char *dir, ftc_fault_t *f, ftc_err_t *err)
 int ftc_fs_write_file_atomic(const char *dir, const char *name, const void *buf, size_t len,
                              ftc_fault_t *f, ftc_err_t *err)
 {
+    /* The temp name is unique per call, not only per process: two threads
+     * writing the same file at once must not share (and truncate, and rename
+     * away) one temp file. ".NAME.SEQ.tmp.PID": the pid stays last, where
+     * persist looks for it; a leftover under this name can only be a dead
+     * process's (same pid), which O_TRUNC overwrites. */
+    static atomic_ullong seq;
+    unsigned long long n = atomic_fetch_add(&seq, 1);
     char tmp[PATH_MAX], dst[PATH_MAX];
-    int n1 = snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%d", dir, name, (int)getpid());
+    int n1 = snprintf(tmp, sizeof tmp, "%s/.%s.%llu.tmp.%d", dir, name, n, (int)getpid());
     int n2 = snprintf(dst, sizeof dst, "%s/%s", dir, name);
     if (n1 < 0 || n2 < 0 || (size_t)n1 >= sizeof tmp || (size_t)n2 >= sizeof dst)
         return ftc_err_set(err, FTC_EINVAL, "path too long: %s/%s", dir, name);

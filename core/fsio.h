@@ -52,7 +52,10 @@ int ftc_fs_rename(const char *from, const char *to, ftc_fault_t *f, ftc_err_t *e
 int ftc_fs_fsync_dir(const char *dir, ftc_fault_t *f, ftc_err_t *err);
 
 /* Writes buf to dir/name atomically and durably (temp, fsync, rename, fsync
- * dir). On failure the temp file is removed and dir/name is untouched. */
+ * dir). On failure the temp file is removed and dir/name is untouched (a failed
+ * directory fsync comes after the rename: the new data may be in place). Each
+ * call has its own temp file (".NAME.SEQ.tmp.PID"), so threads may write the
+ * same file at once: the last rename wins, whole. Thread-safe. */
 int ftc_fs_write_file_atomic(const char *dir, const char *name, const void *buf, size_t len,
                              ftc_fault_t *f, ftc_err_t *err);
 

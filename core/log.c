@@ -30,6 +30,12 @@ int ftc_log_level_parse(const char *s)
     return -1;
 }
 
+void ftc_log_set_level(int level)
+{
+    if (level >= FTC_LOG_DEBUG && level <= FTC_LOG_OFF)
+        atomic_store(&ftc__log.level, level);
+}
+
 int ftc_log_level(void)
 {
     int lv = atomic_load(&ftc__log.level);
@@ -44,8 +50,10 @@ int ftc_log_level(void)
 
 void ftc_log_configure(int level, const char *prefix)
 {
-    int env = ftc_log_level_parse(getenv("FTC_LOG_LEVEL"));
-    atomic_store(&ftc__log.level, env >= 0 ? env : level);
+    if (level >= 0) {
+        int env = ftc_log_level_parse(getenv("FTC_LOG_LEVEL"));
+        atomic_store(&ftc__log.level, env >= 0 ? env : level);
+    }
     if (prefix)
         snprintf(ftc__log.prefix, sizeof ftc__log.prefix, "%s", prefix);
 }

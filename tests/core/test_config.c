@@ -155,12 +155,63 @@ static void test_file_and_print(void **state)
     free(dir);
 }
 
+/* One key given twice in one file (flat and nested spelling) is an error, not
+ * "the last one wins"; so is an object that names no group of keys. */
+static void test_file_key_twice(void **state)
+{
+    (void)state;
+    ftc_err_t err = {0};
+    ftc_config_t *c = ftc_config_create();
+    const char *twice = "{\"persist.level\": 3, \"persist\": {\"level\": 5}}";
+    assert_int_equal(ftc_config_load_json(c, twice, strlen(twice), "t.json", &err), FTC_ECONFIG);
+    assert_non_null(strstr(err.msg, "persist.level"));
+    assert_non_null(strstr(err.msg, "t.json"));
+    const char *twice2 = "{\"persist\": {\"level\": 5}, \"persist\": {\"keep\": 2}}";
+    assert_int_equal(ftc_config_load_json(c, twice2, strlen(twice2), "u.json", &err),
+                     FTC_ECONFIG);
+    const char *empty = "{\"persit\": {}}";
+    assert_int_equal(ftc_config_load_json(c, empty, strlen(empty), "v.json", &err), FTC_ECONFIG);
+    assert_non_null(strstr(err.msg, "persit"));
+    /* a boolean for a text key is a mistake (a directory named "true"); an
+     * integer is fine there (redundancy 2, a numeric job id) */
+    const char *bdir = "{\"persist\": {\"dir\": true}}";
+    assert_int_equal(ftc_config_load_json(c, bdir, strlen(bdir), "w.json", &err), FTC_ECONFIG);
+    assert_non_null(strstr(err.msg, "persist.dir"));
+    ftc_config_t *c4 = ftc_config_create();
+    const char *nums = "{\"redundancy\": 2, \"job\": {\"id\": 7}, \"persist\": {\"delta\": 0}}";
+    assert_int_equal(ftc_config_load_json(c4, nums, strlen(nums), "x.json", &err), 0);
+    assert_string_equal(ftc_config_str(c4, FTC_CFG_REDUNDANCY), "2");
+    assert_string_equal(ftc_config_str(c4, FTC_CFG_JOB_ID), "7");
+    assert_false(ftc_config_bool(c4, FTC_CFG_PERSIST_DELTA));
+    ftc_config_destroy(c4);
+    /* ftc_config_set with a source that is none, or no value: an error, and
+     * the config (its print) is unharmed */
+    ftc_config_t *c3 = ftc_config_create();
+    assert_int_equal(ftc_config_set(c3, "persist.level", "4", 7, &err), FTC_EINVAL);
+    assert_int_equal(ftc_config_set(c3, "persist.level", "4", -1, &err), FTC_EINVAL);
+    assert_int_equal(ftc_config_set(c3, "persist.level", NULL, FTC_SRC_FLAG, &err), FTC_EINVAL);
+    assert_int_equal(ftc_config_source(c3, FTC_CFG_PERSIST_LEVEL), FTC_SRC_DEFAULT);
+    FILE *out = tmpfile();
+    ftc_config_print(c3, out, false);
+    fclose(out);
+    ftc_config_destroy(c3);
+    /* the same key in two files: the later file wins (both are "file") */
+    const char *a = "{\"persist\": {\"level\": 5}}", *b = "{\"persist.level\": 7}";
+    ftc_config_t *c2 = ftc_config_create();
+    assert_int_equal(ftc_config_load_json(c2, a, strlen(a), "a.json", &err), 0);
+    assert_int_equal(ftc_config_load_json(c2, b, strlen(b), "b.json", &err), 0);
+    assert_int_equal(ftc_config_int(c2, FTC_CFG_PERSIST_LEVEL), 7);
+    ftc_config_destroy(c2);
+    ftc_config_destroy(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults),   cmocka_unit_test(test_precedence_any_order),
         cmocka_unit_test(test_errors_name_the_key), cmocka_unit_test(test_sizes),
         cmocka_unit_test(test_file_and_print), cmocka_unit_test(test_bare_boolean),
+        cmocka_unit_test(test_file_key_twice),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -129,12 +129,40 @@ static void test_log_levels(void **state)
     FTC_ERROR("test", "an error line with prefix (expected in the test log)");
 }
 
+/* The CLI's log level (--log-level over FTC_LOG_LEVEL, resolved by the
+ * config) is not overridden by FTC_LOG_LEVEL afterwards, neither when it is
+ * set nor when a command later sets its prefix. */
+static void test_log_flag_over_env(void **state)
+{
+    (void)state;
+    const char *was = getenv("FTC_LOG_LEVEL");
+    char *saved = was ? strdup(was) : NULL;
+    setenv("FTC_LOG_LEVEL", "debug", 1);
+    ftc_log_set_level(FTC_LOG_WARN); /* as cli_common does with log.level */
+    assert_int_equal(ftc_log_level(), FTC_LOG_WARN);
+    ftc_log_configure(-1, "node0"); /* as ftc run / ftc agent do for their prefix */
+    assert_int_equal(ftc_log_level(), FTC_LOG_WARN);
+    FTC_INFO("test", "below warn: not printed although FTC_LOG_LEVEL=debug");
+    /* a program's default level still yields to FTC_LOG_LEVEL */
+    ftc_log_configure(FTC_LOG_ERROR, NULL);
+    assert_int_equal(ftc_log_level(), FTC_LOG_DEBUG);
+    ftc_log_set_level(99); /* not a level: ignored */
+    assert_int_equal(ftc_log_level(), FTC_LOG_DEBUG);
+    if (saved)
+        setenv("FTC_LOG_LEVEL", saved, 1);
+    else
+        unsetenv("FTC_LOG_LEVEL");
+    free(saved);
+    ftc_log_set_level(FTC_LOG_ERROR);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_strerror_and_names), cmocka_unit_test(test_detail_strings),
         cmocka_unit_test(test_dtypes),             cmocka_unit_test(test_clock_and_deadlines),
         cmocka_unit_test(test_hash),               cmocka_unit_test(test_log_levels),
+        cmocka_unit_test(test_log_flag_over_env),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

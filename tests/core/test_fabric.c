@@ -20,6 +20,8 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 
@@ -382,6 +384,62 @@ static void test_large_256m(void **state)
     pair_end(&p, true);
 }
 
+/* ---- send_large / recv_large with lengths that differ ---------------------- */
+
+#define MM_CHUNK MiB
+
+static void child_recv_mismatch(ftc_fabric_t *f, ftc_fabric_peer_t parent, int ctl)
+{
+    uint8_t *buf = malloc(3 * MM_CHUNK);
+    CHECK(buf);
+    int rc[3];
+    /* tag 82: the same 2 MiB both sides; 81: we expect 3 MiB, 2 come; 80: we
+     * expect 2 MiB (a whole number of chunks), 3 come */
+    rc[0] = ftc_fabric_recv_large(f, parent, 82, buf, 2 * MM_CHUNK, secs(10));
+    uint64_t h = ftc_xxh3(buf, 2 * MM_CHUNK);
+    rc[1] = ftc_fabric_recv_large(f, parent, 81, buf, 3 * MM_CHUNK, secs(3));
+    printf("# %s: recv_large of 3 MiB, 2 sent: %s\n", g_prov, ftc_fabric_errmsg(f));
+    rc[2] = ftc_fabric_recv_large(f, parent, 80, buf, 2 * MM_CHUNK, secs(3));
+    printf("# %s: recv_large of 2 MiB, 3 sent: %s\n", g_prov,
+           rc[2] ? ftc_fabric_errmsg(f) : "success");
+    fflush(stdout);
+    write_all(ctl, rc, sizeof rc);
+    write_all(ctl, &h, sizeof h);
+    free(buf);
+}
+
+/* A receiver given another length than the sender's gets an error
+ * (FTC_EPROTO), never a silent prefix of the message: the last chunk is
+ * always shorter than max_msg (empty when the length is a multiple of it), so
+ * it marks the end. */
+static void test_large_length_mismatch(void **state)
+{
+    (void)state;
+    pair_t p;
+    pair_start(&p, MM_CHUNK, child_recv_mismatch);
+    uint8_t *buf = malloc(3 * MM_CHUNK);
+    assert_non_null(buf);
+    ftc_test_fill(buf, 3 * MM_CHUNK, 5);
+    assert_int_equal(ftc_fabric_send_large(p.f, p.child, 82, buf, 2 * MM_CHUNK, secs(10)), 0);
+    int s81 = ftc_fabric_send_large(p.f, p.child, 81, buf, 2 * MM_CHUNK, secs(3));
+    int s80 = ftc_fabric_send_large(p.f, p.child, 80, buf, 3 * MM_CHUNK, secs(3));
+    int rc[3];
+    uint64_t h = 0;
+    assert_int_equal(read_all(p.ctl, rc, sizeof rc), 0);
+    assert_int_equal(read_all(p.ctl, &h, sizeof h), 0);
+    printf("# %s: sender: 2 of 3 MiB %s, 3 of 2 MiB %s; receiver: same %s, shorter %s, "
+           "longer %s\n",
+           g_prov, ftc_errname(s81), ftc_errname(s80), ftc_errname(rc[0]), ftc_errname(rc[1]),
+           ftc_errname(rc[2]));
+    assert_int_equal(rc[0], 0);
+    assert_true(h == ftc_xxh3(buf, 2 * MM_CHUNK));
+    assert_int_equal(s81, 0);
+    assert_int_equal(rc[1], FTC_EPROTO); /* the end came early: at once, not a timeout */
+    assert_int_equal(rc[2], FTC_EPROTO); /* more than 2 MiB came: an error */
+    free(buf);
+    pair_end(&p, true);
+}
+
 /* ---- timeouts ------------------------------------------------------------ */
 
 static void test_recv_timeout(void **state)
@@ -585,6 +643,207 @@ static void test_peer_killed_during_send(void **state)
     killed_peer(child_recv_then_die, true);
 }
 
+/* ---- peer addresses -------------------------------------------------------- */
+
+/* peer_add checks the length it is given: libfabric's fi_av_insert takes no
+ * length and reads a whole address of the provider's format (a sockaddr by
+ * its family, a string to its NUL), so a short or oversized one must be
+ * refused, never read past. */
+static void test_peer_add_bad_address(void **state)
+{
+    (void)state;
+    ftc_err_t err = {0};
+    ftc_fabric_t *f = open_ep(0, &err);
+    assert_non_null(f);
+    uint8_t me[FTC_FABRIC_ADDR_MAX];
+    size_t len = sizeof me;
+    assert_int_equal(ftc_fabric_getname(f, me, &len), 0);
+    ftc_fabric_peer_t p = 12345;
+    assert_int_equal(ftc_fabric_peer_add(f, NULL, len, &p), FTC_EINVAL);
+    assert_int_equal(ftc_fabric_peer_add(f, me, 0, &p), FTC_EINVAL);
+    assert_int_equal(ftc_fabric_peer_add(f, me, FTC_FABRIC_ADDR_MAX + 1, &p), FTC_EINVAL);
+    assert_non_null(strstr(ftc_fabric_errmsg(f), "bytes"));
+    assert_int_equal(p, 12345); /* untouched on failure */
+    /* the address cut short, in a heap block of exactly that size */
+    uint8_t *cut = malloc(len / 2);
+    memcpy(cut, me, len / 2);
+    int rc = ftc_fabric_peer_add(f, cut, len / 2, &p);
+    printf("# %s: peer_add of %zu of the address's %zu bytes: %s (%s)\n", g_prov, len / 2, len,
+           ftc_errname(rc), rc ? ftc_fabric_errmsg(f) : "");
+    if (!strcmp(g_prov, "tcp;ofi_rxm"))
+        assert_int_equal(rc, FTC_EINVAL); /* half a sockaddr */
+    free(cut);
+    if (!strcmp(g_prov, "tcp;ofi_rxm")) {
+        uint8_t junk[16];
+        memset(junk, 0xee, sizeof junk); /* no address family */
+        assert_int_equal(ftc_fabric_peer_add(f, junk, sizeof junk, &p), FTC_EINVAL);
+    }
+    /* the whole address still works, and the handle is healthy */
+    assert_int_equal(ftc_fabric_peer_add(f, me, len, &p), 0);
+    assert_int_equal(ftc_fabric_health(f), 0);
+    ftc_fabric_close(f);
+}
+
+/* The address vector grows past its initial size: thousands of peers (tcp:
+ * distinct ports nobody listens at; shm: as many as it takes), then a real
+ * peer added after them (ourselves) still gets its messages, and removing
+ * the others leaves it working. */
+static void test_many_peers(void **state)
+{
+    (void)state;
+    ftc_err_t err = {0};
+    ftc_fabric_t *f = open_ep(0, &err);
+    assert_non_null(f);
+    uint8_t me[FTC_FABRIC_ADDR_MAX];
+    size_t len = sizeof me;
+    assert_int_equal(ftc_fabric_getname(f, me, &len), 0);
+    enum { N = 3000 };
+    static ftc_fabric_peer_t peers[N];
+    int added = 0, rc = 0;
+    for (int i = 0; i < N; i++) {
+        uint8_t a[FTC_FABRIC_ADDR_MAX];
+        memcpy(a, me, len);
+        if (!strcmp(g_prov, "tcp;ofi_rxm")) {
+            struct sockaddr_in *sin = (struct sockaddr_in *)a;
+            sin->sin_port = htons((uint16_t)(20000 + i));
+        } else {
+            /* shm: a name nobody owns */
+            snprintf((char *)a, sizeof a, "fi_shm://ftc-nobody-%d-%d", (int)getpid(), i);
+            len = strlen((char *)a) + 1;
+        }
+        if ((rc = ftc_fabric_peer_add(f, a, len, &peers[i])) < 0)
+            break;
+        added++;
+    }
+    printf("# %s: %d peers added to the address vector (%s)\n", g_prov, added,
+           rc < 0 ? ftc_fabric_errmsg(f) : "all");
+    assert_true(added >= 64); /* shm caps its peers; tcp takes them all */
+    if (!strcmp(g_prov, "tcp;ofi_rxm"))
+        assert_int_equal(added, N);
+    len = sizeof me;
+    assert_int_equal(ftc_fabric_getname(f, me, &len), 0);
+    for (int i = 0; i < added && rc < 0; i += 2) /* shm: make room for ourselves */
+        assert_int_equal(ftc_fabric_peer_remove(f, peers[i]), 0);
+    ftc_fabric_peer_t self;
+    assert_int_equal(ftc_fabric_peer_add(f, me, len, &self), 0);
+    for (int i = rc < 0 ? 1 : 0; i < added; i += rc < 0 ? 2 : 1)
+        assert_int_equal(ftc_fabric_peer_remove(f, peers[i]), 0);
+    char buf[16] = "";
+    ftc_fabric_req_t r, *rp = &r;
+    memset(&r, 0, sizeof r);
+    assert_int_equal(ftc_fabric_irecv(f, &r, self, 6, 0, buf, sizeof buf, secs(10)), 0);
+    assert_int_equal(ftc_fabric_send(f, self, 6, "many", 5, secs(10)), 0);
+    assert_int_equal(ftc_fabric_wait(f, &rp, 1, secs(10)), 0);
+    assert_string_equal(buf, "many");
+    ftc_fabric_close(f);
+}
+
+/* ---- a broken handle never reads its completion queue again ----------------- */
+
+typedef struct {
+    ftc_fabric_t *f;
+    ftc_fabric_peer_t a;
+    uint8_t *buf1, *buf2;
+    atomic_int go;
+    int rc_hello, rc;
+} late_rx_t;
+
+/* B: takes A's hello, then (once told) posts the receives that match A's two
+ * big sends and waits a little for them. */
+static void *late_receiver(void *arg)
+{
+    late_rx_t *x = arg;
+    char hello[8];
+    x->rc_hello = ftc_fabric_recv(x->f, x->a, 100, 0, hello, sizeof hello, NULL, NULL, secs(10));
+    while (!atomic_load(&x->go))
+        ftc_sleep_ms(1);
+    ftc_fabric_req_t r1, r2, *both[2] = {&r1, &r2};
+    memset(&r1, 0, sizeof r1);
+    memset(&r2, 0, sizeof r2);
+    x->rc = ftc_fabric_irecv(x->f, &r1, x->a, 1, 0, x->buf1, 4 * MiB, secs(2));
+    if (x->rc == 0)
+        x->rc = ftc_fabric_irecv(x->f, &r2, x->a, 2, 0, x->buf2, 4 * MiB, secs(2));
+    if (x->rc == 0)
+        x->rc = ftc_fabric_wait(x->f, both, 2, ftc_deadline_in_ms(1500));
+    return NULL;
+}
+
+/* A blocking send whose deadline passes while libfabric cannot cancel it
+ * leaves the handle broken, with the send's internal request (on the stack
+ * of ftc_fabric_send, long returned) still lent to libfabric. A later wait on
+ * the broken handle must not read the completion queue: the send's
+ * completion would be written into whatever lives on the stack there now
+ * (the same holds for send_large/recv_large's request array). So once
+ * broken, no request changes state until close. */
+static void test_broken_handle_no_progress(void **state)
+{
+    (void)state;
+    ftc_err_t err = {0};
+    ftc_fabric_opts_t o = FTC_FABRIC_OPTS_INIT;
+    o.provider = g_prov;
+    o.cancel_timeout_ms = 200;
+    ftc_fabric_t *a = NULL, *b = NULL;
+    assert_int_equal(ftc_fabric_open(&o, &a, &err), 0);
+    assert_int_equal(ftc_fabric_open(&o, &b, &err), 0);
+    uint8_t an[FTC_FABRIC_ADDR_MAX], bn[FTC_FABRIC_ADDR_MAX];
+    size_t al = sizeof an, bl = sizeof bn;
+    assert_int_equal(ftc_fabric_getname(a, an, &al), 0);
+    assert_int_equal(ftc_fabric_getname(b, bn, &bl), 0);
+    late_rx_t x = {.f = b, .buf1 = malloc(4 * MiB), .buf2 = malloc(4 * MiB)};
+    atomic_init(&x.go, 0);
+    ftc_fabric_peer_t to_b;
+    assert_int_equal(ftc_fabric_peer_add(b, an, al, &x.a), 0);
+    assert_int_equal(ftc_fabric_peer_add(a, bn, bl, &to_b), 0);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, late_receiver, &x), 0);
+    assert_int_equal(ftc_fabric_send(a, to_b, 100, "hello", 6, secs(10)), 0);
+
+    uint8_t *s1 = malloc(4 * MiB), *s2 = malloc(4 * MiB);
+    memset(s1, 1, 4 * MiB);
+    memset(s2, 2, 4 * MiB);
+    ftc_fabric_req_t sreq;
+    memset(&sreq, 0, sizeof sreq);
+    assert_int_equal(ftc_fabric_isend(a, &sreq, to_b, 2, s2, 4 * MiB, secs(10)), 0);
+    int rc = ftc_fabric_send(a, to_b, 1, s1, 4 * MiB, ftc_deadline_in_ms(300));
+    printf("# %s: send to a peer not receiving: %s, health %s\n", g_prov, ftc_errname(rc),
+           ftc_errname(ftc_fabric_health(a)));
+    assert_int_equal(rc, FTC_ETIMEDOUT);
+    bool broken = ftc_fabric_health(a) == FTC_EFABRIC;
+    atomic_store(&x.go, 1); /* B now takes both messages */
+    if (broken) {
+        ftc_fabric_req_t *sp = &sreq;
+        rc = ftc_fabric_wait(a, &sp, 1, secs(3));
+        printf("# %s: wait on the broken handle: %s; the other send %s\n", g_prov,
+               ftc_errname(rc),
+               sreq.state == FTC_FABRIC_REQ_PENDING ? "still pending" : "completed");
+        assert_int_equal(rc, FTC_EFABRIC);
+    } else {
+        printf("# %s: the send was cancelled: no broken handle to check here\n", g_prov);
+    }
+    pthread_join(th, NULL);
+    printf("# %s: receiver: hello %s, big ones %s\n", g_prov, ftc_errname(x.rc_hello),
+           ftc_errname(x.rc));
+    assert_int_equal(x.rc_hello, 0);
+    if (broken) {
+        /* had the wait read the CQ, it would have completed sreq (B took it) and,
+         * first or later, the timed-out send's request in a dead stack frame */
+        assert_int_equal(sreq.state, FTC_FABRIC_REQ_PENDING); /* lent until close */
+        /* cancel, test and wait on it neither progress nor hang */
+        ftc_fabric_req_t *sp = &sreq;
+        assert_int_equal(ftc_fabric_cancel(a, &sp, 1), FTC_EFABRIC);
+        assert_true(ftc_fabric_test(a, &sreq) < 0);
+        assert_int_equal(sreq.state, FTC_FABRIC_REQ_PENDING);
+    }
+    ftc_fabric_close(a); /* abandons a broken endpoint: s1, s2 may stay lent */
+    ftc_fabric_close(b);
+    if (!broken) {
+        free(s1);
+        free(s2);
+    }
+    free(x.buf1);
+    free(x.buf2);
+}
+
 /* ---- abort from another thread ------------------------------------------- */
 
 static void *abort_later(void *arg)
@@ -676,9 +935,31 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_small_and_64m),
         cmocka_unit_test(test_interleaved_tags),
         cmocka_unit_test(test_large_256m),
+        cmocka_unit_test(test_large_length_mismatch),
         cmocka_unit_test(test_abort_from_thread),
+        cmocka_unit_test(test_peer_add_bad_address),
+        cmocka_unit_test(test_many_peers),
+        cmocka_unit_test(test_broken_handle_no_progress),
         cmocka_unit_test(test_peer_killed_during_recv),
         cmocka_unit_test(test_peer_killed_during_send),
     };
-    return cmocka_run_group_tests_name(g_prov, tests, NULL, NULL);
+    int rc = cmocka_run_group_tests_name(g_prov, tests, NULL, NULL);
+    if (!strncmp(g_prov, "shm", 3)) {
+        /* endpoints this process abandoned (broken ones are never fi_close'd)
+         * keep their regions, named "<pid>:...", in /dev/shm: remove ours */
+        char prefix[32];
+        int pl = snprintf(prefix, sizeof prefix, "%d:", (int)getpid());
+        DIR *d = opendir("/dev/shm");
+        struct dirent *de;
+        while (d && (de = readdir(d)) != NULL) {
+            if (strncmp(de->d_name, prefix, (size_t)pl))
+                continue;
+            char path[300];
+            snprintf(path, sizeof path, "/dev/shm/%s", de->d_name);
+            unlink(path);
+        }
+        if (d)
+            closedir(d);
+    }
+    return rc;
 }

@@ -4,6 +4,7 @@
 #include "core/fsio.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <sys/wait.h>
 
 static void test_atomic_write_and_read(void **state)
@@ -123,6 +124,79 @@ static void test_mkdirs_and_remove(void **state)
     free(dir);
 }
 
+/* Threads of one process that write the same file at once: each write must
+ * succeed on its own temp file, and the file must end up equal to one
+ * writer's whole content (never a mix, never a missing temp file). */
+#define RACE_THREADS 4
+#define RACE_ROUNDS 200
+typedef struct {
+    const char *dir;
+    int id;
+    int failures;
+    char msg[FTC_ERR_MSG_MAX];
+} race_arg_t;
+
+static void *race_writer(void *p)
+{
+    race_arg_t *a = p;
+    size_t len = 4096 + (size_t)a->id * 1024; /* each writer its own length */
+    char *buf = malloc(len);
+    memset(buf, 'a' + a->id, len);
+    for (int r = 0; r < RACE_ROUNDS; r++) {
+        ftc_err_t err = {0};
+        if (ftc_fs_write_file_atomic(a->dir, "shared", buf, len, NULL, &err) != 0 &&
+            a->failures++ == 0)
+            snprintf(a->msg, sizeof a->msg, "%s", err.msg);
+    }
+    free(buf);
+    return NULL;
+}
+
+static void test_threads_same_file(void **state)
+{
+    (void)state;
+    char *dir = ftc_test_tmpdir("fsio-race");
+    pthread_t t[RACE_THREADS];
+    race_arg_t a[RACE_THREADS];
+    for (int i = 0; i < RACE_THREADS; i++) {
+        a[i] = (race_arg_t){.dir = dir, .id = i};
+        assert_int_equal(pthread_create(&t[i], NULL, race_writer, &a[i]), 0);
+    }
+    int failures = 0;
+    for (int i = 0; i < RACE_THREADS; i++) {
+        pthread_join(t[i], NULL);
+        if (a[i].failures)
+            print_message("writer %d: %d failed writes, first: %s\n", i, a[i].failures,
+                          a[i].msg);
+        failures += a[i].failures;
+    }
+    assert_int_equal(failures, 0);
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/shared", dir);
+    uint8_t *buf;
+    size_t len;
+    ftc_err_t err = {0};
+    assert_int_equal(ftc_fs_read_file(path, 1 << 20, &buf, &len, &err), 0);
+    assert_true(len >= 4096 && (len - 4096) % 1024 == 0 && (len - 4096) / 1024 < RACE_THREADS);
+    char c = (char)('a' + (len - 4096) / 1024);
+    for (size_t i = 0; i < len; i++)
+        if (buf[i] != (uint8_t)c)
+            fail_msg("byte %zu of %zu is '%c', the writer of this length wrote '%c'", i, len,
+                     buf[i], c);
+    free(buf);
+    /* no temp file left behind */
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    int files = 0;
+    while ((de = readdir(d)))
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+            files++;
+    closedir(d);
+    assert_int_equal(files, 1);
+    ftc_test_rmrf(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -131,6 +205,7 @@ int main(void)
         cmocka_unit_test(test_injected_failures_keep_old_file),
         cmocka_unit_test(test_crash_mode_exits),
         cmocka_unit_test(test_mkdirs_and_remove),
+        cmocka_unit_test(test_threads_same_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
