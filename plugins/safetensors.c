@@ -21,6 +21,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -261,7 +262,11 @@ int ftc_safetensors_export(const ftc_shard_view_t *views, int n, const char *pat
     int rc = ftc__st_split(path, dir, sizeof dir, &base, err);
     if (rc)
         return rc;
-    int tn = snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%d", dir, base, (int)getpid());
+    /* a temp file of this call's own (".NAME.SEQ.tmp.PID", as fsio's): two
+     * threads exporting to one path must not write into each other's */
+    static atomic_ullong seq;
+    unsigned long long sn = atomic_fetch_add(&seq, 1);
+    int tn = snprintf(tmp, sizeof tmp, "%s/.%s.%llu.tmp.%d", dir, base, sn, (int)getpid());
     if (tn < 0 || (size_t)tn >= sizeof tmp)
         return ftc_err_set(err, FTC_EINVAL, "path too long: %s", path);
 
@@ -290,7 +295,7 @@ int ftc_safetensors_export(const ftc_shard_view_t *views, int n, const char *pat
     memcpy(head + 8, text, tl);
     memset(head + 8 + tl, ' ', hl - tl);
 
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) {
         rc = ftc_err_errno(err, errno, "create %s", tmp);
         goto undo_head;

@@ -15,6 +15,7 @@
 #include "plugins/safetensors.h"
 
 #include <jansson.h>
+#include <pthread.h>
 #include <sys/wait.h>
 
 /* ---- fixtures ------------------------------------------------------------------- */
@@ -426,6 +427,56 @@ static void test_python_safetensors(void **state)
     }
 }
 
+/* Threads of one process exporting to the same path at once: each call has
+ * a temp file of its own, so every export succeeds and the file is always
+ * one whole export (they shared ".NAME.tmp.PID" and truncated or renamed
+ * away each other's). */
+typedef struct {
+    const ftc_shard_view_t *v;
+    const char *path;
+    int fails;
+    char msg[FTC_ERR_MSG_MAX];
+} st_job_t;
+
+static void *export_loop(void *arg)
+{
+    st_job_t *j = arg;
+    for (int i = 0; i < 40; i++) {
+        ftc_err_t err = {0};
+        if (ftc_safetensors_export(j->v, 1, j->path, NULL, &err) != 0) {
+            j->fails++;
+            snprintf(j->msg, sizeof j->msg, "%s", ftc_err_str(&err));
+        }
+    }
+    return NULL;
+}
+
+static void test_threads_same_path(void **state)
+{
+    (void)state;
+    uint64_t size;
+    uint8_t *r = make_shard(all_dtypes, N_ALL, 0, 1, 5, &size);
+    ftc_shard_view_t v;
+    ftc_err_t err = {0};
+    assert_int_equal(ftc_shard_open(&v, r, size, FTC_SHARD_VERIFY, &err), 0);
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/shared.safetensors", tmpdir);
+    st_job_t j[4];
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++) {
+        j[i] = (st_job_t){.v = &v, .path = path};
+        assert_int_equal(pthread_create(&t[i], NULL, export_loop, &j[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], NULL);
+        if (j[i].fails)
+            fail_msg("thread %d: %d of 40 exports failed, last: %s", i, j[i].fails, j[i].msg);
+    }
+    check_file(path, &v, 1, all_dtypes, false);
+    assert_int_equal(count_files(".tmp."), 0); /* no temp file left */
+    free(r);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -448,6 +499,7 @@ int main(void)
         cmocka_unit_test(test_multi_shard_prefixes),
         cmocka_unit_test(test_crash_safe_write),
         cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_threads_same_path),
         cmocka_unit_test(test_python_safetensors),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
