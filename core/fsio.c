@@ -32,7 +32,7 @@ int ftc_fault_parse(ftc_fault_t *f, const char *spec, ftc_err_t *err)
             f->errnum = ENOSPC;
         } else {
             char *colon = strchr(tok, ':');
-            if (!colon)
+            if (!colon || have_op) /* one operation per spec: "write:1,fsync:2" is refused */
                 goto bad;
             *colon = '\0';
             if (!strcmp(tok, "write"))
@@ -58,7 +58,7 @@ int ftc_fault_parse(ftc_fault_t *f, const char *spec, ftc_err_t *err)
 bad:
     f->op = -1;
     return ftc_err_set(err, FTC_EINVAL,
-                       "fault spec '%s' not understood: use write:N, fsync:N or rename:N, "
+                       "fault spec '%s' not understood: use one of write:N, fsync:N or rename:N, "
                        "optionally followed by ,crash and/or ,enospc",
                        spec);
 }

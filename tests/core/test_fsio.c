@@ -39,6 +39,9 @@ static void test_fault_spec(void **state)
     assert_int_equal(ftc_fault_parse(&f, "write:0", &err), FTC_EINVAL);
     assert_int_equal(ftc_fault_parse(&f, "chmod:1", &err), FTC_EINVAL);
     assert_int_equal(ftc_fault_parse(&f, "crash", &err), FTC_EINVAL);
+    /* one operation per spec: a second one used to replace the first silently */
+    assert_int_equal(ftc_fault_parse(&f, "write:1,fsync:2", &err), FTC_EINVAL);
+    assert_non_null(strstr(err.msg, "one of"));
     assert_int_equal(ftc_fault_parse(&f, "", &err), 0);
     assert_int_equal(f.op, -1);
 }
