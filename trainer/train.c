@@ -1998,6 +1998,9 @@ int ftc_guard_parse_steps(const char *s, uint64_t *out, int max, int *n, ftc_err
             return ftc_err_set(err, FTC_EINVAL, "skip list '%s': more than %d steps", s, max);
         out[(*n)++] = (uint64_t)v;
         p = *end ? end + 1 : end;
+        if (*end && !*p)
+            return ftc_err_set(err, FTC_EINVAL, "skip list '%s': it ends with a comma (an empty "
+                               "entry); give step indices separated by commas, e.g. 5,9", s);
     }
     return 0;
 }

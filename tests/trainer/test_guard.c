@@ -256,6 +256,12 @@ static void test_off_and_options(void **state)
     assert_int_equal(n, 3);
     assert_true(s[1] == 17);
     assert_int_equal(ftc_guard_parse_steps("3,x", s, 4, &n, &err), FTC_EINVAL);
+    /* an empty entry is a usage error, a trailing one too (not silently dropped) */
+    assert_int_equal(ftc_guard_parse_steps("5,", s, 4, &n, &err), FTC_EINVAL);
+    assert_non_null(strstr(err.msg, "empty entry"));
+    assert_int_equal(ftc_guard_parse_steps("5,,9", s, 4, &n, &err), FTC_EINVAL);
+    assert_int_equal(ftc_guard_parse_steps(",5", s, 4, &n, &err), FTC_EINVAL);
+    assert_int_equal(ftc_guard_parse_steps(",", s, 4, &n, &err), FTC_EINVAL);
     assert_int_equal(ftc_guard_parse_steps("1,2,3,4,5", s, 4, &n, &err), FTC_EINVAL);
     assert_int_equal(ftc_guard_parse_steps("3,99999999999999999999", s, 4, &n, &err), FTC_EINVAL);
     assert_non_null(strstr(err.msg, "out of range"));

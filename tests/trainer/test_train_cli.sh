@@ -4,7 +4,8 @@
 #      same progress lines (loss, lr, norm), eval loss and parameter hash;
 #      a size may be written "64KiB" as on the command line; a flag wins
 #      over the file; an unknown key is a usage error naming it; --log-every 0
-#      is a usage error (it divided by zero);
+#      is a usage error (it divided by zero), so is --skip-steps "5," (an
+#      empty entry);
 #   2. the final evaluation line "eval loss X (N held-out sequences)" and
 #      the parameter hash line are printed;
 #   3. `ftc train --tokenize TEXT --data OUT` writes a token file (one token
@@ -65,6 +66,11 @@ timeout 120 "$FTC" train "${FLAGS[@]}" --steps 2 --log-every 0 >"$T/le0.out" 2>&
 rc=$?
 check "--log-every 0: usage error (exit $rc) naming it" \
     bash -c "[ $rc -eq 2 ] && grep -q -- '--log-every' '$T/le0.out'"
+# an empty entry of --skip-steps is a usage error, never silently dropped
+timeout 120 "$FTC" train "${FLAGS[@]}" --steps 2 --skip-steps "5," >"$T/skip.out" 2>&1
+rc=$?
+check "--skip-steps '5,': usage error (exit $rc) naming the empty entry" \
+    bash -c "[ $rc -eq 2 ] && grep -q 'empty entry' '$T/skip.out'"
 [ $fails -eq 0 ] || { echo "--- flags:"; cat "$T/flags.out"; echo "--- config:"; cat "$T/cfg.out"; }
 
 # ---- the tokenizer -------------------------------------------------------------------------
