@@ -300,14 +300,14 @@ static void test_other_kind_refused(void **state)
     run_ok(dir, "chunks", NULL, chunks, 2);
     const char *one[] = {COMMON, "--steps", "4", "--deterministic", "--ckpt-dir", ck, NULL};
     proc_t p;
-    run_rc(dir, "one-on-chunks", NULL, one, 1, &p);
+    run_rc(dir, "one-on-chunks", NULL, one, 2, &p); /* FTC_ECONFIG: exit 2 */
     assert_true(expect_said(p.out, "holds ZeRO-1 chunks of real DP ranks (rank-d0: step 2)"));
     assert_false(said(p.out, "step 1/4"));
     const char *whole[] = {COMMON, "--steps", "4", "--deterministic", "--ckpt-dir", ck1,
                            "--ckpt-every", "1", "--stop-at", "2", NULL};
     run_ok(dir, "whole", NULL, whole, 2);
     const char *dp2[] = {COMMON, "--steps", "4", "--nproc", "2", "--ckpt-dir", ck1, NULL};
-    run_rc(dir, "dp2-on-whole", NULL, dp2, 1, &p);
+    run_rc(dir, "dp2-on-whole", NULL, dp2, 2, &p);
     assert_true(expect_said(p.out, "holds a single-process state (step 2)"));
     assert_false(said(p.out, "step 1/4"));
     ftc_test_rmrf(dir);
