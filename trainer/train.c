@@ -115,7 +115,7 @@ static uint64_t ftc__config_hash(const ftc_trainer_t *t)
     return ftc_xxh3(h, (size_t)n * sizeof h[0]);
 }
 
-static int ftc__newest_ro(const char *dir, uint64_t *step, ftc_err_t *err);
+static int ftc__newest(const char *dir, uint64_t *step, ftc_err_t *err);
 static int ftc__guard_check_options(const ftc_train_options_t *o, ftc_err_t *err);
 static bool ftc__guard_add_skip(ftc_trainer_t *t, uint64_t step);
 static int ftc__guard_from_meta(ftc_trainer_t *t, const ftc__train_meta_t *meta,
@@ -237,7 +237,7 @@ static int ftc__ckpt_restore(ftc_trainer_t *t, ftc_err_t *err)
             char d[4200];
             uint64_t s = 0;
             snprintf(d, sizeof d, "%s/%s", t->o.ckpt_dir, kinds[k]);
-            if ((rc = ftc__newest_ro(d, &s, err)) < 0)
+            if ((rc = ftc__newest(d, &s, err)) < 0)
                 return rc;
             if (s)
                 return ftc_err_set(err, FTC_ECONFIG,
@@ -818,32 +818,15 @@ static int ftc__agent_setup(ftc_trainer_t *t, ftc_err_t *err)
     return ftc__agent_restore(t, err);
 }
 
-/* The newest committed step in a persist directory (0: none). */
+/* The newest committed step in a persist directory (0: none, or no such
+ * directory). Read-only (ftc_persist_open_reader): the directory may be
+ * another rank's, whose writer may be at work; nothing is created there and
+ * no temp file removed. */
 static int ftc__newest(const char *dir, uint64_t *step, ftc_err_t *err)
 {
     *step = 0;
-    ftc_persist_options_t po = FTC_PERSIST_OPTIONS_INIT;
-    ftc_persist_t *p = ftc_persist_open(dir, &po, err);
-    if (!p)
-        return err ? err->code : FTC_EIO;
-    ftc_persist_version_t *v = NULL;
-    int nv = 0, rc = ftc_persist_list(p, &v, &nv);
-    if (rc < 0)
-        rc = ftc_err_set(err, rc, "%s: %s", dir, ftc_persist_errstr(p));
-    for (int i = 0; rc == 0 && i < nv; i++)
-        if (v[i].state == FTC_PV_COMMITTED && v[i].step > *step)
-            *step = v[i].step;
-    free(v);
-    ftc_persist_close(p);
-    return rc;
-}
-
-/* As ftc__newest, read-only, and 0 when dir does not exist. */
-static int ftc__newest_ro(const char *dir, uint64_t *step, ftc_err_t *err)
-{
-    *step = 0;
     struct stat sb;
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+    if (stat(dir, &sb) != 0 && errno == ENOENT)
         return 0;
     ftc_persist_t *p = ftc_persist_open_reader(dir, err);
     if (!p)
@@ -873,8 +856,7 @@ static void ftc__rank_dir(const ftc_trainer_t *t, int q, char *buf, size_t size)
 /* The shard header of version `step` in the persist directory dir. */
 static int ftc__saved_info(const char *dir, uint64_t step, ftc_shard_info_t *info, ftc_err_t *err)
 {
-    ftc_persist_options_t po = FTC_PERSIST_OPTIONS_INIT;
-    ftc_persist_t *p = ftc_persist_open(dir, &po, err);
+    ftc_persist_t *p = ftc_persist_open_reader(dir, err);
     if (!p)
         return err ? err->code : FTC_EIO;
     ftc_persist_loaded_t *l = NULL;
@@ -956,8 +938,7 @@ static int ftc__load_chunk(ftc_trainer_t *t, int q, int S, uint64_t step, float 
                                     FTC_SNAP_HOST, err)
                      : ftc_err_set(err, FTC_ENOMEM, "re-partitioning: out of memory");
     }
-    ftc_persist_options_t po = FTC_PERSIST_OPTIONS_INIT;
-    ftc_persist_t *p = rc == 0 ? ftc_persist_open(dir, &po, err) : NULL;
+    ftc_persist_t *p = rc == 0 ? ftc_persist_open_reader(dir, err) : NULL;
     ftc_persist_loaded_t *l = NULL;
     if (rc == 0 && !p)
         rc = err ? err->code : FTC_EIO;
@@ -986,8 +967,7 @@ static int ftc__has_committed(const char *dir, uint64_t step, bool *has, ftc_err
     struct stat sb;
     if (stat(dir, &sb) != 0)
         return 0;
-    ftc_persist_options_t po = FTC_PERSIST_OPTIONS_INIT;
-    ftc_persist_t *p = ftc_persist_open(dir, &po, err);
+    ftc_persist_t *p = ftc_persist_open_reader(dir, err);
     if (!p)
         return err ? err->code : FTC_EIO;
     ftc_persist_version_t *v = NULL;
@@ -1006,8 +986,10 @@ static int ftc__has_committed(const char *dir, uint64_t step, bool *has, ftc_err
 static int ftc__committed_steps(const char *dir, uint64_t **steps, int *n, ftc_err_t *err)
 {
     *steps = NULL, *n = 0;
-    ftc_persist_options_t po = FTC_PERSIST_OPTIONS_INIT;
-    ftc_persist_t *p = ftc_persist_open(dir, &po, err);
+    struct stat sb;
+    if (stat(dir, &sb) != 0 && errno == ENOENT)
+        return 0; /* no such directory: no step (the writer's open created it) */
+    ftc_persist_t *p = ftc_persist_open_reader(dir, err);
     if (!p)
         return err ? err->code : FTC_EIO;
     ftc_persist_version_t *v = NULL;
@@ -1161,7 +1143,7 @@ static int ftc__shard_persist_restore(ftc_trainer_t *t, ftc_err_t *err)
         /* a fresh start, unless the directory holds a whole single-process
          * state (every rank reads the same files: all refuse together) */
         uint64_t whole = 0;
-        if ((rc = ftc__newest_ro(t->o.ckpt_dir, &whole, err)) < 0)
+        if ((rc = ftc__newest(t->o.ckpt_dir, &whole, err)) < 0)
             return rc;
         if (whole)
             return ftc_err_set(err, FTC_ECONFIG,

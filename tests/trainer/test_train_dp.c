@@ -12,7 +12,8 @@
  *     the gathered moments;
  *   - DP = 2 stopped at step 2 (persist tier, one chunk per rank) and
  *     resumed to the end: the same bits; DP = 3 stopped at step 2 and
- *     resumed at DP = 2 (chunks re-partitioned): the same bits; and when
+ *     resumed at DP = 2 (chunks re-partitioned): the same bits, the saved
+ *     rank-d2 only read (a temp file there stays); and when
  *     the DP = 2 run's next checkpoint was committed by rank 0 only, the
  *     restart goes back to the DP = 3 step (the abandoned versions dropped):
  *     the same bits; a single-process checkpoint resumed by --nproc, and
@@ -233,12 +234,21 @@ static void test_stop_resume_dp2(void **state)
     const char *b1[] = {COMMON, "--steps", "4", "--nproc", "3", "--ckpt-dir", ck3,
                         "--ckpt-every", "1", "--stop-at", "2", NULL};
     run_ok(dir, "first3", NULL, b1, 2);
+    /* rank-d2 is read by the ranks of the new degree, never written: a temp
+     * file there (of a writer they cannot tell from a dead one: another node's,
+     * on a shared file system) stays (ftc_persist_open_reader) */
+    char tmpf[PATH_MAX + 64];
+    snprintf(tmpf, sizeof tmpf, "%s/rank-d2/.probe.tmp.2147483600", ck3);
+    FILE *fp = fopen(tmpf, "w");
+    assert_non_null(fp);
+    fclose(fp);
     const char *b2[] = {COMMON, "--steps", "4", "--nproc", "2", "--ckpt-dir", ck3,
                         "--ckpt-every", "1", NULL};
     uint64_t h2 = run_ok(dir, "resumed2", NULL, b2, 4);
     snprintf(out, sizeof out, "%s/resumed2.out", dir);
     assert_true(expect_said(out, "re-partitioned from 3 DP ranks"));
     assert_true(h2 == g_base);
+    assert_true(access(tmpf, F_OK) == 0); /* the writer's open removed it */
     ftc_test_rmrf(dir);
     free(dir);
 }
