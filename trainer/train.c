@@ -1136,12 +1136,26 @@ static int ftc__shard_persist_restore(ftc_trainer_t *t, ftc_err_t *err)
     bool same = true, any = false;
     for (int r = 0; r < t->dpn; r++)
         same = same && all[r] == mine, any = any || all[r];
-    char more[4200];
-    struct stat sb;
-    ftc__rank_dir(t, t->dpn, more, sizeof more);
-    if (!any && stat(more, &sb) != 0) {
-        /* a fresh start, unless the directory holds a whole single-process
-         * state (every rank reads the same files: all refuse together) */
+    if (!any) {
+        /* nothing committed by this degree's ranks: rank-d0 (a rank of every
+         * degree) has no version, so no step was committed by every rank of
+         * any degree (the restore starts from rank-d0's steps). Directories
+         * of ranks beyond this degree (rank-dD, D >= the DP degree: an earlier
+         * larger run, one that never committed, a checkpoint cut short) hold
+         * nothing restorable: a fresh start, unless the directory holds a
+         * whole single-process state (every rank reads the same files: all
+         * refuse together) */
+        for (int q = t->dpn; q < FTC__MAX_DP && t->dpr == 0; q++) {
+            char more[4200];
+            uint64_t s = 0;
+            ftc_err_t e = {0};
+            ftc__rank_dir(t, q, more, sizeof more);
+            if (ftc__newest(more, &s, &e) == 0 && s)
+                FTC_WARN("train", "%s holds committed versions (newest step %llu) but no rank "
+                         "of this run of %d DP ranks has any, rank-d0 neither: no step of it "
+                         "can be restored; starting at step 0", more, (unsigned long long)s,
+                         t->dpn);
+        }
         uint64_t whole = 0;
         if ((rc = ftc__newest(t->o.ckpt_dir, &whole, err)) < 0)
             return rc;
