@@ -565,21 +565,28 @@ static int ftc__check_fetched(ftc_trainer_t *t, const ftc_shard_ref_t *ref, int 
  * that step, the shard of every previous DP rank whose chunk overlaps its own
  * (ftc_fetch: verified, committed), checks each one's metadata and copies the
  * overlapping ranges of the parameters and both moments. *fresh: nothing
- * committed. */
-static int ftc__agent_repartition(ftc_trainer_t *t, int64_t want, bool *fresh, uint64_t *used,
-                                  ftc_err_t *err)
+ * committed. *missing (want >= 0 only): previous rank 0's shard of step
+ * want has no copy (never committed: a checkpoint the agent's
+ * checkpoint.busy=skip policy skipped, another interval; or lost), every
+ * rank says so with FTC_ENOENT and *used = want. */
+static int ftc__agent_repartition(ftc_trainer_t *t, int64_t want, bool *fresh, bool *missing,
+                                  uint64_t *used, ftc_err_t *err)
 {
-    *fresh = false;
+    *fresh = false, *missing = false;
     size_t P = ftc_model_num_params(t->model);
     ftc_shard_ref_t *ref0 = NULL;
     ftc__train_meta_t m0;
     memset(&m0, 0, sizeof m0);
-    /* [step, S, status]: status 0 ok, 1 nothing committed, 2 failed */
+    /* [step, S, status]: status 0 ok, 1 nothing committed, 2 failed, 3 no
+     * copy of step `want` (never committed, or lost) */
     uint64_t mine[3] = {0, 0, 0}, all[3 * FTC__MAX_DP];
     ftc_err_t e0 = {0};
     if (t->dpr == 0) {
         int rc = ftc_fetch(t->ftc, ftc__prev_rank_of(t, 1, 0), want, &ref0);
-        if (rc == FTC_ENOENT && ftc__nothing_committed(t)) {
+        if (rc == FTC_ENOENT && want >= 0) {
+            mine[2] = 3;
+            ftc_err_set(&e0, rc, "step %lld: %s", (long long)want, ftc_last_error(t->ftc));
+        } else if (rc == FTC_ENOENT && ftc__nothing_committed(t)) {
             mine[2] = 1;
             FTC_WARN("train", "no committed checkpoint through the agent (%s): starting at step 0",
                      ftc_last_error(t->ftc));
@@ -621,6 +628,12 @@ static int ftc__agent_repartition(ftc_trainer_t *t, int64_t want, bool *fresh, u
         if (all[2] == 1) {
             *fresh = true;
             return 0;
+        }
+        if (all[2] == 3) { /* the caller walks back to an older step */
+            *used = (uint64_t)want, *missing = true;
+            return t->dpr == 0 ? ftc_err_set(err, FTC_ENOENT, "%s", e0.msg)
+                               : ftc_err_set(err, FTC_ENOENT, "step %lld: DP rank 0 found no "
+                                             "copy of it through its agent", (long long)want);
         }
         return t->dpr == 0 ? ftc_err_set(err, e0.code, "%s", e0.msg)
                            : ftc_err_set(err, FTC_EIO, "DP rank 0 could not read the committed "
@@ -768,13 +781,37 @@ static int ftc__agent_restore(ftc_trainer_t *t, ftc_err_t *err)
     /* a step whose shards cannot all be fetched (one existed only in a lost
      * node's memory, and the persist tier lags or skipped it): every rank
      * tries the committed checkpoint before it, a few times (each try is
-     * collective, so every rank takes the same one) */
-    bool fresh = false;
+     * collective, so every rank takes the same one). The step one interval
+     * back may not exist (the agent's checkpoint.busy=skip policy skipped
+     * it, or the interval changed between runs): a step with no copy of
+     * previous rank 0's shard is walked over, one step at a time, down to the
+     * newest that has one (a bounded number of probes, which are not tries) */
+    bool fresh = false, missing = false;
     uint64_t used = 0;
     uint64_t every_n = t->o.ckpt_every > 0 ? t->o.ckpt_every : 1;
-    for (int tries = 0;; tries++) {
-        rc = ftc__agent_repartition(t, want, &fresh, &used, err);
-        if (rc != FTC_EAGAIN || tries == 7 || used < every_n + 1)
+    uint64_t probes = 0, max_probes = 4 * every_n + 16, walked_from = 0;
+    for (int tries = 0;;) {
+        rc = ftc__agent_repartition(t, want, &fresh, &missing, &used, err);
+        if (missing) { /* no such step (every rank agrees): the one before it */
+            if (!probes)
+                walked_from = (uint64_t)want;
+            if (used == 0 || ++probes > max_probes) {
+                rc = ftc_err_set(err, FTC_EAGAIN, "no copy of any step from %llu down to %llu "
+                                 "(%s)", (unsigned long long)walked_from,
+                                 (unsigned long long)used, err->msg);
+                break;
+            }
+            FTC_DEBUG("train", "DP rank %d: %s: trying step %llu", t->dpr, err->msg,
+                      (unsigned long long)(used - 1));
+            want = (int64_t)(used - 1);
+            continue;
+        }
+        if (probes && rc == 0)
+            FTC_WARN("train", "DP rank %d: no copy of steps %llu down to %llu (checkpoints "
+                     "skipped or lost): took step %llu", t->dpr, (unsigned long long)walked_from,
+                     (unsigned long long)(used + 1), (unsigned long long)used);
+        probes = 0;
+        if (rc != FTC_EAGAIN || ++tries == 8 || used < every_n + 1)
             break;
         FTC_WARN("train", "DP rank %d: %s: trying the checkpoint of step %llu", t->dpr, err->msg,
                  (unsigned long long)(used - every_n));
@@ -1847,9 +1884,9 @@ static int ftc__guard_rollback(ftc_trainer_t *t, uint64_t *back, ftc_err_t *err)
          * previous rank this one continued at its start, and so after a
          * renumbering would hand this rank another rank's chunk of this
          * generation's checkpoints */
-        bool fresh = false;
+        bool fresh = false, missing = false;
         uint64_t used = 0;
-        rc = ftc__agent_repartition(t, -1, &fresh, &used, err);
+        rc = ftc__agent_repartition(t, -1, &fresh, &missing, &used, err);
         if (rc == 0 && !fresh)
             rc = ftc__gather_params(t, err);
     } else if (t->persist && t->sharded) {

@@ -23,13 +23,19 @@
  *     deadline; ctest's TIMEOUT is the backstop, no time is asserted);
  *   - with agents: DP = 2 checkpointing every step through include/ftc.h,
  *     one rank SIGKILLed mid-run, the job restarted: it restores the
- *     committed step and ends with the uninterrupted run's bits.
+ *     committed step and ends with the uninterrupted run's bits; a restart
+ *     whose newest step cannot be put together (rank 1's copies corrupted)
+ *     and whose step one interval back never existed (the interval changed
+ *     from 3 to 2) walks back to step 3: the same bits.
  */
 #include "ftc_test.h"
 
+#include "ckpt/shard.h"
 #include "trainer/dist.h"
 #include "trainer/train.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -417,6 +423,95 @@ static void test_agent_kill_restart(void **state)
     assert_true(params_hash(p[0].out, 8) == want);
 }
 
+/* Corrupts (one payload byte) every shared-memory copy of DP rank `rank`'s
+ * shard of step `step` of job `job` (its node's slot, the peer's replica);
+ * the number of copies found. */
+static int corrupt_shm_copies(const char *job, uint64_t step, uint32_t rank)
+{
+    char prefix[96];
+    snprintf(prefix, sizeof prefix, "ftc.%s.", job);
+    DIR *d = opendir("/dev/shm");
+    assert_non_null(d);
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (strncmp(de->d_name, prefix, strlen(prefix)))
+            continue;
+        char path[512];
+        snprintf(path, sizeof path, "/dev/shm/%s", de->d_name);
+        int fd = open(path, O_RDWR);
+        struct stat sb;
+        if (fd < 0 || fstat(fd, &sb) != 0 || sb.st_size == 0) {
+            if (fd >= 0)
+                close(fd);
+            continue;
+        }
+        uint8_t *b = mmap(NULL, (size_t)sb.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        close(fd);
+        if (b == MAP_FAILED)
+            continue;
+        uint64_t total = 0;
+        ftc_shard_view_t v;
+        if (ftc_shard_peek_size(b, (size_t)sb.st_size, &total, NULL) == 0 &&
+            total <= (uint64_t)sb.st_size && ftc_shard_open(&v, b, total, 0, NULL) == 0 &&
+            v.info.step == step && v.info.dp_rank == rank && v.payload_size > 0) {
+            b[v.payload_offset + v.payload_size / 2] ^= 0x5a;
+            n++;
+        }
+        munmap(b, (size_t)sb.st_size);
+    }
+    closedir(d);
+    return n;
+}
+
+/* The restart's retry loop walks over a step that was never checkpointed:
+ * checkpoints every 3 steps (3, 6) and then a restart with --ckpt-every 2
+ * (the interval may change; the agent's checkpoint.busy=skip policy leaves
+ * the same gap). Rank 1's shard of step 6 is corrupted in every memory copy
+ * (no persist tier): step 6 cannot be put together, and the step one
+ * interval back, 4, never existed: the retry gave up ("could not read the
+ * committed checkpoint"). It must walk back to step 3: the same bits. */
+static void test_agent_retry_walks_back(void **state)
+{
+    redis_fixture_t *f = *state;
+    char jobdir[PATH_MAX], persist[PATH_MAX], url[512], job[64];
+    agent_job_init(f, jobdir, persist, url, job);
+    const char *one[] = {COMMON, "--steps", "8", "--deterministic", NULL};
+    uint64_t want = run_ok(jobdir, "base8", NULL, one, 8);
+    for (int i = 0; i < 2; i++)
+        g_agents[i] = start_agent(jobdir, persist, job, url, i);
+    proc_t p[2];
+    const char *a1[] = {COMMON, "--steps", "8", "--ckpt-every", "3", "--stop-at", "6",
+                        "--coll-timeout-ms", "20000", NULL};
+    start_ranks(p, jobdir, job, "run1", a1);
+    assert_int_equal(finish(&p[1], 120000), 0);
+    assert_int_equal(finish(&p[0], 120000), 0);
+    /* both copies of rank 1's step 6: its node's slot and the peer's replica
+     * (pushed after the commit... or just before: wait for both) */
+    ftc_deadline_t d = ftc_deadline_in_ms(20000);
+    int n = 0;
+    while ((n = corrupt_shm_copies(job, 6, 1)) < 2 && !ftc_deadline_expired(d)) {
+        if (n) /* one flipped already: flip it back */
+            corrupt_shm_copies(job, 6, 1);
+        ftc_sleep_ms(50);
+    }
+    assert_int_equal(n, 2);
+    const char *a2[] = {COMMON, "--steps", "8", "--ckpt-every", "2", "--coll-timeout-ms", "20000",
+                        NULL};
+    start_ranks(p, jobdir, job, "run2", a2);
+    int rc1 = finish(&p[1], 120000), rc0 = finish(&p[0], 120000);
+    if (rc0 || rc1) {
+        char *s = slurp(p[0].out);
+        print_error("restarted rank 0 exited %d (rank 1 %d):\n%s\n", rc0, rc1, s);
+        free(s);
+    }
+    assert_int_equal(rc0, 0);
+    assert_int_equal(rc1, 0);
+    assert_true(expect_said(p[0].out, "trying the checkpoint of step 4"));
+    assert_true(expect_said(p[0].out, "restored step 3 through the agent"));
+    assert_true(params_hash(p[0].out, 8) == want);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -428,6 +523,8 @@ int main(void)
         cmocka_unit_test(test_other_kind_refused),
         cmocka_unit_test(test_killed_rank_fails_peers),
         cmocka_unit_test_setup_teardown(test_agent_kill_restart, redis_fixture_setup,
+                                        agent_teardown),
+        cmocka_unit_test_setup_teardown(test_agent_retry_walks_back, redis_fixture_setup,
                                         agent_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
