@@ -506,6 +506,34 @@ static int ftc__prev_rank_of(const ftc_trainer_t *t, int S, int q)
     return ftc_layout_rank(S, t->tpn, q, t->tpr, 0);
 }
 
+/* What a restored record changes: the step, the RNG, where the run resumed
+ * from and the guard's state (the skip list and the spike window). */
+typedef struct ftc__resume_state {
+    uint64_t step, rng, resumed_from;
+    uint64_t skips[FTC_GUARD_MAX_SKIPS];
+    int nskips;
+    float win[FTC_GUARD_WINDOW_MAX];
+    int nwin;
+} ftc__resume_state_t;
+
+static void ftc__state_save(const ftc_trainer_t *t, ftc__resume_state_t *g)
+{
+    g->step = t->step, g->rng = t->rng.state, g->resumed_from = t->resumed_from;
+    memcpy(g->skips, t->skips, sizeof g->skips);
+    g->nskips = t->nskips;
+    memcpy(g->win, t->win, sizeof g->win);
+    g->nwin = t->nwin;
+}
+
+static void ftc__state_restore(ftc_trainer_t *t, const ftc__resume_state_t *g)
+{
+    t->step = g->step, t->rng.state = g->rng, t->resumed_from = g->resumed_from;
+    memcpy(t->skips, g->skips, sizeof t->skips);
+    t->nskips = g->nskips;
+    memcpy(t->win, g->win, sizeof t->win);
+    t->nwin = g->nwin;
+}
+
 /* Checks a fetched shard: its step, its metadata record (config hash,
  * step, cursor, DP degree S, the run's RNG) and its three chunk tensors
  * (fp32, chunk q of S elements). Returns the tensors' data in src. */
@@ -525,9 +553,14 @@ static int ftc__check_fetched(ftc_trainer_t *t, const ftc_shard_ref_t *ref, int 
         memcpy(meta, m, sizeof *meta);
     char where[64];
     snprintf(where, sizeof where, "agent (previous rank %d)", rank);
-    uint64_t saved_step = t->step, saved_rng = t->rng.state, saved_from = t->resumed_from;
+    /* a check only: the record may still be rejected below (or the step
+     * given up by another rank), so nothing of it stays in the state, its
+     * skip list and spike window neither; the caller applies the accepted
+     * record */
+    ftc__resume_state_t saved;
+    ftc__state_save(t, &saved);
     int rc = ftc__meta_apply(t, meta, (uint32_t)mlen, step, (uint64_t)S, where, err);
-    t->step = saved_step, t->rng.state = saved_rng, t->resumed_from = saved_from;
+    ftc__state_restore(t, &saved);
     if (rc < 0)
         return rc;
     if (first && meta->rng != first->rng)
@@ -689,11 +722,18 @@ static int ftc__agent_repartition(ftc_trainer_t *t, int64_t want, bool *fresh, b
     if (rc == 0 && !have)
         rc = ftc_err_set(err, FTC_EINVAL, "DP rank %d of %d: no piece of the re-partition",
                          t->dpr, t->dpn);
+    /* the accepted record into the state; undone below when the step is
+     * given up (the caller may try an older one: none of this one's skip
+     * list may stay) */
+    ftc__resume_state_t before;
+    ftc__state_save(t, &before);
     if (rc == 0)
         rc = ftc__meta_apply(t, &first, sizeof first, step, (uint64_t)S, "agent", err);
     /* everyone restored, or everyone fails (no rank waits in a collective) */
     uint64_t ok = rc == 0, oks[FTC__MAX_DP];
     int rc2 = ftc__gather_u64(t, ok, oks, rc < 0 ? NULL : err);
+    if (rc2 < 0 || rc < 0)
+        ftc__state_restore(t, &before);
     if (rc2 < 0) /* the group itself failed: no common answer */
         return rc < 0 ? rc : rc2;
     if (rc < 0) /* every rank answers FTC_EAGAIN below; this one's reason goes to the log */
@@ -701,9 +741,11 @@ static int ftc__agent_repartition(ftc_trainer_t *t, int64_t want, bool *fresh, b
     /* FTC_EAGAIN: every rank agrees that this step cannot be put together
      * (the caller may try an older committed one) */
     for (int r = 0; r < t->dpn; r++)
-        if (!oks[r])
+        if (!oks[r]) {
+            ftc__state_restore(t, &before);
             return ftc_err_set(err, FTC_EAGAIN, "step %llu: DP rank %d could not re-partition "
                                "the checkpoint (its log says why)", (unsigned long long)step, r);
+        }
     char tps[48] = "";
     if (t->tpn > 1)
         snprintf(tps, sizeof tps, " (TP rank %d of %d)", t->tpr, t->tpn);
