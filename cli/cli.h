@@ -142,7 +142,9 @@ typedef struct ftc_cli_shards {
 
 /* Loads the shards that path holds: a raw shard (verified), a full .ftcz
  * (decoded and verified), a version directory, or a persist directory
- * (`step`, or FTC_PERSIST_NEWEST for the newest that verifies). */
+ * (`step`, or FTC_PERSIST_NEWEST for the newest that verifies). A single
+ * file or a version directory whose step is not `step` (when given) is
+ * FTC_EINVAL naming both steps. */
 int ftc_cli_load_shards(const char *path, uint64_t step, const ftc_cli_args_t *a,
                         ftc_cli_shards_t *out, ftc_err_t *err);
 void ftc_cli_shards_free(ftc_cli_shards_t *s);

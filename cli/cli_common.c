@@ -439,6 +439,13 @@ int ftc_cli_load_shards(const char *path, uint64_t step, const ftc_cli_args_t *a
         ftc_shard_view_t v;
         ftc_shard_open(&v, out->buf[0], out->size[0], 0, NULL);
         out->step = v.info.step;
+        if (step != FTC_PERSIST_NEWEST && step != v.info.step) { /* never silently ignored */
+            ftc_cli_shards_free(out);
+            return ftc_err_set(err, FTC_EINVAL, "%s is a single shard file of step %llu, but "
+                               "step %llu was asked for: drop --step, or give the persist "
+                               "directory that holds that step", path,
+                               (unsigned long long)v.info.step, (unsigned long long)step);
+        }
         return 0;
     }
     if (cp.kind == FTC_KIND_VERSION) {

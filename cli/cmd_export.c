@@ -23,7 +23,8 @@ static const char ftc__export_help[] =
     "\n"
     "Options:\n"
     "  --safetensors          the output format (the only one today; required)\n"
-    "  --step N               the version to export from a persist directory\n";
+    "  --step N               the version to export from a persist directory (for a\n"
+    "                         single file or a version directory, it must be its step)\n";
 
 static int ftc__export_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
 {

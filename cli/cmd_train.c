@@ -323,7 +323,12 @@ static int ftc__launch(const ftc_cli_cmd_t *cmd, int argc, char **argv, int n, u
             failing = true;
             kill_at = ftc_deadline_in_ms(timeout_ms + 20000);
         }
-        ec = FTC_EXIT_FAIL;
+        /* a rank's configuration error (exit 2: the checkpoint directory does
+         * not fit this command line) is the job's: its peers then fail too */
+        if (WIFEXITED(st) && WEXITSTATUS(st) == FTC_EXIT_USAGE)
+            ec = FTC_EXIT_USAGE;
+        else if (ec != FTC_EXIT_USAGE)
+            ec = FTC_EXIT_FAIL;
     }
     free(pids);
     free(av);
@@ -734,8 +739,17 @@ generation:
         goto leave;
     }
     if (!t) {
-        ec = err.code == FTC_EINVAL ? ftc_cli_usage_error(cmd, "%s", ftc_err_str(&err))
-                                    : ftc_cli_fail(cmd, "%s", ftc_err_str(&err));
+        /* FTC_ECONFIG: the checkpoint directory was written by another
+         * configuration (or holds the other kind of checkpoint): the command
+         * line does not fit it, exit 2 like a usage error (docs/trainer.md),
+         * without the usage text (the message says what to change) */
+        if (err.code == FTC_ECONFIG) {
+            ftc_cli_fail(cmd, "%s", ftc_err_str(&err));
+            ec = FTC_EXIT_USAGE;
+        } else {
+            ec = err.code == FTC_EINVAL ? ftc_cli_usage_error(cmd, "%s", ftc_err_str(&err))
+                                        : ftc_cli_fail(cmd, "%s", ftc_err_str(&err));
+        }
         goto out;
     }
     ftc_model_t *m = ftc_trainer_model(t);

@@ -115,7 +115,7 @@ static uint64_t ftc__config_hash(const ftc_trainer_t *t)
     return ftc_xxh3(h, (size_t)n * sizeof h[0]);
 }
 
-static int ftc__newest_ro(const char *dir, uint64_t *step, ftc_err_t *err);
+static int ftc__newest(const char *dir, uint64_t *step, ftc_err_t *err);
 static int ftc__guard_check_options(const ftc_train_options_t *o, ftc_err_t *err);
 static bool ftc__guard_add_skip(ftc_trainer_t *t, uint64_t step);
 static int ftc__guard_from_meta(ftc_trainer_t *t, const ftc__train_meta_t *meta,
@@ -237,7 +237,7 @@ static int ftc__ckpt_restore(ftc_trainer_t *t, ftc_err_t *err)
             char d[4200];
             uint64_t s = 0;
             snprintf(d, sizeof d, "%s/%s", t->o.ckpt_dir, kinds[k]);
-            if ((rc = ftc__newest_ro(d, &s, err)) < 0)
+            if ((rc = ftc__newest(d, &s, err)) < 0)
                 return rc;
             if (s)
                 return ftc_err_set(err, FTC_ECONFIG,
@@ -506,6 +506,34 @@ static int ftc__prev_rank_of(const ftc_trainer_t *t, int S, int q)
     return ftc_layout_rank(S, t->tpn, q, t->tpr, 0);
 }
 
+/* What a restored record changes: the step, the RNG, where the run resumed
+ * from and the guard's state (the skip list and the spike window). */
+typedef struct ftc__resume_state {
+    uint64_t step, rng, resumed_from;
+    uint64_t skips[FTC_GUARD_MAX_SKIPS];
+    int nskips;
+    float win[FTC_GUARD_WINDOW_MAX];
+    int nwin;
+} ftc__resume_state_t;
+
+static void ftc__state_save(const ftc_trainer_t *t, ftc__resume_state_t *g)
+{
+    g->step = t->step, g->rng = t->rng.state, g->resumed_from = t->resumed_from;
+    memcpy(g->skips, t->skips, sizeof g->skips);
+    g->nskips = t->nskips;
+    memcpy(g->win, t->win, sizeof g->win);
+    g->nwin = t->nwin;
+}
+
+static void ftc__state_restore(ftc_trainer_t *t, const ftc__resume_state_t *g)
+{
+    t->step = g->step, t->rng.state = g->rng, t->resumed_from = g->resumed_from;
+    memcpy(t->skips, g->skips, sizeof t->skips);
+    t->nskips = g->nskips;
+    memcpy(t->win, g->win, sizeof t->win);
+    t->nwin = g->nwin;
+}
+
 /* Checks a fetched shard: its step, its metadata record (config hash,
  * step, cursor, DP degree S, the run's RNG) and its three chunk tensors
  * (fp32, chunk q of S elements). Returns the tensors' data in src. */
@@ -525,9 +553,14 @@ static int ftc__check_fetched(ftc_trainer_t *t, const ftc_shard_ref_t *ref, int 
         memcpy(meta, m, sizeof *meta);
     char where[64];
     snprintf(where, sizeof where, "agent (previous rank %d)", rank);
-    uint64_t saved_step = t->step, saved_rng = t->rng.state, saved_from = t->resumed_from;
+    /* a check only: the record may still be rejected below (or the step
+     * given up by another rank), so nothing of it stays in the state, its
+     * skip list and spike window neither; the caller applies the accepted
+     * record */
+    ftc__resume_state_t saved;
+    ftc__state_save(t, &saved);
     int rc = ftc__meta_apply(t, meta, (uint32_t)mlen, step, (uint64_t)S, where, err);
-    t->step = saved_step, t->rng.state = saved_rng, t->resumed_from = saved_from;
+    ftc__state_restore(t, &saved);
     if (rc < 0)
         return rc;
     if (first && meta->rng != first->rng)
@@ -565,21 +598,28 @@ static int ftc__check_fetched(ftc_trainer_t *t, const ftc_shard_ref_t *ref, int 
  * that step, the shard of every previous DP rank whose chunk overlaps its own
  * (ftc_fetch: verified, committed), checks each one's metadata and copies the
  * overlapping ranges of the parameters and both moments. *fresh: nothing
- * committed. */
-static int ftc__agent_repartition(ftc_trainer_t *t, int64_t want, bool *fresh, uint64_t *used,
-                                  ftc_err_t *err)
+ * committed. *missing (want >= 0 only): previous rank 0's shard of step
+ * want has no copy (never committed: a checkpoint the agent's
+ * checkpoint.busy=skip policy skipped, another interval; or lost), every
+ * rank says so with FTC_ENOENT and *used = want. */
+static int ftc__agent_repartition(ftc_trainer_t *t, int64_t want, bool *fresh, bool *missing,
+                                  uint64_t *used, ftc_err_t *err)
 {
-    *fresh = false;
+    *fresh = false, *missing = false;
     size_t P = ftc_model_num_params(t->model);
     ftc_shard_ref_t *ref0 = NULL;
     ftc__train_meta_t m0;
     memset(&m0, 0, sizeof m0);
-    /* [step, S, status]: status 0 ok, 1 nothing committed, 2 failed */
+    /* [step, S, status]: status 0 ok, 1 nothing committed, 2 failed, 3 no
+     * copy of step `want` (never committed, or lost) */
     uint64_t mine[3] = {0, 0, 0}, all[3 * FTC__MAX_DP];
     ftc_err_t e0 = {0};
     if (t->dpr == 0) {
         int rc = ftc_fetch(t->ftc, ftc__prev_rank_of(t, 1, 0), want, &ref0);
-        if (rc == FTC_ENOENT && ftc__nothing_committed(t)) {
+        if (rc == FTC_ENOENT && want >= 0) {
+            mine[2] = 3;
+            ftc_err_set(&e0, rc, "step %lld: %s", (long long)want, ftc_last_error(t->ftc));
+        } else if (rc == FTC_ENOENT && ftc__nothing_committed(t)) {
             mine[2] = 1;
             FTC_WARN("train", "no committed checkpoint through the agent (%s): starting at step 0",
                      ftc_last_error(t->ftc));
@@ -621,6 +661,12 @@ static int ftc__agent_repartition(ftc_trainer_t *t, int64_t want, bool *fresh, u
         if (all[2] == 1) {
             *fresh = true;
             return 0;
+        }
+        if (all[2] == 3) { /* the caller walks back to an older step */
+            *used = (uint64_t)want, *missing = true;
+            return t->dpr == 0 ? ftc_err_set(err, FTC_ENOENT, "%s", e0.msg)
+                               : ftc_err_set(err, FTC_ENOENT, "step %lld: DP rank 0 found no "
+                                             "copy of it through its agent", (long long)want);
         }
         return t->dpr == 0 ? ftc_err_set(err, e0.code, "%s", e0.msg)
                            : ftc_err_set(err, FTC_EIO, "DP rank 0 could not read the committed "
@@ -676,11 +722,18 @@ static int ftc__agent_repartition(ftc_trainer_t *t, int64_t want, bool *fresh, u
     if (rc == 0 && !have)
         rc = ftc_err_set(err, FTC_EINVAL, "DP rank %d of %d: no piece of the re-partition",
                          t->dpr, t->dpn);
+    /* the accepted record into the state; undone below when the step is
+     * given up (the caller may try an older one: none of this one's skip
+     * list may stay) */
+    ftc__resume_state_t before;
+    ftc__state_save(t, &before);
     if (rc == 0)
         rc = ftc__meta_apply(t, &first, sizeof first, step, (uint64_t)S, "agent", err);
     /* everyone restored, or everyone fails (no rank waits in a collective) */
     uint64_t ok = rc == 0, oks[FTC__MAX_DP];
     int rc2 = ftc__gather_u64(t, ok, oks, rc < 0 ? NULL : err);
+    if (rc2 < 0 || rc < 0)
+        ftc__state_restore(t, &before);
     if (rc2 < 0) /* the group itself failed: no common answer */
         return rc < 0 ? rc : rc2;
     if (rc < 0) /* every rank answers FTC_EAGAIN below; this one's reason goes to the log */
@@ -688,9 +741,11 @@ static int ftc__agent_repartition(ftc_trainer_t *t, int64_t want, bool *fresh, u
     /* FTC_EAGAIN: every rank agrees that this step cannot be put together
      * (the caller may try an older committed one) */
     for (int r = 0; r < t->dpn; r++)
-        if (!oks[r])
+        if (!oks[r]) {
+            ftc__state_restore(t, &before);
             return ftc_err_set(err, FTC_EAGAIN, "step %llu: DP rank %d could not re-partition "
                                "the checkpoint (its log says why)", (unsigned long long)step, r);
+        }
     char tps[48] = "";
     if (t->tpn > 1)
         snprintf(tps, sizeof tps, " (TP rank %d of %d)", t->tpr, t->tpn);
@@ -768,13 +823,37 @@ static int ftc__agent_restore(ftc_trainer_t *t, ftc_err_t *err)
     /* a step whose shards cannot all be fetched (one existed only in a lost
      * node's memory, and the persist tier lags or skipped it): every rank
      * tries the committed checkpoint before it, a few times (each try is
-     * collective, so every rank takes the same one) */
-    bool fresh = false;
+     * collective, so every rank takes the same one). The step one interval
+     * back may not exist (the agent's checkpoint.busy=skip policy skipped
+     * it, or the interval changed between runs): a step with no copy of
+     * previous rank 0's shard is walked over, one step at a time, down to the
+     * newest that has one (a bounded number of probes, which are not tries) */
+    bool fresh = false, missing = false;
     uint64_t used = 0;
     uint64_t every_n = t->o.ckpt_every > 0 ? t->o.ckpt_every : 1;
-    for (int tries = 0;; tries++) {
-        rc = ftc__agent_repartition(t, want, &fresh, &used, err);
-        if (rc != FTC_EAGAIN || tries == 7 || used < every_n + 1)
+    uint64_t probes = 0, max_probes = 4 * every_n + 16, walked_from = 0;
+    for (int tries = 0;;) {
+        rc = ftc__agent_repartition(t, want, &fresh, &missing, &used, err);
+        if (missing) { /* no such step (every rank agrees): the one before it */
+            if (!probes)
+                walked_from = (uint64_t)want;
+            if (used == 0 || ++probes > max_probes) {
+                rc = ftc_err_set(err, FTC_EAGAIN, "no copy of any step from %llu down to %llu "
+                                 "(%s)", (unsigned long long)walked_from,
+                                 (unsigned long long)used, err->msg);
+                break;
+            }
+            FTC_DEBUG("train", "DP rank %d: %s: trying step %llu", t->dpr, err->msg,
+                      (unsigned long long)(used - 1));
+            want = (int64_t)(used - 1);
+            continue;
+        }
+        if (probes && rc == 0)
+            FTC_WARN("train", "DP rank %d: no copy of steps %llu down to %llu (checkpoints "
+                     "skipped or lost): took step %llu", t->dpr, (unsigned long long)walked_from,
+                     (unsigned long long)(used + 1), (unsigned long long)used);
+        probes = 0;
+        if (rc != FTC_EAGAIN || ++tries == 8 || used < every_n + 1)
             break;
         FTC_WARN("train", "DP rank %d: %s: trying the checkpoint of step %llu", t->dpr, err->msg,
                  (unsigned long long)(used - every_n));
@@ -818,32 +897,15 @@ static int ftc__agent_setup(ftc_trainer_t *t, ftc_err_t *err)
     return ftc__agent_restore(t, err);
 }
 
-/* The newest committed step in a persist directory (0: none). */
+/* The newest committed step in a persist directory (0: none, or no such
+ * directory). Read-only (ftc_persist_open_reader): the directory may be
+ * another rank's, whose writer may be at work; nothing is created there and
+ * no temp file removed. */
 static int ftc__newest(const char *dir, uint64_t *step, ftc_err_t *err)
 {
     *step = 0;
-    ftc_persist_options_t po = FTC_PERSIST_OPTIONS_INIT;
-    ftc_persist_t *p = ftc_persist_open(dir, &po, err);
-    if (!p)
-        return err ? err->code : FTC_EIO;
-    ftc_persist_version_t *v = NULL;
-    int nv = 0, rc = ftc_persist_list(p, &v, &nv);
-    if (rc < 0)
-        rc = ftc_err_set(err, rc, "%s: %s", dir, ftc_persist_errstr(p));
-    for (int i = 0; rc == 0 && i < nv; i++)
-        if (v[i].state == FTC_PV_COMMITTED && v[i].step > *step)
-            *step = v[i].step;
-    free(v);
-    ftc_persist_close(p);
-    return rc;
-}
-
-/* As ftc__newest, read-only, and 0 when dir does not exist. */
-static int ftc__newest_ro(const char *dir, uint64_t *step, ftc_err_t *err)
-{
-    *step = 0;
     struct stat sb;
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+    if (stat(dir, &sb) != 0 && errno == ENOENT)
         return 0;
     ftc_persist_t *p = ftc_persist_open_reader(dir, err);
     if (!p)
@@ -873,8 +935,7 @@ static void ftc__rank_dir(const ftc_trainer_t *t, int q, char *buf, size_t size)
 /* The shard header of version `step` in the persist directory dir. */
 static int ftc__saved_info(const char *dir, uint64_t step, ftc_shard_info_t *info, ftc_err_t *err)
 {
-    ftc_persist_options_t po = FTC_PERSIST_OPTIONS_INIT;
-    ftc_persist_t *p = ftc_persist_open(dir, &po, err);
+    ftc_persist_t *p = ftc_persist_open_reader(dir, err);
     if (!p)
         return err ? err->code : FTC_EIO;
     ftc_persist_loaded_t *l = NULL;
@@ -956,8 +1017,7 @@ static int ftc__load_chunk(ftc_trainer_t *t, int q, int S, uint64_t step, float 
                                     FTC_SNAP_HOST, err)
                      : ftc_err_set(err, FTC_ENOMEM, "re-partitioning: out of memory");
     }
-    ftc_persist_options_t po = FTC_PERSIST_OPTIONS_INIT;
-    ftc_persist_t *p = rc == 0 ? ftc_persist_open(dir, &po, err) : NULL;
+    ftc_persist_t *p = rc == 0 ? ftc_persist_open_reader(dir, err) : NULL;
     ftc_persist_loaded_t *l = NULL;
     if (rc == 0 && !p)
         rc = err ? err->code : FTC_EIO;
@@ -986,8 +1046,7 @@ static int ftc__has_committed(const char *dir, uint64_t step, bool *has, ftc_err
     struct stat sb;
     if (stat(dir, &sb) != 0)
         return 0;
-    ftc_persist_options_t po = FTC_PERSIST_OPTIONS_INIT;
-    ftc_persist_t *p = ftc_persist_open(dir, &po, err);
+    ftc_persist_t *p = ftc_persist_open_reader(dir, err);
     if (!p)
         return err ? err->code : FTC_EIO;
     ftc_persist_version_t *v = NULL;
@@ -1006,8 +1065,10 @@ static int ftc__has_committed(const char *dir, uint64_t step, bool *has, ftc_err
 static int ftc__committed_steps(const char *dir, uint64_t **steps, int *n, ftc_err_t *err)
 {
     *steps = NULL, *n = 0;
-    ftc_persist_options_t po = FTC_PERSIST_OPTIONS_INIT;
-    ftc_persist_t *p = ftc_persist_open(dir, &po, err);
+    struct stat sb;
+    if (stat(dir, &sb) != 0 && errno == ENOENT)
+        return 0; /* no such directory: no step (the writer's open created it) */
+    ftc_persist_t *p = ftc_persist_open_reader(dir, err);
     if (!p)
         return err ? err->code : FTC_EIO;
     ftc_persist_version_t *v = NULL;
@@ -1154,14 +1215,28 @@ static int ftc__shard_persist_restore(ftc_trainer_t *t, ftc_err_t *err)
     bool same = true, any = false;
     for (int r = 0; r < t->dpn; r++)
         same = same && all[r] == mine, any = any || all[r];
-    char more[4200];
-    struct stat sb;
-    ftc__rank_dir(t, t->dpn, more, sizeof more);
-    if (!any && stat(more, &sb) != 0) {
-        /* a fresh start, unless the directory holds a whole single-process
-         * state (every rank reads the same files: all refuse together) */
+    if (!any) {
+        /* nothing committed by this degree's ranks: rank-d0 (a rank of every
+         * degree) has no version, so no step was committed by every rank of
+         * any degree (the restore starts from rank-d0's steps). Directories
+         * of ranks beyond this degree (rank-dD, D >= the DP degree: an earlier
+         * larger run, one that never committed, a checkpoint cut short) hold
+         * nothing restorable: a fresh start, unless the directory holds a
+         * whole single-process state (every rank reads the same files: all
+         * refuse together) */
+        for (int q = t->dpn; q < FTC__MAX_DP && t->dpr == 0; q++) {
+            char more[4200];
+            uint64_t s = 0;
+            ftc_err_t e = {0};
+            ftc__rank_dir(t, q, more, sizeof more);
+            if (ftc__newest(more, &s, &e) == 0 && s)
+                FTC_WARN("train", "%s holds committed versions (newest step %llu) but no rank "
+                         "of this run of %d DP ranks has any, rank-d0 neither: no step of it "
+                         "can be restored; starting at step 0", more, (unsigned long long)s,
+                         t->dpn);
+        }
         uint64_t whole = 0;
-        if ((rc = ftc__newest_ro(t->o.ckpt_dir, &whole, err)) < 0)
+        if ((rc = ftc__newest(t->o.ckpt_dir, &whole, err)) < 0)
             return rc;
         if (whole)
             return ftc_err_set(err, FTC_ECONFIG,
@@ -1851,9 +1926,9 @@ static int ftc__guard_rollback(ftc_trainer_t *t, uint64_t *back, ftc_err_t *err)
          * previous rank this one continued at its start, and so after a
          * renumbering would hand this rank another rank's chunk of this
          * generation's checkpoints */
-        bool fresh = false;
+        bool fresh = false, missing = false;
         uint64_t used = 0;
-        rc = ftc__agent_repartition(t, -1, &fresh, &used, err);
+        rc = ftc__agent_repartition(t, -1, &fresh, &missing, &used, err);
         if (rc == 0 && !fresh)
             rc = ftc__gather_params(t, err);
     } else if (t->persist && t->sharded) {
@@ -1998,6 +2073,9 @@ int ftc_guard_parse_steps(const char *s, uint64_t *out, int max, int *n, ftc_err
             return ftc_err_set(err, FTC_EINVAL, "skip list '%s': more than %d steps", s, max);
         out[(*n)++] = (uint64_t)v;
         p = *end ? end + 1 : end;
+        if (*end && !*p)
+            return ftc_err_set(err, FTC_EINVAL, "skip list '%s': it ends with a comma (an empty "
+                               "entry); give step indices separated by commas, e.g. 5,9", s);
     }
     return 0;
 }

@@ -240,8 +240,9 @@ int ftc_trainer_full_params(ftc_trainer_t *t, uint64_t *hash, float *full, ftc_e
 /* The skipped steps so far (sorted; the up-front list, the restored one and
  * the guard's decisions); *steps valid until the next step. */
 int ftc_trainer_skips(const ftc_trainer_t *t, const uint64_t **steps);
-/* Parses "5,9,12" into at most max step indices; FTC_EINVAL naming the bad
- * entry. */
+/* Parses "5,9,12" into at most max step indices ("" is the empty list);
+ * FTC_EINVAL naming the bad entry, also for an empty entry (",5", "5,,9",
+ * "5,"). */
 int ftc_guard_parse_steps(const char *s, uint64_t *out, int max, int *n, ftc_err_t *err);
 /* "skip" / "rollback" / "off" -> FTC_GUARD_*; -1 when unknown. */
 int ftc_guard_parse_mode(const char *s);

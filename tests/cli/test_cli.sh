@@ -162,6 +162,12 @@ grep_in out "shard-d1-t0-p0.ftcz" "version dir lists shard files"
 
 # ---- export ------------------------------------------------------------------
 expect 0 "export raw shard" -- "$FTC" export --safetensors "$T/good.shard" "$T/one.safetensors"
+expect 1 "export --step of another step on a single shard file" -- \
+    "$FTC" export --safetensors "$T/good.shard" "$T/wrong.safetensors" --step 2
+grep_in err "single shard file of step 3, but step 2 was asked for" "it names both steps"
+test ! -e "$T/wrong.safetensors" && echo "ok: nothing written" || { echo "FAIL: wrote OUT"; fails=$((fails + 1)); }
+expect 0 "export --step of its own step on a single shard file" -- \
+    "$FTC" export --safetensors "$T/good.shard" "$T/own.safetensors" --step 3
 expect 0 "export persist dir" -- "$FTC" export --safetensors "$P" "$T/all.safetensors" --step 2
 grep_in out "exported step 2: 2 shard" "export --step picks the version"
 n=$((n + 1))

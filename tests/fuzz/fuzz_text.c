@@ -157,6 +157,15 @@ static void skips(const char *text)
         return;
     }
     FUZZ_CHECK(n >= 0 && n <= 8, "%d steps", n);
+    /* accepted: "" or digits separated by single commas, one step per entry
+     * (no empty entry: not a leading, doubled or trailing comma) */
+    size_t len = strlen(text), commas = 0;
+    for (size_t i = 0; i < len; i++)
+        commas += text[i] == ',';
+    FUZZ_CHECK(len == 0 ? n == 0 : (size_t)n == commas + 1, "'%s': %d steps, %zu commas", text,
+               n, commas);
+    FUZZ_CHECK(len == 0 || (text[0] != ',' && text[len - 1] != ',' && !strstr(text, ",,")),
+               "'%s' accepted with an empty entry", text);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

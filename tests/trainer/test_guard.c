@@ -13,7 +13,9 @@
  *   - a loss spike (`--guard-spike-sigma`) is skipped, a clean run has none;
  *   - `off`: the NaN reaches the exact sums (FTC_ERANGE); bad options;
  *   - real processes: DP = 2 with one rank's micro-batch poisoned, both
- *     ranks skip (the single-process bits); DP = 2 through two real `ftc
+ *     ranks skip (the single-process bits); the same with `rollback` before
+ *     the first commit in a --ckpt-dir holding a stale rank-d2 of an earlier
+ *     larger run: skipped in place; DP = 2 through two real `ftc
  *     agent`s and a real redis-server with `--guard rollback`: the committed
  *     step is restored, the batch skipped, the same bits, and the job's
  *     event stream holds the `nan` event naming the rollback; the same with
@@ -256,6 +258,12 @@ static void test_off_and_options(void **state)
     assert_int_equal(n, 3);
     assert_true(s[1] == 17);
     assert_int_equal(ftc_guard_parse_steps("3,x", s, 4, &n, &err), FTC_EINVAL);
+    /* an empty entry is a usage error, a trailing one too (not silently dropped) */
+    assert_int_equal(ftc_guard_parse_steps("5,", s, 4, &n, &err), FTC_EINVAL);
+    assert_non_null(strstr(err.msg, "empty entry"));
+    assert_int_equal(ftc_guard_parse_steps("5,,9", s, 4, &n, &err), FTC_EINVAL);
+    assert_int_equal(ftc_guard_parse_steps(",5", s, 4, &n, &err), FTC_EINVAL);
+    assert_int_equal(ftc_guard_parse_steps(",", s, 4, &n, &err), FTC_EINVAL);
     assert_int_equal(ftc_guard_parse_steps("1,2,3,4,5", s, 4, &n, &err), FTC_EINVAL);
     assert_int_equal(ftc_guard_parse_steps("3,99999999999999999999", s, 4, &n, &err), FTC_EINVAL);
     assert_non_null(strstr(err.msg, "out of range"));
@@ -303,6 +311,39 @@ static void test_dp2_one_rank_poisoned(void **state)
                             "(DP rank 1) at step 5: batch 5 skipped"));
     assert_true(expect_said(p.out, "DP rank 1: guard: loss or gradient not finite"));
     assert_true(expect_said(p.out, "step 6/8 nan: batch skipped"));
+    assert_true(params_hash(p.out, 8) == g_ref5);
+    ftc_test_rmrf(dir);
+    free(dir);
+}
+
+/* A rollback before the first commit, in a --ckpt-dir that still has the
+ * directory of a rank of an earlier larger run (rank-d2, never committed):
+ * nothing to roll back to, the batch is skipped in place. The fresh-start
+ * check looked for any rank-dD with D >= the DP degree and went restoring:
+ * "rank-d0 has none". */
+static void test_dp2_rollback_stale_rank_dir(void **state)
+{
+    (void)state;
+    char *dir = ftc_test_tmpdir("guard-stale");
+    proc_t p;
+    if (!g_ref5) {
+        const char *ref[] = {COMMON, "--deterministic", "--skip-steps", "5", NULL};
+        start(&p, dir, "ref", NULL, ref);
+        finish_ok(&p, 120000);
+        g_ref5 = params_hash(p.out, 8);
+    }
+    char ck[PATH_MAX], stale[PATH_MAX + 16];
+    snprintf(ck, sizeof ck, "%s/ckpt", dir);
+    snprintf(stale, sizeof stale, "%s/rank-d2", ck);
+    assert_int_equal(mkdir(ck, 0700), 0);
+    assert_int_equal(mkdir(stale, 0700), 0); /* what a DP = 3 run that never committed leaves */
+    const char *env[] = {"FI_PROVIDER=tcp;ofi_rxm", NULL};
+    const char *dp2[] = {COMMON, "--nproc", "2", "--inject-nan", "5", "--inject-rank", "1",
+                         "--guard", "rollback", "--ckpt-dir", ck, "--ckpt-every", "100",
+                         "--coll-timeout-ms", "30000", NULL};
+    start(&p, dir, "dp2", env, dp2);
+    finish_ok(&p, 120000);
+    assert_true(expect_said(p.out, "batch 5 skipped (no committed version to roll back to)"));
     assert_true(params_hash(p.out, 8) == g_ref5);
     ftc_test_rmrf(dir);
     free(dir);
@@ -423,6 +464,7 @@ int main(void)
         cmocka_unit_test(test_spike),
         cmocka_unit_test(test_off_and_options),
         cmocka_unit_test(test_dp2_one_rank_poisoned),
+        cmocka_unit_test(test_dp2_rollback_stale_rank_dir),
         cmocka_unit_test_setup_teardown(test_agent_rollback, redis_fixture_setup, agent_teardown),
         cmocka_unit_test_setup_teardown(test_agent_rollback_renumbered, redis_fixture_setup,
                                         agent_teardown),

@@ -4,7 +4,9 @@
 #      same progress lines (loss, lr, norm), eval loss and parameter hash;
 #      a size may be written "64KiB" as on the command line; a flag wins
 #      over the file; an unknown key is a usage error naming it; --log-every 0
-#      is a usage error (it divided by zero);
+#      is a usage error (it divided by zero), so is --skip-steps "5," (an
+#      empty entry); a --ckpt-dir of another configuration (or the other kind
+#      of checkpoint) is a configuration error: exit 2, --nproc's launcher too;
 #   2. the final evaluation line "eval loss X (N held-out sequences)" and
 #      the parameter hash line are printed;
 #   3. `ftc train --tokenize TEXT --data OUT` writes a token file (one token
@@ -65,6 +67,24 @@ timeout 120 "$FTC" train "${FLAGS[@]}" --steps 2 --log-every 0 >"$T/le0.out" 2>&
 rc=$?
 check "--log-every 0: usage error (exit $rc) naming it" \
     bash -c "[ $rc -eq 2 ] && grep -q -- '--log-every' '$T/le0.out'"
+# an empty entry of --skip-steps is a usage error, never silently dropped
+timeout 120 "$FTC" train "${FLAGS[@]}" --steps 2 --skip-steps "5," >"$T/skip.out" 2>&1
+rc=$?
+check "--skip-steps '5,': usage error (exit $rc) naming the empty entry" \
+    bash -c "[ $rc -eq 2 ] && grep -q 'empty entry' '$T/skip.out'"
+# a --ckpt-dir written by a different configuration: exit 2 (a configuration
+# error, FTC_ECONFIG), the message naming it
+timeout 120 "$FTC" train "${FLAGS[@]}" --global-batch 4 --steps 2 --ckpt-dir "$T/ck" --ckpt-every 1 >"$T/ck1.out" 2>&1
+rc=$?
+check "a checkpointed run finished (exit $rc)" test $rc -eq 0
+timeout 120 "$FTC" train "${FLAGS[@]}" --global-batch 4 --steps 4 --seed 8 --ckpt-dir "$T/ck" >"$T/ck2.out" 2>&1
+rc=$?
+check "another configuration on that --ckpt-dir: exit 2 (got $rc), 'different configuration'" \
+    bash -c "[ $rc -eq 2 ] && grep -q 'different configuration' '$T/ck2.out'"
+timeout 120 "$FTC" train "${FLAGS[@]}" --global-batch 4 --steps 4 --nproc 2 --ckpt-dir "$T/ck" >"$T/ck3.out" 2>&1
+rc=$?
+check "--nproc 2 on a single-process --ckpt-dir: the launcher exits 2 (got $rc)" \
+    bash -c "[ $rc -eq 2 ] && grep -q 'single-process state' '$T/ck3.out'"
 [ $fails -eq 0 ] || { echo "--- flags:"; cat "$T/flags.out"; echo "--- config:"; cat "$T/cfg.out"; }
 
 # ---- the tokenizer -------------------------------------------------------------------------

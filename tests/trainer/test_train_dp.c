@@ -12,7 +12,8 @@
  *     the gathered moments;
  *   - DP = 2 stopped at step 2 (persist tier, one chunk per rank) and
  *     resumed to the end: the same bits; DP = 3 stopped at step 2 and
- *     resumed at DP = 2 (chunks re-partitioned): the same bits; and when
+ *     resumed at DP = 2 (chunks re-partitioned): the same bits, the saved
+ *     rank-d2 only read (a temp file there stays); and when
  *     the DP = 2 run's next checkpoint was committed by rank 0 only, the
  *     restart goes back to the DP = 3 step (the abandoned versions dropped):
  *     the same bits; a single-process checkpoint resumed by --nproc, and
@@ -22,13 +23,21 @@
  *     deadline; ctest's TIMEOUT is the backstop, no time is asserted);
  *   - with agents: DP = 2 checkpointing every step through include/ftc.h,
  *     one rank SIGKILLed mid-run, the job restarted: it restores the
- *     committed step and ends with the uninterrupted run's bits.
+ *     committed step and ends with the uninterrupted run's bits; a restart
+ *     whose newest step cannot be put together (rank 1's copies corrupted)
+ *     and whose step one interval back never existed (the interval changed
+ *     from 3 to 2) walks back to step 3: the same bits; the same with a
+ *     batch skipped between steps 3 and 6: the given-up step 6's skip list
+ *     does not stay (the clean run's bits).
  */
 #include "ftc_test.h"
 
+#include "ckpt/shard.h"
 #include "trainer/dist.h"
 #include "trainer/train.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -233,12 +242,21 @@ static void test_stop_resume_dp2(void **state)
     const char *b1[] = {COMMON, "--steps", "4", "--nproc", "3", "--ckpt-dir", ck3,
                         "--ckpt-every", "1", "--stop-at", "2", NULL};
     run_ok(dir, "first3", NULL, b1, 2);
+    /* rank-d2 is read by the ranks of the new degree, never written: a temp
+     * file there (of a writer they cannot tell from a dead one: another node's,
+     * on a shared file system) stays (ftc_persist_open_reader) */
+    char tmpf[PATH_MAX + 64];
+    snprintf(tmpf, sizeof tmpf, "%s/rank-d2/.probe.tmp.2147483600", ck3);
+    FILE *fp = fopen(tmpf, "w");
+    assert_non_null(fp);
+    fclose(fp);
     const char *b2[] = {COMMON, "--steps", "4", "--nproc", "2", "--ckpt-dir", ck3,
                         "--ckpt-every", "1", NULL};
     uint64_t h2 = run_ok(dir, "resumed2", NULL, b2, 4);
     snprintf(out, sizeof out, "%s/resumed2.out", dir);
     assert_true(expect_said(out, "re-partitioned from 3 DP ranks"));
     assert_true(h2 == g_base);
+    assert_true(access(tmpf, F_OK) == 0); /* the writer's open removed it */
     ftc_test_rmrf(dir);
     free(dir);
 }
@@ -300,14 +318,14 @@ static void test_other_kind_refused(void **state)
     run_ok(dir, "chunks", NULL, chunks, 2);
     const char *one[] = {COMMON, "--steps", "4", "--deterministic", "--ckpt-dir", ck, NULL};
     proc_t p;
-    run_rc(dir, "one-on-chunks", NULL, one, 1, &p);
+    run_rc(dir, "one-on-chunks", NULL, one, 2, &p); /* FTC_ECONFIG: exit 2 */
     assert_true(expect_said(p.out, "holds ZeRO-1 chunks of real DP ranks (rank-d0: step 2)"));
     assert_false(said(p.out, "step 1/4"));
     const char *whole[] = {COMMON, "--steps", "4", "--deterministic", "--ckpt-dir", ck1,
                            "--ckpt-every", "1", "--stop-at", "2", NULL};
     run_ok(dir, "whole", NULL, whole, 2);
     const char *dp2[] = {COMMON, "--steps", "4", "--nproc", "2", "--ckpt-dir", ck1, NULL};
-    run_rc(dir, "dp2-on-whole", NULL, dp2, 1, &p);
+    run_rc(dir, "dp2-on-whole", NULL, dp2, 2, &p);
     assert_true(expect_said(p.out, "holds a single-process state (step 2)"));
     assert_false(said(p.out, "step 1/4"));
     ftc_test_rmrf(dir);
@@ -407,6 +425,145 @@ static void test_agent_kill_restart(void **state)
     assert_true(params_hash(p[0].out, 8) == want);
 }
 
+/* Corrupts (one payload byte) every shared-memory copy of DP rank `rank`'s
+ * shard of step `step` of job `job` (its node's slot, the peer's replica);
+ * the number of copies found. */
+static int corrupt_shm_copies(const char *job, uint64_t step, uint32_t rank)
+{
+    char prefix[96];
+    snprintf(prefix, sizeof prefix, "ftc.%s.", job);
+    DIR *d = opendir("/dev/shm");
+    assert_non_null(d);
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (strncmp(de->d_name, prefix, strlen(prefix)))
+            continue;
+        char path[512];
+        snprintf(path, sizeof path, "/dev/shm/%s", de->d_name);
+        int fd = open(path, O_RDWR);
+        struct stat sb;
+        if (fd < 0 || fstat(fd, &sb) != 0 || sb.st_size == 0) {
+            if (fd >= 0)
+                close(fd);
+            continue;
+        }
+        uint8_t *b = mmap(NULL, (size_t)sb.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        close(fd);
+        if (b == MAP_FAILED)
+            continue;
+        uint64_t total = 0;
+        ftc_shard_view_t v;
+        if (ftc_shard_peek_size(b, (size_t)sb.st_size, &total, NULL) == 0 &&
+            total <= (uint64_t)sb.st_size && ftc_shard_open(&v, b, total, 0, NULL) == 0 &&
+            v.info.step == step && v.info.dp_rank == rank && v.payload_size > 0) {
+            b[v.payload_offset + v.payload_size / 2] ^= 0x5a;
+            n++;
+        }
+        munmap(b, (size_t)sb.st_size);
+    }
+    closedir(d);
+    return n;
+}
+
+/* The restart's retry loop walks over a step that was never checkpointed:
+ * checkpoints every 3 steps (3, 6) and then a restart with --ckpt-every 2
+ * (the interval may change; the agent's checkpoint.busy=skip policy leaves
+ * the same gap). Rank 1's shard of step 6 is corrupted in every memory copy
+ * (no persist tier): step 6 cannot be put together, and the step one
+ * interval back, 4, never existed: the retry gave up ("could not read the
+ * committed checkpoint"). It must walk back to step 3: the same bits. */
+static void test_agent_retry_walks_back(void **state)
+{
+    redis_fixture_t *f = *state;
+    char jobdir[PATH_MAX], persist[PATH_MAX], url[512], job[64];
+    agent_job_init(f, jobdir, persist, url, job);
+    const char *one[] = {COMMON, "--steps", "8", "--deterministic", NULL};
+    uint64_t want = run_ok(jobdir, "base8", NULL, one, 8);
+    for (int i = 0; i < 2; i++)
+        g_agents[i] = start_agent(jobdir, persist, job, url, i);
+    proc_t p[2];
+    const char *a1[] = {COMMON, "--steps", "8", "--ckpt-every", "3", "--stop-at", "6",
+                        "--coll-timeout-ms", "20000", NULL};
+    start_ranks(p, jobdir, job, "run1", a1);
+    assert_int_equal(finish(&p[1], 120000), 0);
+    assert_int_equal(finish(&p[0], 120000), 0);
+    /* both copies of rank 1's step 6: its node's slot and the peer's replica
+     * (pushed after the commit... or just before: wait for both) */
+    ftc_deadline_t d = ftc_deadline_in_ms(20000);
+    int n = 0;
+    while ((n = corrupt_shm_copies(job, 6, 1)) < 2 && !ftc_deadline_expired(d)) {
+        if (n) /* one flipped already: flip it back */
+            corrupt_shm_copies(job, 6, 1);
+        ftc_sleep_ms(50);
+    }
+    assert_int_equal(n, 2);
+    const char *a2[] = {COMMON, "--steps", "8", "--ckpt-every", "2", "--coll-timeout-ms", "20000",
+                        NULL};
+    start_ranks(p, jobdir, job, "run2", a2);
+    int rc1 = finish(&p[1], 120000), rc0 = finish(&p[0], 120000);
+    if (rc0 || rc1) {
+        char *s = slurp(p[0].out);
+        print_error("restarted rank 0 exited %d (rank 1 %d):\n%s\n", rc0, rc1, s);
+        free(s);
+    }
+    assert_int_equal(rc0, 0);
+    assert_int_equal(rc1, 0);
+    assert_true(expect_said(p[0].out, "trying the checkpoint of step 4"));
+    assert_true(expect_said(p[0].out, "restored step 3 through the agent"));
+    assert_true(params_hash(p[0].out, 8) == want);
+}
+
+/* A step given up leaves nothing of its records in the state: run 1 skips
+ * batch 5 (a NaN injected into rank 1's micro-batch), so step 6's records
+ * list step 5 and step 3's do not; step 6 cannot be put together on rank 1
+ * (its copies corrupted) and the restart goes back to step 3. Step 6's skip
+ * list stayed merged (rank 0 had accepted its record, and a record was
+ * merged before its checks), so the replay skipped batch 5 although nothing
+ * was wrong with it. Now: the bits of the uninterrupted clean run. */
+static void test_agent_retry_no_leaked_skips(void **state)
+{
+    redis_fixture_t *f = *state;
+    char jobdir[PATH_MAX], persist[PATH_MAX], url[512], job[64];
+    agent_job_init(f, jobdir, persist, url, job);
+    const char *one[] = {COMMON, "--steps", "8", "--deterministic", NULL};
+    uint64_t want = run_ok(jobdir, "base8", NULL, one, 8);
+    for (int i = 0; i < 2; i++)
+        g_agents[i] = start_agent(jobdir, persist, job, url, i);
+    proc_t p[2];
+    const char *a1[] = {COMMON, "--steps", "8", "--ckpt-every", "3", "--stop-at", "6",
+                        "--inject-nan", "5", "--inject-rank", "1", "--coll-timeout-ms", "20000",
+                        NULL};
+    start_ranks(p, jobdir, job, "run1", a1);
+    assert_int_equal(finish(&p[1], 120000), 0);
+    assert_int_equal(finish(&p[0], 120000), 0);
+    assert_true(expect_said(p[0].out, "batch 5 skipped"));
+    ftc_deadline_t d = ftc_deadline_in_ms(20000);
+    int n = 0;
+    while ((n = corrupt_shm_copies(job, 6, 1)) < 2 && !ftc_deadline_expired(d)) {
+        if (n)
+            corrupt_shm_copies(job, 6, 1);
+        ftc_sleep_ms(50);
+    }
+    assert_int_equal(n, 2);
+    const char *a2[] = {COMMON, "--steps", "8", "--ckpt-every", "3", "--coll-timeout-ms", "20000",
+                        NULL};
+    start_ranks(p, jobdir, job, "run2", a2);
+    int rc1 = finish(&p[1], 120000), rc0 = finish(&p[0], 120000);
+    if (rc0 || rc1) { /* with the leak: rank 0 skipped batch 5, rank 1 did not, and they parted */
+        for (int r = 0; r < 2; r++) {
+            char *s = slurp(p[r].out);
+            print_error("restarted rank %d exited %d:\n%s\n", r, r ? rc1 : rc0, s);
+            free(s);
+        }
+    }
+    assert_int_equal(rc0, 0);
+    assert_int_equal(rc1, 0);
+    assert_true(expect_said(p[0].out, "restored step 3 through the agent"));
+    assert_false(said(p[0].out, "batch skipped"));
+    assert_true(params_hash(p[0].out, 8) == want);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -418,6 +575,10 @@ int main(void)
         cmocka_unit_test(test_other_kind_refused),
         cmocka_unit_test(test_killed_rank_fails_peers),
         cmocka_unit_test_setup_teardown(test_agent_kill_restart, redis_fixture_setup,
+                                        agent_teardown),
+        cmocka_unit_test_setup_teardown(test_agent_retry_walks_back, redis_fixture_setup,
+                                        agent_teardown),
+        cmocka_unit_test_setup_teardown(test_agent_retry_no_leaked_skips, redis_fixture_setup,
                                         agent_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -312,11 +312,11 @@ static void test_stop_resume_and_repartition(void **state)
     /* another TP degree is refused, naming the saved layout */
     proc_t p;
     const char *c1[] = {COMMON, "--steps", "4", "--nproc", "2", "--ckpt-dir", ck, NULL};
-    run_rc(dir, "tp1", NULL, c1, 1, &p);
+    run_rc(dir, "tp1", NULL, c1, 2, &p); /* FTC_ECONFIG: exit 2 */
     assert_true(expect_said(p.out, "saved with tensor parallelism; this run has TP 1"));
     const char *c4[] = {COMMON, "--steps", "4", "--nproc", "4", "--tp", "4", "--ckpt-dir", ck,
                         NULL};
-    run_rc(dir, "tp4", NULL, c4, 1, &p);
+    run_rc(dir, "tp4", NULL, c4, 2, &p);
     assert_true(expect_said(p.out, "saved with TP 2; this run has TP 4"));
     ftc_test_rmrf(dir);
     free(dir);
