@@ -118,6 +118,9 @@ typedef struct ftc_detector_stats {
     uint64_t published;     /* events written to the stream */
     uint64_t dropped;       /* events dropped because the queue was full */
     uint64_t gaps;          /* Redis outages survived */
+    uint64_t deadline_polls; /* leader's polls of the deadline set */
+    uint64_t deadline_poll_trips; /* Redis round trips those polls made (a page of
+                                   * candidates is confirmed in one pipeline) */
 } ftc_detector_stats_t;
 
 void ftc_detector_stats(ftc_detector_t *d, ftc_detector_stats_t *st);

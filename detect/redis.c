@@ -24,6 +24,7 @@ struct ftc_redis {
     redisContext *c;        /* NULL while down */
     bool up;                /* last command reached the server */
     uint64_t reconnects;    /* successful re-connections after a failure */
+    uint64_t round_trips;   /* requests sent that waited for their replies */
     int backoff_ms;         /* next pause before a reconnect attempt */
     ftc_err_t err;          /* last error */
 };
@@ -298,6 +299,7 @@ void ftc_redis_close(ftc_redis_t *r)
 
 const char *ftc_redis_errstr(const ftc_redis_t *r) { return ftc_err_str(&r->err); }
 uint64_t ftc_redis_reconnects(const ftc_redis_t *r) { return r->reconnects; }
+uint64_t ftc_redis_round_trips(const ftc_redis_t *r) { return r->round_trips; }
 bool ftc_redis_is_up(const ftc_redis_t *r) { return r->up; }
 int ftc_redis_fd(const ftc_redis_t *r) { return r->c ? r->c->fd : -1; }
 
@@ -327,6 +329,7 @@ int ftc_redis_cmd(ftc_redis_t *r, bool idempotent, ftc_redis_reply_t **reply, in
         }
         int ms = ftc_deadline_remaining_ms(d);
         redisSetTimeout(r->c, ftc__tv(ms));
+        r->round_trips++;
         redisReply *rep = redisCommandArgv(r->c, argc, argv, lens);
         if (!rep) {
             bool timeout = r->c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
@@ -415,6 +418,7 @@ int ftc_redis_pipeline(ftc_redis_t *r, bool idempotent, int n, const int *argcs,
                 return FTC_ENOMEM;
             }
         }
+        r->round_trips++;
         int failed = 0; /* an I/O error or timeout while reading replies */
         int first_err = -1, err_code = 0;
         for (int i = 0; i < n && !failed; i++) {

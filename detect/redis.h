@@ -68,6 +68,9 @@ void ftc_redis_close(ftc_redis_t *r); /* NULL is a no-op */
 const char *ftc_redis_errstr(const ftc_redis_t *r);
 /* Number of times this connection was re-made after a failure. */
 uint64_t ftc_redis_reconnects(const ftc_redis_t *r);
+/* Number of round trips this connection made: each command attempt and each
+ * pipeline attempt (however many commands it holds) counts one. */
+uint64_t ftc_redis_round_trips(const ftc_redis_t *r);
 /* True while the last command reached the server. */
 bool ftc_redis_is_up(const ftc_redis_t *r);
 
