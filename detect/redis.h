@@ -9,7 +9,10 @@
  *   timeout the connection is dropped and re-made with exponential backoff
  *   until the command's deadline; the command is then retried once if it is
  *   marked idempotent. Callers get FTC_EREDIS / FTC_ETIMEDOUT with the
- *   command's name, never a hang.
+ *   command's name, never a hang. The deadline bounds the whole exchange,
+ *   not each read: a reply that trickles in (a slow link, a huge reply) ends
+ *   at the deadline too. The connection's setup (AUTH, SELECT) shares the
+ *   attempt's connect_timeout_ms the same way.
  * - Replies are checked against the type the caller expects: an unexpected
  *   type is an error naming the command and what came back, never a crash.
  * - Scripts are called by SHA1 (EVALSHA) and re-sent with EVAL when the server
