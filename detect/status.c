@@ -55,6 +55,81 @@ static bool ftc__parse_entry(const redisReply *ent, ftc_status_event_t *e)
     return true;
 }
 
+/* Reads GET and PTTL of every member's heartbeat key, PAGE members per
+ * pipeline. A page that fails at the transport (Redis stalled or gone) marks
+ * it and every later member with the error and ends the reads: the snapshot
+ * takes one command deadline, not one per member. */
+static int ftc__heartbeats(ftc_ctl_t *c, ftc_status_t *s)
+{
+    enum { PAGE = 256 };
+    ftc_redis_t *r = ftc_ctl_redis(c);
+    char(*keys)[256] = calloc(PAGE, sizeof *keys);
+    const char *(*av)[2] = calloc(2 * PAGE, sizeof *av);
+    const char ***avp = calloc(2 * PAGE, sizeof *avp);
+    int *ac = calloc(2 * PAGE, sizeof *ac);
+    ftc_redis_reply_t **reps = calloc(2 * PAGE, sizeof *reps);
+    int rc = 0;
+    if (!keys || !av || !avp || !ac || !reps) {
+        rc = FTC_ENOMEM;
+        goto out;
+    }
+    for (int base = 0; base < s->n_members; base += PAGE) {
+        int n = s->n_members - base < PAGE ? s->n_members - base : PAGE;
+        for (int i = 0; i < n; i++) {
+            char suffix[FTC_CTL_NODE_MAX + 8];
+            snprintf(suffix, sizeof suffix, "hb:%s", s->members[base + i].node);
+            ftc_ctl_key(c, suffix, keys[i], sizeof keys[i]);
+            av[2 * i][0] = "GET";
+            av[2 * i + 1][0] = "PTTL";
+            av[2 * i][1] = av[2 * i + 1][1] = keys[i];
+            avp[2 * i] = av[2 * i];
+            avp[2 * i + 1] = av[2 * i + 1];
+            ac[2 * i] = ac[2 * i + 1] = 2;
+        }
+        int prc = ftc_redis_pipeline(r, true, 2 * n, ac, (const char **const *)avp, NULL, reps);
+        bool transport = prc != 0 && !reps[0];
+        for (int i = 0; i < n; i++) {
+            ftc_status_member_t *m = &s->members[base + i];
+            redisReply *h = reps[2 * i], *t = reps[2 * i + 1];
+            if (transport || !h) {
+                if (!m->problem[0])
+                    snprintf(m->problem, sizeof m->problem, "%.150s", ftc_redis_errstr(r));
+                continue;
+            }
+            if (h->type == REDIS_REPLY_STRING) {
+                m->alive = true;
+                ftc_err_t err = {0};
+                if (ftc_ctl_heartbeat_parse(h->str, h->len, &m->hb, &err) != 0 && !m->problem[0])
+                    snprintf(m->problem, sizeof m->problem, "%s", err.msg);
+                else
+                    m->hb_age_ms = (long long)s->now_ms - (long long)m->hb.wall_ms;
+                if (t && t->type == REDIS_REPLY_INTEGER)
+                    m->hb_ttl_ms = t->integer;
+            } else if (h->type == REDIS_REPLY_ERROR && !m->problem[0]) {
+                snprintf(m->problem, sizeof m->problem, "%s: %.120s", keys[i], h->str);
+            }
+        }
+        for (int i = 0; i < 2 * n; i++) {
+            ftc_redis_reply_free(reps[i]);
+            reps[i] = NULL;
+        }
+        if (transport) { /* the rest would wait out a deadline each */
+            for (int i = base + n; i < s->n_members; i++)
+                if (!s->members[i].problem[0])
+                    snprintf(s->members[i].problem, sizeof s->members[i].problem, "%.150s",
+                             ftc_redis_errstr(r));
+            break;
+        }
+    }
+out:
+    free(keys);
+    free(av);
+    free(avp);
+    free(ac);
+    free(reps);
+    return rc;
+}
+
 int ftc_status_collect(ftc_ctl_t *c, const char *job, int max_events, ftc_status_t **out)
 {
     *out = NULL;
@@ -97,31 +172,25 @@ int ftc_status_collect(ftc_ctl_t *c, const char *job, int max_events, ftc_status
         for (size_t i = 0; i < nm; i++) {
             redisReply *k = rep->element[2 * i], *v = rep->element[2 * i + 1];
             ftc_status_member_t *m = &s->members[s->n_members++];
+            if (k->type != REDIS_REPLY_STRING) {
+                snprintf(m->node, sizeof m->node, "?");
+                snprintf(m->problem, sizeof m->problem, "member name is not a string");
+                continue;
+            }
             snprintf(m->node, sizeof m->node, "%.*s", (int)(k->len > FTC_CTL_NODE_MAX ? FTC_CTL_NODE_MAX : k->len), k->str);
             if (v->type != REDIS_REPLY_STRING ||
                 sscanf(v->str, "%127s %63s %lld %llu", m->host, m->domain, &m->pid, &m->joined_ms) != 4)
                 snprintf(m->problem, sizeof m->problem, "member record is not \"host domain pid joined_ms\"");
-            char suffix[FTC_CTL_NODE_MAX + 8], hbkey[256];
-            snprintf(suffix, sizeof suffix, "hb:%s", m->node);
-            ftc_ctl_key(c, suffix, hbkey, sizeof hbkey);
-            ftc_redis_reply_t *h = NULL;
-            if (ftc_redis_cmdv(r, true, &h, "GET", hbkey, NULL) == 0 && h->type == REDIS_REPLY_STRING) {
-                m->alive = true;
-                ftc_err_t err = {0};
-                if (ftc_ctl_heartbeat_parse(h->str, h->len, &m->hb, &err) != 0 && !m->problem[0])
-                    snprintf(m->problem, sizeof m->problem, "%s", err.msg);
-                else
-                    m->hb_age_ms = (long long)s->now_ms - (long long)m->hb.wall_ms;
-            } else if (h == NULL && !m->problem[0]) {
-                snprintf(m->problem, sizeof m->problem, "%.150s", ftc_redis_errstr(r));
-            }
-            ftc_redis_reply_free(h);
-            h = NULL;
-            if (m->alive && ftc_redis_cmdv(r, true, &h, "PTTL", hbkey, NULL) == 0 &&
-                h->type == REDIS_REPLY_INTEGER)
-                m->hb_ttl_ms = h->integer;
-            ftc_redis_reply_free(h);
         }
+        /* each member's heartbeat and its TTL: a page of members per pipeline
+         * (one round trip and one deadline), not two round trips each — a
+         * Redis that stalled mid-way cost 2 x members command deadlines */
+        rc = ftc__heartbeats(c, s);
+        if (rc == FTC_ENOMEM) {
+            ftc_redis_reply_free(rep);
+            goto fail;
+        }
+        rc = 0;
     }
     ftc_redis_reply_free(rep);
     rep = NULL;
@@ -289,6 +358,27 @@ int ftc_events_read(ftc_ctl_t *c, char *after, size_t cap, int count, int block_
     snprintf(blk, sizeof blk, "%d", block_ms);
     ftc_redis_reply_t *rep = NULL;
     int rc;
+    if (!strcmp(after, "$")) {
+        /* "$" names no entry: XREAD reads what is added after the call
+         * starts, and a caller reading again with "$" after a call that read
+         * nothing lost whatever came between the two calls (or while Redis
+         * was away). Pin it to the newest entry now ("0-0": the stream is
+         * empty, so all of it is new). */
+        rc = ftc_redis_cmdv(ftc_ctl_redis(c), true, &rep, "XREVRANGE", key, "+", "-", "COUNT",
+                            "1", NULL);
+        if (rc)
+            return rc;
+        ftc_status_event_t e;
+        if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 1 &&
+            ftc__parse_entry(rep->element[0], &e))
+            snprintf(after, cap, "%s", e.id);
+        else if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 0)
+            snprintf(after, cap, "0-0");
+        ftc_redis_reply_free(rep);
+        rep = NULL;
+        if (!strcmp(after, "$"))
+            return FTC_EPROTO;
+    }
     if (block_ms > 0)
         rc = ftc_redis_cmdv(ftc_ctl_redis(c), true, &rep, "XREAD", "COUNT", cnt, "BLOCK", blk,
                             "STREAMS", key, after, NULL);
