@@ -238,12 +238,65 @@ static void ftc__fmt_time(unsigned long long ms, char *buf, size_t cap)
     snprintf(buf, cap, "%02d:%02d:%02d.%03llu", tm.tm_hour, tm.tm_min, tm.tm_sec, ms % 1000);
 }
 
+/* Length of the valid UTF-8 sequence at s (what jansson accepts: no
+ * overlong forms, no surrogates, nothing above U+10FFFF), 0 if invalid. */
+static size_t ftc__u8_len(const unsigned char *s)
+{
+    unsigned char c = s[0];
+    if (c < 0x80)
+        return 1;
+    size_t n;
+    unsigned char lo = 0x80, hi = 0xbf;
+    if (c >= 0xc2 && c <= 0xdf)
+        n = 2;
+    else if (c >= 0xe0 && c <= 0xef) {
+        n = 3;
+        lo = c == 0xe0 ? 0xa0 : 0x80;
+        hi = c == 0xed ? 0x9f : 0xbf;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        n = 4;
+        lo = c == 0xf0 ? 0x90 : 0x80;
+        hi = c == 0xf4 ? 0x8f : 0xbf;
+    } else
+        return 0;
+    if (s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t i = 2; i < n; i++)
+        if (s[i] < 0x80 || s[i] > 0xbf)
+            return 0;
+    return n;
+}
+
+/* src with every byte that is not part of valid UTF-8 replaced by '?' (a
+ * record of garbage, a foreign value quoted in a detail): jansson refuses
+ * such a string, and the member or event was left out of the JSON. */
+static const char *ftc__u8(const char *src, char *buf, size_t cap)
+{
+    size_t o = 0;
+    const unsigned char *p = (const unsigned char *)src;
+    while (*p && o + 1 < cap) {
+        size_t n = ftc__u8_len(p);
+        if (n == 0 || o + n >= cap) {
+            buf[o++] = '?';
+            p++;
+            continue;
+        }
+        memcpy(buf + o, p, n);
+        o += n;
+        p += n;
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
 static json_t *ftc__event_json(const ftc_status_event_t *e)
 {
-    return json_pack("{s:s, s:s, s:s, s:i, s:I, s:I, s:I, s:s}", "id", e->id, "kind", e->kind,
-                     "node", e->node, "rank", e->rank, "generation", (json_int_t)e->gen, "step",
-                     (json_int_t)e->step, "t_detect_ms", (json_int_t)e->t_detect_ms, "detail",
-                     e->detail);
+    char kind[sizeof e->kind], node[sizeof e->node], detail[sizeof e->detail], id[sizeof e->id];
+    return json_pack("{s:s, s:s, s:s, s:i, s:I, s:I, s:I, s:s}", "id", ftc__u8(e->id, id, sizeof id),
+                     "kind", ftc__u8(e->kind, kind, sizeof kind), "node",
+                     ftc__u8(e->node, node, sizeof node), "rank", e->rank, "generation",
+                     (json_int_t)e->gen, "step", (json_int_t)e->step, "t_detect_ms",
+                     (json_int_t)e->t_detect_ms, "detail", ftc__u8(e->detail, detail, sizeof detail));
 }
 
 void ftc_event_print_json(const ftc_status_event_t *e, FILE *out)
@@ -314,26 +367,34 @@ char *ftc_status_json(const ftc_status_t *s)
         json_decref(events);
         return NULL;
     }
-    json_object_set_new(root, "job", json_string(s->job));
+    char tmp[sizeof s->problems];
+    json_object_set_new(root, "job", json_string(ftc__u8(s->job, tmp, sizeof tmp)));
     json_object_set_new(root, "now_ms", json_integer((json_int_t)s->now_ms));
     json_object_set_new(root, "generation", json_integer((json_int_t)s->generation));
     json_object_set_new(root, "world", json_integer(s->world));
-    json_object_set_new(root, "leader", s->leader[0] ? json_string(s->leader) : json_null());
+    json_object_set_new(root, "leader", s->leader[0] ? json_string(ftc__u8(s->leader, tmp,
+                                                                           sizeof tmp))
+                                                     : json_null());
     json_object_set_new(root, "epoch", json_integer((json_int_t)s->epoch));
     json_object_set_new(root, "leader_ttl_ms", json_integer(s->leader_ttl_ms));
     json_object_set_new(root, "committed_step", json_integer(s->committed_step));
     json_object_set_new(root, "committed_generation", json_integer((json_int_t)s->committed_gen));
-    json_object_set_new(root, "problems", json_string(s->problems));
+    json_object_set_new(root, "problems", json_string(ftc__u8(s->problems, tmp, sizeof tmp)));
     for (int i = 0; i < s->n_members; i++) {
         const ftc_status_member_t *m = &s->members[i];
+        char node[sizeof m->node], host[sizeof m->host], dom[sizeof m->domain],
+            prob[sizeof m->problem];
         json_t *o = json_pack("{s:s, s:s, s:s, s:I, s:I, s:b, s:I, s:I, s:I, s:I, s:I, s:s}",
-                              "node", m->node, "host", m->host, "domain", m->domain, "pid",
+                              "node", ftc__u8(m->node, node, sizeof node), "host",
+                              ftc__u8(m->host, host, sizeof host), "domain",
+                              ftc__u8(m->domain, dom, sizeof dom), "pid",
                               (json_int_t)m->pid, "joined_ms", (json_int_t)m->joined_ms, "alive",
                               m->alive, "generation", (json_int_t)m->hb.generation, "step",
                               (json_int_t)m->hb.step, "step_time_us",
                               (json_int_t)m->hb.step_time_us, "heartbeat_age_ms",
                               (json_int_t)m->hb_age_ms, "heartbeat_ttl_ms",
-                              (json_int_t)m->hb_ttl_ms, "problem", m->problem);
+                              (json_int_t)m->hb_ttl_ms, "problem",
+                              ftc__u8(m->problem, prob, sizeof prob));
         if (o)
             json_array_append_new(members, o);
     }

@@ -486,6 +486,43 @@ static void test_events_dollar_misses_nothing(void **state)
     ftc_ctl_destroy(c);
 }
 
+/* Bytes that are not UTF-8 in a member record or an event (garbage, or a
+ * foreign value quoted in a detail) are shown replaced by '?': jansson
+ * refuses such strings, and `ftc status --json` silently left the member
+ * (or event) out, `ftc events --json` printed nothing for it. */
+static void test_status_json_keeps_non_utf8(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_ctl_t *c = redis_fixture_ctl(f, "jutf");
+    ftc_redis_t *r = ftc_ctl_redis(c);
+    char mkey[256], ekey[256];
+    ftc_ctl_key(c, "members", mkey, sizeof mkey);
+    ftc_ctl_key(c, "events", ekey, sizeof ekey);
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", mkey, "good", "h - 1 2", NULL), 0);
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", mkey, "bad", "h\xff\xfe - 1 2", NULL),
+                     0);
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "XADD", ekey, "*", "kind", "commit", "node", "-",
+                                    "detail", "value 'a\xc3(b' refused", NULL),
+                     0);
+    ftc_status_t *s = NULL;
+    assert_int_equal(ftc_status_collect(c, "jutf", 10, &s), 0);
+    assert_int_equal(s->n_members, 2);
+    assert_int_equal(s->n_events, 1);
+    char *json = ftc_status_json(s);
+    assert_non_null(json);
+    assert_non_null(strstr(json, "\"node\": \"good\""));
+    assert_non_null(strstr(json, "\"node\": \"bad\""));
+    assert_non_null(strstr(json, "\"host\": \"h??\""));
+    assert_non_null(strstr(json, "value 'a?(b' refused"));
+    free(json);
+    FILE *out = tmpfile();
+    ftc_event_print_json(&s->events[0], out);
+    assert_true(ftell(out) > 0);
+    fclose(out);
+    ftc_status_free(s);
+    ftc_ctl_destroy(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -506,6 +543,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_status_snapshot_round_trips, redis_fixture_setup,
                                         redis_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_events_dollar_misses_nothing, redis_fixture_setup,
+                                        redis_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_status_json_keeps_non_utf8, redis_fixture_setup,
                                         redis_fixture_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
