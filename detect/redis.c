@@ -234,8 +234,9 @@ static redisReply *ftc__setup_cmd(redisContext *c, ftc_deadline_t d, const char 
     if (ok != REDIS_OK)
         return NULL;
     int rc = ftc__roundtrip(c, d, true, &rep);
-    if (rc == FTC_ETIMEDOUT && !c->errstr[0])
-        snprintf(c->errstr, sizeof c->errstr, "did not answer in time");
+    if (rc == FTC_ETIMEDOUT) /* not errno's "Resource temporarily unavailable" */
+        snprintf(c->errstr, sizeof c->errstr,
+                 "did not answer in time (is redis-server stopped or overloaded?)");
     return rc ? NULL : rep;
 }
 
