@@ -177,13 +177,19 @@ static int ftc__events_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
         snprintf(after, sizeof after, "$");
     ftc_status_free(s);
     fflush(stdout);
+    bool away = false;
     while (follow && !ftc__status_stop) {
         int n = ftc_events_read(c, after, sizeof after, 100, 500, ftc__print_event,
                                 json ? &json : NULL);
-        if (n < 0) { /* Redis away: say so once, keep trying */
-            fprintf(stderr, "ftc events: %s (retrying)\n", ftc_ctl_errstr(c));
+        if (n < 0) { /* Redis away: say so once (not every retry), keep trying */
+            if (!away)
+                fprintf(stderr, "ftc events: %s (retrying)\n", ftc_ctl_errstr(c));
+            away = true;
             for (int w = 0; w < 20 && !ftc__status_stop; w++)
                 ftc_sleep_ms(50);
+        } else if (away) {
+            fprintf(stderr, "ftc events: redis answers again\n");
+            away = false;
         }
     }
 out_ctl:

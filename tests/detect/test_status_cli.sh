@@ -3,7 +3,7 @@
 # an embedded Redis started by `ftc redis`, two real agent processes, one
 # killed with SIGKILL; status shows members, leader and heartbeats (table and
 # JSON), events shows the node loss exactly once, and a bad --redis gets a
-# clear error.
+# clear error; events --follow across a Redis stopped (SIGSTOP) for 8 s.
 #
 # usage: test_status_cli.sh PATH/TO/ftc PATH/TO/det_agent
 set -u
@@ -84,6 +84,25 @@ check "events --follow ends cleanly on SIGTERM" test $? -eq 124
 check "events --follow printed the history" grep -q "node_lost" "$T/follow.txt"
 timeout -s TERM 1.2 "$FTC" status "${J[@]}" --watch --interval 200 >"$T/watch.txt" 2>&1
 check "status --watch redraws" test "$(grep -c '^job st' "$T/watch.txt")" -ge 2
+
+# events --follow while Redis is stopped (SIGSTOP) for 8 s: it says so once,
+# not every retry, and goes on printing once Redis answers (B's redis_gap)
+rpid=$(sed -n 's/.*embedded redis-server pid \([0-9]*\).*/\1/p' "$T/redis.out" | head -1)
+check "ftc redis named its redis-server pid" test -n "$rpid"
+"$FTC" events "${J[@]}" --follow >"$T/follow2.txt" 2>"$T/follow2.err" &
+fpid=$!
+pids+=($fpid)
+sleep 0.5
+kill -STOP "$rpid"
+sleep 8
+kill -CONT "$rpid"
+for _ in $(seq 200); do grep -q "redis_gap" "$T/follow2.txt" && break; sleep 0.05; done
+kill -TERM "$fpid"
+wait "$fpid"
+check "events --follow printed the event after Redis came back" grep -q "redis_gap" "$T/follow2.txt"
+check "events --follow said once that Redis was away ($(grep -c retrying "$T/follow2.err") lines)" \
+    test "$(grep -c retrying "$T/follow2.err")" -eq 1
+check "and that it answers again" grep -q "answers again" "$T/follow2.err"
 
 "$FTC" status --redis redis://127.0.0.1:1/0 --job st >"$T/bad.txt" 2>&1
 rc=$?
