@@ -1423,9 +1423,12 @@ static int ftc__sup_lost(ftc__sup_t *s, uint64_t *gone_since, uint64_t *next_ms)
             ac[i] = 2;
         }
         long long v = 0;
-        if (ftc_redis_pipeline(ftc_ctl_redis(s->ctl), true, n + 1, ac,
-                               (const char **const *)avp, NULL, reps) == 0 &&
-            ftc_redis_want_int(reps[n], "EXISTS", &v, NULL) == 0 && v == 1) {
+        bool own = ftc_redis_pipeline(ftc_ctl_redis(s->ctl), true, n + 1, ac,
+                                      (const char **const *)avp, NULL, reps) == 0 &&
+                   ftc_redis_want_int(reps[n], "EXISTS", &v, NULL) == 0 && v == 1;
+        if (!own) /* no evidence now (Redis away, or restarted empty): start over */
+            memset(gone_since, 0, (size_t)n * sizeof *gone_since);
+        if (own) {
             for (int i = 0; i < n; i++) {
                 if (!strcmp(s->round.members[i], s->node_id))
                     continue;
