@@ -125,17 +125,20 @@ static void *ftc__suplease_main(void *arg)
     ftc_redis_t *r = NULL;
     char px[16];
     snprintf(px, sizeof px, "%d", FTC__SUP_TTL_MS);
+    bool set = false;
     while (!atomic_load(&l->stop)) {
         if (!r) {
             ftc_err_t e = {0};
             r = ftc_redis_connect(&l->url, &ro, &e);
         }
-        if (r)
-            (void)ftc_redis_cmdv(r, true, NULL, "SET", l->key, l->val, "PX", px, NULL);
+        set = r && ftc_redis_cmdv(r, true, NULL, "SET", l->key, l->val, "PX", px, NULL) == 0;
         for (int i = 0; i < FTC__SUP_REFRESH_MS / 50 && !atomic_load(&l->stop); i++)
             ftc_sleep_ms(50);
     }
-    if (r) /* gone now: nobody waits for this supervisor (one try, bounded) */
+    /* gone now: nobody waits for this supervisor (one try, and none when
+     * Redis did not answer the last refresh: a node going away does not wait
+     * for Redis; the key expires anyway) */
+    if (r && set)
         (void)ftc_redis_cmdv(r, false, NULL, "DEL", l->key, NULL);
     ftc_redis_close(r);
     return NULL;
