@@ -168,6 +168,12 @@ static int ftc__events_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
         ec = FTC_EXIT_FAIL;
         goto out_ctl;
     }
+    if (s->events_problem[0]) { /* not an empty listing with exit 0 */
+        ftc_cli_fail(cmd, "cannot read the event stream: %s", s->events_problem);
+        ftc_status_free(s);
+        ec = FTC_EXIT_FAIL;
+        goto out_ctl;
+    }
     char after[32] = "0";
     for (int i = 0; i < s->n_events; i++) {
         ftc__print_event(json ? &json : NULL, &s->events[i]);

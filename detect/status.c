@@ -211,6 +211,12 @@ int ftc_status_collect(ftc_ctl_t *c, const char *job, int max_events, ftc_status
                     s->n_events++;
         } else if (rc) {
             ftc__problem(s, ftc_redis_errstr(r));
+            snprintf(s->events_problem, sizeof s->events_problem, "%.250s",
+                     ftc_redis_errstr(r));
+        } else if (rep->type != REDIS_REPLY_ARRAY) {
+            snprintf(s->events_problem, sizeof s->events_problem,
+                     "%s: expected an array reply to XREVRANGE", key);
+            ftc__problem(s, s->events_problem);
         }
         ftc_redis_reply_free(rep);
     }

@@ -54,6 +54,8 @@ typedef struct ftc_status {
     int n_events;
     ftc_status_event_t *events; /* newest last */
     char problems[512];         /* key-level problems, "; "-separated */
+    char events_problem[256];   /* "" or why the event stream could not be read (also in
+                                   problems): `ftc events` fails with it */
 } ftc_status_t;
 
 /* Reads a snapshot (max_events newest events). FTC_EREDIS etc. only when
