@@ -209,7 +209,7 @@ typedef struct ftc__sup {
 } ftc__sup_t;
 
 static int ftc__inproc_assign(ftc__sup_t *s, int l, char **add, int n, ftc_err_t *err);
-static int ftc__sup_lost(ftc__sup_t *s, uint64_t *gone_since, uint64_t *next_ms);
+static bool ftc__sup_lost(ftc__sup_t *s, int who, uint64_t *gone_since, uint64_t *next_ms);
 
 /* SIGINT/SIGTERM arrived: every wait of the loop ends at once. */
 static bool ftc__stopping(const ftc__sup_t *s)
@@ -1197,12 +1197,12 @@ static int ftc__master(ftc__sup_t *s, char *host, size_t cap, int *port, ftc_err
                              s->gen, s->round.members[lost], why);
             break;
         }
-        if ((lost = ftc__sup_lost(s, gone_since, &next_sup)) >= 0) {
+        if (ftc__sup_lost(s, s->master_node, gone_since, &next_sup)) {
             rc = ftc_err_set(err, FTC_EAGAIN,
                              "generation %" PRIu64 ": member %s was lost before the generation "
                              "started (its supervisor's lease expired): not waiting for it, the "
                              "next round opens",
-                             s->gen, s->round.members[lost]);
+                             s->gen, s->round.members[s->master_node]);
             break;
         }
         if (ftc_deadline_expired(d)) {
@@ -1396,64 +1396,42 @@ static bool ftc__hb_exists(ftc__sup_t *s, const char *node)
     return yes;
 }
 
-/* Whether a member's supervisor is gone: its lease (ftc:{J}:sup:NODE) has
- * been missing for FTC__SUP_TTL_MS on every look, while ours was there (we
- * are in touch with Redis, and Redis did not just lose its keys). gone_since
- * (one per member, 0 = seen alive) carries the looks over; looked up every
- * 200 ms at most (*next_ms), all in one pipeline. Returns the member's round
- * index, or -1. */
-static int ftc__sup_lost(ftc__sup_t *s, uint64_t *gone_since, uint64_t *next_ms)
+/* Whether member `who` (round index) has lost its supervisor: its lease
+ * (ftc:{J}:sup:NODE) has been missing for FTC__SUP_TTL_MS on every look,
+ * while ours was there (we are in touch with Redis, and Redis did not just
+ * lose its keys). Only the member waited for is looked up (two EXISTS in one
+ * round trip, every 200 ms at most: *next_ms), not every member: each node
+ * of a large job does this while it waits. gone_since (one per member, 0 =
+ * seen alive) carries the looks over. */
+static bool ftc__sup_lost(ftc__sup_t *s, int who, uint64_t *gone_since, uint64_t *next_ms)
 {
     uint64_t now = ftc_now_ns() / 1000000u;
-    int n = s->round.nodes;
-    if (now < *next_ms || n < 1 || !gone_since)
-        return -1;
+    if (now < *next_ms || who < 0 || who >= s->round.nodes || !gone_since ||
+        !strcmp(s->round.members[who], s->node_id))
+        return false;
     *next_ms = now + 200;
-    char(*keys)[256] = calloc((size_t)n + 1, sizeof *keys);
-    const char *(*av)[2] = calloc((size_t)n + 1, sizeof *av);
-    const char ***avp = calloc((size_t)n + 1, sizeof *avp);
-    int *ac = calloc((size_t)n + 1, sizeof *ac);
-    ftc_redis_reply_t **reps = calloc((size_t)n + 1, sizeof *reps);
-    int lost = -1;
-    if (keys && av && avp && ac && reps) {
-        for (int i = 0; i <= n; i++) {
-            char suffix[FTC_CTL_NODE_MAX + 8];
-            snprintf(suffix, sizeof suffix, "sup:%s", i < n ? s->round.members[i] : s->node_id);
-            ftc_ctl_key(s->ctl, suffix, keys[i], sizeof keys[i]);
-            av[i][0] = "EXISTS";
-            av[i][1] = keys[i];
-            avp[i] = av[i];
-            ac[i] = 2;
-        }
-        long long v = 0;
-        bool own = ftc_redis_pipeline(ftc_ctl_redis(s->ctl), true, n + 1, ac,
-                                      (const char **const *)avp, NULL, reps) == 0 &&
-                   ftc_redis_want_int(reps[n], "EXISTS", &v, NULL) == 0 && v == 1;
-        if (!own) /* no evidence now (Redis away, or restarted empty): start over */
-            memset(gone_since, 0, (size_t)n * sizeof *gone_since);
-        if (own) {
-            for (int i = 0; i < n; i++) {
-                if (!strcmp(s->round.members[i], s->node_id))
-                    continue;
-                if (ftc_redis_want_int(reps[i], "EXISTS", &v, NULL) != 0 || v != 0) {
-                    gone_since[i] = 0;
-                    continue;
-                }
-                if (!gone_since[i])
-                    gone_since[i] = now;
-                else if (now - gone_since[i] >= FTC__SUP_TTL_MS && lost < 0)
-                    lost = i;
-            }
-        }
-        for (int i = 0; i <= n; i++)
-            ftc_redis_reply_free(reps[i]);
+    char keys[2][256], suffix[FTC_CTL_NODE_MAX + 8];
+    snprintf(suffix, sizeof suffix, "sup:%s", s->round.members[who]);
+    ftc_ctl_key(s->ctl, suffix, keys[0], sizeof keys[0]);
+    snprintf(suffix, sizeof suffix, "sup:%s", s->node_id);
+    ftc_ctl_key(s->ctl, suffix, keys[1], sizeof keys[1]);
+    const char *av0[] = {"EXISTS", keys[0]}, *av1[] = {"EXISTS", keys[1]};
+    const char **const avs[] = {av0, av1};
+    const int ac[] = {2, 2};
+    ftc_redis_reply_t *reps[2] = {NULL, NULL};
+    long long theirs = 1, ours = 0;
+    bool ok = ftc_redis_pipeline(ftc_ctl_redis(s->ctl), true, 2, ac, avs, NULL, reps) == 0 &&
+              ftc_redis_want_int(reps[0], "EXISTS", &theirs, NULL) == 0 &&
+              ftc_redis_want_int(reps[1], "EXISTS", &ours, NULL) == 0 && ours == 1;
+    ftc_redis_reply_free(reps[0]);
+    ftc_redis_reply_free(reps[1]);
+    if (!ok || theirs != 0) { /* alive, or no evidence now (Redis away or restarted empty) */
+        gone_since[who] = 0;
+        return false;
     }
-    free(keys);
-    free(av);
-    free(avp);
-    free(ac);
-    free(reps);
-    return lost;
+    if (!gone_since[who])
+        gone_since[who] = now;
+    return now - gone_since[who] >= FTC__SUP_TTL_MS;
 }
 
 typedef struct ftc__lost_scan {
@@ -1543,12 +1521,12 @@ static int ftc__wait_agents(ftc__sup_t *s, ftc_err_t *err)
                              s->gen, s->round.members[lost], why);
             break;
         }
-        if ((lost = ftc__sup_lost(s, gone_since, &next_sup)) >= 0) {
+        if (ftc__sup_lost(s, missing, gone_since, &next_sup)) {
             rc = ftc_err_set(err, FTC_EAGAIN,
                              "generation %" PRIu64 ": member %s was lost before its agent "
                              "came up (its supervisor's lease expired): not waiting for it, "
                              "the next round opens",
-                             s->gen, s->round.members[lost]);
+                             s->gen, s->round.members[missing]);
             break;
         }
         if (ftc_deadline_expired(d)) {
