@@ -249,6 +249,9 @@ static int ftc__connect_once(ftc_redis_t *r, ftc_deadline_t d)
     if (ms <= 0)
         return ftc_err_set(&r->err, FTC_ETIMEDOUT, "redis %s:%d: deadline passed before connecting",
                            r->url.host, r->url.port);
+    /* the connect and the setup's commands share the attempt's time (ms, at
+     * most what is left of d), read by read */
+    ftc_deadline_t dc = ftc_deadline_in_ms((uint64_t)ms);
     redisContext *c = redisConnectWithTimeout(r->url.host, r->url.port, ftc__tv(ms));
     if (!c)
         return ftc_err_set(&r->err, FTC_ENOMEM, "redis: cannot allocate a context");
@@ -263,8 +266,6 @@ static int ftc__connect_once(ftc_redis_t *r, ftc_deadline_t d)
     redisSetTimeout(c, ftc__tv(ms));
     redisEnableKeepAlive(c);
     r->c = c;
-    /* the setup's commands share the attempt's time (ms), read by read */
-    ftc_deadline_t dc = ftc_deadline_in_ms((uint64_t)ms);
     if (r->url.password[0]) {
         redisReply *rep;
         if (r->url.user[0])

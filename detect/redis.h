@@ -11,8 +11,8 @@
  *   marked idempotent. Callers get FTC_EREDIS / FTC_ETIMEDOUT with the
  *   command's name, never a hang. The deadline bounds the whole exchange,
  *   not each read: a reply that trickles in (a slow link, a huge reply) ends
- *   at the deadline too. The connection's setup (AUTH, SELECT) shares the
- *   attempt's connect_timeout_ms the same way.
+ *   at the deadline too. A connection attempt (TCP connect, AUTH, SELECT)
+ *   gets connect_timeout_ms in all, and never more than what is left.
  * - Replies are checked against the type the caller expects: an unexpected
  *   type is an error naming the command and what came back, never a crash.
  * - Scripts are called by SHA1 (EVALSHA) and re-sent with EVAL when the server
