@@ -168,6 +168,12 @@ static int ftc__events_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
         ec = FTC_EXIT_FAIL;
         goto out_ctl;
     }
+    if (s->events_problem[0]) { /* not an empty listing with exit 0 */
+        ftc_cli_fail(cmd, "cannot read the event stream: %s", s->events_problem);
+        ftc_status_free(s);
+        ec = FTC_EXIT_FAIL;
+        goto out_ctl;
+    }
     char after[32] = "0";
     for (int i = 0; i < s->n_events; i++) {
         ftc__print_event(json ? &json : NULL, &s->events[i]);
@@ -177,13 +183,19 @@ static int ftc__events_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
         snprintf(after, sizeof after, "$");
     ftc_status_free(s);
     fflush(stdout);
+    bool away = false;
     while (follow && !ftc__status_stop) {
         int n = ftc_events_read(c, after, sizeof after, 100, 500, ftc__print_event,
                                 json ? &json : NULL);
-        if (n < 0) { /* Redis away: say so once, keep trying */
-            fprintf(stderr, "ftc events: %s (retrying)\n", ftc_ctl_errstr(c));
+        if (n < 0) { /* Redis away: say so once (not every retry), keep trying */
+            if (!away)
+                fprintf(stderr, "ftc events: %s (retrying)\n", ftc_ctl_errstr(c));
+            away = true;
             for (int w = 0; w < 20 && !ftc__status_stop; w++)
                 ftc_sleep_ms(50);
+        } else if (away) {
+            fprintf(stderr, "ftc events: redis answers again\n");
+            away = false;
         }
     }
 out_ctl:

@@ -17,7 +17,8 @@
  *    expires keys lazily and by sampling, so at thousands of members an
  *    expiry event can come a second late; the poll pages through every
  *    overdue entry, so live nodes whose clocks run behind, whose past
- *    deadlines sort first, do not hide a loss), and a periodic scan of the
+ *    deadlines sort first, do not hide a loss, and confirms a page's
+ *    candidates in one pipelined round trip), and a periodic scan of the
  *    members (the leader every scan_ms, others follower_scan_factor times
  *    less often; notifications are lost while a subscriber is away), straggler
  *    warnings (leader only: a node's step time above straggler_factor x the
@@ -118,6 +119,9 @@ typedef struct ftc_detector_stats {
     uint64_t published;     /* events written to the stream */
     uint64_t dropped;       /* events dropped because the queue was full */
     uint64_t gaps;          /* Redis outages survived */
+    uint64_t deadline_polls; /* leader's polls of the deadline set */
+    uint64_t deadline_poll_trips; /* Redis round trips those polls made (a page of
+                                   * candidates is confirmed in one pipeline) */
 } ftc_detector_stats_t;
 
 void ftc_detector_stats(ftc_detector_t *d, ftc_detector_stats_t *st);

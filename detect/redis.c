@@ -24,6 +24,7 @@ struct ftc_redis {
     redisContext *c;        /* NULL while down */
     bool up;                /* last command reached the server */
     uint64_t reconnects;    /* successful re-connections after a failure */
+    uint64_t round_trips;   /* requests sent that waited for their replies */
     int backoff_ms;         /* next pause before a reconnect attempt */
     ftc_err_t err;          /* last error */
 };
@@ -180,6 +181,65 @@ static const char *ftc__type_name(int t)
     return "unknown";
 }
 
+/* Whether an I/O error of c was the deadline's (the socket timeout fired, or
+ * d passed meanwhile) rather than a broken connection. */
+static bool ftc__io_timeout(const redisContext *c, ftc_deadline_t d)
+{
+    return (c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK)) ||
+           ftc_deadline_expired(d);
+}
+
+/* Sends what c has queued (when send) and reads one reply, all by d.
+ * hiredis's blocking calls bound each read and write by the socket timeout
+ * only, so a reply that trickles in (a slow or lossy link, a huge reply) took
+ * as long as it came, however far past the command's deadline; here every
+ * read and write gets only what is left of d. 0 with *reply set; else
+ * FTC_ETIMEDOUT (d passed), FTC_EREDIS (connection broken) or FTC_EPROTO (not
+ * the Redis protocol), with c->errstr saying what when it was I/O. */
+static int ftc__roundtrip(redisContext *c, ftc_deadline_t d, bool send, void **reply)
+{
+    *reply = NULL;
+    int done = !send;
+    while (!done) {
+        int ms = ftc_deadline_remaining_ms(d);
+        if (ms <= 0)
+            return FTC_ETIMEDOUT;
+        redisSetTimeout(c, ftc__tv(ms));
+        if (redisBufferWrite(c, &done) != REDIS_OK)
+            return ftc__io_timeout(c, d) ? FTC_ETIMEDOUT : FTC_EREDIS;
+    }
+    for (;;) {
+        if (redisGetReplyFromReader(c, reply) != REDIS_OK)
+            return FTC_EPROTO;
+        if (*reply)
+            return 0;
+        int ms = ftc_deadline_remaining_ms(d);
+        if (ms <= 0)
+            return FTC_ETIMEDOUT;
+        redisSetTimeout(c, ftc__tv(ms));
+        if (redisBufferRead(c) != REDIS_OK)
+            return ftc__io_timeout(c, d) ? FTC_ETIMEDOUT : FTC_EREDIS;
+    }
+}
+
+/* One command of the connection's setup (AUTH, SELECT, PING) by d; NULL on
+ * failure (c->errstr, or "did not answer in time"). */
+static redisReply *ftc__setup_cmd(redisContext *c, ftc_deadline_t d, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int ok = redisvAppendCommand(c, fmt, ap);
+    va_end(ap);
+    void *rep = NULL;
+    if (ok != REDIS_OK)
+        return NULL;
+    int rc = ftc__roundtrip(c, d, true, &rep);
+    if (rc == FTC_ETIMEDOUT) /* not errno's "Resource temporarily unavailable" */
+        snprintf(c->errstr, sizeof c->errstr,
+                 "did not answer in time (is redis-server stopped or overloaded?)");
+    return rc ? NULL : rep;
+}
+
 /* One connection attempt with AUTH and SELECT, bounded by d. */
 static int ftc__connect_once(ftc_redis_t *r, ftc_deadline_t d)
 {
@@ -189,6 +249,9 @@ static int ftc__connect_once(ftc_redis_t *r, ftc_deadline_t d)
     if (ms <= 0)
         return ftc_err_set(&r->err, FTC_ETIMEDOUT, "redis %s:%d: deadline passed before connecting",
                            r->url.host, r->url.port);
+    /* the connect and the setup's commands share the attempt's time (ms, at
+     * most what is left of d), read by read */
+    ftc_deadline_t dc = ftc_deadline_in_ms((uint64_t)ms);
     redisContext *c = redisConnectWithTimeout(r->url.host, r->url.port, ftc__tv(ms));
     if (!c)
         return ftc_err_set(&r->err, FTC_ENOMEM, "redis: cannot allocate a context");
@@ -206,9 +269,9 @@ static int ftc__connect_once(ftc_redis_t *r, ftc_deadline_t d)
     if (r->url.password[0]) {
         redisReply *rep;
         if (r->url.user[0])
-            rep = redisCommand(c, "AUTH %s %s", r->url.user, r->url.password);
+            rep = ftc__setup_cmd(c, dc, "AUTH %s %s", r->url.user, r->url.password);
         else
-            rep = redisCommand(c, "AUTH %s", r->url.password);
+            rep = ftc__setup_cmd(c, dc, "AUTH %s", r->url.password);
         if (!rep) {
             ftc_err_set(&r->err, FTC_EREDIS, "redis %s:%d: AUTH: %s", r->url.host, r->url.port,
                         c->errstr);
@@ -226,7 +289,8 @@ static int ftc__connect_once(ftc_redis_t *r, ftc_deadline_t d)
         }
         freeReplyObject(rep);
     }
-    redisReply *rep = redisCommand(c, r->url.db ? "SELECT %d" : "PING", r->url.db);
+    redisReply *rep = r->url.db ? ftc__setup_cmd(c, dc, "SELECT %d", r->url.db)
+                                : ftc__setup_cmd(c, dc, "PING");
     if (!rep || rep->type == REDIS_REPLY_ERROR) {
         int code = rep && rep->str && strstr(rep->str, "NOAUTH") ? FTC_EAUTH : FTC_EREDIS;
         ftc_err_set(&r->err, code, "redis %s:%d: %s: %s%s", r->url.host, r->url.port,
@@ -298,6 +362,7 @@ void ftc_redis_close(ftc_redis_t *r)
 
 const char *ftc_redis_errstr(const ftc_redis_t *r) { return ftc_err_str(&r->err); }
 uint64_t ftc_redis_reconnects(const ftc_redis_t *r) { return r->reconnects; }
+uint64_t ftc_redis_round_trips(const ftc_redis_t *r) { return r->round_trips; }
 bool ftc_redis_is_up(const ftc_redis_t *r) { return r->up; }
 int ftc_redis_fd(const ftc_redis_t *r) { return r->c ? r->c->fd : -1; }
 
@@ -325,14 +390,22 @@ int ftc_redis_cmd(ftc_redis_t *r, bool idempotent, ftc_redis_reply_t **reply, in
             if (rc)
                 return ftc_err_wrap(&r->err, "%s", cmdname);
         }
-        int ms = ftc_deadline_remaining_ms(d);
-        redisSetTimeout(r->c, ftc__tv(ms));
-        redisReply *rep = redisCommandArgv(r->c, argc, argv, lens);
-        if (!rep) {
-            bool timeout = r->c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
+        if (redisAppendCommandArgv(r->c, argc, argv, lens) != REDIS_OK) {
+            ftc_err_set(&r->err, FTC_ENOMEM, "%s: cannot queue the command: %s", cmdname,
+                        r->c->errstr);
+            ftc__drop(r);
+            return FTC_ENOMEM;
+        }
+        r->round_trips++;
+        void *vrep = NULL;
+        int io = ftc__roundtrip(r->c, d, true, &vrep);
+        redisReply *rep = vrep;
+        if (io) {
+            bool timeout = io == FTC_ETIMEDOUT;
             ftc_err_set(&r->err, timeout ? FTC_ETIMEDOUT : FTC_EREDIS,
                         "%s: redis %s:%d %s: %s", cmdname, r->url.host, r->url.port,
-                        timeout ? "did not answer in time" : "connection failed", r->c->errstr);
+                        timeout ? "did not answer in time" : "connection failed",
+                        r->c->errstr[0] ? r->c->errstr : "deadline passed");
             ftc__drop(r);
             if (!idempotent || ftc_deadline_expired(d) || attempt > 16)
                 return r->err.code;
@@ -415,38 +488,27 @@ int ftc_redis_pipeline(ftc_redis_t *r, bool idempotent, int n, const int *argcs,
                 return FTC_ENOMEM;
             }
         }
+        r->round_trips++;
         int failed = 0; /* an I/O error or timeout while reading replies */
         int first_err = -1, err_code = 0;
         for (int i = 0; i < n && !failed; i++) {
             void *rep = NULL;
-            /* replies already buffered need no read (and no deadline check) */
-            if (redisReaderGetReply(r->c->reader, &rep) != REDIS_OK) {
+            /* the batch is sent with the first; every read is bounded by d */
+            int io = ftc__roundtrip(r->c, d, i == 0, &rep);
+            if (io == FTC_EPROTO) {
                 ftc_err_set(&r->err, FTC_EPROTO, "pipeline: protocol error from redis %s:%d",
                             r->url.host, r->url.port);
                 failed = FTC_EPROTO;
                 break;
             }
-            if (!rep) {
-                int ms = ftc_deadline_remaining_ms(d);
-                if (ms <= 0) {
-                    ftc_err_set(&r->err, FTC_ETIMEDOUT,
-                                "pipeline: redis %s:%d did not answer %d of %d commands in time",
-                                r->url.host, r->url.port, n - i, n);
-                    failed = FTC_ETIMEDOUT;
-                    break;
-                }
-                redisSetTimeout(r->c, ftc__tv(ms));
-                if (redisGetReply(r->c, &rep) != REDIS_OK || !rep) {
-                    bool timeout =
-                        r->c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
-                    ftc_err_set(&r->err, timeout ? FTC_ETIMEDOUT : FTC_EREDIS,
-                                "pipeline: redis %s:%d %s after %d of %d replies: %s",
-                                r->url.host, r->url.port,
-                                timeout ? "did not answer in time" : "connection failed", i, n,
-                                r->c->errstr);
-                    failed = timeout ? FTC_ETIMEDOUT : FTC_EREDIS;
-                    break;
-                }
+            if (io) {
+                bool timeout = io == FTC_ETIMEDOUT;
+                ftc_err_set(&r->err, io,
+                            "pipeline: redis %s:%d %s after %d of %d replies: %s", r->url.host,
+                            r->url.port, timeout ? "did not answer in time" : "connection failed",
+                            i, n, r->c->errstr[0] ? r->c->errstr : "deadline passed");
+                failed = io;
+                break;
             }
             redisReply *rp = rep;
             r->up = true;

@@ -9,7 +9,10 @@
  *   timeout the connection is dropped and re-made with exponential backoff
  *   until the command's deadline; the command is then retried once if it is
  *   marked idempotent. Callers get FTC_EREDIS / FTC_ETIMEDOUT with the
- *   command's name, never a hang.
+ *   command's name, never a hang. The deadline bounds the whole exchange,
+ *   not each read: a reply that trickles in (a slow link, a huge reply) ends
+ *   at the deadline too. A connection attempt (TCP connect, AUTH, SELECT)
+ *   gets connect_timeout_ms in all, and never more than what is left.
  * - Replies are checked against the type the caller expects: an unexpected
  *   type is an error naming the command and what came back, never a crash.
  * - Scripts are called by SHA1 (EVALSHA) and re-sent with EVAL when the server
@@ -68,6 +71,9 @@ void ftc_redis_close(ftc_redis_t *r); /* NULL is a no-op */
 const char *ftc_redis_errstr(const ftc_redis_t *r);
 /* Number of times this connection was re-made after a failure. */
 uint64_t ftc_redis_reconnects(const ftc_redis_t *r);
+/* Number of round trips this connection made: each command attempt and each
+ * pipeline attempt (however many commands it holds) counts one. */
+uint64_t ftc_redis_round_trips(const ftc_redis_t *r);
 /* True while the last command reached the server. */
 bool ftc_redis_is_up(const ftc_redis_t *r);
 

@@ -55,6 +55,81 @@ static bool ftc__parse_entry(const redisReply *ent, ftc_status_event_t *e)
     return true;
 }
 
+/* Reads GET and PTTL of every member's heartbeat key, PAGE members per
+ * pipeline. A page that fails at the transport (Redis stalled or gone) marks
+ * it and every later member with the error and ends the reads: the snapshot
+ * takes one command deadline, not one per member. */
+static int ftc__heartbeats(ftc_ctl_t *c, ftc_status_t *s)
+{
+    enum { PAGE = 256 };
+    ftc_redis_t *r = ftc_ctl_redis(c);
+    char(*keys)[256] = calloc(PAGE, sizeof *keys);
+    const char *(*av)[2] = calloc(2 * PAGE, sizeof *av);
+    const char ***avp = calloc(2 * PAGE, sizeof *avp);
+    int *ac = calloc(2 * PAGE, sizeof *ac);
+    ftc_redis_reply_t **reps = calloc(2 * PAGE, sizeof *reps);
+    int rc = 0;
+    if (!keys || !av || !avp || !ac || !reps) {
+        rc = FTC_ENOMEM;
+        goto out;
+    }
+    for (int base = 0; base < s->n_members; base += PAGE) {
+        int n = s->n_members - base < PAGE ? s->n_members - base : PAGE;
+        for (int i = 0; i < n; i++) {
+            char suffix[FTC_CTL_NODE_MAX + 8];
+            snprintf(suffix, sizeof suffix, "hb:%s", s->members[base + i].node);
+            ftc_ctl_key(c, suffix, keys[i], sizeof keys[i]);
+            av[2 * i][0] = "GET";
+            av[2 * i + 1][0] = "PTTL";
+            av[2 * i][1] = av[2 * i + 1][1] = keys[i];
+            avp[2 * i] = av[2 * i];
+            avp[2 * i + 1] = av[2 * i + 1];
+            ac[2 * i] = ac[2 * i + 1] = 2;
+        }
+        int prc = ftc_redis_pipeline(r, true, 2 * n, ac, (const char **const *)avp, NULL, reps);
+        bool transport = prc != 0 && !reps[0];
+        for (int i = 0; i < n; i++) {
+            ftc_status_member_t *m = &s->members[base + i];
+            redisReply *h = reps[2 * i], *t = reps[2 * i + 1];
+            if (transport || !h) {
+                if (!m->problem[0])
+                    snprintf(m->problem, sizeof m->problem, "%.150s", ftc_redis_errstr(r));
+                continue;
+            }
+            if (h->type == REDIS_REPLY_STRING) {
+                m->alive = true;
+                ftc_err_t err = {0};
+                if (ftc_ctl_heartbeat_parse(h->str, h->len, &m->hb, &err) != 0 && !m->problem[0])
+                    snprintf(m->problem, sizeof m->problem, "%s", err.msg);
+                else
+                    m->hb_age_ms = (long long)s->now_ms - (long long)m->hb.wall_ms;
+                if (t && t->type == REDIS_REPLY_INTEGER)
+                    m->hb_ttl_ms = t->integer;
+            } else if (h->type == REDIS_REPLY_ERROR && !m->problem[0]) {
+                snprintf(m->problem, sizeof m->problem, "%s: %.120s", keys[i], h->str);
+            }
+        }
+        for (int i = 0; i < 2 * n; i++) {
+            ftc_redis_reply_free(reps[i]);
+            reps[i] = NULL;
+        }
+        if (transport) { /* the rest would wait out a deadline each */
+            for (int i = base + n; i < s->n_members; i++)
+                if (!s->members[i].problem[0])
+                    snprintf(s->members[i].problem, sizeof s->members[i].problem, "%.150s",
+                             ftc_redis_errstr(r));
+            break;
+        }
+    }
+out:
+    free(keys);
+    free(av);
+    free(avp);
+    free(ac);
+    free(reps);
+    return rc;
+}
+
 int ftc_status_collect(ftc_ctl_t *c, const char *job, int max_events, ftc_status_t **out)
 {
     *out = NULL;
@@ -97,31 +172,25 @@ int ftc_status_collect(ftc_ctl_t *c, const char *job, int max_events, ftc_status
         for (size_t i = 0; i < nm; i++) {
             redisReply *k = rep->element[2 * i], *v = rep->element[2 * i + 1];
             ftc_status_member_t *m = &s->members[s->n_members++];
+            if (k->type != REDIS_REPLY_STRING) {
+                snprintf(m->node, sizeof m->node, "?");
+                snprintf(m->problem, sizeof m->problem, "member name is not a string");
+                continue;
+            }
             snprintf(m->node, sizeof m->node, "%.*s", (int)(k->len > FTC_CTL_NODE_MAX ? FTC_CTL_NODE_MAX : k->len), k->str);
             if (v->type != REDIS_REPLY_STRING ||
                 sscanf(v->str, "%127s %63s %lld %llu", m->host, m->domain, &m->pid, &m->joined_ms) != 4)
                 snprintf(m->problem, sizeof m->problem, "member record is not \"host domain pid joined_ms\"");
-            char suffix[FTC_CTL_NODE_MAX + 8], hbkey[256];
-            snprintf(suffix, sizeof suffix, "hb:%s", m->node);
-            ftc_ctl_key(c, suffix, hbkey, sizeof hbkey);
-            ftc_redis_reply_t *h = NULL;
-            if (ftc_redis_cmdv(r, true, &h, "GET", hbkey, NULL) == 0 && h->type == REDIS_REPLY_STRING) {
-                m->alive = true;
-                ftc_err_t err = {0};
-                if (ftc_ctl_heartbeat_parse(h->str, h->len, &m->hb, &err) != 0 && !m->problem[0])
-                    snprintf(m->problem, sizeof m->problem, "%s", err.msg);
-                else
-                    m->hb_age_ms = (long long)s->now_ms - (long long)m->hb.wall_ms;
-            } else if (h == NULL && !m->problem[0]) {
-                snprintf(m->problem, sizeof m->problem, "%.150s", ftc_redis_errstr(r));
-            }
-            ftc_redis_reply_free(h);
-            h = NULL;
-            if (m->alive && ftc_redis_cmdv(r, true, &h, "PTTL", hbkey, NULL) == 0 &&
-                h->type == REDIS_REPLY_INTEGER)
-                m->hb_ttl_ms = h->integer;
-            ftc_redis_reply_free(h);
         }
+        /* each member's heartbeat and its TTL: a page of members per pipeline
+         * (one round trip and one deadline), not two round trips each — a
+         * Redis that stalled mid-way cost 2 x members command deadlines */
+        rc = ftc__heartbeats(c, s);
+        if (rc == FTC_ENOMEM) {
+            ftc_redis_reply_free(rep);
+            goto fail;
+        }
+        rc = 0;
     }
     ftc_redis_reply_free(rep);
     rep = NULL;
@@ -142,6 +211,12 @@ int ftc_status_collect(ftc_ctl_t *c, const char *job, int max_events, ftc_status
                     s->n_events++;
         } else if (rc) {
             ftc__problem(s, ftc_redis_errstr(r));
+            snprintf(s->events_problem, sizeof s->events_problem, "%.250s",
+                     ftc_redis_errstr(r));
+        } else if (rep->type != REDIS_REPLY_ARRAY) {
+            snprintf(s->events_problem, sizeof s->events_problem,
+                     "%s: expected an array reply to XREVRANGE", key);
+            ftc__problem(s, s->events_problem);
         }
         ftc_redis_reply_free(rep);
     }
@@ -169,12 +244,65 @@ static void ftc__fmt_time(unsigned long long ms, char *buf, size_t cap)
     snprintf(buf, cap, "%02d:%02d:%02d.%03llu", tm.tm_hour, tm.tm_min, tm.tm_sec, ms % 1000);
 }
 
+/* Length of the valid UTF-8 sequence at s (what jansson accepts: no
+ * overlong forms, no surrogates, nothing above U+10FFFF), 0 if invalid. */
+static size_t ftc__u8_len(const unsigned char *s)
+{
+    unsigned char c = s[0];
+    if (c < 0x80)
+        return 1;
+    size_t n;
+    unsigned char lo = 0x80, hi = 0xbf;
+    if (c >= 0xc2 && c <= 0xdf)
+        n = 2;
+    else if (c >= 0xe0 && c <= 0xef) {
+        n = 3;
+        lo = c == 0xe0 ? 0xa0 : 0x80;
+        hi = c == 0xed ? 0x9f : 0xbf;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        n = 4;
+        lo = c == 0xf0 ? 0x90 : 0x80;
+        hi = c == 0xf4 ? 0x8f : 0xbf;
+    } else
+        return 0;
+    if (s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t i = 2; i < n; i++)
+        if (s[i] < 0x80 || s[i] > 0xbf)
+            return 0;
+    return n;
+}
+
+/* src with every byte that is not part of valid UTF-8 replaced by '?' (a
+ * record of garbage, a foreign value quoted in a detail): jansson refuses
+ * such a string, and the member or event was left out of the JSON. */
+static const char *ftc__u8(const char *src, char *buf, size_t cap)
+{
+    size_t o = 0;
+    const unsigned char *p = (const unsigned char *)src;
+    while (*p && o + 1 < cap) {
+        size_t n = ftc__u8_len(p);
+        if (n == 0 || o + n >= cap) {
+            buf[o++] = '?';
+            p++;
+            continue;
+        }
+        memcpy(buf + o, p, n);
+        o += n;
+        p += n;
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
 static json_t *ftc__event_json(const ftc_status_event_t *e)
 {
-    return json_pack("{s:s, s:s, s:s, s:i, s:I, s:I, s:I, s:s}", "id", e->id, "kind", e->kind,
-                     "node", e->node, "rank", e->rank, "generation", (json_int_t)e->gen, "step",
-                     (json_int_t)e->step, "t_detect_ms", (json_int_t)e->t_detect_ms, "detail",
-                     e->detail);
+    char kind[sizeof e->kind], node[sizeof e->node], detail[sizeof e->detail], id[sizeof e->id];
+    return json_pack("{s:s, s:s, s:s, s:i, s:I, s:I, s:I, s:s}", "id", ftc__u8(e->id, id, sizeof id),
+                     "kind", ftc__u8(e->kind, kind, sizeof kind), "node",
+                     ftc__u8(e->node, node, sizeof node), "rank", e->rank, "generation",
+                     (json_int_t)e->gen, "step", (json_int_t)e->step, "t_detect_ms",
+                     (json_int_t)e->t_detect_ms, "detail", ftc__u8(e->detail, detail, sizeof detail));
 }
 
 void ftc_event_print_json(const ftc_status_event_t *e, FILE *out)
@@ -245,26 +373,34 @@ char *ftc_status_json(const ftc_status_t *s)
         json_decref(events);
         return NULL;
     }
-    json_object_set_new(root, "job", json_string(s->job));
+    char tmp[sizeof s->problems];
+    json_object_set_new(root, "job", json_string(ftc__u8(s->job, tmp, sizeof tmp)));
     json_object_set_new(root, "now_ms", json_integer((json_int_t)s->now_ms));
     json_object_set_new(root, "generation", json_integer((json_int_t)s->generation));
     json_object_set_new(root, "world", json_integer(s->world));
-    json_object_set_new(root, "leader", s->leader[0] ? json_string(s->leader) : json_null());
+    json_object_set_new(root, "leader", s->leader[0] ? json_string(ftc__u8(s->leader, tmp,
+                                                                           sizeof tmp))
+                                                     : json_null());
     json_object_set_new(root, "epoch", json_integer((json_int_t)s->epoch));
     json_object_set_new(root, "leader_ttl_ms", json_integer(s->leader_ttl_ms));
     json_object_set_new(root, "committed_step", json_integer(s->committed_step));
     json_object_set_new(root, "committed_generation", json_integer((json_int_t)s->committed_gen));
-    json_object_set_new(root, "problems", json_string(s->problems));
+    json_object_set_new(root, "problems", json_string(ftc__u8(s->problems, tmp, sizeof tmp)));
     for (int i = 0; i < s->n_members; i++) {
         const ftc_status_member_t *m = &s->members[i];
+        char node[sizeof m->node], host[sizeof m->host], dom[sizeof m->domain],
+            prob[sizeof m->problem];
         json_t *o = json_pack("{s:s, s:s, s:s, s:I, s:I, s:b, s:I, s:I, s:I, s:I, s:I, s:s}",
-                              "node", m->node, "host", m->host, "domain", m->domain, "pid",
+                              "node", ftc__u8(m->node, node, sizeof node), "host",
+                              ftc__u8(m->host, host, sizeof host), "domain",
+                              ftc__u8(m->domain, dom, sizeof dom), "pid",
                               (json_int_t)m->pid, "joined_ms", (json_int_t)m->joined_ms, "alive",
                               m->alive, "generation", (json_int_t)m->hb.generation, "step",
                               (json_int_t)m->hb.step, "step_time_us",
                               (json_int_t)m->hb.step_time_us, "heartbeat_age_ms",
                               (json_int_t)m->hb_age_ms, "heartbeat_ttl_ms",
-                              (json_int_t)m->hb_ttl_ms, "problem", m->problem);
+                              (json_int_t)m->hb_ttl_ms, "problem",
+                              ftc__u8(m->problem, prob, sizeof prob));
         if (o)
             json_array_append_new(members, o);
     }
@@ -289,6 +425,27 @@ int ftc_events_read(ftc_ctl_t *c, char *after, size_t cap, int count, int block_
     snprintf(blk, sizeof blk, "%d", block_ms);
     ftc_redis_reply_t *rep = NULL;
     int rc;
+    if (!strcmp(after, "$")) {
+        /* "$" names no entry: XREAD reads what is added after the call
+         * starts, and a caller reading again with "$" after a call that read
+         * nothing lost whatever came between the two calls (or while Redis
+         * was away). Pin it to the newest entry now ("0-0": the stream is
+         * empty, so all of it is new). */
+        rc = ftc_redis_cmdv(ftc_ctl_redis(c), true, &rep, "XREVRANGE", key, "+", "-", "COUNT",
+                            "1", NULL);
+        if (rc)
+            return rc;
+        ftc_status_event_t e;
+        if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 1 &&
+            ftc__parse_entry(rep->element[0], &e))
+            snprintf(after, cap, "%s", e.id);
+        else if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 0)
+            snprintf(after, cap, "0-0");
+        ftc_redis_reply_free(rep);
+        rep = NULL;
+        if (!strcmp(after, "$"))
+            return FTC_EPROTO;
+    }
     if (block_ms > 0)
         rc = ftc_redis_cmdv(ftc_ctl_redis(c), true, &rep, "XREAD", "COUNT", cnt, "BLOCK", blk,
                             "STREAMS", key, after, NULL);

@@ -54,6 +54,8 @@ typedef struct ftc_status {
     int n_events;
     ftc_status_event_t *events; /* newest last */
     char problems[512];         /* key-level problems, "; "-separated */
+    char events_problem[256];   /* "" or why the event stream could not be read (also in
+                                   problems): `ftc events` fails with it */
 } ftc_status_t;
 
 /* Reads a snapshot (max_events newest events). FTC_EREDIS etc. only when
@@ -67,8 +69,10 @@ char *ftc_status_json(const ftc_status_t *s);
 
 /* Reads events after stream id `after` ("0" = from the start, "$" = only new
  * ones), waiting up to block_ms for the first (0 = do not wait). Calls fn for
- * each; copies the last id read into after (cap >= 32). Returns the number
- * read or an error. */
+ * each; copies the last id read into after (cap >= 32). "$" is replaced by
+ * the stream's newest id at once ("0-0" when it is empty), even when nothing
+ * is read, so a caller that reads again misses nothing added in between.
+ * Returns the number read or an error. */
 typedef void (*ftc_status_event_fn)(void *arg, const ftc_status_event_t *e);
 int ftc_events_read(ftc_ctl_t *c, char *after, size_t cap, int count, int block_ms,
                     ftc_status_event_fn fn, void *arg);

@@ -93,6 +93,82 @@ static void *ftc__watchdog(void *arg)
     return NULL;
 }
 
+/* ---- the supervisor's lease: ftc:{J}:sup:NODE -------------------------------------------- */
+
+/* A supervisor's liveness from its start on, before (and without) an agent:
+ * a newcomer killed after its round closed has no agent yet, so no heartbeat
+ * expires and nobody reports it lost, and the others waited for its agent
+ * until --join-timeout-ms. A thread of its own (with its own connection:
+ * the main loop blocks in rendezvous and agent starts) sets the key with a
+ * TTL every FTC__SUP_REFRESH_MS; a peer counts a member gone only once its
+ * key has been missing for FTC__SUP_TTL_MS while the peer's own key is
+ * there (a Redis restarted empty loses every key at once, and each
+ * supervisor puts its own back within a refresh). */
+#define FTC__SUP_TTL_MS 3000
+#define FTC__SUP_REFRESH_MS 500
+
+typedef struct ftc__suplease {
+    pthread_t tid;
+    bool running;
+    atomic_bool stop;
+    ftc_redis_url_t url;
+    char key[256];
+    char val[96];
+} ftc__suplease_t;
+
+static void *ftc__suplease_main(void *arg)
+{
+    ftc__suplease_t *l = arg;
+    ftc_redis_options_t ro = FTC_REDIS_OPTIONS_INIT;
+    ro.connect_timeout_ms = 500;
+    ro.command_timeout_ms = 1000;
+    ftc_redis_t *r = NULL;
+    char px[16];
+    snprintf(px, sizeof px, "%d", FTC__SUP_TTL_MS);
+    bool set = false;
+    while (!atomic_load(&l->stop)) {
+        if (!r) {
+            ftc_err_t e = {0};
+            r = ftc_redis_connect(&l->url, &ro, &e);
+        }
+        set = r && ftc_redis_cmdv(r, true, NULL, "SET", l->key, l->val, "PX", px, NULL) == 0;
+        for (int i = 0; i < FTC__SUP_REFRESH_MS / 50 && !atomic_load(&l->stop); i++)
+            ftc_sleep_ms(50);
+    }
+    /* gone now: nobody waits for this supervisor (one try, and none when
+     * Redis did not answer the last refresh: a node going away does not wait
+     * for Redis; the key expires anyway) */
+    if (r && set)
+        (void)ftc_redis_cmdv(r, false, NULL, "DEL", l->key, NULL);
+    ftc_redis_close(r);
+    return NULL;
+}
+
+static void ftc__suplease_start(ftc__suplease_t *l, const ftc_redis_url_t *url, ftc_ctl_t *ctl,
+                                const char *node, const char *host)
+{
+    char suffix[FTC_CTL_NODE_MAX + 8];
+    snprintf(suffix, sizeof suffix, "sup:%s", node);
+    ftc_ctl_key(ctl, suffix, l->key, sizeof l->key);
+    snprintf(l->val, sizeof l->val, "%.64s %ld", host && *host ? host : "-", (long)getpid());
+    l->url = *url;
+    atomic_store(&l->stop, false);
+    l->running = pthread_create(&l->tid, NULL, ftc__suplease_main, l) == 0;
+    if (!l->running)
+        FTC_WARN("run", "cannot start the thread of %s: the others will not see this "
+                 "supervisor's death before its agent runs", l->key);
+}
+
+static void ftc__suplease_stop(ftc__suplease_t *l)
+{
+    if (!l->running)
+        return;
+    atomic_store(&l->stop, true);
+    pthread_join(l->tid, NULL);
+    l->running = false;
+    memset(l->url.password, 0, sizeof l->url.password);
+}
+
 typedef struct ftc__sup {
     const ftc_run_options_t *o;
     char node_id[FTC_CTL_NODE_MAX + 1];
@@ -129,14 +205,30 @@ typedef struct ftc__sup {
     uint64_t rec_t0;           /* wall ms this recovery began (0: none in progress) */
     uint64_t redis_ok_ms;      /* monotonic ms of the last answer from Redis in ftc__watch */
     int continued;             /* in-process: ranks of this generation that continued */
+    ftc__suplease_t lease;     /* ftc:{J}:sup:NODE, refreshed by a thread of its own */
 } ftc__sup_t;
 
 static int ftc__inproc_assign(ftc__sup_t *s, int l, char **add, int n, ftc_err_t *err);
+static bool ftc__sup_lost(ftc__sup_t *s, int who, uint64_t *gone_since, uint64_t *next_ms);
 
 /* SIGINT/SIGTERM arrived: every wait of the loop ends at once. */
 static bool ftc__stopping(const ftc__sup_t *s)
 {
     return s->stop && *s->stop;
+}
+
+/* Test knob: a pause of getenv(name) ms (at most 10 min; a signal ends it),
+ * so that a test can kill a supervisor at that point of a round. */
+static void ftc__test_delay(const ftc__sup_t *s, const char *name)
+{
+    const char *v = getenv(name);
+    long ms = v ? strtol(v, NULL, 10) : 0;
+    if (ms <= 0)
+        return;
+    FTC_INFO("run", "%s: pausing %ld ms", name, ms > 600000 ? 600000L : ms);
+    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)(ms > 600000 ? 600000 : ms));
+    while (!ftc_deadline_expired(d) && !ftc__stopping(s))
+        ftc_sleep_ms(20);
 }
 static void ftc__inproc_fresh(ftc__sup_t *s, int l);
 
@@ -1058,50 +1150,72 @@ static int ftc__master(ftc__sup_t *s, char *host, size_t cap, int *port, ftc_err
             return ftc_err_set(err, rc, "publishing MASTER_ADDR: %s", ftc_redis_errstr(r));
     }
     ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)s->o->join_timeout_ms);
-    uint64_t next_look = 0, next_lost = 0;
+    uint64_t next_look = 0, next_lost = 0, next_sup = 0;
+    uint64_t *gone_since = calloc((size_t)(s->round.nodes > 0 ? s->round.nodes : 1),
+                                  sizeof *gone_since);
+    int rc = 0;
     for (;;) {
         rep = NULL;
         const char *v = NULL;
         size_t len = 0;
-        int rc = ftc_redis_cmdv(r, true, &rep, "GET", key, NULL);
-        if (rc == 0 && ftc_redis_want_str(rep, "master", &v, &len, NULL) == 0 && v && len &&
+        if (ftc_redis_cmdv(r, true, &rep, "GET", key, NULL) == 0 && ftc_redis_want_str(rep, "master", &v, &len, NULL) == 0 && v && len &&
             len < 640) {
             char buf[640];
             memcpy(buf, v, len);
             buf[len] = 0;
             ftc_redis_reply_free(rep);
-            if (buf[0] == '!') /* node 0 could not take the fixed port: the round fails */
-                return ftc_err_set(err, FTC_EAGAIN, "%s", buf + 1);
             char *colon = strrchr(buf, ':');
-            if (!colon)
-                return ftc_err_set(err, FTC_EPROTO, "%s holds '%s', not host:port", key, buf);
-            *colon = 0;
-            snprintf(host, cap, "%s", buf);
-            *port = atoi(colon + 1);
-            return 0;
+            if (buf[0] == '!') { /* node 0 could not take the fixed port: the round fails */
+                rc = ftc_err_set(err, FTC_EAGAIN, "%s", buf + 1);
+            } else if (!colon) {
+                rc = ftc_err_set(err, FTC_EPROTO, "%s holds '%s', not host:port", key, buf);
+            } else {
+                *colon = 0;
+                snprintf(host, cap, "%s", buf);
+                *port = atoi(colon + 1);
+            }
+            break;
         }
         ftc_redis_reply_free(rep);
-        if (ftc__stopping(s))
-            return ftc_err_set(err, FTC_ECANCELED, "stopped by a signal");
-        if (ftc__round_moved(s, &next_look))
-            return ftc_err_set(err, FTC_EAGAIN,
-                               "generation %" PRIu64 ": the next round was opened before the "
-                               "node of rank 0 (%s) published MASTER_ADDR",
-                               s->gen, s->round.members[s->master_node]);
+        if (ftc__stopping(s)) {
+            rc = ftc_err_set(err, FTC_ECANCELED, "stopped by a signal");
+            break;
+        }
+        if (ftc__round_moved(s, &next_look)) {
+            rc = ftc_err_set(err, FTC_EAGAIN,
+                             "generation %" PRIu64 ": the next round was opened before the "
+                             "node of rank 0 (%s) published MASTER_ADDR",
+                             s->gen, s->round.members[s->master_node]);
+            break;
+        }
         int lost;
         char why[256];
-        if (ftc__member_lost(s, &next_lost, &lost, why, sizeof why))
-            return ftc_err_set(err, FTC_EAGAIN,
-                               "generation %" PRIu64 ": member %s was lost before the generation "
-                               "started (%s): not waiting for it, the next round opens",
-                               s->gen, s->round.members[lost], why);
-        if (ftc_deadline_expired(d))
-            return ftc_err_set(err, FTC_ETIMEDOUT,
-                               "the node of rank 0 in generation %" PRIu64 " (%s) published no "
-                               "MASTER_ADDR (%s)",
-                               s->gen, s->round.members[s->master_node], key);
+        if (ftc__member_lost(s, &next_lost, &lost, why, sizeof why)) {
+            rc = ftc_err_set(err, FTC_EAGAIN,
+                             "generation %" PRIu64 ": member %s was lost before the generation "
+                             "started (%s): not waiting for it, the next round opens",
+                             s->gen, s->round.members[lost], why);
+            break;
+        }
+        if (ftc__sup_lost(s, s->master_node, gone_since, &next_sup)) {
+            rc = ftc_err_set(err, FTC_EAGAIN,
+                             "generation %" PRIu64 ": member %s was lost before the generation "
+                             "started (its supervisor's lease expired): not waiting for it, the "
+                             "next round opens",
+                             s->gen, s->round.members[s->master_node]);
+            break;
+        }
+        if (ftc_deadline_expired(d)) {
+            rc = ftc_err_set(err, FTC_ETIMEDOUT,
+                             "the node of rank 0 in generation %" PRIu64 " (%s) published no "
+                             "MASTER_ADDR (%s)",
+                             s->gen, s->round.members[s->master_node], key);
+            break;
+        }
         ftc_sleep_ms(20);
     }
+    free(gone_since);
+    return rc;
 }
 
 /* Whether every member's agent of this generation published its fabric
@@ -1282,6 +1396,44 @@ static bool ftc__hb_exists(ftc__sup_t *s, const char *node)
     return yes;
 }
 
+/* Whether member `who` (round index) has lost its supervisor: its lease
+ * (ftc:{J}:sup:NODE) has been missing for FTC__SUP_TTL_MS on every look,
+ * while ours was there (we are in touch with Redis, and Redis did not just
+ * lose its keys). Only the member waited for is looked up (two EXISTS in one
+ * round trip, every 200 ms at most: *next_ms), not every member: each node
+ * of a large job does this while it waits. gone_since (one per member, 0 =
+ * seen alive) carries the looks over. */
+static bool ftc__sup_lost(ftc__sup_t *s, int who, uint64_t *gone_since, uint64_t *next_ms)
+{
+    uint64_t now = ftc_now_ns() / 1000000u;
+    if (now < *next_ms || who < 0 || who >= s->round.nodes || !gone_since ||
+        !strcmp(s->round.members[who], s->node_id))
+        return false;
+    *next_ms = now + 200;
+    char keys[2][256], suffix[FTC_CTL_NODE_MAX + 8];
+    snprintf(suffix, sizeof suffix, "sup:%s", s->round.members[who]);
+    ftc_ctl_key(s->ctl, suffix, keys[0], sizeof keys[0]);
+    snprintf(suffix, sizeof suffix, "sup:%s", s->node_id);
+    ftc_ctl_key(s->ctl, suffix, keys[1], sizeof keys[1]);
+    const char *av0[] = {"EXISTS", keys[0]}, *av1[] = {"EXISTS", keys[1]};
+    const char **const avs[] = {av0, av1};
+    const int ac[] = {2, 2};
+    ftc_redis_reply_t *reps[2] = {NULL, NULL};
+    long long theirs = 1, ours = 0;
+    bool ok = ftc_redis_pipeline(ftc_ctl_redis(s->ctl), true, 2, ac, avs, NULL, reps) == 0 &&
+              ftc_redis_want_int(reps[0], "EXISTS", &theirs, NULL) == 0 &&
+              ftc_redis_want_int(reps[1], "EXISTS", &ours, NULL) == 0 && ours == 1;
+    ftc_redis_reply_free(reps[0]);
+    ftc_redis_reply_free(reps[1]);
+    if (!ok || theirs != 0) { /* alive, or no evidence now (Redis away or restarted empty) */
+        gone_since[who] = 0;
+        return false;
+    }
+    if (!gone_since[who])
+        gone_since[who] = now;
+    return now - gone_since[who] >= FTC__SUP_TTL_MS;
+}
+
 typedef struct ftc__lost_scan {
     ftc__sup_t *s;
     int member; /* the lost member's round index, -1 = none */
@@ -1336,7 +1488,10 @@ static bool ftc__member_lost(ftc__sup_t *s, uint64_t *next_ms, int *member, char
 static int ftc__wait_agents(ftc__sup_t *s, ftc_err_t *err)
 {
     ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)s->o->join_timeout_ms);
-    uint64_t next_look = 0, next_lost = 0;
+    uint64_t next_look = 0, next_lost = 0, next_sup = 0;
+    uint64_t *gone_since = calloc((size_t)(s->round.nodes > 0 ? s->round.nodes : 1),
+                                  sizeof *gone_since);
+    int rc = 0;
     for (;;) {
         int missing = -1, stale = -1;
         if (!ftc__fabric_current(s, &stale))
@@ -1345,27 +1500,45 @@ static int ftc__wait_agents(ftc__sup_t *s, ftc_err_t *err)
             if (!ftc__hb_exists(s, s->round.members[i]))
                 missing = i;
         if (missing < 0)
-            return 0;
-        if (ftc__stopping(s))
-            return ftc_err_set(err, FTC_ECANCELED, "stopped by a signal");
-        if (ftc__round_moved(s, &next_look))
-            return ftc_err_set(err, FTC_EAGAIN,
-                               "generation %" PRIu64 ": the next round was opened while the "
-                               "agent of member %s was not up (it left, or failed)",
-                               s->gen, s->round.members[missing]);
+            break;
+        if (ftc__stopping(s)) {
+            rc = ftc_err_set(err, FTC_ECANCELED, "stopped by a signal");
+            break;
+        }
+        if (ftc__round_moved(s, &next_look)) {
+            rc = ftc_err_set(err, FTC_EAGAIN,
+                             "generation %" PRIu64 ": the next round was opened while the "
+                             "agent of member %s was not up (it left, or failed)",
+                             s->gen, s->round.members[missing]);
+            break;
+        }
         int lost;
         char why[256];
-        if (ftc__member_lost(s, &next_lost, &lost, why, sizeof why))
-            return ftc_err_set(err, FTC_EAGAIN,
-                               "generation %" PRIu64 ": member %s was lost before its agent "
-                               "came up (%s): not waiting for it, the next round opens",
-                               s->gen, s->round.members[lost], why);
-        if (ftc_deadline_expired(d))
-            return ftc_err_set(err, FTC_ETIMEDOUT,
-                               "generation %" PRIu64 ": the agent of member %s never came up",
-                               s->gen, s->round.members[missing]);
+        if (ftc__member_lost(s, &next_lost, &lost, why, sizeof why)) {
+            rc = ftc_err_set(err, FTC_EAGAIN,
+                             "generation %" PRIu64 ": member %s was lost before its agent "
+                             "came up (%s): not waiting for it, the next round opens",
+                             s->gen, s->round.members[lost], why);
+            break;
+        }
+        if (ftc__sup_lost(s, missing, gone_since, &next_sup)) {
+            rc = ftc_err_set(err, FTC_EAGAIN,
+                             "generation %" PRIu64 ": member %s was lost before its agent "
+                             "came up (its supervisor's lease expired): not waiting for it, "
+                             "the next round opens",
+                             s->gen, s->round.members[missing]);
+            break;
+        }
+        if (ftc_deadline_expired(d)) {
+            rc = ftc_err_set(err, FTC_ETIMEDOUT,
+                             "generation %" PRIu64 ": the agent of member %s never came up",
+                             s->gen, s->round.members[missing]);
+            break;
+        }
         ftc_sleep_ms(20);
     }
+    free(gone_since);
+    return rc;
 }
 
 /* The stream's last id, so this generation reads only newer events. */
@@ -1723,6 +1896,7 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
         ftc_redis_close(r);
         goto out;
     }
+    ftc__suplease_start(&s->lease, &o->redis, s->ctl, s->node_id, o->host);
     if (o->ckpt_dir) {
         s->files = ftc_filestore_create(o->job, o->node_index, s->node_id, &o->redis,
                                         o->agent.redundancy.kind == FTC_RED_REPLICA && o->agent.redundancy.copies > 0
@@ -1859,6 +2033,7 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
             err->code != FTC_ESTALE)
             break;
         /* 2. the agent of this generation (slots in /dev/shm survive) */
+        ftc__test_delay(s, "FTC_TEST_RUN_AGENT_DELAY_MS");
         if (ftc__agent_start(s, err))
             break;
         ftc__recovery_phase(s, "agent", NULL);
@@ -1997,6 +2172,7 @@ out:
     ftc_filestore_destroy(s->files);
     if (ec == 0 && !o->keep_shm && !spare_done)
         ftc__forget_memory(s);
+    ftc__suplease_stop(&s->lease);
     ftc_rdzv_round_free(&s->round);
     ftc_ctl_destroy(s->ctl);
     free(s);

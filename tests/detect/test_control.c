@@ -407,6 +407,122 @@ static void test_status_snapshot_and_events(void **state)
     ftc_ctl_destroy(c);
 }
 
+/* A snapshot of 600 members reads their heartbeats a page per pipeline: a
+ * few round trips, not one or two per member (805 here; a Redis that
+ * stalled mid-way then cost `ftc status` a command deadline per member). Garbage and a
+ * heartbeat key of another type are still shown per member. */
+static void test_status_snapshot_round_trips(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_ctl_t *c = redis_fixture_ctl(f, "jst");
+    ftc_redis_t *r = ftc_ctl_redis(c);
+    char key[256], mkey[256], name[32], suffix[48];
+    ftc_ctl_key(c, "members", mkey, sizeof mkey);
+    for (int i = 0; i < 600; i++) {
+        snprintf(name, sizeof name, "m%03d", i);
+        assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", mkey, name, "h - 1 2", NULL), 0);
+        snprintf(suffix, sizeof suffix, "hb:%s", name);
+        ftc_ctl_key(c, suffix, key, sizeof key);
+        if (i % 3 == 0)
+            assert_int_equal(ftc_redis_cmdv(r, true, NULL, "SET", key, "1 5 100 1", "PX", "60000",
+                                            NULL), 0);
+        else if (i == 1)
+            assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", key, "x", "y", NULL), 0);
+    }
+    uint64_t t0 = ftc_redis_round_trips(r);
+    ftc_status_t *s = NULL;
+    assert_int_equal(ftc_status_collect(c, "jst", 5, &s), 0);
+    uint64_t trips = ftc_redis_round_trips(r) - t0;
+    print_message("snapshot of %d members: %" PRIu64 " round trips\n", s->n_members, trips);
+    assert_int_equal(s->n_members, 600);
+    assert_true(trips <= 12);
+    int alive = 0, wrong = 0;
+    for (int i = 0; i < s->n_members; i++) {
+        alive += s->members[i].alive;
+        if (!strcmp(s->members[i].node, "m001")) {
+            wrong = 1;
+            assert_false(s->members[i].alive);
+            assert_non_null(strstr(s->members[i].problem, "WRONGTYPE"));
+        }
+        if (s->members[i].alive) {
+            assert_int_equal(s->members[i].hb.step, 5);
+            assert_true(s->members[i].hb_ttl_ms > 0);
+        }
+    }
+    assert_int_equal(alive, 200);
+    assert_int_equal(wrong, 1);
+    ftc_status_free(s);
+    ftc_ctl_destroy(c);
+}
+
+static void count_kind(void *arg, const ftc_status_event_t *e)
+{
+    (void)e;
+    (*(int *)arg)++;
+}
+
+/* "$" (only new events) is pinned to the stream's newest entry by the first
+ * read even when it reads nothing: an event added between two reads is read
+ * by the second (with "$" kept, each XREAD waited for what came after it
+ * started, and `ftc events --follow` lost it). */
+static void test_events_dollar_misses_nothing(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_ctl_t *c = redis_fixture_ctl(f, "jev");
+    ftc_redis_t *r = ftc_ctl_redis(c);
+    char key[256];
+    ftc_ctl_key(c, "events", key, sizeof key);
+    for (int round = 0; round < 2; round++) { /* an empty stream, then one with entries */
+        char after[32] = "$";
+        int n = 0;
+        assert_int_equal(ftc_events_read(c, after, sizeof after, 100, 50, count_kind, &n), 0);
+        assert_string_not_equal(after, "$");
+        /* between two reads */
+        assert_int_equal(ftc_redis_cmdv(r, true, NULL, "XADD", key, "*", "kind", "commit", "node",
+                                        "-", "detail", "between", NULL), 0);
+        assert_int_equal(ftc_events_read(c, after, sizeof after, 100, 50, count_kind, &n), 1);
+        assert_int_equal(n, 1);
+    }
+    ftc_ctl_destroy(c);
+}
+
+/* Bytes that are not UTF-8 in a member record or an event (garbage, or a
+ * foreign value quoted in a detail) are shown replaced by '?': jansson
+ * refuses such strings, and `ftc status --json` silently left the member
+ * (or event) out, `ftc events --json` printed nothing for it. */
+static void test_status_json_keeps_non_utf8(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_ctl_t *c = redis_fixture_ctl(f, "jutf");
+    ftc_redis_t *r = ftc_ctl_redis(c);
+    char mkey[256], ekey[256];
+    ftc_ctl_key(c, "members", mkey, sizeof mkey);
+    ftc_ctl_key(c, "events", ekey, sizeof ekey);
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", mkey, "good", "h - 1 2", NULL), 0);
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", mkey, "bad", "h\xff\xfe - 1 2", NULL),
+                     0);
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "XADD", ekey, "*", "kind", "commit", "node", "-",
+                                    "detail", "value 'a\xc3(b' refused", NULL),
+                     0);
+    ftc_status_t *s = NULL;
+    assert_int_equal(ftc_status_collect(c, "jutf", 10, &s), 0);
+    assert_int_equal(s->n_members, 2);
+    assert_int_equal(s->n_events, 1);
+    char *json = ftc_status_json(s);
+    assert_non_null(json);
+    assert_non_null(strstr(json, "\"node\": \"good\""));
+    assert_non_null(strstr(json, "\"node\": \"bad\""));
+    assert_non_null(strstr(json, "\"host\": \"h??\""));
+    assert_non_null(strstr(json, "value 'a?(b' refused"));
+    free(json);
+    FILE *out = tmpfile();
+    ftc_event_print_json(&s->events[0], out);
+    assert_true(ftell(out) > 0);
+    fclose(out);
+    ftc_status_free(s);
+    ftc_ctl_destroy(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -423,6 +539,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_commit_checksum_and_withdraw, redis_fixture_setup,
                                         redis_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_status_snapshot_and_events, redis_fixture_setup,
+                                        redis_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_status_snapshot_round_trips, redis_fixture_setup,
+                                        redis_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_events_dollar_misses_nothing, redis_fixture_setup,
+                                        redis_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_status_json_keeps_non_utf8, redis_fixture_setup,
                                         redis_fixture_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -979,6 +979,25 @@ static void test_deadline_poll_pages_past_skewed_clocks(void **state)
     assert_int_equal(ftc_redis_want_int(rep, "ZCARD", &left, NULL), 0);
     ftc_redis_reply_free(rep);
     assert_true(left >= 300);
+    /* each poll confirms a page of candidates in one pipeline: two pages of
+     * overdue entries (300 skewed + the victim) cost a ZRANGEBYSCORE and a
+     * pipeline each, plus a ZREM when one is lost; one EXISTS round trip per
+     * candidate made ~300 */
+    ftc_sleep_ms(300);
+    ftc_detector_stats_t st;
+    ftc_detector_stats(b, &st);
+    print_message("%" PRIu64 " deadline polls, %" PRIu64 " round trips (%.1f per poll)\n",
+                  st.deadline_polls, st.deadline_poll_trips,
+                  st.deadline_polls ? (double)st.deadline_poll_trips / (double)st.deadline_polls
+                                    : 0.0);
+    assert_true(st.deadline_polls > 0);
+    assert_true(st.deadline_poll_trips <= st.deadline_polls * 6);
+    /* and the server ran the EXISTS (the poll did confirm candidates) */
+    assert_int_equal(ftc_redis_cmdv(r, true, &rep, "INFO", "commandstats", NULL), 0);
+    const char *info = NULL;
+    assert_int_equal(ftc_redis_want_str(rep, "INFO", &info, NULL, NULL), 0);
+    assert_non_null(strstr(info, "cmdstat_exists:calls="));
+    ftc_redis_reply_free(rep);
     ftc_detector_stop(b, true);
     ftc_ctl_destroy(c);
 }

@@ -1,7 +1,8 @@
 /*
  * test_redis.c — the Redis client against a real redis-server started by the
  * embedded-server code: URLs, AUTH (right, wrong, missing), unreachable
- * servers, command deadlines against a SIGSTOPped server, reconnection after
+ * servers, command deadlines against a SIGSTOPped server and a reply that
+ * trickles in through a proxy (one byte at a time), reconnection after
  * a kill and restart, checked reply types, scripts by SHA with EVAL fallback,
  * pipelined batches.
  */
@@ -10,8 +11,15 @@
 #include "detect/redis.h"
 #include "detect/redis_server.h"
 
+#include <arpa/inet.h>
 #include <hiredis/hiredis.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 typedef struct fixture {
     char *dir;
@@ -339,6 +347,134 @@ static void test_pipeline(void **state)
     ftc_redis_close(r);
 }
 
+/* ---- a link that trickles: a proxy passes the server's bytes one at a time ------------- */
+
+typedef struct trickle {
+    int lfd, port, up_port, gap_ms;
+    atomic_bool stop;
+    pthread_t tid;
+} trickle_t;
+
+static void *trickle_main(void *arg)
+{
+    trickle_t *t = arg;
+    while (!atomic_load(&t->stop)) {
+        struct pollfd lp = {t->lfd, POLLIN, 0};
+        if (poll(&lp, 1, 50) <= 0)
+            continue;
+        int cfd = accept(t->lfd, NULL, NULL);
+        if (cfd < 0)
+            continue;
+        int ufd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)t->up_port)};
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (connect(ufd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+            close(cfd);
+            close(ufd);
+            continue;
+        }
+        char pend[65536];
+        size_t np = 0, at = 0;
+        bool open = true;
+        while (open && !atomic_load(&t->stop)) {
+            struct pollfd p[2] = {{cfd, POLLIN, 0}, {ufd, np == at ? POLLIN : 0, 0}};
+            int n = poll(p, 2, np > at ? t->gap_ms : 50);
+            if (n < 0)
+                break;
+            char buf[4096];
+            if (p[0].revents) { /* client -> server at once */
+                ssize_t k = read(cfd, buf, sizeof buf);
+                if (k <= 0 || write(ufd, buf, (size_t)k) != k)
+                    open = false;
+            }
+            if (p[1].revents) {
+                ssize_t k = read(ufd, pend, sizeof pend);
+                if (k <= 0)
+                    open = false;
+                np = k > 0 ? (size_t)k : 0;
+                at = 0;
+            }
+            if (open && np > at && n == 0) /* server -> client: one byte per gap */
+                if (write(cfd, pend + at++, 1) != 1)
+                    open = false;
+        }
+        close(cfd);
+        close(ufd);
+    }
+    return NULL;
+}
+
+static void trickle_start(trickle_t *t, int up_port, int gap_ms)
+{
+    memset(t, 0, sizeof *t);
+    t->up_port = up_port;
+    t->gap_ms = gap_ms;
+    t->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(t->lfd, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(t->lfd, 8), 0);
+    socklen_t sl = sizeof sa;
+    assert_int_equal(getsockname(t->lfd, (struct sockaddr *)&sa, &sl), 0);
+    t->port = ntohs(sa.sin_port);
+    assert_int_equal(pthread_create(&t->tid, NULL, trickle_main, t), 0);
+}
+
+static void trickle_stop(trickle_t *t)
+{
+    atomic_store(&t->stop, true);
+    pthread_join(t->tid, NULL);
+    close(t->lfd);
+}
+
+/* A reply that trickles in (here one byte every 5 ms: 2 KiB take 10 s) ends
+ * at the command's deadline with FTC_ETIMEDOUT: hiredis bounds each read by
+ * the socket timeout only, and every byte came well within it, so the
+ * command took as long as the reply (10 s for a 300 ms deadline). Pipelines
+ * the same. The setup (AUTH, PING: a few bytes) gets through. */
+static void test_deadline_on_trickling_reply(void **state)
+{
+    fixture_t *f = *state;
+    ftc_err_t err = {0};
+    const ftc_redis_url_t *su = ftc_redis_server_url(f->srv);
+    ftc_redis_t *direct = ftc_redis_connect(su, NULL, &err);
+    assert_non_null(direct);
+    char big[2049];
+    memset(big, 'x', 2048);
+    big[2048] = 0;
+    assert_int_equal(ftc_redis_cmdv(direct, true, NULL, "SET", "big", big, NULL), 0);
+    trickle_t t;
+    trickle_start(&t, su->port, 5);
+    ftc_redis_url_t u = *su;
+    u.port = t.port;
+    ftc_redis_options_t o = FTC_REDIS_OPTIONS_INIT;
+    o.connect_timeout_ms = 2000;
+    o.command_timeout_ms = 300;
+    ftc_redis_t *r = ftc_redis_connect(&u, &o, &err);
+    if (!r)
+        fail_msg("connect through the proxy: %s", err.msg);
+    uint64_t t0 = ftc_now_ns();
+    int rc = ftc_redis_cmdv(r, false, NULL, "GET", "big", NULL);
+    double took = (double)(ftc_now_ns() - t0) / 1e6;
+    print_message("GET of 2 KiB trickling at 1 byte / 5 ms, deadline 300 ms: rc %d after %.0f ms "
+                  "(%s)\n", rc, took, ftc_redis_errstr(r));
+    assert_int_equal(rc, FTC_ETIMEDOUT);
+    const char *av[] = {"GET", "big"};
+    const char **const avs[] = {av};
+    int ac[] = {2};
+    ftc_redis_t *r2 = ftc_redis_connect(&u, &o, &err);
+    assert_non_null(r2);
+    t0 = ftc_now_ns();
+    rc = ftc_redis_pipeline(r2, false, 1, ac, avs, NULL, NULL);
+    print_message("pipeline of the same: rc %d after %.0f ms\n", rc,
+                  (double)(ftc_now_ns() - t0) / 1e6);
+    assert_int_equal(rc, FTC_ETIMEDOUT);
+    ftc_redis_close(r);
+    ftc_redis_close(r2);
+    trickle_stop(&t);
+    ftc_redis_close(direct);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -351,6 +487,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_scripts_sha_and_fallback, setup, teardown),
         cmocka_unit_test_setup_teardown(test_url_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pipeline, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_deadline_on_trickling_reply, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

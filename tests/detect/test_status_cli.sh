@@ -3,7 +3,8 @@
 # an embedded Redis started by `ftc redis`, two real agent processes, one
 # killed with SIGKILL; status shows members, leader and heartbeats (table and
 # JSON), events shows the node loss exactly once, and a bad --redis gets a
-# clear error.
+# clear error; events --follow across a Redis stopped (SIGSTOP) for 8 s; an
+# event stream key of another type.
 #
 # usage: test_status_cli.sh PATH/TO/ftc PATH/TO/det_agent
 set -u
@@ -84,6 +85,39 @@ check "events --follow ends cleanly on SIGTERM" test $? -eq 124
 check "events --follow printed the history" grep -q "node_lost" "$T/follow.txt"
 timeout -s TERM 1.2 "$FTC" status "${J[@]}" --watch --interval 200 >"$T/watch.txt" 2>&1
 check "status --watch redraws" test "$(grep -c '^job st' "$T/watch.txt")" -ge 2
+
+# events --follow while Redis is stopped (SIGSTOP) for 8 s: it says so once,
+# not every retry, and goes on printing once Redis answers (B's redis_gap)
+rpid=$(sed -n 's/.*embedded redis-server pid \([0-9]*\).*/\1/p' "$T/redis.out" | head -1)
+check "ftc redis named its redis-server pid" test -n "$rpid"
+"$FTC" events "${J[@]}" --follow >"$T/follow2.txt" 2>"$T/follow2.err" &
+fpid=$!
+pids+=($fpid)
+# in its follow loop once it printed the history (else the stop hits its start)
+for _ in $(seq 200); do grep -q "node_lost" "$T/follow2.txt" && break; sleep 0.05; done
+sleep 0.3
+kill -STOP "$rpid"
+sleep 8
+kill -CONT "$rpid"
+for _ in $(seq 200); do grep -q "redis_gap" "$T/follow2.txt" && break; sleep 0.05; done
+kill -TERM "$fpid"
+wait "$fpid"
+check "events --follow printed the event after Redis came back" grep -q "redis_gap" "$T/follow2.txt"
+check "events --follow said once that Redis was away ($(grep -c retrying "$T/follow2.err") lines)" \
+    test "$(grep -c retrying "$T/follow2.err")" -eq 1
+check "and that it answers again" grep -q "answers again" "$T/follow2.err"
+
+# a job whose event stream key holds a string (garbage): ftc events fails
+# naming it, not an empty listing with exit 0; status shows it as a problem
+port=$(sed -n 's/.*@[^:]*:\([0-9]*\).*/\1/p' "$T/job/redis.url")
+pw=$(sed -n 's|redis://:\([^@]*\)@.*|\1|p' "$T/job/redis.url")
+redis-cli --no-auth-warning -p "$port" -a "$pw" SET 'ftc:{stx}:events' garbage >/dev/null
+"$FTC" events --job stx --redis "$(cat "$T/job/redis.url")" >"$T/evx.txt" 2>&1
+rc=$?
+check "events on a stream key of another type fails (exit $rc)" test $rc -eq 1
+check "and names the key" grep -q "ftc:{stx}:events.*WRONGTYPE\|WRONGTYPE.*ftc:{stx}:events" "$T/evx.txt"
+"$FTC" status --job stx --redis "$(cat "$T/job/redis.url")" >"$T/stx.txt" 2>&1
+check "status shows it as a problem" grep -q "^PROBLEMS: .*WRONGTYPE" "$T/stx.txt"
 
 "$FTC" status --redis redis://127.0.0.1:1/0 --job st >"$T/bad.txt" 2>&1
 rc=$?

@@ -73,7 +73,7 @@ trap cleanup EXIT
 . "$(dirname "$0")/lib.sh" # check, count, committed, wait_committed
 export FTC_LOG_LEVEL=${FTC_LOG_LEVEL:-info}
 # FTC_RUN_ONLY=24 runs scenarios 2 and 4 only (while debugging)
-want() { case ${FTC_RUN_ONLY:-1234567890rfcmgsplxyk} in *$1*) return 0 ;; esac; return 1; }
+want() { case ${FTC_RUN_ONLY:-1234567890rfcmgsplxykn} in *$1*) return 0 ;; esac; return 1; }
 
 # ---- 1. a rank dies -------------------------------------------------------------------
 if want 1; then
@@ -824,6 +824,49 @@ check "k: node 0 finished the job alone in generation 3" \
     grep -q '\[node0\] INFO run: generation 3: node 0 of 1' "$T/k.out"
 check "k: node 0 finished" grep -q 'ftc run: 1 nodes finished' "$T/k.out"
 [ $fails -eq $f0 ] || { echo "--- output of k:"; tail -n 40 "$T/k.out"; }
+fi
+
+# ---- n. a newcomer SIGKILLed after the round closed, before its agent ran ----------------------
+# One simulated node (--nnodes 1:2, --join-timeout-ms 120000) runs generation
+# 1; a second supervisor (node1, never a member before) joins at once
+# (--grow-wait-ms 0): the grow round closes with both (node 0's rank ends on
+# SIGTERM, well within --settle-ms 3000), and node1 is killed (SIGKILL) while it pauses before
+# starting its agent (test knob FTC_TEST_RUN_AGENT_DELAY_MS). It never had an
+# agent, so no heartbeat expires and no node_lost comes; its supervisor's
+# lease (ftc:{J}:sup:node1) expires instead, and that ends node 0's wait for
+# its agent, not the join timeout: node 0 opens the next round and finishes
+# alone in generation 3 (the loop's own bound, 60 s, is half the join timeout).
+if want n; then
+Jn=run${tag}n
+f0=$fails
+"$FTC" run --simulate-nodes 1 --nnodes 1:2 --job "$Jn" --job-dir "$T/jn" --settle-ms 3000 \
+    --grace-ms 1000 --join-timeout-ms 120000 -- sh -c 'if [ "$FTC_GENERATION" = 1 ]; then
+        exec sleep 60; fi; exit 0' >"$T/n.out" 2>&1 &
+runpid=$!
+pids+=($runpid)
+for i in $(seq 600); do grep -q '\[node0\] INFO run: generation 1: node 0 of 1' "$T/n.out" && break; sleep 0.05; done
+check "n: node 0 runs generation 1 alone" grep -q '\[node0\] INFO run: generation 1: node 0 of 1' "$T/n.out"
+FTC_TEST_RUN_AGENT_DELAY_MS=600000 "$FTC" run --node-rank 1 --nnodes 1:2 --job "$Jn" \
+    --job-dir "$T/jn1" --redis "$(cat "$T/jn/redis.url")" --settle-ms 3000 --grow-wait-ms 0 \
+    --join-timeout-ms 120000 -- sh -c 'exit 0' >"$T/n1.out" 2>&1 &
+newpid=$!
+pids+=($newpid)
+for i in $(seq 600); do grep -q 'FTC_TEST_RUN_AGENT_DELAY_MS: pausing' "$T/n1.out" && break; sleep 0.05; done
+check "n: the newcomer is node 1 of 2 in generation 2, before its agent" \
+    grep -q 'generation 2: node 1 of 2' "$T/n1.out"
+kill -KILL $newpid
+t0=$(date +%s%N)
+for i in $(seq 600); do kill -0 $runpid 2>/dev/null || break; sleep 0.1; done
+echo "n: the job ended $(( ($(date +%s%N) - t0) / 1000000 )) ms after the newcomer was killed (join timeout 120000 ms)"
+check "n: the job ended (well before the join timeout)" bash -c "! kill -0 $runpid 2>/dev/null"
+kill -9 $runpid 2>/dev/null
+wait $runpid
+check "n: node 0 gave up waiting for the newcomer on its lease" \
+    grep -q "\[node0\] WARN run: generation 2: member node1 was lost .*supervisor's lease expired" "$T/n.out"
+check "n: node 0 finished the job alone in generation 3" \
+    grep -q '\[node0\] INFO run: generation 3: node 0 of 1' "$T/n.out"
+check "n: node 0 finished" grep -q 'ftc run: 1 nodes finished' "$T/n.out"
+[ $fails -eq $f0 ] || { echo "--- output of n:"; tail -n 40 "$T/n.out"; echo "--- newcomer:"; tail -n 20 "$T/n1.out"; }
 fi
 
 if [ $fails -ne 0 ]; then
