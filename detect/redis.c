@@ -438,15 +438,36 @@ int ftc_redis_cmd(ftc_redis_t *r, bool idempotent, ftc_redis_reply_t **reply, in
 
 int ftc_redis_cmdv(ftc_redis_t *r, bool idempotent, ftc_redis_reply_t **reply, ...)
 {
-    const char *argv[64];
-    int argc = 0;
+    /* count first: a command is sent whole or not at all (64 on the stack,
+     * more allocated), never cut to what fits */
+    enum { ON_STACK = 64 };
+    const char *stack_argv[ON_STACK];
     va_list ap;
     va_start(ap, reply);
-    const char *s;
-    while ((s = va_arg(ap, const char *)) && argc < 64)
-        argv[argc++] = s;
+    size_t argc = 0;
+    while (va_arg(ap, const char *))
+        argc++;
     va_end(ap);
-    return ftc_redis_cmd(r, idempotent, reply, argc, argv, NULL);
+    if (reply)
+        *reply = NULL;
+    if (argc > INT_MAX)
+        return ftc_err_set(&r->err, FTC_EINVAL, "command of %zu arguments: at most %d", argc,
+                           INT_MAX);
+    const char **argv = stack_argv;
+    if (argc > ON_STACK) {
+        argv = malloc(argc * sizeof *argv);
+        if (!argv)
+            return ftc_err_set(&r->err, FTC_ENOMEM, "command of %zu arguments: out of memory",
+                               argc);
+    }
+    va_start(ap, reply);
+    for (size_t i = 0; i < argc; i++)
+        argv[i] = va_arg(ap, const char *);
+    va_end(ap);
+    int rc = ftc_redis_cmd(r, idempotent, reply, (int)argc, argv, NULL);
+    if (argv != stack_argv)
+        free(argv);
+    return rc;
 }
 
 /* Frees the replies of a pipeline read so far and NULLs them. */
@@ -626,8 +647,10 @@ int ftc_redis_eval(ftc_redis_t *r, const ftc_redis_script_t *s, int nkeys, const
     enum { MAX_ARGS = 64 };
     const char *argv[MAX_ARGS + 3];
     char nk[16];
-    if (nkeys + nargs > MAX_ARGS)
-        return ftc_err_set(&r->err, FTC_EINVAL, "script %s: too many arguments", s->name);
+    if (nkeys < 0 || nargs < 0 || nkeys > MAX_ARGS || nargs > MAX_ARGS - nkeys)
+        return ftc_err_set(&r->err, FTC_EINVAL,
+                           "script %s: %d keys and %d arguments: at most %d in all", s->name,
+                           nkeys, nargs, MAX_ARGS);
     snprintf(nk, sizeof nk, "%d", nkeys);
     int argc = 0;
     argv[argc++] = "EVALSHA";

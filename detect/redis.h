@@ -87,7 +87,9 @@ void ftc_redis_reply_free(ftc_redis_reply_t *r); /* NULL is a no-op */
  * as FTC_EREDIS with the server's text (the reply is freed). */
 int ftc_redis_cmd(ftc_redis_t *r, bool idempotent, ftc_redis_reply_t **reply, int argc,
                   const char **argv, const size_t *lens);
-/* printf-less convenience: NULL-terminated list of strings. */
+/* printf-less convenience: NULL-terminated list of strings, any number of
+ * them (more than 64 are allocated; FTC_ENOMEM when that fails). The command
+ * is sent whole or not at all. */
 int ftc_redis_cmdv(ftc_redis_t *r, bool idempotent, ftc_redis_reply_t **reply, ...);
 
 /* Pipelining: sends n commands in one write and reads their n replies, all
@@ -137,7 +139,8 @@ typedef struct ftc_redis_script {
 
 void ftc_redis_script_init(ftc_redis_script_t *s, const char *name, const char *src);
 /* EVALSHA, falling back to EVAL on NOSCRIPT. Scripts must be idempotent or
- * fenced: after a lost reply the call may be retried. */
+ * fenced: after a lost reply the call may be retried. At most 64 keys and
+ * arguments in all (more, or a negative count: FTC_EINVAL naming the counts). */
 int ftc_redis_eval(ftc_redis_t *r, const ftc_redis_script_t *s, int nkeys, const char **keys,
                    int nargs, const char **args, ftc_redis_reply_t **reply);
 

@@ -248,6 +248,12 @@ static void test_scripts_sha_and_fallback(void **state)
     ftc_redis_script_init(&bad, "broken", "return redis.call('NOPE')");
     assert_int_equal(ftc_redis_eval(r, &bad, 0, NULL, 0, NULL, &rep), FTC_EREDIS);
     assert_non_null(strstr(ftc_redis_errstr(r), "script broken"));
+    /* too many keys and arguments: refused, naming the counts */
+    const char *many[70];
+    for (int i = 0; i < 70; i++)
+        many[i] = "x";
+    assert_int_equal(ftc_redis_eval(r, &s, 1, keys, 70, many, &rep), FTC_EINVAL);
+    assert_non_null(strstr(ftc_redis_errstr(r), "1 keys and 70 arguments"));
     ftc_redis_close(r);
 }
 
@@ -475,12 +481,68 @@ static void test_deadline_on_trickling_reply(void **state)
     ftc_redis_close(direct);
 }
 
+/* ftc_redis_cmdv with more than 64 arguments: all of them are sent (it used
+ * to keep the first 64 silently and send a truncated command). */
+static void test_cmdv_many_args(void **state)
+{
+    fixture_t *f = *state;
+    ftc_err_t err = {0};
+    ftc_redis_t *r = ftc_redis_connect(ftc_redis_server_url(f->srv), NULL, &err);
+    assert_non_null(r);
+    ftc_redis_reply_t *rep;
+#define V10(p) p "0", p "1", p "2", p "3", p "4", p "5", p "6", p "7", p "8", p "9"
+    /* RPUSH key + 100 values: 102 arguments */
+    assert_int_equal(ftc_redis_cmdv(r, true, &rep, "RPUSH", "many", V10("a"), V10("b"), V10("c"),
+                                    V10("d"), V10("e"), V10("f"), V10("g"), V10("h"), V10("i"),
+                                    V10("j"), NULL),
+                     0);
+#undef V10
+    long long v;
+    assert_int_equal(ftc_redis_want_int(rep, "RPUSH", &v, &err), 0);
+    assert_int_equal(v, 100);
+    ftc_redis_reply_free(rep);
+    assert_int_equal(ftc_redis_cmdv(r, true, &rep, "LINDEX", "many", "-1", NULL), 0);
+    const char *s;
+    assert_int_equal(ftc_redis_want_str(rep, "LINDEX", &s, NULL, &err), 0);
+    assert_string_equal(s, "j9");
+    ftc_redis_reply_free(rep);
+    /* exactly 64 and 65 arguments (the old limit's edge) */
+    const char *a65[65];
+    char buf[65][8];
+    a65[0] = "SADD";
+    a65[1] = "edge";
+    for (int i = 2; i < 65; i++) {
+        snprintf(buf[i], sizeof buf[i], "m%d", i);
+        a65[i] = buf[i];
+    }
+    assert_int_equal(ftc_redis_cmd(r, true, &rep, 65, a65, NULL), 0);
+    assert_int_equal(ftc_redis_want_int(rep, "SADD", &v, &err), 0);
+    assert_int_equal(v, 63);
+    ftc_redis_reply_free(rep);
+    assert_int_equal(ftc_redis_cmdv(r, true, &rep, "SADD", "edge2", a65[2], a65[3], a65[4], a65[5],
+                                    a65[6], a65[7], a65[8], a65[9], a65[10], a65[11], a65[12],
+                                    a65[13], a65[14], a65[15], a65[16], a65[17], a65[18], a65[19],
+                                    a65[20], a65[21], a65[22], a65[23], a65[24], a65[25], a65[26],
+                                    a65[27], a65[28], a65[29], a65[30], a65[31], a65[32], a65[33],
+                                    a65[34], a65[35], a65[36], a65[37], a65[38], a65[39], a65[40],
+                                    a65[41], a65[42], a65[43], a65[44], a65[45], a65[46], a65[47],
+                                    a65[48], a65[49], a65[50], a65[51], a65[52], a65[53], a65[54],
+                                    a65[55], a65[56], a65[57], a65[58], a65[59], a65[60], a65[61],
+                                    a65[62], a65[63], a65[64], NULL),
+                     0);
+    assert_int_equal(ftc_redis_want_int(rep, "SADD", &v, &err), 0);
+    assert_int_equal(v, 63); /* 65 arguments: SADD, the key, 63 members */
+    ftc_redis_reply_free(rep);
+    ftc_redis_close(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_url_parsing),
         cmocka_unit_test(test_unreachable),
         cmocka_unit_test_setup_teardown(test_commands_and_reply_types, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cmdv_many_args, setup, teardown),
         cmocka_unit_test_setup_teardown(test_auth_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deadline_on_stopped_server, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reconnect_after_restart, setup, teardown),
