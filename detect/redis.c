@@ -374,10 +374,12 @@ void ftc_redis_reply_free(ftc_redis_reply_t *r)
 
 /* ---- commands ------------------------------------------------------------------- */
 
-int ftc_redis_cmd(ftc_redis_t *r, bool idempotent, ftc_redis_reply_t **reply, int argc,
-                  const char **argv, const size_t *lens)
+/* ftc_redis_cmd by the deadline d (a script's EVALSHA and its EVAL fallback
+ * share one). */
+static int ftc__cmd_by(ftc_redis_t *r, ftc_deadline_t d, bool idempotent,
+                       ftc_redis_reply_t **reply, int argc, const char **argv,
+                       const size_t *lens)
 {
-    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)r->o.command_timeout_ms);
     const char *name = argc > 0 ? argv[0] : "?";
     char cmdname[32];
     snprintf(cmdname, sizeof cmdname, "%.*s", (int)(lens ? (lens[0] < 31 ? lens[0] : 31) : 31),
@@ -434,6 +436,13 @@ int ftc_redis_cmd(ftc_redis_t *r, bool idempotent, ftc_redis_reply_t **reply, in
             freeReplyObject(rep);
         return 0;
     }
+}
+
+int ftc_redis_cmd(ftc_redis_t *r, bool idempotent, ftc_redis_reply_t **reply, int argc,
+                  const char **argv, const size_t *lens)
+{
+    return ftc__cmd_by(r, ftc_deadline_in_ms((uint64_t)r->o.command_timeout_ms), idempotent,
+                       reply, argc, argv, lens);
 }
 
 int ftc_redis_cmdv(ftc_redis_t *r, bool idempotent, ftc_redis_reply_t **reply, ...)
@@ -660,14 +669,17 @@ int ftc_redis_eval(ftc_redis_t *r, const ftc_redis_script_t *s, int nkeys, const
         argv[argc++] = keys[i];
     for (int i = 0; i < nargs; i++)
         argv[argc++] = args[i];
+    /* one deadline for the whole call: a late NOSCRIPT leaves the EVAL only
+     * what is left of it, not a fresh command_timeout_ms */
+    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)r->o.command_timeout_ms);
     ftc_redis_reply_t *rep = NULL;
-    int rc = ftc_redis_cmd(r, true, &rep, argc, argv, NULL);
+    int rc = ftc__cmd_by(r, d, true, &rep, argc, argv, NULL);
     if (rc && rep && rep->type == REDIS_REPLY_ERROR && !strncmp(rep->str, "NOSCRIPT", 8)) {
         ftc_redis_reply_free(rep);
         rep = NULL;
         argv[0] = "EVAL";
         argv[1] = s->src;
-        rc = ftc_redis_cmd(r, true, &rep, argc, argv, NULL);
+        rc = ftc__cmd_by(r, d, true, &rep, argc, argv, NULL);
     }
     if (rc) {
         ftc_redis_reply_free(rep);

@@ -16,7 +16,8 @@
  * - Replies are checked against the type the caller expects: an unexpected
  *   type is an error naming the command and what came back, never a crash.
  * - Scripts are called by SHA1 (EVALSHA) and re-sent with EVAL when the server
- *   answers NOSCRIPT (after a restart or SCRIPT FLUSH).
+ *   answers NOSCRIPT (after a restart or SCRIPT FLUSH). Both share one
+ *   deadline: the EVAL gets what the EVALSHA left of command_timeout_ms.
  *
  * One connection per thread (hiredis contexts are not thread-safe).
  */
@@ -138,7 +139,9 @@ typedef struct ftc_redis_script {
 } ftc_redis_script_t;
 
 void ftc_redis_script_init(ftc_redis_script_t *s, const char *name, const char *src);
-/* EVALSHA, falling back to EVAL on NOSCRIPT. Scripts must be idempotent or
+/* EVALSHA, falling back to EVAL on NOSCRIPT, both (and their reconnects)
+ * within one command_timeout_ms: FTC_ETIMEDOUT when a late NOSCRIPT left the
+ * EVAL too little. Scripts must be idempotent or
  * fenced: after a lost reply the call may be retried. At most 64 keys and
  * arguments in all (more, or a negative count: FTC_EINVAL naming the counts). */
 int ftc_redis_eval(ftc_redis_t *r, const ftc_redis_script_t *s, int nkeys, const char **keys,

@@ -536,6 +536,51 @@ static void test_cmdv_many_args(void **state)
     ftc_redis_close(r);
 }
 
+/* A script whose EVALSHA answers late (NOSCRIPT after a CLIENT PAUSE of 700
+ * ms) and whose EVAL fallback runs 700 ms: the call has one deadline (1000
+ * ms) for both, so it times out. The fallback got a fresh full deadline, and
+ * the call succeeded after 1.4 s. No timing is asserted: the server enforces
+ * both lower bounds (the pause, the script's busy loop). */
+static void test_script_fallback_shares_deadline(void **state)
+{
+    fixture_t *f = *state;
+    ftc_err_t err = {0};
+    ftc_redis_options_t o = FTC_REDIS_OPTIONS_INIT;
+    o.command_timeout_ms = 1000;
+    ftc_redis_t *r = ftc_redis_connect(ftc_redis_server_url(f->srv), &o, &err);
+    ftc_redis_t *pauser = ftc_redis_connect(ftc_redis_server_url(f->srv), NULL, &err);
+    assert_non_null(r);
+    assert_non_null(pauser);
+    ftc_redis_script_t busy;
+    ftc_redis_script_init(&busy, "busy",
+                          "local t = redis.call('TIME')\n"
+                          "local t0 = t[1] * 1000000 + t[2]\n"
+                          "repeat t = redis.call('TIME')\n"
+                          "until t[1] * 1000000 + t[2] - t0 >= tonumber(ARGV[1]) * 1000\n"
+                          "return 1");
+    const char *args[] = {"700"};
+    /* the pause is in force once its OK came back: the EVALSHA below waits it out */
+    assert_int_equal(ftc_redis_cmdv(pauser, true, NULL, "CLIENT", "PAUSE", "700", "ALL", NULL), 0);
+    uint64_t t0 = ftc_now_ns();
+    ftc_redis_reply_t *rep = NULL;
+    int rc = ftc_redis_eval(r, &busy, 0, NULL, 1, args, &rep);
+    printf("EVALSHA late by a 700 ms pause, EVAL 700 ms, deadline 1000 ms: rc %d after %llu ms "
+           "(%s)\n",
+           rc, (unsigned long long)((ftc_now_ns() - t0) / 1000000), ftc_redis_errstr(r));
+    ftc_redis_reply_free(rep);
+    assert_int_equal(rc, FTC_ETIMEDOUT);
+    assert_non_null(strstr(ftc_redis_errstr(r), "script busy"));
+    /* the server is fine afterwards (once the script has run out) */
+    ftc_redis_options_t lo = FTC_REDIS_OPTIONS_INIT;
+    lo.command_timeout_ms = 5000;
+    ftc_redis_t *after = ftc_redis_connect(ftc_redis_server_url(f->srv), &lo, &err);
+    assert_non_null(after);
+    assert_int_equal(ftc_redis_cmdv(after, true, NULL, "PING", NULL), 0);
+    ftc_redis_close(after);
+    ftc_redis_close(pauser);
+    ftc_redis_close(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -547,6 +592,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_deadline_on_stopped_server, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reconnect_after_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(test_scripts_sha_and_fallback, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_script_fallback_shares_deadline, setup, teardown),
         cmocka_unit_test_setup_teardown(test_url_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pipeline, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deadline_on_trickling_reply, setup, teardown),
