@@ -13,10 +13,12 @@
 #include <openssl/evp.h>
 #include <poll.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 struct ftc_redis {
     ftc_redis_url_t url;    /* where to (re)connect */
@@ -25,7 +27,8 @@ struct ftc_redis {
     bool up;                /* last command reached the server */
     uint64_t reconnects;    /* successful re-connections after a failure */
     uint64_t round_trips;   /* requests sent that waited for their replies */
-    int backoff_ms;         /* next pause before a reconnect attempt */
+    int backoff_ms;         /* next pause before a reconnect attempt (before jitter) */
+    uint64_t rng;           /* this connection's jitter PRNG (splitmix64 state) */
     ftc_err_t err;          /* last error */
 };
 
@@ -308,6 +311,59 @@ static int ftc__connect_once(ftc_redis_t *r, ftc_deadline_t d)
     return 0;
 }
 
+/* ---- reconnect jitter ------------------------------------------------------------ */
+
+static uint64_t ftc__splitmix64(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+int ftc__redis_jitter_ms(uint64_t *rng, int backoff_ms, int max_ms)
+{
+    if (backoff_ms <= 0)
+        return 0;
+    /* uniform in backoff +-25%, cut at the cap (which stays a cap: the
+     * detector's grace after an outage counts on it), not piled up on it */
+    int64_t lo = (int64_t)backoff_ms - backoff_ms / 4, hi = (int64_t)backoff_ms + backoff_ms / 4;
+    if (max_ms > 0 && hi > max_ms)
+        hi = max_ms;
+    if (lo > hi)
+        return (int)hi;
+    return (int)(lo + (int64_t)(ftc__splitmix64(rng) % (uint64_t)(hi - lo + 1)));
+}
+
+/* A seed per process (pid and both clocks, made again in a forked child) and
+ * a sequence number per connection: connections of one process, and
+ * processes started together, draw different pauses. */
+static uint64_t ftc__jitter_seed(void)
+{
+    static _Atomic uint64_t seq;
+    static _Atomic uint64_t seed;
+    static _Atomic long seed_pid;
+    long pid = (long)getpid();
+    if (atomic_load(&seed_pid) != pid) {
+        struct timespec rt, mt;
+        clock_gettime(CLOCK_REALTIME, &rt);
+        clock_gettime(CLOCK_MONOTONIC, &mt);
+        uint64_t st = (uint64_t)pid * 0x100000001b3ull ^ (uint64_t)rt.tv_sec * 1000000000ull ^
+                      (uint64_t)rt.tv_nsec ^ ((uint64_t)mt.tv_nsec << 32) ^ (uint64_t)mt.tv_sec;
+        atomic_store(&seed, ftc__splitmix64(&st));
+        atomic_store(&seed_pid, pid);
+    }
+    uint64_t st = atomic_load(&seed) + atomic_fetch_add(&seq, 1) * 0xd1b54a32d192ed03ull;
+    return ftc__splitmix64(&st);
+}
+
+void ftc__redis_jitter_seed(ftc_redis_t *r, uint64_t seed) { r->rng = seed; }
+
+int ftc__redis_jitter_next(ftc_redis_t *r, int backoff_ms)
+{
+    return ftc__redis_jitter_ms(&r->rng, backoff_ms, r->o.backoff_max_ms);
+}
+
 int ftc_redis_reconnect(ftc_redis_t *r, ftc_deadline_t d)
 {
     ftc__drop(r);
@@ -323,7 +379,9 @@ int ftc_redis_reconnect(ftc_redis_t *r, ftc_deadline_t d)
         int left = ftc_deadline_remaining_ms(d);
         if (left <= 0)
             return rc;
-        ftc_sleep_ms((uint64_t)(r->backoff_ms < left ? r->backoff_ms : left));
+        /* jittered: clients that lost one server do not all retry in lockstep */
+        int pause = ftc__redis_jitter_next(r, r->backoff_ms);
+        ftc_sleep_ms((uint64_t)(pause < left ? pause : left));
         r->backoff_ms = r->backoff_ms * 2 > r->o.backoff_max_ms ? r->o.backoff_max_ms
                                                                : r->backoff_ms * 2;
     }
@@ -341,6 +399,7 @@ ftc_redis_t *ftc_redis_connect(const ftc_redis_url_t *url, const ftc_redis_optio
     r->url = *url;
     r->o = o ? *o : def;
     r->backoff_ms = r->o.backoff_min_ms;
+    r->rng = ftc__jitter_seed();
     int rc = ftc__connect_once(r, ftc_deadline_in_ms((uint64_t)r->o.connect_timeout_ms));
     if (rc) {
         if (err)

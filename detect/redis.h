@@ -7,11 +7,11 @@
  *   never logged: ftc_redis_url_str() prints it as "***".
  * - Every command has a deadline (command_timeout_ms). On an I/O error or a
  *   timeout the connection is dropped and re-made with exponential backoff
- *   until the command's deadline; the command is then retried once if it is
- *   marked idempotent. Callers get FTC_EREDIS / FTC_ETIMEDOUT with the
- *   command's name, never a hang. The deadline bounds the whole exchange,
- *   not each read: a reply that trickles in (a slow link, a huge reply) ends
- *   at the deadline too. A connection attempt (TCP connect, AUTH, SELECT)
+ *   (jittered: see the options) until the command's deadline; the command is
+ *   then retried once if it is marked idempotent. Callers get FTC_EREDIS /
+ *   FTC_ETIMEDOUT with the command's name, never a hang. The deadline
+ *   bounds the whole exchange, not each read: a reply that trickles in (a
+ *   slow link, a huge reply) ends at the deadline too. A connection attempt (TCP connect, AUTH, SELECT)
  *   gets connect_timeout_ms in all, and never more than what is left.
  * - Replies are checked against the type the caller expects: an unexpected
  *   type is an error naming the command and what came back, never a crash.
@@ -55,9 +55,15 @@ typedef struct ftc_redis_options {
     uint32_t version;
     int connect_timeout_ms; /* per connection attempt (default 1000) */
     int command_timeout_ms; /* whole command incl. reconnects (default 2000) */
-    int backoff_min_ms;     /* first reconnect pause (default 20) */
+    int backoff_min_ms;     /* first reconnect pause (default 20), doubled per failure */
     int backoff_max_ms;     /* cap (default 1000) */
 } ftc_redis_options_t;
+/* Reconnect pauses are jittered: each is drawn uniformly from the backoff b
+ * +-25% (b - b/4 .. b + b/4, b/4 rounded down; the top cut at backoff_max_ms),
+ * and never goes past the deadline, so that clients that lost one server do
+ * not retry in lockstep. The draws come from a PRNG per connection, seeded
+ * from a seed per process (pid, clocks; made again after fork) and the
+ * connection's sequence number. */
 
 #define FTC_REDIS_OPTIONS_INIT {sizeof(ftc_redis_options_t), 1, 1000, 2000, 20, 1000}
 
@@ -153,8 +159,19 @@ int ftc_redis_fd(const ftc_redis_t *r);
  * when none came; FTC_EREDIS when the connection broke (reconnect and
  * re-subscribe is the caller's job: ftc_redis_reconnect). */
 int ftc_redis_read_push(ftc_redis_t *r, ftc_deadline_t d, ftc_redis_reply_t **reply);
-/* Drops and re-makes the connection (AUTH, SELECT) within d. */
+/* Drops and re-makes the connection (AUTH, SELECT) within d, pausing a
+ * jittered backoff between attempts. */
 int ftc_redis_reconnect(ftc_redis_t *r, ftc_deadline_t d);
+
+/* Internal, for tests of the reconnect jitter. ftc__redis_jitter_ms: the pause
+ * for backoff_ms (+-25%, at most max_ms when max_ms > 0; 0 for backoff_ms <= 0)
+ * drawn from the splitmix64 state *rng, which it advances (pure: same state,
+ * same pauses). ftc__redis_jitter_seed sets a connection's state (deterministic
+ * runs); ftc__redis_jitter_next draws the connection's next pause, as its
+ * reconnects do (capped at its backoff_max_ms). */
+int ftc__redis_jitter_ms(uint64_t *rng, int backoff_ms, int max_ms);
+void ftc__redis_jitter_seed(ftc_redis_t *r, uint64_t seed);
+int ftc__redis_jitter_next(ftc_redis_t *r, int backoff_ms);
 
 #ifdef __cplusplus
 }

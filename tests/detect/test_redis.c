@@ -19,6 +19,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 typedef struct fixture {
@@ -581,16 +582,122 @@ static void test_script_fallback_shares_deadline(void **state)
     ftc_redis_close(r);
 }
 
+/* The reconnect pauses' jitter (pure logic, fixed seeds): every pause lies in
+ * backoff +-25% (b/4 rounded down) and under the cap, the pauses differ, some
+ * below and some above the backoff; the same seed draws the same pauses. No
+ * wall-clock time is measured. */
+static void test_backoff_jitter_bounds(void **state)
+{
+    (void)state;
+    const int backoffs[] = {1, 3, 4, 20, 40, 80, 160, 320, 640, 999, 1000, 1200};
+    const int max_ms = 1000;
+    for (size_t k = 0; k < sizeof backoffs / sizeof backoffs[0]; k++) {
+        int b = backoffs[k];
+        int lo = b - b / 4, hi = b + b / 4 > max_ms ? max_ms : b + b / 4;
+        if (lo > max_ms)
+            lo = max_ms;
+        uint64_t rng = 42 + k, again = 42 + k;
+        int min = INT32_MAX, max = -1, below = 0, above = 0, at_cap = 0;
+        for (int i = 0; i < 2000; i++) {
+            int ms = ftc__redis_jitter_ms(&rng, b, max_ms);
+            if (ms < lo || ms > hi)
+                fail_msg("backoff %d: pause %d outside [%d, %d]", b, ms, lo, hi);
+            assert_int_equal(ftc__redis_jitter_ms(&again, b, max_ms), ms);
+            min = ms < min ? ms : min;
+            max = ms > max ? ms : max;
+            below += ms < b;
+            above += ms > b;
+            at_cap += ms == max_ms;
+        }
+        /* cut at the cap, not piled up on it: uniform over lo..hi */
+        assert_true(at_cap < 2000 / 10);
+        printf("backoff %4d ms (cap %d): pauses %d..%d, %d below, %d above\n", b, max_ms, min,
+               max, below, above);
+        if (b >= 4 && b <= max_ms) {
+            assert_true(min < max); /* not all equal */
+            assert_true(below > 0);
+        }
+        if (b >= 4 && b < max_ms)
+            assert_true(above > 0);
+    }
+    uint64_t rng = 7;
+    assert_int_equal(ftc__redis_jitter_ms(&rng, 0, max_ms), 0);
+    assert_int_equal(ftc__redis_jitter_ms(&rng, -5, max_ms), 0);
+}
+
+/* Connections draw different pauses: two of one process, and one of a
+ * process forked after them (its seed is made again); a connection given a
+ * seed draws what the pure function draws from it. */
+static void test_backoff_jitter_per_connection(void **state)
+{
+    fixture_t *f = *state;
+    ftc_err_t err = {0};
+    enum { N = 16 };
+    int a[N], b[N], c[N], p[N];
+    ftc_redis_t *r1 = ftc_redis_connect(ftc_redis_server_url(f->srv), NULL, &err);
+    ftc_redis_t *r2 = ftc_redis_connect(ftc_redis_server_url(f->srv), NULL, &err);
+    assert_non_null(r1);
+    assert_non_null(r2);
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(fds[0]);
+        ftc_redis_t *rc = ftc_redis_connect(ftc_redis_server_url(f->srv), NULL, &err);
+        int out[N];
+        for (int i = 0; i < N; i++)
+            out[i] = rc ? ftc__redis_jitter_next(rc, 1000) : -1;
+        ssize_t w = write(fds[1], out, sizeof out);
+        _exit(w == (ssize_t)sizeof out ? 0 : 1);
+    }
+    close(fds[1]);
+    for (int i = 0; i < N; i++) {
+        a[i] = ftc__redis_jitter_next(r1, 1000);
+        b[i] = ftc__redis_jitter_next(r2, 1000);
+    }
+    size_t got = 0;
+    while (got < sizeof c) {
+        ssize_t n = read(fds[0], (char *)c + got, sizeof c - got);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    close(fds[0]);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    assert_int_equal(got, sizeof c);
+    for (int i = 0; i < N; i++) {
+        if (a[i] < 750 || a[i] > 1000 || b[i] < 750 || b[i] > 1000 || c[i] < 750 || c[i] > 1000)
+            fail_msg("pause %d: %d %d %d outside [750, 1000] (cap 1000)", i, a[i], b[i], c[i]);
+    }
+    assert_memory_not_equal(a, b, sizeof a);
+    assert_memory_not_equal(a, c, sizeof a);
+    assert_memory_not_equal(b, c, sizeof a);
+    /* a seeded connection is deterministic */
+    ftc__redis_jitter_seed(r1, 1234);
+    uint64_t rng = 1234;
+    for (int i = 0; i < N; i++) {
+        p[i] = ftc__redis_jitter_ms(&rng, 100, 1000);
+        assert_int_equal(ftc__redis_jitter_next(r1, 100), p[i]);
+    }
+    ftc_redis_close(r2);
+    ftc_redis_close(r1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_url_parsing),
         cmocka_unit_test(test_unreachable),
+        cmocka_unit_test(test_backoff_jitter_bounds),
         cmocka_unit_test_setup_teardown(test_commands_and_reply_types, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cmdv_many_args, setup, teardown),
         cmocka_unit_test_setup_teardown(test_auth_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deadline_on_stopped_server, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reconnect_after_restart, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_backoff_jitter_per_connection, setup, teardown),
         cmocka_unit_test_setup_teardown(test_scripts_sha_and_fallback, setup, teardown),
         cmocka_unit_test_setup_teardown(test_script_fallback_shares_deadline, setup, teardown),
         cmocka_unit_test_setup_teardown(test_url_file, setup, teardown),
