@@ -13,10 +13,12 @@
 #include <openssl/evp.h>
 #include <poll.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 struct ftc_redis {
     ftc_redis_url_t url;    /* where to (re)connect */
@@ -25,7 +27,8 @@ struct ftc_redis {
     bool up;                /* last command reached the server */
     uint64_t reconnects;    /* successful re-connections after a failure */
     uint64_t round_trips;   /* requests sent that waited for their replies */
-    int backoff_ms;         /* next pause before a reconnect attempt */
+    int backoff_ms;         /* next pause before a reconnect attempt (before jitter) */
+    uint64_t rng;           /* this connection's jitter PRNG (splitmix64 state) */
     ftc_err_t err;          /* last error */
 };
 
@@ -308,6 +311,59 @@ static int ftc__connect_once(ftc_redis_t *r, ftc_deadline_t d)
     return 0;
 }
 
+/* ---- reconnect jitter ------------------------------------------------------------ */
+
+static uint64_t ftc__splitmix64(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+int ftc__redis_jitter_ms(uint64_t *rng, int backoff_ms, int max_ms)
+{
+    if (backoff_ms <= 0)
+        return 0;
+    /* uniform in backoff +-25%, cut at the cap (which stays a cap: the
+     * detector's grace after an outage counts on it), not piled up on it */
+    int64_t lo = (int64_t)backoff_ms - backoff_ms / 4, hi = (int64_t)backoff_ms + backoff_ms / 4;
+    if (max_ms > 0 && hi > max_ms)
+        hi = max_ms;
+    if (lo > hi)
+        return (int)hi;
+    return (int)(lo + (int64_t)(ftc__splitmix64(rng) % (uint64_t)(hi - lo + 1)));
+}
+
+/* A seed per process (pid and both clocks, made again in a forked child) and
+ * a sequence number per connection: connections of one process, and
+ * processes started together, draw different pauses. */
+static uint64_t ftc__jitter_seed(void)
+{
+    static _Atomic uint64_t seq;
+    static _Atomic uint64_t seed;
+    static _Atomic long seed_pid;
+    long pid = (long)getpid();
+    if (atomic_load(&seed_pid) != pid) {
+        struct timespec rt, mt;
+        clock_gettime(CLOCK_REALTIME, &rt);
+        clock_gettime(CLOCK_MONOTONIC, &mt);
+        uint64_t st = (uint64_t)pid * 0x100000001b3ull ^ (uint64_t)rt.tv_sec * 1000000000ull ^
+                      (uint64_t)rt.tv_nsec ^ ((uint64_t)mt.tv_nsec << 32) ^ (uint64_t)mt.tv_sec;
+        atomic_store(&seed, ftc__splitmix64(&st));
+        atomic_store(&seed_pid, pid);
+    }
+    uint64_t st = atomic_load(&seed) + atomic_fetch_add(&seq, 1) * 0xd1b54a32d192ed03ull;
+    return ftc__splitmix64(&st);
+}
+
+void ftc__redis_jitter_seed(ftc_redis_t *r, uint64_t seed) { r->rng = seed; }
+
+int ftc__redis_jitter_next(ftc_redis_t *r, int backoff_ms)
+{
+    return ftc__redis_jitter_ms(&r->rng, backoff_ms, r->o.backoff_max_ms);
+}
+
 int ftc_redis_reconnect(ftc_redis_t *r, ftc_deadline_t d)
 {
     ftc__drop(r);
@@ -323,7 +379,9 @@ int ftc_redis_reconnect(ftc_redis_t *r, ftc_deadline_t d)
         int left = ftc_deadline_remaining_ms(d);
         if (left <= 0)
             return rc;
-        ftc_sleep_ms((uint64_t)(r->backoff_ms < left ? r->backoff_ms : left));
+        /* jittered: clients that lost one server do not all retry in lockstep */
+        int pause = ftc__redis_jitter_next(r, r->backoff_ms);
+        ftc_sleep_ms((uint64_t)(pause < left ? pause : left));
         r->backoff_ms = r->backoff_ms * 2 > r->o.backoff_max_ms ? r->o.backoff_max_ms
                                                                : r->backoff_ms * 2;
     }
@@ -341,6 +399,7 @@ ftc_redis_t *ftc_redis_connect(const ftc_redis_url_t *url, const ftc_redis_optio
     r->url = *url;
     r->o = o ? *o : def;
     r->backoff_ms = r->o.backoff_min_ms;
+    r->rng = ftc__jitter_seed();
     int rc = ftc__connect_once(r, ftc_deadline_in_ms((uint64_t)r->o.connect_timeout_ms));
     if (rc) {
         if (err)
@@ -374,10 +433,12 @@ void ftc_redis_reply_free(ftc_redis_reply_t *r)
 
 /* ---- commands ------------------------------------------------------------------- */
 
-int ftc_redis_cmd(ftc_redis_t *r, bool idempotent, ftc_redis_reply_t **reply, int argc,
-                  const char **argv, const size_t *lens)
+/* ftc_redis_cmd by the deadline d (a script's EVALSHA and its EVAL fallback
+ * share one). */
+static int ftc__cmd_by(ftc_redis_t *r, ftc_deadline_t d, bool idempotent,
+                       ftc_redis_reply_t **reply, int argc, const char **argv,
+                       const size_t *lens)
 {
-    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)r->o.command_timeout_ms);
     const char *name = argc > 0 ? argv[0] : "?";
     char cmdname[32];
     snprintf(cmdname, sizeof cmdname, "%.*s", (int)(lens ? (lens[0] < 31 ? lens[0] : 31) : 31),
@@ -436,17 +497,45 @@ int ftc_redis_cmd(ftc_redis_t *r, bool idempotent, ftc_redis_reply_t **reply, in
     }
 }
 
+int ftc_redis_cmd(ftc_redis_t *r, bool idempotent, ftc_redis_reply_t **reply, int argc,
+                  const char **argv, const size_t *lens)
+{
+    return ftc__cmd_by(r, ftc_deadline_in_ms((uint64_t)r->o.command_timeout_ms), idempotent,
+                       reply, argc, argv, lens);
+}
+
 int ftc_redis_cmdv(ftc_redis_t *r, bool idempotent, ftc_redis_reply_t **reply, ...)
 {
-    const char *argv[64];
-    int argc = 0;
+    /* count first: a command is sent whole or not at all (64 on the stack,
+     * more allocated), never cut to what fits */
+    enum { ON_STACK = 64 };
+    const char *stack_argv[ON_STACK];
     va_list ap;
     va_start(ap, reply);
-    const char *s;
-    while ((s = va_arg(ap, const char *)) && argc < 64)
-        argv[argc++] = s;
+    size_t argc = 0;
+    while (va_arg(ap, const char *))
+        argc++;
     va_end(ap);
-    return ftc_redis_cmd(r, idempotent, reply, argc, argv, NULL);
+    if (reply)
+        *reply = NULL;
+    if (argc > INT_MAX)
+        return ftc_err_set(&r->err, FTC_EINVAL, "command of %zu arguments: at most %d", argc,
+                           INT_MAX);
+    const char **argv = stack_argv;
+    if (argc > ON_STACK) {
+        argv = malloc(argc * sizeof *argv);
+        if (!argv)
+            return ftc_err_set(&r->err, FTC_ENOMEM, "command of %zu arguments: out of memory",
+                               argc);
+    }
+    va_start(ap, reply);
+    for (size_t i = 0; i < argc; i++)
+        argv[i] = va_arg(ap, const char *);
+    va_end(ap);
+    int rc = ftc_redis_cmd(r, idempotent, reply, (int)argc, argv, NULL);
+    if (argv != stack_argv)
+        free(argv);
+    return rc;
 }
 
 /* Frees the replies of a pipeline read so far and NULLs them. */
@@ -626,8 +715,10 @@ int ftc_redis_eval(ftc_redis_t *r, const ftc_redis_script_t *s, int nkeys, const
     enum { MAX_ARGS = 64 };
     const char *argv[MAX_ARGS + 3];
     char nk[16];
-    if (nkeys + nargs > MAX_ARGS)
-        return ftc_err_set(&r->err, FTC_EINVAL, "script %s: too many arguments", s->name);
+    if (nkeys < 0 || nargs < 0 || nkeys > MAX_ARGS || nargs > MAX_ARGS - nkeys)
+        return ftc_err_set(&r->err, FTC_EINVAL,
+                           "script %s: %d keys and %d arguments: at most %d in all", s->name,
+                           nkeys, nargs, MAX_ARGS);
     snprintf(nk, sizeof nk, "%d", nkeys);
     int argc = 0;
     argv[argc++] = "EVALSHA";
@@ -637,14 +728,17 @@ int ftc_redis_eval(ftc_redis_t *r, const ftc_redis_script_t *s, int nkeys, const
         argv[argc++] = keys[i];
     for (int i = 0; i < nargs; i++)
         argv[argc++] = args[i];
+    /* one deadline for the whole call: a late NOSCRIPT leaves the EVAL only
+     * what is left of it, not a fresh command_timeout_ms */
+    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)r->o.command_timeout_ms);
     ftc_redis_reply_t *rep = NULL;
-    int rc = ftc_redis_cmd(r, true, &rep, argc, argv, NULL);
+    int rc = ftc__cmd_by(r, d, true, &rep, argc, argv, NULL);
     if (rc && rep && rep->type == REDIS_REPLY_ERROR && !strncmp(rep->str, "NOSCRIPT", 8)) {
         ftc_redis_reply_free(rep);
         rep = NULL;
         argv[0] = "EVAL";
         argv[1] = s->src;
-        rc = ftc_redis_cmd(r, true, &rep, argc, argv, NULL);
+        rc = ftc__cmd_by(r, d, true, &rep, argc, argv, NULL);
     }
     if (rc) {
         ftc_redis_reply_free(rep);

@@ -7,16 +7,17 @@
  *   never logged: ftc_redis_url_str() prints it as "***".
  * - Every command has a deadline (command_timeout_ms). On an I/O error or a
  *   timeout the connection is dropped and re-made with exponential backoff
- *   until the command's deadline; the command is then retried once if it is
- *   marked idempotent. Callers get FTC_EREDIS / FTC_ETIMEDOUT with the
- *   command's name, never a hang. The deadline bounds the whole exchange,
- *   not each read: a reply that trickles in (a slow link, a huge reply) ends
- *   at the deadline too. A connection attempt (TCP connect, AUTH, SELECT)
+ *   (jittered: see the options) until the command's deadline; the command is
+ *   then retried once if it is marked idempotent. Callers get FTC_EREDIS /
+ *   FTC_ETIMEDOUT with the command's name, never a hang. The deadline
+ *   bounds the whole exchange, not each read: a reply that trickles in (a
+ *   slow link, a huge reply) ends at the deadline too. A connection attempt (TCP connect, AUTH, SELECT)
  *   gets connect_timeout_ms in all, and never more than what is left.
  * - Replies are checked against the type the caller expects: an unexpected
  *   type is an error naming the command and what came back, never a crash.
  * - Scripts are called by SHA1 (EVALSHA) and re-sent with EVAL when the server
- *   answers NOSCRIPT (after a restart or SCRIPT FLUSH).
+ *   answers NOSCRIPT (after a restart or SCRIPT FLUSH). Both share one
+ *   deadline: the EVAL gets what the EVALSHA left of command_timeout_ms.
  *
  * One connection per thread (hiredis contexts are not thread-safe).
  */
@@ -54,9 +55,15 @@ typedef struct ftc_redis_options {
     uint32_t version;
     int connect_timeout_ms; /* per connection attempt (default 1000) */
     int command_timeout_ms; /* whole command incl. reconnects (default 2000) */
-    int backoff_min_ms;     /* first reconnect pause (default 20) */
+    int backoff_min_ms;     /* first reconnect pause (default 20), doubled per failure */
     int backoff_max_ms;     /* cap (default 1000) */
 } ftc_redis_options_t;
+/* Reconnect pauses are jittered: each is drawn uniformly from the backoff b
+ * +-25% (b - b/4 .. b + b/4, b/4 rounded down; the top cut at backoff_max_ms),
+ * and never goes past the deadline, so that clients that lost one server do
+ * not retry in lockstep. The draws come from a PRNG per connection, seeded
+ * from a seed per process (pid, clocks; made again after fork) and the
+ * connection's sequence number. */
 
 #define FTC_REDIS_OPTIONS_INIT {sizeof(ftc_redis_options_t), 1, 1000, 2000, 20, 1000}
 
@@ -87,7 +94,9 @@ void ftc_redis_reply_free(ftc_redis_reply_t *r); /* NULL is a no-op */
  * as FTC_EREDIS with the server's text (the reply is freed). */
 int ftc_redis_cmd(ftc_redis_t *r, bool idempotent, ftc_redis_reply_t **reply, int argc,
                   const char **argv, const size_t *lens);
-/* printf-less convenience: NULL-terminated list of strings. */
+/* printf-less convenience: NULL-terminated list of strings, any number of
+ * them (more than 64 are allocated; FTC_ENOMEM when that fails). The command
+ * is sent whole or not at all. */
 int ftc_redis_cmdv(ftc_redis_t *r, bool idempotent, ftc_redis_reply_t **reply, ...);
 
 /* Pipelining: sends n commands in one write and reads their n replies, all
@@ -136,8 +145,11 @@ typedef struct ftc_redis_script {
 } ftc_redis_script_t;
 
 void ftc_redis_script_init(ftc_redis_script_t *s, const char *name, const char *src);
-/* EVALSHA, falling back to EVAL on NOSCRIPT. Scripts must be idempotent or
- * fenced: after a lost reply the call may be retried. */
+/* EVALSHA, falling back to EVAL on NOSCRIPT, both (and their reconnects)
+ * within one command_timeout_ms: FTC_ETIMEDOUT when a late NOSCRIPT left the
+ * EVAL too little. Scripts must be idempotent or
+ * fenced: after a lost reply the call may be retried. At most 64 keys and
+ * arguments in all (more, or a negative count: FTC_EINVAL naming the counts). */
 int ftc_redis_eval(ftc_redis_t *r, const ftc_redis_script_t *s, int nkeys, const char **keys,
                    int nargs, const char **args, ftc_redis_reply_t **reply);
 
@@ -147,8 +159,19 @@ int ftc_redis_fd(const ftc_redis_t *r);
  * when none came; FTC_EREDIS when the connection broke (reconnect and
  * re-subscribe is the caller's job: ftc_redis_reconnect). */
 int ftc_redis_read_push(ftc_redis_t *r, ftc_deadline_t d, ftc_redis_reply_t **reply);
-/* Drops and re-makes the connection (AUTH, SELECT) within d. */
+/* Drops and re-makes the connection (AUTH, SELECT) within d, pausing a
+ * jittered backoff between attempts. */
 int ftc_redis_reconnect(ftc_redis_t *r, ftc_deadline_t d);
+
+/* Internal, for tests of the reconnect jitter. ftc__redis_jitter_ms: the pause
+ * for backoff_ms (+-25%, at most max_ms when max_ms > 0; 0 for backoff_ms <= 0)
+ * drawn from the splitmix64 state *rng, which it advances (pure: same state,
+ * same pauses). ftc__redis_jitter_seed sets a connection's state (deterministic
+ * runs); ftc__redis_jitter_next draws the connection's next pause, as its
+ * reconnects do (capped at its backoff_max_ms). */
+int ftc__redis_jitter_ms(uint64_t *rng, int backoff_ms, int max_ms);
+void ftc__redis_jitter_seed(ftc_redis_t *r, uint64_t seed);
+int ftc__redis_jitter_next(ftc_redis_t *r, int backoff_ms);
 
 #ifdef __cplusplus
 }

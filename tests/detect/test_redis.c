@@ -19,6 +19,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 typedef struct fixture {
@@ -248,6 +249,12 @@ static void test_scripts_sha_and_fallback(void **state)
     ftc_redis_script_init(&bad, "broken", "return redis.call('NOPE')");
     assert_int_equal(ftc_redis_eval(r, &bad, 0, NULL, 0, NULL, &rep), FTC_EREDIS);
     assert_non_null(strstr(ftc_redis_errstr(r), "script broken"));
+    /* too many keys and arguments: refused, naming the counts */
+    const char *many[70];
+    for (int i = 0; i < 70; i++)
+        many[i] = "x";
+    assert_int_equal(ftc_redis_eval(r, &s, 1, keys, 70, many, &rep), FTC_EINVAL);
+    assert_non_null(strstr(ftc_redis_errstr(r), "1 keys and 70 arguments"));
     ftc_redis_close(r);
 }
 
@@ -475,16 +482,224 @@ static void test_deadline_on_trickling_reply(void **state)
     ftc_redis_close(direct);
 }
 
+/* ftc_redis_cmdv with more than 64 arguments: all of them are sent (it used
+ * to keep the first 64 silently and send a truncated command). */
+static void test_cmdv_many_args(void **state)
+{
+    fixture_t *f = *state;
+    ftc_err_t err = {0};
+    ftc_redis_t *r = ftc_redis_connect(ftc_redis_server_url(f->srv), NULL, &err);
+    assert_non_null(r);
+    ftc_redis_reply_t *rep;
+#define V10(p) p "0", p "1", p "2", p "3", p "4", p "5", p "6", p "7", p "8", p "9"
+    /* RPUSH key + 100 values: 102 arguments */
+    assert_int_equal(ftc_redis_cmdv(r, true, &rep, "RPUSH", "many", V10("a"), V10("b"), V10("c"),
+                                    V10("d"), V10("e"), V10("f"), V10("g"), V10("h"), V10("i"),
+                                    V10("j"), NULL),
+                     0);
+#undef V10
+    long long v;
+    assert_int_equal(ftc_redis_want_int(rep, "RPUSH", &v, &err), 0);
+    assert_int_equal(v, 100);
+    ftc_redis_reply_free(rep);
+    assert_int_equal(ftc_redis_cmdv(r, true, &rep, "LINDEX", "many", "-1", NULL), 0);
+    const char *s;
+    assert_int_equal(ftc_redis_want_str(rep, "LINDEX", &s, NULL, &err), 0);
+    assert_string_equal(s, "j9");
+    ftc_redis_reply_free(rep);
+    /* exactly 64 and 65 arguments (the old limit's edge) */
+    const char *a65[65];
+    char buf[65][8];
+    a65[0] = "SADD";
+    a65[1] = "edge";
+    for (int i = 2; i < 65; i++) {
+        snprintf(buf[i], sizeof buf[i], "m%d", i);
+        a65[i] = buf[i];
+    }
+    assert_int_equal(ftc_redis_cmd(r, true, &rep, 65, a65, NULL), 0);
+    assert_int_equal(ftc_redis_want_int(rep, "SADD", &v, &err), 0);
+    assert_int_equal(v, 63);
+    ftc_redis_reply_free(rep);
+    assert_int_equal(ftc_redis_cmdv(r, true, &rep, "SADD", "edge2", a65[2], a65[3], a65[4], a65[5],
+                                    a65[6], a65[7], a65[8], a65[9], a65[10], a65[11], a65[12],
+                                    a65[13], a65[14], a65[15], a65[16], a65[17], a65[18], a65[19],
+                                    a65[20], a65[21], a65[22], a65[23], a65[24], a65[25], a65[26],
+                                    a65[27], a65[28], a65[29], a65[30], a65[31], a65[32], a65[33],
+                                    a65[34], a65[35], a65[36], a65[37], a65[38], a65[39], a65[40],
+                                    a65[41], a65[42], a65[43], a65[44], a65[45], a65[46], a65[47],
+                                    a65[48], a65[49], a65[50], a65[51], a65[52], a65[53], a65[54],
+                                    a65[55], a65[56], a65[57], a65[58], a65[59], a65[60], a65[61],
+                                    a65[62], a65[63], a65[64], NULL),
+                     0);
+    assert_int_equal(ftc_redis_want_int(rep, "SADD", &v, &err), 0);
+    assert_int_equal(v, 63); /* 65 arguments: SADD, the key, 63 members */
+    ftc_redis_reply_free(rep);
+    ftc_redis_close(r);
+}
+
+/* A script whose EVALSHA answers late (NOSCRIPT after a CLIENT PAUSE of 700
+ * ms) and whose EVAL fallback runs 700 ms: the call has one deadline (1000
+ * ms) for both, so it times out. The fallback got a fresh full deadline, and
+ * the call succeeded after 1.4 s. No timing is asserted: the server enforces
+ * both lower bounds (the pause, the script's busy loop). */
+static void test_script_fallback_shares_deadline(void **state)
+{
+    fixture_t *f = *state;
+    ftc_err_t err = {0};
+    ftc_redis_options_t o = FTC_REDIS_OPTIONS_INIT;
+    o.command_timeout_ms = 1000;
+    ftc_redis_t *r = ftc_redis_connect(ftc_redis_server_url(f->srv), &o, &err);
+    ftc_redis_t *pauser = ftc_redis_connect(ftc_redis_server_url(f->srv), NULL, &err);
+    assert_non_null(r);
+    assert_non_null(pauser);
+    ftc_redis_script_t busy;
+    ftc_redis_script_init(&busy, "busy",
+                          "local t = redis.call('TIME')\n"
+                          "local t0 = t[1] * 1000000 + t[2]\n"
+                          "repeat t = redis.call('TIME')\n"
+                          "until t[1] * 1000000 + t[2] - t0 >= tonumber(ARGV[1]) * 1000\n"
+                          "return 1");
+    const char *args[] = {"700"};
+    /* the pause is in force once its OK came back: the EVALSHA below waits it out */
+    assert_int_equal(ftc_redis_cmdv(pauser, true, NULL, "CLIENT", "PAUSE", "700", "ALL", NULL), 0);
+    uint64_t t0 = ftc_now_ns();
+    ftc_redis_reply_t *rep = NULL;
+    int rc = ftc_redis_eval(r, &busy, 0, NULL, 1, args, &rep);
+    printf("EVALSHA late by a 700 ms pause, EVAL 700 ms, deadline 1000 ms: rc %d after %llu ms "
+           "(%s)\n",
+           rc, (unsigned long long)((ftc_now_ns() - t0) / 1000000), ftc_redis_errstr(r));
+    ftc_redis_reply_free(rep);
+    assert_int_equal(rc, FTC_ETIMEDOUT);
+    assert_non_null(strstr(ftc_redis_errstr(r), "script busy"));
+    /* the server is fine afterwards (once the script has run out) */
+    ftc_redis_options_t lo = FTC_REDIS_OPTIONS_INIT;
+    lo.command_timeout_ms = 5000;
+    ftc_redis_t *after = ftc_redis_connect(ftc_redis_server_url(f->srv), &lo, &err);
+    assert_non_null(after);
+    assert_int_equal(ftc_redis_cmdv(after, true, NULL, "PING", NULL), 0);
+    ftc_redis_close(after);
+    ftc_redis_close(pauser);
+    ftc_redis_close(r);
+}
+
+/* The reconnect pauses' jitter (pure logic, fixed seeds): every pause lies in
+ * backoff +-25% (b/4 rounded down) and under the cap, the pauses differ, some
+ * below and some above the backoff; the same seed draws the same pauses. No
+ * wall-clock time is measured. */
+static void test_backoff_jitter_bounds(void **state)
+{
+    (void)state;
+    const int backoffs[] = {1, 3, 4, 20, 40, 80, 160, 320, 640, 999, 1000, 1200};
+    const int max_ms = 1000;
+    for (size_t k = 0; k < sizeof backoffs / sizeof backoffs[0]; k++) {
+        int b = backoffs[k];
+        int lo = b - b / 4, hi = b + b / 4 > max_ms ? max_ms : b + b / 4;
+        if (lo > max_ms)
+            lo = max_ms;
+        uint64_t rng = 42 + k, again = 42 + k;
+        int min = INT32_MAX, max = -1, below = 0, above = 0, at_cap = 0;
+        for (int i = 0; i < 2000; i++) {
+            int ms = ftc__redis_jitter_ms(&rng, b, max_ms);
+            if (ms < lo || ms > hi)
+                fail_msg("backoff %d: pause %d outside [%d, %d]", b, ms, lo, hi);
+            assert_int_equal(ftc__redis_jitter_ms(&again, b, max_ms), ms);
+            min = ms < min ? ms : min;
+            max = ms > max ? ms : max;
+            below += ms < b;
+            above += ms > b;
+            at_cap += ms == max_ms;
+        }
+        /* cut at the cap, not piled up on it: uniform over lo..hi */
+        assert_true(at_cap < 2000 / 10);
+        printf("backoff %4d ms (cap %d): pauses %d..%d, %d below, %d above\n", b, max_ms, min,
+               max, below, above);
+        if (b >= 4 && b <= max_ms) {
+            assert_true(min < max); /* not all equal */
+            assert_true(below > 0);
+        }
+        if (b >= 4 && b < max_ms)
+            assert_true(above > 0);
+    }
+    uint64_t rng = 7;
+    assert_int_equal(ftc__redis_jitter_ms(&rng, 0, max_ms), 0);
+    assert_int_equal(ftc__redis_jitter_ms(&rng, -5, max_ms), 0);
+}
+
+/* Connections draw different pauses: two of one process, and one of a
+ * process forked after them (its seed is made again); a connection given a
+ * seed draws what the pure function draws from it. */
+static void test_backoff_jitter_per_connection(void **state)
+{
+    fixture_t *f = *state;
+    ftc_err_t err = {0};
+    enum { N = 16 };
+    int a[N], b[N], c[N], p[N];
+    ftc_redis_t *r1 = ftc_redis_connect(ftc_redis_server_url(f->srv), NULL, &err);
+    ftc_redis_t *r2 = ftc_redis_connect(ftc_redis_server_url(f->srv), NULL, &err);
+    assert_non_null(r1);
+    assert_non_null(r2);
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(fds[0]);
+        ftc_redis_t *rc = ftc_redis_connect(ftc_redis_server_url(f->srv), NULL, &err);
+        int out[N];
+        for (int i = 0; i < N; i++)
+            out[i] = rc ? ftc__redis_jitter_next(rc, 1000) : -1;
+        ssize_t w = write(fds[1], out, sizeof out);
+        _exit(w == (ssize_t)sizeof out ? 0 : 1);
+    }
+    close(fds[1]);
+    for (int i = 0; i < N; i++) {
+        a[i] = ftc__redis_jitter_next(r1, 1000);
+        b[i] = ftc__redis_jitter_next(r2, 1000);
+    }
+    size_t got = 0;
+    while (got < sizeof c) {
+        ssize_t n = read(fds[0], (char *)c + got, sizeof c - got);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    close(fds[0]);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    assert_int_equal(got, sizeof c);
+    for (int i = 0; i < N; i++) {
+        if (a[i] < 750 || a[i] > 1000 || b[i] < 750 || b[i] > 1000 || c[i] < 750 || c[i] > 1000)
+            fail_msg("pause %d: %d %d %d outside [750, 1000] (cap 1000)", i, a[i], b[i], c[i]);
+    }
+    assert_memory_not_equal(a, b, sizeof a);
+    assert_memory_not_equal(a, c, sizeof a);
+    assert_memory_not_equal(b, c, sizeof a);
+    /* a seeded connection is deterministic */
+    ftc__redis_jitter_seed(r1, 1234);
+    uint64_t rng = 1234;
+    for (int i = 0; i < N; i++) {
+        p[i] = ftc__redis_jitter_ms(&rng, 100, 1000);
+        assert_int_equal(ftc__redis_jitter_next(r1, 100), p[i]);
+    }
+    ftc_redis_close(r2);
+    ftc_redis_close(r1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_url_parsing),
         cmocka_unit_test(test_unreachable),
+        cmocka_unit_test(test_backoff_jitter_bounds),
         cmocka_unit_test_setup_teardown(test_commands_and_reply_types, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cmdv_many_args, setup, teardown),
         cmocka_unit_test_setup_teardown(test_auth_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deadline_on_stopped_server, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reconnect_after_restart, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_backoff_jitter_per_connection, setup, teardown),
         cmocka_unit_test_setup_teardown(test_scripts_sha_and_fallback, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_script_fallback_shares_deadline, setup, teardown),
         cmocka_unit_test_setup_teardown(test_url_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pipeline, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deadline_on_trickling_reply, setup, teardown),
