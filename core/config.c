@@ -198,6 +198,21 @@ void ftc_config_destroy(ftc_config_t *cfg)
     free(cfg);
 }
 
+/* Deep copy of src's values into dst (uninitialised); on FTC_ENOMEM dst
+ * holds nothing to free. */
+static int ftc__cfg_copy(ftc_config_t *dst, const ftc_config_t *src, ftc_err_t *err)
+{
+    for (int k = 0; k < FTC_CFG__COUNT; k++) {
+        dst->v[k] = src->v[k];
+        if (src->v[k].str && !(dst->v[k].str = strdup(src->v[k].str))) {
+            for (int j = 0; j < k; j++)
+                free(dst->v[j].str);
+            return ftc_err_set(err, FTC_ENOMEM, "config: out of memory copying the config");
+        }
+    }
+    return 0;
+}
+
 /* Whether some key's dotted name starts with "prefix." (a group of keys). */
 static bool ftc__cfg_is_group(const char *prefix)
 {
@@ -276,8 +291,23 @@ int ftc_config_load_json(ftc_config_t *cfg, const char *json, size_t len, const 
     if (!json_is_object(root))
         rc = ftc_err_set(err, FTC_ECONFIG, "%s: the top level must be a JSON object", origin);
     else {
-        bool seen[FTC_CFG__COUNT] = {false};
-        rc = ftc__cfg_walk(cfg, root, "", origin, 0, seen, err);
+        /* All or nothing: the file is applied to a scratch copy, which
+         * replaces cfg's values only when every key parsed; an error part-way
+         * leaves cfg exactly as it was. */
+        ftc_config_t scratch;
+        rc = ftc__cfg_copy(&scratch, cfg, err);
+        if (rc == 0) {
+            bool seen[FTC_CFG__COUNT] = {false};
+            rc = ftc__cfg_walk(&scratch, root, "", origin, 0, seen, err);
+            if (rc == 0)
+                for (int k = 0; k < FTC_CFG__COUNT; k++) {
+                    ftc__cfg_val_t old = cfg->v[k];
+                    cfg->v[k] = scratch.v[k];
+                    scratch.v[k] = old; /* freed below */
+                }
+            for (int k = 0; k < FTC_CFG__COUNT; k++)
+                free(scratch.v[k].str);
+        }
     }
     json_decref(root);
     return rc;

@@ -105,7 +105,8 @@ ftc_config_t *ftc_config_create(void);
 void ftc_config_destroy(ftc_config_t *cfg); /* NULL is a no-op */
 
 /* Loads a JSON file (objects nest by the dotted name). Errors name the file,
- * the key and, for JSON syntax, the line and column. */
+ * the key and, for JSON syntax, the line and column. All or nothing: on any
+ * error cfg is exactly as before the call (no key of the file applied). */
 int ftc_config_load_file(ftc_config_t *cfg, const char *path, ftc_err_t *err);
 /* Same, from a string (for tests and the fuzzer); origin names it in errors. */
 int ftc_config_load_json(ftc_config_t *cfg, const char *json, size_t len, const char *origin,

@@ -1093,6 +1093,86 @@ static int ftc__committed_steps(const char *dir, uint64_t **steps, int *n, ftc_e
     return rc;
 }
 
+/* A first checkpoint cut short: no step was committed by every rank of this
+ * degree, and the only committed versions are this run's first checkpoint
+ * (step ckpt_every, of this DP degree and this configuration) on the ranks
+ * that got to commit it (rank 0 killed before its marker, say). Nothing can
+ * be restored, and a fresh start is consistent: each rank drops its lone
+ * version (a committed version is never overwritten) with a warning naming
+ * it. Every rank decides from the same files and the verdicts are exchanged
+ * before anything is dropped. Only at creation (step 0, the same on every
+ * rank): a guard rollback mid-run keeps its state and never drops. 1: start
+ * fresh (dropped); 0: not that case (the caller refuses as before);
+ * FTC_ECONFIG when a lone version was written by another configuration. */
+static int ftc__lone_first(ftc_trainer_t *t, ftc_err_t *err)
+{
+    if (t->step != 0)
+        return 0;
+    uint64_t first = (uint64_t)t->o.ckpt_every, lone = 0, verdict = 1;
+    char who[512] = "";
+    size_t wl = 0;
+    for (int q = 0; q < t->dpn && verdict == 1; q++) {
+        char dq[4200];
+        uint64_t *steps = NULL;
+        int n = 0;
+        ftc_err_t e = {0};
+        ftc__rank_dir(t, q, dq, sizeof dq);
+        if (ftc__committed_steps(dq, &steps, &n, &e) < 0 || n > 1 ||
+            (n == 1 && steps[0] != first))
+            verdict = 0;
+        else if (n == 1) {
+            ftc_shard_info_t saved;
+            float *bufs[3] = {NULL, NULL, NULL};
+            size_t qoff, qlen;
+            ftc__train_meta_t mq;
+            uint32_t ml = sizeof mq;
+            memset(&mq, 0, sizeof mq);
+            lone = first;
+            if (ftc__saved_info(dq, first, &saved, &e) < 0 || (int)saved.dp != t->dpn ||
+                ftc__load_chunk(t, q, t->dpn, first, bufs, &qoff, &qlen, &mq, &ml, &e) < 0 ||
+                ml != sizeof mq || memcmp(mq.magic, FTC__META_MAGIC, 8))
+                verdict = 0;
+            else if (mq.config_hash != t->config_hash)
+                verdict = 2;
+            for (int b = 0; b < 3; b++)
+                free(bufs[b]);
+            int w = snprintf(who + wl, sizeof who - wl, "%srank-d%d", wl ? ", " : "", q);
+            if (w > 0 && (size_t)w < sizeof who - wl)
+                wl += (size_t)w;
+        }
+        free(steps);
+    }
+    uint64_t all[FTC__MAX_DP];
+    int rc = ftc__gather_u64(t, verdict, all, err);
+    if (rc < 0)
+        return rc;
+    for (int r = 0; r < t->dpn; r++)
+        if (all[r] != 1)
+            verdict = all[r] == 2 || verdict == 2 ? 2 : 0;
+    if (verdict == 2)
+        return ftc_err_set(err, FTC_ECONFIG,
+                           "%s: step %llu (the only version, committed by some DP ranks only) "
+                           "was written by a different configuration (model, batch, schedule, "
+                           "seed or data differ); use another --ckpt-dir or the same settings",
+                           t->o.ckpt_dir, (unsigned long long)first);
+    if (verdict != 1)
+        return 0;
+    int dropped = 0;
+    if (ftc_persist_drop_newer(t->persist, 0, &dropped) < 0)
+        return ftc_err_set(err, FTC_EIO, "dropping a lone first checkpoint: %s",
+                           ftc_persist_errstr(t->persist));
+    if (t->dpr == 0 && lone)
+        FTC_WARN("train", "%s: step %llu, the first checkpoint, was committed by %s only, not "
+                 "by every one of the %d DP ranks: no step can be restored; dropping those "
+                 "lone versions and starting at step 0", t->o.ckpt_dir,
+                 (unsigned long long)lone, who, t->dpn);
+    if (dropped)
+        FTC_WARN("train", "DP rank %d: dropped %d version(s) of %s (step %llu: a first "
+                 "checkpoint not committed by every rank)", t->dpr, dropped, t->rank_dir,
+                 (unsigned long long)first);
+    return 1;
+}
+
 /* The general restore: the newest step of rank-d0 that every rank of the DP
  * degree S it was saved with (its shard header) committed too, re-split into
  * this run's chunk. S is the degree of that version, not of rank-d0's newest
@@ -1109,9 +1189,13 @@ static int ftc__repartition(ftc_trainer_t *t, ftc_err_t *err)
     int rc = ftc__committed_steps(d0, &steps, &nsteps, err);
     if (rc < 0)
         return rc;
-    if (nsteps == 0)
+    if (nsteps == 0) {
+        free(steps); /* allocated when there are versions, none committed */
+        if ((rc = ftc__lone_first(t, err)) != 0)
+            return rc < 0 ? rc : 0; /* 1: a fresh start */
         return ftc_err_set(err, FTC_ECORRUPT, "%s: other ranks have checkpoints but %s has "
                            "none: use another --ckpt-dir", t->o.ckpt_dir, d0);
+    }
     float *bufs[3] = {NULL, NULL, NULL};
     size_t qoff, qlen;
     uint64_t step = 0;
@@ -1148,6 +1232,8 @@ static int ftc__repartition(ftc_trainer_t *t, ftc_err_t *err)
                      (unsigned long long)steps[i], d0, s);
     }
     free(steps);
+    if (S == 0 && (rc = ftc__lone_first(t, err)) != 0)
+        return rc < 0 ? rc : 0; /* 1: a fresh start */
     if (S == 0)
         return ftc_err_set(err, FTC_ECORRUPT, "%s: no checkpoint step of %s was committed by "
                            "every DP rank that saved it: use another --ckpt-dir", t->o.ckpt_dir,

@@ -40,7 +40,9 @@
  * metadata record (which also holds dp, the chunk offset and length). Without
  * an agent it is persisted in ckpt_dir/rank-dD (one persist series per DP
  * rank, file shard-dD-t0-p0.ftcz); at start the ranks agree on the newest
- * step every rank has committed. With `agent` set (a socket path) the state
+ * step every rank has committed (none, when the only versions are a first
+ * checkpoint some ranks did not commit: those are dropped, a fresh start).
+ * With `agent` set (a socket path) the state
  * goes through include/ftc.h instead: registered once, ftc_checkpoint every
  * ckpt_every steps, ftc_wait_snapshot before the optimizer writes the
  * registered chunk, ftc_restore at start. From the persist tier a run may

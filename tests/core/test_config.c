@@ -205,13 +205,60 @@ static void test_file_key_twice(void **state)
     ftc_config_destroy(c);
 }
 
+/* Loading a file is all or nothing: a file whose third key is bad leaves
+ * every key (value and source) as the previous config had it, and the error
+ * names the bad key. */
+static void test_file_all_or_nothing(void **state)
+{
+    (void)state;
+    ftc_err_t err = {0};
+    char *dir = ftc_test_tmpdir("config_aon");
+    char good[PATH_MAX], bad[PATH_MAX];
+    snprintf(good, sizeof good, "%s/good.json", dir);
+    snprintf(bad, sizeof bad, "%s/bad.json", dir);
+    const char *g = "{\"persist\": {\"level\": 5, \"dir\": \"/data/a\", \"shuffle\": \"bit\"},"
+                    " \"job.id\": \"first\"}";
+    /* two good keys (a string and an int, changing values the first set),
+     * then a bad third */
+    const char *b = "{\"job\": {\"id\": \"second\"}, \"persist.level\": 2,"
+                    " \"persist.shuffle\": \"zstd\", \"persist.keep\": 4}";
+    ftc_test_write_file(good, g, strlen(g));
+    ftc_test_write_file(bad, b, strlen(b));
+    ftc_config_t *c = ftc_config_create(), *want = ftc_config_create();
+    assert_int_equal(ftc_config_load_file(c, good, &err), 0);
+    assert_int_equal(ftc_config_load_file(want, good, &err), 0);
+    assert_int_equal(ftc_config_load_file(c, bad, &err), FTC_ECONFIG);
+    assert_non_null(strstr(err.msg, "persist.shuffle"));
+    assert_non_null(strstr(err.msg, "bad.json"));
+    for (int k = 0; k < FTC_CFG__COUNT; k++) {
+        ftc_config_key_t key = (ftc_config_key_t)k;
+        assert_string_equal(ftc_config_str(c, key), ftc_config_str(want, key));
+        assert_int_equal(ftc_config_int(c, key), ftc_config_int(want, key));
+        assert_int_equal(ftc_config_source(c, key), ftc_config_source(want, key));
+    }
+    assert_string_equal(ftc_config_str(c, FTC_CFG_JOB_ID), "first");
+    assert_int_equal(ftc_config_int(c, FTC_CFG_PERSIST_LEVEL), 5);
+    /* the same from a string, and a good file still applies afterwards */
+    assert_int_equal(ftc_config_load_json(c, b, strlen(b), "s.json", &err), FTC_ECONFIG);
+    assert_string_equal(ftc_config_str(c, FTC_CFG_JOB_ID), "first");
+    const char *ok = "{\"persist.keep\": 4, \"job.id\": \"third\"}";
+    assert_int_equal(ftc_config_load_json(c, ok, strlen(ok), "ok.json", &err), 0);
+    assert_int_equal(ftc_config_int(c, FTC_CFG_PERSIST_KEEP), 4);
+    assert_string_equal(ftc_config_str(c, FTC_CFG_JOB_ID), "third");
+    assert_int_equal(ftc_config_int(c, FTC_CFG_PERSIST_LEVEL), 5);
+    ftc_config_destroy(want);
+    ftc_config_destroy(c);
+    ftc_test_rmrf(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults),   cmocka_unit_test(test_precedence_any_order),
         cmocka_unit_test(test_errors_name_the_key), cmocka_unit_test(test_sizes),
         cmocka_unit_test(test_file_and_print), cmocka_unit_test(test_bare_boolean),
-        cmocka_unit_test(test_file_key_twice),
+        cmocka_unit_test(test_file_key_twice), cmocka_unit_test(test_file_all_or_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

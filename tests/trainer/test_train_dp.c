@@ -17,7 +17,9 @@
  *     the DP = 2 run's next checkpoint was committed by rank 0 only, the
  *     restart goes back to the DP = 3 step (the abandoned versions dropped):
  *     the same bits; a single-process checkpoint resumed by --nproc, and
- *     chunks resumed by one process, are refused (they started over);
+ *     chunks resumed by one process, are refused (they started over); DP = 2
+ *     whose first checkpoint only rank 1 committed: a fresh start (rank 1's
+ *     lone version dropped), the same bits; with another --seed, refused;
  *   - a rank killed with SIGKILL mid-run: the launcher and the surviving
  *     rank exit with an error naming the failure (bounded by the collective
  *     deadline; ctest's TIMEOUT is the backstop, no time is asserted);
@@ -301,6 +303,53 @@ static void test_cut_short_after_degree_change(void **state)
     free(dir);
 }
 
+/* A first checkpoint cut short: DP = 2, rank 1 committed step 1 and rank 0
+ * was killed before its marker. No step was committed by both, so nothing can
+ * be restored: the restart refused ("other ranks have checkpoints but rank-d0
+ * has none"). Now it starts fresh, dropping rank 1's lone version with a
+ * warning, and ends with the uninterrupted bits; the same directory with
+ * another configuration (--seed) is still refused. */
+static void test_lone_first_checkpoint(void **state)
+{
+    (void)state;
+    char *dir = ftc_test_tmpdir("traindp");
+    char ck[PATH_MAX];
+    snprintf(ck, sizeof ck, "%s/ckpt", dir);
+    if (!g_base) {
+        const char *one[] = {COMMON, "--steps", "4", "--deterministic", NULL};
+        g_base = run_ok(dir, "dp1", NULL, one, 4);
+    }
+    const char *a1[] = {COMMON, "--steps", "4", "--nproc", "2", "--ckpt-dir", ck,
+                        "--ckpt-every", "1", "--stop-at", "1", NULL};
+    run_ok(dir, "first", NULL, a1, 1);
+    char f[PATH_MAX + 64];
+    snprintf(f, sizeof f, "%s/rank-d0/v%020d/COMMITTED", ck, 1);
+    assert_int_equal(unlink(f), 0); /* rank 0 never committed its first checkpoint */
+    /* another configuration: refused, nothing dropped */
+    const char *other[] = {COMMON, "--steps", "4", "--nproc", "2", "--ckpt-dir", ck,
+                           "--ckpt-every", "1", "--seed", "7", NULL};
+    proc_t p;
+    run_rc(dir, "other", NULL, other, 2, &p);
+    assert_true(expect_said(p.out, "different configuration"));
+    assert_false(said(p.out, "step 1/4"));
+    snprintf(f, sizeof f, "%s/rank-d1/v%020d/COMMITTED", ck, 1);
+    assert_true(access(f, F_OK) == 0);
+    const char *a2[] = {COMMON, "--steps", "4", "--nproc", "2", "--ckpt-dir", ck,
+                        "--ckpt-every", "1", NULL};
+    uint64_t h = run_ok(dir, "fresh", NULL, a2, 4);
+    char out[PATH_MAX + 32];
+    snprintf(out, sizeof out, "%s/fresh.out", dir);
+    assert_true(expect_said(out, "committed by rank-d1 only"));
+    assert_true(expect_said(out, "starting at step 0"));
+    assert_false(said(out, "restored step"));
+    assert_true(h == g_base);
+    assert_true(access(f, F_OK) == 0); /* step 1 written again, by both ranks */
+    snprintf(f, sizeof f, "%s/rank-d0/v%020d/COMMITTED", ck, 4);
+    assert_true(access(f, F_OK) == 0);
+    ftc_test_rmrf(dir);
+    free(dir);
+}
+
 /* One --ckpt-dir, the other kind of checkpoint: the ZeRO-1 chunks of real DP
  * ranks resumed by one process, a single-process state resumed by --nproc.
  * Each looked only for its own kind and, finding none, started over at step
@@ -573,6 +622,7 @@ int main(void)
         cmocka_unit_test(test_stop_resume_dp2),
         cmocka_unit_test(test_cut_short_after_degree_change),
         cmocka_unit_test(test_other_kind_refused),
+        cmocka_unit_test(test_lone_first_checkpoint),
         cmocka_unit_test(test_killed_rank_fails_peers),
         cmocka_unit_test_setup_teardown(test_agent_kill_restart, redis_fixture_setup,
                                         agent_teardown),
