@@ -897,16 +897,13 @@ static int ftc__agent_setup(ftc_trainer_t *t, ftc_err_t *err)
     return ftc__agent_restore(t, err);
 }
 
-/* The newest committed step in a persist directory (0: none, or no such
- * directory). Read-only (ftc_persist_open_reader): the directory may be
- * another rank's, whose writer may be at work; nothing is created there and
- * no temp file removed. */
-static int ftc__newest(const char *dir, uint64_t *step, ftc_err_t *err)
+/* The committed steps of dir, newest first (*steps malloc'd, NULL when none). */
+static int ftc__committed_steps(const char *dir, uint64_t **steps, int *n, ftc_err_t *err)
 {
-    *step = 0;
+    *steps = NULL, *n = 0;
     struct stat sb;
     if (stat(dir, &sb) != 0 && errno == ENOENT)
-        return 0;
+        return 0; /* no such directory: no step (the writer's open created it) */
     ftc_persist_t *p = ftc_persist_open_reader(dir, err);
     if (!p)
         return err ? err->code : FTC_EIO;
@@ -914,11 +911,37 @@ static int ftc__newest(const char *dir, uint64_t *step, ftc_err_t *err)
     int nv = 0, rc = ftc_persist_list(p, &v, &nv);
     if (rc < 0)
         rc = ftc_err_set(err, rc, "%s: %s", dir, ftc_persist_errstr(p));
+    if (rc == 0 && nv > 0 && !(*steps = malloc((size_t)nv * sizeof **steps)))
+        rc = ftc_err_set(err, FTC_ENOMEM, "%s: out of memory", dir);
     for (int i = 0; rc == 0 && i < nv; i++)
-        if (v[i].state == FTC_PV_COMMITTED && v[i].step > *step)
-            *step = v[i].step;
+        if (v[i].state == FTC_PV_COMMITTED) {
+            int k = (*n)++; /* kept newest first, whatever the listing's order */
+            while (k > 0 && (*steps)[k - 1] < v[i].step) {
+                (*steps)[k] = (*steps)[k - 1];
+                k--;
+            }
+            (*steps)[k] = v[i].step;
+        }
     free(v);
     ftc_persist_close(p);
+    if (rc < 0)
+        free(*steps), *steps = NULL, *n = 0;
+    return rc;
+}
+
+/* The newest committed step in a persist directory (0: none, or no such
+ * directory). Read-only (ftc_persist_open_reader): the directory may be
+ * another rank's, whose writer may be at work; nothing is created there and
+ * no temp file removed. */
+static int ftc__newest(const char *dir, uint64_t *step, ftc_err_t *err)
+{
+    uint64_t *steps;
+    int n;
+    *step = 0;
+    int rc = ftc__committed_steps(dir, &steps, &n, err);
+    if (rc == 0 && n > 0)
+        *step = steps[0];
+    free(steps);
     return rc;
 }
 
@@ -1042,54 +1065,13 @@ static int ftc__load_chunk(ftc_trainer_t *t, int q, int S, uint64_t step, float 
  * (false when the directory does not exist). */
 static int ftc__has_committed(const char *dir, uint64_t step, bool *has, ftc_err_t *err)
 {
+    uint64_t *steps;
+    int n;
     *has = false;
-    struct stat sb;
-    if (stat(dir, &sb) != 0)
-        return 0;
-    ftc_persist_t *p = ftc_persist_open_reader(dir, err);
-    if (!p)
-        return err ? err->code : FTC_EIO;
-    ftc_persist_version_t *v = NULL;
-    int nv = 0, rc = ftc_persist_list(p, &v, &nv);
-    if (rc < 0)
-        rc = ftc_err_set(err, rc, "%s: %s", dir, ftc_persist_errstr(p));
-    for (int i = 0; rc == 0 && i < nv; i++)
-        if (v[i].state == FTC_PV_COMMITTED && v[i].step == step)
-            *has = true;
-    free(v);
-    ftc_persist_close(p);
-    return rc;
-}
-
-/* The committed steps of dir, newest first (*steps malloc'd, NULL when none). */
-static int ftc__committed_steps(const char *dir, uint64_t **steps, int *n, ftc_err_t *err)
-{
-    *steps = NULL, *n = 0;
-    struct stat sb;
-    if (stat(dir, &sb) != 0 && errno == ENOENT)
-        return 0; /* no such directory: no step (the writer's open created it) */
-    ftc_persist_t *p = ftc_persist_open_reader(dir, err);
-    if (!p)
-        return err ? err->code : FTC_EIO;
-    ftc_persist_version_t *v = NULL;
-    int nv = 0, rc = ftc_persist_list(p, &v, &nv);
-    if (rc < 0)
-        rc = ftc_err_set(err, rc, "%s: %s", dir, ftc_persist_errstr(p));
-    if (rc == 0 && nv > 0 && !(*steps = malloc((size_t)nv * sizeof **steps)))
-        rc = ftc_err_set(err, FTC_ENOMEM, "%s: out of memory", dir);
-    for (int i = 0; rc == 0 && i < nv; i++)
-        if (v[i].state == FTC_PV_COMMITTED) {
-            int k = (*n)++; /* kept newest first, whatever the listing's order */
-            while (k > 0 && (*steps)[k - 1] < v[i].step) {
-                (*steps)[k] = (*steps)[k - 1];
-                k--;
-            }
-            (*steps)[k] = v[i].step;
-        }
-    free(v);
-    ftc_persist_close(p);
-    if (rc < 0)
-        free(*steps), *steps = NULL, *n = 0;
+    int rc = ftc__committed_steps(dir, &steps, &n, err);
+    for (int i = 0; rc == 0 && i < n; i++)
+        *has = *has || steps[i] == step;
+    free(steps);
     return rc;
 }
 
