@@ -1119,6 +1119,55 @@ static bool ftc__round_moved(ftc__sup_t *s, uint64_t *next_ms)
  * kept in place can come first while a node that was idle takes rank 0)
  * publishes host:port for the generation, since rank 0 serves torch's store
  * there; the others read it (bounded). */
+/* A wait while a generation starts (its agents up, rank 0's MASTER_ADDR):
+ * bounded by --join-timeout-ms, and cut short by a signal, by the next
+ * round, by the loss of a previous member (node_lost with its heartbeat
+ * gone) or by the lease of the awaited member's supervisor expiring. */
+typedef struct {
+    ftc_deadline_t d;
+    uint64_t next_look, next_lost, next_sup; /* when each check looks again */
+    uint64_t *gone_since;                    /* per member: its lease missing since */
+} ftc__gen_wait_t;
+
+static void ftc__gen_wait_init(ftc__sup_t *s, ftc__gen_wait_t *w)
+{
+    memset(w, 0, sizeof *w);
+    w->d = ftc_deadline_in_ms((uint64_t)s->o->join_timeout_ms);
+    w->gone_since = calloc((size_t)(s->round.nodes > 0 ? s->round.nodes : 1),
+                           sizeof *w->gone_since);
+}
+
+/* One look of the wait for member `who` (waiting: what for, in words).
+ * 0 to wait on, else the error: FTC_ECANCELED (a signal), FTC_EAGAIN (the
+ * next round, or a member lost: the round opens), FTC_ETIMEDOUT. */
+static int ftc__gen_wait_step(ftc__sup_t *s, ftc__gen_wait_t *w, int who, const char *waiting,
+                              ftc_err_t *err)
+{
+    if (ftc__stopping(s))
+        return ftc_err_set(err, FTC_ECANCELED, "stopped by a signal");
+    if (ftc__round_moved(s, &w->next_look))
+        return ftc_err_set(err, FTC_EAGAIN,
+                           "generation %" PRIu64 ": the next round was opened while waiting for "
+                           "%s (it left, or failed)", s->gen, waiting);
+    int lost;
+    char why[256];
+    if (ftc__member_lost(s, &w->next_lost, &lost, why, sizeof why))
+        return ftc_err_set(err, FTC_EAGAIN,
+                           "generation %" PRIu64 ": member %s was lost while waiting for %s "
+                           "(%s): not waiting for it, the next round opens",
+                           s->gen, s->round.members[lost], waiting, why);
+    if (ftc__sup_lost(s, who, w->gone_since, &w->next_sup))
+        return ftc_err_set(err, FTC_EAGAIN,
+                           "generation %" PRIu64 ": member %s was lost while waiting for %s "
+                           "(its supervisor's lease expired): not waiting for it, the next "
+                           "round opens", s->gen, s->round.members[who], waiting);
+    if (ftc_deadline_expired(w->d))
+        return ftc_err_set(err, FTC_ETIMEDOUT,
+                           "generation %" PRIu64 ": gave up waiting for %s after "
+                           "--join-timeout-ms (%d ms)", s->gen, waiting, s->o->join_timeout_ms);
+    return 0;
+}
+
 static int ftc__master(ftc__sup_t *s, char *host, size_t cap, int *port, ftc_err_t *err)
 {
     char key[256], suffix[64];
@@ -1149,10 +1198,11 @@ static int ftc__master(ftc__sup_t *s, char *host, size_t cap, int *port, ftc_err
         if (rc)
             return ftc_err_set(err, rc, "publishing MASTER_ADDR: %s", ftc_redis_errstr(r));
     }
-    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)s->o->join_timeout_ms);
-    uint64_t next_look = 0, next_lost = 0, next_sup = 0;
-    uint64_t *gone_since = calloc((size_t)(s->round.nodes > 0 ? s->round.nodes : 1),
-                                  sizeof *gone_since);
+    char waiting[384];
+    snprintf(waiting, sizeof waiting, "the node of rank 0 (%s) to publish MASTER_ADDR (%s)",
+             s->round.members[s->master_node], key);
+    ftc__gen_wait_t w;
+    ftc__gen_wait_init(s, &w);
     int rc = 0;
     for (;;) {
         rep = NULL;
@@ -1177,44 +1227,11 @@ static int ftc__master(ftc__sup_t *s, char *host, size_t cap, int *port, ftc_err
             break;
         }
         ftc_redis_reply_free(rep);
-        if (ftc__stopping(s)) {
-            rc = ftc_err_set(err, FTC_ECANCELED, "stopped by a signal");
+        if ((rc = ftc__gen_wait_step(s, &w, s->master_node, waiting, err)) != 0)
             break;
-        }
-        if (ftc__round_moved(s, &next_look)) {
-            rc = ftc_err_set(err, FTC_EAGAIN,
-                             "generation %" PRIu64 ": the next round was opened before the "
-                             "node of rank 0 (%s) published MASTER_ADDR",
-                             s->gen, s->round.members[s->master_node]);
-            break;
-        }
-        int lost;
-        char why[256];
-        if (ftc__member_lost(s, &next_lost, &lost, why, sizeof why)) {
-            rc = ftc_err_set(err, FTC_EAGAIN,
-                             "generation %" PRIu64 ": member %s was lost before the generation "
-                             "started (%s): not waiting for it, the next round opens",
-                             s->gen, s->round.members[lost], why);
-            break;
-        }
-        if (ftc__sup_lost(s, s->master_node, gone_since, &next_sup)) {
-            rc = ftc_err_set(err, FTC_EAGAIN,
-                             "generation %" PRIu64 ": member %s was lost before the generation "
-                             "started (its supervisor's lease expired): not waiting for it, the "
-                             "next round opens",
-                             s->gen, s->round.members[s->master_node]);
-            break;
-        }
-        if (ftc_deadline_expired(d)) {
-            rc = ftc_err_set(err, FTC_ETIMEDOUT,
-                             "the node of rank 0 in generation %" PRIu64 " (%s) published no "
-                             "MASTER_ADDR (%s)",
-                             s->gen, s->round.members[s->master_node], key);
-            break;
-        }
         ftc_sleep_ms(20);
     }
-    free(gone_since);
+    free(w.gone_since);
     return rc;
 }
 
@@ -1487,10 +1504,8 @@ static bool ftc__member_lost(ftc__sup_t *s, uint64_t *next_ms, int *member, char
  * this generation's events. */
 static int ftc__wait_agents(ftc__sup_t *s, ftc_err_t *err)
 {
-    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)s->o->join_timeout_ms);
-    uint64_t next_look = 0, next_lost = 0, next_sup = 0;
-    uint64_t *gone_since = calloc((size_t)(s->round.nodes > 0 ? s->round.nodes : 1),
-                                  sizeof *gone_since);
+    ftc__gen_wait_t w;
+    ftc__gen_wait_init(s, &w);
     int rc = 0;
     for (;;) {
         int missing = -1, stale = -1;
@@ -1501,43 +1516,14 @@ static int ftc__wait_agents(ftc__sup_t *s, ftc_err_t *err)
                 missing = i;
         if (missing < 0)
             break;
-        if (ftc__stopping(s)) {
-            rc = ftc_err_set(err, FTC_ECANCELED, "stopped by a signal");
+        char waiting[256];
+        snprintf(waiting, sizeof waiting, "the agent of member %s to come up",
+                 s->round.members[missing]);
+        if ((rc = ftc__gen_wait_step(s, &w, missing, waiting, err)) != 0)
             break;
-        }
-        if (ftc__round_moved(s, &next_look)) {
-            rc = ftc_err_set(err, FTC_EAGAIN,
-                             "generation %" PRIu64 ": the next round was opened while the "
-                             "agent of member %s was not up (it left, or failed)",
-                             s->gen, s->round.members[missing]);
-            break;
-        }
-        int lost;
-        char why[256];
-        if (ftc__member_lost(s, &next_lost, &lost, why, sizeof why)) {
-            rc = ftc_err_set(err, FTC_EAGAIN,
-                             "generation %" PRIu64 ": member %s was lost before its agent "
-                             "came up (%s): not waiting for it, the next round opens",
-                             s->gen, s->round.members[lost], why);
-            break;
-        }
-        if (ftc__sup_lost(s, missing, gone_since, &next_sup)) {
-            rc = ftc_err_set(err, FTC_EAGAIN,
-                             "generation %" PRIu64 ": member %s was lost before its agent "
-                             "came up (its supervisor's lease expired): not waiting for it, "
-                             "the next round opens",
-                             s->gen, s->round.members[missing]);
-            break;
-        }
-        if (ftc_deadline_expired(d)) {
-            rc = ftc_err_set(err, FTC_ETIMEDOUT,
-                             "generation %" PRIu64 ": the agent of member %s never came up",
-                             s->gen, s->round.members[missing]);
-            break;
-        }
         ftc_sleep_ms(20);
     }
-    free(gone_since);
+    free(w.gone_since);
     return rc;
 }
 
