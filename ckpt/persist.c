@@ -750,6 +750,8 @@ static void ftc__discard_version(const ftc_persist_t *p, const char *vdir)
 }
 
 static void ftc__retain(ftc_persist_t *p, uint64_t written);
+static int ftc__load_version(const ftc_persist_t *p, uint64_t step, ftc_persist_loaded_t **out,
+                             ftc_err_t *err);
 
 int ftc_persist_write(ftc_persist_t *p, uint64_t step, const void *const *shards,
                       const uint64_t *sizes, int n)
@@ -849,9 +851,26 @@ int ftc_persist_write(ftc_persist_t *p, uint64_t step, const void *const *shards
             int r2 = ftc__read_version(p, step, &old, &state, &e2);
             ftc__manifest_free(&old);
             if (r2 == 0) {
-                rc = ftc_err_set(err, FTC_EEXIST, "persist write: version %s is already committed",
-                                 vn);
-                goto undo_manifest;
+                /* committed: kept, unless it is broken for good (a shard or a
+                 * base that fails its checksum or is gone): then no reader can
+                 * use it, and the same step written again repairs it (and the
+                 * deltas on it, when the bytes are the same) */
+                ftc_persist_loaded_t *l = NULL;
+                ftc_err_t e3 = {0};
+                int r3 = ftc__load_version(p, step, &l, &e3);
+                ftc_persist_loaded_free(l);
+                if (r3 != FTC_ECORRUPT && r3 != FTC_ENOENT) {
+                    if (r3)
+                        rc = ftc_err_set(err, FTC_EEXIST, "persist write: version %s is already "
+                                         "committed (and could not be verified now: %s)", vn,
+                                         e3.msg);
+                    else
+                        rc = ftc_err_set(err, FTC_EEXIST,
+                                         "persist write: version %s is already committed", vn);
+                    goto undo_manifest;
+                }
+                FTC_WARN("persist", "version %s in %s is committed but corrupt (%s): writing it "
+                         "again", vn, p->dir, e3.msg);
             }
             if (!ftc__read_settled(r2, state)) {
                 rc = ftc_err_set(err, r2, "persist write: version %s exists and cannot be read "

@@ -2,7 +2,7 @@
  * several shards per version, retention with delta chains, fallback when a
  * marker, manifest or shard is bad, list states, hostile manifests, options,
  * dropping the versions newer than a restored step, a version that cannot
- * be read now kept. */
+ * be read now kept, a corrupt committed one written again. */
 #include "ftc_test.h"
 
 #include "ckpt/persist.h"
@@ -345,6 +345,52 @@ static void test_drop_newer(void **state)
     ftc_persist_close(r);
     for (int s = 1; s <= 5; s++)
         free_copies(copies[s]);
+    world_free(&w);
+    ftc_persist_close(p);
+    ftc_test_rmrf(dir);
+    free(dir);
+}
+
+/* A committed version that is corrupt (a shard fails its checksum) can be
+ * written again: no reader can use it, and a job that went back past it
+ * (it did not load) writes that step anew. It used to fail with "already
+ * committed" every time, until the job passed that step. A good committed
+ * version is still never overwritten. */
+static void test_corrupt_committed_rewritten(void **state)
+{
+    (void)state;
+    char *dir = ftc_test_tmpdir("persist-rewrite");
+    ftc_err_t err = {0};
+    ftc_persist_options_t o = FTC_PERSIST_OPTIONS_INIT;
+    o.keep = 10;
+    o.chunk_bytes = 16384;
+    ftc_persist_t *p = ftc_persist_open(dir, &o, &err);
+    assert_non_null(p);
+    world_t w;
+    world_init(&w, 32u << 10);
+    uint8_t *c1[NSH], *c2[NSH], *again[NSH];
+    assert_int_equal(world_write(&w, p, 1, c1), 0);
+    assert_int_equal(world_write(&w, p, 2, c2), 0);
+    assert_int_equal(world_write(&w, p, 2, NULL), FTC_EEXIST); /* good: kept */
+    char shard[PATH_MAX];
+    vfile(shard, sizeof shard, dir, 2, "shard-d0-t0-p0.ftcz");
+    flip_byte(shard, -100);
+    ftc_persist_loaded_t *l;
+    assert_int_not_equal(ftc_persist_load(p, 2, &l), 0);
+    int rc = world_write(&w, p, 2, again);
+    if (rc)
+        fail_msg("write of step 2 over a corrupt v2: %s", ftc_persist_errstr(p));
+    if (ftc_persist_load(p, 2, &l))
+        fail_msg("load 2: %s", ftc_persist_errstr(p));
+    check_loaded(l, 2, again, &w);
+    ftc_persist_loaded_free(l);
+    if (ftc_persist_load(p, 1, &l))
+        fail_msg("load 1: %s", ftc_persist_errstr(p));
+    check_loaded(l, 1, c1, &w);
+    ftc_persist_loaded_free(l);
+    free_copies(c1);
+    free_copies(c2);
+    free_copies(again);
     world_free(&w);
     ftc_persist_close(p);
     ftc_test_rmrf(dir);
@@ -849,6 +895,7 @@ int main(void)
         cmocka_unit_test(test_retention_and_chains),
         cmocka_unit_test(test_retention_rollback),
         cmocka_unit_test(test_unreadable_version_kept),
+        cmocka_unit_test(test_corrupt_committed_rewritten),
         cmocka_unit_test(test_drop_newer),
         cmocka_unit_test(test_fallback),
         cmocka_unit_test(test_broken_base),
