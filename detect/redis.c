@@ -398,6 +398,24 @@ ftc_redis_t *ftc_redis_connect(const ftc_redis_url_t *url, const ftc_redis_optio
     ftc_redis_options_t def = FTC_REDIS_OPTIONS_INIT;
     r->url = *url;
     r->o = o ? *o : def;
+    /* bounded, so that a pause is never 0 (a reconnect spin) and the
+     * doubling of the backoff cannot overflow */
+    const char *bad = r->o.connect_timeout_ms < 1 || r->o.connect_timeout_ms > 3600000
+                          ? "connect_timeout_ms (1..3600000)"
+                      : r->o.command_timeout_ms < 1 || r->o.command_timeout_ms > 3600000
+                          ? "command_timeout_ms (1..3600000)"
+                      : r->o.backoff_min_ms < 1 || r->o.backoff_min_ms > 600000
+                          ? "backoff_min_ms (1..600000)"
+                      : r->o.backoff_max_ms < r->o.backoff_min_ms || r->o.backoff_max_ms > 600000
+                          ? "backoff_max_ms (backoff_min_ms..600000)"
+                          : NULL;
+    if (bad) {
+        ftc_err_set(err, FTC_EINVAL, "redis options: %s out of range: connect %d, command %d, "
+                    "backoff %d..%d ms", bad, r->o.connect_timeout_ms, r->o.command_timeout_ms,
+                    r->o.backoff_min_ms, r->o.backoff_max_ms);
+        free(r);
+        return NULL;
+    }
     r->backoff_ms = r->o.backoff_min_ms;
     r->rng = ftc__jitter_seed();
     int rc = ftc__connect_once(r, ftc_deadline_in_ms((uint64_t)r->o.connect_timeout_ms));
@@ -439,12 +457,15 @@ static int ftc__cmd_by(ftc_redis_t *r, ftc_deadline_t d, bool idempotent,
                        ftc_redis_reply_t **reply, int argc, const char **argv,
                        const size_t *lens)
 {
-    const char *name = argc > 0 ? argv[0] : "?";
+    if (reply)
+        *reply = NULL;
+    if (argc < 1 || !argv || !argv[0])
+        return ftc_err_set(&r->err, FTC_EINVAL, "redis: a command needs its name (%d arguments)",
+                           argc);
+    const char *name = argv[0];
     char cmdname[32];
     snprintf(cmdname, sizeof cmdname, "%.*s", (int)(lens ? (lens[0] < 31 ? lens[0] : 31) : 31),
              name);
-    if (reply)
-        *reply = NULL;
     for (int attempt = 0;; attempt++) {
         if (!r->c) {
             int rc = ftc_redis_reconnect(r, d);

@@ -57,7 +57,8 @@ typedef struct ftc_redis_options {
     int command_timeout_ms; /* whole command incl. reconnects (default 2000) */
     int backoff_min_ms;     /* first reconnect pause (default 20), doubled per failure */
     int backoff_max_ms;     /* cap (default 1000) */
-} ftc_redis_options_t;
+} ftc_redis_options_t; /* timeouts 1..3600000, backoffs 1..600000 with min <= max:
+                          else ftc_redis_connect fails with FTC_EINVAL naming the field */
 /* Reconnect pauses are jittered: each is drawn uniformly from the backoff b
  * +-25% (b - b/4 .. b + b/4, b/4 rounded down; the top cut at backoff_max_ms),
  * and never goes past the deadline, so that clients that lost one server do

@@ -17,6 +17,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <limits.h>
 #include <stdatomic.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -108,6 +109,41 @@ static void test_url_parsing(void **state)
     unsetenv("FTC_REDIS_PASSWORD_FILE");
     ftc_test_rmrf(dir);
     free(dir);
+}
+
+/* Options out of range are refused by name before any connection (a zero
+ * backoff spun reconnects without a pause; a huge one overflowed its
+ * doubling), and so is a command without a name. */
+static void test_bad_options_and_empty_command(void **state)
+{
+    fixture_t *f = *state;
+    ftc_err_t err = {0};
+    struct {
+        int field, value;
+        const char *name;
+    } bad[] = {{0, 0, "connect_timeout_ms"},    {1, -5, "command_timeout_ms"},
+               {2, 0, "backoff_min_ms"},        {3, 10, "backoff_max_ms"},
+               {3, INT_MAX, "backoff_max_ms"}, {2, 700000, "backoff_min_ms"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ftc_redis_options_t o = FTC_REDIS_OPTIONS_INIT;
+        int *fld[] = {&o.connect_timeout_ms, &o.command_timeout_ms, &o.backoff_min_ms,
+                      &o.backoff_max_ms};
+        *fld[bad[i].field] = bad[i].value;
+        err = (ftc_err_t){0};
+        assert_null(ftc_redis_connect(ftc_redis_server_url(f->srv), &o, &err));
+        assert_int_equal(err.code, FTC_EINVAL);
+        if (!strstr(err.msg, bad[i].name))
+            fail_msg("case %zu: '%s' does not name %s", i, err.msg, bad[i].name);
+    }
+    ftc_redis_t *r = ftc_redis_connect(ftc_redis_server_url(f->srv), NULL, &err);
+    assert_non_null(r);
+    ftc_redis_reply_t *rep = (ftc_redis_reply_t *)1;
+    assert_int_equal(ftc_redis_cmd(r, true, &rep, 0, NULL, NULL), FTC_EINVAL);
+    assert_null(rep);
+    assert_int_equal(ftc_redis_cmdv(r, true, &rep, NULL), FTC_EINVAL);
+    assert_int_equal(ftc_redis_cmdv(r, true, &rep, "PING", NULL), 0); /* still usable */
+    ftc_redis_reply_free(rep);
+    ftc_redis_close(r);
 }
 
 static void test_commands_and_reply_types(void **state)
@@ -693,6 +729,7 @@ int main(void)
         cmocka_unit_test(test_unreachable),
         cmocka_unit_test(test_backoff_jitter_bounds),
         cmocka_unit_test_setup_teardown(test_commands_and_reply_types, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_options_and_empty_command, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cmdv_many_args, setup, teardown),
         cmocka_unit_test_setup_teardown(test_auth_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deadline_on_stopped_server, setup, teardown),
