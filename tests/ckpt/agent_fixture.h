@@ -54,6 +54,11 @@ typedef struct env {
     char timeout_ms[16];    /* --agent-timeout-ms ("" = AGENT_FIXTURE_TIMEOUT_MS) */
 } env_t;
 
+/* The envs a test has not torn down yet: a test that fails (cmocka jumps out
+ * of it) leaves its agents running and its segments in /dev/shm, under the
+ * job id the binary's next test uses too; agent_fixture_teardown ends them. */
+static env_t *agent_fixture_live[4];
+
 static inline const char *bindir(void)
 {
     const char *b = getenv("FTC_BINARY_DIR");
@@ -309,6 +314,11 @@ static inline env_t *prepare_env(redis_fixture_t *f, int nodes, const char *red,
         snprintf(e->domain[i], sizeof e->domain[i], "%s", domains[i] ? domains[i] : "");
     mkdir(e->jobdir, 0700);
     read_url(e);
+    for (int i = 0; i < 4; i++)
+        if (!agent_fixture_live[i]) {
+            agent_fixture_live[i] = e;
+            break;
+        }
     return e;
 }
 
@@ -354,7 +364,20 @@ static inline void teardown_env(env_t *e)
         kill_agent(e, i);
         wipe_node_shm(e, i);
     }
+    for (int i = 0; i < 4; i++)
+        if (agent_fixture_live[i] == e)
+            agent_fixture_live[i] = NULL;
     free(e);
+}
+
+/* cmocka teardown of a test that uses envs: the envs it left (it failed
+ * before its teardown_env), then the Redis fixture. */
+static inline int agent_fixture_teardown(void **state)
+{
+    for (int i = 0; i < 4; i++)
+        if (agent_fixture_live[i])
+            teardown_env(agent_fixture_live[i]);
+    return redis_fixture_teardown(state);
 }
 
 #endif

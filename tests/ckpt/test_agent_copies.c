@@ -542,7 +542,7 @@ static void test_persist_checks_record(void **state)
     two_stop(&t);
 }
 
-#define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
+#define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, agent_fixture_teardown)
 
 int main(void)
 {

@@ -674,7 +674,7 @@ static void test_restore_meta_too_small(void **state)
     teardown_env(e);
 }
 
-#define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
+#define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, agent_fixture_teardown)
 
 int main(void)
 {

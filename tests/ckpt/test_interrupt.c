@@ -52,7 +52,7 @@ static void test_interrupt_blocked_checkpoint(void **state)
     teardown_env(e);
 }
 
-#define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
+#define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, agent_fixture_teardown)
 
 int main(void)
 {
