@@ -199,7 +199,17 @@ static bool ftc__io_timeout(const redisContext *c, ftc_deadline_t d)
  * read and write gets only what is left of d. 0 with *reply set; else
  * FTC_ETIMEDOUT (d passed), FTC_EREDIS (connection broken) or FTC_EPROTO (not
  * the Redis protocol), with c->errstr saying what when it was I/O. */
+static int ftc__roundtrip_io(redisContext *c, ftc_deadline_t d, bool send, void **reply);
+
 static int ftc__roundtrip(redisContext *c, ftc_deadline_t d, bool send, void **reply)
+{
+    int rc = ftc__roundtrip_io(c, d, send, reply);
+    if (rc == FTC_ETIMEDOUT) /* say so, not errno's "Resource temporarily unavailable" */
+        snprintf(c->errstr, sizeof c->errstr, "the deadline passed");
+    return rc;
+}
+
+static int ftc__roundtrip_io(redisContext *c, ftc_deadline_t d, bool send, void **reply)
 {
     *reply = NULL;
     int done = !send;

@@ -230,6 +230,11 @@ static void test_deadline_on_stopped_server(void **state)
     assert_int_equal(ftc_redis_server_signal(f->srv, SIGCONT), 0);
     assert_true(rc == FTC_ETIMEDOUT || rc == FTC_EREDIS);
     assert_false(ftc_redis_is_up(r));
+    /* the message says what happened, not errno's EAGAIN text */
+    print_message("%s\n", ftc_redis_errstr(r));
+    assert_null(strstr(ftc_redis_errstr(r), "temporarily unavailable"));
+    if (rc == FTC_ETIMEDOUT)
+        assert_non_null(strstr(ftc_redis_errstr(r), "did not answer in time"));
     /* and it recovers by itself */
     assert_int_equal(ftc_redis_cmdv(r, true, NULL, "PING", NULL), 0);
     assert_true(ftc_redis_reconnects(r) >= 1);
