@@ -16,6 +16,8 @@
 
 #include "ftc_test.h"
 
+#include "ckpt/shard.h"
+#include "ckpt/slot.h"
 #include "core/fsio.h"
 #include "ftc.h"
 #include "detect/redis_fixture.h"
@@ -368,6 +370,37 @@ static inline void teardown_env(env_t *e)
         if (agent_fixture_live[i] == e)
             agent_fixture_live[i] = NULL;
     free(e);
+}
+
+/* A malloc'd copy of the first shm object starting with prefix that holds a
+ * shard of step (*size: its bytes); NULL when none. */
+static inline uint8_t *copy_shm_shard(const char *prefix, uint64_t step, uint64_t *size)
+{
+    uint8_t *out = NULL;
+    DIR *d = opendir("/dev/shm");
+    assert_non_null(d);
+    struct dirent *de;
+    while (!out && (de = readdir(d))) {
+        if (strncmp(de->d_name, prefix, strlen(prefix)))
+            continue;
+        ftc_slot_t sl;
+        ftc_err_t err = {0};
+        if (ftc_slot_open(de->d_name, false, &sl, &err))
+            continue;
+        ftc_shard_view_t sv;
+        uint64_t total = 0;
+        if (ftc_shard_peek_size(sl.base, sl.size, &total, &err) == 0 && total <= sl.size &&
+            ftc_shard_open(&sv, sl.base, total, FTC_SHARD_VERIFY, &err) == 0 &&
+            sv.info.step == step) {
+            out = malloc(total);
+            assert_non_null(out);
+            memcpy(out, sl.base, total);
+            *size = total;
+        }
+        ftc_slot_close(&sl);
+    }
+    closedir(d);
+    return out;
 }
 
 /* cmocka teardown of a test that uses envs: the envs it left (it failed

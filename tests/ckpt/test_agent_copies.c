@@ -420,37 +420,6 @@ static void test_fetch_checks_record(void **state)
     two_stop(&t);
 }
 
-/* A malloc'd copy of the first shm object starting with prefix that holds a
- * shard of step (*size: its bytes); NULL when none. */
-static uint8_t *copy_shm_shard(const char *prefix, uint64_t step, uint64_t *size)
-{
-    uint8_t *out = NULL;
-    DIR *d = opendir("/dev/shm");
-    assert_non_null(d);
-    struct dirent *de;
-    while (!out && (de = readdir(d))) {
-        if (strncmp(de->d_name, prefix, strlen(prefix)))
-            continue;
-        ftc_slot_t sl;
-        ftc_err_t err = {0};
-        if (ftc_slot_open(de->d_name, false, &sl, &err))
-            continue;
-        ftc_shard_view_t sv;
-        uint64_t total = 0;
-        if (ftc_shard_peek_size(sl.base, sl.size, &total, &err) == 0 && total <= sl.size &&
-            ftc_shard_open(&sv, sl.base, total, FTC_SHARD_VERIFY, &err) == 0 &&
-            sv.info.step == step) {
-            out = malloc(total);
-            assert_non_null(out);
-            memcpy(out, sl.base, total);
-            *size = total;
-        }
-        ftc_slot_close(&sl);
-    }
-    closedir(d);
-    return out;
-}
-
 /* Removes directory dir and the files in it (one level). */
 static void rm_dir(const char *dir)
 {

@@ -848,37 +848,6 @@ static void test_corrupt_parity_no_persist(void **state)
     teardown_env(e);
 }
 
-/* A malloc'd copy of the shard of step in the first shm object whose name
- * starts with prefix (*size its bytes); NULL when none. */
-static uint8_t *copy_shard_of(const char *prefix, uint64_t step, uint64_t *size)
-{
-    uint8_t *out = NULL;
-    DIR *d = opendir("/dev/shm");
-    assert_non_null(d);
-    struct dirent *de;
-    while (!out && (de = readdir(d))) {
-        if (strncmp(de->d_name, prefix, strlen(prefix)))
-            continue;
-        ftc_slot_t sl;
-        ftc_err_t err = {0};
-        if (ftc_slot_open(de->d_name, false, &sl, &err))
-            continue;
-        ftc_shard_view_t v;
-        uint64_t total = 0;
-        if (ftc_shard_peek_size(sl.base, sl.size, &total, &err) == 0 && total <= sl.size &&
-            ftc_shard_open(&v, sl.base, total, FTC_SHARD_VERIFY, &err) == 0 &&
-            v.info.step == step) {
-            out = malloc(total);
-            assert_non_null(out);
-            memcpy(out, sl.base, total);
-            *size = total;
-        }
-        ftc_slot_close(&sl);
-    }
-    closedir(d);
-    return out;
-}
-
 /* Every shm object of node `node` holding a parity wrapper that is byte for
  * byte one of orig[0..n) is rewritten with forged[that member]. Returns how
  * many. */
@@ -929,7 +898,7 @@ static void test_rebuild_checks_record(void **state)
     for (int i = 0; i < 3; i++) {
         char prefix[64];
         snprintf(prefix, sizeof prefix, "ftc.%s.n%d.r%d.s", e->job, i, i);
-        sh[i] = copy_shard_of(prefix, 2, &sz[i]);
+        sh[i] = copy_shm_shard(prefix, 2, &sz[i]);
         assert_non_null(sh[i]);
     }
     fsh = malloc(sz[1]);
