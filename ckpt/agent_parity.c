@@ -563,7 +563,8 @@ int ftc__par_rebuild(const ftc__par_geo_t *geo, uint64_t step, uint32_t local, i
         return ftc_err_set(err, FTC_EINVAL, "member %d (node %u) is idle in step %" PRIu64
                            " (no rank at local index %u): nothing to rebuild",
                            lost, geo->node[lost], step, local);
-    if (C == 0 || C % 64 || C > (1ull << 40) || want > C * (uint64_t)d)
+    if (C == 0 || C % 64 || C > (1ull << 40) || want > C * (uint64_t)d || ref[9] > 1 ||
+        (ref[9] && m != 1))
         return ftc_err_set(err, FTC_ECORRUPT, "parity meta of step %" PRIu64 " is inconsistent",
                            step);
     /* usable pieces: data shards of exactly the recorded version, wrappers
@@ -596,7 +597,10 @@ int ftc__par_rebuild(const ftc__par_geo_t *geo, uint64_t step, uint32_t local, i
             pchunk[i][j] = t.data;
         }
     }
-    ftc_parity_t *code = ftc_parity_create(d, m, geo->xor_code, err);
+    /* the code the parity was encoded with, as recorded: xor:G and rs:G+1
+     * share the geometry, so a job restarted with the other one still
+     * decodes (its configured code would rebuild garbage) */
+    ftc_parity_t *code = ftc_parity_create(d, m, ref[9] != 0, err);
     if (!code)
         return err->code;
     uint64_t full = C * (uint64_t)d;

@@ -4,7 +4,8 @@
  *   - the pure part (agent_parity.h): geometry with leftover nodes, encode,
  *     and rebuild of every member and every pair of members of an rs:2+2
  *     group from shards of different sizes, bit-exact; a corrupted or stale
- *     parity block or data shard is never used;
+ *     parity block or data shard is never used; a rebuild decodes with the
+ *     code parity.meta records (xor:2 parity rebuilt under rs:2+1 and back);
  *   - end to end with a real Redis, real agents over tcp;ofi_rxm on loopback,
  *     real rank processes and SIGKILL: xor:2 on 3 nodes, one node lost (agent
  *     killed, its /dev/shm wiped), its rank restores bit-exact rebuilt from
@@ -275,6 +276,55 @@ static void test_idle_members(void **state)
     for (int i = 0; i < 4; i++) {
         free(sh[i]);
         free(w[i]);
+    }
+}
+
+/* xor:2 and rs:2+1 have the same geometry (3 members, one parity chunk per
+ * row) but not the same code (all ones vs a Cauchy row). Parity encoded
+ * under one is rebuilt with the code its parity.meta records, not the code
+ * the rebuilding agent is configured with now (a job restarted with the
+ * other redundancy): bit-exact both ways. */
+static void test_rebuild_recorded_code(void **state)
+{
+    (void)state;
+    const char *reds[2] = {"xor:2", "rs:2+1"};
+    for (int k = 0; k < 2; k++) {
+        ftc_redundancy_t enc_red, dec_red;
+        ftc_err_t e = {0};
+        ftc__par_geo_t ge, gd;
+        assert_int_equal(ftc_redundancy_parse(reds[k], &enc_red, &e), 0);
+        assert_int_equal(ftc_redundancy_parse(reds[1 - k], &dec_red, &e), 0);
+        assert_int_equal(ftc__par_geometry(&enc_red, 3, NULL, 0, &ge, &e), 0);
+        assert_int_equal(ftc__par_geometry(&dec_red, 3, NULL, 0, &gd, &e), 0);
+        assert_true(ge.n == gd.n && ge.m == gd.m && ge.xor_code != gd.xor_code);
+        uint8_t *sh[3], *w[3];
+        uint64_t sz[3], ws[3];
+        uint32_t ranks[3] = {0, 1, 2};
+        for (int i = 0; i < 3; i++)
+            sh[i] = ftc_test_make_shard(4, (uint32_t)i, 1500 + 500 * (uint64_t)i,
+                                        40 + (uint64_t)i, &sz[i]);
+        assert_int_equal(ftc__par_encode(&ge, "test-job", 4, 1, 0, (const uint8_t *const *)sh,
+                                         sz, ranks, w, ws, &e), 0);
+        for (int lost = 0; lost < 3; lost++) {
+            const uint8_t *d[3], *wr[3];
+            for (int i = 0; i < 3; i++) {
+                d[i] = i == lost ? NULL : sh[i];
+                wr[i] = i == lost ? NULL : w[i];
+            }
+            uint8_t *out = NULL;
+            uint64_t on = 0;
+            int rc = ftc__par_rebuild(&gd, 4, 0, lost, d, sz, wr, ws, &out, &on, &e);
+            if (rc)
+                print_message("%s parity rebuilt as %s: %s\n", reds[k], reds[1 - k], e.msg);
+            assert_int_equal(rc, 0);
+            assert_int_equal(on, sz[lost]);
+            assert_memory_equal(out, sh[lost], on);
+            free(out);
+        }
+        for (int i = 0; i < 3; i++) {
+            free(sh[i]);
+            free(w[i]);
+        }
     }
 }
 
@@ -1352,6 +1402,7 @@ int main(void)
         cmocka_unit_test(test_worker),
         cmocka_unit_test(test_worker_pool),
         cmocka_unit_test(test_idle_members),
+        cmocka_unit_test(test_rebuild_recorded_code),
         cmocka_unit_test(test_groups_text),
         cmocka_unit_test(test_member_groups),
         cmocka_unit_test(test_bad_domain),
