@@ -1,17 +1,23 @@
 /*
  * redis.c — see redis.h. hiredis 0.14 (Debian 12): blocking contexts with
  * socket timeouts; a timed-out or broken context is thrown away and re-made,
- * since hiredis leaves it unusable after an I/O error.
+ * since hiredis leaves it unusable after an I/O error. A host name is
+ * resolved here, within the connection attempt's deadline, and hiredis gets
+ * numeric addresses only (its own getaddrinfo has no deadline).
  */
 #include "detect/redis.h"
 
 #include "core/log.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <hiredis/hiredis.h>
 #include <limits.h>
+#include <netdb.h>
 #include <openssl/evp.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -253,6 +259,149 @@ static redisReply *ftc__setup_cmd(redisContext *c, ftc_deadline_t d, const char 
     return rc ? NULL : rep;
 }
 
+/* ---- name resolution with a deadline ---------------------------------------------- */
+
+#define FTC__ADDRS 8 /* addresses of one name tried in turn */
+
+/* One lookup, shared by the caller and a detached thread that runs the
+ * blocking getaddrinfo: whichever lets go last frees it, so a caller whose
+ * deadline passed returns at once and the thread ends on its own when the
+ * resolver gives up (glibc's getaddrinfo cannot be interrupted, and
+ * getaddrinfo_a's gai_cancel cannot cancel a lookup already running). */
+typedef struct ftc__lookup {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;      /* signalled when done */
+    int refs;               /* 2: caller and thread; under mu */
+    bool done;              /* under mu */
+    int gai;                /* getaddrinfo's result (0, EAI_*) */
+    int gai_errno;          /* errno when gai is EAI_SYSTEM */
+    int n;                  /* addresses found (IPv4 first, as hiredis tries them) */
+    char addr[FTC__ADDRS][INET6_ADDRSTRLEN];
+    char host[256];
+} ftc__lookup_t;
+
+static void ftc__lookup_unref(ftc__lookup_t *l)
+{
+    pthread_mutex_lock(&l->mu);
+    bool last = --l->refs == 0;
+    pthread_mutex_unlock(&l->mu);
+    if (last) {
+        pthread_cond_destroy(&l->cv);
+        pthread_mutex_destroy(&l->mu);
+        free(l);
+    }
+}
+
+static void *ftc__lookup_main(void *arg)
+{
+    ftc__lookup_t *l = arg;
+    struct addrinfo hints = {0}, *res = NULL;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    int g = getaddrinfo(l->host, NULL, &hints, &res);
+    int e = errno;
+    int n = 0;
+    char addr[FTC__ADDRS][INET6_ADDRSTRLEN];
+    for (int fam = 0; g == 0 && fam < 2; fam++)
+        for (struct addrinfo *a = res; a && n < FTC__ADDRS; a = a->ai_next) {
+            const void *p = NULL;
+            if (fam == 0 && a->ai_family == AF_INET)
+                p = &((const struct sockaddr_in *)(const void *)a->ai_addr)->sin_addr;
+            else if (fam == 1 && a->ai_family == AF_INET6)
+                p = &((const struct sockaddr_in6 *)(const void *)a->ai_addr)->sin6_addr;
+            if (p && inet_ntop(a->ai_family, p, addr[n], sizeof addr[n]))
+                n++;
+        }
+    if (res)
+        freeaddrinfo(res);
+    pthread_mutex_lock(&l->mu);
+    l->gai = g == 0 && n == 0 ? EAI_NODATA : g;
+    l->gai_errno = e;
+    l->n = n;
+    memcpy(l->addr, addr, sizeof addr);
+    l->done = true;
+    pthread_cond_signal(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+    ftc__lookup_unref(l);
+    return NULL;
+}
+
+/* The numeric addresses of r's host (up to FTC__ADDRS in out, *n of them),
+ * found by d: a numeric host is taken as it is; a name is looked up in a
+ * detached thread that the caller stops waiting for at d (a DNS server that
+ * does not answer held the caller for the resolver's own timeouts, 10 s
+ * and more, past every deadline). FTC_ETIMEDOUT / FTC_EREDIS naming the
+ * host. */
+static int ftc__resolve(ftc_redis_t *r, ftc_deadline_t d, char (*out)[INET6_ADDRSTRLEN], int *n)
+{
+    unsigned char bin[sizeof(struct in6_addr)];
+    *n = 0;
+    if (inet_pton(AF_INET, r->url.host, bin) == 1 || inet_pton(AF_INET6, r->url.host, bin) == 1) {
+        snprintf(out[0], INET6_ADDRSTRLEN, "%s", r->url.host);
+        *n = 1;
+        return 0;
+    }
+    ftc__lookup_t *l = calloc(1, sizeof *l);
+    if (!l)
+        return ftc_err_set(&r->err, FTC_ENOMEM, "redis: out of memory resolving %s", r->url.host);
+    snprintf(l->host, sizeof l->host, "%s", r->url.host);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* the deadline's clock */
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    l->refs = 2;
+    pthread_attr_t ta;
+    pthread_t tid;
+    pthread_attr_init(&ta);
+    pthread_attr_setdetachstate(&ta, PTHREAD_CREATE_DETACHED);
+    /* every signal blocked in the lookup thread: a signal meant for the
+     * caller's threads (SIGTERM to a supervisor) is not taken by it */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int pe = pthread_create(&tid, &ta, ftc__lookup_main, l);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&ta);
+    if (pe) {
+        l->refs = 1;
+        ftc__lookup_unref(l);
+        return ftc_err_set(&r->err, FTC_EREDIS, "redis %s:%d: cannot start the lookup of the "
+                           "host name: %s", r->url.host, r->url.port, strerror(pe));
+    }
+    pthread_mutex_lock(&l->mu);
+    while (!l->done && !ftc_deadline_expired(d)) {
+        struct timespec ts = {(time_t)(d.at_ns / 1000000000u), (long)(d.at_ns % 1000000000u)};
+        if (d.at_ns == UINT64_MAX) {
+            pthread_cond_wait(&l->cv, &l->mu);
+            continue;
+        }
+        pthread_cond_timedwait(&l->cv, &l->mu, &ts);
+    }
+    bool done = l->done;
+    int gai = l->gai, ge = l->gai_errno;
+    if (done) {
+        *n = l->n;
+        memcpy(out, l->addr, sizeof l->addr);
+    }
+    pthread_mutex_unlock(&l->mu);
+    ftc__lookup_unref(l);
+    if (!done)
+        return ftc_err_set(&r->err, FTC_ETIMEDOUT,
+                           "redis %s:%d: the lookup of the host name did not finish in time "
+                           "(is the DNS server reachable? a numeric address in --redis / "
+                           "FTC_REDIS_URL needs no lookup)",
+                           r->url.host, r->url.port);
+    if (gai)
+        return ftc_err_set(&r->err, FTC_EREDIS,
+                           "redis %s:%d: cannot resolve the host name: %s (check --redis / "
+                           "FTC_REDIS_URL)",
+                           r->url.host, r->url.port,
+                           gai == EAI_SYSTEM ? strerror(ge) : gai_strerror(gai));
+    return 0;
+}
+
 /* One connection attempt with AUTH and SELECT, bounded by d. */
 static int ftc__connect_once(ftc_redis_t *r, ftc_deadline_t d)
 {
@@ -265,14 +414,35 @@ static int ftc__connect_once(ftc_redis_t *r, ftc_deadline_t d)
     /* the connect and the setup's commands share the attempt's time (ms, at
      * most what is left of d), read by read */
     ftc_deadline_t dc = ftc_deadline_in_ms((uint64_t)ms);
-    redisContext *c = redisConnectWithTimeout(r->url.host, r->url.port, ftc__tv(ms));
-    if (!c)
-        return ftc_err_set(&r->err, FTC_ENOMEM, "redis: cannot allocate a context");
+    char addr[FTC__ADDRS][INET6_ADDRSTRLEN];
+    int naddr = 0;
+    int rc = ftc__resolve(r, dc, addr, &naddr);
+    if (rc)
+        return rc;
+    /* each address in turn (hiredis's order: IPv4 first), with what is left */
+    redisContext *c = NULL;
+    for (int i = 0; i < naddr; i++) {
+        int left = ftc_deadline_remaining_ms(dc);
+        if (left <= 0 && c)
+            break; /* report the last address's error */
+        if (left <= 0)
+            return ftc_err_set(&r->err, FTC_ETIMEDOUT, "redis %s:%d: deadline passed while "
+                               "resolving the host name", r->url.host, r->url.port);
+        if (c)
+            redisFree(c);
+        c = redisConnectWithTimeout(addr[i], r->url.port, ftc__tv(left));
+        if (!c)
+            return ftc_err_set(&r->err, FTC_ENOMEM, "redis: cannot allocate a context");
+        if (!c->err)
+            break;
+    }
     if (c->err) {
+        bool named = strcmp(addr[naddr - 1], r->url.host) != 0;
         ftc_err_set(&r->err, FTC_EREDIS,
-                    "redis %s:%d unreachable: %s (is redis-server running? check --redis / "
+                    "redis %s:%d unreachable%s%s%s: %s (is redis-server running? check --redis / "
                     "FTC_REDIS_URL)",
-                    r->url.host, r->url.port, c->errstr);
+                    r->url.host, r->url.port, named ? " (at " : "", named ? addr[naddr - 1] : "",
+                    named ? ")" : "", c->errstr);
         redisFree(c);
         return FTC_EREDIS;
     }

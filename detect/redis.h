@@ -11,8 +11,12 @@
  *   then retried once if it is marked idempotent. Callers get FTC_EREDIS /
  *   FTC_ETIMEDOUT with the command's name, never a hang. The deadline
  *   bounds the whole exchange, not each read: a reply that trickles in (a
- *   slow link, a huge reply) ends at the deadline too. A connection attempt (TCP connect, AUTH, SELECT)
- *   gets connect_timeout_ms in all, and never more than what is left.
+ *   slow link, a huge reply) ends at the deadline too. A connection attempt (host name
+ *   lookup, TCP connect, AUTH, SELECT) gets connect_timeout_ms in all, and never more than
+ *   what is left: a DNS server that does not answer ends the attempt with FTC_ETIMEDOUT
+ *   naming the host (the lookup runs in a detached thread that ends on its own), a name
+ *   that does not resolve is FTC_EREDIS naming it; each address of the name is tried in
+ *   turn, IPv4 first.
  * - Replies are checked against the type the caller expects: an unexpected
  *   type is an error naming the command and what came back, never a crash.
  * - Scripts are called by SHA1 (EVALSHA) and re-sent with EVAL when the server

@@ -83,7 +83,8 @@ typedef struct ftc_run_options {
     int min_nodes, max_nodes;  /* --nnodes MIN:MAX */
     int nproc;                 /* ranks per node */
     int max_restarts;          /* failed rounds before giving up */
-    int settle_ms;             /* rendezvous: wait for late nodes after MIN arrived */
+    int settle_ms;             /* rendezvous: wait for late nodes after MIN arrived (never
+                                  closing without a live member still stopping its ranks) */
     int join_timeout_ms;       /* rendezvous deadline */
     int grace_ms;              /* SIGTERM -> SIGKILL when stopping ranks */
     int grow_wait_ms;          /* a node joining a running job asks for the grow round

@@ -80,12 +80,15 @@ static const char lua_join[] =
     "local from = last\n"
     "if opened > from then from = opened end\n"
     "if open ~= 1 then return {0, n, 0, 0} end\n"
-    /* MAX registrants mean a spare or newcomer takes a place: not while a
-     * survivor is missing, a member of generation `after` not registered yet
-     * whose heartbeat (ARGV[10] .. node, the agent's key, same hash slot) is
-     * there — it holds shards — until ARGV[11] ms after the round opened
-     * (neither rule closes the round meanwhile) */
-    "if max > 0 and n >= max and now - opened < tonumber(ARGV[11]) then\n"
+    /* Neither rule closes the round while a survivor is missing, a member of
+     * generation `after` not registered yet whose heartbeat (ARGV[10] ..
+     * node, the agent's key, same hash slot) is there — it holds shards and
+     * is stopping its ranks to register — until ARGV[11] ms after the round
+     * opened: MAX registrants would give its place to a spare or newcomer,
+     * and the settle time (shorter than a survivor's stop) closed a grow
+     * round with the newcomer alone. A survivor whose heartbeat is gone is
+     * lost and holds nothing. */
+    "if now - opened < tonumber(ARGV[11]) then\n"
     "  local ro = redis.call('HMGET', KEYS[6], 'gen', 'members')\n"
     "  if ro[1] and ro[2] and tonumber(ro[1]) == after then\n"
     "    local preg, missing = 0, false\n"
@@ -93,7 +96,7 @@ static const char lua_join[] =
     "      if redis.call('HEXISTS', KEYS[3], m) == 1 then preg = preg + 1\n"
     "      elseif redis.call('EXISTS', ARGV[10] .. m) == 1 then missing = true end\n"
     "    end\n"
-    "    if missing and preg < max then return {0, n, 1, now - from} end\n"
+    "    if missing and (max == 0 or preg < max) then return {0, n, 1, now - from} end\n"
     "  end\n"
     "end\n"
     "if not ((max > 0 and n >= max) or (n >= tonumber(ARGV[3]) and now - from >= "

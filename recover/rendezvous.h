@@ -21,11 +21,12 @@
  *  - close: any registrant's poll closes the round when it is open and
  *    either max_nodes live registrants are there, or at least min_nodes and
  *    settle_ms (Redis server clock) have passed since the last arrival (or
- *    since the round opened, whichever is later). max_nodes close it at once
- *    only when no survivor is missing: a member of generation after_gen not
- *    registered yet whose heartbeat key (ftc:{J}:hb:NODE, detect/control.h)
- *    exists keeps its place against spares and newcomers that registered
- *    earlier: the round waits for it (neither rule closes it) until
+ *    since the round opened, whichever is later). Neither closes it while a
+ *    survivor is missing: a member of generation after_gen not registered
+ *    yet whose heartbeat key (ftc:{J}:hb:NODE, detect/control.h) exists
+ *    keeps its place against spares and newcomers that registered earlier
+ *    (max_nodes), and the settle time does not close a grow round with the
+ *    newcomer alone while it stops its ranks: the round waits for it until
  *    survivor_wait_ms after the round opened, then closes without it (a
  *    node that hangs with its agent alive must not hold the others); one
  *    whose heartbeat is gone is lost and leaves its place. The close is one script,
@@ -80,9 +81,9 @@ typedef struct ftc_rdzv_options {
                             arrival (default 1000; 0 = default) */
     int ttl_ms;          /* registration lifetime without a refresh (default 3000; 0 =
                             default); the joiner refreshes it every ttl_ms/4 or more often */
-    int survivor_wait_ms; /* how long after the round opened max_nodes registrants wait for
-                             a survivor whose heartbeat is there (the time it takes to stop
-                             its work and register; 0 = settle_ms) */
+    int survivor_wait_ms; /* how long after the round opened a round (at max_nodes or on
+                             settle) waits for a survivor whose heartbeat is there (the time
+                             it takes to stop its work and register; 0 = settle_ms) */
 } ftc_rdzv_options_t;
 
 #define FTC_RDZV_OPTIONS_INIT {sizeof(ftc_rdzv_options_t), NULL, NULL, 1, 0, 1000, 3000, 0}

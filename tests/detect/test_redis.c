@@ -19,6 +19,12 @@
 #include <signal.h>
 #include <limits.h>
 #include <stdatomic.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <net/if.h>
+#include <sched.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -727,11 +733,192 @@ static void test_backoff_jitter_per_connection(void **state)
     ftc_redis_close(r1);
 }
 
+/* ---- host names: resolved within the connection's deadline ------------------------------ */
+
+/* A name that resolves (localhost, from /etc/hosts) still connects. */
+static void test_host_name_resolves(void **state)
+{
+    fixture_t *f = *state;
+    ftc_redis_url_t u = *ftc_redis_server_url(f->srv);
+    snprintf(u.host, sizeof u.host, "localhost");
+    ftc_err_t err = {0};
+    ftc_redis_t *r = ftc_redis_connect(&u, NULL, &err);
+    if (!r)
+        fail_msg("localhost: %s", err.msg);
+    ftc_redis_reply_t *rep = NULL;
+    assert_int_equal(ftc_redis_cmdv(r, true, &rep, "PING", NULL), 0);
+    assert_int_equal(ftc_redis_want_status(rep, "PING", "PONG", &err), 0);
+    ftc_redis_reply_free(rep);
+    ftc_redis_close(r);
+}
+
+/* In a child of its own: new mount and network namespaces (and a user
+ * namespace when not root) where /etc/resolv.conf names a DNS server on
+ * 127.0.0.1:53 of the child's loopback, a real UDP socket that this process
+ * holds: it answers every query NXDOMAIN (nx) or never answers (the resolver
+ * waits `timeout:20`, one attempt). Returns through a pipe the code and
+ * message of ftc_redis_connect to redis://HOST:6379 with connect_timeout_ms
+ * 500; DNS_NO_NS when the namespaces cannot be made here. */
+#define DNS_NO_NS 77 /* dns_child: the namespaces cannot be made here */
+
+typedef struct dns_result {
+    int code;
+    char msg[FTC_ERR_MSG_MAX];
+} dns_result_t;
+
+static void *dns_nx_main(void *arg)
+{
+    int fd = *(int *)arg;
+    for (;;) {
+        unsigned char q[512];
+        struct sockaddr_storage from;
+        socklen_t fl = sizeof from;
+        ssize_t n = recvfrom(fd, q, sizeof q, 0, (struct sockaddr *)&from, &fl);
+        if (n < 12)
+            continue;
+        q[2] = (unsigned char)(q[2] | 0x80); /* a response (QR), opcode and RD kept */
+        q[3] = 0x83;                         /* RA, NXDOMAIN */
+        sendto(fd, q, (size_t)n, 0, (struct sockaddr *)&from, fl);
+    }
+    return NULL;
+}
+
+static int dns_child(bool nx, const char *host, const char *dir, dns_result_t *out)
+{
+    uid_t uid = geteuid();
+    gid_t gid = getegid();
+    int flags = CLONE_NEWNS | CLONE_NEWNET | (uid ? CLONE_NEWUSER : 0);
+    if (unshare(flags) != 0)
+        return DNS_NO_NS;
+    if (uid) {
+        char m[64];
+        int fd = open("/proc/self/setgroups", O_WRONLY);
+        if (fd >= 0) {
+            (void)!write(fd, "deny", 4);
+            close(fd);
+        }
+        snprintf(m, sizeof m, "0 %u 1", (unsigned)uid);
+        fd = open("/proc/self/uid_map", O_WRONLY);
+        if (fd < 0 || write(fd, m, strlen(m)) < 0)
+            return DNS_NO_NS;
+        close(fd);
+        snprintf(m, sizeof m, "0 %u 1", (unsigned)gid);
+        fd = open("/proc/self/gid_map", O_WRONLY);
+        if (fd < 0 || write(fd, m, strlen(m)) < 0)
+            return DNS_NO_NS;
+        close(fd);
+    }
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
+        return DNS_NO_NS;
+    int s = socket(AF_INET, SOCK_DGRAM, 0);
+    struct ifreq ifr = {0};
+    snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "lo");
+    if (s < 0 || ioctl(s, SIOCGIFFLAGS, &ifr) != 0)
+        return DNS_NO_NS;
+    ifr.ifr_flags = (short)(ifr.ifr_flags | IFF_UP);
+    if (ioctl(s, SIOCSIFFLAGS, &ifr) != 0)
+        return DNS_NO_NS;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(53)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(s, (struct sockaddr *)&a, sizeof a) != 0)
+        return DNS_NO_NS;
+    char conf[512];
+    snprintf(conf, sizeof conf, "%s/resolv.conf", dir);
+    FILE *fp = fopen(conf, "w");
+    if (!fp)
+        return DNS_NO_NS;
+    fprintf(fp, "nameserver 127.0.0.1\noptions timeout:20 attempts:1\n");
+    fclose(fp);
+    if (mount(conf, "/etc/resolv.conf", NULL, MS_BIND, NULL) != 0)
+        return DNS_NO_NS;
+    pthread_t t;
+    if (nx && pthread_create(&t, NULL, dns_nx_main, &s) != 0)
+        return DNS_NO_NS;
+    ftc_redis_url_t u;
+    ftc_err_t err = {0};
+    char url[300];
+    snprintf(url, sizeof url, "redis://%s:6379/0", host);
+    if (ftc_redis_url_parse(url, &u, &err) != 0)
+        return FTC_EINVAL;
+    ftc_redis_options_t o = FTC_REDIS_OPTIONS_INIT;
+    o.connect_timeout_ms = 500;
+    ftc_redis_t *r = ftc_redis_connect(&u, &o, &err);
+    out->code = r ? 0 : err.code;
+    snprintf(out->msg, sizeof out->msg, "%s", r ? "connected" : err.msg);
+    ftc_redis_close(r);
+    return 0;
+}
+
+/* Runs dns_child in a forked process; skips the test when the namespaces
+ * cannot be made (no user namespaces and not root). */
+static void dns_case(bool nx, const char *host, dns_result_t *res)
+{
+    char *dir = ftc_test_tmpdir("dns");
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(p[0]);
+        dns_result_t r = {0};
+        int rc = dns_child(nx, host, dir, &r);
+        int e = errno;
+        if (rc)
+            r.code = rc, snprintf(r.msg, sizeof r.msg, "setup: %s", strerror(e));
+        (void)!write(p[1], &r, sizeof r);
+        _exit(rc == DNS_NO_NS ? 77 : rc ? 1 : 0);
+    }
+    close(p[1]);
+    memset(res, 0, sizeof *res);
+    ssize_t n = read(p[0], res, sizeof *res);
+    close(p[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    ftc_test_rmrf(dir);
+    free(dir);
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 77) {
+        print_message("SKIPPED: cannot make mount and network namespaces here (%s)\n", res->msg);
+        skip();
+    }
+    assert_int_equal(n, (ssize_t)sizeof *res);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    print_message("%s: %s\n", host, res->msg);
+}
+
+/* A name the DNS server says does not exist: a clear error naming it. */
+static void test_host_name_unknown(void **state)
+{
+    (void)state;
+    dns_result_t res;
+    dns_case(true, "no-such-redis.ftc-test", &res);
+    assert_int_equal(res.code, FTC_EREDIS);
+    assert_non_null(strstr(res.msg, "no-such-redis.ftc-test"));
+    assert_non_null(strstr(res.msg, "cannot resolve the host name"));
+}
+
+/* A DNS server that never answers: the connection attempt ends at its
+ * deadline (connect_timeout_ms 500) with FTC_ETIMEDOUT naming the host. The
+ * resolver itself would wait 20 s (resolv.conf's timeout) and then fail
+ * with "Temporary failure in name resolution" (FTC_EREDIS): that was the
+ * result before the lookup had a deadline. */
+static void test_host_name_lookup_deadline(void **state)
+{
+    (void)state;
+    dns_result_t res;
+    dns_case(false, "slow-redis.ftc-test", &res);
+    assert_int_equal(res.code, FTC_ETIMEDOUT);
+    assert_non_null(strstr(res.msg, "slow-redis.ftc-test"));
+    assert_non_null(strstr(res.msg, "did not finish in time"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_url_parsing),
         cmocka_unit_test(test_unreachable),
+        cmocka_unit_test(test_host_name_unknown),
+        cmocka_unit_test(test_host_name_lookup_deadline),
+        cmocka_unit_test_setup_teardown(test_host_name_resolves, setup, teardown),
         cmocka_unit_test(test_backoff_jitter_bounds),
         cmocka_unit_test_setup_teardown(test_commands_and_reply_types, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_options_and_empty_command, setup, teardown),

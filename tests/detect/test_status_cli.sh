@@ -3,8 +3,11 @@
 # an embedded Redis started by `ftc redis`, two real agent processes, one
 # killed with SIGKILL; status shows members, leader and heartbeats (table and
 # JSON), events shows the node loss exactly once, and a bad --redis gets a
-# clear error; events --follow across a Redis stopped (SIGSTOP) for 8 s; an
-# event stream key of another type.
+# clear error; events --follow across a Redis stopped (SIGSTOP) until the
+# client and the agent both noticed; an event stream key of another type.
+# No fixed sleeps: every wait polls for the state it expects, with a deadline
+# (WAIT_S) far above what it takes on a loaded machine, and a wait that runs
+# out is a failed check, not a silent fall-through.
 #
 # usage: test_status_cli.sh PATH/TO/ftc PATH/TO/det_agent
 set -u
@@ -24,6 +27,16 @@ cleanup() {
 trap cleanup EXIT
 fails=0
 n=0
+WAIT_S=${FTC_TEST_WAIT_S:-60}
+wait_for() { # wait_for COMMAND...: until it succeeds (0), or WAIT_S seconds passed (1)
+    local end=$((SECONDS + WAIT_S))
+    until "$@"; do
+        [ "$SECONDS" -lt "$end" ] || return 1
+        sleep 0.05
+    done
+}
+status_has() { "$FTC" status "${J[@]}" 2>/dev/null | grep -Eq "$1"; } # status_has REGEX
+count_at_least() { test "$(grep -c -- "$1" "$3" 2>/dev/null)" -ge "$2"; } # PATTERN N FILE
 check() { # check DESCRIPTION COMMAND...
     local what=$1
     shift
@@ -31,11 +44,13 @@ check() { # check DESCRIPTION COMMAND...
     if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; fails=$((fails + 1)); fi
 }
 J=(--job st --job-dir "$T/job")
+events_have() { # events_have REGEX: ftc events lists it (kept in $T/events.txt)
+    "$FTC" events "${J[@]}" >"$T/events.txt" 2>&1 && grep -Eq "$1" "$T/events.txt"
+}
 
 "$FTC" redis "${J[@]}" >"$T/redis.out" 2>&1 &
 pids+=($!)
-for _ in $(seq 100); do [ -s "$T/job/redis.url" ] && break; sleep 0.05; done
-check "ftc redis wrote the address file" test -s "$T/job/redis.url"
+check "ftc redis wrote the address file" wait_for test -s "$T/job/redis.url"
 check "the address file is private" test "$(stat -c %a "$T/job/redis.url")" = 600
 check "ftc redis refuses a second server for the job" \
     bash -c "! '$FTC' redis --job st --job-dir '$T/job' >/dev/null 2>&1"
@@ -43,11 +58,12 @@ check "ftc redis refuses a second server for the job" \
 "$AGENT" "$T/job/redis.url" st A >"$T/A.out" 2>&1 &
 pids+=($!)
 apid=$!
-for _ in $(seq 100); do "$FTC" status "${J[@]}" 2>/dev/null | grep -q "^leader A:" && break; sleep 0.05; done
+check "A took the lease" wait_for status_has "^leader A:"
 "$AGENT" "$T/job/redis.url" st B >"$T/B.out" 2>&1 &
 pids+=($!)
-for _ in $(seq 100); do grep -q READY "$T/B.out" && break; sleep 0.05; done
-sleep 0.7
+check "B started" wait_for grep -q READY "$T/B.out"
+# B's first heartbeat is written after READY: wait until status shows it
+check "B's heartbeat shows" wait_for status_has "^B .*alive"
 
 "$FTC" status "${J[@]}" >"$T/status.txt" 2>&1
 check "status exits 0" test $? -eq 0
@@ -63,13 +79,10 @@ assert d["leader"].startswith("A:"), d' "$T/status.json"
 
 kill -9 "$apid"
 wait "$apid" 2>/dev/null
-for _ in $(seq 100); do
-    "$FTC" events "${J[@]}" >"$T/events.txt" 2>&1
-    grep -q "node_lost .*node=A" "$T/events.txt" && break
-    sleep 0.05
-done
-check "events shows the node loss" grep -q "node_lost .*node=A" "$T/events.txt"
-sleep 1
+check "events shows the node loss" wait_for events_have "node_lost .*node=A"
+# counted once B has also taken A's lease (it expires after the loss is
+# seen): a second report of the loss would be there by then
+check "B took over the lease" wait_for status_has "^leader B:"
 "$FTC" events "${J[@]}" >"$T/events.txt" 2>&1
 check "the node loss is one event" test "$(grep -c 'node_lost .*node=A' "$T/events.txt")" -eq 1
 "$FTC" events "${J[@]}" --json >"$T/events.json" 2>&1
@@ -77,35 +90,46 @@ check "events --json: one JSON object per line, the loss among them" \
     "$PY" -c "import json,sys; ev=[json.loads(l) for l in open(sys.argv[1])]; \
 assert ev and all(set(e) >= {'id','kind','node','rank','generation','step','t_detect_ms','detail'} for e in ev); \
 assert sum(1 for e in ev if e['kind'] == 'node_lost' and e['node'] == 'A') == 1" "$T/events.json"
-for _ in $(seq 100); do "$FTC" status "${J[@]}" 2>/dev/null | grep -q "^leader B:" && break; sleep 0.05; done
-check "B took over the lease" bash -c "'$FTC' status --job st --job-dir '$T/job' | grep -q '^leader B:'"
 
-timeout -s TERM 1.5 "$FTC" events "${J[@]}" --follow >"$T/follow.txt" 2>&1
-check "events --follow ends cleanly on SIGTERM" test $? -eq 124
-check "events --follow printed the history" grep -q "node_lost" "$T/follow.txt"
-timeout -s TERM 1.2 "$FTC" status "${J[@]}" --watch --interval 200 >"$T/watch.txt" 2>&1
-check "status --watch redraws" test "$(grep -c '^job st' "$T/watch.txt")" -ge 2
+"$FTC" events "${J[@]}" --follow >"$T/follow.txt" 2>&1 &
+fpid=$!
+pids+=($fpid)
+check "events --follow printed the history" wait_for grep -q "node_lost" "$T/follow.txt"
+kill -TERM "$fpid"
+wait "$fpid"
+rc=$?
+check "events --follow ends cleanly on SIGTERM (exit $rc)" test $rc -eq 0
+"$FTC" status "${J[@]}" --watch --interval 200 >"$T/watch.txt" 2>&1 &
+wpid=$!
+pids+=($wpid)
+check "status --watch redraws" wait_for count_at_least '^job st' 2 "$T/watch.txt"
+kill -TERM "$wpid"
+wait "$wpid"
+rc=$?
+check "status --watch ends cleanly on SIGTERM (exit $rc)" test $rc -eq 0
 
-# events --follow while Redis is stopped (SIGSTOP) for 8 s: it says so once,
-# not every retry, and goes on printing once Redis answers (B's redis_gap)
+# events --follow while Redis is stopped (SIGSTOP) until both it and agent B
+# noticed (their commands timed out): it says so once, not every retry, and
+# goes on printing once Redis answers (B's redis_gap)
 rpid=$(sed -n 's/.*embedded redis-server pid \([0-9]*\).*/\1/p' "$T/redis.out" | head -1)
 check "ftc redis named its redis-server pid" test -n "$rpid"
 "$FTC" events "${J[@]}" --follow >"$T/follow2.txt" 2>"$T/follow2.err" &
 fpid=$!
 pids+=($fpid)
-# in its follow loop once it printed the history (else the stop hits its start)
-for _ in $(seq 200); do grep -q "node_lost" "$T/follow2.txt" && break; sleep 0.05; done
-sleep 0.3
+# in its follow loop once it printed the history (flushed after its last
+# read of the start; else the stop hits its start)
+check "events --follow started" wait_for grep -q "node_lost" "$T/follow2.txt"
 kill -STOP "$rpid"
-sleep 8
+check "events --follow saw Redis go away" wait_for grep -q "retrying" "$T/follow2.err"
+check "B saw Redis go away" wait_for grep -q "redis unreachable" "$T/B.out"
 kill -CONT "$rpid"
-for _ in $(seq 200); do grep -q "redis_gap" "$T/follow2.txt" && break; sleep 0.05; done
+check "events --follow printed the event after Redis came back" \
+    wait_for grep -q "redis_gap" "$T/follow2.txt"
+check "and that it answers again" wait_for grep -q "answers again" "$T/follow2.err"
 kill -TERM "$fpid"
 wait "$fpid"
-check "events --follow printed the event after Redis came back" grep -q "redis_gap" "$T/follow2.txt"
 check "events --follow said once that Redis was away ($(grep -c retrying "$T/follow2.err") lines)" \
     test "$(grep -c retrying "$T/follow2.err")" -eq 1
-check "and that it answers again" grep -q "answers again" "$T/follow2.err"
 
 # a job whose event stream key holds a string (garbage): ftc events fails
 # naming it, not an empty listing with exit 0; status shows it as a problem

@@ -50,6 +50,8 @@
 #      other node goes on alone and finishes the job;
 #   y. a member whose agent cannot start gives up right after the round: the
 #      other node, waiting for that agent, goes on alone at once;
+#   w. a grow with --settle-ms shorter than the time the survivor takes to
+#      stop its rank: the round waits for the survivor, not the newcomer alone;
 #   k. a member SIGKILLed after the round closed: its loss (node_lost) ends
 #      the other node's wait for its agent at once (not --join-timeout-ms).
 #
@@ -73,7 +75,7 @@ trap cleanup EXIT
 . "$(dirname "$0")/lib.sh" # check, count, committed, wait_committed
 export FTC_LOG_LEVEL=${FTC_LOG_LEVEL:-info}
 # FTC_RUN_ONLY=24 runs scenarios 2 and 4 only (while debugging)
-want() { case ${FTC_RUN_ONLY:-1234567890rfcmgsplxykn} in *$1*) return 0 ;; esac; return 1; }
+want() { case ${FTC_RUN_ONLY:-1234567890rfcmgwsplxykn} in *$1*) return 0 ;; esac; return 1; }
 
 # ---- 1. a rank dies -------------------------------------------------------------------
 if want 1; then
@@ -585,6 +587,46 @@ check "g: both ranks reached the last step" \
     test "$(cat "$T"/g.[01].out | grep -c 'COMMITTED 149')" -ge 2
 check "g: no bad restore, no error" no_errors "" "$T"/g.[01].out
 [ $fails -eq $f0 ] || { echo "--- output of g:"; tail -n 30 "$T"/g.[01].out; }
+fi
+
+# ---- w. a grow with --settle-ms shorter than the survivor's stop ----------------------------
+# One node runs the job with a rank that takes about 1.5 s to stop on SIGTERM
+# (a wrapper that traps it, inside --grace-ms 6000), --settle-ms 200; a
+# second node joins. The grow round waits for the survivor to stop its rank
+# and register: it used to close on the settle time with the newcomer alone,
+# and the survivor found the generation made without it.
+if want w; then
+Jw=run${tag}w
+f0=$fails
+cat >"$T/slowstop.sh" <<'WEOF'
+#!/usr/bin/env bash
+trap 'sleep 1.5; exit 143' TERM
+"$@" &
+wait $!
+WEOF
+chmod +x "$T/slowstop.sh"
+"$FTC" run --nnodes 1:2 --node-rank 0 --job "$Jw" --job-dir "$T/jw" --settle-ms 200 \
+    --grace-ms 6000 --grow-wait-ms 0 -- "$T/slowstop.sh" "$RANK" --steps 120 --step-ms 40 \
+    --floats 4096 --restore --strict >"$T/w.0.out" 2>&1 &
+w0=$!
+pids+=($w0)
+check "w: the job committed step 5 on one node" wait_committed "$Jw" "$T/jw" 5 60
+"$FTC" run --nnodes 1:2 --node-rank 1 --job "$Jw" --job-dir "$T/jw" --settle-ms 200 \
+    --grace-ms 6000 --grow-wait-ms 0 -- "$T/slowstop.sh" "$RANK" --steps 120 --step-ms 40 \
+    --floats 4096 --restore --strict >"$T/w.1.out" 2>&1 &
+w1=$!
+pids+=($w1)
+wait $w1
+rc1=$?
+wait $w0
+rc0=$?
+check "w: both nodes finished the job (exit $rc0, $rc1)" test $rc0 -eq 0 -a $rc1 -eq 0
+check "w: the survivor was not left out of the grow round" \
+    bash -c "! grep -q 'closed (generation [0-9]*) without node' '$T'/w.[01].out"
+check "w: the grow made generation 2 with both nodes, none after it" \
+    bash -c "grep -q 'layout .* on 2 nodes' '$T/w.0.out' && ! grep -q 'generation 3' '$T'/w.[01].out"
+check "w: no bad restore, no error" no_errors "" "$T"/w.[01].out
+[ $fails -eq $f0 ] || { echo "--- output of w:"; tail -n 30 "$T"/w.[01].out; }
 fi
 
 # ---- s. a hot spare ----------------------------------------------------------------------

@@ -363,6 +363,59 @@ static void test_spare_does_not_displace_survivor(void **state)
     ftc_redis_close(r);
 }
 
+/* A grow round under the settle rule (MIN 1, no MAX, settle 100 ms): the
+ * newcomer waited for the round after generation 1, the two survivors
+ * (heartbeats there) register 800 ms after it opened, as `ftc run`'s do once
+ * their ranks stopped (up to --grace-ms). The settle time does not close the
+ * round with the newcomer alone meanwhile (it did: the survivors then found
+ * generation 2 made without them); survivor_wait_ms (10 s) bounds the wait.
+ * A survivor whose heartbeat is gone (lost) holds nothing: the next round
+ * closes on settle without it (survivor wait 60 s, deadline 20 s). */
+static void test_grow_settle_waits_for_survivors(void **state)
+{
+    redis_fixture_t *f = *state;
+    joiner_t j[3];
+    start(&j[0], f, "rgs", "gs-a", 2, 0, 100, 0, 0);
+    start(&j[1], f, "rgs", "gs-b", 2, 0, 100, 0, 0);
+    finish(j, 2);
+    same_round(j, 2, 2, 0);
+    char order[2][FTC_RDZV_NODE_MAX + 1];
+    memcpy(order, j[0].round.members, sizeof order);
+    for (int i = 0; i < 2; i++) {
+        ftc_rdzv_round_free(&j[i].round);
+        heartbeat(f, "rgs", order[i], 60000);
+    }
+    start_sw(&j[2], f, "rgs", "gs-new", 1, 0, 100, 1, 0, 10000);
+    await_waiting(f, "rgs", 1, 1);
+    ftc_redis_t *r = conn(f);
+    ftc_err_t err = {0};
+    bool opened;
+    assert_int_equal(ftc_rdzv_request(r, "rgs", 1, "grow", &opened, &err), 0);
+    start_sw(&j[0], f, "rgs", order[0], 1, 0, 100, 1, 800, 10000);
+    start_sw(&j[1], f, "rgs", order[1], 1, 0, 100, 1, 800, 10000);
+    finish(j, 3);
+    same_round(j, 3, 3, 0);
+    assert_int_equal(j[0].round.generation, 2);
+    assert_int_equal(j[0].round.prev_nodes, 2);
+    assert_string_equal(j[0].round.members[0], order[0]);
+    assert_string_equal(j[0].round.members[1], order[1]);
+    assert_string_equal(j[0].round.members[2], "gs-new");
+    for (int i = 0; i < 3; i++)
+        ftc_rdzv_round_free(&j[i].round);
+
+    /* the newcomer is lost (no heartbeat): the survivors close on settle */
+    heartbeat(f, "rgs", "gs-new", 0);
+    assert_int_equal(ftc_rdzv_request(r, "rgs", 2, "node lost", &opened, &err), 0);
+    start_sw(&j[0], f, "rgs", order[0], 1, 0, 100, 2, 0, 60000);
+    start_sw(&j[1], f, "rgs", order[1], 1, 0, 100, 2, 0, 60000);
+    finish(j, 2);
+    same_round(j, 2, 2, 0);
+    assert_int_equal(j[0].round.generation, 3);
+    for (int i = 0; i < 2; i++)
+        ftc_rdzv_round_free(&j[i].round);
+    ftc_redis_close(r);
+}
+
 static void test_killed_registrant_not_counted(void **state)
 {
     redis_fixture_t *f = *state;
@@ -638,6 +691,7 @@ int main(void)
         cmocka_unit_test(test_settle_min_of_max),
         cmocka_unit_test(test_spare_and_deadline),
         cmocka_unit_test(test_spare_does_not_displace_survivor),
+        cmocka_unit_test(test_grow_settle_waits_for_survivors),
         cmocka_unit_test(test_killed_registrant_not_counted),
         cmocka_unit_test(test_requests_fencing_and_world),
         cmocka_unit_test(test_deadline_and_abort),
