@@ -261,7 +261,11 @@ static redisReply *ftc__setup_cmd(redisContext *c, ftc_deadline_t d, const char 
 
 /* ---- name resolution with a deadline ---------------------------------------------- */
 
-#define FTC__ADDRS 8 /* addresses of one name tried in turn */
+#define FTC__ADDRS 8   /* addresses of one name tried in turn */
+#define FTC__LOOKUPS 4 /* lookup threads of this process at most (see ftc__resolve) */
+
+/* lookup threads still running, including those whose callers gave up */
+static atomic_int ftc__lookups_running;
 
 /* One lookup, shared by the caller and a detached thread that runs the
  * blocking getaddrinfo: whichever lets go last frees it, so a caller whose
@@ -323,6 +327,7 @@ static void *ftc__lookup_main(void *arg)
     pthread_cond_signal(&l->cv);
     pthread_mutex_unlock(&l->mu);
     ftc__lookup_unref(l);
+    atomic_fetch_sub(&ftc__lookups_running, 1);
     return NULL;
 }
 
@@ -330,8 +335,11 @@ static void *ftc__lookup_main(void *arg)
  * found by d: a numeric host is taken as it is; a name is looked up in a
  * detached thread that the caller stops waiting for at d (a DNS server that
  * does not answer held the caller for the resolver's own timeouts, 10 s
- * and more, past every deadline). FTC_ETIMEDOUT / FTC_EREDIS naming the
- * host. */
+ * and more, past every deadline). A thread whose caller gave up runs on
+ * until the resolver gives up: while FTC__LOOKUPS of them run (reconnects
+ * during a DNS outage), no new one is started and the attempt fails at once
+ * with FTC_ETIMEDOUT, so threads do not pile up. FTC_ETIMEDOUT / FTC_EREDIS
+ * naming the host. */
 static int ftc__resolve(ftc_redis_t *r, ftc_deadline_t d, char (*out)[INET6_ADDRSTRLEN], int *n)
 {
     unsigned char bin[sizeof(struct in6_addr)];
@@ -341,9 +349,20 @@ static int ftc__resolve(ftc_redis_t *r, ftc_deadline_t d, char (*out)[INET6_ADDR
         *n = 1;
         return 0;
     }
+    int running = atomic_fetch_add(&ftc__lookups_running, 1);
+    if (running >= FTC__LOOKUPS) {
+        atomic_fetch_sub(&ftc__lookups_running, 1);
+        return ftc_err_set(&r->err, FTC_ETIMEDOUT,
+                           "redis %s:%d: %d earlier lookups of host names have not finished "
+                           "(is the DNS server reachable? a numeric address in --redis / "
+                           "FTC_REDIS_URL needs no lookup)",
+                           r->url.host, r->url.port, running);
+    }
     ftc__lookup_t *l = calloc(1, sizeof *l);
-    if (!l)
+    if (!l) {
+        atomic_fetch_sub(&ftc__lookups_running, 1);
         return ftc_err_set(&r->err, FTC_ENOMEM, "redis: out of memory resolving %s", r->url.host);
+    }
     snprintf(l->host, sizeof l->host, "%s", r->url.host);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -365,6 +384,7 @@ static int ftc__resolve(ftc_redis_t *r, ftc_deadline_t d, char (*out)[INET6_ADDR
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     pthread_attr_destroy(&ta);
     if (pe) {
+        atomic_fetch_sub(&ftc__lookups_running, 1);
         l->refs = 1;
         ftc__lookup_unref(l);
         return ftc_err_set(&r->err, FTC_EREDIS, "redis %s:%d: cannot start the lookup of the "

@@ -14,7 +14,8 @@
  *   slow link, a huge reply) ends at the deadline too. A connection attempt (host name
  *   lookup, TCP connect, AUTH, SELECT) gets connect_timeout_ms in all, and never more than
  *   what is left: a DNS server that does not answer ends the attempt with FTC_ETIMEDOUT
- *   naming the host (the lookup runs in a detached thread that ends on its own), a name
+ *   naming the host (the lookup runs in a detached thread that ends on its own; while 4
+ *   such threads of the process run, a new attempt fails at once instead of adding one), a name
  *   that does not resolve is FTC_EREDIS naming it; each address of the name is tried in
  *   turn, IPv4 first.
  * - Replies are checked against the type the caller expects: an unexpected
