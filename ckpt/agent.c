@@ -59,6 +59,8 @@
 #define FTC_AGENT_MAX_RANKS 64
 #define FTC_AGENT_MAX_CLIENTS 128
 #define NS FTC_AP_SLOTS_PER_RANK /* slots per rank */
+/* FETCH_AT_MOST: the committed steps looked for, at most (the newest first) */
+#define FTC__AT_MOST_CANDS 32
 
 enum { SL_EMPTY = 0, SL_WRITING = 1, SL_SEALED = 2, SL_COMMITTED = 3 };
 #define FTC__VERIFY_THREADS 4 /* threads hashing a slot a RESTORE finds here (per tensor) */
@@ -141,6 +143,12 @@ typedef struct ftc__rank {
     bool rec_known;         /* rec_head is known (else copies are checked by content only) */
     uint32_t src;           /* its subject: the rank whose shard is wanted (usually rank) */
     bool fetch;             /* a FETCH (answered with a shm copy), not a RESTORE */
+    bool at_most;           /* a FETCH_AT_MOST: restore_step is cand[icand] */
+    uint64_t at_most_step;  /* FETCH_AT_MOST: the step asked for (capped at the committed) */
+    int ncand, icand;       /* FETCH_AT_MOST: the committed steps to try, the one tried */
+    uint64_t cand[FTC__AT_MOST_CANDS];     /* newest first, each <= at_most_step */
+    uint64_t cand_gen[FTC__AT_MOST_CANDS]; /* the generation that committed it, 0: unknown */
+    char cand_tried[160];   /* FETCH_AT_MOST: the steps tried so far ("6, 5") */
     char fetch_name[FTC_SLOT_NAME_MAX]; /* shm object of the last FETCH_OK ("" = none) */
     uint64_t fetches;       /* FETCH_OKs so far: names the next object */
     uint64_t rebuild_gen;   /* parity rebuild: the layout (generation) of the version */
@@ -1746,6 +1754,8 @@ static void ftc__deliver(ftc_agent_t *a, ftc__rank_t *r, const uint8_t *buf, uin
     ftc__restore_done(a, r, s, false); /* copied: the rank verifies the slot */
 }
 
+static bool ftc__at_most_next(ftc_agent_t *a, ftc__rank_t *r, const char *tried, const char *why);
+
 /* The persist tiers of the other nodes (persist.dir/node<I>, read-only: a
  * shared file system in a real job). A lost node's shards exist only there
  * once its memory is gone (a shrink gave its ranks to survivors); a live
@@ -1761,8 +1771,8 @@ static bool ftc__restore_from_other_tiers(ftc_agent_t *a, ftc__rank_t *r)
     for (int pass = 0; pass < 4; pass++) /* lost nodes, live ones; each: step, newest */
         for (uint32_t i = 0; i < a->o.nodes; i++) {
             bool alive = a->peers[i].known && a->peers[i].alive;
-            if (i == a->o.index || alive != (pass >= 2))
-                continue;
+            if (i == a->o.index || alive != (pass >= 2) || (r->at_most && pass % 2))
+                continue; /* (FETCH_AT_MOST: the exact step; older ones are candidates) */
             char dir[4200];
             snprintf(dir, sizeof dir, "%s/node%u", a->o.persist_dir, i);
             ftc_err_t err = {0};
@@ -1838,6 +1848,10 @@ static void ftc__restore_from_persist(ftc_agent_t *a, ftc__rank_t *r, const char
             int rc = pass ? -1 : ftc_persist_load(p, want, &l);
             if (rc && !pass)
                 snprintf(why, sizeof why, "%s", ftc_persist_errstr(p));
+            if (rc && r->at_most) { /* the older committed steps are candidates of their own */
+                ftc__persister_unlock(a->pw);
+                break;
+            }
             if (rc) /* the newest older one: never a newer step than asked for */
                 rc = ftc__persist_load_at_most(p, want, &l, pass ? older : why,
                                                pass ? sizeof older : sizeof why);
@@ -1865,6 +1879,8 @@ static void ftc__restore_from_persist(ftc_agent_t *a, ftc__rank_t *r, const char
             }
             if (!ftc__copy_is_recorded(r, &v, "the persist tier", why, sizeof why)) {
                 ftc_persist_loaded_free(l);
+                if (r->at_most)
+                    break; /* the older committed steps are candidates of their own */
                 continue; /* never restored: an older version, the other tiers */
             }
             ftc__deliver(a, r, l->shards[k], l->sizes[k], l->step, "the persist tier");
@@ -1874,6 +1890,8 @@ static void ftc__restore_from_persist(ftc_agent_t *a, ftc__rank_t *r, const char
         if (ftc__restore_from_other_tiers(a, r))
             return;
     }
+    if (r->at_most && ftc__at_most_next(a, r, tried, why))
+        return;
     r->restoring = false;
     ftc__reply_error(r->fd, FTC_ENOENT, "no verified copy of rank %u step %" PRIu64 ": %s; persist tier: %s",
                      r->src, r->restore_step, tried, why);
@@ -1930,73 +1948,37 @@ static bool ftc__queue_fetch(ftc_agent_t *a, ftc__rank_t *r)
     return true;
 }
 
-/* RESTORE and FETCH: the newest committed step (or, for FETCH, the step
- * asked for, if committed) of the subject rank's shard, from this node's
- * slots, else a peer's replica (or a parity rebuild), else the persist tier. */
-static void ftc__on_restore(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
+/* Looks for r's restore_step (set by the caller, with at_most, fetch, src)
+ * in every source, in order: this node's slots, else a peer's replica (or a
+ * parity rebuild), else the persist tier; the answer goes to the rank, or
+ * (FETCH_AT_MOST) a step that has no copy moves on to the next candidate.
+ * gen: the generation that committed it, looked up for the commit record's
+ * checksum; nogen: why it is not known (NULL when gen is). */
+static void ftc__search(ftc_agent_t *a, ftc__rank_t *r, uint64_t gen, const char *nogen)
 {
-    bool fetch = m->type == FTC_AP_FETCH;
-    if (!fetch && !r->size) {
-        ftc__reply_error(r->fd, FTC_EINVAL, "RESTORE before SLOTS");
-        return;
-    }
-    if (r->restoring) {
-        ftc__reply_error(r->fd, FTC_EINPROGRESS, "a restore or fetch of rank %u is in progress",
-                         r->rank);
-        return;
-    }
-    uint32_t src = m->src >= 0 ? (uint32_t)m->src : r->rank;
-    int64_t step = a->committed;
-    uint64_t gen = 0;
-    bool gen_known = true;
-    if (ftc_ctl_committed(a->ctl, &step, &gen) != 0) {
-        step = a->committed; /* Redis away: what this agent knows */
-        gen_known = false;
-    }
-    int64_t committed_step = step;
-    if (step < 0) {
-        ftc__reply_error(r->fd, FTC_ENOENT, "nothing committed yet for job %s", a->job);
-        return;
-    }
-    if (step > a->committed)
-        a->committed = step;
-    if (fetch && m->step != UINT64_MAX) {
-        if (m->step > (uint64_t)step) {
-            ftc__reply_error(r->fd, FTC_ENOENT,
-                             "step %" PRIu64 " is not committed (the newest committed is %" PRId64
-                             ")", m->step, step);
-            return;
-        }
-        step = (int64_t)m->step;
-    }
-    r->restoring = true;
-    r->restore_t0 = ftc_now_ns();
-    r->fetch = fetch;
-    r->src = src;
-    r->restore_step = (uint64_t)step;
+    bool fetch = r->fetch;
+    uint32_t src = r->src;
+    int64_t step = (int64_t)r->restore_step;
     /* The checksum the commit record holds for the subject's shard of the
      * committed step: a copy whose content verifies but is another version
      * of that step (a snapshot that was never committed, a stale one, a
      * replica or persisted version left from before a rollback re-ran the
      * step) is not it (I1): every source below checks it. Unknown for an
-     * older step a FETCH asks for (its generation is not known here), when
-     * the record expired (an hour after the step's last report) or Redis is
-     * away: then the content alone. */
+     * older step a FETCH asks for (its generation is not known here; a
+     * FETCH_AT_MOST knows it from the commit set), when the record expired
+     * (an hour after the step's last report) or Redis is away: then the
+     * content alone. */
     uint64_t want = 0;
     bool want_known = false;
-    if (gen_known && (int64_t)r->restore_step == committed_step &&
-        ftc_ctl_commit_checksum(a->ctl, gen, committed_step, src, &want, &want_known) != 0) {
+    if (!nogen && ftc_ctl_commit_checksum(a->ctl, gen, step, src, &want, &want_known) != 0) {
         FTC_WARN("agent", "rank %u: the commit record's checksum of rank %u step %" PRId64
                  " could not be read (%s): copies are checked by their content only",
-                 r->rank, src, committed_step, ftc_ctl_errstr(a->ctl));
+                 r->rank, src, step, ftc_ctl_errstr(a->ctl));
         want_known = false;
     } else if (!want_known) {
         FTC_DEBUG("agent", "rank %u: no commit record checksum for rank %u step %" PRIu64 " (%s): "
                   "copies are checked by their content only", r->rank, src, r->restore_step,
-                  !gen_known ? "Redis did not answer"
-                  : (int64_t)r->restore_step != committed_step
-                      ? "an older step than the committed one: its generation is not known"
-                      : "the record has none: expired or withdrawn");
+                  nogen ? nogen : "the record has none: expired or withdrawn");
     }
     r->rec_head = want;
     r->rec_known = want_known;
@@ -2068,6 +2050,213 @@ static void ftc__on_restore(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *
         return;
     /* 3. the persist tier */
     ftc__restore_from_persist(a, r, "not in this node's slots, no peer known");
+}
+
+/* FETCH_AT_MOST: adds a committed step to r's candidates (newest first, no
+ * twice, the newest FTC__AT_MOST_CANDS kept); a generation fills in an
+ * unknown one. */
+static void ftc__cand_add(ftc__rank_t *r, uint64_t step, uint64_t gen)
+{
+    int k = 0;
+    while (k < r->ncand && r->cand[k] > step)
+        k++;
+    if (k < r->ncand && r->cand[k] == step) {
+        if (!r->cand_gen[k])
+            r->cand_gen[k] = gen;
+        return;
+    }
+    if (k == FTC__AT_MOST_CANDS)
+        return; /* older than every kept one */
+    int n = r->ncand < FTC__AT_MOST_CANDS ? r->ncand : FTC__AT_MOST_CANDS - 1;
+    memmove(&r->cand[k + 1], &r->cand[k], (size_t)(n - k) * sizeof r->cand[0]);
+    memmove(&r->cand_gen[k + 1], &r->cand_gen[k], (size_t)(n - k) * sizeof r->cand_gen[0]);
+    r->cand[k] = step;
+    r->cand_gen[k] = gen;
+    r->ncand = n + 1;
+}
+
+/* FETCH_AT_MOST: the committed versions of a persist directory (p, or the
+ * directory dir read-only) into r's candidates when at or before r's
+ * at_most_step; *oldest: the oldest committed step seen. */
+static void ftc__cand_persist(ftc__rank_t *r, ftc_persist_t *p, int64_t *oldest)
+{
+    ftc_persist_version_t *v = NULL;
+    int n = 0;
+    if (ftc_persist_list(p, &v, &n) != 0)
+        return;
+    for (int i = 0; i < n; i++) {
+        if (v[i].state != FTC_PV_COMMITTED)
+            continue;
+        if (*oldest < 0 || (int64_t)v[i].step < *oldest)
+            *oldest = (int64_t)v[i].step;
+        if (v[i].step <= r->at_most_step)
+            ftc__cand_add(r, v[i].step, 0);
+    }
+    free(v);
+}
+
+/* FETCH_AT_MOST: the committed steps at or before r's at_most_step that may
+ * have a copy, newest first: the job's commit set in Redis (each with the
+ * generation that committed it: the commit record's checksum is checked),
+ * the committed step, the committed versions of this rank's slots and of
+ * every persist tier (older than the commit set keeps, or Redis away). A
+ * step that was never committed (skipped, abandoned) is none of these, so
+ * it is never looked for (I1). False, with the rank answered FTC_ENOENT,
+ * when there is none. */
+static bool ftc__at_most_candidates(ftc_agent_t *a, ftc__rank_t *r, int64_t committed,
+                                    uint64_t gen, bool gen_known)
+{
+    r->ncand = r->icand = 0;
+    r->cand_tried[0] = 0;
+    int64_t steps[FTC__AT_MOST_CANDS], oldest = -1, o2 = -1;
+    uint64_t gens[FTC__AT_MOST_CANDS];
+    int n = 0;
+    char redis[200] = "";
+    if (ftc_ctl_committed_at_most(a->ctl, (int64_t)r->at_most_step, FTC__AT_MOST_CANDS, steps,
+                                  gens, &n, &oldest) != 0) {
+        snprintf(redis, sizeof redis, "; the commit set in Redis could not be read: %.150s",
+                 ftc_ctl_errstr(a->ctl));
+        FTC_WARN("agent", "rank %u: FETCH_AT_MOST %" PRIu64 "%s: the committed steps are "
+                 "those of the persist tiers and this node's slots", r->rank, r->at_most_step,
+                 redis);
+        n = 0, oldest = -1;
+    }
+    for (int i = 0; i < n; i++)
+        ftc__cand_add(r, (uint64_t)steps[i], gens[i]);
+    if (committed >= 0 && (uint64_t)committed <= r->at_most_step)
+        ftc__cand_add(r, (uint64_t)committed, gen_known ? gen : 0);
+    if (committed >= 0 && (oldest < 0 || committed < oldest))
+        oldest = committed;
+    for (int s = 0; r->src == r->rank && s < NS; s++)
+        if (r->st[s] == SL_COMMITTED && r->step[s] <= r->at_most_step)
+            ftc__cand_add(r, r->step[s], 0);
+    if (a->pw) {
+        ftc_persist_t *p = ftc__persister_lock(a->pw); /* waits for a running write */
+        ftc__cand_persist(r, p, &o2);
+        ftc__persister_unlock(a->pw);
+    }
+    for (uint32_t i = 0; a->o.persist_dir && *a->o.persist_dir && i < a->o.nodes; i++) {
+        if (i == a->o.index)
+            continue;
+        char dir[4200];
+        snprintf(dir, sizeof dir, "%s/node%u", a->o.persist_dir, i);
+        ftc_err_t err = {0};
+        ftc_persist_t *p = ftc_persist_open_reader(dir, &err);
+        if (!p)
+            continue;
+        ftc__cand_persist(r, p, &o2);
+        ftc_persist_close(p);
+    }
+    if (o2 >= 0 && (oldest < 0 || o2 < oldest))
+        oldest = o2;
+    if (r->ncand > 0)
+        return true;
+    if (oldest >= 0)
+        ftc__reply_error(r->fd, FTC_ENOENT, "no committed step at or before step %" PRIu64
+                         " for job %s: the oldest committed step known is %" PRId64 " (the commit "
+                         "records in Redis, the persist tiers)%s", r->at_most_step, a->job,
+                         oldest, redis);
+    else
+        ftc__reply_error(r->fd, FTC_ENOENT, "no committed step at or before step %" PRIu64
+                         " for job %s known (the commit records in Redis, the persist tiers)%s",
+                         r->at_most_step, a->job, redis);
+    return false;
+}
+
+/* FETCH_AT_MOST: the candidate being looked for has no copy (where the
+ * sources looked: tried, why): the next one is looked for and true; false
+ * after the last one, with the rank answered FTC_ENOENT naming every step
+ * tried. (Called from the end of a search, which a new search may end again:
+ * at most FTC__AT_MOST_CANDS deep.) */
+static bool ftc__at_most_next(ftc_agent_t *a, ftc__rank_t *r, const char *tried, const char *why)
+{
+    size_t l = strlen(r->cand_tried);
+    snprintf(r->cand_tried + l, sizeof r->cand_tried - l, "%s%" PRIu64, l ? ", " : "",
+             r->restore_step);
+    FTC_DEBUG("agent", "rank %u: FETCH_AT_MOST %" PRIu64 ": no verified copy of rank %u step "
+              "%" PRIu64 " (%s; persist tier: %s)", r->rank, r->at_most_step, r->src,
+              r->restore_step, tried, why);
+    if (++r->icand < r->ncand) {
+        r->restore_step = r->cand[r->icand];
+        ftc__search(a, r, r->cand_gen[r->icand],
+                    r->cand_gen[r->icand] ? NULL : "not in the commit set: its generation is "
+                                                   "not known");
+        return true;
+    }
+    r->restoring = false;
+    ftc__reply_error(r->fd, FTC_ENOENT, "no verified copy of rank %u's shard of any committed step "
+                     "at or before step %" PRIu64 " (tried %s, newest first); the last: %.120s; "
+                     "persist tier: %.80s", r->src, r->at_most_step, r->cand_tried, tried, why);
+    return false;
+}
+
+/* RESTORE, FETCH and FETCH_AT_MOST: the newest committed step (FETCH: the
+ * step asked for, if committed; FETCH_AT_MOST: the newest committed step at
+ * or before it that has a copy) of the subject rank's shard, from this
+ * node's slots, else a peer's replica (or a parity rebuild), else the
+ * persist tier (ftc__search). */
+static void ftc__on_restore(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
+{
+    bool at_most = m->type == FTC_AP_FETCH_AT_MOST;
+    bool fetch = m->type == FTC_AP_FETCH || at_most;
+    if (!fetch && !r->size) {
+        ftc__reply_error(r->fd, FTC_EINVAL, "RESTORE before SLOTS");
+        return;
+    }
+    if (r->restoring) {
+        ftc__reply_error(r->fd, FTC_EINPROGRESS, "a restore or fetch of rank %u is in progress",
+                         r->rank);
+        return;
+    }
+    uint32_t src = m->src >= 0 ? (uint32_t)m->src : r->rank;
+    int64_t step = a->committed;
+    uint64_t gen = 0;
+    bool gen_known = true;
+    if (ftc_ctl_committed(a->ctl, &step, &gen) != 0) {
+        step = a->committed; /* Redis away: what this agent knows */
+        gen_known = false;
+    }
+    int64_t committed_step = step;
+    if (step < 0) {
+        ftc__reply_error(r->fd, FTC_ENOENT, "nothing committed yet for job %s", a->job);
+        return;
+    }
+    if (step > a->committed)
+        a->committed = step;
+    if (fetch && !at_most && m->step != UINT64_MAX) {
+        if (m->step > (uint64_t)step) {
+            ftc__reply_error(r->fd, FTC_ENOENT,
+                             "step %" PRIu64 " is not committed (the newest committed is %" PRId64
+                             ")", m->step, step);
+            return;
+        }
+        step = (int64_t)m->step;
+    }
+    r->fetch = fetch;
+    r->at_most = at_most;
+    r->src = src;
+    if (at_most) {
+        r->at_most_step = m->step < (uint64_t)committed_step ? m->step : (uint64_t)committed_step;
+        if (!ftc__at_most_candidates(a, r, committed_step, gen, gen_known))
+            return;
+        step = (int64_t)r->cand[0];
+        gen = r->cand_gen[0];
+        gen_known = gen != 0;
+        committed_step = step; /* (its generation is known from the commit set, or not) */
+        FTC_DEBUG("agent", "rank %u: FETCH_AT_MOST %" PRIu64 " of rank %u: %d committed step(s) "
+                  "to try, from %" PRIu64, r->rank, r->at_most_step, src, r->ncand, r->cand[0]);
+    }
+    r->restoring = true;
+    r->restore_t0 = ftc_now_ns();
+    r->restore_step = (uint64_t)step;
+    const char *nogen = NULL;
+    if (at_most && !gen_known)
+        nogen = "not in the commit set: its generation is not known";
+    else if (!gen_known)
+        nogen = "Redis did not answer";
+    else if (step != committed_step)
+        nogen = "an older step than the committed one: its generation is not known";
+    ftc__search(a, r, gen, nogen);
 }
 
 /* A fetch that succeeded after other holders failed (a replica refused by
@@ -2330,6 +2519,7 @@ static void ftc__on_message(ftc_agent_t *a, int fd)
         break;
     case FTC_AP_RESTORE:
     case FTC_AP_FETCH:
+    case FTC_AP_FETCH_AT_MOST:
         ftc__on_restore(a, r, &m);
         break;
     case FTC_AP_REPORT:

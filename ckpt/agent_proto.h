@@ -29,6 +29,14 @@
  *                                 verified shard is copied into a fresh shm
  *                                 object that the rank maps and unlinks
  *                             <- FETCH_OK (name[0], size, step) | ERROR
+ *   FETCH_AT_MOST (src, step) ->  rank src's shard of the newest committed step
+ *                                 at or before step (UINT64_MAX: the newest) that
+ *                                 has a verified copy: the committed steps (the
+ *                                 commit set in Redis, the persist tiers'
+ *                                 versions) newest first, each looked for as a
+ *                                 FETCH does; one request for what was one
+ *                                 FETCH per step tried
+ *                             <- FETCH_OK (name[0], size, step <= the step asked) | ERROR
  *   REPORT (kind in name[0], step,  ->  records an event in the job's stream
  *     value in size, detail in text)     (the trainer's guard: nan, loss_spike)
  *                             <- REPORT_OK | ERROR (bad kind)
@@ -70,8 +78,9 @@ enum ftc_ap_type {
     FTC_AP_FETCH = 15,
     FTC_AP_FETCH_OK = 16,
     /* A new type needs no version bump: both sides come from one build, and an
-     * older agent answers an unknown type with a clean protocol error. 17..19
+     * older agent answers an unknown type with a clean protocol error. 18..19
      * are left for other new messages. */
+    FTC_AP_FETCH_AT_MOST = 17, /* FETCH of the newest committed step <= step; FETCH_OK */
     FTC_AP_REPORT = 20,    /* an event the rank detected; size holds the bits of a double */
     FTC_AP_REPORT_OK = 21, /* the agent queued it for the event stream */
     FTC_AP__MAX = 22,
@@ -92,7 +101,8 @@ typedef struct ftc_ap_msg {
     uint32_t rank, world;
     uint32_t dp, tp, pp, dp_rank, tp_rank, pp_rank;
     int32_t pid;
-    int32_t src;         /* RESTORE / FETCH: the rank whose shard is wanted (-1: the caller's) */
+    int32_t src;         /* RESTORE / FETCH / FETCH_AT_MOST: the rank whose shard is wanted
+                            (-1: the caller's) */
     char job[64];        /* NUL-terminated */
     char name[FTC_AP_SLOTS_PER_RANK][128]; /* SLOTS_OK: the slot names */
     char text[384];      /* ERROR / SKIP: the reason */

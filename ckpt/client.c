@@ -666,28 +666,39 @@ struct ftc_shard_ref {
     ftc_shard_view_t v;    /* verified */
 };
 
-int ftc_fetch(ftc_ctx_t *c, int src_rank, int64_t step, ftc_shard_ref_t **out)
+/* FETCH (the step asked for) or FETCH_AT_MOST (the newest committed step at
+ * or before it): the agent's verified copy, mapped, verified again here. */
+static int ftc__fetch(ftc_ctx_t *c, int src_rank, int64_t step, bool at_most,
+                      ftc_shard_ref_t **out)
 {
+    const char *fn = at_most ? "ftc_fetch_at_most" : "ftc_fetch";
     if (out)
         *out = NULL;
     if (!c)
         return FTC_EINVAL;
     if (!out)
-        return ftc_err_set(&c->err, FTC_EINVAL, "ftc_fetch: out is NULL");
+        return ftc_err_set(&c->err, FTC_EINVAL, "%s: out is NULL", fn);
     if (!c->snap || c->fd < 0)
-        return ftc_err_set(&c->err, FTC_EINVAL, "ftc_fetch: the context is not connected");
+        return ftc_err_set(&c->err, FTC_EINVAL, "%s: the context is not connected", fn);
     if (src_rank < 0)
-        return ftc_err_set(&c->err, FTC_EINVAL, "ftc_fetch: rank %d", src_rank);
+        return ftc_err_set(&c->err, FTC_EINVAL, "%s: rank %d (need 0 .. the previous world "
+                           "size - 1)", fn, src_rank);
     ftc_ap_msg_t m, rep;
-    ftc_ap_init(&m, FTC_AP_FETCH);
+    ftc_ap_init(&m, at_most ? FTC_AP_FETCH_AT_MOST : FTC_AP_FETCH);
     m.src = src_rank;
     m.step = step < 0 ? UINT64_MAX : (uint64_t)step;
     int rc = ftc__call(c, &m, FTC_AP_FETCH_OK, &rep);
     if (rc)
         return rc;
+    if (at_most && rep.step > m.step) { /* never a later state than asked for */
+        ftc_err_t e = {0};
+        ftc_slot_unlink(rep.name[0], &e);
+        return ftc_err_set(&c->err, FTC_EPROTO, "%s: the agent answered step %llu for at most "
+                           "%llu", fn, (unsigned long long)rep.step, (unsigned long long)m.step);
+    }
     ftc_shard_ref_t *r = calloc(1, sizeof *r);
     if (!r)
-        return ftc_err_set(&c->err, FTC_ENOMEM, "ftc_fetch: out of memory");
+        return ftc_err_set(&c->err, FTC_ENOMEM, "%s: out of memory", fn);
     rc = ftc_slot_open(rep.name[0], false, &r->sl, &c->err);
     ftc_err_t e = {0};
     ftc_slot_unlink(rep.name[0], &e); /* the mapping stays; nothing is left behind */
@@ -699,8 +710,8 @@ int ftc_fetch(ftc_ctx_t *c, int src_rank, int64_t step, ftc_shard_ref_t **out)
         (rc = ftc_shard_open(&r->v, r->sl.base, rep.size, FTC_SHARD_VERIFY, &c->err)) != 0 ||
         r->v.info.step != rep.step) {
         if (!rc)
-            rc = ftc_err_set(&c->err, FTC_ECORRUPT, "ftc_fetch: rank %d's shard is of step %llu, "
-                             "not %llu", src_rank, (unsigned long long)r->v.info.step,
+            rc = ftc_err_set(&c->err, FTC_ECORRUPT, "%s: rank %d's shard is of step %llu, "
+                             "not %llu", fn, src_rank, (unsigned long long)r->v.info.step,
                              (unsigned long long)rep.step);
         ftc_slot_close(&r->sl);
         free(r);
@@ -708,6 +719,16 @@ int ftc_fetch(ftc_ctx_t *c, int src_rank, int64_t step, ftc_shard_ref_t **out)
     }
     *out = r;
     return 0;
+}
+
+int ftc_fetch(ftc_ctx_t *c, int src_rank, int64_t step, ftc_shard_ref_t **out)
+{
+    return ftc__fetch(c, src_rank, step, false, out);
+}
+
+int ftc_fetch_at_most(ftc_ctx_t *c, int src_rank, int64_t max_step, ftc_shard_ref_t **out)
+{
+    return ftc__fetch(c, src_rank, max_step, true, out);
 }
 
 int64_t ftc_shard_step(const ftc_shard_ref_t *s) { return (int64_t)s->v.info.step; }

@@ -100,9 +100,11 @@ static const char ftc__lua_report[] =
     "redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', unpack(ARGV, 5))\n"
     "return 1\n";
 
-/* KEYS: gen, reports(gen,step), commit, events. ARGV: gen, step, rank, checksum, now_ms, cap.
- * Returns {state, value}: 0 = waiting (value = reports so far), 1 = committed now,
- * 2 = already at or past this step (value = committed step). */
+/* KEYS: gen, reports(gen,step), commit, events, committed. ARGV: gen, step, rank, checksum,
+ * now_ms, cap, committed_cap. Returns {state, value}: 0 = waiting (value = reports so far),
+ * 1 = committed now, 2 = already at or past this step (value = committed step). A step
+ * committed is also added to the sorted set of committed steps (score the step, member
+ * STEP:GEN), trimmed to its newest committed_cap. */
 static const char ftc__lua_commit[] =
     "local raw = redis.call('HGET', KEYS[1], 'gen')\n"
     "if not raw then return redis.error_reply('FTC_STALE no generation is set') end\n"
@@ -126,6 +128,8 @@ static const char ftc__lua_commit[] =
     "local n = redis.call('HLEN', KEYS[2])\n"
     "if n < world then return {0, n} end\n"
     "redis.call('HSET', KEYS[3], 'step', ARGV[2], 'gen', ARGV[1], 'at_ms', ARGV[5])\n"
+    "redis.call('ZADD', KEYS[5], ARGV[2], ARGV[2] .. ':' .. ARGV[1])\n"
+    "redis.call('ZREMRANGEBYRANK', KEYS[5], 0, -(tonumber(ARGV[7]) + 1))\n"
     "redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[6], '*', 'kind', 'commit', 'node', '', "
     "'rank', '-1', 'gen', ARGV[1], 'step', ARGV[2], 'detail', 'all ' .. world .. ' ranks "
     "reported', 't_fault_ms', '0', 't_detect_ms', ARGV[5])\n"
@@ -603,17 +607,19 @@ int ftc_ctl_commit_report(ftc_ctl_t *c, uint64_t gen, int64_t step, uint32_t ran
     KEY(reports, "commit:%" PRIu64 ":%" PRId64, gen, step);
     KEY(commit, "commit");
     KEY(events, "events");
-    const char *keys[] = {g, reports, commit, events};
-    char a[24], s[24], r[16], ck[24], now[24], cap[16];
+    KEY(steps, "committed");
+    const char *keys[] = {g, reports, commit, events, steps};
+    char a[24], s[24], r[16], ck[24], now[24], cap[16], scap[16];
     snprintf(a, sizeof a, "%" PRIu64, gen);
     snprintf(s, sizeof s, "%" PRId64, step);
     snprintf(r, sizeof r, "%u", rank);
     snprintf(ck, sizeof ck, "%016" PRIx64, checksum);
     snprintf(now, sizeof now, "%" PRIu64, ftc_wall_ms());
     snprintf(cap, sizeof cap, "%d", FTC_CTL_EVENTS_CAP);
-    const char *args[] = {a, s, r, ck, now, cap};
+    snprintf(scap, sizeof scap, "%d", FTC_CTL_COMMITTED_CAP);
+    const char *args[] = {a, s, r, ck, now, cap, scap};
     ftc_redis_reply_t *rep;
-    int rc = ftc_redis_eval(c->r, &c->s_commit, 4, keys, 6, args, &rep);
+    int rc = ftc_redis_eval(c->r, &c->s_commit, 5, keys, 7, args, &rep);
     if (rc)
         return ftc__rc(c, rc);
     ftc_redis_reply_t **el;
@@ -660,6 +666,83 @@ int ftc_ctl_committed(ftc_ctl_t *c, int64_t *step, uint64_t *gen)
         } else {
             ftc_err_wrap(&c->err, "%s", commit);
         }
+    }
+    ftc_redis_reply_free(rep);
+    return rc;
+}
+
+/* One member of the committed set: "STEP:GEN". */
+static int ftc__committed_member(ftc_ctl_t *c, const ftc_redis_reply_t *e, const char *key,
+                                 int64_t *step, uint64_t *gen)
+{
+    const char *v = NULL;
+    size_t len = 0;
+    int rc = ftc_redis_want_str(e, key, &v, &len, &c->err);
+    if (rc)
+        return rc;
+    char buf[48], *end = NULL;
+    long long s = -1;
+    unsigned long long g = 0;
+    bool ok = len > 0 && len < sizeof buf;
+    if (ok) {
+        memcpy(buf, v, len);
+        buf[len] = 0;
+        errno = 0;
+        s = strtoll(buf, &end, 10);
+        ok = errno == 0 && end != buf && *end == ':' && s >= 0 && end[1] >= '0' && end[1] <= '9';
+        if (ok) {
+            const char *gs = end + 1;
+            g = strtoull(gs, &end, 10);
+            ok = errno == 0 && *end == 0;
+        }
+    }
+    if (!ok)
+        return ftc_err_set(&c->err, FTC_EPROTO, "%s: member '%.*s' is not STEP:GEN", key,
+                           (int)(len > 40 ? 40 : len), v);
+    *step = s;
+    *gen = g;
+    return 0;
+}
+
+int ftc_ctl_committed_at_most(ftc_ctl_t *c, int64_t max_step, int cap, int64_t *steps,
+                              uint64_t *gens, int *n, int64_t *oldest)
+{
+    *n = 0;
+    if (oldest)
+        *oldest = -1;
+    if (max_step < 0 || cap < 1)
+        return ftc_err_set(&c->err, FTC_EINVAL, "committed_at_most: step %" PRId64 ", cap %d",
+                           max_step, cap);
+    KEY(key, "committed");
+    char mx[24], lim[16];
+    snprintf(mx, sizeof mx, "%" PRId64, max_step);
+    snprintf(lim, sizeof lim, "%d", cap);
+    ftc_redis_reply_t *rep;
+    int rc = ftc_redis_cmdv(c->r, true, &rep, "ZREVRANGEBYSCORE", key, mx, "-inf", "LIMIT", "0",
+                            lim, NULL);
+    if (rc)
+        return ftc__rc(c, rc);
+    ftc_redis_reply_t **el;
+    size_t ne = 0;
+    rc = ftc_redis_want_array(rep, key, -1, &el, &ne, &c->err);
+    for (size_t i = 0; !rc && i < ne && *n < cap; i++) {
+        int64_t s = -1;
+        uint64_t g = 0;
+        rc = ftc__committed_member(c, el[i], key, &s, &g);
+        if (!rc && s <= max_step)
+            steps[*n] = s, gens[(*n)++] = g;
+    }
+    ftc_redis_reply_free(rep);
+    if (rc || !oldest)
+        return rc;
+    if ((rc = ftc_redis_cmdv(c->r, true, &rep, "ZRANGE", key, "0", "0", NULL)) != 0)
+        return ftc__rc(c, rc);
+    rc = ftc_redis_want_array(rep, key, -1, &el, &ne, &c->err);
+    if (!rc && ne > 0) {
+        int64_t s = -1;
+        uint64_t g = 0;
+        if ((rc = ftc__committed_member(c, el[0], key, &s, &g)) == 0)
+            *oldest = s;
     }
     ftc_redis_reply_free(rep);
     return rc;

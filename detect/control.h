@@ -25,6 +25,7 @@ extern "C" {
 
 #define FTC_CTL_NODE_MAX 64     /* bytes of a node id */
 #define FTC_CTL_EVENTS_CAP 10000 /* approximate length the event stream is trimmed to */
+#define FTC_CTL_COMMITTED_CAP 1024 /* committed steps kept in ftc:{job}:committed (newest) */
 
 typedef struct ftc_ctl ftc_ctl_t;
 
@@ -157,6 +158,16 @@ int ftc_ctl_committed(ftc_ctl_t *c, int64_t *step, uint64_t *gen);
  * FTC_EPROTO naming the key when the field is not a hex checksum. */
 int ftc_ctl_commit_checksum(ftc_ctl_t *c, uint64_t gen, int64_t step, uint32_t rank,
                             uint64_t *checksum, bool *found);
+/* The committed steps at or below max_step, newest first, and the generation
+ * that committed each: up to cap of them into steps[] and gens[] (cap entries
+ * each), *n how many. They come from ftc:{job}:committed, a sorted set the
+ * commit adds each committed step to (trimmed to its newest
+ * FTC_CTL_COMMITTED_CAP): steps committed before it existed, or before Redis
+ * lost its data, are not in it. *oldest (may be NULL): the oldest step the
+ * set holds, -1 when it is empty. FTC_EINVAL for max_step < 0 or cap < 1;
+ * FTC_EREDIS; FTC_EPROTO naming the key when a member is not STEP:GEN. */
+int ftc_ctl_committed_at_most(ftc_ctl_t *c, int64_t max_step, int cap, int64_t *steps,
+                              uint64_t *gens, int *n, int64_t *oldest);
 /* Takes rank's report of (gen, step) back, atomically, unless the committed
  * step is at or past step already: after it the step cannot commit without
  * a new report of that rank. *withdrawn (may be NULL): true when the report

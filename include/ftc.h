@@ -283,6 +283,26 @@ typedef struct ftc_shard_ref ftc_shard_ref_t;
  * or a NULL out (*out is NULL on every failure). Release with
  * ftc_shard_release. */
 int ftc_fetch(ftc_ctx_t *ctx, int src_rank, int64_t step, ftc_shard_ref_t **out);
+/* Fetches rank src_rank's shard of the newest committed step at or before
+ * max_step (-1: the newest committed) that has a verified copy anywhere, in
+ * one request to the agent: for ranks walking back past steps that were
+ * never checkpointed (the agent's checkpoint.busy=skip policy, another
+ * interval) or whose copies are lost. The agent tries the committed steps
+ * it knows (the job's commit records in Redis, the versions of the persist
+ * tiers) newest first, each from the same sources and with the same checks
+ * as ftc_fetch (I1: only committed versions, every byte checksum-verified);
+ * a step that was never committed is never tried, nor returned. The step
+ * found is ftc_shard_step(*out), never above max_step. Returns 0; FTC_ENOENT
+ * when no committed step at or before max_step has a copy, the message
+ * naming the oldest committed step known when max_step is below it, else the
+ * steps tried and where the agent looked; FTC_EINVAL on a NULL or
+ * unconnected context, a negative src_rank or a NULL out; FTC_EPROTO from an
+ * agent of an older build (it does not know the request) or one that
+ * answered a later step; FTC_ETIMEDOUT after the context's timeout_ms;
+ * FTC_ECANCELED after ftc_interrupt. *out is NULL on every failure; on
+ * success it is the caller's, released with ftc_shard_release. Not
+ * thread-safe: the context's thread only, like ftc_fetch. */
+int ftc_fetch_at_most(ftc_ctx_t *ctx, int src_rank, int64_t max_step, ftc_shard_ref_t **out);
 /* The step of a fetched shard and its metadata (as given to ftc_checkpoint). */
 int64_t ftc_shard_step(const ftc_shard_ref_t *s);
 const void *ftc_shard_meta(const ftc_shard_ref_t *s, size_t *len);

@@ -592,15 +592,16 @@ static int ftc__check_fetched(ftc_trainer_t *t, const ftc_shard_ref_t *ref, int 
     return 0;
 }
 
-/* Re-partition through the agent: DP rank 0 reads the step (want, or the
- * newest committed version's when want < 0) and DP degree S from previous
- * rank 0's shard and every rank agrees on them; each rank then fetches, at
- * that step, the shard of every previous DP rank whose chunk overlaps its own
- * (ftc_fetch: verified, committed), checks each one's metadata and copies the
- * overlapping ranges of the parameters and both moments. *fresh: nothing
- * committed. *missing (want >= 0 only): previous rank 0's shard of step
- * want has no copy (never committed: a checkpoint the agent's
- * checkpoint.busy=skip policy skipped, another interval; or lost), every
+/* Re-partition through the agent: DP rank 0 reads the step (the newest
+ * committed step at or before want whose shard of previous rank 0 has a copy,
+ * ftc_fetch_at_most: one request, however many steps were never checkpointed
+ * or lost below want; the newest committed version's when want < 0) and DP
+ * degree S from previous rank 0's shard and every rank agrees on them; each
+ * rank then fetches, at that step, the shard of every previous DP rank whose
+ * chunk overlaps its own (ftc_fetch: verified, committed), checks each one's
+ * metadata and copies the overlapping ranges of the parameters and both
+ * moments. *fresh: nothing committed. *missing (want >= 0 only): previous
+ * rank 0's shard has no copy at any committed step at or before want, every
  * rank says so with FTC_ENOENT and *used = want. */
 static int ftc__agent_repartition(ftc_trainer_t *t, int64_t want, bool *fresh, bool *missing,
                                   uint64_t *used, ftc_err_t *err)
@@ -615,10 +616,12 @@ static int ftc__agent_repartition(ftc_trainer_t *t, int64_t want, bool *fresh, b
     uint64_t mine[3] = {0, 0, 0}, all[3 * FTC__MAX_DP];
     ftc_err_t e0 = {0};
     if (t->dpr == 0) {
-        int rc = ftc_fetch(t->ftc, ftc__prev_rank_of(t, 1, 0), want, &ref0);
+        int rc = want >= 0 ? ftc_fetch_at_most(t->ftc, ftc__prev_rank_of(t, 1, 0), want, &ref0)
+                           : ftc_fetch(t->ftc, ftc__prev_rank_of(t, 1, 0), -1, &ref0);
         if (rc == FTC_ENOENT && want >= 0) {
             mine[2] = 3;
-            ftc_err_set(&e0, rc, "step %lld: %s", (long long)want, ftc_last_error(t->ftc));
+            ftc_err_set(&e0, rc, "step %lld or before: %s", (long long)want,
+                        ftc_last_error(t->ftc));
         } else if (rc == FTC_ENOENT && ftc__nothing_committed(t)) {
             mine[2] = 1;
             FTC_WARN("train", "no committed checkpoint through the agent (%s): starting at step 0",
@@ -662,11 +665,11 @@ static int ftc__agent_repartition(ftc_trainer_t *t, int64_t want, bool *fresh, b
             *fresh = true;
             return 0;
         }
-        if (all[2] == 3) { /* the caller walks back to an older step */
+        if (all[2] == 3) { /* nothing at or before want: the caller gives up */
             *used = (uint64_t)want, *missing = true;
             return t->dpr == 0 ? ftc_err_set(err, FTC_ENOENT, "%s", e0.msg)
-                               : ftc_err_set(err, FTC_ENOENT, "step %lld: DP rank 0 found no "
-                                             "copy of it through its agent", (long long)want);
+                               : ftc_err_set(err, FTC_ENOENT, "step %lld or before: DP rank 0 "
+                                             "found no copy through its agent", (long long)want);
         }
         return t->dpr == 0 ? ftc_err_set(err, e0.code, "%s", e0.msg)
                            : ftc_err_set(err, FTC_EIO, "DP rank 0 could not read the committed "
@@ -825,34 +828,26 @@ static int ftc__agent_restore(ftc_trainer_t *t, ftc_err_t *err)
      * tries the committed checkpoint before it, a few times (each try is
      * collective, so every rank takes the same one). The step one interval
      * back may not exist (the agent's checkpoint.busy=skip policy skipped
-     * it, or the interval changed between runs): a step with no copy of
-     * previous rank 0's shard is walked over, one step at a time, down to the
-     * newest that has one (a bounded number of probes, which are not tries) */
+     * it, or the interval changed between runs): each try asks for the
+     * newest committed step at or before it that has a copy of previous
+     * rank 0's shard (ftc_fetch_at_most: one request to the agent, which
+     * walks over the missing steps itself), and the ranks agree on the step
+     * it found */
     bool fresh = false, missing = false;
     uint64_t used = 0;
     uint64_t every_n = t->o.ckpt_every > 0 ? t->o.ckpt_every : 1;
-    uint64_t probes = 0, max_probes = 4 * every_n + 16, walked_from = 0;
     for (int tries = 0;;) {
+        int64_t asked = want;
         rc = ftc__agent_repartition(t, want, &fresh, &missing, &used, err);
-        if (missing) { /* no such step (every rank agrees): the one before it */
-            if (!probes)
-                walked_from = (uint64_t)want;
-            if (used == 0 || ++probes > max_probes) {
-                rc = ftc_err_set(err, FTC_EAGAIN, "no copy of any step from %llu down to %llu "
-                                 "(%s)", (unsigned long long)walked_from,
-                                 (unsigned long long)used, err->msg);
-                break;
-            }
-            FTC_DEBUG("train", "DP rank %d: %s: trying step %llu", t->dpr, err->msg,
-                      (unsigned long long)(used - 1));
-            want = (int64_t)(used - 1);
-            continue;
+        if (missing) { /* no copy of any committed step at or before want (every rank agrees) */
+            rc = ftc_err_set(err, FTC_EAGAIN, "no copy of any committed step at or before %llu "
+                             "(%s)", (unsigned long long)used, err->msg);
+            break;
         }
-        if (probes && rc == 0)
+        if (rc == 0 && asked >= 0 && used < (uint64_t)asked)
             FTC_WARN("train", "DP rank %d: no copy of steps %llu down to %llu (checkpoints "
-                     "skipped or lost): took step %llu", t->dpr, (unsigned long long)walked_from,
+                     "skipped or lost): took step %llu", t->dpr, (unsigned long long)asked,
                      (unsigned long long)(used + 1), (unsigned long long)used);
-        probes = 0;
         if (rc != FTC_EAGAIN || ++tries == 8 || used < every_n + 1)
             break;
         FTC_WARN("train", "DP rank %d: %s: trying the checkpoint of step %llu", t->dpr, err->msg,

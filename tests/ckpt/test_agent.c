@@ -17,6 +17,10 @@
  *   - --persist-every 3: only every third commit reaches the persist tier;
  *   - a fetch the persist tier answers gets the newest older persisted step,
  *     never a newer one;
+ *   - ftc_fetch_at_most over committed steps with gaps: the newest committed
+ *     step at or before the one asked for that has a copy (slots, persist
+ *     tier; after the node's memory is lost, walking over the lost ones in
+ *     one request), FTC_ENOENT naming the oldest committed step below it;
  *   - checkpoint.busy wait: with no free slot the checkpoint waits (never
  *     FTC_EAGAIN) until a commit frees one, and a checkpoint_waiting event
  *     says so; checkpoint.inflight 1: a checkpoint waits for the previous
@@ -370,6 +374,118 @@ static void test_persist_fetch_never_newer(void **state)
     teardown_env(e);
 }
 
+/* ftc_fetch_at_most(max_step) of rank 0's shard: the step it got (its w[7]
+ * must be that step's), or the error code (the message printed). */
+static int64_t fetch_at_most(ftc_ctx_t *c, int64_t max_step)
+{
+    ftc_shard_ref_t *ref = NULL;
+    int rc = ftc_fetch_at_most(c, 0, max_step, &ref);
+    if (rc) {
+        assert_null(ref);
+        print_message("at most %lld: %s: %s\n", (long long)max_step, ftc_errname(rc),
+                      ftc_last_error(c));
+        return rc;
+    }
+    int64_t got = ftc_shard_step(ref);
+    const void *data = NULL;
+    int dtype = 0;
+    uint64_t numel = 0;
+    assert_int_equal(ftc_shard_tensor(ref, "w", &data, &dtype, &numel), 0);
+    print_message("at most %lld: step %lld, w[7] = %g\n", (long long)max_step, (long long)got,
+                  (double)((const float *)data)[7]);
+    assert_true(got >= 0 && (max_step < 0 || got <= max_step));
+    assert_true(((const float *)data)[7] == (float)(got * 4096 + 7));
+    ftc_shard_release(ref);
+    return got;
+}
+
+/* Whether node i's agent log has what (quiet: agent_said prints the log
+ * when it has not). */
+static bool agent_log_has(env_t *e, int i, const char *what)
+{
+    char log[PATH_MAX + 32];
+    snprintf(log, sizeof log, "%s/agent%d.log", e->jobdir, i);
+    uint8_t *buf;
+    size_t len;
+    ftc_err_t err = {0};
+    if (ftc_fs_read_file(log, 1 << 24, &buf, &len, &err))
+        return false;
+    bool y = strstr((char *)buf, what) != NULL;
+    free(buf);
+    return y;
+}
+
+/* ftc_fetch_at_most: steps 1, 3, 4, 6, 7 committed (0, 2 and 5 never
+ * checkpointed, as the checkpoint.busy=skip policy leaves them), one node,
+ * k = 0, --persist-every 2 (steps 1, 3, 7 persisted), the slots holding 6
+ * and 7 (the third is used only when two versions are in flight). At most 6
+ * is 6 (the slots); at most 5 is 3: the never committed 5 is not looked
+ * for, the lost 4 is, then the persisted 3, in one request; at most 2 is
+ * 1; beyond the committed step, the committed 7; below the oldest
+ * committed step, FTC_ENOENT naming it. With the node's memory gone, at
+ * most 6 walks over the lost 6 and 4 to the persisted 3; with the persisted
+ * 1 and 3 gone too, FTC_ENOENT naming the committed steps tried. */
+static void test_fetch_at_most(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 2);
+    static float w[4096];
+    ftc_ctx_t *c = open_ctx(e, 0, 0, 1, w, 4096);
+    const int64_t steps[] = {1, 3, 4, 6, 7};
+    for (int k = 0; k < 5; k++) {
+        int64_t s = steps[k];
+        for (int i = 0; i < 4096; i++)
+            w[i] = (float)(s * 4096 + i);
+        assert_int_equal(ftc_checkpoint(c, s, NULL, 0), 0);
+        assert_int_equal(ftc_wait_snapshot(c), 0);
+        if (ftc_wait_committed(c, s))
+            fail_msg("step %lld: %s", (long long)s, ftc_last_error(c));
+        if (s % 2 == 1)
+            wait_persisted(e, 0, (int)s);
+    }
+    assert_true(persisted_steps(e, 0) == ((1ull << 1) | (1ull << 3) | (1ull << 7)));
+    assert_int_equal(fetch_at_most(c, 6), 6);
+    assert_int_equal(fetch_at_most(c, 5), 3);
+    assert_true(agent_log_has(e, 0, "rank 0's step 4 failed")); /* looked for, lost */
+    assert_false(agent_log_has(e, 0, "rank 0's step 5")); /* never committed: never looked for */
+    assert_int_equal(fetch_at_most(c, 2), 1);
+    assert_int_equal(fetch_at_most(c, 100), 7);
+    assert_int_equal(fetch_at_most(c, -1), 7);
+    assert_int_equal(fetch_at_most(c, 0), FTC_ENOENT);
+    assert_non_null(strstr(ftc_last_error(c), "no committed step at or before step 0"));
+    assert_non_null(strstr(ftc_last_error(c), "the oldest committed step known is 1"));
+    /* misuse: a clear FTC_EINVAL, *out NULL */
+    ftc_shard_ref_t *ref = (ftc_shard_ref_t *)1;
+    assert_int_equal(ftc_fetch_at_most(c, -2, 3, &ref), FTC_EINVAL);
+    assert_null(ref);
+    assert_non_null(strstr(ftc_last_error(c), "ftc_fetch_at_most: rank -2"));
+    assert_int_equal(ftc_fetch_at_most(c, 0, 3, NULL), FTC_EINVAL);
+    assert_int_equal(ftc_fetch_at_most(NULL, 0, 3, &ref), FTC_EINVAL);
+    ftc_destroy(c);
+    /* the node's memory gone: only the persist tier (1, 3, 7) is left */
+    kill_agent(e, 0);
+    wipe_node_shm(e, 0);
+    start_agent(e, 0);
+    c = open_ctx(e, 0, 0, 1, w, 4096);
+    assert_int_equal(fetch_at_most(c, 6), 3);
+    assert_int_equal(fetch_at_most(c, 7), 7);
+    assert_int_equal(fetch_at_most(c, 0), FTC_ENOENT);
+    assert_non_null(strstr(ftc_last_error(c), "the oldest committed step known is 1"));
+    /* and the persisted 1 and 3 gone too: no copy of any committed step at
+     * or before 6, each one tried named (never the uncommitted 5, 2) */
+    for (int v = 1; v <= 3; v += 2) {
+        char dir[PATH_MAX + 64];
+        snprintf(dir, sizeof dir, "%s/node0/v%020d", e->persist, v);
+        ftc_test_rmrf(dir);
+    }
+    assert_int_equal(fetch_at_most(c, 6), FTC_ENOENT);
+    assert_non_null(strstr(ftc_last_error(c), "no verified copy of rank 0's shard of any "
+                                              "committed step at or before step 6 (tried 6, 4, "
+                                              "3, 1, newest first)"));
+    ftc_destroy(c);
+    assert_true(agent_said(e, 0, "fetched rank 0's shard of step 3"));
+    teardown_env(e);
+}
+
 typedef struct {
     ftc_ctx_t *c;
     int64_t step;
@@ -567,6 +683,7 @@ int main(void)
         T(test_failure_domain_placement),
         T(test_persist_every_third_commit),
         T(test_persist_fetch_never_newer),
+        T(test_fetch_at_most),
         T(test_busy_wait_policy),
         T(test_inflight_one),
         T(test_inflight_one_parity_failure),

@@ -2,8 +2,9 @@
  * test_control.c — the Redis keyspace against a real server: generations
  * fenced by the lease epoch, lease expiry and takeover, commit atomicity
  * under many concurrent reporters (never backwards, never stale), failure
- * reports exactly once, reseeding after data loss, and garbage planted in
- * every key kind getting a clear error.
+ * reports exactly once, reseeding after data loss, the set of committed
+ * steps (at or before a step, newest first), and garbage planted in every
+ * key kind getting a clear error.
  */
 #include "redis_fixture.h"
 
@@ -347,6 +348,55 @@ static void test_commit_checksum_and_withdraw(void **state)
     ftc_ctl_destroy(c);
 }
 
+/* The committed set: each committed step with its generation, newest first,
+ * at or below the step asked for; a step reported but not committed is not
+ * in it; below the oldest, none (and the oldest is said); garbage in the set
+ * is FTC_EPROTO naming the key. */
+static void test_committed_at_most(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_ctl_t *c = redis_fixture_ctl(f, "job8");
+    uint64_t gen;
+    set_generation(c, 2, &gen);
+    int64_t committed, steps[8], oldest;
+    uint64_t gens[8];
+    int n;
+    bool now;
+    assert_int_equal(ftc_ctl_committed_at_most(c, 100, 8, steps, gens, &n, &oldest), 0);
+    assert_int_equal(n, 0);
+    assert_int_equal(oldest, -1);
+    const int64_t done[] = {2, 3, 5, 8};
+    for (int k = 0; k < 4; k++)
+        for (uint32_t r = 0; r < 2; r++)
+            assert_int_equal(ftc_ctl_commit_report(c, gen, done[k], r, 1, &committed, &now), 0);
+    /* step 9: rank 0 only, never committed */
+    assert_int_equal(ftc_ctl_commit_report(c, gen, 9, 0, 1, &committed, &now), 0);
+    assert_int_equal(committed, 8);
+    assert_int_equal(ftc_ctl_committed_at_most(c, 100, 8, steps, gens, &n, &oldest), 0);
+    assert_int_equal(n, 4);
+    assert_int_equal(oldest, 2);
+    for (int k = 0; k < 4; k++) {
+        assert_int_equal(steps[k], done[3 - k]);
+        assert_true(gens[k] == gen);
+    }
+    assert_int_equal(ftc_ctl_committed_at_most(c, 7, 2, steps, gens, &n, NULL), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(steps[0], 5);
+    assert_int_equal(steps[1], 3);
+    assert_int_equal(ftc_ctl_committed_at_most(c, 1, 8, steps, gens, &n, &oldest), 0);
+    assert_int_equal(n, 0);
+    assert_int_equal(oldest, 2);
+    assert_int_equal(ftc_ctl_committed_at_most(c, -1, 8, steps, gens, &n, &oldest), FTC_EINVAL);
+    char k[128];
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, NULL, "ZADD",
+                                    ftc_ctl_key(c, "committed", k, sizeof k), "4", "four", NULL),
+                     0);
+    assert_int_equal(ftc_ctl_committed_at_most(c, 4, 8, steps, gens, &n, &oldest), FTC_EPROTO);
+    assert_non_null(strstr(ftc_ctl_errstr(c), "committed"));
+    assert_non_null(strstr(ftc_ctl_errstr(c), "not STEP:GEN"));
+    ftc_ctl_destroy(c);
+}
+
 static void test_status_snapshot_and_events(void **state)
 {
     redis_fixture_t *f = *state;
@@ -537,6 +587,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_garbage_in_every_key_kind, redis_fixture_setup,
                                         redis_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_commit_checksum_and_withdraw, redis_fixture_setup,
+                                        redis_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_committed_at_most, redis_fixture_setup,
                                         redis_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_status_snapshot_and_events, redis_fixture_setup,
                                         redis_fixture_teardown),
