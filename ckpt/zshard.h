@@ -16,8 +16,9 @@
 #include <stdint.h>
 
 /* The newest format version written. An encoder writes version 1 (readable
- * by every build) unless the file needs a version-2 feature: the bitshuffle
- * filter or a chunk stored without zstd. Decoders read 1 and 2. */
+ * by every build) unless the file needs a version-2 feature: a filter (byte
+ * shuffle or bitshuffle) or a chunk stored without zstd. Decoders read 1
+ * and 2. */
 #define FTC_ZSHARD_VERSION 2
 #define FTC_ZSHARD_VERSION_MIN 1
 #define FTC_ZSHARD_HEADER_SIZE 128
