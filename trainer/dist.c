@@ -452,8 +452,9 @@ int ftc_dist_join(const ftc_dist_opts_t *o, ftc_dist_t **out, ftc_err_t *err)
             if ((rc = group_dir(o, l, is_dp[g], sub, sizeof sub, err)) < 0)
                 goto out;
             rc = ftc_coll_exchange_dir(sub, gr, gn, me[g], melen[g], addrs, lens, dl, err);
-            if (rc == 0)
-                rc = make_group(fab[g], gr, gn, addrs, lens, is_dp[g] ? &d->dp : &d->tp, err);
+            if (rc < 0)
+                goto out; /* fab[g] is still ours: closed at out */
+            rc = make_group(fab[g], gr, gn, addrs, lens, is_dp[g] ? &d->dp : &d->tp, err);
             fab[g] = NULL; /* owned by the group now, also on failure */
             if (rc < 0)
                 goto out;
