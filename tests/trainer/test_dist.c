@@ -2,7 +2,11 @@
  * test_dist.c — the failure paths of trainer/dist.c's join, with real
  * libfabric endpoints and real loopback sockets:
  *   - a join whose address exchange times out closes the endpoint it opened
- *     (counted as open file descriptors, before and after).
+ *     (counted as open file descriptors, before and after);
+ *   - a rank whose rendezvous connect cannot complete (rank 0's accept
+ *     queue full: the kernel drops its SYNs) returns FTC_ETIMEDOUT at its
+ *     deadline instead of hanging in connect(). The rank runs in a child
+ *     with a backstop, so a hang fails the test instead of stalling it.
  */
 #include "ftc_test.h"
 
@@ -63,10 +67,70 @@ static void test_exchange_timeout_closes_endpoint(void **state)
     free(dir);
 }
 
+static void test_rendezvous_connect_deadline(void **state)
+{
+    (void)state;
+    /* "rank 0": listens with the smallest backlog and never accepts */
+    int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(ls >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(bind(ls, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(ls, 0), 0);
+    socklen_t sl = sizeof sa;
+    assert_int_equal(getsockname(ls, (struct sockaddr *)&sa, &sl), 0);
+    int port = ntohs(sa.sin_port);
+    /* fill its accept queue: the kernel then drops further SYNs, so a
+     * blocking connect() would wait for the SYN retries (minutes) */
+    int fill[8], nfill = 0;
+    for (; nfill < 8; nfill++) {
+        fill[nfill] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        assert_true(fill[nfill] >= 0);
+        int r = connect(fill[nfill], (struct sockaddr *)&sa, sizeof sa);
+        if (r < 0 && errno == EINPROGRESS) {
+            struct pollfd p = {fill[nfill], POLLOUT, 0};
+            if (poll(&p, 1, 300) == 0) { /* this one hangs: the queue is full */
+                nfill++;
+                break;
+            }
+        }
+    }
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        uint8_t table[2 * FTC_DIST_BLOB_MAX];
+        size_t lens[2];
+        ftc_err_t e = {0};
+        int rc = ftc_dist_rendezvous_tcp("127.0.0.1", port, 1, 2, "x", 1, table, lens,
+                                         ftc_deadline_in_ms(500), &e);
+        fprintf(stderr, "rank 1: rc %d: %s\n", rc, e.msg);
+        _exit(rc == FTC_ETIMEDOUT ? 0 : 1);
+    }
+    int st = 0;
+    uint64_t t0 = ftc_now_ns();
+    for (;;) {
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            break;
+        if (ftc_now_ns() - t0 > 20ull * 1000000000ull) { /* backstop, far past 500 ms */
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            break;
+        }
+        ftc_sleep_ms(10);
+    }
+    for (int i = 0; i < nfill; i++)
+        close(fill[i]);
+    close(ls);
+    if (WIFSIGNALED(st))
+        fail_msg("the rendezvous client was still in connect() 20 s after its 500 ms deadline");
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exchange_timeout_closes_endpoint),
+        cmocka_unit_test(test_rendezvous_connect_deadline),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
