@@ -488,12 +488,20 @@ int ftc_dist_join(const ftc_dist_opts_t *o, ftc_dist_t **out, ftc_err_t *err)
                 int r = is_dp[g] ? m * l->tp + l->tp_rank : l->dp_rank * l->tp + m;
                 const uint8_t *b = table + (size_t)r * FTC_DIST_BLOB_MAX;
                 size_t pos = 0, al = 0;
+                bool ok = true;
                 for (int k = 0; k <= g; k++) {
+                    /* a length is read only from inside the blob (tlens[r]
+                     * <= FTC_DIST_BLOB_MAX): a malformed one must not send
+                     * the next read past it */
+                    if (pos + 2 > tlens[r]) {
+                        ok = false;
+                        break;
+                    }
                     al = (size_t)b[pos] | (size_t)b[pos + 1] << 8;
                     if (k < g)
                         pos += 2 + al;
                 }
-                if (pos + 2 + al > tlens[r] || al == 0 || al > FTC_FABRIC_ADDR_MAX) {
+                if (!ok || pos + 2 + al > tlens[r] || al == 0 || al > FTC_FABRIC_ADDR_MAX) {
                     rc = ftc_err_set(err, FTC_EPROTO, "rendezvous: rank %d's addresses are "
                                      "malformed (a different ftc version?)", r);
                     goto out;

@@ -6,7 +6,10 @@
  *   - a rank whose rendezvous connect cannot complete (rank 0's accept
  *     queue full: the kernel drops its SYNs) returns FTC_ETIMEDOUT at its
  *     deadline instead of hanging in connect(). The rank runs in a child
- *     with a backstop, so a hang fails the test instead of stalling it.
+ *     with a backstop, so a hang fails the test instead of stalling it;
+ *   - a rendezvous table whose address blob is malformed (a length running
+ *     past the blob) is FTC_EPROTO naming the rank, read within the blob
+ *     (the ASan build catches a read past it).
  */
 #include "ftc_test.h"
 
@@ -126,11 +129,88 @@ static void test_rendezvous_connect_deadline(void **state)
     assert_int_equal(WEXITSTATUS(st), 0);
 }
 
+/* Waits for a child with a backstop; returns its status (SIGKILLed when the
+ * backstop passed). */
+static int wait_child(pid_t pid, int secs)
+{
+    int st = 0;
+    uint64_t t0 = ftc_now_ns();
+    for (;;) {
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            return st;
+        if (ftc_now_ns() - t0 > (uint64_t)secs * 1000000000ull) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            return st;
+        }
+        ftc_sleep_ms(10);
+    }
+}
+
+static void io_exact(int fd, void *buf, size_t n, int wr)
+{
+    uint8_t *b = buf;
+    while (n) {
+        ssize_t k = wr ? send(fd, b, n, MSG_NOSIGNAL) : recv(fd, b, n, 0);
+        assert_true(k > 0);
+        b += k, n -= (size_t)k;
+    }
+}
+
+static void test_rendezvous_malformed_blob(void **state)
+{
+    (void)state;
+    /* the test is rank 0 of a DP 2 x TP 2 job; rank 3 joins for real */
+    int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(ls >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(bind(ls, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(ls, 4), 0);
+    socklen_t sl = sizeof sa;
+    assert_int_equal(getsockname(ls, (struct sockaddr *)&sa, &sl), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(ls);
+        ftc_dist_opts_t o = {.world = 4, .tp = 2, .rank = 3, .host = "127.0.0.1",
+                             .port = ntohs(sa.sin_port), .timeout_ms = 10000};
+        ftc_dist_t *d = NULL;
+        ftc_err_t e = {0};
+        int rc = ftc_dist_join(&o, &d, &e);
+        fprintf(stderr, "rank 3: rc %d: %s\n", rc, e.msg);
+        ftc_dist_destroy(d);
+        _exit(rc == FTC_EPROTO && strstr(e.msg, "rank 2") && strstr(e.msg, "malformed") ? 0 : 1);
+    }
+    int fd = accept4(ls, NULL, NULL, SOCK_CLOEXEC);
+    assert_true(fd >= 0);
+    uint32_t hdr[3];
+    io_exact(fd, hdr, sizeof hdr, 0);
+    assert_int_equal(hdr[1], 3);
+    assert_true(hdr[2] > 0 && hdr[2] <= FTC_DIST_BLOB_MAX);
+    uint8_t blob[FTC_DIST_BLOB_MAX];
+    io_exact(fd, blob, hdr[2], 0);
+    /* ranks 1 and 3 (rank 3's DP group) get rank 3's own blob; rank 2 (its
+     * TP group) a blob of 4 bytes whose first address claims 65535 bytes */
+    uint8_t bad[4] = {0xff, 0xff, 0, 0};
+    for (int q = 0; q < 4; q++) {
+        const uint8_t *b = q == 2 ? bad : blob;
+        uint32_t l = q == 2 ? (uint32_t)sizeof bad : hdr[2];
+        io_exact(fd, &l, 4, 1);
+        io_exact(fd, (void *)(uintptr_t)b, l, 1);
+    }
+    int st = wait_child(pid, 60);
+    close(fd);
+    close(ls);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exchange_timeout_closes_endpoint),
         cmocka_unit_test(test_rendezvous_connect_deadline),
+        cmocka_unit_test(test_rendezvous_malformed_blob),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
