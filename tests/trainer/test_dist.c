@@ -9,7 +9,10 @@
  *     with a backstop, so a hang fails the test instead of stalling it;
  *   - a rendezvous table whose address blob is malformed (a length running
  *     past the blob) is FTC_EPROTO naming the rank, read within the blob
- *     (the ASan build catches a read past it).
+ *     (the ASan build catches a read past it);
+ *   - and the good path it guards: four ranks of DP 2 x TP 2 join through
+ *     the TCP rendezvous (two addresses per blob) and run a barrier and an
+ *     all-reduce in both of their groups.
  */
 #include "ftc_test.h"
 
@@ -205,12 +208,67 @@ static void test_rendezvous_malformed_blob(void **state)
     assert_int_equal(WEXITSTATUS(st), 0);
 }
 
+static void test_rendezvous_dp2_tp2(void **state)
+{
+    (void)state;
+    /* a free port: bind to 0, read it, close (rank 0 binds it again) */
+    int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(ls >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(bind(ls, (struct sockaddr *)&sa, sizeof sa), 0);
+    socklen_t sl = sizeof sa;
+    assert_int_equal(getsockname(ls, (struct sockaddr *)&sa, &sl), 0);
+    close(ls);
+    pid_t pids[4];
+    for (int r = 0; r < 4; r++) {
+        pids[r] = fork();
+        assert_true(pids[r] >= 0);
+        if (pids[r] == 0) {
+            ftc_dist_opts_t o = {.world = 4, .tp = 2, .rank = r, .host = "127.0.0.1",
+                                 .port = ntohs(sa.sin_port), .timeout_ms = 30000};
+            ftc_dist_t *d = NULL;
+            ftc_err_t e = {0};
+            if (ftc_dist_join(&o, &d, &e) < 0) {
+                fprintf(stderr, "rank %d: %s\n", r, e.msg);
+                _exit(1);
+            }
+            int bad = !d->dp || !d->tp || ftc_coll_size(d->dp) != 2 || ftc_coll_size(d->tp) != 2;
+            for (int g = 0; g < 2 && !bad; g++) {
+                ftc_coll_t *c = g ? d->tp : d->dp;
+                /* each rank adds its global rank: DP groups {0,2} {1,3}, TP {0,1} {2,3} */
+                float v = (float)r;
+                ftc_deadline_t dl = ftc_deadline_in_ms(30000);
+                if (ftc_coll_barrier(c, dl) < 0 || ftc_coll_all_reduce(c, &v, 1, FTC_COLL_F32,
+                                                                       dl) < 0) {
+                    fprintf(stderr, "rank %d: %s\n", r, ftc_coll_errmsg(c));
+                    bad = 1;
+                    break;
+                }
+                float want = g ? (float)(r / 2 * 4 + 1) : (float)(r % 2 * 2 + 2);
+                if (v != want) {
+                    fprintf(stderr, "rank %d group %d: sum %g, want %g\n", r, g, (double)v,
+                            (double)want);
+                    bad = 1;
+                }
+            }
+            ftc_dist_destroy(d);
+            _exit(bad);
+        }
+    }
+    for (int r = 0; r < 4; r++) {
+        int st = wait_child(pids[r], 120);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            fail_msg("rank %d: status 0x%x", r, st);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exchange_timeout_closes_endpoint),
         cmocka_unit_test(test_rendezvous_connect_deadline),
         cmocka_unit_test(test_rendezvous_malformed_blob),
+        cmocka_unit_test(test_rendezvous_dp2_tp2),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
