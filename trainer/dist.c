@@ -169,21 +169,31 @@ static int rdzv_client(const struct sockaddr_storage *sa, socklen_t salen, int r
 {
     int fd = -1;
     for (;;) { /* rank 0 may not listen yet */
-        fd = socket(sa->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        /* non-blocking: a blocking connect() to an address that drops the
+         * SYNs (rank 0's accept queue full, a wrong or unreachable
+         * MASTER_ADDR) waits minutes for the kernel's SYN retries, past the
+         * deadline and deaf to the abort */
+        fd = socket(sa->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         if (fd < 0)
             return ftc_err_errno(err, errno, "rendezvous: socket");
-        if (connect(fd, (const struct sockaddr *)sa, salen) == 0)
+        int rc = 0;
+        if (connect(fd, (const struct sockaddr *)sa, salen) < 0) {
+            rc = errno == EINPROGRESS ? wait_fd(fd, POLLOUT, dl, ab) : FTC_EIO;
+            int soerr = 0;
+            socklen_t sl = sizeof soerr;
+            if (rc == 0 && (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) < 0 || soerr))
+                rc = FTC_EIO;
+        }
+        if (rc == 0)
             break;
         close(fd);
-        if (ab && atomic_load(ab))
+        if (rc == FTC_ECANCELED || (ab && atomic_load(ab)))
             return ftc_err_set(err, FTC_ECANCELED, "rendezvous: rank %d: aborted", rank);
-        if (ftc_deadline_expired(dl))
+        if (rc == FTC_ETIMEDOUT || ftc_deadline_expired(dl))
             return ftc_err_set(err, FTC_ETIMEDOUT, "rendezvous: rank %d could not reach rank 0 "
                                "at MASTER_ADDR:port by the deadline", rank);
         ftc_sleep_ms(50);
     }
-    int fl = fcntl(fd, F_GETFL);
-    fcntl(fd, F_SETFL, fl | O_NONBLOCK);
     uint32_t hdr[3] = {RDZV_MAGIC, (uint32_t)rank, (uint32_t)len};
     int rc = io_all(fd, hdr, sizeof hdr, 1, dl, ab);
     if (rc == 0)
@@ -452,8 +462,9 @@ int ftc_dist_join(const ftc_dist_opts_t *o, ftc_dist_t **out, ftc_err_t *err)
             if ((rc = group_dir(o, l, is_dp[g], sub, sizeof sub, err)) < 0)
                 goto out;
             rc = ftc_coll_exchange_dir(sub, gr, gn, me[g], melen[g], addrs, lens, dl, err);
-            if (rc == 0)
-                rc = make_group(fab[g], gr, gn, addrs, lens, is_dp[g] ? &d->dp : &d->tp, err);
+            if (rc < 0)
+                goto out; /* fab[g] is still ours: closed at out */
+            rc = make_group(fab[g], gr, gn, addrs, lens, is_dp[g] ? &d->dp : &d->tp, err);
             fab[g] = NULL; /* owned by the group now, also on failure */
             if (rc < 0)
                 goto out;
@@ -477,12 +488,20 @@ int ftc_dist_join(const ftc_dist_opts_t *o, ftc_dist_t **out, ftc_err_t *err)
                 int r = is_dp[g] ? m * l->tp + l->tp_rank : l->dp_rank * l->tp + m;
                 const uint8_t *b = table + (size_t)r * FTC_DIST_BLOB_MAX;
                 size_t pos = 0, al = 0;
+                bool ok = true;
                 for (int k = 0; k <= g; k++) {
+                    /* a length is read only from inside the blob (tlens[r]
+                     * <= FTC_DIST_BLOB_MAX): a malformed one must not send
+                     * the next read past it */
+                    if (pos + 2 > tlens[r]) {
+                        ok = false;
+                        break;
+                    }
                     al = (size_t)b[pos] | (size_t)b[pos + 1] << 8;
                     if (k < g)
                         pos += 2 + al;
                 }
-                if (pos + 2 + al > tlens[r] || al == 0 || al > FTC_FABRIC_ADDR_MAX) {
+                if (!ok || pos + 2 + al > tlens[r] || al == 0 || al > FTC_FABRIC_ADDR_MAX) {
                     rc = ftc_err_set(err, FTC_EPROTO, "rendezvous: rank %d's addresses are "
                                      "malformed (a different ftc version?)", r);
                     goto out;

@@ -1,0 +1,274 @@
+/*
+ * test_dist.c — the failure paths of trainer/dist.c's join, with real
+ * libfabric endpoints and real loopback sockets:
+ *   - a join whose address exchange times out closes the endpoint it opened
+ *     (counted as open file descriptors, before and after);
+ *   - a rank whose rendezvous connect cannot complete (rank 0's accept
+ *     queue full: the kernel drops its SYNs) returns FTC_ETIMEDOUT at its
+ *     deadline instead of hanging in connect(). The rank runs in a child
+ *     with a backstop, so a hang fails the test instead of stalling it;
+ *   - a rendezvous table whose address blob is malformed (a length running
+ *     past the blob) is FTC_EPROTO naming the rank, read within the blob
+ *     (the ASan build catches a read past it);
+ *   - and the good path it guards: four ranks of DP 2 x TP 2 join through
+ *     the TCP rendezvous (two addresses per blob) and run a barrier and an
+ *     all-reduce in both of their groups.
+ */
+#include "ftc_test.h"
+
+#include "core/clock.h"
+#include "core/fabric.h"
+#include "trainer/dist.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+static int count_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    assert_non_null(d);
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)))
+        n += de->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+static void test_exchange_timeout_closes_endpoint(void **state)
+{
+    (void)state;
+    /* warm up: libfabric keeps some process-wide state after its first use */
+    ftc_fabric_opts_t fo = FTC_FABRIC_OPTS_INIT;
+    ftc_fabric_t *fab = NULL;
+    ftc_err_t err = {0};
+    if (ftc_fabric_open(&fo, &fab, &err) < 0)
+        fail_msg("fabric: %s", err.msg);
+    ftc_fabric_close(fab);
+    char *dir = ftc_test_tmpdir("dist");
+    int before = count_fds();
+    for (int rep = 0; rep < 3; rep++) {
+        /* rank 0 of 2; rank 1 never comes */
+        ftc_dist_opts_t o = {.world = 2, .tp = 1, .rank = 0, .dir = dir, .timeout_ms = 200};
+        ftc_dist_t *d = NULL;
+        memset(&err, 0, sizeof err);
+        int rc = ftc_dist_join(&o, &d, &err);
+        assert_int_equal(rc, FTC_ETIMEDOUT);
+        assert_null(d);
+        assert_non_null(strstr(err.msg, "missing"));
+    }
+    int after = count_fds();
+    if (after != before)
+        fail_msg("%d file descriptors open before three timed-out joins, %d after: the "
+                 "endpoints leaked",
+                 before, after);
+    ftc_test_rmrf(dir);
+    free(dir);
+}
+
+static void test_rendezvous_connect_deadline(void **state)
+{
+    (void)state;
+    /* "rank 0": listens with the smallest backlog and never accepts */
+    int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(ls >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(bind(ls, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(ls, 0), 0);
+    socklen_t sl = sizeof sa;
+    assert_int_equal(getsockname(ls, (struct sockaddr *)&sa, &sl), 0);
+    int port = ntohs(sa.sin_port);
+    /* fill its accept queue: the kernel then drops further SYNs, so a
+     * blocking connect() would wait for the SYN retries (minutes) */
+    int fill[8], nfill = 0;
+    for (; nfill < 8; nfill++) {
+        fill[nfill] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        assert_true(fill[nfill] >= 0);
+        int r = connect(fill[nfill], (struct sockaddr *)&sa, sizeof sa);
+        if (r < 0 && errno == EINPROGRESS) {
+            struct pollfd p = {fill[nfill], POLLOUT, 0};
+            if (poll(&p, 1, 300) == 0) { /* this one hangs: the queue is full */
+                nfill++;
+                break;
+            }
+        }
+    }
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        uint8_t table[2 * FTC_DIST_BLOB_MAX];
+        size_t lens[2];
+        ftc_err_t e = {0};
+        int rc = ftc_dist_rendezvous_tcp("127.0.0.1", port, 1, 2, "x", 1, table, lens,
+                                         ftc_deadline_in_ms(500), &e);
+        fprintf(stderr, "rank 1: rc %d: %s\n", rc, e.msg);
+        _exit(rc == FTC_ETIMEDOUT ? 0 : 1);
+    }
+    int st = 0;
+    uint64_t t0 = ftc_now_ns();
+    for (;;) {
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            break;
+        if (ftc_now_ns() - t0 > 20ull * 1000000000ull) { /* backstop, far past 500 ms */
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            break;
+        }
+        ftc_sleep_ms(10);
+    }
+    for (int i = 0; i < nfill; i++)
+        close(fill[i]);
+    close(ls);
+    if (WIFSIGNALED(st))
+        fail_msg("the rendezvous client was still in connect() 20 s after its 500 ms deadline");
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+/* Waits for a child with a backstop; returns its status (SIGKILLed when the
+ * backstop passed). */
+static int wait_child(pid_t pid, int secs)
+{
+    int st = 0;
+    uint64_t t0 = ftc_now_ns();
+    for (;;) {
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            return st;
+        if (ftc_now_ns() - t0 > (uint64_t)secs * 1000000000ull) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            return st;
+        }
+        ftc_sleep_ms(10);
+    }
+}
+
+static void io_exact(int fd, void *buf, size_t n, int wr)
+{
+    uint8_t *b = buf;
+    while (n) {
+        ssize_t k = wr ? send(fd, b, n, MSG_NOSIGNAL) : recv(fd, b, n, 0);
+        assert_true(k > 0);
+        b += k, n -= (size_t)k;
+    }
+}
+
+static void test_rendezvous_malformed_blob(void **state)
+{
+    (void)state;
+    /* the test is rank 0 of a DP 2 x TP 2 job; rank 3 joins for real */
+    int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(ls >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(bind(ls, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(ls, 4), 0);
+    socklen_t sl = sizeof sa;
+    assert_int_equal(getsockname(ls, (struct sockaddr *)&sa, &sl), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(ls);
+        ftc_dist_opts_t o = {.world = 4, .tp = 2, .rank = 3, .host = "127.0.0.1",
+                             .port = ntohs(sa.sin_port), .timeout_ms = 10000};
+        ftc_dist_t *d = NULL;
+        ftc_err_t e = {0};
+        int rc = ftc_dist_join(&o, &d, &e);
+        fprintf(stderr, "rank 3: rc %d: %s\n", rc, e.msg);
+        ftc_dist_destroy(d);
+        _exit(rc == FTC_EPROTO && strstr(e.msg, "rank 2") && strstr(e.msg, "malformed") ? 0 : 1);
+    }
+    int fd = accept4(ls, NULL, NULL, SOCK_CLOEXEC);
+    assert_true(fd >= 0);
+    uint32_t hdr[3];
+    io_exact(fd, hdr, sizeof hdr, 0);
+    assert_int_equal(hdr[1], 3);
+    assert_true(hdr[2] > 0 && hdr[2] <= FTC_DIST_BLOB_MAX);
+    uint8_t blob[FTC_DIST_BLOB_MAX];
+    io_exact(fd, blob, hdr[2], 0);
+    /* ranks 1 and 3 (rank 3's DP group) get rank 3's own blob; rank 2 (its
+     * TP group) a blob of 4 bytes whose first address claims 65535 bytes */
+    uint8_t bad[4] = {0xff, 0xff, 0, 0};
+    for (int q = 0; q < 4; q++) {
+        const uint8_t *b = q == 2 ? bad : blob;
+        uint32_t l = q == 2 ? (uint32_t)sizeof bad : hdr[2];
+        io_exact(fd, &l, 4, 1);
+        io_exact(fd, (void *)(uintptr_t)b, l, 1);
+    }
+    int st = wait_child(pid, 60);
+    close(fd);
+    close(ls);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+static void test_rendezvous_dp2_tp2(void **state)
+{
+    (void)state;
+    /* a free port: bind to 0, read it, close (rank 0 binds it again) */
+    int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(ls >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(bind(ls, (struct sockaddr *)&sa, sizeof sa), 0);
+    socklen_t sl = sizeof sa;
+    assert_int_equal(getsockname(ls, (struct sockaddr *)&sa, &sl), 0);
+    close(ls);
+    pid_t pids[4];
+    for (int r = 0; r < 4; r++) {
+        pids[r] = fork();
+        assert_true(pids[r] >= 0);
+        if (pids[r] == 0) {
+            ftc_dist_opts_t o = {.world = 4, .tp = 2, .rank = r, .host = "127.0.0.1",
+                                 .port = ntohs(sa.sin_port), .timeout_ms = 30000};
+            ftc_dist_t *d = NULL;
+            ftc_err_t e = {0};
+            if (ftc_dist_join(&o, &d, &e) < 0) {
+                fprintf(stderr, "rank %d: %s\n", r, e.msg);
+                _exit(1);
+            }
+            int bad = !d->dp || !d->tp || ftc_coll_size(d->dp) != 2 || ftc_coll_size(d->tp) != 2;
+            for (int g = 0; g < 2 && !bad; g++) {
+                ftc_coll_t *c = g ? d->tp : d->dp;
+                /* each rank adds its global rank: DP groups {0,2} {1,3}, TP {0,1} {2,3} */
+                float v = (float)r;
+                ftc_deadline_t dl = ftc_deadline_in_ms(30000);
+                if (ftc_coll_barrier(c, dl) < 0 || ftc_coll_all_reduce(c, &v, 1, FTC_COLL_F32,
+                                                                       dl) < 0) {
+                    fprintf(stderr, "rank %d: %s\n", r, ftc_coll_errmsg(c));
+                    bad = 1;
+                    break;
+                }
+                float want = g ? (float)(r / 2 * 4 + 1) : (float)(r % 2 * 2 + 2);
+                if (v != want) {
+                    fprintf(stderr, "rank %d group %d: sum %g, want %g\n", r, g, (double)v,
+                            (double)want);
+                    bad = 1;
+                }
+            }
+            ftc_dist_destroy(d);
+            _exit(bad);
+        }
+    }
+    for (int r = 0; r < 4; r++) {
+        int st = wait_child(pids[r], 120);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            fail_msg("rank %d: status 0x%x", r, st);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_exchange_timeout_closes_endpoint),
+        cmocka_unit_test(test_rendezvous_connect_deadline),
+        cmocka_unit_test(test_rendezvous_malformed_blob),
+        cmocka_unit_test(test_rendezvous_dp2_tp2),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
