@@ -704,8 +704,9 @@ static int fs_targets(ftc_filestore_t *fs, uint32_t *out, int want)
     return n;
 }
 
-static const char *busy_why(const ftc_filestore_t *fs)
+static const char *busy_why(const ftc_filestore_t *fs, bool busy)
 {
+    if (!busy) return "the directory was quiet but a process held them open for writing";
     return fs->busy_flush ? "a flush came before a quiet period"
                           : "no pause of quiet_ms in the writes for busy_max_ms";
 }
@@ -755,9 +756,10 @@ static void fs_take_previous(ftc_filestore_t *fs, fs_scan_t *sc, char *list, siz
     sc->n = out;
 }
 
-/* Packs the directory into the free own slot and starts pushing it. busy:
- * the directory was not quiet (a flush, or busy_max_ms passed): files being
- * written are taken as the previous version held them. */
+/* Packs the directory into the free own slot and starts pushing it. Files
+ * being written (held open for writing; busy: also those that changed while
+ * read) are taken as the previous version held them. busy: the directory
+ * was not quiet (a flush, or busy_max_ms passed). */
 static void fs_start_push(ftc_filestore_t *fs, bool busy)
 {
     ftc_filestore_limits_t lim;
@@ -770,10 +772,11 @@ static void fs_start_push(ftc_filestore_t *fs, bool busy)
     ftc_shard_layout_t *l = NULL;
     uint8_t *meta = NULL;
     char carried[600] = "";
-    if (busy)
-        fs_find_writers(fs);
-    else
+    if (!busy) /* a quiet pack starts afresh; a busy one keeps the files that changed */
         busy_clear(fs);
+    /* a file some process holds open for writing is not finished, quiet or
+     * not: a writer that pauses halfway (computing the rest) leaves it torn */
+    fs_find_writers(fs);
     int rc = scan_dir(fs, &sc, "", 0, &err);
     if (rc) goto fail;
     if (fs->nbusy) fs_take_previous(fs, &sc, carried, sizeof carried);
@@ -881,7 +884,7 @@ static void fs_start_push(ftc_filestore_t *fs, bool busy)
     if (carried[0])
         fs_log(fs, FTC_LOG_WARN,
                "version %" PRIu64 " of %s made while files were still being written (%s): %s",
-               version, fs->dir, busy_why(fs), carried);
+               version, fs->dir, busy_why(fs, busy), carried);
     busy_clear(fs);
     ftc_shard_layout_destroy(l);
     free(meta);

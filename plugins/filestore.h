@@ -41,11 +41,13 @@
  * event file) sends writes all the time, so the directory is never quiet.
  * Once a change has waited busy_max_ms (default 30 s) for a quiet period, the
  * version is packed anyway, and so is one a flush asks for before the quiet
- * period: then a file some process holds open for writing (/proc/PID/fdinfo)
- * or that changes while it is read is still being written, so the version
- * takes it as the previous own version held it, or leaves it out when no
- * version had it (a warning names such files). A half-written file is never
- * packed this way; an append-only file is packed once it is closed.
+ * period: then a file that changes while it is read is still being written.
+ * Such a file, and in every pack (quiet or not) a file some process holds
+ * open for writing (/proc/PID/fdinfo), goes into the version as the previous
+ * own version held it, or is left out when no version had it (a warning
+ * names such files). A half-written file is never packed, even when its
+ * writer pauses past the quiet period; an append-only file is packed once it
+ * is closed.
  *
  * Limits: the files together must fit max_bytes (default 4 GiB) or the
  * version is refused (FTC_ERANGE, a log line and a ckptdir_too_big event);

@@ -39,6 +39,8 @@
  *   busy       a log appended every 20 ms (never quiet) and a file rewritten in
  *              place and held open: a version is still made (busy_max_ms), with
  *              the held file as the previous version had it and without the log
+ *   quietopen  a file half-written and held open while the directory is quiet
+ *              (another file finished): the version has its previous copy
  *   older      a holder got a newer version that was never recorded (the
  *              record hit a foreign value of the wrong type; the owner then
  *              died): its own restore takes the recorded, older version from
@@ -982,6 +984,35 @@ static void test_busy(void **state)
     quit(&n1);
 }
 
+/* A file held open for writing is not finished, even when the directory is
+ * quiet: a rank that writes half a file and pauses (computing the rest)
+ * while another file it finished makes the directory change. The quiet
+ * pack used to take the half-written file as it stood, and a replacement
+ * node got it back torn; now it goes in as the previous version held it. */
+static void test_quietopen(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0, n1;
+    spawn_pair(&n0, &n1);
+    OK(&n0, "write a.bin 95 50000");
+    OK(&n0, "flush"); /* version 1 */
+    int hold = cmd(&n0, NULL, 0, "holdwrite a.bin 96 50000"); /* half written, then a pause */
+    assert_true(hold > 0);
+    OK(&n0, "write b.bin 97 50000"); /* a finished file: a change */
+    bool pushed = wait_pushed(&n0, 2); /* the directory is quiet: a plain pack */
+    kill9(&n0);
+    kill(hold, SIGKILL);
+    forget_node(0);
+    assert_true(pushed);
+    node_t r0 = spawn(0, "n0", 1);
+    OK(&r0, "restore 2 n0 n1");
+    OK(&r0, "check a.bin 95 50000"); /* the previous version's, not the half-written one */
+    OK(&r0, "check b.bin 97 50000");
+    quit(&r0);
+    quit(&n1);
+}
+
 /* A version held by many peers with long node ids: its recorded holder list
  * runs past 1000 bytes (it used to be cut there, silently). The record of
  * node 0's version lists 30 holders of 62-byte ids that are not members
@@ -1062,6 +1093,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_delete, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pending, setup, teardown),
         cmocka_unit_test_setup_teardown(test_busy, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_quietopen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_longholders, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
