@@ -17,6 +17,7 @@
 #include "plugins/run.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <netdb.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -715,6 +716,25 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
         ec = ftc_cli_fail(cmd, "%s", ftc_err_str(&err));
         goto out;
     }
+    /* the supervisor keeps these in an int: a bigger value wrapped (a
+     * negative grace or timeout read as no deadline at all) */
+    const struct {
+        const char *name;
+        uint64_t v, max;
+    } ints[] = {{"--max-restarts", restarts, 1000000},
+                {settle_seen || !rdzv_conf ? "--settle-ms" : "--rdzv-conf last_call_timeout (ms)",
+                 settle, INT_MAX},
+                {join_seen || !rdzv_conf ? "--join-timeout-ms" : "--rdzv-conf join_timeout (ms)",
+                 join_to, INT_MAX},
+                {"--grace-ms", grace, INT_MAX}};
+    for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++)
+        if (ints[k].v > ints[k].max) {
+            ec = ftc_cli_usage_error(cmd, "%s %llu is too large: give at most %llu%s",
+                                     ints[k].name, (unsigned long long)ints[k].v,
+                                     (unsigned long long)ints[k].max,
+                                     ints[k].max == INT_MAX ? " (about 24 days)" : "");
+            goto out;
+        }
     if (nproc < 1 || nproc > 64 || node_rank >= (uint64_t)mx) {
         ec = ftc_cli_usage_error(cmd, "--nproc-per-node must be 1..64 and --node-rank below "
                                       "--nnodes MAX (%d)",
