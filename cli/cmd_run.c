@@ -126,12 +126,16 @@ static void ftc__run_sig(int sig)
     ftc__run_stop = 1;
 }
 
-static const char *ftc__env_first(const char *const *names)
+/* The first of names set (non-empty) in the environment; its name in *which. */
+static const char *ftc__env_first(const char *const *names, const char **which)
 {
     for (int i = 0; names[i]; i++) {
         const char *v = getenv(names[i]);
-        if (v && *v)
+        if (v && *v) {
+            if (which)
+                *which = names[i];
             return v;
+        }
     }
     return NULL;
 }
@@ -462,9 +466,14 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
 {
     static const char *const nn_env[] = {"SLURM_NNODES", "SLURM_JOB_NUM_NODES", NULL};
     static const char *const nr_env[] = {"FTC_NODE_RANK", "NODE_RANK", "SLURM_NODEID", NULL};
-    const char *nnodes = ftc__env_first(nn_env);
-    const char *nrank = ftc__env_first(nr_env);
-    uint64_t nproc = 1, node_rank = nrank ? strtoull(nrank, NULL, 10) : 0, restarts = 3,
+    const char *nnodes = ftc__env_first(nn_env, NULL);
+    const char *nrank_var = NULL, *nrank = ftc__env_first(nr_env, &nrank_var);
+    char *nrank_end = NULL;
+    errno = 0;
+    uint64_t nrank_v = nrank ? strtoull(nrank, &nrank_end, 10) : 0;
+    /* a variable that is no index is refused below, unless --node-rank is given */
+    bool nrank_bad = nrank && (errno || *nrank_end || nrank[0] < '0' || nrank[0] > '9');
+    uint64_t nproc = 1, node_rank = nrank_bad ? 0 : nrank_v, restarts = 3,
              simulate = 0, settle = 1000, join_to = 120000, grace = 3000, tp = 1, pp = 1,
              grow_wait = 10000, master_port = 0;
     const char *node_id = "", *domain = "", *host = NULL, *nproc_s = NULL, *master_addr = NULL,
@@ -714,6 +723,12 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
     }
     if (use_netns && ftc_netns_check(&err)) { /* before anything is started */
         ec = ftc_cli_fail(cmd, "%s", ftc_err_str(&err));
+        goto out;
+    }
+    if (nrank_bad && !node_rank_seen && !standalone && !simulate) { /* (those ignore it) */
+        ec = ftc_cli_usage_error(cmd, "%s='%s' is not a node index: set it to 0..%d (this "
+                                      "node's index below --nnodes MAX), or give --node-rank I",
+                                 nrank_var, nrank, mx - 1);
         goto out;
     }
     /* the supervisor keeps these in an int: a bigger value wrapped (a

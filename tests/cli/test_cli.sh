@@ -272,6 +272,15 @@ expect 2 "a --rdzv-conf join_timeout over the limit is a usage error" -- \
     timeout 60 "$FTC" run --simulate-nodes 1 --rdzv-conf join_timeout=2592000 --job clibig$$ \
     --job-dir "$T/bigjob" -- /bin/true
 grep_in err "--rdzv-conf join_timeout .* is too large" "its error names --rdzv-conf join_timeout"
+# a node rank from the environment that is no number was read as node 0 (two
+# nodes of a job could both be node 0): a usage error naming the variable
+expect 2 "ftc run with NODE_RANK=one is a usage error" -- \
+    env -u FTC_NODE_RANK NODE_RANK=one timeout 60 "$FTC" run --nnodes 2 --job clinr$$ \
+    --job-dir "$T/nrjob" -- /bin/true
+grep_in err "NODE_RANK='one' is not a node index" "its error names NODE_RANK and its value"
+expect 2 "ftc agent with FTC_NODE_RANK=x1 is a usage error" -- \
+    env FTC_NODE_RANK=x1 timeout 60 "$FTC" agent --nodes 2 --job clinr$$ --job-dir "$T/nrjob"
+grep_in err "FTC_NODE_RANK='x1' is not a node index" "its error names FTC_NODE_RANK and its value"
 
 # the URL file of a job whose embedded Redis died with it (kill -9 of ftc
 # run): the next run starts a new one instead of failing on the dead address
