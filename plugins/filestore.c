@@ -1822,6 +1822,11 @@ static void *fs_main(void *arg)
              * writes do not (fs_do_restore drops their events, and with them
              * those of a rank writing meanwhile: in-process survivors) */
             fs_drain_events(fs, false);
+            /* a rank that died since the last version (ftc run restarts its
+             * ranks at once, before the quiet period that would have found
+             * it): its half-written files are not kept as newer ones */
+            if (fs->dirty && !fs->suspect && fs_ranks_check(fs) < 0)
+                fs_crash_discard(fs);
             struct timespec t0;
             clock_gettime(CLOCK_REALTIME_COARSE, &t0); /* the clock of mtimes */
             int rc = fs_do_restore(fs, &e);

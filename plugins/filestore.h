@@ -99,7 +99,8 @@ int ftc_filestore_set_members(ftc_filestore_t *fs, uint64_t gen, const char (*me
                               ftc_err_t *err);
 /* The pids of this node's ranks, each time they are started (n = 0: none),
  * and each rank the caller reaped (status from waitpid; -1 when unknown, e.g.
- * killed by the caller). Before it packs, the store checks that no watched
+ * killed by the caller). Before it packs, and before a restore of a
+ * directory that changed since the last version, the store checks that no watched
  * rank died other than by exiting 0 (waitid with WNOWAIT for those not
  * reaped yet): a rank killed while it rewrote a file in place has that file
  * closed by the kernel, half-written. After such a death the changes are not

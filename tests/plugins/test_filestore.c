@@ -33,6 +33,8 @@
  *   crash      a rank killed while it rewrites a file in place: the half-written
  *              files are not packed, a restore puts the recorded copy back and
  *              moves the new file aside, a replacement gets the recorded one
+ *   crashrestore  the same, the restore coming at once (before the store's
+ *              next pack): the recorded copy still replaces the half-written one
  *   delete     a file the binary deletes is not brought back by a restore (a
  *              deletion makes a version; deleting all makes an empty one)
  *   pending    a file written just before a restore is still pushed after it
@@ -899,6 +901,35 @@ static void test_crash(void **state)
 /* A file the binary deletes (a trainer keeping its last N checkpoints) is a
  * change: the next version no longer holds it, and a restore does not bring
  * it back; deleting every file makes an empty version. */
+/* The supervisor restarts its ranks at once after one died: the restore
+ * comes before the store tried to pack the dead rank's writes (within
+ * quiet_ms), so the store had not marked the directory suspect yet, kept the
+ * half-written file as "newer than every recorded copy", and packed it once
+ * the new ranks ran. The restore itself now looks at the ranks' deaths. */
+static void test_crashrestore(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0, n1;
+    spawn_pair(&n0, &n1);
+    OK(&n0, "limits 1073741824 60000 30000");
+    OK(&n0, "rankwrite a.bin 61 100000");
+    OK(&n0, "flush"); /* version 1, recorded */
+    OK(&n0, "crashwrite a.bin 62 100000 reap"); /* killed mid-write, reported */
+    OK(&n0, "restore 2 n0 n1");                 /* at once, as ftc run does */
+    OK(&n0, "check a.bin 61 100000");           /* the recorded copy, whole */
+    OK(&n0, "absent a.bin.new");
+    OK(&n0, "rankwrite b.bin 63 1000"); /* the next rank's files count again */
+    OK(&n0, "flush");
+    lose(&n0, 0);
+    node_t r0 = spawn(0, "n0", 1);
+    OK(&r0, "restore 3 n0 n1");
+    OK(&r0, "check a.bin 61 100000"); /* the half-written bytes never left the node */
+    OK(&r0, "check b.bin 63 1000");
+    quit(&r0);
+    quit(&n1);
+}
+
 static void test_delete(void **state)
 {
     (void)state;
@@ -1090,6 +1121,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_leave, setup, teardown),
         cmocka_unit_test_setup_teardown(test_older, setup, teardown),
         cmocka_unit_test_setup_teardown(test_crash, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_crashrestore, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delete, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pending, setup, teardown),
         cmocka_unit_test_setup_teardown(test_busy, setup, teardown),
