@@ -67,6 +67,7 @@
 #define FS_HOLDERS_MAX (FTC_REPL_MAX_PEERS * FS_HOLDER_MAX + 1)
 _Static_assert(FS_MAX_NODES <= 10000, "FS_HOLDER_MAX counts 4 digits of a node index");
 #define FS_MAX_RANKS 256 /* watched ranks of one node */
+#define FS_LIMIT_MAX_MS 86400000 /* each time limit: a day */
 #define FS_CRASHED_PREFIX FS_TMP_PREFIX "crashed." /* files moved aside after a crash */
 
 typedef struct fs_peer {
@@ -2239,12 +2240,17 @@ int ftc_filestore_restore(ftc_filestore_t *fs, uint64_t gen, const char (*member
 
 int ftc_filestore_set_limits(ftc_filestore_t *fs, const ftc_filestore_limits_t *l, ftc_err_t *err)
 {
+    /* at most a day each: the flush and restore waits add them up in an int */
+    const int day = FS_LIMIT_MAX_MS;
     if (!fs || !l || l->struct_size != sizeof *l || l->version != 2 || l->max_bytes == 0 ||
-        l->quiet_ms < 0 || l->push_timeout_ms < 1 || l->restore_timeout_ms < 1 ||
-        l->busy_max_ms < 0)
+        l->quiet_ms < 0 || l->quiet_ms > day || l->push_timeout_ms < 1 ||
+        l->push_timeout_ms > day || l->restore_timeout_ms < 1 || l->restore_timeout_ms > day ||
+        l->busy_max_ms < 0 || l->busy_max_ms > day)
         return ftc_err_set(err, FTC_EINVAL,
-                           "filestore: limits need max_bytes > 0, quiet_ms >= 0, busy_max_ms >= 0 "
-                           "and deadlines >= 1 ms (start from FTC_FILESTORE_LIMITS_INIT)");
+                           "filestore: limits need max_bytes > 0, quiet_ms and busy_max_ms in "
+                           "0..%d and deadlines in 1..%d ms (start from "
+                           "FTC_FILESTORE_LIMITS_INIT)",
+                           day, day);
     pthread_mutex_lock(&fs->mu);
     fs->lim = *l;
     pthread_mutex_unlock(&fs->mu);

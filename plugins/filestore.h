@@ -148,8 +148,9 @@ typedef struct ftc_filestore_limits {
     }
 
 /* Applies new limits (taken by the thread at its next pack / push / restore).
- * FTC_EINVAL for a zero cap, a deadline < 1 ms or a negative busy_max_ms, or
- * a struct not from FTC_FILESTORE_LIMITS_INIT (version 2). Thread-safe. */
+ * FTC_EINVAL for a zero cap, a deadline < 1 ms, a negative quiet_ms or
+ * busy_max_ms, any time above 86400000 ms (a day), or a struct not from
+ * FTC_FILESTORE_LIMITS_INIT (version 2). Thread-safe. */
 int ftc_filestore_set_limits(ftc_filestore_t *fs, const ftc_filestore_limits_t *l, ftc_err_t *err);
 
 typedef struct ftc_filestore_stats {

@@ -35,6 +35,7 @@
  *              moves the new file aside, a replacement gets the recorded one
  *   crashrestore  the same, the restore coming at once (before the store's
  *              next pack): the recorded copy still replaces the half-written one
+ *   limits     times above a day are refused (their sums overflowed the waits)
  *   delete     a file the binary deletes is not brought back by a restore (a
  *              deletion makes a version; deleting all makes an empty one)
  *   pending    a file written just before a restore is still pushed after it
@@ -930,6 +931,25 @@ static void test_crashrestore(void **state)
     quit(&n1);
 }
 
+/* Limits whose sum overflowed the int of a flush's or a restore's wait
+ * (push_timeout_ms + quiet_ms + 10 s; restore_timeout_ms + 15 s) were
+ * accepted: a flush then waited with a negative, i.e. no, deadline. Times
+ * above a day are refused by name, a day is taken. */
+static void test_limits(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0 = spawn(0, "n0", 1);
+    char msg[2048];
+    int rc = cmd(&n0, msg, sizeof msg, "limits 1073741824 2147483647");
+    printf("# push_timeout_ms INT_MAX: %d %s\n", rc, msg);
+    assert_int_equal(rc, FTC_EINVAL);
+    assert_non_null(strstr(msg, "deadlines in 1..86400000 ms"));
+    assert_int_equal(cmd(&n0, msg, sizeof msg, "limits 1073741824 60000 86400001"), FTC_EINVAL);
+    OK(&n0, "limits 1073741824 86400000 86400000");
+    quit(&n0);
+}
+
 static void test_delete(void **state)
 {
     (void)state;
@@ -1122,6 +1142,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_older, setup, teardown),
         cmocka_unit_test_setup_teardown(test_crash, setup, teardown),
         cmocka_unit_test_setup_teardown(test_crashrestore, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_limits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delete, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pending, setup, teardown),
         cmocka_unit_test_setup_teardown(test_busy, setup, teardown),
