@@ -466,7 +466,7 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
 {
     static const char *const nn_env[] = {"SLURM_NNODES", "SLURM_JOB_NUM_NODES", NULL};
     static const char *const nr_env[] = {"FTC_NODE_RANK", "NODE_RANK", "SLURM_NODEID", NULL};
-    const char *nnodes = ftc__env_first(nn_env, NULL);
+    const char *nnodes_var = NULL, *nnodes = ftc__env_first(nn_env, &nnodes_var);
     const char *nrank_var = NULL, *nrank = ftc__env_first(nr_env, &nrank_var);
     char *nrank_end = NULL;
     errno = 0;
@@ -545,8 +545,12 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
     if (simulate)
         mn = mx = (int)simulate;
     if (nnodes && ftc__parse_nnodes(nnodes, &mn, &mx)) {
-        ec = ftc_cli_usage_error(cmd, "--nnodes '%s': use N or MIN:MAX with 1 <= MIN <= MAX",
-                                 nnodes);
+        ec = nnodes_seen ? ftc_cli_usage_error(cmd, "--nnodes '%s': use N or MIN:MAX with 1 <= "
+                                                    "MIN <= MAX",
+                                               nnodes)
+                         : ftc_cli_usage_error(cmd, "%s='%s' is not a node count: fix it, or "
+                                                    "give --nnodes N or MIN:MAX",
+                                               nnodes_var, nnodes);
         goto out;
     }
     /* ---- torchrun's options ---- */

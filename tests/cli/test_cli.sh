@@ -278,6 +278,9 @@ expect 2 "ftc run with NODE_RANK=one is a usage error" -- \
     env -u FTC_NODE_RANK NODE_RANK=one timeout 60 "$FTC" run --nnodes 2 --job clinr$$ \
     --job-dir "$T/nrjob" -- /bin/true
 grep_in err "NODE_RANK='one' is not a node index" "its error names NODE_RANK and its value"
+expect 2 "ftc run with SLURM_NNODES=two is a usage error" -- \
+    env SLURM_NNODES=two timeout 60 "$FTC" run --job clinr$$ --job-dir "$T/nrjob" -- /bin/true
+grep_in err "SLURM_NNODES='two' is not a node count" "its error names SLURM_NNODES, not --nnodes"
 expect 2 "ftc agent with FTC_NODE_RANK=x1 is a usage error" -- \
     env FTC_NODE_RANK=x1 timeout 60 "$FTC" agent --nodes 2 --job clinr$$ --job-dir "$T/nrjob"
 grep_in err "FTC_NODE_RANK='x1' is not a node index" "its error names FTC_NODE_RANK and its value"
