@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "detect/redis_server.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,22 +46,37 @@ static void ftc__agent_sig(int sig)
     ftc__agent_stop = 1;
 }
 
-static uint64_t ftc__env_u64(const char *a, const char *b, uint64_t def)
+/* *out = the first of a, b set in the environment, as a non-negative
+ * integer (def when neither is set); -1 with its name in *which when it is
+ * something else. */
+static int ftc__env_u64(const char *a, const char *b, uint64_t def, uint64_t *out,
+                        const char **which)
 {
     const char *v = getenv(a);
-    if (!v && b)
-        v = getenv(b);
-    return v && *v ? strtoull(v, NULL, 10) : def;
+    *which = a;
+    if ((!v || !*v) && b)
+        v = getenv(b), *which = b;
+    *out = def;
+    if (!v || !*v)
+        return 0;
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (errno || *end || v[0] < '0' || v[0] > '9')
+        return -1;
+    *out = x;
+    return 0;
 }
 
 static int ftc__agent_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
 {
-    uint64_t nodes = 0, index = ftc__env_u64("FTC_NODE_RANK", "NODE_RANK", 0), rpn = 1,
-             every = 0;
+    uint64_t nodes = 0, index = 0, rpn = 1, every = 0;
+    const char *index_var = NULL;
+    bool index_bad = ftc__env_u64("FTC_NODE_RANK", "NODE_RANK", 0, &index, &index_var) != 0;
     const char *node_id = "", *domain = "";
-    bool every_set = false;
+    bool every_set = false, index_seen = false;
     const ftc_cli_opt_t opts[] = {{"--nodes", FTC_OPT_U64, &nodes, NULL},
-                                  {"--index", FTC_OPT_U64, &index, NULL},
+                                  {"--index", FTC_OPT_U64, &index, &index_seen},
                                   {"--ranks-per-node", FTC_OPT_U64, &rpn, NULL},
                                   {"--node-id", FTC_OPT_STR, &node_id, NULL},
                                   {"--domain", FTC_OPT_STR, &domain, NULL},
@@ -72,6 +88,12 @@ static int ftc__agent_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
     ftc_err_t err = {0};
     ftc_agent_options_t o;
     memset(&o, 0, sizeof o);
+    if (index_bad && !index_seen) {
+        ec = ftc_cli_usage_error(cmd, "%s='%s' is not a node index: set it to this node's "
+                                      "index below --nodes, or give --index I",
+                                 index_var, getenv(index_var));
+        goto out;
+    }
     if (nodes < 1 || nodes > 4096 || index >= nodes || rpn < 1 || rpn > 64) {
         ec = ftc_cli_usage_error(cmd, "--nodes must be 1..4096, --index below it, "
                                       "--ranks-per-node 1..64");

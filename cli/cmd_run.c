@@ -17,6 +17,7 @@
 #include "plugins/run.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <netdb.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -125,12 +126,16 @@ static void ftc__run_sig(int sig)
     ftc__run_stop = 1;
 }
 
-static const char *ftc__env_first(const char *const *names)
+/* The first of names set (non-empty) in the environment; its name in *which. */
+static const char *ftc__env_first(const char *const *names, const char **which)
 {
     for (int i = 0; names[i]; i++) {
         const char *v = getenv(names[i]);
-        if (v && *v)
+        if (v && *v) {
+            if (which)
+                *which = names[i];
             return v;
+        }
     }
     return NULL;
 }
@@ -461,9 +466,14 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
 {
     static const char *const nn_env[] = {"SLURM_NNODES", "SLURM_JOB_NUM_NODES", NULL};
     static const char *const nr_env[] = {"FTC_NODE_RANK", "NODE_RANK", "SLURM_NODEID", NULL};
-    const char *nnodes = ftc__env_first(nn_env);
-    const char *nrank = ftc__env_first(nr_env);
-    uint64_t nproc = 1, node_rank = nrank ? strtoull(nrank, NULL, 10) : 0, restarts = 3,
+    const char *nnodes_var = NULL, *nnodes = ftc__env_first(nn_env, &nnodes_var);
+    const char *nrank_var = NULL, *nrank = ftc__env_first(nr_env, &nrank_var);
+    char *nrank_end = NULL;
+    errno = 0;
+    uint64_t nrank_v = nrank ? strtoull(nrank, &nrank_end, 10) : 0;
+    /* a variable that is no index is refused below, unless --node-rank is given */
+    bool nrank_bad = nrank && (errno || *nrank_end || nrank[0] < '0' || nrank[0] > '9');
+    uint64_t nproc = 1, node_rank = nrank_bad ? 0 : nrank_v, restarts = 3,
              simulate = 0, settle = 1000, join_to = 120000, grace = 3000, tp = 1, pp = 1,
              grow_wait = 10000, master_port = 0;
     const char *node_id = "", *domain = "", *host = NULL, *nproc_s = NULL, *master_addr = NULL,
@@ -535,8 +545,12 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
     if (simulate)
         mn = mx = (int)simulate;
     if (nnodes && ftc__parse_nnodes(nnodes, &mn, &mx)) {
-        ec = ftc_cli_usage_error(cmd, "--nnodes '%s': use N or MIN:MAX with 1 <= MIN <= MAX",
-                                 nnodes);
+        ec = nnodes_seen ? ftc_cli_usage_error(cmd, "--nnodes '%s': use N or MIN:MAX with 1 <= "
+                                                    "MIN <= MAX",
+                                               nnodes)
+                         : ftc_cli_usage_error(cmd, "%s='%s' is not a node count: fix it, or "
+                                                    "give --nnodes N or MIN:MAX",
+                                               nnodes_var, nnodes);
         goto out;
     }
     /* ---- torchrun's options ---- */
@@ -715,6 +729,31 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
         ec = ftc_cli_fail(cmd, "%s", ftc_err_str(&err));
         goto out;
     }
+    if (nrank_bad && !node_rank_seen && !standalone && !simulate) { /* (those ignore it) */
+        ec = ftc_cli_usage_error(cmd, "%s='%s' is not a node index: set it to 0..%d (this "
+                                      "node's index below --nnodes MAX), or give --node-rank I",
+                                 nrank_var, nrank, mx - 1);
+        goto out;
+    }
+    /* the supervisor keeps these in an int: a bigger value wrapped (a
+     * negative grace or timeout read as no deadline at all) */
+    const struct {
+        const char *name;
+        uint64_t v, max;
+    } ints[] = {{"--max-restarts", restarts, 1000000},
+                {settle_seen || !rdzv_conf ? "--settle-ms" : "--rdzv-conf last_call_timeout (ms)",
+                 settle, INT_MAX},
+                {join_seen || !rdzv_conf ? "--join-timeout-ms" : "--rdzv-conf join_timeout (ms)",
+                 join_to, INT_MAX},
+                {"--grace-ms", grace, INT_MAX}};
+    for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++)
+        if (ints[k].v > ints[k].max) {
+            ec = ftc_cli_usage_error(cmd, "%s %llu is too large: give at most %llu%s",
+                                     ints[k].name, (unsigned long long)ints[k].v,
+                                     (unsigned long long)ints[k].max,
+                                     ints[k].max == INT_MAX ? " (about 24 days)" : "");
+            goto out;
+        }
     if (nproc < 1 || nproc > 64 || node_rank >= (uint64_t)mx) {
         ec = ftc_cli_usage_error(cmd, "--nproc-per-node must be 1..64 and --node-rank below "
                                       "--nnodes MAX (%d)",

@@ -67,6 +67,7 @@
 #define FS_HOLDERS_MAX (FTC_REPL_MAX_PEERS * FS_HOLDER_MAX + 1)
 _Static_assert(FS_MAX_NODES <= 10000, "FS_HOLDER_MAX counts 4 digits of a node index");
 #define FS_MAX_RANKS 256 /* watched ranks of one node */
+#define FS_LIMIT_MAX_MS 86400000 /* each time limit: a day */
 #define FS_CRASHED_PREFIX FS_TMP_PREFIX "crashed." /* files moved aside after a crash */
 
 typedef struct fs_peer {
@@ -704,8 +705,9 @@ static int fs_targets(ftc_filestore_t *fs, uint32_t *out, int want)
     return n;
 }
 
-static const char *busy_why(const ftc_filestore_t *fs)
+static const char *busy_why(const ftc_filestore_t *fs, bool busy)
 {
+    if (!busy) return "the directory was quiet but a process held them open for writing";
     return fs->busy_flush ? "a flush came before a quiet period"
                           : "no pause of quiet_ms in the writes for busy_max_ms";
 }
@@ -755,9 +757,10 @@ static void fs_take_previous(ftc_filestore_t *fs, fs_scan_t *sc, char *list, siz
     sc->n = out;
 }
 
-/* Packs the directory into the free own slot and starts pushing it. busy:
- * the directory was not quiet (a flush, or busy_max_ms passed): files being
- * written are taken as the previous version held them. */
+/* Packs the directory into the free own slot and starts pushing it. Files
+ * being written (held open for writing; busy: also those that changed while
+ * read) are taken as the previous version held them. busy: the directory
+ * was not quiet (a flush, or busy_max_ms passed). */
 static void fs_start_push(ftc_filestore_t *fs, bool busy)
 {
     ftc_filestore_limits_t lim;
@@ -770,10 +773,11 @@ static void fs_start_push(ftc_filestore_t *fs, bool busy)
     ftc_shard_layout_t *l = NULL;
     uint8_t *meta = NULL;
     char carried[600] = "";
-    if (busy)
-        fs_find_writers(fs);
-    else
+    if (!busy) /* a quiet pack starts afresh; a busy one keeps the files that changed */
         busy_clear(fs);
+    /* a file some process holds open for writing is not finished, quiet or
+     * not: a writer that pauses halfway (computing the rest) leaves it torn */
+    fs_find_writers(fs);
     int rc = scan_dir(fs, &sc, "", 0, &err);
     if (rc) goto fail;
     if (fs->nbusy) fs_take_previous(fs, &sc, carried, sizeof carried);
@@ -881,7 +885,7 @@ static void fs_start_push(ftc_filestore_t *fs, bool busy)
     if (carried[0])
         fs_log(fs, FTC_LOG_WARN,
                "version %" PRIu64 " of %s made while files were still being written (%s): %s",
-               version, fs->dir, busy_why(fs), carried);
+               version, fs->dir, busy_why(fs, busy), carried);
     busy_clear(fs);
     ftc_shard_layout_destroy(l);
     free(meta);
@@ -1819,6 +1823,11 @@ static void *fs_main(void *arg)
              * writes do not (fs_do_restore drops their events, and with them
              * those of a rank writing meanwhile: in-process survivors) */
             fs_drain_events(fs, false);
+            /* a rank that died since the last version (ftc run restarts its
+             * ranks at once, before the quiet period that would have found
+             * it): its half-written files are not kept as newer ones */
+            if (fs->dirty && !fs->suspect && fs_ranks_check(fs) < 0)
+                fs_crash_discard(fs);
             struct timespec t0;
             clock_gettime(CLOCK_REALTIME_COARSE, &t0); /* the clock of mtimes */
             int rc = fs_do_restore(fs, &e);
@@ -2231,12 +2240,17 @@ int ftc_filestore_restore(ftc_filestore_t *fs, uint64_t gen, const char (*member
 
 int ftc_filestore_set_limits(ftc_filestore_t *fs, const ftc_filestore_limits_t *l, ftc_err_t *err)
 {
+    /* at most a day each: the flush and restore waits add them up in an int */
+    const int day = FS_LIMIT_MAX_MS;
     if (!fs || !l || l->struct_size != sizeof *l || l->version != 2 || l->max_bytes == 0 ||
-        l->quiet_ms < 0 || l->push_timeout_ms < 1 || l->restore_timeout_ms < 1 ||
-        l->busy_max_ms < 0)
+        l->quiet_ms < 0 || l->quiet_ms > day || l->push_timeout_ms < 1 ||
+        l->push_timeout_ms > day || l->restore_timeout_ms < 1 || l->restore_timeout_ms > day ||
+        l->busy_max_ms < 0 || l->busy_max_ms > day)
         return ftc_err_set(err, FTC_EINVAL,
-                           "filestore: limits need max_bytes > 0, quiet_ms >= 0, busy_max_ms >= 0 "
-                           "and deadlines >= 1 ms (start from FTC_FILESTORE_LIMITS_INIT)");
+                           "filestore: limits need max_bytes > 0, quiet_ms and busy_max_ms in "
+                           "0..%d and deadlines in 1..%d ms (start from "
+                           "FTC_FILESTORE_LIMITS_INIT)",
+                           day, day);
     pthread_mutex_lock(&fs->mu);
     fs->lim = *l;
     pthread_mutex_unlock(&fs->mu);

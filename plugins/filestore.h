@@ -41,11 +41,13 @@
  * event file) sends writes all the time, so the directory is never quiet.
  * Once a change has waited busy_max_ms (default 30 s) for a quiet period, the
  * version is packed anyway, and so is one a flush asks for before the quiet
- * period: then a file some process holds open for writing (/proc/PID/fdinfo)
- * or that changes while it is read is still being written, so the version
- * takes it as the previous own version held it, or leaves it out when no
- * version had it (a warning names such files). A half-written file is never
- * packed this way; an append-only file is packed once it is closed.
+ * period: then a file that changes while it is read is still being written.
+ * Such a file, and in every pack (quiet or not) a file some process holds
+ * open for writing (/proc/PID/fdinfo), goes into the version as the previous
+ * own version held it, or is left out when no version had it (a warning
+ * names such files). A half-written file is never packed, even when its
+ * writer pauses past the quiet period; an append-only file is packed once it
+ * is closed.
  *
  * Limits: the files together must fit max_bytes (default 4 GiB) or the
  * version is refused (FTC_ERANGE, a log line and a ckptdir_too_big event);
@@ -97,7 +99,8 @@ int ftc_filestore_set_members(ftc_filestore_t *fs, uint64_t gen, const char (*me
                               ftc_err_t *err);
 /* The pids of this node's ranks, each time they are started (n = 0: none),
  * and each rank the caller reaped (status from waitpid; -1 when unknown, e.g.
- * killed by the caller). Before it packs, the store checks that no watched
+ * killed by the caller). Before it packs, and before a restore of a
+ * directory that changed since the last version, the store checks that no watched
  * rank died other than by exiting 0 (waitid with WNOWAIT for those not
  * reaped yet): a rank killed while it rewrote a file in place has that file
  * closed by the kernel, half-written. After such a death the changes are not
@@ -145,8 +148,9 @@ typedef struct ftc_filestore_limits {
     }
 
 /* Applies new limits (taken by the thread at its next pack / push / restore).
- * FTC_EINVAL for a zero cap, a deadline < 1 ms or a negative busy_max_ms, or
- * a struct not from FTC_FILESTORE_LIMITS_INIT (version 2). Thread-safe. */
+ * FTC_EINVAL for a zero cap, a deadline < 1 ms, a negative quiet_ms or
+ * busy_max_ms, any time above 86400000 ms (a day), or a struct not from
+ * FTC_FILESTORE_LIMITS_INIT (version 2). Thread-safe. */
 int ftc_filestore_set_limits(ftc_filestore_t *fs, const ftc_filestore_limits_t *l, ftc_err_t *err);
 
 typedef struct ftc_filestore_stats {

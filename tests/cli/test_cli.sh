@@ -259,6 +259,32 @@ expect 1 "ftc run of a failing binary with --max-restarts 0 fails" -- \
 grep_in err "ftc run: node 0: 1 failed generations" "it names the failed generations"
 once err "the supervisor's error says 'ftc run:' once"
 
+# a millisecond or count flag too big for the supervisor's int (it wrapped:
+# --grace-ms 3000000000 became a negative grace, read as no deadline at all,
+# and --max-restarts 4294967296 became 0) is a usage error naming the flag
+for f in "--grace-ms 3000000000" "--join-timeout-ms 3000000000" "--settle-ms 3000000000" \
+    "--max-restarts 4294967296"; do
+    expect 2 "ftc run $f is a usage error" -- \
+        timeout 60 "$FTC" run --simulate-nodes 1 $f --job clibig$$ --job-dir "$T/bigjob" -- /bin/true
+    grep_in err "ftc run: ${f% *} ${f#* } is too large" "its error names ${f% *} and its value"
+done
+expect 2 "a --rdzv-conf join_timeout over the limit is a usage error" -- \
+    timeout 60 "$FTC" run --simulate-nodes 1 --rdzv-conf join_timeout=2592000 --job clibig$$ \
+    --job-dir "$T/bigjob" -- /bin/true
+grep_in err "--rdzv-conf join_timeout .* is too large" "its error names --rdzv-conf join_timeout"
+# a node rank from the environment that is no number was read as node 0 (two
+# nodes of a job could both be node 0): a usage error naming the variable
+expect 2 "ftc run with NODE_RANK=one is a usage error" -- \
+    env -u FTC_NODE_RANK NODE_RANK=one timeout 60 "$FTC" run --nnodes 2 --job clinr$$ \
+    --job-dir "$T/nrjob" -- /bin/true
+grep_in err "NODE_RANK='one' is not a node index" "its error names NODE_RANK and its value"
+expect 2 "ftc run with SLURM_NNODES=two is a usage error" -- \
+    env SLURM_NNODES=two timeout 60 "$FTC" run --job clinr$$ --job-dir "$T/nrjob" -- /bin/true
+grep_in err "SLURM_NNODES='two' is not a node count" "its error names SLURM_NNODES, not --nnodes"
+expect 2 "ftc agent with FTC_NODE_RANK=x1 is a usage error" -- \
+    env FTC_NODE_RANK=x1 timeout 60 "$FTC" agent --nodes 2 --job clinr$$ --job-dir "$T/nrjob"
+grep_in err "FTC_NODE_RANK='x1' is not a node index" "its error names FTC_NODE_RANK and its value"
+
 # the URL file of a job whose embedded Redis died with it (kill -9 of ftc
 # run): the next run starts a new one instead of failing on the dead address
 mkdir -p "$T/stalejob" && echo "redis://127.0.0.1:1/0" >"$T/stalejob/redis.url"

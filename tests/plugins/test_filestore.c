@@ -33,12 +33,17 @@
  *   crash      a rank killed while it rewrites a file in place: the half-written
  *              files are not packed, a restore puts the recorded copy back and
  *              moves the new file aside, a replacement gets the recorded one
+ *   crashrestore  the same, the restore coming at once (before the store's
+ *              next pack): the recorded copy still replaces the half-written one
+ *   limits     times above a day are refused (their sums overflowed the waits)
  *   delete     a file the binary deletes is not brought back by a restore (a
  *              deletion makes a version; deleting all makes an empty one)
  *   pending    a file written just before a restore is still pushed after it
  *   busy       a log appended every 20 ms (never quiet) and a file rewritten in
  *              place and held open: a version is still made (busy_max_ms), with
  *              the held file as the previous version had it and without the log
+ *   quietopen  a file half-written and held open while the directory is quiet
+ *              (another file finished): the version has its previous copy
  *   older      a holder got a newer version that was never recorded (the
  *              record hit a foreign value of the wrong type; the owner then
  *              died): its own restore takes the recorded, older version from
@@ -897,6 +902,54 @@ static void test_crash(void **state)
 /* A file the binary deletes (a trainer keeping its last N checkpoints) is a
  * change: the next version no longer holds it, and a restore does not bring
  * it back; deleting every file makes an empty version. */
+/* The supervisor restarts its ranks at once after one died: the restore
+ * comes before the store tried to pack the dead rank's writes (within
+ * quiet_ms), so the store had not marked the directory suspect yet, kept the
+ * half-written file as "newer than every recorded copy", and packed it once
+ * the new ranks ran. The restore itself now looks at the ranks' deaths. */
+static void test_crashrestore(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0, n1;
+    spawn_pair(&n0, &n1);
+    OK(&n0, "limits 1073741824 60000 30000");
+    OK(&n0, "rankwrite a.bin 61 100000");
+    OK(&n0, "flush"); /* version 1, recorded */
+    OK(&n0, "crashwrite a.bin 62 100000 reap"); /* killed mid-write, reported */
+    OK(&n0, "restore 2 n0 n1");                 /* at once, as ftc run does */
+    OK(&n0, "check a.bin 61 100000");           /* the recorded copy, whole */
+    OK(&n0, "absent a.bin.new");
+    OK(&n0, "rankwrite b.bin 63 1000"); /* the next rank's files count again */
+    OK(&n0, "flush");
+    lose(&n0, 0);
+    node_t r0 = spawn(0, "n0", 1);
+    OK(&r0, "restore 3 n0 n1");
+    OK(&r0, "check a.bin 61 100000"); /* the half-written bytes never left the node */
+    OK(&r0, "check b.bin 63 1000");
+    quit(&r0);
+    quit(&n1);
+}
+
+/* Limits whose sum overflowed the int of a flush's or a restore's wait
+ * (push_timeout_ms + quiet_ms + 10 s; restore_timeout_ms + 15 s) were
+ * accepted: a flush then waited with a negative, i.e. no, deadline. Times
+ * above a day are refused by name, a day is taken. */
+static void test_limits(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0 = spawn(0, "n0", 1);
+    char msg[2048];
+    int rc = cmd(&n0, msg, sizeof msg, "limits 1073741824 2147483647");
+    printf("# push_timeout_ms INT_MAX: %d %s\n", rc, msg);
+    assert_int_equal(rc, FTC_EINVAL);
+    assert_non_null(strstr(msg, "deadlines in 1..86400000 ms"));
+    assert_int_equal(cmd(&n0, msg, sizeof msg, "limits 1073741824 60000 86400001"), FTC_EINVAL);
+    OK(&n0, "limits 1073741824 86400000 86400000");
+    quit(&n0);
+}
+
 static void test_delete(void **state)
 {
     (void)state;
@@ -982,6 +1035,35 @@ static void test_busy(void **state)
     quit(&n1);
 }
 
+/* A file held open for writing is not finished, even when the directory is
+ * quiet: a rank that writes half a file and pauses (computing the rest)
+ * while another file it finished makes the directory change. The quiet
+ * pack used to take the half-written file as it stood, and a replacement
+ * node got it back torn; now it goes in as the previous version held it. */
+static void test_quietopen(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0, n1;
+    spawn_pair(&n0, &n1);
+    OK(&n0, "write a.bin 95 50000");
+    OK(&n0, "flush"); /* version 1 */
+    int hold = cmd(&n0, NULL, 0, "holdwrite a.bin 96 50000"); /* half written, then a pause */
+    assert_true(hold > 0);
+    OK(&n0, "write b.bin 97 50000"); /* a finished file: a change */
+    bool pushed = wait_pushed(&n0, 2); /* the directory is quiet: a plain pack */
+    kill9(&n0);
+    kill(hold, SIGKILL);
+    forget_node(0);
+    assert_true(pushed);
+    node_t r0 = spawn(0, "n0", 1);
+    OK(&r0, "restore 2 n0 n1");
+    OK(&r0, "check a.bin 95 50000"); /* the previous version's, not the half-written one */
+    OK(&r0, "check b.bin 97 50000");
+    quit(&r0);
+    quit(&n1);
+}
+
 /* A version held by many peers with long node ids: its recorded holder list
  * runs past 1000 bytes (it used to be cut there, silently). The record of
  * node 0's version lists 30 holders of 62-byte ids that are not members
@@ -1059,9 +1141,12 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_leave, setup, teardown),
         cmocka_unit_test_setup_teardown(test_older, setup, teardown),
         cmocka_unit_test_setup_teardown(test_crash, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_crashrestore, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_limits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delete, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pending, setup, teardown),
         cmocka_unit_test_setup_teardown(test_busy, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_quietopen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_longholders, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
