@@ -150,6 +150,9 @@ typedef struct ftc__rank {
     int ncand, icand;       /* FETCH_AT_MOST: the committed steps to try, the one tried */
     uint64_t cand[FTC__AT_MOST_CANDS];     /* newest first, each <= at_most_step */
     uint64_t cand_gen[FTC__AT_MOST_CANDS]; /* the generation that committed it, 0: unknown */
+    int64_t cand_cover;     /* the commit set read has every committed step from this one
+                               on (-1: not read, empty): a step of another source there that
+                               it lacks was never committed */
     char cand_tried[160];   /* FETCH_AT_MOST: the steps tried so far ("6, 5") */
     char fetch_name[FTC_SLOT_NAME_MAX]; /* shm object of the last FETCH_OK ("" = none) */
     uint64_t fetches;       /* FETCH_OKs so far: names the next object */
@@ -1016,6 +1019,36 @@ static void ftc__persist_collect(ftc_agent_t *a)
 }
 
 /* Moves SEALED+reported slots to COMMITTED once the commit record says so. */
+/* A sealed version this node reported, of a step older than the job's
+ * committed step: committed only if the job's commit set has it. The
+ * commit record never goes back, so a step it passed without every rank's
+ * report (another rank skipped it, or abandoned it) never commits; it was
+ * marked committed all the same (and the rank told COMMITTED, and the
+ * persist tier given it as committed), which ftc_fetch_at_most and the
+ * persist tier then returned (I1). Such a version is freed and the rank
+ * told NOT_COMMITTED. False too while Redis does not answer (asked again at
+ * the next poll); true for a step older than the set keeps (as before). */
+static bool ftc__older_sealed_committed(ftc_agent_t *a, ftc__rank_t *r, int s)
+{
+    int64_t steps[1] = {-1}, oldest = -1;
+    uint64_t gens[1] = {0};
+    int n = 0;
+    if (ftc_ctl_committed_at_most(a->ctl, (int64_t)r->step[s], 1, steps, gens, &n, &oldest) != 0)
+        return false;
+    if ((n == 1 && (uint64_t)steps[0] == r->step[s]) || oldest < 0 ||
+        r->step[s] < (uint64_t)oldest)
+        return true;
+    FTC_WARN("agent", "rank %u: step %" PRIu64 " was never committed (the job committed step "
+             "%" PRId64 " without it: another rank skipped or abandoned it); slot %d is free "
+             "again", r->rank, r->step[s], a->committed, s);
+    r->st[s] = SL_EMPTY;
+    ftc__not_committed(r->fd, FTC_EIO, r->step[s], "step %" PRIu64 " not committed: the job "
+                       "committed step %" PRId64 " without it (another rank skipped or "
+                       "abandoned it)", r->step[s], a->committed);
+    ftc__answer_begin(a, r); /* a BEGIN may have waited for this slot */
+    return false;
+}
+
 static void ftc__poll_commits(ftc_agent_t *a)
 {
     bool pending = false, waiting_peers = false;
@@ -1094,6 +1127,8 @@ static void ftc__poll_commits(ftc_agent_t *a)
             if (r->acked[s] && !r->reported[s])
                 ftc__report_commit(a, r, s); /* a report that failed earlier (Redis away) */
             if (!r->reported[s] || (int64_t)r->step[s] > a->committed)
+                continue;
+            if ((int64_t)r->step[s] < a->committed && !ftc__older_sealed_committed(a, r, s))
                 continue;
             r->st[s] = SL_COMMITTED;
             newly = r->step[s];
@@ -2082,6 +2117,14 @@ static void ftc__cand_add(ftc__rank_t *r, uint64_t step, uint64_t gen)
             r->cand_gen[k] = gen;
         return;
     }
+    if (!gen && r->cand_cover >= 0 && (int64_t)step >= r->cand_cover) {
+        /* a slot or persisted version of a step the commit set would have
+         * (I1: marked committed once, by an agent of an older build, or a
+         * slot read back after a restart) */
+        FTC_DEBUG("agent", "rank %u: FETCH_AT_MOST: step %" PRIu64 " is not in the commit set: "
+                  "never committed, not looked for", r->rank, step);
+        return;
+    }
     if (k == FTC__AT_MOST_CANDS)
         return; /* older than every kept one */
     int n = r->ncand < FTC__AT_MOST_CANDS ? r->ncand : FTC__AT_MOST_CANDS - 1;
@@ -2125,6 +2168,7 @@ static bool ftc__at_most_candidates(ftc_agent_t *a, ftc__rank_t *r, int64_t comm
 {
     r->ncand = r->icand = 0;
     r->cand_tried[0] = 0;
+    r->cand_cover = -1;
     int64_t steps[FTC__AT_MOST_CANDS], oldest = -1, o2 = -1;
     uint64_t gens[FTC__AT_MOST_CANDS];
     int n = 0;
@@ -2140,6 +2184,10 @@ static bool ftc__at_most_candidates(ftc_agent_t *a, ftc__rank_t *r, int64_t comm
     }
     for (int i = 0; i < n; i++)
         ftc__cand_add(r, (uint64_t)steps[i], gens[i]);
+    /* the set holds every committed step from its oldest on: the steps
+     * read, all of them at or before at_most_step from the oldest, or from
+     * the oldest one read when there are more */
+    r->cand_cover = n == FTC__AT_MOST_CANDS ? steps[n - 1] : oldest;
     if (committed >= 0 && (uint64_t)committed <= r->at_most_step)
         ftc__cand_add(r, (uint64_t)committed, gen_known ? gen : 0);
     if (committed >= 0 && (oldest < 0 || committed < oldest))
@@ -2210,6 +2258,87 @@ static bool ftc__at_most_next(ftc_agent_t *a, ftc__rank_t *r, const char *tried,
     return false;
 }
 
+/* Whether the persist directory p holds a committed version of step. */
+static bool ftc__persist_has_committed(ftc_persist_t *p, uint64_t step)
+{
+    ftc_persist_version_t *v = NULL;
+    int n = 0;
+    bool has = false;
+    if (ftc_persist_list(p, &v, &n) != 0)
+        return false;
+    for (int i = 0; i < n && !has; i++)
+        has = v[i].state == FTC_PV_COMMITTED && v[i].step == step;
+    free(v);
+    return has;
+}
+
+/* FETCH of a step older than the committed one: whether it was ever
+ * committed (I1: only committed versions are restored). A slot, a replica
+ * or a persisted version of a step that never committed (skipped by the
+ * checkpoint.busy=skip policy while another rank checkpointed it, abandoned
+ * before every rank's copy was in) verifies by its content all the same, so
+ * the search must not even start for it. The job's commit set in Redis
+ * answers, with the generation that committed it (*gen: the commit
+ * record's checksum is then checked too); for a step older than the set
+ * keeps (or Redis away), a persist tier that holds it committed. 0 when
+ * committed (*gen 0 when not known), else the code and why (cap bytes). */
+static int ftc__older_committed(ftc_agent_t *a, uint64_t step, uint64_t *gen, char *why,
+                                size_t cap)
+{
+    int64_t steps[1] = {-1}, oldest = -1;
+    uint64_t gens[1] = {0};
+    int n = 0;
+    *gen = 0;
+    char redis[240] = "";
+    bool read = ftc_ctl_committed_at_most(a->ctl, (int64_t)step, 1, steps, gens, &n,
+                                          &oldest) == 0;
+    if (read && n == 1 && (uint64_t)steps[0] == step) {
+        *gen = gens[0];
+        return 0;
+    }
+    if (read && oldest >= 0 && step > (uint64_t)oldest) {
+        /* the set holds every committed step from its oldest on */
+        snprintf(why, cap, "step %" PRIu64 " of job %s was never committed (skipped, or "
+                 "abandoned before every rank's copy was in): only committed steps are "
+                 "restored; the newest committed step before it is %" PRId64 " "
+                 "(ftc_fetch_at_most finds it)", step, a->job, steps[0]);
+        return FTC_ENOENT;
+    }
+    if (!read)
+        snprintf(redis, sizeof redis, "the job's commit set in Redis could not be read (%.150s)",
+                 ftc_ctl_errstr(a->ctl));
+    else if (oldest >= 0)
+        snprintf(redis, sizeof redis, "it is older than the job's commit set in Redis keeps (from "
+                 "step %" PRId64 " on)", oldest);
+    else
+        snprintf(redis, sizeof redis, "the job's commit set in Redis is empty");
+    /* the persist tiers: this node's, then the other nodes' (read-only) */
+    bool has = false;
+    if (a->pw) {
+        ftc_persist_t *p = ftc__persister_lock(a->pw); /* waits for a running write */
+        has = ftc__persist_has_committed(p, step);
+        ftc__persister_unlock(a->pw);
+    }
+    for (uint32_t i = 0; !has && a->o.persist_dir && *a->o.persist_dir && i < a->o.nodes; i++) {
+        if (i == a->o.index)
+            continue;
+        char dir[4200];
+        snprintf(dir, sizeof dir, "%s/node%u", a->o.persist_dir, i);
+        ftc_err_t err = {0};
+        ftc_persist_t *p = ftc_persist_open_reader(dir, &err);
+        if (!p)
+            continue;
+        has = ftc__persist_has_committed(p, step);
+        ftc_persist_close(p);
+    }
+    if (has)
+        return 0;
+    snprintf(why, cap, "step %" PRIu64 " of job %s cannot be shown to have been committed: %s, "
+             "and no persist tier holds it committed; only committed steps are restored%s", step,
+             a->job, redis, read ? "" : " (retry once Redis answers)");
+    return read ? FTC_ENOENT : FTC_EREDIS;
+}
+
 /* RESTORE, FETCH and FETCH_AT_MOST: the newest committed step (FETCH: the
  * step asked for, if committed; FETCH_AT_MOST: the newest committed step at
  * or before it that has a copy) of the subject rank's shard, from this
@@ -2252,6 +2381,16 @@ static void ftc__on_restore(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *
             return;
         }
         step = (int64_t)m->step;
+        if (step != committed_step) {
+            char why[600];
+            int rc = ftc__older_committed(a, (uint64_t)step, &gen, why, sizeof why);
+            if (rc) {
+                FTC_WARN("agent", "rank %u: FETCH of rank %u: %s", r->rank, src, why);
+                ftc__reply_error(r->fd, m->seq, rc, "%s", why);
+                return;
+            }
+            gen_known = gen != 0;
+        }
     }
     r->fetch = fetch;
     r->at_most = at_most;
@@ -2273,10 +2412,11 @@ static void ftc__on_restore(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *
     const char *nogen = NULL;
     if (at_most && !gen_known)
         nogen = "not in the commit set: its generation is not known";
+    else if (!gen_known && step != committed_step)
+        nogen = "an older step, committed in a persist tier but not in the commit set: its "
+                "generation is not known";
     else if (!gen_known)
         nogen = "Redis did not answer";
-    else if (step != committed_step)
-        nogen = "an older step than the committed one: its generation is not known";
     ftc__search(a, r, gen, nogen);
 }
 
