@@ -129,6 +129,8 @@ typedef struct ftc__rank {
     uint64_t retry_ns[NS];   /* a failed push is tried again from then on (0: now) */
     int push_tries[NS];      /* pushes of this version that failed so far */
     bool begin_waiting;     /* BUSY_WAIT: a BEGIN is parked */
+    uint64_t begin_seq;     /* request id of the last BEGIN (its answer may come later) */
+    uint64_t restore_seq;   /* request id of the RESTORE / FETCH being worked on */
     uint64_t begin_step;
     uint64_t begin_since_ns; /* when it was parked: after the timeout the oldest
                                 uncommitted version is abandoned (another rank's
@@ -148,6 +150,9 @@ typedef struct ftc__rank {
     int ncand, icand;       /* FETCH_AT_MOST: the committed steps to try, the one tried */
     uint64_t cand[FTC__AT_MOST_CANDS];     /* newest first, each <= at_most_step */
     uint64_t cand_gen[FTC__AT_MOST_CANDS]; /* the generation that committed it, 0: unknown */
+    int64_t cand_cover;     /* the commit set read has every committed step from this one
+                               on (-1: not read, empty): a step of another source there that
+                               it lacks was never committed */
     char cand_tried[160];   /* FETCH_AT_MOST: the steps tried so far ("6, 5") */
     char fetch_name[FTC_SLOT_NAME_MAX]; /* shm object of the last FETCH_OK ("" = none) */
     uint64_t fetches;       /* FETCH_OKs so far: names the next object */
@@ -259,12 +264,14 @@ static void ftc__queue(ftc_agent_t *a, ftc__job_t *j)
     pthread_mutex_unlock(&a->mu);
 }
 
-static void ftc__reply_error(int fd, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void ftc__reply_error(int fd, int code, const char *fmt, ...)
+/* An ERROR answer to the request whose id is seq (agent_proto.h). */
+static void ftc__reply_error(int fd, uint64_t seq, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void ftc__reply_error(int fd, uint64_t seq, int code, const char *fmt, ...)
 {
     ftc_ap_msg_t m;
     ftc_ap_init(&m, FTC_AP_ERROR);
+    m.seq = seq;
     m.status = code;
     va_list ap;
     va_start(ap, fmt);
@@ -840,7 +847,8 @@ static void ftc__send_begin_ok(ftc__rank_t *r, int slot, uint64_t step)
 {
     ftc_err_t rerr = {0};
     if (ftc__slot_reserve(r, slot, &rerr)) {
-        ftc__reply_error(r->fd, rerr.code, "checkpoint of step %" PRIu64 ": %s", step, rerr.msg);
+        ftc__reply_error(r->fd, r->begin_seq, rerr.code, "checkpoint of step %" PRIu64 ": %s",
+                         step, rerr.msg);
         return;
     }
     r->st[slot] = SL_WRITING;
@@ -848,6 +856,7 @@ static void ftc__send_begin_ok(ftc__rank_t *r, int slot, uint64_t step)
     r->reported[slot] = false;
     ftc_ap_msg_t m;
     ftc_ap_init(&m, FTC_AP_BEGIN_OK);
+    m.seq = r->begin_seq;
     m.slot = (uint32_t)slot;
     m.step = step;
     ftc_err_t err = {0};
@@ -1010,6 +1019,36 @@ static void ftc__persist_collect(ftc_agent_t *a)
 }
 
 /* Moves SEALED+reported slots to COMMITTED once the commit record says so. */
+/* A sealed version this node reported, of a step older than the job's
+ * committed step: committed only if the job's commit set has it. The
+ * commit record never goes back, so a step it passed without every rank's
+ * report (another rank skipped it, or abandoned it) never commits; it was
+ * marked committed all the same (and the rank told COMMITTED, and the
+ * persist tier given it as committed), which ftc_fetch_at_most and the
+ * persist tier then returned (I1). Such a version is freed and the rank
+ * told NOT_COMMITTED. False too while Redis does not answer (asked again at
+ * the next poll); true for a step older than the set keeps (as before). */
+static bool ftc__older_sealed_committed(ftc_agent_t *a, ftc__rank_t *r, int s)
+{
+    int64_t steps[1] = {-1}, oldest = -1;
+    uint64_t gens[1] = {0};
+    int n = 0;
+    if (ftc_ctl_committed_at_most(a->ctl, (int64_t)r->step[s], 1, steps, gens, &n, &oldest) != 0)
+        return false;
+    if ((n == 1 && (uint64_t)steps[0] == r->step[s]) || oldest < 0 ||
+        r->step[s] < (uint64_t)oldest)
+        return true;
+    FTC_WARN("agent", "rank %u: step %" PRIu64 " was never committed (the job committed step "
+             "%" PRId64 " without it: another rank skipped or abandoned it); slot %d is free "
+             "again", r->rank, r->step[s], a->committed, s);
+    r->st[s] = SL_EMPTY;
+    ftc__not_committed(r->fd, FTC_EIO, r->step[s], "step %" PRIu64 " not committed: the job "
+                       "committed step %" PRId64 " without it (another rank skipped or "
+                       "abandoned it)", r->step[s], a->committed);
+    ftc__answer_begin(a, r); /* a BEGIN may have waited for this slot */
+    return false;
+}
+
 static void ftc__poll_commits(ftc_agent_t *a)
 {
     bool pending = false, waiting_peers = false;
@@ -1089,6 +1128,8 @@ static void ftc__poll_commits(ftc_agent_t *a)
                 ftc__report_commit(a, r, s); /* a report that failed earlier (Redis away) */
             if (!r->reported[s] || (int64_t)r->step[s] > a->committed)
                 continue;
+            if ((int64_t)r->step[s] < a->committed && !ftc__older_sealed_committed(a, r, s))
+                continue;
             r->st[s] = SL_COMMITTED;
             newly = r->step[s];
             ftc__persist_due(a, r->step[s]);
@@ -1120,7 +1161,8 @@ static void ftc__poll_commits(ftc_agent_t *a)
 static void ftc__on_hello(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
 {
     if (strcmp(m->job, a->job)) {
-        ftc__reply_error(fd, FTC_EAUTH, "this agent serves job '%s', not '%s'", a->job, m->job);
+        ftc__reply_error(fd, m->seq, FTC_EAUTH, "this agent serves job '%s', not '%s'", a->job,
+                         m->job);
         return;
     }
     if (a->world && ((m->world && m->world != a->world) || m->rank >= a->world)) {
@@ -1135,12 +1177,13 @@ static void ftc__on_hello(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
         }
     }
     if (a->world && m->rank >= a->world) {
-        ftc__reply_error(fd, FTC_ERANGE, "rank %u is not below the world size %u", m->rank,
+        ftc__reply_error(fd, m->seq, FTC_ERANGE, "rank %u is not below the world size %u", m->rank,
                          a->world);
         return;
     }
     if (a->world && m->world && m->world != a->world) { /* no commit would ever complete */
-        ftc__reply_error(fd, FTC_ECONFIG, "rank %u says the world has %u rank(s), but generation "
+        ftc__reply_error(fd, m->seq, FTC_ECONFIG,
+                         "rank %u says the world has %u rank(s), but generation "
                          "%" PRIu64 " of this job has %u (nodes x ranks per node, or the "
                          "layout of `ftc run`): make FTC_WORLD_SIZE (or WORLD_SIZE) agree with "
                          "the agents' --nodes and --ranks-per-node", m->rank, m->world,
@@ -1155,13 +1198,13 @@ static void ftc__on_hello(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
             free_r = &a->ranks[i];
     }
     if (r && r->fd >= 0 && r->fd != fd) {
-        ftc__reply_error(fd, FTC_EEXIST, "rank %u is already connected (pid %d)", m->rank,
+        ftc__reply_error(fd, m->seq, FTC_EEXIST, "rank %u is already connected (pid %d)", m->rank,
                          r->hello.pid);
         return;
     }
     if (!r) {
         if (!free_r) {
-            ftc__reply_error(fd, FTC_ERANGE, "this agent serves at most %d ranks",
+            ftc__reply_error(fd, m->seq, FTC_ERANGE, "this agent serves at most %d ranks",
                              FTC_AGENT_MAX_RANKS);
             return;
         }
@@ -1184,6 +1227,7 @@ static void ftc__on_hello(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
             a->clients[i] = -1;
     ftc_ap_msg_t w;
     ftc_ap_init(&w, FTC_AP_WELCOME);
+    w.seq = m->seq;
     w.generation = a->generation;
     w.world = a->world;
     ftc_err_t err = {0};
@@ -1196,7 +1240,7 @@ static void ftc__on_hello(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
 static void ftc__on_slots(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
 {
     if (r->size && r->size != m->size && r->landing) {
-        ftc__reply_error(r->fd, FTC_EAGAIN, "a restore of rank %u is landing in its slots: "
+        ftc__reply_error(r->fd, m->seq, FTC_EAGAIN, "a restore of rank %u is landing in its slots: "
                          "retry SLOTS once it is done", r->rank);
         return;
     }
@@ -1204,7 +1248,7 @@ static void ftc__on_slots(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
         if (r->st[s] == SL_SEALED && r->pushed[s] && !r->acked[s]) {
             /* the replication thread (or the parity encoder) reads that slot
              * through this mapping: unmapped now, it crashed the agent */
-            ftc__reply_error(r->fd, FTC_EAGAIN, "rank %u's step %" PRIu64 " (the previous "
+            ftc__reply_error(r->fd, m->seq, FTC_EAGAIN, "rank %u's step %" PRIu64 " (the previous "
                              "layout) is still replicating: retry SLOTS once it is done",
                              r->rank, r->step[s]);
             return;
@@ -1234,6 +1278,7 @@ static void ftc__on_slots(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
     }
     ftc_ap_msg_t ok;
     ftc_ap_init(&ok, FTC_AP_SLOTS_OK);
+    ok.seq = m->seq;
     uint64_t t0 = ftc_now_ns();
     char names[NS][FTC_SLOT_NAME_MAX];
     const char *mk[NS];
@@ -1257,7 +1302,7 @@ static void ftc__on_slots(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
         if (ftc_slot_name(a->ns, r->rank, s, names[s], sizeof names[s], &err) ||
             ftc_slot_name_prev(a->ns, r->rank, s, prev, sizeof prev, &err) ||
             (!r->slot[s].base && ftc_slot_keep_other_size(names[s], prev, m->size, &err))) {
-            ftc__reply_error(r->fd, err.code ? err.code : FTC_EIO, "%s", err.msg);
+            ftc__reply_error(r->fd, m->seq, err.code ? err.code : FTC_EIO, "%s", err.msg);
             return;
         }
         if (!r->slot[s].base) {
@@ -1278,7 +1323,7 @@ static void ftc__on_slots(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
             if (made[i].base)
                 r->slot[mkslot[i]] = made[i];
         if (rc) {
-            ftc__reply_error(r->fd, err.code ? err.code : FTC_EIO, "%s", err.msg);
+            ftc__reply_error(r->fd, m->seq, err.code ? err.code : FTC_EIO, "%s", err.msg);
             return;
         }
     }
@@ -1327,8 +1372,9 @@ static void ftc__on_slots(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
 
 static void ftc__on_begin(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
 {
+    r->begin_seq = m->seq; /* every answer to it, now or once a slot is free */
     if (!r->size) {
-        ftc__reply_error(r->fd, FTC_EINVAL, "BEGIN before SLOTS");
+        ftc__reply_error(r->fd, r->begin_seq, FTC_EINVAL, "BEGIN before SLOTS");
         return;
     }
     /* a new BEGIN supersedes a parked one (the rank gave up waiting for it):
@@ -1368,6 +1414,7 @@ static void ftc__on_begin(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
         }
         ftc_ap_msg_t sk;
         ftc_ap_init(&sk, FTC_AP_SKIP);
+        sk.seq = r->begin_seq;
         sk.step = m->step;
         if (a->committed < 0 || m->step > (uint64_t)a->committed)
             snprintf(sk.text, sizeof sk.text, "step %" PRIu64 " skipped: rank %u already "
@@ -1401,6 +1448,7 @@ static void ftc__on_begin(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
     }
     ftc_ap_msg_t sk;
     ftc_ap_init(&sk, FTC_AP_SKIP);
+    sk.seq = r->begin_seq;
     sk.step = m->step;
     snprintf(sk.text, sizeof sk.text,
              "step %" PRIu64 " skipped: the previous checkpoint is still replicating (policy "
@@ -1582,6 +1630,7 @@ static void ftc__restore_done(ftc_agent_t *a, ftc__rank_t *r, int s, bool verifi
               "arrived", r->rank, s, r->step[s], (double)(ftc_now_ns() - r->restore_t0) / 1e6);
     ftc_ap_msg_t ok;
     ftc_ap_init(&ok, FTC_AP_RESTORE_OK);
+    ok.seq = r->restore_seq;
     ok.slot = (uint32_t)s;
     ok.step = r->step[s];
     ok.status = verified ? FTC_AP_OK_VERIFIED : 0;
@@ -1706,8 +1755,8 @@ static void ftc__fetch_reply(ftc_agent_t *a, ftc__rank_t *r, const uint8_t *buf,
     snprintf(name, sizeof name, "ftc.%s.f%u.%" PRIu64, a->ns, r->rank, r->fetches++);
     ftc_slot_t sl;
     if (ftc_slot_create(name, size, &sl, &err)) {
-        ftc__reply_error(r->fd, err.code ? err.code : FTC_EIO, "fetch of rank %u step %" PRIu64
-                         ": %s", r->src, step, err.msg);
+        ftc__reply_error(r->fd, r->restore_seq, err.code ? err.code : FTC_EIO,
+                         "fetch of rank %u step %" PRIu64 ": %s", r->src, step, err.msg);
         return;
     }
     memcpy(sl.base, buf, size);
@@ -1715,6 +1764,7 @@ static void ftc__fetch_reply(ftc_agent_t *a, ftc__rank_t *r, const uint8_t *buf,
     snprintf(r->fetch_name, sizeof r->fetch_name, "%s", name);
     ftc_ap_msg_t ok;
     ftc_ap_init(&ok, FTC_AP_FETCH_OK);
+    ok.seq = r->restore_seq;
     ok.step = step;
     ok.size = size;
     ok.src = (int32_t)r->src;
@@ -1737,13 +1787,14 @@ static void ftc__deliver(ftc_agent_t *a, ftc__rank_t *r, const uint8_t *buf, uin
     int s = ftc__install(r, buf, size, step, &ierr);
     if (s < 0 && ierr.code) {
         r->restoring = false;
-        ftc__reply_error(r->fd, ierr.code, "restoring rank %u's shard of step %" PRIu64 ": %s",
-                         r->src, step, ierr.msg);
+        ftc__reply_error(r->fd, r->restore_seq, ierr.code,
+                         "restoring rank %u's shard of step %" PRIu64 ": %s", r->src, step,
+                         ierr.msg);
         return;
     }
     if (s < 0) {
         r->restoring = false;
-        ftc__reply_error(r->fd, FTC_ERANGE,
+        ftc__reply_error(r->fd, r->restore_seq, FTC_ERANGE,
                          "rank %u's shard of step %" PRIu64 " has %" PRIu64 " bytes, the slots of "
                          "rank %u %" PRIu64 ": a rank whose layout changed reads it with ftc_fetch",
                          r->src, step, size, r->rank, r->size);
@@ -1893,8 +1944,9 @@ static void ftc__restore_from_persist(ftc_agent_t *a, ftc__rank_t *r, const char
     if (r->at_most && ftc__at_most_next(a, r, tried, why))
         return;
     r->restoring = false;
-    ftc__reply_error(r->fd, FTC_ENOENT, "no verified copy of rank %u step %" PRIu64 ": %s; persist tier: %s",
-                     r->src, r->restore_step, tried, why);
+    ftc__reply_error(r->fd, r->restore_seq, FTC_ENOENT,
+                     "no verified copy of rank %u step %" PRIu64 ": %s; persist tier: %s", r->src,
+                     r->restore_step, tried, why);
 }
 
 /* Queues a fetch of r's restore step: first from this node's own replica
@@ -2065,6 +2117,14 @@ static void ftc__cand_add(ftc__rank_t *r, uint64_t step, uint64_t gen)
             r->cand_gen[k] = gen;
         return;
     }
+    if (!gen && r->cand_cover >= 0 && (int64_t)step >= r->cand_cover) {
+        /* a slot or persisted version of a step the commit set would have
+         * (I1: marked committed once, by an agent of an older build, or a
+         * slot read back after a restart) */
+        FTC_DEBUG("agent", "rank %u: FETCH_AT_MOST: step %" PRIu64 " is not in the commit set: "
+                  "never committed, not looked for", r->rank, step);
+        return;
+    }
     if (k == FTC__AT_MOST_CANDS)
         return; /* older than every kept one */
     int n = r->ncand < FTC__AT_MOST_CANDS ? r->ncand : FTC__AT_MOST_CANDS - 1;
@@ -2108,6 +2168,7 @@ static bool ftc__at_most_candidates(ftc_agent_t *a, ftc__rank_t *r, int64_t comm
 {
     r->ncand = r->icand = 0;
     r->cand_tried[0] = 0;
+    r->cand_cover = -1;
     int64_t steps[FTC__AT_MOST_CANDS], oldest = -1, o2 = -1;
     uint64_t gens[FTC__AT_MOST_CANDS];
     int n = 0;
@@ -2123,6 +2184,10 @@ static bool ftc__at_most_candidates(ftc_agent_t *a, ftc__rank_t *r, int64_t comm
     }
     for (int i = 0; i < n; i++)
         ftc__cand_add(r, (uint64_t)steps[i], gens[i]);
+    /* the set holds every committed step from its oldest on: the steps
+     * read, all of them at or before at_most_step from the oldest, or from
+     * the oldest one read when there are more */
+    r->cand_cover = n == FTC__AT_MOST_CANDS ? steps[n - 1] : oldest;
     if (committed >= 0 && (uint64_t)committed <= r->at_most_step)
         ftc__cand_add(r, (uint64_t)committed, gen_known ? gen : 0);
     if (committed >= 0 && (oldest < 0 || committed < oldest))
@@ -2152,12 +2217,14 @@ static bool ftc__at_most_candidates(ftc_agent_t *a, ftc__rank_t *r, int64_t comm
     if (r->ncand > 0)
         return true;
     if (oldest >= 0)
-        ftc__reply_error(r->fd, FTC_ENOENT, "no committed step at or before step %" PRIu64
+        ftc__reply_error(r->fd, r->restore_seq, FTC_ENOENT,
+                         "no committed step at or before step %" PRIu64
                          " for job %s: the oldest committed step known is %" PRId64 " (the commit "
                          "records in Redis, the persist tiers)%s", r->at_most_step, a->job,
                          oldest, redis);
     else
-        ftc__reply_error(r->fd, FTC_ENOENT, "no committed step at or before step %" PRIu64
+        ftc__reply_error(r->fd, r->restore_seq, FTC_ENOENT,
+                         "no committed step at or before step %" PRIu64
                          " for job %s known (the commit records in Redis, the persist tiers)%s",
                          r->at_most_step, a->job, redis);
     return false;
@@ -2184,10 +2251,92 @@ static bool ftc__at_most_next(ftc_agent_t *a, ftc__rank_t *r, const char *tried,
         return true;
     }
     r->restoring = false;
-    ftc__reply_error(r->fd, FTC_ENOENT, "no verified copy of rank %u's shard of any committed step "
+    ftc__reply_error(r->fd, r->restore_seq, FTC_ENOENT,
+                     "no verified copy of rank %u's shard of any committed step "
                      "at or before step %" PRIu64 " (tried %s, newest first); the last: %.120s; "
                      "persist tier: %.80s", r->src, r->at_most_step, r->cand_tried, tried, why);
     return false;
+}
+
+/* Whether the persist directory p holds a committed version of step. */
+static bool ftc__persist_has_committed(ftc_persist_t *p, uint64_t step)
+{
+    ftc_persist_version_t *v = NULL;
+    int n = 0;
+    bool has = false;
+    if (ftc_persist_list(p, &v, &n) != 0)
+        return false;
+    for (int i = 0; i < n && !has; i++)
+        has = v[i].state == FTC_PV_COMMITTED && v[i].step == step;
+    free(v);
+    return has;
+}
+
+/* FETCH of a step older than the committed one: whether it was ever
+ * committed (I1: only committed versions are restored). A slot, a replica
+ * or a persisted version of a step that never committed (skipped by the
+ * checkpoint.busy=skip policy while another rank checkpointed it, abandoned
+ * before every rank's copy was in) verifies by its content all the same, so
+ * the search must not even start for it. The job's commit set in Redis
+ * answers, with the generation that committed it (*gen: the commit
+ * record's checksum is then checked too); for a step older than the set
+ * keeps (or Redis away), a persist tier that holds it committed. 0 when
+ * committed (*gen 0 when not known), else the code and why (cap bytes). */
+static int ftc__older_committed(ftc_agent_t *a, uint64_t step, uint64_t *gen, char *why,
+                                size_t cap)
+{
+    int64_t steps[1] = {-1}, oldest = -1;
+    uint64_t gens[1] = {0};
+    int n = 0;
+    *gen = 0;
+    char redis[240] = "";
+    bool read = ftc_ctl_committed_at_most(a->ctl, (int64_t)step, 1, steps, gens, &n,
+                                          &oldest) == 0;
+    if (read && n == 1 && (uint64_t)steps[0] == step) {
+        *gen = gens[0];
+        return 0;
+    }
+    if (read && oldest >= 0 && step > (uint64_t)oldest) {
+        /* the set holds every committed step from its oldest on */
+        snprintf(why, cap, "step %" PRIu64 " of job %s was never committed (skipped, or "
+                 "abandoned before every rank's copy was in): only committed steps are "
+                 "restored; the newest committed step before it is %" PRId64 " "
+                 "(ftc_fetch_at_most finds it)", step, a->job, steps[0]);
+        return FTC_ENOENT;
+    }
+    if (!read)
+        snprintf(redis, sizeof redis, "the job's commit set in Redis could not be read (%.150s)",
+                 ftc_ctl_errstr(a->ctl));
+    else if (oldest >= 0)
+        snprintf(redis, sizeof redis, "it is older than the job's commit set in Redis keeps (from "
+                 "step %" PRId64 " on)", oldest);
+    else
+        snprintf(redis, sizeof redis, "the job's commit set in Redis is empty");
+    /* the persist tiers: this node's, then the other nodes' (read-only) */
+    bool has = false;
+    if (a->pw) {
+        ftc_persist_t *p = ftc__persister_lock(a->pw); /* waits for a running write */
+        has = ftc__persist_has_committed(p, step);
+        ftc__persister_unlock(a->pw);
+    }
+    for (uint32_t i = 0; !has && a->o.persist_dir && *a->o.persist_dir && i < a->o.nodes; i++) {
+        if (i == a->o.index)
+            continue;
+        char dir[4200];
+        snprintf(dir, sizeof dir, "%s/node%u", a->o.persist_dir, i);
+        ftc_err_t err = {0};
+        ftc_persist_t *p = ftc_persist_open_reader(dir, &err);
+        if (!p)
+            continue;
+        has = ftc__persist_has_committed(p, step);
+        ftc_persist_close(p);
+    }
+    if (has)
+        return 0;
+    snprintf(why, cap, "step %" PRIu64 " of job %s cannot be shown to have been committed: %s, "
+             "and no persist tier holds it committed; only committed steps are restored%s", step,
+             a->job, redis, read ? "" : " (retry once Redis answers)");
+    return read ? FTC_ENOENT : FTC_EREDIS;
 }
 
 /* RESTORE, FETCH and FETCH_AT_MOST: the newest committed step (FETCH: the
@@ -2200,14 +2349,15 @@ static void ftc__on_restore(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *
     bool at_most = m->type == FTC_AP_FETCH_AT_MOST;
     bool fetch = m->type == FTC_AP_FETCH || at_most;
     if (!fetch && !r->size) {
-        ftc__reply_error(r->fd, FTC_EINVAL, "RESTORE before SLOTS");
+        ftc__reply_error(r->fd, m->seq, FTC_EINVAL, "RESTORE before SLOTS");
         return;
     }
     if (r->restoring) {
-        ftc__reply_error(r->fd, FTC_EINPROGRESS, "a restore or fetch of rank %u is in progress",
-                         r->rank);
+        ftc__reply_error(r->fd, m->seq, FTC_EINPROGRESS, "a restore or fetch of rank %u is in "
+                         "progress", r->rank);
         return;
     }
+    r->restore_seq = m->seq; /* every answer to it, now or later */
     uint32_t src = m->src >= 0 ? (uint32_t)m->src : r->rank;
     int64_t step = a->committed;
     uint64_t gen = 0;
@@ -2218,19 +2368,29 @@ static void ftc__on_restore(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *
     }
     int64_t committed_step = step;
     if (step < 0) {
-        ftc__reply_error(r->fd, FTC_ENOENT, "nothing committed yet for job %s", a->job);
+        ftc__reply_error(r->fd, m->seq, FTC_ENOENT, "nothing committed yet for job %s", a->job);
         return;
     }
     if (step > a->committed)
         a->committed = step;
     if (fetch && !at_most && m->step != UINT64_MAX) {
         if (m->step > (uint64_t)step) {
-            ftc__reply_error(r->fd, FTC_ENOENT,
+            ftc__reply_error(r->fd, m->seq, FTC_ENOENT,
                              "step %" PRIu64 " is not committed (the newest committed is %" PRId64
                              ")", m->step, step);
             return;
         }
         step = (int64_t)m->step;
+        if (step != committed_step) {
+            char why[600];
+            int rc = ftc__older_committed(a, (uint64_t)step, &gen, why, sizeof why);
+            if (rc) {
+                FTC_WARN("agent", "rank %u: FETCH of rank %u: %s", r->rank, src, why);
+                ftc__reply_error(r->fd, m->seq, rc, "%s", why);
+                return;
+            }
+            gen_known = gen != 0;
+        }
     }
     r->fetch = fetch;
     r->at_most = at_most;
@@ -2252,10 +2412,11 @@ static void ftc__on_restore(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *
     const char *nogen = NULL;
     if (at_most && !gen_known)
         nogen = "not in the commit set: its generation is not known";
+    else if (!gen_known && step != committed_step)
+        nogen = "an older step, committed in a persist tier but not in the commit set: its "
+                "generation is not known";
     else if (!gen_known)
         nogen = "Redis did not answer";
-    else if (step != committed_step)
-        nogen = "an older step than the committed one: its generation is not known";
     ftc__search(a, r, gen, nogen);
 }
 
@@ -2463,8 +2624,8 @@ static void ftc__on_report(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m
         ok = (kind[i] >= 'a' && kind[i] <= 'z') || (kind[i] >= '0' && kind[i] <= '9') ||
              kind[i] == '_';
     if (!ok) {
-        ftc__reply_error(r->fd, FTC_EINVAL, "REPORT: event kind '%.40s': need 1..23 of [a-z0-9_]",
-                         kind);
+        ftc__reply_error(r->fd, m->seq, FTC_EINVAL,
+                         "REPORT: event kind '%.40s': need 1..23 of [a-z0-9_]", kind);
         return;
     }
     double value;
@@ -2482,6 +2643,7 @@ static void ftc__on_report(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m
     }
     ftc_ap_msg_t ok_msg;
     ftc_ap_init(&ok_msg, FTC_AP_REPORT_OK);
+    ok_msg.seq = m->seq;
     ok_msg.step = m->step;
     ftc_err_t err = {0};
     ftc_ap_send(r->fd, &ok_msg, 1000, &err);
@@ -2490,10 +2652,18 @@ static void ftc__on_report(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m
 static void ftc__on_message(ftc_agent_t *a, int fd)
 {
     ftc_ap_msg_t m;
+    memset(&m, 0, sizeof m); /* (a short message leaves the rest as it was) */
     ftc_err_t err = {0};
     if (ftc_ap_recv(fd, &m, 1000, &err) != 0) {
         if (err.code != FTC_EIO)
             FTC_WARN("agent", "bad message from a local client: %s", err.msg);
+        /* a rank of another ftc build: told so before the connection closes
+         * (the message keeps its size and magic, version and type their
+         * offsets in every version, so its libftc reads the version of this
+         * answer and names both versions) */
+        if (err.code == FTC_EPROTO && m.magic == FTC_AP_MAGIC && m.version != FTC_AP_VERSION &&
+            m.version != 0)
+            ftc__reply_error(fd, 0, FTC_EPROTO, "%s", err.msg);
         ftc__disconnect(a, fd);
         return;
     }
@@ -2503,7 +2673,7 @@ static void ftc__on_message(ftc_agent_t *a, int fd)
         return;
     }
     if (!r) {
-        ftc__reply_error(fd, FTC_EPROTO, "say HELLO first");
+        ftc__reply_error(fd, m.seq, FTC_EPROTO, "say HELLO first");
         ftc__disconnect(a, fd);
         return;
     }
@@ -2531,7 +2701,7 @@ static void ftc__on_message(ftc_agent_t *a, int fd)
         ftc__disconnect(a, fd);
         break;
     default:
-        ftc__reply_error(fd, FTC_EPROTO, "unexpected message type %u", m.type);
+        ftc__reply_error(fd, m.seq, FTC_EPROTO, "unexpected message type %u", m.type);
     }
 }
 

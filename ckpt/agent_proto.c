@@ -20,16 +20,21 @@ void ftc_ap_init(ftc_ap_msg_t *m, int type)
 
 int ftc_ap_check(const ftc_ap_msg_t *m, size_t len, ftc_err_t *err)
 {
+    /* magic and version first: they keep their offsets in every version, so
+     * a side of another ftc build is named as such, not as a bad length */
+    if (len < 8 || m->magic != FTC_AP_MAGIC)
+        return ftc_err_set(err, FTC_EPROTO, "agent message of %zu bytes with bad magic %#x "
+                           "(not an ftc rank or agent?)", len, len >= 4 ? m->magic : 0u);
+    /* (version 0 is none: a truncated message, said as such below) */
+    if (m->version != FTC_AP_VERSION && (m->version != 0 || len == sizeof *m))
+        return ftc_err_set(err, FTC_EPROTO,
+                           "agent protocol version %u on the other side, %d on this one: the "
+                           "ranks (libftc) and `ftc agent` come from different ftc builds; run "
+                           "both from the same build (restart the agents, or relink the trainer)",
+                           m->version, FTC_AP_VERSION);
     if (len != sizeof *m)
         return ftc_err_set(err, FTC_EPROTO, "agent message of %zu bytes, expected %zu", len,
                            sizeof *m);
-    if (m->magic != FTC_AP_MAGIC)
-        return ftc_err_set(err, FTC_EPROTO, "agent message with bad magic %#x", m->magic);
-    if (m->version != FTC_AP_VERSION)
-        return ftc_err_set(err, FTC_EPROTO,
-                           "agent protocol version %u, this side speaks %d: rank and agent "
-                           "must come from the same ftc build",
-                           m->version, FTC_AP_VERSION);
     if (m->type == 0 || m->type >= FTC_AP__MAX)
         return ftc_err_set(err, FTC_EPROTO, "agent message of unknown type %u", m->type);
     bool terminated = memchr(m->job, 0, sizeof m->job) && memchr(m->text, 0, sizeof m->text);

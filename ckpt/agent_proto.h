@@ -42,9 +42,21 @@
  *                             <- REPORT_OK | ERROR (bad kind)
  *   BYE                       ->
  *
+ * Every request the rank sends (all but SEALED and BYE, which get no answer)
+ * carries a request id (seq, increasing, never 0) that the agent echoes in
+ * each reply to it: a reply the rank gave up waiting for (its timeout_ms
+ * passed) is still answered later, and without the id it was taken as the
+ * answer to the next request of that type (a FETCH_OK of another step). The
+ * rank drops a reply whose id is not its request's; the asynchronous notices
+ * (COMMITTED, NOT_COMMITTED) carry seq 0 and are recorded as they pass.
+ *
  * Both sides check magic, version, type and every string's termination
  * before using a message; an invalid one closes the connection with an error
- * logged, never crashes the agent.
+ * logged, never crashes the agent. magic, version and type keep their offsets
+ * (0, 4, 6) and the message its size in every version, so that a side of
+ * another version is told which one (the agent answers a HELLO of another
+ * version with an ERROR naming both; the rank says so) instead of "a message
+ * of N bytes".
  */
 #ifndef FTC_CKPT_AGENT_PROTO_H
 #define FTC_CKPT_AGENT_PROTO_H
@@ -54,7 +66,9 @@
 #include <stdint.h>
 
 #define FTC_AP_MAGIC 0x41435446u /* "FTCA" */
-#define FTC_AP_VERSION 3 /* 2: three slots per rank; 3: RESTORE from another rank, FETCH */
+/* 2: three slots per rank; 3: RESTORE from another rank, FETCH; 4: request
+ * ids (seq), text 376 bytes (the message keeps its size) */
+#define FTC_AP_VERSION 4
 
 /* Slots per rank: the newest committed version, the previous step still
  * replicating, and the step being written (docs/agent.md). */
@@ -95,6 +109,8 @@ typedef struct ftc_ap_msg {
     uint16_t type;       /* ftc_ap_type */
     int32_t status;      /* ERROR: an FTC_E* code; RESTORE_OK: FTC_AP_OK_* flags */
     uint32_t slot;       /* 0 .. FTC_AP_SLOTS_PER_RANK-1 */
+    uint64_t seq;        /* request id: set by the rank, echoed in every reply to that
+                            request; 0 in COMMITTED / NOT_COMMITTED (version 4) */
     uint64_t step;
     uint64_t size;       /* SLOTS: bytes per slot */
     uint64_t generation;
@@ -105,13 +121,17 @@ typedef struct ftc_ap_msg {
                             (-1: the caller's) */
     char job[64];        /* NUL-terminated */
     char name[FTC_AP_SLOTS_PER_RANK][128]; /* SLOTS_OK: the slot names */
-    char text[384];      /* ERROR / SKIP: the reason */
+    char text[376];      /* ERROR / SKIP: the reason */
 } ftc_ap_msg_t;
+
+/* The message size is the same in every version (see above). */
+_Static_assert(sizeof(ftc_ap_msg_t) == 912, "ftc_ap_msg_t must keep its size of 912 bytes");
 
 /* Fills the fixed fields of m for type. */
 void ftc_ap_init(ftc_ap_msg_t *m, int type);
-/* Checks a received message (length, magic, version, type, strings);
- * FTC_EPROTO with the reason otherwise. */
+/* Checks a received message (magic, version, length, type, strings);
+ * FTC_EPROTO with the reason otherwise: a message of another version names
+ * both versions (m->version holds the other side's). */
 int ftc_ap_check(const ftc_ap_msg_t *m, size_t len, ftc_err_t *err);
 /* Sends / receives one message with a deadline (milliseconds). Receive
  * returns FTC_EIO ("connection closed") at end of stream. */

@@ -36,6 +36,7 @@ struct ftc_ctx {
     char job[64];
     char sock[4096];
     int fd;                /* the agent connection */
+    uint64_t seq;          /* the last request id sent (agent_proto.h; caller's thread) */
     uint32_t rank, world, dp, tp, pp, dp_rank, tp_rank, pp_rank;
     uint64_t generation;
     ftc_snap_t *snap;
@@ -124,10 +125,47 @@ static int ftc__env_int(const char *a, const char *b, int def)
     return *end || x < 0 || x > (1 << 24) ? def : (int)x;
 }
 
-/* Sends req and waits for a reply of type want (or ERROR), recording the
- * asynchronous notices that arrive in between. */
-static int ftc__call(ftc_ctx_t *c, const ftc_ap_msg_t *req, int want, ftc_ap_msg_t *rep)
+/* What a message read from the agent outside the reply awaited is: an
+ * asynchronous notice (COMMITTED, NOT_COMMITTED), recorded; or a late reply,
+ * to a request this rank gave up waiting for (its id is not the one
+ * awaited, `want_seq`; 0: none awaited), dropped. True when m was one of
+ * these and has been dealt with. A late FETCH_OK's shm copy is unlinked:
+ * nobody else maps it (the agent unlinks it too at its next FETCH_OK or when
+ * the rank disconnects, but not before). */
+static bool ftc__by_the_way(ftc_ctx_t *c, const ftc_ap_msg_t *m, uint64_t want_seq, bool warn)
 {
+    if (m->type == FTC_AP_COMMITTED) {
+        if ((int64_t)m->step > c->committed)
+            c->committed = (int64_t)m->step;
+        return true;
+    }
+    if (m->type == FTC_AP_NOT_COMMITTED) {
+        ftc__note_failed(c, m->step, m->text);
+        if (warn)
+            FTC_WARN("ftc", "rank %u: %s", c->rank, m->text);
+        return true;
+    }
+    if (m->seq == want_seq && want_seq)
+        return false;
+    if (m->seq == 0 || m->seq > c->seq)
+        return false; /* no request of this rank's: a protocol error for the caller */
+    FTC_WARN("ftc", "rank %u: dropped the agent's late answer (type %u, step %llu) to request "
+             "%llu, which had given up waiting for it%s%s", c->rank, m->type,
+             (unsigned long long)m->step, (unsigned long long)m->seq,
+             m->type == FTC_AP_ERROR ? ": " : "", m->type == FTC_AP_ERROR ? m->text : "");
+    if (m->type == FTC_AP_FETCH_OK && m->name[0][0]) {
+        ftc_err_t e = {0};
+        ftc_slot_unlink(m->name[0], &e);
+    }
+    return true;
+}
+
+/* Sends req (with the next request id) and waits for the reply to it, of
+ * type want (or ERROR), recording the asynchronous notices that arrive in
+ * between and dropping late replies to earlier requests. */
+static int ftc__call(ftc_ctx_t *c, ftc_ap_msg_t *req, int want, ftc_ap_msg_t *rep)
+{
+    req->seq = ++c->seq;
     int rc = ftc_ap_send(c->fd, req, c->o.timeout_ms, &c->err);
     if (rc)
         return rc;
@@ -146,27 +184,15 @@ static int ftc__call(ftc_ctx_t *c, const ftc_ap_msg_t *req, int want, ftc_ap_msg
                          &c->err);
         if (rc)
             return rc;
-        if (rep->type == FTC_AP_COMMITTED) {
-            if ((int64_t)rep->step > c->committed)
-                c->committed = (int64_t)rep->step;
+        if (ftc__by_the_way(c, rep, req->seq, true))
             continue;
-        }
-        if (rep->type == FTC_AP_NOT_COMMITTED) {
-            ftc__note_failed(c, rep->step, rep->text);
-            FTC_WARN("ftc", "rank %u: %s", c->rank, rep->text);
-            continue;
-        }
+        if (rep->seq != req->seq)
+            return ftc_err_set(&c->err, FTC_EPROTO, "agent answered type %u with request id "
+                               "%llu, not this request's %llu", rep->type,
+                               (unsigned long long)rep->seq, (unsigned long long)req->seq);
         if (rep->type == FTC_AP_ERROR)
             return ftc_err_set(&c->err, rep->status < 0 ? rep->status : FTC_EIO, "agent: %s",
                                rep->text);
-        if (want == FTC_AP_BEGIN_OK && (rep->type == FTC_AP_BEGIN_OK || rep->type == FTC_AP_SKIP) &&
-            rep->step != req->step) {
-            /* the late answer to an earlier BEGIN this rank gave up on */
-            FTC_WARN("ftc", "rank %u: dropped the agent's late answer to the checkpoint of "
-                     "step %llu (waiting for step %llu's)", c->rank,
-                     (unsigned long long)rep->step, (unsigned long long)req->step);
-            continue;
-        }
         if (rep->type == want || (want == FTC_AP_BEGIN_OK && rep->type == FTC_AP_SKIP))
             return 0;
         return ftc_err_set(&c->err, FTC_EPROTO, "agent answered type %u, expected %d",
@@ -304,6 +330,13 @@ int ftc_create(const ftc_options_t *opts, ftc_ctx_t **out)
     m.dp_rank = c->dp_rank, m.tp_rank = c->tp_rank, m.pp_rank = c->pp_rank;
     m.pid = (int32_t)getpid();
     int rc = ftc__call(c, &m, FTC_AP_WELCOME, &rep);
+    if (rc == FTC_EIO)
+        /* an agent of another protocol version closes the connection at
+         * once, its log naming both versions (a newer one answers ERROR) */
+        return ftc_err_wrap(&c->err, "the agent at %s closed the connection at HELLO (this "
+                            "rank speaks agent protocol version %d; an agent of another ftc "
+                            "build does so, its log names its version: run ranks and agents "
+                            "from the same build)", c->sock, FTC_AP_VERSION);
     if (rc)
         return rc;
     c->generation = rep.generation;
@@ -500,11 +533,7 @@ int ftc_ckpt_status(ftc_ctx_t *c, ftc_ckpt_status_t *st)
         ftc_ap_msg_t m;
         if ((rc = ftc_ap_recv(c->fd, &m, 1000, &c->err)) != 0)
             break;
-        if (m.type == FTC_AP_COMMITTED && (int64_t)m.step > c->committed) {
-            c->committed = (int64_t)m.step;
-        } else if (m.type == FTC_AP_NOT_COMMITTED) {
-            ftc__note_failed(c, m.step, m.text);
-        } else if (m.type != FTC_AP_COMMITTED) {
+        if (!ftc__by_the_way(c, &m, 0, false)) {
             rc = ftc_err_set(&c->err, FTC_EPROTO, "the agent sent type %u unasked", m.type);
             break;
         }
@@ -565,10 +594,9 @@ int ftc_wait_committed(ftc_ctx_t *c, int64_t step)
             continue;
         if (rc)
             return rc;
-        if (rep.type == FTC_AP_COMMITTED && (int64_t)rep.step > c->committed)
-            c->committed = (int64_t)rep.step;
-        else if (rep.type == FTC_AP_NOT_COMMITTED)
-            ftc__note_failed(c, rep.step, rep.text);
+        if (!ftc__by_the_way(c, &rep, 0, false))
+            FTC_WARN("ftc", "rank %u: the agent sent type %u unasked (ignored)", c->rank,
+                     rep.type);
     }
     return 0;
 }

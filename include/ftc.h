@@ -278,8 +278,11 @@ typedef struct ftc_shard_ref ftc_shard_ref_t;
 
 /* Fetches rank src_rank's shard of committed step `step` (-1: the newest
  * committed) wherever it is (this node, a peer, parity, persist tier), every
- * byte checksum-verified (I1). FTC_ENOENT when no copy exists; the message
- * names where the agent looked; FTC_EINVAL on a NULL or unconnected context
+ * byte checksum-verified (I1). FTC_ENOENT when no copy exists (the message
+ * names where the agent looked) or when the step was never committed
+ * (skipped or abandoned: the message names the newest committed step before
+ * it), FTC_EREDIS when whether an older step was committed cannot be read
+ * (Redis away; retry); FTC_EINVAL on a NULL or unconnected context
  * or a NULL out (*out is NULL on every failure). Release with
  * ftc_shard_release. */
 int ftc_fetch(ftc_ctx_t *ctx, int src_rank, int64_t step, ftc_shard_ref_t **out);

@@ -17,6 +17,11 @@
  *   - --persist-every 3: only every third commit reaches the persist tier;
  *   - a fetch the persist tier answers gets the newest older persisted step,
  *     never a newer one;
+ *   - ftc_fetch of an older step that was never committed (one rank
+ *     checkpointed it, the other skipped it): FTC_ENOENT saying so, from
+ *     either node, before and after the node that holds a verified copy of
+ *     it is lost, while older committed steps still fetch (slots, another
+ *     node, the persist tier);
  *   - ftc_fetch_at_most over committed steps with gaps: the newest committed
  *     step at or before the one asked for that has a copy (slots, persist
  *     tier; after the node's memory is lost, walking over the lost ones in
@@ -486,6 +491,115 @@ static void test_fetch_at_most(void **state)
     teardown_env(e);
 }
 
+
+/* ftc_fetch of rank src's shard of step: 0 and the step it got (its w[7]
+ * must be that rank's and step's: src x 1e6 + step x 4096 + 7), or the
+ * error code (the message printed). */
+static int fetch_of(ftc_ctx_t *c, int src, int64_t step, int64_t *got)
+{
+    ftc_shard_ref_t *ref = NULL;
+    int rc = ftc_fetch(c, src, step, &ref);
+    if (rc) {
+        assert_null(ref);
+        print_message("fetch of rank %d step %lld: %s: %s\n", src, (long long)step,
+                      ftc_errname(rc), ftc_last_error(c));
+        return rc;
+    }
+    *got = ftc_shard_step(ref);
+    const void *data = NULL;
+    int dtype = 0;
+    uint64_t numel = 0;
+    assert_int_equal(ftc_shard_tensor(ref, "w", &data, &dtype, &numel), 0);
+    print_message("fetch of rank %d step %lld: step %lld, w[7] = %g\n", src, (long long)step,
+                  (long long)*got, (double)((const float *)data)[7]);
+    assert_true(((const float *)data)[7] == (float)(src * 1000000 + *got * 4096 + 7));
+    ftc_shard_release(ref);
+    return 0;
+}
+
+/* The values of rank r's tensor at step s. */
+static void fill(float *w, int r, int64_t s)
+{
+    for (int i = 0; i < 4096; i++)
+        w[i] = (float)(r * 1000000 + s * 4096 + i);
+}
+
+/* I1 for ftc_fetch of an older step: two nodes, k = 0, every commit
+ * persisted; steps 1, 2 and 4 committed, step 3 checkpointed by rank 0 only
+ * (rank 1 skipped it: it never commits) and verified in node 0's slot. When
+ * step 4 committed, node 0 took its reported step 3 for committed too
+ * (persisted it as committed, told the rank COMMITTED); it is freed now. The
+ * FETCH of step 3 took that slot (its checksums pass) without asking
+ * whether step 3 was ever committed: only the newest committed step was
+ * checked against the commit record. It is refused now, FTC_ENOENT naming
+ * the newest committed step before it, from node 0 and from node 1, and
+ * again once node 0's memory is lost; ftc_fetch_at_most(3) is 2. Committed
+ * step 2 still fetches from node 0's slots, from node 1 (rank 0's shard is
+ * on node 0) and, after the loss, from the persist tier; rank 1's step 2
+ * from node 1's slots. */
+static void test_fetch_never_committed(void **state)
+{
+    env_t *e = setup_env(*state, 2, "0", 1);
+    static float w0[4096], w1[4096];
+    ftc_ctx_t *c0 = open_ctx(e, 0, 0, 2, w0, 4096);
+    ftc_ctx_t *c1 = open_ctx(e, 1, 1, 2, w1, 4096);
+    for (int64_t s = 1; s <= 4; s++) {
+        fill(w0, 0, s);
+        fill(w1, 1, s);
+        assert_int_equal(ftc_checkpoint(c0, s, NULL, 0), 0);
+        assert_int_equal(ftc_wait_snapshot(c0), 0);
+        if (s == 3)
+            continue; /* rank 1 skips it */
+        assert_int_equal(ftc_checkpoint(c1, s, NULL, 0), 0);
+        if (ftc_wait_committed(c0, s) || ftc_wait_committed(c1, s))
+            fail_msg("step %lld: %s / %s", (long long)s, ftc_last_error(c0),
+                     ftc_last_error(c1));
+    }
+    /* step 3 was not taken for committed when step 4 committed: not
+     * persisted as such (it was, and ftc_fetch_at_most(3) returned it) */
+    wait_persisted(e, 0, 4);
+    assert_true(agent_said(e, 0, "rank 0: step 3 was never committed (the job committed step 4 "
+                                 "without it"));
+    assert_true((persisted_steps(e, 0) & (1ull << 3)) == 0);
+    int64_t got = -1;
+    /* step 3 is in node 0's slot, verified, never committed */
+    for (int k = 0; k < 2; k++) {
+        ftc_ctx_t *c = k ? c1 : c0;
+        assert_int_equal(fetch_of(c, 0, 3, &got), FTC_ENOENT);
+        assert_non_null(strstr(ftc_last_error(c), "step 3 of job"));
+        assert_non_null(strstr(ftc_last_error(c), "was never committed"));
+        assert_non_null(strstr(ftc_last_error(c), "the newest committed step before it is 2"));
+        /* committed step 2: node 0's slot, or from node 1 */
+        assert_int_equal(fetch_of(c, 0, 2, &got), 0);
+        assert_int_equal(got, 2);
+    }
+    assert_int_equal(fetch_of(c1, 1, 2, &got), 0);
+    assert_int_equal(got, 2);
+    assert_int_equal(fetch_at_most(c0, 3), 2);
+    assert_true(agent_said(e, 0, "rank 0 fetched rank 0's shard of step 2"));
+    assert_true(agent_said(e, 1, "rank 1 fetched rank 0's shard of step 2"));
+    /* node 0's memory lost: the persist tier has step 2 */
+    ftc_destroy(c0);
+    kill_agent(e, 0);
+    wipe_node_shm(e, 0);
+    start_agent(e, 0);
+    c0 = open_ctx(e, 0, 0, 2, w0, 4096);
+    assert_int_equal(fetch_of(c0, 0, 3, &got), FTC_ENOENT);
+    assert_non_null(strstr(ftc_last_error(c0), "was never committed"));
+    assert_int_equal(fetch_of(c0, 0, 2, &got), 0);
+    assert_int_equal(got, 2);
+    assert_true(agent_said(e, 0, "rank 0 fetched rank 0's shard of step 2"));
+    assert_true(agent_said(e, 0, "from the persist tier"));
+    assert_int_equal(fetch_of(c0, 1, 2, &got), 0); /* rank 1's, from node 1 */
+    assert_int_equal(got, 2);
+    assert_int_equal(fetch_of(c1, 0, 1, &got), 0);
+    assert_int_equal(got, 1);
+    assert_int_equal(fetch_of(c1, 0, 3, &got), FTC_ENOENT);
+    ftc_destroy(c0);
+    ftc_destroy(c1);
+    teardown_env(e);
+}
+
 typedef struct {
     ftc_ctx_t *c;
     int64_t step;
@@ -684,6 +798,7 @@ int main(void)
         T(test_persist_every_third_commit),
         T(test_persist_fetch_never_newer),
         T(test_fetch_at_most),
+        T(test_fetch_never_committed),
         T(test_busy_wait_policy),
         T(test_inflight_one),
         T(test_inflight_one_parity_failure),

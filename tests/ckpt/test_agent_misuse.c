@@ -29,7 +29,12 @@
  *   - a restore whose metadata buffer is too small: FTC_ERANGE with the
  *     tensors untouched (they were overwritten first);
  *   - ftc_create against a stopped agent whose listen backlog is full ends
- *     with FTC_ETIMEDOUT (connect blocked for ever).
+ *     with FTC_ETIMEDOUT (connect blocked for ever);
+ *   - a rank of another protocol version (another ftc build): the agent
+ *     answers its HELLO with an ERROR naming both versions and what to do,
+ *     in a message that rank can read (same size, version where it was),
+ *     then closes the connection; a rank reading a message of another
+ *     version says the same (it said "a message of N bytes").
  * No wall-clock bound is asserted: a lost slot shows as a BEGIN that gets no
  * answer within the test's receive deadline.
  */
@@ -674,6 +679,51 @@ static void test_restore_meta_too_small(void **state)
     teardown_env(e);
 }
 
+/* A rank of protocol version 3 (the message had the same size and the
+ * version at the same offset; no request id): the agent's answer to its
+ * HELLO names both versions and what to do, and the connection closes. The
+ * rank's side of the check (ftc_ap_check, the same code in libftc) names
+ * both versions of a message of another version, newer or older. */
+static void test_other_protocol_version(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 1000);
+    int fd = raw_connect(e, 0);
+    ftc_ap_msg_t m, rep;
+    ftc_ap_init(&m, FTC_AP_HELLO);
+    m.version = FTC_AP_VERSION - 1;
+    snprintf(m.job, sizeof m.job, "%s", e->job);
+    m.world = 1, m.dp = 1, m.tp = m.pp = 1;
+    m.pid = (int32_t)getpid();
+    assert_int_equal(raw_call(fd, &m, &rep, 5000), 0);
+    assert_int_equal(rep.type, FTC_AP_ERROR);
+    assert_int_equal(rep.status, FTC_EPROTO);
+    char want[96];
+    snprintf(want, sizeof want, "agent protocol version %d on the other side, %d on this one",
+             FTC_AP_VERSION - 1, FTC_AP_VERSION);
+    assert_non_null(strstr(rep.text, want));
+    assert_non_null(strstr(rep.text, "same build"));
+    ftc_err_t err = {0};
+    assert_int_equal(ftc_ap_recv(fd, &rep, 5000, &err), FTC_EIO); /* closed */
+    close(fd);
+    assert_true(agent_said(e, 0, want));
+    assert_agent_alive(e, 0);
+    /* the rank's side: a message of version 5 or 3 */
+    for (int d = -1; d <= 1; d += 2) {
+        ftc_ap_init(&m, FTC_AP_WELCOME);
+        m.version = (uint16_t)(FTC_AP_VERSION + d);
+        err = (ftc_err_t){0};
+        assert_int_equal(ftc_ap_check(&m, sizeof m, &err), FTC_EPROTO);
+        print_message("%s\n", err.msg);
+        snprintf(want, sizeof want, "agent protocol version %d on the other side, %d on this one",
+                 FTC_AP_VERSION + d, FTC_AP_VERSION);
+        assert_non_null(strstr(err.msg, want));
+    }
+    /* and a rank of this version is served as before */
+    fd = raw_hello(e, 0, 1);
+    close(fd);
+    teardown_env(e);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, agent_fixture_teardown)
 
 int main(void)
@@ -690,6 +740,7 @@ int main(void)
         T(test_wait_committed_older_failure),
         T(test_layout_change_during_push),
         T(test_restore_meta_too_small),
+        T(test_other_protocol_version),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

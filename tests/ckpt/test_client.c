@@ -17,7 +17,12 @@
  *     checkpoint fails naming it, and the slots mapped before it are not
  *     left mapped (a retry mapped them again over the same handles: a
  *     mapping and an fd leaked per slot and try); a context that never
- *     mapped its slots closes no fd of others (fd 0) in ftc_destroy.
+ *     mapped its slots closes no fd of others (fd 0) in ftc_destroy;
+ *   - an answer that comes after the context's timeout_ms (the agent frozen
+ *     with SIGSTOP for longer, then SIGCONT) is dropped, not taken as the
+ *     answer to the next request: the next ftc_fetch gets its own step's
+ *     shard, a checkpoint after it its BEGIN_OK, and the dropped FETCH_OK's
+ *     shm copy is not left in /dev/shm.
  */
 #include "ftc_test.h"
 
@@ -241,6 +246,98 @@ static void test_slots_all_or_none(void **state)
     teardown_env(e);
 }
 
+/* The shm copies of FETCH_OK answers of job's node-0 agent left in /dev/shm. */
+static int count_fetch_copies(env_t *e)
+{
+    char prefix[128];
+    snprintf(prefix, sizeof prefix, "ftc.%s.n0.f", e->job);
+    DIR *d = opendir("/dev/shm");
+    assert_non_null(d);
+    struct dirent *de;
+    int n = 0;
+    while ((de = readdir(d)))
+        n += !strncmp(de->d_name, prefix, strlen(prefix));
+    closedir(d);
+    return n;
+}
+
+/* ftc_fetch of rank 0's step: 0 and the step it got, whose w[7] must be
+ * that step's; or the error. */
+static int fetch_step(ftc_ctx_t *c, int64_t step, int64_t *got)
+{
+    ftc_shard_ref_t *ref = NULL;
+    int rc = ftc_fetch(c, 0, step, &ref);
+    if (rc) {
+        assert_null(ref);
+        print_message("fetch of step %lld: %s: %s\n", (long long)step, ftc_errname(rc),
+                      ftc_last_error(c));
+        return rc;
+    }
+    *got = ftc_shard_step(ref);
+    const void *data = NULL;
+    int dtype = 0;
+    uint64_t numel = 0;
+    assert_int_equal(ftc_shard_tensor(ref, "w", &data, &dtype, &numel), 0);
+    print_message("fetch of step %lld: step %lld, w[7] = %g\n", (long long)step,
+                  (long long)*got, (double)((const float *)data)[7]);
+    assert_true(((const float *)data)[7] == (float)(*got * 4096 + 7));
+    ftc_shard_release(ref);
+    return 0;
+}
+
+/* A late answer: the agent frozen (SIGSTOP) past the context's timeout_ms
+ * while a FETCH of step 3 waits, then thawed. The agent still answers that
+ * FETCH, before the next request; the answer used to be taken as the next
+ * request's: the FETCH of step 2 got step 3's shard (right checksums, wrong
+ * step), and a BEGIN got a FETCH_OK (FTC_EPROTO). Now both get their own
+ * answers and the late one is dropped, its shm copy unlinked. */
+static void test_late_answer_dropped(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 1000);
+    char sock[PATH_MAX + 32];
+    ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
+    o.timeout_ms = 3000;
+    ftc_ctx_t *c = NULL;
+    if (ftc_create(&o, &c))
+        fail_msg("ftc_create: %s", ftc_last_error(c));
+    static float w[4096];
+    int64_t shape[1] = {4096};
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    for (int64_t s = 1; s <= 3; s++) {
+        for (int i = 0; i < 4096; i++)
+            w[i] = (float)(s * 4096 + i);
+        assert_int_equal(ftc_checkpoint(c, s, NULL, 0), 0);
+        if (ftc_wait_committed(c, s))
+            fail_msg("step %lld: %s", (long long)s, ftc_last_error(c));
+    }
+    int64_t got = -1;
+    for (int round = 0; round < 2; round++) {
+        kill(e->agent[0], SIGSTOP);
+        assert_int_equal(fetch_step(c, 3, &got), FTC_ETIMEDOUT);
+        kill(e->agent[0], SIGCONT);
+        if (round == 0) {
+            /* the next FETCH: step 2's shard, not the late step 3 */
+            assert_int_equal(fetch_step(c, 2, &got), 0);
+            assert_int_equal(got, 2);
+        } else {
+            /* a checkpoint: its BEGIN's answer, past the late FETCH_OK */
+            for (int i = 0; i < 4096; i++)
+                w[i] = (float)(4 * 4096 + i);
+            if (ftc_checkpoint(c, 4, NULL, 0))
+                fail_msg("checkpoint after a late answer: %s", ftc_last_error(c));
+            if (ftc_wait_committed(c, 4))
+                fail_msg("step 4: %s", ftc_last_error(c));
+            /* the late answer's shm copy is gone (the rank unlinked it) */
+            assert_int_equal(count_fetch_copies(e), 0);
+        }
+    }
+    assert_int_equal(fetch_step(c, 4, &got), 0);
+    assert_int_equal(got, 4);
+    assert_int_equal(count_fetch_copies(e), 0);
+    ftc_destroy(c);
+    teardown_env(e);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, agent_fixture_teardown)
 
 int main(void)
@@ -250,6 +347,7 @@ int main(void)
         T(test_create_without_agent),
         T(test_register_errors),
         T(test_slots_all_or_none),
+        T(test_late_answer_dropped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
