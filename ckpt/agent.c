@@ -95,6 +95,9 @@ typedef struct ftc__job {
     bool rec_known;         /* FETCH: rec_head is known (else the content alone is checked) */
     bool refused;           /* FETCH: a candidate held another version of the step (rec_head) */
     char refusal[256];      /* FETCH: the last such refusal, naming the holder */
+    int lacking;            /* FETCH: candidates that answered that they lack the version
+                               (a NACK "not held", or a copy of another version): asking
+                               them again cannot help, unlike one that did not answer */
     uint8_t *buf;           /* FETCH: the verified shard (malloc'd, or dst) */
     uint64_t buf_size;
     uint8_t *dst;           /* FETCH for a RESTORE: the rank's slot it lands in, if it fits */
@@ -724,6 +727,8 @@ static void *ftc__repl_main(void *arg)
                         reason = j->refusal;
                     }
                 }
+                if (j->kind == JOB_FETCH && (j->rc == FTC_ENOENT || reason == j->refusal))
+                    j->lacking++;
                 if (j->kind == JOB_FETCH && j->detail[0] && j->rc) { /* every candidate's reason */
                     size_t dl = strlen(j->detail);
                     snprintf(j->detail + dl, sizeof j->detail - dl, "; %s", reason);
@@ -2494,8 +2499,15 @@ static void ftc__on_fetch_done(ftc_agent_t *a, ftc__job_t *j)
         r->st[j->dst_slot] = SL_EMPTY; /* never used half written */
     /* Peers that were restarting (a stale address, a connection not yet
      * accepted) may answer a moment later: a few rounds, with fresh
-     * addresses, before the persist tier. */
-    if (r->restore_attempts < 3) {
+     * addresses, before the persist tier. Not when every candidate answered
+     * that it lacks the version (not held, or another version of the step):
+     * a holder's replicas only change with a new push, so another round
+     * would get the same answers. */
+    bool all_lack = j->npeers > 0 && j->lacking == j->npeers;
+    if (all_lack)
+        FTC_INFO("agent", "rank %u: every peer (%d) lacks rank %u's step %" PRIu64 " (%s): "
+                 "not asking them again", r->rank, j->npeers, r->src, j->step, j->detail);
+    if (r->restore_attempts < 3 && !all_lack) {
         FTC_WARN("agent", "rank %u: fetching rank %u's step %" PRIu64 " failed (%s); trying the "
                  "peers again", r->rank, r->src, j->step, j->detail);
         ftc__refresh_peers(a);
@@ -2511,8 +2523,9 @@ static void ftc__on_fetch_done(ftc_agent_t *a, ftc__job_t *j)
         ftc_ctl_event(a->ctl, &e);
     }
     char tried[900];
-    snprintf(tried, sizeof tried, "not in this node's slots; peers (%d rounds): %s",
-             r->restore_attempts, j->detail[0] ? j->detail : "no replica");
+    snprintf(tried, sizeof tried, "not in this node's slots; peers (%d round%s): %s",
+             r->restore_attempts, r->restore_attempts == 1 ? "" : "s",
+             j->detail[0] ? j->detail : "no replica");
     ftc__restore_from_persist(a, r, tried);
 }
 

@@ -817,10 +817,39 @@ int ftc_fabric_recv(ftc_fabric_t *fab, ftc_fabric_peer_t peer, uint64_t tag, uin
  * in the background of the same progress loop. There are len / max_msg + 1
  * chunks: the last is always shorter than max_msg (empty when len is a
  * multiple of it, or 0), so it marks the end. A receiver expecting less than
- * was sent then gets a longer message in its short last chunk (FTC_EPROTO,
- * or FTC_ETRUNC) instead of returning a prefix as if it were all, and one
- * expecting more meets the sender's short end early (FTC_EPROTO) instead of
- * timing out. */
+ * was sent then gets a longer message in its short last chunk instead of
+ * returning a prefix as if it were all, and one expecting more meets the
+ * sender's short end early: either is FTC_EPROTO at once, naming both
+ * lengths.
+ *
+ * Every receive is posted with room for a whole chunk (the short last one
+ * into `spare`, copied into place), so a sender that sent more is never a
+ * truncated receive: libfabric 1.17's shm spins inside fi_cq_read
+ * truncating a large message (past any deadline) and rxm stalls truncating
+ * a rendezvous one into 0 bytes. The receiver then takes the rest of the
+ * sender's chunks, up to its short end (drain), so that the sender's sends
+ * complete: a rendezvous send nobody receives cannot be cancelled, and its
+ * sender would wait its whole deadline and lose its endpoint. */
+static int drain_large(ftc_fabric_t *fab, ftc_fabric_peer_t peer, uint64_t tag, uint8_t *scratch,
+                       size_t *sent, ftc_deadline_t deadline)
+{
+    for (;;) {
+        ftc_fabric_req_t req, *rp = &req;
+        memset(&req, 0, sizeof req);
+        int rc = post(fab, &req, KIND_RECV, peer, tag, 0, scratch, fab->max_msg, deadline, false);
+        if (rc < 0)
+            return rc;
+        rc = wait_raw(fab, &rp, 1, deadline);
+        if (rc < 0)
+            return giveup(fab, &rp, 1, rc, "recv_large (taking the rest of a longer message)");
+        if (req.status < 0)
+            return req.status;
+        *sent += req.len;
+        if (req.len < fab->max_msg)
+            return 0;
+    }
+}
+
 static int large(ftc_fabric_t *fab, int kind, ftc_fabric_peer_t peer, uint64_t tag, uint8_t *buf,
                  size_t len, ftc_deadline_t deadline)
 {
@@ -830,6 +859,14 @@ static int large(ftc_fabric_t *fab, int kind, ftc_fabric_peer_t peer, uint64_t t
     ftc_fabric_req_t reqs[FTC__FAB_WINDOW_MAX];
     ftc_fabric_req_t *ptrs[FTC__FAB_WINDOW_MAX];
     const char *what = kind == KIND_SEND ? "send_large" : "recv_large";
+    uint8_t *spare = NULL; /* recv: room for a whole chunk for the short last one */
+    if (kind == KIND_RECV && (len % chunk || !len)) {
+        spare = malloc(chunk);
+        if (!spare)
+            return ftc_err_set(&fab->err, FTC_ENOMEM,
+                               "fabric %s: recv_large: no memory for a %zu-byte chunk buffer",
+                               fab->prov, chunk);
+    }
     for (size_t i = 0; i < win; i++) {
         reqs[i].state = FTC_FABRIC_REQ_IDLE;
         ptrs[i] = &reqs[i];
@@ -841,13 +878,10 @@ static int large(ftc_fabric_t *fab, int kind, ftc_fabric_peer_t peer, uint64_t t
             size_t off = posted * chunk;
             size_t clen = len - off < chunk ? len - off : chunk;
             uint8_t *cbuf = buf + off;
-            if (kind == KIND_RECV && clen == 0 && len > 0) {
-                /* the empty end marker after whole chunks: give it room for a
-                 * whole chunk (the start of buf), so a sender that sent more
-                 * is seen as a chunk of the wrong length (FTC_EPROTO) rather
-                 * than a truncated receive (rxm 1.17 stalls truncating a
-                 * rendezvous message into 0 bytes). */
-                cbuf = buf;
+            if (kind == KIND_RECV && clen < chunk) {
+                /* the short end: room for a whole chunk (see above); the
+                 * empty end after whole chunks uses the start of buf */
+                cbuf = clen || !len ? spare : buf;
                 clen = chunk;
             }
             rc = post(fab, &reqs[posted % win], kind, peer, tag, 0, cbuf, clen, deadline, false);
@@ -860,6 +894,7 @@ static int large(ftc_fabric_t *fab, int kind, ftc_fabric_peer_t peer, uint64_t t
         if (rc < 0) {
             rc = giveup(fab, ptrs, win, rc, what);
             ftc_err_wrap(&fab->err, "%zu of %zu bytes done", done * chunk, len);
+            free(spare);
             return rc;
         }
         if (oldest->status < 0) {
@@ -869,14 +904,31 @@ static int large(ftc_fabric_t *fab, int kind, ftc_fabric_peer_t peer, uint64_t t
         size_t off = done * chunk;
         size_t want = len - off < chunk ? len - off : chunk;
         if (kind == KIND_RECV && oldest->len != want) {
-            rc = ftc_err_set(&fab->err, FTC_EPROTO,
-                             "fabric %s: recv_large chunk %zu has %zu bytes, expected %zu "
-                             "(sender's length or max_msg differs)",
-                             fab->prov, done, oldest->len, want);
+            /* a chunk shorter than max_msg is the sender's last: it sent
+             * off + that; a whole one where we expected our end means more
+             * is coming, taken (and counted) until the sender's end */
+            size_t sent = off + oldest->len;
+            int d = 0;
+            if (oldest->len == chunk)
+                d = drain_large(fab, peer, tag, spare ? spare : buf, &sent, deadline);
+            if (d < 0)
+                ftc_err_wrap(&fab->err,
+                             "fabric %s: recv_large of %zu bytes: the sender sent at least %zu "
+                             "(sender's length or max_msg differs); taking the rest",
+                             fab->prov, len, sent);
+            else
+                ftc_err_set(&fab->err, FTC_EPROTO,
+                            "fabric %s: recv_large of %zu bytes: the sender sent %zu (chunk %zu "
+                            "has %zu bytes, expected %zu; sender's length or max_msg differs)",
+                            fab->prov, len, sent, done, oldest->len, want);
+            rc = FTC_EPROTO;
             goto fail;
         }
+        if (kind == KIND_RECV && want && want < chunk)
+            memcpy(buf + off, spare, want);
         done++;
     }
+    free(spare);
     return 0;
 fail:
     /* a failed post or chunk: cancel what is still in flight, keep the first error */
@@ -886,6 +938,7 @@ fail:
         if (s == 0)
             fab->err = keep;
     }
+    free(spare);
     return ftc_err_wrap(&fab->err, "%s: %zu of %zu bytes done", what,
                         (done * chunk < len ? done * chunk : len), len);
 }

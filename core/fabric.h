@@ -258,9 +258,11 @@ int ftc_fabric_send_large(ftc_fabric_t *fab, ftc_fabric_peer_t peer, uint64_t ta
 
 /* Receives exactly len bytes sent by send_large from peer (FTC_FABRIC_PEER_ANY
  * only if one sender uses this tag). A sender's len that differs is an error,
- * never a silent prefix: FTC_EPROTO (a chunk of the wrong length: less or
- * more was sent, or max_msg differs) or FTC_ETRUNC (a chunk longer than its
- * room); on error buf's contents are unspecified. */
+ * never a silent prefix: FTC_EPROTO at once, naming both lengths (a sender
+ * that sent more has its remaining chunks taken, up to its end, so its
+ * send_large completes); FTC_ETRUNC only if the sender's max_msg is larger.
+ * Allocates max_msg bytes for the call when len is not a multiple of it
+ * (FTC_ENOMEM). On error buf's contents are unspecified. */
 int ftc_fabric_recv_large(ftc_fabric_t *fab, ftc_fabric_peer_t peer, uint64_t tag, void *buf,
                           size_t len, ftc_deadline_t deadline);
 

@@ -374,7 +374,8 @@ static int forge_shm(const char *prefix, uint64_t step, float val)
  * before a rollback re-ran the step, looks like): the fetch refuses node
  * 1's replica and takes node 2's, saying why. Then node 2's is forged too:
  * no holder has the committed version, and the restore fails rather than
- * return another version (I1). */
+ * return another version (I1), after one round over the peers (each
+ * answered definitively). */
 static void test_fetch_checks_record(void **state)
 {
     two_t t;
@@ -417,6 +418,22 @@ static void test_fetch_checks_record(void **state)
     assert_true(w[0][0] == -1.0f && w[0][N - 1] == -1.0f);
     assert_true(agent_said(t.e, 0, "peer 2: rank 0's shard of step 2 has head checksum"));
     assert_true(agent_said(t.e, 0, "no holder served the committed version"));
+    /* both peers answered with another version: one round, not three (asking
+     * them again cannot change their answers) */
+    assert_true(agent_said(t.e, 0, "every peer (2) lacks rank 0's step 2"));
+    assert_false(agent_said(t.e, 0, "trying the peers again"));
+    assert_non_null(strstr(ftc_last_error(t.c[0]), "peers (1 round)"));
+    /* step 0 is held by no one any more (each store keeps the two newest):
+     * every peer answers "not held", once */
+    ftc_shard_ref_t *ref = NULL;
+    rc = ftc_fetch(t.c[0], 0, 0, &ref);
+    print_message("fetch of step 0: %s: %s\n", ftc_errname(rc), ftc_last_error(t.c[0]));
+    assert_int_equal(rc, FTC_ENOENT);
+    assert_null(ref);
+    assert_non_null(strstr(ftc_last_error(t.c[0]), "peers (1 round)"));
+    assert_non_null(strstr(ftc_last_error(t.c[0]), "not held"));
+    assert_true(agent_said(t.e, 0, "every peer (2) lacks rank 0's step 0"));
+    assert_false(agent_said(t.e, 0, "trying the peers again"));
     two_stop(&t);
 }
 

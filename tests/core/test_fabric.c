@@ -440,6 +440,79 @@ static void test_large_length_mismatch(void **state)
     pair_end(&p, true);
 }
 
+/* Lengths that differ and are not whole numbers of chunks. The receiver
+ * expects more: 2.5 MiB expected, 1.5 MiB sent (tag 84), and 3.5 MiB
+ * expected, 3.25 MiB sent (tag 85; the sender's short end lands in the
+ * receiver's last whole chunk). The receiver expects less: 2.5 MiB
+ * expected, 3.25 MiB sent (tag 87; a whole chunk arrives where the short
+ * end was expected: shm spun in fi_cq_read truncating it into the short
+ * room, past any deadline, and over rxm the sender's last chunk was never
+ * received, so its send_large waited its whole deadline and broke its
+ * endpoint). Each receive is an FTC_EPROTO naming both lengths, the sender
+ * completes, and both endpoints still work (tag 86). Deadlines are 60 s: a
+ * hang is the test's TIMEOUT. */
+static void child_recv_partial_mismatch(ftc_fabric_t *f, ftc_fabric_peer_t parent, int ctl)
+{
+    uint8_t *buf = malloc(4 * MM_CHUNK);
+    CHECK(buf);
+    int rc[4];
+    char msg[3][512];
+    static const uint64_t tags[3] = {84, 85, 87};
+    static const size_t lens[3] = {5 * MM_CHUNK / 2, 7 * MM_CHUNK / 2, 5 * MM_CHUNK / 2};
+    for (int i = 0; i < 3; i++) {
+        rc[i] = ftc_fabric_recv_large(f, parent, tags[i], buf, lens[i], secs(60));
+        snprintf(msg[i], sizeof msg[i], "%s", rc[i] ? ftc_fabric_errmsg(f) : "success");
+        printf("# %s: recv_large of %zu bytes (tag %d): %s\n", g_prov, lens[i], (int)tags[i],
+               msg[i]);
+    }
+    /* the endpoint still works: the same length both sides */
+    rc[3] = ftc_fabric_recv_large(f, parent, 86, buf, 3 * MM_CHUNK / 2, secs(60));
+    uint64_t h = ftc_xxh3(buf, 3 * MM_CHUNK / 2);
+    fflush(stdout);
+    write_all(ctl, rc, sizeof rc);
+    write_all(ctl, msg, sizeof msg);
+    write_all(ctl, &h, sizeof h);
+    free(buf);
+}
+
+static void test_large_partial_chunk_mismatch(void **state)
+{
+    (void)state;
+    pair_t p;
+    pair_start(&p, MM_CHUNK, child_recv_partial_mismatch);
+    uint8_t *buf = malloc(4 * MM_CHUNK);
+    assert_non_null(buf);
+    ftc_test_fill(buf, 4 * MM_CHUNK, 7);
+    int s[4];
+    s[0] = ftc_fabric_send_large(p.f, p.child, 84, buf, 3 * MM_CHUNK / 2, secs(60));
+    s[1] = ftc_fabric_send_large(p.f, p.child, 85, buf, 13 * MM_CHUNK / 4, secs(60));
+    s[2] = ftc_fabric_send_large(p.f, p.child, 87, buf, 13 * MM_CHUNK / 4, secs(60));
+    printf("# %s: sender: %s %s %s\n", g_prov, ftc_errname(s[0]), ftc_errname(s[1]),
+           ftc_errname(s[2]));
+    if (s[2])
+        printf("# %s: sender of tag 87: %s\n", g_prov, ftc_fabric_errmsg(p.f));
+    s[3] = ftc_fabric_send_large(p.f, p.child, 86, buf, 3 * MM_CHUNK / 2, secs(60));
+    int rc[4];
+    char msg[3][512];
+    uint64_t h = 0;
+    assert_int_equal(read_all(p.ctl, rc, sizeof rc), 0);
+    assert_int_equal(read_all(p.ctl, msg, sizeof msg), 0);
+    assert_int_equal(read_all(p.ctl, &h, sizeof h), 0);
+    msg[0][511] = msg[1][511] = msg[2][511] = 0;
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(s[i], 0);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(rc[i], FTC_EPROTO);
+    /* each message names the length expected and the one sent */
+    assert_non_null(strstr(msg[0], "recv_large of 2621440 bytes: the sender sent 1572864"));
+    assert_non_null(strstr(msg[1], "recv_large of 3670016 bytes: the sender sent 3407872"));
+    assert_non_null(strstr(msg[2], "recv_large of 2621440 bytes: the sender sent 3407872"));
+    assert_int_equal(rc[3], 0);
+    assert_true(h == ftc_xxh3(buf, 3 * MM_CHUNK / 2));
+    free(buf);
+    pair_end(&p, true);
+}
+
 /* ---- timeouts ------------------------------------------------------------ */
 
 static void test_recv_timeout(void **state)
@@ -936,6 +1009,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_interleaved_tags),
         cmocka_unit_test(test_large_256m),
         cmocka_unit_test(test_large_length_mismatch),
+        cmocka_unit_test(test_large_partial_chunk_mismatch),
         cmocka_unit_test(test_abort_from_thread),
         cmocka_unit_test(test_peer_add_bad_address),
         cmocka_unit_test(test_many_peers),
