@@ -371,6 +371,7 @@ static void *ftc__local_main(void *arg)
 {
     ftc_detector_t *d = arg;
     struct pollfd pfd[FTC_DET_MAX_RANKS + 1];
+    uint64_t last_check_ns = ftc_now_ns();
     while (!atomic_load(&d->stop)) {
         int n = 0;
         pfd[n++] = (struct pollfd){d->wake[0], POLLIN, 0};
@@ -386,6 +387,20 @@ static void *ftc__local_main(void *arg)
             }
         }
         pthread_mutex_lock(&d->mu);
+        /* The watch did not run for much longer than its 20 ms poll: the
+         * agent was paused (SIGSTOP, a VM or swap stall) or a callback held
+         * this thread. The ranks' progress of that time is still waiting to
+         * be read (the agent reads it once it runs), so the time nobody
+         * looked is no idle time of theirs: without this, every rank was
+         * reported hung (and killed) on resume. */
+        uint64_t now = ftc_now_ns(), gap = now - last_check_ns;
+        if (gap > 500000000ull) {
+            for (int i = 0; i < FTC_DET_MAX_RANKS; i++)
+                if (d->ranks[i].used && d->ranks[i].last_ns < now)
+                    d->ranks[i].last_ns += gap - 20000000ull < now - d->ranks[i].last_ns
+                                               ? gap - 20000000ull
+                                               : now - d->ranks[i].last_ns;
+        }
         ftc__check_ranks_locked(d, pfd, n);
         ftc__ev_t e;
         while (ftc__pop(&d->local, &e)) {
@@ -408,6 +423,7 @@ static void *ftc__local_main(void *arg)
             }
         }
         pthread_mutex_unlock(&d->mu);
+        last_check_ns = ftc_now_ns();
     }
     return NULL;
 }

@@ -6,7 +6,8 @@
  *  - the local watch never touches Redis, so a slow or dead Redis cannot
  *    delay it: rank exits (a pidfd per rank, reported the moment the process
  *    ends), hangs (no step progress for hang_factor x the median step time,
- *    at least hang_min_ms), and numerical trouble reported by the trainer
+ *    at least hang_min_ms; time the watch itself did not run, the agent
+ *    paused, is not counted), and numerical trouble reported by the trainer
  *    (NaN/Inf, or a loss more than spike_sigma standard deviations above its
  *    recent window). It calls on_event at once and queues the event for
  *    publication.
