@@ -1043,6 +1043,53 @@ static void test_agent_pause_is_not_a_hang(void **state)
     assert_int_equal(stream_count(f, "jg", "hang", "A"), 0);
 }
 
+/* A node paused past its heartbeat TTL (SIGSTOP: GC, swap) is reported lost,
+ * resumes and heartbeats again (ftc run ignores a loss whose heartbeat is
+ * back). Its loss was recorded for its incarnation, so when it really died
+ * later nobody reported it: the others still had it as lost, and the id
+ * node_lost:NODE:joined_ms was taken in failures:job. A node that finds its
+ * own heartbeat expired now comes back as a new incarnation, whose loss is a
+ * new event. */
+static void test_loss_after_pause_reported_again(void **state)
+{
+    redis_fixture_t *f = *state;
+    static seen_t sb;
+    memset(&sb, 0, sizeof sb);
+    pthread_mutex_init(&sb.mu, NULL);
+    agent_t a;
+    spawn_agent(f, &a, "jr", "A", "--no-campaign", NULL);
+    ftc_detector_t *b = start_detector(f, "jr", "B", true, &sb, NULL);
+    ftc_sleep_ms(700); /* B has scanned A */
+    kill_agent(&a, SIGSTOP);
+    assert_true(wait_seen(&sb, "node_lost", "A", 5000));
+    kill_agent(&a, SIGCONT);
+    /* A heartbeats again */
+    ftc_ctl_t *c = redis_fixture_ctl(f, "jr");
+    char key[128];
+    ftc_ctl_key(c, "hb:A", key, sizeof key);
+    ftc_deadline_t d = ftc_deadline_in_ms(5000);
+    long long exists = 0;
+    while (!exists && !ftc_deadline_expired(d)) {
+        ftc_redis_reply_t *rep = NULL;
+        if (ftc_redis_cmdv(ftc_ctl_redis(c), true, &rep, "EXISTS", key, NULL) == 0)
+            exists = rep->integer;
+        ftc_redis_reply_free(rep);
+        if (!exists)
+            ftc_sleep_ms(10);
+    }
+    ftc_ctl_destroy(c);
+    assert_true(exists);
+    ftc_sleep_ms(1500); /* B scans A alive a few times */
+    assert_int_equal(seen_count(&sb, "node_lost", "A", NULL), 1);
+    kill_agent(&a, SIGKILL);
+    d = ftc_deadline_in_ms(5000);
+    while (seen_count(&sb, "node_lost", "A", NULL) < 2 && !ftc_deadline_expired(d))
+        ftc_sleep_ms(10);
+    assert_int_equal(seen_count(&sb, "node_lost", "A", NULL), 2);
+    ftc_detector_stop(b, true);
+    assert_int_equal(stream_count(f, "jr", "node_lost", "A"), 2);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
 
 int main(void)
@@ -1060,6 +1107,7 @@ int main(void)
         T(test_event_once_after_lost_reply), T(test_late_renewal_reply_does_not_extend_lease),
         T(test_no_loss_reported_right_after_own_outage),
         T(test_deadline_poll_pages_past_skewed_clocks), T(test_agent_pause_is_not_a_hang),
+        T(test_loss_after_pause_reported_again),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
