@@ -36,13 +36,18 @@ static const char ftc__lua_leave[] =
     "redis.call('ZREM', KEYS[3], ARGV[1])\n"
     "return 1\n";
 
-/* KEYS: leader, epoch. ARGV: holder, ttl_ms. Returns {held, epoch, holder}. */
+/* KEYS: leader, epoch. ARGV: holder, ttl_ms. Returns {held, epoch, holder}. A
+ * holder that finds the lease still its own (it stepped down locally, paused
+ * or cut off, before the key expired) gets a full TTL again: the caller
+ * counts a whole lease from this call, and a key left to expire on its old
+ * TTL let another node take it while the caller still called itself leader. */
 static const char ftc__lua_lease_acquire[] =
     "local cur = redis.call('GET', KEYS[1])\n"
     "if cur then\n"
     "  local h, ep = string.match(cur, '^(%S+) (%d+)$')\n"
     "  if not h then return redis.error_reply('FTC_CORRUPT leader key ' .. KEYS[1] .. "
     "' holds \"' .. string.sub(cur, 1, 40) .. '\" (expected \"holder epoch\"); delete it') end\n"
+    "  if h == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end\n"
     "  return {h == ARGV[1] and 1 or 0, tonumber(ep), h}\n"
     "end\n"
     "local ep = redis.call('INCR', KEYS[2])\n"

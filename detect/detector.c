@@ -91,6 +91,8 @@ struct ftc_detector {
     bool down;               /* Redis unreachable since down_ms */
     uint64_t down_ms;
     uint64_t lease_ok_ns;    /* last successful acquire/renew */
+    uint64_t hb_ok_ns;       /* when the last successful heartbeat was answered */
+    bool self_expired;       /* our own heartbeat key expired (its notification came) */
     ftc__node_t **nodes;     /* members seen, each allocated once (pointers stay valid) */
     int nnodes, capnodes;
     int *hidx;               /* open-addressing index name -> nodes[i] + 1 (0 = empty) */
@@ -371,6 +373,7 @@ static void *ftc__local_main(void *arg)
 {
     ftc_detector_t *d = arg;
     struct pollfd pfd[FTC_DET_MAX_RANKS + 1];
+    uint64_t last_check_ns = ftc_now_ns();
     while (!atomic_load(&d->stop)) {
         int n = 0;
         pfd[n++] = (struct pollfd){d->wake[0], POLLIN, 0};
@@ -386,6 +389,20 @@ static void *ftc__local_main(void *arg)
             }
         }
         pthread_mutex_lock(&d->mu);
+        /* The watch did not run for much longer than its 20 ms poll: the
+         * agent was paused (SIGSTOP, a VM or swap stall) or a callback held
+         * this thread. The ranks' progress of that time is still waiting to
+         * be read (the agent reads it once it runs), so the time nobody
+         * looked is no idle time of theirs: without this, every rank was
+         * reported hung (and killed) on resume. */
+        uint64_t now = ftc_now_ns(), gap = now - last_check_ns;
+        if (gap > 500000000ull) {
+            for (int i = 0; i < FTC_DET_MAX_RANKS; i++)
+                if (d->ranks[i].used && d->ranks[i].last_ns < now)
+                    d->ranks[i].last_ns += gap - 20000000ull < now - d->ranks[i].last_ns
+                                               ? gap - 20000000ull
+                                               : now - d->ranks[i].last_ns;
+        }
         ftc__check_ranks_locked(d, pfd, n);
         ftc__ev_t e;
         while (ftc__pop(&d->local, &e)) {
@@ -408,6 +425,7 @@ static void *ftc__local_main(void *arg)
             }
         }
         pthread_mutex_unlock(&d->mu);
+        last_check_ns = ftc_now_ns();
     }
     return NULL;
 }
@@ -508,6 +526,25 @@ static void ftc__came_up(ftc_detector_t *d)
     FTC_INFO("detect", "%s: redis is back after %" PRIu64 " ms", d->node, now - d->down_ms);
 }
 
+/* Our heartbeat expired (we were paused or cut off past the TTL): the others
+ * reported this incarnation lost, once per job, and keep it as lost. Coming
+ * back under it, a later real loss of this node would never be reported, so
+ * the node re-joins as a new incarnation (joined_ms), whose loss is news. */
+static void ftc__new_incarnation(ftc_detector_t *d)
+{
+    d->self_expired = false;
+    uint64_t now = ftc_wall_ms();
+    pthread_mutex_lock(&d->mu);
+    uint64_t old = d->joined_ms;
+    d->joined_ms = now > old ? now : old + 1;
+    pthread_mutex_unlock(&d->mu);
+    FTC_WARN("detect", "%s: our heartbeat expired (paused or cut off past the %d ms TTL): "
+             "re-joining as incarnation %" PRIu64 " (was %" PRIu64 ")",
+             d->node, d->o.ttl_ms, d->joined_ms, old);
+    if (ftc__join(d) != 0)
+        d->self_expired = true; /* try again with the next heartbeat */
+}
+
 static int ftc__hash_slot(const ftc_detector_t *d, const char *name)
 {
     uint64_t h = ftc_xxh3(name, strlen(name));
@@ -557,8 +594,10 @@ static ftc__node_t *ftc__node_get(ftc_detector_t *d, const char *name)
 /* A node's heartbeat is gone: report it once per incarnation. */
 static void ftc__node_lost(ftc_detector_t *d, const char *name, const char *how)
 {
-    if (!strcmp(name, d->node))
-        return; /* our own key expired: we were paused; others report us */
+    if (!strcmp(name, d->node)) {
+        d->self_expired = true; /* we were paused; others report us: ftc__new_incarnation */
+        return;
+    }
     if (ftc_now_ns() < d->quiet_until_ns)
         return; /* just back from our own outage: not yet (ftc__came_up) */
     ftc__node_t *n = ftc__node_get(d, name);
@@ -1031,9 +1070,16 @@ static void *ftc__redis_main(void *arg)
                 }
             ftc_ctl_heartbeat_t hb = {d->st.generation, step, st, ftc_wall_ms()};
             pthread_mutex_unlock(&d->mu);
+            /* Redis ran the last heartbeat before its answer came: when this
+             * one is sent more than a TTL after that, the key has expired */
+            if (d->hb_ok_ns && now - d->hb_ok_ns > (uint64_t)d->o.ttl_ms * 1000000ull)
+                d->self_expired = true;
             int hrc = ftc_ctl_heartbeat(d->ctl, d->node, &hb, d->o.ttl_ms);
             if (hrc == 0) {
+                d->hb_ok_ns = ftc_now_ns();
                 ftc__came_up(d);
+                if (d->self_expired)
+                    ftc__new_incarnation(d);
                 pthread_mutex_lock(&d->mu);
                 d->st.heartbeats++;
                 pthread_mutex_unlock(&d->mu);

@@ -6,7 +6,8 @@
  *  - the local watch never touches Redis, so a slow or dead Redis cannot
  *    delay it: rank exits (a pidfd per rank, reported the moment the process
  *    ends), hangs (no step progress for hang_factor x the median step time,
- *    at least hang_min_ms), and numerical trouble reported by the trainer
+ *    at least hang_min_ms; time the watch itself did not run, the agent
+ *    paused, is not counted), and numerical trouble reported by the trainer
  *    (NaN/Inf, or a loss more than spike_sigma standard deviations above its
  *    recent window). It calls on_event at once and queues the event for
  *    publication.
@@ -28,7 +29,9 @@
  *    the detector keeps running, queues what it finds, and when Redis is back
  *    re-registers, reseeds what Redis lost and reports the gap as an event;
  *    for ttl_ms + 1 s after that it reports no node lost (the others may have
- *    been cut off too and need a heartbeat to come back).
+ *    been cut off too and need a heartbeat to come back). An agent whose own
+ *    heartbeat expired (paused or cut off past ttl_ms: the others reported it
+ *    lost) re-joins as a new incarnation, so that its next loss is news.
  *
  * The leader holds the lease only while it renews it in time: a leader whose
  * last successful renewal is older than 0.9 x the lease TTL (it was paused,

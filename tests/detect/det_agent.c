@@ -5,7 +5,7 @@
  * signals (kill -9, SIGSTOP) to play a lost node or a paused leader.
  *
  * usage: det_agent URLFILE JOB NODE [--no-campaign] [--lease-ms N]
- *                  [--ttl-ms N] [--hb-ms N] [--step-ms N]
+ *                  [--ttl-ms N] [--hb-ms N] [--step-ms N] [--hang-min-ms N]
  */
 #include "core/log.h"
 #include "detect/detector.h"
@@ -55,6 +55,8 @@ int main(int argc, char **argv)
             o.heartbeat_ms = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--step-ms") && i + 1 < argc)
             step_ms = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--hang-min-ms") && i + 1 < argc)
+            o.hang_min_ms = atoi(argv[++i]);
         else {
             fprintf(stderr, "det_agent: unknown argument %s\n", argv[i]);
             return 2;

@@ -573,11 +573,48 @@ static void test_status_json_keeps_non_utf8(void **state)
     ftc_ctl_destroy(c);
 }
 
+/* A holder that stepped down locally (it was paused, or cut off, for 0.9 x the
+ * lease TTL) campaigns again while its key is still in Redis: the acquire says
+ * it holds the lease, and the detector then counts a whole lease from that
+ * call. The key must get a whole TTL too, else it expires on its old one and
+ * another node takes the lease while this one still calls itself leader. The
+ * time the holder lost is played by cutting the key's TTL to 50 ms. */
+static void test_lease_reacquire_by_holder_renews_ttl(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_ctl_t *a = redis_fixture_ctl(f, "jra"), *b = redis_fixture_ctl(f, "jra");
+    bool held;
+    uint64_t ep, ep2, ep_b;
+    assert_int_equal(ftc_ctl_lease_acquire(a, "node-a:1", 60000, &held, &ep), 0);
+    assert_true(held);
+    char key[128];
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(a), true, NULL, "PEXPIRE",
+                                    ftc_ctl_key(a, "leader", key, sizeof key), "50", NULL),
+                     0);
+    assert_int_equal(ftc_ctl_lease_acquire(a, "node-a:1", 60000, &held, &ep2), 0);
+    assert_true(held);
+    assert_true(ep2 == ep);
+    char holder[64];
+    int64_t ttl;
+    uint64_t e;
+    assert_int_equal(ftc_ctl_leader(b, holder, sizeof holder, &e, &ttl), 0);
+    assert_string_equal(holder, "node-a:1");
+    assert_true(ttl > 50); /* before: at most the 50 ms left */
+    ftc_sleep_ms(200);     /* past the old TTL: the lease is still a's, b cannot take it */
+    assert_int_equal(ftc_ctl_lease_acquire(b, "node-b:1", 60000, &held, &ep_b), 0);
+    assert_false(held);
+    assert_true(ep_b == ep);
+    ftc_ctl_destroy(a);
+    ftc_ctl_destroy(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_lease_and_fenced_generations, redis_fixture_setup,
                                         redis_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_lease_reacquire_by_holder_renews_ttl,
+                                        redis_fixture_setup, redis_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_commit_atomic_under_concurrency, redis_fixture_setup,
                                         redis_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_failure_reported_exactly_once, redis_fixture_setup,

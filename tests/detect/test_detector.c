@@ -102,8 +102,9 @@ typedef struct agent {
     char out[PATH_MAX];
 } agent_t;
 
-static void spawn_agent(redis_fixture_t *f, agent_t *a, const char *job, const char *node,
-                        const char *extra1, const char *extra2)
+/* extra: up to 6 more arguments, NULL-terminated. */
+static void spawn_agent_v(redis_fixture_t *f, agent_t *a, const char *job, const char *node,
+                          const char *const *extra)
 {
     char bin[PATH_MAX];
     const char *bd = getenv("FTC_BINARY_DIR");
@@ -115,8 +116,11 @@ static void spawn_agent(redis_fixture_t *f, agent_t *a, const char *job, const c
         prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive a failed test */
         FILE *o = freopen(a->out, "w", stdout);
         (void)o;
-        execl(bin, bin, ftc_redis_server_url_file(f->srv), job, node, "--lease-ms", "600",
-              extra1, extra2, (char *)NULL);
+        const char *av[16] = {bin, ftc_redis_server_url_file(f->srv), job, node, "--lease-ms",
+                              "600"};
+        for (int i = 0; i < 6 && extra[i]; i++)
+            av[6 + i] = extra[i];
+        execv(bin, (char *const *)av);
         _exit(127);
     }
     /* wait for READY */
@@ -138,6 +142,13 @@ static void spawn_agent(redis_fixture_t *f, agent_t *a, const char *job, const c
             fail_msg("agent %s not ready", node);
         ftc_sleep_ms(10);
     }
+}
+
+static void spawn_agent(redis_fixture_t *f, agent_t *a, const char *job, const char *node,
+                        const char *extra1, const char *extra2)
+{
+    const char *extra[] = {extra1, extra1 ? extra2 : NULL, NULL};
+    spawn_agent_v(f, a, job, node, extra);
 }
 
 static bool agent_said(agent_t *a, const char *what)
@@ -1002,6 +1013,83 @@ static void test_deadline_poll_pages_past_skewed_clocks(void **state)
     ftc_ctl_destroy(c);
 }
 
+/* An agent paused (SIGSTOP, a VM or swap stall) longer than a rank's hang
+ * limit: the ranks ran on, their progress waits to be read, yet on resume the
+ * local watch measured the pause as the ranks' idle time and reported the
+ * rank hung (ftc run then kills it: a full recovery for nothing) whenever it
+ * looked before the first progress after the resume was read (a race, so
+ * eight pauses). The pause does not count as idle time now. det_agent
+ * reports a step every 50 ms (limit max(10 x 50 ms, 300 ms) = 500 ms); each
+ * pause is 900 ms. */
+static void test_agent_pause_is_not_a_hang(void **state)
+{
+    redis_fixture_t *f = *state;
+    agent_t a;
+    const char *extra[] = {"--no-campaign", "--step-ms", "50", "--hang-min-ms", "300", NULL};
+    spawn_agent_v(f, &a, "jg", "A", extra);
+    ftc_sleep_ms(500); /* a few steps: the median is known */
+    int pauses = 0;
+    for (; pauses < 8 && !agent_said(&a, "EVENT hang"); pauses++) {
+        kill_agent(&a, SIGSTOP);
+        ftc_sleep_ms(900);
+        kill_agent(&a, SIGCONT);
+        ftc_sleep_ms(300); /* progress flows again */
+    }
+    bool hang = agent_said(&a, "EVENT hang");
+    kill_agent(&a, SIGTERM);
+    if (hang)
+        print_message("a hang was reported after pause %d\n", pauses);
+    assert_false(hang);
+    assert_int_equal(stream_count(f, "jg", "hang", "A"), 0);
+}
+
+/* A node paused past its heartbeat TTL (SIGSTOP: GC, swap) is reported lost,
+ * resumes and heartbeats again (ftc run ignores a loss whose heartbeat is
+ * back). Its loss was recorded for its incarnation, so when it really died
+ * later nobody reported it: the others still had it as lost, and the id
+ * node_lost:NODE:joined_ms was taken in failures:job. A node that finds its
+ * own heartbeat expired now comes back as a new incarnation, whose loss is a
+ * new event. */
+static void test_loss_after_pause_reported_again(void **state)
+{
+    redis_fixture_t *f = *state;
+    static seen_t sb;
+    memset(&sb, 0, sizeof sb);
+    pthread_mutex_init(&sb.mu, NULL);
+    agent_t a;
+    spawn_agent(f, &a, "jr", "A", "--no-campaign", NULL);
+    ftc_detector_t *b = start_detector(f, "jr", "B", true, &sb, NULL);
+    ftc_sleep_ms(700); /* B has scanned A */
+    kill_agent(&a, SIGSTOP);
+    assert_true(wait_seen(&sb, "node_lost", "A", 5000));
+    kill_agent(&a, SIGCONT);
+    /* A heartbeats again */
+    ftc_ctl_t *c = redis_fixture_ctl(f, "jr");
+    char key[128];
+    ftc_ctl_key(c, "hb:A", key, sizeof key);
+    ftc_deadline_t d = ftc_deadline_in_ms(5000);
+    long long exists = 0;
+    while (!exists && !ftc_deadline_expired(d)) {
+        ftc_redis_reply_t *rep = NULL;
+        if (ftc_redis_cmdv(ftc_ctl_redis(c), true, &rep, "EXISTS", key, NULL) == 0)
+            exists = rep->integer;
+        ftc_redis_reply_free(rep);
+        if (!exists)
+            ftc_sleep_ms(10);
+    }
+    ftc_ctl_destroy(c);
+    assert_true(exists);
+    ftc_sleep_ms(1500); /* B scans A alive a few times */
+    assert_int_equal(seen_count(&sb, "node_lost", "A", NULL), 1);
+    kill_agent(&a, SIGKILL);
+    d = ftc_deadline_in_ms(5000);
+    while (seen_count(&sb, "node_lost", "A", NULL) < 2 && !ftc_deadline_expired(d))
+        ftc_sleep_ms(10);
+    assert_int_equal(seen_count(&sb, "node_lost", "A", NULL), 2);
+    ftc_detector_stop(b, true);
+    assert_int_equal(stream_count(f, "jr", "node_lost", "A"), 2);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
 
 int main(void)
@@ -1018,7 +1106,8 @@ int main(void)
         T(test_node_lost_once_across_generations), T(test_long_expired_key_not_cut_to_a_node),
         T(test_event_once_after_lost_reply), T(test_late_renewal_reply_does_not_extend_lease),
         T(test_no_loss_reported_right_after_own_outage),
-        T(test_deadline_poll_pages_past_skewed_clocks),
+        T(test_deadline_poll_pages_past_skewed_clocks), T(test_agent_pause_is_not_a_hang),
+        T(test_loss_after_pause_reported_again),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
