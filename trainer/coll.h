@@ -140,7 +140,8 @@ void ftc_coll_destroy(ftc_coll_t *c);
 /* ---- CPU backend over libfabric ---------------------------------------- */
 
 typedef struct ftc_coll_cpu_opts {
-    size_t seg_bytes; /* bytes per fabric message; <= the fabric's max_msg (1 MiB) */
+    size_t seg_bytes; /* bytes per fabric message (1 MiB); at most the fabric's max_msg
+                         (ftc_fabric_max_msg, 4 MiB by default): create refuses more */
     int window;       /* messages in flight per peer and direction (8) */
 } ftc_coll_cpu_opts_t;
 #define FTC_COLL_CPU_OPTS_INIT {(size_t)1 << 20, 8}

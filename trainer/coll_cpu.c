@@ -483,6 +483,17 @@ int ftc_coll_cpu_create(ftc_fabric_t *fab, int rank, int size, const uint8_t *ad
                            "coll create: bad rank %d / size %d / seg_bytes %zu / window %d", rank,
                            size, o.seg_bytes, o.window);
     }
+    /* every message is at most seg_bytes: one above the fabric's limit would
+     * fail only at the first collective, on every rank */
+    size_t max_msg = ftc_fabric_max_msg(fab);
+    if (o.seg_bytes > max_msg) {
+        ftc_fabric_close(fab);
+        return ftc_err_set(err, FTC_EINVAL,
+                           "coll create rank %d: seg_bytes %zu exceeds the fabric's largest "
+                           "message, max_msg %zu bytes: use seg_bytes <= %zu, or open the fabric "
+                           "with a larger ftc_fabric_opts_t.max_msg",
+                           rank, o.seg_bytes, max_msg, max_msg);
+    }
     cpu_t *p = calloc(1, sizeof *p);
     if (p)
         p->peers = calloc((size_t)size, sizeof *p->peers);

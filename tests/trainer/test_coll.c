@@ -8,7 +8,8 @@
  * 1, 2, 3 and 4 ranks over one global data set split differently; an i128
  * overflow is reported on every rank; a peer SIGKILLed mid all-reduce makes
  * every survivor return an error by its deadline; an abort from another
- * thread interrupts a blocked all-reduce.
+ * thread interrupts a blocked all-reduce; a seg_bytes above the fabric's
+ * max_msg is refused at create.
  *
  * Usage: test_trainer_coll tcp|shm [filter]. Exits 77 only when the provider
  * is absent. Timings are printed; the bounds asserted are generous (a loaded
@@ -433,6 +434,47 @@ static void test_abort_from_thread(void **s)
     expect_all_ok(2, st);
 }
 
+/* ---- seg_bytes above the fabric's largest message ---------------------- */
+
+static void test_create_seg_too_large(void **s)
+{
+    (void)s;
+    const size_t max = (size_t)1 << 20;
+    for (int ok = 0; ok < 2; ok++) {
+        ftc_fabric_opts_t fo = FTC_FABRIC_OPTS_INIT;
+        fo.provider = g_prov;
+        fo.max_msg = max;
+        ftc_fabric_t *fab = NULL;
+        ftc_err_t err = {0};
+        if (ftc_fabric_open(&fo, &fab, &err) < 0)
+            fail_msg("fabric: %s", err.msg);
+        assert_int_equal(ftc_fabric_max_msg(fab), max);
+        uint8_t me[FTC_FABRIC_ADDR_MAX];
+        size_t melen = sizeof me;
+        assert_int_equal(ftc_fabric_getname(fab, me, &melen), 0);
+        /* one past the limit is refused at create (fab closed by it), the
+         * limit itself is taken */
+        ftc_coll_cpu_opts_t co = FTC_COLL_CPU_OPTS_INIT;
+        co.seg_bytes = ok ? max : max + 1;
+        static ftc_coll_t not_set;
+        ftc_coll_t *c = &not_set; /* create must set it */
+        int rc = ftc_coll_cpu_create(fab, 0, 1, me, &melen, &co, &c, &err);
+        if (ok) {
+            assert_int_equal(rc, 0);
+            float v = 3;
+            assert_int_equal(ftc_coll_all_reduce(c, &v, 1, FTC_COLL_F32,
+                                                 ftc_deadline_in_ms(1000)), 0);
+            ftc_coll_destroy(c);
+        } else {
+            printf("  seg_bytes %zu on a fabric of max_msg %zu: %s\n", co.seg_bytes, max, err.msg);
+            assert_int_equal(rc, FTC_EINVAL);
+            assert_null(c);
+            assert_non_null(strstr(err.msg, "seg_bytes 1048577"));
+            assert_non_null(strstr(err.msg, "max_msg 1048576"));
+        }
+    }
+}
+
 /* ---- address exchange and arguments ------------------------------------ */
 
 static void test_exchange_timeout_and_args(void **s)
@@ -494,6 +536,7 @@ int main(int argc, char **argv)
         cmocka_set_test_filter(argv[2]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exchange_timeout_and_args),
+        cmocka_unit_test(test_create_seg_too_large),
         cmocka_unit_test(test_sizes_2),
         cmocka_unit_test(test_sizes_3),
         cmocka_unit_test(test_sizes_4),
