@@ -154,6 +154,11 @@ int ftc_coll_cpu_create(ftc_fabric_t *fab, int rank, int size, const uint8_t *ad
                         const size_t *lens, const ftc_coll_cpu_opts_t *opts, ftc_coll_t **out,
                         ftc_err_t *err);
 
+/* For tests: the bytes of reduce-scatter scratch a CPU communicator holds
+ * (the most any call so far needed: (size - 1) x the largest piece it
+ * received from one peer); 0 for another backend. */
+size_t ftc__coll_cpu_scratch_bytes(const ftc_coll_t *c);
+
 /* Exchanges fabric addresses through a shared directory: writes
  * dir/<rank>.addr atomically (temp file + rename), then waits (polling every
  * 5 ms) until all `size` files exist, and reads them into addrs (size x
