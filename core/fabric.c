@@ -385,6 +385,11 @@ const char *ftc_fabric_provider(const ftc_fabric_t *fab)
     return fab->prov;
 }
 
+size_t ftc_fabric_max_msg(const ftc_fabric_t *fab)
+{
+    return fab->max_msg;
+}
+
 const char *ftc_fabric_errmsg(const ftc_fabric_t *fab)
 {
     return fab->err.msg;

@@ -139,6 +139,10 @@ int ftc_fabric_health(const ftc_fabric_t *fab);
 /* The provider actually opened ("tcp;ofi_rxm", "shm"). Valid until close. */
 const char *ftc_fabric_provider(const ftc_fabric_t *fab);
 
+/* The largest single message this handle sends or receives (opts.max_msg,
+ * at most the provider's limit, which open checked). Thread-safe. */
+size_t ftc_fabric_max_msg(const ftc_fabric_t *fab);
+
 /* The detail of the last error on fab ("" if none). Valid until the next call
  * on fab. Not thread-safe. */
 const char *ftc_fabric_errmsg(const ftc_fabric_t *fab);

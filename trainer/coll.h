@@ -140,7 +140,8 @@ void ftc_coll_destroy(ftc_coll_t *c);
 /* ---- CPU backend over libfabric ---------------------------------------- */
 
 typedef struct ftc_coll_cpu_opts {
-    size_t seg_bytes; /* bytes per fabric message; <= the fabric's max_msg (1 MiB) */
+    size_t seg_bytes; /* bytes per fabric message (1 MiB); at most the fabric's max_msg
+                         (ftc_fabric_max_msg, 4 MiB by default): create refuses more */
     int window;       /* messages in flight per peer and direction (8) */
 } ftc_coll_cpu_opts_t;
 #define FTC_COLL_CPU_OPTS_INIT {(size_t)1 << 20, 8}
@@ -152,6 +153,11 @@ typedef struct ftc_coll_cpu_opts {
 int ftc_coll_cpu_create(ftc_fabric_t *fab, int rank, int size, const uint8_t *addrs,
                         const size_t *lens, const ftc_coll_cpu_opts_t *opts, ftc_coll_t **out,
                         ftc_err_t *err);
+
+/* For tests: the bytes of reduce-scatter scratch a CPU communicator holds
+ * (the most any call so far needed: (size - 1) x the largest piece it
+ * received from one peer); 0 for another backend. */
+size_t ftc__coll_cpu_scratch_bytes(const ftc_coll_t *c);
 
 /* Exchanges fabric addresses through a shared directory: writes
  * dir/<rank>.addr atomically (temp file + rename), then waits (polling every

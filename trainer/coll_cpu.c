@@ -4,8 +4,10 @@
  *
  * Algorithms (n ranks, buffer split into chunks as ftc_coll_chunk says):
  *   - reduce_scatter: every rank sends chunk p of its buffer to rank p and
- *     receives its own chunk from every peer (pieces of seg_bytes * window
- *     bytes per peer at a time, into scratch), then sums each element in rank
+ *     receives its own chunk from every peer (pieces of at most seg_bytes *
+ *     window bytes, and at most the largest chunk, per peer at a time, into
+ *     scratch of (n-1) x the piece this rank receives: a small call takes
+ *     little scratch however many ranks), then sums each element in rank
  *     order x_0 + x_1 + ... + x_{n-1}. Same traffic per rank as a ring
  *     ((n-1)/n of the buffer in and out) but a fixed order for every element;
  *   - all_gather: a ring; at step s rank r sends chunk (r-s) mod n to r+1 and
@@ -266,14 +268,20 @@ static int do_reduce_scatter(ftc_coll_t *c, uint8_t *buf, size_t count, ftc_coll
     *overflow = 0;
     if (n == 1 || !count)
         return 0;
-    size_t piece = p->seg * (size_t)p->window / es; /* elements per peer per round */
+    size_t off0, len0, myoff, mylen;
+    ftc_coll_chunk(count, n, 0, &off0, &len0); /* chunk 0 is the largest */
+    ftc_coll_chunk(count, n, me, &myoff, &mylen);
+    /* elements per peer per round: the same on every rank (it numbers the
+     * segments in the tags), never more than the largest chunk */
+    size_t piece = p->seg * (size_t)p->window / es;
     if (!piece)
         piece = 1;
-    size_t off0, len0, myoff, mylen;
-    ftc_coll_chunk(count, n, 0, &off0, &len0);
-    ftc_coll_chunk(count, n, me, &myoff, &mylen);
+    if (piece > len0)
+        piece = len0;
     size_t rounds = (len0 + piece - 1) / piece;
-    int rc = scratch(c, (size_t)(n - 1) * piece * es);
+    /* what this rank receives from one peer per round: its slot in scratch */
+    size_t slot_elems = mylen < piece ? mylen : piece;
+    int rc = slot_elems ? scratch(c, (size_t)(n - 1) * slot_elems * es) : 0;
     if (rc < 0)
         return rc;
     xfer_t *x = calloc((size_t)2 * (size_t)n, sizeof *x);
@@ -299,7 +307,8 @@ static int do_reduce_scatter(ftc_coll_t *c, uint8_t *buf, size_t count, ftc_coll
                                .len = m * es, .tag = mk_tag(seq, 0),
                                .seg0 = k * segs_per_piece};
             x[nx++] = (xfer_t){.peer = q, .send = 0,
-                               .ptr = p->scratch + (size_t)slot * piece * es, .len = mine * es,
+                               .ptr = mine ? p->scratch + (size_t)slot * slot_elems * es : NULL,
+                               .len = mine * es,
                                .tag = mk_tag(seq, 0), .seg0 = k * segs_per_piece};
         }
         rc = run(c, x, nx, op, dl);
@@ -307,7 +316,8 @@ static int do_reduce_scatter(ftc_coll_t *c, uint8_t *buf, size_t count, ftc_coll
             continue;
         for (int q = 0; q < n; q++) {
             int slot = q < me ? q : q - 1;
-            srcs[q] = q == me ? buf + (myoff + lo) * es : p->scratch + (size_t)slot * piece * es;
+            srcs[q] = q == me ? buf + (myoff + lo) * es
+                              : p->scratch + (size_t)slot * slot_elems * es;
         }
         *overflow |= sum_ranks(dt, buf + (myoff + lo) * es, srcs, n, mine);
     }
@@ -457,6 +467,14 @@ static void cpu_destroy(ftc_coll_t *c)
     c->impl = NULL;
 }
 
+static const ftc_coll_ops_t cpu_ops;
+
+size_t ftc__coll_cpu_scratch_bytes(const ftc_coll_t *c)
+{
+    const cpu_t *p = c && c->ops == &cpu_ops ? c->impl : NULL;
+    return p ? p->scratch_cap : 0;
+}
+
 static const ftc_coll_ops_t cpu_ops = {
     .name = "cpu-fabric",
     .all_reduce = cpu_all_reduce,
@@ -482,6 +500,17 @@ int ftc_coll_cpu_create(ftc_fabric_t *fab, int rank, int size, const uint8_t *ad
         return ftc_err_set(err, FTC_EINVAL,
                            "coll create: bad rank %d / size %d / seg_bytes %zu / window %d", rank,
                            size, o.seg_bytes, o.window);
+    }
+    /* every message is at most seg_bytes: one above the fabric's limit would
+     * fail only at the first collective, on every rank */
+    size_t max_msg = ftc_fabric_max_msg(fab);
+    if (o.seg_bytes > max_msg) {
+        ftc_fabric_close(fab);
+        return ftc_err_set(err, FTC_EINVAL,
+                           "coll create rank %d: seg_bytes %zu exceeds the fabric's largest "
+                           "message, max_msg %zu bytes: use seg_bytes <= %zu, or open the fabric "
+                           "with a larger ftc_fabric_opts_t.max_msg",
+                           rank, o.seg_bytes, max_msg, max_msg);
     }
     cpu_t *p = calloc(1, sizeof *p);
     if (p)

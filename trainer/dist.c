@@ -4,6 +4,7 @@
  */
 #include "trainer/dist.h"
 
+#include "core/log.h"
 #include "trainer/coll_nccl.h"
 #include "trainer/kernels.h"
 
@@ -90,6 +91,97 @@ static int resolve(const char *host, int port, struct sockaddr_storage *sa, sock
     return 0;
 }
 
+/* One connection accepted by rank 0's rendezvous. Each is read as its bytes
+ * arrive, all of them in one poll loop, so a connection that says nothing (a
+ * port scanner, a half-dead rank, a rank of an earlier job still retrying)
+ * holds up no other; its blob goes to the table only once the job forms. */
+typedef struct rdzv_conn {
+    int fd;                         /* -1: free slot */
+    int rank;                       /* the rank it registered as; -1 until its blob is in */
+    size_t got;                     /* bytes received: the 12-byte header, then the blob */
+    uint32_t hdr[3];                /* RDZV_MAGIC, rank, blob length */
+    uint64_t last_ns;               /* accepted or last received at (which to evict) */
+    uint64_t seq;                   /* accept order: of two claiming one rank, the later wins */
+    char peer[80];                  /* "addr:port" of the other end, for the warnings */
+    uint8_t blob[FTC_DIST_BLOB_MAX];
+} rdzv_conn_t;
+
+/* Connections beyond one per rank that rank 0 keeps while they have not
+ * sent their header; past that it drops the one idle the longest. */
+#define RDZV_SPARE_CONNS 32
+
+static void peer_name(int fd, char *s, size_t cap)
+{
+    struct sockaddr_storage sa;
+    socklen_t sl = sizeof sa;
+    char h[64], p[16];
+    if (getpeername(fd, (struct sockaddr *)&sa, &sl) < 0 ||
+        getnameinfo((struct sockaddr *)&sa, sl, h, sizeof h, p, sizeof p,
+                    NI_NUMERICHOST | NI_NUMERICSERV)) {
+        snprintf(s, cap, "an unknown peer");
+        return;
+    }
+    snprintf(s, cap, sa.ss_family == AF_INET6 ? "[%s]:%s" : "%s:%s", h, p);
+}
+
+/* Reads what k's peer sent, as much as is there. 1: its header and blob are
+ * in (and nothing after them); 0: more to come; -1: the connection is no
+ * good, why says so (also a registered rank that closed or sent more: a rank
+ * says nothing after its blob until it has read the table). */
+static int conn_read(rdzv_conn_t *k, int world, char *why, size_t whycap)
+{
+    const size_t H = sizeof k->hdr;
+    for (;;) {
+        int in = k->got > H && k->got == H + k->hdr[2];
+        uint8_t c;
+        uint8_t *dst = in ? &c : k->got < H ? (uint8_t *)k->hdr + k->got : k->blob + (k->got - H);
+        size_t want = in ? 1 : k->got < H ? H - k->got : H + k->hdr[2] - k->got;
+        ssize_t n = recv(k->fd, dst, want, 0);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+            return in;
+        if (in) {
+            snprintf(why, whycap, "it registered as rank %u, then %s", (unsigned)k->hdr[1],
+                     n == 0 ? "closed the connection before the table was sent"
+                     : n > 0 ? "sent bytes after its addresses"
+                             : strerror(errno));
+            return -1;
+        }
+        if (n <= 0) {
+            snprintf(why, whycap, "%s after %zu bytes of its %s",
+                     n == 0 ? "it closed the connection" : strerror(errno), k->got,
+                     k->got < H ? "header" : "addresses");
+            return -1;
+        }
+        k->got += (size_t)n;
+        k->last_ns = ftc_now_ns();
+        if (k->got != H)
+            continue;
+        if (k->hdr[0] != RDZV_MAGIC) {
+            snprintf(why, whycap, "it sent something that is not an ftc rendezvous header (magic "
+                     "0x%08x; another program, or a port scanner?)", (unsigned)k->hdr[0]);
+            return -1;
+        }
+        if (k->hdr[1] == 0 || k->hdr[1] >= (uint32_t)world) {
+            snprintf(why, whycap, "it claims rank %u, outside 1..%d (a rank of another job with "
+                     "another WORLD_SIZE?)", (unsigned)k->hdr[1], world - 1);
+            return -1;
+        }
+        if (k->hdr[2] == 0 || k->hdr[2] > FTC_DIST_BLOB_MAX) {
+            snprintf(why, whycap, "rank %u announced %u bytes of addresses, not 1..%d (another "
+                     "ftc version?)", (unsigned)k->hdr[1], (unsigned)k->hdr[2],
+                     FTC_DIST_BLOB_MAX);
+            return -1;
+        }
+    }
+}
+
+static void conn_close(rdzv_conn_t *k)
+{
+    if (k->fd >= 0)
+        close(k->fd);
+    k->fd = -1, k->rank = -1, k->got = 0;
+}
+
 static int rdzv_server(const struct sockaddr_storage *sa, socklen_t salen, int world,
                        const void *blob, size_t len, uint8_t *table, size_t *lens,
                        ftc_deadline_t dl, const atomic_int *ab, ftc_err_t *err)
@@ -99,67 +191,168 @@ static int rdzv_server(const struct sockaddr_storage *sa, socklen_t salen, int w
         return ftc_err_errno(err, errno, "rendezvous: socket");
     int one = 1;
     setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(ls, (const struct sockaddr *)sa, salen) < 0 || listen(ls, world) < 0) {
+    /* room in the accept queue for every rank and the strays: a SYN dropped
+     * on a full queue costs the rank a retransmit (1 s, then 3 s, ...) */
+    int cap = world - 1 + RDZV_SPARE_CONNS;
+    if (bind(ls, (const struct sockaddr *)sa, salen) < 0 || listen(ls, cap) < 0) {
         int e = errno;
         close(ls);
         return ftc_err_errno(err, e, "rendezvous: rank 0 cannot listen on MASTER_ADDR:port (in "
                              "use? set FTC_RDZV_PORT)");
     }
-    int *fds = malloc(sizeof(int) * (size_t)world);
-    if (!fds) {
+    rdzv_conn_t *cs = calloc((size_t)cap, sizeof *cs);
+    int *by_rank = malloc(sizeof(int) * (size_t)world); /* index into cs, or -1 */
+    struct pollfd *pf = malloc(sizeof *pf * (size_t)(cap + 1));
+    int *pk = malloc(sizeof(int) * (size_t)(cap + 1)); /* pf[i] polls cs[pk[i]] */
+    if (!cs || !by_rank || !pf || !pk) {
         close(ls);
+        free(cs), free(by_rank), free(pf), free(pk);
         return ftc_err_set(err, FTC_ENOMEM, "rendezvous: out of memory");
     }
+    for (int i = 0; i < cap; i++)
+        cs[i].fd = -1, cs[i].rank = -1;
     for (int r = 0; r < world; r++)
-        fds[r] = -1, lens[r] = 0;
+        by_rank[r] = -1, lens[r] = 0;
     memcpy(table, blob, len);
     lens[0] = len;
     int have = 1, rc = 0;
-    while (have < world) {
-        rc = wait_fd(ls, POLLIN, dl, ab);
-        if (rc < 0)
+    uint64_t accepted = 0;
+    char why[256];
+    /* Until every rank is in, and then once more without waiting: a rank that
+     * registered and died since (its close already queued) is dropped before
+     * the table goes out, not found dead while sending it. */
+    for (int quiet = 0; !quiet;) {
+        if (ab && atomic_load(ab)) {
+            rc = FTC_ECANCELED;
             break;
-        int fd = accept4(ls, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd < 0)
-            continue;
-        uint32_t hdr[3];
-        if (io_all(fd, hdr, sizeof hdr, 0, dl, ab) < 0 || hdr[0] != RDZV_MAGIC || hdr[1] == 0 ||
-            hdr[1] >= (uint32_t)world || hdr[2] == 0 || hdr[2] > FTC_DIST_BLOB_MAX ||
-            fds[hdr[1]] >= 0 ||
-            io_all(fd, table + (size_t)hdr[1] * FTC_DIST_BLOB_MAX, hdr[2], 0, dl, ab) < 0) {
-            close(fd); /* a stray or broken client: not one of ours */
-            continue;
         }
-        fds[hdr[1]] = fd;
-        lens[hdr[1]] = hdr[2];
-        have++;
+        int64_t left = ftc_deadline_remaining_ms(dl);
+        if (left <= 0 && have < world) {
+            rc = FTC_ETIMEDOUT;
+            break;
+        }
+        int last_look = have == world;
+        int np = 0;
+        pf[np++] = (struct pollfd){ls, POLLIN, 0};
+        for (int i = 0; i < cap; i++)
+            if (cs[i].fd >= 0)
+                pk[np] = i, pf[np++] = (struct pollfd){cs[i].fd, POLLIN, 0};
+        int pr = poll(pf, (nfds_t)np, last_look ? 0 : left > 100 ? 100 : (int)left);
+        if (pr < 0 && errno != EINTR) {
+            rc = ftc_err_errno(err, errno, "rendezvous: rank 0: poll");
+            break;
+        }
+        for (int j = 1; j < np && pr > 0; j++) {
+            if (!pf[j].revents)
+                continue;
+            rdzv_conn_t *k = &cs[pk[j]];
+            if (k->fd != pf[j].fd)
+                continue; /* closed above: the earlier of two connections of one rank */
+            int was = k->rank;
+            int st = conn_read(k, world, why, sizeof why);
+            if (st < 0) {
+                if (was >= 0) {
+                    by_rank[was] = -1, have--;
+                    FTC_WARN("dist", "rendezvous: rank 0: dropped rank %d's connection from %s: "
+                             "%s; waiting for rank %d to connect again", was, k->peer, why, was);
+                } else {
+                    FTC_WARN("dist", "rendezvous: rank 0: dropped the connection from %s: %s; "
+                             "it does not count as a rank", k->peer, why);
+                }
+                conn_close(k);
+            } else if (st > 0 && was < 0) {
+                int r = (int)k->hdr[1];
+                if (by_rank[r] < 0) {
+                    have++;
+                } else {
+                    /* the rank came again (restarted, or retried after its connection broke):
+                     * the connection accepted last is its latest try, whichever registered
+                     * first; the other is closed (its rank, if alive, fails reading the table) */
+                    rdzv_conn_t *old = &cs[by_rank[r]];
+                    rdzv_conn_t *keep = old->seq > k->seq ? old : k;
+                    rdzv_conn_t *lose = keep == k ? old : k;
+                    FTC_WARN("dist", "rendezvous: rank 0: two connections claim rank %d; keeping "
+                             "the later one, from %s, and dropping the earlier one, from %s", r,
+                             keep->peer, lose->peer);
+                    conn_close(lose);
+                    if (lose == k)
+                        continue;
+                }
+                k->rank = r;
+                by_rank[r] = pk[j];
+            }
+        }
+        quiet = last_look && have == world;
+        if (quiet || pr <= 0 || !(pf[0].revents & POLLIN))
+            continue;
+        for (;;) { /* everything queued */
+            int fd = accept4(ls, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+            if (fd < 0)
+                break;
+            int slot = -1, idle = -1;
+            for (int i = 0; i < cap && slot < 0; i++) {
+                if (cs[i].fd < 0)
+                    slot = i;
+                else if (cs[i].rank < 0 && (idle < 0 || cs[i].last_ns < cs[idle].last_ns))
+                    idle = i;
+            }
+            if (slot < 0) { /* cap - (world - 1) >= RDZV_SPARE_CONNS unregistered: idle >= 0 */
+                FTC_WARN("dist", "rendezvous: rank 0: dropped the connection from %s: %d "
+                         "connections that have not registered a rank are open; this one was "
+                         "idle the longest", cs[idle].peer, RDZV_SPARE_CONNS);
+                conn_close(&cs[idle]);
+                slot = idle;
+            }
+            rdzv_conn_t *k = &cs[slot];
+            k->fd = fd, k->rank = -1, k->got = 0, k->last_ns = ftc_now_ns();
+            k->seq = ++accepted;
+            peer_name(fd, k->peer, sizeof k->peer);
+        }
     }
     close(ls);
+    int silent = 0, first = -1;
+    for (int i = 0; i < cap; i++)
+        if (cs[i].fd >= 0 && cs[i].rank < 0 && (silent++, first < 0))
+            first = i;
     if (rc == FTC_ECANCELED) {
         ftc_err_set(err, rc, "rendezvous: rank 0: aborted (%d of %d ranks heard from)", have,
                     world);
-    } else if (rc < 0) {
+    } else if (rc == FTC_ETIMEDOUT) {
         int missing = -1, nm = 0;
         for (int r = 1; r < world; r++)
-            if (fds[r] < 0 && (nm++, missing < 0))
+            if (by_rank[r] < 0 && (nm++, missing < 0))
                 missing = r;
+        char more[160] = "";
+        if (silent)
+            snprintf(more, sizeof more, "; %d other connection%s sent no complete registration, "
+                     "the first from %s", silent, silent == 1 ? "" : "s", cs[first].peer);
         ftc_err_set(err, FTC_ETIMEDOUT, "rendezvous: rank 0 heard from %d of %d ranks by the "
-                    "deadline (%d missing, first: rank %d)", have, world, nm, missing);
+                    "deadline (%d missing, first: rank %d%s)", have, world, nm, missing, more);
+    } else if (rc == 0 && silent) {
+        FTC_WARN("dist", "rendezvous: rank 0: the job formed; closing %d connection%s that "
+                 "registered no rank, the first from %s", silent, silent == 1 ? "" : "s",
+                 cs[first].peer);
     }
     for (int r = 1; r < world && rc == 0; r++) {
+        const rdzv_conn_t *k = &cs[by_rank[r]];
+        memcpy(table + (size_t)r * FTC_DIST_BLOB_MAX, k->blob, k->hdr[2]);
+        lens[r] = k->hdr[2];
+    }
+    for (int r = 1; r < world && rc == 0; r++) {
+        int fd = cs[by_rank[r]].fd;
         for (int q = 0; q < world && rc == 0; q++) {
             uint32_t l32 = (uint32_t)lens[q];
-            rc = io_all(fds[r], &l32, 4, 1, dl, ab);
+            rc = io_all(fd, &l32, 4, 1, dl, ab);
             if (rc == 0)
-                rc = io_all(fds[r], table + (size_t)q * FTC_DIST_BLOB_MAX, lens[q], 1, dl, ab);
+                rc = io_all(fd, table + (size_t)q * FTC_DIST_BLOB_MAX, lens[q], 1, dl, ab);
         }
         if (rc < 0)
-            ftc_err_set(err, rc, "rendezvous: sending the table to rank %d failed", r);
+            ftc_err_set(err, rc, "rendezvous: sending the table to rank %d at %s failed", r,
+                        cs[by_rank[r]].peer);
     }
-    for (int r = 1; r < world; r++)
-        if (fds[r] >= 0)
-            close(fds[r]);
-    free(fds);
+    for (int i = 0; i < cap; i++)
+        conn_close(&cs[i]);
+    free(cs), free(by_rank), free(pf), free(pk);
     return rc;
 }
 

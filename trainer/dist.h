@@ -15,10 +15,17 @@
  *   - through a tiny TCP rendezvous (MASTER_ADDR:port, torchrun style): rank
  *     0 listens, every other rank connects (retrying until the deadline),
  *     sends its rank and address blob; once rank 0 has all `world` blobs it
- *     sends the whole table back to everyone and closes. Every read, write,
- *     accept and connect has the deadline; a missing rank is FTC_ETIMEDOUT
- *     naming it. opts.abort, when set, aborts it (FTC_ECANCELED) within
- *     ~100 ms (`ftc run --in-process`: the supervisor's SIGUSR1).
+ *     sends the whole table back to everyone and closes. Rank 0 reads all
+ *     its connections at once (one poll loop), so one that says nothing (a
+ *     port scanner, a half-dead rank) holds up no other; a connection that
+ *     sends something else or closes is dropped with a warning naming its
+ *     address and is no rank; a registered rank whose connection closes
+ *     before the table goes out is forgotten (it may connect again); of two
+ *     connections claiming one rank the one accepted later is kept. Every
+ *     read, write, accept and connect has the deadline; a missing rank is
+ *     FTC_ETIMEDOUT naming it. opts.abort, when set, aborts it
+ *     (FTC_ECANCELED) within ~100 ms (`ftc run --in-process`: the
+ *     supervisor's SIGUSR1).
  *
  * Collectives (--coll, ftc_dist_coll_resolve): "cpu" builds both groups over
  * libfabric (above); "nccl" builds them as NCCL communicators

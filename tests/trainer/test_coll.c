@@ -8,7 +8,9 @@
  * 1, 2, 3 and 4 ranks over one global data set split differently; an i128
  * overflow is reported on every rank; a peer SIGKILLed mid all-reduce makes
  * every survivor return an error by its deadline; an abort from another
- * thread interrupts a blocked all-reduce.
+ * thread interrupts a blocked all-reduce; small all-reduces over 16 ranks
+ * take scratch by what they move, not (ranks - 1) x seg_bytes x window; a
+ * seg_bytes above the fabric's max_msg is refused at create.
  *
  * Usage: test_trainer_coll tcp|shm [filter]. Exits 77 only when the provider
  * is absent. Timings are printed; the bounds asserted are generous (a loaded
@@ -72,6 +74,8 @@ static i128 geni(uint64_t seed, int rank, size_t i)
 
 typedef void (*rank_fn)(ftc_coll_t *c, void *arg);
 
+#define MAX_RANKS 16 /* the most ranks spawn forks */
+
 typedef struct spawn_opts {
     ftc_coll_cpu_opts_t copts;
     int cancel_ms;
@@ -109,11 +113,12 @@ static ftc_coll_t *join_group(const char *dir, int rank, int n, const spawn_opts
     return c;
 }
 
-/* Forks n ranks running fn; returns their wait statuses in st[]. */
+/* Forks n (<= MAX_RANKS) ranks running fn; returns their wait statuses in st[]. */
 static void spawn(int n, const spawn_opts_t *so, rank_fn fn, void *arg, int *st)
 {
+    assert_true(n >= 1 && n <= MAX_RANKS);
     char *dir = ftc_test_tmpdir("coll");
-    pid_t pids[8];
+    pid_t pids[MAX_RANKS];
     fflush(stdout);
     fflush(stderr);
     for (int r = 0; r < n; r++) {
@@ -248,7 +253,7 @@ static void run_sizes(int n, const spawn_opts_t *so, uint64_t seed)
         sz.v[sz.n++] = fixed[i];
     for (int i = 0; i < 4; i++)
         sz.v[sz.n++] = 1 + mix(seed * 31 + (uint64_t)i) % 600000;
-    int st[8];
+    int st[MAX_RANKS];
     uint64_t t0 = ftc_now_ns();
     spawn(n, so, check_sizes, &sz, st);
     printf("  %s, %d ranks, seg %zu: %zu sizes (up to %zu elements) in %.0f ms\n", g_prov, n,
@@ -297,7 +302,7 @@ static void test_exact_any_dp(void **s)
 {
     (void)s;
     for (int n = 1; n <= 4; n++) {
-        int st[8];
+        int st[MAX_RANKS];
         spawn(n, &SMALL_SEG, exact_dp, NULL, st);
         printf("  exact i128 all-reduce over DP=%d: bits equal the serial sum of %d "
                "micro-batches\n", n, MB);
@@ -321,7 +326,7 @@ static void overflow(ftc_coll_t *c, void *arg)
 static void test_i128_overflow(void **s)
 {
     (void)s;
-    int st[8];
+    int st[MAX_RANKS];
     spawn(3, &SMALL_SEG, overflow, NULL, st);
     expect_all_ok(3, st);
 }
@@ -384,7 +389,7 @@ static void test_peer_killed(void **s)
         printf("  SKIPPED on shm (set FTC_TEST_SHM_PEER_KILL=1 to run it)\n");
         skip();
     }
-    int st[8];
+    int st[MAX_RANKS];
     spawn(3, &DEFAULT_SEG, killed_peer, NULL, st);
     assert_true(WIFSIGNALED(st[2]) && WTERMSIG(st[2]) == SIGKILL);
     expect_all_ok(2, st);
@@ -428,9 +433,110 @@ static void abort_blocked(ftc_coll_t *c, void *arg)
 static void test_abort_from_thread(void **s)
 {
     (void)s;
-    int st[8];
+    int st[MAX_RANKS];
     spawn(2, &DEFAULT_SEG, abort_blocked, NULL, st);
     expect_all_ok(2, st);
+}
+
+/* ---- a small all-reduce over many ranks -------------------------------- */
+
+#define MANY_RANKS MAX_RANKS
+
+static void small_many(ftc_coll_t *c, void *arg)
+{
+    (void)arg;
+    int me = ftc_coll_rank(c), n = ftc_coll_size(c);
+    ftc_deadline_t dl = ftc_deadline_in_ms(60000);
+    size_t counts[] = {1, 2, 3, (size_t)n - 1, (size_t)n, (size_t)n + 1, 0};
+    for (size_t k = 0; k < sizeof counts / sizeof *counts; k++) {
+        size_t cnt = counts[k];
+        uint64_t seed = 900 + k;
+        float f[MANY_RANKS + 1], ref[MANY_RANKS + 1];
+        i128 q[MANY_RANKS + 1], qref[MANY_RANKS + 1];
+        for (size_t i = 0; i < cnt; i++) {
+            float s = genf(seed, 0, i);
+            i128 t = geni(seed, 0, i);
+            for (int r = 1; r < n; r++)
+                s += genf(seed, r, i), t += geni(seed, r, i);
+            ref[i] = s, qref[i] = t;
+            f[i] = genf(seed, me, i), q[i] = geni(seed, me, i);
+        }
+        CHECK_RC(ftc_coll_all_reduce(c, f, cnt, FTC_COLL_F32, dl), c);
+        CHILD_CHECK(!cnt || memcmp(f, ref, cnt * 4) == 0);
+        CHECK_RC(ftc_coll_all_reduce(c, q, cnt, FTC_COLL_I128, dl), c);
+        CHILD_CHECK(!cnt || memcmp(q, qref, cnt * 16) == 0);
+        /* reduce-scatter: most chunks hold 0 or 1 element */
+        size_t off, len;
+        ftc_coll_chunk(cnt, n, me, &off, &len);
+        for (size_t i = 0; i < cnt; i++)
+            q[i] = geni(seed, me, i);
+        CHECK_RC(ftc_coll_reduce_scatter(c, q, cnt, FTC_COLL_I128, dl), c);
+        CHILD_CHECK(!len || memcmp(q + off, qref + off, len * 16) == 0);
+    }
+    CHECK_RC(ftc_coll_barrier(c, dl), c);
+    /* the scratch follows the calls: (n - 1) peers x this rank's chunk (at
+     * most 2 elements of 16 bytes here), not (n - 1) x seg_bytes x window */
+    size_t got = ftc__coll_cpu_scratch_bytes(c), most = (size_t)(n - 1) * 2 * 16;
+    if (me == 0)
+        printf("  rank 0 of %d: %zu bytes of reduce-scatter scratch (at most %zu; seg %zu x "
+               "window %d)\n", n, got, most, (size_t)1 << 20, 8);
+    if (got > most) {
+        fprintf(stderr, "rank %d: %zu bytes of scratch for calls of at most %d elements\n", me,
+                got, n + 1);
+        _exit(1);
+    }
+}
+
+static void test_small_many_ranks(void **s)
+{
+    (void)s;
+    int st[MAX_RANKS];
+    uint64_t t0 = ftc_now_ns();
+    spawn(MANY_RANKS, &DEFAULT_SEG, small_many, NULL, st);
+    printf("  %s, %d ranks: small all-reduces and reduce-scatters in %.0f ms\n", g_prov,
+           MANY_RANKS, (double)(ftc_now_ns() - t0) / 1e6);
+    expect_all_ok(MANY_RANKS, st);
+}
+
+/* ---- seg_bytes above the fabric's largest message ---------------------- */
+
+static void test_create_seg_too_large(void **s)
+{
+    (void)s;
+    const size_t max = (size_t)1 << 20;
+    for (int ok = 0; ok < 2; ok++) {
+        ftc_fabric_opts_t fo = FTC_FABRIC_OPTS_INIT;
+        fo.provider = g_prov;
+        fo.max_msg = max;
+        ftc_fabric_t *fab = NULL;
+        ftc_err_t err = {0};
+        if (ftc_fabric_open(&fo, &fab, &err) < 0)
+            fail_msg("fabric: %s", err.msg);
+        assert_int_equal(ftc_fabric_max_msg(fab), max);
+        uint8_t me[FTC_FABRIC_ADDR_MAX];
+        size_t melen = sizeof me;
+        assert_int_equal(ftc_fabric_getname(fab, me, &melen), 0);
+        /* one past the limit is refused at create (fab closed by it), the
+         * limit itself is taken */
+        ftc_coll_cpu_opts_t co = FTC_COLL_CPU_OPTS_INIT;
+        co.seg_bytes = ok ? max : max + 1;
+        static ftc_coll_t not_set;
+        ftc_coll_t *c = &not_set; /* create must set it */
+        int rc = ftc_coll_cpu_create(fab, 0, 1, me, &melen, &co, &c, &err);
+        if (ok) {
+            assert_int_equal(rc, 0);
+            float v = 3;
+            assert_int_equal(ftc_coll_all_reduce(c, &v, 1, FTC_COLL_F32,
+                                                 ftc_deadline_in_ms(1000)), 0);
+            ftc_coll_destroy(c);
+        } else {
+            printf("  seg_bytes %zu on a fabric of max_msg %zu: %s\n", co.seg_bytes, max, err.msg);
+            assert_int_equal(rc, FTC_EINVAL);
+            assert_null(c);
+            assert_non_null(strstr(err.msg, "seg_bytes 1048577"));
+            assert_non_null(strstr(err.msg, "max_msg 1048576"));
+        }
+    }
 }
 
 /* ---- address exchange and arguments ------------------------------------ */
@@ -494,6 +600,8 @@ int main(int argc, char **argv)
         cmocka_set_test_filter(argv[2]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exchange_timeout_and_args),
+        cmocka_unit_test(test_create_seg_too_large),
+        cmocka_unit_test(test_small_many_ranks),
         cmocka_unit_test(test_sizes_2),
         cmocka_unit_test(test_sizes_3),
         cmocka_unit_test(test_sizes_4),

@@ -12,12 +12,21 @@
  *     (the ASan build catches a read past it);
  *   - and the good path it guards: four ranks of DP 2 x TP 2 join through
  *     the TCP rendezvous (two addresses per blob) and run a barrier and an
- *     all-reduce in both of their groups.
+ *     all-reduce in both of their groups;
+ *   - connections to rank 0's rendezvous that are not ranks (one silent for
+ *     the whole deadline, one sending another protocol, one closing after
+ *     half a header), a rank that registers and dies, and an earlier try of
+ *     a rank that registers and stays open do not stop the job from forming:
+ *     rank 0 serves every connection at once, drops the bad ones with a
+ *     warning naming their address, forgets a registered rank whose
+ *     connection closes, and of two connections claiming a rank keeps the
+ *     one accepted later.
  */
 #include "ftc_test.h"
 
 #include "core/clock.h"
 #include "core/fabric.h"
+#include "core/log.h"
 #include "trainer/dist.h"
 
 #include <arpa/inet.h>
@@ -208,6 +217,165 @@ static void test_rendezvous_malformed_blob(void **state)
     assert_int_equal(WEXITSTATUS(st), 0);
 }
 
+/* A free loopback port: bind to 0, read it, close (rank 0 binds it again). */
+static int free_port(void)
+{
+    int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(ls >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(bind(ls, (struct sockaddr *)&sa, sizeof sa), 0);
+    socklen_t sl = sizeof sa;
+    assert_int_equal(getsockname(ls, (struct sockaddr *)&sa, &sl), 0);
+    close(ls);
+    return ntohs(sa.sin_port);
+}
+
+/* A connection to 127.0.0.1:port, retried while nobody listens yet; *local
+ * gets its own "127.0.0.1:P" (what rank 0's warnings call it). */
+static int connect_retry(int port, char *local, size_t cap)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+                             .sin_port = htons((uint16_t)port)};
+    for (int i = 0; i < 3000; i++) { /* 30 s */
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        assert_true(fd >= 0);
+        if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) {
+            struct sockaddr_in me;
+            socklen_t sl = sizeof me;
+            assert_int_equal(getsockname(fd, (struct sockaddr *)&me, &sl), 0);
+            snprintf(local, cap, "127.0.0.1:%d", ntohs(me.sin_port));
+            return fd;
+        }
+        close(fd);
+        ftc_sleep_ms(10);
+    }
+    fail_msg("nobody listened on 127.0.0.1:%d within 30 s", port);
+    return -1;
+}
+
+#define STRAY_DL_MS 20000
+
+/* One rank of test_rendezvous_stray_connections: joins with blob
+ * "blob of rank R" and checks every rank's blob in the table. Exit 0 when
+ * the table is right. */
+static void stray_rank(int port, int rank, int world)
+{
+    char blob[32];
+    uint8_t *table = calloc((size_t)world, FTC_DIST_BLOB_MAX);
+    size_t *lens = calloc((size_t)world, sizeof *lens);
+    if (!table || !lens)
+        _exit(2);
+    snprintf(blob, sizeof blob, "blob of rank %d", rank);
+    ftc_err_t e = {0};
+    int rc = ftc_dist_rendezvous_tcp("127.0.0.1", port, rank, world, blob, strlen(blob), table,
+                                     lens, ftc_deadline_in_ms(STRAY_DL_MS), &e);
+    if (rc < 0) {
+        fprintf(stderr, "rank %d: rc %d: %s\n", rank, rc, e.msg);
+        _exit(1);
+    }
+    for (int q = 0; q < world; q++) {
+        snprintf(blob, sizeof blob, "blob of rank %d", q);
+        if (lens[q] != strlen(blob) || memcmp(table + (size_t)q * FTC_DIST_BLOB_MAX, blob,
+                                               lens[q])) {
+            fprintf(stderr, "rank %d: the table's entry for rank %d is %zu bytes '%.*s'\n", rank,
+                    q, lens[q], (int)lens[q], table + (size_t)q * FTC_DIST_BLOB_MAX);
+            _exit(1);
+        }
+    }
+    _exit(0);
+}
+
+static void test_rendezvous_stray_connections(void **state)
+{
+    (void)state;
+    /* rank 0 of 3 in a child whose log goes to a file; the strays below are
+     * all opened before the real ranks 1 and 2 */
+    char *dir = ftc_test_tmpdir("dist");
+    char logpath[PATH_MAX];
+    snprintf(logpath, sizeof logpath, "%s/rank0.log", dir);
+    int port = free_port();
+    fflush(stdout), fflush(stderr);
+    pid_t pids[3];
+    pids[0] = fork();
+    assert_true(pids[0] >= 0);
+    if (pids[0] == 0) {
+        int lf = open(logpath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (lf < 0 || dup2(lf, 2) < 0)
+            _exit(2);
+        ftc_log_configure(FTC_LOG_WARN, NULL);
+        stray_rank(port, 0, 3);
+    }
+    /* before any real rank: a connection that never says anything (held open
+     * until every rank has finished, so past the deadline if they wait for
+     * it), one that sends a header of another protocol, one that sends half
+     * a header and closes, and a rank 1 that registers and dies */
+    char silent_at[64], garbage_at[64], half_at[64], dead_at[64], early_at[64];
+    int silent = connect_retry(port, silent_at, sizeof silent_at);
+    int garbage = connect_retry(port, garbage_at, sizeof garbage_at);
+    uint32_t junk[3] = {0x20544547u /* "GET " */, 1, 1};
+    io_exact(garbage, junk, sizeof junk, 1);
+    int half = connect_retry(port, half_at, sizeof half_at);
+    uint32_t magic = 0x46544352u; /* RDZV_MAGIC */
+    io_exact(half, &magic, 4, 1);
+    close(half);
+    const char *db = "dead blob of rank 1", *eb = "early blob of rank 2";
+    int dead = connect_retry(port, dead_at, sizeof dead_at);
+    uint32_t dhdr[3] = {magic, 1, (uint32_t)strlen(db)};
+    io_exact(dead, dhdr, sizeof dhdr, 1);
+    io_exact(dead, (void *)(uintptr_t)db, strlen(db), 1);
+    close(dead);
+    /* rank 2's first try: registers and stays open; then the real rank 2
+     * connects again and must win over it */
+    int early = connect_retry(port, early_at, sizeof early_at);
+    uint32_t ehdr[3] = {magic, 2, (uint32_t)strlen(eb)};
+    io_exact(early, ehdr, sizeof ehdr, 1);
+    io_exact(early, (void *)(uintptr_t)eb, strlen(eb), 1);
+    pids[2] = fork();
+    assert_true(pids[2] >= 0);
+    if (pids[2] == 0)
+        stray_rank(port, 2, 3);
+    /* rank 0 closes the first try once it has the second (not before: then
+     * rank 1 could complete the job with the first try's blob) */
+    struct pollfd p = {early, POLLIN, 0};
+    int pr = poll(&p, 1, 2 * STRAY_DL_MS);
+    uint8_t c;
+    ssize_t k = pr == 1 ? recv(early, &c, 1, 0) : 1;
+    close(early);
+    pids[1] = fork();
+    assert_true(pids[1] >= 0);
+    if (pids[1] == 0)
+        stray_rank(port, 1, 3);
+    int st[3];
+    for (int r = 0; r < 3; r++)
+        st[r] = wait_child(pids[r], 60);
+    close(garbage);
+    close(silent);
+    char log[16384] = "";
+    FILE *f = fopen(logpath, "r");
+    if (f) {
+        size_t n = fread(log, 1, sizeof log - 1, f);
+        log[n] = 0;
+        fclose(f);
+    }
+    printf("%s", log);
+    ftc_test_rmrf(dir);
+    free(dir);
+    for (int r = 0; r < 3; r++)
+        if (!WIFEXITED(st[r]) || WEXITSTATUS(st[r]) != 0)
+            fail_msg("rank %d: status 0x%x (a silent connection opened first held up the "
+                     "rendezvous until its deadline?)", r, st[r]);
+    /* rank 0 closed rank 2's first try without sending it the table */
+    if (k > 0)
+        fail_msg("rank 2's first connection was %s", pr == 1 ? "sent the table" : "never closed");
+    /* each stray named by its address in rank 0's warnings */
+    const char *at[] = {silent_at, garbage_at, half_at, dead_at, early_at};
+    for (int i = 0; i < 5; i++)
+        if (!strstr(log, at[i]))
+            fail_msg("rank 0's warnings do not name the connection from %s", at[i]);
+    assert_non_null(strstr(log, "not an ftc rendezvous header"));
+    assert_non_null(strstr(log, "two connections claim rank 2"));
+}
+
 static void test_rendezvous_dp2_tp2(void **state)
 {
     (void)state;
@@ -269,6 +437,7 @@ int main(void)
         cmocka_unit_test(test_rendezvous_connect_deadline),
         cmocka_unit_test(test_rendezvous_malformed_blob),
         cmocka_unit_test(test_rendezvous_dp2_tp2),
+        cmocka_unit_test(test_rendezvous_stray_connections),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
