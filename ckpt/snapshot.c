@@ -195,11 +195,14 @@ static void *ftc__snap_coord(void *arg)
             if (s->dev_used[d])
                 rc = s->dev->sync(s->dev_state, d, ftc_deadline_in_ms(600000), &err);
         pthread_mutex_lock(&s->mu);
-        s->phase = rc ? PH_FAILED : PH_COPIED;
-        if (rc)
-            s->job_err = err;
-        pthread_cond_broadcast(&s->cv_done);
-        /* the workers leave the job only once every tensor they took is hashed */
+        if (!rc) {
+            s->phase = PH_COPIED;
+            pthread_cond_broadcast(&s->cv_done);
+        }
+        /* the workers leave the job only once every tensor they took is
+         * hashed; a failed sync is published only then: until they are out
+         * they still write the region, and a caller that has the error may
+         * begin the next snapshot into it (busy() is false once failed) */
         while (s->left < s->nthreads)
             pthread_cond_wait(&s->cv_done, &s->mu);
         pthread_mutex_unlock(&s->mu);
@@ -213,11 +216,9 @@ static void *ftc__snap_coord(void *arg)
             rc = ftc_shard_seal_head(s->region, s->size, &err);
         }
         pthread_mutex_lock(&s->mu);
-        if (s->phase != PH_FAILED) {
-            s->phase = rc ? PH_FAILED : PH_SEALED;
-            if (rc)
-                s->job_err = err;
-        }
+        s->phase = rc ? PH_FAILED : PH_SEALED;
+        if (rc)
+            s->job_err = err;
         pthread_cond_broadcast(&s->cv_done);
     }
     pthread_mutex_unlock(&s->mu);

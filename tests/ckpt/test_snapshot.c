@@ -6,7 +6,7 @@
  * mismatch on restore names the tensor; device tensors are refused in a
  * build without CUDA. The engine's device path (begin -> async copies ->
  * sync before "copied" -> hashes from the slot -> seal; restore; pinning of
- * each slot; a failed copy) runs against a stand-in device whose copies land
+ * each slot; a failed copy; a failed sync) runs against a stand-in device whose copies land
  * late, on a thread of their own (the CUDA ops themselves need a GPU:
  * test_trainer_kernels_cuda, label gpu).
  */
@@ -144,6 +144,8 @@ typedef struct fake_dev {
     } q[64];
     int head, tail, busy;
     int opened, closed, copies, fail_at, syncs;
+    bool fail_sync; /* sync returns FTC_EIO */
+    bool hold;      /* sync waits until the test clears it */
     void *pinned[8];
     int npinned, unpinned;
 } fake_dev_t;
@@ -241,13 +243,14 @@ static int fake_pending(void)
 
 static int fake_sync(void *state, int device, ftc_deadline_t d, ftc_err_t *err)
 {
-    (void)state, (void)device, (void)d, (void)err;
+    (void)state, (void)device, (void)d;
     pthread_mutex_lock(&FD.mu);
     FD.syncs++;
-    while (FD.head != FD.tail)
+    while (FD.head != FD.tail || FD.hold)
         pthread_cond_wait(&FD.cv, &FD.mu);
+    bool fail = FD.fail_sync;
     pthread_mutex_unlock(&FD.mu);
-    return 0;
+    return fail ? ftc_err_set(err, FTC_EIO, "fake device: sync failed") : 0;
 }
 
 static const ftc_snap_device_ops_t FAKE_OPS = {
@@ -367,12 +370,75 @@ static void test_device_path(void **state)
     pthread_cond_destroy(&FD.cv);
 }
 
+/* A device sync that fails while the copy threads still hash the host
+ * tensors: the failure is reported only once every copy thread is out of
+ * the snapshot (until then they write the region's table, and a caller that
+ * has the error may begin the next snapshot into it or unmap it). */
+static void test_failed_sync_waits_for_copy_threads(void **state)
+{
+    (void)state;
+    memset(&FD, 0, sizeof FD);
+    pthread_mutex_init(&FD.mu, NULL);
+    pthread_cond_init(&FD.cv, NULL);
+    ftc_err_t err = {0};
+    ftc_shard_info_t in = ftc_test_info(0, 0);
+    ftc_snap_t *s = ftc_snap_create(&in, 1, 0, &err); /* one thread hashes them all */
+    assert_non_null(s);
+    assert_int_equal(ftc_snap_set_device_ops(s, &FAKE_OPS, &err), 0);
+    enum { NH = 4, N = (16u << 20) / 4 };
+    float *h[NH];
+    uint64_t sh[1] = {N}, sd[1] = {16};
+    float dev[16] = {0};
+    for (int i = 0; i < NH; i++) {
+        h[i] = malloc((size_t)N * 4);
+        ftc_test_fill(h[i], (size_t)N * 4, 40 + (uint64_t)i);
+        char name[16];
+        snprintf(name, sizeof name, "h%d", i);
+        assert_int_equal(ftc_snap_add(s, name, FTC_DTYPE_F32, 1, sh, h[i], FTC_SNAP_HOST, &err), 0);
+    }
+    assert_int_equal(ftc_snap_add(s, "dev", FTC_DTYPE_F32, 1, sd, dev, 0, &err), 0);
+    uint64_t size = ftc_snap_size(s);
+    uint8_t *region = calloc(1, size), *copy = malloc(size);
+    assert_int_equal(ftc_snap_format(s, region, &err), 0);
+    FD.fail_sync = true;
+    assert_int_equal(ftc_snap_begin(s, region, 1, 1, NULL, 0, &err), 0);
+    assert_int_equal(ftc_snap_wait_copy(s, ftc_deadline_in_ms(30000), &err), FTC_EIO);
+    /* the table as the error found it: every host tensor's checksum is in
+     * it already (no copy thread still works on the region) */
+    uint8_t table[FTC_SHARD_HEADER_SIZE + NH * FTC_SHARD_ENTRY_SIZE];
+    memcpy(table, region, sizeof table);
+    assert_non_null(strstr(err.msg, "fake device: sync failed"));
+    assert_false(ftc_snap_busy(s));
+    memcpy(copy, region, size);
+    assert_int_equal(ftc_shard_seal(copy, size, 1, &err), 0);
+    for (int i = 0; i < NH; i++) {
+        uint64_t at = FTC_SHARD_HEADER_SIZE + (uint64_t)i * FTC_SHARD_ENTRY_SIZE + 16;
+        assert_memory_equal(table + at, copy + at, 8);
+    }
+    assert_int_equal(ftc_snap_wait_sealed(s, ftc_deadline_in_ms(30000), &err), FTC_EIO);
+    /* the next snapshot works once the device does */
+    FD.fail_sync = false;
+    assert_int_equal(ftc_snap_begin(s, region, 2, 1, NULL, 0, &err), 0);
+    assert_int_equal(ftc_snap_wait_sealed(s, ftc_deadline_in_ms(30000), &err), 0);
+    ftc_shard_view_t v;
+    assert_int_equal(ftc_shard_open(&v, region, size, FTC_SHARD_VERIFY, &err), 0);
+    assert_int_equal(v.info.step, 2);
+    ftc_snap_destroy(s);
+    for (int i = 0; i < NH; i++)
+        free(h[i]);
+    free(region);
+    free(copy);
+    pthread_mutex_destroy(&FD.mu);
+    pthread_cond_destroy(&FD.cv);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_snapshot_round_trip),
         cmocka_unit_test(test_restore_layout_mismatch),
         cmocka_unit_test(test_device_path),
+        cmocka_unit_test(test_failed_sync_waits_for_copy_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
