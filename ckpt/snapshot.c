@@ -477,6 +477,14 @@ int ftc_snap_begin(ftc_snap_t *s, uint8_t *region, uint64_t step, uint64_t gener
     if (meta_len > s->meta_cap)
         return ftc_err_set(err, FTC_ERANGE, "checkpoint metadata of %u bytes exceeds the %u "
                                             "registered", meta_len, s->meta_cap);
+    /* the footer goes first and comes back last (the seal): a region being
+     * written is never a valid shard, even when it is restamped with the
+     * step and generation it held (a retried checkpoint), whose header, head
+     * checksum and footer would otherwise all still match over tensors half
+     * old, half new. The fence orders it before the copy for readers in
+     * other processes. */
+    memset(region + s->size - FTC_SHARD_FOOTER_SIZE, 0, FTC_SHARD_FOOTER_SIZE);
+    atomic_thread_fence(memory_order_release);
     ftc_shard_restamp(region, step, generation);
     if (s->meta_cap) {
         uint8_t *val = region + ftc_shard_layout_meta_offset(s->layout, "user");

@@ -253,6 +253,14 @@ static int fake_sync(void *state, int device, ftc_deadline_t d, ftc_err_t *err)
     return fail ? ftc_err_set(err, FTC_EIO, "fake device: sync failed") : 0;
 }
 
+static void fake_set_hold(bool hold)
+{
+    pthread_mutex_lock(&FD.mu);
+    FD.hold = hold;
+    pthread_cond_broadcast(&FD.cv);
+    pthread_mutex_unlock(&FD.mu);
+}
+
 static const ftc_snap_device_ops_t FAKE_OPS = {
     sizeof(ftc_snap_device_ops_t), "fake", fake_open, fake_close, fake_register,
     fake_unregister, fake_copy, fake_sync};
@@ -432,6 +440,52 @@ static void test_failed_sync_waits_for_copy_threads(void **state)
     pthread_cond_destroy(&FD.cv);
 }
 
+/* A snapshot of the step (and generation) the region already holds, e.g. a
+ * retried checkpoint into the same slot: while it copies, the region is not
+ * a valid shard (the header and the old footer and head checksum would all
+ * still match, over tensors half old and half new); once sealed it is. */
+static void test_resnapshot_invalid_while_copying(void **state)
+{
+    (void)state;
+    memset(&FD, 0, sizeof FD);
+    pthread_mutex_init(&FD.mu, NULL);
+    pthread_cond_init(&FD.cv, NULL);
+    ftc_err_t err = {0};
+    ftc_shard_info_t in = ftc_test_info(0, 0);
+    ftc_snap_t *s = ftc_snap_create(&in, 2, 16, &err);
+    assert_non_null(s);
+    assert_int_equal(ftc_snap_set_device_ops(s, &FAKE_OPS, &err), 0);
+    enum { NW = 100000 };
+    float *w = malloc(NW * 4);
+    uint64_t sw[1] = {NW};
+    /* a device tensor alone: nothing rewrites the table before the seal */
+    assert_int_equal(ftc_snap_add(s, "dev.w", FTC_DTYPE_F32, 1, sw, w, 0, &err), 0);
+    uint64_t size = ftc_snap_size(s);
+    uint8_t *region = calloc(1, size);
+    assert_int_equal(ftc_snap_format(s, region, &err), 0);
+    ftc_test_fill(w, NW * 4, 1);
+    assert_int_equal(ftc_snap_begin(s, region, 7, 2, "m", 1, &err), 0);
+    assert_int_equal(ftc_snap_wait_sealed(s, ftc_deadline_in_ms(30000), &err), 0);
+    ftc_shard_view_t v;
+    assert_int_equal(ftc_shard_open(&v, region, size, FTC_SHARD_VERIFY, &err), 0);
+    /* the same step again, the device's sync held back: the copy lands,
+     * but the snapshot is not sealed */
+    ftc_test_fill(w, NW * 4, 3);
+    fake_set_hold(true);
+    assert_int_equal(ftc_snap_begin(s, region, 7, 2, "m", 1, &err), 0);
+    assert_true(ftc_snap_busy(s));
+    assert_int_not_equal(ftc_shard_open(&v, region, size, 0, &err), 0);
+    fake_set_hold(false);
+    assert_int_equal(ftc_snap_wait_sealed(s, ftc_deadline_in_ms(30000), &err), 0);
+    assert_int_equal(ftc_shard_open(&v, region, size, FTC_SHARD_VERIFY, &err), 0);
+    assert_int_equal(v.info.step, 7);
+    ftc_snap_destroy(s);
+    free(region);
+    free(w);
+    pthread_mutex_destroy(&FD.mu);
+    pthread_cond_destroy(&FD.cv);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -439,6 +493,7 @@ int main(void)
         cmocka_unit_test(test_restore_layout_mismatch),
         cmocka_unit_test(test_device_path),
         cmocka_unit_test(test_failed_sync_waits_for_copy_threads),
+        cmocka_unit_test(test_resnapshot_invalid_while_copying),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
