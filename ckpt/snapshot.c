@@ -50,6 +50,10 @@ typedef struct ftc__snap_tensor {
     int device;
     uint64_t length;
     uint32_t index; /* in the layout */
+    char *name;     /* what a restore checks the checkpoint's tensor against: */
+    int dtype;      /* name, dtype and shape */
+    uint32_t ndim;
+    uint64_t shape[FTC_SHARD_MAX_DIMS];
 } ftc__snap_tensor_t;
 
 typedef struct ftc__piece {
@@ -294,6 +298,8 @@ void ftc_snap_destroy(ftc_snap_t *s)
     }
     ftc_shard_layout_destroy(s->layout);
     free(s->tid);
+    for (uint32_t i = 0; i < s->nt; i++)
+        free(s->t[i].name);
     free(s->t);
     free(s->pieces);
     free((void *)s->unit_left);
@@ -355,7 +361,13 @@ int ftc_snap_add(ftc_snap_t *s, const char *name, int dtype, uint32_t ndim, cons
         if (rc)
             return rc;
     }
-    s->t[s->nt++] = (ftc__snap_tensor_t){ptr, device, len, (uint32_t)idx};
+    char *copy = strdup(name); /* the layout refused a NULL or empty name */
+    if (!copy)
+        return ftc_err_set(err, FTC_ENOMEM, "snapshot: out of memory");
+    ftc__snap_tensor_t *t = &s->t[s->nt++];
+    *t = (ftc__snap_tensor_t){ptr, device, len, (uint32_t)idx, copy, dtype, ndim, {0}};
+    for (uint32_t k = 0; k < ndim; k++)
+        t->shape[k] = shape[k];
     if (device != FTC_SNAP_HOST)
         s->dev_used[device] = s->has_dev = true;
     return 0;
@@ -642,6 +654,20 @@ int ftc_snap_restore_ex(ftc_snap_t *s, const uint8_t *region, uint64_t size, uns
     for (uint32_t i = 0; i < s->nt; i++) {
         ftc_shard_tensor_t t;
         ftc_shard_get(&v, s->t[i].index, &t);
+        const ftc__snap_tensor_t *r = &s->t[i];
+        bool same = t.name_len == strlen(r->name) && !memcmp(t.name, r->name, t.name_len) &&
+                    t.dtype == r->dtype && t.ndim == r->ndim;
+        for (uint32_t k = 0; same && k < r->ndim; k++)
+            same = t.shape[k] == r->shape[k];
+        if (!same)
+            return ftc_err_set(err, FTC_EINVAL,
+                               "tensor '%s' (registered #%u): the checkpoint's tensor #%u is "
+                               "'%.*s' of dtype %d and %u dims (%llu bytes), the registered one "
+                               "has dtype %d and %u dims: register the tensors as the checkpoint "
+                               "was written (names, order, dtypes, shapes)",
+                               r->name, i, r->index, (int)(t.name_len > 200 ? 200 : t.name_len),
+                               t.name, t.dtype, t.ndim, (unsigned long long)t.length, r->dtype,
+                               r->ndim);
         uint64_t want_len = s->t[i].length;
         if (t.length != want_len)
             return ftc_err_set(err, FTC_EINVAL,

@@ -486,11 +486,64 @@ static void test_resnapshot_invalid_while_copying(void **state)
     pthread_cond_destroy(&FD.cv);
 }
 
+/* A restore refuses a checkpoint whose tensors differ from the registered
+ * ones by name, dtype or shape even when every length matches (tensors
+ * registered in another order, a dtype changed to one of the same width, a
+ * reshape), naming the first tensor that differs; nothing is written. */
+static void test_restore_names_dtypes_shapes(void **state)
+{
+    (void)state;
+    ftc_err_t err = {0};
+    ftc_shard_info_t in = ftc_test_info(0, 0);
+    float a[16], b[16];
+    ftc_test_fill(a, sizeof a, 1);
+    ftc_test_fill(b, sizeof b, 2);
+    uint64_t s16[1] = {16}, s44[2] = {4, 4};
+    ftc_snap_t *s1 = ftc_snap_create(&in, 1, 0, &err);
+    assert_int_equal(ftc_snap_add(s1, "a", FTC_DTYPE_F32, 1, s16, a, FTC_SNAP_HOST, &err), 0);
+    assert_int_equal(ftc_snap_add(s1, "b", FTC_DTYPE_F32, 1, s16, b, FTC_SNAP_HOST, &err), 0);
+    uint64_t size = ftc_snap_size(s1);
+    uint8_t *region = malloc(size);
+    assert_int_equal(ftc_snap_format(s1, region, &err), 0);
+    assert_int_equal(ftc_snap_begin(s1, region, 5, 1, NULL, 0, &err), 0);
+    assert_int_equal(ftc_snap_wait_sealed(s1, FTC_DEADLINE_NONE, &err), 0);
+    struct {
+        const char *n0, *n1;
+        int dt0;
+        uint32_t nd0;
+        const uint64_t *sh0;
+        const char *named;
+    } cases[] = {
+        {"b", "a", FTC_DTYPE_F32, 1, s16, "tensor 'b'"}, /* another order */
+        {"a", "b", FTC_DTYPE_I32, 1, s16, "tensor 'a'"}, /* a dtype of the same width */
+        {"a", "b", FTC_DTYPE_F32, 2, s44, "tensor 'a'"}, /* a reshape */
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        float x[16] = {0}, y[16] = {0};
+        ftc_snap_t *s2 = ftc_snap_create(&in, 1, 0, &err);
+        assert_int_equal(ftc_snap_add(s2, cases[k].n0, cases[k].dt0, cases[k].nd0, cases[k].sh0, x,
+                                      FTC_SNAP_HOST, &err), 0);
+        assert_int_equal(ftc_snap_add(s2, cases[k].n1, FTC_DTYPE_F32, 1, s16, y, FTC_SNAP_HOST,
+                                      &err), 0);
+        uint64_t st = 0;
+        ftc_err_clear(&err);
+        assert_int_equal(ftc_snap_restore(s2, region, size, &st, NULL, NULL, &err), FTC_EINVAL);
+        assert_non_null(strstr(err.msg, cases[k].named));
+        float zero[16] = {0};
+        assert_memory_equal(x, zero, sizeof zero);
+        assert_memory_equal(y, zero, sizeof zero);
+        ftc_snap_destroy(s2);
+    }
+    ftc_snap_destroy(s1);
+    free(region);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_snapshot_round_trip),
         cmocka_unit_test(test_restore_layout_mismatch),
+        cmocka_unit_test(test_restore_names_dtypes_shapes),
         cmocka_unit_test(test_device_path),
         cmocka_unit_test(test_failed_sync_waits_for_copy_threads),
         cmocka_unit_test(test_resnapshot_invalid_while_copying),
