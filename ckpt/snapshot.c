@@ -331,18 +331,17 @@ int ftc_snap_add(ftc_snap_t *s, const char *name, int dtype, uint32_t ndim, cons
                            "tensor '%s' is on CUDA device %d, but this ftc was built without "
                            "CUDA (rebuild with nvcc on PATH, -DFTC_WITH_CUDA=ON)",
                            name ? name : "", device);
-    /* a NULL pointer is refused before the layout records the name, so the
-     * caller may register the tensor again with its data */
+    /* everything that can fail is done before the layout records the name,
+     * so a refused tensor leaves nothing behind and the caller may register
+     * it again (with its data, or as a host tensor when the device ops could
+     * not open) */
     if (!ptr && ftc_dtype_size(dtype)) {
         uint64_t n = 1;
-        for (uint32_t k = 0; k < ndim && k < FTC_SHARD_MAX_DIMS; k++)
+        for (uint32_t k = 0; k < ndim && k < FTC_SHARD_MAX_DIMS && shape; k++)
             n *= shape[k];
         if (n)
             return ftc_err_set(err, FTC_EINVAL, "tensor '%s': NULL data pointer", name ? name : "");
     }
-    int idx = ftc_shard_layout_add_tensor(s->layout, name, dtype, ndim, shape, err);
-    if (idx < 0)
-        return idx;
     if (s->nt == s->capt) {
         uint32_t cap = s->capt ? s->capt * 2 : 16;
         ftc__snap_tensor_t *t = realloc(s->t, cap * sizeof *t);
@@ -351,19 +350,22 @@ int ftc_snap_add(ftc_snap_t *s, const char *name, int dtype, uint32_t ndim, cons
         s->t = t;
         s->capt = cap;
     }
-    uint64_t len = ftc_dtype_size(dtype);
-    for (uint32_t k = 0; k < ndim; k++)
-        len *= shape[k];
-    if (len && !ptr)
-        return ftc_err_set(err, FTC_EINVAL, "tensor '%s': NULL data pointer", name);
     if (device != FTC_SNAP_HOST && !s->dev_state) {
         int rc = s->dev->open(&s->dev_state, err);
         if (rc)
             return rc;
     }
-    char *copy = strdup(name); /* the layout refused a NULL or empty name */
-    if (!copy)
+    char *copy = name ? strdup(name) : NULL; /* the layout refuses a NULL name */
+    if (name && !copy)
         return ftc_err_set(err, FTC_ENOMEM, "snapshot: out of memory");
+    int idx = ftc_shard_layout_add_tensor(s->layout, name, dtype, ndim, shape, err);
+    if (idx < 0) {
+        free(copy);
+        return idx;
+    }
+    uint64_t len = ftc_dtype_size(dtype); /* no overflow: the layout checked it */
+    for (uint32_t k = 0; k < ndim; k++)
+        len *= shape[k];
     ftc__snap_tensor_t *t = &s->t[s->nt++];
     *t = (ftc__snap_tensor_t){ptr, device, len, (uint32_t)idx, copy, dtype, ndim, {0}};
     for (uint32_t k = 0; k < ndim; k++)

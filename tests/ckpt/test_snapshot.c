@@ -145,6 +145,7 @@ typedef struct fake_dev {
     int head, tail, busy;
     int opened, closed, copies, fail_at, syncs;
     bool fail_sync; /* sync returns FTC_EIO */
+    bool fail_open; /* open returns FTC_EUNSUPPORTED */
     bool hold;      /* sync waits until the test clears it */
     void *pinned[8];
     int npinned, unpinned;
@@ -177,7 +178,8 @@ static void *fake_worker(void *arg)
 
 static int fake_open(void **state, ftc_err_t *err)
 {
-    (void)err;
+    if (FD.fail_open)
+        return ftc_err_set(err, FTC_EUNSUPPORTED, "fake device: no device usable");
     FD.opened++;
     FD.stop = false;
     pthread_create(&FD.th, NULL, fake_worker, NULL);
@@ -538,12 +540,53 @@ static void test_restore_names_dtypes_shapes(void **state)
     free(region);
 }
 
+/* A device tensor refused because the device ops cannot open (no usable
+ * device) leaves nothing behind: the trainer registers the same tensor as a
+ * host tensor instead, and the checkpoint holds exactly the registered
+ * tensors, so it restores. */
+static void test_add_refused_leaves_no_tensor(void **state)
+{
+    (void)state;
+    memset(&FD, 0, sizeof FD);
+    pthread_mutex_init(&FD.mu, NULL);
+    pthread_cond_init(&FD.cv, NULL);
+    ftc_err_t err = {0};
+    ftc_shard_info_t in = ftc_test_info(0, 0);
+    ftc_snap_t *s = ftc_snap_create(&in, 1, 0, &err);
+    assert_int_equal(ftc_snap_set_device_ops(s, &FAKE_OPS, &err), 0);
+    FD.fail_open = true;
+    float w[16];
+    ftc_test_fill(w, sizeof w, 5);
+    uint64_t s16[1] = {16};
+    assert_int_equal(ftc_snap_add(s, "w", FTC_DTYPE_F32, 1, s16, w, 0, &err), FTC_EUNSUPPORTED);
+    assert_int_equal(ftc_snap_add(s, "w", FTC_DTYPE_F32, 1, s16, w, FTC_SNAP_HOST, &err), 0);
+    uint64_t size = ftc_snap_size(s);
+    uint8_t *region = malloc(size);
+    assert_int_equal(ftc_snap_format(s, region, &err), 0);
+    assert_int_equal(ftc_snap_begin(s, region, 3, 1, NULL, 0, &err), 0);
+    assert_int_equal(ftc_snap_wait_sealed(s, ftc_deadline_in_ms(30000), &err), 0);
+    ftc_shard_view_t v;
+    assert_int_equal(ftc_shard_open(&v, region, size, FTC_SHARD_VERIFY, &err), 0);
+    assert_int_equal(v.n_tensors, 1);
+    memset(w, 0, sizeof w);
+    uint64_t st = 0;
+    assert_int_equal(ftc_snap_restore(s, region, size, &st, NULL, NULL, &err), 0);
+    float want[16];
+    ftc_test_fill(want, sizeof want, 5);
+    assert_memory_equal(w, want, sizeof want);
+    ftc_snap_destroy(s);
+    free(region);
+    pthread_mutex_destroy(&FD.mu);
+    pthread_cond_destroy(&FD.cv);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_snapshot_round_trip),
         cmocka_unit_test(test_restore_layout_mismatch),
         cmocka_unit_test(test_restore_names_dtypes_shapes),
+        cmocka_unit_test(test_add_refused_leaves_no_tensor),
         cmocka_unit_test(test_device_path),
         cmocka_unit_test(test_failed_sync_waits_for_copy_threads),
         cmocka_unit_test(test_resnapshot_invalid_while_copying),
