@@ -50,6 +50,10 @@ typedef struct ftc__snap_tensor {
     int device;
     uint64_t length;
     uint32_t index; /* in the layout */
+    char *name;     /* what a restore checks the checkpoint's tensor against: */
+    int dtype;      /* name, dtype and shape */
+    uint32_t ndim;
+    uint64_t shape[FTC_SHARD_MAX_DIMS];
 } ftc__snap_tensor_t;
 
 typedef struct ftc__piece {
@@ -195,11 +199,14 @@ static void *ftc__snap_coord(void *arg)
             if (s->dev_used[d])
                 rc = s->dev->sync(s->dev_state, d, ftc_deadline_in_ms(600000), &err);
         pthread_mutex_lock(&s->mu);
-        s->phase = rc ? PH_FAILED : PH_COPIED;
-        if (rc)
-            s->job_err = err;
-        pthread_cond_broadcast(&s->cv_done);
-        /* the workers leave the job only once every tensor they took is hashed */
+        if (!rc) {
+            s->phase = PH_COPIED;
+            pthread_cond_broadcast(&s->cv_done);
+        }
+        /* the workers leave the job only once every tensor they took is
+         * hashed; a failed sync is published only then: until they are out
+         * they still write the region, and a caller that has the error may
+         * begin the next snapshot into it (busy() is false once failed) */
         while (s->left < s->nthreads)
             pthread_cond_wait(&s->cv_done, &s->mu);
         pthread_mutex_unlock(&s->mu);
@@ -213,11 +220,9 @@ static void *ftc__snap_coord(void *arg)
             rc = ftc_shard_seal_head(s->region, s->size, &err);
         }
         pthread_mutex_lock(&s->mu);
-        if (s->phase != PH_FAILED) {
-            s->phase = rc ? PH_FAILED : PH_SEALED;
-            if (rc)
-                s->job_err = err;
-        }
+        s->phase = rc ? PH_FAILED : PH_SEALED;
+        if (rc)
+            s->job_err = err;
         pthread_cond_broadcast(&s->cv_done);
     }
     pthread_mutex_unlock(&s->mu);
@@ -293,6 +298,8 @@ void ftc_snap_destroy(ftc_snap_t *s)
     }
     ftc_shard_layout_destroy(s->layout);
     free(s->tid);
+    for (uint32_t i = 0; i < s->nt; i++)
+        free(s->t[i].name);
     free(s->t);
     free(s->pieces);
     free((void *)s->unit_left);
@@ -324,18 +331,17 @@ int ftc_snap_add(ftc_snap_t *s, const char *name, int dtype, uint32_t ndim, cons
                            "tensor '%s' is on CUDA device %d, but this ftc was built without "
                            "CUDA (rebuild with nvcc on PATH, -DFTC_WITH_CUDA=ON)",
                            name ? name : "", device);
-    /* a NULL pointer is refused before the layout records the name, so the
-     * caller may register the tensor again with its data */
+    /* everything that can fail is done before the layout records the name,
+     * so a refused tensor leaves nothing behind and the caller may register
+     * it again (with its data, or as a host tensor when the device ops could
+     * not open) */
     if (!ptr && ftc_dtype_size(dtype)) {
         uint64_t n = 1;
-        for (uint32_t k = 0; k < ndim && k < FTC_SHARD_MAX_DIMS; k++)
+        for (uint32_t k = 0; k < ndim && k < FTC_SHARD_MAX_DIMS && shape; k++)
             n *= shape[k];
         if (n)
             return ftc_err_set(err, FTC_EINVAL, "tensor '%s': NULL data pointer", name ? name : "");
     }
-    int idx = ftc_shard_layout_add_tensor(s->layout, name, dtype, ndim, shape, err);
-    if (idx < 0)
-        return idx;
     if (s->nt == s->capt) {
         uint32_t cap = s->capt ? s->capt * 2 : 16;
         ftc__snap_tensor_t *t = realloc(s->t, cap * sizeof *t);
@@ -344,17 +350,26 @@ int ftc_snap_add(ftc_snap_t *s, const char *name, int dtype, uint32_t ndim, cons
         s->t = t;
         s->capt = cap;
     }
-    uint64_t len = ftc_dtype_size(dtype);
-    for (uint32_t k = 0; k < ndim; k++)
-        len *= shape[k];
-    if (len && !ptr)
-        return ftc_err_set(err, FTC_EINVAL, "tensor '%s': NULL data pointer", name);
     if (device != FTC_SNAP_HOST && !s->dev_state) {
         int rc = s->dev->open(&s->dev_state, err);
         if (rc)
             return rc;
     }
-    s->t[s->nt++] = (ftc__snap_tensor_t){ptr, device, len, (uint32_t)idx};
+    char *copy = name ? strdup(name) : NULL; /* the layout refuses a NULL name */
+    if (name && !copy)
+        return ftc_err_set(err, FTC_ENOMEM, "snapshot: out of memory");
+    int idx = ftc_shard_layout_add_tensor(s->layout, name, dtype, ndim, shape, err);
+    if (idx < 0) {
+        free(copy);
+        return idx;
+    }
+    uint64_t len = ftc_dtype_size(dtype); /* no overflow: the layout checked it */
+    for (uint32_t k = 0; k < ndim; k++)
+        len *= shape[k];
+    ftc__snap_tensor_t *t = &s->t[s->nt++];
+    *t = (ftc__snap_tensor_t){ptr, device, len, (uint32_t)idx, copy, dtype, ndim, {0}};
+    for (uint32_t k = 0; k < ndim; k++)
+        t->shape[k] = shape[k];
     if (device != FTC_SNAP_HOST)
         s->dev_used[device] = s->has_dev = true;
     return 0;
@@ -476,6 +491,14 @@ int ftc_snap_begin(ftc_snap_t *s, uint8_t *region, uint64_t step, uint64_t gener
     if (meta_len > s->meta_cap)
         return ftc_err_set(err, FTC_ERANGE, "checkpoint metadata of %u bytes exceeds the %u "
                                             "registered", meta_len, s->meta_cap);
+    /* the footer goes first and comes back last (the seal): a region being
+     * written is never a valid shard, even when it is restamped with the
+     * step and generation it held (a retried checkpoint), whose header, head
+     * checksum and footer would otherwise all still match over tensors half
+     * old, half new. The fence orders it before the copy for readers in
+     * other processes. */
+    memset(region + s->size - FTC_SHARD_FOOTER_SIZE, 0, FTC_SHARD_FOOTER_SIZE);
+    atomic_thread_fence(memory_order_release);
     ftc_shard_restamp(region, step, generation);
     if (s->meta_cap) {
         uint8_t *val = region + ftc_shard_layout_meta_offset(s->layout, "user");
@@ -633,6 +656,20 @@ int ftc_snap_restore_ex(ftc_snap_t *s, const uint8_t *region, uint64_t size, uns
     for (uint32_t i = 0; i < s->nt; i++) {
         ftc_shard_tensor_t t;
         ftc_shard_get(&v, s->t[i].index, &t);
+        const ftc__snap_tensor_t *r = &s->t[i];
+        bool same = t.name_len == strlen(r->name) && !memcmp(t.name, r->name, t.name_len) &&
+                    t.dtype == r->dtype && t.ndim == r->ndim;
+        for (uint32_t k = 0; same && k < r->ndim; k++)
+            same = t.shape[k] == r->shape[k];
+        if (!same)
+            return ftc_err_set(err, FTC_EINVAL,
+                               "tensor '%s' (registered #%u): the checkpoint's tensor #%u is "
+                               "'%.*s' of dtype %d and %u dims (%llu bytes), the registered one "
+                               "has dtype %d and %u dims: register the tensors as the checkpoint "
+                               "was written (names, order, dtypes, shapes)",
+                               r->name, i, r->index, (int)(t.name_len > 200 ? 200 : t.name_len),
+                               t.name, t.dtype, t.ndim, (unsigned long long)t.length, r->dtype,
+                               r->ndim);
         uint64_t want_len = s->t[i].length;
         if (t.length != want_len)
             return ftc_err_set(err, FTC_EINVAL,

@@ -6,7 +6,7 @@
  * mismatch on restore names the tensor; device tensors are refused in a
  * build without CUDA. The engine's device path (begin -> async copies ->
  * sync before "copied" -> hashes from the slot -> seal; restore; pinning of
- * each slot; a failed copy) runs against a stand-in device whose copies land
+ * each slot; a failed copy; a failed sync) runs against a stand-in device whose copies land
  * late, on a thread of their own (the CUDA ops themselves need a GPU:
  * test_trainer_kernels_cuda, label gpu).
  */
@@ -144,6 +144,9 @@ typedef struct fake_dev {
     } q[64];
     int head, tail, busy;
     int opened, closed, copies, fail_at, syncs;
+    bool fail_sync; /* sync returns FTC_EIO */
+    bool fail_open; /* open returns FTC_EUNSUPPORTED */
+    bool hold;      /* sync waits until the test clears it */
     void *pinned[8];
     int npinned, unpinned;
 } fake_dev_t;
@@ -175,7 +178,8 @@ static void *fake_worker(void *arg)
 
 static int fake_open(void **state, ftc_err_t *err)
 {
-    (void)err;
+    if (FD.fail_open)
+        return ftc_err_set(err, FTC_EUNSUPPORTED, "fake device: no device usable");
     FD.opened++;
     FD.stop = false;
     pthread_create(&FD.th, NULL, fake_worker, NULL);
@@ -241,13 +245,22 @@ static int fake_pending(void)
 
 static int fake_sync(void *state, int device, ftc_deadline_t d, ftc_err_t *err)
 {
-    (void)state, (void)device, (void)d, (void)err;
+    (void)state, (void)device, (void)d;
     pthread_mutex_lock(&FD.mu);
     FD.syncs++;
-    while (FD.head != FD.tail)
+    while (FD.head != FD.tail || FD.hold)
         pthread_cond_wait(&FD.cv, &FD.mu);
+    bool fail = FD.fail_sync;
     pthread_mutex_unlock(&FD.mu);
-    return 0;
+    return fail ? ftc_err_set(err, FTC_EIO, "fake device: sync failed") : 0;
+}
+
+static void fake_set_hold(bool hold)
+{
+    pthread_mutex_lock(&FD.mu);
+    FD.hold = hold;
+    pthread_cond_broadcast(&FD.cv);
+    pthread_mutex_unlock(&FD.mu);
 }
 
 static const ftc_snap_device_ops_t FAKE_OPS = {
@@ -367,12 +380,216 @@ static void test_device_path(void **state)
     pthread_cond_destroy(&FD.cv);
 }
 
+/* A device sync that fails while the copy threads still hash the host
+ * tensors: the failure is reported only once every copy thread is out of
+ * the snapshot (until then they write the region's table, and a caller that
+ * has the error may begin the next snapshot into it or unmap it). */
+static void test_failed_sync_waits_for_copy_threads(void **state)
+{
+    (void)state;
+    memset(&FD, 0, sizeof FD);
+    pthread_mutex_init(&FD.mu, NULL);
+    pthread_cond_init(&FD.cv, NULL);
+    ftc_err_t err = {0};
+    ftc_shard_info_t in = ftc_test_info(0, 0);
+    ftc_snap_t *s = ftc_snap_create(&in, 1, 0, &err); /* one thread hashes them all */
+    assert_non_null(s);
+    assert_int_equal(ftc_snap_set_device_ops(s, &FAKE_OPS, &err), 0);
+    enum { NH = 4, N = (16u << 20) / 4 };
+    float *h[NH];
+    uint64_t sh[1] = {N}, sd[1] = {16};
+    float dev[16] = {0};
+    for (int i = 0; i < NH; i++) {
+        h[i] = malloc((size_t)N * 4);
+        ftc_test_fill(h[i], (size_t)N * 4, 40 + (uint64_t)i);
+        char name[16];
+        snprintf(name, sizeof name, "h%d", i);
+        assert_int_equal(ftc_snap_add(s, name, FTC_DTYPE_F32, 1, sh, h[i], FTC_SNAP_HOST, &err), 0);
+    }
+    assert_int_equal(ftc_snap_add(s, "dev", FTC_DTYPE_F32, 1, sd, dev, 0, &err), 0);
+    uint64_t size = ftc_snap_size(s);
+    uint8_t *region = calloc(1, size), *copy = malloc(size);
+    assert_int_equal(ftc_snap_format(s, region, &err), 0);
+    FD.fail_sync = true;
+    assert_int_equal(ftc_snap_begin(s, region, 1, 1, NULL, 0, &err), 0);
+    assert_int_equal(ftc_snap_wait_copy(s, ftc_deadline_in_ms(30000), &err), FTC_EIO);
+    /* the table as the error found it: every host tensor's checksum is in
+     * it already (no copy thread still works on the region) */
+    uint8_t table[FTC_SHARD_HEADER_SIZE + NH * FTC_SHARD_ENTRY_SIZE];
+    memcpy(table, region, sizeof table);
+    assert_non_null(strstr(err.msg, "fake device: sync failed"));
+    assert_false(ftc_snap_busy(s));
+    memcpy(copy, region, size);
+    assert_int_equal(ftc_shard_seal(copy, size, 1, &err), 0);
+    for (int i = 0; i < NH; i++) {
+        uint64_t at = FTC_SHARD_HEADER_SIZE + (uint64_t)i * FTC_SHARD_ENTRY_SIZE + 16;
+        assert_memory_equal(table + at, copy + at, 8);
+    }
+    assert_int_equal(ftc_snap_wait_sealed(s, ftc_deadline_in_ms(30000), &err), FTC_EIO);
+    /* the next snapshot works once the device does */
+    FD.fail_sync = false;
+    assert_int_equal(ftc_snap_begin(s, region, 2, 1, NULL, 0, &err), 0);
+    assert_int_equal(ftc_snap_wait_sealed(s, ftc_deadline_in_ms(30000), &err), 0);
+    ftc_shard_view_t v;
+    assert_int_equal(ftc_shard_open(&v, region, size, FTC_SHARD_VERIFY, &err), 0);
+    assert_int_equal(v.info.step, 2);
+    ftc_snap_destroy(s);
+    for (int i = 0; i < NH; i++)
+        free(h[i]);
+    free(region);
+    free(copy);
+    pthread_mutex_destroy(&FD.mu);
+    pthread_cond_destroy(&FD.cv);
+}
+
+/* A snapshot of the step (and generation) the region already holds, e.g. a
+ * retried checkpoint into the same slot: while it copies, the region is not
+ * a valid shard (the header and the old footer and head checksum would all
+ * still match, over tensors half old and half new); once sealed it is. */
+static void test_resnapshot_invalid_while_copying(void **state)
+{
+    (void)state;
+    memset(&FD, 0, sizeof FD);
+    pthread_mutex_init(&FD.mu, NULL);
+    pthread_cond_init(&FD.cv, NULL);
+    ftc_err_t err = {0};
+    ftc_shard_info_t in = ftc_test_info(0, 0);
+    ftc_snap_t *s = ftc_snap_create(&in, 2, 16, &err);
+    assert_non_null(s);
+    assert_int_equal(ftc_snap_set_device_ops(s, &FAKE_OPS, &err), 0);
+    enum { NW = 100000 };
+    float *w = malloc(NW * 4);
+    uint64_t sw[1] = {NW};
+    /* a device tensor alone: nothing rewrites the table before the seal */
+    assert_int_equal(ftc_snap_add(s, "dev.w", FTC_DTYPE_F32, 1, sw, w, 0, &err), 0);
+    uint64_t size = ftc_snap_size(s);
+    uint8_t *region = calloc(1, size);
+    assert_int_equal(ftc_snap_format(s, region, &err), 0);
+    ftc_test_fill(w, NW * 4, 1);
+    assert_int_equal(ftc_snap_begin(s, region, 7, 2, "m", 1, &err), 0);
+    assert_int_equal(ftc_snap_wait_sealed(s, ftc_deadline_in_ms(30000), &err), 0);
+    ftc_shard_view_t v;
+    assert_int_equal(ftc_shard_open(&v, region, size, FTC_SHARD_VERIFY, &err), 0);
+    /* the same step again, the device's sync held back: the copy lands,
+     * but the snapshot is not sealed */
+    ftc_test_fill(w, NW * 4, 3);
+    fake_set_hold(true);
+    assert_int_equal(ftc_snap_begin(s, region, 7, 2, "m", 1, &err), 0);
+    assert_true(ftc_snap_busy(s));
+    assert_int_not_equal(ftc_shard_open(&v, region, size, 0, &err), 0);
+    fake_set_hold(false);
+    assert_int_equal(ftc_snap_wait_sealed(s, ftc_deadline_in_ms(30000), &err), 0);
+    assert_int_equal(ftc_shard_open(&v, region, size, FTC_SHARD_VERIFY, &err), 0);
+    assert_int_equal(v.info.step, 7);
+    ftc_snap_destroy(s);
+    free(region);
+    free(w);
+    pthread_mutex_destroy(&FD.mu);
+    pthread_cond_destroy(&FD.cv);
+}
+
+/* A restore refuses a checkpoint whose tensors differ from the registered
+ * ones by name, dtype or shape even when every length matches (tensors
+ * registered in another order, a dtype changed to one of the same width, a
+ * reshape), naming the first tensor that differs; nothing is written. */
+static void test_restore_names_dtypes_shapes(void **state)
+{
+    (void)state;
+    ftc_err_t err = {0};
+    ftc_shard_info_t in = ftc_test_info(0, 0);
+    float a[16], b[16];
+    ftc_test_fill(a, sizeof a, 1);
+    ftc_test_fill(b, sizeof b, 2);
+    uint64_t s16[1] = {16}, s44[2] = {4, 4};
+    ftc_snap_t *s1 = ftc_snap_create(&in, 1, 0, &err);
+    assert_int_equal(ftc_snap_add(s1, "a", FTC_DTYPE_F32, 1, s16, a, FTC_SNAP_HOST, &err), 0);
+    assert_int_equal(ftc_snap_add(s1, "b", FTC_DTYPE_F32, 1, s16, b, FTC_SNAP_HOST, &err), 0);
+    uint64_t size = ftc_snap_size(s1);
+    uint8_t *region = malloc(size);
+    assert_int_equal(ftc_snap_format(s1, region, &err), 0);
+    assert_int_equal(ftc_snap_begin(s1, region, 5, 1, NULL, 0, &err), 0);
+    assert_int_equal(ftc_snap_wait_sealed(s1, FTC_DEADLINE_NONE, &err), 0);
+    struct {
+        const char *n0, *n1;
+        int dt0;
+        uint32_t nd0;
+        const uint64_t *sh0;
+        const char *named;
+    } cases[] = {
+        {"b", "a", FTC_DTYPE_F32, 1, s16, "tensor 'b'"}, /* another order */
+        {"a", "b", FTC_DTYPE_I32, 1, s16, "tensor 'a'"}, /* a dtype of the same width */
+        {"a", "b", FTC_DTYPE_F32, 2, s44, "tensor 'a'"}, /* a reshape */
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        float x[16] = {0}, y[16] = {0};
+        ftc_snap_t *s2 = ftc_snap_create(&in, 1, 0, &err);
+        assert_int_equal(ftc_snap_add(s2, cases[k].n0, cases[k].dt0, cases[k].nd0, cases[k].sh0, x,
+                                      FTC_SNAP_HOST, &err), 0);
+        assert_int_equal(ftc_snap_add(s2, cases[k].n1, FTC_DTYPE_F32, 1, s16, y, FTC_SNAP_HOST,
+                                      &err), 0);
+        uint64_t st = 0;
+        ftc_err_clear(&err);
+        assert_int_equal(ftc_snap_restore(s2, region, size, &st, NULL, NULL, &err), FTC_EINVAL);
+        assert_non_null(strstr(err.msg, cases[k].named));
+        float zero[16] = {0};
+        assert_memory_equal(x, zero, sizeof zero);
+        assert_memory_equal(y, zero, sizeof zero);
+        ftc_snap_destroy(s2);
+    }
+    ftc_snap_destroy(s1);
+    free(region);
+}
+
+/* A device tensor refused because the device ops cannot open (no usable
+ * device) leaves nothing behind: the trainer registers the same tensor as a
+ * host tensor instead, and the checkpoint holds exactly the registered
+ * tensors, so it restores. */
+static void test_add_refused_leaves_no_tensor(void **state)
+{
+    (void)state;
+    memset(&FD, 0, sizeof FD);
+    pthread_mutex_init(&FD.mu, NULL);
+    pthread_cond_init(&FD.cv, NULL);
+    ftc_err_t err = {0};
+    ftc_shard_info_t in = ftc_test_info(0, 0);
+    ftc_snap_t *s = ftc_snap_create(&in, 1, 0, &err);
+    assert_int_equal(ftc_snap_set_device_ops(s, &FAKE_OPS, &err), 0);
+    FD.fail_open = true;
+    float w[16];
+    ftc_test_fill(w, sizeof w, 5);
+    uint64_t s16[1] = {16};
+    assert_int_equal(ftc_snap_add(s, "w", FTC_DTYPE_F32, 1, s16, w, 0, &err), FTC_EUNSUPPORTED);
+    assert_int_equal(ftc_snap_add(s, "w", FTC_DTYPE_F32, 1, s16, w, FTC_SNAP_HOST, &err), 0);
+    uint64_t size = ftc_snap_size(s);
+    uint8_t *region = malloc(size);
+    assert_int_equal(ftc_snap_format(s, region, &err), 0);
+    assert_int_equal(ftc_snap_begin(s, region, 3, 1, NULL, 0, &err), 0);
+    assert_int_equal(ftc_snap_wait_sealed(s, ftc_deadline_in_ms(30000), &err), 0);
+    ftc_shard_view_t v;
+    assert_int_equal(ftc_shard_open(&v, region, size, FTC_SHARD_VERIFY, &err), 0);
+    assert_int_equal(v.n_tensors, 1);
+    memset(w, 0, sizeof w);
+    uint64_t st = 0;
+    assert_int_equal(ftc_snap_restore(s, region, size, &st, NULL, NULL, &err), 0);
+    float want[16];
+    ftc_test_fill(want, sizeof want, 5);
+    assert_memory_equal(w, want, sizeof want);
+    ftc_snap_destroy(s);
+    free(region);
+    pthread_mutex_destroy(&FD.mu);
+    pthread_cond_destroy(&FD.cv);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_snapshot_round_trip),
         cmocka_unit_test(test_restore_layout_mismatch),
+        cmocka_unit_test(test_restore_names_dtypes_shapes),
+        cmocka_unit_test(test_add_refused_leaves_no_tensor),
         cmocka_unit_test(test_device_path),
+        cmocka_unit_test(test_failed_sync_waits_for_copy_threads),
+        cmocka_unit_test(test_resnapshot_invalid_while_copying),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
