@@ -2140,6 +2140,32 @@ static void ftc__cand_add(ftc__rank_t *r, uint64_t step, uint64_t gen)
     r->ncand = n + 1;
 }
 
+/* Calls visit on each persist tier: this node's (locked: waits for a
+ * running write), then the other nodes' (read-only), until it returns true;
+ * whether one did. */
+static bool ftc__each_persist(ftc_agent_t *a, bool (*visit)(ftc_persist_t *, void *), void *arg)
+{
+    bool done = false;
+    if (a->pw) {
+        ftc_persist_t *p = ftc__persister_lock(a->pw);
+        done = visit(p, arg);
+        ftc__persister_unlock(a->pw);
+    }
+    for (uint32_t i = 0; !done && a->o.persist_dir && *a->o.persist_dir && i < a->o.nodes; i++) {
+        if (i == a->o.index)
+            continue;
+        char dir[4200];
+        snprintf(dir, sizeof dir, "%s/node%u", a->o.persist_dir, i);
+        ftc_err_t err = {0};
+        ftc_persist_t *p = ftc_persist_open_reader(dir, &err);
+        if (!p)
+            continue;
+        done = visit(p, arg);
+        ftc_persist_close(p);
+    }
+    return done;
+}
+
 /* FETCH_AT_MOST: the committed versions of a persist directory (p, or the
  * directory dir read-only) into r's candidates when at or before r's
  * at_most_step; *oldest: the oldest committed step seen. */
@@ -2158,6 +2184,18 @@ static void ftc__cand_persist(ftc__rank_t *r, ftc_persist_t *p, int64_t *oldest)
             ftc__cand_add(r, v[i].step, 0);
     }
     free(v);
+}
+
+typedef struct ftc__cand_ctx {
+    ftc__rank_t *r;
+    int64_t *oldest;
+} ftc__cand_ctx_t;
+
+static bool ftc__cand_visit(ftc_persist_t *p, void *arg)
+{
+    ftc__cand_ctx_t *c = arg;
+    ftc__cand_persist(c->r, p, c->oldest);
+    return false; /* every tier */
 }
 
 /* FETCH_AT_MOST: the committed steps at or before r's at_most_step that may
@@ -2200,23 +2238,8 @@ static bool ftc__at_most_candidates(ftc_agent_t *a, ftc__rank_t *r, int64_t comm
     for (int s = 0; r->src == r->rank && s < NS; s++)
         if (r->st[s] == SL_COMMITTED && r->step[s] <= r->at_most_step)
             ftc__cand_add(r, r->step[s], 0);
-    if (a->pw) {
-        ftc_persist_t *p = ftc__persister_lock(a->pw); /* waits for a running write */
-        ftc__cand_persist(r, p, &o2);
-        ftc__persister_unlock(a->pw);
-    }
-    for (uint32_t i = 0; a->o.persist_dir && *a->o.persist_dir && i < a->o.nodes; i++) {
-        if (i == a->o.index)
-            continue;
-        char dir[4200];
-        snprintf(dir, sizeof dir, "%s/node%u", a->o.persist_dir, i);
-        ftc_err_t err = {0};
-        ftc_persist_t *p = ftc_persist_open_reader(dir, &err);
-        if (!p)
-            continue;
-        ftc__cand_persist(r, p, &o2);
-        ftc_persist_close(p);
-    }
+    ftc__cand_ctx_t cc = {r, &o2};
+    ftc__each_persist(a, ftc__cand_visit, &cc);
     if (o2 >= 0 && (oldest < 0 || o2 < oldest))
         oldest = o2;
     if (r->ncand > 0)
@@ -2277,6 +2300,11 @@ static bool ftc__persist_has_committed(ftc_persist_t *p, uint64_t step)
     return has;
 }
 
+static bool ftc__has_visit(ftc_persist_t *p, void *arg)
+{
+    return ftc__persist_has_committed(p, *(const uint64_t *)arg);
+}
+
 /* FETCH of a step older than the committed one: whether it was ever
  * committed (I1: only committed versions are restored). A slot, a replica
  * or a persisted version of a step that never committed (skipped by the
@@ -2318,25 +2346,7 @@ static int ftc__older_committed(ftc_agent_t *a, uint64_t step, uint64_t *gen, ch
     else
         snprintf(redis, sizeof redis, "the job's commit set in Redis is empty");
     /* the persist tiers: this node's, then the other nodes' (read-only) */
-    bool has = false;
-    if (a->pw) {
-        ftc_persist_t *p = ftc__persister_lock(a->pw); /* waits for a running write */
-        has = ftc__persist_has_committed(p, step);
-        ftc__persister_unlock(a->pw);
-    }
-    for (uint32_t i = 0; !has && a->o.persist_dir && *a->o.persist_dir && i < a->o.nodes; i++) {
-        if (i == a->o.index)
-            continue;
-        char dir[4200];
-        snprintf(dir, sizeof dir, "%s/node%u", a->o.persist_dir, i);
-        ftc_err_t err = {0};
-        ftc_persist_t *p = ftc_persist_open_reader(dir, &err);
-        if (!p)
-            continue;
-        has = ftc__persist_has_committed(p, step);
-        ftc_persist_close(p);
-    }
-    if (has)
+    if (ftc__each_persist(a, ftc__has_visit, &step))
         return 0;
     snprintf(why, cap, "step %" PRIu64 " of job %s cannot be shown to have been committed: %s, "
              "and no persist tier holds it committed; only committed steps are restored%s", step,
