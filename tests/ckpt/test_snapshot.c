@@ -267,6 +267,20 @@ static const ftc_snap_device_ops_t FAKE_OPS = {
     sizeof(ftc_snap_device_ops_t), "fake", fake_open, fake_close, fake_register,
     fake_unregister, fake_copy, fake_sync};
 
+/* The stand-in device, fresh for a test (fd_reset) and torn down after it. */
+static void fd_reset(void)
+{
+    memset(&FD, 0, sizeof FD);
+    pthread_mutex_init(&FD.mu, NULL);
+    pthread_cond_init(&FD.cv, NULL);
+}
+
+static void fd_done(void)
+{
+    pthread_mutex_destroy(&FD.mu);
+    pthread_cond_destroy(&FD.cv);
+}
+
 /* Device tensors on two stand-in devices and one host tensor, snapshotted
  * into two slots taking turns: wait_copy returns only once the late device
  * copies have landed (the tensors are overwritten right after it and the
@@ -276,9 +290,7 @@ static const ftc_snap_device_ops_t FAKE_OPS = {
 static void test_device_path(void **state)
 {
     (void)state;
-    memset(&FD, 0, sizeof FD);
-    pthread_mutex_init(&FD.mu, NULL);
-    pthread_cond_init(&FD.cv, NULL);
+    fd_reset();
     ftc_err_t err = {0};
     ftc_shard_info_t in = ftc_test_info(0, 0);
     ftc_snap_t *s = ftc_snap_create(&in, 2, 64, &err);
@@ -376,8 +388,7 @@ static void test_device_path(void **state)
     free(w);
     free(h);
     free(b);
-    pthread_mutex_destroy(&FD.mu);
-    pthread_cond_destroy(&FD.cv);
+    fd_done();
 }
 
 /* A device sync that fails while the copy threads still hash the host
@@ -387,9 +398,7 @@ static void test_device_path(void **state)
 static void test_failed_sync_waits_for_copy_threads(void **state)
 {
     (void)state;
-    memset(&FD, 0, sizeof FD);
-    pthread_mutex_init(&FD.mu, NULL);
-    pthread_cond_init(&FD.cv, NULL);
+    fd_reset();
     ftc_err_t err = {0};
     ftc_shard_info_t in = ftc_test_info(0, 0);
     ftc_snap_t *s = ftc_snap_create(&in, 1, 0, &err); /* one thread hashes them all */
@@ -438,8 +447,7 @@ static void test_failed_sync_waits_for_copy_threads(void **state)
         free(h[i]);
     free(region);
     free(copy);
-    pthread_mutex_destroy(&FD.mu);
-    pthread_cond_destroy(&FD.cv);
+    fd_done();
 }
 
 /* A snapshot of the step (and generation) the region already holds, e.g. a
@@ -449,9 +457,7 @@ static void test_failed_sync_waits_for_copy_threads(void **state)
 static void test_resnapshot_invalid_while_copying(void **state)
 {
     (void)state;
-    memset(&FD, 0, sizeof FD);
-    pthread_mutex_init(&FD.mu, NULL);
-    pthread_cond_init(&FD.cv, NULL);
+    fd_reset();
     ftc_err_t err = {0};
     ftc_shard_info_t in = ftc_test_info(0, 0);
     ftc_snap_t *s = ftc_snap_create(&in, 2, 16, &err);
@@ -484,8 +490,7 @@ static void test_resnapshot_invalid_while_copying(void **state)
     ftc_snap_destroy(s);
     free(region);
     free(w);
-    pthread_mutex_destroy(&FD.mu);
-    pthread_cond_destroy(&FD.cv);
+    fd_done();
 }
 
 /* A restore refuses a checkpoint whose tensors differ from the registered
@@ -547,9 +552,7 @@ static void test_restore_names_dtypes_shapes(void **state)
 static void test_add_refused_leaves_no_tensor(void **state)
 {
     (void)state;
-    memset(&FD, 0, sizeof FD);
-    pthread_mutex_init(&FD.mu, NULL);
-    pthread_cond_init(&FD.cv, NULL);
+    fd_reset();
     ftc_err_t err = {0};
     ftc_shard_info_t in = ftc_test_info(0, 0);
     ftc_snap_t *s = ftc_snap_create(&in, 1, 0, &err);
@@ -576,8 +579,7 @@ static void test_add_refused_leaves_no_tensor(void **state)
     assert_memory_equal(w, want, sizeof want);
     ftc_snap_destroy(s);
     free(region);
-    pthread_mutex_destroy(&FD.mu);
-    pthread_cond_destroy(&FD.cv);
+    fd_done();
 }
 
 int main(void)
