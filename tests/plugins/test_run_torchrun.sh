@@ -65,11 +65,13 @@ HAVE_PY=1
 command -v python3 >/dev/null || HAVE_PY=0
 cat >"$T/train.py" <<'EOF'
 import os, sys
-print("PY RANK=%s WORLD_SIZE=%s UNBUFFERED=%d ARGS=%s" % (os.environ["RANK"], os.environ["WORLD_SIZE"],
-      int(sys.stdout.write_through), ",".join(sys.argv[1:]) or "-"))
+# one write per line: under python3 -u, print() writes the text and its newline
+# separately, and the two ranks share one stdout, so their lines could interleave
+sys.stdout.write("PY RANK=%s WORLD_SIZE=%s UNBUFFERED=%d ARGS=%s\n" % (os.environ["RANK"],
+      os.environ["WORLD_SIZE"], int(sys.stdout.write_through), ",".join(sys.argv[1:]) or "-"))
 EOF
 mkdir -p "$T/mods"
-sed 's/^print("PY /print("MOD /' "$T/train.py" >"$T/mods/trprobe_mod.py"
+sed 's/^sys.stdout.write("PY /sys.stdout.write("MOD /' "$T/train.py" >"$T/mods/trprobe_mod.py"
 # the same check for MOD lines (-m)
 UNBUF_OK() { grep -q "^$1 .*UNBUFFERED=1" "$2"; }
 
