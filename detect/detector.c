@@ -5,6 +5,7 @@
  * publish queue -> Redis stream.
  */
 #include "detect/detector.h"
+#include "detect/detector_internal.h"
 
 #include "core/clock.h"
 #include "core/hash.h"
@@ -54,6 +55,10 @@ typedef struct ftc__rank {
     int rank;
     pid_t pid;       /* 0 = not watched */
     int pidfd;       /* -1 = poll /proc instead */
+    /* this watch of (pid, pidfd), from d->watch_seq; 0 = none. A poll result
+     * counts for the rank only when its pollfd was taken for this same watch:
+     * the fd number alone may meanwhile belong to another rank's pidfd */
+    uint64_t watch_id;
     int64_t step;    /* last finished step, -1 before the first */
     uint64_t last_ns; /* when progress was last reported (or watching began) */
     uint64_t times[FTC_DET_TIMES];
@@ -76,6 +81,7 @@ struct ftc_detector {
     ftc_redis_url_t url;
     pthread_mutex_t mu;      /* guards ranks, queues, stats, leader fields */
     ftc__rank_t ranks[FTC_DET_MAX_RANKS];
+    uint64_t watch_seq;      /* last ftc__rank_t.watch_id given */
     ftc__evq_t local, pub;   /* to the callback; to Redis */
     int wake[2];             /* wakes the local thread */
     atomic_bool stop;
@@ -102,6 +108,8 @@ struct ftc_detector {
     uint64_t ev_seq;         /* plain events queued for publication (their ids), under mu */
     uint64_t quiet_until_ns; /* no node-loss reports before (just back from an outage) */
     ftc_detector_stats_t st; /* under mu */
+    ftc__detector_poll_hook_t poll_hook; /* tests only (detector_internal.h), under mu */
+    void *poll_hook_arg;
 };
 
 /* ---- queues ---------------------------------------------------------------------- */
@@ -225,6 +233,7 @@ int ftc_detector_watch_pid(ftc_detector_t *d, int rank, pid_t pid)
         close(r->pidfd);
     r->pid = pid;
     r->pidfd = fd; /* -1: fall back to /proc polling */
+    r->watch_id = ++d->watch_seq;
     r->last_ns = ftc_now_ns();
     pthread_mutex_unlock(&d->mu);
     ftc__wake(d);
@@ -240,9 +249,18 @@ void ftc_detector_unwatch(ftc_detector_t *d, int rank)
             close(r->pidfd);
         r->pidfd = -1;
         r->pid = 0;
+        r->watch_id = 0;
     }
     pthread_mutex_unlock(&d->mu);
     ftc__wake(d);
+}
+
+void ftc__detector_set_poll_hook(ftc_detector_t *d, ftc__detector_poll_hook_t fn, void *arg)
+{
+    pthread_mutex_lock(&d->mu);
+    d->poll_hook = fn;
+    d->poll_hook_arg = arg;
+    pthread_mutex_unlock(&d->mu);
 }
 
 static int ftc__cmp_u64(const void *a, const void *b)
@@ -318,24 +336,46 @@ void ftc_detector_report(ftc_detector_t *d, const char *kind, int rank, int64_t 
     pthread_mutex_unlock(&d->mu);
 }
 
-/* Checks every watched rank for exit and hang. Caller holds mu. */
-static void ftc__check_ranks_locked(ftc_detector_t *d, const struct pollfd *pfd, int npfd)
+/* The local watch's poll of the pidfds: pfd[0] is the wake pipe; pfd[k]
+ * (k >= 1) was taken for ranks[slot[k]] under its watch watch[k]. */
+typedef struct ftc__pollset {
+    struct pollfd pfd[FTC_DET_MAX_RANKS + 1];
+    int slot[FTC_DET_MAX_RANKS + 1];
+    uint64_t watch[FTC_DET_MAX_RANKS + 1];
+    int n;
+} ftc__pollset_t;
+
+/* Checks every watched rank for exit and hang. Caller holds mu.
+ *
+ * An exit the poll saw is the rank's only when the rank is still under the
+ * watch the pollfd was taken for. The poll runs without mu, so meanwhile the
+ * rank may have been unwatched (its pidfd closed) and another rank watched,
+ * whose new pidfd the kernel gave the same fd number: matched by number, the
+ * old process's exit was charged to the new, live rank (a false rank_exit
+ * and a needless recovery). Such a stale result is dropped; a change of
+ * watch wakes the thread, whose next poll sees the new pidfd as it is. */
+static void ftc__check_ranks_locked(ftc_detector_t *d, const ftc__pollset_t *ps)
 {
     uint64_t now = ftc_now_ns();
     char id[160];
+    bool exited[FTC_DET_MAX_RANKS] = {false};
+    for (int k = 1; k < ps->n; k++) {
+        if (!(ps->pfd[k].revents & (POLLIN | POLLHUP | POLLERR)))
+            continue;
+        const ftc__rank_t *r = &d->ranks[ps->slot[k]];
+        if (r->used && r->pid > 0 && r->pidfd >= 0 && r->watch_id == ps->watch[k])
+            exited[ps->slot[k]] = true;
+        else
+            FTC_DEBUG("detect", "%s: an exit seen on fd %d of a watch since ended or replaced: "
+                      "not the exit of the rank watched now",
+                      d->node, ps->pfd[k].fd);
+    }
     for (int i = 0; i < FTC_DET_MAX_RANKS; i++) {
         ftc__rank_t *r = &d->ranks[i];
         if (!r->used)
             continue;
         if (r->pid > 0) {
-            bool dead = false;
-            if (r->pidfd >= 0) {
-                for (int k = 0; k < npfd; k++)
-                    if (pfd[k].fd == r->pidfd && (pfd[k].revents & (POLLIN | POLLHUP | POLLERR)))
-                        dead = true;
-            } else {
-                dead = ftc__pid_dead(r->pid);
-            }
+            bool dead = r->pidfd >= 0 ? exited[i] : ftc__pid_dead(r->pid);
             if (dead) {
                 snprintf(id, sizeof id, "rank_exit:%s:%d:%d", d->node, r->rank, (int)r->pid);
                 ftc__emit_locked(d, "rank_exit", NULL, r->rank, r->step, id, true,
@@ -345,6 +385,7 @@ static void ftc__check_ranks_locked(ftc_detector_t *d, const struct pollfd *pfd,
                     close(r->pidfd);
                 r->pidfd = -1;
                 r->pid = 0;
+                r->watch_id = 0;
                 continue;
             }
         }
@@ -372,18 +413,25 @@ static void ftc__check_ranks_locked(ftc_detector_t *d, const struct pollfd *pfd,
 static void *ftc__local_main(void *arg)
 {
     ftc_detector_t *d = arg;
-    struct pollfd pfd[FTC_DET_MAX_RANKS + 1];
+    ftc__pollset_t ps;
     uint64_t last_check_ns = ftc_now_ns();
     while (!atomic_load(&d->stop)) {
-        int n = 0;
-        pfd[n++] = (struct pollfd){d->wake[0], POLLIN, 0};
+        ps.n = 0;
+        ps.pfd[ps.n++] = (struct pollfd){d->wake[0], POLLIN, 0};
         pthread_mutex_lock(&d->mu);
         for (int i = 0; i < FTC_DET_MAX_RANKS; i++)
-            if (d->ranks[i].used && d->ranks[i].pid > 0 && d->ranks[i].pidfd >= 0)
-                pfd[n++] = (struct pollfd){d->ranks[i].pidfd, POLLIN, 0};
+            if (d->ranks[i].used && d->ranks[i].pid > 0 && d->ranks[i].pidfd >= 0) {
+                ps.slot[ps.n] = i;
+                ps.watch[ps.n] = d->ranks[i].watch_id;
+                ps.pfd[ps.n++] = (struct pollfd){d->ranks[i].pidfd, POLLIN, 0};
+            }
+        ftc__detector_poll_hook_t hook = d->poll_hook;
+        void *hook_arg = d->poll_hook_arg;
         pthread_mutex_unlock(&d->mu);
-        int pr = poll(pfd, (nfds_t)n, 20);
-        if (pr > 0 && (pfd[0].revents & POLLIN)) {
+        int pr = poll(ps.pfd, (nfds_t)ps.n, 20);
+        if (hook)
+            hook(hook_arg, ps.pfd, ps.n);
+        if (pr > 0 && (ps.pfd[0].revents & POLLIN)) {
             char buf[64];
             while (read(d->wake[0], buf, sizeof buf) > 0) {
             }
@@ -403,7 +451,7 @@ static void *ftc__local_main(void *arg)
                                                ? gap - 20000000ull
                                                : now - d->ranks[i].last_ns;
         }
-        ftc__check_ranks_locked(d, pfd, n);
+        ftc__check_ranks_locked(d, &ps);
         ftc__ev_t e;
         while (ftc__pop(&d->local, &e)) {
             d->st.events++;

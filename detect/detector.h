@@ -97,7 +97,11 @@ ftc_detector_t *ftc_detector_start(const ftc_redis_url_t *url, const ftc_detecto
  * its heartbeat (a clean exit, not a failure). NULL is a no-op. */
 void ftc_detector_stop(ftc_detector_t *d, bool leave);
 
-/* Watches a rank's process: its exit is reported at once (kind rank_exit). */
+/* Watches a rank's process: its exit is reported at once (kind rank_exit).
+ * Watching a rank again replaces its watch. An exit is reported only for the
+ * watch it was seen under: the exit of a process whose watch ended or was
+ * replaced meanwhile is never charged to the rank watched now, even when the
+ * new pidfd got the old one's fd number. */
 int ftc_detector_watch_pid(ftc_detector_t *d, int rank, pid_t pid);
 /* Stops watching a rank's process (a clean exit is not a failure). */
 void ftc_detector_unwatch(ftc_detector_t *d, int rank);

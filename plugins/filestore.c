@@ -444,17 +444,25 @@ static void fs_watch_tree(ftc_filestore_t *fs, const char *rel, int depth)
 
 /* Reads every queued event. A finished file (closed after writing, or
  * renamed into place) or a removed one makes the directory dirty; any change restarts the
- * quiet period; a new directory gets watched. */
+ * quiet period; a new directory gets watched.
+ *
+ * An overflowed queue (IN_Q_OVERFLOW: the kernel dropped events, max_queued_events)
+ * may have dropped the creation of a directory: the whole tree is walked again
+ * and every directory not watched yet gets its watch (inotify_add_watch on a
+ * watched one changes nothing), else files later written in it made no event
+ * and were never replicated; the directory is dirty, so the next pack scans
+ * every file. */
 static void fs_drain_events(ftc_filestore_t *fs, bool ignore)
 {
     _Alignas(struct inotify_event) char buf[16384];
-    bool rewatch = false;
+    bool rewatch = false, overflow = false;
     for (;;) {
         ssize_t n = read(fs->ino, buf, sizeof buf);
         if (n <= 0) break;
         for (char *p = buf; p < buf + n;) {
             struct inotify_event *e = (struct inotify_event *)p;
             p += sizeof *e + e->len;
+            if (e->mask & IN_Q_OVERFLOW) overflow = rewatch = true;
             bool ours = e->len && !strncmp(e->name, FS_TMP_PREFIX, strlen(FS_TMP_PREFIX));
             if (ignore || ours) continue;
             if (e->mask & IN_ISDIR) {
@@ -472,6 +480,12 @@ static void fs_drain_events(ftc_filestore_t *fs, bool ignore)
             fs->retry_at_ns = 0;
         }
     }
+    if (overflow)
+        fs_log(fs, FTC_LOG_WARN,
+               "%s: inotify dropped events (its queue overflowed: "
+               "/proc/sys/fs/inotify/max_queued_events): watching every subdirectory again "
+               "and rescanning every file",
+               fs->dir);
     if (rewatch) fs_watch_tree(fs, "", 0);
 }
 

@@ -11,6 +11,7 @@
 
 #include "core/fsio.h"
 #include "detect/detector.h"
+#include "detect/detector_internal.h"
 
 #include <hiredis/hiredis.h>
 #include <inttypes.h>
@@ -18,6 +19,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdatomic.h>
@@ -401,6 +403,127 @@ static void test_rank_exit_and_hang(void **state)
     ftc_detector_stop(b, true);
     assert_int_equal(stream_count(f, "jh", "hang", "B"), 2);
     assert_int_equal(stream_count(f, "jh", "rank_exit", "B"), 1);
+}
+
+/* The fd of this process's pidfd of pid (from /proc/self/fdinfo), or -1. */
+static int pidfd_of(pid_t pid)
+{
+    DIR *dir = opendir("/proc/self/fdinfo");
+    if (!dir)
+        return -1;
+    int found = -1;
+    struct dirent *de;
+    while (found < 0 && (de = readdir(dir))) {
+        char path[300], line[128];
+        snprintf(path, sizeof path, "/proc/self/fdinfo/%s", de->d_name);
+        FILE *fi = fopen(path, "r");
+        if (!fi)
+            continue;
+        while (fgets(line, sizeof line, fi))
+            if (!strncmp(line, "Pid:", 4) && atoi(line + 4) == (int)pid)
+                found = atoi(de->d_name);
+        fclose(fi);
+    }
+    closedir(dir);
+    return found;
+}
+
+typedef struct reuse {
+    ftc_detector_t *d;
+    int old_fd;         /* rank 0's pidfd */
+    pid_t new_pid;      /* the process of the rank that connects meanwhile (rank 1) */
+    int new_fd;         /* its pidfd */
+    atomic_int calls;   /* polls that returned */
+    atomic_int done_at; /* the poll after which rank 0 went and rank 1 came (0: none yet) */
+} reuse_t;
+
+/* After the poll that saw rank 0's process exit, before the watch reads the
+ * result: rank 0 goes (its BYE: unwatched, its pidfd closed) and a new rank
+ * connects, whose pidfd gets the number just freed. */
+static void reuse_hook(void *arg, const struct pollfd *pfd, int npfd)
+{
+    reuse_t *r = arg;
+    int call = atomic_fetch_add(&r->calls, 1) + 1;
+    if (atomic_load(&r->done_at))
+        return;
+    for (int k = 1; k < npfd; k++)
+        if (pfd[k].fd == r->old_fd && pfd[k].revents) {
+            ftc_detector_unwatch(r->d, 0);
+            if (ftc_detector_watch_pid(r->d, 1, r->new_pid) == 0)
+                r->new_fd = pidfd_of(r->new_pid);
+            atomic_store(&r->done_at, call);
+            return;
+        }
+}
+
+static pid_t fork_pause(void)
+{
+    pid_t p = fork();
+    assert_true(p >= 0);
+    if (p == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        pause();
+        _exit(0);
+    }
+    return p;
+}
+
+/* A rank's exit seen by the poll is matched to the rank whose watch it was,
+ * not to whichever rank holds that fd number when the result is read: here a
+ * new rank's pidfd took the number in between. Before, the new (live) rank 1
+ * got a rank_exit (failed: 1 rank_exit, not 0). */
+static void test_stale_pidfd_event_not_charged_to_new_rank(void **state)
+{
+    redis_fixture_t *f = *state;
+    static seen_t s;
+    memset(&s, 0, sizeof s);
+    pthread_mutex_init(&s.mu, NULL);
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    o.hang_min_ms = 100000;
+    ftc_detector_t *b = start_detector(f, "js", "B", false, &s, &o);
+    pid_t a = fork_pause(), c = fork_pause();
+    assert_int_equal(ftc_detector_watch_pid(b, 0, a), 0);
+    static reuse_t r;
+    memset(&r, 0, sizeof r);
+    r.d = b;
+    r.new_pid = c;
+    r.new_fd = -1;
+    r.old_fd = pidfd_of(a);
+    assert_true(r.old_fd >= 0);
+    ftc__detector_set_poll_hook(b, reuse_hook, &r);
+    ftc_deadline_t dl = ftc_deadline_in_ms(5000);
+    /* a poll with the hook returned: every later one runs it */
+    while (!atomic_load(&r.calls) && !ftc_deadline_expired(dl))
+        ftc_sleep_ms(1);
+    assert_true(atomic_load(&r.calls) > 0);
+    kill(a, SIGKILL);
+    while (!atomic_load(&r.done_at) && !ftc_deadline_expired(dl))
+        ftc_sleep_ms(1);
+    int done_at = atomic_load(&r.done_at);
+    assert_true(done_at > 0);
+    /* the case this test is about took place: the number was reused */
+    assert_int_equal(r.new_fd, r.old_fd);
+    /* the watch read that poll's result (and delivered its events) before its next poll */
+    while (atomic_load(&r.calls) <= done_at && !ftc_deadline_expired(dl))
+        ftc_sleep_ms(1);
+    assert_true(atomic_load(&r.calls) > done_at);
+    assert_int_equal(seen_count(&s, "rank_exit", NULL, NULL), 0);
+    ftc__detector_set_poll_hook(b, NULL, NULL);
+    /* rank 1's own exit is reported, as rank 1's */
+    kill(c, SIGKILL);
+    assert_true(wait_seen(&s, "rank_exit", "B", 5000));
+    assert_int_equal(seen_count(&s, "rank_exit", NULL, NULL), 1);
+    pthread_mutex_lock(&s.mu);
+    int rank = -1;
+    for (int i = 0; i < s.n; i++)
+        if (!strcmp(s.ev[i].kind, "rank_exit"))
+            rank = s.ev[i].rank;
+    pthread_mutex_unlock(&s.mu);
+    assert_int_equal(rank, 1);
+    waitpid(a, NULL, 0);
+    waitpid(c, NULL, 0);
+    ftc_detector_stop(b, true);
+    assert_int_equal(stream_count(f, "js", "rank_exit", "B"), 1);
 }
 
 static void test_numerical_warnings(void **state)
@@ -1107,7 +1230,7 @@ int main(void)
         T(test_event_once_after_lost_reply), T(test_late_renewal_reply_does_not_extend_lease),
         T(test_no_loss_reported_right_after_own_outage),
         T(test_deadline_poll_pages_past_skewed_clocks), T(test_agent_pause_is_not_a_hang),
-        T(test_loss_after_pause_reported_again),
+        T(test_loss_after_pause_reported_again), T(test_stale_pidfd_event_not_charged_to_new_rank),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -44,6 +44,9 @@
  *              the held file as the previous version had it and without the log
  *   quietopen  a file half-written and held open while the directory is quiet
  *              (another file finished): the version has its previous copy
+ *   overflow   the store's inotify queue overflows while its process is
+ *              stopped (SIGSTOP) and a subdirectory is made meanwhile (its
+ *              event dropped): a file later written in it is still replicated
  *   older      a holder got a newer version that was never recorded (the
  *              record hit a foreign value of the wrong type; the owner then
  *              died): its own restore takes the recorded, older version from
@@ -63,7 +66,9 @@
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/inotify.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 static const char *g_prov;
@@ -74,6 +79,7 @@ typedef struct node {
     pid_t pid;
     int fd;
     char id[65];
+    char dir[PATH_MAX]; /* its FTC_CKPT_DIR */
 } node_t;
 
 /* ---- the child ------------------------------------------------------------------- */
@@ -369,6 +375,7 @@ static node_t spawn(uint32_t index, const char *id, int k)
         fail_msg("node %s: %s", id, line);
     }
     printf("# node %s (index %u, pid %d): %s\n", id, index, (int)pid, line + 8);
+    snprintf(n.dir, sizeof n.dir, "%s", line + 8);
     return n;
 }
 
@@ -1125,6 +1132,83 @@ static void test_longholders(void **state)
     quit(&n1);
 }
 
+/* The events of the flood below that one inotify queue holds. */
+static long max_queued_events(void)
+{
+    long v = 0;
+    FILE *f = fopen("/proc/sys/fs/inotify/max_queued_events", "r");
+    if (f) {
+        if (fscanf(f, "%ld", &v) != 1) v = 0;
+        fclose(f);
+    }
+    return v > 0 ? v : 16384;
+}
+
+static void test_overflow(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0, n1;
+    spawn_pair(&n0, &n1);
+    OK(&n0, "write a.bin 91 1000");
+    OK(&n0, "flush");
+    /* a queue of our own beside the store's, with the same limit, never read
+     * until the flood is over: it shows that the flood overflowed such a queue */
+    int wit = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    assert_true(wit >= 0);
+    assert_true(inotify_add_watch(wit, n0.dir, IN_MODIFY | IN_CREATE) >= 0);
+    int st = 0;
+    assert_int_equal(kill(n0.pid, SIGSTOP), 0);
+    assert_int_equal(waitpid(n0.pid, &st, WUNTRACED), n0.pid);
+    assert_true(WIFSTOPPED(st));
+    /* more IN_MODIFY events than a queue holds (two files in turn: the kernel
+     * merges only an event equal to the one queued last), then a new directory,
+     * whose IN_CREATE is dropped */
+    char pa[PATH_MAX + 16], pb[PATH_MAX + 16], late[PATH_MAX + 16];
+    snprintf(pa, sizeof pa, "%s/flood.a", n0.dir);
+    snprintf(pb, sizeof pb, "%s/flood.b", n0.dir);
+    snprintf(late, sizeof late, "%s/late", n0.dir);
+    int fa = open(pa, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    int fb = open(pb, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    assert_true(fa >= 0 && fb >= 0);
+    long flood = max_queued_events() + 64;
+    for (long i = 0; i < flood; i++)
+        assert_int_equal(write(i % 2 ? fb : fa, "x", 1), 1);
+    close(fa);
+    close(fb);
+    assert_int_equal(unlink(pa), 0);
+    assert_int_equal(unlink(pb), 0);
+    assert_int_equal(mkdir(late, 0700), 0);
+    _Alignas(struct inotify_event) char buf[65536];
+    uint32_t last = 0;
+    long nev = 0;
+    for (;;) {
+        ssize_t n = read(wit, buf, sizeof buf);
+        if (n <= 0) break;
+        for (char *p = buf; p < buf + n;) {
+            struct inotify_event *e = (struct inotify_event *)p;
+            p += sizeof *e + e->len;
+            last = e->mask;
+            nev++;
+        }
+    }
+    close(wit);
+    printf("# witness queue: %ld events, the last 0x%x\n", nev, last);
+    assert_true(last & IN_Q_OVERFLOW);
+    assert_int_equal(kill(n0.pid, SIGCONT), 0);
+    OK(&n0, "flush"); /* the overflow is read: a version of the rescanned directory */
+    OK(&n0, "write late/c.bin 92 5000");
+    OK(&n0, "flush");
+    lose(&n0, 0);
+    OK(&n1, "members 2 r0 n1");
+    node_t r0 = spawn(0, "r0", 1);
+    OK(&r0, "restore 2 r0 n1");
+    OK(&r0, "check a.bin 91 1000");
+    OK(&r0, "check late/c.bin 92 5000");
+    quit(&r0);
+    quit(&n1);
+}
+
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -1148,6 +1232,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_busy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_quietopen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_longholders, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_overflow, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
