@@ -113,7 +113,10 @@ int ftc_fabric_open(const ftc_fabric_opts_t *opts, ftc_fabric_t **out, ftc_err_t
 
 /* Closes the endpoint and everything under it, whatever state it is in
  * (broken, aborted, operations pending). After it returns libfabric holds no
- * caller buffer. NULL is a no-op. Not thread-safe with other calls on fab. */
+ * caller buffer. On shm the endpoint's region (/dev/shm/<pid>:<n>:<m>) is
+ * gone once it returns, also for a broken endpoint that is abandoned rather
+ * than fi_close'd (docs/fabric.md). NULL is a no-op. Not thread-safe with
+ * other calls on fab. */
 void ftc_fabric_close(ftc_fabric_t *fab);
 /* Shuts down (shutdown(2), the descriptors stay libfabric's) every socket of
  * this process bound to the endpoint's tcp address: its listener and the
