@@ -94,6 +94,26 @@ static int health_err(ftc_fabric_t *fab, int rc)
 
 /* ---- open / close ------------------------------------------------------- */
 
+int ftc_fabric_shm_remove(pid_t pid)
+{
+    if (pid <= 0)
+        return 0;
+    char prefix[32];
+    int pl = snprintf(prefix, sizeof prefix, "%d:", (int)pid), n = 0;
+    DIR *d = opendir("/dev/shm");
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, prefix, (size_t)pl))
+            continue;
+        char path[300];
+        snprintf(path, sizeof path, "/dev/shm/%s", e->d_name);
+        n += unlink(path) == 0;
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
 /* libfabric's shm provider names its regions in /dev/shm after the process
  * id ("<pid>:<n>:<m>"), and a process killed with SIGKILL leaves them behind.
  * Process ids are reused (pid_max is often 32768, and a test run or a long
@@ -109,20 +129,7 @@ static void ftc__shm_stale_regions(void)
     pthread_mutex_lock(&mu);
     if (done_for != me) {
         done_for = me;
-        char prefix[32];
-        int pl = snprintf(prefix, sizeof prefix, "%d:", (int)me);
-        DIR *d = opendir("/dev/shm");
-        struct dirent *e;
-        int n = 0;
-        while (d && (e = readdir(d)) != NULL) {
-            if (strncmp(e->d_name, prefix, (size_t)pl))
-                continue;
-            char path[300];
-            snprintf(path, sizeof path, "/dev/shm/%s", e->d_name);
-            n += unlink(path) == 0;
-        }
-        if (d)
-            closedir(d);
+        int n = ftc_fabric_shm_remove(me);
         if (n)
             FTC_INFO("fabric", "removed %d stale shm region(s) a killed process with our pid "
                      "(%d) left", n, (int)me);

@@ -60,6 +60,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -125,6 +126,16 @@ void ftc_fabric_close(ftc_fabric_t *fab);
  * does it for an endpoint it abandons; an owner that gives up on an endpoint
  * another thread is stuck in calls it). No-op for other providers. */
 void ftc_fabric_shutdown_sockets(ftc_fabric_t *fab);
+/* Removes the regions libfabric's shm provider named after process `pid`
+ * (/dev/shm/<pid>:*, only names that start exactly with "<pid>:") and
+ * returns how many it removed. A process killed (SIGKILL, a crash) never
+ * closes its endpoints, so its regions stay until someone does this. Only
+ * for a process that can no longer use them and whose number nobody else can
+ * have: a dead child not yet reaped (seen with waitid(WEXITED | WNOWAIT); a
+ * reaped pid may already be a new process's), or the caller itself before its
+ * first shm endpoint (ftc_fabric_open does that). `ftc run` calls it for each
+ * rank it reaps. */
+int ftc_fabric_shm_remove(pid_t pid);
 
 /* Makes every current and later wait on fab return FTC_ECANCELED promptly
  * (after the bounded cancel described above), and every later post fail with
