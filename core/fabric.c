@@ -18,6 +18,7 @@
 
 #include <assert.h>
 #include <dirent.h>
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -27,6 +28,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <netinet/in.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 
@@ -92,6 +94,26 @@ static int health_err(ftc_fabric_t *fab, int rc)
 
 /* ---- open / close ------------------------------------------------------- */
 
+int ftc_fabric_shm_remove(pid_t pid)
+{
+    if (pid <= 0)
+        return 0;
+    char prefix[32];
+    int pl = snprintf(prefix, sizeof prefix, "%d:", (int)pid), n = 0;
+    DIR *d = opendir("/dev/shm");
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, prefix, (size_t)pl))
+            continue;
+        char path[300];
+        snprintf(path, sizeof path, "/dev/shm/%s", e->d_name);
+        n += unlink(path) == 0;
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
 /* libfabric's shm provider names its regions in /dev/shm after the process
  * id ("<pid>:<n>:<m>"), and a process killed with SIGKILL leaves them behind.
  * Process ids are reused (pid_max is often 32768, and a test run or a long
@@ -107,20 +129,7 @@ static void ftc__shm_stale_regions(void)
     pthread_mutex_lock(&mu);
     if (done_for != me) {
         done_for = me;
-        char prefix[32];
-        int pl = snprintf(prefix, sizeof prefix, "%d:", (int)me);
-        DIR *d = opendir("/dev/shm");
-        struct dirent *e;
-        int n = 0;
-        while (d && (e = readdir(d)) != NULL) {
-            if (strncmp(e->d_name, prefix, (size_t)pl))
-                continue;
-            char path[300];
-            snprintf(path, sizeof path, "/dev/shm/%s", e->d_name);
-            n += unlink(path) == 0;
-        }
-        if (d)
-            closedir(d);
+        int n = ftc_fabric_shm_remove(me);
         if (n)
             FTC_INFO("fabric", "removed %d stale shm region(s) a killed process with our pid "
                      "(%d) left", n, (int)me);
@@ -131,6 +140,38 @@ static void ftc__shm_stale_regions(void)
 static bool is_shm(const char *prov)
 {
     return strncmp(prov, "shm", 3) == 0;
+}
+
+/* shm's fi_close of an endpoint is what shm_unlink's its region; a broken
+ * endpoint that ftc_fabric_close abandons is never fi_close'd, so its region
+ * ("<pid>:<uid>:<index>", the address after "fi_shm://") would outlive a
+ * process that exits normally. Remove the name here instead: the mapping stays ours
+ * (part of the bounded leak of an abandoned endpoint), a peer that mapped it
+ * keeps it until it unmaps, and a new peer cannot open it, as after a close.
+ * Only a name of ours ("<our pid>:...") is removed. */
+static void shm_unlink_region(ftc_fabric_t *fab)
+{
+    if (!is_shm(fab->prov) || !fab->ep)
+        return;
+    char addr[FTC_FABRIC_ADDR_MAX + 1];
+    size_t len = FTC_FABRIC_ADDR_MAX;
+    if (fi_getname(&fab->ep->fid, addr, &len) != 0 || len > FTC_FABRIC_ADDR_MAX) {
+        FTC_WARN("fabric", "abandoned shm endpoint: no address (fi_getname); its region may "
+                           "stay in /dev/shm until a process with our pid starts an endpoint");
+        return;
+    }
+    addr[len] = 0;
+    const char *name = strstr(addr, "://");
+    name = name ? name + 3 : addr;
+    char prefix[32];
+    int pl = snprintf(prefix, sizeof prefix, "%d:", (int)getpid());
+    if (strncmp(name, prefix, (size_t)pl) || strchr(name, '/')) {
+        FTC_WARN("fabric", "abandoned shm endpoint: address '%s' is not a region name of this "
+                           "process (%s...); left in place", name, prefix);
+        return;
+    }
+    if (shm_unlink(name) != 0 && errno != ENOENT)
+        FTC_WARN("fabric", "abandoned shm endpoint: shm_unlink(%s): %s", name, strerror(errno));
 }
 
 int ftc_fabric_open(const ftc_fabric_opts_t *opts, ftc_fabric_t **out, ftc_err_t *err)
@@ -346,10 +387,13 @@ void ftc_fabric_close(ftc_fabric_t *fab)
          * endpoint is abandoned instead: its libfabric objects stay allocated
          * (a bounded leak per broken endpoint; suppressed for LeakSanitizer in
          * tests/lsan.supp) and never touch our buffers again, since their
-         * peer is gone. */
+         * peer is gone. What outlives the process is removed: a tcp
+         * endpoint's sockets are shut down, an shm endpoint's region name
+         * unlinked. */
         FTC_WARN("fabric", "abandoning a broken %s endpoint without fi_close (libfabric cannot "
                            "close it safely)", fab->prov);
         ftc_fabric_shutdown_sockets(fab);
+        shm_unlink_region(fab);
         fi_freeinfo(fab->info);
         free(fab);
         return;

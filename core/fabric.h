@@ -60,6 +60,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -113,7 +114,10 @@ int ftc_fabric_open(const ftc_fabric_opts_t *opts, ftc_fabric_t **out, ftc_err_t
 
 /* Closes the endpoint and everything under it, whatever state it is in
  * (broken, aborted, operations pending). After it returns libfabric holds no
- * caller buffer. NULL is a no-op. Not thread-safe with other calls on fab. */
+ * caller buffer. On shm the endpoint's region (/dev/shm/<pid>:<n>:<m>) is
+ * gone once it returns, also for a broken endpoint that is abandoned rather
+ * than fi_close'd (docs/fabric.md). NULL is a no-op. Not thread-safe with
+ * other calls on fab. */
 void ftc_fabric_close(ftc_fabric_t *fab);
 /* Shuts down (shutdown(2), the descriptors stay libfabric's) every socket of
  * this process bound to the endpoint's tcp address: its listener and the
@@ -122,6 +126,16 @@ void ftc_fabric_close(ftc_fabric_t *fab);
  * does it for an endpoint it abandons; an owner that gives up on an endpoint
  * another thread is stuck in calls it). No-op for other providers. */
 void ftc_fabric_shutdown_sockets(ftc_fabric_t *fab);
+/* Removes the regions libfabric's shm provider named after process `pid`
+ * (/dev/shm/<pid>:*, only names that start exactly with "<pid>:") and
+ * returns how many it removed. A process killed (SIGKILL, a crash) never
+ * closes its endpoints, so its regions stay until someone does this. Only
+ * for a process that can no longer use them and whose number nobody else can
+ * have: a dead child not yet reaped (seen with waitid(WEXITED | WNOWAIT); a
+ * reaped pid may already be a new process's), or the caller itself before its
+ * first shm endpoint (ftc_fabric_open does that). `ftc run` calls it for each
+ * rank it reaps. */
+int ftc_fabric_shm_remove(pid_t pid);
 
 /* Makes every current and later wait on fab return FTC_ECANCELED promptly
  * (after the bounded cancel described above), and every later post fail with

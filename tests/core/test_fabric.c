@@ -2,7 +2,8 @@
  * test_fabric.c — the libfabric transport (core/fabric.h) between two real
  * processes on loopback: small and 64 MiB messages, many interleaved tags,
  * a windowed 256 MiB transfer, receive timeouts, a peer killed mid-transfer,
- * abort from another thread and a bad provider name.
+ * abort from another thread and a bad provider name. On shm, no endpoint's
+ * region stays in /dev/shm once it is closed, a broken (abandoned) one too.
  *
  * Usage: test_core_fabric tcp|shm   (tcp means "tcp;ofi_rxm"). Exits 77 with
  * SKIPPED only when the provider is absent from fi_getinfo. Timings are
@@ -81,6 +82,30 @@ static int read_all(int fd, void *p, size_t n)
         b += r, n -= (size_t)r;
     }
     return 0;
+}
+
+/* The file of an shm endpoint's region, "/dev/shm/<pid>:<n>:<m>" (its address
+ * is "fi_shm://<pid>:<n>:<m>"); "" on another provider. */
+static void shm_region(ftc_fabric_t *f, char *path, size_t cap)
+{
+    path[0] = 0;
+    char a[FTC_FABRIC_ADDR_MAX + 1] = "";
+    size_t len = FTC_FABRIC_ADDR_MAX;
+    if (strncmp(g_prov, "shm", 3) || ftc_fabric_getname(f, a, &len) < 0)
+        return;
+    a[len] = 0;
+    const char *n = strstr(a, "://");
+    snprintf(path, cap, "/dev/shm/%s", n ? n + 3 : a);
+}
+
+/* After ftc_fabric_close, whatever state the handle was in (a broken one is
+ * abandoned, not fi_close'd), its shm region is gone from /dev/shm. */
+static void assert_region_gone(const char *path, const char *what)
+{
+    if (path[0] && access(path, F_OK) == 0) {
+        unlink(path);
+        fail_msg("%s: %s still exists after ftc_fabric_close", what, path);
+    }
 }
 
 /* Sends our address over wfd and reads the other side's from rfd. */
@@ -698,9 +723,13 @@ static void killed_peer(child_fn fn, bool survivor_sends)
     assert_true(ms < deadline_ms + 1000 + 5000);
     int st = pair_reap(&p);
     assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    char region[PATH_MAX];
+    shm_region(p.f, region, sizeof region);
+    bool broken = ftc_fabric_health(p.f) == FTC_EFABRIC;
     t0 = ftc_now_ns();
     ftc_fabric_close(p.f); /* must not hang, whatever is pending */
     printf("# %s: close after the failure took %.1f ms\n", g_prov, ms_since(t0));
+    assert_region_gone(region, broken ? "the abandoned (broken) endpoint" : "the endpoint");
     free(buf); /* libfabric holds nothing after close */
 }
 
@@ -907,8 +936,13 @@ static void test_broken_handle_no_progress(void **state)
         assert_true(ftc_fabric_test(a, &sreq) < 0);
         assert_int_equal(sreq.state, FTC_FABRIC_REQ_PENDING);
     }
+    char ra[PATH_MAX], rb[PATH_MAX];
+    shm_region(a, ra, sizeof ra);
+    shm_region(b, rb, sizeof rb);
     ftc_fabric_close(a); /* abandons a broken endpoint: s1, s2 may stay lent */
     ftc_fabric_close(b);
+    assert_region_gone(ra, broken ? "the abandoned (broken) endpoint" : "endpoint a");
+    assert_region_gone(rb, "endpoint b");
     if (!broken) {
         free(s1);
         free(s2);
@@ -1019,10 +1053,10 @@ int main(int argc, char **argv)
     };
     int rc = cmocka_run_group_tests_name(g_prov, tests, NULL, NULL);
     if (!strncmp(g_prov, "shm", 3)) {
-        /* endpoints this process abandoned (broken ones are never fi_close'd)
-         * keep their regions, named "<pid>:...", in /dev/shm: remove ours */
+        /* every endpoint is closed, broken (abandoned) ones too: none of
+         * their regions, named "<pid>:...", may remain in /dev/shm */
         char prefix[32];
-        int pl = snprintf(prefix, sizeof prefix, "%d:", (int)getpid());
+        int pl = snprintf(prefix, sizeof prefix, "%d:", (int)getpid()), left = 0;
         DIR *d = opendir("/dev/shm");
         struct dirent *de;
         while (d && (de = readdir(d)) != NULL) {
@@ -1030,10 +1064,14 @@ int main(int argc, char **argv)
                 continue;
             char path[300];
             snprintf(path, sizeof path, "/dev/shm/%s", de->d_name);
+            printf("FAILED: %s remains after every endpoint of this process was closed\n", path);
             unlink(path);
+            left++;
         }
         if (d)
             closedir(d);
+        if (left && rc == 0)
+            rc = 1;
     }
     return rc;
 }

@@ -14,7 +14,10 @@
  *   deadpeer   a directory over the cap is refused (FTC_ERANGE); a push to a
  *              SIGKILLed peer ends at its deadline; a replacement peer gets the
  *              next push (the endpoint was rebuilt if it broke)
- *   shm        write-temp-then-rename, kill, restore on the shm provider
+ *   shm        write-temp-then-rename, kill, restore on the shm provider; the
+ *              survivor's endpoint breaks (its send to the killed node cannot
+ *              be cancelled) and is abandoned, yet once it stops normally no
+ *              /dev/shm/<pid>:* region of it remains (every node's stop checks)
  *   selfslot   a version that was never acknowledged is left in an own slot
  *              (its peer died); a restarted supervisor packs the next version:
  *              the slot of the recorded (acknowledged) version survives, and
@@ -54,7 +57,8 @@
  *
  * Each child runs a tiny line protocol over a socketpair (the parent's
  * commands below); every read of an answer has a deadline. Job ids carry the
- * pid; every /dev/shm/ftc.<job>.* entry is removed at the end.
+ * pid; every /dev/shm/ftc.<job>.* entry is removed at the end, and a killed
+ * child's shm regions (/dev/shm/<pid>:*) before it is reaped.
  */
 #include "ftc_test.h"
 
@@ -406,25 +410,66 @@ static int cmd(node_t *n, char *out, size_t cap, const char *fmt, ...)
         if (rc_ != 0) fail_msg("node %s: '%s' -> %d %s", (n)->id, #__VA_ARGS__, rc_, msg_);        \
     } while (0)
 
+/* Removes the regions libfabric's shm provider named after process `pid`
+ * ("/dev/shm/<pid>:<n>:<m>") and returns how many there were, naming each.
+ * Call it while `pid` is a zombie of ours (waitid WNOWAIT): its number cannot
+ * belong to another process yet, whose regions we would count or delete. */
+static int shm_regions_rm(pid_t pid)
+{
+    char prefix[32];
+    int pl = snprintf(prefix, sizeof prefix, "%d:", (int)pid), n = 0;
+    DIR *d = opendir("/dev/shm");
+    if (!d) return 0;
+    struct dirent *de;
+    while ((de = readdir(d)))
+        if (!strncmp(de->d_name, prefix, (size_t)pl)) {
+            char p[PATH_MAX];
+            snprintf(p, sizeof p, "/dev/shm/%s", de->d_name);
+            printf("# removing shm region %s of process %d\n", p, (int)pid);
+            unlink(p);
+            n++;
+        }
+    closedir(d);
+    return n;
+}
+
+/* Waits until child `pid` has exited, without reaping it. */
+static void wait_zombie(pid_t pid)
+{
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    while (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOWAIT) != 0 && errno == EINTR) {
+    }
+}
+
+/* A killed node cannot remove its shm regions: the test, its supervisor, does. */
 static void kill9(node_t *n)
 {
     kill(n->pid, SIGKILL);
+    wait_zombie(n->pid);
+    shm_regions_rm(n->pid);
     waitpid(n->pid, NULL, 0);
     close(n->fd);
     n->pid = -1;
 }
 
+/* A node that stops normally leaves no shm region behind, not even one of an
+ * endpoint that broke and was abandoned. */
 static void quit(node_t *n)
 {
     if (n->pid <= 0) return;
     char line[64];
     assert_int_equal(write(n->fd, "quit\n", 5), 5);
     if (read_line(n->fd, line, sizeof line, 60000) != 0) fail_msg("node %s did not stop", n->id);
+    wait_zombie(n->pid);
+    int left = shm_regions_rm(n->pid);
     int st = 0;
     waitpid(n->pid, &st, 0);
     close(n->fd);
     n->pid = -1;
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    if (left)
+        fail_msg("node %s exited normally and left %d shm region(s) in /dev/shm", n->id, left);
 }
 
 /* Removes /dev/shm entries of the job whose name starts with ftc.<job>.<what>. */

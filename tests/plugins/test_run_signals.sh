@@ -14,11 +14,19 @@
 #      `ftc run` at once, the trainers of its ranks orphaned);
 #   3. `ftc run --simulate-nodes 2` killed with SIGKILL: its node supervisors
 #      (and so their ranks) end too (they trained on until their Redis, gone
-#      with the launcher, had been silent for --join-timeout-ms).
+#      with the launcher, had been silent for --join-timeout-ms);
+#   5. a rank holding libfabric shm endpoints (shmrank_main: regions
+#      /dev/shm/<pid>:<uid>:<n>) killed with SIGKILL: once the supervisor has
+#      reaped it, its regions are gone (they stayed, 16 MiB each, as nobody
+#      closed the endpoints); the restarted rank ignores SIGTERM, so SIGTERM
+#      to `ftc run` ends in the supervisor's own SIGKILL after --grace-ms, and
+#      its regions go too. Only the names of the test's own rank processes
+#      are looked at.
 #
-# usage: test_run_signals.sh PATH/TO/ftc
+# usage: test_run_signals.sh PATH/TO/ftc PATH/TO/shmrank_main
 set -u
-FTC=${1:?usage: test_run_signals.sh FTC}
+FTC=${1:?usage: test_run_signals.sh FTC SHMRANK}
+SHMRANK=${2:-}
 BASE=${FTC_TEST_TMP:-/tmp}
 mkdir -p "$BASE"
 T=$(mktemp -d "$BASE/runsig-XXXXXX")
@@ -30,13 +38,18 @@ cleanup() {
     [ -s "$T/children" ] && kill -9 $(cat "$T/children") 2>/dev/null
     wait 2>/dev/null
     rm -rf /dev/shm/ftc.sig"$tag"* 2>/dev/null
+    # shm regions our scenario-5 ranks made, if a failure left them: those of
+    # processes that are gone (a live one removes its own)
+    [ -s "$T/5.ranks" ] && while read -r p names; do
+        gone "$p" && for n in $names; do case $n in "$p":*) rm -f "/dev/shm/$n" ;; esac; done
+    done <"$T/5.ranks"
     [ -n "${FTC_KEEP:-}" ] && echo "kept $T" || rm -rf "$T"
 }
 trap cleanup EXIT
 . "$(dirname "$0")/lib.sh" # check, count
 unset FTC_NODE_RANK NODE_RANK SLURM_NNODES SLURM_JOB_NUM_NODES SLURM_NODEID
 export FTC_LOG_LEVEL=${FTC_LOG_LEVEL:-info}
-want() { case ${FTC_RUN_ONLY:-1234} in *$1*) return 0 ;; esac; return 1; }
+want() { case ${FTC_RUN_ONLY:-12345} in *$1*) return 0 ;; esac; return 1; }
 # until COMMAND succeeds, at most S seconds
 wait_for() {
     local end=$((SECONDS + $1))
@@ -143,6 +156,44 @@ check "3: and so do their ranks" \
     wait_for 10 bash -c "! kill -0 ${r0:-0} 2>/dev/null && ! kill -0 ${r1:-0} 2>/dev/null"
 kill -9 -- -"$runpid" 2>/dev/null # whatever is left
 [ $fails -eq $f0 ] || { echo "--- output of 3:"; tail -30 "$T/3.out"; }
+fi
+
+# ---- 5. a killed rank's libfabric shm regions are removed by its supervisor -------------------
+# regions NAME... of a rank process PID (its line in 5.ranks): all exist / none does
+regions_exist() {
+    [ $# -ge 2 ] || return 1
+    for n in "${@:2}"; do
+        case $n in "$1":*) test -e "/dev/shm/$n" || return 1 ;; *) return 1 ;; esac
+    done
+}
+regions_gone() { for n in "${@:2}"; do test -e "/dev/shm/$n" && return 1; done; return 0; }
+rank_line() { sed -n "${1}p" "$T/5.ranks" 2>/dev/null; } # N: the Nth rank process's line
+has_rank_line() { test -n "$(rank_line "$1")"; }
+if want 5; then
+J5=sig${tag}e
+f0=$fails
+check "5: shmrank_main given (the test's second argument)" test -x "$SHMRANK"
+"$FTC" run --job "$J5" --job-dir "$T/j5" --settle-ms 200 --grace-ms 2000 --max-restarts 1 \
+    -- "$SHMRANK" "$T/5.ranks" >"$T/5.out" 2>&1 &
+runpid=$!
+pids+=($runpid)
+check "5: the rank opened its shm endpoints" wait_for 60 test -s "$T/5.ranks"
+read -r -a r1 <<<"$(rank_line 1)"
+check "5: its regions are in /dev/shm (pid ${r1[0]:-?}: ${r1[*]:1})" \
+    regions_exist "${r1[0]:-0}" "${r1[@]:1}"
+[ -n "${r1[0]:-}" ] && kill -9 "${r1[0]}"
+check "5: the SIGKILLed rank was reaped" wait_for 30 gone "${r1[0]:-0}"
+check "5: and its shm regions are gone" regions_gone "${r1[0]:-0}" "${r1[@]:1}"
+check "5: the rank was restarted" wait_for 60 has_rank_line 2
+read -r -a r2 <<<"$(rank_line 2)"
+check "5: the new rank's regions are in /dev/shm (pid ${r2[0]:-?}: ${r2[*]:1})" \
+    regions_exist "${r2[0]:-0}" "${r2[@]:1}"
+kill -TERM "$runpid"
+check "5: ftc run ended on SIGTERM" wait_for 30 gone "$runpid"
+wait "$runpid"
+check "5: the rank it SIGKILLed (SIGTERM ignored) was reaped" gone "${r2[0]:-0}"
+check "5: and its shm regions are gone" regions_gone "${r2[0]:-0}" "${r2[@]:1}"
+[ $fails -eq $f0 ] || { echo "--- output of 5:"; tail -30 "$T/5.out"; }
 fi
 
 if [ $fails -ne 0 ]; then
