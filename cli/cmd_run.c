@@ -10,6 +10,7 @@
  * a bridge (plugins/netns.h; JOB_DIR/netns names them for drills).
  */
 #include "cli/cli.h"
+#include "core/fabric.h"
 #include "core/gpu.h"
 #include "core/log.h"
 #include "detect/redis_server.h"
@@ -219,7 +220,7 @@ static int ftc__simulate(const ftc_cli_cmd_t *cmd, ftc_run_options_t *o, int n, 
     int ok = 0, failed = 0, killed = 0, cut = 0, left = n;
     while (left > 0) {
         int st;
-        pid_t p = waitpid(-1, &st, 0);
+        pid_t p = ftc_fabric_reap(-1, &st, 0); /* (and its shm regions) */
         if (p < 0) {
             if (errno == EINTR) {
                 if (ftc__run_stop)

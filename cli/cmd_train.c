@@ -8,6 +8,7 @@
 #include "cli/cli.h"
 
 #include "core/clock.h"
+#include "core/fabric.h"
 #include "core/fsio.h"
 #include "core/log.h"
 #include "plugins/inproc.h"
@@ -291,7 +292,7 @@ static int ftc__launch(const ftc_cli_cmd_t *cmd, int argc, char **argv, int n, u
         kill_at = ftc_deadline_in_ms(timeout_ms + 20000);
     while (left > 0) {
         int st;
-        pid_t w = waitpid(-1, &st, WNOHANG);
+        pid_t w = ftc_fabric_reap(-1, &st, WNOHANG); /* (and its shm regions) */
         if (w <= 0) {
             if (failing && ftc_deadline_expired(kill_at)) {
                 for (int r = 0; r < started; r++)

@@ -31,6 +31,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 _Static_assert(sizeof(((ftc_fabric_req_t *)0)->prov_) >= sizeof(struct fi_context2),
                "ftc_fabric_req_t must have room for struct fi_context2");
@@ -112,6 +113,22 @@ int ftc_fabric_shm_remove(pid_t pid)
     if (d)
         closedir(d);
     return n;
+}
+
+pid_t ftc_fabric_reap(pid_t pid, int *st, int options)
+{
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    if (waitid(pid > 0 ? P_PID : P_ALL, pid > 0 ? (id_t)pid : 0, &si,
+               WEXITED | WNOWAIT | options) != 0)
+        return -1; /* errno as waitpid's: ECHILD, EINTR */
+    if (si.si_pid <= 0)
+        return 0; /* WNOHANG: none has exited */
+    int n = ftc_fabric_shm_remove(si.si_pid);
+    if (n)
+        FTC_INFO("fabric", "removed %d shm region(s) /dev/shm/%d:* the exited process left", n,
+                 (int)si.si_pid);
+    return waitpid(si.si_pid, st, options);
 }
 
 /* libfabric's shm provider names its regions in /dev/shm after the process

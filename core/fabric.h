@@ -133,9 +133,19 @@ void ftc_fabric_shutdown_sockets(ftc_fabric_t *fab);
  * for a process that can no longer use them and whose number nobody else can
  * have: a dead child not yet reaped (seen with waitid(WEXITED | WNOWAIT); a
  * reaped pid may already be a new process's), or the caller itself before its
- * first shm endpoint (ftc_fabric_open does that). `ftc run` calls it for each
- * rank it reaps. */
+ * first shm endpoint (ftc_fabric_open does that). ftc_fabric_reap does it for
+ * each child it reaps. */
 int ftc_fabric_shm_remove(pid_t pid);
+/* Reaps a child as waitpid(pid, st, options) does (pid > 0, or -1 for any
+ * child; options 0 or WNOHANG; the same return value and errno), after
+ * removing the shm regions it left (ftc_fabric_shm_remove): its exit is seen
+ * first with waitid(WEXITED | WNOWAIT), which leaves it a zombie, so until the
+ * reap no new process can have its number and the names removed can only be
+ * the dead child's. For every launcher whose children may use the shm
+ * provider: `ftc run`'s supervisor (its ranks) and --simulate-nodes launcher
+ * (its node supervisors, which hold the agent's and the file store's
+ * endpoints), and `ftc train --nproc` (its ranks). */
+pid_t ftc_fabric_reap(pid_t pid, int *st, int options);
 
 /* Makes every current and later wait on fab return FTC_ECANCELED promptly
  * (after the bounded cancel described above), and every later post fail with

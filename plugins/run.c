@@ -555,28 +555,6 @@ static void ftc__group_check(ftc__sup_t *s, int l)
         s->pgid[l] = 0;
 }
 
-/* Reaps rank process `pid` as waitpid(pid, st, options) does (options 0 or
- * WNOHANG), after removing the libfabric shm regions it left
- * (/dev/shm/<pid>:*, ftc_fabric_shm_remove): a rank that was killed (our
- * SIGKILL, the OOM killer, a crash) never closed its endpoints. Its exit is
- * seen first with waitid(WEXITED | WNOWAIT), which leaves it a zombie of
- * ours: until the waitpid below no new process can have its number, so the
- * names removed can only be the dead rank's. */
-static pid_t ftc__reap(pid_t pid, int *st, int options)
-{
-    siginfo_t si;
-    memset(&si, 0, sizeof si);
-    if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOWAIT | options) != 0)
-        return -1; /* errno as waitpid's: ECHILD, EINTR */
-    if (si.si_pid != pid)
-        return 0; /* WNOHANG: still running */
-    int n = ftc_fabric_shm_remove(pid);
-    if (n)
-        FTC_INFO("run", "removed %d shm region(s) /dev/shm/%d:* the exited rank process left", n,
-                 (int)pid);
-    return waitpid(pid, st, options);
-}
-
 /* How long a SIGKILLed rank may take to exit (a large address space takes a
  * while to tear down) before ftc__kill_rank stops waiting for it. */
 #define FTC__KILL_REAP_MS 30000
@@ -588,7 +566,7 @@ static void ftc__kill_rank(ftc__sup_t *s, int l)
     if (s->pid[l] > 0) {
         ftc_deadline_t d = ftc_deadline_in_ms(FTC__KILL_REAP_MS);
         for (;;) {
-            pid_t p = ftc__reap(s->pid[l], NULL, WNOHANG);
+            pid_t p = ftc_fabric_reap(s->pid[l], NULL, WNOHANG);
             if (p == s->pid[l] || (p < 0 && errno != EINTR))
                 break;
             if (ftc_deadline_expired(d)) {
@@ -949,7 +927,7 @@ static void ftc__stop_ranks(ftc__sup_t *s)
         for (int l = 0; l < s->o->nproc; l++) {
             if (s->pid[l] > 0) {
                 int st;
-                pid_t p = ftc__reap(s->pid[l], &st, WNOHANG);
+                pid_t p = ftc_fabric_reap(s->pid[l], &st, WNOHANG);
                 if (p == s->pid[l] || (p < 0 && errno == ECHILD)) {
                     ftc_filestore_rank_exited(s->files, s->pid[l], p == s->pid[l] ? st : -1);
                     s->pid[l] = 0;
@@ -1064,7 +1042,7 @@ static void ftc__inproc_leave(ftc__sup_t *s)
             if (s->pid[l] <= 0)
                 continue;
             int st;
-            pid_t p = ftc__reap(s->pid[l], &st, WNOHANG);
+            pid_t p = ftc_fabric_reap(s->pid[l], &st, WNOHANG);
             if (p == s->pid[l] || (p < 0 && errno == ECHILD)) {
                 ftc_filestore_rank_exited(s->files, s->pid[l], p == s->pid[l] ? st : -1);
                 s->pid[l] = 0;
@@ -1752,7 +1730,7 @@ static int ftc__watch(ftc__sup_t *s, volatile sig_atomic_t *stop, ftc_err_t *err
         for (int l = 0; l < o->nproc; l++) {
             if (s->pid[l] > 0) {
                 int st;
-                pid_t p = ftc__reap(s->pid[l], &st, WNOHANG);
+                pid_t p = ftc_fabric_reap(s->pid[l], &st, WNOHANG);
                 if (p == s->pid[l]) {
                     ftc_filestore_rank_exited(s->files, s->pid[l], st);
                     s->pid[l] = 0;

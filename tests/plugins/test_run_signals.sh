@@ -22,6 +22,9 @@
 #      to `ftc run` ends in the supervisor's own SIGKILL after --grace-ms, and
 #      its regions go too. Only the names of the test's own rank processes
 #      are looked at.
+#   6. `ftc run --simulate-nodes 2` under FI_PROVIDER=shm, node 1's supervisor
+#      (its agent's and file store's shm endpoints) killed with SIGKILL: once
+#      the launcher has reaped it, its regions are gone (they stayed).
 #
 # usage: test_run_signals.sh PATH/TO/ftc PATH/TO/shmrank_main
 set -u
@@ -49,7 +52,7 @@ trap cleanup EXIT
 . "$(dirname "$0")/lib.sh" # check, count
 unset FTC_NODE_RANK NODE_RANK SLURM_NNODES SLURM_JOB_NUM_NODES SLURM_NODEID
 export FTC_LOG_LEVEL=${FTC_LOG_LEVEL:-info}
-want() { case ${FTC_RUN_ONLY:-12345} in *$1*) return 0 ;; esac; return 1; }
+want() { case ${FTC_RUN_ONLY:-123456} in *$1*) return 0 ;; esac; return 1; }
 # until COMMAND succeeds, at most S seconds
 wait_for() {
     local end=$((SECONDS + $1))
@@ -194,6 +197,33 @@ wait "$runpid"
 check "5: the rank it SIGKILLed (SIGTERM ignored) was reaped" gone "${r2[0]:-0}"
 check "5: and its shm regions are gone" regions_gone "${r2[0]:-0}" "${r2[@]:1}"
 [ $fails -eq $f0 ] || { echo "--- output of 5:"; tail -30 "$T/5.out"; }
+fi
+
+# ---- 6. a killed node supervisor's shm regions are removed by the launcher ----------------------
+node_regions() { ls /dev/shm 2>/dev/null | grep "^$1:"; } # PID: its regions' names
+if want 6; then
+J6=sig${tag}f
+f0=$fails
+FI_PROVIDER=shm setsid "$FTC" run --simulate-nodes 2 --nnodes 1:2 --job "$J6" --job-dir "$T/j6" \
+    --settle-ms 200 --grace-ms 2000 -- sh -c "echo \$\$ >$T/6.rank.\$RANK; exec sleep 300" \
+    >"$T/6.out" 2>&1 &
+runpid=$!
+pids+=($runpid)
+check "6: both ranks started" wait_for 60 test -s "$T/6.rank.0" -a -s "$T/6.rank.1"
+n1=$(cat "$T/j6/node1.pid" 2>/dev/null)
+check "6: node 1's supervisor (${n1:-?}) has shm regions" \
+    wait_for 30 bash -c "ls /dev/shm | grep -q '^${n1:-0}:'"
+names=$(node_regions "${n1:-0}" | tr '\n' ' ')
+[ -n "${n1:-}" ] && kill -9 "$n1"
+check "6: the launcher reaped the SIGKILLed node" \
+    wait_for 30 grep -q "node 1 was killed by signal 9" "$T/6.out"
+check "6: and its shm regions ($names) are gone" test -z "$(node_regions "${n1:-0}")"
+kill -TERM "$runpid"
+check "6: ftc run ended on SIGTERM" wait_for 60 gone "$runpid"
+wait "$runpid" 2>/dev/null
+kill -9 -- -"$runpid" 2>/dev/null # whatever is left
+for n in $names; do case $n in "${n1:-0}":*) rm -f "/dev/shm/$n" ;; esac; done
+[ $fails -eq $f0 ] || { echo "--- output of 6:"; tail -30 "$T/6.out"; }
 fi
 
 if [ $fails -ne 0 ]; then
