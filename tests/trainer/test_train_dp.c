@@ -474,10 +474,10 @@ static void test_agent_kill_restart(void **state)
     assert_true(params_hash(p[0].out, 8) == want);
 }
 
-/* Corrupts (one payload byte) every shared-memory copy of DP rank `rank`'s
- * shard of step `step` of job `job` (its node's slot, the peer's replica);
- * the number of copies found. */
-static int corrupt_shm_copies(const char *job, uint64_t step, uint32_t rank)
+/* Corrupts (one payload byte; flip false: only counts) every shared-memory
+ * copy of DP rank `rank`'s shard of step `step` of job `job` (its node's slot,
+ * the peer's replica); the number of copies found. */
+static int shm_copies(const char *job, uint64_t step, uint32_t rank, bool flip)
 {
     char prefix[96];
     snprintf(prefix, sizeof prefix, "ftc.%s.", job);
@@ -506,13 +506,38 @@ static int corrupt_shm_copies(const char *job, uint64_t step, uint32_t rank)
         if (ftc_shard_peek_size(b, (size_t)sb.st_size, &total, NULL) == 0 &&
             total <= (uint64_t)sb.st_size && ftc_shard_open(&v, b, total, 0, NULL) == 0 &&
             v.info.step == step && v.info.dp_rank == rank && v.payload_size > 0) {
-            b[v.payload_offset + v.payload_size / 2] ^= 0x5a;
+            if (flip)
+                b[v.payload_offset + v.payload_size / 2] ^= 0x5a;
             n++;
         }
         munmap(b, (size_t)sb.st_size);
     }
     closedir(d);
     return n;
+}
+
+/* Corrupts both copies of rank `rank`'s shard of `step` (its node's slot and
+ * the peer's replica, pushed after the commit or just before it) once both
+ * exist, so none is left clean; on a timeout, prints the agents' logs. */
+static void corrupt_both_copies(const char *jobdir, const char *job, uint64_t step, uint32_t rank)
+{
+    ftc_deadline_t d = ftc_deadline_in_ms(60000);
+    int n;
+    while ((n = shm_copies(job, step, rank, false)) < 2 && !ftc_deadline_expired(d))
+        ftc_sleep_ms(50);
+    if (n == 2)
+        n = shm_copies(job, step, rank, true);
+    if (n != 2) {
+        for (int i = 0; i < 2; i++) {
+            char path[PATH_MAX + 32];
+            snprintf(path, sizeof path, "%s/agent%d.log", jobdir, i);
+            char *s = slurp(path);
+            print_error("%d copies of rank %u's step %llu; agent %d's log:\n%s\n", n, rank,
+                        (unsigned long long)step, i, s ? s : "(none)");
+            free(s);
+        }
+    }
+    assert_int_equal(n, 2);
 }
 
 /* The restart's retry loop walks over a step that was never checkpointed:
@@ -537,16 +562,7 @@ static void test_agent_retry_walks_back(void **state)
     start_ranks(p, jobdir, job, "run1", a1);
     assert_int_equal(finish(&p[1], 120000), 0);
     assert_int_equal(finish(&p[0], 120000), 0);
-    /* both copies of rank 1's step 6: its node's slot and the peer's replica
-     * (pushed after the commit... or just before: wait for both) */
-    ftc_deadline_t d = ftc_deadline_in_ms(20000);
-    int n = 0;
-    while ((n = corrupt_shm_copies(job, 6, 1)) < 2 && !ftc_deadline_expired(d)) {
-        if (n) /* one flipped already: flip it back */
-            corrupt_shm_copies(job, 6, 1);
-        ftc_sleep_ms(50);
-    }
-    assert_int_equal(n, 2);
+    corrupt_both_copies(jobdir, job, 6, 1);
     const char *a2[] = {COMMON, "--steps", "8", "--ckpt-every", "2", "--coll-timeout-ms", "20000",
                         NULL};
     start_ranks(p, jobdir, job, "run2", a2);
@@ -587,14 +603,7 @@ static void test_agent_retry_no_leaked_skips(void **state)
     assert_int_equal(finish(&p[1], 120000), 0);
     assert_int_equal(finish(&p[0], 120000), 0);
     assert_true(expect_said(p[0].out, "batch 5 skipped"));
-    ftc_deadline_t d = ftc_deadline_in_ms(20000);
-    int n = 0;
-    while ((n = corrupt_shm_copies(job, 6, 1)) < 2 && !ftc_deadline_expired(d)) {
-        if (n)
-            corrupt_shm_copies(job, 6, 1);
-        ftc_sleep_ms(50);
-    }
-    assert_int_equal(n, 2);
+    corrupt_both_copies(jobdir, job, 6, 1);
     const char *a2[] = {COMMON, "--steps", "8", "--ckpt-every", "3", "--coll-timeout-ms", "20000",
                         NULL};
     start_ranks(p, jobdir, job, "run2", a2);
@@ -631,5 +640,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_agent_retry_no_leaked_skips, redis_fixture_setup,
                                         agent_teardown),
     };
+    const char *only = getenv("FTC_TEST_FILTER"); /* e.g. "test_agent_*" */
+    if (only && *only)
+        cmocka_set_test_filter(only);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
