@@ -1333,6 +1333,33 @@ static bool fs_local_rec(ftc_filestore_t *fs, fs_rec_t *rec)
     return true;
 }
 
+/* The store writes only inside its directory: every directory on the way to
+ * `rel` that exists must be a real directory, not a symbolic link (a binary
+ * may link a subdirectory to a shared file system; a restore must not write
+ * through it) nor a file. What does not exist yet, ftc_fs_mkdirs creates. */
+static int fs_parent_check(const ftc_filestore_t *fs, const char *rel, ftc_err_t *err)
+{
+    char path[PATH_MAX];
+    int base = snprintf(path, sizeof path, "%s/", fs->dir);
+    for (const char *slash = strchr(rel, '/'); slash; slash = strchr(slash + 1, '/')) {
+        snprintf(path + base, sizeof path - (size_t)base, "%.*s", (int)(slash - rel), rel);
+        struct stat st;
+        if (lstat(path, &st) != 0) {
+            if (errno == ENOENT)
+                return 0; /* nor anything below it */
+            return ftc_err_errno(err, errno, "filestore: lstat %s", path);
+        }
+        if (S_ISLNK(st.st_mode))
+            return ftc_err_set(err, FTC_EINVAL, "%s is a symbolic link: %s is not written "
+                               "through it (the store writes only inside %s); remove the link "
+                               "to have it restored", path, rel, fs->dir);
+        if (!S_ISDIR(st.st_mode))
+            return ftc_err_set(err, FTC_EINVAL, "%s is not a directory: %s cannot be restored "
+                               "below it; remove it to have it restored", path, rel);
+    }
+    return 0;
+}
+
 /* Writes one winning file atomically; keeps a local file that is newer. */
 static int fs_write_file(ftc_filestore_t *fs, const fs_cand_t *c, bool *written, ftc_err_t *err)
 {
@@ -1341,6 +1368,7 @@ static int fs_write_file(ftc_filestore_t *fs, const fs_cand_t *c, bool *written,
     memcpy(rel, c->name, c->name_len);
     rel[c->name_len] = 0;
     snprintf(path, sizeof path, "%s/%s", fs->dir, rel);
+    if (fs_parent_check(fs, rel, err)) return err->code;
     ftc_shard_tensor_t t;
     ftc_shard_get(&c->rec->v, c->tensor, &t);
     struct stat st;

@@ -1254,6 +1254,43 @@ static void test_overflow(void **state)
     quit(&n1);
 }
 
+/* A restore writes only inside the node's directory: a subdirectory that is
+ * now a symbolic link (a binary linking it to a shared file system, or
+ * anything else) is not written through. Before, the replacement wrote
+ * sub/a.bin into the link's target, outside its directory. */
+static void test_symlinked_subdir(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0, n1;
+    spawn_pair(&n0, &n1);
+    OK(&n0, "mkdir sub");
+    OK(&n0, "write sub/a.bin 101 3000");
+    OK(&n0, "write b.bin 102 2000");
+    OK(&n0, "flush");
+    lose(&n0, 0);
+    node_t r0 = spawn(0, "n0", 1);
+    char outside[PATH_MAX], link[PATH_MAX + 8], moved[PATH_MAX + 16], msg[2048];
+    snprintf(outside, sizeof outside, "/dev/shm/ftc.%s.outside", g_job);
+    assert_int_equal(mkdir(outside, 0700), 0);
+    snprintf(link, sizeof link, "%s/sub", r0.dir);
+    assert_int_equal(symlink(outside, link), 0);
+    int rc = cmd(&r0, msg, sizeof msg, "restore 2 n0 n1");
+    printf("# restore over a symlinked subdirectory: %d %s\n", rc, msg);
+    assert_true(rc != 0);
+    assert_non_null(strstr(msg, "is a symbolic link"));
+    snprintf(moved, sizeof moved, "%s/a.bin", outside);
+    struct stat st;
+    assert_int_equal(lstat(moved, &st), -1); /* nothing written outside */
+    OK(&r0, "check b.bin 102 2000");        /* the rest is restored */
+    /* the link removed, the next restore puts sub/a.bin back */
+    assert_int_equal(unlink(link), 0);
+    OK(&r0, "restore 3 n0 n1");
+    OK(&r0, "check sub/a.bin 101 3000");
+    quit(&r0);
+    quit(&n1);
+}
+
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -1278,6 +1315,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_quietopen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_longholders, setup, teardown),
         cmocka_unit_test_setup_teardown(test_overflow, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_symlinked_subdir, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
