@@ -3794,11 +3794,16 @@ static void ftc__par_on_rebuilt(ftc_agent_t *a, ftc__par_task_t *t)
         ftc_err_t err = {0};
         int s = ftc__install(r, t->out, t->out_size, t->step, &err);
         if (s >= 0) {
-            char gs[200];
+            char gs[200], code[32];
+            /* the code the group's parity.meta recorded, which decoded it:
+             * not necessarily this agent's (xor:G and rs:G+1 share geo) */
+            if (t->out_xor)
+                snprintf(code, sizeof code, "xor:%d", t->geo.d);
+            else
+                snprintf(code, sizeof code, "rs:%d+%d", t->geo.d, t->geo.m);
             FTC_INFO("agent", "rank %u restored step %" PRIu64 " rebuilt from parity (%s, group of "
                      "%s) in %.1f ms (decode and verify on the parity worker)", r->rank, t->step,
-                     t->geo.xor_code ? "xor" : "rs", ftc__par_geo_str(&t->geo, gs, sizeof gs),
-                     t->ms);
+                     code, ftc__par_geo_str(&t->geo, gs, sizeof gs), t->ms);
             ftc__restore_done(a, r, s, false);
             return;
         }
