@@ -2476,11 +2476,12 @@ static void ftc__on_fetch_done(ftc_agent_t *a, ftc__job_t *j)
     if (j->rc == 0 && j->buf) {
         ftc_shard_view_t v;
         ftc_err_t err = {0};
-        /* the replication engine verified every tensor checksum as the bytes
-         * landed in j->buf (a fetch), or they come from this node's verified
-         * replica store: the structure here. Landed in the rank's slot: the
-         * gaps too, and the rank need not verify that slot again; copied
-         * (into the slot, or by ftc__deliver): the rank verifies its slot. */
+        /* the replication engine verified the bytes as they landed in
+         * j->buf (a fetch: every tensor checksum and the zero padding), or
+         * they come from this node's verified replica store: the structure
+         * here. Landed in the rank's slot: the rank need not verify that slot
+         * again; copied (into the slot, or by ftc__deliver): the rank
+         * verifies its slot. */
         if (ftc_shard_open(&v, j->buf, j->buf_size, 0, &err) == 0 &&
             v.info.step == j->step && ftc__is_subject(&v, r) &&
             (!r->rec_known || v.head_xxh3 == r->rec_head)) { /* (the replication thread checked) */
@@ -2491,18 +2492,14 @@ static void ftc__on_fetch_done(ftc_agent_t *a, ftc__job_t *j)
                 ftc__deliver(a, r, j->buf, j->buf_size, j->step, "a peer's replica");
                 return;
             }
-            bool verified = j->landed && ftc_shard_verify_gaps(&v, &err) == 0;
-            if (!j->landed || verified) {
-                ftc__report_passed_over(a, r, j);
-                r->st[j->dst_slot] = SL_COMMITTED;
-                r->step[j->dst_slot] = j->step;
-                FTC_INFO("agent", "rank %u restored step %" PRIu64 "%s from %s", r->rank, j->step,
-                         r->src == r->rank ? "" : " (the shard of a previous rank)",
-                         j->landed ? "a peer's replica" : "this node's replica store");
-                ftc__restore_done(a, r, j->dst_slot, verified);
-                return;
-            }
-            snprintf(j->detail, sizeof j->detail, "%s", err.msg);
+            ftc__report_passed_over(a, r, j);
+            r->st[j->dst_slot] = SL_COMMITTED;
+            r->step[j->dst_slot] = j->step;
+            FTC_INFO("agent", "rank %u restored step %" PRIu64 "%s from %s", r->rank, j->step,
+                     r->src == r->rank ? "" : " (the shard of a previous rank)",
+                     j->landed ? "a peer's replica" : "this node's replica store");
+            ftc__restore_done(a, r, j->dst_slot, j->landed);
+            return;
         }
     }
     if (in_slot)
@@ -3797,11 +3794,16 @@ static void ftc__par_on_rebuilt(ftc_agent_t *a, ftc__par_task_t *t)
         ftc_err_t err = {0};
         int s = ftc__install(r, t->out, t->out_size, t->step, &err);
         if (s >= 0) {
-            char gs[200];
+            char gs[200], code[32];
+            /* the code the group's parity.meta recorded, which decoded it:
+             * not necessarily this agent's (xor:G and rs:G+1 share geo) */
+            if (t->out_xor)
+                snprintf(code, sizeof code, "xor:%d", t->geo.d);
+            else
+                snprintf(code, sizeof code, "rs:%d+%d", t->geo.d, t->geo.m);
             FTC_INFO("agent", "rank %u restored step %" PRIu64 " rebuilt from parity (%s, group of "
                      "%s) in %.1f ms (decode and verify on the parity worker)", r->rank, t->step,
-                     t->geo.xor_code ? "xor" : "rs", ftc__par_geo_str(&t->geo, gs, sizeof gs),
-                     t->ms);
+                     code, ftc__par_geo_str(&t->geo, gs, sizeof gs), t->ms);
             ftc__restore_done(a, r, s, false);
             return;
         }

@@ -519,7 +519,7 @@ static bool wrap_meta(const uint8_t *w, uint64_t size, uint64_t step, const uint
 int ftc__par_rebuild(const ftc__par_geo_t *geo, uint64_t step, uint32_t local, int lost,
                      const uint8_t *const *data, const uint64_t *dsizes,
                      const uint8_t *const *wraps, const uint64_t *wsizes, uint8_t **out,
-                     uint64_t *out_size, ftc_err_t *err)
+                     uint64_t *out_size, bool *xor_code, ftc_err_t *err)
 {
     int n = geo->n, m = geo->m, d = geo->d;
     *out = NULL;
@@ -670,6 +670,8 @@ out:
     }
     *out = res;
     *out_size = want;
+    if (xor_code)
+        *xor_code = ref[9] != 0;
     return 0;
 }
 
@@ -785,7 +787,7 @@ static void rebuild_run(ftc__par_task_t *t)
     for (int i = 0; i < FTC_PARITY_MAX; i++)
         data[i] = t->bufs[i], wraps[i] = t->wraps[i];
     t->rc = ftc__par_rebuild(&t->geo, t->step, t->local, t->geo.member, data, t->sizes, wraps,
-                             t->wsizes, &t->out, &t->out_size, &err);
+                             t->wsizes, &t->out, &t->out_size, &t->out_xor, &err);
     if (t->rc)
         snprintf(t->detail, sizeof t->detail, "%s", err.msg[0] ? err.msg : ftc_strerror(t->rc));
     for (int i = 0; i < FTC_PARITY_MAX; i++) { /* the pieces are not needed any more */

@@ -147,12 +147,14 @@ int ftc__par_encode(const ftc__par_geo_t *geo, const char *job, uint64_t step, u
  * idle (FTC_PAR_IDLE) counts as zeros whatever data[i] is (it is never
  * fetched); rebuilding an idle member is FTC_EINVAL (there is nothing).
  * On success *out (malloc'd) is the rebuilt shard, verified with every
- * tensor checksum and against the recorded head checksum. Errors name what
- * was missing. */
+ * tensor checksum and against the recorded head checksum, and *xor_code
+ * (unless NULL) says which code it was decoded with: the one parity.meta
+ * records (xor, else rs; xor:G and rs:G+1 share the geometry, so it need
+ * not be geo's). Errors name what was missing. */
 int ftc__par_rebuild(const ftc__par_geo_t *geo, uint64_t step, uint32_t local, int lost,
                      const uint8_t *const *data, const uint64_t *dsizes,
                      const uint8_t *const *wraps, const uint64_t *wsizes, uint8_t **out,
-                     uint64_t *out_size, ftc_err_t *err);
+                     uint64_t *out_size, bool *xor_code, ftc_err_t *err);
 
 /* Stores this node's own wrapper in its shm slot
  * ftc_slot_name(ns, FTC_PAR_OWNER(l), 0|1), double-buffered (the slot not
@@ -210,6 +212,7 @@ typedef struct ftc__par_task {
     uint64_t heads[FTC_PARITY_MAX]; /* every member's head checksum */
     uint8_t *out;                /* rebuild: this member's shard (owned until taken), verified */
     uint64_t out_size;
+    bool out_xor;                /* rebuild: parity.meta recorded xor (else rs), decoded so */
     double ms;                   /* verify + encode + store, or decode + verify */
 } ftc__par_task_t;
 

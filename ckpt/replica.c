@@ -986,9 +986,10 @@ static void incoming_hash(incoming_t *in, uint64_t budget)
 }
 
 /* Verifies a fully received transfer: byte count, shard format and every
- * checksum, head checksum and step against the authenticated PUT_END. The
- * tensors were hashed as they arrived (incoming_hash); what is left is the
- * structure, the head checksum and the tail of the last tensor. */
+ * checksum, the zero padding between the tensors, head checksum and step
+ * against the authenticated PUT_END. The tensors were hashed as they arrived
+ * (incoming_hash); what is left is the structure, the padding, the head
+ * checksum and the tail of the last tensor. */
 static int incoming_verify(incoming_t *in, ftc_err_t *e)
 {
     if (in->bad)
@@ -1005,6 +1006,8 @@ static int incoming_verify(incoming_t *in, ftc_err_t *e)
         rc = ftc_shard_verify(&v, 1, e); /* cannot happen once open succeeded; be safe */
     else if (rc >= 0 && streamed && in->bad_tensor)
         rc = ftc_shard_verify_tensor(&v, in->bad_tensor - 1, e); /* names the tensor */
+    else if (rc >= 0 && streamed)
+        rc = ftc_shard_verify_gaps(&v, e); /* the padding no tensor checksum covers */
     if (rc < 0)
         return ftc_err_wrap(e, "shard verification (checksum) failed");
     if (v.head_xxh3 != in->head_xxh3)

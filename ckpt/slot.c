@@ -63,6 +63,18 @@ int ftc_shm_free(uint64_t *free_bytes, ftc_err_t *err)
     return 0;
 }
 
+/* The bytes the file system behind shm must still give a slot of size
+ * bytes whose file holds held bytes already (st_blocks * 512, 0 for a new
+ * one): tmpfs allocates whole pages, and what the file holds counts (a
+ * larger file's pages beyond size are freed when it is truncated). */
+static uint64_t ftc__shm_need(uint64_t size, uint64_t held)
+{
+    long pg = sysconf(_SC_PAGESIZE);
+    uint64_t page = pg > 0 ? (uint64_t)pg : 4096u;
+    uint64_t want = (size + page - 1) / page * page;
+    return want > held ? want - held : 0;
+}
+
 #ifdef MADV_POPULATE_WRITE
 typedef struct ftc__pop {
     uint8_t *p;
@@ -179,32 +191,33 @@ int ftc_slot_create_ex(const char *name, uint64_t size, unsigned flags, ftc_slot
         close(fd);
         return ftc_err_errno(err, e, "fstat slot %s", name);
     }
-    uint64_t have = (uint64_t)st.st_size;
+    uint64_t have = (uint64_t)st.st_size, held = (uint64_t)st.st_blocks * 512;
     bool reserve = have != size;
     /* at its size but not every page behind it (deferred, or its creator died
      * before reserving): reserved again, its contents stay */
-    bool sparse = !reserve && (uint64_t)st.st_blocks * 512 < size;
-    if (reserve) {
-        /* new, or a different size: check space first, then reserve */
-        uint64_t free_b = 0;
-        int rc = ftc_shm_free(&free_b, err);
-        if (rc == 0 && free_b + have < size) {
+    bool sparse = !reserve && held < size;
+    if (reserve || sparse) {
+        /* new, another size or not reserved: check space first (whole pages,
+         * less what the file holds already), then reserve */
+        uint64_t need = ftc__shm_need(size, held), free_b = 0;
+        if (need && ftc_shm_free(&free_b, err) == 0 && free_b < need) {
             close(fd);
             if (have == 0)
                 shm_unlink(path);
             return ftc_err_set(err, FTC_ENOSPC,
-                               "slot %s needs %llu bytes but %s has %llu free: enlarge it "
-                               "(mount -o remount,size=... %s, or docker --shm-size) or checkpoint "
-                               "less per node",
-                               name, (unsigned long long)size, FTC_SHM_DIR,
-                               (unsigned long long)free_b, FTC_SHM_DIR);
+                               "slot %s of %llu bytes needs %llu bytes (whole pages, less the "
+                               "%llu it holds) but %s has %llu free: enlarge it (mount -o "
+                               "remount,size=... %s, or docker --shm-size) or checkpoint less per "
+                               "node",
+                               name, (unsigned long long)size, (unsigned long long)need,
+                               (unsigned long long)held, FTC_SHM_DIR, (unsigned long long)free_b,
+                               FTC_SHM_DIR);
         }
-        if (ftruncate(fd, (off_t)size) != 0) {
-            int e = errno;
-            close(fd);
-            return ftc_err_errno(err, e, "ftruncate slot %s to %llu", name,
-                                 (unsigned long long)size);
-        }
+    }
+    if (reserve && ftruncate(fd, (off_t)size) != 0) {
+        int e = errno;
+        close(fd);
+        return ftc_err_errno(err, e, "ftruncate slot %s to %llu", name, (unsigned long long)size);
     }
     s->fd = fd;
     s->size = size;
@@ -299,22 +312,23 @@ int ftc_slot_create_all(const char *const *names, int n, uint64_t size, const un
         return ftc_err_set(err, FTC_EINVAL, "ftc_slot_create_all: %d slots (1..%d)", n, MAXN);
     if (size == 0)
         return ftc_err_set(err, FTC_EINVAL, "slot %s: size 0", names[0]);
-    /* what they still need together, before any is reserved: the threads'
-     * own checks would each see the space the others are about to take */
+    /* what they still need together, before any is reserved (the threads'
+     * own checks would each see the space the others are about to take):
+     * whole pages, less what each file holds already; deferred ones too */
     uint64_t need = 0;
     for (int i = 0; i < n; i++) {
         char path[FTC_SLOT_NAME_MAX + 16];
         struct stat st;
         snprintf(path, sizeof path, FTC_SHM_DIR "/%s", names[i]);
-        uint64_t have = stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
-        need += have == size ? 0 : size > have ? size - have : 0;
+        need += ftc__shm_need(size, stat(path, &st) == 0 ? (uint64_t)st.st_blocks * 512 : 0);
     }
     uint64_t free_b = 0;
     if (need && ftc_shm_free(&free_b, err) == 0 && free_b < need)
         return ftc_err_set(err, FTC_ENOSPC,
-                           "%d slots of %llu bytes (%s ...) need %llu bytes but %s has %llu free: "
-                           "enlarge it (mount -o remount,size=... %s, or docker --shm-size) or "
-                           "checkpoint less per node",
+                           "%d slots of %llu bytes (%s ...) need %llu bytes (whole pages, less "
+                           "what they hold) but %s has %llu free: enlarge it (mount -o "
+                           "remount,size=... %s, or docker --shm-size) or checkpoint less per "
+                           "node",
                            n, (unsigned long long)size, names[0], (unsigned long long)need,
                            FTC_SHM_DIR, (unsigned long long)free_b, FTC_SHM_DIR);
     ftc__mk_t mk[MAXN];

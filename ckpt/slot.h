@@ -63,16 +63,18 @@ int ftc_slot_keep_other_size(const char *name, const char *prev, uint64_t size, 
 /* Bytes free in the file system behind shm (usually /dev/shm). */
 int ftc_shm_free(uint64_t *free_bytes, ftc_err_t *err);
 /* Creates (or, if it exists with this size, reuses) a slot of size bytes,
- * reserves its memory, and maps it. Refuses with FTC_ENOSPC when /dev/shm
- * cannot hold it. */
+ * reserves its memory, and maps it. Refuses with FTC_ENOSPC, before it
+ * sizes or reserves anything, when /dev/shm cannot hold it: size in whole
+ * pages, less what the slot's file holds already (st_blocks). */
 int ftc_slot_create(const char *name, uint64_t size, ftc_slot_t *s, ftc_err_t *err);
 /* ftc_slot_create with flags (FTC_SLOT_POPULATE, FTC_SLOT_DEFER). */
 int ftc_slot_create_ex(const char *name, uint64_t size, unsigned flags, ftc_slot_t *s,
                        ftc_err_t *err);
 /* Creates (or reuses) n slots of size bytes at once, slot i as
  * ftc_slot_create_ex(names[i], size, flags ? flags[i] : 0): first checks that
- * /dev/shm holds what all of them still need together (FTC_ENOSPC naming the
- * total), then reserves them on up to n threads (the reservation zeroes every
+ * /dev/shm holds what all of them still need together (whole pages, less
+ * what their files hold; deferred ones too: FTC_ENOSPC naming the total),
+ * then reserves them on up to n threads (the reservation zeroes every
  * page: the slots of one rank are 3 x its state). On failure the slots that
  * were created stay mapped in slots[] (base != NULL), the others are closed,
  * and err says why the first one failed. Thread-safe for different slots. */

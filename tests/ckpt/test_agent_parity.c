@@ -13,7 +13,9 @@
  *     restore; corrupted parity blocks are detected and the restore falls
  *     back to the persist tier, and without one fails naming what it tried;
  *     a rebuild that verifies against forged parity (another version of
- *     the committed step) is refused by the commit record's checksum;
+ *     the committed step) is refused by the commit record's checksum; a
+ *     rebuild's log names the code parity.meta recorded (xor:2 parity under
+ *     agents configured rs:2+1);
  *   - failure domains: the grouping rule, exhaustively over small node and
  *     domain counts (no group holds more than M members of one domain when
  *     any grouping can avoid it, every node agrees on its group); end to end,
@@ -127,7 +129,8 @@ static void test_encode_rebuild(void **state)
                 int lost = x ? b : a;
                 uint8_t *out;
                 uint64_t on;
-                assert_int_equal(ftc__par_rebuild(&g, 5, 0, lost, d, sz, wr, ws, &out, &on, &e), 0);
+                assert_int_equal(
+                    ftc__par_rebuild(&g, 5, 0, lost, d, sz, wr, ws, &out, &on, NULL, &e), 0);
                 assert_int_equal(on, sz[lost]);
                 assert_memory_equal(out, sh[lost], on);
                 free(out);
@@ -139,7 +142,8 @@ static void test_encode_rebuild(void **state)
     const uint8_t *d3[4] = {sh[0], NULL, NULL, NULL}, *w3[4] = {w[0], NULL, NULL, NULL};
     uint8_t *out;
     uint64_t on;
-    assert_int_equal(ftc__par_rebuild(&g, 5, 0, 1, d3, sz, w3, ws, &out, &on, &e), FTC_ERANGE);
+    assert_int_equal(ftc__par_rebuild(&g, 5, 0, 1, d3, sz, w3, ws, &out, &on, NULL, &e),
+                     FTC_ERANGE);
     assert_non_null(strstr(e.msg, "code tolerates 2"));
     /* a corrupted parity block is not used: with members 1 and 2 gone and
      * member 3's parity flipped, member 1 cannot be rebuilt */
@@ -147,7 +151,7 @@ static void test_encode_rebuild(void **state)
     memcpy(bad, w[3], ws[3]);
     bad[ws[3] - 200] ^= 1;
     const uint8_t *dc[4] = {sh[0], NULL, NULL, sh[3]}, *wc[4] = {w[0], NULL, NULL, bad};
-    int rc = ftc__par_rebuild(&g, 5, 0, 1, dc, sz, wc, ws, &out, &on, &e);
+    int rc = ftc__par_rebuild(&g, 5, 0, 1, dc, sz, wc, ws, &out, &on, NULL, &e);
     assert_int_not_equal(rc, 0);
     print_message("corrupt parity: %s\n", e.msg);
     /* a data shard of another version (same step and size, other bytes) is
@@ -156,15 +160,16 @@ static void test_encode_rebuild(void **state)
     uint8_t *other = ftc_test_make_shard(5, 2, 1000 + 777 * 2, 12345, &osz);
     assert_int_equal(osz, sz[2]);
     const uint8_t *ds[4] = {NULL, NULL, other, sh[3]}, *wsv[4] = {w[0], NULL, NULL, NULL};
-    rc = ftc__par_rebuild(&g, 5, 0, 1, ds, sz, wsv, ws, &out, &on, &e);
+    rc = ftc__par_rebuild(&g, 5, 0, 1, ds, sz, wsv, ws, &out, &on, NULL, &e);
     assert_int_equal(rc, FTC_ERANGE);
     assert_non_null(strstr(e.msg, "another version"));
     ds[2] = sh[2]; /* the right version: row 3 rebuilds, row 2 still lacks pieces */
-    rc = ftc__par_rebuild(&g, 5, 0, 1, ds, sz, wsv, ws, &out, &on, &e);
+    rc = ftc__par_rebuild(&g, 5, 0, 1, ds, sz, wsv, ws, &out, &on, NULL, &e);
     assert_int_equal(rc, FTC_ERANGE);
     assert_non_null(strstr(e.msg, "row 2"));
     /* the wrong step: no parity block of it */
-    assert_int_equal(ftc__par_rebuild(&g, 6, 0, 1, d3, sz, w3, ws, &out, &on, &e), FTC_ENOENT);
+    assert_int_equal(ftc__par_rebuild(&g, 6, 0, 1, d3, sz, w3, ws, &out, &on, NULL, &e),
+                     FTC_ENOENT);
     free(other);
     free(bad);
     for (int i = 0; i < 4; i++) {
@@ -232,8 +237,8 @@ static void test_idle_members(void **state)
                 int lost = x ? b : a;
                 uint8_t *out;
                 uint64_t on;
-                assert_int_equal(ftc__par_rebuild(&g, 3, 2, lost, d, dsz, wr, ws, &out, &on, &e),
-                                 0);
+                assert_int_equal(
+                    ftc__par_rebuild(&g, 3, 2, lost, d, dsz, wr, ws, &out, &on, NULL, &e), 0);
                 assert_int_equal(on, sz[lost]);
                 assert_memory_equal(out, sh[lost], on);
                 free(out);
@@ -244,11 +249,12 @@ static void test_idle_members(void **state)
     const uint8_t *d1[4] = {NULL, sh[1], sh[2], NULL}, *w1[4] = {NULL, w[1], w[2], NULL};
     uint8_t *out;
     uint64_t on;
-    assert_int_equal(ftc__par_rebuild(&g, 3, 2, 3, d1, sz, w1, ws, &out, &on, &e), 0);
+    assert_int_equal(ftc__par_rebuild(&g, 3, 2, 3, d1, sz, w1, ws, &out, &on, NULL, &e), 0);
     assert_memory_equal(out, sh[3], on);
     free(out);
     rebuilt++;
-    assert_int_equal(ftc__par_rebuild(&g, 3, 2, 0, d1, sz, w1, ws, &out, &on, &e), FTC_EINVAL);
+    assert_int_equal(ftc__par_rebuild(&g, 3, 2, 0, d1, sz, w1, ws, &out, &on, NULL, &e),
+                     FTC_EINVAL);
     assert_non_null(strstr(e.msg, "idle"));
     /* the same rebuild as a parity worker task (what the agent hands its worker) */
     ftc__par_task_t *t = calloc(1, sizeof *t);
@@ -313,10 +319,12 @@ static void test_rebuild_recorded_code(void **state)
             }
             uint8_t *out = NULL;
             uint64_t on = 0;
-            int rc = ftc__par_rebuild(&gd, 4, 0, lost, d, sz, wr, ws, &out, &on, &e);
+            bool xc = !ge.xor_code;
+            int rc = ftc__par_rebuild(&gd, 4, 0, lost, d, sz, wr, ws, &out, &on, &xc, &e);
             if (rc)
                 print_message("%s parity rebuilt as %s: %s\n", reds[k], reds[1 - k], e.msg);
             assert_int_equal(rc, 0);
+            assert_true(xc == ge.xor_code); /* it says so: the recorded code */
             assert_int_equal(on, sz[lost]);
             assert_memory_equal(out, sh[lost], on);
             free(out);
@@ -997,6 +1005,70 @@ static void test_rebuild_checks_record(void **state)
     teardown_env(e);
 }
 
+/* The rebuild's log names the code the group's parity.meta recorded, which
+ * decoded it, not this agent's: agents configured rs:2+1 on 3 nodes, the
+ * survivors' parity of step 2 re-encoded under xor:2 (the same geometry:
+ * what a job restarted with the other redundancy finds); node 1 lost. Its
+ * rank restores bit-exact (the rebuild decodes with xor) and the agent says
+ * "xor:2", where it used to say "rs" (its own configuration). */
+static void test_rebuild_names_recorded_code(void **state)
+{
+    env_t *e = setup_env(*state, 3, "rs:2+1", 1000);
+    run_all(e, "3");
+    uint8_t *sh[3];
+    uint64_t sz[3];
+    for (int i = 0; i < 3; i++) {
+        char prefix[64];
+        snprintf(prefix, sizeof prefix, "ftc.%s.n%d.r%d.s", e->job, i, i);
+        sh[i] = copy_shm_shard(prefix, 2, &sz[i]);
+        assert_non_null(sh[i]);
+    }
+    ftc_ctl_t *c = redis_fixture_ctl(e->f, e->job);
+    uint64_t gen = 0;
+    uint32_t world = 0;
+    assert_int_equal(ftc_ctl_generation(c, &gen, &world), 0);
+    ftc_ctl_destroy(c);
+    ftc_err_t err = {0};
+    ftc_redundancy_t rs, xr;
+    ftc__par_geo_t grs, gxr;
+    assert_int_equal(ftc_redundancy_parse("rs:2+1", &rs, &err), 0);
+    assert_int_equal(ftc_redundancy_parse("xor:2", &xr, &err), 0);
+    assert_int_equal(ftc__par_geometry(&rs, 3, NULL, 0, &grs, &err), 0);
+    assert_int_equal(ftc__par_geometry(&xr, 3, NULL, 0, &gxr, &err), 0);
+    uint32_t ranks[3] = {0, 1, 2};
+    uint8_t *ow[3], *xw[3];
+    uint64_t ows[3], xws[3];
+    const uint8_t *const *shc = (const uint8_t *const *)sh;
+    assert_int_equal(ftc__par_encode(&grs, e->job, 2, gen, 0, shc, sz, ranks, ow, ows, &err), 0);
+    assert_int_equal(ftc__par_encode(&gxr, e->job, 2, gen, 0, shc, sz, ranks, xw, xws, &err), 0);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(ows[i], xws[i]);
+    lose_node(e, 1);
+    int n0 = replace_wrappers(e, 0, ow, xw, ows, 3), n2 = replace_wrappers(e, 2, ow, xw, ows, 3);
+    print_message("rs:2+1 parity wrappers re-encoded as xor:2: %d on node 0, %d on node 2\n", n0,
+                  n2);
+    assert_true(n0 >= 1 && n2 >= 1);
+    start_agent(e, 1);
+    restore_rank(e, 1, "RESTORED 2 OK");
+    char log[PATH_MAX + 32], line[1024];
+    snprintf(log, sizeof log, "%s/agent1.log", e->jobdir);
+    FILE *f = fopen(log, "r");
+    while (f && fgets(line, sizeof line, f))
+        if (strstr(line, "rebuilt from parity"))
+            printf("# agent 1: %s", line);
+    if (f)
+        fclose(f);
+    fflush(stdout);
+    assert_true(agent_said(e, 1, "rebuilt from parity (xor:2, group of nodes 0..2)"));
+    assert_false(agent_said(e, 1, "rebuilt from parity (rs"));
+    for (int i = 0; i < 3; i++) {
+        free(sh[i]);
+        free(ow[i]);
+        free(xw[i]);
+    }
+    teardown_env(e);
+}
+
 /* Both nodes of one failure domain lost at once: with groups striped over the
  * domains each group loses one member (xor tolerates one), so every rank
  * restores; index-order groups ({0,1,2}, {3,4,5}) would lose two of one
@@ -1337,7 +1409,7 @@ static void test_published_groups(void **state)
     lose_node(e, 2);
     start_agent(e, 2);
     restore_rank(e, 2, "RESTORED 2 OK");
-    assert_true(agent_said(e, 2, "rebuilt from parity (rs, group of nodes 0,2)"));
+    assert_true(agent_said(e, 2, "rebuilt from parity (rs:1+1, group of nodes 0,2)"));
     teardown_env(e);
     /* a mismatch: published for 5 nodes, this agent has 3 */
     e = prepare_env(*state, 3, "xor:2", 1000, NULL);
@@ -1411,6 +1483,7 @@ int main(void)
         T(test_corrupt_parity_falls_back),
         T(test_corrupt_parity_no_persist),
         T(test_rebuild_checks_record),
+        T(test_rebuild_names_recorded_code),
         T(test_domain_lost),
         T(test_idle_slot),
         T(test_published_groups),

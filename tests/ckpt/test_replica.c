@@ -4,10 +4,12 @@
  * fetched back; two agents pushing to each other at once; a receiver killed
  * with SIGKILL mid-push (the sender ends by its deadline, the receiver's
  * previous replica survives for a restarted process: I3); a bit flipped after
- * sealing (NACK, previous replica kept); senders with another secret or
- * another job (refused, the receiver keeps serving); a stale generation
- * (refused, then accepted after the sender catches up); GET of an owner not
- * held; and XOR parity pushed like a shard, one data shard lost and rebuilt.
+ * sealing (NACK, previous replica kept); a nonzero padding byte (a push
+ * NACKed, a fetch of a holder's replica whose padding changed refused);
+ * senders with another secret or another job (refused, the receiver keeps
+ * serving); a stale generation (refused, then accepted after the sender
+ * catches up); GET of an owner not held; and XOR parity pushed like a shard,
+ * one data shard lost and rebuilt.
  *
  * Usage: test_ckpt_replica tcp|shm [filter]. Each agent is a forked child that
  * opens its own endpoint after the fork; the parent only builds shards,
@@ -570,6 +572,93 @@ static void test_bit_flip(void **state)
     shards_free();
 }
 
+/* ---- nonzero padding: refused by the receiver (push) and the fetcher ------- */
+
+/* The offset of a padding byte of shard s: one between two tensors, or
+ * after the last one, that no checksum covers (the head checksum stops at
+ * the payload, a tensor's at its length). */
+static uint64_t gap_offset(const uint8_t *s, uint64_t n)
+{
+    ftc_shard_view_t v;
+    ftc_err_t e = {0};
+    CHECK(ftc_shard_open(&v, s, n, 0, &e) == 0);
+    for (uint32_t i = 0; i < v.n_tensors; i++) {
+        ftc_shard_tensor_t t;
+        ftc_shard_get(&v, i, &t);
+        uint64_t next = v.size - FTC_SHARD_FOOTER_SIZE;
+        if (i + 1 < v.n_tensors) {
+            ftc_shard_tensor_t u;
+            ftc_shard_get(&v, i + 1, &u);
+            next = u.offset;
+        }
+        if (t.offset + t.length < next)
+            return t.offset + t.length;
+    }
+    CHECK(!"the shard has no padding");
+    return 0;
+}
+
+/* Flips the padding byte at off of node 1's replica slot of owner 0 that
+ * holds shard want (its store, as the parent of a fetch would find it). */
+static void flip_held_gap(const uint8_t *want, uint64_t n, uint64_t off)
+{
+    int hits = 0;
+    for (int k = 0; k < 2; k++) {
+        char name[FTC_SLOT_NAME_MAX];
+        snprintf(name, sizeof name, "ftc.%s.n1.p0.s%d", g_job, k);
+        ftc_slot_t sl;
+        ftc_err_t e = {0};
+        if (ftc_slot_open(name, true, &sl, &e))
+            continue;
+        if (sl.size >= n && !memcmp(sl.base, want, off)) { /* its head and tensors before it */
+            sl.base[off] ^= 0x40;
+            hits++;
+        }
+        ftc_slot_close(&sl);
+    }
+    CHECK(hits == 1);
+}
+
+static int s8_gaps(agent_t *a)
+{
+    ftc_repl_status_t st;
+    uint32_t peer = 1;
+    CHECK(push_wait(a, 0, g_s[0], g_n[0], &peer, 1, 60, &st) == 0);
+    /* a holder's replica whose padding changed in its memory: the fetch
+     * verifies every tensor as it lands, and the padding too */
+    uint64_t off = gap_offset(g_s[0], g_n[0]);
+    flip_held_gap(g_s[0], g_n[0], off);
+    uint8_t *back = NULL;
+    uint64_t n = 0;
+    CHECK(fetch_wait(a, 1, 0, &back, &n, &st) == FTC_ECORRUPT);
+    CHECK(back == NULL && strstr(st.detail, "padding") != NULL);
+    printf("# %s: fetched replica with nonzero padding refused: %s\n", g_prov, st.detail);
+    flip_held_gap(g_s[0], g_n[0], off); /* back as it was */
+    CHECK(fetch_wait(a, 1, 0, &back, &n, &st) == 0);
+    CHECK(n == g_n[0] && memcmp(back, g_s[0], n) == 0);
+    free(back);
+    /* a sealed shard whose padding changed after sealing: NACKed */
+    CHECK(push_wait(a, 0, g_s[1], g_n[1], &peer, 1, 60, &st) == FTC_ECORRUPT);
+    CHECK(st.failed == 1 && strstr(st.detail, "padding") != NULL);
+    printf("# %s: pushed replica with nonzero padding refused: %s\n", g_prov, st.detail);
+    return 0;
+}
+
+static void test_nonzero_gap(void **state)
+{
+    (void)state;
+    new_job();
+    g_s[0] = ftc_test_make_shard(1, 0, 1 << 18, 81, &g_n[0]);
+    g_s[1] = ftc_test_make_shard(2, 0, 1 << 18, 82, &g_n[1]);
+    g_s[1][gap_offset(g_s[1], g_n[1])] = 0x01; /* after sealing: no checksum sees it */
+    agent_cfg_t cfg[2] = {{.script = s8_gaps}, {.final = f4_kept}};
+    run_t R;
+    run_start(&R, 2, cfg);
+    run_end(&R);
+    unlink_slots();
+    shards_free();
+}
+
 /* ---- another secret, another job: refused; the receiver keeps serving ------ */
 
 static int s5_intruder(agent_t *a)
@@ -815,6 +904,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_cross_push),
         cmocka_unit_test(test_peer_killed),
         cmocka_unit_test(test_bit_flip),
+        cmocka_unit_test(test_nonzero_gap),
         cmocka_unit_test(test_wrong_key),
         cmocka_unit_test(test_stale_generation),
         cmocka_unit_test(test_parity),

@@ -7,15 +7,23 @@
  * refuses up front when together they do not fit; a deferred reservation
  * (FTC_SLOT_DEFER) is taken by ftc_slot_reserve, or by the next create of a
  * slot found at its size with pages missing; a large reservation or
- * prefault (several threads) leaves every page mapped.
+ * prefault (several threads) leaves every page mapped; in a small tmpfs of
+ * the test's own (a child in its own mount namespace, as root), the space
+ * check counts whole pages and what an existing slot's file holds already.
  */
 #include "ftc_test.h"
 
 #include "ckpt/slot.h"
 
+#include <errno.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mount.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+
+#include "core/clock.h"
 
 static void test_create_share_survive(void **state)
 {
@@ -237,6 +245,166 @@ static void test_populate_large(void **state)
     free(vec);
 }
 
+/* ---- a small /dev/shm of its own --------------------------------------------- */
+
+static uint64_t page_size(void)
+{
+    long pg = sysconf(_SC_PAGESIZE);
+    return pg > 0 ? (uint64_t)pg : 4096u;
+}
+
+static uint64_t held_bytes(const char *name)
+{
+    char path[FTC_SLOT_NAME_MAX + 16];
+    snprintf(path, sizeof path, "/dev/shm/%s", name);
+    struct stat st;
+    CHILD_CHECK(stat(path, &st) == 0);
+    return (uint64_t)st.st_blocks * 512;
+}
+
+/* Fills what is left of /dev/shm but keep bytes with slot name (reserved). */
+static void fill_shm(const char *name, uint64_t keep)
+{
+    uint64_t free_b = 0;
+    ftc_err_t err = {0};
+    ftc_slot_t s;
+    CHILD_CHECK(ftc_shm_free(&free_b, &err) == 0 && free_b > keep);
+    if (ftc_slot_create(name, free_b - keep, &s, &err) != 0)
+        fprintf(stderr, "filler: %s\n", err.msg);
+    CHILD_CHECK(err.code == 0);
+    ftc_slot_close(&s);
+    CHILD_CHECK(ftc_shm_free(&free_b, &err) == 0 && free_b == keep);
+}
+
+/* Runs fn in a child of its own mount namespace whose /dev/shm is a fresh
+ * tmpfs of `pages` pages (shm_open finds its slots there); the child's
+ * checks end it with status 1. Needs root (CAP_SYS_ADMIN): skipped
+ * otherwise, with a message. */
+static void in_small_shm(void (*fn)(void), uint64_t pages)
+{
+    if (geteuid() != 0) {
+        print_message("skipped: a private tmpfs on /dev/shm needs root\n");
+        return;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        char opt[64];
+        snprintf(opt, sizeof opt, "size=%llu", (unsigned long long)(pages * page_size()));
+        if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+            mount("ftc-test-shm", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, opt) != 0) {
+            fprintf(stderr, "a private /dev/shm: %s\n", strerror(errno));
+            _exit(77);
+        }
+        fn();
+        _exit(0); /* the tmpfs goes with the namespace */
+    }
+    ftc_deadline_t d = ftc_deadline_in_ms(60000);
+    int st = 0;
+    while (waitpid(pid, &st, WNOHANG) != pid) {
+        if (ftc_deadline_expired(d)) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            fail_msg("the child in a small /dev/shm did not end within 60 s");
+        }
+        ftc_sleep_ms(10);
+    }
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 77) {
+        print_message("skipped: no private tmpfs on /dev/shm here\n");
+        return;
+    }
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+/* Re-creating a slot counts the pages its file holds already, not its
+ * size in bytes: one of 8 pages + 1 byte (9 pages held) grows to 9 pages
+ * in a full /dev/shm; and a deferred one (sized, no page held) of 16 pages
+ * with 8 free is refused up front, by ftc_slot_create and
+ * ftc_slot_create_all, naming the 16 pages it needs (not failing in its
+ * reservation, nor handed out unreserved), and it stays. */
+static void need_counts_held_pages(void)
+{
+    uint64_t pg = page_size(), free_b = 0;
+    ftc_err_t err = {0};
+    ftc_slot_t s;
+    const char *a = "ftc.small.r0.s0", *b = "ftc.small.r0.s1", *fill = "ftc.small.fill";
+    CHILD_CHECK(ftc_slot_create(a, 8 * pg + 1, &s, &err) == 0);
+    ftc_slot_close(&s);
+    CHILD_CHECK(held_bytes(a) == 9 * pg);
+    fill_shm(fill, 0);
+    int rc = ftc_slot_create(a, 9 * pg, &s, &err);
+    if (rc)
+        fprintf(stderr, "grown within its pages: %s\n", err.msg);
+    CHILD_CHECK(rc == 0 && s.size == 9 * pg);
+    ftc_slot_close(&s);
+    CHILD_CHECK(ftc_slot_create_all(&a, 1, 9 * pg, NULL, &s, &err) == 0);
+    ftc_slot_close(&s);
+    CHILD_CHECK(ftc_slot_unlink(fill, &err) == 0 && ftc_slot_unlink(a, &err) == 0);
+    CHILD_CHECK(ftc_slot_create_ex(b, 16 * pg, FTC_SLOT_DEFER, &s, &err) == 0);
+    ftc_slot_close(&s);
+    CHILD_CHECK(held_bytes(b) == 0);
+    fill_shm(fill, 8 * pg);
+    char want[64];
+    snprintf(want, sizeof want, "needs %llu bytes", (unsigned long long)(16 * pg));
+    rc = ftc_slot_create(b, 16 * pg, &s, &err);
+    fprintf(stderr, "deferred slot, reserved: %s\n", err.msg);
+    CHILD_CHECK(rc == FTC_ENOSPC && strstr(err.msg, want) && strstr(err.msg, "/dev/shm"));
+    memset(&err, 0, sizeof err);
+    unsigned defer = FTC_SLOT_DEFER;
+    rc = ftc_slot_create_all(&b, 1, 16 * pg, &defer, &s, &err);
+    fprintf(stderr, "deferred slot, deferred again: %s\n", err.msg);
+    snprintf(want, sizeof want, "need %llu bytes", (unsigned long long)(16 * pg));
+    CHILD_CHECK(rc == FTC_ENOSPC && strstr(err.msg, want) && s.base == NULL);
+    CHILD_CHECK(ftc_shm_free(&free_b, &err) == 0 && free_b == 8 * pg);
+    CHILD_CHECK(ftc_slot_open(b, false, &s, &err) == 0 && s.size == 16 * pg); /* still there */
+    ftc_slot_close(&s);
+}
+
+static void test_need_counts_held_pages(void **state)
+{
+    (void)state;
+    in_small_shm(need_counts_held_pages, 64);
+}
+
+/* tmpfs allocates whole pages: three slots of k pages + 1 byte each (the
+ * agent's: two reserved, one deferred) fit /dev/shm in bytes but not in
+ * pages, and are refused up front naming the 3 (k + 1) pages they need,
+ * none of them made. */
+static void refused_by_page_rounding(void)
+{
+    uint64_t pg = page_size(), free_b = 0;
+    ftc_err_t err = {0};
+    CHILD_CHECK(ftc_shm_free(&free_b, &err) == 0);
+    uint64_t pages = free_b / pg, k = pages / 3, size = k * pg + 1;
+    CHILD_CHECK(pages % 3 != 0 && 3 * size <= free_b && 3 * (k + 1) * pg > free_b);
+    const char *names[3] = {"ftc.round.r0.s0", "ftc.round.r0.s1", "ftc.round.r0.s2"};
+    unsigned flags[3] = {FTC_SLOT_POPULATE, 0, FTC_SLOT_DEFER};
+    ftc_slot_t sl[3];
+    int rc = ftc_slot_create_all(names, 3, size, flags, sl, &err);
+    fprintf(stderr, "3 slots of %llu bytes in %llu: %s\n", (unsigned long long)size,
+            (unsigned long long)free_b, rc ? err.msg : "made");
+    char want[64];
+    snprintf(want, sizeof want, "need %llu bytes", (unsigned long long)(3 * (k + 1) * pg));
+    CHILD_CHECK(rc == FTC_ENOSPC && strstr(err.msg, want) && strstr(err.msg, "/dev/shm"));
+    for (int i = 0; i < 3; i++) {
+        ftc_slot_t s;
+        CHILD_CHECK(sl[i].base == NULL && ftc_slot_open(names[i], false, &s, &err) == FTC_ENOENT);
+    }
+    /* two of them fit */
+    CHILD_CHECK(ftc_slot_create_all(names, 2, size, flags, sl, &err) == 0);
+    for (int i = 0; i < 2; i++)
+        ftc_slot_close(&sl[i]);
+}
+
+static void test_refused_by_page_rounding(void **state)
+{
+    (void)state;
+    in_small_shm(refused_by_page_rounding, 256);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -246,6 +414,8 @@ int main(void)
         cmocka_unit_test(test_create_all),
         cmocka_unit_test(test_deferred_reservation),
         cmocka_unit_test(test_populate_large),
+        cmocka_unit_test(test_need_counts_held_pages),
+        cmocka_unit_test(test_refused_by_page_rounding),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
