@@ -112,6 +112,8 @@ typedef struct ftc__job {
     ftc_repl_xfer_t x;
     bool started;
     bool local_tried;       /* FETCH: this node's own replica store was looked at */
+    uint64_t busy_since_ns; /* FETCH: when its next candidate was first found busy fetching
+                               the same owner for another job (0: not busy) */
 } ftc__job_t;
 
 typedef struct ftc__rank {
@@ -608,6 +610,78 @@ static bool ftc__job_is_recorded(ftc__job_t *j, const uint8_t *buf, uint64_t siz
     return false;
 }
 
+/* FETCH (replication thread): appends why candidate peer could not be
+ * asked (its fetch did not start) to j's detail and passed_over. */
+static void ftc__fetch_not_started(ftc__job_t *j, uint32_t peer, const char *why)
+{
+    size_t dl = strlen(j->detail);
+    snprintf(j->detail + dl, sizeof j->detail - dl, "%speer %u: not asked: %s", dl ? "; " : "",
+             peer, why);
+    size_t pl = strlen(j->passed_over);
+    if (pl + 3 < sizeof j->passed_over)
+        snprintf(j->passed_over + pl, sizeof j->passed_over - pl, "%speer %u: not asked: %s",
+                 pl ? "; " : "", peer, why);
+}
+
+/* FETCH (replication thread): starts j's fetch from its next candidate
+ * holder that can be asked. A start that fails (the holder is not a peer of
+ * the engine: its address could not be added; the GET could not be sent)
+ * passes over that holder, its reason kept (the job's detail, passed_over),
+ * and tries the next one at once: one unreachable holder used to end the
+ * whole round although the next one held the shard. A holder that is
+ * already being asked for the same owner (FTC_EINPROGRESS: another job's
+ * fetch of that shard, e.g. two ranks restoring it at once; the engine runs
+ * one fetch per holder and owner) is asked again at the next turn of the
+ * loop (j stays not started), until agent.timeout_ms after it was first
+ * found busy, then passed over too. A broken endpoint ends the job
+ * (FTC_EFABRIC): the control loop asks again on the new one. With no
+ * candidate left the job ends with the last start's error (j->x < 0). */
+static void ftc__fetch_start(ftc_agent_t *a, ftc__job_t *j)
+{
+    int rc = FTC_ENOENT;
+    while (j->next_peer < j->npeers) {
+        uint32_t peer = j->peers[j->next_peer];
+        ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)a->o.timeout_ms);
+        rc = ftc_repl_fetch_into(a->repl, peer, j->owner, j->step, j->dst, j->dst_cap, d, &j->x);
+        if (rc == 0) {
+            j->next_peer++;
+            j->busy_since_ns = 0;
+            j->started = true;
+            return;
+        }
+        if (rc == FTC_EFABRIC)
+            break;
+        char why[300];
+        snprintf(why, sizeof why, "%s", ftc_repl_errstr(a->repl));
+        if (rc == FTC_EINPROGRESS) {
+            uint64_t now = ftc_now_ns();
+            if (!j->busy_since_ns) {
+                j->busy_since_ns = now;
+                FTC_INFO("agent", "fetch of rank %u's step %" PRIu64 ": peer %u is busy fetching "
+                         "rank %u's shard for another request: asked again (at most %d ms)",
+                         j->owner, j->step, peer, j->owner, a->o.timeout_ms);
+            }
+            if (now - j->busy_since_ns < (uint64_t)a->o.timeout_ms * 1000000ull) {
+                j->x = -1; /* not started: asked again at the next turn */
+                return;
+            }
+            snprintf(why, sizeof why, "still busy fetching rank %u's shard for another request "
+                     "after %d ms", j->owner, a->o.timeout_ms);
+        }
+        j->busy_since_ns = 0;
+        j->next_peer++;
+        FTC_WARN("agent", "fetch of rank %u's step %" PRIu64 ": peer %u not asked (%s)%s",
+                 j->owner, j->step, peer, why,
+                 j->next_peer < j->npeers ? "; the next holder" : "");
+        ftc__fetch_not_started(j, peer, why);
+    }
+    j->rc = rc;
+    j->x = -1;
+    j->started = true;
+    if (rc == FTC_EFABRIC)
+        snprintf(j->detail, sizeof j->detail, "%s", ftc_repl_errstr(a->repl));
+}
+
 static void *ftc__repl_main(void *arg)
 {
     ftc_agent_t *a = arg;
@@ -682,14 +756,13 @@ static void *ftc__repl_main(void *arg)
                          "live peer");
                 continue;
             }
+            if (j->kind == JOB_FETCH) {
+                ftc__fetch_start(a, j);
+                continue;
+            }
             ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)a->o.timeout_ms);
-            int rc;
-            if (j->kind == JOB_PUSH)
-                rc = ftc_repl_push_keep(a->repl, j->owner, j->step, j->shard, j->size, j->peers,
+            int rc = ftc_repl_push_keep(a->repl, j->owner, j->step, j->shard, j->size, j->peers,
                                         j->npeers, j->par ? -1 : j->keep, d, &j->x);
-            else
-                rc = ftc_repl_fetch_into(a->repl, j->peers[j->next_peer++], j->owner, j->step,
-                                         j->dst, j->dst_cap, d, &j->x);
             j->started = true;
             if (rc) {
                 j->rc = rc;
@@ -705,6 +778,10 @@ static void *ftc__repl_main(void *arg)
             ftc__job_t *j = *pp;
             ftc_repl_status_t st;
             bool gather = j->kind == JOB_GATHER;
+            if (!gather && !j->started) { /* a FETCH whose holder is busy (ftc__fetch_start) */
+                pp = &j->next;
+                continue;
+            }
             bool finished = gather ? ftc__gather_poll(a->repl, j->gather, broken) : j->x < 0;
             if (!finished && !gather && ftc_repl_status(a->repl, j->x, &st) == 0 && st.done) {
                 j->rc = st.rc;
