@@ -1319,6 +1319,66 @@ static void ftc__on_hello(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
         ftc_detector_watch_pid(a->det, (int)m->rank, (pid_t)m->pid);
 }
 
+static bool ftc__has_visit(ftc_persist_t *p, void *arg);
+static bool ftc__each_persist(ftc_agent_t *a, bool (*visit)(ftc_persist_t *, void *),
+                              void *arg);
+
+/* SLOTS of a restarted agent: whether the version v that survived in rank
+ * r's slot s, of a step at or before the committed one, may be taken for
+ * committed. The slot's bytes outlive its state: a version the agent freed
+ * (a step the job committed without it: another rank skipped it, or it was
+ * abandoned) or superseded is still there, and taking every such step for
+ * committed made a never committed one a committed slot again, which
+ * FETCH_AT_MOST then returned (I1). So an older step counts only when the
+ * job's commit set in Redis has it, its commit record's checksum (when the
+ * record still exists) being this version's, or, where the set does not
+ * cover the step or Redis does not answer, when a persist tier holds it
+ * committed. The committed step counts unless the record names another
+ * version of it; with Redis away it is kept (a restore checks the record
+ * again), never freed. *redis_down: a Redis call failed (set here; no
+ * other call is made then). */
+static bool ftc__survivor_committed(ftc_agent_t *a, const ftc__rank_t *r, int s,
+                                    const ftc_shard_view_t *v, bool *redis_down)
+{
+    uint64_t step = v->info.step;
+    bool newest = (int64_t)step == a->committed;
+    int64_t steps[1] = {-1}, oldest = -1;
+    uint64_t gens[1] = {0};
+    int n = 0;
+    if (!*redis_down && ftc_ctl_committed_at_most(a->ctl, (int64_t)step, 1, steps, gens, &n,
+                                                  &oldest) != 0) {
+        FTC_WARN("agent", "rank %u: whether the steps of its surviving slots were committed "
+                 "cannot be read from Redis (%s): the committed step %" PRId64 "'s slot is "
+                 "kept, older ones only where a persist tier holds them", r->rank,
+                 ftc_ctl_errstr(a->ctl), a->committed);
+        *redis_down = true;
+    }
+    const char *why = NULL;
+    if (!*redis_down && n == 1 && (uint64_t)steps[0] == step) {
+        uint64_t rec = 0;
+        bool found = false;
+        if (ftc_ctl_commit_checksum(a->ctl, gens[0], (int64_t)step, r->rank, &rec, &found) != 0)
+            *redis_down = true; /* the set has it: committed */
+        else if (found && rec != v->head_xxh3)
+            why = "another version of that step is the committed one";
+        if (!why)
+            return true;
+    } else if (!*redis_down && !newest && oldest >= 0 && (int64_t)step > oldest) {
+        why = "the job's commit set does not have it";
+    } else if (newest) {
+        return true; /* the record has it (not in the set: an older build's, or Redis away) */
+    } else if (ftc__each_persist(a, ftc__has_visit, &step)) {
+        return true;
+    } else {
+        why = *redis_down ? "Redis does not answer and no persist tier holds it committed"
+                          : "older than the job's commit set keeps, and no persist tier holds "
+                            "it committed";
+    }
+    FTC_INFO("agent", "rank %u: slot %d holds step %" PRIu64 " (head %016" PRIx64 "), not taken "
+             "for committed: %s; the slot is free", r->rank, s, step, v->head_xxh3, why);
+    return false;
+}
+
 static void ftc__on_slots(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
 {
     if (r->size && r->size != m->size && r->landing) {
@@ -1415,6 +1475,7 @@ static void ftc__on_slots(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
      * still commit: it stays sealed, or a BEGIN would take its slot and the
      * version would commit without this node's copy (I2). */
     if (!r->size) {
+        bool redis_down = false; /* a failed Redis call: not asked again for these slots */
         for (int s = 0; s < NS; s++) {
             ftc_shard_view_t v;
             ftc_err_t err = {0};
@@ -1422,8 +1483,10 @@ static void ftc__on_slots(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
                 ftc_shard_open(&v, r->slot[s].base, m->size, 0, &err) != 0)
                 continue;
             if ((int64_t)v.info.step <= a->committed) {
-                r->st[s] = SL_COMMITTED;
-                r->step[s] = v.info.step;
+                if (ftc__survivor_committed(a, r, s, &v, &redis_down)) {
+                    r->st[s] = SL_COMMITTED;
+                    r->step[s] = v.info.step;
+                }
                 continue;
             }
             uint64_t rec = 0;

@@ -34,7 +34,9 @@
  *     is answered at the failure;
  *   - two ranks of a node fetching the same shard at once both get it (the
  *     holder busy with the first fetch is asked again); a first holder that
- *     cannot be asked is passed over for the next one.
+ *     cannot be asked is passed over for the next one;
+ *   - a restarted agent does not take a surviving slot of a step that was
+ *     never committed for committed.
  * FTC_TEST_FILTER=NAME (cmocka pattern) runs only the matching tests.
  */
 #include "ftc_test.h"
@@ -938,6 +940,61 @@ static void test_restore_first_holder_unreachable(void **state)
     teardown_env(e);
 }
 
+/* A restarted agent finds its rank's three slots in /dev/shm: steps 4
+ * (committed), 2 (committed, superseded) and 3, which rank 0 checkpointed
+ * but rank 1 skipped, so the job committed 4 without it and the agent freed
+ * its slot (the bytes stay). Every surviving step at or before the
+ * committed one was taken for committed, 3 too; with the commit set in
+ * Redis not readable (Redis stopped) ftc_fetch_at_most(3) then returned the
+ * never committed step 3 from that slot (I1). A survivor older than the
+ * committed step now counts only when the commit set has it (its record's
+ * checksum this version's) or a persist tier holds it committed: at most 3
+ * is step 2. */
+static void test_restart_never_committed_slot(void **state)
+{
+    env_t *e = setup_env(*state, 2, "0", 1000);
+    static float w0[4096], w1[4096];
+    ftc_ctx_t *c0 = open_ctx(e, 0, 0, 2, w0, 4096);
+    ftc_ctx_t *c1 = open_ctx(e, 1, 1, 2, w1, 4096);
+    for (int64_t s = 1; s <= 4; s++) {
+        fill(w0, 0, s);
+        fill(w1, 1, s);
+        assert_int_equal(ftc_checkpoint(c0, s, NULL, 0), 0);
+        assert_int_equal(ftc_wait_snapshot(c0), 0);
+        if (s == 3)
+            continue; /* rank 1 skips it */
+        assert_int_equal(ftc_checkpoint(c1, s, NULL, 0), 0);
+        if (ftc_wait_committed(c0, s) || ftc_wait_committed(c1, s))
+            fail_msg("step %lld: %s / %s", (long long)s, ftc_last_error(c0),
+                     ftc_last_error(c1));
+    }
+    assert_true(agent_said(e, 0, "rank 0: step 3 was never committed"));
+    char prefix[128];
+    snprintf(prefix, sizeof prefix, "ftc.%s.n0.r0.", e->job);
+    for (int64_t s = 2; s <= 4; s++) { /* the three slots: 4, 2 and the freed 3 */
+        uint64_t size = 0;
+        uint8_t *copy = copy_shm_shard(prefix, (uint64_t)s, &size);
+        assert_non_null(copy);
+        free(copy);
+    }
+    ftc_destroy(c0);
+    kill_agent(e, 0);
+    start_agent(e, 0);
+    c0 = open_ctx(e, 0, 0, 2, w0, 4096);
+    int64_t got = -1;
+    if (ftc_restore(c0, &got, NULL, NULL))
+        fail_msg("restore: %s", ftc_last_error(c0));
+    assert_int_equal(got, 4);
+    assert_int_equal(ftc_redis_server_signal(e->f->srv, SIGSTOP), 0);
+    int64_t at_most = fetch_at_most(c0, 3);
+    assert_int_equal(ftc_redis_server_signal(e->f->srv, SIGCONT), 0);
+    assert_int_equal(at_most, 2);
+    assert_true(agent_said(e, 0, "holds step 3 (head"));
+    ftc_destroy(c0);
+    ftc_destroy(c1);
+    teardown_env(e);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, agent_fixture_teardown)
 
 int main(void)
@@ -962,6 +1019,7 @@ int main(void)
         T(test_inflight_one_parity_failure),
         T(test_fetch_same_shard_twice),
         T(test_restore_first_holder_unreachable),
+        T(test_restart_never_committed_slot),
     };
     /* FTC_TEST_FILTER=test_name (a cmocka pattern, * and ?) runs only those */
     if (getenv("FTC_TEST_FILTER"))
