@@ -112,6 +112,8 @@ typedef struct ftc__job {
     ftc_repl_xfer_t x;
     bool started;
     bool local_tried;       /* FETCH: this node's own replica store was looked at */
+    uint64_t busy_since_ns; /* FETCH: when its next candidate was first found busy fetching
+                               the same owner for another job (0: not busy) */
 } ftc__job_t;
 
 typedef struct ftc__rank {
@@ -608,6 +610,78 @@ static bool ftc__job_is_recorded(ftc__job_t *j, const uint8_t *buf, uint64_t siz
     return false;
 }
 
+/* FETCH (replication thread): appends why candidate peer could not be
+ * asked (its fetch did not start) to j's detail and passed_over. */
+static void ftc__fetch_not_started(ftc__job_t *j, uint32_t peer, const char *why)
+{
+    size_t dl = strlen(j->detail);
+    snprintf(j->detail + dl, sizeof j->detail - dl, "%speer %u: not asked: %s", dl ? "; " : "",
+             peer, why);
+    size_t pl = strlen(j->passed_over);
+    if (pl + 3 < sizeof j->passed_over)
+        snprintf(j->passed_over + pl, sizeof j->passed_over - pl, "%speer %u: not asked: %s",
+                 pl ? "; " : "", peer, why);
+}
+
+/* FETCH (replication thread): starts j's fetch from its next candidate
+ * holder that can be asked. A start that fails (the holder is not a peer of
+ * the engine: its address could not be added; the GET could not be sent)
+ * passes over that holder, its reason kept (the job's detail, passed_over),
+ * and tries the next one at once: one unreachable holder used to end the
+ * whole round although the next one held the shard. A holder that is
+ * already being asked for the same owner (FTC_EINPROGRESS: another job's
+ * fetch of that shard, e.g. two ranks restoring it at once; the engine runs
+ * one fetch per holder and owner) is asked again at the next turn of the
+ * loop (j stays not started), until agent.timeout_ms after it was first
+ * found busy, then passed over too. A broken endpoint ends the job
+ * (FTC_EFABRIC): the control loop asks again on the new one. With no
+ * candidate left the job ends with the last start's error (j->x < 0). */
+static void ftc__fetch_start(ftc_agent_t *a, ftc__job_t *j)
+{
+    int rc = FTC_ENOENT;
+    while (j->next_peer < j->npeers) {
+        uint32_t peer = j->peers[j->next_peer];
+        ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)a->o.timeout_ms);
+        rc = ftc_repl_fetch_into(a->repl, peer, j->owner, j->step, j->dst, j->dst_cap, d, &j->x);
+        if (rc == 0) {
+            j->next_peer++;
+            j->busy_since_ns = 0;
+            j->started = true;
+            return;
+        }
+        if (rc == FTC_EFABRIC)
+            break;
+        char why[300];
+        snprintf(why, sizeof why, "%s", ftc_repl_errstr(a->repl));
+        if (rc == FTC_EINPROGRESS) {
+            uint64_t now = ftc_now_ns();
+            if (!j->busy_since_ns) {
+                j->busy_since_ns = now;
+                FTC_INFO("agent", "fetch of rank %u's step %" PRIu64 ": peer %u is busy fetching "
+                         "rank %u's shard for another request: asked again (at most %d ms)",
+                         j->owner, j->step, peer, j->owner, a->o.timeout_ms);
+            }
+            if (now - j->busy_since_ns < (uint64_t)a->o.timeout_ms * 1000000ull) {
+                j->x = -1; /* not started: asked again at the next turn */
+                return;
+            }
+            snprintf(why, sizeof why, "still busy fetching rank %u's shard for another request "
+                     "after %d ms", j->owner, a->o.timeout_ms);
+        }
+        j->busy_since_ns = 0;
+        j->next_peer++;
+        FTC_WARN("agent", "fetch of rank %u's step %" PRIu64 ": peer %u not asked (%s)%s",
+                 j->owner, j->step, peer, why,
+                 j->next_peer < j->npeers ? "; the next holder" : "");
+        ftc__fetch_not_started(j, peer, why);
+    }
+    j->rc = rc;
+    j->x = -1;
+    j->started = true;
+    if (rc == FTC_EFABRIC)
+        snprintf(j->detail, sizeof j->detail, "%s", ftc_repl_errstr(a->repl));
+}
+
 static void *ftc__repl_main(void *arg)
 {
     ftc_agent_t *a = arg;
@@ -682,14 +756,13 @@ static void *ftc__repl_main(void *arg)
                          "live peer");
                 continue;
             }
+            if (j->kind == JOB_FETCH) {
+                ftc__fetch_start(a, j);
+                continue;
+            }
             ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)a->o.timeout_ms);
-            int rc;
-            if (j->kind == JOB_PUSH)
-                rc = ftc_repl_push_keep(a->repl, j->owner, j->step, j->shard, j->size, j->peers,
+            int rc = ftc_repl_push_keep(a->repl, j->owner, j->step, j->shard, j->size, j->peers,
                                         j->npeers, j->par ? -1 : j->keep, d, &j->x);
-            else
-                rc = ftc_repl_fetch_into(a->repl, j->peers[j->next_peer++], j->owner, j->step,
-                                         j->dst, j->dst_cap, d, &j->x);
             j->started = true;
             if (rc) {
                 j->rc = rc;
@@ -705,6 +778,10 @@ static void *ftc__repl_main(void *arg)
             ftc__job_t *j = *pp;
             ftc_repl_status_t st;
             bool gather = j->kind == JOB_GATHER;
+            if (!gather && !j->started) { /* a FETCH whose holder is busy (ftc__fetch_start) */
+                pp = &j->next;
+                continue;
+            }
             bool finished = gather ? ftc__gather_poll(a->repl, j->gather, broken) : j->x < 0;
             if (!finished && !gather && ftc_repl_status(a->repl, j->x, &st) == 0 && st.done) {
                 j->rc = st.rc;
@@ -1242,6 +1319,66 @@ static void ftc__on_hello(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
         ftc_detector_watch_pid(a->det, (int)m->rank, (pid_t)m->pid);
 }
 
+static bool ftc__has_visit(ftc_persist_t *p, void *arg);
+static bool ftc__each_persist(ftc_agent_t *a, bool (*visit)(ftc_persist_t *, void *),
+                              void *arg);
+
+/* SLOTS of a restarted agent: whether the version v that survived in rank
+ * r's slot s, of a step at or before the committed one, may be taken for
+ * committed. The slot's bytes outlive its state: a version the agent freed
+ * (a step the job committed without it: another rank skipped it, or it was
+ * abandoned) or superseded is still there, and taking every such step for
+ * committed made a never committed one a committed slot again, which
+ * FETCH_AT_MOST then returned (I1). So an older step counts only when the
+ * job's commit set in Redis has it, its commit record's checksum (when the
+ * record still exists) being this version's, or, where the set does not
+ * cover the step or Redis does not answer, when a persist tier holds it
+ * committed. The committed step counts unless the record names another
+ * version of it; with Redis away it is kept (a restore checks the record
+ * again), never freed. *redis_down: a Redis call failed (set here; no
+ * other call is made then). */
+static bool ftc__survivor_committed(ftc_agent_t *a, const ftc__rank_t *r, int s,
+                                    const ftc_shard_view_t *v, bool *redis_down)
+{
+    uint64_t step = v->info.step;
+    bool newest = (int64_t)step == a->committed;
+    int64_t steps[1] = {-1}, oldest = -1;
+    uint64_t gens[1] = {0};
+    int n = 0;
+    if (!*redis_down && ftc_ctl_committed_at_most(a->ctl, (int64_t)step, 1, steps, gens, &n,
+                                                  &oldest) != 0) {
+        FTC_WARN("agent", "rank %u: whether the steps of its surviving slots were committed "
+                 "cannot be read from Redis (%s): the committed step %" PRId64 "'s slot is "
+                 "kept, older ones only where a persist tier holds them", r->rank,
+                 ftc_ctl_errstr(a->ctl), a->committed);
+        *redis_down = true;
+    }
+    const char *why = NULL;
+    if (!*redis_down && n == 1 && (uint64_t)steps[0] == step) {
+        uint64_t rec = 0;
+        bool found = false;
+        if (ftc_ctl_commit_checksum(a->ctl, gens[0], (int64_t)step, r->rank, &rec, &found) != 0)
+            *redis_down = true; /* the set has it: committed */
+        else if (found && rec != v->head_xxh3)
+            why = "another version of that step is the committed one";
+        if (!why)
+            return true;
+    } else if (!*redis_down && !newest && oldest >= 0 && (int64_t)step > oldest) {
+        why = "the job's commit set does not have it";
+    } else if (newest) {
+        return true; /* the record has it (not in the set: an older build's, or Redis away) */
+    } else if (ftc__each_persist(a, ftc__has_visit, &step)) {
+        return true;
+    } else {
+        why = *redis_down ? "Redis does not answer and no persist tier holds it committed"
+                          : "older than the job's commit set keeps, and no persist tier holds "
+                            "it committed";
+    }
+    FTC_INFO("agent", "rank %u: slot %d holds step %" PRIu64 " (head %016" PRIx64 "), not taken "
+             "for committed: %s; the slot is free", r->rank, s, step, v->head_xxh3, why);
+    return false;
+}
+
 static void ftc__on_slots(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
 {
     if (r->size && r->size != m->size && r->landing) {
@@ -1338,6 +1475,7 @@ static void ftc__on_slots(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
      * still commit: it stays sealed, or a BEGIN would take its slot and the
      * version would commit without this node's copy (I2). */
     if (!r->size) {
+        bool redis_down = false; /* a failed Redis call: not asked again for these slots */
         for (int s = 0; s < NS; s++) {
             ftc_shard_view_t v;
             ftc_err_t err = {0};
@@ -1345,8 +1483,10 @@ static void ftc__on_slots(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
                 ftc_shard_open(&v, r->slot[s].base, m->size, 0, &err) != 0)
                 continue;
             if ((int64_t)v.info.step <= a->committed) {
-                r->st[s] = SL_COMMITTED;
-                r->step[s] = v.info.step;
+                if (ftc__survivor_committed(a, r, s, &v, &redis_down)) {
+                    r->st[s] = SL_COMMITTED;
+                    r->step[s] = v.info.step;
+                }
                 continue;
             }
             uint64_t rec = 0;

@@ -31,7 +31,13 @@
  *     says so; checkpoint.inflight 1: a checkpoint waits for the previous
  *     version's commit although slots are free, and the third slot's memory
  *     is never reserved; a BEGIN parked behind a version whose parity fails
- *     is answered at the failure.
+ *     is answered at the failure;
+ *   - two ranks of a node fetching the same shard at once both get it (the
+ *     holder busy with the first fetch is asked again); a first holder that
+ *     cannot be asked is passed over for the next one;
+ *   - a restarted agent does not take a surviving slot of a step that was
+ *     never committed for committed.
+ * FTC_TEST_FILTER=NAME (cmocka pattern) runs only the matching tests.
  */
 #include "ftc_test.h"
 
@@ -780,6 +786,215 @@ static void test_inflight_one_parity_failure(void **state)
     teardown_env(e);
 }
 
+/* A libftc context of rank `rank` on node `node`'s agent that registers
+ * nothing (it only fetches). */
+static ftc_ctx_t *open_fetch_ctx(env_t *e, int node, int rank, int world)
+{
+    char sock[PATH_MAX + 32];
+    ftc_options_t o = ctx_options(e, node, rank, world, sock, sizeof sock);
+    o.timeout_ms = 30000;
+    ftc_ctx_t *c = NULL;
+    if (ftc_create(&o, &c))
+        fail_msg("ftc_create: %s", ftc_last_error(c));
+    return c;
+}
+
+typedef struct {
+    ftc_ctx_t *c;
+    int src;
+    int64_t step;
+    int rc;
+    int64_t got;
+    float w7;
+    char err[512];
+    atomic_int done;
+} bg_fetch_t;
+
+static void *bg_fetch(void *arg)
+{
+    bg_fetch_t *b = arg;
+    ftc_shard_ref_t *ref = NULL;
+    b->rc = ftc_fetch(b->c, b->src, b->step, &ref);
+    if (b->rc) {
+        snprintf(b->err, sizeof b->err, "%s", ftc_last_error(b->c));
+    } else {
+        const void *data = NULL;
+        int dtype = 0;
+        uint64_t numel = 0;
+        b->got = ftc_shard_step(ref);
+        if (ftc_shard_tensor(ref, "w", &data, &dtype, &numel) == 0 && numel > 7)
+            b->w7 = ((const float *)data)[7];
+        ftc_shard_release(ref);
+    }
+    atomic_store(&b->done, 1);
+    return NULL;
+}
+
+/* Two fetches of the same shard at once on one node: ranks 0 and 2 on node
+ * 0 both ftc_fetch rank 1's step 1, which node 0 does not hold (k = 1: node
+ * 2 holds rank 1's replica, node 1 its slots), so both ask the peers in
+ * ring order, node 1 first. Node 1's agent is stopped (SIGSTOP) meanwhile,
+ * so the first fetch stays in flight: the replication engine runs one fetch
+ * per holder and owner, and the second one's start was answered
+ * FTC_EINPROGRESS, which failed its round at once (three rounds, then the
+ * persist tier, which has nothing: FTC_ENOENT) although the shard was one
+ * fetch away. The busy holder is now asked again until agent.timeout_ms;
+ * once node 1 runs again, both fetches get step 1, with rank 1's values. */
+static void test_fetch_same_shard_twice(void **state)
+{
+    env_t *e = setup_env(*state, 3, "1", 1000);
+    static float w[3][4096];
+    ftc_ctx_t *c[3];
+    for (int r = 0; r < 3; r++)
+        c[r] = open_ctx(e, r, r, 3, w[r], 4096);
+    for (int64_t s = 0; s < 2; s++) {
+        for (int r = 0; r < 3; r++) {
+            fill(w[r], r, s);
+            assert_int_equal(ftc_checkpoint(c[r], s, NULL, 0), 0);
+            assert_int_equal(ftc_wait_snapshot(c[r]), 0);
+        }
+        for (int r = 0; r < 3; r++)
+            if (ftc_wait_committed(c[r], s))
+                fail_msg("step %lld: %s", (long long)s, ftc_last_error(c[r]));
+    }
+    ftc_destroy(c[0]);
+    ftc_destroy(c[2]);
+    bg_fetch_t b[2] = {{.c = open_fetch_ctx(e, 0, 0, 3), .src = 1, .step = 1, .rc = 1},
+                       {.c = open_fetch_ctx(e, 0, 2, 3), .src = 1, .step = 1, .rc = 1}};
+    assert_int_equal(kill(e->agent[1], SIGSTOP), 0);
+    pthread_t tid[2];
+    for (int k = 0; k < 2; k++)
+        assert_int_equal(pthread_create(&tid[k], NULL, bg_fetch, &b[k]), 0);
+    /* until the second fetch found node 1 busy (or, before, failed) */
+    ftc_deadline_t d = ftc_deadline_in_ms(20000);
+    while (!agent_log_has(e, 0, "is busy fetching rank 1's shard") && !atomic_load(&b[0].done) &&
+           !atomic_load(&b[1].done)) {
+        if (ftc_deadline_expired(d)) {
+            kill(e->agent[1], SIGCONT);
+            fail_msg("neither fetch found node 1 busy");
+        }
+        ftc_sleep_ms(10);
+    }
+    assert_int_equal(kill(e->agent[1], SIGCONT), 0);
+    for (int k = 0; k < 2; k++) {
+        pthread_join(tid[k], NULL);
+        print_message("fetch %d: %s, step %lld, w[7] = %g %s\n", k, ftc_errname(b[k].rc),
+                      (long long)b[k].got, (double)b[k].w7, b[k].err);
+        ftc_destroy(b[k].c);
+    }
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(b[k].rc, 0);
+        assert_int_equal(b[k].got, 1);
+        assert_true(b[k].w7 == (float)(1 * 1000000 + 1 * 4096 + 7));
+    }
+    ftc_destroy(c[1]);
+    teardown_env(e);
+}
+
+/* Makes node `node` look alive to the other agents (its heartbeat key, for
+ * two minutes) with an address the replication engine cannot add (two
+ * bytes, no socket address family): a holder that cannot be asked. */
+static void unreachable_holder(env_t *e, int node)
+{
+    ftc_ctl_t *c = redis_fixture_ctl(e->f, e->job);
+    char key[160], field[16], nid[16];
+    snprintf(field, sizeof field, "%d", node);
+    snprintf(nid, sizeof nid, "node%d", node);
+    ftc_ctl_key(c, "fabric", key, sizeof key);
+    ftc_redis_reply_t *rep = NULL;
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, &rep, "HGET", key, field, NULL), 0);
+    assert_non_null(rep->str);
+    const char *rest = strchr(rep->str, ' '); /* "hexaddr node_id domain gen" */
+    assert_non_null(rest);
+    char val[256];
+    snprintf(val, sizeof val, "0000%s", rest);
+    ftc_redis_reply_free(rep);
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, NULL, "HSET", key, field, val, NULL),
+                     0);
+    uint64_t gen = 0;
+    uint32_t world = 0;
+    assert_int_equal(ftc_ctl_generation(c, &gen, &world), 0);
+    ftc_ctl_heartbeat_t hb = {.generation = gen, .step = -1, .wall_ms = ftc_wall_ms()};
+    assert_int_equal(ftc_ctl_heartbeat(c, nid, &hb, 120000), 0);
+    ftc_ctl_destroy(c);
+}
+
+/* k = 2 on 3 nodes: rank 0's replicas are on nodes 1 and 2. Node 1's agent
+ * is dead (SIGKILL) but still looks alive, and its address cannot be added
+ * to the replication engine; node 0 loses its memory. The fetch of rank 0's
+ * shard asks node 1 first (ring order), and that start failed: the round
+ * ended there (three rounds, then the persist tier, which has nothing:
+ * the restore failed) although node 2 holds the shard. Node 1 is now
+ * passed over (logged, in the replica_refused event) and node 2's replica
+ * restored. */
+static void test_restore_first_holder_unreachable(void **state)
+{
+    env_t *e = setup_env(*state, 3, "2", 1000);
+    run_all(e, "3");
+    kill_agent(e, 1);
+    unreachable_holder(e, 1);
+    lose_and_replace(e, (int[]){0}, 1);
+    restore_rank(e, 0, "RESTORED 2 OK");
+    assert_true(agent_said(e, 0, "peer 1 not asked"));
+    assert_true(agent_said(e, 0, "came from another holder after"));
+    teardown_env(e);
+}
+
+/* A restarted agent finds its rank's three slots in /dev/shm: steps 4
+ * (committed), 2 (committed, superseded) and 3, which rank 0 checkpointed
+ * but rank 1 skipped, so the job committed 4 without it and the agent freed
+ * its slot (the bytes stay). Every surviving step at or before the
+ * committed one was taken for committed, 3 too; with the commit set in
+ * Redis not readable (Redis stopped) ftc_fetch_at_most(3) then returned the
+ * never committed step 3 from that slot (I1). A survivor older than the
+ * committed step now counts only when the commit set has it (its record's
+ * checksum this version's) or a persist tier holds it committed: at most 3
+ * is step 2. */
+static void test_restart_never_committed_slot(void **state)
+{
+    env_t *e = setup_env(*state, 2, "0", 1000);
+    static float w0[4096], w1[4096];
+    ftc_ctx_t *c0 = open_ctx(e, 0, 0, 2, w0, 4096);
+    ftc_ctx_t *c1 = open_ctx(e, 1, 1, 2, w1, 4096);
+    for (int64_t s = 1; s <= 4; s++) {
+        fill(w0, 0, s);
+        fill(w1, 1, s);
+        assert_int_equal(ftc_checkpoint(c0, s, NULL, 0), 0);
+        assert_int_equal(ftc_wait_snapshot(c0), 0);
+        if (s == 3)
+            continue; /* rank 1 skips it */
+        assert_int_equal(ftc_checkpoint(c1, s, NULL, 0), 0);
+        if (ftc_wait_committed(c0, s) || ftc_wait_committed(c1, s))
+            fail_msg("step %lld: %s / %s", (long long)s, ftc_last_error(c0),
+                     ftc_last_error(c1));
+    }
+    assert_true(agent_said(e, 0, "rank 0: step 3 was never committed"));
+    char prefix[128];
+    snprintf(prefix, sizeof prefix, "ftc.%s.n0.r0.", e->job);
+    for (int64_t s = 2; s <= 4; s++) { /* the three slots: 4, 2 and the freed 3 */
+        uint64_t size = 0;
+        uint8_t *copy = copy_shm_shard(prefix, (uint64_t)s, &size);
+        assert_non_null(copy);
+        free(copy);
+    }
+    ftc_destroy(c0);
+    kill_agent(e, 0);
+    start_agent(e, 0);
+    c0 = open_ctx(e, 0, 0, 2, w0, 4096);
+    int64_t got = -1;
+    if (ftc_restore(c0, &got, NULL, NULL))
+        fail_msg("restore: %s", ftc_last_error(c0));
+    assert_int_equal(got, 4);
+    assert_int_equal(ftc_redis_server_signal(e->f->srv, SIGSTOP), 0);
+    int64_t at_most = fetch_at_most(c0, 3);
+    assert_int_equal(ftc_redis_server_signal(e->f->srv, SIGCONT), 0);
+    assert_int_equal(at_most, 2);
+    assert_true(agent_said(e, 0, "holds step 3 (head"));
+    ftc_destroy(c0);
+    ftc_destroy(c1);
+    teardown_env(e);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, agent_fixture_teardown)
 
 int main(void)
@@ -802,6 +1017,12 @@ int main(void)
         T(test_busy_wait_policy),
         T(test_inflight_one),
         T(test_inflight_one_parity_failure),
+        T(test_fetch_same_shard_twice),
+        T(test_restore_first_holder_unreachable),
+        T(test_restart_never_committed_slot),
     };
+    /* FTC_TEST_FILTER=test_name (a cmocka pattern, * and ?) runs only those */
+    if (getenv("FTC_TEST_FILTER"))
+        cmocka_set_test_filter(getenv("FTC_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
