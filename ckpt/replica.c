@@ -572,7 +572,8 @@ static void xfer_finish(ftc_repl_t *r, xfer_t *x)
         r->finished_now++;
 }
 
-static void xfer_fail(xfer_t *x, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void xfer_fail(xfer_t *x, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static void xfer_fail(xfer_t *x, int rc, const char *fmt, ...)
 {
     if (!x->rc)
@@ -1009,7 +1010,7 @@ static int incoming_verify(incoming_t *in, ftc_err_t *e)
     else if (rc >= 0 && streamed)
         rc = ftc_shard_verify_gaps(&v, e); /* the padding no tensor checksum covers */
     if (rc < 0)
-        return ftc_err_wrap(e, "shard verification (checksum) failed");
+        return ftc_err_wrap(e, "shard verification failed");
     if (v.head_xxh3 != in->head_xxh3)
         return ftc_err_set(e, FTC_ECORRUPT, "head checksum %016llx differs from the PUT_END's "
                            "%016llx", (unsigned long long)v.head_xxh3,
@@ -1047,8 +1048,7 @@ static void incoming_complete(ftc_repl_t *r, incoming_t *in)
         refused(r, "replica of owner %u step %llu from node %u: %s", in->owner,
                 (unsigned long long)in->step, in->node, e.msg);
         if (p)
-            send_nack(r, p, in->owner, in->step, 0, rc, "owner %u step %llu: %s", in->owner,
-                      (unsigned long long)in->step, e.msg);
+            send_nack(r, p, in->owner, in->step, 0, rc, "%s", e.msg); /* the sender names both */
         incoming_free(r, in, false);
         return;
     }
