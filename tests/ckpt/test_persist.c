@@ -803,6 +803,7 @@ static void test_reader(void **state)
     ftc_persist_close(w);
     free_copies(c1);
     world_free(&wd);
+    ftc_test_rmrf(dir);
     free(dir);
 }
 
