@@ -5,12 +5,18 @@
  *
  * One helper thread (the notifier) waits for each snapshot to be sealed and
  * sends SEALED right away, so replication overlaps the next training step.
+ * A snapshot that fails (its copy, its seal, or its SEALED) is latched by
+ * the notifier and reported to the caller once, by whichever of
+ * ftc_wait_snapshot, ftc_checkpoint or ftc_wait_committed comes first; its
+ * step is then remembered as one that will not commit. Every wait of the
+ * caller's thread for the notifier has a deadline.
  * Only the caller's thread reads the socket: answers to its requests, and
  * COMMITTED / NOT_COMMITTED notices, which are recorded as they pass.
  */
 #include "ftc.h"
 
 #include "ckpt/agent_proto.h"
+#include "ckpt/client_internal.h"
 #include "ckpt/slot.h"
 #include "ckpt/snapshot.h"
 #include "core/clock.h"
@@ -44,8 +50,9 @@ struct ftc_ctx {
     ftc_slot_t slot[FTC_AP_SLOTS_PER_RANK];
     uint64_t size;
     int64_t committed;     /* newest COMMITTED seen */
-    int64_t failed_step;   /* newest NOT_COMMITTED seen */
-    /* the last FTC__FAILED_KEEP NOT_COMMITTED steps and why, for
+    int64_t failed_step;   /* newest step known not to commit (NOT_COMMITTED, or its
+                              snapshot failed here) */
+    /* the last FTC__FAILED_KEEP steps known not to commit and why, for
      * ftc_wait_committed of any of them (not only the newest) */
     int64_t failed[FTC__FAILED_KEEP];
     char failed_why[FTC__FAILED_KEEP][384];
@@ -58,8 +65,11 @@ struct ftc_ctx {
     bool pending;          /* a begun snapshot not yet announced as SEALED */
     int pending_slot;
     uint64_t pending_step;
-    int notify_rc;         /* a failure of the notifier, reported by the next call */
-    ftc_err_t notify_err;  /* ... and what it was (under mu) */
+    /* the snapshot begun last failed (its copy, its seal or its SEALED) and
+     * the caller was not told yet: ftc__wait_announced reports it once */
+    int snap_rc;
+    ftc_err_t snap_err;    /* ... what it was */
+    uint64_t snap_step;    /* ... and its step (all three under mu) */
     bool stop;
     atomic_int interrupted; /* ftc_interrupt: waits for the agent end with FTC_ECANCELED */
     int64_t checkpoints, skipped; /* ftc_ckpt_status counters */
@@ -92,7 +102,8 @@ static int ftc__wait_readable(ftc_ctx_t *c, ftc_deadline_t d)
     }
 }
 
-/* Records a NOT_COMMITTED notice. */
+/* Records a step that will not commit (a NOT_COMMITTED notice, a snapshot
+ * that failed). */
 static void ftc__note_failed(ftc_ctx_t *c, uint64_t step, const char *why)
 {
     c->failed_step = (int64_t)step;
@@ -214,18 +225,24 @@ static void *ftc__notifier(void *arg)
         pthread_mutex_unlock(&c->mu);
         ftc_err_t err = {0};
         int rc = ftc_snap_wait_sealed(c->snap, ftc_deadline_in_ms((uint64_t)c->o.timeout_ms), &err);
+        const char *what = "the snapshot of step %llu failed: %s";
         if (!rc) {
             ftc_ap_msg_t m;
             ftc_ap_init(&m, FTC_AP_SEALED);
             m.slot = (uint32_t)slot;
             m.step = step;
             rc = ftc_ap_send(c->fd, &m, c->o.timeout_ms, &err);
+            what = "step %llu: telling the agent of its seal failed: %s";
         }
         pthread_mutex_lock(&c->mu);
         if (rc) {
-            c->notify_rc = rc;
-            ftc_err_set(&c->notify_err, rc, "step %llu: %s", (unsigned long long)step, err.msg);
-            FTC_WARN("ftc", "rank %u step %llu: %s", c->rank, (unsigned long long)step, err.msg);
+            /* the agent never hears of this version: it will not commit
+             * (its slot, still being written for the agent, is free again
+             * at the rank's next BEGIN); the caller is told once */
+            c->snap_rc = rc;
+            c->snap_step = step;
+            ftc_err_set(&c->snap_err, rc, what, (unsigned long long)step, err.msg);
+            FTC_WARN("ftc", "rank %u: %s", c->rank, c->snap_err.msg);
         }
         c->pending = false;
         pthread_cond_broadcast(&c->cv);
@@ -234,18 +251,57 @@ static void *ftc__notifier(void *arg)
     return NULL;
 }
 
-/* Waits until the previous snapshot has been announced to the agent; a
- * failure to announce it is returned once, its message in c->err. */
-static int ftc__wait_announced(ftc_ctx_t *c)
+/* Waits until the notifier is done with the snapshot begun last (sealed
+ * and announced, or failed), for at most the context's timeout_ms, in 50 ms
+ * slices so that ftc_interrupt ends the wait: FTC_ETIMEDOUT, FTC_ECANCELED.
+ * The notifier's own waits are bounded by timeout_ms each. */
+static int ftc__wait_notifier(ftc_ctx_t *c)
 {
+    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)c->o.timeout_ms);
+    int rc = 0;
     pthread_mutex_lock(&c->mu);
-    while (c->pending)
-        pthread_cond_wait(&c->cv, &c->mu);
-    int rc = c->notify_rc;
-    c->notify_rc = 0;
-    if (rc)
-        c->err = c->notify_err;
+    while (c->pending && !rc) {
+        if (atomic_load(&c->interrupted)) {
+            rc = FTC_ECANCELED;
+        } else if (ftc_deadline_expired(d)) {
+            rc = FTC_ETIMEDOUT;
+        } else {
+            ftc_deadline_t slice = ftc_deadline_in_ms(50);
+            struct timespec ts = ftc_cond_abstime(slice.at_ns < d.at_ns ? slice : d);
+            pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+        }
+    }
+    unsigned long long step = (unsigned long long)c->pending_step;
     pthread_mutex_unlock(&c->mu);
+    if (rc == FTC_ECANCELED)
+        return ftc_err_set(&c->err, rc, "interrupted (ftc_interrupt) while the snapshot of step "
+                           "%llu was being handed to the agent: destroy this context", step);
+    if (rc)
+        return ftc_err_set(&c->err, rc, "the snapshot of step %llu was neither sealed and handed "
+                           "to the agent nor failed within %d ms", step, c->o.timeout_ms);
+    return 0;
+}
+
+/* Waits for the notifier (ftc__wait_notifier), then reports the failure of
+ * the snapshot begun last if there is one the caller was not told of and
+ * its step is at most upto: returned once (its message in c->err, its step
+ * in *failed, else -1), its step remembered as one that will not commit. */
+static int ftc__wait_announced(ftc_ctx_t *c, int64_t upto, int64_t *failed)
+{
+    *failed = -1;
+    int rc = ftc__wait_notifier(c);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&c->mu);
+    if (c->snap_rc && (int64_t)c->snap_step <= upto) {
+        rc = c->snap_rc;
+        c->err = c->snap_err;
+        *failed = (int64_t)c->snap_step;
+        c->snap_rc = 0;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (rc)
+        ftc__note_failed(c, (uint64_t)*failed, c->err.msg);
     return rc;
 }
 
@@ -265,7 +321,7 @@ int ftc_create(const ftc_options_t *opts, ftc_ctx_t **out)
     c->committed = -1;
     c->failed_step = -1;
     pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->cv, NULL);
+    ftc_cond_init(&c->cv); /* its timed waits count on the monotonic clock */
     *out = c; /* even on failure, so ftc_last_error works; ftc_destroy frees it */
     const char *job = c->o.job ? c->o.job : getenv("FTC_JOB_ID");
     snprintf(c->job, sizeof c->job, "%s", job && *job ? job : "ftc");
@@ -471,12 +527,21 @@ int ftc_checkpoint(ftc_ctx_t *c, int64_t step, const void *meta, size_t meta_len
     int rc = ftc__slots(c);
     if (rc)
         return rc;
-    rc = ftc_snap_wait_copy(c->snap, ftc_deadline_in_ms((uint64_t)c->o.timeout_ms), &c->err);
+    /* the previous snapshot's copy ends first; one that failed is no
+     * longer running, and whether it was reported is the notifier's record */
+    ftc_err_t werr = {0};
+    rc = ftc_snap_wait_copy(c->snap, ftc_deadline_in_ms((uint64_t)c->o.timeout_ms), &werr);
+    if (rc == FTC_ETIMEDOUT) {
+        c->err = werr;
+        return rc;
+    }
+    int64_t failed;
+    rc = ftc__wait_announced(c, INT64_MAX, &failed);
+    if (rc && failed >= 0)
+        /* reported here, once: the next ftc_checkpoint starts a snapshot */
+        return ftc_err_wrap(&c->err, "step %lld was not checkpointed", (long long)step);
     if (rc)
         return rc;
-    rc = ftc__wait_announced(c);
-    if (rc)
-        return ftc_err_wrap(&c->err, "the previous checkpoint could not be handed to the agent");
     ftc_ap_msg_t m, rep;
     ftc_ap_init(&m, FTC_AP_BEGIN);
     m.step = (uint64_t)step;
@@ -499,13 +564,20 @@ int ftc_checkpoint(ftc_ctx_t *c, int64_t step, const void *meta, size_t meta_len
         v.info.dp_rank != c->dp_rank || v.info.tp_rank != c->tp_rank ||
         v.info.pp_rank != c->pp_rank) {
         rc = ftc_snap_format(c->snap, c->slot[s].base, &c->err);
-        if (rc)
+        if (rc) {
+            ftc__note_failed(c, (uint64_t)step, c->err.msg);
             return rc;
+        }
     }
     rc = ftc_snap_begin(c->snap, c->slot[s].base, (uint64_t)step, c->generation, meta,
                         (uint32_t)meta_len, &c->err);
-    if (rc)
+    if (rc) {
+        /* a device copy that could not start: reported here, and the step
+         * will not commit (the agent frees its slot at the next BEGIN) */
+        ftc_err_wrap(&c->err, "the snapshot of step %lld could not start", (long long)step);
+        ftc__note_failed(c, (uint64_t)step, c->err.msg);
         return rc;
+    }
     c->checkpoints++;
     pthread_mutex_lock(&c->mu);
     c->pending = true;
@@ -564,7 +636,29 @@ int ftc_wait_snapshot(ftc_ctx_t *c)
         return FTC_EINVAL;
     if (!c->snap)
         return ftc_err_set(&c->err, FTC_EINVAL, "the context is not connected");
-    return ftc_snap_wait_copy(c->snap, ftc_deadline_in_ms((uint64_t)c->o.timeout_ms), &c->err);
+    ftc_err_t werr = {0};
+    int rc = ftc_snap_wait_copy(c->snap, ftc_deadline_in_ms((uint64_t)c->o.timeout_ms), &werr);
+    if (rc == 0)
+        return 0;
+    if (rc == FTC_ETIMEDOUT) {
+        c->err = werr;
+        return rc;
+    }
+    /* the copy failed (the engine says so until its next snapshot): the
+     * notifier has the failure, or is about to; it is reported here unless
+     * an earlier call reported it already */
+    int64_t failed;
+    return ftc__wait_announced(c, INT64_MAX, &failed);
+}
+
+int ftc__set_device_ops(ftc_ctx_t *c, const ftc_snap_device_ops_t *ops)
+{
+    if (!c)
+        return FTC_EINVAL;
+    if (!c->snap)
+        return ftc_err_set(&c->err, FTC_EINVAL, "ftc__set_device_ops: the context is not "
+                           "connected");
+    return ftc_snap_set_device_ops(c->snap, ops, &c->err);
 }
 
 int ftc_wait_committed(ftc_ctx_t *c, int64_t step)
@@ -573,10 +667,16 @@ int ftc_wait_committed(ftc_ctx_t *c, int64_t step)
         return FTC_EINVAL;
     if (!c->snap)
         return ftc_err_set(&c->err, FTC_EINVAL, "ftc_wait_committed: the context is not connected");
-    int rc = ftc__wait_announced(c);
-    if (rc)
-        return ftc_err_wrap(&c->err, "waiting for step %lld: the last checkpoint was not "
-                            "handed to the agent sealed", (long long)step);
+    /* a failed snapshot of this step or an earlier one, not reported yet:
+     * reported here; of this very step it is FTC_EIO at once, below, like
+     * a NOT_COMMITTED */
+    int64_t failed;
+    int rc = ftc__wait_announced(c, step, &failed);
+    if (rc && failed < 0)
+        return rc;
+    if (rc && failed != step)
+        return ftc_err_wrap(&c->err, "waiting for step %lld: the checkpoint of step %lld failed",
+                            (long long)step, (long long)failed);
     ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)c->o.timeout_ms);
     while (c->committed < step) {
         const char *why = ftc__failed_why(c, step);
@@ -646,12 +746,12 @@ int ftc_restore_from(ftc_ctx_t *c, int src_rank, int64_t *step, void *meta, size
         c->err = werr;
         return ftc_err_wrap(&c->err, "ftc_restore: the snapshot in flight");
     }
-    /* (a copy that failed is not running: no matter here; the notifier's
-     * outcome stays for the next ftc_checkpoint / ftc_wait_committed) */
-    pthread_mutex_lock(&c->mu);
-    while (c->pending)
-        pthread_cond_wait(&c->cv, &c->mu);
-    pthread_mutex_unlock(&c->mu);
+    /* (a copy that failed is not running: no matter here; a failure the
+     * notifier latched stays for the next ftc_wait_snapshot, ftc_checkpoint
+     * or ftc_wait_committed) */
+    rc = ftc__wait_notifier(c);
+    if (rc)
+        return ftc_err_wrap(&c->err, "ftc_restore");
     ftc_ap_msg_t m, rep;
     ftc_ap_init(&m, FTC_AP_RESTORE);
     m.src = src_rank;

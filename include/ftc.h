@@ -180,7 +180,18 @@ int ftc_register(ftc_ctx_t *ctx, const char *name, int dtype, int ndim, const in
  * checkpointed and training may go on. FTC_ERANGE when meta_len exceeds
  * meta_capacity (nothing is asked of the agent); FTC_EINVAL on a NULL or
  * unconnected context, a negative step, or NULL meta with a nonzero
- * meta_len. It waits only while the previous snapshot is not sealed yet,
+ * meta_len. A snapshot that failed (its copy: a device copy error, ...) is
+ * reported once, by the first of ftc_wait_snapshot, the next ftc_checkpoint
+ * and ftc_wait_committed: when ftc_wait_snapshot did not report the
+ * previous one's failure, this call returns it (the message names its step)
+ * and checkpoints nothing; the call after it starts a snapshot as usual. A
+ * copy that cannot even start is this call's own error (FTC_EIO,
+ * FTC_ECUDA, ...), reported here only. Either way the failed step never
+ * commits (the previous committed version stays) and its
+ * ftc_wait_committed is FTC_EIO. FTC_ETIMEDOUT when the previous snapshot is
+ * still copying, or not yet sealed and handed to the agent, after
+ * timeout_ms; FTC_ECANCELED after ftc_interrupt. It waits only while the
+ * previous snapshot is not sealed yet,
  * or, with policy "wait", while the agent has no free slot. CUDA tensors are
  * copied on ftc's own non-blocking stream, which does not wait for the
  * caller's streams: finish the writes to them first (cudaStreamSynchronize
@@ -189,19 +200,26 @@ int ftc_checkpoint(ftc_ctx_t *ctx, int64_t step, const void *meta, size_t meta_l
 /* Waits until the snapshot's copy is done (the tensors may be written
  * again). Returns 0 at once when none is in flight. FTC_ETIMEDOUT when the
  * copy is still running after the context's timeout_ms; the copy's own
- * error (FTC_EIO, FTC_ECUDA, ...) when it failed; FTC_EINVAL on a NULL or
- * unconnected context. The context's thread only. */
+ * error (FTC_EIO, FTC_ECUDA, ...) when it failed, once: the copy is over
+ * (the tensors may be written), a second call returns 0, the failure is
+ * not reported again by ftc_checkpoint, whose next call starts a snapshot
+ * as usual, and the step will not commit (ftc_wait_committed of it:
+ * FTC_EIO). FTC_EINVAL on a NULL or unconnected context. The context's
+ * thread only. */
 int ftc_wait_snapshot(ftc_ctx_t *ctx);
 /* Waits until step is committed (every rank's shard replicated and
  * recorded); for tests and for trainers that want it. Returns 0 once the
  * agent said step (or a later one) committed; FTC_EIO when the agent said
  * step will not commit (the message says why: a replication that failed,
- * a corrupt slot); FTC_ETIMEDOUT after the context's timeout_ms (no rank
- * checkpointed it, or its replication is still going); FTC_ECANCELED after
- * ftc_interrupt; a socket error (FTC_EIO, FTC_EPROTO) when the agent is
- * gone; the snapshot thread's error when telling the agent of the seal
- * failed; FTC_EINVAL on a NULL or unconnected context. The context's thread
- * only. */
+ * a corrupt slot), and at once when step's own snapshot failed here (its
+ * copy, its seal, or telling the agent of it: it never reaches the agent),
+ * whether an earlier call reported that failure or this one does;
+ * FTC_ETIMEDOUT after the context's timeout_ms (no rank checkpointed it, or
+ * its replication is still going); FTC_ECANCELED after ftc_interrupt; a
+ * socket error (FTC_EIO, FTC_EPROTO) when the agent is gone; the error of a
+ * failed snapshot of an earlier step that no call reported yet (reported
+ * here, once); FTC_EINVAL on a NULL or unconnected context. The context's
+ * thread only. */
 int ftc_wait_committed(ftc_ctx_t *ctx, int64_t step);
 /* Makes every wait of ctx for its agent (ftc_checkpoint waiting for a free
  * slot, ftc_restore, ftc_fetch, ftc_wait_committed) end within ~50 ms with
@@ -238,7 +256,8 @@ typedef struct ftc_ckpt_status {
     int64_t committed;     /* newest step this rank saw committed; -1: none yet */
     int64_t in_flight;     /* step whose snapshot was started and not yet handed to the
                               agent sealed; -1: none */
-    int64_t failed;        /* newest step the agent reported as not committed; -1: none */
+    int64_t failed;        /* newest step known not to commit: the agent reported it, or
+                              its snapshot failed here; -1: none */
     int64_t checkpoints;   /* ftc_checkpoint calls that started a snapshot */
     int64_t skipped;       /* ftc_checkpoint calls the agent's "skip" policy refused */
     int last_error;        /* FTC_E* of the last failed call, 0 if none (ftc_last_error) */

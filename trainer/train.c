@@ -5,6 +5,7 @@
  */
 #include "trainer/train.h"
 
+#include "ckpt/client_internal.h"
 #include "ckpt/persist.h"
 #include "ckpt/snapshot.h"
 #include "core/clock.h"
@@ -862,6 +863,21 @@ static int ftc__agent_restore(ftc_trainer_t *t, ftc_err_t *err)
     return fresh ? 0 : ftc__gather_params(t, err);
 }
 
+/* After a failed call of the agent path (rc < 0): does it end the run? A
+ * deadline (FTC_ETIMEDOUT), ftc_interrupt (FTC_ECANCELED), a misuse
+ * (FTC_EINVAL) and a connection to the agent that is gone do. Anything
+ * else is a snapshot that failed (its copy into the slot: a device copy
+ * error, ...), reported once by include/ftc.h: that step is not
+ * checkpointed, the previous committed version stays (I3), and training
+ * goes on with a warning; the next checkpoint is taken as usual. */
+static bool ftc__agent_fatal(ftc_trainer_t *t, int rc)
+{
+    if (rc == FTC_ETIMEDOUT || rc == FTC_ECANCELED || rc == FTC_EINVAL)
+        return true;
+    ftc_ckpt_status_t st = {.struct_size = sizeof st};
+    return ftc_ckpt_status(t->ftc, &st) < 0; /* the agent connection is broken */
+}
+
 /* Agent path: register the chunk, restore the newest committed step. */
 static int ftc__agent_setup(ftc_trainer_t *t, ftc_err_t *err)
 {
@@ -883,8 +899,15 @@ static int ftc__agent_setup(ftc_trainer_t *t, ftc_err_t *err)
     ftc__shard_tensors(t, names, bufs);
     int64_t shape[1] = {(int64_t)t->shard_len};
     /* device tensors are registered as device tensors (include/ftc.h copies
-     * them itself); -1 is FTC_HOST */
+     * them itself); -1 is FTC_HOST. Tests' device ops (ckpt_device_ops)
+     * take the host buffers as device 0's memory. */
     int dev = t->k->device >= 0 ? t->k->device : FTC_HOST;
+    if (t->o.ckpt_device_ops) {
+        if ((rc = ftc__set_device_ops(t->ftc, t->o.ckpt_device_ops)) < 0)
+            return ftc_err_set(err, rc, "agent: ckpt_device_ops: %s", ftc_last_error(t->ftc));
+        if (dev == FTC_HOST)
+            dev = 0;
+    }
     for (int b = 0; b < 3; b++)
         if ((rc = ftc_register(t->ftc, names[b], FTC_DTYPE_F32, 1, shape, bufs[b], dev)) < 0)
             return ftc_err_set(err, rc, "agent: registering %s: %s", names[b],
@@ -1649,9 +1672,13 @@ int ftc_trainer_step(ftc_trainer_t *t, ftc_train_stats_t *st, ftc_err_t *err)
         norm = (float)gn;
         if (t->ftc) {
             int rc = ftc_wait_snapshot(t->ftc); /* the chunk is registered */
-            if (rc < 0)
+            if (rc < 0 && ftc__agent_fatal(t, rc))
                 return ftc_err_set(err, rc, "step %llu: waiting for the snapshot: %s",
                                    (unsigned long long)t->step, ftc_last_error(t->ftc));
+            if (rc < 0) /* the copy is over: the chunk may be written */
+                FTC_WARN("train", "step %llu: %s: training goes on, the previous committed "
+                         "checkpoint stays", (unsigned long long)t->step,
+                         ftc_last_error(t->ftc));
         }
         ftc_adamw_step_shard(t->adam, t->model, &t->o.optim, ftc__guard_upd(t), gn, t->shard_off,
                              &lr);
@@ -1709,9 +1736,15 @@ int ftc_trainer_checkpoint(ftc_trainer_t *t, ftc_err_t *err)
         int rc = ftc_checkpoint(t->ftc, (int64_t)t->step, &meta, sizeof meta);
         if (rc == FTC_EAGAIN)
             return 0; /* the agent's policy skipped this step */
-        if (rc < 0)
+        if (rc < 0 && ftc__agent_fatal(t, rc))
             return ftc_err_set(err, rc, "checkpoint of step %llu through the agent: %s",
                                (unsigned long long)t->step, ftc_last_error(t->ftc));
+        if (rc < 0) { /* a failed snapshot (this one's or the previous one's) */
+            FTC_WARN("train", "checkpoint of step %llu through the agent: %s: training goes "
+                     "on, the previous committed checkpoint stays",
+                     (unsigned long long)t->step, ftc_last_error(t->ftc));
+            return 0;
+        }
         t->guard_last_ck = (int64_t)t->step; /* a rollback waits for its commit */
         return 0;
     }
@@ -1976,9 +2009,12 @@ static int ftc__guard_rollback(ftc_trainer_t *t, uint64_t *back, ftc_err_t *err)
     t->resumed_from = UINT64_MAX;
     int rc = 0;
     if (t->ftc) {
-        if ((rc = ftc_wait_snapshot(t->ftc)) < 0)
+        if ((rc = ftc_wait_snapshot(t->ftc)) < 0 && ftc__agent_fatal(t, rc))
             return ftc_err_set(err, rc, "rollback: waiting for the snapshot: %s",
                                ftc_last_error(t->ftc));
+        if (rc < 0) /* a failed snapshot: the rollback restores a committed one anyway */
+            FTC_WARN("train", "rollback: %s", ftc_last_error(t->ftc));
+        rc = 0;
         /* the last checkpoint committed first, so that every rank restores the same step */
         if (t->guard_last_ck >= 0 && ftc_wait_committed(t->ftc, t->guard_last_ck) < 0)
             FTC_WARN("train", "rollback: step %lld not committed (%s); restoring the newest "

@@ -45,7 +45,11 @@
  * With `agent` set (a socket path) the state
  * goes through include/ftc.h instead: registered once, ftc_checkpoint every
  * ckpt_every steps, ftc_wait_snapshot before the optimizer writes the
- * registered chunk, ftc_restore at start. From the persist tier a run may
+ * registered chunk, ftc_restore at start. A snapshot that failed (its copy:
+ * a device copy error), reported by ftc_wait_snapshot or ftc_checkpoint, is
+ * a warning: that step is not checkpointed, the previous committed version
+ * stays and training goes on; FTC_ETIMEDOUT, FTC_ECANCELED, FTC_EINVAL and
+ * a broken agent connection end the step. From the persist tier a run may
  * resume at another dp: the saved chunks are gathered and re-split (every
  * rank reads the saved chunks its own overlaps); through the agent a
  * different dp is refused (FTC_ECONFIG).
@@ -166,6 +170,11 @@ typedef struct ftc_train_options {
     int inject_rank;            /* the DP rank (or virtual rank) whose micro-batch is poisoned */
     int inject_tp_rank;         /* tests: -1 = every TP rank; else only this TP rank's gradient
                                    slice gets the NaN (its loss, replicated, stays finite) */
+    /* tests: the snapshot engine's device copy ops of the agent path (ckpt/snapshot.h,
+       through ftc__set_device_ops), e.g. tests/ckpt/fake_device.h, whose copies fail on
+       request; on a host backend the checkpoint tensors are then registered on device 0,
+       the ops taking host memory for it. NULL: the build's own (CUDA or none) */
+    const struct ftc_snap_device_ops *ckpt_device_ops;
 } ftc_train_options_t;
 
 #define FTC_TRAIN_OPTIONS_INIT                                                                     \
@@ -177,7 +186,7 @@ typedef struct ftc_train_options {
      .coll_timeout_ms = 60000, .world_rank = 0, .world_size = 1, .tp = 1, .agent = NULL,        \
      .tp_coll = NULL, .guard = FTC_GUARD_SKIP, .guard_spike_sigma = 0.0, .guard_window = 50,    \
      .skip_steps = NULL, .n_skip_steps = 0, .inject_nan_step = -1, .inject_spike_step = -1,      \
-     .inject_rank = 0, .inject_tp_rank = -1}
+     .inject_rank = 0, .inject_tp_rank = -1, .ckpt_device_ops = NULL}
 
 /* What one step did. */
 typedef struct ftc_train_stats {

@@ -18,6 +18,12 @@
  *     left mapped (a retry mapped them again over the same handles: a
  *     mapping and an fd leaked per slot and try); a context that never
  *     mapped its slots closes no fd of others (fd 0) in ftc_destroy;
+ *   - a snapshot whose device copy fails (a stand-in device,
+ *     tests/ckpt/fake_device.h, through ftc__set_device_ops) is reported
+ *     once — by ftc_wait_snapshot, else by the next ftc_checkpoint (which
+ *     then starts nothing), else by ftc_wait_committed — and its
+ *     ftc_wait_committed is FTC_EIO at once; the checkpoints after it
+ *     commit (the failure is not sticky);
  *   - an answer that comes after the context's timeout_ms (the agent frozen
  *     with SIGSTOP for longer, then SIGCONT) is dropped, not taken as the
  *     answer to the next request: the next ftc_fetch gets its own step's
@@ -27,6 +33,8 @@
 #include "ftc_test.h"
 
 #include "ckpt/agent_fixture.h"
+#include "ckpt/client_internal.h"
+#include "ckpt/fake_device.h"
 #include "ftc.h"
 
 static void test_create_without_agent(void **state)
@@ -338,6 +346,119 @@ static void test_late_answer_dropped(void **state)
     teardown_env(e);
 }
 
+/* Fills w with step's values and checkpoints step. */
+static int ckpt_step(ftc_ctx_t *c, float *w, int n, int64_t step)
+{
+    for (int i = 0; i < n; i++)
+        w[i] = (float)(step * 4096 + i);
+    int rc = ftc_checkpoint(c, step, NULL, 0);
+    print_message("checkpoint of step %lld: %s%s%s\n", (long long)step, ftc_errname(rc),
+                  rc ? ": " : "", rc ? ftc_last_error(c) : "");
+    return rc;
+}
+
+static void commits(ftc_ctx_t *c, int64_t step)
+{
+    if (ftc_wait_committed(c, step))
+        fail_msg("step %lld: %s", (long long)step, ftc_last_error(c));
+}
+
+/* The next device sync of the stand-in device fails (after its copies
+ * landed, as a CUDA stream error surfaces at cudaStreamSynchronize). */
+static void next_sync_fails(void)
+{
+    fake_set(&FD.fail_sync_at, fake_get(&FD.syncs) + 1);
+}
+
+/* A snapshot whose device copy fails, against a real agent: the failure is
+ * reported exactly once — by ftc_wait_snapshot; else by the next
+ * ftc_checkpoint, which starts nothing; else by ftc_wait_committed — and
+ * ftc_wait_committed of the failed step is FTC_EIO at once, not a wait for
+ * a commit that never comes. The failure used to stay: the engine's failed
+ * phase lasts until its next snapshot, and ftc_checkpoint, which waited for
+ * the copy first, returned the old error before beginning one, so every
+ * later checkpoint failed. A copy that cannot even start (copy_async fails
+ * at begin) is ftc_checkpoint's own error. Each time, the next checkpoint
+ * commits, and the last one holds its own values. */
+static void test_failed_snapshot_not_sticky(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 1000);
+    char sock[PATH_MAX + 32];
+    ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
+    o.timeout_ms = 8000;
+    fd_reset();
+    ftc_ctx_t *c = NULL;
+    if (ftc_create(&o, &c))
+        fail_msg("ftc_create: %s", ftc_last_error(c));
+    assert_int_equal(ftc__set_device_ops(c, fake_dev_ops()), 0);
+    static float w[4096], h[256];
+    int64_t sw[1] = {4096}, sh[1] = {256};
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, sw, w, 0), 0); /* on the device */
+    assert_int_equal(ftc_register(c, "h", FTC_DTYPE_F32, 1, sh, h, FTC_HOST), 0);
+    assert_int_equal(ftc__set_device_ops(c, NULL), FTC_EINVAL); /* after a device tensor */
+    assert_int_equal(ckpt_step(c, w, 4096, 1), 0);
+    assert_int_equal(ftc_wait_snapshot(c), 0);
+    commits(c, 1);
+    /* 1. reported by ftc_wait_snapshot, once */
+    next_sync_fails();
+    assert_int_equal(ckpt_step(c, w, 4096, 2), 0);
+    assert_int_equal(ftc_wait_snapshot(c), FTC_EIO);
+    print_message("ftc_wait_snapshot: %s\n", ftc_last_error(c));
+    assert_non_null(strstr(ftc_last_error(c), "fake device: sync failed"));
+    assert_non_null(strstr(ftc_last_error(c), "step 2"));
+    assert_int_equal(ftc_wait_snapshot(c), 0); /* reported already */
+    assert_int_equal(ftc_wait_committed(c, 2), FTC_EIO);
+    print_message("ftc_wait_committed(2): %s\n", ftc_last_error(c));
+    assert_non_null(strstr(ftc_last_error(c), "fake device: sync failed"));
+    ftc_ckpt_status_t st = {.struct_size = sizeof st};
+    assert_int_equal(ftc_ckpt_status(c, &st), 0);
+    assert_int_equal(st.failed, 2);
+    assert_int_equal(st.committed, 1);
+    /* not sticky */
+    assert_int_equal(ckpt_step(c, w, 4096, 3), 0);
+    assert_int_equal(ftc_wait_snapshot(c), 0);
+    commits(c, 3);
+    /* 2. nobody waits for the snapshot: the next ftc_checkpoint reports it
+     * and starts nothing; the one after it commits */
+    next_sync_fails();
+    assert_int_equal(ckpt_step(c, w, 4096, 4), 0);
+    assert_int_equal(ckpt_step(c, w, 4096, 5), FTC_EIO);
+    assert_non_null(strstr(ftc_last_error(c), "step 4"));
+    assert_non_null(strstr(ftc_last_error(c), "fake device: sync failed"));
+    assert_int_equal(ftc_wait_snapshot(c), 0);
+    assert_int_equal(ftc_wait_committed(c, 4), FTC_EIO);
+    assert_int_equal(ckpt_step(c, w, 4096, 6), 0);
+    commits(c, 6);
+    /* 3. reported by ftc_wait_committed of that step: FTC_EIO, not its
+     * deadline (FTC_ETIMEDOUT) */
+    next_sync_fails();
+    assert_int_equal(ckpt_step(c, w, 4096, 7), 0);
+    assert_int_equal(ftc_wait_committed(c, 7), FTC_EIO);
+    print_message("ftc_wait_committed(7): %s\n", ftc_last_error(c));
+    assert_int_equal(ftc_wait_snapshot(c), 0);
+    assert_int_equal(ckpt_step(c, w, 4096, 8), 0);
+    commits(c, 8);
+    /* 4. a copy that cannot start: ftc_checkpoint's own error, once */
+    fake_set(&FD.fail_at, fake_get(&FD.copies) + 1);
+    assert_int_equal(ckpt_step(c, w, 4096, 9), FTC_EIO);
+    assert_non_null(strstr(ftc_last_error(c), "fake device: copy"));
+    assert_int_equal(ftc_wait_snapshot(c), 0);
+    assert_int_equal(ftc_wait_committed(c, 9), FTC_EIO);
+    assert_int_equal(ckpt_step(c, w, 4096, 10), 0);
+    assert_int_equal(ftc_wait_snapshot(c), 0);
+    commits(c, 10);
+    assert_int_equal(ftc_ckpt_status(c, &st), 0);
+    assert_int_equal(st.committed, 10);
+    assert_int_equal(st.failed, 9);
+    int64_t got = -1;
+    assert_int_equal(fetch_step(c, 10, &got), 0);
+    assert_int_equal(got, 10);
+    ftc_destroy(c);
+    assert_int_equal(FD.closed, 1);
+    fd_done();
+    teardown_env(e);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, agent_fixture_teardown)
 
 int main(void)
@@ -348,6 +469,7 @@ int main(void)
         T(test_register_errors),
         T(test_slots_all_or_none),
         T(test_late_answer_dropped),
+        T(test_failed_snapshot_not_sticky),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,11 +7,13 @@
  * build without CUDA. The engine's device path (begin -> async copies ->
  * sync before "copied" -> hashes from the slot -> seal; restore; pinning of
  * each slot; a failed copy; a failed sync) runs against a stand-in device whose copies land
- * late, on a thread of their own (the CUDA ops themselves need a GPU:
+ * late, on a thread of their own (tests/ckpt/fake_device.h, shared with the
+ * libftc and trainer tests; the CUDA ops themselves need a GPU:
  * test_trainer_kernels_cuda, label gpu).
  */
 #include "ftc_test.h"
 
+#include "ckpt/fake_device.h"
 #include "ckpt/slot.h"
 #include "ckpt/snapshot.h"
 
@@ -129,158 +131,6 @@ static void test_restore_layout_mismatch(void **state)
     free(region);
 }
 
-/* ---- a stand-in device: "device memory" is host memory, and each copy
- * lands 2 ms after copy_async, on the device's own thread, as a DMA would
- * after cudaMemcpyAsync returned ---------------------------------------------- */
-typedef struct fake_dev {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    pthread_t th;
-    bool stop;
-    struct {
-        void *dst;
-        const void *src;
-        uint64_t len;
-    } q[64];
-    int head, tail, busy;
-    int opened, closed, copies, fail_at, syncs;
-    bool fail_sync; /* sync returns FTC_EIO */
-    bool fail_open; /* open returns FTC_EUNSUPPORTED */
-    bool hold;      /* sync waits until the test clears it */
-    void *pinned[8];
-    int npinned, unpinned;
-} fake_dev_t;
-
-static fake_dev_t FD;
-
-static void *fake_worker(void *arg)
-{
-    (void)arg;
-    pthread_mutex_lock(&FD.mu);
-    for (;;) {
-        while (!FD.stop && FD.head == FD.tail)
-            pthread_cond_wait(&FD.cv, &FD.mu);
-        if (FD.head == FD.tail)
-            break;
-        FD.busy = 1;
-        int i = FD.head % 64;
-        pthread_mutex_unlock(&FD.mu);
-        usleep(2000);
-        memcpy(FD.q[i].dst, FD.q[i].src, FD.q[i].len);
-        pthread_mutex_lock(&FD.mu);
-        FD.head++;
-        FD.busy = 0;
-        pthread_cond_broadcast(&FD.cv);
-    }
-    pthread_mutex_unlock(&FD.mu);
-    return NULL;
-}
-
-static int fake_open(void **state, ftc_err_t *err)
-{
-    if (FD.fail_open)
-        return ftc_err_set(err, FTC_EUNSUPPORTED, "fake device: no device usable");
-    FD.opened++;
-    FD.stop = false;
-    pthread_create(&FD.th, NULL, fake_worker, NULL);
-    *state = &FD;
-    return 0;
-}
-
-static void fake_close(void *state)
-{
-    assert_ptr_equal(state, &FD);
-    pthread_mutex_lock(&FD.mu);
-    FD.stop = true;
-    pthread_cond_broadcast(&FD.cv);
-    pthread_mutex_unlock(&FD.mu);
-    pthread_join(FD.th, NULL);
-    FD.closed++;
-}
-
-static int fake_register(void *state, void *base, uint64_t len, ftc_err_t *err)
-{
-    (void)state, (void)len, (void)err;
-    assert_true(FD.npinned < 8);
-    FD.pinned[FD.npinned++] = base;
-    return 0;
-}
-
-static void fake_unregister(void *state, void *base)
-{
-    (void)state;
-    bool known = false;
-    for (int i = 0; i < FD.npinned; i++)
-        known |= FD.pinned[i] == base;
-    assert_true(known);
-    FD.unpinned++;
-}
-
-static int fake_copy(void *state, void *dst, const void *src, uint64_t len, int device,
-                     bool to_host, ftc_err_t *err)
-{
-    (void)state, (void)to_host;
-    assert_true(device >= 0 && device < 2);
-    if (++FD.copies == FD.fail_at)
-        return ftc_err_set(err, FTC_EIO, "fake device: copy %d failed", FD.copies);
-    pthread_mutex_lock(&FD.mu);
-    assert_true(FD.tail - FD.head < 64);
-    int i = FD.tail % 64;
-    FD.q[i].dst = dst;
-    FD.q[i].src = src;
-    FD.q[i].len = len;
-    FD.tail++;
-    pthread_cond_broadcast(&FD.cv);
-    pthread_mutex_unlock(&FD.mu);
-    return 0;
-}
-
-static int fake_pending(void)
-{
-    pthread_mutex_lock(&FD.mu);
-    int n = FD.tail - FD.head;
-    pthread_mutex_unlock(&FD.mu);
-    return n;
-}
-
-static int fake_sync(void *state, int device, ftc_deadline_t d, ftc_err_t *err)
-{
-    (void)state, (void)device, (void)d;
-    pthread_mutex_lock(&FD.mu);
-    FD.syncs++;
-    while (FD.head != FD.tail || FD.hold)
-        pthread_cond_wait(&FD.cv, &FD.mu);
-    bool fail = FD.fail_sync;
-    pthread_mutex_unlock(&FD.mu);
-    return fail ? ftc_err_set(err, FTC_EIO, "fake device: sync failed") : 0;
-}
-
-static void fake_set_hold(bool hold)
-{
-    pthread_mutex_lock(&FD.mu);
-    FD.hold = hold;
-    pthread_cond_broadcast(&FD.cv);
-    pthread_mutex_unlock(&FD.mu);
-}
-
-static const ftc_snap_device_ops_t FAKE_OPS = {
-    sizeof(ftc_snap_device_ops_t), "fake", fake_open, fake_close, fake_register,
-    fake_unregister, fake_copy, fake_sync};
-
-/* The stand-in device, fresh for a test (fd_reset) and torn down after it. */
-static void fd_reset(void)
-{
-    memset(&FD, 0, sizeof FD);
-    pthread_mutex_init(&FD.mu, NULL);
-    pthread_cond_init(&FD.cv, NULL);
-}
-
-static void fd_done(void)
-{
-    pthread_mutex_destroy(&FD.mu);
-    pthread_cond_destroy(&FD.cv);
-}
-
 /* Device tensors on two stand-in devices and one host tensor, snapshotted
  * into two slots taking turns: wait_copy returns only once the late device
  * copies have landed (the tensors are overwritten right after it and the
@@ -295,7 +145,7 @@ static void test_device_path(void **state)
     ftc_shard_info_t in = ftc_test_info(0, 0);
     ftc_snap_t *s = ftc_snap_create(&in, 2, 64, &err);
     assert_non_null(s);
-    assert_int_equal(ftc_snap_set_device_ops(s, &FAKE_OPS, &err), 0);
+    assert_int_equal(ftc_snap_set_device_ops(s, fake_dev_ops(), &err), 0);
     enum { NW = 300000, NB = 1000, NH = 5000 };
     float *w = malloc(NW * 4), *h = malloc(NH * 4);
     int64_t *b = malloc(NB * 8);
@@ -403,7 +253,7 @@ static void test_failed_sync_waits_for_copy_threads(void **state)
     ftc_shard_info_t in = ftc_test_info(0, 0);
     ftc_snap_t *s = ftc_snap_create(&in, 1, 0, &err); /* one thread hashes them all */
     assert_non_null(s);
-    assert_int_equal(ftc_snap_set_device_ops(s, &FAKE_OPS, &err), 0);
+    assert_int_equal(ftc_snap_set_device_ops(s, fake_dev_ops(), &err), 0);
     enum { NH = 4, N = (16u << 20) / 4 };
     float *h[NH];
     uint64_t sh[1] = {N}, sd[1] = {16};
@@ -462,7 +312,7 @@ static void test_resnapshot_invalid_while_copying(void **state)
     ftc_shard_info_t in = ftc_test_info(0, 0);
     ftc_snap_t *s = ftc_snap_create(&in, 2, 16, &err);
     assert_non_null(s);
-    assert_int_equal(ftc_snap_set_device_ops(s, &FAKE_OPS, &err), 0);
+    assert_int_equal(ftc_snap_set_device_ops(s, fake_dev_ops(), &err), 0);
     enum { NW = 100000 };
     float *w = malloc(NW * 4);
     uint64_t sw[1] = {NW};
@@ -556,7 +406,7 @@ static void test_add_refused_leaves_no_tensor(void **state)
     ftc_err_t err = {0};
     ftc_shard_info_t in = ftc_test_info(0, 0);
     ftc_snap_t *s = ftc_snap_create(&in, 1, 0, &err);
-    assert_int_equal(ftc_snap_set_device_ops(s, &FAKE_OPS, &err), 0);
+    assert_int_equal(ftc_snap_set_device_ops(s, fake_dev_ops(), &err), 0);
     FD.fail_open = true;
     float w[16];
     ftc_test_fill(w, sizeof w, 5);
