@@ -529,7 +529,7 @@ static int group_dir(const ftc_dist_opts_t *o, const ftc_dist_layout_t *l, int i
 
 /* The NCCL communicator of one group: NCCL's id through the group's
  * directory (coll_nccl.h rendezvous, generation 1), or the id the TCP
- * rendezvous carried (id not NULL), under dl. */
+ * rendezvous carried (id not NULL), under dl and o->abort. */
 static int make_nccl_group(const ftc_dist_opts_t *o, const char *sub, const uint8_t *id, int me,
                            int n, ftc_deadline_t dl, ftc_coll_t **out, ftc_err_t *err)
 {
@@ -537,13 +537,15 @@ static int make_nccl_group(const ftc_dist_opts_t *o, const char *sub, const uint
     boot.dir = sub;
     boot.generation = 1;
     boot.id = id;
+    boot.abort = o->abort;
     return ftc_coll_nccl_create(me, n, o->cuda_device, &boot, dl, out, err);
 }
 
 /* NCCL groups over the TCP rendezvous: each rank's blob holds, per group
  * (g = 0 DP when dp > 1, else TP; g = 1 TP), FTC_COLL_NCCL_ID_BYTES bytes:
  * a fresh unique id when it is the group's rank 0, zeros otherwise; each
- * member then takes the id from its group rank 0's blob. */
+ * member then takes the id from its group rank 0's blob. o->abort ends the
+ * exchange and the creates as it ends the fabric path's rendezvous. */
 static int join_nccl_tcp(const ftc_dist_opts_t *o, ftc_dist_t *d, int ng, const int *is_dp,
                          uint8_t *table, size_t *tlens, ftc_deadline_t dl, ftc_err_t *err)
 {
@@ -557,8 +559,8 @@ static int join_nccl_tcp(const ftc_dist_opts_t *o, ftc_dist_t *d, int ng, const 
             return rc;
     }
     size_t bl = (size_t)ng * FTC_COLL_NCCL_ID_BYTES;
-    int rc = ftc_dist_rendezvous_tcp(o->host, o->port, o->rank, o->world, blob, bl, table, tlens,
-                                     dl, err);
+    int rc = rdzv_tcp(o->host, o->port, o->rank, o->world, blob, bl, table, tlens, dl, o->abort,
+                      err);
     if (rc < 0)
         return rc;
     for (int g = 0; g < ng; g++) {

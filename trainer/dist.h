@@ -35,7 +35,8 @@
  * a fresh directory per job incarnation as for the addresses), or through
  * the TCP rendezvous (each group's rank 0 puts a fresh id in its blob, the
  * members take it from there: ftc_coll_nccl_unique_id, boot.id), under the
- * same deadline; a failure or the deadline aborts the communicator
+ * same deadline and opts.abort (FTC_ECANCELED, as for the fabric path); a
+ * failure, the deadline or the abort aborts the communicator
  * (ncclCommAbort inside ftc_coll_nccl_create). "auto" is NCCL when the
  * kernels backend is CUDA (a device per local rank, the backend not cpu)
  * and the build has NCCL, else cpu. Whatever the collectives, a rank whose
@@ -67,8 +68,8 @@ typedef struct ftc_dist_opts {
     const char *host;      /* TCP rendezvous: rank 0's address (MASTER_ADDR) */
     int port;              /* and port */
     int timeout_ms;        /* the deadline of the exchange (default 60000 when 0) */
-    const atomic_int *abort; /* TCP rendezvous: non-zero aborts it (FTC_ECANCELED), e.g. from
-                                a signal handler; NULL: none */
+    const atomic_int *abort; /* TCP rendezvous and the NCCL creates: non-zero aborts them
+                                (FTC_ECANCELED), e.g. from a signal handler; NULL: none */
     int coll;              /* FTC_DIST_COLL_CPU (0) or FTC_DIST_COLL_NCCL (resolved) */
     int cuda_device;       /* the NCCL communicators' device (ftc_dist_coll_resolve) */
 } ftc_dist_opts_t;

@@ -20,7 +20,9 @@
  *     rank 0 serves every connection at once, drops the bad ones with a
  *     warning naming their address, forgets a registered rank whose
  *     connection closes, and of two connections claiming a rank keeps the
- *     one accepted later.
+ *     one accepted later;
+ *   - a --coll nccl join over the TCP rendezvous (the NCCL ids' exchange)
+ *     ends FTC_ECANCELED when its abort flag is raised, not at its deadline.
  */
 #include "ftc_test.h"
 
@@ -35,7 +37,9 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 
@@ -376,6 +380,49 @@ static void test_rendezvous_stray_connections(void **state)
     assert_non_null(strstr(log, "two connections claim rank 2"));
 }
 
+static atomic_int nccl_abort;
+
+static void *set_abort_later(void *arg)
+{
+    (void)arg;
+    ftc_sleep_ms(200);
+    atomic_store(&nccl_abort, 1);
+    return NULL;
+}
+
+static void test_nccl_tcp_join_honours_abort(void **state)
+{
+    (void)state;
+    /* rank 1 of a --coll nccl job over the TCP rendezvous (it makes no NCCL
+     * id, so this runs without NCCL); rank 0 never comes, and the abort is
+     * raised while rank 1 waits for it: the join must end FTC_ECANCELED, not
+     * run on to its deadline (FTC_ETIMEDOUT) */
+    int port = free_port();
+    fflush(stdout), fflush(stderr);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        pthread_t th;
+        if (pthread_create(&th, NULL, set_abort_later, NULL))
+            _exit(2);
+        ftc_dist_opts_t o = {.world = 2, .tp = 1, .rank = 1, .host = "127.0.0.1", .port = port,
+                             .timeout_ms = 5000, .abort = &nccl_abort,
+                             .coll = FTC_DIST_COLL_NCCL};
+        ftc_dist_t *d = NULL;
+        ftc_err_t e = {0};
+        int rc = ftc_dist_join(&o, &d, &e);
+        fprintf(stderr, "rank 1: rc %d: %s\n", rc, e.msg);
+        pthread_join(th, NULL);
+        ftc_dist_destroy(d);
+        _exit(rc == FTC_ECANCELED ? 0 : 1);
+    }
+    int st = wait_child(pid, 60);
+    assert_true(WIFEXITED(st));
+    if (WEXITSTATUS(st) != 0)
+        fail_msg("the aborted --coll nccl join did not end FTC_ECANCELED (status %d)",
+                 WEXITSTATUS(st));
+}
+
 static void test_rendezvous_dp2_tp2(void **state)
 {
     (void)state;
@@ -438,6 +485,7 @@ int main(void)
         cmocka_unit_test(test_rendezvous_malformed_blob),
         cmocka_unit_test(test_rendezvous_dp2_tp2),
         cmocka_unit_test(test_rendezvous_stray_connections),
+        cmocka_unit_test(test_nccl_tcp_join_honours_abort),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
