@@ -351,6 +351,16 @@ static int ftc__rdzv_port(void)
     return atoi(p) + (a && !strcasecmp(a, "true") ? 1 : 0);
 }
 
+/* The job id the TCP rendezvous checks every rank against: FTC_JOB_ID (ftc
+ * run), else TORCHELASTIC_RUN_ID (torchrun), else none. */
+static const char *ftc__rdzv_job(void)
+{
+    const char *j = getenv("FTC_JOB_ID");
+    if (!j || !*j)
+        j = getenv("TORCHELASTIC_RUN_ID");
+    return j && *j ? j : NULL;
+}
+
 /* In-process recovery (`ftc run --in-process`, plugins/inproc.h): the
  * supervisor's SIGUSR1 aborts the collectives of the current group. The
  * handler may run on any thread: the main thread clears the pointers and
@@ -619,7 +629,9 @@ generation:
                                 .timeout_ms = g.coll_timeout_ms > 60000 ? (int)g.coll_timeout_ms
                                                                         : 60000,
                                 .abort = inproc ? &ftc__ip_join_abort : NULL,
-                                .coll = coll_kind, .cuda_device = cuda_dev};
+                                .coll = coll_kind, .cuda_device = cuda_dev,
+                                .job = ftc__rdzv_job(),
+                                .generation = ftc__env_u64("FTC_GENERATION", 0)};
         if ((!dopt.dir || !*dopt.dir) && (!dopt.host || !*dopt.host || dopt.port < 1)) {
             ec = ftc_cli_usage_error(cmd, "rank %d of %d: set MASTER_ADDR and MASTER_PORT (the "
                                           "rendezvous on rank 0), or run ftc train --nproc N",

@@ -22,7 +22,11 @@
  *     connection closes, and of two connections claiming a rank keeps the
  *     one accepted later;
  *   - a --coll nccl join over the TCP rendezvous (the NCCL ids' exchange)
- *     ends FTC_ECANCELED when its abort flag is raised, not at its deadline.
+ *     ends FTC_ECANCELED when its abort flag is raised, not at its deadline;
+ *   - rank 0 refuses the hello of another job (FTC_ECONFIG), of another
+ *     generation (FTC_ESTALE), of another world size or with a rank out of
+ *     range, telling the refused rank both values at once; a refused hello
+ *     takes no rank's place: the real ranks still form the job.
  */
 #include "ftc_test.h"
 
@@ -119,8 +123,9 @@ static void test_rendezvous_connect_deadline(void **state)
         uint8_t table[2 * FTC_DIST_BLOB_MAX];
         size_t lens[2];
         ftc_err_t e = {0};
-        int rc = ftc_dist_rendezvous_tcp("127.0.0.1", port, 1, 2, "x", 1, table, lens,
-                                         ftc_deadline_in_ms(500), &e);
+        ftc_dist_rdzv_opts_t ro = FTC_DIST_RDZV_OPTS_INIT;
+        ro.host = "127.0.0.1", ro.port = port, ro.rank = 1, ro.world = 2;
+        int rc = ftc_dist_rendezvous_tcp(&ro, "x", 1, table, lens, ftc_deadline_in_ms(500), &e);
         fprintf(stderr, "rank 1: rc %d: %s\n", rc, e.msg);
         _exit(rc == FTC_ETIMEDOUT ? 0 : 1);
     }
@@ -199,22 +204,29 @@ static void test_rendezvous_malformed_blob(void **state)
     }
     int fd = accept4(ls, NULL, NULL, SOCK_CLOEXEC);
     assert_true(fd >= 0);
-    uint32_t hdr[3];
-    io_exact(fd, hdr, sizeof hdr, 0);
-    assert_int_equal(hdr[1], 3);
-    assert_true(hdr[2] > 0 && hdr[2] <= FTC_DIST_BLOB_MAX);
-    uint8_t blob[FTC_DIST_BLOB_MAX];
-    io_exact(fd, blob, hdr[2], 0);
+    uint8_t hb[FTC__DIST_HELLO_MAX];
+    ftc__dist_hello_t h;
+    char why[256];
+    size_t got = 0;
+    int st = 0;
+    while (st == 0) {
+        io_exact(fd, hb + got, 1, 0);
+        st = ftc__dist_hello_parse(hb, ++got, &h, why, sizeof why);
+    }
+    assert_int_equal(st, 1);
+    assert_int_equal(h.rank, 3);
     /* ranks 1 and 3 (rank 3's DP group) get rank 3's own blob; rank 2 (its
      * TP group) a blob of 4 bytes whose first address claims 65535 bytes */
-    uint8_t bad[4] = {0xff, 0xff, 0, 0};
+    uint8_t bad[4] = {0xff, 0xff, 0, 0}, zero[4] = {0};
+    io_exact(fd, zero, 4, 1); /* status: the table follows */
     for (int q = 0; q < 4; q++) {
-        const uint8_t *b = q == 2 ? bad : blob;
-        uint32_t l = q == 2 ? (uint32_t)sizeof bad : hdr[2];
-        io_exact(fd, &l, 4, 1);
+        const uint8_t *b = q == 2 ? bad : h.blob;
+        uint32_t l = q == 2 ? (uint32_t)sizeof bad : (uint32_t)h.bloblen;
+        uint8_t l4[4] = {(uint8_t)l, (uint8_t)(l >> 8), 0, 0};
+        io_exact(fd, l4, 4, 1);
         io_exact(fd, (void *)(uintptr_t)b, l, 1);
     }
-    int st = wait_child(pid, 60);
+    st = wait_child(pid, 60);
     close(fd);
     close(ls);
     assert_true(WIFEXITED(st));
@@ -259,10 +271,11 @@ static int connect_retry(int port, char *local, size_t cap)
 
 #define STRAY_DL_MS 20000
 
-/* One rank of test_rendezvous_stray_connections: joins with blob
- * "blob of rank R" and checks every rank's blob in the table. Exit 0 when
- * the table is right. */
-static void stray_rank(int port, int rank, int world)
+/* One rank of job `job`, generation gen: joins with blob "blob of rank R".
+ * want_rc 0: exit 0 when every rank's blob is right in the table; else exit
+ * 0 when the join failed want_rc with a message naming want1 and want2. */
+static void job_rank(int port, int rank, int world, const char *job, uint64_t gen, int want_rc,
+                     const char *want1, const char *want2)
 {
     char blob[32];
     uint8_t *table = calloc((size_t)world, FTC_DIST_BLOB_MAX);
@@ -271,12 +284,17 @@ static void stray_rank(int port, int rank, int world)
         _exit(2);
     snprintf(blob, sizeof blob, "blob of rank %d", rank);
     ftc_err_t e = {0};
-    int rc = ftc_dist_rendezvous_tcp("127.0.0.1", port, rank, world, blob, strlen(blob), table,
-                                     lens, ftc_deadline_in_ms(STRAY_DL_MS), &e);
-    if (rc < 0) {
-        fprintf(stderr, "rank %d: rc %d: %s\n", rank, rc, e.msg);
+    ftc_dist_rdzv_opts_t ro = FTC_DIST_RDZV_OPTS_INIT;
+    ro.host = "127.0.0.1", ro.port = port, ro.rank = rank, ro.world = world;
+    ro.job = job, ro.generation = gen;
+    int rc = ftc_dist_rendezvous_tcp(&ro, blob, strlen(blob), table, lens,
+                                     ftc_deadline_in_ms(STRAY_DL_MS), &e);
+    fprintf(stderr, "rank %d (job '%s', generation %llu): rc %d: %s\n", rank, job ? job : "",
+            (unsigned long long)gen, rc, e.msg);
+    if (want_rc)
+        _exit(rc == want_rc && strstr(e.msg, want1) && strstr(e.msg, want2) ? 0 : 1);
+    if (rc < 0)
         _exit(1);
-    }
     for (int q = 0; q < world; q++) {
         snprintf(blob, sizeof blob, "blob of rank %d", q);
         if (lens[q] != strlen(blob) || memcmp(table + (size_t)q * FTC_DIST_BLOB_MAX, blob,
@@ -287,6 +305,23 @@ static void stray_rank(int port, int rank, int world)
         }
     }
     _exit(0);
+}
+
+static void stray_rank(int port, int rank, int world)
+{
+    job_rank(port, rank, world, NULL, 0, 0, NULL, NULL);
+}
+
+/* A hello (trainer/dist.h) of rank of world, job, gen with blob. */
+static size_t hello(uint8_t *out, int rank, int world, const char *job, uint64_t gen,
+                    const char *blob)
+{
+    ftc__dist_hello_t h = {.rank = (uint32_t)rank, .world = (uint32_t)world, .generation = gen,
+                           .blob = (const uint8_t *)blob, .bloblen = strlen(blob)};
+    snprintf(h.job, sizeof h.job, "%s", job);
+    size_t n = ftc__dist_hello_encode(&h, out, FTC__DIST_HELLO_MAX);
+    assert_true(n > 0);
+    return n;
 }
 
 static void test_rendezvous_stray_connections(void **state)
@@ -319,21 +354,16 @@ static void test_rendezvous_stray_connections(void **state)
     uint32_t junk[3] = {0x20544547u /* "GET " */, 1, 1};
     io_exact(garbage, junk, sizeof junk, 1);
     int half = connect_retry(port, half_at, sizeof half_at);
-    uint32_t magic = 0x46544352u; /* RDZV_MAGIC */
-    io_exact(half, &magic, 4, 1);
+    io_exact(half, "FTC2", 4, 1);
     close(half);
-    const char *db = "dead blob of rank 1", *eb = "early blob of rank 2";
+    uint8_t hb[FTC__DIST_HELLO_MAX];
     int dead = connect_retry(port, dead_at, sizeof dead_at);
-    uint32_t dhdr[3] = {magic, 1, (uint32_t)strlen(db)};
-    io_exact(dead, dhdr, sizeof dhdr, 1);
-    io_exact(dead, (void *)(uintptr_t)db, strlen(db), 1);
+    io_exact(dead, hb, hello(hb, 1, 3, "", 0, "dead blob of rank 1"), 1);
     close(dead);
     /* rank 2's first try: registers and stays open; then the real rank 2
      * connects again and must win over it */
     int early = connect_retry(port, early_at, sizeof early_at);
-    uint32_t ehdr[3] = {magic, 2, (uint32_t)strlen(eb)};
-    io_exact(early, ehdr, sizeof ehdr, 1);
-    io_exact(early, (void *)(uintptr_t)eb, strlen(eb), 1);
+    io_exact(early, hb, hello(hb, 2, 3, "", 0, "early blob of rank 2"), 1);
     pids[2] = fork();
     assert_true(pids[2] >= 0);
     if (pids[2] == 0)
@@ -376,8 +406,128 @@ static void test_rendezvous_stray_connections(void **state)
     for (int i = 0; i < 5; i++)
         if (!strstr(log, at[i]))
             fail_msg("rank 0's warnings do not name the connection from %s", at[i]);
-    assert_non_null(strstr(log, "not an ftc rendezvous header"));
+    assert_non_null(strstr(log, "not an ftc rendezvous hello"));
     assert_non_null(strstr(log, "two connections claim rank 2"));
+}
+
+/* Forks job_rank(port, rank, world, job, gen, want_rc, want1, want2). */
+static pid_t fork_rank(int port, int rank, int world, const char *job, uint64_t gen, int want_rc,
+                       const char *want1, const char *want2)
+{
+    fflush(stdout), fflush(stderr);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        job_rank(port, rank, world, job, gen, want_rc, want1, want2);
+    return pid;
+}
+
+static void expect_exit0(pid_t pid, const char *what)
+{
+    int st = wait_child(pid, 60);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        fail_msg("%s: status 0x%x", what, st);
+}
+
+static void test_rendezvous_foreign_job(void **state)
+{
+    (void)state;
+    /* rank 0 of job "jobA" (2 ranks); a rank 1 of job "jobB" is refused at
+     * once (FTC_ECONFIG naming both ids), and the real rank 1 still joins */
+    int port = free_port();
+    pid_t r0 = fork_rank(port, 0, 2, "jobA", 0, 0, NULL, NULL);
+    expect_exit0(fork_rank(port, 1, 2, "jobB", 0, FTC_ECONFIG, "'jobA'", "'jobB'"),
+                 "rank 1 of job jobB: not refused FTC_ECONFIG naming both job ids");
+    expect_exit0(fork_rank(port, 1, 2, "jobA", 0, 0, NULL, NULL), "the real rank 1");
+    expect_exit0(r0, "rank 0");
+}
+
+static void test_rendezvous_stale_generation(void **state)
+{
+    (void)state;
+    /* rank 0 of generation 3: a rank of generation 2, and one of generation
+     * 4, are refused at once (FTC_ESTALE naming both generations); the real
+     * rank 1 of generation 3 still joins */
+    int port = free_port();
+    pid_t r0 = fork_rank(port, 0, 2, "job", 3, 0, NULL, NULL);
+    expect_exit0(fork_rank(port, 1, 2, "job", 2, FTC_ESTALE, "generation is 2", "is 3"),
+                 "rank 1 of generation 2: not refused FTC_ESTALE naming both generations");
+    expect_exit0(fork_rank(port, 1, 2, "job", 4, FTC_ESTALE, "generation is 4", "is 3"),
+                 "rank 1 of generation 4: not refused FTC_ESTALE naming both generations");
+    expect_exit0(fork_rank(port, 1, 2, "job", 3, 0, NULL, NULL), "the real rank 1");
+    expect_exit0(r0, "rank 0");
+}
+
+/* Reads rank 0's refusal from fd: returns its code, why gets its message;
+ * 0 when rank 0 sent a table (status 0) instead; 1 when it sent nothing. */
+static int read_refusal(int fd, char *why, size_t cap)
+{
+    struct pollfd p = {fd, POLLIN, 0};
+    uint8_t b[4 + 2 + 512];
+    size_t got = 0;
+    while (poll(&p, 1, 2 * STRAY_DL_MS) == 1) {
+        ssize_t k = recv(fd, b + got, sizeof b - got, 0);
+        if (k <= 0)
+            break;
+        got += (size_t)k;
+    }
+    if (got < 4)
+        return 1;
+    uint32_t code = b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+    if (code == 0)
+        return 0;
+    size_t wl = got >= 6 ? (size_t)(b[4] | b[5] << 8) : 0;
+    snprintf(why, cap, "%.*s", (int)(wl <= got - 6 ? wl : got - 6), (const char *)b + 6);
+    return -(int)code;
+}
+
+static void test_rendezvous_refused_rank_takes_no_slot(void **state)
+{
+    (void)state;
+    /* rank 0 of 3 of job "jobA", generation 1, and the real rank 1; then
+     * four well-formed hellos that rank 0 must refuse, each held open: rank 1
+     * of job "jobB", rank 2 of generation 0, rank 1 of a world of 4 and rank
+     * 3 (outside 1..2). None may displace rank 1 (of two connections of one
+     * rank the later is kept) nor fill rank 2's place: each gets its refusal,
+     * and the real rank 2 completes the job with the real blobs */
+    int port = free_port();
+    pid_t r0 = fork_rank(port, 0, 3, "jobA", 1, 0, NULL, NULL);
+    pid_t r1 = fork_rank(port, 1, 3, "jobA", 1, 0, NULL, NULL);
+    struct {
+        int rank, world;
+        const char *job;
+        uint64_t gen;
+        int code;
+        const char *names1, *names2;
+    } bad[] = {
+        {1, 3, "jobB", 1, FTC_ECONFIG, "'jobB'", "'jobA'"},
+        {2, 3, "jobA", 0, FTC_ESTALE, "generation is 0", "is 1"},
+        {1, 4, "jobA", 1, FTC_ECONFIG, "world size is 4", "is 3"},
+        {3, 3, "jobA", 1, FTC_ECONFIG, "rank 3", "1..2"},
+    };
+    int fds[4];
+    uint8_t hb[FTC__DIST_HELLO_MAX];
+    char at[64];
+    for (int i = 0; i < 4; i++) {
+        fds[i] = connect_retry(port, at, sizeof at);
+        io_exact(fds[i], hb, hello(hb, bad[i].rank, bad[i].world, bad[i].job, bad[i].gen,
+                                   "impostor's blob"), 1);
+    }
+    char why[600];
+    for (int i = 0; i < 4; i++) {
+        int code = read_refusal(fds[i], why, sizeof why);
+        if (code != bad[i].code || !strstr(why, bad[i].names1) || !strstr(why, bad[i].names2))
+            fail_msg("hello %d (rank %d of %d, job %s, generation %llu): answered %d '%s', not "
+                     "%s naming %s and %s", i, bad[i].rank, bad[i].world, bad[i].job,
+                     (unsigned long long)bad[i].gen, code, code < 0 ? why : "",
+                     ftc_errname(bad[i].code), bad[i].names1, bad[i].names2);
+    }
+    pid_t r2 = fork_rank(port, 2, 3, "jobA", 1, 0, NULL, NULL);
+    expect_exit0(r2, "the real rank 2");
+    expect_exit0(r1, "the real rank 1 (displaced by a refused hello?)");
+    expect_exit0(r0, "rank 0");
+    for (int i = 0; i < 4; i++)
+        close(fds[i]);
 }
 
 static atomic_int nccl_abort;
@@ -486,6 +636,9 @@ int main(void)
         cmocka_unit_test(test_rendezvous_dp2_tp2),
         cmocka_unit_test(test_rendezvous_stray_connections),
         cmocka_unit_test(test_nccl_tcp_join_honours_abort),
+        cmocka_unit_test(test_rendezvous_foreign_job),
+        cmocka_unit_test(test_rendezvous_stale_generation),
+        cmocka_unit_test(test_rendezvous_refused_rank_takes_no_slot),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
