@@ -285,12 +285,79 @@ static void conn_close(rdzv_conn_t *k)
     k->fd = -1, k->rank = -1, k->got = 0, k->h.size = 0;
 }
 
+/* Sends ans (alen bytes) to every rank 1..world-1 (cs[by_rank[r]]) at once:
+ * non-blocking sends as each socket has room, all in one poll loop, so a
+ * rank that reads slowly or not at all holds up no other (one after another,
+ * it kept every rank after it waiting past the deadline). A rank whose
+ * connection fails is named and the others still get theirs; so are the
+ * ranks not done at the deadline or the abort. pf and pk have world slots. */
+static int send_answer(rdzv_conn_t *cs, const int *by_rank, int world, const uint8_t *ans,
+                       size_t alen, struct pollfd *pf, int *pk, ftc_deadline_t dl,
+                       const atomic_int *ab, ftc_err_t *err)
+{
+    size_t *sent = calloc((size_t)world, sizeof *sent);
+    if (!sent)
+        return ftc_err_set(err, FTC_ENOMEM, "rendezvous: out of memory");
+    int todo = world - 1, rc = 0, failed = 0;
+    while (todo > 0) {
+        int stop = ab && atomic_load(ab) ? FTC_ECANCELED : 0;
+        int64_t left = ftc_deadline_remaining_ms(dl);
+        if (!stop && left <= 0)
+            stop = FTC_ETIMEDOUT;
+        if (stop) {
+            int first = -1;
+            for (int r = 1; r < world && first < 0; r++)
+                if (sent[r] < alen)
+                    first = r;
+            rc = ftc_err_set(err, stop, "rendezvous: rank 0 %s before %d rank%s had the table "
+                             "(first: rank %d at %s, %zu of %zu bytes sent: it does not read?)",
+                             stop == FTC_ECANCELED ? "was aborted" : "reached the deadline",
+                             todo, todo == 1 ? "" : "s", first, cs[by_rank[first]].peer,
+                             sent[first], alen);
+            break;
+        }
+        int np = 0;
+        for (int r = 1; r < world; r++)
+            if (sent[r] < alen)
+                pk[np] = r, pf[np++] = (struct pollfd){cs[by_rank[r]].fd, POLLOUT, 0};
+        int pr = poll(pf, (nfds_t)np, left > 100 ? 100 : (int)left);
+        if (pr < 0 && errno != EINTR) {
+            rc = ftc_err_errno(err, errno, "rendezvous: rank 0: poll");
+            break;
+        }
+        for (int j = 0; j < np && pr > 0; j++) {
+            if (!pf[j].revents)
+                continue;
+            int r = pk[j];
+            ssize_t k = send(pf[j].fd, ans + sent[r], alen - sent[r], MSG_NOSIGNAL);
+            if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+                continue;
+            if (k <= 0) {
+                /* this rank is gone; the others still get the table (and find
+                 * out about it when they build their groups) */
+                int e = k < 0 ? errno : EPIPE;
+                if (!failed++)
+                    rc = ftc_err_set(err, FTC_EIO, "rendezvous: sending the table to rank %d "
+                                     "at %s failed (%s)", r, cs[by_rank[r]].peer, strerror(e));
+                sent[r] = alen;
+            } else {
+                sent[r] += (size_t)k;
+            }
+            todo -= sent[r] == alen;
+        }
+    }
+    free(sent);
+    return rc;
+}
+
 static int rdzv_server(const struct sockaddr_storage *sa, socklen_t salen,
                        const ftc_dist_rdzv_opts_t *o, const void *blob, size_t len,
                        uint8_t *table, size_t *lens, ftc_deadline_t dl, ftc_err_t *err)
 {
     int world = o->world;
     const atomic_int *ab = o->abort;
+    const char *sb = getenv("FTC_TEST_RDZV_SNDBUF"); /* tests: each connection's SO_SNDBUF */
+    int sndbuf = sb && *sb ? atoi(sb) : 0;
     int ls = socket(sa->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (ls < 0)
         return ftc_err_errno(err, errno, "rendezvous: socket");
@@ -418,6 +485,8 @@ static int rdzv_server(const struct sockaddr_storage *sa, socklen_t salen,
                 conn_close(&cs[idle]);
                 slot = idle;
             }
+            if (sndbuf > 0) /* tests: a slow reader fills it quickly */
+                setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
             rdzv_conn_t *k = &cs[slot];
             k->fd = fd, k->rank = -1, k->got = 0, k->last_ns = ftc_now_ns();
             k->seq = ++accepted;
@@ -469,12 +538,8 @@ static int rdzv_server(const struct sockaddr_storage *sa, socklen_t salen,
             at += 4 + lens[q];
         }
     }
-    for (int r = 1; r < world && rc == 0; r++) {
-        rc = io_all(cs[by_rank[r]].fd, ans, alen, 1, dl, ab);
-        if (rc < 0)
-            ftc_err_set(err, rc, "rendezvous: sending the table to rank %d at %s failed", r,
-                        cs[by_rank[r]].peer);
-    }
+    if (rc == 0)
+        rc = send_answer(cs, by_rank, world, ans, alen, pf, pk, dl, ab, err);
     free(ans);
     for (int i = 0; i < cap; i++)
         conn_close(&cs[i]);

@@ -22,7 +22,9 @@
  *     rank outside 1..world-1 (FTC_ECONFIG): it answers with the code and a
  *     message naming both values, which the refused rank returns at once,
  *     warns naming the connection's address, and closes it; a refused
- *     connection takes no rank's place. Rank 0 reads all
+ *     connection takes no rank's place. Rank 0 sends the table to all
+ *     ranks at once (non-blocking, one poll loop), so a rank that does not
+ *     read it holds up no other; it is named at the deadline. Rank 0 reads all
  *     its connections at once (one poll loop), so one that says nothing (a
  *     port scanner, a half-dead rank) holds up no other; a connection that
  *     sends something else or closes is dropped with a warning naming its

@@ -26,7 +26,10 @@
  *   - rank 0 refuses the hello of another job (FTC_ECONFIG), of another
  *     generation (FTC_ESTALE), of another world size or with a rank out of
  *     range, telling the refused rank both values at once; a refused hello
- *     takes no rank's place: the real ranks still form the job.
+ *     takes no rank's place: the real ranks still form the job;
+ *   - rank 0 sends the table to every rank at once: one that does not read
+ *     it (its buffers shrunk, FTC_TEST_RDZV_SNDBUF) holds up no other, and
+ *     rank 0 fails at the deadline naming it.
  */
 #include "ftc_test.h"
 
@@ -530,6 +533,124 @@ static void test_rendezvous_refused_rank_takes_no_slot(void **state)
         close(fds[i]);
 }
 
+#define SLOW_WORLD 20
+
+/* rank q's blob in test_rendezvous_slow_rank_stalls_no_other: 1024 bytes */
+static void slow_blob(int q, uint8_t *b)
+{
+    for (int i = 0; i < FTC_DIST_BLOB_MAX; i++)
+        b[i] = (uint8_t)(q * 31 + i);
+}
+
+static void test_rendezvous_slow_rank_stalls_no_other(void **state)
+{
+    (void)state;
+    /* rank 0 of 20 (in a child, its sockets' send buffers shrunk with
+     * FTC_TEST_RDZV_SNDBUF) and ranks 1..19 as raw connections with 1024-byte
+     * blobs: the answer (~20 KiB) does not fit rank 1's buffers, and rank 1
+     * never reads it. Ranks 2..19 must still get the whole table (sent one
+     * rank after another, they waited behind rank 1 until rank 0's deadline
+     * and got nothing); rank 0 then fails naming rank 1. */
+    int port = free_port();
+    fflush(stdout), fflush(stderr);
+    pid_t r0 = fork();
+    assert_true(r0 >= 0);
+    if (r0 == 0) {
+        setenv("FTC_TEST_RDZV_SNDBUF", "2048", 1);
+        uint8_t *table = calloc(SLOW_WORLD, FTC_DIST_BLOB_MAX), blob[FTC_DIST_BLOB_MAX];
+        size_t lens[SLOW_WORLD];
+        slow_blob(0, blob);
+        ftc_dist_rdzv_opts_t ro = FTC_DIST_RDZV_OPTS_INIT;
+        ro.host = "127.0.0.1", ro.port = port, ro.rank = 0, ro.world = SLOW_WORLD;
+        ftc_err_t e = {0};
+        int rc = ftc_dist_rendezvous_tcp(&ro, blob, sizeof blob, table, lens,
+                                         ftc_deadline_in_ms(5000), &e);
+        fprintf(stderr, "rank 0: rc %d: %s\n", rc, e.msg);
+        _exit(rc == FTC_ETIMEDOUT && strstr(e.msg, "rank 1 ") ? 0 : 1);
+    }
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+                             .sin_port = htons((uint16_t)port)};
+    int fds[SLOW_WORLD];
+    uint8_t hb[FTC__DIST_HELLO_MAX], blob[FTC_DIST_BLOB_MAX + 1];
+    for (int r = 1; r < SLOW_WORLD; r++) {
+        for (int i = 0;; i++) { /* until rank 0 listens */
+            fds[r] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+            assert_true(fds[r] >= 0);
+            int small = 1024; /* rank 1: a small window, set before the handshake */
+            if (r == 1)
+                assert_int_equal(setsockopt(fds[r], SOL_SOCKET, SO_RCVBUF, &small, sizeof small),
+                                 0);
+            if (connect(fds[r], (struct sockaddr *)&sa, sizeof sa) == 0)
+                break;
+            close(fds[r]);
+            if (i == 3000)
+                fail_msg("nobody listened on 127.0.0.1:%d within 30 s", port);
+            ftc_sleep_ms(10);
+        }
+        slow_blob(r, blob);
+        blob[FTC_DIST_BLOB_MAX] = 0;
+        ftc__dist_hello_t h = {.rank = (uint32_t)r, .world = SLOW_WORLD, .blob = blob,
+                               .bloblen = FTC_DIST_BLOB_MAX};
+        size_t n = ftc__dist_hello_encode(&h, hb, sizeof hb);
+        assert_true(n > 0);
+        io_exact(fds[r], hb, n, 1);
+    }
+    /* read ranks 2..19's answers side by side; rank 1's is never read */
+    const size_t alen = 4 + SLOW_WORLD * (4 + FTC_DIST_BLOB_MAX);
+    uint8_t *got[SLOW_WORLD] = {0};
+    size_t have[SLOW_WORLD] = {0};
+    int open_ = SLOW_WORLD - 2;
+    for (int r = 2; r < SLOW_WORLD; r++) {
+        got[r] = malloc(alen);
+        assert_non_null(got[r]);
+    }
+    uint64_t t0 = ftc_now_ns();
+    while (open_ > 0 && ftc_now_ns() - t0 < 30ull * 1000000000ull) { /* backstop */
+        struct pollfd pf[SLOW_WORLD];
+        int pr[SLOW_WORLD], np = 0;
+        for (int r = 2; r < SLOW_WORLD; r++)
+            if (have[r] < alen && fds[r] >= 0)
+                pr[np] = r, pf[np++] = (struct pollfd){fds[r], POLLIN, 0};
+        if (poll(pf, (nfds_t)np, 100) <= 0)
+            continue;
+        for (int j = 0; j < np; j++) {
+            if (!pf[j].revents)
+                continue;
+            int r = pr[j];
+            ssize_t k = recv(fds[r], got[r] + have[r], alen - have[r], 0);
+            if (k <= 0) { /* closed before the whole answer */
+                close(fds[r]);
+                fds[r] = -1;
+                open_--;
+                continue;
+            }
+            have[r] += (size_t)k;
+            open_ -= have[r] == alen;
+        }
+    }
+    int st = wait_child(r0, 60);
+    for (int r = 1; r < SLOW_WORLD; r++)
+        if (fds[r] >= 0)
+            close(fds[r]);
+    for (int r = 2; r < SLOW_WORLD; r++) {
+        if (have[r] != alen)
+            fail_msg("rank %d got %zu of the %zu bytes of its answer (held up behind rank 1, "
+                     "which does not read?)", r, have[r], alen);
+        const uint8_t *a = got[r];
+        assert_int_equal(a[0] | a[1] | a[2] | a[3], 0); /* status: the table follows */
+        for (int q = 0; q < SLOW_WORLD; q++) {
+            const uint8_t *e = a + 4 + (size_t)q * (4 + FTC_DIST_BLOB_MAX);
+            slow_blob(q, blob);
+            if (e[0] != (FTC_DIST_BLOB_MAX & 0xff) || e[1] != FTC_DIST_BLOB_MAX >> 8 || e[2] ||
+                e[3] || memcmp(e + 4, blob, FTC_DIST_BLOB_MAX))
+                fail_msg("rank %d: the table's entry for rank %d is wrong", r, q);
+        }
+        free(got[r]);
+    }
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        fail_msg("rank 0: status 0x%x (not FTC_ETIMEDOUT naming rank 1?)", st);
+}
+
 static atomic_int nccl_abort;
 
 static void *set_abort_later(void *arg)
@@ -639,6 +760,7 @@ int main(void)
         cmocka_unit_test(test_rendezvous_foreign_job),
         cmocka_unit_test(test_rendezvous_stale_generation),
         cmocka_unit_test(test_rendezvous_refused_rank_takes_no_slot),
+        cmocka_unit_test(test_rendezvous_slow_rank_stalls_no_other),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
