@@ -337,18 +337,52 @@ static int ftc__launch(const ftc_cli_cmd_t *cmd, int argc, char **argv, int n, u
     return ec;
 }
 
-/* MASTER_PORT, or the one after it when torchrun's agent holds MASTER_PORT
- * (TORCHELASTIC_USE_AGENT_STORE=True); FTC_RDZV_PORT overrides. */
-static int ftc__rdzv_port(void)
+/* An integer from the environment, strictly (ftc_parse_int): unset or empty
+ * gives dflt; anything but a whole decimal number in lo..hi ("12abc", "-1",
+ * "70000" for a port) is FTC_ECONFIG naming the variable, not atoi's silent
+ * 0 or leading digits. */
+static int ftc__env_num(const char *name, int64_t lo, int64_t hi, int64_t dflt, int64_t *out,
+                        ftc_err_t *err)
 {
-    const char *p = getenv("FTC_RDZV_PORT");
-    if (p && *p)
-        return atoi(p);
-    p = getenv("MASTER_PORT");
-    if (!p || !*p)
+    const char *v = getenv(name);
+    *out = dflt;
+    if (!v || !*v)
         return 0;
-    const char *a = getenv("TORCHELASTIC_USE_AGENT_STORE");
-    return atoi(p) + (a && !strcasecmp(a, "true") ? 1 : 0);
+    int rc = ftc_parse_int(v, lo, hi, out);
+    if (rc < 0)
+        return ftc_err_set(err, FTC_ECONFIG, "%s='%s' is %s: it must be a whole number in "
+                           "%" PRId64 "..%" PRId64, name, v,
+                           rc == FTC_ERANGE ? "out of range" : "not a whole decimal number",
+                           lo, hi);
+    return 0;
+}
+
+/* MASTER_PORT, or the one after it when torchrun's agent holds MASTER_PORT
+ * (TORCHELASTIC_USE_AGENT_STORE=True); FTC_RDZV_PORT overrides. *port 0 when
+ * none is set; FTC_ECONFIG naming the variable for one that is no port. */
+static int ftc__rdzv_port(int *port, ftc_err_t *err)
+{
+    int64_t p = 0;
+    const char *o = getenv("FTC_RDZV_PORT");
+    int rc = o && *o ? ftc__env_num("FTC_RDZV_PORT", 1, 65535, 0, &p, err) : 0;
+    if (rc == 0 && !(o && *o)) {
+        const char *a = getenv("TORCHELASTIC_USE_AGENT_STORE");
+        int plus = a && !strcasecmp(a, "true");
+        rc = ftc__env_num("MASTER_PORT", 1, 65535 - plus, 0, &p, err);
+        p += p ? plus : 0;
+    }
+    *port = (int)p;
+    return rc;
+}
+
+/* The job id the TCP rendezvous checks every rank against: FTC_JOB_ID (ftc
+ * run), else TORCHELASTIC_RUN_ID (torchrun), else none. */
+static const char *ftc__rdzv_job(void)
+{
+    const char *j = getenv("FTC_JOB_ID");
+    if (!j || !*j)
+        j = getenv("TORCHELASTIC_RUN_ID");
+    return j && *j ? j : NULL;
 }
 
 /* In-process recovery (`ftc run --in-process`, plugins/inproc.h): the
@@ -561,8 +595,15 @@ generation:
     t_gen = ftc_now_ns();
     t_groups = t_restored = 0;
     timed = false;
+    {
+        int64_t g64 = 0; /* ftc run's incarnation (the assignment's, in-process) */
+        if (ftc__env_num("FTC_GENERATION", 0, INT64_MAX, 0, &g64, &err) < 0) {
+            ec = ftc_cli_usage_error(cmd, "%s", ftc_err_str(&err));
+            goto out;
+        }
+        gen = (uint64_t)g64;
+    }
     if (inproc) {
-        gen = ftc__env_u64("FTC_GENERATION", 0);
         ftc_inproc_set_generation(gen);
         atomic_store(&ftc__ip_join_abort, 0);
         ftc_inproc_state_t ist = {.pid = getpid(), .gen = gen, .phase = FTC_INPROC_RUNNING};
@@ -594,10 +635,14 @@ generation:
     bool final = (uint64_t)rank < g.tp;
     int coll_kind = FTC_DIST_COLL_CPU, cuda_dev = -1; /* trainer/dist.h decides, and says why */
     char coll_why[256];
-    const char *lrank = getenv("LOCAL_RANK"), *lworld = getenv("LOCAL_WORLD_SIZE");
-    if (ftc_dist_coll_resolve(coll, g.backend, lrank ? atoi(lrank) : rank,
-                              lworld ? atoi(lworld) : world, &coll_kind, &cuda_dev, coll_why,
-                              sizeof coll_why, &err) < 0) {
+    int64_t lrank = rank, lworld = world;
+    if (ftc__env_num("LOCAL_WORLD_SIZE", 1, 65536, world, &lworld, &err) < 0 ||
+        ftc__env_num("LOCAL_RANK", 0, lworld - 1, rank, &lrank, &err) < 0) {
+        ec = ftc_cli_usage_error(cmd, "%s", ftc_err_str(&err));
+        goto out;
+    }
+    if (ftc_dist_coll_resolve(coll, g.backend, (int)lrank, (int)lworld, &coll_kind, &cuda_dev,
+                              coll_why, sizeof coll_why, &err) < 0) {
         ec = err.code == FTC_EINVAL ? ftc_cli_usage_error(cmd, "%s", ftc_err_str(&err))
                                     : ftc_cli_fail(cmd, "rank %d: %s", rank, ftc_err_str(&err));
         goto out;
@@ -612,14 +657,21 @@ generation:
             goto out;
         }
         g.deterministic = true; /* real DP sums gradients exactly */
+        const char *rdir = getenv("FTC_TRAIN_RDZV_DIR");
+        int port = 0;
+        if ((!rdir || !*rdir) && ftc__rdzv_port(&port, &err) < 0) {
+            ec = ftc_cli_usage_error(cmd, "rank %d of %d: %s", rank, world, ftc_err_str(&err));
+            goto out;
+        }
         ftc_dist_opts_t dopt = {.world = world, .tp = (int)g.tp, .rank = rank, .provider = NULL,
-                                .dir = getenv("FTC_TRAIN_RDZV_DIR"),
-                                .host = getenv("MASTER_ADDR"), .port = ftc__rdzv_port(),
+                                .dir = rdir, .host = getenv("MASTER_ADDR"), .port = port,
                                 /* slow starts on a loaded machine: at least a minute */
                                 .timeout_ms = g.coll_timeout_ms > 60000 ? (int)g.coll_timeout_ms
                                                                         : 60000,
                                 .abort = inproc ? &ftc__ip_join_abort : NULL,
-                                .coll = coll_kind, .cuda_device = cuda_dev};
+                                .coll = coll_kind, .cuda_device = cuda_dev,
+                                .job = ftc__rdzv_job(),
+                                .generation = gen};
         if ((!dopt.dir || !*dopt.dir) && (!dopt.host || !*dopt.host || dopt.port < 1)) {
             ec = ftc_cli_usage_error(cmd, "rank %d of %d: set MASTER_ADDR and MASTER_PORT (the "
                                           "rendezvous on rank 0), or run ftc train --nproc N",
@@ -779,7 +831,7 @@ generation:
      * T", "... step S at T" (T: wall-clock ms) */
     const char *tenv = getenv("FTC_TRAIN_TIMING");
     bool timing = tenv && *tenv && strcmp(tenv, "0");
-    unsigned long long tgen = ftc__env_u64("FTC_GENERATION", 0);
+    unsigned long long tgen = gen;
     if (timing) {
         uint64_t w = ftc_wall_ms(), now = ftc_now_ns();
         printf("TIMING rank %d gen %llu groups ms %.0f at %llu\n", rank, tgen,
@@ -848,7 +900,7 @@ generation:
             uint64_t now = ftc_now_ns();
             FTC_INFO("train", "recovery timing: rank %d generation %" PRIu64 ": groups %.1f ms, "
                      "restore %.1f ms, first step %.1f ms (from %s)", rank,
-                     gen ? gen : ftc__env_u64("FTC_GENERATION", 0),
+                     gen,
                      (double)(t_groups - t_gen) / 1e6, (double)(t_restored - t_groups) / 1e6,
                      (double)(now - t_restored) / 1e6,
                      continued ? "the assignment, in-process" : "the process start");

@@ -69,6 +69,21 @@ int ftc_parse_size(const char *s, int64_t *out)
     return 0;
 }
 
+int ftc_parse_int(const char *s, int64_t min, int64_t max, int64_t *out)
+{
+    if (!s || !*s || !(isdigit((unsigned char)*s) || *s == '-' || *s == '+'))
+        return FTC_EINVAL;
+    char *end;
+    errno = 0;
+    long long n = strtoll(s, &end, 10);
+    if (end == s || *end || !isdigit((unsigned char)end[-1]))
+        return FTC_EINVAL;
+    if (errno == ERANGE || n < min || n > max)
+        return FTC_ERANGE;
+    *out = n;
+    return 0;
+}
+
 static int ftc__cfg_lookup(const char *name)
 {
     for (int k = 0; k < FTC_CFG__COUNT; k++)

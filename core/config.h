@@ -142,4 +142,12 @@ void ftc_config_print(const ftc_config_t *cfg, FILE *out, bool help);
 /* "4MiB", "1G", "4096" -> bytes. 0 or FTC_EINVAL / FTC_ERANGE. */
 int ftc_parse_size(const char *s, int64_t *out);
 
+/* A whole decimal number in min..max, strictly: an optional sign and digits,
+ * nothing before or after them ("12abc", " 3", "0x10", "" are FTC_EINVAL; a
+ * number outside min..max, or past int64, is FTC_ERANGE). *out is written
+ * only on success. For environment variables such as MASTER_PORT, where
+ * atoi's silent 0 or truncation would be a wrong value instead of an error.
+ * Thread-safe. */
+int ftc_parse_int(const char *s, int64_t min, int64_t max, int64_t *out);
+
 #endif

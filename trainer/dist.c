@@ -9,6 +9,7 @@
 #include "trainer/kernels.h"
 
 #include <arpa/inet.h>
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -23,7 +24,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define RDZV_MAGIC 0x46544352u /* "FTCR" */
 
 int ftc_dist_layout(int world, int tp, int rank, ftc_dist_layout_t *l, ftc_err_t *err)
 {
@@ -91,19 +91,121 @@ static int resolve(const char *host, int port, struct sockaddr_storage *sa, sock
     return 0;
 }
 
+/* ---- the hello ----------------------------------------------------------- */
+
+static void put16(uint8_t *p, uint32_t v) { p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8); }
+static void put32(uint8_t *p, uint32_t v) { put16(p, v), put16(p + 2, v >> 16); }
+static void put64(uint8_t *p, uint64_t v)
+{
+    put32(p, (uint32_t)v), put32(p + 4, (uint32_t)(v >> 32));
+}
+static uint32_t get16(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8; }
+static uint32_t get32(const uint8_t *p) { return get16(p) | get16(p + 2) << 16; }
+static uint64_t get64(const uint8_t *p) { return get32(p) | (uint64_t)get32(p + 4) << 32; }
+
+size_t ftc__dist_hello_encode(const ftc__dist_hello_t *h, uint8_t *out, size_t cap)
+{
+    size_t jl = strnlen(h->job, sizeof h->job), n = FTC__DIST_HELLO_HDR + jl + h->bloblen;
+    if (jl > FTC_DIST_JOB_MAX || !h->bloblen || h->bloblen > FTC_DIST_BLOB_MAX || n > cap)
+        return 0;
+    memcpy(out, "FTC2", 4);
+    put32(out + 4, h->rank), put32(out + 8, h->world), put64(out + 12, h->generation);
+    put16(out + 20, (uint32_t)jl), put16(out + 22, (uint32_t)h->bloblen);
+    memcpy(out + FTC__DIST_HELLO_HDR, h->job, jl);
+    memcpy(out + FTC__DIST_HELLO_HDR + jl, h->blob, h->bloblen);
+    return n;
+}
+
+int ftc__dist_hello_parse(const uint8_t *b, size_t n, ftc__dist_hello_t *h, char *why,
+                          size_t cap)
+{
+    if (memcmp(b, "FTC2", n < 4 ? n : 4)) {
+        if (n >= 4 && !memcmp(b, "RCTF", 4))
+            snprintf(why, cap, "it sent the hello of an older ftc (version 1, \"FTCR\"), not "
+                     "version 2 (\"FTC2\"): every rank must run the same ftc");
+        else
+            snprintf(why, cap, "it sent something that is not an ftc rendezvous hello (it "
+                     "begins 0x%02x%02x%02x%02x, not \"FTC2\"; another program, or a port "
+                     "scanner?)", b[0], n > 1 ? b[1] : 0, n > 2 ? b[2] : 0, n > 3 ? b[3] : 0);
+        return FTC_EPROTO;
+    }
+    if (n < FTC__DIST_HELLO_HDR)
+        return 0;
+    size_t jl = get16(b + 20), bl = get16(b + 22);
+    if (jl > FTC_DIST_JOB_MAX) {
+        snprintf(why, cap, "its hello announces a job id of %zu bytes, over %d", jl,
+                 FTC_DIST_JOB_MAX);
+        return FTC_EPROTO;
+    }
+    if (bl == 0 || bl > FTC_DIST_BLOB_MAX) {
+        snprintf(why, cap, "its hello announces %zu bytes of addresses, not 1..%d (another ftc "
+                 "version?)", bl, FTC_DIST_BLOB_MAX);
+        return FTC_EPROTO;
+    }
+    if (n < FTC__DIST_HELLO_HDR + jl + bl)
+        return 0;
+    const uint8_t *job = b + FTC__DIST_HELLO_HDR;
+    for (size_t i = 0; i < jl; i++)
+        if (job[i] < 0x20 || job[i] > 0x7e) {
+            snprintf(why, cap, "byte %zu of its job id is 0x%02x, not printable ASCII", i,
+                     job[i]);
+            return FTC_EPROTO;
+        }
+    h->rank = get32(b + 4), h->world = get32(b + 8), h->generation = get64(b + 12);
+    memcpy(h->job, job, jl);
+    h->job[jl] = 0;
+    h->blob = job + jl, h->bloblen = bl;
+    h->size = FTC__DIST_HELLO_HDR + jl + bl;
+    return 1;
+}
+
+int ftc__dist_hello_check(const ftc__dist_hello_t *h, const char *job, uint64_t generation,
+                          int world, char *why, size_t cap)
+{
+    if (strcmp(h->job, job ? job : "")) {
+        snprintf(why, cap, "its job id is '%s', rank 0's is '%s' (FTC_JOB_ID, else "
+                 "TORCHELASTIC_RUN_ID: two jobs on one MASTER_ADDR:port?)", h->job,
+                 job ? job : "");
+        return FTC_ECONFIG;
+    }
+    if (h->generation != generation) {
+        snprintf(why, cap, "its generation is %llu, rank 0's is %llu (FTC_GENERATION: %s)",
+                 (unsigned long long)h->generation, (unsigned long long)generation,
+                 h->generation < generation ? "a rank of an earlier incarnation of the job"
+                                            : "rank 0 is of an earlier incarnation of the job");
+        return FTC_ESTALE;
+    }
+    if (h->world != (uint32_t)world) {
+        snprintf(why, cap, "its world size is %u, rank 0's is %d (WORLD_SIZE differs)",
+                 (unsigned)h->world, world);
+        return FTC_ECONFIG;
+    }
+    if (h->rank == 0 || h->rank >= (uint32_t)world) {
+        snprintf(why, cap, "it claims rank %u, outside 1..%d (rank 0 is the one listening)",
+                 (unsigned)h->rank, world - 1);
+        return FTC_ECONFIG;
+    }
+    return 0;
+}
+
+/* Rank 0's answer to a hello, little-endian: status u32 (0: the table
+ * follows, as world x [length u32][blob]; else -FTC_E* of a refusal, then a
+ * message: length u16, that many bytes). */
+#define RDZV_WHY_MAX 512
+
 /* One connection accepted by rank 0's rendezvous. Each is read as its bytes
  * arrive, all of them in one poll loop, so a connection that says nothing (a
  * port scanner, a half-dead rank, a rank of an earlier job still retrying)
  * holds up no other; its blob goes to the table only once the job forms. */
 typedef struct rdzv_conn {
     int fd;                         /* -1: free slot */
-    int rank;                       /* the rank it registered as; -1 until its blob is in */
-    size_t got;                     /* bytes received: the 12-byte header, then the blob */
-    uint32_t hdr[3];                /* RDZV_MAGIC, rank, blob length */
+    int rank;                       /* the rank it registered as; -1 until it is accepted */
+    size_t got;                     /* bytes of its hello received */
+    ftc__dist_hello_t h;            /* its hello once whole (h.size != 0), blob in buf */
     uint64_t last_ns;               /* accepted or last received at (which to evict) */
     uint64_t seq;                   /* accept order: of two claiming one rank, the later wins */
     char peer[80];                  /* "addr:port" of the other end, for the warnings */
-    uint8_t blob[FTC_DIST_BLOB_MAX];
+    uint8_t buf[FTC__DIST_HELLO_MAX];
 } rdzv_conn_t;
 
 /* Connections beyond one per rank that rank 0 keeps while they have not
@@ -124,68 +226,138 @@ static void peer_name(int fd, char *s, size_t cap)
     snprintf(s, cap, sa.ss_family == AF_INET6 ? "[%s]:%s" : "%s:%s", h, p);
 }
 
-/* Reads what k's peer sent, as much as is there. 1: its header and blob are
- * in (and nothing after them); 0: more to come; -1: the connection is no
- * good, why says so (also a registered rank that closed or sent more: a rank
- * says nothing after its blob until it has read the table). */
-static int conn_read(rdzv_conn_t *k, int world, char *why, size_t whycap)
+/* Reads what k's peer sent, as much as is there. 1: its hello is in (and
+ * nothing after it); 0: more to come; -1: the connection is no good, why
+ * says so (also one whose hello is in that closed or sent more: a rank says
+ * nothing after its hello until it has read the answer). */
+static int conn_read(rdzv_conn_t *k, char *why, size_t whycap)
 {
-    const size_t H = sizeof k->hdr;
     for (;;) {
-        int in = k->got > H && k->got == H + k->hdr[2];
+        int in = k->h.size && k->got == k->h.size;
         uint8_t c;
-        uint8_t *dst = in ? &c : k->got < H ? (uint8_t *)k->hdr + k->got : k->blob + (k->got - H);
-        size_t want = in ? 1 : k->got < H ? H - k->got : H + k->hdr[2] - k->got;
+        uint8_t *dst = in ? &c : k->buf + k->got;
+        size_t want = in ? 1 : sizeof k->buf - k->got;
         ssize_t n = recv(k->fd, dst, want, 0);
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
             return in;
         if (in) {
-            snprintf(why, whycap, "it registered as rank %u, then %s", (unsigned)k->hdr[1],
+            snprintf(why, whycap, "it sent its hello as rank %u, then %s", (unsigned)k->h.rank,
                      n == 0 ? "closed the connection before the table was sent"
-                     : n > 0 ? "sent bytes after its addresses"
+                     : n > 0 ? "sent bytes after its hello"
                              : strerror(errno));
             return -1;
         }
         if (n <= 0) {
-            snprintf(why, whycap, "%s after %zu bytes of its %s",
-                     n == 0 ? "it closed the connection" : strerror(errno), k->got,
-                     k->got < H ? "header" : "addresses");
+            snprintf(why, whycap, "%s after %zu bytes of its hello",
+                     n == 0 ? "it closed the connection" : strerror(errno), k->got);
             return -1;
         }
         k->got += (size_t)n;
         k->last_ns = ftc_now_ns();
-        if (k->got != H)
-            continue;
-        if (k->hdr[0] != RDZV_MAGIC) {
-            snprintf(why, whycap, "it sent something that is not an ftc rendezvous header (magic "
-                     "0x%08x; another program, or a port scanner?)", (unsigned)k->hdr[0]);
+        int st = ftc__dist_hello_parse(k->buf, k->got, &k->h, why, whycap);
+        if (st < 0)
+            return -1;
+        if (st > 0 && k->got > k->h.size) {
+            snprintf(why, whycap, "it sent %zu bytes after its hello as rank %u",
+                     k->got - k->h.size, (unsigned)k->h.rank);
             return -1;
         }
-        if (k->hdr[1] == 0 || k->hdr[1] >= (uint32_t)world) {
-            snprintf(why, whycap, "it claims rank %u, outside 1..%d (a rank of another job with "
-                     "another WORLD_SIZE?)", (unsigned)k->hdr[1], world - 1);
-            return -1;
-        }
-        if (k->hdr[2] == 0 || k->hdr[2] > FTC_DIST_BLOB_MAX) {
-            snprintf(why, whycap, "rank %u announced %u bytes of addresses, not 1..%d (another "
-                     "ftc version?)", (unsigned)k->hdr[1], (unsigned)k->hdr[2],
-                     FTC_DIST_BLOB_MAX);
-            return -1;
-        }
+        /* st == 0 leaves room: a whole hello fits buf */
     }
+}
+
+/* Tells a refused connection why (best effort: a fresh socket's buffer holds
+ * it; the peer has sent its whole hello, so closing sends no reset over it). */
+static void conn_refuse(rdzv_conn_t *k, int code, const char *why)
+{
+    uint8_t m[6 + RDZV_WHY_MAX];
+    size_t wl = strnlen(why, RDZV_WHY_MAX);
+    put32(m, (uint32_t)-code), put16(m + 4, (uint32_t)wl);
+    memcpy(m + 6, why, wl);
+    (void)!send(k->fd, m, 6 + wl, MSG_NOSIGNAL | MSG_DONTWAIT);
+    shutdown(k->fd, SHUT_WR);
 }
 
 static void conn_close(rdzv_conn_t *k)
 {
     if (k->fd >= 0)
         close(k->fd);
-    k->fd = -1, k->rank = -1, k->got = 0;
+    k->fd = -1, k->rank = -1, k->got = 0, k->h.size = 0;
 }
 
-static int rdzv_server(const struct sockaddr_storage *sa, socklen_t salen, int world,
-                       const void *blob, size_t len, uint8_t *table, size_t *lens,
-                       ftc_deadline_t dl, const atomic_int *ab, ftc_err_t *err)
+/* Sends ans (alen bytes) to every rank 1..world-1 (cs[by_rank[r]]) at once:
+ * non-blocking sends as each socket has room, all in one poll loop, so a
+ * rank that reads slowly or not at all holds up no other (one after another,
+ * it kept every rank after it waiting past the deadline). A rank whose
+ * connection fails is named and the others still get theirs; so are the
+ * ranks not done at the deadline or the abort. pf and pk have world slots. */
+static int send_answer(rdzv_conn_t *cs, const int *by_rank, int world, const uint8_t *ans,
+                       size_t alen, struct pollfd *pf, int *pk, ftc_deadline_t dl,
+                       const atomic_int *ab, ftc_err_t *err)
 {
+    size_t *sent = calloc((size_t)world, sizeof *sent);
+    if (!sent)
+        return ftc_err_set(err, FTC_ENOMEM, "rendezvous: out of memory");
+    int todo = world - 1, rc = 0, failed = 0;
+    while (todo > 0) {
+        int stop = ab && atomic_load(ab) ? FTC_ECANCELED : 0;
+        int64_t left = ftc_deadline_remaining_ms(dl);
+        if (!stop && left <= 0)
+            stop = FTC_ETIMEDOUT;
+        if (stop) {
+            int first = -1;
+            for (int r = 1; r < world && first < 0; r++)
+                if (sent[r] < alen)
+                    first = r;
+            rc = ftc_err_set(err, stop, "rendezvous: rank 0 %s before %d rank%s had the table "
+                             "(first: rank %d at %s, %zu of %zu bytes sent: it does not read?)",
+                             stop == FTC_ECANCELED ? "was aborted" : "reached the deadline",
+                             todo, todo == 1 ? "" : "s", first, cs[by_rank[first]].peer,
+                             sent[first], alen);
+            break;
+        }
+        int np = 0;
+        for (int r = 1; r < world; r++)
+            if (sent[r] < alen)
+                pk[np] = r, pf[np++] = (struct pollfd){cs[by_rank[r]].fd, POLLOUT, 0};
+        int pr = poll(pf, (nfds_t)np, left > 100 ? 100 : (int)left);
+        if (pr < 0 && errno != EINTR) {
+            rc = ftc_err_errno(err, errno, "rendezvous: rank 0: poll");
+            break;
+        }
+        for (int j = 0; j < np && pr > 0; j++) {
+            if (!pf[j].revents)
+                continue;
+            int r = pk[j];
+            ssize_t k = send(pf[j].fd, ans + sent[r], alen - sent[r], MSG_NOSIGNAL);
+            if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+                continue;
+            if (k <= 0) {
+                /* this rank is gone; the others still get the table (and find
+                 * out about it when they build their groups) */
+                int e = k < 0 ? errno : EPIPE;
+                if (!failed++)
+                    rc = ftc_err_set(err, FTC_EIO, "rendezvous: sending the table to rank %d "
+                                     "at %s failed (%s)", r, cs[by_rank[r]].peer, strerror(e));
+                sent[r] = alen;
+            } else {
+                sent[r] += (size_t)k;
+            }
+            todo -= sent[r] == alen;
+        }
+    }
+    free(sent);
+    return rc;
+}
+
+static int rdzv_server(const struct sockaddr_storage *sa, socklen_t salen,
+                       const ftc_dist_rdzv_opts_t *o, const void *blob, size_t len,
+                       uint8_t *table, size_t *lens, ftc_deadline_t dl, ftc_err_t *err)
+{
+    int world = o->world;
+    const atomic_int *ab = o->abort;
+    const char *sb = getenv("FTC_TEST_RDZV_SNDBUF"); /* tests: each connection's SO_SNDBUF */
+    int sndbuf = sb && *sb ? atoi(sb) : 0;
     int ls = socket(sa->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (ls < 0)
         return ftc_err_errno(err, errno, "rendezvous: socket");
@@ -217,7 +389,7 @@ static int rdzv_server(const struct sockaddr_storage *sa, socklen_t salen, int w
     lens[0] = len;
     int have = 1, rc = 0;
     uint64_t accepted = 0;
-    char why[256];
+    char why[RDZV_WHY_MAX];
     /* Until every rank is in, and then once more without waiting: a rank that
      * registered and died since (its close already queued) is dropped before
      * the table goes out, not found dead while sending it. */
@@ -249,7 +421,7 @@ static int rdzv_server(const struct sockaddr_storage *sa, socklen_t salen, int w
             if (k->fd != pf[j].fd)
                 continue; /* closed above: the earlier of two connections of one rank */
             int was = k->rank;
-            int st = conn_read(k, world, why, sizeof why);
+            int st = conn_read(k, why, sizeof why);
             if (st < 0) {
                 if (was >= 0) {
                     by_rank[was] = -1, have--;
@@ -261,7 +433,17 @@ static int rdzv_server(const struct sockaddr_storage *sa, socklen_t salen, int w
                 }
                 conn_close(k);
             } else if (st > 0 && was < 0) {
-                int r = (int)k->hdr[1];
+                int cr = ftc__dist_hello_check(&k->h, o->job, o->generation, world, why,
+                                               sizeof why);
+                if (cr < 0) { /* told, warned and closed: it takes no rank's place */
+                    conn_refuse(k, cr, why);
+                    FTC_WARN("dist", "rendezvous: rank 0: refused the connection from %s "
+                             "(%s): %s; it does not count as a rank", k->peer,
+                             ftc_errname(cr), why);
+                    conn_close(k);
+                    continue;
+                }
+                int r = (int)k->h.rank;
                 if (by_rank[r] < 0) {
                     have++;
                 } else {
@@ -303,6 +485,8 @@ static int rdzv_server(const struct sockaddr_storage *sa, socklen_t salen, int w
                 conn_close(&cs[idle]);
                 slot = idle;
             }
+            if (sndbuf > 0) /* tests: a slow reader fills it quickly */
+                setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
             rdzv_conn_t *k = &cs[slot];
             k->fd = fd, k->rank = -1, k->got = 0, k->last_ns = ftc_now_ns();
             k->seq = ++accepted;
@@ -333,33 +517,42 @@ static int rdzv_server(const struct sockaddr_storage *sa, socklen_t salen, int w
                  "registered no rank, the first from %s", silent, silent == 1 ? "" : "s",
                  cs[first].peer);
     }
+    /* the answer, the same for every rank: status 0, then the table */
+    uint8_t *ans = NULL;
+    size_t alen = 4;
     for (int r = 1; r < world && rc == 0; r++) {
         const rdzv_conn_t *k = &cs[by_rank[r]];
-        memcpy(table + (size_t)r * FTC_DIST_BLOB_MAX, k->blob, k->hdr[2]);
-        lens[r] = k->hdr[2];
+        memcpy(table + (size_t)r * FTC_DIST_BLOB_MAX, k->h.blob, k->h.bloblen);
+        lens[r] = k->h.bloblen;
     }
-    for (int r = 1; r < world && rc == 0; r++) {
-        int fd = cs[by_rank[r]].fd;
-        for (int q = 0; q < world && rc == 0; q++) {
-            uint32_t l32 = (uint32_t)lens[q];
-            rc = io_all(fd, &l32, 4, 1, dl, ab);
-            if (rc == 0)
-                rc = io_all(fd, table + (size_t)q * FTC_DIST_BLOB_MAX, lens[q], 1, dl, ab);
+    for (int q = 0; q < world && rc == 0; q++)
+        alen += 4 + lens[q];
+    if (rc == 0 && !(ans = malloc(alen)))
+        rc = ftc_err_set(err, FTC_ENOMEM, "rendezvous: out of memory");
+    if (rc == 0) {
+        size_t at = 4;
+        put32(ans, 0);
+        for (int q = 0; q < world; q++) {
+            put32(ans + at, (uint32_t)lens[q]);
+            memcpy(ans + at + 4, table + (size_t)q * FTC_DIST_BLOB_MAX, lens[q]);
+            at += 4 + lens[q];
         }
-        if (rc < 0)
-            ftc_err_set(err, rc, "rendezvous: sending the table to rank %d at %s failed", r,
-                        cs[by_rank[r]].peer);
     }
+    if (rc == 0)
+        rc = send_answer(cs, by_rank, world, ans, alen, pf, pk, dl, ab, err);
+    free(ans);
     for (int i = 0; i < cap; i++)
         conn_close(&cs[i]);
     free(cs), free(by_rank), free(pf), free(pk);
     return rc;
 }
 
-static int rdzv_client(const struct sockaddr_storage *sa, socklen_t salen, int rank, int world,
-                       const void *blob, size_t len, uint8_t *table, size_t *lens,
-                       ftc_deadline_t dl, const atomic_int *ab, ftc_err_t *err)
+static int rdzv_client(const struct sockaddr_storage *sa, socklen_t salen,
+                       const ftc_dist_rdzv_opts_t *o, const void *blob, size_t len,
+                       uint8_t *table, size_t *lens, ftc_deadline_t dl, ftc_err_t *err)
 {
+    int rank = o->rank, world = o->world;
+    const atomic_int *ab = o->abort;
     int fd = -1;
     for (;;) { /* rank 0 may not listen yet */
         /* non-blocking: a blocking connect() to an address that drops the
@@ -387,13 +580,38 @@ static int rdzv_client(const struct sockaddr_storage *sa, socklen_t salen, int r
                                "at MASTER_ADDR:port by the deadline", rank);
         ftc_sleep_ms(50);
     }
-    uint32_t hdr[3] = {RDZV_MAGIC, (uint32_t)rank, (uint32_t)len};
-    int rc = io_all(fd, hdr, sizeof hdr, 1, dl, ab);
+    ftc__dist_hello_t h = {.rank = (uint32_t)rank, .world = (uint32_t)world,
+                           .generation = o->generation, .blob = blob, .bloblen = len};
+    snprintf(h.job, sizeof h.job, "%s", o->job ? o->job : "");
+    uint8_t hb[FTC__DIST_HELLO_MAX];
+    size_t hl = ftc__dist_hello_encode(&h, hb, sizeof hb);
+    assert(hl); /* rdzv_tcp checked the job id and the blob */
+    uint8_t st[4];
+    int rc = io_all(fd, hb, hl, 1, dl, ab);
     if (rc == 0)
-        rc = io_all(fd, (void *)(uintptr_t)blob, len, 1, dl, ab);
+        rc = io_all(fd, st, 4, 0, dl, ab);
+    if (rc == 0 && get32(st) != 0) { /* refused: the code, then why */
+        uint32_t code = get32(st);
+        uint8_t wl[2];
+        char why[RDZV_WHY_MAX + 1] = "";
+        rc = io_all(fd, wl, 2, 0, dl, ab);
+        if (rc == 0 && get16(wl) <= RDZV_WHY_MAX)
+            rc = io_all(fd, why, get16(wl), 0, dl, ab);
+        close(fd);
+        if (rc < 0 || get16(wl) > RDZV_WHY_MAX)
+            snprintf(why, sizeof why, "the reason was cut short");
+        else
+            why[get16(wl)] = 0;
+        int e = code == (uint32_t)-FTC_ECONFIG || code == (uint32_t)-FTC_ESTALE
+                    ? -(int)code
+                    : FTC_EPROTO;
+        return ftc_err_set(err, e, "rendezvous: rank 0 refused rank %d (%s): %s", rank,
+                           ftc_errname(e), why);
+    }
     for (int q = 0; q < world && rc == 0; q++) {
-        uint32_t l32 = 0;
-        rc = io_all(fd, &l32, 4, 0, dl, ab);
+        uint8_t l4[4];
+        rc = io_all(fd, l4, 4, 0, dl, ab);
+        uint32_t l32 = rc == 0 ? get32(l4) : 0;
         if (rc == 0 && (l32 == 0 || l32 > FTC_DIST_BLOB_MAX))
             rc = FTC_EPROTO;
         if (rc == 0)
@@ -408,14 +626,28 @@ static int rdzv_client(const struct sockaddr_storage *sa, socklen_t salen, int r
     return 0;
 }
 
-static int rdzv_tcp(const char *host, int port, int rank, int world, const void *blob,
-                    size_t len, uint8_t *table, size_t *lens, ftc_deadline_t dl,
-                    const atomic_int *ab, ftc_err_t *err)
+int ftc_dist_rendezvous_tcp(const ftc_dist_rdzv_opts_t *o, const void *blob, size_t len,
+                            uint8_t *table, size_t *lens, ftc_deadline_t dl, ftc_err_t *err)
 {
+    if (!o || o->size != sizeof *o)
+        return ftc_err_set(err, FTC_EINVAL, "rendezvous: options of %zu bytes, not %zu "
+                           "(initialise them with FTC_DIST_RDZV_OPTS_INIT)", o ? o->size : 0,
+                           sizeof *o);
+    const char *host = o->host;
+    int port = o->port, rank = o->rank, world = o->world;
     if (!host || !*host || port < 1 || port > 65535 || world < 1 || rank < 0 || rank >= world ||
         !len || len > FTC_DIST_BLOB_MAX)
         return ftc_err_set(err, FTC_EINVAL, "rendezvous: need MASTER_ADDR and a MASTER_PORT in "
                            "1..65535 (rank %d of %d)", rank, world);
+    const char *job = o->job ? o->job : "";
+    size_t jl = strlen(job);
+    for (size_t i = 0; i < jl; i++)
+        if ((unsigned char)job[i] < 0x20 || (unsigned char)job[i] > 0x7e)
+            jl = SIZE_MAX;
+    if (jl > FTC_DIST_JOB_MAX)
+        return ftc_err_set(err, FTC_EINVAL, "rendezvous: the job id '%.40s...' must be printable "
+                           "ASCII of at most %d bytes (FTC_JOB_ID, TORCHELASTIC_RUN_ID)", job,
+                           FTC_DIST_JOB_MAX);
     struct sockaddr_storage sa;
     socklen_t salen = 0;
     int rc = resolve(host, port, &sa, &salen, err);
@@ -426,15 +658,17 @@ static int rdzv_tcp(const char *host, int port, int rank, int world, const void 
         lens[0] = len;
         return 0;
     }
-    return rank == 0 ? rdzv_server(&sa, salen, world, blob, len, table, lens, dl, ab, err)
-                     : rdzv_client(&sa, salen, rank, world, blob, len, table, lens, dl, ab, err);
+    return rank == 0 ? rdzv_server(&sa, salen, o, blob, len, table, lens, dl, err)
+                     : rdzv_client(&sa, salen, o, blob, len, table, lens, dl, err);
 }
 
-int ftc_dist_rendezvous_tcp(const char *host, int port, int rank, int world, const void *blob,
-                            size_t len, uint8_t *table, size_t *lens, ftc_deadline_t dl,
-                            ftc_err_t *err)
+/* The rendezvous options of a join. */
+static ftc_dist_rdzv_opts_t rdzv_opts(const ftc_dist_opts_t *o)
 {
-    return rdzv_tcp(host, port, rank, world, blob, len, table, lens, dl, NULL, err);
+    ftc_dist_rdzv_opts_t r = FTC_DIST_RDZV_OPTS_INIT;
+    r.host = o->host, r.port = o->port, r.rank = o->rank, r.world = o->world;
+    r.job = o->job, r.generation = o->generation, r.abort = o->abort;
+    return r;
 }
 
 /* ---- choosing the collectives -------------------------------------------- */
@@ -529,7 +763,7 @@ static int group_dir(const ftc_dist_opts_t *o, const ftc_dist_layout_t *l, int i
 
 /* The NCCL communicator of one group: NCCL's id through the group's
  * directory (coll_nccl.h rendezvous, generation 1), or the id the TCP
- * rendezvous carried (id not NULL), under dl. */
+ * rendezvous carried (id not NULL), under dl and o->abort. */
 static int make_nccl_group(const ftc_dist_opts_t *o, const char *sub, const uint8_t *id, int me,
                            int n, ftc_deadline_t dl, ftc_coll_t **out, ftc_err_t *err)
 {
@@ -537,13 +771,15 @@ static int make_nccl_group(const ftc_dist_opts_t *o, const char *sub, const uint
     boot.dir = sub;
     boot.generation = 1;
     boot.id = id;
+    boot.abort = o->abort;
     return ftc_coll_nccl_create(me, n, o->cuda_device, &boot, dl, out, err);
 }
 
 /* NCCL groups over the TCP rendezvous: each rank's blob holds, per group
  * (g = 0 DP when dp > 1, else TP; g = 1 TP), FTC_COLL_NCCL_ID_BYTES bytes:
  * a fresh unique id when it is the group's rank 0, zeros otherwise; each
- * member then takes the id from its group rank 0's blob. */
+ * member then takes the id from its group rank 0's blob. o->abort ends the
+ * exchange and the creates as it ends the fabric path's rendezvous. */
 static int join_nccl_tcp(const ftc_dist_opts_t *o, ftc_dist_t *d, int ng, const int *is_dp,
                          uint8_t *table, size_t *tlens, ftc_deadline_t dl, ftc_err_t *err)
 {
@@ -557,8 +793,8 @@ static int join_nccl_tcp(const ftc_dist_opts_t *o, ftc_dist_t *d, int ng, const 
             return rc;
     }
     size_t bl = (size_t)ng * FTC_COLL_NCCL_ID_BYTES;
-    int rc = ftc_dist_rendezvous_tcp(o->host, o->port, o->rank, o->world, blob, bl, table, tlens,
-                                     dl, err);
+    ftc_dist_rdzv_opts_t ro = rdzv_opts(o);
+    int rc = ftc_dist_rendezvous_tcp(&ro, blob, bl, table, tlens, dl, err);
     if (rc < 0)
         return rc;
     for (int g = 0; g < ng; g++) {
@@ -671,8 +907,8 @@ int ftc_dist_join(const ftc_dist_opts_t *o, ftc_dist_t **out, ftc_err_t *err)
             memcpy(blob + bl + 2, me[g], melen[g]);
             bl += 2 + melen[g];
         }
-        rc = rdzv_tcp(o->host, o->port, o->rank, o->world, blob, bl, table, tlens, dl, o->abort,
-                      err);
+        ftc_dist_rdzv_opts_t ro = rdzv_opts(o);
+        rc = ftc_dist_rendezvous_tcp(&ro, blob, bl, table, tlens, dl, err);
         if (rc < 0)
             goto out;
         for (int g = 0; g < ng; g++) {

@@ -134,6 +134,39 @@ static void test_sizes(void **state)
     assert_int_equal(ftc_parse_size("99999999999T", &v), FTC_ERANGE);
 }
 
+static void test_ints(void **state)
+{
+    (void)state;
+    int64_t v = 42;
+    assert_int_equal(ftc_parse_int("29500", 1, 65535, &v), 0);
+    assert_int_equal(v, 29500);
+    assert_int_equal(ftc_parse_int("0", 0, 10, &v), 0);
+    assert_int_equal(v, 0);
+    assert_int_equal(ftc_parse_int("-7", -10, 10, &v), 0);
+    assert_int_equal(v, -7);
+    assert_int_equal(ftc_parse_int("+7", 0, 10, &v), 0);
+    assert_int_equal(v, 7);
+    assert_int_equal(ftc_parse_int("9223372036854775807", 0, INT64_MAX, &v), 0);
+    assert_true(v == INT64_MAX);
+    /* garbage: not silently 0 or the leading digits, and *out untouched */
+    v = 42;
+    const char *bad[] = {"", "12abc", "abc", " 3", "3 ", "0x10", "-", "+", "1e3", "3.0", "1,000",
+                         "--1", "5\n"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        if (ftc_parse_int(bad[i], INT64_MIN, INT64_MAX, &v) != FTC_EINVAL)
+            fail_msg("'%s' was not refused FTC_EINVAL", bad[i]);
+        assert_int_equal(v, 42);
+    }
+    assert_int_equal(ftc_parse_int(NULL, 0, 1, &v), FTC_EINVAL);
+    /* out of range, negative where it cannot be, past int64 */
+    assert_int_equal(ftc_parse_int("-1", 0, 65535, &v), FTC_ERANGE);
+    assert_int_equal(ftc_parse_int("65536", 1, 65535, &v), FTC_ERANGE);
+    assert_int_equal(ftc_parse_int("0", 1, 65535, &v), FTC_ERANGE);
+    assert_int_equal(ftc_parse_int("99999999999999999999", 0, INT64_MAX, &v), FTC_ERANGE);
+    assert_int_equal(ftc_parse_int("-99999999999999999999", INT64_MIN, 0, &v), FTC_ERANGE);
+    assert_int_equal(v, 42);
+}
+
 static void test_file_and_print(void **state)
 {
     (void)state;
@@ -259,6 +292,7 @@ int main(void)
         cmocka_unit_test(test_errors_name_the_key), cmocka_unit_test(test_sizes),
         cmocka_unit_test(test_file_and_print), cmocka_unit_test(test_bare_boolean),
         cmocka_unit_test(test_file_key_twice), cmocka_unit_test(test_file_all_or_nothing),
+        cmocka_unit_test(test_ints),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

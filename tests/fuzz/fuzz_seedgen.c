@@ -11,6 +11,10 @@
  *                             (when ckpt/zshard.c is in the build)
  *   OUT/fuzz_manifest/gen-*   MANIFEST.json files written by ftc_persist_write
  *                             (when ckpt/persist.c is in the build)
+ *   OUT/fuzz_rdzv/gen-*       rendezvous hellos (trainer/dist.h): one rank 0
+ *                             of the target accepts, and ones it refuses
+ *                             (another job, generation, world, rank), the
+ *                             longest job id and blob, a truncated one
  *
  * Generated rather than committed so that the seeds follow the formats; the
  * committed seeds under tests/fuzz/seeds/ add hand-written inputs and the
@@ -23,6 +27,7 @@
 #include "ckpt/shard.h"
 #include "core/config.h"
 #include "core/fsio.h"
+#include "trainer/dist.h"
 #include "trainer/synth.h"
 
 #if defined(FTC_FUZZ_HAVE_ZSHARD)
@@ -393,6 +398,44 @@ static void manifest_seeds(void)
 static void manifest_seeds(void) {}
 #endif
 
+static void rdzv_seed(const char *name, uint32_t rank, uint32_t world, const char *job,
+                      uint64_t gen, size_t bloblen, size_t cut)
+{
+    static uint8_t blob[FTC_DIST_BLOB_MAX];
+    for (size_t i = 0; i < sizeof blob; i++)
+        blob[i] = (uint8_t)(i * 7 + 1);
+    ftc__dist_hello_t h = {.rank = rank, .world = world, .generation = gen, .blob = blob,
+                           .bloblen = bloblen};
+    snprintf(h.job, sizeof h.job, "%s", job);
+    uint8_t out[FTC__DIST_HELLO_MAX];
+    size_t n = ftc__dist_hello_encode(&h, out, sizeof out);
+    if (!n) {
+        fprintf(stderr, "seedgen: fuzz_rdzv/%s does not encode\n", name);
+        failures++;
+        return;
+    }
+    put("fuzz_rdzv", name, out, cut && cut < n ? cut : n);
+}
+
+/* fuzz_rdzv's rank 0 is of job "fuzzjob", generation 3, 4 ranks. */
+static void rdzv_seeds(void)
+{
+    char longjob[FTC_DIST_JOB_MAX + 1];
+    memset(longjob, 'j', FTC_DIST_JOB_MAX);
+    longjob[FTC_DIST_JOB_MAX] = 0;
+    rdzv_seed("ok", 1, 4, "fuzzjob", 3, 40, 0);
+    rdzv_seed("ok-rank3", 3, 4, "fuzzjob", 3, 1, 0);
+    rdzv_seed("other-job", 1, 4, "otherjob", 3, 40, 0);
+    rdzv_seed("no-job", 2, 4, "", 3, 40, 0);
+    rdzv_seed("stale", 1, 4, "fuzzjob", 2, 40, 0);
+    rdzv_seed("newer", 1, 4, "fuzzjob", 4, 40, 0);
+    rdzv_seed("world", 1, 8, "fuzzjob", 3, 40, 0);
+    rdzv_seed("rank0", 0, 4, "fuzzjob", 3, 40, 0);
+    rdzv_seed("rank-out", 4, 4, "fuzzjob", 3, 40, 0);
+    rdzv_seed("longest", 1, 4, longjob, 3, FTC_DIST_BLOB_MAX, 0);
+    rdzv_seed("cut", 1, 4, "fuzzjob", 3, 40, 30);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -404,6 +447,7 @@ int main(int argc, char **argv)
     config_seeds();
     zshard_seeds();
     manifest_seeds();
+    rdzv_seeds();
     if (failures) {
         fprintf(stderr, "seedgen: %d seed(s) failed\n", failures);
         return 1;

@@ -10,7 +10,10 @@
 #   2. the final evaluation line "eval loss X (N held-out sequences)" and
 #      the parameter hash line are printed;
 #   3. `ftc train --tokenize TEXT --data OUT` writes a token file (one token
-#      per byte) that `ftc train --data OUT` trains on.
+#      per byte) that `ftc train --data OUT` trains on;
+#   4. a rank whose MASTER_PORT, FTC_RDZV_PORT, LOCAL_RANK, LOCAL_WORLD_SIZE
+#      or FTC_GENERATION is no whole number in range is a usage error naming
+#      the variable, at once.
 # usage: test_train_cli.sh PATH/TO/ftc
 set -u
 FTC=${1:?usage: test_train_cli.sh FTC}
@@ -102,6 +105,32 @@ check "ftc train --data on the token file (exit $rc)" test $rc -eq 0
 check "it trained 3 steps and evaluated" \
     bash -c "grep -q '^step 3/3 loss' '$T/data.out' && grep -q '^eval loss [0-9.]* (4 held-out sequences)' '$T/data.out'"
 [ $fails -eq $f0 ] || { cat "$T/tok.out" "$T/data.out"; }
+
+# ---- the launch environment, strictly ------------------------------------------------------
+# a rank under a launcher (RANK, WORLD_SIZE, MASTER_ADDR; no directory): an integer variable
+# that is not one is a usage error naming it, at once (atoi made "12abc" port 12 and "abc"
+# local rank 0, and the rank then waited for a rendezvous that could never form)
+envcase() { # envcase NAME VAR=VALUE...: exit 2 naming NAME
+    local name=$1
+    shift
+    env -u FTC_TRAIN_RDZV_DIR RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 "$@" \
+        timeout 20 "$FTC" train "${FLAGS[@]}" --backend cpu --coll cpu --coll-timeout-ms 2000 \
+        >"$T/env.out" 2>&1
+    local rc=$?
+    check "$* : usage error (exit $rc) naming $name" \
+        bash -c "[ $rc -eq 2 ] && grep -q '$name=' '$T/env.out'"
+    [ $rc -eq 2 ] || cat "$T/env.out"
+}
+envcase MASTER_PORT MASTER_PORT=12abc
+envcase MASTER_PORT MASTER_PORT=-5
+envcase MASTER_PORT MASTER_PORT=70000
+envcase MASTER_PORT MASTER_PORT=65535 TORCHELASTIC_USE_AGENT_STORE=True
+envcase FTC_RDZV_PORT FTC_RDZV_PORT=1x
+envcase LOCAL_RANK LOCAL_RANK=abc
+envcase LOCAL_RANK LOCAL_WORLD_SIZE=2 LOCAL_RANK=2
+envcase LOCAL_WORLD_SIZE LOCAL_WORLD_SIZE=0
+envcase FTC_GENERATION FTC_GENERATION=7q
+envcase FTC_GENERATION FTC_GENERATION=-1
 
 if [ $fails -ne 0 ]; then
     echo "test_train_cli: $fails check(s) failed"
