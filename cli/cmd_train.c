@@ -425,14 +425,6 @@ static void ftc__ip_groups(ftc_dist_t *d)
         ;
 }
 
-static uint64_t ftc__env_u64(const char *name, uint64_t dflt)
-{
-    const char *v = getenv(name);
-    char *end = NULL;
-    unsigned long long x = v && *v ? strtoull(v, &end, 10) : 0;
-    return v && *v && end && !*end ? (uint64_t)x : dflt;
-}
-
 static int ftc__train_run(
 const ftc_cli_cmd_t *cmd, int argc, char **argv)
 {
@@ -534,7 +526,11 @@ const ftc_cli_cmd_t *cmd, int argc, char **argv)
     }
     if (g.tp != 1) {
         /* checked before launching: the layout and the model's heads */
-        uint64_t w = rank_mode ? strtoull(wenv, NULL, 10) : nproc;
+        int64_t w = (int64_t)nproc;
+        if (rank_mode && ftc__env_num("WORLD_SIZE", 1, 64, 1, &w, &err) < 0) {
+            ec = ftc_cli_usage_error(cmd, "%s", ftc_err_str(&err));
+            goto out;
+        }
         ftc_model_config_t mc;
         if (w < 2) {
             ec = ftc_cli_usage_error(cmd, "--tp %llu needs a multiple of %llu ranks: --nproc N "
@@ -542,7 +538,7 @@ const ftc_cli_cmd_t *cmd, int argc, char **argv)
                                      (unsigned long long)g.tp, (unsigned long long)g.tp);
             goto out;
         }
-        if (g.tp < 1 || g.tp > 64 || w % g.tp) {
+        if (g.tp < 1 || g.tp > 64 || (uint64_t)w % g.tp) {
             ec = ftc_cli_usage_error(cmd, "--tp %llu: must be 1..64 and divide the %llu ranks "
                                           "(--nproc N or WORLD_SIZE); each group of T "
                                           "neighbouring ranks is one tensor-parallel group",
@@ -578,6 +574,7 @@ const ftc_cli_cmd_t *cmd, int argc, char **argv)
     bool inproc = rank_mode && assign && *assign;
     char assign_path[4200] = "", state_path[4300] = "", why[300] = "";
     uint64_t gen = 0;
+    int64_t assign_ms = 600000; /* in-process: a left rank waits this long for its next turn */
     /* the recovery timeline of this generation, logged after its first step
      * when it resumed (bench/bench_recover --trainer reads it) */
     uint64_t t_gen = ftc_now_ns(), t_groups = 0, t_restored = 0;
@@ -602,6 +599,13 @@ generation:
             goto out;
         }
         gen = (uint64_t)g64;
+        /* the wait for the next assignment, read now: garbage is an error at
+         * the start, not a silent default when a generation has failed */
+        if (inproc &&
+            ftc__env_num("FTC_ASSIGN_TIMEOUT_MS", 1, INT64_MAX, 600000, &assign_ms, &err) < 0) {
+            ec = ftc_cli_usage_error(cmd, "%s", ftc_err_str(&err));
+            goto out;
+        }
     }
     if (inproc) {
         ftc_inproc_set_generation(gen);
@@ -621,11 +625,10 @@ generation:
     }
     int world = 1, rank = 0;
     if (rank_mode) {
-        char *e1 = NULL, *e2 = NULL;
-        long wl = strtol(wenv, &e1, 10), rl = strtol(renv, &e2, 10);
-        if (*e1 || *e2 || wl < 1 || wl > 64 || rl < 0 || rl >= wl) {
-            ec = ftc_cli_usage_error(cmd, "RANK=%s WORLD_SIZE=%s: need 0 <= RANK < WORLD_SIZE "
-                                          "<= 64", renv, wenv);
+        int64_t wl = 1, rl = 0;
+        if (ftc__env_num("WORLD_SIZE", 1, 64, 1, &wl, &err) < 0 ||
+            ftc__env_num("RANK", 0, wl - 1, 0, &rl, &err) < 0) {
+            ec = ftc_cli_usage_error(cmd, "%s", ftc_err_str(&err));
             goto out;
         }
         world = (int)wl, rank = (int)rl;
@@ -980,7 +983,7 @@ leave:
         ftc_inproc_state_t ist = {.pid = getpid(), .gen = gen, .phase = FTC_INPROC_WAITING};
         snprintf(ist.why, sizeof ist.why, "%s", why);
         ftc_inproc_assign_t *asg = malloc(sizeof *asg);
-        ftc_deadline_t dl = ftc_deadline_in_ms(ftc__env_u64("FTC_ASSIGN_TIMEOUT_MS", 600000));
+        ftc_deadline_t dl = ftc_deadline_in_ms((uint64_t)assign_ms);
         if (!asg) {
             ec = ftc_cli_fail(cmd, "in-process: out of memory");
             goto out;

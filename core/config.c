@@ -44,8 +44,8 @@ static const char *ftc__src_name[] = {"default", "file", "env", "flag"};
 
 int ftc_parse_size(const char *s, int64_t *out)
 {
-    if (!s || !*s)
-        return FTC_EINVAL;
+    if (!s || !isdigit((unsigned char)*s))
+        return FTC_EINVAL; /* digits first: strtoll would skip blanks and take a sign */
     char *end;
     errno = 0;
     long long n = strtoll(s, &end, 10);
@@ -162,14 +162,17 @@ static int ftc__cfg_assign(ftc_config_t *cfg, int k, const char *text, int sourc
                                d->name, origin, text);
         break;
     case FTC__T_INT: {
-        char *end;
-        errno = 0;
-        long long n = strtoll(text, &end, 10);
-        if (errno || end == text || *end)
+        /* strictly (ftc_parse_int): strtoll took " 3" for 3; the range is checked below */
+        int rc = ftc_parse_int(text, INT64_MIN, INT64_MAX, &num);
+        if (rc == FTC_ERANGE)
             return ftc_err_set(err, FTC_ECONFIG,
-                               "config %s (from %s): '%s' is not an integer", d->name, origin,
-                               text);
-        num = n;
+                               "config %s (from %s): '%s' is out of range [%lld, %lld]",
+                               d->name, origin, text, d->lo, d->hi);
+        if (rc != 0)
+            return ftc_err_set(err, FTC_ECONFIG,
+                               "config %s (from %s): '%s' is not an integer (decimal digits, "
+                               "an optional sign, nothing around them)",
+                               d->name, origin, text);
         break;
     }
     case FTC__T_SIZE:

@@ -139,7 +139,8 @@ const char *ftc_config_name(ftc_config_key_t key);
  * when help is true. */
 void ftc_config_print(const ftc_config_t *cfg, FILE *out, bool help);
 
-/* "4MiB", "1G", "4096" -> bytes. 0 or FTC_EINVAL / FTC_ERANGE. */
+/* "4MiB", "1G", "4096" -> bytes: digits first (no blank or sign before them), then
+ * an optional K/M/G/T with or without "iB". 0 or FTC_EINVAL / FTC_ERANGE. */
 int ftc_parse_size(const char *s, int64_t *out);
 
 /* A whole decimal number in min..max, strictly: an optional sign and digits,

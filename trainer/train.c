@@ -9,6 +9,7 @@
 #include "ckpt/persist.h"
 #include "ckpt/snapshot.h"
 #include "core/clock.h"
+#include "core/config.h"
 #include "core/hash.h"
 #include "core/log.h"
 #include "ftc.h"
@@ -466,15 +467,25 @@ static void ftc__shard_tensors(ftc_trainer_t *t, const char **names, float **buf
     bufs[1] = t->adam->m, bufs[2] = t->adam->v;
 }
 
-/* An integer `ftc run` puts in the environment; dflt when unset or malformed. */
-static int ftc__env_int(const char *name, int dflt)
+/* An integer `ftc run` puts in the environment of a restarted rank: dflt
+ * when unset or empty; anything but a whole number in lo..hi (ftc_parse_int)
+ * is FTC_ECONFIG naming the variable, never silently dflt (with a garbled
+ * FTC_RESTORE_RANK a renumbered rank took its own number's chunk in place). */
+static int ftc__env_int(const char *name, int lo, int hi, int dflt, int *out, ftc_err_t *err)
 {
     const char *s = getenv(name);
+    *out = dflt;
     if (!s || !*s)
-        return dflt;
-    char *end = NULL;
-    long v = strtol(s, &end, 10);
-    return *end || v < 0 || v > FTC_LAYOUT_MAX_WORLD ? dflt : (int)v;
+        return 0;
+    int64_t v = 0;
+    int rc = ftc_parse_int(s, lo, hi, &v);
+    if (rc < 0)
+        return ftc_err_set(err, FTC_ECONFIG, "%s='%s' (from ftc run, for a restarted rank) is "
+                           "%s: it must be a whole number in %d..%d", name, s,
+                           rc == FTC_ERANGE ? "out of range" : "not a whole decimal number", lo,
+                           hi);
+    *out = (int)v;
+    return 0;
 }
 
 /* After an FTC_ENOENT from the agent: is it "nothing committed yet" (a
@@ -766,9 +777,8 @@ static int ftc__agent_repartition(ftc_trainer_t *t, int64_t want, bool *fresh, b
  * layout change: another DP degree, ranks renumbered, or a failed in-place
  * restore) every rank re-partitions with ftc_fetch. Then the parameters are
  * all-gathered. Every rank agrees on the step, or every rank fails. */
-static int ftc__agent_restore(ftc_trainer_t *t, ftc_err_t *err)
+static int ftc__agent_restore(ftc_trainer_t *t, int prev, int rr, ftc_err_t *err)
 {
-    int prev = ftc__env_int("FTC_PREV_WORLD_SIZE", 0), rr = ftc__env_int("FTC_RESTORE_RANK", -1);
     bool in_place = (prev == 0 || prev == t->o.world_size) && (rr < 0 || rr == t->o.world_rank);
     ftc__train_meta_t meta;
     memset(&meta, 0, sizeof meta);
@@ -881,6 +891,13 @@ static bool ftc__agent_fatal(ftc_trainer_t *t, int rc)
 /* Agent path: register the chunk, restore the newest committed step. */
 static int ftc__agent_setup(ftc_trainer_t *t, ftc_err_t *err)
 {
+    /* the restart's environment first: an error in it before the agent is asked anything */
+    int prev = 0, rr = -1;
+    int rc = ftc__env_int("FTC_PREV_WORLD_SIZE", 0, FTC_LAYOUT_MAX_WORLD, 0, &prev, err);
+    if (rc == 0)
+        rc = ftc__env_int("FTC_RESTORE_RANK", 0, FTC_LAYOUT_MAX_WORLD - 1, -1, &rr, err);
+    if (rc < 0)
+        return rc;
     ftc_options_t fo = FTC_OPTIONS_INIT;
     fo.job = t->o.job_id;
     fo.agent = t->o.agent;
@@ -890,7 +907,7 @@ static int ftc__agent_setup(ftc_trainer_t *t, ftc_err_t *err)
     fo.tp = t->o.tp > 0 ? t->o.tp : 1;
     fo.pp = 1;
     fo.meta_capacity = 4096;
-    int rc = ftc_create(&fo, &t->ftc);
+    rc = ftc_create(&fo, &t->ftc);
     if (rc < 0)
         return ftc_err_set(err, rc, "agent %s: %s", t->o.agent,
                            t->ftc ? ftc_last_error(t->ftc) : ftc_strerror(rc));
@@ -912,7 +929,7 @@ static int ftc__agent_setup(ftc_trainer_t *t, ftc_err_t *err)
         if ((rc = ftc_register(t->ftc, names[b], FTC_DTYPE_F32, 1, shape, bufs[b], dev)) < 0)
             return ftc_err_set(err, rc, "agent: registering %s: %s", names[b],
                                ftc_last_error(t->ftc));
-    return ftc__agent_restore(t, err);
+    return ftc__agent_restore(t, prev, rr, err);
 }
 
 /* The committed steps of dir, newest first (*steps malloc'd, NULL when none). */

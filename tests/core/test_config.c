@@ -167,6 +167,63 @@ static void test_ints(void **state)
     assert_int_equal(v, 42);
 }
 
+/* INT and SIZE keys, in every spelling, parse as strictly as ftc_parse_int:
+ * strtoll skipped leading blanks, so FTC_PERSIST_LEVEL=" 3" (a quoting slip
+ * in a launcher script) was level 3, and sizes took a sign. */
+static void test_int_keys_strict(void **state)
+{
+    (void)state;
+    ftc_err_t err = {0};
+    ftc_config_t *c = ftc_config_create();
+    assert_non_null(c);
+    const char *bad[] = {" 3", "\t3", "\n3", "3 ", "3\n", "0x3", "3.0", "", "+", "- 3"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        if (ftc_config_set(c, "persist.level", bad[i], FTC_SRC_FLAG, &err) != FTC_ECONFIG)
+            fail_msg("flag persist.level '%s' was not refused", bad[i]);
+        assert_non_null(strstr(err.msg, "persist.level"));
+        char env[64];
+        snprintf(env, sizeof env, "FTC_PERSIST_LEVEL=%s", bad[i]);
+        char *envp[] = {env, NULL};
+        if (ftc_config_load_env(c, envp, &err) != FTC_ECONFIG)
+            fail_msg("FTC_PERSIST_LEVEL='%s' was not refused", bad[i]);
+        assert_non_null(strstr(err.msg, "FTC_PERSIST_LEVEL"));
+        char js[64] = "{\"persist.level\": \"";
+        for (const char *p = bad[i]; *p; p++) /* JSON escapes of the blanks */
+            strcat(js, *p == '\t' ? "\\t" : *p == '\n' ? "\\n" : (char[2]){*p, 0});
+        strcat(js, "\"}");
+        if (ftc_config_load_json(c, js, strlen(js), "g.json", &err) != FTC_ECONFIG)
+            fail_msg("file %s was not refused", js);
+    }
+    assert_int_equal(ftc_config_int(c, FTC_CFG_PERSIST_LEVEL), 1); /* the default, untouched */
+    /* what the docs promise still parses: a sign, digits, a JSON integer */
+    assert_int_equal(ftc_config_set(c, "persist.level", "-3", FTC_SRC_FILE, &err), 0);
+    assert_int_equal(ftc_config_int(c, FTC_CFG_PERSIST_LEVEL), -3);
+    assert_int_equal(ftc_config_set(c, "persist.level", "+4", FTC_SRC_ENV, &err), 0);
+    assert_int_equal(ftc_config_int(c, FTC_CFG_PERSIST_LEVEL), 4);
+    const char *js = "{\"persist.level\": 5}";
+    ftc_config_t *c2 = ftc_config_create();
+    assert_int_equal(ftc_config_load_json(c2, js, strlen(js), "h.json", &err), 0);
+    assert_int_equal(ftc_config_int(c2, FTC_CFG_PERSIST_LEVEL), 5);
+    /* past int64: out of range, naming the range */
+    assert_int_equal(ftc_config_set(c2, "persist.level", "99999999999999999999", FTC_SRC_FLAG,
+                                    &err), FTC_ECONFIG);
+    assert_non_null(strstr(err.msg, "out of range"));
+    /* sizes: digits first too; the units the docs list still work */
+    const char *bad_size[] = {" 4MiB", "+4MiB", "\t4096", "4MiB ", "4 MiB"};
+    for (size_t i = 0; i < sizeof bad_size / sizeof bad_size[0]; i++)
+        if (ftc_config_set(c2, "persist.chunk_bytes", bad_size[i], FTC_SRC_FLAG, &err) !=
+            FTC_ECONFIG)
+            fail_msg("persist.chunk_bytes '%s' was not refused", bad_size[i]);
+    int64_t v = 0;
+    assert_int_equal(ftc_parse_size(" 4096", &v), FTC_EINVAL);
+    assert_int_equal(ftc_config_set(c2, "persist.chunk_bytes", "64KiB", FTC_SRC_FLAG, &err), 0);
+    assert_int_equal(ftc_config_int(c2, FTC_CFG_PERSIST_CHUNK), 64 << 10);
+    assert_int_equal(ftc_config_set(c2, "persist.chunk_bytes", "1m", FTC_SRC_FLAG, &err), 0);
+    assert_int_equal(ftc_config_int(c2, FTC_CFG_PERSIST_CHUNK), 1 << 20);
+    ftc_config_destroy(c2);
+    ftc_config_destroy(c);
+}
+
 static void test_file_and_print(void **state)
 {
     (void)state;
@@ -292,7 +349,7 @@ int main(void)
         cmocka_unit_test(test_errors_name_the_key), cmocka_unit_test(test_sizes),
         cmocka_unit_test(test_file_and_print), cmocka_unit_test(test_bare_boolean),
         cmocka_unit_test(test_file_key_twice), cmocka_unit_test(test_file_all_or_nothing),
-        cmocka_unit_test(test_ints),
+        cmocka_unit_test(test_ints), cmocka_unit_test(test_int_keys_strict),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

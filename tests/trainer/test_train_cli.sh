@@ -11,9 +11,12 @@
 #      the parameter hash line are printed;
 #   3. `ftc train --tokenize TEXT --data OUT` writes a token file (one token
 #      per byte) that `ftc train --data OUT` trains on;
-#   4. a rank whose MASTER_PORT, FTC_RDZV_PORT, LOCAL_RANK, LOCAL_WORLD_SIZE
-#      or FTC_GENERATION is no whole number in range is a usage error naming
-#      the variable, at once.
+#   4. a rank whose MASTER_PORT, FTC_RDZV_PORT, LOCAL_RANK, LOCAL_WORLD_SIZE,
+#      FTC_GENERATION, WORLD_SIZE, RANK (also in --tp's check) or, in-process,
+#      FTC_ASSIGN_TIMEOUT_MS is no whole number in range is a usage error
+#      naming the variable, at once; so is a restarted rank's
+#      FTC_PREV_WORLD_SIZE or FTC_RESTORE_RANK (from trainer creation, before
+#      the agent is asked anything).
 # usage: test_train_cli.sh PATH/TO/ftc
 set -u
 FTC=${1:?usage: test_train_cli.sh FTC}
@@ -110,16 +113,19 @@ check "it trained 3 steps and evaluated" \
 # a rank under a launcher (RANK, WORLD_SIZE, MASTER_ADDR; no directory): an integer variable
 # that is not one is a usage error naming it, at once (atoi made "12abc" port 12 and "abc"
 # local rank 0, and the rank then waited for a rendezvous that could never form)
-envcase() { # envcase NAME VAR=VALUE...: exit 2 naming NAME
+XFLAGS=() # more flags of envcase's run
+envcase() { # envcase NAME VAR=VALUE...: exit 2 naming NAME and its value (NAME='VALUE')
     local name=$1
     shift
     env -u FTC_TRAIN_RDZV_DIR RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 "$@" \
         timeout 20 "$FTC" train "${FLAGS[@]}" --backend cpu --coll cpu --coll-timeout-ms 2000 \
-        >"$T/env.out" 2>&1
+        "${XFLAGS[@]}" >"$T/env.out" 2>&1
     local rc=$?
-    check "$* : usage error (exit $rc) naming $name" \
-        bash -c "[ $rc -eq 2 ] && grep -q '$name=' '$T/env.out'"
-    [ $rc -eq 2 ] || cat "$T/env.out"
+    local said=no
+    grep -qF -- "$name='" "$T/env.out" && said=yes
+    check "$* ${XFLAGS[*]}: usage error (exit $rc) naming $name (said: $said)" \
+        test "$rc/$said" = "2/yes"
+    [ "$rc/$said" = "2/yes" ] || cat "$T/env.out"
 }
 envcase MASTER_PORT MASTER_PORT=12abc
 envcase MASTER_PORT MASTER_PORT=-5
@@ -131,6 +137,43 @@ envcase LOCAL_RANK LOCAL_WORLD_SIZE=2 LOCAL_RANK=2
 envcase LOCAL_WORLD_SIZE LOCAL_WORLD_SIZE=0
 envcase FTC_GENERATION FTC_GENERATION=7q
 envcase FTC_GENERATION FTC_GENERATION=-1
+# WORLD_SIZE and RANK themselves: strtol took " 1" (the rank then waited for a rendezvous), the
+# --tp check's strtoull took "2x" for 2 and "abc" for 0 (a complaint about --tp, naming no
+# variable)
+envcase RANK "RANK= 1"
+envcase RANK RANK=1x
+envcase RANK RANK=2
+envcase WORLD_SIZE "WORLD_SIZE= 2"
+envcase WORLD_SIZE WORLD_SIZE=65
+XFLAGS=(--tp 2)
+envcase WORLD_SIZE WORLD_SIZE=2x
+envcase WORLD_SIZE WORLD_SIZE=abc
+XFLAGS=()
+# in-process (FTC_ASSIGN_FILE): the wait for the next assignment, read at the start; it fell
+# back to 10 minutes on garbage, found only once a generation had failed
+envcase FTC_ASSIGN_TIMEOUT_MS RANK=0 WORLD_SIZE=1 FTC_ASSIGN_FILE="$T/assign.n0.0" \
+    FTC_ASSIGN_TIMEOUT_MS=10s
+envcase FTC_ASSIGN_TIMEOUT_MS RANK=0 WORLD_SIZE=1 FTC_ASSIGN_FILE="$T/assign.n0.0" \
+    FTC_ASSIGN_TIMEOUT_MS=0
+rm -f "$T"/assign.n0.0*
+# a restarted rank's FTC_PREV_WORLD_SIZE / FTC_RESTORE_RANK (from ftc run): garbage fell back to
+# "no layout change" (the rank restored its own number's chunk); now a configuration error
+# (exit 2) from trainer creation, before the agent (none here) is asked anything
+agentcase() { # agentcase NAME VAR=VALUE...
+    local name=$1
+    shift
+    env -u RANK -u WORLD_SIZE -u FTC_AGENT_SOCKET "$@" timeout 20 "$FTC" train "${FLAGS[@]}" \
+        --backend cpu --agent "$T/no-agent.sock" >"$T/env.out" 2>&1
+    local rc=$?
+    local said=no
+    grep -qF -- "$name='" "$T/env.out" && said=yes
+    check "$* with --agent: exit $rc naming $name (said: $said)" test "$rc/$said" = "2/yes"
+    [ "$rc/$said" = "2/yes" ] || cat "$T/env.out"
+}
+agentcase FTC_PREV_WORLD_SIZE FTC_PREV_WORLD_SIZE=abc
+agentcase FTC_PREV_WORLD_SIZE FTC_PREV_WORLD_SIZE=" 2"
+agentcase FTC_RESTORE_RANK FTC_RESTORE_RANK=1x
+agentcase FTC_RESTORE_RANK FTC_RESTORE_RANK=-1
 
 if [ $fails -ne 0 ]; then
     echo "test_train_cli: $fails check(s) failed"
