@@ -71,6 +71,7 @@ struct ftc_ctx {
     ftc_err_t snap_err;    /* ... what it was */
     uint64_t snap_step;    /* ... and its step (all three under mu) */
     bool stop;
+    bool hold_notify;      /* test hook (ftc__hold_notify), under mu */
     atomic_int interrupted; /* ftc_interrupt: waits for the agent end with FTC_ECANCELED */
     int64_t checkpoints, skipped; /* ftc_ckpt_status counters */
     ftc_err_t err;
@@ -227,12 +228,23 @@ static void *ftc__notifier(void *arg)
         int rc = ftc_snap_wait_sealed(c->snap, ftc_deadline_in_ms((uint64_t)c->o.timeout_ms), &err);
         const char *what = "the snapshot of step %llu failed: %s";
         if (!rc) {
+            what = "step %llu: telling the agent of its seal failed: %s";
+            ftc_deadline_t sd = ftc_deadline_in_ms((uint64_t)c->o.timeout_ms);
+            pthread_mutex_lock(&c->mu);
+            while (c->hold_notify && !c->stop && !ftc_deadline_expired(sd)) {
+                struct timespec ts = ftc_cond_abstime(sd);
+                pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+            }
+            if (c->hold_notify)
+                rc = ftc_err_set(&err, FTC_ETIMEDOUT, "the send was held (test hook)");
+            pthread_mutex_unlock(&c->mu);
+        }
+        if (!rc) {
             ftc_ap_msg_t m;
             ftc_ap_init(&m, FTC_AP_SEALED);
             m.slot = (uint32_t)slot;
             m.step = step;
             rc = ftc_ap_send(c->fd, &m, c->o.timeout_ms, &err);
-            what = "step %llu: telling the agent of its seal failed: %s";
         }
         pthread_mutex_lock(&c->mu);
         if (rc) {
@@ -659,6 +671,25 @@ int ftc__set_device_ops(ftc_ctx_t *c, const ftc_snap_device_ops_t *ops)
         return ftc_err_set(&c->err, FTC_EINVAL, "ftc__set_device_ops: the context is not "
                            "connected");
     return ftc_snap_set_device_ops(c->snap, ops, &c->err);
+}
+
+int ftc__hold_seal(ftc_ctx_t *c, bool hold)
+{
+    if (!c || !c->snap)
+        return FTC_EINVAL;
+    ftc__snap_hold_seal(c->snap, hold);
+    return 0;
+}
+
+int ftc__hold_notify(ftc_ctx_t *c, bool hold)
+{
+    if (!c || !c->snap)
+        return FTC_EINVAL;
+    pthread_mutex_lock(&c->mu);
+    c->hold_notify = hold;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    return 0;
 }
 
 int ftc_wait_committed(ftc_ctx_t *c, int64_t step)

@@ -106,7 +106,23 @@ struct ftc_snap {
     pthread_t coord;
     bool coord_started;
     bool stop;
+    bool hold_seal;       /* test hook (ftc__snap_hold_seal): the seal waits, under mu */
 };
+
+/* Test hook: the thread that seals waits (mu held) while hold_seal is set. */
+static void ftc__snap_seal_gate(ftc_snap_t *s)
+{
+    while (s->hold_seal && !s->stop)
+        pthread_cond_wait(&s->cv_done, &s->mu);
+}
+
+void ftc__snap_hold_seal(ftc_snap_t *s, bool hold)
+{
+    pthread_mutex_lock(&s->mu);
+    s->hold_seal = hold;
+    pthread_cond_broadcast(&s->cv_done);
+    pthread_mutex_unlock(&s->mu);
+}
 
 /* The last piece is copied: without device tensors that is "copied" (no
  * hop through the coordinator); with them the coordinator syncs first. */
@@ -161,6 +177,7 @@ static void *ftc__snap_worker(void *arg)
              * else moves the phase meanwhile (begin refuses until sealed) */
             s->phase = PH_COPIED; /* (already, unless it had no piece) */
             pthread_cond_broadcast(&s->cv_done);
+            ftc__snap_seal_gate(s);
             pthread_mutex_unlock(&s->mu);
             ftc_err_t err = {0};
             int rc = ftc_shard_seal_head(s->region, s->size, &err);
@@ -209,6 +226,8 @@ static void *ftc__snap_coord(void *arg)
          * begin the next snapshot into it (busy() is false once failed) */
         while (s->left < s->nthreads)
             pthread_cond_wait(&s->cv_done, &s->mu);
+        if (!rc)
+            ftc__snap_seal_gate(s);
         pthread_mutex_unlock(&s->mu);
         if (!rc) {
             for (uint32_t i = 0; i < s->nt; i++) /* device tensors: hashed from the slot */

@@ -120,6 +120,11 @@ enum {
 int ftc_snap_restore_ex(ftc_snap_t *s, const uint8_t *region, uint64_t size, unsigned flags,
                         uint64_t *step, void *meta, uint32_t *meta_len, ftc_err_t *err);
 
+/* Test hook (tests only, through ckpt/client_internal.h): while hold is
+ * set, a snapshot whose copy is done is not sealed (it stays "copied", as a
+ * seal slower than its deadlines would). */
+void ftc__snap_hold_seal(ftc_snap_t *s, bool hold);
+
 #ifdef __cplusplus
 }
 #endif
