@@ -417,6 +417,7 @@ int ftc_create(const ftc_options_t *opts, ftc_ctx_t **out)
     c->snap = ftc_snap_create(&info, c->o.threads, c->o.meta_capacity, &c->err);
     if (!c->snap)
         return c->err.code;
+    ftc_snap_set_timeout(c->snap, c->o.timeout_ms); /* its device syncs, its destroy */
     if (pthread_create(&c->tid, NULL, ftc__notifier, c) != 0)
         return ftc_err_set(&c->err, FTC_ENOMEM, "cannot start the notifier thread");
     c->tid_started = true;
@@ -441,9 +442,18 @@ void ftc_destroy(ftc_ctx_t *c)
         ftc_ap_send(c->fd, &m, 1000, &err);
         close(c->fd);
     }
-    ftc_snap_destroy(c->snap);
-    for (int s = 0; s < FTC_AP_SLOTS_PER_RANK; s++)
-        ftc_slot_close(&c->slot[s]);
+    if (ftc_snap_destroy(c->snap) == 0) {
+        for (int s = 0; s < FTC_AP_SLOTS_PER_RANK; s++)
+            ftc_slot_close(&c->slot[s]);
+    } else {
+        /* a copy still running after timeout_ms (a device that does not
+         * finish), left behind: the slots stay mapped, as it may still
+         * write one; that version is never sealed nor sent, so it never
+         * commits (the agent frees its slot at the rank's next BEGIN) */
+        FTC_WARN("ftc", "rank %u: ftc_destroy: a snapshot copy still running after %d ms is "
+                 "left behind, never sealed: the slots stay mapped, and it may still read the "
+                 "registered tensors", c->rank, c->o.timeout_ms);
+    }
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
     free(c);
