@@ -197,7 +197,11 @@ int ftc_register(ftc_ctx_t *ctx, const char *name, int dtype, int ndim, const in
  * commits (the previous committed version stays) and its
  * ftc_wait_committed is FTC_EIO. FTC_ETIMEDOUT when the previous snapshot is
  * still copying, or not yet sealed and handed to the agent, after
- * timeout_ms; FTC_ECANCELED after ftc_interrupt. It waits only while the
+ * timeout_ms (its seal and that hand-off share timeout_ms from its
+ * ftc_checkpoint; one that outlasts it is that snapshot's failure, reported
+ * once as above, and while its seal still runs this call returns
+ * FTC_ETIMEDOUT naming it and asks the agent for nothing: never FTC_EAGAIN,
+ * which is the agent's policy's alone); FTC_ECANCELED after ftc_interrupt. It waits only while the
  * previous snapshot is not sealed yet,
  * or, with policy "wait", while the agent has no free slot. CUDA tensors are
  * copied on ftc's own non-blocking stream, which does not wait for the

@@ -27,6 +27,10 @@
  *   - the device syncs of a snapshot and of a restore have the context's
  *     timeout_ms as their deadline; ftc_destroy with a copy that never ends
  *     (a hung device) returns after timeout_ms, leaving it behind;
+ *   - a caller waiting for the notifier waits out its whole budget (seal and
+ *     SEALED, timeout_ms from the checkpoint) and gets its result; a seal
+ *     still running after it is FTC_ETIMEDOUT for ftc_checkpoint, never
+ *     FTC_EAGAIN (the test hooks ftc__hold_seal, ftc__hold_notify);
  *   - an answer that comes after the context's timeout_ms (the agent frozen
  *     with SIGSTOP for longer, then SIGCONT) is dropped, not taken as the
  *     answer to the next request: the next ftc_fetch gets its own step's
@@ -509,6 +513,84 @@ static void test_sync_deadline_is_the_contexts(void **state)
     teardown_env(e);
 }
 
+/* A snapshot still being sealed after the notifier gave up on it (its seal
+ * held): the next ftc_checkpoint reports that failure once (FTC_ETIMEDOUT),
+ * and the one after it, while the seal still runs, is FTC_ETIMEDOUT naming
+ * it, not FTC_EAGAIN, which include/ftc.h keeps for the agent's busy policy
+ * (a trainer takes it for a skip and goes on). It was FTC_EAGAIN: the
+ * engine refused to begin, after the agent had handed out a slot. Once the
+ * seal ends, checkpoints commit again. */
+static void test_still_sealing_is_not_a_skip(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 1000);
+    fd_reset();
+    static float w[4096], h[256];
+    ftc_ctx_t *c = device_ctx(e, 1500, w, h);
+    assert_int_equal(ftc__hold_seal(c, true), 0);
+    assert_int_equal(ckpt_step(c, w, 4096, 2), 0);
+    assert_int_equal(ftc_wait_snapshot(c), 0); /* copied; not sealed */
+    assert_int_equal(ckpt_step(c, w, 4096, 3), FTC_ETIMEDOUT); /* step 2's failure */
+    assert_non_null(strstr(ftc_last_error(c), "step 2"));
+    int rc = ckpt_step(c, w, 4096, 4);
+    assert_int_not_equal(rc, FTC_EAGAIN);
+    assert_int_equal(rc, FTC_ETIMEDOUT);
+    assert_non_null(strstr(ftc_last_error(c), "step 2"));
+    assert_non_null(strstr(ftc_last_error(c), "sealed"));
+    ftc_ckpt_status_t st = {.struct_size = sizeof st};
+    assert_int_equal(ftc_ckpt_status(c, &st), 0);
+    assert_int_equal(st.skipped, 0);
+    assert_int_equal(ftc_wait_committed(c, 4), FTC_EIO);
+    assert_int_equal(ftc__hold_seal(c, false), 0);
+    assert_int_equal(ckpt_step(c, w, 4096, 5), 0);
+    commits(c, 5);
+    ftc_destroy(c);
+    assert_int_equal(FD.closed, 1);
+    fd_done();
+    teardown_env(e);
+}
+
+static void *release_sync_later(void *arg)
+{
+    (void)arg;
+    ftc_sleep_ms(1000);
+    fake_set_hold(false);
+    return NULL;
+}
+
+/* The notifier's seal wait and its SEALED share one budget, timeout_ms from
+ * the checkpoint, and a caller waiting for it waits out that budget: the
+ * snapshot of step 1 seals a second after its checkpoint (its device sync
+ * held), then its SEALED cannot be sent (held: an agent that reads
+ * nothing). ftc_wait_committed(1) gets that failure (FTC_EIO naming it)
+ * and the next checkpoint commits. Before, each step had timeout_ms of its
+ * own: the caller gave up (FTC_ETIMEDOUT) while the send was still within
+ * its limits, and the notifier's late failure was then reported by the
+ * next ftc_checkpoint, as its own, for a snapshot that had nothing wrong. */
+static void test_notifier_within_the_callers_wait(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 1000);
+    fd_reset();
+    static float w[4096], h[256];
+    ftc_ctx_t *c = device_ctx(e, 2000, w, h);
+    assert_int_equal(ftc__hold_notify(c, true), 0);
+    fake_set_hold(true);
+    assert_int_equal(ckpt_step(c, w, 4096, 2), 0);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, release_sync_later, NULL), 0);
+    int rc = ftc_wait_committed(c, 2);
+    print_message("ftc_wait_committed(2): %s: %s\n", ftc_errname(rc), ftc_last_error(c));
+    pthread_join(th, NULL);
+    assert_int_equal(rc, FTC_EIO);
+    assert_non_null(strstr(ftc_last_error(c), "telling the agent"));
+    assert_int_equal(ftc__hold_notify(c, false), 0);
+    assert_int_equal(ckpt_step(c, w, 4096, 3), 0);
+    commits(c, 3);
+    ftc_destroy(c);
+    assert_int_equal(FD.closed, 1);
+    fd_done();
+    teardown_env(e);
+}
+
 static struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -572,6 +654,8 @@ int main(void)
         T(test_late_answer_dropped),
         T(test_failed_snapshot_not_sticky),
         T(test_sync_deadline_is_the_contexts),
+        T(test_still_sealing_is_not_a_skip),
+        T(test_notifier_within_the_callers_wait),
         T(test_destroy_leaves_a_hung_copy), /* last: it leaves the stand-in device held */
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
