@@ -65,12 +65,17 @@ struct ftc_ctx {
     bool pending;          /* a begun snapshot not yet announced as SEALED */
     int pending_slot;
     uint64_t pending_step;
+    uint64_t pending_id;   /* counts the snapshots begun */
+    ftc_deadline_t pending_dl; /* the notifier's whole budget for it (seal + SEALED) */
+    uint64_t gave_up_id;   /* the snapshot a caller stopped waiting for (an error returned) */
     /* the snapshot begun last failed (its copy, its seal or its SEALED) and
      * the caller was not told yet: ftc__wait_announced reports it once */
     int snap_rc;
     ftc_err_t snap_err;    /* ... what it was */
-    uint64_t snap_step;    /* ... and its step (all three under mu) */
+    uint64_t snap_step;    /* ... and its step (all four under mu) */
+    uint64_t snap_id;      /* ... and its pending_id */
     bool stop;
+    bool hold_notify;      /* test hook (ftc__hold_notify), under mu */
     atomic_int interrupted; /* ftc_interrupt: waits for the agent end with FTC_ECANCELED */
     int64_t checkpoints, skipped; /* ftc_ckpt_status counters */
     ftc_err_t err;
@@ -221,18 +226,32 @@ static void *ftc__notifier(void *arg)
         if (c->stop && !c->pending)
             break;
         int slot = c->pending_slot;
-        uint64_t step = c->pending_step;
+        uint64_t step = c->pending_step, id = c->pending_id;
+        /* one budget for the seal and the SEALED, timeout_ms from the
+         * checkpoint: a caller waiting for the notifier waits it out */
+        ftc_deadline_t sd = c->pending_dl;
         pthread_mutex_unlock(&c->mu);
         ftc_err_t err = {0};
-        int rc = ftc_snap_wait_sealed(c->snap, ftc_deadline_in_ms((uint64_t)c->o.timeout_ms), &err);
+        int rc = ftc_snap_wait_sealed(c->snap, sd, &err);
         const char *what = "the snapshot of step %llu failed: %s";
+        if (!rc) {
+            what = "step %llu: telling the agent of its seal failed: %s";
+            pthread_mutex_lock(&c->mu);
+            while (c->hold_notify && !c->stop && !ftc_deadline_expired(sd)) {
+                struct timespec ts = ftc_cond_abstime(sd);
+                pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+            }
+            if (c->hold_notify)
+                rc = ftc_err_set(&err, FTC_ETIMEDOUT, "the send was held (test hook)");
+            pthread_mutex_unlock(&c->mu);
+        }
         if (!rc) {
             ftc_ap_msg_t m;
             ftc_ap_init(&m, FTC_AP_SEALED);
             m.slot = (uint32_t)slot;
             m.step = step;
-            rc = ftc_ap_send(c->fd, &m, c->o.timeout_ms, &err);
-            what = "step %llu: telling the agent of its seal failed: %s";
+            int ms = ftc_deadline_remaining_ms(sd);
+            rc = ftc_ap_send(c->fd, &m, ms > 0 ? ms : 1, &err);
         }
         pthread_mutex_lock(&c->mu);
         if (rc) {
@@ -241,6 +260,7 @@ static void *ftc__notifier(void *arg)
              * at the rank's next BEGIN); the caller is told once */
             c->snap_rc = rc;
             c->snap_step = step;
+            c->snap_id = id;
             ftc_err_set(&c->snap_err, rc, what, (unsigned long long)step, err.msg);
             FTC_WARN("ftc", "rank %u: %s", c->rank, c->snap_err.msg);
         }
@@ -251,15 +271,29 @@ static void *ftc__notifier(void *arg)
     return NULL;
 }
 
+/* What a caller waits for the notifier beyond the end of its budget: its
+ * send's last poll slice and a thread switch. */
+#define FTC__NOTIFIER_GRACE_MS 1000
+
 /* Waits until the notifier is done with the snapshot begun last (sealed
- * and announced, or failed), for at most the context's timeout_ms, in 50 ms
- * slices so that ftc_interrupt ends the wait: FTC_ETIMEDOUT, FTC_ECANCELED.
- * The notifier's own waits are bounded by timeout_ms each. */
+ * and announced, or failed), in 50 ms slices so that ftc_interrupt ends the
+ * wait: FTC_ETIMEDOUT, FTC_ECANCELED. It waits the context's timeout_ms, and
+ * at least until the notifier's whole budget for the snapshot (its seal and
+ * its SEALED together: timeout_ms from the checkpoint) has passed, so that
+ * the notifier, still within its limits, is not given up on. A snapshot
+ * given up on all the same (ftc_interrupt, a clock that jumped) is
+ * remembered: the notifier's late result is not reported to a later call. */
 static int ftc__wait_notifier(ftc_ctx_t *c)
 {
     ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)c->o.timeout_ms);
     int rc = 0;
     pthread_mutex_lock(&c->mu);
+    if (c->pending) {
+        ftc_deadline_t nd = c->pending_dl;
+        nd.at_ns += (uint64_t)FTC__NOTIFIER_GRACE_MS * 1000000u;
+        if (nd.at_ns > d.at_ns)
+            d = nd;
+    }
     while (c->pending && !rc) {
         if (atomic_load(&c->interrupted)) {
             rc = FTC_ECANCELED;
@@ -272,6 +306,8 @@ static int ftc__wait_notifier(ftc_ctx_t *c)
         }
     }
     unsigned long long step = (unsigned long long)c->pending_step;
+    if (rc)
+        c->gave_up_id = c->pending_id; /* its error is this call's */
     pthread_mutex_unlock(&c->mu);
     if (rc == FTC_ECANCELED)
         return ftc_err_set(&c->err, rc, "interrupted (ftc_interrupt) while the snapshot of step "
@@ -292,14 +328,24 @@ static int ftc__wait_announced(ftc_ctx_t *c, int64_t upto, int64_t *failed)
     int rc = ftc__wait_notifier(c);
     if (rc)
         return rc;
+    ftc_err_t late = {0};
+    uint64_t late_step = 0;
     pthread_mutex_lock(&c->mu);
-    if (c->snap_rc && (int64_t)c->snap_step <= upto) {
+    if (c->snap_rc && c->snap_id == c->gave_up_id) {
+        /* a caller gave up waiting for it and returned an error then: its
+         * late failure is recorded, not reported again as a later call's */
+        late = c->snap_err;
+        late_step = c->snap_step;
+        c->snap_rc = 0;
+    } else if (c->snap_rc && (int64_t)c->snap_step <= upto) {
         rc = c->snap_rc;
         c->err = c->snap_err;
         *failed = (int64_t)c->snap_step;
         c->snap_rc = 0;
     }
     pthread_mutex_unlock(&c->mu);
+    if (late.code)
+        ftc__note_failed(c, late_step, late.msg);
     if (rc)
         ftc__note_failed(c, (uint64_t)*failed, c->err.msg);
     return rc;
@@ -405,6 +451,7 @@ int ftc_create(const ftc_options_t *opts, ftc_ctx_t **out)
     c->snap = ftc_snap_create(&info, c->o.threads, c->o.meta_capacity, &c->err);
     if (!c->snap)
         return c->err.code;
+    ftc_snap_set_timeout(c->snap, c->o.timeout_ms); /* its device syncs, its destroy */
     if (pthread_create(&c->tid, NULL, ftc__notifier, c) != 0)
         return ftc_err_set(&c->err, FTC_ENOMEM, "cannot start the notifier thread");
     c->tid_started = true;
@@ -429,9 +476,18 @@ void ftc_destroy(ftc_ctx_t *c)
         ftc_ap_send(c->fd, &m, 1000, &err);
         close(c->fd);
     }
-    ftc_snap_destroy(c->snap);
-    for (int s = 0; s < FTC_AP_SLOTS_PER_RANK; s++)
-        ftc_slot_close(&c->slot[s]);
+    if (ftc_snap_destroy(c->snap) == 0) {
+        for (int s = 0; s < FTC_AP_SLOTS_PER_RANK; s++)
+            ftc_slot_close(&c->slot[s]);
+    } else {
+        /* a copy still running after timeout_ms (a device that does not
+         * finish), left behind: the slots stay mapped, as it may still
+         * write one; that version is never sealed nor sent, so it never
+         * commits (the agent frees its slot at the rank's next BEGIN) */
+        FTC_WARN("ftc", "rank %u: ftc_destroy: a snapshot copy still running after %d ms is "
+                 "left behind, never sealed: the slots stay mapped, and it may still read the "
+                 "registered tensors", c->rank, c->o.timeout_ms);
+    }
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
     free(c);
@@ -542,6 +598,24 @@ int ftc_checkpoint(ftc_ctx_t *c, int64_t step, const void *meta, size_t meta_len
         return ftc_err_wrap(&c->err, "step %lld was not checkpointed", (long long)step);
     if (rc)
         return rc;
+    /* the previous snapshot may still be sealing after the notifier gave
+     * up on it (that failure was reported, above or earlier); the engine
+     * begins no other until it ends. Waited for before the agent hands
+     * out a slot; still sealing: FTC_ETIMEDOUT, never FTC_EAGAIN, which is
+     * the agent's policy's (a skip that a trainer takes in stride) */
+    if (ftc_snap_busy(c->snap) &&
+        ftc_snap_wait_sealed(c->snap, ftc_deadline_in_ms((uint64_t)c->o.timeout_ms), &werr) ==
+            FTC_ETIMEDOUT) {
+        pthread_mutex_lock(&c->mu);
+        unsigned long long prev = (unsigned long long)c->pending_step;
+        pthread_mutex_unlock(&c->mu);
+        ftc_err_set(&c->err, FTC_ETIMEDOUT, "step %lld was not checkpointed: the snapshot of "
+                    "step %llu is still not sealed %d ms after the notifier gave up on it (a "
+                    "device copy or a seal that does not end)", (long long)step, prev,
+                    c->o.timeout_ms);
+        ftc__note_failed(c, (uint64_t)step, c->err.msg);
+        return FTC_ETIMEDOUT;
+    }
     ftc_ap_msg_t m, rep;
     ftc_ap_init(&m, FTC_AP_BEGIN);
     m.step = (uint64_t)step;
@@ -571,6 +645,8 @@ int ftc_checkpoint(ftc_ctx_t *c, int64_t step, const void *meta, size_t meta_len
     }
     rc = ftc_snap_begin(c->snap, c->slot[s].base, (uint64_t)step, c->generation, meta,
                         (uint32_t)meta_len, &c->err);
+    if (rc == FTC_EAGAIN) /* the engine still busy: not the policy's FTC_EAGAIN */
+        rc = ftc_err_set(&c->err, FTC_ETIMEDOUT, "the previous snapshot is still not sealed");
     if (rc) {
         /* a device copy that could not start: reported here, and the step
          * will not commit (the agent frees its slot at the next BEGIN) */
@@ -583,6 +659,8 @@ int ftc_checkpoint(ftc_ctx_t *c, int64_t step, const void *meta, size_t meta_len
     c->pending = true;
     c->pending_slot = s;
     c->pending_step = (uint64_t)step;
+    c->pending_id++;
+    c->pending_dl = ftc_deadline_in_ms((uint64_t)c->o.timeout_ms);
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
     return 0;
@@ -659,6 +737,25 @@ int ftc__set_device_ops(ftc_ctx_t *c, const ftc_snap_device_ops_t *ops)
         return ftc_err_set(&c->err, FTC_EINVAL, "ftc__set_device_ops: the context is not "
                            "connected");
     return ftc_snap_set_device_ops(c->snap, ops, &c->err);
+}
+
+int ftc__hold_seal(ftc_ctx_t *c, bool hold)
+{
+    if (!c || !c->snap)
+        return FTC_EINVAL;
+    ftc__snap_hold_seal(c->snap, hold);
+    return 0;
+}
+
+int ftc__hold_notify(ftc_ctx_t *c, bool hold)
+{
+    if (!c || !c->snap)
+        return FTC_EINVAL;
+    pthread_mutex_lock(&c->mu);
+    c->hold_notify = hold;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    return 0;
 }
 
 int ftc_wait_committed(ftc_ctx_t *c, int64_t step)

@@ -20,6 +20,17 @@ extern "C" {
  * device tensor (the message in ftc_last_error). The context's thread only. */
 int ftc__set_device_ops(ftc_ctx_t *ctx, const ftc_snap_device_ops_t *ops);
 
+/* Holds (hold true) or lets go the seal of ctx's snapshots
+ * (ftc__snap_hold_seal): a snapshot copied while held stays unsealed, as
+ * one whose seal outlasts the deadlines would. 0; FTC_EINVAL on a NULL or
+ * unconnected context. Any thread. */
+int ftc__hold_seal(ftc_ctx_t *ctx, bool hold);
+/* Holds (hold true) or lets go the notifier before it sends SEALED, as a
+ * send to an agent that reads nothing would block: a held send ends when let
+ * go or, failing, at the end of the notifier's budget for it. 0; FTC_EINVAL
+ * on a NULL or unconnected context. Any thread. */
+int ftc__hold_notify(ftc_ctx_t *ctx, bool hold);
+
 #ifdef __cplusplus
 }
 #endif

@@ -106,7 +106,25 @@ struct ftc_snap {
     pthread_t coord;
     bool coord_started;
     bool stop;
+    int timeout_ms;       /* deadline of the device syncs and of destroy's wait (set_timeout) */
+    atomic_bool quit;     /* destroy gave up on a running copy: its threads stop and never seal */
+    bool hold_seal;       /* test hook (ftc__snap_hold_seal): the seal waits, under mu */
 };
+
+/* Test hook: the thread that seals waits (mu held) while hold_seal is set. */
+static void ftc__snap_seal_gate(ftc_snap_t *s)
+{
+    while (s->hold_seal && !s->stop)
+        pthread_cond_wait(&s->cv_done, &s->mu);
+}
+
+void ftc__snap_hold_seal(ftc_snap_t *s, bool hold)
+{
+    pthread_mutex_lock(&s->mu);
+    s->hold_seal = hold;
+    pthread_cond_broadcast(&s->cv_done);
+    pthread_mutex_unlock(&s->mu);
+}
 
 /* The last piece is copied: without device tensors that is "copied" (no
  * hop through the coordinator); with them the coordinator syncs first. */
@@ -133,7 +151,7 @@ static void *ftc__snap_worker(void *arg)
         pthread_mutex_unlock(&s->mu);
         for (;;) { /* 1. copy */
             uint32_t k = atomic_fetch_add(&s->next_piece, 1);
-            if (k >= s->npieces)
+            if (k >= s->npieces || atomic_load_explicit(&s->quit, memory_order_relaxed))
                 break;
             const ftc__piece_t *p = &s->pieces[k];
             const ftc__snap_tensor_t *t = &s->t[p->t];
@@ -148,8 +166,11 @@ static void *ftc__snap_worker(void *arg)
             if (u >= s->nunits)
                 break;
             /* its remaining pieces are being copied by the other threads */
-            while (atomic_load_explicit(&s->unit_left[u], memory_order_acquire) > 0)
+            while (atomic_load_explicit(&s->unit_left[u], memory_order_acquire) > 0 &&
+                   !atomic_load_explicit(&s->quit, memory_order_relaxed))
                 sched_yield();
+            if (atomic_load_explicit(&s->quit, memory_order_relaxed))
+                break; /* abandoned (ftc_snap_destroy): its pieces may never come */
             const ftc__snap_tensor_t *t = &s->t[s->units[u].t];
             ftc_shard_set_tensor_xxh3(
                 s->region, t->index,
@@ -161,9 +182,12 @@ static void *ftc__snap_worker(void *arg)
              * else moves the phase meanwhile (begin refuses until sealed) */
             s->phase = PH_COPIED; /* (already, unless it had no piece) */
             pthread_cond_broadcast(&s->cv_done);
+            ftc__snap_seal_gate(s);
+            bool quit = s->stop; /* abandoned: never sealed */
             pthread_mutex_unlock(&s->mu);
             ftc_err_t err = {0};
-            int rc = ftc_shard_seal_head(s->region, s->size, &err);
+            int rc = quit ? ftc_err_set(&err, FTC_ECANCELED, "snapshot abandoned (destroyed)")
+                          : ftc_shard_seal_head(s->region, s->size, &err);
             pthread_mutex_lock(&s->mu);
             s->phase = rc ? PH_FAILED : PH_SEALED;
             if (rc)
@@ -190,14 +214,16 @@ static void *ftc__snap_coord(void *arg)
         seen = s->job;
         if (!s->has_dev)
             continue; /* host tensors only: the copy threads publish and seal */
-        while (atomic_load(&s->copied) < s->npieces)
+        while (atomic_load(&s->copied) < s->npieces && !s->stop)
             pthread_cond_wait(&s->cv_done, &s->mu);
+        /* the snapshot's device copies: the deadline its owner configured */
+        ftc_deadline_t dl = ftc_deadline_in_ms((uint64_t)s->timeout_ms);
         pthread_mutex_unlock(&s->mu);
         ftc_err_t err = {0};
         int rc = 0;
         for (int d = 0; d < FTC_SNAP_MAX_DEVICES && !rc; d++)
             if (s->dev_used[d])
-                rc = s->dev->sync(s->dev_state, d, ftc_deadline_in_ms(600000), &err);
+                rc = s->dev->sync(s->dev_state, d, dl, &err);
         pthread_mutex_lock(&s->mu);
         if (!rc) {
             s->phase = PH_COPIED;
@@ -209,6 +235,10 @@ static void *ftc__snap_coord(void *arg)
          * begin the next snapshot into it (busy() is false once failed) */
         while (s->left < s->nthreads)
             pthread_cond_wait(&s->cv_done, &s->mu);
+        if (!rc)
+            ftc__snap_seal_gate(s);
+        if (!rc && s->stop) /* abandoned (ftc_snap_destroy): never sealed */
+            rc = ftc_err_set(&err, FTC_ECANCELED, "snapshot abandoned (destroyed)");
         pthread_mutex_unlock(&s->mu);
         if (!rc) {
             for (uint32_t i = 0; i < s->nt; i++) /* device tensors: hashed from the slot */
@@ -250,6 +280,8 @@ ftc_snap_t *ftc_snap_create(const ftc_shard_info_t *info, int threads, uint32_t 
         threads = cores > 1 ? cores - 1 : 1;
     s->threads = threads > FTC_SNAP_MAX_THREADS ? FTC_SNAP_MAX_THREADS : threads;
     s->dev = ftc_snap_cuda_ops();
+    s->timeout_ms = 600000;
+    atomic_init(&s->quit, false);
     pthread_mutex_init(&s->mu, NULL);
     ftc_cond_init(&s->cv_work);
     ftc_cond_init(&s->cv_done); /* its timed waits count on the monotonic clock */
@@ -274,16 +306,45 @@ ftc_snap_t *ftc_snap_create(const ftc_shard_info_t *info, int threads, uint32_t 
     return s;
 }
 
-void ftc_snap_destroy(ftc_snap_t *s)
+void ftc_snap_set_timeout(ftc_snap_t *s, int timeout_ms)
+{
+    pthread_mutex_lock(&s->mu);
+    s->timeout_ms = timeout_ms > 0 ? timeout_ms : 600000;
+    pthread_mutex_unlock(&s->mu);
+}
+
+int ftc_snap_destroy(ftc_snap_t *s)
 {
     if (!s)
-        return;
+        return 0;
     pthread_mutex_lock(&s->mu);
-    while (s->phase == PH_COPYING || s->phase == PH_COPIED)
-        pthread_cond_wait(&s->cv_done, &s->mu);
+    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)s->timeout_ms);
+    while ((s->phase == PH_COPYING || s->phase == PH_COPIED) && !ftc_deadline_expired(d)) {
+        struct timespec ts = ftc_cond_abstime(d);
+        pthread_cond_timedwait(&s->cv_done, &s->mu, &ts);
+    }
+    bool running = s->phase == PH_COPYING || s->phase == PH_COPIED;
+    int ms = s->timeout_ms;
     s->stop = true;
+    atomic_store(&s->quit, true);
     pthread_cond_broadcast(&s->cv_work);
+    pthread_cond_broadcast(&s->cv_done);
     pthread_mutex_unlock(&s->mu);
+    if (running) {
+        /* a copy that outlived the deadline (a device sync that does not
+         * end): its threads may still write the region, read the tensors
+         * and use the device state, so none of them is freed, closed or
+         * unregistered; they stop at their next piece and never seal (the
+         * region stays an invalid shard). Left behind for the process. */
+        FTC_WARN("snapshot", "a snapshot still copying %d ms after destroy began: its threads, "
+                 "memory and device state are left behind (never freed); it is never sealed, "
+                 "and its region must stay mapped", ms);
+        for (int i = 0; i < s->nthreads; i++)
+            pthread_detach(s->tid[i]);
+        if (s->coord_started)
+            pthread_detach(s->coord);
+        return FTC_ETIMEDOUT;
+    }
     for (int i = 0; i < s->nthreads; i++)
         pthread_join(s->tid[i], NULL);
     if (s->coord_started)
@@ -305,6 +366,7 @@ void ftc_snap_destroy(ftc_snap_t *s)
     free((void *)s->unit_left);
     free(s->units);
     free(s);
+    return 0;
 }
 
 int ftc_snap_set_device_ops(ftc_snap_t *s, const ftc_snap_device_ops_t *ops, ftc_err_t *err)
@@ -474,7 +536,8 @@ static void ftc__snap_drain(ftc_snap_t *s)
     for (int d = 0; d < FTC_SNAP_MAX_DEVICES; d++)
         if (s->dev_used[d]) {
             ftc_err_t ignored = {0};
-            (void)s->dev->sync(s->dev_state, d, ftc_deadline_in_ms(60000), &ignored);
+            (void)s->dev->sync(s->dev_state, d, ftc_deadline_in_ms((uint64_t)s->timeout_ms),
+                               &ignored);
         }
 }
 
@@ -708,7 +771,8 @@ int ftc_snap_restore_ex(ftc_snap_t *s, const uint8_t *region, uint64_t size, uns
         }
     }
     for (int d = 0; d < FTC_SNAP_MAX_DEVICES; d++)
-        if (s->dev_used[d] && (rc = s->dev->sync(s->dev_state, d, ftc_deadline_in_ms(600000), err)))
+        if (s->dev_used[d] &&
+            (rc = s->dev->sync(s->dev_state, d, ftc_deadline_in_ms((uint64_t)s->timeout_ms), err)))
             return rc;
     FTC_DEBUG("snap", "restore: %s %.1f ms, copy %.1f ms (%llu bytes, %d threads)",
               flags & FTC_SNAP_RESTORE_VERIFIED ? "open (verified by the agent)" : "verify",

@@ -70,7 +70,21 @@ typedef struct ftc_snap ftc_snap_t;
  * threads when given, else with one per online core. */
 ftc_snap_t *ftc_snap_create(const ftc_shard_info_t *info, int threads, uint32_t meta_capacity,
                             ftc_err_t *err);
-void ftc_snap_destroy(ftc_snap_t *s); /* waits for a running copy; NULL is a no-op */
+/* Waits for a running copy, for at most the snapshot's timeout
+ * (ftc_snap_set_timeout), then frees everything: 0. A copy still running
+ * then (a device sync that does not end) is left behind, FTC_ETIMEDOUT: its
+ * threads, its memory and the device state (pinned regions included) are
+ * never freed, since its threads may still use them; they stop at their
+ * next piece and never seal, so the region stays an invalid shard, and the
+ * caller must leave the region mapped (a late write lands there) and the
+ * registered tensors allocated (a piece in hand, a device copy in flight
+ * still reads them), or end the process. NULL is a no-op (0). */
+int ftc_snap_destroy(ftc_snap_t *s);
+/* The deadline, in ms from its start, of each device sync (of a snapshot,
+ * of a restore, after a failed copy) and of ftc_snap_destroy's wait; <= 0:
+ * the default, 600000 (10 min). The owner's configured timeout: libftc
+ * sets its context's timeout_ms. Before the first begin or restore. */
+void ftc_snap_set_timeout(ftc_snap_t *s, int timeout_ms);
 
 /* Replaces the device copy ops (default: ftc_snap_cuda_ops(); NULL: host
  * tensors only), before any device tensor is registered: another backend,
@@ -119,6 +133,11 @@ enum {
 /* ftc_snap_restore with flags (FTC_SNAP_RESTORE_*). */
 int ftc_snap_restore_ex(ftc_snap_t *s, const uint8_t *region, uint64_t size, unsigned flags,
                         uint64_t *step, void *meta, uint32_t *meta_len, ftc_err_t *err);
+
+/* Test hook (tests only, through ckpt/client_internal.h): while hold is
+ * set, a snapshot whose copy is done is not sealed (it stays "copied", as a
+ * seal slower than its deadlines would). */
+void ftc__snap_hold_seal(ftc_snap_t *s, bool hold);
 
 #ifdef __cplusplus
 }

@@ -129,7 +129,9 @@ typedef struct ftc_options {
                              (left to the trainer), at least 1; a restore then
                              copies with every online core */
     uint32_t meta_capacity; /* bytes of user metadata per checkpoint (default 64 KiB) */
-    int timeout_ms;       /* deadline of each call that talks to the agent (default 60000) */
+    int timeout_ms;       /* deadline of each call that talks to the agent (default 60000),
+                             of each device sync of a snapshot or restore, and of
+                             ftc_destroy's wait for a copy in flight */
 } ftc_options_t;
 
 #define FTC_OPTIONS_INIT {sizeof(ftc_options_t), 1, NULL, NULL, -1, -1, 0, 0, 0, 0, 65536, 60000}
@@ -146,9 +148,14 @@ typedef struct ftc_ctx ftc_ctx_t;
  * freed with ftc_destroy; every other call on it returns FTC_EINVAL ("not
  * connected"). Thread-safe (each call makes its own context). */
 int ftc_create(const ftc_options_t *opts, ftc_ctx_t **ctx);
-/* Waits for a snapshot in flight, says goodbye to the agent, frees. The
- * agent keeps the slots. NULL is a no-op. Not concurrently with any other
- * call on ctx. */
+/* Waits for a snapshot in flight (for its hand-off to the agent, then for
+ * its copy, each at most timeout_ms), says goodbye to the agent, frees. The
+ * agent keeps the slots. A copy still running then (a device that does not
+ * finish) is left behind with a warning: it is never sealed (that step does
+ * not commit), and what it may still touch is not freed (the copy engine,
+ * the slot mappings), but it may still read the registered tensors: keep
+ * them allocated, or end the process. NULL is a no-op. Not concurrently
+ * with any other call on ctx. */
 void ftc_destroy(ftc_ctx_t *ctx);
 /* The last error's sentence (never NULL). The context's thread only. */
 const char *ftc_last_error(const ftc_ctx_t *ctx);
@@ -190,7 +197,11 @@ int ftc_register(ftc_ctx_t *ctx, const char *name, int dtype, int ndim, const in
  * commits (the previous committed version stays) and its
  * ftc_wait_committed is FTC_EIO. FTC_ETIMEDOUT when the previous snapshot is
  * still copying, or not yet sealed and handed to the agent, after
- * timeout_ms; FTC_ECANCELED after ftc_interrupt. It waits only while the
+ * timeout_ms (its seal and that hand-off share timeout_ms from its
+ * ftc_checkpoint; one that outlasts it is that snapshot's failure, reported
+ * once as above, and while its seal still runs this call returns
+ * FTC_ETIMEDOUT naming it and asks the agent for nothing: never FTC_EAGAIN,
+ * which is the agent's policy's alone); FTC_ECANCELED after ftc_interrupt. It waits only while the
  * previous snapshot is not sealed yet,
  * or, with policy "wait", while the agent has no free slot. CUDA tensors are
  * copied on ftc's own non-blocking stream, which does not wait for the

@@ -125,6 +125,7 @@ static int ftc__guard_from_meta(ftc_trainer_t *t, const ftc__train_meta_t *meta,
 static void ftc__guard_micro(ftc_trainer_t *t, int i);
 static bool ftc__guard_listed(const ftc_trainer_t *t, uint64_t step);
 static uint64_t ftc__guard_upd(const ftc_trainer_t *t);
+static int ftc__checkpoint(ftc_trainer_t *t, bool *taken, ftc_err_t *err);
 static int ftc__guard_check(ftc_trainer_t *t, double loss, const float *grads, size_t n);
 static int ftc__guard_act(ftc_trainer_t *t, int kind, double loss, ftc_train_stats_t *st,
                           uint64_t t0, ftc_err_t *err);
@@ -1709,10 +1710,9 @@ int ftc_trainer_step(ftc_trainer_t *t, ftc_train_stats_t *st, ftc_err_t *err)
     double ck_s = 0.0;
     if ((t->persist || t->ftc) && t->step % t->o.ckpt_every == 0) {
         uint64_t c0 = ftc_now_ns();
-        int rc = ftc_trainer_checkpoint(t, err);
+        int rc = ftc__checkpoint(t, &ck, err);
         if (rc < 0)
             return rc;
-        ck = true;
         ck_s = (double)(ftc_now_ns() - c0) * 1e-9;
     }
     if (st) {
@@ -1744,6 +1744,16 @@ float ftc_trainer_eval(ftc_trainer_t *t, int batches)
 
 int ftc_trainer_checkpoint(ftc_trainer_t *t, ftc_err_t *err)
 {
+    bool taken;
+    return ftc__checkpoint(t, &taken, err);
+}
+
+/* ftc_trainer_checkpoint; *taken: false when the agent's policy skipped the
+ * step or its snapshot failed (a warning), true when it was persisted or
+ * its snapshot started through the agent */
+static int ftc__checkpoint(ftc_trainer_t *t, bool *taken, ftc_err_t *err)
+{
+    *taken = false;
     ftc__train_meta_t meta;
     ftc__meta_fill(t, &meta);
     if (t->ftc) {
@@ -1763,6 +1773,7 @@ int ftc_trainer_checkpoint(ftc_trainer_t *t, ftc_err_t *err)
             return 0;
         }
         t->guard_last_ck = (int64_t)t->step; /* a rollback waits for its commit */
+        *taken = true;
         return 0;
     }
     if (!t->persist)
@@ -1784,6 +1795,7 @@ int ftc_trainer_checkpoint(ftc_trainer_t *t, ftc_err_t *err)
     if (rc < 0)
         return ftc_err_set(err, rc, "checkpoint of step %llu: %s", (unsigned long long)t->step,
                            ftc_persist_errstr(t->persist));
+    *taken = true;
     return 0;
 }
 
@@ -2127,10 +2139,9 @@ static int ftc__guard_act(ftc_trainer_t *t, int kind, double loss, ftc_train_sta
         t->step++;
         if ((t->persist || t->ftc) && t->step % t->o.ckpt_every == 0) {
             uint64_t c0 = ftc_now_ns();
-            int rc = ftc_trainer_checkpoint(t, err);
+            int rc = ftc__checkpoint(t, &ck, err);
             if (rc < 0)
                 return rc;
-            ck = true;
             ck_s = (double)(ftc_now_ns() - c0) * 1e-9;
         }
     }

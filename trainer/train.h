@@ -196,7 +196,9 @@ typedef struct ftc_train_stats {
     float lr;
     uint64_t tokens;      /* tokens in the global batch */
     double seconds;       /* wall time of the step, checkpoint included */
-    bool checkpointed;    /* a checkpoint was persisted after this step */
+    bool checkpointed;    /* a checkpoint was taken after this step: persisted, or its
+                             snapshot started through the agent; false when the agent's
+                             policy skipped it or it failed (a warning) */
     double ckpt_seconds;  /* its wall time (snapshot + persist) */
     /* the guard: a skipped step applied no update (loss and norm are then the
      * offending values, or 0 for a step skipped from the list) */

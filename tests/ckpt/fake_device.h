@@ -6,7 +6,8 @@
  * Faults on request: the N-th copy_async fails (fail_at), every sync or the
  * N-th one fails (fail_sync, fail_sync_at: after the copies landed, as a
  * CUDA stream error surfaces at cudaStreamSynchronize), open fails
- * (fail_open), sync is held back until cleared (fake_set_hold).
+ * (fail_open), sync is held back until cleared (fake_set_hold), and the
+ * longest deadline a sync was given is recorded (sync_ms).
  *
  * Contract: include after "ftc_test.h" (cmocka asserts). One device per
  * test binary (the global FD), set up with fd_reset() before the engine
@@ -40,7 +41,9 @@ typedef struct fake_dev {
     bool fail_sync;   /* every sync returns FTC_EIO */
     int fail_sync_at; /* the sync with this number (1-based) returns FTC_EIO; 0: none */
     bool fail_open;   /* open returns FTC_EUNSUPPORTED */
-    bool hold;        /* sync waits until the test clears it */
+    bool hold;        /* sync waits until the test clears it (its deadline too: a hung
+                         device, whose sync does not end) */
+    int sync_ms;      /* the longest deadline a sync was given, in ms from its call */
     void *pinned[8];
     int npinned, unpinned;
 } fake_dev_t;
@@ -141,9 +144,12 @@ static inline int fake_pending(void)
 
 static inline int fake_sync(void *state, int device, ftc_deadline_t d, ftc_err_t *err)
 {
-    (void)state, (void)device, (void)d;
+    (void)state, (void)device;
+    int ms = ftc_deadline_remaining_ms(d);
     pthread_mutex_lock(&FD.mu);
     int n = ++FD.syncs;
+    if (ms > FD.sync_ms)
+        FD.sync_ms = ms;
     while (FD.head != FD.tail || FD.hold)
         pthread_cond_wait(&FD.cv, &FD.mu);
     bool fail = FD.fail_sync || n == FD.fail_sync_at;

@@ -24,6 +24,13 @@
  *     then starts nothing), else by ftc_wait_committed — and its
  *     ftc_wait_committed is FTC_EIO at once; the checkpoints after it
  *     commit (the failure is not sticky);
+ *   - the device syncs of a snapshot and of a restore have the context's
+ *     timeout_ms as their deadline; ftc_destroy with a copy that never ends
+ *     (a hung device) returns after timeout_ms, leaving it behind;
+ *   - a caller waiting for the notifier waits out its whole budget (seal and
+ *     SEALED, timeout_ms from the checkpoint) and gets its result; a seal
+ *     still running after it is FTC_ETIMEDOUT for ftc_checkpoint, never
+ *     FTC_EAGAIN (the test hooks ftc__hold_seal, ftc__hold_notify);
  *   - an answer that comes after the context's timeout_ms (the agent frozen
  *     with SIGSTOP for longer, then SIGCONT) is dropped, not taken as the
  *     answer to the next request: the next ftc_fetch gets its own step's
@@ -459,6 +466,182 @@ static void test_failed_snapshot_not_sticky(void **state)
     teardown_env(e);
 }
 
+/* A context for the tests below: timeout_ms, tensor "w" on the stand-in
+ * device (fd_reset first) and "h" on the host, step 1 committed. */
+static ftc_ctx_t *device_ctx(env_t *e, int timeout_ms, float *w, float *h)
+{
+    char sock[PATH_MAX + 32];
+    ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
+    o.timeout_ms = timeout_ms;
+    ftc_ctx_t *c = NULL;
+    if (ftc_create(&o, &c))
+        fail_msg("ftc_create: %s", ftc_last_error(c));
+    assert_int_equal(ftc__set_device_ops(c, fake_dev_ops()), 0);
+    int64_t sw[1] = {4096}, sh[1] = {256};
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, sw, w, 0), 0);
+    assert_int_equal(ftc_register(c, "h", FTC_DTYPE_F32, 1, sh, h, FTC_HOST), 0);
+    assert_int_equal(ckpt_step(c, w, 4096, 1), 0);
+    assert_int_equal(ftc_wait_snapshot(c), 0);
+    commits(c, 1);
+    return c;
+}
+
+/* The device syncs of a context's snapshot and of its restore are given
+ * the context's timeout_ms as their deadline. They had a fixed 600 s: a
+ * device that does not finish held the snapshot (and every call waiting
+ * for it) ten minutes whatever the user configured. */
+static void test_sync_deadline_is_the_contexts(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 1000);
+    fd_reset();
+    static float w[4096], h[256];
+    ftc_ctx_t *c = device_ctx(e, 4000, w, h);
+    int ms = fake_get(&FD.sync_ms);
+    print_message("snapshot: the device sync's deadline was %d ms away\n", ms);
+    assert_true(ms > 0 && ms <= 4000);
+    fake_set(&FD.sync_ms, 0);
+    int64_t step = -1;
+    if (ftc_restore(c, &step, NULL, NULL))
+        fail_msg("ftc_restore: %s", ftc_last_error(c));
+    assert_int_equal(step, 1);
+    ms = fake_get(&FD.sync_ms);
+    print_message("restore: the device sync's deadline was %d ms away\n", ms);
+    assert_true(ms > 0 && ms <= 4000);
+    ftc_destroy(c);
+    assert_int_equal(FD.closed, 1);
+    fd_done();
+    teardown_env(e);
+}
+
+/* A snapshot still being sealed after the notifier gave up on it (its seal
+ * held): the next ftc_checkpoint reports that failure once (FTC_ETIMEDOUT),
+ * and the one after it, while the seal still runs, is FTC_ETIMEDOUT naming
+ * it, not FTC_EAGAIN, which include/ftc.h keeps for the agent's busy policy
+ * (a trainer takes it for a skip and goes on). It was FTC_EAGAIN: the
+ * engine refused to begin, after the agent had handed out a slot. Once the
+ * seal ends, checkpoints commit again. */
+static void test_still_sealing_is_not_a_skip(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 1000);
+    fd_reset();
+    static float w[4096], h[256];
+    ftc_ctx_t *c = device_ctx(e, 1500, w, h);
+    assert_int_equal(ftc__hold_seal(c, true), 0);
+    assert_int_equal(ckpt_step(c, w, 4096, 2), 0);
+    assert_int_equal(ftc_wait_snapshot(c), 0); /* copied; not sealed */
+    assert_int_equal(ckpt_step(c, w, 4096, 3), FTC_ETIMEDOUT); /* step 2's failure */
+    assert_non_null(strstr(ftc_last_error(c), "step 2"));
+    int rc = ckpt_step(c, w, 4096, 4);
+    assert_int_not_equal(rc, FTC_EAGAIN);
+    assert_int_equal(rc, FTC_ETIMEDOUT);
+    assert_non_null(strstr(ftc_last_error(c), "step 2"));
+    assert_non_null(strstr(ftc_last_error(c), "sealed"));
+    ftc_ckpt_status_t st = {.struct_size = sizeof st};
+    assert_int_equal(ftc_ckpt_status(c, &st), 0);
+    assert_int_equal(st.skipped, 0);
+    assert_int_equal(ftc_wait_committed(c, 4), FTC_EIO);
+    assert_int_equal(ftc__hold_seal(c, false), 0);
+    assert_int_equal(ckpt_step(c, w, 4096, 5), 0);
+    commits(c, 5);
+    ftc_destroy(c);
+    assert_int_equal(FD.closed, 1);
+    fd_done();
+    teardown_env(e);
+}
+
+static void *release_sync_later(void *arg)
+{
+    (void)arg;
+    ftc_sleep_ms(1000);
+    fake_set_hold(false);
+    return NULL;
+}
+
+/* The notifier's seal wait and its SEALED share one budget, timeout_ms from
+ * the checkpoint, and a caller waiting for it waits out that budget: the
+ * snapshot of step 1 seals a second after its checkpoint (its device sync
+ * held), then its SEALED cannot be sent (held: an agent that reads
+ * nothing). ftc_wait_committed(1) gets that failure (FTC_EIO naming it)
+ * and the next checkpoint commits. Before, each step had timeout_ms of its
+ * own: the caller gave up (FTC_ETIMEDOUT) while the send was still within
+ * its limits, and the notifier's late failure was then reported by the
+ * next ftc_checkpoint, as its own, for a snapshot that had nothing wrong. */
+static void test_notifier_within_the_callers_wait(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 1000);
+    fd_reset();
+    static float w[4096], h[256];
+    ftc_ctx_t *c = device_ctx(e, 2000, w, h);
+    assert_int_equal(ftc__hold_notify(c, true), 0);
+    fake_set_hold(true);
+    assert_int_equal(ckpt_step(c, w, 4096, 2), 0);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, release_sync_later, NULL), 0);
+    int rc = ftc_wait_committed(c, 2);
+    print_message("ftc_wait_committed(2): %s: %s\n", ftc_errname(rc), ftc_last_error(c));
+    pthread_join(th, NULL);
+    assert_int_equal(rc, FTC_EIO);
+    assert_non_null(strstr(ftc_last_error(c), "telling the agent"));
+    assert_int_equal(ftc__hold_notify(c, false), 0);
+    assert_int_equal(ckpt_step(c, w, 4096, 3), 0);
+    commits(c, 3);
+    ftc_destroy(c);
+    assert_int_equal(FD.closed, 1);
+    fd_done();
+    teardown_env(e);
+}
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool returned, released;
+} WD = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, false};
+
+/* Lets the held device sync go after 20 s unless ftc_destroy returned. */
+static void *watchdog(void *arg)
+{
+    (void)arg;
+    ftc_deadline_t d = ftc_deadline_in_ms(20000);
+    pthread_mutex_lock(&WD.mu);
+    while (!WD.returned && !ftc_deadline_expired(d)) {
+        struct timespec ts = ftc_cond_abstime(d);
+        pthread_cond_timedwait(&WD.cv, &WD.mu, &ts);
+    }
+    WD.released = !WD.returned;
+    pthread_mutex_unlock(&WD.mu);
+    if (WD.released)
+        fake_set_hold(false);
+    return NULL;
+}
+
+/* ftc_destroy with a snapshot whose device copy never ends (a hung device:
+ * its sync ignores its deadline) returns after the context's timeout_ms,
+ * leaving the copy engine behind, instead of waiting for it without end.
+ * Before, it returned only when the watchdog let the device go (20 s).
+ * Last of this binary: the engine left behind still holds the stand-in
+ * device. */
+static void test_destroy_leaves_a_hung_copy(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 1000);
+    fd_reset();
+    static float w[4096], h[256];
+    ftc_ctx_t *c = device_ctx(e, 1500, w, h);
+    fake_set_hold(true);
+    assert_int_equal(ckpt_step(c, w, 4096, 2), 0);
+    ftc_cond_init(&WD.cv);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, watchdog, NULL), 0);
+    ftc_destroy(c);
+    pthread_mutex_lock(&WD.mu);
+    WD.returned = true;
+    pthread_cond_broadcast(&WD.cv);
+    pthread_mutex_unlock(&WD.mu);
+    pthread_join(th, NULL);
+    assert_false(WD.released);
+    fake_set_hold(false); /* the copy left behind ends; it is never sealed */
+    teardown_env(e);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, agent_fixture_teardown)
 
 int main(void)
@@ -470,6 +653,10 @@ int main(void)
         T(test_slots_all_or_none),
         T(test_late_answer_dropped),
         T(test_failed_snapshot_not_sticky),
+        T(test_sync_deadline_is_the_contexts),
+        T(test_still_sealing_is_not_a_skip),
+        T(test_notifier_within_the_callers_wait),
+        T(test_destroy_leaves_a_hung_copy), /* last: it leaves the stand-in device held */
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

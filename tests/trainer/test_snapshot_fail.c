@@ -5,7 +5,8 @@
  * fake_device.h, through the ckpt_device_ops option) whose sync fails once
  * (reported by ftc_wait_snapshot in the next step) and whose copy fails
  * once at the start of another checkpoint (reported by ftc_checkpoint).
- * Each is a warning: training goes on, the failed steps never commit, the
+ * Each is a warning: training goes on (the step whose checkpoint could not
+ * start says checkpointed = false), the failed steps never commit, the
  * previous committed version stays (I3) and the later checkpoints commit.
  * An interrupted context (ftc_trainer_interrupt: FTC_ECANCELED) still ends
  * the step with its error.
@@ -61,6 +62,9 @@ static void test_trainer_snapshot_fail(void **state)
         int rc = ftc_trainer_step(t, &st, &err);
         if (rc)
             fail_msg("step %d: %s: %s", i, ftc_errname(rc), err.msg);
+        /* step 5's checkpoint (index 4) was not taken; step 2's started
+         * (its failure shows later) */
+        assert_int_equal(st.checkpointed, i != 4);
     }
     assert_int_equal(ftc_trainer_steps_done(t), 8);
     print_message("8 steps done; %d device copies, %d syncs\n", fake_get(&FD.copies),
