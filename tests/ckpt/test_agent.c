@@ -26,6 +26,8 @@
  *     step at or before the one asked for that has a copy (slots, persist
  *     tier; after the node's memory is lost, walking over the lost ones in
  *     one request), FTC_ENOENT naming the oldest committed step below it;
+ *     and with Redis stopped, within the rank's timeout (Redis not asked
+ *     again once it failed);
  *   - checkpoint.busy wait: with no free slot the checkpoint waits (never
  *     FTC_EAGAIN) until a commit frees one, and a checkpoint_waiting event
  *     says so; checkpoint.inflight 1: a checkpoint waits for the previous
@@ -497,6 +499,53 @@ static void test_fetch_at_most(void **state)
     teardown_env(e);
 }
 
+
+/* ftc_fetch_at_most while Redis does not answer (SIGSTOP), the node's
+ * memory lost: one node, k = 0, every commit persisted, steps 1..4
+ * committed, the persisted 4 removed. The candidates are the committed 4
+ * (lost) and the persisted 3, 2, 1; each is looked for at the peers first
+ * (three rounds) before the persist tier, and every round refreshed the
+ * peer table from Redis (HGETALL: a command timeout, 2 s, each), beside the
+ * search's own refresh: some 12 s of Redis timeouts for steps 4 and 3,
+ * past the rank's timeout (10 s), so the rank got FTC_ETIMEDOUT. Once a
+ * Redis call of the request failed, Redis is not asked again for it: the
+ * rounds use the peer addresses already known and the answer (step 3, from
+ * the persist tier) comes within the rank's timeout. */
+static void test_fetch_at_most_redis_down(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 1);
+    static float w[4096];
+    ftc_ctx_t *c = open_ctx(e, 0, 0, 1, w, 4096);
+    for (int64_t s = 1; s <= 4; s++) {
+        for (int i = 0; i < 4096; i++)
+            w[i] = (float)(s * 4096 + i);
+        assert_int_equal(ftc_checkpoint(c, s, NULL, 0), 0);
+        assert_int_equal(ftc_wait_snapshot(c), 0);
+        if (ftc_wait_committed(c, s))
+            fail_msg("step %lld: %s", (long long)s, ftc_last_error(c));
+        wait_persisted(e, 0, (int)s);
+    }
+    ftc_destroy(c);
+    kill_agent(e, 0);
+    wipe_node_shm(e, 0);
+    char dir[PATH_MAX + 64];
+    snprintf(dir, sizeof dir, "%s/node0/v%020d", e->persist, 4);
+    ftc_test_rmrf(dir);
+    start_agent(e, 0);
+    char sock[PATH_MAX + 32];
+    ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
+    o.timeout_ms = 10000;
+    c = NULL;
+    if (ftc_create(&o, &c))
+        fail_msg("ftc_create: %s", ftc_last_error(c));
+    assert_int_equal(ftc_redis_server_signal(e->f->srv, SIGSTOP), 0);
+    int64_t got = fetch_at_most(c, 4);
+    assert_int_equal(ftc_redis_server_signal(e->f->srv, SIGCONT), 0);
+    assert_int_equal(got, 3);
+    assert_true(agent_said(e, 0, "at the addresses already known (Redis does not answer)"));
+    ftc_destroy(c);
+    teardown_env(e);
+}
 
 /* ftc_fetch of rank src's shard of step: 0 and the step it got (its w[7]
  * must be that rank's and step's: src x 1e6 + step x 4096 + 7), or the
@@ -1013,6 +1062,7 @@ int main(void)
         T(test_persist_every_third_commit),
         T(test_persist_fetch_never_newer),
         T(test_fetch_at_most),
+        T(test_fetch_at_most_redis_down),
         T(test_fetch_never_committed),
         T(test_busy_wait_policy),
         T(test_inflight_one),
