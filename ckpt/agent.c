@@ -86,6 +86,9 @@ typedef struct ftc__job {
     int64_t keep;           /* PUSH of a replica: the committed step when queued (peers keep
                                its replica; -1 = not said, always for parity pushes) */
     int next_peer;          /* FETCH: next candidate */
+    int req_rix;            /* FETCH: the rank (index in a->ranks) whose request queued it */
+    uint64_t req;           /* FETCH: that request (ftc__rank_t.req): its result goes to that
+                               request only, never to another rank's fetch of the same shard */
     uint8_t addr[FTC_FABRIC_ADDR_MAX]; /* PEER */
     size_t addr_len;
     uint32_t node;          /* PEER: its index */
@@ -143,6 +146,8 @@ typedef struct ftc__rank {
     bool begin_waiting;     /* BUSY_WAIT: a BEGIN is parked */
     uint64_t begin_seq;     /* request id of the last BEGIN (its answer may come later) */
     uint64_t restore_seq;   /* request id of the RESTORE / FETCH being worked on */
+    uint64_t req;           /* its agent-wide number (ftc_agent.requests): a fetch job
+                               carries it, and a result of an earlier request is dropped */
     uint64_t begin_step;
     uint64_t begin_since_ns; /* when it was parked: after the timeout the oldest
                                 uncommitted version is abandoned (another rank's
@@ -198,6 +203,7 @@ struct ftc_agent {
     uint64_t generation;
     uint32_t world;
     int64_t committed;       /* newest committed step known */
+    uint64_t requests;       /* RESTORE / FETCH / FETCH_AT_MOST requests so far (their ids) */
     bool redis_down;         /* the last Redis call of the control loop that records it
                                 (ftc__redis_seen) failed: calls that can do without Redis (a
                                 fetch round's peer refresh, a search's record checksum) are
@@ -2194,6 +2200,8 @@ static bool ftc__queue_fetch(ftc_agent_t *a, ftc__rank_t *r)
     j->kind = JOB_FETCH;
     j->owner = r->src;
     j->step = r->restore_step;
+    j->req_rix = (int)(r - a->ranks);
+    j->req = r->req;
     j->rec_head = r->rec_head;
     j->rec_known = r->rec_known;
     j->dst_slot = -1;
@@ -2225,9 +2233,9 @@ static bool ftc__queue_fetch(ftc_agent_t *a, ftc__rank_t *r)
         return false;
     }
     r->restore_attempts++;
-    FTC_DEBUG("agent", "rank %u: fetch of rank %u step %" PRIu64 " queued, %d candidate peer(s), "
-              "%.1f ms after the request", r->rank, r->src, r->restore_step, j->npeers,
-              (double)(ftc_now_ns() - r->restore_t0) / 1e6);
+    FTC_DEBUG("agent", "rank %u: fetch of rank %u step %" PRIu64 " queued (request %" PRIu64 "), "
+              "%d candidate peer(s), %.1f ms after the request", r->rank, r->src,
+              r->restore_step, r->req, j->npeers, (double)(ftc_now_ns() - r->restore_t0) / 1e6);
     ftc__queue(a, j);
     return true;
 }
@@ -2669,6 +2677,7 @@ static void ftc__on_restore(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *
                   "to try, from %" PRIu64, r->rank, r->at_most_step, src, r->ncand, r->cand[0]);
     }
     r->restoring = true;
+    r->req = ++a->requests;
     r->restore_t0 = ftc_now_ns();
     r->restore_step = (uint64_t)step;
     const char *nogen = NULL;
@@ -2698,28 +2707,36 @@ static void ftc__report_passed_over(ftc_agent_t *a, const ftc__rank_t *r, const 
     ftc_ctl_event(a->ctl, &e);
 }
 
+/* A fetch job is done: its result goes to the request that queued it (the
+ * rank j->req_rix, request j->req), if that request still waits for this
+ * step. It went to the last rank found fetching the same (owner, step): with
+ * two ranks fetching one shard, the first job's shard or error answered the
+ * other rank's request, which the second job's result then answered in
+ * turn; and a rank that reconnected and asked again got its earlier
+ * request's result. A result no request waits for is dropped. */
 static void ftc__on_fetch_done(ftc_agent_t *a, ftc__job_t *j)
 {
-    ftc__rank_t *r = NULL;
-    for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++)
-        if (a->ranks[i].used && a->ranks[i].src == j->owner && a->ranks[i].restoring &&
-            a->ranks[i].restore_step == j->step)
-            r = &a->ranks[i];
+    ftc__rank_t *r = &a->ranks[j->req_rix];
+    if (!r->used || !r->restoring || r->req != j->req || r->src != j->owner ||
+        r->restore_step != j->step) {
+        FTC_DEBUG("agent", "fetch of rank %u step %" PRIu64 " for request %" PRIu64 " of rank "
+                  "%u done (rc %d), but that request is over: dropped", j->owner, j->step,
+                  j->req, r->rank, j->rc);
+        r = NULL;
+    }
     /* the slot the fetch landed in is the main thread's again */
     ftc__rank_t *lr = j->dst_slot >= 0 ? &a->ranks[j->dst_rix] : NULL;
     if (lr && lr->landing == j->dst_slot + 1)
         lr->landing = 0;
-    if (lr && lr->used && lr->restoring && !lr->fetch && lr->src == j->owner &&
-        lr->restore_step == j->step)
-        r = lr; /* the rank whose slot it is */
     bool in_slot = lr && lr == r && j->buf && j->buf == j->dst;
     if (lr && !in_slot && lr->st[j->dst_slot] == SL_WRITING)
         lr->st[j->dst_slot] = SL_EMPTY; /* never used half written (still mapped) */
     if (!r || r->fd < 0)
         return;
-    FTC_DEBUG("agent", "rank %u: fetch of rank %u step %" PRIu64 " done (rc %d, %s%s), %.1f ms "
-              "after the request", r->rank, r->src, j->step, j->rc, j->detail,
-              in_slot ? ", in its slot" : "", (double)(ftc_now_ns() - r->restore_t0) / 1e6);
+    FTC_DEBUG("agent", "rank %u: fetch of rank %u step %" PRIu64 " done (request %" PRIu64
+              ", rc %d, %s%s), %.1f ms after the request", r->rank, r->src, j->step, j->req, j->rc,
+              j->detail, in_slot ? ", in its slot" : "",
+              (double)(ftc_now_ns() - r->restore_t0) / 1e6);
     if (j->rc == 0 && j->buf) {
         ftc_shard_view_t v;
         ftc_err_t err = {0};
