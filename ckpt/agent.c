@@ -61,6 +61,10 @@
 #define NS FTC_AP_SLOTS_PER_RANK /* slots per rank */
 /* FETCH_AT_MOST: the committed steps looked for, at most (the newest first) */
 #define FTC__AT_MOST_CANDS 32
+/* While Redis does not answer, the control loop's periodic calls (the peer
+ * refresh, the commit poll) ask it once per this interval: each costs a
+ * command timeout (2 s) in which no rank is answered */
+#define FTC__REDIS_PROBE_NS 1000000000ull
 
 enum { SL_EMPTY = 0, SL_WRITING = 1, SL_SEALED = 2, SL_COMMITTED = 3 };
 #define FTC__VERIFY_THREADS 4 /* threads hashing a slot a RESTORE finds here (per tensor) */
@@ -82,6 +86,9 @@ typedef struct ftc__job {
     int64_t keep;           /* PUSH of a replica: the committed step when queued (peers keep
                                its replica; -1 = not said, always for parity pushes) */
     int next_peer;          /* FETCH: next candidate */
+    int req_rix;            /* FETCH: the rank (index in a->ranks) whose request queued it */
+    uint64_t req;           /* FETCH: that request (ftc__rank_t.req): its result goes to that
+                               request only, never to another rank's fetch of the same shard */
     uint8_t addr[FTC_FABRIC_ADDR_MAX]; /* PEER */
     size_t addr_len;
     uint32_t node;          /* PEER: its index */
@@ -130,12 +137,17 @@ typedef struct ftc__rank {
     bool pushed[NS];         /* handed to the replication thread */
     bool acked[NS];          /* replicated to k peers: may be reported */
     bool pinned[NS];         /* being written by the persist thread: never handed out */
+    bool unchecked[NS];      /* sealed by a restarted agent that could not read whether the
+                                commit record holds its report (Redis away): never restored,
+                                asked again by the commit poll (ftc__survivor_recheck) */
     uint64_t sealed_ns[NS];  /* when SEALED arrived (placement waits for peers until the timeout) */
     uint64_t retry_ns[NS];   /* a failed push is tried again from then on (0: now) */
     int push_tries[NS];      /* pushes of this version that failed so far */
     bool begin_waiting;     /* BUSY_WAIT: a BEGIN is parked */
     uint64_t begin_seq;     /* request id of the last BEGIN (its answer may come later) */
     uint64_t restore_seq;   /* request id of the RESTORE / FETCH being worked on */
+    uint64_t req;           /* its agent-wide number (ftc_agent.requests): a fetch job
+                               carries it, and a result of an earlier request is dropped */
     uint64_t begin_step;
     uint64_t begin_since_ns; /* when it was parked: after the timeout the oldest
                                 uncommitted version is abandoned (another rank's
@@ -191,6 +203,14 @@ struct ftc_agent {
     uint64_t generation;
     uint32_t world;
     int64_t committed;       /* newest committed step known */
+    uint64_t requests;       /* RESTORE / FETCH / FETCH_AT_MOST requests so far (their ids) */
+    bool redis_down;         /* the last Redis call of the control loop that records it
+                                (ftc__redis_seen) failed: calls that can do without Redis (a
+                                fetch round's peer refresh, a search's record checksum) are
+                                skipped until one succeeds (the 500 ms peer refresh, the
+                                commit poll and every RESTORE / FETCH ask again) */
+    uint64_t redis_fail_ns;  /* when such a call last failed: meanwhile the peer refresh and
+                                the commit poll ask once per FTC__REDIS_PROBE_NS */
     uint64_t last_poll_ns, last_peers_ns;
     ftc__peer_t *peers;      /* by node index, o.nodes entries */
     /* replication thread */
@@ -257,6 +277,22 @@ void ftc_agent_socket_path(const char *dir, uint32_t index, char *buf, size_t ca
 }
 
 const char *ftc_agent_socket(const ftc_agent_t *a) { return a->sock; }
+
+/* Records the outcome rc of a Redis call of the control loop in
+ * a->redis_down (a change is logged once); returns rc. */
+static int ftc__redis_seen(ftc_agent_t *a, int rc)
+{
+    if (rc && !a->redis_down)
+        FTC_WARN("agent", "Redis does not answer (%s): a fetch round uses the peer addresses "
+                 "already known and a restore checks copies by their content until it does",
+                 ftc_redis_errstr(ftc_ctl_redis(a->ctl)));
+    else if (!rc && a->redis_down)
+        FTC_INFO("agent", "Redis answers again");
+    a->redis_down = rc != 0;
+    if (rc)
+        a->redis_fail_ns = ftc_now_ns();
+    return rc;
+}
 
 static void ftc__queue(ftc_agent_t *a, ftc__job_t *j)
 {
@@ -467,8 +503,9 @@ static void ftc__refresh_peers(ftc_agent_t *a)
 {
     char key[160];
     ftc_redis_reply_t *rep = NULL;
-    if (ftc_redis_cmdv(ftc_ctl_redis(a->ctl), true, &rep, "HGETALL",
-                       ftc_ctl_key(a->ctl, "fabric", key, sizeof key), NULL) != 0)
+    if (ftc__redis_seen(a, ftc_redis_cmdv(ftc_ctl_redis(a->ctl), true, &rep, "HGETALL",
+                                          ftc_ctl_key(a->ctl, "fabric", key, sizeof key),
+                                          NULL)) != 0)
         return;
     ftc_redis_reply_t **el;
     size_t n;
@@ -1131,6 +1168,37 @@ static bool ftc__older_sealed_committed(ftc_agent_t *a, ftc__rank_t *r, int s)
     return false;
 }
 
+/* A slot a restarted agent kept sealed without knowing whether the commit
+ * record holds its report (Redis did not answer at SLOTS): asked now, unless
+ * Redis failed already in this poll (*down; set here when it fails). True
+ * once the record holds this very version's report: it then commits like
+ * any sealed version; false while that cannot be read, or when the record
+ * does not hold it: the slot is then free, as at SLOTS (it cannot commit
+ * without its report). */
+static bool ftc__survivor_recheck(ftc_agent_t *a, ftc__rank_t *r, int s, bool *down)
+{
+    uint64_t rec = 0;
+    bool found = false;
+    if (*down || ftc__redis_seen(a, ftc_ctl_commit_checksum(a->ctl, a->generation,
+                                                            (int64_t)r->step[s], r->rank, &rec,
+                                                            &found)) != 0) {
+        *down = true;
+        return false;
+    }
+    r->unchecked[s] = false;
+    if (found && rec == r->checksum[s]) {
+        FTC_INFO("agent", "rank %u: slot %d's step %" PRIu64 " is reported to the commit record "
+                 "(Redis answers again): kept sealed until it commits", r->rank, s, r->step[s]);
+        return true;
+    }
+    FTC_INFO("agent", "rank %u: slot %d's step %" PRIu64 " (head %016" PRIx64 ") is not reported "
+             "to the commit record%s: it cannot commit, the slot is free", r->rank, s, r->step[s],
+             r->checksum[s], found ? " (another version of that step is)" : "");
+    r->st[s] = SL_EMPTY;
+    ftc__answer_begin(a, r); /* a BEGIN may have waited for this slot */
+    return false;
+}
+
 static void ftc__poll_commits(ftc_agent_t *a)
 {
     bool pending = false, waiting_peers = false;
@@ -1196,7 +1264,8 @@ static void ftc__poll_commits(ftc_agent_t *a)
         return;
     int64_t step;
     uint64_t gen;
-    if (ftc_ctl_committed(a->ctl, &step, &gen) == 0 && step > a->committed)
+    bool down = ftc__redis_seen(a, ftc_ctl_committed(a->ctl, &step, &gen)) != 0;
+    if (!down && step > a->committed)
         a->committed = step;
     uint64_t newly = UINT64_MAX;
     for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++) {
@@ -1205,6 +1274,8 @@ static void ftc__poll_commits(ftc_agent_t *a)
             continue;
         for (int s = 0; s < NS; s++) {
             if (r->st[s] != SL_SEALED)
+                continue;
+            if (r->unchecked[s] && !ftc__survivor_recheck(a, r, s, &down))
                 continue;
             if (r->acked[s] && !r->reported[s])
                 ftc__report_commit(a, r, s); /* a report that failed earlier (Redis away) */
@@ -1345,8 +1416,9 @@ static bool ftc__survivor_committed(ftc_agent_t *a, const ftc__rank_t *r, int s,
     int64_t steps[1] = {-1}, oldest = -1;
     uint64_t gens[1] = {0};
     int n = 0;
-    if (!*redis_down && ftc_ctl_committed_at_most(a->ctl, (int64_t)step, 1, steps, gens, &n,
-                                                  &oldest) != 0) {
+    if (!*redis_down && ftc__redis_seen(a, ftc_ctl_committed_at_most(a->ctl, (int64_t)step, 1,
+                                                                      steps, gens, &n,
+                                                                      &oldest)) != 0) {
         FTC_WARN("agent", "rank %u: whether the steps of its surviving slots were committed "
                  "cannot be read from Redis (%s): the committed step %" PRId64 "'s slot is "
                  "kept, older ones only where a persist tier holds them", r->rank,
@@ -1357,7 +1429,8 @@ static bool ftc__survivor_committed(ftc_agent_t *a, const ftc__rank_t *r, int s,
     if (!*redis_down && n == 1 && (uint64_t)steps[0] == step) {
         uint64_t rec = 0;
         bool found = false;
-        if (ftc_ctl_commit_checksum(a->ctl, gens[0], (int64_t)step, r->rank, &rec, &found) != 0)
+        if (ftc__redis_seen(a, ftc_ctl_commit_checksum(a->ctl, gens[0], (int64_t)step, r->rank,
+                                                       &rec, &found)) != 0)
             *redis_down = true; /* the set has it: committed */
         else if (found && rec != v->head_xxh3)
             why = "another version of that step is the committed one";
@@ -1412,6 +1485,7 @@ static void ftc__on_slots(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
         for (int s = 0; s < NS; s++) {
             ftc_slot_close(&r->slot[s]);
             r->st[s] = SL_EMPTY;
+            r->unchecked[s] = false;
         }
         /* no slots until the new ones exist: a BEGIN or RESTORE meanwhile
          * (the new size refused: /dev/shm too small) is answered "before
@@ -1489,14 +1563,32 @@ static void ftc__on_slots(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
                 }
                 continue;
             }
+            /* Redis not answering: whether it was reported is not known;
+             * freed, it was written over and, when its report was there, the
+             * version committed without this node's copy (I2). It is kept
+             * sealed instead, never restored (I1: not known committed), and
+             * the commit poll asks the record again (ftc__survivor_recheck);
+             * Redis is not asked again for this rank's slots meanwhile. */
             uint64_t rec = 0;
             bool found = false;
-            if (ftc_ctl_commit_checksum(a->ctl, a->generation, (int64_t)v.info.step, r->rank,
-                                        &rec, &found) != 0 ||
-                !found || rec != v.head_xxh3)
+            if (!redis_down && ftc__redis_seen(a, ftc_ctl_commit_checksum(
+                                                      a->ctl, a->generation,
+                                                      (int64_t)v.info.step, r->rank, &rec,
+                                                      &found)) != 0)
+                redis_down = true;
+            if (!redis_down && (!found || rec != v.head_xxh3))
                 continue;
-            FTC_INFO("agent", "rank %u: slot %d holds step %" PRIu64 ", reported to the commit "
-                     "record and not committed yet: kept sealed", r->rank, s, v.info.step);
+            if (redis_down)
+                FTC_WARN("agent", "rank %u: slot %d holds step %" PRIu64 " (head %016" PRIx64
+                         "), newer than the committed step %" PRId64 ", and whether the commit "
+                         "record holds its report cannot be read (Redis does not answer): kept "
+                         "sealed, never restored, until the record can be read", r->rank, s,
+                         v.info.step, v.head_xxh3, a->committed);
+            else
+                FTC_INFO("agent", "rank %u: slot %d holds step %" PRIu64 ", reported to the "
+                         "commit record and not committed yet: kept sealed", r->rank, s,
+                         v.info.step);
+            r->unchecked[s] = redis_down;
             r->st[s] = SL_SEALED;
             r->step[s] = v.info.step;
             r->checksum[s] = v.head_xxh3;
@@ -1625,6 +1717,7 @@ static void ftc__on_sealed(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m
         return;
     }
     r->st[s] = SL_SEALED;
+    r->unchecked[s] = false;
     r->checksum[s] = v.head_xxh3;
     r->pushed[s] = r->acked[s] = false;
     r->reported[s] = false;
@@ -2107,6 +2200,8 @@ static bool ftc__queue_fetch(ftc_agent_t *a, ftc__rank_t *r)
     j->kind = JOB_FETCH;
     j->owner = r->src;
     j->step = r->restore_step;
+    j->req_rix = (int)(r - a->ranks);
+    j->req = r->req;
     j->rec_head = r->rec_head;
     j->rec_known = r->rec_known;
     j->dst_slot = -1;
@@ -2138,9 +2233,9 @@ static bool ftc__queue_fetch(ftc_agent_t *a, ftc__rank_t *r)
         return false;
     }
     r->restore_attempts++;
-    FTC_DEBUG("agent", "rank %u: fetch of rank %u step %" PRIu64 " queued, %d candidate peer(s), "
-              "%.1f ms after the request", r->rank, r->src, r->restore_step, j->npeers,
-              (double)(ftc_now_ns() - r->restore_t0) / 1e6);
+    FTC_DEBUG("agent", "rank %u: fetch of rank %u step %" PRIu64 " queued (request %" PRIu64 "), "
+              "%d candidate peer(s), %.1f ms after the request", r->rank, r->src,
+              r->restore_step, r->req, j->npeers, (double)(ftc_now_ns() - r->restore_t0) / 1e6);
     ftc__queue(a, j);
     return true;
 }
@@ -2164,13 +2259,23 @@ static void ftc__search(ftc_agent_t *a, ftc__rank_t *r, uint64_t gen, const char
      * older step a FETCH asks for (its generation is not known here; a
      * FETCH_AT_MOST knows it from the commit set), when the record expired
      * (an hour after the step's last report) or Redis is away: then the
-     * content alone. */
+     * content alone. Redis known away (a call failed, this request's or
+     * an earlier one, and none answered since): not asked, so a
+     * FETCH_AT_MOST of up to FTC__AT_MOST_CANDS steps costs one command
+     * timeout, not one per step, and stays within the rank's own deadline. */
     uint64_t want = 0;
     bool want_known = false;
-    if (!nogen && ftc_ctl_commit_checksum(a->ctl, gen, step, src, &want, &want_known) != 0) {
+    if (!nogen && a->redis_down) {
+        ftc_log(r->at_most && r->icand > 0 ? FTC_LOG_DEBUG : FTC_LOG_INFO, "agent",
+                "rank %u: Redis does not answer: the commit record's checksum of rank %u step "
+                "%" PRId64 " is not asked for; copies are checked by their content only",
+                r->rank, src, step);
+    } else if (!nogen && ftc__redis_seen(a, ftc_ctl_commit_checksum(a->ctl, gen, step, src,
+                                                                    &want, &want_known)) != 0) {
         FTC_WARN("agent", "rank %u: the commit record's checksum of rank %u step %" PRId64
-                 " could not be read (%s): copies are checked by their content only",
-                 r->rank, src, step, ftc_ctl_errstr(a->ctl));
+                 " could not be read (%s): copies are checked by their content only, and Redis "
+                 "is not asked again for this request until it answers", r->rank, src, step,
+                 ftc_ctl_errstr(a->ctl));
         want_known = false;
     } else if (!want_known) {
         FTC_DEBUG("agent", "rank %u: no commit record checksum for rank %u step %" PRIu64 " (%s): "
@@ -2186,6 +2291,7 @@ static void ftc__search(ftc_agent_t *a, ftc__rank_t *r, uint64_t gen, const char
         ftc_err_t err = {0};
         /* structure and step first: only the right step's slot is hashed */
         if (!(src == r->rank && r->slot[s].base && !r->slot[s].unreserved &&
+              !(r->unchecked[s] && r->st[s] == SL_SEALED && !want_known) &&
               ftc_shard_open(&v, r->slot[s].base, r->size, 0, &err) == 0 &&
               v.info.step == (uint64_t)step && ftc__is_subject(&v, r)))
             continue;
@@ -2234,8 +2340,11 @@ static void ftc__search(ftc_agent_t *a, ftc__rank_t *r, uint64_t gen, const char
     }
     /* 2. a peer's replica (every live peer, ring order); a freshly started
      * agent's peer table may be older than the peers' restarts (it refreshes
-     * every 500 ms): one refresh now is cheaper than a failed round */
-    ftc__refresh_peers(a);
+     * every 500 ms): one refresh now is cheaper than a failed round; not
+     * while Redis does not answer (a command timeout for nothing): the
+     * addresses already known */
+    if (!a->redis_down)
+        ftc__refresh_peers(a);
     r->restore_attempts = 0;
     if (!a->par && ftc__queue_fetch(a, r))
         return;
@@ -2356,10 +2465,14 @@ static bool ftc__at_most_candidates(ftc_agent_t *a, ftc__rank_t *r, int64_t comm
     uint64_t gens[FTC__AT_MOST_CANDS];
     int n = 0;
     char redis[200] = "";
-    if (ftc_ctl_committed_at_most(a->ctl, (int64_t)r->at_most_step, FTC__AT_MOST_CANDS, steps,
-                                  gens, &n, &oldest) != 0) {
+    /* the request's read of the committed step failed just now: not asked
+     * again (another command timeout), what is known here is used */
+    bool down = a->redis_down;
+    if (down || ftc__redis_seen(a, ftc_ctl_committed_at_most(a->ctl, (int64_t)r->at_most_step,
+                                                             FTC__AT_MOST_CANDS, steps, gens, &n,
+                                                             &oldest)) != 0) {
         snprintf(redis, sizeof redis, "; the commit set in Redis could not be read: %.150s",
-                 ftc_ctl_errstr(a->ctl));
+                 down ? "Redis does not answer" : ftc_ctl_errstr(a->ctl));
         FTC_WARN("agent", "rank %u: FETCH_AT_MOST %" PRIu64 "%s: the committed steps are "
                  "those of the persist tiers and this node's slots", r->rank, r->at_most_step,
                  redis);
@@ -2463,8 +2576,10 @@ static int ftc__older_committed(ftc_agent_t *a, uint64_t step, uint64_t *gen, ch
     int n = 0;
     *gen = 0;
     char redis[240] = "";
-    bool read = ftc_ctl_committed_at_most(a->ctl, (int64_t)step, 1, steps, gens, &n,
-                                          &oldest) == 0;
+    bool down = a->redis_down; /* the request's first call failed: not asked again */
+    bool read = !down && ftc__redis_seen(a, ftc_ctl_committed_at_most(a->ctl, (int64_t)step, 1,
+                                                                      steps, gens, &n,
+                                                                      &oldest)) == 0;
     if (read && n == 1 && (uint64_t)steps[0] == step) {
         *gen = gens[0];
         return 0;
@@ -2479,7 +2594,7 @@ static int ftc__older_committed(ftc_agent_t *a, uint64_t step, uint64_t *gen, ch
     }
     if (!read)
         snprintf(redis, sizeof redis, "the job's commit set in Redis could not be read (%.150s)",
-                 ftc_ctl_errstr(a->ctl));
+                 down ? "Redis does not answer" : ftc_ctl_errstr(a->ctl));
     else if (oldest >= 0)
         snprintf(redis, sizeof redis, "it is older than the job's commit set in Redis keeps (from "
                  "step %" PRId64 " on)", oldest);
@@ -2517,7 +2632,7 @@ static void ftc__on_restore(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *
     int64_t step = a->committed;
     uint64_t gen = 0;
     bool gen_known = true;
-    if (ftc_ctl_committed(a->ctl, &step, &gen) != 0) {
+    if (ftc__redis_seen(a, ftc_ctl_committed(a->ctl, &step, &gen)) != 0) {
         step = a->committed; /* Redis away: what this agent knows */
         gen_known = false;
     }
@@ -2562,6 +2677,7 @@ static void ftc__on_restore(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *
                   "to try, from %" PRIu64, r->rank, r->at_most_step, src, r->ncand, r->cand[0]);
     }
     r->restoring = true;
+    r->req = ++a->requests;
     r->restore_t0 = ftc_now_ns();
     r->restore_step = (uint64_t)step;
     const char *nogen = NULL;
@@ -2591,28 +2707,36 @@ static void ftc__report_passed_over(ftc_agent_t *a, const ftc__rank_t *r, const 
     ftc_ctl_event(a->ctl, &e);
 }
 
+/* A fetch job is done: its result goes to the request that queued it (the
+ * rank j->req_rix, request j->req), if that request still waits for this
+ * step. It went to the last rank found fetching the same (owner, step): with
+ * two ranks fetching one shard, the first job's shard or error answered the
+ * other rank's request, which the second job's result then answered in
+ * turn; and a rank that reconnected and asked again got its earlier
+ * request's result. A result no request waits for is dropped. */
 static void ftc__on_fetch_done(ftc_agent_t *a, ftc__job_t *j)
 {
-    ftc__rank_t *r = NULL;
-    for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++)
-        if (a->ranks[i].used && a->ranks[i].src == j->owner && a->ranks[i].restoring &&
-            a->ranks[i].restore_step == j->step)
-            r = &a->ranks[i];
+    ftc__rank_t *r = &a->ranks[j->req_rix];
+    if (!r->used || !r->restoring || r->req != j->req || r->src != j->owner ||
+        r->restore_step != j->step) {
+        FTC_DEBUG("agent", "fetch of rank %u step %" PRIu64 " for request %" PRIu64 " of rank "
+                  "%u done (rc %d), but that request is over: dropped", j->owner, j->step,
+                  j->req, r->rank, j->rc);
+        r = NULL;
+    }
     /* the slot the fetch landed in is the main thread's again */
     ftc__rank_t *lr = j->dst_slot >= 0 ? &a->ranks[j->dst_rix] : NULL;
     if (lr && lr->landing == j->dst_slot + 1)
         lr->landing = 0;
-    if (lr && lr->used && lr->restoring && !lr->fetch && lr->src == j->owner &&
-        lr->restore_step == j->step)
-        r = lr; /* the rank whose slot it is */
     bool in_slot = lr && lr == r && j->buf && j->buf == j->dst;
     if (lr && !in_slot && lr->st[j->dst_slot] == SL_WRITING)
         lr->st[j->dst_slot] = SL_EMPTY; /* never used half written (still mapped) */
     if (!r || r->fd < 0)
         return;
-    FTC_DEBUG("agent", "rank %u: fetch of rank %u step %" PRIu64 " done (rc %d, %s%s), %.1f ms "
-              "after the request", r->rank, r->src, j->step, j->rc, j->detail,
-              in_slot ? ", in its slot" : "", (double)(ftc_now_ns() - r->restore_t0) / 1e6);
+    FTC_DEBUG("agent", "rank %u: fetch of rank %u step %" PRIu64 " done (request %" PRIu64
+              ", rc %d, %s%s), %.1f ms after the request", r->rank, r->src, j->step, j->req, j->rc,
+              j->detail, in_slot ? ", in its slot" : "",
+              (double)(ftc_now_ns() - r->restore_t0) / 1e6);
     if (j->rc == 0 && j->buf) {
         ftc_shard_view_t v;
         ftc_err_t err = {0};
@@ -2656,8 +2780,12 @@ static void ftc__on_fetch_done(ftc_agent_t *a, ftc__job_t *j)
                  "not asking them again", r->rank, j->npeers, r->src, j->step, j->detail);
     if (r->restore_attempts < 3 && !all_lack) {
         FTC_WARN("agent", "rank %u: fetching rank %u's step %" PRIu64 " failed (%s); trying the "
-                 "peers again", r->rank, r->src, j->step, j->detail);
-        ftc__refresh_peers(a);
+                 "peers again%s", r->rank, r->src, j->step, j->detail,
+                 a->redis_down ? " at the addresses already known (Redis does not answer)" : "");
+        /* fresh addresses (a restarted peer's); while Redis does not answer
+         * each refresh costs a command timeout (HGETALL) per round */
+        if (!a->redis_down)
+            ftc__refresh_peers(a);
         if (ftc__queue_fetch(a, r))
             return;
     }
@@ -4251,11 +4379,16 @@ int ftc_agent_run(ftc_agent_t *a, volatile sig_atomic_t *stop)
         }
         ftc__persist_collect(a);
         uint64_t now = ftc_now_ns();
-        if (now - a->last_poll_ns > 10000000ull) { /* every 10 ms while commits are pending */
+        /* Redis not answering: nothing can commit, and no peer address can
+         * be learned; asked once per FTC__REDIS_PROBE_NS, not every pass */
+        bool ask = !a->redis_down || now - a->redis_fail_ns > FTC__REDIS_PROBE_NS;
+        if (ask && now - a->last_poll_ns > 10000000ull) { /* every 10 ms while commits pend */
             a->last_poll_ns = now;
             ftc__poll_commits(a);
         }
-        if (now - a->last_peers_ns > 500000000ull) {
+        now = ftc_now_ns();
+        ask = !a->redis_down || now - a->redis_fail_ns > FTC__REDIS_PROBE_NS;
+        if (ask && now - a->last_peers_ns > 500000000ull) {
             a->last_peers_ns = now;
             ftc__refresh_peers(a);
         }

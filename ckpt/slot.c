@@ -3,6 +3,8 @@
  */
 #include "ckpt/slot.h"
 
+#include "core/log.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -73,6 +75,19 @@ static uint64_t ftc__shm_need(uint64_t size, uint64_t held)
     uint64_t page = pg > 0 ? (uint64_t)pg : 4096u;
     uint64_t want = (size + page - 1) / page * page;
     return want > held ? want - held : 0;
+}
+
+/* The free bytes of /dev/shm for a space check of `what` (need bytes), or
+ * false when statvfs fails: the check cannot be made, which is a warning,
+ * not the caller's error (err is left as it was). */
+static bool ftc__shm_free_for(const char *what, uint64_t need, uint64_t *free_b)
+{
+    ftc_err_t e = {0};
+    if (ftc_shm_free(free_b, &e) == 0)
+        return true;
+    FTC_WARN("slot", "%s: the free space of %s cannot be read (%s): %llu bytes are reserved "
+             "without checking first", what, FTC_SHM_DIR, e.msg, (unsigned long long)need);
+    return false;
 }
 
 #ifdef MADV_POPULATE_WRITE
@@ -182,13 +197,22 @@ int ftc_slot_create_ex(const char *name, uint64_t size, unsigned flags, ftc_slot
         return ftc_err_set(err, FTC_EINVAL, "slot %s: size 0", name);
     char path[FTC_SLOT_NAME_MAX + 2];
     snprintf(path, sizeof path, "/%s", name);
-    int fd = shm_open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    /* whether this call creates the file: only then is it unlinked when
+     * refused (an existing one, even empty, is someone else's) */
+    bool created = true;
+    int fd = shm_open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0 && errno == EEXIST) {
+        created = false;
+        fd = shm_open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    }
     if (fd < 0)
         return ftc_err_errno(err, errno, "shm_open %s", name);
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);
+        if (created)
+            shm_unlink(path);
         return ftc_err_errno(err, e, "fstat slot %s", name);
     }
     uint64_t have = (uint64_t)st.st_size, held = (uint64_t)st.st_blocks * 512;
@@ -200,9 +224,9 @@ int ftc_slot_create_ex(const char *name, uint64_t size, unsigned flags, ftc_slot
         /* new, another size or not reserved: check space first (whole pages,
          * less what the file holds already), then reserve */
         uint64_t need = ftc__shm_need(size, held), free_b = 0;
-        if (need && ftc_shm_free(&free_b, err) == 0 && free_b < need) {
+        if (need && ftc__shm_free_for(name, need, &free_b) && free_b < need) {
             close(fd);
-            if (have == 0)
+            if (created)
                 shm_unlink(path);
             return ftc_err_set(err, FTC_ENOSPC,
                                "slot %s of %llu bytes needs %llu bytes (whole pages, less the "
@@ -217,6 +241,8 @@ int ftc_slot_create_ex(const char *name, uint64_t size, unsigned flags, ftc_slot
     if (reserve && ftruncate(fd, (off_t)size) != 0) {
         int e = errno;
         close(fd);
+        if (created)
+            shm_unlink(path);
         return ftc_err_errno(err, e, "ftruncate slot %s to %llu", name, (unsigned long long)size);
     }
     s->fd = fd;
@@ -225,7 +251,7 @@ int ftc_slot_create_ex(const char *name, uint64_t size, unsigned flags, ftc_slot
     if (rc) {
         close(fd);
         s->fd = -1;
-        if (reserve)
+        if (created)
             shm_unlink(path);
         return rc;
     }
@@ -251,7 +277,8 @@ int ftc_slot_create_ex(const char *name, uint64_t size, unsigned flags, ftc_slot
         e = posix_fallocate(fd, 0, (off_t)size);
     if (e) {
         ftc_slot_close(s);
-        shm_unlink(path);
+        if (created)
+            shm_unlink(path);
         return ftc_err_set(err, e == ENOSPC || e == EFAULT || e == ENOMEM ? FTC_ENOSPC : FTC_EIO,
                            "reserving %llu bytes for slot %s in %s: %s (is %s full? enlarge it "
                            "or checkpoint less per node)",
@@ -323,7 +350,9 @@ int ftc_slot_create_all(const char *const *names, int n, uint64_t size, const un
         need += ftc__shm_need(size, stat(path, &st) == 0 ? (uint64_t)st.st_blocks * 512 : 0);
     }
     uint64_t free_b = 0;
-    if (need && ftc_shm_free(&free_b, err) == 0 && free_b < need)
+    char what[FTC_SLOT_NAME_MAX + 32];
+    snprintf(what, sizeof what, "%d slots (%s ...)", n, names[0]);
+    if (need && ftc__shm_free_for(what, need, &free_b) && free_b < need)
         return ftc_err_set(err, FTC_ENOSPC,
                            "%d slots of %llu bytes (%s ...) need %llu bytes (whole pages, less "
                            "what they hold) but %s has %llu free: enlarge it (mount -o "

@@ -65,7 +65,10 @@ int ftc_shm_free(uint64_t *free_bytes, ftc_err_t *err);
 /* Creates (or, if it exists with this size, reuses) a slot of size bytes,
  * reserves its memory, and maps it. Refuses with FTC_ENOSPC, before it
  * sizes or reserves anything, when /dev/shm cannot hold it: size in whole
- * pages, less what the slot's file holds already (st_blocks). */
+ * pages, less what the slot's file holds already (st_blocks). When the free
+ * space cannot be read (statvfs fails) the check is skipped with a warning
+ * and err stays clear. A refused slot's file is unlinked only when this call
+ * created it. */
 int ftc_slot_create(const char *name, uint64_t size, ftc_slot_t *s, ftc_err_t *err);
 /* ftc_slot_create with flags (FTC_SLOT_POPULATE, FTC_SLOT_DEFER). */
 int ftc_slot_create_ex(const char *name, uint64_t size, unsigned flags, ftc_slot_t *s,

@@ -26,6 +26,8 @@
  *     step at or before the one asked for that has a copy (slots, persist
  *     tier; after the node's memory is lost, walking over the lost ones in
  *     one request), FTC_ENOENT naming the oldest committed step below it;
+ *     and with Redis stopped, within the rank's timeout (Redis not asked
+ *     again once it failed);
  *   - checkpoint.busy wait: with no free slot the checkpoint waits (never
  *     FTC_EAGAIN) until a commit frees one, and a checkpoint_waiting event
  *     says so; checkpoint.inflight 1: a checkpoint waits for the previous
@@ -33,7 +35,8 @@
  *     is never reserved; a BEGIN parked behind a version whose parity fails
  *     is answered at the failure;
  *   - two ranks of a node fetching the same shard at once both get it (the
- *     holder busy with the first fetch is asked again); a first holder that
+ *     holder busy with the first fetch is asked again), each answered by its
+ *     own fetch (the first to ask, first); a first holder that
  *     cannot be asked is passed over for the next one;
  *   - a restarted agent does not take a surviving slot of a step that was
  *     never committed for committed.
@@ -498,6 +501,53 @@ static void test_fetch_at_most(void **state)
 }
 
 
+/* ftc_fetch_at_most while Redis does not answer (SIGSTOP), the node's
+ * memory lost: one node, k = 0, every commit persisted, steps 1..4
+ * committed, the persisted 4 removed. The candidates are the committed 4
+ * (lost) and the persisted 3, 2, 1; each is looked for at the peers first
+ * (three rounds) before the persist tier, and every round refreshed the
+ * peer table from Redis (HGETALL: a command timeout, 2 s, each), beside the
+ * search's own refresh: some 12 s of Redis timeouts for steps 4 and 3,
+ * past the rank's timeout (10 s), so the rank got FTC_ETIMEDOUT. Once a
+ * Redis call of the request failed, Redis is not asked again for it: the
+ * rounds use the peer addresses already known and the answer (step 3, from
+ * the persist tier) comes within the rank's timeout. */
+static void test_fetch_at_most_redis_down(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 1);
+    static float w[4096];
+    ftc_ctx_t *c = open_ctx(e, 0, 0, 1, w, 4096);
+    for (int64_t s = 1; s <= 4; s++) {
+        for (int i = 0; i < 4096; i++)
+            w[i] = (float)(s * 4096 + i);
+        assert_int_equal(ftc_checkpoint(c, s, NULL, 0), 0);
+        assert_int_equal(ftc_wait_snapshot(c), 0);
+        if (ftc_wait_committed(c, s))
+            fail_msg("step %lld: %s", (long long)s, ftc_last_error(c));
+        wait_persisted(e, 0, (int)s);
+    }
+    ftc_destroy(c);
+    kill_agent(e, 0);
+    wipe_node_shm(e, 0);
+    char dir[PATH_MAX + 64];
+    snprintf(dir, sizeof dir, "%s/node0/v%020d", e->persist, 4);
+    ftc_test_rmrf(dir);
+    start_agent(e, 0);
+    char sock[PATH_MAX + 32];
+    ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
+    o.timeout_ms = 10000;
+    c = NULL;
+    if (ftc_create(&o, &c))
+        fail_msg("ftc_create: %s", ftc_last_error(c));
+    assert_int_equal(ftc_redis_server_signal(e->f->srv, SIGSTOP), 0);
+    int64_t got = fetch_at_most(c, 4);
+    assert_int_equal(ftc_redis_server_signal(e->f->srv, SIGCONT), 0);
+    assert_int_equal(got, 3);
+    assert_true(agent_said(e, 0, "at the addresses already known (Redis does not answer)"));
+    ftc_destroy(c);
+    teardown_env(e);
+}
+
 /* ftc_fetch of rank src's shard of step: 0 and the step it got (its w[7]
  * must be that rank's and step's: src x 1e6 + step x 4096 + 7), or the
  * error code (the message printed). */
@@ -891,6 +941,83 @@ static void test_fetch_same_shard_twice(void **state)
     teardown_env(e);
 }
 
+/* Each fetch job's result goes to the request that queued it. Ranks 0 and
+ * 2 on node 0 (rank 0 connected first) fetch rank 1's step 1, rank 0 first;
+ * its holders in ring order are node 1 (its slots), stopped (SIGSTOP) all
+ * along, then node 2 (its replica), agent.timeout_ms 2000. Rank 0's job
+ * waits for node 1 until its deadline, then gets node 2's replica; rank 2's
+ * finds node 1 busy with rank 0's, then waits for it in turn, then node 2:
+ * it ends one deadline later. A result went to the last rank found
+ * fetching the same shard, so rank 0's job answered rank 2 and rank 0 was
+ * answered only by rank 2's job, a deadline later. Now rank 0 is answered
+ * first, each by its own job, both with rank 1's step 1. */
+static void test_fetch_result_to_its_request(void **state)
+{
+    env_t *e = prepare_env(*state, 3, "1", 1000, NULL);
+    snprintf(e->timeout_ms, sizeof e->timeout_ms, "2000");
+    for (int i = 0; i < 3; i++)
+        start_agent(e, i);
+    /* every agent knows the others first: rank 1's replica on its ring
+     * successor, node 2 (not node 0, the next one known) */
+    ftc_deadline_t d = ftc_deadline_in_ms(20000);
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++) {
+            char alive[64];
+            snprintf(alive, sizeof alive, "node %d (node%d) is alive", j, j);
+            while (i != j && !agent_log_has(e, i, alive)) {
+                if (ftc_deadline_expired(d))
+                    fail_msg("node %d never saw node %d alive", i, j);
+                ftc_sleep_ms(20);
+            }
+        }
+    static float w[3][4096];
+    ftc_ctx_t *c[3];
+    for (int r = 0; r < 3; r++)
+        c[r] = open_ctx(e, r, r, 3, w[r], 4096);
+    for (int r = 0; r < 3; r++) {
+        fill(w[r], r, 1);
+        assert_int_equal(ftc_checkpoint(c[r], 1, NULL, 0), 0);
+        assert_int_equal(ftc_wait_snapshot(c[r]), 0);
+    }
+    for (int r = 0; r < 3; r++)
+        if (ftc_wait_committed(c[r], 1))
+            fail_msg("step 1: %s", ftc_last_error(c[r]));
+    ftc_destroy(c[0]);
+    ftc_destroy(c[2]);
+    bg_fetch_t b[2] = {{.c = open_fetch_ctx(e, 0, 0, 3), .src = 1, .step = 1, .rc = 1},
+                       {.c = open_fetch_ctx(e, 0, 2, 3), .src = 1, .step = 1, .rc = 1}};
+    assert_int_equal(kill(e->agent[1], SIGSTOP), 0);
+    pthread_t tid[2];
+    assert_int_equal(pthread_create(&tid[0], NULL, bg_fetch, &b[0]), 0);
+    ftc_sleep_ms(300); /* rank 0's fetch first (not an assertion: the log says below) */
+    assert_int_equal(pthread_create(&tid[1], NULL, bg_fetch, &b[1]), 0);
+    int first = -1;
+    d = ftc_deadline_in_ms(30000);
+    while (first < 0 && !ftc_deadline_expired(d)) {
+        for (int k = 0; k < 2 && first < 0; k++)
+            if (atomic_load(&b[k].done))
+                first = k;
+        ftc_sleep_ms(5);
+    }
+    assert_int_equal(kill(e->agent[1], SIGCONT), 0);
+    for (int k = 0; k < 2; k++) {
+        pthread_join(tid[k], NULL);
+        print_message("fetch of rank %d: %s, step %lld, w[7] = %g %s\n", k ? 2 : 0,
+                      ftc_errname(b[k].rc), (long long)b[k].got, (double)b[k].w7, b[k].err);
+        ftc_destroy(b[k].c);
+    }
+    print_message("answered first: rank %d's fetch\n", first == 1 ? 2 : first);
+    assert_true(agent_said(e, 0, "is busy fetching rank 1's shard")); /* rank 2's, behind 0's */
+    assert_int_equal(first, 0);
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(b[k].rc, 0);
+        assert_int_equal(b[k].got, 1);
+        assert_true(b[k].w7 == (float)(1 * 1000000 + 1 * 4096 + 7));
+    }
+    ftc_destroy(c[1]);
+    teardown_env(e);
+}
+
 /* Makes node `node` look alive to the other agents (its heartbeat key, for
  * two minutes) with an address the replication engine cannot add (two
  * bytes, no socket address family): a holder that cannot be asked. */
@@ -1013,11 +1140,13 @@ int main(void)
         T(test_persist_every_third_commit),
         T(test_persist_fetch_never_newer),
         T(test_fetch_at_most),
+        T(test_fetch_at_most_redis_down),
         T(test_fetch_never_committed),
         T(test_busy_wait_policy),
         T(test_inflight_one),
         T(test_inflight_one_parity_failure),
         T(test_fetch_same_shard_twice),
+        T(test_fetch_result_to_its_request),
         T(test_restore_first_holder_unreachable),
         T(test_restart_never_committed_slot),
     };

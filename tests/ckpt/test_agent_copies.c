@@ -12,7 +12,9 @@
  *     now over the abandoned one;
  *   - a restarted agent marked a slot whose version was reported but not
  *     committed yet as empty: the next BEGIN wrote over it and the version
- *     then committed with one copy fewer. It stays sealed and commits;
+ *     then committed with one copy fewer. It stays sealed and commits; also
+ *     when Redis does not answer as the rank asks for its slots (the
+ *     record cannot be read then): kept sealed, checked once Redis answers;
  *   - a restore took a local slot of the committed step whose content
  *     verifies but is not the committed version (another snapshot of that
  *     step): it must be the version whose checksum the record holds;
@@ -21,7 +23,8 @@
  *     refused and the next holder asked; with none left, an error;
  *   - and for the persist tier: a persisted version of the committed step
  *     that is not the recorded one is refused (an older one restores).
- * No wall-clock bound is asserted.
+ * No wall-clock bound is asserted. FTC_TEST_FILTER=NAME (cmocka pattern) runs
+ * only the matching tests.
  */
 #include "ftc_test.h"
 
@@ -266,6 +269,57 @@ static void test_restart_keeps_reported(void **state)
     ckpt(&t, 1, 2);
     both_commit(&t, 2);
     assert_committed_has_copies(&t);
+    two_stop(&t);
+}
+
+/* (b') The same restart while Redis does not answer (SIGSTOP) when rank 0
+ * asks for its slots (at its restore): whether the commit record holds the
+ * newer slot's report could not be read, and the slot was freed as if it
+ * did not, so rank 0's next checkpoint (step 2) wrote over it and rank 1's
+ * report then committed step 1 without node 0's copy. It is now kept
+ * sealed, not restored, until the record can be read; once Redis answers
+ * the commit poll finds the report and the version commits with both
+ * copies. */
+static void test_restart_redis_down_keeps_newer(void **state)
+{
+    two_t t;
+    two_start(&t, *state, "8000");
+    ckpt(&t, 0, 0);
+    ckpt(&t, 1, 0);
+    both_commit(&t, 0);
+    ckpt(&t, 0, 1);
+    uint64_t ck1 = wait_report(t.ctl, 1, 0);
+    kill_agent(t.e, 0);
+    ftc_destroy(t.c[0]);
+    start_agent(t.e, 0);
+    open_rank(&t, 0);
+    assert_int_equal(ftc_redis_server_signal(t.e->f->srv, SIGSTOP), 0);
+    int64_t got = -1;
+    fill(w[0], N, -1.0f);
+    int rc = ftc_restore(t.c[0], &got, NULL, NULL); /* SLOTS, then RESTORE: Redis stopped */
+    assert_int_equal(ftc_redis_server_signal(t.e->f->srv, SIGCONT), 0);
+    if (rc)
+        print_message("%s\n", ftc_last_error(t.c[0]));
+    assert_int_equal(rc, 0);
+    assert_int_equal(got, 0);
+    assert_true(w[0][0] == 0.0f && w[0][N - 1] == 0.0f);
+    ckpt(&t, 0, 2);
+    ckpt(&t, 1, 1);
+    int64_t cstep = -1;
+    uint64_t cgen = 0;
+    ftc_deadline_t d = ftc_deadline_in_ms(10000);
+    while (ftc_ctl_committed(t.ctl, &cstep, &cgen) == 0 && cstep < 1 && !ftc_deadline_expired(d))
+        ftc_sleep_ms(10);
+    assert_int_equal(cstep, 1); /* the report from before the restart counted */
+    bool kept = node_slot_holds(t.e, 0, 0, 1, ck1);
+    print_message("node 0 holds rank 0's committed step 1: %s\n", kept ? "yes" : "NO");
+    assert_true(kept);
+    assert_committed_has_copies(&t);
+    assert_int_equal(ftc_wait_committed(t.c[0], 1), 0);
+    ckpt(&t, 1, 2);
+    both_commit(&t, 2);
+    assert_committed_has_copies(&t);
+    assert_true(agent_said(t.e, 0, "kept sealed, never restored, until the record can be read"));
     two_stop(&t);
 }
 
@@ -536,9 +590,13 @@ int main(void)
     const struct CMUnitTest tests[] = {
         T(test_abandon_withdraws_report),
         T(test_restart_keeps_reported),
+        T(test_restart_redis_down_keeps_newer),
         T(test_restore_checks_record),
         T(test_fetch_checks_record),
         T(test_persist_checks_record),
     };
+    /* FTC_TEST_FILTER=test_name (a cmocka pattern, * and ?) runs only those */
+    if (getenv("FTC_TEST_FILTER"))
+        cmocka_set_test_filter(getenv("FTC_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
