@@ -19,6 +19,7 @@
 #include <assert.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -26,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <netinet/in.h>
 #include <sys/mman.h>
@@ -131,13 +133,75 @@ pid_t ftc_fabric_reap(pid_t pid, int *st, int options)
     return waitpid(si.si_pid, st, options);
 }
 
+/* When this process started, in CLOCK_REALTIME nanoseconds (0 if unknown):
+ * /proc/self/stat's starttime (clock ticks since boot) moved onto the wall
+ * clock through CLOCK_BOOTTIME, to a tick (10 ms). */
+static int64_t ftc__proc_start_ns(void)
+{
+    char buf[1024];
+    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+    unsigned long long ticks = 0;
+    /* after ") ": state is field 3, starttime field 22 */
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d "
+                             "%*d %*d %*d %llu", &ticks) != 1)
+        return 0;
+    long hz = sysconf(_SC_CLK_TCK);
+    struct timespec boot, real;
+    if (hz <= 0 || clock_gettime(CLOCK_BOOTTIME, &boot) || clock_gettime(CLOCK_REALTIME, &real))
+        return 0;
+    int64_t since_boot = (int64_t)boot.tv_sec * 1000000000 + boot.tv_nsec;
+    int64_t started = (int64_t)(ticks / (unsigned long long)hz) * 1000000000 +
+                      (int64_t)(ticks % (unsigned long long)hz) * (1000000000 / hz);
+    return (int64_t)real.tv_sec * 1000000000 + real.tv_nsec - (since_boot - started);
+}
+
 /* libfabric's shm provider names its regions in /dev/shm after the process
  * id ("<pid>:<n>:<m>"), and a process killed with SIGKILL leaves them behind.
  * Process ids are reused (pid_max is often 32768, and a test run or a long
  * job forks thousands of ranks), and a new process that meets its
- * predecessor's region under its own name could hang or fail to open. No
- * live process can own a region named after our pid before we created one,
- * so the first shm endpoint of each process removes them. */
+ * predecessor's region under its own name could hang or fail to open. So the
+ * first shm endpoint of each process removes the regions named after its pid
+ * that were last changed before the process started (a dead predecessor's):
+ * not those made since, by another libfabric user in this process (a NCCL or
+ * PyTorch plugin that opened shm first), which are alive. A stale region
+ * changed within a clock tick (10 ms, plus a margin) of our start is kept
+ * too: its pid would have had to be reused at once. */
+#define FTC__SHM_START_SLACK_NS 50000000
+int ftc_fabric_shm_remove_stale(pid_t pid, int64_t started_ns)
+{
+    if (pid <= 0 || started_ns <= 0)
+        return 0;
+    char prefix[32];
+    int pl = snprintf(prefix, sizeof prefix, "%d:", (int)pid), n = 0;
+    DIR *d = opendir("/dev/shm");
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, prefix, (size_t)pl))
+            continue;
+        char path[300];
+        snprintf(path, sizeof path, "/dev/shm/%s", e->d_name);
+        struct stat st;
+        if (lstat(path, &st) != 0)
+            continue;
+        /* its mtime: set when shm creates and sizes it (no one backdates it) */
+        int64_t changed = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+        if (changed >= started_ns - FTC__SHM_START_SLACK_NS)
+            continue; /* made or changed since we started: someone's live region */
+        n += unlink(path) == 0;
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
 static void ftc__shm_stale_regions(void)
 {
     static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -146,7 +210,7 @@ static void ftc__shm_stale_regions(void)
     pthread_mutex_lock(&mu);
     if (done_for != me) {
         done_for = me;
-        int n = ftc_fabric_shm_remove(me);
+        int n = ftc_fabric_shm_remove_stale(me, ftc__proc_start_ns());
         if (n)
             FTC_INFO("fabric", "removed %d stale shm region(s) a killed process with our pid "
                      "(%d) left", n, (int)me);

@@ -136,6 +136,13 @@ void ftc_fabric_shutdown_sockets(ftc_fabric_t *fab);
  * first shm endpoint (ftc_fabric_open does that). ftc_fabric_reap does it for
  * each child it reaps. */
 int ftc_fabric_shm_remove(pid_t pid);
+/* Removes the shm regions named after `pid` ("<pid>:*") whose mtime is
+ * before started_ns (CLOCK_REALTIME ns, less a 50 ms margin): what a dead
+ * process with the same pid left, not what a live one made since it started.
+ * ftc_fabric_open calls it for its own pid, with the process's start time,
+ * before its first shm endpoint, so the regions of another libfabric user in
+ * the same process stay. The number removed. */
+int ftc_fabric_shm_remove_stale(pid_t pid, int64_t started_ns);
 /* Reaps a child as waitpid(pid, st, options) does (pid > 0, or -1 for any
  * child; options 0 or WNOHANG; the same return value and errno), after
  * removing the shm regions it left (ftc_fabric_shm_remove): its exit is seen

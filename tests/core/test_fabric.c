@@ -19,7 +19,9 @@
 #include <rdma/fabric.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <time.h>
 #include <signal.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -745,6 +747,57 @@ static void test_peer_killed_during_send(void **state)
     killed_peer(child_recv_then_die, true);
 }
 
+/* The first shm endpoint of a process removes the regions named after its
+ * pid that a dead predecessor left (pid reuse), and only those: before, it
+ * removed every "<pid>:*" name, also the live regions of another libfabric
+ * user in the same process that opened shm first (a NCCL or PyTorch
+ * plugin), whose peers then could not reach them. A child process makes one
+ * region name last changed an hour ago (a predecessor's) and one now (a live
+ * user's), then opens its first endpoint: the old one must go, the new one
+ * stay. */
+static void test_stale_regions_only(void **state)
+{
+    (void)state;
+    if (strncmp(g_prov, "shm", 3)) {
+        printf("# %s: no shm regions to look at\n", g_prov);
+        return;
+    }
+    fflush(stdout);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        char stale[64], live[64];
+        snprintf(stale, sizeof stale, "/dev/shm/%d:0:990", (int)getpid());
+        snprintf(live, sizeof live, "/dev/shm/%d:0:991", (int)getpid());
+        int fd = open(stale, O_CREAT | O_WRONLY | O_EXCL, 0600);
+        struct timespec ts[2] = {{.tv_sec = time(NULL) - 3600}, {.tv_sec = time(NULL) - 3600}};
+        int ok = fd >= 0 && futimens(fd, ts) == 0;
+        if (fd >= 0)
+            close(fd);
+        fd = open(live, O_CREAT | O_WRONLY | O_EXCL, 0600);
+        ok = ok && fd >= 0;
+        if (fd >= 0)
+            close(fd);
+        ftc_err_t err = {0};
+        ftc_fabric_t *f = ok ? open_ep(0, &err) : NULL;
+        bool stale_gone = access(stale, F_OK) != 0, live_kept = access(live, F_OK) == 0;
+        printf("# %s: first endpoint of pid %d: the predecessor's region %s, the live one %s\n",
+               g_prov, (int)getpid(), stale_gone ? "removed" : "KEPT",
+               live_kept ? "kept" : "REMOVED");
+        fflush(stdout);
+        if (f)
+            ftc_fabric_close(f);
+        unlink(stale);
+        unlink(live);
+        _exit(!ok || !f ? 2 : stale_gone && live_kept ? 0 : 1);
+    }
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    ftc_fabric_shm_remove(pid); /* whatever a failed child left */
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 /* ---- peer addresses -------------------------------------------------------- */
 
 /* peer_add checks the length it is given: libfabric's fi_av_insert takes no
@@ -1050,6 +1103,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_broken_handle_no_progress),
         cmocka_unit_test(test_peer_killed_during_recv),
         cmocka_unit_test(test_peer_killed_during_send),
+        cmocka_unit_test(test_stale_regions_only),
     };
     int rc = cmocka_run_group_tests_name(g_prov, tests, NULL, NULL);
     if (!strncmp(g_prov, "shm", 3)) {
