@@ -42,6 +42,7 @@
 extern char **environ;
 
 #define FTC__MAX_LOCAL 64
+#define FTC__OTHERS_MAX 32
 
 typedef struct ftc__agent_thread {
     ftc_agent_t *agent;
@@ -207,6 +208,15 @@ typedef struct ftc__sup {
     uint64_t redis_ok_ms;      /* monotonic ms of the last answer from Redis in ftc__watch */
     int continued;             /* in-process: ranks of this generation that continued */
     ftc__suplease_t lease;     /* ftc:{J}:sup:NODE, refreshed by a thread of its own */
+    /* adopted orphans ("Orphans of the ranks" below) */
+    bool subreaper;            /* PR_SET_CHILD_SUBREAPER is set: the ranks' orphans are ours */
+    int subreaper_was;         /* the process's setting before ftc_run_node, put back after */
+    pid_t others[FTC__OTHERS_MAX]; /* children this process had before ftc_run_node (the
+                                      embedded Redis): their owners wait for them by pid */
+    int nothers;
+    uint64_t orphan_scan_ms;   /* monotonic ms of the last look through /proc */
+    pid_t warned[FTC__MAX_LOCAL]; /* escaped orphans already named in a warning */
+    int nwarned;
 } ftc__sup_t;
 
 static int ftc__inproc_assign(ftc__sup_t *s, int l, char **add, int n, ftc_err_t *err);
@@ -555,24 +565,210 @@ static void ftc__group_check(ftc__sup_t *s, int l)
         s->pgid[l] = 0;
 }
 
+/* ---- orphans of the ranks ------------------------------------------------------------------
+ *
+ * What a rank starts (a wrapper script's trainer, a launcher's workers, the
+ * tee relay) is not the supervisor's child; when its parent dies first it
+ * is an orphan, and a SIGKILLed orphan's libfabric shm regions
+ * (/dev/shm/<pid>:*) stayed forever when init reaped it. The supervisor is
+ * a child subreaper (PR_SET_CHILD_SUBREAPER): orphans of its descendants
+ * are reparented to it, and it reaps them through ftc_fabric_reap, which
+ * removes their regions first. Never with waitpid(-1): this process has
+ * other children whose owners wait for them by pid (`ftc run` without
+ * --simulate-nodes runs the job's embedded Redis in the supervisor's
+ * process, and detect/redis_server.c reaps it by pid; a -1 reap would take
+ * its exit, or a rank's from its loop). So an exited child is looked for
+ * with waitid(P_ALL, WNOWAIT), which reaps nothing, and only then are the
+ * children found in /proc (ppid == ours) reaped one by one by pid, except
+ * the ranks (their own loops reap them, as their exits) and the children
+ * this process had before ftc_run_node (s->others). Nothing else in this
+ * process forks while the supervisor runs (the agent and the file store do
+ * not); something that does must be kept out of the sweep as well. */
+
+/* Calls fn(s, pid, state, pgid, comm) for each child of this process (its
+ * pid as their ppid in /proc/PID/stat); state is that file's ('Z': exited,
+ * not reaped). Processes that go meanwhile are skipped. */
+typedef void ftc__child_fn(ftc__sup_t *s, pid_t pid, char state, pid_t pgid, const char *comm);
+static void ftc__each_child(ftc__sup_t *s, ftc__child_fn *fn)
+{
+    DIR *d = opendir("/proc");
+    if (!d)
+        return;
+    long me = (long)getpid();
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char *end;
+        long pid = strtol(e->d_name, &end, 10);
+        if (*end || pid <= 0)
+            continue;
+        char path[64], buf[512];
+        snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        ssize_t n = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        if (n <= 0)
+            continue;
+        buf[n] = 0;
+        /* "PID (COMM) STATE PPID PGRP ...": COMM may hold ')' and spaces */
+        char *open_p = strchr(buf, '('), *close_p = strrchr(buf, ')');
+        char state = 0;
+        long ppid = 0, pgid = 0;
+        if (!open_p || !close_p || close_p < open_p ||
+            sscanf(close_p + 1, " %c %ld %ld", &state, &ppid, &pgid) != 3 || ppid != me)
+            continue;
+        *close_p = 0;
+        fn(s, (pid_t)pid, state, (pid_t)pgid, open_p + 1);
+    }
+    closedir(d);
+}
+
+/* Not an orphan of ours to reap: a rank (in the table) or a child this
+ * process had before ftc_run_node. */
+static bool ftc__not_orphan(const ftc__sup_t *s, pid_t pid)
+{
+    for (int l = 0; l < FTC__MAX_LOCAL; l++)
+        if (s->pid[l] == pid)
+            return true;
+    for (int i = 0; i < s->nothers; i++)
+        if (s->others[i] == pid)
+            return true;
+    return false;
+}
+
+static void ftc__reap_one(ftc__sup_t *s, pid_t pid, char state, pid_t pgid, const char *comm)
+{
+    (void)pgid;
+    if (state != 'Z' || ftc__not_orphan(s, pid))
+        return;
+    int st = 0;
+    if (ftc_fabric_reap(pid, &st, WNOHANG) == pid)
+        FTC_DEBUG("run", "reaped pid %d (%s), an orphan of a rank: %s %d", (int)pid, comm,
+                  WIFSIGNALED(st) ? "killed by signal" : "exit status",
+                  WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+}
+
+/* Reaps the orphans of the ranks that have exited (and removes their shm
+ * regions). Cheap when nothing has exited (one waitid); /proc is read when
+ * something has, and at most every 200 ms while the exited child seen is
+ * one the sweep leaves alone (a rank its loop reaps next, a child of
+ * s->others not reaped yet by its owner). */
+static void ftc__reap_orphans(ftc__sup_t *s)
+{
+    if (!s->subreaper)
+        return;
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid <= 0)
+        return; /* none has exited (ECHILD: no children) */
+    uint64_t now = ftc_now_ns() / 1000000u;
+    if (ftc__not_orphan(s, si.si_pid) && now - s->orphan_scan_ms < 200)
+        return;
+    s->orphan_scan_ms = now;
+    ftc__each_child(s, ftc__reap_one);
+}
+
+static void ftc__warn_escaped(ftc__sup_t *s, pid_t pid, char state, pid_t pgid,
+                              const char *comm)
+{
+    if (state == 'Z' || ftc__not_orphan(s, pid))
+        return;
+    for (int l = 0; l < FTC__MAX_LOCAL; l++)
+        if (s->pgid[l] > 0 && s->pgid[l] == pgid)
+            return; /* in a rank's group: signalled with it */
+    for (int i = 0; i < s->nwarned; i++)
+        if (s->warned[i] == pid)
+            return;
+    if (s->nwarned < FTC__MAX_LOCAL)
+        s->warned[s->nwarned++] = pid;
+    FTC_WARN("run", "pid %d (%s), started by a rank, escaped its rank's process group (a "
+             "session of its own: setsid, a daemon) and still runs after the ranks were "
+             "stopped: not signalled (stopping it is its starter's part); reaped here if it "
+             "exits while this supervisor runs, else by init, and then its shm regions stay",
+             (int)pid, comm);
+}
+
+/* After the ranks were stopped: the orphans of the ranks that are still
+ * running are outside every rank's process group (the groups are empty), so
+ * no stop reaches them. They are named, not killed: a process that left its
+ * session did it on purpose (a daemon, a server its starter shares), and
+ * its lifetime is its starter's choice, not ours to guess. */
+static void ftc__report_escaped(ftc__sup_t *s)
+{
+    if (s->subreaper)
+        ftc__each_child(s, ftc__warn_escaped);
+}
+
+static void ftc__others_add(ftc__sup_t *s, pid_t pid, char state, pid_t pgid, const char *comm)
+{
+    (void)state, (void)pgid, (void)comm;
+    if (s->nothers < FTC__OTHERS_MAX)
+        s->others[s->nothers] = pid;
+    s->nothers++;
+}
+
+/* Makes this process a child subreaper, the children it has now kept out of
+ * the sweep. Without /proc, or with more such children than we keep track
+ * of, it stays as it was (the ranks' orphans go to init, as before). */
+static void ftc__subreaper_begin(ftc__sup_t *s)
+{
+    if (prctl(PR_GET_CHILD_SUBREAPER, &s->subreaper_was) != 0)
+        s->subreaper_was = 0;
+    if (access("/proc/self/stat", R_OK) != 0) {
+        FTC_WARN("run", "no /proc: the orphans of the ranks are not reaped here (their shm "
+                        "regions stay if they are killed)");
+        return;
+    }
+    ftc__each_child(s, ftc__others_add);
+    if (s->nothers > FTC__OTHERS_MAX) {
+        FTC_WARN("run", "this process has %d children before it supervises ranks (more than "
+                 "%d): the orphans of the ranks are not reaped here", s->nothers,
+                 FTC__OTHERS_MAX);
+        return;
+    }
+    if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
+        FTC_WARN("run", "PR_SET_CHILD_SUBREAPER: %s: the orphans of the ranks are not reaped "
+                 "here (their shm regions stay if they are killed)", strerror(errno));
+        return;
+    }
+    s->subreaper = true;
+}
+
+/* Orphans adopted from now on go to the next subreaper or init; those that
+ * exited are reaped first. */
+static void ftc__subreaper_end(ftc__sup_t *s)
+{
+    if (!s->subreaper)
+        return;
+    s->orphan_scan_ms = 0;
+    ftc__reap_orphans(s);
+    ftc__report_escaped(s);
+    prctl(PR_SET_CHILD_SUBREAPER, s->subreaper_was);
+    s->subreaper = false;
+}
+
 /* How long a SIGKILLed rank may take to exit (a large address space takes a
  * while to tear down) before ftc__kill_rank stops waiting for it. */
 #define FTC__KILL_REAP_MS 30000
 
-/* SIGKILL to what is left of local rank l (its group), the rank reaped. */
+/* SIGKILL to what is left of local rank l (its group), the rank reaped, and
+ * so are the members of its group that were orphaned (adopted: reaped here,
+ * their shm regions removed, before this supervisor may exit). */
 static void ftc__kill_rank(ftc__sup_t *s, int l)
 {
     ftc__signal_rank(s, l, SIGKILL);
+    ftc_deadline_t d = ftc_deadline_in_ms(FTC__KILL_REAP_MS);
     if (s->pid[l] > 0) {
-        ftc_deadline_t d = ftc_deadline_in_ms(FTC__KILL_REAP_MS);
         for (;;) {
             pid_t p = ftc_fabric_reap(s->pid[l], NULL, WNOHANG);
             if (p == s->pid[l] || (p < 0 && errno != EINTR))
                 break;
             if (ftc_deadline_expired(d)) {
                 FTC_ERROR("run", "rank process %d did not exit within %d ms of SIGKILL (stuck "
-                          "in the kernel?); not waiting for it: it stays unreaped, and its shm "
-                          "regions /dev/shm/%d:* stay",
+                          "in the kernel?); not waiting for it: its shm regions /dev/shm/%d:* "
+                          "stay until it exits while this supervisor runs (then it is reaped "
+                          "with the ranks' orphans)",
                           (int)s->pid[l], FTC__KILL_REAP_MS, (int)s->pid[l]);
                 break;
             }
@@ -580,6 +776,20 @@ static void ftc__kill_rank(ftc__sup_t *s, int l)
         }
         ftc_filestore_rank_exited(s->files, s->pid[l], -1);
         s->pid[l] = 0;
+    }
+    while (s->subreaper && s->pgid[l] > 0) {
+        ftc__reap_orphans(s);
+        ftc__group_check(s, l);
+        if (s->pgid[l] <= 0)
+            break;
+        if (ftc_deadline_expired(d)) {
+            FTC_WARN("run", "process group %d of local rank %d still has members %d ms after "
+                     "SIGKILL (stuck in the kernel, or a member's parent outside the group "
+                     "does not reap it): not waiting for them", (int)s->pgid[l], l,
+                     FTC__KILL_REAP_MS);
+            break;
+        }
+        ftc_sleep_ms(5);
     }
     s->pgid[l] = 0;
 }
@@ -909,9 +1119,11 @@ static int ftc__start_ranks(ftc__sup_t *s, const char *master, int master_port, 
 /* SIGTERM, then SIGKILL after grace_ms (a stopped process only dies of
  * SIGKILL), to each rank's process group: what a rank started (the trainer
  * of a wrapper script) stops with it; reaps every rank and waits (within
- * the same grace) until its group is empty. */
+ * the same grace) until its group is empty (its orphans reaped here), then
+ * names the orphans that run on outside every group. */
 static void ftc__stop_ranks(ftc__sup_t *s)
 {
+    ftc__reap_orphans(s);
     bool any = false;
     for (int l = 0; l < s->o->nproc; l++)
         if (s->pid[l] > 0 || s->pgid[l] > 0) {
@@ -919,11 +1131,14 @@ static void ftc__stop_ranks(ftc__sup_t *s)
             ftc__signal_rank(s, l, SIGCONT);
             any = true;
         }
-    if (!any)
+    if (!any) {
+        ftc__report_escaped(s);
         return;
+    }
     ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)s->o->grace_ms);
     for (;;) {
         bool left = false;
+        ftc__reap_orphans(s); /* zombies count as group members until reaped */
         for (int l = 0; l < s->o->nproc; l++) {
             if (s->pid[l] > 0) {
                 int st;
@@ -940,15 +1155,16 @@ static void ftc__stop_ranks(ftc__sup_t *s)
                 left = true;
         }
         if (!left)
-            return;
+            break;
         if (ftc_deadline_expired(d)) {
             for (int l = 0; l < s->o->nproc; l++)
                 if (s->pid[l] > 0 || s->pgid[l] > 0)
                     ftc__kill_rank(s, l);
-            return;
+            break;
         }
         ftc_sleep_ms(10);
     }
+    ftc__report_escaped(s);
 }
 
 /* ---- in-process mode (plugins/inproc.h) ------------------------------------------------- */
@@ -1038,6 +1254,7 @@ static void ftc__inproc_leave(ftc__sup_t *s)
     for (;;) {
         bool left = false;
         kept = 0;
+        ftc__reap_orphans(s);
         for (int l = 0; l < o->nproc; l++) {
             if (s->pid[l] <= 0)
                 continue;
@@ -1725,7 +1942,7 @@ static int ftc__watch(ftc__sup_t *s, volatile sig_atomic_t *stop, ftc_err_t *err
     for (;;) {
         if (stop && *stop)
             return FTC__STOPPED;
-        /* our ranks */
+        /* our ranks, then the orphans they left (an orphan's exit is not its rank's) */
         int exited_ok = 0;
         for (int l = 0; l < o->nproc; l++) {
             if (s->pid[l] > 0) {
@@ -1756,6 +1973,7 @@ static int ftc__watch(ftc__sup_t *s, volatile sig_atomic_t *stop, ftc_err_t *err
             if (s->pid[l] == 0 && WIFEXITED(s->status[l]) && WEXITSTATUS(s->status[l]) == 0)
                 exited_ok++;
         }
+        ftc__reap_orphans(s);
         uint64_t now = ftc_now_ns() / 1000000u;
         if (now - last_poll >= 50) {
             last_poll = now;
@@ -1880,6 +2098,7 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
     }
     s->o = o;
     s->stop = stop;
+    ftc__subreaper_begin(s);
     ftc__stop_flag = stop;
     atomic_store(&ftc__abort, 0);
     pthread_t wd;
@@ -2153,6 +2372,7 @@ out:
         ec = FTC_RUN_EXIT_CUT;
     }
     ftc__stop_ranks(s);
+    ftc__subreaper_end(s);
     /* A member of a generation that leaves it unfinished (a signal: a
      * preemption; ranks it could not start; --max-restarts used up) says so
      * by opening the next round: its agent leaves cleanly, so no node_lost
