@@ -128,6 +128,10 @@ static int ftc__wait_ready(ftc_redis_server_t *s, ftc_deadline_t d, ftc_err_t *e
     }
 }
 
+/* How long a SIGKILLed server may take to exit before it is left unreaped. */
+#define FTC__KILL_WAIT_MS 30000
+
+/* Reaps the server, SIGKILLing it after grace_ms; every wait is bounded. */
 static void ftc__reap(ftc_redis_server_t *s, int grace_ms)
 {
     if (s->pid <= 0)
@@ -140,7 +144,14 @@ static void ftc__reap(ftc_redis_server_t *s, int grace_ms)
             break;
         if (ftc_deadline_expired(d)) {
             kill(s->pid, SIGKILL);
-            waitpid(s->pid, &st, 0);
+            /* bounded too: a process stuck in the kernel (D state) does not
+             * die of SIGKILL until it leaves it */
+            ftc_deadline_t k = ftc_deadline_in_ms(FTC__KILL_WAIT_MS);
+            while ((w = waitpid(s->pid, &st, WNOHANG)) == 0 && !ftc_deadline_expired(k))
+                ftc_sleep_ms(5);
+            if (w == 0)
+                FTC_WARN("redis", "redis-server pid %d has not exited %d ms after SIGKILL: "
+                         "left unreaped", (int)s->pid, FTC__KILL_WAIT_MS);
             break;
         }
         ftc_sleep_ms(5);
@@ -245,11 +256,10 @@ int ftc_redis_server_signal(ftc_redis_server_t *s, int sig)
         return FTC_ENOENT;
     if (kill(s->pid, sig) != 0)
         return FTC_EIO;
-    if (sig == SIGKILL || sig == SIGTERM) {
-        int st;
-        waitpid(s->pid, &st, 0);
-        s->pid = -1;
-    }
+    if (sig == SIGTERM)
+        kill(s->pid, SIGCONT); /* a stopped server handles SIGTERM only once resumed */
+    if (sig == SIGKILL || sig == SIGTERM)
+        ftc__reap(s, sig == SIGTERM ? 10000 : 0); /* SIGKILL after 10 s; bounded */
     return 0;
 }
 

@@ -45,8 +45,10 @@ const ftc_redis_url_t *ftc_redis_server_url(const ftc_redis_server_t *s);
 /* Path of the file that holds the URL. */
 const char *ftc_redis_server_url_file(const ftc_redis_server_t *s);
 pid_t ftc_redis_server_pid(const ftc_redis_server_t *s);
-/* Sends sig to the server (tests: SIGKILL, SIGSTOP) and, for a fatal signal,
- * reaps it. */
+/* Sends sig to the server (tests: SIGKILL, SIGSTOP) and, for SIGKILL or
+ * SIGTERM, reaps it: a stopped server is resumed to take its SIGTERM, and one
+ * still alive 10 s later is SIGKILLed; one that has not exited 30 s after
+ * SIGKILL (stuck in the kernel) is left unreaped with a warning. */
 int ftc_redis_server_signal(ftc_redis_server_t *s, int sig);
 /* Starts it again on the same port with the same password (after a kill). */
 int ftc_redis_server_restart(ftc_redis_server_t *s, ftc_err_t *err);

@@ -264,6 +264,23 @@ static void test_reconnect_after_restart(void **state)
     ftc_redis_close(r);
 }
 
+/* SIGTERM to a stopped server (a test that paused it, then stops it): the
+ * stopped process does not act on SIGTERM, and the reap waited for it with
+ * no deadline, forever. Now it is resumed to take the SIGTERM (SIGKILL after
+ * 10 s) and the server is gone when the call returns. */
+static void test_sigterm_stopped_server(void **state)
+{
+    fixture_t *f = *state;
+    ftc_err_t err = {0};
+    pid_t pid = ftc_redis_server_pid(f->srv);
+    assert_true(pid > 0);
+    assert_int_equal(ftc_redis_server_signal(f->srv, SIGSTOP), 0);
+    assert_int_equal(ftc_redis_server_signal(f->srv, SIGTERM), 0);
+    assert_int_equal(ftc_redis_server_pid(f->srv), -1);
+    assert_int_equal(kill(pid, 0), -1); /* reaped: no such process */
+    assert_int_equal(ftc_redis_server_restart(f->srv, &err), 0);
+}
+
 static void test_scripts_sha_and_fallback(void **state)
 {
     fixture_t *f = *state;
@@ -954,6 +971,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_auth_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deadline_on_stopped_server, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reconnect_after_restart, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sigterm_stopped_server, setup, teardown),
         cmocka_unit_test_setup_teardown(test_backoff_jitter_per_connection, setup, teardown),
         cmocka_unit_test_setup_teardown(test_scripts_sha_and_fallback, setup, teardown),
         cmocka_unit_test_setup_teardown(test_script_fallback_shares_deadline, setup, teardown),
@@ -961,5 +979,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_pipeline, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deadline_on_trickling_reply, setup, teardown),
     };
+    const char *only = getenv("FTC_TEST_FILTER"); /* e.g. "test_sigterm*" */
+    if (only && *only)
+        cmocka_set_test_filter(only);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
