@@ -166,6 +166,12 @@ static int ftc__simulate(const ftc_cli_cmd_t *cmd, ftc_run_options_t *o, int n, 
     pid_t pids[4096];
     o->host = "127.0.0.1";
     pid_t parent = getpid();
+    /* a child subreaper: a node supervisor SIGKILLed (a drill) takes its
+     * ranks with it (PR_SET_PDEATHSIG), and they, orphaned, become ours, so
+     * the reap below removes their shm regions too (init's would not) */
+    if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0)
+        FTC_WARN("run", "PR_SET_CHILD_SUBREAPER: %s: the ranks of a killed node are not reaped "
+                 "here, and their shm regions stay", strerror(errno));
     for (int i = 0; i < n; i++) {
         fflush(NULL);
         pid_t p = fork();
@@ -234,7 +240,7 @@ static int ftc__simulate(const ftc_cli_cmd_t *cmd, ftc_run_options_t *o, int n, 
         while (i < n && pids[i] != p)
             i++;
         if (i == n)
-            continue; /* not a node (the embedded Redis is not our child's child) */
+            continue; /* not a node: an orphan of a killed node's (its rank), or a helper */
         left--;
         if (WIFSIGNALED(st)) {
             killed++;
@@ -249,6 +255,10 @@ static int ftc__simulate(const ftc_cli_cmd_t *cmd, ftc_run_options_t *o, int n, 
             printf("ftc run: node %d failed (exit %d)\n", i, WEXITSTATUS(st));
         }
         fflush(stdout);
+    }
+    /* the orphans of killed nodes that have exited by now (PR_SET_PDEATHSIG
+     * ends them at once); one still alive goes to init when we exit */
+    while (ftc_fabric_reap(-1, NULL, WNOHANG) > 0) {
     }
     printf("ftc run: %d nodes finished, %d failed, %d killed, %d cut off\n", ok, failed, killed,
            cut);

@@ -22,9 +22,11 @@
 #      to `ftc run` ends in the supervisor's own SIGKILL after --grace-ms, and
 #      its regions go too. Only the names of the test's own rank processes
 #      are looked at.
-#   6. `ftc run --simulate-nodes 2` under FI_PROVIDER=shm, node 1's supervisor
-#      (its agent's and file store's shm endpoints) killed with SIGKILL: once
-#      the launcher has reaped it, its regions are gone (they stayed).
+#   6. `ftc run --simulate-nodes 2` under FI_PROVIDER=shm, ranks holding shm
+#      endpoints (shmrank_main), node 1's supervisor (its agent's and file
+#      store's shm endpoints) killed with SIGKILL: once the launcher has
+#      reaped it, its regions are gone, and so are those of its rank, which
+#      died with it (PR_SET_PDEATHSIG) and was reparented to the launcher.
 #   7. the shm-holding process is not the rank but what the rank started (a
 #      wrapper script's trainer: a grandchild of the supervisor), orphaned
 #      before it dies, so the supervisor (a child subreaper) adopts and reaps
@@ -222,24 +224,36 @@ if want 6; then
 J6=sig${tag}f
 f0=$fails
 FI_PROVIDER=shm setsid "$FTC" run --simulate-nodes 2 --nnodes 1:2 --job "$J6" --job-dir "$T/j6" \
-    --settle-ms 200 --grace-ms 2000 -- sh -c "echo \$\$ >$T/6.rank.\$RANK; exec sleep 300" \
+    --settle-ms 200 --grace-ms 2000 -- sh -c "echo \$\$ >$T/6.rank.\$RANK; exec $SHMRANK $T/6.ranks" \
     >"$T/6.out" 2>&1 &
 runpid=$!
 pids+=($runpid)
 check "6: both ranks started" wait_for 60 test -s "$T/6.rank.0" -a -s "$T/6.rank.1"
+check "6: both hold shm regions" wait_for 30 bash -c "test \$(grep -c . '$T/6.ranks') = 2"
 n1=$(cat "$T/j6/node1.pid" 2>/dev/null)
+ppid_of() { awk '{print $4}' "/proc/$1/stat" 2>/dev/null; } # (comm holds no space here)
+r1=
+for r in $(cat "$T/6.rank.0" "$T/6.rank.1"); do
+    [ "$(ppid_of "$r")" = "${n1:-x}" ] && r1=$r
+done
 check "6: node 1's supervisor (${n1:-?}) has shm regions" \
     wait_for 30 bash -c "ls /dev/shm | grep -q '^${n1:-0}:'"
+check "6: node 1's rank (${r1:-?}) is its child" test -n "$r1"
 names=$(node_regions "${n1:-0}" | tr '\n' ' ')
+rnames=$(node_regions "${r1:-0}" | tr '\n' ' ')
 [ -n "${n1:-}" ] && kill -9 "$n1"
 check "6: the launcher reaped the SIGKILLed node" \
     wait_for 30 grep -q "node 1 was killed by signal 9" "$T/6.out"
 check "6: and its shm regions ($names) are gone" test -z "$(node_regions "${n1:-0}")"
+# its rank died of PR_SET_PDEATHSIG; orphaned, it is the launcher's (a subreaper) to reap
+check "6: its rank's shm regions ($rnames) are gone too" \
+    wait_for 30 bash -c "! ls /dev/shm | grep -q '^${r1:-0}:'"
 kill -TERM "$runpid"
 check "6: ftc run ended on SIGTERM" wait_for 60 gone "$runpid"
 wait "$runpid" 2>/dev/null
 kill -9 -- -"$runpid" 2>/dev/null # whatever is left
 for n in $names; do case $n in "${n1:-0}":*) rm -f "/dev/shm/$n" ;; esac; done
+for n in $rnames; do case $n in "${r1:-0}":*) rm -f "/dev/shm/$n" ;; esac; done
 [ $fails -eq $f0 ] || { echo "--- output of 6:"; tail -30 "$T/6.out"; }
 fi
 
