@@ -947,11 +947,19 @@ generation:
         tok_s = st.seconds > 0 ? (double)st.tokens / st.seconds : 0.0;
         bool last = ftc_trainer_steps_done(t) == stop;
         if (last && stop < o.steps && !st.checkpointed && (o.agent || (o.ckpt_dir && *o.ckpt_dir))) {
-            if (ftc_trainer_checkpoint(t, &err) < 0) {
+            /* not taken (the agent's policy skipped it, or its snapshot
+             * failed: logged): no "ckpt" mark, a resume starts earlier */
+            bool taken = false;
+            if (ftc_trainer_checkpoint(t, &taken, &err) < 0) {
                 ec = ftc_cli_fail(cmd, "%s", ftc_err_str(&err));
                 goto out;
             }
-            st.checkpointed = true;
+            st.checkpointed = taken;
+            if (!taken)
+                FTC_WARN("train", "--stop-at %llu: the checkpoint of step %llu was not taken "
+                         "(the agent skipped it, or its snapshot failed): a resume starts from "
+                         "the newest committed checkpoint before it",
+                         (unsigned long long)stop, (unsigned long long)stop);
         }
         if (quiet)
             continue;

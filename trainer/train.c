@@ -1742,10 +1742,13 @@ float ftc_trainer_eval(ftc_trainer_t *t, int batches)
     return batches > 0 ? (float)(sum / batches) : 0.0f;
 }
 
-int ftc_trainer_checkpoint(ftc_trainer_t *t, ftc_err_t *err)
+int ftc_trainer_checkpoint(ftc_trainer_t *t, bool *taken, ftc_err_t *err)
 {
-    bool taken;
-    return ftc__checkpoint(t, &taken, err);
+    bool tk;
+    int rc = ftc__checkpoint(t, &tk, err);
+    if (taken)
+        *taken = tk;
+    return rc;
 }
 
 /* ftc_trainer_checkpoint; *taken: false when the agent's policy skipped the

@@ -227,8 +227,12 @@ int ftc_trainer_step(ftc_trainer_t *t, ftc_train_stats_t *st, ftc_err_t *err);
 /* Mean loss over `batches` held-out micro-batches (deterministic). */
 float ftc_trainer_eval(ftc_trainer_t *t, int batches);
 /* Snapshots and persists the current state now (needs ckpt_dir, or an
- * agent: then it is ftc_checkpoint of the current step). */
-int ftc_trainer_checkpoint(ftc_trainer_t *t, ftc_err_t *err);
+ * agent: then it is ftc_checkpoint of the current step). 0 also when the
+ * checkpoint was not taken: the agent skipped the step (its busy policy,
+ * or this rank already checkpointed it) or its snapshot failed (a
+ * warning); *taken (may be NULL) says whether it was taken, as the step
+ * stats' checkpointed does. */
+int ftc_trainer_checkpoint(ftc_trainer_t *t, bool *taken, ftc_err_t *err);
 
 uint64_t ftc_trainer_steps_done(const ftc_trainer_t *t);
 /* The step the run was restored at, or UINT64_MAX for a fresh start. */

@@ -8,6 +8,9 @@
  * Each is a warning: training goes on (the step whose checkpoint could not
  * start says checkpointed = false), the failed steps never commit, the
  * previous committed version stays (I3) and the later checkpoints commit.
+ * ftc_trainer_checkpoint says whether it took a checkpoint: not when the
+ * snapshot of step 5, tried again, fails again, nor when the agent skips
+ * step 6, which this rank already checkpointed.
  * An interrupted context (ftc_trainer_interrupt: FTC_ECANCELED) still ends
  * the step with its error.
  */
@@ -56,22 +59,41 @@ static void test_trainer_snapshot_fail(void **state)
     /* the snapshot of step 2 (the second; one sync each) fails at its sync */
     fake_set(&FD.fail_sync_at, 2);
     ftc_train_stats_t st;
+    int rc;
     for (int i = 0; i < 8; i++) {
         if (i == 4) /* the snapshot of step 5 cannot start: its first copy fails */
             fake_set(&FD.fail_at, fake_get(&FD.copies) + 1);
-        int rc = ftc_trainer_step(t, &st, &err);
+        rc = ftc_trainer_step(t, &st, &err);
         if (rc)
             fail_msg("step %d: %s: %s", i, ftc_errname(rc), err.msg);
         /* step 5's checkpoint (index 4) was not taken; step 2's started
          * (its failure shows later) */
         assert_int_equal(st.checkpointed, i != 4);
+        bool taken = true;
+        if (i == 4) {
+            /* ftc_trainer_checkpoint (`ftc train --stop-at`'s last) says
+             * whether it took one: its snapshot failing again, not taken
+             * (cmd_train printed "ckpt" for it) */
+            fake_set(&FD.fail_at, fake_get(&FD.copies) + 1);
+            rc = ftc_trainer_checkpoint(t, &taken, &err);
+            if (rc)
+                fail_msg("checkpoint again: %s: %s", ftc_errname(rc), err.msg);
+            assert_false(taken);
+        }
+        if (i == 5) {
+            /* step 6, already checkpointed: the agent skips it, not taken */
+            rc = ftc_trainer_checkpoint(t, &taken, &err);
+            if (rc)
+                fail_msg("checkpoint again: %s: %s", ftc_errname(rc), err.msg);
+            assert_false(taken);
+        }
     }
     assert_int_equal(ftc_trainer_steps_done(t), 8);
     print_message("8 steps done; %d device copies, %d syncs\n", fake_get(&FD.copies),
                   fake_get(&FD.syncs));
     /* a fatal one stays fatal: an interrupted context ends the step */
     ftc_trainer_interrupt(t);
-    int rc = ftc_trainer_step(t, &st, &err);
+    rc = ftc_trainer_step(t, &st, &err);
     print_message("after ftc_trainer_interrupt: %s: %s\n", ftc_errname(rc), err.msg);
     assert_int_equal(rc, FTC_ECANCELED);
     ftc_trainer_destroy(t);
