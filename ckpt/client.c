@@ -410,7 +410,9 @@ int ftc_create(const ftc_options_t *opts, ftc_ctx_t **out)
     c->tp = (uint32_t)tp;
     c->pp = (uint32_t)pp;
     c->dp = (uint32_t)dp;
-    if (!c->tp || !c->pp || c->world % (c->tp * c->pp) || c->rank >= c->world)
+    /* tp * pp in 64 bits: 2^16 x 2^16 wrapped round to 0 (a division by zero) */
+    if (!c->tp || !c->pp || (uint64_t)c->tp * c->pp > c->world ||
+        c->world % (c->tp * c->pp) || c->rank >= c->world)
         return ftc_err_set(&c->err, FTC_ECONFIG,
                            "rank %u of world %u does not fit tp=%u x pp=%u (check FTC_RANK, "
                            "FTC_WORLD_SIZE, FTC_TP, FTC_PP)",

@@ -169,6 +169,17 @@ static void test_create_env_strict(void **state)
     assert_int_equal(st.rank, 1);
     assert_int_equal(st.world, 2);
     ftc_destroy(c);
+    /* degrees whose product wraps round in 32 bits (2^16 x 2^16): a
+     * layout that does not fit, not a division by zero */
+    unsetenv("RANK");
+    unsetenv("WORLD_SIZE");
+    setenv("FTC_TP", "65536", 1);
+    setenv("FTC_PP", "65536", 1);
+    assert_int_equal(ftc_create(&o, &c), FTC_ECONFIG);
+    assert_non_null(strstr(ftc_last_error(c), "tp=65536 x pp=65536"));
+    ftc_destroy(c);
+    unsetenv("FTC_TP");
+    unsetenv("FTC_PP");
     /* the options win over the environment, garbage or not */
     setenv("FTC_RANK", "zz", 1);
     o.rank = 0;
