@@ -20,6 +20,7 @@
 #include "ckpt/slot.h"
 #include "ckpt/snapshot.h"
 #include "core/clock.h"
+#include "core/config.h"
 #include "core/err.h"
 #include "core/log.h"
 
@@ -129,16 +130,35 @@ static const char *ftc__failed_why(const ftc_ctx_t *c, int64_t step)
     return NULL;
 }
 
-static int ftc__env_int(const char *a, const char *b, int def)
+/* Ranks a context takes: rank 0..FTC__MAX_WORLD-1, world and each degree
+ * up to FTC__MAX_WORLD. */
+#define FTC__MAX_WORLD (1 << 24)
+
+/* Variable a, else b (NULL: none), unset or empty: *out = def. Else a whole
+ * decimal number in lo..hi, strictly (ftc_parse_int): garbage (" 2", "1x",
+ * "-1", out of range) is FTC_ECONFIG naming the variable, its value and the
+ * range, never the default (a rank that took rank 0 for "1x" checkpointed
+ * another rank's shard). */
+static int ftc__env_int(ftc_ctx_t *c, const char *a, const char *b, int lo, int hi, int def,
+                        int *out)
 {
-    const char *v = getenv(a);
-    if (!v && b)
+    const char *name = a, *v = getenv(a);
+    if ((!v || !*v) && b) {
+        name = b;
         v = getenv(b);
+    }
+    *out = def;
     if (!v || !*v)
-        return def;
-    char *end;
-    long x = strtol(v, &end, 10);
-    return *end || x < 0 || x > (1 << 24) ? def : (int)x;
+        return 0;
+    int64_t x;
+    int rc = ftc_parse_int(v, lo, hi, &x);
+    if (rc < 0)
+        return ftc_err_set(&c->err, FTC_ECONFIG, "%s='%s' is %s: it must be a whole "
+                           "number in %d..%d", name, v,
+                           rc == FTC_ERANGE ? "out of range" : "not a whole decimal number", lo,
+                           hi);
+    *out = (int)x;
+    return 0;
 }
 
 /* What a message read from the agent outside the reply awaited is: an
@@ -371,13 +391,28 @@ int ftc_create(const ftc_options_t *opts, ftc_ctx_t **out)
     *out = c; /* even on failure, so ftc_last_error works; ftc_destroy frees it */
     const char *job = c->o.job ? c->o.job : getenv("FTC_JOB_ID");
     snprintf(c->job, sizeof c->job, "%s", job && *job ? job : "ftc");
-    c->rank = (uint32_t)(c->o.rank >= 0 ? c->o.rank : ftc__env_int("FTC_RANK", "RANK", 0));
-    c->world = (uint32_t)(c->o.world > 0 ? c->o.world
-                                         : ftc__env_int("FTC_WORLD_SIZE", "WORLD_SIZE", 1));
-    c->tp = (uint32_t)(c->o.tp > 0 ? c->o.tp : ftc__env_int("FTC_TP", NULL, 1));
-    c->pp = (uint32_t)(c->o.pp > 0 ? c->o.pp : ftc__env_int("FTC_PP", NULL, 1));
-    c->dp = (uint32_t)(c->o.dp > 0 ? c->o.dp : ftc__env_int("FTC_DP", NULL, 0));
-    if (!c->tp || !c->pp || c->world % (c->tp * c->pp) || c->rank >= c->world)
+    /* the options' values, else the environment's (strictly: garbage is an error) */
+    int rank = c->o.rank, world = c->o.world, tp = c->o.tp, pp = c->o.pp, dp = c->o.dp;
+    const int mx = FTC__MAX_WORLD;
+    int erc = rank >= 0 ? 0 : ftc__env_int(c, "FTC_RANK", "RANK", 0, mx - 1, 0, &rank);
+    if (erc == 0 && world <= 0)
+        erc = ftc__env_int(c, "FTC_WORLD_SIZE", "WORLD_SIZE", 1, mx, 1, &world);
+    if (erc == 0 && tp <= 0)
+        erc = ftc__env_int(c, "FTC_TP", NULL, 1, mx, 1, &tp);
+    if (erc == 0 && pp <= 0)
+        erc = ftc__env_int(c, "FTC_PP", NULL, 1, mx, 1, &pp);
+    if (erc == 0 && dp <= 0)
+        erc = ftc__env_int(c, "FTC_DP", NULL, 0, mx, 0, &dp);
+    if (erc)
+        return erc;
+    c->rank = (uint32_t)rank;
+    c->world = (uint32_t)world;
+    c->tp = (uint32_t)tp;
+    c->pp = (uint32_t)pp;
+    c->dp = (uint32_t)dp;
+    /* tp * pp in 64 bits: 2^16 x 2^16 wrapped round to 0 (a division by zero) */
+    if (!c->tp || !c->pp || (uint64_t)c->tp * c->pp > c->world ||
+        c->world % (c->tp * c->pp) || c->rank >= c->world)
         return ftc_err_set(&c->err, FTC_ECONFIG,
                            "rank %u of world %u does not fit tp=%u x pp=%u (check FTC_RANK, "
                            "FTC_WORLD_SIZE, FTC_TP, FTC_PP)",
@@ -881,7 +916,10 @@ int ftc_restore(ftc_ctx_t *c, int64_t *step, void *meta, size_t *meta_len)
     if (!c)
         return FTC_EINVAL;
     /* `ftc run` names the previous rank this one continues after a layout change */
-    int src = ftc__env_int("FTC_RESTORE_RANK", NULL, -1);
+    int src;
+    int rc = ftc__env_int(c, "FTC_RESTORE_RANK", NULL, 0, FTC__MAX_WORLD - 1, -1, &src);
+    if (rc)
+        return rc;
     return ftc_restore_from(c, src >= 0 && (uint32_t)src != c->rank ? src : -1, step, meta,
                             meta_len);
 }

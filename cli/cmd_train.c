@@ -357,6 +357,35 @@ static int ftc__env_num(const char *name, int64_t lo, int64_t hi, int64_t dflt, 
     return 0;
 }
 
+/* FTC_TRAIN_DIE_IN_CKPT=RANK:STEP (fault injection for tests and drills),
+ * strictly: RANK 0..63 and STEP 1..2^63-1, whole decimal numbers; *rank -1
+ * when unset or empty. sscanf("%ld:%llu") took "1:5x" and a typo made no
+ * fault silently; now FTC_ECONFIG naming it. */
+static int ftc__die_env(long *rank, uint64_t *step, ftc_err_t *err)
+{
+    const char *v = getenv("FTC_TRAIN_DIE_IN_CKPT");
+    *rank = -1;
+    *step = 0;
+    if (!v || !*v)
+        return 0;
+    char buf[64];
+    const char *colon = strchr(v, ':');
+    int64_t r = 0, s = 0;
+    size_t n = colon ? (size_t)(colon - v) : 0;
+    if (colon && n < sizeof buf) {
+        memcpy(buf, v, n);
+        buf[n] = 0;
+    }
+    if (!colon || n >= sizeof buf || ftc_parse_int(buf, 0, 63, &r) < 0 ||
+        ftc_parse_int(colon + 1, 1, INT64_MAX, &s) < 0)
+        return ftc_err_set(err, FTC_ECONFIG, "FTC_TRAIN_DIE_IN_CKPT='%s' is not RANK:STEP, RANK "
+                           "a whole decimal number in 0..63 and STEP one in 1..%" PRId64, v,
+                           INT64_MAX);
+    *rank = (long)r;
+    *step = (uint64_t)s;
+    return 0;
+}
+
 /* MASTER_PORT, or the one after it when torchrun's agent holds MASTER_PORT
  * (TORCHELASTIC_USE_AGENT_STORE=True); FTC_RDZV_PORT overrides. *port 0 when
  * none is set; FTC_ECONFIG naming the variable for one that is no port. */
@@ -517,6 +546,16 @@ const ftc_cli_cmd_t *cmd, int argc, char **argv)
     bool rank_mode = wenv && *wenv && renv && *renv;
     if (g.coll_timeout_ms < 1 || g.coll_timeout_ms > 86400000) {
         ec = ftc_cli_usage_error(cmd, "--coll-timeout-ms must be 1..86400000");
+        goto out;
+    }
+    /* fault injection for tests and drills: FTC_TRAIN_DIE_IN_CKPT=RANK:STEP
+     * SIGKILLs rank RANK right after the checkpoint of STEP started (its
+     * snapshot and replication in flight), unless this process resumed; read
+     * before a launcher starts its ranks */
+    long die_rank = -1;
+    uint64_t die_step = 0;
+    if (ftc__die_env(&die_rank, &die_step, &err) < 0) {
+        ec = ftc_cli_usage_error(cmd, "%s", ftc_err_str(&err));
         goto out;
     }
     if (nproc > 64 || (nproc > 1 && g.dp > 1)) {
@@ -825,9 +864,6 @@ generation:
     ftc_train_stats_t st;
     double tok_s = 0.0, secs = 0.0;
     uint64_t toks = 0;
-    /* fault injection for tests and drills: FTC_TRAIN_DIE_IN_CKPT=RANK:STEP
-     * SIGKILLs rank RANK right after the checkpoint of STEP started (its
-     * snapshot and replication in flight), unless this process resumed */
     /* FTC_TRAIN_TIMING=1: machine-readable lines for bench/bench_recover
      * (the format of tests/ckpt/rank_main --timing): "TIMING rank R gen G
      * groups ms X at T", "... restored S ms X at T", "... verified ms 0 at
@@ -851,11 +887,6 @@ generation:
         }
         fflush(stdout);
     }
-    long die_rank = -1;
-    unsigned long long die_step = 0;
-    const char *die = getenv("FTC_TRAIN_DIE_IN_CKPT");
-    if (die && *die && sscanf(die, "%ld:%llu", &die_rank, &die_step) != 2)
-        die_rank = -1;
     while (ftc_trainer_steps_done(t) < stop) {
         if (inproc && ftc_inproc_leave_requested()) {
             snprintf(why, sizeof why, "the supervisor asked (SIGUSR1) after step %llu",
@@ -876,7 +907,7 @@ generation:
         if (die_rank == rank && st.checkpointed && ftc_trainer_steps_done(t) == die_step &&
             ftc_trainer_resumed_from(t) == UINT64_MAX) {
             printf("FTC_TRAIN_DIE_IN_CKPT: rank %d killed with the checkpoint of step %llu in "
-                   "flight\n", rank, die_step);
+                   "flight\n", rank, (unsigned long long)die_step);
             fflush(stdout);
             raise(SIGKILL);
         }
@@ -916,11 +947,19 @@ generation:
         tok_s = st.seconds > 0 ? (double)st.tokens / st.seconds : 0.0;
         bool last = ftc_trainer_steps_done(t) == stop;
         if (last && stop < o.steps && !st.checkpointed && (o.agent || (o.ckpt_dir && *o.ckpt_dir))) {
-            if (ftc_trainer_checkpoint(t, &err) < 0) {
+            /* not taken (the agent's policy skipped it, or its snapshot
+             * failed: logged): no "ckpt" mark, a resume starts earlier */
+            bool taken = false;
+            if (ftc_trainer_checkpoint(t, &taken, &err) < 0) {
                 ec = ftc_cli_fail(cmd, "%s", ftc_err_str(&err));
                 goto out;
             }
-            st.checkpointed = true;
+            st.checkpointed = taken;
+            if (!taken)
+                FTC_WARN("train", "--stop-at %llu: the checkpoint of step %llu was not taken "
+                         "(the agent skipped it, or its snapshot failed): a resume starts from "
+                         "the newest committed checkpoint before it",
+                         (unsigned long long)stop, (unsigned long long)stop);
         }
         if (quiet)
             continue;

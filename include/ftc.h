@@ -143,8 +143,13 @@ typedef struct ftc_ctx ftc_ctx_t;
  * or no agent answers at it (the message names the socket); FTC_ETIMEDOUT
  * when the agent neither accepts the connection nor answers the HELLO within
  * timeout_ms (a stopped agent: never a wait without end); FTC_ECONFIG when
- * rank/world/tp/pp do not fit; FTC_ENOMEM; an agent that refuses the HELLO:
- * its code. *ctx is set even on failure (for ftc_last_error) and must be
+ * rank/world/tp/pp do not fit, or when a variable read for an option left
+ * at its default (FTC_RANK, else RANK: 0..2^24-1; FTC_WORLD_SIZE, else
+ * WORLD_SIZE, FTC_TP, FTC_PP: 1..2^24; FTC_DP: 0..2^24, 0 derived) is set
+ * but is no whole decimal number in its range (" 2", "1x", "-1"): the
+ * message names the variable, its value and the range, and no agent is
+ * asked (unset or empty: the default); FTC_ENOMEM; an agent that refuses
+ * the HELLO: its code. *ctx is set even on failure (for ftc_last_error) and must be
  * freed with ftc_destroy; every other call on it returns FTC_EINVAL ("not
  * connected"). Thread-safe (each call makes its own context). */
 int ftc_create(const ftc_options_t *opts, ftc_ctx_t **ctx);
@@ -253,7 +258,9 @@ void ftc_interrupt(ftc_ctx_t *ctx);
  * oldest with ftc_fetch (as the reference trainer does). FTC_ERANGE when
  * the stored metadata exceeds *meta_len (the tensors are left untouched);
  * FTC_EINVAL on a NULL or unconnected context, a NULL step, or NULL meta
- * with a nonzero *meta_len. */
+ * with a nonzero *meta_len; FTC_ECONFIG, before the agent is asked, when
+ * FTC_RESTORE_RANK (below) is set but is no whole decimal number in
+ * 0..2^24-1 (the message names it, its value and the range). */
 int ftc_restore(ftc_ctx_t *ctx, int64_t *step, void *meta, size_t *meta_len);
 
 /* What the context knows, without waiting: for logs, progress lines and

@@ -182,6 +182,29 @@ static int ftc__check_options(const ftc_train_options_t *o, ftc_err_t *err)
     return ftc__guard_check_options(o, err);
 }
 
+/* The persist path's snapshot handle, t->snap: its device syncs and its
+ * destroy's wait bounded by coll_timeout_ms, as the trainer's wait for it is
+ * (ftc__checkpoint), and on the tests' ckpt_device_ops when given (host
+ * buffers taken for device 0's memory, as on the agent path). *dev: the
+ * device to register the tensors on. */
+static int ftc__persist_snap(ftc_trainer_t *t, const ftc_shard_info_t *info, int *dev,
+                             ftc_err_t *err)
+{
+    *dev = t->k->device; /* device tensors as device tensors (FTC_SNAP_HOST = -1) */
+    t->snap = ftc_snap_create(info, 1, sizeof(ftc__train_meta_t), err);
+    if (!t->snap)
+        return err ? err->code : FTC_ENOMEM;
+    ftc_snap_set_timeout(t->snap, t->o.coll_timeout_ms);
+    if (t->o.ckpt_device_ops) {
+        int rc = ftc_snap_set_device_ops(t->snap, t->o.ckpt_device_ops, err);
+        if (rc < 0)
+            return rc;
+        if (*dev < 0)
+            *dev = 0;
+    }
+    return 0;
+}
+
 /* Registers params and moments with a snapshot handle and formats a region. */
 static int ftc__ckpt_setup(ftc_trainer_t *t, ftc_err_t *err)
 {
@@ -190,9 +213,10 @@ static int ftc__ckpt_setup(ftc_trainer_t *t, ftc_err_t *err)
     snprintf(info.job_id, sizeof info.job_id, "%s", t->o.job_id ? t->o.job_id : "ftc-train");
     info.generation = 1;
     info.dp = info.tp = info.pp = 1;
-    t->snap = ftc_snap_create(&info, 1, sizeof(ftc__train_meta_t), err);
-    if (!t->snap)
-        return err ? err->code : FTC_ENOMEM;
+    int dev = t->k->device;
+    int rc = ftc__persist_snap(t, &info, &dev, err);
+    if (rc < 0)
+        return rc;
     const ftc_model_tensor_t *mt = ftc_model_tensors(t->model);
     float *bufs[3] = {ftc_model_params(t->model), t->adam->m, t->adam->v};
     const char *prefix[3] = {"param/", "adamw.m/", "adamw.v/"};
@@ -200,8 +224,8 @@ static int ftc__ckpt_setup(ftc_trainer_t *t, ftc_err_t *err)
         for (int i = 0; i < FTC_MODEL_NTENSORS; i++) {
             char name[128];
             snprintf(name, sizeof name, "%s%s", prefix[b], mt[i].name);
-            int rc = ftc_snap_add(t->snap, name, FTC_DTYPE_F32, mt[i].ndim, mt[i].shape,
-                                  bufs[b] + mt[i].offset, t->k->device, err);
+            rc = ftc_snap_add(t->snap, name, FTC_DTYPE_F32, mt[i].ndim, mt[i].shape,
+                              bufs[b] + mt[i].offset, dev, err);
             if (rc < 0)
                 return rc;
         }
@@ -211,7 +235,7 @@ static int ftc__ckpt_setup(ftc_trainer_t *t, ftc_err_t *err)
     if (!t->region)
         return ftc_err_set(err, FTC_ENOMEM, "checkpoint region of %llu bytes: out of memory",
                            (unsigned long long)t->region_size);
-    int rc = ftc_snap_format(t->snap, t->region, err);
+    rc = ftc_snap_format(t->snap, t->region, err);
     if (rc < 0)
         return rc;
     ftc_persist_options_t po = FTC_PERSIST_OPTIONS_INIT;
@@ -1392,16 +1416,16 @@ static int ftc__shard_persist_setup(ftc_trainer_t *t, ftc_err_t *err)
     info.generation = 1;
     info.dp = (uint32_t)t->dpn, info.tp = (uint32_t)t->tpn, info.pp = 1;
     info.dp_rank = (uint32_t)t->dpr, info.tp_rank = (uint32_t)t->tpr;
-    t->snap = ftc_snap_create(&info, 1, sizeof(ftc__train_meta_t), err);
-    if (!t->snap)
-        return err ? err->code : FTC_ENOMEM;
+    int dev = t->k->device;
+    int rc = ftc__persist_snap(t, &info, &dev, err);
+    if (rc < 0)
+        return rc;
     const char *names[3];
     float *bufs[3];
     ftc__shard_tensors(t, names, bufs);
     uint64_t shape[1] = {t->shard_len};
     for (int b = 0; b < 3; b++) {
-        int rc = ftc_snap_add(t->snap, names[b], FTC_DTYPE_F32, 1, shape, bufs[b], t->k->device,
-                              err); /* device tensors as device tensors (FTC_SNAP_HOST = -1) */
+        rc = ftc_snap_add(t->snap, names[b], FTC_DTYPE_F32, 1, shape, bufs[b], dev, err);
         if (rc < 0)
             return rc;
     }
@@ -1410,7 +1434,7 @@ static int ftc__shard_persist_setup(ftc_trainer_t *t, ftc_err_t *err)
     if (!t->region)
         return ftc_err_set(err, FTC_ENOMEM, "checkpoint region of %llu bytes: out of memory",
                            (unsigned long long)t->region_size);
-    int rc = ftc_snap_format(t->snap, t->region, err);
+    rc = ftc_snap_format(t->snap, t->region, err);
     if (rc < 0)
         return rc;
     ftc_persist_options_t po = FTC_PERSIST_OPTIONS_INIT;
@@ -1742,10 +1766,13 @@ float ftc_trainer_eval(ftc_trainer_t *t, int batches)
     return batches > 0 ? (float)(sum / batches) : 0.0f;
 }
 
-int ftc_trainer_checkpoint(ftc_trainer_t *t, ftc_err_t *err)
+int ftc_trainer_checkpoint(ftc_trainer_t *t, bool *taken, ftc_err_t *err)
 {
-    bool taken;
-    return ftc__checkpoint(t, &taken, err);
+    bool tk;
+    int rc = ftc__checkpoint(t, &tk, err);
+    if (taken)
+        *taken = tk;
+    return rc;
 }
 
 /* ftc_trainer_checkpoint; *taken: false when the agent's policy skipped the
@@ -1783,12 +1810,17 @@ static int ftc__checkpoint(ftc_trainer_t *t, bool *taken, ftc_err_t *err)
     if (rc < 0)
         return rc;
     /* the next optimizer update may write the tensors after wait_copy; the
-     * persist tier needs the sealed region */
-    rc = ftc_snap_wait_copy(t->snap, ftc_deadline_in_ms(600000), err);
+     * persist tier needs the sealed region. Both within coll_timeout_ms:
+     * the peers wait for this rank in the next collective no longer (it was
+     * a fixed 10 min each, and a hung device copy held the rank that long) */
+    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)t->o.coll_timeout_ms);
+    rc = ftc_snap_wait_copy(t->snap, d, err);
     if (rc == 0)
-        rc = ftc_snap_wait_sealed(t->snap, ftc_deadline_in_ms(600000), err);
+        rc = ftc_snap_wait_sealed(t->snap, d, err);
     if (rc < 0)
-        return ftc_err_wrap(err, "checkpoint of step %llu", (unsigned long long)t->step);
+        return ftc_err_wrap(err, "checkpoint of step %llu (its snapshot within the collective "
+                            "timeout, %d ms)", (unsigned long long)t->step,
+                            t->o.coll_timeout_ms);
     const void *shards[1] = {t->region};
     uint64_t sizes[1] = {t->region_size};
     rc = ftc_persist_write(t->persist, t->step, shards, sizes, 1);

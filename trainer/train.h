@@ -153,7 +153,10 @@ typedef struct ftc_train_options {
     /* real data parallelism (see the top); NULL = one process, `dp` virtual ranks */
     ftc_coll_t *dp_coll;        /* the DP group of this process (not owned); needs
                                    deterministic mode and dp == 1; at most 64 ranks */
-    int coll_timeout_ms;        /* deadline of each collective (default 60000) */
+    int coll_timeout_ms;        /* deadline of each collective (default 60000); without an
+                                   agent also of each checkpoint's snapshot (its device
+                                   copy and seal, which the peers wait out in the next
+                                   collective) and of its device syncs */
     int world_rank, world_size; /* this process in the job (for the agent); 0, 1 */
     int tp;                     /* tensor-parallel degree of the layout (1; see dist.h) */
     const char *agent;          /* ftc agent socket: checkpoints through include/ftc.h */
@@ -171,9 +174,10 @@ typedef struct ftc_train_options {
     int inject_tp_rank;         /* tests: -1 = every TP rank; else only this TP rank's gradient
                                    slice gets the NaN (its loss, replicated, stays finite) */
     /* tests: the snapshot engine's device copy ops of the agent path (ckpt/snapshot.h,
-       through ftc__set_device_ops), e.g. tests/ckpt/fake_device.h, whose copies fail on
-       request; on a host backend the checkpoint tensors are then registered on device 0,
-       the ops taking host memory for it. NULL: the build's own (CUDA or none) */
+       through ftc__set_device_ops) and of the persist path, e.g. tests/ckpt/fake_device.h,
+       whose copies fail on request; on a host backend the checkpoint tensors are then
+       registered on device 0, the ops taking host memory for it. NULL: the build's own
+       (CUDA or none) */
     const struct ftc_snap_device_ops *ckpt_device_ops;
 } ftc_train_options_t;
 
@@ -227,8 +231,12 @@ int ftc_trainer_step(ftc_trainer_t *t, ftc_train_stats_t *st, ftc_err_t *err);
 /* Mean loss over `batches` held-out micro-batches (deterministic). */
 float ftc_trainer_eval(ftc_trainer_t *t, int batches);
 /* Snapshots and persists the current state now (needs ckpt_dir, or an
- * agent: then it is ftc_checkpoint of the current step). */
-int ftc_trainer_checkpoint(ftc_trainer_t *t, ftc_err_t *err);
+ * agent: then it is ftc_checkpoint of the current step). 0 also when the
+ * checkpoint was not taken: the agent skipped the step (its busy policy,
+ * or this rank already checkpointed it) or its snapshot failed (a
+ * warning); *taken (may be NULL) says whether it was taken, as the step
+ * stats' checkpointed does. */
+int ftc_trainer_checkpoint(ftc_trainer_t *t, bool *taken, ftc_err_t *err);
 
 uint64_t ftc_trainer_steps_done(const ftc_trainer_t *t);
 /* The step the run was restored at, or UINT64_MAX for a fresh start. */

@@ -6,6 +6,10 @@
  *     rank outside the world, or a world other than the agents': FTC_ECONFIG;
  *     calls on such a context (ftc_restore, ftc_fetch included) and on a
  *     NULL one: FTC_EINVAL ("not connected"), never a crash or a wait;
+ *   - ftc_create's FTC_RANK/RANK, FTC_WORLD_SIZE/WORLD_SIZE, FTC_TP, FTC_PP,
+ *     FTC_DP and ftc_restore's FTC_RESTORE_RANK that are no whole number in
+ *     range (" 2", "1x", "-1"): FTC_ECONFIG naming the variable, its value
+ *     and the range, never the default;
  *   - ftc_register: duplicate name FTC_EEXIST, unknown dtype, bad ndim,
  *     negative dimension, empty or NULL name, NULL shape, NULL data
  *     FTC_EINVAL (and the name is
@@ -109,6 +113,119 @@ static void test_create_without_agent(void **state)
     assert_int_equal(ftc_ckpt_status(NULL, &st), FTC_EINVAL);
     ftc_interrupt(NULL);
     ftc_destroy(NULL);
+}
+
+/* ftc_create's FTC_RANK / RANK, FTC_WORLD_SIZE / WORLD_SIZE, FTC_TP, FTC_PP,
+ * FTC_DP: garbage fell back to the default (RANK="1x" made rank 0, which
+ * then checkpointed rank 0's shard as well); now FTC_ECONFIG naming the
+ * variable, its value and the range, before any agent is asked. No agent
+ * listens at the socket: a value taken would give FTC_ENOENT instead. */
+static void test_create_env_strict(void **state)
+{
+    redis_fixture_t *f = *state;
+    char sock[PATH_MAX + 32];
+    snprintf(sock, sizeof sock, "%s/nobody-listens.sock", f->dir);
+    static const char *vars[] = {"FTC_RANK", "RANK", "FTC_WORLD_SIZE", "WORLD_SIZE",
+                                 "FTC_TP", "FTC_PP", "FTC_DP"};
+    static const struct {
+        const char *var, *value, *named, *range;
+    } bad[] = {
+        {"FTC_RANK", "1x", "FTC_RANK='1x'", "0..16777215"},
+        {"RANK", " 2", "RANK=' 2'", "0..16777215"},
+        {"FTC_RANK", "-1", "FTC_RANK='-1'", "0..16777215"},
+        {"RANK", "16777216", "RANK='16777216'", "0..16777215"},
+        {"FTC_WORLD_SIZE", "0", "FTC_WORLD_SIZE='0'", "1..16777216"},
+        {"WORLD_SIZE", "2x", "WORLD_SIZE='2x'", "1..16777216"},
+        {"FTC_TP", "abc", "FTC_TP='abc'", "1..16777216"},
+        {"FTC_PP", "99999999999999999999", "FTC_PP='99999999999999999999'", "1..16777216"},
+        {"FTC_DP", "-3", "FTC_DP='-3'", "0..16777216"},
+    };
+    ftc_options_t o = FTC_OPTIONS_INIT; /* everything from the environment */
+    o.job = "cli";
+    o.agent = sock;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        for (size_t k = 0; k < sizeof vars / sizeof vars[0]; k++)
+            unsetenv(vars[k]);
+        setenv(bad[i].var, bad[i].value, 1);
+        ftc_ctx_t *c = NULL;
+        int rc = ftc_create(&o, &c);
+        print_message("%s='%s': %s: %s\n", bad[i].var, bad[i].value, ftc_errname(rc),
+                      ftc_last_error(c));
+        assert_int_equal(rc, FTC_ECONFIG);
+        assert_non_null(strstr(ftc_last_error(c), bad[i].named));
+        assert_non_null(strstr(ftc_last_error(c), bad[i].range));
+        ftc_destroy(c);
+    }
+    for (size_t k = 0; k < sizeof vars / sizeof vars[0]; k++)
+        unsetenv(vars[k]);
+    /* empty is unset; FTC_RANK before RANK; a good value is taken (no agent: FTC_ENOENT) */
+    setenv("FTC_RANK", "", 1);
+    setenv("RANK", "1", 1);
+    setenv("WORLD_SIZE", "2", 1);
+    ftc_ctx_t *c = NULL;
+    assert_int_equal(ftc_create(&o, &c), FTC_ENOENT);
+    ftc_ckpt_status_t st = {.struct_size = sizeof st};
+    ftc_ckpt_status(c, &st);
+    assert_int_equal(st.rank, 1);
+    assert_int_equal(st.world, 2);
+    ftc_destroy(c);
+    /* degrees whose product wraps round in 32 bits (2^16 x 2^16): a
+     * layout that does not fit, not a division by zero */
+    unsetenv("RANK");
+    unsetenv("WORLD_SIZE");
+    setenv("FTC_TP", "65536", 1);
+    setenv("FTC_PP", "65536", 1);
+    assert_int_equal(ftc_create(&o, &c), FTC_ECONFIG);
+    assert_non_null(strstr(ftc_last_error(c), "tp=65536 x pp=65536"));
+    ftc_destroy(c);
+    unsetenv("FTC_TP");
+    unsetenv("FTC_PP");
+    /* the options win over the environment, garbage or not */
+    setenv("FTC_RANK", "zz", 1);
+    o.rank = 0;
+    o.world = 1;
+    assert_int_equal(ftc_create(&o, &c), FTC_ENOENT);
+    ftc_destroy(c);
+    for (size_t k = 0; k < sizeof vars / sizeof vars[0]; k++)
+        unsetenv(vars[k]);
+}
+
+/* ftc_restore's FTC_RESTORE_RANK (from `ftc run` after a layout change):
+ * garbage fell back to this rank's own shard; now FTC_ECONFIG naming it,
+ * before the agent is asked, and the context stays usable. */
+static void test_restore_rank_strict(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 1000);
+    char sock[PATH_MAX + 32];
+    ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
+    ftc_ctx_t *c = NULL;
+    assert_int_equal(ftc_create(&o, &c), 0);
+    static float w[16];
+    int64_t shape[1] = {16};
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    static const char *bad[] = {"1x", " 1", "-1", "16777216", "+"};
+    int64_t step = -1;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        setenv("FTC_RESTORE_RANK", bad[i], 1);
+        int rc = ftc_restore(c, &step, NULL, NULL);
+        print_message("FTC_RESTORE_RANK='%s': %s: %s\n", bad[i], ftc_errname(rc),
+                      ftc_last_error(c));
+        assert_int_equal(rc, FTC_ECONFIG);
+        char named[64];
+        snprintf(named, sizeof named, "FTC_RESTORE_RANK='%s'", bad[i]);
+        assert_non_null(strstr(ftc_last_error(c), named));
+        assert_non_null(strstr(ftc_last_error(c), "0..16777215"));
+    }
+    /* unset, empty or this rank: its own shard; nothing committed yet */
+    unsetenv("FTC_RESTORE_RANK");
+    assert_int_equal(ftc_restore(c, &step, NULL, NULL), FTC_ENOENT);
+    setenv("FTC_RESTORE_RANK", "", 1);
+    assert_int_equal(ftc_restore(c, &step, NULL, NULL), FTC_ENOENT);
+    setenv("FTC_RESTORE_RANK", "0", 1);
+    assert_int_equal(ftc_restore(c, &step, NULL, NULL), FTC_ENOENT);
+    unsetenv("FTC_RESTORE_RANK");
+    ftc_destroy(c);
+    teardown_env(e);
 }
 
 static void test_register_errors(void **state)
@@ -649,6 +766,8 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         T(test_create_without_agent),
+        T(test_create_env_strict),
+        T(test_restore_rank_strict),
         T(test_register_errors),
         T(test_slots_all_or_none),
         T(test_late_answer_dropped),

@@ -8,6 +8,11 @@
  * Each is a warning: training goes on (the step whose checkpoint could not
  * start says checkpointed = false), the failed steps never commit, the
  * previous committed version stays (I3) and the later checkpoints commit.
+ * ftc_trainer_checkpoint says whether it took a checkpoint: not when the
+ * snapshot of step 5, tried again, fails again, nor when the agent skips
+ * step 6, which this rank already checkpointed. Without an agent (the
+ * persist path) a hung device fails the step with FTC_ETIMEDOUT within
+ * coll_timeout_ms, the deadline its syncs are given.
  * An interrupted context (ftc_trainer_interrupt: FTC_ECANCELED) still ends
  * the step with its error.
  */
@@ -56,22 +61,41 @@ static void test_trainer_snapshot_fail(void **state)
     /* the snapshot of step 2 (the second; one sync each) fails at its sync */
     fake_set(&FD.fail_sync_at, 2);
     ftc_train_stats_t st;
+    int rc;
     for (int i = 0; i < 8; i++) {
         if (i == 4) /* the snapshot of step 5 cannot start: its first copy fails */
             fake_set(&FD.fail_at, fake_get(&FD.copies) + 1);
-        int rc = ftc_trainer_step(t, &st, &err);
+        rc = ftc_trainer_step(t, &st, &err);
         if (rc)
             fail_msg("step %d: %s: %s", i, ftc_errname(rc), err.msg);
         /* step 5's checkpoint (index 4) was not taken; step 2's started
          * (its failure shows later) */
         assert_int_equal(st.checkpointed, i != 4);
+        bool taken = true;
+        if (i == 4) {
+            /* ftc_trainer_checkpoint (`ftc train --stop-at`'s last) says
+             * whether it took one: its snapshot failing again, not taken
+             * (cmd_train printed "ckpt" for it) */
+            fake_set(&FD.fail_at, fake_get(&FD.copies) + 1);
+            rc = ftc_trainer_checkpoint(t, &taken, &err);
+            if (rc)
+                fail_msg("checkpoint again: %s: %s", ftc_errname(rc), err.msg);
+            assert_false(taken);
+        }
+        if (i == 5) {
+            /* step 6, already checkpointed: the agent skips it, not taken */
+            rc = ftc_trainer_checkpoint(t, &taken, &err);
+            if (rc)
+                fail_msg("checkpoint again: %s: %s", ftc_errname(rc), err.msg);
+            assert_false(taken);
+        }
     }
     assert_int_equal(ftc_trainer_steps_done(t), 8);
     print_message("8 steps done; %d device copies, %d syncs\n", fake_get(&FD.copies),
                   fake_get(&FD.syncs));
     /* a fatal one stays fatal: an interrupted context ends the step */
     ftc_trainer_interrupt(t);
-    int rc = ftc_trainer_step(t, &st, &err);
+    rc = ftc_trainer_step(t, &st, &err);
     print_message("after ftc_trainer_interrupt: %s: %s\n", ftc_errname(rc), err.msg);
     assert_int_equal(rc, FTC_ECANCELED);
     ftc_trainer_destroy(t);
@@ -104,12 +128,59 @@ static void test_trainer_snapshot_fail(void **state)
     teardown_env(e);
 }
 
+/* Without an agent (the persist path, the chunk on the stand-in device
+ * too): the snapshot's device syncs get coll_timeout_ms as their deadline,
+ * and a snapshot whose sync does not end (a hung device: the stand-in's
+ * hold) fails its step with FTC_ETIMEDOUT once coll_timeout_ms is out. Both
+ * were a fixed 10 minutes, whatever the trainer was configured with. */
+static void test_persist_snapshot_deadline(void **state)
+{
+    (void)state;
+    char *dir = ftc_test_tmpdir("snfp");
+    fd_reset();
+    ftc_train_options_t o = FTC_TRAIN_OPTIONS_INIT;
+    o.model = (ftc_model_config_t){256, 16, 2, 2, 16};
+    o.backend = "cpu";
+    o.micro_batch = 2;
+    o.seq_len = 16;
+    o.steps = 10;
+    o.corpus_bytes = 60000;
+    o.ckpt_every = 1;
+    o.ckpt_dir = dir;
+    o.coll_timeout_ms = 1000;
+    o.ckpt_device_ops = fake_dev_ops();
+    ftc_err_t err = {0};
+    ftc_trainer_t *t = ftc_trainer_create(&o, &err);
+    if (!t)
+        fail_msg("ftc_trainer_create: %s", err.msg);
+    assert_int_equal(FD.opened, 1); /* the persist path's snapshot is on the stand-in */
+    ftc_train_stats_t st;
+    int rc = ftc_trainer_step(t, &st, &err);
+    if (rc)
+        fail_msg("step 1: %s: %s", ftc_errname(rc), err.msg);
+    assert_true(st.checkpointed);
+    print_message("longest device sync deadline: %d ms\n", fake_get(&FD.sync_ms));
+    assert_in_range(fake_get(&FD.sync_ms), 1, 1000);
+    fake_set_hold(true); /* step 2's sync does not end */
+    rc = ftc_trainer_step(t, &st, &err);
+    print_message("step 2 on a hung device: %s: %s\n", ftc_errname(rc), err.msg);
+    assert_int_equal(rc, FTC_ETIMEDOUT);
+    assert_non_null(strstr(err.msg, "1000 ms"));
+    fake_set_hold(false);
+    ftc_trainer_destroy(t);
+    assert_int_equal(FD.closed, 1);
+    fd_done();
+    ftc_test_rmrf(dir);
+    free(dir);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_trainer_snapshot_fail, redis_fixture_setup,
                                         agent_fixture_teardown),
+        cmocka_unit_test(test_persist_snapshot_deadline),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

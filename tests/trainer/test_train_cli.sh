@@ -16,7 +16,11 @@
 #      FTC_ASSIGN_TIMEOUT_MS is no whole number in range is a usage error
 #      naming the variable, at once; so is a restarted rank's
 #      FTC_PREV_WORLD_SIZE or FTC_RESTORE_RANK (from trainer creation, before
-#      the agent is asked anything).
+#      the agent is asked anything);
+#   5. FTC_TRAIN_DIE_IN_CKPT (fault injection) that is not RANK:STEP in range
+#      ("1:5x", "1", " 0:2") is a usage error naming it, before the run
+#      (sscanf took "1:5x", and a typo made no fault, silently); a good one
+#      still kills the rank right after that step's checkpoint.
 # usage: test_train_cli.sh PATH/TO/ftc
 set -u
 FTC=${1:?usage: test_train_cli.sh FTC}
@@ -174,6 +178,28 @@ agentcase FTC_PREV_WORLD_SIZE FTC_PREV_WORLD_SIZE=abc
 agentcase FTC_PREV_WORLD_SIZE FTC_PREV_WORLD_SIZE=" 2"
 agentcase FTC_RESTORE_RANK FTC_RESTORE_RANK=1x
 agentcase FTC_RESTORE_RANK FTC_RESTORE_RANK=-1
+
+# ---- the fault injection variable, strictly ------------------------------------------------
+diecase() { # diecase VALUE: exit 2 naming FTC_TRAIN_DIE_IN_CKPT='VALUE', before any step
+    env -u RANK -u WORLD_SIZE FTC_TRAIN_DIE_IN_CKPT="$1" timeout 20 "$FTC" train "${FLAGS[@]}" \
+        --backend cpu --ckpt-dir "$T/die" --ckpt-every 1 >"$T/die.out" 2>&1
+    local rc=$?
+    local said=no steps
+    grep -qF -- "FTC_TRAIN_DIE_IN_CKPT='$1'" "$T/die.out" && said=yes
+    steps=$(grep -c '^step ' "$T/die.out")
+    check "FTC_TRAIN_DIE_IN_CKPT='$1': usage error (exit $rc) naming it (said: $said), no step" \
+        test "$rc/$said/$steps" = "2/yes/0"
+    [ "$rc/$said/$steps" = "2/yes/0" ] || cat "$T/die.out"
+    rm -rf "$T/die"
+}
+for v in 1:5x 1 x:5 " 0:2" 0:2: 64:2 0:0 -1:2 :2 0:; do diecase "$v"; done
+env -u RANK -u WORLD_SIZE FTC_TRAIN_DIE_IN_CKPT=0:2 timeout 60 "$FTC" train "${FLAGS[@]}" \
+    --backend cpu --ckpt-dir "$T/die" --ckpt-every 1 >"$T/die.out" 2>&1
+rc=$?
+check "FTC_TRAIN_DIE_IN_CKPT=0:2 kills rank 0 after step 2's checkpoint (exit $rc)" \
+    bash -c "[ $rc -eq 137 ] && grep -q 'rank 0 killed with the checkpoint of step 2' '$T/die.out'"
+[ $rc -eq 137 ] || cat "$T/die.out"
+rm -rf "$T/die"
 
 if [ $fails -ne 0 ]; then
     echo "test_train_cli: $fails check(s) failed"
