@@ -124,7 +124,8 @@ typedef struct ftc_options {
     const char *agent;    /* agent socket path; NULL: FTC_AGENT_SOCKET */
     int rank;             /* -1: FTC_RANK, else RANK (torchrun), else 0 */
     int world;            /* -1: FTC_WORLD_SIZE, else WORLD_SIZE, else 1 */
-    int dp, tp, pp;       /* 0: dp = world, tp = pp = 1 (FTC_DP/FTC_TP/FTC_PP override) */
+    int dp, tp, pp;       /* 0: tp = pp = 1, dp = world / (tp x pp) (FTC_DP/FTC_TP/FTC_PP
+                             override) */
     int threads;          /* snapshot copy threads; 0 = one per online core but one
                              (left to the trainer), at least 1; a restore then
                              copies with every online core */
