@@ -294,6 +294,33 @@ static int ftc__redis_seen(ftc_agent_t *a, int rc)
     return rc;
 }
 
+/* Whether rc is a Redis outage (no answer, connection broken), not an
+ * answer that refused (a stale generation, a bad key). */
+static bool ftc__redis_outage(int rc)
+{
+    return rc == FTC_EREDIS || rc == FTC_ETIMEDOUT;
+}
+
+/* Records e in the job's event stream. With Redis known down (a->redis_down)
+ * the XADD would cost the control loop a command timeout, in which no rank
+ * is answered: the event goes to the detector's queue instead, which
+ * publishes it once Redis answers (without a detector it is logged and
+ * dropped). An XADD that fails for want of Redis is recorded
+ * (ftc__redis_seen) and its event queued the same way. */
+static void ftc__event(ftc_agent_t *a, const ftc_ctl_event_t *e)
+{
+    int rc = a->redis_down ? FTC_EREDIS : ftc_ctl_event(a->ctl, e);
+    if (!rc || !ftc__redis_outage(rc))
+        return;
+    if (!a->redis_down)
+        ftc__redis_seen(a, rc);
+    if (a->det)
+        ftc_detector_report(a->det, e->kind, e->rank, e->step, e->detail);
+    else
+        FTC_WARN("agent", "event %s (rank %d, step %" PRId64 ") not recorded: Redis does not "
+                 "answer", e->kind, e->rank, e->step);
+}
+
 static void ftc__queue(ftc_agent_t *a, ftc__job_t *j)
 {
     pthread_mutex_lock(&a->mu);
@@ -476,7 +503,10 @@ static void ftc__refresh_liveness(ftc_agent_t *a)
     if (!n)
         goto out;
     ftc_redis_reply_t *rep = NULL;
-    if (ftc_redis_cmd(ftc_ctl_redis(a->ctl), true, &rep, n + 1, argv, NULL) == 0) {
+    /* recorded like the HGETALL before it: failed, the next refresh waits for
+     * the probe interval instead of costing a command timeout every 500 ms */
+    if (ftc__redis_seen(a, ftc_redis_cmd(ftc_ctl_redis(a->ctl), true, &rep, n + 1, argv,
+                                         NULL)) == 0) {
         ftc_redis_reply_t **el;
         size_t cnt;
         ftc_err_t err = {0};
@@ -995,13 +1025,25 @@ static void ftc__answer_begin(const ftc_agent_t *a, ftc__rank_t *r)
     }
 }
 
+/* Reports r's slot s to the commit record. Not made while Redis is known
+ * down (a->redis_down: it would cost a command timeout, in which no rank is
+ * answered), and a report that fails for want of Redis is recorded so: the
+ * version stays acked and unreported, and the commit poll, whose first call
+ * finds out when Redis answers again, makes the report then. */
 static void ftc__report_commit(ftc_agent_t *a, ftc__rank_t *r, int s)
 {
+    if (a->redis_down) {
+        FTC_DEBUG("agent", "commit report of rank %u step %" PRIu64 ": Redis does not answer; "
+                  "made by the commit poll once it does", r->rank, r->step[s]);
+        return;
+    }
     int64_t committed;
     bool now;
     int rc = ftc_ctl_commit_report(a->ctl, a->generation, (int64_t)r->step[s], r->rank,
                                    r->checksum[s], &committed, &now);
     if (rc) {
+        if (ftc__redis_outage(rc))
+            ftc__redis_seen(a, rc);
         FTC_WARN("agent", "commit report of rank %u step %" PRIu64 ": %s", r->rank, r->step[s],
                  ftc_ctl_errstr(a->ctl));
         return; /* retried by the poll */
@@ -1127,7 +1169,7 @@ static void ftc__persist_collect(ftc_agent_t *a)
         ftc_ctl_event_t e = {.kind = "persist_failed", .node = a->node_id, .rank = -1,
                              .generation = a->generation, .step = (int64_t)res.step,
                              .detail = res.detail};
-        ftc_ctl_event(a->ctl, &e);
+        ftc__event(a, &e);
     } else {
         FTC_INFO("agent", "persisted step %" PRIu64 " (%d shard(s)) in %.0f ms", res.step,
                  res.n_shards, res.ms);
@@ -1152,7 +1194,12 @@ static bool ftc__older_sealed_committed(ftc_agent_t *a, ftc__rank_t *r, int s)
     int64_t steps[1] = {-1}, oldest = -1;
     uint64_t gens[1] = {0};
     int n = 0;
-    if (ftc_ctl_committed_at_most(a->ctl, (int64_t)r->step[s], 1, steps, gens, &n, &oldest) != 0)
+    if (a->redis_down) /* a command timeout for nothing: asked at a poll that reached Redis */
+        return false;
+    int rc = ftc_ctl_committed_at_most(a->ctl, (int64_t)r->step[s], 1, steps, gens, &n, &oldest);
+    if (rc && ftc__redis_outage(rc))
+        ftc__redis_seen(a, rc);
+    if (rc)
         return false;
     if ((n == 1 && (uint64_t)steps[0] == r->step[s]) || oldest < 0 ||
         r->step[s] < (uint64_t)oldest)
@@ -1231,8 +1278,13 @@ static void ftc__poll_commits(ftc_agent_t *a)
          * and is not abandoned. Redis away: tried again at the next poll. */
         int64_t rec = -1;
         bool gone = false;
-        if (ftc_ctl_commit_withdraw(a->ctl, a->generation, (int64_t)r->step[victim], r->rank,
-                                    &rec, &gone) != 0) {
+        int wrc = a->redis_down ? FTC_EREDIS
+                                : ftc_ctl_commit_withdraw(a->ctl, a->generation,
+                                                          (int64_t)r->step[victim], r->rank,
+                                                          &rec, &gone);
+        if (wrc && ftc__redis_outage(wrc) && !a->redis_down)
+            ftc__redis_seen(a, wrc);
+        if (wrc) {
             FTC_DEBUG("agent", "rank %u: step %" PRIu64 " is not committed after %d ms, but its "
                       "report could not be taken back (%s): its slot is kept for now",
                       r->rank, r->step[victim], a->o.timeout_ms, ftc_ctl_errstr(a->ctl));
@@ -1251,7 +1303,7 @@ static void ftc__poll_commits(ftc_agent_t *a)
                              .rank = (int)r->rank, .generation = a->generation,
                              .step = (int64_t)r->step[victim],
                              .detail = "not committed within the agent timeout"};
-        ftc_ctl_event(a->ctl, &e);
+        ftc__event(a, &e);
         r->st[victim] = SL_EMPTY;
         r->begin_waiting = false;
         ftc__send_begin_ok(r, victim, r->begin_step);
@@ -1680,7 +1732,7 @@ static void ftc__on_begin(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
                              .step = (int64_t)m->step,
                              .detail = "previous checkpoint still replicating (policy wait): "
                                        "the checkpoint waits for a commit to free a slot"};
-        ftc_ctl_event(a->ctl, &e);
+        ftc__event(a, &e);
         return; /* answered when the in-flight version commits */
     }
     ftc_ap_msg_t sk;
@@ -1696,7 +1748,7 @@ static void ftc__on_begin(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
     ftc_ctl_event_t e = {.kind = "checkpoint_skipped", .node = a->node_id, .rank = (int)r->rank,
                          .generation = a->generation, .step = (int64_t)m->step,
                          .detail = "previous checkpoint still replicating (policy skip)"};
-    ftc_ctl_event(a->ctl, &e);
+    ftc__event(a, &e);
 }
 
 static void ftc__on_sealed(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
@@ -2704,7 +2756,7 @@ static void ftc__report_passed_over(ftc_agent_t *a, const ftc__rank_t *r, const 
     ftc_ctl_event_t e = {.kind = "replica_refused", .node = a->node_id, .rank = (int)r->rank,
                          .generation = a->generation, .step = (int64_t)j->step,
                          .detail = j->passed_over};
-    ftc_ctl_event(a->ctl, &e);
+    ftc__event(a, &e);
 }
 
 /* A fetch job is done: its result goes to the request that queued it (the
@@ -2795,7 +2847,7 @@ static void ftc__on_fetch_done(ftc_agent_t *a, ftc__job_t *j)
         ftc_ctl_event_t e = {.kind = "replica_refused", .node = a->node_id, .rank = (int)r->rank,
                              .generation = a->generation, .step = (int64_t)j->step,
                              .detail = j->passed_over};
-        ftc_ctl_event(a->ctl, &e);
+        ftc__event(a, &e);
     }
     char tried[900];
     snprintf(tried, sizeof tried, "not in this node's slots; peers (%d round%s): %s",
@@ -2927,7 +2979,7 @@ static void ftc__on_report(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m
         ftc_ctl_event_t e = {.kind = kind, .node = a->node_id, .rank = (int)r->rank,
                              .generation = a->generation, .step = (int64_t)m->step,
                              .detail = detail, .t_detect_ms = ftc_wall_ms()};
-        ftc_ctl_event(a->ctl, &e);
+        ftc__event(a, &e);
     }
     ftc_ap_msg_t ok_msg;
     ftc_ap_init(&ok_msg, FTC_AP_REPORT_OK);

@@ -39,7 +39,9 @@
  *     own fetch (the first to ask, first); a first holder that
  *     cannot be asked is passed over for the next one;
  *   - a restarted agent does not take a surviving slot of a step that was
- *     never committed for committed.
+ *     never committed for committed;
+ *   - with Redis stopped, the commit reports and event writes are skipped
+ *     (no command timeout each) and made once Redis answers.
  * FTC_TEST_FILTER=NAME (cmocka pattern) runs only the matching tests.
  */
 #include "ftc_test.h"
@@ -1122,6 +1124,92 @@ static void test_restart_never_committed_slot(void **state)
     teardown_env(e);
 }
 
+/* Whether the job's event stream has an entry of kind for rank and step. */
+static bool stream_has(env_t *e, const char *kind, int rank, int64_t step)
+{
+    ftc_ctl_t *c = redis_fixture_ctl(e->f, e->job);
+    char key[128];
+    bool found = false;
+    ftc_redis_reply_t *rep;
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, &rep, "XRANGE",
+                                    ftc_ctl_key(c, "events", key, sizeof key), "-", "+", NULL), 0);
+    for (size_t i = 0; i < rep->elements && !found; i++) {
+        ftc_redis_reply_t *fields = rep->element[i]->element[1];
+        const char *k = "", *s = "-1", *r = "-1";
+        for (size_t j = 0; j + 1 < fields->elements; j += 2) {
+            const char *name = fields->element[j]->str, *v = fields->element[j + 1]->str;
+            if (!strcmp(name, "kind"))
+                k = v;
+            else if (!strcmp(name, "step"))
+                s = v;
+            else if (!strcmp(name, "rank"))
+                r = v;
+        }
+        found = !strcmp(k, kind) && atoi(r) == rank && strtoll(s, NULL, 10) == step;
+    }
+    ftc_redis_reply_free(rep);
+    ftc_ctl_destroy(c);
+    return found;
+}
+
+/* Redis stopped (SIGSTOP) under one node, one rank, k = 0, checkpoint.busy
+ * skip, step 0 committed. Steps 1 and 2 are sealed (each reported to the
+ * commit record at once), step 3 finds no free slot and is skipped (a
+ * checkpoint_skipped event). Once one Redis call had failed the agent took
+ * Redis for down, but the commit reports (each SEALED's, and the poll's
+ * retries of every unreported version on each pass) and the event writes
+ * still cost a command timeout (2 s) each, in which no rank was answered:
+ * step 2's BEGIN waited past the rank's timeout (6 s), FTC_ETIMEDOUT. They
+ * are now skipped while Redis is known down — the
+ * event queued on the detector, the reports left to the commit poll — so
+ * the skip comes within the rank's timeout; and nothing is lost: once Redis
+ * answers, steps 1 and 2 commit and the event is in the stream. */
+static void test_redis_down_reports_wait(void **state)
+{
+    setenv("FTC_CHECKPOINT_BUSY", "skip", 1); /* inherited by the agent */
+    env_t *e = setup_env(*state, 1, "0", 1000);
+    unsetenv("FTC_CHECKPOINT_BUSY");
+    static float w[4096];
+    char sock[PATH_MAX + 32];
+    ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
+    o.timeout_ms = 6000;
+    ftc_ctx_t *c = NULL;
+    if (ftc_create(&o, &c))
+        fail_msg("ftc_create: %s", ftc_last_error(c));
+    int64_t shape[1] = {4096};
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    fill(w, 0, 0);
+    assert_int_equal(ftc_checkpoint(c, 0, NULL, 0), 0);
+    assert_int_equal(ftc_wait_snapshot(c), 0);
+    if (ftc_wait_committed(c, 0))
+        fail_msg("step 0: %s", ftc_last_error(c));
+    assert_int_equal(ftc_redis_server_signal(e->f->srv, SIGSTOP), 0);
+    int rc[4] = {0};
+    for (int64_t s = 1; s <= 3; s++) {
+        fill(w, 0, s);
+        rc[s] = ftc_checkpoint(c, s, NULL, 0);
+        print_message("checkpoint of step %lld with Redis stopped: %s %s\n", (long long)s,
+                      ftc_errname(rc[s]), rc[s] ? ftc_last_error(c) : "");
+        if (rc[s] == 0)
+            assert_int_equal(ftc_wait_snapshot(c), 0);
+    }
+    assert_int_equal(ftc_redis_server_signal(e->f->srv, SIGCONT), 0);
+    assert_int_equal(rc[1], 0);
+    assert_int_equal(rc[2], 0);
+    assert_int_equal(rc[3], FTC_EAGAIN); /* the skip policy's answer, not FTC_ETIMEDOUT */
+    /* nothing lost: the reports skipped meanwhile are made once Redis answers */
+    if (ftc_wait_committed(c, 2))
+        fail_msg("step 2 after Redis answered again: %s", ftc_last_error(c));
+    ftc_deadline_t d = ftc_deadline_in_ms(20000);
+    while (!stream_has(e, "checkpoint_skipped", 0, 3)) {
+        if (ftc_deadline_expired(d))
+            fail_msg("no checkpoint_skipped event for step 3 once Redis answered");
+        ftc_sleep_ms(50);
+    }
+    ftc_destroy(c);
+    teardown_env(e);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, agent_fixture_teardown)
 
 int main(void)
@@ -1149,6 +1237,7 @@ int main(void)
         T(test_fetch_result_to_its_request),
         T(test_restore_first_holder_unreachable),
         T(test_restart_never_committed_slot),
+        T(test_redis_down_reports_wait),
     };
     /* FTC_TEST_FILTER=test_name (a cmocka pattern, * and ?) runs only those */
     if (getenv("FTC_TEST_FILTER"))
