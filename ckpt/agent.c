@@ -65,6 +65,8 @@
  * refresh, the commit poll) ask it once per this interval: each costs a
  * command timeout (2 s) in which no rank is answered */
 #define FTC__REDIS_PROBE_NS 1000000000ull
+/* steps failed by a rank's ABORT that the agent remembers (ftc_agent.aborted_step) */
+#define FTC__ABORTED_KEEP 8
 
 enum { SL_EMPTY = 0, SL_WRITING = 1, SL_SEALED = 2, SL_COMMITTED = 3 };
 #define FTC__VERIFY_THREADS 4 /* threads hashing a slot a RESTORE finds here (per tensor) */
@@ -140,6 +142,9 @@ typedef struct ftc__rank {
     bool unchecked[NS];      /* sealed by a restarted agent that could not read whether the
                                 commit record holds its report (Redis away): never restored,
                                 asked again by the commit poll (ftc__survivor_recheck) */
+    bool aborted[NS];        /* sealed, of a step a rank of this node failed to snapshot
+                                (ABORT): it cannot commit, and is abandoned once no push or
+                                encode reads it (ftc__abandon_aborted) */
     uint64_t sealed_ns[NS];  /* when SEALED arrived (placement waits for peers until the timeout) */
     uint64_t retry_ns[NS];   /* a failed push is tried again from then on (0: now) */
     int push_tries[NS];      /* pushes of this version that failed so far */
@@ -211,6 +216,11 @@ struct ftc_agent {
                                 commit poll and every RESTORE / FETCH ask again) */
     uint64_t redis_fail_ns;  /* when such a call last failed: meanwhile the peer refresh and
                                 the commit poll ask once per FTC__REDIS_PROBE_NS */
+    /* the last FTC__ABORTED_KEEP steps a rank of this node failed to snapshot
+     * (ABORT), and that rank: a copy of such a step sealed later is abandoned */
+    uint64_t aborted_step[FTC__ABORTED_KEEP];
+    uint32_t aborted_rank[FTC__ABORTED_KEEP];
+    unsigned naborted;
     uint64_t last_poll_ns, last_peers_ns;
     ftc__peer_t *peers;      /* by node index, o.nodes entries */
     /* replication thread */
@@ -1003,6 +1013,7 @@ static void ftc__send_begin_ok(ftc__rank_t *r, int slot, uint64_t step)
     r->st[slot] = SL_WRITING;
     r->step[slot] = step;
     r->reported[slot] = false;
+    r->aborted[slot] = false;
     ftc_ap_msg_t m;
     ftc_ap_init(&m, FTC_AP_BEGIN_OK);
     m.seq = r->begin_seq;
@@ -1246,8 +1257,111 @@ static bool ftc__survivor_recheck(ftc_agent_t *a, ftc__rank_t *r, int s, bool *d
     return false;
 }
 
+/* Abandons the sealed versions marked aborted: their step is one a rank of
+ * this node failed to snapshot (ABORT), so it can never commit, and these
+ * copies used to wait agent.timeout_ms, their slots taken, for a parked
+ * BEGIN to abandon them. A version still being pushed or encoded waits for
+ * that to end (the replication thread reads its slot; called again from its
+ * end and from every poll). A reported one has its report withdrawn first,
+ * as the timeout's abandon does (atomically unless the record reached the
+ * step: then it is committed and kept); Redis away, tried again at the next
+ * poll. The rank is told NOT_COMMITTED; its next version may then be pushed. */
+static void ftc__abandon_aborted(ftc_agent_t *a)
+{
+    for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++) {
+        ftc__rank_t *r = &a->ranks[i];
+        for (int s = 0; r->used && s < NS; s++) {
+            if (r->st[s] != SL_SEALED || !r->aborted[s] || (r->pushed[s] && !r->acked[s]))
+                continue;
+            uint32_t by = UINT32_MAX;
+            for (unsigned k = 0; k < a->naborted && k < FTC__ABORTED_KEEP; k++)
+                if (a->aborted_step[k] == r->step[s])
+                    by = a->aborted_rank[k];
+            if (r->pushed[s]) { /* its report may be in the record */
+                int64_t rec = -1;
+                bool gone = false;
+                int rc = a->redis_down ? FTC_EREDIS
+                                       : ftc_ctl_commit_withdraw(a->ctl, a->generation,
+                                                                 (int64_t)r->step[s], r->rank,
+                                                                 &rec, &gone);
+                if (rc && ftc__redis_outage(rc) && !a->redis_down)
+                    ftc__redis_seen(a, rc);
+                if (rc)
+                    continue;
+                if (!gone) {
+                    r->aborted[s] = false; /* committed after all: the commit pass marks it */
+                    if (rec > a->committed)
+                        a->committed = rec;
+                    continue;
+                }
+            }
+            FTC_WARN("agent", "rank %u: step %" PRIu64 " abandoned at once: rank %u's snapshot "
+                     "of it failed, so it can never commit; slot %d is free again", r->rank,
+                     r->step[s], by, s);
+            char detail[160];
+            snprintf(detail, sizeof detail, "rank %u's snapshot of this step failed (ABORT): "
+                     "abandoned at once, its report withdrawn", by);
+            ftc_ctl_event_t e = {.kind = "checkpoint_abandoned", .node = a->node_id,
+                                 .rank = (int)r->rank, .generation = a->generation,
+                                 .step = (int64_t)r->step[s], .detail = detail};
+            ftc__event(a, &e);
+            r->st[s] = SL_EMPTY;
+            r->aborted[s] = false;
+            ftc__not_committed(r->fd, FTC_EIO, r->step[s], "step %" PRIu64 " not committed: "
+                               "rank %u's snapshot of it failed", r->step[s], by);
+            ftc__push_others(a, r, s); /* its next version waited for this one */
+            ftc__answer_begin(a, r);   /* a BEGIN may have waited for this slot */
+        }
+    }
+}
+
+/* ABORT: r's snapshot of m->step, begun in slot m->slot, failed (its copy,
+ * its seal or its SEALED). The step can never commit without r's report:
+ * r's slot is free again, this node's other ranks' copies of the step are
+ * abandoned now (and any sealed later), and a checkpoint_failed event
+ * records it. No answer. */
+static void ftc__on_abort(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
+{
+    for (int i = 0; i < NS; i++)
+        if ((r->st[i] == SL_SEALED || r->st[i] == SL_COMMITTED) && r->step[i] == m->step) {
+            FTC_WARN("agent", "rank %u: ABORT of step %" PRIu64 ", which it sealed already "
+                     "(slot %d, %s): ignored", r->rank, m->step, i, ftc__sl_name[r->st[i]]);
+            return;
+        }
+    int s = (int)m->slot;
+    if (r->st[s] == SL_WRITING && r->step[s] == m->step && r->landing != s + 1)
+        r->st[s] = SL_EMPTY; /* never sealed: nothing to withdraw */
+    FTC_WARN("agent", "rank %u: its snapshot of step %" PRIu64 " failed (%s): the step is "
+             "abandoned on this node", r->rank, m->step, m->text);
+    char detail[320];
+    snprintf(detail, sizeof detail, "the rank's snapshot failed: %.280s", m->text);
+    ftc_ctl_event_t e = {.kind = "checkpoint_failed", .node = a->node_id, .rank = (int)r->rank,
+                         .generation = a->generation, .step = (int64_t)m->step,
+                         .detail = detail};
+    ftc__event(a, &e);
+    unsigned k = a->naborted++ % FTC__ABORTED_KEEP;
+    a->aborted_step[k] = m->step;
+    a->aborted_rank[k] = r->rank;
+    for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++)
+        for (int o = 0; a->ranks[i].used && o < NS; o++)
+            if (a->ranks[i].st[o] == SL_SEALED && a->ranks[i].step[o] == m->step)
+                a->ranks[i].aborted[o] = true;
+    ftc__abandon_aborted(a);
+    ftc__answer_begin(a, r);
+}
+
+/* Whether a rank of this node failed to snapshot step (ABORT, remembered). */
+static bool ftc__step_aborted(const ftc_agent_t *a, uint64_t step)
+{
+    for (unsigned k = 0; k < a->naborted && k < FTC__ABORTED_KEEP; k++)
+        if (a->aborted_step[k] == step)
+            return true;
+    return false;
+}
+
 static void ftc__poll_commits(ftc_agent_t *a)
 {
+    ftc__abandon_aborted(a); /* those whose push or encode has ended */
     bool pending = false, waiting_peers = false;
     for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++)
         for (int s = 0; s < NS; s++)
@@ -1783,6 +1897,11 @@ static void ftc__on_sealed(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m
     r->sealed_ns[s] = now;
     r->retry_ns[s] = 0;
     r->push_tries[s] = 0;
+    if (ftc__step_aborted(a, m->step)) { /* another rank's snapshot of it failed already */
+        r->aborted[s] = true;
+        ftc__abandon_aborted(a);
+        return;
+    }
     ftc__try_push(a, r, s);
 }
 
@@ -2870,6 +2989,11 @@ static void ftc__on_push_done(ftc_agent_t *a, ftc__job_t *j)
             s = i;
     if (s < 0)
         return;
+    if (r->aborted[s]) { /* nothing to report or retry: abandoned now the push is over */
+        r->acked[s] = true;
+        ftc__abandon_aborted(a);
+        return;
+    }
     int k = a->o.redundancy.kind == FTC_RED_REPLICA ? a->o.redundancy.copies : 1;
     if (j->rc == 0 && j->acked >= (k < j->npeers ? k : j->npeers)) {
         r->acked[s] = true;
@@ -3026,6 +3150,9 @@ static void ftc__on_message(ftc_agent_t *a, int fd)
         break;
     case FTC_AP_SEALED:
         ftc__on_sealed(a, r, &m);
+        break;
+    case FTC_AP_ABORT:
+        ftc__on_abort(a, r, &m);
         break;
     case FTC_AP_RESTORE:
     case FTC_AP_FETCH:

@@ -40,6 +40,11 @@
  *     cannot be asked is passed over for the next one;
  *   - a restarted agent does not take a surviving slot of a step that was
  *     never committed for committed;
+ *   - a rank whose snapshot fails (a stand-in device, fake_device.h) tells
+ *     its agent (ABORT): the other rank's copy of that step on the node is
+ *     abandoned at once (NOT_COMMITTED, checkpoint_failed and
+ *     checkpoint_abandoned events), not after agent.timeout_ms, and the
+ *     committed step stays;
  *   - with Redis stopped, the commit reports and event writes are skipped
  *     (no command timeout each) and made once Redis answers.
  * FTC_TEST_FILTER=NAME (cmocka pattern) runs only the matching tests.
@@ -47,6 +52,8 @@
 #include "ftc_test.h"
 
 #include "ckpt/agent_fixture.h"
+#include "ckpt/client_internal.h"
+#include "ckpt/fake_device.h"
 #include "ftc.h"
 
 #include <hiredis/hiredis.h>
@@ -1152,6 +1159,113 @@ static bool stream_has(env_t *e, const char *kind, int rank, int64_t step)
     return found;
 }
 
+/* Rank `rank` of `world` on node's agent, timeout_ms 10 s, tensor "w" of n
+ * floats on the stand-in device (fd_reset first) when dev, else on the host. */
+static ftc_ctx_t *open_ctx_dev(env_t *e, int node, int rank, int world, float *w, int n,
+                               bool dev)
+{
+    char sock[PATH_MAX + 32];
+    ftc_options_t o = ctx_options(e, node, rank, world, sock, sizeof sock);
+    o.timeout_ms = 10000;
+    ftc_ctx_t *c = NULL;
+    if (ftc_create(&o, &c))
+        fail_msg("ftc_create: %s", ftc_last_error(c));
+    if (dev)
+        assert_int_equal(ftc__set_device_ops(c, fake_dev_ops()), 0);
+    int64_t shape[1] = {n};
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, dev ? 0 : FTC_HOST), 0);
+    return c;
+}
+
+/* Rank 1 checkpoints step, its device sync failing: FTC_EIO from
+ * ftc_wait_snapshot (its notifier has told the agent by then). */
+static void failed_step(ftc_ctx_t *c1, float *w1, int64_t step)
+{
+    fill(w1, 1, step);
+    fake_set(&FD.fail_sync_at, fake_get(&FD.syncs) + 1);
+    assert_int_equal(ftc_checkpoint(c1, step, NULL, 0), 0);
+    assert_int_equal(ftc_wait_snapshot(c1), FTC_EIO);
+    print_message("rank 1, step %lld: %s\n", (long long)step, ftc_last_error(c1));
+}
+
+/* One node, ranks 0 and 1 on it (--ranks-per-node 2), no replicas (each
+ * sealed version is reported at once), agent.timeout_ms 60 s. Rank 1's
+ * snapshot of step 2 fails (its device sync), then rank 0 checkpoints
+ * step 2; for step 3 rank 0 seals first, then rank 1 fails. Each time the
+ * step can never commit. Rank 0's copy waited in the agent, reported and
+ * its slot taken, until a BEGIN of rank 0 had been parked for
+ * agent.timeout_ms: ftc_wait_committed of it ended FTC_ETIMEDOUT (the
+ * rank's own timeout_ms). libftc now tells the agent (ABORT), which
+ * abandons the step at once: rank 0 is told NOT_COMMITTED (FTC_EIO naming
+ * rank 1's failure), the stream says checkpoint_failed (rank 1) and
+ * checkpoint_abandoned (rank 0), the committed step stays 1 (I3) and step
+ * 4 commits for both. */
+static void test_failed_snapshot_abandons_step(void **state)
+{
+    env_t *e = prepare_env(*state, 1, "0", 1000, NULL);
+    e->ranks_per_node = 2;
+    snprintf(e->timeout_ms, sizeof e->timeout_ms, "60000");
+    start_agent(e, 0);
+    static float w0[4096], w1[4096];
+    fd_reset();
+    ftc_ctx_t *c0 = open_ctx_dev(e, 0, 0, 2, w0, 4096, false);
+    ftc_ctx_t *c1 = open_ctx_dev(e, 0, 1, 2, w1, 4096, true);
+    ftc_ctx_t *c[2] = {c0, c1};
+    for (int r = 0; r < 2; r++) {
+        fill(r ? w1 : w0, r, 1);
+        assert_int_equal(ftc_checkpoint(c[r], 1, NULL, 0), 0);
+        assert_int_equal(ftc_wait_snapshot(c[r]), 0);
+    }
+    for (int r = 0; r < 2; r++)
+        if (ftc_wait_committed(c[r], 1))
+            fail_msg("step 1: %s", ftc_last_error(c[r]));
+    /* step 2: rank 1 fails first, rank 0 seals after it */
+    failed_step(c1, w1, 2);
+    fill(w0, 0, 2);
+    assert_int_equal(ftc_checkpoint(c0, 2, NULL, 0), 0);
+    assert_int_equal(ftc_wait_snapshot(c0), 0);
+    int rc = ftc_wait_committed(c0, 2);
+    print_message("rank 0, step 2: %s: %s\n", ftc_errname(rc), ftc_last_error(c0));
+    assert_int_equal(rc, FTC_EIO);
+    assert_non_null(strstr(ftc_last_error(c0), "rank 1's snapshot of it failed"));
+    /* step 3: rank 0 seals first (its SEALED sent), then rank 1 fails */
+    fill(w0, 0, 3);
+    assert_int_equal(ftc_checkpoint(c0, 3, NULL, 0), 0);
+    assert_int_equal(ftc_wait_snapshot(c0), 0);
+    ftc_ckpt_status_t st = {.struct_size = sizeof st};
+    ftc_deadline_t d = ftc_deadline_in_ms(10000);
+    while (ftc_ckpt_status(c0, &st) == 0 && st.in_flight >= 0 && !ftc_deadline_expired(d))
+        ftc_sleep_ms(5);
+    assert_int_equal(st.in_flight, -1);
+    failed_step(c1, w1, 3);
+    rc = ftc_wait_committed(c0, 3);
+    print_message("rank 0, step 3: %s: %s\n", ftc_errname(rc), ftc_last_error(c0));
+    assert_int_equal(rc, FTC_EIO);
+    for (int64_t s = 2; s <= 3; s++) {
+        assert_true(stream_has(e, "checkpoint_failed", 1, s));
+        assert_true(stream_has(e, "checkpoint_abandoned", 0, s));
+    }
+    /* I3: the committed step is still 1, and a later step commits for both */
+    ftc_ctl_t *ctl = redis_fixture_ctl(e->f, e->job);
+    int64_t cstep = -1;
+    uint64_t cgen = 0;
+    assert_int_equal(ftc_ctl_committed(ctl, &cstep, &cgen), 0);
+    ftc_ctl_destroy(ctl);
+    assert_int_equal(cstep, 1);
+    for (int r = 0; r < 2; r++) {
+        fill(r ? w1 : w0, r, 4);
+        assert_int_equal(ftc_checkpoint(c[r], 4, NULL, 0), 0);
+        assert_int_equal(ftc_wait_snapshot(c[r]), 0);
+    }
+    for (int r = 0; r < 2; r++)
+        if (ftc_wait_committed(c[r], 4))
+            fail_msg("step 4: %s", ftc_last_error(c[r]));
+    ftc_destroy(c0);
+    ftc_destroy(c1);
+    fd_done();
+    teardown_env(e);
+}
+
 /* Redis stopped (SIGSTOP) under one node, one rank, k = 0, checkpoint.busy
  * skip, step 0 committed. Steps 1 and 2 are sealed (each reported to the
  * commit record at once), step 3 finds no free slot and is skipped (a
@@ -1237,6 +1351,7 @@ int main(void)
         T(test_fetch_result_to_its_request),
         T(test_restore_first_holder_unreachable),
         T(test_restart_never_committed_slot),
+        T(test_failed_snapshot_abandons_step),
         T(test_redis_down_reports_wait),
     };
     /* FTC_TEST_FILTER=test_name (a cmocka pattern, * and ?) runs only those */
