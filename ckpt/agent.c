@@ -89,8 +89,9 @@ typedef struct ftc__job {
                                its replica; -1 = not said, always for parity pushes) */
     int next_peer;          /* FETCH: next candidate */
     int req_rix;            /* FETCH: the rank (index in a->ranks) whose request queued it */
-    uint64_t req;           /* FETCH: that request (ftc__rank_t.req): its result goes to that
-                               request only, never to another rank's fetch of the same shard */
+    uint64_t req;           /* FETCH, and a rebuild's GATHER: that request (ftc__rank_t.req):
+                               its result goes to that request only, never to another rank's
+                               fetch of the same shard, nor to a later request of the rank */
     uint8_t addr[FTC_FABRIC_ADDR_MAX]; /* PEER */
     size_t addr_len;
     uint32_t node;          /* PEER: its index */
@@ -4152,6 +4153,7 @@ static bool ftc__par_queue_rebuild(ftc_agent_t *a, ftc__rank_t *r)
     j->kind = JOB_GATHER;
     j->par = PAR_REBUILD;
     j->rix = (int)(r - a->ranks);
+    j->req = r->req; /* its result answers this request only (ftc__par_on_gather_done) */
     j->owner = r->rank;
     j->step = r->restore_step;
     j->gather = ga;
@@ -4197,6 +4199,7 @@ static void ftc__par_rebuild_done(ftc_agent_t *a, ftc__rank_t *r, ftc__job_t *j)
     }
     t->rebuild = true;
     t->rix = j->rix;
+    t->req = j->req;
     t->rank = r->rank;
     t->local = r->rebuild_local;
     t->step = j->step;
@@ -4225,9 +4228,13 @@ static void ftc__par_on_rebuilt(ftc_agent_t *a, ftc__par_task_t *t)
     if (t->rix < 0 || t->rix >= FTC_AGENT_MAX_RANKS)
         return;
     ftc__rank_t *r = &a->ranks[t->rix];
-    if (!r->used || r->rank != t->rank || !r->restoring || r->fd < 0 ||
-        r->restore_step != t->step)
+    if (!r->used || r->rank != t->rank || !r->restoring || r->fd < 0 || r->req != t->req ||
+        r->restore_step != t->step) {
+        FTC_DEBUG("agent", "parity rebuild of rank %u step %" PRIu64 " for request %" PRIu64
+                  " done (rc %d), but that request is over: dropped", t->rank, t->step, t->req,
+                  t->rc);
         return;
+    }
     ftc_shard_view_t v;
     ftc_err_t verr = {0};
     char why[400];
@@ -4249,8 +4256,9 @@ static void ftc__par_on_rebuilt(ftc_agent_t *a, ftc__par_task_t *t)
             else
                 snprintf(code, sizeof code, "rs:%d+%d", t->geo.d, t->geo.m);
             FTC_INFO("agent", "rank %u restored step %" PRIu64 " rebuilt from parity (%s, group of "
-                     "%s) in %.1f ms (decode and verify on the parity worker)", r->rank, t->step,
-                     code, ftc__par_geo_str(&t->geo, gs, sizeof gs), t->ms);
+                     "%s) in %.1f ms (decode and verify on the parity worker; request %" PRIu64
+                     ")", r->rank, t->step, code, ftc__par_geo_str(&t->geo, gs, sizeof gs), t->ms,
+                     t->req);
             ftc__restore_done(a, r, s, false);
             return;
         }
@@ -4271,8 +4279,15 @@ static void ftc__par_on_gather_done(ftc_agent_t *a, ftc__job_t *j)
     if (!r->used || r->rank != j->owner)
         return;
     if (j->par == PAR_REBUILD) {
-        if (r->restoring && r->fd >= 0 && r->restore_step == j->step)
+        /* matched by request id, as fetch results are (ftc__on_fetch_done):
+         * by rank and step, a rank that reconnected and asked again got its
+         * earlier request's rebuild, its own one dropped */
+        if (r->restoring && r->fd >= 0 && r->req == j->req && r->restore_step == j->step)
             ftc__par_rebuild_done(a, r, j);
+        else
+            FTC_DEBUG("agent", "parity rebuild gather of rank %u step %" PRIu64 " for request "
+                      "%" PRIu64 " done, but that request is over: dropped", j->owner, j->step,
+                      j->req);
         return;
     }
     for (int s = 0; s < NS; s++)
