@@ -65,6 +65,8 @@
  * refresh, the commit poll) ask it once per this interval: each costs a
  * command timeout (2 s) in which no rank is answered */
 #define FTC__REDIS_PROBE_NS 1000000000ull
+/* steps failed by a rank's ABORT that the agent remembers (ftc_agent.aborted_step) */
+#define FTC__ABORTED_KEEP 8
 
 enum { SL_EMPTY = 0, SL_WRITING = 1, SL_SEALED = 2, SL_COMMITTED = 3 };
 #define FTC__VERIFY_THREADS 4 /* threads hashing a slot a RESTORE finds here (per tensor) */
@@ -87,8 +89,9 @@ typedef struct ftc__job {
                                its replica; -1 = not said, always for parity pushes) */
     int next_peer;          /* FETCH: next candidate */
     int req_rix;            /* FETCH: the rank (index in a->ranks) whose request queued it */
-    uint64_t req;           /* FETCH: that request (ftc__rank_t.req): its result goes to that
-                               request only, never to another rank's fetch of the same shard */
+    uint64_t req;           /* FETCH, and a rebuild's GATHER: that request (ftc__rank_t.req):
+                               its result goes to that request only, never to another rank's
+                               fetch of the same shard, nor to a later request of the rank */
     uint8_t addr[FTC_FABRIC_ADDR_MAX]; /* PEER */
     size_t addr_len;
     uint32_t node;          /* PEER: its index */
@@ -140,6 +143,9 @@ typedef struct ftc__rank {
     bool unchecked[NS];      /* sealed by a restarted agent that could not read whether the
                                 commit record holds its report (Redis away): never restored,
                                 asked again by the commit poll (ftc__survivor_recheck) */
+    bool aborted[NS];        /* sealed, of a step a rank of this node failed to snapshot
+                                (ABORT): it cannot commit, and is abandoned once no push or
+                                encode reads it (ftc__abandon_aborted) */
     uint64_t sealed_ns[NS];  /* when SEALED arrived (placement waits for peers until the timeout) */
     uint64_t retry_ns[NS];   /* a failed push is tried again from then on (0: now) */
     int push_tries[NS];      /* pushes of this version that failed so far */
@@ -211,6 +217,11 @@ struct ftc_agent {
                                 commit poll and every RESTORE / FETCH ask again) */
     uint64_t redis_fail_ns;  /* when such a call last failed: meanwhile the peer refresh and
                                 the commit poll ask once per FTC__REDIS_PROBE_NS */
+    /* the last FTC__ABORTED_KEEP steps a rank of this node failed to snapshot
+     * (ABORT), and that rank: a copy of such a step sealed later is abandoned */
+    uint64_t aborted_step[FTC__ABORTED_KEEP];
+    uint32_t aborted_rank[FTC__ABORTED_KEEP];
+    unsigned naborted;
     uint64_t last_poll_ns, last_peers_ns;
     ftc__peer_t *peers;      /* by node index, o.nodes entries */
     /* replication thread */
@@ -292,6 +303,33 @@ static int ftc__redis_seen(ftc_agent_t *a, int rc)
     if (rc)
         a->redis_fail_ns = ftc_now_ns();
     return rc;
+}
+
+/* Whether rc is a Redis outage (no answer, connection broken), not an
+ * answer that refused (a stale generation, a bad key). */
+static bool ftc__redis_outage(int rc)
+{
+    return rc == FTC_EREDIS || rc == FTC_ETIMEDOUT;
+}
+
+/* Records e in the job's event stream. With Redis known down (a->redis_down)
+ * the XADD would cost the control loop a command timeout, in which no rank
+ * is answered: the event goes to the detector's queue instead, which
+ * publishes it once Redis answers (without a detector it is logged and
+ * dropped). An XADD that fails for want of Redis is recorded
+ * (ftc__redis_seen) and its event queued the same way. */
+static void ftc__event(ftc_agent_t *a, const ftc_ctl_event_t *e)
+{
+    int rc = a->redis_down ? FTC_EREDIS : ftc_ctl_event(a->ctl, e);
+    if (!rc || !ftc__redis_outage(rc))
+        return;
+    if (!a->redis_down)
+        ftc__redis_seen(a, rc);
+    if (a->det)
+        ftc_detector_report(a->det, e->kind, e->rank, e->step, e->detail);
+    else
+        FTC_WARN("agent", "event %s (rank %d, step %" PRId64 ") not recorded: Redis does not "
+                 "answer", e->kind, e->rank, e->step);
 }
 
 static void ftc__queue(ftc_agent_t *a, ftc__job_t *j)
@@ -476,7 +514,10 @@ static void ftc__refresh_liveness(ftc_agent_t *a)
     if (!n)
         goto out;
     ftc_redis_reply_t *rep = NULL;
-    if (ftc_redis_cmd(ftc_ctl_redis(a->ctl), true, &rep, n + 1, argv, NULL) == 0) {
+    /* recorded like the HGETALL before it: failed, the next refresh waits for
+     * the probe interval instead of costing a command timeout every 500 ms */
+    if (ftc__redis_seen(a, ftc_redis_cmd(ftc_ctl_redis(a->ctl), true, &rep, n + 1, argv,
+                                         NULL)) == 0) {
         ftc_redis_reply_t **el;
         size_t cnt;
         ftc_err_t err = {0};
@@ -973,6 +1014,7 @@ static void ftc__send_begin_ok(ftc__rank_t *r, int slot, uint64_t step)
     r->st[slot] = SL_WRITING;
     r->step[slot] = step;
     r->reported[slot] = false;
+    r->aborted[slot] = false;
     ftc_ap_msg_t m;
     ftc_ap_init(&m, FTC_AP_BEGIN_OK);
     m.seq = r->begin_seq;
@@ -995,13 +1037,25 @@ static void ftc__answer_begin(const ftc_agent_t *a, ftc__rank_t *r)
     }
 }
 
+/* Reports r's slot s to the commit record. Not made while Redis is known
+ * down (a->redis_down: it would cost a command timeout, in which no rank is
+ * answered), and a report that fails for want of Redis is recorded so: the
+ * version stays acked and unreported, and the commit poll, whose first call
+ * finds out when Redis answers again, makes the report then. */
 static void ftc__report_commit(ftc_agent_t *a, ftc__rank_t *r, int s)
 {
+    if (a->redis_down) {
+        FTC_DEBUG("agent", "commit report of rank %u step %" PRIu64 ": Redis does not answer; "
+                  "made by the commit poll once it does", r->rank, r->step[s]);
+        return;
+    }
     int64_t committed;
     bool now;
     int rc = ftc_ctl_commit_report(a->ctl, a->generation, (int64_t)r->step[s], r->rank,
                                    r->checksum[s], &committed, &now);
     if (rc) {
+        if (ftc__redis_outage(rc))
+            ftc__redis_seen(a, rc);
         FTC_WARN("agent", "commit report of rank %u step %" PRIu64 ": %s", r->rank, r->step[s],
                  ftc_ctl_errstr(a->ctl));
         return; /* retried by the poll */
@@ -1127,7 +1181,7 @@ static void ftc__persist_collect(ftc_agent_t *a)
         ftc_ctl_event_t e = {.kind = "persist_failed", .node = a->node_id, .rank = -1,
                              .generation = a->generation, .step = (int64_t)res.step,
                              .detail = res.detail};
-        ftc_ctl_event(a->ctl, &e);
+        ftc__event(a, &e);
     } else {
         FTC_INFO("agent", "persisted step %" PRIu64 " (%d shard(s)) in %.0f ms", res.step,
                  res.n_shards, res.ms);
@@ -1152,7 +1206,12 @@ static bool ftc__older_sealed_committed(ftc_agent_t *a, ftc__rank_t *r, int s)
     int64_t steps[1] = {-1}, oldest = -1;
     uint64_t gens[1] = {0};
     int n = 0;
-    if (ftc_ctl_committed_at_most(a->ctl, (int64_t)r->step[s], 1, steps, gens, &n, &oldest) != 0)
+    if (a->redis_down) /* a command timeout for nothing: asked at a poll that reached Redis */
+        return false;
+    int rc = ftc_ctl_committed_at_most(a->ctl, (int64_t)r->step[s], 1, steps, gens, &n, &oldest);
+    if (rc && ftc__redis_outage(rc))
+        ftc__redis_seen(a, rc);
+    if (rc)
         return false;
     if ((n == 1 && (uint64_t)steps[0] == r->step[s]) || oldest < 0 ||
         r->step[s] < (uint64_t)oldest)
@@ -1199,8 +1258,111 @@ static bool ftc__survivor_recheck(ftc_agent_t *a, ftc__rank_t *r, int s, bool *d
     return false;
 }
 
+/* Abandons the sealed versions marked aborted: their step is one a rank of
+ * this node failed to snapshot (ABORT), so it can never commit, and these
+ * copies used to wait agent.timeout_ms, their slots taken, for a parked
+ * BEGIN to abandon them. A version still being pushed or encoded waits for
+ * that to end (the replication thread reads its slot; called again from its
+ * end and from every poll). A reported one has its report withdrawn first,
+ * as the timeout's abandon does (atomically unless the record reached the
+ * step: then it is committed and kept); Redis away, tried again at the next
+ * poll. The rank is told NOT_COMMITTED; its next version may then be pushed. */
+static void ftc__abandon_aborted(ftc_agent_t *a)
+{
+    for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++) {
+        ftc__rank_t *r = &a->ranks[i];
+        for (int s = 0; r->used && s < NS; s++) {
+            if (r->st[s] != SL_SEALED || !r->aborted[s] || (r->pushed[s] && !r->acked[s]))
+                continue;
+            uint32_t by = UINT32_MAX;
+            for (unsigned k = 0; k < a->naborted && k < FTC__ABORTED_KEEP; k++)
+                if (a->aborted_step[k] == r->step[s])
+                    by = a->aborted_rank[k];
+            if (r->pushed[s]) { /* its report may be in the record */
+                int64_t rec = -1;
+                bool gone = false;
+                int rc = a->redis_down ? FTC_EREDIS
+                                       : ftc_ctl_commit_withdraw(a->ctl, a->generation,
+                                                                 (int64_t)r->step[s], r->rank,
+                                                                 &rec, &gone);
+                if (rc && ftc__redis_outage(rc) && !a->redis_down)
+                    ftc__redis_seen(a, rc);
+                if (rc)
+                    continue;
+                if (!gone) {
+                    r->aborted[s] = false; /* committed after all: the commit pass marks it */
+                    if (rec > a->committed)
+                        a->committed = rec;
+                    continue;
+                }
+            }
+            FTC_WARN("agent", "rank %u: step %" PRIu64 " abandoned at once: rank %u's snapshot "
+                     "of it failed, so it can never commit; slot %d is free again", r->rank,
+                     r->step[s], by, s);
+            char detail[160];
+            snprintf(detail, sizeof detail, "rank %u's snapshot of this step failed (ABORT): "
+                     "abandoned at once, its report withdrawn", by);
+            ftc_ctl_event_t e = {.kind = "checkpoint_abandoned", .node = a->node_id,
+                                 .rank = (int)r->rank, .generation = a->generation,
+                                 .step = (int64_t)r->step[s], .detail = detail};
+            ftc__event(a, &e);
+            r->st[s] = SL_EMPTY;
+            r->aborted[s] = false;
+            ftc__not_committed(r->fd, FTC_EIO, r->step[s], "step %" PRIu64 " not committed: "
+                               "rank %u's snapshot of it failed", r->step[s], by);
+            ftc__push_others(a, r, s); /* its next version waited for this one */
+            ftc__answer_begin(a, r);   /* a BEGIN may have waited for this slot */
+        }
+    }
+}
+
+/* ABORT: r's snapshot of m->step, begun in slot m->slot, failed (its copy,
+ * its seal or its SEALED). The step can never commit without r's report:
+ * r's slot is free again, this node's other ranks' copies of the step are
+ * abandoned now (and any sealed later), and a checkpoint_failed event
+ * records it. No answer. */
+static void ftc__on_abort(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
+{
+    for (int i = 0; i < NS; i++)
+        if ((r->st[i] == SL_SEALED || r->st[i] == SL_COMMITTED) && r->step[i] == m->step) {
+            FTC_WARN("agent", "rank %u: ABORT of step %" PRIu64 ", which it sealed already "
+                     "(slot %d, %s): ignored", r->rank, m->step, i, ftc__sl_name[r->st[i]]);
+            return;
+        }
+    int s = (int)m->slot;
+    if (r->st[s] == SL_WRITING && r->step[s] == m->step && r->landing != s + 1)
+        r->st[s] = SL_EMPTY; /* never sealed: nothing to withdraw */
+    FTC_WARN("agent", "rank %u: its snapshot of step %" PRIu64 " failed (%s): the step is "
+             "abandoned on this node", r->rank, m->step, m->text);
+    char detail[320];
+    snprintf(detail, sizeof detail, "the rank's snapshot failed: %.280s", m->text);
+    ftc_ctl_event_t e = {.kind = "checkpoint_failed", .node = a->node_id, .rank = (int)r->rank,
+                         .generation = a->generation, .step = (int64_t)m->step,
+                         .detail = detail};
+    ftc__event(a, &e);
+    unsigned k = a->naborted++ % FTC__ABORTED_KEEP;
+    a->aborted_step[k] = m->step;
+    a->aborted_rank[k] = r->rank;
+    for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++)
+        for (int o = 0; a->ranks[i].used && o < NS; o++)
+            if (a->ranks[i].st[o] == SL_SEALED && a->ranks[i].step[o] == m->step)
+                a->ranks[i].aborted[o] = true;
+    ftc__abandon_aborted(a);
+    ftc__answer_begin(a, r);
+}
+
+/* Whether a rank of this node failed to snapshot step (ABORT, remembered). */
+static bool ftc__step_aborted(const ftc_agent_t *a, uint64_t step)
+{
+    for (unsigned k = 0; k < a->naborted && k < FTC__ABORTED_KEEP; k++)
+        if (a->aborted_step[k] == step)
+            return true;
+    return false;
+}
+
 static void ftc__poll_commits(ftc_agent_t *a)
 {
+    ftc__abandon_aborted(a); /* those whose push or encode has ended */
     bool pending = false, waiting_peers = false;
     for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++)
         for (int s = 0; s < NS; s++)
@@ -1231,8 +1393,13 @@ static void ftc__poll_commits(ftc_agent_t *a)
          * and is not abandoned. Redis away: tried again at the next poll. */
         int64_t rec = -1;
         bool gone = false;
-        if (ftc_ctl_commit_withdraw(a->ctl, a->generation, (int64_t)r->step[victim], r->rank,
-                                    &rec, &gone) != 0) {
+        int wrc = a->redis_down ? FTC_EREDIS
+                                : ftc_ctl_commit_withdraw(a->ctl, a->generation,
+                                                          (int64_t)r->step[victim], r->rank,
+                                                          &rec, &gone);
+        if (wrc && ftc__redis_outage(wrc) && !a->redis_down)
+            ftc__redis_seen(a, wrc);
+        if (wrc) {
             FTC_DEBUG("agent", "rank %u: step %" PRIu64 " is not committed after %d ms, but its "
                       "report could not be taken back (%s): its slot is kept for now",
                       r->rank, r->step[victim], a->o.timeout_ms, ftc_ctl_errstr(a->ctl));
@@ -1251,7 +1418,7 @@ static void ftc__poll_commits(ftc_agent_t *a)
                              .rank = (int)r->rank, .generation = a->generation,
                              .step = (int64_t)r->step[victim],
                              .detail = "not committed within the agent timeout"};
-        ftc_ctl_event(a->ctl, &e);
+        ftc__event(a, &e);
         r->st[victim] = SL_EMPTY;
         r->begin_waiting = false;
         ftc__send_begin_ok(r, victim, r->begin_step);
@@ -1680,7 +1847,7 @@ static void ftc__on_begin(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
                              .step = (int64_t)m->step,
                              .detail = "previous checkpoint still replicating (policy wait): "
                                        "the checkpoint waits for a commit to free a slot"};
-        ftc_ctl_event(a->ctl, &e);
+        ftc__event(a, &e);
         return; /* answered when the in-flight version commits */
     }
     ftc_ap_msg_t sk;
@@ -1696,7 +1863,7 @@ static void ftc__on_begin(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
     ftc_ctl_event_t e = {.kind = "checkpoint_skipped", .node = a->node_id, .rank = (int)r->rank,
                          .generation = a->generation, .step = (int64_t)m->step,
                          .detail = "previous checkpoint still replicating (policy skip)"};
-    ftc_ctl_event(a->ctl, &e);
+    ftc__event(a, &e);
 }
 
 static void ftc__on_sealed(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
@@ -1731,6 +1898,11 @@ static void ftc__on_sealed(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m
     r->sealed_ns[s] = now;
     r->retry_ns[s] = 0;
     r->push_tries[s] = 0;
+    if (ftc__step_aborted(a, m->step)) { /* another rank's snapshot of it failed already */
+        r->aborted[s] = true;
+        ftc__abandon_aborted(a);
+        return;
+    }
     ftc__try_push(a, r, s);
 }
 
@@ -2704,7 +2876,7 @@ static void ftc__report_passed_over(ftc_agent_t *a, const ftc__rank_t *r, const 
     ftc_ctl_event_t e = {.kind = "replica_refused", .node = a->node_id, .rank = (int)r->rank,
                          .generation = a->generation, .step = (int64_t)j->step,
                          .detail = j->passed_over};
-    ftc_ctl_event(a->ctl, &e);
+    ftc__event(a, &e);
 }
 
 /* A fetch job is done: its result goes to the request that queued it (the
@@ -2795,7 +2967,7 @@ static void ftc__on_fetch_done(ftc_agent_t *a, ftc__job_t *j)
         ftc_ctl_event_t e = {.kind = "replica_refused", .node = a->node_id, .rank = (int)r->rank,
                              .generation = a->generation, .step = (int64_t)j->step,
                              .detail = j->passed_over};
-        ftc_ctl_event(a->ctl, &e);
+        ftc__event(a, &e);
     }
     char tried[900];
     snprintf(tried, sizeof tried, "not in this node's slots; peers (%d round%s): %s",
@@ -2818,6 +2990,11 @@ static void ftc__on_push_done(ftc_agent_t *a, ftc__job_t *j)
             s = i;
     if (s < 0)
         return;
+    if (r->aborted[s]) { /* nothing to report or retry: abandoned now the push is over */
+        r->acked[s] = true;
+        ftc__abandon_aborted(a);
+        return;
+    }
     int k = a->o.redundancy.kind == FTC_RED_REPLICA ? a->o.redundancy.copies : 1;
     if (j->rc == 0 && j->acked >= (k < j->npeers ? k : j->npeers)) {
         r->acked[s] = true;
@@ -2927,7 +3104,7 @@ static void ftc__on_report(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m
         ftc_ctl_event_t e = {.kind = kind, .node = a->node_id, .rank = (int)r->rank,
                              .generation = a->generation, .step = (int64_t)m->step,
                              .detail = detail, .t_detect_ms = ftc_wall_ms()};
-        ftc_ctl_event(a->ctl, &e);
+        ftc__event(a, &e);
     }
     ftc_ap_msg_t ok_msg;
     ftc_ap_init(&ok_msg, FTC_AP_REPORT_OK);
@@ -2974,6 +3151,9 @@ static void ftc__on_message(ftc_agent_t *a, int fd)
         break;
     case FTC_AP_SEALED:
         ftc__on_sealed(a, r, &m);
+        break;
+    case FTC_AP_ABORT:
+        ftc__on_abort(a, r, &m);
         break;
     case FTC_AP_RESTORE:
     case FTC_AP_FETCH:
@@ -3973,6 +4153,7 @@ static bool ftc__par_queue_rebuild(ftc_agent_t *a, ftc__rank_t *r)
     j->kind = JOB_GATHER;
     j->par = PAR_REBUILD;
     j->rix = (int)(r - a->ranks);
+    j->req = r->req; /* its result answers this request only (ftc__par_on_gather_done) */
     j->owner = r->rank;
     j->step = r->restore_step;
     j->gather = ga;
@@ -4018,6 +4199,7 @@ static void ftc__par_rebuild_done(ftc_agent_t *a, ftc__rank_t *r, ftc__job_t *j)
     }
     t->rebuild = true;
     t->rix = j->rix;
+    t->req = j->req;
     t->rank = r->rank;
     t->local = r->rebuild_local;
     t->step = j->step;
@@ -4046,9 +4228,13 @@ static void ftc__par_on_rebuilt(ftc_agent_t *a, ftc__par_task_t *t)
     if (t->rix < 0 || t->rix >= FTC_AGENT_MAX_RANKS)
         return;
     ftc__rank_t *r = &a->ranks[t->rix];
-    if (!r->used || r->rank != t->rank || !r->restoring || r->fd < 0 ||
-        r->restore_step != t->step)
+    if (!r->used || r->rank != t->rank || !r->restoring || r->fd < 0 || r->req != t->req ||
+        r->restore_step != t->step) {
+        FTC_DEBUG("agent", "parity rebuild of rank %u step %" PRIu64 " for request %" PRIu64
+                  " done (rc %d), but that request is over: dropped", t->rank, t->step, t->req,
+                  t->rc);
         return;
+    }
     ftc_shard_view_t v;
     ftc_err_t verr = {0};
     char why[400];
@@ -4070,8 +4256,9 @@ static void ftc__par_on_rebuilt(ftc_agent_t *a, ftc__par_task_t *t)
             else
                 snprintf(code, sizeof code, "rs:%d+%d", t->geo.d, t->geo.m);
             FTC_INFO("agent", "rank %u restored step %" PRIu64 " rebuilt from parity (%s, group of "
-                     "%s) in %.1f ms (decode and verify on the parity worker)", r->rank, t->step,
-                     code, ftc__par_geo_str(&t->geo, gs, sizeof gs), t->ms);
+                     "%s) in %.1f ms (decode and verify on the parity worker; request %" PRIu64
+                     ")", r->rank, t->step, code, ftc__par_geo_str(&t->geo, gs, sizeof gs), t->ms,
+                     t->req);
             ftc__restore_done(a, r, s, false);
             return;
         }
@@ -4092,8 +4279,15 @@ static void ftc__par_on_gather_done(ftc_agent_t *a, ftc__job_t *j)
     if (!r->used || r->rank != j->owner)
         return;
     if (j->par == PAR_REBUILD) {
-        if (r->restoring && r->fd >= 0 && r->restore_step == j->step)
+        /* matched by request id, as fetch results are (ftc__on_fetch_done):
+         * by rank and step, a rank that reconnected and asked again got its
+         * earlier request's rebuild, its own one dropped */
+        if (r->restoring && r->fd >= 0 && r->req == j->req && r->restore_step == j->step)
             ftc__par_rebuild_done(a, r, j);
+        else
+            FTC_DEBUG("agent", "parity rebuild gather of rank %u step %" PRIu64 " for request "
+                      "%" PRIu64 " done, but that request is over: dropped", j->owner, j->step,
+                      j->req);
         return;
     }
     for (int s = 0; s < NS; s++)

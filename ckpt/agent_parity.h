@@ -192,6 +192,7 @@ typedef struct ftc__par_task {
     /* in */
     bool rebuild;                /* a rebuild (ftc__par_rebuild) instead of an encode */
     int rix, slot;               /* the rank's index in the agent and its slot */
+    uint64_t req;                /* rebuild: the request (ftc__rank_t.req) it answers, only */
     uint32_t rank, local;
     uint64_t step, gen;
     char job[64], ns[96];

@@ -17,6 +17,13 @@
  *                             <- BEGIN_OK (slot) | SKIP (reason)
  *   SEALED (slot, step)       ->  verifies, replicates, reports the commit
  *                             <- COMMITTED (step) | NOT_COMMITTED (reason), later
+ *   ABORT (slot, step, why in text) -> the rank's snapshot of step failed after
+ *                                 BEGIN_OK (copy, seal, or its SEALED): the step
+ *                                 can never commit, so the agent frees that slot
+ *                                 and abandons this node's other ranks' sealed
+ *                                 copies of the step at once (their reports
+ *                                 withdrawn, NOT_COMMITTED to them), records a
+ *                                 checkpoint_failed event; no answer
  *   RESTORE (src)             ->  newest committed step of rank src's shard
  *                                 (src -1: the caller's own): local slot, else a
  *                                 peer's replica (or parity), else the persist
@@ -42,7 +49,7 @@
  *                             <- REPORT_OK | ERROR (bad kind)
  *   BYE                       ->
  *
- * Every request the rank sends (all but SEALED and BYE, which get no answer)
+ * Every request the rank sends (all but SEALED, ABORT and BYE, which get no answer)
  * carries a request id (seq, increasing, never 0) that the agent echoes in
  * each reply to it: a reply the rank gave up waiting for (its timeout_ms
  * passed) is still answered later, and without the id it was taken as the
@@ -92,9 +99,10 @@ enum ftc_ap_type {
     FTC_AP_FETCH = 15,
     FTC_AP_FETCH_OK = 16,
     /* A new type needs no version bump: both sides come from one build, and an
-     * older agent answers an unknown type with a clean protocol error. 18..19
-     * are left for other new messages. */
+     * older agent answers an unknown type with a clean protocol error. 19 is
+     * left for another new message. */
     FTC_AP_FETCH_AT_MOST = 17, /* FETCH of the newest committed step <= step; FETCH_OK */
+    FTC_AP_ABORT = 18,     /* the rank's snapshot of step (in slot) failed; no answer */
     FTC_AP_REPORT = 20,    /* an event the rank detected; size holds the bits of a double */
     FTC_AP_REPORT_OK = 21, /* the agent queued it for the event stream */
     FTC_AP__MAX = 22,
@@ -121,7 +129,7 @@ typedef struct ftc_ap_msg {
                             (-1: the caller's) */
     char job[64];        /* NUL-terminated */
     char name[FTC_AP_SLOTS_PER_RANK][128]; /* SLOTS_OK: the slot names */
-    char text[376];      /* ERROR / SKIP: the reason */
+    char text[376];      /* ERROR / SKIP / NOT_COMMITTED / ABORT: the reason */
 } ftc_ap_msg_t;
 
 /* The message size is the same in every version (see above). */

@@ -236,6 +236,23 @@ static int ftc__call(ftc_ctx_t *c, ftc_ap_msg_t *req, int want, ftc_ap_msg_t *re
     }
 }
 
+/* Tells the agent that the snapshot of step, begun in slot after BEGIN_OK,
+ * failed (ABORT, no answer): it abandons the step at once, where the other
+ * ranks' copies of it used to wait agent.timeout_ms for a commit that cannot
+ * come. Best effort: unsent, the agent frees the slot at the next BEGIN. */
+static void ftc__send_abort(ftc_ctx_t *c, int slot, uint64_t step, const char *why, int ms)
+{
+    ftc_ap_msg_t m;
+    ftc_ap_init(&m, FTC_AP_ABORT);
+    m.slot = (uint32_t)slot;
+    m.step = step;
+    snprintf(m.text, sizeof m.text, "%.300s", why);
+    ftc_err_t e = {0};
+    if (ftc_ap_send(c->fd, &m, ms > 0 ? ms : 1, &e))
+        FTC_DEBUG("ftc", "rank %u: step %llu: ABORT not sent: %s", c->rank,
+                  (unsigned long long)step, e.msg);
+}
+
 static void *ftc__notifier(void *arg)
 {
     ftc_ctx_t *c = arg;
@@ -275,14 +292,16 @@ static void *ftc__notifier(void *arg)
         }
         pthread_mutex_lock(&c->mu);
         if (rc) {
-            /* the agent never hears of this version: it will not commit
-             * (its slot, still being written for the agent, is free again
-             * at the rank's next BEGIN); the caller is told once */
+            /* this version never commits: the agent is told (ABORT) and
+             * frees its slot and abandons the step at once (else the slot
+             * is free again at the rank's next BEGIN); the caller is told
+             * once */
             c->snap_rc = rc;
             c->snap_step = step;
             c->snap_id = id;
             ftc_err_set(&c->snap_err, rc, what, (unsigned long long)step, err.msg);
             FTC_WARN("ftc", "rank %u: %s", c->rank, c->snap_err.msg);
+            ftc__send_abort(c, slot, step, c->snap_err.msg, ftc_deadline_remaining_ms(sd));
         }
         c->pending = false;
         pthread_cond_broadcast(&c->cv);
@@ -675,6 +694,7 @@ int ftc_checkpoint(ftc_ctx_t *c, int64_t step, const void *meta, size_t meta_len
         rc = ftc_snap_format(c->snap, c->slot[s].base, &c->err);
         if (rc) {
             ftc__note_failed(c, (uint64_t)step, c->err.msg);
+            ftc__send_abort(c, s, (uint64_t)step, c->err.msg, 1000);
             return rc;
         }
     }
@@ -687,6 +707,7 @@ int ftc_checkpoint(ftc_ctx_t *c, int64_t step, const void *meta, size_t meta_len
          * will not commit (the agent frees its slot at the next BEGIN) */
         ftc_err_wrap(&c->err, "the snapshot of step %lld could not start", (long long)step);
         ftc__note_failed(c, (uint64_t)step, c->err.msg);
+        ftc__send_abort(c, s, (uint64_t)step, c->err.msg, 1000);
         return rc;
     }
     c->checkpoints++;

@@ -54,6 +54,7 @@ typedef struct env {
     int persist_every;
     char domain[MAXN][16];  /* --domain of each agent ("" = none); set before start_agent */
     char timeout_ms[16];    /* --agent-timeout-ms ("" = AGENT_FIXTURE_TIMEOUT_MS) */
+    int ranks_per_node;     /* --ranks-per-node (0: not given, the agent's default 1) */
 } env_t;
 
 /* The envs a test has not torn down yet: a test that fails (cmocka jumps out
@@ -93,7 +94,7 @@ static inline pid_t spawn_agent(env_t *e, int i)
         FILE *o = freopen(out, "a", stdout);
         FILE *er = freopen(out, "a", stderr);
         (void)o, (void)er;
-        char bin[PATH_MAX], nodes[16], idx[16], every[16];
+        char bin[PATH_MAX], nodes[16], idx[16], every[16], rpn[16];
         snprintf(bin, sizeof bin, "%s/cli/ftc", bindir());
         snprintf(nodes, sizeof nodes, "%d", e->nodes);
         snprintf(idx, sizeof idx, "%d", i);
@@ -109,6 +110,11 @@ static inline pid_t spawn_agent(env_t *e, int i)
         if (e->domain[i][0]) {
             argv[argc++] = "--domain";
             argv[argc++] = e->domain[i];
+        }
+        if (e->ranks_per_node > 0) {
+            snprintf(rpn, sizeof rpn, "%d", e->ranks_per_node);
+            argv[argc++] = "--ranks-per-node";
+            argv[argc++] = rpn;
         }
         argv[argc] = NULL;
         execv(bin, argv);

@@ -39,12 +39,21 @@
  *     own fetch (the first to ask, first); a first holder that
  *     cannot be asked is passed over for the next one;
  *   - a restarted agent does not take a surviving slot of a step that was
- *     never committed for committed.
+ *     never committed for committed;
+ *   - a rank whose snapshot fails (a stand-in device, fake_device.h) tells
+ *     its agent (ABORT): the other rank's copy of that step on the node is
+ *     abandoned at once (NOT_COMMITTED, checkpoint_failed and
+ *     checkpoint_abandoned events), not after agent.timeout_ms, and the
+ *     committed step stays;
+ *   - with Redis stopped, the commit reports and event writes are skipped
+ *     (no command timeout each) and made once Redis answers.
  * FTC_TEST_FILTER=NAME (cmocka pattern) runs only the matching tests.
  */
 #include "ftc_test.h"
 
 #include "ckpt/agent_fixture.h"
+#include "ckpt/client_internal.h"
+#include "ckpt/fake_device.h"
 #include "ftc.h"
 
 #include <hiredis/hiredis.h>
@@ -1122,6 +1131,199 @@ static void test_restart_never_committed_slot(void **state)
     teardown_env(e);
 }
 
+/* Whether the job's event stream has an entry of kind for rank and step. */
+static bool stream_has(env_t *e, const char *kind, int rank, int64_t step)
+{
+    ftc_ctl_t *c = redis_fixture_ctl(e->f, e->job);
+    char key[128];
+    bool found = false;
+    ftc_redis_reply_t *rep;
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, &rep, "XRANGE",
+                                    ftc_ctl_key(c, "events", key, sizeof key), "-", "+", NULL), 0);
+    for (size_t i = 0; i < rep->elements && !found; i++) {
+        ftc_redis_reply_t *fields = rep->element[i]->element[1];
+        const char *k = "", *s = "-1", *r = "-1";
+        for (size_t j = 0; j + 1 < fields->elements; j += 2) {
+            const char *name = fields->element[j]->str, *v = fields->element[j + 1]->str;
+            if (!strcmp(name, "kind"))
+                k = v;
+            else if (!strcmp(name, "step"))
+                s = v;
+            else if (!strcmp(name, "rank"))
+                r = v;
+        }
+        found = !strcmp(k, kind) && atoi(r) == rank && strtoll(s, NULL, 10) == step;
+    }
+    ftc_redis_reply_free(rep);
+    ftc_ctl_destroy(c);
+    return found;
+}
+
+/* Rank `rank` of `world` on node's agent, timeout_ms 10 s, tensor "w" of n
+ * floats on the stand-in device (fd_reset first) when dev, else on the host. */
+static ftc_ctx_t *open_ctx_dev(env_t *e, int node, int rank, int world, float *w, int n,
+                               bool dev)
+{
+    char sock[PATH_MAX + 32];
+    ftc_options_t o = ctx_options(e, node, rank, world, sock, sizeof sock);
+    o.timeout_ms = 10000;
+    ftc_ctx_t *c = NULL;
+    if (ftc_create(&o, &c))
+        fail_msg("ftc_create: %s", ftc_last_error(c));
+    if (dev)
+        assert_int_equal(ftc__set_device_ops(c, fake_dev_ops()), 0);
+    int64_t shape[1] = {n};
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, dev ? 0 : FTC_HOST), 0);
+    return c;
+}
+
+/* Rank 1 checkpoints step, its device sync failing: FTC_EIO from
+ * ftc_wait_snapshot (its notifier has told the agent by then). */
+static void failed_step(ftc_ctx_t *c1, float *w1, int64_t step)
+{
+    fill(w1, 1, step);
+    fake_set(&FD.fail_sync_at, fake_get(&FD.syncs) + 1);
+    assert_int_equal(ftc_checkpoint(c1, step, NULL, 0), 0);
+    assert_int_equal(ftc_wait_snapshot(c1), FTC_EIO);
+    print_message("rank 1, step %lld: %s\n", (long long)step, ftc_last_error(c1));
+}
+
+/* One node, ranks 0 and 1 on it (--ranks-per-node 2), no replicas (each
+ * sealed version is reported at once), agent.timeout_ms 60 s. Rank 1's
+ * snapshot of step 2 fails (its device sync), then rank 0 checkpoints
+ * step 2; for step 3 rank 0 seals first, then rank 1 fails. Each time the
+ * step can never commit. Rank 0's copy waited in the agent, reported and
+ * its slot taken, until a BEGIN of rank 0 had been parked for
+ * agent.timeout_ms: ftc_wait_committed of it ended FTC_ETIMEDOUT (the
+ * rank's own timeout_ms). libftc now tells the agent (ABORT), which
+ * abandons the step at once: rank 0 is told NOT_COMMITTED (FTC_EIO naming
+ * rank 1's failure), the stream says checkpoint_failed (rank 1) and
+ * checkpoint_abandoned (rank 0), the committed step stays 1 (I3) and step
+ * 4 commits for both. */
+static void test_failed_snapshot_abandons_step(void **state)
+{
+    env_t *e = prepare_env(*state, 1, "0", 1000, NULL);
+    e->ranks_per_node = 2;
+    snprintf(e->timeout_ms, sizeof e->timeout_ms, "60000");
+    start_agent(e, 0);
+    static float w0[4096], w1[4096];
+    fd_reset();
+    ftc_ctx_t *c0 = open_ctx_dev(e, 0, 0, 2, w0, 4096, false);
+    ftc_ctx_t *c1 = open_ctx_dev(e, 0, 1, 2, w1, 4096, true);
+    ftc_ctx_t *c[2] = {c0, c1};
+    for (int r = 0; r < 2; r++) {
+        fill(r ? w1 : w0, r, 1);
+        assert_int_equal(ftc_checkpoint(c[r], 1, NULL, 0), 0);
+        assert_int_equal(ftc_wait_snapshot(c[r]), 0);
+    }
+    for (int r = 0; r < 2; r++)
+        if (ftc_wait_committed(c[r], 1))
+            fail_msg("step 1: %s", ftc_last_error(c[r]));
+    /* step 2: rank 1 fails first, rank 0 seals after it */
+    failed_step(c1, w1, 2);
+    fill(w0, 0, 2);
+    assert_int_equal(ftc_checkpoint(c0, 2, NULL, 0), 0);
+    assert_int_equal(ftc_wait_snapshot(c0), 0);
+    int rc = ftc_wait_committed(c0, 2);
+    print_message("rank 0, step 2: %s: %s\n", ftc_errname(rc), ftc_last_error(c0));
+    assert_int_equal(rc, FTC_EIO);
+    assert_non_null(strstr(ftc_last_error(c0), "rank 1's snapshot of it failed"));
+    /* step 3: rank 0 seals first (its SEALED sent), then rank 1 fails */
+    fill(w0, 0, 3);
+    assert_int_equal(ftc_checkpoint(c0, 3, NULL, 0), 0);
+    assert_int_equal(ftc_wait_snapshot(c0), 0);
+    ftc_ckpt_status_t st = {.struct_size = sizeof st};
+    ftc_deadline_t d = ftc_deadline_in_ms(10000);
+    while (ftc_ckpt_status(c0, &st) == 0 && st.in_flight >= 0 && !ftc_deadline_expired(d))
+        ftc_sleep_ms(5);
+    assert_int_equal(st.in_flight, -1);
+    failed_step(c1, w1, 3);
+    rc = ftc_wait_committed(c0, 3);
+    print_message("rank 0, step 3: %s: %s\n", ftc_errname(rc), ftc_last_error(c0));
+    assert_int_equal(rc, FTC_EIO);
+    for (int64_t s = 2; s <= 3; s++) {
+        assert_true(stream_has(e, "checkpoint_failed", 1, s));
+        assert_true(stream_has(e, "checkpoint_abandoned", 0, s));
+    }
+    /* I3: the committed step is still 1, and a later step commits for both */
+    ftc_ctl_t *ctl = redis_fixture_ctl(e->f, e->job);
+    int64_t cstep = -1;
+    uint64_t cgen = 0;
+    assert_int_equal(ftc_ctl_committed(ctl, &cstep, &cgen), 0);
+    ftc_ctl_destroy(ctl);
+    assert_int_equal(cstep, 1);
+    for (int r = 0; r < 2; r++) {
+        fill(r ? w1 : w0, r, 4);
+        assert_int_equal(ftc_checkpoint(c[r], 4, NULL, 0), 0);
+        assert_int_equal(ftc_wait_snapshot(c[r]), 0);
+    }
+    for (int r = 0; r < 2; r++)
+        if (ftc_wait_committed(c[r], 4))
+            fail_msg("step 4: %s", ftc_last_error(c[r]));
+    ftc_destroy(c0);
+    ftc_destroy(c1);
+    fd_done();
+    teardown_env(e);
+}
+
+/* Redis stopped (SIGSTOP) under one node, one rank, k = 0, checkpoint.busy
+ * skip, step 0 committed. Steps 1 and 2 are sealed (each reported to the
+ * commit record at once), step 3 finds no free slot and is skipped (a
+ * checkpoint_skipped event). Once one Redis call had failed the agent took
+ * Redis for down, but the commit reports (each SEALED's, and the poll's
+ * retries of every unreported version on each pass) and the event writes
+ * still cost a command timeout (2 s) each, in which no rank was answered:
+ * step 2's BEGIN waited past the rank's timeout (6 s), FTC_ETIMEDOUT. They
+ * are now skipped while Redis is known down — the
+ * event queued on the detector, the reports left to the commit poll — so
+ * the skip comes within the rank's timeout; and nothing is lost: once Redis
+ * answers, steps 1 and 2 commit and the event is in the stream. */
+static void test_redis_down_reports_wait(void **state)
+{
+    setenv("FTC_CHECKPOINT_BUSY", "skip", 1); /* inherited by the agent */
+    env_t *e = setup_env(*state, 1, "0", 1000);
+    unsetenv("FTC_CHECKPOINT_BUSY");
+    static float w[4096];
+    char sock[PATH_MAX + 32];
+    ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
+    o.timeout_ms = 6000;
+    ftc_ctx_t *c = NULL;
+    if (ftc_create(&o, &c))
+        fail_msg("ftc_create: %s", ftc_last_error(c));
+    int64_t shape[1] = {4096};
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    fill(w, 0, 0);
+    assert_int_equal(ftc_checkpoint(c, 0, NULL, 0), 0);
+    assert_int_equal(ftc_wait_snapshot(c), 0);
+    if (ftc_wait_committed(c, 0))
+        fail_msg("step 0: %s", ftc_last_error(c));
+    assert_int_equal(ftc_redis_server_signal(e->f->srv, SIGSTOP), 0);
+    int rc[4] = {0};
+    for (int64_t s = 1; s <= 3; s++) {
+        fill(w, 0, s);
+        rc[s] = ftc_checkpoint(c, s, NULL, 0);
+        print_message("checkpoint of step %lld with Redis stopped: %s %s\n", (long long)s,
+                      ftc_errname(rc[s]), rc[s] ? ftc_last_error(c) : "");
+        if (rc[s] == 0)
+            assert_int_equal(ftc_wait_snapshot(c), 0);
+    }
+    assert_int_equal(ftc_redis_server_signal(e->f->srv, SIGCONT), 0);
+    assert_int_equal(rc[1], 0);
+    assert_int_equal(rc[2], 0);
+    assert_int_equal(rc[3], FTC_EAGAIN); /* the skip policy's answer, not FTC_ETIMEDOUT */
+    /* nothing lost: the reports skipped meanwhile are made once Redis answers */
+    if (ftc_wait_committed(c, 2))
+        fail_msg("step 2 after Redis answered again: %s", ftc_last_error(c));
+    ftc_deadline_t d = ftc_deadline_in_ms(20000);
+    while (!stream_has(e, "checkpoint_skipped", 0, 3)) {
+        if (ftc_deadline_expired(d))
+            fail_msg("no checkpoint_skipped event for step 3 once Redis answered");
+        ftc_sleep_ms(50);
+    }
+    ftc_destroy(c);
+    teardown_env(e);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, agent_fixture_teardown)
 
 int main(void)
@@ -1149,6 +1351,8 @@ int main(void)
         T(test_fetch_result_to_its_request),
         T(test_restore_first_holder_unreachable),
         T(test_restart_never_committed_slot),
+        T(test_failed_snapshot_abandons_step),
+        T(test_redis_down_reports_wait),
     };
     /* FTC_TEST_FILTER=test_name (a cmocka pattern, * and ?) runs only those */
     if (getenv("FTC_TEST_FILTER"))

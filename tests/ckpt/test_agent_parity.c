@@ -37,7 +37,10 @@
  *     naming what was gone;
  *   - a shrunk generation's groups (the plan's members only): the rule over
  *     member lists; its checkpoints commit, and a later rebuild uses its
- *     groups; shrunk below a group, it commits without parity.
+ *     groups; shrunk below a group, it commits without parity;
+ *   - a rebuild's result answers only the request that queued it (a rank
+ *     that gave up and asked again is answered by its own rebuild).
+ * FTC_TEST_FILTER=NAME (cmocka pattern) runs only the matching tests.
  */
 #include "ftc_test.h"
 
@@ -47,6 +50,8 @@
 #include "ckpt/slot.h"
 
 #include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <sys/eventfd.h>
 
 #define MAXN 6
@@ -846,6 +851,103 @@ static void test_xor_one_node_lost(void **state)
     teardown_env(e);
 }
 
+typedef struct bg_restore {
+    ftc_ctx_t *c;
+    int rc;
+    int64_t step;
+    atomic_int done;
+} bg_restore_t;
+
+static void *bg_restore(void *arg)
+{
+    bg_restore_t *b = arg;
+    b->rc = ftc_restore(b->c, &b->step, NULL, NULL);
+    atomic_store(&b->done, 1);
+    return NULL;
+}
+
+/* Rank 1 of 3 on node 1's agent with rank_main's tensors (--floats 65536:
+ * "w", "optim.m", the scalar "step" = step x 1000 + rank), timeout_ms. */
+static float bg_w[65536], bg_m[65536];
+static int64_t bg_sc;
+static ftc_ctx_t *rank1_ctx(env_t *e, int timeout_ms)
+{
+    char sock[PATH_MAX + 32];
+    ftc_options_t o = ctx_options(e, 1, 1, 3, sock, sizeof sock);
+    o.timeout_ms = timeout_ms;
+    ftc_ctx_t *c = NULL;
+    if (ftc_create(&o, &c))
+        fail_msg("ftc_create: %s", ftc_last_error(c));
+    int64_t shape[1] = {65536};
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, bg_w, FTC_HOST), 0);
+    assert_int_equal(ftc_register(c, "optim.m", FTC_DTYPE_F32, 1, shape, bg_m, FTC_HOST), 0);
+    assert_int_equal(ftc_register(c, "step", FTC_DTYPE_I64, 0, NULL, &bg_sc, FTC_HOST), 0);
+    return c;
+}
+
+/* A parity rebuild's result answers the request that queued it, never a
+ * later one. xor:2 on 3 nodes, step 2 committed, node 1 lost and started
+ * again empty (its agent logging at debug); rank 1 restores (request 1,
+ * rebuilt from parity: node 1 now talks to nodes 0 and 2). Its slots are
+ * corrupted, so that each later restore rebuilds again, and node 2's agent
+ * is stopped (SIGSTOP; its heartbeat kept alive), so that a rebuild's fetch
+ * from it waits. Rank 1 restores with a 1.5 s timeout (request 2), gives
+ * up, reconnects and restores again (request 3), whose fetch from node 2
+ * is refused while request 2's is in flight and retried 0.5 s later; node
+ * 2 resumes. Request 2's rebuild ends first, and was matched by rank and
+ * step only: it answered request 3, whose own rebuild was then dropped.
+ * Now it is dropped (the debug line names request 2) and request 3 is
+ * answered by its own rebuild (its "rebuilt from parity" line names it),
+ * step 2 restored either way. */
+static void test_rebuild_result_to_its_request(void **state)
+{
+    env_t *e = setup_env(*state, 3, "xor:2", 1000);
+    run_all(e, "3");
+    lose_node(e, 1);
+    setenv("FTC_LOG_LEVEL", "debug", 1); /* inherited by node 1's new agent only */
+    start_agent(e, 1);
+    unsetenv("FTC_LOG_LEVEL");
+    ftc_ctx_t *c = rank1_ctx(e, 20000);
+    int64_t step = -1;
+    if (ftc_restore(c, &step, NULL, NULL))
+        fail_msg("restore, request 1: %s", ftc_last_error(c));
+    assert_int_equal(step, 2);
+    ftc_destroy(c);
+    assert_true(agent_said(e, 1, "parity worker; request 1)"));
+    char prefix[128];
+    snprintf(prefix, sizeof prefix, "ftc.%s.n1.r1.", e->job);
+    assert_true(corrupt_shm(prefix) > 0);
+    /* node 2 looks alive to node 1 while it is stopped */
+    ftc_ctl_t *ctl = redis_fixture_ctl(e->f, e->job);
+    uint64_t gen = 0;
+    uint32_t world = 0;
+    assert_int_equal(ftc_ctl_generation(ctl, &gen, &world), 0);
+    ftc_ctl_heartbeat_t hb = {.generation = gen, .step = -1, .wall_ms = ftc_wall_ms()};
+    assert_int_equal(kill(e->agent[2], SIGSTOP), 0);
+    assert_int_equal(ftc_ctl_heartbeat(ctl, "node2", &hb, 120000), 0);
+    ftc_ctl_destroy(ctl);
+    c = rank1_ctx(e, 1500);
+    int rc = ftc_restore(c, &step, NULL, NULL);
+    print_message("restore, request 2: %s (%s)\n", ftc_errname(rc), ftc_last_error(c));
+    assert_int_equal(rc, FTC_ETIMEDOUT);
+    ftc_destroy(c);
+    bg_restore_t b = {.c = rank1_ctx(e, 20000), .rc = 1, .step = -1};
+    pthread_t tid;
+    assert_int_equal(pthread_create(&tid, NULL, bg_restore, &b), 0);
+    ftc_sleep_ms(300); /* request 3 queued first (not an assertion: the log says below) */
+    assert_int_equal(kill(e->agent[2], SIGCONT), 0);
+    pthread_join(tid, NULL);
+    print_message("restore, request 3: %s, step %lld %s\n", ftc_errname(b.rc),
+                  (long long)b.step, b.rc ? ftc_last_error(b.c) : "");
+    assert_int_equal(b.rc, 0);
+    assert_int_equal(b.step, 2);
+    assert_int_equal(bg_sc, 2 * 1000 + 1);
+    ftc_destroy(b.c);
+    assert_true(agent_said(e, 1, "parity worker; request 3)"));
+    assert_true(agent_said(e, 1, "for request 2 done, but that request is over: dropped"));
+    teardown_env(e);
+}
+
 static void test_rs_two_nodes_lost(void **state)
 {
     env_t *e = setup_env(*state, 4, "rs:2+2", 1000);
@@ -1492,6 +1594,10 @@ int main(void)
         T(test_shrunk_generation_commits),
         T(test_shrunk_below_a_group),
         T(test_unknown_plan_member),
+        T(test_rebuild_result_to_its_request),
     };
+    /* FTC_TEST_FILTER=test_name (a cmocka pattern, * and ?) runs only those */
+    if (getenv("FTC_TEST_FILTER"))
+        cmocka_set_test_filter(getenv("FTC_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
