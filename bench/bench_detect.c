@@ -1076,7 +1076,8 @@ int main(int argc, char **argv)
            "last hb\" = on_event(node_lost) - send time of the agent's last heartbeat; \"past "
            "TTL\" = that - %d ms (the earliest its key could expire).\n\n",
            o.fail_pct, TTL_MS);
-    printf("| N | stopped | detected | by notification / deadline poll / scan | false | dup | since last hb p50 / p99 / max ms | past TTL "
+    printf("| N | stopped | detected | by notification / deadline poll / scan | false | dup | "
+           "since last hb p50 / p99 / max ms | past TTL "
            "p50 / p99 ms | target p99 <= %d ms | p99 / target |\n",
            TTL_MS + 100);
     printf("|---|---|---|---|---|---|---|---|---|---|\n");

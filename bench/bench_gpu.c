@@ -79,9 +79,10 @@ static int train_bench(const char *backend, const char *model, int B, int T, int
     k->sync();
     double secs = (double)ftc_now_ns() * 1e-9 - t0;
     double tps = (double)tokens / secs, flops = 6.0 * nparams * tps;
-    printf("train %-10s %s B=%d T=%d: %d steps in %.3f s, %.0f tokens/s, %.1f TFLOP/s (6*N*tokens), "
-           "loss %.4f -> %.4f\n",
-           backend, model, B, T, steps, secs, tps, flops * 1e-12, (double)first, (double)last);
+    printf(
+        "train %-10s %s B=%d T=%d: %d steps in %.3f s, %.0f tokens/s, %.1f TFLOP/s (6*N*tokens), "
+        "loss %.4f -> %.4f\n",
+        backend, model, B, T, steps, secs, tps, flops * 1e-12, (double)first, (double)last);
     if (k->matmul_bf16)
         printf("  MFU %.1f%% of the H200 dense bf16 peak (%.0f TFLOP/s)\n",
                100.0 * flops * 1e-12 / FTC_H200_PEAK_BF16_TFLOPS, FTC_H200_PEAK_BF16_TFLOPS);

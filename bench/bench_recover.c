@@ -824,15 +824,17 @@ int main(int argc, char **argv)
                "step %d is committed, a spare node 1 started on node_lost\n  load average at "
                "start: %s\n",
                NODES, C.step_ms, C.kill_at, la);
-    printf("  modes: memory = redundancy 1 (a replica in a peer's memory), no persist tier;"
-           " persist = redundancy 0,\n  persist tier every step in %s (the lost rank restores "
-           "from disk;\n  the lost node's persist files are evicted from the page cache at the kill, "
-           "as a replacement node\n  would not have them in memory); restart = as persist, but on "
-           "node_lost the whole job is killed\n  (stop = until its processes are gone), every "
-           "node's /dev/shm wiped and the persist tier evicted\n  from the page cache, and the job "
-           "started again (same job id and Redis): every rank restores from disk; inproc = as\n"
-           "  memory, with `ftc run --in-process`: surviving ranks continue in their processes\n"
-           "  (only for binaries that know the mode, such as ftc train)\n", C.dir);
+    printf(
+        "  modes: memory = redundancy 1 (a replica in a peer's memory), no persist tier;"
+        " persist = redundancy 0,\n  persist tier every step in %s (the lost rank restores "
+        "from disk;\n  the lost node's persist files are evicted from the page cache at the kill, "
+        "as a replacement node\n  would not have them in memory); restart = as persist, but on "
+        "node_lost the whole job is killed\n  (stop = until its processes are gone), every "
+        "node's /dev/shm wiped and the persist tier evicted\n  from the page cache, and the job "
+        "started again (same job id and Redis): every rank restores from disk; inproc = as\n"
+        "  memory, with `ftc run --in-process`: surviving ranks continue in their processes\n"
+        "  (only for binaries that know the mode, such as ftc train)\n",
+        C.dir);
     printf("  phases, ms from the end of the previous one (latest node or rank): detect = kill "
            "-> node_lost;\n  stop = survivors' ranks stopped; rendezvous = round closed; rebuild "
            "= agents up + ranks forked;\n  restore = every rank's ftc_restore returned (ftc "

@@ -388,8 +388,8 @@ static void bench_copy(const bench_t *B, tensors_t *t)
     snprintf(lbl, sizeof lbl, "snapshot copy (begin..wait_copy), %d thr", threads);
     printf("%-44s %9.2f %10.1f %10.2f %10.2f\n", lbl, gb / best_snap, best_snap * 1e3,
            best_m1 / best_snap, best_mn / best_snap);
-    printf("%-44s %9.2f %10.1f   (mean %.1f ms)\n", "seal: wait_copy returned..sealed", gb / best_seal,
-           best_seal * 1e3, sum_seal / B->reps * 1e3);
+    printf("%-44s %9.2f %10.1f   (mean %.1f ms)\n", "seal: wait_copy returned..sealed",
+           gb / best_seal, best_seal * 1e3, sum_seal / B->reps * 1e3);
     snprintf(lbl, sizeof lbl, "seal alone (ftc_shard_seal, %d threads)", threads);
     printf("%-44s %9.2f %10.1f\n", lbl, gb / best_reseal, best_reseal * 1e3);
     printf("%-44s %9.2f %10.1f\n", "snapshot begin..sealed", gb / best_total, best_total * 1e3);
@@ -767,7 +767,8 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (B.reps < 1 || B.steps < 1 || B.steps > 120 || B.warmup < 0 || B.step_ms < 1 || B.copy_threads < 0)
+    if (B.reps < 1 || B.steps < 1 || B.steps > 120 || B.warmup < 0 || B.step_ms < 1 ||
+        B.copy_threads < 0)
         die("--reps >= 1, --steps 1..120, --warmup >= 0, --step-ms >= 1, --copy-threads >= 0");
     if (nsizes == 0) {
         sizes[nsizes++] = (size_t)256 << 20;

@@ -2001,7 +2001,8 @@ static void ftc__try_push(ftc_agent_t *a, ftc__rank_t *r, int s)
             return; /* retried by the poll */
         r->st[s] = SL_EMPTY;
         ftc__not_committed(r->fd, FTC_ENOENT, r->step[s],
-                           "step %" PRIu64 ": only %d of the %d replica peers are known after %d ms",
+                           "step %" PRIu64
+                           ": only %d of the %d replica peers are known after %d ms",
                            r->step[s], np, k, a->o.timeout_ms);
         ftc__answer_begin(a, r);
         return;
@@ -3019,8 +3020,8 @@ static void ftc__on_push_done(ftc_agent_t *a, ftc__job_t *j)
         a->last_peers_ns = 0; /* re-read the peers' addresses and liveness before the retry */
         return;
     }
-    FTC_WARN("agent", "rank %u step %" PRIu64 ": replicated to %d of %d peers: %s", r->rank, j->step,
-             j->acked, j->npeers, j->detail);
+    FTC_WARN("agent", "rank %u step %" PRIu64 ": replicated to %d of %d peers: %s", r->rank,
+             j->step, j->acked, j->npeers, j->detail);
     r->st[s] = SL_EMPTY; /* not committed; the previous version stays */
     ftc__not_committed(r->fd, j->rc ? j->rc : FTC_EIO, j->step,
                        "step %" PRIu64 " not committed: replicated to %d of %d peers: %s", j->step,
@@ -4311,7 +4312,7 @@ static void ftc__par_free(ftc_agent_t *a)
     a->par = NULL;
 }
 
-/* ---- life cycle ------------------------------------------------------------------------------- */
+/* ---- life cycle ------------------------------------------------------------------------------ */
 
 static _Atomic(const char *) ftc__phase; /* ftc_agent_phase */
 #define FTC__PHASE(p) atomic_store(&ftc__phase, (const char *)(p))
@@ -4519,8 +4520,8 @@ ftc_agent_t *ftc_agent_start(const ftc_agent_options_t *o, ftc_err_t *err)
         ftc_err_set(err, FTC_ECONFIG, "agent: parity groups: %s", a->par->why);
         goto fail;
     }
-    FTC_INFO("agent", "node %u (%s) of job %s: generation %" PRIu64 ", world %u, socket %s", o->index,
-             a->node_id, a->job, a->generation, a->world, a->sock);
+    FTC_INFO("agent", "node %u (%s) of job %s: generation %" PRIu64 ", world %u, socket %s",
+             o->index, a->node_id, a->job, a->generation, a->world, a->sock);
     FTC__PHASE(NULL);
     return a;
 fail:

@@ -3,27 +3,22 @@
  *
  * It owns the shm slots of its local ranks (three per rank, so a checkpoint
  * in progress never overwrites the last committed version, I3, nor waits for
- * the previous step's replication; they outlive a crashed rank), serves the ranks over a Unix socket (ckpt/agent_proto.h),
- * replicates each sealed slot to k peer agents over libfabric (placement: the
- * next nodes in ring order, skipping nodes of the same failure domain) or,
- * with redundancy xor:G / rs:G+M, takes part in its parity group
- * (ckpt/agent_parity.h: parity distributed over groups of G+M nodes),
- * reports each replicated (or parity-protected) shard to the commit record
- * in Redis (detect/control.h) and tells the rank when its step is
- * committed; every M commits it writes its ranks' shards through the
- * persist tier. On RESTORE it finds the newest committed step and serves it
- * from a local slot, else fetches a peer's replica (K replicas: holders in
- * ring order) or rebuilds it from the surviving group members' shards and
- * parity (xor / rs), else reads the persist tier — each verified before use
- * (I1), and, for the committed step, only the version whose head checksum
- * the commit record holds: a copy that verifies by its content but is
- * another version of the step (a replica or persisted version from before
- * a rollback) is refused like a corrupt one and the next source tried (a
- * refused replica: a warning and a `replica_refused` event). Without the
- * record's checksum (expired, Redis away, an older step a FETCH names) the
- * content alone is checked. ftc_agent_start
- * fails with FTC_ECONFIG when the parity groups cannot be formed (too few
- * nodes).
+ * the previous step's replication; they outlive a crashed rank), serves the ranks over a Unix
+ * socket (ckpt/agent_proto.h), replicates each sealed slot to k peer agents over libfabric
+ * (placement: the next nodes in ring order, skipping nodes of the same failure domain) or, with
+ * redundancy xor:G / rs:G+M, takes part in its parity group (ckpt/agent_parity.h: parity
+ * distributed over groups of G+M nodes), reports each replicated (or parity-protected) shard to the
+ * commit record in Redis (detect/control.h) and tells the rank when its step is committed; every M
+ * commits it writes its ranks' shards through the persist tier. On RESTORE it finds the newest
+ * committed step and serves it from a local slot, else fetches a peer's replica (K replicas:
+ * holders in ring order) or rebuilds it from the surviving group members' shards and parity (xor /
+ * rs), else reads the persist tier — each verified before use (I1), and, for the committed step,
+ * only the version whose head checksum the commit record holds: a copy that verifies by its content
+ * but is another version of the step (a replica or persisted version from before a rollback) is
+ * refused like a corrupt one and the next source tried (a refused replica: a warning and a
+ * `replica_refused` event). Without the record's checksum (expired, Redis away, an older step a
+ * FETCH names) the content alone is checked. ftc_agent_start fails with FTC_ECONFIG when the parity
+ * groups cannot be formed (too few nodes).
  *
  * It publishes its fabric address in Redis (ftc:{job}:fabric, field = node
  * index) and runs a failure detector (detect/detector.h) for its node.

@@ -405,8 +405,10 @@ int ftc__par_encode(const ftc__par_geo_t *geo, const char *job, uint64_t step, u
         if (ftc_shard_open(&v, shards[i], sizes[i], 0, err) != 0)
             return err->code;
         if (v.info.step != step)
-            return ftc_err_set(err, FTC_ECORRUPT, "parity encode: member %d's shard is of step %" PRIu64
-                               ", not %" PRIu64, i, v.info.step, step);
+            return ftc_err_set(err, FTC_ECORRUPT,
+                               "parity encode: member %d's shard is of step %" PRIu64
+                               ", not %" PRIu64,
+                               i, v.info.step, step);
         heads[i] = v.head_xxh3;
         mx = sizes[i] > mx ? sizes[i] : mx;
     }

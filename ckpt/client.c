@@ -216,7 +216,8 @@ static int ftc__call(ftc_ctx_t *c, ftc_ap_msg_t *req, int want, ftc_ap_msg_t *re
             continue;
         if (rc)
             return rc;
-        rc = ftc_ap_recv(c->fd, rep, ftc_deadline_remaining_ms(d) > 0 ? ftc_deadline_remaining_ms(d) : 1,
+        rc = ftc_ap_recv(c->fd, rep,
+                         ftc_deadline_remaining_ms(d) > 0 ? ftc_deadline_remaining_ms(d) : 1,
                          &c->err);
         if (rc)
             return rc;

@@ -120,8 +120,8 @@ uint64_t ftc_parity_block_len(uint64_t max_shard)
 }
 
 /* ec_encode_data over [0, len) in int-sized segments. */
-static void ftc__encode(int len_k, int rows, uint8_t *tbls, uint8_t *const *src, uint8_t *const *dst,
-                        uint64_t len)
+static void ftc__encode(int len_k, int rows, uint8_t *tbls, uint8_t *const *src,
+                        uint8_t *const *dst, uint64_t len)
 {
     uint8_t *s[FTC_PARITY_MAX], *d[FTC_PARITY_MAX];
     for (uint64_t off = 0; off < len; off += FTC_PARITY_SEG) {

@@ -366,8 +366,9 @@ static void *ftc__hash_worker(void *arg)
         const uint8_t *e = v->base + FTC_SHARD_HEADER_SIZE + (uint64_t)i * FTC_SHARD_ENTRY_SIZE;
         uint64_t h = ftc_xxh3(v->base + ftc_le_rd64(e + E_OFFSET), ftc_le_rd64(e + E_LENGTH));
         if (job->region) {
-            ftc_le_wr64(job->region + FTC_SHARD_HEADER_SIZE + (uint64_t)i * FTC_SHARD_ENTRY_SIZE + E_XXH3,
-                 h);
+            ftc_le_wr64(job->region + FTC_SHARD_HEADER_SIZE + (uint64_t)i * FTC_SHARD_ENTRY_SIZE +
+                            E_XXH3,
+                        h);
         } else if (h != ftc_le_rd64(e + E_XXH3)) {
             int expect = 0;
             atomic_compare_exchange_strong(&job->bad, &expect, (int)i + 1);
@@ -504,7 +505,8 @@ int ftc_shard_peek_count(const void *buf, uint64_t have, uint64_t total, uint32_
 int ftc_shard_peek_tensor(const void *buf, uint64_t total, uint32_t i, uint64_t *offset,
                           uint64_t *length, uint64_t *xxh3)
 {
-    const uint8_t *e = (const uint8_t *)buf + FTC_SHARD_HEADER_SIZE + (uint64_t)i * FTC_SHARD_ENTRY_SIZE;
+    const uint8_t *e =
+        (const uint8_t *)buf + FTC_SHARD_HEADER_SIZE + (uint64_t)i * FTC_SHARD_ENTRY_SIZE;
     uint64_t off = ftc_le_rd64(e + E_OFFSET), len = ftc_le_rd64(e + E_LENGTH);
     uint64_t limit = total - FTC_SHARD_FOOTER_SIZE;
     if (off < FTC_SHARD_HEADER_SIZE || off > limit || len > limit - off)
@@ -547,9 +549,9 @@ int ftc_shard_open(ftc_shard_view_t *v, const void *buf, size_t len, unsigned fl
         return ftc_err_set(err, FTC_ECORRUPT, "header_size at offset %d is %u, must be %d",
                            H_HEADER_SIZE, hsize, FTC_SHARD_HEADER_SIZE);
     if (total < FTC_SHARD_HEADER_SIZE + FTC_SHARD_FOOTER_SIZE)
-        return ftc_err_set(err, FTC_ECORRUPT, "total_size at offset %d is %llu, below the minimum %d",
-                           H_TOTAL_SIZE, (unsigned long long)total,
-                           FTC_SHARD_HEADER_SIZE + FTC_SHARD_FOOTER_SIZE);
+        return ftc_err_set(
+            err, FTC_ECORRUPT, "total_size at offset %d is %llu, below the minimum %d",
+            H_TOTAL_SIZE, (unsigned long long)total, FTC_SHARD_HEADER_SIZE + FTC_SHARD_FOOTER_SIZE);
     if (total > len)
         return ftc_err_set(err, FTC_ETRUNC,
                            "shard truncated: total_size at offset %d says %llu bytes, only %zu "
@@ -576,7 +578,8 @@ int ftc_shard_open(ftc_shard_view_t *v, const void *buf, size_t len, unsigned fl
                            "footer total_size at offset %llu (%llu) differs from the header's "
                            "(%llu)",
                            (unsigned long long)(foff + F_TOTAL_SIZE),
-                           (unsigned long long)ftc_le_rd64(f + F_TOTAL_SIZE), (unsigned long long)total);
+                           (unsigned long long)ftc_le_rd64(f + F_TOTAL_SIZE),
+                           (unsigned long long)total);
     if (!all_zero(f + F_RESERVED, 24))
         return ftc_err_set(err, FTC_ECORRUPT, "footer reserved bytes at offset %llu are not zero",
                            (unsigned long long)(foff + F_RESERVED));
@@ -689,9 +692,11 @@ int ftc_shard_open(ftc_shard_view_t *v, const void *buf, size_t len, unsigned fl
             return ftc_err_set(err, FTC_ECORRUPT, "tensor %u: dtype at offset %llu is %d (unknown)",
                                i, (unsigned long long)(eo + E_DTYPE), dt);
         if (nd > FTC_SHARD_MAX_DIMS)
-            return ftc_err_set(err, FTC_ECORRUPT, "tensor %u: ndim at offset %llu is %u (at most %d)",
-                               i, (unsigned long long)(eo + E_NDIM), nd, FTC_SHARD_MAX_DIMS);
-        if (ftc_le_rd16(e + E_FLAGS) || ftc_le_rd32(e + E_RESERVED1) || !all_zero(e + E_RESERVED2, 24))
+            return ftc_err_set(err, FTC_ECORRUPT,
+                               "tensor %u: ndim at offset %llu is %u (at most %d)", i,
+                               (unsigned long long)(eo + E_NDIM), nd, FTC_SHARD_MAX_DIMS);
+        if (ftc_le_rd16(e + E_FLAGS) || ftc_le_rd32(e + E_RESERVED1) ||
+            !all_zero(e + E_RESERVED2, 24))
             return ftc_err_set(err, FTC_ECORRUPT,
                                "tensor %u: flags or reserved bytes in the entry at offset %llu "
                                "are not zero",
@@ -731,8 +736,8 @@ int ftc_shard_open(ftc_shard_view_t *v, const void *buf, size_t len, unsigned fl
                                "outside the names section or out of order",
                                i, no, nl, (unsigned long long)(eo + E_NAME_OFFSET));
         if (memchr(p + names_off + no, '\0', nl))
-            return ftc_err_set(err, FTC_ECORRUPT, "tensor %u: name at offset %llu contains a NUL", i,
-                               (unsigned long long)(names_off + no));
+            return ftc_err_set(err, FTC_ECORRUPT, "tensor %u: name at offset %llu contains a NUL",
+                               i, (unsigned long long)(names_off + no));
         name_pos += nl;
     }
     if (name_pos != names_size)

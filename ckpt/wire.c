@@ -34,8 +34,8 @@ int ftc_wire_key_init(ftc_wire_key_t *k, const char *job, const void *secret, si
     if (!job || !*job)
         return ftc_err_set(err, FTC_EINVAL, "wire key: empty job id");
     if (len < 16 || len > sizeof k->secret)
-        return ftc_err_set(err, FTC_EINVAL, "wire key: the job secret must be 16..32 bytes (got %zu)",
-                           len);
+        return ftc_err_set(err, FTC_EINVAL,
+                           "wire key: the job secret must be 16..32 bytes (got %zu)", len);
     memcpy(k->secret, secret, len);
     k->secret_len = len;
     k->job = ftc_xxh3(job, strlen(job));
@@ -87,8 +87,10 @@ int ftc_wire_decode(const ftc_wire_key_t *k, const uint8_t *buf, size_t len, ftc
 {
     memset(h, 0, sizeof *h);
     if (len < FTC_WIRE_HDR)
-        return ftc_err_set(err, FTC_EPROTO, "wire: message of %zu bytes is shorter than the %d-byte "
-                                            "header", len, FTC_WIRE_HDR);
+        return ftc_err_set(err, FTC_EPROTO,
+                           "wire: message of %zu bytes is shorter than the %d-byte "
+                           "header",
+                           len, FTC_WIRE_HDR);
     if (memcmp(buf, ftc__wire_magic, 4))
         return ftc_err_set(err, FTC_EPROTO, "wire: bad magic at offset 0 (not an ftc message)");
     if (ftc_le_rd16(buf + 4) != FTC_WIRE_VERSION)

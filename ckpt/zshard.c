@@ -1004,9 +1004,10 @@ static int ftc__z_parse(const uint8_t *p, size_t len, ftc__zhdr_t *h, ftc__zchun
                            ZH_LEVEL, h->level, ZSTD_minCLevel(), ZSTD_maxCLevel());
     h->chunk_bytes = ftc_le_rd64(p + ZH_CHUNK_BYTES);
     if (h->chunk_bytes < FTC_ZSHARD_MIN_CHUNK || h->chunk_bytes > FTC_ZSHARD_MAX_CHUNK)
-        return ftc_err_set(err, FTC_ECORRUPT, "chunk_bytes at offset %d is %llu (must be %llu..%llu)",
-                           ZH_CHUNK_BYTES, (unsigned long long)h->chunk_bytes,
-                           FTC_ZSHARD_MIN_CHUNK, FTC_ZSHARD_MAX_CHUNK);
+        return ftc_err_set(err, FTC_ECORRUPT,
+                           "chunk_bytes at offset %d is %llu (must be %llu..%llu)", ZH_CHUNK_BYTES,
+                           (unsigned long long)h->chunk_bytes, FTC_ZSHARD_MIN_CHUNK,
+                           FTC_ZSHARD_MAX_CHUNK);
     h->step = ftc_le_rd64(p + ZH_STEP);
     h->base_step = ftc_le_rd64(p + ZH_BASE_STEP);
     h->base_xxh3 = ftc_le_rd64(p + ZH_BASE_XXH3);
@@ -1073,7 +1074,8 @@ static int ftc__z_parse(const uint8_t *p, size_t len, ftc__zhdr_t *h, ftc__zchun
                            (unsigned long long)(foff + ZF_HEADER_XXH3));
     /* chunk table */
     const uint8_t *tab = p + FTC_ZSHARD_HEADER_SIZE;
-    if (ftc_xxh3(tab, (uint64_t)h->n_chunks * FTC_ZSHARD_ENTRY_SIZE) != ftc_le_rd64(p + ZH_TABLE_XXH3))
+    if (ftc_xxh3(tab, (uint64_t)h->n_chunks * FTC_ZSHARD_ENTRY_SIZE) !=
+        ftc_le_rd64(p + ZH_TABLE_XXH3))
         return ftc_err_set(err, FTC_ECORRUPT,
                            "chunk table checksum (table_xxh3 at offset %d) does not match",
                            ZH_TABLE_XXH3);

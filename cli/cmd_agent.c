@@ -35,7 +35,8 @@ static const char ftc__agent_help[] =
     "                         parity groups spread over the labels (set it on every node)\n"
     "  --persist-every M      persist every M commits (default: the persist.every setting)\n"
     "Settings used: redundancy, checkpoint.busy, checkpoint.inflight, fabric.provider,\n"
-    "agent.timeout_ms, detect.hang_ms, detect.ttl_ms, persist.* (persist.dir enables the persist tier),\n"
+    "agent.timeout_ms, detect.hang_ms, detect.ttl_ms, persist.* (persist.dir enables the persist "
+    "tier),\n"
     "redis.url, job.id, job.dir.\n";
 
 static volatile sig_atomic_t ftc__agent_stop;

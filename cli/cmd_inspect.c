@@ -150,7 +150,8 @@ static int ftc__show_shard(const ftc_shard_view_t *v, bool json, json_t *js, ftc
     while (ftc_shard_meta_next(v, &pos, &k, &kl, &val, &vl))
         nmeta++;
     if (!json)
-        printf("  metadata     %d record(s), %llu bytes\n", nmeta, (unsigned long long)v->meta_size);
+        printf("  metadata     %d record(s), %llu bytes\n", nmeta,
+               (unsigned long long)v->meta_size);
     pos = 0;
     while (ftc_shard_meta_next(v, &pos, &k, &kl, &val, &vl)) {
         char prev[64];

@@ -70,7 +70,8 @@ static int ftc__status_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
     if (ec != FTC_CLI_CONTINUE)
         return ec;
     if (interval < 50 || interval > 3600000 || nev > 1000) {
-        ec = ftc_cli_usage_error(cmd, "--interval must be 50..3600000 ms and --events at most 1000");
+        ec =
+            ftc_cli_usage_error(cmd, "--interval must be 50..3600000 ms and --events at most 1000");
         goto out;
     }
     ftc_ctl_t *c = ftc__ctl_open(cmd, &a, 2000);

@@ -946,7 +946,8 @@ generation:
         toks += st.tokens;
         tok_s = st.seconds > 0 ? (double)st.tokens / st.seconds : 0.0;
         bool last = ftc_trainer_steps_done(t) == stop;
-        if (last && stop < o.steps && !st.checkpointed && (o.agent || (o.ckpt_dir && *o.ckpt_dir))) {
+        if (last && stop < o.steps && !st.checkpointed &&
+            (o.agent || (o.ckpt_dir && *o.ckpt_dir))) {
             /* not taken (the agent's policy skipped it, or its snapshot
              * failed: logged): no "ckpt" mark, a resume starts earlier */
             bool taken = false;
@@ -1050,5 +1051,6 @@ out:
     return ec;
 }
 
-const ftc_cli_cmd_t ftc_cli_cmd_train = {"train", "train the reference GPT (CPU; N processes with --nproc)",
+const ftc_cli_cmd_t ftc_cli_cmd_train = {"train",
+                                         "train the reference GPT (CPU; N processes with --nproc)",
                                          ftc__train_help, ftc__train_run};

@@ -54,7 +54,11 @@ int ftc_parse_size(const char *s, int64_t *out)
     long long mul = 1;
     if (*end) {
         char u = (char)toupper((unsigned char)*end);
-        mul = u == 'K' ? 1ll << 10 : u == 'M' ? 1ll << 20 : u == 'G' ? 1ll << 30 : u == 'T' ? 1ll << 40 : 0;
+        mul = u == 'K'   ? 1ll << 10
+              : u == 'M' ? 1ll << 20
+              : u == 'G' ? 1ll << 30
+              : u == 'T' ? 1ll << 40
+                         : 0;
         if (!mul)
             return FTC_EINVAL;
         end++;
@@ -432,7 +436,8 @@ int ftc_config_parse_flag(ftc_config_t *cfg, int argc, char **argv, int *i, ftc_
         const char *next = *i + 1 < argc ? argv[*i + 1] : NULL;
         if (eq) {
             val = eq + 1;
-        } else if (ftc__cfg_defs[k].type == FTC__T_BOOL && !(next && ftc__cfg_bool_value(k, next))) {
+        } else if (ftc__cfg_defs[k].type == FTC__T_BOOL &&
+                   !(next && ftc__cfg_bool_value(k, next))) {
             /* a bare boolean flag turns it on; the next argument is not its
              * value unless it spells one (`--persist-delta train.py`: the
              * script stays the script) */

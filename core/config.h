@@ -32,22 +32,26 @@
 
 /* X(ID, "dotted.name", TYPE, "default", min, max, "what it does") */
 #define FTC_CONFIG_KEYS(X)                                                                         \
-    X(JOB_ID, "job.id", STR, "ftc", 0, 0, "job identifier: names files, shm slots and keys")      \
-    X(JOB_DIR, "job.dir", STR, "", 0, 0, "the job's local directory (embedded Redis address, "    \
-                                           "logs); default $TMPDIR/ftc-JOB")                       \
+    X(JOB_ID, "job.id", STR, "ftc", 0, 0, "job identifier: names files, shm slots and keys")       \
+    X(JOB_DIR, "job.dir", STR, "", 0, 0,                                                           \
+      "the job's local directory (embedded Redis address, "                                        \
+      "logs); default $TMPDIR/ftc-JOB")                                                            \
     X(LOG_LEVEL, "log.level", STR, "info", 0, 0, "debug, info, warn, error or off")                \
-    X(REDIS_URL, "redis.url", STR, "", 0, 0, "redis://[user:password@]host:port/db (also --redis); " \
-                                             "empty: the job's embedded Redis")                    \
+    X(REDIS_URL, "redis.url", STR, "", 0, 0,                                                       \
+      "redis://[user:password@]host:port/db (also --redis); "                                      \
+      "empty: the job's embedded Redis")                                                           \
     X(PERSIST_DIR, "persist.dir", STR, "", 0, 0, "directory of the persist tier")                  \
-    X(PERSIST_LEVEL, "persist.level", INT, "1", -7, 19, "zstd level (1 is fastest; 3+ rarely "    \
-                                                         "helps on weights)")                      \
-    X(PERSIST_THREADS, "persist.threads", INT, "0", 0, 256, "compression threads; 0 = one per "   \
-                                                             "online core")                        \
-    X(PERSIST_CHUNK, "persist.chunk_bytes", SIZE, "4MiB", 4096, (1ll << 31),                      \
+    X(PERSIST_LEVEL, "persist.level", INT, "1", -7, 19,                                            \
+      "zstd level (1 is fastest; 3+ rarely "                                                       \
+      "helps on weights)")                                                                         \
+    X(PERSIST_THREADS, "persist.threads", INT, "0", 0, 256,                                        \
+      "compression threads; 0 = one per "                                                          \
+      "online core")                                                                               \
+    X(PERSIST_CHUNK, "persist.chunk_bytes", SIZE, "4MiB", 4096, (1ll << 31),                       \
       "uncompressed bytes per zstd chunk")                                                         \
     X(PERSIST_SHUFFLE, "persist.shuffle", BOOL, "true", 0, 1,                                      \
       "filter before compression: none, byte (shuffle by dtype width) or bit (bit planes); "       \
-      "true = byte (the default filter), false = none")                                           \
+      "true = byte (the default filter), false = none")                                            \
     X(PERSIST_DELTA, "persist.delta", BOOL, "true", 0, 1,                                          \
       "XOR against the previous persisted version before compression")                             \
     X(PERSIST_FULL_EVERY, "persist.full_every", INT, "8", 1, 1000000,                              \
@@ -56,33 +60,37 @@
       "committed versions kept (plus the bases their deltas need)")                                \
     X(PERSIST_EVERY, "persist.every", INT, "10", 1, 1000000,                                       \
       "persist every M committed checkpoints")                                                     \
-    X(REDUNDANCY, "redundancy", STR, "1", 0, 0, "in-memory redundancy: K replicas, xor:G or "      \
-                                                "rs:G+M")                                          \
-    X(CKPT_BUSY, "checkpoint.busy", STR, "wait", 0, 0, "a checkpoint while two older ones are "   \
-                                                       "still uncommitted: wait or skip")          \
+    X(REDUNDANCY, "redundancy", STR, "1", 0, 0,                                                    \
+      "in-memory redundancy: K replicas, xor:G or "                                                \
+      "rs:G+M")                                                                                    \
+    X(CKPT_BUSY, "checkpoint.busy", STR, "wait", 0, 0,                                             \
+      "a checkpoint while two older ones are "                                                     \
+      "still uncommitted: wait or skip")                                                           \
     X(CKPT_INFLIGHT, "checkpoint.inflight", INT, "2", 1, 2,                                        \
-      "versions of a rank replicating at once: 2 (a kill may lose 2 steps when a step is "        \
+      "versions of a rank replicating at once: 2 (a kill may lose 2 steps when a step is "         \
       "shorter than a commit) or 1 (a checkpoint waits for the previous commit: at most 1)")       \
-    X(DETECT_HANG_MS, "detect.hang_ms", INT, "5000", 100, 86400000,                               \
-      "a rank whose checkpoints stop for max(10 x its median step, this) is hung (ftc run "       \
+    X(DETECT_HANG_MS, "detect.hang_ms", INT, "5000", 100, 86400000,                                \
+      "a rank whose checkpoints stop for max(10 x its median step, this) is hung (ftc run "        \
       "kills it)")                                                                                 \
-    X(DETECT_TTL_MS, "detect.ttl_ms", INT, "1000", 200, 600000,                                 \
-      "heartbeat TTL: a node whose heartbeat is not renewed for this long is lost (heartbeats "   \
-      "every min(250, ttl/4) ms); raise it where links flap for longer")                          \
-    X(FABRIC_PROVIDER, "fabric.provider", STR, "", 0, 0, "libfabric provider (default: "          \
-                                                         "FI_PROVIDER, else tcp;ofi_rxm)")         \
+    X(DETECT_TTL_MS, "detect.ttl_ms", INT, "1000", 200, 600000,                                    \
+      "heartbeat TTL: a node whose heartbeat is not renewed for this long is lost (heartbeats "    \
+      "every min(250, ttl/4) ms); raise it where links flap for longer")                           \
+    X(FABRIC_PROVIDER, "fabric.provider", STR, "", 0, 0,                                           \
+      "libfabric provider (default: "                                                              \
+      "FI_PROVIDER, else tcp;ofi_rxm)")                                                            \
     X(AGENT_TIMEOUT, "agent.timeout_ms", INT, "30000", 100, 3600000,                               \
       "deadline of one replication or fetch")                                                      \
-    X(CKPTDIR_MAX_BYTES, "ckptdir.max_bytes", SIZE, "4GiB", 1, (1ll << 50),                       \
-      "ftc run --ckpt-dir: the node's files together may be this big (a bigger directory is "   \
+    X(CKPTDIR_MAX_BYTES, "ckptdir.max_bytes", SIZE, "4GiB", 1, (1ll << 50),                        \
+      "ftc run --ckpt-dir: the node's files together may be this big (a bigger directory is "      \
       "not replicated: an error and a ckptdir_too_big event)")                                     \
-    X(CKPTDIR_QUIET_MS, "ckptdir.quiet_ms", INT, "200", 0, 600000,                                \
+    X(CKPTDIR_QUIET_MS, "ckptdir.quiet_ms", INT, "200", 0, 600000,                                 \
       "ftc run --ckpt-dir: the directory is packed once no write came for this long")              \
-    X(CKPTDIR_BUSY_MAX_MS, "ckptdir.busy_max_ms", INT, "30000", 0, 86400000,                      \
-      "ftc run --ckpt-dir: a change waits at most this long for a quiet period, then is packed "  \
-      "without the files still being written (0: waits as long as it takes)")                    \
-    X(FAULT, "fault", STR, "", 0, 0, "I/O fault injection for tests: write:N, fsync:N or "        \
-                                      "rename:N [,crash] [,enospc]")
+    X(CKPTDIR_BUSY_MAX_MS, "ckptdir.busy_max_ms", INT, "30000", 0, 86400000,                       \
+      "ftc run --ckpt-dir: a change waits at most this long for a quiet period, then is packed "   \
+      "without the files still being written (0: waits as long as it takes)")                      \
+    X(FAULT, "fault", STR, "", 0, 0,                                                               \
+      "I/O fault injection for tests: write:N, fsync:N or "                                        \
+      "rename:N [,crash] [,enospc]")
 
 typedef enum ftc_config_key {
 #define FTC__CFG_ENUM(id, name, type, def, lo, hi, doc) FTC_CFG_##id,

@@ -1149,7 +1149,8 @@ static void *ftc__redis_main(void *arg)
                 ftc__failed(d);
         }
         if (!d->down && now >= next_scan) {
-            uint64_t period = (uint64_t)d->o.scan_ms * (leader ? 1u : (uint64_t)d->o.follower_scan_factor);
+            uint64_t period =
+                (uint64_t)d->o.scan_ms * (leader ? 1u : (uint64_t)d->o.follower_scan_factor);
             next_scan = now + period * 1000000ull;
             if (ftc__scan(d) != 0)
                 ftc__failed(d);

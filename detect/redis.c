@@ -76,8 +76,9 @@ int ftc_redis_url_parse(const char *url, ftc_redis_url_t *out, ftc_err_t *err)
     memset(out, 0, sizeof *out);
     out->port = 6379;
     if (!url || strncmp(url, "redis://", 8) != 0)
-        return ftc_err_set(err, FTC_ECONFIG,
-                           "redis URL must start with redis:// (redis://[user:password@]host:port/db)");
+        return ftc_err_set(
+            err, FTC_ECONFIG,
+            "redis URL must start with redis:// (redis://[user:password@]host:port/db)");
     const char *p = url + 8;
     const char *at = strrchr(p, '@');
     const char *slash = strchr(at ? at : p, '/');
@@ -891,7 +892,8 @@ int ftc_redis_want_array(const ftc_redis_reply_t *rep, const char *what, long n,
     return 0;
 }
 
-int ftc_redis_str_to_ll(const ftc_redis_reply_t *rep, const char *what, long long *v, ftc_err_t *err)
+int ftc_redis_str_to_ll(const ftc_redis_reply_t *rep, const char *what, long long *v,
+                        ftc_err_t *err)
 {
     if (rep && rep->type == REDIS_REPLY_INTEGER) {
         *v = rep->integer;

@@ -206,7 +206,8 @@ ftc_redis_server_t *ftc_redis_server_start(const ftc_redis_server_options_t *o, 
     if (s->o.start_timeout_ms <= 0)
         s->o.start_timeout_ms = 5000;
     snprintf(s->dir, sizeof s->dir, "%s", o->dir);
-    snprintf(s->binary, sizeof s->binary, "%s", o->binary && *o->binary ? o->binary : "redis-server");
+    snprintf(s->binary, sizeof s->binary, "%s",
+             o->binary && *o->binary ? o->binary : "redis-server");
     snprintf(s->conf, sizeof s->conf, "%s/redis.conf", s->dir);
     snprintf(s->url_file, sizeof s->url_file, "%s/redis.url", s->dir);
     snprintf(s->url.host, sizeof s->url.host, "127.0.0.1");

@@ -32,7 +32,10 @@ typedef struct ftc_redis_server_options {
     int start_timeout_ms; /* default 5000 */
 } ftc_redis_server_options_t;
 
-#define FTC_REDIS_SERVER_OPTIONS_INIT {sizeof(ftc_redis_server_options_t), 1, NULL, NULL, 100, false, 5000}
+#define FTC_REDIS_SERVER_OPTIONS_INIT                                                              \
+    {                                                                                              \
+        sizeof(ftc_redis_server_options_t), 1, NULL, NULL, 100, false, 5000                        \
+    }
 
 typedef struct ftc_redis_server ftc_redis_server_t;
 

@@ -32,7 +32,8 @@ static bool ftc__parse_entry(const redisReply *ent, ftc_status_event_t *e)
     snprintf(e->id, sizeof e->id, "%s", ent->element[0]->str);
     const redisReply *f = ent->element[1];
     for (size_t j = 0; j + 1 < f->elements; j += 2) {
-        if (f->element[j]->type != REDIS_REPLY_STRING || f->element[j + 1]->type != REDIS_REPLY_STRING)
+        if (f->element[j]->type != REDIS_REPLY_STRING ||
+            f->element[j + 1]->type != REDIS_REPLY_STRING)
             return false;
         const char *k = f->element[j]->str, *v = f->element[j + 1]->str;
         if (!strcmp(k, "kind"))
@@ -177,10 +178,12 @@ int ftc_status_collect(ftc_ctl_t *c, const char *job, int max_events, ftc_status
                 snprintf(m->problem, sizeof m->problem, "member name is not a string");
                 continue;
             }
-            snprintf(m->node, sizeof m->node, "%.*s", (int)(k->len > FTC_CTL_NODE_MAX ? FTC_CTL_NODE_MAX : k->len), k->str);
-            if (v->type != REDIS_REPLY_STRING ||
-                sscanf(v->str, "%127s %63s %lld %llu", m->host, m->domain, &m->pid, &m->joined_ms) != 4)
-                snprintf(m->problem, sizeof m->problem, "member record is not \"host domain pid joined_ms\"");
+            snprintf(m->node, sizeof m->node, "%.*s",
+                     (int)(k->len > FTC_CTL_NODE_MAX ? FTC_CTL_NODE_MAX : k->len), k->str);
+            if (v->type != REDIS_REPLY_STRING || sscanf(v->str, "%127s %63s %lld %llu", m->host,
+                                                        m->domain, &m->pid, &m->joined_ms) != 4)
+                snprintf(m->problem, sizeof m->problem,
+                         "member record is not \"host domain pid joined_ms\"");
         }
         /* each member's heartbeat and its TTL: a page of members per pipeline
          * (one round trip and one deadline), not two round trips each — a
@@ -298,11 +301,11 @@ static const char *ftc__u8(const char *src, char *buf, size_t cap)
 static json_t *ftc__event_json(const ftc_status_event_t *e)
 {
     char kind[sizeof e->kind], node[sizeof e->node], detail[sizeof e->detail], id[sizeof e->id];
-    return json_pack("{s:s, s:s, s:s, s:i, s:I, s:I, s:I, s:s}", "id", ftc__u8(e->id, id, sizeof id),
-                     "kind", ftc__u8(e->kind, kind, sizeof kind), "node",
-                     ftc__u8(e->node, node, sizeof node), "rank", e->rank, "generation",
-                     (json_int_t)e->gen, "step", (json_int_t)e->step, "t_detect_ms",
-                     (json_int_t)e->t_detect_ms, "detail", ftc__u8(e->detail, detail, sizeof detail));
+    return json_pack(
+        "{s:s, s:s, s:s, s:i, s:I, s:I, s:I, s:s}", "id", ftc__u8(e->id, id, sizeof id), "kind",
+        ftc__u8(e->kind, kind, sizeof kind), "node", ftc__u8(e->node, node, sizeof node), "rank",
+        e->rank, "generation", (json_int_t)e->gen, "step", (json_int_t)e->step, "t_detect_ms",
+        (json_int_t)e->t_detect_ms, "detail", ftc__u8(e->detail, detail, sizeof detail));
 }
 
 void ftc_event_print_json(const ftc_status_event_t *e, FILE *out)
@@ -325,8 +328,8 @@ void ftc_event_print(const ftc_status_event_t *e, FILE *out)
 
 void ftc_status_print(const ftc_status_t *s, FILE *out)
 {
-    fprintf(out, "job %s  generation %" PRIu64 " (world %u)  committed step ", s->job, s->generation,
-            s->world);
+    fprintf(out, "job %s  generation %" PRIu64 " (world %u)  committed step ", s->job,
+            s->generation, s->world);
     if (s->committed_step >= 0)
         fprintf(out, "%" PRId64 " (gen %" PRIu64 ")\n", s->committed_step, s->committed_gen);
     else

@@ -473,7 +473,8 @@ static void fs_drain_events(ftc_filestore_t *fs, bool ignore)
             /* a deleted or renamed-away file is a change too: a version still
              * holding it would bring it back at the next restore (a binary
              * that keeps its last N checkpoints would grow past the cap) */
-            if (e->mask & (IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_Q_OVERFLOW))
+            if (e->mask &
+                (IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_Q_OVERFLOW))
                 fs->dirty = true;
             fs->last_event_ns = ftc_now_ns();
             fs->retries = 0;
@@ -1906,7 +1907,8 @@ static void *fs_main(void *arg)
         else if (!fs->busy_since_ns)
             fs->busy_since_ns = now;
         bool quiet = now - fs->last_event_ns >= (uint64_t)quiet_ms * 1000000ull;
-        bool overdue = busy_max_ms > 0 && now - fs->busy_since_ns >= (uint64_t)busy_max_ms * 1000000ull;
+        bool overdue =
+            busy_max_ms > 0 && now - fs->busy_since_ns >= (uint64_t)busy_max_ms * 1000000ull;
         if (!fs->pushing && !fs->rec_pending && fs->dirty && fs->members_known &&
             now >= fs->pack_after_ns && (flush || quiet || overdue)) {
             int ranks = fs_ranks_check(fs);

@@ -390,7 +390,8 @@ ftc_netns_t *ftc_netns_create(const char *dir, int n, ftc_err_t *err)
     free(txt);
     if (rc)
         goto fail;
-    FTC_INFO("netns", "bridge %s %s/24, %d namespaces ftc-%x-n0.. (veths fv%xn0..); listed in %s/netns",
+    FTC_INFO("netns",
+             "bridge %s %s/24, %d namespaces ftc-%x-n0.. (veths fv%xn0..); listed in %s/netns",
              net->bridge, net->bridge_addr, n, tag, tag, dir);
     return net;
 fail:
@@ -500,8 +501,9 @@ void ftc_netns_destroy(ftc_netns_t *net)
             if (p == net->watchdog || (p < 0 && errno != EINTR))
                 break;
             if (ftc_deadline_expired(d)) {
-                FTC_WARN("netns", "the cleanup of bridge %s has not finished after %d s; it goes on "
-                                  "in pid %d",
+                FTC_WARN("netns",
+                         "the cleanup of bridge %s has not finished after %d s; it goes on "
+                         "in pid %d",
                          net->bridge, NS_CLEAN_MS / 1000, (int)net->watchdog);
                 break;
             }

@@ -1443,8 +1443,8 @@ static int ftc__master(ftc__sup_t *s, char *host, size_t cap, int *port, ftc_err
         rep = NULL;
         const char *v = NULL;
         size_t len = 0;
-        if (ftc_redis_cmdv(r, true, &rep, "GET", key, NULL) == 0 && ftc_redis_want_str(rep, "master", &v, &len, NULL) == 0 && v && len &&
-            len < 640) {
+        if (ftc_redis_cmdv(r, true, &rep, "GET", key, NULL) == 0 &&
+            ftc_redis_want_str(rep, "master", &v, &len, NULL) == 0 && v && len && len < 640) {
             char buf[640];
             memcpy(buf, v, len);
             buf[len] = 0;
@@ -2122,7 +2122,8 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
     ftc__suplease_start(&s->lease, &o->redis, s->ctl, s->node_id, o->host);
     if (o->ckpt_dir) {
         s->files = ftc_filestore_create(o->job, o->node_index, s->node_id, &o->redis,
-                                        o->agent.redundancy.kind == FTC_RED_REPLICA && o->agent.redundancy.copies > 0
+                                        o->agent.redundancy.kind == FTC_RED_REPLICA &&
+                                                o->agent.redundancy.copies > 0
                                             ? o->agent.redundancy.copies
                                             : 1,
                                         o->agent.provider, err);

@@ -119,8 +119,8 @@ typedef struct ftc_run_options {
     const char *log_dir;       /* --log-dir: the ranks' output files, torchrun's layout
                                   LOG_DIR/JOB/attempt_GEN/RANK/stdout.log|stderr.log,
                                   appended to (a job launched again keeps the last
-                                  launch's logs; NULL: none; the directories are made only for ranks that
-                                  redirect or tee a stream) */
+                                  launch's logs; NULL: none; the directories are made
+                                  only for ranks that redirect or tee a stream) */
     uint8_t redirect[64];      /* per local rank: bit 1 stdout, bit 2 stderr go to the file
                                   only (torchrun's --redirects) */
     uint8_t tee[64];           /* per local rank: bit 1 stdout, bit 2 stderr go to the file

@@ -256,7 +256,8 @@ int ftc_safetensors_export(const ftc_shard_view_t *views, int n, const char *pat
                            ftc_fault_t *fault, ftc_err_t *err)
 {
     if (!views || n < 1 || !path || !*path)
-        return ftc_err_set(err, FTC_EINVAL, "safetensors export needs at least one shard and a path");
+        return ftc_err_set(err, FTC_EINVAL,
+                           "safetensors export needs at least one shard and a path");
     char dir[PATH_MAX], tmp[PATH_MAX];
     const char *base = NULL;
     int rc = ftc__st_split(path, dir, sizeof dir, &base, err);

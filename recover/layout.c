@@ -198,7 +198,8 @@ typedef struct plan {
     ftc_layout_t *l;
     int gpn;
     int *free_cnt;  /* [nodes] free slots */
-    int *prev_slot; /* [prev_world] node*gpn+slot of a survivor with a known slot in range, else -1 */
+    int *prev_slot; /* [prev_world] node*gpn+slot of a survivor with a known slot in range,
+                       else -1 */
     bool *used;     /* [prev_world] survivor already given to a new rank */
 } plan_t;
 

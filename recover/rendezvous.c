@@ -219,9 +219,10 @@ static bool valid_id(const char *s, size_t max, bool node)
 static int check_job(const char *job, ftc_err_t *err)
 {
     if (!valid_id(job, 63, false))
-        return ftc_err_set(err, FTC_EINVAL,
-                           "rendezvous: job id '%.80s' must be 1..63 characters of A-Z a-z 0-9 . _ -",
-                           job ? job : "");
+        return ftc_err_set(
+            err, FTC_EINVAL,
+            "rendezvous: job id '%.80s' must be 1..63 characters of A-Z a-z 0-9 . _ -",
+            job ? job : "");
     return 0;
 }
 

@@ -62,7 +62,8 @@ typedef struct xfer {
 
 static uint64_t mk_tag(uint32_t seq, unsigned step)
 {
-    return TAG_MARK | ((uint64_t)(seq & ((1u << TAG_SEQ_BITS) - 1)) << (TAG_STEP_BITS + TAG_SEG_BITS)) |
+    return TAG_MARK |
+           ((uint64_t)(seq & ((1u << TAG_SEQ_BITS) - 1)) << (TAG_STEP_BITS + TAG_SEG_BITS)) |
            ((uint64_t)(step & ((1u << TAG_STEP_BITS) - 1)) << TAG_SEG_BITS);
 }
 
@@ -110,7 +111,8 @@ static int run(ftc_coll_t *c, xfer_t *x, int nx, const char *op, ftc_deadline_t 
                 if (!t->send) {
                     size_t segi = (size_t)(r->tag_out & ((1ull << TAG_SEG_BITS) - 1)) - t->seg0;
                     size_t off = segi * p->seg;
-                    size_t want = off < t->len ? (t->len - off < p->seg ? t->len - off : p->seg) : 0;
+                    size_t want =
+                        off < t->len ? (t->len - off < p->seg ? t->len - off : p->seg) : 0;
                     if (r->len != want) {
                         rc = FTC_EPROTO, bad = i;
                         why = "a message had the wrong length (ranks called with different "
@@ -128,7 +130,8 @@ static int run(ftc_coll_t *c, xfer_t *x, int nx, const char *op, ftc_deadline_t 
                     break;
                 size_t off = t->posted * p->seg;
                 size_t n = t->len - off < p->seg ? t->len - off : p->seg;
-                uint64_t tag = t->tag | (uint64_t)((t->seg0 + t->posted) & ((1ull << TAG_SEG_BITS) - 1));
+                uint64_t tag =
+                    t->tag | (uint64_t)((t->seg0 + t->posted) & ((1ull << TAG_SEG_BITS) - 1));
                 int prc = t->send ? ftc_fabric_isend(p->fab, r, p->peers[t->peer], tag,
                                                      t->ptr + off, n, dl)
                                   : ftc_fabric_irecv(p->fab, r, p->peers[t->peer], tag, 0,

@@ -599,11 +599,11 @@ int ftc_coll_nccl_create(int rank, int size, int cuda_device, const ftc_coll_ncc
     int ndev = 0;
     cudaError_t e = cudaGetDeviceCount(&ndev);
     if (e != cudaSuccess || cuda_device >= ndev) {
-        int rc = ftc_err_set(err, FTC_ECUDA,
-                             "coll nccl create rank %d/%d: CUDA device %d unusable (%d devices%s%s)",
-                             rank, size, cuda_device, e == cudaSuccess ? ndev : 0,
-                             e == cudaSuccess ? "" : "; cudaGetDeviceCount: ",
-                             e == cudaSuccess ? "" : cudaGetErrorString(e));
+        int rc = ftc_err_set(
+            err, FTC_ECUDA, "coll nccl create rank %d/%d: CUDA device %d unusable (%d devices%s%s)",
+            rank, size, cuda_device, e == cudaSuccess ? ndev : 0,
+            e == cudaSuccess ? "" : "; cudaGetDeviceCount: ",
+            e == cudaSuccess ? "" : cudaGetErrorString(e));
         (void)cudaGetLastError();
         return rc;
     }

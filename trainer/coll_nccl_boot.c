@@ -52,7 +52,8 @@ static int rec_check(const uint8_t *rec, size_t len, uint64_t gen, int size, con
     uint32_t n = ftc_le_rd32(rec + 16);
     if (g != gen)
         return ftc_err_set(err, FTC_ESTALE,
-                           "nccl rendezvous: %s holds generation %" PRIu64 ", this rank is at %" PRIu64,
+                           "nccl rendezvous: %s holds generation %" PRIu64
+                           ", this rank is at %" PRIu64,
                            where, g, gen);
     if (n != (uint32_t)size)
         return ftc_err_set(err, FTC_EPROTO,
@@ -93,7 +94,8 @@ static int timed_out(const ftc_coll_nccl_boot_t *b, int rank, int size, int have
     if (missing)
         snprintf(ranks, sizeof ranks, "%d of %d ranks (ranks %s)", missing, size, list);
     return ftc_err_set(err, FTC_ETIMEDOUT,
-                       "nccl rendezvous in %s, generation %" PRIu64 ", rank %d/%d: deadline passed, "
+                       "nccl rendezvous in %s, generation %" PRIu64
+                       ", rank %d/%d: deadline passed, "
                        "still missing: %s%s%s (dead, slow, or started with another generation or "
                        "carrier?)",
                        where, b->generation, rank, size, have_id ? "" : "the id from rank 0",
@@ -167,7 +169,8 @@ static int check_stale_dir(const ftc_coll_nccl_boot_t *b, ftc_err_t *err)
         return rc;
     if (found && newest > b->generation)
         return ftc_err_set(err, FTC_ESTALE,
-                           "nccl rendezvous in %s: generation %" PRIu64 " is stale (generation %" PRIu64
+                           "nccl rendezvous in %s: generation %" PRIu64
+                           " is stale (generation %" PRIu64
                            " was already published); rejoin with the current generation",
                            b->dir, b->generation, newest);
     return 0;
@@ -405,10 +408,11 @@ int ftc_coll_nccl_rendezvous(const ftc_coll_nccl_boot_t *b, int rank, int size,
                              uint8_t id[FTC_COLL_NCCL_ID_BYTES], ftc_deadline_t dl, ftc_err_t *err)
 {
     if (!b || b->struct_size < sizeof *b || size < 1 || rank < 0 || rank >= size || !id)
-        return ftc_err_set(err, FTC_EINVAL,
-                           "nccl rendezvous: bad arguments (boot %p of %u bytes, rank %d, size %d): "
-                           "initialise the boot options with FTC_COLL_NCCL_BOOT_INIT",
-                           (const void *)b, b ? b->struct_size : 0, rank, size);
+        return ftc_err_set(
+            err, FTC_EINVAL,
+            "nccl rendezvous: bad arguments (boot %p of %u bytes, rank %d, size %d): "
+            "initialise the boot options with FTC_COLL_NCCL_BOOT_INIT",
+            (const void *)b, b ? b->struct_size : 0, rank, size);
     if (!b->dir == !b->redis)
         return ftc_err_set(err, FTC_EINVAL,
                            "nccl rendezvous: set exactly one of boot.dir and boot.redis");

@@ -96,8 +96,8 @@ int ftc_tokens_parse(const void *buf, size_t len, const char *what, ftc_tokens_t
                            (unsigned long long)n);
     const uint8_t *t = b + FTC_TOKENS_HEADER_SIZE;
     if (ftc_xxh3(t, (size_t)body) != ftc__rd64(b + FTC__TOK_XXH3))
-        return ftc_err_set(err, FTC_ECORRUPT, "%s: token checksum mismatch (the tokens are corrupt)",
-                           what);
+        return ftc_err_set(err, FTC_ECORRUPT,
+                           "%s: token checksum mismatch (the tokens are corrupt)", what);
     uint16_t *tok = malloc(n ? (size_t)n * 2 : 1);
     if (!tok)
         return ftc_err_set(err, FTC_ENOMEM, "%s: out of memory for %llu tokens", what,

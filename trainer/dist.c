@@ -804,7 +804,8 @@ static int join_nccl_tcp(const ftc_dist_opts_t *o, ftc_dist_t *d, int ng, const 
             return ftc_err_set(err, FTC_EPROTO, "rendezvous: rank %d sent %zu bytes, not the %zu "
                                "of its NCCL ids (does every rank run --coll nccl?)", r0,
                                tlens[r0], bl);
-        const uint8_t *id = table + (size_t)r0 * FTC_DIST_BLOB_MAX + (size_t)g * FTC_COLL_NCCL_ID_BYTES;
+        const uint8_t *id =
+            table + (size_t)r0 * FTC_DIST_BLOB_MAX + (size_t)g * FTC_COLL_NCCL_ID_BYTES;
         rc = make_nccl_group(o, NULL, id, gr, gn, dl, is_dp[g] ? &d->dp : &d->tp, err);
         if (rc < 0)
             return ftc_err_wrap(err, "the %s group (NCCL, rank %d of %d)",

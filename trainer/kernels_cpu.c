@@ -328,7 +328,8 @@ static void ftc__attention_fwd(float *out, float *att, const float *qkv, int B, 
                 for (int i = 0; i < hs; i++)
                     o[i] = 0.0f;
                 for (int t2 = 0; t2 <= t; t2++) {
-                    const float *v = qkv + ((size_t)b * T + t2) * C3 + 2 * (size_t)C + (size_t)h * hs;
+                    const float *v =
+                        qkv + ((size_t)b * T + t2) * C3 + 2 * (size_t)C + (size_t)h * hs;
                     float w = a[t2];
                     for (int i = 0; i < hs; i++)
                         o[i] += w * v[i];
@@ -407,7 +408,8 @@ static void ftc__gelu_bwd(float *dinp, const float *inp, const float *dout, size
         float u = FTC__GELU_K * (x + 0.044715f * x * x * x);
         float th = tanhf(u);
         float sech2 = 1.0f - th * th;
-        float g = 0.5f * (1.0f + th) + 0.5f * x * sech2 * FTC__GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+        float g =
+            0.5f * (1.0f + th) + 0.5f * x * sech2 * FTC__GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
         dinp[i] += g * dout[i];
     }
 }

@@ -13,5 +13,6 @@ int ftc_kernels_cuda_use_device(int local_rank, int *device, ftc_err_t *err)
     (void)local_rank;
     if (device)
         *device = -1;
-    return ftc_err_set(err, FTC_EUNSUPPORTED, "this ftc was built without CUDA (FTC_WITH_CUDA=OFF)");
+    return ftc_err_set(err, FTC_EUNSUPPORTED,
+                       "this ftc was built without CUDA (FTC_WITH_CUDA=OFF)");
 }

@@ -88,5 +88,6 @@ void ftc_model_tp_from_full(const ftc_model_tp_split_t *s, const float *full, fl
 int ftc_model_coll_allreduce(void *ctx, float *buf, size_t n)
 {
     const ftc_model_coll_ctx_t *c = ctx;
-    return ftc_coll_all_reduce(c->coll, buf, n, FTC_COLL_F32, ftc_deadline_in_ms(c->timeout_ms > 0 ? (uint64_t)c->timeout_ms : 0));
+    return ftc_coll_all_reduce(c->coll, buf, n, FTC_COLL_F32,
+                               ftc_deadline_in_ms(c->timeout_ms > 0 ? (uint64_t)c->timeout_ms : 0));
 }

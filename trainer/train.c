@@ -295,8 +295,10 @@ static int ftc__ckpt_restore(ftc_trainer_t *t, ftc_err_t *err)
         return ftc_err_wrap(err, "restoring from %s", t->o.ckpt_dir);
     if (mlen != sizeof meta || memcmp(meta.magic, FTC__META_MAGIC, 8) ||
         meta.version != FTC__META_VERSION || meta.size != sizeof meta)
-        return ftc_err_set(err, FTC_ECORRUPT, "%s: step %llu: the trainer metadata record is "
-                           "missing or of another version", t->o.ckpt_dir, (unsigned long long)step);
+        return ftc_err_set(err, FTC_ECORRUPT,
+                           "%s: step %llu: the trainer metadata record is "
+                           "missing or of another version",
+                           t->o.ckpt_dir, (unsigned long long)step);
     if (meta.config_hash != t->config_hash)
         return ftc_err_set(err, FTC_ECONFIG,
                            "%s: step %llu was written by a different configuration (model, batch, "
@@ -463,13 +465,14 @@ static int ftc__meta_apply(ftc_trainer_t *t, const ftc__train_meta_t *meta, uint
                            (unsigned long long)ftc__meta_tp(meta), t->tpn,
                            (unsigned long long)ftc__meta_tp(meta));
     if (ftc__meta_dp(meta) != want)
-        return ftc_err_set(err, FTC_ECONFIG,
-                           "%s: step %llu holds %s, this run has %d DP ranks: restart with the "
-                           "saved DP degree (ZeRO-1 chunks are re-partitioned, a whole state is not)",
-                           where, (unsigned long long)step,
-                           ftc__meta_dp(meta) ? "ZeRO-1 chunks of another DP degree"
-                                          : "a whole single-process state",
-                           t->dpn);
+        return ftc_err_set(
+            err, FTC_ECONFIG,
+            "%s: step %llu holds %s, this run has %d DP ranks: restart with the "
+            "saved DP degree (ZeRO-1 chunks are re-partitioned, a whole state is not)",
+            where, (unsigned long long)step,
+            ftc__meta_dp(meta) ? "ZeRO-1 chunks of another DP degree"
+                               : "a whole single-process state",
+            t->dpn);
     uint64_t G = (uint64_t)t->o.micro_steps * (uint64_t)t->o.micro_batch;
     if (meta->step != step || meta->samples != step * G)
         return ftc_err_set(err, FTC_ECORRUPT, "%s: step %llu: metadata says step %llu, cursor %llu",

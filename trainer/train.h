@@ -164,7 +164,7 @@ typedef struct ftc_train_options {
     ftc_coll_t *tp_coll;        /* the TP group of this process (not owned) */
     /* the numerical guard (see "Numerical guard" below) */
     int guard;                  /* FTC_GUARD_SKIP (default), FTC_GUARD_ROLLBACK, FTC_GUARD_OFF */
-    double guard_spike_sigma;   /* a loss this many sd above the window's mean is a spike; 0 = off */
+    double guard_spike_sigma; /* a loss this many sd above the window's mean is a spike; 0 = off */
     int guard_window;           /* accepted losses in the spike window, 2..FTC_GUARD_WINDOW_MAX */
     const uint64_t *skip_steps; /* step indices whose batches are skipped up front (not owned) */
     int n_skip_steps;

@@ -18,7 +18,8 @@
  * Prints "RESTORED s OK" / "RESTORED s BAD" / "RESTORE NONE: why",
  * "CHECKPOINTED s" / "SKIPPED s" (the agent's busy policy skipped it),
  * "COMMITTED s" (not waited for with --no-commit), "STATUS rank R world W
- * committed C checkpoints N skipped K" (ftc_ckpt_status at the end), and "ERROR: why". Identity comes from FTC_* variables.
+ * committed C checkpoints N skipped K" (ftc_ckpt_status at the end), and "ERROR: why". Identity
+ * comes from FTC_* variables.
  * --timing adds lines for bench/bench_recover.c, T = wall-clock ms (CLOCK_REALTIME):
  *   "TIMING rank R gen G exec T"           at the start of main
  *   "TIMING rank R gen G ready T"          libftc connected, tensors registered

@@ -226,7 +226,8 @@ static void test_abandon_withdraws_report(void **state)
     both_commit(&t, 2);
     assert_committed_has_copies(&t);
     /* node 1 took rank 0's step 2 over the abandoned step 1, not over step 0 */
-    assert_true(agent_said(t.e, 1, "replaces the uncommitted step 1 and keeps the committed step 0"));
+    assert_true(
+        agent_said(t.e, 1, "replaces the uncommitted step 1 and keeps the committed step 0"));
     two_stop(&t);
 }
 

@@ -25,7 +25,8 @@ static void test_round_trip_every_dtype(void **state)
     char name[64];
     for (int i = 0; i < 7; i++) {
         snprintf(name, sizeof name, "t.%s", ftc_dtype_name(dts[i]));
-        assert_int_equal(ftc_shard_layout_add_tensor(l, name, dts[i], ndims[i], shapes[i], &err), i);
+        assert_int_equal(ftc_shard_layout_add_tensor(l, name, dts[i], ndims[i], shapes[i], &err),
+                         i);
     }
     /* 0-d scalars and an 8-dim tensor */
     assert_int_equal(ftc_shard_layout_add_tensor(l, "scalar.i64", FTC_DTYPE_I64, 0, NULL, &err), 7);
@@ -244,10 +245,12 @@ static void test_layout_errors(void **state)
     ftc_err_t err = {0};
     uint64_t shape[2] = {2, 2};
     assert_int_equal(ftc_shard_layout_add_tensor(l, "a", FTC_DTYPE_F32, 2, shape, &err), 0);
-    assert_int_equal(ftc_shard_layout_add_tensor(l, "a", FTC_DTYPE_F32, 2, shape, &err), FTC_EEXIST);
+    assert_int_equal(ftc_shard_layout_add_tensor(l, "a", FTC_DTYPE_F32, 2, shape, &err),
+                     FTC_EEXIST);
     assert_int_equal(ftc_shard_layout_add_tensor(l, "", FTC_DTYPE_F32, 2, shape, &err), FTC_EINVAL);
     assert_int_equal(ftc_shard_layout_add_tensor(l, "b", 42, 2, shape, &err), FTC_EINVAL);
-    assert_int_equal(ftc_shard_layout_add_tensor(l, "c", FTC_DTYPE_F32, 9, shape, &err), FTC_EINVAL);
+    assert_int_equal(ftc_shard_layout_add_tensor(l, "c", FTC_DTYPE_F32, 9, shape, &err),
+                     FTC_EINVAL);
     uint64_t huge[3] = {1ull << 40, 1ull << 30, 8};
     assert_int_equal(ftc_shard_layout_add_tensor(l, "d", FTC_DTYPE_F32, 3, huge, &err), FTC_ERANGE);
     assert_int_equal(ftc_shard_layout_add_meta(l, "k", "v", 1, &err), 0);

@@ -36,9 +36,12 @@ static void test_snapshot_round_trip(void **state)
     ftc_test_fill(small, nsmall * 8, 2);
     uint64_t sh_big[1] = {nbig}, sh_small[2] = {10, 100}, sh_empty[1] = {0};
     assert_int_equal(ftc_snap_add(s, "big", FTC_DTYPE_F32, 1, sh_big, big, FTC_SNAP_HOST, &err), 0);
-    assert_int_equal(ftc_snap_add(s, "small", FTC_DTYPE_I64, 2, sh_small, small, FTC_SNAP_HOST, &err), 0);
-    assert_int_equal(ftc_snap_add(s, "scalar", FTC_DTYPE_BF16, 0, NULL, &scalar, FTC_SNAP_HOST, &err), 0);
-    assert_int_equal(ftc_snap_add(s, "empty", FTC_DTYPE_F32, 1, sh_empty, NULL, FTC_SNAP_HOST, &err), 0);
+    assert_int_equal(
+        ftc_snap_add(s, "small", FTC_DTYPE_I64, 2, sh_small, small, FTC_SNAP_HOST, &err), 0);
+    assert_int_equal(
+        ftc_snap_add(s, "scalar", FTC_DTYPE_BF16, 0, NULL, &scalar, FTC_SNAP_HOST, &err), 0);
+    assert_int_equal(
+        ftc_snap_add(s, "empty", FTC_DTYPE_F32, 1, sh_empty, NULL, FTC_SNAP_HOST, &err), 0);
     if (ftc_snap_cuda_ops() == NULL)
         assert_int_equal(ftc_snap_add(s, "dev", FTC_DTYPE_F32, 1, sh_small, big, 0, &err),
                          FTC_EUNSUPPORTED);
@@ -57,7 +60,8 @@ static void test_snapshot_round_trip(void **state)
         memcpy(want, big, nbig * 4);
         char meta[64];
         int ml = snprintf(meta, sizeof meta, "cursor=%d", step * 100);
-        assert_int_equal(ftc_snap_begin(s, slot.base, (uint64_t)step, 3, meta, (uint32_t)ml, &err), 0);
+        assert_int_equal(ftc_snap_begin(s, slot.base, (uint64_t)step, 3, meta, (uint32_t)ml, &err),
+                         0);
         /* a second begin while the first runs is refused; on a loaded machine the
          * first may already be sealed, and then the second is a legitimate new
          * snapshot of the same state */
@@ -87,7 +91,8 @@ static void test_snapshot_round_trip(void **state)
         uint64_t got_step;
         char got_meta[64];
         uint32_t got_len = sizeof got_meta;
-        assert_int_equal(ftc_snap_restore(s, slot.base, size, &got_step, got_meta, &got_len, &err), 0);
+        assert_int_equal(ftc_snap_restore(s, slot.base, size, &got_step, got_meta, &got_len, &err),
+                         0);
         assert_int_equal(got_step, step);
         assert_int_equal(got_len, ml);
         assert_memory_equal(got_meta, meta, (size_t)ml);

@@ -804,7 +804,8 @@ static void *proxy_main(void *arg)
                 if (c < 0)
                     continue;
                 int sv = socket(AF_INET, SOCK_STREAM, 0);
-                struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)p->up_port)};
+                struct sockaddr_in a = {.sin_family = AF_INET,
+                                        .sin_port = htons((uint16_t)p->up_port)};
                 a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
                 int i = 0;
                 while (i < NP && cfd[i] >= 0)

@@ -313,7 +313,8 @@ static void child_main(int fd, uint32_t index, const char *id, int k, const ftc_
             }
             free(half);
             struct stat st;
-            for (int i = 0; i < 1000 && (stat(path, &st) != 0 || (uint64_t)st.st_size != len / 2); i++)
+            for (int i = 0; i < 1000 && (stat(path, &st) != 0 || (uint64_t)st.st_size != len / 2);
+                 i++)
                 ftc_sleep_ms(10);
             say(fd, "%d", (int)r);
         } else if (sscanf(line, "limits %llu %llu", &seed, &len) == 2) {

@@ -328,9 +328,10 @@ static void test_exhaustive(void **state)
                             ftc_layout_free(&l);
                             ftc_layout_free(&fresh);
                         }
-    print_message("%lld plans checked (%lld fresh requests had no layout); survivors in place "
-                  "%lld of %lld; TP groups split %lld of %lld (none where tp divides gpus_per_node)\n",
-                  g_plans, fails, g_kept, g_ranks_prev_alive, g_split, g_groups);
+    print_message(
+        "%lld plans checked (%lld fresh requests had no layout); survivors in place "
+        "%lld of %lld; TP groups split %lld of %lld (none where tp divides gpus_per_node)\n",
+        g_plans, fails, g_kept, g_ranks_prev_alive, g_split, g_groups);
 }
 
 static void test_expected_plans(void **state)

@@ -396,7 +396,7 @@ static void test_crossentropy(void **state)
     check_grad("crossentropy dlogits", c.z, CN * CV, dz, ce_loss, &c);
 }
 
-/* ---- AdamW, casts ------------------------------------------------------------------------------ */
+/* ---- AdamW, casts ---------------------------------------------------------------------------- */
 
 static void test_adamw(void **state)
 {

@@ -141,7 +141,8 @@ static void test_embedding(void **state)
     float *wte = hbuf(nwte, 2, 1.0f), *wpe = hbuf(nwpe, 3, 1.0f), *out = hbuf(nout, 0, 0.0f);
     float *dout = hbuf(nout, 4, 1.0f), *dwte = hbuf(nwte, 5, 1.0f), *dwpe = hbuf(nwpe, 6, 1.0f);
     int32_t *dtok = up(D, tok, sizeof tok);
-    float *d_wte = up(D, wte, nwte * 4), *d_wpe = up(D, wpe, nwpe * 4), *d_out = up(D, out, nout * 4);
+    float *d_wte = up(D, wte, nwte * 4), *d_wpe = up(D, wpe, nwpe * 4),
+          *d_out = up(D, out, nout * 4);
     float *d_dout = up(D, dout, nout * 4), *d_dwte = up(D, dwte, nwte * 4),
           *d_dwpe = up(D, dwpe, nwpe * 4);
     H->embed_fwd(out, tok, wte, wpe, B_, T_, C_);
@@ -346,7 +347,8 @@ static void test_run_to_run(void **state)
     size_t nq = (size_t)N_ * 3 * C_, no = (size_t)N_ * C_, na = (size_t)B_ * NH_ * T_ * T_;
     float *qkv = hbuf(nq, 70, 1.0f), *dout = hbuf(no, 71, 1.0f);
     float *d_qkv = up(D, qkv, nq * 4), *d_dout = up(D, dout, no * 4);
-    float *d_att = D->mem_alloc(na * 4), *d_out = D->mem_alloc(no * 4), *d_dqkv = D->mem_alloc(nq * 4);
+    float *d_att = D->mem_alloc(na * 4), *d_out = D->mem_alloc(no * 4),
+          *d_dqkv = D->mem_alloc(nq * 4);
     float *d_dw = D->mem_alloc((size_t)C_ * 3 * C_ * 4), *d_db = D->mem_alloc((size_t)3 * C_ * 4);
     float *w = hbuf((size_t)C_ * 3 * C_, 72, 0.5f), *d_w = up(D, w, (size_t)C_ * 3 * C_ * 4);
     float *d_scratch = D->mem_alloc((size_t)B_ * NH_ * T_ * 4);
@@ -380,7 +382,7 @@ static void test_run_to_run(void **state)
     free(qkv), free(dout), free(w);
 }
 
-/* ---- the model and training ------------------------------------------------------------------- */
+/* ---- the model and training ------------------------------------------------------------------ */
 
 static void test_model(void **state)
 {

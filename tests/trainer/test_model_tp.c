@@ -206,8 +206,8 @@ static float *gather_full(rank_ctx_t *rc, const ftc_model_t *m, const float *buf
     for (int i = 0; i < FTC_MODEL_NTENSORS; i++)
         if (!sp[i].replicated || rc->rank == 0)
             ftc_model_tp_to_full(&sp[i], buf + t[i].offset, out + full[i].offset);
-    CHILD_CHECK(ftc_coll_all_reduce(rc->coll, out, n, FTC_COLL_F32, ftc_deadline_in_ms(AR_TIMEOUT_MS)) ==
-          0);
+    CHILD_CHECK(ftc_coll_all_reduce(rc->coll, out, n, FTC_COLL_F32,
+                                    ftc_deadline_in_ms(AR_TIMEOUT_MS)) == 0);
     return out;
 }
 
@@ -455,7 +455,8 @@ static void run_steps(rank_ctx_t *rc, float *losses, float **params, float **gra
         batch(200 + (uint64_t)s, VB * VT, c.vocab, tok, tg);
         ftc_model_zero_grad(m);
         for (int micro = 0; micro < 2; micro++) /* accumulation too */
-            CHILD_CHECK(ftc_model_fwd(m, tok, tg, &losses[2 * s + micro]) == 0 && ftc_model_bwd(m) == 0);
+            CHILD_CHECK(ftc_model_fwd(m, tok, tg, &losses[2 * s + micro]) == 0 &&
+                        ftc_model_bwd(m) == 0);
         ftc_adamw_step(a, m, &oc, (uint64_t)s, NULL, NULL);
     }
     *params = malloc(n * sizeof(float));
