@@ -108,6 +108,8 @@ struct ftc_snap {
     bool stop;
     int timeout_ms;       /* deadline of the device syncs and of destroy's wait (set_timeout) */
     atomic_bool quit;     /* destroy gave up on a running copy: its threads stop and never seal */
+    int alive;            /* threads not returned yet, under mu */
+    bool orphaned;        /* destroy gave up on it: the last thread out frees it, under mu */
     bool hold_seal;       /* test hook (ftc__snap_hold_seal): the seal waits, under mu */
 };
 
@@ -135,6 +137,39 @@ static void ftc__snap_copied(ftc_snap_t *s)
         s->phase = PH_COPIED;
     pthread_cond_broadcast(&s->cv_done);
     pthread_mutex_unlock(&s->mu);
+}
+
+/* Frees an engine whose threads have all returned. */
+static void ftc__snap_free(ftc_snap_t *s)
+{
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv_work);
+    pthread_cond_destroy(&s->cv_done);
+    if (s->dev && s->dev_state) {
+        for (int i = 0; i < s->npinned; i++) /* before the caller unmaps or frees them */
+            s->dev->host_unregister(s->dev_state, s->pinned[i]);
+        s->dev->close(s->dev_state);
+    }
+    ftc_shard_layout_destroy(s->layout);
+    free(s->tid);
+    for (uint32_t i = 0; i < s->nt; i++)
+        free(s->t[i].name);
+    free(s->t);
+    free(s->pieces);
+    free((void *)s->unit_left);
+    free(s->units);
+    free(s);
+}
+
+/* A thread's way out, mu held: the last one out of an engine that
+ * ftc_snap_destroy gave up on (a copy that outlived its deadline) frees it,
+ * once nothing can touch it any more. */
+static void ftc__snap_thread_exit(ftc_snap_t *s)
+{
+    bool last = --s->alive == 0 && s->orphaned;
+    pthread_mutex_unlock(&s->mu);
+    if (last)
+        ftc__snap_free(s);
 }
 
 static void *ftc__snap_worker(void *arg)
@@ -195,7 +230,7 @@ static void *ftc__snap_worker(void *arg)
         }
         pthread_cond_broadcast(&s->cv_done);
     }
-    pthread_mutex_unlock(&s->mu);
+    ftc__snap_thread_exit(s);
     return NULL;
 }
 
@@ -255,7 +290,7 @@ static void *ftc__snap_coord(void *arg)
             s->job_err = err;
         pthread_cond_broadcast(&s->cv_done);
     }
-    pthread_mutex_unlock(&s->mu);
+    ftc__snap_thread_exit(s);
     return NULL;
 }
 
@@ -292,10 +327,12 @@ ftc_snap_t *ftc_snap_create(const ftc_shard_info_t *info, int threads, uint32_t 
         ftc_snap_destroy(s);
         return NULL;
     }
+    /* (no thread returns before ftc_snap_destroy stops them) */
     for (int i = 0; i < s->threads; i++) {
         if (pthread_create(&s->tid[i], NULL, ftc__snap_worker, s) != 0)
             break;
         s->nthreads++;
+        s->alive++;
     }
     if (s->nthreads == 0 || pthread_create(&s->coord, NULL, ftc__snap_coord, s) != 0) {
         ftc_err_set(err, FTC_ENOMEM, "snapshot: cannot start threads");
@@ -303,6 +340,7 @@ ftc_snap_t *ftc_snap_create(const ftc_shard_info_t *info, int threads, uint32_t 
         return NULL;
     }
     s->coord_started = true;
+    s->alive++;
     return s;
 }
 
@@ -327,45 +365,35 @@ int ftc_snap_destroy(ftc_snap_t *s)
     int ms = s->timeout_ms;
     s->stop = true;
     atomic_store(&s->quit, true);
+    /* the threads' ids, copied while none can have returned (mu held): once
+     * it is orphaned, the last thread out frees s */
+    int nt = s->nthreads;
+    bool coord = s->coord_started;
+    pthread_t tid[FTC_SNAP_MAX_THREADS + 1];
+    for (int i = 0; i < nt; i++)
+        tid[i] = s->tid[i];
+    if (coord)
+        tid[nt] = s->coord;
+    bool orphan = s->orphaned = running && s->alive > 0;
     pthread_cond_broadcast(&s->cv_work);
     pthread_cond_broadcast(&s->cv_done);
     pthread_mutex_unlock(&s->mu);
-    if (running) {
+    if (orphan) {
         /* a copy that outlived the deadline (a device sync that does not
          * end): its threads may still write the region, read the tensors
-         * and use the device state, so none of them is freed, closed or
-         * unregistered; they stop at their next piece and never seal (the
-         * region stays an invalid shard). Left behind for the process. */
-        FTC_WARN("snapshot", "a snapshot still copying %d ms after destroy began: its threads, "
-                 "memory and device state are left behind (never freed); it is never sealed, "
-                 "and its region must stay mapped", ms);
-        for (int i = 0; i < s->nthreads; i++)
-            pthread_detach(s->tid[i]);
-        if (s->coord_started)
-            pthread_detach(s->coord);
+         * and use the device state; they stop at their next piece and never
+         * seal (the region stays an invalid shard), and the last one out
+         * frees the engine and its device state. Until then, left behind. */
+        FTC_WARN("snapshot", "a snapshot still copying %d ms after destroy began: left behind, "
+                 "never sealed; its threads free it when the copy ends, and its region must "
+                 "stay mapped", ms);
+        for (int i = 0; i < nt + coord; i++)
+            pthread_detach(tid[i]);
         return FTC_ETIMEDOUT;
     }
-    for (int i = 0; i < s->nthreads; i++)
-        pthread_join(s->tid[i], NULL);
-    if (s->coord_started)
-        pthread_join(s->coord, NULL);
-    pthread_mutex_destroy(&s->mu);
-    pthread_cond_destroy(&s->cv_work);
-    pthread_cond_destroy(&s->cv_done);
-    if (s->dev && s->dev_state) {
-        for (int i = 0; i < s->npinned; i++) /* before the caller unmaps or frees them */
-            s->dev->host_unregister(s->dev_state, s->pinned[i]);
-        s->dev->close(s->dev_state);
-    }
-    ftc_shard_layout_destroy(s->layout);
-    free(s->tid);
-    for (uint32_t i = 0; i < s->nt; i++)
-        free(s->t[i].name);
-    free(s->t);
-    free(s->pieces);
-    free((void *)s->unit_left);
-    free(s->units);
-    free(s);
+    for (int i = 0; i < nt + coord; i++)
+        pthread_join(tid[i], NULL);
+    ftc__snap_free(s);
     return 0;
 }
 

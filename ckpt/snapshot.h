@@ -73,12 +73,13 @@ ftc_snap_t *ftc_snap_create(const ftc_shard_info_t *info, int threads, uint32_t 
 /* Waits for a running copy, for at most the snapshot's timeout
  * (ftc_snap_set_timeout), then frees everything: 0. A copy still running
  * then (a device sync that does not end) is left behind, FTC_ETIMEDOUT: its
- * threads, its memory and the device state (pinned regions included) are
- * never freed, since its threads may still use them; they stop at their
- * next piece and never seal, so the region stays an invalid shard, and the
- * caller must leave the region mapped (a late write lands there) and the
- * registered tensors allocated (a piece in hand, a device copy in flight
- * still reads them), or end the process. NULL is a no-op (0). */
+ * threads stop at their next piece and never seal, so the region stays an
+ * invalid shard, and the last of them to return frees the engine and the
+ * device state (pinned regions included) once the copy ends (never, if it
+ * never does); until then the caller must leave the region mapped (a late
+ * write lands there) and the registered tensors allocated (a piece in hand,
+ * a device copy in flight still reads them), or end the process. NULL is a
+ * no-op (0). */
 int ftc_snap_destroy(ftc_snap_t *s);
 /* The deadline, in ms from its start, of each device sync (of a snapshot,
  * of a restore, after a failed copy) and of ftc_snap_destroy's wait; <= 0:

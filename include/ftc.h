@@ -158,9 +158,9 @@ int ftc_create(const ftc_options_t *opts, ftc_ctx_t **ctx);
  * its copy, each at most timeout_ms), says goodbye to the agent, frees. The
  * agent keeps the slots. A copy still running then (a device that does not
  * finish) is left behind with a warning: it is never sealed (that step does
- * not commit), and what it may still touch is not freed (the copy engine,
- * the slot mappings), but it may still read the registered tensors: keep
- * them allocated, or end the process. NULL is a no-op. Not concurrently
+ * not commit), and what it may still touch is not freed (the slot mappings;
+ * the copy engine frees itself when the copy ends), but it may still read
+ * the registered tensors: keep them allocated, or end the process. NULL is a no-op. Not concurrently
  * with any other call on ctx. */
 void ftc_destroy(ftc_ctx_t *ctx);
 /* The last error's sentence (never NULL). The context's thread only. */

@@ -92,7 +92,9 @@ static inline void fake_close(void *state)
     pthread_cond_broadcast(&FD.cv);
     pthread_mutex_unlock(&FD.mu);
     pthread_join(FD.th, NULL);
-    FD.closed++;
+    pthread_mutex_lock(&FD.mu);
+    FD.closed++; /* (fake_get reads it: the engine may close from its own thread) */
+    pthread_mutex_unlock(&FD.mu);
 }
 
 static inline int fake_register(void *state, void *base, uint64_t len, ftc_err_t *err)
