@@ -437,8 +437,17 @@ int ftc_create(const ftc_options_t *opts, ftc_ctx_t **out)
                            "rank %u of world %u does not fit tp=%u x pp=%u (check FTC_RANK, "
                            "FTC_WORLD_SIZE, FTC_TP, FTC_PP)",
                            c->rank, c->world, c->tp, c->pp);
-    if (!c->dp)
-        c->dp = c->world / (c->tp * c->pp);
+    /* a dp given (the option, FTC_DP) must be the layout's: it is recorded in
+     * every shard header (info.dp) and sent to the agent, and dp_rank below is
+     * derived from world, tp and pp alone; a wrong one made shards that say
+     * dp=3 in a world of 4 ranks */
+    uint32_t ldp = c->world / (c->tp * c->pp);
+    if (c->dp && c->dp != ldp)
+        return ftc_err_set(&c->err, FTC_ECONFIG,
+                           "dp=%u does not fit world %u / (tp=%u x pp=%u) = %u (check FTC_DP, "
+                           "FTC_WORLD_SIZE, FTC_TP, FTC_PP; 0 derives it)",
+                           c->dp, c->world, c->tp, c->pp, ldp);
+    c->dp = ldp;
     /* rank = ((dp_rank * pp) + pp_rank) * tp + tp_rank (Megatron's order) */
     c->tp_rank = c->rank % c->tp;
     c->pp_rank = (c->rank / c->tp) % c->pp;

@@ -37,7 +37,7 @@ static const char ftc__train_help[] =
     "                 [--data FILE | --corpus generated] [--deterministic [--dp R]]\n"
     "                 [--ckpt-dir DIR [--ckpt-every N]] [--train-config FILE.json]\n"
     "                 [--nproc N [--tp T]] [--coll cpu|nccl|auto] [--agent SOCKET]\n"
-    "                 [--coll-timeout-ms MS] [--stop-at K]\n"
+    "                 [--coll-timeout-ms MS] [--agent-call-timeout-ms MS] [--stop-at K]\n"
     "                 [--guard skip|rollback|off] [--guard-spike-sigma X] [--skip-steps LIST]\n"
     "       ftc train --tokenize TEXT --data OUT\n"
     "\n"
@@ -82,6 +82,11 @@ static const char ftc__train_help[] =
     "                         auto (default: nccl with the CUDA backend in an NCCL\n"
     "                         build, else cpu); docs/trainer.md\n"
     "  --coll-timeout-ms MS   deadline of each collective and of the rendezvous (60000)\n"
+    "  --agent-call-timeout-ms MS\n"
+    "                         deadline of each call to the agent (a checkpoint, a restore)\n"
+    "                         and of its snapshots' device syncs (60000); not the agent's\n"
+    "                         own --agent-timeout-ms (agent.timeout_ms), which it should\n"
+    "                         exceed\n"
     "  --stop-at K            stop (with a checkpoint) after K steps of the --steps run\n"
     "  --guard MODE           numerical guard, when a step's loss or gradient is NaN/Inf\n"
     "                         (or spikes): skip (default: the update is not applied),\n"
@@ -115,14 +120,14 @@ typedef struct ftc__train_args {
         eval_batches, log_every, threads;
     bool deterministic;
     const char *agent;
-    uint64_t nproc, nproc_per_node, coll_timeout_ms, stop_at;
+    uint64_t nproc, nproc_per_node, coll_timeout_ms, stop_at, agent_call_timeout_ms;
     uint64_t tp;
     const char *guard, *guard_spike_sigma, *skip_steps;
     uint64_t guard_window, inject_nan, inject_spike, inject_rank;
     const char *coll;
 } ftc__train_args_t;
 
-enum { FTC__NOPTS = 38 };
+enum { FTC__NOPTS = 39 };
 
 /* Applies JSON values to the settings whose flags were not given. */
 static int ftc__apply_json(const ftc_cli_cmd_t *cmd, json_t *root, const ftc_cli_opt_t *opts,
@@ -462,6 +467,7 @@ const ftc_cli_cmd_t *cmd, int argc, char **argv)
         .weight_decay = "0.1", .grad_clip = "1.0", .steps = 200, .micro_batch = 8, .seq_len = 64,
         .warmup = 10, .seed = 1337, .corpus_bytes = 1u << 20, .dp = 1, .ckpt_every = 10,
         .eval_batches = 16, .log_every = 10, .coll_timeout_ms = 60000, .tp = 1,
+        .agent_call_timeout_ms = 60000,
         .guard = "skip", .guard_spike_sigma = "0", .guard_window = 50,
         .inject_nan = UINT64_MAX, .inject_spike = UINT64_MAX, .coll = "auto",
     };
@@ -505,6 +511,7 @@ const ftc_cli_cmd_t *cmd, int argc, char **argv)
         {"--inject-spike", FTC_OPT_U64, &g.inject_spike, &seen[35]},
         {"--inject-rank", FTC_OPT_U64, &g.inject_rank, &seen[36]},
         {"--coll", FTC_OPT_STR, &g.coll, &seen[37]},
+        {"--agent-call-timeout-ms", FTC_OPT_U64, &g.agent_call_timeout_ms, &seen[38]},
     };
     ftc_cli_args_t a;
     int ec = ftc_cli_parse(cmd, argc, argv, opts, FTC__NOPTS, 0, 0, &a);
@@ -546,6 +553,10 @@ const ftc_cli_cmd_t *cmd, int argc, char **argv)
     bool rank_mode = wenv && *wenv && renv && *renv;
     if (g.coll_timeout_ms < 1 || g.coll_timeout_ms > 86400000) {
         ec = ftc_cli_usage_error(cmd, "--coll-timeout-ms must be 1..86400000");
+        goto out;
+    }
+    if (g.agent_call_timeout_ms < 1 || g.agent_call_timeout_ms > 86400000) {
+        ec = ftc_cli_usage_error(cmd, "--agent-call-timeout-ms must be 1..86400000");
         goto out;
     }
     /* fault injection for tests and drills: FTC_TRAIN_DIE_IN_CKPT=RANK:STEP
@@ -798,6 +809,7 @@ generation:
     o.world_rank = rank;
     o.world_size = world;
     o.agent = agent;
+    o.agent_call_timeout_ms = (int)g.agent_call_timeout_ms;
     /* the numerical guard */
     uint64_t skip_list[FTC_GUARD_MAX_SKIPS];
     float sigma = 0.0f;

@@ -125,7 +125,7 @@ typedef struct ftc_options {
     int rank;             /* -1: FTC_RANK, else RANK (torchrun), else 0 */
     int world;            /* -1: FTC_WORLD_SIZE, else WORLD_SIZE, else 1 */
     int dp, tp, pp;       /* 0: tp = pp = 1, dp = world / (tp x pp) (FTC_DP/FTC_TP/FTC_PP
-                             override) */
+                             override); a dp given must be world / (tp x pp) */
     int threads;          /* snapshot copy threads; 0 = one per online core but one
                              (left to the trainer), at least 1; a restore then
                              copies with every online core */
@@ -144,7 +144,8 @@ typedef struct ftc_ctx ftc_ctx_t;
  * or no agent answers at it (the message names the socket); FTC_ETIMEDOUT
  * when the agent neither accepts the connection nor answers the HELLO within
  * timeout_ms (a stopped agent: never a wait without end); FTC_ECONFIG when
- * rank/world/tp/pp do not fit, or when a variable read for an option left
+ * rank/world/tp/pp do not fit, when a dp given (the option, else FTC_DP) is
+ * not world / (tp x pp) (the message names the values), or when a variable read for an option left
  * at its default (FTC_RANK, else RANK: 0..2^24-1; FTC_WORLD_SIZE, else
  * WORLD_SIZE, FTC_TP, FTC_PP: 1..2^24; FTC_DP: 0..2^24, 0 derived) is set
  * but is no whole decimal number in its range (" 2", "1x", "-1"): the

@@ -177,6 +177,9 @@ static int ftc__check_options(const ftc_train_options_t *o, ftc_err_t *err)
     if (tp > 1 && (o->model.heads < 1 || o->model.heads % tp))
         return ftc_err_set(err, FTC_EINVAL, "tensor parallelism of degree %d must divide the "
                            "model's %d attention heads", tp, o->model.heads);
+    if (o->agent && *o->agent && o->agent_call_timeout_ms < 1)
+        return ftc_err_set(err, FTC_EINVAL, "agent call timeout %d ms: must be >= 1 ms",
+                           o->agent_call_timeout_ms);
     if (o->ckpt_every < 1 && ((o->ckpt_dir && *o->ckpt_dir) || o->agent))
         return ftc_err_set(err, FTC_EINVAL, "checkpoint interval must be >= 1 step");
     return ftc__guard_check_options(o, err);
@@ -632,6 +635,20 @@ static int ftc__check_fetched(ftc_trainer_t *t, const ftc_shard_ref_t *ref, int 
     return 0;
 }
 
+/* The agent's last error for a failed call; a deadline's names the
+ * trainer's agent_call_timeout_ms (--agent-call-timeout-ms), which
+ * not every libftc message states ("the previous snapshot is still not
+ * sealed"); else ftc_last_error. buf: n bytes. */
+static const char *ftc__agent_errstr(const ftc_trainer_t *t, int rc, char *buf, size_t n)
+{
+    const char *m = t->ftc ? ftc_last_error(t->ftc) : ftc_strerror(rc);
+    if (rc != FTC_ETIMEDOUT)
+        return m;
+    snprintf(buf, n, "%s (agent call timeout %d ms, --agent-call-timeout-ms)", m,
+             t->o.agent_call_timeout_ms);
+    return buf;
+}
+
 /* Re-partition through the agent: DP rank 0 reads the step (the newest
  * committed step at or before want whose shard of previous rank 0 has a copy,
  * ftc_fetch_at_most: one request, however many steps were never checkpointed
@@ -668,8 +685,9 @@ static int ftc__agent_repartition(ftc_trainer_t *t, int64_t want, bool *fresh, b
                      ftc_last_error(t->ftc));
         } else if (rc < 0) {
             mine[2] = 2;
+            char why[512];
             ftc_err_set(&e0, rc, "fetching the newest committed shard of previous rank %d: %s",
-                        ftc__prev_rank_of(t, 1, 0), ftc_last_error(t->ftc));
+                        ftc__prev_rank_of(t, 1, 0), ftc__agent_errstr(t, rc, why, sizeof why));
         } else {
             size_t ml = 0;
             const void *m = ftc_shard_meta(ref0, &ml);
@@ -737,10 +755,11 @@ static int ftc__agent_repartition(ftc_trainer_t *t, int64_t want, bool *fresh, b
         if (!ref) {
             rc = ftc_fetch(t->ftc, ftc__prev_rank_of(t, S, pc->prev_dp), (int64_t)step, &ref);
             if (rc < 0) {
+                char why[512];
                 rc = ftc_err_set(err, rc, "step %llu: fetching the shard of previous rank %d "
                                  "(chunk %d of %d): %s", (unsigned long long)step,
                                  ftc__prev_rank_of(t, S, pc->prev_dp), pc->prev_dp, S,
-                                 ftc_last_error(t->ftc));
+                                 ftc__agent_errstr(t, rc, why, sizeof why));
                 break;
             }
         }
@@ -935,10 +954,14 @@ static int ftc__agent_setup(ftc_trainer_t *t, ftc_err_t *err)
     fo.tp = t->o.tp > 0 ? t->o.tp : 1;
     fo.pp = 1;
     fo.meta_capacity = 4096;
+    /* every call to the agent and the device syncs of its snapshots: the
+     * trainer's own deadline, not libftc's default whatever it was given */
+    fo.timeout_ms = t->o.agent_call_timeout_ms;
     rc = ftc_create(&fo, &t->ftc);
+    char why[512];
     if (rc < 0)
         return ftc_err_set(err, rc, "agent %s: %s", t->o.agent,
-                           t->ftc ? ftc_last_error(t->ftc) : ftc_strerror(rc));
+                           ftc__agent_errstr(t, rc, why, sizeof why));
     const char *names[3];
     float *bufs[3];
     ftc__shard_tensors(t, names, bufs);
@@ -1717,9 +1740,11 @@ int ftc_trainer_step(ftc_trainer_t *t, ftc_train_stats_t *st, ftc_err_t *err)
         norm = (float)gn;
         if (t->ftc) {
             int rc = ftc_wait_snapshot(t->ftc); /* the chunk is registered */
+            char why[512];
             if (rc < 0 && ftc__agent_fatal(t, rc))
                 return ftc_err_set(err, rc, "step %llu: waiting for the snapshot: %s",
-                                   (unsigned long long)t->step, ftc_last_error(t->ftc));
+                                   (unsigned long long)t->step,
+                                   ftc__agent_errstr(t, rc, why, sizeof why));
             if (rc < 0) /* the copy is over: the chunk may be written */
                 FTC_WARN("train", "step %llu: %s: training goes on, the previous committed "
                          "checkpoint stays", (unsigned long long)t->step,
@@ -1793,9 +1818,11 @@ static int ftc__checkpoint(ftc_trainer_t *t, bool *taken, ftc_err_t *err)
         int rc = ftc_checkpoint(t->ftc, (int64_t)t->step, &meta, sizeof meta);
         if (rc == FTC_EAGAIN)
             return 0; /* the agent's policy skipped this step */
+        char why[512];
         if (rc < 0 && ftc__agent_fatal(t, rc))
             return ftc_err_set(err, rc, "checkpoint of step %llu through the agent: %s",
-                               (unsigned long long)t->step, ftc_last_error(t->ftc));
+                               (unsigned long long)t->step,
+                               ftc__agent_errstr(t, rc, why, sizeof why));
         if (rc < 0) { /* a failed snapshot (this one's or the previous one's) */
             FTC_WARN("train", "checkpoint of step %llu through the agent: %s: training goes "
                      "on, the previous committed checkpoint stays",
@@ -2073,9 +2100,10 @@ static int ftc__guard_rollback(ftc_trainer_t *t, uint64_t *back, ftc_err_t *err)
     t->resumed_from = UINT64_MAX;
     int rc = 0;
     if (t->ftc) {
+        char why[512];
         if ((rc = ftc_wait_snapshot(t->ftc)) < 0 && ftc__agent_fatal(t, rc))
             return ftc_err_set(err, rc, "rollback: waiting for the snapshot: %s",
-                               ftc_last_error(t->ftc));
+                               ftc__agent_errstr(t, rc, why, sizeof why));
         if (rc < 0) /* a failed snapshot: the rollback restores a committed one anyway */
             FTC_WARN("train", "rollback: %s", ftc_last_error(t->ftc));
         rc = 0;

@@ -160,6 +160,14 @@ typedef struct ftc_train_options {
     int world_rank, world_size; /* this process in the job (for the agent); 0, 1 */
     int tp;                     /* tensor-parallel degree of the layout (1; see dist.h) */
     const char *agent;          /* ftc agent socket: checkpoints through include/ftc.h */
+    int agent_call_timeout_ms;  /* with agent: the libftc context's timeout_ms (default
+                                   60000): the deadline of each call to the agent (a
+                                   checkpoint, its snapshot wait, a restore, a fetch, a
+                                   rollback's wait for a commit) and of the device syncs of
+                                   its snapshots and restores; a wait past it ends the step
+                                   or the creation with FTC_ETIMEDOUT naming it. Not the
+                                   agent's own agent.timeout_ms (its replications and
+                                   fetches, 30 s), which it should exceed */
     /* tensor parallelism (see the top); NULL = none. tp must be 0, 1 or its size */
     ftc_coll_t *tp_coll;        /* the TP group of this process (not owned) */
     /* the numerical guard (see "Numerical guard" below) */
@@ -188,7 +196,8 @@ typedef struct ftc_train_options {
      .data_path = NULL, .corpus_bytes = 1u << 20, .corpus_seed = 7, .eval_fraction = 0.1,          \
      .ckpt_dir = NULL, .ckpt_every = 10, .job_id = "ftc-train", .dp_coll = NULL,                   \
      .coll_timeout_ms = 60000, .world_rank = 0, .world_size = 1, .tp = 1, .agent = NULL,        \
-     .tp_coll = NULL, .guard = FTC_GUARD_SKIP, .guard_spike_sigma = 0.0, .guard_window = 50,    \
+     .agent_call_timeout_ms = 60000, .tp_coll = NULL,                                            \
+     .guard = FTC_GUARD_SKIP, .guard_spike_sigma = 0.0, .guard_window = 50,                      \
      .skip_steps = NULL, .n_skip_steps = 0, .inject_nan_step = -1, .inject_spike_step = -1,      \
      .inject_rank = 0, .inject_tp_rank = -1, .ckpt_device_ops = NULL}
 

@@ -27,6 +27,7 @@
  *   "TIMING rank R gen G verified ms X at T"    the byte-for-byte check of it took X ms
  *   "TIMING rank R gen G step S at T"      step S done (state filled, checkpointed, slept)
  */
+#include "core/config.h"
 #include "ftc.h"
 
 #include <signal.h>
@@ -121,7 +122,15 @@ int main(int argc, char **argv)
         ftc_destroy(ctx);
         return 1;
     }
-    int rank = atoi(getenv("FTC_RANK") ? getenv("FTC_RANK") : "0");
+    /* strictly (ftc_create read it so already): atoi would take "1x" as 1 */
+    const char *rs = getenv("FTC_RANK");
+    int64_t rank64 = 0;
+    if (rs && *rs && ftc_parse_int(rs, 0, (1 << 24) - 1, &rank64) < 0) {
+        printf("ERROR: FTC_RANK=\"%s\" is not a whole decimal number in 0..16777215\n", rs);
+        ftc_destroy(ctx);
+        return 2;
+    }
+    int rank = (int)rank64;
     const char *gen = getenv("FTC_GENERATION") ? getenv("FTC_GENERATION") : "0";
     if (timing)
         printf("TIMING rank %d gen %s exec %lld\n", rank, gen, t_exec);

@@ -180,6 +180,34 @@ static void test_create_env_strict(void **state)
     ftc_destroy(c);
     unsetenv("FTC_TP");
     unsetenv("FTC_PP");
+    /* a dp given, by FTC_DP or the option, is checked against world / (tp x
+     * pp): it was taken as given and written into every shard header (the
+     * agent was then asked: FTC_ENOENT); 0 derives it, the right one is taken */
+    setenv("WORLD_SIZE", "4", 1);
+    setenv("FTC_TP", "2", 1);
+    setenv("FTC_DP", "3", 1);
+    int rc = ftc_create(&o, &c);
+    print_message("FTC_DP=3, world 4, tp 2: %s: %s\n", ftc_errname(rc), ftc_last_error(c));
+    assert_int_equal(rc, FTC_ECONFIG);
+    assert_non_null(strstr(ftc_last_error(c), "dp=3 does not fit world 4 / (tp=2 x pp=1) = 2"));
+    ftc_destroy(c);
+    unsetenv("FTC_DP");
+    ftc_options_t od = o;
+    od.dp = 4;
+    assert_int_equal(ftc_create(&od, &c), FTC_ECONFIG);
+    assert_non_null(strstr(ftc_last_error(c), "dp=4 does not fit"));
+    ftc_destroy(c);
+    od.dp = 2;
+    assert_int_equal(ftc_create(&od, &c), FTC_ENOENT);
+    ftc_destroy(c);
+    setenv("FTC_DP", "0", 1); /* 0: derived */
+    assert_int_equal(ftc_create(&o, &c), FTC_ENOENT);
+    ftc_ckpt_status(c, &st);
+    assert_int_equal(st.world, 4);
+    ftc_destroy(c);
+    unsetenv("FTC_DP");
+    unsetenv("WORLD_SIZE");
+    unsetenv("FTC_TP");
     /* the options win over the environment, garbage or not */
     setenv("FTC_RANK", "zz", 1);
     o.rank = 0;

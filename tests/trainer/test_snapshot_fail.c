@@ -14,7 +14,9 @@
  * persist path) a hung device fails the step with FTC_ETIMEDOUT within
  * coll_timeout_ms, the deadline its syncs are given.
  * An interrupted context (ftc_trainer_interrupt: FTC_ECANCELED) still ends
- * the step with its error.
+ * the step with its error. A stopped agent (SIGSTOP) ends the step with
+ * FTC_ETIMEDOUT after the trainer's agent_call_timeout_ms, which its message
+ * names (it was libftc's default 60 s whatever the trainer was given).
  */
 #include "ftc_test.h"
 
@@ -174,6 +176,46 @@ static void test_persist_snapshot_deadline(void **state)
     free(dir);
 }
 
+/* With an agent, the trainer's libftc context takes agent_call_timeout_ms as
+ * its timeout_ms: an agent that stops answering (SIGSTOP) after step 1's
+ * checkpoint ends step 2 with FTC_ETIMEDOUT naming 1500 ms. It was never
+ * set: every agent call waited libftc's default 60 s, whatever the trainer
+ * was configured with. */
+static void test_agent_timeout(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 1000);
+    char sock[PATH_MAX + 32];
+    snprintf(sock, sizeof sock, "%s/agent.0.sock", e->jobdir);
+    ftc_train_options_t o = FTC_TRAIN_OPTIONS_INIT;
+    o.model = (ftc_model_config_t){256, 16, 2, 2, 16};
+    o.backend = "cpu";
+    o.micro_batch = 2;
+    o.seq_len = 16;
+    o.steps = 10;
+    o.corpus_bytes = 60000;
+    o.ckpt_every = 1;
+    o.agent = sock;
+    o.job_id = e->job;
+    o.agent_call_timeout_ms = 1500;
+    ftc_err_t err = {0};
+    ftc_trainer_t *t = ftc_trainer_create(&o, &err);
+    if (!t)
+        fail_msg("ftc_trainer_create: %s", err.msg);
+    ftc_train_stats_t st;
+    int rc = ftc_trainer_step(t, &st, &err);
+    if (rc)
+        fail_msg("step 1: %s: %s", ftc_errname(rc), err.msg);
+    assert_true(st.checkpointed);
+    kill(e->agent[0], SIGSTOP); /* it answers nothing from now on */
+    rc = ftc_trainer_step(t, &st, &err);
+    kill(e->agent[0], SIGCONT);
+    print_message("step 2 with the agent stopped: %s: %s\n", ftc_errname(rc), err.msg);
+    assert_int_equal(rc, FTC_ETIMEDOUT);
+    assert_non_null(strstr(err.msg, "agent call timeout 1500 ms"));
+    ftc_trainer_destroy(t);
+    teardown_env(e);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -181,6 +223,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_trainer_snapshot_fail, redis_fixture_setup,
                                         agent_fixture_teardown),
         cmocka_unit_test(test_persist_snapshot_deadline),
+        cmocka_unit_test_setup_teardown(test_agent_timeout, redis_fixture_setup,
+                                        agent_fixture_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

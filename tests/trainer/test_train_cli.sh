@@ -16,7 +16,8 @@
 #      FTC_ASSIGN_TIMEOUT_MS is no whole number in range is a usage error
 #      naming the variable, at once; so is a restarted rank's
 #      FTC_PREV_WORLD_SIZE or FTC_RESTORE_RANK (from trainer creation, before
-#      the agent is asked anything);
+#      the agent is asked anything); --agent-call-timeout-ms bounds each call to
+#      the agent (a mute one: FTC_ETIMEDOUT naming it), 0 is a usage error;
 #   5. FTC_TRAIN_DIE_IN_CKPT (fault injection) that is not RANK:STEP in range
 #      ("1:5x", "1", " 0:2") is a usage error naming it, before the run
 #      (sscanf took "1:5x", and a typo made no fault, silently); a good one
@@ -178,6 +179,30 @@ agentcase FTC_PREV_WORLD_SIZE FTC_PREV_WORLD_SIZE=abc
 agentcase FTC_PREV_WORLD_SIZE FTC_PREV_WORLD_SIZE=" 2"
 agentcase FTC_RESTORE_RANK FTC_RESTORE_RANK=1x
 agentcase FTC_RESTORE_RANK FTC_RESTORE_RANK=-1
+
+# --agent-call-timeout-ms is the deadline of the rank's calls to its agent (it was libftc's
+# 60 s, whatever the trainer was given): an agent socket that takes the connection and never
+# answers ends the run with FTC_ETIMEDOUT naming 1000 ms; 0 is a usage error naming the flag
+python3 -c 'import socket, sys, time
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+s.bind(sys.argv[1])
+s.listen(64)
+time.sleep(60)' "$T/mute.sock" &
+mute=$!
+for i in $(seq 100); do [ -S "$T/mute.sock" ] && break; sleep 0.05; done
+env -u RANK -u WORLD_SIZE -u FTC_AGENT_SOCKET timeout 30 "$FTC" train "${FLAGS[@]}" \
+    --backend cpu --agent "$T/mute.sock" --agent-call-timeout-ms 1000 >"$T/mute.out" 2>&1
+rc=$?
+kill "$mute" 2>/dev/null
+wait "$mute" 2>/dev/null
+check "a mute agent, --agent-call-timeout-ms 1000: exit $rc, FTC_ETIMEDOUT naming 1000 ms" \
+    bash -c "[ $rc -eq 1 ] && grep -q 'agent call timeout 1000 ms' '$T/mute.out'"
+[ $rc -eq 1 ] && grep -q 'agent call timeout 1000 ms' "$T/mute.out" || cat "$T/mute.out"
+env -u RANK -u WORLD_SIZE timeout 20 "$FTC" train "${FLAGS[@]}" --agent-call-timeout-ms 0 \
+    >"$T/mute.out" 2>&1
+rc=$?
+check "--agent-call-timeout-ms 0: usage error (exit $rc) naming it" bash -c \
+    "[ $rc -eq 2 ] && grep -q -- '--agent-call-timeout-ms must be 1..86400000' '$T/mute.out'"
 
 # ---- the fault injection variable, strictly ------------------------------------------------
 diecase() { # diecase VALUE: exit 2 naming FTC_TRAIN_DIE_IN_CKPT='VALUE', before any step
