@@ -44,7 +44,8 @@
  *     its agent (ABORT): the other rank's copy of that step on the node is
  *     abandoned at once (NOT_COMMITTED, checkpoint_failed and
  *     checkpoint_abandoned events), not after agent.timeout_ms, and the
- *     committed step stays;
+ *     committed step stays; on another node too (the abort marker of the
+ *     step's commit record);
  *   - with Redis stopped, the commit reports and event writes are skipped
  *     (no command timeout each) and made once Redis answers.
  * FTC_TEST_FILTER=NAME (cmocka pattern) runs only the matching tests.
@@ -1266,6 +1267,96 @@ static void test_failed_snapshot_abandons_step(void **state)
     teardown_env(e);
 }
 
+/* Waits until c's SEALED of its last checkpoint was sent (in_flight -1). */
+static void wait_sealed_sent(ftc_ctx_t *c)
+{
+    ftc_ckpt_status_t st = {.struct_size = sizeof st};
+    ftc_deadline_t d = ftc_deadline_in_ms(10000);
+    while (ftc_ckpt_status(c, &st) == 0 && st.in_flight >= 0 && !ftc_deadline_expired(d))
+        ftc_sleep_ms(5);
+    assert_int_equal(st.in_flight, -1);
+}
+
+/* The committed step of e's job. */
+static int64_t committed_step(env_t *e)
+{
+    ftc_ctl_t *ctl = redis_fixture_ctl(e->f, e->job);
+    int64_t cstep = -1;
+    uint64_t cgen = 0;
+    assert_int_equal(ftc_ctl_committed(ctl, &cstep, &cgen), 0);
+    ftc_ctl_destroy(ctl);
+    return cstep;
+}
+
+/* Two nodes, rank 0 on node 0 and rank 1 on node 1, no replicas (each
+ * sealed version is reported at once), agent.timeout_ms 60 s, the ranks'
+ * timeout_ms 10 s. Rank 1's snapshot of step 2 fails, then rank 0 seals
+ * step 2; for step 3 rank 0 seals first, then rank 1 fails. Node 1's agent
+ * abandoned the step at once (ABORT), but node 0's never heard of it: rank
+ * 0's copy waited there for agent.timeout_ms, and its ftc_wait_committed
+ * ended FTC_ETIMEDOUT (its own timeout). Node 1's agent now writes the abort
+ * marker into the step's commit record; node 0's commit poll (or its commit
+ * report, which the record then refuses) sees it and abandons rank 0's copy
+ * at once: FTC_EIO naming rank 1's failure, checkpoint_abandoned (rank 0)
+ * beside checkpoint_failed (rank 1), the committed step stays 1 (I3), and
+ * step 4 commits for both. */
+static void test_failed_snapshot_other_node(void **state)
+{
+    env_t *e = prepare_env(*state, 2, "0", 1000, NULL);
+    snprintf(e->timeout_ms, sizeof e->timeout_ms, "60000");
+    start_agent(e, 0);
+    start_agent(e, 1);
+    static float w0[4096], w1[4096];
+    fd_reset();
+    ftc_ctx_t *c0 = open_ctx_dev(e, 0, 0, 2, w0, 4096, false);
+    ftc_ctx_t *c1 = open_ctx_dev(e, 1, 1, 2, w1, 4096, true);
+    ftc_ctx_t *c[2] = {c0, c1};
+    for (int r = 0; r < 2; r++) {
+        fill(r ? w1 : w0, r, 1);
+        assert_int_equal(ftc_checkpoint(c[r], 1, NULL, 0), 0);
+        assert_int_equal(ftc_wait_snapshot(c[r]), 0);
+    }
+    for (int r = 0; r < 2; r++)
+        if (ftc_wait_committed(c[r], 1))
+            fail_msg("step 1: %s", ftc_last_error(c[r]));
+    /* step 2: rank 1 fails first, rank 0 seals after it */
+    failed_step(c1, w1, 2);
+    fill(w0, 0, 2);
+    assert_int_equal(ftc_checkpoint(c0, 2, NULL, 0), 0);
+    assert_int_equal(ftc_wait_snapshot(c0), 0);
+    int rc = ftc_wait_committed(c0, 2);
+    print_message("rank 0, step 2: %s: %s\n", ftc_errname(rc), ftc_last_error(c0));
+    assert_int_equal(rc, FTC_EIO);
+    assert_non_null(strstr(ftc_last_error(c0), "rank 1's snapshot of it failed"));
+    /* step 3: rank 0 seals first (its SEALED sent), then rank 1 fails */
+    fill(w0, 0, 3);
+    assert_int_equal(ftc_checkpoint(c0, 3, NULL, 0), 0);
+    assert_int_equal(ftc_wait_snapshot(c0), 0);
+    wait_sealed_sent(c0);
+    failed_step(c1, w1, 3);
+    rc = ftc_wait_committed(c0, 3);
+    print_message("rank 0, step 3: %s: %s\n", ftc_errname(rc), ftc_last_error(c0));
+    assert_int_equal(rc, FTC_EIO);
+    assert_non_null(strstr(ftc_last_error(c0), "rank 1's snapshot of it failed"));
+    for (int64_t s = 2; s <= 3; s++) {
+        assert_true(stream_has(e, "checkpoint_failed", 1, s));
+        assert_true(stream_has(e, "checkpoint_abandoned", 0, s));
+    }
+    assert_int_equal(committed_step(e), 1); /* I3 */
+    for (int r = 0; r < 2; r++) {
+        fill(r ? w1 : w0, r, 4);
+        assert_int_equal(ftc_checkpoint(c[r], 4, NULL, 0), 0);
+        assert_int_equal(ftc_wait_snapshot(c[r]), 0);
+    }
+    for (int r = 0; r < 2; r++)
+        if (ftc_wait_committed(c[r], 4))
+            fail_msg("step 4: %s", ftc_last_error(c[r]));
+    ftc_destroy(c0);
+    ftc_destroy(c1);
+    fd_done();
+    teardown_env(e);
+}
+
 /* Redis stopped (SIGSTOP) under one node, one rank, k = 0, checkpoint.busy
  * skip, step 0 committed. Steps 1 and 2 are sealed (each reported to the
  * commit record at once), step 3 finds no free slot and is skipped (a
@@ -1352,6 +1443,7 @@ int main(void)
         T(test_restore_first_holder_unreachable),
         T(test_restart_never_committed_slot),
         T(test_failed_snapshot_abandons_step),
+        T(test_failed_snapshot_other_node),
         T(test_redis_down_reports_wait),
     };
     /* FTC_TEST_FILTER=test_name (a cmocka pattern, * and ?) runs only those */
