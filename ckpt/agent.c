@@ -227,6 +227,9 @@ struct ftc_agent {
                                                  came from there): else written by the
                                                  commit poll once Redis answers */
     char aborted_why[FTC__ABORTED_KEEP][FTC_CTL_ABORT_WHY_MAX + 1]; /* the failure */
+    /* the same steps + 1 (0: none), read by the replication thread: an
+     * encoder's gather of an aborted step ends at once (ftc__gather_poll) */
+    _Atomic uint64_t aborted_stop[FTC__ABORTED_KEEP];
     unsigned naborted;
     uint64_t last_poll_ns, last_peers_ns;
     ftc__peer_t *peers;      /* by node index, o.nodes entries */
@@ -1365,6 +1368,7 @@ static void ftc__note_abort(ftc_agent_t *a, uint64_t step, uint32_t rank, const 
         a->aborted_gen[k] = a->generation;
         a->aborted_marked[k] = !local;
         snprintf(a->aborted_why[k], sizeof a->aborted_why[k], "%s", why ? why : "");
+        atomic_store(&a->aborted_stop[k], step + 1);
     }
     for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++)
         for (int o = 0; a->ranks[i].used && o < NS; o++)
@@ -3952,6 +3956,10 @@ static bool ftc__par_try_push(ftc_agent_t *a, ftc__rank_t *r, int s)
     ga->max_attempts = 1 << 20; /* bounded by the deadline: members seal at their own pace */
     ga->retry_ms = 20;
     ga->d = ftc_deadline_in_ms((uint64_t)a->o.timeout_ms);
+    /* a member whose rank failed to snapshot the step never seals it: the
+     * gather ends once the step is known aborted, not at the deadline */
+    ga->stop = a->aborted_stop;
+    ga->nstop = FTC__ABORTED_KEEP;
     for (int i = 0; i < g->n; i++) {
         uint32_t owner = ftc__par_rank(a, i, local);
         if (i == g->member || owner == FTC_PAR_IDLE)
@@ -3977,6 +3985,15 @@ static bool ftc__par_try_push(ftc_agent_t *a, ftc__rank_t *r, int s)
  * meanwhile, so no other encode of the stripe starts and no BEGIN reuses it. */
 static void ftc__par_encode_done(ftc_agent_t *a, ftc__rank_t *r, int s, ftc__job_t *j)
 {
+    if (r->aborted[s] || ftc__step_aborted(a, r->step[s])) {
+        /* a rank failed to snapshot the step (its gather was stopped): it
+         * can never commit, so it is not encoded but abandoned now, the rank
+         * told which rank failed it */
+        r->aborted[s] = true;
+        r->pushed[s] = false; /* nothing reported: no withdraw */
+        ftc__abandon_aborted(a);
+        return;
+    }
     ftc__par_geo_t *g = &a->par->geo;
     uint32_t local = ftc__par_local(a, r);
     char why[700] = "";

@@ -45,7 +45,8 @@
  *     abandoned at once (NOT_COMMITTED, checkpoint_failed and
  *     checkpoint_abandoned events), not after agent.timeout_ms, and the
  *     committed step stays; on another node too (the abort marker of the
- *     step's commit record);
+ *     step's commit record), and an encoder's gather of the failed rank's
+ *     shard ends at once (parity);
  *   - with Redis stopped, the commit reports and event writes are skipped
  *     (no command timeout each) and made once Redis answers.
  * FTC_TEST_FILTER=NAME (cmocka pattern) runs only the matching tests.
@@ -1357,6 +1358,62 @@ static void test_failed_snapshot_other_node(void **state)
     teardown_env(e);
 }
 
+/* Parity xor:2 on three nodes (one group, node 0 the encoder of the stripe),
+ * rank r on node r, agent.timeout_ms 60 s, the ranks' timeout_ms 10 s.
+ * Ranks 0 and 2 seal step 2, then rank 1's snapshot of it fails. The
+ * encoder's gather of rank 1's shard kept asking node 1 every 20 ms until
+ * agent.timeout_ms, its slot pushed and never abandoned meanwhile: rank 0's
+ * ftc_wait_committed ended FTC_ETIMEDOUT. Once node 0 knows the step
+ * aborted (the commit record's marker), the gather ends at once and the
+ * encode is abandoned: rank 0 and rank 2 both get FTC_EIO naming rank 1's
+ * failure, the committed step stays 1, and step 3 commits for all three. */
+static void test_failed_snapshot_stops_parity_gather(void **state)
+{
+    env_t *e = prepare_env(*state, 3, "xor:2", 1000, NULL);
+    snprintf(e->timeout_ms, sizeof e->timeout_ms, "60000");
+    for (int i = 0; i < 3; i++)
+        start_agent(e, i);
+    static float w[3][4096];
+    fd_reset();
+    ftc_ctx_t *c[3];
+    for (int r = 0; r < 3; r++)
+        c[r] = open_ctx_dev(e, r, r, 3, w[r], 4096, r == 1);
+    for (int r = 0; r < 3; r++) {
+        fill(w[r], r, 1);
+        assert_int_equal(ftc_checkpoint(c[r], 1, NULL, 0), 0);
+        assert_int_equal(ftc_wait_snapshot(c[r]), 0);
+    }
+    for (int r = 0; r < 3; r++)
+        if (ftc_wait_committed(c[r], 1))
+            fail_msg("step 1: %s", ftc_last_error(c[r]));
+    for (int r = 0; r < 3; r += 2) {
+        fill(w[r], r, 2);
+        assert_int_equal(ftc_checkpoint(c[r], 2, NULL, 0), 0);
+        assert_int_equal(ftc_wait_snapshot(c[r]), 0);
+        wait_sealed_sent(c[r]);
+    }
+    failed_step(c[1], w[1], 2);
+    for (int r = 0; r < 3; r += 2) {
+        int rc = ftc_wait_committed(c[r], 2);
+        print_message("rank %d, step 2: %s: %s\n", r, ftc_errname(rc), ftc_last_error(c[r]));
+        assert_int_equal(rc, FTC_EIO);
+        assert_non_null(strstr(ftc_last_error(c[r]), "rank 1's snapshot of it failed"));
+    }
+    assert_int_equal(committed_step(e), 1); /* I3 */
+    for (int r = 0; r < 3; r++) {
+        fill(w[r], r, 3);
+        assert_int_equal(ftc_checkpoint(c[r], 3, NULL, 0), 0);
+        assert_int_equal(ftc_wait_snapshot(c[r]), 0);
+    }
+    for (int r = 0; r < 3; r++)
+        if (ftc_wait_committed(c[r], 3))
+            fail_msg("step 3: %s", ftc_last_error(c[r]));
+    for (int r = 0; r < 3; r++)
+        ftc_destroy(c[r]);
+    fd_done();
+    teardown_env(e);
+}
+
 /* Redis stopped (SIGSTOP) under one node, one rank, k = 0, checkpoint.busy
  * skip, step 0 committed. Steps 1 and 2 are sealed (each reported to the
  * commit record at once), step 3 finds no free slot and is skipped (a
@@ -1444,6 +1501,7 @@ int main(void)
         T(test_restart_never_committed_slot),
         T(test_failed_snapshot_abandons_step),
         T(test_failed_snapshot_other_node),
+        T(test_failed_snapshot_stops_parity_gather),
         T(test_redis_down_reports_wait),
     };
     /* FTC_TEST_FILTER=test_name (a cmocka pattern, * and ?) runs only those */
