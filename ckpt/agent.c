@@ -2052,6 +2052,18 @@ static uint32_t ftc__gen_members(ftc_agent_t *a)
     if (a->members_gen == a->generation && a->members_n &&
         (a->members_planned || now - a->members_ns < 1000000000ull))
         return a->members_n;
+    if (a->redis_down) {
+        /* not asked: a command timeout (in which no rank is answered) on
+         * every push once a second; the count known for the generation, or
+         * the job's node count as when the read fails, until Redis answers */
+        if (a->members_gen != a->generation || !a->members_n) {
+            a->members_planned = false;
+            a->members_gen = a->generation;
+            a->members_n = a->o.nodes;
+            a->members_ns = now;
+        }
+        return a->members_n;
+    }
     char key[200], suffix[48];
     snprintf(suffix, sizeof suffix, "plan:%" PRIu64, a->generation);
     ftc_ctl_key(a->ctl, suffix, key, sizeof key);
@@ -2059,7 +2071,9 @@ static uint32_t ftc__gen_members(ftc_agent_t *a)
     uint32_t n = 0;
     const char *v = NULL;
     size_t len = 0;
-    if (ftc_redis_cmdv(ftc_ctl_redis(a->ctl), true, &rep, "HGET", key, "members", NULL) == 0 &&
+    /* recorded like the peer refresh: failed, the next pushes do not ask */
+    if (ftc__redis_seen(a, ftc_redis_cmdv(ftc_ctl_redis(a->ctl), true, &rep, "HGET", key,
+                                          "members", NULL)) == 0 &&
         ftc_redis_want_str(rep, "plan members", &v, &len, NULL) == 0) {
         bool in = false;
         for (size_t i = 0; i < len; i++) {
@@ -4204,7 +4218,12 @@ static bool ftc__par_queue_rebuild(ftc_agent_t *a, ftc__rank_t *r)
     /* the subject's stripe position in the layout of the committed version */
     int64_t cstep = -1;
     uint64_t cgen = a->generation;
-    if (ftc_ctl_committed(a->ctl, &cstep, &cgen) != 0 || cgen == 0)
+    /* Redis known down: not asked (a command timeout for nothing), the
+     * current generation's layout as when the read fails */
+    int crc = a->redis_down ? FTC_EREDIS : ftc_ctl_committed(a->ctl, &cstep, &cgen);
+    if (crc && ftc__redis_outage(crc) && !a->redis_down)
+        ftc__redis_seen(a, crc);
+    if (crc || cgen == 0)
         cgen = a->generation;
     uint32_t at_node = 0, local = 0;
     if (!ftc__par_locate(a, cgen, r->src, &at_node, &local) || at_node >= a->o.nodes) {
