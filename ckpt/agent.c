@@ -217,10 +217,19 @@ struct ftc_agent {
                                 commit poll and every RESTORE / FETCH ask again) */
     uint64_t redis_fail_ns;  /* when such a call last failed: meanwhile the peer refresh and
                                 the commit poll ask once per FTC__REDIS_PROBE_NS */
-    /* the last FTC__ABORTED_KEEP steps a rank of this node failed to snapshot
-     * (ABORT), and that rank: a copy of such a step sealed later is abandoned */
+    /* the last FTC__ABORTED_KEEP steps a rank failed to snapshot (ABORT on
+     * this node, or the abort marker of the step's commit record: another
+     * node's), and that rank: a copy of such a step sealed later is abandoned */
     uint64_t aborted_step[FTC__ABORTED_KEEP];
     uint32_t aborted_rank[FTC__ABORTED_KEEP];
+    uint64_t aborted_gen[FTC__ABORTED_KEEP];  /* the generation it was failed in */
+    bool aborted_marked[FTC__ABORTED_KEEP];   /* its marker is in the commit record (or
+                                                 came from there): else written by the
+                                                 commit poll once Redis answers */
+    char aborted_why[FTC__ABORTED_KEEP][FTC_CTL_ABORT_WHY_MAX + 1]; /* the failure */
+    /* the same steps + 1 (0: none), read by the replication thread: an
+     * encoder's gather of an aborted step ends at once (ftc__gather_poll) */
+    _Atomic uint64_t aborted_stop[FTC__ABORTED_KEEP];
     unsigned naborted;
     uint64_t last_poll_ns, last_peers_ns;
     ftc__peer_t *peers;      /* by node index, o.nodes entries */
@@ -281,6 +290,8 @@ static void ftc__par_on_push_done(ftc_agent_t *a, ftc__job_t *j);
 static void ftc__par_collect(ftc_agent_t *a);
 static void ftc__par_on_rebuilt(ftc_agent_t *a, ftc__par_task_t *t);
 static void ftc__push_others(ftc_agent_t *a, struct ftc__rank *r, int s);
+static void ftc__note_abort(ftc_agent_t *a, uint64_t step, uint32_t rank, const char *why,
+                            bool local);
 
 void ftc_agent_socket_path(const char *dir, uint32_t index, char *buf, size_t cap)
 {
@@ -1053,6 +1064,22 @@ static void ftc__report_commit(ftc_agent_t *a, ftc__rank_t *r, int s)
     bool now;
     int rc = ftc_ctl_commit_report(a->ctl, a->generation, (int64_t)r->step[s], r->rank,
                                    r->checksum[s], &committed, &now);
+    if (rc == FTC_ECANCELED) { /* the record's abort marker: another rank failed it */
+        bool ab = false;
+        uint32_t by = UINT32_MAX;
+        char why[FTC_CTL_ABORT_WHY_MAX + 1] = "";
+        FTC_INFO("agent", "commit report of rank %u step %" PRIu64 " refused: %s", r->rank,
+                 r->step[s], ftc_ctl_errstr(a->ctl));
+        int arc = ftc_ctl_commit_aborted(a->ctl, a->generation, (int64_t)r->step[s], &ab, &by,
+                                         why, sizeof why);
+        if (arc && ftc__redis_outage(arc))
+            ftc__redis_seen(a, arc);
+        if (!arc && ab) { /* else the next poll reads the marker, or reports again */
+            r->reported[s] = true; /* nothing to report again: abandoned by the next poll */
+            ftc__note_abort(a, r->step[s], by, why, false);
+        }
+        return;
+    }
     if (rc) {
         if (ftc__redis_outage(rc))
             ftc__redis_seen(a, rc);
@@ -1316,6 +1343,81 @@ static void ftc__abandon_aborted(ftc_agent_t *a)
     }
 }
 
+/* Whether a rank failed to snapshot step (ABORT here, or the commit
+ * record's abort marker; remembered). */
+static bool ftc__step_aborted(const ftc_agent_t *a, uint64_t step)
+{
+    for (unsigned k = 0; k < a->naborted && k < FTC__ABORTED_KEEP; k++)
+        if (a->aborted_step[k] == step)
+            return true;
+    return false;
+}
+
+/* Remembers that rank's snapshot of step failed — an ABORT of this node's
+ * rank (local: its abort marker still to be written to the commit record),
+ * or another node's, read from the record's marker — and marks this node's
+ * sealed copies of the step aborted (the caller abandons them). A step
+ * remembered already is left as it is (its first failure names it). */
+static void ftc__note_abort(ftc_agent_t *a, uint64_t step, uint32_t rank, const char *why,
+                            bool local)
+{
+    if (!ftc__step_aborted(a, step)) {
+        unsigned k = a->naborted++ % FTC__ABORTED_KEEP;
+        a->aborted_step[k] = step;
+        a->aborted_rank[k] = rank;
+        a->aborted_gen[k] = a->generation;
+        a->aborted_marked[k] = !local;
+        snprintf(a->aborted_why[k], sizeof a->aborted_why[k], "%s", why ? why : "");
+        atomic_store(&a->aborted_stop[k], step + 1);
+    }
+    for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++)
+        for (int o = 0; a->ranks[i].used && o < NS; o++)
+            if (a->ranks[i].st[o] == SL_SEALED && a->ranks[i].step[o] == step)
+                a->ranks[i].aborted[o] = true;
+}
+
+/* Writes the abort marker of each step a rank of this node failed to
+ * snapshot into the step's commit record (ftc_ctl_commit_abort): the
+ * commit script refuses the step from then on (I3), and the other nodes'
+ * commit polls abandon their copies of it at once (ftc__poll_abort_markers)
+ * instead of after agent.timeout_ms. Not while Redis is known down (a
+ * command timeout in which no rank is answered): the commit poll writes it
+ * once Redis answers. A marker of an earlier generation is moot (the step
+ * can no longer commit in that generation's record from this node's
+ * report), as is one the record is past. */
+static void ftc__mark_aborts(ftc_agent_t *a)
+{
+    for (unsigned k = 0; k < a->naborted && k < FTC__ABORTED_KEEP; k++) {
+        if (a->aborted_marked[k])
+            continue;
+        if (a->redis_down)
+            return;
+        if (a->aborted_gen[k] != a->generation) {
+            a->aborted_marked[k] = true;
+            continue;
+        }
+        int64_t rec = -1;
+        bool marked = false;
+        int rc = ftc_ctl_commit_abort(a->ctl, a->generation, (int64_t)a->aborted_step[k],
+                                      a->aborted_rank[k], a->aborted_why[k], &rec, &marked);
+        if (rc && ftc__redis_outage(rc)) {
+            ftc__redis_seen(a, rc);
+            return;
+        }
+        a->aborted_marked[k] = true; /* written, or refused: not asked again */
+        if (rc)
+            FTC_WARN("agent", "abort marker of step %" PRIu64 " (rank %u): %s",
+                     a->aborted_step[k], a->aborted_rank[k], ftc_ctl_errstr(a->ctl));
+        else if (!marked)
+            FTC_DEBUG("agent", "abort marker of step %" PRIu64 ": the commit record is at "
+                      "step %" PRId64 " already", a->aborted_step[k], rec);
+        else
+            FTC_INFO("agent", "step %" PRIu64 ": abort marker written to its commit record "
+                     "(rank %u failed; the other nodes abandon the step)",
+                     a->aborted_step[k], a->aborted_rank[k]);
+    }
+}
+
 /* ABORT: r's snapshot of m->step, begun in slot m->slot, failed (its copy,
  * its seal or its SEALED). The step can never commit without r's report:
  * r's slot is free again, this node's other ranks' copies of the step are
@@ -1340,28 +1442,62 @@ static void ftc__on_abort(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
                          .generation = a->generation, .step = (int64_t)m->step,
                          .detail = detail};
     ftc__event(a, &e);
-    unsigned k = a->naborted++ % FTC__ABORTED_KEEP;
-    a->aborted_step[k] = m->step;
-    a->aborted_rank[k] = r->rank;
-    for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++)
-        for (int o = 0; a->ranks[i].used && o < NS; o++)
-            if (a->ranks[i].st[o] == SL_SEALED && a->ranks[i].step[o] == m->step)
-                a->ranks[i].aborted[o] = true;
+    ftc__note_abort(a, m->step, r->rank, m->text, true);
+    ftc__mark_aborts(a); /* the other nodes' agents learn it from the commit record */
     ftc__abandon_aborted(a);
     ftc__answer_begin(a, r);
 }
 
-/* Whether a rank of this node failed to snapshot step (ABORT, remembered). */
-static bool ftc__step_aborted(const ftc_agent_t *a, uint64_t step)
+/* Asks the commit record of each step this node holds sealed, above the
+ * committed step and not known aborted, whether a rank of another node
+ * failed to snapshot it (the abort marker its agent wrote, ftc__mark_aborts):
+ * such a step is noted aborted, and its copies here are abandoned at once
+ * (ftc__abandon_aborted) instead of waiting for agent.timeout_ms. Not asked
+ * when Redis failed already in this poll (*down; set here when it fails). */
+static void ftc__poll_abort_markers(ftc_agent_t *a, bool *down)
 {
-    for (unsigned k = 0; k < a->naborted && k < FTC__ABORTED_KEEP; k++)
-        if (a->aborted_step[k] == step)
-            return true;
-    return false;
+    uint64_t asked[16];
+    int nasked = 0;
+    bool noted = false;
+    for (int i = 0; i < FTC_AGENT_MAX_RANKS && !*down; i++) {
+        ftc__rank_t *r = &a->ranks[i];
+        for (int s = 0; r->used && s < NS && !*down; s++) {
+            if (r->st[s] != SL_SEALED || r->aborted[s] || (int64_t)r->step[s] <= a->committed ||
+                ftc__step_aborted(a, r->step[s]))
+                continue;
+            bool seen = false;
+            for (int k = 0; k < nasked && !seen; k++)
+                seen = asked[k] == r->step[s];
+            if (seen || nasked == (int)(sizeof asked / sizeof asked[0]))
+                continue; /* asked in this poll; beyond 16 steps, at the next one */
+            asked[nasked++] = r->step[s];
+            bool ab = false;
+            uint32_t by = 0;
+            char why[FTC_CTL_ABORT_WHY_MAX + 1];
+            int rc = ftc_ctl_commit_aborted(a->ctl, a->generation, (int64_t)r->step[s], &ab, &by,
+                                            why, sizeof why);
+            if (rc && ftc__redis_outage(rc)) {
+                ftc__redis_seen(a, rc);
+                *down = true;
+            } else if (rc) {
+                FTC_DEBUG("agent", "abort marker of step %" PRIu64 ": %s", r->step[s],
+                          ftc_ctl_errstr(a->ctl));
+            } else if (ab) {
+                FTC_WARN("agent", "step %" PRIu64 ": rank %u's snapshot of it failed (%s; the "
+                         "commit record's abort marker): the step is abandoned on this node",
+                         r->step[s], by, why);
+                ftc__note_abort(a, r->step[s], by, why, false);
+                noted = true;
+            }
+        }
+    }
+    if (noted)
+        ftc__abandon_aborted(a);
 }
 
 static void ftc__poll_commits(ftc_agent_t *a)
 {
+    ftc__mark_aborts(a);     /* markers Redis did not take when the ABORT came */
     ftc__abandon_aborted(a); /* those whose push or encode has ended */
     bool pending = false, waiting_peers = false;
     for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++)
@@ -1434,6 +1570,7 @@ static void ftc__poll_commits(ftc_agent_t *a)
     bool down = ftc__redis_seen(a, ftc_ctl_committed(a->ctl, &step, &gen)) != 0;
     if (!down && step > a->committed)
         a->committed = step;
+    ftc__poll_abort_markers(a, &down); /* another node's rank failed one of them */
     uint64_t newly = UINT64_MAX;
     for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++) {
         ftc__rank_t *r = &a->ranks[i];
@@ -1915,6 +2052,18 @@ static uint32_t ftc__gen_members(ftc_agent_t *a)
     if (a->members_gen == a->generation && a->members_n &&
         (a->members_planned || now - a->members_ns < 1000000000ull))
         return a->members_n;
+    if (a->redis_down) {
+        /* not asked: a command timeout (in which no rank is answered) on
+         * every push once a second; the count known for the generation, or
+         * the job's node count as when the read fails, until Redis answers */
+        if (a->members_gen != a->generation || !a->members_n) {
+            a->members_planned = false;
+            a->members_gen = a->generation;
+            a->members_n = a->o.nodes;
+            a->members_ns = now;
+        }
+        return a->members_n;
+    }
     char key[200], suffix[48];
     snprintf(suffix, sizeof suffix, "plan:%" PRIu64, a->generation);
     ftc_ctl_key(a->ctl, suffix, key, sizeof key);
@@ -1922,7 +2071,9 @@ static uint32_t ftc__gen_members(ftc_agent_t *a)
     uint32_t n = 0;
     const char *v = NULL;
     size_t len = 0;
-    if (ftc_redis_cmdv(ftc_ctl_redis(a->ctl), true, &rep, "HGET", key, "members", NULL) == 0 &&
+    /* recorded like the peer refresh: failed, the next pushes do not ask */
+    if (ftc__redis_seen(a, ftc_redis_cmdv(ftc_ctl_redis(a->ctl), true, &rep, "HGET", key,
+                                          "members", NULL)) == 0 &&
         ftc_redis_want_str(rep, "plan members", &v, &len, NULL) == 0) {
         bool in = false;
         for (size_t i = 0; i < len; i++) {
@@ -3819,6 +3970,10 @@ static bool ftc__par_try_push(ftc_agent_t *a, ftc__rank_t *r, int s)
     ga->max_attempts = 1 << 20; /* bounded by the deadline: members seal at their own pace */
     ga->retry_ms = 20;
     ga->d = ftc_deadline_in_ms((uint64_t)a->o.timeout_ms);
+    /* a member whose rank failed to snapshot the step never seals it: the
+     * gather ends once the step is known aborted, not at the deadline */
+    ga->stop = a->aborted_stop;
+    ga->nstop = FTC__ABORTED_KEEP;
     for (int i = 0; i < g->n; i++) {
         uint32_t owner = ftc__par_rank(a, i, local);
         if (i == g->member || owner == FTC_PAR_IDLE)
@@ -3844,6 +3999,15 @@ static bool ftc__par_try_push(ftc_agent_t *a, ftc__rank_t *r, int s)
  * meanwhile, so no other encode of the stripe starts and no BEGIN reuses it. */
 static void ftc__par_encode_done(ftc_agent_t *a, ftc__rank_t *r, int s, ftc__job_t *j)
 {
+    if (r->aborted[s] || ftc__step_aborted(a, r->step[s])) {
+        /* a rank failed to snapshot the step (its gather was stopped): it
+         * can never commit, so it is not encoded but abandoned now, the rank
+         * told which rank failed it */
+        r->aborted[s] = true;
+        r->pushed[s] = false; /* nothing reported: no withdraw */
+        ftc__abandon_aborted(a);
+        return;
+    }
     ftc__par_geo_t *g = &a->par->geo;
     uint32_t local = ftc__par_local(a, r);
     char why[700] = "";
@@ -4023,7 +4187,7 @@ static void ftc__par_on_push_done(ftc_agent_t *a, ftc__job_t *j)
             int64_t committed;
             bool now;
             int rc = FTC_EIO;
-            for (int t = 0; t < 3 && rc; t++)
+            for (int t = 0; t < 3 && rc && rc != FTC_ECANCELED; t++) /* not: aborted */
                 rc = ftc_ctl_commit_report(a->ctl, a->generation, (int64_t)e->step, e->ranks[m],
                                            e->heads[m], &committed, &now);
             if (rc)
@@ -4054,7 +4218,12 @@ static bool ftc__par_queue_rebuild(ftc_agent_t *a, ftc__rank_t *r)
     /* the subject's stripe position in the layout of the committed version */
     int64_t cstep = -1;
     uint64_t cgen = a->generation;
-    if (ftc_ctl_committed(a->ctl, &cstep, &cgen) != 0 || cgen == 0)
+    /* Redis known down: not asked (a command timeout for nothing), the
+     * current generation's layout as when the read fails */
+    int crc = a->redis_down ? FTC_EREDIS : ftc_ctl_committed(a->ctl, &cstep, &cgen);
+    if (crc && ftc__redis_outage(crc) && !a->redis_down)
+        ftc__redis_seen(a, crc);
+    if (crc || cgen == 0)
         cgen = a->generation;
     uint32_t at_node = 0, local = 0;
     if (!ftc__par_locate(a, cgen, r->src, &at_node, &local) || at_node >= a->o.nodes) {

@@ -998,10 +998,20 @@ static void gather_local(ftc_repl_t *r, const ftc__gather_t *g, ftc__gitem_t *it
         snprintf(it->detail, sizeof it->detail, "%s", e.msg);
 }
 
+/* Whether g's step is one the agent knows aborted (g->stop). */
+static bool gather_stopped(const ftc__gather_t *g)
+{
+    for (int i = 0; g->stop && i < g->nstop; i++)
+        if (atomic_load(&g->stop[i]) == g->step + 1)
+            return true;
+    return false;
+}
+
 bool ftc__gather_poll(ftc_repl_t *r, ftc__gather_t *g, bool broken)
 {
     bool all = true;
     uint64_t now = ftc_now_ns();
+    bool stopped = gather_stopped(g);
     for (int i = 0; i < g->n; i++) {
         ftc__gitem_t *it = &g->it[i];
         if (it->done)
@@ -1038,13 +1048,20 @@ bool ftc__gather_poll(ftc_repl_t *r, ftc__gather_t *g, bool broken)
                 all = false;
                 continue;
             }
-            if (it->attempts >= g->max_attempts || ftc_deadline_expired(g->d)) {
+            if (it->attempts >= g->max_attempts || ftc_deadline_expired(g->d) || stopped) {
                 it->done = true;
                 continue;
             }
             it->retry_ns = now + (uint64_t)g->retry_ms * 1000000ull;
         }
         all = false;
+        if (stopped) {
+            it->done = true;
+            it->rc = FTC_ECANCELED;
+            snprintf(it->detail, sizeof it->detail, "step %" PRIu64 " was aborted (a rank's "
+                     "snapshot of it failed)", g->step);
+            continue;
+        }
         if (broken || now < it->retry_ns)
             continue;
         if (ftc_deadline_expired(g->d)) {

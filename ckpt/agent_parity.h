@@ -60,6 +60,7 @@
 #include "core/clock.h"
 #include "core/err.h"
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -268,6 +269,10 @@ typedef struct ftc__gather {
     int max_attempts;       /* per item (a NACK "not held yet" is retried) */
     int retry_ms;           /* pause between attempts */
     ftc_deadline_t d;       /* for the whole gather */
+    const _Atomic uint64_t *stop; /* nstop steps + 1 (0: none) the agent knows aborted,
+                                     written by its control loop (NULL: none): a gather
+                                     of one of them ends at once, FTC_ECANCELED */
+    int nstop;
     char ns[96];            /* this node's slot namespace (local items) */
     int n;
     ftc__gitem_t it[FTC_PAR_GATHER_MAX];

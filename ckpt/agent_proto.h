@@ -23,7 +23,10 @@
  *                                 and abandons this node's other ranks' sealed
  *                                 copies of the step at once (their reports
  *                                 withdrawn, NOT_COMMITTED to them), records a
- *                                 checkpoint_failed event; no answer
+ *                                 checkpoint_failed event and the step's abort
+ *                                 marker in its commit record (the other
+ *                                 nodes' agents abandon it from there); no
+ *                                 answer
  *   RESTORE (src)             ->  newest committed step of rank src's shard
  *                                 (src -1: the caller's own): local slot, else a
  *                                 peer's replica (or parity), else the persist

@@ -23,7 +23,7 @@ struct ftc_ctl {
     char prefix[80];    /* "ftc:{job}:" */
     ftc_err_t err;      /* last error */
     ftc_redis_script_t s_lease_acquire, s_lease_renew, s_lease_release, s_gen_bump, s_reseed,
-        s_report, s_commit, s_withdraw, s_leave;
+        s_report, s_commit, s_withdraw, s_abort, s_leave;
 };
 
 /* KEYS: members, hb, deadlines. ARGV: node. A member leaving: its record,
@@ -109,7 +109,9 @@ static const char ftc__lua_report[] =
  * now_ms, cap, committed_cap. Returns {state, value}: 0 = waiting (value = reports so far),
  * 1 = committed now, 2 = already at or past this step (value = committed step). A step
  * committed is also added to the sorted set of committed steps (score the step, member
- * STEP:GEN), trimmed to its newest committed_cap. */
+ * STEP:GEN), trimmed to its newest committed_cap. A step whose record holds the abort
+ * marker (commit_abort: a rank's snapshot of it failed) is refused, FTC_ABORTED, in the
+ * same script: it never commits (I3), however many reports come. */
 static const char ftc__lua_commit[] =
     "local raw = redis.call('HGET', KEYS[1], 'gen')\n"
     "if not raw then return redis.error_reply('FTC_STALE no generation is set') end\n"
@@ -128,6 +130,9 @@ static const char ftc__lua_commit[] =
     "if cur == nil then return redis.error_reply('FTC_CORRUPT ' .. KEYS[3] .. ' field step is not "
     "a number') end\n"
     "if cur >= tonumber(ARGV[2]) then return {2, cur} end\n"
+    "local ab = redis.call('HGET', KEYS[2], 'abort')\n"
+    "if ab then return redis.error_reply('FTC_ABORTED ' .. KEYS[2] .. ': step ' .. ARGV[2] .. "
+    "' was aborted (rank ' .. ab .. ')') end\n"
     "redis.call('HSET', KEYS[2], ARGV[3], ARGV[4])\n"
     "redis.call('PEXPIRE', KEYS[2], 3600000)\n"
     "local n = redis.call('HLEN', KEYS[2])\n"
@@ -149,6 +154,19 @@ static const char ftc__lua_withdraw[] =
     "a number') end\n"
     "if cur >= tonumber(ARGV[1]) then return {0, cur} end\n"
     "redis.call('HDEL', KEYS[1], ARGV[2])\n"
+    "return {1, cur}\n";
+
+/* KEYS: reports(gen,step), commit. ARGV: step, rank, why. A rank's snapshot of the step
+ * failed: marks the record (field "abort" = "RANK why", the first marker kept) so that
+ * commit_report refuses the step from now on, unless the record is at or past the step
+ * already. Returns {state, committed}: 1 = marked (or marked before), 0 = at or past. */
+static const char ftc__lua_abort[] =
+    "local cur = tonumber(redis.call('HGET', KEYS[2], 'step') or '-1')\n"
+    "if cur == nil then return redis.error_reply('FTC_CORRUPT ' .. KEYS[2] .. ' field step is not "
+    "a number') end\n"
+    "if cur >= tonumber(ARGV[1]) then return {0, cur} end\n"
+    "redis.call('HSETNX', KEYS[1], 'abort', ARGV[2] .. ' ' .. ARGV[3])\n"
+    "redis.call('PEXPIRE', KEYS[1], 3600000)\n"
     "return {1, cur}\n";
 
 static bool ftc__valid_id(const char *s, size_t max)
@@ -187,6 +205,7 @@ ftc_ctl_t *ftc_ctl_create(ftc_redis_t *r, const char *job, ftc_err_t *err)
     ftc_redis_script_init(&c->s_report, "report", ftc__lua_report);
     ftc_redis_script_init(&c->s_commit, "commit_report", ftc__lua_commit);
     ftc_redis_script_init(&c->s_withdraw, "commit_withdraw", ftc__lua_withdraw);
+    ftc_redis_script_init(&c->s_abort, "commit_abort", ftc__lua_abort);
     return c;
 }
 
@@ -219,6 +238,8 @@ static int ftc__rc(ftc_ctl_t *c, int rc)
         rc = FTC_EPROTO;
     else if (strstr(msg, "FTC_RANGE"))
         rc = FTC_ERANGE;
+    else if (strstr(msg, "FTC_ABORTED"))
+        rc = FTC_ECANCELED;
     else if (strstr(msg, "WRONGTYPE"))
         rc = FTC_EPROTO; /* a key of the job holds another type: garbage, not an outage */
     return ftc_err_set(&c->err, rc, "%s", msg);
@@ -790,6 +811,79 @@ int ftc_ctl_commit_withdraw(ftc_ctl_t *c, uint64_t gen, int64_t step, uint32_t r
     if (withdrawn)
         *withdrawn = state == 1;
     return 0;
+}
+
+int ftc_ctl_commit_abort(ftc_ctl_t *c, uint64_t gen, int64_t step, uint32_t rank,
+                         const char *why, int64_t *committed, bool *marked)
+{
+    if (step < 0)
+        return ftc_err_set(&c->err, FTC_EINVAL, "commit_abort: step %" PRId64 " < 0", step);
+    KEY(reports, "commit:%" PRIu64 ":%" PRId64, gen, step);
+    KEY(commit, "commit");
+    const char *keys[] = {reports, commit};
+    char s[24], r[16], w[FTC_CTL_ABORT_WHY_MAX + 1];
+    snprintf(s, sizeof s, "%" PRId64, step);
+    snprintf(r, sizeof r, "%u", rank);
+    snprintf(w, sizeof w, "%s", why ? why : "");
+    const char *args[] = {s, r, w};
+    ftc_redis_reply_t *rep;
+    int rc = ftc_redis_eval(c->r, &c->s_abort, 2, keys, 3, args, &rep);
+    if (rc)
+        return ftc__rc(c, rc);
+    ftc_redis_reply_t **el;
+    size_t n;
+    long long state = 0, val = -1;
+    rc = ftc_redis_want_array(rep, "commit_abort", 2, &el, &n, &c->err);
+    if (!rc)
+        rc = ftc_redis_want_int(el[0], "commit_abort state", &state, &c->err);
+    if (!rc)
+        rc = ftc_redis_want_int(el[1], "commit_abort value", &val, &c->err);
+    ftc_redis_reply_free(rep);
+    if (rc)
+        return rc;
+    if (committed)
+        *committed = val;
+    if (marked)
+        *marked = state == 1;
+    return 0;
+}
+
+int ftc_ctl_commit_aborted(ftc_ctl_t *c, uint64_t gen, int64_t step, bool *aborted,
+                           uint32_t *rank, char *why, size_t cap)
+{
+    *aborted = false;
+    if (why && cap)
+        why[0] = 0;
+    if (step < 0)
+        return ftc_err_set(&c->err, FTC_EINVAL, "commit_aborted: step %" PRId64 " < 0", step);
+    KEY(reports, "commit:%" PRIu64 ":%" PRId64, gen, step);
+    ftc_redis_reply_t *rep;
+    int rc = ftc_redis_cmdv(c->r, true, &rep, "HGET", reports, "abort", NULL);
+    if (rc)
+        return ftc__rc(c, rc);
+    if (rep->type == REDIS_REPLY_NIL) {
+        ftc_redis_reply_free(rep);
+        return 0;
+    }
+    const char *v = NULL;
+    size_t len = 0;
+    rc = ftc_redis_want_str(rep, reports, &v, &len, &c->err);
+    unsigned long r = 0;
+    size_t i = 0;
+    for (; !rc && i < len && i < 10 && v[i] >= '0' && v[i] <= '9'; i++)
+        r = r * 10 + (unsigned long)(v[i] - '0');
+    if (!rc && (i == 0 || r > UINT32_MAX || (i < len && v[i] != ' ')))
+        rc = ftc_err_set(&c->err, FTC_EPROTO, "%s field abort: '%.*s' is not \"RANK why\"",
+                         reports, (int)(len > 40 ? 40 : len), v);
+    if (!rc) {
+        *aborted = true;
+        if (rank)
+            *rank = (uint32_t)r;
+        if (why && cap && i < len)
+            snprintf(why, cap, "%.*s", (int)(len - i - 1), v + i + 1);
+    }
+    ftc_redis_reply_free(rep);
+    return rc;
 }
 
 int ftc_ctl_commit_checksum(ftc_ctl_t *c, uint64_t gen, int64_t step, uint32_t rank,

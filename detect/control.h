@@ -17,6 +17,7 @@
 #include "detect/redis.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -145,9 +146,10 @@ int ftc_ctl_job_secret(ftc_ctl_t *c, uint8_t out[16], ftc_err_t *err);
 
 /* A rank reports its shard of (generation, step). When every rank of that
  * generation has reported, the step becomes the committed step — atomically,
- * never backwards, never for a stale generation (FTC_ESTALE). *committed is
- * the committed step after the call (-1 if none); *now_committed is true
- * when this call committed it. */
+ * never backwards, never for a stale generation (FTC_ESTALE), never for a
+ * step whose record holds the abort marker (FTC_ECANCELED, the report not
+ * recorded: ftc_ctl_commit_abort). *committed is the committed step after
+ * the call (-1 if none); *now_committed is true when this call committed it. */
 int ftc_ctl_commit_report(ftc_ctl_t *c, uint64_t gen, int64_t step, uint32_t rank,
                           uint64_t checksum, int64_t *committed, bool *now_committed);
 /* The committed step and the generation that committed it (-1, 0 when none). */
@@ -175,6 +177,23 @@ int ftc_ctl_committed_at_most(ftc_ctl_t *c, int64_t max_step, int cap, int64_t *
  * (*committed, may be NULL, is the committed step either way). */
 int ftc_ctl_commit_withdraw(ftc_ctl_t *c, uint64_t gen, int64_t step, uint32_t rank,
                             int64_t *committed, bool *withdrawn);
+/* The longest reason ftc_ctl_commit_abort keeps (a longer one is cut). */
+#define FTC_CTL_ABORT_WHY_MAX 200
+/* Rank's snapshot of (gen, step) failed: marks the step's commit record
+ * (field "abort" of ftc:{job}:commit:GEN:STEP, "RANK why", the first marker
+ * kept), atomically unless the committed step is at or past step already.
+ * From then on ftc_ctl_commit_report of that step is refused with
+ * FTC_ECANCELED (the step never commits, I3). *marked (may be NULL): true
+ * when the record holds the marker, false when it was at or past step
+ * (*committed, may be NULL, is the committed step either way). */
+int ftc_ctl_commit_abort(ftc_ctl_t *c, uint64_t gen, int64_t step, uint32_t rank,
+                         const char *why, int64_t *committed, bool *marked);
+/* Whether (gen, step)'s commit record holds the abort marker: *aborted, and
+ * the rank that failed (*rank, may be NULL) and why (into why, cap bytes;
+ * may be NULL). FTC_EREDIS, or FTC_EPROTO naming the key when the field is
+ * not "RANK why". */
+int ftc_ctl_commit_aborted(ftc_ctl_t *c, uint64_t gen, int64_t step, bool *aborted,
+                           uint32_t *rank, char *why, size_t cap);
 
 #ifdef __cplusplus
 }

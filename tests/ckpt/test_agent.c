@@ -44,9 +44,12 @@
  *     its agent (ABORT): the other rank's copy of that step on the node is
  *     abandoned at once (NOT_COMMITTED, checkpoint_failed and
  *     checkpoint_abandoned events), not after agent.timeout_ms, and the
- *     committed step stays;
+ *     committed step stays; on another node too (the abort marker of the
+ *     step's commit record), and an encoder's gather of the failed rank's
+ *     shard ends at once (parity);
  *   - with Redis stopped, the commit reports and event writes are skipped
- *     (no command timeout each) and made once Redis answers.
+ *     (no command timeout each) and made once Redis answers; with Redis
+ *     known down a push does not read the generation's plan.
  * FTC_TEST_FILTER=NAME (cmocka pattern) runs only the matching tests.
  */
 #include "ftc_test.h"
@@ -56,9 +59,15 @@
 #include "ckpt/fake_device.h"
 #include "ftc.h"
 
+#include <arpa/inet.h>
+#include <errno.h>
 #include <hiredis/hiredis.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 static void test_replicate_kill_rank_lose_node(void **state)
 {
@@ -1266,6 +1275,152 @@ static void test_failed_snapshot_abandons_step(void **state)
     teardown_env(e);
 }
 
+/* Waits until c's SEALED of its last checkpoint was sent (in_flight -1). */
+static void wait_sealed_sent(ftc_ctx_t *c)
+{
+    ftc_ckpt_status_t st = {.struct_size = sizeof st};
+    ftc_deadline_t d = ftc_deadline_in_ms(10000);
+    while (ftc_ckpt_status(c, &st) == 0 && st.in_flight >= 0 && !ftc_deadline_expired(d))
+        ftc_sleep_ms(5);
+    assert_int_equal(st.in_flight, -1);
+}
+
+/* The committed step of e's job. */
+static int64_t committed_step(env_t *e)
+{
+    ftc_ctl_t *ctl = redis_fixture_ctl(e->f, e->job);
+    int64_t cstep = -1;
+    uint64_t cgen = 0;
+    assert_int_equal(ftc_ctl_committed(ctl, &cstep, &cgen), 0);
+    ftc_ctl_destroy(ctl);
+    return cstep;
+}
+
+/* Two nodes, rank 0 on node 0 and rank 1 on node 1, no replicas (each
+ * sealed version is reported at once), agent.timeout_ms 60 s, the ranks'
+ * timeout_ms 10 s. Rank 1's snapshot of step 2 fails, then rank 0 seals
+ * step 2; for step 3 rank 0 seals first, then rank 1 fails. Node 1's agent
+ * abandoned the step at once (ABORT), but node 0's never heard of it: rank
+ * 0's copy waited there for agent.timeout_ms, and its ftc_wait_committed
+ * ended FTC_ETIMEDOUT (its own timeout). Node 1's agent now writes the abort
+ * marker into the step's commit record; node 0's commit poll (or its commit
+ * report, which the record then refuses) sees it and abandons rank 0's copy
+ * at once: FTC_EIO naming rank 1's failure, checkpoint_abandoned (rank 0)
+ * beside checkpoint_failed (rank 1), the committed step stays 1 (I3), and
+ * step 4 commits for both. */
+static void test_failed_snapshot_other_node(void **state)
+{
+    env_t *e = prepare_env(*state, 2, "0", 1000, NULL);
+    snprintf(e->timeout_ms, sizeof e->timeout_ms, "60000");
+    start_agent(e, 0);
+    start_agent(e, 1);
+    static float w0[4096], w1[4096];
+    fd_reset();
+    ftc_ctx_t *c0 = open_ctx_dev(e, 0, 0, 2, w0, 4096, false);
+    ftc_ctx_t *c1 = open_ctx_dev(e, 1, 1, 2, w1, 4096, true);
+    ftc_ctx_t *c[2] = {c0, c1};
+    for (int r = 0; r < 2; r++) {
+        fill(r ? w1 : w0, r, 1);
+        assert_int_equal(ftc_checkpoint(c[r], 1, NULL, 0), 0);
+        assert_int_equal(ftc_wait_snapshot(c[r]), 0);
+    }
+    for (int r = 0; r < 2; r++)
+        if (ftc_wait_committed(c[r], 1))
+            fail_msg("step 1: %s", ftc_last_error(c[r]));
+    /* step 2: rank 1 fails first, rank 0 seals after it */
+    failed_step(c1, w1, 2);
+    fill(w0, 0, 2);
+    assert_int_equal(ftc_checkpoint(c0, 2, NULL, 0), 0);
+    assert_int_equal(ftc_wait_snapshot(c0), 0);
+    int rc = ftc_wait_committed(c0, 2);
+    print_message("rank 0, step 2: %s: %s\n", ftc_errname(rc), ftc_last_error(c0));
+    assert_int_equal(rc, FTC_EIO);
+    assert_non_null(strstr(ftc_last_error(c0), "rank 1's snapshot of it failed"));
+    /* step 3: rank 0 seals first (its SEALED sent), then rank 1 fails */
+    fill(w0, 0, 3);
+    assert_int_equal(ftc_checkpoint(c0, 3, NULL, 0), 0);
+    assert_int_equal(ftc_wait_snapshot(c0), 0);
+    wait_sealed_sent(c0);
+    failed_step(c1, w1, 3);
+    rc = ftc_wait_committed(c0, 3);
+    print_message("rank 0, step 3: %s: %s\n", ftc_errname(rc), ftc_last_error(c0));
+    assert_int_equal(rc, FTC_EIO);
+    assert_non_null(strstr(ftc_last_error(c0), "rank 1's snapshot of it failed"));
+    for (int64_t s = 2; s <= 3; s++) {
+        assert_true(stream_has(e, "checkpoint_failed", 1, s));
+        assert_true(stream_has(e, "checkpoint_abandoned", 0, s));
+    }
+    assert_int_equal(committed_step(e), 1); /* I3 */
+    for (int r = 0; r < 2; r++) {
+        fill(r ? w1 : w0, r, 4);
+        assert_int_equal(ftc_checkpoint(c[r], 4, NULL, 0), 0);
+        assert_int_equal(ftc_wait_snapshot(c[r]), 0);
+    }
+    for (int r = 0; r < 2; r++)
+        if (ftc_wait_committed(c[r], 4))
+            fail_msg("step 4: %s", ftc_last_error(c[r]));
+    ftc_destroy(c0);
+    ftc_destroy(c1);
+    fd_done();
+    teardown_env(e);
+}
+
+/* Parity xor:2 on three nodes (one group, node 0 the encoder of the stripe),
+ * rank r on node r, agent.timeout_ms 60 s, the ranks' timeout_ms 10 s.
+ * Ranks 0 and 2 seal step 2, then rank 1's snapshot of it fails. The
+ * encoder's gather of rank 1's shard kept asking node 1 every 20 ms until
+ * agent.timeout_ms, its slot pushed and never abandoned meanwhile: rank 0's
+ * ftc_wait_committed ended FTC_ETIMEDOUT. Once node 0 knows the step
+ * aborted (the commit record's marker), the gather ends at once and the
+ * encode is abandoned: rank 0 and rank 2 both get FTC_EIO naming rank 1's
+ * failure, the committed step stays 1, and step 3 commits for all three. */
+static void test_failed_snapshot_stops_parity_gather(void **state)
+{
+    env_t *e = prepare_env(*state, 3, "xor:2", 1000, NULL);
+    snprintf(e->timeout_ms, sizeof e->timeout_ms, "60000");
+    for (int i = 0; i < 3; i++)
+        start_agent(e, i);
+    static float w[3][4096];
+    fd_reset();
+    ftc_ctx_t *c[3];
+    for (int r = 0; r < 3; r++)
+        c[r] = open_ctx_dev(e, r, r, 3, w[r], 4096, r == 1);
+    for (int r = 0; r < 3; r++) {
+        fill(w[r], r, 1);
+        assert_int_equal(ftc_checkpoint(c[r], 1, NULL, 0), 0);
+        assert_int_equal(ftc_wait_snapshot(c[r]), 0);
+    }
+    for (int r = 0; r < 3; r++)
+        if (ftc_wait_committed(c[r], 1))
+            fail_msg("step 1: %s", ftc_last_error(c[r]));
+    for (int r = 0; r < 3; r += 2) {
+        fill(w[r], r, 2);
+        assert_int_equal(ftc_checkpoint(c[r], 2, NULL, 0), 0);
+        assert_int_equal(ftc_wait_snapshot(c[r]), 0);
+        wait_sealed_sent(c[r]);
+    }
+    failed_step(c[1], w[1], 2);
+    for (int r = 0; r < 3; r += 2) {
+        int rc = ftc_wait_committed(c[r], 2);
+        print_message("rank %d, step 2: %s: %s\n", r, ftc_errname(rc), ftc_last_error(c[r]));
+        assert_int_equal(rc, FTC_EIO);
+        assert_non_null(strstr(ftc_last_error(c[r]), "rank 1's snapshot of it failed"));
+    }
+    assert_int_equal(committed_step(e), 1); /* I3 */
+    for (int r = 0; r < 3; r++) {
+        fill(w[r], r, 3);
+        assert_int_equal(ftc_checkpoint(c[r], 3, NULL, 0), 0);
+        assert_int_equal(ftc_wait_snapshot(c[r]), 0);
+    }
+    for (int r = 0; r < 3; r++)
+        if (ftc_wait_committed(c[r], 3))
+            fail_msg("step 3: %s", ftc_last_error(c[r]));
+    for (int r = 0; r < 3; r++)
+        ftc_destroy(c[r]);
+    fd_done();
+    teardown_env(e);
+}
+
 /* Redis stopped (SIGSTOP) under one node, one rank, k = 0, checkpoint.busy
  * skip, step 0 committed. Steps 1 and 2 are sealed (each reported to the
  * commit record at once), step 3 finds no free slot and is skipped (a
@@ -1324,6 +1479,148 @@ static void test_redis_down_reports_wait(void **state)
     teardown_env(e);
 }
 
+/* A stand-in for a Redis that has stopped answering, on the real one's port:
+ * it accepts connections and answers a connection's setup (AUTH, PING), so
+ * that clients send their commands, but never a command; it counts the
+ * HGETs of a plan key (ftc:{J}:plan:GEN) it received. */
+typedef struct {
+    int lfd;
+    atomic_int stop, plan_reads;
+    pthread_t tid;
+} mute_redis_t;
+
+static void *mute_redis_run(void *arg)
+{
+    mute_redis_t *m = arg;
+    struct pollfd pfd[64];
+    int n = 1;
+    pfd[0] = (struct pollfd){.fd = m->lfd, .events = POLLIN};
+    static const char *const cmds[] = {"$4\r\nAUTH\r\n", "$4\r\nPING\r\n", "$4\r\nHGET\r\n"};
+    while (!atomic_load(&m->stop)) {
+        if (poll(pfd, (nfds_t)n, 50) <= 0)
+            continue;
+        if ((pfd[0].revents & POLLIN) && n < 64) {
+            int fd = accept(m->lfd, NULL, NULL);
+            if (fd >= 0)
+                pfd[n++] = (struct pollfd){.fd = fd, .events = POLLIN};
+        }
+        for (int i = 1; i < n; i++) {
+            if (!(pfd[i].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            char buf[16384];
+            ssize_t got = read(pfd[i].fd, buf, sizeof buf - 1);
+            if (got <= 0) {
+                close(pfd[i].fd);
+                pfd[i--] = pfd[--n];
+                continue;
+            }
+            buf[got] = 0;
+            /* the commands in the order they came (one read holds whole ones) */
+            for (const char *p = buf;;) {
+                const char *at = NULL;
+                int which = -1;
+                for (int k = 0; k < 3; k++) {
+                    const char *q = strstr(p, cmds[k]);
+                    if (q && (!at || q < at))
+                        at = q, which = k;
+                }
+                if (!at)
+                    break;
+                p = at + strlen(cmds[which]);
+                if (which == 0 && write(pfd[i].fd, "+OK\r\n", 5) != 5)
+                    break;
+                if (which == 1 && write(pfd[i].fd, "+PONG\r\n", 7) != 7)
+                    break;
+                if (which == 2 && strstr(p, ":plan:") && strstr(p, ":plan:") < p + 100)
+                    atomic_fetch_add(&m->plan_reads, 1);
+            }
+        }
+    }
+    for (int i = 0; i < n; i++)
+        close(pfd[i].fd);
+    return NULL;
+}
+
+static void mute_redis_start(mute_redis_t *m, int port)
+{
+    memset(m, 0, sizeof *m);
+    m->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(m->lfd >= 0);
+    int one = 1;
+    setsockopt(m->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ftc_deadline_t d = ftc_deadline_in_ms(10000);
+    while (bind(m->lfd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        if (ftc_deadline_expired(d))
+            fail_msg("bind 127.0.0.1:%d: %s", port, strerror(errno));
+        ftc_sleep_ms(50);
+    }
+    assert_int_equal(listen(m->lfd, 128), 0);
+    assert_int_equal(pthread_create(&m->tid, NULL, mute_redis_run, m), 0);
+}
+
+static void mute_redis_stop(mute_redis_t *m)
+{
+    atomic_store(&m->stop, 1);
+    pthread_join(m->tid, NULL); /* it closes the listener */
+}
+
+/* Redis gone under two nodes, k = 1, no plan published (agents started by
+ * hand), step 0 committed; a stand-in that never answers a command takes its
+ * port. Once each agent found Redis down (its peer refresh failed), both
+ * ranks seal step 1, which is pushed. The push read the generation's plan
+ * members (ftc__gen_members: an HGET of ftc:{J}:plan:GEN, asked again each
+ * second without a plan) although Redis was known down: a command timeout
+ * on the control loop, in which no rank is answered, per push; the
+ * stand-in counted those HGETs. They are now not asked while Redis is known
+ * down (the job's node count, as when the read fails): none is counted.
+ * Redis then comes back (restarted, empty), and step 1 commits. */
+static void test_redis_down_no_plan_read(void **state)
+{
+    env_t *e = setup_env(*state, 2, "1", 1000);
+    static float w0[4096], w1[4096];
+    ftc_ctx_t *c[2] = {open_ctx(e, 0, 0, 2, w0, 4096), open_ctx(e, 1, 1, 2, w1, 4096)};
+    mute_redis_t mute;
+    for (int64_t s = 0; s <= 1; s++) {
+        if (s == 1) {
+            assert_int_equal(ftc_redis_server_signal(e->f->srv, SIGKILL), 0);
+            mute_redis_start(&mute, ftc_redis_server_url(e->f->srv)->port);
+            ftc_deadline_t d = ftc_deadline_in_ms(30000);
+            while (!agent_said(e, 0, "Redis does not answer") ||
+                   !agent_said(e, 1, "Redis does not answer")) {
+                if (ftc_deadline_expired(d))
+                    fail_msg("the agents did not find Redis down");
+                ftc_sleep_ms(50);
+            }
+        }
+        for (int r = 0; r < 2; r++) {
+            fill(r ? w1 : w0, r, s);
+            assert_int_equal(ftc_checkpoint(c[r], s, NULL, 0), 0);
+            assert_int_equal(ftc_wait_snapshot(c[r]), 0);
+        }
+        if (s == 1) {
+            /* the pushes (each, before, read the plan at once) */
+            ftc_deadline_t d = ftc_deadline_in_ms(6000);
+            while (!atomic_load(&mute.plan_reads) && !ftc_deadline_expired(d))
+                ftc_sleep_ms(50);
+            int reads = atomic_load(&mute.plan_reads);
+            mute_redis_stop(&mute);
+            print_message("plan reads while Redis was known down: %d\n", reads);
+            assert_int_equal(reads, 0);
+            ftc_err_t err = {0};
+            if (ftc_redis_server_restart(e->f->srv, &err))
+                fail_msg("redis restart: %s", err.msg);
+        }
+        for (int r = 0; r < 2; r++)
+            if (ftc_wait_committed(c[r], s))
+                fail_msg("step %lld: %s", (long long)s, ftc_last_error(c[r]));
+    }
+    for (int r = 0; r < 2; r++)
+        ftc_destroy(c[r]);
+    teardown_env(e);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, agent_fixture_teardown)
 
 int main(void)
@@ -1352,7 +1649,10 @@ int main(void)
         T(test_restore_first_holder_unreachable),
         T(test_restart_never_committed_slot),
         T(test_failed_snapshot_abandons_step),
+        T(test_failed_snapshot_other_node),
+        T(test_failed_snapshot_stops_parity_gather),
         T(test_redis_down_reports_wait),
+        T(test_redis_down_no_plan_read),
     };
     /* FTC_TEST_FILTER=test_name (a cmocka pattern, * and ?) runs only those */
     if (getenv("FTC_TEST_FILTER"))

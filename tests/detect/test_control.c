@@ -348,6 +348,76 @@ static void test_commit_checksum_and_withdraw(void **state)
     ftc_ctl_destroy(c);
 }
 
+/* The abort marker (a rank's snapshot of the step failed): the step never
+ * commits, whatever reports come after it (FTC_ECANCELED naming the record,
+ * the report not recorded), the committed step stays; the marker says which
+ * rank and why (the first marker kept); a step the record has reached is not
+ * marked; garbage in the field is FTC_EPROTO naming the key. */
+static void test_commit_abort_marker(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_ctl_t *c = redis_fixture_ctl(f, "job9");
+    uint64_t gen;
+    set_generation(c, 2, &gen);
+    int64_t committed = -7;
+    bool now = true, marked = false, ab = true, found = true;
+    uint32_t by = 0;
+    uint64_t ck;
+    char why[64];
+    /* step 3 commits */
+    assert_int_equal(ftc_ctl_commit_report(c, gen, 3, 0, 1, &committed, &now), 0);
+    assert_int_equal(ftc_ctl_commit_report(c, gen, 3, 1, 1, &committed, &now), 0);
+    assert_true(now);
+    assert_int_equal(ftc_ctl_commit_aborted(c, gen, 4, &ab, &by, why, sizeof why), 0);
+    assert_false(ab);
+    /* step 4: rank 0 reported, rank 1 failed */
+    assert_int_equal(ftc_ctl_commit_report(c, gen, 4, 0, 2, &committed, &now), 0);
+    assert_int_equal(ftc_ctl_commit_abort(c, gen, 4, 1, "device sync failed", &committed,
+                                          &marked), 0);
+    assert_true(marked);
+    assert_int_equal(committed, 3);
+    assert_int_equal(ftc_ctl_commit_abort(c, gen, 4, 0, "a second marker", NULL, &marked), 0);
+    assert_true(marked);
+    assert_int_equal(ftc_ctl_commit_aborted(c, gen, 4, &ab, &by, why, sizeof why), 0);
+    assert_true(ab);
+    assert_int_equal(by, 1);
+    assert_string_equal(why, "device sync failed");
+    assert_int_equal(ftc_ctl_commit_report(c, gen, 4, 1, 2, &committed, &now), FTC_ECANCELED);
+    assert_non_null(strstr(ftc_ctl_errstr(c), "commit:"));
+    assert_non_null(strstr(ftc_ctl_errstr(c), "aborted"));
+    assert_int_equal(ftc_ctl_commit_checksum(c, gen, 4, 1, &ck, &found), 0);
+    assert_false(found);
+    int64_t cstep = -1;
+    uint64_t cgen = 0;
+    assert_int_equal(ftc_ctl_committed(c, &cstep, &cgen), 0);
+    assert_int_equal(cstep, 3);
+    /* a step marked before any report: refused from the first */
+    assert_int_equal(ftc_ctl_commit_abort(c, gen, 5, 0, "", NULL, &marked), 0);
+    assert_true(marked);
+    assert_int_equal(ftc_ctl_commit_report(c, gen, 5, 0, 1, &committed, &now), FTC_ECANCELED);
+    assert_int_equal(ftc_ctl_commit_aborted(c, gen, 5, &ab, &by, why, sizeof why), 0);
+    assert_true(ab && by == 0 && !why[0]);
+    /* step 6 commits; marking it then changes nothing */
+    assert_int_equal(ftc_ctl_commit_report(c, gen, 6, 0, 1, &committed, &now), 0);
+    assert_int_equal(ftc_ctl_commit_report(c, gen, 6, 1, 1, &committed, &now), 0);
+    assert_true(now);
+    assert_int_equal(ftc_ctl_commit_abort(c, gen, 6, 1, "late", &committed, &marked), 0);
+    assert_false(marked);
+    assert_int_equal(committed, 6);
+    assert_int_equal(ftc_ctl_commit_aborted(c, gen, 6, &ab, NULL, NULL, 0), 0);
+    assert_false(ab);
+    /* garbage in the field: FTC_EPROTO naming the key */
+    char k[128], suffix[48];
+    snprintf(suffix, sizeof suffix, "commit:%llu:8", (unsigned long long)gen);
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, NULL, "HSET",
+                                    ftc_ctl_key(c, suffix, k, sizeof k), "abort", "xyz", NULL),
+                     0);
+    assert_int_equal(ftc_ctl_commit_aborted(c, gen, 8, &ab, &by, why, sizeof why), FTC_EPROTO);
+    assert_false(ab);
+    assert_non_null(strstr(ftc_ctl_errstr(c), suffix));
+    ftc_ctl_destroy(c);
+}
+
 /* The committed set: each committed step with its generation, newest first,
  * at or below the step asked for; a step reported but not committed is not
  * in it; below the oldest, none (and the oldest is said); garbage in the set
@@ -624,6 +694,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_garbage_in_every_key_kind, redis_fixture_setup,
                                         redis_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_commit_checksum_and_withdraw, redis_fixture_setup,
+                                        redis_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_commit_abort_marker, redis_fixture_setup,
                                         redis_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_committed_at_most, redis_fixture_setup,
                                         redis_fixture_teardown),
