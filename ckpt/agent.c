@@ -232,6 +232,7 @@ struct ftc_agent {
     _Atomic uint64_t aborted_stop[FTC__ABORTED_KEEP];
     unsigned naborted;
     uint64_t last_poll_ns, last_peers_ns;
+    uint64_t last_abort_poll_ns; /* ftc__poll_abort_markers: at most every FTC__ABORT_POLL_MS */
     ftc__peer_t *peers;      /* by node index, o.nodes entries */
     /* replication thread */
     ftc_fabric_t *fab;       /* owned by the replication thread once it runs */
@@ -1454,8 +1455,19 @@ static void ftc__on_abort(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
  * such a step is noted aborted, and its copies here are abandoned at once
  * (ftc__abandon_aborted) instead of waiting for agent.timeout_ms. Not asked
  * when Redis failed already in this poll (*down; set here when it fails). */
+/* How often the commit poll looks for other nodes' abort markers: one HGET
+ * per sealed step above the committed one, so not on every 10 ms pass (a
+ * job checkpointing every step always has one); an abort still saves all
+ * but this of agent.timeout_ms, and a refused commit report reads the
+ * marker at once. */
+#define FTC__ABORT_POLL_MS 100
+
 static void ftc__poll_abort_markers(ftc_agent_t *a, bool *down)
 {
+    uint64_t now = ftc_now_ns();
+    if (now - a->last_abort_poll_ns < (uint64_t)FTC__ABORT_POLL_MS * 1000000)
+        return;
+    a->last_abort_poll_ns = now;
     uint64_t asked[16];
     int nasked = 0;
     bool noted = false;
