@@ -97,7 +97,9 @@ static int health_err(ftc_fabric_t *fab, int rc)
 
 /* ---- open / close ------------------------------------------------------- */
 
-int ftc_fabric_shm_remove(pid_t pid)
+/* Removes /dev/shm/<pid>:* whose mtime is before `before_ns` (INT64_MAX:
+ * every one); the number removed. */
+static int ftc__shm_remove(pid_t pid, int64_t before_ns)
 {
     if (pid <= 0)
         return 0;
@@ -110,11 +112,21 @@ int ftc_fabric_shm_remove(pid_t pid)
             continue;
         char path[300];
         snprintf(path, sizeof path, "/dev/shm/%s", e->d_name);
+        struct stat st;
+        if (before_ns != INT64_MAX &&
+            (lstat(path, &st) != 0 ||
+             (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec >= before_ns))
+            continue; /* made or changed since: someone's live region */
         n += unlink(path) == 0;
     }
     if (d)
         closedir(d);
     return n;
+}
+
+int ftc_fabric_shm_remove(pid_t pid)
+{
+    return ftc__shm_remove(pid, INT64_MAX);
 }
 
 pid_t ftc_fabric_reap(pid_t pid, int *st, int options)
@@ -177,29 +189,8 @@ static int64_t ftc__proc_start_ns(void)
 #define FTC__SHM_START_SLACK_NS 50000000
 int ftc_fabric_shm_remove_stale(pid_t pid, int64_t started_ns)
 {
-    if (pid <= 0 || started_ns <= 0)
-        return 0;
-    char prefix[32];
-    int pl = snprintf(prefix, sizeof prefix, "%d:", (int)pid), n = 0;
-    DIR *d = opendir("/dev/shm");
-    struct dirent *e;
-    while (d && (e = readdir(d)) != NULL) {
-        if (strncmp(e->d_name, prefix, (size_t)pl))
-            continue;
-        char path[300];
-        snprintf(path, sizeof path, "/dev/shm/%s", e->d_name);
-        struct stat st;
-        if (lstat(path, &st) != 0)
-            continue;
-        /* its mtime: set when shm creates and sizes it (no one backdates it) */
-        int64_t changed = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
-        if (changed >= started_ns - FTC__SHM_START_SLACK_NS)
-            continue; /* made or changed since we started: someone's live region */
-        n += unlink(path) == 0;
-    }
-    if (d)
-        closedir(d);
-    return n;
+    /* a region's mtime is set when shm creates and sizes it (no one backdates it) */
+    return started_ns > 0 ? ftc__shm_remove(pid, started_ns - FTC__SHM_START_SLACK_NS) : 0;
 }
 
 static void ftc__shm_stale_regions(void)

@@ -245,6 +245,29 @@ static int ftc__rc(ftc_ctl_t *c, int rc)
     return ftc_err_set(&c->err, rc, "%s", msg);
 }
 
+/* Runs a commit script whose reply is {state, value} (two integers). */
+static int ftc__eval_pair(ftc_ctl_t *c, const ftc_redis_script_t *script, const char *name,
+                          int nkeys, const char **keys, int nargs, const char **args,
+                          long long *state, long long *val)
+{
+    ftc_redis_reply_t *rep;
+    int rc = ftc_redis_eval(c->r, script, nkeys, keys, nargs, args, &rep);
+    if (rc)
+        return ftc__rc(c, rc);
+    ftc_redis_reply_t **el;
+    size_t n;
+    char what[64];
+    rc = ftc_redis_want_array(rep, name, 2, &el, &n, &c->err);
+    snprintf(what, sizeof what, "%s state", name);
+    if (!rc)
+        rc = ftc_redis_want_int(el[0], what, state, &c->err);
+    snprintf(what, sizeof what, "%s value", name);
+    if (!rc)
+        rc = ftc_redis_want_int(el[1], what, val, &c->err);
+    ftc_redis_reply_free(rep);
+    return rc;
+}
+
 #define KEY(var, ...)                                                                              \
     char var[256];                                                                                 \
     do {                                                                                           \
@@ -644,19 +667,8 @@ int ftc_ctl_commit_report(ftc_ctl_t *c, uint64_t gen, int64_t step, uint32_t ran
     snprintf(cap, sizeof cap, "%d", FTC_CTL_EVENTS_CAP);
     snprintf(scap, sizeof scap, "%d", FTC_CTL_COMMITTED_CAP);
     const char *args[] = {a, s, r, ck, now, cap, scap};
-    ftc_redis_reply_t *rep;
-    int rc = ftc_redis_eval(c->r, &c->s_commit, 5, keys, 7, args, &rep);
-    if (rc)
-        return ftc__rc(c, rc);
-    ftc_redis_reply_t **el;
-    size_t n;
     long long state = 0, val = 0;
-    rc = ftc_redis_want_array(rep, "commit_report", 2, &el, &n, &c->err);
-    if (!rc)
-        rc = ftc_redis_want_int(el[0], "commit_report state", &state, &c->err);
-    if (!rc)
-        rc = ftc_redis_want_int(el[1], "commit_report value", &val, &c->err);
-    ftc_redis_reply_free(rep);
+    int rc = ftc__eval_pair(c, &c->s_commit, "commit_report", 5, keys, 7, args, &state, &val);
     if (rc)
         return rc;
     if (now_committed)
@@ -791,19 +803,8 @@ int ftc_ctl_commit_withdraw(ftc_ctl_t *c, uint64_t gen, int64_t step, uint32_t r
     snprintf(s, sizeof s, "%" PRId64, step);
     snprintf(r, sizeof r, "%u", rank);
     const char *args[] = {s, r};
-    ftc_redis_reply_t *rep;
-    int rc = ftc_redis_eval(c->r, &c->s_withdraw, 2, keys, 2, args, &rep);
-    if (rc)
-        return ftc__rc(c, rc);
-    ftc_redis_reply_t **el;
-    size_t n;
     long long state = 0, val = -1;
-    rc = ftc_redis_want_array(rep, "commit_withdraw", 2, &el, &n, &c->err);
-    if (!rc)
-        rc = ftc_redis_want_int(el[0], "commit_withdraw state", &state, &c->err);
-    if (!rc)
-        rc = ftc_redis_want_int(el[1], "commit_withdraw value", &val, &c->err);
-    ftc_redis_reply_free(rep);
+    int rc = ftc__eval_pair(c, &c->s_withdraw, "commit_withdraw", 2, keys, 2, args, &state, &val);
     if (rc)
         return rc;
     if (committed)
@@ -826,19 +827,8 @@ int ftc_ctl_commit_abort(ftc_ctl_t *c, uint64_t gen, int64_t step, uint32_t rank
     snprintf(r, sizeof r, "%u", rank);
     snprintf(w, sizeof w, "%s", why ? why : "");
     const char *args[] = {s, r, w};
-    ftc_redis_reply_t *rep;
-    int rc = ftc_redis_eval(c->r, &c->s_abort, 2, keys, 3, args, &rep);
-    if (rc)
-        return ftc__rc(c, rc);
-    ftc_redis_reply_t **el;
-    size_t n;
     long long state = 0, val = -1;
-    rc = ftc_redis_want_array(rep, "commit_abort", 2, &el, &n, &c->err);
-    if (!rc)
-        rc = ftc_redis_want_int(el[0], "commit_abort state", &state, &c->err);
-    if (!rc)
-        rc = ftc_redis_want_int(el[1], "commit_abort value", &val, &c->err);
-    ftc_redis_reply_free(rep);
+    int rc = ftc__eval_pair(c, &c->s_abort, "commit_abort", 2, keys, 3, args, &state, &val);
     if (rc)
         return rc;
     if (committed)
