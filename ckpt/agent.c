@@ -222,15 +222,22 @@ struct ftc_agent {
      * node's), and that rank: a copy of such a step sealed later is abandoned */
     uint64_t aborted_step[FTC__ABORTED_KEEP];
     uint32_t aborted_rank[FTC__ABORTED_KEEP];
-    uint64_t aborted_gen[FTC__ABORTED_KEEP];  /* the generation it was failed in */
-    bool aborted_marked[FTC__ABORTED_KEEP];   /* its marker is in the commit record (or
-                                                 came from there): else written by the
-                                                 commit poll once Redis answers */
     char aborted_why[FTC__ABORTED_KEEP][FTC_CTL_ABORT_WHY_MAX + 1]; /* the failure */
     /* the same steps + 1 (0: none), read by the replication thread: an
      * encoder's gather of an aborted step ends at once (ftc__gather_poll) */
     _Atomic uint64_t aborted_stop[FTC__ABORTED_KEEP];
     unsigned naborted;
+    /* abort markers of this node's ABORTs not yet in their commit records
+     * (Redis down when the ABORT came), oldest first: written by the commit
+     * poll once Redis answers. Apart from the FTC__ABORTED_KEEP steps above,
+     * which later ABORTs overwrite: a marker is never dropped unwritten, the
+     * queue grows instead (ftc__note_abort) */
+    struct ftc__abort_mark {
+        uint64_t step, gen;  /* the step, and the generation it was failed in */
+        uint32_t rank;
+        char why[FTC_CTL_ABORT_WHY_MAX + 1];
+    } *marks;
+    size_t nmarks, marks_cap;
     uint64_t last_poll_ns, last_peers_ns;
     uint64_t last_abort_poll_ns; /* ftc__poll_abort_markers: at most every FTC__ABORT_POLL_MS */
     ftc__peer_t *peers;      /* by node index, o.nodes entries */
@@ -1354,6 +1361,34 @@ static bool ftc__step_aborted(const ftc_agent_t *a, uint64_t step)
     return false;
 }
 
+/* Queues the abort marker of step (rank's snapshot of it failed here) for
+ * ftc__mark_aborts. The queue grows: with Redis down, any number of ABORTs
+ * may come before it answers, and each marker is written then (the list of
+ * remembered steps keeps the last FTC__ABORTED_KEEP only). Only if memory
+ * runs out is a marker dropped, said in a warning (the other nodes then
+ * abandon their copies of the step after agent.timeout_ms, as before
+ * markers). */
+static void ftc__queue_mark(ftc_agent_t *a, uint64_t step, uint32_t rank, const char *why)
+{
+    if (a->nmarks == a->marks_cap) {
+        size_t cap = a->marks_cap ? 2 * a->marks_cap : FTC__ABORTED_KEEP;
+        struct ftc__abort_mark *m = realloc(a->marks, cap * sizeof *m);
+        if (!m) {
+            FTC_WARN("agent", "abort marker of step %" PRIu64 " (rank %u) dropped: out of "
+                     "memory for the %zu markers Redis has not taken yet; the other nodes "
+                     "abandon the step after agent.timeout_ms", step, rank, a->nmarks);
+            return;
+        }
+        a->marks = m;
+        a->marks_cap = cap;
+    }
+    struct ftc__abort_mark *m = &a->marks[a->nmarks++];
+    m->step = step;
+    m->gen = a->generation;
+    m->rank = rank;
+    snprintf(m->why, sizeof m->why, "%s", why ? why : "");
+}
+
 /* Remembers that rank's snapshot of step failed — an ABORT of this node's
  * rank (local: its abort marker still to be written to the commit record),
  * or another node's, read from the record's marker — and marks this node's
@@ -1366,10 +1401,10 @@ static void ftc__note_abort(ftc_agent_t *a, uint64_t step, uint32_t rank, const 
         unsigned k = a->naborted++ % FTC__ABORTED_KEEP;
         a->aborted_step[k] = step;
         a->aborted_rank[k] = rank;
-        a->aborted_gen[k] = a->generation;
-        a->aborted_marked[k] = !local;
         snprintf(a->aborted_why[k], sizeof a->aborted_why[k], "%s", why ? why : "");
         atomic_store(&a->aborted_stop[k], step + 1);
+        if (local)
+            ftc__queue_mark(a, step, rank, why);
     }
     for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++)
         for (int o = 0; a->ranks[i].used && o < NS; o++)
@@ -1388,34 +1423,33 @@ static void ftc__note_abort(ftc_agent_t *a, uint64_t step, uint32_t rank, const 
  * report), as is one the record is past. */
 static void ftc__mark_aborts(ftc_agent_t *a)
 {
-    for (unsigned k = 0; k < a->naborted && k < FTC__ABORTED_KEEP; k++) {
-        if (a->aborted_marked[k])
+    size_t done = 0; /* the queue's first done markers are written (or moot) */
+    for (; done < a->nmarks && !a->redis_down; done++) {
+        const struct ftc__abort_mark *m = &a->marks[done];
+        if (m->gen != a->generation)
             continue;
-        if (a->redis_down)
-            return;
-        if (a->aborted_gen[k] != a->generation) {
-            a->aborted_marked[k] = true;
-            continue;
-        }
         int64_t rec = -1;
         bool marked = false;
-        int rc = ftc_ctl_commit_abort(a->ctl, a->generation, (int64_t)a->aborted_step[k],
-                                      a->aborted_rank[k], a->aborted_why[k], &rec, &marked);
+        int rc = ftc_ctl_commit_abort(a->ctl, a->generation, (int64_t)m->step, m->rank, m->why,
+                                      &rec, &marked);
         if (rc && ftc__redis_outage(rc)) {
             ftc__redis_seen(a, rc);
-            return;
+            break;
         }
-        a->aborted_marked[k] = true; /* written, or refused: not asked again */
+        /* written, or refused: not asked again */
         if (rc)
-            FTC_WARN("agent", "abort marker of step %" PRIu64 " (rank %u): %s",
-                     a->aborted_step[k], a->aborted_rank[k], ftc_ctl_errstr(a->ctl));
+            FTC_WARN("agent", "abort marker of step %" PRIu64 " (rank %u): %s", m->step,
+                     m->rank, ftc_ctl_errstr(a->ctl));
         else if (!marked)
             FTC_DEBUG("agent", "abort marker of step %" PRIu64 ": the commit record is at "
-                      "step %" PRId64 " already", a->aborted_step[k], rec);
+                      "step %" PRId64 " already", m->step, rec);
         else
             FTC_INFO("agent", "step %" PRIu64 ": abort marker written to its commit record "
-                     "(rank %u failed; the other nodes abandon the step)",
-                     a->aborted_step[k], a->aborted_rank[k]);
+                     "(rank %u failed; the other nodes abandon the step)", m->step, m->rank);
+    }
+    if (done) {
+        memmove(a->marks, a->marks + done, (a->nmarks - done) * sizeof *a->marks);
+        a->nmarks -= done;
     }
 }
 
@@ -4936,6 +4970,7 @@ void ftc_agent_stop(ftc_agent_t *a)
                  (t[2] - t[1]) / 1000000, (t[3] - t[2]) / 1000000, (t[4] - t[3]) / 1000000);
     ftc_ctl_destroy(a->ctl);
     free(a->peers);
+    free(a->marks);
     free(a->rpeers);
     free(a->raddr);
     free(a->raddr_len);
