@@ -217,6 +217,8 @@ struct ftc_agent {
                                 commit poll and every RESTORE / FETCH ask again) */
     uint64_t redis_fail_ns;  /* when such a call last failed: meanwhile the peer refresh and
                                 the commit poll ask once per FTC__REDIS_PROBE_NS */
+    char redis_refused[160]; /* the last error reply logged (ftc__redis_seen), and when */
+    uint64_t redis_refused_ns;
     /* the last FTC__ABORTED_KEEP steps a rank failed to snapshot (ABORT on
      * this node, or the abort marker of the step's commit record: another
      * node's), and that rank: a copy of such a step sealed later is abandoned */
@@ -308,27 +310,47 @@ void ftc_agent_socket_path(const char *dir, uint32_t index, char *buf, size_t ca
 
 const char *ftc_agent_socket(const ftc_agent_t *a) { return a->sock; }
 
+/* Whether rc is a Redis outage (no answer, connection broken), not an
+ * answer that refused (a stale generation, a bad key). An error reply of
+ * the server (WRONGTYPE, a script's error) comes back as FTC_EREDIS too,
+ * like a broken connection, but leaves the connection up: Redis answered. */
+static bool ftc__redis_outage(const ftc_agent_t *a, int rc)
+{
+    return rc == FTC_ETIMEDOUT || (rc == FTC_EREDIS && !ftc_redis_is_up(ftc_ctl_redis(a->ctl)));
+}
+
 /* Records the outcome rc of a Redis call of the control loop in
- * a->redis_down (a change is logged once); returns rc. */
+ * a->redis_down (a change is logged once); returns rc. A call Redis
+ * answered with a refusal (an error reply such as WRONGTYPE: a key of
+ * another type where the agent reads, a data problem) is no outage: Redis
+ * is not taken for down (which would skip or throttle the calls that can
+ * do without it); the refusal is logged, naming the command, the key and
+ * the reply (the same one again at most every 10 s). */
 static int ftc__redis_seen(ftc_agent_t *a, int rc)
 {
-    if (rc && !a->redis_down)
+    bool down = rc && ftc__redis_outage(a, rc);
+    if (rc && !down) {
+        const char *why = rc == FTC_EREDIS ? ftc_redis_errstr(ftc_ctl_redis(a->ctl))
+                                           : ftc_ctl_errstr(a->ctl);
+        uint64_t now = ftc_now_ns();
+        if (strncmp(why, a->redis_refused, sizeof a->redis_refused - 1) ||
+            now - a->redis_refused_ns > 10000000000ull) {
+            FTC_WARN("agent", "Redis refused a request (%s): it answers, so it is not taken "
+                     "for down; the data it holds there is not what the agent expects", why);
+            snprintf(a->redis_refused, sizeof a->redis_refused, "%s", why);
+            a->redis_refused_ns = now;
+        }
+    }
+    if (down && !a->redis_down)
         FTC_WARN("agent", "Redis does not answer (%s): a fetch round uses the peer addresses "
                  "already known and a restore checks copies by their content until it does",
                  ftc_redis_errstr(ftc_ctl_redis(a->ctl)));
-    else if (!rc && a->redis_down)
+    else if (!down && a->redis_down)
         FTC_INFO("agent", "Redis answers again");
-    a->redis_down = rc != 0;
-    if (rc)
+    a->redis_down = down;
+    if (down)
         a->redis_fail_ns = ftc_now_ns();
     return rc;
-}
-
-/* Whether rc is a Redis outage (no answer, connection broken), not an
- * answer that refused (a stale generation, a bad key). */
-static bool ftc__redis_outage(int rc)
-{
-    return rc == FTC_EREDIS || rc == FTC_ETIMEDOUT;
 }
 
 /* Records e in the job's event stream. With Redis known down (a->redis_down)
@@ -340,7 +362,10 @@ static bool ftc__redis_outage(int rc)
 static void ftc__event(ftc_agent_t *a, const ftc_ctl_event_t *e)
 {
     int rc = a->redis_down ? FTC_EREDIS : ftc_ctl_event(a->ctl, e);
-    if (!rc || !ftc__redis_outage(rc))
+    if (rc && !a->redis_down && !ftc__redis_outage(a, rc))
+        FTC_WARN("agent", "event %s (rank %d, step %" PRId64 ") refused by Redis: %s", e->kind,
+                 e->rank, e->step, ftc_ctl_errstr(a->ctl));
+    if (!rc || (!a->redis_down && !ftc__redis_outage(a, rc)))
         return;
     if (!a->redis_down)
         ftc__redis_seen(a, rc);
@@ -1080,7 +1105,7 @@ static void ftc__report_commit(ftc_agent_t *a, ftc__rank_t *r, int s)
                  r->step[s], ftc_ctl_errstr(a->ctl));
         int arc = ftc_ctl_commit_aborted(a->ctl, a->generation, (int64_t)r->step[s], &ab, &by,
                                          why, sizeof why);
-        if (arc && ftc__redis_outage(arc))
+        if (arc && ftc__redis_outage(a, arc))
             ftc__redis_seen(a, arc);
         if (!arc && ab) { /* else the next poll reads the marker, or reports again */
             r->reported[s] = true; /* nothing to report again: abandoned by the next poll */
@@ -1089,7 +1114,7 @@ static void ftc__report_commit(ftc_agent_t *a, ftc__rank_t *r, int s)
         return;
     }
     if (rc) {
-        if (ftc__redis_outage(rc))
+        if (ftc__redis_outage(a, rc))
             ftc__redis_seen(a, rc);
         FTC_WARN("agent", "commit report of rank %u step %" PRIu64 ": %s", r->rank, r->step[s],
                  ftc_ctl_errstr(a->ctl));
@@ -1244,7 +1269,7 @@ static bool ftc__older_sealed_committed(ftc_agent_t *a, ftc__rank_t *r, int s)
     if (a->redis_down) /* a command timeout for nothing: asked at a poll that reached Redis */
         return false;
     int rc = ftc_ctl_committed_at_most(a->ctl, (int64_t)r->step[s], 1, steps, gens, &n, &oldest);
-    if (rc && ftc__redis_outage(rc))
+    if (rc && ftc__redis_outage(a, rc))
         ftc__redis_seen(a, rc);
     if (rc)
         return false;
@@ -1320,7 +1345,7 @@ static void ftc__abandon_aborted(ftc_agent_t *a)
                                        : ftc_ctl_commit_withdraw(a->ctl, a->generation,
                                                                  (int64_t)r->step[s], r->rank,
                                                                  &rec, &gone);
-                if (rc && ftc__redis_outage(rc) && !a->redis_down)
+                if (rc && ftc__redis_outage(a, rc) && !a->redis_down)
                     ftc__redis_seen(a, rc);
                 if (rc)
                     continue;
@@ -1432,7 +1457,7 @@ static void ftc__mark_aborts(ftc_agent_t *a)
         bool marked = false;
         int rc = ftc_ctl_commit_abort(a->ctl, a->generation, (int64_t)m->step, m->rank, m->why,
                                       &rec, &marked);
-        if (rc && ftc__redis_outage(rc)) {
+        if (rc && ftc__redis_outage(a, rc)) {
             ftc__redis_seen(a, rc);
             break;
         }
@@ -1522,7 +1547,7 @@ static void ftc__poll_abort_markers(ftc_agent_t *a, bool *down)
             char why[FTC_CTL_ABORT_WHY_MAX + 1];
             int rc = ftc_ctl_commit_aborted(a->ctl, a->generation, (int64_t)r->step[s], &ab, &by,
                                             why, sizeof why);
-            if (rc && ftc__redis_outage(rc)) {
+            if (rc && ftc__redis_outage(a, rc)) {
                 ftc__redis_seen(a, rc);
                 *down = true;
             } else if (rc) {
@@ -1579,7 +1604,7 @@ static void ftc__poll_commits(ftc_agent_t *a)
                                 : ftc_ctl_commit_withdraw(a->ctl, a->generation,
                                                           (int64_t)r->step[victim], r->rank,
                                                           &rec, &gone);
-        if (wrc && ftc__redis_outage(wrc) && !a->redis_down)
+        if (wrc && ftc__redis_outage(a, wrc) && !a->redis_down)
             ftc__redis_seen(a, wrc);
         if (wrc) {
             FTC_DEBUG("agent", "rank %u: step %" PRIu64 " is not committed after %d ms, but its "
@@ -4267,7 +4292,7 @@ static bool ftc__par_queue_rebuild(ftc_agent_t *a, ftc__rank_t *r)
     /* Redis known down: not asked (a command timeout for nothing), the
      * current generation's layout as when the read fails */
     int crc = a->redis_down ? FTC_EREDIS : ftc_ctl_committed(a->ctl, &cstep, &cgen);
-    if (crc && ftc__redis_outage(crc) && !a->redis_down)
+    if (crc && ftc__redis_outage(a, crc) && !a->redis_down)
         ftc__redis_seen(a, crc);
     if (crc || cgen == 0)
         cgen = a->generation;

@@ -50,7 +50,8 @@
  *   - with Redis stopped, the commit reports and event writes are skipped
  *     (no command timeout each) and made once Redis answers; with Redis
  *     known down a push does not read the generation's plan, and the abort
- *     markers of any number of ABORTs are written once Redis answers.
+ *     markers of any number of ABORTs are written once Redis answers; an
+ *     error reply (WRONGTYPE) is not taken for Redis down.
  * FTC_TEST_FILTER=NAME (cmocka pattern) runs only the matching tests.
  */
 #include "ftc_test.h"
@@ -1535,6 +1536,54 @@ static void test_abort_markers_redis_down(void **state)
     teardown_env(e);
 }
 
+/* One node; step 0 committed, then the job's fabric hash (which the agent's
+ * peer refresh reads with HGETALL every 500 ms) is replaced by a string.
+ * Redis answers WRONGTYPE: an error reply, a data problem, not an outage,
+ * yet it came back as FTC_EREDIS like a broken connection and the agent
+ * took Redis for down (`Redis does not answer (HGETALL ...: WRONGTYPE`),
+ * then skipping or throttling its Redis calls. Now the agent logs the
+ * refusal naming the key and the reply, and does not take Redis for down;
+ * step 1 commits. */
+static void test_redis_error_reply_not_down(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 1000);
+    static float w[4096];
+    char sock[PATH_MAX + 32];
+    ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
+    ftc_ctx_t *c = NULL;
+    if (ftc_create(&o, &c))
+        fail_msg("ftc_create: %s", ftc_last_error(c));
+    int64_t shape[1] = {4096};
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    fill(w, 0, 0);
+    assert_int_equal(ftc_checkpoint(c, 0, NULL, 0), 0);
+    assert_int_equal(ftc_wait_snapshot(c), 0);
+    if (ftc_wait_committed(c, 0))
+        fail_msg("step 0: %s", ftc_last_error(c));
+    ftc_ctl_t *ctl = redis_fixture_ctl(e->f, e->job);
+    char key[200];
+    ftc_ctl_key(ctl, "fabric", key, sizeof key);
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(ctl), true, NULL, "DEL", key, NULL), 0);
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(ctl), true, NULL, "SET", key, "x", NULL), 0);
+    ftc_deadline_t d = ftc_deadline_in_ms(20000);
+    while (!agent_log_has(e, 0, "WRONGTYPE")) {
+        if (ftc_deadline_expired(d))
+            fail_msg("the agent's log never names the WRONGTYPE reply for %s", key);
+        ftc_sleep_ms(50);
+    }
+    if (agent_log_has(e, 0, "Redis does not answer"))
+        fail_msg("a WRONGTYPE reply for %s made the agent take Redis for down", key);
+    fill(w, 0, 1);
+    assert_int_equal(ftc_checkpoint(c, 1, NULL, 0), 0);
+    assert_int_equal(ftc_wait_snapshot(c), 0);
+    if (ftc_wait_committed(c, 1))
+        fail_msg("step 1: %s", ftc_last_error(c));
+    assert_false(agent_log_has(e, 0, "Redis does not answer"));
+    ftc_ctl_destroy(ctl);
+    ftc_destroy(c);
+    teardown_env(e);
+}
+
 /* A stand-in for a Redis that has stopped answering, on the real one's port:
  * it accepts connections and answers a connection's setup (AUTH, PING), so
  * that clients send their commands, but never a command; it counts the
@@ -1710,6 +1759,7 @@ int main(void)
         T(test_redis_down_reports_wait),
         T(test_redis_down_no_plan_read),
         T(test_abort_markers_redis_down),
+        T(test_redis_error_reply_not_down),
     };
     /* FTC_TEST_FILTER=test_name (a cmocka pattern, * and ?) runs only those */
     if (getenv("FTC_TEST_FILTER"))
