@@ -217,20 +217,29 @@ struct ftc_agent {
                                 commit poll and every RESTORE / FETCH ask again) */
     uint64_t redis_fail_ns;  /* when such a call last failed: meanwhile the peer refresh and
                                 the commit poll ask once per FTC__REDIS_PROBE_NS */
+    char redis_refused[160]; /* the last error reply logged (ftc__redis_seen), and when */
+    uint64_t redis_refused_ns;
     /* the last FTC__ABORTED_KEEP steps a rank failed to snapshot (ABORT on
      * this node, or the abort marker of the step's commit record: another
      * node's), and that rank: a copy of such a step sealed later is abandoned */
     uint64_t aborted_step[FTC__ABORTED_KEEP];
     uint32_t aborted_rank[FTC__ABORTED_KEEP];
-    uint64_t aborted_gen[FTC__ABORTED_KEEP];  /* the generation it was failed in */
-    bool aborted_marked[FTC__ABORTED_KEEP];   /* its marker is in the commit record (or
-                                                 came from there): else written by the
-                                                 commit poll once Redis answers */
     char aborted_why[FTC__ABORTED_KEEP][FTC_CTL_ABORT_WHY_MAX + 1]; /* the failure */
     /* the same steps + 1 (0: none), read by the replication thread: an
      * encoder's gather of an aborted step ends at once (ftc__gather_poll) */
     _Atomic uint64_t aborted_stop[FTC__ABORTED_KEEP];
     unsigned naborted;
+    /* abort markers of this node's ABORTs not yet in their commit records
+     * (Redis down when the ABORT came), oldest first: written by the commit
+     * poll once Redis answers. Apart from the FTC__ABORTED_KEEP steps above,
+     * which later ABORTs overwrite: a marker is never dropped unwritten, the
+     * queue grows instead (ftc__note_abort) */
+    struct ftc__abort_mark {
+        uint64_t step, gen;  /* the step, and the generation it was failed in */
+        uint32_t rank;
+        char why[FTC_CTL_ABORT_WHY_MAX + 1];
+    } *marks;
+    size_t nmarks, marks_cap;
     uint64_t last_poll_ns, last_peers_ns;
     uint64_t last_abort_poll_ns; /* ftc__poll_abort_markers: at most every FTC__ABORT_POLL_MS */
     ftc__peer_t *peers;      /* by node index, o.nodes entries */
@@ -301,27 +310,47 @@ void ftc_agent_socket_path(const char *dir, uint32_t index, char *buf, size_t ca
 
 const char *ftc_agent_socket(const ftc_agent_t *a) { return a->sock; }
 
+/* Whether rc is a Redis outage (no answer, connection broken), not an
+ * answer that refused (a stale generation, a bad key). An error reply of
+ * the server (WRONGTYPE, a script's error) comes back as FTC_EREDIS too,
+ * like a broken connection, but leaves the connection up: Redis answered. */
+static bool ftc__redis_outage(const ftc_agent_t *a, int rc)
+{
+    return rc == FTC_ETIMEDOUT || (rc == FTC_EREDIS && !ftc_redis_is_up(ftc_ctl_redis(a->ctl)));
+}
+
 /* Records the outcome rc of a Redis call of the control loop in
- * a->redis_down (a change is logged once); returns rc. */
+ * a->redis_down (a change is logged once); returns rc. A call Redis
+ * answered with a refusal (an error reply such as WRONGTYPE: a key of
+ * another type where the agent reads, a data problem) is no outage: Redis
+ * is not taken for down (which would skip or throttle the calls that can
+ * do without it); the refusal is logged, naming the command, the key and
+ * the reply (the same one again at most every 10 s). */
 static int ftc__redis_seen(ftc_agent_t *a, int rc)
 {
-    if (rc && !a->redis_down)
+    bool down = rc && ftc__redis_outage(a, rc);
+    if (rc && !down) {
+        const char *why = rc == FTC_EREDIS ? ftc_redis_errstr(ftc_ctl_redis(a->ctl))
+                                           : ftc_ctl_errstr(a->ctl);
+        uint64_t now = ftc_now_ns();
+        if (strncmp(why, a->redis_refused, sizeof a->redis_refused - 1) ||
+            now - a->redis_refused_ns > 10000000000ull) {
+            FTC_WARN("agent", "Redis refused a request (%s): it answers, so it is not taken "
+                     "for down; the data it holds there is not what the agent expects", why);
+            snprintf(a->redis_refused, sizeof a->redis_refused, "%s", why);
+            a->redis_refused_ns = now;
+        }
+    }
+    if (down && !a->redis_down)
         FTC_WARN("agent", "Redis does not answer (%s): a fetch round uses the peer addresses "
                  "already known and a restore checks copies by their content until it does",
                  ftc_redis_errstr(ftc_ctl_redis(a->ctl)));
-    else if (!rc && a->redis_down)
+    else if (!down && a->redis_down)
         FTC_INFO("agent", "Redis answers again");
-    a->redis_down = rc != 0;
-    if (rc)
+    a->redis_down = down;
+    if (down)
         a->redis_fail_ns = ftc_now_ns();
     return rc;
-}
-
-/* Whether rc is a Redis outage (no answer, connection broken), not an
- * answer that refused (a stale generation, a bad key). */
-static bool ftc__redis_outage(int rc)
-{
-    return rc == FTC_EREDIS || rc == FTC_ETIMEDOUT;
 }
 
 /* Records e in the job's event stream. With Redis known down (a->redis_down)
@@ -333,7 +362,10 @@ static bool ftc__redis_outage(int rc)
 static void ftc__event(ftc_agent_t *a, const ftc_ctl_event_t *e)
 {
     int rc = a->redis_down ? FTC_EREDIS : ftc_ctl_event(a->ctl, e);
-    if (!rc || !ftc__redis_outage(rc))
+    if (rc && !a->redis_down && !ftc__redis_outage(a, rc))
+        FTC_WARN("agent", "event %s (rank %d, step %" PRId64 ") refused by Redis: %s", e->kind,
+                 e->rank, e->step, ftc_ctl_errstr(a->ctl));
+    if (!rc || (!a->redis_down && !ftc__redis_outage(a, rc)))
         return;
     if (!a->redis_down)
         ftc__redis_seen(a, rc);
@@ -1073,7 +1105,7 @@ static void ftc__report_commit(ftc_agent_t *a, ftc__rank_t *r, int s)
                  r->step[s], ftc_ctl_errstr(a->ctl));
         int arc = ftc_ctl_commit_aborted(a->ctl, a->generation, (int64_t)r->step[s], &ab, &by,
                                          why, sizeof why);
-        if (arc && ftc__redis_outage(arc))
+        if (arc && ftc__redis_outage(a, arc))
             ftc__redis_seen(a, arc);
         if (!arc && ab) { /* else the next poll reads the marker, or reports again */
             r->reported[s] = true; /* nothing to report again: abandoned by the next poll */
@@ -1082,7 +1114,7 @@ static void ftc__report_commit(ftc_agent_t *a, ftc__rank_t *r, int s)
         return;
     }
     if (rc) {
-        if (ftc__redis_outage(rc))
+        if (ftc__redis_outage(a, rc))
             ftc__redis_seen(a, rc);
         FTC_WARN("agent", "commit report of rank %u step %" PRIu64 ": %s", r->rank, r->step[s],
                  ftc_ctl_errstr(a->ctl));
@@ -1237,7 +1269,7 @@ static bool ftc__older_sealed_committed(ftc_agent_t *a, ftc__rank_t *r, int s)
     if (a->redis_down) /* a command timeout for nothing: asked at a poll that reached Redis */
         return false;
     int rc = ftc_ctl_committed_at_most(a->ctl, (int64_t)r->step[s], 1, steps, gens, &n, &oldest);
-    if (rc && ftc__redis_outage(rc))
+    if (rc && ftc__redis_outage(a, rc))
         ftc__redis_seen(a, rc);
     if (rc)
         return false;
@@ -1313,7 +1345,7 @@ static void ftc__abandon_aborted(ftc_agent_t *a)
                                        : ftc_ctl_commit_withdraw(a->ctl, a->generation,
                                                                  (int64_t)r->step[s], r->rank,
                                                                  &rec, &gone);
-                if (rc && ftc__redis_outage(rc) && !a->redis_down)
+                if (rc && ftc__redis_outage(a, rc) && !a->redis_down)
                     ftc__redis_seen(a, rc);
                 if (rc)
                     continue;
@@ -1354,6 +1386,34 @@ static bool ftc__step_aborted(const ftc_agent_t *a, uint64_t step)
     return false;
 }
 
+/* Queues the abort marker of step (rank's snapshot of it failed here) for
+ * ftc__mark_aborts. The queue grows: with Redis down, any number of ABORTs
+ * may come before it answers, and each marker is written then (the list of
+ * remembered steps keeps the last FTC__ABORTED_KEEP only). Only if memory
+ * runs out is a marker dropped, said in a warning (the other nodes then
+ * abandon their copies of the step after agent.timeout_ms, as before
+ * markers). */
+static void ftc__queue_mark(ftc_agent_t *a, uint64_t step, uint32_t rank, const char *why)
+{
+    if (a->nmarks == a->marks_cap) {
+        size_t cap = a->marks_cap ? 2 * a->marks_cap : FTC__ABORTED_KEEP;
+        struct ftc__abort_mark *m = realloc(a->marks, cap * sizeof *m);
+        if (!m) {
+            FTC_WARN("agent", "abort marker of step %" PRIu64 " (rank %u) dropped: out of "
+                     "memory for the %zu markers Redis has not taken yet; the other nodes "
+                     "abandon the step after agent.timeout_ms", step, rank, a->nmarks);
+            return;
+        }
+        a->marks = m;
+        a->marks_cap = cap;
+    }
+    struct ftc__abort_mark *m = &a->marks[a->nmarks++];
+    m->step = step;
+    m->gen = a->generation;
+    m->rank = rank;
+    snprintf(m->why, sizeof m->why, "%s", why ? why : "");
+}
+
 /* Remembers that rank's snapshot of step failed — an ABORT of this node's
  * rank (local: its abort marker still to be written to the commit record),
  * or another node's, read from the record's marker — and marks this node's
@@ -1366,10 +1426,10 @@ static void ftc__note_abort(ftc_agent_t *a, uint64_t step, uint32_t rank, const 
         unsigned k = a->naborted++ % FTC__ABORTED_KEEP;
         a->aborted_step[k] = step;
         a->aborted_rank[k] = rank;
-        a->aborted_gen[k] = a->generation;
-        a->aborted_marked[k] = !local;
         snprintf(a->aborted_why[k], sizeof a->aborted_why[k], "%s", why ? why : "");
         atomic_store(&a->aborted_stop[k], step + 1);
+        if (local)
+            ftc__queue_mark(a, step, rank, why);
     }
     for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++)
         for (int o = 0; a->ranks[i].used && o < NS; o++)
@@ -1388,34 +1448,33 @@ static void ftc__note_abort(ftc_agent_t *a, uint64_t step, uint32_t rank, const 
  * report), as is one the record is past. */
 static void ftc__mark_aborts(ftc_agent_t *a)
 {
-    for (unsigned k = 0; k < a->naborted && k < FTC__ABORTED_KEEP; k++) {
-        if (a->aborted_marked[k])
+    size_t done = 0; /* the queue's first done markers are written (or moot) */
+    for (; done < a->nmarks && !a->redis_down; done++) {
+        const struct ftc__abort_mark *m = &a->marks[done];
+        if (m->gen != a->generation)
             continue;
-        if (a->redis_down)
-            return;
-        if (a->aborted_gen[k] != a->generation) {
-            a->aborted_marked[k] = true;
-            continue;
-        }
         int64_t rec = -1;
         bool marked = false;
-        int rc = ftc_ctl_commit_abort(a->ctl, a->generation, (int64_t)a->aborted_step[k],
-                                      a->aborted_rank[k], a->aborted_why[k], &rec, &marked);
-        if (rc && ftc__redis_outage(rc)) {
+        int rc = ftc_ctl_commit_abort(a->ctl, a->generation, (int64_t)m->step, m->rank, m->why,
+                                      &rec, &marked);
+        if (rc && ftc__redis_outage(a, rc)) {
             ftc__redis_seen(a, rc);
-            return;
+            break;
         }
-        a->aborted_marked[k] = true; /* written, or refused: not asked again */
+        /* written, or refused: not asked again */
         if (rc)
-            FTC_WARN("agent", "abort marker of step %" PRIu64 " (rank %u): %s",
-                     a->aborted_step[k], a->aborted_rank[k], ftc_ctl_errstr(a->ctl));
+            FTC_WARN("agent", "abort marker of step %" PRIu64 " (rank %u): %s", m->step,
+                     m->rank, ftc_ctl_errstr(a->ctl));
         else if (!marked)
             FTC_DEBUG("agent", "abort marker of step %" PRIu64 ": the commit record is at "
-                      "step %" PRId64 " already", a->aborted_step[k], rec);
+                      "step %" PRId64 " already", m->step, rec);
         else
             FTC_INFO("agent", "step %" PRIu64 ": abort marker written to its commit record "
-                     "(rank %u failed; the other nodes abandon the step)",
-                     a->aborted_step[k], a->aborted_rank[k]);
+                     "(rank %u failed; the other nodes abandon the step)", m->step, m->rank);
+    }
+    if (done) {
+        memmove(a->marks, a->marks + done, (a->nmarks - done) * sizeof *a->marks);
+        a->nmarks -= done;
     }
 }
 
@@ -1488,7 +1547,7 @@ static void ftc__poll_abort_markers(ftc_agent_t *a, bool *down)
             char why[FTC_CTL_ABORT_WHY_MAX + 1];
             int rc = ftc_ctl_commit_aborted(a->ctl, a->generation, (int64_t)r->step[s], &ab, &by,
                                             why, sizeof why);
-            if (rc && ftc__redis_outage(rc)) {
+            if (rc && ftc__redis_outage(a, rc)) {
                 ftc__redis_seen(a, rc);
                 *down = true;
             } else if (rc) {
@@ -1545,7 +1604,7 @@ static void ftc__poll_commits(ftc_agent_t *a)
                                 : ftc_ctl_commit_withdraw(a->ctl, a->generation,
                                                           (int64_t)r->step[victim], r->rank,
                                                           &rec, &gone);
-        if (wrc && ftc__redis_outage(wrc) && !a->redis_down)
+        if (wrc && ftc__redis_outage(a, wrc) && !a->redis_down)
             ftc__redis_seen(a, wrc);
         if (wrc) {
             FTC_DEBUG("agent", "rank %u: step %" PRIu64 " is not committed after %d ms, but its "
@@ -4233,7 +4292,7 @@ static bool ftc__par_queue_rebuild(ftc_agent_t *a, ftc__rank_t *r)
     /* Redis known down: not asked (a command timeout for nothing), the
      * current generation's layout as when the read fails */
     int crc = a->redis_down ? FTC_EREDIS : ftc_ctl_committed(a->ctl, &cstep, &cgen);
-    if (crc && ftc__redis_outage(crc) && !a->redis_down)
+    if (crc && ftc__redis_outage(a, crc) && !a->redis_down)
         ftc__redis_seen(a, crc);
     if (crc || cgen == 0)
         cgen = a->generation;
@@ -4936,6 +4995,7 @@ void ftc_agent_stop(ftc_agent_t *a)
                  (t[2] - t[1]) / 1000000, (t[3] - t[2]) / 1000000, (t[4] - t[3]) / 1000000);
     ftc_ctl_destroy(a->ctl);
     free(a->peers);
+    free(a->marks);
     free(a->rpeers);
     free(a->raddr);
     free(a->raddr_len);

@@ -97,7 +97,9 @@ void ftc_redis_reply_free(ftc_redis_reply_t *r); /* NULL is a no-op */
 
 /* Runs one command given as argv (binary-safe when lens is non-NULL).
  * idempotent: retried once after a reconnect. A Redis error reply is returned
- * as FTC_EREDIS with the server's text (the reply is freed). */
+ * as FTC_EREDIS with the server's text (the reply is freed), the connection
+ * kept: ftc_redis_is_up() tells it from a failed connection (also FTC_EREDIS,
+ * the connection dropped). */
 int ftc_redis_cmd(ftc_redis_t *r, bool idempotent, ftc_redis_reply_t **reply, int argc,
                   const char **argv, const size_t *lens);
 /* printf-less convenience: NULL-terminated list of strings, any number of

@@ -49,7 +49,9 @@
  *     shard ends at once (parity);
  *   - with Redis stopped, the commit reports and event writes are skipped
  *     (no command timeout each) and made once Redis answers; with Redis
- *     known down a push does not read the generation's plan.
+ *     known down a push does not read the generation's plan, and the abort
+ *     markers of any number of ABORTs are written once Redis answers; an
+ *     error reply (WRONGTYPE) is not taken for Redis down.
  * FTC_TEST_FILTER=NAME (cmocka pattern) runs only the matching tests.
  */
 #include "ftc_test.h"
@@ -1479,6 +1481,109 @@ static void test_redis_down_reports_wait(void **state)
     teardown_env(e);
 }
 
+/* One node, one rank on the stand-in device, agent.timeout_ms 60 s; step 0
+ * committed, then Redis is stopped (SIGSTOP) and the rank's snapshots of
+ * steps 1 to 10 fail (ABORT each): their abort markers cannot be written
+ * then. The agent remembered the last 8 failed steps, the marker still to
+ * be written a flag of each entry, so steps 1 and 2's entries were
+ * overwritten by 9 and 10 and their markers never written. Once Redis
+ * answers (SIGCONT), every one of the 10 commit records has its marker. */
+static void test_abort_markers_redis_down(void **state)
+{
+    env_t *e = prepare_env(*state, 1, "0", 1000, NULL);
+    snprintf(e->timeout_ms, sizeof e->timeout_ms, "60000");
+    start_agent(e, 0);
+    static float w1[4096];
+    fd_reset();
+    ftc_ctx_t *c1 = open_ctx_dev(e, 0, 0, 1, w1, 4096, true);
+    fill(w1, 0, 0);
+    assert_int_equal(ftc_checkpoint(c1, 0, NULL, 0), 0);
+    assert_int_equal(ftc_wait_snapshot(c1), 0);
+    if (ftc_wait_committed(c1, 0))
+        fail_msg("step 0: %s", ftc_last_error(c1));
+    ftc_ctl_t *ctl = redis_fixture_ctl(e->f, e->job);
+    int64_t cstep = -1;
+    uint64_t gen = 0;
+    assert_int_equal(ftc_ctl_committed(ctl, &cstep, &gen), 0);
+    assert_int_equal(ftc_redis_server_signal(e->f->srv, SIGSTOP), 0);
+    enum { NFAIL = 10 };
+    for (int64_t s = 1; s <= NFAIL; s++)
+        failed_step(c1, w1, s);
+    assert_int_equal(ftc_redis_server_signal(e->f->srv, SIGCONT), 0);
+    for (int64_t s = 1; s <= NFAIL; s++) {
+        char suffix[64], key[200];
+        snprintf(suffix, sizeof suffix, "commit:%llu:%lld", (unsigned long long)gen,
+                 (long long)s);
+        ftc_ctl_key(ctl, suffix, key, sizeof key);
+        ftc_deadline_t d = ftc_deadline_in_ms(20000);
+        for (;;) {
+            ftc_redis_reply_t *rep = NULL;
+            assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(ctl), true, &rep, "HGET", key,
+                                            "abort", NULL), 0);
+            bool has = rep->type == REDIS_REPLY_STRING;
+            ftc_redis_reply_free(rep);
+            if (has)
+                break;
+            if (ftc_deadline_expired(d))
+                fail_msg("step %lld: no abort marker in %s once Redis answered", (long long)s,
+                         key);
+            ftc_sleep_ms(50);
+        }
+    }
+    ftc_ctl_destroy(ctl);
+    ftc_destroy(c1);
+    fd_done();
+    teardown_env(e);
+}
+
+/* One node; step 0 committed, then the job's fabric hash (which the agent's
+ * peer refresh reads with HGETALL every 500 ms) is replaced by a string.
+ * Redis answers WRONGTYPE: an error reply, a data problem, not an outage,
+ * yet it came back as FTC_EREDIS like a broken connection and the agent
+ * took Redis for down (`Redis does not answer (HGETALL ...: WRONGTYPE`),
+ * then skipping or throttling its Redis calls. Now the agent logs the
+ * refusal naming the key and the reply, and does not take Redis for down;
+ * step 1 commits. */
+static void test_redis_error_reply_not_down(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 1000);
+    static float w[4096];
+    char sock[PATH_MAX + 32];
+    ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
+    ftc_ctx_t *c = NULL;
+    if (ftc_create(&o, &c))
+        fail_msg("ftc_create: %s", ftc_last_error(c));
+    int64_t shape[1] = {4096};
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    fill(w, 0, 0);
+    assert_int_equal(ftc_checkpoint(c, 0, NULL, 0), 0);
+    assert_int_equal(ftc_wait_snapshot(c), 0);
+    if (ftc_wait_committed(c, 0))
+        fail_msg("step 0: %s", ftc_last_error(c));
+    ftc_ctl_t *ctl = redis_fixture_ctl(e->f, e->job);
+    char key[200];
+    ftc_ctl_key(ctl, "fabric", key, sizeof key);
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(ctl), true, NULL, "DEL", key, NULL), 0);
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(ctl), true, NULL, "SET", key, "x", NULL), 0);
+    ftc_deadline_t d = ftc_deadline_in_ms(20000);
+    while (!agent_log_has(e, 0, "WRONGTYPE")) {
+        if (ftc_deadline_expired(d))
+            fail_msg("the agent's log never names the WRONGTYPE reply for %s", key);
+        ftc_sleep_ms(50);
+    }
+    if (agent_log_has(e, 0, "Redis does not answer"))
+        fail_msg("a WRONGTYPE reply for %s made the agent take Redis for down", key);
+    fill(w, 0, 1);
+    assert_int_equal(ftc_checkpoint(c, 1, NULL, 0), 0);
+    assert_int_equal(ftc_wait_snapshot(c), 0);
+    if (ftc_wait_committed(c, 1))
+        fail_msg("step 1: %s", ftc_last_error(c));
+    assert_false(agent_log_has(e, 0, "Redis does not answer"));
+    ftc_ctl_destroy(ctl);
+    ftc_destroy(c);
+    teardown_env(e);
+}
+
 /* A stand-in for a Redis that has stopped answering, on the real one's port:
  * it accepts connections and answers a connection's setup (AUTH, PING), so
  * that clients send their commands, but never a command; it counts the
@@ -1653,6 +1758,8 @@ int main(void)
         T(test_failed_snapshot_stops_parity_gather),
         T(test_redis_down_reports_wait),
         T(test_redis_down_no_plan_read),
+        T(test_abort_markers_redis_down),
+        T(test_redis_error_reply_not_down),
     };
     /* FTC_TEST_FILTER=test_name (a cmocka pattern, * and ?) runs only those */
     if (getenv("FTC_TEST_FILTER"))
