@@ -6,7 +6,9 @@
 #      over the file; an unknown key is a usage error naming it; --log-every 0
 #      is a usage error (it divided by zero), so is --skip-steps "5," (an
 #      empty entry); a --ckpt-dir of another configuration (or the other kind
-#      of checkpoint) is a configuration error: exit 2, --nproc's launcher too;
+#      of checkpoint) is a configuration error: exit 2, --nproc's launcher too,
+#      which gives the other ranks the larger of --coll-timeout-ms and
+#      --agent-call-timeout-ms, + 20 s, before it kills them;
 #   2. the final evaluation line "eval loss X (N held-out sequences)" and
 #      the parameter hash line are printed;
 #   3. `ftc train --tokenize TEXT --data OUT` writes a token file (one token
@@ -96,6 +98,15 @@ timeout 120 "$FTC" train "${FLAGS[@]}" --global-batch 4 --steps 4 --nproc 2 --ck
 rc=$?
 check "--nproc 2 on a single-process --ckpt-dir: the launcher exits 2 (got $rc)" \
     bash -c "[ $rc -eq 2 ] && grep -q 'single-process state' '$T/ck3.out'"
+# the launcher gives the surviving ranks the larger of the collective and the agent call
+# deadlines (+ 20 s) before it kills them: it took the collective deadline only, and killed a
+# rank still waiting on its agent
+timeout 120 "$FTC" train "${FLAGS[@]}" --global-batch 4 --steps 4 --nproc 2 --ckpt-dir "$T/ck" \
+    --coll-timeout-ms 5000 --agent-call-timeout-ms 90000 >"$T/ck4.out" 2>&1
+rc=$?
+check "--nproc 2, --agent-call-timeout-ms 90000 > --coll-timeout-ms 5000: exit $rc, 110000 ms" \
+    bash -c "[ $rc -eq 2 ] && grep -q 'other ranks get 110000 ms to end' '$T/ck4.out'"
+[ $rc -eq 2 ] && grep -q 'other ranks get 110000 ms to end' "$T/ck4.out" || cat "$T/ck4.out"
 [ $fails -eq 0 ] || { echo "--- flags:"; cat "$T/flags.out"; echo "--- config:"; cat "$T/cfg.out"; }
 
 # ---- the tokenizer -------------------------------------------------------------------------
