@@ -88,6 +88,16 @@ int ftc_cli_parse(const ftc_cli_cmd_t *cmd, int argc, char **argv, const ftc_cli
 int ftc_cli_parse_until(const ftc_cli_cmd_t *cmd, int argc, char **argv,
                         const ftc_cli_opt_t *opts, int n, int *rest, ftc_cli_args_t *a);
 void ftc_cli_args_free(ftc_cli_args_t *a);
+/* For a command that declares the config keys it reads (used, n of them,
+ * NULL and 0 for none; log.level, which the parser applies, always counts as
+ * read; train, inspect, verify, export and restore declare theirs): prints
+ * "ftc CMD: warning: --agent-timeout-ms (agent.timeout_ms) is ignored by ftc
+ * CMD" to stderr for each key set by a flag that is not among them. A
+ * warning, not an error (scripts pass a job's shared flags to every
+ * command); keys from FTC_* environment or --config FILE, shared by a job's
+ * commands, are not warned about. */
+void ftc_cli_warn_ignored(const ftc_cli_cmd_t *cmd, const ftc_cli_args_t *a,
+                          const ftc_config_key_t *used, int n);
 
 /* Prints "ftc CMD: message" and the command's usage to stderr; returns 2. */
 int ftc_cli_usage_error(const ftc_cli_cmd_t *cmd, const char *fmt, ...)

@@ -284,6 +284,29 @@ void ftc_cli_args_free(ftc_cli_args_t *a)
     a->cfg = NULL;
 }
 
+void ftc_cli_warn_ignored(const ftc_cli_cmd_t *cmd, const ftc_cli_args_t *a,
+                          const ftc_config_key_t *used, int n)
+{
+    for (int k = 0; k < FTC_CFG__COUNT; k++) {
+        if (k == FTC_CFG_LOG_LEVEL || ftc_config_source(a->cfg, (ftc_config_key_t)k) !=
+                                          FTC_SRC_FLAG)
+            continue;
+        bool read = false;
+        for (int i = 0; i < n && !read; i++)
+            read = used[i] == (ftc_config_key_t)k;
+        if (read)
+            continue;
+        const char *name = ftc_config_name((ftc_config_key_t)k);
+        char flag[128];
+        size_t o = 0;
+        for (const char *p = name; *p && o + 1 < sizeof flag; p++)
+            flag[o++] = *p == '.' || *p == '_' ? '-' : *p;
+        flag[o] = '\0';
+        fprintf(stderr, "ftc %s: warning: --%s (%s) is ignored by ftc %s\n", cmd->name, flag,
+                name, cmd->name);
+    }
+}
+
 /* ---- paths ---------------------------------------------------------------------- */
 
 int ftc_cli_split_path(const char *path, char *dir, size_t dlen, const char **base,

@@ -233,8 +233,9 @@ static bool ftc__is_nproc_flag(const char *a, bool *takes_value)
 
 /* `ftc train --nproc N`: N rank processes of this same command (torchrun's
  * variables set, addresses exchanged in a fresh directory), waited for; when
- * one fails the others get the collective deadline to notice, then SIGKILL. */
-static int ftc__launch(const ftc_cli_cmd_t *cmd, int argc, char **argv, int n, uint64_t timeout_ms)
+ * one fails the others get grace_ms (the larger of the collective deadline and
+ * the agent call deadline, + 20 s) to notice, then SIGKILL. */
+static int ftc__launch(const ftc_cli_cmd_t *cmd, int argc, char **argv, int n, uint64_t grace_ms)
 {
     char dir[4096];
     const char *tmp = getenv("TMPDIR");
@@ -294,7 +295,7 @@ static int ftc__launch(const ftc_cli_cmd_t *cmd, int argc, char **argv, int n, u
     ftc_deadline_t kill_at = {0};
     bool failing = ec != FTC_EXIT_OK;
     if (failing)
-        kill_at = ftc_deadline_in_ms(timeout_ms + 20000);
+        kill_at = ftc_deadline_in_ms(grace_ms);
     while (left > 0) {
         int st;
         pid_t w = ftc_fabric_reap(-1, &st, WNOHANG); /* (and its shm regions) */
@@ -327,7 +328,11 @@ static int ftc__launch(const ftc_cli_cmd_t *cmd, int argc, char **argv, int n, u
                     WIFSIGNALED(st) ? WTERMSIG(st) : 0);
         if (!failing) {
             failing = true;
-            kill_at = ftc_deadline_in_ms(timeout_ms + 20000);
+            kill_at = ftc_deadline_in_ms(grace_ms);
+            if (left > 0)
+                fprintf(stderr, "ftc train: the other ranks get %llu ms to end (the larger "
+                                "of --coll-timeout-ms and --agent-call-timeout-ms, + 20 s), "
+                                "then are killed\n", (unsigned long long)grace_ms);
         }
         /* a rank's configuration error (exit 2: the checkpoint directory does
          * not fit this command line) is the job's: its peers then fail too */
@@ -517,6 +522,12 @@ const ftc_cli_cmd_t *cmd, int argc, char **argv)
     int ec = ftc_cli_parse(cmd, argc, argv, opts, FTC__NOPTS, 0, 0, &a);
     if (ec != FTC_CLI_CONTINUE)
         return ec;
+    /* the one config key ftc train reads (the agent's settings are the agent's);
+     * said once (by --nproc's launcher, else by rank 0), not by every rank */
+    static const ftc_config_key_t used[] = {FTC_CFG_JOB_ID};
+    const char *rank_env = getenv("RANK");
+    if (!getenv("FTC_TRAIN_RDZV_DIR") && (!rank_env || !strcmp(rank_env, "0")))
+        ftc_cli_warn_ignored(cmd, &a, used, (int)(sizeof used / sizeof used[0]));
     json_t *root = NULL;
     ftc_trainer_t *t = NULL;
     ftc_dist_t *dist = NULL;
@@ -615,7 +626,10 @@ const ftc_cli_cmd_t *cmd, int argc, char **argv)
         goto out;
     }
     if (nproc > 1 && !rank_mode) {
-        ec = ftc__launch(cmd, argc, argv, (int)nproc, g.coll_timeout_ms);
+        /* a rank waiting on its agent (up to --agent-call-timeout-ms) is not killed */
+        uint64_t wait_ms = g.coll_timeout_ms > g.agent_call_timeout_ms ? g.coll_timeout_ms
+                                                                        : g.agent_call_timeout_ms;
+        ec = ftc__launch(cmd, argc, argv, (int)nproc, wait_ms + 20000);
         goto out;
     }
     /* in-process recovery: this process survives a failed generation, takes

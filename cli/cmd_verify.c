@@ -174,6 +174,7 @@ static int ftc__verify_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
     int ec = ftc_cli_parse(cmd, argc, argv, NULL, 0, 1, 1, &a);
     if (ec != FTC_CLI_CONTINUE)
         return ec;
+    ftc_cli_warn_ignored(cmd, &a, NULL, 0); /* it reads no setting */
     const char *path = a.pos[0];
     ftc_err_t err = {0};
     ftc_cli_path_t cp;

@@ -839,9 +839,14 @@ static int ftc__agent_restore(ftc_trainer_t *t, int prev, int rr, ftc_err_t *err
             mine[0] = 0, mine[1] = (uint64_t)step;
         else if (rc == FTC_ENOENT && ftc__nothing_committed(t))
             mine[0] = 1;
-        else
-            FTC_INFO("train", "DP rank %d: no in-place restore (%s): re-partitioning", t->dpr,
-                     rc < 0 ? ftc_last_error(t->ftc) : "a checkpoint of another DP degree");
+        else if (rc < 0) { /* a failure (a deadline, a bad copy): said as one */
+            char why[512];
+            FTC_WARN("train", "DP rank %d: in-place restore failed (%s: %s): re-partitioning",
+                     t->dpr, ftc_errname(rc), ftc__agent_errstr(t, rc, why, sizeof why));
+        } else {
+            FTC_INFO("train", "DP rank %d: no in-place restore (a checkpoint of another DP "
+                     "degree): re-partitioning", t->dpr);
+        }
     }
     int rc = ftc__gather_words(t, mine, 2, all, err);
     if (rc < 0)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test_cli.sh — drives the built `ftc` binary end to end: help and usage
-# errors (exit 0 / 2), config flags and FTC_* environment, inspect / verify of
+# errors (exit 0 / 2), config flags and FTC_* environment (a flag the command
+# does not read is a warning naming it), inspect / verify of
 # a good and of corrupted shard files (exit 0 / 1 with a reason naming the
 # offset), synth -> corrupt the newest version -> verify names it -> restore
 # falls back to the previous step, export to safetensors read by Python, and
@@ -123,6 +124,21 @@ grep_in out "coordinates d1.t0.p0" "inspect shows coordinates"
 grep_in out "wte +fp32 +\[" "inspect shows the tensor table"
 grep_in out "data.cursor +8 bytes +u64 3" "inspect shows u64 metadata"
 expect 0 "verify good shard" -- "$FTC" verify "$T/good.shard"
+# a setting given as a flag that the command does not read was accepted without a word: now a
+# warning naming flag and command; none for one it reads (restore: fault) nor for log.level
+expect 0 "verify with --persist-keep 4 (not read by verify)" -- \
+    "$FTC" verify "$T/good.shard" --persist-keep 4
+grep_in err "^ftc verify: warning: --persist-keep \(persist\.keep\) is ignored by ftc verify$" \
+    "verify warns that --persist-keep is ignored"
+expect 0 "restore with --job-id x --fault rename:99 --log-level info" -- "$FTC" restore "$P" \
+    --out "$T/warn.shard" --rank 1 --job-id x --fault rename:99 --log-level info
+n=$((n + 1))
+if [ "$(grep -c 'warning: .* is ignored by ftc restore' "$T/err")" = 1 ] &&
+    grep -q -- '--job-id (job.id) is ignored by ftc restore' "$T/err"; then
+    echo "ok: restore warns about --job-id only"
+else
+    echo "FAIL: restore warns about --job-id only:"; sed 's/^/  /' "$T/err"; fails=$((fails + 1))
+fi
 expect 0 "inspect good shard --json" -- "$FTC" inspect "$T/good.shard" --json
 n=$((n + 1))
 if "$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["step"]==3 and d["coordinates"]["dp_rank"]==1 and d["ok"] and len(d["tensors"])>4, d' "$T/out"; then

@@ -6,7 +6,9 @@
 #      over the file; an unknown key is a usage error naming it; --log-every 0
 #      is a usage error (it divided by zero), so is --skip-steps "5," (an
 #      empty entry); a --ckpt-dir of another configuration (or the other kind
-#      of checkpoint) is a configuration error: exit 2, --nproc's launcher too;
+#      of checkpoint) is a configuration error: exit 2, --nproc's launcher too,
+#      which gives the other ranks the larger of --coll-timeout-ms and
+#      --agent-call-timeout-ms, + 20 s, before it kills them;
 #   2. the final evaluation line "eval loss X (N held-out sequences)" and
 #      the parameter hash line are printed;
 #   3. `ftc train --tokenize TEXT --data OUT` writes a token file (one token
@@ -21,7 +23,10 @@
 #   5. FTC_TRAIN_DIE_IN_CKPT (fault injection) that is not RANK:STEP in range
 #      ("1:5x", "1", " 0:2") is a usage error naming it, before the run
 #      (sscanf took "1:5x", and a typo made no fault, silently); a good one
-#      still kills the rank right after that step's checkpoint.
+#      still kills the rank right after that step's checkpoint;
+#   6. a setting flag that ftc train does not read (--agent-timeout-ms,
+#      --persist-keep) is a warning naming it, once, also under --nproc; job.id
+#      (read) and a setting from the environment are not.
 # usage: test_train_cli.sh PATH/TO/ftc
 set -u
 FTC=${1:?usage: test_train_cli.sh FTC}
@@ -96,6 +101,15 @@ timeout 120 "$FTC" train "${FLAGS[@]}" --global-batch 4 --steps 4 --nproc 2 --ck
 rc=$?
 check "--nproc 2 on a single-process --ckpt-dir: the launcher exits 2 (got $rc)" \
     bash -c "[ $rc -eq 2 ] && grep -q 'single-process state' '$T/ck3.out'"
+# the launcher gives the surviving ranks the larger of the collective and the agent call
+# deadlines (+ 20 s) before it kills them: it took the collective deadline only, and killed a
+# rank still waiting on its agent
+timeout 120 "$FTC" train "${FLAGS[@]}" --global-batch 4 --steps 4 --nproc 2 --ckpt-dir "$T/ck" \
+    --coll-timeout-ms 5000 --agent-call-timeout-ms 90000 >"$T/ck4.out" 2>&1
+rc=$?
+check "--nproc 2, --agent-call-timeout-ms 90000 > --coll-timeout-ms 5000: exit $rc, 110000 ms" \
+    bash -c "[ $rc -eq 2 ] && grep -q 'other ranks get 110000 ms to end' '$T/ck4.out'"
+[ $rc -eq 2 ] && grep -q 'other ranks get 110000 ms to end' "$T/ck4.out" || cat "$T/ck4.out"
 [ $fails -eq 0 ] || { echo "--- flags:"; cat "$T/flags.out"; echo "--- config:"; cat "$T/cfg.out"; }
 
 # ---- the tokenizer -------------------------------------------------------------------------
@@ -225,6 +239,26 @@ check "FTC_TRAIN_DIE_IN_CKPT=0:2 kills rank 0 after step 2's checkpoint (exit $r
     bash -c "[ $rc -eq 137 ] && grep -q 'rank 0 killed with the checkpoint of step 2' '$T/die.out'"
 [ $rc -eq 137 ] || cat "$T/die.out"
 rm -rf "$T/die"
+
+# ---- config flags that ftc train does not read ---------------------------------------------
+# a shared setting given as a flag that ftc train ignores (--agent-timeout-ms: the agent's) was
+# accepted without a word; now a warning naming flag and command, once (not per rank); none for
+# job.id, which it reads, nor for a setting from the environment
+printf 'abc' >"$T/w.txt"
+env -u RANK -u WORLD_SIZE FTC_PERSIST_KEEP=5 "$FTC" train --tokenize "$T/w.txt" \
+    --data "$T/w.bin" --agent-timeout-ms 5000 --job-id j >"$T/w.out" 2>&1
+rc=$?
+n=$(grep -c 'warning: .* is ignored by ftc train' "$T/w.out")
+check "--agent-timeout-ms to ftc train: exit $rc, a warning naming it, only it ($n)" bash -c \
+    "[ $rc -eq 0 ] && [ $n -eq 1 ] && grep -qF -- 'ftc train: warning: --agent-timeout-ms \
+(agent.timeout_ms) is ignored by ftc train' '$T/w.out'"
+[ $rc -eq 0 ] && [ "$n" -eq 1 ] || cat "$T/w.out"
+timeout 120 "$FTC" train "${FLAGS[@]}" --global-batch 4 --steps 4 --nproc 2 --ckpt-dir "$T/ck" \
+    --persist-keep 4 >"$T/w2.out" 2>&1
+rc=$?
+n=$(grep -c 'warning: --persist-keep (persist.keep) is ignored by ftc train' "$T/w2.out")
+check "--persist-keep to ftc train --nproc 2: exit $rc, warned once (got $n)" \
+    test "$rc/$n" = "2/1"
 
 if [ $fails -ne 0 ]; then
     echo "test_train_cli: $fails check(s) failed"

@@ -28,7 +28,8 @@
  *     committed step and ends with the uninterrupted run's bits; a restart
  *     whose newest step cannot be put together (rank 1's copies corrupted)
  *     and whose step one interval back never existed (the interval changed
- *     from 3 to 2) walks back to step 3: the same bits; the same with a
+ *     from 3 to 2) walks back to step 3: the same bits (rank 1's failed
+ *     in-place restore a WARN naming the error); the same with a
  *     batch skipped between steps 3 and 6: the given-up step 6's skip list
  *     does not stay (the clean run's bits).
  */
@@ -577,6 +578,8 @@ static void test_agent_retry_walks_back(void **state)
     assert_true(expect_said(p[0].out, "trying the checkpoint of step 4"));
     assert_true(expect_said(p[0].out, "restored step 3 through the agent"));
     assert_true(params_hash(p[0].out, 8) == want);
+    /* rank 1's own in-place restore of step 6 failed: a warning naming the error */
+    assert_true(expect_said(p[1].out, "WARN train: DP rank 1: in-place restore failed (FTC_E"));
 }
 
 /* A step given up leaves nothing of its records in the state: run 1 skips
