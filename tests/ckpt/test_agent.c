@@ -1188,6 +1188,40 @@ static ftc_ctx_t *open_ctx_dev(env_t *e, int node, int rank, int world, float *w
     return c;
 }
 
+/* Waits until c's SEALED of its last checkpoint was sent (in_flight -1). */
+static void wait_sealed_sent(ftc_ctx_t *c)
+{
+    ftc_ckpt_status_t st = {.struct_size = sizeof st};
+    ftc_deadline_t d = ftc_deadline_in_ms(10000);
+    while (ftc_ckpt_status(c, &st) == 0 && st.in_flight >= 0 && !ftc_deadline_expired(d))
+        ftc_sleep_ms(5);
+    assert_int_equal(st.in_flight, -1);
+}
+
+/* The committed step of e's job. */
+static int64_t committed_step(env_t *e)
+{
+    ftc_ctl_t *ctl = redis_fixture_ctl(e->f, e->job);
+    int64_t cstep = -1;
+    uint64_t cgen = 0;
+    assert_int_equal(ftc_ctl_committed(ctl, &cstep, &cgen), 0);
+    ftc_ctl_destroy(ctl);
+    return cstep;
+}
+
+/* Ranks 0 and 1 (c[r] over w[r]) checkpoint step, and it commits for both. */
+static void both_commit(ftc_ctx_t *const *c, float *const *w, int64_t step)
+{
+    for (int r = 0; r < 2; r++) {
+        fill(w[r], r, step);
+        assert_int_equal(ftc_checkpoint(c[r], step, NULL, 0), 0);
+        assert_int_equal(ftc_wait_snapshot(c[r]), 0);
+    }
+    for (int r = 0; r < 2; r++)
+        if (ftc_wait_committed(c[r], step))
+            fail_msg("step %lld: %s", (long long)step, ftc_last_error(c[r]));
+}
+
 /* Rank 1 checkpoints step, its device sync failing: FTC_EIO from
  * ftc_wait_snapshot (its notifier has told the agent by then). */
 static void failed_step(ftc_ctx_t *c1, float *w1, int64_t step)
@@ -1222,14 +1256,8 @@ static void test_failed_snapshot_abandons_step(void **state)
     ftc_ctx_t *c0 = open_ctx_dev(e, 0, 0, 2, w0, 4096, false);
     ftc_ctx_t *c1 = open_ctx_dev(e, 0, 1, 2, w1, 4096, true);
     ftc_ctx_t *c[2] = {c0, c1};
-    for (int r = 0; r < 2; r++) {
-        fill(r ? w1 : w0, r, 1);
-        assert_int_equal(ftc_checkpoint(c[r], 1, NULL, 0), 0);
-        assert_int_equal(ftc_wait_snapshot(c[r]), 0);
-    }
-    for (int r = 0; r < 2; r++)
-        if (ftc_wait_committed(c[r], 1))
-            fail_msg("step 1: %s", ftc_last_error(c[r]));
+    float *w[2] = {w0, w1};
+    both_commit(c, w, 1);
     /* step 2: rank 1 fails first, rank 0 seals after it */
     failed_step(c1, w1, 2);
     fill(w0, 0, 2);
@@ -1243,11 +1271,7 @@ static void test_failed_snapshot_abandons_step(void **state)
     fill(w0, 0, 3);
     assert_int_equal(ftc_checkpoint(c0, 3, NULL, 0), 0);
     assert_int_equal(ftc_wait_snapshot(c0), 0);
-    ftc_ckpt_status_t st = {.struct_size = sizeof st};
-    ftc_deadline_t d = ftc_deadline_in_ms(10000);
-    while (ftc_ckpt_status(c0, &st) == 0 && st.in_flight >= 0 && !ftc_deadline_expired(d))
-        ftc_sleep_ms(5);
-    assert_int_equal(st.in_flight, -1);
+    wait_sealed_sent(c0);
     failed_step(c1, w1, 3);
     rc = ftc_wait_committed(c0, 3);
     print_message("rank 0, step 3: %s: %s\n", ftc_errname(rc), ftc_last_error(c0));
@@ -1257,45 +1281,12 @@ static void test_failed_snapshot_abandons_step(void **state)
         assert_true(stream_has(e, "checkpoint_abandoned", 0, s));
     }
     /* I3: the committed step is still 1, and a later step commits for both */
-    ftc_ctl_t *ctl = redis_fixture_ctl(e->f, e->job);
-    int64_t cstep = -1;
-    uint64_t cgen = 0;
-    assert_int_equal(ftc_ctl_committed(ctl, &cstep, &cgen), 0);
-    ftc_ctl_destroy(ctl);
-    assert_int_equal(cstep, 1);
-    for (int r = 0; r < 2; r++) {
-        fill(r ? w1 : w0, r, 4);
-        assert_int_equal(ftc_checkpoint(c[r], 4, NULL, 0), 0);
-        assert_int_equal(ftc_wait_snapshot(c[r]), 0);
-    }
-    for (int r = 0; r < 2; r++)
-        if (ftc_wait_committed(c[r], 4))
-            fail_msg("step 4: %s", ftc_last_error(c[r]));
+    assert_int_equal(committed_step(e), 1);
+    both_commit(c, w, 4);
     ftc_destroy(c0);
     ftc_destroy(c1);
     fd_done();
     teardown_env(e);
-}
-
-/* Waits until c's SEALED of its last checkpoint was sent (in_flight -1). */
-static void wait_sealed_sent(ftc_ctx_t *c)
-{
-    ftc_ckpt_status_t st = {.struct_size = sizeof st};
-    ftc_deadline_t d = ftc_deadline_in_ms(10000);
-    while (ftc_ckpt_status(c, &st) == 0 && st.in_flight >= 0 && !ftc_deadline_expired(d))
-        ftc_sleep_ms(5);
-    assert_int_equal(st.in_flight, -1);
-}
-
-/* The committed step of e's job. */
-static int64_t committed_step(env_t *e)
-{
-    ftc_ctl_t *ctl = redis_fixture_ctl(e->f, e->job);
-    int64_t cstep = -1;
-    uint64_t cgen = 0;
-    assert_int_equal(ftc_ctl_committed(ctl, &cstep, &cgen), 0);
-    ftc_ctl_destroy(ctl);
-    return cstep;
 }
 
 /* Two nodes, rank 0 on node 0 and rank 1 on node 1, no replicas (each
@@ -1321,14 +1312,8 @@ static void test_failed_snapshot_other_node(void **state)
     ftc_ctx_t *c0 = open_ctx_dev(e, 0, 0, 2, w0, 4096, false);
     ftc_ctx_t *c1 = open_ctx_dev(e, 1, 1, 2, w1, 4096, true);
     ftc_ctx_t *c[2] = {c0, c1};
-    for (int r = 0; r < 2; r++) {
-        fill(r ? w1 : w0, r, 1);
-        assert_int_equal(ftc_checkpoint(c[r], 1, NULL, 0), 0);
-        assert_int_equal(ftc_wait_snapshot(c[r]), 0);
-    }
-    for (int r = 0; r < 2; r++)
-        if (ftc_wait_committed(c[r], 1))
-            fail_msg("step 1: %s", ftc_last_error(c[r]));
+    float *w[2] = {w0, w1};
+    both_commit(c, w, 1);
     /* step 2: rank 1 fails first, rank 0 seals after it */
     failed_step(c1, w1, 2);
     fill(w0, 0, 2);
@@ -1353,14 +1338,7 @@ static void test_failed_snapshot_other_node(void **state)
         assert_true(stream_has(e, "checkpoint_abandoned", 0, s));
     }
     assert_int_equal(committed_step(e), 1); /* I3 */
-    for (int r = 0; r < 2; r++) {
-        fill(r ? w1 : w0, r, 4);
-        assert_int_equal(ftc_checkpoint(c[r], 4, NULL, 0), 0);
-        assert_int_equal(ftc_wait_snapshot(c[r]), 0);
-    }
-    for (int r = 0; r < 2; r++)
-        if (ftc_wait_committed(c[r], 4))
-            fail_msg("step 4: %s", ftc_last_error(c[r]));
+    both_commit(c, w, 4);
     ftc_destroy(c0);
     ftc_destroy(c1);
     fd_done();
