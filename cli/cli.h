@@ -90,7 +90,7 @@ int ftc_cli_parse_until(const ftc_cli_cmd_t *cmd, int argc, char **argv,
 void ftc_cli_args_free(ftc_cli_args_t *a);
 /* For a command that declares the config keys it reads (used, n of them,
  * NULL and 0 for none; log.level, which the parser applies, always counts as
- * read; train, inspect, verify, export and restore declare theirs): prints
+ * read; every command but run, which reads them all, declares its own): prints
  * "ftc CMD: warning: --agent-timeout-ms (agent.timeout_ms) is ignored by ftc
  * CMD" to stderr for each key set by a flag that is not among them. A
  * warning, not an error (scripts pass a job's shared flags to every
@@ -98,6 +98,24 @@ void ftc_cli_args_free(ftc_cli_args_t *a);
  * commands, are not warned about. */
 void ftc_cli_warn_ignored(const ftc_cli_cmd_t *cmd, const ftc_cli_args_t *a,
                           const ftc_config_key_t *used, int n);
+/* ftc_cli_warn_ignored with the keys listed in place:
+ * FTC_CLI_WARN_IGNORED(cmd, &a, FTC_CLI_KEYS_REDIS, FTC_CFG_PERSIST_DIR). */
+#define FTC_CLI_WARN_IGNORED(cmd, a, ...)                                                          \
+    do {                                                                                           \
+        static const ftc_config_key_t ftc__used_[] = {__VA_ARGS__};                                \
+        ftc_cli_warn_ignored((cmd), (a), ftc__used_,                                               \
+                             (int)(sizeof ftc__used_ / sizeof *ftc__used_));                       \
+    } while (0)
+/* The keys read through a shared helper, for the lists given to
+ * ftc_cli_warn_ignored; each must follow what its helper reads.
+ * FTC_CLI_KEYS_REDIS: ftc_redis_resolve and ftc_job_dir (the job's Redis and
+ * directory). FTC_CLI_KEYS_PERSIST_WRITER: ftc_cli_persist_open_writer
+ * (ftc_persist_options_from_config, and the parser's a->fault). */
+#define FTC_CLI_KEYS_REDIS FTC_CFG_JOB_ID, FTC_CFG_JOB_DIR, FTC_CFG_REDIS_URL
+#define FTC_CLI_KEYS_PERSIST_WRITER                                                                \
+    FTC_CFG_PERSIST_LEVEL, FTC_CFG_PERSIST_THREADS, FTC_CFG_PERSIST_CHUNK,                         \
+        FTC_CFG_PERSIST_SHUFFLE, FTC_CFG_PERSIST_DELTA, FTC_CFG_PERSIST_FULL_EVERY,                \
+        FTC_CFG_PERSIST_KEEP, FTC_CFG_FAULT
 
 /* Prints "ftc CMD: message" and the command's usage to stderr; returns 2. */
 int ftc_cli_usage_error(const ftc_cli_cmd_t *cmd, const char *fmt, ...)
@@ -112,6 +130,11 @@ void ftc_cli_print_help(const ftc_cli_cmd_t *cmd, FILE *out);
  * fabric.provider, persist.*, agent.timeout_ms); job, dir, index, nodes and
  * ranks are the caller's. FTC_EINVAL with err naming the bad setting. */
 int ftc_cli_agent_options(ftc_cli_args_t *a, ftc_agent_options_t *o, ftc_err_t *err);
+/* The keys ftc_cli_agent_options reads (keep the two in step). */
+#define FTC_CLI_KEYS_AGENT                                                                         \
+    FTC_CLI_KEYS_PERSIST_WRITER, FTC_CFG_REDUNDANCY, FTC_CFG_CKPT_BUSY, FTC_CFG_CKPT_INFLIGHT,     \
+        FTC_CFG_DETECT_HANG_MS, FTC_CFG_DETECT_TTL_MS, FTC_CFG_FABRIC_PROVIDER,                    \
+        FTC_CFG_PERSIST_DIR, FTC_CFG_PERSIST_EVERY, FTC_CFG_AGENT_TIMEOUT
 
 /* ---- paths -------------------------------------------------------------------- */
 

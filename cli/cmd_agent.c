@@ -86,6 +86,8 @@ static int ftc__agent_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
     int ec = ftc_cli_parse(cmd, argc, argv, opts, 6, 0, 0, &a);
     if (ec != FTC_CLI_CONTINUE)
         return ec;
+    /* all but ckptdir.* (ftc run's --ckpt-dir, which an agent alone has not) */
+    FTC_CLI_WARN_IGNORED(cmd, &a, FTC_CLI_KEYS_AGENT, FTC_CLI_KEYS_REDIS);
     ftc_err_t err = {0};
     ftc_agent_options_t o;
     memset(&o, 0, sizeof o);

@@ -36,8 +36,7 @@ static int ftc__export_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
     int ec = ftc_cli_parse(cmd, argc, argv, opts, 2, 2, 2, &a);
     if (ec != FTC_CLI_CONTINUE)
         return ec;
-    static const ftc_config_key_t used[] = {FTC_CFG_FAULT}; /* the settings it reads */
-    ftc_cli_warn_ignored(cmd, &a, used, 1);
+    FTC_CLI_WARN_IGNORED(cmd, &a, FTC_CFG_FAULT); /* the settings it reads */
     if (!st) {
         ec = ftc_cli_usage_error(cmd, "choose the output format: --safetensors");
         ftc_cli_args_free(&a);

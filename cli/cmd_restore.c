@@ -33,8 +33,7 @@ static int ftc__restore_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
     int ec = ftc_cli_parse(cmd, argc, argv, opts, 3, 1, 1, &a);
     if (ec != FTC_CLI_CONTINUE)
         return ec;
-    static const ftc_config_key_t used[] = {FTC_CFG_FAULT}; /* the settings it reads */
-    ftc_cli_warn_ignored(cmd, &a, used, 1);
+    FTC_CLI_WARN_IGNORED(cmd, &a, FTC_CFG_FAULT); /* the settings it reads */
     const char *dir = a.pos[0];
     ftc_err_t err = {0};
     ftc_cli_path_t cp;

@@ -69,6 +69,7 @@ static int ftc__status_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
     int ec = ftc_cli_parse(cmd, argc, argv, opts, 4, 0, 0, &a);
     if (ec != FTC_CLI_CONTINUE)
         return ec;
+    FTC_CLI_WARN_IGNORED(cmd, &a, FTC_CLI_KEYS_REDIS); /* the job's Redis: all it reads */
     if (interval < 50 || interval > 3600000 || nev > 1000) {
         ec =
             ftc_cli_usage_error(cmd, "--interval must be 50..3600000 ms and --events at most 1000");
@@ -150,6 +151,7 @@ static int ftc__events_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
     int ec = ftc_cli_parse(cmd, argc, argv, opts, 3, 0, 0, &a);
     if (ec != FTC_CLI_CONTINUE)
         return ec;
+    FTC_CLI_WARN_IGNORED(cmd, &a, FTC_CLI_KEYS_REDIS); /* the job's Redis: all it reads */
     if (count < 1 || count > 100000) {
         ec = ftc_cli_usage_error(cmd, "--count must be 1..100000");
         goto out;
@@ -225,6 +227,7 @@ static int ftc__redis_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
     int ec = ftc_cli_parse(cmd, argc, argv, NULL, 0, 0, 0, &a);
     if (ec != FTC_CLI_CONTINUE)
         return ec;
+    FTC_CLI_WARN_IGNORED(cmd, &a, FTC_CLI_KEYS_REDIS); /* the job's Redis: all it reads */
     ftc_err_t err = {0};
     ftc_redis_url_t url;
     ftc_redis_server_t *srv = NULL;

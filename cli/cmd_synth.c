@@ -44,6 +44,8 @@ static int ftc__synth_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
     int ec = ftc_cli_parse(cmd, argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), 0, 0, &a);
     if (ec != FTC_CLI_CONTINUE)
         return ec;
+    /* the persist writer's settings, persist.dir (without --out) and job.id (in the shards) */
+    FTC_CLI_WARN_IGNORED(cmd, &a, FTC_CLI_KEYS_PERSIST_WRITER, FTC_CFG_PERSIST_DIR, FTC_CFG_JOB_ID);
     ftc_synth_t **ranks_s = NULL;
     const void **regions = NULL;
     uint64_t *sizes = NULL;

@@ -524,10 +524,9 @@ const ftc_cli_cmd_t *cmd, int argc, char **argv)
         return ec;
     /* the one config key ftc train reads (the agent's settings are the agent's);
      * said once (by --nproc's launcher, else by rank 0), not by every rank */
-    static const ftc_config_key_t used[] = {FTC_CFG_JOB_ID};
     const char *rank_env = getenv("RANK");
     if (!getenv("FTC_TRAIN_RDZV_DIR") && (!rank_env || !strcmp(rank_env, "0")))
-        ftc_cli_warn_ignored(cmd, &a, used, (int)(sizeof used / sizeof used[0]));
+        FTC_CLI_WARN_IGNORED(cmd, &a, FTC_CFG_JOB_ID);
     json_t *root = NULL;
     ftc_trainer_t *t = NULL;
     ftc_dist_t *dist = NULL;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_cli.sh — drives the built `ftc` binary end to end: help and usage
 # errors (exit 0 / 2), config flags and FTC_* environment (a flag the command
-# does not read is a warning naming it), inspect / verify of
+# does not read is a warning naming it, for every command that does not read
+# them all), inspect / verify of
 # a good and of corrupted shard files (exit 0 / 1 with a reason naming the
 # offset), synth -> corrupt the newest version -> verify names it -> restore
 # falls back to the previous step, export to safetensors read by Python, and
@@ -45,6 +46,17 @@ grep_in() {
         echo "FAIL: $3: /$2/ not in $1:"
         sed 's/^/  /' "$T/$1" | head -20
         fails=$((fails + 1))
+    fi
+}
+
+# warns_only CMD "--FLAG (key)": $T/err has one "is ignored" warning of ftc CMD, about that flag
+warns_only() {
+    n=$((n + 1))
+    if [ "$(grep -c "warning: .* is ignored by ftc $1" "$T/err")" = 1 ] &&
+        grep -qxF -- "ftc $1: warning: $2 is ignored by ftc $1" "$T/err"; then
+        echo "ok: $1 warns about ${2%% *} only"
+    else
+        echo "FAIL: $1 warns about ${2%% *} only:"; sed 's/^/  /' "$T/err"; fails=$((fails + 1))
     fi
 }
 
@@ -132,13 +144,27 @@ grep_in err "^ftc verify: warning: --persist-keep \(persist\.keep\) is ignored b
     "verify warns that --persist-keep is ignored"
 expect 0 "restore with --job-id x --fault rename:99 --log-level info" -- "$FTC" restore "$P" \
     --out "$T/warn.shard" --rank 1 --job-id x --fault rename:99 --log-level info
-n=$((n + 1))
-if [ "$(grep -c 'warning: .* is ignored by ftc restore' "$T/err")" = 1 ] &&
-    grep -q -- '--job-id (job.id) is ignored by ftc restore' "$T/err"; then
-    echo "ok: restore warns about --job-id only"
-else
-    echo "FAIL: restore warns about --job-id only:"; sed 's/^/  /' "$T/err"; fails=$((fails + 1))
-fi
+warns_only restore "--job-id (job.id)"
+# the other commands that read only some settings: each given one it does not read (first),
+# then the ones it reads (none warned about); the warning comes before any usage error or
+# connection failure (status and events: nothing listens on port 1; redis: the job already has
+# one; agent: no --nodes), so nothing is started. ftc run reads every setting.
+mkdir -p "$T/wj" && echo "redis://127.0.0.1:1/0" >"$T/wj/redis.url"
+RU=redis://127.0.0.1:1
+while IFS='|' read -r code args warned; do
+    read -ra wargv <<<"$args"
+    expect "$code" "ftc $args" -- "$FTC" "${wargv[@]}"
+    warns_only "${wargv[0]}" "$warned"
+done <<EOF
+0|synth --out $T/ws --steps 1 --bytes 64KiB --redundancy 2 --persist-keep 2 --persist-level 3 \
+--persist-dir $T/wsd --job-id x --fault rename:99 --log-level info|--redundancy (redundancy)
+1|status --persist-keep 4 --redis $RU --job-id x --job-dir $T/wj|--persist-keep (persist.keep)
+1|events --detect-ttl-ms 500 --redis $RU --job x --job-dir $T/wj|--detect-ttl-ms (detect.ttl_ms)
+1|redis --agent-timeout-ms 500 --job-id x --job-dir $T/wj|--agent-timeout-ms (agent.timeout_ms)
+2|agent --ckptdir-quiet-ms 5 --redundancy 1 --persist-keep 2 --persist-every 3 \
+--agent-timeout-ms 500 --detect-ttl-ms 500 --fabric-provider tcp --job-id x --job-dir $T/wj \
+--redis $RU|--ckptdir-quiet-ms (ckptdir.quiet_ms)
+EOF
 expect 0 "inspect good shard --json" -- "$FTC" inspect "$T/good.shard" --json
 n=$((n + 1))
 if "$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["step"]==3 and d["coordinates"]["dp_rank"]==1 and d["ok"] and len(d["tensors"])>4, d' "$T/out"; then
