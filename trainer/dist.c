@@ -547,6 +547,37 @@ static int rdzv_server(const struct sockaddr_storage *sa, socklen_t salen,
     return rc;
 }
 
+/* Rank 0's generation from its FTC_ESTALE refusal (ftc__dist_hello_check's
+ * "its generation is G, rank 0's is G0"): 0 when the text is not that. */
+static int rdzv_refusal_gen(const char *why, uint64_t *g0)
+{
+    const char *at = strstr(why, "its generation is ");
+    at = at ? strstr(at, ", rank 0's is ") : NULL;
+    if (!at)
+        return 0;
+    at += strlen(", rank 0's is ");
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(at, &end, 10);
+    if (end == at || errno)
+        return 0;
+    *g0 = (uint64_t)v;
+    return 1;
+}
+
+/* A rank of a newer generation than rank 0's, still refused (or rank 0 gone
+ * and no new one) at its deadline: FTC_ESTALE naming both generations. */
+static int rdzv_stale_fail(const ftc_dist_rdzv_opts_t *o, uint64_t g0, int tries,
+                           ftc_err_t *err)
+{
+    return ftc_err_set(err, FTC_ESTALE, "rendezvous: rank %d of generation %llu: rank 0 was "
+                       "still of generation %llu, an earlier one, at the deadline (refused %d "
+                       "time%s; is an earlier incarnation's rank 0 still listening on "
+                       "MASTER_ADDR:port, or was FTC_GENERATION not raised for every rank?)",
+                       o->rank, (unsigned long long)o->generation, (unsigned long long)g0, tries,
+                       tries == 1 ? "" : "s");
+}
+
 static int rdzv_client(const struct sockaddr_storage *sa, socklen_t salen,
                        const ftc_dist_rdzv_opts_t *o, const void *blob, size_t len,
                        uint8_t *table, size_t *lens, ftc_deadline_t dl, ftc_err_t *err)
@@ -554,6 +585,15 @@ static int rdzv_client(const struct sockaddr_storage *sa, socklen_t salen,
     int rank = o->rank, world = o->world;
     const atomic_int *ab = o->abort;
     int fd = -1;
+    /* Refused as of a newer generation than rank 0's: rank 0 is the stale one
+     * (an earlier incarnation's, still listening on a reused MASTER_PORT, or
+     * not yet told of the new generation); it leaves, and the new rank 0
+     * listens there, so this rank tries again until the deadline, backing
+     * off (each refusal is a warning in rank 0's log). A rank of an OLDER
+     * generation than rank 0's is the stale one and fails at once. */
+    int refused = 0, backoff_ms = 50;
+    uint64_t stale_gen = 0;
+again:
     for (;;) { /* rank 0 may not listen yet */
         /* non-blocking: a blocking connect() to an address that drops the
          * SYNs (rank 0's accept queue full, a wrong or unreachable
@@ -575,6 +615,8 @@ static int rdzv_client(const struct sockaddr_storage *sa, socklen_t salen,
         close(fd);
         if (rc == FTC_ECANCELED || (ab && atomic_load(ab)))
             return ftc_err_set(err, FTC_ECANCELED, "rendezvous: rank %d: aborted", rank);
+        if ((rc == FTC_ETIMEDOUT || ftc_deadline_expired(dl)) && refused)
+            return rdzv_stale_fail(o, stale_gen, refused, err);
         if (rc == FTC_ETIMEDOUT || ftc_deadline_expired(dl))
             return ftc_err_set(err, FTC_ETIMEDOUT, "rendezvous: rank %d could not reach rank 0 "
                                "at MASTER_ADDR:port by the deadline", rank);
@@ -605,6 +647,24 @@ static int rdzv_client(const struct sockaddr_storage *sa, socklen_t salen,
         int e = code == (uint32_t)-FTC_ECONFIG || code == (uint32_t)-FTC_ESTALE
                     ? -(int)code
                     : FTC_EPROTO;
+        uint64_t g0 = 0;
+        if (e == FTC_ESTALE && rc == 0 && rdzv_refusal_gen(why, &g0) && g0 < o->generation) {
+            if (ab && atomic_load(ab))
+                return ftc_err_set(err, FTC_ECANCELED, "rendezvous: rank %d: aborted", rank);
+            int left = ftc_deadline_remaining_ms(dl);
+            if (left > 0) {
+                if (!refused++)
+                    FTC_WARN("dist", "rendezvous: rank %d of generation %llu: rank 0 is of "
+                             "generation %llu, an earlier one: trying again until the "
+                             "deadline (%d ms), for the new generation's rank 0", rank,
+                             (unsigned long long)o->generation, (unsigned long long)g0, left);
+                stale_gen = g0;
+                ftc_sleep_ms((uint64_t)(backoff_ms < left ? backoff_ms : left));
+                backoff_ms = backoff_ms * 2 > 1000 ? 1000 : backoff_ms * 2;
+                goto again;
+            }
+            return rdzv_stale_fail(o, g0, refused + 1, err);
+        }
         return ftc_err_set(err, e, "rendezvous: rank 0 refused rank %d (%s): %s", rank,
                            ftc_errname(e), why);
     }

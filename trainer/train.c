@@ -839,13 +839,29 @@ static int ftc__agent_restore(ftc_trainer_t *t, int prev, int rr, ftc_err_t *err
             mine[0] = 0, mine[1] = (uint64_t)step;
         else if (rc == FTC_ENOENT && ftc__nothing_committed(t))
             mine[0] = 1;
-        else if (rc < 0) { /* a failure (a deadline, a bad copy): said as one */
+        else if (rc < 0) { /* a failure (a deadline, a bad copy, FTC_ENOENT though something
+                              * is committed: its copies are lost): said as one */
             char why[512];
             FTC_WARN("train", "DP rank %d: in-place restore failed (%s: %s): re-partitioning",
                      t->dpr, ftc_errname(rc), ftc__agent_errstr(t, rc, why, sizeof why));
-        } else {
-            FTC_INFO("train", "DP rank %d: no in-place restore (a checkpoint of another DP "
-                     "degree): re-partitioning", t->dpr);
+        } else if (mlen != sizeof meta) { /* not this trainer's record: the re-partition
+                                           * checks every fetched one and names it */
+            FTC_WARN("train", "DP rank %d: in-place restore of step %lld: its metadata record is "
+                     "%zu bytes, not the %zu this trainer writes (written by another program "
+                     "or version?): re-partitioning", t->dpr, (long long)step, mlen,
+                     sizeof meta);
+        } else if (step < 0) { /* libftc's contract says it cannot: said, never taken */
+            FTC_WARN("train", "DP rank %d: in-place restore returned no step (%lld): "
+                     "re-partitioning", t->dpr, (long long)step);
+        } else { /* the expected layout change */
+            char held[64];
+            if (ftc__meta_dp(&meta))
+                snprintf(held, sizeof held, "ZeRO-1 chunks of %llu DP ranks",
+                         (unsigned long long)ftc__meta_dp(&meta));
+            else
+                snprintf(held, sizeof held, "a whole single-process state");
+            FTC_INFO("train", "DP rank %d: no in-place restore: step %lld holds %s, this run has "
+                     "%d DP ranks: re-partitioning", t->dpr, (long long)step, held, t->dpn);
         }
     }
     int rc = ftc__gather_words(t, mine, 2, all, err);

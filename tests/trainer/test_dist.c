@@ -26,7 +26,10 @@
  *   - rank 0 refuses the hello of another job (FTC_ECONFIG), of another
  *     generation (FTC_ESTALE), of another world size or with a rank out of
  *     range, telling the refused rank both values at once; a refused hello
- *     takes no rank's place: the real ranks still form the job;
+ *     takes no rank's place: the real ranks still form the job. A rank of an
+ *     older generation fails at once; one of a newer generation than rank
+ *     0's tries again until its deadline, and joins when a rank 0 of its
+ *     generation takes the port (rank 0 lagging a generation);
  *   - rank 0 sends the table to every rank at once: one that does not read
  *     it (its buffers shrunk, FTC_TEST_RDZV_SNDBUF) holds up no other, and
  *     rank 0 fails at the deadline naming it.
@@ -274,6 +277,9 @@ static int connect_retry(int port, char *local, size_t cap)
 
 #define STRAY_DL_MS 20000
 
+/* job_rank's deadline (ms): set before fork_rank, the child inherits it */
+static int g_rank_dl_ms = STRAY_DL_MS;
+
 /* One rank of job `job`, generation gen: joins with blob "blob of rank R".
  * want_rc 0: exit 0 when every rank's blob is right in the table; else exit
  * 0 when the join failed want_rc with a message naming want1 and want2. */
@@ -291,7 +297,7 @@ static void job_rank(int port, int rank, int world, const char *job, uint64_t ge
     ro.host = "127.0.0.1", ro.port = port, ro.rank = rank, ro.world = world;
     ro.job = job, ro.generation = gen;
     int rc = ftc_dist_rendezvous_tcp(&ro, blob, strlen(blob), table, lens,
-                                     ftc_deadline_in_ms(STRAY_DL_MS), &e);
+                                     ftc_deadline_in_ms((uint64_t)g_rank_dl_ms), &e);
     fprintf(stderr, "rank %d (job '%s', generation %llu): rc %d: %s\n", rank, job ? job : "",
             (unsigned long long)gen, rc, e.msg);
     if (want_rc)
@@ -448,17 +454,51 @@ static void test_rendezvous_foreign_job(void **state)
 static void test_rendezvous_stale_generation(void **state)
 {
     (void)state;
-    /* rank 0 of generation 3: a rank of generation 2, and one of generation
-     * 4, are refused at once (FTC_ESTALE naming both generations); the real
+    /* rank 0 of generation 3: a rank of generation 2 is refused at once
+     * (FTC_ESTALE naming both generations: it is the stale one); one of
+     * generation 4 tries again until its deadline (rank 0 is the stale one
+     * and may yet move on), then fails FTC_ESTALE naming both; the real
      * rank 1 of generation 3 still joins */
     int port = free_port();
     pid_t r0 = fork_rank(port, 0, 2, "job", 3, 0, NULL, NULL);
+    g_rank_dl_ms = 1500;
+    uint64_t t0 = ftc_now_ns();
     expect_exit0(fork_rank(port, 1, 2, "job", 2, FTC_ESTALE, "generation is 2", "is 3"),
                  "rank 1 of generation 2: not refused FTC_ESTALE naming both generations");
-    expect_exit0(fork_rank(port, 1, 2, "job", 4, FTC_ESTALE, "generation is 4", "is 3"),
-                 "rank 1 of generation 4: not refused FTC_ESTALE naming both generations");
+    uint64_t older_ms = (ftc_now_ns() - t0) / 1000000;
+    t0 = ftc_now_ns();
+    expect_exit0(fork_rank(port, 1, 2, "job", 4, FTC_ESTALE, "generation 4",
+                           "still of generation 3"),
+                 "rank 1 of generation 4: did not fail FTC_ESTALE naming both generations");
+    uint64_t newer_ms = (ftc_now_ns() - t0) / 1000000;
+    g_rank_dl_ms = STRAY_DL_MS;
+    if (older_ms >= 1000)
+        fail_msg("rank 1 of generation 2 took %llu ms: not refused at once",
+                 (unsigned long long)older_ms);
+    if (newer_ms < 1400)
+        fail_msg("rank 1 of generation 4 failed after %llu ms, before its 1500 ms deadline",
+                 (unsigned long long)newer_ms);
     expect_exit0(fork_rank(port, 1, 2, "job", 3, 0, NULL, NULL), "the real rank 1");
     expect_exit0(r0, "rank 0");
+}
+
+static void test_rendezvous_rank0_catches_up(void **state)
+{
+    (void)state;
+    /* rank 0 lags a generation: rank 0 of generation 3 (an earlier
+     * incarnation still listening on the port) refuses rank 1 of generation
+     * 4, which tries again; rank 0 of 3 ends at its deadline, rank 0 of 4
+     * listens on the same port, and rank 1 joins it */
+    int port = free_port();
+    g_rank_dl_ms = 1500;
+    pid_t old0 = fork_rank(port, 0, 2, "job", 3, FTC_ETIMEDOUT, "heard from 1 of 2", "rank 1");
+    g_rank_dl_ms = STRAY_DL_MS;
+    ftc_sleep_ms(200); /* old rank 0 listening: rank 1 meets it, not the closed port */
+    pid_t r1 = fork_rank(port, 1, 2, "job", 4, 0, NULL, NULL);
+    expect_exit0(old0, "rank 0 of generation 3: not FTC_ETIMEDOUT without its rank 1");
+    pid_t r0 = fork_rank(port, 0, 2, "job", 4, 0, NULL, NULL);
+    expect_exit0(r1, "rank 1 of generation 4: did not join the new rank 0");
+    expect_exit0(r0, "rank 0 of generation 4");
 }
 
 /* Reads rank 0's refusal from fd: returns its code, why gets its message;
@@ -759,6 +799,7 @@ int main(void)
         cmocka_unit_test(test_nccl_tcp_join_honours_abort),
         cmocka_unit_test(test_rendezvous_foreign_job),
         cmocka_unit_test(test_rendezvous_stale_generation),
+        cmocka_unit_test(test_rendezvous_rank0_catches_up),
         cmocka_unit_test(test_rendezvous_refused_rank_takes_no_slot),
         cmocka_unit_test(test_rendezvous_slow_rank_stalls_no_other),
     };
