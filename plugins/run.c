@@ -406,8 +406,23 @@ static int ftc__agent_start(ftc__sup_t *s, ftc_err_t *err)
 
 /* ---- ranks --------------------------------------------------------------------------------- */
 
-/* environ minus the names we set, plus ours (built before fork: the child
- * only calls async-signal-safe functions). */
+/* Variables that describe one generation of one rank: set by the
+ * supervisor when they apply, and never passed on from its own environment
+ * (an `ftc run` started from a restarted rank, or from a shell that once
+ * exported them, would otherwise hand a fresh rank another job's restore
+ * source, assignment file or rendezvous directory). */
+static const char *const ftc__gen_vars[] = {"FTC_RESTORE_RANK", "FTC_PREV_WORLD_SIZE",
+                                            "FTC_ASSIGN_FILE", "FTC_ASSIGN_TIMEOUT_MS",
+                                            "FTC_TRAIN_RDZV_DIR", NULL};
+
+static bool ftc__env_named(const char *entry, const char *name)
+{
+    size_t len = strlen(name);
+    return !strncmp(entry, name, len) && entry[len] == '=';
+}
+
+/* environ minus the names we set and the per-generation ones, plus ours
+ * (built before fork: the child only calls async-signal-safe functions). */
 static char **ftc__env_build(char **add, int nadd)
 {
     size_t n = 0;
@@ -423,6 +438,8 @@ static char **ftc__env_build(char **add, int nadd)
             size_t len = strcspn(add[j], "=");
             replaced = !strncmp(environ[i], add[j], len + 1);
         }
+        for (int j = 0; ftc__gen_vars[j] && !replaced; j++)
+            replaced = ftc__env_named(environ[i], ftc__gen_vars[j]);
         if (!replaced)
             env[k++] = environ[i];
     }

@@ -20,7 +20,9 @@ int main(int argc, char **argv)
         "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
         "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT", "FTC_RANK", "FTC_WORLD_SIZE", "FTC_JOB_ID",
         "FTC_GENERATION", "FTC_NODE_RANK", "FTC_AGENT_SOCKET", "GROUP_WORLD_SIZE", "ROLE_NAME",
-        "ROLE_WORLD_SIZE", "OMP_NUM_THREADS", "FTC_REDIS_URL", "FTC_REDIS_PASSWORD_FILE", NULL};
+        "ROLE_WORLD_SIZE", "OMP_NUM_THREADS", "FTC_REDIS_URL", "FTC_REDIS_PASSWORD_FILE",
+        "FTC_RESTORE_RANK", "FTC_PREV_WORLD_SIZE", "FTC_ASSIGN_FILE", "FTC_ASSIGN_TIMEOUT_MS",
+        "FTC_TRAIN_RDZV_DIR", NULL};
     char line[8192];
     size_t n = (size_t)snprintf(line, sizeof line, "PROBE");
     for (int i = 0; names[i] && n < sizeof line; i++) {

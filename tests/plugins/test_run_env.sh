@@ -13,6 +13,10 @@
 #      FTC_AGENT_SOCKET an existing socket, one per node; FTC_REDIS_URL
 #      without the password, which is in FTC_REDIS_PASSWORD_FILE (mode 0600,
 #      JOB_DIR/redis.password; before, no such file was ever written);
+#      the per-generation variables FTC_RESTORE_RANK, FTC_PREV_WORLD_SIZE,
+#      FTC_ASSIGN_FILE, FTC_ASSIGN_TIMEOUT_MS and FTC_TRAIN_RDZV_DIR, set
+#      in ftc run's own environment, reach no rank of a fresh layout
+#      (before, they were passed on: a fresh rank restored rank 7's state);
 #   2. Slurm: no --nnodes / --node-rank, SLURM_NNODES=1 SLURM_NODEID=0 and
 #      --nproc-per-node 3: a job of one node, WORLD_SIZE 3;
 #   3. Slurm, two `ftc run` processes of one job (SLURM_NNODES=2,
@@ -49,6 +53,8 @@ all() { grep '^PROBE ' "$1" | sed -n "s/.*\b$2=\([^ ]*\).*/\1/p" | sort -u | tr 
 # ---- 1. two simulated nodes, two ranks each ----------------------------------------------
 if want 1; then
 J1=env${tag}a
+FTC_RESTORE_RANK=7 FTC_PREV_WORLD_SIZE=9 FTC_ASSIGN_FILE=$T/nofile FTC_ASSIGN_TIMEOUT_MS=5 \
+FTC_TRAIN_RDZV_DIR=$T/nodir \
 timeout 120 "$FTC" run --simulate-nodes 2 --nproc-per-node 2 --job "$J1" --job-dir "$T/j1" \
     --settle-ms 300 -- "$PROBE" >"$T/1.out" 2>&1
 rc=$?
@@ -74,6 +80,11 @@ check "1: GROUP_RANK 0 and 1 ($(all "$f" GROUP_RANK)), FTC_NODE_RANK 0 and 1 ($(
 check "1: WORLD_SIZE and FTC_WORLD_SIZE 4, LOCAL_WORLD_SIZE 2 everywhere" \
     test "$(all "$f" WORLD_SIZE)/$(all "$f" FTC_WORLD_SIZE)/$(all "$f" LOCAL_WORLD_SIZE)" = "4/4/2"
 check "1: FTC_JOB_ID is the job ($(all "$f" FTC_JOB_ID))" test "$(all "$f" FTC_JOB_ID)" = "$J1"
+for n in FTC_RESTORE_RANK FTC_PREV_WORLD_SIZE FTC_ASSIGN_FILE FTC_ASSIGN_TIMEOUT_MS \
+    FTC_TRAIN_RDZV_DIR; do
+    check "1: $n of ftc run's own environment reaches no rank ($(all "$f" $n))" \
+        test "$(all "$f" $n)" = "-"
+done
 check "1: one generation, a number ($(all "$f" FTC_GENERATION))" \
     bash -c "[[ '$(all "$f" FTC_GENERATION)' =~ ^[0-9]+$ ]]"
 check "1: one MASTER_ADDR:MASTER_PORT ($(all "$f" MASTER_ADDR):$(all "$f" MASTER_PORT))" \
