@@ -231,6 +231,15 @@ static bool ftc__is_nproc_flag(const char *a, bool *takes_value)
     return false;
 }
 
+/* What the launcher says when a failure starts the others' grace period. */
+static void ftc__grace_note(int left, uint64_t grace_ms)
+{
+    if (left > 0)
+        fprintf(stderr, "ftc train: the other ranks get %llu ms to end (the larger of "
+                        "--coll-timeout-ms and --agent-call-timeout-ms, + 20 s), then are "
+                        "killed\n", (unsigned long long)grace_ms);
+}
+
 /* `ftc train --nproc N`: N rank processes of this same command (torchrun's
  * variables set, addresses exchanged in a fresh directory), waited for; when
  * one fails the others get grace_ms (the larger of the collective deadline and
@@ -294,8 +303,10 @@ static int ftc__launch(const ftc_cli_cmd_t *cmd, int argc, char **argv, int n, u
     int left = started;
     ftc_deadline_t kill_at = {0};
     bool failing = ec != FTC_EXIT_OK;
-    if (failing)
+    if (failing) { /* a fork failed: the ranks started wait for a peer that never comes */
         kill_at = ftc_deadline_in_ms(grace_ms);
+        ftc__grace_note(left, grace_ms);
+    }
     while (left > 0) {
         int st;
         pid_t w = ftc_fabric_reap(-1, &st, WNOHANG); /* (and its shm regions) */
@@ -329,10 +340,7 @@ static int ftc__launch(const ftc_cli_cmd_t *cmd, int argc, char **argv, int n, u
         if (!failing) {
             failing = true;
             kill_at = ftc_deadline_in_ms(grace_ms);
-            if (left > 0)
-                fprintf(stderr, "ftc train: the other ranks get %llu ms to end (the larger "
-                                "of --coll-timeout-ms and --agent-call-timeout-ms, + 20 s), "
-                                "then are killed\n", (unsigned long long)grace_ms);
+            ftc__grace_note(left, grace_ms);
         }
         /* a rank's configuration error (exit 2: the checkpoint directory does
          * not fit this command line) is the job's: its peers then fail too */

@@ -26,7 +26,11 @@
 #      still kills the rank right after that step's checkpoint;
 #   6. a setting flag that ftc train does not read (--agent-timeout-ms,
 #      --persist-keep) is a warning naming it, once, also under --nproc; job.id
-#      (read) and a setting from the environment are not.
+#      (read) and a setting from the environment are not;
+#   7. --nproc: a fork that fails (RLIMIT_NPROC, as user nobody; skipped
+#      unless root with setpriv and prlimit) is an error naming the rank,
+#      and the ranks already started are given the same grace period, named
+#      as after a rank's failure (before, nothing said why they were killed).
 # usage: test_train_cli.sh PATH/TO/ftc
 set -u
 FTC=${1:?usage: test_train_cli.sh FTC}
@@ -259,6 +263,26 @@ rc=$?
 n=$(grep -c 'warning: --persist-keep (persist.keep) is ignored by ftc train' "$T/w2.out")
 check "--persist-keep to ftc train --nproc 2: exit $rc, warned once (got $n)" \
     test "$rc/$n" = "2/1"
+
+# ---- a fork of the launcher that fails -----------------------------------------------------
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null && command -v prlimit >/dev/null; then
+    # as nobody, with at most 3 processes: the launcher and ranks 0 and 1; rank 2's fork
+    # fails. The binary is copied where nobody can run it (a build tree may be private).
+    N=$(mktemp -d /tmp/traincli-nobody-XXXXXX)
+    chmod 755 "$N" && cp "$FTC" "$N/ftc" && mkdir -m 1777 "$N/tmp"
+    (cd "$N/tmp" && timeout 120 prlimit --nproc=3 setpriv --reuid=65534 --regid=65534 \
+        --clear-groups env TMPDIR="$N/tmp" "$N/ftc" train "${FLAGS[@]}" --nproc 4 \
+        --coll-timeout-ms 1000 --agent-call-timeout-ms 1000 >"$T/fork.out" 2>&1)
+    rc=$?
+    check "--nproc 4 with rank 2's fork failing: exit $rc, the error names rank 2" \
+        bash -c "[ $rc -eq 1 ] && grep -q 'fork of rank 2' '$T/fork.out'"
+    check "  and the ranks started are told their grace period (21000 ms)" \
+        grep -q 'other ranks get 21000 ms to end' "$T/fork.out"
+    grep -q 'other ranks get 21000 ms' "$T/fork.out" || cat "$T/fork.out"
+    rm -rf "$N"
+else
+    echo "SKIPPED: a failing fork of --nproc (needs root, setpriv and prlimit)"
+fi
 
 if [ $fails -ne 0 ]; then
     echo "test_train_cli: $fails check(s) failed"
