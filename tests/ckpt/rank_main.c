@@ -75,6 +75,20 @@ static bool filled_with(const float *w, const float *m, uint64_t n, uint64_t see
     return true;
 }
 
+/* The number of a flag or variable, strictly (ftc_parse_int): atoi took
+ * "5x" as 5 and "x" as 0, so a typo in a test's command line ran another
+ * test than the one written. Exits 2 naming it. */
+static int64_t num(const char *name, const char *v, int64_t lo, int64_t hi)
+{
+    int64_t x = 0;
+    if (!v || ftc_parse_int(v, lo, hi, &x) < 0) {
+        fprintf(stderr, "rank_main: %s \"%s\" is not a whole decimal number in %lld..%lld\n",
+                name, v ? v : "", (long long)lo, (long long)hi);
+        exit(2);
+    }
+    return x;
+}
+
 int main(int argc, char **argv)
 {
     int64_t steps = 5, die_after = -1;
@@ -85,27 +99,29 @@ int main(int argc, char **argv)
     long long t_exec = wall_ms();
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--steps") && i + 1 < argc)
-            steps = atoll(argv[++i]);
+            steps = num("--steps", argv[++i], 0, INT64_MAX);
         else if (!strcmp(argv[i], "--restore"))
             restore = 1;
         else if (!strcmp(argv[i], "--floats") && i + 1 < argc)
-            floats = strtoull(argv[++i], NULL, 10);
+            floats = (uint64_t)num("--floats", argv[++i], 1, INT64_MAX / 4);
         else if (!strcmp(argv[i], "--step-ms") && i + 1 < argc)
-            step_ms = atoi(argv[++i]);
+            step_ms = (int)num("--step-ms", argv[++i], 0, INT32_MAX);
         else if (!strcmp(argv[i], "--die-after") && i + 1 < argc)
-            die_after = atoll(argv[++i]);
+            die_after = num("--die-after", argv[++i], 0, INT64_MAX);
         else if (!strcmp(argv[i], "--die-rank") && i + 1 < argc)
-            die_rank = atoi(argv[++i]);
+            die_rank = (int)num("--die-rank", argv[++i], 0, (1 << 24) - 1);
         else if (!strcmp(argv[i], "--fetch") && i + 1 < argc) {
-            char *colon;
-            fetch = (int)strtol(argv[++i], &colon, 10);
-            if (*colon == ':')
-                fetch_step = atoll(colon + 1);
+            char r[32];
+            const char *a = argv[++i], *colon = strchr(a, ':');
+            snprintf(r, sizeof r, "%.*s", colon ? (int)(colon - a) : (int)strlen(a), a);
+            fetch = (int)num("--fetch's rank", r, 0, (1 << 24) - 1);
+            if (colon)
+                fetch_step = num("--fetch's step", colon + 1, 0, INT64_MAX);
         }
         else if (!strcmp(argv[i], "--strict"))
             strict = 1;
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
-            seed = strtoull(argv[++i], NULL, 10);
+            seed = (uint64_t)num("--seed", argv[++i], 0, INT64_MAX);
         else if (!strcmp(argv[i], "--no-commit"))
             no_commit = 1;
         else if (!strcmp(argv[i], "--timing"))
@@ -141,7 +157,8 @@ int main(int argc, char **argv)
      * identity it carries, and its bytes against that identity's values. */
     int ident = rank;
     const char *restarts = getenv("TORCHELASTIC_RESTART_COUNT");
-    if (die_rank >= 0 && (rank != die_rank || (restarts && atoi(restarts) > 0)))
+    if (die_rank >= 0 && (rank != die_rank || (restarts && *restarts &&
+                          num("TORCHELASTIC_RESTART_COUNT", restarts, 0, INT32_MAX) > 0)))
         die_after = -1;
     int failed = 0;
     float *w = calloc(floats, 4), *m = calloc(floats, 4);
@@ -172,7 +189,7 @@ int main(int argc, char **argv)
                        (long long)got, t1 - t0, t1);
             const char *src = getenv("FTC_RESTORE_RANK");
             int64_t carried = sc - got * 1000;
-            int want = src && *src ? atoi(src) : rank; /* whose shard was asked for */
+            int want = src && *src ? (int)num("FTC_RESTORE_RANK", src, 0, (1 << 24) - 1) : rank; /* whose shard was asked for */
             if (carried >= 0 && carried < 1000)
                 ident = (int)carried;
             int ok = (carried == want || (src && *src)) &&
