@@ -947,7 +947,12 @@ static int ftc__agent_restore(ftc_trainer_t *t, int prev, int rr, ftc_err_t *err
  * else is a snapshot that failed (its copy into the slot: a device copy
  * error, ...), reported once by include/ftc.h: that step is not
  * checkpointed, the previous committed version stays (I3), and training
- * goes on with a warning; the next checkpoint is taken as usual. */
+ * goes on with a warning; the next checkpoint is taken as usual.
+ * FTC_ETIMEDOUT stays fatal even when it is a snapshot's reported failure
+ * (its seal or hand-off past timeout_ms): the device or the agent is stuck,
+ * the seal still holds its slot so the next checkpoints would fail too, and
+ * training on uncheckpointed would only grow what the next failure loses;
+ * ending the rank lets the launcher recover at the committed step. */
 static bool ftc__agent_fatal(ftc_trainer_t *t, int rc)
 {
     if (rc == FTC_ETIMEDOUT || rc == FTC_ECANCELED || rc == FTC_EINVAL)
