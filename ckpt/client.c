@@ -249,7 +249,7 @@ static void ftc__send_abort(ftc_ctx_t *c, int slot, uint64_t step, const char *w
     m.step = step;
     snprintf(m.text, sizeof m.text, "%.300s", why);
     ftc_err_t e = {0};
-    if (ftc_ap_send(c->fd, &m, ms > 0 ? ms : 1, &e))
+    if (ftc_ap_send(c->fd, &m, ms > 0 ? ms : 0, &e)) /* spent: one try, no wait */
         FTC_DEBUG("ftc", "rank %u: step %llu: ABORT not sent: %s", c->rank,
                   (unsigned long long)step, e.msg);
 }
@@ -289,7 +289,7 @@ static void *ftc__notifier(void *arg)
             m.slot = (uint32_t)slot;
             m.step = step;
             int ms = ftc_deadline_remaining_ms(sd);
-            rc = ftc_ap_send(c->fd, &m, ms > 0 ? ms : 1, &err);
+            rc = ftc_ap_send(c->fd, &m, ms > 0 ? ms : 0, &err); /* spent: one try */
         }
         pthread_mutex_lock(&c->mu);
         if (rc) {
@@ -522,10 +522,25 @@ int ftc_create(const ftc_options_t *opts, ftc_ctx_t **out)
     return 0;
 }
 
+/* How long ftc_destroy gives the BYE at most, of its deadline's remainder. */
+#define FTC__BYE_MS 1000
+
+/* One deadline, timeout_ms from the call, for all of ftc_destroy's waits
+ * (include/ftc.h), in turn:
+ *   1. the notifier's snapshot in flight: its budget (seal and SEALED) ends
+ *      timeout_ms from that ftc_checkpoint, which came before this call, so
+ *      never after d; it is not cut short at stop (a last checkpoint that
+ *      seals within it is still handed to the agent), and a send whose
+ *      budget is spent is one try, no wait (the ABORT of a failed one);
+ *   2. the BYE: at most FTC__BYE_MS of what is left, one try if nothing is;
+ *   3. the copy in flight (ftc_snap_destroy_by): until d, then left behind.
+ * They used to be waited in turn, each with its own: a hung copy took the
+ * notifier's timeout_ms, then the engine's timeout_ms again. */
 void ftc_destroy(ftc_ctx_t *c)
 {
     if (!c)
         return;
+    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)c->o.timeout_ms);
     if (c->tid_started) {
         pthread_mutex_lock(&c->mu);
         c->stop = true;
@@ -537,10 +552,11 @@ void ftc_destroy(ftc_ctx_t *c)
         ftc_ap_msg_t m;
         ftc_ap_init(&m, FTC_AP_BYE);
         ftc_err_t err = {0};
-        ftc_ap_send(c->fd, &m, 1000, &err);
+        int ms = ftc_deadline_remaining_ms(d);
+        ftc_ap_send(c->fd, &m, ms > FTC__BYE_MS ? FTC__BYE_MS : ms, &err); /* 0: one try */
         close(c->fd);
     }
-    if (ftc_snap_destroy(c->snap) == 0) {
+    if (ftc_snap_destroy_by(c->snap, d) == 0) {
         for (int s = 0; s < FTC_AP_SLOTS_PER_RANK; s++)
             ftc_slot_close(&c->slot[s]);
     } else {
@@ -548,9 +564,9 @@ void ftc_destroy(ftc_ctx_t *c)
          * finish), left behind: the slots stay mapped, as it may still
          * write one; that version is never sealed nor sent, so it never
          * commits (the agent frees its slot at the rank's next BEGIN) */
-        FTC_WARN("ftc", "rank %u: ftc_destroy: a snapshot copy still running after %d ms is "
-                 "left behind, never sealed: the slots stay mapped, and it may still read the "
-                 "registered tensors", c->rank, c->o.timeout_ms);
+        FTC_WARN("ftc", "rank %u: ftc_destroy: a snapshot copy still running %d ms after "
+                 "ftc_destroy began is left behind, never sealed: the slots stay mapped, and it "
+                 "may still read the registered tensors", c->rank, c->o.timeout_ms);
     }
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);

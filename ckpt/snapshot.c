@@ -357,12 +357,20 @@ int ftc_snap_destroy(ftc_snap_t *s)
         return 0;
     pthread_mutex_lock(&s->mu);
     ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)s->timeout_ms);
+    pthread_mutex_unlock(&s->mu);
+    return ftc_snap_destroy_by(s, d);
+}
+
+int ftc_snap_destroy_by(ftc_snap_t *s, ftc_deadline_t d)
+{
+    if (!s)
+        return 0;
+    pthread_mutex_lock(&s->mu);
     while ((s->phase == PH_COPYING || s->phase == PH_COPIED) && !ftc_deadline_expired(d)) {
         struct timespec ts = ftc_cond_abstime(d);
         pthread_cond_timedwait(&s->cv_done, &s->mu, &ts);
     }
     bool running = s->phase == PH_COPYING || s->phase == PH_COPIED;
-    int ms = s->timeout_ms;
     s->stop = true;
     atomic_store(&s->quit, true);
     /* the threads' ids, copied while none can have returned (mu held): once
@@ -384,9 +392,9 @@ int ftc_snap_destroy(ftc_snap_t *s)
          * and use the device state; they stop at their next piece and never
          * seal (the region stays an invalid shard), and the last one out
          * frees the engine and its device state. Until then, left behind. */
-        FTC_WARN("snapshot", "a snapshot still copying %d ms after destroy began: left behind, "
+        FTC_WARN("snapshot", "a snapshot still copying at its destroy's deadline: left behind, "
                  "never sealed; its threads free it when the copy ends, and its region must "
-                 "stay mapped", ms);
+                 "stay mapped");
         for (int i = 0; i < nt + coord; i++)
             pthread_detach(tid[i]);
         return FTC_ETIMEDOUT;

@@ -81,6 +81,11 @@ ftc_snap_t *ftc_snap_create(const ftc_shard_info_t *info, int threads, uint32_t 
  * a device copy in flight still reads them), or end the process. NULL is a
  * no-op (0). */
 int ftc_snap_destroy(ftc_snap_t *s);
+/* ftc_snap_destroy with the wait for a running copy ending at d instead
+ * (already past: no wait, a running copy is left behind at once): for an
+ * owner whose own teardown has one deadline for all its steps
+ * (ftc_destroy). */
+int ftc_snap_destroy_by(ftc_snap_t *s, ftc_deadline_t d);
 /* The deadline, in ms from its start, of each device sync (of a snapshot,
  * of a restore, after a failed copy) and of ftc_snap_destroy's wait; <= 0:
  * the default, 600000 (10 min). The owner's configured timeout: libftc

@@ -132,7 +132,7 @@ typedef struct ftc_options {
     uint32_t meta_capacity; /* bytes of user metadata per checkpoint (default 64 KiB) */
     int timeout_ms;       /* deadline of each call that talks to the agent (default 60000),
                              of each device sync of a snapshot or restore, and of
-                             ftc_destroy's wait for a copy in flight */
+                             all ftc_destroy's waits together */
 } ftc_options_t;
 
 #define FTC_OPTIONS_INIT {sizeof(ftc_options_t), 1, NULL, NULL, -1, -1, 0, 0, 0, 0, 65536, 60000}
@@ -155,14 +155,18 @@ typedef struct ftc_ctx ftc_ctx_t;
  * freed with ftc_destroy; every other call on it returns FTC_EINVAL ("not
  * connected"). Thread-safe (each call makes its own context). */
 int ftc_create(const ftc_options_t *opts, ftc_ctx_t **ctx);
-/* Waits for a snapshot in flight (for its hand-off to the agent, then for
- * its copy, each at most timeout_ms), says goodbye to the agent, frees. The
- * agent keeps the slots. A copy still running then (a device that does not
+/* Waits for a snapshot in flight (its seal and hand-off to the agent, within
+ * what is left of that checkpoint's timeout_ms), says goodbye to the agent
+ * (at most 1 s), waits for a copy still in flight, frees. These waits share
+ * one deadline, timeout_ms from the call: ftc_destroy returns within
+ * timeout_ms (plus the CPU time of its steps), not one wait's worth each; a
+ * goodbye with no time left is one try without waiting. The agent keeps
+ * the slots. A copy still running at the deadline (a device that does not
  * finish) is left behind with a warning: it is never sealed (that step does
  * not commit), and what it may still touch is not freed (the slot mappings;
  * the copy engine frees itself when the copy ends), but it may still read
- * the registered tensors: keep them allocated, or end the process. NULL is a no-op. Not concurrently
- * with any other call on ctx. */
+ * the registered tensors: keep them allocated, or end the process. NULL is
+ * a no-op. Not concurrently with any other call on ctx. */
 void ftc_destroy(ftc_ctx_t *ctx);
 /* The last error's sentence (never NULL). The context's thread only. */
 const char *ftc_last_error(const ftc_ctx_t *ctx);

@@ -30,7 +30,9 @@
  *     commit (the failure is not sticky);
  *   - the device syncs of a snapshot and of a restore have the context's
  *     timeout_ms as their deadline; ftc_destroy with a copy that never ends
- *     (a hung device) returns after timeout_ms, leaving it behind;
+ *     (a hung device) returns after timeout_ms, leaving it behind: one
+ *     deadline for all its waits (the notifier's last snapshot, the BYE,
+ *     the copy), not one each;
  *   - a caller waiting for the notifier waits out its whole budget (seal and
  *     SEALED, timeout_ms from the checkpoint) and gets its result; a seal
  *     still running after it is FTC_ETIMEDOUT for ftc_checkpoint, never
@@ -740,13 +742,14 @@ static struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool returned, released;
-} WD = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, false};
+    int ms;
+} WD = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, false, 0};
 
-/* Lets the held device sync go after 20 s unless ftc_destroy returned. */
+/* Lets the held device sync go after WD.ms unless ftc_destroy returned. */
 static void *watchdog(void *arg)
 {
     (void)arg;
-    ftc_deadline_t d = ftc_deadline_in_ms(20000);
+    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)WD.ms);
     pthread_mutex_lock(&WD.mu);
     while (!WD.returned && !ftc_deadline_expired(d)) {
         struct timespec ts = ftc_cond_abstime(d);
@@ -757,6 +760,62 @@ static void *watchdog(void *arg)
     if (WD.released)
         fake_set_hold(false);
     return NULL;
+}
+
+/* ftc_destroy(c) under the watchdog, which lets the held device go after
+ * ms unless ftc_destroy returned first: whether it had to. */
+static bool destroy_watched(ftc_ctx_t *c, int ms)
+{
+    ftc_cond_init(&WD.cv);
+    WD.returned = WD.released = false;
+    WD.ms = ms;
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, watchdog, NULL), 0);
+    ftc_destroy(c);
+    pthread_mutex_lock(&WD.mu);
+    WD.returned = true;
+    pthread_cond_broadcast(&WD.cv);
+    pthread_mutex_unlock(&WD.mu);
+    pthread_join(th, NULL);
+    pthread_cond_destroy(&WD.cv);
+    return WD.released;
+}
+
+/* Once the held device lets a copy left behind by ftc_destroy end, the
+ * engine's last thread frees it, closing the device. */
+static void left_behind_copy_ends(void)
+{
+    assert_int_equal(fake_get(&FD.closed), 0); /* left behind: not freed under the copy */
+    fake_set_hold(false); /* the copy left behind ends; it is never sealed */
+    ftc_deadline_t d = ftc_deadline_in_ms(20000);
+    while (fake_get(&FD.closed) == 0 && !ftc_deadline_expired(d))
+        ftc_sleep_ms(10);
+    assert_int_equal(fake_get(&FD.closed), 1);
+}
+
+/* ftc_destroy waits timeout_ms in all, from its call, not per step: a
+ * snapshot whose device copy hangs (and whose seal and SEALED are held
+ * too) kept the notifier its whole budget (timeout_ms from the checkpoint,
+ * just before), then the copy engine's destroy waited timeout_ms again
+ * (and the BYE had 1 s of its own): about 2 x 2000 ms. The watchdog lets
+ * the device go 3500 ms after the call, past the one deadline but before
+ * the old sum: ftc_destroy must have returned first. It left the copy
+ * behind; the device let go, the engine's last thread frees it. */
+static void test_destroy_has_one_deadline(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 1000);
+    fd_reset();
+    static float w[4096], h[256];
+    ftc_ctx_t *c = device_ctx(e, 2000, w, h);
+    assert_int_equal(ftc__hold_seal(c, true), 0);
+    assert_int_equal(ftc__hold_notify(c, true), 0);
+    fake_set_hold(true);
+    assert_int_equal(ckpt_step(c, w, 4096, 2), 0);
+    bool released = destroy_watched(c, 3500);
+    print_message("the watchdog %s the device\n", released ? "had to let go" : "never let go");
+    assert_false(released);
+    left_behind_copy_ends();
+    teardown_env(e);
 }
 
 /* ftc_destroy with a snapshot whose device copy never ends (a hung device:
@@ -774,23 +833,9 @@ static void test_destroy_leaves_a_hung_copy(void **state)
     ftc_ctx_t *c = device_ctx(e, 1500, w, h);
     fake_set_hold(true);
     assert_int_equal(ckpt_step(c, w, 4096, 2), 0);
-    ftc_cond_init(&WD.cv);
-    pthread_t th;
-    assert_int_equal(pthread_create(&th, NULL, watchdog, NULL), 0);
-    ftc_destroy(c);
-    pthread_mutex_lock(&WD.mu);
-    WD.returned = true;
-    pthread_cond_broadcast(&WD.cv);
-    pthread_mutex_unlock(&WD.mu);
-    pthread_join(th, NULL);
-    assert_false(WD.released);
-    assert_int_equal(fake_get(&FD.closed), 0); /* left behind: not freed under the copy */
-    fake_set_hold(false); /* the copy left behind ends; it is never sealed */
+    assert_false(destroy_watched(c, 20000));
     /* and its last thread frees the engine, closing the device (it leaked) */
-    ftc_deadline_t d = ftc_deadline_in_ms(20000);
-    while (fake_get(&FD.closed) == 0 && !ftc_deadline_expired(d))
-        ftc_sleep_ms(10);
-    assert_int_equal(fake_get(&FD.closed), 1);
+    left_behind_copy_ends();
     teardown_env(e);
 }
 
@@ -810,6 +855,7 @@ int main(void)
         T(test_sync_deadline_is_the_contexts),
         T(test_still_sealing_is_not_a_skip),
         T(test_notifier_within_the_callers_wait),
+        T(test_destroy_has_one_deadline),
         T(test_destroy_leaves_a_hung_copy), /* last: it leaves the stand-in device held */
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
