@@ -856,7 +856,7 @@ int main(void)
         T(test_still_sealing_is_not_a_skip),
         T(test_notifier_within_the_callers_wait),
         T(test_destroy_has_one_deadline),
-        T(test_destroy_leaves_a_hung_copy), /* last: it leaves the stand-in device held */
+        T(test_destroy_leaves_a_hung_copy), /* each waits for its left-behind copy to end */
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
