@@ -11,6 +11,7 @@
 #include "plugins/run.h"
 
 #include "core/clock.h"
+#include "core/config.h"
 #include "core/fabric.h"
 #include "core/fsio.h"
 #include "core/log.h"
@@ -217,6 +218,7 @@ typedef struct ftc__sup {
     uint64_t orphan_scan_ms;   /* monotonic ms of the last look through /proc */
     pid_t warned[FTC__MAX_LOCAL]; /* escaped orphans already named in a warning */
     int nwarned;
+    uint64_t kill_reap_ms;     /* ftc__kill_rank's wait (FTC_RUN_KILL_REAP_MS, a test knob) */
 } ftc__sup_t;
 
 static int ftc__inproc_assign(ftc__sup_t *s, int l, char **add, int n, ftc_err_t *err);
@@ -749,8 +751,11 @@ static void ftc__subreaper_end(ftc__sup_t *s)
 }
 
 /* How long a SIGKILLed rank may take to exit (a large address space takes a
- * while to tear down) before ftc__kill_rank stops waiting for it. */
+ * while to tear down) before ftc__kill_rank stops waiting for it; the
+ * environment's FTC_RUN_KILL_REAP_MS (1..FTC__KILL_REAP_MAX_MS) replaces it:
+ * a test knob (a rank held at exit need not be held 30 s), and a tuning one. */
 #define FTC__KILL_REAP_MS 30000
+#define FTC__KILL_REAP_MAX_MS 3600000
 
 /* SIGKILL to what is left of local rank l (its group), the rank reaped, and
  * so are the members of its group that were orphaned (adopted: reaped here,
@@ -758,18 +763,18 @@ static void ftc__subreaper_end(ftc__sup_t *s)
 static void ftc__kill_rank(ftc__sup_t *s, int l)
 {
     ftc__signal_rank(s, l, SIGKILL);
-    ftc_deadline_t d = ftc_deadline_in_ms(FTC__KILL_REAP_MS);
+    ftc_deadline_t d = ftc_deadline_in_ms(s->kill_reap_ms);
     if (s->pid[l] > 0) {
         for (;;) {
             pid_t p = ftc_fabric_reap(s->pid[l], NULL, WNOHANG);
             if (p == s->pid[l] || (p < 0 && errno != EINTR))
                 break;
             if (ftc_deadline_expired(d)) {
-                FTC_ERROR("run", "rank process %d did not exit within %d ms of SIGKILL (stuck "
-                          "in the kernel?); not waiting for it: its shm regions /dev/shm/%d:* "
-                          "stay until it exits while this supervisor runs (then it is reaped "
-                          "with the ranks' orphans)",
-                          (int)s->pid[l], FTC__KILL_REAP_MS, (int)s->pid[l]);
+                FTC_ERROR("run", "rank process %d did not exit within %" PRIu64 " ms of SIGKILL "
+                          "(stuck in the kernel?); not waiting for it: its shm regions "
+                          "/dev/shm/%d:* stay until it exits while this supervisor runs (then "
+                          "it is reaped with the ranks' orphans)",
+                          (int)s->pid[l], s->kill_reap_ms, (int)s->pid[l]);
                 break;
             }
             ftc_sleep_ms(5);
@@ -783,10 +788,10 @@ static void ftc__kill_rank(ftc__sup_t *s, int l)
         if (s->pgid[l] <= 0)
             break;
         if (ftc_deadline_expired(d)) {
-            FTC_WARN("run", "process group %d of local rank %d still has members %d ms after "
-                     "SIGKILL (stuck in the kernel, or a member's parent outside the group "
-                     "does not reap it): not waiting for them", (int)s->pgid[l], l,
-                     FTC__KILL_REAP_MS);
+            FTC_WARN("run", "process group %d of local rank %d still has members %" PRIu64
+                     " ms after SIGKILL (stuck in the kernel, or a member's parent outside the "
+                     "group does not reap it): not waiting for them", (int)s->pgid[l], l,
+                     s->kill_reap_ms);
             break;
         }
         ftc_sleep_ms(5);
@@ -2091,12 +2096,20 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
                     FTC__MAX_LOCAL);
         return 1;
     }
+    int64_t reap_ms = FTC__KILL_REAP_MS;
+    const char *rv = getenv("FTC_RUN_KILL_REAP_MS");
+    if (rv && *rv && ftc_parse_int(rv, 1, FTC__KILL_REAP_MAX_MS, &reap_ms) != 0) {
+        ftc_err_set(err, FTC_EINVAL, "FTC_RUN_KILL_REAP_MS=%s: not a whole number of ms in "
+                    "1..%d", rv, FTC__KILL_REAP_MAX_MS);
+        return 1;
+    }
     ftc__sup_t *s = calloc(1, sizeof *s);
     if (!s) {
         ftc_err_set(err, FTC_ENOMEM, "out of memory");
         return 1;
     }
     s->o = o;
+    s->kill_reap_ms = (uint64_t)reap_ms;
     s->stop = stop;
     ftc__subreaper_begin(s);
     ftc__stop_flag = stop;
