@@ -219,6 +219,13 @@ typedef struct ftc__sup {
     pid_t warned[FTC__MAX_LOCAL]; /* escaped orphans already named in a warning */
     int nwarned;
     uint64_t kill_reap_ms;     /* ftc__kill_rank's wait (FTC_RUN_KILL_REAP_MS, a test knob) */
+    /* what ftc__kill_rank stopped waiting for (its ERROR/WARN named them): rank processes
+     * not reaped yet (still our children: reaped when they exit) and process groups that
+     * still had members; not "escaped" (ftc__warn_escaped); dropped once reaped / empty */
+    pid_t gave_up_pid[FTC__MAX_LOCAL];
+    int ngave_up_pid;
+    pid_t gave_up_pgid[FTC__MAX_LOCAL];
+    int ngave_up_pgid;
 } ftc__sup_t;
 
 static int ftc__inproc_assign(ftc__sup_t *s, int l, char **add, int n, ftc_err_t *err);
@@ -626,7 +633,28 @@ static void ftc__each_child(ftc__sup_t *s, ftc__child_fn *fn)
     closedir(d);
 }
 
-/* Not an orphan of ours to reap: a rank (in the table) or a child this
+/* A small set of pids (the given-up ones of ftc__sup_t). */
+static bool ftc__set_has(const pid_t *set, int n, pid_t pid)
+{
+    for (int i = 0; i < n; i++)
+        if (set[i] == pid)
+            return true;
+    return false;
+}
+
+static void ftc__set_add(pid_t *set, int *n, pid_t pid)
+{
+    if (pid > 0 && !ftc__set_has(set, *n, pid) && *n < FTC__MAX_LOCAL)
+        set[(*n)++] = pid;
+}
+
+static void ftc__set_del(pid_t *set, int *n, int i)
+{
+    set[i] = set[--*n];
+}
+
+/* Not an orphan of ours to reap: a rank (in the table), a rank process
+ * ftc__kill_rank gave up on (ftc__reap_given_up reaps it), or a child this
  * process had before ftc_run_node. */
 static bool ftc__not_orphan(const ftc__sup_t *s, pid_t pid)
 {
@@ -636,7 +664,37 @@ static bool ftc__not_orphan(const ftc__sup_t *s, pid_t pid)
     for (int i = 0; i < s->nothers; i++)
         if (s->others[i] == pid)
             return true;
-    return false;
+    return ftc__set_has(s->gave_up_pid, s->ngave_up_pid, pid);
+}
+
+/* The rank processes ftc__kill_rank stopped waiting for that have exited by
+ * now are reaped (their shm regions removed first, ftc_fabric_reap; the file
+ * store was told when they were given up on), by pid, so with or without the
+ * subreaper's sweep; each stays in the set until then, so its pid, not free
+ * while unreaped, never names another process. A given-up group is
+ * forgotten once it is empty (its id may be reused from then on). */
+static void ftc__reap_given_up(ftc__sup_t *s)
+{
+    for (int i = 0; i < s->ngave_up_pid;) {
+        pid_t pid = s->gave_up_pid[i];
+        int st = 0;
+        pid_t p = ftc_fabric_reap(pid, &st, WNOHANG);
+        if (p == pid)
+            FTC_INFO("run", "rank process %d, not waited for after SIGKILL, has exited at last: "
+                     "reaped (%s %d)", (int)pid,
+                     WIFSIGNALED(st) ? "killed by signal" : "exit status",
+                     WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+        if (p == pid || (p < 0 && errno == ECHILD))
+            ftc__set_del(s->gave_up_pid, &s->ngave_up_pid, i);
+        else
+            i++;
+    }
+    for (int i = 0; i < s->ngave_up_pgid;) {
+        if (kill(-s->gave_up_pgid[i], 0) != 0 && errno == ESRCH)
+            ftc__set_del(s->gave_up_pgid, &s->ngave_up_pgid, i);
+        else
+            i++;
+    }
 }
 
 static void ftc__reap_one(ftc__sup_t *s, pid_t pid, char state, pid_t pgid, const char *comm)
@@ -658,6 +716,7 @@ static void ftc__reap_one(ftc__sup_t *s, pid_t pid, char state, pid_t pgid, cons
  * s->others not reaped yet by its owner). */
 static void ftc__reap_orphans(ftc__sup_t *s)
 {
+    ftc__reap_given_up(s);
     if (!s->subreaper)
         return;
     siginfo_t si;
@@ -679,6 +738,11 @@ static void ftc__warn_escaped(ftc__sup_t *s, pid_t pid, char state, pid_t pgid,
     for (int l = 0; l < FTC__MAX_LOCAL; l++)
         if (s->pgid[l] > 0 && s->pgid[l] == pgid)
             return; /* in a rank's group: signalled with it */
+    /* a rank process, or a member of its group, that ftc__kill_rank stopped
+     * waiting for after SIGKILL (stuck in the kernel, held at exit): named by
+     * its ERROR/WARN, not escaped (its group was SIGKILLed with it) */
+    if (ftc__set_has(s->gave_up_pgid, s->ngave_up_pgid, pgid))
+        return;
     for (int i = 0; i < s->nwarned; i++)
         if (s->warned[i] == pid)
             return;
@@ -773,8 +837,9 @@ static void ftc__kill_rank(ftc__sup_t *s, int l)
                 FTC_ERROR("run", "rank process %d did not exit within %" PRIu64 " ms of SIGKILL "
                           "(stuck in the kernel?); not waiting for it: its shm regions "
                           "/dev/shm/%d:* stay until it exits while this supervisor runs (then "
-                          "it is reaped with the ranks' orphans)",
+                          "it is reaped here)",
                           (int)s->pid[l], s->kill_reap_ms, (int)s->pid[l]);
+                ftc__set_add(s->gave_up_pid, &s->ngave_up_pid, s->pid[l]);
                 break;
             }
             ftc_sleep_ms(5);
@@ -792,6 +857,7 @@ static void ftc__kill_rank(ftc__sup_t *s, int l)
                      " ms after SIGKILL (stuck in the kernel, or a member's parent outside the "
                      "group does not reap it): not waiting for them", (int)s->pgid[l], l,
                      s->kill_reap_ms);
+            ftc__set_add(s->gave_up_pgid, &s->ngave_up_pgid, s->pgid[l]);
             break;
         }
         ftc_sleep_ms(5);
