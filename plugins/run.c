@@ -11,6 +11,7 @@
 #include "plugins/run.h"
 
 #include "core/clock.h"
+#include "core/config.h"
 #include "core/fabric.h"
 #include "core/fsio.h"
 #include "core/log.h"
@@ -217,6 +218,14 @@ typedef struct ftc__sup {
     uint64_t orphan_scan_ms;   /* monotonic ms of the last look through /proc */
     pid_t warned[FTC__MAX_LOCAL]; /* escaped orphans already named in a warning */
     int nwarned;
+    uint64_t kill_reap_ms;     /* ftc__kill_rank's wait (FTC_RUN_KILL_REAP_MS, a test knob) */
+    /* what ftc__kill_rank stopped waiting for (its ERROR/WARN named them): rank processes
+     * not reaped yet (still our children: reaped when they exit) and process groups that
+     * still had members; not "escaped" (ftc__warn_escaped); dropped once reaped / empty */
+    pid_t gave_up_pid[FTC__MAX_LOCAL];
+    int ngave_up_pid;
+    pid_t gave_up_pgid[FTC__MAX_LOCAL];
+    int ngave_up_pgid;
 } ftc__sup_t;
 
 static int ftc__inproc_assign(ftc__sup_t *s, int l, char **add, int n, ftc_err_t *err);
@@ -641,7 +650,28 @@ static void ftc__each_child(ftc__sup_t *s, ftc__child_fn *fn)
     closedir(d);
 }
 
-/* Not an orphan of ours to reap: a rank (in the table) or a child this
+/* A small set of pids (the given-up ones of ftc__sup_t). */
+static bool ftc__set_has(const pid_t *set, int n, pid_t pid)
+{
+    for (int i = 0; i < n; i++)
+        if (set[i] == pid)
+            return true;
+    return false;
+}
+
+static void ftc__set_add(pid_t *set, int *n, pid_t pid)
+{
+    if (pid > 0 && !ftc__set_has(set, *n, pid) && *n < FTC__MAX_LOCAL)
+        set[(*n)++] = pid;
+}
+
+static void ftc__set_del(pid_t *set, int *n, int i)
+{
+    set[i] = set[--*n];
+}
+
+/* Not an orphan of ours to reap: a rank (in the table), a rank process
+ * ftc__kill_rank gave up on (ftc__reap_given_up reaps it), or a child this
  * process had before ftc_run_node. */
 static bool ftc__not_orphan(const ftc__sup_t *s, pid_t pid)
 {
@@ -651,7 +681,37 @@ static bool ftc__not_orphan(const ftc__sup_t *s, pid_t pid)
     for (int i = 0; i < s->nothers; i++)
         if (s->others[i] == pid)
             return true;
-    return false;
+    return ftc__set_has(s->gave_up_pid, s->ngave_up_pid, pid);
+}
+
+/* The rank processes ftc__kill_rank stopped waiting for that have exited by
+ * now are reaped (their shm regions removed first, ftc_fabric_reap; the file
+ * store was told when they were given up on), by pid, so with or without the
+ * subreaper's sweep; each stays in the set until then, so its pid, not free
+ * while unreaped, never names another process. A given-up group is
+ * forgotten once it is empty (its id may be reused from then on). */
+static void ftc__reap_given_up(ftc__sup_t *s)
+{
+    for (int i = 0; i < s->ngave_up_pid;) {
+        pid_t pid = s->gave_up_pid[i];
+        int st = 0;
+        pid_t p = ftc_fabric_reap(pid, &st, WNOHANG);
+        if (p == pid)
+            FTC_INFO("run", "rank process %d, not waited for after SIGKILL, has exited at last: "
+                     "reaped (%s %d)", (int)pid,
+                     WIFSIGNALED(st) ? "killed by signal" : "exit status",
+                     WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+        if (p == pid || (p < 0 && errno == ECHILD))
+            ftc__set_del(s->gave_up_pid, &s->ngave_up_pid, i);
+        else
+            i++;
+    }
+    for (int i = 0; i < s->ngave_up_pgid;) {
+        if (kill(-s->gave_up_pgid[i], 0) != 0 && errno == ESRCH)
+            ftc__set_del(s->gave_up_pgid, &s->ngave_up_pgid, i);
+        else
+            i++;
+    }
 }
 
 static void ftc__reap_one(ftc__sup_t *s, pid_t pid, char state, pid_t pgid, const char *comm)
@@ -673,6 +733,7 @@ static void ftc__reap_one(ftc__sup_t *s, pid_t pid, char state, pid_t pgid, cons
  * s->others not reaped yet by its owner). */
 static void ftc__reap_orphans(ftc__sup_t *s)
 {
+    ftc__reap_given_up(s);
     if (!s->subreaper)
         return;
     siginfo_t si;
@@ -694,6 +755,11 @@ static void ftc__warn_escaped(ftc__sup_t *s, pid_t pid, char state, pid_t pgid,
     for (int l = 0; l < FTC__MAX_LOCAL; l++)
         if (s->pgid[l] > 0 && s->pgid[l] == pgid)
             return; /* in a rank's group: signalled with it */
+    /* a rank process, or a member of its group, that ftc__kill_rank stopped
+     * waiting for after SIGKILL (stuck in the kernel, held at exit): named by
+     * its ERROR/WARN, not escaped (its group was SIGKILLed with it) */
+    if (ftc__set_has(s->gave_up_pgid, s->ngave_up_pgid, pgid))
+        return;
     for (int i = 0; i < s->nwarned; i++)
         if (s->warned[i] == pid)
             return;
@@ -766,8 +832,11 @@ static void ftc__subreaper_end(ftc__sup_t *s)
 }
 
 /* How long a SIGKILLed rank may take to exit (a large address space takes a
- * while to tear down) before ftc__kill_rank stops waiting for it. */
+ * while to tear down) before ftc__kill_rank stops waiting for it; the
+ * environment's FTC_RUN_KILL_REAP_MS (1..FTC__KILL_REAP_MAX_MS) replaces it:
+ * a test knob (a rank held at exit need not be held 30 s), and a tuning one. */
 #define FTC__KILL_REAP_MS 30000
+#define FTC__KILL_REAP_MAX_MS 3600000
 
 /* SIGKILL to what is left of local rank l (its group), the rank reaped, and
  * so are the members of its group that were orphaned (adopted: reaped here,
@@ -775,18 +844,19 @@ static void ftc__subreaper_end(ftc__sup_t *s)
 static void ftc__kill_rank(ftc__sup_t *s, int l)
 {
     ftc__signal_rank(s, l, SIGKILL);
-    ftc_deadline_t d = ftc_deadline_in_ms(FTC__KILL_REAP_MS);
+    ftc_deadline_t d = ftc_deadline_in_ms(s->kill_reap_ms);
     if (s->pid[l] > 0) {
         for (;;) {
             pid_t p = ftc_fabric_reap(s->pid[l], NULL, WNOHANG);
             if (p == s->pid[l] || (p < 0 && errno != EINTR))
                 break;
             if (ftc_deadline_expired(d)) {
-                FTC_ERROR("run", "rank process %d did not exit within %d ms of SIGKILL (stuck "
-                          "in the kernel?); not waiting for it: its shm regions /dev/shm/%d:* "
-                          "stay until it exits while this supervisor runs (then it is reaped "
-                          "with the ranks' orphans)",
-                          (int)s->pid[l], FTC__KILL_REAP_MS, (int)s->pid[l]);
+                FTC_ERROR("run", "rank process %d did not exit within %" PRIu64 " ms of SIGKILL "
+                          "(stuck in the kernel?); not waiting for it: its shm regions "
+                          "/dev/shm/%d:* stay until it exits while this supervisor runs (then "
+                          "it is reaped here)",
+                          (int)s->pid[l], s->kill_reap_ms, (int)s->pid[l]);
+                ftc__set_add(s->gave_up_pid, &s->ngave_up_pid, s->pid[l]);
                 break;
             }
             ftc_sleep_ms(5);
@@ -800,10 +870,11 @@ static void ftc__kill_rank(ftc__sup_t *s, int l)
         if (s->pgid[l] <= 0)
             break;
         if (ftc_deadline_expired(d)) {
-            FTC_WARN("run", "process group %d of local rank %d still has members %d ms after "
-                     "SIGKILL (stuck in the kernel, or a member's parent outside the group "
-                     "does not reap it): not waiting for them", (int)s->pgid[l], l,
-                     FTC__KILL_REAP_MS);
+            FTC_WARN("run", "process group %d of local rank %d still has members %" PRIu64
+                     " ms after SIGKILL (stuck in the kernel, or a member's parent outside the "
+                     "group does not reap it): not waiting for them", (int)s->pgid[l], l,
+                     s->kill_reap_ms);
+            ftc__set_add(s->gave_up_pgid, &s->ngave_up_pgid, s->pgid[l]);
             break;
         }
         ftc_sleep_ms(5);
@@ -2108,12 +2179,20 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
                     FTC__MAX_LOCAL);
         return 1;
     }
+    int64_t reap_ms = FTC__KILL_REAP_MS;
+    const char *rv = getenv("FTC_RUN_KILL_REAP_MS");
+    if (rv && *rv && ftc_parse_int(rv, 1, FTC__KILL_REAP_MAX_MS, &reap_ms) != 0) {
+        ftc_err_set(err, FTC_EINVAL, "FTC_RUN_KILL_REAP_MS=%s: not a whole number of ms in "
+                    "1..%d", rv, FTC__KILL_REAP_MAX_MS);
+        return 1;
+    }
     ftc__sup_t *s = calloc(1, sizeof *s);
     if (!s) {
         ftc_err_set(err, FTC_ENOMEM, "out of memory");
         return 1;
     }
     s->o = o;
+    s->kill_reap_ms = (uint64_t)reap_ms;
     s->stop = stop;
     ftc__subreaper_begin(s);
     ftc__stop_flag = stop;

@@ -39,11 +39,21 @@
 #      regions. A `setsid` child of that shell, out of the rank's group, is
 #      not signalled but named in a warning. (Before: init reaped the
 #      orphans and their regions stayed, 16 MiB each.)
+#   8. a rank that does not exit after its SIGKILL: local rank 0 (shmrank_main)
+#      is held at exit by a tracer (holdexit_main: PTRACE_O_TRACEEXIT) for 3 s
+#      once SIGKILLed; local rank 1 fails, the supervisor stops rank 0 (SIGTERM
+#      ignored, SIGKILL after --grace-ms) and, with FTC_RUN_KILL_REAP_MS=300,
+#      stops waiting for it with an ERROR, starts generation 2, and reaps the
+#      ex-rank when it is let go (its regions removed). It is never named as a
+#      process that escaped its rank's group (it was: a direct child no longer
+#      in the rank table, its group no longer recorded). Skipped where it
+#      cannot be traced or the kernel does not stop it at exit.
 #
-# usage: test_run_signals.sh PATH/TO/ftc PATH/TO/shmrank_main
+# usage: test_run_signals.sh PATH/TO/ftc PATH/TO/shmrank_main PATH/TO/holdexit_main
 set -u
-FTC=${1:?usage: test_run_signals.sh FTC SHMRANK}
+FTC=${1:?usage: test_run_signals.sh FTC SHMRANK HOLDEXIT}
 SHMRANK=${2:-}
+HOLDEXIT=${3:-}
 BASE=${FTC_TEST_TMP:-/tmp}
 mkdir -p "$BASE"
 T=$(mktemp -d "$BASE/runsig-XXXXXX")
@@ -65,13 +75,17 @@ cleanup() {
         gone "$p" && for n in $names; do case $n in "$p":*) rm -f "/dev/shm/$n" ;; esac; done
     done <"$T/7.ranks"
     [ -s "$T/7.escaped" ] && kill -9 "$(cat "$T/7.escaped")" 2>/dev/null
+    [ -s "$T/8.ranks" ] && while read -r p names; do
+        kill -9 "$p" 2>/dev/null && wait_for 5 gone "$p"
+        gone "$p" && for n in $names; do case $n in "$p":*) rm -f "/dev/shm/$n" ;; esac; done
+    done <"$T/8.ranks"
     [ -n "${FTC_KEEP:-}" ] && echo "kept $T" || rm -rf "$T"
 }
 trap cleanup EXIT
 . "$(dirname "$0")/lib.sh" # check, count
 unset FTC_NODE_RANK NODE_RANK SLURM_NNODES SLURM_JOB_NUM_NODES SLURM_NODEID
 export FTC_LOG_LEVEL=${FTC_LOG_LEVEL:-info}
-want() { case ${FTC_RUN_ONLY:-1234567} in *$1*) return 0 ;; esac; return 1; }
+want() { case ${FTC_RUN_ONLY:-12345678} in *$1*) return 0 ;; esac; return 1; }
 # until COMMAND succeeds, at most S seconds
 wait_for() {
     local end=$((SECONDS + $1))
@@ -304,6 +318,60 @@ check "7b: the escaped process (${esc:-?}) was named, not killed" \
     bash -c "grep -q 'pid ${esc:-x} .*escaped' '$T/7.out' && kill -0 ${esc:-0}"
 [ -n "$esc" ] && kill -9 "$esc" 2>/dev/null
 [ $fails -eq $f0 ] || { echo "--- output of 7:"; tail -30 "$T/7.out"; }
+fi
+
+# ---- 8. a rank that does not exit after SIGKILL is given up on, not named as escaped --------
+if want 8; then
+J8=sig${tag}h
+f0=$fails
+check "8: holdexit_main given (the test's third argument)" test -x "$HOLDEXIT"
+# generation 1: local rank 0 holds shm regions and ignores SIGTERM, local rank 1 fails once
+# rank 0 is held; generation 2: both sleep
+cat >"$T/8.sh" <<EOF
+#!/bin/sh
+[ -e "$T/8.failed" ] && exec sleep 300
+[ "\$LOCAL_RANK" = 0 ] && exec "$SHMRANK" "$T/8.ranks"
+i=0
+while [ ! -s "$T/8.held" ] && [ \$i -lt 600 ]; do sleep 0.1; i=\$((i + 1)); done
+touch "$T/8.failed"
+exit 3
+EOF
+chmod +x "$T/8.sh"
+FTC_RUN_KILL_REAP_MS=300 "$FTC" run --nproc-per-node 2 --job "$J8" --job-dir "$T/j8" \
+    --settle-ms 200 --grace-ms 500 --max-restarts 1 -- "$T/8.sh" >"$T/8.out" 2>&1 &
+runpid=$!
+pids+=($runpid)
+check "8: rank 0 opened its shm endpoints" wait_for 60 test -s "$T/8.ranks"
+read -r -a h <<<"$(sed -n 1p "$T/8.ranks" 2>/dev/null)"
+r0=${h[0]:-0}
+"$HOLDEXIT" "$r0" "$T/8.held" 3 120 >"$T/8.hold" 2>&1 &
+holdpid=$!
+pids+=($holdpid)
+wait_for 60 grep -q 'stopped at exit\|SKIPPED' "$T/8.hold"
+if grep -q SKIPPED "$T/8.hold"; then
+    echo "skip: 8: $(cat "$T/8.hold")"
+    touch "$T/8.held"
+else
+    check "8: rank 0 (pid $r0) was held at exit after its SIGKILL" \
+        grep -q 'stopped at exit' "$T/8.hold"
+    check "8: the supervisor stopped waiting for it" \
+        wait_for 30 grep -q "rank process $r0 did not exit within 300 ms of SIGKILL" "$T/8.out"
+    check "8: generation 2 started" wait_for 60 grep -q "generation 2: rank 0 " "$T/8.out"
+    wait "$holdpid"
+    check "8: its tracer let it go" test $? -eq 0
+    check "8: the supervisor reaped it once it exited (pid $r0)" \
+        wait_for 30 grep -q "rank process $r0, not waited for after SIGKILL, has exited" "$T/8.out"
+    check "8: it is no zombie" wait_for 10 test ! -e "/proc/$r0"
+    check "8: and its shm regions are gone" wait_for 10 regions_gone "$r0" "${h[@]:1}"
+    check "8: the supervisor still runs" alive "$runpid"
+fi
+kill -TERM "$runpid"
+check "8: ftc run ended on SIGTERM" wait_for 30 gone "$runpid"
+wait "$runpid"
+check "8: the given-up rank was not named as escaped" \
+    bash -c "! grep -q 'pid $r0 .*escaped its rank' '$T/8.out'"
+check "8: nor was anything else" bash -c "! grep -q 'escaped its rank' '$T/8.out'"
+[ $fails -eq $f0 ] || { echo "--- output of 8:"; tail -40 "$T/8.out"; cat "$T/8.hold"; }
 fi
 
 if [ $fails -ne 0 ]; then
