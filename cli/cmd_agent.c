@@ -71,19 +71,21 @@ static int ftc__env_u64(const char *a, const char *b, uint64_t def, uint64_t *ou
 
 static int ftc__agent_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
 {
-    uint64_t nodes = 0, index = 0, rpn = 1, every = 0;
+    uint64_t nodes = 0, index = 0, rpn = 1;
     const char *index_var = NULL;
     bool index_bad = ftc__env_u64("FTC_NODE_RANK", "NODE_RANK", 0, &index, &index_var) != 0;
     const char *node_id = "", *domain = "";
-    bool every_set = false, index_seen = false;
+    bool index_seen = false;
+    /* --persist-every is the setting's own flag (persist.every, 1..1000000,
+     * checked by the parser): an option of this command took any number, and
+     * 0 (or 2^32, cast to 0) left a persist.dir silently never written */
     const ftc_cli_opt_t opts[] = {{"--nodes", FTC_OPT_U64, &nodes, NULL},
                                   {"--index", FTC_OPT_U64, &index, &index_seen},
                                   {"--ranks-per-node", FTC_OPT_U64, &rpn, NULL},
                                   {"--node-id", FTC_OPT_STR, &node_id, NULL},
-                                  {"--domain", FTC_OPT_STR, &domain, NULL},
-                                  {"--persist-every", FTC_OPT_U64, &every, &every_set}};
+                                  {"--domain", FTC_OPT_STR, &domain, NULL}};
     ftc_cli_args_t a;
-    int ec = ftc_cli_parse(cmd, argc, argv, opts, 6, 0, 0, &a);
+    int ec = ftc_cli_parse(cmd, argc, argv, opts, 5, 0, 0, &a);
     if (ec != FTC_CLI_CONTINUE)
         return ec;
     /* all but ckptdir.* (ftc run's --ckpt-dir, which an agent alone has not) */
@@ -128,8 +130,6 @@ static int ftc__agent_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
     o.ranks_per_node = (uint32_t)rpn;
     o.node_id = node_id;
     o.domain = domain;
-    if (every_set)
-        o.persist_every = (int)every;
     char prefix[64];
     snprintf(prefix, sizeof prefix, "agent%llu", (unsigned long long)index);
     ftc_log_configure(-1, prefix); /* keeps the level --log-level set */

@@ -326,6 +326,14 @@ grep_in err "SLURM_NNODES='two' is not a node count" "its error names SLURM_NNOD
 expect 2 "ftc agent with FTC_NODE_RANK=x1 is a usage error" -- \
     env FTC_NODE_RANK=x1 timeout 60 "$FTC" agent --nodes 2 --job clinr$$ --job-dir "$T/nrjob"
 grep_in err "FTC_NODE_RANK='x1' is not a node index" "its error names FTC_NODE_RANK and its value"
+# ftc agent's --persist-every took any number (its own option, not the setting's flag):
+# 0, or 4294967296 cast to 0, left the persist tier never written, without a word
+for v in 0 4294967296; do
+    expect 2 "ftc agent --persist-every $v is a usage error" -- timeout 60 "$FTC" agent --nodes 1 \
+        --persist-every "$v" --redis redis://127.0.0.1:1 --job clipe$$ --job-dir "$T/pejob"
+    grep_in err "persist.every \(from --persist-every\): $v is out of range \[1, 1000000\]" \
+        "its error names --persist-every, the value and the range"
+done
 
 # the URL file of a job whose embedded Redis died with it (kill -9 of ftc
 # run): the next run starts a new one instead of failing on the dead address
