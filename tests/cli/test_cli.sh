@@ -335,6 +335,24 @@ for v in 0 4294967296; do
         "its error names --persist-every, the value and the range"
 done
 
+# an ftc train flag out of range names itself, its value and its range: one message listed
+# every range (and no --seq-len at all), the guard's named no flag and showed --guard-window
+# 300 as 257, and too many micro-batches read as "must be a multiple of --micro-batch"
+while IFS='|' read -r args msg; do
+    read -ra targv <<<"$args"
+    expect 2 "ftc train $args is a usage error" -- timeout 60 "$FTC" train "${targv[@]}"
+    grep_in err "^ftc train: $msg" "its error names ${targv[0]} and its value"
+done <<'EOF'
+--seq-len 100000|--seq-len 100000: must be 1\.\.65536$
+--micro-batch 0|--micro-batch 0: must be 1\.\.4096$
+--steps 0|--steps 0: must be 1\.\.2147483646$
+--log-every 0|--log-every 0: must be at least 1$
+--eval-batches 100001|--eval-batches 100001: must be 0\.\.100000$
+--guard-window 300|--guard-window 300: must be 2\.\.256$
+--guard-spike-sigma -1|--guard-spike-sigma -1: must be >= 0
+--global-batch 589832 --micro-batch 8|--global-batch 589832 is more than 65536 micro-batches
+EOF
+
 # the URL file of a job whose embedded Redis died with it (kill -9 of ftc
 # run): the next run starts a new one instead of failing on the dead address
 mkdir -p "$T/stalejob" && echo "redis://127.0.0.1:1/0" >"$T/stalejob/redis.url"
