@@ -766,10 +766,20 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
                                      ints[k].max == INT_MAX ? " (about 24 days)" : "");
             goto out;
         }
-    if (nproc < 1 || nproc > 64 || node_rank >= (uint64_t)mx) {
-        ec = ftc_cli_usage_error(cmd, "--nproc-per-node must be 1..64 and --node-rank below "
-                                      "--nnodes MAX (%d)",
-                                 mx);
+    if (nproc < 1 || nproc > 64) { /* (ftc__parse_nproc keeps it so) */
+        ec = ftc_cli_usage_error(cmd, "--nproc-per-node %llu: must be 1..64",
+                                 (unsigned long long)nproc);
+        goto out;
+    }
+    /* named as given: a node rank from SLURM_NODEID was reported as --node-rank */
+    if (node_rank >= (uint64_t)mx) {
+        if (node_rank_seen || !nrank)
+            ec = ftc_cli_usage_error(cmd, "--node-rank %llu: must be below --nnodes MAX (%d)",
+                                     (unsigned long long)node_rank, mx);
+        else
+            ec = ftc_cli_usage_error(cmd, "%s=%s: this node's index must be below --nnodes MAX "
+                                          "(%d): fix it, raise --nnodes, or give --node-rank I",
+                                     nrank_var, nrank, mx);
         goto out;
     }
     if (tp < 1 || pp < 1 || tp * pp > nproc * (uint64_t)mx) {

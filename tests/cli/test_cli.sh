@@ -323,6 +323,17 @@ grep_in err "NODE_RANK='one' is not a node index" "its error names NODE_RANK and
 expect 2 "ftc run with SLURM_NNODES=two is a usage error" -- \
     env SLURM_NNODES=two timeout 60 "$FTC" run --job clinr$$ --job-dir "$T/nrjob" -- /bin/true
 grep_in err "SLURM_NNODES='two' is not a node count" "its error names SLURM_NNODES, not --nnodes"
+# a node rank at or above --nnodes MAX is named as it was given: from SLURM_NODEID the
+# error spoke of --node-rank (not given) and of --nproc-per-node (not wrong)
+expect 2 "ftc run with SLURM_NODEID=3 and --nnodes 2 is a usage error" -- \
+    env -u FTC_NODE_RANK -u NODE_RANK SLURM_NODEID=3 timeout 60 "$FTC" run --nnodes 2 \
+    --job clinr$$ --job-dir "$T/nrjob" -- /bin/true
+grep_in err "^ftc run: SLURM_NODEID=3: this node's index must be below --nnodes MAX \(2\)" \
+    "its error names SLURM_NODEID, its value and the bound"
+expect 2 "ftc run --node-rank 3 --nnodes 2 is a usage error" -- \
+    timeout 60 "$FTC" run --node-rank 3 --nnodes 2 --job clinr$$ --job-dir "$T/nrjob" -- /bin/true
+grep_in err "^ftc run: --node-rank 3: must be below --nnodes MAX \(2\)$" \
+    "its error names --node-rank and its value, not --nproc-per-node"
 expect 2 "ftc agent with FTC_NODE_RANK=x1 is a usage error" -- \
     env FTC_NODE_RANK=x1 timeout 60 "$FTC" agent --nodes 2 --job clinr$$ --job-dir "$T/nrjob"
 grep_in err "FTC_NODE_RANK='x1' is not a node index" "its error names FTC_NODE_RANK and its value"
