@@ -22,8 +22,9 @@ static const char ftc__status_help[] =
     "\n"
     "Options:\n"
     "  --json                 one JSON document instead of the table\n"
-    "  --watch                redraw every --interval ms (default 1000) until Ctrl-C\n"
-    "  --events N             how many recent events to show (default 10)\n";
+    "  --watch                redraw every --interval ms until Ctrl-C\n"
+    "  --interval MS          --watch's period (default 1000, 50..3600000)\n"
+    "  --events N             how many recent events to show (default 10, 0..1000)\n";
 
 static volatile sig_atomic_t ftc__status_stop;
 
@@ -127,7 +128,8 @@ static const char ftc__events_help[] =
     "\n"
     "Options:\n"
     "  --follow               keep printing new events until Ctrl-C\n"
-    "  --count N              without --follow: the last N events (default 100)\n"
+    "  --count N              the last N events (default 100, 1..100000); with --follow,\n"
+    "                         then each new one\n"
     "  --json                 one JSON object per line (id, kind, node, rank, generation,\n"
     "                         step, t_detect_ms, detail)\n";
 

@@ -78,6 +78,28 @@ for c in inspect verify export synth restore status events redis agent train run
     if [ "$k" = 1 ]; then echo "ok: ftc help $c: the common options once"; else
         echo "FAIL: ftc help $c prints the common options $k times"; fails=$((fails + 1)); fi
 done
+# the help gives each option's range as the parser checks it, and says what it does (events
+# --count applies with --follow too; ftc run sets FTC_NODE_RANK); the --rdzv-conf error lists
+# every key it takes and ignores
+while IFS='|' read -r c re; do
+    expect 0 "ftc help $c" -- "$FTC" help "$c"
+    grep_in out "$re" "ftc help $c gives ${re%% *}"
+done <<'EOF'
+status|--interval MS +--watch's period \(default 1000, 50\.\.3600000\)
+status|--events N .*\(default 10, 0\.\.1000\)
+events|--count N +the last N events \(default 100, 1\.\.100000\); with --follow,
+synth|--steps N .*\(required, 1\.\.1000000\)
+synth|--ranks R .*\(default 1, 1\.\.4096\)
+agent|--nodes N +agents in the job \(1\.\.4096\)
+agent|--ranks-per-node R +local ranks \(default 1, 1\.\.64\)
+agent|--persist-every M .*1\.\.1000000
+run|FTC_GENERATION FTC_NODE_RANK FTC_AGENT_SOCKET
+run|N 1\.\.4096, at most --nnodes MAX
+run|more than 3600000 waits 3600000
+EOF
+expect 2 "ftc run --rdzv-conf foo=1" -- "$FTC" run --rdzv-conf foo=1 -- /bin/true
+grep_in err "keep_alive_interval \(or heartbeat\), .*use_libuv, store_type\)" \
+    "the unknown --rdzv-conf key's error lists heartbeat and store_type too"
 expect 0 "ftc help verify" -- "$FTC" help verify
 grep_in out "usage: ftc verify" "help CMD prints its usage"
 expect 0 "ftc export --help" -- "$FTC" export --help
