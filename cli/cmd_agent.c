@@ -100,9 +100,25 @@ static int ftc__agent_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
                                  index_var, getenv(index_var));
         goto out;
     }
-    if (nodes < 1 || nodes > 4096 || index >= nodes || rpn < 1 || rpn > 64) {
-        ec = ftc_cli_usage_error(cmd, "--nodes must be 1..4096, --index below it, "
-                                      "--ranks-per-node 1..64");
+    /* each names itself and its value; an index from the environment, its variable */
+    if (nodes < 1 || nodes > 4096) {
+        ec = ftc_cli_usage_error(cmd, "--nodes %llu: must be 1..4096 (give --nodes N)",
+                                 (unsigned long long)nodes);
+        goto out;
+    }
+    if (index >= nodes) {
+        if (index_seen || !getenv(index_var) || !*getenv(index_var))
+            ec = ftc_cli_usage_error(cmd, "--index %llu: must be below --nodes %llu",
+                                     (unsigned long long)index, (unsigned long long)nodes);
+        else
+            ec = ftc_cli_usage_error(cmd, "%s=%s: this node's index must be below --nodes %llu: "
+                                          "fix it, or give --index I",
+                                     index_var, getenv(index_var), (unsigned long long)nodes);
+        goto out;
+    }
+    if (rpn < 1 || rpn > 64) {
+        ec = ftc_cli_usage_error(cmd, "--ranks-per-node %llu: must be 1..64",
+                                 (unsigned long long)rpn);
         goto out;
     }
     /* the settings `ftc run` gives its agents too (redundancy, busy policy, ...) */

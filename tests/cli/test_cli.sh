@@ -359,6 +359,19 @@ grep_in err "^ftc run: --node-rank 3: must be below --nnodes MAX \(2\)$" \
 expect 2 "ftc agent with FTC_NODE_RANK=x1 is a usage error" -- \
     env FTC_NODE_RANK=x1 timeout 60 "$FTC" agent --nodes 2 --job clinr$$ --job-dir "$T/nrjob"
 grep_in err "FTC_NODE_RANK='x1' is not a node index" "its error names FTC_NODE_RANK and its value"
+# ftc agent's layout errors name the flag (or variable) that is wrong and its value: one
+# message listed --nodes, --index and --ranks-per-node whichever it was
+while IFS='|' read -r envs args msg; do
+    read -ra aargv <<<"$args"
+    expect 2 "$envs ftc agent $args is a usage error" -- env -u FTC_NODE_RANK -u NODE_RANK $envs \
+        timeout 60 "$FTC" agent "${aargv[@]}" --job cliag$$ --job-dir "$T/agjob"
+    grep_in err "^ftc agent: $msg" "its error names ${msg%%[ =]*} and its value"
+done <<'EOF'
+|--nodes 5000|--nodes 5000: must be 1\.\.4096
+|--nodes 2 --index 2|--index 2: must be below --nodes 2$
+NODE_RANK=3|--nodes 2|NODE_RANK=3: this node's index must be below --nodes 2
+|--nodes 1 --ranks-per-node 65|--ranks-per-node 65: must be 1\.\.64$
+EOF
 # ftc agent's --persist-every took any number (its own option, not the setting's flag):
 # 0, or 4294967296 cast to 0, left the persist tier never written, without a word
 for v in 0 4294967296; do
