@@ -71,9 +71,14 @@ static int ftc__status_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
     if (ec != FTC_CLI_CONTINUE)
         return ec;
     FTC_CLI_WARN_IGNORED(cmd, &a, FTC_CLI_KEYS_REDIS); /* the job's Redis: all it reads */
-    if (interval < 50 || interval > 3600000 || nev > 1000) {
-        ec =
-            ftc_cli_usage_error(cmd, "--interval must be 50..3600000 ms and --events at most 1000");
+    if (interval < 50 || interval > 3600000) { /* each names itself and its value */
+        ec = ftc_cli_usage_error(cmd, "--interval %llu: must be 50..3600000 ms",
+                                 (unsigned long long)interval);
+        goto out;
+    }
+    if (nev > 1000) {
+        ec = ftc_cli_usage_error(cmd, "--events %llu: must be at most 1000",
+                                 (unsigned long long)nev);
         goto out;
     }
     ftc_ctl_t *c = ftc__ctl_open(cmd, &a, 2000);
@@ -155,7 +160,8 @@ static int ftc__events_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
         return ec;
     FTC_CLI_WARN_IGNORED(cmd, &a, FTC_CLI_KEYS_REDIS); /* the job's Redis: all it reads */
     if (count < 1 || count > 100000) {
-        ec = ftc_cli_usage_error(cmd, "--count must be 1..100000");
+        ec = ftc_cli_usage_error(cmd, "--count %llu: must be 1..100000",
+                                 (unsigned long long)count);
         goto out;
     }
     /* XREAD BLOCK waits 500 ms at most; the connection allows 2 s */

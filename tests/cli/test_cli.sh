@@ -359,6 +359,17 @@ grep_in err "^ftc run: --node-rank 3: must be below --nnodes MAX \(2\)$" \
 expect 2 "ftc agent with FTC_NODE_RANK=x1 is a usage error" -- \
     env FTC_NODE_RANK=x1 timeout 60 "$FTC" agent --nodes 2 --job clinr$$ --job-dir "$T/nrjob"
 grep_in err "FTC_NODE_RANK='x1' is not a node index" "its error names FTC_NODE_RANK and its value"
+# status and events name the flag that is out of range and its value (status named both)
+while IFS='|' read -r args msg; do
+    read -ra sargv <<<"$args"
+    expect 2 "ftc $args is a usage error" -- \
+        timeout 60 "$FTC" "${sargv[@]}" --redis redis://127.0.0.1:1
+    grep_in err "^ftc ${sargv[0]}: $msg" "its error names ${sargv[1]} and its value"
+done <<'EOF'
+status --interval 10|--interval 10: must be 50\.\.3600000 ms$
+status --events 1001|--events 1001: must be at most 1000$
+events --count 0|--count 0: must be 1\.\.100000$
+EOF
 # ftc agent's layout errors name the flag (or variable) that is wrong and its value: one
 # message listed --nodes, --index and --ranks-per-node whichever it was
 while IFS='|' read -r envs args msg; do
