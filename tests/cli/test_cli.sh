@@ -106,6 +106,7 @@ expect 0 "ftc export --help" -- "$FTC" export --help
 grep_in out "usage: ftc export" "CMD --help prints its usage"
 expect 0 "ftc help config" -- "$FTC" help config
 grep_in out "--persist-keep" "help config lists config flags"
+grep_in out "^  --job-id .*\(also --job\)" "help config gives --job, the short spelling of --job-id"
 expect 2 "no command" -- "$FTC"
 grep_in err "usage: ftc" "no command prints usage"
 expect 2 "unknown command" -- "$FTC" frobnicate
