@@ -58,6 +58,8 @@ static const char ftc__run_help[] =
     "FTC_RANK FTC_WORLD_SIZE FTC_JOB_ID FTC_GENERATION FTC_NODE_RANK FTC_AGENT_SOCKET\n"
     "FTC_REDIS_URL [FTC_CKPT_DIR]; OMP_NUM_THREADS=1 when N > 1 and it is not set\n"
     "(as torchrun).\n"
+    "Exit 3 (besides the codes below): this node was cut off from the job's Redis and\n"
+    "gave up; the other nodes went on without it.\n"
     "\n"
     "Options:\n"
     "  --nnodes MIN:MAX       nodes of the job (or N = N:N); default 1, or SLURM_NNODES\n"

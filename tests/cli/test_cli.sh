@@ -96,6 +96,7 @@ agent|--persist-every M .*1\.\.1000000
 run|FTC_GENERATION FTC_NODE_RANK FTC_AGENT_SOCKET
 run|N 1\.\.4096, at most --nnodes MAX
 run|more than 3600000 waits 3600000
+run|^Exit 3 \(besides the codes below\): this node was cut off
 EOF
 expect 2 "ftc run --rdzv-conf foo=1" -- "$FTC" run --rdzv-conf foo=1 -- /bin/true
 grep_in err "keep_alive_interval \(or heartbeat\), .*use_libuv, store_type\)" \
