@@ -136,8 +136,8 @@ static int ftc__agent_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
         ftc_sleep_ms(50);
         rc = ftc_redis_resolve(a.cfg, false, &o.redis, &srv, &err);
     }
-    if (rc) {
-        ftc_cli_fail(cmd, "%s", ftc_err_str(&err));
+    if (rc) { /* a redis.url that is no URL is a bad setting: exit 2 */
+        ec = ftc_cli_redis_error(cmd, &a, rc, &err);
         goto out;
     }
     o.job = ftc_config_str(a.cfg, FTC_CFG_JOB_ID);

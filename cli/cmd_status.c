@@ -34,13 +34,18 @@ static void ftc__status_sig(int sig)
     ftc__status_stop = 1;
 }
 
-/* Connects to the job's Redis and binds a control handle. */
-static ftc_ctl_t *ftc__ctl_open(const ftc_cli_cmd_t *cmd, const ftc_cli_args_t *a, int timeout_ms)
+/* Connects to the job's Redis and binds a control handle; NULL with *ec the
+ * exit code otherwise: 2 for a redis.url that is no URL (FTC_ECONFIG, a bad
+ * setting like any other), 1 when Redis cannot be had. */
+static ftc_ctl_t *ftc__ctl_open(const ftc_cli_cmd_t *cmd, const ftc_cli_args_t *a, int timeout_ms,
+                                int *ec)
 {
     ftc_err_t err = {0};
     ftc_redis_url_t url;
-    if (ftc_redis_resolve(a->cfg, false, &url, NULL, &err) != 0) {
-        ftc_cli_fail(cmd, "%s", ftc_err_str(&err));
+    *ec = FTC_EXIT_FAIL;
+    int rc = ftc_redis_resolve(a->cfg, false, &url, NULL, &err);
+    if (rc != 0) {
+        *ec = ftc_cli_redis_error(cmd, a, rc, &err);
         return NULL;
     }
     ftc_redis_options_t ro = FTC_REDIS_OPTIONS_INIT;
@@ -81,11 +86,9 @@ static int ftc__status_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
                                  (unsigned long long)nev);
         goto out;
     }
-    ftc_ctl_t *c = ftc__ctl_open(cmd, &a, 2000);
-    if (!c) {
-        ec = FTC_EXIT_FAIL;
+    ftc_ctl_t *c = ftc__ctl_open(cmd, &a, 2000, &ec);
+    if (!c)
         goto out;
-    }
     signal(SIGINT, ftc__status_sig);
     signal(SIGTERM, ftc__status_sig);
     ec = FTC_EXIT_OK;
@@ -165,11 +168,9 @@ static int ftc__events_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
         goto out;
     }
     /* XREAD BLOCK waits 500 ms at most; the connection allows 2 s */
-    ftc_ctl_t *c = ftc__ctl_open(cmd, &a, 2000);
-    if (!c) {
-        ec = FTC_EXIT_FAIL;
+    ftc_ctl_t *c = ftc__ctl_open(cmd, &a, 2000, &ec);
+    if (!c)
         goto out;
-    }
     signal(SIGINT, ftc__status_sig);
     signal(SIGTERM, ftc__status_sig);
     ec = FTC_EXIT_OK;

@@ -372,6 +372,20 @@ status --interval 10|--interval 10: must be 50\.\.3600000 ms$
 status --events 1001|--events 1001: must be at most 1000$
 events --count 0|--count 0: must be 1\.\.100000$
 EOF
+# a redis.url that is no URL is a bad setting, a usage error naming where it came from (exit 2,
+# as every other bad setting), not exit 1 as an unreachable Redis; nothing is started
+while IFS='|' read -r envs args msg; do
+    read -ra uargv <<<"$args"
+    expect 2 "$envs ftc $args is a usage error" -- env $envs timeout 60 "$FTC" "${uargv[0]}" \
+        --job cliurl$$ --job-dir "$T/urljob" "${uargv[@]:1}"
+    grep_in err "^ftc ${uargv[0]}: redis\.url \(from $msg\): redis URL" \
+        "its error names the redis.url setting and $msg"
+done <<'EOF'
+|status --redis notaurl|--redis
+|events --redis redis://127.0.0.1:99999|--redis
+FTC_REDIS_URL=notaurl|agent --nodes 1|FTC_REDIS_URL
+|run --redis notaurl -- /bin/true|--redis
+EOF
 # ftc agent's layout errors name the flag (or variable) that is wrong and its value: one
 # message listed --nodes, --index and --ranks-per-node whichever it was
 while IFS='|' read -r envs args msg; do
