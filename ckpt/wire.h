@@ -74,7 +74,7 @@ typedef struct ftc_wire_hdr {
 
 /* The secret and identity a side checks messages against. */
 typedef struct ftc_wire_key {
-    uint8_t secret[32]; /* the job secret (from FTC_JOB_SECRET or generated and shared via Redis) */
+    uint8_t secret[32]; /* the job secret (the agent option, or generated and shared via Redis) */
     size_t secret_len;
     uint64_t job;       /* xxh3 of the job id */
 } ftc_wire_key_t;

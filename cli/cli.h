@@ -120,6 +120,12 @@ void ftc_cli_warn_ignored(const ftc_cli_cmd_t *cmd, const ftc_cli_args_t *a,
 /* Prints "ftc CMD: message" and the command's usage to stderr; returns 2. */
 int ftc_cli_usage_error(const ftc_cli_cmd_t *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* Reports a failed ftc_redis_resolve (rc, err) and returns the exit code: a
+ * redis.url that is no URL (FTC_ECONFIG) is a bad setting, a usage error (2)
+ * naming where it came from (--redis, FTC_REDIS_URL, the --config file);
+ * anything else (unreachable, no Redis known for the job) a failure (1). */
+int ftc_cli_redis_error(const ftc_cli_cmd_t *cmd, const ftc_cli_args_t *a, int rc,
+                        const ftc_err_t *err);
 /* Prints "ftc CMD: message" to stderr; returns 1. */
 int ftc_cli_fail(const ftc_cli_cmd_t *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

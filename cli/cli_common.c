@@ -52,6 +52,21 @@ int ftc_cli_fail(const ftc_cli_cmd_t *cmd, const char *fmt, ...)
     return FTC_EXIT_FAIL;
 }
 
+int ftc_cli_redis_error(const ftc_cli_cmd_t *cmd, const ftc_cli_args_t *a, int rc,
+                        const ftc_err_t *err)
+{
+    if (rc != FTC_ECONFIG)
+        return ftc_cli_fail(cmd, "%s", ftc_err_str(err));
+    int src = ftc_config_source(a->cfg, FTC_CFG_REDIS_URL);
+    const char *from = src == FTC_SRC_FLAG  ? "--redis"
+                       : src == FTC_SRC_ENV ? "FTC_REDIS_URL"
+                       : src == FTC_SRC_FILE ? "the --config file"
+                                             : NULL; /* the job's URL file: the message names it */
+    if (!from)
+        return ftc_cli_usage_error(cmd, "%s", ftc_err_str(err));
+    return ftc_cli_usage_error(cmd, "redis.url (from %s): %s", from, ftc_err_str(err));
+}
+
 void ftc_cli_print_help(const ftc_cli_cmd_t *cmd, FILE *out)
 {
     fputs(cmd->help, out);

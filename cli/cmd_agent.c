@@ -27,13 +27,14 @@ static const char ftc__agent_help[] =
     "Ranks find it through FTC_AGENT_SOCKET, printed at start.\n"
     "\n"
     "Options:\n"
-    "  --nodes N              agents in the job\n"
+    "  --nodes N              agents in the job (1..4096)\n"
     "  --index I              this node's index (default: FTC_NODE_RANK, NODE_RANK, 0)\n"
-    "  --ranks-per-node R     local ranks (default 1); world = N x R\n"
+    "  --ranks-per-node R     local ranks (default 1, 1..64); world = N x R\n"
     "  --node-id ID           name in status and events (default node<I>)\n"
     "  --domain LABEL         failure domain: replicas avoid nodes with the same label,\n"
     "                         parity groups spread over the labels (set it on every node)\n"
-    "  --persist-every M      persist every M commits (default: the persist.every setting)\n"
+    "  --persist-every M      persist every M commits (the persist.every setting: 1..1000000,\n"
+    "                         default 10)\n"
     "Settings used: redundancy, checkpoint.busy, checkpoint.inflight, fabric.provider,\n"
     "agent.timeout_ms, detect.hang_ms, detect.ttl_ms, persist.* (persist.dir enables the persist "
     "tier),\n"
@@ -71,19 +72,21 @@ static int ftc__env_u64(const char *a, const char *b, uint64_t def, uint64_t *ou
 
 static int ftc__agent_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
 {
-    uint64_t nodes = 0, index = 0, rpn = 1, every = 0;
+    uint64_t nodes = 0, index = 0, rpn = 1;
     const char *index_var = NULL;
     bool index_bad = ftc__env_u64("FTC_NODE_RANK", "NODE_RANK", 0, &index, &index_var) != 0;
     const char *node_id = "", *domain = "";
-    bool every_set = false, index_seen = false;
+    bool index_seen = false;
+    /* --persist-every is the setting's own flag (persist.every, 1..1000000,
+     * checked by the parser): an option of this command took any number, and
+     * 0 (or 2^32, cast to 0) left a persist.dir silently never written */
     const ftc_cli_opt_t opts[] = {{"--nodes", FTC_OPT_U64, &nodes, NULL},
                                   {"--index", FTC_OPT_U64, &index, &index_seen},
                                   {"--ranks-per-node", FTC_OPT_U64, &rpn, NULL},
                                   {"--node-id", FTC_OPT_STR, &node_id, NULL},
-                                  {"--domain", FTC_OPT_STR, &domain, NULL},
-                                  {"--persist-every", FTC_OPT_U64, &every, &every_set}};
+                                  {"--domain", FTC_OPT_STR, &domain, NULL}};
     ftc_cli_args_t a;
-    int ec = ftc_cli_parse(cmd, argc, argv, opts, 6, 0, 0, &a);
+    int ec = ftc_cli_parse(cmd, argc, argv, opts, 5, 0, 0, &a);
     if (ec != FTC_CLI_CONTINUE)
         return ec;
     /* all but ckptdir.* (ftc run's --ckpt-dir, which an agent alone has not) */
@@ -97,9 +100,25 @@ static int ftc__agent_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
                                  index_var, getenv(index_var));
         goto out;
     }
-    if (nodes < 1 || nodes > 4096 || index >= nodes || rpn < 1 || rpn > 64) {
-        ec = ftc_cli_usage_error(cmd, "--nodes must be 1..4096, --index below it, "
-                                      "--ranks-per-node 1..64");
+    /* each names itself and its value; an index from the environment, its variable */
+    if (nodes < 1 || nodes > 4096) {
+        ec = ftc_cli_usage_error(cmd, "--nodes %llu: must be 1..4096 (give --nodes N)",
+                                 (unsigned long long)nodes);
+        goto out;
+    }
+    if (index >= nodes) {
+        if (index_seen || !getenv(index_var) || !*getenv(index_var))
+            ec = ftc_cli_usage_error(cmd, "--index %llu: must be below --nodes %llu",
+                                     (unsigned long long)index, (unsigned long long)nodes);
+        else
+            ec = ftc_cli_usage_error(cmd, "%s=%s: this node's index must be below --nodes %llu: "
+                                          "fix it, or give --index I",
+                                     index_var, getenv(index_var), (unsigned long long)nodes);
+        goto out;
+    }
+    if (rpn < 1 || rpn > 64) {
+        ec = ftc_cli_usage_error(cmd, "--ranks-per-node %llu: must be 1..64",
+                                 (unsigned long long)rpn);
         goto out;
     }
     /* the settings `ftc run` gives its agents too (redundancy, busy policy, ...) */
@@ -117,8 +136,8 @@ static int ftc__agent_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
         ftc_sleep_ms(50);
         rc = ftc_redis_resolve(a.cfg, false, &o.redis, &srv, &err);
     }
-    if (rc) {
-        ftc_cli_fail(cmd, "%s", ftc_err_str(&err));
+    if (rc) { /* a redis.url that is no URL is a bad setting: exit 2 */
+        ec = ftc_cli_redis_error(cmd, &a, rc, &err);
         goto out;
     }
     o.job = ftc_config_str(a.cfg, FTC_CFG_JOB_ID);
@@ -128,8 +147,6 @@ static int ftc__agent_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
     o.ranks_per_node = (uint32_t)rpn;
     o.node_id = node_id;
     o.domain = domain;
-    if (every_set)
-        o.persist_every = (int)every;
     char prefix[64];
     snprintf(prefix, sizeof prefix, "agent%llu", (unsigned long long)index);
     ftc_log_configure(-1, prefix); /* keeps the level --log-level set */

@@ -55,8 +55,11 @@ static const char ftc__run_help[] =
     "Each rank gets RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK\n"
     "GROUP_WORLD_SIZE ROLE_RANK ROLE_NAME ROLE_WORLD_SIZE MASTER_ADDR MASTER_PORT\n"
     "TORCHELASTIC_RESTART_COUNT TORCHELASTIC_MAX_RESTARTS TORCHELASTIC_RUN_ID and\n"
-    "FTC_RANK FTC_WORLD_SIZE FTC_JOB_ID FTC_GENERATION FTC_AGENT_SOCKET FTC_REDIS_URL\n"
-    "[FTC_CKPT_DIR]; OMP_NUM_THREADS=1 when N > 1 and it is not set (as torchrun).\n"
+    "FTC_RANK FTC_WORLD_SIZE FTC_JOB_ID FTC_GENERATION FTC_NODE_RANK FTC_AGENT_SOCKET\n"
+    "FTC_REDIS_URL [FTC_CKPT_DIR]; OMP_NUM_THREADS=1 when N > 1 and it is not set\n"
+    "(as torchrun).\n"
+    "Exit 3 (besides the codes below): this node was cut off from the job's Redis and\n"
+    "gave up; the other nodes went on without it.\n"
     "\n"
     "Options:\n"
     "  --nnodes MIN:MAX       nodes of the job (or N = N:N); default 1, or SLURM_NNODES\n"
@@ -77,7 +80,7 @@ static const char ftc__run_help[] =
     "  --grace-ms MS          SIGTERM to SIGKILL when stopping ranks (3000)\n"
     "  --grow-wait-ms MS      a node joining a running job asks for the grow at the\n"
     "                         next checkpoint boundary, waiting at most MS (10000; 0:\n"
-    "                         at once)\n"
+    "                         at once; more than 3600000 waits 3600000)\n"
     "  --ckpt-dir             give ranks FTC_CKPT_DIR, a replicated directory on tmpfs\n"
     "  --in-process           surviving ranks are not restarted: they leave the failed\n"
     "                         generation and continue in their process with the new\n"
@@ -86,7 +89,8 @@ static const char ftc__run_help[] =
     "  --keep-shm             keep this node's checkpoints in /dev/shm when the job is\n"
     "                         done (default: the last committed version goes to the\n"
     "                         persist tier if there is one, then they are removed)\n"
-    "  --simulate-nodes N     run N nodes on this machine (embedded Redis unless --redis)\n"
+    "  --simulate-nodes N     run N nodes on this machine (embedded Redis unless --redis;\n"
+    "                         N 1..4096, at most --nnodes MAX, which defaults to N)\n"
     "  --netns                with --simulate-nodes, as root: each node in a network\n"
     "                         namespace of its own on a private bridge (JOB_DIR/netns\n"
     "                         names them; `ip link set VETH down` cuts a node off)\n"
@@ -320,9 +324,10 @@ static int ftc__rdzv_conf(const ftc_cli_cmd_t *cmd, const char *conf, uint64_t *
         else
             return ftc_cli_usage_error(cmd, "--rdzv-conf: unknown key '%s' (ftc takes "
                                             "join_timeout, timeout, last_call_timeout, "
-                                            "keep_alive_interval, keep_alive_max_attempt; and "
-                                            "ignores read_timeout, close_timeout, is_host, "
-                                            "use_agent_store, use_libuv)", k);
+                                            "keep_alive_interval (or heartbeat), "
+                                            "keep_alive_max_attempt; and ignores read_timeout, "
+                                            "close_timeout, is_host, use_agent_store, use_libuv, "
+                                            "store_type)", k);
     }
     if (join && (join_s >= 0 || timeout_s >= 0))
         *join = (uint64_t)((join_s >= 0 ? join_s : timeout_s) * 1000);
@@ -766,10 +771,20 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
                                      ints[k].max == INT_MAX ? " (about 24 days)" : "");
             goto out;
         }
-    if (nproc < 1 || nproc > 64 || node_rank >= (uint64_t)mx) {
-        ec = ftc_cli_usage_error(cmd, "--nproc-per-node must be 1..64 and --node-rank below "
-                                      "--nnodes MAX (%d)",
-                                 mx);
+    if (nproc < 1 || nproc > 64) { /* (ftc__parse_nproc keeps it so) */
+        ec = ftc_cli_usage_error(cmd, "--nproc-per-node %llu: must be 1..64",
+                                 (unsigned long long)nproc);
+        goto out;
+    }
+    /* named as given: a node rank from SLURM_NODEID was reported as --node-rank */
+    if (node_rank >= (uint64_t)mx) {
+        if (node_rank_seen || !nrank)
+            ec = ftc_cli_usage_error(cmd, "--node-rank %llu: must be below --nnodes MAX (%d)",
+                                     (unsigned long long)node_rank, mx);
+        else
+            ec = ftc_cli_usage_error(cmd, "%s=%s: this node's index must be below --nnodes MAX "
+                                          "(%d): fix it, raise --nnodes, or give --node-rank I",
+                                     nrank_var, nrank, mx);
         goto out;
     }
     if (tp < 1 || pp < 1 || tp * pp > nproc * (uint64_t)mx) {
@@ -811,8 +826,8 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
         ftc_sleep_ms(50);
         rc = ftc_redis_resolve(a.cfg, false, &o.redis, &srv, &err);
     }
-    if (rc) {
-        ec = ftc_cli_fail(cmd, "%s", ftc_err_str(&err));
+    if (rc) { /* a redis.url that is no URL is a bad setting: exit 2 */
+        ec = ftc_cli_redis_error(cmd, &a, rc, &err);
         goto out;
     }
     if (net) { /* the nodes reach Redis through the bridge */

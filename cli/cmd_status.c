@@ -22,8 +22,9 @@ static const char ftc__status_help[] =
     "\n"
     "Options:\n"
     "  --json                 one JSON document instead of the table\n"
-    "  --watch                redraw every --interval ms (default 1000) until Ctrl-C\n"
-    "  --events N             how many recent events to show (default 10)\n";
+    "  --watch                redraw every --interval ms until Ctrl-C\n"
+    "  --interval MS          --watch's period (default 1000, 50..3600000)\n"
+    "  --events N             how many recent events to show (default 10, 0..1000)\n";
 
 static volatile sig_atomic_t ftc__status_stop;
 
@@ -33,13 +34,18 @@ static void ftc__status_sig(int sig)
     ftc__status_stop = 1;
 }
 
-/* Connects to the job's Redis and binds a control handle. */
-static ftc_ctl_t *ftc__ctl_open(const ftc_cli_cmd_t *cmd, const ftc_cli_args_t *a, int timeout_ms)
+/* Connects to the job's Redis and binds a control handle; NULL with *ec the
+ * exit code otherwise: 2 for a redis.url that is no URL (FTC_ECONFIG, a bad
+ * setting like any other), 1 when Redis cannot be had. */
+static ftc_ctl_t *ftc__ctl_open(const ftc_cli_cmd_t *cmd, const ftc_cli_args_t *a, int timeout_ms,
+                                int *ec)
 {
     ftc_err_t err = {0};
     ftc_redis_url_t url;
-    if (ftc_redis_resolve(a->cfg, false, &url, NULL, &err) != 0) {
-        ftc_cli_fail(cmd, "%s", ftc_err_str(&err));
+    *ec = FTC_EXIT_FAIL;
+    int rc = ftc_redis_resolve(a->cfg, false, &url, NULL, &err);
+    if (rc != 0) {
+        *ec = ftc_cli_redis_error(cmd, a, rc, &err);
         return NULL;
     }
     ftc_redis_options_t ro = FTC_REDIS_OPTIONS_INIT;
@@ -70,16 +76,19 @@ static int ftc__status_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
     if (ec != FTC_CLI_CONTINUE)
         return ec;
     FTC_CLI_WARN_IGNORED(cmd, &a, FTC_CLI_KEYS_REDIS); /* the job's Redis: all it reads */
-    if (interval < 50 || interval > 3600000 || nev > 1000) {
-        ec =
-            ftc_cli_usage_error(cmd, "--interval must be 50..3600000 ms and --events at most 1000");
+    if (interval < 50 || interval > 3600000) { /* each names itself and its value */
+        ec = ftc_cli_usage_error(cmd, "--interval %llu: must be 50..3600000 ms",
+                                 (unsigned long long)interval);
         goto out;
     }
-    ftc_ctl_t *c = ftc__ctl_open(cmd, &a, 2000);
-    if (!c) {
-        ec = FTC_EXIT_FAIL;
+    if (nev > 1000) {
+        ec = ftc_cli_usage_error(cmd, "--events %llu: must be at most 1000",
+                                 (unsigned long long)nev);
         goto out;
     }
+    ftc_ctl_t *c = ftc__ctl_open(cmd, &a, 2000, &ec);
+    if (!c)
+        goto out;
     signal(SIGINT, ftc__status_sig);
     signal(SIGTERM, ftc__status_sig);
     ec = FTC_EXIT_OK;
@@ -127,7 +136,8 @@ static const char ftc__events_help[] =
     "\n"
     "Options:\n"
     "  --follow               keep printing new events until Ctrl-C\n"
-    "  --count N              without --follow: the last N events (default 100)\n"
+    "  --count N              the last N events (default 100, 1..100000); with --follow,\n"
+    "                         then each new one\n"
     "  --json                 one JSON object per line (id, kind, node, rank, generation,\n"
     "                         step, t_detect_ms, detail)\n";
 
@@ -153,15 +163,14 @@ static int ftc__events_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
         return ec;
     FTC_CLI_WARN_IGNORED(cmd, &a, FTC_CLI_KEYS_REDIS); /* the job's Redis: all it reads */
     if (count < 1 || count > 100000) {
-        ec = ftc_cli_usage_error(cmd, "--count must be 1..100000");
+        ec = ftc_cli_usage_error(cmd, "--count %llu: must be 1..100000",
+                                 (unsigned long long)count);
         goto out;
     }
     /* XREAD BLOCK waits 500 ms at most; the connection allows 2 s */
-    ftc_ctl_t *c = ftc__ctl_open(cmd, &a, 2000);
-    if (!c) {
-        ec = FTC_EXIT_FAIL;
+    ftc_ctl_t *c = ftc__ctl_open(cmd, &a, 2000, &ec);
+    if (!c)
         goto out;
-    }
     signal(SIGINT, ftc__status_sig);
     signal(SIGTERM, ftc__status_sig);
     ec = FTC_EXIT_OK;

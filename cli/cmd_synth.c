@@ -24,10 +24,10 @@ static const char ftc__synth_help[] =
     "\n"
     "Options:\n"
     "  --out DIR              the persist directory (default: persist.dir)\n"
-    "  --steps N              steps to run, each persisted (required, >= 1)\n"
+    "  --steps N              steps to run, each persisted (required, 1..1000000)\n"
     "  --bytes SIZE           approximate shard size per rank (default 1MiB, >= 4KiB)\n"
     "  --dtype fp32|bf16      dtype of weights and moments (default fp32)\n"
-    "  --ranks R              data-parallel ranks (default 1)\n"
+    "  --ranks R              data-parallel ranks (default 1, 1..4096)\n"
     "  --seed S               RNG seed (default 1); equal seeds give equal states\n";
 
 static int ftc__synth_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)

@@ -785,19 +785,42 @@ generation:
         ec = ftc_cli_usage_error(cmd, "--data and --corpus generated exclude each other");
         goto out;
     }
-    if (g.micro_batch < 1 || g.micro_batch > 4096 || g.seq_len < 1 || g.seq_len > 65536 ||
-        g.steps < 1 || g.dp < 1 || g.dp > 64 || g.ckpt_every < 1 || g.eval_batches > 100000 ||
-        g.log_every < 1) {
-        ec = ftc_cli_usage_error(cmd, "out of range: need 1 <= micro-batch <= 4096, steps >= 1, "
-                                      "1 <= dp <= 64, ckpt-every >= 1, log-every >= 1 "
-                                      "(--log-every), eval-batches <= 100000");
+    /* a value out of range names its flag, the value and the range (one
+     * message listing every range named neither, nor --seq-len at all) */
+    const struct {
+        const char *name;
+        uint64_t v, lo, hi; /* hi UINT64_MAX: no upper bound */
+    } rng[] = {{"--micro-batch", g.micro_batch, 1, 4096},
+               {"--seq-len", g.seq_len, 1, 65536},
+               {"--steps", g.steps, 1, INT32_MAX - 1}, /* AdamW's bias correction: an int */
+               {"--dp", g.dp, 1, 64},
+               {"--ckpt-every", g.ckpt_every, 1, UINT64_MAX},
+               {"--log-every", g.log_every, 1, UINT64_MAX},
+               {"--eval-batches", g.eval_batches, 0, 100000},
+               {"--guard-window", g.guard_window, 2, FTC_GUARD_WINDOW_MAX}};
+    for (size_t k = 0; k < sizeof rng / sizeof rng[0]; k++) {
+        if (rng[k].v >= rng[k].lo && rng[k].v <= rng[k].hi)
+            continue;
+        if (rng[k].hi == UINT64_MAX)
+            ec = ftc_cli_usage_error(cmd, "%s %llu: must be at least %llu", rng[k].name,
+                                     (unsigned long long)rng[k].v, (unsigned long long)rng[k].lo);
+        else
+            ec = ftc_cli_usage_error(cmd, "%s %llu: must be %llu..%llu", rng[k].name,
+                                     (unsigned long long)rng[k].v, (unsigned long long)rng[k].lo,
+                                     (unsigned long long)rng[k].hi);
         goto out;
     }
     if (g.global_batch == 0)
         g.global_batch = g.micro_batch;
-    if (g.global_batch % g.micro_batch || g.global_batch / g.micro_batch > 65536) {
+    if (g.global_batch % g.micro_batch) {
         ec = ftc_cli_usage_error(cmd, "--global-batch %llu must be a multiple of --micro-batch "
                                       "%llu", (unsigned long long)g.global_batch,
+                                 (unsigned long long)g.micro_batch);
+        goto out;
+    }
+    if (g.global_batch / g.micro_batch > 65536) {
+        ec = ftc_cli_usage_error(cmd, "--global-batch %llu is more than 65536 micro-batches of "
+                                      "--micro-batch %llu", (unsigned long long)g.global_batch,
                                  (unsigned long long)g.micro_batch);
         goto out;
     }
@@ -841,9 +864,13 @@ generation:
     if ((ec = ftc__parse_float(cmd, "--guard-spike-sigma", g.guard_spike_sigma, &sigma)) !=
         FTC_CLI_CONTINUE)
         goto out;
+    if (!(sigma >= 0.0f)) {
+        ec = ftc_cli_usage_error(cmd, "--guard-spike-sigma %s: must be >= 0 (0 = off)",
+                                 g.guard_spike_sigma);
+        goto out;
+    }
     o.guard_spike_sigma = sigma;
-    o.guard_window = g.guard_window > FTC_GUARD_WINDOW_MAX ? FTC_GUARD_WINDOW_MAX + 1
-                                                           : (int)g.guard_window;
+    o.guard_window = (int)g.guard_window; /* 2..FTC_GUARD_WINDOW_MAX, checked above */
     if (g.skip_steps && ftc_guard_parse_steps(g.skip_steps, skip_list, FTC_GUARD_MAX_SKIPS,
                                               &o.n_skip_steps, &err) < 0) {
         ec = ftc_cli_usage_error(cmd, "--skip-steps: %s", ftc_err_str(&err));

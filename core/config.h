@@ -32,7 +32,8 @@
 
 /* X(ID, "dotted.name", TYPE, "default", min, max, "what it does") */
 #define FTC_CONFIG_KEYS(X)                                                                         \
-    X(JOB_ID, "job.id", STR, "ftc", 0, 0, "job identifier: names files, shm slots and keys")       \
+    X(JOB_ID, "job.id", STR, "ftc", 0, 0,                                                          \
+      "job identifier: names files, shm slots and keys (also --job)")                              \
     X(JOB_DIR, "job.dir", STR, "", 0, 0,                                                           \
       "the job's local directory (embedded Redis address, "                                        \
       "logs); default $TMPDIR/ftc-JOB")                                                            \

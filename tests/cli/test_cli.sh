@@ -78,12 +78,36 @@ for c in inspect verify export synth restore status events redis agent train run
     if [ "$k" = 1 ]; then echo "ok: ftc help $c: the common options once"; else
         echo "FAIL: ftc help $c prints the common options $k times"; fails=$((fails + 1)); fi
 done
+# the help gives each option's range as the parser checks it, and says what it does (events
+# --count applies with --follow too; ftc run sets FTC_NODE_RANK); the --rdzv-conf error lists
+# every key it takes and ignores
+while IFS='|' read -r c re; do
+    expect 0 "ftc help $c" -- "$FTC" help "$c"
+    grep_in out "$re" "ftc help $c gives ${re%% *}"
+done <<'EOF'
+status|--interval MS +--watch's period \(default 1000, 50\.\.3600000\)
+status|--events N .*\(default 10, 0\.\.1000\)
+events|--count N +the last N events \(default 100, 1\.\.100000\); with --follow,
+synth|--steps N .*\(required, 1\.\.1000000\)
+synth|--ranks R .*\(default 1, 1\.\.4096\)
+agent|--nodes N +agents in the job \(1\.\.4096\)
+agent|--ranks-per-node R +local ranks \(default 1, 1\.\.64\)
+agent|--persist-every M .*1\.\.1000000
+run|FTC_GENERATION FTC_NODE_RANK FTC_AGENT_SOCKET
+run|N 1\.\.4096, at most --nnodes MAX
+run|more than 3600000 waits 3600000
+run|^Exit 3 \(besides the codes below\): this node was cut off
+EOF
+expect 2 "ftc run --rdzv-conf foo=1" -- "$FTC" run --rdzv-conf foo=1 -- /bin/true
+grep_in err "keep_alive_interval \(or heartbeat\), .*use_libuv, store_type\)" \
+    "the unknown --rdzv-conf key's error lists heartbeat and store_type too"
 expect 0 "ftc help verify" -- "$FTC" help verify
 grep_in out "usage: ftc verify" "help CMD prints its usage"
 expect 0 "ftc export --help" -- "$FTC" export --help
 grep_in out "usage: ftc export" "CMD --help prints its usage"
 expect 0 "ftc help config" -- "$FTC" help config
 grep_in out "--persist-keep" "help config lists config flags"
+grep_in out "^  --job-id .*\(also --job\)" "help config gives --job, the short spelling of --job-id"
 expect 2 "no command" -- "$FTC"
 grep_in err "usage: ftc" "no command prints usage"
 expect 2 "unknown command" -- "$FTC" frobnicate
@@ -323,9 +347,84 @@ grep_in err "NODE_RANK='one' is not a node index" "its error names NODE_RANK and
 expect 2 "ftc run with SLURM_NNODES=two is a usage error" -- \
     env SLURM_NNODES=two timeout 60 "$FTC" run --job clinr$$ --job-dir "$T/nrjob" -- /bin/true
 grep_in err "SLURM_NNODES='two' is not a node count" "its error names SLURM_NNODES, not --nnodes"
+# a node rank at or above --nnodes MAX is named as it was given: from SLURM_NODEID the
+# error spoke of --node-rank (not given) and of --nproc-per-node (not wrong)
+expect 2 "ftc run with SLURM_NODEID=3 and --nnodes 2 is a usage error" -- \
+    env -u FTC_NODE_RANK -u NODE_RANK SLURM_NODEID=3 timeout 60 "$FTC" run --nnodes 2 \
+    --job clinr$$ --job-dir "$T/nrjob" -- /bin/true
+grep_in err "^ftc run: SLURM_NODEID=3: this node's index must be below --nnodes MAX \(2\)" \
+    "its error names SLURM_NODEID, its value and the bound"
+expect 2 "ftc run --node-rank 3 --nnodes 2 is a usage error" -- \
+    timeout 60 "$FTC" run --node-rank 3 --nnodes 2 --job clinr$$ --job-dir "$T/nrjob" -- /bin/true
+grep_in err "^ftc run: --node-rank 3: must be below --nnodes MAX \(2\)$" \
+    "its error names --node-rank and its value, not --nproc-per-node"
 expect 2 "ftc agent with FTC_NODE_RANK=x1 is a usage error" -- \
     env FTC_NODE_RANK=x1 timeout 60 "$FTC" agent --nodes 2 --job clinr$$ --job-dir "$T/nrjob"
 grep_in err "FTC_NODE_RANK='x1' is not a node index" "its error names FTC_NODE_RANK and its value"
+# status and events name the flag that is out of range and its value (status named both)
+while IFS='|' read -r args msg; do
+    read -ra sargv <<<"$args"
+    expect 2 "ftc $args is a usage error" -- \
+        timeout 60 "$FTC" "${sargv[@]}" --redis redis://127.0.0.1:1
+    grep_in err "^ftc ${sargv[0]}: $msg" "its error names ${sargv[1]} and its value"
+done <<'EOF'
+status --interval 10|--interval 10: must be 50\.\.3600000 ms$
+status --events 1001|--events 1001: must be at most 1000$
+events --count 0|--count 0: must be 1\.\.100000$
+EOF
+# a redis.url that is no URL is a bad setting, a usage error naming where it came from (exit 2,
+# as every other bad setting), not exit 1 as an unreachable Redis; nothing is started
+while IFS='|' read -r envs args msg; do
+    read -ra uargv <<<"$args"
+    expect 2 "$envs ftc $args is a usage error" -- env $envs timeout 60 "$FTC" "${uargv[0]}" \
+        --job cliurl$$ --job-dir "$T/urljob" "${uargv[@]:1}"
+    grep_in err "^ftc ${uargv[0]}: redis\.url \(from $msg\): redis URL" \
+        "its error names the redis.url setting and $msg"
+done <<'EOF'
+|status --redis notaurl|--redis
+|events --redis redis://127.0.0.1:99999|--redis
+FTC_REDIS_URL=notaurl|agent --nodes 1|FTC_REDIS_URL
+|run --redis notaurl -- /bin/true|--redis
+EOF
+# ftc agent's layout errors name the flag (or variable) that is wrong and its value: one
+# message listed --nodes, --index and --ranks-per-node whichever it was
+while IFS='|' read -r envs args msg; do
+    read -ra aargv <<<"$args"
+    expect 2 "$envs ftc agent $args is a usage error" -- env -u FTC_NODE_RANK -u NODE_RANK $envs \
+        timeout 60 "$FTC" agent "${aargv[@]}" --job cliag$$ --job-dir "$T/agjob"
+    grep_in err "^ftc agent: $msg" "its error names ${msg%%[ =]*} and its value"
+done <<'EOF'
+|--nodes 5000|--nodes 5000: must be 1\.\.4096
+|--nodes 2 --index 2|--index 2: must be below --nodes 2$
+NODE_RANK=3|--nodes 2|NODE_RANK=3: this node's index must be below --nodes 2
+|--nodes 1 --ranks-per-node 65|--ranks-per-node 65: must be 1\.\.64$
+EOF
+# ftc agent's --persist-every took any number (its own option, not the setting's flag):
+# 0, or 4294967296 cast to 0, left the persist tier never written, without a word
+for v in 0 4294967296; do
+    expect 2 "ftc agent --persist-every $v is a usage error" -- timeout 60 "$FTC" agent --nodes 1 \
+        --persist-every "$v" --redis redis://127.0.0.1:1 --job clipe$$ --job-dir "$T/pejob"
+    grep_in err "persist.every \(from --persist-every\): $v is out of range \[1, 1000000\]" \
+        "its error names --persist-every, the value and the range"
+done
+
+# an ftc train flag out of range names itself, its value and its range: one message listed
+# every range (and no --seq-len at all), the guard's named no flag and showed --guard-window
+# 300 as 257, and too many micro-batches read as "must be a multiple of --micro-batch"
+while IFS='|' read -r args msg; do
+    read -ra targv <<<"$args"
+    expect 2 "ftc train $args is a usage error" -- timeout 60 "$FTC" train "${targv[@]}"
+    grep_in err "^ftc train: $msg" "its error names ${targv[0]} and its value"
+done <<'EOF'
+--seq-len 100000|--seq-len 100000: must be 1\.\.65536$
+--micro-batch 0|--micro-batch 0: must be 1\.\.4096$
+--steps 0|--steps 0: must be 1\.\.2147483646$
+--log-every 0|--log-every 0: must be at least 1$
+--eval-batches 100001|--eval-batches 100001: must be 0\.\.100000$
+--guard-window 300|--guard-window 300: must be 2\.\.256$
+--guard-spike-sigma -1|--guard-spike-sigma -1: must be >= 0
+--global-batch 589832 --micro-batch 8|--global-batch 589832 is more than 65536 micro-batches
+EOF
 
 # the URL file of a job whose embedded Redis died with it (kill -9 of ftc
 # run): the next run starts a new one instead of failing on the dead address
