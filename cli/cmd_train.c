@@ -99,14 +99,14 @@ static const char ftc__train_help[] =
     "                         skipped, as Megatron's --skip-train-iteration-range\n"
     "  --inject-nan STEP      tests: poison one micro-batch's loss and gradient at STEP\n"
     "  --inject-spike STEP    tests: multiply one micro-batch's loss by 100 at STEP\n"
-    "  --inject-rank R        the DP rank whose micro-batch is poisoned (default 0)\n"
-    "  --eval-batches N       held-out micro-batches for the final loss (default 16)\n"
+    "  --inject-rank R        the DP rank whose micro-batch is poisoned (0..63, default 0)\n"
+    "  --eval-batches N       held-out micro-batches for the final loss (1..100000, default 16)\n"
     "  --log-every N          a log line every N steps when not on a terminal (N >= 1,\n"
     "                         default 10)\n"
     "  --backend NAME         auto (default: cuda when a GPU is present, else cpu),\n"
     "                         cpu, cuda, or cpu-bf16 / cuda-bf16 / auto-bf16 (bf16\n"
     "                         matmuls, fp32 weights and optimizer; docs/trainer.md)\n"
-    "  --threads N            CPU kernel threads (default: OpenMP's)\n"
+    "  --threads N            CPU kernel threads (1..256; default, or 0: OpenMP's)\n"
     "  --train-config FILE    JSON object with any of the settings above, keys spelled\n"
     "                         with underscores ({\"model\": \"tiny\", \"lr\": 0.003});\n"
     "                         flags win over the file\n"
@@ -196,6 +196,77 @@ static int ftc__parse_float(const ftc_cli_cmd_t *cmd, const char *name, const ch
     if (!s || end == s || *end || !isfinite(v))
         return ftc_cli_usage_error(cmd, "%s: '%s' is not a number", name, s ? s : "");
     *out = (float)v;
+    return FTC_CLI_CONTINUE;
+}
+
+/* The flags' values that need no process layout, checked once, before the
+ * --nproc launcher starts its ranks: a bad one is one usage error, not the
+ * same error from each of N ranks. Each names its flag, its value and its
+ * range. Sets --global-batch's default (one micro-batch). */
+static int ftc__check_args(const ftc_cli_cmd_t *cmd, ftc__train_args_t *g)
+{
+    if (g->corpus && strcmp(g->corpus, "generated"))
+        return ftc_cli_usage_error(cmd, "--corpus: only 'generated' is known, not '%s'",
+                                   g->corpus);
+    if (g->corpus && g->data)
+        return ftc_cli_usage_error(cmd, "--data and --corpus generated exclude each other");
+    const struct {
+        const char *name;
+        uint64_t v, lo, hi; /* hi UINT64_MAX: no upper bound */
+    } rng[] = {{"--micro-batch", g->micro_batch, 1, 4096},
+               {"--seq-len", g->seq_len, 1, 65536},
+               {"--steps", g->steps, 1, INT32_MAX - 1}, /* AdamW's bias correction: an int */
+               {"--dp", g->dp, 1, 64},
+               {"--ckpt-every", g->ckpt_every, 1, UINT64_MAX},
+               {"--log-every", g->log_every, 1, UINT64_MAX},
+               {"--eval-batches", g->eval_batches, 1, 100000}, /* 0 evaluated 1, silently */
+               {"--guard-window", g->guard_window, 2, FTC_GUARD_WINDOW_MAX},
+               {"--threads", g->threads, 0, 256}, /* more were cut to 256, silently */
+               {"--inject-rank", g->inject_rank, 0, 63}};
+    for (size_t k = 0; k < sizeof rng / sizeof rng[0]; k++) {
+        if (rng[k].v >= rng[k].lo && rng[k].v <= rng[k].hi)
+            continue;
+        if (rng[k].hi == UINT64_MAX)
+            return ftc_cli_usage_error(cmd, "%s %llu: must be at least %llu", rng[k].name,
+                                       (unsigned long long)rng[k].v,
+                                       (unsigned long long)rng[k].lo);
+        return ftc_cli_usage_error(cmd, "%s %llu: must be %llu..%llu", rng[k].name,
+                                   (unsigned long long)rng[k].v, (unsigned long long)rng[k].lo,
+                                   (unsigned long long)rng[k].hi);
+    }
+    if (g->global_batch == 0)
+        g->global_batch = g->micro_batch;
+    if (g->global_batch % g->micro_batch)
+        return ftc_cli_usage_error(cmd, "--global-batch %llu must be a multiple of "
+                                   "--micro-batch %llu", (unsigned long long)g->global_batch,
+                                   (unsigned long long)g->micro_batch);
+    if (g->global_batch / g->micro_batch > 65536)
+        return ftc_cli_usage_error(cmd, "--global-batch %llu is more than 65536 micro-batches "
+                                   "of --micro-batch %llu", (unsigned long long)g->global_batch,
+                                   (unsigned long long)g->micro_batch);
+    float f = 0.0f;
+    int ec;
+    if ((ec = ftc__parse_float(cmd, "--lr", g->lr, &f)) != FTC_CLI_CONTINUE ||
+        (ec = ftc__parse_float(cmd, "--min-lr-ratio", g->min_lr_ratio, &f)) !=
+            FTC_CLI_CONTINUE ||
+        (ec = ftc__parse_float(cmd, "--weight-decay", g->weight_decay, &f)) !=
+            FTC_CLI_CONTINUE ||
+        (ec = ftc__parse_float(cmd, "--grad-clip", g->grad_clip, &f)) != FTC_CLI_CONTINUE)
+        return ec;
+    if (ftc_guard_parse_mode(g->guard) < 0)
+        return ftc_cli_usage_error(cmd, "--guard '%s': skip, rollback or off", g->guard);
+    if ((ec = ftc__parse_float(cmd, "--guard-spike-sigma", g->guard_spike_sigma, &f)) !=
+        FTC_CLI_CONTINUE)
+        return ec;
+    if (!(f >= 0.0f))
+        return ftc_cli_usage_error(cmd, "--guard-spike-sigma %s: must be >= 0 (0 = off)",
+                                   g->guard_spike_sigma);
+    uint64_t skips[FTC_GUARD_MAX_SKIPS];
+    int n = 0;
+    ftc_err_t err = {0};
+    if (g->skip_steps &&
+        ftc_guard_parse_steps(g->skip_steps, skips, FTC_GUARD_MAX_SKIPS, &n, &err) < 0)
+        return ftc_cli_usage_error(cmd, "--skip-steps: %s", ftc_err_str(&err));
     return FTC_CLI_CONTINUE;
 }
 
@@ -632,6 +703,8 @@ const ftc_cli_cmd_t *cmd, int argc, char **argv)
         ec = ftc_cli_usage_error(cmd, "--coll '%s': cpu, nccl or auto", g.coll);
         goto out;
     }
+    if ((ec = ftc__check_args(cmd, &g)) != FTC_CLI_CONTINUE)
+        goto out;
     if (nproc > 1 && !rank_mode) {
         /* a rank waiting on its agent (up to --agent-call-timeout-ms) is not killed */
         uint64_t wait_ms = g.coll_timeout_ms > g.agent_call_timeout_ms ? g.coll_timeout_ms
@@ -777,53 +850,7 @@ generation:
         ec = ftc_cli_usage_error(cmd, "--model: %s", ftc_err_str(&err));
         goto out;
     }
-    if (g.corpus && strcmp(g.corpus, "generated")) {
-        ec = ftc_cli_usage_error(cmd, "--corpus: only 'generated' is known, not '%s'", g.corpus);
-        goto out;
-    }
-    if (g.corpus && g.data) {
-        ec = ftc_cli_usage_error(cmd, "--data and --corpus generated exclude each other");
-        goto out;
-    }
-    /* a value out of range names its flag, the value and the range (one
-     * message listing every range named neither, nor --seq-len at all) */
-    const struct {
-        const char *name;
-        uint64_t v, lo, hi; /* hi UINT64_MAX: no upper bound */
-    } rng[] = {{"--micro-batch", g.micro_batch, 1, 4096},
-               {"--seq-len", g.seq_len, 1, 65536},
-               {"--steps", g.steps, 1, INT32_MAX - 1}, /* AdamW's bias correction: an int */
-               {"--dp", g.dp, 1, 64},
-               {"--ckpt-every", g.ckpt_every, 1, UINT64_MAX},
-               {"--log-every", g.log_every, 1, UINT64_MAX},
-               {"--eval-batches", g.eval_batches, 0, 100000},
-               {"--guard-window", g.guard_window, 2, FTC_GUARD_WINDOW_MAX}};
-    for (size_t k = 0; k < sizeof rng / sizeof rng[0]; k++) {
-        if (rng[k].v >= rng[k].lo && rng[k].v <= rng[k].hi)
-            continue;
-        if (rng[k].hi == UINT64_MAX)
-            ec = ftc_cli_usage_error(cmd, "%s %llu: must be at least %llu", rng[k].name,
-                                     (unsigned long long)rng[k].v, (unsigned long long)rng[k].lo);
-        else
-            ec = ftc_cli_usage_error(cmd, "%s %llu: must be %llu..%llu", rng[k].name,
-                                     (unsigned long long)rng[k].v, (unsigned long long)rng[k].lo,
-                                     (unsigned long long)rng[k].hi);
-        goto out;
-    }
-    if (g.global_batch == 0)
-        g.global_batch = g.micro_batch;
-    if (g.global_batch % g.micro_batch) {
-        ec = ftc_cli_usage_error(cmd, "--global-batch %llu must be a multiple of --micro-batch "
-                                      "%llu", (unsigned long long)g.global_batch,
-                                 (unsigned long long)g.micro_batch);
-        goto out;
-    }
-    if (g.global_batch / g.micro_batch > 65536) {
-        ec = ftc_cli_usage_error(cmd, "--global-batch %llu is more than 65536 micro-batches of "
-                                      "--micro-batch %llu", (unsigned long long)g.global_batch,
-                                 (unsigned long long)g.micro_batch);
-        goto out;
-    }
+    /* (every flag's value was checked by ftc__check_args, before any launch) */
     if ((ec = ftc__parse_float(cmd, "--lr", g.lr, &o.optim.lr)) != FTC_CLI_CONTINUE ||
         (ec = ftc__parse_float(cmd, "--min-lr-ratio", g.min_lr_ratio, &o.optim.min_lr_ratio)) !=
             FTC_CLI_CONTINUE ||
@@ -879,9 +906,9 @@ generation:
     o.skip_steps = skip_list;
     o.inject_nan_step = g.inject_nan == UINT64_MAX ? -1 : (int64_t)(g.inject_nan & INT64_MAX);
     o.inject_spike_step = g.inject_spike == UINT64_MAX ? -1 : (int64_t)(g.inject_spike & INT64_MAX);
-    o.inject_rank = g.inject_rank > 64 ? 65 : (int)g.inject_rank;
+    o.inject_rank = (int)g.inject_rank; /* 0..63 and threads 0..256: ftc__check_args */
     if (g.threads > 0)
-        ftc_kernels_cpu_set_threads((int)(g.threads > 256 ? 256 : g.threads));
+        ftc_kernels_cpu_set_threads((int)g.threads);
 
     if (!t_groups)
         t_groups = ftc_now_ns();

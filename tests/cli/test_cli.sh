@@ -420,7 +420,7 @@ done <<'EOF'
 --micro-batch 0|--micro-batch 0: must be 1\.\.4096$
 --steps 0|--steps 0: must be 1\.\.2147483646$
 --log-every 0|--log-every 0: must be at least 1$
---eval-batches 100001|--eval-batches 100001: must be 0\.\.100000$
+--eval-batches 100001|--eval-batches 100001: must be 1\.\.100000$
 --guard-window 300|--guard-window 300: must be 2\.\.256$
 --guard-spike-sigma -1|--guard-spike-sigma -1: must be >= 0
 --global-batch 589832 --micro-batch 8|--global-batch 589832 is more than 65536 micro-batches

@@ -5,8 +5,11 @@
 #      a size may be written "64KiB" as on the command line; a flag wins
 #      over the file; an unknown key is a usage error naming it; --log-every 0
 #      is a usage error (it divided by zero), so is --skip-steps "5," (an
-#      empty entry); a --ckpt-dir of another configuration (or the other kind
-#      of checkpoint) is a configuration error: exit 2, --nproc's launcher too,
+#      empty entry); --eval-batches 0, --threads over 256 and --inject-rank
+#      over 63 too (they were taken as 1, 256 and 65); under --nproc, a bad
+#      value is one error from the launcher, not one from each rank; a
+#      --ckpt-dir of another configuration (or the other kind of
+#      checkpoint) is a configuration error: exit 2, --nproc's launcher too,
 #      which gives the other ranks the larger of --coll-timeout-ms and
 #      --agent-call-timeout-ms, + 20 s, before it kills them;
 #   2. the final evaluation line "eval loss X (N held-out sequences)" and
@@ -87,6 +90,17 @@ timeout 120 "$FTC" train "${FLAGS[@]}" --steps 2 --log-every 0 >"$T/le0.out" 2>&
 rc=$?
 check "--log-every 0: usage error (exit $rc) naming it" \
     bash -c "[ $rc -eq 2 ] && grep -q -- '--log-every' '$T/le0.out'"
+# a bad value under --nproc is one usage error, from the launcher, before any rank starts
+# (each of the N ranks printed it); values that were changed silently are errors
+for a in "--eval-batches 0:1..100000" "--threads 300:0..256" "--inject-rank 64:0..63" \
+    "--guard-window 1:2..256"; do
+    flag=${a%:*} range=${a#*:}
+    timeout 120 "$FTC" train "${FLAGS[@]}" --steps 2 --nproc 3 $flag >"$T/rng.out" 2>&1
+    rc=$?
+    n=$(grep -c -- "$flag: must be $range" "$T/rng.out")
+    check "--nproc 3 $flag: one usage error (exit $rc, said $n times) naming it and $range" \
+        test "$rc/$n" = "2/1"
+done
 # an empty entry of --skip-steps is a usage error, never silently dropped
 timeout 120 "$FTC" train "${FLAGS[@]}" --steps 2 --skip-steps "5," >"$T/skip.out" 2>&1
 rc=$?
