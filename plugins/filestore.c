@@ -69,6 +69,11 @@ _Static_assert(FS_MAX_NODES <= 10000, "FS_HOLDER_MAX counts 4 digits of a node i
 #define FS_MAX_RANKS 256 /* watched ranks of one node */
 #define FS_LIMIT_MAX_MS 86400000 /* each time limit: a day */
 #define FS_CRASHED_PREFIX FS_TMP_PREFIX "crashed." /* files moved aside after a crash */
+/* In the directory while a store runs; removed when it ends with nothing a
+ * dead rank may have half-written left unpacked. A store that finds it
+ * follows a supervisor that died (SIGKILL, OOM: its ranks with it, perhaps
+ * mid-write): the directory is treated as after a rank's death. */
+#define FS_OPEN_MARK FS_TMP_PREFIX "open"
 
 typedef struct fs_peer {
     bool known; /* its address is in ftc:{job}:filefab */
@@ -171,6 +176,7 @@ struct ftc_filestore {
      * version) instead of keeping local files that look newer */
     bool suspect;
     bool crash_logged;
+    bool mark_mine;         /* FS_OPEN_MARK was made by this store */
     char down_why[300];     /* why the endpoint could not be reopened */
     uint64_t unreported_ns; /* a watched rank reaped but not reported since */
     uint64_t last_refresh_ns;
@@ -2099,8 +2105,32 @@ ftc_filestore_t *ftc_filestore_create(const char *job, uint32_t index, const cha
     if (dd) {
         struct dirent *de;
         while ((de = readdir(dd)))
-            if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) fs->dirty = true;
+            if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") &&
+                strcmp(de->d_name, FS_OPEN_MARK))
+                fs->dirty = true;
         closedir(dd);
+    }
+    /* ... unless it died without ending: its ranks died with it (PDEATHSIG),
+     * perhaps halfway through a file, which now looks newer than every
+     * recorded copy. As after a rank's death: nothing is packed, and the
+     * restore puts the recorded copies back. */
+    char mark[sizeof fs->dir + 16];
+    snprintf(mark, sizeof mark, "%s/" FS_OPEN_MARK, fs->dir);
+    if (access(mark, F_OK) == 0) {
+        fs->suspect = fs->crashed = true;
+        snprintf(fs->crash_why, sizeof fs->crash_why,
+                 "the previous supervisor of this node did not end cleanly (%s is left)", mark);
+        FTC_WARN(FS_MOD, "%s: its ranks may have died mid-write: changes since the last "
+                 "recorded version are not trusted; the next restore puts back the recorded "
+                 "files", fs->crash_why);
+    } else {
+        int mfd = open(mark, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (mfd < 0) {
+            ftc_err_errno(err, errno, "filestore: create %s", mark);
+            goto fail;
+        }
+        close(mfd);
+        fs->mark_mine = true;
     }
     fs_refresh_peers(fs);
     if (pthread_create(&fs->tid, NULL, fs_main, fs) != 0) {
@@ -2116,13 +2146,37 @@ fail:
     return NULL;
 }
 
+/* True while a watched rank has not exited (not waited for by anyone). */
+static bool fs_ranks_alive(ftc_filestore_t *fs)
+{
+    for (int i = 0; i < fs->nwranks; i++) {
+        siginfo_t si;
+        memset(&si, 0, sizeof si);
+        if (waitid(P_PID, (id_t)fs->wranks[i], &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+            si.si_pid == 0)
+            return true;
+    }
+    return false;
+}
+
 void ftc_filestore_destroy(ftc_filestore_t *fs)
 {
     if (!fs) return;
     atomic_store(&fs->stop, true);
+    bool clean = fs->mark_mine; /* a create that failed after making it */
     if (fs->started) {
         fs_wake(fs);
         pthread_join(fs->tid, NULL);
+        /* the mark goes only when the directory holds nothing a rank that
+         * died (or one still running, which may yet die mid-write) may have
+         * half-written since the last version */
+        fs_drain_events(fs, false);
+        clean = !fs->suspect && !(fs->dirty && fs_ranks_check(fs) != 1) && !fs_ranks_alive(fs);
+    }
+    if (clean) {
+        char mark[sizeof fs->dir + 16];
+        snprintf(mark, sizeof mark, "%s/" FS_OPEN_MARK, fs->dir);
+        unlink(mark);
     }
     ftc_filestore_poll(fs);
     ftc_repl_destroy(fs->repl);

@@ -108,7 +108,9 @@ int ftc_filestore_set_members(ftc_filestore_t *fs, uint64_t gen, const char (*me
  * the recorded copies back over newer local files and renames files that are
  * in no recorded version aside (".ftc-tmp.crashed.NAME"). watch_ranks
  * clears the state for the new ranks. The ranks must be children of this
- * process. */
+ * process. A store that finds its predecessor's mark ".ftc-tmp.open" (a
+ * supervisor that died, its ranks with it, without destroying its store
+ * cleanly) starts in that state too. */
 int ftc_filestore_watch_ranks(ftc_filestore_t *fs, const pid_t *pids, int n, ftc_err_t *err);
 void ftc_filestore_rank_exited(ftc_filestore_t *fs, pid_t pid, int status);
 /* Cheap: lets the supervisor's loop log what happened since the last call

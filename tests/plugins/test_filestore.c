@@ -984,6 +984,49 @@ static void test_crashrestore(void **state)
     quit(&n1);
 }
 
+/* The supervisor itself dies (SIGKILL, the OOM killer) while its rank
+ * rewrites a file in place; the rank dies with it (PR_SET_PDEATHSIG). The
+ * supervisor restarted on the same host finds the half-written file in the
+ * directory, newer than every recorded copy: it kept it, and packed it as
+ * its next version. The store now marks its directory while it runs
+ * (.ftc-tmp.open, removed when it ends with nothing unpacked from a rank
+ * that died): a successor that finds the mark treats the directory as after
+ * a rank's death. */
+static void test_supcrash(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0, n1;
+    spawn_pair(&n0, &n1);
+    OK(&n0, "limits 1073741824 60000 30000");
+    OK(&n0, "rankwrite a.bin 71 100000");
+    OK(&n0, "flush"); /* version 1, recorded */
+    OK(&n0, "crashwrite a.bin 72 100000 noreap"); /* killed mid-write ... */
+    kill9(&n0);                                   /* ... with its supervisor */
+    node_t r0 = spawn(0, "n0", 1);                /* restarted: the directory stays */
+    char msg[2048];
+    int rc = cmd(&r0, msg, sizeof msg, "restore 2 n0 n1");
+    printf("# restore by the restarted supervisor: %d %s\n", rc, msg);
+    assert_int_equal(rc, 0);
+    OK(&r0, "check a.bin 71 100000"); /* the recorded copy, whole */
+    OK(&r0, "absent a.bin.new");
+    OK(&r0, "rankwrite b.bin 73 1000"); /* the next rank's files count again */
+    OK(&r0, "flush");
+    quit(&r0); /* a clean end: the next supervisor trusts the directory */
+    r0 = spawn(0, "n0", 1);
+    OK(&r0, "rankwrite c.bin 74 1000");
+    OK(&r0, "restore 3 n0 n1");
+    OK(&r0, "check c.bin 74 1000"); /* not in any version, newer: kept */
+    OK(&r0, "check b.bin 73 1000");
+    lose(&r0, 0);
+    r0 = spawn(0, "n0", 1);
+    OK(&r0, "restore 4 n0 n1");
+    OK(&r0, "check a.bin 71 100000"); /* the half-written bytes never left the node */
+    OK(&r0, "check b.bin 73 1000");
+    quit(&r0);
+    quit(&n1);
+}
+
 /* Limits whose sum overflowed the int of a flush's or a restore's wait
  * (push_timeout_ms + quiet_ms + 10 s; restore_timeout_ms + 15 s) were
  * accepted: a flush then waited with a negative, i.e. no, deadline. Times
@@ -1309,6 +1352,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_older, setup, teardown),
         cmocka_unit_test_setup_teardown(test_crash, setup, teardown),
         cmocka_unit_test_setup_teardown(test_crashrestore, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_supcrash, setup, teardown),
         cmocka_unit_test_setup_teardown(test_limits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delete, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pending, setup, teardown),
