@@ -799,6 +799,9 @@ static void fs_start_push(ftc_filestore_t *fs, bool busy)
     /* a file some process holds open for writing is not finished, quiet or
      * not: a writer that pauses halfway (computing the rest) leaves it torn */
     fs_find_writers(fs);
+    const char *td = getenv("FTC_TEST_FS_PACK_DELAY_MS"); /* tests: a writer opens meanwhile */
+    if (td && atoi(td) > 0)
+        ftc_sleep_ms(atoi(td) > 10000 ? 10000 : atoi(td));
     int rc = scan_dir(fs, &sc, "", 0, &err);
     if (rc) goto fail;
     if (fs->nbusy) fs_take_previous(fs, &sc, carried, sizeof carried);
@@ -878,6 +881,16 @@ static void fs_start_push(ftc_filestore_t *fs, bool busy)
             goto fail;
         }
     }
+    /* a writer that opened a file after fs_find_writers looked, and paused
+     * (its size and mtime stood still while it was read), had it read
+     * half-written: look again; such a file is now in the busy set */
+    fs_find_writers(fs);
+    for (size_t i = 0; i < sc.n; i++)
+        if (!sc.f[i].from && busy_has(fs, sc.f[i].name)) {
+            rc = ftc_err_set(&err, FTC_EAGAIN, "%s/%s was opened for writing while packing",
+                             fs->dir, sc.f[i].name);
+            goto fail;
+        }
     if ((rc = ftc_shard_seal(fs->own[s].base, size, 1, &err))) goto fail;
     fs->last_version = version;
     fs->push_slot = s;

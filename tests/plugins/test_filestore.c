@@ -317,6 +317,11 @@ static void child_main(int fd, uint32_t index, const char *id, int k, const ftc_
                  i++)
                 ftc_sleep_ms(10);
             say(fd, "%d", (int)r);
+        } else if (sscanf(line, "packdelay %llu", &seed) == 1) {
+            /* the store pauses between looking for writers and reading */
+            char v[32];
+            snprintf(v, sizeof v, "%llu", seed);
+            say(fd, "%d", setenv("FTC_TEST_FS_PACK_DELAY_MS", v, 1) == 0 ? 0 : -errno);
         } else if (sscanf(line, "limits %llu %llu", &seed, &len) == 2) {
             ftc_filestore_limits_t l = FTC_FILESTORE_LIMITS_INIT;
             int busy_ms = -1;
@@ -1027,6 +1032,38 @@ static void test_supcrash(void **state)
     quit(&n1);
 }
 
+/* A file the binary opens for writing after the pack looked for writers
+ * (/proc/PID/fd) but before it read the file: it was read half-written (its
+ * size and mtime did not move while it was read: the writer paused) and
+ * packed as if whole, the previous copy replaced on the peers. The store
+ * now looks for writers again once it read the files. */
+static void test_openedmidpack(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0, n1;
+    spawn_pair(&n0, &n1);
+    OK(&n0, "write a.bin 81 100000");
+    OK(&n0, "flush"); /* version 1 */
+    OK(&n0, "packdelay 3000");
+    OK(&n0, "write b.bin 82 1000"); /* a change: packed once quiet (200 ms) ... */
+    ftc_sleep_ms(1000);             /* ... and the pack is in its pause now */
+    int hold = cmd(&n0, NULL, 0, "holdwrite a.bin 83 100000");
+    assert_true(hold > 0);
+    char msg[2048];
+    int rc = cmd(&n0, msg, sizeof msg, "flush");
+    printf("# flush with a.bin opened mid-pack: %d %s\n", rc, msg);
+    kill9(&n0); /* node 0 lost while a.bin is being written */
+    kill(hold, SIGKILL);
+    forget_node(0);
+    node_t r0 = spawn(0, "n0", 1);
+    OK(&r0, "restore 2 n0 n1");
+    OK(&r0, "check a.bin 81 100000"); /* the previous copy, not the half-written one */
+    OK(&r0, "check b.bin 82 1000");
+    quit(&r0);
+    quit(&n1);
+}
+
 /* Limits whose sum overflowed the int of a flush's or a restore's wait
  * (push_timeout_ms + quiet_ms + 10 s; restore_timeout_ms + 15 s) were
  * accepted: a flush then waited with a negative, i.e. no, deadline. Times
@@ -1353,6 +1390,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_crash, setup, teardown),
         cmocka_unit_test_setup_teardown(test_crashrestore, setup, teardown),
         cmocka_unit_test_setup_teardown(test_supcrash, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_openedmidpack, setup, teardown),
         cmocka_unit_test_setup_teardown(test_limits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delete, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pending, setup, teardown),
