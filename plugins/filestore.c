@@ -1438,17 +1438,19 @@ static int fs_write_file(ftc_filestore_t *fs, const fs_cand_t *c, bool *written,
 /* After a restore while the directory is suspect (a rank died: its last
  * writes were not packed): files that are in no recorded version were
  * written after the last one, perhaps half, by the rank that died; they are
- * renamed aside (FS_CRASHED_PREFIX + name, never packed) so that the binary
- * does not load them, unless the restore was incomplete (a version it could
- * not get may hold them). */
-static void fs_move_aside(ftc_filestore_t *fs, const fs_cand_t *c, size_t nc, bool incomplete)
+ * renamed aside (FS_CRASHED_PREFIX + name, never packed; a name too long
+ * for that is cut after "<n>.") so that the binary does not load them,
+ * unless the restore was incomplete (a version it could not get may hold
+ * them). A file that cannot be moved aside fails the restore, named. */
+static int fs_move_aside(ftc_filestore_t *fs, const fs_cand_t *c, size_t nc, bool incomplete,
+                         ftc_err_t *err)
 {
     fs_scan_t sc = {0};
-    ftc_err_t e = {0};
-    if (scan_dir(fs, &sc, "", 0, &e)) {
-        fs_log(fs, FTC_LOG_WARN, "restore after a rank died: %s", e.msg);
+    int rc = scan_dir(fs, &sc, "", 0, err);
+    if (rc) {
+        fs_log(fs, FTC_LOG_ERROR, "restore after a rank died: %s", err->msg);
         scan_free(&sc);
-        return;
+        return rc;
     }
     for (size_t i = 0; i < sc.n; i++) {
         size_t len = strlen(sc.f[i].name);
@@ -1466,15 +1468,26 @@ static void fs_move_aside(ftc_filestore_t *fs, const fs_cand_t *c, size_t nc, bo
         }
         const char *base = strrchr(sc.f[i].name, '/');
         int dl = base ? (int)(base - sc.f[i].name) + 1 : 0;
-        snprintf(aside, sizeof aside, "%s/%.*s" FS_CRASHED_PREFIX "%s", fs->dir, dl,
-                 sc.f[i].name, base ? base + 1 : sc.f[i].name);
-        if (rename(path, aside) == 0)
+        const char *bn = base ? base + 1 : sc.f[i].name;
+        size_t pl = strlen(FS_CRASHED_PREFIX);
+        if (pl + strlen(bn) <= NAME_MAX)
+            snprintf(aside, sizeof aside, "%s/%.*s" FS_CRASHED_PREFIX "%s", fs->dir, dl,
+                     sc.f[i].name, bn);
+        else /* over NAME_MAX with the prefix: cut, made unique by its place in the scan */
+            snprintf(aside, sizeof aside, "%s/%.*s" FS_CRASHED_PREFIX "%zu.%.*s", fs->dir, dl,
+                     sc.f[i].name, i, (int)(NAME_MAX - pl - 21), bn);
+        if (rename(path, aside) == 0) {
             fs_log(fs, FTC_LOG_WARN, "%s is in no recorded version and a rank died while it may "
                    "have been writing it: moved aside to %s", path, aside);
-        else
-            fs_log(fs, FTC_LOG_WARN, "%s: moving it aside failed: %s", path, strerror(errno));
+        } else if (!rc) { /* the binary would load it: the restore fails, naming it */
+            rc = ftc_err_errno(err, errno, "filestore: %s is in no recorded version and a rank "
+                               "died while it may have been writing it, but moving it aside to "
+                               "%s failed (remove it before the binary loads it)", path, aside);
+            fs_log(fs, FTC_LOG_ERROR, "restore: %s", err->msg);
+        }
     }
     scan_free(&sc);
+    return rc;
 }
 
 static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
@@ -1610,8 +1623,11 @@ static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
             if (!first) first = ftc_err_set(err, r, "%s", e.msg);
         }
     }
-    if (fs->suspect) /* a rank died: what no version holds may be half-written */
-        fs_move_aside(fs, c, nc, first != 0);
+    if (fs->suspect) { /* a rank died: what no version holds may be half-written */
+        ftc_err_t e = {0};
+        int r = fs_move_aside(fs, c, nc, first != 0, &e);
+        if (r && !first) first = ftc_err_set(err, r, "%s", e.msg);
+    }
     /* the restore's own writes are not a new version of this node */
     fs_drain_events(fs, true);
     fs_watch_tree(fs, "", 0);

@@ -107,7 +107,8 @@ int ftc_filestore_set_members(ftc_filestore_t *fs, uint64_t gen, const char (*me
  * closed by the kernel, half-written. After such a death the changes are not
  * packed (the next flush says so, FTC_ECANCELED), and the next restore puts
  * the recorded copies back over newer local files and renames files that are
- * in no recorded version aside (".ftc-tmp.crashed.NAME"). watch_ranks
+ * in no recorded version aside (".ftc-tmp.crashed.NAME", NAME cut when too
+ * long; one that cannot be moved fails the restore). watch_ranks
  * clears the state for the new ranks. The ranks must be children of this
  * process. A store that finds its predecessor's mark ".ftc-tmp.open" (a
  * supervisor that died, its ranks with it, without destroying its store

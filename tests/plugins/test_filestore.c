@@ -1064,6 +1064,34 @@ static void test_openedmidpack(void **state)
     quit(&n1);
 }
 
+/* A rank killed mid-write of a new file whose name is long (over 238
+ * bytes): moving it aside as ".ftc-tmp.crashed.NAME" passed NAME_MAX, the
+ * rename failed with a mere warning, and the half-written file stayed under
+ * its own name for the binary to load, the restore reporting success. Such
+ * a name is now cut (and made unique); a file that still cannot be moved
+ * aside fails the restore, naming it. */
+static void test_crashlongname(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0, n1;
+    spawn_pair(&n0, &n1);
+    char name[252];
+    memset(name, 'x', 250);
+    memcpy(name + 246, ".bin", 5); /* 250 bytes; its ".new" 254 */
+    OK(&n0, "rankwrite %s 111 10000", name);
+    OK(&n0, "flush"); /* version 1, recorded */
+    OK(&n0, "crashwrite %s 112 10000 reap", name);
+    char msg[2048];
+    int rc = cmd(&n0, msg, sizeof msg, "restore 2 n0 n1");
+    printf("# restore after a crash, a long name: %d %s\n", rc, msg);
+    assert_int_equal(rc, 0);
+    OK(&n0, "check %s 111 10000", name); /* the recorded copy, whole */
+    OK(&n0, "absent %s.new", name);      /* the half-written new file moved aside */
+    quit(&n0);
+    quit(&n1);
+}
+
 /* Limits whose sum overflowed the int of a flush's or a restore's wait
  * (push_timeout_ms + quiet_ms + 10 s; restore_timeout_ms + 15 s) were
  * accepted: a flush then waited with a negative, i.e. no, deadline. Times
@@ -1391,6 +1419,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_crashrestore, setup, teardown),
         cmocka_unit_test_setup_teardown(test_supcrash, setup, teardown),
         cmocka_unit_test_setup_teardown(test_openedmidpack, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_crashlongname, setup, teardown),
         cmocka_unit_test_setup_teardown(test_limits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delete, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pending, setup, teardown),
