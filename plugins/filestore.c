@@ -69,6 +69,11 @@ _Static_assert(FS_MAX_NODES <= 10000, "FS_HOLDER_MAX counts 4 digits of a node i
 #define FS_MAX_RANKS 256 /* watched ranks of one node */
 #define FS_LIMIT_MAX_MS 86400000 /* each time limit: a day */
 #define FS_CRASHED_PREFIX FS_TMP_PREFIX "crashed." /* files moved aside after a crash */
+/* In the directory while a store runs; removed when it ends with nothing a
+ * dead rank may have half-written left unpacked. A store that finds it
+ * follows a supervisor that died (SIGKILL, OOM: its ranks with it, perhaps
+ * mid-write): the directory is treated as after a rank's death. */
+#define FS_OPEN_MARK FS_TMP_PREFIX "open"
 
 typedef struct fs_peer {
     bool known; /* its address is in ftc:{job}:filefab */
@@ -171,6 +176,7 @@ struct ftc_filestore {
      * version) instead of keeping local files that look newer */
     bool suspect;
     bool crash_logged;
+    bool mark_mine;         /* FS_OPEN_MARK was made by this store */
     char down_why[300];     /* why the endpoint could not be reopened */
     uint64_t unreported_ns; /* a watched rank reaped but not reported since */
     uint64_t last_refresh_ns;
@@ -793,6 +799,9 @@ static void fs_start_push(ftc_filestore_t *fs, bool busy)
     /* a file some process holds open for writing is not finished, quiet or
      * not: a writer that pauses halfway (computing the rest) leaves it torn */
     fs_find_writers(fs);
+    const char *td = getenv("FTC_TEST_FS_PACK_DELAY_MS"); /* tests: a writer opens meanwhile */
+    if (td && atoi(td) > 0)
+        ftc_sleep_ms(atoi(td) > 10000 ? 10000 : atoi(td));
     int rc = scan_dir(fs, &sc, "", 0, &err);
     if (rc) goto fail;
     if (fs->nbusy) fs_take_previous(fs, &sc, carried, sizeof carried);
@@ -872,6 +881,16 @@ static void fs_start_push(ftc_filestore_t *fs, bool busy)
             goto fail;
         }
     }
+    /* a writer that opened a file after fs_find_writers looked, and paused
+     * (its size and mtime stood still while it was read), had it read
+     * half-written: look again; such a file is now in the busy set */
+    fs_find_writers(fs);
+    for (size_t i = 0; i < sc.n; i++)
+        if (!sc.f[i].from && busy_has(fs, sc.f[i].name)) {
+            rc = ftc_err_set(&err, FTC_EAGAIN, "%s/%s was opened for writing while packing",
+                             fs->dir, sc.f[i].name);
+            goto fail;
+        }
     if ((rc = ftc_shard_seal(fs->own[s].base, size, 1, &err))) goto fail;
     fs->last_version = version;
     fs->push_slot = s;
@@ -1419,17 +1438,19 @@ static int fs_write_file(ftc_filestore_t *fs, const fs_cand_t *c, bool *written,
 /* After a restore while the directory is suspect (a rank died: its last
  * writes were not packed): files that are in no recorded version were
  * written after the last one, perhaps half, by the rank that died; they are
- * renamed aside (FS_CRASHED_PREFIX + name, never packed) so that the binary
- * does not load them, unless the restore was incomplete (a version it could
- * not get may hold them). */
-static void fs_move_aside(ftc_filestore_t *fs, const fs_cand_t *c, size_t nc, bool incomplete)
+ * renamed aside (FS_CRASHED_PREFIX + name, never packed; a name too long
+ * for that is cut after "<n>.") so that the binary does not load them,
+ * unless the restore was incomplete (a version it could not get may hold
+ * them). A file that cannot be moved aside fails the restore, named. */
+static int fs_move_aside(ftc_filestore_t *fs, const fs_cand_t *c, size_t nc, bool incomplete,
+                         ftc_err_t *err)
 {
     fs_scan_t sc = {0};
-    ftc_err_t e = {0};
-    if (scan_dir(fs, &sc, "", 0, &e)) {
-        fs_log(fs, FTC_LOG_WARN, "restore after a rank died: %s", e.msg);
+    int rc = scan_dir(fs, &sc, "", 0, err);
+    if (rc) {
+        fs_log(fs, FTC_LOG_ERROR, "restore after a rank died: %s", err->msg);
         scan_free(&sc);
-        return;
+        return rc;
     }
     for (size_t i = 0; i < sc.n; i++) {
         size_t len = strlen(sc.f[i].name);
@@ -1447,15 +1468,26 @@ static void fs_move_aside(ftc_filestore_t *fs, const fs_cand_t *c, size_t nc, bo
         }
         const char *base = strrchr(sc.f[i].name, '/');
         int dl = base ? (int)(base - sc.f[i].name) + 1 : 0;
-        snprintf(aside, sizeof aside, "%s/%.*s" FS_CRASHED_PREFIX "%s", fs->dir, dl,
-                 sc.f[i].name, base ? base + 1 : sc.f[i].name);
-        if (rename(path, aside) == 0)
+        const char *bn = base ? base + 1 : sc.f[i].name;
+        size_t pl = strlen(FS_CRASHED_PREFIX);
+        if (pl + strlen(bn) <= NAME_MAX)
+            snprintf(aside, sizeof aside, "%s/%.*s" FS_CRASHED_PREFIX "%s", fs->dir, dl,
+                     sc.f[i].name, bn);
+        else /* over NAME_MAX with the prefix: cut, made unique by its place in the scan */
+            snprintf(aside, sizeof aside, "%s/%.*s" FS_CRASHED_PREFIX "%zu.%.*s", fs->dir, dl,
+                     sc.f[i].name, i, (int)(NAME_MAX - pl - 21), bn);
+        if (rename(path, aside) == 0) {
             fs_log(fs, FTC_LOG_WARN, "%s is in no recorded version and a rank died while it may "
                    "have been writing it: moved aside to %s", path, aside);
-        else
-            fs_log(fs, FTC_LOG_WARN, "%s: moving it aside failed: %s", path, strerror(errno));
+        } else if (!rc) { /* the binary would load it: the restore fails, naming it */
+            rc = ftc_err_errno(err, errno, "filestore: %s is in no recorded version and a rank "
+                               "died while it may have been writing it, but moving it aside to "
+                               "%s failed (remove it before the binary loads it)", path, aside);
+            fs_log(fs, FTC_LOG_ERROR, "restore: %s", err->msg);
+        }
     }
     scan_free(&sc);
+    return rc;
 }
 
 static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
@@ -1591,8 +1623,11 @@ static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
             if (!first) first = ftc_err_set(err, r, "%s", e.msg);
         }
     }
-    if (fs->suspect) /* a rank died: what no version holds may be half-written */
-        fs_move_aside(fs, c, nc, first != 0);
+    if (fs->suspect) { /* a rank died: what no version holds may be half-written */
+        ftc_err_t e = {0};
+        int r = fs_move_aside(fs, c, nc, first != 0, &e);
+        if (r && !first) first = ftc_err_set(err, r, "%s", e.msg);
+    }
     /* the restore's own writes are not a new version of this node */
     fs_drain_events(fs, true);
     fs_watch_tree(fs, "", 0);
@@ -2099,8 +2134,32 @@ ftc_filestore_t *ftc_filestore_create(const char *job, uint32_t index, const cha
     if (dd) {
         struct dirent *de;
         while ((de = readdir(dd)))
-            if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) fs->dirty = true;
+            if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") &&
+                strcmp(de->d_name, FS_OPEN_MARK))
+                fs->dirty = true;
         closedir(dd);
+    }
+    /* ... unless it died without ending: its ranks died with it (PDEATHSIG),
+     * perhaps halfway through a file, which now looks newer than every
+     * recorded copy. As after a rank's death: nothing is packed, and the
+     * restore puts the recorded copies back. */
+    char mark[sizeof fs->dir + 16];
+    snprintf(mark, sizeof mark, "%s/" FS_OPEN_MARK, fs->dir);
+    if (access(mark, F_OK) == 0) {
+        fs->suspect = fs->crashed = true;
+        snprintf(fs->crash_why, sizeof fs->crash_why,
+                 "the previous supervisor of this node did not end cleanly (%s is left)", mark);
+        FTC_WARN(FS_MOD, "%s: its ranks may have died mid-write: changes since the last "
+                 "recorded version are not trusted; the next restore puts back the recorded "
+                 "files", fs->crash_why);
+    } else {
+        int mfd = open(mark, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (mfd < 0) {
+            ftc_err_errno(err, errno, "filestore: create %s", mark);
+            goto fail;
+        }
+        close(mfd);
+        fs->mark_mine = true;
     }
     fs_refresh_peers(fs);
     if (pthread_create(&fs->tid, NULL, fs_main, fs) != 0) {
@@ -2116,13 +2175,37 @@ fail:
     return NULL;
 }
 
+/* True while a watched rank has not exited (not waited for by anyone). */
+static bool fs_ranks_alive(ftc_filestore_t *fs)
+{
+    for (int i = 0; i < fs->nwranks; i++) {
+        siginfo_t si;
+        memset(&si, 0, sizeof si);
+        if (waitid(P_PID, (id_t)fs->wranks[i], &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+            si.si_pid == 0)
+            return true;
+    }
+    return false;
+}
+
 void ftc_filestore_destroy(ftc_filestore_t *fs)
 {
     if (!fs) return;
     atomic_store(&fs->stop, true);
+    bool clean = fs->mark_mine; /* a create that failed after making it */
     if (fs->started) {
         fs_wake(fs);
         pthread_join(fs->tid, NULL);
+        /* the mark goes only when the directory holds nothing a rank that
+         * died (or one still running, which may yet die mid-write) may have
+         * half-written since the last version */
+        fs_drain_events(fs, false);
+        clean = !fs->suspect && !(fs->dirty && fs_ranks_check(fs) != 1) && !fs_ranks_alive(fs);
+    }
+    if (clean) {
+        char mark[sizeof fs->dir + 16];
+        snprintf(mark, sizeof mark, "%s/" FS_OPEN_MARK, fs->dir);
+        unlink(mark);
     }
     ftc_filestore_poll(fs);
     ftc_repl_destroy(fs->repl);

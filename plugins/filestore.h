@@ -43,9 +43,10 @@
  * version is packed anyway, and so is one a flush asks for before the quiet
  * period: then a file that changes while it is read is still being written.
  * Such a file, and in every pack (quiet or not) a file some process holds
- * open for writing (/proc/PID/fdinfo), goes into the version as the previous
- * own version held it, or is left out when no version had it (a warning
- * names such files). A half-written file is never packed, even when its
+ * open for writing (/proc/PID/fdinfo; looked for before the files are read
+ * and again after: one opened meanwhile postpones the pack), goes into the
+ * version as the previous own version held it, or is left out when no
+ * version had it (a warning names such files). A half-written file is never packed, even when its
  * writer pauses past the quiet period; an append-only file is packed once it
  * is closed.
  *
@@ -106,9 +107,12 @@ int ftc_filestore_set_members(ftc_filestore_t *fs, uint64_t gen, const char (*me
  * closed by the kernel, half-written. After such a death the changes are not
  * packed (the next flush says so, FTC_ECANCELED), and the next restore puts
  * the recorded copies back over newer local files and renames files that are
- * in no recorded version aside (".ftc-tmp.crashed.NAME"). watch_ranks
+ * in no recorded version aside (".ftc-tmp.crashed.NAME", NAME cut when too
+ * long; one that cannot be moved fails the restore). watch_ranks
  * clears the state for the new ranks. The ranks must be children of this
- * process. */
+ * process. A store that finds its predecessor's mark ".ftc-tmp.open" (a
+ * supervisor that died, its ranks with it, without destroying its store
+ * cleanly) starts in that state too. */
 int ftc_filestore_watch_ranks(ftc_filestore_t *fs, const pid_t *pids, int n, ftc_err_t *err);
 void ftc_filestore_rank_exited(ftc_filestore_t *fs, pid_t pid, int status);
 /* Cheap: lets the supervisor's loop log what happened since the last call

@@ -317,6 +317,11 @@ static void child_main(int fd, uint32_t index, const char *id, int k, const ftc_
                  i++)
                 ftc_sleep_ms(10);
             say(fd, "%d", (int)r);
+        } else if (sscanf(line, "packdelay %llu", &seed) == 1) {
+            /* the store pauses between looking for writers and reading */
+            char v[32];
+            snprintf(v, sizeof v, "%llu", seed);
+            say(fd, "%d", setenv("FTC_TEST_FS_PACK_DELAY_MS", v, 1) == 0 ? 0 : -errno);
         } else if (sscanf(line, "limits %llu %llu", &seed, &len) == 2) {
             ftc_filestore_limits_t l = FTC_FILESTORE_LIMITS_INIT;
             int busy_ms = -1;
@@ -984,6 +989,109 @@ static void test_crashrestore(void **state)
     quit(&n1);
 }
 
+/* The supervisor itself dies (SIGKILL, the OOM killer) while its rank
+ * rewrites a file in place; the rank dies with it (PR_SET_PDEATHSIG). The
+ * supervisor restarted on the same host finds the half-written file in the
+ * directory, newer than every recorded copy: it kept it, and packed it as
+ * its next version. The store now marks its directory while it runs
+ * (.ftc-tmp.open, removed when it ends with nothing unpacked from a rank
+ * that died): a successor that finds the mark treats the directory as after
+ * a rank's death. */
+static void test_supcrash(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0, n1;
+    spawn_pair(&n0, &n1);
+    OK(&n0, "limits 1073741824 60000 30000");
+    OK(&n0, "rankwrite a.bin 71 100000");
+    OK(&n0, "flush"); /* version 1, recorded */
+    OK(&n0, "crashwrite a.bin 72 100000 noreap"); /* killed mid-write ... */
+    kill9(&n0);                                   /* ... with its supervisor */
+    node_t r0 = spawn(0, "n0", 1);                /* restarted: the directory stays */
+    char msg[2048];
+    int rc = cmd(&r0, msg, sizeof msg, "restore 2 n0 n1");
+    printf("# restore by the restarted supervisor: %d %s\n", rc, msg);
+    assert_int_equal(rc, 0);
+    OK(&r0, "check a.bin 71 100000"); /* the recorded copy, whole */
+    OK(&r0, "absent a.bin.new");
+    OK(&r0, "rankwrite b.bin 73 1000"); /* the next rank's files count again */
+    OK(&r0, "flush");
+    quit(&r0); /* a clean end: the next supervisor trusts the directory */
+    r0 = spawn(0, "n0", 1);
+    OK(&r0, "rankwrite c.bin 74 1000");
+    OK(&r0, "restore 3 n0 n1");
+    OK(&r0, "check c.bin 74 1000"); /* not in any version, newer: kept */
+    OK(&r0, "check b.bin 73 1000");
+    lose(&r0, 0);
+    r0 = spawn(0, "n0", 1);
+    OK(&r0, "restore 4 n0 n1");
+    OK(&r0, "check a.bin 71 100000"); /* the half-written bytes never left the node */
+    OK(&r0, "check b.bin 73 1000");
+    quit(&r0);
+    quit(&n1);
+}
+
+/* A file the binary opens for writing after the pack looked for writers
+ * (/proc/PID/fd) but before it read the file: it was read half-written (its
+ * size and mtime did not move while it was read: the writer paused) and
+ * packed as if whole, the previous copy replaced on the peers. The store
+ * now looks for writers again once it read the files. */
+static void test_openedmidpack(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0, n1;
+    spawn_pair(&n0, &n1);
+    OK(&n0, "write a.bin 81 100000");
+    OK(&n0, "flush"); /* version 1 */
+    OK(&n0, "packdelay 3000");
+    OK(&n0, "write b.bin 82 1000"); /* a change: packed once quiet (200 ms) ... */
+    ftc_sleep_ms(1000);             /* ... and the pack is in its pause now */
+    int hold = cmd(&n0, NULL, 0, "holdwrite a.bin 83 100000");
+    assert_true(hold > 0);
+    char msg[2048];
+    int rc = cmd(&n0, msg, sizeof msg, "flush");
+    printf("# flush with a.bin opened mid-pack: %d %s\n", rc, msg);
+    kill9(&n0); /* node 0 lost while a.bin is being written */
+    kill(hold, SIGKILL);
+    forget_node(0);
+    node_t r0 = spawn(0, "n0", 1);
+    OK(&r0, "restore 2 n0 n1");
+    OK(&r0, "check a.bin 81 100000"); /* the previous copy, not the half-written one */
+    OK(&r0, "check b.bin 82 1000");
+    quit(&r0);
+    quit(&n1);
+}
+
+/* A rank killed mid-write of a new file whose name is long (over 238
+ * bytes): moving it aside as ".ftc-tmp.crashed.NAME" passed NAME_MAX, the
+ * rename failed with a mere warning, and the half-written file stayed under
+ * its own name for the binary to load, the restore reporting success. Such
+ * a name is now cut (and made unique); a file that still cannot be moved
+ * aside fails the restore, naming it. */
+static void test_crashlongname(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0, n1;
+    spawn_pair(&n0, &n1);
+    char name[252];
+    memset(name, 'x', 250);
+    memcpy(name + 246, ".bin", 5); /* 250 bytes; its ".new" 254 */
+    OK(&n0, "rankwrite %s 111 10000", name);
+    OK(&n0, "flush"); /* version 1, recorded */
+    OK(&n0, "crashwrite %s 112 10000 reap", name);
+    char msg[2048];
+    int rc = cmd(&n0, msg, sizeof msg, "restore 2 n0 n1");
+    printf("# restore after a crash, a long name: %d %s\n", rc, msg);
+    assert_int_equal(rc, 0);
+    OK(&n0, "check %s 111 10000", name); /* the recorded copy, whole */
+    OK(&n0, "absent %s.new", name);      /* the half-written new file moved aside */
+    quit(&n0);
+    quit(&n1);
+}
+
 /* Limits whose sum overflowed the int of a flush's or a restore's wait
  * (push_timeout_ms + quiet_ms + 10 s; restore_timeout_ms + 15 s) were
  * accepted: a flush then waited with a negative, i.e. no, deadline. Times
@@ -1309,6 +1417,9 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_older, setup, teardown),
         cmocka_unit_test_setup_teardown(test_crash, setup, teardown),
         cmocka_unit_test_setup_teardown(test_crashrestore, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_supcrash, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_openedmidpack, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_crashlongname, setup, teardown),
         cmocka_unit_test_setup_teardown(test_limits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delete, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pending, setup, teardown),
