@@ -261,7 +261,8 @@ static int ftc__cli_parse(const ftc_cli_cmd_t *cmd, int argc, char **argv,
         goto fail;
     }
     if (config_file && ftc_config_load_file(a->cfg, config_file, &err) != 0) {
-        ftc_cli_usage_error(cmd, "%s", ftc_err_str(&err));
+        /* the flag named: "open X: No such file" did not say which file X was */
+        ftc_cli_usage_error(cmd, "--config %s: %s", config_file, ftc_err_str(&err));
         goto fail;
     }
     if (ftc_fault_parse(&a->fault, ftc_config_str(a->cfg, FTC_CFG_FAULT), &err) != 0) {

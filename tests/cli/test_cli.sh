@@ -125,6 +125,9 @@ grep_in err "FTC_PERSIST_KEEP" "bad environment names the variable"
 printf '{"persist": {"kep": 3}}' >"$T/bad.json"
 expect 2 "unknown key in --config file" -- "$FTC" synth --out "$T/x" --steps 1 --config "$T/bad.json"
 grep_in err "kep" "bad config file names the key"
+expect 2 "a --config file that does not exist" -- "$FTC" synth --out "$T/x" --steps 1 \
+    --config "$T/none.json"
+grep_in err "--config .*none.json: open" "a missing --config file names the flag"
 expect 2 "synth without --steps" -- "$FTC" synth --out "$T/x"
 # torchrun's spellings, in the parser every command shares: underscores and --name=VALUE
 expect 2 "bad config flag value, spelled --persist_level=99" -- "$FTC" synth --out "$T/x" \
