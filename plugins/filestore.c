@@ -53,6 +53,12 @@
 #define FS_NAME_MAX FTC_SHARD_NAME_MAX
 #define FS_META_FILES "ftc.files" /* per tensor: u64 mtime_ns, u32 mode, u32 0 */
 #define FS_META_NODE "ftc.node"
+/* deleted files (tombstones), sorted by name: u32 name_len, name, u64 mtime_ns */
+#define FS_META_GONE "ftc.gone"
+/* tombstones kept (the oldest dropped first): a deletion older than these
+ * may come back when a stale copy of the file survives in some version */
+#define FS_GONE_MAX 4096
+#define FS_GONE_BYTES (512u << 10) /* ... and the bytes of their record */
 #define FS_TMP_PREFIX ".ftc-tmp."
 #define FS_MAX_DEPTH 32
 #define FS_LOG_RING 32
@@ -90,6 +96,17 @@ typedef struct fs_file { /* one file found by a scan */
     bool busy;           /* being written (a busy pack): taken from the previous version */
     const uint8_t *from; /* ... where its bytes are */
 } fs_file_t;
+
+typedef struct fs_stamp { /* a file name and an mtime: a file seen, or a tombstone */
+    char *name;
+    uint64_t mtime_ns;
+    bool newer; /* (restore) the union holds a newer copy: the deletion is undone */
+} fs_stamp_t;
+
+typedef struct fs_stamps { /* sorted by name, each name once */
+    fs_stamp_t *e;
+    size_t n, cap;
+} fs_stamps_t;
 
 typedef struct fs_logline {
     int level;
@@ -170,6 +187,12 @@ struct ftc_filestore {
     char **busy;            /* files being written, kept out of a busy pack (sorted) */
     size_t nbusy, capbusy;
     bool busy_flush;        /* the pack was asked for by a flush */
+    /* deletions, last writer wins: seen = the files of the directory at the
+     * last pack or restore; one of them gone at a pack is a tombstone (its
+     * name and the mtime of the deleted copy), carried in every version
+     * (FS_META_GONE) so that a restore does not bring the copy back from
+     * another node's version */
+    fs_stamps_t seen, gone;
     /* a rank died while the directory may have held its half-written files:
      * changes since the last version are not packed, and the next restore
      * replaces local files with the recorded copies (moves aside files in no
@@ -657,6 +680,201 @@ static int cmp_file(const void *a, const void *b)
     return strcmp(((const fs_file_t *)a)->name, ((const fs_file_t *)b)->name);
 }
 
+/* ---- tombstones ----------------------------------------------------------------------------- */
+
+static void stamps_free(fs_stamps_t *s)
+{
+    for (size_t i = 0; i < s->n; i++)
+        free(s->e[i].name);
+    free(s->e);
+    memset(s, 0, sizeof *s);
+}
+
+/* Byte order of names (as strcmp orders the NUL-terminated ones). */
+static int bytes_cmp(const char *a, size_t al, const char *b, size_t bl)
+{
+    int c = memcmp(a, b, al < bl ? al : bl);
+    return c ? c : al < bl ? -1 : al > bl;
+}
+
+/* By name, then oldest first. */
+static int stamp_cmp(const void *a, const void *b)
+{
+    const fs_stamp_t *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    return c ? c : x->mtime_ns < y->mtime_ns ? -1 : x->mtime_ns > y->mtime_ns;
+}
+
+static int stamp_newest_first(const void *a, const void *b)
+{
+    uint64_t x = ((const fs_stamp_t *)a)->mtime_ns, y = ((const fs_stamp_t *)b)->mtime_ns;
+    return x > y ? -1 : x < y;
+}
+
+/* The entry named name[0..len) of a sorted set, or NULL. */
+static fs_stamp_t *stamps_find(const fs_stamps_t *s, const char *name, size_t len)
+{
+    size_t lo = 0, hi = s->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = bytes_cmp(s->e[mid].name, strlen(s->e[mid].name), name, len);
+        if (!c) return &s->e[mid];
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
+/* Appends an entry (stamps_norm sorts); 0 or FTC_ENOMEM. */
+static int stamps_add(fs_stamps_t *s, const char *name, size_t len, uint64_t mtime_ns)
+{
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 16;
+        fs_stamp_t *ne = realloc(s->e, cap * sizeof *ne);
+        if (!ne) return FTC_ENOMEM;
+        s->e = ne, s->cap = cap;
+    }
+    char *c = strndup(name, len);
+    if (!c) return FTC_ENOMEM;
+    s->e[s->n++] = (fs_stamp_t){.name = c, .mtime_ns = mtime_ns};
+    return 0;
+}
+
+/* Sorts by name, keeping the newest entry of each name. */
+static void stamps_norm(fs_stamps_t *s)
+{
+    if (s->n) qsort(s->e, s->n, sizeof *s->e, stamp_cmp);
+    size_t out = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        if (i + 1 < s->n && !strcmp(s->e[i].name, s->e[i + 1].name)) {
+            free(s->e[i].name); /* a newer one follows */
+            continue;
+        }
+        s->e[out++] = s->e[i];
+    }
+    s->n = out;
+}
+
+/* Keeps the newest FS_GONE_MAX tombstones whose record fits FS_GONE_BYTES. */
+static void gone_bound(ftc_filestore_t *fs, fs_stamps_t *s)
+{
+    size_t bytes = 0, keep = 0;
+    for (size_t i = 0; i < s->n; i++)
+        bytes += 12 + strlen(s->e[i].name);
+    if (s->n <= FS_GONE_MAX && bytes <= FS_GONE_BYTES) return;
+    qsort(s->e, s->n, sizeof *s->e, stamp_newest_first);
+    bytes = 0;
+    while (keep < s->n && keep < FS_GONE_MAX &&
+           bytes + 12 + strlen(s->e[keep].name) <= FS_GONE_BYTES)
+        bytes += 12 + strlen(s->e[keep++].name);
+    for (size_t i = keep; i < s->n; i++)
+        free(s->e[i].name);
+    fs_log(fs, FTC_LOG_WARN,
+           "%zu deletion(s) forgotten, the oldest (over %d tombstones or %u bytes): such a file "
+           "may come back where a stale copy of it survives",
+           s->n - keep, FS_GONE_MAX, FS_GONE_BYTES);
+    s->n = keep;
+    qsort(s->e, s->n, sizeof *s->e, stamp_cmp);
+}
+
+/* The record FS_META_GONE of s (malloc'd, *len bytes), NULL when out of memory. */
+static uint8_t *gone_record(const fs_stamps_t *s, size_t *len)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < s->n; i++)
+        n += 12 + strlen(s->e[i].name);
+    uint8_t *b = malloc(n ? n : 1), *p = b;
+    for (size_t i = 0; b && i < s->n; i++) {
+        uint32_t l = (uint32_t)strlen(s->e[i].name);
+        ftc_le_wr32(p, l);
+        memcpy(p + 4, s->e[i].name, l);
+        ftc_le_wr64(p + 4 + l, s->e[i].mtime_ns);
+        p += 12 + l;
+    }
+    *len = n;
+    return b;
+}
+
+/* Appends the tombstones of a version's record FS_META_GONE to out; 0,
+ * FTC_ENOMEM, or FTC_ECORRUPT with why (a record this store would not
+ * write: nothing of it is kept). */
+static int gone_parse(const uint8_t *m, uint32_t ml, fs_stamps_t *out, char *why, size_t cap)
+{
+    size_t n0 = out->n, off = 0, cnt = 0, prev_len = 0;
+    const char *prev = NULL;
+    int rc = 0;
+    if (ml > FS_GONE_BYTES) {
+        snprintf(why, cap, "%u bytes, over %u", ml, FS_GONE_BYTES);
+        rc = FTC_ECORRUPT;
+    }
+    while (!rc && off < ml) {
+        uint32_t len = ml - off >= 4 ? ftc_le_rd32(m + off) : 0;
+        const char *name = (const char *)m + off + 4;
+        rc = FTC_ECORRUPT;
+        if (ml - off < 4 || (uint64_t)len + 8 > ml - off - 4)
+            snprintf(why, cap, "entry %zu at byte %zu is cut short", cnt, off);
+        else if (!name_ok(name, len))
+            snprintf(why, cap, "entry %zu is not a safe relative path", cnt);
+        else if (prev && bytes_cmp(prev, prev_len, name, len) >= 0)
+            snprintf(why, cap, "entry %zu is out of order", cnt);
+        else if (++cnt > FS_GONE_MAX)
+            snprintf(why, cap, "more than %d entries", FS_GONE_MAX);
+        else
+            rc = stamps_add(out, name, len, ftc_le_rd64(m + off + 4 + len));
+        prev = name, prev_len = len;
+        off += 12 + (size_t)len;
+    }
+    if (rc) {
+        for (size_t i = n0; i < out->n; i++)
+            free(out->e[i].name);
+        out->n = n0;
+    }
+    return rc;
+}
+
+/* The files of scan sc (sorted by name) as a set; 0 or FTC_ENOMEM. */
+static int stamps_from_scan(const fs_scan_t *sc, fs_stamps_t *out)
+{
+    memset(out, 0, sizeof *out);
+    int rc = 0;
+    for (size_t i = 0; !rc && i < sc->n; i++)
+        rc = stamps_add(out, sc->f[i].name, strlen(sc->f[i].name), sc->f[i].mtime_ns);
+    if (rc) stamps_free(out);
+    return rc;
+}
+
+/* A file of the last pack or restore (seen) that scan sc (sorted by name)
+ * no longer finds was deleted by the binary: a tombstone (the store's own
+ * temporaries and files it moved aside are never in seen). seen becomes
+ * sc. 0 or FTC_ENOMEM. */
+static int fs_note_gone(ftc_filestore_t *fs, const fs_scan_t *sc)
+{
+    fs_stamps_t now;
+    int rc = stamps_from_scan(sc, &now);
+    size_t added = 0;
+    for (size_t i = 0, j = 0; !rc && i < fs->seen.n; i++) {
+        const fs_stamp_t *s = &fs->seen.e[i];
+        while (j < now.n && strcmp(now.e[j].name, s->name) < 0)
+            j++;
+        if (j < now.n && !strcmp(now.e[j].name, s->name)) continue;
+        rc = stamps_add(&fs->gone, s->name, strlen(s->name), s->mtime_ns);
+        added += !rc;
+    }
+    if (added) {
+        stamps_norm(&fs->gone);
+        gone_bound(fs, &fs->gone);
+    }
+    if (rc) {
+        stamps_free(&now);
+        return rc;
+    }
+    stamps_free(&fs->seen);
+    fs->seen = now;
+    return 0;
+}
+
 static void own_slot_name(const ftc_filestore_t *fs, int i, char *buf, size_t cap)
 {
     snprintf(buf, cap, "ftc.%s.n%u.self.s%d", fs->wjob, fs->index, i);
@@ -792,7 +1010,8 @@ static void fs_start_push(ftc_filestore_t *fs, bool busy)
     ftc_err_t err = {0};
     fs_scan_t sc = {0};
     ftc_shard_layout_t *l = NULL;
-    uint8_t *meta = NULL;
+    uint8_t *meta = NULL, *grec = NULL;
+    size_t glen = 0;
     char carried[600] = "";
     if (!busy) /* a quiet pack starts afresh; a busy one keeps the files that changed */
         busy_clear(fs);
@@ -804,6 +1023,12 @@ static void fs_start_push(ftc_filestore_t *fs, bool busy)
         ftc_sleep_ms(atoi(td) > 10000 ? 10000 : atoi(td));
     int rc = scan_dir(fs, &sc, "", 0, &err);
     if (rc) goto fail;
+    if (sc.n) /* (an empty directory is a version too: every file deleted) */
+        qsort(sc.f, sc.n, sizeof *sc.f, cmp_file);
+    if ((rc = fs_note_gone(fs, &sc))) {
+        ftc_err_set(&err, rc, "filestore: out of memory packing %s", fs->dir);
+        goto fail;
+    }
     if (fs->nbusy) fs_take_previous(fs, &sc, carried, sizeof carried);
     if (sc.bytes > lim.max_bytes) {
         rc = ftc_err_set(&err, FTC_ERANGE,
@@ -834,8 +1059,6 @@ static void fs_start_push(ftc_filestore_t *fs, bool busy)
         fs->retry_on_members = true;
         goto fail;
     }
-    if (sc.n) /* (an empty directory is a version too: every file deleted) */
-        qsort(sc.f, sc.n, sizeof *sc.f, cmp_file);
     uint64_t version = ftc_wall_ms();
     if (version <= fs->last_version) version = fs->last_version + 1;
     ftc_shard_info_t info = {0};
@@ -846,7 +1069,8 @@ static void fs_start_push(ftc_filestore_t *fs, bool busy)
     info.dp = info.tp = info.pp = 1;
     l = ftc_shard_layout_create(&info);
     meta = calloc(sc.n ? sc.n : 1, 16);
-    if (!l || !meta) {
+    grec = gone_record(&fs->gone, &glen);
+    if (!l || !meta || !grec) {
         rc = ftc_err_set(&err, FTC_ENOMEM, "filestore: out of memory packing %s", fs->dir);
         goto fail;
     }
@@ -860,7 +1084,8 @@ static void fs_start_push(ftc_filestore_t *fs, bool busy)
     rc = 0;
     if ((rc = ftc_shard_layout_add_meta(l, FS_META_FILES, meta, sc.n * 16, &err)) < 0 ||
         (rc = ftc_shard_layout_add_meta(l, FS_META_NODE, fs->node_id, strlen(fs->node_id), &err)) <
-            0)
+            0 ||
+        (glen && (rc = ftc_shard_layout_add_meta(l, FS_META_GONE, grec, glen, &err)) < 0))
         goto fail;
     rc = 0;
     uint64_t size = ftc_shard_layout_size(l);
@@ -923,6 +1148,7 @@ static void fs_start_push(ftc_filestore_t *fs, bool busy)
     busy_clear(fs);
     ftc_shard_layout_destroy(l);
     free(meta);
+    free(grec);
     FTC_DEBUG(FS_MOD, "version %" PRIu64 ": %zu files, %" PRIu64 " bytes, pushing to %d peer(s)",
               version, sc.n, size, np);
     scan_free(&sc);
@@ -930,6 +1156,7 @@ static void fs_start_push(ftc_filestore_t *fs, bool busy)
 fail:
     ftc_shard_layout_destroy(l);
     free(meta);
+    free(grec);
     scan_free(&sc);
     if (rc == FTC_EAGAIN) { /* a file is still changing: pack after the next quiet period
                                (busy: at once, that file now counted as being written) */
@@ -1490,6 +1717,31 @@ static int fs_move_aside(ftc_filestore_t *fs, const fs_cand_t *c, size_t nc, boo
     return rc;
 }
 
+/* Removes this directory's copy of a deleted file when it is no newer than
+ * the tombstone (the deleted copy, restored here earlier), and the
+ * directories that leaves empty; 1 when removed. */
+static int fs_remove_gone(ftc_filestore_t *fs, const fs_stamp_t *g)
+{
+    char path[PATH_MAX];
+    ftc_err_t e = {0};
+    struct stat st;
+    size_t dl = (size_t)snprintf(path, sizeof path, "%s/", fs->dir);
+    snprintf(path + dl, sizeof path - dl, "%s", g->name);
+    if (fs_parent_check(fs, g->name, &e) || lstat(path, &st) != 0 || !S_ISREG(st.st_mode) ||
+        ts_ns(&st.st_mtim) > g->mtime_ns)
+        return 0; /* not there (nor written through a link), or written again */
+    if (unlink(path) != 0) {
+        fs_log(fs, FTC_LOG_WARN, "%s was deleted on another node but removing it failed: %s", path,
+               strerror(errno));
+        return 0;
+    }
+    for (char *slash; (slash = strrchr(path + dl, '/'));) {
+        *slash = 0;
+        if (rmdir(path) != 0) break; /* not empty */
+    }
+    return 1;
+}
+
 static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
 {
     ftc_filestore_limits_t lim;
@@ -1575,8 +1827,37 @@ static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
             if (!first) first = ftc_err_set(err, r, "%s", e.msg);
         }
     }
-    /* 2. candidates: every file of every version, newest per name wins */
-    size_t nc = 0;
+    /* 2. tombstones: this node's and every version's, the newest per name
+     * (a file deleted since this node's last pack is not one: a restore
+     * puts back what the binary lost before its files were packed) */
+    fs_stamps_t gone = {0};
+    int grc = 0;
+    for (size_t i = 0; !grc && i < fs->gone.n; i++)
+        grc = stamps_add(&gone, fs->gone.e[i].name, strlen(fs->gone.e[i].name),
+                         fs->gone.e[i].mtime_ns);
+    for (size_t i = 0; !grc && i < nr; i++) {
+        const uint8_t *m = NULL;
+        uint32_t ml = 0;
+        char why[120];
+        if (!recs[i].shard || ftc_shard_meta_get(&recs[i].v, FS_META_GONE, &m, &ml) != 0)
+            continue; /* none (or a version of an older ftc) */
+        grc = gone_parse(m, ml, &gone, why, sizeof why);
+        if (grc == FTC_ECORRUPT) {
+            fs_log(fs, FTC_LOG_WARN,
+                   "version %" PRIu64 " of node %u: metadata record %s is malformed (%s): its "
+                   "deletions are ignored",
+                   recs[i].version, recs[i].owner, FS_META_GONE, why);
+            grc = 0;
+        }
+    }
+    if (grc) { /* out of memory: no deletion is applied, this node's tombstones stay */
+        stamps_free(&gone);
+        if (!first) first = ftc_err_set(err, grc, "filestore: out of memory restoring");
+    }
+    stamps_norm(&gone);
+    /* 3. candidates: every file of every version, newest per name wins; a
+     * copy no newer than its name's tombstone was deleted */
+    size_t nc = 0, ndel = 0;
     for (size_t i = 0; i < nr; i++)
         if (recs[i].shard) nc += recs[i].v.n_tensors;
     fs_cand_t *c = calloc(nc + 1, sizeof *c);
@@ -1597,9 +1878,16 @@ static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
                        r->version, r->owner, (int)(tt.name_len > 200 ? 200 : tt.name_len), tt.name);
                 continue;
             }
+            uint64_t mt = ftc_le_rd64(r->meta + 16 * t);
+            fs_stamp_t *g = stamps_find(&gone, tt.name, tt.name_len);
+            if (g && mt <= g->mtime_ns) {
+                ndel++;
+                continue;
+            }
+            if (g) g->newer = true; /* written again since */
             c[k++] = (fs_cand_t){.name = tt.name,
                                  .name_len = tt.name_len,
-                                 .mtime_ns = ftc_le_rd64(r->meta + 16 * t),
+                                 .mtime_ns = mt,
                                  .mode = ftc_le_rd32(r->meta + 16 * t + 8),
                                  .version = r->version,
                                  .owner = r->owner,
@@ -1623,6 +1911,10 @@ static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
             if (!first) first = ftc_err_set(err, r, "%s", e.msg);
         }
     }
+    /* a deleted copy restored here earlier goes too */
+    size_t removed_n = 0;
+    for (size_t i = 0; i < gone.n; i++)
+        removed_n += fs_remove_gone(fs, &gone.e[i]);
     if (fs->suspect) { /* a rank died: what no version holds may be half-written */
         ftc_err_t e = {0};
         int r = fs_move_aside(fs, c, nc, first != 0, &e);
@@ -1631,12 +1923,41 @@ static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
     /* the restore's own writes are not a new version of this node */
     fs_drain_events(fs, true);
     fs_watch_tree(fs, "", 0);
+    /* 4. the tombstones no newer copy undid are this node's now (its next
+     * versions carry them: a deletion outlives the node that made it); the
+     * directory as restored is what its next pack compares with */
+    if (!grc) {
+        size_t out = 0;
+        for (size_t i = 0; i < gone.n; i++)
+            if (gone.e[i].newer)
+                free(gone.e[i].name);
+            else
+                gone.e[out++] = gone.e[i];
+        gone.n = out;
+        gone_bound(fs, &gone);
+        stamps_free(&fs->gone);
+        fs->gone = gone;
+        gone = (fs_stamps_t){0};
+    }
+    fs_scan_t sc = {0};
+    fs_stamps_t seen;
+    ftc_err_t e = {0};
+    if (scan_dir(fs, &sc, "", 0, &e) == 0) {
+        if (sc.n) qsort(sc.f, sc.n, sizeof *sc.f, cmp_file);
+        if (stamps_from_scan(&sc, &seen) == 0) {
+            stamps_free(&fs->seen);
+            fs->seen = seen;
+        }
+    }
+    scan_free(&sc);
+    stamps_free(&gone);
     pthread_mutex_lock(&fs->mu);
     fs->stats.files_restored += written_n;
     pthread_mutex_unlock(&fs->mu);
     fs_log(fs, first ? FTC_LOG_WARN : FTC_LOG_INFO,
-           "restore: %zu recorded version(s), %zu file(s) in the union, %" PRIu64 " written%s", nr,
-           nc, written_n, first ? " (with errors)" : "");
+           "restore: %zu recorded version(s), %zu file(s) in the union, %" PRIu64
+           " written, %zu deleted copies left out, %zu removed%s",
+           nr, nc, written_n, ndel, removed_n, first ? " (with errors)" : "");
     for (size_t i = 0; i < nr; i++) {
         free(recs[i].buf);
         free(recs[i].holders);
@@ -2219,6 +2540,8 @@ void ftc_filestore_destroy(ftc_filestore_t *fs)
     free(fs->req_members);
     busy_clear(fs);
     free(fs->busy);
+    stamps_free(&fs->seen);
+    stamps_free(&fs->gone);
     pthread_cond_destroy(&fs->cv);
     pthread_mutex_destroy(&fs->mu);
     free(fs);

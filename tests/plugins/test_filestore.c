@@ -41,6 +41,9 @@
  *   limits     times above a day are refused (their sums overflowed the waits)
  *   delete     a file the binary deletes is not brought back by a restore (a
  *              deletion makes a version; deleting all makes an empty one)
+ *   gone       a file node 0 deletes after a restore gave node 1 a copy (in
+ *              node 1's next version) stays deleted on both at the next
+ *              restore; written again (newer), it is restored again
  *   pending    a file written just before a restore is still pushed after it
  *   busy       a log appended every 20 ms (never quiet) and a file rewritten in
  *              place and held open: a version is still made (busy_max_ms), with
@@ -1138,6 +1141,44 @@ static void test_delete(void **state)
     quit(&n1);
 }
 
+/* Deletions are recorded (tombstones): after a restore every node holds the
+ * union, so node 1's next version holds node 0's files; a file node 0 then
+ * deletes must not come back from node 1's version (a binary keeping its
+ * last N checkpoints would pile up every deleted one on every node). */
+static void test_gone(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0, n1;
+    spawn_pair(&n0, &n1);
+    OK(&n0, "write a.bin 81 40000");
+    OK(&n0, "write b.bin 82 40000");
+    OK(&n0, "flush");
+    OK(&n0, "restore 1 n0 n1");
+    OK(&n1, "restore 1 n0 n1");
+    OK(&n1, "check a.bin 81 40000");
+    OK(&n0, "rm a.bin");
+    OK(&n0, "flush");
+    OK(&n1, "write c.bin 83 1000"); /* node 1's next version, still holding a.bin */
+    OK(&n1, "flush");
+    OK(&n0, "restore 1 n0 n1");
+    OK(&n1, "restore 1 n0 n1");
+    OK(&n0, "absent a.bin");
+    OK(&n1, "absent a.bin");
+    OK(&n0, "check b.bin 82 40000");
+    OK(&n1, "check b.bin 82 40000");
+    OK(&n0, "check c.bin 83 1000");
+    /* the binary writes it again: the newer copy wins over the deletion */
+    OK(&n0, "write a.bin 84 2000");
+    OK(&n0, "flush");
+    OK(&n0, "restore 1 n0 n1");
+    OK(&n1, "restore 1 n0 n1");
+    OK(&n0, "check a.bin 84 2000");
+    OK(&n1, "check a.bin 84 2000");
+    quit(&n0);
+    quit(&n1);
+}
+
 /* A file written just before a restore (not packed yet: the quiet period
  * had not passed) still makes a version after the restore; before, the
  * restore dropped every queued event, its own and the binary's. */
@@ -1422,6 +1463,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_crashlongname, setup, teardown),
         cmocka_unit_test_setup_teardown(test_limits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delete, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_gone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pending, setup, teardown),
         cmocka_unit_test_setup_teardown(test_busy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_quietopen, setup, teardown),
