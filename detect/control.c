@@ -392,6 +392,16 @@ int ftc_ctl_heartbeat_parse(const char *s, size_t len, ftc_ctl_heartbeat_t *hb, 
     return 0;
 }
 
+int ftc_ctl_member_parse(const char *text, ftc_ctl_member_rec_t *m, ftc_err_t *err)
+{
+    memset(m, 0, sizeof *m);
+    if (sscanf(text, "%127s %63s %lld %23s", m->host, m->domain, &m->pid, m->joined) != 4)
+        return ftc_err_set(err, FTC_EPROTO, "member record '%.80s' is not \"host domain pid "
+                           "joined_ms\"", text);
+    m->joined_ok = sscanf(m->joined, "%llu", &m->joined_ms) == 1;
+    return 0;
+}
+
 /* ---- generations --------------------------------------------------------------- */
 
 int ftc_ctl_generation(ftc_ctl_t *c, uint64_t *gen, uint32_t *world)
@@ -526,6 +536,21 @@ int ftc_ctl_lease_release(ftc_ctl_t *c, const char *holder, uint64_t epoch)
     return rc ? ftc__rc(c, rc) : 0;
 }
 
+int ftc_ctl_leader_parse(const char *s, size_t len, const char *key, char *holder, size_t cap,
+                         uint64_t *epoch, ftc_err_t *err)
+{
+    char buf[200];
+    unsigned long long e;
+    char h[160];
+    snprintf(buf, sizeof buf, "%.*s", (int)(len < 199 ? len : 199), s);
+    if (sscanf(buf, "%159s %llu", h, &e) != 2)
+        return ftc_err_set(err, FTC_EPROTO, "%s holds '%.40s' (expected \"holder epoch\")", key,
+                           buf);
+    snprintf(holder, cap, "%s", h);
+    *epoch = e;
+    return 0;
+}
+
 int ftc_ctl_leader(ftc_ctl_t *c, char *holder, size_t cap, uint64_t *epoch, int64_t *ttl_ms)
 {
     KEY(leader, "leader");
@@ -543,19 +568,8 @@ int ftc_ctl_leader(ftc_ctl_t *c, char *holder, size_t cap, uint64_t *epoch, int6
         ftc_redis_reply_free(rep);
         return 0;
     }
-    if (!rc) {
-        char buf[200];
-        unsigned long long e;
-        char h[160];
-        snprintf(buf, sizeof buf, "%.*s", (int)(len < 199 ? len : 199), s);
-        if (sscanf(buf, "%159s %llu", h, &e) != 2)
-            rc = ftc_err_set(&c->err, FTC_EPROTO, "%s holds '%.40s' (expected \"holder epoch\")",
-                             leader, buf);
-        else {
-            snprintf(holder, cap, "%s", h);
-            *epoch = e;
-        }
-    }
+    if (!rc)
+        rc = ftc_ctl_leader_parse(s, len, leader, holder, cap, epoch, &c->err);
     ftc_redis_reply_free(rep);
     if (rc)
         return rc;
@@ -709,15 +723,8 @@ int ftc_ctl_committed(ftc_ctl_t *c, int64_t *step, uint64_t *gen)
     return rc;
 }
 
-/* One member of the committed set: "STEP:GEN". */
-static int ftc__committed_member(ftc_ctl_t *c, const ftc_redis_reply_t *e, const char *key,
-                                 int64_t *step, uint64_t *gen)
+bool ftc_ctl_committed_member_parse(const char *v, size_t len, int64_t *step, uint64_t *gen)
 {
-    const char *v = NULL;
-    size_t len = 0;
-    int rc = ftc_redis_want_str(e, key, &v, &len, &c->err);
-    if (rc)
-        return rc;
     char buf[48], *end = NULL;
     long long s = -1;
     unsigned long long g = 0;
@@ -734,11 +741,25 @@ static int ftc__committed_member(ftc_ctl_t *c, const ftc_redis_reply_t *e, const
             ok = errno == 0 && *end == 0;
         }
     }
-    if (!ok)
+    if (ok) {
+        *step = s;
+        *gen = g;
+    }
+    return ok;
+}
+
+/* One member of the committed set: "STEP:GEN". */
+static int ftc__committed_member(ftc_ctl_t *c, const ftc_redis_reply_t *e, const char *key,
+                                 int64_t *step, uint64_t *gen)
+{
+    const char *v = NULL;
+    size_t len = 0;
+    int rc = ftc_redis_want_str(e, key, &v, &len, &c->err);
+    if (rc)
+        return rc;
+    if (!ftc_ctl_committed_member_parse(v, len, step, gen))
         return ftc_err_set(&c->err, FTC_EPROTO, "%s: member '%.*s' is not STEP:GEN", key,
                            (int)(len > 40 ? 40 : len), v);
-    *step = s;
-    *gen = g;
     return 0;
 }
 

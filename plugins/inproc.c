@@ -204,19 +204,27 @@ int ftc_inproc_state_read(const char *state_path, ftc_inproc_state_t *st, ftc_er
     char line[512] = "";
     char *got = fgets(line, sizeof line, f);
     fclose(f);
+    if (!got || !ftc_inproc_state_parse(line, st))
+        return ftc_err_set(err, FTC_EPROTO, "%s: '%.100s' is not 'pid=P gen=G phase=running|"
+                                            "waiting why=TEXT'", state_path, line);
+    return 0;
+}
+
+bool ftc_inproc_state_parse(const char *line, ftc_inproc_state_t *st)
+{
+    memset(st, 0, sizeof *st);
     int pid = 0, off = 0;
     unsigned long long gen = 0;
     char phase[16] = "";
-    if (!got || sscanf(line, "pid=%d gen=%llu phase=%15s why=%n", &pid, &gen, phase, &off) < 3 ||
+    if (sscanf(line, "pid=%d gen=%llu phase=%15s why=%n", &pid, &gen, phase, &off) < 3 ||
         off == 0 || (strcmp(phase, "running") && strcmp(phase, "waiting")))
-        return ftc_err_set(err, FTC_EPROTO, "%s: '%.100s' is not 'pid=P gen=G phase=running|"
-                                            "waiting why=TEXT'", state_path, line);
+        return false;
     st->pid = (pid_t)pid;
     st->gen = gen;
     st->phase = strcmp(phase, "waiting") ? FTC_INPROC_RUNNING : FTC_INPROC_WAITING;
     snprintf(st->why, sizeof st->why, "%s", line + off);
     st->why[strcspn(st->why, "\n")] = 0;
-    return 0;
+    return true;
 }
 
 /* ---- the leave request ------------------------------------------------------------------ */

@@ -1,0 +1,224 @@
+/*
+ * fuzz_records.c — libFuzzer target for the records one process reads that
+ * another wrote, in the job's Redis or in a file: a member record
+ * (ftc_ctl_member_parse, detect/control.h: what the detector and `ftc
+ * status` read), the leader lease value (ftc_ctl_leader_parse), a member of
+ * the committed set (ftc_ctl_committed_member_parse), an event's stream
+ * field (ftc_status_event_field, detect/status.h), an agent's fabric entry
+ * (ftc__fabric_parse, ckpt/agent_internal.h), the ranks of a plan
+ * (ftc__plan_ranks_parse) and the in-process state file's line
+ * (ftc_inproc_state_parse, plugins/inproc.h).
+ *
+ * The input, cut at its first NUL, is given whole to the one-text parsers;
+ * the two-text ones (a fabric field and its value, an event field and its
+ * value) get it split at the first newline. The length-taking parsers get
+ * the whole input, NULs included. Checked besides memory safety
+ * (ASan/UBSan, leaks):
+ *   - the error contract: every failure has its code and a message;
+ *   - the words of a record that parses are NUL-terminated inside their
+ *     buffers, non-empty and without white space (they are one word each
+ *     where they are written);
+ *   - the round trip: a record that parses, written back the way its writer
+ *     writes it (ftc_ctl_join, the lease script, ftc__publish_address,
+ *     ftc_inproc_state_write, `ftc run`'s plan), parses to the same values;
+ *   - a fabric address decodes to half as many bytes as its hex digits, and
+ *     a plan's every rank names one of its members.
+ */
+#include "fuzz_common.h"
+
+#include "ckpt/agent_internal.h"
+#include "detect/control.h"
+#include "detect/status.h"
+#include "plugins/inproc.h"
+
+#include <ctype.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* A word of a record: terminated inside cap bytes, non-empty, no white
+ * space (sscanf's %s stops at it; the writers put one word there). */
+static void check_word(const char *w, size_t cap, const char *what)
+{
+    size_t l = strnlen(w, cap);
+    FUZZ_CHECK(l > 0 && l < cap, "%s: %zu bytes in %zu", what, l, cap);
+    for (size_t i = 0; i < l; i++)
+        FUZZ_CHECK(!isspace((unsigned char)w[i]), "%s '%s' holds white space", what, w);
+}
+
+static void member(const char *text)
+{
+    ftc_ctl_member_rec_t m, back;
+    ftc_err_t err = {0};
+    int rc = ftc_ctl_member_parse(text, &m, &err);
+    fuzz_check_err(rc, &err, "member");
+    if (rc)
+        return;
+    check_word(m.host, sizeof m.host, "host");
+    check_word(m.domain, sizeof m.domain, "domain");
+    check_word(m.joined, sizeof m.joined, "joined");
+    /* as ftc_ctl_join writes it */
+    char again[400];
+    snprintf(again, sizeof again, "%s %s %lld %s", m.host, m.domain, m.pid, m.joined);
+    FUZZ_CHECK(ftc_ctl_member_parse(again, &back, &err) == 0, "'%s' does not parse: %s", again,
+               err.msg);
+    FUZZ_CHECK(!memcmp(&m, &back, sizeof m), "'%s' parses to other values", again);
+}
+
+static void leader(const char *data, size_t size)
+{
+    char holder[160], small[6], back[160];
+    uint64_t epoch = 0, e2 = 0;
+    ftc_err_t err = {0};
+    int rc = ftc_ctl_leader_parse(data, size, "leader", holder, sizeof holder, &epoch, &err);
+    fuzz_check_err(rc, &err, "leader");
+    if (rc)
+        return;
+    check_word(holder, sizeof holder, "holder");
+    /* a short buffer gets the holder cut, terminated */
+    FUZZ_CHECK(ftc_ctl_leader_parse(data, size, "leader", small, sizeof small, &e2, &err) == 0 &&
+                   e2 == epoch && strnlen(small, sizeof small) < sizeof small &&
+                   !strncmp(small, holder, sizeof small - 1),
+               "into %zu bytes: '%s' %" PRIu64, sizeof small, small, e2);
+    /* as the lease script writes it */
+    char again[200];
+    snprintf(again, sizeof again, "%s %" PRIu64, holder, epoch);
+    FUZZ_CHECK(ftc_ctl_leader_parse(again, strlen(again), "leader", back, sizeof back, &e2,
+                                    &err) == 0,
+               "'%s' does not parse: %s", again, err.msg);
+    FUZZ_CHECK(!strcmp(back, holder) && e2 == epoch, "'%s' parses to '%s' %" PRIu64, again, back,
+               e2);
+}
+
+static void committed(const char *data, size_t size)
+{
+    int64_t step = -5, s2;
+    uint64_t gen = 0, g2;
+    if (!ftc_ctl_committed_member_parse(data, size, &step, &gen))
+        return;
+    FUZZ_CHECK(step >= 0, "step %" PRId64, step);
+    char again[48];
+    snprintf(again, sizeof again, "%" PRId64 ":%" PRIu64, step, gen);
+    FUZZ_CHECK(ftc_ctl_committed_member_parse(again, strlen(again), &s2, &g2) && s2 == step &&
+                   g2 == gen,
+               "'%s' does not parse back", again);
+}
+
+static void event(const char *k, const char *v)
+{
+    ftc_status_event_t e;
+    memset(&e, 0, sizeof e);
+    ftc_status_event_field(&e, k, v);
+    FUZZ_CHECK(memchr(e.kind, 0, sizeof e.kind) && memchr(e.node, 0, sizeof e.node) &&
+                   memchr(e.detail, 0, sizeof e.detail),
+               "an event's text field is not terminated");
+}
+
+static void fabric(const char *field, const char *value)
+{
+    ftc__fabric_rec_t r, back;
+    ftc_err_t err = {0};
+    int rc = ftc__fabric_parse(field, value, &r, &err);
+    fuzz_check_err(rc, &err, "fabric");
+    if (rc)
+        return;
+    size_t hl = strnlen(r.hex, sizeof r.hex);
+    FUZZ_CHECK(hl < sizeof r.hex && hl == 2 * r.addr_len && r.addr_len <= FTC_FABRIC_ADDR_MAX,
+               "%zu hex digits, %zu address bytes", hl, r.addr_len);
+    check_word(r.hex, sizeof r.hex, "address");
+    check_word(r.node_id, sizeof r.node_id, "node id");
+    if (r.domain[0])
+        check_word(r.domain, sizeof r.domain, "domain");
+    for (size_t i = 0; i < r.addr_len; i++) {
+        char two[3];
+        snprintf(two, sizeof two, "%02x", r.addr[i]);
+        FUZZ_CHECK(!memcmp(two, r.hex + 2 * i, 2), "byte %zu is %s, hex '%.2s'", i, two,
+                   r.hex + 2 * i);
+    }
+    /* as ftc__publish_address writes it */
+    char f[24], v[2 * FTC_FABRIC_ADDR_MAX + 200];
+    snprintf(f, sizeof f, "%lu", r.node);
+    int n = snprintf(v, sizeof v, "%s %s %s", r.hex, r.node_id, r.domain[0] ? r.domain : "-");
+    if (r.has_gen)
+        snprintf(v + n, sizeof v - (size_t)n, " %" PRIu64, r.gen);
+    FUZZ_CHECK(ftc__fabric_parse(f, v, &back, &err) == 0, "'%s' '%s' does not parse: %s", f, v,
+               err.msg);
+    FUZZ_CHECK(!memcmp(&r, &back, sizeof r), "'%s' '%s' parses to other values", f, v);
+}
+
+static void plan(const char *text, uint32_t nm)
+{
+    uint32_t *m = NULL, *l = NULL, n = 0, *m2 = NULL, *l2 = NULL, n2 = 0;
+    if (!ftc__plan_ranks_parse(text, nm, &m, &l, &n))
+        return;
+    for (uint32_t i = 0; i < n; i++)
+        FUZZ_CHECK(m[i] < nm, "rank %u on member %u of %u", i, m[i], nm);
+    /* as `ftc run` writes it */
+    size_t cap = (size_t)n * 24 + 1, k = 0;
+    char *again = malloc(cap);
+    if (!again)
+        goto out;
+    again[0] = 0;
+    for (uint32_t i = 0; i < n; i++)
+        k += (size_t)snprintf(again + k, cap - k, "%s%u:%u", i ? " " : "", m[i], l[i]);
+    FUZZ_CHECK(ftc__plan_ranks_parse(again, nm, &m2, &l2, &n2), "'%.200s' does not parse", again);
+    FUZZ_CHECK(n2 == n && (!n || (!memcmp(m, m2, n * sizeof *m) && !memcmp(l, l2, n * sizeof *l))),
+               "'%.200s' parses to other ranks", again);
+    free(again);
+out:
+    free(m);
+    free(l);
+    free(m2);
+    free(l2);
+}
+
+static void state(const char *line)
+{
+    ftc_inproc_state_t st, back;
+    if (!ftc_inproc_state_parse(line, &st))
+        return;
+    FUZZ_CHECK(st.phase == FTC_INPROC_RUNNING || st.phase == FTC_INPROC_WAITING, "phase %d",
+               (int)st.phase);
+    size_t wl = strnlen(st.why, sizeof st.why);
+    FUZZ_CHECK(wl < sizeof st.why && !memchr(st.why, '\n', wl), "why: %zu bytes", wl);
+    /* as ftc_inproc_state_write writes it */
+    char again[512];
+    snprintf(again, sizeof again, "pid=%d gen=%" PRIu64 " phase=%s why=%s\n", (int)st.pid, st.gen,
+             st.phase == FTC_INPROC_WAITING ? "waiting" : "running", st.why);
+    FUZZ_CHECK(ftc_inproc_state_parse(again, &back), "'%s' does not parse", again);
+    FUZZ_CHECK(back.pid == st.pid && back.gen == st.gen && back.phase == st.phase &&
+                   !strcmp(back.why, st.why),
+               "'%s' parses to other values ('%s')", again, back.why);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    char *text = malloc(size + 1);
+    if (!text)
+        return 0;
+    memcpy(text, data, size);
+    text[size] = 0;
+    member(text);
+    leader((const char *)data, size);
+    committed((const char *)data, size);
+    plan(text, 4);
+    plan(text, UINT32_MAX);
+    state(text);
+    /* field and value: the first line and the rest */
+    char *nl = strchr(text, '\n');
+    const char *value = "";
+    if (nl) {
+        *nl = 0;
+        value = nl + 1;
+    }
+    fabric(text, value);
+    event(text, value);
+    free(text);
+    return 0;
+}
