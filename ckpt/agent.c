@@ -23,9 +23,11 @@
 #include "ckpt/agent_internal.h"
 
 #include "core/clock.h"
+#include "core/config.h"
 #include "core/fsio.h"
 #include "core/log.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -322,16 +324,27 @@ out:
 int ftc__fabric_parse(const char *field, const char *value, ftc__fabric_rec_t *r, ftc_err_t *err)
 {
     memset(r, 0, sizeof *r);
-    char *end;
-    r->node = strtoul(field, &end, 10);
-    if (end == field) {
+    /* whole words and numbers: strtoul took field "1x" for node 1, and
+     * sscanf("%512s %64s %63s %llu") a longer node id's rest for the
+     * domain, "3abc" for generation 3 */
+    uint64_t node = 0;
+    if (ftc_parse_u64(field, &node) || node >= ULONG_MAX) {
         r->node = ULONG_MAX;
         return ftc_err_set(err, FTC_EPROTO, "fabric field '%.40s' is not a node index", field);
     }
-    char dom[64];
-    unsigned long long egen = 0;
-    int nf = sscanf(value, "%512s %64s %63s %llu", r->hex, r->node_id, dom, &egen);
-    if (nf < 3 || strlen(r->hex) % 2)
+    r->node = (unsigned long)node;
+    const char *p = value;
+    char dom[64], gw[24];
+    bool ok = ftc_next_word(&p, r->hex, sizeof r->hex) &&
+              ftc_next_word(&p, r->node_id, sizeof r->node_id) &&
+              ftc_next_word(&p, dom, sizeof dom) && strlen(r->hex) % 2 == 0;
+    if (ok) { /* GEN, which older agents did not publish; later words are ignored */
+        while (isspace((unsigned char)*p))
+            p++;
+        r->has_gen = *p != 0;
+        ok = !r->has_gen || (ftc_next_word(&p, gw, sizeof gw) && !ftc_parse_u64(gw, &r->gen));
+    }
+    if (!ok)
         return ftc_err_set(err, FTC_EPROTO, "fabric entry '%.80s' is not \"HEXADDR NODE_ID "
                            "DOMAIN GEN\"", value);
     r->addr_len = strlen(r->hex) / 2;
@@ -343,8 +356,6 @@ int ftc__fabric_parse(const char *field, const char *value, ftc__fabric_rec_t *r
         r->addr[k] = (uint8_t)(hi << 4 | lo);
     }
     snprintf(r->domain, sizeof r->domain, "%s", strcmp(dom, "-") ? dom : "");
-    r->has_gen = nf == 4;
-    r->gen = egen;
     return 0;
 }
 

@@ -7,6 +7,7 @@
 #include "ckpt/agent_internal.h"
 
 #include "core/clock.h"
+#include "core/config.h"
 #include "core/log.h"
 
 #include <inttypes.h>
@@ -59,8 +60,14 @@ bool ftc__plan_ranks_parse(const char *ranks, uint32_t nm, uint32_t **member, ui
     bool ok = mv && lv && copy;
     for (char *sv = NULL, *t = ok ? strtok_r(copy, " ", &sv) : NULL; t && ok;
          t = strtok_r(NULL, " ", &sv)) {
-        unsigned m = 0, l = 0;
-        if (sscanf(t, "%u:%u", &m, &l) != 2 || m >= nm) {
+        /* digits:digits, nothing else: sscanf("%u:%u") took "0:-1" as local
+         * index 2^32-1 and "1:2x" as 1:2 */
+        char *colon = strchr(t, ':');
+        uint64_t m = 0, l = 0;
+        if (colon)
+            *colon = 0;
+        if (!colon || ftc_parse_u64(t, &m) || ftc_parse_u64(colon + 1, &l) || m >= nm ||
+            l > UINT32_MAX) {
             ok = false;
             break;
         }
@@ -77,8 +84,8 @@ bool ftc__plan_ranks_parse(const char *ranks, uint32_t nm, uint32_t **member, ui
                 break;
             }
         }
-        mv[k] = m;
-        lv[k++] = l;
+        mv[k] = (uint32_t)m;
+        lv[k++] = (uint32_t)l;
     }
     free(copy);
     if (!ok) {

@@ -7,6 +7,7 @@
 #include "detect/control.h"
 
 #include "core/clock.h"
+#include "core/config.h"
 
 #include <ctype.h>
 #include <hiredis/hiredis.h>
@@ -395,10 +396,24 @@ int ftc_ctl_heartbeat_parse(const char *s, size_t len, ftc_ctl_heartbeat_t *hb, 
 int ftc_ctl_member_parse(const char *text, ftc_ctl_member_rec_t *m, ftc_err_t *err)
 {
     memset(m, 0, sizeof *m);
-    if (sscanf(text, "%127s %63s %lld %23s", m->host, m->domain, &m->pid, m->joined) != 4)
+    /* whole words and whole numbers: sscanf("%127s %63s %lld %23s") took a
+     * longer host's rest for the domain, and "4x" as pid 4 with "x" for
+     * JOINED_MS; %llu took "-5" as a join time of 2^64-5 */
+    const char *p = text;
+    char pid[24];
+    int64_t v = 0;
+    uint64_t j = 0;
+    if (!ftc_next_word(&p, m->host, sizeof m->host) ||
+        !ftc_next_word(&p, m->domain, sizeof m->domain) || !ftc_next_word(&p, pid, sizeof pid) ||
+        !ftc_next_word(&p, m->joined, sizeof m->joined) ||
+        ftc_parse_int(pid, INT64_MIN, INT64_MAX, &v)) {
+        memset(m, 0, sizeof *m);
         return ftc_err_set(err, FTC_EPROTO, "member record '%.80s' is not \"host domain pid "
                            "joined_ms\"", text);
-    m->joined_ok = sscanf(m->joined, "%llu", &m->joined_ms) == 1;
+    }
+    m->pid = v;
+    m->joined_ok = ftc_parse_u64(m->joined, &j) == 0;
+    m->joined_ms = m->joined_ok ? j : 0;
     return 0;
 }
 
@@ -539,11 +554,13 @@ int ftc_ctl_lease_release(ftc_ctl_t *c, const char *holder, uint64_t epoch)
 int ftc_ctl_leader_parse(const char *s, size_t len, const char *key, char *holder, size_t cap,
                          uint64_t *epoch, ftc_err_t *err)
 {
-    char buf[200];
-    unsigned long long e;
-    char h[160];
+    char buf[200], h[160], ew[24];
+    uint64_t e = 0;
     snprintf(buf, sizeof buf, "%.*s", (int)(len < 199 ? len : 199), s);
-    if (sscanf(buf, "%159s %llu", h, &e) != 2)
+    const char *p = buf;
+    /* whole words, the epoch all digits (sscanf's %llu took "-1" as 2^64-1) */
+    if (!ftc_next_word(&p, h, sizeof h) || !ftc_next_word(&p, ew, sizeof ew) ||
+        ftc_parse_u64(ew, &e))
         return ftc_err_set(err, FTC_EPROTO, "%s holds '%.40s' (expected \"holder epoch\")", key,
                            buf);
     snprintf(holder, cap, "%s", h);

@@ -4,10 +4,12 @@
  */
 #include "plugins/inproc.h"
 
+#include "core/config.h"
 #include "core/fsio.h"
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -213,11 +215,16 @@ int ftc_inproc_state_read(const char *state_path, ftc_inproc_state_t *st, ftc_er
 bool ftc_inproc_state_parse(const char *line, ftc_inproc_state_t *st)
 {
     memset(st, 0, sizeof *st);
-    int pid = 0, off = 0;
-    unsigned long long gen = 0;
-    char phase[16] = "";
-    if (sscanf(line, "pid=%d gen=%llu phase=%15s why=%n", &pid, &gen, phase, &off) < 3 ||
-        off == 0 || (strcmp(phase, "running") && strcmp(phase, "waiting")))
+    int off = 0;
+    int64_t pid = 0;
+    uint64_t gen = 0;
+    char pw[16] = "", gw[24] = "", phase[16] = "";
+    /* whole numbers, spaces between (sscanf's %llu took "gen=-1" as 2^64-1,
+     * and its " " took "pid=8gen=3phase=..." too) */
+    if (sscanf(line, "pid=%15[-0-9]%*[ ]gen=%23[0-9]%*[ ]phase=%15s%*[ ]why=%n", pw, gw, phase,
+               &off) < 3 ||
+        off == 0 || (strcmp(phase, "running") && strcmp(phase, "waiting")) ||
+        ftc_parse_int(pw, INT_MIN, INT_MAX, &pid) || ftc_parse_u64(gw, &gen))
         return false;
     st->pid = (pid_t)pid;
     st->gen = gen;

@@ -21,6 +21,10 @@
  *   - the round trip: a record that parses, written back the way its writer
  *     writes it (ftc_ctl_join, the lease script, ftc__publish_address,
  *     ftc_inproc_state_write, `ftc run`'s plan), parses to the same values;
+ *   - each field is a whole word of the text: a word too long for its field
+ *     is not cut with its rest taken for the next field, and a number is
+ *     all digits (a sign only where the field has one) and in range, not
+ *     "12abc" taken as 12 or "-1" as 2^64-1 (sscanf's %llu);
  *   - a fabric address decodes to half as many bytes as its hex digits, and
  *     a plan's every rank names one of its members.
  */
@@ -32,6 +36,7 @@
 #include "plugins/inproc.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -52,6 +57,42 @@ static void check_word(const char *w, size_t cap, const char *what)
         FUZZ_CHECK(!isspace((unsigned char)w[i]), "%s '%s' holds white space", what, w);
 }
 
+/* Word i (from 0) of text, words split at white space as sscanf's %s
+ * splits them; "" when there are fewer. */
+static const char *word(const char *text, int i, char *out, size_t cap)
+{
+    const char *p = text;
+    for (int k = 0;; k++) {
+        while (*p && isspace((unsigned char)*p))
+            p++;
+        const char *b = p;
+        while (*p && !isspace((unsigned char)*p))
+            p++;
+        if (k == i || b == p) {
+            size_t l = (size_t)(p - b) < cap - 1 ? (size_t)(p - b) : cap - 1;
+            memcpy(out, b, l);
+            out[l] = 0;
+            return out;
+        }
+    }
+}
+
+/* The word is a whole decimal number in range: digits only for an unsigned
+ * field (no sign: sscanf's %llu takes "-1" as 2^64-1), a sign allowed for a
+ * signed one. */
+static bool whole_number(const char *w, bool sign)
+{
+    const char *d = sign && (*w == '-' || *w == '+') ? w + 1 : w;
+    if (!*d || strspn(d, "0123456789") != strlen(d))
+        return false;
+    errno = 0;
+    if (sign)
+        (void)strtoll(w, NULL, 10);
+    else
+        (void)strtoull(w, NULL, 10);
+    return errno == 0;
+}
+
 static void member(const char *text)
 {
     ftc_ctl_member_rec_t m, back;
@@ -63,6 +104,17 @@ static void member(const char *text)
     check_word(m.host, sizeof m.host, "host");
     check_word(m.domain, sizeof m.domain, "domain");
     check_word(m.joined, sizeof m.joined, "joined");
+    /* each field is a whole word of the text: a word too long for its
+     * field is not cut and its rest taken for the next field */
+    char w[4][512];
+    for (int i = 0; i < 4; i++)
+        word(text, i, w[i], sizeof w[i]);
+    FUZZ_CHECK(!strcmp(w[0], m.host) && !strcmp(w[1], m.domain) && !strcmp(w[3], m.joined),
+               "'%.300s': fields '%s' '%s' '%s' are not its words", text, m.host, m.domain,
+               m.joined);
+    FUZZ_CHECK(whole_number(w[2], true), "'%.300s': pid '%s' taken as %lld", text, w[2], m.pid);
+    FUZZ_CHECK(m.joined_ok == whole_number(w[3], false), "'%.300s': joined '%s' %s a number",
+               text, w[3], m.joined_ok ? "taken as" : "not taken for");
     /* as ftc_ctl_join writes it */
     char again[400];
     snprintf(again, sizeof again, "%s %s %lld %s", m.host, m.domain, m.pid, m.joined);
@@ -81,6 +133,11 @@ static void leader(const char *data, size_t size)
     if (rc)
         return;
     check_word(holder, sizeof holder, "holder");
+    char cut[200], w0[512], w1[512];
+    snprintf(cut, sizeof cut, "%.*s", (int)(size < 199 ? size : 199), data);
+    FUZZ_CHECK(!strcmp(word(cut, 0, w0, sizeof w0), holder) &&
+                   whole_number(word(cut, 1, w1, sizeof w1), false),
+               "'%s': holder '%s' epoch %" PRIu64 " are not its words", cut, holder, epoch);
     /* a short buffer gets the holder cut, terminated */
     FUZZ_CHECK(ftc_ctl_leader_parse(data, size, "leader", small, sizeof small, &e2, &err) == 0 &&
                    e2 == epoch && strnlen(small, sizeof small) < sizeof small &&
@@ -141,6 +198,17 @@ static void fabric(const char *field, const char *value)
         FUZZ_CHECK(!memcmp(two, r.hex + 2 * i, 2), "byte %zu is %s, hex '%.2s'", i, two,
                    r.hex + 2 * i);
     }
+    char w[4][1024];
+    for (int i = 0; i < 4; i++)
+        word(value, i, w[i], sizeof w[i]);
+    FUZZ_CHECK(whole_number(field, false), "field '%.40s' taken as node %lu", field, r.node);
+    FUZZ_CHECK(!strcmp(w[0], r.hex) && !strcmp(w[1], r.node_id) &&
+                   !strcmp(w[2], r.domain[0] ? r.domain : "-"),
+               "'%.300s': fields '%s' '%s' '%s' are not its words", value, r.hex, r.node_id,
+               r.domain);
+    FUZZ_CHECK(r.has_gen == (w[3][0] != 0) && (!r.has_gen || whole_number(w[3], false)),
+               "'%.300s': generation '%s' taken as %s%" PRIu64, value, w[3],
+               r.has_gen ? "" : "none, ", r.gen);
     /* as ftc__publish_address writes it */
     char f[24], v[2 * FTC_FABRIC_ADDR_MAX + 200];
     snprintf(f, sizeof f, "%lu", r.node);
@@ -159,6 +227,27 @@ static void plan(const char *text, uint32_t nm)
         return;
     for (uint32_t i = 0; i < n; i++)
         FUZZ_CHECK(m[i] < nm, "rank %u on member %u of %u", i, m[i], nm);
+    /* each word is MEMBER:LOCAL, digits only (%u takes "-1" as 2^32-1) */
+    uint32_t words = 0;
+    for (const char *p = text; *p;) {
+        size_t wl = strcspn(p, " ");
+        if (wl) {
+            char *wd = strndup(p, wl);
+            if (!wd)
+                break;
+            char *colon = strchr(wd, ':');
+            FUZZ_CHECK(colon, "'%.200s': word '%.100s'", text, wd);
+            *colon = 0;
+            FUZZ_CHECK(whole_number(wd, false) && whole_number(colon + 1, false) &&
+                           strtoull(colon + 1, NULL, 10) <= UINT32_MAX,
+                       "'%.200s': word %u is not MEMBER:LOCAL", text, words);
+            free(wd);
+            words++;
+        }
+        p += wl;
+        p += *p == ' ';
+    }
+    FUZZ_CHECK(words == n, "'%.200s': %u words, %u ranks", text, words, n);
     /* as `ftc run` writes it */
     size_t cap = (size_t)n * 24 + 1, k = 0;
     char *again = malloc(cap);
@@ -185,6 +274,10 @@ static void state(const char *line)
         return;
     FUZZ_CHECK(st.phase == FTC_INPROC_RUNNING || st.phase == FTC_INPROC_WAITING, "phase %d",
                (int)st.phase);
+    const char *g = strstr(line, "gen=");
+    char gw[64];
+    FUZZ_CHECK(g && whole_number(word(g + 4, 0, gw, sizeof gw), false),
+               "'%.300s': gen '%s' taken as %" PRIu64, line, g ? gw : "", st.gen);
     size_t wl = strnlen(st.why, sizeof st.why);
     FUZZ_CHECK(wl < sizeof st.why && !memchr(st.why, '\n', wl), "why: %zu bytes", wl);
     /* as ftc_inproc_state_write writes it */
