@@ -876,6 +876,20 @@ int ftc_ctl_commit_abort(ftc_ctl_t *c, uint64_t gen, int64_t step, uint32_t rank
     return 0;
 }
 
+bool ftc_ctl_abort_marker_parse(const char *v, size_t len, uint32_t *rank, char *why, size_t cap)
+{
+    unsigned long r = 0;
+    size_t i = 0;
+    for (; i < len && i < 10 && v[i] >= '0' && v[i] <= '9'; i++)
+        r = r * 10 + (unsigned long)(v[i] - '0');
+    if (i == 0 || r > UINT32_MAX || (i < len && v[i] != ' '))
+        return false;
+    *rank = (uint32_t)r;
+    if (why && cap && i < len)
+        snprintf(why, cap, "%.*s", (int)(len - i - 1), v + i + 1);
+    return true;
+}
+
 int ftc_ctl_commit_aborted(ftc_ctl_t *c, uint64_t gen, int64_t step, bool *aborted,
                            uint32_t *rank, char *why, size_t cap)
 {
@@ -896,22 +910,32 @@ int ftc_ctl_commit_aborted(ftc_ctl_t *c, uint64_t gen, int64_t step, bool *abort
     const char *v = NULL;
     size_t len = 0;
     rc = ftc_redis_want_str(rep, reports, &v, &len, &c->err);
-    unsigned long r = 0;
-    size_t i = 0;
-    for (; !rc && i < len && i < 10 && v[i] >= '0' && v[i] <= '9'; i++)
-        r = r * 10 + (unsigned long)(v[i] - '0');
-    if (!rc && (i == 0 || r > UINT32_MAX || (i < len && v[i] != ' ')))
+    uint32_t r = 0;
+    if (!rc && !ftc_ctl_abort_marker_parse(v, len, &r, why, cap))
         rc = ftc_err_set(&c->err, FTC_EPROTO, "%s field abort: '%.*s' is not \"RANK why\"",
                          reports, (int)(len > 40 ? 40 : len), v);
     if (!rc) {
         *aborted = true;
         if (rank)
-            *rank = (uint32_t)r;
-        if (why && cap && i < len)
-            snprintf(why, cap, "%.*s", (int)(len - i - 1), v + i + 1);
+            *rank = r;
     }
     ftc_redis_reply_free(rep);
     return rc;
+}
+
+bool ftc_ctl_checksum_parse(const char *v, size_t len, uint64_t *checksum)
+{
+    uint64_t x = 0;
+    if (len == 0 || len > 16)
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        int d = ftc__hex_nibble(v[i]);
+        if (d < 0)
+            return false;
+        x = x << 4 | (uint64_t)d;
+    }
+    *checksum = x;
+    return true;
 }
 
 int ftc_ctl_commit_checksum(ftc_ctl_t *c, uint64_t gen, int64_t step, uint32_t rank,
@@ -936,15 +960,11 @@ int ftc_ctl_commit_checksum(ftc_ctl_t *c, uint64_t gen, int64_t step, uint32_t r
     size_t len = 0;
     rc = ftc_redis_want_str(rep, reports, &v, &len, &c->err);
     uint64_t x = 0;
-    for (size_t i = 0; !rc && i < len; i++) {
-        int d = ftc__hex_nibble(v[i]);
-        if (d < 0 || len > 16)
-            rc = ftc_err_set(&c->err, FTC_EPROTO, "%s field %s: checksum '%.*s' is not hex",
-                             reports, r, (int)(len > 32 ? 32 : len), v);
-        x = x << 4 | (uint64_t)(d < 0 ? 0 : d);
-    }
     if (!rc && !len)
         rc = ftc_err_set(&c->err, FTC_EPROTO, "%s field %s: empty checksum", reports, r);
+    else if (!rc && !ftc_ctl_checksum_parse(v, len, &x))
+        rc = ftc_err_set(&c->err, FTC_EPROTO, "%s field %s: checksum '%.*s' is not hex",
+                         reports, r, (int)(len > 32 ? 32 : len), v);
     ftc_redis_reply_free(rep);
     if (rc)
         return rc;

@@ -181,6 +181,8 @@ bool ftc_ctl_committed_member_parse(const char *v, size_t len, int64_t *step, ui
  * FTC_EPROTO naming the key when the field is not a hex checksum. */
 int ftc_ctl_commit_checksum(ftc_ctl_t *c, uint64_t gen, int64_t step, uint32_t rank,
                             uint64_t *checksum, bool *found);
+/* Parses a reported checksum, 1..16 hex digits (len bytes, pure). */
+bool ftc_ctl_checksum_parse(const char *v, size_t len, uint64_t *checksum);
 /* The committed steps at or below max_step, newest first, and the generation
  * that committed each: up to cap of them into steps[] and gens[] (cap entries
  * each), *n how many. They come from ftc:{job}:committed, a sorted set the
@@ -215,6 +217,9 @@ int ftc_ctl_commit_abort(ftc_ctl_t *c, uint64_t gen, int64_t step, uint32_t rank
  * not "RANK why". */
 int ftc_ctl_commit_aborted(ftc_ctl_t *c, uint64_t gen, int64_t step, bool *aborted,
                            uint32_t *rank, char *why, size_t cap);
+/* Parses an abort marker "RANK why" (len bytes, pure): the rank, and the
+ * reason into why (cap bytes; may be NULL). False when it is not one. */
+bool ftc_ctl_abort_marker_parse(const char *v, size_t len, uint32_t *rank, char *why, size_t cap);
 
 #ifdef __cplusplus
 }

@@ -3,7 +3,10 @@
  * another wrote, in the job's Redis or in a file: a member record
  * (ftc_ctl_member_parse, detect/control.h: what the detector and `ftc
  * status` read), the leader lease value (ftc_ctl_leader_parse), a member of
- * the committed set (ftc_ctl_committed_member_parse), an event's stream
+ * the committed set (ftc_ctl_committed_member_parse), a commit record's
+ * abort marker and checksum (ftc_ctl_abort_marker_parse,
+ * ftc_ctl_checksum_parse), a rendezvous round's id list
+ * (ftc_rdzv_split_ids, recover/rendezvous.h), an event's stream
  * field (ftc_status_event_field, detect/status.h), an agent's fabric entry
  * (ftc__fabric_parse, ckpt/agent_internal.h), the ranks of a plan
  * (ftc__plan_ranks_parse) and the in-process state file's line
@@ -34,6 +37,7 @@
 #include "detect/control.h"
 #include "detect/status.h"
 #include "plugins/inproc.h"
+#include "recover/rendezvous.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -165,6 +169,71 @@ static void committed(const char *data, size_t size)
     FUZZ_CHECK(ftc_ctl_committed_member_parse(again, strlen(again), &s2, &g2) && s2 == step &&
                    g2 == gen,
                "'%s' does not parse back", again);
+}
+
+static void abort_marker(const char *data, size_t size)
+{
+    uint32_t rank = 0, r2 = 0;
+    char why[FTC_CTL_ABORT_WHY_MAX + 1], w2[FTC_CTL_ABORT_WHY_MAX + 1];
+    memset(why, 0, sizeof why);
+    if (!ftc_ctl_abort_marker_parse(data, size, &rank, why, sizeof why))
+        return;
+    size_t wl = strnlen(why, sizeof why);
+    FUZZ_CHECK(wl < sizeof why, "why not terminated");
+    /* as the abort script writes it ("RANK why", the reason NUL-free) */
+    char again[32 + sizeof why];
+    int n = snprintf(again, sizeof again, "%" PRIu32 " %s", rank, why);
+    FUZZ_CHECK(ftc_ctl_abort_marker_parse(again, (size_t)n, &r2, w2, sizeof w2) && r2 == rank &&
+                   !strcmp(w2, why),
+               "'%s' parses to %" PRIu32 " '%s'", again, r2, w2);
+}
+
+static void checksum(const char *data, size_t size)
+{
+    uint64_t x = 0, back = 0;
+    if (!ftc_ctl_checksum_parse(data, size, &x))
+        return;
+    FUZZ_CHECK(size >= 1 && size <= 16, "%zu hex digits", size);
+    char again[24];
+    int n = snprintf(again, sizeof again, "%016" PRIx64, x);
+    FUZZ_CHECK(ftc_ctl_checksum_parse(again, (size_t)n, &back) && back == x,
+               "'%s' does not parse back", again);
+}
+
+/* A round's members or spares: ids as the rendezvous scripts join them. */
+static void ids(const char *data, size_t size)
+{
+    char(*v)[FTC_RDZV_NODE_MAX + 1] = NULL, (*back)[FTC_RDZV_NODE_MAX + 1] = NULL;
+    int n = -1, n2 = -1;
+    ftc_err_t err = {0};
+    int rc = ftc_rdzv_split_ids(data, size, &v, &n, "fuzz", &err);
+    fuzz_check_err(rc, &err, "ids");
+    if (rc) {
+        free(v);
+        return;
+    }
+    size_t cap = (size_t)n * (FTC_RDZV_NODE_MAX + 1) + 1, k = 0;
+    char *again = malloc(cap);
+    FUZZ_CHECK(n >= 0, "%d ids", n);
+    for (int i = 0; again && i < n; i++) {
+        size_t l = strnlen(v[i], sizeof v[i]);
+        /* an id is one a node can join with: 1..FTC_RDZV_NODE_MAX of
+         * [A-Za-z0-9._:/-], so no NUL (it would cut it short, or make it
+         * empty) and no space */
+        FUZZ_CHECK(l > 0 && l <= FTC_RDZV_NODE_MAX &&
+                       strspn(v[i], "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                    "0123456789._:/-") == l,
+                   "id %d: '%s'", i, v[i]);
+        k += (size_t)snprintf(again + k, cap - k, "%s%s", i ? " " : "", v[i]);
+    }
+    if (again) {
+        FUZZ_CHECK(ftc_rdzv_split_ids(again, k, &back, &n2, "again", &err) == 0 && n2 == n &&
+                       (!n || !memcmp(v, back, (size_t)n * sizeof *v)),
+                   "'%.200s' parses to %d other ids", again, n2);
+        free(again);
+    }
+    free(v);
+    free(back);
 }
 
 static void event(const char *k, const char *v)
@@ -300,6 +369,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     member(text);
     leader((const char *)data, size);
     committed((const char *)data, size);
+    abort_marker((const char *)data, size);
+    checksum((const char *)data, size);
+    ids((const char *)data, size);
     plan(text, 4);
     plan(text, UINT32_MAX);
     state(text);
