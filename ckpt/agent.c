@@ -23,11 +23,14 @@
 #include "ckpt/agent_internal.h"
 
 #include "core/clock.h"
+#include "core/config.h"
 #include "core/fsio.h"
 #include "core/log.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -318,6 +321,44 @@ out:
     free(idx);
 }
 
+int ftc__fabric_parse(const char *field, const char *value, ftc__fabric_rec_t *r, ftc_err_t *err)
+{
+    memset(r, 0, sizeof *r);
+    /* whole words and numbers: strtoul took field "1x" for node 1, and
+     * sscanf("%512s %64s %63s %llu") a longer node id's rest for the
+     * domain, "3abc" for generation 3 */
+    uint64_t node = 0;
+    if (ftc_parse_u64(field, &node) || node >= ULONG_MAX) {
+        r->node = ULONG_MAX;
+        return ftc_err_set(err, FTC_EPROTO, "fabric field '%.40s' is not a node index", field);
+    }
+    r->node = (unsigned long)node;
+    const char *p = value;
+    char dom[64], gw[24];
+    bool ok = ftc_next_word(&p, r->hex, sizeof r->hex) &&
+              ftc_next_word(&p, r->node_id, sizeof r->node_id) &&
+              ftc_next_word(&p, dom, sizeof dom) && strlen(r->hex) % 2 == 0;
+    if (ok) { /* GEN, which older agents did not publish; later words are ignored */
+        while (isspace((unsigned char)*p))
+            p++;
+        r->has_gen = *p != 0;
+        ok = !r->has_gen || (ftc_next_word(&p, gw, sizeof gw) && !ftc_parse_u64(gw, &r->gen));
+    }
+    if (!ok)
+        return ftc_err_set(err, FTC_EPROTO, "fabric entry '%.80s' is not \"HEXADDR NODE_ID "
+                           "DOMAIN GEN\"", value);
+    r->addr_len = strlen(r->hex) / 2;
+    for (size_t k = 0; k < r->addr_len; k++) {
+        int hi = ftc__hexval(r->hex[2 * k]), lo = ftc__hexval(r->hex[2 * k + 1]);
+        if (hi < 0 || lo < 0)
+            return ftc_err_set(err, FTC_EPROTO, "fabric entry '%.80s' holds a malformed address",
+                               value);
+        r->addr[k] = (uint8_t)(hi << 4 | lo);
+    }
+    snprintf(r->domain, sizeof r->domain, "%s", strcmp(dom, "-") ? dom : "");
+    return 0;
+}
+
 /* Reads ftc:{job}:fabric and queues newly seen peers for the engine. */
 void ftc__refresh_peers(ftc_agent_t *a)
 {
@@ -337,15 +378,15 @@ void ftc__refresh_peers(ftc_agent_t *a)
             if (ftc_redis_want_str(el[i], key, &f, &fl, &err) ||
                 ftc_redis_want_str(el[i + 1], key, &v, &vl, &err))
                 continue;
-            char *end;
-            unsigned long node = strtoul(f, &end, 10);
-            if (end == f || node >= a->o.nodes || node == a->o.index)
+            ftc__fabric_rec_t rec;
+            int rc = ftc__fabric_parse(f, v, &rec, &err);
+            if (rec.node >= a->o.nodes || rec.node == a->o.index)
                 continue;
-            char hex[2 * FTC_FABRIC_ADDR_MAX + 1], nid[FTC_CTL_NODE_MAX + 1], dom[64];
-            unsigned long long egen = 0;
-            int nf = sscanf(v, "%512s %64s %63s %llu", hex, nid, dom, &egen);
-            if (nf < 3 || strlen(hex) % 2)
+            if (rc) {
+                FTC_WARN("agent", "%s: field %lu: %s", key, rec.node, err.msg);
                 continue;
+            }
+            unsigned long node = rec.node;
             ftc__peer_t *p = &a->peers[node];
             /* an address an earlier generation's agent published: that
              * agent is stopping or gone (ftc run restarts every agent per
@@ -355,33 +396,24 @@ void ftc__refresh_peers(ftc_agent_t *a)
              * holding the replication thread, so that even the new address
              * could not be applied (test_run.sh scenario 1 hung so, one run
              * in two). Fetches and gathers may still try it: they retry. */
-            p->stale = nf == 4 && egen < a->generation;
-            if (p->known && !strcmp(p->addr_hex, hex))
+            p->stale = rec.has_gen && rec.gen < a->generation;
+            if (p->known && !strcmp(p->addr_hex, rec.hex))
                 continue;
             if (p->known)
-                FTC_INFO("agent", "node %lu (%s) has a new address: a restarted agent", node, nid);
+                FTC_INFO("agent", "node %lu (%s) has a new address: a restarted agent", node,
+                         rec.node_id);
             ftc__job_t *j = calloc(1, sizeof *j);
             if (!j)
                 continue;
             j->kind = JOB_PEER;
             j->node = (uint32_t)node;
-            j->addr_len = strlen(hex) / 2;
-            bool ok = j->addr_len <= sizeof j->addr;
-            for (size_t k = 0; ok && k < j->addr_len; k++) {
-                int hi = ftc__hexval(hex[2 * k]), lo = ftc__hexval(hex[2 * k + 1]);
-                ok = hi >= 0 && lo >= 0;
-                j->addr[k] = (uint8_t)(hi << 4 | lo);
-            }
-            if (!ok) {
-                FTC_WARN("agent", "%s: field %lu holds a malformed address", key, node);
-                free(j);
-                continue;
-            }
+            j->addr_len = rec.addr_len;
+            memcpy(j->addr, rec.addr, rec.addr_len);
             j->replace = p->known;
             p->known = true;
-            snprintf(p->addr_hex, sizeof p->addr_hex, "%s", hex);
-            snprintf(p->node_id, sizeof p->node_id, "%s", nid);
-            snprintf(p->domain, sizeof p->domain, "%s", strcmp(dom, "-") ? dom : "");
+            snprintf(p->addr_hex, sizeof p->addr_hex, "%s", rec.hex);
+            snprintf(p->node_id, sizeof p->node_id, "%s", rec.node_id);
+            snprintf(p->domain, sizeof p->domain, "%s", rec.domain);
             ftc__queue(a, j);
         }
     }

@@ -7,6 +7,7 @@
 #include "ckpt/agent_internal.h"
 
 #include "core/clock.h"
+#include "core/config.h"
 #include "core/log.h"
 
 #include <inttypes.h>
@@ -48,6 +49,54 @@ static int ftc__cmp_u32(const void *x, const void *y)
 {
     uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
     return (a > b) - (a < b);
+}
+
+bool ftc__plan_ranks_parse(const char *ranks, uint32_t nm, uint32_t **member, uint32_t **local,
+                           uint32_t *n)
+{
+    uint32_t cap = 64, k = 0;
+    uint32_t *mv = malloc(cap * sizeof *mv), *lv = malloc(cap * sizeof *lv);
+    char *copy = strdup(ranks);
+    bool ok = mv && lv && copy;
+    for (char *sv = NULL, *t = ok ? strtok_r(copy, " ", &sv) : NULL; t && ok;
+         t = strtok_r(NULL, " ", &sv)) {
+        /* digits:digits, nothing else: sscanf("%u:%u") took "0:-1" as local
+         * index 2^32-1 and "1:2x" as 1:2 */
+        char *colon = strchr(t, ':');
+        uint64_t m = 0, l = 0;
+        if (colon)
+            *colon = 0;
+        if (!colon || ftc_parse_u64(t, &m) || ftc_parse_u64(colon + 1, &l) || m >= nm ||
+            l > UINT32_MAX) {
+            ok = false;
+            break;
+        }
+        if (k == cap) {
+            cap *= 2;
+            uint32_t *nn = realloc(mv, cap * sizeof *nn);
+            if (nn)
+                mv = nn;
+            uint32_t *nl = realloc(lv, cap * sizeof *nl);
+            if (nl)
+                lv = nl;
+            if (!nn || !nl) {
+                ok = false;
+                break;
+            }
+        }
+        mv[k] = (uint32_t)m;
+        lv[k++] = (uint32_t)l;
+    }
+    free(copy);
+    if (!ok) {
+        free(mv);
+        free(lv);
+        return false;
+    }
+    *member = mv;
+    *local = lv;
+    *n = k;
+    return true;
 }
 
 /* The locations of generation gen's ranks (cached); NULL while a member of
@@ -97,32 +146,9 @@ static const ftc__where_t *ftc__where(ftc_agent_t *a, uint64_t gen)
                          gen, t);
             }
         }
-        uint32_t cap = 64;
-        w.node = malloc(cap * sizeof *w.node);
-        w.local = malloc(cap * sizeof *w.local);
-        for (char *sv = NULL, *t = strtok_r(ranks, " ", &sv); t && ok;
-             t = strtok_r(NULL, " ", &sv)) {
-            unsigned m = 0, l = 0;
-            if (!w.node || !w.local || sscanf(t, "%u:%u", &m, &l) != 2 || m >= nm) {
-                ok = false;
-                break;
-            }
-            if (w.n == cap) {
-                cap *= 2;
-                uint32_t *nn = realloc(w.node, cap * sizeof *nn);
-                if (nn)
-                    w.node = nn;
-                uint32_t *nl = realloc(w.local, cap * sizeof *nl);
-                if (nl)
-                    w.local = nl;
-                if (!nn || !nl) {
-                    ok = false;
-                    break;
-                }
-            }
-            w.node[w.n] = idx[m];
-            w.local[w.n++] = l;
-        }
+        ok = ok && ftc__plan_ranks_parse(ranks, nm, &w.node, &w.local, &w.n);
+        for (uint32_t r = 0; ok && r < w.n; r++)
+            w.node[r] = idx[w.node[r]]; /* member -> agent node index */
         if (ok) { /* the members in ascending node index, each once */
             qsort(idx, nm, sizeof *idx, ftc__cmp_u32);
             for (uint32_t i = 1; i < nm && ok; i++)

@@ -88,6 +88,34 @@ int ftc_parse_int(const char *s, int64_t min, int64_t max, int64_t *out)
     return 0;
 }
 
+int ftc_parse_u64(const char *s, uint64_t *out)
+{
+    if (!s || !*s || strspn(s, "0123456789") != strlen(s))
+        return FTC_EINVAL;
+    errno = 0;
+    unsigned long long n = strtoull(s, NULL, 10);
+    if (errno == ERANGE)
+        return FTC_ERANGE;
+    *out = n;
+    return 0;
+}
+
+bool ftc_next_word(const char **p, char *out, size_t cap)
+{
+    const char *b = *p;
+    while (*b && isspace((unsigned char)*b))
+        b++;
+    const char *e = b;
+    while (*e && !isspace((unsigned char)*e))
+        e++;
+    if (e == b || (size_t)(e - b) >= cap)
+        return false;
+    memcpy(out, b, (size_t)(e - b));
+    out[e - b] = 0;
+    *p = e;
+    return true;
+}
+
 static int ftc__cfg_lookup(const char *name)
 {
     for (int k = 0; k < FTC_CFG__COUNT; k++)

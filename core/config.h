@@ -159,5 +159,13 @@ int ftc_parse_size(const char *s, int64_t *out);
  * atoi's silent 0 or truncation would be a wrong value instead of an error.
  * Thread-safe. */
 int ftc_parse_int(const char *s, int64_t min, int64_t max, int64_t *out);
+/* The same for an unsigned 64-bit number: digits only (no sign: strtoull and
+ * sscanf's %llu take "-1" as 2^64-1), nothing before or after them. */
+int ftc_parse_u64(const char *s, uint64_t *out);
+/* Copies the next white-space-separated word at *p into out (cap bytes)
+ * and moves *p past it; false when there is none or it does not fit: a
+ * word too long for its field is refused, not cut with its rest taken for
+ * the next field (as sscanf's "%127s %63s" does). For records of words. */
+bool ftc_next_word(const char **p, char *out, size_t cap);
 
 #endif

@@ -7,6 +7,7 @@
 #include "detect/control.h"
 
 #include "core/clock.h"
+#include "core/config.h"
 
 #include <ctype.h>
 #include <hiredis/hiredis.h>
@@ -392,6 +393,30 @@ int ftc_ctl_heartbeat_parse(const char *s, size_t len, ftc_ctl_heartbeat_t *hb, 
     return 0;
 }
 
+int ftc_ctl_member_parse(const char *text, ftc_ctl_member_rec_t *m, ftc_err_t *err)
+{
+    memset(m, 0, sizeof *m);
+    /* whole words and whole numbers: sscanf("%127s %63s %lld %23s") took a
+     * longer host's rest for the domain, and "4x" as pid 4 with "x" for
+     * JOINED_MS; %llu took "-5" as a join time of 2^64-5 */
+    const char *p = text;
+    char pid[24];
+    int64_t v = 0;
+    uint64_t j = 0;
+    if (!ftc_next_word(&p, m->host, sizeof m->host) ||
+        !ftc_next_word(&p, m->domain, sizeof m->domain) || !ftc_next_word(&p, pid, sizeof pid) ||
+        !ftc_next_word(&p, m->joined, sizeof m->joined) ||
+        ftc_parse_int(pid, INT64_MIN, INT64_MAX, &v)) {
+        memset(m, 0, sizeof *m);
+        return ftc_err_set(err, FTC_EPROTO, "member record '%.80s' is not \"host domain pid "
+                           "joined_ms\"", text);
+    }
+    m->pid = v;
+    m->joined_ok = ftc_parse_u64(m->joined, &j) == 0;
+    m->joined_ms = m->joined_ok ? j : 0;
+    return 0;
+}
+
 /* ---- generations --------------------------------------------------------------- */
 
 int ftc_ctl_generation(ftc_ctl_t *c, uint64_t *gen, uint32_t *world)
@@ -526,6 +551,23 @@ int ftc_ctl_lease_release(ftc_ctl_t *c, const char *holder, uint64_t epoch)
     return rc ? ftc__rc(c, rc) : 0;
 }
 
+int ftc_ctl_leader_parse(const char *s, size_t len, const char *key, char *holder, size_t cap,
+                         uint64_t *epoch, ftc_err_t *err)
+{
+    char buf[200], h[160], ew[24];
+    uint64_t e = 0;
+    snprintf(buf, sizeof buf, "%.*s", (int)(len < 199 ? len : 199), s);
+    const char *p = buf;
+    /* whole words, the epoch all digits (sscanf's %llu took "-1" as 2^64-1) */
+    if (!ftc_next_word(&p, h, sizeof h) || !ftc_next_word(&p, ew, sizeof ew) ||
+        ftc_parse_u64(ew, &e))
+        return ftc_err_set(err, FTC_EPROTO, "%s holds '%.40s' (expected \"holder epoch\")", key,
+                           buf);
+    snprintf(holder, cap, "%s", h);
+    *epoch = e;
+    return 0;
+}
+
 int ftc_ctl_leader(ftc_ctl_t *c, char *holder, size_t cap, uint64_t *epoch, int64_t *ttl_ms)
 {
     KEY(leader, "leader");
@@ -543,19 +585,8 @@ int ftc_ctl_leader(ftc_ctl_t *c, char *holder, size_t cap, uint64_t *epoch, int6
         ftc_redis_reply_free(rep);
         return 0;
     }
-    if (!rc) {
-        char buf[200];
-        unsigned long long e;
-        char h[160];
-        snprintf(buf, sizeof buf, "%.*s", (int)(len < 199 ? len : 199), s);
-        if (sscanf(buf, "%159s %llu", h, &e) != 2)
-            rc = ftc_err_set(&c->err, FTC_EPROTO, "%s holds '%.40s' (expected \"holder epoch\")",
-                             leader, buf);
-        else {
-            snprintf(holder, cap, "%s", h);
-            *epoch = e;
-        }
-    }
+    if (!rc)
+        rc = ftc_ctl_leader_parse(s, len, leader, holder, cap, epoch, &c->err);
     ftc_redis_reply_free(rep);
     if (rc)
         return rc;
@@ -709,15 +740,8 @@ int ftc_ctl_committed(ftc_ctl_t *c, int64_t *step, uint64_t *gen)
     return rc;
 }
 
-/* One member of the committed set: "STEP:GEN". */
-static int ftc__committed_member(ftc_ctl_t *c, const ftc_redis_reply_t *e, const char *key,
-                                 int64_t *step, uint64_t *gen)
+bool ftc_ctl_committed_member_parse(const char *v, size_t len, int64_t *step, uint64_t *gen)
 {
-    const char *v = NULL;
-    size_t len = 0;
-    int rc = ftc_redis_want_str(e, key, &v, &len, &c->err);
-    if (rc)
-        return rc;
     char buf[48], *end = NULL;
     long long s = -1;
     unsigned long long g = 0;
@@ -734,11 +758,25 @@ static int ftc__committed_member(ftc_ctl_t *c, const ftc_redis_reply_t *e, const
             ok = errno == 0 && *end == 0;
         }
     }
-    if (!ok)
+    if (ok) {
+        *step = s;
+        *gen = g;
+    }
+    return ok;
+}
+
+/* One member of the committed set: "STEP:GEN". */
+static int ftc__committed_member(ftc_ctl_t *c, const ftc_redis_reply_t *e, const char *key,
+                                 int64_t *step, uint64_t *gen)
+{
+    const char *v = NULL;
+    size_t len = 0;
+    int rc = ftc_redis_want_str(e, key, &v, &len, &c->err);
+    if (rc)
+        return rc;
+    if (!ftc_ctl_committed_member_parse(v, len, step, gen))
         return ftc_err_set(&c->err, FTC_EPROTO, "%s: member '%.*s' is not STEP:GEN", key,
                            (int)(len > 40 ? 40 : len), v);
-    *step = s;
-    *gen = g;
     return 0;
 }
 
@@ -838,6 +876,20 @@ int ftc_ctl_commit_abort(ftc_ctl_t *c, uint64_t gen, int64_t step, uint32_t rank
     return 0;
 }
 
+bool ftc_ctl_abort_marker_parse(const char *v, size_t len, uint32_t *rank, char *why, size_t cap)
+{
+    unsigned long r = 0;
+    size_t i = 0;
+    for (; i < len && i < 10 && v[i] >= '0' && v[i] <= '9'; i++)
+        r = r * 10 + (unsigned long)(v[i] - '0');
+    if (i == 0 || r > UINT32_MAX || (i < len && v[i] != ' '))
+        return false;
+    *rank = (uint32_t)r;
+    if (why && cap && i < len)
+        snprintf(why, cap, "%.*s", (int)(len - i - 1), v + i + 1);
+    return true;
+}
+
 int ftc_ctl_commit_aborted(ftc_ctl_t *c, uint64_t gen, int64_t step, bool *aborted,
                            uint32_t *rank, char *why, size_t cap)
 {
@@ -858,22 +910,32 @@ int ftc_ctl_commit_aborted(ftc_ctl_t *c, uint64_t gen, int64_t step, bool *abort
     const char *v = NULL;
     size_t len = 0;
     rc = ftc_redis_want_str(rep, reports, &v, &len, &c->err);
-    unsigned long r = 0;
-    size_t i = 0;
-    for (; !rc && i < len && i < 10 && v[i] >= '0' && v[i] <= '9'; i++)
-        r = r * 10 + (unsigned long)(v[i] - '0');
-    if (!rc && (i == 0 || r > UINT32_MAX || (i < len && v[i] != ' ')))
+    uint32_t r = 0;
+    if (!rc && !ftc_ctl_abort_marker_parse(v, len, &r, why, cap))
         rc = ftc_err_set(&c->err, FTC_EPROTO, "%s field abort: '%.*s' is not \"RANK why\"",
                          reports, (int)(len > 40 ? 40 : len), v);
     if (!rc) {
         *aborted = true;
         if (rank)
-            *rank = (uint32_t)r;
-        if (why && cap && i < len)
-            snprintf(why, cap, "%.*s", (int)(len - i - 1), v + i + 1);
+            *rank = r;
     }
     ftc_redis_reply_free(rep);
     return rc;
+}
+
+bool ftc_ctl_checksum_parse(const char *v, size_t len, uint64_t *checksum)
+{
+    uint64_t x = 0;
+    if (len == 0 || len > 16)
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        int d = ftc__hex_nibble(v[i]);
+        if (d < 0)
+            return false;
+        x = x << 4 | (uint64_t)d;
+    }
+    *checksum = x;
+    return true;
 }
 
 int ftc_ctl_commit_checksum(ftc_ctl_t *c, uint64_t gen, int64_t step, uint32_t rank,
@@ -898,15 +960,11 @@ int ftc_ctl_commit_checksum(ftc_ctl_t *c, uint64_t gen, int64_t step, uint32_t r
     size_t len = 0;
     rc = ftc_redis_want_str(rep, reports, &v, &len, &c->err);
     uint64_t x = 0;
-    for (size_t i = 0; !rc && i < len; i++) {
-        int d = ftc__hex_nibble(v[i]);
-        if (d < 0 || len > 16)
-            rc = ftc_err_set(&c->err, FTC_EPROTO, "%s field %s: checksum '%.*s' is not hex",
-                             reports, r, (int)(len > 32 ? 32 : len), v);
-        x = x << 4 | (uint64_t)(d < 0 ? 0 : d);
-    }
     if (!rc && !len)
         rc = ftc_err_set(&c->err, FTC_EPROTO, "%s field %s: empty checksum", reports, r);
+    else if (!rc && !ftc_ctl_checksum_parse(v, len, &x))
+        rc = ftc_err_set(&c->err, FTC_EPROTO, "%s field %s: checksum '%.*s' is not hex",
+                         reports, r, (int)(len > 32 ? 32 : len), v);
     ftc_redis_reply_free(rep);
     if (rc)
         return rc;

@@ -78,6 +78,20 @@ int ftc_ctl_forget_deadline(ftc_ctl_t *c, const char *node);
 /* Parses a heartbeat value; FTC_EPROTO naming the key on garbage. */
 int ftc_ctl_heartbeat_parse(const char *s, size_t len, ftc_ctl_heartbeat_t *hb, ftc_err_t *err);
 
+/* A member record as ftc_ctl_join writes it, "HOST DOMAIN PID JOINED_MS",
+ * fields as written ("-" for an empty host or domain). */
+typedef struct ftc_ctl_member_rec {
+    char host[128];
+    char domain[64];
+    long long pid;
+    char joined[24];              /* the JOINED_MS word: the member's incarnation */
+    unsigned long long joined_ms; /* valid when joined_ok */
+    bool joined_ok;               /* the JOINED_MS word is a number */
+} ftc_ctl_member_rec_t;
+/* Parses a member record (pure: the detector and `ftc status` read it);
+ * FTC_EPROTO on fewer than four words. Words after the fourth are ignored. */
+int ftc_ctl_member_parse(const char *text, ftc_ctl_member_rec_t *m, ftc_err_t *err);
+
 /* ---- generations --------------------------------------------------------------- */
 
 /* Current generation and world size (0, 0 before any). FTC_EPROTO when the
@@ -104,6 +118,10 @@ int ftc_ctl_lease_renew(ftc_ctl_t *c, const char *holder, uint64_t epoch, int tt
 int ftc_ctl_lease_release(ftc_ctl_t *c, const char *holder, uint64_t epoch);
 /* Who holds the lease: holder ("" when none), epoch and milliseconds left. */
 int ftc_ctl_leader(ftc_ctl_t *c, char *holder, size_t cap, uint64_t *epoch, int64_t *ttl_ms);
+/* Parses the lease value "HOLDER EPOCH" (len bytes, pure); FTC_EPROTO naming
+ * key on garbage. The holder is cut to cap - 1 bytes. */
+int ftc_ctl_leader_parse(const char *s, size_t len, const char *key, char *holder, size_t cap,
+                         uint64_t *epoch, ftc_err_t *err);
 
 /* ---- events and failure reports ---------------------------------------------- */
 
@@ -154,12 +172,17 @@ int ftc_ctl_commit_report(ftc_ctl_t *c, uint64_t gen, int64_t step, uint32_t ran
                           uint64_t checksum, int64_t *committed, bool *now_committed);
 /* The committed step and the generation that committed it (-1, 0 when none). */
 int ftc_ctl_committed(ftc_ctl_t *c, int64_t *step, uint64_t *gen);
+/* Parses a member of the committed set, "STEP:GEN" (len bytes, pure):
+ * false unless both are decimal numbers in range. */
+bool ftc_ctl_committed_member_parse(const char *v, size_t len, int64_t *step, uint64_t *gen);
 /* The head checksum rank reported for (gen, step) (ftc:{job}:commit:GEN:STEP,
  * kept an hour after the step's last report): *found false when the record
  * has none (never reported, withdrawn, or expired). FTC_EREDIS, or
  * FTC_EPROTO naming the key when the field is not a hex checksum. */
 int ftc_ctl_commit_checksum(ftc_ctl_t *c, uint64_t gen, int64_t step, uint32_t rank,
                             uint64_t *checksum, bool *found);
+/* Parses a reported checksum, 1..16 hex digits (len bytes, pure). */
+bool ftc_ctl_checksum_parse(const char *v, size_t len, uint64_t *checksum);
 /* The committed steps at or below max_step, newest first, and the generation
  * that committed each: up to cap of them into steps[] and gens[] (cap entries
  * each), *n how many. They come from ftc:{job}:committed, a sorted set the
@@ -194,6 +217,9 @@ int ftc_ctl_commit_abort(ftc_ctl_t *c, uint64_t gen, int64_t step, uint32_t rank
  * not "RANK why". */
 int ftc_ctl_commit_aborted(ftc_ctl_t *c, uint64_t gen, int64_t step, bool *aborted,
                            uint32_t *rank, char *why, size_t cap);
+/* Parses an abort marker "RANK why" (len bytes, pure): the rank, and the
+ * reason into why (cap bytes; may be NULL). False when it is not one. */
+bool ftc_ctl_abort_marker_parse(const char *v, size_t len, uint32_t *rank, char *why, size_t cap);
 
 #ifdef __cplusplus
 }

@@ -659,10 +659,9 @@ static void ftc__node_lost(ftc_detector_t *d, const char *name, const char *how)
         ftc_redis_reply_t *rep = NULL;
         if (ftc_redis_cmdv(ftc_ctl_redis(d->ctl), true, &rep, "HGET", members, name, NULL) == 0 &&
             rep->type == REDIS_REPLY_STRING) {
-            char host[128], dom[64], inc[24];
-            long long pid;
-            if (sscanf(rep->str, "%127s %63s %lld %23s", host, dom, &pid, inc) == 4)
-                snprintf(n->incarnation, sizeof n->incarnation, "%s", inc);
+            ftc_ctl_member_rec_t rec;
+            if (ftc_ctl_member_parse(rep->str, &rec, NULL) == 0)
+                snprintf(n->incarnation, sizeof n->incarnation, "%s", rec.joined);
         }
         ftc_redis_reply_free(rep);
     }
@@ -810,11 +809,9 @@ static int ftc__scan(ftc_detector_t *d)
         ftc__node_t *n = ftc__node_get(d, k->str);
         if (!n)
             continue;
-        char host[128], dom[64], inc[24];
-        long long pid;
-        if (sscanf(v->str, "%127s %63s %lld %23s", host, dom, &pid, inc) == 4 &&
-            strcmp(inc, n->incarnation)) {
-            snprintf(n->incarnation, sizeof n->incarnation, "%s", inc);
+        ftc_ctl_member_rec_t rec;
+        if (ftc_ctl_member_parse(v->str, &rec, NULL) == 0 && strcmp(rec.joined, n->incarnation)) {
+            snprintf(n->incarnation, sizeof n->incarnation, "%s", rec.joined);
             n->lost = false; /* a new incarnation: it may be lost again */
             n->slow = 0;
         }

@@ -20,6 +20,24 @@ static void ftc__problem(ftc_status_t *s, const char *msg)
     snprintf(s->problems + n, sizeof s->problems - n, "%s%s", n ? "; " : "", msg);
 }
 
+void ftc_status_event_field(ftc_status_event_t *e, const char *k, const char *v)
+{
+    if (!strcmp(k, "kind"))
+        snprintf(e->kind, sizeof e->kind, "%s", v);
+    else if (!strcmp(k, "node"))
+        snprintf(e->node, sizeof e->node, "%s", v);
+    else if (!strcmp(k, "rank"))
+        e->rank = atoi(v);
+    else if (!strcmp(k, "gen"))
+        e->gen = atoll(v);
+    else if (!strcmp(k, "step"))
+        e->step = atoll(v);
+    else if (!strcmp(k, "t_detect_ms"))
+        e->t_detect_ms = strtoull(v, NULL, 10);
+    else if (!strcmp(k, "detail"))
+        snprintf(e->detail, sizeof e->detail, "%s", v);
+}
+
 /* Fills e from a stream entry [id, [field, value, ...]]; false on garbage. */
 static bool ftc__parse_entry(const redisReply *ent, ftc_status_event_t *e)
 {
@@ -35,21 +53,7 @@ static bool ftc__parse_entry(const redisReply *ent, ftc_status_event_t *e)
         if (f->element[j]->type != REDIS_REPLY_STRING ||
             f->element[j + 1]->type != REDIS_REPLY_STRING)
             return false;
-        const char *k = f->element[j]->str, *v = f->element[j + 1]->str;
-        if (!strcmp(k, "kind"))
-            snprintf(e->kind, sizeof e->kind, "%s", v);
-        else if (!strcmp(k, "node"))
-            snprintf(e->node, sizeof e->node, "%s", v);
-        else if (!strcmp(k, "rank"))
-            e->rank = atoi(v);
-        else if (!strcmp(k, "gen"))
-            e->gen = atoll(v);
-        else if (!strcmp(k, "step"))
-            e->step = atoll(v);
-        else if (!strcmp(k, "t_detect_ms"))
-            e->t_detect_ms = strtoull(v, NULL, 10);
-        else if (!strcmp(k, "detail"))
-            snprintf(e->detail, sizeof e->detail, "%s", v);
+        ftc_status_event_field(e, f->element[j]->str, f->element[j + 1]->str);
     }
     if (!e->kind[0])
         snprintf(e->kind, sizeof e->kind, "?");
@@ -180,8 +184,15 @@ int ftc_status_collect(ftc_ctl_t *c, const char *job, int max_events, ftc_status
             }
             snprintf(m->node, sizeof m->node, "%.*s",
                      (int)(k->len > FTC_CTL_NODE_MAX ? FTC_CTL_NODE_MAX : k->len), k->str);
-            if (v->type != REDIS_REPLY_STRING || sscanf(v->str, "%127s %63s %lld %llu", m->host,
-                                                        m->domain, &m->pid, &m->joined_ms) != 4)
+            ftc_ctl_member_rec_t rec = {0};
+            bool ok = v->type == REDIS_REPLY_STRING &&
+                      ftc_ctl_member_parse(v->str, &rec, NULL) == 0 && rec.joined_ok;
+            /* what could be read is shown even next to the problem */
+            snprintf(m->host, sizeof m->host, "%s", rec.host);
+            snprintf(m->domain, sizeof m->domain, "%s", rec.domain);
+            m->pid = rec.pid;
+            m->joined_ms = rec.joined_ms;
+            if (!ok)
                 snprintf(m->problem, sizeof m->problem,
                          "member record is not \"host domain pid joined_ms\"");
         }

@@ -39,6 +39,10 @@ typedef struct ftc_status_event {
     char detail[256];
 } ftc_status_event_t;
 
+/* Sets the field named k of an event from its stream value v (pure: one
+ * field/value pair of an events-stream entry); unknown fields are skipped. */
+void ftc_status_event_field(ftc_status_event_t *e, const char *k, const char *v);
+
 typedef struct ftc_status {
     char job[64];
     unsigned long long now_ms;

@@ -4,10 +4,12 @@
  */
 #include "plugins/inproc.h"
 
+#include "core/config.h"
 #include "core/fsio.h"
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -204,19 +206,32 @@ int ftc_inproc_state_read(const char *state_path, ftc_inproc_state_t *st, ftc_er
     char line[512] = "";
     char *got = fgets(line, sizeof line, f);
     fclose(f);
-    int pid = 0, off = 0;
-    unsigned long long gen = 0;
-    char phase[16] = "";
-    if (!got || sscanf(line, "pid=%d gen=%llu phase=%15s why=%n", &pid, &gen, phase, &off) < 3 ||
-        off == 0 || (strcmp(phase, "running") && strcmp(phase, "waiting")))
+    if (!got || !ftc_inproc_state_parse(line, st))
         return ftc_err_set(err, FTC_EPROTO, "%s: '%.100s' is not 'pid=P gen=G phase=running|"
                                             "waiting why=TEXT'", state_path, line);
+    return 0;
+}
+
+bool ftc_inproc_state_parse(const char *line, ftc_inproc_state_t *st)
+{
+    memset(st, 0, sizeof *st);
+    int off = 0;
+    int64_t pid = 0;
+    uint64_t gen = 0;
+    char pw[16] = "", gw[24] = "", phase[16] = "";
+    /* whole numbers, spaces between (sscanf's %llu took "gen=-1" as 2^64-1,
+     * and its " " took "pid=8gen=3phase=..." too) */
+    if (sscanf(line, "pid=%15[-0-9]%*[ ]gen=%23[0-9]%*[ ]phase=%15s%*[ ]why=%n", pw, gw, phase,
+               &off) < 3 ||
+        off == 0 || (strcmp(phase, "running") && strcmp(phase, "waiting")) ||
+        ftc_parse_int(pw, INT_MIN, INT_MAX, &pid) || ftc_parse_u64(gw, &gen))
+        return false;
     st->pid = (pid_t)pid;
     st->gen = gen;
     st->phase = strcmp(phase, "waiting") ? FTC_INPROC_RUNNING : FTC_INPROC_WAITING;
     snprintf(st->why, sizeof st->why, "%s", line + off);
     st->why[strcspn(st->why, "\n")] = 0;
-    return 0;
+    return true;
 }
 
 /* ---- the leave request ------------------------------------------------------------------ */

@@ -99,6 +99,9 @@ void ftc_inproc_state_path(const char *assign_path, char *buf, size_t cap);
 int ftc_inproc_state_write(const char *state_path, const ftc_inproc_state_t *st, ftc_err_t *err);
 /* FTC_ENOENT when absent (a rank that does not know in-process mode). */
 int ftc_inproc_state_read(const char *state_path, ftc_inproc_state_t *st, ftc_err_t *err);
+/* Parses the state file's line, "pid=P gen=G phase=running|waiting why=TEXT"
+ * (pure: what ftc_inproc_state_read does with the line it read). */
+bool ftc_inproc_state_parse(const char *line, ftc_inproc_state_t *st);
 
 /* Rank: installs the SIGUSR1 handler (SA_SIGINFO | SA_RESTART). It records
  * the generation the supervisor asked to leave, and calls on_leave(arg)

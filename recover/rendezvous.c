@@ -256,8 +256,8 @@ void ftc_rdzv_round_free(ftc_rdzv_round_t *r)
 }
 
 /* Splits a space-separated id list into an allocated array. */
-static int split_ids(const char *s, size_t len, char (**out)[FTC_RDZV_NODE_MAX + 1], int *n,
-                     const char *what, ftc_err_t *err)
+int ftc_rdzv_split_ids(const char *s, size_t len, char (**out)[FTC_RDZV_NODE_MAX + 1], int *n,
+                       const char *what, ftc_err_t *err)
 {
     *out = NULL;
     *n = 0;
@@ -283,6 +283,13 @@ static int split_ids(const char *s, size_t len, char (**out)[FTC_RDZV_NODE_MAX +
                                what, j - i, s + i, FTC_RDZV_NODE_MAX);
         memcpy((*out)[*n], s + i, j - i);
         (*out)[*n][j - i] = '\0';
+        /* an id as a node joins with it: a NUL byte made it shorter, or
+         * empty (fuzz_records), and no node could be found by it */
+        if (strlen((*out)[*n]) != j - i || !valid_id((*out)[*n], FTC_RDZV_NODE_MAX, true))
+            return ftc_err_set(err, FTC_EPROTO,
+                               "rendezvous result: %s holds an id that is not 1..%d of "
+                               "[A-Za-z0-9._:/-] ('%.40s')",
+                               what, FTC_RDZV_NODE_MAX, (*out)[*n]);
         (*n)++;
         i = j;
     }
@@ -310,8 +317,8 @@ static int parse_round(ftc_redis_reply_t **el, size_t cnt, const char *node, uin
                            " says generation %lld, not %" PRIu64,
                            after, g, after + 1);
     out->generation = (uint64_t)g;
-    if ((rc = split_ids(ms, ml, &out->members, &out->nodes, "members", err)) ||
-        (rc = split_ids(ss, sl, &out->spare_ids, &out->spares, "spares", err))) {
+    if ((rc = ftc_rdzv_split_ids(ms, ml, &out->members, &out->nodes, "members", err)) ||
+        (rc = ftc_rdzv_split_ids(ss, sl, &out->spare_ids, &out->spares, "spares", err))) {
         ftc_rdzv_round_free(out);
         return rc;
     }

@@ -99,6 +99,13 @@ typedef struct ftc_rdzv_round {
                             first: members[0..prev_nodes-1] keep their previous order) */
 } ftc_rdzv_round_t;
 
+/* Splits a round's space-separated id list (members or spares, len bytes;
+ * pure) into *out (allocated, *n entries; the caller frees it, also on
+ * failure). FTC_EPROTO naming what when an id is not 1..FTC_RDZV_NODE_MAX
+ * of [A-Za-z0-9._:/-] (what a node joins with). */
+int ftc_rdzv_split_ids(const char *s, size_t len, char (**out)[FTC_RDZV_NODE_MAX + 1], int *n,
+                       const char *what, ftc_err_t *err);
+
 /* Registers for the round after `after_gen` and waits until it closes, the
  * deadline passes, or *abort becomes non-zero (abort may be NULL). On success
  * *out describes the round (free with ftc_rdzv_round_free), this node either

@@ -45,10 +45,12 @@
 #include "ftc_test.h"
 
 #include "ckpt/agent.h"
+#include "ckpt/agent_internal.h"
 #include "ckpt/agent_parity.h"
 #include "ckpt/shard.h"
 #include "ckpt/slot.h"
 
+#include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -344,6 +346,41 @@ static void test_rebuild_recorded_code(void **state)
 /* The published form of every group of a job (ftc:{J}:pargroups:GEN): it
  * gives every node the group ftc__par_geometry does, and another redundancy,
  * node count or a text that is not a partition is refused, naming both. */
+/* A plan's ranks and a peer's fabric entry, as the agent reads them: whole
+ * words and whole numbers (fuzz_records found sscanf("%u:%u") taking
+ * "0:-1" as local index 2^32-1, strtoul a field "1x" as node 1, and a
+ * generation "3abc" as 3). */
+static void test_records_text(void **state)
+{
+    (void)state;
+    uint32_t *m = NULL, *l = NULL, n = 0;
+    assert_true(ftc__plan_ranks_parse("0:0 1:0  0:1 ", 2, &m, &l, &n));
+    assert_int_equal(n, 3);
+    assert_true(m[0] == 0 && m[1] == 1 && m[2] == 0 && l[2] == 1);
+    free(m);
+    free(l);
+    const char *bad_plan[] = {"0:-1", "1:2x", "0:4294967296", "2:0", "0:", ":0", "0"};
+    for (size_t i = 0; i < sizeof bad_plan / sizeof bad_plan[0]; i++)
+        if (ftc__plan_ranks_parse(bad_plan[i], 2, &m, &l, &n))
+            fail_msg("plan ranks '%s' parsed", bad_plan[i]);
+    ftc__fabric_rec_t r;
+    ftc_err_t e = {0};
+    assert_int_equal(ftc__fabric_parse("2", "0aff node2 - 7", &r, &e), 0);
+    assert_true(r.node == 2 && r.addr_len == 2 && r.addr[1] == 0xff && !r.domain[0] &&
+                r.has_gen && r.gen == 7 && !strcmp(r.node_id, "node2"));
+    assert_int_equal(ftc__fabric_parse("3", "0a n3 rack-a", &r, &e), 0); /* an older agent's */
+    assert_true(!r.has_gen && !strcmp(r.domain, "rack-a"));
+    char longid[100];
+    snprintf(longid, sizeof longid, "0a %070d - 3", 0);
+    const char *bad[][2] = {{"1x", "0a n1 - 3"}, {"-1", "0a n1 - 3"}, {"1", "0a n1 - 3abc"},
+                            {"1", "0a n1 - -3"},  {"1", longid},       {"1", "0g n1 - 3"},
+                            {"1", "0a0 n1 - 3"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        if (ftc__fabric_parse(bad[i][0], bad[i][1], &r, &e) != FTC_EPROTO)
+            fail_msg("fabric '%s' '%.40s' parsed: node %lu '%s' gen %" PRIu64, bad[i][0],
+                     bad[i][1], r.node, r.node_id, r.gen);
+}
+
 static void test_groups_text(void **state)
 {
     (void)state;
@@ -1578,6 +1615,7 @@ int main(void)
         cmocka_unit_test(test_idle_members),
         cmocka_unit_test(test_rebuild_recorded_code),
         cmocka_unit_test(test_groups_text),
+        cmocka_unit_test(test_records_text),
         cmocka_unit_test(test_member_groups),
         cmocka_unit_test(test_bad_domain),
         T(test_xor_one_node_lost),

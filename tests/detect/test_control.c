@@ -284,6 +284,31 @@ static void test_garbage_in_every_key_kind(void **state)
     assert_int_equal(ftc_ctl_heartbeat_parse("18446744073709551615 -1 0 9223372036854775807",
                                              46, &hb, &err), 0);
     assert_true(hb.generation == UINT64_MAX && hb.step == -1);
+    /* leader values and member records: whole words and whole numbers
+     * (fuzz_records found sscanf taking "n:1 -1" for epoch 2^64-1, and a
+     * host of 128 characters for a host and a domain) */
+    char h[160], longhost[200];
+    memset(longhost, 'h', 128);
+    snprintf(longhost + 128, sizeof longhost - 128, " 7 8");
+    assert_int_equal(ftc_ctl_leader_parse("n:1:5 7", 7, "k", h, sizeof h, &ep, &err), 0);
+    assert_true(!strcmp(h, "n:1:5") && ep == 7);
+    const char *bad_leader[] = {"n:1 -1", "n:1 7x", "n:1 18446744073709551616", "n:1"};
+    for (size_t i = 0; i < sizeof bad_leader / sizeof bad_leader[0]; i++)
+        if (ftc_ctl_leader_parse(bad_leader[i], strlen(bad_leader[i]), "k", h, sizeof h, &ep,
+                                 &err) != FTC_EPROTO)
+            fail_msg("leader '%s' parsed: '%s' %" PRIu64, bad_leader[i], h, ep);
+    ftc_ctl_member_rec_t mr;
+    assert_int_equal(ftc_ctl_member_parse("h0 - -3 5", &mr, &err), 0);
+    assert_true(!strcmp(mr.host, "h0") && !strcmp(mr.domain, "-") && mr.pid == -3 &&
+                mr.joined_ok && mr.joined_ms == 5 && !strcmp(mr.joined, "5"));
+    assert_int_equal(ftc_ctl_member_parse("h0 d 3 -5", &mr, &err), 0); /* an incarnation... */
+    assert_false(mr.joined_ok);                                          /* ...not a time */
+    const char *bad_member[] = {longhost, "h d 4x 5", "t - 4\xff", "h d 99999999999999999999 5",
+                                "h d 1"};
+    for (size_t i = 0; i < sizeof bad_member / sizeof bad_member[0]; i++)
+        if (ftc_ctl_member_parse(bad_member[i], &mr, &err) != FTC_EPROTO)
+            fail_msg("member '%.60s' parsed: '%s' '%s' %lld '%s'", bad_member[i], mr.host,
+                     mr.domain, mr.pid, mr.joined);
     /* bad ids are refused before they reach Redis */
     ftc_ctl_member_t m = {.node = "bad node"};
     assert_int_equal(ftc_ctl_join(c, &m), FTC_EINVAL);

@@ -15,6 +15,8 @@
  *                             of the target accepts, and ones it refuses
  *                             (another job, generation, world, rank), the
  *                             longest job id and blob, a truncated one
+ *   OUT/fuzz_records/gen-*    in-process state files ftc_inproc_state_write
+ *                             wrote (the longest why, one with a newline)
  *
  * Generated rather than committed so that the seeds follow the formats; the
  * committed seeds under tests/fuzz/seeds/ add hand-written inputs and the
@@ -27,6 +29,7 @@
 #include "ckpt/shard.h"
 #include "core/config.h"
 #include "core/fsio.h"
+#include "plugins/inproc.h"
 #include "trainer/dist.h"
 #include "trainer/synth.h"
 
@@ -43,6 +46,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -436,6 +440,41 @@ static void rdzv_seeds(void)
     rdzv_seed("cut", 1, 4, "fuzzjob", 3, 40, 30);
 }
 
+/* fuzz_records: the state file of an in-process rank, as its writer
+ * writes it (read back from a temporary file). */
+static void records_seeds(void)
+{
+    char dir[] = "/tmp/ftc-seedgen-XXXXXX", path[64];
+    if (!mkdtemp(dir)) {
+        failures++;
+        return;
+    }
+    snprintf(path, sizeof path, "%s/state", dir);
+    ftc_inproc_state_t st = {.pid = 2147483647, .gen = UINT64_MAX, .phase = FTC_INPROC_WAITING};
+    memset(st.why, 'w', sizeof st.why - 1);
+    for (int i = 0; i < 2; i++) {
+        if (i) {
+            snprintf(st.why, sizeof st.why, "left: node3\nlost");
+            st.phase = FTC_INPROC_RUNNING;
+        }
+        ftc_err_t err = {0};
+        char buf[1024];
+        FILE *f = NULL;
+        size_t n = 0;
+        if (ftc_inproc_state_write(path, &st, &err) || !(f = fopen(path, "rb")) ||
+            !(n = fread(buf, 1, sizeof buf, f))) {
+            fprintf(stderr, "seedgen: state file: %s\n", err.code ? err.msg : strerror(errno));
+            failures++;
+        } else {
+            put("fuzz_records", i ? "state-newline" : "state-longest", buf, n);
+        }
+        if (f)
+            fclose(f);
+    }
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -448,6 +487,7 @@ int main(int argc, char **argv)
     zshard_seeds();
     manifest_seeds();
     rdzv_seeds();
+    records_seeds();
     if (failures) {
         fprintf(stderr, "seedgen: %d seed(s) failed\n", failures);
         return 1;

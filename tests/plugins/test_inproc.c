@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
+#include <inttypes.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
@@ -212,6 +213,20 @@ static void test_state_round_trip(void **state)
     fputs("pid=1 gen=2 phase=dancing why=\n", f);
     fclose(f);
     assert_int_equal(ftc_inproc_state_read(sp, &back, &err), FTC_EPROTO);
+    /* numbers are whole and in range, fields apart (fuzz_records found
+     * sscanf's %llu taking gen=-1 as 2^64-1, and "pid=8gen=3phase=..."):
+     * a supervisor would have taken the rank for one of generation 2^64-1 */
+    const char *bad[] = {"pid=1 gen=-1 phase=waiting why=x\n", "pid=8gen=3phase=waiting why=\n",
+                         "pid=99999999999 gen=3 phase=waiting why=\n",
+                         "pid=1 gen=99999999999999999999 phase=waiting why=\n",
+                         "pid=1 gen=+3 phase=waiting why=\n"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        f = fopen(sp, "w");
+        fputs(bad[i], f);
+        fclose(f);
+        if (ftc_inproc_state_read(sp, &back, &err) != FTC_EPROTO)
+            fail_msg("'%s' was read: gen %" PRIu64 ", pid %d", bad[i], back.gen, (int)back.pid);
+    }
 }
 
 /* ---- the leave request ------------------------------------------------------------------ */

@@ -611,6 +611,21 @@ static void test_bad_input(void **state)
     assert_int_equal(ftc_rdzv_request(r, "rb", 0, "x", &open, &err), FTC_EPROTO);
     assert_int_equal(ftc_rdzv_set_world(r, "rb", 0, 0, &err), FTC_EINVAL);
     ftc_rdzv_round_free(NULL);
+    /* a round's id lists: ids a node can join with (fuzz_records found a
+     * NUL byte read as an empty member id) */
+    char(*ids)[FTC_RDZV_NODE_MAX + 1] = NULL;
+    int n = 0;
+    assert_int_equal(ftc_rdzv_split_ids(" a  b/c:d ", 10, &ids, &n, "members", &err), 0);
+    assert_true(n == 2 && !strcmp(ids[0], "a") && !strcmp(ids[1], "b/c:d"));
+    free(ids);
+    const char bad[][8] = {"\0", "a \0", "a\0b c", "a b\tc", "a$ b"};
+    const size_t blen[] = {1, 3, 5, 6, 4};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ids = NULL;
+        if (ftc_rdzv_split_ids(bad[i], blen[i], &ids, &n, "members", &err) != FTC_EPROTO)
+            fail_msg("id list %zu read as %d ids", i, n);
+        free(ids);
+    }
     ftc_redis_close(r);
 }
 
