@@ -954,7 +954,11 @@ static const char *busy_why(const ftc_filestore_t *fs, bool busy)
 /* A busy pack: each file being written takes its size, stamp, mode and
  * bytes from the previous own version (the slot of the newest acknowledged
  * one, which this pack does not write); a file that version lacks is left
- * out. Names what it did in list. */
+ * out. Names what it did in list. The bytes taken are checked against their
+ * checksum first (open checks the head, so names, stamps and modes): this
+ * pack seals them under fresh checksums, so a byte of the slot changed since
+ * (a stray write, a bit flip in /dev/shm) would otherwise go out to the peers
+ * as valid. A file whose copy fails is left out too, with a WARN. */
 static void fs_take_previous(ftc_filestore_t *fs, fs_scan_t *sc, char *list, size_t cap)
 {
     ftc_shard_view_t v;
@@ -962,21 +966,38 @@ static void fs_take_previous(ftc_filestore_t *fs, fs_scan_t *sc, char *list, siz
     uint32_t ml = 0;
     bool have = false;
     int o = fs->own_newest;
+    char slot[FTC_SLOT_NAME_MAX] = "";
     if (o >= 0 && fs->own_step[o] && fs->own[o].base) {
         ftc_err_t e = {0};
+        own_slot_name(fs, o, slot, sizeof slot);
         have = ftc_shard_open(&v, fs->own[o].base, fs->own[o].size, FTC_SHARD_ALLOW_TRAILING,
                               &e) == 0 &&
                ftc_shard_meta_get(&v, FS_META_FILES, &m, &ml) == 0 &&
                ml == (uint64_t)v.n_tensors * 16;
+        if (!have)
+            fs_log(fs, FTC_LOG_WARN,
+                   "the previous version in slot /dev/shm/%s is unreadable (%s): the files "
+                   "being written are left out of this version",
+                   slot, e.code ? e.msg : "no file table");
     }
     size_t out = 0, ll = strlen(list);
     for (size_t i = 0; i < sc->n; i++) {
         fs_file_t f = sc->f[i];
         if (f.busy) {
             int t = have ? ftc_shard_find(&v, f.name) : -1;
+            const char *why = t >= 0 ? "as in the previous version" : "left out";
+            ftc_err_t e = {0};
+            if (t >= 0 && ftc_shard_verify_tensor(&v, (uint32_t)t, &e)) {
+                fs_log(fs, FTC_LOG_WARN,
+                       "%s/%.100s: its copy in the previous version (slot /dev/shm/%s) fails its "
+                       "checksum: left out of this version (%.120s)",
+                       fs->dir, f.name, slot, e.msg);
+                why = "left out, its previous copy corrupt";
+                t = -1;
+            }
             if (ll + 1 < cap)
-                ll += (size_t)snprintf(list + ll, cap - ll, "%s%s (%s)", ll ? ", " : "", f.name,
-                                       t >= 0 ? "as in the previous version" : "left out");
+                ll +=
+                    (size_t)snprintf(list + ll, cap - ll, "%s%s (%s)", ll ? ", " : "", f.name, why);
             if (ll >= cap) ll = cap - 1;
             sc->bytes -= f.size;
             if (t < 0) {

@@ -50,6 +50,9 @@
  *              the held file as the previous version had it and without the log
  *   quietopen  a file half-written and held open while the directory is quiet
  *              (another file finished): the version has its previous copy
+ *   prevcorrupt  a byte of a file flipped in the node's own slot of the
+ *              previous version, then the file held open for a pack: the
+ *              corrupt copy is left out, never sealed anew and spread
  *   overflow   the store's inotify queue overflows while its process is
  *              stopped (SIGSTOP) and a subdirectory is made meanwhile (its
  *              event dropped): a file later written in it is still replicated
@@ -1266,6 +1269,76 @@ static void test_quietopen(void **state)
     quit(&n1);
 }
 
+/* A byte of a file's data flipped in the node's own slot of its previous
+ * version (a stray write, a bit flip in /dev/shm), then a pack with that
+ * file held open for writing: the pack used to copy the corrupt bytes from
+ * that slot and seal them under fresh checksums, so the peers took them as
+ * valid and a replacement node got them back; now the copy is checked and
+ * the file left out of the new version. */
+static void test_prevcorrupt(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0, n1;
+    spawn_pair(&n0, &n1);
+    OK(&n0, "write a.bin 101 50000");
+    OK(&n0, "write c.bin 103 50000");
+    OK(&n0, "flush"); /* version 1, in one of node 0's own slots */
+    int hit = 0;
+    for (int s = 0; s < 2; s++) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "/dev/shm/ftc.%s.files.n0.self.s%d", g_job, s);
+        uint8_t *buf = NULL;
+        size_t len = 0;
+        ftc_err_t e = {0};
+        if (ftc_fs_read_file(path, 1u << 30, &buf, &len, &e) != 0) continue;
+        ftc_shard_view_t v;
+        int t = -1;
+        if (ftc_shard_open(&v, buf, len, FTC_SHARD_ALLOW_TRAILING, &e) == 0)
+            t = ftc_shard_find(&v, "a.bin");
+        if (t >= 0) { /* a byte in the middle of a.bin's data, found by its contents */
+            uint8_t *want = malloc(50000);
+            ftc_test_fill(want, 50000, 101);
+            ftc_shard_tensor_t tt;
+            ftc_shard_get(&v, (uint32_t)t, &tt);
+            assert_int_equal(tt.length, 50000);
+            assert_memory_equal(tt.data, want, 50000);
+            uint8_t b = (uint8_t)(want[25000] ^ 0x5a);
+            int fd = open(path, O_WRONLY);
+            assert_true(fd >= 0);
+            assert_int_equal(pwrite(fd, &b, 1, (off_t)(tt.offset + 25000)), 1);
+            close(fd);
+            free(want);
+            printf("# flipped byte 25000 of a.bin in %s\n", path);
+            hit++;
+        }
+        free(buf);
+    }
+    assert_int_equal(hit, 1);
+    int hold = cmd(&n0, NULL, 0, "holdwrite a.bin 102 50000"); /* held open: a busy file */
+    assert_true(hold > 0);
+    OK(&n0, "write b.bin 104 50000"); /* a finished file: a change */
+    bool pushed = wait_pushed(&n0, 2);
+    kill9(&n0);
+    kill(hold, SIGKILL);
+    forget_node(0);
+    assert_true(pushed);
+    node_t r0 = spawn(0, "n0", 1);
+    OK(&r0, "restore 2 n0 n1");
+    char msg[2048];
+    int rc = cmd(&r0, msg, sizeof msg, "check a.bin 101 50000");
+    printf("# a.bin after the restore: %d %s\n", rc, msg);
+    assert_int_not_equal(rc, 2); /* never the corrupt bytes */
+    OK(&r0, "absent a.bin");     /* left out of version 2 */
+    OK(&r0, "check b.bin 104 50000");
+    OK(&r0, "check c.bin 103 50000");
+    OK(&n1, "restore 2 n0 n1"); /* the union on the peer: no corrupt a.bin either */
+    OK(&n1, "absent a.bin");
+    OK(&n1, "check b.bin 104 50000");
+    quit(&r0);
+    quit(&n1);
+}
+
 /* A version held by many peers with long node ids: its recorded holder list
  * runs past 1000 bytes (it used to be cut there, silently). The record of
  * node 0's version lists 30 holders of 62-byte ids that are not members
@@ -1467,6 +1540,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_pending, setup, teardown),
         cmocka_unit_test_setup_teardown(test_busy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_quietopen, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_prevcorrupt, setup, teardown),
         cmocka_unit_test_setup_teardown(test_longholders, setup, teardown),
         cmocka_unit_test_setup_teardown(test_overflow, setup, teardown),
         cmocka_unit_test_setup_teardown(test_symlinked_subdir, setup, teardown),
