@@ -23,6 +23,7 @@
 #include "ckpt/agent_parity.h"
 #include "ckpt/agent_persist.h"
 #include "ckpt/agent_proto.h"
+#include "ckpt/records.h"
 #include "ckpt/replica.h"
 #include "ckpt/shard.h"
 #include "ckpt/slot.h"
@@ -318,25 +319,6 @@ struct ftc__agent_par {
     char where_why[240];    /* why the last ftc__where returned NULL */
 };
 
-/* A peer's entry in ftc:{J}:fabric: field "INDEX", value "HEXADDR NODE_ID
- * DOMAIN [GEN]" (ftc__publish_address writes it; "-": no domain). */
-typedef struct ftc__fabric_rec {
-    unsigned long node;                    /* ULONG_MAX when the field is no index */
-    char hex[2 * FTC_FABRIC_ADDR_MAX + 1]; /* the address as published */
-    uint8_t addr[FTC_FABRIC_ADDR_MAX];     /* ... decoded */
-    size_t addr_len;
-    char node_id[FTC_CTL_NODE_MAX + 1];
-    char domain[64]; /* "" for "-" */
-    bool has_gen;    /* the publisher's generation follows (gen) */
-    uint64_t gen;
-} ftc__fabric_rec_t;
-
-/* Parses the ranks of a plan (ftc:{J}:plan:GEN field "ranks"), one
- * "MEMBER:LOCAL" word per rank with MEMBER < nm (pure): *member and *local
- * get malloc'd arrays of *n; false on garbage (or out of memory). */
-bool ftc__plan_ranks_parse(const char *ranks, uint32_t nm, uint32_t **member, uint32_t **local,
-                           uint32_t *n);
-
 /* Shared by the agent's files; each is documented where it is defined. */
 
 /* agent.c */
@@ -348,7 +330,6 @@ void ftc__reply_error(int fd, uint64_t seq, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 void ftc__not_committed(int fd, int code, uint64_t step, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-int ftc__fabric_parse(const char *field, const char *value, ftc__fabric_rec_t *r, ftc_err_t *err);
 void ftc__refresh_peers(ftc_agent_t *a);
 void ftc__try_push(ftc_agent_t *a, ftc__rank_t *r, int s);
 void ftc__push_others(ftc_agent_t *a, ftc__rank_t *r, int s);

@@ -4,10 +4,12 @@
 #include "detect/status.h"
 
 #include "core/clock.h"
+#include "core/config.h"
 
 #include <hiredis/hiredis.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -22,18 +24,23 @@ static void ftc__problem(ftc_status_t *s, const char *msg)
 
 void ftc_status_event_field(ftc_status_event_t *e, const char *k, const char *v)
 {
+    /* a number only whole and in range, else the field's "unknown": atoi
+     * and atoll took "7x" for 7 and cut 2^32 to 0, strtoull "-1" for 2^64-1
+     * (fuzz_records) */
+    int64_t x;
+    uint64_t u;
     if (!strcmp(k, "kind"))
         snprintf(e->kind, sizeof e->kind, "%s", v);
     else if (!strcmp(k, "node"))
         snprintf(e->node, sizeof e->node, "%s", v);
     else if (!strcmp(k, "rank"))
-        e->rank = atoi(v);
+        e->rank = ftc_parse_int(v, -1, INT_MAX, &x) ? -1 : (int)x;
     else if (!strcmp(k, "gen"))
-        e->gen = atoll(v);
+        e->gen = ftc_parse_int(v, 0, INT64_MAX, &x) ? -1 : x;
     else if (!strcmp(k, "step"))
-        e->step = atoll(v);
+        e->step = ftc_parse_int(v, -1, INT64_MAX, &x) ? -1 : x;
     else if (!strcmp(k, "t_detect_ms"))
-        e->t_detect_ms = strtoull(v, NULL, 10);
+        e->t_detect_ms = ftc_parse_u64(v, &u) ? 0 : u;
     else if (!strcmp(k, "detail"))
         snprintf(e->detail, sizeof e->detail, "%s", v);
 }

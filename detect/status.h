@@ -33,14 +33,17 @@ typedef struct ftc_status_event {
     char id[32];      /* stream id */
     char kind[24];
     char node[FTC_CTL_NODE_MAX + 1];
-    int rank;
-    long long gen, step;
-    unsigned long long t_detect_ms;
+    int rank;         /* -1: none, or not a whole number in range where it was read */
+    long long gen;    /* -1: not a whole number in range */
+    long long step;   /* -1: none, or not a number */
+    unsigned long long t_detect_ms; /* 0: none, or not a number */
     char detail[256];
 } ftc_status_event_t;
 
 /* Sets the field named k of an event from its stream value v (pure: one
- * field/value pair of an events-stream entry); unknown fields are skipped. */
+ * field/value pair of an events-stream entry); unknown fields are skipped. A
+ * number is taken only whole and in range: anything else sets the field's
+ * "unknown" (above), never another number. */
 void ftc_status_event_field(ftc_status_event_t *e, const char *k, const char *v);
 
 typedef struct ftc_status {

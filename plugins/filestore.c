@@ -15,18 +15,21 @@
  * known and recorded in Redis (ftc:{job}:files).
  */
 #include "plugins/filestore.h"
+#include "plugins/filestore_internal.h"
 
 #include "ckpt/replica.h"
 #include "ckpt/shard.h"
 #include "ckpt/slot.h"
 #include "ckpt/wire.h"
 #include "core/clock.h"
+#include "core/config.h"
 #include "core/fabric.h"
 #include "core/fsio.h"
 #include "core/le.h"
 #include "core/log.h"
 #include "detect/control.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -49,7 +52,7 @@
 #include <unistd.h>
 
 #define FS_MOD "filestore"
-#define FS_MAX_NODES 1024 /* node indices 0..1023 */
+#define FS_MAX_NODES FTC__FS_MAX_NODES
 #define FS_NAME_MAX FTC_SHARD_NAME_MAX
 #define FS_META_FILES "ftc.files" /* per tensor: u64 mtime_ns, u32 mode, u32 0 */
 #define FS_META_NODE "ftc.node"
@@ -97,16 +100,8 @@ typedef struct fs_file { /* one file found by a scan */
     const uint8_t *from; /* ... where its bytes are */
 } fs_file_t;
 
-typedef struct fs_stamp { /* a file name and an mtime: a file seen, or a tombstone */
-    char *name;
-    uint64_t mtime_ns;
-    bool newer; /* (restore) the union holds a newer copy: the deletion is undone */
-} fs_stamp_t;
-
-typedef struct fs_stamps { /* sorted by name, each name once */
-    fs_stamp_t *e;
-    size_t n, cap;
-} fs_stamps_t;
+typedef ftc__fs_stamp_t fs_stamp_t; /* filestore_internal.h */
+typedef ftc__fs_stamps_t fs_stamps_t;
 
 typedef struct fs_logline {
     int level;
@@ -314,6 +309,42 @@ static int fs_publish(ftc_filestore_t *fs, ftc_err_t *err)
     return 0;
 }
 
+/* The parsers below take whole words and whole numbers: strtoul took field
+ * "1x" for node 1, sscanf("%512s %64s") a longer node id cut to its first
+ * 64 bytes (fuzz_filestore). */
+bool ftc__fs_index_parse(const char *f, size_t fl, uint32_t *index)
+{
+    char buf[8];
+    uint64_t x;
+    if (fl == 0 || fl >= sizeof buf || memchr(f, 0, fl)) return false;
+    memcpy(buf, f, fl);
+    buf[fl] = 0;
+    if (ftc_parse_u64(buf, &x) || x >= FS_MAX_NODES) return false;
+    *index = (uint32_t)x;
+    return true;
+}
+
+bool ftc__fs_filefab_parse(const char *v, char *hex, size_t hex_cap, uint8_t *addr,
+                           size_t *addr_len, char *node_id, size_t id_cap)
+{
+    const char *p = v;
+    if (!ftc_next_word(&p, hex, hex_cap) || !ftc_next_word(&p, node_id, id_cap) ||
+        strlen(node_id) > FTC_CTL_NODE_MAX)
+        return false;
+    while (isspace((unsigned char)*p))
+        p++;
+    if (*p) return false; /* a third word */
+    size_t hl = strlen(hex);
+    if (hl == 0 || hl % 2 || hl / 2 > FTC_FABRIC_ADDR_MAX) return false;
+    for (size_t b = 0; b < hl / 2; b++) {
+        int hi = hexval(hex[2 * b]), lo = hexval(hex[2 * b + 1]);
+        if (hi < 0 || lo < 0) return false;
+        addr[b] = (uint8_t)(hi << 4 | lo);
+    }
+    *addr_len = hl / 2;
+    return true;
+}
+
 /* Reads ftc:{job}:filefab; adds new peers to the engine, replaces changed ones. */
 static void fs_refresh_peers(ftc_filestore_t *fs)
 {
@@ -333,30 +364,19 @@ static void fs_refresh_peers(ftc_filestore_t *fs)
             if (ftc_redis_want_str(el[i], key, &f, &fl, &err) ||
                 ftc_redis_want_str(el[i + 1], key, &v, &vl, &err))
                 continue;
-            char *end;
-            unsigned long node = strtoul(f, &end, 10);
-            if (end == f || node >= FS_MAX_NODES || node == fs->index) continue;
+            uint32_t node;
+            if (!ftc__fs_index_parse(f, fl, &node) || node == fs->index) continue;
             char hex[2 * FTC_FABRIC_ADDR_MAX + 1], nid[FTC_CTL_NODE_MAX + 1];
-            if (sscanf(v, "%512s %64s", hex, nid) != 2 || strlen(hex) % 2 ||
-                strlen(hex) / 2 > FTC_FABRIC_ADDR_MAX) {
-                fs_log(fs, FTC_LOG_WARN, "%s: field %lu holds a malformed address", key, node);
+            uint8_t addr[FTC_FABRIC_ADDR_MAX];
+            size_t len = 0;
+            if (memchr(v, 0, vl) ||
+                !ftc__fs_filefab_parse(v, hex, sizeof hex, addr, &len, nid, sizeof nid)) {
+                fs_log(fs, FTC_LOG_WARN, "%s: field %u holds a malformed address", key, node);
                 continue;
             }
             fs_peer_t *p = &fs->peers[node];
             if (p->known && !strcmp(p->addr_hex, hex)) {
                 snprintf(p->node_id, sizeof p->node_id, "%s", nid);
-                continue;
-            }
-            uint8_t addr[FTC_FABRIC_ADDR_MAX];
-            size_t len = strlen(hex) / 2;
-            bool ok = true;
-            for (size_t b = 0; ok && b < len; b++) {
-                int hi = hexval(hex[2 * b]), lo = hexval(hex[2 * b + 1]);
-                ok = hi >= 0 && lo >= 0;
-                addr[b] = (uint8_t)(hi << 4 | lo);
-            }
-            if (!ok) {
-                fs_log(fs, FTC_LOG_WARN, "%s: field %lu holds a malformed address", key, node);
                 continue;
             }
             if (p->known && fs->repl) ftc_repl_peer_remove(fs->repl, (uint32_t)node);
@@ -367,7 +387,7 @@ static void fs_refresh_peers(ftc_filestore_t *fs)
             p->addr_len = len;
             if (fs->repl && ftc_repl_peer_add(fs->repl, (uint32_t)node, addr, len) != 0 &&
                 ftc_fabric_health(fs->fab) == 0) /* a broken endpoint re-adds all at its rebuild */
-                fs_log(fs, FTC_LOG_WARN, "adding node %lu: %s", node, ftc_repl_errstr(fs->repl));
+                fs_log(fs, FTC_LOG_WARN, "adding node %u: %s", node, ftc_repl_errstr(fs->repl));
         }
     }
     ftc_redis_reply_free(rep);
@@ -834,6 +854,21 @@ static int gone_parse(const uint8_t *m, uint32_t ml, fs_stamps_t *out, char *why
     return rc;
 }
 
+int ftc__fs_gone_parse(const uint8_t *m, uint32_t ml, fs_stamps_t *out, char *why, size_t cap)
+{
+    return gone_parse(m, ml, out, why, cap);
+}
+
+uint8_t *ftc__fs_gone_record(const fs_stamps_t *s, size_t *len)
+{
+    return gone_record(s, len);
+}
+
+void ftc__fs_stamps_free(fs_stamps_t *s)
+{
+    stamps_free(s);
+}
+
 /* The files of scan sc (sorted by name) as a set; 0 or FTC_ENOMEM. */
 static int stamps_from_scan(const fs_scan_t *sc, fs_stamps_t *out)
 {
@@ -1192,32 +1227,52 @@ fail:
     fs_note_error(fs, rc, err.msg);
 }
 
-/* Parses a record "version size gen [holders]"; 0, -1 when it is not one,
- * -2 when its holder list is longer than FS_HOLDERS_MAX - 1 bytes. holders gets a
- * malloc'd copy of the list ("" when none) when not NULL. */
-static int fs_parse_rec(const char *v, size_t vl, uint64_t *version, uint64_t *size,
-                        uint64_t *gen, char **holders)
+/* ftc__fs_rec_parse: whole numbers and one holder word, nothing after:
+ * sscanf("%" SCNu64) took "5x" for version 5, "-1" for 2^64-1, and the
+ * words after the holder list went unseen (fuzz_filestore). */
+int ftc__fs_rec_parse(const char *v, size_t vl, uint64_t *version, uint64_t *size, uint64_t *gen,
+                      char **holders)
 {
-    char num[3 * 21 + 4];
-    int used = 0;
-    size_t nl = vl < sizeof num - 1 ? vl : sizeof num - 1;
-    memcpy(num, v, nl);
-    num[nl] = 0;
-    if (sscanf(num, "%" SCNu64 " %" SCNu64 " %" SCNu64 "%n", version, size, gen, &used) < 3)
-        return -1;
-    const char *h = v + used, *e = v + vl;
-    while (h < e && *h == ' ')
-        h++;
-    size_t hl = 0;
-    while (h + hl < e && h[hl] != ' ' && h[hl])
-        hl++;
-    if (hl >= FS_HOLDERS_MAX) return -2;
-    if (holders) {
-        if (!(*holders = malloc(hl + 1))) return -1;
-        memcpy(*holders, h, hl);
-        (*holders)[hl] = 0;
+    if (memchr(v, 0, vl)) return -1;
+    char *text = strndup(v, vl), w[24], *h = NULL;
+    if (!text) return -1;
+    const char *p = text;
+    uint64_t *num[3] = {version, size, gen};
+    int rc = 0;
+    for (int i = 0; !rc && i < 3; i++)
+        rc = ftc_next_word(&p, w, sizeof w) && !ftc_parse_u64(w, num[i]) ? 0 : -1;
+    while (!rc && isspace((unsigned char)*p))
+        p++;
+    size_t hl = rc ? 0 : strcspn(p, " \t\n\v\f\r");
+    if (!rc && hl >= FS_HOLDERS_MAX) rc = -2;
+    const char *after = p + hl;
+    while (!rc && isspace((unsigned char)*after))
+        after++;
+    if (!rc && *after) rc = -1; /* a word after the holder list */
+    if (!rc && holders && !(h = strndup(p, hl))) rc = -1;
+    free(text);
+    if (!rc && holders) *holders = h;
+    return rc;
+}
+
+int ftc__fs_holder_next(const char **p, uint32_t *index, char *id, size_t id_cap)
+{
+    const char *b = *p;
+    while (*b == ',')
+        b++;
+    if (!*b) {
+        *p = b;
+        return 0;
     }
-    return 0;
+    size_t l = strcspn(b, ","), il;
+    *p = b + l;
+    const char *colon = memchr(b, ':', l);
+    if (!colon || !ftc__fs_index_parse(b, (size_t)(colon - b), index)) return -1;
+    il = l - (size_t)(colon - b) - 1;
+    if (il == 0 || il > FTC_CTL_NODE_MAX || il >= id_cap) return -1;
+    memcpy(id, colon + 1, il);
+    id[il] = 0;
+    return 1;
 }
 
 /* Records the pushed version and its holders; 0, or the Redis error with
@@ -1499,15 +1554,11 @@ static int fs_fetch_rec(ftc_filestore_t *fs, fs_rec_t *rec, ftc_deadline_t d, in
             fs_refresh_peers(fs);
         }
         int tries = 0;
-        char list[FS_HOLDERS_MAX];
-        snprintf(list, sizeof list, "%s", rec->holders);
-        for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok;
-             tok = strtok_r(NULL, ",", &save)) {
-            char *colon = strchr(tok, ':');
-            if (!colon) continue;
-            *colon = 0;
-            uint32_t h = (uint32_t)strtoul(tok, NULL, 10);
-            const char *hid = colon + 1;
+        const char *lp = rec->holders;
+        uint32_t h;
+        char hid[FTC_CTL_NODE_MAX + 1];
+        for (int hr; (hr = ftc__fs_holder_next(&lp, &h, hid, sizeof hid)) != 0;) {
+            if (hr < 0) continue; /* "1x:a" was node 1 (strtoul) */
             size_t tl = strlen(tried);
             if (!fs_live(fs, h, hid)) {
                 if (round == 0)
@@ -1801,13 +1852,12 @@ static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
             ftc_redis_want_str(el[i + 1], key, &v, &vl, &e))
             continue;
         fs_rec_t *r = &recs[nr];
-        char *end;
-        unsigned long owner = strtoul(f, &end, 10);
+        uint32_t owner = 0;
         uint64_t gen;
         r->holders = NULL;
-        int prc = end == f || owner >= FS_MAX_NODES
+        int prc = !ftc__fs_index_parse(f, fl, &owner) /* strtoul took "1x" for node 1 */
                       ? -1
-                      : fs_parse_rec(v, vl, &r->version, &r->size, &gen, &r->holders);
+                      : ftc__fs_rec_parse(v, vl, &r->version, &r->size, &gen, &r->holders);
         if (prc == -2) {
             if (!first)
                 first = ftc_err_set(err, FTC_EPROTO,
@@ -1824,7 +1874,7 @@ static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
                                     (int)fl, f, (int)(vl > 80 ? 80 : vl), v);
             continue;
         }
-        r->owner = (uint32_t)owner;
+        r->owner = owner;
         nr++;
     }
     ftc_redis_reply_free(rep);
@@ -2031,14 +2081,12 @@ static void fs_apply_members(ftc_filestore_t *fs)
     /* holders of this node's newest version that left: replicate it again */
     if (fs->own_holders[0] && !fs->dirty) {
         int live = 0;
-        char list[sizeof fs->own_holders];
-        snprintf(list, sizeof list, "%s", fs->own_holders);
-        for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok;
-             tok = strtok_r(NULL, ",", &save)) {
-            char *colon = strchr(tok, ':');
-            if (colon && (*colon = 0, fs_live(fs, (uint32_t)strtoul(tok, NULL, 10), colon + 1)))
+        const char *lp = fs->own_holders;
+        uint32_t h;
+        char hid[FTC_CTL_NODE_MAX + 1];
+        for (int hr; (hr = ftc__fs_holder_next(&lp, &h, hid, sizeof hid)) != 0;)
+            if (hr > 0 && fs_live(fs, h, hid))
                 live++;
-        }
         int want = fs->k < fs->nmembers - 1 ? fs->k : fs->nmembers - 1;
         if (live < want) {
             fs_log(fs, FTC_LOG_INFO,
@@ -2419,11 +2467,16 @@ ftc_filestore_t *ftc_filestore_create(const char *job, uint32_t index, const cha
         size_t sl;
         ftc_err_t e = {0};
         if (ftc_redis_want_str(rep, key, &s, &sl, &e) == 0) {
-            fs->last_version = recorded = strtoull(s, NULL, 10);
+            /* the version from the whole record (strtoull took "5x" for 5) */
             uint64_t a, b, c;
             char *h = NULL;
-            if (fs_parse_rec(s, sl, &a, &b, &c, &h) == 0)
+            if (ftc__fs_rec_parse(s, sl, &a, &b, &c, &h) == 0) {
+                fs->last_version = recorded = a;
                 snprintf(fs->own_holders, sizeof fs->own_holders, "%s", h);
+            } else {
+                FTC_WARN(FS_MOD, "%s: field %s holds garbage (%.*s): not this node's "
+                         "recorded version", key, field, (int)(sl > 80 ? 80 : sl), s);
+            }
             free(h);
         }
     }

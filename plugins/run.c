@@ -10,6 +10,7 @@
  */
 #include "plugins/run.h"
 
+#include "ckpt/records.h"
 #include "core/clock.h"
 #include "core/config.h"
 #include "core/fabric.h"
@@ -27,6 +28,7 @@
 #include <fcntl.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
@@ -987,21 +989,27 @@ static int ftc__plan(ftc__sup_t *s, ftc_err_t *err)
     int *prev_node = NULL, *prev_local = NULL, prev_world = 0;
     if (ftc_ctl_committed(s->ctl, &cstep, &cgen) == 0 && cstep >= 0 && cgen > 0 &&
         ftc__plan_read(s, cgen, &mbuf, &rbuf) == 0) {
-        char *pm[FTC_LAYOUT_MAX_NODES], *pr[FTC_LAYOUT_MAX_WORLD / 16];
+        char *pm[FTC_LAYOUT_MAX_NODES];
         int npm = ftc__words(mbuf, pm, FTC_LAYOUT_MAX_NODES);
-        int npr = ftc__words(rbuf, pr, (int)(sizeof pr / sizeof pr[0]));
+        /* the agents' strict parser (fuzz_records): sscanf("%d:%d") took
+         * "1:2x" for 1:2, and ranks past the 4096th were dropped unseen */
+        uint32_t *rm = NULL, *rl = NULL, nr = 0;
+        bool ok = ftc__plan_ranks_parse(rbuf, (uint32_t)npm, &rm, &rl, &nr) && nr > 0 &&
+                  nr <= FTC_LAYOUT_MAX_WORLD && nr % (uint32_t)(tp * pp) == 0;
+        int npr = ok ? (int)nr : 0;
         prev_node = calloc((size_t)npr + 1, sizeof *prev_node);
         prev_local = calloc((size_t)npr + 1, sizeof *prev_local);
-        bool ok = prev_node && prev_local && npr > 0 && npr % (tp * pp) == 0;
+        ok = ok && prev_node && prev_local;
         for (int q = 0; ok && q < npr; q++) {
-            int pn = -1, pl = -1;
-            ok = sscanf(pr[q], "%d:%d", &pn, &pl) == 2 && pn >= 0 && pn < npm;
+            ok = rl[q] <= INT_MAX;
             prev_node[q] = -1;
-            prev_local[q] = pl;
+            prev_local[q] = (int)rl[q];
             for (int i = 0; ok && i < s->round.nodes; i++)
-                if (!strcmp(s->round.members[i], pm[pn]))
+                if (!strcmp(s->round.members[i], pm[rm[q]]))
                     prev_node[q] = i;
         }
+        free(rm);
+        free(rl);
         if (ok)
             prev_world = npr;
         else
@@ -1571,22 +1579,27 @@ static bool ftc__fabric_current(ftc__sup_t *s, int *missing)
     size_t n = 0;
     bool *seen = calloc((size_t)s->round.nodes, sizeof *seen);
     *missing = 0;
-    if (!seen || ftc_redis_cmdv(ftc_ctl_redis(s->ctl), true, &rep, "HVALS", key, NULL) != 0 ||
-        ftc_redis_want_array(rep, "HVALS fabric", -1, &el, &n, NULL) != 0)
+    if (!seen || ftc_redis_cmdv(ftc_ctl_redis(s->ctl), true, &rep, "HGETALL", key, NULL) != 0 ||
+        ftc_redis_want_array(rep, "HGETALL fabric", -1, &el, &n, NULL) != 0)
         n = 0;
-    for (size_t k = 0; k < n; k++) {
-        const char *v;
-        size_t vl;
-        char buf[1024], nid[FTC_CTL_NODE_MAX + 1];
-        unsigned long long gen = 0;
-        if (ftc_redis_want_str(el[k], "fabric", &v, &vl, NULL) || vl >= sizeof buf)
+    for (size_t k = 0; k + 1 < n; k += 2) {
+        const char *f, *v;
+        size_t fl, vl;
+        char fbuf[32], buf[1024];
+        if (ftc_redis_want_str(el[k], "fabric", &f, &fl, NULL) || fl >= sizeof fbuf ||
+            ftc_redis_want_str(el[k + 1], "fabric", &v, &vl, NULL) || vl >= sizeof buf)
             continue;
+        memcpy(fbuf, f, fl);
+        fbuf[fl] = 0;
         memcpy(buf, v, vl);
         buf[vl] = 0;
-        if (sscanf(buf, "%*s %64s %*s %llu", nid, &gen) != 2 || gen < s->gen)
+        /* the agents' strict parser (fuzz_records): sscanf("%*s %64s %*s
+         * %llu") took "5x" for generation 5 and "-1" for 2^64-1 */
+        ftc__fabric_rec_t r;
+        if (ftc__fabric_parse(fbuf, buf, &r, NULL) != 0 || !r.has_gen || r.gen < s->gen)
             continue;
         for (int i = 0; i < s->round.nodes; i++)
-            if (!strcmp(nid, s->round.members[i]))
+            if (!strcmp(r.node_id, s->round.members[i]))
                 seen[i] = true;
     }
     ftc_redis_reply_free(rep);
@@ -1698,10 +1711,12 @@ static int ftc__gen_nodes(ftc__sup_t *s, uint64_t gen)
 {
     static const char *const f[] = {"gen", "nodes"};
     char v[2][256];
-    if (ftc__hmget(s, "gen", 2, f, v) != 0 || !v[0][0] || !v[1][0] ||
-        strtoull(v[0], NULL, 10) != gen)
+    uint64_t g = 0, nodes = 0;
+    /* whole numbers (ftc_parse_u64): strtoull/atoi took "5x" for 5 */
+    if (ftc__hmget(s, "gen", 2, f, v) != 0 || ftc_parse_u64(v[0], &g) || g != gen ||
+        ftc_parse_u64(v[1], &nodes) || nodes > FTC_LAYOUT_MAX_NODES)
         return -1;
-    return atoi(v[1]);
+    return (int)nodes;
 }
 
 /* Whether every member of generation gen (the current one) finished: the job
@@ -1960,7 +1975,8 @@ static bool ftc__round_is_grow(ftc__sup_t *s, uint64_t gen)
 {
     static const char *const f[] = {"round", "reason"};
     char v[2][256];
-    return ftc__hmget(s, "rdzv", 2, f, v) == 0 && v[0][0] && strtoull(v[0], NULL, 10) == gen &&
+    uint64_t round = 0;
+    return ftc__hmget(s, "rdzv", 2, f, v) == 0 && !ftc_parse_u64(v[0], &round) && round == gen &&
            strlen(v[1]) > strlen(FTC__GROW_WHY) &&
            !strncmp(v[1], FTC__GROW_WHY, strlen(FTC__GROW_WHY));
 }

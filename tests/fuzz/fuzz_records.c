@@ -8,7 +8,8 @@
  * ftc_ctl_checksum_parse), a rendezvous round's id list
  * (ftc_rdzv_split_ids, recover/rendezvous.h), an event's stream
  * field (ftc_status_event_field, detect/status.h), an agent's fabric entry
- * (ftc__fabric_parse, ckpt/agent_internal.h), the ranks of a plan
+ * (ftc__fabric_parse, ckpt/records.h: the agents and `ftc run` read it), the
+ * ranks of a plan
  * (ftc__plan_ranks_parse) and the in-process state file's line
  * (ftc_inproc_state_parse, plugins/inproc.h).
  *
@@ -29,11 +30,13 @@
  *     all digits (a sign only where the field has one) and in range, not
  *     "12abc" taken as 12 or "-1" as 2^64-1 (sscanf's %llu);
  *   - a fabric address decodes to half as many bytes as its hex digits, and
- *     a plan's every rank names one of its members.
+ *     a plan's every rank names one of its members;
+ *   - an event's number field holds the whole number in range or its
+ *     "unknown" (-1, or 0 for t_detect_ms), never another number.
  */
 #include "fuzz_common.h"
 
-#include "ckpt/agent_internal.h"
+#include "ckpt/records.h"
 #include "detect/control.h"
 #include "detect/status.h"
 #include "plugins/inproc.h"
@@ -42,6 +45,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -244,6 +248,21 @@ static void event(const char *k, const char *v)
     FUZZ_CHECK(memchr(e.kind, 0, sizeof e.kind) && memchr(e.node, 0, sizeof e.node) &&
                    memchr(e.detail, 0, sizeof e.detail),
                "an event's text field is not terminated");
+    /* a number field holds the whole number in range, or its "unknown"
+     * (status.h), never another number (atoi took "7x" for 7) */
+    bool sign = strcmp(k, "t_detect_ms") != 0;
+    bool whole = whole_number(v, sign);
+    long long x = whole && sign ? strtoll(v, NULL, 10) : 0;
+    unsigned long long u = whole && !sign ? strtoull(v, NULL, 10) : 0;
+    if (!strcmp(k, "rank"))
+        FUZZ_CHECK(e.rank == (whole && x >= -1 && x <= INT_MAX ? x : -1), "rank '%.40s' read as %d",
+                   v, e.rank);
+    else if (!strcmp(k, "gen"))
+        FUZZ_CHECK(e.gen == (whole && x >= 0 ? x : -1), "gen '%.40s' read as %lld", v, e.gen);
+    else if (!strcmp(k, "step"))
+        FUZZ_CHECK(e.step == (whole && x >= -1 ? x : -1), "step '%.40s' read as %lld", v, e.step);
+    else if (!strcmp(k, "t_detect_ms"))
+        FUZZ_CHECK(e.t_detect_ms == u, "t_detect_ms '%.40s' read as %llu", v, e.t_detect_ms);
 }
 
 static void fabric(const char *field, const char *value)

@@ -56,6 +56,11 @@
  *   overflow   the store's inotify queue overflows while its process is
  *              stopped (SIGSTOP) and a subdirectory is made meanwhile (its
  *              event dropped): a file later written in it is still replicated
+ *   records    (no Redis) the parsers of the records another node wrote take
+ *              whole numbers and whole words only: "5 4096 1x h" is no
+ *              record (was generation 1 with holders "x"), "1x:n" no holder
+ *              (was node 1), field "0x" no owner, a node id of 65 bytes no
+ *              address (was cut to 64); ftc.gone round-trips
  *   older      a holder got a newer version that was never recorded (the
  *              record hit a foreign value of the wrong type; the owner then
  *              died): its own restore takes the recorded, older version from
@@ -72,8 +77,10 @@
 #include "core/fsio.h"
 #include "detect/redis_fixture.h"
 #include "plugins/filestore.h"
+#include "plugins/filestore_internal.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/inotify.h>
@@ -1514,12 +1521,86 @@ static void test_symlinked_subdir(void **state)
     quit(&n1);
 }
 
+static void test_records(void **state)
+{
+    (void)state;
+    uint64_t v = 0, sz = 0, g = 0;
+    char *h = NULL;
+    const char *rec_ok[] = {"12 4096 3 1:a,2:b", "12 4096 3 ", "12 4096 3"};
+    for (size_t i = 0; i < sizeof rec_ok / sizeof *rec_ok; i++) {
+        assert_int_equal(ftc__fs_rec_parse(rec_ok[i], strlen(rec_ok[i]), &v, &sz, &g, &h), 0);
+        assert_true(v == 12 && sz == 4096 && g == 3 && !strcmp(h, i ? "" : "1:a,2:b"));
+        free(h);
+        h = NULL;
+    }
+    const char *rec_bad[] = {"5 4096 1x 1:a", "5 4096 -1 1:a", "5x 4096 1", "5 4096 1 1:a x",
+                             "5 4096", "18446744073709551616 1 1", "+5 1 1"};
+    for (size_t i = 0; i < sizeof rec_bad / sizeof *rec_bad; i++)
+        if (ftc__fs_rec_parse(rec_bad[i], strlen(rec_bad[i]), &v, &sz, &g, &h) != -1)
+            fail_msg("record '%s' parsed (version %" PRIu64 ", gen %" PRIu64 ")", rec_bad[i], v,
+                     g);
+    assert_int_equal(ftc__fs_rec_parse("1 2 3\0 x", 9, &v, &sz, &g, &h), -1);
+
+    /* a holder list: the good entries, the bad ones skipped */
+    const char *p = "1x:n1,3:n3,:n,4:,1024:big,0:n0:x,,7:n7";
+    uint32_t idx[8], n = 0;
+    char id[FTC_CTL_NODE_MAX + 1], ids[8][FTC_CTL_NODE_MAX + 1];
+    for (int hr; (hr = ftc__fs_holder_next(&p, &idx[n], id, sizeof id)) != 0 && n < 8;)
+        if (hr > 0)
+            snprintf(ids[n++], sizeof ids[0], "%s", id);
+    assert_int_equal(n, 3);
+    assert_true(idx[0] == 3 && !strcmp(ids[0], "n3") && idx[1] == 0 && !strcmp(ids[1], "n0:x") &&
+                idx[2] == 7 && !strcmp(ids[2], "n7"));
+
+    uint32_t o = 99;
+    assert_true(ftc__fs_index_parse("17", 2, &o) && o == 17);
+    const char *idx_bad[] = {"0x", "1024", "-1", " 1", "", "1 "};
+    for (size_t i = 0; i < sizeof idx_bad / sizeof *idx_bad; i++)
+        if (ftc__fs_index_parse(idx_bad[i], strlen(idx_bad[i]), &o))
+            fail_msg("node index '%s' parsed as %u", idx_bad[i], o);
+
+    char hex[2 * FTC_FABRIC_ADDR_MAX + 1], nid[FTC_CTL_NODE_MAX + 1];
+    uint8_t addr[FTC_FABRIC_ADDR_MAX];
+    size_t al = 0;
+    assert_true(ftc__fs_filefab_parse("0aff node-1", hex, sizeof hex, addr, &al, nid, sizeof nid));
+    assert_true(al == 2 && addr[0] == 0x0a && addr[1] == 0xff && !strcmp(nid, "node-1"));
+    char longid[200];
+    snprintf(longid, sizeof longid, "0aff %0*d", FTC_CTL_NODE_MAX + 1, 7);
+    const char *fab_bad[] = {longid, "0af n", "0aZZ n", "0aff", "0aff n extra"};
+    for (size_t i = 0; i < sizeof fab_bad / sizeof *fab_bad; i++)
+        if (ftc__fs_filefab_parse(fab_bad[i], hex, sizeof hex, addr, &al, nid, sizeof nid))
+            fail_msg("address '%.80s' parsed (node id '%s')", fab_bad[i], nid);
+
+    /* ftc.gone: the record of a set parses back to it; a duplicate or a
+     * disorder is refused */
+    ftc__fs_stamps_t set = {0}, back = {0};
+    ftc__fs_stamp_t e[] = {{.name = "a/b", .mtime_ns = 5}, {.name = "c", .mtime_ns = 1ull << 62}};
+    set.e = e, set.n = set.cap = 2;
+    size_t len = 0;
+    uint8_t *rec = ftc__fs_gone_record(&set, &len);
+    assert_non_null(rec);
+    char why[200];
+    assert_int_equal(ftc__fs_gone_parse(rec, (uint32_t)len, &back, why, sizeof why), 0);
+    assert_true(back.n == 2 && !strcmp(back.e[0].name, "a/b") && back.e[0].mtime_ns == 5 &&
+                !strcmp(back.e[1].name, "c") && back.e[1].mtime_ns == 1ull << 62);
+    ftc__fs_stamps_free(&back);
+    e[1].name = "a/b";
+    free(rec);
+    rec = ftc__fs_gone_record(&set, &len);
+    assert_int_equal(ftc__fs_gone_parse(rec, (uint32_t)len, &back, why, sizeof why),
+                     FTC_ECORRUPT);
+    assert_int_equal(back.n, 0);
+    free(rec);
+    ftc__fs_stamps_free(&back);
+}
+
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
     if (argc > 1) /* test_plugins_filestore test_busy: that case alone */
         cmocka_set_test_filter(argv[1]);
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_records),
         cmocka_unit_test_setup_teardown(test_union, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corrupt, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deadpeer, setup, teardown),

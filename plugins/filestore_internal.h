@@ -1,0 +1,65 @@
+/*
+ * filestore_internal.h — the parsers of the records the file store of
+ * another node (or of this node's previous process) wrote: in Redis a
+ * version's record (ftc:{J}:files) with its holder list, its owner field, a
+ * peer's address (ftc:{J}:filefab), and in a version the tombstones
+ * (FS_META_GONE). Pure functions, exposed only for tests/fuzz/fuzz_filestore.c
+ * and the unit tests: nothing outside plugins/filestore.c calls them.
+ */
+#ifndef FTC_PLUGINS_FILESTORE_INTERNAL_H
+#define FTC_PLUGINS_FILESTORE_INTERNAL_H
+
+#include "core/fabric.h"
+#include "detect/control.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define FTC__FS_MAX_NODES 1024 /* node indices 0..1023 */
+
+typedef struct ftc__fs_stamp { /* a file name and an mtime: a file seen, or a tombstone */
+    char *name;
+    uint64_t mtime_ns;
+    bool newer; /* (restore) the union holds a newer copy: the deletion is undone */
+} ftc__fs_stamp_t;
+
+typedef struct ftc__fs_stamps { /* sorted by name, each name once */
+    ftc__fs_stamp_t *e;
+    size_t n, cap;
+} ftc__fs_stamps_t;
+
+/* A version's record "VERSION SIZE GEN [HOLDERS]" (fs_record writes it):
+ * three whole decimal numbers and the holder list, one word, nothing after.
+ * 0; -1 when it is not one (or out of memory); -2 when its holder list is
+ * longer than any this store writes. holders, when not NULL, gets a
+ * malloc'd copy of the list ("" when none). */
+int ftc__fs_rec_parse(const char *v, size_t vl, uint64_t *version, uint64_t *size, uint64_t *gen,
+                      char **holders);
+
+/* The next entry "INDEX:ID" of a holder list "INDEX:ID,INDEX:ID,..." at *p:
+ * 1 with *index (< FTC__FS_MAX_NODES, all digits) and id (1 to
+ * FTC_CTL_NODE_MAX bytes, id_cap > FTC_CTL_NODE_MAX); -1 for an entry that
+ * is not one (*p is past it all the same: the caller skips it); 0 at the
+ * end of the list. */
+int ftc__fs_holder_next(const char **p, uint32_t *index, char *id, size_t id_cap);
+
+/* A node index field (ftc:{J}:files, ftc:{J}:filefab): all digits, below
+ * FTC__FS_MAX_NODES, no NUL in its fl bytes. */
+bool ftc__fs_index_parse(const char *f, size_t fl, uint32_t *index);
+
+/* A peer's address value "HEXADDR NODE_ID" in ftc:{J}:filefab
+ * (fs_publish writes it): false unless it is exactly that, addr getting
+ * *addr_len bytes and hex the digits as written. */
+bool ftc__fs_filefab_parse(const char *v, char *hex, size_t hex_cap, uint8_t *addr,
+                           size_t *addr_len, char *node_id, size_t id_cap);
+
+/* The tombstones of a version's record FS_META_GONE (u32 name_len, name,
+ * u64 mtime_ns per entry, sorted by name, each once): appended to out; 0,
+ * FTC_ENOMEM, or FTC_ECORRUPT with why (nothing of it kept). */
+int ftc__fs_gone_parse(const uint8_t *m, uint32_t ml, ftc__fs_stamps_t *out, char *why, size_t cap);
+/* The record of the sorted set s (malloc'd, *len bytes); NULL when out of memory. */
+uint8_t *ftc__fs_gone_record(const ftc__fs_stamps_t *s, size_t *len);
+void ftc__fs_stamps_free(ftc__fs_stamps_t *s);
+
+#endif
