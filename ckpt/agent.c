@@ -837,6 +837,70 @@ static void ftc__on_hello(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
 }
 
 
+/* The parent of pid from /proc/PID/stat (field 4, after the command name in
+ * parentheses, which may hold anything); -1 when pid is gone. */
+static pid_t ftc__ppid_of(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *rp = strrchr(buf, ')');
+    char state;
+    int ppid;
+    if (!rp || sscanf(rp + 1, " %c %d", &state, &ppid) != 2)
+        return -1;
+    return (pid_t)ppid;
+}
+
+/* WATCH from the supervisor that spawned rank m->rank as m->pid: the
+ * detector watches the pid from its start, so that a rank that dies before
+ * its HELLO (or never says one: a binary without libftc) still has its
+ * rank_exit event. Its later HELLO watches the same pid again (one exit,
+ * one event); a new pid of the rank (the next generation) replaces the
+ * watch, as a HELLO does. Only the rank's parent may say so: without that
+ * any local process could charge a live rank with the exit of a pid of its
+ * own choosing. */
+static void ftc__on_watch(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
+{
+    if (strcmp(m->job, a->job)) {
+        ftc__reply_error(fd, m->seq, FTC_EAUTH, "this agent serves job '%s', not '%s'", a->job,
+                         m->job);
+        return;
+    }
+    if (m->pid <= 0 || (a->world && m->rank >= a->world) || m->rank > INT32_MAX) {
+        ftc__reply_error(fd, m->seq, FTC_ERANGE, "WATCH of rank %u (world %u), pid %d",
+                         m->rank, a->world, m->pid);
+        return;
+    }
+    struct ucred cr;
+    socklen_t cl = sizeof cr;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0 ||
+        ftc__ppid_of((pid_t)m->pid) != cr.pid) {
+        ftc__reply_error(fd, m->seq, FTC_EAUTH, "WATCH of pid %d: not a child of the sender",
+                         m->pid);
+        return;
+    }
+    int rc = a->det ? ftc_detector_watch_pid(a->det, (int)m->rank, (pid_t)m->pid) : 0;
+    if (rc) {
+        ftc__reply_error(fd, m->seq, rc, "WATCH of rank %u, pid %d: %s", m->rank, m->pid,
+                         ftc_strerror(rc));
+        return;
+    }
+    FTC_DEBUG("agent", "rank %u (pid %d) watched from its start", m->rank, m->pid);
+    ftc_ap_msg_t ok;
+    ftc_ap_init(&ok, FTC_AP_WATCH_OK);
+    ok.seq = m->seq;
+    ok.rank = m->rank;
+    ok.pid = m->pid;
+    ftc_err_t err = {0};
+    ftc_ap_send(fd, &ok, 1000, &err);
+}
+
 /* SLOTS of a restarted agent: whether the version v that survived in rank
  * r's slot s, of a step at or before the committed one, may be taken for
  * committed. The slot's bytes outlive its state: a version the agent freed
@@ -1480,6 +1544,10 @@ static void ftc__on_message(ftc_agent_t *a, int fd)
     ftc__rank_t *r = ftc__rank_of_fd(a, fd);
     if (m.type == FTC_AP_HELLO) {
         ftc__on_hello(a, fd, &m);
+        return;
+    }
+    if (m.type == FTC_AP_WATCH && !r) { /* the supervisor's, never a rank's */
+        ftc__on_watch(a, fd, &m);
         return;
     }
     if (!r) {

@@ -52,6 +52,18 @@
  *                             <- REPORT_OK | ERROR (bad kind)
  *   BYE                       ->
  *
+ *   supervisor (`ftc run`)        agent
+ *   WATCH (rank, pid)         ->  the failure detector watches pid as rank from
+ *                                 now on (its exit: a rank_exit event), before
+ *                                 the rank's own HELLO, which a rank that dies
+ *                                 or is stopped first, or a binary without
+ *                                 libftc, never sends; the HELLO of that pid
+ *                                 continues the watch, a new pid of the rank
+ *                                 replaces it. Only from a connection that is
+ *                                 no rank's, for a pid that is the sender's
+ *                                 child (what the supervisor spawned)
+ *                             <- WATCH_OK | ERROR
+ *
  * Every request the rank sends (all but SEALED, ABORT and BYE, which get no answer)
  * carries a request id (seq, increasing, never 0) that the agent echoes in
  * each reply to it: a reply the rank gave up waiting for (its timeout_ms
@@ -102,13 +114,14 @@ enum ftc_ap_type {
     FTC_AP_FETCH = 15,
     FTC_AP_FETCH_OK = 16,
     /* A new type needs no version bump: both sides come from one build, and an
-     * older agent answers an unknown type with a clean protocol error. 19 is
-     * left for another new message. */
+     * older agent answers an unknown type with a clean protocol error. */
     FTC_AP_FETCH_AT_MOST = 17, /* FETCH of the newest committed step <= step; FETCH_OK */
     FTC_AP_ABORT = 18,     /* the rank's snapshot of step (in slot) failed; no answer */
+    FTC_AP_WATCH = 19,     /* supervisor: watch pid as rank (rank_exit) before its HELLO */
     FTC_AP_REPORT = 20,    /* an event the rank detected; size holds the bits of a double */
     FTC_AP_REPORT_OK = 21, /* the agent queued it for the event stream */
-    FTC_AP__MAX = 22,
+    FTC_AP_WATCH_OK = 22,  /* the detector watches the pid */
+    FTC_AP__MAX = 23,
 };
 
 /* RESTORE_OK's status flags (an agent that sets none: the rank verifies). */

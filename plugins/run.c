@@ -10,6 +10,7 @@
  */
 #include "plugins/run.h"
 
+#include "ckpt/agent_proto.h"
 #include "ckpt/records.h"
 #include "core/clock.h"
 #include "core/config.h"
@@ -37,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/un.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -228,6 +230,8 @@ typedef struct ftc__sup {
     int ngave_up_pid;
     pid_t gave_up_pgid[FTC__MAX_LOCAL];
     int ngave_up_pgid;
+    uint64_t watch_off_gen;    /* generation + 1 whose agent did not answer a WATCH in time:
+                                  its other ranks are not registered (0: none) */
 } ftc__sup_t;
 
 static int ftc__inproc_assign(ftc__sup_t *s, int l, char **add, int n, ftc_err_t *err);
@@ -413,6 +417,61 @@ static int ftc__agent_start(ftc__sup_t *s, ftc_err_t *err)
         FTC_DEBUG("run", "agent %s in %" PRIu64 " ms, started in %" PRIu64 " ms",
                   had ? "stopped" : "(none)", stop_ms, start_ms);
     return 0;
+}
+
+/* Registers rank (process pid, just spawned or continuing in-process) with
+ * this node's agent (message WATCH, ckpt/agent_proto.h): its failure
+ * detector watches the pid from now on, not from the rank's HELLO only, so
+ * that a rank that dies before it connects, or a binary without libftc that
+ * never does, has its rank_exit event too. Waits for the answer (the pid
+ * cannot be reaped before the agent holds it), each step with a short
+ * deadline; a failure is a warning, never a failed spawn, and an agent that
+ * did not answer in time is not asked again in this generation. */
+static void ftc__agent_watch(ftc__sup_t *s, int rank, pid_t pid)
+{
+    if (!s->ag.agent || s->watch_off_gen == s->gen + 1)
+        return;
+    const char *sock = ftc_agent_socket(s->ag.agent);
+    ftc_err_t err = {0};
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock);
+    /* non-blocking: a full listen backlog would block the connect */
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    int rc = fd < 0 ? ftc_err_errno(&err, errno, "socket") : 0;
+    if (!rc) {
+        ftc_deadline_t cd = ftc_deadline_in_ms(200);
+        int crc;
+        while ((crc = connect(fd, (struct sockaddr *)&sa, sizeof sa)) != 0 &&
+               (errno == EAGAIN || errno == EINTR) && !ftc_deadline_expired(cd))
+            ftc_sleep_ms(5);
+        if (crc != 0)
+            rc = errno == EAGAIN || errno == EINTR
+                     ? ftc_err_set(&err, FTC_ETIMEDOUT, "no connection within 200 ms")
+                     : ftc_err_errno(&err, errno, "connect");
+    }
+    ftc_ap_msg_t m;
+    ftc_ap_init(&m, FTC_AP_WATCH);
+    m.seq = 1;
+    m.rank = (uint32_t)rank;
+    m.pid = (int32_t)pid;
+    snprintf(m.job, sizeof m.job, "%s", s->o->job);
+    if (!rc)
+        rc = ftc_ap_send(fd, &m, 200, &err);
+    if (!rc)
+        rc = ftc_ap_recv(fd, &m, 500, &err);
+    if (!rc && m.type == FTC_AP_ERROR)
+        rc = ftc_err_set(&err, m.status ? m.status : FTC_EPROTO, "%s", m.text);
+    else if (!rc && (m.type != FTC_AP_WATCH_OK || m.seq != 1))
+        rc = ftc_err_set(&err, FTC_EPROTO, "answer of type %u", m.type);
+    if (fd >= 0)
+        close(fd);
+    if (!rc)
+        return;
+    if (rc == FTC_ETIMEDOUT)
+        s->watch_off_gen = s->gen + 1;
+    FTC_WARN("run", "generation %" PRIu64 ": the agent at %s does not watch rank %d (pid %d) "
+             "before it connects: %s%s", s->gen, sock, rank, (int)pid, ftc_err_str(&err),
+             rc == FTC_ETIMEDOUT ? " (not asked again in this generation)" : "");
 }
 
 /* ---- ranks --------------------------------------------------------------------------------- */
@@ -1184,6 +1243,7 @@ static int ftc__start_ranks(ftc__sup_t *s, const char *master, int master_port, 
             FTC_INFO("run", "generation %" PRIu64 ": rank %d (local %d of %d, world %d) "
                      "continues in-process in pid %d", s->gen, rank, l, o->nproc, world,
                      (int)s->pid[l]);
+            ftc__agent_watch(s, rank, s->pid[l]); /* this generation's agent is new */
             continue;
         }
         if (o->in_process)
@@ -1208,6 +1268,7 @@ static int ftc__start_ranks(ftc__sup_t *s, const char *master, int master_port, 
         s->status[l] = -1;
         FTC_INFO("run", "generation %" PRIu64 ": rank %d (local %d of %d, world %d) is pid %d",
                  s->gen, rank, l, o->nproc, world, (int)s->pid[l]);
+        ftc__agent_watch(s, rank, s->pid[l]);
     }
     return 0;
 }

@@ -48,12 +48,21 @@
 #      process that escaped its rank's group (it was: a direct child no longer
 #      in the rank table, its group no longer recorded). Skipped where it
 #      cannot be traced or the kernel does not stop it at exit.
+#   9. a rank's exit is a rank_exit event in `ftc events` whether or not it
+#      ever connected to its agent: (a) a rank that never does (a `sleep`, no
+#      libftc) SIGKILLed: its event names its pid (there was none: the agent
+#      watched a rank only from its HELLO; now the supervisor registers each
+#      rank it spawns, message WATCH); (b) a rank linked with libftc
+#      (rank_main) SIGKILLed after it connected (watched from its spawn and
+#      again from its HELLO): exactly one event for its pid.
 #
 # usage: test_run_signals.sh PATH/TO/ftc PATH/TO/shmrank_main PATH/TO/holdexit_main
+#                            PATH/TO/rank_main
 set -u
-FTC=${1:?usage: test_run_signals.sh FTC SHMRANK HOLDEXIT}
+FTC=${1:?usage: test_run_signals.sh FTC SHMRANK HOLDEXIT RANK_MAIN}
 SHMRANK=${2:-}
 HOLDEXIT=${3:-}
+RANKMAIN=${4:-}
 BASE=${FTC_TEST_TMP:-/tmp}
 mkdir -p "$BASE"
 T=$(mktemp -d "$BASE/runsig-XXXXXX")
@@ -85,7 +94,7 @@ trap cleanup EXIT
 . "$(dirname "$0")/lib.sh" # check, count
 unset FTC_NODE_RANK NODE_RANK SLURM_NNODES SLURM_JOB_NUM_NODES SLURM_NODEID
 export FTC_LOG_LEVEL=${FTC_LOG_LEVEL:-info}
-want() { case ${FTC_RUN_ONLY:-12345678} in *$1*) return 0 ;; esac; return 1; }
+want() { case ${FTC_RUN_ONLY:-123456789} in *$1*) return 0 ;; esac; return 1; }
 # until COMMAND succeeds, at most S seconds
 wait_for() {
     local end=$((SECONDS + $1))
@@ -372,6 +381,52 @@ check "8: the given-up rank was not named as escaped" \
     bash -c "! grep -q 'pid $r0 .*escaped its rank' '$T/8.out'"
 check "8: nor was anything else" bash -c "! grep -q 'escaped its rank' '$T/8.out'"
 [ $fails -eq $f0 ] || { echo "--- output of 8:"; tail -40 "$T/8.out"; cat "$T/8.hold"; }
+fi
+
+# ---- 9. rank_exit events, with and without the rank's HELLO ----------------------------------
+# the job's events (JSON lines), from its embedded Redis
+events_of() { "$FTC" events --json --count 1000 --redis "$(cat "$T/j9/redis.url" 2>/dev/null)" \
+    --job "$J9" 2>/dev/null; }
+# number of rank_exit events of rank 0 whose pid is PID
+exits_of() { events_of | grep "\"kind\":\"rank_exit\"" | grep -c "rank 0 (pid $1) exited"; }
+has_exit() { [ "$(exits_of "$1")" -ge 1 ]; }
+if want 9; then
+J9=sig${tag}i
+f0=$fails
+check "9: rank_main given (the test's fourth argument)" test -x "$RANKMAIN"
+# generation 1: a rank without libftc; later ones: rank_main, which connects to its agent
+cat >"$T/9.sh" <<EOF
+#!/bin/sh
+if [ "\$TORCHELASTIC_RESTART_COUNT" = 0 ]; then echo \$\$ >"$T/9.pid1"; exec sleep 300; fi
+[ -s "$T/9.pid2" ] || echo \$\$ >"$T/9.pid2"
+exec "$RANKMAIN" --steps 100000 --step-ms 50 --floats 64
+EOF
+chmod +x "$T/9.sh"
+"$FTC" run --job "$J9" --job-dir "$T/j9" --settle-ms 200 --grace-ms 2000 --max-restarts 2 \
+    -- "$T/9.sh" >"$T/9.out" 2>&1 &
+runpid=$!
+pids+=($runpid)
+check "9a: the rank without libftc started" wait_for 60 test -s "$T/9.pid1"
+p1=$(cat "$T/9.pid1" 2>/dev/null)
+sleep 0.5
+[ -n "$p1" ] && kill -9 "$p1"
+check "9a: its SIGKILL is a rank_exit event of pid ${p1:-?}" wait_for 30 has_exit "${p1:-x}"
+check "9b: the libftc rank started" wait_for 60 test -s "$T/9.pid2"
+p2=$(cat "$T/9.pid2" 2>/dev/null)
+check "9b: and connected to its agent (pid ${p2:-?})" \
+    wait_for 60 grep -q "rank 0 (pid ${p2:-x}) connected" "$T/9.out"
+[ -n "$p2" ] && kill -9 "$p2"
+check "9b: its SIGKILL is a rank_exit event of pid ${p2:-?}" wait_for 30 has_exit "${p2:-x}"
+check "9b: the next generation started" wait_for 60 grep -q "generation 3: rank 0 " "$T/9.out"
+sleep 1 # (a second event of the pid would be published by now)
+check "9b: exactly one for that pid ($(exits_of "${p2:-x}"))" test "$(exits_of "${p2:-x}")" = 1
+check "9a: and one for the rank without libftc ($(exits_of "${p1:-x}"))" \
+    test "$(exits_of "${p1:-x}")" = 1
+check "9: no WATCH failed" bash -c "! grep -q 'does not watch rank' '$T/9.out'"
+kill -TERM "$runpid"
+check "9: ftc run ended on SIGTERM" wait_for 30 gone "$runpid"
+wait "$runpid"
+[ $fails -eq $f0 ] || { echo "--- output of 9:"; tail -40 "$T/9.out"; events_of; }
 fi
 
 if [ $fails -ne 0 ]; then
