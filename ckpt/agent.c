@@ -26,6 +26,7 @@
 #include "core/config.h"
 #include "core/fsio.h"
 #include "core/log.h"
+#include "core/proc.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -837,26 +838,6 @@ static void ftc__on_hello(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
 }
 
 
-/* The parent of pid from /proc/PID/stat (field 4, after the command name in
- * parentheses, which may hold anything); -1 when pid is gone. */
-static pid_t ftc__ppid_of(pid_t pid)
-{
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "re");
-    if (!f)
-        return -1;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    char *rp = strrchr(buf, ')');
-    char state;
-    int ppid;
-    if (!rp || sscanf(rp + 1, " %c %d", &state, &ppid) != 2)
-        return -1;
-    return (pid_t)ppid;
-}
-
 /* WATCH from the supervisor that spawned rank m->rank as m->pid: the
  * detector watches the pid from its start, so that a rank that dies before
  * its HELLO (or never says one: a binary without libftc) still has its
@@ -879,8 +860,9 @@ static void ftc__on_watch(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
     }
     struct ucred cr;
     socklen_t cl = sizeof cr;
+    ftc_proc_stat_t ps;
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0 ||
-        ftc__ppid_of((pid_t)m->pid) != cr.pid) {
+        ftc_proc_stat_read((pid_t)m->pid, &ps) != 0 || ps.ppid != cr.pid) {
         ftc__reply_error(fd, m->seq, FTC_EAUTH, "WATCH of pid %d: not a child of the sender",
                          m->pid);
         return;

@@ -10,6 +10,7 @@
 #include "core/clock.h"
 #include "core/hash.h"
 #include "core/log.h"
+#include "core/proc.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -202,16 +203,9 @@ static int ftc__pidfd_open(pid_t pid)
 /* True when pid is gone or a zombie (for kernels without pidfd). */
 static bool ftc__pid_dead(pid_t pid)
 {
-    char path[64], buf[256];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return true;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    char *rp = strrchr(buf, ')');
-    return rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
+    ftc_proc_stat_t ps;
+    int rc = ftc_proc_stat_read(pid, &ps);
+    return rc == FTC_ENOENT || (rc == 0 && (ps.state == 'Z' || ps.state == 'X'));
 }
 
 int ftc_detector_watch_pid(ftc_detector_t *d, int rank, pid_t pid)

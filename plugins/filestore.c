@@ -27,6 +27,7 @@
 #include "core/fsio.h"
 #include "core/le.h"
 #include "core/log.h"
+#include "core/proc.h"
 #include "detect/control.h"
 
 #include <ctype.h>
@@ -2106,25 +2107,10 @@ static void fs_apply_members(ftc_filestore_t *fs)
  * too: after 2 s the store then stops packing for it, on the safe side.) */
 static bool fs_exiting(pid_t pid)
 {
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    ftc_proc_stat_t ps;
+    if (ftc_proc_stat_read(pid, &ps) != 0)
         return false;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return false;
-    buf[n] = 0;
-    const char *p = strrchr(buf, ')'); /* after the command name, which may hold spaces */
-    if (!p)
-        return false;
-    /* fields after ")": 3 state, 4 ppid, 5 pgrp, 6 session, 7 tty_nr, 8 tpgid, 9 flags */
-    char state = 0;
-    unsigned long flags = 0;
-    if (sscanf(p + 1, " %c %*d %*d %*d %*d %*d %lu", &state, &flags) != 2)
-        return false;
-    return state == 'X' || (flags & 0x4ul) != 0; /* PF_EXITING */
+    return ps.state == 'X' || (ps.flags & 0x4ul) != 0; /* PF_EXITING */
 }
 
 /* True when a file of the directory was modified at or after t (ns of the

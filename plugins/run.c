@@ -17,6 +17,7 @@
 #include "core/fabric.h"
 #include "core/fsio.h"
 #include "core/log.h"
+#include "core/proc.h"
 #include "detect/control.h"
 #include "detect/status.h"
 #include "plugins/filestore.h"
@@ -688,25 +689,10 @@ static void ftc__each_child(ftc__sup_t *s, ftc__child_fn *fn)
         long pid = strtol(e->d_name, &end, 10);
         if (*end || pid <= 0)
             continue;
-        char path[64], buf[512];
-        snprintf(path, sizeof path, "/proc/%ld/stat", pid);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
+        ftc_proc_stat_t ps;
+        if (ftc_proc_stat_read((pid_t)pid, &ps) != 0 || (long)ps.ppid != me)
             continue;
-        ssize_t n = read(fd, buf, sizeof buf - 1);
-        close(fd);
-        if (n <= 0)
-            continue;
-        buf[n] = 0;
-        /* "PID (COMM) STATE PPID PGRP ...": COMM may hold ')' and spaces */
-        char *open_p = strchr(buf, '('), *close_p = strrchr(buf, ')');
-        char state = 0;
-        long ppid = 0, pgid = 0;
-        if (!open_p || !close_p || close_p < open_p ||
-            sscanf(close_p + 1, " %c %ld %ld", &state, &ppid, &pgid) != 3 || ppid != me)
-            continue;
-        *close_p = 0;
-        fn(s, (pid_t)pid, state, (pid_t)pgid, open_p + 1);
+        fn(s, (pid_t)pid, ps.state, ps.pgid, ps.comm);
     }
     closedir(d);
 }

@@ -8,7 +8,8 @@
  * plugins/inproc.h: what a rank of `ftc run --in-process` reads), an
  * FTC_FAULT spec (ftc_fault_parse, core/fsio.h) and a skip list of the
  * numerical guard (ftc_guard_parse_steps, trainer/train.h) get the whole
- * input, NULs included where the parser takes a length. Checked besides
+ * input, NULs included where the parser takes a length, and so does a
+ * /proc/PID/stat text (ftc_proc_stat_parse, core/proc.h). Checked besides
  * memory safety (ASan/UBSan, leaks):
  *   - the error contract: every failure has its code and a message;
  *   - a URL that parses has a host, a port in 1..65535, a database >= 0,
@@ -24,11 +25,13 @@
 
 #include "ckpt/parity.h"
 #include "core/fsio.h"
+#include "core/proc.h"
 #include "detect/control.h"
 #include "detect/redis.h"
 #include "plugins/inproc.h"
 #include "trainer/train.h"
 
+#include <ctype.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -168,6 +171,28 @@ static void skips(const char *text)
                "'%s' accepted with an empty entry", text);
 }
 
+/* A /proc/PID/stat text (core/proc.h), the raw bytes (not NUL-terminated:
+ * a read past size is ASan's): accepted, it has a state letter and a
+ * NUL-terminated command name found between '(' and a ')'. */
+static void proc_stat(const uint8_t *data, size_t size)
+{
+    ftc_proc_stat_t ps;
+    uint8_t *copy = malloc(size ? size : 1); /* exactly size bytes: an over-read is caught */
+    if (!copy)
+        return;
+    memcpy(copy, data, size);
+    int rc = ftc_proc_stat_parse((const char *)copy, size, &ps);
+    FUZZ_CHECK(rc == 0 || rc == FTC_EPROTO, "proc stat: %s", ftc_errname(rc));
+    if (rc == 0) {
+        FUZZ_CHECK(isalpha((unsigned char)ps.state), "proc stat: state %d", ps.state);
+        FUZZ_CHECK(memchr(ps.comm, 0, sizeof ps.comm) != NULL, "proc stat: comm unterminated");
+        FUZZ_CHECK(memchr(copy, '(', size) && memchr(copy, ')', size), "proc stat: no parens");
+        FUZZ_CHECK(ps.ppid >= 0 && ps.pgid >= 0, "proc stat: ppid %d pgid %d", (int)ps.ppid,
+                   (int)ps.pgid);
+    }
+    free(copy);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static bool once;
@@ -188,6 +213,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fault(text);
     skips(text);
     assignment((const char *)data, size);
+    proc_stat(data, size);
     free(text);
     return 0;
 }
