@@ -843,9 +843,8 @@ static void ftc__on_hello(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
  * its HELLO (or never says one: a binary without libftc) still has its
  * rank_exit event. Its later HELLO watches the same pid again (one exit,
  * one event); a new pid of the rank (the next generation) replaces the
- * watch, as a HELLO does. Only the rank's parent may say so: without that
- * any local process could charge a live rank with the exit of a pid of its
- * own choosing. */
+ * watch, as a HELLO does. Only the supervisor this agent runs in may say
+ * so, for its own child. */
 static void ftc__on_watch(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
 {
     if (strcmp(m->job, a->job)) {
@@ -861,10 +860,14 @@ static void ftc__on_watch(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
     struct ucred cr;
     socklen_t cl = sizeof cr;
     ftc_proc_stat_t ps;
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0 ||
+    /* the sender is this process (the supervisor whose thread this agent
+     * is), and the pid its child: a rank, or a rank's forked child, must
+     * not re-point the watch of a connected rank at a decoy (its real death
+     * would go unreported, and each WATCH would put off its hang check) */
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0 || cr.pid != getpid() ||
         ftc_proc_stat_read((pid_t)m->pid, &ps) != 0 || ps.ppid != cr.pid) {
-        ftc__reply_error(fd, m->seq, FTC_EAUTH, "WATCH of pid %d: not a child of the sender",
-                         m->pid);
+        ftc__reply_error(fd, m->seq, FTC_EAUTH, "WATCH of pid %d: only the supervisor running "
+                         "this agent may send it, for a process it started", m->pid);
         return;
     }
     int rc = a->det ? ftc_detector_watch_pid(a->det, (int)m->rank, (pid_t)m->pid) : 0;

@@ -898,10 +898,24 @@ static int fs_note_gone(ftc_filestore_t *fs, const fs_scan_t *sc)
         rc = stamps_add(&fs->gone, s->name, strlen(s->name), s->mtime_ns);
         added += !rc;
     }
-    if (added) {
+    if (added)
         stamps_norm(&fs->gone);
-        gone_bound(fs, &fs->gone);
+    /* the deleted copy itself in the directory again (same name and mtime)
+     * is no longer deleted; a file of that name with another mtime (a
+     * rollback copy that kept an older one: cp -p) is another file, and the
+     * tombstone still keeps the deleted copy of other nodes out */
+    size_t out = 0;
+    for (size_t i = 0; !rc && i < fs->gone.n; i++) {
+        const fs_stamp_t *p = stamps_find(&now, fs->gone.e[i].name, strlen(fs->gone.e[i].name));
+        if (p && p->mtime_ns == fs->gone.e[i].mtime_ns)
+            free(fs->gone.e[i].name);
+        else
+            fs->gone.e[out++] = fs->gone.e[i];
     }
+    if (!rc)
+        fs->gone.n = out;
+    if (added)
+        gone_bound(fs, &fs->gone);
     if (rc) {
         stamps_free(&now);
         return rc;
@@ -1790,9 +1804,10 @@ static int fs_move_aside(ftc_filestore_t *fs, const fs_cand_t *c, size_t nc, boo
     return rc;
 }
 
-/* Removes this directory's copy of a deleted file when it is no newer than
- * the tombstone (the deleted copy, restored here earlier), and the
- * directories that leaves empty; 1 when removed. */
+/* Removes this directory's copy of a deleted file when it is that copy (its
+ * mtime the tombstone's, to the nanosecond: restored here earlier), and the
+ * directories that leaves empty; 1 when removed. A copy of another mtime,
+ * older or newer, is another file the binary wrote: never removed. */
 static int fs_remove_gone(ftc_filestore_t *fs, const fs_stamp_t *g)
 {
     char path[PATH_MAX];
@@ -1801,8 +1816,8 @@ static int fs_remove_gone(ftc_filestore_t *fs, const fs_stamp_t *g)
     size_t dl = (size_t)snprintf(path, sizeof path, "%s/", fs->dir);
     snprintf(path + dl, sizeof path - dl, "%s", g->name);
     if (fs_parent_check(fs, g->name, &e) || lstat(path, &st) != 0 || !S_ISREG(st.st_mode) ||
-        ts_ns(&st.st_mtim) > g->mtime_ns)
-        return 0; /* not there (nor written through a link), or written again */
+        ts_ns(&st.st_mtim) != g->mtime_ns)
+        return 0; /* not there (nor written through a link), or another copy */
     if (unlink(path) != 0) {
         fs_log(fs, FTC_LOG_WARN, "%s was deleted on another node but removing it failed: %s", path,
                strerror(errno));
@@ -1899,14 +1914,14 @@ static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
             if (!first) first = ftc_err_set(err, r, "%s", e.msg);
         }
     }
-    /* 2. tombstones: this node's and every version's, the newest per name
-     * (a file deleted since this node's last pack is not one: a restore
-     * puts back what the binary lost before its files were packed) */
+    /* 2. tombstones: those of the recorded versions (this node's own among
+     * them), the newest per name. Not this store's in memory: a deletion
+     * that no recorded version holds (its pack failed, or came after the
+     * last one) is not applied: a restore puts back what the binary lost
+     * before its files were packed, and a rank that deleted its last
+     * checkpoint and crashed while writing the next keeps the old one */
     fs_stamps_t gone = {0};
     int grc = 0;
-    for (size_t i = 0; !grc && i < fs->gone.n; i++)
-        grc = stamps_add(&gone, fs->gone.e[i].name, strlen(fs->gone.e[i].name),
-                         fs->gone.e[i].mtime_ns);
     for (size_t i = 0; !grc && i < nr; i++) {
         const uint8_t *m = NULL;
         uint32_t ml = 0;
@@ -1952,11 +1967,11 @@ static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
             }
             uint64_t mt = ftc_le_rd64(r->meta + 16 * t);
             fs_stamp_t *g = stamps_find(&gone, tt.name, tt.name_len);
-            if (g && mt <= g->mtime_ns) {
+            if (g && mt == g->mtime_ns) { /* the deleted copy itself */
                 ndel++;
                 continue;
             }
-            if (g) g->newer = true; /* written again since */
+            if (g && mt > g->mtime_ns) g->newer = true; /* written again since */
             c[k++] = (fs_cand_t){.name = tt.name,
                                  .name_len = tt.name_len,
                                  .mtime_ns = mt,
@@ -1969,6 +1984,12 @@ static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
     }
     nc = k;
     if (nc) qsort(c, nc, sizeof *c, cmp_cand);
+    /* a deleted copy restored here earlier goes first (before the writes:
+     * kept as "newer than every recorded copy", it stood in the way of a
+     * copy that kept an older mtime) */
+    size_t removed_n = 0;
+    for (size_t i = 0; i < gone.n; i++)
+        removed_n += fs_remove_gone(fs, &gone.e[i]);
     uint64_t written_n = 0;
     for (size_t i = 0; i < nc; i++) {
         if (i + 1 < nc && c[i + 1].name_len == c[i].name_len &&
@@ -1983,10 +2004,6 @@ static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
             if (!first) first = ftc_err_set(err, r, "%s", e.msg);
         }
     }
-    /* a deleted copy restored here earlier goes too */
-    size_t removed_n = 0;
-    for (size_t i = 0; i < gone.n; i++)
-        removed_n += fs_remove_gone(fs, &gone.e[i]);
     if (fs->suspect) { /* a rank died: what no version holds may be half-written */
         ftc_err_t e = {0};
         int r = fs_move_aside(fs, c, nc, first != 0, &e);

@@ -43,7 +43,8 @@
  *              deletion makes a version; deleting all makes an empty one)
  *   gone       a file node 0 deletes after a restore gave node 1 a copy (in
  *              node 1's next version) stays deleted on both at the next
- *              restore; written again (newer), it is restored again
+ *              restore; written again (newer), it is restored again; put
+ *              back as a copy that kept an older mtime (cp -p), it stays
  *   pending    a file written just before a restore is still pushed after it
  *   busy       a log appended every 20 ms (never quiet) and a file rewritten in
  *              place and held open: a version is still made (busy_max_ms), with
@@ -85,7 +86,9 @@
 #include <signal.h>
 #include <sys/inotify.h>
 #include <sys/socket.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <sys/wait.h>
 
 static const char *g_prov;
@@ -265,6 +268,15 @@ static void child_main(int fd, uint32_t index, const char *id, int k, const ftc_
         } else if (sscanf(line, "mkdir %255s", name) == 1) {
             snprintf(path, sizeof path, "%s/%s", dir, name);
             say(fd, "%d", mkdir(path, 0700) == 0 ? 0 : -errno);
+        } else if (sscanf(line, "aged %255s %llu", name, &seed) == 2) {
+            /* its mtime set back seed seconds (a copy that kept an older one: cp -p) */
+            snprintf(path, sizeof path, "%s/%s", dir, name);
+            struct stat st;
+            int rc = stat(path, &st) == 0 ? 0 : -errno;
+            struct timespec ts[2] = {st.st_atim, st.st_mtim};
+            ts[1].tv_sec -= (time_t)seed;
+            if (!rc && utimensat(AT_FDCWD, path, ts, 0) != 0) rc = -errno;
+            say(fd, "%d", rc);
         } else if (sscanf(line, "rm %255s", name) == 1) {
             snprintf(path, sizeof path, "%s/%s", dir, name);
             say(fd, "%d", unlink(path) == 0 ? 0 : -errno);
@@ -1185,6 +1197,18 @@ static void test_gone(void **state)
     OK(&n1, "restore 1 n0 n1");
     OK(&n0, "check a.bin 84 2000");
     OK(&n1, "check a.bin 84 2000");
+    /* a rollback: b.bin deleted (packed), then put back as a copy that kept an
+     * older mtime (cp -p): it stays, on both nodes; it was removed everywhere
+     * (a copy no newer than the tombstone counted as the deleted one) */
+    OK(&n0, "rm b.bin");
+    OK(&n0, "flush");
+    OK(&n0, "write b.bin 85 3000");
+    OK(&n0, "aged b.bin 3600");
+    OK(&n0, "flush");
+    OK(&n0, "restore 1 n0 n1");
+    OK(&n1, "restore 1 n0 n1");
+    OK(&n0, "check b.bin 85 3000");
+    OK(&n1, "check b.bin 85 3000");
     quit(&n0);
     quit(&n1);
 }
