@@ -833,8 +833,9 @@ static void ftc__on_hello(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
     ftc_err_t err = {0};
     ftc_ap_send(fd, &w, 1000, &err);
     FTC_INFO("agent", "rank %u (pid %d) connected", m->rank, m->pid);
-    if (a->det && m->pid > 0) /* its exit becomes a rank_exit event at once */
-        ftc_detector_watch_pid(a->det, (int)m->rank, (pid_t)m->pid);
+    if (a->det && m->pid > 0 && /* its exit becomes a rank_exit event at once */
+        ftc_detector_watch_pid(a->det, (int)m->rank, (pid_t)m->pid) == 0)
+        ftc_detector_linked(a->det, (int)m->rank); /* and its start-up is bounded */
 }
 
 
@@ -1701,6 +1702,8 @@ ftc_agent_t *ftc_agent_start(const ftc_agent_options_t *o, ftc_err_t *err)
     dopt.domain = a->domain;
     if (o->hang_min_ms > 0)
         dopt.hang_min_ms = o->hang_min_ms;
+    if (o->start_ms)
+        dopt.start_ms = o->start_ms > 0 ? o->start_ms : 0;
     if (o->ttl_ms > 0) {
         dopt.ttl_ms = o->ttl_ms;
         if (dopt.heartbeat_ms > o->ttl_ms / 4)

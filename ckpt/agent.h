@@ -63,6 +63,8 @@ typedef struct ftc_agent_options {
                                    committed gets the busy policy; else (0, 2) only when no
                                    slot is free (checkpoint.inflight, docs/agent.md) */
     int hang_min_ms;            /* the hang watchdog's floor (detect.hang_ms; 0 = 5000) */
+    int start_ms;               /* a rank's start-up limit (detect.start_ms; 0 = 600000,
+                                   < 0 = none): ftc_detector_linked */
     int ttl_ms;                 /* heartbeat TTL (detect.ttl_ms; 0 = 1000); heartbeats
                                    every min(250, ttl_ms / 4) ms */
     const char *persist_dir;    /* "" = no persist tier */

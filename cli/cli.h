@@ -139,7 +139,8 @@ int ftc_cli_agent_options(ftc_cli_args_t *a, ftc_agent_options_t *o, ftc_err_t *
 /* The keys ftc_cli_agent_options reads (keep the two in step). */
 #define FTC_CLI_KEYS_AGENT                                                                         \
     FTC_CLI_KEYS_PERSIST_WRITER, FTC_CFG_REDUNDANCY, FTC_CFG_CKPT_BUSY, FTC_CFG_CKPT_INFLIGHT,     \
-        FTC_CFG_DETECT_HANG_MS, FTC_CFG_DETECT_TTL_MS, FTC_CFG_FABRIC_PROVIDER,                    \
+        FTC_CFG_DETECT_HANG_MS, FTC_CFG_DETECT_START_MS, FTC_CFG_DETECT_TTL_MS,                    \
+        FTC_CFG_FABRIC_PROVIDER,                                                                   \
         FTC_CFG_PERSIST_DIR, FTC_CFG_PERSIST_EVERY, FTC_CFG_AGENT_TIMEOUT
 
 /* ---- paths -------------------------------------------------------------------- */

@@ -20,6 +20,9 @@ int ftc_cli_agent_options(ftc_cli_args_t *a, ftc_agent_options_t *o, ftc_err_t *
     o->busy_policy = strcmp(busy, "skip") ? FTC_BUSY_WAIT : FTC_BUSY_SKIP;
     o->max_inflight = (int)ftc_config_int(a->cfg, FTC_CFG_CKPT_INFLIGHT);
     o->hang_min_ms = (int)ftc_config_int(a->cfg, FTC_CFG_DETECT_HANG_MS);
+    o->start_ms = (int)ftc_config_int(a->cfg, FTC_CFG_DETECT_START_MS);
+    if (o->start_ms == 0)
+        o->start_ms = -1; /* none (0 in the agent's options is the default) */
     o->ttl_ms = (int)ftc_config_int(a->cfg, FTC_CFG_DETECT_TTL_MS);
     const char *prov = ftc_config_str(a->cfg, FTC_CFG_FABRIC_PROVIDER);
     o->provider = prov[0] ? prov : NULL;

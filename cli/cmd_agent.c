@@ -36,9 +36,8 @@ static const char ftc__agent_help[] =
     "  --persist-every M      persist every M commits (the persist.every setting: 1..1000000,\n"
     "                         default 10)\n"
     "Settings used: redundancy, checkpoint.busy, checkpoint.inflight, fabric.provider,\n"
-    "agent.timeout_ms, detect.hang_ms, detect.ttl_ms, persist.* (persist.dir enables the persist "
-    "tier),\n"
-    "redis.url, job.id, job.dir.\n";
+    "agent.timeout_ms, detect.hang_ms, detect.start_ms, detect.ttl_ms, persist.* (persist.dir\n"
+    "enables the persist tier), redis.url, job.id, job.dir.\n";
 
 static volatile sig_atomic_t ftc__agent_stop;
 

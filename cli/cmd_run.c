@@ -120,9 +120,8 @@ static const char ftc__run_help[] =
     "  --role NAME            ROLE_NAME of the ranks (default: default)\n"
     "  --monitor-interval S, --start-method M   accepted, not used (an INFO says why)\n"
     "Settings used: redundancy, checkpoint.busy, checkpoint.inflight, fabric.provider,\n"
-    "agent.timeout_ms, detect.hang_ms, detect.ttl_ms, persist.* (persist.dir enables the persist "
-    "tier),\n"
-    "redis.url, job.id, job.dir.\n";
+    "agent.timeout_ms, detect.hang_ms, detect.start_ms, detect.ttl_ms, persist.* (persist.dir\n"
+    "enables the persist tier), redis.url, job.id, job.dir.\n";
 
 static volatile sig_atomic_t ftc__run_stop;
 

@@ -73,6 +73,9 @@
     X(DETECT_HANG_MS, "detect.hang_ms", INT, "5000", 100, 86400000,                                \
       "a rank whose checkpoints stop for max(10 x its median step, this) is hung (ftc run "        \
       "kills it)")                                                                                 \
+    X(DETECT_START_MS, "detect.start_ms", INT, "600000", 0, 86400000,                              \
+      "a rank whose process finished no checkpoint this long after it started is hung (ftc run "  \
+      "kills it), once the job's ranks are known to link libftc; 0: no limit")                     \
     X(DETECT_TTL_MS, "detect.ttl_ms", INT, "1000", 200, 600000,                                    \
       "heartbeat TTL: a node whose heartbeat is not renewed for this long is lost (heartbeats "    \
       "every min(250, ttl/4) ms); raise it where links flap for longer")                           \

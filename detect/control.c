@@ -1005,3 +1005,35 @@ int ftc_ctl_job_secret(ftc_ctl_t *c, uint8_t out[16], ftc_err_t *err)
     ftc_redis_reply_free(rep);
     return 0;
 }
+
+/* ---- the job links libftc ----------------------------------------------------------- */
+
+int ftc_ctl_linked_set(ftc_ctl_t *c)
+{
+    KEY(key, "linked");
+    int rc = ftc_redis_cmdv(c->r, true, NULL, "SET", key, "1", NULL);
+    return rc ? ftc__rc(c, rc) : 0;
+}
+
+int ftc_ctl_linked(ftc_ctl_t *c, bool *linked)
+{
+    KEY(key, "linked");
+    ftc_redis_reply_t *rep = NULL;
+    *linked = false;
+    int rc = ftc_redis_cmdv(c->r, true, &rep, "GET", key, NULL);
+    if (rc)
+        return ftc__rc(c, rc);
+    const char *v;
+    size_t len;
+    rc = ftc_redis_want_str(rep, key, &v, &len, &c->err);
+    if (rc == FTC_ENOENT) {
+        rc = 0;
+    } else if (rc == 0 && len == 1 && v[0] == '1') {
+        *linked = true;
+    } else if (rc == 0) {
+        rc = ftc_err_set(&c->err, FTC_EPROTO, "%s holds '%.*s', not 1 (delete it)", key,
+                         (int)(len > 40 ? 40 : len), v);
+    }
+    ftc_redis_reply_free(rep);
+    return rc;
+}

@@ -160,6 +160,13 @@ int ftc_ctl_report_job(ftc_ctl_t *c, const char *id, const ftc_ctl_event_t *e, b
  * the one that won. FTC_EREDIS / FTC_EPROTO naming the key otherwise. */
 int ftc_ctl_job_secret(ftc_ctl_t *c, uint8_t out[16], ftc_err_t *err);
 
+/* Whether the job's ranks link libftc (ftc:{J}:linked): set by the agent of
+ * the first rank that connects, read by the detectors of ranks still in
+ * their start-up (ftc_detector_linked). *linked false while the key is
+ * missing; FTC_EPROTO for anything but "1" in it. */
+int ftc_ctl_linked_set(ftc_ctl_t *c);
+int ftc_ctl_linked(ftc_ctl_t *c, bool *linked);
+
 /* ---- commit records --------------------------------------------------------------- */
 
 /* A rank reports its shard of (generation, step). When every rank of that

@@ -60,8 +60,12 @@ typedef struct ftc__rank {
      * counts for the rank only when its pollfd was taken for this same watch:
      * the fd number alone may meanwhile belong to another rank's pidfd */
     uint64_t watch_id;
-    int64_t step;    /* last finished step, -1 before the first */
+    int64_t step;    /* last finished step, -1 before the first (of this process) */
     uint64_t last_ns; /* when progress was last reported (or watching began) */
+    uint64_t start_ns; /* when the watch of this process began (its start-up) */
+    bool started;    /* this process finished a step: past its start-up */
+    bool linked;     /* this process connected (ftc_detector_linked) */
+    bool start_hung; /* its start-up was reported hung */
     uint64_t times[FTC_DET_TIMES];
     int ntimes, tpos;
     int64_t hang_step; /* step already reported as hung */
@@ -108,6 +112,9 @@ struct ftc_detector {
     uint64_t warn_ns;        /* last warning about an error reply (rate limit) */
     uint64_t ev_seq;         /* plain events queued for publication (their ids), under mu */
     uint64_t quiet_until_ns; /* no node-loss reports before (just back from an outage) */
+    bool linked;             /* the job's ranks link libftc (a HELLO here, or ftc:{J}:linked) */
+    bool linked_told;        /* Redis thread: ftc:{J}:linked was set by us (or found set) */
+    uint64_t next_linked_ns; /* Redis thread: next read of ftc:{J}:linked */
     ftc_detector_stats_t st; /* under mu */
     ftc__detector_poll_hook_t poll_hook; /* tests only (detector_internal.h), under mu */
     void *poll_hook_arg;
@@ -187,7 +194,7 @@ static ftc__rank_t *ftc__rank_get(ftc_detector_t *d, int rank, bool create)
     free_slot->pidfd = -1;
     free_slot->step = -1;
     free_slot->hang_step = -2;
-    free_slot->last_ns = ftc_now_ns();
+    free_slot->last_ns = free_slot->start_ns = ftc_now_ns();
     return free_slot;
 }
 
@@ -225,10 +232,24 @@ int ftc_detector_watch_pid(ftc_detector_t *d, int rank, pid_t pid)
     }
     if (r->pidfd >= 0)
         close(r->pidfd);
+    uint64_t now = ftc_now_ns();
+    if (r->pid != pid) {
+        /* Another process of the rank (the next generation's, a restart):
+         * its start-up begins now, and its steps count from its own first
+         * one, whatever the step its predecessor reached (a restored rank
+         * repeats the uncommitted steps, and those were no progress). The
+         * step times stay: they are the job's. The same process watched
+         * again (the HELLO of a rank its supervisor watched from its
+         * spawn) keeps its start. */
+        r->start_ns = now;
+        r->started = r->linked = r->start_hung = false;
+        r->step = -1;
+        r->hang_step = -2;
+    }
     r->pid = pid;
     r->pidfd = fd; /* -1: fall back to /proc polling */
     r->watch_id = ++d->watch_seq;
-    r->last_ns = ftc_now_ns();
+    r->last_ns = now;
     pthread_mutex_unlock(&d->mu);
     ftc__wake(d);
     return 0;
@@ -249,6 +270,16 @@ void ftc_detector_unwatch(ftc_detector_t *d, int rank)
     ftc__wake(d);
 }
 
+void ftc_detector_linked(ftc_detector_t *d, int rank)
+{
+    pthread_mutex_lock(&d->mu);
+    ftc__rank_t *r = ftc__rank_get(d, rank, false);
+    if (r && r->pid > 0)
+        r->linked = true;
+    d->linked = true;
+    pthread_mutex_unlock(&d->mu);
+}
+
 void ftc__detector_set_poll_hook(ftc_detector_t *d, ftc__detector_poll_hook_t fn, void *arg)
 {
     pthread_mutex_lock(&d->mu);
@@ -267,7 +298,8 @@ void ftc_detector_progress(ftc_detector_t *d, int rank, int64_t step, uint64_t s
 {
     pthread_mutex_lock(&d->mu);
     ftc__rank_t *r = ftc__rank_get(d, rank, true);
-    if (r && step > r->step) {
+    if (r && (step > r->step || !r->started)) {
+        r->started = true;
         r->step = step;
         r->last_ns = ftc_now_ns();
         r->times[r->tpos] = step_time_us;
@@ -383,6 +415,25 @@ static void ftc__check_ranks_locked(ftc_detector_t *d, const ftc__pollset_t *ps)
                 continue;
             }
         }
+        if (!r->started) {
+            /* its start-up (exec, loading, rendezvous, restore, first step):
+             * bounded by start_ms once the rank is known to report its
+             * steps; a rank that never connects, in a job that never did,
+             * may be a binary without libftc, which says nothing */
+            double up_ms = (double)(now - r->start_ns) / 1e6;
+            if (d->o.start_ms > 0 && r->pid > 0 && !r->start_hung && (r->linked || d->linked) &&
+                up_ms > d->o.start_ms) {
+                r->start_hung = true;
+                snprintf(id, sizeof id, "hang:%s:%d:start:%d", d->node, r->rank, (int)r->pid);
+                ftc__emit_locked(d, "hang", NULL, r->rank, -1, id, true,
+                                 "rank %d (pid %d) has finished no step %.0f ms after its start "
+                                 "(%s; start-up limit %d ms, detect.start_ms)",
+                                 r->rank, (int)r->pid, up_ms,
+                                 r->linked ? "connected to its agent" : "never connected",
+                                 d->o.start_ms);
+            }
+            continue;
+        }
         if (r->ntimes == 0 || r->hang_step == r->step)
             continue;
         uint64_t sorted[FTC_DET_TIMES];
@@ -439,11 +490,16 @@ static void *ftc__local_main(void *arg)
          * reported hung (and killed) on resume. */
         uint64_t now = ftc_now_ns(), gap = now - last_check_ns;
         if (gap > 500000000ull) {
-            for (int i = 0; i < FTC_DET_MAX_RANKS; i++)
-                if (d->ranks[i].used && d->ranks[i].last_ns < now)
-                    d->ranks[i].last_ns += gap - 20000000ull < now - d->ranks[i].last_ns
-                                               ? gap - 20000000ull
-                                               : now - d->ranks[i].last_ns;
+            for (int i = 0; i < FTC_DET_MAX_RANKS; i++) {
+                ftc__rank_t *r = &d->ranks[i];
+                if (!r->used)
+                    continue;
+                uint64_t skip = gap - 20000000ull;
+                if (r->last_ns < now)
+                    r->last_ns += skip < now - r->last_ns ? skip : now - r->last_ns;
+                if (r->start_ns < now)
+                    r->start_ns += skip < now - r->start_ns ? skip : now - r->start_ns;
+            }
         }
         ftc__check_ranks_locked(d, &ps);
         ftc__ev_t e;
@@ -546,6 +602,7 @@ static void ftc__came_up(ftc_detector_t *d)
     uint64_t now = ftc_wall_ms();
     ftc__join(d);
     ftc_ctl_reseed(d->ctl, d->st.generation, d->world, d->committed);
+    d->linked_told = false; /* ftc:{J}:linked may be gone with the rest: said again */
     pthread_mutex_lock(&d->mu);
     d->st.gaps++;
     ftc__ev_t e;
@@ -829,6 +886,7 @@ static int ftc__scan(ftc_detector_t *d)
                  "back generation %" PRIu64 " (world %u) and committed step %" PRId64,
                  d->node, d->st.generation, d->world, d->committed);
         ftc_ctl_reseed(d->ctl, d->st.generation, d->world, d->committed);
+        d->linked_told = false;
     }
     if (nk > 0) {
         ftc_redis_reply_t *hbs = NULL;
@@ -1089,6 +1147,42 @@ static void ftc__publish(ftc_detector_t *d)
     }
 }
 
+/* Tells the job that its ranks link libftc, once a rank connected here, and
+ * learns it from Redis while a rank here is in its start-up without it
+ * (every second: a rank of a returned node stopped before its HELLO, while
+ * the others wait for it in their group set-up, is found only this way).
+ * A failed command is tried again at the next tick. */
+static void ftc__linked_tick(ftc_detector_t *d)
+{
+    uint64_t now = ftc_now_ns();
+    if (d->linked_told || d->o.start_ms <= 0 || now < d->next_linked_ns)
+        return;
+    d->next_linked_ns = now + 1000000000ull;
+    pthread_mutex_lock(&d->mu);
+    bool linked = d->linked, waiting = false;
+    for (int i = 0; i < FTC_DET_MAX_RANKS && !linked && !waiting; i++)
+        waiting = d->ranks[i].used && d->ranks[i].pid > 0 && !d->ranks[i].started;
+    pthread_mutex_unlock(&d->mu);
+    if (linked) {
+        if (ftc_ctl_linked_set(d->ctl) == 0)
+            d->linked_told = true;
+        else
+            ftc__failed(d);
+    } else if (waiting) {
+        bool yes = false;
+        if (ftc_ctl_linked(d->ctl, &yes) != 0) {
+            ftc__failed(d);
+        } else if (yes) {
+            FTC_DEBUG("detect", "%s: the job's ranks link libftc (%s): start-up limit %d ms",
+                      d->node, "ftc:{J}:linked", d->o.start_ms);
+            pthread_mutex_lock(&d->mu);
+            d->linked = true;
+            pthread_mutex_unlock(&d->mu);
+            d->linked_told = true;
+        }
+    }
+}
+
 static void *ftc__redis_main(void *arg)
 {
     ftc_detector_t *d = arg;
@@ -1148,6 +1242,8 @@ static void *ftc__redis_main(void *arg)
         }
         if (!d->down)
             ftc__publish(d);
+        if (!d->down)
+            ftc__linked_tick(d);
         if (!d->down)
             ftc__subscribe(d);
         uint64_t next = next_hb < next_scan ? next_hb : next_scan;

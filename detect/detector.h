@@ -6,8 +6,10 @@
  *  - the local watch never touches Redis, so a slow or dead Redis cannot
  *    delay it: rank exits (a pidfd per rank, reported the moment the process
  *    ends), hangs (no step progress for hang_factor x the median step time,
- *    at least hang_min_ms; time the watch itself did not run, the agent
- *    paused, is not counted), and numerical trouble reported by the trainer
+ *    at least hang_min_ms; before the first step of a rank's process, for
+ *    start_ms from its start: ftc_detector_linked; time the watch itself
+ *    did not run, the agent paused, is not counted), and numerical trouble
+ *    reported by the trainer
  *    (NaN/Inf, or a loss more than spike_sigma standard deviations above its
  *    recent window). It calls on_event at once and queues the event for
  *    publication.
@@ -80,11 +82,12 @@ typedef struct ftc_detector_options {
     void *arg;
     int deadline_poll_ms;     /* leader: poll of the heartbeat deadline set, default 50 */
     int follower_scan_factor; /* non-leaders scan members this many times less often, default 8 */
+    int start_ms;             /* start-up limit (below), default 600000; 0 = none */
 } ftc_detector_options_t;
 
 #define FTC_DETECTOR_OPTIONS_INIT                                                                  \
     {sizeof(ftc_detector_options_t), 1, NULL, NULL, NULL, NULL, 250, 1000, 500, 2000, true, 500,   \
-     10.0, 5000, 1.5, 8, 6.0, 50, NULL, NULL, 50, 8}
+     10.0, 5000, 1.5, 8, 6.0, 50, NULL, NULL, 50, 8, 600000}
 
 typedef struct ftc_detector ftc_detector_t;
 
@@ -105,6 +108,16 @@ void ftc_detector_stop(ftc_detector_t *d, bool leave);
 int ftc_detector_watch_pid(ftc_detector_t *d, int rank, pid_t pid);
 /* Stops watching a rank's process (a clean exit is not a failure). */
 void ftc_detector_unwatch(ftc_detector_t *d, int rank);
+/* The rank's process (the one watched) reports its progress: it links
+ * libftc and connected to its agent. From then on the start-up limit holds
+ * for it, and for every rank of the job, here or on any node (the first
+ * call says so in Redis, ftc:{J}:linked, where every detector reads it while
+ * it has a rank in its start-up): a rank whose process has finished no step
+ * start_ms after its watch began (its spawn under `ftc run`, else its
+ * connection) is hung, whether or not it ever connected. Until the job is
+ * known to link libftc, a rank that never connects is no hang: it may be a
+ * binary without libftc, whose progress nobody sees. */
+void ftc_detector_linked(ftc_detector_t *d, int rank);
 /* The rank finished `step`, which took step_time_us. */
 void ftc_detector_progress(ftc_detector_t *d, int rank, int64_t step, uint64_t step_time_us);
 /* The rank's loss at `step`, for NaN/Inf and spike detection. */

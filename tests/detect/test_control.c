@@ -309,6 +309,21 @@ static void test_garbage_in_every_key_kind(void **state)
         if (ftc_ctl_member_parse(bad_member[i], &mr, &err) != FTC_EPROTO)
             fail_msg("member '%.60s' parsed: '%s' '%s' %lld '%s'", bad_member[i], mr.host,
                      mr.domain, mr.pid, mr.joined);
+    /* ftc:{J}:linked: missing is "not known", "1" is linked, anything else garbage */
+    bool linked = true;
+    assert_int_equal(ftc_ctl_linked(c, &linked), 0);
+    assert_false(linked);
+    assert_int_equal(ftc_ctl_linked_set(c), 0);
+    assert_int_equal(ftc_ctl_linked(c, &linked), 0);
+    assert_true(linked);
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "SET", ftc_ctl_key(c, "linked", k, sizeof k),
+                                    "yes", NULL), 0);
+    assert_int_equal(ftc_ctl_linked(c, &linked), FTC_EPROTO);
+    assert_false(linked);
+    assert_non_null(strstr(ftc_ctl_errstr(c), "ftc:{job5}:linked holds 'yes'"));
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "DEL", k, NULL), 0);
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", k, "a", "b", NULL), 0);
+    assert_int_equal(ftc_ctl_linked(c, &linked), FTC_EPROTO); /* WRONGTYPE */
     /* bad ids are refused before they reach Redis */
     ftc_ctl_member_t m = {.node = "bad node"};
     assert_int_equal(ftc_ctl_join(c, &m), FTC_EINVAL);

@@ -1214,6 +1214,98 @@ static void test_loss_after_pause_reported_again(void **state)
     assert_int_equal(stream_count(f, "jr", "node_lost", "A"), 2);
 }
 
+/* Events of kind about (node, rank). */
+static int seen_rank(seen_t *s, const char *kind, const char *node, int rank)
+{
+    int c = 0;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n; i++)
+        c += !strcmp(s->ev[i].kind, kind) && !strcmp(s->ev[i].node, node) &&
+             s->ev[i].rank == rank;
+    pthread_mutex_unlock(&s->mu);
+    return c;
+}
+
+static pid_t fork_paused(void)
+{
+    pid_t p = fork();
+    assert_true(p >= 0);
+    if (p == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        pause();
+        _exit(0);
+    }
+    return p;
+}
+
+/* The start-up limit. A rank's process that has finished no step had no
+ * hang check at all (no step time: the soak found ranks SIGSTOPped before
+ * their HELLO never detected, the others waiting 60 s in their group
+ * set-up). Now such a rank is hung start_ms after its watch began, once the
+ * job is known to link libftc: its own HELLO (ftc_detector_linked), another
+ * rank's here, or ftc:{J}:linked in Redis set by another node's detector.
+ * Before that, a rank that never connects may be a binary without libftc,
+ * and is no hang. */
+static void test_start_up_limit(void **state)
+{
+    redis_fixture_t *f = *state;
+    static seen_t sb, sc;
+    memset(&sb, 0, sizeof sb);
+    memset(&sc, 0, sizeof sc);
+    pthread_mutex_init(&sb.mu, NULL);
+    pthread_mutex_init(&sc.mu, NULL);
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    o.hang_min_ms = 100000;
+    o.start_ms = 500;
+    ftc_detector_t *b = start_detector(f, "jsu", "B", false, &sb, &o);
+    pid_t p0 = fork_paused();
+    assert_int_equal(ftc_detector_watch_pid(b, 0, p0), 0);
+    /* nothing says the job links libftc: no hang, however long */
+    ftc_sleep_ms(1500);
+    assert_int_equal(seen_count(&sb, "hang", "B", NULL), 0);
+    /* node C: rank 1 connects (linked) and finishes no step; rank 2 does one
+     * at once; both watched from now */
+    ftc_detector_t *c = start_detector(f, "jsu", "C", false, &sc, &o);
+    pid_t p1 = fork_paused(), p2 = fork_paused();
+    assert_int_equal(ftc_detector_watch_pid(c, 1, p1), 0);
+    assert_int_equal(ftc_detector_watch_pid(c, 2, p2), 0);
+    ftc_detector_linked(c, 1);
+    ftc_detector_progress(c, 2, 0, 1000);
+    assert_true(wait_seen(&sc, "hang", "C", 3000));
+    assert_int_equal(seen_rank(&sc, "hang", "C", 1), 1);
+    /* B learns from Redis that the job links libftc: its rank 0, which
+     * never connected, has been starting for longer than 500 ms */
+    assert_true(wait_seen(&sb, "hang", "B", 4000));
+    assert_int_equal(seen_rank(&sb, "hang", "B", 0), 1);
+    ftc_sleep_ms(700);
+    assert_int_equal(seen_rank(&sb, "hang", "B", 0), 1); /* once per process */
+    assert_int_equal(seen_rank(&sc, "hang", "C", 1), 1);
+    assert_int_equal(seen_rank(&sc, "hang", "C", 2), 0); /* past its start-up */
+    /* rank 2's next process (a restart) starts up again: the steps of its
+     * predecessor do not count, and its own first step, though lower than
+     * theirs, ends its start-up */
+    ftc_detector_progress(c, 2, 7, 1000);
+    pid_t p3 = fork_paused(), p4 = fork_paused();
+    assert_int_equal(ftc_detector_watch_pid(c, 2, p3), 0);
+    ftc_sleep_ms(100);
+    ftc_detector_progress(c, 2, 3, 1000);
+    assert_int_equal(ftc_detector_watch_pid(c, 3, p4), 0);
+    ftc_deadline_t d = ftc_deadline_in_ms(3000);
+    while (seen_rank(&sc, "hang", "C", 3) == 0 && !ftc_deadline_expired(d))
+        ftc_sleep_ms(10);
+    assert_int_equal(seen_rank(&sc, "hang", "C", 3), 1); /* linked job: never connected */
+    assert_int_equal(seen_rank(&sc, "hang", "C", 2), 0);
+    ftc_detector_stop(b, true);
+    ftc_detector_stop(c, true);
+    pid_t all[] = {p0, p1, p2, p3, p4};
+    for (int i = 0; i < 5; i++) {
+        kill(all[i], SIGKILL);
+        waitpid(all[i], NULL, 0);
+    }
+    assert_int_equal(stream_count(f, "jsu", "hang", "B"), 1);
+    assert_int_equal(stream_count(f, "jsu", "hang", "C"), 2);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
 
 int main(void)
@@ -1232,6 +1324,7 @@ int main(void)
         T(test_no_loss_reported_right_after_own_outage),
         T(test_deadline_poll_pages_past_skewed_clocks), T(test_agent_pause_is_not_a_hang),
         T(test_loss_after_pause_reported_again), T(test_stale_pidfd_event_not_charged_to_new_rank),
+        T(test_start_up_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -54,6 +54,11 @@
 #      stop its rank: the round waits for the survivor, not the newcomer alone;
 #   k. a member SIGKILLed after the round closed: its loss (node_lost) ends
 #      the other node's wait for its agent at once (not --join-timeout-ms).
+#   h. node 1's rank SIGSTOPped before it connects to its agent (it has not
+#      even exec'd the trainer): node 0's rank connected, so the job links
+#      libftc (ftc:{J}:linked), and the stopped rank is found hung at the
+#      start-up limit (--detect-start-ms), killed, and the job finishes. It
+#      was never found: the others waited in their set-up for it.
 #
 # usage: test_run.sh PATH/TO/ftc PATH/TO/rank_main PATH/TO/ckptfile_main
 set -u
@@ -75,7 +80,7 @@ trap cleanup EXIT
 . "$(dirname "$0")/lib.sh" # check, count, committed, wait_committed
 export FTC_LOG_LEVEL=${FTC_LOG_LEVEL:-info}
 # FTC_RUN_ONLY=24 runs scenarios 2 and 4 only (while debugging)
-want() { case ${FTC_RUN_ONLY:-1234567890rfcmgwsplxykn} in *$1*) return 0 ;; esac; return 1; }
+want() { case ${FTC_RUN_ONLY:-1234567890rfcmgwsplxykhn} in *$1*) return 0 ;; esac; return 1; }
 
 # ---- 1. a rank dies -------------------------------------------------------------------
 if want 1; then
@@ -866,6 +871,40 @@ check "k: node 0 finished the job alone in generation 3" \
     grep -q '\[node0\] INFO run: generation 3: node 0 of 1' "$T/k.out"
 check "k: node 0 finished" grep -q 'ftc run: 1 nodes finished' "$T/k.out"
 [ $fails -eq $f0 ] || { echo "--- output of k:"; tail -n 40 "$T/k.out"; }
+fi
+
+# ---- h. a rank stopped in its start-up, before it connects ------------------------------------
+if want h; then
+Jh=run${tag}h
+f0=$fails
+cat >"$T/h.sh" <<EOF
+#!/bin/sh
+if [ "\$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "\$GROUP_RANK" = 1 ]; then
+    echo \$\$ >"$T/h.pid"; sleep 2
+fi
+exec "$RANK" --steps 40 --step-ms 20 --floats 4096 --restore --strict
+EOF
+chmod +x "$T/h.sh"
+"$FTC" run --simulate-nodes 2 --job "$Jh" --job-dir "$T/jh" --max-restarts 2 --settle-ms 300 \
+    --grace-ms 1000 --detect-start-ms 3000 -- "$T/h.sh" >"$T/h.out" 2>&1 &
+runpid=$!
+pids+=($runpid)
+for i in $(seq 300); do [ -s "$T/h.pid" ] && break; sleep 0.1; done
+victim=$(cat "$T/h.pid" 2>/dev/null)
+check "h: node 1's rank started (pid ${victim:-?})" test -n "$victim"
+[ -n "$victim" ] && kill -STOP "$victim"
+for i in $(seq 600); do grep -q "rank 1 hangs" "$T/h.out" && break; sleep 0.1; done
+check "h: the stopped rank was found hung at the start-up limit" grep -q \
+    "rank 1 hangs (rank 1 (pid ${victim:-x}) has finished no step .*never connected; start-up limit 3000 ms" \
+    "$T/h.out"
+check "h: it had not connected" bash -c "! grep -q 'rank 1 (pid ${victim:-x}) connected' '$T/h.out'"
+for i in $(seq 600); do kill -0 $runpid 2>/dev/null || break; sleep 0.1; done
+kill -9 $runpid 2>/dev/null
+wait $runpid
+rc=$?
+check "h: the job finished (exit $rc)" test $rc -eq 0
+check "h: no bad restore, no error" no_errors "" "$T/h.out"
+[ $fails -eq $f0 ] || { echo "--- output of h:"; tail -n 40 "$T/h.out"; }
 fi
 
 # ---- n. a newcomer SIGKILLed after the round closed, before its agent ran ----------------------
