@@ -63,20 +63,25 @@ int ftc_proc_stat_parse(const char *text, size_t len, ftc_proc_stat_t *st)
     memcpy(st->comm, open_p + 1, cl);
     st->comm[cl] = 0;
     const char *p = close_p + 1;
-    /* " STATE PPID PGRP SESSION TTY_NR TPGID FLAGS" */
+    /* " STATE PPID PGRP SESSION TTY_NR TPGID FLAGS MINFLT CMINFLT MAJFLT CMAJFLT UTIME
+     * STIME" (and more, not read) */
     if (end - p < 2 || p[0] != ' ' || !isalpha((unsigned char)p[1]))
         return FTC_EPROTO;
     st->state = p[1];
     p += 2;
-    long long v[6];
-    static const long long lo[6] = {0, 0, 0, INT_MIN, INT_MIN, 0};
-    static const long long hi[6] = {INT_MAX, INT_MAX, INT_MAX, INT_MAX, INT_MAX, UINT_MAX};
-    for (int k = 0; k < 6; k++)
+    long long v[12];
+    static const long long lo[12] = {0, 0, 0, INT_MIN, INT_MIN, 0, 0, 0, 0, 0, 0, 0};
+    static const long long hi[12] = {INT_MAX,   INT_MAX,   INT_MAX,   INT_MAX,
+                                     INT_MAX,   UINT_MAX,  LLONG_MAX, LLONG_MAX,
+                                     LLONG_MAX, LLONG_MAX, LLONG_MAX, LLONG_MAX};
+    for (int k = 0; k < 12; k++)
         if (!ftc__proc_num(&p, end, lo[k], hi[k], &v[k]))
             return FTC_EPROTO;
     st->ppid = (pid_t)v[0];
     st->pgid = (pid_t)v[1];
     st->flags = (unsigned long)v[5];
+    st->utime = (unsigned long long)v[10];
+    st->stime = (unsigned long long)v[11];
     return 0;
 }
 

@@ -15,10 +15,12 @@ typedef struct ftc_proc_stat {
     char state;          /* 'R', 'S', 'D', 'Z' (exited, not reaped), 'X', 't', ... */
     pid_t ppid, pgid;    /* fields 4 and 5 */
     unsigned long flags; /* field 9, PF_* (0x4: PF_EXITING) */
+    unsigned long long utime, stime; /* fields 14 and 15: CPU time used, in clock ticks
+                                        (sysconf(_SC_CLK_TCK) a second) */
 } ftc_proc_stat_t;
 
 /* Parses the text of a /proc/PID/stat ("PID (COMM) STATE PPID PGRP SESSION
- * TTY_NR TPGID FLAGS ...", len bytes, not NUL-terminated): COMM runs from
+ * TTY_NR TPGID FLAGS MINFLT CMINFLT MAJFLT CMAJFLT UTIME STIME ...", len bytes, not NUL-terminated): COMM runs from
  * the first '(' to the LAST ')', since it may hold both. 0, or FTC_EPROTO
  * when the text is not of that form (fields missing, a field that is not
  * a whole number in range). Pure; thread-safe. */

@@ -28,6 +28,8 @@
 #include <unistd.h>
 
 #define FTC_DET_MAX_RANKS 256
+#define FTC_DET_CPU_MS 1000 /* CPU use sampling period of each watched rank */
+#define FTC_DET_BUSY 0.05   /* a share of one CPU above this is busy, not stuck */
 #define FTC_DET_TIMES 32   /* step times kept per rank for the median */
 #define FTC_DET_LOSSES 512 /* upper bound of spike_window */
 #define FTC_DET_QUEUE 1024 /* events waiting for callback or publication */
@@ -66,6 +68,12 @@ typedef struct ftc__rank {
     bool started;    /* this process finished a step: past its start-up */
     bool linked;     /* this process connected (ftc_detector_linked) */
     bool start_hung; /* its start-up was reported hung */
+    /* the process's CPU use, sampled every FTC_DET_CPU_MS: whether a rank
+     * that stopped progressing is stuck itself or spins waiting for a peer */
+    uint64_t cpu_ticks; /* utime + stime at cpu_ns */
+    uint64_t cpu_ns;    /* 0 = not sampled yet (for this process) */
+    double cpu_share;   /* of one CPU between the last two samples; < 0 unknown */
+    char pstate;        /* state letter at the last sample, 0 unknown */
     uint64_t times[FTC_DET_TIMES];
     int ntimes, tpos;
     int64_t hang_step; /* step already reported as hung */
@@ -195,6 +203,7 @@ static ftc__rank_t *ftc__rank_get(ftc_detector_t *d, int rank, bool create)
     free_slot->step = -1;
     free_slot->hang_step = -2;
     free_slot->last_ns = free_slot->start_ns = ftc_now_ns();
+    free_slot->cpu_share = -1;
     return free_slot;
 }
 
@@ -243,6 +252,9 @@ int ftc_detector_watch_pid(ftc_detector_t *d, int rank, pid_t pid)
          * spawn) keeps its start. */
         r->start_ns = now;
         r->started = r->linked = r->start_hung = false;
+        r->cpu_ns = 0;
+        r->cpu_share = -1;
+        r->pstate = 0;
         r->step = -1;
         r->hang_step = -2;
     }
@@ -371,6 +383,58 @@ typedef struct ftc__pollset {
     int n;
 } ftc__pollset_t;
 
+/* Samples the CPU use of r's process every FTC_DET_CPU_MS (caller holds mu). */
+static void ftc__sample_cpu_locked(ftc__rank_t *r, uint64_t now)
+{
+    if (r->pid <= 0 || (r->cpu_ns && now - r->cpu_ns < FTC_DET_CPU_MS * 1000000ull))
+        return;
+    ftc_proc_stat_t ps;
+    if (ftc_proc_stat_read(r->pid, &ps) != 0) {
+        r->cpu_share = -1;
+        r->pstate = 0;
+        return;
+    }
+    uint64_t ticks = ps.utime + ps.stime;
+    static long tck;
+    if (!tck)
+        tck = sysconf(_SC_CLK_TCK) > 0 ? sysconf(_SC_CLK_TCK) : 100;
+    if (r->cpu_ns && ticks >= r->cpu_ticks)
+        r->cpu_share = (double)(ticks - r->cpu_ticks) / (double)tck /
+                       ((double)(now - r->cpu_ns) / 1e9);
+    r->cpu_ticks = ticks;
+    r->cpu_ns = now;
+    r->pstate = ps.state;
+}
+
+/* A rank that made no progress: stuck itself, or spinning, waiting for a
+ * peer that is (the CPU collectives busy-poll, and so do NCCL's host
+ * threads)? Busy ranks are reported only after a grace (max(1 s, half the
+ * limit)), so that the stuck rank is reported first: its event fails the
+ * generation before the grace of its peers has passed, and the events name
+ * the rank that hung, not the ones waiting for it (every rank of a job used
+ * to reach its limit at once: the soak, seed 37, found two waiting ranks
+ * reported, and killed, and not the stopped one). Sets what[] to a clause
+ * saying which (empty when unknown); returns the grace in ms. */
+static double ftc__hang_grace(const ftc__rank_t *r, double limit_ms, char *what, size_t cap)
+{
+    what[0] = 0;
+    if (r->pstate == 'T' || r->pstate == 't') {
+        snprintf(what, cap, "; its process is stopped (state %c)", r->pstate);
+        return 0;
+    }
+    if (r->cpu_share < 0)
+        return 0;
+    if (r->cpu_share <= FTC_DET_BUSY) {
+        snprintf(what, cap, "; its process used %.0f%% of a CPU (state %c): stuck itself",
+                 r->cpu_share * 100.0, r->pstate ? r->pstate : '?');
+        return 0;
+    }
+    double grace = limit_ms / 2 > 1000 ? limit_ms / 2 : 1000;
+    snprintf(what, cap, "; its process used %.0f%% of a CPU: busy, perhaps waiting for a hung "
+             "peer (reported %.0f ms late for that)", r->cpu_share * 100.0, grace);
+    return grace;
+}
+
 /* Checks every watched rank for exit and hang. Caller holds mu.
  *
  * An exit the poll saw is the rank's only when the rank is still under the
@@ -415,6 +479,8 @@ static void ftc__check_ranks_locked(ftc_detector_t *d, const ftc__pollset_t *ps)
                 continue;
             }
         }
+        ftc__sample_cpu_locked(r, now);
+        char what[160];
         if (!r->started) {
             /* its start-up (exec, loading, rendezvous, restore, first step):
              * bounded by start_ms once the rank is known to report its
@@ -422,15 +488,16 @@ static void ftc__check_ranks_locked(ftc_detector_t *d, const ftc__pollset_t *ps)
              * may be a binary without libftc, which says nothing */
             double up_ms = (double)(now - r->start_ns) / 1e6;
             if (d->o.start_ms > 0 && r->pid > 0 && !r->start_hung && (r->linked || d->linked) &&
-                up_ms > d->o.start_ms) {
+                up_ms > d->o.start_ms &&
+                up_ms > d->o.start_ms + ftc__hang_grace(r, d->o.start_ms, what, sizeof what)) {
                 r->start_hung = true;
                 snprintf(id, sizeof id, "hang:%s:%d:start:%d", d->node, r->rank, (int)r->pid);
                 ftc__emit_locked(d, "hang", NULL, r->rank, -1, id, true,
                                  "rank %d (pid %d) has finished no step %.0f ms after its start "
-                                 "(%s; start-up limit %d ms, detect.start_ms)",
+                                 "(%s; start-up limit %d ms, detect.start_ms)%s",
                                  r->rank, (int)r->pid, up_ms,
                                  r->linked ? "connected to its agent" : "never connected",
-                                 d->o.start_ms);
+                                 d->o.start_ms, what);
             }
             continue;
         }
@@ -444,13 +511,15 @@ static void ftc__check_ranks_locked(ftc_detector_t *d, const ftc__pollset_t *ps)
         if (limit_ms < d->o.hang_min_ms)
             limit_ms = d->o.hang_min_ms;
         double idle_ms = (double)(now - r->last_ns) / 1e6;
-        if (idle_ms > limit_ms) {
+        if (idle_ms > limit_ms && idle_ms > limit_ms + ftc__hang_grace(r, limit_ms, what,
+                                                                       sizeof what)) {
             r->hang_step = r->step;
             snprintf(id, sizeof id, "hang:%s:%d:%" PRId64, d->node, r->rank, r->step);
             ftc__emit_locked(d, "hang", NULL, r->rank, r->step, id, true,
                              "rank %d made no progress for %.0f ms after step %" PRId64
-                             " (median step %.1f ms, limit %.0f ms)",
-                             r->rank, idle_ms, r->step, (double)median_us / 1000.0, limit_ms);
+                             " (median step %.1f ms, limit %.0f ms)%s",
+                             r->rank, idle_ms, r->step, (double)median_us / 1000.0, limit_ms,
+                             what);
         }
     }
 }

@@ -46,6 +46,7 @@ static void test_texts(void **state)
     assert_int_equal(ps.ppid, 7);
     assert_int_equal(ps.pgid, 42);
     assert_int_equal(ps.flags, 4194560ul);
+    assert_true(ps.utime == 1 && ps.stime == 2);
     static const char *const bad[] = {
         "",
         "42 a S 7 42 42 0 -1 0",          /* no parentheses */
@@ -54,6 +55,8 @@ static void test_texts(void **state)
         "42 (a) S 7x 42 42 0 -1 0",       /* not a whole number */
         "42 (a) 7 7 42 42 0 -1 0",        /* no state letter */
         "42 (a) S 7 42 42 0 -1 99999999999999999999", /* flags out of range */
+        "42 (a) S 7 42 42 0 -1 0 0 0 0 0 5",            /* no stime */
+        "42 (a) S 7 42 42 0 -1 0 0 0 0 0 -5 6",         /* a negative utime */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         assert_int_equal(ftc_proc_stat_parse(bad[i], strlen(bad[i]), &ps), FTC_EPROTO);

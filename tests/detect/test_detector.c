@@ -33,7 +33,7 @@ typedef struct seen {
     pthread_mutex_t mu;
     int n;
     struct {
-        char kind[24], node[72];
+        char kind[24], node[72], detail[256];
         int rank;
         uint64_t at_ns;
     } ev[512];
@@ -47,6 +47,7 @@ static void on_event(void *arg, const ftc_ctl_event_t *e)
         snprintf(s->ev[s->n].kind, sizeof s->ev[0].kind, "%s", e->kind);
         snprintf(s->ev[s->n].node, sizeof s->ev[0].node, "%s", e->node);
         s->ev[s->n].rank = e->rank;
+        snprintf(s->ev[s->n].detail, sizeof s->ev[0].detail, "%s", e->detail ? e->detail : "");
         s->ev[s->n].at_ns = ftc_now_ns();
         s->n++;
     }
@@ -1306,6 +1307,67 @@ static void test_start_up_limit(void **state)
     assert_int_equal(stream_count(f, "jsu", "hang", "C"), 2);
 }
 
+/* Which rank hung: every rank of a job stops progressing when one hangs
+ * (the others wait for it in a collective), and they used to reach their
+ * limits together, in a race: the soak (seed 37) saw two waiting ranks
+ * reported and killed, never the stopped one. A rank whose process is busy
+ * (the collectives spin) is now reported only after a grace; one that is
+ * stopped, or uses no CPU, at its limit. Rank 0 spins, rank 1 is stopped:
+ * both stop progressing at once, rank 1 is reported first and says why. */
+static void test_hang_names_the_stuck_rank(void **state)
+{
+    redis_fixture_t *f = *state;
+    static seen_t s;
+    memset(&s, 0, sizeof s);
+    pthread_mutex_init(&s.mu, NULL);
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    o.hang_min_ms = 600;
+    ftc_detector_t *b = start_detector(f, "jhs", "B", false, &s, &o);
+    pid_t spin = fork();
+    assert_true(spin >= 0);
+    if (spin == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        for (volatile unsigned long x = 0;; x++) {
+        }
+    }
+    pid_t stuck = fork_paused();
+    assert_int_equal(ftc_detector_watch_pid(b, 0, spin), 0);
+    assert_int_equal(ftc_detector_watch_pid(b, 1, stuck), 0);
+    /* progress for 1.5 s (the CPU use is sampled every second), then none */
+    for (int i = 0; i < 75; i++) {
+        ftc_detector_progress(b, 0, i, 10000);
+        ftc_detector_progress(b, 1, i, 10000);
+        ftc_sleep_ms(20);
+    }
+    kill(stuck, SIGSTOP);
+    ftc_deadline_t d = ftc_deadline_in_ms(8000);
+    while (seen_rank(&s, "hang", "B", 0) == 0 && !ftc_deadline_expired(d))
+        ftc_sleep_ms(10);
+    assert_int_equal(seen_rank(&s, "hang", "B", 1), 1);
+    assert_int_equal(seen_rank(&s, "hang", "B", 0), 1);
+    pthread_mutex_lock(&s.mu);
+    int first = -1, i1 = -1, i0 = -1;
+    for (int i = 0; i < s.n; i++)
+        if (!strcmp(s.ev[i].kind, "hang")) {
+            if (first < 0)
+                first = s.ev[i].rank;
+            if (s.ev[i].rank == 1)
+                i1 = i;
+            else
+                i0 = i;
+        }
+    print_message("stuck: %s\nspinning: %s\n", s.ev[i1].detail, s.ev[i0].detail);
+    assert_int_equal(first, 1);
+    assert_non_null(strstr(s.ev[i1].detail, "its process is stopped (state T)"));
+    assert_non_null(strstr(s.ev[i0].detail, "busy, perhaps waiting for a hung peer"));
+    pthread_mutex_unlock(&s.mu);
+    ftc_detector_stop(b, true);
+    kill(spin, SIGKILL);
+    kill(stuck, SIGKILL);
+    waitpid(spin, NULL, 0);
+    waitpid(stuck, NULL, 0);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
 
 int main(void)
@@ -1324,7 +1386,7 @@ int main(void)
         T(test_no_loss_reported_right_after_own_outage),
         T(test_deadline_poll_pages_past_skewed_clocks), T(test_agent_pause_is_not_a_hang),
         T(test_loss_after_pause_reported_again), T(test_stale_pidfd_event_not_charged_to_new_rank),
-        T(test_start_up_limit),
+        T(test_start_up_limit), T(test_hang_names_the_stuck_rank),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
