@@ -1598,9 +1598,21 @@ static int ftc__master(ftc__sup_t *s, char *host, size_t cap, int *port, ftc_err
             } else if (!colon) {
                 rc = ftc_err_set(err, FTC_EPROTO, "%s holds '%s', not host:port", key, buf);
             } else {
+                /* strictly: atoi took "2951x" for 2951 and "70000" as is, and gave the
+                 * ranks a port nobody serves (their rendezvous then timed out) */
+                int64_t p = 0;
                 *colon = 0;
-                snprintf(host, cap, "%s", buf);
-                *port = atoi(colon + 1);
+                if (ftc_parse_int(colon + 1, 1, 65535, &p) != 0) {
+                    rc = ftc_err_set(err, FTC_EPROTO, "%s holds MASTER_PORT '%s' (of '%s:%s'), "
+                                     "not a port in 1..65535: the node of rank 0 (%s) runs "
+                                     "another ftc, or something else wrote the key; run the "
+                                     "same ftc on every node and start the job again",
+                                     key, colon + 1, buf, colon + 1,
+                                     s->round.members[s->master_node]);
+                } else {
+                    snprintf(host, cap, "%s", buf);
+                    *port = (int)p;
+                }
             }
             break;
         }
