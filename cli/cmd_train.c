@@ -57,11 +57,11 @@ static const char ftc__train_help[] =
     "  --micro-batch B        sequences per micro-batch (default 8)\n"
     "  --global-batch G       sequences per step, a multiple of B (default B)\n"
     "  --seq-len T            tokens per sequence (default 64, <= the model's maximum)\n"
-    "  --lr X                 peak learning rate (default 1e-3)\n"
-    "  --min-lr-ratio X       the cosine decays to X * lr (default 0.1)\n"
+    "  --lr X                 peak learning rate, in (0, 10) (default 1e-3)\n"
+    "  --min-lr-ratio X       the cosine decays to X * lr, X in [0, 1] (default 0.1)\n"
     "  --warmup N             linear warmup steps (default 10)\n"
-    "  --weight-decay X       AdamW decoupled weight decay on matrices (default 0.1)\n"
-    "  --grad-clip X          clip the global gradient norm (default 1.0; 0 = off)\n"
+    "  --weight-decay X       AdamW decoupled weight decay on matrices, >= 0 (default 0.1)\n"
+    "  --grad-clip X          clip the global gradient norm, >= 0 (default 1.0; 0 = off)\n"
     "  --seed S               initialization and data order (default 1337)\n"
     "  --data FILE            a token file (ftc train --tokenize makes one)\n"
     "  --corpus generated     the generated corpus (default when no --data)\n"
@@ -189,21 +189,70 @@ static int ftc__apply_json(const ftc_cli_cmd_t *cmd, json_t *root, const ftc_cli
     return FTC_CLI_CONTINUE;
 }
 
-static int ftc__parse_float(const ftc_cli_cmd_t *cmd, const char *name, const char *s, float *out)
+/* The values of the flags given as text (the real numbers, --guard,
+ * --skip-steps), converted once by ftc__check_args before a launch and used
+ * from there on: a second parse could only repeat the first one's errors
+ * (from each of N ranks) or, worse, disagree with it. */
+typedef struct ftc__train_vals {
+    float lr, min_lr_ratio, weight_decay, grad_clip, guard_spike_sigma;
+    int guard;                               /* FTC_GUARD_* */
+    uint64_t skip_steps[FTC_GUARD_MAX_SKIPS]; /* --skip-steps */
+    int n_skip_steps;
+} ftc__train_vals_t;
+
+/* A real number for flag `name`, strictly: an optional sign, decimal digits
+ * with an optional point, an optional exponent, nothing before or after
+ * (strtod alone also took " 1e-3", "0x1p-10", "infinity" and "nan"), that
+ * fits a float, in lo..hi (lo_open / hi_open: that end excluded). One usage
+ * error naming the flag, the value and the range. */
+static int ftc__parse_real(const ftc_cli_cmd_t *cmd, const char *name, const char *s, double lo,
+                           bool lo_open, double hi, bool hi_open, float *out)
 {
-    char *end = NULL;
-    double v = s ? strtod(s, &end) : NAN;
-    if (!s || end == s || *end || !isfinite(v))
-        return ftc_cli_usage_error(cmd, "%s: '%s' is not a number", name, s ? s : "");
-    *out = (float)v;
+    const char *p = s ? s : "";
+    size_t digits = 0;
+    if (*p == '+' || *p == '-')
+        p++;
+    for (; *p >= '0' && *p <= '9'; p++)
+        digits++;
+    if (*p == '.')
+        for (p++; *p >= '0' && *p <= '9'; p++)
+            digits++;
+    if (digits && (*p == 'e' || *p == 'E')) {
+        const char *e = p + 1;
+        if (*e == '+' || *e == '-')
+            e++;
+        if (*e >= '0' && *e <= '9') {
+            while (*e >= '0' && *e <= '9')
+                e++;
+            p = e;
+        }
+    }
+    double v = digits && !*p ? strtod(s, NULL) : NAN;
+    char range[96];
+    if (hi == INFINITY)
+        snprintf(range, sizeof range, "%s %g", lo_open ? ">" : ">=", lo);
+    else
+        snprintf(range, sizeof range, "in %c%g, %g%c", lo_open ? '(' : '[', lo, hi,
+                 hi_open ? ')' : ']');
+    if (!digits || *p)
+        return ftc_cli_usage_error(cmd, "%s '%s': not a decimal number (such as 0.5 or 3e-4); "
+                                   "it must be %s", name, s ? s : "", range);
+    float f = (float)v; /* the range as the trainer checks it: of the float it gets */
+    if (!isfinite(f))
+        return ftc_cli_usage_error(cmd, "%s %s: too large for a float; it must be %s", name, s,
+                                   range);
+    if (f < lo || f > hi || (lo_open && f == lo) || (hi_open && f == hi))
+        return ftc_cli_usage_error(cmd, "%s %s: must be %s", name, s, range);
+    *out = f;
     return FTC_CLI_CONTINUE;
 }
 
 /* The flags' values that need no process layout, checked once, before the
  * --nproc launcher starts its ranks: a bad one is one usage error, not the
  * same error from each of N ranks. Each names its flag, its value and its
- * range. Sets --global-batch's default (one micro-batch). */
-static int ftc__check_args(const ftc_cli_cmd_t *cmd, ftc__train_args_t *g)
+ * range. Sets --global-batch's default (one micro-batch); the flags given
+ * as text are converted here, once, into *v. */
+static int ftc__check_args(const ftc_cli_cmd_t *cmd, ftc__train_args_t *g, ftc__train_vals_t *v)
 {
     if (g->corpus && strcmp(g->corpus, "generated"))
         return ftc_cli_usage_error(cmd, "--corpus: only 'generated' is known, not '%s'",
@@ -244,28 +293,27 @@ static int ftc__check_args(const ftc_cli_cmd_t *cmd, ftc__train_args_t *g)
         return ftc_cli_usage_error(cmd, "--global-batch %llu is more than 65536 micro-batches "
                                    "of --micro-batch %llu", (unsigned long long)g->global_batch,
                                    (unsigned long long)g->micro_batch);
-    float f = 0.0f;
+    /* the ranges of ftc_optim_config_check and the guard's own check, here
+     * before a launch (there, after it, from each rank and without the flag) */
     int ec;
-    if ((ec = ftc__parse_float(cmd, "--lr", g->lr, &f)) != FTC_CLI_CONTINUE ||
-        (ec = ftc__parse_float(cmd, "--min-lr-ratio", g->min_lr_ratio, &f)) !=
+    if ((ec = ftc__parse_real(cmd, "--lr", g->lr, 0, true, 10, true, &v->lr)) !=
             FTC_CLI_CONTINUE ||
-        (ec = ftc__parse_float(cmd, "--weight-decay", g->weight_decay, &f)) !=
-            FTC_CLI_CONTINUE ||
-        (ec = ftc__parse_float(cmd, "--grad-clip", g->grad_clip, &f)) != FTC_CLI_CONTINUE)
+        (ec = ftc__parse_real(cmd, "--min-lr-ratio", g->min_lr_ratio, 0, false, 1, false,
+                              &v->min_lr_ratio)) != FTC_CLI_CONTINUE ||
+        (ec = ftc__parse_real(cmd, "--weight-decay", g->weight_decay, 0, false, INFINITY, false,
+                              &v->weight_decay)) != FTC_CLI_CONTINUE ||
+        (ec = ftc__parse_real(cmd, "--grad-clip", g->grad_clip, 0, false, INFINITY, false,
+                              &v->grad_clip)) != FTC_CLI_CONTINUE ||
+        (ec = ftc__parse_real(cmd, "--guard-spike-sigma", g->guard_spike_sigma, 0, false,
+                              INFINITY, false, &v->guard_spike_sigma)) != FTC_CLI_CONTINUE)
         return ec;
-    if (ftc_guard_parse_mode(g->guard) < 0)
-        return ftc_cli_usage_error(cmd, "--guard '%s': skip, rollback or off", g->guard);
-    if ((ec = ftc__parse_float(cmd, "--guard-spike-sigma", g->guard_spike_sigma, &f)) !=
-        FTC_CLI_CONTINUE)
-        return ec;
-    if (!(f >= 0.0f))
-        return ftc_cli_usage_error(cmd, "--guard-spike-sigma %s: must be >= 0 (0 = off)",
-                                   g->guard_spike_sigma);
-    uint64_t skips[FTC_GUARD_MAX_SKIPS];
-    int n = 0;
+    if ((v->guard = ftc_guard_parse_mode(g->guard)) < 0)
+        return ftc_cli_usage_error(cmd, "--guard '%s': must be skip, rollback or off",
+                                   g->guard ? g->guard : "");
     ftc_err_t err = {0};
-    if (g->skip_steps &&
-        ftc_guard_parse_steps(g->skip_steps, skips, FTC_GUARD_MAX_SKIPS, &n, &err) < 0)
+    v->n_skip_steps = 0;
+    if (g->skip_steps && ftc_guard_parse_steps(g->skip_steps, v->skip_steps, FTC_GUARD_MAX_SKIPS,
+                                               &v->n_skip_steps, &err) < 0)
         return ftc_cli_usage_error(cmd, "--skip-steps: %s", ftc_err_str(&err));
     return FTC_CLI_CONTINUE;
 }
@@ -703,7 +751,8 @@ const ftc_cli_cmd_t *cmd, int argc, char **argv)
         ec = ftc_cli_usage_error(cmd, "--coll '%s': cpu, nccl or auto", g.coll);
         goto out;
     }
-    if ((ec = ftc__check_args(cmd, &g)) != FTC_CLI_CONTINUE)
+    ftc__train_vals_t vals;
+    if ((ec = ftc__check_args(cmd, &g, &vals)) != FTC_CLI_CONTINUE)
         goto out;
     if (nproc > 1 && !rank_mode) {
         /* a rank waiting on its agent (up to --agent-call-timeout-ms) is not killed */
@@ -850,15 +899,11 @@ generation:
         ec = ftc_cli_usage_error(cmd, "--model: %s", ftc_err_str(&err));
         goto out;
     }
-    /* (every flag's value was checked by ftc__check_args, before any launch) */
-    if ((ec = ftc__parse_float(cmd, "--lr", g.lr, &o.optim.lr)) != FTC_CLI_CONTINUE ||
-        (ec = ftc__parse_float(cmd, "--min-lr-ratio", g.min_lr_ratio, &o.optim.min_lr_ratio)) !=
-            FTC_CLI_CONTINUE ||
-        (ec = ftc__parse_float(cmd, "--weight-decay", g.weight_decay, &o.optim.weight_decay)) !=
-            FTC_CLI_CONTINUE ||
-        (ec = ftc__parse_float(cmd, "--grad-clip", g.grad_clip, &o.optim.grad_clip)) !=
-            FTC_CLI_CONTINUE)
-        goto out;
+    /* (every flag's value was checked and converted by ftc__check_args, before any launch) */
+    o.optim.lr = vals.lr;
+    o.optim.min_lr_ratio = vals.min_lr_ratio;
+    o.optim.weight_decay = vals.weight_decay;
+    o.optim.grad_clip = vals.grad_clip;
     o.backend = g.backend;
     o.micro_batch = (int)g.micro_batch;
     o.seq_len = (int)g.seq_len;
@@ -882,28 +927,11 @@ generation:
     o.agent = agent;
     o.agent_call_timeout_ms = (int)g.agent_call_timeout_ms;
     /* the numerical guard */
-    uint64_t skip_list[FTC_GUARD_MAX_SKIPS];
-    float sigma = 0.0f;
-    if ((o.guard = ftc_guard_parse_mode(g.guard)) < 0) {
-        ec = ftc_cli_usage_error(cmd, "--guard '%s': skip, rollback or off", g.guard);
-        goto out;
-    }
-    if ((ec = ftc__parse_float(cmd, "--guard-spike-sigma", g.guard_spike_sigma, &sigma)) !=
-        FTC_CLI_CONTINUE)
-        goto out;
-    if (!(sigma >= 0.0f)) {
-        ec = ftc_cli_usage_error(cmd, "--guard-spike-sigma %s: must be >= 0 (0 = off)",
-                                 g.guard_spike_sigma);
-        goto out;
-    }
-    o.guard_spike_sigma = sigma;
+    o.guard = vals.guard;
+    o.guard_spike_sigma = vals.guard_spike_sigma;
     o.guard_window = (int)g.guard_window; /* 2..FTC_GUARD_WINDOW_MAX, checked above */
-    if (g.skip_steps && ftc_guard_parse_steps(g.skip_steps, skip_list, FTC_GUARD_MAX_SKIPS,
-                                              &o.n_skip_steps, &err) < 0) {
-        ec = ftc_cli_usage_error(cmd, "--skip-steps: %s", ftc_err_str(&err));
-        goto out;
-    }
-    o.skip_steps = skip_list;
+    o.n_skip_steps = vals.n_skip_steps;
+    o.skip_steps = vals.skip_steps;
     o.inject_nan_step = g.inject_nan == UINT64_MAX ? -1 : (int64_t)(g.inject_nan & INT64_MAX);
     o.inject_spike_step = g.inject_spike == UINT64_MAX ? -1 : (int64_t)(g.inject_spike & INT64_MAX);
     o.inject_rank = (int)g.inject_rank; /* 0..63 and threads 0..256: ftc__check_args */

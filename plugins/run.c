@@ -231,6 +231,9 @@ typedef struct ftc__sup {
     int ngave_up_pid;
     pid_t gave_up_pgid[FTC__MAX_LOCAL];
     int ngave_up_pgid;
+    int gave_up_max;           /* entries of each given-up set: FTC__MAX_LOCAL, fewer with
+                                  FTC_RUN_GAVE_UP_MAX (a test knob: a full set, 2 held ranks) */
+    bool gave_up_full_warned;  /* ftc__give_up found a set full of live entries (said once) */
     uint64_t watch_off_gen;    /* generation + 1 whose agent did not answer a WATCH in time:
                                   its other ranks are not registered (0: none) */
 } ftc__sup_t;
@@ -885,6 +888,33 @@ static void ftc__subreaper_end(ftc__sup_t *s)
 #define FTC__KILL_REAP_MS 30000
 #define FTC__KILL_REAP_MAX_MS 3600000
 
+/* Remembers id (a rank process, or a process group: what) in a given-up set
+ * of s. A full set first drops the entries that are done by now (reaped,
+ * empty: ftc__reap_given_up); a set still full
+ * holds gave_up_max processes stuck after SIGKILL, none of which may be
+ * dropped (a dropped pid would be taken for an escaped orphan, and one not
+ * reaped would never be), so id is the one not remembered: said once, with
+ * what follows from it, instead of nothing (ftc__set_add drops it silently). */
+static void ftc__give_up(ftc__sup_t *s, pid_t *set, int *n, pid_t id, const char *what)
+{
+    if (id <= 0 || ftc__set_has(set, *n, id))
+        return;
+    if (*n >= s->gave_up_max)
+        ftc__reap_given_up(s);
+    if (*n < s->gave_up_max) {
+        ftc__set_add(set, n, id);
+        return;
+    }
+    if (s->gave_up_full_warned)
+        return;
+    s->gave_up_full_warned = true;
+    FTC_WARN("run", "%d rank processes or groups stuck after SIGKILL are remembered already, "
+             "all still there: %s %d (and any later one) is not: it may be named as escaped "
+             "from its rank's group, and is reaped, its shm regions removed, only by the orphan "
+             "sweep (or by init after this supervisor); find what holds these processes (ps -o "
+             "pid,stat,wchan) and restart this node", s->gave_up_max, what, (int)id);
+}
+
 /* SIGKILL to what is left of local rank l (its group), the rank reaped, and
  * so are the members of its group that were orphaned (adopted: reaped here,
  * their shm regions removed, before this supervisor may exit). */
@@ -903,7 +933,7 @@ static void ftc__kill_rank(ftc__sup_t *s, int l)
                           "/dev/shm/%d:* stay until it exits while this supervisor runs (then "
                           "it is reaped here)",
                           (int)s->pid[l], s->kill_reap_ms, (int)s->pid[l]);
-                ftc__set_add(s->gave_up_pid, &s->ngave_up_pid, s->pid[l]);
+                ftc__give_up(s, s->gave_up_pid, &s->ngave_up_pid, s->pid[l], "rank process");
                 break;
             }
             ftc_sleep_ms(5);
@@ -921,7 +951,7 @@ static void ftc__kill_rank(ftc__sup_t *s, int l)
                      " ms after SIGKILL (stuck in the kernel, or a member's parent outside the "
                      "group does not reap it): not waiting for them", (int)s->pgid[l], l,
                      s->kill_reap_ms);
-            ftc__set_add(s->gave_up_pgid, &s->ngave_up_pgid, s->pgid[l]);
+            ftc__give_up(s, s->gave_up_pgid, &s->ngave_up_pgid, s->pgid[l], "process group");
             break;
         }
         ftc_sleep_ms(5);
@@ -1598,9 +1628,21 @@ static int ftc__master(ftc__sup_t *s, char *host, size_t cap, int *port, ftc_err
             } else if (!colon) {
                 rc = ftc_err_set(err, FTC_EPROTO, "%s holds '%s', not host:port", key, buf);
             } else {
+                /* strictly: atoi took "2951x" for 2951 and "70000" as is, and gave the
+                 * ranks a port nobody serves (their rendezvous then timed out) */
+                int64_t p = 0;
                 *colon = 0;
-                snprintf(host, cap, "%s", buf);
-                *port = atoi(colon + 1);
+                if (ftc_parse_int(colon + 1, 1, 65535, &p) != 0) {
+                    rc = ftc_err_set(err, FTC_EPROTO, "%s holds MASTER_PORT '%s' (of '%s:%s'), "
+                                     "not a port in 1..65535: the node of rank 0 (%s) runs "
+                                     "another ftc, or something else wrote the key; run the "
+                                     "same ftc on every node and start the job again",
+                                     key, colon + 1, buf, colon + 1,
+                                     s->round.members[s->master_node]);
+                } else {
+                    snprintf(host, cap, "%s", buf);
+                    *port = (int)p;
+                }
             }
             break;
         }
@@ -2249,6 +2291,13 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
                     "1..%d", rv, FTC__KILL_REAP_MAX_MS);
         return 1;
     }
+    int64_t gave_up_max = FTC__MAX_LOCAL;
+    const char *gv = getenv("FTC_RUN_GAVE_UP_MAX");
+    if (gv && *gv && ftc_parse_int(gv, 1, FTC__MAX_LOCAL, &gave_up_max) != 0) {
+        ftc_err_set(err, FTC_EINVAL, "FTC_RUN_GAVE_UP_MAX=%s: not a whole number in 1..%d (a "
+                    "test knob: unset it)", gv, FTC__MAX_LOCAL);
+        return 1;
+    }
     ftc__sup_t *s = calloc(1, sizeof *s);
     if (!s) {
         ftc_err_set(err, FTC_ENOMEM, "out of memory");
@@ -2256,6 +2305,7 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
     }
     s->o = o;
     s->kill_reap_ms = (uint64_t)reap_ms;
+    s->gave_up_max = (int)gave_up_max;
     s->stop = stop;
     ftc__subreaper_begin(s);
     ftc__stop_flag = stop;

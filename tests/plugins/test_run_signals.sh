@@ -48,6 +48,12 @@
 #      process that escaped its rank's group (it was: a direct child no longer
 #      in the rank table, its group no longer recorded). Skipped where it
 #      cannot be traced or the kernel does not stop it at exit.
+#   8b. the set of given-up rank processes full (FTC_RUN_GAVE_UP_MAX=1, a test
+#      knob for FTC__MAX_LOCAL, 64): rank 0 held at exit in generation 1 and
+#      again in generation 2, the first still held when the second is given
+#      up: a WARN, once, names the second as not remembered (it was dropped
+#      without a word); the first is reaped as given up when let go, the
+#      second by the orphan sweep: neither stays a zombie.
 #   9. a rank's exit is a rank_exit event in `ftc events` whether or not it
 #      ever connected to its agent: (a) a rank that never does (a `sleep`, no
 #      libftc) SIGKILLed: its event names its pid (there was none: the agent
@@ -88,6 +94,10 @@ cleanup() {
         kill -9 "$p" 2>/dev/null && wait_for 5 gone "$p"
         gone "$p" && for n in $names; do case $n in "$p":*) rm -f "/dev/shm/$n" ;; esac; done
     done <"$T/8.ranks"
+    [ -s "$T/8b.ranks" ] && while read -r p names; do
+        kill -9 "$p" 2>/dev/null && wait_for 5 gone "$p"
+        gone "$p" && for n in $names; do case $n in "$p":*) rm -f "/dev/shm/$n" ;; esac; done
+    done <"$T/8b.ranks"
     [ -n "${FTC_KEEP:-}" ] && echo "kept $T" || rm -rf "$T"
 }
 trap cleanup EXIT
@@ -381,6 +391,60 @@ check "8: the given-up rank was not named as escaped" \
     bash -c "! grep -q 'pid $r0 .*escaped its rank' '$T/8.out'"
 check "8: nor was anything else" bash -c "! grep -q 'escaped its rank' '$T/8.out'"
 [ $fails -eq $f0 ] || { echo "--- output of 8:"; tail -40 "$T/8.out"; cat "$T/8.hold"; }
+fi
+
+# ---- 8b. the given-up set full: the one not remembered is named, once ----------------------
+if want 8 && ! grep -q SKIPPED "$T/8.hold" 2>/dev/null; then
+J8b=sig${tag}hb
+f0=$fails
+# generations 1 and 2: local rank 0 holds shm regions and ignores SIGTERM, local rank 1 fails
+# once the test holds rank 0 (8b.go); generation 3: both sleep
+cat >"$T/8b.sh" <<EOF
+#!/bin/sh
+[ -e "$T/8b.failed2" ] && exec sleep 300
+[ "\$LOCAL_RANK" = 0 ] && exec "$SHMRANK" "$T/8b.ranks"
+i=0
+while [ ! -e "$T/8b.go" ] && [ \$i -lt 600 ]; do sleep 0.1; i=\$((i + 1)); done
+rm -f "$T/8b.go"
+if [ -e "$T/8b.failed1" ]; then touch "$T/8b.failed2"; else touch "$T/8b.failed1"; fi
+exit 3
+EOF
+chmod +x "$T/8b.sh"
+FTC_RUN_KILL_REAP_MS=300 FTC_RUN_GAVE_UP_MAX=1 "$FTC" run --nproc-per-node 2 --job "$J8b" \
+    --job-dir "$T/j8b" --settle-ms 200 --grace-ms 500 --max-restarts 2 -- "$T/8b.sh" \
+    >"$T/8b.out" 2>&1 &
+runpid=$!
+pids+=($runpid)
+held=()
+for k in 1 2; do # hold generation k's rank 0 at exit (the first longer than the test needs)
+    check "8b: rank 0 of generation $k opened its shm endpoints" \
+        wait_for 60 bash -c "[ \$(cat '$T/8b.ranks' 2>/dev/null | wc -l) -ge $k ]"
+    read -r -a h <<<"$(sed -n ${k}p "$T/8b.ranks" 2>/dev/null)"
+    held+=("${h[0]:-0}")
+    "$HOLDEXIT" "${h[0]:-0}" "$T/8b.held.$k" $((k == 1 ? 60 : 2)) 120 >"$T/8b.hold.$k" 2>&1 &
+    hp[$k]=$!
+    pids+=(${hp[$k]})
+    check "8b: holding rank 0 of generation $k (pid ${h[0]:-0})" wait_for 30 test -e "$T/8b.held.$k"
+    touch "$T/8b.go"
+    check "8b: it was given up on" wait_for 30 \
+        grep -q "rank process ${h[0]:-0} did not exit within 300 ms of SIGKILL" "$T/8b.out"
+done
+check "8b: generation 3 started" wait_for 60 grep -q "generation 3: rank 0 " "$T/8b.out"
+check "8b: the second, with the first still held, is named as not remembered" \
+    grep -q "are remembered already, all still there: rank process ${held[1]} (and any" "$T/8b.out"
+check "8b: said once ($(count 'are remembered already' "$T/8b.out"))" \
+    test "$(count 'are remembered already' "$T/8b.out")" = 1
+check "8b: the second, let go, was reaped all the same (pid ${held[1]})" \
+    wait_for 30 test ! -e "/proc/${held[1]}"
+kill -9 "${hp[1]}" 2>/dev/null # its tracer gone, the first finishes its exit
+check "8b: the first, let go, was reaped as given up (pid ${held[0]})" \
+    wait_for 30 grep -q "rank process ${held[0]}, not waited for after SIGKILL, has exited" \
+    "$T/8b.out"
+check "8b: and is no zombie" wait_for 10 test ! -e "/proc/${held[0]}"
+kill -TERM "$runpid"
+check "8b: ftc run ended on SIGTERM" wait_for 30 gone "$runpid"
+wait "$runpid"
+[ $fails -eq $f0 ] || { echo "--- output of 8b:"; tail -40 "$T/8b.out"; cat "$T"/8b.hold.*; }
 fi
 
 # ---- 9. rank_exit events, with and without the rank's HELLO ----------------------------------

@@ -27,6 +27,11 @@
 #      --nproc-per-node cpu runs one rank per online core (when <= 4);
 #   8. --log-dir -r3, the same job launched twice (generation 1 both times):
 #      the second launch's output is appended, the first's kept.
+#   9. the MASTER_ADDR key of a generation read back with a MASTER_PORT that
+#      is no port ("P0x" for P0, rewritten in Redis's replies by a proxy in
+#      front of `ftc redis`; skipped without python3): the node fails naming
+#      MASTER_PORT, the value and what to do, and no rank starts (atoi took
+#      "P0x" for port P0, which nobody serves).
 #
 # usage: test_run_torchrun.sh PATH/TO/ftc PATH/TO/envprobe_main
 set -u
@@ -48,7 +53,7 @@ trap cleanup EXIT
 unset FTC_NODE_RANK NODE_RANK SLURM_NNODES SLURM_JOB_NUM_NODES SLURM_NODEID OMP_NUM_THREADS \
     FTC_REDIS_URL FTC_JOB_ID PYTHONUNBUFFERED # (-u must be what makes Python unbuffered)
 export FTC_LOG_LEVEL=${FTC_LOG_LEVEL:-info}
-want() { case ${FTC_RUN_ONLY:-12345678} in *$1*) return 0 ;; esac; return 1; }
+want() { case ${FTC_RUN_ONLY:-123456789} in *$1*) return 0 ;; esac; return 1; }
 # v FILE RANK NAME: variable NAME as rank RANK saw it
 v() { sed -n "s/^PROBE RANK=$2 .*\b$3=\([^ ]*\).*/\1/p" "$1" | head -1; }
 all() { grep '^PROBE ' "$1" | sed -n "s/.*\b$2=\([^ ]*\).*/\1/p" | sort -u | tr '\n' ' ' | sed 's/ $//'; }
@@ -152,7 +157,7 @@ dump $f0 "$f"
 fi
 
 # ---- 5./6. --rdzv-endpoint of `ftc redis`, --master-port, --log-dir ----------------------------
-if want 5 || want 6; then
+if want 5 || want 6 || want 9; then
 J5=tr${tag}e
 mkdir -p "$T/jr"
 "$FTC" redis --job "$J5" --job-dir "$T/jr" >"$T/redis.out" 2>&1 &
@@ -202,7 +207,62 @@ check "6: --master-addr 192.0.2.1, not this node's, is named as not used here" \
     grep -q "master-addr 192.0.2.1 is not an address of this node" "$f"
 dump $f0 "$f"
 fi
-if want 5 || want 6; then
+# ---- 9. a MASTER_PORT in Redis that is no port ---------------------------------------------
+if want 9 && [ $HAVE_PY = 1 ]; then
+f0=$fails
+mp=$(free_port)
+pp=$((mp + 1))
+while grep -qi ":$(printf '%04X' "$pp") " /proc/net/tcp /proc/net/tcp6 2>/dev/null; do
+    pp=$((pp + 1))
+done
+# a TCP proxy to ftc redis whose replies carry "HOST:${mp%?}x" where Redis said "HOST:$mp"
+# (the same length: the RESP framing holds); the SET of node 0 reaches Redis unchanged
+cat >"$T/proxy.py" <<EOF
+import socket, threading
+good, bad = b":$mp\r\n", b":${mp%?}x\r\n"
+def pump(a, b, fix):
+    try:
+        while True:
+            d = a.recv(65536)
+            if not d:
+                break
+            b.sendall(d.replace(good, bad) if fix else d)
+    except OSError:
+        pass
+    for c in (a, b):
+        try:
+            c.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+ls = socket.socket()
+ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+ls.bind(("127.0.0.1", $pp))
+ls.listen(64)
+while True:
+    c, _ = ls.accept()
+    r = socket.create_connection(("127.0.0.1", $rport))
+    threading.Thread(target=pump, args=(c, r, False), daemon=True).start()
+    threading.Thread(target=pump, args=(r, c, True), daemon=True).start()
+EOF
+python3 "$T/proxy.py" &
+ppid=$!
+pids+=($ppid)
+for i in $(seq 50); do grep -qi ":$(printf '%04X' "$pp") " /proc/net/tcp && break; sleep 0.1; done
+timeout 120 "$FTC" run --nproc-per-node 1 --rdzv-backend=redis --rdzv-endpoint "127.0.0.1:$pp" \
+    --rdzv-id "tr${tag}j" --job-dir "$T/j9" --settle-ms 200 --master-port "$mp" \
+    --max-restarts 0 "$PROBE" >"$T/9.out" 2>&1
+rc=$?
+f=$T/9.out
+check "9: a MASTER_PORT that is no port fails the node (exit $rc)" test $rc -eq 1
+check "9: the error names MASTER_PORT, '${mp%?}x' and the range" \
+    grep -q "holds MASTER_PORT '${mp%?}x' .*not a port in 1\.\.65535" "$f"
+check "9: and says what to do" grep -q "run the same ftc on every node" "$f"
+check "9: no rank started" bash -c "! grep -q '^PROBE ' '$f'"
+kill "$ppid" 2>/dev/null
+dump $f0 "$f"
+fi
+
+if want 5 || want 6 || want 9; then
     kill "$rpid" 2>/dev/null
     wait "$rpid" 2>/dev/null
     unset FTC_REDIS_PASSWORD

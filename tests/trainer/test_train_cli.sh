@@ -6,7 +6,9 @@
 #      over the file; an unknown key is a usage error naming it; --log-every 0
 #      is a usage error (it divided by zero), so is --skip-steps "5," (an
 #      empty entry); --eval-batches 0, --threads over 256 and --inject-rank
-#      over 63 too (they were taken as 1, 256 and 65); under --nproc, a bad
+#      over 63 too (they were taken as 1, 256 and 65); a real number flag
+#      (--lr ...), --guard or --skip-steps is parsed once, strictly (no " 1e-3",
+#      "0x1p-3", "nan", a float's overflow) in its range; under --nproc, a bad
 #      value is one error from the launcher, not one from each rank; a
 #      --ckpt-dir of another configuration (or the other kind of
 #      checkpoint) is a configuration error: exit 2, --nproc's launcher too,
@@ -101,6 +103,37 @@ for a in "--eval-batches 0:1..100000" "--threads 300:0..256" "--inject-rank 64:0
     check "--nproc 3 $flag: one usage error (exit $rc, said $n times) naming it and $range" \
         test "$rc/$n" = "2/1"
 done
+# each flag given as text (a real number, --guard, --skip-steps) is parsed once, strictly,
+# before --nproc launches anything: one usage error naming the flag, its value and what it
+# must be (strtod took " 1e-3", "0x1p-3" and "1e39", a float's inf; --lr 0 or --grad-clip -1
+# failed later, in each rank, without naming the flag)
+while IFS='|' read -r flag val msg; do
+    timeout 120 "$FTC" train "${FLAGS[@]}" --steps 2 --nproc 3 "$flag" "$val" >"$T/bad.out" 2>&1
+    rc=$?
+    n=$(grep -c -- "^ftc train: $msg" "$T/bad.out")
+    r=$(grep -c '^step \|rank [0-9]' "$T/bad.out")
+    check "--nproc 3 $flag '$val': one usage error (exit $rc, said $n times, $r rank lines)" \
+        test "$rc/$n/$r" = "2/1/0"
+done <<'EOF'
+--lr|abc|--lr 'abc': not a decimal number .*it must be in (0, 10)$
+--lr| 1e-3|--lr ' 1e-3': not a decimal number .*it must be in (0, 10)$
+--lr|0x1p-3|--lr '0x1p-3': not a decimal number .*it must be in (0, 10)$
+--lr|nan|--lr 'nan': not a decimal number .*it must be in (0, 10)$
+--lr|1e-3x|--lr '1e-3x': not a decimal number .*it must be in (0, 10)$
+--lr|0|--lr 0: must be in (0, 10)$
+--lr|10|--lr 10: must be in (0, 10)$
+--min-lr-ratio|1.5|--min-lr-ratio 1.5: must be in \[0, 1\]$
+--weight-decay|-0.1|--weight-decay -0.1: must be >= 0$
+--grad-clip|1e39|--grad-clip 1e39: too large for a float; it must be >= 0$
+--guard-spike-sigma|inf|--guard-spike-sigma 'inf': not a decimal number .*it must be >= 0$
+--guard|maybe|--guard 'maybe': must be skip, rollback or off$
+--skip-steps|5,,9|--skip-steps: skip list '5,,9': .* is not a step index
+EOF
+# good values in every form the parser takes still run (a sign, no leading digit, an exponent)
+timeout 120 "$FTC" train "${FLAGS[@]}" --steps 2 --lr +.003 --min-lr-ratio 1 --weight-decay 0 \
+    --grad-clip 1E0 --guard-spike-sigma 6.0 --guard rollback --skip-steps 1 >"$T/good.out" 2>&1
+rc=$?
+check "good values in every form: the run finishes (exit $rc)" test $rc -eq 0
 # an empty entry of --skip-steps is a usage error, never silently dropped
 timeout 120 "$FTC" train "${FLAGS[@]}" --steps 2 --skip-steps "5," >"$T/skip.out" 2>&1
 rc=$?
