@@ -457,6 +457,7 @@ static void ftc__agent_watch(ftc__sup_t *s, int rank, pid_t pid)
     ftc_ap_init(&m, FTC_AP_WATCH);
     m.seq = 1;
     m.rank = (uint32_t)rank;
+    m.world = (uint32_t)s->world; /* this generation's: what the agent checks the rank against */
     m.pid = (int32_t)pid;
     snprintf(m.job, sizeof m.job, "%s", s->o->job);
     if (!rc)
