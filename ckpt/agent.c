@@ -856,6 +856,11 @@ static void ftc__on_hello(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
  * Only the supervisor this agent runs in may say so, for its own child. */
 static void ftc__on_watch(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
 {
+    /* tests: an agent whose loop is busy when a WATCH comes (a synchronous
+     * Redis call of a HELLO, a commit poll while Redis is slow) */
+    const char *delay = getenv("FTC_TEST_AGENT_WATCH_DELAY_MS");
+    if (delay && atoi(delay) > 0)
+        ftc_sleep_ms((uint64_t)atoi(delay));
     if (strcmp(m->job, a->job)) {
         ftc__reply_error(fd, m->seq, FTC_EAUTH, "this agent serves job '%s', not '%s'", a->job,
                          m->job);

@@ -67,7 +67,9 @@
  *                                 Only from a connection that is no rank's, for
  *                                 a pid that is the sender's child (what the
  *                                 supervisor spawned)
- *                             <- WATCH_OK | ERROR
+ *                             <- WATCH_OK | ERROR (the supervisor sends its
+ *                                 WATCHes on one connection, answered in order,
+ *                                 and does not always wait for the answer)
  *
  * Every request the rank sends (all but SEALED, ABORT and BYE, which get no answer)
  * carries a request id (seq, increasing, never 0) that the agent echoes in
