@@ -758,6 +758,22 @@ static void *ftc__repl_main(void *arg)
 
 /* ---- handling rank messages ------------------------------------------------------------------ */
 
+/* This agent's world (a->world) is the generation record's as it read it at
+ * its start: the generation's world, which `ftc run` sets before it starts
+ * the agent, or 0 when the record had none yet (a generation that moved on
+ * meanwhile: the next round sets it). Re-read when a message disagrees with
+ * it; taken only for this agent's own generation. */
+static void ftc__refresh_world(ftc_agent_t *a)
+{
+    uint64_t g = 0;
+    uint32_t w = 0;
+    if (ftc_ctl_generation(a->ctl, &g, &w) == 0 && g == a->generation && w && w != a->world) {
+        FTC_INFO("agent", "generation %" PRIu64 " has world %u (this agent read %u)", g, w,
+                 a->world);
+        a->world = w;
+    }
+}
+
 static void ftc__on_hello(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
 {
     if (strcmp(m->job, a->job)) {
@@ -765,17 +781,8 @@ static void ftc__on_hello(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
                          m->job);
         return;
     }
-    if (a->world && ((m->world && m->world != a->world) || m->rank >= a->world)) {
-        /* this agent's copy may be older than the generation record */
-        uint64_t g = 0;
-        uint32_t w = 0;
-        if (ftc_ctl_generation(a->ctl, &g, &w) == 0 && g == a->generation && w &&
-            w != a->world) {
-            FTC_INFO("agent", "generation %" PRIu64 " has world %u (this agent read %u)", g, w,
-                     a->world);
-            a->world = w;
-        }
-    }
+    if (a->world && ((m->world && m->world != a->world) || m->rank >= a->world))
+        ftc__refresh_world(a);
     if (a->world && m->rank >= a->world) {
         ftc__reply_error(fd, m->seq, FTC_ERANGE, "rank %u is not below the world size %u", m->rank,
                          a->world);
@@ -842,22 +849,47 @@ static void ftc__on_hello(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
 /* WATCH from the supervisor that spawned rank m->rank as m->pid: the
  * detector watches the pid from its start, so that a rank that dies before
  * its HELLO (or never says one: a binary without libftc) still has its
- * rank_exit event. Its later HELLO watches the same pid again (one exit,
- * one event); a new pid of the rank (the next generation) replaces the
- * watch, as a HELLO does. Only the supervisor this agent runs in may say
- * so, for its own child. */
+ * rank_exit event. A WATCH that comes after the rank's HELLO (the agent was
+ * busy, or the supervisor did not wait for its answer) changes nothing:
+ * that HELLO's watch stands, or ended with the rank's BYE (a clean exit,
+ * never a failure) or with its exit (already reported once).
+ * Only the supervisor this agent runs in may say so, for its own child. */
 static void ftc__on_watch(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
 {
+    /* tests: an agent whose loop is busy when a WATCH comes (a synchronous
+     * Redis call of a HELLO, a commit poll while Redis is slow) */
+    const char *delay = getenv("FTC_TEST_AGENT_WATCH_DELAY_MS");
+    if (delay && atoi(delay) > 0)
+        ftc_sleep_ms((uint64_t)atoi(delay));
     if (strcmp(m->job, a->job)) {
         ftc__reply_error(fd, m->seq, FTC_EAUTH, "this agent serves job '%s', not '%s'", a->job,
                          m->job);
         return;
     }
-    if (m->pid <= 0 || (a->world && m->rank >= a->world) || m->rank > INT32_MAX) {
-        ftc__reply_error(fd, m->seq, FTC_ERANGE, "WATCH of rank %u (world %u), pid %d",
-                         m->rank, a->world, m->pid);
+    if (m->pid <= 0 || m->rank > INT32_MAX) {
+        ftc__reply_error(fd, m->seq, FTC_ERANGE, "WATCH of rank %u, pid %d: not a rank and pid",
+                         m->rank, m->pid);
         return;
     }
+    /* the world of this generation: the one this agent read, re-read when
+     * it had none or the supervisor's (m->world, which it set for this
+     * generation) or the rank disagree with it (as a HELLO does); else the
+     * supervisor's. Unknown to both (a supervisor that does not say it, a
+     * record without one): taken unchecked, as a HELLO is. */
+    if (!a->redis_down &&
+        (!a->world || m->rank >= a->world || (m->world && m->world != a->world)))
+        ftc__refresh_world(a);
+    uint32_t world = a->world ? a->world : m->world;
+    if (world && m->rank >= world) {
+        ftc__reply_error(fd, m->seq, FTC_ERANGE, "WATCH of rank %u, pid %d: not below the world "
+                         "size %u of generation %" PRIu64, m->rank, m->pid, world,
+                         a->generation);
+        return;
+    }
+    if (!world)
+        FTC_INFO("agent", "WATCH of rank %u (pid %d): the world of generation %" PRIu64
+                 " is not known yet; the rank is not checked against it", m->rank, m->pid,
+                 a->generation);
     struct ucred cr;
     socklen_t cl = sizeof cr;
     ftc_proc_stat_t ps;
@@ -871,13 +903,27 @@ static void ftc__on_watch(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
                          "this agent may send it, for a process it started", m->pid);
         return;
     }
-    int rc = a->det ? ftc_detector_watch_pid(a->det, (int)m->rank, (pid_t)m->pid) : 0;
-    if (rc) {
-        ftc__reply_error(fd, m->seq, rc, "WATCH of rank %u, pid %d: %s", m->rank, m->pid,
-                         ftc_strerror(rc));
-        return;
+    const ftc__rank_t *r = NULL;
+    for (int i = 0; i < FTC_AGENT_MAX_RANKS && !r; i++)
+        if (a->ranks[i].used && a->ranks[i].rank == m->rank)
+            r = &a->ranks[i];
+    int rc = 0;
+    /* each generation has its own agent, and the supervisor spawns a rank
+     * once per generation: a HELLO of the rank that came first is this
+     * spawn's (the pid itself, or the trainer a wrapper script started) */
+    if (r && r->hello.pid > 0) {
+        FTC_DEBUG("agent", "WATCH of rank %u (pid %d) after the HELLO of pid %d: %s", m->rank,
+                  m->pid, r->hello.pid, r->fd >= 0 ? "watched since" : "gone since (its BYE is "
+                  "no failure, its exit was reported once)");
+    } else {
+        rc = a->det ? ftc_detector_watch_pid(a->det, (int)m->rank, (pid_t)m->pid) : 0;
+        if (rc) {
+            ftc__reply_error(fd, m->seq, rc, "WATCH of rank %u, pid %d: %s", m->rank, m->pid,
+                             ftc_strerror(rc));
+            return;
+        }
+        FTC_INFO("agent", "rank %u (pid %d) watched from its start", m->rank, m->pid);
     }
-    FTC_DEBUG("agent", "rank %u (pid %d) watched from its start", m->rank, m->pid);
     ftc_ap_msg_t ok;
     ftc_ap_init(&ok, FTC_AP_WATCH_OK);
     ok.seq = m->seq;

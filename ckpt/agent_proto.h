@@ -53,16 +53,23 @@
  *   BYE                       ->
  *
  *   supervisor (`ftc run`)        agent
- *   WATCH (rank, pid)         ->  the failure detector watches pid as rank from
+ *   WATCH (rank, pid, world)  ->  the failure detector watches pid as rank from
  *                                 now on (its exit: a rank_exit event), before
  *                                 the rank's own HELLO, which a rank that dies
  *                                 or is stopped first, or a binary without
  *                                 libftc, never sends; the HELLO of that pid
- *                                 continues the watch, a new pid of the rank
- *                                 replaces it. Only from a connection that is
- *                                 no rank's, for a pid that is the sender's
- *                                 child (what the supervisor spawned)
- *                             <- WATCH_OK | ERROR
+ *                                 continues the watch. A WATCH read after the
+ *                                 rank's HELLO changes nothing (after its BYE,
+ *                                 its exit is no failure). rank below the
+ *                                 generation's world (the agent's, re-read when
+ *                                 unknown or when world, the supervisor's,
+ *                                 differs; world when the record has none).
+ *                                 Only from a connection that is no rank's, for
+ *                                 a pid that is the sender's child (what the
+ *                                 supervisor spawned)
+ *                             <- WATCH_OK | ERROR (the supervisor sends its
+ *                                 WATCHes on one connection, answered in order,
+ *                                 and does not always wait for the answer)
  *
  * Every request the rank sends (all but SEALED, ABORT and BYE, which get no answer)
  * carries a request id (seq, increasing, never 0) that the agent echoes in

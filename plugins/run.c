@@ -56,6 +56,16 @@ typedef struct ftc__agent_thread {
     bool running;
     volatile sig_atomic_t stop;
     int rc;
+    /* WATCH (ftc__agent_watch): one connection to this agent for all of
+     * them, whose answers are read as they come */
+    bool watch_open;           /* watch_fd is connected */
+    int watch_fd;
+    uint32_t watch_sent;       /* WATCHes sent on watch_fd (seq 1..watch_sent) */
+    uint32_t watch_answered;   /* answers read (the agent answers in order) */
+    struct {
+        int rank;
+        pid_t pid;
+    } watch_q[FTC__MAX_LOCAL]; /* WATCH seq's rank and pid at [(seq - 1) % FTC__MAX_LOCAL] */
 } ftc__agent_thread_t;
 
 /* The supervisor's watchdog: what its main thread is doing that may take
@@ -234,8 +244,6 @@ typedef struct ftc__sup {
     int gave_up_max;           /* entries of each given-up set: FTC__MAX_LOCAL, fewer with
                                   FTC_RUN_GAVE_UP_MAX (a test knob: a full set, 2 held ranks) */
     bool gave_up_full_warned;  /* ftc__give_up found a set full of live entries (said once) */
-    uint64_t watch_off_gen;    /* generation + 1 whose agent did not answer a WATCH in time:
-                                  its other ranks are not registered (0: none) */
 } ftc__sup_t;
 
 static int ftc__inproc_assign(ftc__sup_t *s, int l, char **add, int n, ftc_err_t *err);
@@ -365,6 +373,51 @@ static void *ftc__agent_main(void *arg)
     return NULL;
 }
 
+/* Reads the answers to WATCH that are there, waiting up to ms (in all) for
+ * the one to WATCH number `until` (0: none waited for). An ERROR is a
+ * warning; a broken connection is closed (the next WATCH opens another),
+ * said as a warning unless the agent was stopped (`stopped`). */
+static void ftc__watch_answers(ftc__agent_thread_t *t, uint32_t until, int ms, bool stopped)
+{
+    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)ms);
+    while (t->watch_open && t->watch_answered < t->watch_sent) {
+        int wait = until > t->watch_answered ? ftc_deadline_remaining_ms(d) : 0;
+        ftc_ap_msg_t m;
+        ftc_err_t err = {0};
+        int rc = ftc_ap_recv(t->watch_fd, &m, wait, &err);
+        if (rc == FTC_ETIMEDOUT)
+            return;
+        uint32_t seq = t->watch_answered + 1;
+        int rank = t->watch_q[(seq - 1) % FTC__MAX_LOCAL].rank;
+        pid_t pid = t->watch_q[(seq - 1) % FTC__MAX_LOCAL].pid;
+        if (!rc && m.seq != seq)
+            rc = ftc_err_set(&err, FTC_EPROTO, "answer %" PRIu64 " to WATCH %u", m.seq, seq);
+        if (!rc && m.type == FTC_AP_ERROR)
+            ftc_err_set(&err, m.status ? m.status : FTC_EPROTO, "%s", m.text);
+        else if (!rc && m.type != FTC_AP_WATCH_OK)
+            rc = ftc_err_set(&err, FTC_EPROTO, "answer of type %u", m.type);
+        if (rc) { /* this WATCH and the later ones have no answer to come */
+            if (stopped)
+                FTC_INFO("run", "the agent stopped before it answered %u WATCH(es)",
+                         t->watch_sent - t->watch_answered);
+            else
+                FTC_WARN("run", "the agent at %s does not watch rank %d (pid %d) before it "
+                         "connects, nor the %u WATCH(es) after it: %s",
+                         ftc_agent_socket(t->agent), rank, (int)pid, t->watch_sent - seq,
+                         ftc_err_str(&err));
+            close(t->watch_fd);
+            t->watch_open = false;
+            t->watch_sent = t->watch_answered = 0;
+            return;
+        }
+        t->watch_answered = seq;
+        if (m.type == FTC_AP_ERROR)
+            FTC_WARN("run", "the agent at %s does not watch rank %d (pid %d) before it "
+                     "connects: %s", ftc_agent_socket(t->agent), rank, (int)pid,
+                     ftc_err_str(&err));
+    }
+}
+
 /* flush: write the newest committed version to the persist tier first (the
  * job's end; ftc_agent_flush), a no-op without one. */
 static void ftc__agent_stop(ftc__agent_thread_t *t, bool flush)
@@ -375,6 +428,14 @@ static void ftc__agent_stop(ftc__agent_thread_t *t, bool flush)
     ftc__busy("waiting for the agent's loop to end");
     if (t->running)
         pthread_join(t->tid, NULL);
+    /* its loop has ended: what it answered is there, the rest never comes */
+    ftc__watch_answers(t, 0, 0, true);
+    if (t->watch_open && t->watch_answered < t->watch_sent)
+        FTC_INFO("run", "the agent stopped before it answered %u WATCH(es)",
+                 t->watch_sent - t->watch_answered);
+    if (t->watch_open)
+        close(t->watch_fd);
+    t->watch_open = false;
     ftc_err_t err = {0};
     ftc__busy("flushing the agent's newest committed version to the persist tier");
     if (flush && t->running && ftc_agent_flush(t->agent, &err) != 0)
@@ -427,55 +488,91 @@ static int ftc__agent_start(ftc__sup_t *s, ftc_err_t *err)
  * this node's agent (message WATCH, ckpt/agent_proto.h): its failure
  * detector watches the pid from now on, not from the rank's HELLO only, so
  * that a rank that dies before it connects, or a binary without libftc that
- * never does, has its rank_exit event too. Waits for the answer (the pid
- * cannot be reaped before the agent holds it), each step with a short
- * deadline; a failure is a warning, never a failed spawn, and an agent that
- * did not answer in time is not asked again in this generation. */
+ * never does, has its rank_exit event too. Never a failed spawn: a failure
+ * is a warning. All WATCHes go on one connection, in order. While the agent
+ * keeps up, the answer is waited for (up to 500 ms: the pid cannot be reaped
+ * before the agent holds it); once one is late, later ones are not waited
+ * for until it comes (its answers are read as they come, here and in the
+ * watch): the agent's loop can be busy for seconds (a HELLO's or a commit
+ * poll's Redis call while Redis does not answer: about 4 s measured), a
+ * WATCH sent is applied when the agent reads it, and each rank's start must
+ * not wait that long. Before, one late answer turned WATCH off for the rest
+ * of the generation. */
 static void ftc__agent_watch(ftc__sup_t *s, int rank, pid_t pid)
 {
-    if (!s->ag.agent || s->watch_off_gen == s->gen + 1)
+    ftc__agent_thread_t *t = &s->ag;
+    if (!t->agent)
         return;
-    const char *sock = ftc_agent_socket(s->ag.agent);
+    const char *sock = ftc_agent_socket(t->agent);
     ftc_err_t err = {0};
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock);
-    /* non-blocking: a full listen backlog would block the connect */
-    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    int rc = fd < 0 ? ftc_err_errno(&err, errno, "socket") : 0;
-    if (!rc) {
-        ftc_deadline_t cd = ftc_deadline_in_ms(200);
-        int crc;
-        while ((crc = connect(fd, (struct sockaddr *)&sa, sizeof sa)) != 0 &&
-               (errno == EAGAIN || errno == EINTR) && !ftc_deadline_expired(cd))
-            ftc_sleep_ms(5);
-        if (crc != 0)
-            rc = errno == EAGAIN || errno == EINTR
-                     ? ftc_err_set(&err, FTC_ETIMEDOUT, "no connection within 200 ms")
-                     : ftc_err_errno(&err, errno, "connect");
+    int rc = 0;
+    ftc__watch_answers(t, 0, 0, false); /* (a broken connection is closed: opened anew below) */
+    if (!t->watch_open) {
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock);
+        /* non-blocking: a full listen backlog would block the connect */
+        int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        rc = fd < 0 ? ftc_err_errno(&err, errno, "socket") : 0;
+        if (!rc) {
+            ftc_deadline_t cd = ftc_deadline_in_ms(200);
+            int crc;
+            while ((crc = connect(fd, (struct sockaddr *)&sa, sizeof sa)) != 0 &&
+                   (errno == EAGAIN || errno == EINTR) && !ftc_deadline_expired(cd))
+                ftc_sleep_ms(5);
+            if (crc != 0)
+                rc = errno == EAGAIN || errno == EINTR
+                         ? ftc_err_set(&err, FTC_ETIMEDOUT, "no connection within 200 ms")
+                         : ftc_err_errno(&err, errno, "connect");
+        }
+        if (rc) {
+            if (fd >= 0)
+                close(fd);
+            FTC_WARN("run", "generation %" PRIu64 ": the agent at %s does not watch rank %d "
+                     "(pid %d) before it connects: %s", s->gen, sock, rank, (int)pid,
+                     ftc_err_str(&err));
+            return;
+        }
+        t->watch_fd = fd;
+        t->watch_open = true;
+        t->watch_sent = t->watch_answered = 0;
     }
+    bool behind = t->watch_answered < t->watch_sent;
     ftc_ap_msg_t m;
     ftc_ap_init(&m, FTC_AP_WATCH);
-    m.seq = 1;
+    m.seq = t->watch_sent + 1;
     m.rank = (uint32_t)rank;
+    m.world = (uint32_t)s->world; /* this generation's: what the agent checks the rank against */
     m.pid = (int32_t)pid;
     snprintf(m.job, sizeof m.job, "%s", s->o->job);
-    if (!rc)
-        rc = ftc_ap_send(fd, &m, 200, &err);
-    if (!rc)
-        rc = ftc_ap_recv(fd, &m, 500, &err);
-    if (!rc && m.type == FTC_AP_ERROR)
-        rc = ftc_err_set(&err, m.status ? m.status : FTC_EPROTO, "%s", m.text);
-    else if (!rc && (m.type != FTC_AP_WATCH_OK || m.seq != 1))
-        rc = ftc_err_set(&err, FTC_EPROTO, "answer of type %u", m.type);
-    if (fd >= 0)
-        close(fd);
-    if (!rc)
+    if ((rc = ftc_ap_send(t->watch_fd, &m, 200, &err)) != 0) {
+        /* (a full socket: the agent reads nothing; the next WATCH tries again) */
+        FTC_WARN("run", "generation %" PRIu64 ": the agent at %s does not watch rank %d "
+                 "(pid %d) before it connects: %s", s->gen, sock, rank, (int)pid,
+                 ftc_err_str(&err));
+        if (rc != FTC_ETIMEDOUT) {
+            close(t->watch_fd);
+            t->watch_open = false;
+        }
         return;
-    if (rc == FTC_ETIMEDOUT)
-        s->watch_off_gen = s->gen + 1;
-    FTC_WARN("run", "generation %" PRIu64 ": the agent at %s does not watch rank %d (pid %d) "
-             "before it connects: %s%s", s->gen, sock, rank, (int)pid, ftc_err_str(&err),
-             rc == FTC_ETIMEDOUT ? " (not asked again in this generation)" : "");
+    }
+    t->watch_sent++;
+    t->watch_q[(t->watch_sent - 1) % FTC__MAX_LOCAL].rank = rank;
+    t->watch_q[(t->watch_sent - 1) % FTC__MAX_LOCAL].pid = pid;
+    if (behind)
+        return;
+    ftc__watch_answers(t, t->watch_sent, 500, false);
+    if (t->watch_open && t->watch_answered < t->watch_sent)
+        FTC_WARN("run", "generation %" PRIu64 ": the agent at %s has not answered the WATCH of "
+                 "rank %d (pid %d) within 500 ms (busy): it watches the rank when it reads it; "
+                 "the next ranks' WATCHes do not wait until it answers", s->gen, sock, rank,
+                 (int)pid);
+}
+
+/* The answers to WATCH that came (a late agent's): read without waiting. */
+static void ftc__agent_watch_answers(ftc__sup_t *s)
+{
+    if (s->ag.watch_open && s->ag.watch_answered < s->ag.watch_sent)
+        ftc__watch_answers(&s->ag, 0, 0, false);
 }
 
 /* ---- ranks --------------------------------------------------------------------------------- */
@@ -2167,6 +2264,7 @@ static int ftc__watch(ftc__sup_t *s, volatile sig_atomic_t *stop, ftc_err_t *err
                 exited_ok++;
         }
         ftc__reap_orphans(s);
+        ftc__agent_watch_answers(s);
         uint64_t now = ftc_now_ns() / 1000000u;
         if (now - last_poll >= 50) {
             last_poll = now;

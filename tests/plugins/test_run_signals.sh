@@ -60,7 +60,13 @@
 #      watched a rank only from its HELLO; now the supervisor registers each
 #      rank it spawns, message WATCH); (b) a rank linked with libftc
 #      (rank_main) SIGKILLed after it connected (watched from its spawn and
-#      again from its HELLO): exactly one event for its pid.
+#      again from its HELLO): exactly one event for its pid; (c) an agent
+#      whose loop is busy when the WATCHes come (FTC_TEST_AGENT_WATCH_DELAY_MS:
+#      1500 ms in each, as a HELLO's Redis call while Redis does not answer
+#      takes seconds): the second rank of the node (a `sleep`) is watched
+#      all the same, and its SIGKILL is its rank_exit event (before: the late
+#      answer to rank 0's WATCH turned WATCH off for the generation, rank 1
+#      was never registered and its exit was no event).
 #
 # usage: test_run_signals.sh PATH/TO/ftc PATH/TO/shmrank_main PATH/TO/holdexit_main
 #                            PATH/TO/rank_main
@@ -448,12 +454,14 @@ wait "$runpid"
 fi
 
 # ---- 9. rank_exit events, with and without the rank's HELLO ----------------------------------
-# the job's events (JSON lines), from its embedded Redis
-events_of() { "$FTC" events --json --count 1000 --redis "$(cat "$T/j9/redis.url" 2>/dev/null)" \
-    --job "$J9" 2>/dev/null; }
-# number of rank_exit events of rank 0 whose pid is PID
-exits_of() { events_of | grep "\"kind\":\"rank_exit\"" | grep -c "rank 0 (pid $1) exited"; }
-has_exit() { [ "$(exits_of "$1")" -ge 1 ]; }
+# the job's events (JSON lines), from its embedded Redis (job J9, or JOB in DIR)
+events_of() { "$FTC" events --json --count 1000 \
+    --redis "$(cat "${2:-$T/j9}/redis.url" 2>/dev/null)" --job "${1:-$J9}" 2>/dev/null; }
+# number of rank_exit events of rank 0 whose pid is PID (exits_of PID [RANK JOB DIR]: of
+# rank RANK of job JOB in DIR)
+exits_of() { events_of "${3:-}" "${4:-}" | grep "\"kind\":\"rank_exit\"" |
+    grep -c "rank ${2:-0} (pid $1) exited"; }
+has_exit() { [ "$(exits_of "$@")" -ge 1 ]; }
 if want 9; then
 J9=sig${tag}i
 f0=$fails
@@ -491,6 +499,33 @@ kill -TERM "$runpid"
 check "9: ftc run ended on SIGTERM" wait_for 30 gone "$runpid"
 wait "$runpid"
 [ $fails -eq $f0 ] || { echo "--- output of 9:"; tail -40 "$T/9.out"; events_of; }
+# (c) two ranks (sleeps, no libftc), an agent that takes 1500 ms over each WATCH
+J9c=sig${tag}k
+f0=$fails
+cat >"$T/9c.sh" <<EOF
+#!/bin/sh
+echo \$\$ >"$T/9c.pid\$LOCAL_RANK"
+exec sleep 300
+EOF
+chmod +x "$T/9c.sh"
+FTC_TEST_AGENT_WATCH_DELAY_MS=1500 "$FTC" run --nproc-per-node 2 --job "$J9c" \
+    --job-dir "$T/j9c" --settle-ms 200 --grace-ms 2000 --max-restarts 2 -- "$T/9c.sh" \
+    >"$T/9c.out" 2>&1 &
+runpid=$!
+pids+=($runpid)
+check "9c: rank 1 started" wait_for 60 test -s "$T/9c.pid1"
+p3=$(cat "$T/9c.pid1" 2>/dev/null)
+check "9c: and its WATCH was read, late (pid ${p3:-?})" \
+    wait_for 30 grep -q "rank 1 (pid ${p3:-x}) watched from its start" "$T/9c.out"
+check "9c: the first late answer was said" grep -q "within 500 ms (busy)" "$T/9c.out"
+[ -n "$p3" ] && kill -9 "$p3"
+check "9c: its SIGKILL is a rank_exit event of pid ${p3:-?}" \
+    wait_for 30 has_exit "${p3:-x}" 1 "$J9c" "$T/j9c"
+check "9c: no WATCH failed" bash -c "! grep -q 'does not watch rank' '$T/9c.out'"
+kill -TERM "$runpid" 2>/dev/null
+check "9c: ftc run ended" wait_for 30 gone "$runpid"
+wait "$runpid"
+[ $fails -eq $f0 ] || { echo "--- output of 9c:"; tail -40 "$T/9c.out"; events_of "$J9c" "$T/j9c"; }
 fi
 
 if [ $fails -ne 0 ]; then

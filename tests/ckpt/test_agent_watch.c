@@ -1,0 +1,290 @@
+/*
+ * test_agent_watch.c — message WATCH (ckpt/agent_proto.h) against a real
+ * agent that runs on a thread of this process, as under `ftc run` (WATCH
+ * is taken only from the process the agent runs in, for its own child),
+ * with a real Redis and real child processes for ranks:
+ *   - a WATCH that comes after the rank's HELLO and BYE (the rank ended
+ *     cleanly before the agent read its supervisor's WATCH) is no rank_exit
+ *     event: it was one (the WATCH watched the exited pid again);
+ *   - the rank of a WATCH is checked against the current generation's world:
+ *     the one the agent read at its start, re-read when it had none (the
+ *     record's world is set after the agent read it) or when the supervisor's
+ *     disagrees; the supervisor's when the record has none; accepted
+ *     unchecked (and logged) only when neither knows it. Before, a world of 0
+ *     took any rank, and a world set later was never read.
+ * No wall-clock bound is asserted: the absence of an event is checked after
+ * the event of a later exit (rank 1's SIGKILL) is in the stream.
+ */
+#include "ftc_test.h"
+
+#include "ckpt/agent.h"
+#include "ckpt/agent_proto.h"
+#include "detect/redis_fixture.h"
+
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+
+typedef struct agent_thread {
+    ftc_agent_t *a;
+    pthread_t tid;
+    volatile sig_atomic_t stop;
+    char *dir;
+} agent_thread_t;
+
+static void *agent_main(void *arg)
+{
+    agent_thread_t *t = arg;
+    ftc_agent_run(t->a, &t->stop);
+    return NULL;
+}
+
+/* Generation 1 of job with world `world` (0: none yet), as the rendezvous
+ * writes it before `ftc run` starts its agent. */
+static void set_generation(redis_fixture_t *f, const char *job, uint32_t world)
+{
+    ftc_ctl_t *c = redis_fixture_ctl(f, job);
+    char key[128], w[16];
+    snprintf(w, sizeof w, "%u", world);
+    ftc_redis_reply_t *rep = NULL;
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, &rep, "HSET",
+                                    ftc_ctl_key(c, "gen", key, sizeof key), "gen", "1", "world", w,
+                                    NULL), 0);
+    ftc_redis_reply_free(rep);
+    ftc_ctl_destroy(c);
+}
+
+/* The agent of node 0 in t->dir (made by the caller), on a thread. */
+static void start_agent(agent_thread_t *t, redis_fixture_t *f, const char *job)
+{
+    setenv("FI_PROVIDER", "tcp;ofi_rxm", 1);
+    ftc_agent_options_t o;
+    memset(&o, 0, sizeof o);
+    o.struct_size = sizeof o;
+    o.version = 1;
+    o.job = job;
+    o.dir = t->dir;
+    o.nodes = 1;
+    o.ranks_per_node = 2;
+    o.timeout_ms = 2000;
+    o.persist_every = 1;
+    o.redis = *ftc_redis_server_url(f->srv);
+    ftc_err_t err = {0};
+    t->a = ftc_agent_start(&o, &err);
+    if (!t->a)
+        fail_msg("agent start: %s", err.msg);
+    t->stop = 0;
+    assert_int_equal(pthread_create(&t->tid, NULL, agent_main, t), 0);
+}
+
+static void stop_agent(agent_thread_t *t)
+{
+    t->stop = 1;
+    pthread_join(t->tid, NULL);
+    ftc_agent_stop(t->a);
+    ftc_test_rmrf(t->dir);
+    free(t->dir);
+}
+
+static int connect_agent(const char *sock)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock);
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* WATCH (rank, pid, world) as the supervisor sends it; the answer's type,
+ * its status in *status. */
+static unsigned watch(agent_thread_t *t, const char *job, uint32_t rank, pid_t pid,
+                      uint32_t world, int *status)
+{
+    int fd = connect_agent(ftc_agent_socket(t->a));
+    assert_true(fd >= 0);
+    ftc_ap_msg_t m;
+    ftc_ap_init(&m, FTC_AP_WATCH);
+    m.seq = 1;
+    m.rank = rank;
+    m.world = world;
+    m.pid = (int32_t)pid;
+    snprintf(m.job, sizeof m.job, "%s", job);
+    ftc_err_t err = {0};
+    assert_int_equal(ftc_ap_send(fd, &m, 2000, &err), 0);
+    assert_int_equal(ftc_ap_recv(fd, &m, 10000, &err), 0);
+    close(fd);
+    if (m.type == FTC_AP_ERROR)
+        print_message("WATCH of rank %u (pid %d, world %u): %s (%s)\n", rank, (int)pid, world,
+                      m.text, ftc_errname(m.status));
+    *status = m.status;
+    return m.type;
+}
+
+/* A child that waits for a byte on the pipe, then (hello) connects to the
+ * agent at sock as `rank`, says HELLO and BYE and exits 0; without hello it
+ * only waits to be killed. Forked before the agent's threads exist. */
+static pid_t fork_rank(int *go, bool hello, const char *sock, const char *job, uint32_t rank)
+{
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        close(p[1]);
+        char c;
+        if (read(p[0], &c, 1) != 1 || !hello)
+            for (;;)
+                pause();
+        int fd = connect_agent(sock);
+        if (fd < 0)
+            _exit(2);
+        ftc_ap_msg_t m;
+        ftc_ap_init(&m, FTC_AP_HELLO);
+        snprintf(m.job, sizeof m.job, "%s", job);
+        m.seq = 1;
+        m.rank = rank;
+        m.world = 2;
+        m.dp = 2, m.tp = m.pp = 1;
+        m.dp_rank = rank;
+        m.pid = (int32_t)getpid();
+        ftc_err_t err = {0};
+        if (ftc_ap_send(fd, &m, 5000, &err) || ftc_ap_recv(fd, &m, 10000, &err) ||
+            m.type != FTC_AP_WELCOME)
+            _exit(3);
+        ftc_ap_init(&m, FTC_AP_BYE);
+        if (ftc_ap_send(fd, &m, 5000, &err))
+            _exit(4);
+        /* the agent has read the BYE when it closes the connection */
+        while (ftc_ap_recv(fd, &m, 10000, &err) == 0)
+            ;
+        _exit(0);
+    }
+    close(p[0]);
+    *go = p[1];
+    return pid;
+}
+
+/* rank_exit events of `rank` in the job's stream. */
+static int exits_of(redis_fixture_t *f, const char *job, int rank)
+{
+    ftc_ctl_t *c = redis_fixture_ctl(f, job);
+    char key[128], want[16];
+    snprintf(want, sizeof want, "%d", rank);
+    ftc_redis_reply_t *rep;
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, &rep, "XRANGE",
+                                    ftc_ctl_key(c, "events", key, sizeof key), "-", "+", NULL), 0);
+    int n = 0;
+    for (size_t i = 0; i < rep->elements; i++) {
+        ftc_redis_reply_t *fields = rep->element[i]->element[1];
+        const char *k = NULL, *r = NULL;
+        for (size_t j = 0; j + 1 < fields->elements; j += 2) {
+            if (!strcmp(fields->element[j]->str, "kind"))
+                k = fields->element[j + 1]->str;
+            if (!strcmp(fields->element[j]->str, "rank"))
+                r = fields->element[j + 1]->str;
+        }
+        if (k && r && !strcmp(k, "rank_exit") && !strcmp(r, want))
+            n++;
+    }
+    ftc_redis_reply_free(rep);
+    ftc_ctl_destroy(c);
+    return n;
+}
+
+static void kill_rank(pid_t pid, int go)
+{
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    close(go);
+}
+
+static void test_watch_after_bye(void **state)
+{
+    redis_fixture_t *f = *state;
+    char job[32], sock[PATH_MAX];
+    snprintf(job, sizeof job, "wbye%d", (int)getpid());
+    set_generation(f, job, 2);
+    agent_thread_t t = {.dir = ftc_test_tmpdir("watch")};
+    ftc_agent_socket_path(t.dir, 0, sock, sizeof sock);
+    int go0, go1;
+    pid_t r0 = fork_rank(&go0, true, sock, job, 0);
+    pid_t r1 = fork_rank(&go1, false, sock, job, 1);
+    start_agent(&t, f, job);
+    /* rank 0 says HELLO and BYE and exits before its supervisor's WATCH is
+     * read; not reaped (the supervisor waits for the answer first) */
+    assert_int_equal(write(go0, "g", 1), 1);
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    assert_int_equal(waitid(P_PID, (id_t)r0, &si, WEXITED | WNOWAIT), 0);
+    assert_int_equal(si.si_code, CLD_EXITED);
+    assert_int_equal(si.si_status, 0);
+    int st;
+    assert_int_equal(watch(&t, job, 0, r0, 2, &st), FTC_AP_WATCH_OK);
+    /* rank 1, watched from its start, is killed: its event is the marker
+     * after which rank 0's would be in the stream too */
+    assert_int_equal(watch(&t, job, 1, r1, 2, &st), FTC_AP_WATCH_OK);
+    kill_rank(r1, go1);
+    ftc_deadline_t d = ftc_deadline_in_ms(20000);
+    while (exits_of(f, job, 1) < 1 && !ftc_deadline_expired(d))
+        ftc_sleep_ms(20);
+    assert_int_equal(exits_of(f, job, 1), 1);
+    int n0 = exits_of(f, job, 0);
+    print_message("rank_exit events of rank 0 (HELLO, BYE, exit 0, then WATCH): %d\n", n0);
+    assert_int_equal(n0, 0);
+    waitpid(r0, NULL, 0);
+    close(go0);
+    stop_agent(&t);
+}
+
+/* The world of generation 1 is unset when the agent reads it (0), then set
+ * (as the rendezvous does): a WATCH is checked against the world it has now,
+ * or the supervisor's while the record has none. */
+static void test_watch_world(void **state)
+{
+    redis_fixture_t *f = *state;
+    char job[32], sock[PATH_MAX];
+    snprintf(job, sizeof job, "wwor%d", (int)getpid());
+    set_generation(f, job, 0);
+    agent_thread_t t = {.dir = ftc_test_tmpdir("watch")};
+    ftc_agent_socket_path(t.dir, 0, sock, sizeof sock);
+    int go;
+    pid_t r = fork_rank(&go, false, sock, job, 0);
+    start_agent(&t, f, job);
+    int st;
+    /* no world known to anyone: taken (and logged) */
+    assert_int_equal(watch(&t, job, 5, r, 0, &st), FTC_AP_WATCH_OK);
+    /* the supervisor's world, while the record has none */
+    assert_int_equal(watch(&t, job, 5, r, 4, &st), FTC_AP_ERROR);
+    assert_int_equal(st, FTC_ERANGE);
+    assert_int_equal(watch(&t, job, 3, r, 4, &st), FTC_AP_WATCH_OK);
+    /* the record's, set after the agent read it */
+    set_generation(f, job, 2);
+    assert_int_equal(watch(&t, job, 3, r, 0, &st), FTC_AP_ERROR);
+    assert_int_equal(st, FTC_ERANGE);
+    assert_int_equal(watch(&t, job, 2, r, 2, &st), FTC_AP_ERROR);
+    assert_int_equal(st, FTC_ERANGE);
+    assert_int_equal(watch(&t, job, 1, r, 2, &st), FTC_AP_WATCH_OK);
+    kill_rank(r, go);
+    stop_agent(&t);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_watch_after_bye, redis_fixture_setup,
+                                        redis_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_watch_world, redis_fixture_setup,
+                                        redis_fixture_teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
