@@ -45,6 +45,9 @@
  *              node 1's next version) stays deleted on both at the next
  *              restore; written again (newer), it is restored again; put
  *              back as a copy that kept an older mtime (cp -p), it stays
+ *   goneunrecorded  a deletion no recorded version holds (the rank was
+ *              killed before a pack; the pack failed) is not applied by a
+ *              restore: the deleted file comes back from the recorded version
  *   pending    a file written just before a restore is still pushed after it
  *   busy       a log appended every 20 ms (never quiet) and a file rewritten in
  *              place and held open: a version is still made (busy_max_ms), with
@@ -349,8 +352,10 @@ static void child_main(int fd, uint32_t index, const char *id, int k, const ftc_
             say(fd, "%d", setenv("FTC_TEST_FS_PACK_DELAY_MS", v, 1) == 0 ? 0 : -errno);
         } else if (sscanf(line, "limits %llu %llu", &seed, &len) == 2) {
             ftc_filestore_limits_t l = FTC_FILESTORE_LIMITS_INIT;
-            int busy_ms = -1;
-            if (sscanf(line, "limits %*u %*u %d", &busy_ms) == 1) l.busy_max_ms = busy_ms;
+            int busy_ms = -1, quiet_ms = -1;
+            int got = sscanf(line, "limits %*u %*u %d %d", &busy_ms, &quiet_ms);
+            if (got >= 1) l.busy_max_ms = busy_ms;
+            if (got == 2) l.quiet_ms = quiet_ms;
             l.max_bytes = seed;
             l.push_timeout_ms = (int)len;
             l.restore_timeout_ms = 30000;
@@ -1213,6 +1218,49 @@ static void test_gone(void **state)
     quit(&n1);
 }
 
+/* Only the tombstones of recorded versions are applied by a restore: a
+ * deletion no recorded version holds is undone, the deleted file coming back
+ * from the last recorded version. Once a rank deletes its old checkpoint and
+ * is killed writing the next before any pack (quiet_ms 30 s), once the pack
+ * that holds the deletion fails (its only peer died). */
+static void test_goneunrecorded(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0, n1;
+    spawn_pair(&n0, &n1);
+    OK(&n0, "limits 1073741824 3000");
+    OK(&n0, "write a.bin 121 40000");
+    OK(&n0, "write b.bin 122 40000");
+    OK(&n0, "flush"); /* version 1, recorded, holding both */
+    OK(&n0, "limits 1073741824 3000 60000 30000"); /* no pack for 30 s of quiet */
+    OK(&n0, "rm a.bin");
+    OK(&n0, "crashwrite c.bin 123 40000 reap");
+    OK(&n0, "restore 2 n0 n1");
+    OK(&n0, "check a.bin 121 40000"); /* the unrecorded deletion is not applied */
+    OK(&n0, "check b.bin 122 40000");
+    OK(&n0, "absent c.bin"); /* half-written, moved aside */
+    OK(&n0, "rm .ftc-tmp.crashed.c.bin");
+    OK(&n0, "rm .ftc-tmp.crashed.c.bin.new");
+    OK(&n0, "limits 1073741824 3000"); /* quiet_ms back to its default */
+    OK(&n0, "rankwrite d.bin 124 1000"); /* the next rank's files count again */
+    OK(&n0, "flush");                    /* version 2, recorded */
+    kill9(&n1);
+    OK(&n0, "rm a.bin");
+    char msg[2048];
+    int rc = cmd(&n0, msg, sizeof msg, "flush");
+    printf("# the deletion's pack, its peer dead: %d %s\n", rc, msg);
+    assert_true(rc < 0);
+    assert_null(strstr(msg, "killed")); /* it failed for its push, not for the crash */
+    rc = cmd(&n0, msg, sizeof msg, "restore 3 n0");
+    printf("# restore from own memory: %d %s\n", rc, msg);
+    assert_int_equal(rc, 0);
+    OK(&n0, "check a.bin 121 40000"); /* the failed pack's tombstone is not applied */
+    OK(&n0, "check b.bin 122 40000");
+    OK(&n0, "check d.bin 124 1000");
+    quit(&n0);
+}
+
 /* A file written just before a restore (not packed yet: the quiet period
  * had not passed) still makes a version after the restore; before, the
  * restore dropped every queued event, its own and the binary's. */
@@ -1642,6 +1690,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_limits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delete, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gone, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_goneunrecorded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pending, setup, teardown),
         cmocka_unit_test_setup_teardown(test_busy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_quietopen, setup, teardown),
