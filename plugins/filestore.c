@@ -57,10 +57,16 @@
 #define FS_NAME_MAX FTC_SHARD_NAME_MAX
 #define FS_META_FILES "ftc.files" /* per tensor: u64 mtime_ns, u32 mode, u32 0 */
 #define FS_META_NODE "ftc.node"
-/* deleted files (tombstones), sorted by name: u32 name_len, name, u64 mtime_ns */
+/* deleted files (tombstones), sorted by name: filestore_internal.h has both
+ * forms; an older ftc wrote the first, this one writes the second (which
+ * an older ftc does not read: its restores apply no deletion of ours) */
 #define FS_META_GONE "ftc.gone"
-/* tombstones kept (the oldest dropped first): a deletion older than these
- * may come back when a stale copy of the file survives in some version */
+#define FS_META_GONE2 "ftc.gone.v2"
+#define FS_GONE1_ENTRY 12u /* bytes of an entry besides its name */
+#define FS_GONE2_ENTRY 40u
+/* tombstones kept (the oldest deletions dropped first): a deletion older
+ * than these may come back when a stale copy of the file survives in some
+ * version */
 #define FS_GONE_MAX 4096
 #define FS_GONE_BYTES (512u << 10) /* ... and the bytes of their record */
 #define FS_TMP_PREFIX ".ftc-tmp."
@@ -718,18 +724,29 @@ static int bytes_cmp(const char *a, size_t al, const char *b, size_t bl)
     return c ? c : al < bl ? -1 : al > bl;
 }
 
-/* By name, then oldest first. */
+static int u64_cmp(uint64_t x, uint64_t y)
+{
+    return x < y ? -1 : x > y;
+}
+
+/* By name, then oldest copy first, then oldest deletion. */
 static int stamp_cmp(const void *a, const void *b)
 {
     const fs_stamp_t *x = a, *y = b;
     int c = strcmp(x->name, y->name);
-    return c ? c : x->mtime_ns < y->mtime_ns ? -1 : x->mtime_ns > y->mtime_ns;
+    if (!c) c = u64_cmp(x->mtime_ns, y->mtime_ns);
+    return c ? c : u64_cmp(x->gone_ns, y->gone_ns);
 }
 
-static int stamp_newest_first(const void *a, const void *b)
+/* The newest deletion first: by when the tombstone was made, not by the
+ * deleted copy's mtime (a copy that kept an old mtime, cp -p, may be the
+ * newest deletion); then by mtime, then by name (a total order). */
+static int gone_newest_first(const void *a, const void *b)
 {
-    uint64_t x = ((const fs_stamp_t *)a)->mtime_ns, y = ((const fs_stamp_t *)b)->mtime_ns;
-    return x > y ? -1 : x < y;
+    const fs_stamp_t *x = a, *y = b;
+    int c = u64_cmp(y->gone_ns, x->gone_ns);
+    if (!c) c = u64_cmp(y->mtime_ns, x->mtime_ns);
+    return c ? c : strcmp(x->name, y->name);
 }
 
 /* The entry named name[0..len) of a sorted set, or NULL. */
@@ -778,63 +795,82 @@ static void stamps_norm(fs_stamps_t *s)
     s->n = out;
 }
 
-/* Keeps the newest FS_GONE_MAX tombstones whose record fits FS_GONE_BYTES. */
-static void gone_bound(ftc_filestore_t *fs, fs_stamps_t *s)
+size_t ftc__fs_gone_bound(fs_stamps_t *s, size_t max_n, size_t max_bytes)
 {
     size_t bytes = 0, keep = 0;
     for (size_t i = 0; i < s->n; i++)
-        bytes += 12 + strlen(s->e[i].name);
-    if (s->n <= FS_GONE_MAX && bytes <= FS_GONE_BYTES) return;
-    qsort(s->e, s->n, sizeof *s->e, stamp_newest_first);
+        bytes += FS_GONE2_ENTRY + strlen(s->e[i].name);
+    if (s->n <= max_n && bytes <= max_bytes) return 0;
+    qsort(s->e, s->n, sizeof *s->e, gone_newest_first);
     bytes = 0;
-    while (keep < s->n && keep < FS_GONE_MAX &&
-           bytes + 12 + strlen(s->e[keep].name) <= FS_GONE_BYTES)
-        bytes += 12 + strlen(s->e[keep++].name);
+    while (keep < s->n && keep < max_n &&
+           bytes + FS_GONE2_ENTRY + strlen(s->e[keep].name) <= max_bytes)
+        bytes += FS_GONE2_ENTRY + strlen(s->e[keep++].name);
     for (size_t i = keep; i < s->n; i++)
         free(s->e[i].name);
-    fs_log(fs, FTC_LOG_WARN,
-           "%zu deletion(s) forgotten, the oldest (over %d tombstones or %u bytes): such a file "
-           "may come back where a stale copy of it survives",
-           s->n - keep, FS_GONE_MAX, FS_GONE_BYTES);
+    size_t dropped = s->n - keep;
     s->n = keep;
-    qsort(s->e, s->n, sizeof *s->e, stamp_cmp);
+    if (s->n) qsort(s->e, s->n, sizeof *s->e, stamp_cmp);
+    return dropped;
 }
 
-/* The record FS_META_GONE of s (malloc'd, *len bytes), NULL when out of memory. */
+/* Keeps the newest FS_GONE_MAX deletions whose record fits FS_GONE_BYTES. */
+static void gone_bound(ftc_filestore_t *fs, fs_stamps_t *s)
+{
+    size_t dropped = ftc__fs_gone_bound(s, FS_GONE_MAX, FS_GONE_BYTES);
+    if (dropped)
+        fs_log(fs, FTC_LOG_WARN,
+               "%zu deletion(s) forgotten, the oldest (over %d tombstones or %u bytes): such a "
+               "file may come back where a stale copy of it survives",
+               dropped, FS_GONE_MAX, FS_GONE_BYTES);
+}
+
+/* The record FS_META_GONE2 of s (malloc'd, *len bytes), NULL when out of memory. */
 static uint8_t *gone_record(const fs_stamps_t *s, size_t *len)
 {
     size_t n = 0;
     for (size_t i = 0; i < s->n; i++)
-        n += 12 + strlen(s->e[i].name);
+        n += FS_GONE2_ENTRY + strlen(s->e[i].name);
     uint8_t *b = malloc(n ? n : 1), *p = b;
     for (size_t i = 0; b && i < s->n; i++) {
-        uint32_t l = (uint32_t)strlen(s->e[i].name);
+        const fs_stamp_t *g = &s->e[i];
+        uint32_t l = (uint32_t)strlen(g->name);
         ftc_le_wr32(p, l);
-        memcpy(p + 4, s->e[i].name, l);
-        ftc_le_wr64(p + 4 + l, s->e[i].mtime_ns);
-        p += 12 + l;
+        memcpy(p + 4, g->name, l);
+        ftc_le_wr64(p + 4 + l, g->mtime_ns);
+        ftc_le_wr64(p + 12 + l, g->gone_ns);
+        ftc_le_wr64(p + 20 + l, g->hashed ? g->size : 0);
+        ftc_le_wr64(p + 28 + l, g->hashed ? g->xxh3 : 0);
+        ftc_le_wr32(p + 36 + l, g->hashed ? 1u : 0u);
+        p += FS_GONE2_ENTRY + l;
     }
     *len = n;
     return b;
 }
 
-/* Appends the tombstones of a version's record FS_META_GONE to out; 0,
- * FTC_ENOMEM, or FTC_ECORRUPT with why (a record this store would not
- * write: nothing of it is kept). */
-static int gone_parse(const uint8_t *m, uint32_t ml, fs_stamps_t *out, char *why, size_t cap)
+/* Appends the tombstones of a version's record (form version: 1 is
+ * FS_META_GONE, 2 FS_META_GONE2) to out; 0, FTC_ENOMEM, or FTC_ECORRUPT
+ * with why (a record this store would not write: nothing of it is kept). */
+static int gone_parse(const uint8_t *m, uint32_t ml, int version, fs_stamps_t *out, char *why,
+                      size_t cap)
 {
     size_t n0 = out->n, off = 0, cnt = 0, prev_len = 0;
+    size_t fixed = version == FTC__FS_GONE_V1 ? FS_GONE1_ENTRY : FS_GONE2_ENTRY;
     const char *prev = NULL;
     int rc = 0;
-    if (ml > FS_GONE_BYTES) {
+    if (version != FTC__FS_GONE_V1 && version != FTC__FS_GONE_V2) {
+        snprintf(why, cap, "form %d of the record is unknown", version);
+        rc = FTC_ECORRUPT;
+    } else if (ml > FS_GONE_BYTES) {
         snprintf(why, cap, "%u bytes, over %u", ml, FS_GONE_BYTES);
         rc = FTC_ECORRUPT;
     }
     while (!rc && off < ml) {
         uint32_t len = ml - off >= 4 ? ftc_le_rd32(m + off) : 0;
         const char *name = (const char *)m + off + 4;
+        const uint8_t *f = m + off + 4 + len; /* the fixed fields after the name */
         rc = FTC_ECORRUPT;
-        if (ml - off < 4 || (uint64_t)len + 8 > ml - off - 4)
+        if (ml - off < 4 || (uint64_t)len + fixed - 4 > ml - off - 4)
             snprintf(why, cap, "entry %zu at byte %zu is cut short", cnt, off);
         else if (!name_ok(name, len))
             snprintf(why, cap, "entry %zu is not a safe relative path", cnt);
@@ -842,10 +878,22 @@ static int gone_parse(const uint8_t *m, uint32_t ml, fs_stamps_t *out, char *why
             snprintf(why, cap, "entry %zu is out of order", cnt);
         else if (++cnt > FS_GONE_MAX)
             snprintf(why, cap, "more than %d entries", FS_GONE_MAX);
-        else
-            rc = stamps_add(out, name, len, ftc_le_rd64(m + off + 4 + len));
+        else if (version == FTC__FS_GONE_V2 &&
+                 (ftc_le_rd32(f + 32) > 1 ||
+                  (!ftc_le_rd32(f + 32) && (ftc_le_rd64(f + 16) || ftc_le_rd64(f + 24)))))
+            snprintf(why, cap, "entry %zu has flags %u (size %" PRIu64 ", xxh3 %" PRIu64 ")",
+                     cnt - 1, ftc_le_rd32(f + 32), ftc_le_rd64(f + 16), ftc_le_rd64(f + 24));
+        else if (!(rc = stamps_add(out, name, len, ftc_le_rd64(f)))) {
+            fs_stamp_t *g = &out->e[out->n - 1];
+            g->gone_ns = version == FTC__FS_GONE_V1 ? g->mtime_ns : ftc_le_rd64(f + 8);
+            if (version == FTC__FS_GONE_V2 && ftc_le_rd32(f + 32)) {
+                g->hashed = true;
+                g->size = ftc_le_rd64(f + 16);
+                g->xxh3 = ftc_le_rd64(f + 24);
+            }
+        }
         prev = name, prev_len = len;
-        off += 12 + (size_t)len;
+        off += fixed + (size_t)len;
     }
     if (rc) {
         for (size_t i = n0; i < out->n; i++)
@@ -855,9 +903,10 @@ static int gone_parse(const uint8_t *m, uint32_t ml, fs_stamps_t *out, char *why
     return rc;
 }
 
-int ftc__fs_gone_parse(const uint8_t *m, uint32_t ml, fs_stamps_t *out, char *why, size_t cap)
+int ftc__fs_gone_parse(const uint8_t *m, uint32_t ml, int version, fs_stamps_t *out, char *why,
+                       size_t cap)
 {
-    return gone_parse(m, ml, out, why, cap);
+    return gone_parse(m, ml, version, out, why, cap);
 }
 
 uint8_t *ftc__fs_gone_record(const fs_stamps_t *s, size_t *len)
@@ -890,12 +939,16 @@ static int fs_note_gone(ftc_filestore_t *fs, const fs_scan_t *sc)
     fs_stamps_t now;
     int rc = stamps_from_scan(sc, &now);
     size_t added = 0;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t wall_ns = ts_ns(&ts); /* when the deletions were seen: the cap keeps the newest */
     for (size_t i = 0, j = 0; !rc && i < fs->seen.n; i++) {
         const fs_stamp_t *s = &fs->seen.e[i];
         while (j < now.n && strcmp(now.e[j].name, s->name) < 0)
             j++;
         if (j < now.n && !strcmp(now.e[j].name, s->name)) continue;
         rc = stamps_add(&fs->gone, s->name, strlen(s->name), s->mtime_ns);
+        if (!rc) fs->gone.e[fs->gone.n - 1].gone_ns = wall_ns;
         added += !rc;
     }
     if (added)
@@ -1156,7 +1209,7 @@ static void fs_start_push(ftc_filestore_t *fs, bool busy)
     if ((rc = ftc_shard_layout_add_meta(l, FS_META_FILES, meta, sc.n * 16, &err)) < 0 ||
         (rc = ftc_shard_layout_add_meta(l, FS_META_NODE, fs->node_id, strlen(fs->node_id), &err)) <
             0 ||
-        (glen && (rc = ftc_shard_layout_add_meta(l, FS_META_GONE, grec, glen, &err)) < 0))
+        (glen && (rc = ftc_shard_layout_add_meta(l, FS_META_GONE2, grec, glen, &err)) < 0))
         goto fail;
     rc = 0;
     uint64_t size = ftc_shard_layout_size(l);
@@ -1926,14 +1979,19 @@ static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
         const uint8_t *m = NULL;
         uint32_t ml = 0;
         char why[120];
-        if (!recs[i].shard || ftc_shard_meta_get(&recs[i].v, FS_META_GONE, &m, &ml) != 0)
-            continue; /* none (or a version of an older ftc) */
-        grc = gone_parse(m, ml, &gone, why, sizeof why);
+        int form = FTC__FS_GONE_V2;
+        const char *mname = FS_META_GONE2;
+        if (!recs[i].shard) continue;
+        if (ftc_shard_meta_get(&recs[i].v, FS_META_GONE2, &m, &ml) != 0) {
+            form = FTC__FS_GONE_V1, mname = FS_META_GONE; /* a version of an older ftc */
+            if (ftc_shard_meta_get(&recs[i].v, FS_META_GONE, &m, &ml) != 0) continue; /* none */
+        }
+        grc = gone_parse(m, ml, form, &gone, why, sizeof why);
         if (grc == FTC_ECORRUPT) {
             fs_log(fs, FTC_LOG_WARN,
                    "version %" PRIu64 " of node %u: metadata record %s is malformed (%s): its "
                    "deletions are ignored",
-                   recs[i].version, recs[i].owner, FS_META_GONE, why);
+                   recs[i].version, recs[i].owner, mname, why);
             grc = 0;
         }
     }

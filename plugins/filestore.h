@@ -38,15 +38,16 @@
  * Files of the directory that are in no version are left alone.
  *
  * Deletions, last writer wins: a file the binary deleted since the node's
- * previous pack or restore is a tombstone (its name and the mtime of the
- * deleted copy) in the node's later versions (metadata record "ftc.gone").
- * A restore merges the tombstones of every version (the newest per name):
- * a copy no newer than its name's tombstone is not written, and is removed
- * from the directory (another node's, put there by an earlier restore); a
- * copy written again since wins. The tombstones no newer copy undid become
- * the restoring node's own, so a deletion outlives the node that made it.
- * At most 4096 (in 512 KiB) are kept, the oldest dropped first: a deletion
- * older than that may come back where a stale copy survives.
+ * previous pack or restore is a tombstone (its name, the mtime of the
+ * deleted copy and when the deletion was seen) in the node's later versions
+ * (metadata record "ftc.gone.v2"; "ftc.gone" of an older ftc is read too).
+ * A restore merges the tombstones of the recorded versions (the newest per
+ * name): the deleted copy (its mtime) is not written, and is removed from
+ * the directory (another node's, put there by an earlier restore); a copy
+ * written again since wins. The tombstones no newer copy undid become the
+ * restoring node's own, so a deletion outlives the node that made it. At
+ * most 4096 (in 512 KiB) are kept, the oldest deletions dropped first: a
+ * deletion older than that may come back where a stale copy survives.
  *
  * A busy directory: a file a rank keeps appending to (a log, TensorBoard's
  * event file) sends writes all the time, so the directory is never quiet.

@@ -48,6 +48,9 @@
  *   goneunrecorded  a deletion no recorded version holds (the rank was
  *              killed before a pack; the pack failed) is not applied by a
  *              restore: the deleted file comes back from the recorded version
+ *   gonecap    past the cap of 4096 tombstones the oldest deletions are
+ *              dropped, not the copies of the oldest mtime: a cp -p copy
+ *              deleted last stays deleted
  *   pending    a file written just before a restore is still pushed after it
  *   busy       a log appended every 20 ms (never quiet) and a file rewritten in
  *              place and held open: a version is still made (busy_max_ms), with
@@ -64,7 +67,9 @@
  *              whole numbers and whole words only: "5 4096 1x h" is no
  *              record (was generation 1 with holders "x"), "1x:n" no holder
  *              (was node 1), field "0x" no owner, a node id of 65 bytes no
- *              address (was cut to 64); ftc.gone round-trips
+ *              address (was cut to 64); ftc.gone.v2 round-trips, ftc.gone
+ *              of an older ftc parses; the tombstone cap keeps the newest
+ *              deletions (by when each was made, not by mtime)
  *   older      a holder got a newer version that was never recorded (the
  *              record hit a foreign value of the wrong type; the owner then
  *              died): its own restore takes the recorded, older version from
@@ -279,6 +284,20 @@ static void child_main(int fd, uint32_t index, const char *id, int k, const ftc_
             struct timespec ts[2] = {st.st_atim, st.st_mtim};
             ts[1].tv_sec -= (time_t)seed;
             if (!rc && utimensat(AT_FDCWD, path, ts, 0) != 0) rc = -errno;
+            say(fd, "%d", rc);
+        } else if (sscanf(line, "many %255s %llu", name, &len) == 2) {
+            /* len small files NAME.0 .. NAME.<len-1> */
+            for (unsigned long long i = 0; i < len; i++) {
+                snprintf(path, sizeof path, "%s/%s.%llu", dir, name, i);
+                make_file(path, i, 8);
+            }
+            say(fd, "0");
+        } else if (sscanf(line, "rmmany %255s %llu", name, &len) == 2) {
+            int rc = 0;
+            for (unsigned long long i = 0; i < len; i++) {
+                snprintf(path, sizeof path, "%s/%s.%llu", dir, name, i);
+                if (unlink(path) != 0 && !rc) rc = -errno;
+            }
             say(fd, "%d", rc);
         } else if (sscanf(line, "rm %255s", name) == 1) {
             snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -1261,6 +1280,36 @@ static void test_goneunrecorded(void **state)
     quit(&n0);
 }
 
+/* The cap on tombstones (4096) dropped the oldest by the deleted copy's
+ * mtime: a copy that kept an old mtime (cp -p), deleted after 4096 others,
+ * lost its tombstone first although it was the newest deletion, and came
+ * back from another node's version. The cap now drops the oldest deletions. */
+static void test_gonecap(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0, n1;
+    spawn_pair(&n0, &n1);
+    OK(&n0, "many f 4096");
+    OK(&n0, "write x.bin 141 3000");
+    OK(&n0, "aged x.bin 3600"); /* put back by cp -p: an hour old */
+    OK(&n0, "flush");
+    OK(&n1, "restore 1 n0 n1"); /* node 1 gets a copy of x.bin ... */
+    OK(&n1, "write c.bin 142 1000");
+    OK(&n1, "flush"); /* ... and its next version holds it */
+    OK(&n0, "rmmany f 4096");
+    OK(&n0, "flush"); /* 4096 tombstones */
+    OK(&n0, "rm x.bin");
+    OK(&n0, "flush"); /* one more, the newest deletion, of the oldest mtime */
+    OK(&n0, "restore 1 n0 n1");
+    OK(&n1, "restore 1 n0 n1");
+    OK(&n0, "absent x.bin");
+    OK(&n1, "absent x.bin");
+    OK(&n0, "check c.bin 142 1000");
+    quit(&n0);
+    quit(&n1);
+}
+
 /* A file written just before a restore (not packed yet: the quiet period
  * had not passed) still makes a version after the restore; before, the
  * restore dropped every queued event, its own and the binary's. */
@@ -1643,27 +1692,60 @@ static void test_records(void **state)
         if (ftc__fs_filefab_parse(fab_bad[i], hex, sizeof hex, addr, &al, nid, sizeof nid))
             fail_msg("address '%.80s' parsed (node id '%s')", fab_bad[i], nid);
 
-    /* ftc.gone: the record of a set parses back to it; a duplicate or a
+    /* ftc.gone.v2: the record of a set parses back to it; a duplicate or a
      * disorder is refused */
     ftc__fs_stamps_t set = {0}, back = {0};
-    ftc__fs_stamp_t e[] = {{.name = "a/b", .mtime_ns = 5}, {.name = "c", .mtime_ns = 1ull << 62}};
+    ftc__fs_stamp_t e[] = {{.name = "a/b", .mtime_ns = 5, .gone_ns = 7},
+                           {.name = "c",
+                            .mtime_ns = 1ull << 62,
+                            .gone_ns = 9,
+                            .hashed = true,
+                            .size = 3,
+                            .xxh3 = 0xabcdef}};
     set.e = e, set.n = set.cap = 2;
     size_t len = 0;
     uint8_t *rec = ftc__fs_gone_record(&set, &len);
     assert_non_null(rec);
     char why[200];
-    assert_int_equal(ftc__fs_gone_parse(rec, (uint32_t)len, &back, why, sizeof why), 0);
+    assert_int_equal(
+        ftc__fs_gone_parse(rec, (uint32_t)len, FTC__FS_GONE_V2, &back, why, sizeof why), 0);
     assert_true(back.n == 2 && !strcmp(back.e[0].name, "a/b") && back.e[0].mtime_ns == 5 &&
-                !strcmp(back.e[1].name, "c") && back.e[1].mtime_ns == 1ull << 62);
+                back.e[0].gone_ns == 7 && !back.e[0].hashed && !strcmp(back.e[1].name, "c") &&
+                back.e[1].mtime_ns == 1ull << 62 && back.e[1].gone_ns == 9 && back.e[1].hashed &&
+                back.e[1].size == 3 && back.e[1].xxh3 == 0xabcdef);
+    ftc__fs_stamps_free(&back);
+    /* the form of an older ftc: u32 length, name, u64 mtime; its deletion
+     * time taken as the mtime */
+    const uint8_t v1[] = {1, 0, 0, 0, 'x', 42, 0, 0, 0, 0, 0, 0, 0};
+    assert_int_equal(ftc__fs_gone_parse(v1, sizeof v1, FTC__FS_GONE_V1, &back, why, sizeof why),
+                     0);
+    assert_true(back.n == 1 && !strcmp(back.e[0].name, "x") && back.e[0].mtime_ns == 42 &&
+                back.e[0].gone_ns == 42 && !back.e[0].hashed);
     ftc__fs_stamps_free(&back);
     e[1].name = "a/b";
     free(rec);
     rec = ftc__fs_gone_record(&set, &len);
-    assert_int_equal(ftc__fs_gone_parse(rec, (uint32_t)len, &back, why, sizeof why),
-                     FTC_ECORRUPT);
+    assert_int_equal(
+        ftc__fs_gone_parse(rec, (uint32_t)len, FTC__FS_GONE_V2, &back, why, sizeof why),
+        FTC_ECORRUPT);
     assert_int_equal(back.n, 0);
     free(rec);
     ftc__fs_stamps_free(&back);
+
+    /* the cap keeps the newest deletions, by when each tombstone was made:
+     * "old" is a copy that kept an old mtime (cp -p), deleted last */
+    const char *names[] = {"a", "b", "d", "old"};
+    uint64_t mt[] = {100, 900, 500, 50}, gn[] = {5, 1, 3, 9};
+    set = (ftc__fs_stamps_t){.e = calloc(4, sizeof *set.e), .cap = 4};
+    for (int i = 0; i < 4; i++)
+        set.e[set.n++] =
+            (ftc__fs_stamp_t){.name = strdup(names[i]), .mtime_ns = mt[i], .gone_ns = gn[i]};
+    assert_int_equal(ftc__fs_gone_bound(&set, 2, 1 << 20), 2);
+    assert_true(set.n == 2 && !strcmp(set.e[0].name, "a") && !strcmp(set.e[1].name, "old"));
+    assert_int_equal(ftc__fs_gone_bound(&set, 2, 1 << 20), 0);
+    assert_int_equal(ftc__fs_gone_bound(&set, 2, 40 + 3), 1); /* bytes: "old" alone fits */
+    assert_true(set.n == 1 && !strcmp(set.e[0].name, "old"));
+    ftc__fs_stamps_free(&set);
 }
 
 int main(int argc, char **argv)
@@ -1691,6 +1773,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_delete, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_goneunrecorded, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_gonecap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pending, setup, teardown),
         cmocka_unit_test_setup_teardown(test_busy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_quietopen, setup, teardown),
