@@ -25,6 +25,7 @@
 #include "core/config.h"
 #include "core/fabric.h"
 #include "core/fsio.h"
+#include "core/hash.h"
 #include "core/le.h"
 #include "core/log.h"
 #include "core/proc.h"
@@ -101,7 +102,7 @@ typedef struct fs_peer {
 
 typedef struct fs_file { /* one file found by a scan */
     char *name;          /* relative path */
-    uint64_t size, mtime_ns;
+    uint64_t size, mtime_ns, ctime_ns;
     uint32_t mode;
     bool busy;           /* being written (a busy pack): taken from the previous version */
     const uint8_t *from; /* ... where its bytes are */
@@ -692,6 +693,7 @@ static int scan_dir(ftc_filestore_t *fs, fs_scan_t *s, const char *rel, int dept
         }
         f->size = (uint64_t)st.st_size;
         f->mtime_ns = ts_ns(&st.st_mtim);
+        f->ctime_ns = ts_ns(&st.st_ctim);
         f->mode = (uint32_t)(st.st_mode & 07777);
         f->busy = busy_has(fs, sub);
         f->from = NULL;
@@ -924,10 +926,85 @@ static int stamps_from_scan(const fs_scan_t *sc, fs_stamps_t *out)
 {
     memset(out, 0, sizeof *out);
     int rc = 0;
-    for (size_t i = 0; !rc && i < sc->n; i++)
+    for (size_t i = 0; !rc && i < sc->n; i++) {
         rc = stamps_add(out, sc->f[i].name, strlen(sc->f[i].name), sc->f[i].mtime_ns);
+        if (!rc) {
+            out->e[out->n - 1].size = sc->f[i].size;
+            out->e[out->n - 1].ctime_ns = sc->f[i].ctime_ns;
+        }
+    }
     if (rc) stamps_free(out);
     return rc;
+}
+
+/* The xxh3 of the file at path (as the shard's checksum of its bytes) in
+ * *out: 0, or -1 when it cannot be read or no longer has size bytes (and
+ * ctime ctime_ns, when not 0): it changed, nothing can be said. */
+static int fs_hash_file(const char *path, uint64_t size, uint64_t ctime_ns, uint64_t *out)
+{
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return -1;
+    enum { CHUNK = 1 << 20 };
+    ftc_hash_t *h = ftc_hash_create();
+    uint8_t *buf = malloc(CHUNK);
+    int rc = h && buf ? 0 : -1;
+    uint64_t got = 0;
+    while (!rc) {
+        ssize_t r = read(fd, buf, CHUNK);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            rc = r < 0 ? -1 : 0;
+            break;
+        }
+        ftc_hash_update(h, buf, (size_t)r);
+        got += (uint64_t)r;
+    }
+    struct stat st;
+    if (!rc && (got != size || fstat(fd, &st) != 0 || (uint64_t)st.st_size != size ||
+                (ctime_ns && ts_ns(&st.st_ctim) != ctime_ns)))
+        rc = -1;
+    if (!rc) *out = ftc_hash_digest(h);
+    ftc_hash_destroy(h);
+    free(buf);
+    close(fd);
+    return rc;
+}
+
+/* Whether the local file p (same name and mtime as tombstone g) is the
+ * deleted copy itself: its size and xxh3 those g names; a tombstone of
+ * unknown content takes the mtime alone. A file found to be another copy
+ * is not read again while its ctime stays (g->ctime_ns). */
+static bool fs_is_deleted_copy(ftc_filestore_t *fs, fs_stamp_t *g, const fs_stamp_t *p)
+{
+    if (!g->hashed) return true;
+    if (p->size != g->size || (g->ctime_ns && g->ctime_ns == p->ctime_ns)) return false;
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", fs->dir, p->name);
+    uint64_t h;
+    if (fs_hash_file(path, p->size, p->ctime_ns, &h) != 0) return false; /* look again later */
+    if (h == g->xxh3) return true;
+    g->ctime_ns = p->ctime_ns;
+    return false;
+}
+
+/* Names in g the size and xxh3 of its deleted copy when one of this node's
+ * own versions holds that copy (same name, mtime and size): the checksum
+ * of its tensor. Else g stays of unknown content (a copy restored from
+ * another node's version and deleted before this node packed it). */
+static void fs_gone_hash(const ftc_shard_view_t *v, const uint8_t *const *meta, int nv,
+                         fs_stamp_t *g, uint64_t size)
+{
+    for (int s = 0; s < nv; s++) {
+        int t = ftc_shard_find(&v[s], g->name);
+        if (t < 0) continue;
+        ftc_shard_tensor_t tt;
+        ftc_shard_get(&v[s], (uint32_t)t, &tt);
+        if (ftc_le_rd64(meta[s] + 16 * t) != g->mtime_ns || tt.length != size) continue;
+        g->hashed = true;
+        g->size = size;
+        g->xxh3 = tt.xxh3;
+        return;
+    }
 }
 
 /* A file of the last pack or restore (seen) that scan sc (sorted by name)
@@ -942,25 +1019,46 @@ static int fs_note_gone(ftc_filestore_t *fs, const fs_scan_t *sc)
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     uint64_t wall_ns = ts_ns(&ts); /* when the deletions were seen: the cap keeps the newest */
+    /* this node's own versions, newest first: the checksums of the copies deleted */
+    ftc_shard_view_t v[2];
+    const uint8_t *meta[2];
+    int nv = 0;
+    for (int k = 0; k < 2; k++) {
+        int o = fs->own_step[0] >= fs->own_step[1] ? k : 1 - k;
+        uint32_t ml = 0;
+        ftc_err_t e = {0};
+        if (fs->own_step[o] && fs->own[o].base &&
+            ftc_shard_open(&v[nv], fs->own[o].base, fs->own[o].size, FTC_SHARD_ALLOW_TRAILING,
+                           &e) == 0 &&
+            ftc_shard_meta_get(&v[nv], FS_META_FILES, &meta[nv], &ml) == 0 &&
+            ml == (uint64_t)v[nv].n_tensors * 16)
+            nv++;
+    }
     for (size_t i = 0, j = 0; !rc && i < fs->seen.n; i++) {
         const fs_stamp_t *s = &fs->seen.e[i];
         while (j < now.n && strcmp(now.e[j].name, s->name) < 0)
             j++;
         if (j < now.n && !strcmp(now.e[j].name, s->name)) continue;
         rc = stamps_add(&fs->gone, s->name, strlen(s->name), s->mtime_ns);
-        if (!rc) fs->gone.e[fs->gone.n - 1].gone_ns = wall_ns;
+        if (!rc) {
+            fs_stamp_t *g = &fs->gone.e[fs->gone.n - 1];
+            g->gone_ns = wall_ns;
+            fs_gone_hash(v, meta, nv, g, s->size);
+        }
         added += !rc;
     }
     if (added)
         stamps_norm(&fs->gone);
-    /* the deleted copy itself in the directory again (same name and mtime)
-     * is no longer deleted; a file of that name with another mtime (a
-     * rollback copy that kept an older one: cp -p) is another file, and the
-     * tombstone still keeps the deleted copy of other nodes out */
+    /* the deleted copy itself in the directory again (same name, mtime and,
+     * when the tombstone knows them, size and content) is no longer
+     * deleted; a file of that name with another mtime (a rollback copy that
+     * kept an older one: cp -p), or with that mtime but other bytes (touch
+     * -d to the same time), is another file, and the tombstone still keeps
+     * the deleted copy of other nodes out */
     size_t out = 0;
     for (size_t i = 0; !rc && i < fs->gone.n; i++) {
         const fs_stamp_t *p = stamps_find(&now, fs->gone.e[i].name, strlen(fs->gone.e[i].name));
-        if (p && p->mtime_ns == fs->gone.e[i].mtime_ns)
+        if (p && p->mtime_ns == fs->gone.e[i].mtime_ns && fs_is_deleted_copy(fs, &fs->gone.e[i], p))
             free(fs->gone.e[i].name);
         else
             fs->gone.e[out++] = fs->gone.e[i];
@@ -1858,9 +1956,10 @@ static int fs_move_aside(ftc_filestore_t *fs, const fs_cand_t *c, size_t nc, boo
 }
 
 /* Removes this directory's copy of a deleted file when it is that copy (its
- * mtime the tombstone's, to the nanosecond: restored here earlier), and the
- * directories that leaves empty; 1 when removed. A copy of another mtime,
- * older or newer, is another file the binary wrote: never removed. */
+ * mtime the tombstone's, to the nanosecond, and its size and xxh3 when the
+ * tombstone names them: restored here earlier), and the directories that
+ * leaves empty; 1 when removed. A copy of another mtime, older or newer, or
+ * of other bytes, is another file the binary wrote: never removed. */
 static int fs_remove_gone(ftc_filestore_t *fs, const fs_stamp_t *g)
 {
     char path[PATH_MAX];
@@ -1868,8 +1967,11 @@ static int fs_remove_gone(ftc_filestore_t *fs, const fs_stamp_t *g)
     struct stat st;
     size_t dl = (size_t)snprintf(path, sizeof path, "%s/", fs->dir);
     snprintf(path + dl, sizeof path - dl, "%s", g->name);
+    uint64_t h;
     if (fs_parent_check(fs, g->name, &e) || lstat(path, &st) != 0 || !S_ISREG(st.st_mode) ||
-        ts_ns(&st.st_mtim) != g->mtime_ns)
+        ts_ns(&st.st_mtim) != g->mtime_ns ||
+        (g->hashed && ((uint64_t)st.st_size != g->size ||
+                       fs_hash_file(path, g->size, 0, &h) != 0 || h != g->xxh3)))
         return 0; /* not there (nor written through a link), or another copy */
     if (unlink(path) != 0) {
         fs_log(fs, FTC_LOG_WARN, "%s was deleted on another node but removing it failed: %s", path,
@@ -2025,7 +2127,10 @@ static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
             }
             uint64_t mt = ftc_le_rd64(r->meta + 16 * t);
             fs_stamp_t *g = stamps_find(&gone, tt.name, tt.name_len);
-            if (g && mt == g->mtime_ns) { /* the deleted copy itself */
+            if (g && mt == g->mtime_ns &&
+                (!g->hashed || (tt.length == g->size && tt.xxh3 == g->xxh3))) {
+                /* the deleted copy itself (a copy of that mtime but other
+                 * bytes was written again since: it competes as any copy) */
                 ndel++;
                 continue;
             }

@@ -42,7 +42,8 @@
  * deleted copy and when the deletion was seen) in the node's later versions
  * (metadata record "ftc.gone.v2"; "ftc.gone" of an older ftc is read too).
  * A restore merges the tombstones of the recorded versions (the newest per
- * name): the deleted copy (its mtime) is not written, and is removed from
+ * name): the deleted copy (its mtime; its size and xxh3 when this node
+ * packed it before the deletion) is not written, and is removed from
  * the directory (another node's, put there by an earlier restore); a copy
  * written again since wins. The tombstones no newer copy undid become the
  * restoring node's own, so a deletion outlives the node that made it. At

@@ -51,6 +51,9 @@
  *   gonecap    past the cap of 4096 tombstones the oldest deletions are
  *              dropped, not the copies of the oldest mtime: a cp -p copy
  *              deleted last stays deleted
+ *   gonesame   a file written again with the deleted copy's mtime to the
+ *              nanosecond but other bytes survives the restore on both nodes
+ *              (the tombstone names the deleted copy's size and xxh3)
  *   pending    a file written just before a restore is still pushed after it
  *   busy       a log appended every 20 ms (never quiet) and a file rewritten in
  *              place and held open: a version is still made (busy_max_ms), with
@@ -299,6 +302,19 @@ static void child_main(int fd, uint32_t index, const char *id, int k, const ftc_
                 if (unlink(path) != 0 && !rc) rc = -errno;
             }
             say(fd, "%d", rc);
+        } else if (sscanf(line, "getmtime %255s", name) == 1) {
+            snprintf(path, sizeof path, "%s/%s", dir, name);
+            struct stat st;
+            if (stat(path, &st) != 0)
+                say(fd, "%d", -errno);
+            else
+                say(fd, "0 %lld %ld", (long long)st.st_mtim.tv_sec, (long)st.st_mtim.tv_nsec);
+        } else if (sscanf(line, "setmtime %255s %llu %llu", name, &seed, &len) == 3) {
+            /* its mtime set to SEC NSEC (touch -d, os.utime to the nanosecond) */
+            snprintf(path, sizeof path, "%s/%s", dir, name);
+            struct timespec ts[2] = {{.tv_nsec = UTIME_OMIT},
+                                     {.tv_sec = (time_t)seed, .tv_nsec = (long)len}};
+            say(fd, "%d", utimensat(AT_FDCWD, path, ts, 0) == 0 ? 0 : -errno);
         } else if (sscanf(line, "rm %255s", name) == 1) {
             snprintf(path, sizeof path, "%s/%s", dir, name);
             say(fd, "%d", unlink(path) == 0 ? 0 : -errno);
@@ -1310,6 +1326,52 @@ static void test_gonecap(void **state)
     quit(&n1);
 }
 
+/* A file written again with exactly the deleted copy's mtime (touch -d to
+ * the same time, os.utime to the nanosecond) but other bytes lost to the
+ * tombstone: the restore took it for the deleted copy, left it out of the
+ * union and removed it from the directory. A tombstone now names the
+ * deleted copy's size and xxh3 (from the node's own version): a copy of
+ * that mtime with other bytes is another file. */
+static void test_gonesame(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0, n1;
+    spawn_pair(&n0, &n1);
+    OK(&n0, "write x.bin 151 5000");
+    OK(&n0, "flush");
+    OK(&n0, "restore 1 n0 n1");
+    OK(&n1, "restore 1 n0 n1"); /* node 1 has a copy */
+    char msg[2048];
+    long long sec = 0, nsec = 0;
+    assert_int_equal(cmd(&n0, msg, sizeof msg, "getmtime x.bin"), 0);
+    assert_int_equal(sscanf(msg, "%lld %lld", &sec, &nsec), 2);
+    OK(&n0, "rm x.bin");
+    OK(&n0, "flush"); /* the tombstone */
+    OK(&n1, "restore 1 n0 n1"); /* node 1 applies it and carries it ... */
+    OK(&n1, "absent x.bin");
+    OK(&n1, "write c.bin 152 1000");
+    OK(&n1, "flush"); /* ... in its next version */
+    /* other bytes, the same size, the deleted copy's mtime */
+    OK(&n0, "write x.bin 153 5000");
+    OK(&n0, "setmtime x.bin %lld %lld", sec, nsec);
+    OK(&n0, "flush");
+    OK(&n0, "restore 1 n0 n1");
+    OK(&n1, "restore 1 n0 n1");
+    OK(&n0, "check x.bin 153 5000");
+    OK(&n1, "check x.bin 153 5000");
+    OK(&n0, "check c.bin 152 1000");
+    /* and deleted again: it stays deleted on both */
+    OK(&n0, "rm x.bin");
+    OK(&n0, "flush");
+    OK(&n0, "restore 1 n0 n1");
+    OK(&n1, "restore 1 n0 n1");
+    OK(&n0, "absent x.bin");
+    OK(&n1, "absent x.bin");
+    quit(&n0);
+    quit(&n1);
+}
+
 /* A file written just before a restore (not packed yet: the quiet period
  * had not passed) still makes a version after the restore; before, the
  * restore dropped every queued event, its own and the binary's. */
@@ -1774,6 +1836,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_gone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_goneunrecorded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gonecap, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_gonesame, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pending, setup, teardown),
         cmocka_unit_test_setup_teardown(test_busy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_quietopen, setup, teardown),
