@@ -611,13 +611,16 @@ static void fs_find_writers(ftc_filestore_t *fs)
             int ifd = open(p, O_RDONLY | O_CLOEXEC);
             if (ifd < 0) continue;
             char info[512];
-            ssize_t r = read(ifd, info, sizeof info - 1);
+            ssize_t r = read(ifd, info, sizeof info);
             close(ifd);
             if (r <= 0) continue;
-            info[r] = 0;
-            const char *f = strstr(info, "flags:");
-            if (!f) continue;
-            unsigned long flags = strtoul(f + 6, NULL, 8);
+            unsigned flags;
+            if (ftc_proc_fdinfo_flags_parse(info, (size_t)r, &flags) != 0) {
+                /* unknown: not counted as a writer (reading the file still
+                 * notices one whose size or mtime moves) */
+                FTC_DEBUG(FS_MOD, "%s: no readable flags line: its access mode is unknown", p);
+                continue;
+            }
             if ((flags & O_ACCMODE) != O_RDONLY) busy_add(fs, target + dl + 1);
         }
         closedir(fdd);
