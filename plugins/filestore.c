@@ -205,6 +205,7 @@ struct ftc_filestore {
     bool mark_mine;         /* FS_OPEN_MARK was made by this store */
     char down_why[300];     /* why the endpoint could not be reopened */
     uint64_t unreported_ns; /* a watched rank reaped but not reported since */
+    int pack_delay_ms;      /* tests: FTC_TEST_FS_PACK_DELAY_MS, read once at create */
     uint64_t last_refresh_ns;
     uint64_t hot_until_ns;
     ftc_repl_counters_t last_ctr;
@@ -1243,9 +1244,8 @@ static void fs_start_push(ftc_filestore_t *fs, bool busy)
     /* a file some process holds open for writing is not finished, quiet or
      * not: a writer that pauses halfway (computing the rest) leaves it torn */
     fs_find_writers(fs);
-    const char *td = getenv("FTC_TEST_FS_PACK_DELAY_MS"); /* tests: a writer opens meanwhile */
-    if (td && atoi(td) > 0)
-        ftc_sleep_ms(atoi(td) > 10000 ? 10000 : atoi(td));
+    if (fs->pack_delay_ms > 0) /* tests: a writer opens meanwhile */
+        ftc_sleep_ms((uint64_t)fs->pack_delay_ms);
     int rc = scan_dir(fs, &sc, "", 0, &err);
     if (rc) goto fail;
     if (sc.n) /* (an empty directory is a version too: every file deleted) */
@@ -2585,11 +2585,23 @@ ftc_filestore_t *ftc_filestore_create(const char *job, uint32_t index, const cha
             FTC_SHARD_JOB_MAX - 6, FTC_CTL_NODE_MAX, FS_MAX_NODES);
         return NULL;
     }
+    /* read once, strictly: it was getenv + atoi at every pack ("3x" was 3,
+     * "x" no delay, both silently) */
+    const char *td = getenv("FTC_TEST_FS_PACK_DELAY_MS");
+    int64_t delay = 0;
+    if (td && ftc_parse_int(td, 0, 10000, &delay) != 0) {
+        ftc_err_set(err, FTC_EINVAL,
+                    "filestore: FTC_TEST_FS_PACK_DELAY_MS='%.40s' is not a whole number of ms in "
+                    "0..10000 (a test hook: unset it)",
+                    td);
+        return NULL;
+    }
     ftc_filestore_t *fs = calloc(1, sizeof *fs);
     if (!fs) {
         ftc_err_set(err, FTC_ENOMEM, "filestore: out of memory");
         return NULL;
     }
+    fs->pack_delay_ms = (int)delay;
     pthread_mutex_init(&fs->mu, NULL);
     ftc_cond_init(&fs->cv); /* fs_wait_ack counts on the monotonic clock */
     fs->ino = fs->evfd = -1;

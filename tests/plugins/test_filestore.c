@@ -39,6 +39,8 @@
  *   crashrestore  the same, the restore coming at once (before the store's
  *              next pack): the recorded copy still replaces the half-written one
  *   limits     times above a day are refused (their sums overflowed the waits)
+ *   packdelay_env  a bad FTC_TEST_FS_PACK_DELAY_MS fails the store's create,
+ *              naming it (it was atoi'd at every pack)
  *   delete     a file the binary deletes is not brought back by a restore (a
  *              deletion makes a version; deleting all makes an empty one)
  *   gone       a file node 0 deletes after a restore gave node 1 a copy (in
@@ -380,11 +382,6 @@ static void child_main(int fd, uint32_t index, const char *id, int k, const ftc_
                  i++)
                 ftc_sleep_ms(10);
             say(fd, "%d", (int)r);
-        } else if (sscanf(line, "packdelay %llu", &seed) == 1) {
-            /* the store pauses between looking for writers and reading */
-            char v[32];
-            snprintf(v, sizeof v, "%llu", seed);
-            say(fd, "%d", setenv("FTC_TEST_FS_PACK_DELAY_MS", v, 1) == 0 ? 0 : -errno);
         } else if (sscanf(line, "limits %llu %llu", &seed, &len) == 2) {
             ftc_filestore_limits_t l = FTC_FILESTORE_LIMITS_INIT;
             int busy_ms = -1, quiet_ms = -1;
@@ -1106,11 +1103,16 @@ static void test_openedmidpack(void **state)
 {
     (void)state;
     g_prov = "tcp;ofi_rxm";
-    node_t n0, n1;
-    spawn_pair(&n0, &n1);
+    /* node 0's store pauses 3 s between looking for writers and reading
+     * (read once, when it is created) */
+    assert_int_equal(setenv("FTC_TEST_FS_PACK_DELAY_MS", "3000", 1), 0);
+    node_t n0 = spawn(0, "n0", 1);
+    unsetenv("FTC_TEST_FS_PACK_DELAY_MS");
+    node_t n1 = spawn(1, "n1", 1);
+    OK(&n0, "members 1 n0 n1");
+    OK(&n1, "members 1 n0 n1");
     OK(&n0, "write a.bin 81 100000");
     OK(&n0, "flush"); /* version 1 */
-    OK(&n0, "packdelay 3000");
     OK(&n0, "write b.bin 82 1000"); /* a change: packed once quiet (200 ms) ... */
     ftc_sleep_ms(1000);             /* ... and the pack is in its pause now */
     int hold = cmd(&n0, NULL, 0, "holdwrite a.bin 83 100000");
@@ -1161,6 +1163,29 @@ static void test_crashlongname(void **state)
  * (push_timeout_ms + quiet_ms + 10 s; restore_timeout_ms + 15 s) were
  * accepted: a flush then waited with a negative, i.e. no, deadline. Times
  * above a day are refused by name, a day is taken. */
+/* FTC_TEST_FS_PACK_DELAY_MS was read with getenv + atoi at every pack:
+ * "3x" was 3 ms, "x" or "-5" no delay, silently. It is read once when the
+ * store is created, strictly; a bad value fails the create, naming it. */
+static void test_packdelay_env(void **state)
+{
+    (void)state;
+    const char *bad[] = {"3x", "x", "-5", "10001", ""};
+    char job[80];
+    snprintf(job, sizeof job, "%s-env", g_job);
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        assert_int_equal(setenv("FTC_TEST_FS_PACK_DELAY_MS", bad[i], 1), 0);
+        ftc_err_t err = {0};
+        ftc_filestore_t *fs = ftc_filestore_create(job, 0, "n0", ftc_redis_server_url(g_fix->srv),
+                                                   1, "tcp;ofi_rxm", &err);
+        unsetenv("FTC_TEST_FS_PACK_DELAY_MS");
+        printf("# FTC_TEST_FS_PACK_DELAY_MS='%s': %s\n", bad[i], fs ? "accepted" : err.msg);
+        ftc_filestore_destroy(fs);
+        assert_null(fs);
+        assert_int_equal(err.code, FTC_EINVAL);
+        assert_non_null(strstr(err.msg, "FTC_TEST_FS_PACK_DELAY_MS"));
+    }
+}
+
 static void test_limits(void **state)
 {
     (void)state;
@@ -1832,6 +1857,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_openedmidpack, setup, teardown),
         cmocka_unit_test_setup_teardown(test_crashlongname, setup, teardown),
         cmocka_unit_test_setup_teardown(test_limits, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_packdelay_env, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delete, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_goneunrecorded, setup, teardown),
