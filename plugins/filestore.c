@@ -111,6 +111,14 @@ typedef struct fs_file { /* one file found by a scan */
 typedef ftc__fs_stamp_t fs_stamp_t; /* filestore_internal.h */
 typedef ftc__fs_stamps_t fs_stamps_t;
 
+typedef struct fs_held { /* a file some process holds open for writing */
+    char *name;
+    char pid[16];     /* one process holding it */
+    uint64_t since_ns; /* first found so (ftc_now_ns) */
+    uint64_t warn_ns;  /* next warning, the wait doubling after each */
+    bool mark;         /* found by the current look */
+} fs_held_t;
+
 typedef struct fs_logline {
     int level;
     char text[400];
@@ -206,6 +214,11 @@ struct ftc_filestore {
     char down_why[300];     /* why the endpoint could not be reopened */
     uint64_t unreported_ns; /* a watched rank reaped but not reported since */
     int pack_delay_ms;      /* tests: FTC_TEST_FS_PACK_DELAY_MS, read once at create */
+    fs_held_t *held;        /* files held open for writing at the last look, by name */
+    size_t nheld, capheld;
+    uint64_t held_check_ns; /* look again then (0: none held) */
+    uint64_t unclosed_ns;   /* a file written (not closed) since the last look: the first
+                               such write (0: none); no close, no pack: looked at later */
     uint64_t last_refresh_ns;
     uint64_t hot_until_ns;
     ftc_repl_counters_t last_ctr;
@@ -534,6 +547,9 @@ static void fs_drain_events(ftc_filestore_t *fs, bool ignore)
             if (e->mask &
                 (IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_Q_OVERFLOW))
                 fs->dirty = true;
+            else if (!(e->mask & IN_ISDIR) && (e->mask & (IN_MODIFY | IN_CREATE)) &&
+                     !fs->unclosed_ns)
+                fs->unclosed_ns = ftc_now_ns();
             fs->last_event_ns = ftc_now_ns();
             fs->retries = 0;
             fs->retry_at_ns = 0;
@@ -583,12 +599,71 @@ static void busy_clear(ftc_filestore_t *fs)
     fs->nbusy = 0;
 }
 
+/* Notes that process pid holds file name open for writing (fs_find_writers)
+ * since `now` at the latest. */
+static void held_mark(ftc_filestore_t *fs, const char *name, const char *pid, uint64_t now,
+                      uint64_t first_warn_ns)
+{
+    for (size_t i = 0; i < fs->nheld; i++)
+        if (!strcmp(fs->held[i].name, name)) {
+            fs->held[i].mark = true;
+            return;
+        }
+    if (fs->nheld == fs->capheld) {
+        size_t cap = fs->capheld ? 2 * fs->capheld : 8;
+        fs_held_t *nh = realloc(fs->held, cap * sizeof *nh);
+        if (!nh) return; /* (then it goes without a warning) */
+        fs->held = nh, fs->capheld = cap;
+    }
+    char *c = strdup(name);
+    if (!c) return;
+    fs_held_t *h = &fs->held[fs->nheld++];
+    *h = (fs_held_t){.name = c, .since_ns = now, .warn_ns = now + first_warn_ns, .mark = true};
+    snprintf(h->pid, sizeof h->pid, "%.15s", pid);
+}
+
+/* After a look: forgets the files no longer held open, warns (rate-limited:
+ * after busy_max_ms, then each time the time doubled) about those held
+ * open so long, and plans the next look. A file held open for writing is
+ * never packed as it stands: a process that keeps it open for good (a log,
+ * a memory-mapped file) kept it out of every version without a word. */
+static void held_sweep(ftc_filestore_t *fs, uint64_t now)
+{
+    size_t out = 0;
+    fs->held_check_ns = 0;
+    for (size_t i = 0; i < fs->nheld; i++) {
+        fs_held_t *h = &fs->held[i];
+        if (!h->mark) {
+            free(h->name);
+            continue;
+        }
+        h->mark = false;
+        if (now >= h->warn_ns) {
+            uint64_t open_ns = now - h->since_ns;
+            fs_log(fs, FTC_LOG_WARN,
+                   "%s/%s has been held open for writing for about %" PRIu64 " s (process %s, "
+                   "among others perhaps): its bytes as they stand are in no version; they are "
+                   "replicated once it is closed",
+                   fs->dir, h->name, open_ns / (uint64_t)1000000000, h->pid);
+            h->warn_ns = now + (open_ns ? open_ns : 1);
+        }
+        if (!fs->held_check_ns || h->warn_ns < fs->held_check_ns) fs->held_check_ns = h->warn_ns;
+        fs->held[out++] = *h;
+    }
+    fs->nheld = out;
+}
+
 /* Adds to the busy set every file of the directory that some process holds
  * open for writing: for each /proc/PID/fd link into the directory, the
  * access mode in /proc/PID/fdinfo/FD. Processes this one may not look into
- * are passed over. */
-static void fs_find_writers(ftc_filestore_t *fs)
+ * are passed over. Tracks how long each has been held open (held_sweep). */
+static void fs_find_writers(ftc_filestore_t *fs, uint64_t since_hint)
 {
+    uint64_t now = ftc_now_ns();
+    pthread_mutex_lock(&fs->mu);
+    int first_ms = fs->lim.busy_max_ms > 0 ? fs->lim.busy_max_ms : 30000;
+    uint64_t first_warn_ns = (uint64_t)first_ms * 1000000ull;
+    pthread_mutex_unlock(&fs->mu);
     char dir[PATH_MAX];
     if (!realpath(fs->dir, dir)) return;
     size_t dl = strlen(dir);
@@ -622,11 +697,17 @@ static void fs_find_writers(ftc_filestore_t *fs)
                 FTC_DEBUG(FS_MOD, "%s: no readable flags line: its access mode is unknown", p);
                 continue;
             }
-            if ((flags & O_ACCMODE) != O_RDONLY) busy_add(fs, target + dl + 1);
+            if ((flags & O_ACCMODE) != O_RDONLY) {
+                busy_add(fs, target + dl + 1);
+                held_mark(fs, target + dl + 1, pe->d_name, since_hint ? since_hint : now,
+                          first_warn_ns);
+            }
         }
         closedir(fdd);
     }
     closedir(proc);
+    held_sweep(fs, now);
+    fs->unclosed_ns = 0;
 }
 
 typedef struct fs_scan {
@@ -1243,7 +1324,7 @@ static void fs_start_push(ftc_filestore_t *fs, bool busy)
         busy_clear(fs);
     /* a file some process holds open for writing is not finished, quiet or
      * not: a writer that pauses halfway (computing the rest) leaves it torn */
-    fs_find_writers(fs);
+    fs_find_writers(fs, 0);
     if (fs->pack_delay_ms > 0) /* tests: a writer opens meanwhile */
         ftc_sleep_ms((uint64_t)fs->pack_delay_ms);
     int rc = scan_dir(fs, &sc, "", 0, &err);
@@ -1334,7 +1415,7 @@ static void fs_start_push(ftc_filestore_t *fs, bool busy)
     /* a writer that opened a file after fs_find_writers looked, and paused
      * (its size and mtime stood still while it was read), had it read
      * half-written: look again; such a file is now in the busy set */
-    fs_find_writers(fs);
+    fs_find_writers(fs, 0);
     for (size_t i = 0; i < sc.n; i++)
         if (!sc.f[i].from && busy_has(fs, sc.f[i].name)) {
             rc = ftc_err_set(&err, FTC_EAGAIN, "%s/%s was opened for writing while packing",
@@ -2503,6 +2584,14 @@ static void *fs_main(void *arg)
         bool quiet = now - fs->last_event_ns >= (uint64_t)quiet_ms * 1000000ull;
         bool overdue =
             busy_max_ms > 0 && now - fs->busy_since_ns >= (uint64_t)busy_max_ms * 1000000ull;
+        uint64_t busy_max_ns = (uint64_t)(busy_max_ms > 0 ? busy_max_ms : 30000) * 1000000ull;
+        if (!fs->dirty && ((fs->held_check_ns && now >= fs->held_check_ns) ||
+                           (fs->unclosed_ns && now - fs->unclosed_ns >= busy_max_ns))) {
+            /* a file held open for writing at the last look, or written to
+             * and not closed since (no close, no change, no pack): still? */
+            fs_find_writers(fs, fs->unclosed_ns);
+            busy_clear(fs);
+        }
         if (!fs->pushing && !fs->rec_pending && fs->dirty && fs->members_known &&
             now >= fs->pack_after_ns && (flush || quiet || overdue)) {
             int ranks = fs_ranks_check(fs);
@@ -2797,6 +2886,9 @@ void ftc_filestore_destroy(ftc_filestore_t *fs)
     free(fs->busy);
     stamps_free(&fs->seen);
     stamps_free(&fs->gone);
+    for (size_t i = 0; i < fs->nheld; i++)
+        free(fs->held[i].name);
+    free(fs->held);
     pthread_cond_destroy(&fs->cv);
     pthread_mutex_destroy(&fs->mu);
     free(fs);

@@ -39,6 +39,8 @@
  *   crashrestore  the same, the restore coming at once (before the store's
  *              next pack): the recorded copy still replaces the half-written one
  *   limits     times above a day are refused (their sums overflowed the waits)
+ *   heldopen   a file kept open for writing (never replicated as it stands) is
+ *              named in a warning with how long it has been held open
  *   packdelay_env  a bad FTC_TEST_FS_PACK_DELAY_MS fails the store's create,
  *              naming it (it was atoi'd at every pack)
  *   delete     a file the binary deletes is not brought back by a restore (a
@@ -419,6 +421,7 @@ static void child_main(int fd, uint32_t index, const char *id, int k, const ftc_
 /* ---- the parent ------------------------------------------------------------------- */
 
 static redis_fixture_t *g_fix;
+static const char *g_child_stderr; /* when set, the next spawned child's stderr goes there */
 
 static node_t spawn(uint32_t index, const char *id, int k)
 {
@@ -429,6 +432,11 @@ static node_t spawn(uint32_t index, const char *id, int k)
     assert_true(pid >= 0);
     if (pid == 0) {
         close(sv[0]);
+        if (g_child_stderr) { /* its log lines, for the test to read */
+            int f = open(g_child_stderr, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0600);
+            if (f < 0 || dup2(f, 2) < 0) child_exit(3);
+            close(f);
+        }
         ftc_redis_url_t url = *ftc_redis_server_url(g_fix->srv);
         child_main(sv[1], index, id, k, &url);
     }
@@ -1163,6 +1171,56 @@ static void test_crashlongname(void **state)
  * (push_timeout_ms + quiet_ms + 10 s; restore_timeout_ms + 15 s) were
  * accepted: a flush then waited with a negative, i.e. no, deadline. Times
  * above a day are refused by name, a day is taken. */
+/* A file some process keeps open for writing is never packed as it stands
+ * (each version carries its previous copy, or leaves it out): a process
+ * that never closes it kept it out of every version with no more than one
+ * warning per version made. The store now warns that the file has been
+ * held open, naming it and for how long, after busy_max_ms and then each
+ * time that time doubles, also when nothing else changes. */
+static void test_heldopen(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    char logp[PATH_MAX];
+    snprintf(logp, sizeof logp, "%s/%s.n0.log", getenv("FTC_TEST_TMP") ? getenv("FTC_TEST_TMP")
+                                                                         : "/tmp", g_job);
+    g_child_stderr = logp;
+    node_t n0 = spawn(0, "n0", 1);
+    g_child_stderr = NULL;
+    node_t n1 = spawn(1, "n1", 1);
+    OK(&n0, "members 1 n0 n1");
+    OK(&n1, "members 1 n0 n1");
+    OK(&n0, "limits 1073741824 60000 1000"); /* busy_max_ms 1 s: the first warning's wait */
+    OK(&n0, "write a.bin 161 1000");
+    OK(&n0, "flush");
+    int hold = cmd(&n0, NULL, 0, "holdwrite new.bin 162 20000"); /* half written, kept open */
+    assert_true(hold > 0);
+    bool warned = false;
+    for (int i = 0; i < 300 && !warned; i++) { /* each command shows the store's log lines */
+        OK(&n0, "stats");
+        uint8_t *log = NULL;
+        size_t len = 0;
+        ftc_err_t e = {0};
+        if (ftc_fs_read_file(logp, 1u << 24, &log, &len, &e) == 0) {
+            char *t = realloc(log, len + 1);
+            assert_non_null(t);
+            t[len] = 0;
+            warned = strstr(t, "new.bin has been held open for writing for about") != NULL;
+            free(t);
+        } else {
+            free(log);
+        }
+        if (!warned) ftc_sleep_ms(100);
+    }
+    kill(hold, SIGKILL);
+    waitpid(hold, NULL, 0);
+    printf("# warned that new.bin is held open: %s\n", warned ? "yes" : "no");
+    quit(&n0);
+    quit(&n1);
+    if (warned) unlink(logp); /* else kept, for a look */
+    assert_true(warned);
+}
+
 /* FTC_TEST_FS_PACK_DELAY_MS was read with getenv + atoi at every pack:
  * "3x" was 3 ms, "x" or "-5" no delay, silently. It is read once when the
  * store is created, strictly; a bad value fails the create, naming it. */
@@ -1858,6 +1916,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_crashlongname, setup, teardown),
         cmocka_unit_test_setup_teardown(test_limits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_packdelay_env, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_heldopen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delete, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_goneunrecorded, setup, teardown),
