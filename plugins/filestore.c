@@ -1072,6 +1072,25 @@ static bool fs_is_deleted_copy(ftc_filestore_t *fs, fs_stamp_t *g, const fs_stam
     return false;
 }
 
+/* Opens this node's own versions, newest first, with their file tables:
+ * how many (0..2). */
+static int fs_own_views(ftc_filestore_t *fs, ftc_shard_view_t v[2], const uint8_t *meta[2])
+{
+    int nv = 0;
+    for (int k = 0; k < 2; k++) {
+        int o = fs->own_step[0] >= fs->own_step[1] ? k : 1 - k;
+        uint32_t ml = 0;
+        ftc_err_t e = {0};
+        if (fs->own_step[o] && fs->own[o].base &&
+            ftc_shard_open(&v[nv], fs->own[o].base, fs->own[o].size, FTC_SHARD_ALLOW_TRAILING,
+                           &e) == 0 &&
+            ftc_shard_meta_get(&v[nv], FS_META_FILES, &meta[nv], &ml) == 0 &&
+            ml == (uint64_t)v[nv].n_tensors * 16)
+            nv++;
+    }
+    return nv;
+}
+
 /* Names in g the size and xxh3 of its deleted copy when one of this node's
  * own versions holds that copy (same name, mtime and size): the checksum
  * of its tensor. Else g stays of unknown content (a copy restored from
@@ -1104,21 +1123,9 @@ static int fs_note_gone(ftc_filestore_t *fs, const fs_scan_t *sc)
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     uint64_t wall_ns = ts_ns(&ts); /* when the deletions were seen: the cap keeps the newest */
-    /* this node's own versions, newest first: the checksums of the copies deleted */
     ftc_shard_view_t v[2];
     const uint8_t *meta[2];
-    int nv = 0;
-    for (int k = 0; k < 2; k++) {
-        int o = fs->own_step[0] >= fs->own_step[1] ? k : 1 - k;
-        uint32_t ml = 0;
-        ftc_err_t e = {0};
-        if (fs->own_step[o] && fs->own[o].base &&
-            ftc_shard_open(&v[nv], fs->own[o].base, fs->own[o].size, FTC_SHARD_ALLOW_TRAILING,
-                           &e) == 0 &&
-            ftc_shard_meta_get(&v[nv], FS_META_FILES, &meta[nv], &ml) == 0 &&
-            ml == (uint64_t)v[nv].n_tensors * 16)
-            nv++;
-    }
+    int nv = -1; /* the own versions, opened at the first deletion */
     for (size_t i = 0, j = 0; !rc && i < fs->seen.n; i++) {
         const fs_stamp_t *s = &fs->seen.e[i];
         while (j < now.n && strcmp(now.e[j].name, s->name) < 0)
@@ -1128,6 +1135,7 @@ static int fs_note_gone(ftc_filestore_t *fs, const fs_scan_t *sc)
         if (!rc) {
             fs_stamp_t *g = &fs->gone.e[fs->gone.n - 1];
             g->gone_ns = wall_ns;
+            if (nv < 0) nv = fs_own_views(fs, v, meta);
             fs_gone_hash(v, meta, nv, g, s->size);
         }
         added += !rc;
