@@ -1228,13 +1228,11 @@ static void test_packdelay_env(void **state)
 {
     (void)state;
     const char *bad[] = {"3x", "x", "-5", "10001", ""};
-    char job[80];
-    snprintf(job, sizeof job, "%s-env", g_job);
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         assert_int_equal(setenv("FTC_TEST_FS_PACK_DELAY_MS", bad[i], 1), 0);
         ftc_err_t err = {0};
-        ftc_filestore_t *fs = ftc_filestore_create(job, 0, "n0", ftc_redis_server_url(g_fix->srv),
-                                                   1, "tcp;ofi_rxm", &err);
+        const ftc_redis_url_t *url = ftc_redis_server_url(g_fix->srv);
+        ftc_filestore_t *fs = ftc_filestore_create(g_job, 0, "n0", url, 1, "tcp;ofi_rxm", &err);
         unsetenv("FTC_TEST_FS_PACK_DELAY_MS");
         printf("# FTC_TEST_FS_PACK_DELAY_MS='%s': %s\n", bad[i], fs ? "accepted" : err.msg);
         ftc_filestore_destroy(fs);
