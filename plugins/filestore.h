@@ -61,7 +61,9 @@
  * version as the previous own version held it, or is left out when no
  * version had it (a warning names such files). A half-written file is never packed, even when its
  * writer pauses past the quiet period; an append-only file is packed once it
- * is closed.
+ * is closed. A file held open for writing busy_max_ms or longer is named in
+ * a warning (again each time that time doubles), even when nothing else
+ * changes: one never closed is never replicated.
  *
  * Limits: the files together must fit max_bytes (default 4 GiB) or the
  * version is refused (FTC_ERANGE, a log line and a ckptdir_too_big event);
