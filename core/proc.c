@@ -85,6 +85,33 @@ int ftc_proc_stat_parse(const char *text, size_t len, ftc_proc_stat_t *st)
     return 0;
 }
 
+int ftc_proc_fdinfo_flags_parse(const char *text, size_t len, unsigned *flags)
+{
+    static const char key[] = "flags:";
+    const size_t kl = sizeof key - 1;
+    const char *end = text + len;
+    for (const char *l = text; l < end;) {
+        const char *nl = memchr(l, '\n', (size_t)(end - l)), *le = nl ? nl : end;
+        if ((size_t)(le - l) >= kl && !memcmp(l, key, kl)) {
+            const char *p = l + kl, *d;
+            while (p < le && (*p == ' ' || *p == '\t'))
+                p++;
+            unsigned long long v = 0;
+            for (d = p; d < le && *d >= '0' && *d <= '7'; d++) {
+                v = v * 8 + (unsigned)(*d - '0');
+                if (v > UINT_MAX)
+                    return FTC_EPROTO;
+            }
+            if (d == p || d != le || p == l + kl)
+                return FTC_EPROTO; /* no digits, something after them, or no blank */
+            *flags = (unsigned)v;
+            return 0;
+        }
+        l = nl ? nl + 1 : end;
+    }
+    return FTC_EPROTO;
+}
+
 int ftc_proc_stat_read(pid_t pid, ftc_proc_stat_t *st)
 {
     char path[64], buf[1024];

@@ -29,4 +29,12 @@ int ftc_proc_stat_parse(const char *text, size_t len, ftc_proc_stat_t *st);
  * (or there is no /proc); FTC_EPROTO when the file is not of that form. */
 int ftc_proc_stat_read(pid_t pid, ftc_proc_stat_t *st);
 
+/* The "flags:" line of a /proc/PID/fdinfo/FD text (len bytes, not
+ * NUL-terminated): a line that starts with "flags:", blanks, then one
+ * whole octal number that fits an unsigned int (the file's open flags:
+ * O_ACCMODE and the rest), then the end of the line or text. 0 with
+ * *flags, or FTC_EPROTO when there is no such line or it is not of that
+ * form ("flags: 0100002x" is not 0100002). Pure; thread-safe. */
+int ftc_proc_fdinfo_flags_parse(const char *text, size_t len, unsigned *flags);
+
 #endif

@@ -25,6 +25,7 @@
 #include "core/config.h"
 #include "core/fabric.h"
 #include "core/fsio.h"
+#include "core/hash.h"
 #include "core/le.h"
 #include "core/log.h"
 #include "core/proc.h"
@@ -57,10 +58,16 @@
 #define FS_NAME_MAX FTC_SHARD_NAME_MAX
 #define FS_META_FILES "ftc.files" /* per tensor: u64 mtime_ns, u32 mode, u32 0 */
 #define FS_META_NODE "ftc.node"
-/* deleted files (tombstones), sorted by name: u32 name_len, name, u64 mtime_ns */
+/* deleted files (tombstones), sorted by name: filestore_internal.h has both
+ * forms; an older ftc wrote the first, this one writes the second (which
+ * an older ftc does not read: its restores apply no deletion of ours) */
 #define FS_META_GONE "ftc.gone"
-/* tombstones kept (the oldest dropped first): a deletion older than these
- * may come back when a stale copy of the file survives in some version */
+#define FS_META_GONE2 "ftc.gone.v2"
+#define FS_GONE1_ENTRY 12u /* bytes of an entry besides its name */
+#define FS_GONE2_ENTRY 40u
+/* tombstones kept (the oldest deletions dropped first): a deletion older
+ * than these may come back when a stale copy of the file survives in some
+ * version */
 #define FS_GONE_MAX 4096
 #define FS_GONE_BYTES (512u << 10) /* ... and the bytes of their record */
 #define FS_TMP_PREFIX ".ftc-tmp."
@@ -95,7 +102,7 @@ typedef struct fs_peer {
 
 typedef struct fs_file { /* one file found by a scan */
     char *name;          /* relative path */
-    uint64_t size, mtime_ns;
+    uint64_t size, mtime_ns, ctime_ns;
     uint32_t mode;
     bool busy;           /* being written (a busy pack): taken from the previous version */
     const uint8_t *from; /* ... where its bytes are */
@@ -103,6 +110,14 @@ typedef struct fs_file { /* one file found by a scan */
 
 typedef ftc__fs_stamp_t fs_stamp_t; /* filestore_internal.h */
 typedef ftc__fs_stamps_t fs_stamps_t;
+
+typedef struct fs_held { /* a file some process holds open for writing */
+    char *name;
+    char pid[16];     /* one process holding it */
+    uint64_t since_ns; /* first found so (ftc_now_ns) */
+    uint64_t warn_ns;  /* next warning, the wait doubling after each */
+    bool mark;         /* found by the current look */
+} fs_held_t;
 
 typedef struct fs_logline {
     int level;
@@ -198,6 +213,12 @@ struct ftc_filestore {
     bool mark_mine;         /* FS_OPEN_MARK was made by this store */
     char down_why[300];     /* why the endpoint could not be reopened */
     uint64_t unreported_ns; /* a watched rank reaped but not reported since */
+    int pack_delay_ms;      /* tests: FTC_TEST_FS_PACK_DELAY_MS, read once at create */
+    fs_held_t *held;        /* files held open for writing at the last look, by name */
+    size_t nheld, capheld;
+    uint64_t held_check_ns; /* look again then (0: none held) */
+    uint64_t unclosed_ns;   /* a file written (not closed) since the last look: the first
+                               such write (0: none); no close, no pack: looked at later */
     uint64_t last_refresh_ns;
     uint64_t hot_until_ns;
     ftc_repl_counters_t last_ctr;
@@ -526,6 +547,9 @@ static void fs_drain_events(ftc_filestore_t *fs, bool ignore)
             if (e->mask &
                 (IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_Q_OVERFLOW))
                 fs->dirty = true;
+            else if (!(e->mask & IN_ISDIR) && (e->mask & (IN_MODIFY | IN_CREATE)) &&
+                     !fs->unclosed_ns)
+                fs->unclosed_ns = ftc_now_ns();
             fs->last_event_ns = ftc_now_ns();
             fs->retries = 0;
             fs->retry_at_ns = 0;
@@ -575,12 +599,71 @@ static void busy_clear(ftc_filestore_t *fs)
     fs->nbusy = 0;
 }
 
+/* Notes that process pid holds file name open for writing (fs_find_writers)
+ * since `now` at the latest. */
+static void held_mark(ftc_filestore_t *fs, const char *name, const char *pid, uint64_t now,
+                      uint64_t first_warn_ns)
+{
+    for (size_t i = 0; i < fs->nheld; i++)
+        if (!strcmp(fs->held[i].name, name)) {
+            fs->held[i].mark = true;
+            return;
+        }
+    if (fs->nheld == fs->capheld) {
+        size_t cap = fs->capheld ? 2 * fs->capheld : 8;
+        fs_held_t *nh = realloc(fs->held, cap * sizeof *nh);
+        if (!nh) return; /* (then it goes without a warning) */
+        fs->held = nh, fs->capheld = cap;
+    }
+    char *c = strdup(name);
+    if (!c) return;
+    fs_held_t *h = &fs->held[fs->nheld++];
+    *h = (fs_held_t){.name = c, .since_ns = now, .warn_ns = now + first_warn_ns, .mark = true};
+    snprintf(h->pid, sizeof h->pid, "%.15s", pid);
+}
+
+/* After a look: forgets the files no longer held open, warns (rate-limited:
+ * after busy_max_ms, then each time the time doubled) about those held
+ * open so long, and plans the next look. A file held open for writing is
+ * never packed as it stands: a process that keeps it open for good (a log,
+ * a memory-mapped file) kept it out of every version without a word. */
+static void held_sweep(ftc_filestore_t *fs, uint64_t now)
+{
+    size_t out = 0;
+    fs->held_check_ns = 0;
+    for (size_t i = 0; i < fs->nheld; i++) {
+        fs_held_t *h = &fs->held[i];
+        if (!h->mark) {
+            free(h->name);
+            continue;
+        }
+        h->mark = false;
+        if (now >= h->warn_ns) {
+            uint64_t open_ns = now - h->since_ns;
+            fs_log(fs, FTC_LOG_WARN,
+                   "%s/%s has been held open for writing for about %" PRIu64 " s (process %s, "
+                   "among others perhaps): its bytes as they stand are in no version; they are "
+                   "replicated once it is closed",
+                   fs->dir, h->name, open_ns / (uint64_t)1000000000, h->pid);
+            h->warn_ns = now + (open_ns ? open_ns : 1);
+        }
+        if (!fs->held_check_ns || h->warn_ns < fs->held_check_ns) fs->held_check_ns = h->warn_ns;
+        fs->held[out++] = *h;
+    }
+    fs->nheld = out;
+}
+
 /* Adds to the busy set every file of the directory that some process holds
  * open for writing: for each /proc/PID/fd link into the directory, the
  * access mode in /proc/PID/fdinfo/FD. Processes this one may not look into
- * are passed over. */
-static void fs_find_writers(ftc_filestore_t *fs)
+ * are passed over. Tracks how long each has been held open (held_sweep). */
+static void fs_find_writers(ftc_filestore_t *fs, uint64_t since_hint)
 {
+    uint64_t now = ftc_now_ns();
+    pthread_mutex_lock(&fs->mu);
+    int first_ms = fs->lim.busy_max_ms > 0 ? fs->lim.busy_max_ms : 30000;
+    uint64_t first_warn_ns = (uint64_t)first_ms * 1000000ull;
+    pthread_mutex_unlock(&fs->mu);
     char dir[PATH_MAX];
     if (!realpath(fs->dir, dir)) return;
     size_t dl = strlen(dir);
@@ -604,18 +687,27 @@ static void fs_find_writers(ftc_filestore_t *fs)
             int ifd = open(p, O_RDONLY | O_CLOEXEC);
             if (ifd < 0) continue;
             char info[512];
-            ssize_t r = read(ifd, info, sizeof info - 1);
+            ssize_t r = read(ifd, info, sizeof info);
             close(ifd);
             if (r <= 0) continue;
-            info[r] = 0;
-            const char *f = strstr(info, "flags:");
-            if (!f) continue;
-            unsigned long flags = strtoul(f + 6, NULL, 8);
-            if ((flags & O_ACCMODE) != O_RDONLY) busy_add(fs, target + dl + 1);
+            unsigned flags;
+            if (ftc_proc_fdinfo_flags_parse(info, (size_t)r, &flags) != 0) {
+                /* unknown: not counted as a writer (reading the file still
+                 * notices one whose size or mtime moves) */
+                FTC_DEBUG(FS_MOD, "%s: no readable flags line: its access mode is unknown", p);
+                continue;
+            }
+            if ((flags & O_ACCMODE) != O_RDONLY) {
+                busy_add(fs, target + dl + 1);
+                held_mark(fs, target + dl + 1, pe->d_name, since_hint ? since_hint : now,
+                          first_warn_ns);
+            }
         }
         closedir(fdd);
     }
     closedir(proc);
+    held_sweep(fs, now);
+    fs->unclosed_ns = 0;
 }
 
 typedef struct fs_scan {
@@ -686,6 +778,7 @@ static int scan_dir(ftc_filestore_t *fs, fs_scan_t *s, const char *rel, int dept
         }
         f->size = (uint64_t)st.st_size;
         f->mtime_ns = ts_ns(&st.st_mtim);
+        f->ctime_ns = ts_ns(&st.st_ctim);
         f->mode = (uint32_t)(st.st_mode & 07777);
         f->busy = busy_has(fs, sub);
         f->from = NULL;
@@ -718,18 +811,29 @@ static int bytes_cmp(const char *a, size_t al, const char *b, size_t bl)
     return c ? c : al < bl ? -1 : al > bl;
 }
 
-/* By name, then oldest first. */
+static int u64_cmp(uint64_t x, uint64_t y)
+{
+    return x < y ? -1 : x > y;
+}
+
+/* By name, then oldest copy first, then oldest deletion. */
 static int stamp_cmp(const void *a, const void *b)
 {
     const fs_stamp_t *x = a, *y = b;
     int c = strcmp(x->name, y->name);
-    return c ? c : x->mtime_ns < y->mtime_ns ? -1 : x->mtime_ns > y->mtime_ns;
+    if (!c) c = u64_cmp(x->mtime_ns, y->mtime_ns);
+    return c ? c : u64_cmp(x->gone_ns, y->gone_ns);
 }
 
-static int stamp_newest_first(const void *a, const void *b)
+/* The newest deletion first: by when the tombstone was made, not by the
+ * deleted copy's mtime (a copy that kept an old mtime, cp -p, may be the
+ * newest deletion); then by mtime, then by name (a total order). */
+static int gone_newest_first(const void *a, const void *b)
 {
-    uint64_t x = ((const fs_stamp_t *)a)->mtime_ns, y = ((const fs_stamp_t *)b)->mtime_ns;
-    return x > y ? -1 : x < y;
+    const fs_stamp_t *x = a, *y = b;
+    int c = u64_cmp(y->gone_ns, x->gone_ns);
+    if (!c) c = u64_cmp(y->mtime_ns, x->mtime_ns);
+    return c ? c : strcmp(x->name, y->name);
 }
 
 /* The entry named name[0..len) of a sorted set, or NULL. */
@@ -778,63 +882,82 @@ static void stamps_norm(fs_stamps_t *s)
     s->n = out;
 }
 
-/* Keeps the newest FS_GONE_MAX tombstones whose record fits FS_GONE_BYTES. */
-static void gone_bound(ftc_filestore_t *fs, fs_stamps_t *s)
+size_t ftc__fs_gone_bound(fs_stamps_t *s, size_t max_n, size_t max_bytes)
 {
     size_t bytes = 0, keep = 0;
     for (size_t i = 0; i < s->n; i++)
-        bytes += 12 + strlen(s->e[i].name);
-    if (s->n <= FS_GONE_MAX && bytes <= FS_GONE_BYTES) return;
-    qsort(s->e, s->n, sizeof *s->e, stamp_newest_first);
+        bytes += FS_GONE2_ENTRY + strlen(s->e[i].name);
+    if (s->n <= max_n && bytes <= max_bytes) return 0;
+    qsort(s->e, s->n, sizeof *s->e, gone_newest_first);
     bytes = 0;
-    while (keep < s->n && keep < FS_GONE_MAX &&
-           bytes + 12 + strlen(s->e[keep].name) <= FS_GONE_BYTES)
-        bytes += 12 + strlen(s->e[keep++].name);
+    while (keep < s->n && keep < max_n &&
+           bytes + FS_GONE2_ENTRY + strlen(s->e[keep].name) <= max_bytes)
+        bytes += FS_GONE2_ENTRY + strlen(s->e[keep++].name);
     for (size_t i = keep; i < s->n; i++)
         free(s->e[i].name);
-    fs_log(fs, FTC_LOG_WARN,
-           "%zu deletion(s) forgotten, the oldest (over %d tombstones or %u bytes): such a file "
-           "may come back where a stale copy of it survives",
-           s->n - keep, FS_GONE_MAX, FS_GONE_BYTES);
+    size_t dropped = s->n - keep;
     s->n = keep;
-    qsort(s->e, s->n, sizeof *s->e, stamp_cmp);
+    if (s->n) qsort(s->e, s->n, sizeof *s->e, stamp_cmp);
+    return dropped;
 }
 
-/* The record FS_META_GONE of s (malloc'd, *len bytes), NULL when out of memory. */
+/* Keeps the newest FS_GONE_MAX deletions whose record fits FS_GONE_BYTES. */
+static void gone_bound(ftc_filestore_t *fs, fs_stamps_t *s)
+{
+    size_t dropped = ftc__fs_gone_bound(s, FS_GONE_MAX, FS_GONE_BYTES);
+    if (dropped)
+        fs_log(fs, FTC_LOG_WARN,
+               "%zu deletion(s) forgotten, the oldest (over %d tombstones or %u bytes): such a "
+               "file may come back where a stale copy of it survives",
+               dropped, FS_GONE_MAX, FS_GONE_BYTES);
+}
+
+/* The record FS_META_GONE2 of s (malloc'd, *len bytes), NULL when out of memory. */
 static uint8_t *gone_record(const fs_stamps_t *s, size_t *len)
 {
     size_t n = 0;
     for (size_t i = 0; i < s->n; i++)
-        n += 12 + strlen(s->e[i].name);
+        n += FS_GONE2_ENTRY + strlen(s->e[i].name);
     uint8_t *b = malloc(n ? n : 1), *p = b;
     for (size_t i = 0; b && i < s->n; i++) {
-        uint32_t l = (uint32_t)strlen(s->e[i].name);
+        const fs_stamp_t *g = &s->e[i];
+        uint32_t l = (uint32_t)strlen(g->name);
         ftc_le_wr32(p, l);
-        memcpy(p + 4, s->e[i].name, l);
-        ftc_le_wr64(p + 4 + l, s->e[i].mtime_ns);
-        p += 12 + l;
+        memcpy(p + 4, g->name, l);
+        ftc_le_wr64(p + 4 + l, g->mtime_ns);
+        ftc_le_wr64(p + 12 + l, g->gone_ns);
+        ftc_le_wr64(p + 20 + l, g->hashed ? g->size : 0);
+        ftc_le_wr64(p + 28 + l, g->hashed ? g->xxh3 : 0);
+        ftc_le_wr32(p + 36 + l, g->hashed ? 1u : 0u);
+        p += FS_GONE2_ENTRY + l;
     }
     *len = n;
     return b;
 }
 
-/* Appends the tombstones of a version's record FS_META_GONE to out; 0,
- * FTC_ENOMEM, or FTC_ECORRUPT with why (a record this store would not
- * write: nothing of it is kept). */
-static int gone_parse(const uint8_t *m, uint32_t ml, fs_stamps_t *out, char *why, size_t cap)
+/* Appends the tombstones of a version's record (form version: 1 is
+ * FS_META_GONE, 2 FS_META_GONE2) to out; 0, FTC_ENOMEM, or FTC_ECORRUPT
+ * with why (a record this store would not write: nothing of it is kept). */
+static int gone_parse(const uint8_t *m, uint32_t ml, int version, fs_stamps_t *out, char *why,
+                      size_t cap)
 {
     size_t n0 = out->n, off = 0, cnt = 0, prev_len = 0;
+    size_t fixed = version == FTC__FS_GONE_V1 ? FS_GONE1_ENTRY : FS_GONE2_ENTRY;
     const char *prev = NULL;
     int rc = 0;
-    if (ml > FS_GONE_BYTES) {
+    if (version != FTC__FS_GONE_V1 && version != FTC__FS_GONE_V2) {
+        snprintf(why, cap, "form %d of the record is unknown", version);
+        rc = FTC_ECORRUPT;
+    } else if (ml > FS_GONE_BYTES) {
         snprintf(why, cap, "%u bytes, over %u", ml, FS_GONE_BYTES);
         rc = FTC_ECORRUPT;
     }
     while (!rc && off < ml) {
         uint32_t len = ml - off >= 4 ? ftc_le_rd32(m + off) : 0;
         const char *name = (const char *)m + off + 4;
+        const uint8_t *f = m + off + 4 + len; /* the fixed fields after the name */
         rc = FTC_ECORRUPT;
-        if (ml - off < 4 || (uint64_t)len + 8 > ml - off - 4)
+        if (ml - off < 4 || (uint64_t)len + fixed - 4 > ml - off - 4)
             snprintf(why, cap, "entry %zu at byte %zu is cut short", cnt, off);
         else if (!name_ok(name, len))
             snprintf(why, cap, "entry %zu is not a safe relative path", cnt);
@@ -842,10 +965,22 @@ static int gone_parse(const uint8_t *m, uint32_t ml, fs_stamps_t *out, char *why
             snprintf(why, cap, "entry %zu is out of order", cnt);
         else if (++cnt > FS_GONE_MAX)
             snprintf(why, cap, "more than %d entries", FS_GONE_MAX);
-        else
-            rc = stamps_add(out, name, len, ftc_le_rd64(m + off + 4 + len));
+        else if (version == FTC__FS_GONE_V2 &&
+                 (ftc_le_rd32(f + 32) > 1 ||
+                  (!ftc_le_rd32(f + 32) && (ftc_le_rd64(f + 16) || ftc_le_rd64(f + 24)))))
+            snprintf(why, cap, "entry %zu has flags %u (size %" PRIu64 ", xxh3 %" PRIu64 ")",
+                     cnt - 1, ftc_le_rd32(f + 32), ftc_le_rd64(f + 16), ftc_le_rd64(f + 24));
+        else if (!(rc = stamps_add(out, name, len, ftc_le_rd64(f)))) {
+            fs_stamp_t *g = &out->e[out->n - 1];
+            g->gone_ns = version == FTC__FS_GONE_V1 ? g->mtime_ns : ftc_le_rd64(f + 8);
+            if (version == FTC__FS_GONE_V2 && ftc_le_rd32(f + 32)) {
+                g->hashed = true;
+                g->size = ftc_le_rd64(f + 16);
+                g->xxh3 = ftc_le_rd64(f + 24);
+            }
+        }
         prev = name, prev_len = len;
-        off += 12 + (size_t)len;
+        off += fixed + (size_t)len;
     }
     if (rc) {
         for (size_t i = n0; i < out->n; i++)
@@ -855,9 +990,10 @@ static int gone_parse(const uint8_t *m, uint32_t ml, fs_stamps_t *out, char *why
     return rc;
 }
 
-int ftc__fs_gone_parse(const uint8_t *m, uint32_t ml, fs_stamps_t *out, char *why, size_t cap)
+int ftc__fs_gone_parse(const uint8_t *m, uint32_t ml, int version, fs_stamps_t *out, char *why,
+                       size_t cap)
 {
-    return gone_parse(m, ml, out, why, cap);
+    return gone_parse(m, ml, version, out, why, cap);
 }
 
 uint8_t *ftc__fs_gone_record(const fs_stamps_t *s, size_t *len)
@@ -875,10 +1011,104 @@ static int stamps_from_scan(const fs_scan_t *sc, fs_stamps_t *out)
 {
     memset(out, 0, sizeof *out);
     int rc = 0;
-    for (size_t i = 0; !rc && i < sc->n; i++)
+    for (size_t i = 0; !rc && i < sc->n; i++) {
         rc = stamps_add(out, sc->f[i].name, strlen(sc->f[i].name), sc->f[i].mtime_ns);
+        if (!rc) {
+            out->e[out->n - 1].size = sc->f[i].size;
+            out->e[out->n - 1].ctime_ns = sc->f[i].ctime_ns;
+        }
+    }
     if (rc) stamps_free(out);
     return rc;
+}
+
+/* The xxh3 of the file at path (as the shard's checksum of its bytes) in
+ * *out: 0, or -1 when it cannot be read or no longer has size bytes (and
+ * ctime ctime_ns, when not 0): it changed, nothing can be said. */
+static int fs_hash_file(const char *path, uint64_t size, uint64_t ctime_ns, uint64_t *out)
+{
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return -1;
+    enum { CHUNK = 1 << 20 };
+    ftc_hash_t *h = ftc_hash_create();
+    uint8_t *buf = malloc(CHUNK);
+    int rc = h && buf ? 0 : -1;
+    uint64_t got = 0;
+    while (!rc) {
+        ssize_t r = read(fd, buf, CHUNK);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            rc = r < 0 ? -1 : 0;
+            break;
+        }
+        ftc_hash_update(h, buf, (size_t)r);
+        got += (uint64_t)r;
+    }
+    struct stat st;
+    if (!rc && (got != size || fstat(fd, &st) != 0 || (uint64_t)st.st_size != size ||
+                (ctime_ns && ts_ns(&st.st_ctim) != ctime_ns)))
+        rc = -1;
+    if (!rc) *out = ftc_hash_digest(h);
+    ftc_hash_destroy(h);
+    free(buf);
+    close(fd);
+    return rc;
+}
+
+/* Whether the local file p (same name and mtime as tombstone g) is the
+ * deleted copy itself: its size and xxh3 those g names; a tombstone of
+ * unknown content takes the mtime alone. A file found to be another copy
+ * is not read again while its ctime stays (g->ctime_ns). */
+static bool fs_is_deleted_copy(ftc_filestore_t *fs, fs_stamp_t *g, const fs_stamp_t *p)
+{
+    if (!g->hashed) return true;
+    if (p->size != g->size || (g->ctime_ns && g->ctime_ns == p->ctime_ns)) return false;
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", fs->dir, p->name);
+    uint64_t h;
+    if (fs_hash_file(path, p->size, p->ctime_ns, &h) != 0) return false; /* look again later */
+    if (h == g->xxh3) return true;
+    g->ctime_ns = p->ctime_ns;
+    return false;
+}
+
+/* Opens this node's own versions, newest first, with their file tables:
+ * how many (0..2). */
+static int fs_own_views(ftc_filestore_t *fs, ftc_shard_view_t v[2], const uint8_t *meta[2])
+{
+    int nv = 0;
+    for (int k = 0; k < 2; k++) {
+        int o = fs->own_step[0] >= fs->own_step[1] ? k : 1 - k;
+        uint32_t ml = 0;
+        ftc_err_t e = {0};
+        if (fs->own_step[o] && fs->own[o].base &&
+            ftc_shard_open(&v[nv], fs->own[o].base, fs->own[o].size, FTC_SHARD_ALLOW_TRAILING,
+                           &e) == 0 &&
+            ftc_shard_meta_get(&v[nv], FS_META_FILES, &meta[nv], &ml) == 0 &&
+            ml == (uint64_t)v[nv].n_tensors * 16)
+            nv++;
+    }
+    return nv;
+}
+
+/* Names in g the size and xxh3 of its deleted copy when one of this node's
+ * own versions holds that copy (same name, mtime and size): the checksum
+ * of its tensor. Else g stays of unknown content (a copy restored from
+ * another node's version and deleted before this node packed it). */
+static void fs_gone_hash(const ftc_shard_view_t *v, const uint8_t *const *meta, int nv,
+                         fs_stamp_t *g, uint64_t size)
+{
+    for (int s = 0; s < nv; s++) {
+        int t = ftc_shard_find(&v[s], g->name);
+        if (t < 0) continue;
+        ftc_shard_tensor_t tt;
+        ftc_shard_get(&v[s], (uint32_t)t, &tt);
+        if (ftc_le_rd64(meta[s] + 16 * t) != g->mtime_ns || tt.length != size) continue;
+        g->hashed = true;
+        g->size = size;
+        g->xxh3 = tt.xxh3;
+        return;
+    }
 }
 
 /* A file of the last pack or restore (seen) that scan sc (sorted by name)
@@ -890,24 +1120,38 @@ static int fs_note_gone(ftc_filestore_t *fs, const fs_scan_t *sc)
     fs_stamps_t now;
     int rc = stamps_from_scan(sc, &now);
     size_t added = 0;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t wall_ns = ts_ns(&ts); /* when the deletions were seen: the cap keeps the newest */
+    ftc_shard_view_t v[2];
+    const uint8_t *meta[2];
+    int nv = -1; /* the own versions, opened at the first deletion */
     for (size_t i = 0, j = 0; !rc && i < fs->seen.n; i++) {
         const fs_stamp_t *s = &fs->seen.e[i];
         while (j < now.n && strcmp(now.e[j].name, s->name) < 0)
             j++;
         if (j < now.n && !strcmp(now.e[j].name, s->name)) continue;
         rc = stamps_add(&fs->gone, s->name, strlen(s->name), s->mtime_ns);
+        if (!rc) {
+            fs_stamp_t *g = &fs->gone.e[fs->gone.n - 1];
+            g->gone_ns = wall_ns;
+            if (nv < 0) nv = fs_own_views(fs, v, meta);
+            fs_gone_hash(v, meta, nv, g, s->size);
+        }
         added += !rc;
     }
     if (added)
         stamps_norm(&fs->gone);
-    /* the deleted copy itself in the directory again (same name and mtime)
-     * is no longer deleted; a file of that name with another mtime (a
-     * rollback copy that kept an older one: cp -p) is another file, and the
-     * tombstone still keeps the deleted copy of other nodes out */
+    /* the deleted copy itself in the directory again (same name, mtime and,
+     * when the tombstone knows them, size and content) is no longer
+     * deleted; a file of that name with another mtime (a rollback copy that
+     * kept an older one: cp -p), or with that mtime but other bytes (touch
+     * -d to the same time), is another file, and the tombstone still keeps
+     * the deleted copy of other nodes out */
     size_t out = 0;
     for (size_t i = 0; !rc && i < fs->gone.n; i++) {
         const fs_stamp_t *p = stamps_find(&now, fs->gone.e[i].name, strlen(fs->gone.e[i].name));
-        if (p && p->mtime_ns == fs->gone.e[i].mtime_ns)
+        if (p && p->mtime_ns == fs->gone.e[i].mtime_ns && fs_is_deleted_copy(fs, &fs->gone.e[i], p))
             free(fs->gone.e[i].name);
         else
             fs->gone.e[out++] = fs->gone.e[i];
@@ -1088,10 +1332,9 @@ static void fs_start_push(ftc_filestore_t *fs, bool busy)
         busy_clear(fs);
     /* a file some process holds open for writing is not finished, quiet or
      * not: a writer that pauses halfway (computing the rest) leaves it torn */
-    fs_find_writers(fs);
-    const char *td = getenv("FTC_TEST_FS_PACK_DELAY_MS"); /* tests: a writer opens meanwhile */
-    if (td && atoi(td) > 0)
-        ftc_sleep_ms(atoi(td) > 10000 ? 10000 : atoi(td));
+    fs_find_writers(fs, 0);
+    if (fs->pack_delay_ms > 0) /* tests: a writer opens meanwhile */
+        ftc_sleep_ms((uint64_t)fs->pack_delay_ms);
     int rc = scan_dir(fs, &sc, "", 0, &err);
     if (rc) goto fail;
     if (sc.n) /* (an empty directory is a version too: every file deleted) */
@@ -1156,7 +1399,7 @@ static void fs_start_push(ftc_filestore_t *fs, bool busy)
     if ((rc = ftc_shard_layout_add_meta(l, FS_META_FILES, meta, sc.n * 16, &err)) < 0 ||
         (rc = ftc_shard_layout_add_meta(l, FS_META_NODE, fs->node_id, strlen(fs->node_id), &err)) <
             0 ||
-        (glen && (rc = ftc_shard_layout_add_meta(l, FS_META_GONE, grec, glen, &err)) < 0))
+        (glen && (rc = ftc_shard_layout_add_meta(l, FS_META_GONE2, grec, glen, &err)) < 0))
         goto fail;
     rc = 0;
     uint64_t size = ftc_shard_layout_size(l);
@@ -1180,7 +1423,7 @@ static void fs_start_push(ftc_filestore_t *fs, bool busy)
     /* a writer that opened a file after fs_find_writers looked, and paused
      * (its size and mtime stood still while it was read), had it read
      * half-written: look again; such a file is now in the busy set */
-    fs_find_writers(fs);
+    fs_find_writers(fs, 0);
     for (size_t i = 0; i < sc.n; i++)
         if (!sc.f[i].from && busy_has(fs, sc.f[i].name)) {
             rc = ftc_err_set(&err, FTC_EAGAIN, "%s/%s was opened for writing while packing",
@@ -1805,9 +2048,10 @@ static int fs_move_aside(ftc_filestore_t *fs, const fs_cand_t *c, size_t nc, boo
 }
 
 /* Removes this directory's copy of a deleted file when it is that copy (its
- * mtime the tombstone's, to the nanosecond: restored here earlier), and the
- * directories that leaves empty; 1 when removed. A copy of another mtime,
- * older or newer, is another file the binary wrote: never removed. */
+ * mtime the tombstone's, to the nanosecond, and its size and xxh3 when the
+ * tombstone names them: restored here earlier), and the directories that
+ * leaves empty; 1 when removed. A copy of another mtime, older or newer, or
+ * of other bytes, is another file the binary wrote: never removed. */
 static int fs_remove_gone(ftc_filestore_t *fs, const fs_stamp_t *g)
 {
     char path[PATH_MAX];
@@ -1815,8 +2059,11 @@ static int fs_remove_gone(ftc_filestore_t *fs, const fs_stamp_t *g)
     struct stat st;
     size_t dl = (size_t)snprintf(path, sizeof path, "%s/", fs->dir);
     snprintf(path + dl, sizeof path - dl, "%s", g->name);
+    uint64_t h;
     if (fs_parent_check(fs, g->name, &e) || lstat(path, &st) != 0 || !S_ISREG(st.st_mode) ||
-        ts_ns(&st.st_mtim) != g->mtime_ns)
+        ts_ns(&st.st_mtim) != g->mtime_ns ||
+        (g->hashed && ((uint64_t)st.st_size != g->size ||
+                       fs_hash_file(path, g->size, 0, &h) != 0 || h != g->xxh3)))
         return 0; /* not there (nor written through a link), or another copy */
     if (unlink(path) != 0) {
         fs_log(fs, FTC_LOG_WARN, "%s was deleted on another node but removing it failed: %s", path,
@@ -1926,14 +2173,19 @@ static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
         const uint8_t *m = NULL;
         uint32_t ml = 0;
         char why[120];
-        if (!recs[i].shard || ftc_shard_meta_get(&recs[i].v, FS_META_GONE, &m, &ml) != 0)
-            continue; /* none (or a version of an older ftc) */
-        grc = gone_parse(m, ml, &gone, why, sizeof why);
+        int form = FTC__FS_GONE_V2;
+        const char *mname = FS_META_GONE2;
+        if (!recs[i].shard) continue;
+        if (ftc_shard_meta_get(&recs[i].v, FS_META_GONE2, &m, &ml) != 0) {
+            form = FTC__FS_GONE_V1, mname = FS_META_GONE; /* a version of an older ftc */
+            if (ftc_shard_meta_get(&recs[i].v, FS_META_GONE, &m, &ml) != 0) continue; /* none */
+        }
+        grc = gone_parse(m, ml, form, &gone, why, sizeof why);
         if (grc == FTC_ECORRUPT) {
             fs_log(fs, FTC_LOG_WARN,
                    "version %" PRIu64 " of node %u: metadata record %s is malformed (%s): its "
                    "deletions are ignored",
-                   recs[i].version, recs[i].owner, FS_META_GONE, why);
+                   recs[i].version, recs[i].owner, mname, why);
             grc = 0;
         }
     }
@@ -1967,7 +2219,10 @@ static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
             }
             uint64_t mt = ftc_le_rd64(r->meta + 16 * t);
             fs_stamp_t *g = stamps_find(&gone, tt.name, tt.name_len);
-            if (g && mt == g->mtime_ns) { /* the deleted copy itself */
+            if (g && mt == g->mtime_ns &&
+                (!g->hashed || (tt.length == g->size && tt.xxh3 == g->xxh3))) {
+                /* the deleted copy itself (a copy of that mtime but other
+                 * bytes was written again since: it competes as any copy) */
                 ndel++;
                 continue;
             }
@@ -2337,6 +2592,14 @@ static void *fs_main(void *arg)
         bool quiet = now - fs->last_event_ns >= (uint64_t)quiet_ms * 1000000ull;
         bool overdue =
             busy_max_ms > 0 && now - fs->busy_since_ns >= (uint64_t)busy_max_ms * 1000000ull;
+        uint64_t busy_max_ns = (uint64_t)(busy_max_ms > 0 ? busy_max_ms : 30000) * 1000000ull;
+        if (!fs->dirty && ((fs->held_check_ns && now >= fs->held_check_ns) ||
+                           (fs->unclosed_ns && now - fs->unclosed_ns >= busy_max_ns))) {
+            /* a file held open for writing at the last look, or written to
+             * and not closed since (no close, no change, no pack): still? */
+            fs_find_writers(fs, fs->unclosed_ns);
+            busy_clear(fs);
+        }
         if (!fs->pushing && !fs->rec_pending && fs->dirty && fs->members_known &&
             now >= fs->pack_after_ns && (flush || quiet || overdue)) {
             int ranks = fs_ranks_check(fs);
@@ -2419,11 +2682,23 @@ ftc_filestore_t *ftc_filestore_create(const char *job, uint32_t index, const cha
             FTC_SHARD_JOB_MAX - 6, FTC_CTL_NODE_MAX, FS_MAX_NODES);
         return NULL;
     }
+    /* read once, strictly: it was getenv + atoi at every pack ("3x" was 3,
+     * "x" no delay, both silently) */
+    const char *td = getenv("FTC_TEST_FS_PACK_DELAY_MS");
+    int64_t delay = 0;
+    if (td && ftc_parse_int(td, 0, 10000, &delay) != 0) {
+        ftc_err_set(err, FTC_EINVAL,
+                    "filestore: FTC_TEST_FS_PACK_DELAY_MS='%.40s' is not a whole number of ms in "
+                    "0..10000 (a test hook: unset it)",
+                    td);
+        return NULL;
+    }
     ftc_filestore_t *fs = calloc(1, sizeof *fs);
     if (!fs) {
         ftc_err_set(err, FTC_ENOMEM, "filestore: out of memory");
         return NULL;
     }
+    fs->pack_delay_ms = (int)delay;
     pthread_mutex_init(&fs->mu, NULL);
     ftc_cond_init(&fs->cv); /* fs_wait_ack counts on the monotonic clock */
     fs->ino = fs->evfd = -1;
@@ -2619,6 +2894,9 @@ void ftc_filestore_destroy(ftc_filestore_t *fs)
     free(fs->busy);
     stamps_free(&fs->seen);
     stamps_free(&fs->gone);
+    for (size_t i = 0; i < fs->nheld; i++)
+        free(fs->held[i].name);
+    free(fs->held);
     pthread_cond_destroy(&fs->cv);
     pthread_mutex_destroy(&fs->mu);
     free(fs);

@@ -38,15 +38,17 @@
  * Files of the directory that are in no version are left alone.
  *
  * Deletions, last writer wins: a file the binary deleted since the node's
- * previous pack or restore is a tombstone (its name and the mtime of the
- * deleted copy) in the node's later versions (metadata record "ftc.gone").
- * A restore merges the tombstones of every version (the newest per name):
- * a copy no newer than its name's tombstone is not written, and is removed
- * from the directory (another node's, put there by an earlier restore); a
- * copy written again since wins. The tombstones no newer copy undid become
- * the restoring node's own, so a deletion outlives the node that made it.
- * At most 4096 (in 512 KiB) are kept, the oldest dropped first: a deletion
- * older than that may come back where a stale copy survives.
+ * previous pack or restore is a tombstone (its name, the mtime of the
+ * deleted copy and when the deletion was seen) in the node's later versions
+ * (metadata record "ftc.gone.v2"; "ftc.gone" of an older ftc is read too).
+ * A restore merges the tombstones of the recorded versions (the newest per
+ * name): the deleted copy (its mtime; its size and xxh3 when this node
+ * packed it before the deletion) is not written, and is removed from
+ * the directory (another node's, put there by an earlier restore); a copy
+ * written again since wins. The tombstones no newer copy undid become the
+ * restoring node's own, so a deletion outlives the node that made it. At
+ * most 4096 (in 512 KiB) are kept, the oldest deletions dropped first: a
+ * deletion older than that may come back where a stale copy survives.
  *
  * A busy directory: a file a rank keeps appending to (a log, TensorBoard's
  * event file) sends writes all the time, so the directory is never quiet.
@@ -59,7 +61,9 @@
  * version as the previous own version held it, or is left out when no
  * version had it (a warning names such files). A half-written file is never packed, even when its
  * writer pauses past the quiet period; an append-only file is packed once it
- * is closed.
+ * is closed. A file held open for writing busy_max_ms or longer is named in
+ * a warning (again each time that time doubles), even when nothing else
+ * changes: one never closed is never replicated.
  *
  * Limits: the files together must fit max_bytes (default 4 GiB) or the
  * version is refused (FTC_ERANGE, a log line and a ckptdir_too_big event);

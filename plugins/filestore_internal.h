@@ -18,9 +18,16 @@
 
 #define FTC__FS_MAX_NODES 1024 /* node indices 0..1023 */
 
-typedef struct ftc__fs_stamp { /* a file name and an mtime: a file seen, or a tombstone */
+typedef struct ftc__fs_stamp { /* a file seen, or a tombstone (a deleted copy) */
     char *name;
     uint64_t mtime_ns;
+    uint64_t gone_ns;  /* a tombstone: when it was made (its node's wall clock, ns); the
+                          cap drops the oldest deletions by it */
+    uint64_t size;     /* a tombstone: the deleted copy's size and xxh3, when hashed */
+    uint64_t xxh3;
+    uint64_t ctime_ns; /* a file seen: its ctime; a tombstone: the ctime of the local file
+                          of its name and mtime last found to be another copy (0: none) */
+    bool hashed;
     bool newer; /* (restore) the union holds a newer copy: the deletion is undone */
 } ftc__fs_stamp_t;
 
@@ -54,12 +61,27 @@ bool ftc__fs_index_parse(const char *f, size_t fl, uint32_t *index);
 bool ftc__fs_filefab_parse(const char *v, char *hex, size_t hex_cap, uint8_t *addr,
                            size_t *addr_len, char *node_id, size_t id_cap);
 
-/* The tombstones of a version's record FS_META_GONE (u32 name_len, name,
- * u64 mtime_ns per entry, sorted by name, each once): appended to out; 0,
- * FTC_ENOMEM, or FTC_ECORRUPT with why (nothing of it kept). */
-int ftc__fs_gone_parse(const uint8_t *m, uint32_t ml, ftc__fs_stamps_t *out, char *why, size_t cap);
-/* The record of the sorted set s (malloc'd, *len bytes); NULL when out of memory. */
+/* The two forms of a version's tombstones, sorted by name, each name once,
+ * little-endian:
+ *   1, metadata "ftc.gone" (older ftc): per entry u32 name_len, name,
+ *      u64 mtime_ns; read with gone_ns = mtime_ns (a deletion comes after
+ *      the copy's last write), not hashed;
+ *   2, metadata "ftc.gone.v2" (written now): per entry u32 name_len, name,
+ *      u64 mtime_ns, u64 gone_ns, u64 size, u64 xxh3, u32 flags (bit 0:
+ *      size and xxh3 name the deleted copy, else both 0; other bits 0). */
+#define FTC__FS_GONE_V1 1
+#define FTC__FS_GONE_V2 2
+/* The tombstones of record m of form version (FTC__FS_GONE_V1 or _V2):
+ * appended to out; 0, FTC_ENOMEM, or FTC_ECORRUPT with why (nothing of it
+ * kept). */
+int ftc__fs_gone_parse(const uint8_t *m, uint32_t ml, int version, ftc__fs_stamps_t *out,
+                       char *why, size_t cap);
+/* The record (form 2) of the sorted set s (malloc'd, *len bytes); NULL when out of memory. */
 uint8_t *ftc__fs_gone_record(const ftc__fs_stamps_t *s, size_t *len);
+/* Keeps the newest deletions (by gone_ns, then mtime_ns) of the sorted set
+ * s, at most max_n whose form-2 record fits max_bytes; s stays sorted by
+ * name. Returns how many were dropped. */
+size_t ftc__fs_gone_bound(ftc__fs_stamps_t *s, size_t max_n, size_t max_bytes);
 void ftc__fs_stamps_free(ftc__fs_stamps_t *s);
 
 #endif

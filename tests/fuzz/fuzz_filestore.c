@@ -5,7 +5,8 @@
  * SIZE GEN HOLDERS" (ftc__fs_rec_parse), its holder list "INDEX:ID,..."
  * (ftc__fs_holder_next), a node index field (ftc__fs_index_parse), a peer's
  * address "HEXADDR NODE_ID" (ftc__fs_filefab_parse) and a version's
- * tombstones, the binary record ftc.gone (ftc__fs_gone_parse).
+ * tombstones, the binary records ftc.gone (of an older ftc) and ftc.gone.v2
+ * (ftc__fs_gone_parse), and the tombstone cap (ftc__fs_gone_bound).
  *
  * The length-taking parsers get the whole input, NULs included; the others
  * the input cut at its first NUL. Checked besides memory safety (ASan/UBSan,
@@ -17,8 +18,9 @@
  *     bytes; the walk ends;
  *   - the round trip through each writer's format (fs_record, fs_publish,
  *     gone_record): what parses, written back, parses to the same values;
- *     for ftc.gone a record that parses is exactly the one gone_record
- *     writes for its set (sorted, each name once), byte for byte.
+ *     for ftc.gone.v2 a record that parses is exactly the one gone_record
+ *     writes for its set (sorted, each name once), byte for byte; one of
+ *     ftc.gone invents no deletion time (its mtime) nor hash.
  */
 #include "fuzz_common.h"
 
@@ -203,14 +205,14 @@ static void filefab(const char *v)
                "'%s' parses to other values", again);
 }
 
-static void gone(const uint8_t *data, size_t size)
+static void gone(const uint8_t *data, size_t size, int form)
 {
     if (size > UINT32_MAX) return;
     ftc__fs_stamps_t s, back;
     memset(&s, 0, sizeof s);
     memset(&back, 0, sizeof back);
     char why[200] = "", why2[200] = "";
-    int rc = ftc__fs_gone_parse(data, (uint32_t)size, &s, why, sizeof why);
+    int rc = ftc__fs_gone_parse(data, (uint32_t)size, form, &s, why, sizeof why);
     FUZZ_CHECK(rc == 0 || rc == FTC_ENOMEM || rc == FTC_ECORRUPT, "returned %d", rc);
     if (rc) {
         FUZZ_CHECK(s.n == 0, "%zu entries kept of a record refused", s.n);
@@ -225,20 +227,31 @@ static void gone(const uint8_t *data, size_t size)
                    "entries %zu and %zu: '%.100s' "
                    "'%.100s' out of order",
                    i - 1, i, s.e[i - 1].name, s.e[i].name);
+        FUZZ_CHECK(form == FTC__FS_GONE_V2 ||
+                       (s.e[i].gone_ns == s.e[i].mtime_ns && !s.e[i].hashed),
+                   "entry %zu of the old form: deletion time or hash invented", i);
     }
-    /* what gone_record writes for the set is the record itself */
+    /* what gone_record writes for the set (form 2) is the record itself */
     size_t len = 0;
     uint8_t *again = ftc__fs_gone_record(&s, &len);
     FUZZ_CHECK(again, "out of memory");
-    FUZZ_CHECK(len == size && (!size || !memcmp(again, data, size)),
+    FUZZ_CHECK(form != FTC__FS_GONE_V2 || (len == size && (!size || !memcmp(again, data, size))),
                "the set of %zu entries is written back as %zu bytes, not the %zu read", s.n, len,
                size);
-    FUZZ_CHECK(ftc__fs_gone_parse(again, (uint32_t)len, &back, why2, sizeof why2) == 0,
-               "written back, refused: %s", why2);
-    FUZZ_CHECK(back.n == s.n, "%zu entries, then %zu", s.n, back.n);
-    for (size_t i = 0; i < s.n; i++)
-        FUZZ_CHECK(!strcmp(back.e[i].name, s.e[i].name) && back.e[i].mtime_ns == s.e[i].mtime_ns,
+    /* (a record of form 1 written as form 2 may pass the byte cap) */
+    rc = ftc__fs_gone_parse(again, (uint32_t)len, FTC__FS_GONE_V2, &back, why2, sizeof why2);
+    FUZZ_CHECK(rc == 0 || len > size, "written back, refused: %s", why2);
+    FUZZ_CHECK(back.n == s.n || rc, "%zu entries, then %zu", s.n, back.n);
+    for (size_t i = 0; i < back.n; i++)
+        FUZZ_CHECK(!strcmp(back.e[i].name, s.e[i].name) && back.e[i].mtime_ns == s.e[i].mtime_ns &&
+                       back.e[i].gone_ns == s.e[i].gone_ns && back.e[i].hashed == s.e[i].hashed &&
+                       back.e[i].size == s.e[i].size && back.e[i].xxh3 == s.e[i].xxh3,
                    "entry %zu", i);
+    /* the cap keeps a subset, sorted, each name once */
+    size_t n0 = s.n, dropped = ftc__fs_gone_bound(&s, s.n / 2, size);
+    FUZZ_CHECK(dropped + s.n == n0, "%zu kept and %zu dropped of %zu", s.n, dropped, n0);
+    for (size_t i = 1; i < s.n; i++)
+        FUZZ_CHECK(strcmp(s.e[i - 1].name, s.e[i].name) < 0, "bounded set out of order at %zu", i);
     free(again);
     ftc__fs_stamps_free(&s);
     ftc__fs_stamps_free(&back);
@@ -254,7 +267,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     rec((const char *)data, size);
     holder_list(text);
     filefab(text);
-    gone(data, size);
+    gone(data, size, FTC__FS_GONE_V1);
+    gone(data, size, FTC__FS_GONE_V2);
     free(text);
     return 0;
 }

@@ -9,7 +9,8 @@
  * FTC_FAULT spec (ftc_fault_parse, core/fsio.h) and a skip list of the
  * numerical guard (ftc_guard_parse_steps, trainer/train.h) get the whole
  * input, NULs included where the parser takes a length, and so does a
- * /proc/PID/stat text (ftc_proc_stat_parse, core/proc.h). Checked besides
+ * /proc/PID/stat text (ftc_proc_stat_parse, core/proc.h) and a
+ * /proc/PID/fdinfo/FD text (ftc_proc_fdinfo_flags_parse). Checked besides
  * memory safety (ASan/UBSan, leaks):
  *   - the error contract: every failure has its code and a message;
  *   - a URL that parses has a host, a port in 1..65535, a database >= 0,
@@ -193,6 +194,41 @@ static void proc_stat(const uint8_t *data, size_t size)
     free(copy);
 }
 
+/* A /proc/PID/fdinfo/FD text (core/proc.h), the raw bytes: accepted, its
+ * "flags:" line holds only blanks and octal digits, and the value written
+ * back in octal is those digits without their leading zeros. */
+static void fdinfo(const uint8_t *data, size_t size)
+{
+    uint8_t *copy = malloc(size ? size : 1); /* exactly size bytes: an over-read is caught */
+    if (!copy)
+        return;
+    memcpy(copy, data, size);
+    unsigned fl = 0;
+    int rc = ftc_proc_fdinfo_flags_parse((const char *)copy, size, &fl);
+    FUZZ_CHECK(rc == 0 || rc == FTC_EPROTO, "fdinfo: %s", ftc_errname(rc));
+    if (rc == 0) {
+        const char *s = (const char *)copy, *end = s + size, *l = NULL;
+        for (const char *q = s; q < end && !l; q++)
+            if ((q == s || q[-1] == '\n') && end - q >= 6 && !memcmp(q, "flags:", 6))
+                l = q;
+        FUZZ_CHECK(l != NULL, "fdinfo: accepted without a flags line");
+        const char *p = l + 6;
+        while (p < end && (*p == ' ' || *p == '\t'))
+            p++;
+        while (p < end - 1 && *p == '0' && p[1] >= '0' && p[1] <= '7')
+            p++;
+        const char *e = p;
+        while (e < end && *e >= '0' && *e <= '7')
+            e++;
+        char oct[16];
+        int n = snprintf(oct, sizeof oct, "%o", fl);
+        FUZZ_CHECK(n == e - p && !memcmp(oct, p, (size_t)n), "fdinfo: %o is not '%.*s'", fl,
+                   (int)(e - p), p);
+        FUZZ_CHECK(e == end || *e == '\n', "fdinfo: accepted with '%c' after the digits", *e);
+    }
+    free(copy);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static bool once;
@@ -214,6 +250,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     skips(text);
     assignment((const char *)data, size);
     proc_stat(data, size);
+    fdinfo(data, size);
     free(text);
     return 0;
 }

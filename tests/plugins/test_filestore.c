@@ -39,12 +39,25 @@
  *   crashrestore  the same, the restore coming at once (before the store's
  *              next pack): the recorded copy still replaces the half-written one
  *   limits     times above a day are refused (their sums overflowed the waits)
+ *   heldopen   a file kept open for writing (never replicated as it stands) is
+ *              named in a warning with how long it has been held open
+ *   packdelay_env  a bad FTC_TEST_FS_PACK_DELAY_MS fails the store's create,
+ *              naming it (it was atoi'd at every pack)
  *   delete     a file the binary deletes is not brought back by a restore (a
  *              deletion makes a version; deleting all makes an empty one)
  *   gone       a file node 0 deletes after a restore gave node 1 a copy (in
  *              node 1's next version) stays deleted on both at the next
  *              restore; written again (newer), it is restored again; put
  *              back as a copy that kept an older mtime (cp -p), it stays
+ *   goneunrecorded  a deletion no recorded version holds (the rank was
+ *              killed before a pack; the pack failed) is not applied by a
+ *              restore: the deleted file comes back from the recorded version
+ *   gonecap    past the cap of 4096 tombstones the oldest deletions are
+ *              dropped, not the copies of the oldest mtime: a cp -p copy
+ *              deleted last stays deleted
+ *   gonesame   a file written again with the deleted copy's mtime to the
+ *              nanosecond but other bytes survives the restore on both nodes
+ *              (the tombstone names the deleted copy's size and xxh3)
  *   pending    a file written just before a restore is still pushed after it
  *   busy       a log appended every 20 ms (never quiet) and a file rewritten in
  *              place and held open: a version is still made (busy_max_ms), with
@@ -61,7 +74,9 @@
  *              whole numbers and whole words only: "5 4096 1x h" is no
  *              record (was generation 1 with holders "x"), "1x:n" no holder
  *              (was node 1), field "0x" no owner, a node id of 65 bytes no
- *              address (was cut to 64); ftc.gone round-trips
+ *              address (was cut to 64); ftc.gone.v2 round-trips, ftc.gone
+ *              of an older ftc parses; the tombstone cap keeps the newest
+ *              deletions (by when each was made, not by mtime)
  *   older      a holder got a newer version that was never recorded (the
  *              record hit a foreign value of the wrong type; the owner then
  *              died): its own restore takes the recorded, older version from
@@ -277,6 +292,33 @@ static void child_main(int fd, uint32_t index, const char *id, int k, const ftc_
             ts[1].tv_sec -= (time_t)seed;
             if (!rc && utimensat(AT_FDCWD, path, ts, 0) != 0) rc = -errno;
             say(fd, "%d", rc);
+        } else if (sscanf(line, "many %255s %llu", name, &len) == 2) {
+            /* len small files NAME.0 .. NAME.<len-1> */
+            for (unsigned long long i = 0; i < len; i++) {
+                snprintf(path, sizeof path, "%s/%s.%llu", dir, name, i);
+                make_file(path, i, 8);
+            }
+            say(fd, "0");
+        } else if (sscanf(line, "rmmany %255s %llu", name, &len) == 2) {
+            int rc = 0;
+            for (unsigned long long i = 0; i < len; i++) {
+                snprintf(path, sizeof path, "%s/%s.%llu", dir, name, i);
+                if (unlink(path) != 0 && !rc) rc = -errno;
+            }
+            say(fd, "%d", rc);
+        } else if (sscanf(line, "getmtime %255s", name) == 1) {
+            snprintf(path, sizeof path, "%s/%s", dir, name);
+            struct stat st;
+            if (stat(path, &st) != 0)
+                say(fd, "%d", -errno);
+            else
+                say(fd, "0 %lld %ld", (long long)st.st_mtim.tv_sec, (long)st.st_mtim.tv_nsec);
+        } else if (sscanf(line, "setmtime %255s %llu %llu", name, &seed, &len) == 3) {
+            /* its mtime set to SEC NSEC (touch -d, os.utime to the nanosecond) */
+            snprintf(path, sizeof path, "%s/%s", dir, name);
+            struct timespec ts[2] = {{.tv_nsec = UTIME_OMIT},
+                                     {.tv_sec = (time_t)seed, .tv_nsec = (long)len}};
+            say(fd, "%d", utimensat(AT_FDCWD, path, ts, 0) == 0 ? 0 : -errno);
         } else if (sscanf(line, "rm %255s", name) == 1) {
             snprintf(path, sizeof path, "%s/%s", dir, name);
             say(fd, "%d", unlink(path) == 0 ? 0 : -errno);
@@ -342,15 +384,12 @@ static void child_main(int fd, uint32_t index, const char *id, int k, const ftc_
                  i++)
                 ftc_sleep_ms(10);
             say(fd, "%d", (int)r);
-        } else if (sscanf(line, "packdelay %llu", &seed) == 1) {
-            /* the store pauses between looking for writers and reading */
-            char v[32];
-            snprintf(v, sizeof v, "%llu", seed);
-            say(fd, "%d", setenv("FTC_TEST_FS_PACK_DELAY_MS", v, 1) == 0 ? 0 : -errno);
         } else if (sscanf(line, "limits %llu %llu", &seed, &len) == 2) {
             ftc_filestore_limits_t l = FTC_FILESTORE_LIMITS_INIT;
-            int busy_ms = -1;
-            if (sscanf(line, "limits %*u %*u %d", &busy_ms) == 1) l.busy_max_ms = busy_ms;
+            int busy_ms = -1, quiet_ms = -1;
+            int got = sscanf(line, "limits %*u %*u %d %d", &busy_ms, &quiet_ms);
+            if (got >= 1) l.busy_max_ms = busy_ms;
+            if (got == 2) l.quiet_ms = quiet_ms;
             l.max_bytes = seed;
             l.push_timeout_ms = (int)len;
             l.restore_timeout_ms = 30000;
@@ -382,6 +421,7 @@ static void child_main(int fd, uint32_t index, const char *id, int k, const ftc_
 /* ---- the parent ------------------------------------------------------------------- */
 
 static redis_fixture_t *g_fix;
+static const char *g_child_stderr; /* when set, the next spawned child's stderr goes there */
 
 static node_t spawn(uint32_t index, const char *id, int k)
 {
@@ -392,6 +432,11 @@ static node_t spawn(uint32_t index, const char *id, int k)
     assert_true(pid >= 0);
     if (pid == 0) {
         close(sv[0]);
+        if (g_child_stderr) { /* its log lines, for the test to read */
+            int f = open(g_child_stderr, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0600);
+            if (f < 0 || dup2(f, 2) < 0) child_exit(3);
+            close(f);
+        }
         ftc_redis_url_t url = *ftc_redis_server_url(g_fix->srv);
         child_main(sv[1], index, id, k, &url);
     }
@@ -1066,11 +1111,16 @@ static void test_openedmidpack(void **state)
 {
     (void)state;
     g_prov = "tcp;ofi_rxm";
-    node_t n0, n1;
-    spawn_pair(&n0, &n1);
+    /* node 0's store pauses 3 s between looking for writers and reading
+     * (read once, when it is created) */
+    assert_int_equal(setenv("FTC_TEST_FS_PACK_DELAY_MS", "3000", 1), 0);
+    node_t n0 = spawn(0, "n0", 1);
+    unsetenv("FTC_TEST_FS_PACK_DELAY_MS");
+    node_t n1 = spawn(1, "n1", 1);
+    OK(&n0, "members 1 n0 n1");
+    OK(&n1, "members 1 n0 n1");
     OK(&n0, "write a.bin 81 100000");
     OK(&n0, "flush"); /* version 1 */
-    OK(&n0, "packdelay 3000");
     OK(&n0, "write b.bin 82 1000"); /* a change: packed once quiet (200 ms) ... */
     ftc_sleep_ms(1000);             /* ... and the pack is in its pause now */
     int hold = cmd(&n0, NULL, 0, "holdwrite a.bin 83 100000");
@@ -1121,6 +1171,77 @@ static void test_crashlongname(void **state)
  * (push_timeout_ms + quiet_ms + 10 s; restore_timeout_ms + 15 s) were
  * accepted: a flush then waited with a negative, i.e. no, deadline. Times
  * above a day are refused by name, a day is taken. */
+/* A file some process keeps open for writing is never packed as it stands
+ * (each version carries its previous copy, or leaves it out): a process
+ * that never closes it kept it out of every version with no more than one
+ * warning per version made. The store now warns that the file has been
+ * held open, naming it and for how long, after busy_max_ms and then each
+ * time that time doubles, also when nothing else changes. */
+static void test_heldopen(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    char logp[PATH_MAX];
+    snprintf(logp, sizeof logp, "%s/%s.n0.log", getenv("FTC_TEST_TMP") ? getenv("FTC_TEST_TMP")
+                                                                         : "/tmp", g_job);
+    g_child_stderr = logp;
+    node_t n0 = spawn(0, "n0", 1);
+    g_child_stderr = NULL;
+    node_t n1 = spawn(1, "n1", 1);
+    OK(&n0, "members 1 n0 n1");
+    OK(&n1, "members 1 n0 n1");
+    OK(&n0, "limits 1073741824 60000 1000"); /* busy_max_ms 1 s: the first warning's wait */
+    OK(&n0, "write a.bin 161 1000");
+    OK(&n0, "flush");
+    int hold = cmd(&n0, NULL, 0, "holdwrite new.bin 162 20000"); /* half written, kept open */
+    assert_true(hold > 0);
+    bool warned = false;
+    for (int i = 0; i < 300 && !warned; i++) { /* each command shows the store's log lines */
+        OK(&n0, "stats");
+        uint8_t *log = NULL;
+        size_t len = 0;
+        ftc_err_t e = {0};
+        if (ftc_fs_read_file(logp, 1u << 24, &log, &len, &e) == 0) {
+            char *t = realloc(log, len + 1);
+            assert_non_null(t);
+            t[len] = 0;
+            warned = strstr(t, "new.bin has been held open for writing for about") != NULL;
+            free(t);
+        } else {
+            free(log);
+        }
+        if (!warned) ftc_sleep_ms(100);
+    }
+    kill(hold, SIGKILL);
+    waitpid(hold, NULL, 0);
+    printf("# warned that new.bin is held open: %s\n", warned ? "yes" : "no");
+    quit(&n0);
+    quit(&n1);
+    if (warned) unlink(logp); /* else kept, for a look */
+    assert_true(warned);
+}
+
+/* FTC_TEST_FS_PACK_DELAY_MS was read with getenv + atoi at every pack:
+ * "3x" was 3 ms, "x" or "-5" no delay, silently. It is read once when the
+ * store is created, strictly; a bad value fails the create, naming it. */
+static void test_packdelay_env(void **state)
+{
+    (void)state;
+    const char *bad[] = {"3x", "x", "-5", "10001", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        assert_int_equal(setenv("FTC_TEST_FS_PACK_DELAY_MS", bad[i], 1), 0);
+        ftc_err_t err = {0};
+        const ftc_redis_url_t *url = ftc_redis_server_url(g_fix->srv);
+        ftc_filestore_t *fs = ftc_filestore_create(g_job, 0, "n0", url, 1, "tcp;ofi_rxm", &err);
+        unsetenv("FTC_TEST_FS_PACK_DELAY_MS");
+        printf("# FTC_TEST_FS_PACK_DELAY_MS='%s': %s\n", bad[i], fs ? "accepted" : err.msg);
+        ftc_filestore_destroy(fs);
+        assert_null(fs);
+        assert_int_equal(err.code, FTC_EINVAL);
+        assert_non_null(strstr(err.msg, "FTC_TEST_FS_PACK_DELAY_MS"));
+    }
+}
+
 static void test_limits(void **state)
 {
     (void)state;
@@ -1209,6 +1330,125 @@ static void test_gone(void **state)
     OK(&n1, "restore 1 n0 n1");
     OK(&n0, "check b.bin 85 3000");
     OK(&n1, "check b.bin 85 3000");
+    quit(&n0);
+    quit(&n1);
+}
+
+/* Only the tombstones of recorded versions are applied by a restore: a
+ * deletion no recorded version holds is undone, the deleted file coming back
+ * from the last recorded version. Once a rank deletes its old checkpoint and
+ * is killed writing the next before any pack (quiet_ms 30 s), once the pack
+ * that holds the deletion fails (its only peer died). */
+static void test_goneunrecorded(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0, n1;
+    spawn_pair(&n0, &n1);
+    OK(&n0, "limits 1073741824 3000");
+    OK(&n0, "write a.bin 121 40000");
+    OK(&n0, "write b.bin 122 40000");
+    OK(&n0, "flush"); /* version 1, recorded, holding both */
+    OK(&n0, "limits 1073741824 3000 60000 30000"); /* no pack for 30 s of quiet */
+    OK(&n0, "rm a.bin");
+    OK(&n0, "crashwrite c.bin 123 40000 reap");
+    OK(&n0, "restore 2 n0 n1");
+    OK(&n0, "check a.bin 121 40000"); /* the unrecorded deletion is not applied */
+    OK(&n0, "check b.bin 122 40000");
+    OK(&n0, "absent c.bin"); /* half-written, moved aside */
+    OK(&n0, "rm .ftc-tmp.crashed.c.bin");
+    OK(&n0, "rm .ftc-tmp.crashed.c.bin.new");
+    OK(&n0, "limits 1073741824 3000"); /* quiet_ms back to its default */
+    OK(&n0, "rankwrite d.bin 124 1000"); /* the next rank's files count again */
+    OK(&n0, "flush");                    /* version 2, recorded */
+    kill9(&n1);
+    OK(&n0, "rm a.bin");
+    char msg[2048];
+    int rc = cmd(&n0, msg, sizeof msg, "flush");
+    printf("# the deletion's pack, its peer dead: %d %s\n", rc, msg);
+    assert_true(rc < 0);
+    assert_null(strstr(msg, "killed")); /* it failed for its push, not for the crash */
+    rc = cmd(&n0, msg, sizeof msg, "restore 3 n0");
+    printf("# restore from own memory: %d %s\n", rc, msg);
+    assert_int_equal(rc, 0);
+    OK(&n0, "check a.bin 121 40000"); /* the failed pack's tombstone is not applied */
+    OK(&n0, "check b.bin 122 40000");
+    OK(&n0, "check d.bin 124 1000");
+    quit(&n0);
+}
+
+/* The cap on tombstones (4096) dropped the oldest by the deleted copy's
+ * mtime: a copy that kept an old mtime (cp -p), deleted after 4096 others,
+ * lost its tombstone first although it was the newest deletion, and came
+ * back from another node's version. The cap now drops the oldest deletions. */
+static void test_gonecap(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0, n1;
+    spawn_pair(&n0, &n1);
+    OK(&n0, "many f 4096");
+    OK(&n0, "write x.bin 141 3000");
+    OK(&n0, "aged x.bin 3600"); /* put back by cp -p: an hour old */
+    OK(&n0, "flush");
+    OK(&n1, "restore 1 n0 n1"); /* node 1 gets a copy of x.bin ... */
+    OK(&n1, "write c.bin 142 1000");
+    OK(&n1, "flush"); /* ... and its next version holds it */
+    OK(&n0, "rmmany f 4096");
+    OK(&n0, "flush"); /* 4096 tombstones */
+    OK(&n0, "rm x.bin");
+    OK(&n0, "flush"); /* one more, the newest deletion, of the oldest mtime */
+    OK(&n0, "restore 1 n0 n1");
+    OK(&n1, "restore 1 n0 n1");
+    OK(&n0, "absent x.bin");
+    OK(&n1, "absent x.bin");
+    OK(&n0, "check c.bin 142 1000");
+    quit(&n0);
+    quit(&n1);
+}
+
+/* A file written again with exactly the deleted copy's mtime (touch -d to
+ * the same time, os.utime to the nanosecond) but other bytes lost to the
+ * tombstone: the restore took it for the deleted copy, left it out of the
+ * union and removed it from the directory. A tombstone now names the
+ * deleted copy's size and xxh3 (from the node's own version): a copy of
+ * that mtime with other bytes is another file. */
+static void test_gonesame(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0, n1;
+    spawn_pair(&n0, &n1);
+    OK(&n0, "write x.bin 151 5000");
+    OK(&n0, "flush");
+    OK(&n0, "restore 1 n0 n1");
+    OK(&n1, "restore 1 n0 n1"); /* node 1 has a copy */
+    char msg[2048];
+    long long sec = 0, nsec = 0;
+    assert_int_equal(cmd(&n0, msg, sizeof msg, "getmtime x.bin"), 0);
+    assert_int_equal(sscanf(msg, "%lld %lld", &sec, &nsec), 2);
+    OK(&n0, "rm x.bin");
+    OK(&n0, "flush"); /* the tombstone */
+    OK(&n1, "restore 1 n0 n1"); /* node 1 applies it and carries it ... */
+    OK(&n1, "absent x.bin");
+    OK(&n1, "write c.bin 152 1000");
+    OK(&n1, "flush"); /* ... in its next version */
+    /* other bytes, the same size, the deleted copy's mtime */
+    OK(&n0, "write x.bin 153 5000");
+    OK(&n0, "setmtime x.bin %lld %lld", sec, nsec);
+    OK(&n0, "flush");
+    OK(&n0, "restore 1 n0 n1");
+    OK(&n1, "restore 1 n0 n1");
+    OK(&n0, "check x.bin 153 5000");
+    OK(&n1, "check x.bin 153 5000");
+    OK(&n0, "check c.bin 152 1000");
+    /* and deleted again: it stays deleted on both */
+    OK(&n0, "rm x.bin");
+    OK(&n0, "flush");
+    OK(&n0, "restore 1 n0 n1");
+    OK(&n1, "restore 1 n0 n1");
+    OK(&n0, "absent x.bin");
+    OK(&n1, "absent x.bin");
     quit(&n0);
     quit(&n1);
 }
@@ -1595,27 +1835,60 @@ static void test_records(void **state)
         if (ftc__fs_filefab_parse(fab_bad[i], hex, sizeof hex, addr, &al, nid, sizeof nid))
             fail_msg("address '%.80s' parsed (node id '%s')", fab_bad[i], nid);
 
-    /* ftc.gone: the record of a set parses back to it; a duplicate or a
+    /* ftc.gone.v2: the record of a set parses back to it; a duplicate or a
      * disorder is refused */
     ftc__fs_stamps_t set = {0}, back = {0};
-    ftc__fs_stamp_t e[] = {{.name = "a/b", .mtime_ns = 5}, {.name = "c", .mtime_ns = 1ull << 62}};
+    ftc__fs_stamp_t e[] = {{.name = "a/b", .mtime_ns = 5, .gone_ns = 7},
+                           {.name = "c",
+                            .mtime_ns = 1ull << 62,
+                            .gone_ns = 9,
+                            .hashed = true,
+                            .size = 3,
+                            .xxh3 = 0xabcdef}};
     set.e = e, set.n = set.cap = 2;
     size_t len = 0;
     uint8_t *rec = ftc__fs_gone_record(&set, &len);
     assert_non_null(rec);
     char why[200];
-    assert_int_equal(ftc__fs_gone_parse(rec, (uint32_t)len, &back, why, sizeof why), 0);
+    assert_int_equal(
+        ftc__fs_gone_parse(rec, (uint32_t)len, FTC__FS_GONE_V2, &back, why, sizeof why), 0);
     assert_true(back.n == 2 && !strcmp(back.e[0].name, "a/b") && back.e[0].mtime_ns == 5 &&
-                !strcmp(back.e[1].name, "c") && back.e[1].mtime_ns == 1ull << 62);
+                back.e[0].gone_ns == 7 && !back.e[0].hashed && !strcmp(back.e[1].name, "c") &&
+                back.e[1].mtime_ns == 1ull << 62 && back.e[1].gone_ns == 9 && back.e[1].hashed &&
+                back.e[1].size == 3 && back.e[1].xxh3 == 0xabcdef);
+    ftc__fs_stamps_free(&back);
+    /* the form of an older ftc: u32 length, name, u64 mtime; its deletion
+     * time taken as the mtime */
+    const uint8_t v1[] = {1, 0, 0, 0, 'x', 42, 0, 0, 0, 0, 0, 0, 0};
+    assert_int_equal(ftc__fs_gone_parse(v1, sizeof v1, FTC__FS_GONE_V1, &back, why, sizeof why),
+                     0);
+    assert_true(back.n == 1 && !strcmp(back.e[0].name, "x") && back.e[0].mtime_ns == 42 &&
+                back.e[0].gone_ns == 42 && !back.e[0].hashed);
     ftc__fs_stamps_free(&back);
     e[1].name = "a/b";
     free(rec);
     rec = ftc__fs_gone_record(&set, &len);
-    assert_int_equal(ftc__fs_gone_parse(rec, (uint32_t)len, &back, why, sizeof why),
-                     FTC_ECORRUPT);
+    assert_int_equal(
+        ftc__fs_gone_parse(rec, (uint32_t)len, FTC__FS_GONE_V2, &back, why, sizeof why),
+        FTC_ECORRUPT);
     assert_int_equal(back.n, 0);
     free(rec);
     ftc__fs_stamps_free(&back);
+
+    /* the cap keeps the newest deletions, by when each tombstone was made:
+     * "old" is a copy that kept an old mtime (cp -p), deleted last */
+    const char *names[] = {"a", "b", "d", "old"};
+    uint64_t mt[] = {100, 900, 500, 50}, gn[] = {5, 1, 3, 9};
+    set = (ftc__fs_stamps_t){.e = calloc(4, sizeof *set.e), .cap = 4};
+    for (int i = 0; i < 4; i++)
+        set.e[set.n++] =
+            (ftc__fs_stamp_t){.name = strdup(names[i]), .mtime_ns = mt[i], .gone_ns = gn[i]};
+    assert_int_equal(ftc__fs_gone_bound(&set, 2, 1 << 20), 2);
+    assert_true(set.n == 2 && !strcmp(set.e[0].name, "a") && !strcmp(set.e[1].name, "old"));
+    assert_int_equal(ftc__fs_gone_bound(&set, 2, 1 << 20), 0);
+    assert_int_equal(ftc__fs_gone_bound(&set, 2, 40 + 3), 1); /* bytes: "old" alone fits */
+    assert_true(set.n == 1 && !strcmp(set.e[0].name, "old"));
+    ftc__fs_stamps_free(&set);
 }
 
 int main(int argc, char **argv)
@@ -1640,8 +1913,13 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_openedmidpack, setup, teardown),
         cmocka_unit_test_setup_teardown(test_crashlongname, setup, teardown),
         cmocka_unit_test_setup_teardown(test_limits, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_packdelay_env, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_heldopen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delete, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gone, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_goneunrecorded, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_gonecap, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_gonesame, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pending, setup, teardown),
         cmocka_unit_test_setup_teardown(test_busy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_quietopen, setup, teardown),
