@@ -1953,6 +1953,18 @@ static void ftc__abandon(ftc_agent_t *a)
     pthread_mutex_unlock(&ftc__abandoned_mu);
 }
 
+void ftc_agent_exit_status(ftc_agent_t *a, uint32_t rank, pid_t pid, int status)
+{
+    if (a && a->det && rank <= INT32_MAX)
+        ftc_detector_exit_status(a->det, (int)rank, pid, status);
+}
+
+void ftc_agent_unwatch(ftc_agent_t *a, uint32_t rank)
+{
+    if (a && a->det && rank <= INT32_MAX)
+        ftc_detector_unwatch(a->det, (int)rank);
+}
+
 int ftc_agent_flush(ftc_agent_t *a, ftc_err_t *err)
 {
     if (!a || !a->pw)

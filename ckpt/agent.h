@@ -95,6 +95,14 @@ int ftc_agent_run(ftc_agent_t *a, volatile sig_atomic_t *stop);
  * else the write's error (FTC_EIO, FTC_ENOSPC, ... with the persist tier's
  * detail). Not thread-safe with ftc_agent_run. */
 int ftc_agent_flush(ftc_agent_t *a, ftc_err_t *err);
+/* From the process that started rank `rank` as pid (the supervisor of
+ * `ftc run`, which this agent runs in): it reaped it, with wait status
+ * `status`, which the rank's rank_exit event then carries (a rank that
+ * never connected and ended with status 0 has none: ftc_detector_exit_status);
+ * or (ftc_agent_unwatch) it is about to stop the rank itself, so that exit
+ * is no event either. Thread-safe, while the agent runs. */
+void ftc_agent_exit_status(ftc_agent_t *a, uint32_t rank, pid_t pid, int status);
+void ftc_agent_unwatch(ftc_agent_t *a, uint32_t rank);
 /* Stops threads and frees; slots stay in /dev/shm for a restarted agent. */
 void ftc_agent_stop(ftc_agent_t *a);
 /* What ftc_agent_start or ftc_agent_stop of this process is doing now

@@ -25,11 +25,18 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#ifndef P_PIDFD
+#define P_PIDFD 3 /* Linux 5.4 */
+#endif
 
 #define FTC_DET_MAX_RANKS 256
 #define FTC_DET_CPU_MS 1000 /* CPU use sampling period of each watched rank */
 #define FTC_DET_BUSY 0.05   /* a share of one CPU above this is busy, not stuck */
+#define FTC_DET_EXIT_WAIT_MS 500 /* how long the exit status of a rank that never connected
+                                    is waited for (ftc_detector_exit_status) */
 #define FTC_DET_TIMES 32   /* step times kept per rank for the median */
 #define FTC_DET_LOSSES 512 /* upper bound of spike_window */
 #define FTC_DET_QUEUE 1024 /* events waiting for callback or publication */
@@ -74,6 +81,15 @@ typedef struct ftc__rank {
     uint64_t cpu_ns;    /* 0 = not sampled yet (for this process) */
     double cpu_share;   /* of one CPU between the last two samples; < 0 unknown */
     char pstate;        /* state letter at the last sample, 0 unknown */
+    /* an exit whose event waits for its status (a rank that never connected:
+     * a clean end of a binary without libftc is no failure) */
+    pid_t exit_pid;     /* 0 = none waiting */
+    uint64_t exit_ns;   /* when it was seen */
+    bool exit_linked;   /* the process had connected */
+    int64_t exit_step;
+    /* the status its parent told (ftc_detector_exit_status) */
+    pid_t told_pid;
+    int told_status;
     uint64_t times[FTC_DET_TIMES];
     int ntimes, tpos;
     int64_t hang_step; /* step already reported as hung */
@@ -282,6 +298,18 @@ void ftc_detector_unwatch(ftc_detector_t *d, int rank)
     ftc__wake(d);
 }
 
+void ftc_detector_exit_status(ftc_detector_t *d, int rank, pid_t pid, int status)
+{
+    pthread_mutex_lock(&d->mu);
+    ftc__rank_t *r = ftc__rank_get(d, rank, false);
+    if (r) {
+        r->told_pid = pid;
+        r->told_status = status;
+    }
+    pthread_mutex_unlock(&d->mu);
+    ftc__wake(d);
+}
+
 void ftc_detector_linked(ftc_detector_t *d, int rank)
 {
     pthread_mutex_lock(&d->mu);
@@ -435,6 +463,53 @@ static double ftc__hang_grace(const ftc__rank_t *r, double limit_ms, char *what,
     return grace;
 }
 
+/* The exit status of r's process, exited and not yet reaped by its parent,
+ * read without reaping it (waitid WNOWAIT: only its parent may, and under
+ * `ftc run` this process is: the agent runs in the supervisor). False when
+ * it is not our child or was reaped already. *status is a wait status. */
+static bool ftc__peek_status(const ftc__rank_t *r, int *status)
+{
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    int rc = r->pidfd >= 0 ? waitid((idtype_t)P_PIDFD, (id_t)r->pidfd, &si,
+                                    WEXITED | WNOHANG | WNOWAIT)
+                           : waitid(P_PID, (id_t)r->pid, &si, WEXITED | WNOHANG | WNOWAIT);
+    if (rc != 0 || si.si_pid != r->pid)
+        return false;
+    if (si.si_code == CLD_EXITED)
+        *status = (si.si_status & 0xff) << 8;
+    else if (si.si_code == CLD_KILLED || si.si_code == CLD_DUMPED)
+        *status = (si.si_status & 0x7f) | (si.si_code == CLD_DUMPED ? 0x80 : 0);
+    else
+        return false;
+    return true;
+}
+
+/* The rank_exit event of pid, with its exit status when known. A process
+ * that never connected to its agent and ended with status 0 is a binary
+ * without libftc at its end (one with libftc says BYE, which unwatches it):
+ * no failure, no event (every such job ended with a rank_exit per rank).
+ * Caller holds mu. */
+static void ftc__exit_event_locked(ftc_detector_t *d, const ftc__rank_t *r, pid_t pid,
+                                   bool known, int st, bool linked, int64_t step)
+{
+    if (known && !linked && WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+        FTC_DEBUG("detect", "%s: rank %d (pid %d) ended with status 0: not a failure", d->node,
+                  r->rank, (int)pid);
+        return;
+    }
+    char how[64] = "", id[160];
+    if (known && WIFSIGNALED(st))
+        snprintf(how, sizeof how, " (killed by signal %d%s)", WTERMSIG(st),
+                 WCOREDUMP(st) ? ", core dumped" : "");
+    else if (known)
+        snprintf(how, sizeof how, " (status %d)", WEXITSTATUS(st));
+    snprintf(id, sizeof id, "rank_exit:%s:%d:%d", d->node, r->rank, (int)pid);
+    ftc__emit_locked(d, "rank_exit", NULL, r->rank, step, id, true,
+                     "rank %d (pid %d) exited%s after step %" PRId64, r->rank, (int)pid, how,
+                     step);
+}
+
 /* Checks every watched rank for exit and hang. Caller holds mu.
  *
  * An exit the poll saw is the rank's only when the rank is still under the
@@ -464,18 +539,37 @@ static void ftc__check_ranks_locked(ftc_detector_t *d, const ftc__pollset_t *ps)
         ftc__rank_t *r = &d->ranks[i];
         if (!r->used)
             continue;
+        if (r->exit_pid > 0) { /* an exit waiting for its status */
+            bool told = r->told_pid == r->exit_pid;
+            if (told || now - r->exit_ns > FTC_DET_EXIT_WAIT_MS * 1000000ull) {
+                ftc__exit_event_locked(d, r, r->exit_pid, told, r->told_status, r->exit_linked,
+                                       r->exit_step);
+                r->exit_pid = 0;
+            }
+        }
         if (r->pid > 0) {
             bool dead = r->pidfd >= 0 ? exited[i] : ftc__pid_dead(r->pid);
             if (dead) {
-                snprintf(id, sizeof id, "rank_exit:%s:%d:%d", d->node, r->rank, (int)r->pid);
-                ftc__emit_locked(d, "rank_exit", NULL, r->rank, r->step, id, true,
-                                 "rank %d (pid %d) exited after step %" PRId64, r->rank,
-                                 (int)r->pid, r->step);
+                int st = 0;
+                bool known = ftc__peek_status(r, &st);
+                if (!known && r->told_pid == r->pid) {
+                    st = r->told_status;
+                    known = true;
+                }
+                pid_t pid = r->pid;
                 if (r->pidfd >= 0)
                     close(r->pidfd);
                 r->pidfd = -1;
                 r->pid = 0;
                 r->watch_id = 0;
+                if (known || r->linked) {
+                    ftc__exit_event_locked(d, r, pid, known, st, r->linked, r->step);
+                } else { /* its parent reaped it first: wait for the status it tells */
+                    r->exit_pid = pid;
+                    r->exit_ns = now;
+                    r->exit_linked = false;
+                    r->exit_step = r->step;
+                }
                 continue;
             }
         }

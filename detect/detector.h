@@ -108,6 +108,13 @@ void ftc_detector_stop(ftc_detector_t *d, bool leave);
 int ftc_detector_watch_pid(ftc_detector_t *d, int rank, pid_t pid);
 /* Stops watching a rank's process (a clean exit is not a failure). */
 void ftc_detector_unwatch(ftc_detector_t *d, int rank);
+/* The exit status (a wait status) of the rank's process pid, from its
+ * parent, which reaped it. A watched rank's exit is reported with its
+ * status; the status of one that never connected (ftc_detector_linked) is
+ * waited for, up to 500 ms, when the detector could not read it itself
+ * (waitid WNOWAIT: only while the process is a zombie of this process),
+ * and a status 0 is no event (a binary without libftc that ended). */
+void ftc_detector_exit_status(ftc_detector_t *d, int rank, pid_t pid, int status);
 /* The rank's process (the one watched) reports its progress: it links
  * libftc and connected to its agent. From then on the start-up limit holds
  * for it, and for every rank of the job, here or on any node (the first

@@ -745,6 +745,23 @@ static void ftc__signal_rank(const ftc__sup_t *s, int l, int sig)
         kill(s->pid[l], sig);
 }
 
+/* Local rank l's process pid was reaped with wait status st: its agent's
+ * rank_exit event carries it (and a rank that never connected, a binary
+ * without libftc, that ended with 0 gets none). */
+static void ftc__tell_exit(const ftc__sup_t *s, int l, pid_t pid, int st)
+{
+    if (s->ag.agent && s->rank_of[l] >= 0)
+        ftc_agent_exit_status(s->ag.agent, (uint32_t)s->rank_of[l], pid, st);
+}
+
+/* Local rank l is about to be stopped by this supervisor (the generation
+ * ended): its exit is a consequence, not a failure, and no event. */
+static void ftc__untell_rank(const ftc__sup_t *s, int l)
+{
+    if (s->ag.agent && s->rank_of[l] >= 0)
+        ftc_agent_unwatch(s->ag.agent, (uint32_t)s->rank_of[l]);
+}
+
 /* Local rank l's group is forgotten once its rank was reaped and nothing is
  * left in it (a group id stays reserved while it has members). */
 static void ftc__group_check(ftc__sup_t *s, int l)
@@ -1397,6 +1414,7 @@ static void ftc__stop_ranks(ftc__sup_t *s)
     bool any = false;
     for (int l = 0; l < s->o->nproc; l++)
         if (s->pid[l] > 0 || s->pgid[l] > 0) {
+            ftc__untell_rank(s, l);
             ftc__signal_rank(s, l, SIGTERM);
             ftc__signal_rank(s, l, SIGCONT);
             any = true;
@@ -1512,6 +1530,7 @@ static void ftc__inproc_leave(ftc__sup_t *s)
             continue;
         ftc_inproc_state_t st;
         aware[l] = ftc__inproc_aware(s, l, &st);
+        ftc__untell_rank(s, l);
         if (aware[l]) {
             ftc_inproc_signal(s->pid[l], s->gen);
         } else {
@@ -2239,6 +2258,7 @@ static int ftc__watch(ftc__sup_t *s, volatile sig_atomic_t *stop, ftc_err_t *err
                 int st;
                 pid_t p = ftc_fabric_reap(s->pid[l], &st, WNOHANG);
                 if (p == s->pid[l]) {
+                    ftc__tell_exit(s, l, p, st);
                     ftc_filestore_rank_exited(s->files, s->pid[l], st);
                     s->pid[l] = 0;
                     ftc__group_check(s, l);

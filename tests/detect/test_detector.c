@@ -1368,6 +1368,117 @@ static void test_hang_names_the_stuck_rank(void **state)
     waitpid(stuck, NULL, 0);
 }
 
+/* The detail of the first event of kind about (node, rank) into out ("" if none). */
+static void seen_detail(seen_t *s, const char *kind, const char *node, int rank, char *out,
+                        size_t cap)
+{
+    out[0] = 0;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n; i++)
+        if (!strcmp(s->ev[i].kind, kind) && !strcmp(s->ev[i].node, node) &&
+            s->ev[i].rank == rank) {
+            snprintf(out, cap, "%s", s->ev[i].detail);
+            break;
+        }
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* A child that exits with code after ms (the test process is its parent,
+ * as the supervisor is a rank's: the detector reads its status itself). */
+static pid_t fork_exit(int ms, int code)
+{
+    pid_t p = fork();
+    assert_true(p >= 0);
+    if (p == 0) {
+        ftc_sleep_ms(ms);
+        _exit(code);
+    }
+    return p;
+}
+
+/* A process that is not our child (its parent exits at once: init or a
+ * subreaper adopts it), exiting with code after ms; its pid. */
+static pid_t spawn_orphan(int ms, int code)
+{
+    int fd[2];
+    assert_int_equal(pipe(fd), 0);
+    pid_t p = fork();
+    assert_true(p >= 0);
+    if (p == 0) {
+        pid_t g = fork();
+        if (g == 0) {
+            close(fd[0]);
+            close(fd[1]);
+            ftc_sleep_ms(ms);
+            _exit(code);
+        }
+        ssize_t w = write(fd[1], &g, sizeof g);
+        _exit(w == (ssize_t)sizeof g ? 0 : 1);
+    }
+    close(fd[1]);
+    pid_t g = 0;
+    assert_int_equal(read(fd[0], &g, sizeof g), (ssize_t)sizeof g);
+    close(fd[0]);
+    waitpid(p, NULL, 0);
+    return g;
+}
+
+/* rank_exit events carry the exit status, and a rank that never connected
+ * (a binary without libftc) and ended with 0 has none: every job of such a
+ * binary ended with a rank_exit "failure" per rank. The status is the
+ * detector's own reading (its process is the rank's parent, as the agent
+ * in `ftc run`'s supervisor is), or the one the parent tells after it
+ * reaped the rank (ftc_detector_exit_status): waited for 500 ms. */
+static void test_exit_status(void **state)
+{
+    redis_fixture_t *f = *state;
+    static seen_t s;
+    memset(&s, 0, sizeof s);
+    pthread_mutex_init(&s.mu, NULL);
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    o.hang_min_ms = 100000;
+    ftc_detector_t *b = start_detector(f, "jxs", "B", false, &s, &o);
+    pid_t clean = fork_exit(300, 0), failed = fork_exit(300, 3), killed = fork_exit(60000, 0);
+    pid_t linked = fork_exit(300, 0);
+    assert_int_equal(ftc_detector_watch_pid(b, 0, clean), 0);
+    assert_int_equal(ftc_detector_watch_pid(b, 1, failed), 0);
+    assert_int_equal(ftc_detector_watch_pid(b, 2, killed), 0);
+    assert_int_equal(ftc_detector_watch_pid(b, 3, linked), 0);
+    ftc_detector_linked(b, 3);
+    kill(killed, SIGKILL);
+    /* not our children: the status comes from their parent, or never */
+    pid_t told0 = spawn_orphan(300, 0), told7 = spawn_orphan(300, 7), untold = spawn_orphan(300, 0);
+    assert_int_equal(ftc_detector_watch_pid(b, 4, told0), 0);
+    assert_int_equal(ftc_detector_watch_pid(b, 5, told7), 0);
+    assert_int_equal(ftc_detector_watch_pid(b, 6, untold), 0);
+    ftc_sleep_ms(400);
+    ftc_detector_exit_status(b, 4, told0, 0);
+    ftc_detector_exit_status(b, 5, told7, 7 << 8);
+    ftc_deadline_t d = ftc_deadline_in_ms(5000);
+    while (seen_count(&s, "rank_exit", "B", NULL) < 5 && !ftc_deadline_expired(d))
+        ftc_sleep_ms(10);
+    ftc_sleep_ms(700); /* past the wait for a status (500 ms): no more come */
+    char det[256];
+    assert_int_equal(seen_rank(&s, "rank_exit", "B", 0), 0); /* clean end, never connected */
+    seen_detail(&s, "rank_exit", "B", 1, det, sizeof det);
+    assert_non_null(strstr(det, "exited (status 3) after step"));
+    seen_detail(&s, "rank_exit", "B", 2, det, sizeof det);
+    assert_non_null(strstr(det, "exited (killed by signal 9) after step"));
+    seen_detail(&s, "rank_exit", "B", 3, det, sizeof det); /* connected: no BYE, status 0 */
+    assert_non_null(strstr(det, "exited (status 0) after step"));
+    assert_int_equal(seen_rank(&s, "rank_exit", "B", 4), 0);
+    seen_detail(&s, "rank_exit", "B", 5, det, sizeof det);
+    assert_non_null(strstr(det, "exited (status 7) after step"));
+    seen_detail(&s, "rank_exit", "B", 6, det, sizeof det); /* unknown after 500 ms */
+    assert_non_null(strstr(det, "exited after step"));
+    assert_int_equal(seen_count(&s, "rank_exit", "B", NULL), 5);
+    ftc_detector_stop(b, true);
+    pid_t mine[] = {clean, failed, killed, linked};
+    for (int i = 0; i < 4; i++)
+        waitpid(mine[i], NULL, 0);
+    assert_int_equal(stream_count(f, "jxs", "rank_exit", "B"), 5);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
 
 int main(void)
@@ -1386,7 +1497,7 @@ int main(void)
         T(test_no_loss_reported_right_after_own_outage),
         T(test_deadline_poll_pages_past_skewed_clocks), T(test_agent_pause_is_not_a_hang),
         T(test_loss_after_pause_reported_again), T(test_stale_pidfd_event_not_charged_to_new_rank),
-        T(test_start_up_limit), T(test_hang_names_the_stuck_rank),
+        T(test_start_up_limit), T(test_hang_names_the_stuck_rank), T(test_exit_status),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
