@@ -897,8 +897,19 @@ static void ftc__on_watch(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
      * is), and the pid its child: a rank, or a rank's forked child, must
      * not re-point the watch of a connected rank at a decoy (its real death
      * would go unreported, and each WATCH would put off its hang check) */
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0 || cr.pid != getpid() ||
-        ftc_proc_stat_read((pid_t)m->pid, &ps) != 0 || ps.ppid != cr.pid) {
+    bool ours = getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) == 0 && cr.pid == getpid();
+    int prc = ours ? ftc_proc_stat_read((pid_t)m->pid, &ps) : 0;
+    if (ours && prc == FTC_ENOENT) {
+        /* the supervisor does not wait for an answer while this loop is
+         * behind: its rank may have exited, and been reaped, before the
+         * WATCH was read. No intruder: said so, not as a refused sender */
+        ftc__reply_error(fd, m->seq, FTC_ENOENT, "WATCH of rank %u, pid %d: no such process "
+                         "(it exited, and its supervisor reaped it, before this agent read the "
+                         "WATCH): not watched; its exit is in the supervisor's log", m->rank,
+                         m->pid);
+        return;
+    }
+    if (!ours || prc != 0 || ps.ppid != cr.pid) {
         ftc__reply_error(fd, m->seq, FTC_EAUTH, "WATCH of pid %d: only the supervisor running "
                          "this agent may send it, for a process it started", m->pid);
         return;

@@ -20,8 +20,9 @@ typedef struct ftc_proc_stat {
 } ftc_proc_stat_t;
 
 /* Parses the text of a /proc/PID/stat ("PID (COMM) STATE PPID PGRP SESSION
- * TTY_NR TPGID FLAGS MINFLT CMINFLT MAJFLT CMAJFLT UTIME STIME ...", len bytes, not NUL-terminated): COMM runs from
- * the first '(' to the LAST ')', since it may hold both. 0, or FTC_EPROTO
+ * TTY_NR TPGID FLAGS MINFLT CMINFLT MAJFLT CMAJFLT UTIME STIME ...", len
+ * bytes, not NUL-terminated): COMM runs from the first '(' to the LAST ')',
+ * since it may hold both. 0, or FTC_EPROTO
  * when the text is not of that form (fields missing, a field that is not
  * a whole number in range). Pure; thread-safe. */
 int ftc_proc_stat_parse(const char *text, size_t len, ftc_proc_stat_t *st);

@@ -75,6 +75,10 @@ typedef struct ftc__rank {
     bool started;    /* this process finished a step: past its start-up */
     bool linked;     /* this process connected (ftc_detector_linked) */
     bool start_hung; /* its start-up was reported hung */
+    /* its watch ended, by its BYE (ftc_detector_unwatch) or its exit (a
+     * rank_exit event): no hang check until a process of it is watched
+     * again. A rank that never had a pid watched (progress only) has one */
+    bool ended;
     /* the process's CPU use, sampled every FTC_DET_CPU_MS: whether a rank
      * that stopped progressing is stuck itself or spins waiting for a peer */
     uint64_t cpu_ticks; /* utime + stime at cpu_ns */
@@ -275,6 +279,7 @@ int ftc_detector_watch_pid(ftc_detector_t *d, int rank, pid_t pid)
         r->hang_step = -2;
     }
     r->pid = pid;
+    r->ended = false;
     r->pidfd = fd; /* -1: fall back to /proc polling */
     r->watch_id = ++d->watch_seq;
     r->last_ns = now;
@@ -293,6 +298,7 @@ void ftc_detector_unwatch(ftc_detector_t *d, int rank)
         r->pidfd = -1;
         r->pid = 0;
         r->watch_id = 0;
+        r->ended = true;
     }
     pthread_mutex_unlock(&d->mu);
     ftc__wake(d);
@@ -562,6 +568,7 @@ static void ftc__check_ranks_locked(ftc_detector_t *d, const ftc__pollset_t *ps)
                 r->pidfd = -1;
                 r->pid = 0;
                 r->watch_id = 0;
+                r->ended = true;
                 if (known || r->linked) {
                     ftc__exit_event_locked(d, r, pid, known, st, r->linked, r->step);
                 } else { /* its parent reaped it first: wait for the status it tells */
@@ -573,6 +580,12 @@ static void ftc__check_ranks_locked(ftc_detector_t *d, const ftc__pollset_t *ps)
                 continue;
             }
         }
+        /* a rank that said BYE, or whose exit was reported, has nothing
+         * left to progress: before, it was reported hung at its limit (a
+         * second event of an exit; a SIGKILL from `ftc run` for a rank that
+         * ended cleanly and was still writing its outputs) */
+        if (r->ended)
+            continue;
         ftc__sample_cpu_locked(r, now);
         char what[160];
         if (!r->started) {

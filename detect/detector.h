@@ -106,7 +106,9 @@ void ftc_detector_stop(ftc_detector_t *d, bool leave);
  * replaced meanwhile is never charged to the rank watched now, even when the
  * new pidfd got the old one's fd number. */
 int ftc_detector_watch_pid(ftc_detector_t *d, int rank, pid_t pid);
-/* Stops watching a rank's process (a clean exit is not a failure). */
+/* Stops watching a rank's process (a clean exit is not a failure). Like its
+ * exit (rank_exit), this ends the rank's hang check until a process of it is
+ * watched again: nothing of it is left to progress. */
 void ftc_detector_unwatch(ftc_detector_t *d, int rank);
 /* The exit status (a wait status) of the rank's process pid, from its
  * parent, which reaped it. A watched rank's exit is reported with its

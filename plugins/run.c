@@ -411,7 +411,11 @@ static void ftc__watch_answers(ftc__agent_thread_t *t, uint32_t until, int ms, b
             return;
         }
         t->watch_answered = seq;
-        if (m.type == FTC_AP_ERROR)
+        if (m.type == FTC_AP_ERROR && err.code == FTC_ENOENT) /* a rank gone before it */
+            FTC_INFO("run", "the agent at %s read the WATCH of rank %d (pid %d) after the rank "
+                     "exited: %s", ftc_agent_socket(t->agent), rank, (int)pid,
+                     ftc_err_str(&err));
+        else if (m.type == FTC_AP_ERROR)
             FTC_WARN("run", "the agent at %s does not watch rank %d (pid %d) before it "
                      "connects: %s", ftc_agent_socket(t->agent), rank, (int)pid,
                      ftc_err_str(&err));

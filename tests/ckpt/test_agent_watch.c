@@ -11,7 +11,9 @@
  *     record's world is set after the agent read it) or when the supervisor's
  *     disagrees; the supervisor's when the record has none; accepted
  *     unchecked (and logged) only when neither knows it. Before, a world of 0
- *     took any rank, and a world set later was never read.
+ *     took any rank, and a world set later was never read;
+ *   - a WATCH of a pid that exited and was reaped before the agent read it
+ *     is answered FTC_ENOENT (what happened), not FTC_EAUTH.
  * No wall-clock bound is asserted: the absence of an event is checked after
  * the event of a later exit (rank 1's SIGKILL) is in the stream.
  */
@@ -277,6 +279,33 @@ static void test_watch_world(void **state)
     stop_agent(&t);
 }
 
+/* The supervisor does not wait for a WATCH's answer while the agent's loop
+ * is behind, so a rank that exits at once may be reaped before the agent
+ * reads its WATCH. The answer says so (FTC_ENOENT), and is no refusal of an
+ * intruder: before, it was FTC_EAUTH, "only the supervisor running this
+ * agent may send it", which the supervisor logged as a WARN. */
+static void test_watch_of_reaped_pid(void **state)
+{
+    redis_fixture_t *f = *state;
+    char job[32];
+    snprintf(job, sizeof job, "wrea%d", (int)getpid());
+    set_generation(f, job, 2);
+    agent_thread_t t = {.dir = ftc_test_tmpdir("watch")};
+    pid_t gone = fork();
+    assert_true(gone >= 0);
+    if (gone == 0)
+        _exit(0);
+    assert_int_equal(waitpid(gone, NULL, 0), gone);
+    start_agent(&t, f, job);
+    int st = 0;
+    assert_int_equal(watch(&t, job, 0, gone, 2, &st), FTC_AP_ERROR);
+    assert_int_equal(st, FTC_ENOENT);
+    /* a live process that is not this process's child is still refused */
+    assert_int_equal(watch(&t, job, 0, getppid(), 2, &st), FTC_AP_ERROR);
+    assert_int_equal(st, FTC_EAUTH);
+    stop_agent(&t);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -284,6 +313,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_watch_after_bye, redis_fixture_setup,
                                         redis_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_watch_world, redis_fixture_setup,
+                                        redis_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_watch_of_reaped_pid, redis_fixture_setup,
                                         redis_fixture_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1479,6 +1479,53 @@ static void test_exit_status(void **state)
     assert_int_equal(stream_count(f, "jxs", "rank_exit", "B"), 5);
 }
 
+/* A rank whose watch ended, by its BYE (ftc_detector_unwatch: a clean end)
+ * or by its process's exit (a rank_exit event), is no hang: nothing of it is
+ * left to progress. Before, its hang check went on, and it was reported hung
+ * its limit after its last step: a second event for a rank that exited, and
+ * one for a rank that said BYE, which `ftc run` answered with SIGKILL while
+ * its process was still there (writing its outputs after ftc_close). Rank 2,
+ * which reports steps for a while longer and then stops, is the marker: its
+ * hang comes after theirs would have. */
+static void test_no_hang_after_the_watch_ended(void **state)
+{
+    redis_fixture_t *f = *state;
+    static seen_t s;
+    memset(&s, 0, sizeof s);
+    pthread_mutex_init(&s.mu, NULL);
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    o.hang_min_ms = 300;
+    ftc_detector_t *b = start_detector(f, "jne", "B", false, &s, &o);
+    pid_t bye = fork_paused(), dies = fork_paused();
+    assert_int_equal(ftc_detector_watch_pid(b, 0, bye), 0);
+    assert_int_equal(ftc_detector_watch_pid(b, 1, dies), 0);
+    for (int i = 0; i < 10; i++) {
+        for (int r = 0; r < 3; r++)
+            ftc_detector_progress(b, r, i, 10000);
+        ftc_sleep_ms(10);
+    }
+    ftc_detector_unwatch(b, 0); /* its BYE; its process runs on */
+    kill(dies, SIGKILL);
+    assert_true(wait_seen(&s, "rank_exit", "B", 5000));
+    for (int i = 10; i < 60; i++) {
+        ftc_detector_progress(b, 2, i, 10000);
+        ftc_sleep_ms(10);
+    }
+    ftc_deadline_t d = ftc_deadline_in_ms(5000);
+    while (seen_rank(&s, "hang", "B", 2) == 0 && !ftc_deadline_expired(d))
+        ftc_sleep_ms(10);
+    assert_int_equal(seen_rank(&s, "hang", "B", 2), 1);
+    print_message("hangs of the rank that said BYE: %d, of the one that exited: %d\n",
+                  seen_rank(&s, "hang", "B", 0), seen_rank(&s, "hang", "B", 1));
+    assert_int_equal(seen_rank(&s, "hang", "B", 0), 0);
+    assert_int_equal(seen_rank(&s, "hang", "B", 1), 0);
+    assert_int_equal(seen_rank(&s, "rank_exit", "B", 1), 1);
+    ftc_detector_stop(b, true);
+    kill(bye, SIGKILL);
+    waitpid(bye, NULL, 0);
+    waitpid(dies, NULL, 0);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
 
 int main(void)
@@ -1498,6 +1545,7 @@ int main(void)
         T(test_deadline_poll_pages_past_skewed_clocks), T(test_agent_pause_is_not_a_hang),
         T(test_loss_after_pause_reported_again), T(test_stale_pidfd_event_not_charged_to_new_rank),
         T(test_start_up_limit), T(test_hang_names_the_stuck_rank), T(test_exit_status),
+        T(test_no_hang_after_the_watch_ended),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
