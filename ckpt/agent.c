@@ -871,6 +871,20 @@ static void ftc__on_watch(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
                          m->rank, m->pid);
         return;
     }
+    struct ucred cr;
+    socklen_t cl = sizeof cr;
+    /* the sender is this process (the supervisor whose thread this agent
+     * is), and the pid its child: a rank, or a rank's forked child, must
+     * not re-point the watch of a connected rank at a decoy (its real death
+     * would go unreported, and each WATCH would put off its hang check).
+     * Checked first: another process must not make this loop wait for
+     * Redis (the world's re-read below), nor learn the world */
+    bool ours = getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) == 0 && cr.pid == getpid();
+    if (!ours) {
+        ftc__reply_error(fd, m->seq, FTC_EAUTH, "WATCH of pid %d: only the supervisor running "
+                         "this agent may send it, for a process it started", m->pid);
+        return;
+    }
     /* the world of this generation: the one this agent read, re-read when
      * it had none or the supervisor's (m->world, which it set for this
      * generation) or the rank disagree with it (as a HELLO does); else the
@@ -890,16 +904,9 @@ static void ftc__on_watch(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
         FTC_INFO("agent", "WATCH of rank %u (pid %d): the world of generation %" PRIu64
                  " is not known yet; the rank is not checked against it", m->rank, m->pid,
                  a->generation);
-    struct ucred cr;
-    socklen_t cl = sizeof cr;
     ftc_proc_stat_t ps;
-    /* the sender is this process (the supervisor whose thread this agent
-     * is), and the pid its child: a rank, or a rank's forked child, must
-     * not re-point the watch of a connected rank at a decoy (its real death
-     * would go unreported, and each WATCH would put off its hang check) */
-    bool ours = getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) == 0 && cr.pid == getpid();
-    int prc = ours ? ftc_proc_stat_read((pid_t)m->pid, &ps) : 0;
-    if (ours && prc == FTC_ENOENT) {
+    int prc = ftc_proc_stat_read((pid_t)m->pid, &ps);
+    if (prc == FTC_ENOENT) {
         /* the supervisor does not wait for an answer while this loop is
          * behind: its rank may have exited, and been reaped, before the
          * WATCH was read. No intruder: said so, not as a refused sender */
@@ -909,7 +916,7 @@ static void ftc__on_watch(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
                          m->pid);
         return;
     }
-    if (!ours || prc != 0 || ps.ppid != cr.pid) {
+    if (prc != 0 || ps.ppid != cr.pid) {
         ftc__reply_error(fd, m->seq, FTC_EAUTH, "WATCH of pid %d: only the supervisor running "
                          "this agent may send it, for a process it started", m->pid);
         return;

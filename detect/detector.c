@@ -429,9 +429,9 @@ static void ftc__sample_cpu_locked(ftc__rank_t *r, uint64_t now)
         return;
     }
     uint64_t ticks = ps.utime + ps.stime;
-    static long tck;
-    if (!tck)
-        tck = sysconf(_SC_CLK_TCK) > 0 ? sysconf(_SC_CLK_TCK) : 100;
+    long tck = sysconf(_SC_CLK_TCK);
+    if (tck <= 0)
+        tck = 100;
     if (r->cpu_ns && ticks >= r->cpu_ticks)
         r->cpu_share = (double)(ticks - r->cpu_ticks) / (double)tck /
                        ((double)(now - r->cpu_ns) / 1e9);
