@@ -307,7 +307,11 @@ void ftc_detector_unwatch(ftc_detector_t *d, int rank)
 void ftc_detector_exit_status(ftc_detector_t *d, int rank, pid_t pid, int status)
 {
     pthread_mutex_lock(&d->mu);
-    ftc__rank_t *r = ftc__rank_get(d, rank, false);
+    /* held even before the rank's watch: the supervisor may reap a rank, and
+     * tell, between its WATCH's pidfd_open (of the zombie) and the watch's
+     * registration; dropped, a clean end of a rank that never connected was
+     * a rank_exit event 500 ms later */
+    ftc__rank_t *r = ftc__rank_get(d, rank, true);
     if (r) {
         r->told_pid = pid;
         r->told_status = status;

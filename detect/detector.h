@@ -115,7 +115,9 @@ void ftc_detector_unwatch(ftc_detector_t *d, int rank);
  * status; the status of one that never connected (ftc_detector_linked) is
  * waited for, up to 500 ms, when the detector could not read it itself
  * (waitid WNOWAIT: only while the process is a zombie of this process),
- * and a status 0 is no event (a binary without libftc that ended). */
+ * and a status 0 is no event (a binary without libftc that ended). A status
+ * told before the rank is watched at all (reaped while its WATCH was read)
+ * is kept for that watch. */
 void ftc_detector_exit_status(ftc_detector_t *d, int rank, pid_t pid, int status);
 /* The rank's process (the one watched) reports its progress: it links
  * libftc and connected to its agent. From then on the start-up limit holds

@@ -759,7 +759,8 @@ static void ftc__tell_exit(const ftc__sup_t *s, int l, pid_t pid, int st)
 }
 
 /* Local rank l is about to be stopped by this supervisor (the generation
- * ended): its exit is a consequence, not a failure, and no event. */
+ * ended, or its hang was reported): its exit is a consequence, not a
+ * failure, and no event. */
 static void ftc__untell_rank(const ftc__sup_t *s, int l)
 {
     if (s->ag.agent && s->rank_of[l] >= 0)
@@ -2132,6 +2133,9 @@ static void ftc__on_event(void *arg, const ftc_status_event_t *e)
         if (local >= 0 && s->pid[local] > 0) {
             FTC_WARN("run", "rank %d hangs (%s): killing pid %d", e->rank, e->detail,
                      (int)s->pid[local]);
+            /* the hang event is the failure; this SIGKILL's exit is no second
+             * one (it was a rank_exit, "killed by signal 9") */
+            ftc__untell_rank(s, local);
             ftc__signal_rank(s, local, SIGKILL); /* its exit fails the round below */
         }
     }

@@ -1479,6 +1479,62 @@ static void test_exit_status(void **state)
     assert_int_equal(stream_count(f, "jxs", "rank_exit", "B"), 5);
 }
 
+/* Reaps *(pid_t *)arg once a poll held a rank's pidfd (the supervisor, the
+ * rank's parent, reaping it before the watch looked at it). */
+static void reap_hook(void *arg, const struct pollfd *pfd, int npfd)
+{
+    (void)pfd;
+    pid_t *pid = arg;
+    if (npfd > 1 && *pid > 0 && waitpid(*pid, NULL, WNOHANG) == *pid)
+        *pid = 0;
+}
+
+/* The supervisor may reap a rank and tell its status before the detector
+ * holds the rank at all: the agent reads the WATCH of a rank that exited at
+ * once (a zombie), and the supervisor reaps it and tells between the
+ * WATCH's pidfd_open and its registration. The status told then is the
+ * rank's all the same. Before, a tell for a rank the detector did not hold
+ * yet was dropped: the clean end (status 0) of a rank that never connected
+ * was a rank_exit event, without status, 500 ms later. Rank 1 (status 5),
+ * watched after that wait, is the marker. */
+static void test_status_told_before_the_watch(void **state)
+{
+    redis_fixture_t *f = *state;
+    static seen_t s;
+    memset(&s, 0, sizeof s);
+    pthread_mutex_init(&s.mu, NULL);
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    o.hang_min_ms = 100000;
+    ftc_detector_t *b = start_detector(f, "jtb", "B", false, &s, &o);
+    pid_t clean = fork_exit(0, 0);
+    siginfo_t si;
+    assert_int_equal(waitid(P_PID, (id_t)clean, &si, WEXITED | WNOWAIT), 0); /* a zombie */
+    static pid_t reap;
+    reap = clean;
+    ftc__detector_set_poll_hook(b, reap_hook, &reap);
+    ftc_detector_exit_status(b, 0, clean, 0);
+    assert_int_equal(ftc_detector_watch_pid(b, 0, clean), 0);
+    ftc_deadline_t d = ftc_deadline_in_ms(5000);
+    while (reap && !ftc_deadline_expired(d))
+        ftc_sleep_ms(5);
+    assert_int_equal(reap, 0);
+    ftc_sleep_ms(700); /* past the wait for a status (500 ms) */
+    ftc__detector_set_poll_hook(b, NULL, NULL);
+    pid_t failed = fork_exit(0, 5);
+    assert_int_equal(ftc_detector_watch_pid(b, 1, failed), 0);
+    d = ftc_deadline_in_ms(5000);
+    while (seen_rank(&s, "rank_exit", "B", 1) == 0 && !ftc_deadline_expired(d))
+        ftc_sleep_ms(10);
+    char det[256];
+    seen_detail(&s, "rank_exit", "B", 1, det, sizeof det);
+    assert_non_null(strstr(det, "exited (status 5) after step"));
+    print_message("rank_exit events of the rank told before its watch: %d\n",
+                  seen_rank(&s, "rank_exit", "B", 0));
+    assert_int_equal(seen_rank(&s, "rank_exit", "B", 0), 0);
+    ftc_detector_stop(b, true);
+    waitpid(failed, NULL, 0);
+}
+
 /* A rank whose watch ended, by its BYE (ftc_detector_unwatch: a clean end)
  * or by its process's exit (a rank_exit event), is no hang: nothing of it is
  * left to progress. Before, its hang check went on, and it was reported hung
@@ -1545,7 +1601,7 @@ int main(void)
         T(test_deadline_poll_pages_past_skewed_clocks), T(test_agent_pause_is_not_a_hang),
         T(test_loss_after_pause_reported_again), T(test_stale_pidfd_event_not_charged_to_new_rank),
         T(test_start_up_limit), T(test_hang_names_the_stuck_rank), T(test_exit_status),
-        T(test_no_hang_after_the_watch_ended),
+        T(test_no_hang_after_the_watch_ended), T(test_status_told_before_the_watch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -66,7 +66,9 @@
 #      takes seconds): the second rank of the node (a `sleep`) is watched
 #      all the same, and its SIGKILL is its rank_exit event (before: the late
 #      answer to rank 0's WATCH turned WATCH off for the generation, rank 1
-#      was never registered and its exit was no event).
+#      was never registered and its exit was no event); (d) a rank found hung
+#      (SIGSTOP) and SIGKILLed by its supervisor has its hang event and no
+#      rank_exit (its SIGKILL was one, a second event of the same failure).
 #
 # usage: test_run_signals.sh PATH/TO/ftc PATH/TO/shmrank_main PATH/TO/holdexit_main
 #                            PATH/TO/rank_main
@@ -526,6 +528,38 @@ kill -TERM "$runpid" 2>/dev/null
 check "9c: ftc run ended" wait_for 30 gone "$runpid"
 wait "$runpid"
 [ $fails -eq $f0 ] || { echo "--- output of 9c:"; tail -40 "$T/9c.out"; events_of "$J9c" "$T/j9c"; }
+# (d) a rank found hung (SIGSTOP, libftc) and SIGKILLed by its supervisor: its hang event is
+# the failure; its SIGKILL is no rank_exit (it was one, "killed by signal 9", a second event)
+J9d=sig${tag}m
+f0=$fails
+cat >"$T/9d.sh" <<EOF
+#!/bin/sh
+[ -s "$T/9d.pid" ] || echo \$\$ >"$T/9d.pid"
+exec "$RANKMAIN" --steps 100000 --step-ms 50 --floats 64
+EOF
+chmod +x "$T/9d.sh"
+"$FTC" run --job "$J9d" --job-dir "$T/j9d" --settle-ms 200 --grace-ms 2000 --max-restarts 2 \
+    --detect-hang-ms 1000 -- "$T/9d.sh" >"$T/9d.out" 2>&1 &
+runpid=$!
+pids+=($runpid)
+check "9d: the rank started" wait_for 60 test -s "$T/9d.pid"
+p4=$(cat "$T/9d.pid" 2>/dev/null)
+check "9d: and connected to its agent (pid ${p4:-?})" \
+    wait_for 60 grep -q "rank 0 (pid ${p4:-x}) connected" "$T/9d.out"
+sleep 1.5 # its steps: their times give the hang limit
+[ -n "$p4" ] && kill -STOP "$p4"
+check "9d: its hang was found and it was killed" \
+    wait_for 30 grep -q "rank 0 hangs (.*killing pid ${p4:-x}" "$T/9d.out"
+check "9d: the next generation started" wait_for 60 grep -q "generation 2: rank 0 " "$T/9d.out"
+sleep 1 # (its rank_exit would be published by now)
+events_of "$J9d" "$T/j9d" >"$T/9d.events"
+check "9d: a hang event of rank 0" grep -q '"kind":"hang"' "$T/9d.events"
+check "9d: no rank_exit of the killed pid ($(exits_of "${p4:-x}" 0 "$J9d" "$T/j9d"))" \
+    test "$(exits_of "${p4:-x}" 0 "$J9d" "$T/j9d")" = 0
+kill -TERM "$runpid" 2>/dev/null
+check "9d: ftc run ended" wait_for 30 gone "$runpid"
+wait "$runpid"
+[ $fails -eq $f0 ] || { echo "--- output of 9d:"; tail -40 "$T/9d.out"; cat "$T/9d.events"; }
 fi
 
 if [ $fails -ne 0 ]; then
