@@ -213,6 +213,8 @@ typedef struct ftc__sup {
     bool cursor_kept;          /* events_after is the last watch's (else marked anew before
                                   the next round) */
     char fail_reason[256];
+    pid_t hung_pid[FTC__MAX_LOCAL]; /* the process of local rank l killed for its hang event */
+    char hung_why[FTC__MAX_LOCAL][160]; /* that event's detail */
     /* the layout of this generation (ftc__plan, recover/layout.h) */
     int world;                      /* ranks in the generation: dp x tp x pp */
     int master_node;                /* the member (round index) that runs rank 0: its host
@@ -763,8 +765,16 @@ static void ftc__tell_exit(const ftc__sup_t *s, int l, pid_t pid, int st)
  * failure, and no event. */
 static void ftc__untell_rank(const ftc__sup_t *s, int l)
 {
-    if (s->ag.agent && s->rank_of[l] >= 0)
-        ftc_agent_unwatch(s->ag.agent, (uint32_t)s->rank_of[l]);
+    if (!s->ag.agent || s->rank_of[l] < 0 || s->pid[l] <= 0)
+        return;
+    /* a rank that has exited already (a second failure, at the same time
+     * as the one that ended the generation) keeps its watch: its exit is
+     * its own, and its event is the detector's to report */
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    if (waitid(P_PID, (id_t)s->pid[l], &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid > 0)
+        return;
+    ftc_agent_unwatch(s->ag.agent, (uint32_t)s->rank_of[l]);
 }
 
 /* Local rank l's group is forgotten once its rank was reaped and nothing is
@@ -1437,6 +1447,8 @@ static void ftc__stop_ranks(ftc__sup_t *s)
                 int st;
                 pid_t p = ftc_fabric_reap(s->pid[l], &st, WNOHANG);
                 if (p == s->pid[l] || (p < 0 && errno == ECHILD)) {
+                    if (p == s->pid[l])
+                        ftc__tell_exit(s, l, p, st);
                     ftc_filestore_rank_exited(s->files, s->pid[l], p == s->pid[l] ? st : -1);
                     s->pid[l] = 0;
                 } else {
@@ -1555,6 +1567,8 @@ static void ftc__inproc_leave(ftc__sup_t *s)
             int st;
             pid_t p = ftc_fabric_reap(s->pid[l], &st, WNOHANG);
             if (p == s->pid[l] || (p < 0 && errno == ECHILD)) {
+                if (p == s->pid[l])
+                    ftc__tell_exit(s, l, p, st);
                 ftc_filestore_rank_exited(s->files, s->pid[l], p == s->pid[l] ? st : -1);
                 s->pid[l] = 0;
                 continue;
@@ -2136,6 +2150,8 @@ static void ftc__on_event(void *arg, const ftc_status_event_t *e)
             /* the hang event is the failure; this SIGKILL's exit is no second
              * one (it was a rank_exit, "killed by signal 9") */
             ftc__untell_rank(s, local);
+            s->hung_pid[local] = s->pid[local]; /* the round's reason: the hang, not the kill */
+            snprintf(s->hung_why[local], sizeof s->hung_why[local], "%s", e->detail);
             ftc__signal_rank(s, local, SIGKILL); /* its exit fails the round below */
         }
     }
@@ -2275,7 +2291,11 @@ static int ftc__watch(ftc__sup_t *s, volatile sig_atomic_t *stop, ftc_err_t *err
                     if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
                         FTC_INFO("run", "rank %d finished", rank);
                     } else {
-                        if (WIFSIGNALED(st))
+                        if (s->hung_pid[l] == p)
+                            snprintf(s->fail_reason, sizeof s->fail_reason,
+                                     "rank %d (node %s) hung and was killed: %.160s", rank,
+                                     s->node_id, s->hung_why[l]);
+                        else if (WIFSIGNALED(st))
                             snprintf(s->fail_reason, sizeof s->fail_reason,
                                      "rank %d (node %s) was killed by signal %d", rank,
                                      s->node_id, WTERMSIG(st));

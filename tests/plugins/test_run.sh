@@ -174,6 +174,9 @@ wait $runpid
 rc=$?
 check "3: the job finished after the hang (exit $rc)" test $rc -eq 0
 check "3: the hang was detected, at the --detect-hang-ms floor" grep -q "hangs (.*limit 2000 ms)" "$T/3.out"
+check "3: the generation failed for the hang (not for the SIGKILL that ended it)" \
+    grep -q "failed (rank [0-9]* (node node0) hung and was killed: rank [0-9]* made no progress" \
+    "$T/3.out"
 check "3: --keep-shm left the nodes' slots in /dev/shm" \
     bash -c "ls /dev/shm/ftc.$J3.n0.r[0-9]*.s0 && ls /dev/shm/ftc.$J3.n1.r[0-9]*.s0"
 check "3: no bad restore, no error" bash -c "! grep -q 'RESTORED [0-9]* BAD\|^ERROR' '$T/3.out'"
