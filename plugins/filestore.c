@@ -214,6 +214,12 @@ struct ftc_filestore {
     char down_why[300];     /* why the endpoint could not be reopened */
     uint64_t unreported_ns; /* a watched rank reaped but not reported since */
     int pack_delay_ms;      /* tests: FTC_TEST_FS_PACK_DELAY_MS, read once at create */
+    /* tests: FTC_TEST_FS_HOLD=STAGE:PATH, read once at create: at STAGE of a
+     * restore, when PATH exists, the store renames it to PATH.held and waits
+     * (10 s at most) until it is gone, so that a test plays a surviving rank
+     * at that very point */
+    char hold_stage[8];
+    char hold_path[PATH_MAX];
     fs_held_t *held;        /* files held open for writing at the last look, by name */
     size_t nheld, capheld;
     uint64_t held_check_ns; /* look again then (0: none held) */
@@ -1022,13 +1028,12 @@ static int stamps_from_scan(const fs_scan_t *sc, fs_stamps_t *out)
     return rc;
 }
 
-/* The xxh3 of the file at path (as the shard's checksum of its bytes) in
- * *out: 0, or -1 when it cannot be read or no longer has size bytes (and
- * ctime ctime_ns, when not 0): it changed, nothing can be said. */
-static int fs_hash_file(const char *path, uint64_t size, uint64_t ctime_ns, uint64_t *out)
+/* The xxh3 of the file open at fd, read from its start (as the shard's
+ * checksum of its bytes), in *out: 0, or -1 when it cannot be read or no
+ * longer has size bytes (and ctime ctime_ns, when not 0): it changed,
+ * nothing can be said. */
+static int fs_hash_fd(int fd, uint64_t size, uint64_t ctime_ns, uint64_t *out)
 {
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) return -1;
     enum { CHUNK = 1 << 20 };
     ftc_hash_t *h = ftc_hash_create();
     uint8_t *buf = malloc(CHUNK);
@@ -1051,6 +1056,15 @@ static int fs_hash_file(const char *path, uint64_t size, uint64_t ctime_ns, uint
     if (!rc) *out = ftc_hash_digest(h);
     ftc_hash_destroy(h);
     free(buf);
+    return rc;
+}
+
+/* fs_hash_fd of the file at path. */
+static int fs_hash_file(const char *path, uint64_t size, uint64_t ctime_ns, uint64_t *out)
+{
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int rc = fs_hash_fd(fd, size, ctime_ns, out);
     close(fd);
     return rc;
 }
@@ -2047,31 +2061,84 @@ static int fs_move_aside(ftc_filestore_t *fs, const fs_cand_t *c, size_t nc, boo
     return rc;
 }
 
+/* tests (FTC_TEST_FS_HOLD): at stage, when the test armed the hold (its
+ * file exists), renames it to PATH.held and waits until the test removes
+ * that, 10 s at most (a test that never does fails on its own checks). */
+static void fs_test_hold(ftc_filestore_t *fs, const char *stage)
+{
+    if (!fs->hold_path[0] || strcmp(fs->hold_stage, stage)) return;
+    char held[PATH_MAX + 8];
+    snprintf(held, sizeof held, "%s.held", fs->hold_path);
+    if (rename(fs->hold_path, held) != 0) return; /* not armed */
+    struct stat st;
+    for (int i = 0; i < 1000 && stat(held, &st) == 0; i++)
+        ftc_sleep_ms(10);
+}
+
 /* Removes this directory's copy of a deleted file when it is that copy (its
  * mtime the tombstone's, to the nanosecond, and its size and xxh3 when the
  * tombstone names them: restored here earlier), and the directories that
  * leaves empty; 1 when removed. A copy of another mtime, older or newer, or
- * of other bytes, is another file the binary wrote: never removed. */
+ * of other bytes, is another file the binary wrote: never removed.
+ *
+ * A surviving rank (ftc run --in-process) may write the file while it is
+ * checked: the copy is opened, checked through that descriptor, then its
+ * name is moved aside (a temporary name: the binary cannot open it any
+ * more) and removed only if the name still held the inode checked with the
+ * mtime and size checked; else the rank wrote it meanwhile (in place, or a
+ * new file renamed over it) and it is put back. Left: a write through a
+ * descriptor the rank opened before the move, landing after the last check. */
 static int fs_remove_gone(ftc_filestore_t *fs, const fs_stamp_t *g)
 {
-    char path[PATH_MAX];
+    char path[PATH_MAX], aside[PATH_MAX + 64];
     ftc_err_t e = {0};
-    struct stat st;
+    struct stat st, now, moved;
     size_t dl = (size_t)snprintf(path, sizeof path, "%s/", fs->dir);
     snprintf(path + dl, sizeof path - dl, "%s", g->name);
+    if (fs_parent_check(fs, g->name, &e)) return 0;
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return 0; /* not there (nor written through a link) */
     uint64_t h;
-    if (fs_parent_check(fs, g->name, &e) || lstat(path, &st) != 0 || !S_ISREG(st.st_mode) ||
-        ts_ns(&st.st_mtim) != g->mtime_ns ||
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || ts_ns(&st.st_mtim) != g->mtime_ns ||
         (g->hashed && ((uint64_t)st.st_size != g->size ||
-                       fs_hash_file(path, g->size, 0, &h) != 0 || h != g->xxh3)))
-        return 0; /* not there (nor written through a link), or another copy */
-    if (unlink(path) != 0) {
-        fs_log(fs, FTC_LOG_WARN, "%s was deleted on another node but removing it failed: %s", path,
-               strerror(errno));
+                       fs_hash_fd(fd, g->size, 0, &h) != 0 || h != g->xxh3))) {
+        close(fd);
+        return 0; /* another copy */
+    }
+    fs_test_hold(fs, "remove");
+    static atomic_uint counter;
+    const char *slash = strrchr(path + dl, '/');
+    size_t pl = slash ? (size_t)(slash + 1 - path) : dl;
+    snprintf(aside, sizeof aside, "%.*s" FS_TMP_PREFIX "gone.%d.%u", (int)pl, path, (int)getpid(),
+             atomic_fetch_add(&counter, 1));
+    if (rename(path, aside) != 0) {
+        if (errno != ENOENT) /* ENOENT: the rank deleted it meanwhile */
+            fs_log(fs, FTC_LOG_WARN, "%s was deleted on another node but removing it failed: "
+                   "rename to %s: %s", path, aside, strerror(errno));
+        close(fd);
         return 0;
     }
-    for (char *slash; (slash = strrchr(path + dl, '/'));) {
-        *slash = 0;
+    bool same = lstat(aside, &moved) == 0 && moved.st_dev == st.st_dev &&
+                moved.st_ino == st.st_ino && fstat(fd, &now) == 0 &&
+                ts_ns(&now.st_mtim) == g->mtime_ns && now.st_size == st.st_size;
+    close(fd);
+    if (!same) { /* written meanwhile: the binary's, put back unless a newer one took the name */
+        if (renameat2(AT_FDCWD, aside, AT_FDCWD, path, RENAME_NOREPLACE) != 0)
+            fs_log(fs, FTC_LOG_WARN, "%s was written while it was being removed (deleted on "
+                   "another node) and putting it back failed (%s): that copy is kept as %s",
+                   path, strerror(errno), aside);
+        else
+            fs_log(fs, FTC_LOG_INFO, "%s was written while it was being removed (deleted on "
+                   "another node): kept", path);
+        return 0;
+    }
+    if (unlink(aside) != 0) {
+        fs_log(fs, FTC_LOG_WARN, "%s was deleted on another node but removing it (as %s) "
+               "failed: %s", path, aside, strerror(errno));
+        return 0;
+    }
+    for (char *sl; (sl = strrchr(path + dl, '/'));) {
+        *sl = 0;
         if (rmdir(path) != 0) break; /* not empty */
     }
     return 1;
@@ -2283,6 +2350,7 @@ static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
         fs->gone = gone;
         gone = (fs_stamps_t){0};
     }
+    fs_test_hold(fs, "rescan");
     fs_scan_t sc = {0};
     fs_stamps_t seen;
     ftc_err_t e = {0};
@@ -2693,12 +2761,32 @@ ftc_filestore_t *ftc_filestore_create(const char *job, uint32_t index, const cha
                     td);
         return NULL;
     }
+    const char *hold = getenv("FTC_TEST_FS_HOLD");
+    if (hold) {
+        const char *colon = strchr(hold, ':');
+        size_t sl = colon ? (size_t)(colon - hold) : 0;
+        if (!colon || !((sl == 6 && !strncmp(hold, "remove", 6)) ||
+                        (sl == 6 && !strncmp(hold, "rescan", 6))) ||
+            colon[1] != '/' || strlen(colon + 1) >= PATH_MAX) {
+            ftc_err_set(err, FTC_EINVAL,
+                        "filestore: FTC_TEST_FS_HOLD='%.60s' is not remove:/PATH or "
+                        "rescan:/PATH (a test hook: unset it)",
+                        hold);
+            return NULL;
+        }
+    }
     ftc_filestore_t *fs = calloc(1, sizeof *fs);
     if (!fs) {
         ftc_err_set(err, FTC_ENOMEM, "filestore: out of memory");
         return NULL;
     }
     fs->pack_delay_ms = (int)delay;
+    if (hold) {
+        const char *colon = strchr(hold, ':');
+        size_t sl = colon ? (size_t)(colon - hold) : 0;
+        snprintf(fs->hold_stage, sizeof fs->hold_stage, "%.*s", (int)sl, hold);
+        snprintf(fs->hold_path, sizeof fs->hold_path, "%s", colon + 1);
+    }
     pthread_mutex_init(&fs->mu, NULL);
     ftc_cond_init(&fs->cv); /* fs_wait_ack counts on the monotonic clock */
     fs->ino = fs->evfd = -1;

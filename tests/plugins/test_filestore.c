@@ -183,6 +183,7 @@ static int parse_members(char *s, uint64_t *gen, char (*m)[65])
 }
 
 static pid_t crashed_rank; /* crashwrite's killed rank, not reaped yet */
+static pid_t survivor;     /* the rank "survivor" started, not reaped yet */
 
 static void child_main(int fd, uint32_t index, const char *id, int k, const ftc_redis_url_t *url)
 {
@@ -273,6 +274,45 @@ static void child_main(int fd, uint32_t index, const char *id, int k, const ftc_
                 crashed_rank = r;
             }
             say(fd, "%d", rc);
+        } else if (sscanf(line, "survivor %255s %255s %llu %llu", name, tmp, &seed, &len) == 4) {
+            /* an in-process survivor, running through a restore: arms the
+             * store's hold (FTC_TEST_FS_HOLD, its path is tmp), and when the
+             * store holds there "rm"s NAME or "rewrite"s it in place (seed
+             * len bytes, O_TRUNC: the same inode), then lets it go on */
+            const char *act = strrchr(line, ' ') + 1;
+            snprintf(path, sizeof path, "%s/%s", dir, name);
+            char held[PATH_MAX + 8];
+            snprintf(held, sizeof held, "%s.held", tmp);
+            int arm = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+            if (arm >= 0) close(arm);
+            uint8_t *buf = malloc(len ? len : 1);
+            ftc_test_fill(buf, len, seed);
+            fflush(NULL);
+            pid_t r = fork();
+            if (r == 0) {
+                struct stat st;
+                int i = 0;
+                for (; i < 3000 && stat(held, &st) != 0; i++)
+                    ftc_sleep_ms(10);
+                if (i == 3000) _exit(4); /* the store never held */
+                int rc = 0;
+                if (!strcmp(act, "rm")) {
+                    rc = unlink(path);
+                } else {
+                    int a = open(path, O_WRONLY | O_TRUNC);
+                    rc = a < 0 || write(a, buf, len) != (ssize_t)len || close(a) != 0;
+                }
+                unlink(held);
+                _exit(rc ? 3 : 0);
+            }
+            free(buf);
+            survivor = r;
+            say(fd, "%d", arm >= 0 && r > 0 ? 0 : 1);
+        } else if (!strcmp(line, "survwait")) {
+            int st = 0;
+            pid_t r = survivor > 0 ? waitpid(survivor, &st, 0) : -1;
+            survivor = 0;
+            say(fd, "%d", r > 0 && WIFEXITED(st) ? WEXITSTATUS(st) : 1);
         } else if (!strcmp(line, "reap")) {
             int st = 0;
             pid_t r = crashed_rank > 0 ? waitpid(crashed_rank, &st, 0) : -1;
@@ -1453,6 +1493,40 @@ static void test_gonesame(void **state)
     quit(&n1);
 }
 
+/* A surviving in-process rank rewrites a file in place while a restore
+ * removes it (a tombstone from another node names its previous copy): the
+ * restore had checked the copy and then unlinked the name, the rewrite
+ * with it. The removal now moves the name aside and checks that it still
+ * holds the inode and mtime it checked, else puts it back. */
+static void test_goneraced(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    char hold[PATH_MAX], env[PATH_MAX + 16];
+    snprintf(hold, sizeof hold, "%s/hold.%d", P_tmpdir, (int)getpid());
+    snprintf(env, sizeof env, "remove:%s", hold);
+    node_t n0 = spawn(0, "n0", 1);
+    assert_int_equal(setenv("FTC_TEST_FS_HOLD", env, 1), 0);
+    node_t n1 = spawn(1, "n1", 1);
+    unsetenv("FTC_TEST_FS_HOLD");
+    OK(&n0, "members 1 n0 n1");
+    OK(&n1, "members 1 n0 n1");
+    OK(&n0, "write a.bin 161 40000");
+    OK(&n0, "flush");
+    OK(&n0, "restore 1 n0 n1");
+    OK(&n1, "restore 1 n0 n1"); /* node 1 has a copy */
+    OK(&n1, "check a.bin 161 40000");
+    OK(&n0, "rm a.bin");
+    OK(&n0, "flush"); /* the tombstone */
+    OK(&n1, "survivor a.bin %s 162 30000 rewrite", hold);
+    OK(&n1, "restore 1 n0 n1");
+    OK(&n1, "survwait"); /* it rewrote the file while the restore held */
+    OK(&n1, "check a.bin 162 30000");
+    unlink(hold);
+    quit(&n0);
+    quit(&n1);
+}
+
 /* A file written just before a restore (not packed yet: the quiet period
  * had not passed) still makes a version after the restore; before, the
  * restore dropped every queued event, its own and the binary's. */
@@ -1920,6 +1994,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_goneunrecorded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gonecap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gonesame, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_goneraced, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pending, setup, teardown),
         cmocka_unit_test_setup_teardown(test_busy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_quietopen, setup, teardown),
