@@ -209,6 +209,7 @@ struct ftc_filestore {
      * replaces local files with the recorded copies (moves aside files in no
      * version) instead of keeping local files that look newer */
     bool suspect;
+    bool restore_missed; /* files the restore placed were deleted before its scan: a change */
     bool crash_logged;
     bool mark_mine;         /* FS_OPEN_MARK was made by this store */
     char down_why[300];     /* why the endpoint could not be reopened */
@@ -1744,6 +1745,7 @@ typedef struct fs_cand { /* one file of one version */
     uint32_t owner, mode;
     fs_rec_t *rec;
     uint32_t tensor;
+    bool placed; /* the winner of its name, in the directory after the restore's write */
 } fs_cand_t;
 
 static int cmp_cand(const void *a, const void *b)
@@ -2144,6 +2146,28 @@ static int fs_remove_gone(ftc_filestore_t *fs, const fs_stamp_t *g)
     return 1;
 }
 
+/* The winning copies the restore placed (candidates c, sorted by name) that
+ * scan set seen lacks: a surviving rank (ftc run --in-process) deleted them
+ * after the restore wrote them and before its scan, and the store drops the
+ * events of the restore's time. They go into seen, as restored, so that the
+ * next pack finds them gone and makes their tombstones; how many. Out of
+ * memory: those left out are missed, as before. */
+static size_t fs_seen_missed(fs_stamps_t *seen, const fs_cand_t *c, size_t nc)
+{
+    size_t n0 = seen->n, missed = 0; /* seen->e[0..n0) sorted: the scan */
+    for (size_t i = 0; i < nc; i++) { /* (one placed copy per name: the winner) */
+        fs_stamps_t scan = {.e = seen->e, .n = n0};
+        if (!c[i].placed || stamps_find(&scan, c[i].name, c[i].name_len)) continue;
+        if (stamps_add(seen, c[i].name, c[i].name_len, c[i].mtime_ns)) break;
+        ftc_shard_tensor_t t;
+        ftc_shard_get(&c[i].rec->v, c[i].tensor, &t);
+        seen->e[seen->n - 1].size = t.length;
+        missed++;
+    }
+    if (missed) stamps_norm(seen);
+    return missed;
+}
+
 static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
 {
     ftc_filestore_limits_t lim;
@@ -2321,6 +2345,7 @@ static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
         bool w = false;
         int r = fs_write_file(fs, &c[i], &w, &e);
         written_n += w;
+        c[i].placed = !r;
         if (r) {
             fs_log(fs, FTC_LOG_ERROR, "restore: %s", e.msg);
             if (!first) first = ftc_err_set(err, r, "%s", e.msg);
@@ -2357,6 +2382,12 @@ static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
     if (scan_dir(fs, &sc, "", 0, &e) == 0) {
         if (sc.n) qsort(sc.f, sc.n, sizeof *sc.f, cmp_file);
         if (stamps_from_scan(&sc, &seen) == 0) {
+            size_t missed = fs_seen_missed(&seen, c, nc);
+            if (missed) {
+                fs_log(fs, FTC_LOG_INFO, "restore: %zu restored file(s) deleted during the "
+                       "restore (by a surviving rank): their deletion is packed", missed);
+                fs->restore_missed = true;
+            }
             stamps_free(&fs->seen);
             fs->seen = seen;
         }
@@ -2629,6 +2660,9 @@ static void *fs_main(void *arg)
                 fs->dirty = false;
             else if (fs_written_since(fs, ts_ns(&t0))) /* by a rank, during the restore */
                 fs->dirty = true, fs->last_event_ns = ftc_now_ns();
+            if (fs->restore_missed) /* a file deleted by a rank during the restore */
+                fs->dirty = true, fs->last_event_ns = ftc_now_ns();
+            fs->restore_missed = false;
             fs->suspect = false;
             fs->crash_logged = false;
             pthread_mutex_lock(&fs->mu);

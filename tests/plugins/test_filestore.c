@@ -1527,6 +1527,42 @@ static void test_goneraced(void **state)
     quit(&n1);
 }
 
+/* A surviving in-process rank deletes a restored file after the restore
+ * wrote it and before the restore looked at the directory again: that look
+ * became what the store compares the next pack with, so the deletion made
+ * no tombstone (nor a pack) and the file came back at the next restore. */
+static void test_gonerescan(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    char hold[PATH_MAX], env[PATH_MAX + 16];
+    snprintf(hold, sizeof hold, "%s/hold.%d", P_tmpdir, (int)getpid());
+    snprintf(env, sizeof env, "rescan:%s", hold);
+    node_t n0 = spawn(0, "n0", 1);
+    assert_int_equal(setenv("FTC_TEST_FS_HOLD", env, 1), 0);
+    node_t n1 = spawn(1, "n1", 1);
+    unsetenv("FTC_TEST_FS_HOLD");
+    OK(&n0, "members 1 n0 n1");
+    OK(&n1, "members 1 n0 n1");
+    OK(&n0, "write a.bin 171 40000");
+    OK(&n0, "write b.bin 172 40000");
+    OK(&n0, "flush");
+    OK(&n1, "survivor b.bin %s 0 0 rm", hold);
+    OK(&n1, "restore 1 n0 n1"); /* writes both; b.bin deleted before the look */
+    OK(&n1, "survwait");
+    OK(&n1, "check a.bin 171 40000");
+    OK(&n1, "absent b.bin");
+    OK(&n1, "flush"); /* the deletion's tombstone */
+    OK(&n0, "restore 1 n0 n1");
+    OK(&n1, "restore 1 n0 n1");
+    OK(&n1, "absent b.bin");
+    OK(&n0, "absent b.bin");
+    OK(&n0, "check a.bin 171 40000");
+    unlink(hold);
+    quit(&n0);
+    quit(&n1);
+}
+
 /* A file written just before a restore (not packed yet: the quiet period
  * had not passed) still makes a version after the restore; before, the
  * restore dropped every queued event, its own and the binary's. */
@@ -1995,6 +2031,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_gonecap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gonesame, setup, teardown),
         cmocka_unit_test_setup_teardown(test_goneraced, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_gonerescan, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pending, setup, teardown),
         cmocka_unit_test_setup_teardown(test_busy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_quietopen, setup, teardown),
