@@ -933,9 +933,9 @@ static uint8_t *gone_record(const fs_stamps_t *s, size_t *len)
         memcpy(p + 4, g->name, l);
         ftc_le_wr64(p + 4 + l, g->mtime_ns);
         ftc_le_wr64(p + 12 + l, g->gone_ns);
-        ftc_le_wr64(p + 20 + l, g->hashed ? g->size : 0);
+        ftc_le_wr64(p + 20 + l, g->hashed || g->sized ? g->size : 0);
         ftc_le_wr64(p + 28 + l, g->hashed ? g->xxh3 : 0);
-        ftc_le_wr32(p + 36 + l, g->hashed ? 1u : 0u);
+        ftc_le_wr32(p + 36 + l, g->hashed ? 1u : g->sized ? 2u : 0u);
         p += FS_GONE2_ENTRY + l;
     }
     *len = n;
@@ -973,15 +973,17 @@ static int gone_parse(const uint8_t *m, uint32_t ml, int version, fs_stamps_t *o
         else if (++cnt > FS_GONE_MAX)
             snprintf(why, cap, "more than %d entries", FS_GONE_MAX);
         else if (version == FTC__FS_GONE_V2 &&
-                 (ftc_le_rd32(f + 32) > 1 ||
-                  (!ftc_le_rd32(f + 32) && (ftc_le_rd64(f + 16) || ftc_le_rd64(f + 24)))))
+                 (ftc_le_rd32(f + 32) > 2 ||
+                  (!ftc_le_rd32(f + 32) && (ftc_le_rd64(f + 16) || ftc_le_rd64(f + 24))) ||
+                  (ftc_le_rd32(f + 32) == 2 && ftc_le_rd64(f + 24))))
             snprintf(why, cap, "entry %zu has flags %u (size %" PRIu64 ", xxh3 %" PRIu64 ")",
                      cnt - 1, ftc_le_rd32(f + 32), ftc_le_rd64(f + 16), ftc_le_rd64(f + 24));
         else if (!(rc = stamps_add(out, name, len, ftc_le_rd64(f)))) {
             fs_stamp_t *g = &out->e[out->n - 1];
             g->gone_ns = version == FTC__FS_GONE_V1 ? g->mtime_ns : ftc_le_rd64(f + 8);
             if (version == FTC__FS_GONE_V2 && ftc_le_rd32(f + 32)) {
-                g->hashed = true;
+                g->hashed = ftc_le_rd32(f + 32) == 1;
+                g->sized = ftc_le_rd32(f + 32) == 2;
                 g->size = ftc_le_rd64(f + 16);
                 g->xxh3 = ftc_le_rd64(f + 24);
             }
@@ -1070,13 +1072,23 @@ static int fs_hash_file(const char *path, uint64_t size, uint64_t ctime_ns, uint
     return rc;
 }
 
+/* Whether a copy of tombstone g's name and mtime, of size bytes and xxh3
+ * (known: the copy of a version), is the deleted one: its size and xxh3
+ * those g names; a tombstone of unknown content (no own version held the
+ * deleted copy) its size alone; one of an older ftc (neither) the mtime
+ * alone. */
+static bool gone_is(const fs_stamp_t *g, uint64_t size, uint64_t xxh3)
+{
+    return g->hashed ? size == g->size && xxh3 == g->xxh3 : !g->sized || size == g->size;
+}
+
 /* Whether the local file p (same name and mtime as tombstone g) is the
- * deleted copy itself: its size and xxh3 those g names; a tombstone of
- * unknown content takes the mtime alone. A file found to be another copy
- * is not read again while its ctime stays (g->ctime_ns). */
+ * deleted copy itself, as gone_is tells (its bytes read when g names an
+ * xxh3). A file found to be another copy is not read again while its
+ * ctime stays (g->ctime_ns). */
 static bool fs_is_deleted_copy(ftc_filestore_t *fs, fs_stamp_t *g, const fs_stamp_t *p)
 {
-    if (!g->hashed) return true;
+    if (!g->hashed) return gone_is(g, p->size, 0);
     if (p->size != g->size || (g->ctime_ns && g->ctime_ns == p->ctime_ns)) return false;
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/%s", fs->dir, p->name);
@@ -1152,6 +1164,8 @@ static int fs_note_gone(ftc_filestore_t *fs, const fs_scan_t *sc)
             g->gone_ns = wall_ns;
             if (nv < 0) nv = fs_own_views(fs, v, meta);
             fs_gone_hash(v, meta, nv, g, s->size);
+            if (!g->hashed) /* its size at least (the last scan's): another size is another copy */
+                g->sized = true, g->size = s->size;
         }
         added += !rc;
     }
@@ -2102,6 +2116,7 @@ static int fs_remove_gone(ftc_filestore_t *fs, const fs_stamp_t *g)
     if (fd < 0) return 0; /* not there (nor written through a link) */
     uint64_t h;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || ts_ns(&st.st_mtim) != g->mtime_ns ||
+        (g->sized && (uint64_t)st.st_size != g->size) ||
         (g->hashed && ((uint64_t)st.st_size != g->size ||
                        fs_hash_fd(fd, g->size, 0, &h) != 0 || h != g->xxh3))) {
         close(fd);
@@ -2310,8 +2325,7 @@ static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
             }
             uint64_t mt = ftc_le_rd64(r->meta + 16 * t);
             fs_stamp_t *g = stamps_find(&gone, tt.name, tt.name_len);
-            if (g && mt == g->mtime_ns &&
-                (!g->hashed || (tt.length == g->size && tt.xxh3 == g->xxh3))) {
+            if (g && mt == g->mtime_ns && gone_is(g, tt.length, tt.xxh3)) {
                 /* the deleted copy itself (a copy of that mtime but other
                  * bytes was written again since: it competes as any copy) */
                 ndel++;

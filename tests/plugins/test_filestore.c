@@ -1493,6 +1493,84 @@ static void test_gonesame(void **state)
     quit(&n1);
 }
 
+/* A tombstone of unknown content: node 1 got x.bin from node 0's version
+ * by a restore and deleted it before it packed it (no own version holds
+ * the copy: no xxh3). Node 0 then has another x.bin of exactly that mtime
+ * and another size (touch -d, os.utime to the nanosecond, a copy from
+ * another writer): the tombstone took the mtime alone, left it out of the
+ * union and removed it from node 0's directory. Such a tombstone now names
+ * the deleted copy's size, which must match too. */
+static void test_gonenohash(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0, n1;
+    spawn_pair(&n0, &n1);
+    OK(&n0, "write x.bin 181 5000");
+    OK(&n0, "flush");
+    OK(&n1, "restore 1 n0 n1"); /* node 1's copy, from node 0's version */
+    char msg[2048];
+    long long sec = 0, nsec = 0;
+    assert_int_equal(cmd(&n0, msg, sizeof msg, "getmtime x.bin"), 0);
+    assert_int_equal(sscanf(msg, "%lld %lld", &sec, &nsec), 2);
+    OK(&n1, "rm x.bin");
+    OK(&n1, "flush"); /* node 1's first version: the tombstone, no xxh3 */
+    OK(&n0, "write x.bin 183 7000");
+    OK(&n0, "setmtime x.bin %lld %lld", sec, nsec);
+    OK(&n0, "flush");
+    OK(&n0, "restore 1 n0 n1");
+    OK(&n1, "restore 1 n0 n1");
+    OK(&n0, "check x.bin 183 7000");
+    OK(&n1, "check x.bin 183 7000");
+    /* the deleted copy itself stays deleted: its size matches */
+    OK(&n0, "write y.bin 184 5000");
+    OK(&n0, "flush");
+    OK(&n1, "restore 1 n0 n1");
+    OK(&n1, "rm y.bin");
+    OK(&n1, "flush");
+    OK(&n0, "restore 1 n0 n1");
+    OK(&n1, "restore 1 n0 n1");
+    OK(&n0, "absent y.bin");
+    OK(&n1, "absent y.bin");
+    quit(&n0);
+    quit(&n1);
+}
+
+/* By design (docs/recovery.md): a file written again with exactly the
+ * deleted copy's mtime, size and bytes is the deleted copy to every node:
+ * where another node's version carries the tombstone, a restore leaves it
+ * out and removes it, on the node that wrote it again too. */
+static void test_gonesamebytes(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0, n1;
+    spawn_pair(&n0, &n1);
+    OK(&n0, "write x.bin 191 5000");
+    OK(&n0, "flush");
+    OK(&n1, "restore 1 n0 n1");
+    char msg[2048];
+    long long sec = 0, nsec = 0;
+    assert_int_equal(cmd(&n0, msg, sizeof msg, "getmtime x.bin"), 0);
+    assert_int_equal(sscanf(msg, "%lld %lld", &sec, &nsec), 2);
+    OK(&n0, "rm x.bin");
+    OK(&n0, "flush"); /* the tombstone */
+    OK(&n1, "restore 1 n0 n1"); /* node 1 applies it and carries it ... */
+    OK(&n1, "absent x.bin");
+    OK(&n1, "write c.bin 192 1000");
+    OK(&n1, "flush"); /* ... in its next version */
+    OK(&n0, "write x.bin 191 5000"); /* the same bytes, the same mtime */
+    OK(&n0, "setmtime x.bin %lld %lld", sec, nsec);
+    OK(&n0, "flush");
+    OK(&n0, "restore 1 n0 n1");
+    OK(&n1, "restore 1 n0 n1");
+    OK(&n0, "absent x.bin");
+    OK(&n1, "absent x.bin");
+    OK(&n0, "check c.bin 192 1000");
+    quit(&n0);
+    quit(&n1);
+}
+
 /* A surviving in-process rank rewrites a file in place while a restore
  * removes it (a tombstone from another node names its previous copy): the
  * restore had checked the copy and then unlinked the name, the rewrite
@@ -1954,19 +2032,37 @@ static void test_records(void **state)
                             .gone_ns = 9,
                             .hashed = true,
                             .size = 3,
-                            .xxh3 = 0xabcdef}};
-    set.e = e, set.n = set.cap = 2;
+                            .xxh3 = 0xabcdef},
+                           {.name = "d", .mtime_ns = 6, .gone_ns = 8, .sized = true, .size = 11}};
+    set.e = e, set.n = set.cap = 3;
     size_t len = 0;
     uint8_t *rec = ftc__fs_gone_record(&set, &len);
     assert_non_null(rec);
     char why[200];
     assert_int_equal(
         ftc__fs_gone_parse(rec, (uint32_t)len, FTC__FS_GONE_V2, &back, why, sizeof why), 0);
-    assert_true(back.n == 2 && !strcmp(back.e[0].name, "a/b") && back.e[0].mtime_ns == 5 &&
+    assert_true(back.n == 3 && !strcmp(back.e[0].name, "a/b") && back.e[0].mtime_ns == 5 &&
                 back.e[0].gone_ns == 7 && !back.e[0].hashed && !strcmp(back.e[1].name, "c") &&
                 back.e[1].mtime_ns == 1ull << 62 && back.e[1].gone_ns == 9 && back.e[1].hashed &&
-                back.e[1].size == 3 && back.e[1].xxh3 == 0xabcdef);
+                back.e[1].size == 3 && back.e[1].xxh3 == 0xabcdef && !back.e[1].sized);
+    assert_true(back.n == 3 && !strcmp(back.e[2].name, "d") && back.e[2].sized &&
+                !back.e[2].hashed && back.e[2].size == 11 && back.e[2].xxh3 == 0);
     ftc__fs_stamps_free(&back);
+    /* flags: 3 (both), 4, or 2 (size alone) with an xxh3 are refused; the
+     * flags of entry "d" are its record's last 4 bytes */
+    const uint32_t badflags[][2] = {{3, 0}, {4, 0}, {2, 1}};
+    for (size_t i = 0; i < sizeof badflags / sizeof *badflags; i++) {
+        uint8_t *r2 = ftc__fs_gone_record(&set, &len);
+        assert_non_null(r2);
+        r2[len - 4] = (uint8_t)badflags[i][0];
+        r2[len - 12] = (uint8_t)badflags[i][1]; /* the low byte of xxh3 */
+        assert_int_equal(
+            ftc__fs_gone_parse(r2, (uint32_t)len, FTC__FS_GONE_V2, &back, why, sizeof why),
+            FTC_ECORRUPT);
+        printf("# flags %u, xxh3 %u: %s\n", badflags[i][0], badflags[i][1], why);
+        free(r2);
+    }
+    set.n = 2;
     /* the form of an older ftc: u32 length, name, u64 mtime; its deletion
      * time taken as the mtime */
     const uint8_t v1[] = {1, 0, 0, 0, 'x', 42, 0, 0, 0, 0, 0, 0, 0};
@@ -2030,6 +2126,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_goneunrecorded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gonecap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gonesame, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_gonenohash, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_gonesamebytes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_goneraced, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gonerescan, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pending, setup, teardown),
