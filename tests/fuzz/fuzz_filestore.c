@@ -20,7 +20,7 @@
  *     gone_record): what parses, written back, parses to the same values;
  *     for ftc.gone.v2 a record that parses is exactly the one gone_record
  *     writes for its set (sorted, each name once), byte for byte; one of
- *     ftc.gone invents no deletion time (its mtime) nor hash.
+ *     ftc.gone invents no deletion time (its mtime), hash nor size.
  */
 #include "fuzz_common.h"
 
