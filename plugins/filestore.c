@@ -209,11 +209,18 @@ struct ftc_filestore {
      * replaces local files with the recorded copies (moves aside files in no
      * version) instead of keeping local files that look newer */
     bool suspect;
+    bool restore_missed; /* files the restore placed were deleted before its scan: a change */
     bool crash_logged;
     bool mark_mine;         /* FS_OPEN_MARK was made by this store */
     char down_why[300];     /* why the endpoint could not be reopened */
     uint64_t unreported_ns; /* a watched rank reaped but not reported since */
     int pack_delay_ms;      /* tests: FTC_TEST_FS_PACK_DELAY_MS, read once at create */
+    /* tests: FTC_TEST_FS_HOLD=STAGE:PATH, read once at create: at STAGE of a
+     * restore, when PATH exists, the store renames it to PATH.held and waits
+     * (10 s at most) until it is gone, so that a test plays a surviving rank
+     * at that very point */
+    char hold_stage[8];
+    char hold_path[PATH_MAX];
     fs_held_t *held;        /* files held open for writing at the last look, by name */
     size_t nheld, capheld;
     uint64_t held_check_ns; /* look again then (0: none held) */
@@ -926,9 +933,9 @@ static uint8_t *gone_record(const fs_stamps_t *s, size_t *len)
         memcpy(p + 4, g->name, l);
         ftc_le_wr64(p + 4 + l, g->mtime_ns);
         ftc_le_wr64(p + 12 + l, g->gone_ns);
-        ftc_le_wr64(p + 20 + l, g->hashed ? g->size : 0);
+        ftc_le_wr64(p + 20 + l, g->hashed || g->sized ? g->size : 0);
         ftc_le_wr64(p + 28 + l, g->hashed ? g->xxh3 : 0);
-        ftc_le_wr32(p + 36 + l, g->hashed ? 1u : 0u);
+        ftc_le_wr32(p + 36 + l, g->hashed ? 1u : g->sized ? 2u : 0u);
         p += FS_GONE2_ENTRY + l;
     }
     *len = n;
@@ -966,15 +973,17 @@ static int gone_parse(const uint8_t *m, uint32_t ml, int version, fs_stamps_t *o
         else if (++cnt > FS_GONE_MAX)
             snprintf(why, cap, "more than %d entries", FS_GONE_MAX);
         else if (version == FTC__FS_GONE_V2 &&
-                 (ftc_le_rd32(f + 32) > 1 ||
-                  (!ftc_le_rd32(f + 32) && (ftc_le_rd64(f + 16) || ftc_le_rd64(f + 24)))))
+                 (ftc_le_rd32(f + 32) > 2 ||
+                  (!ftc_le_rd32(f + 32) && (ftc_le_rd64(f + 16) || ftc_le_rd64(f + 24))) ||
+                  (ftc_le_rd32(f + 32) == 2 && ftc_le_rd64(f + 24))))
             snprintf(why, cap, "entry %zu has flags %u (size %" PRIu64 ", xxh3 %" PRIu64 ")",
                      cnt - 1, ftc_le_rd32(f + 32), ftc_le_rd64(f + 16), ftc_le_rd64(f + 24));
         else if (!(rc = stamps_add(out, name, len, ftc_le_rd64(f)))) {
             fs_stamp_t *g = &out->e[out->n - 1];
             g->gone_ns = version == FTC__FS_GONE_V1 ? g->mtime_ns : ftc_le_rd64(f + 8);
             if (version == FTC__FS_GONE_V2 && ftc_le_rd32(f + 32)) {
-                g->hashed = true;
+                g->hashed = ftc_le_rd32(f + 32) == 1;
+                g->sized = ftc_le_rd32(f + 32) == 2;
                 g->size = ftc_le_rd64(f + 16);
                 g->xxh3 = ftc_le_rd64(f + 24);
             }
@@ -1022,13 +1031,12 @@ static int stamps_from_scan(const fs_scan_t *sc, fs_stamps_t *out)
     return rc;
 }
 
-/* The xxh3 of the file at path (as the shard's checksum of its bytes) in
- * *out: 0, or -1 when it cannot be read or no longer has size bytes (and
- * ctime ctime_ns, when not 0): it changed, nothing can be said. */
-static int fs_hash_file(const char *path, uint64_t size, uint64_t ctime_ns, uint64_t *out)
+/* The xxh3 of the file open at fd, read from its start (as the shard's
+ * checksum of its bytes), in *out: 0, or -1 when it cannot be read or no
+ * longer has size bytes (and ctime ctime_ns, when not 0): it changed,
+ * nothing can be said. */
+static int fs_hash_fd(int fd, uint64_t size, uint64_t ctime_ns, uint64_t *out)
 {
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) return -1;
     enum { CHUNK = 1 << 20 };
     ftc_hash_t *h = ftc_hash_create();
     uint8_t *buf = malloc(CHUNK);
@@ -1051,17 +1059,36 @@ static int fs_hash_file(const char *path, uint64_t size, uint64_t ctime_ns, uint
     if (!rc) *out = ftc_hash_digest(h);
     ftc_hash_destroy(h);
     free(buf);
+    return rc;
+}
+
+/* fs_hash_fd of the file at path. */
+static int fs_hash_file(const char *path, uint64_t size, uint64_t ctime_ns, uint64_t *out)
+{
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int rc = fs_hash_fd(fd, size, ctime_ns, out);
     close(fd);
     return rc;
 }
 
+/* Whether a copy of tombstone g's name and mtime, of size bytes and xxh3
+ * (known: the copy of a version), is the deleted one: its size and xxh3
+ * those g names; a tombstone of unknown content (no own version held the
+ * deleted copy) its size alone; one of an older ftc (neither) the mtime
+ * alone. */
+static bool gone_is(const fs_stamp_t *g, uint64_t size, uint64_t xxh3)
+{
+    return g->hashed ? size == g->size && xxh3 == g->xxh3 : !g->sized || size == g->size;
+}
+
 /* Whether the local file p (same name and mtime as tombstone g) is the
- * deleted copy itself: its size and xxh3 those g names; a tombstone of
- * unknown content takes the mtime alone. A file found to be another copy
- * is not read again while its ctime stays (g->ctime_ns). */
+ * deleted copy itself, as gone_is tells (its bytes read when g names an
+ * xxh3). A file found to be another copy is not read again while its
+ * ctime stays (g->ctime_ns). */
 static bool fs_is_deleted_copy(ftc_filestore_t *fs, fs_stamp_t *g, const fs_stamp_t *p)
 {
-    if (!g->hashed) return true;
+    if (!g->hashed) return gone_is(g, p->size, 0);
     if (p->size != g->size || (g->ctime_ns && g->ctime_ns == p->ctime_ns)) return false;
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/%s", fs->dir, p->name);
@@ -1137,6 +1164,8 @@ static int fs_note_gone(ftc_filestore_t *fs, const fs_scan_t *sc)
             g->gone_ns = wall_ns;
             if (nv < 0) nv = fs_own_views(fs, v, meta);
             fs_gone_hash(v, meta, nv, g, s->size);
+            if (!g->hashed) /* its size at least (the last scan's): another size is another copy */
+                g->sized = true, g->size = s->size;
         }
         added += !rc;
     }
@@ -1730,6 +1759,7 @@ typedef struct fs_cand { /* one file of one version */
     uint32_t owner, mode;
     fs_rec_t *rec;
     uint32_t tensor;
+    bool placed; /* the winner of its name, in the directory after the restore's write */
 } fs_cand_t;
 
 static int cmp_cand(const void *a, const void *b)
@@ -2047,34 +2077,110 @@ static int fs_move_aside(ftc_filestore_t *fs, const fs_cand_t *c, size_t nc, boo
     return rc;
 }
 
+/* tests (FTC_TEST_FS_HOLD): at stage, when the test armed the hold (its
+ * file exists), renames it to PATH.held and waits until the test removes
+ * that, 10 s at most (a test that never does fails on its own checks). */
+static void fs_test_hold(ftc_filestore_t *fs, const char *stage)
+{
+    if (!fs->hold_path[0] || strcmp(fs->hold_stage, stage)) return;
+    char held[PATH_MAX + 8];
+    snprintf(held, sizeof held, "%s.held", fs->hold_path);
+    if (rename(fs->hold_path, held) != 0) return; /* not armed */
+    struct stat st;
+    for (int i = 0; i < 1000 && stat(held, &st) == 0; i++)
+        ftc_sleep_ms(10);
+}
+
 /* Removes this directory's copy of a deleted file when it is that copy (its
  * mtime the tombstone's, to the nanosecond, and its size and xxh3 when the
  * tombstone names them: restored here earlier), and the directories that
  * leaves empty; 1 when removed. A copy of another mtime, older or newer, or
- * of other bytes, is another file the binary wrote: never removed. */
+ * of other bytes, is another file the binary wrote: never removed.
+ *
+ * A surviving rank (ftc run --in-process) may write the file while it is
+ * checked: the copy is opened, checked through that descriptor, then its
+ * name is moved aside (a temporary name: the binary cannot open it any
+ * more) and removed only if the name still held the inode checked with the
+ * mtime and size checked; else the rank wrote it meanwhile (in place, or a
+ * new file renamed over it) and it is put back. Left: a write through a
+ * descriptor the rank opened before the move, landing after the last check. */
 static int fs_remove_gone(ftc_filestore_t *fs, const fs_stamp_t *g)
 {
-    char path[PATH_MAX];
+    char path[PATH_MAX], aside[PATH_MAX + 64];
     ftc_err_t e = {0};
-    struct stat st;
+    struct stat st, now, moved;
     size_t dl = (size_t)snprintf(path, sizeof path, "%s/", fs->dir);
     snprintf(path + dl, sizeof path - dl, "%s", g->name);
+    if (fs_parent_check(fs, g->name, &e)) return 0;
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return 0; /* not there (nor written through a link) */
     uint64_t h;
-    if (fs_parent_check(fs, g->name, &e) || lstat(path, &st) != 0 || !S_ISREG(st.st_mode) ||
-        ts_ns(&st.st_mtim) != g->mtime_ns ||
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || ts_ns(&st.st_mtim) != g->mtime_ns ||
+        (g->sized && (uint64_t)st.st_size != g->size) ||
         (g->hashed && ((uint64_t)st.st_size != g->size ||
-                       fs_hash_file(path, g->size, 0, &h) != 0 || h != g->xxh3)))
-        return 0; /* not there (nor written through a link), or another copy */
-    if (unlink(path) != 0) {
-        fs_log(fs, FTC_LOG_WARN, "%s was deleted on another node but removing it failed: %s", path,
-               strerror(errno));
+                       fs_hash_fd(fd, g->size, 0, &h) != 0 || h != g->xxh3))) {
+        close(fd);
+        return 0; /* another copy */
+    }
+    fs_test_hold(fs, "remove");
+    static atomic_uint counter;
+    const char *slash = strrchr(path + dl, '/');
+    size_t pl = slash ? (size_t)(slash + 1 - path) : dl;
+    snprintf(aside, sizeof aside, "%.*s" FS_TMP_PREFIX "gone.%d.%u", (int)pl, path, (int)getpid(),
+             atomic_fetch_add(&counter, 1));
+    if (rename(path, aside) != 0) {
+        if (errno != ENOENT) /* ENOENT: the rank deleted it meanwhile */
+            fs_log(fs, FTC_LOG_WARN, "%s was deleted on another node but removing it failed: "
+                   "rename to %s: %s", path, aside, strerror(errno));
+        close(fd);
         return 0;
     }
-    for (char *slash; (slash = strrchr(path + dl, '/'));) {
-        *slash = 0;
+    bool same = lstat(aside, &moved) == 0 && moved.st_dev == st.st_dev &&
+                moved.st_ino == st.st_ino && fstat(fd, &now) == 0 &&
+                ts_ns(&now.st_mtim) == g->mtime_ns && now.st_size == st.st_size;
+    close(fd);
+    if (!same) { /* written meanwhile: the binary's, put back unless a newer one took the name */
+        if (renameat2(AT_FDCWD, aside, AT_FDCWD, path, RENAME_NOREPLACE) != 0)
+            fs_log(fs, FTC_LOG_WARN, "%s was written while it was being removed (deleted on "
+                   "another node) and putting it back failed (%s): that copy is kept as %s",
+                   path, strerror(errno), aside);
+        else
+            fs_log(fs, FTC_LOG_INFO, "%s was written while it was being removed (deleted on "
+                   "another node): kept", path);
+        return 0;
+    }
+    if (unlink(aside) != 0) {
+        fs_log(fs, FTC_LOG_WARN, "%s was deleted on another node but removing it (as %s) "
+               "failed: %s", path, aside, strerror(errno));
+        return 0;
+    }
+    for (char *sl; (sl = strrchr(path + dl, '/'));) {
+        *sl = 0;
         if (rmdir(path) != 0) break; /* not empty */
     }
     return 1;
+}
+
+/* The winning copies the restore placed (candidates c, sorted by name) that
+ * scan set seen lacks: a surviving rank (ftc run --in-process) deleted them
+ * after the restore wrote them and before its scan, and the store drops the
+ * events of the restore's time. They go into seen, as restored, so that the
+ * next pack finds them gone and makes their tombstones; how many. Out of
+ * memory: those left out are missed, as before. */
+static size_t fs_seen_missed(fs_stamps_t *seen, const fs_cand_t *c, size_t nc)
+{
+    size_t n0 = seen->n, missed = 0; /* seen->e[0..n0) sorted: the scan */
+    for (size_t i = 0; i < nc; i++) { /* (one placed copy per name: the winner) */
+        fs_stamps_t scan = {.e = seen->e, .n = n0};
+        if (!c[i].placed || stamps_find(&scan, c[i].name, c[i].name_len)) continue;
+        if (stamps_add(seen, c[i].name, c[i].name_len, c[i].mtime_ns)) break;
+        ftc_shard_tensor_t t;
+        ftc_shard_get(&c[i].rec->v, c[i].tensor, &t);
+        seen->e[seen->n - 1].size = t.length;
+        missed++;
+    }
+    if (missed) stamps_norm(seen);
+    return missed;
 }
 
 static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
@@ -2219,8 +2325,7 @@ static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
             }
             uint64_t mt = ftc_le_rd64(r->meta + 16 * t);
             fs_stamp_t *g = stamps_find(&gone, tt.name, tt.name_len);
-            if (g && mt == g->mtime_ns &&
-                (!g->hashed || (tt.length == g->size && tt.xxh3 == g->xxh3))) {
+            if (g && mt == g->mtime_ns && gone_is(g, tt.length, tt.xxh3)) {
                 /* the deleted copy itself (a copy of that mtime but other
                  * bytes was written again since: it competes as any copy) */
                 ndel++;
@@ -2254,6 +2359,7 @@ static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
         bool w = false;
         int r = fs_write_file(fs, &c[i], &w, &e);
         written_n += w;
+        c[i].placed = !r;
         if (r) {
             fs_log(fs, FTC_LOG_ERROR, "restore: %s", e.msg);
             if (!first) first = ftc_err_set(err, r, "%s", e.msg);
@@ -2283,12 +2389,19 @@ static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
         fs->gone = gone;
         gone = (fs_stamps_t){0};
     }
+    fs_test_hold(fs, "rescan");
     fs_scan_t sc = {0};
     fs_stamps_t seen;
     ftc_err_t e = {0};
     if (scan_dir(fs, &sc, "", 0, &e) == 0) {
         if (sc.n) qsort(sc.f, sc.n, sizeof *sc.f, cmp_file);
         if (stamps_from_scan(&sc, &seen) == 0) {
+            size_t missed = fs_seen_missed(&seen, c, nc);
+            if (missed) {
+                fs_log(fs, FTC_LOG_INFO, "restore: %zu restored file(s) deleted during the "
+                       "restore (by a surviving rank): their deletion is packed", missed);
+                fs->restore_missed = true;
+            }
             stamps_free(&fs->seen);
             fs->seen = seen;
         }
@@ -2561,6 +2674,9 @@ static void *fs_main(void *arg)
                 fs->dirty = false;
             else if (fs_written_since(fs, ts_ns(&t0))) /* by a rank, during the restore */
                 fs->dirty = true, fs->last_event_ns = ftc_now_ns();
+            if (fs->restore_missed) /* a file deleted by a rank during the restore */
+                fs->dirty = true, fs->last_event_ns = ftc_now_ns();
+            fs->restore_missed = false;
             fs->suspect = false;
             fs->crash_logged = false;
             pthread_mutex_lock(&fs->mu);
@@ -2693,12 +2809,32 @@ ftc_filestore_t *ftc_filestore_create(const char *job, uint32_t index, const cha
                     td);
         return NULL;
     }
+    const char *hold = getenv("FTC_TEST_FS_HOLD");
+    if (hold) {
+        const char *colon = strchr(hold, ':');
+        size_t sl = colon ? (size_t)(colon - hold) : 0;
+        if (!colon || !((sl == 6 && !strncmp(hold, "remove", 6)) ||
+                        (sl == 6 && !strncmp(hold, "rescan", 6))) ||
+            colon[1] != '/' || strlen(colon + 1) >= PATH_MAX) {
+            ftc_err_set(err, FTC_EINVAL,
+                        "filestore: FTC_TEST_FS_HOLD='%.60s' is not remove:/PATH or "
+                        "rescan:/PATH (a test hook: unset it)",
+                        hold);
+            return NULL;
+        }
+    }
     ftc_filestore_t *fs = calloc(1, sizeof *fs);
     if (!fs) {
         ftc_err_set(err, FTC_ENOMEM, "filestore: out of memory");
         return NULL;
     }
     fs->pack_delay_ms = (int)delay;
+    if (hold) {
+        const char *colon = strchr(hold, ':');
+        size_t sl = colon ? (size_t)(colon - hold) : 0;
+        snprintf(fs->hold_stage, sizeof fs->hold_stage, "%.*s", (int)sl, hold);
+        snprintf(fs->hold_path, sizeof fs->hold_path, "%s", colon + 1);
+    }
     pthread_mutex_init(&fs->mu, NULL);
     ftc_cond_init(&fs->cv); /* fs_wait_ack counts on the monotonic clock */
     fs->ino = fs->evfd = -1;

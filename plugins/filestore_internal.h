@@ -23,11 +23,12 @@ typedef struct ftc__fs_stamp { /* a file seen, or a tombstone (a deleted copy) *
     uint64_t mtime_ns;
     uint64_t gone_ns;  /* a tombstone: when it was made (its node's wall clock, ns); the
                           cap drops the oldest deletions by it */
-    uint64_t size;     /* a tombstone: the deleted copy's size and xxh3, when hashed */
+    uint64_t size;     /* a tombstone: the deleted copy's size (hashed or sized), xxh3 (hashed) */
     uint64_t xxh3;
     uint64_t ctime_ns; /* a file seen: its ctime; a tombstone: the ctime of the local file
                           of its name and mtime last found to be another copy (0: none) */
     bool hashed;
+    bool sized; /* a tombstone: its size alone is known (never with hashed) */
     bool newer; /* (restore) the union holds a newer copy: the deletion is undone */
 } ftc__fs_stamp_t;
 
@@ -67,8 +68,9 @@ bool ftc__fs_filefab_parse(const char *v, char *hex, size_t hex_cap, uint8_t *ad
  *      u64 mtime_ns; read with gone_ns = mtime_ns (a deletion comes after
  *      the copy's last write), not hashed;
  *   2, metadata "ftc.gone.v2" (written now): per entry u32 name_len, name,
- *      u64 mtime_ns, u64 gone_ns, u64 size, u64 xxh3, u32 flags (bit 0:
- *      size and xxh3 name the deleted copy, else both 0; other bits 0). */
+ *      u64 mtime_ns, u64 gone_ns, u64 size, u64 xxh3, u32 flags: 1, size and
+ *      xxh3 name the deleted copy; 2, size alone does (xxh3 0); 0, neither
+ *      (both 0: an ftc before size-only tombstones); no other value. */
 #define FTC__FS_GONE_V1 1
 #define FTC__FS_GONE_V2 2
 /* The tombstones of record m of form version (FTC__FS_GONE_V1 or _V2):

@@ -20,7 +20,7 @@
  *     gone_record): what parses, written back, parses to the same values;
  *     for ftc.gone.v2 a record that parses is exactly the one gone_record
  *     writes for its set (sorted, each name once), byte for byte; one of
- *     ftc.gone invents no deletion time (its mtime) nor hash.
+ *     ftc.gone invents no deletion time (its mtime), hash nor size.
  */
 #include "fuzz_common.h"
 
@@ -228,7 +228,8 @@ static void gone(const uint8_t *data, size_t size, int form)
                    "'%.100s' out of order",
                    i - 1, i, s.e[i - 1].name, s.e[i].name);
         FUZZ_CHECK(form == FTC__FS_GONE_V2 ||
-                       (s.e[i].gone_ns == s.e[i].mtime_ns && !s.e[i].hashed),
+                       (s.e[i].gone_ns == s.e[i].mtime_ns && !s.e[i].hashed &&
+                        !s.e[i].sized),
                    "entry %zu of the old form: deletion time or hash invented", i);
     }
     /* what gone_record writes for the set (form 2) is the record itself */
@@ -245,6 +246,7 @@ static void gone(const uint8_t *data, size_t size, int form)
     for (size_t i = 0; i < back.n; i++)
         FUZZ_CHECK(!strcmp(back.e[i].name, s.e[i].name) && back.e[i].mtime_ns == s.e[i].mtime_ns &&
                        back.e[i].gone_ns == s.e[i].gone_ns && back.e[i].hashed == s.e[i].hashed &&
+                       back.e[i].sized == s.e[i].sized && !(s.e[i].sized && s.e[i].hashed) &&
                        back.e[i].size == s.e[i].size && back.e[i].xxh3 == s.e[i].xxh3,
                    "entry %zu", i);
     /* the cap keeps a subset, sorted, each name once */

@@ -183,6 +183,7 @@ static int parse_members(char *s, uint64_t *gen, char (*m)[65])
 }
 
 static pid_t crashed_rank; /* crashwrite's killed rank, not reaped yet */
+static pid_t survivor;     /* the rank "survivor" started, not reaped yet */
 
 static void child_main(int fd, uint32_t index, const char *id, int k, const ftc_redis_url_t *url)
 {
@@ -273,6 +274,45 @@ static void child_main(int fd, uint32_t index, const char *id, int k, const ftc_
                 crashed_rank = r;
             }
             say(fd, "%d", rc);
+        } else if (sscanf(line, "survivor %255s %255s %llu %llu", name, tmp, &seed, &len) == 4) {
+            /* an in-process survivor, running through a restore: arms the
+             * store's hold (FTC_TEST_FS_HOLD, its path is tmp), and when the
+             * store holds there "rm"s NAME or "rewrite"s it in place (seed
+             * len bytes, O_TRUNC: the same inode), then lets it go on */
+            const char *act = strrchr(line, ' ') + 1;
+            snprintf(path, sizeof path, "%s/%s", dir, name);
+            char held[PATH_MAX + 8];
+            snprintf(held, sizeof held, "%s.held", tmp);
+            int arm = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+            if (arm >= 0) close(arm);
+            uint8_t *buf = malloc(len ? len : 1);
+            ftc_test_fill(buf, len, seed);
+            fflush(NULL);
+            pid_t r = fork();
+            if (r == 0) {
+                struct stat st;
+                int i = 0;
+                for (; i < 3000 && stat(held, &st) != 0; i++)
+                    ftc_sleep_ms(10);
+                if (i == 3000) _exit(4); /* the store never held */
+                int rc = 0;
+                if (!strcmp(act, "rm")) {
+                    rc = unlink(path);
+                } else {
+                    int a = open(path, O_WRONLY | O_TRUNC);
+                    rc = a < 0 || write(a, buf, len) != (ssize_t)len || close(a) != 0;
+                }
+                unlink(held);
+                _exit(rc ? 3 : 0);
+            }
+            free(buf);
+            survivor = r;
+            say(fd, "%d", arm >= 0 && r > 0 ? 0 : 1);
+        } else if (!strcmp(line, "survwait")) {
+            int st = 0;
+            pid_t r = survivor > 0 ? waitpid(survivor, &st, 0) : -1;
+            survivor = 0;
+            say(fd, "%d", r > 0 && WIFEXITED(st) ? WEXITSTATUS(st) : 1);
         } else if (!strcmp(line, "reap")) {
             int st = 0;
             pid_t r = crashed_rank > 0 ? waitpid(crashed_rank, &st, 0) : -1;
@@ -1453,6 +1493,154 @@ static void test_gonesame(void **state)
     quit(&n1);
 }
 
+/* A tombstone of unknown content: node 1 got x.bin from node 0's version
+ * by a restore and deleted it before it packed it (no own version holds
+ * the copy: no xxh3). Node 0 then has another x.bin of exactly that mtime
+ * and another size (touch -d, os.utime to the nanosecond, a copy from
+ * another writer): the tombstone took the mtime alone, left it out of the
+ * union and removed it from node 0's directory. Such a tombstone now names
+ * the deleted copy's size, which must match too. */
+static void test_gonenohash(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0, n1;
+    spawn_pair(&n0, &n1);
+    OK(&n0, "write x.bin 181 5000");
+    OK(&n0, "flush");
+    OK(&n1, "restore 1 n0 n1"); /* node 1's copy, from node 0's version */
+    char msg[2048];
+    long long sec = 0, nsec = 0;
+    assert_int_equal(cmd(&n0, msg, sizeof msg, "getmtime x.bin"), 0);
+    assert_int_equal(sscanf(msg, "%lld %lld", &sec, &nsec), 2);
+    OK(&n1, "rm x.bin");
+    OK(&n1, "flush"); /* node 1's first version: the tombstone, no xxh3 */
+    OK(&n0, "write x.bin 183 7000");
+    OK(&n0, "setmtime x.bin %lld %lld", sec, nsec);
+    OK(&n0, "flush");
+    OK(&n0, "restore 1 n0 n1");
+    OK(&n1, "restore 1 n0 n1");
+    OK(&n0, "check x.bin 183 7000");
+    OK(&n1, "check x.bin 183 7000");
+    /* the deleted copy itself stays deleted: its size matches */
+    OK(&n0, "write y.bin 184 5000");
+    OK(&n0, "flush");
+    OK(&n1, "restore 1 n0 n1");
+    OK(&n1, "rm y.bin");
+    OK(&n1, "flush");
+    OK(&n0, "restore 1 n0 n1");
+    OK(&n1, "restore 1 n0 n1");
+    OK(&n0, "absent y.bin");
+    OK(&n1, "absent y.bin");
+    quit(&n0);
+    quit(&n1);
+}
+
+/* By design (docs/recovery.md): a file written again with exactly the
+ * deleted copy's mtime, size and bytes is the deleted copy to every node:
+ * where another node's version carries the tombstone, a restore leaves it
+ * out and removes it, on the node that wrote it again too. */
+static void test_gonesamebytes(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0, n1;
+    spawn_pair(&n0, &n1);
+    OK(&n0, "write x.bin 191 5000");
+    OK(&n0, "flush");
+    OK(&n1, "restore 1 n0 n1");
+    char msg[2048];
+    long long sec = 0, nsec = 0;
+    assert_int_equal(cmd(&n0, msg, sizeof msg, "getmtime x.bin"), 0);
+    assert_int_equal(sscanf(msg, "%lld %lld", &sec, &nsec), 2);
+    OK(&n0, "rm x.bin");
+    OK(&n0, "flush"); /* the tombstone */
+    OK(&n1, "restore 1 n0 n1"); /* node 1 applies it and carries it ... */
+    OK(&n1, "absent x.bin");
+    OK(&n1, "write c.bin 192 1000");
+    OK(&n1, "flush"); /* ... in its next version */
+    OK(&n0, "write x.bin 191 5000"); /* the same bytes, the same mtime */
+    OK(&n0, "setmtime x.bin %lld %lld", sec, nsec);
+    OK(&n0, "flush");
+    OK(&n0, "restore 1 n0 n1");
+    OK(&n1, "restore 1 n0 n1");
+    OK(&n0, "absent x.bin");
+    OK(&n1, "absent x.bin");
+    OK(&n0, "check c.bin 192 1000");
+    quit(&n0);
+    quit(&n1);
+}
+
+/* A surviving in-process rank rewrites a file in place while a restore
+ * removes it (a tombstone from another node names its previous copy): the
+ * restore had checked the copy and then unlinked the name, the rewrite
+ * with it. The removal now moves the name aside and checks that it still
+ * holds the inode and mtime it checked, else puts it back. */
+static void test_goneraced(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    char hold[PATH_MAX], env[PATH_MAX + 16];
+    snprintf(hold, sizeof hold, "%s/hold.%d", P_tmpdir, (int)getpid());
+    snprintf(env, sizeof env, "remove:%s", hold);
+    node_t n0 = spawn(0, "n0", 1);
+    assert_int_equal(setenv("FTC_TEST_FS_HOLD", env, 1), 0);
+    node_t n1 = spawn(1, "n1", 1);
+    unsetenv("FTC_TEST_FS_HOLD");
+    OK(&n0, "members 1 n0 n1");
+    OK(&n1, "members 1 n0 n1");
+    OK(&n0, "write a.bin 161 40000");
+    OK(&n0, "flush");
+    OK(&n0, "restore 1 n0 n1");
+    OK(&n1, "restore 1 n0 n1"); /* node 1 has a copy */
+    OK(&n1, "check a.bin 161 40000");
+    OK(&n0, "rm a.bin");
+    OK(&n0, "flush"); /* the tombstone */
+    OK(&n1, "survivor a.bin %s 162 30000 rewrite", hold);
+    OK(&n1, "restore 1 n0 n1");
+    OK(&n1, "survwait"); /* it rewrote the file while the restore held */
+    OK(&n1, "check a.bin 162 30000");
+    unlink(hold);
+    quit(&n0);
+    quit(&n1);
+}
+
+/* A surviving in-process rank deletes a restored file after the restore
+ * wrote it and before the restore looked at the directory again: that look
+ * became what the store compares the next pack with, so the deletion made
+ * no tombstone (nor a pack) and the file came back at the next restore. */
+static void test_gonerescan(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    char hold[PATH_MAX], env[PATH_MAX + 16];
+    snprintf(hold, sizeof hold, "%s/hold.%d", P_tmpdir, (int)getpid());
+    snprintf(env, sizeof env, "rescan:%s", hold);
+    node_t n0 = spawn(0, "n0", 1);
+    assert_int_equal(setenv("FTC_TEST_FS_HOLD", env, 1), 0);
+    node_t n1 = spawn(1, "n1", 1);
+    unsetenv("FTC_TEST_FS_HOLD");
+    OK(&n0, "members 1 n0 n1");
+    OK(&n1, "members 1 n0 n1");
+    OK(&n0, "write a.bin 171 40000");
+    OK(&n0, "write b.bin 172 40000");
+    OK(&n0, "flush");
+    OK(&n1, "survivor b.bin %s 0 0 rm", hold);
+    OK(&n1, "restore 1 n0 n1"); /* writes both; b.bin deleted before the look */
+    OK(&n1, "survwait");
+    OK(&n1, "check a.bin 171 40000");
+    OK(&n1, "absent b.bin");
+    OK(&n1, "flush"); /* the deletion's tombstone */
+    OK(&n0, "restore 1 n0 n1");
+    OK(&n1, "restore 1 n0 n1");
+    OK(&n1, "absent b.bin");
+    OK(&n0, "absent b.bin");
+    OK(&n0, "check a.bin 171 40000");
+    unlink(hold);
+    quit(&n0);
+    quit(&n1);
+}
+
 /* A file written just before a restore (not packed yet: the quiet period
  * had not passed) still makes a version after the restore; before, the
  * restore dropped every queued event, its own and the binary's. */
@@ -1844,19 +2032,37 @@ static void test_records(void **state)
                             .gone_ns = 9,
                             .hashed = true,
                             .size = 3,
-                            .xxh3 = 0xabcdef}};
-    set.e = e, set.n = set.cap = 2;
+                            .xxh3 = 0xabcdef},
+                           {.name = "d", .mtime_ns = 6, .gone_ns = 8, .sized = true, .size = 11}};
+    set.e = e, set.n = set.cap = 3;
     size_t len = 0;
     uint8_t *rec = ftc__fs_gone_record(&set, &len);
     assert_non_null(rec);
     char why[200];
     assert_int_equal(
         ftc__fs_gone_parse(rec, (uint32_t)len, FTC__FS_GONE_V2, &back, why, sizeof why), 0);
-    assert_true(back.n == 2 && !strcmp(back.e[0].name, "a/b") && back.e[0].mtime_ns == 5 &&
+    assert_true(back.n == 3 && !strcmp(back.e[0].name, "a/b") && back.e[0].mtime_ns == 5 &&
                 back.e[0].gone_ns == 7 && !back.e[0].hashed && !strcmp(back.e[1].name, "c") &&
                 back.e[1].mtime_ns == 1ull << 62 && back.e[1].gone_ns == 9 && back.e[1].hashed &&
-                back.e[1].size == 3 && back.e[1].xxh3 == 0xabcdef);
+                back.e[1].size == 3 && back.e[1].xxh3 == 0xabcdef && !back.e[1].sized);
+    assert_true(back.n == 3 && !strcmp(back.e[2].name, "d") && back.e[2].sized &&
+                !back.e[2].hashed && back.e[2].size == 11 && back.e[2].xxh3 == 0);
     ftc__fs_stamps_free(&back);
+    /* flags: 3 (both), 4, or 2 (size alone) with an xxh3 are refused; the
+     * flags of entry "d" are its record's last 4 bytes */
+    const uint32_t badflags[][2] = {{3, 0}, {4, 0}, {2, 1}};
+    for (size_t i = 0; i < sizeof badflags / sizeof *badflags; i++) {
+        uint8_t *r2 = ftc__fs_gone_record(&set, &len);
+        assert_non_null(r2);
+        r2[len - 4] = (uint8_t)badflags[i][0];
+        r2[len - 12] = (uint8_t)badflags[i][1]; /* the low byte of xxh3 */
+        assert_int_equal(
+            ftc__fs_gone_parse(r2, (uint32_t)len, FTC__FS_GONE_V2, &back, why, sizeof why),
+            FTC_ECORRUPT);
+        printf("# flags %u, xxh3 %u: %s\n", badflags[i][0], badflags[i][1], why);
+        free(r2);
+    }
+    set.n = 2;
     /* the form of an older ftc: u32 length, name, u64 mtime; its deletion
      * time taken as the mtime */
     const uint8_t v1[] = {1, 0, 0, 0, 'x', 42, 0, 0, 0, 0, 0, 0, 0};
@@ -1920,6 +2126,10 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_goneunrecorded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gonecap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gonesame, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_gonenohash, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_gonesamebytes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_goneraced, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_gonerescan, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pending, setup, teardown),
         cmocka_unit_test_setup_teardown(test_busy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_quietopen, setup, teardown),
