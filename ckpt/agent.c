@@ -858,9 +858,8 @@ static void ftc__on_watch(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
 {
     /* tests: an agent whose loop is busy when a WATCH comes (a synchronous
      * Redis call of a HELLO, a commit poll while Redis is slow) */
-    const char *delay = getenv("FTC_TEST_AGENT_WATCH_DELAY_MS");
-    if (delay && atoi(delay) > 0)
-        ftc_sleep_ms((uint64_t)atoi(delay));
+    if (a->watch_delay_ms > 0)
+        ftc_sleep_ms((uint64_t)a->watch_delay_ms);
     if (strcmp(m->job, a->job)) {
         ftc__reply_error(fd, m->seq, FTC_EAUTH, "this agent serves job '%s', not '%s'", a->job,
                          m->job);
@@ -1721,6 +1720,14 @@ ftc_agent_t *ftc_agent_start(const ftc_agent_options_t *o, ftc_err_t *err)
             goto fail;
         }
     }
+    const char *wd = getenv("FTC_TEST_AGENT_WATCH_DELAY_MS"); /* tests only */
+    int64_t wdv = 0;
+    if (wd && *wd && ftc_parse_int(wd, 0, 60000, &wdv) != 0) {
+        ftc_err_set(err, FTC_EINVAL, "FTC_TEST_AGENT_WATCH_DELAY_MS is '%.40s': a whole number "
+                    "of ms in 0..60000 (a test knob; unset it)", wd);
+        goto fail;
+    }
+    a->watch_delay_ms = (int)wdv;
     if (ftc_fs_mkdirs(a->dir, err))
         goto fail;
     /* Redis */

@@ -188,6 +188,7 @@ typedef struct ftc__peer {
 
 struct ftc_agent {
     ftc_agent_options_t o;
+    int watch_delay_ms;      /* tests: FTC_TEST_AGENT_WATCH_DELAY_MS, read at start */
     char job[64], node_id[FTC_CTL_NODE_MAX + 1], domain[64], dir[4096], sock[4200];
     char ns[96];             /* slot namespace: JOB.n<index> */
     int listen_fd, evfd;
