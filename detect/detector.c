@@ -94,6 +94,7 @@ typedef struct ftc__rank {
     /* the status its parent told (ftc_detector_exit_status) */
     pid_t told_pid;
     int told_status;
+    uint64_t stopped_ns; /* the first of the samples since which it is stopped (T/t); 0 = not */
     uint64_t times[FTC_DET_TIMES];
     int ntimes, tpos;
     int64_t hang_step; /* step already reported as hung */
@@ -275,6 +276,7 @@ int ftc_detector_watch_pid(ftc_detector_t *d, int rank, pid_t pid)
         r->cpu_ns = 0;
         r->cpu_share = -1;
         r->pstate = 0;
+        r->stopped_ns = 0;
         r->step = -1;
         r->hang_step = -2;
     }
@@ -430,6 +432,7 @@ static void ftc__sample_cpu_locked(ftc__rank_t *r, uint64_t now)
     if (ftc_proc_stat_read(r->pid, &ps) != 0) {
         r->cpu_share = -1;
         r->pstate = 0;
+        r->stopped_ns = 0;
         return;
     }
     uint64_t ticks = ps.utime + ps.stime;
@@ -442,6 +445,10 @@ static void ftc__sample_cpu_locked(ftc__rank_t *r, uint64_t now)
     r->cpu_ticks = ticks;
     r->cpu_ns = now;
     r->pstate = ps.state;
+    if (ps.state != 'T' && ps.state != 't')
+        r->stopped_ns = 0;
+    else if (!r->stopped_ns)
+        r->stopped_ns = now;
 }
 
 /* A rank that made no progress: stuck itself, or spinning, waiting for a
@@ -592,15 +599,48 @@ static void ftc__check_ranks_locked(ftc_detector_t *d, const ftc__pollset_t *ps)
             continue;
         ftc__sample_cpu_locked(r, now);
         char what[160];
+        /* the hang limit: hang_factor x the median step time (the rank's,
+         * kept across its processes: the job's), at least hang_min_ms */
+        uint64_t median_us = 0;
+        if (r->ntimes > 0) {
+            uint64_t sorted[FTC_DET_TIMES];
+            memcpy(sorted, r->times, sizeof sorted);
+            qsort(sorted, (size_t)r->ntimes, sizeof sorted[0], ftc__cmp_u64);
+            median_us = sorted[r->ntimes / 2];
+        }
+        double limit_ms = d->o.hang_factor * (double)median_us / 1000.0;
+        if (limit_ms < d->o.hang_min_ms)
+            limit_ms = d->o.hang_min_ms;
         if (!r->started) {
             /* its start-up (exec, loading, rendezvous, restore, first step):
              * bounded by start_ms once the rank is known to report its
              * steps; a rank that never connects, in a job that never did,
              * may be a binary without libftc, which says nothing */
             double up_ms = (double)(now - r->start_ns) / 1e6;
-            if (d->o.start_ms > 0 && r->pid > 0 && !r->start_hung && (r->linked || d->linked) &&
-                up_ms > d->o.start_ms &&
-                up_ms > d->o.start_ms + ftc__hang_grace(r, d->o.start_ms, what, sizeof what)) {
+            bool watched = d->o.start_ms > 0 && r->pid > 0 && !r->start_hung &&
+                           (r->linked || d->linked);
+            /* A process stopped (SIGSTOP, state T) is not loading or
+             * compiling: stopped for the hang limit, it is hung, start-up or
+             * not. Its peers, past their start-up, wait for it and reach
+             * their own hang limit: at start_ms it came after them, and
+             * they were reported and killed, not the stopped rank (the
+             * soak, seed 41: a rank stopped after its restore, before its
+             * first step's checkpoint; the two others reported hung,
+             * "busy, perhaps waiting for a hung peer", 7.5 s later) */
+            double stopped_ms = r->stopped_ns ? (double)(now - r->stopped_ns) / 1e6 : 0;
+            if (watched && r->stopped_ns && stopped_ms > limit_ms) {
+                r->start_hung = true;
+                snprintf(id, sizeof id, "hang:%s:%d:start:%d", d->node, r->rank, (int)r->pid);
+                ftc__emit_locked(d, "hang", NULL, r->rank, -1, id, true,
+                                 "rank %d (pid %d) has finished no step %.0f ms after its start "
+                                 "(%s) and its process has been stopped (state %c) for %.0f ms "
+                                 "(hang limit %.0f ms)",
+                                 r->rank, (int)r->pid, up_ms,
+                                 r->linked ? "connected to its agent" : "never connected",
+                                 r->pstate ? r->pstate : 'T', stopped_ms, limit_ms);
+            } else if (watched && up_ms > d->o.start_ms &&
+                       up_ms > d->o.start_ms + ftc__hang_grace(r, d->o.start_ms, what,
+                                                               sizeof what)) {
                 r->start_hung = true;
                 snprintf(id, sizeof id, "hang:%s:%d:start:%d", d->node, r->rank, (int)r->pid);
                 ftc__emit_locked(d, "hang", NULL, r->rank, -1, id, true,
@@ -614,13 +654,6 @@ static void ftc__check_ranks_locked(ftc_detector_t *d, const ftc__pollset_t *ps)
         }
         if (r->ntimes == 0 || r->hang_step == r->step)
             continue;
-        uint64_t sorted[FTC_DET_TIMES];
-        memcpy(sorted, r->times, sizeof sorted);
-        qsort(sorted, (size_t)r->ntimes, sizeof sorted[0], ftc__cmp_u64);
-        uint64_t median_us = sorted[r->ntimes / 2];
-        double limit_ms = d->o.hang_factor * (double)median_us / 1000.0;
-        if (limit_ms < d->o.hang_min_ms)
-            limit_ms = d->o.hang_min_ms;
         double idle_ms = (double)(now - r->last_ns) / 1e6;
         if (idle_ms > limit_ms && idle_ms > limit_ms + ftc__hang_grace(r, limit_ms, what,
                                                                        sizeof what)) {
@@ -679,6 +712,8 @@ static void *ftc__local_main(void *arg)
                     r->last_ns += skip < now - r->last_ns ? skip : now - r->last_ns;
                 if (r->start_ns < now)
                     r->start_ns += skip < now - r->start_ns ? skip : now - r->start_ns;
+                if (r->stopped_ns && r->stopped_ns < now)
+                    r->stopped_ns += skip < now - r->stopped_ns ? skip : now - r->stopped_ns;
             }
         }
         ftc__check_ranks_locked(d, &ps);

@@ -7,7 +7,8 @@
  *    delay it: rank exits (a pidfd per rank, reported the moment the process
  *    ends), hangs (no step progress for hang_factor x the median step time,
  *    at least hang_min_ms; before the first step of a rank's process, for
- *    start_ms from its start: ftc_detector_linked; time the watch itself
+ *    start_ms from its start: ftc_detector_linked, or for that hang limit
+ *    from when its process was seen stopped (state T); time the watch itself
  *    did not run, the agent paused, is not counted), and numerical trouble
  *    reported by the trainer
  *    (NaN/Inf, or a loss more than spike_sigma standard deviations above its

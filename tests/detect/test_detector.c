@@ -1582,6 +1582,68 @@ static void test_no_hang_after_the_watch_ended(void **state)
     waitpid(dies, NULL, 0);
 }
 
+/* A rank stopped in its start-up, after its peers' first step: they wait for
+ * it, past their own start-up, and reach their hang limit (plus the grace of
+ * busy ranks); the stopped rank had only the start-up limit, much longer, so
+ * its peers were reported hung and killed, not it (the soak, seed 41: a rank
+ * SIGSTOPped after its restore, before its first step's checkpoint, and the
+ * two others reported "busy, perhaps waiting for a hung peer"). A process
+ * stopped for the hang limit is now hung, in its start-up or not. Rank 0
+ * spins (past its start-up), rank 1 connected but finished no step; rank 1
+ * is stopped when rank 0 stops progressing: rank 1 is reported first. */
+static void test_stopped_in_start_up_named(void **state)
+{
+    redis_fixture_t *f = *state;
+    static seen_t s;
+    memset(&s, 0, sizeof s);
+    pthread_mutex_init(&s.mu, NULL);
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    /* limit 3 s: the busy rank's grace (1.5 s) outlasts the stop's sampling (every 1 s) */
+    o.hang_min_ms = 3000;
+    o.start_ms = 100000;
+    ftc_detector_t *b = start_detector(f, "jss", "B", false, &s, &o);
+    pid_t spin = fork();
+    assert_true(spin >= 0);
+    if (spin == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        for (volatile unsigned long x = 0;; x++) {
+        }
+    }
+    pid_t stuck = fork_paused();
+    assert_int_equal(ftc_detector_watch_pid(b, 0, spin), 0);
+    assert_int_equal(ftc_detector_watch_pid(b, 1, stuck), 0);
+    ftc_detector_linked(b, 0);
+    ftc_detector_linked(b, 1);
+    for (int i = 0; i < 75; i++) {
+        ftc_detector_progress(b, 0, i, 10000);
+        ftc_sleep_ms(20);
+    }
+    kill(stuck, SIGSTOP);
+    ftc_deadline_t d = ftc_deadline_in_ms(12000);
+    while (seen_rank(&s, "hang", "B", 0) == 0 && !ftc_deadline_expired(d))
+        ftc_sleep_ms(10);
+    pthread_mutex_lock(&s.mu);
+    int first = -1, i1 = -1;
+    for (int i = 0; i < s.n; i++)
+        if (!strcmp(s.ev[i].kind, "hang")) {
+            if (first < 0)
+                first = s.ev[i].rank;
+            if (s.ev[i].rank == 1)
+                i1 = i;
+        }
+    pthread_mutex_unlock(&s.mu);
+    assert_int_equal(first, 1);
+    assert_true(i1 >= 0);
+    print_message("stuck: %s\n", s.ev[i1].detail);
+    assert_non_null(strstr(s.ev[i1].detail, "its process has been stopped (state T)"));
+    assert_int_equal(seen_rank(&s, "hang", "B", 1), 1);
+    ftc_detector_stop(b, true);
+    kill(spin, SIGKILL);
+    kill(stuck, SIGKILL);
+    waitpid(spin, NULL, 0);
+    waitpid(stuck, NULL, 0);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
 
 int main(void)
@@ -1602,6 +1664,7 @@ int main(void)
         T(test_loss_after_pause_reported_again), T(test_stale_pidfd_event_not_charged_to_new_rank),
         T(test_start_up_limit), T(test_hang_names_the_stuck_rank), T(test_exit_status),
         T(test_no_hang_after_the_watch_ended), T(test_status_told_before_the_watch),
+        T(test_stopped_in_start_up_named),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
