@@ -62,7 +62,8 @@
 #   n. a node killed (SIGKILL) after it joined a round, before its agent ran:
 #      its supervisor's lease ends the others' wait, and its loss is one
 #      node_lost event (its previous incarnation's, killed with its agent
-#      running, another one).
+#      running, another one); one whose agent had joined: the detector's
+#      event and the lease's report are one.
 #
 # usage: test_run.sh PATH/TO/ftc PATH/TO/rank_main PATH/TO/ckptfile_main
 set -u
@@ -928,9 +929,14 @@ fi
 # supervisor's lease (ftc:{J}:sup:node2) expires instead, and that ends the
 # survivors' wait for its agent, not the join timeout: they publish its loss,
 # one node_lost event whichever of them sees it (same id), so node2 has two,
-# one per incarnation; they finish in generation 5 (the loop's own bound, 60
-# s, is half the join timeout). Generations 2..5's ranks wait for $T/n.end,
-# so that the events are read while the job's Redis runs.
+# one per incarnation; they go on in generation 5 (the loop's own bound, 60
+# s, is half the join timeout). node2 comes back once more, paused before
+# its agent, with a member record as its agent would have written it on
+# joining (this supervisor's pid): a detector reports its missing heartbeat,
+# and when it is killed the survivors' report from its lease has the same id
+# (node_lost:node2:JOINED_MS): one event for that incarnation, three in all;
+# generation 7 finishes. Generations 2..7's ranks wait for $T/n.end, so that
+# the events are read while the job's Redis runs.
 n_events() { "$FTC" events --json --count 1000 --redis "$(cat "$T/jn/redis.url" 2>/dev/null)" \
     --job "$Jn" 2>/dev/null; }
 n_lost() { n_events | grep '"kind":"node_lost"' | grep -c '"node":"node2"'; } # node2's losses
@@ -996,13 +1002,43 @@ lease="WARN run: generation 4: member node2 was lost .*supervisor's lease expire
 echo "n: survivors that saw the lease expire: $(count "$lease" "$T/n.out"); published:" \
     "$(count 'node_lost node2 published' "$T/n.out"), found it published:" \
     "$(count 'node_lost node2 (.*) was published already' "$T/n.out")"
+# node2 back a third time, paused before its agent; its member record is set as its agent
+# would have written it on joining (this supervisor's pid, a new incarnation), so a detector
+# reports the missing heartbeat (node_lost:node2:J); killed, its lease expires: the survivors'
+# report of this incarnation has the detector's id, no second event
+mv "$T/n2.out" "$T/n2b.out"
+n_join FTC_TEST_RUN_AGENT_DELAY_MS=600000
+for i in $(seq 600); do
+    grep -q 'FTC_TEST_RUN_AGENT_DELAY_MS: pausing' "$T/n2.out" 2>/dev/null && break
+    sleep 0.05
+done
+check "n: node2 is back, node 2 of 3 in generation 6, before its agent" \
+    grep -q 'generation 6: node 2 of 3' "$T/n2.out"
+inc=$(date +%s%3N)
+port=$(sed -n 's/.*@[^:]*:\([0-9]*\).*/\1/p' "$T/jn/redis.url")
+pw=$(sed -n 's|redis://:\([^@]*\)@.*|\1|p' "$T/jn/redis.url")
+redis-cli --no-auth-warning -p "$port" -a "$pw" HSET "ftc:{$Jn}:members" node2 \
+    "vm - $newpid $inc" >/dev/null
+check "n: its member record set" test "$(redis-cli --no-auth-warning -p "$port" -a "$pw" \
+    HGET "ftc:{$Jn}:members" node2)" = "vm - $newpid $inc"
+for i in $(seq 300); do [ "$(n_lost)" -gt "$nl" ] && break; sleep 0.1; done
+check "n: a detector reported the joined agent's missing heartbeat ($nl, then $(n_lost) events)" \
+    test "$(n_lost)" -eq $((nl + 1))
+kill -KILL $newpid
+g7='\[node[01]\] INFO run: generation 7: node [01] of 2'
+for i in $(seq 600); do grep -q "$g7" "$T/n.out" && break; sleep 0.1; done
+check "n: the survivors went on in generation 7" grep -q "$g7" "$T/n.out"
+check "n: a survivor saw its lease expire, its loss published already (the detector's id)" \
+    grep -q "node_lost node2 (node_lost:node2:$inc) was published already" "$T/n.out"
+nl=$(n_lost)
+check "n: node2's three incarnations, three node_lost events ($nl)" test "$nl" -eq 3
 touch "$T/n.end"
 for i in $(seq 600); do kill -0 $runpid 2>/dev/null || break; sleep 0.1; done
 check "n: the job ended" bash -c "! kill -0 $runpid 2>/dev/null"
 kill -9 $runpid 2>/dev/null
 wait $runpid
 check "n: a survivor gave up waiting for node2 on its lease" grep -q "$lease" "$T/n.out"
-check "n: both survivors finished the job in generation 5" \
+check "n: both survivors finished the job in generation 7" \
     grep -q 'ftc run: 2 nodes finished' "$T/n.out"
 [ $fails -eq $f0 ] || { echo "--- output of n:"; tail -n 40 "$T/n.out"; echo "--- node2:"
     tail -n 20 "$T/n2.out"; echo "--- events:"; cat "$T/n.events"; }
