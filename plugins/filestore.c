@@ -39,6 +39,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -91,6 +92,12 @@ _Static_assert(FS_MAX_NODES <= 10000, "FS_HOLDER_MAX counts 4 digits of a node i
  * follows a supervisor that died (SIGKILL, OOM: its ranks with it, perhaps
  * mid-write): the directory is treated as after a rank's death. */
 #define FS_OPEN_MARK FS_TMP_PREFIX "open"
+/* A restore writes a file as FS_TMP_PREFIX "PID.N" and renames it into
+ * place; it removes a deleted copy by renaming it to FS_TMP_PREFIX
+ * FS_TMP_GONE "PID.N" and unlinking that. A store process killed between
+ * the two leaves the temporary: scans remove those of ended processes
+ * (fs_reap_tmp). */
+#define FS_TMP_GONE "gone."
 
 typedef struct fs_peer {
     bool known; /* its address is in ftc:{job}:filefab */
@@ -221,6 +228,7 @@ struct ftc_filestore {
      * at that very point */
     char hold_stage[8];
     char hold_path[PATH_MAX];
+    bool reap_own; /* the scan at create: this process's temporaries are leftovers too */
     fs_held_t *held;        /* files held open for writing at the last look, by name */
     size_t nheld, capheld;
     uint64_t held_check_ns; /* look again then (0: none held) */
@@ -307,6 +315,36 @@ static bool name_ok(const char *s, size_t len)
         if (j == len - 1) /* a trailing '/' */
             return false;
     }
+    return true;
+}
+
+/* The whole decimal number at *p (digits, no leading zero but in "0"), at
+ * most max: *out, *p past it. */
+static bool tmp_num(const char **p, uint64_t max, uint64_t *out)
+{
+    const char *s = *p;
+    uint64_t x = 0;
+    size_t n = 0;
+    while (s[n] >= '0' && s[n] <= '9') {
+        x = x * 10 + (uint64_t)(s[n] - '0');
+        if (++n > 10 || x > max) return false;
+    }
+    if (n == 0 || (n > 1 && s[0] == '0')) return false;
+    *p = s + n;
+    *out = x;
+    return true;
+}
+
+bool ftc__fs_tmp_leftover(const char *name, int *pid)
+{
+    size_t pl = strlen(FS_TMP_PREFIX);
+    if (strncmp(name, FS_TMP_PREFIX, pl)) return false;
+    const char *p = name + pl;
+    if (!strncmp(p, FS_TMP_GONE, strlen(FS_TMP_GONE))) p += strlen(FS_TMP_GONE);
+    uint64_t x, c;
+    if (!tmp_num(&p, INT_MAX, &x) || x == 0 || *p++ != '.' || !tmp_num(&p, UINT32_MAX, &c) || *p)
+        return false;
+    *pid = (int)x;
     return true;
 }
 
@@ -731,6 +769,31 @@ static void scan_free(fs_scan_t *s)
     memset(s, 0, sizeof *s);
 }
 
+/* Entry name of directory dfd (rel under the store's directory), a name
+ * of the store's own (FS_TMP_PREFIX, never packed): when it is a temporary
+ * a store process left (ftc__fs_tmp_leftover: a restore's write or a
+ * deleted copy moved aside, the process killed before it renamed or
+ * removed it), and that process has ended, and it is a regular file, it is
+ * removed; else it stays (".ftc-tmp.open", files moved aside after a
+ * crash, a name of the user's; a live process's: this one's are in use
+ * by its restore, except at the scan at create). Before, such leftovers
+ * stayed for good. */
+static void fs_reap_tmp(ftc_filestore_t *fs, int dfd, const char *rel, const char *name)
+{
+    int pid;
+    struct stat st;
+    if (!ftc__fs_tmp_leftover(name, &pid)) return;
+    if (pid == (int)getpid() ? !fs->reap_own : kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+        return; /* (EPERM: a live process of another user) */
+    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) return;
+    if (unlinkat(dfd, name, 0) == 0)
+        fs_log(fs, FTC_LOG_INFO, "%s/%s%s%s: removed, a temporary left by store process %d "
+               "(ended before it finished with it)", fs->dir, rel, *rel ? "/" : "", name, pid);
+    else
+        fs_log(fs, FTC_LOG_WARN, "%s/%s%s%s, a temporary left by store process %d: removing it "
+               "failed: %s", fs->dir, rel, *rel ? "/" : "", name, pid, strerror(errno));
+}
+
 static int scan_dir(ftc_filestore_t *fs, fs_scan_t *s, const char *rel, int depth, ftc_err_t *err)
 {
     char path[PATH_MAX];
@@ -742,9 +805,11 @@ static int scan_dir(ftc_filestore_t *fs, fs_scan_t *s, const char *rel, int dept
     int rc = 0;
     struct dirent *de;
     while (!rc && (de = readdir(d))) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
-            !strncmp(de->d_name, FS_TMP_PREFIX, strlen(FS_TMP_PREFIX)))
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        if (!strncmp(de->d_name, FS_TMP_PREFIX, strlen(FS_TMP_PREFIX))) {
+            fs_reap_tmp(fs, dirfd(d), rel, de->d_name);
             continue;
+        }
         char sub[PATH_MAX];
         int sl = snprintf(sub, sizeof sub, "%s%s%s", rel, *rel ? "/" : "", de->d_name);
         struct stat st;
@@ -1999,7 +2064,7 @@ static int fs_write_file(ftc_filestore_t *fs, const fs_cand_t *c, bool *written,
     *slash = 0;
     if (ftc_fs_mkdirs(parent, err)) return err->code;
     static atomic_uint counter;
-    snprintf(tmp, sizeof tmp, "%s/" FS_TMP_PREFIX "%d.%u", parent, (int)getpid(),
+    snprintf(tmp, sizeof tmp, "%s/" FS_TMP_PREFIX "%d.%u", parent, (int)getpid(), /* fs_reap_tmp */
              atomic_fetch_add(&counter, 1));
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0) return ftc_err_errno(err, errno, "filestore: create %s", tmp);
@@ -2126,8 +2191,8 @@ static int fs_remove_gone(ftc_filestore_t *fs, const fs_stamp_t *g)
     static atomic_uint counter;
     const char *slash = strrchr(path + dl, '/');
     size_t pl = slash ? (size_t)(slash + 1 - path) : dl;
-    snprintf(aside, sizeof aside, "%.*s" FS_TMP_PREFIX "gone.%d.%u", (int)pl, path, (int)getpid(),
-             atomic_fetch_add(&counter, 1));
+    snprintf(aside, sizeof aside, "%.*s" FS_TMP_PREFIX FS_TMP_GONE "%d.%u", (int)pl, path,
+             (int)getpid(), atomic_fetch_add(&counter, 1));
     if (rename(path, aside) != 0) {
         if (errno != ENOENT) /* ENOENT: the rank deleted it meanwhile */
             fs_log(fs, FTC_LOG_WARN, "%s was deleted on another node but removing it failed: "
@@ -2142,7 +2207,8 @@ static int fs_remove_gone(ftc_filestore_t *fs, const fs_stamp_t *g)
     if (!same) { /* written meanwhile: the binary's, put back unless a newer one took the name */
         if (renameat2(AT_FDCWD, aside, AT_FDCWD, path, RENAME_NOREPLACE) != 0)
             fs_log(fs, FTC_LOG_WARN, "%s was written while it was being removed (deleted on "
-                   "another node) and putting it back failed (%s): that copy is kept as %s",
+                   "another node) and putting it back failed (%s): that copy is kept as %s "
+                   "(removed by the store's next process)",
                    path, strerror(errno), aside);
         else
             fs_log(fs, FTC_LOG_INFO, "%s was written while it was being removed (deleted on "
@@ -2938,6 +3004,14 @@ ftc_filestore_t *ftc_filestore_create(const char *job, uint32_t index, const cha
         if (fs->own_newest < 0 || fs->own_step[s] > fs->own_step[fs->own_newest])
             fs->own_newest = s;
     }
+    /* temporaries a killed predecessor left (fs_reap_tmp): those of this
+     * process's pid too, nothing of it runs yet */
+    fs_scan_t sc0 = {0};
+    ftc_err_t e0 = {0};
+    fs->reap_own = true;
+    scan_dir(fs, &sc0, "", 0, &e0);
+    fs->reap_own = false;
+    scan_free(&sc0);
     /* files a previous supervisor left: push them once members are known */
     DIR *dd = opendir(fs->dir);
     if (dd) {

@@ -70,7 +70,9 @@
  * symbolic links and special files are skipped with a warning; names are
  * relative paths of at most 1024 bytes without "." or ".." components
  * (checked again on restore). Names starting with ".ftc-tmp." are the
- * store's own temporaries and are never packed.
+ * store's own temporaries and are never packed nor restored; the ones a
+ * killed store process left (".ftc-tmp.PID.N", ".ftc-tmp.gone.PID.N", PID
+ * ended) are removed by the next scan and by a store at its create.
  *
  * Errors: FTC_EINVAL (bad arguments), FTC_ERANGE (over the cap), FTC_ENOENT
  * (a version no live node holds), FTC_ECORRUPT (every copy failed its
