@@ -1205,8 +1205,12 @@ static void fs_gone_hash(const ftc_shard_view_t *v, const uint8_t *const *meta, 
 
 /* A file of the last pack or restore (seen) that scan sc (sorted by name)
  * no longer finds was deleted by the binary: a tombstone (the store's own
- * temporaries and files it moved aside are never in seen). seen becomes
- * sc. 0 or FTC_ENOMEM. */
+ * temporaries and files it moved aside are never in seen), naming the
+ * deleted copy's size and xxh3 when one of the node's own versions holds
+ * it, or when a restore wrote it (seen knows the xxh3 of the version's
+ * copy while the file's mtime, size and ctime stay as the restore left
+ * them), else its size alone. seen becomes sc (keeping those xxh3s). 0 or
+ * FTC_ENOMEM. */
 static int fs_note_gone(ftc_filestore_t *fs, const fs_scan_t *sc)
 {
     fs_stamps_t now;
@@ -1222,13 +1226,21 @@ static int fs_note_gone(ftc_filestore_t *fs, const fs_scan_t *sc)
         const fs_stamp_t *s = &fs->seen.e[i];
         while (j < now.n && strcmp(now.e[j].name, s->name) < 0)
             j++;
-        if (j < now.n && !strcmp(now.e[j].name, s->name)) continue;
+        if (j < now.n && !strcmp(now.e[j].name, s->name)) {
+            fs_stamp_t *p = &now.e[j];
+            if (s->hashed && p->mtime_ns == s->mtime_ns && p->size == s->size &&
+                p->ctime_ns == s->ctime_ns) /* unchanged since the restore wrote it */
+                p->hashed = true, p->xxh3 = s->xxh3;
+            continue;
+        }
         rc = stamps_add(&fs->gone, s->name, strlen(s->name), s->mtime_ns);
         if (!rc) {
             fs_stamp_t *g = &fs->gone.e[fs->gone.n - 1];
             g->gone_ns = wall_ns;
             if (nv < 0) nv = fs_own_views(fs, v, meta);
             fs_gone_hash(v, meta, nv, g, s->size);
+            if (!g->hashed && s->hashed) /* a restore wrote it, and it did not change since */
+                g->hashed = true, g->size = s->size, g->xxh3 = s->xxh3;
             if (!g->hashed) /* its size at least (the last scan's): another size is another copy */
                 g->sized = true, g->size = s->size;
         }
@@ -1825,6 +1837,8 @@ typedef struct fs_cand { /* one file of one version */
     fs_rec_t *rec;
     uint32_t tensor;
     bool placed; /* the winner of its name, in the directory after the restore's write */
+    bool written;      /* ... and written by the restore (not found there already) */
+    uint64_t ctime_ns; /* its ctime once renamed into place (written) */
 } fs_cand_t;
 
 static int cmp_cand(const void *a, const void *b)
@@ -2033,9 +2047,10 @@ static int fs_parent_check(const ftc_filestore_t *fs, const char *rel, ftc_err_t
 }
 
 /* Writes one winning file atomically; keeps a local file that is newer. */
-static int fs_write_file(ftc_filestore_t *fs, const fs_cand_t *c, bool *written, ftc_err_t *err)
+static int fs_write_file(ftc_filestore_t *fs, fs_cand_t *c, bool *written, ftc_err_t *err)
 {
     *written = false;
+    c->written = false;
     char rel[FS_NAME_MAX + 1], path[PATH_MAX], tmp[PATH_MAX];
     memcpy(rel, c->name, c->name_len);
     rel[c->name_len] = 0;
@@ -2076,6 +2091,8 @@ static int fs_write_file(ftc_filestore_t *fs, const fs_cand_t *c, bool *written,
                               .tv_nsec = (long)(c->mtime_ns % 1000000000ull)}};
     if (!rc && futimens(fd, ts) != 0)
         rc = ftc_err_errno(err, errno, "filestore: setting the mtime of %s", tmp);
+    struct stat ws = {0}, placed;
+    if (!rc && fstat(fd, &ws) != 0) ws.st_ino = 0;
     close(fd);
     if (!rc && rename(tmp, path) != 0)
         rc = ftc_err_errno(err, errno, "filestore: rename %s to %s", tmp, path);
@@ -2084,6 +2101,13 @@ static int fs_write_file(ftc_filestore_t *fs, const fs_cand_t *c, bool *written,
         return rc;
     }
     *written = true;
+    /* the copy's xxh3 is known (the version's checksum) while the file stays
+     * as written: its ctime now (the rename changed it) tells (fs_note_gone) */
+    if (ws.st_ino && lstat(path, &placed) == 0 && placed.st_ino == ws.st_ino &&
+        placed.st_dev == ws.st_dev) {
+        c->written = true;
+        c->ctime_ns = ts_ns(&placed.st_ctim);
+    }
     return 0;
 }
 
@@ -2243,10 +2267,30 @@ static size_t fs_seen_missed(fs_stamps_t *seen, const fs_cand_t *c, size_t nc)
         ftc_shard_tensor_t t;
         ftc_shard_get(&c[i].rec->v, c[i].tensor, &t);
         seen->e[seen->n - 1].size = t.length;
+        if (c[i].written) /* the restore's copy (deleted: no ctime to compare any more) */
+            seen->e[seen->n - 1].hashed = true, seen->e[seen->n - 1].xxh3 = t.xxh3;
         missed++;
     }
     if (missed) stamps_norm(seen);
     return missed;
+}
+
+/* The files of scan set seen that the restore wrote (candidates c) and
+ * that are still as it left them (same mtime, size and ctime) get the
+ * xxh3 of the version's copy: deleted before this node packs them, their
+ * tombstone names their bytes (fs_note_gone), not their size alone, which
+ * took a copy of the same name, mtime and size but other bytes for the
+ * deleted one (test_gonesamesize). */
+static void fs_seen_written(fs_stamps_t *seen, const fs_cand_t *c, size_t nc)
+{
+    for (size_t i = 0; i < nc; i++) {
+        fs_stamp_t *p = c[i].written ? stamps_find(seen, c[i].name, c[i].name_len) : NULL;
+        ftc_shard_tensor_t t;
+        if (!p) continue;
+        ftc_shard_get(&c[i].rec->v, c[i].tensor, &t);
+        if (p->mtime_ns == c[i].mtime_ns && p->size == t.length && p->ctime_ns == c[i].ctime_ns)
+            p->hashed = true, p->xxh3 = t.xxh3;
+    }
 }
 
 static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
@@ -2462,6 +2506,7 @@ static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
     if (scan_dir(fs, &sc, "", 0, &e) == 0) {
         if (sc.n) qsort(sc.f, sc.n, sizeof *sc.f, cmp_file);
         if (stamps_from_scan(&sc, &seen) == 0) {
+            fs_seen_written(&seen, c, nc);
             size_t missed = fs_seen_missed(&seen, c, nc);
             if (missed) {
                 fs_log(fs, FTC_LOG_INFO, "restore: %zu restored file(s) deleted during the "

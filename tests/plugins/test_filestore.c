@@ -58,6 +58,9 @@
  *   gonesame   a file written again with the deleted copy's mtime to the
  *              nanosecond but other bytes survives the restore on both nodes
  *              (the tombstone names the deleted copy's size and xxh3)
+ *   gonesamesize  a file a restore wrote, deleted before the node packed it
+ *              (also after a pack that failed): its tombstone names its bytes,
+ *              so another file of that name, mtime and size survives
  *   tmpleftover  temporaries of a store process that ended (".ftc-tmp.PID.N",
  *              ".ftc-tmp.gone.PID.N") are removed by the next scan and at a
  *              store's start; other ".ftc-tmp." names stay; none is replicated
@@ -1496,13 +1499,27 @@ static void test_gonesame(void **state)
     quit(&n1);
 }
 
-/* A tombstone of unknown content: node 1 got x.bin from node 0's version
- * by a restore and deleted it before it packed it (no own version holds
- * the copy: no xxh3). Node 0 then has another x.bin of exactly that mtime
- * and another size (touch -d, os.utime to the nanosecond, a copy from
- * another writer): the tombstone took the mtime alone, left it out of the
- * union and removed it from node 0's directory. Such a tombstone now names
- * the deleted copy's size, which must match too. */
+/* Node 1 deletes a file it has but whose bytes no version of its own
+ * holds and that is no longer as a restore wrote it, so no xxh3 is known
+ * (here: a restore's copy whose ctime moved, a pack that failed over the
+ * cap between). Node 0 then has another x.bin of exactly that mtime and
+ * another size (touch -d, os.utime to the nanosecond, a copy from another
+ * writer): the tombstone took the mtime alone, left it out of the union
+ * and removed it from node 0's directory. Such a tombstone now names the
+ * deleted copy's size, which must match too. */
+static void gone_unknown(node_t *n1, const char *name, long long sec, long long nsec,
+                         unsigned seed)
+{
+    char msg[2048];
+    OK(n1, "limits 100 60000");
+    OK(n1, "setmtime %s %lld %lld", name, sec, nsec); /* the same mtime: the ctime moves */
+    OK(n1, "write z.bin %u 10", seed);
+    assert_int_not_equal(cmd(n1, msg, sizeof msg, "flush"), 0); /* over the cap */
+    OK(n1, "rm %s", name);
+    OK(n1, "limits 1073741824 60000");
+    OK(n1, "flush"); /* the tombstone: the size alone */
+}
+
 static void test_gonenohash(void **state)
 {
     (void)state;
@@ -1516,8 +1533,7 @@ static void test_gonenohash(void **state)
     long long sec = 0, nsec = 0;
     assert_int_equal(cmd(&n0, msg, sizeof msg, "getmtime x.bin"), 0);
     assert_int_equal(sscanf(msg, "%lld %lld", &sec, &nsec), 2);
-    OK(&n1, "rm x.bin");
-    OK(&n1, "flush"); /* node 1's first version: the tombstone, no xxh3 */
+    gone_unknown(&n1, "x.bin", sec, nsec, 185);
     OK(&n0, "write x.bin 183 7000");
     OK(&n0, "setmtime x.bin %lld %lld", sec, nsec);
     OK(&n0, "flush");
@@ -1527,6 +1543,68 @@ static void test_gonenohash(void **state)
     OK(&n1, "check x.bin 183 7000");
     /* the deleted copy itself stays deleted: its size matches */
     OK(&n0, "write y.bin 184 5000");
+    OK(&n0, "flush");
+    OK(&n1, "restore 1 n0 n1");
+    assert_int_equal(cmd(&n0, msg, sizeof msg, "getmtime y.bin"), 0);
+    assert_int_equal(sscanf(msg, "%lld %lld", &sec, &nsec), 2);
+    gone_unknown(&n1, "y.bin", sec, nsec, 186);
+    OK(&n0, "restore 1 n0 n1");
+    OK(&n1, "restore 1 n0 n1");
+    OK(&n0, "absent y.bin");
+    OK(&n1, "absent y.bin");
+    quit(&n0);
+    quit(&n1);
+}
+
+/* A tombstone of a copy that a restore wrote (from another node's version)
+ * and that the binary deleted before this node packed it named the
+ * deleted copy's size alone: another file of that name, mtime and size but
+ * other bytes was taken for the deleted copy, left out of the union and
+ * removed on every node. The restore knows that copy's xxh3 (its version's
+ * checksum) and keeps it while the file stays as written (its ctime), also
+ * across a pack that failed: such a tombstone names the bytes. */
+static void test_gonesamesize(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0, n1;
+    spawn_pair(&n0, &n1);
+    char msg[2048];
+    long long xs = 0, xn = 0, ws = 0, wn = 0;
+    OK(&n0, "write x.bin 221 5000");
+    OK(&n0, "flush");
+    OK(&n1, "restore 1 n0 n1"); /* node 1's copy, written by the restore */
+    assert_int_equal(cmd(&n0, msg, sizeof msg, "getmtime x.bin"), 0);
+    assert_int_equal(sscanf(msg, "%lld %lld", &xs, &xn), 2);
+    OK(&n1, "rm x.bin");
+    OK(&n1, "flush"); /* node 1's first version: the tombstone */
+    /* the same through a pack that failed (over the cap) before the deletion */
+    OK(&n0, "write w.bin 222 5000");
+    OK(&n0, "flush");
+    OK(&n1, "restore 1 n0 n1");
+    assert_int_equal(cmd(&n0, msg, sizeof msg, "getmtime w.bin"), 0);
+    assert_int_equal(sscanf(msg, "%lld %lld", &ws, &wn), 2);
+    OK(&n1, "limits 100 60000");
+    OK(&n1, "write z.bin 223 10");
+    assert_int_not_equal(cmd(&n1, msg, sizeof msg, "flush"), 0);
+    OK(&n1, "rm w.bin");
+    OK(&n1, "limits 1073741824 60000");
+    OK(&n1, "flush");
+    /* node 0: other bytes, the same size, each deleted copy's mtime */
+    OK(&n0, "write x.bin 224 5000");
+    OK(&n0, "setmtime x.bin %lld %lld", xs, xn);
+    OK(&n0, "write w.bin 225 5000");
+    OK(&n0, "setmtime w.bin %lld %lld", ws, wn);
+    OK(&n0, "flush");
+    OK(&n0, "restore 1 n0 n1");
+    OK(&n1, "restore 1 n0 n1");
+    OK(&n0, "check x.bin 224 5000");
+    OK(&n1, "check x.bin 224 5000");
+    OK(&n0, "check w.bin 225 5000");
+    OK(&n1, "check w.bin 225 5000");
+    OK(&n1, "check z.bin 223 10");
+    /* the deleted copy itself stays deleted */
+    OK(&n0, "write y.bin 226 5000");
     OK(&n0, "flush");
     OK(&n1, "restore 1 n0 n1");
     OK(&n1, "rm y.bin");
@@ -2219,6 +2297,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_gonesame, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gonenohash, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gonesamebytes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_gonesamesize, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tmpleftover, setup, teardown),
         cmocka_unit_test_setup_teardown(test_goneraced, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gonerescan, setup, teardown),
