@@ -688,8 +688,8 @@ static void held_sweep(ftc_filestore_t *fs, uint64_t now)
             fs_log(fs, FTC_LOG_WARN,
                    "%s/%s has been held open for writing for about %" PRIu64 " s (process %s, "
                    "among others perhaps): its bytes as they stand are in no version; they are "
-                   "replicated once it is closed",
-                   fs->dir, h->name, open_ns / (uint64_t)1000000000, h->pid);
+                   "replicated once it is closed (keep files that stay open, logs, outside %s)",
+                   fs->dir, h->name, open_ns / (uint64_t)1000000000, h->pid, fs->dir);
             h->warn_ns = now + (open_ns ? open_ns : 1);
         }
         if (!fs->held_check_ns || h->warn_ns < fs->held_check_ns) fs->held_check_ns = h->warn_ns;

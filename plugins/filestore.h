@@ -63,7 +63,10 @@
  * writer pauses past the quiet period; an append-only file is packed once it
  * is closed. A file held open for writing busy_max_ms or longer is named in
  * a warning (again each time that time doubles), even when nothing else
- * changes: one never closed is never replicated.
+ * changes: one never closed is never replicated as it stands, however long
+ * it stands still (by design: a writer paused halfway looks the same, and a
+ * snapshot would replace the last whole copy; docs/recovery.md). Keep files
+ * that stay open (logs) outside the directory.
  *
  * Limits: the files together must fit max_bytes (default 4 GiB) or the
  * version is refused (FTC_ERANGE, a log line and a ckptdir_too_big event);
