@@ -77,8 +77,10 @@ typedef struct ftc__rank {
     bool start_hung; /* its start-up was reported hung */
     /* its watch ended, by its BYE (ftc_detector_unwatch) or its exit (a
      * rank_exit event): no hang check until a process of it is watched
-     * again. A rank that never had a pid watched (progress only) has one */
+     * again, or a new process of it connects (even when its watch fails).
+     * A rank that never had a pid watched (progress only) has one */
     bool ended;
+    pid_t proc_pid; /* the process the per-process state is of (kept after its watch) */
     /* the process's CPU use, sampled every FTC_DET_CPU_MS: whether a rank
      * that stopped progressing is stuck itself or spins waiting for a peer */
     uint64_t cpu_ticks; /* utime + stime at cpu_ns */
@@ -245,13 +247,45 @@ static bool ftc__pid_dead(pid_t pid)
     return rc == FTC_ENOENT || (rc == 0 && (ps.state == 'Z' || ps.state == 'X'));
 }
 
+/* Another process of r (the next generation's, a restart): its start-up
+ * begins now, and its steps count from its own first one, whatever the step
+ * its predecessor reached (a restored rank repeats the uncommitted steps,
+ * and those were no progress). The step times stay: they are the job's.
+ * Caller holds mu. */
+static void ftc__new_process_locked(ftc__rank_t *r, pid_t pid, uint64_t now)
+{
+    r->proc_pid = pid;
+    r->start_ns = r->last_ns = now;
+    r->started = r->linked = r->start_hung = false;
+    r->cpu_ns = 0;
+    r->cpu_share = -1;
+    r->pstate = 0;
+    r->stopped_ns = 0;
+    r->step = -1;
+    r->hang_step = -2;
+}
+
 int ftc_detector_watch_pid(ftc_detector_t *d, int rank, pid_t pid)
 {
     if (pid <= 0)
         return FTC_EINVAL;
     int fd = ftc__pidfd_open(pid);
-    if (fd < 0 && errno == ESRCH)
+    if (fd < 0 && errno == ESRCH) {
+        /* No such process here (it is gone, or of another pid namespace):
+         * not watched. A rank whose last watch ended (its predecessor's exit
+         * or BYE) has a new process all the same, which connected: it is
+         * checked for hangs from its progress, as a rank never watched is.
+         * Before, the ended watch left hang checks off for it. The same
+         * process again (its late HELLO) is still the one that ended. */
+        pthread_mutex_lock(&d->mu);
+        ftc__rank_t *r = ftc__rank_get(d, rank, false);
+        if (r && r->ended && r->pid <= 0 && r->proc_pid != pid) {
+            ftc__new_process_locked(r, pid, ftc_now_ns());
+            r->ended = false;
+        }
+        pthread_mutex_unlock(&d->mu);
         return FTC_ENOENT;
+    }
     pthread_mutex_lock(&d->mu);
     ftc__rank_t *r = ftc__rank_get(d, rank, true);
     if (!r) {
@@ -263,23 +297,10 @@ int ftc_detector_watch_pid(ftc_detector_t *d, int rank, pid_t pid)
     if (r->pidfd >= 0)
         close(r->pidfd);
     uint64_t now = ftc_now_ns();
-    if (r->pid != pid) {
-        /* Another process of the rank (the next generation's, a restart):
-         * its start-up begins now, and its steps count from its own first
-         * one, whatever the step its predecessor reached (a restored rank
-         * repeats the uncommitted steps, and those were no progress). The
-         * step times stay: they are the job's. The same process watched
-         * again (the HELLO of a rank its supervisor watched from its
-         * spawn) keeps its start. */
-        r->start_ns = now;
-        r->started = r->linked = r->start_hung = false;
-        r->cpu_ns = 0;
-        r->cpu_share = -1;
-        r->pstate = 0;
-        r->stopped_ns = 0;
-        r->step = -1;
-        r->hang_step = -2;
-    }
+    /* The same process watched again (the HELLO of a rank its supervisor
+     * watched from its spawn) keeps its start */
+    if (r->pid != pid)
+        ftc__new_process_locked(r, pid, now);
     r->pid = pid;
     r->ended = false;
     r->pidfd = fd; /* -1: fall back to /proc polling */

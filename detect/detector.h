@@ -105,7 +105,11 @@ void ftc_detector_stop(ftc_detector_t *d, bool leave);
  * Watching a rank again replaces its watch. An exit is reported only for the
  * watch it was seen under: the exit of a process whose watch ended or was
  * replaced meanwhile is never charged to the rank watched now, even when the
- * new pidfd got the old one's fd number. */
+ * new pidfd got the old one's fd number. A pid that is not there (gone, or
+ * of another pid namespace) is not watched (FTC_ENOENT); for a rank whose
+ * last watch had ended (an exit, a BYE), it is a new process all the same,
+ * checked for hangs from its progress as a rank never watched is (the same
+ * pid as that watch's is not: it ended). */
 int ftc_detector_watch_pid(ftc_detector_t *d, int rank, pid_t pid);
 /* Stops watching a rank's process (a clean exit is not a failure). Like its
  * exit (rank_exit), this ends the rank's hang check until a process of it is

@@ -1644,6 +1644,45 @@ static void test_stopped_in_start_up_named(void **state)
     waitpid(stuck, NULL, 0);
 }
 
+/* A rank whose watch ended (its process exited) and whose next process's
+ * watch fails (FTC_ENOENT: its HELLO names a pid that is not there, gone or
+ * of another pid namespace) is checked for hangs from that process's
+ * progress, as a rank never watched is. Before, the ended watch left its
+ * hang check off for good. */
+static void test_hang_checked_after_a_failed_watch(void **state)
+{
+    redis_fixture_t *f = *state;
+    static seen_t s;
+    memset(&s, 0, sizeof s);
+    pthread_mutex_init(&s.mu, NULL);
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    o.hang_min_ms = 300;
+    ftc_detector_t *b = start_detector(f, "jfw", "B", false, &s, &o);
+    pid_t first = fork_paused();
+    assert_int_equal(ftc_detector_watch_pid(b, 0, first), 0);
+    for (int i = 0; i < 5; i++) {
+        ftc_detector_progress(b, 0, i, 10000);
+        ftc_sleep_ms(10);
+    }
+    kill(first, SIGKILL);
+    assert_true(wait_seen(&s, "rank_exit", "B", 5000));
+    waitpid(first, NULL, 0);
+    pid_t gone = fork_exit(0, 0);
+    waitpid(gone, NULL, 0);
+    assert_int_equal(ftc_detector_watch_pid(b, 0, gone), FTC_ENOENT);
+    for (int i = 0; i < 10; i++) { /* the new process's steps; then it stops */
+        ftc_detector_progress(b, 0, i, 10000);
+        ftc_sleep_ms(10);
+    }
+    ftc_deadline_t d = ftc_deadline_in_ms(5000);
+    while (seen_rank(&s, "hang", "B", 0) == 0 && !ftc_deadline_expired(d))
+        ftc_sleep_ms(10);
+    print_message("hangs of the process whose watch failed: %d\n", seen_rank(&s, "hang", "B", 0));
+    assert_int_equal(seen_rank(&s, "hang", "B", 0), 1);
+    assert_int_equal(seen_rank(&s, "rank_exit", "B", 0), 1);
+    ftc_detector_stop(b, true);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
 
 int main(void)
@@ -1664,7 +1703,7 @@ int main(void)
         T(test_loss_after_pause_reported_again), T(test_stale_pidfd_event_not_charged_to_new_rank),
         T(test_start_up_limit), T(test_hang_names_the_stuck_rank), T(test_exit_status),
         T(test_no_hang_after_the_watch_ended), T(test_status_told_before_the_watch),
-        T(test_stopped_in_start_up_named),
+        T(test_stopped_in_start_up_named), T(test_hang_checked_after_a_failed_watch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
