@@ -8,6 +8,7 @@
 #include "detect/detector_internal.h"
 
 #include "core/clock.h"
+#include "core/config.h"
 #include "core/hash.h"
 #include "core/log.h"
 #include "core/proc.h"
@@ -149,6 +150,12 @@ struct ftc_detector {
     ftc_detector_stats_t st; /* under mu */
     ftc__detector_poll_hook_t poll_hook; /* tests only (detector_internal.h), under mu */
     void *poll_hook_arg;
+    /* waitid(P_PIDFD) is refused (EINVAL, ENOSYS: Linux 5.3 has pidfd_open
+     * but not it): exit statuses are read by pid (P_PID). Under mu */
+    bool no_waitid_pidfd;
+    /* FTC_TEST_DETECT_NO_WAITID_PIDFD=1 (tests only, read at start): every
+     * waitid(P_PIDFD) fails with EINVAL, as on Linux 5.3 */
+    bool test_no_waitid_pidfd;
 };
 
 /* ---- queues ---------------------------------------------------------------------- */
@@ -505,13 +512,31 @@ static double ftc__hang_grace(const ftc__rank_t *r, double limit_ms, char *what,
  * read without reaping it (waitid WNOWAIT: only its parent may, and under
  * `ftc run` this process is: the agent runs in the supervisor). False when
  * it is not our child or was reaped already. *status is a wait status. */
-static bool ftc__peek_status(const ftc__rank_t *r, int *status)
+static bool ftc__peek_status(ftc_detector_t *d, const ftc__rank_t *r, int *status)
 {
     siginfo_t si;
     memset(&si, 0, sizeof si);
-    int rc = r->pidfd >= 0 ? waitid((idtype_t)P_PIDFD, (id_t)r->pidfd, &si,
-                                    WEXITED | WNOHANG | WNOWAIT)
-                           : waitid(P_PID, (id_t)r->pid, &si, WEXITED | WNOHANG | WNOWAIT);
+    int rc = -1;
+    bool by_pid = r->pidfd < 0 || d->no_waitid_pidfd;
+    if (!by_pid) {
+        if (d->test_no_waitid_pidfd) {
+            errno = EINVAL; /* as Linux 5.3 answers */
+        } else {
+            rc = waitid((idtype_t)P_PIDFD, (id_t)r->pidfd, &si, WEXITED | WNOHANG | WNOWAIT);
+        }
+        if (rc != 0 && (errno == EINVAL || errno == ENOSYS)) {
+            /* Linux 5.3: pidfd_open, but no waitid(P_PIDFD) (5.4). By pid
+             * instead, from now on: the pid names the rank's process until
+             * its parent reaps it, and after that no child of ours, unless
+             * reused meanwhile. Before, no status was read there: every
+             * rank_exit came without one */
+            FTC_INFO("detect", "%s: waitid(P_PIDFD) is not supported (%s): exit statuses are "
+                     "read by pid", d->node, strerror(errno));
+            d->no_waitid_pidfd = by_pid = true;
+        }
+    }
+    if (by_pid)
+        rc = waitid(P_PID, (id_t)r->pid, &si, WEXITED | WNOHANG | WNOWAIT);
     if (rc != 0 || si.si_pid != r->pid)
         return false;
     if (si.si_code == CLD_EXITED)
@@ -589,7 +614,7 @@ static void ftc__check_ranks_locked(ftc_detector_t *d, const ftc__pollset_t *ps)
             bool dead = r->pidfd >= 0 ? exited[i] : ftc__pid_dead(r->pid);
             if (dead) {
                 int st = 0;
-                bool known = ftc__peek_status(r, &st);
+                bool known = ftc__peek_status(d, r, &st);
                 if (!known && r->told_pid == r->pid) {
                     st = r->told_status;
                     known = true;
@@ -1535,6 +1560,14 @@ ftc_detector_t *ftc_detector_start(const ftc_redis_url_t *url, const ftc_detecto
     d->o.node = d->node;
     d->url = *url;
     pthread_mutex_init(&d->mu, NULL);
+    const char *nw = getenv("FTC_TEST_DETECT_NO_WAITID_PIDFD"); /* tests only */
+    int64_t nwv = 0;
+    if (nw && *nw && ftc_parse_int(nw, 0, 1, &nwv) != 0) {
+        ftc_err_set(err, FTC_EINVAL, "FTC_TEST_DETECT_NO_WAITID_PIDFD is '%.40s': 0 or 1 (a "
+                    "test knob; unset it)", nw);
+        goto fail;
+    }
+    d->test_no_waitid_pidfd = nwv == 1;
     d->local.ev = calloc(FTC_DET_QUEUE, sizeof(ftc__ev_t));
     d->pub.ev = calloc(FTC_DET_QUEUE, sizeof(ftc__ev_t));
     if (!d->local.ev || !d->pub.ev) {

@@ -10,6 +10,7 @@
 #include "redis_fixture.h"
 
 #include "core/fsio.h"
+#include "core/proc.h"
 #include "detect/detector.h"
 #include "detect/detector_internal.h"
 
@@ -1644,6 +1645,54 @@ static void test_stopped_in_start_up_named(void **state)
     waitpid(stuck, NULL, 0);
 }
 
+/* Linux 5.3 has pidfd_open but not waitid(P_PIDFD) (5.4): EINVAL. The
+ * status was then never read, and every rank_exit came without one; it is
+ * now read by pid (P_PID) after the first EINVAL, and from then on.
+ * FTC_TEST_DETECT_NO_WAITID_PIDFD=1 makes every waitid(P_PIDFD) fail so;
+ * it is read once, at the detector's start, strictly (0 or 1). */
+static void test_status_read_without_waitid_pidfd(void **state)
+{
+    redis_fixture_t *f = *state;
+    static seen_t s;
+    memset(&s, 0, sizeof s);
+    pthread_mutex_init(&s.mu, NULL);
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    o.hang_min_ms = 100000;
+    o.job = "jnw";
+    o.node = "B";
+    setenv("FTC_TEST_DETECT_NO_WAITID_PIDFD", "yes", 1);
+    ftc_err_t err = {0};
+    ftc_detector_t *bad = ftc_detector_start(ftc_redis_server_url(f->srv), &o, &err);
+    ftc_detector_stop(bad, true);
+    assert_null(bad);
+    assert_non_null(strstr(err.msg, "FTC_TEST_DETECT_NO_WAITID_PIDFD"));
+    setenv("FTC_TEST_DETECT_NO_WAITID_PIDFD", "1", 1);
+    ftc_detector_t *b = start_detector(f, "jnw", "B", false, &s, &o);
+    unsetenv("FTC_TEST_DETECT_NO_WAITID_PIDFD"); /* read at the start: still on */
+    pid_t failed = fork_exit(100, 3);
+    assert_int_equal(ftc_detector_watch_pid(b, 0, failed), 0);
+    ftc_detector_linked(b, 0); /* connected: reported, with a status or without */
+    ftc_deadline_t d = ftc_deadline_in_ms(5000);
+    while (seen_rank(&s, "rank_exit", "B", 0) == 0 && !ftc_deadline_expired(d))
+        ftc_sleep_ms(10);
+    pid_t killed = fork_exit(60000, 0);
+    assert_int_equal(ftc_detector_watch_pid(b, 1, killed), 0);
+    ftc_detector_linked(b, 1);
+    kill(killed, SIGKILL);
+    d = ftc_deadline_in_ms(5000);
+    while (seen_rank(&s, "rank_exit", "B", 1) == 0 && !ftc_deadline_expired(d))
+        ftc_sleep_ms(10);
+    char det[256];
+    seen_detail(&s, "rank_exit", "B", 0, det, sizeof det);
+    print_message("without waitid(P_PIDFD): %s\n", det);
+    assert_non_null(strstr(det, "exited (status 3) after step"));
+    seen_detail(&s, "rank_exit", "B", 1, det, sizeof det);
+    assert_non_null(strstr(det, "exited (killed by signal 9) after step"));
+    ftc_detector_stop(b, true);
+    waitpid(failed, NULL, 0);
+    waitpid(killed, NULL, 0);
+}
+
 /* A rank whose watch ended (its process exited) and whose next process's
  * watch fails (FTC_ENOENT: its HELLO names a pid that is not there, gone or
  * of another pid namespace) is checked for hangs from that process's
@@ -1704,6 +1753,7 @@ int main(void)
         T(test_start_up_limit), T(test_hang_names_the_stuck_rank), T(test_exit_status),
         T(test_no_hang_after_the_watch_ended), T(test_status_told_before_the_watch),
         T(test_stopped_in_start_up_named), T(test_hang_checked_after_a_failed_watch),
+        T(test_status_read_without_waitid_pidfd),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
