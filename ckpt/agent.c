@@ -1626,8 +1626,8 @@ static void ftc__on_message(ftc_agent_t *a, int fd)
         ftc__on_report(a, r, &m);
         break;
     case FTC_AP_BYE:
-        if (a->det) /* a clean exit: not a rank failure */
-            ftc_detector_unwatch(a->det, (int)r->rank);
+        if (a->det) /* a clean end: its exit is no failure unless its status says so */
+            ftc_detector_bye(a->det, (int)r->rank, (pid_t)r->hello.pid);
         ftc__disconnect(a, fd);
         break;
     default:

@@ -36,8 +36,10 @@
 #define FTC_DET_MAX_RANKS 256
 #define FTC_DET_CPU_MS 1000 /* CPU use sampling period of each watched rank */
 #define FTC_DET_BUSY 0.05   /* a share of one CPU above this is busy, not stuck */
-#define FTC_DET_EXIT_WAIT_MS 500 /* how long the exit status of a rank that never connected
-                                    is waited for (ftc_detector_exit_status) */
+/* how long an exit's event waits for its status (ftc_detector_exit_status) or a BYE read late */
+#define FTC_DET_EXIT_WAIT_MS 1000
+#define FTC_DET_PENDING 4 /* exits of one rank's processes whose events wait at once */
+#define FTC_DET_TOLD 4    /* exit statuses told per rank, kept (the newest) */
 #define FTC_DET_TIMES 32   /* step times kept per rank for the median */
 #define FTC_DET_LOSSES 512 /* upper bound of spike_window */
 #define FTC_DET_QUEUE 1024 /* events waiting for callback or publication */
@@ -61,6 +63,21 @@ typedef struct ftc__evq {
     uint64_t dropped;
 } ftc__evq_t;
 
+/* An exit whose event waits, up to FTC_DET_EXIT_WAIT_MS from when it was
+ * seen, for what decides it: its status, when the detector could not read it
+ * (its parent reaped it and tells it: ftc_detector_exit_status), and for a
+ * connected rank that ended with status 0, its BYE, which the agent may read
+ * after the exit (a clean end, no failure) */
+typedef struct ftc__exit {
+    pid_t pid;   /* 0 = none */
+    uint64_t ns; /* when it was seen */
+    int64_t step;
+    bool linked; /* the process had connected */
+    bool bye;    /* it said BYE (ftc_detector_bye) */
+    bool known;  /* status is its wait status */
+    int status;
+} ftc__exit_t;
+
 typedef struct ftc__rank {
     bool used;
     int rank;
@@ -76,11 +93,14 @@ typedef struct ftc__rank {
     bool started;    /* this process finished a step: past its start-up */
     bool linked;     /* this process connected (ftc_detector_linked) */
     bool start_hung; /* its start-up was reported hung */
-    /* its watch ended, by its BYE (ftc_detector_unwatch) or its exit (a
-     * rank_exit event): no hang check until a process of it is watched
-     * again, or a new process of it connects (even when its watch fails).
-     * A rank that never had a pid watched (progress only) has one */
+    /* its watch ended, by its BYE (ftc_detector_bye), its unwatch or its
+     * exit (a rank_exit event): no hang check until a process of it is
+     * watched again, or a new process of it connects (even when its watch
+     * fails). A rank that never had a pid watched (progress only) has one */
     bool ended;
+    /* the watched process said BYE: it is still watched, for its exit
+     * status only (status 0 is its clean end, any other a failure) */
+    bool bye;
     pid_t proc_pid; /* the process the per-process state is of (kept after its watch) */
     /* the process's CPU use, sampled every FTC_DET_CPU_MS: whether a rank
      * that stopped progressing is stuck itself or spins waiting for a peer */
@@ -88,15 +108,14 @@ typedef struct ftc__rank {
     uint64_t cpu_ns;    /* 0 = not sampled yet (for this process) */
     double cpu_share;   /* of one CPU between the last two samples; < 0 unknown */
     char pstate;        /* state letter at the last sample, 0 unknown */
-    /* an exit whose event waits for its status (a rank that never connected:
-     * a clean end of a binary without libftc is no failure) */
-    pid_t exit_pid;     /* 0 = none waiting */
-    uint64_t exit_ns;   /* when it was seen */
-    bool exit_linked;   /* the process had connected */
-    int64_t exit_step;
-    /* the status its parent told (ftc_detector_exit_status) */
-    pid_t told_pid;
-    int told_status;
+    /* exits of its processes whose events wait (oldest first; a new
+     * process's exit may come while its predecessor's still waits) */
+    ftc__exit_t exits[FTC_DET_PENDING];
+    int nexits;
+    /* statuses its parent told (ftc_detector_exit_status), a ring by pid */
+    pid_t told_pid[FTC_DET_TOLD];
+    int told_status[FTC_DET_TOLD];
+    int told_pos;
     uint64_t stopped_ns; /* the first of the samples since which it is stopped (T/t); 0 = not */
     uint64_t times[FTC_DET_TIMES];
     int ntimes, tpos;
@@ -156,6 +175,7 @@ struct ftc_detector {
     /* FTC_TEST_DETECT_NO_WAITID_PIDFD=1 (tests only, read at start): every
      * waitid(P_PIDFD) fails with EINVAL, as on Linux 5.3 */
     bool test_no_waitid_pidfd;
+    int exit_wait_ms; /* FTC_DET_EXIT_WAIT_MS; tests may set it, under mu */
 };
 
 /* ---- queues ---------------------------------------------------------------------- */
@@ -288,7 +308,7 @@ int ftc_detector_watch_pid(ftc_detector_t *d, int rank, pid_t pid)
         ftc__rank_t *r = ftc__rank_get(d, rank, false);
         if (r && r->ended && r->pid <= 0 && r->proc_pid != pid) {
             ftc__new_process_locked(r, pid, ftc_now_ns());
-            r->ended = false;
+            r->ended = r->bye = false;
         }
         pthread_mutex_unlock(&d->mu);
         return FTC_ENOENT;
@@ -309,7 +329,7 @@ int ftc_detector_watch_pid(ftc_detector_t *d, int rank, pid_t pid)
     if (r->pid != pid)
         ftc__new_process_locked(r, pid, now);
     r->pid = pid;
-    r->ended = false;
+    r->ended = r->bye = false;
     r->pidfd = fd; /* -1: fall back to /proc polling */
     r->watch_id = ++d->watch_seq;
     r->last_ns = now;
@@ -329,6 +349,32 @@ void ftc_detector_unwatch(ftc_detector_t *d, int rank)
         r->pid = 0;
         r->watch_id = 0;
         r->ended = true;
+        r->bye = false;
+    }
+    pthread_mutex_unlock(&d->mu);
+    ftc__wake(d);
+}
+
+void ftc_detector_bye(ftc_detector_t *d, int rank, pid_t pid)
+{
+    pthread_mutex_lock(&d->mu);
+    ftc__rank_t *r = ftc__rank_get(d, rank, false);
+    if (r) {
+        /* its process's exit may have been seen before this BYE was read
+         * (the agent's loop was behind): that exit waits for it */
+        bool found = false;
+        for (int i = 0; i < r->nexits; i++)
+            if (pid > 0 && r->exits[i].pid == pid)
+                r->exits[i].bye = found = true;
+        if (r->pid > 0 && (!found || r->pid == pid)) {
+            r->bye = r->ended = true; /* still watched, for its exit status only */
+        } else if (r->pid <= 0) {
+            if (!found && pid <= 0 && r->nexits > 0)
+                r->exits[r->nexits - 1].bye = true;
+            r->ended = true;
+        }
+        /* else: the BYE of a process before the one watched now, which
+         * keeps its hang check */
     }
     pthread_mutex_unlock(&d->mu);
     ftc__wake(d);
@@ -340,11 +386,20 @@ void ftc_detector_exit_status(ftc_detector_t *d, int rank, pid_t pid, int status
     /* held even before the rank's watch: the supervisor may reap a rank, and
      * tell, between its WATCH's pidfd_open (of the zombie) and the watch's
      * registration; dropped, a clean end of a rank that never connected was
-     * a rank_exit event 500 ms later */
+     * a rank_exit event 500 ms later. One per process: the status of a
+     * rank's earlier process, whose event still waits, is not replaced */
     ftc__rank_t *r = ftc__rank_get(d, rank, true);
     if (r) {
-        r->told_pid = pid;
-        r->told_status = status;
+        int k = -1;
+        for (int i = 0; i < FTC_DET_TOLD; i++)
+            if (r->told_pid[i] == pid)
+                k = i;
+        if (k < 0) { /* the oldest gives way */
+            k = r->told_pos;
+            r->told_pos = (k + 1) % FTC_DET_TOLD;
+        }
+        r->told_pid[k] = pid;
+        r->told_status[k] = status;
     }
     pthread_mutex_unlock(&d->mu);
     ftc__wake(d);
@@ -365,6 +420,13 @@ void ftc__detector_set_poll_hook(ftc_detector_t *d, ftc__detector_poll_hook_t fn
     pthread_mutex_lock(&d->mu);
     d->poll_hook = fn;
     d->poll_hook_arg = arg;
+    pthread_mutex_unlock(&d->mu);
+}
+
+void ftc__detector_set_exit_wait_ms(ftc_detector_t *d, int ms)
+{
+    pthread_mutex_lock(&d->mu);
+    d->exit_wait_ms = ms > 0 ? ms : FTC_DET_EXIT_WAIT_MS;
     pthread_mutex_unlock(&d->mu);
 }
 
@@ -548,19 +610,11 @@ static bool ftc__peek_status(ftc_detector_t *d, const ftc__rank_t *r, int *statu
     return true;
 }
 
-/* The rank_exit event of pid, with its exit status when known. A process
- * that never connected to its agent and ended with status 0 is a binary
- * without libftc at its end (one with libftc says BYE, which unwatches it):
- * no failure, no event (every such job ended with a rank_exit per rank).
- * Caller holds mu. */
+/* The rank_exit event of pid, with its exit status when known. Caller
+ * holds mu. */
 static void ftc__exit_event_locked(ftc_detector_t *d, const ftc__rank_t *r, pid_t pid,
-                                   bool known, int st, bool linked, int64_t step)
+                                   bool known, int st, int64_t step)
 {
-    if (known && !linked && WIFEXITED(st) && WEXITSTATUS(st) == 0) {
-        FTC_DEBUG("detect", "%s: rank %d (pid %d) ended with status 0: not a failure", d->node,
-                  r->rank, (int)pid);
-        return;
-    }
     char how[64] = "", id[160];
     if (known && WIFSIGNALED(st))
         snprintf(how, sizeof how, " (killed by signal %d%s)", WTERMSIG(st),
@@ -571,6 +625,97 @@ static void ftc__exit_event_locked(ftc_detector_t *d, const ftc__rank_t *r, pid_
     ftc__emit_locked(d, "rank_exit", NULL, r->rank, step, id, true,
                      "rank %d (pid %d) exited%s after step %" PRId64, r->rank, (int)pid, how,
                      step);
+}
+
+/* The status r's parent told for pid (ftc_detector_exit_status). */
+static bool ftc__told_locked(const ftc__rank_t *r, pid_t pid, int *status)
+{
+    for (int i = 0; pid > 0 && i < FTC_DET_TOLD; i++)
+        if (r->told_pid[i] == pid) {
+            *status = r->told_status[i];
+            return true;
+        }
+    return false;
+}
+
+/* Decides the event of exit e of r's process, once what decides it is known
+ * or, when final (its wait is over), with what is known then; true when
+ * decided. A status other than 0 is a failure, BYE or not (`ftc run` fails
+ * the generation on it): an event with that status, at once. Status 0 is no
+ * failure for a process that never connected (a binary without libftc at its
+ * end: every job of one ended with a rank_exit per rank) nor for one that
+ * said BYE; a connected process that ended with 0 and no BYE is one, but
+ * its BYE may yet be read (the agent's loop was behind: its end was a
+ * rank_exit "exited (status 0)"), so it waits for that. An unknown status
+ * (its parent reaped it, and has not told) waits for the parent's word; at
+ * the end of the wait it is a failure without a status, unless the process
+ * said BYE. Caller holds mu. */
+static bool ftc__exit_decide_locked(ftc_detector_t *d, const ftc__rank_t *r, ftc__exit_t *e,
+                                    bool final)
+{
+    if (!e->known)
+        e->known = ftc__told_locked(r, e->pid, &e->status);
+    bool clean = e->known && WIFEXITED(e->status) && WEXITSTATUS(e->status) == 0;
+    if (e->known && !clean) {
+        ftc__exit_event_locked(d, r, e->pid, true, e->status, e->step);
+        return true;
+    }
+    if ((clean && !e->linked) || (e->bye && (clean || final))) {
+        FTC_DEBUG("detect", "%s: rank %d (pid %d) ended %s%s: not a failure", d->node, r->rank,
+                  (int)e->pid, e->known ? "with status 0" : "(status unknown)",
+                  e->bye ? " after its BYE" : ", never connected");
+        return true;
+    }
+    if (!final)
+        return false;
+    ftc__exit_event_locked(d, r, e->pid, e->known, e->status, e->step);
+    return true;
+}
+
+/* Settles r's waiting exits: each decided, or over its wait (all of them
+ * when final: the detector stops), is removed. Caller holds mu. */
+static void ftc__exits_settle_locked(ftc_detector_t *d, ftc__rank_t *r, uint64_t now, bool final)
+{
+    int k = 0;
+    for (int i = 0; i < r->nexits; i++) {
+        ftc__exit_t *e = &r->exits[i];
+        bool over = final || now - e->ns > (uint64_t)d->exit_wait_ms * 1000000ull;
+        if (!ftc__exit_decide_locked(d, r, e, over))
+            r->exits[k++] = *e;
+    }
+    r->nexits = k;
+}
+
+/* The exit of r's process pid, just seen: decided now or left to wait (a
+ * second sighting of the same process, watched again as a zombie, joins the
+ * first). Caller holds mu. */
+static void ftc__exit_seen_locked(ftc_detector_t *d, ftc__rank_t *r, pid_t pid, bool known,
+                                  int st, uint64_t now)
+{
+    ftc__exit_t *e = NULL;
+    for (int i = 0; i < r->nexits && !e; i++)
+        if (r->exits[i].pid == pid)
+            e = &r->exits[i];
+    if (e) {
+        e->linked = e->linked || r->linked;
+        e->bye = e->bye || r->bye;
+        if (r->step > e->step)
+            e->step = r->step;
+        if (!e->known && known) {
+            e->known = true;
+            e->status = st;
+        }
+        return; /* settled with the others */
+    }
+    ftc__exit_t x = {pid, now, r->step, r->linked, r->bye, known, st};
+    if (ftc__exit_decide_locked(d, r, &x, false))
+        return;
+    if (r->nexits == FTC_DET_PENDING) { /* the oldest is decided now, with what is known */
+        ftc__exit_decide_locked(d, r, &r->exits[0], true);
+        memmove(&r->exits[0], &r->exits[1], sizeof r->exits[0] * (FTC_DET_PENDING - 1));
+        r->nexits--;
+    }
+    r->exits[r->nexits++] = x;
 }
 
 /* Checks every watched rank for exit and hang. Caller holds mu.
@@ -602,38 +747,22 @@ static void ftc__check_ranks_locked(ftc_detector_t *d, const ftc__pollset_t *ps)
         ftc__rank_t *r = &d->ranks[i];
         if (!r->used)
             continue;
-        if (r->exit_pid > 0) { /* an exit waiting for its status */
-            bool told = r->told_pid == r->exit_pid;
-            if (told || now - r->exit_ns > FTC_DET_EXIT_WAIT_MS * 1000000ull) {
-                ftc__exit_event_locked(d, r, r->exit_pid, told, r->told_status, r->exit_linked,
-                                       r->exit_step);
-                r->exit_pid = 0;
-            }
-        }
+        if (r->nexits > 0) /* exits waiting for their status or BYE */
+            ftc__exits_settle_locked(d, r, now, false);
         if (r->pid > 0) {
             bool dead = r->pidfd >= 0 ? exited[i] : ftc__pid_dead(r->pid);
             if (dead) {
                 int st = 0;
                 bool known = ftc__peek_status(d, r, &st);
-                if (!known && r->told_pid == r->pid) {
-                    st = r->told_status;
-                    known = true;
-                }
                 pid_t pid = r->pid;
+                ftc__exit_seen_locked(d, r, pid, known, st, now);
                 if (r->pidfd >= 0)
                     close(r->pidfd);
                 r->pidfd = -1;
                 r->pid = 0;
                 r->watch_id = 0;
                 r->ended = true;
-                if (known || r->linked) {
-                    ftc__exit_event_locked(d, r, pid, known, st, r->linked, r->step);
-                } else { /* its parent reaped it first: wait for the status it tells */
-                    r->exit_pid = pid;
-                    r->exit_ns = now;
-                    r->exit_linked = false;
-                    r->exit_step = r->step;
-                }
+                r->bye = false;
                 continue;
             }
         }
@@ -714,6 +843,32 @@ static void ftc__check_ranks_locked(ftc_detector_t *d, const ftc__pollset_t *ps)
     }
 }
 
+/* Hands the queued events to the callback and to publication. Caller
+ * holds mu, which the callback runs without. */
+static void ftc__deliver_locked(ftc_detector_t *d)
+{
+    ftc__ev_t e;
+    while (ftc__pop(&d->local, &e)) {
+        d->st.events++;
+        if (e.publish && !e.id[0]) {
+            /* an id of its own, so that a retry after a lost reply does
+             * not add it twice (ftc__publish re-queues what failed) */
+            snprintf(e.id, sizeof e.id, "ev:%s:%" PRIu64 ":%" PRIu64, d->node, d->joined_ms,
+                     ++d->ev_seq);
+            e.plain = true;
+        }
+        if (e.publish)
+            ftc__push(&d->pub, &e);
+        if (d->o.on_event) {
+            ftc_ctl_event_t ce = {e.kind, e.node,   e.rank,        e.gen,
+                                  e.step, e.detail, e.t_fault_ms, e.t_detect_ms};
+            pthread_mutex_unlock(&d->mu);
+            d->o.on_event(d->o.arg, &ce);
+            pthread_mutex_lock(&d->mu);
+        }
+    }
+}
+
 static void *ftc__local_main(void *arg)
 {
     ftc_detector_t *d = arg;
@@ -763,29 +918,18 @@ static void *ftc__local_main(void *arg)
             }
         }
         ftc__check_ranks_locked(d, &ps);
-        ftc__ev_t e;
-        while (ftc__pop(&d->local, &e)) {
-            d->st.events++;
-            if (e.publish && !e.id[0]) {
-                /* an id of its own, so that a retry after a lost reply does
-                 * not add it twice (ftc__publish re-queues what failed) */
-                snprintf(e.id, sizeof e.id, "ev:%s:%" PRIu64 ":%" PRIu64, d->node, d->joined_ms,
-                         ++d->ev_seq);
-                e.plain = true;
-            }
-            if (e.publish)
-                ftc__push(&d->pub, &e);
-            if (d->o.on_event) {
-                ftc_ctl_event_t ce = {e.kind, e.node,   e.rank,        e.gen,
-                                      e.step, e.detail, e.t_fault_ms, e.t_detect_ms};
-                pthread_mutex_unlock(&d->mu);
-                d->o.on_event(d->o.arg, &ce);
-                pthread_mutex_lock(&d->mu);
-            }
-        }
+        ftc__deliver_locked(d);
         pthread_mutex_unlock(&d->mu);
         last_check_ns = ftc_now_ns();
     }
+    /* exits still waiting for a status or a BYE are decided with what is
+     * known now, and published on the way out (ftc_detector_stop) */
+    pthread_mutex_lock(&d->mu);
+    for (int i = 0; i < FTC_DET_MAX_RANKS; i++)
+        if (d->ranks[i].used && d->ranks[i].nexits > 0)
+            ftc__exits_settle_locked(d, &d->ranks[i], ftc_now_ns(), true);
+    ftc__deliver_locked(d);
+    pthread_mutex_unlock(&d->mu);
     return NULL;
 }
 
@@ -1568,6 +1712,7 @@ ftc_detector_t *ftc_detector_start(const ftc_redis_url_t *url, const ftc_detecto
         goto fail;
     }
     d->test_no_waitid_pidfd = nwv == 1;
+    d->exit_wait_ms = FTC_DET_EXIT_WAIT_MS;
     d->local.ev = calloc(FTC_DET_QUEUE, sizeof(ftc__ev_t));
     d->pub.ev = calloc(FTC_DET_QUEUE, sizeof(ftc__ev_t));
     if (!d->local.ev || !d->pub.ev) {
