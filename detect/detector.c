@@ -74,6 +74,8 @@ typedef struct ftc__exit {
     int64_t step;
     bool linked; /* the process had connected */
     bool bye;    /* it said BYE (ftc_detector_bye) */
+    bool closed; /* its connection to the agent closed (ftc_detector_closed) */
+    bool told;   /* its parent tells its status (ftc_detector_watch_child) */
     bool known;  /* status is its wait status */
     int status;
 } ftc__exit_t;
@@ -101,6 +103,12 @@ typedef struct ftc__rank {
     /* the watched process said BYE: it is still watched, for its exit
      * status only (status 0 is its clean end, any other a failure) */
     bool bye;
+    /* the watched process's connection closed (after its BYE or not): a BYE
+     * can no longer come (ftc_detector_closed) */
+    bool closed;
+    /* the watched process is a child of this process, whose status its
+     * parent tells when the detector cannot read it (ftc_detector_watch_child) */
+    bool told;
     pid_t proc_pid; /* the process the per-process state is of (kept after its watch) */
     /* the process's CPU use, sampled every FTC_DET_CPU_MS: whether a rank
      * that stopped progressing is stuck itself or spins waiting for a peer */
@@ -282,6 +290,7 @@ static bool ftc__pid_dead(pid_t pid)
 static void ftc__new_process_locked(ftc__rank_t *r, pid_t pid, uint64_t now)
 {
     r->proc_pid = pid;
+    r->closed = r->told = false;
     r->start_ns = r->last_ns = now;
     r->started = r->linked = r->start_hung = false;
     r->cpu_ns = 0;
@@ -292,7 +301,7 @@ static void ftc__new_process_locked(ftc__rank_t *r, pid_t pid, uint64_t now)
     r->hang_step = -2;
 }
 
-int ftc_detector_watch_pid(ftc_detector_t *d, int rank, pid_t pid)
+static int ftc__watch(ftc_detector_t *d, int rank, pid_t pid, bool child)
 {
     if (pid <= 0)
         return FTC_EINVAL;
@@ -329,13 +338,41 @@ int ftc_detector_watch_pid(ftc_detector_t *d, int rank, pid_t pid)
     if (r->pid != pid)
         ftc__new_process_locked(r, pid, now);
     r->pid = pid;
-    r->ended = r->bye = false;
+    r->ended = r->bye = r->closed = false; /* a HELLO: a connection of it is open */
+    r->told = r->told || child;
     r->pidfd = fd; /* -1: fall back to /proc polling */
     r->watch_id = ++d->watch_seq;
     r->last_ns = now;
     pthread_mutex_unlock(&d->mu);
     ftc__wake(d);
     return 0;
+}
+
+int ftc_detector_watch_pid(ftc_detector_t *d, int rank, pid_t pid)
+{
+    return ftc__watch(d, rank, pid, false);
+}
+
+int ftc_detector_watch_child(ftc_detector_t *d, int rank, pid_t pid)
+{
+    return ftc__watch(d, rank, pid, true);
+}
+
+void ftc_detector_closed(ftc_detector_t *d, int rank, pid_t pid)
+{
+    if (pid <= 0)
+        return;
+    pthread_mutex_lock(&d->mu);
+    ftc__rank_t *r = ftc__rank_get(d, rank, false);
+    if (r) {
+        for (int i = 0; i < r->nexits; i++)
+            if (r->exits[i].pid == pid)
+                r->exits[i].closed = true;
+        if (r->pid == pid)
+            r->closed = true;
+    }
+    pthread_mutex_unlock(&d->mu);
+    ftc__wake(d);
 }
 
 void ftc_detector_unwatch(ftc_detector_t *d, int rank)
@@ -644,12 +681,19 @@ static bool ftc__told_locked(const ftc__rank_t *r, pid_t pid, int *status)
  * the generation on it): an event with that status, at once. Status 0 is no
  * failure for a process that never connected (a binary without libftc at its
  * end: every job of one ended with a rank_exit per rank) nor for one that
- * said BYE; a connected process that ended with 0 and no BYE is one, but
- * its BYE may yet be read (the agent's loop was behind: its end was a
- * rank_exit "exited (status 0)"), so it waits for that. An unknown status
- * (its parent reaped it, and has not told) waits for the parent's word; at
- * the end of the wait it is a failure without a status, unless the process
- * said BYE. Caller holds mu. */
+ * said BYE. What may still come is waited for:
+ *  - the status, when the detector could not read it and the process's
+ *    parent tells it (e->told: a child of the supervisor this agent runs
+ *    in, which reaped it first). Nobody tells the status of another's
+ *    process (a standalone agent's ranks): not waited for;
+ *  - its BYE, for a connected process that ended with 0 or an unknown
+ *    status, until its connection is closed (the agent reads the BYE
+ *    before the close, and the close follows the exit at once: the kernel
+ *    closes a process's sockets before its exit is seen), since the agent's
+ *    loop may read them after the exit; before, such a clean end was a
+ *    rank_exit "exited (status 0)".
+ * At the end of the wait it is a failure (without a status when none is
+ * known), unless the process said BYE. Caller holds mu. */
 static bool ftc__exit_decide_locked(ftc_detector_t *d, const ftc__rank_t *r, ftc__exit_t *e,
                                     bool final)
 {
@@ -660,13 +704,14 @@ static bool ftc__exit_decide_locked(ftc_detector_t *d, const ftc__rank_t *r, ftc
         ftc__exit_event_locked(d, r, e->pid, true, e->status, e->step);
         return true;
     }
-    if ((clean && !e->linked) || (e->bye && (clean || final))) {
+    bool waits = !final && ((!e->known && e->told) || (e->linked && !e->bye && !e->closed));
+    if ((clean && !e->linked) || (e->bye && (clean || !waits))) {
         FTC_DEBUG("detect", "%s: rank %d (pid %d) ended %s%s: not a failure", d->node, r->rank,
                   (int)e->pid, e->known ? "with status 0" : "(status unknown)",
                   e->bye ? " after its BYE" : ", never connected");
         return true;
     }
-    if (!final)
+    if (waits)
         return false;
     ftc__exit_event_locked(d, r, e->pid, e->known, e->status, e->step);
     return true;
@@ -699,6 +744,8 @@ static void ftc__exit_seen_locked(ftc_detector_t *d, ftc__rank_t *r, pid_t pid, 
     if (e) {
         e->linked = e->linked || r->linked;
         e->bye = e->bye || r->bye;
+        e->closed = e->closed || r->closed;
+        e->told = e->told || r->told;
         if (r->step > e->step)
             e->step = r->step;
         if (!e->known && known) {
@@ -707,7 +754,9 @@ static void ftc__exit_seen_locked(ftc_detector_t *d, ftc__rank_t *r, pid_t pid, 
         }
         return; /* settled with the others */
     }
-    ftc__exit_t x = {pid, now, r->step, r->linked, r->bye, known, st};
+    ftc__exit_t x = {.pid = pid, .ns = now, .step = r->step, .linked = r->linked,
+                     .bye = r->bye, .closed = r->closed, .told = r->told, .known = known,
+                     .status = st};
     if (ftc__exit_decide_locked(d, r, &x, false))
         return;
     if (r->nexits == FTC_DET_PENDING) { /* the oldest is decided now, with what is known */
@@ -762,7 +811,7 @@ static void ftc__check_ranks_locked(ftc_detector_t *d, const ftc__pollset_t *ps)
                 r->pid = 0;
                 r->watch_id = 0;
                 r->ended = true;
-                r->bye = false;
+                r->bye = r->closed = false;
                 continue;
             }
         }

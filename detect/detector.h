@@ -112,6 +112,13 @@ void ftc_detector_stop(ftc_detector_t *d, bool leave);
  * checked for hangs from its progress as a rank never watched is (the same
  * pid as that watch's is not: it ended). */
 int ftc_detector_watch_pid(ftc_detector_t *d, int rank, pid_t pid);
+/* The same, for a child of this process (`ftc run`: the supervisor this
+ * agent runs in spawned it): when its parent reaps it before the detector
+ * reads its status, the parent tells it (ftc_detector_exit_status), and its
+ * event waits for that. The status of a process watched with
+ * ftc_detector_watch_pid alone (a standalone agent's rank, the child of
+ * someone else) is read if it can be, never waited for. */
+int ftc_detector_watch_child(ftc_detector_t *d, int rank, pid_t pid);
 /* Stops watching a rank's process: its exit is no event (its supervisor
  * stops it: a consequence of a failure already reported). Like its exit
  * (rank_exit) and its BYE, this ends the rank's hang check until a process
@@ -123,16 +130,23 @@ void ftc_detector_unwatch(ftc_detector_t *d, int rank);
  * it. Also when its exit was seen before the BYE was read: the exit of a
  * connected process with status 0 waits (below) for that BYE. */
 void ftc_detector_bye(ftc_detector_t *d, int rank, pid_t pid);
+/* The connection of the rank's process pid to its agent closed, after its
+ * BYE or not: a BYE of it can no longer come, so the exit of a connected
+ * process waits no longer for one (below). */
+void ftc_detector_closed(ftc_detector_t *d, int rank, pid_t pid);
 /* The exit status (a wait status) of the rank's process pid, from its
  * parent, which reaped it. A rank's exit is reported with its status: the
  * detector reads it (waitid WNOWAIT, P_PIDFD or, where the kernel has no
- * P_PIDFD, P_PID: only while the process is a zombie of this process), else
- * its event waits for the parent's, up to 1 s from the exit (each of up to 4
- * exits of one rank's processes waits on its own), and is reported without
- * one after that. A status 0 is no event for a process that never connected
+ * P_PIDFD, P_PID: only while the process is a zombie of this process), else,
+ * for a process watched with ftc_detector_watch_child, its event waits for
+ * the parent's, up to 1 s from the exit (each of up to 4 exits of one rank's
+ * processes waits on its own), and is reported without one after that. A
+ * status 0 is no event for a process that never connected
  * (ftc_detector_linked: a binary without libftc that ended) or that said
- * BYE; for a connected one, the event waits up to that 1 s for a BYE the
- * agent reads late. Other statuses are reported at once. Statuses told
+ * BYE; for a connected one that ended with 0 or an unknown status, the event
+ * waits (up to that 1 s) for a BYE the agent reads late, until its
+ * connection closed (ftc_detector_closed). Other statuses are reported at
+ * once. Statuses told
  * before the rank is watched at all (reaped while its WATCH was read) are
  * kept for that watch (the last 4 per rank). The wait never holds up the
  * detector: it is checked at each turn of its loop. */

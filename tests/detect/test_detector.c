@@ -1449,9 +1449,9 @@ static void test_exit_status(void **state)
     kill(killed, SIGKILL);
     /* not our children: the status comes from their parent, or never */
     pid_t told0 = spawn_orphan(300, 0), told7 = spawn_orphan(300, 7), untold = spawn_orphan(300, 0);
-    assert_int_equal(ftc_detector_watch_pid(b, 4, told0), 0);
-    assert_int_equal(ftc_detector_watch_pid(b, 5, told7), 0);
-    assert_int_equal(ftc_detector_watch_pid(b, 6, untold), 0);
+    assert_int_equal(ftc_detector_watch_child(b, 4, told0), 0); /* as a supervisor's WATCH */
+    assert_int_equal(ftc_detector_watch_child(b, 5, told7), 0);
+    assert_int_equal(ftc_detector_watch_child(b, 6, untold), 0);
     ftc_sleep_ms(400);
     ftc_detector_exit_status(b, 4, told0, 0);
     ftc_detector_exit_status(b, 5, told7, 7 << 8);
@@ -1514,7 +1514,7 @@ static void test_status_told_before_the_watch(void **state)
     reap = clean;
     ftc__detector_set_poll_hook(b, reap_hook, &reap);
     ftc_detector_exit_status(b, 0, clean, 0);
-    assert_int_equal(ftc_detector_watch_pid(b, 0, clean), 0);
+    assert_int_equal(ftc_detector_watch_child(b, 0, clean), 0);
     ftc_deadline_t d = ftc_deadline_in_ms(5000);
     while (reap && !ftc_deadline_expired(d))
         ftc_sleep_ms(5);
@@ -1835,8 +1835,8 @@ static void test_status_waited_for_when_not_the_parent(void **state)
     ftc_detector_t *b = start_detector(f, "jwt", "B", false, &s, &o);
     ftc__detector_set_exit_wait_ms(b, 3000); /* the statuses below come well within it */
     pid_t p0 = spawn_orphan(100, 7), p3 = spawn_orphan(100, 0);
-    assert_int_equal(ftc_detector_watch_pid(b, 0, p0), 0);
-    assert_int_equal(ftc_detector_watch_pid(b, 3, p3), 0);
+    assert_int_equal(ftc_detector_watch_child(b, 0, p0), 0);
+    assert_int_equal(ftc_detector_watch_child(b, 3, p3), 0);
     ftc_detector_linked(b, 0);
     ftc_detector_linked(b, 3);
     ftc_detector_bye(b, 3, p3);
@@ -1844,8 +1844,8 @@ static void test_status_waited_for_when_not_the_parent(void **state)
     for (int i = 0; i < 2; i++) { /* the second process of each exits while the first waits */
         q[i] = spawn_orphan(100, i ? 0 : 5);
         r[i] = spawn_orphan(100, i ? 0 : 3);
-        assert_int_equal(ftc_detector_watch_pid(b, 1, q[i]), 0);
-        assert_int_equal(ftc_detector_watch_pid(b, 2, r[i]), 0);
+        assert_int_equal(ftc_detector_watch_child(b, 1, q[i]), 0);
+        assert_int_equal(ftc_detector_watch_child(b, 2, r[i]), 0);
         ftc_detector_linked(b, 2);
         wait_gone(q[i]);
         wait_gone(r[i]);
@@ -1860,7 +1860,7 @@ static void test_status_waited_for_when_not_the_parent(void **state)
     ftc_detector_exit_status(b, 2, r[1], SIGKILL);
     ftc_detector_exit_status(b, 2, r[0], 3 << 8);
     pid_t p4 = spawn_orphan(100, 0);
-    assert_int_equal(ftc_detector_watch_pid(b, 4, p4), 0);
+    assert_int_equal(ftc_detector_watch_child(b, 4, p4), 0);
     ftc_detector_linked(b, 4);
     ftc_deadline_t d = ftc_deadline_in_ms(10000);
     while (seen_rank(&s, "rank_exit", "B", 4) == 0 && !ftc_deadline_expired(d))
@@ -1891,6 +1891,59 @@ static void test_status_waited_for_when_not_the_parent(void **state)
     assert_int_equal(stream_count(f, "jwt", "rank_exit", "B"), 5);
 }
 
+/* A standalone agent's ranks (`ftc agent` with `ftc train --nproc`, torchrun)
+ * are not children of the agent's process: nobody tells their exit status,
+ * so their exit waits for none. A connected one's exit waits only for a BYE
+ * the agent may read after the exit, and no longer once the agent saw its
+ * connection close (before or after the exit). Before, every such exit
+ * waited the whole wait for a status that never came: a rank's death was
+ * reported 1 s late. The wait here is 60 s: the events come long before. */
+static void test_standalone_exit_not_held(void **state)
+{
+    redis_fixture_t *f = *state;
+    static seen_t s;
+    memset(&s, 0, sizeof s);
+    pthread_mutex_init(&s.mu, NULL);
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    o.hang_min_ms = 100000;
+    ftc_detector_t *b = start_detector(f, "jsa", "B", false, &s, &o);
+    ftc__detector_set_exit_wait_ms(b, 60000);
+    pid_t early = spawn_orphan(300, 0), late = spawn_orphan(100, 0), bye = spawn_orphan(100, 0);
+    pid_t never = spawn_orphan(100, 0);
+    assert_int_equal(ftc_detector_watch_pid(b, 0, early), 0);
+    assert_int_equal(ftc_detector_watch_pid(b, 1, late), 0);
+    assert_int_equal(ftc_detector_watch_pid(b, 2, bye), 0);
+    assert_int_equal(ftc_detector_watch_pid(b, 3, never), 0);
+    for (int i = 0; i < 3; i++)
+        ftc_detector_linked(b, i);
+    ftc_detector_closed(b, 0, early); /* the agent read its close before its exit */
+    ftc_detector_bye(b, 2, bye);
+    ftc_detector_closed(b, 2, bye);
+    wait_gone(late);
+    wait_gone(bye);
+    wait_gone(never);
+    ftc_sleep_ms(200); /* their exits are seen */
+    assert_int_equal(seen_rank(&s, "rank_exit", "B", 1), 0); /* its BYE may yet be read */
+    ftc_detector_closed(b, 1, late); /* no BYE came before the close */
+    ftc_deadline_t d = ftc_deadline_in_ms(10000);
+    while (seen_count(&s, "rank_exit", "B", NULL) < 3 && !ftc_deadline_expired(d))
+        ftc_sleep_ms(10);
+    char want[64];
+    print_message("rank_exit events: closed before the exit %d, after it %d, after a BYE %d, "
+                  "never connected %d\n", seen_rank(&s, "rank_exit", "B", 0),
+                  seen_rank(&s, "rank_exit", "B", 1), seen_rank(&s, "rank_exit", "B", 2),
+                  seen_rank(&s, "rank_exit", "B", 3));
+    snprintf(want, sizeof want, "(pid %d) exited after step", (int)early);
+    assert_int_equal(seen_with(&s, "rank_exit", 0, want), 1);
+    snprintf(want, sizeof want, "(pid %d) exited after step", (int)late);
+    assert_int_equal(seen_with(&s, "rank_exit", 1, want), 1);
+    snprintf(want, sizeof want, "(pid %d) exited after step", (int)never);
+    assert_int_equal(seen_with(&s, "rank_exit", 3, want), 1);
+    assert_int_equal(seen_rank(&s, "rank_exit", "B", 2), 0);
+    ftc_detector_stop(b, true);
+    assert_int_equal(stream_count(f, "jsa", "rank_exit", "B"), 3);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
 
 int main(void)
@@ -1913,7 +1966,7 @@ int main(void)
         T(test_no_hang_after_the_watch_ended), T(test_status_told_before_the_watch),
         T(test_stopped_in_start_up_named), T(test_status_read_without_waitid_pidfd),
         T(test_bye_and_the_exit_status), T(test_hang_checked_after_a_failed_watch),
-        T(test_status_waited_for_when_not_the_parent),
+        T(test_status_waited_for_when_not_the_parent), T(test_standalone_exit_not_held),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
