@@ -933,7 +933,7 @@ static void ftc__on_watch(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
                   m->pid, r->hello.pid, r->fd >= 0 ? "watched since" : "gone since (its BYE is "
                   "no failure, its exit was reported once)");
     } else {
-        rc = a->det ? ftc_detector_watch_pid(a->det, (int)m->rank, (pid_t)m->pid) : 0;
+        rc = a->det ? ftc_detector_watch_child(a->det, (int)m->rank, (pid_t)m->pid) : 0;
         if (rc) {
             ftc__reply_error(fd, m->seq, rc, "WATCH of rank %u, pid %d: %s", m->rank, m->pid,
                              ftc_strerror(rc));
@@ -1517,6 +1517,8 @@ static void ftc__disconnect(ftc_agent_t *a, int fd)
     ftc__rank_t *r = ftc__rank_of_fd(a, fd);
     if (r) {
         FTC_INFO("agent", "rank %u disconnected (its slots stay)", r->rank);
+        if (a->det && r->hello.pid > 0) /* a BYE of it can no longer come */
+            ftc_detector_closed(a->det, (int)r->rank, (pid_t)r->hello.pid);
         if (r->fetch_name[0]) { /* a FETCH copy it did not unlink (it died first) */
             ftc_err_t e = {0};
             ftc_slot_unlink(r->fetch_name, &e);
@@ -1626,8 +1628,8 @@ static void ftc__on_message(ftc_agent_t *a, int fd)
         ftc__on_report(a, r, &m);
         break;
     case FTC_AP_BYE:
-        if (a->det) /* a clean exit: not a rank failure */
-            ftc_detector_unwatch(a->det, (int)r->rank);
+        if (a->det) /* a clean end: its exit is no failure unless its status says so */
+            ftc_detector_bye(a->det, (int)r->rank, (pid_t)r->hello.pid);
         ftc__disconnect(a, fd);
         break;
     default:

@@ -8,6 +8,7 @@
 #include "detect/detector_internal.h"
 
 #include "core/clock.h"
+#include "core/config.h"
 #include "core/hash.h"
 #include "core/log.h"
 #include "core/proc.h"
@@ -35,8 +36,10 @@
 #define FTC_DET_MAX_RANKS 256
 #define FTC_DET_CPU_MS 1000 /* CPU use sampling period of each watched rank */
 #define FTC_DET_BUSY 0.05   /* a share of one CPU above this is busy, not stuck */
-#define FTC_DET_EXIT_WAIT_MS 500 /* how long the exit status of a rank that never connected
-                                    is waited for (ftc_detector_exit_status) */
+/* how long an exit's event waits for its status (ftc_detector_exit_status) or a BYE read late */
+#define FTC_DET_EXIT_WAIT_MS 1000
+#define FTC_DET_PENDING 4 /* exits of one rank's processes whose events wait at once */
+#define FTC_DET_TOLD 4    /* exit statuses told per rank, kept (the newest) */
 #define FTC_DET_TIMES 32   /* step times kept per rank for the median */
 #define FTC_DET_LOSSES 512 /* upper bound of spike_window */
 #define FTC_DET_QUEUE 1024 /* events waiting for callback or publication */
@@ -60,6 +63,23 @@ typedef struct ftc__evq {
     uint64_t dropped;
 } ftc__evq_t;
 
+/* An exit whose event waits, up to FTC_DET_EXIT_WAIT_MS from when it was
+ * seen, for what decides it: its status, when the detector could not read it
+ * (its parent reaped it and tells it: ftc_detector_exit_status), and for a
+ * connected rank that ended with status 0, its BYE, which the agent may read
+ * after the exit (a clean end, no failure) */
+typedef struct ftc__exit {
+    pid_t pid;   /* 0 = none */
+    uint64_t ns; /* when it was seen */
+    int64_t step;
+    bool linked; /* the process had connected */
+    bool bye;    /* it said BYE (ftc_detector_bye) */
+    bool closed; /* its connection to the agent closed (ftc_detector_closed) */
+    bool told;   /* its parent tells its status (ftc_detector_watch_child) */
+    bool known;  /* status is its wait status */
+    int status;
+} ftc__exit_t;
+
 typedef struct ftc__rank {
     bool used;
     int rank;
@@ -75,25 +95,35 @@ typedef struct ftc__rank {
     bool started;    /* this process finished a step: past its start-up */
     bool linked;     /* this process connected (ftc_detector_linked) */
     bool start_hung; /* its start-up was reported hung */
-    /* its watch ended, by its BYE (ftc_detector_unwatch) or its exit (a
-     * rank_exit event): no hang check until a process of it is watched
-     * again. A rank that never had a pid watched (progress only) has one */
+    /* its watch ended, by its BYE (ftc_detector_bye), its unwatch or its
+     * exit (a rank_exit event): no hang check until a process of it is
+     * watched again, or a new process of it connects (even when its watch
+     * fails). A rank that never had a pid watched (progress only) has one */
     bool ended;
+    /* the watched process said BYE: it is still watched, for its exit
+     * status only (status 0 is its clean end, any other a failure) */
+    bool bye;
+    /* the watched process's connection closed (after its BYE or not): a BYE
+     * can no longer come (ftc_detector_closed) */
+    bool closed;
+    /* the watched process is a child of this process, whose status its
+     * parent tells when the detector cannot read it (ftc_detector_watch_child) */
+    bool told;
+    pid_t proc_pid; /* the process the per-process state is of (kept after its watch) */
     /* the process's CPU use, sampled every FTC_DET_CPU_MS: whether a rank
      * that stopped progressing is stuck itself or spins waiting for a peer */
     uint64_t cpu_ticks; /* utime + stime at cpu_ns */
     uint64_t cpu_ns;    /* 0 = not sampled yet (for this process) */
     double cpu_share;   /* of one CPU between the last two samples; < 0 unknown */
     char pstate;        /* state letter at the last sample, 0 unknown */
-    /* an exit whose event waits for its status (a rank that never connected:
-     * a clean end of a binary without libftc is no failure) */
-    pid_t exit_pid;     /* 0 = none waiting */
-    uint64_t exit_ns;   /* when it was seen */
-    bool exit_linked;   /* the process had connected */
-    int64_t exit_step;
-    /* the status its parent told (ftc_detector_exit_status) */
-    pid_t told_pid;
-    int told_status;
+    /* exits of its processes whose events wait (oldest first; a new
+     * process's exit may come while its predecessor's still waits) */
+    ftc__exit_t exits[FTC_DET_PENDING];
+    int nexits;
+    /* statuses its parent told (ftc_detector_exit_status), a ring by pid */
+    pid_t told_pid[FTC_DET_TOLD];
+    int told_status[FTC_DET_TOLD];
+    int told_pos;
     uint64_t stopped_ns; /* the first of the samples since which it is stopped (T/t); 0 = not */
     uint64_t times[FTC_DET_TIMES];
     int ntimes, tpos;
@@ -147,6 +177,13 @@ struct ftc_detector {
     ftc_detector_stats_t st; /* under mu */
     ftc__detector_poll_hook_t poll_hook; /* tests only (detector_internal.h), under mu */
     void *poll_hook_arg;
+    /* waitid(P_PIDFD) is refused (EINVAL, ENOSYS: Linux 5.3 has pidfd_open
+     * but not it): exit statuses are read by pid (P_PID). Under mu */
+    bool no_waitid_pidfd;
+    /* FTC_TEST_DETECT_NO_WAITID_PIDFD=1 (tests only, read at start): every
+     * waitid(P_PIDFD) fails with EINVAL, as on Linux 5.3 */
+    bool test_no_waitid_pidfd;
+    int exit_wait_ms; /* FTC_DET_EXIT_WAIT_MS; tests may set it, under mu */
 };
 
 /* ---- queues ---------------------------------------------------------------------- */
@@ -245,13 +282,46 @@ static bool ftc__pid_dead(pid_t pid)
     return rc == FTC_ENOENT || (rc == 0 && (ps.state == 'Z' || ps.state == 'X'));
 }
 
-int ftc_detector_watch_pid(ftc_detector_t *d, int rank, pid_t pid)
+/* Another process of r (the next generation's, a restart): its start-up
+ * begins now, and its steps count from its own first one, whatever the step
+ * its predecessor reached (a restored rank repeats the uncommitted steps,
+ * and those were no progress). The step times stay: they are the job's.
+ * Caller holds mu. */
+static void ftc__new_process_locked(ftc__rank_t *r, pid_t pid, uint64_t now)
+{
+    r->proc_pid = pid;
+    r->closed = r->told = false;
+    r->start_ns = r->last_ns = now;
+    r->started = r->linked = r->start_hung = false;
+    r->cpu_ns = 0;
+    r->cpu_share = -1;
+    r->pstate = 0;
+    r->stopped_ns = 0;
+    r->step = -1;
+    r->hang_step = -2;
+}
+
+static int ftc__watch(ftc_detector_t *d, int rank, pid_t pid, bool child)
 {
     if (pid <= 0)
         return FTC_EINVAL;
     int fd = ftc__pidfd_open(pid);
-    if (fd < 0 && errno == ESRCH)
+    if (fd < 0 && errno == ESRCH) {
+        /* No such process here (it is gone, or of another pid namespace):
+         * not watched. A rank whose last watch ended (its predecessor's exit
+         * or BYE) has a new process all the same, which connected: it is
+         * checked for hangs from its progress, as a rank never watched is.
+         * Before, the ended watch left hang checks off for it. The same
+         * process again (its late HELLO) is still the one that ended. */
+        pthread_mutex_lock(&d->mu);
+        ftc__rank_t *r = ftc__rank_get(d, rank, false);
+        if (r && r->ended && r->pid <= 0 && r->proc_pid != pid) {
+            ftc__new_process_locked(r, pid, ftc_now_ns());
+            r->ended = r->bye = false;
+        }
+        pthread_mutex_unlock(&d->mu);
         return FTC_ENOENT;
+    }
     pthread_mutex_lock(&d->mu);
     ftc__rank_t *r = ftc__rank_get(d, rank, true);
     if (!r) {
@@ -263,31 +333,46 @@ int ftc_detector_watch_pid(ftc_detector_t *d, int rank, pid_t pid)
     if (r->pidfd >= 0)
         close(r->pidfd);
     uint64_t now = ftc_now_ns();
-    if (r->pid != pid) {
-        /* Another process of the rank (the next generation's, a restart):
-         * its start-up begins now, and its steps count from its own first
-         * one, whatever the step its predecessor reached (a restored rank
-         * repeats the uncommitted steps, and those were no progress). The
-         * step times stay: they are the job's. The same process watched
-         * again (the HELLO of a rank its supervisor watched from its
-         * spawn) keeps its start. */
-        r->start_ns = now;
-        r->started = r->linked = r->start_hung = false;
-        r->cpu_ns = 0;
-        r->cpu_share = -1;
-        r->pstate = 0;
-        r->stopped_ns = 0;
-        r->step = -1;
-        r->hang_step = -2;
-    }
+    /* The same process watched again (the HELLO of a rank its supervisor
+     * watched from its spawn) keeps its start */
+    if (r->pid != pid)
+        ftc__new_process_locked(r, pid, now);
     r->pid = pid;
-    r->ended = false;
+    r->ended = r->bye = r->closed = false; /* a HELLO: a connection of it is open */
+    r->told = r->told || child;
     r->pidfd = fd; /* -1: fall back to /proc polling */
     r->watch_id = ++d->watch_seq;
     r->last_ns = now;
     pthread_mutex_unlock(&d->mu);
     ftc__wake(d);
     return 0;
+}
+
+int ftc_detector_watch_pid(ftc_detector_t *d, int rank, pid_t pid)
+{
+    return ftc__watch(d, rank, pid, false);
+}
+
+int ftc_detector_watch_child(ftc_detector_t *d, int rank, pid_t pid)
+{
+    return ftc__watch(d, rank, pid, true);
+}
+
+void ftc_detector_closed(ftc_detector_t *d, int rank, pid_t pid)
+{
+    if (pid <= 0)
+        return;
+    pthread_mutex_lock(&d->mu);
+    ftc__rank_t *r = ftc__rank_get(d, rank, false);
+    if (r) {
+        for (int i = 0; i < r->nexits; i++)
+            if (r->exits[i].pid == pid)
+                r->exits[i].closed = true;
+        if (r->pid == pid)
+            r->closed = true;
+    }
+    pthread_mutex_unlock(&d->mu);
+    ftc__wake(d);
 }
 
 void ftc_detector_unwatch(ftc_detector_t *d, int rank)
@@ -301,6 +386,32 @@ void ftc_detector_unwatch(ftc_detector_t *d, int rank)
         r->pid = 0;
         r->watch_id = 0;
         r->ended = true;
+        r->bye = false;
+    }
+    pthread_mutex_unlock(&d->mu);
+    ftc__wake(d);
+}
+
+void ftc_detector_bye(ftc_detector_t *d, int rank, pid_t pid)
+{
+    pthread_mutex_lock(&d->mu);
+    ftc__rank_t *r = ftc__rank_get(d, rank, false);
+    if (r) {
+        /* its process's exit may have been seen before this BYE was read
+         * (the agent's loop was behind): that exit waits for it */
+        bool found = false;
+        for (int i = 0; i < r->nexits; i++)
+            if (pid > 0 && r->exits[i].pid == pid)
+                r->exits[i].bye = found = true;
+        if (r->pid > 0 && (!found || r->pid == pid)) {
+            r->bye = r->ended = true; /* still watched, for its exit status only */
+        } else if (r->pid <= 0) {
+            if (!found && pid <= 0 && r->nexits > 0)
+                r->exits[r->nexits - 1].bye = true;
+            r->ended = true;
+        }
+        /* else: the BYE of a process before the one watched now, which
+         * keeps its hang check */
     }
     pthread_mutex_unlock(&d->mu);
     ftc__wake(d);
@@ -312,11 +423,20 @@ void ftc_detector_exit_status(ftc_detector_t *d, int rank, pid_t pid, int status
     /* held even before the rank's watch: the supervisor may reap a rank, and
      * tell, between its WATCH's pidfd_open (of the zombie) and the watch's
      * registration; dropped, a clean end of a rank that never connected was
-     * a rank_exit event 500 ms later */
+     * a rank_exit event 500 ms later. One per process: the status of a
+     * rank's earlier process, whose event still waits, is not replaced */
     ftc__rank_t *r = ftc__rank_get(d, rank, true);
     if (r) {
-        r->told_pid = pid;
-        r->told_status = status;
+        int k = -1;
+        for (int i = 0; i < FTC_DET_TOLD; i++)
+            if (r->told_pid[i] == pid)
+                k = i;
+        if (k < 0) { /* the oldest gives way */
+            k = r->told_pos;
+            r->told_pos = (k + 1) % FTC_DET_TOLD;
+        }
+        r->told_pid[k] = pid;
+        r->told_status[k] = status;
     }
     pthread_mutex_unlock(&d->mu);
     ftc__wake(d);
@@ -337,6 +457,13 @@ void ftc__detector_set_poll_hook(ftc_detector_t *d, ftc__detector_poll_hook_t fn
     pthread_mutex_lock(&d->mu);
     d->poll_hook = fn;
     d->poll_hook_arg = arg;
+    pthread_mutex_unlock(&d->mu);
+}
+
+void ftc__detector_set_exit_wait_ms(ftc_detector_t *d, int ms)
+{
+    pthread_mutex_lock(&d->mu);
+    d->exit_wait_ms = ms > 0 ? ms : FTC_DET_EXIT_WAIT_MS;
     pthread_mutex_unlock(&d->mu);
 }
 
@@ -484,13 +611,31 @@ static double ftc__hang_grace(const ftc__rank_t *r, double limit_ms, char *what,
  * read without reaping it (waitid WNOWAIT: only its parent may, and under
  * `ftc run` this process is: the agent runs in the supervisor). False when
  * it is not our child or was reaped already. *status is a wait status. */
-static bool ftc__peek_status(const ftc__rank_t *r, int *status)
+static bool ftc__peek_status(ftc_detector_t *d, const ftc__rank_t *r, int *status)
 {
     siginfo_t si;
     memset(&si, 0, sizeof si);
-    int rc = r->pidfd >= 0 ? waitid((idtype_t)P_PIDFD, (id_t)r->pidfd, &si,
-                                    WEXITED | WNOHANG | WNOWAIT)
-                           : waitid(P_PID, (id_t)r->pid, &si, WEXITED | WNOHANG | WNOWAIT);
+    int rc = -1;
+    bool by_pid = r->pidfd < 0 || d->no_waitid_pidfd;
+    if (!by_pid) {
+        if (d->test_no_waitid_pidfd) {
+            errno = EINVAL; /* as Linux 5.3 answers */
+        } else {
+            rc = waitid((idtype_t)P_PIDFD, (id_t)r->pidfd, &si, WEXITED | WNOHANG | WNOWAIT);
+        }
+        if (rc != 0 && (errno == EINVAL || errno == ENOSYS)) {
+            /* Linux 5.3: pidfd_open, but no waitid(P_PIDFD) (5.4). By pid
+             * instead, from now on: the pid names the rank's process until
+             * its parent reaps it, and after that no child of ours, unless
+             * reused meanwhile. Before, no status was read there: every
+             * rank_exit came without one */
+            FTC_INFO("detect", "%s: waitid(P_PIDFD) is not supported (%s): exit statuses are "
+                     "read by pid", d->node, strerror(errno));
+            d->no_waitid_pidfd = by_pid = true;
+        }
+    }
+    if (by_pid)
+        rc = waitid(P_PID, (id_t)r->pid, &si, WEXITED | WNOHANG | WNOWAIT);
     if (rc != 0 || si.si_pid != r->pid)
         return false;
     if (si.si_code == CLD_EXITED)
@@ -502,19 +647,11 @@ static bool ftc__peek_status(const ftc__rank_t *r, int *status)
     return true;
 }
 
-/* The rank_exit event of pid, with its exit status when known. A process
- * that never connected to its agent and ended with status 0 is a binary
- * without libftc at its end (one with libftc says BYE, which unwatches it):
- * no failure, no event (every such job ended with a rank_exit per rank).
- * Caller holds mu. */
+/* The rank_exit event of pid, with its exit status when known. Caller
+ * holds mu. */
 static void ftc__exit_event_locked(ftc_detector_t *d, const ftc__rank_t *r, pid_t pid,
-                                   bool known, int st, bool linked, int64_t step)
+                                   bool known, int st, int64_t step)
 {
-    if (known && !linked && WIFEXITED(st) && WEXITSTATUS(st) == 0) {
-        FTC_DEBUG("detect", "%s: rank %d (pid %d) ended with status 0: not a failure", d->node,
-                  r->rank, (int)pid);
-        return;
-    }
     char how[64] = "", id[160];
     if (known && WIFSIGNALED(st))
         snprintf(how, sizeof how, " (killed by signal %d%s)", WTERMSIG(st),
@@ -525,6 +662,109 @@ static void ftc__exit_event_locked(ftc_detector_t *d, const ftc__rank_t *r, pid_
     ftc__emit_locked(d, "rank_exit", NULL, r->rank, step, id, true,
                      "rank %d (pid %d) exited%s after step %" PRId64, r->rank, (int)pid, how,
                      step);
+}
+
+/* The status r's parent told for pid (ftc_detector_exit_status). */
+static bool ftc__told_locked(const ftc__rank_t *r, pid_t pid, int *status)
+{
+    for (int i = 0; pid > 0 && i < FTC_DET_TOLD; i++)
+        if (r->told_pid[i] == pid) {
+            *status = r->told_status[i];
+            return true;
+        }
+    return false;
+}
+
+/* Decides the event of exit e of r's process, once what decides it is known
+ * or, when final (its wait is over), with what is known then; true when
+ * decided. A status other than 0 is a failure, BYE or not (`ftc run` fails
+ * the generation on it): an event with that status, at once. Status 0 is no
+ * failure for a process that never connected (a binary without libftc at its
+ * end: every job of one ended with a rank_exit per rank) nor for one that
+ * said BYE. What may still come is waited for:
+ *  - the status, when the detector could not read it and the process's
+ *    parent tells it (e->told: a child of the supervisor this agent runs
+ *    in, which reaped it first). Nobody tells the status of another's
+ *    process (a standalone agent's ranks): not waited for;
+ *  - its BYE, for a connected process that ended with 0 or an unknown
+ *    status, until its connection is closed (the agent reads the BYE
+ *    before the close, and the close follows the exit at once: the kernel
+ *    closes a process's sockets before its exit is seen), since the agent's
+ *    loop may read them after the exit; before, such a clean end was a
+ *    rank_exit "exited (status 0)".
+ * At the end of the wait it is a failure (without a status when none is
+ * known), unless the process said BYE. Caller holds mu. */
+static bool ftc__exit_decide_locked(ftc_detector_t *d, const ftc__rank_t *r, ftc__exit_t *e,
+                                    bool final)
+{
+    if (!e->known)
+        e->known = ftc__told_locked(r, e->pid, &e->status);
+    bool clean = e->known && WIFEXITED(e->status) && WEXITSTATUS(e->status) == 0;
+    if (e->known && !clean) {
+        ftc__exit_event_locked(d, r, e->pid, true, e->status, e->step);
+        return true;
+    }
+    bool waits = !final && ((!e->known && e->told) || (e->linked && !e->bye && !e->closed));
+    if ((clean && !e->linked) || (e->bye && (clean || !waits))) {
+        FTC_DEBUG("detect", "%s: rank %d (pid %d) ended %s%s: not a failure", d->node, r->rank,
+                  (int)e->pid, e->known ? "with status 0" : "(status unknown)",
+                  e->bye ? " after its BYE" : ", never connected");
+        return true;
+    }
+    if (waits)
+        return false;
+    ftc__exit_event_locked(d, r, e->pid, e->known, e->status, e->step);
+    return true;
+}
+
+/* Settles r's waiting exits: each decided, or over its wait (all of them
+ * when final: the detector stops), is removed. Caller holds mu. */
+static void ftc__exits_settle_locked(ftc_detector_t *d, ftc__rank_t *r, uint64_t now, bool final)
+{
+    int k = 0;
+    for (int i = 0; i < r->nexits; i++) {
+        ftc__exit_t *e = &r->exits[i];
+        bool over = final || now - e->ns > (uint64_t)d->exit_wait_ms * 1000000ull;
+        if (!ftc__exit_decide_locked(d, r, e, over))
+            r->exits[k++] = *e;
+    }
+    r->nexits = k;
+}
+
+/* The exit of r's process pid, just seen: decided now or left to wait (a
+ * second sighting of the same process, watched again as a zombie, joins the
+ * first). Caller holds mu. */
+static void ftc__exit_seen_locked(ftc_detector_t *d, ftc__rank_t *r, pid_t pid, bool known,
+                                  int st, uint64_t now)
+{
+    ftc__exit_t *e = NULL;
+    for (int i = 0; i < r->nexits && !e; i++)
+        if (r->exits[i].pid == pid)
+            e = &r->exits[i];
+    if (e) {
+        e->linked = e->linked || r->linked;
+        e->bye = e->bye || r->bye;
+        e->closed = e->closed || r->closed;
+        e->told = e->told || r->told;
+        if (r->step > e->step)
+            e->step = r->step;
+        if (!e->known && known) {
+            e->known = true;
+            e->status = st;
+        }
+        return; /* settled with the others */
+    }
+    ftc__exit_t x = {.pid = pid, .ns = now, .step = r->step, .linked = r->linked,
+                     .bye = r->bye, .closed = r->closed, .told = r->told, .known = known,
+                     .status = st};
+    if (ftc__exit_decide_locked(d, r, &x, false))
+        return;
+    if (r->nexits == FTC_DET_PENDING) { /* the oldest is decided now, with what is known */
+        ftc__exit_decide_locked(d, r, &r->exits[0], true);
+        memmove(&r->exits[0], &r->exits[1], sizeof r->exits[0] * (FTC_DET_PENDING - 1));
+        r->nexits--;
+    }
+    r->exits[r->nexits++] = x;
 }
 
 /* Checks every watched rank for exit and hang. Caller holds mu.
@@ -556,38 +796,22 @@ static void ftc__check_ranks_locked(ftc_detector_t *d, const ftc__pollset_t *ps)
         ftc__rank_t *r = &d->ranks[i];
         if (!r->used)
             continue;
-        if (r->exit_pid > 0) { /* an exit waiting for its status */
-            bool told = r->told_pid == r->exit_pid;
-            if (told || now - r->exit_ns > FTC_DET_EXIT_WAIT_MS * 1000000ull) {
-                ftc__exit_event_locked(d, r, r->exit_pid, told, r->told_status, r->exit_linked,
-                                       r->exit_step);
-                r->exit_pid = 0;
-            }
-        }
+        if (r->nexits > 0) /* exits waiting for their status or BYE */
+            ftc__exits_settle_locked(d, r, now, false);
         if (r->pid > 0) {
             bool dead = r->pidfd >= 0 ? exited[i] : ftc__pid_dead(r->pid);
             if (dead) {
                 int st = 0;
-                bool known = ftc__peek_status(r, &st);
-                if (!known && r->told_pid == r->pid) {
-                    st = r->told_status;
-                    known = true;
-                }
+                bool known = ftc__peek_status(d, r, &st);
                 pid_t pid = r->pid;
+                ftc__exit_seen_locked(d, r, pid, known, st, now);
                 if (r->pidfd >= 0)
                     close(r->pidfd);
                 r->pidfd = -1;
                 r->pid = 0;
                 r->watch_id = 0;
                 r->ended = true;
-                if (known || r->linked) {
-                    ftc__exit_event_locked(d, r, pid, known, st, r->linked, r->step);
-                } else { /* its parent reaped it first: wait for the status it tells */
-                    r->exit_pid = pid;
-                    r->exit_ns = now;
-                    r->exit_linked = false;
-                    r->exit_step = r->step;
-                }
+                r->bye = r->closed = false;
                 continue;
             }
         }
@@ -668,6 +892,32 @@ static void ftc__check_ranks_locked(ftc_detector_t *d, const ftc__pollset_t *ps)
     }
 }
 
+/* Hands the queued events to the callback and to publication. Caller
+ * holds mu, which the callback runs without. */
+static void ftc__deliver_locked(ftc_detector_t *d)
+{
+    ftc__ev_t e;
+    while (ftc__pop(&d->local, &e)) {
+        d->st.events++;
+        if (e.publish && !e.id[0]) {
+            /* an id of its own, so that a retry after a lost reply does
+             * not add it twice (ftc__publish re-queues what failed) */
+            snprintf(e.id, sizeof e.id, "ev:%s:%" PRIu64 ":%" PRIu64, d->node, d->joined_ms,
+                     ++d->ev_seq);
+            e.plain = true;
+        }
+        if (e.publish)
+            ftc__push(&d->pub, &e);
+        if (d->o.on_event) {
+            ftc_ctl_event_t ce = {e.kind, e.node,   e.rank,        e.gen,
+                                  e.step, e.detail, e.t_fault_ms, e.t_detect_ms};
+            pthread_mutex_unlock(&d->mu);
+            d->o.on_event(d->o.arg, &ce);
+            pthread_mutex_lock(&d->mu);
+        }
+    }
+}
+
 static void *ftc__local_main(void *arg)
 {
     ftc_detector_t *d = arg;
@@ -717,29 +967,18 @@ static void *ftc__local_main(void *arg)
             }
         }
         ftc__check_ranks_locked(d, &ps);
-        ftc__ev_t e;
-        while (ftc__pop(&d->local, &e)) {
-            d->st.events++;
-            if (e.publish && !e.id[0]) {
-                /* an id of its own, so that a retry after a lost reply does
-                 * not add it twice (ftc__publish re-queues what failed) */
-                snprintf(e.id, sizeof e.id, "ev:%s:%" PRIu64 ":%" PRIu64, d->node, d->joined_ms,
-                         ++d->ev_seq);
-                e.plain = true;
-            }
-            if (e.publish)
-                ftc__push(&d->pub, &e);
-            if (d->o.on_event) {
-                ftc_ctl_event_t ce = {e.kind, e.node,   e.rank,        e.gen,
-                                      e.step, e.detail, e.t_fault_ms, e.t_detect_ms};
-                pthread_mutex_unlock(&d->mu);
-                d->o.on_event(d->o.arg, &ce);
-                pthread_mutex_lock(&d->mu);
-            }
-        }
+        ftc__deliver_locked(d);
         pthread_mutex_unlock(&d->mu);
         last_check_ns = ftc_now_ns();
     }
+    /* exits still waiting for a status or a BYE are decided with what is
+     * known now, and published on the way out (ftc_detector_stop) */
+    pthread_mutex_lock(&d->mu);
+    for (int i = 0; i < FTC_DET_MAX_RANKS; i++)
+        if (d->ranks[i].used && d->ranks[i].nexits > 0)
+            ftc__exits_settle_locked(d, &d->ranks[i], ftc_now_ns(), true);
+    ftc__deliver_locked(d);
+    pthread_mutex_unlock(&d->mu);
     return NULL;
 }
 
@@ -1514,6 +1753,15 @@ ftc_detector_t *ftc_detector_start(const ftc_redis_url_t *url, const ftc_detecto
     d->o.node = d->node;
     d->url = *url;
     pthread_mutex_init(&d->mu, NULL);
+    const char *nw = getenv("FTC_TEST_DETECT_NO_WAITID_PIDFD"); /* tests only */
+    int64_t nwv = 0;
+    if (nw && *nw && ftc_parse_int(nw, 0, 1, &nwv) != 0) {
+        ftc_err_set(err, FTC_EINVAL, "FTC_TEST_DETECT_NO_WAITID_PIDFD is '%.40s': 0 or 1 (a "
+                    "test knob; unset it)", nw);
+        goto fail;
+    }
+    d->test_no_waitid_pidfd = nwv == 1;
+    d->exit_wait_ms = FTC_DET_EXIT_WAIT_MS;
     d->local.ev = calloc(FTC_DET_QUEUE, sizeof(ftc__ev_t));
     d->pub.ev = calloc(FTC_DET_QUEUE, sizeof(ftc__ev_t));
     if (!d->local.ev || !d->pub.ev) {

@@ -5,12 +5,13 @@
  *
  *  - the local watch never touches Redis, so a slow or dead Redis cannot
  *    delay it: rank exits (a pidfd per rank, reported the moment the process
- *    ends), hangs (no step progress for hang_factor x the median step time,
- *    at least hang_min_ms; before the first step of a rank's process, for
- *    start_ms from its start: ftc_detector_linked, or for that hang limit
- *    from when its process was seen stopped (state T); time the watch itself
- *    did not run, the agent paused, is not counted), and numerical trouble
- *    reported by the trainer
+ *    ends, or up to 1 s later when its status or a BYE read late decides
+ *    whether it failed: ftc_detector_exit_status), hangs (no step progress
+ *    for hang_factor x the median step time, at least hang_min_ms; before
+ *    the first step of a rank's process, for start_ms from its start:
+ *    ftc_detector_linked, or for that hang limit from when its process was
+ *    seen stopped (state T); time the watch itself did not run, the agent
+ *    paused, is not counted), and numerical trouble reported by the trainer
  *    (NaN/Inf, or a loss more than spike_sigma standard deviations above its
  *    recent window). It calls on_event at once and queues the event for
  *    publication.
@@ -105,20 +106,50 @@ void ftc_detector_stop(ftc_detector_t *d, bool leave);
  * Watching a rank again replaces its watch. An exit is reported only for the
  * watch it was seen under: the exit of a process whose watch ended or was
  * replaced meanwhile is never charged to the rank watched now, even when the
- * new pidfd got the old one's fd number. */
+ * new pidfd got the old one's fd number. A pid that is not there (gone, or
+ * of another pid namespace) is not watched (FTC_ENOENT); for a rank whose
+ * last watch had ended (an exit, a BYE), it is a new process all the same,
+ * checked for hangs from its progress as a rank never watched is (the same
+ * pid as that watch's is not: it ended). */
 int ftc_detector_watch_pid(ftc_detector_t *d, int rank, pid_t pid);
-/* Stops watching a rank's process (a clean exit is not a failure). Like its
- * exit (rank_exit), this ends the rank's hang check until a process of it is
- * watched again: nothing of it is left to progress. */
+/* The same, for a child of this process (`ftc run`: the supervisor this
+ * agent runs in spawned it): when its parent reaps it before the detector
+ * reads its status, the parent tells it (ftc_detector_exit_status), and its
+ * event waits for that. The status of a process watched with
+ * ftc_detector_watch_pid alone (a standalone agent's rank, the child of
+ * someone else) is read if it can be, never waited for. */
+int ftc_detector_watch_child(ftc_detector_t *d, int rank, pid_t pid);
+/* Stops watching a rank's process: its exit is no event (its supervisor
+ * stops it: a consequence of a failure already reported). Like its exit
+ * (rank_exit) and its BYE, this ends the rank's hang check until a process
+ * of it is watched again: nothing of it is left to progress. */
 void ftc_detector_unwatch(ftc_detector_t *d, int rank);
+/* The rank's process pid said BYE (its clean end). Its hang check ends, and
+ * its process stays watched for its exit status only: status 0 is no event,
+ * any other (killed by a signal while writing its outputs) a rank_exit with
+ * it. Also when its exit was seen before the BYE was read: the exit of a
+ * connected process with status 0 waits (below) for that BYE. */
+void ftc_detector_bye(ftc_detector_t *d, int rank, pid_t pid);
+/* The connection of the rank's process pid to its agent closed, after its
+ * BYE or not: a BYE of it can no longer come, so the exit of a connected
+ * process waits no longer for one (below). */
+void ftc_detector_closed(ftc_detector_t *d, int rank, pid_t pid);
 /* The exit status (a wait status) of the rank's process pid, from its
- * parent, which reaped it. A watched rank's exit is reported with its
- * status; the status of one that never connected (ftc_detector_linked) is
- * waited for, up to 500 ms, when the detector could not read it itself
- * (waitid WNOWAIT: only while the process is a zombie of this process),
- * and a status 0 is no event (a binary without libftc that ended). A status
- * told before the rank is watched at all (reaped while its WATCH was read)
- * is kept for that watch. */
+ * parent, which reaped it. A rank's exit is reported with its status: the
+ * detector reads it (waitid WNOWAIT, P_PIDFD or, where the kernel has no
+ * P_PIDFD, P_PID: only while the process is a zombie of this process), else,
+ * for a process watched with ftc_detector_watch_child, its event waits for
+ * the parent's, up to 1 s from the exit (each of up to 4 exits of one rank's
+ * processes waits on its own), and is reported without one after that. A
+ * status 0 is no event for a process that never connected
+ * (ftc_detector_linked: a binary without libftc that ended) or that said
+ * BYE; for a connected one that ended with 0 or an unknown status, the event
+ * waits (up to that 1 s) for a BYE the agent reads late, until its
+ * connection closed (ftc_detector_closed). Other statuses are reported at
+ * once. Statuses told
+ * before the rank is watched at all (reaped while its WATCH was read) are
+ * kept for that watch (the last 4 per rank). The wait never holds up the
+ * detector: it is checked at each turn of its loop. */
 void ftc_detector_exit_status(ftc_detector_t *d, int rank, pid_t pid, int status);
 /* The rank's process (the one watched) reports its progress: it links
  * libftc and connected to its agent. From then on the start-up limit holds

@@ -19,4 +19,9 @@
 typedef void (*ftc__detector_poll_hook_t)(void *arg, const struct pollfd *pfd, int npfd);
 void ftc__detector_set_poll_hook(ftc_detector_t *d, ftc__detector_poll_hook_t fn, void *arg);
 
+/* How long an exit's event waits for its status or its BYE (1 s; <= 0
+ * restores that): a test that orders exits, BYEs and statuses within the
+ * wait sets a longer one, so that a slow machine does not end it first. */
+void ftc__detector_set_exit_wait_ms(ftc_detector_t *d, int ms);
+
 #endif

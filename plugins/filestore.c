@@ -39,6 +39,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -91,6 +92,12 @@ _Static_assert(FS_MAX_NODES <= 10000, "FS_HOLDER_MAX counts 4 digits of a node i
  * follows a supervisor that died (SIGKILL, OOM: its ranks with it, perhaps
  * mid-write): the directory is treated as after a rank's death. */
 #define FS_OPEN_MARK FS_TMP_PREFIX "open"
+/* A restore writes a file as FS_TMP_PREFIX "PID.N" and renames it into
+ * place; it removes a deleted copy by renaming it to FS_TMP_PREFIX
+ * FS_TMP_GONE "PID.N" and unlinking that. A store process killed between
+ * the two leaves the temporary: scans remove those of ended processes
+ * (fs_reap_tmp). */
+#define FS_TMP_GONE "gone."
 
 typedef struct fs_peer {
     bool known; /* its address is in ftc:{job}:filefab */
@@ -221,6 +228,7 @@ struct ftc_filestore {
      * at that very point */
     char hold_stage[8];
     char hold_path[PATH_MAX];
+    bool reap_own; /* the scan at create: this process's temporaries are leftovers too */
     fs_held_t *held;        /* files held open for writing at the last look, by name */
     size_t nheld, capheld;
     uint64_t held_check_ns; /* look again then (0: none held) */
@@ -307,6 +315,36 @@ static bool name_ok(const char *s, size_t len)
         if (j == len - 1) /* a trailing '/' */
             return false;
     }
+    return true;
+}
+
+/* The whole decimal number at *p (digits, no leading zero but in "0"), at
+ * most max: *out, *p past it. */
+static bool tmp_num(const char **p, uint64_t max, uint64_t *out)
+{
+    const char *s = *p;
+    uint64_t x = 0;
+    size_t n = 0;
+    while (s[n] >= '0' && s[n] <= '9') {
+        x = x * 10 + (uint64_t)(s[n] - '0');
+        if (++n > 10 || x > max) return false;
+    }
+    if (n == 0 || (n > 1 && s[0] == '0')) return false;
+    *p = s + n;
+    *out = x;
+    return true;
+}
+
+bool ftc__fs_tmp_leftover(const char *name, int *pid)
+{
+    size_t pl = strlen(FS_TMP_PREFIX);
+    if (strncmp(name, FS_TMP_PREFIX, pl)) return false;
+    const char *p = name + pl;
+    if (!strncmp(p, FS_TMP_GONE, strlen(FS_TMP_GONE))) p += strlen(FS_TMP_GONE);
+    uint64_t x, c;
+    if (!tmp_num(&p, INT_MAX, &x) || x == 0 || *p++ != '.' || !tmp_num(&p, UINT32_MAX, &c) || *p)
+        return false;
+    *pid = (int)x;
     return true;
 }
 
@@ -650,8 +688,8 @@ static void held_sweep(ftc_filestore_t *fs, uint64_t now)
             fs_log(fs, FTC_LOG_WARN,
                    "%s/%s has been held open for writing for about %" PRIu64 " s (process %s, "
                    "among others perhaps): its bytes as they stand are in no version; they are "
-                   "replicated once it is closed",
-                   fs->dir, h->name, open_ns / (uint64_t)1000000000, h->pid);
+                   "replicated once it is closed (keep files that stay open, logs, outside %s)",
+                   fs->dir, h->name, open_ns / (uint64_t)1000000000, h->pid, fs->dir);
             h->warn_ns = now + (open_ns ? open_ns : 1);
         }
         if (!fs->held_check_ns || h->warn_ns < fs->held_check_ns) fs->held_check_ns = h->warn_ns;
@@ -731,6 +769,31 @@ static void scan_free(fs_scan_t *s)
     memset(s, 0, sizeof *s);
 }
 
+/* Entry name of directory dfd (rel under the store's directory), a name
+ * of the store's own (FS_TMP_PREFIX, never packed): when it is a temporary
+ * a store process left (ftc__fs_tmp_leftover: a restore's write or a
+ * deleted copy moved aside, the process killed before it renamed or
+ * removed it), and that process has ended, and it is a regular file, it is
+ * removed; else it stays (".ftc-tmp.open", files moved aside after a
+ * crash, a name of the user's; a live process's: this one's are in use
+ * by its restore, except at the scan at create). Before, such leftovers
+ * stayed for good. */
+static void fs_reap_tmp(ftc_filestore_t *fs, int dfd, const char *rel, const char *name)
+{
+    int pid;
+    struct stat st;
+    if (!ftc__fs_tmp_leftover(name, &pid)) return;
+    if (pid == (int)getpid() ? !fs->reap_own : kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+        return; /* (EPERM: a live process of another user) */
+    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) return;
+    if (unlinkat(dfd, name, 0) == 0)
+        fs_log(fs, FTC_LOG_INFO, "%s/%s%s%s: removed, a temporary left by store process %d "
+               "(ended before it finished with it)", fs->dir, rel, *rel ? "/" : "", name, pid);
+    else
+        fs_log(fs, FTC_LOG_WARN, "%s/%s%s%s, a temporary left by store process %d: removing it "
+               "failed: %s", fs->dir, rel, *rel ? "/" : "", name, pid, strerror(errno));
+}
+
 static int scan_dir(ftc_filestore_t *fs, fs_scan_t *s, const char *rel, int depth, ftc_err_t *err)
 {
     char path[PATH_MAX];
@@ -742,9 +805,11 @@ static int scan_dir(ftc_filestore_t *fs, fs_scan_t *s, const char *rel, int dept
     int rc = 0;
     struct dirent *de;
     while (!rc && (de = readdir(d))) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
-            !strncmp(de->d_name, FS_TMP_PREFIX, strlen(FS_TMP_PREFIX)))
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        if (!strncmp(de->d_name, FS_TMP_PREFIX, strlen(FS_TMP_PREFIX))) {
+            fs_reap_tmp(fs, dirfd(d), rel, de->d_name);
             continue;
+        }
         char sub[PATH_MAX];
         int sl = snprintf(sub, sizeof sub, "%s%s%s", rel, *rel ? "/" : "", de->d_name);
         struct stat st;
@@ -1140,8 +1205,12 @@ static void fs_gone_hash(const ftc_shard_view_t *v, const uint8_t *const *meta, 
 
 /* A file of the last pack or restore (seen) that scan sc (sorted by name)
  * no longer finds was deleted by the binary: a tombstone (the store's own
- * temporaries and files it moved aside are never in seen). seen becomes
- * sc. 0 or FTC_ENOMEM. */
+ * temporaries and files it moved aside are never in seen), naming the
+ * deleted copy's size and xxh3 when one of the node's own versions holds
+ * it, or when a restore wrote it (seen knows the xxh3 of the version's
+ * copy while the file's mtime, size and ctime stay as the restore left
+ * them), else its size alone. seen becomes sc (keeping those xxh3s). 0 or
+ * FTC_ENOMEM. */
 static int fs_note_gone(ftc_filestore_t *fs, const fs_scan_t *sc)
 {
     fs_stamps_t now;
@@ -1157,13 +1226,21 @@ static int fs_note_gone(ftc_filestore_t *fs, const fs_scan_t *sc)
         const fs_stamp_t *s = &fs->seen.e[i];
         while (j < now.n && strcmp(now.e[j].name, s->name) < 0)
             j++;
-        if (j < now.n && !strcmp(now.e[j].name, s->name)) continue;
+        if (j < now.n && !strcmp(now.e[j].name, s->name)) {
+            fs_stamp_t *p = &now.e[j];
+            if (s->hashed && p->mtime_ns == s->mtime_ns && p->size == s->size &&
+                p->ctime_ns == s->ctime_ns) /* unchanged since the restore wrote it */
+                p->hashed = true, p->xxh3 = s->xxh3;
+            continue;
+        }
         rc = stamps_add(&fs->gone, s->name, strlen(s->name), s->mtime_ns);
         if (!rc) {
             fs_stamp_t *g = &fs->gone.e[fs->gone.n - 1];
             g->gone_ns = wall_ns;
             if (nv < 0) nv = fs_own_views(fs, v, meta);
             fs_gone_hash(v, meta, nv, g, s->size);
+            if (!g->hashed && s->hashed) /* a restore wrote it, and it did not change since */
+                g->hashed = true, g->size = s->size, g->xxh3 = s->xxh3;
             if (!g->hashed) /* its size at least (the last scan's): another size is another copy */
                 g->sized = true, g->size = s->size;
         }
@@ -1760,6 +1837,8 @@ typedef struct fs_cand { /* one file of one version */
     fs_rec_t *rec;
     uint32_t tensor;
     bool placed; /* the winner of its name, in the directory after the restore's write */
+    bool written;      /* ... and written by the restore (not found there already) */
+    uint64_t ctime_ns; /* its ctime once renamed into place (written) */
 } fs_cand_t;
 
 static int cmp_cand(const void *a, const void *b)
@@ -1968,9 +2047,10 @@ static int fs_parent_check(const ftc_filestore_t *fs, const char *rel, ftc_err_t
 }
 
 /* Writes one winning file atomically; keeps a local file that is newer. */
-static int fs_write_file(ftc_filestore_t *fs, const fs_cand_t *c, bool *written, ftc_err_t *err)
+static int fs_write_file(ftc_filestore_t *fs, fs_cand_t *c, bool *written, ftc_err_t *err)
 {
     *written = false;
+    c->written = false;
     char rel[FS_NAME_MAX + 1], path[PATH_MAX], tmp[PATH_MAX];
     memcpy(rel, c->name, c->name_len);
     rel[c->name_len] = 0;
@@ -1999,7 +2079,7 @@ static int fs_write_file(ftc_filestore_t *fs, const fs_cand_t *c, bool *written,
     *slash = 0;
     if (ftc_fs_mkdirs(parent, err)) return err->code;
     static atomic_uint counter;
-    snprintf(tmp, sizeof tmp, "%s/" FS_TMP_PREFIX "%d.%u", parent, (int)getpid(),
+    snprintf(tmp, sizeof tmp, "%s/" FS_TMP_PREFIX "%d.%u", parent, (int)getpid(), /* fs_reap_tmp */
              atomic_fetch_add(&counter, 1));
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0) return ftc_err_errno(err, errno, "filestore: create %s", tmp);
@@ -2011,6 +2091,8 @@ static int fs_write_file(ftc_filestore_t *fs, const fs_cand_t *c, bool *written,
                               .tv_nsec = (long)(c->mtime_ns % 1000000000ull)}};
     if (!rc && futimens(fd, ts) != 0)
         rc = ftc_err_errno(err, errno, "filestore: setting the mtime of %s", tmp);
+    struct stat ws = {0}, placed;
+    if (!rc && fstat(fd, &ws) != 0) ws.st_ino = 0;
     close(fd);
     if (!rc && rename(tmp, path) != 0)
         rc = ftc_err_errno(err, errno, "filestore: rename %s to %s", tmp, path);
@@ -2019,6 +2101,13 @@ static int fs_write_file(ftc_filestore_t *fs, const fs_cand_t *c, bool *written,
         return rc;
     }
     *written = true;
+    /* the copy's xxh3 is known (the version's checksum) while the file stays
+     * as written: its ctime now (the rename changed it) tells (fs_note_gone) */
+    if (ws.st_ino && lstat(path, &placed) == 0 && placed.st_ino == ws.st_ino &&
+        placed.st_dev == ws.st_dev) {
+        c->written = true;
+        c->ctime_ns = ts_ns(&placed.st_ctim);
+    }
     return 0;
 }
 
@@ -2126,8 +2215,8 @@ static int fs_remove_gone(ftc_filestore_t *fs, const fs_stamp_t *g)
     static atomic_uint counter;
     const char *slash = strrchr(path + dl, '/');
     size_t pl = slash ? (size_t)(slash + 1 - path) : dl;
-    snprintf(aside, sizeof aside, "%.*s" FS_TMP_PREFIX "gone.%d.%u", (int)pl, path, (int)getpid(),
-             atomic_fetch_add(&counter, 1));
+    snprintf(aside, sizeof aside, "%.*s" FS_TMP_PREFIX FS_TMP_GONE "%d.%u", (int)pl, path,
+             (int)getpid(), atomic_fetch_add(&counter, 1));
     if (rename(path, aside) != 0) {
         if (errno != ENOENT) /* ENOENT: the rank deleted it meanwhile */
             fs_log(fs, FTC_LOG_WARN, "%s was deleted on another node but removing it failed: "
@@ -2142,7 +2231,8 @@ static int fs_remove_gone(ftc_filestore_t *fs, const fs_stamp_t *g)
     if (!same) { /* written meanwhile: the binary's, put back unless a newer one took the name */
         if (renameat2(AT_FDCWD, aside, AT_FDCWD, path, RENAME_NOREPLACE) != 0)
             fs_log(fs, FTC_LOG_WARN, "%s was written while it was being removed (deleted on "
-                   "another node) and putting it back failed (%s): that copy is kept as %s",
+                   "another node) and putting it back failed (%s): that copy is kept as %s "
+                   "(removed by the store's next process)",
                    path, strerror(errno), aside);
         else
             fs_log(fs, FTC_LOG_INFO, "%s was written while it was being removed (deleted on "
@@ -2177,10 +2267,30 @@ static size_t fs_seen_missed(fs_stamps_t *seen, const fs_cand_t *c, size_t nc)
         ftc_shard_tensor_t t;
         ftc_shard_get(&c[i].rec->v, c[i].tensor, &t);
         seen->e[seen->n - 1].size = t.length;
+        if (c[i].written) /* the restore's copy (deleted: no ctime to compare any more) */
+            seen->e[seen->n - 1].hashed = true, seen->e[seen->n - 1].xxh3 = t.xxh3;
         missed++;
     }
     if (missed) stamps_norm(seen);
     return missed;
+}
+
+/* The files of scan set seen that the restore wrote (candidates c) and
+ * that are still as it left them (same mtime, size and ctime) get the
+ * xxh3 of the version's copy: deleted before this node packs them, their
+ * tombstone names their bytes (fs_note_gone), not their size alone, which
+ * took a copy of the same name, mtime and size but other bytes for the
+ * deleted one (test_gonesamesize). */
+static void fs_seen_written(fs_stamps_t *seen, const fs_cand_t *c, size_t nc)
+{
+    for (size_t i = 0; i < nc; i++) {
+        fs_stamp_t *p = c[i].written ? stamps_find(seen, c[i].name, c[i].name_len) : NULL;
+        ftc_shard_tensor_t t;
+        if (!p) continue;
+        ftc_shard_get(&c[i].rec->v, c[i].tensor, &t);
+        if (p->mtime_ns == c[i].mtime_ns && p->size == t.length && p->ctime_ns == c[i].ctime_ns)
+            p->hashed = true, p->xxh3 = t.xxh3;
+    }
 }
 
 static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
@@ -2396,6 +2506,7 @@ static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
     if (scan_dir(fs, &sc, "", 0, &e) == 0) {
         if (sc.n) qsort(sc.f, sc.n, sizeof *sc.f, cmp_file);
         if (stamps_from_scan(&sc, &seen) == 0) {
+            fs_seen_written(&seen, c, nc);
             size_t missed = fs_seen_missed(&seen, c, nc);
             if (missed) {
                 fs_log(fs, FTC_LOG_INFO, "restore: %zu restored file(s) deleted during the "
@@ -2938,6 +3049,14 @@ ftc_filestore_t *ftc_filestore_create(const char *job, uint32_t index, const cha
         if (fs->own_newest < 0 || fs->own_step[s] > fs->own_step[fs->own_newest])
             fs->own_newest = s;
     }
+    /* temporaries a killed predecessor left (fs_reap_tmp): those of this
+     * process's pid too, nothing of it runs yet */
+    fs_scan_t sc0 = {0};
+    ftc_err_t e0 = {0};
+    fs->reap_own = true;
+    scan_dir(fs, &sc0, "", 0, &e0);
+    fs->reap_own = false;
+    scan_free(&sc0);
     /* files a previous supervisor left: push them once members are known */
     DIR *dd = opendir(fs->dir);
     if (dd) {

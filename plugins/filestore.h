@@ -63,14 +63,19 @@
  * writer pauses past the quiet period; an append-only file is packed once it
  * is closed. A file held open for writing busy_max_ms or longer is named in
  * a warning (again each time that time doubles), even when nothing else
- * changes: one never closed is never replicated.
+ * changes: one never closed is never replicated as it stands, however long
+ * it stands still (by design: a writer paused halfway looks the same, and a
+ * snapshot would replace the last whole copy; docs/recovery.md). Keep files
+ * that stay open (logs) outside the directory.
  *
  * Limits: the files together must fit max_bytes (default 4 GiB) or the
  * version is refused (FTC_ERANGE, a log line and a ckptdir_too_big event);
  * symbolic links and special files are skipped with a warning; names are
  * relative paths of at most 1024 bytes without "." or ".." components
  * (checked again on restore). Names starting with ".ftc-tmp." are the
- * store's own temporaries and are never packed.
+ * store's own temporaries and are never packed nor restored; the ones a
+ * killed store process left (".ftc-tmp.PID.N", ".ftc-tmp.gone.PID.N", PID
+ * ended) are removed by the next scan and by a store at its create.
  *
  * Errors: FTC_EINVAL (bad arguments), FTC_ERANGE (over the cap), FTC_ENOENT
  * (a version no live node holds), FTC_ECORRUPT (every copy failed its

@@ -86,4 +86,14 @@ uint8_t *ftc__fs_gone_record(const ftc__fs_stamps_t *s, size_t *len);
 size_t ftc__fs_gone_bound(ftc__fs_stamps_t *s, size_t max_n, size_t max_bytes);
 void ftc__fs_stamps_free(ftc__fs_stamps_t *s);
 
+/* A directory entry name that is a temporary of the store's own making,
+ * left by a store process that may have died before removing it: exactly
+ * ".ftc-tmp.PID.N" (a restore's file being written) or
+ * ".ftc-tmp.gone.PID.N" (a deleted copy moved aside to be removed), PID
+ * 1..INT_MAX and N 0..UINT32_MAX, whole decimal numbers without leading
+ * zeros. true with *pid; false for any other name (".ftc-tmp.open", the
+ * files moved aside after a crash ".ftc-tmp.crashed.*", a user's
+ * ".ftc-tmp.notes"). */
+bool ftc__fs_tmp_leftover(const char *name, int *pid);
+
 #endif

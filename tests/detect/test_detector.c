@@ -10,6 +10,7 @@
 #include "redis_fixture.h"
 
 #include "core/fsio.h"
+#include "core/proc.h"
 #include "detect/detector.h"
 #include "detect/detector_internal.h"
 
@@ -1448,16 +1449,16 @@ static void test_exit_status(void **state)
     kill(killed, SIGKILL);
     /* not our children: the status comes from their parent, or never */
     pid_t told0 = spawn_orphan(300, 0), told7 = spawn_orphan(300, 7), untold = spawn_orphan(300, 0);
-    assert_int_equal(ftc_detector_watch_pid(b, 4, told0), 0);
-    assert_int_equal(ftc_detector_watch_pid(b, 5, told7), 0);
-    assert_int_equal(ftc_detector_watch_pid(b, 6, untold), 0);
+    assert_int_equal(ftc_detector_watch_child(b, 4, told0), 0); /* as a supervisor's WATCH */
+    assert_int_equal(ftc_detector_watch_child(b, 5, told7), 0);
+    assert_int_equal(ftc_detector_watch_child(b, 6, untold), 0);
     ftc_sleep_ms(400);
     ftc_detector_exit_status(b, 4, told0, 0);
     ftc_detector_exit_status(b, 5, told7, 7 << 8);
     ftc_deadline_t d = ftc_deadline_in_ms(5000);
     while (seen_count(&s, "rank_exit", "B", NULL) < 5 && !ftc_deadline_expired(d))
         ftc_sleep_ms(10);
-    ftc_sleep_ms(700); /* past the wait for a status (500 ms): no more come */
+    ftc_sleep_ms(1200); /* past the wait for a status (1 s): no more come */
     char det[256];
     assert_int_equal(seen_rank(&s, "rank_exit", "B", 0), 0); /* clean end, never connected */
     seen_detail(&s, "rank_exit", "B", 1, det, sizeof det);
@@ -1469,7 +1470,7 @@ static void test_exit_status(void **state)
     assert_int_equal(seen_rank(&s, "rank_exit", "B", 4), 0);
     seen_detail(&s, "rank_exit", "B", 5, det, sizeof det);
     assert_non_null(strstr(det, "exited (status 7) after step"));
-    seen_detail(&s, "rank_exit", "B", 6, det, sizeof det); /* unknown after 500 ms */
+    seen_detail(&s, "rank_exit", "B", 6, det, sizeof det); /* unknown after 1 s */
     assert_non_null(strstr(det, "exited after step"));
     assert_int_equal(seen_count(&s, "rank_exit", "B", NULL), 5);
     ftc_detector_stop(b, true);
@@ -1513,12 +1514,12 @@ static void test_status_told_before_the_watch(void **state)
     reap = clean;
     ftc__detector_set_poll_hook(b, reap_hook, &reap);
     ftc_detector_exit_status(b, 0, clean, 0);
-    assert_int_equal(ftc_detector_watch_pid(b, 0, clean), 0);
+    assert_int_equal(ftc_detector_watch_child(b, 0, clean), 0);
     ftc_deadline_t d = ftc_deadline_in_ms(5000);
     while (reap && !ftc_deadline_expired(d))
         ftc_sleep_ms(5);
     assert_int_equal(reap, 0);
-    ftc_sleep_ms(700); /* past the wait for a status (500 ms) */
+    ftc_sleep_ms(1200); /* past the wait for a status (1 s) */
     ftc__detector_set_poll_hook(b, NULL, NULL);
     pid_t failed = fork_exit(0, 5);
     assert_int_equal(ftc_detector_watch_pid(b, 1, failed), 0);
@@ -1644,6 +1645,305 @@ static void test_stopped_in_start_up_named(void **state)
     waitpid(stuck, NULL, 0);
 }
 
+/* Events of kind about rank on node B whose detail holds what. */
+static int seen_with(seen_t *s, const char *kind, int rank, const char *what)
+{
+    int c = 0;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n; i++)
+        if (!strcmp(s->ev[i].kind, kind) && !strcmp(s->ev[i].node, "B") &&
+            s->ev[i].rank == rank && strstr(s->ev[i].detail, what))
+            c++;
+    pthread_mutex_unlock(&s->mu);
+    return c;
+}
+
+/* Waits until pid has exited (gone, or a zombie: of a process that is not
+ * ours, whoever reaps it). */
+static void wait_gone(pid_t pid)
+{
+    ftc_deadline_t d = ftc_deadline_in_ms(5000);
+    ftc_proc_stat_t ps;
+    while (ftc_proc_stat_read(pid, &ps) == 0 && ps.state != 'Z' && ps.state != 'X') {
+        if (ftc_deadline_expired(d))
+            fail_msg("pid %d did not exit", (int)pid);
+        ftc_sleep_ms(5);
+    }
+}
+
+/* Linux 5.3 has pidfd_open but not waitid(P_PIDFD) (5.4): EINVAL. The
+ * status was then never read, and every rank_exit came without one; it is
+ * now read by pid (P_PID) after the first EINVAL, and from then on.
+ * FTC_TEST_DETECT_NO_WAITID_PIDFD=1 makes every waitid(P_PIDFD) fail so;
+ * it is read once, at the detector's start, strictly (0 or 1). */
+static void test_status_read_without_waitid_pidfd(void **state)
+{
+    redis_fixture_t *f = *state;
+    static seen_t s;
+    memset(&s, 0, sizeof s);
+    pthread_mutex_init(&s.mu, NULL);
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    o.hang_min_ms = 100000;
+    o.job = "jnw";
+    o.node = "B";
+    setenv("FTC_TEST_DETECT_NO_WAITID_PIDFD", "yes", 1);
+    ftc_err_t err = {0};
+    ftc_detector_t *bad = ftc_detector_start(ftc_redis_server_url(f->srv), &o, &err);
+    ftc_detector_stop(bad, true);
+    assert_null(bad);
+    assert_non_null(strstr(err.msg, "FTC_TEST_DETECT_NO_WAITID_PIDFD"));
+    setenv("FTC_TEST_DETECT_NO_WAITID_PIDFD", "1", 1);
+    ftc_detector_t *b = start_detector(f, "jnw", "B", false, &s, &o);
+    unsetenv("FTC_TEST_DETECT_NO_WAITID_PIDFD"); /* read at the start: still on */
+    pid_t failed = fork_exit(100, 3);
+    assert_int_equal(ftc_detector_watch_pid(b, 0, failed), 0);
+    ftc_detector_linked(b, 0); /* connected: reported, with a status or without */
+    ftc_deadline_t d = ftc_deadline_in_ms(5000);
+    while (seen_rank(&s, "rank_exit", "B", 0) == 0 && !ftc_deadline_expired(d))
+        ftc_sleep_ms(10);
+    pid_t killed = fork_exit(60000, 0);
+    assert_int_equal(ftc_detector_watch_pid(b, 1, killed), 0);
+    ftc_detector_linked(b, 1);
+    kill(killed, SIGKILL);
+    d = ftc_deadline_in_ms(5000);
+    while (seen_rank(&s, "rank_exit", "B", 1) == 0 && !ftc_deadline_expired(d))
+        ftc_sleep_ms(10);
+    char det[256];
+    seen_detail(&s, "rank_exit", "B", 0, det, sizeof det);
+    print_message("without waitid(P_PIDFD): %s\n", det);
+    assert_non_null(strstr(det, "exited (status 3) after step"));
+    seen_detail(&s, "rank_exit", "B", 1, det, sizeof det);
+    assert_non_null(strstr(det, "exited (killed by signal 9) after step"));
+    ftc_detector_stop(b, true);
+    waitpid(failed, NULL, 0);
+    waitpid(killed, NULL, 0);
+}
+
+/* A rank's BYE ends its hang check, and its process stays watched for its
+ * status: a clean end (0) is no event, whether the agent read the BYE
+ * before the exit or after it (its loop was behind: the exit of a connected
+ * rank with status 0 waits for that BYE), and any other status is a failure
+ * (`ftc run` fails the generation on it), BYE or not. Before, a BYE read
+ * after the exit was a rank_exit "exited (status 0)", and a rank killed
+ * after its BYE had no event. Rank 0 exits with 0, its BYE read after; rank
+ * 1 says BYE and is killed; rank 2 is killed, its BYE read after; rank 3
+ * says BYE and exits with 0; rank 4, connected, exits with 0 without a BYE
+ * (a failure, reported at the end of the wait). */
+static void test_bye_and_the_exit_status(void **state)
+{
+    redis_fixture_t *f = *state;
+    static seen_t s;
+    memset(&s, 0, sizeof s);
+    pthread_mutex_init(&s.mu, NULL);
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    o.hang_min_ms = 100000;
+    ftc_detector_t *b = start_detector(f, "jby", "B", false, &s, &o);
+    ftc__detector_set_exit_wait_ms(b, 3000); /* the BYEs below come well within it */
+    pid_t p[5] = {fork_exit(100, 0), fork_paused(), fork_paused(), fork_exit(300, 0),
+                  fork_exit(100, 0)};
+    for (int r = 0; r < 5; r++) {
+        assert_int_equal(ftc_detector_watch_pid(b, r, p[r]), 0);
+        ftc_detector_linked(b, r);
+    }
+    ftc_detector_bye(b, 1, p[1]);
+    ftc_detector_bye(b, 3, p[3]);
+    kill(p[1], SIGKILL);
+    kill(p[2], SIGKILL);
+    siginfo_t si;
+    assert_int_equal(waitid(P_PID, (id_t)p[0], &si, WEXITED | WNOWAIT), 0);
+    assert_int_equal(waitid(P_PID, (id_t)p[2], &si, WEXITED | WNOWAIT), 0);
+    ftc_sleep_ms(300); /* the detector saw both exits: their BYEs are read after */
+    ftc_detector_bye(b, 0, p[0]);
+    ftc_detector_bye(b, 2, p[2]);
+    ftc_deadline_t d = ftc_deadline_in_ms(10000);
+    while (seen_rank(&s, "rank_exit", "B", 4) == 0 && !ftc_deadline_expired(d))
+        ftc_sleep_ms(10);
+    print_message("rank_exit events: BYE read after a clean end %d, killed after its BYE %d, "
+                  "BYE read after a kill %d, BYE then a clean end %d, no BYE %d\n",
+                  seen_rank(&s, "rank_exit", "B", 0), seen_rank(&s, "rank_exit", "B", 1),
+                  seen_rank(&s, "rank_exit", "B", 2), seen_rank(&s, "rank_exit", "B", 3),
+                  seen_rank(&s, "rank_exit", "B", 4));
+    assert_int_equal(seen_rank(&s, "rank_exit", "B", 0), 0);
+    assert_int_equal(seen_with(&s, "rank_exit", 1, "exited (killed by signal 9)"), 1);
+    assert_int_equal(seen_with(&s, "rank_exit", 2, "exited (killed by signal 9)"), 1);
+    assert_int_equal(seen_rank(&s, "rank_exit", "B", 3), 0);
+    assert_int_equal(seen_with(&s, "rank_exit", 4, "exited (status 0)"), 1);
+    assert_int_equal(seen_count(&s, "rank_exit", "B", NULL), 3);
+    assert_int_equal(seen_count(&s, "hang", "B", NULL), 0);
+    ftc_detector_stop(b, true);
+    for (int r = 0; r < 5; r++)
+        waitpid(p[r], NULL, 0);
+}
+
+/* A rank whose watch ended (its process exited) and whose next process's
+ * watch fails (FTC_ENOENT: its HELLO names a pid that is not there, gone or
+ * of another pid namespace) is checked for hangs from that process's
+ * progress, as a rank never watched is. Before, the ended watch left its
+ * hang check off for good. */
+static void test_hang_checked_after_a_failed_watch(void **state)
+{
+    redis_fixture_t *f = *state;
+    static seen_t s;
+    memset(&s, 0, sizeof s);
+    pthread_mutex_init(&s.mu, NULL);
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    o.hang_min_ms = 300;
+    ftc_detector_t *b = start_detector(f, "jfw", "B", false, &s, &o);
+    pid_t first = fork_paused();
+    assert_int_equal(ftc_detector_watch_pid(b, 0, first), 0);
+    for (int i = 0; i < 5; i++) {
+        ftc_detector_progress(b, 0, i, 10000);
+        ftc_sleep_ms(10);
+    }
+    kill(first, SIGKILL);
+    assert_true(wait_seen(&s, "rank_exit", "B", 5000));
+    waitpid(first, NULL, 0);
+    pid_t gone = fork_exit(0, 0);
+    waitpid(gone, NULL, 0);
+    assert_int_equal(ftc_detector_watch_pid(b, 0, gone), FTC_ENOENT);
+    for (int i = 0; i < 10; i++) { /* the new process's steps; then it stops */
+        ftc_detector_progress(b, 0, i, 10000);
+        ftc_sleep_ms(10);
+    }
+    ftc_deadline_t d = ftc_deadline_in_ms(5000);
+    while (seen_rank(&s, "hang", "B", 0) == 0 && !ftc_deadline_expired(d))
+        ftc_sleep_ms(10);
+    print_message("hangs of the process whose watch failed: %d\n", seen_rank(&s, "hang", "B", 0));
+    assert_int_equal(seen_rank(&s, "hang", "B", 0), 1);
+    assert_int_equal(seen_rank(&s, "rank_exit", "B", 0), 1);
+    ftc_detector_stop(b, true);
+}
+
+/* A rank whose status the detector cannot read (it is not the parent: the
+ * supervisor reaped it) waits for the one its parent tells, connected or
+ * not, up to the wait's end, and is then reported without one; one that
+ * said BYE and was never told is no failure. Before, a connected rank was
+ * reported at once without a status, and only one exit per rank waited: the
+ * exit of its next process replaced the first, whose event was lost. Rank 0
+ * (connected) is told 7 after its exit was seen; rank 1 has two processes
+ * that never connected, both exited before either is told (5, then 0: one
+ * event); rank 2 two connected ones (3, then signal 9: two events); rank 3
+ * said BYE and is never told; rank 4, connected, is never told. */
+static void test_status_waited_for_when_not_the_parent(void **state)
+{
+    redis_fixture_t *f = *state;
+    static seen_t s;
+    memset(&s, 0, sizeof s);
+    pthread_mutex_init(&s.mu, NULL);
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    o.hang_min_ms = 100000;
+    ftc_detector_t *b = start_detector(f, "jwt", "B", false, &s, &o);
+    ftc__detector_set_exit_wait_ms(b, 3000); /* the statuses below come well within it */
+    pid_t p0 = spawn_orphan(100, 7), p3 = spawn_orphan(100, 0);
+    assert_int_equal(ftc_detector_watch_child(b, 0, p0), 0);
+    assert_int_equal(ftc_detector_watch_child(b, 3, p3), 0);
+    ftc_detector_linked(b, 0);
+    ftc_detector_linked(b, 3);
+    ftc_detector_bye(b, 3, p3);
+    pid_t q[2] = {0, 0}, r[2] = {0, 0};
+    for (int i = 0; i < 2; i++) { /* the second process of each exits while the first waits */
+        q[i] = spawn_orphan(100, i ? 0 : 5);
+        r[i] = spawn_orphan(100, i ? 0 : 3);
+        assert_int_equal(ftc_detector_watch_child(b, 1, q[i]), 0);
+        assert_int_equal(ftc_detector_watch_child(b, 2, r[i]), 0);
+        ftc_detector_linked(b, 2);
+        wait_gone(q[i]);
+        wait_gone(r[i]);
+        ftc_sleep_ms(100); /* their exits are seen */
+    }
+    wait_gone(p0);
+    wait_gone(p3);
+    ftc_sleep_ms(100);
+    ftc_detector_exit_status(b, 0, p0, 7 << 8);
+    ftc_detector_exit_status(b, 1, q[1], 0);
+    ftc_detector_exit_status(b, 1, q[0], 5 << 8);
+    ftc_detector_exit_status(b, 2, r[1], SIGKILL);
+    ftc_detector_exit_status(b, 2, r[0], 3 << 8);
+    pid_t p4 = spawn_orphan(100, 0);
+    assert_int_equal(ftc_detector_watch_child(b, 4, p4), 0);
+    ftc_detector_linked(b, 4);
+    ftc_deadline_t d = ftc_deadline_in_ms(10000);
+    while (seen_rank(&s, "rank_exit", "B", 4) == 0 && !ftc_deadline_expired(d))
+        ftc_sleep_ms(10);
+    char want[64];
+    print_message("rank_exit events: connected, told late: %d with its status; two processes "
+                  "never connected: %d (%d of the first); two connected ones: %d with their "
+                  "status; said BYE, never told: %d\n",
+                  seen_with(&s, "rank_exit", 0, "(status 7)"), seen_rank(&s, "rank_exit", "B", 1),
+                  seen_with(&s, "rank_exit", 1, "(status 5)"),
+                  seen_with(&s, "rank_exit", 2, "(status 3)") +
+                      seen_with(&s, "rank_exit", 2, "(killed by signal 9)"),
+                  seen_rank(&s, "rank_exit", "B", 3));
+    snprintf(want, sizeof want, "(pid %d) exited (status 7)", (int)p0);
+    assert_int_equal(seen_with(&s, "rank_exit", 0, want), 1);
+    snprintf(want, sizeof want, "(pid %d) exited (status 5)", (int)q[0]);
+    assert_int_equal(seen_with(&s, "rank_exit", 1, want), 1);
+    assert_int_equal(seen_rank(&s, "rank_exit", "B", 1), 1);
+    snprintf(want, sizeof want, "(pid %d) exited (status 3)", (int)r[0]);
+    assert_int_equal(seen_with(&s, "rank_exit", 2, want), 1);
+    snprintf(want, sizeof want, "(pid %d) exited (killed by signal 9)", (int)r[1]);
+    assert_int_equal(seen_with(&s, "rank_exit", 2, want), 1);
+    assert_int_equal(seen_rank(&s, "rank_exit", "B", 3), 0);
+    snprintf(want, sizeof want, "(pid %d) exited after step", (int)p4);
+    assert_int_equal(seen_with(&s, "rank_exit", 4, want), 1);
+    assert_int_equal(seen_count(&s, "rank_exit", "B", NULL), 5);
+    ftc_detector_stop(b, true);
+    assert_int_equal(stream_count(f, "jwt", "rank_exit", "B"), 5);
+}
+
+/* A standalone agent's ranks (`ftc agent` with `ftc train --nproc`, torchrun)
+ * are not children of the agent's process: nobody tells their exit status,
+ * so their exit waits for none. A connected one's exit waits only for a BYE
+ * the agent may read after the exit, and no longer once the agent saw its
+ * connection close (before or after the exit). Before, every such exit
+ * waited the whole wait for a status that never came: a rank's death was
+ * reported 1 s late. The wait here is 60 s: the events come long before. */
+static void test_standalone_exit_not_held(void **state)
+{
+    redis_fixture_t *f = *state;
+    static seen_t s;
+    memset(&s, 0, sizeof s);
+    pthread_mutex_init(&s.mu, NULL);
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    o.hang_min_ms = 100000;
+    ftc_detector_t *b = start_detector(f, "jsa", "B", false, &s, &o);
+    ftc__detector_set_exit_wait_ms(b, 60000);
+    pid_t early = spawn_orphan(300, 0), late = spawn_orphan(100, 0), bye = spawn_orphan(100, 0);
+    pid_t never = spawn_orphan(100, 0);
+    assert_int_equal(ftc_detector_watch_pid(b, 0, early), 0);
+    assert_int_equal(ftc_detector_watch_pid(b, 1, late), 0);
+    assert_int_equal(ftc_detector_watch_pid(b, 2, bye), 0);
+    assert_int_equal(ftc_detector_watch_pid(b, 3, never), 0);
+    for (int i = 0; i < 3; i++)
+        ftc_detector_linked(b, i);
+    ftc_detector_closed(b, 0, early); /* the agent read its close before its exit */
+    ftc_detector_bye(b, 2, bye);
+    ftc_detector_closed(b, 2, bye);
+    wait_gone(late);
+    wait_gone(bye);
+    wait_gone(never);
+    ftc_sleep_ms(200); /* their exits are seen */
+    assert_int_equal(seen_rank(&s, "rank_exit", "B", 1), 0); /* its BYE may yet be read */
+    ftc_detector_closed(b, 1, late); /* no BYE came before the close */
+    ftc_deadline_t d = ftc_deadline_in_ms(10000);
+    while (seen_count(&s, "rank_exit", "B", NULL) < 3 && !ftc_deadline_expired(d))
+        ftc_sleep_ms(10);
+    char want[64];
+    print_message("rank_exit events: closed before the exit %d, after it %d, after a BYE %d, "
+                  "never connected %d\n", seen_rank(&s, "rank_exit", "B", 0),
+                  seen_rank(&s, "rank_exit", "B", 1), seen_rank(&s, "rank_exit", "B", 2),
+                  seen_rank(&s, "rank_exit", "B", 3));
+    snprintf(want, sizeof want, "(pid %d) exited after step", (int)early);
+    assert_int_equal(seen_with(&s, "rank_exit", 0, want), 1);
+    snprintf(want, sizeof want, "(pid %d) exited after step", (int)late);
+    assert_int_equal(seen_with(&s, "rank_exit", 1, want), 1);
+    snprintf(want, sizeof want, "(pid %d) exited after step", (int)never);
+    assert_int_equal(seen_with(&s, "rank_exit", 3, want), 1);
+    assert_int_equal(seen_rank(&s, "rank_exit", "B", 2), 0);
+    ftc_detector_stop(b, true);
+    assert_int_equal(stream_count(f, "jsa", "rank_exit", "B"), 3);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
 
 int main(void)
@@ -1664,7 +1964,9 @@ int main(void)
         T(test_loss_after_pause_reported_again), T(test_stale_pidfd_event_not_charged_to_new_rank),
         T(test_start_up_limit), T(test_hang_names_the_stuck_rank), T(test_exit_status),
         T(test_no_hang_after_the_watch_ended), T(test_status_told_before_the_watch),
-        T(test_stopped_in_start_up_named),
+        T(test_stopped_in_start_up_named), T(test_status_read_without_waitid_pidfd),
+        T(test_bye_and_the_exit_status), T(test_hang_checked_after_a_failed_watch),
+        T(test_status_waited_for_when_not_the_parent), T(test_standalone_exit_not_held),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,7 +6,9 @@
  * (ftc__fs_holder_next), a node index field (ftc__fs_index_parse), a peer's
  * address "HEXADDR NODE_ID" (ftc__fs_filefab_parse) and a version's
  * tombstones, the binary records ftc.gone (of an older ftc) and ftc.gone.v2
- * (ftc__fs_gone_parse), and the tombstone cap (ftc__fs_gone_bound).
+ * (ftc__fs_gone_parse), the tombstone cap (ftc__fs_gone_bound), and the
+ * names of the store's own temporaries that a scan removes once their
+ * process ended (ftc__fs_tmp_leftover: exactly ".ftc-tmp.[gone.]PID.N").
  *
  * The length-taking parsers get the whole input, NULs included; the others
  * the input cut at its first NUL. Checked besides memory safety (ASan/UBSan,
@@ -205,6 +207,23 @@ static void filefab(const char *v)
                "'%s' parses to other values", again);
 }
 
+/* A name taken for a leftover temporary is exactly ".ftc-tmp." ["gone."]
+ * PID "." N, PID 1..INT_MAX and N 0..UINT32_MAX without leading zeros. */
+static void tmp_leftover(const char *v)
+{
+    int pid = 0;
+    if (!ftc__fs_tmp_leftover(v, &pid)) return;
+    FUZZ_CHECK(pid > 0 && !strncmp(v, ".ftc-tmp.", 9), "'%.100s': pid %d", v, pid);
+    const char *p = v + 9;
+    if (!strncmp(p, "gone.", 5)) p += 5;
+    char head[24];
+    int hl = snprintf(head, sizeof head, "%d.", pid);
+    FUZZ_CHECK(!strncmp(p, head, (size_t)hl), "'%.100s' taken for pid %d", v, pid);
+    p += hl;
+    FUZZ_CHECK(whole_below(p, strlen(p), (uint64_t)UINT32_MAX + 1) && (p[0] != '0' || !p[1]),
+               "'%.100s': its counter '%.40s'", v, p);
+}
+
 static void gone(const uint8_t *data, size_t size, int form)
 {
     if (size > UINT32_MAX) return;
@@ -269,6 +288,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     rec((const char *)data, size);
     holder_list(text);
     filefab(text);
+    tmp_leftover(text);
     gone(data, size, FTC__FS_GONE_V1);
     gone(data, size, FTC__FS_GONE_V2);
     free(text);
