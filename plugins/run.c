@@ -115,8 +115,9 @@ static void *ftc__watchdog(void *arg)
 
 /* A supervisor's liveness from its start on, before (and without) an agent:
  * a newcomer killed after its round closed has no agent yet, so no heartbeat
- * expires and nobody reports it lost, and the others waited for its agent
- * until --join-timeout-ms. A thread of its own (with its own connection:
+ * expires and no detector reports it lost, and the others waited for its
+ * agent until --join-timeout-ms (now they stop waiting, and report it:
+ * ftc__report_sup_lost). A thread of its own (with its own connection:
  * the main loop blocks in rendezvous and agent starts) sets the key with a
  * TTL every FTC__SUP_REFRESH_MS; a peer counts a member gone only once its
  * key has been missing for FTC__SUP_TTL_MS while the peer's own key is
@@ -249,7 +250,6 @@ typedef struct ftc__sup {
 } ftc__sup_t;
 
 static int ftc__inproc_assign(ftc__sup_t *s, int l, char **add, int n, ftc_err_t *err);
-static bool ftc__sup_lost(ftc__sup_t *s, int who, uint64_t *gone_since, uint64_t *next_ms);
 
 /* SIGINT/SIGTERM arrived: every wait of the loop ends at once. */
 static bool ftc__stopping(const ftc__sup_t *s)
@@ -1667,17 +1667,27 @@ static bool ftc__round_moved(ftc__sup_t *s, uint64_t *next_ms)
  * round, by the loss of a previous member (node_lost with its heartbeat
  * gone) or by the lease of the awaited member's supervisor expiring. */
 typedef struct {
+    uint64_t gone_since; /* monotonic ms its lease was first seen missing (0 = seen alive) */
+    uint64_t gone_wall;  /* the wall ms of that look */
+    char seen[96];       /* the lease's value when last seen ("host pid": its supervisor), or
+                            "" when never seen: tells its agent's member record from a stale
+                            one (ftc__report_sup_lost) */
+} ftc__sup_look_t;
+
+typedef struct {
     ftc_deadline_t d;
     uint64_t next_look, next_lost, next_sup; /* when each check looks again */
-    uint64_t *gone_since;                    /* per member: its lease missing since */
+    ftc__sup_look_t *sup;                    /* per member: the looks at its lease */
 } ftc__gen_wait_t;
+
+static bool ftc__sup_lost(ftc__sup_t *s, int who, ftc__sup_look_t *looks, uint64_t *next_ms);
+static void ftc__report_sup_lost(ftc__sup_t *s, int who, const ftc__sup_look_t *look);
 
 static void ftc__gen_wait_init(ftc__sup_t *s, ftc__gen_wait_t *w)
 {
     memset(w, 0, sizeof *w);
     w->d = ftc_deadline_in_ms((uint64_t)s->o->join_timeout_ms);
-    w->gone_since = calloc((size_t)(s->round.nodes > 0 ? s->round.nodes : 1),
-                           sizeof *w->gone_since);
+    w->sup = calloc((size_t)(s->round.nodes > 0 ? s->round.nodes : 1), sizeof *w->sup);
 }
 
 /* One look of the wait for member `who` (waiting: what for, in words).
@@ -1699,11 +1709,14 @@ static int ftc__gen_wait_step(ftc__sup_t *s, ftc__gen_wait_t *w, int who, const 
                            "generation %" PRIu64 ": member %s was lost while waiting for %s "
                            "(%s): not waiting for it, the next round opens",
                            s->gen, s->round.members[lost], waiting, why);
-    if (ftc__sup_lost(s, who, w->gone_since, &w->next_sup))
+    if (ftc__sup_lost(s, who, w->sup, &w->next_sup)) {
+        /* in the event stream before this node opens the next round */
+        ftc__report_sup_lost(s, who, &w->sup[who]);
         return ftc_err_set(err, FTC_EAGAIN,
                            "generation %" PRIu64 ": member %s was lost while waiting for %s "
                            "(its supervisor's lease expired): not waiting for it, the next "
                            "round opens", s->gen, s->round.members[who], waiting);
+    }
     if (ftc_deadline_expired(w->d))
         return ftc_err_set(err, FTC_ETIMEDOUT,
                            "generation %" PRIu64 ": gave up waiting for %s after "
@@ -1786,7 +1799,7 @@ static int ftc__master(ftc__sup_t *s, char *host, size_t cap, int *port, ftc_err
             break;
         ftc_sleep_ms(20);
     }
-    free(w.gone_since);
+    free(w.sup);
     return rc;
 }
 
@@ -1978,39 +1991,156 @@ static bool ftc__hb_exists(ftc__sup_t *s, const char *node)
 /* Whether member `who` (round index) has lost its supervisor: its lease
  * (ftc:{J}:sup:NODE) has been missing for FTC__SUP_TTL_MS on every look,
  * while ours was there (we are in touch with Redis, and Redis did not just
- * lose its keys). Only the member waited for is looked up (two EXISTS in one
- * round trip, every 200 ms at most: *next_ms), not every member: each node
- * of a large job does this while it waits. gone_since (one per member, 0 =
- * seen alive) carries the looks over. */
-static bool ftc__sup_lost(ftc__sup_t *s, int who, uint64_t *gone_since, uint64_t *next_ms)
+ * lose its keys). Only the member waited for is looked up (a GET of its lease
+ * and an EXISTS of ours in one round trip, every 200 ms at most: *next_ms),
+ * not every member: each node of a large job does this while it waits.
+ * looks (one per member) carries the looks over: since when the lease is
+ * missing, and its value while it was there (its supervisor). */
+static bool ftc__sup_lost(ftc__sup_t *s, int who, ftc__sup_look_t *looks, uint64_t *next_ms)
 {
     uint64_t now = ftc_now_ns() / 1000000u;
-    if (now < *next_ms || who < 0 || who >= s->round.nodes || !gone_since ||
+    if (now < *next_ms || who < 0 || who >= s->round.nodes || !looks ||
         !strcmp(s->round.members[who], s->node_id))
         return false;
     *next_ms = now + 200;
+    ftc__sup_look_t *l = &looks[who];
     char keys[2][256], suffix[FTC_CTL_NODE_MAX + 8];
     snprintf(suffix, sizeof suffix, "sup:%s", s->round.members[who]);
     ftc_ctl_key(s->ctl, suffix, keys[0], sizeof keys[0]);
     snprintf(suffix, sizeof suffix, "sup:%s", s->node_id);
     ftc_ctl_key(s->ctl, suffix, keys[1], sizeof keys[1]);
-    const char *av0[] = {"EXISTS", keys[0]}, *av1[] = {"EXISTS", keys[1]};
+    const char *av0[] = {"GET", keys[0]}, *av1[] = {"EXISTS", keys[1]};
     const char **const avs[] = {av0, av1};
     const int ac[] = {2, 2};
     ftc_redis_reply_t *reps[2] = {NULL, NULL};
-    long long theirs = 1, ours = 0;
+    const char *v = NULL;
+    size_t vl = 0;
+    long long ours = 0;
+    int got = -1; /* theirs: 0 its value, FTC_ENOENT missing */
     bool ok = ftc_redis_pipeline(ftc_ctl_redis(s->ctl), true, 2, ac, avs, NULL, reps) == 0 &&
-              ftc_redis_want_int(reps[0], "EXISTS", &theirs, NULL) == 0 &&
+              ((got = ftc_redis_want_str(reps[0], "GET sup", &v, &vl, NULL)) == 0 ||
+               got == FTC_ENOENT) &&
               ftc_redis_want_int(reps[1], "EXISTS", &ours, NULL) == 0 && ours == 1;
+    bool theirs = !ok || got == 0;
+    if (ok && got == 0 && v && vl < sizeof l->seen) {
+        memcpy(l->seen, v, vl);
+        l->seen[vl] = 0;
+    }
     ftc_redis_reply_free(reps[0]);
     ftc_redis_reply_free(reps[1]);
-    if (!ok || theirs != 0) { /* alive, or no evidence now (Redis away or restarted empty) */
-        gone_since[who] = 0;
+    if (theirs) { /* alive, or no evidence now (Redis away or restarted empty) */
+        l->gone_since = 0;
         return false;
     }
-    if (!gone_since[who])
-        gone_since[who] = now;
-    return now - gone_since[who] >= FTC__SUP_TTL_MS;
+    if (!l->gone_since) {
+        l->gone_since = now;
+        l->gone_wall = ftc_wall_ms();
+    }
+    return now - l->gone_since >= FTC__SUP_TTL_MS;
+}
+
+/* The newest generation in which node's agent published its fabric address
+ * (ftc:{J}:fabric; its agent of a generation does so as it starts, before
+ * it joins), 0 when none can be read. */
+static uint64_t ftc__fabric_gen(ftc__sup_t *s, const char *node)
+{
+    char key[256];
+    ftc_ctl_key(s->ctl, "fabric", key, sizeof key);
+    ftc_redis_reply_t *rep = NULL, **el = NULL;
+    size_t n = 0;
+    uint64_t gen = 0;
+    if (ftc_redis_cmdv(ftc_ctl_redis(s->ctl), true, &rep, "HGETALL", key, NULL) != 0 ||
+        ftc_redis_want_array(rep, "HGETALL fabric", -1, &el, &n, NULL) != 0)
+        n = 0;
+    for (size_t k = 0; k + 1 < n; k += 2) {
+        const char *f, *v;
+        size_t fl, vl;
+        char fbuf[32], buf[1024];
+        if (ftc_redis_want_str(el[k], "fabric", &f, &fl, NULL) || !f || fl >= sizeof fbuf ||
+            ftc_redis_want_str(el[k + 1], "fabric", &v, &vl, NULL) || !v || vl >= sizeof buf)
+            continue;
+        memcpy(fbuf, f, fl);
+        fbuf[fl] = 0;
+        memcpy(buf, v, vl);
+        buf[vl] = 0;
+        ftc__fabric_rec_t r;
+        if (ftc__fabric_parse(fbuf, buf, &r, NULL) == 0 && r.has_gen &&
+            !strcmp(r.node_id, node) && r.gen > gen)
+            gen = r.gen;
+    }
+    ftc_redis_reply_free(rep);
+    return gen;
+}
+
+/* Member `who`'s supervisor lease expired (ftc__sup_lost): its node_lost
+ * event, once per node incarnation, as the detectors report a heartbeat's
+ * expiry (ftc_ctl_report_job, hash failures:job). A node killed before its
+ * agent ran never had a heartbeat, so no detector reports it, and without
+ * this the event stream would not say why the generation ended. The id:
+ *  - when its agent of this supervisor ran (its member record is there, with
+ *    the pid of the lease's supervisor, the agent being a thread of it; or,
+ *    the lease never seen, with its fabric entry of this generation): the
+ *    detectors' id node_lost:NODE:JOINED_MS, so that their report of its
+ *    heartbeat's expiry and this one are one event, whichever comes first;
+ *  - else (no record, or one a previous incarnation left: its own loss is
+ *    reported by the detectors under its own id): node_lost:NODE:sup@GEN.
+ *    A supervisor is lost while its generation starts at most once (it is
+ *    never a member of a later round), and every survivor that sees it
+ *    computes the same id; '@' is in no node id, so no detector's id is it.
+ * Best effort: a Redis error loses the event (the round opens anyway). */
+static void ftc__report_sup_lost(ftc__sup_t *s, int who, const ftc__sup_look_t *look)
+{
+    const char *node = s->round.members[who];
+    char key[256];
+    ftc_ctl_key(s->ctl, "members", key, sizeof key);
+    ftc_redis_reply_t *rep = NULL;
+    const char *v = NULL;
+    size_t vl = 0;
+    ftc_ctl_member_rec_t rec;
+    bool has_rec = false;
+    if (ftc_redis_cmdv(ftc_ctl_redis(s->ctl), true, &rep, "HGET", key, node, NULL) == 0 &&
+        ftc_redis_want_str(rep, "HGET members", &v, &vl, NULL) == 0 && v && vl < 512) {
+        char buf[512];
+        memcpy(buf, v, vl);
+        buf[vl] = 0;
+        has_rec = ftc_ctl_member_parse(buf, &rec, NULL) == 0 && rec.joined_ok;
+    }
+    ftc_redis_reply_free(rep);
+    char host[96] = "", pidw[32] = "";
+    const char *p = look->seen;
+    int64_t pid = 0;
+    bool seen = ftc_next_word(&p, host, sizeof host) && ftc_next_word(&p, pidw, sizeof pidw) &&
+                ftc_parse_int(pidw, 1, INT32_MAX, &pid) == 0;
+    bool agent_ran = has_rec && (seen ? rec.pid == pid : ftc__fabric_gen(s, node) >= s->gen);
+    char id[160], detail[384], sup[160];
+    if (seen)
+        snprintf(sup, sizeof sup, " (supervisor pid %" PRId64 " on %s)", pid, host);
+    else
+        snprintf(sup, sizeof sup, " (its supervisor never seen alive by %s)", s->node_id);
+    if (agent_ran) {
+        snprintf(id, sizeof id, "node_lost:%s:%s", node, rec.joined);
+        snprintf(detail, sizeof detail, "supervisor lease of %s expired%s while generation "
+                 "%" PRIu64 " started; its agent had joined (incarnation %s)", node, sup, s->gen,
+                 rec.joined);
+    } else {
+        snprintf(id, sizeof id, "node_lost:%s:sup@%" PRIu64, node, s->gen);
+        snprintf(detail, sizeof detail, "supervisor lease of %s expired before its agent's "
+                 "heartbeat began%s, while generation %" PRIu64 " started", node, sup, s->gen);
+    }
+    uint64_t t_fault = look->gone_wall > FTC__SUP_TTL_MS ? look->gone_wall - FTC__SUP_TTL_MS : 0;
+    ftc_ctl_event_t e = {.kind = "node_lost", .node = node, .rank = -1, .generation = s->gen,
+                         .step = -1, .detail = detail, .t_fault_ms = t_fault,
+                         .t_detect_ms = ftc_wall_ms()};
+    bool first = false;
+    if (ftc_ctl_report_job(s->ctl, id, &e, &first) != 0)
+        FTC_WARN("run", "generation %" PRIu64 ": cannot publish the node_lost event of %s: %s",
+                 s->gen, node, ftc_ctl_errstr(s->ctl));
+    else if (first)
+        FTC_INFO("run", "generation %" PRIu64 ": node_lost %s published: %s", s->gen, node,
+                 detail);
+    else
+        FTC_INFO("run", "generation %" PRIu64 ": node_lost %s (%s) was published already",
+                 s->gen, node, id);
 }
 
 typedef struct ftc__lost_scan {
@@ -2085,7 +2215,7 @@ static int ftc__wait_agents(ftc__sup_t *s, ftc_err_t *err)
             break;
         ftc_sleep_ms(20);
     }
-    free(w.gone_since);
+    free(w.sup);
     return rc;
 }
 

@@ -59,6 +59,11 @@
 #      libftc (ftc:{J}:linked), and the stopped rank is found hung at the
 #      start-up limit (--detect-start-ms), killed, and the job finishes. It
 #      was never found: the others waited in their set-up for it.
+#   n. a node killed (SIGKILL) after it joined a round, before its agent ran:
+#      its supervisor's lease ends the others' wait, and its loss is one
+#      node_lost event (its previous incarnation's, killed with its agent
+#      running, another one); one whose agent had joined: the detector's
+#      event and the lease's report are one.
 #
 # usage: test_run.sh PATH/TO/ftc PATH/TO/rank_main PATH/TO/ckptfile_main
 set -u
@@ -910,47 +915,133 @@ check "h: no bad restore, no error" no_errors "" "$T/h.out"
 [ $fails -eq $f0 ] || { echo "--- output of h:"; tail -n 40 "$T/h.out"; }
 fi
 
-# ---- n. a newcomer SIGKILLed after the round closed, before its agent ran ----------------------
-# One simulated node (--nnodes 1:2, --join-timeout-ms 120000) runs generation
-# 1; a second supervisor (node1, never a member before) joins at once
-# (--grow-wait-ms 0): the grow round closes with both (node 0's rank ends on
-# SIGTERM, well within --settle-ms 3000), and node1 is killed (SIGKILL) while it pauses before
-# starting its agent (test knob FTC_TEST_RUN_AGENT_DELAY_MS). It never had an
-# agent, so no heartbeat expires and no node_lost comes; its supervisor's
-# lease (ftc:{J}:sup:node1) expires instead, and that ends node 0's wait for
-# its agent, not the join timeout: node 0 opens the next round and finishes
-# alone in generation 3 (the loop's own bound, 60 s, is half the join timeout).
+# ---- n. a node SIGKILLed after the round closed, before its agent ran ---------------------------
+# Two simulated nodes (--nnodes 2:3, --join-timeout-ms 120000) run generation
+# 1; a third supervisor (node2) joins at once (--grow-wait-ms 0: the grow
+# round closes with all three, the others' ranks ending on SIGTERM well within
+# --settle-ms 3000), runs generation 2 and is killed (SIGKILL): its heartbeat
+# expires, a detector reports it (node_lost), generation 3 runs on 2 nodes.
+# node2 comes back (a new supervisor) and joins the same way, and is killed
+# (SIGKILL) while it pauses before starting its agent (test knob
+# FTC_TEST_RUN_AGENT_DELAY_MS). This incarnation never had an agent, so no
+# heartbeat of it expires and no detector reports it (they find its previous
+# incarnation's member record without a heartbeat: reported already); its
+# supervisor's lease (ftc:{J}:sup:node2) expires instead, and that ends the
+# survivors' wait for its agent, not the join timeout: they publish its loss,
+# one node_lost event whichever of them sees it (same id), so node2 has two,
+# one per incarnation; they go on in generation 5 (the loop's own bound, 60
+# s, is half the join timeout). node2 comes back once more, paused before
+# its agent, with a member record as its agent would have written it on
+# joining (this supervisor's pid): a detector reports its missing heartbeat,
+# and when it is killed the survivors' report from its lease has the same id
+# (node_lost:node2:JOINED_MS): one event for that incarnation, three in all;
+# generation 7 finishes. Generations 2..7's ranks wait for $T/n.end, so that
+# the events are read while the job's Redis runs.
+n_events() { "$FTC" events --json --count 1000 --redis "$(cat "$T/jn/redis.url" 2>/dev/null)" \
+    --job "$Jn" 2>/dev/null; }
+n_lost() { n_events | grep '"kind":"node_lost"' | grep -c '"node":"node2"'; } # node2's losses
 if want n; then
 Jn=run${tag}n
 f0=$fails
-"$FTC" run --simulate-nodes 1 --nnodes 1:2 --job "$Jn" --job-dir "$T/jn" --settle-ms 3000 \
-    --grace-ms 1000 --join-timeout-ms 120000 -- sh -c 'if [ "$FTC_GENERATION" = 1 ]; then
-        exec sleep 60; fi; exit 0' >"$T/n.out" 2>&1 &
+cat >"$T/n.sh" <<EOF
+#!/bin/sh
+[ "\$FTC_GENERATION" = 1 ] && exec sleep 60
+for i in \$(seq 900); do [ -e "$T/n.end" ] && exit 0; sleep 0.1; done
+exit 0
+EOF
+chmod +x "$T/n.sh"
+"$FTC" run --simulate-nodes 2 --nnodes 2:3 --job "$Jn" --job-dir "$T/jn" --settle-ms 3000 \
+    --grace-ms 1000 --join-timeout-ms 120000 -- "$T/n.sh" >"$T/n.out" 2>&1 &
 runpid=$!
 pids+=($runpid)
-for i in $(seq 600); do grep -q '\[node0\] INFO run: generation 1: node 0 of 1' "$T/n.out" && break; sleep 0.05; done
-check "n: node 0 runs generation 1 alone" grep -q '\[node0\] INFO run: generation 1: node 0 of 1' "$T/n.out"
-FTC_TEST_RUN_AGENT_DELAY_MS=600000 "$FTC" run --node-rank 1 --nnodes 1:2 --job "$Jn" \
-    --job-dir "$T/jn1" --redis "$(cat "$T/jn/redis.url")" --settle-ms 3000 --grow-wait-ms 0 \
-    --join-timeout-ms 120000 -- sh -c 'exit 0' >"$T/n1.out" 2>&1 &
-newpid=$!
-pids+=($newpid)
-for i in $(seq 600); do grep -q 'FTC_TEST_RUN_AGENT_DELAY_MS: pausing' "$T/n1.out" && break; sleep 0.05; done
-check "n: the newcomer is node 1 of 2 in generation 2, before its agent" \
-    grep -q 'generation 2: node 1 of 2' "$T/n1.out"
+g1='\[node[01]\] INFO run: generation 1: node [01] of 2'
+for i in $(seq 600); do grep -q "$g1" "$T/n.out" && break; sleep 0.05; done
+check "n: nodes 0 and 1 run generation 1" grep -q "$g1" "$T/n.out"
+n_join() { # ENV...: node2 joins (a new supervisor), output in $T/n2.out
+    env "$@" "$FTC" run --node-rank 2 --nnodes 2:3 --job "$Jn" --job-dir "$T/jn2" \
+        --redis "$(cat "$T/jn/redis.url")" --settle-ms 3000 --grow-wait-ms 0 \
+        --join-timeout-ms 120000 -- "$T/n.sh" >"$T/n2.out" 2>&1 &
+    newpid=$!
+    pids+=($newpid)
+}
+n_join FTC_N=1 # (no knob)
+r2='INFO run: generation 2: rank [0-9]* (local'
+for i in $(seq 600); do grep -q "$r2" "$T/n2.out" 2>/dev/null && break; sleep 0.05; done
+check "n: node2 ran generation 2 (its agent, its rank)" grep -q "$r2" "$T/n2.out"
+kill -KILL $newpid
+wait $newpid 2>/dev/null
+rm -f /dev/shm/ftc."$Jn".n2.* 2>/dev/null
+g3='\[node[01]\] INFO run: generation 3: node [01] of 2'
+for i in $(seq 600); do grep -q "$g3" "$T/n.out" && break; sleep 0.1; done
+check "n: the others went on in generation 3" grep -q "$g3" "$T/n.out"
+nl=$(n_lost)
+check "n: its heartbeat's expiry is one node_lost event ($nl)" test "$nl" -eq 1
+mv "$T/n2.out" "$T/n2a.out"
+n_join FTC_TEST_RUN_AGENT_DELAY_MS=600000
+for i in $(seq 600); do
+    grep -q 'FTC_TEST_RUN_AGENT_DELAY_MS: pausing' "$T/n2.out" 2>/dev/null && break
+    sleep 0.05
+done
+check "n: node2 is back, node 2 of 3 in generation 4, before its agent" \
+    grep -q 'generation 4: node 2 of 3' "$T/n2.out"
 kill -KILL $newpid
 t0=$(date +%s%N)
+g5='\[node[01]\] INFO run: generation 5: node [01] of 2'
+for i in $(seq 600); do grep -q "$g5" "$T/n.out" && break; sleep 0.1; done
+echo "n: generation 5 started $(( ($(date +%s%N) - t0) / 1000000 )) ms after node2 was killed" \
+    "before its agent (join timeout 120000 ms)"
+check "n: the survivors went on in generation 5 (well before the join timeout)" \
+    grep -q "$g5" "$T/n.out"
+n_events >"$T/n.events"
+nl=$(grep '"kind":"node_lost"' "$T/n.events" | grep -c '"node":"node2"')
+check "n: node2's losses are two node_lost events, one per incarnation ($nl)" test "$nl" -eq 2
+pre="supervisor lease of node2 expired before its agent's heartbeat began"
+check "n: the second says its supervisor's lease expired before its agent's heartbeat began" \
+    grep -q "\"kind\":\"node_lost\".*$pre" "$T/n.events"
+lease="WARN run: generation 4: member node2 was lost .*supervisor's lease expired"
+echo "n: survivors that saw the lease expire: $(count "$lease" "$T/n.out"); published:" \
+    "$(count 'node_lost node2 published' "$T/n.out"), found it published:" \
+    "$(count 'node_lost node2 (.*) was published already' "$T/n.out")"
+# node2 back a third time, paused before its agent; its member record is set as its agent
+# would have written it on joining (this supervisor's pid, a new incarnation), so a detector
+# reports the missing heartbeat (node_lost:node2:J); killed, its lease expires: the survivors'
+# report of this incarnation has the detector's id, no second event
+mv "$T/n2.out" "$T/n2b.out"
+n_join FTC_TEST_RUN_AGENT_DELAY_MS=600000
+for i in $(seq 600); do
+    grep -q 'FTC_TEST_RUN_AGENT_DELAY_MS: pausing' "$T/n2.out" 2>/dev/null && break
+    sleep 0.05
+done
+check "n: node2 is back, node 2 of 3 in generation 6, before its agent" \
+    grep -q 'generation 6: node 2 of 3' "$T/n2.out"
+inc=$(date +%s%3N)
+port=$(sed -n 's/.*@[^:]*:\([0-9]*\).*/\1/p' "$T/jn/redis.url")
+pw=$(sed -n 's|redis://:\([^@]*\)@.*|\1|p' "$T/jn/redis.url")
+redis-cli --no-auth-warning -p "$port" -a "$pw" HSET "ftc:{$Jn}:members" node2 \
+    "vm - $newpid $inc" >/dev/null
+check "n: its member record set" test "$(redis-cli --no-auth-warning -p "$port" -a "$pw" \
+    HGET "ftc:{$Jn}:members" node2)" = "vm - $newpid $inc"
+for i in $(seq 300); do [ "$(n_lost)" -gt "$nl" ] && break; sleep 0.1; done
+check "n: a detector reported the joined agent's missing heartbeat ($nl, then $(n_lost) events)" \
+    test "$(n_lost)" -eq $((nl + 1))
+kill -KILL $newpid
+g7='\[node[01]\] INFO run: generation 7: node [01] of 2'
+for i in $(seq 600); do grep -q "$g7" "$T/n.out" && break; sleep 0.1; done
+check "n: the survivors went on in generation 7" grep -q "$g7" "$T/n.out"
+check "n: a survivor saw its lease expire, its loss published already (the detector's id)" \
+    grep -q "node_lost node2 (node_lost:node2:$inc) was published already" "$T/n.out"
+nl=$(n_lost)
+check "n: node2's three incarnations, three node_lost events ($nl)" test "$nl" -eq 3
+touch "$T/n.end"
 for i in $(seq 600); do kill -0 $runpid 2>/dev/null || break; sleep 0.1; done
-echo "n: the job ended $(( ($(date +%s%N) - t0) / 1000000 )) ms after the newcomer was killed (join timeout 120000 ms)"
-check "n: the job ended (well before the join timeout)" bash -c "! kill -0 $runpid 2>/dev/null"
+check "n: the job ended" bash -c "! kill -0 $runpid 2>/dev/null"
 kill -9 $runpid 2>/dev/null
 wait $runpid
-check "n: node 0 gave up waiting for the newcomer on its lease" \
-    grep -q "\[node0\] WARN run: generation 2: member node1 was lost .*supervisor's lease expired" "$T/n.out"
-check "n: node 0 finished the job alone in generation 3" \
-    grep -q '\[node0\] INFO run: generation 3: node 0 of 1' "$T/n.out"
-check "n: node 0 finished" grep -q 'ftc run: 1 nodes finished' "$T/n.out"
-[ $fails -eq $f0 ] || { echo "--- output of n:"; tail -n 40 "$T/n.out"; echo "--- newcomer:"; tail -n 20 "$T/n1.out"; }
+check "n: a survivor gave up waiting for node2 on its lease" grep -q "$lease" "$T/n.out"
+check "n: both survivors finished the job in generation 7" \
+    grep -q 'ftc run: 2 nodes finished' "$T/n.out"
+[ $fails -eq $f0 ] || { echo "--- output of n:"; tail -n 40 "$T/n.out"; echo "--- node2:"
+    tail -n 20 "$T/n2.out"; echo "--- events:"; cat "$T/n.events"; }
 fi
 
 if [ $fails -ne 0 ]; then
