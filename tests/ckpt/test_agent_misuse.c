@@ -26,6 +26,11 @@
  *     (FTC_EIO, the agent's reason), not only of the newest;
  *   - a rank back with another layout while its previous version still
  *     replicates: SLOTS waits for the push (it crashed the agent);
+ *   - a replacement node's restore (fresh slots, the shard fetched from a
+ *     peer): the second slot is reserved in the background (held here), so
+ *     the agent answers the rank's next request before that slot is
+ *     reserved (it reserved it first, keeping its thread from the node's
+ *     other ranks), and a BEGIN into it reserves it then;
  *   - a restore whose metadata buffer is too small: FTC_ERANGE with the
  *     tensors untouched (they were overwritten first);
  *   - ftc_create against a stopped agent whose listen backlog is full ends
@@ -724,6 +729,77 @@ static void test_other_protocol_version(void **state)
     teardown_env(e);
 }
 
+/* Bytes the file of rank 0's slot i on node 0 holds (st_blocks). */
+static uint64_t slot_held(env_t *e, unsigned i)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "/dev/shm/ftc.%s.n0.r0.s%u", e->job, i);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    return (uint64_t)st.st_blocks * 512;
+}
+
+static void test_restore_reserves_in_background(void **state)
+{
+    env_t *e = setup_env(*state, 2, "1", 1000);
+    enum { N = 1 << 18 };
+    static float w[2][N];
+    int64_t shape[1] = {N};
+    ftc_ctx_t *c[2] = {NULL, NULL};
+    for (int r = 0; r < 2; r++) {
+        char sock[PATH_MAX + 32];
+        ftc_options_t o = ctx_options(e, r, r, 2, sock, sizeof sock);
+        assert_int_equal(ftc_create(&o, &c[r]), 0);
+        fill(w[r], N, (float)r + 1);
+        assert_int_equal(ftc_register(c[r], "w", FTC_DTYPE_F32, 1, shape, w[r], FTC_HOST), 0);
+        assert_int_equal(ftc_checkpoint(c[r], 0, NULL, 0), 0);
+    }
+    for (int r = 0; r < 2; r++) {
+        assert_int_equal(ftc_wait_committed(c[r], 0), 0);
+        ftc_destroy(c[r]);
+    }
+    char slot0[PATH_MAX];
+    snprintf(slot0, sizeof slot0, "/dev/shm/ftc.%s.n0.r0.s0", e->job);
+    struct stat st;
+    assert_int_equal(stat(slot0, &st), 0);
+    uint64_t size = (uint64_t)st.st_size;
+    /* node 0 lost; its replacement's background reservations held */
+    assert_int_equal(setenv("FTC_TEST_SLOT_RESERVE_DELAY_MS", "600000", 1), 0);
+    lose_and_replace(e, (int[]){0}, 1);
+    assert_int_equal(unsetenv("FTC_TEST_SLOT_RESERVE_DELAY_MS"), 0);
+    int fd = raw_hello(e, 0, 2);
+    ftc_ap_msg_t m, rep = raw_slots(fd, size);
+    assert_int_equal(rep.type, FTC_AP_SLOTS_OK);
+    ftc_ap_init(&m, FTC_AP_RESTORE);
+    assert_int_equal(raw_call(fd, &m, &rep, 20000), 0);
+    assert_int_equal(rep.type, FTC_AP_RESTORE_OK);
+    assert_int_equal(rep.step, 0);
+    unsigned landed = rep.slot;
+    /* the rank's next request is answered while its other slots are still
+     * unreserved: only the slot the fetch landed in holds its pages */
+    rep = raw_slots(fd, size);
+    assert_int_equal(rep.type, FTC_AP_SLOTS_OK);
+    for (unsigned i = 0; i < 3; i++) {
+        print_message("slot %u holds %llu of %llu bytes\n", i,
+                      (unsigned long long)slot_held(e, i), (unsigned long long)size);
+        if (i == landed)
+            assert_true(slot_held(e, i) >= size);
+        else
+            assert_true(slot_held(e, i) < size);
+    }
+    /* the next checkpoint's BEGIN reserves its slot itself (never waits for
+     * the held thread) */
+    ftc_ap_init(&m, FTC_AP_BEGIN);
+    m.step = 1;
+    assert_int_equal(raw_call(fd, &m, &rep, 20000), 0);
+    assert_int_equal(rep.type, FTC_AP_BEGIN_OK);
+    assert_int_not_equal(rep.slot, landed);
+    assert_true(slot_held(e, rep.slot) >= size);
+    close(fd);
+    assert_agent_alive(e, 0);
+    teardown_env(e);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, agent_fixture_teardown)
 
 int main(void)
@@ -740,6 +816,7 @@ int main(void)
         T(test_wait_committed_older_failure),
         T(test_layout_change_during_push),
         T(test_restore_meta_too_small),
+        T(test_restore_reserves_in_background),
         T(test_other_protocol_version),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
