@@ -357,7 +357,7 @@ void ftc_slot_reserve_background(ftc_slot_t *s)
     struct ftc__slot_bg *b = calloc(1, sizeof *b);
     if (!b)
         return;
-    b->fd = dup(s->fd);
+    b->fd = fcntl(s->fd, F_DUPFD_CLOEXEC, 0); /* never inherited by a rank forked meanwhile */
     b->size = s->size;
     const char *d = getenv("FTC_TEST_SLOT_RESERVE_DELAY_MS"); /* tests only */
     b->delay_ms = d ? atoi(d) : 0;

@@ -247,6 +247,23 @@ static void test_background_reservation(void **state)
     assert_int_equal(ftc_slot_create_ex(name, size, FTC_SLOT_DEFER, &s, &err), 0);
     ftc_slot_reserve_background(&s);
     assert_false(ftc_slot_reserved_background(&s));
+    /* the thread's descriptor of the slot, like the slot's own, is not
+     * inherited by a process this one forks and execs meanwhile (a rank
+     * forked by `ftc run`'s supervisor, which runs the agent) */
+    int fds = 0;
+    for (int fd = 0; fd < 1024; fd++) {
+        char lp[64], target[PATH_MAX];
+        snprintf(lp, sizeof lp, "/proc/self/fd/%d", fd);
+        ssize_t n = readlink(lp, target, sizeof target - 1);
+        if (n <= 0)
+            continue;
+        target[n] = 0;
+        if (!strstr(target, name))
+            continue;
+        fds++;
+        assert_true(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+    }
+    assert_int_equal(fds, 2); /* the slot's and the thread's */
     assert_int_equal(stat(path, &st), 0);
     assert_true((uint64_t)st.st_blocks * 512 < size);
     assert_int_equal(ftc_slot_reserve(&s, &err), 0);
