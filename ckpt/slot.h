@@ -93,9 +93,11 @@ int ftc_slot_reserve(ftc_slot_t *s, ftc_err_t *err);
  * node's other slots, reserved while its rank copies its restored state)
  * that must not take the cores of what is waited for now, nor keep the
  * caller's thread. The slot stays unreserved (nothing may write it) until
- * ftc_slot_reserve, which never waits for the thread: once the thread is
- * done it only marks the slot reserved, else it stops the thread and
- * reserves the rest itself (posix_fallocate skips what is there already).
+ * ftc_slot_reserve, which does not wait for the thread to finish: once the
+ * thread is done it only marks the slot reserved, else it stops the thread
+ * and reserves the rest itself (posix_fallocate skips what is there
+ * already; it may wait for the one 4 MiB piece the thread is reserving,
+ * which holds the file's lock).
  * ftc_slot_close stops the thread (it holds its own descriptor, so the
  * slot may be closed or unlinked at any time). A no-op on a reserved or
  * closed slot, one already being reserved, or when no thread can be
