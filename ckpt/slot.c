@@ -3,6 +3,7 @@
  */
 #include "ckpt/slot.h"
 
+#include "core/config.h"
 #include "core/log.h"
 
 #include <ctype.h>
@@ -359,8 +360,16 @@ void ftc_slot_reserve_background(ftc_slot_t *s)
         return;
     b->fd = fcntl(s->fd, F_DUPFD_CLOEXEC, 0); /* never inherited by a rank forked meanwhile */
     b->size = s->size;
-    const char *d = getenv("FTC_TEST_SLOT_RESERVE_DELAY_MS"); /* tests only */
-    b->delay_ms = d ? atoi(d) : 0;
+    /* tests only, read at each start (a test sets it around one agent's
+     * restore), strictly: atoi took "5s" for 5 */
+    const char *d = getenv("FTC_TEST_SLOT_RESERVE_DELAY_MS");
+    int64_t dv = 0;
+    if (d && *d && ftc_parse_int(d, 0, 3600000, &dv) != 0) {
+        FTC_WARN("slot", "FTC_TEST_SLOT_RESERVE_DELAY_MS is '%.40s', not 0..3600000 ms (a test "
+                 "knob; unset it): ignored", d);
+        dv = 0;
+    }
+    b->delay_ms = (int)dv;
     atomic_init(&b->stop, false);
     atomic_init(&b->done, false);
     atomic_init(&b->refs, 2);
