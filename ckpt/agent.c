@@ -576,10 +576,15 @@ static void *ftc__repl_main(void *arg)
 {
     ftc_agent_t *a = arg;
     ftc__job_t *active = NULL;
+    uint64_t adopted = UINT64_MAX; /* the a->rebuilds of the engine that adopted them */
     while (!atomic_load(&a->stop)) {
         if (!a->repl) { /* a rebuild that has not succeeded yet */
             ftc__rebuild_transport(a);
             continue;
+        }
+        if (adopted != a->rebuilds) { /* the replicas an earlier agent left: before any GET */
+            ftc_repl_adopt_all(a->repl);
+            adopted = a->rebuilds;
         }
         pthread_mutex_lock(&a->mu);
         ftc__job_t *fresh = a->todo;

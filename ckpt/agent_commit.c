@@ -67,9 +67,11 @@ int ftc__slot_reserve(ftc__rank_t *r, int s, ftc_err_t *err)
     if (!r->slot[s].unreserved)
         return 0;
     uint64_t t0 = ftc_now_ns();
+    bool bg = ftc_slot_reserved_background(&r->slot[s]);
     int rc = ftc_slot_reserve(&r->slot[s], err);
-    FTC_DEBUG("agent", "rank %u: slot %d reserved in %.1f ms%s%s", r->rank, s,
-              (double)(ftc_now_ns() - t0) / 1e6, rc ? ": " : "", rc ? err->msg : "");
+    FTC_DEBUG("agent", "rank %u: slot %d reserved in %.1f ms%s%s%s", r->rank, s,
+              (double)(ftc_now_ns() - t0) / 1e6, bg ? " (in the background before)" : "",
+              rc ? ": " : "", rc ? err->msg : "");
     return rc;
 }
 

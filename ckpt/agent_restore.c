@@ -31,19 +31,21 @@ void ftc__restore_done(ftc_agent_t *a, ftc__rank_t *r, int s, bool verified)
     ok.status = verified ? FTC_AP_OK_VERIFIED : 0;
     ftc_err_t err = {0};
     ftc_ap_send(r->fd, &ok, 1000, &err);
-    /* a second slot that deferred its reservation, while the rank copies
-     * (the third waits for its first use, as at a start) */
+    /* a second slot that deferred its reservation, while the rank copies:
+     * on a thread at the lowest priority, so that it takes neither the
+     * cores the rank's copy (and the other ranks' restores) need nor this
+     * thread, which serves the node's other ranks meanwhile; the rank's
+     * first BEGIN into it reserves what is left (ftc__slot_reserve). The
+     * third waits for its first use, as at a start. */
     int reserved = 0;
     for (int i = 0; i < NS; i++)
         reserved += r->slot[i].base && !r->slot[i].unreserved;
     for (int i = 0; i < NS && reserved < NS - 1; i++) {
-        ftc_err_t rerr = {0};
-        if (!r->slot[i].unreserved)
+        if (!r->slot[i].base || !r->slot[i].unreserved)
             continue;
         reserved++;
-        if (ftc__slot_reserve(r, i, &rerr))
-            FTC_WARN("agent", "rank %u: %s (its next checkpoint in that slot fails with it)",
-                     r->rank, rerr.msg);
+        ftc_slot_reserve_background(&r->slot[i]);
+        FTC_DEBUG("agent", "rank %u: slot %d being reserved in the background", r->rank, i);
     }
 }
 

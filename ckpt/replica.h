@@ -183,6 +183,14 @@ void ftc_repl_serve_local(ftc_repl_t *r, const char *ns);
  * Same lifetime as ftc_repl_held. */
 int ftc_repl_held_step(ftc_repl_t *r, uint32_t owner, uint64_t step, const uint8_t **shard,
                        uint64_t *size);
+/* Adopts now every replica this node's earlier agent left in shm (the
+ * stores a GET or PUT of their owner would adopt at its first use: each
+ * owner's newest replica that verifies, hashed on a few threads), so that a
+ * restarted agent's first GET is served at once instead of after hashing
+ * the replica it asks for: a replacement node's restore waits for that GET.
+ * Call it on the engine's thread, first thing after ftc_repl_create. The
+ * number of owners adopted (a store with a verified replica). */
+int ftc_repl_adopt_all(ftc_repl_t *r);
 /* Counters, for logs and the benchmark. */
 typedef struct ftc_repl_counters {
     uint64_t bytes_sent, bytes_received;

@@ -34,6 +34,7 @@ typedef struct ftc_slot {
     uint64_t size;                /* bytes mapped */
     bool populated;               /* every page reserved and mapped writable here at creation */
     bool unreserved;              /* FTC_SLOT_DEFER: ftc_slot_reserve before anything writes it */
+    struct ftc__slot_bg *bg;      /* ftc_slot_reserve_background's thread, NULL when none */
 } ftc_slot_t;
 
 /* ftc_slot_create_ex flags */
@@ -87,6 +88,25 @@ int ftc_slot_create_all(const char *const *names, int n, uint64_t size, const un
  * reserved): 0, or FTC_ENOSPC / FTC_EIO naming the slot and /dev/shm, and the
  * slot stays unreserved (nothing may write it). Not thread-safe per slot. */
 int ftc_slot_reserve(ftc_slot_t *s, ftc_err_t *err);
+/* Starts reserving a slot created with FTC_SLOT_DEFER on a thread of its own
+ * at the lowest CPU priority (nice 19): memory wanted later (a replacement
+ * node's other slots, reserved while its rank copies its restored state)
+ * that must not take the cores of what is waited for now, nor keep the
+ * caller's thread. The slot stays unreserved (nothing may write it) until
+ * ftc_slot_reserve, which does not wait for the thread to finish: once the
+ * thread is done it only marks the slot reserved, else it stops the thread
+ * and reserves the rest itself (posix_fallocate skips what is there
+ * already; it may wait for the one 4 MiB piece the thread is reserving,
+ * which holds the file's lock).
+ * ftc_slot_close stops the thread (it holds its own descriptor, so the
+ * slot may be closed or unlinked at any time). A no-op on a reserved or
+ * closed slot, one already being reserved, or when no thread can be
+ * started. Tests: FTC_TEST_SLOT_RESERVE_DELAY_MS makes the thread wait that
+ * long (or until stopped) before it starts. Not thread-safe per slot. */
+void ftc_slot_reserve_background(ftc_slot_t *s);
+/* Whether s's background reservation (ftc_slot_reserve_background) has
+ * reserved every page; s stays unreserved until ftc_slot_reserve. */
+bool ftc_slot_reserved_background(const ftc_slot_t *s);
 /* Maps an existing slot (its size is the object's size). */
 int ftc_slot_open(const char *name, bool writable, ftc_slot_t *s, ftc_err_t *err);
 /* Maps n existing slots at once (ftc_slot_open each), each of exactly size

@@ -26,6 +26,15 @@
  *     (FTC_EIO, the agent's reason), not only of the newest;
  *   - a rank back with another layout while its previous version still
  *     replicates: SLOTS waits for the push (it crashed the agent);
+ *   - a replacement node's restore (fresh slots, the shard fetched from a
+ *     peer): the second slot is reserved in the background (held here), so
+ *     the agent answers the rank's next request before that slot is
+ *     reserved (it reserved it first, keeping its thread from the node's
+ *     other ranks), and a BEGIN into it reserves it then;
+ *   - an agent restarted on a node whose shm holds its replicas adopts them
+ *     at its start (the replica a replacement node's restore asks for was
+ *     hashed at the first GET, which the restore waited for), and serves
+ *     them;
  *   - a restore whose metadata buffer is too small: FTC_ERANGE with the
  *     tensors untouched (they were overwritten first);
  *   - ftc_create against a stopped agent whose listen backlog is full ends
@@ -724,6 +733,111 @@ static void test_other_protocol_version(void **state)
     teardown_env(e);
 }
 
+/* Commits step 0 of a world of 2 (rank r on node r, N floats of r + 1). */
+static uint64_t commit_two(env_t *e, float (*w)[1 << 18])
+{
+    int64_t shape[1] = {1 << 18};
+    ftc_ctx_t *c[2] = {NULL, NULL};
+    for (int r = 0; r < 2; r++) {
+        char sock[PATH_MAX + 32];
+        ftc_options_t o = ctx_options(e, r, r, 2, sock, sizeof sock);
+        assert_int_equal(ftc_create(&o, &c[r]), 0);
+        fill(w[r], 1 << 18, (float)r + 1);
+        assert_int_equal(ftc_register(c[r], "w", FTC_DTYPE_F32, 1, shape, w[r], FTC_HOST), 0);
+        assert_int_equal(ftc_checkpoint(c[r], 0, NULL, 0), 0);
+    }
+    for (int r = 0; r < 2; r++) {
+        assert_int_equal(ftc_wait_committed(c[r], 0), 0);
+        ftc_destroy(c[r]);
+    }
+    char slot0[PATH_MAX];
+    snprintf(slot0, sizeof slot0, "/dev/shm/ftc.%s.n0.r0.s0", e->job);
+    struct stat st;
+    assert_int_equal(stat(slot0, &st), 0);
+    return (uint64_t)st.st_size;
+}
+
+/* Bytes the file of rank 0's slot i on node 0 holds (st_blocks). */
+static uint64_t slot_held(env_t *e, unsigned i)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "/dev/shm/ftc.%s.n0.r0.s%u", e->job, i);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    return (uint64_t)st.st_blocks * 512;
+}
+
+static void test_restore_reserves_in_background(void **state)
+{
+    env_t *e = setup_env(*state, 2, "1", 1000);
+    static float w[2][1 << 18];
+    uint64_t size = commit_two(e, w);
+    /* node 0 lost; its replacement's background reservations held */
+    assert_int_equal(setenv("FTC_TEST_SLOT_RESERVE_DELAY_MS", "600000", 1), 0);
+    lose_and_replace(e, (int[]){0}, 1);
+    assert_int_equal(unsetenv("FTC_TEST_SLOT_RESERVE_DELAY_MS"), 0);
+    int fd = raw_hello(e, 0, 2);
+    ftc_ap_msg_t m, rep = raw_slots(fd, size);
+    assert_int_equal(rep.type, FTC_AP_SLOTS_OK);
+    ftc_ap_init(&m, FTC_AP_RESTORE);
+    assert_int_equal(raw_call(fd, &m, &rep, 20000), 0);
+    assert_int_equal(rep.type, FTC_AP_RESTORE_OK);
+    assert_int_equal(rep.step, 0);
+    unsigned landed = rep.slot;
+    /* the rank's next request is answered while its other slots are still
+     * unreserved: only the slot the fetch landed in holds its pages */
+    rep = raw_slots(fd, size);
+    assert_int_equal(rep.type, FTC_AP_SLOTS_OK);
+    for (unsigned i = 0; i < 3; i++) {
+        print_message("slot %u holds %llu of %llu bytes\n", i,
+                      (unsigned long long)slot_held(e, i), (unsigned long long)size);
+        if (i == landed)
+            assert_true(slot_held(e, i) >= size);
+        else
+            assert_true(slot_held(e, i) < size);
+    }
+    /* the next checkpoint's BEGIN reserves its slot itself (never waits for
+     * the held thread) */
+    ftc_ap_init(&m, FTC_AP_BEGIN);
+    m.step = 1;
+    assert_int_equal(raw_call(fd, &m, &rep, 20000), 0);
+    assert_int_equal(rep.type, FTC_AP_BEGIN_OK);
+    assert_int_not_equal(rep.slot, landed);
+    assert_true(slot_held(e, rep.slot) >= size);
+    close(fd);
+    assert_agent_alive(e, 0);
+    teardown_env(e);
+}
+
+static void test_restart_adopts_replicas_at_start(void **state)
+{
+    env_t *e = setup_env(*state, 2, "1", 1000);
+    static float w[2][1 << 18];
+    uint64_t size = commit_two(e, w);
+    /* node 1 holds rank 0's replica; its agent restarts, its shm stays */
+    kill_agent(e, 1);
+    start_agent(e, 1);
+    bool adopted = false;
+    for (int i = 0; i < 1000 && !adopted; i++) { /* (no request reaches it meanwhile) */
+        adopted = agent_said(e, 1, "adopted the replica of owner 0 step 0");
+        if (!adopted)
+            usleep(10000);
+    }
+    assert_true(adopted);
+    /* node 0 lost: its rank's restore is served from that replica */
+    lose_and_replace(e, (int[]){0}, 1);
+    int fd = raw_hello(e, 0, 2);
+    ftc_ap_msg_t m, rep = raw_slots(fd, size);
+    assert_int_equal(rep.type, FTC_AP_SLOTS_OK);
+    ftc_ap_init(&m, FTC_AP_RESTORE);
+    assert_int_equal(raw_call(fd, &m, &rep, 20000), 0);
+    assert_int_equal(rep.type, FTC_AP_RESTORE_OK);
+    assert_int_equal(rep.step, 0);
+    close(fd);
+    assert_true(agent_said(e, 0, "rank 0 restored step 0 from a peer's replica"));
+    teardown_env(e);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, agent_fixture_teardown)
 
 int main(void)
@@ -740,6 +854,8 @@ int main(void)
         T(test_wait_committed_older_failure),
         T(test_layout_change_during_push),
         T(test_restore_meta_too_small),
+        T(test_restore_reserves_in_background),
+        T(test_restart_adopts_replicas_at_start),
         T(test_other_protocol_version),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

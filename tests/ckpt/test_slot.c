@@ -6,7 +6,11 @@
  * a rank's slots at once (one reserved by prefaulting it), all reserved, and
  * refuses up front when together they do not fit; a deferred reservation
  * (FTC_SLOT_DEFER) is taken by ftc_slot_reserve, or by the next create of a
- * slot found at its size with pages missing; a large reservation or
+ * slot found at its size with pages missing; a background reservation
+ * (ftc_slot_reserve_background) reserves every page on its own thread and
+ * ftc_slot_reserve then only marks it, or, the thread not done (held by
+ * FTC_TEST_SLOT_RESERVE_DELAY_MS), reserves it without waiting for it, and
+ * a slot closed and unlinked meanwhile stops it; a large reservation or
  * prefault (several threads) leaves every page mapped; in a small tmpfs of
  * the test's own (a child in its own mount namespace, as root), the space
  * check counts whole pages and what an existing slot's file holds already;
@@ -206,6 +210,84 @@ static void test_deferred_reservation(void **state)
     closed.fd = -1;
     assert_int_equal(ftc_slot_reserve(&closed, &err), FTC_EINVAL);
     ftc_slot_close(&s);
+    assert_int_equal(ftc_slot_unlink(name, &err), 0);
+}
+
+static void test_background_reservation(void **state)
+{
+    (void)state;
+    const uint64_t size = 16u << 20;
+    char name[FTC_SLOT_NAME_MAX], path[FTC_SLOT_NAME_MAX + 16];
+    ftc_err_t err = {0};
+    snprintf(name, sizeof name, "ftc.slot-bg-%d.r0.s1", (int)getpid());
+    snprintf(path, sizeof path, "/dev/shm/%s", name);
+    ftc_slot_t s;
+    struct stat st;
+    /* the thread reserves every page; the slot stays unreserved until
+     * ftc_slot_reserve, which then has nothing left to do */
+    assert_int_equal(ftc_slot_create_ex(name, size, FTC_SLOT_DEFER, &s, &err), 0);
+    ftc_slot_reserve_background(&s);
+    assert_non_null(s.bg);
+    ftc_slot_reserve_background(&s); /* once is enough: a no-op */
+    for (int i = 0; i < 1000 && !ftc_slot_reserved_background(&s); i++)
+        usleep(10000);
+    assert_true(ftc_slot_reserved_background(&s));
+    assert_true(s.unreserved);
+    assert_int_equal(stat(path, &st), 0);
+    assert_true((uint64_t)st.st_blocks * 512 >= size);
+    assert_int_equal(ftc_slot_reserve(&s, &err), 0);
+    assert_false(s.unreserved);
+    assert_null(s.bg);
+    memset(s.base, 0x33, size);
+    ftc_slot_close(&s);
+    assert_int_equal(ftc_slot_unlink(name, &err), 0);
+    /* the thread held before it starts: ftc_slot_reserve does not wait for
+     * it (the test's own deadline would end a wait of 60 s) */
+    assert_int_equal(setenv("FTC_TEST_SLOT_RESERVE_DELAY_MS", "60000", 1), 0);
+    assert_int_equal(ftc_slot_create_ex(name, size, FTC_SLOT_DEFER, &s, &err), 0);
+    ftc_slot_reserve_background(&s);
+    assert_false(ftc_slot_reserved_background(&s));
+    /* the thread's descriptor of the slot, like the slot's own, is not
+     * inherited by a process this one forks and execs meanwhile (a rank
+     * forked by `ftc run`'s supervisor, which runs the agent) */
+    int fds = 0;
+    for (int fd = 0; fd < 1024; fd++) {
+        char lp[64], target[PATH_MAX];
+        snprintf(lp, sizeof lp, "/proc/self/fd/%d", fd);
+        ssize_t n = readlink(lp, target, sizeof target - 1);
+        if (n <= 0)
+            continue;
+        target[n] = 0;
+        if (!strstr(target, name))
+            continue;
+        fds++;
+        assert_true(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+    }
+    assert_int_equal(fds, 2); /* the slot's and the thread's */
+    assert_int_equal(stat(path, &st), 0);
+    assert_true((uint64_t)st.st_blocks * 512 < size);
+    assert_int_equal(ftc_slot_reserve(&s, &err), 0);
+    assert_false(s.unreserved);
+    assert_reserved(name, size);
+    memset(s.base, 0x44, size);
+    ftc_slot_close(&s);
+    assert_int_equal(ftc_slot_unlink(name, &err), 0);
+    /* closed and unlinked while the thread waits: it stops, nothing left */
+    assert_int_equal(ftc_slot_create_ex(name, size, FTC_SLOT_DEFER, &s, &err), 0);
+    ftc_slot_reserve_background(&s);
+    ftc_slot_close(&s);
+    assert_null(s.bg);
+    assert_int_equal(ftc_slot_unlink(name, &err), 0);
+    assert_int_equal(unsetenv("FTC_TEST_SLOT_RESERVE_DELAY_MS"), 0);
+    usleep(50000); /* the stopped thread sees it within 10 ms and ends */
+    assert_int_equal(stat(path, &st), -1);
+    /* a reserved slot, or a closed one: nothing to start */
+    assert_int_equal(ftc_slot_create(name, size, &s, &err), 0);
+    ftc_slot_reserve_background(&s);
+    assert_null(s.bg);
+    ftc_slot_close(&s);
+    ftc_slot_reserve_background(&s);
+    assert_null(s.bg);
     assert_int_equal(ftc_slot_unlink(name, &err), 0);
 }
 
@@ -539,6 +621,7 @@ int main(void)
         cmocka_unit_test(test_bad_names),
         cmocka_unit_test(test_create_all),
         cmocka_unit_test(test_deferred_reservation),
+        cmocka_unit_test(test_background_reservation),
         cmocka_unit_test(test_populate_large),
         cmocka_unit_test(test_need_counts_held_pages),
         cmocka_unit_test(test_refused_by_page_rounding),
