@@ -2293,6 +2293,22 @@ static void fs_seen_written(fs_stamps_t *seen, const fs_cand_t *c, size_t nc)
     }
 }
 
+/* The files of scan set seen whose xxh3 the previous scan set old knew (a
+ * restore wrote them) and that stayed as they were then (same mtime, size
+ * and ctime) keep it: a later restore that finds such a file there already
+ * does not write it again, and before, its tombstone then named its size
+ * alone (test_gonesamesize, v.bin). */
+static void fs_seen_carry(fs_stamps_t *seen, const fs_stamps_t *old)
+{
+    for (size_t i = 0; i < seen->n; i++) {
+        fs_stamp_t *p = &seen->e[i];
+        const fs_stamp_t *q = stamps_find(old, p->name, strlen(p->name));
+        if (q && q->hashed && q->mtime_ns == p->mtime_ns && q->size == p->size &&
+            q->ctime_ns == p->ctime_ns)
+            p->hashed = true, p->xxh3 = q->xxh3;
+    }
+}
+
 static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
 {
     ftc_filestore_limits_t lim;
@@ -2506,6 +2522,7 @@ static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
     if (scan_dir(fs, &sc, "", 0, &e) == 0) {
         if (sc.n) qsort(sc.f, sc.n, sizeof *sc.f, cmp_file);
         if (stamps_from_scan(&sc, &seen) == 0) {
+            fs_seen_carry(&seen, &fs->seen);
             fs_seen_written(&seen, c, nc);
             size_t missed = fs_seen_missed(&seen, c, nc);
             if (missed) {

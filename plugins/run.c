@@ -169,7 +169,11 @@ static void ftc__suplease_start(ftc__suplease_t *l, const ftc_redis_url_t *url, 
     char suffix[FTC_CTL_NODE_MAX + 8];
     snprintf(suffix, sizeof suffix, "sup:%s", node);
     ftc_ctl_key(ctl, suffix, l->key, sizeof l->key);
-    snprintf(l->val, sizeof l->val, "%.64s %ld", host && *host ? host : "-", (long)getpid());
+    /* "host pid start_ms": the start (this host's wall clock, as its agent's
+     * joined_ms) tells a member record of this process's agent from one a
+     * previous incarnation of the same pid left (ftc__report_sup_lost) */
+    snprintf(l->val, sizeof l->val, "%.64s %ld %" PRIu64, host && *host ? host : "-",
+             (long)getpid(), ftc_wall_ms());
     l->url = *url;
     atomic_store(&l->stop, false);
     l->running = pthread_create(&l->tid, NULL, ftc__suplease_main, l) == 0;
@@ -1669,9 +1673,9 @@ static bool ftc__round_moved(ftc__sup_t *s, uint64_t *next_ms)
 typedef struct {
     uint64_t gone_since; /* monotonic ms its lease was first seen missing (0 = seen alive) */
     uint64_t gone_wall;  /* the wall ms of that look */
-    char seen[96];       /* the lease's value when last seen ("host pid": its supervisor), or
-                            "" when never seen: tells its agent's member record from a stale
-                            one (ftc__report_sup_lost) */
+    char seen[96];       /* the lease's value when last seen ("host pid start_ms": its
+                            supervisor), or "" when never seen: tells its agent's member
+                            record from a stale one (ftc__report_sup_lost) */
 } ftc__sup_look_t;
 
 typedef struct {
@@ -2078,7 +2082,9 @@ static uint64_t ftc__fabric_gen(ftc__sup_t *s, const char *node)
  * agent ran never had a heartbeat, so no detector reports it, and without
  * this the event stream would not say why the generation ended. The id:
  *  - when its agent of this supervisor ran (its member record is there, with
- *    the pid of the lease's supervisor, the agent being a thread of it; or,
+ *    the pid of the lease's supervisor, the agent being a thread of it, and
+ *    a joined_ms not before that supervisor's start, both of this host's
+ *    clock; or,
  *    the lease never seen, with its fabric entry of this generation): the
  *    detectors' id node_lost:NODE:JOINED_MS, so that their report of its
  *    heartbeat's expiry and this one are one event, whichever comes first;
@@ -2106,12 +2112,19 @@ static void ftc__report_sup_lost(ftc__sup_t *s, int who, const ftc__sup_look_t *
         has_rec = ftc_ctl_member_parse(buf, &rec, NULL) == 0 && rec.joined_ok;
     }
     ftc_redis_reply_free(rep);
-    char host[96] = "", pidw[32] = "";
+    char host[96] = "", pidw[32] = "", startw[32] = "";
     const char *p = look->seen;
-    int64_t pid = 0;
+    int64_t pid = 0, start = 0;
     bool seen = ftc_next_word(&p, host, sizeof host) && ftc_next_word(&p, pidw, sizeof pidw) &&
                 ftc_parse_int(pidw, 1, INT32_MAX, &pid) == 0;
-    bool agent_ran = has_rec && (seen ? rec.pid == pid : ftc__fabric_gen(s, node) >= s->gen);
+    if (seen && ftc_next_word(&p, startw, sizeof startw) &&
+        ftc_parse_int(startw, 0, INT64_MAX, &start) != 0)
+        start = 0; /* (a lease "host pid" of an older ftc: the pid alone) */
+    /* the pid alone took a previous incarnation's record for this one's when
+     * both processes had the same pid (a container restarted: its entry
+     * point's pid again): its loss was merged into that one's event */
+    bool agent_ran = has_rec && (seen ? rec.pid == pid && rec.joined_ms >= (uint64_t)start
+                                      : ftc__fabric_gen(s, node) >= s->gen);
     char id[160], detail[384], sup[160];
     if (seen)
         snprintf(sup, sizeof sup, " (supervisor pid %" PRId64 " on %s)", pid, host);

@@ -59,7 +59,8 @@
  *              nanosecond but other bytes survives the restore on both nodes
  *              (the tombstone names the deleted copy's size and xxh3)
  *   gonesamesize  a file a restore wrote, deleted before the node packed it
- *              (also after a pack that failed): its tombstone names its bytes,
+ *              (also after a pack that failed, or a second restore that found
+ *              it as the first wrote it): its tombstone names its bytes,
  *              so another file of that name, mtime and size survives
  *   tmpleftover  temporaries of a store process that ended (".ftc-tmp.PID.N",
  *              ".ftc-tmp.gone.PID.N") are removed by the next scan and at a
@@ -1591,11 +1592,24 @@ static void test_gonesamesize(void **state)
     OK(&n1, "rm w.bin");
     OK(&n1, "limits 1073741824 60000");
     OK(&n1, "flush");
+    /* the same after a second restore that found the copy as the first wrote
+     * it (not written again: the xxh3 stays known while its ctime stays) */
+    long long vs = 0, vn = 0;
+    OK(&n0, "write v.bin 227 5000");
+    OK(&n0, "flush");
+    OK(&n1, "restore 1 n0 n1");
+    OK(&n1, "restore 1 n0 n1");
+    assert_int_equal(cmd(&n0, msg, sizeof msg, "getmtime v.bin"), 0);
+    assert_int_equal(sscanf(msg, "%lld %lld", &vs, &vn), 2);
+    OK(&n1, "rm v.bin");
+    OK(&n1, "flush");
     /* node 0: other bytes, the same size, each deleted copy's mtime */
     OK(&n0, "write x.bin 224 5000");
     OK(&n0, "setmtime x.bin %lld %lld", xs, xn);
     OK(&n0, "write w.bin 225 5000");
     OK(&n0, "setmtime w.bin %lld %lld", ws, wn);
+    OK(&n0, "write v.bin 228 5000");
+    OK(&n0, "setmtime v.bin %lld %lld", vs, vn);
     OK(&n0, "flush");
     OK(&n0, "restore 1 n0 n1");
     OK(&n1, "restore 1 n0 n1");
@@ -1603,6 +1617,8 @@ static void test_gonesamesize(void **state)
     OK(&n1, "check x.bin 224 5000");
     OK(&n0, "check w.bin 225 5000");
     OK(&n1, "check w.bin 225 5000");
+    OK(&n0, "check v.bin 228 5000");
+    OK(&n1, "check v.bin 228 5000");
     OK(&n1, "check z.bin 223 10");
     /* the deleted copy itself stays deleted */
     OK(&n0, "write y.bin 226 5000");

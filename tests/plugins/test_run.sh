@@ -62,8 +62,8 @@
 #   n. a node killed (SIGKILL) after it joined a round, before its agent ran:
 #      its supervisor's lease ends the others' wait, and its loss is one
 #      node_lost event (its previous incarnation's, killed with its agent
-#      running, another one); one whose agent had joined: the detector's
-#      event and the lease's report are one.
+#      running, another one, even when that one had the same pid); one whose
+#      agent had joined: the detector's event and the lease's report are one.
 #
 # usage: test_run.sh PATH/TO/ftc PATH/TO/rank_main PATH/TO/ckptfile_main
 set -u
@@ -984,6 +984,17 @@ for i in $(seq 600); do
 done
 check "n: node2 is back, node 2 of 3 in generation 4, before its agent" \
     grep -q 'generation 4: node 2 of 3' "$T/n2.out"
+# the member record its previous incarnation left, as if that process had had this
+# supervisor's pid (a container restarted: the same host, the same pid): still another
+# incarnation, whose loss is an event of its own (not the previous one's, published already)
+port=$(sed -n 's/.*@[^:]*:\([0-9]*\).*/\1/p' "$T/jn/redis.url")
+pw=$(sed -n 's|redis://:\([^@]*\)@.*|\1|p' "$T/jn/redis.url")
+n_cli() { redis-cli --no-auth-warning -p "$port" -a "$pw" "$@"; }
+read -r rh rd rp rj <<<"$(n_cli HGET "ftc:{$Jn}:members" node2)"
+n_cli HSET "ftc:{$Jn}:members" node2 "$rh $rd $newpid $rj" >/dev/null
+check "n: its previous incarnation's member record, with this supervisor's pid (was $rp)" \
+    test "$(n_cli HGET "ftc:{$Jn}:members" node2)" = "$rh $rd $newpid $rj"
+sleep 1 # (the survivors read its lease meanwhile: its pid)
 kill -KILL $newpid
 t0=$(date +%s%N)
 g5='\[node[01]\] INFO run: generation 5: node [01] of 2'
