@@ -1694,6 +1694,23 @@ static int ftc__sharded_grads(ftc_trainer_t *t, ftc_err_t *err)
     return 0;
 }
 
+/* Once t->step has moved on: the checkpoint of every ckpt_every-th step when
+ * checkpoints are on. *ck: whether one was taken; *ck_s: the seconds it took
+ * (0 when none was due). */
+static int ftc__checkpoint_due(ftc_trainer_t *t, bool *ck, double *ck_s, ftc_err_t *err)
+{
+    *ck = false;
+    *ck_s = 0.0;
+    if (!(t->persist || t->ftc) || t->step % t->o.ckpt_every != 0)
+        return 0;
+    uint64_t c0 = ftc_now_ns();
+    int rc = ftc__checkpoint(t, ck, err);
+    if (rc < 0)
+        return rc;
+    *ck_s = (double)(ftc_now_ns() - c0) * 1e-9;
+    return 0;
+}
+
 int ftc_trainer_step(ftc_trainer_t *t, ftc_train_stats_t *st, ftc_err_t *err)
 {
     uint64_t t0 = ftc_now_ns();
@@ -1781,15 +1798,11 @@ int ftc_trainer_step(ftc_trainer_t *t, ftc_train_stats_t *st, ftc_err_t *err)
     }
     uint64_t done = t->step;
     t->step++;
-    bool ck = false;
-    double ck_s = 0.0;
-    if ((t->persist || t->ftc) && t->step % t->o.ckpt_every == 0) {
-        uint64_t c0 = ftc_now_ns();
-        int rc = ftc__checkpoint(t, &ck, err);
-        if (rc < 0)
-            return rc;
-        ck_s = (double)(ftc_now_ns() - c0) * 1e-9;
-    }
+    bool ck;
+    double ck_s;
+    int rc = ftc__checkpoint_due(t, &ck, &ck_s, err);
+    if (rc < 0)
+        return rc;
     if (st) {
         st->step = done;
         st->loss = (float)(loss / M);
@@ -2223,13 +2236,9 @@ static int ftc__guard_act(ftc_trainer_t *t, int kind, double loss, ftc_train_sta
     double ck_s = 0.0;
     if (back == UINT64_MAX) {
         t->step++;
-        if ((t->persist || t->ftc) && t->step % t->o.ckpt_every == 0) {
-            uint64_t c0 = ftc_now_ns();
-            int rc = ftc__checkpoint(t, &ck, err);
-            if (rc < 0)
-                return rc;
-            ck_s = (double)(ftc_now_ns() - c0) * 1e-9;
-        }
+        int rc = ftc__checkpoint_due(t, &ck, &ck_s, err);
+        if (rc < 0)
+            return rc;
     }
     if (st) {
         st->step = k;
