@@ -15,10 +15,7 @@
 #include "core/config.h"
 #include "core/fabric.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,58 +31,6 @@ static size_t g_bytes = (size_t)256 << 20;
 static size_t g_chunk = (size_t)4 << 20;
 static int g_window = 8;
 static int g_reps = 3;
-
-/* Best GB/s over g_reps transfers of g_bytes; busy: MSG_DONTWAIT spinning. */
-static double bench_tcp(int busy, char *buf)
-{
-    int ctl[2];
-    if (socketpair(AF_UNIX, SOCK_STREAM, 0, ctl))
-        die("socketpair");
-    pid_t pid = fork();
-    if (pid == 0) { /* receiver */
-        close(ctl[0]);
-        int ls = socket(AF_INET, SOCK_STREAM, 0);
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        socklen_t al = sizeof a;
-        if (bind(ls, (struct sockaddr *)&a, sizeof a) || listen(ls, 1) ||
-            getsockname(ls, (struct sockaddr *)&a, &al))
-            die("tcp listen");
-        xwrite(ctl[1], &a.sin_port, sizeof a.sin_port);
-        int fd = accept(ls, NULL, NULL);
-        if (fd < 0)
-            die("accept");
-        for (int r = 0; r < g_reps; r++) {
-            tcp_recv_all(fd, buf, g_bytes, busy);
-            tcp_send_all(fd, "k", 1, 0);
-        }
-        close(fd);
-        close(ls);
-        _exit(0);
-    }
-    close(ctl[1]);
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    xread(ctl[0], &a.sin_port, sizeof a.sin_port);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a))
-        die("tcp connect");
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    double best = 0;
-    for (int r = 0; r < g_reps; r++) {
-        uint64_t t0 = ftc_now_ns();
-        tcp_send_all(fd, buf, g_bytes, busy);
-        char k;
-        tcp_recv_all(fd, &k, 1, 0);
-        double gbs = (double)g_bytes / (double)(ftc_now_ns() - t0);
-        best = gbs > best ? gbs : best;
-    }
-    close(fd);
-    close(ctl[0]);
-    waitpid(pid, NULL, 0);
-    return best;
-}
 
 /* ---- fabric ---------------------------------------------------------------- */
 
@@ -106,18 +51,8 @@ static ftc_fabric_t *fab_open(const char *prov)
 
 static ftc_fabric_peer_t fab_swap(ftc_fabric_t *f, int ctl)
 {
-    uint8_t me[FTC_FABRIC_ADDR_MAX], other[FTC_FABRIC_ADDR_MAX];
-    size_t len = sizeof me;
-    uint32_t l32, olen;
-    if (ftc_fabric_getname(f, me, &len))
-        die(ftc_fabric_errmsg(f));
-    l32 = (uint32_t)len;
-    xwrite(ctl, &l32, 4);
-    xwrite(ctl, me, len);
-    xread(ctl, &olen, 4);
-    if (olen > sizeof other)
-        die("address too long");
-    xread(ctl, other, olen);
+    uint8_t other[FTC_FABRIC_ADDR_MAX];
+    uint32_t olen = swap_names(f, ctl, other);
     ftc_fabric_peer_t p;
     if (ftc_fabric_peer_add(f, other, olen, &p))
         die(ftc_fabric_errmsg(f));
@@ -173,34 +108,14 @@ static double bench_fabric(const char *prov, char *buf)
         if (ftc_fabric_send_large(f, p, 10, buf, g_bytes, ftc_deadline_in_ms(60000)) ||
             ftc_fabric_recv(f, p, 11, 0, ok, sizeof ok, NULL, NULL, ftc_deadline_in_ms(30000)))
             die(ftc_fabric_errmsg(f));
-        double gbs = (double)g_bytes / (double)(ftc_now_ns() - t0);
-        best = gbs > best ? gbs : best;
+        double g = gbs_since(g_bytes, t0);
+        best = g > best ? g : best;
     }
     close(ctl[0]);
     int st;
     waitpid(pid, &st, 0);
     ftc_fabric_close(f);
     return best;
-}
-
-static double bench_memcpy(char *a, char *b)
-{
-    double best = 0;
-    for (int r = 0; r < g_reps; r++) {
-        uint64_t t0 = ftc_now_ns();
-        memcpy(b, a, g_bytes);
-        double gbs = (double)g_bytes / (double)(ftc_now_ns() - t0);
-        best = gbs > best ? gbs : best;
-    }
-    return best;
-}
-
-static size_t size_arg(const char *s)
-{
-    int64_t v;
-    if (ftc_parse_size(s, &v) || v <= 0)
-        die("bad size (e.g. 256MiB)");
-    return (size_t)v;
 }
 
 int main(int argc, char **argv)
@@ -229,32 +144,22 @@ int main(int argc, char **argv)
     memset(a, 0x5a, g_bytes);
     memset(b, 0xa5, g_bytes);
 
-    double mc = bench_memcpy(a, b);
-    double tb = bench_tcp(0, a);
-    double tp = bench_tcp(1, a);
+    double mc = bench_memcpy(g_bytes, g_reps, a, b);
+    double tb = bench_tcp(g_bytes, g_reps, 0, a, a);
+    double tp = bench_tcp(g_bytes, g_reps, 1, a, a);
     double fr = bench_fabric("tcp;ofi_rxm", a);
     double fs = bench_fabric("shm", a);
 
     printf("bench_fabric: %zu MiB per transfer, best of %d, fabric chunk %zu KiB x window %d\n",
            g_bytes >> 20, g_reps, g_chunk >> 10, g_window);
-    printf("%-34s %8s %12s %12s\n", "method", "GB/s", "/ busy TCP", "/ block TCP");
-    struct {
-        const char *name;
-        double v;
-    } rows[] = {
+    bench_row_t rows[] = {
         {"memcpy (one thread)", mc},
         {"TCP loopback, blocking", tb},
         {"TCP loopback, busy-poll", tp},
         {"fabric tcp;ofi_rxm send_large", fr},
         {"fabric shm send_large", fs},
     };
-    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
-        if (rows[i].v < 0)
-            printf("%-34s %8s %12s %12s\n", rows[i].name, "absent", "-", "-");
-        else
-            printf("%-34s %8.2f %12.2f %12.2f\n", rows[i].name, rows[i].v, rows[i].v / tp,
-                   rows[i].v / tb);
-    }
+    print_rows(34, rows, sizeof rows / sizeof rows[0], tp, tb);
     free(a);
     free(b);
     return 0;

@@ -20,10 +20,7 @@
 #include "core/config.h"
 #include "core/fabric.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -43,77 +40,6 @@ typedef struct bench {
     int reps;
     char job[64];
 } bench_t;
-
-static double gbs_since(size_t bytes, uint64_t t0)
-{
-    return (double)bytes / (double)(ftc_now_ns() - t0);
-}
-
-/* ---- TCP baseline (tcp_send_all / tcp_recv_all: bench_io.h) ---------------- */
-
-static double bench_tcp(const bench_t *B, int busy, char *buf, char *rbuf)
-{
-    int ctl[2];
-    if (socketpair(AF_UNIX, SOCK_STREAM, 0, ctl))
-        die("socketpair");
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(ctl[0]);
-        int ls = socket(AF_INET, SOCK_STREAM, 0);
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        socklen_t al = sizeof a;
-        if (bind(ls, (struct sockaddr *)&a, sizeof a) || listen(ls, 1) ||
-            getsockname(ls, (struct sockaddr *)&a, &al))
-            die("tcp listen");
-        xwrite(ctl[1], &a.sin_port, sizeof a.sin_port);
-        int fd = accept(ls, NULL, NULL);
-        if (fd < 0)
-            die("accept");
-        for (int r = 0; r < B->reps; r++) {
-            tcp_recv_all(fd, rbuf, B->bytes, busy);
-            tcp_send_all(fd, "k", 1, 0);
-        }
-        close(fd);
-        close(ls);
-        _exit(0);
-    }
-    close(ctl[1]);
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    xread(ctl[0], &a.sin_port, sizeof a.sin_port);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a))
-        die("tcp connect");
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    double best = 0;
-    for (int r = 0; r < B->reps; r++) {
-        uint64_t t0 = ftc_now_ns();
-        tcp_send_all(fd, buf, B->bytes, busy);
-        char k;
-        tcp_recv_all(fd, &k, 1, 0);
-        double g = gbs_since(B->bytes, t0);
-        best = g > best ? g : best;
-    }
-    close(fd);
-    close(ctl[0]);
-    waitpid(pid, NULL, 0);
-    return best;
-}
-
-static double bench_memcpy(const bench_t *B, char *a, char *b)
-{
-    double best = 0;
-    for (int r = 0; r < B->reps; r++) {
-        uint64_t t0 = ftc_now_ns();
-        memcpy(b, a, B->bytes);
-        double g = gbs_since(B->bytes, t0);
-        best = g > best ? g : best;
-    }
-    return best;
-}
 
 /* ---- replication ------------------------------------------------------------------ */
 
@@ -181,18 +107,8 @@ static ftc_fabric_t *fab_open(const bench_t *B, const char *prov, ftc_err_t *e)
 
 static void swap_addr(ftc_fabric_t *f, ftc_repl_t *r, uint32_t other_node, int ctl)
 {
-    uint8_t me[FTC_FABRIC_ADDR_MAX], other[FTC_FABRIC_ADDR_MAX];
-    size_t len = sizeof me;
-    uint32_t l32, olen;
-    if (ftc_fabric_getname(f, me, &len))
-        die(ftc_fabric_errmsg(f));
-    l32 = (uint32_t)len;
-    xwrite(ctl, &l32, 4);
-    xwrite(ctl, me, len);
-    xread(ctl, &olen, 4);
-    if (olen > sizeof other)
-        die("address too long");
-    xread(ctl, other, olen);
+    uint8_t other[FTC_FABRIC_ADDR_MAX];
+    uint32_t olen = swap_names(f, ctl, other);
     if (ftc_repl_peer_add(r, other_node, other, olen))
         die(ftc_repl_errstr(r));
 }
@@ -287,45 +203,27 @@ static void run_size(bench_t *B)
     uint64_t ssize;
     uint8_t *shard = make_shard(B->bytes, &ssize);
 
-    double mc = bench_memcpy(B, a, b);
-    double tb = bench_tcp(B, 0, a, b);
-    double tp = bench_tcp(B, 1, a, b);
+    double mc = bench_memcpy(B->bytes, B->reps, a, b);
+    double tb = bench_tcp(B->bytes, B->reps, 0, a, b);
+    double tp = bench_tcp(B->bytes, B->reps, 1, a, b);
     double rr = bench_repl(B, "tcp;ofi_rxm", shard, ssize);
     double rs = bench_repl(B, "shm", shard, ssize);
 
     printf("\nbench_replicate: %zu MiB per push (shard %llu bytes), best of %d, chunk %zu KiB "
            "x window %d\n",
            B->bytes >> 20, (unsigned long long)ssize, B->reps, B->chunk >> 10, B->window);
-    printf("%-40s %8s %12s %12s\n", "method", "GB/s", "/ busy TCP", "/ block TCP");
-    struct {
-        const char *name;
-        double v;
-    } rows[] = {
+    bench_row_t rows[] = {
         {"memcpy (one thread)", mc},
         {"TCP loopback, blocking", tb},
         {"TCP loopback, busy-poll", tp},
         {"replicate tcp;ofi_rxm (push to ACK)", rr},
         {"replicate shm (push to ACK)", rs},
     };
-    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
-        if (rows[i].v < 0)
-            printf("%-40s %8s %12s %12s\n", rows[i].name, "absent", "-", "-");
-        else
-            printf("%-40s %8.2f %12.2f %12.2f\n", rows[i].name, rows[i].v, rows[i].v / tp,
-                   rows[i].v / tb);
-    }
+    print_rows(40, rows, sizeof rows / sizeof rows[0], tp, tb);
     fflush(stdout);
     free(shard);
     free(a);
     free(b);
-}
-
-static size_t size_arg(const char *s)
-{
-    int64_t v;
-    if (ftc_parse_size(s, &v) || v <= 0)
-        die("bad size (e.g. 256MiB)");
-    return (size_t)v;
 }
 
 int main(int argc, char **argv)

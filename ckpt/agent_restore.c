@@ -204,6 +204,16 @@ static void ftc__deliver(ftc_agent_t *a, ftc__rank_t *r, const uint8_t *buf, uin
 
 static bool ftc__at_most_next(ftc_agent_t *a, ftc__rank_t *r, const char *tried, const char *why);
 
+/* Node i's persist tier (persist_dir/nodeI), opened read-only; NULL when it
+ * cannot be. */
+static ftc_persist_t *ftc__node_persist(const ftc_agent_t *a, uint32_t i)
+{
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/node%u", a->o.persist_dir, i);
+    ftc_err_t err = {0};
+    return ftc_persist_open_reader(dir, &err);
+}
+
 /* The persist tiers of the other nodes (persist.dir/node<I>, read-only: a
  * shared file system in a real job). A lost node's shards exist only there
  * once its memory is gone (a shrink gave its ranks to survivors); a live
@@ -221,12 +231,10 @@ static bool ftc__restore_from_other_tiers(ftc_agent_t *a, ftc__rank_t *r)
             bool alive = a->peers[i].known && a->peers[i].alive;
             if (i == a->o.index || alive != (pass >= 2) || (r->at_most && pass % 2))
                 continue; /* (FETCH_AT_MOST: the exact step; older ones are candidates) */
-            char dir[4200];
-            snprintf(dir, sizeof dir, "%s/node%u", a->o.persist_dir, i);
-            ftc_err_t err = {0};
-            ftc_persist_t *p = ftc_persist_open_reader(dir, &err);
+            ftc_persist_t *p = ftc__node_persist(a, i);
             if (!p)
                 continue;
+            ftc_err_t err = {0};
             ftc_persist_loaded_t *l = NULL;
             if (ftc_persist_load(p, pass % 2 ? FTC_PERSIST_NEWEST : (uint64_t)r->restore_step,
                                  &l) ==
@@ -562,10 +570,7 @@ bool ftc__each_persist(ftc_agent_t *a, bool (*visit)(ftc_persist_t *, void *), v
     for (uint32_t i = 0; !done && a->o.persist_dir && *a->o.persist_dir && i < a->o.nodes; i++) {
         if (i == a->o.index)
             continue;
-        char dir[4200];
-        snprintf(dir, sizeof dir, "%s/node%u", a->o.persist_dir, i);
-        ftc_err_t err = {0};
-        ftc_persist_t *p = ftc_persist_open_reader(dir, &err);
+        ftc_persist_t *p = ftc__node_persist(a, i);
         if (!p)
             continue;
         done = visit(p, arg);

@@ -172,17 +172,24 @@ static void ftc__snap_thread_exit(ftc_snap_t *s)
         ftc__snap_free(s);
 }
 
+/* mu held: waits for a job newer than *seen and takes it; false when the
+ * engine is told to stop. */
+static bool ftc__snap_next_job(ftc_snap_t *s, uint64_t *seen)
+{
+    while (!s->stop && s->job == *seen)
+        pthread_cond_wait(&s->cv_work, &s->mu);
+    if (s->stop)
+        return false;
+    *seen = s->job;
+    return true;
+}
+
 static void *ftc__snap_worker(void *arg)
 {
     ftc_snap_t *s = arg;
     uint64_t seen = 0;
     pthread_mutex_lock(&s->mu);
-    for (;;) {
-        while (!s->stop && s->job == seen)
-            pthread_cond_wait(&s->cv_work, &s->mu);
-        if (s->stop)
-            break;
-        seen = s->job;
+    while (ftc__snap_next_job(s, &seen)) {
         pthread_mutex_unlock(&s->mu);
         for (;;) { /* 1. copy */
             uint32_t k = atomic_fetch_add(&s->next_piece, 1);
@@ -241,12 +248,7 @@ static void *ftc__snap_coord(void *arg)
     ftc_snap_t *s = arg;
     uint64_t seen = 0;
     pthread_mutex_lock(&s->mu);
-    for (;;) {
-        while (!s->stop && s->job == seen)
-            pthread_cond_wait(&s->cv_work, &s->mu);
-        if (s->stop)
-            break;
-        seen = s->job;
+    while (ftc__snap_next_job(s, &seen)) {
         if (!s->has_dev)
             continue; /* host tensors only: the copy threads publish and seal */
         while (atomic_load(&s->copied) < s->npieces && !s->stop)

@@ -616,6 +616,22 @@ static int ftc__zrun(ftc__zworker_t *w, int nt, ftc_err_t *err)
     return 0;
 }
 
+/* Frees nt workers of the encoder (ZSTD_CCtx) or the decoder (ZSTD_DCtx) and
+ * their buffers; what a worker never got is NULL (the array is calloc'd). */
+static void ftc__zworkers_free(ftc__zworker_t *w, int nt, bool encoder)
+{
+    for (int i = 0; i < nt; i++) {
+        if (encoder)
+            ZSTD_freeCCtx(w[i].zctx);
+        else
+            ZSTD_freeDCtx(w[i].zctx);
+        free(w[i].scratch1);
+        free(w[i].scratch2);
+        free(w[i].zeros);
+    }
+    free(w);
+}
+
 /* ---- encoding ------------------------------------------------------------------ */
 
 /* The most a bitshuffled chunk's payload may take: its plane masks, a zstd
@@ -939,12 +955,7 @@ int ftc_zshard_encode(const void *raw, uint64_t raw_size, const void *base, uint
     buf = NULL;
     rc = 0;
 undo_workers:
-    for (int i = 0; i < nt; i++) {
-        ZSTD_freeCCtx(w[i].zctx);
-        free(w[i].scratch1);
-        free(w[i].scratch2);
-    }
-    free(w);
+    ftc__zworkers_free(w, nt, true);
 undo_buf:
     free(buf);
 undo_plan:
@@ -1464,12 +1475,7 @@ int ftc_zshard_decode(const void *file, size_t len, const void *base, uint64_t b
     out = NULL;
     rc = 0;
 undo_workers:
-    for (int i = 0; i < nt; i++) {
-        ZSTD_freeDCtx(w[i].zctx);
-        free(w[i].scratch1);
-        free(w[i].zeros);
-    }
-    free(w);
+    ftc__zworkers_free(w, nt, false);
 undo_out:
     free(out);
 undo_chunks:

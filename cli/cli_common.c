@@ -328,20 +328,9 @@ void ftc_cli_warn_ignored(const ftc_cli_cmd_t *cmd, const ftc_cli_args_t *a,
 int ftc_cli_split_path(const char *path, char *dir, size_t dlen, const char **base,
                        ftc_err_t *err)
 {
-    const char *slash = strrchr(path, '/');
-    if (!slash) {
-        snprintf(dir, dlen, ".");
-        *base = path;
-    } else {
-        size_t n = (size_t)(slash - path);
-        if (n + 1 >= dlen)
-            return ftc_err_set(err, FTC_EINVAL, "path too long: %s", path);
-        if (n == 0)
-            n = 1; /* "/name" lives in "/" */
-        memcpy(dir, path, n);
-        dir[n] = '\0';
-        *base = slash + 1;
-    }
+    int rc = ftc_fs_split_path(path, dir, dlen, base, err);
+    if (rc)
+        return rc;
     if (!**base)
         return ftc_err_set(err, FTC_EINVAL, "'%s' ends in '/': give a file name", path);
     return 0;

@@ -222,6 +222,26 @@ out:
     return rc;
 }
 
+int ftc_fs_split_path(const char *path, char *dir, size_t dlen, const char **base,
+                      ftc_err_t *err)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash) {
+        snprintf(dir, dlen, ".");
+        *base = path;
+        return 0;
+    }
+    size_t n = (size_t)(slash - path);
+    if (n + 1 >= dlen)
+        return ftc_err_set(err, FTC_EINVAL, "path too long: %s", path);
+    if (n == 0)
+        n = 1; /* "/name" lives in "/" */
+    memcpy(dir, path, n);
+    dir[n] = '\0';
+    *base = slash + 1;
+    return 0;
+}
+
 int ftc_fs_mkdirs(const char *path, ftc_err_t *err)
 {
     char buf[PATH_MAX];

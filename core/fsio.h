@@ -65,6 +65,13 @@ int ftc_fs_write_file_atomic(const char *dir, const char *name, const void *buf,
 int ftc_fs_read_file(const char *path, size_t max_len, uint8_t **out, size_t *len,
                      ftc_err_t *err);
 
+/* Splits path into its directory (dlen bytes: "." when path has no slash,
+ * "/" for "/name") and its final name, *base, a pointer into path ("" when
+ * path ends in '/': the caller says what it wanted). FTC_EINVAL when the
+ * directory does not fit. */
+int ftc_fs_split_path(const char *path, char *dir, size_t dlen, const char **base,
+                      ftc_err_t *err);
+
 /* mkdir -p with mode 0700 for missing parts; existing directories are fine. */
 int ftc_fs_mkdirs(const char *path, ftc_err_t *err);
 /* Removes a directory and the plain files in it (one level; no recursion

@@ -269,6 +269,22 @@ static int ftc__eval_pair(ftc_ctl_t *c, const ftc_redis_script_t *script, const 
     return rc;
 }
 
+/* HMGET of two fields of hash key. *rep is NULL when Redis did not answer
+ * (the error returned); else it holds the reply, which the caller frees, and
+ * unless an error is returned *el holds its two elements, nil where a field
+ * (or the whole hash) is missing. */
+static int ftc__hmget2(ftc_ctl_t *c, const char *key, const char *f1, const char *f2,
+                       ftc_redis_reply_t **rep, ftc_redis_reply_t ***el)
+{
+    int rc = ftc_redis_cmdv(c->r, true, rep, "HMGET", key, f1, f2, NULL);
+    if (rc) {
+        *rep = NULL;
+        return ftc__rc(c, rc);
+    }
+    size_t n;
+    return ftc_redis_want_array(*rep, key, 2, el, &n, &c->err);
+}
+
 #define KEY(var, ...)                                                                              \
     char var[256];                                                                                 \
     do {                                                                                           \
@@ -422,15 +438,12 @@ int ftc_ctl_member_parse(const char *text, ftc_ctl_member_rec_t *m, ftc_err_t *e
 int ftc_ctl_generation(ftc_ctl_t *c, uint64_t *gen, uint32_t *world)
 {
     KEY(key, "gen");
-    ftc_redis_reply_t *rep;
-    int rc = ftc_redis_cmdv(c->r, true, &rep, "HMGET", key, "gen", "world", NULL);
-    if (rc)
-        return ftc__rc(c, rc);
-    ftc_redis_reply_t **el;
-    size_t n;
+    ftc_redis_reply_t *rep, **el;
+    int rc = ftc__hmget2(c, key, "gen", "world", &rep, &el);
+    if (!rep)
+        return rc;
     *gen = 0;
     *world = 0;
-    rc = ftc_redis_want_array(rep, key, 2, &el, &n, &c->err);
     if (!rc && el[0]->type != REDIS_REPLY_NIL) {
         long long g, w;
         if ((rc = ftc_redis_str_to_ll(el[0], "generation (field gen)", &g, &c->err)) == 0 &&
@@ -715,15 +728,12 @@ int ftc_ctl_commit_report(ftc_ctl_t *c, uint64_t gen, int64_t step, uint32_t ran
 int ftc_ctl_committed(ftc_ctl_t *c, int64_t *step, uint64_t *gen)
 {
     KEY(commit, "commit");
-    ftc_redis_reply_t *rep;
-    int rc = ftc_redis_cmdv(c->r, true, &rep, "HMGET", commit, "step", "gen", NULL);
-    if (rc)
-        return ftc__rc(c, rc);
-    ftc_redis_reply_t **el;
-    size_t n;
+    ftc_redis_reply_t *rep, **el;
+    int rc = ftc__hmget2(c, commit, "step", "gen", &rep, &el);
+    if (!rep)
+        return rc;
     *step = -1;
     *gen = 0;
-    rc = ftc_redis_want_array(rep, commit, 2, &el, &n, &c->err);
     if (!rc && el[0]->type != REDIS_REPLY_NIL) {
         long long s, g = 0;
         rc = ftc_redis_str_to_ll(el[0], "commit step", &s, &c->err);

@@ -1807,6 +1807,39 @@ static int ftc__master(ftc__sup_t *s, char *host, size_t cap, int *port, ftc_err
     return rc;
 }
 
+/* HGETALL of ftc:{J}:fabric: its fields and values in turn in *el, their
+ * count returned, 0 when it cannot be read. The caller frees *rep (which may
+ * be NULL). */
+static size_t ftc__fabric_hash(ftc__sup_t *s, ftc_redis_reply_t **rep, ftc_redis_reply_t ***el)
+{
+    char key[256];
+    ftc_ctl_key(s->ctl, "fabric", key, sizeof key);
+    size_t n = 0;
+    if (ftc_redis_cmdv(ftc_ctl_redis(s->ctl), true, rep, "HGETALL", key, NULL) != 0 ||
+        ftc_redis_want_array(*rep, "HGETALL fabric", -1, el, &n, NULL) != 0)
+        n = 0;
+    return n;
+}
+
+/* Field k and value k + 1 of ftc__fabric_hash's elements as a record; false
+ * when they are not one. */
+static bool ftc__fabric_entry(ftc_redis_reply_t **el, size_t k, ftc__fabric_rec_t *r)
+{
+    const char *f, *v;
+    size_t fl, vl;
+    char fbuf[32], buf[1024];
+    if (ftc_redis_want_str(el[k], "fabric", &f, &fl, NULL) || !f || fl >= sizeof fbuf ||
+        ftc_redis_want_str(el[k + 1], "fabric", &v, &vl, NULL) || !v || vl >= sizeof buf)
+        return false;
+    memcpy(fbuf, f, fl);
+    fbuf[fl] = 0;
+    memcpy(buf, v, vl);
+    buf[vl] = 0;
+    /* the agents' strict parser (fuzz_records): sscanf("%*s %64s %*s
+     * %llu") took "5x" for generation 5 and "-1" for 2^64-1 */
+    return ftc__fabric_parse(fbuf, buf, r, NULL) == 0;
+}
+
 /* Whether every member's agent of this generation published its fabric
  * address (`ftc:{J}:fabric`: "hexaddr node_id domain generation"): the
  * address a member's previous agent left, with a heartbeat that has not
@@ -1814,30 +1847,13 @@ static int ftc__master(ftc__sup_t *s, char *host, size_t cap, int *port, ftc_err
  * endpoint. Sets *missing to the first member without one. */
 static bool ftc__fabric_current(ftc__sup_t *s, int *missing)
 {
-    char key[256];
-    ftc_ctl_key(s->ctl, "fabric", key, sizeof key);
     ftc_redis_reply_t *rep = NULL, **el = NULL;
-    size_t n = 0;
     bool *seen = calloc((size_t)s->round.nodes, sizeof *seen);
     *missing = 0;
-    if (!seen || ftc_redis_cmdv(ftc_ctl_redis(s->ctl), true, &rep, "HGETALL", key, NULL) != 0 ||
-        ftc_redis_want_array(rep, "HGETALL fabric", -1, &el, &n, NULL) != 0)
-        n = 0;
+    size_t n = seen ? ftc__fabric_hash(s, &rep, &el) : 0;
     for (size_t k = 0; k + 1 < n; k += 2) {
-        const char *f, *v;
-        size_t fl, vl;
-        char fbuf[32], buf[1024];
-        if (ftc_redis_want_str(el[k], "fabric", &f, &fl, NULL) || fl >= sizeof fbuf ||
-            ftc_redis_want_str(el[k + 1], "fabric", &v, &vl, NULL) || vl >= sizeof buf)
-            continue;
-        memcpy(fbuf, f, fl);
-        fbuf[fl] = 0;
-        memcpy(buf, v, vl);
-        buf[vl] = 0;
-        /* the agents' strict parser (fuzz_records): sscanf("%*s %64s %*s
-         * %llu") took "5x" for generation 5 and "-1" for 2^64-1 */
         ftc__fabric_rec_t r;
-        if (ftc__fabric_parse(fbuf, buf, &r, NULL) != 0 || !r.has_gen || r.gen < s->gen)
+        if (!ftc__fabric_entry(el, k, &r) || !r.has_gen || r.gen < s->gen)
             continue;
         for (int i = 0; i < s->round.nodes; i++)
             if (!strcmp(r.node_id, s->round.members[i]))
@@ -2048,28 +2064,12 @@ static bool ftc__sup_lost(ftc__sup_t *s, int who, ftc__sup_look_t *looks, uint64
  * it joins), 0 when none can be read. */
 static uint64_t ftc__fabric_gen(ftc__sup_t *s, const char *node)
 {
-    char key[256];
-    ftc_ctl_key(s->ctl, "fabric", key, sizeof key);
     ftc_redis_reply_t *rep = NULL, **el = NULL;
-    size_t n = 0;
+    size_t n = ftc__fabric_hash(s, &rep, &el);
     uint64_t gen = 0;
-    if (ftc_redis_cmdv(ftc_ctl_redis(s->ctl), true, &rep, "HGETALL", key, NULL) != 0 ||
-        ftc_redis_want_array(rep, "HGETALL fabric", -1, &el, &n, NULL) != 0)
-        n = 0;
     for (size_t k = 0; k + 1 < n; k += 2) {
-        const char *f, *v;
-        size_t fl, vl;
-        char fbuf[32], buf[1024];
-        if (ftc_redis_want_str(el[k], "fabric", &f, &fl, NULL) || !f || fl >= sizeof fbuf ||
-            ftc_redis_want_str(el[k + 1], "fabric", &v, &vl, NULL) || !v || vl >= sizeof buf)
-            continue;
-        memcpy(fbuf, f, fl);
-        fbuf[fl] = 0;
-        memcpy(buf, v, vl);
-        buf[vl] = 0;
         ftc__fabric_rec_t r;
-        if (ftc__fabric_parse(fbuf, buf, &r, NULL) == 0 && r.has_gen &&
-            !strcmp(r.node_id, node) && r.gen > gen)
+        if (ftc__fabric_entry(el, k, &r) && r.has_gen && !strcmp(r.node_id, node) && r.gen > gen)
             gen = r.gen;
     }
     ftc_redis_reply_free(rep);

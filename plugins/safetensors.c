@@ -230,22 +230,9 @@ out:
 static int ftc__st_split(const char *path, char *dir, size_t dlen, const char **base,
                          ftc_err_t *err)
 {
-    const char *slash = strrchr(path, '/');
-    if (!slash) {
-        snprintf(dir, dlen, ".");
-        *base = path;
-    } else {
-        size_t n = (size_t)(slash - path);
-        if (n + 1 >= dlen)
-            return ftc_err_set(err, FTC_EINVAL, "path too long: %s", path);
-        if (n == 0) {
-            snprintf(dir, dlen, "/");
-        } else {
-            memcpy(dir, path, n);
-            dir[n] = '\0';
-        }
-        *base = slash + 1;
-    }
+    int rc = ftc_fs_split_path(path, dir, dlen, base, err);
+    if (rc)
+        return rc;
     if (!**base)
         return ftc_err_set(err, FTC_EINVAL, "'%s' names a directory; give a file name to export to",
                            path);

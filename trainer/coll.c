@@ -144,11 +144,12 @@ void ftc_coll_destroy(ftc_coll_t *c)
 
 /* ---- address exchange through a directory ------------------------------ */
 
-static int write_file(const char *path, const char *tmp, const void *p, size_t n, ftc_err_t *err)
+int ftc__coll_publish_file(const char *path, const char *tmp, const void *p, size_t n,
+                           const char *who, ftc_err_t *err)
 {
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
-        return ftc_err_errno(err, errno, "coll exchange: create %s", tmp);
+        return ftc_err_errno(err, errno, "%s: create %s", who, tmp);
     const uint8_t *b = p;
     size_t left = n;
     while (left) {
@@ -159,14 +160,14 @@ static int write_file(const char *path, const char *tmp, const void *p, size_t n
             int e = errno;
             close(fd);
             unlink(tmp);
-            return ftc_err_errno(err, e, "coll exchange: write %s", tmp);
+            return ftc_err_errno(err, e, "%s: write %s", who, tmp);
         }
         b += w, left -= (size_t)w;
     }
     if (close(fd) < 0 || rename(tmp, path) < 0) {
         int e = errno;
         unlink(tmp);
-        return ftc_err_errno(err, e, "coll exchange: publish %s", path);
+        return ftc_err_errno(err, e, "%s: publish %s", who, path);
     }
     return 0;
 }
@@ -207,7 +208,7 @@ int ftc_coll_exchange_dir(const char *dir, int rank, int size, const void *addr,
     char path[4096], tmp[4200];
     snprintf(path, sizeof path, "%s/%d.addr", dir, rank);
     snprintf(tmp, sizeof tmp, "%s/.%d.addr.%ld.tmp", dir, rank, (long)getpid());
-    int rc = write_file(path, tmp, addr, len, err);
+    int rc = ftc__coll_publish_file(path, tmp, addr, len, "coll exchange", err);
     if (rc < 0)
         return rc;
     for (int r = 0; r < size; r++)

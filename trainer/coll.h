@@ -159,6 +159,12 @@ int ftc_coll_cpu_create(ftc_fabric_t *fab, int rank, int size, const uint8_t *ad
  * received from one peer); 0 for another backend. */
 size_t ftc__coll_cpu_scratch_bytes(const ftc_coll_t *c);
 
+/* Internal (the directory exchanges of coll.c and coll_nccl_boot.c): writes
+ * n bytes to tmp, then renames it to path (no fsync). On failure tmp is
+ * removed; error messages start with "<who>: ". */
+int ftc__coll_publish_file(const char *path, const char *tmp, const void *p, size_t n,
+                           const char *who, ftc_err_t *err);
+
 /* Exchanges fabric addresses through a shared directory: writes
  * dir/<rank>.addr atomically (temp file + rename), then waits (polling every
  * 5 ms) until all `size` files exist, and reads them into addrs (size x

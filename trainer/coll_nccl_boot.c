@@ -114,29 +114,7 @@ static int write_atomic(const char *dir, const char *name, const void *p, size_t
     char path[4096], tmp[4200];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     snprintf(tmp, sizeof tmp, "%s/.%s.%ld.tmp", dir, name, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return ftc_err_errno(err, errno, "nccl rendezvous: create %s", tmp);
-    const uint8_t *q = p;
-    size_t left = n;
-    while (left) {
-        ssize_t w = write(fd, q, left);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            int e = errno;
-            close(fd);
-            unlink(tmp);
-            return ftc_err_errno(err, e, "nccl rendezvous: write %s", tmp);
-        }
-        q += w, left -= (size_t)w;
-    }
-    if (close(fd) < 0 || rename(tmp, path) < 0) {
-        int e = errno;
-        unlink(tmp);
-        return ftc_err_errno(err, e, "nccl rendezvous: publish %s", path);
-    }
-    return 0;
+    return ftc__coll_publish_file(path, tmp, p, n, "nccl rendezvous", err);
 }
 
 /* The newest generation with an id file in dir (0 and *found = 0 if none). */

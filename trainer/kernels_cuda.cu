@@ -412,6 +412,20 @@ static void ftc__matmul_bwd_bf16(float *dinp, float *dw, float *dbias, const flo
 
 /* ---- attention ----------------------------------------------------------------------------- */
 
+/* Element i of a [B,NH,T,hs] tensor: the row b*T+t and the column h*hs+d of
+ * the same element in the [B,T,NH*hs] layout. */
+__device__ __forceinline__ void ftc__bnth_split(size_t i, int T, int NH, int hs, size_t *row,
+                                                size_t *col)
+{
+    int d = (int)(i % hs);
+    size_t r = i / hs;
+    int t = (int)(r % T);
+    r /= T;
+    int h = (int)(r % NH), b = (int)(r / NH);
+    *row = (size_t)b * T + t;
+    *col = (size_t)h * hs + d;
+}
+
 /* qkv [B,T,3,NH,hs] -> q, k, v [B,NH,T,hs] (each B*T*C floats) */
 __global__ void ftc__permute_k(float *q, float *k, float *v, const float *qkv, int B, int T,
                                int NH, int hs)
@@ -419,12 +433,9 @@ __global__ void ftc__permute_k(float *q, float *k, float *v, const float *qkv, i
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, total = (size_t)B * NH * T * hs;
     if (i >= total)
         return;
-    int d = (int)(i % hs);
-    size_t r = i / hs;
-    int t = (int)(r % T);
-    r /= T;
-    int h = (int)(r % NH), b = (int)(r / NH);
-    size_t C = (size_t)NH * hs, src = ((size_t)b * T + t) * 3 * C + (size_t)h * hs + d;
+    size_t row, col;
+    ftc__bnth_split(i, T, NH, hs, &row, &col);
+    size_t C = (size_t)NH * hs, src = row * 3 * C + col;
     q[i] = qkv[src];
     k[i] = qkv[src + C];
     v[i] = qkv[src + 2 * C];
@@ -436,12 +447,9 @@ __global__ void ftc__unpermute_k(float *out, const float *y, int B, int T, int N
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, total = (size_t)B * NH * T * hs;
     if (i >= total)
         return;
-    int d = (int)(i % hs);
-    size_t r = i / hs;
-    int t = (int)(r % T);
-    r /= T;
-    int h = (int)(r % NH), b = (int)(r / NH);
-    out[((size_t)b * T + t) * NH * hs + (size_t)h * hs + d] = y[i];
+    size_t row, col;
+    ftc__bnth_split(i, T, NH, hs, &row, &col);
+    out[row * NH * hs + col] = y[i];
 }
 
 /* dout [B,T,C] -> dy [B,NH,T,hs] */
@@ -450,12 +458,9 @@ __global__ void ftc__permute_dout_k(float *dy, const float *dout, int B, int T, 
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, total = (size_t)B * NH * T * hs;
     if (i >= total)
         return;
-    int d = (int)(i % hs);
-    size_t r = i / hs;
-    int t = (int)(r % T);
-    r /= T;
-    int h = (int)(r % NH), b = (int)(r / NH);
-    dy[i] = dout[((size_t)b * T + t) * NH * hs + (size_t)h * hs + d];
+    size_t row, col;
+    ftc__bnth_split(i, T, NH, hs, &row, &col);
+    dy[i] = dout[row * NH * hs + col];
 }
 
 /* dqkv [B,T,3C] += dq, dk, dv [B,NH,T,hs] */
@@ -465,12 +470,9 @@ __global__ void ftc__unpermute_add_k(float *dqkv, const float *dq, const float *
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, total = (size_t)B * NH * T * hs;
     if (i >= total)
         return;
-    int d = (int)(i % hs);
-    size_t r = i / hs;
-    int t = (int)(r % T);
-    r /= T;
-    int h = (int)(r % NH), b = (int)(r / NH);
-    size_t C = (size_t)NH * hs, dst = ((size_t)b * T + t) * 3 * C + (size_t)h * hs + d;
+    size_t row, col;
+    ftc__bnth_split(i, T, NH, hs, &row, &col);
+    size_t C = (size_t)NH * hs, dst = row * 3 * C + col;
     dqkv[dst] = __fadd_rn(dqkv[dst], dq[i]);
     dqkv[dst + C] = __fadd_rn(dqkv[dst + C], dk[i]);
     dqkv[dst + 2 * C] = __fadd_rn(dqkv[dst + 2 * C], dv[i]);

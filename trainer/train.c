@@ -208,6 +208,25 @@ static int ftc__persist_snap(ftc_trainer_t *t, const ftc_shard_info_t *info, int
     return 0;
 }
 
+/* Once the tensors are registered with t->snap: allocates and formats the
+ * checkpoint region, t->region, and opens the persist path in dir. */
+static int ftc__persist_region(ftc_trainer_t *t, const char *dir, ftc_err_t *err)
+{
+    t->region_size = ftc_snap_size(t->snap);
+    t->region = aligned_alloc(64, (t->region_size + 63) & ~(uint64_t)63);
+    if (!t->region)
+        return ftc_err_set(err, FTC_ENOMEM, "checkpoint region of %llu bytes: out of memory",
+                           (unsigned long long)t->region_size);
+    int rc = ftc_snap_format(t->snap, t->region, err);
+    if (rc < 0)
+        return rc;
+    ftc_persist_options_t po = FTC_PERSIST_OPTIONS_INIT;
+    t->persist = ftc_persist_open(dir, &po, err);
+    if (!t->persist)
+        return err ? err->code : FTC_EIO;
+    return 0;
+}
+
 /* Registers params and moments with a snapshot handle and formats a region. */
 static int ftc__ckpt_setup(ftc_trainer_t *t, ftc_err_t *err)
 {
@@ -233,19 +252,7 @@ static int ftc__ckpt_setup(ftc_trainer_t *t, ftc_err_t *err)
                 return rc;
         }
     }
-    t->region_size = ftc_snap_size(t->snap);
-    t->region = aligned_alloc(64, (t->region_size + 63) & ~(uint64_t)63);
-    if (!t->region)
-        return ftc_err_set(err, FTC_ENOMEM, "checkpoint region of %llu bytes: out of memory",
-                           (unsigned long long)t->region_size);
-    rc = ftc_snap_format(t->snap, t->region, err);
-    if (rc < 0)
-        return rc;
-    ftc_persist_options_t po = FTC_PERSIST_OPTIONS_INIT;
-    t->persist = ftc_persist_open(t->o.ckpt_dir, &po, err);
-    if (!t->persist)
-        return err ? err->code : FTC_EIO;
-    return 0;
+    return ftc__persist_region(t, t->o.ckpt_dir, err);
 }
 
 /* Restores the newest committed version, if any. */
@@ -1481,18 +1488,8 @@ static int ftc__shard_persist_setup(ftc_trainer_t *t, ftc_err_t *err)
         if (rc < 0)
             return rc;
     }
-    t->region_size = ftc_snap_size(t->snap);
-    t->region = aligned_alloc(64, (t->region_size + 63) & ~(uint64_t)63);
-    if (!t->region)
-        return ftc_err_set(err, FTC_ENOMEM, "checkpoint region of %llu bytes: out of memory",
-                           (unsigned long long)t->region_size);
-    rc = ftc_snap_format(t->snap, t->region, err);
-    if (rc < 0)
+    if ((rc = ftc__persist_region(t, t->rank_dir, err)) < 0)
         return rc;
-    ftc_persist_options_t po = FTC_PERSIST_OPTIONS_INIT;
-    t->persist = ftc_persist_open(t->rank_dir, &po, err);
-    if (!t->persist)
-        return err ? err->code : FTC_EIO;
     return ftc__shard_persist_restore(t, err);
 }
 
@@ -1697,6 +1694,23 @@ static int ftc__sharded_grads(ftc_trainer_t *t, ftc_err_t *err)
     return 0;
 }
 
+/* Once t->step has moved on: the checkpoint of every ckpt_every-th step when
+ * checkpoints are on. *ck: whether one was taken; *ck_s: the seconds it took
+ * (0 when none was due). */
+static int ftc__checkpoint_due(ftc_trainer_t *t, bool *ck, double *ck_s, ftc_err_t *err)
+{
+    *ck = false;
+    *ck_s = 0.0;
+    if (!(t->persist || t->ftc) || t->step % t->o.ckpt_every != 0)
+        return 0;
+    uint64_t c0 = ftc_now_ns();
+    int rc = ftc__checkpoint(t, ck, err);
+    if (rc < 0)
+        return rc;
+    *ck_s = (double)(ftc_now_ns() - c0) * 1e-9;
+    return 0;
+}
+
 int ftc_trainer_step(ftc_trainer_t *t, ftc_train_stats_t *st, ftc_err_t *err)
 {
     uint64_t t0 = ftc_now_ns();
@@ -1784,15 +1798,11 @@ int ftc_trainer_step(ftc_trainer_t *t, ftc_train_stats_t *st, ftc_err_t *err)
     }
     uint64_t done = t->step;
     t->step++;
-    bool ck = false;
-    double ck_s = 0.0;
-    if ((t->persist || t->ftc) && t->step % t->o.ckpt_every == 0) {
-        uint64_t c0 = ftc_now_ns();
-        int rc = ftc__checkpoint(t, &ck, err);
-        if (rc < 0)
-            return rc;
-        ck_s = (double)(ftc_now_ns() - c0) * 1e-9;
-    }
+    bool ck;
+    double ck_s;
+    int rc = ftc__checkpoint_due(t, &ck, &ck_s, err);
+    if (rc < 0)
+        return rc;
     if (st) {
         st->step = done;
         st->loss = (float)(loss / M);
@@ -2226,13 +2236,9 @@ static int ftc__guard_act(ftc_trainer_t *t, int kind, double loss, ftc_train_sta
     double ck_s = 0.0;
     if (back == UINT64_MAX) {
         t->step++;
-        if ((t->persist || t->ftc) && t->step % t->o.ckpt_every == 0) {
-            uint64_t c0 = ftc_now_ns();
-            int rc = ftc__checkpoint(t, &ck, err);
-            if (rc < 0)
-                return rc;
-            ck_s = (double)(ftc_now_ns() - c0) * 1e-9;
-        }
+        int rc = ftc__checkpoint_due(t, &ck, &ck_s, err);
+        if (rc < 0)
+            return rc;
     }
     if (st) {
         st->step = k;
