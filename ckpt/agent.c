@@ -855,9 +855,10 @@ static void ftc__on_hello(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
  * detector watches the pid from its start, so that a rank that dies before
  * its HELLO (or never says one: a binary without libftc) still has its
  * rank_exit event. A WATCH that comes after the rank's HELLO (the agent was
- * busy, or the supervisor did not wait for its answer) changes nothing:
- * that HELLO's watch stands, or ended with the rank's BYE (a clean exit,
- * never a failure) or with its exit (already reported once).
+ * busy, or the supervisor did not wait for its answer) changes nothing but
+ * this: the process is the supervisor's child, which tells its status.
+ * That HELLO's watch stands, or ended with the rank's BYE (a clean exit,
+ * unless its status says otherwise) or with its exit (already seen once).
  * Only the supervisor this agent runs in may say so, for its own child. */
 static void ftc__on_watch(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
 {
@@ -937,6 +938,12 @@ static void ftc__on_watch(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
         FTC_DEBUG("agent", "WATCH of rank %u (pid %d) after the HELLO of pid %d: %s", m->rank,
                   m->pid, r->hello.pid, r->fd >= 0 ? "watched since" : "gone since (its BYE is "
                   "no failure, its exit was reported once)");
+        /* the same process: the detector learns that it is our child, whose
+         * status this supervisor tells when it reaps it first (its watch,
+         * BYE and close stand). Before, a rank killed after its BYE and
+         * reaped first was no event, its status never waited for */
+        if (a->det && r->hello.pid == m->pid)
+            (void)ftc_detector_watch_child(a->det, (int)m->rank, (pid_t)m->pid);
     } else {
         rc = a->det ? ftc_detector_watch_child(a->det, (int)m->rank, (pid_t)m->pid) : 0;
         if (rc) {

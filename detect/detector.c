@@ -301,6 +301,19 @@ static void ftc__new_process_locked(ftc__rank_t *r, pid_t pid, uint64_t now)
     r->hang_step = -2;
 }
 
+/* The process pid of r, watched already or whose exit was seen, is a child
+ * of this process, whose parent tells its status (ftc_detector_watch_child
+ * after its HELLO's ftc_detector_watch_pid): its exit, and an exit of it
+ * that waits, wait for that status. Caller holds mu. */
+static void ftc__child_known_locked(ftc__rank_t *r, pid_t pid)
+{
+    if (r->pid == pid)
+        r->told = true;
+    for (int i = 0; i < r->nexits; i++)
+        if (r->exits[i].pid == pid)
+            r->exits[i].told = true;
+}
+
 static int ftc__watch(ftc_detector_t *d, int rank, pid_t pid, bool child)
 {
     if (pid <= 0)
@@ -315,7 +328,9 @@ static int ftc__watch(ftc_detector_t *d, int rank, pid_t pid, bool child)
          * process again (its late HELLO) is still the one that ended. */
         pthread_mutex_lock(&d->mu);
         ftc__rank_t *r = ftc__rank_get(d, rank, false);
-        if (r && r->ended && r->pid <= 0 && r->proc_pid != pid) {
+        if (r && child && r->proc_pid == pid)
+            ftc__child_known_locked(r, pid);
+        else if (r && r->ended && r->pid <= 0 && r->proc_pid != pid) {
             ftc__new_process_locked(r, pid, ftc_now_ns());
             r->ended = r->bye = false;
         }
@@ -329,6 +344,17 @@ static int ftc__watch(ftc_detector_t *d, int rank, pid_t pid, bool child)
         if (fd >= 0)
             close(fd);
         return FTC_ERANGE;
+    }
+    if (child && r->proc_pid == pid && (r->pid == pid || r->pid <= 0)) {
+        /* the supervisor's WATCH read after the HELLO of the same process
+         * (or after its exit was seen): its watch, its BYE, its close and
+         * its start stand; what is news is that its parent tells its status */
+        ftc__child_known_locked(r, pid);
+        pthread_mutex_unlock(&d->mu);
+        if (fd >= 0)
+            close(fd);
+        ftc__wake(d);
+        return 0;
     }
     if (r->pidfd >= 0)
         close(r->pidfd);
