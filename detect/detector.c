@@ -976,7 +976,10 @@ static void *ftc__local_main(void *arg)
          * this thread. The ranks' progress of that time is still waiting to
          * be read (the agent reads it once it runs), so the time nobody
          * looked is no idle time of theirs: without this, every rank was
-         * reported hung (and killed) on resume. */
+         * reported hung (and killed) on resume. The same for an exit's wait
+         * for its BYE or status: it was over on resume, and the clean end
+         * of a rank whose BYE the paused agent had not read yet was a
+         * rank_exit "exited (status 0)". */
         uint64_t now = ftc_now_ns(), gap = now - last_check_ns;
         if (gap > 500000000ull) {
             for (int i = 0; i < FTC_DET_MAX_RANKS; i++) {
@@ -990,6 +993,13 @@ static void *ftc__local_main(void *arg)
                     r->start_ns += skip < now - r->start_ns ? skip : now - r->start_ns;
                 if (r->stopped_ns && r->stopped_ns < now)
                     r->stopped_ns += skip < now - r->stopped_ns ? skip : now - r->stopped_ns;
+                /* nor is it the wait of an exit for its BYE or status: the
+                 * agent's loop, paused too, reads them once it runs */
+                for (int k = 0; k < r->nexits; k++) {
+                    uint64_t *ns = &r->exits[k].ns;
+                    if (*ns < now)
+                        *ns += skip < now - *ns ? skip : now - *ns;
+                }
             }
         }
         ftc__check_ranks_locked(d, &ps);

@@ -152,7 +152,8 @@ void ftc_detector_closed(ftc_detector_t *d, int rank, pid_t pid);
  * once. Statuses told
  * before the rank is watched at all (reaped while its WATCH was read) are
  * kept for that watch (the last 4 per rank). The wait never holds up the
- * detector: it is checked at each turn of its loop. */
+ * detector: it is checked at each turn of its loop. Time the agent was
+ * paused (its loop did not run) is not counted in it. */
 void ftc_detector_exit_status(ftc_detector_t *d, int rank, pid_t pid, int status);
 /* The rank's process (the one watched) reports its progress: it links
  * libftc and connected to its agent. From then on the start-up limit holds
