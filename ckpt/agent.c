@@ -855,9 +855,10 @@ static void ftc__on_hello(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
  * detector watches the pid from its start, so that a rank that dies before
  * its HELLO (or never says one: a binary without libftc) still has its
  * rank_exit event. A WATCH that comes after the rank's HELLO (the agent was
- * busy, or the supervisor did not wait for its answer) changes nothing:
- * that HELLO's watch stands, or ended with the rank's BYE (a clean exit,
- * never a failure) or with its exit (already reported once).
+ * busy, or the supervisor did not wait for its answer) changes nothing but
+ * this: the process is the supervisor's child, which tells its status.
+ * That HELLO's watch stands, or ended with the rank's BYE (a clean exit,
+ * unless its status says otherwise) or with its exit (already seen once).
  * Only the supervisor this agent runs in may say so, for its own child. */
 static void ftc__on_watch(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
 {
@@ -937,6 +938,12 @@ static void ftc__on_watch(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
         FTC_DEBUG("agent", "WATCH of rank %u (pid %d) after the HELLO of pid %d: %s", m->rank,
                   m->pid, r->hello.pid, r->fd >= 0 ? "watched since" : "gone since (its BYE is "
                   "no failure, its exit was reported once)");
+        /* the same process: the detector learns that it is our child, whose
+         * status this supervisor tells when it reaps it first (its watch,
+         * BYE and close stand). Before, a rank killed after its BYE and
+         * reaped first was no event, its status never waited for */
+        if (a->det && r->hello.pid == m->pid)
+            (void)ftc_detector_watch_child(a->det, (int)m->rank, (pid_t)m->pid);
     } else {
         rc = a->det ? ftc_detector_watch_child(a->det, (int)m->rank, (pid_t)m->pid) : 0;
         if (rc) {
@@ -1869,6 +1876,36 @@ fail:
     return NULL;
 }
 
+/* The loop has ended (its supervisor stops the agent: the job's end): the
+ * BYEs and closes it did not read yet, read now for the detector only (the
+ * rest is dropped, as it was: nothing answers any more). A rank that said
+ * BYE and exited with 0 while the loop was behind has its exit waiting in
+ * the detector for that BYE, and the detector's stop decides what still
+ * waits with what it knows: without this, a rank_exit "exited (status 0)"
+ * for a clean end. A few messages per rank at most, none waited for. */
+static void ftc__read_last_byes(ftc_agent_t *a)
+{
+    for (int i = 0; a->det && i < FTC_AGENT_MAX_RANKS; i++) {
+        const ftc__rank_t *r = &a->ranks[i];
+        if (!r->used || r->fd < 0 || r->hello.pid <= 0)
+            continue;
+        for (int k = 0; k < 16; k++) {
+            ftc_ap_msg_t m;
+            memset(&m, 0, sizeof m);
+            ftc_err_t err = {0};
+            int rc = ftc_ap_recv(r->fd, &m, 0, &err);
+            if (rc == FTC_ETIMEDOUT)
+                break; /* nothing more there: its connection is open */
+            if (!rc && m.type == FTC_AP_BYE)
+                ftc_detector_bye(a->det, (int)r->rank, (pid_t)r->hello.pid);
+            if (rc == FTC_EIO || (!rc && m.type == FTC_AP_BYE)) {
+                ftc_detector_closed(a->det, (int)r->rank, (pid_t)r->hello.pid);
+                break;
+            }
+        }
+    }
+}
+
 int ftc_agent_run(ftc_agent_t *a, volatile sig_atomic_t *stop)
 {
     struct pollfd pfd[2 + FTC_AGENT_MAX_RANKS + FTC_AGENT_MAX_CLIENTS];
@@ -1928,6 +1965,7 @@ int ftc_agent_run(ftc_agent_t *a, volatile sig_atomic_t *stop)
             ftc__refresh_peers(a);
         }
     }
+    ftc__read_last_byes(a);
     return 0;
 }
 

@@ -301,6 +301,19 @@ static void ftc__new_process_locked(ftc__rank_t *r, pid_t pid, uint64_t now)
     r->hang_step = -2;
 }
 
+/* The process pid of r, watched already or whose exit was seen, is a child
+ * of this process, whose parent tells its status (ftc_detector_watch_child
+ * after its HELLO's ftc_detector_watch_pid): its exit, and an exit of it
+ * that waits, wait for that status. Caller holds mu. */
+static void ftc__child_known_locked(ftc__rank_t *r, pid_t pid)
+{
+    if (r->pid == pid)
+        r->told = true;
+    for (int i = 0; i < r->nexits; i++)
+        if (r->exits[i].pid == pid)
+            r->exits[i].told = true;
+}
+
 static int ftc__watch(ftc_detector_t *d, int rank, pid_t pid, bool child)
 {
     if (pid <= 0)
@@ -315,7 +328,9 @@ static int ftc__watch(ftc_detector_t *d, int rank, pid_t pid, bool child)
          * process again (its late HELLO) is still the one that ended. */
         pthread_mutex_lock(&d->mu);
         ftc__rank_t *r = ftc__rank_get(d, rank, false);
-        if (r && r->ended && r->pid <= 0 && r->proc_pid != pid) {
+        if (r && child && r->proc_pid == pid)
+            ftc__child_known_locked(r, pid);
+        else if (r && r->ended && r->pid <= 0 && r->proc_pid != pid) {
             ftc__new_process_locked(r, pid, ftc_now_ns());
             r->ended = r->bye = false;
         }
@@ -329,6 +344,17 @@ static int ftc__watch(ftc_detector_t *d, int rank, pid_t pid, bool child)
         if (fd >= 0)
             close(fd);
         return FTC_ERANGE;
+    }
+    if (child && r->proc_pid == pid && (r->pid == pid || r->pid <= 0)) {
+        /* the supervisor's WATCH read after the HELLO of the same process
+         * (or after its exit was seen): its watch, its BYE, its close and
+         * its start stand; what is news is that its parent tells its status */
+        ftc__child_known_locked(r, pid);
+        pthread_mutex_unlock(&d->mu);
+        if (fd >= 0)
+            close(fd);
+        ftc__wake(d);
+        return 0;
     }
     if (r->pidfd >= 0)
         close(r->pidfd);
@@ -950,7 +976,10 @@ static void *ftc__local_main(void *arg)
          * this thread. The ranks' progress of that time is still waiting to
          * be read (the agent reads it once it runs), so the time nobody
          * looked is no idle time of theirs: without this, every rank was
-         * reported hung (and killed) on resume. */
+         * reported hung (and killed) on resume. The same for an exit's wait
+         * for its BYE or status: it was over on resume, and the clean end
+         * of a rank whose BYE the paused agent had not read yet was a
+         * rank_exit "exited (status 0)". */
         uint64_t now = ftc_now_ns(), gap = now - last_check_ns;
         if (gap > 500000000ull) {
             for (int i = 0; i < FTC_DET_MAX_RANKS; i++) {
@@ -964,6 +993,13 @@ static void *ftc__local_main(void *arg)
                     r->start_ns += skip < now - r->start_ns ? skip : now - r->start_ns;
                 if (r->stopped_ns && r->stopped_ns < now)
                     r->stopped_ns += skip < now - r->stopped_ns ? skip : now - r->stopped_ns;
+                /* nor is it the wait of an exit for its BYE or status: the
+                 * agent's loop, paused too, reads them once it runs */
+                for (int k = 0; k < r->nexits; k++) {
+                    uint64_t *ns = &r->exits[k].ns;
+                    if (*ns < now)
+                        *ns += skip < now - *ns ? skip : now - *ns;
+                }
             }
         }
         ftc__check_ranks_locked(d, &ps);

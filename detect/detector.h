@@ -117,7 +117,10 @@ int ftc_detector_watch_pid(ftc_detector_t *d, int rank, pid_t pid);
  * reads its status, the parent tells it (ftc_detector_exit_status), and its
  * event waits for that. The status of a process watched with
  * ftc_detector_watch_pid alone (a standalone agent's rank, the child of
- * someone else) is read if it can be, never waited for. */
+ * someone else) is read if it can be, never waited for. For the process
+ * the rank's watch already holds (watched from its HELLO), or whose exit was
+ * seen, it says only that: its watch, its BYE, its close and its start
+ * stand (the supervisor's WATCH read after the rank's HELLO). */
 int ftc_detector_watch_child(ftc_detector_t *d, int rank, pid_t pid);
 /* Stops watching a rank's process: its exit is no event (its supervisor
  * stops it: a consequence of a failure already reported). Like its exit
@@ -149,7 +152,8 @@ void ftc_detector_closed(ftc_detector_t *d, int rank, pid_t pid);
  * once. Statuses told
  * before the rank is watched at all (reaped while its WATCH was read) are
  * kept for that watch (the last 4 per rank). The wait never holds up the
- * detector: it is checked at each turn of its loop. */
+ * detector: it is checked at each turn of its loop. Time the agent was
+ * paused (its loop did not run) is not counted in it. */
 void ftc_detector_exit_status(ftc_detector_t *d, int rank, pid_t pid, int status);
 /* The rank's process (the one watched) reports its progress: it links
  * libftc and connected to its agent. From then on the start-up limit holds

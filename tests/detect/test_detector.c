@@ -1944,6 +1944,74 @@ static void test_standalone_exit_not_held(void **state)
     assert_int_equal(stream_count(f, "jsa", "rank_exit", "B"), 3);
 }
 
+/* Holds the local watch for ms once armed (the agent's process paused:
+ * SIGSTOP, a VM or swap stall), then says it is over. */
+typedef struct pauser {
+    atomic_int armed, done;
+    int ms;
+} pauser_t;
+
+static void pause_hook(void *arg, const struct pollfd *pfd, int npfd)
+{
+    (void)pfd;
+    (void)npfd;
+    pauser_t *p = arg;
+    if (atomic_exchange(&p->armed, 0)) {
+        ftc_sleep_ms((uint64_t)p->ms);
+        atomic_store(&p->done, 1);
+    }
+}
+
+/* The time the agent was paused (the local watch did not run) is not
+ * counted in an exit's wait for its BYE: the agent's loop, paused too,
+ * reads the BYE once it runs again. Rank 0, connected, says BYE and exits
+ * with 0; its exit is seen, then the agent is paused for longer than the
+ * wait, and its BYE is read after the pause. Before, the wait was over on
+ * resume: a rank_exit "exited (status 0)" for a clean end. Rank 1, killed
+ * after the BYE was read, is the marker. */
+static void test_exit_wait_not_counted_while_paused(void **state)
+{
+    redis_fixture_t *f = *state;
+    static seen_t s;
+    memset(&s, 0, sizeof s);
+    pthread_mutex_init(&s.mu, NULL);
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    o.hang_min_ms = 100000;
+    ftc_detector_t *b = start_detector(f, "jpw", "B", false, &s, &o);
+    ftc__detector_set_exit_wait_ms(b, 1000);
+    pid_t clean = fork_exit(100, 0), marker = fork_paused();
+    assert_int_equal(ftc_detector_watch_pid(b, 0, clean), 0);
+    assert_int_equal(ftc_detector_watch_pid(b, 1, marker), 0);
+    ftc_detector_linked(b, 0);
+    ftc_detector_linked(b, 1);
+    siginfo_t si;
+    assert_int_equal(waitid(P_PID, (id_t)clean, &si, WEXITED | WNOWAIT), 0);
+    ftc_sleep_ms(100); /* its exit is seen: it waits for a BYE */
+    assert_int_equal(seen_rank(&s, "rank_exit", "B", 0), 0);
+    static pauser_t p;
+    p.ms = 2500;
+    atomic_store(&p.done, 0);
+    atomic_store(&p.armed, 1);
+    ftc__detector_set_poll_hook(b, pause_hook, &p);
+    ftc_deadline_t d = ftc_deadline_in_ms(20000);
+    while (!atomic_load(&p.done) && !ftc_deadline_expired(d))
+        ftc_sleep_ms(1);
+    assert_int_equal(atomic_load(&p.done), 1);
+    ftc_detector_bye(b, 0, clean); /* the agent's loop runs again */
+    kill(marker, SIGKILL);
+    d = ftc_deadline_in_ms(10000);
+    while (seen_rank(&s, "rank_exit", "B", 1) == 0 && !ftc_deadline_expired(d))
+        ftc_sleep_ms(10);
+    assert_int_equal(seen_rank(&s, "rank_exit", "B", 1), 1);
+    print_message("rank_exit events of a clean end whose BYE was read after a pause: %d\n",
+                  seen_rank(&s, "rank_exit", "B", 0));
+    assert_int_equal(seen_rank(&s, "rank_exit", "B", 0), 0);
+    ftc__detector_set_poll_hook(b, NULL, NULL);
+    ftc_detector_stop(b, true);
+    waitpid(clean, NULL, 0);
+    waitpid(marker, NULL, 0);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
 
 int main(void)
@@ -1967,6 +2035,7 @@ int main(void)
         T(test_stopped_in_start_up_named), T(test_status_read_without_waitid_pidfd),
         T(test_bye_and_the_exit_status), T(test_hang_checked_after_a_failed_watch),
         T(test_status_waited_for_when_not_the_parent), T(test_standalone_exit_not_held),
+        T(test_exit_wait_not_counted_while_paused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
