@@ -583,7 +583,7 @@ static void *ftc__repl_main(void *arg)
             continue;
         }
         if (adopted != a->rebuilds) { /* the replicas an earlier agent left: before any GET */
-            ftc_repl_adopt_all(a->repl);
+            ftc_repl_adopt_all(a->repl, &a->stop);
             adopted = a->rebuilds;
         }
         pthread_mutex_lock(&a->mu);

@@ -785,7 +785,7 @@ static store_t *store_get(ftc_repl_t *r, uint32_t owner, bool create)
     return s;
 }
 
-int ftc_repl_adopt_all(ftc_repl_t *r)
+int ftc_repl_adopt_all(ftc_repl_t *r, atomic_bool *stop)
 {
     char prefix[FTC_SLOT_NAME_MAX];
     int pl = snprintf(prefix, sizeof prefix, "ftc.%s.n%u.p", r->job, r->self);
@@ -800,6 +800,8 @@ int ftc_repl_adopt_all(ftc_repl_t *r)
         char *end = NULL;
         if (strncmp(p, prefix, (size_t)pl) || !isdigit((unsigned char)p[pl]))
             continue;
+        if (stop && atomic_load(stop))
+            break; /* the agent stops: the rest are adopted at their first use, if ever */
         unsigned long owner = strtoul(p + pl, &end, 10);
         /* ".s0" or ".s1": a replica slot (replica_slot_name) */
         if (owner > UINT32_MAX || strncmp(end, ".s", 2) || (end[2] != '0' && end[2] != '1') ||

@@ -63,6 +63,7 @@
 #include "core/err.h"
 #include "core/fabric.h"
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -188,9 +189,12 @@ int ftc_repl_held_step(ftc_repl_t *r, uint32_t owner, uint64_t step, const uint8
  * owner's newest replica that verifies, hashed on a few threads), so that a
  * restarted agent's first GET is served at once instead of after hashing
  * the replica it asks for: a replacement node's restore waits for that GET.
- * Call it on the engine's thread, first thing after ftc_repl_create. The
- * number of owners adopted (a store with a verified replica). */
-int ftc_repl_adopt_all(ftc_repl_t *r);
+ * Call it on the engine's thread, first thing after ftc_repl_create. It
+ * looks at *stop (NULL: none) before each replica and ends when it is set,
+ * so that a stopping agent is not held for the hashing of every replica
+ * (the rest are adopted at their first GET or PUT, as before). The number
+ * of owners adopted (a store with a verified replica). */
+int ftc_repl_adopt_all(ftc_repl_t *r, atomic_bool *stop);
 /* Counters, for logs and the benchmark. */
 typedef struct ftc_repl_counters {
     uint64_t bytes_sent, bytes_received;

@@ -516,6 +516,12 @@ static void test_peer_killed(void **state)
         CHECK(f);
         agent_cfg_t c = {0};
         ftc_repl_t *r = open_repl(f, 1, &c);
+        /* adopted at start (ftc_repl_adopt_all), unless the agent stops
+         * first: then at its first use; once only */
+        atomic_bool stop = true;
+        CHECK(ftc_repl_adopt_all(r, &stop) == 0);
+        CHECK(ftc_repl_adopt_all(r, NULL) == 1);
+        CHECK(ftc_repl_adopt_all(r, NULL) == 0);
         uint64_t step = 0, size = 0;
         const uint8_t *h = NULL;
         CHECK(ftc_repl_held(r, 0, &step, &h, &size) == 0);
