@@ -5,9 +5,11 @@
  * One supervisor per node. It runs the node's agent (ckpt/agent.h) on a
  * thread of its own, joins a rendezvous round (recover/rendezvous.h), starts
  * nproc local ranks of BINARY with the round's environment, and watches:
- *   - its ranks (a rank that exits non-zero, or is killed, fails the round);
- *   - the job's event stream (a node_lost, hang or rank_exit of a member of
- *     the current generation fails the round);
+ *   - its ranks (a rank that exits non-zero, or is killed, fails the round:
+ *     its own waitpid; the rank_exit event is for the stream's readers);
+ *   - the job's event stream (a node_lost of another member of the current
+ *     generation fails the round; a hang of one of its own ranks gets that
+ *     rank SIGKILLed, whose exit fails it);
  *   - the rendezvous state (another supervisor opened a new round).
  * A failed round: the supervisor asks for a new one (fenced by the generation
  * it saw, so N supervisors noticing the same failure open one round), stops
