@@ -357,7 +357,9 @@ static int ftc__watch(ftc_detector_t *d, int rank, pid_t pid, bool child)
     if (fd < 0 && errno == ESRCH) {
         /* No such process here (it is gone, or of another pid namespace):
          * not watched. A rank whose last watch ended (its predecessor's exit
-         * or BYE) has a new process all the same, which connected: it is
+         * seen, or its unwatch: not a BYE alone, whose process is still
+         * watched for its status) has a new process all the same, which
+         * connected: it is
          * checked for hangs from its progress, as a rank never watched is.
          * Before, the ended watch left hang checks off for it. The same
          * process again (its late HELLO) is still the one that ended. */
