@@ -71,6 +71,10 @@ typedef struct ftc__evq {
 typedef struct ftc__exit {
     pid_t pid;   /* 0 = none */
     uint64_t ns; /* when it was seen */
+    /* when it was seen (wall ms: its event's t_fault_ms) and the generation
+     * then (its event's, decided later or not: the generation may move on
+     * within the wait, and the exit is no failure of the next one) */
+    uint64_t wall_ms, gen;
     int64_t step;
     bool linked; /* the process had connected */
     bool bye;    /* it said BYE (ftc_detector_bye) */
@@ -216,12 +220,15 @@ static void ftc__wake(ftc_detector_t *d)
     (void)w; /* a full pipe already means "wake up" */
 }
 
-/* Queues an event for the callback (local thread). Caller holds mu. */
-static void ftc__emit_locked(ftc_detector_t *d, const char *kind, const char *node, int rank,
-                             int64_t step, const char *id, bool publish, const char *fmt, ...)
-    __attribute__((format(printf, 8, 9)));
-static void ftc__emit_locked(ftc_detector_t *d, const char *kind, const char *node, int rank,
-                             int64_t step, const char *id, bool publish, const char *fmt, ...)
+/* Queues an event of generation gen, whose fault happened at wall time
+ * t_fault_ms (0 = unknown), for the callback (local thread). Caller holds mu. */
+static void ftc__emitv_locked(ftc_detector_t *d, uint64_t gen, uint64_t t_fault_ms,
+                              const char *kind, const char *node, int rank, int64_t step,
+                              const char *id, bool publish, const char *fmt, va_list ap)
+    __attribute__((format(printf, 10, 0)));
+static void ftc__emitv_locked(ftc_detector_t *d, uint64_t gen, uint64_t t_fault_ms,
+                              const char *kind, const char *node, int rank, int64_t step,
+                              const char *id, bool publish, const char *fmt, va_list ap)
 {
     ftc__ev_t e;
     memset(&e, 0, sizeof e);
@@ -230,15 +237,43 @@ static void ftc__emit_locked(ftc_detector_t *d, const char *kind, const char *no
     snprintf(e.id, sizeof e.id, "%s", id ? id : "");
     e.rank = rank;
     e.step = step;
-    e.gen = d->st.generation;
+    e.gen = gen;
+    e.t_fault_ms = t_fault_ms;
     e.t_detect_ms = ftc_wall_ms();
     e.publish = publish;
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(e.detail, sizeof e.detail, fmt, ap);
-    va_end(ap);
     ftc__push(&d->local, &e);
     ftc__wake(d);
+}
+
+/* Queues an event of the current generation for the callback (local
+ * thread). Caller holds mu. */
+static void ftc__emit_locked(ftc_detector_t *d, const char *kind, const char *node, int rank,
+                             int64_t step, const char *id, bool publish, const char *fmt, ...)
+    __attribute__((format(printf, 8, 9)));
+static void ftc__emit_locked(ftc_detector_t *d, const char *kind, const char *node, int rank,
+                             int64_t step, const char *id, bool publish, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    ftc__emitv_locked(d, d->st.generation, 0, kind, node, rank, step, id, publish, fmt, ap);
+    va_end(ap);
+}
+
+/* As ftc__emit_locked, for a fault seen earlier: of generation gen, at wall
+ * time t_fault_ms (an event decided after the generation moved on is still
+ * one of the generation its fault was seen in). Caller holds mu. */
+static void ftc__emit_at_locked(ftc_detector_t *d, uint64_t gen, uint64_t t_fault_ms,
+                                const char *kind, int rank, int64_t step, const char *id,
+                                const char *fmt, ...) __attribute__((format(printf, 8, 9)));
+static void ftc__emit_at_locked(ftc_detector_t *d, uint64_t gen, uint64_t t_fault_ms,
+                                const char *kind, int rank, int64_t step, const char *id,
+                                const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    ftc__emitv_locked(d, gen, t_fault_ms, kind, NULL, rank, step, id, true, fmt, ap);
+    va_end(ap);
 }
 
 /* ---- local watch ------------------------------------------------------------------- */
@@ -322,7 +357,9 @@ static int ftc__watch(ftc_detector_t *d, int rank, pid_t pid, bool child)
     if (fd < 0 && errno == ESRCH) {
         /* No such process here (it is gone, or of another pid namespace):
          * not watched. A rank whose last watch ended (its predecessor's exit
-         * or BYE) has a new process all the same, which connected: it is
+         * seen, or its unwatch: not a BYE alone, whose process is still
+         * watched for its status) has a new process all the same, which
+         * connected: it is
          * checked for hangs from its progress, as a rank never watched is.
          * Before, the ended watch left hang checks off for it. The same
          * process again (its late HELLO) is still the one that ended. */
@@ -673,21 +710,21 @@ static bool ftc__peek_status(ftc_detector_t *d, const ftc__rank_t *r, int *statu
     return true;
 }
 
-/* The rank_exit event of pid, with its exit status when known. Caller
- * holds mu. */
-static void ftc__exit_event_locked(ftc_detector_t *d, const ftc__rank_t *r, pid_t pid,
-                                   bool known, int st, int64_t step)
+/* The rank_exit event of exit e, with its exit status when known, of the
+ * generation and time it was seen in. Caller holds mu. */
+static void ftc__exit_event_locked(ftc_detector_t *d, const ftc__rank_t *r, const ftc__exit_t *e)
 {
     char how[64] = "", id[160];
-    if (known && WIFSIGNALED(st))
+    int st = e->status;
+    if (e->known && WIFSIGNALED(st))
         snprintf(how, sizeof how, " (killed by signal %d%s)", WTERMSIG(st),
                  WCOREDUMP(st) ? ", core dumped" : "");
-    else if (known)
+    else if (e->known)
         snprintf(how, sizeof how, " (status %d)", WEXITSTATUS(st));
-    snprintf(id, sizeof id, "rank_exit:%s:%d:%d", d->node, r->rank, (int)pid);
-    ftc__emit_locked(d, "rank_exit", NULL, r->rank, step, id, true,
-                     "rank %d (pid %d) exited%s after step %" PRId64, r->rank, (int)pid, how,
-                     step);
+    snprintf(id, sizeof id, "rank_exit:%s:%d:%d", d->node, r->rank, (int)e->pid);
+    ftc__emit_at_locked(d, e->gen, e->wall_ms, "rank_exit", r->rank, e->step, id,
+                        "rank %d (pid %d) exited%s after step %" PRId64, r->rank, (int)e->pid,
+                        how, e->step);
 }
 
 /* The status r's parent told for pid (ftc_detector_exit_status). */
@@ -727,7 +764,7 @@ static bool ftc__exit_decide_locked(ftc_detector_t *d, const ftc__rank_t *r, ftc
         e->known = ftc__told_locked(r, e->pid, &e->status);
     bool clean = e->known && WIFEXITED(e->status) && WEXITSTATUS(e->status) == 0;
     if (e->known && !clean) {
-        ftc__exit_event_locked(d, r, e->pid, true, e->status, e->step);
+        ftc__exit_event_locked(d, r, e);
         return true;
     }
     bool waits = !final && ((!e->known && e->told) || (e->linked && !e->bye && !e->closed));
@@ -739,7 +776,7 @@ static bool ftc__exit_decide_locked(ftc_detector_t *d, const ftc__rank_t *r, ftc
     }
     if (waits)
         return false;
-    ftc__exit_event_locked(d, r, e->pid, e->known, e->status, e->step);
+    ftc__exit_event_locked(d, r, e);
     return true;
 }
 
@@ -780,7 +817,8 @@ static void ftc__exit_seen_locked(ftc_detector_t *d, ftc__rank_t *r, pid_t pid, 
         }
         return; /* settled with the others */
     }
-    ftc__exit_t x = {.pid = pid, .ns = now, .step = r->step, .linked = r->linked,
+    ftc__exit_t x = {.pid = pid, .ns = now, .wall_ms = ftc_wall_ms(),
+                     .gen = d->st.generation, .step = r->step, .linked = r->linked,
                      .bye = r->bye, .closed = r->closed, .told = r->told, .known = known,
                      .status = st};
     if (ftc__exit_decide_locked(d, r, &x, false))

@@ -108,9 +108,12 @@ void ftc_detector_stop(ftc_detector_t *d, bool leave);
  * replaced meanwhile is never charged to the rank watched now, even when the
  * new pidfd got the old one's fd number. A pid that is not there (gone, or
  * of another pid namespace) is not watched (FTC_ENOENT); for a rank whose
- * last watch had ended (an exit, a BYE), it is a new process all the same,
- * checked for hangs from its progress as a rank never watched is (the same
- * pid as that watch's is not: it ended). */
+ * last watch had ended with no process watched now (its process's exit was
+ * seen, or it was unwatched), it is a new process all the same, checked for
+ * hangs from its progress as a rank never watched is (the same pid as that
+ * watch's is not: it ended). A BYE alone does not end the watch that way:
+ * the process that said it stays watched for its exit status, and until its
+ * exit is seen a failed watch leaves the rank's hang checks off. */
 int ftc_detector_watch_pid(ftc_detector_t *d, int rank, pid_t pid);
 /* The same, for a child of this process (`ftc run`: the supervisor this
  * agent runs in spawned it): when its parent reaps it before the detector

@@ -1808,16 +1808,21 @@ static int ftc__master(ftc__sup_t *s, char *host, size_t cap, int *port, ftc_err
 }
 
 /* HGETALL of ftc:{J}:fabric: its fields and values in turn in *el, their
- * count returned, 0 when it cannot be read. The caller frees *rep (which may
- * be NULL). */
-static size_t ftc__fabric_hash(ftc__sup_t *s, ftc_redis_reply_t **rep, ftc_redis_reply_t ***el)
+ * count returned, 0 when it cannot be read (then *failed, when not NULL, is
+ * set; an absent hash is an empty one, no failure). The caller frees *rep
+ * (which may be NULL). */
+static size_t ftc__fabric_hash(ftc__sup_t *s, ftc_redis_reply_t **rep, ftc_redis_reply_t ***el,
+                               bool *failed)
 {
     char key[256];
     ftc_ctl_key(s->ctl, "fabric", key, sizeof key);
     size_t n = 0;
-    if (ftc_redis_cmdv(ftc_ctl_redis(s->ctl), true, rep, "HGETALL", key, NULL) != 0 ||
-        ftc_redis_want_array(*rep, "HGETALL fabric", -1, el, &n, NULL) != 0)
+    bool bad = ftc_redis_cmdv(ftc_ctl_redis(s->ctl), true, rep, "HGETALL", key, NULL) != 0 ||
+               ftc_redis_want_array(*rep, "HGETALL fabric", -1, el, &n, NULL) != 0;
+    if (bad)
         n = 0;
+    if (failed)
+        *failed = bad;
     return n;
 }
 
@@ -1850,7 +1855,7 @@ static bool ftc__fabric_current(ftc__sup_t *s, int *missing)
     ftc_redis_reply_t *rep = NULL, **el = NULL;
     bool *seen = calloc((size_t)s->round.nodes, sizeof *seen);
     *missing = 0;
-    size_t n = seen ? ftc__fabric_hash(s, &rep, &el) : 0;
+    size_t n = seen ? ftc__fabric_hash(s, &rep, &el, NULL) : 0;
     for (size_t k = 0; k + 1 < n; k += 2) {
         ftc__fabric_rec_t r;
         if (!ftc__fabric_entry(el, k, &r) || !r.has_gen || r.gen < s->gen)
@@ -2061,11 +2066,12 @@ static bool ftc__sup_lost(ftc__sup_t *s, int who, ftc__sup_look_t *looks, uint64
 
 /* The newest generation in which node's agent published its fabric address
  * (ftc:{J}:fabric; its agent of a generation does so as it starts, before
- * it joins), 0 when none can be read. */
-static uint64_t ftc__fabric_gen(ftc__sup_t *s, const char *node)
+ * it joins), 0 when none can be read (*failed set when the hash could not
+ * be read: Redis away or an error reply). */
+static uint64_t ftc__fabric_gen(ftc__sup_t *s, const char *node, bool *failed)
 {
     ftc_redis_reply_t *rep = NULL, **el = NULL;
-    size_t n = ftc__fabric_hash(s, &rep, &el);
+    size_t n = ftc__fabric_hash(s, &rep, &el, failed);
     uint64_t gen = 0;
     for (size_t k = 0; k + 1 < n; k += 2) {
         ftc__fabric_rec_t r;
@@ -2093,7 +2099,10 @@ static uint64_t ftc__fabric_gen(ftc__sup_t *s, const char *node)
  *    A supervisor is lost while its generation starts at most once (it is
  *    never a member of a later round), and every survivor that sees it
  *    computes the same id; '@' is in no node id, so no detector's id is it.
- * Best effort: a Redis error loses the event (the round opens anyway). */
+ * Best effort: a Redis error loses the event (the round opens anyway). One
+ * reading the member record or the fabric hash skips it: taken for "no
+ * record", it published a node_lost:NODE:sup@GEN beside the detectors' own
+ * event of an agent that had joined (they report its heartbeat's expiry). */
 static void ftc__report_sup_lost(ftc__sup_t *s, int who, const ftc__sup_look_t *look)
 {
     const char *node = s->round.members[who];
@@ -2104,14 +2113,26 @@ static void ftc__report_sup_lost(ftc__sup_t *s, int who, const ftc__sup_look_t *
     size_t vl = 0;
     ftc_ctl_member_rec_t rec;
     bool has_rec = false;
-    if (ftc_redis_cmdv(ftc_ctl_redis(s->ctl), true, &rep, "HGET", key, node, NULL) == 0 &&
-        ftc_redis_want_str(rep, "HGET members", &v, &vl, NULL) == 0 && v && vl < 512) {
+    ftc_err_t err = {0};
+    int got = ftc_redis_cmdv(ftc_ctl_redis(s->ctl), true, &rep, "HGET", key, node, NULL);
+    if (got != 0)
+        ftc_err_set(&err, got, "%s", ftc_redis_errstr(ftc_ctl_redis(s->ctl)));
+    else
+        got = ftc_redis_want_str(rep, "HGET members", &v, &vl, &err);
+    if (got == 0 && v && vl < 512) {
         char buf[512];
         memcpy(buf, v, vl);
         buf[vl] = 0;
         has_rec = ftc_ctl_member_parse(buf, &rec, NULL) == 0 && rec.joined_ok;
     }
     ftc_redis_reply_free(rep);
+    if (got != 0 && got != FTC_ENOENT) {
+        FTC_WARN("run", "generation %" PRIu64 ": the supervisor lease of %s expired, but its "
+                 "member record cannot be read (%s): no node_lost event from this supervisor "
+                 "(the detectors report the loss of an agent that joined)", s->gen, node,
+                 err.msg);
+        return;
+    }
     char host[96] = "", pidw[32] = "", startw[32] = "";
     const char *p = look->seen;
     int64_t pid = 0, start = 0;
@@ -2123,8 +2144,16 @@ static void ftc__report_sup_lost(ftc__sup_t *s, int who, const ftc__sup_look_t *
     /* the pid alone took a previous incarnation's record for this one's when
      * both processes had the same pid (a container restarted: its entry
      * point's pid again): its loss was merged into that one's event */
+    bool fabric_failed = false;
     bool agent_ran = has_rec && (seen ? rec.pid == pid && rec.joined_ms >= (uint64_t)start
-                                      : ftc__fabric_gen(s, node) >= s->gen);
+                                      : ftc__fabric_gen(s, node, &fabric_failed) >= s->gen);
+    if (fabric_failed) {
+        FTC_WARN("run", "generation %" PRIu64 ": the supervisor lease of %s expired, but the "
+                 "fabric hash cannot be read (%s): no node_lost event from this supervisor "
+                 "(the detectors report the loss of an agent that joined)", s->gen, node,
+                 ftc_redis_errstr(ftc_ctl_redis(s->ctl)));
+        return;
+    }
     char id[160], detail[384], sup[160];
     if (seen)
         snprintf(sup, sizeof sup, " (supervisor pid %" PRId64 " on %s)", pid, host);

@@ -36,7 +36,7 @@ typedef struct seen {
     struct {
         char kind[24], node[72], detail[256];
         int rank;
-        uint64_t at_ns;
+        uint64_t at_ns, gen, t_fault_ms, t_detect_ms;
     } ev[512];
 } seen_t;
 
@@ -50,6 +50,9 @@ static void on_event(void *arg, const ftc_ctl_event_t *e)
         s->ev[s->n].rank = e->rank;
         snprintf(s->ev[s->n].detail, sizeof s->ev[0].detail, "%s", e->detail ? e->detail : "");
         s->ev[s->n].at_ns = ftc_now_ns();
+        s->ev[s->n].gen = e->generation;
+        s->ev[s->n].t_fault_ms = e->t_fault_ms;
+        s->ev[s->n].t_detect_ms = e->t_detect_ms;
         s->n++;
     }
     pthread_mutex_unlock(&s->mu);
@@ -2012,6 +2015,98 @@ static void test_exit_wait_not_counted_while_paused(void **state)
     waitpid(marker, NULL, 0);
 }
 
+/* The first event of kind about rank of node B; false when none. */
+static bool seen_first(seen_t *s, const char *kind, int rank, uint64_t *gen, uint64_t *t_fault_ms,
+                       uint64_t *t_detect_ms)
+{
+    bool found = false;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n && !found; i++)
+        if (!strcmp(s->ev[i].kind, kind) && !strcmp(s->ev[i].node, "B") &&
+            s->ev[i].rank == rank) {
+            *gen = s->ev[i].gen;
+            *t_fault_ms = s->ev[i].t_fault_ms;
+            *t_detect_ms = s->ev[i].t_detect_ms;
+            found = true;
+        }
+    pthread_mutex_unlock(&s->mu);
+    return found;
+}
+
+/* An exit decided late (its wait for a BYE ended after the generation moved
+ * on) is a failure of the generation it was seen in, with t_fault_ms when
+ * it was seen. Before, its event took the generation current when it was
+ * decided (reported into the next generation's failures, not its own) and
+ * no t_fault_ms. Rank 0, connected, exits with 0 in generation 5 and waits
+ * for its BYE; the generation becomes 6; then its connection closes, with
+ * no BYE: its rank_exit. Rank 1, killed after rank 0's exit, is the marker:
+ * its event means rank 0's exit was seen (a poll that finds it finds both). */
+static void test_late_exit_keeps_its_generation(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_ctl_t *c = redis_fixture_ctl(f, "jlg");
+    ftc_redis_t *rc = ftc_ctl_redis(c);
+    char gk[128], fk[128];
+    ftc_ctl_key(c, "gen", gk, sizeof gk);
+    assert_int_equal(ftc_redis_cmdv(rc, true, NULL, "HSET", gk, "gen", "5", "world", "2", NULL),
+                     0);
+    static seen_t s;
+    memset(&s, 0, sizeof s);
+    pthread_mutex_init(&s.mu, NULL);
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    o.hang_min_ms = 100000;
+    o.scan_ms = 100;
+    o.follower_scan_factor = 1;
+    ftc_detector_t *b = start_detector(f, "jlg", "B", false, &s, &o);
+    ftc__detector_set_exit_wait_ms(b, 60000); /* decided by its close, long before */
+    pid_t p = fork_exit(100, 0), marker = fork_paused();
+    assert_int_equal(ftc_detector_watch_pid(b, 0, p), 0);
+    assert_int_equal(ftc_detector_watch_pid(b, 1, marker), 0);
+    ftc_detector_linked(b, 0);
+    siginfo_t si;
+    assert_int_equal(waitid(P_PID, (id_t)p, &si, WEXITED | WNOWAIT), 0);
+    kill(marker, SIGKILL);
+    ftc_deadline_t d = ftc_deadline_in_ms(10000);
+    while (seen_rank(&s, "rank_exit", "B", 1) == 0 && !ftc_deadline_expired(d))
+        ftc_sleep_ms(5);
+    assert_int_equal(seen_rank(&s, "rank_exit", "B", 1), 1);
+    uint64_t seen_by_ms = ftc_wall_ms(); /* rank 0's exit was seen before this */
+    assert_int_equal(seen_rank(&s, "rank_exit", "B", 0), 0); /* it waits for its BYE */
+    assert_int_equal(ftc_redis_cmdv(rc, true, NULL, "HSET", gk, "gen", "6", NULL), 0);
+    d = ftc_deadline_in_ms(10000);
+    while (seen_with(&s, "generation", -1, "generation 6") == 0 && !ftc_deadline_expired(d))
+        ftc_sleep_ms(5);
+    assert_int_equal(seen_with(&s, "generation", -1, "generation 6"), 1);
+    ftc_detector_closed(b, 0, p); /* no BYE came: a failure */
+    d = ftc_deadline_in_ms(10000);
+    while (seen_rank(&s, "rank_exit", "B", 0) == 0 && !ftc_deadline_expired(d))
+        ftc_sleep_ms(5);
+    uint64_t gen = 0, t_fault = 0, t_detect = 0;
+    assert_true(seen_first(&s, "rank_exit", 0, &gen, &t_fault, &t_detect));
+    print_message("late rank_exit: generation %" PRIu64 " (seen in 5, decided in 6), t_fault_ms "
+                  "%" PRIu64 " ms before its t_detect_ms\n", gen, t_detect - t_fault);
+    assert_int_equal(gen, 5);
+    assert_true(t_fault > 0 && t_fault <= seen_by_ms && t_fault <= t_detect);
+    assert_true(seen_first(&s, "rank_exit", 1, &gen, &t_fault, &t_detect));
+    assert_int_equal(gen, 5);
+    ftc_detector_stop(b, true); /* publishes what it queued */
+    /* reported as a failure of generation 5, not 6 */
+    char id[64];
+    snprintf(id, sizeof id, "rank_exit:B:0:%d", (int)p);
+    ftc_redis_reply_t *rep;
+    ftc_ctl_key(c, "failures:5", fk, sizeof fk);
+    assert_int_equal(ftc_redis_cmdv(rc, true, &rep, "HEXISTS", fk, id, NULL), 0);
+    assert_int_equal(rep->integer, 1);
+    ftc_redis_reply_free(rep);
+    ftc_ctl_key(c, "failures:6", fk, sizeof fk);
+    assert_int_equal(ftc_redis_cmdv(rc, true, &rep, "HLEN", fk, NULL), 0);
+    assert_int_equal(rep->integer, 0);
+    ftc_redis_reply_free(rep);
+    waitpid(p, NULL, 0);
+    waitpid(marker, NULL, 0);
+    ftc_ctl_destroy(c);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
 
 int main(void)
@@ -2035,7 +2130,7 @@ int main(void)
         T(test_stopped_in_start_up_named), T(test_status_read_without_waitid_pidfd),
         T(test_bye_and_the_exit_status), T(test_hang_checked_after_a_failed_watch),
         T(test_status_waited_for_when_not_the_parent), T(test_standalone_exit_not_held),
-        T(test_exit_wait_not_counted_while_paused),
+        T(test_exit_wait_not_counted_while_paused), T(test_late_exit_keeps_its_generation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
