@@ -924,6 +924,16 @@ static fs_stamp_t *stamps_find(const fs_stamps_t *s, const char *name, size_t le
     return NULL;
 }
 
+/* A file's stamp `now` takes the xxh3 its earlier stamp `was` knew (a
+ * restore wrote it) while the file is as it was then: same mtime, size and
+ * ctime (fs_note_gone, fs_seen_carry). */
+static void stamp_keep_hash(fs_stamp_t *now, const fs_stamp_t *was)
+{
+    if (was->hashed && now->mtime_ns == was->mtime_ns && now->size == was->size &&
+        now->ctime_ns == was->ctime_ns)
+        now->hashed = true, now->xxh3 = was->xxh3;
+}
+
 /* Appends an entry (stamps_norm sorts); 0 or FTC_ENOMEM. */
 static int stamps_add(fs_stamps_t *s, const char *name, size_t len, uint64_t mtime_ns)
 {
@@ -1227,10 +1237,7 @@ static int fs_note_gone(ftc_filestore_t *fs, const fs_scan_t *sc)
         while (j < now.n && strcmp(now.e[j].name, s->name) < 0)
             j++;
         if (j < now.n && !strcmp(now.e[j].name, s->name)) {
-            fs_stamp_t *p = &now.e[j];
-            if (s->hashed && p->mtime_ns == s->mtime_ns && p->size == s->size &&
-                p->ctime_ns == s->ctime_ns) /* unchanged since the restore wrote it */
-                p->hashed = true, p->xxh3 = s->xxh3;
+            stamp_keep_hash(&now.e[j], s); /* unchanged since the restore wrote it */
             continue;
         }
         rc = stamps_add(&fs->gone, s->name, strlen(s->name), s->mtime_ns);
@@ -2303,9 +2310,7 @@ static void fs_seen_carry(fs_stamps_t *seen, const fs_stamps_t *old)
     for (size_t i = 0; i < seen->n; i++) {
         fs_stamp_t *p = &seen->e[i];
         const fs_stamp_t *q = stamps_find(old, p->name, strlen(p->name));
-        if (q && q->hashed && q->mtime_ns == p->mtime_ns && q->size == p->size &&
-            q->ctime_ns == p->ctime_ns)
-            p->hashed = true, p->xxh3 = q->xxh3;
+        if (q) stamp_keep_hash(p, q);
     }
 }
 
