@@ -298,10 +298,14 @@ static uint64_t ts_ns(const struct timespec *t)
 }
 
 /* A stored file name is safe to create under the directory: a relative path
- * of non-empty components, none "." or "..", no NUL, each <= NAME_MAX. */
+ * of non-empty components, none "." or "..", no NUL, each <= NAME_MAX, and
+ * none a name of the store's own (FS_TMP_PREFIX: a scan never packs one, so
+ * only a faulty peer's version holds one, and writing it could overwrite a
+ * temporary of a restore in progress, or the store's ".ftc-tmp.open"). */
 static bool name_ok(const char *s, size_t len)
 {
     if (len == 0 || len > FS_NAME_MAX || s[0] == '/' || memchr(s, 0, len)) return false;
+    const size_t tl = strlen(FS_TMP_PREFIX);
     size_t i = 0;
     while (i < len) {
         size_t j = i;
@@ -309,7 +313,8 @@ static bool name_ok(const char *s, size_t len)
             j++;
         size_t c = j - i;
         if (c == 0 || c > NAME_MAX || (c == 1 && s[i] == '.') ||
-            (c == 2 && s[i] == '.' && s[i + 1] == '.'))
+            (c == 2 && s[i] == '.' && s[i + 1] == '.') ||
+            (c >= tl && !memcmp(s + i, FS_TMP_PREFIX, tl)))
             return false;
         i = j + 1;
         if (j == len - 1) /* a trailing '/' */
@@ -1042,7 +1047,7 @@ static int gone_parse(const uint8_t *m, uint32_t ml, int version, fs_stamps_t *o
         if (ml - off < 4 || (uint64_t)len + fixed - 4 > ml - off - 4)
             snprintf(why, cap, "entry %zu at byte %zu is cut short", cnt, off);
         else if (!name_ok(name, len))
-            snprintf(why, cap, "entry %zu is not a safe relative path", cnt);
+            snprintf(why, cap, "entry %zu is not a safe relative path, or a .ftc-tmp.* name", cnt);
         else if (prev && bytes_cmp(prev, prev_len, name, len) >= 0)
             snprintf(why, cap, "entry %zu is out of order", cnt);
         else if (++cnt > FS_GONE_MAX)
@@ -2449,8 +2454,8 @@ static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
             ftc_shard_get(&r->v, t, &tt);
             if (!name_ok(tt.name, tt.name_len)) {
                 fs_log(fs, FTC_LOG_WARN,
-                       "version %" PRIu64 " of node %u: file name '%.*s' is "
-                       "not a safe relative path: skipped",
+                       "version %" PRIu64 " of node %u: file name '%.*s' is not a safe "
+                       "relative path, or is a store's own (.ftc-tmp.*): skipped",
                        r->version, r->owner, (int)(tt.name_len > 200 ? 200 : tt.name_len), tt.name);
                 continue;
             }

@@ -2244,6 +2244,21 @@ static void test_records(void **state)
     assert_true(back.n == 1 && !strcmp(back.e[0].name, "x") && back.e[0].mtime_ns == 42 &&
                 back.e[0].gone_ns == 42 && !back.e[0].hashed);
     ftc__fs_stamps_free(&back);
+    /* a name of the store's own (.ftc-tmp.*), as a file or a directory,
+     * is refused: no scan packs one */
+    const char *own[] = {".ftc-tmp.7.1", "a/.ftc-tmp.open", ".ftc-tmp.x/b"};
+    for (size_t i = 0; i < sizeof own / sizeof *own; i++) {
+        ftc__fs_stamp_t e1 = {.name = (char *)own[i], .mtime_ns = 5, .gone_ns = 7};
+        ftc__fs_stamps_t one = {.e = &e1, .n = 1, .cap = 1};
+        uint8_t *r1 = ftc__fs_gone_record(&one, &len);
+        assert_non_null(r1);
+        assert_int_equal(
+            ftc__fs_gone_parse(r1, (uint32_t)len, FTC__FS_GONE_V2, &back, why, sizeof why),
+            FTC_ECORRUPT);
+        printf("# %s: %s\n", own[i], why);
+        free(r1);
+        ftc__fs_stamps_free(&back);
+    }
     e[1].name = "a/b";
     free(rec);
     rec = ftc__fs_gone_record(&set, &len);
