@@ -2010,9 +2010,21 @@ static bool ftc__guard_add_skip(ftc_trainer_t *t, uint64_t step)
     return true;
 }
 
+/* Whether a restored record lists step s as skipped. */
+static bool ftc__meta_skipped(const ftc__train_meta_t *meta, uint64_t s)
+{
+    for (uint32_t i = 0; i < meta->n_skips; i++)
+        if (meta->skips[i] == s)
+            return true;
+    return false;
+}
+
 /* A restored record's guard state: its skips joined with the ones this run
  * knows (the up-front list; a rollback's too), and its spike window (the
- * newest guard_window losses of it). */
+ * newest guard_window losses of it). A known skip before the record's step
+ * that the record does not list (the up-front list changed between runs)
+ * was applied: it is dropped with a warning, as counting it would move the
+ * learning rate and the bias correction of every later step. */
 static int ftc__guard_from_meta(ftc_trainer_t *t, const ftc__train_meta_t *meta,
                                 const char *where, ftc_err_t *err)
 {
@@ -2021,6 +2033,19 @@ static int ftc__guard_from_meta(ftc_trainer_t *t, const ftc__train_meta_t *meta,
                            "and %u losses (at most %d and %d)", where,
                            (unsigned long long)meta->step, meta->n_skips, meta->n_loss,
                            FTC_GUARD_MAX_SKIPS, FTC_GUARD_WINDOW_MAX);
+    int kept = 0;
+    for (int i = 0; i < t->nskips; i++) {
+        uint64_t s = t->skips[i];
+        if (s < meta->step && !ftc__meta_skipped(meta, s)) {
+            FTC_WARN("train", "%s: step %llu: the skip list names step %llu, which this "
+                     "checkpoint applied (its update is in the weights): not skipped; restore "
+                     "a checkpoint before it to skip that batch", where,
+                     (unsigned long long)meta->step, (unsigned long long)s);
+            continue;
+        }
+        t->skips[kept++] = s;
+    }
+    t->nskips = kept;
     for (uint32_t i = 0; i < meta->n_skips; i++)
         if (!ftc__guard_add_skip(t, meta->skips[i]))
             return ftc_err_set(err, FTC_ERANGE, "%s: step %llu: more than %d skipped steps in "

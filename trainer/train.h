@@ -99,7 +99,9 @@
  * rank decides on the same values. Skipped step indices are training state:
  * the checkpoint's metadata record keeps them (sorted, at most
  * FTC_GUARD_MAX_SKIPS; more is FTC_ERANGE: the run is diverging) with the
- * spike window, so a restore at any DP degree replays the same schedule. The
+ * spike window, so a restore at any DP degree replays the same schedule (a
+ * listed step before the restored one that the record does not skip was
+ * applied: ignored with a warning). The
  * data position stays a function of the step (a skipped batch is consumed
  * and not used); the learning rate and AdamW's bias correction count applied
  * updates only (step minus the skips before it), as Megatron-LM and DeepSpeed
