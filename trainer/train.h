@@ -15,14 +15,16 @@
  *
  * Real data parallelism (dp_coll set): this process is ONE rank of a DP
  * group of ftc_coll_size(dp_coll) processes, each with a full model replica.
- * Rank r runs the micro-batches [r*M/dp, (r+1)*M/dp) of the step (the same
- * assignment as virtual rank r), sums their gradients exactly, and then, as
- * ZeRO-1: reduce-scatter of the 128-bit sums (FTC_COLL_I128, exact), its own
- * chunk (ftc_coll_chunk over the parameter count) converted to fp32 once,
- * an all-gather of the fp32 gradient so that the clipping norm is the same
- * in-order double sum as in one process (bit-identical for every dp), AdamW
- * on its own chunk of the fp32 master weights with its own chunk of m and v,
- * and an all-gather of the updated parameters. The final weights equal the
+ * Rank r runs the micro-batches ftc_coll_chunk(M, dp, r) of the step (the
+ * first M mod dp ranks take one more; virtual ranks split [r*M/dp,
+ * (r+1)*M/dp) instead: the exact sums make the bits equal, but
+ * inject_rank R's micro-batch may differ), sums their gradients exactly,
+ * and then, as ZeRO-1: reduce-scatter of the 128-bit sums (FTC_COLL_I128,
+ * exact), its own chunk (ftc_coll_chunk over the parameter count) converted
+ * to fp32 once, an all-gather of the fp32 gradient so that the clipping
+ * norm is the same in-order double sum as in one process (bit-identical for
+ * every dp), AdamW on its own chunk of the fp32 master weights with its own
+ * chunk of m and v, and an all-gather of the updated parameters. The final weights equal the
  * single-process (virtual) run bit for bit, for any dp (I5). Collective
  * failures (a dead peer: FTC_ETIMEDOUT / FTC_EFABRIC at coll_timeout_ms)
  * are returned by ftc_trainer_step with the communicator's message.
@@ -215,8 +217,9 @@ typedef struct ftc_train_stats {
                              snapshot started through the agent; false when the agent's
                              policy skipped it or it failed (a warning) */
     double ckpt_seconds;  /* its wall time (snapshot + persist) */
-    /* the guard: a skipped step applied no update (loss and norm are then the
-     * offending values, or 0 for a step skipped from the list) */
+    /* the guard: a skipped step applied no update (loss is then the offending
+     * value, or 0 for a step skipped from the list; grad_norm is 0 and lr the
+     * rate of the next applied update) */
     bool skipped;
     const char *guard;        /* NULL; "nan", "loss_spike" (detected) or "listed" */
     uint64_t rolled_back_to;  /* the step restored by a rollback, else UINT64_MAX */
