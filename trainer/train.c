@@ -2096,6 +2096,21 @@ static int ftc__guard_owner(const ftc_trainer_t *t, int i)
     return r;
 }
 
+/* The squared L2 norm a micro-batch gradient must stay below: in
+ * deterministic mode the exact sums' range (gradsum.h: every element below
+ * 2^30, every sum below 2^31), as a norm below min(2^30, 2^31/M) keeps every
+ * element of each of the M micro-batches below that, so their sums stay in
+ * range in any grouping and order (every DP layout decides the same); a
+ * gradient that reaches it is a blow-up, poisoned like a NaN (it was
+ * FTC_ERANGE, the end of the run). Otherwise only a finite one is needed. */
+static double ftc__guard_limit2(const ftc_trainer_t *t)
+{
+    if (!t->o.deterministic)
+        return INFINITY;
+    double lim = 0x1p31 / (double)(t->o.micro_steps > 1 ? t->o.micro_steps : 2);
+    return lim * lim;
+}
+
 /* After the backward of micro-batch i: the test faults, then the check. A
  * poisoned micro-batch keeps a NaN loss (which travels to every DP rank with
  * the all-gathered micro-batch losses) and a zero gradient (so the exact sums
@@ -2115,7 +2130,13 @@ static void ftc__guard_micro(ftc_trainer_t *t, int i)
         t->micro_loss[i] *= 100.0f;
     if (t->o.guard == FTC_GUARD_OFF)
         return;
-    if (!isfinite(t->micro_loss[i]) || !isfinite(t->k->sumsq(g, ftc_model_num_params(t->model)))) {
+    double ss = t->k->sumsq(g, ftc_model_num_params(t->model)), lim2 = ftc__guard_limit2(t);
+    if (isfinite(ss) && !(ss < lim2)) /* the owner says why; every rank sees a NaN */
+        FTC_WARN("train", "DP rank %d: step %llu: the gradient of micro-batch %d has norm %.6g, "
+                 "beyond the exact sums' range (%.6g for %d micro-batches per step): a "
+                 "blow-up, dropped like a NaN", t->dpr, (unsigned long long)s, i, sqrt(ss),
+                 sqrt(lim2), t->o.micro_steps);
+    if (!isfinite(t->micro_loss[i]) || !(ss < lim2)) {
         t->micro_loss[i] = NAN;
         ftc_model_zero_grad(t->model);
     }

@@ -90,7 +90,9 @@
  * Numerical guard (docs/trainer.md "Numerical guard"): after forward and
  * backward and before the optimizer writes anything, a step whose loss or
  * gradient is not finite (every micro-batch is checked, so one poisoned
- * micro-batch on one DP rank suffices), or — when guard_spike_sigma > 0 — a
+ * micro-batch on one DP rank suffices; in deterministic mode a micro-batch
+ * gradient of L2 norm min(2^30, 2^31/M) or more too: the exact sums' range),
+ * or — when guard_spike_sigma > 0 — a
  * loss above the mean of the last guard_window accepted losses by more than
  * guard_spike_sigma standard deviations, is not applied. FTC_GUARD_SKIP moves
  * on to the next batch; FTC_GUARD_ROLLBACK restores the newest committed

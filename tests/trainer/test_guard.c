@@ -11,6 +11,9 @@
  *   - a skip list naming a step the restored checkpoint already applied
  *     (the list changed between runs): ignored, the bits of a run that
  *     never listed it (the later listed step still skipped);
+ *   - a finite blow-up beyond the exact sums' range (an element past 2^30,
+ *     or a sum past 2^31) is skipped like a NaN, at virtual DP 1 and 2,
+ *     the parameters untouched; with the guard off it is FTC_ERANGE;
  *   - `rollback` through the persist tier: the newest committed step is
  *     restored, the batch skipped, same bits again;
  *   - a loss spike (`--guard-spike-sigma`) is skipped, a clean run has none;
@@ -202,6 +205,60 @@ static void test_list_before_restored_step(void **state)
     assert_int_equal(mask, 1u << 7);
     ftc_test_rmrf(dir);
     free(dir);
+}
+
+/* One step of a trainer whose final layernorm gain is set to `gain`: the
+ * gradients blow up but stay finite (1e12: elements past 2^30; 1e9: each
+ * below it, their sum past 2^31). Returns the step's code; *same says
+ * whether the parameters were left as they were. */
+static int blown_step(ftc_train_options_t *o, float gain, ftc_train_stats_t *st, bool *same,
+                      ftc_err_t *err)
+{
+    ftc_trainer_t *t = ftc_trainer_create(o, err);
+    if (!t)
+        fail_msg("create: %s", err->msg);
+    ftc_model_t *m = ftc_trainer_model(t);
+    const ftc_model_tensor_t *ts = ftc_model_tensors(m);
+    float *p = ftc_model_params(m); /* host memory: the cpu backend */
+    for (int i = 0; i < FTC_MODEL_NTENSORS; i++)
+        if (!strcmp(ts[i].name, "lnf.w"))
+            for (size_t j = 0; j < ts[i].numel; j++)
+                p[ts[i].offset + j] = gain;
+    uint64_t before = ftc_trainer_params_hash(t);
+    int rc = ftc_trainer_step(t, st, err);
+    *same = ftc_trainer_params_hash(t) == before;
+    ftc_trainer_destroy(t);
+    return rc;
+}
+
+/* A finite blow-up beyond the exact sums' range (gradsum.h) is a guarded
+ * event like a NaN: the step is skipped, the run goes on. It ended the run
+ * with FTC_ERANGE, guard or not. With the guard off it still does. */
+static void test_blowup_beyond_exact_range(void **state)
+{
+    (void)state;
+    const float gains[2] = {1e12f, 1e9f};
+    for (int g = 0; g < 2; g++) {
+        for (int dp = 1; dp <= 2; dp++) {
+            ftc_train_options_t o = opts();
+            o.dp = dp;
+            ftc_train_stats_t st;
+            ftc_err_t err = {0};
+            bool same = false;
+            int rc = blown_step(&o, gains[g], &st, &same, &err);
+            if (rc < 0)
+                fail_msg("gain %g, dp %d: %s", (double)gains[g], dp, err.msg);
+            assert_true(st.skipped);
+            assert_string_equal(st.guard, "nan");
+            assert_true(same);
+        }
+    }
+    ftc_train_options_t o = opts();
+    o.guard = FTC_GUARD_OFF;
+    ftc_train_stats_t st;
+    ftc_err_t err = {0};
+    bool same = false;
+    assert_int_equal(blown_step(&o, 1e12f, &st, &same, &err), FTC_ERANGE);
 }
 
 static void test_rollback_persist(void **state)
@@ -500,6 +557,7 @@ int main(void)
         cmocka_unit_test(test_skip_equals_list),
         cmocka_unit_test(test_skip_list_in_checkpoint),
         cmocka_unit_test(test_list_before_restored_step),
+        cmocka_unit_test(test_blowup_beyond_exact_range),
         cmocka_unit_test(test_rollback_persist),
         cmocka_unit_test(test_spike),
         cmocka_unit_test(test_off_and_options),
