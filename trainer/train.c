@@ -2142,18 +2142,34 @@ static void ftc__guard_micro(ftc_trainer_t *t, int i)
     }
 }
 
+/* An applied step's loss into the spike window (the oldest leaves a full one). */
+static void ftc__guard_window_push(ftc_trainer_t *t, double loss)
+{
+    int w = t->o.guard_window;
+    if (t->nwin == w) {
+        memmove(t->win, t->win + 1, (size_t)(w - 1) * sizeof t->win[0]);
+        t->nwin--;
+    }
+    t->win[t->nwin++] = (float)loss;
+}
+
 /* 0 (fine: the loss joins the spike window), 1 (not finite) or 2 (spike).
  * Every input is identical on every DP rank, so is the answer. */
 static int ftc__guard_check(ftc_trainer_t *t, double loss, const float *grads, size_t n)
 {
-    if (t->o.guard == FTC_GUARD_OFF)
+    int w = t->o.guard_window;
+    if (t->o.guard == FTC_GUARD_OFF) {
+        /* no check, but the window stays the last applied losses: it is
+         * training state, and a run resumed with the guard on judges by it */
+        if (isfinite(loss))
+            ftc__guard_window_push(t, loss);
         return 0;
+    }
     if (!isfinite(loss))
         return 1;
     /* fp32 accumulation may overflow in the sum; exact sums are range-checked */
     if (!t->o.deterministic && !isfinite(t->k->sumsq(grads, n)))
         return 1;
-    int w = t->o.guard_window;
     if (t->o.guard_spike_sigma > 0 && t->nwin == w) {
         double mean = 0, var = 0; /* in window order: the same on every rank and restart */
         for (int i = 0; i < w; i++)
@@ -2165,11 +2181,7 @@ static int ftc__guard_check(ftc_trainer_t *t, double loss, const float *grads, s
         if (sd > 0 && loss > mean + t->o.guard_spike_sigma * sd)
             return 2;
     }
-    if (t->nwin == w) {
-        memmove(t->win, t->win + 1, (size_t)(w - 1) * sizeof t->win[0]);
-        t->nwin--;
-    }
-    t->win[t->nwin++] = (float)loss;
+    ftc__guard_window_push(t, loss);
     return 0;
 }
 

@@ -129,8 +129,9 @@
 
 /* The guard's action on a non-finite loss or gradient, or a loss spike. */
 enum ftc_guard_mode {
-    FTC_GUARD_OFF = 0,      /* no check: a non-finite gradient fails the step (FTC_ERANGE) in
-                               deterministic mode, or reaches the weights in fp32 mode */
+    FTC_GUARD_OFF = 0,      /* no check (the spike window is still kept): a non-finite
+                               gradient fails the step (FTC_ERANGE) in deterministic mode,
+                               or reaches the weights in fp32 mode */
     FTC_GUARD_SKIP = 1,     /* do not apply the update; the next step takes the next batch */
     FTC_GUARD_ROLLBACK = 2, /* restore the newest committed version, then skip the batch */
 };

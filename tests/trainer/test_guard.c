@@ -17,6 +17,8 @@
  *   - `rollback` through the persist tier: the newest committed step is
  *     restored, the batch skipped, same bits again;
  *   - a loss spike (`--guard-spike-sigma`) is skipped, a clean run has none;
+ *     the window is kept with the guard off too: a run resumed from a
+ *     guard-off checkpoint with spike detection skips the same spike;
  *   - `off`: the NaN reaches the exact sums (FTC_ERANGE); bad options;
  *   - real processes: DP = 2 with one rank's micro-batch poisoned, both
  *     ranks skip (the single-process bits); the same with `rollback` before
@@ -325,6 +327,34 @@ static void test_spike(void **state)
     assert_int_equal(mask, 0);
 }
 
+/* The spike window is training state whatever the mode: a run that ran with
+ * the guard off and resumes with spike detection catches the spike the
+ * uninterrupted guarded run catches. With the guard off the window was not
+ * kept: the checkpoint held an empty one (or the stale one of an earlier
+ * guarded run, whose mean and sd then judged today's losses). */
+static void test_window_kept_guard_off(void **state)
+{
+    (void)state;
+    char *dir = ftc_test_tmpdir("guard-win");
+    ftc_train_options_t o = opts();
+    o.steps = 12;
+    o.guard_spike_sigma = 6.0, o.guard_window = 4;
+    o.inject_spike_step = 9;
+    uint32_t mask;
+    uint64_t ref = run(&o, 0, &mask, NULL, NULL);
+    assert_int_equal(mask, 1u << 9);
+    o.ckpt_dir = dir, o.ckpt_every = 8;
+    o.guard = FTC_GUARD_OFF;
+    ftc_trainer_t *t;
+    run(&o, 8, &mask, NULL, &t); /* checkpoint at 8: the window of steps 4..7 */
+    ftc_trainer_destroy(t);
+    o.guard = FTC_GUARD_SKIP;
+    assert_true(run(&o, 0, &mask, NULL, NULL) == ref);
+    assert_int_equal(mask, 1u << 9);
+    ftc_test_rmrf(dir);
+    free(dir);
+}
+
 static void test_off_and_options(void **state)
 {
     (void)state;
@@ -560,6 +590,7 @@ int main(void)
         cmocka_unit_test(test_blowup_beyond_exact_range),
         cmocka_unit_test(test_rollback_persist),
         cmocka_unit_test(test_spike),
+        cmocka_unit_test(test_window_kept_guard_off),
         cmocka_unit_test(test_off_and_options),
         cmocka_unit_test(test_dp2_one_rank_poisoned),
         cmocka_unit_test(test_dp2_rollback_stale_rank_dir),
