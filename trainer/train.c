@@ -2010,9 +2010,21 @@ static bool ftc__guard_add_skip(ftc_trainer_t *t, uint64_t step)
     return true;
 }
 
+/* Whether a restored record lists step s as skipped. */
+static bool ftc__meta_skipped(const ftc__train_meta_t *meta, uint64_t s)
+{
+    for (uint32_t i = 0; i < meta->n_skips; i++)
+        if (meta->skips[i] == s)
+            return true;
+    return false;
+}
+
 /* A restored record's guard state: its skips joined with the ones this run
  * knows (the up-front list; a rollback's too), and its spike window (the
- * newest guard_window losses of it). */
+ * newest guard_window losses of it). A known skip before the record's step
+ * that the record does not list (the up-front list changed between runs)
+ * was applied: it is dropped with a warning, as counting it would move the
+ * learning rate and the bias correction of every later step. */
 static int ftc__guard_from_meta(ftc_trainer_t *t, const ftc__train_meta_t *meta,
                                 const char *where, ftc_err_t *err)
 {
@@ -2021,6 +2033,19 @@ static int ftc__guard_from_meta(ftc_trainer_t *t, const ftc__train_meta_t *meta,
                            "and %u losses (at most %d and %d)", where,
                            (unsigned long long)meta->step, meta->n_skips, meta->n_loss,
                            FTC_GUARD_MAX_SKIPS, FTC_GUARD_WINDOW_MAX);
+    int kept = 0;
+    for (int i = 0; i < t->nskips; i++) {
+        uint64_t s = t->skips[i];
+        if (s < meta->step && !ftc__meta_skipped(meta, s)) {
+            FTC_WARN("train", "%s: step %llu: the skip list names step %llu, which this "
+                     "checkpoint applied (its update is in the weights): not skipped; restore "
+                     "a checkpoint before it to skip that batch", where,
+                     (unsigned long long)meta->step, (unsigned long long)s);
+            continue;
+        }
+        t->skips[kept++] = s;
+    }
+    t->nskips = kept;
     for (uint32_t i = 0; i < meta->n_skips; i++)
         if (!ftc__guard_add_skip(t, meta->skips[i]))
             return ftc_err_set(err, FTC_ERANGE, "%s: step %llu: more than %d skipped steps in "
@@ -2071,6 +2096,21 @@ static int ftc__guard_owner(const ftc_trainer_t *t, int i)
     return r;
 }
 
+/* The squared L2 norm a micro-batch gradient must stay below: in
+ * deterministic mode the exact sums' range (gradsum.h: every element below
+ * 2^30, every sum below 2^31), as a norm below min(2^30, 2^31/M) keeps every
+ * element of each of the M micro-batches below that, so their sums stay in
+ * range in any grouping and order (every DP layout decides the same); a
+ * gradient that reaches it is a blow-up, poisoned like a NaN (it was
+ * FTC_ERANGE, the end of the run). Otherwise only a finite one is needed. */
+static double ftc__guard_limit2(const ftc_trainer_t *t)
+{
+    if (!t->o.deterministic)
+        return INFINITY;
+    double lim = 0x1p31 / (double)(t->o.micro_steps > 1 ? t->o.micro_steps : 2);
+    return lim * lim;
+}
+
 /* After the backward of micro-batch i: the test faults, then the check. A
  * poisoned micro-batch keeps a NaN loss (which travels to every DP rank with
  * the all-gathered micro-batch losses) and a zero gradient (so the exact sums
@@ -2090,24 +2130,46 @@ static void ftc__guard_micro(ftc_trainer_t *t, int i)
         t->micro_loss[i] *= 100.0f;
     if (t->o.guard == FTC_GUARD_OFF)
         return;
-    if (!isfinite(t->micro_loss[i]) || !isfinite(t->k->sumsq(g, ftc_model_num_params(t->model)))) {
+    double ss = t->k->sumsq(g, ftc_model_num_params(t->model)), lim2 = ftc__guard_limit2(t);
+    if (isfinite(ss) && !(ss < lim2)) /* the owner says why; every rank sees a NaN */
+        FTC_WARN("train", "DP rank %d: step %llu: the gradient of micro-batch %d has norm %.6g, "
+                 "beyond the exact sums' range (%.6g for %d micro-batches per step): a "
+                 "blow-up, dropped like a NaN", t->dpr, (unsigned long long)s, i, sqrt(ss),
+                 sqrt(lim2), t->o.micro_steps);
+    if (!isfinite(t->micro_loss[i]) || !(ss < lim2)) {
         t->micro_loss[i] = NAN;
         ftc_model_zero_grad(t->model);
     }
+}
+
+/* An applied step's loss into the spike window (the oldest leaves a full one). */
+static void ftc__guard_window_push(ftc_trainer_t *t, double loss)
+{
+    int w = t->o.guard_window;
+    if (t->nwin == w) {
+        memmove(t->win, t->win + 1, (size_t)(w - 1) * sizeof t->win[0]);
+        t->nwin--;
+    }
+    t->win[t->nwin++] = (float)loss;
 }
 
 /* 0 (fine: the loss joins the spike window), 1 (not finite) or 2 (spike).
  * Every input is identical on every DP rank, so is the answer. */
 static int ftc__guard_check(ftc_trainer_t *t, double loss, const float *grads, size_t n)
 {
-    if (t->o.guard == FTC_GUARD_OFF)
+    int w = t->o.guard_window;
+    if (t->o.guard == FTC_GUARD_OFF) {
+        /* no check, but the window stays the last applied losses: it is
+         * training state, and a run resumed with the guard on judges by it */
+        if (isfinite(loss))
+            ftc__guard_window_push(t, loss);
         return 0;
+    }
     if (!isfinite(loss))
         return 1;
     /* fp32 accumulation may overflow in the sum; exact sums are range-checked */
     if (!t->o.deterministic && !isfinite(t->k->sumsq(grads, n)))
         return 1;
-    int w = t->o.guard_window;
     if (t->o.guard_spike_sigma > 0 && t->nwin == w) {
         double mean = 0, var = 0; /* in window order: the same on every rank and restart */
         for (int i = 0; i < w; i++)
@@ -2119,11 +2181,7 @@ static int ftc__guard_check(ftc_trainer_t *t, double loss, const float *grads, s
         if (sd > 0 && loss > mean + t->o.guard_spike_sigma * sd)
             return 2;
     }
-    if (t->nwin == w) {
-        memmove(t->win, t->win + 1, (size_t)(w - 1) * sizeof t->win[0]);
-        t->nwin--;
-    }
-    t->win[t->nwin++] = (float)loss;
+    ftc__guard_window_push(t, loss);
     return 0;
 }
 

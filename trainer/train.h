@@ -15,14 +15,16 @@
  *
  * Real data parallelism (dp_coll set): this process is ONE rank of a DP
  * group of ftc_coll_size(dp_coll) processes, each with a full model replica.
- * Rank r runs the micro-batches [r*M/dp, (r+1)*M/dp) of the step (the same
- * assignment as virtual rank r), sums their gradients exactly, and then, as
- * ZeRO-1: reduce-scatter of the 128-bit sums (FTC_COLL_I128, exact), its own
- * chunk (ftc_coll_chunk over the parameter count) converted to fp32 once,
- * an all-gather of the fp32 gradient so that the clipping norm is the same
- * in-order double sum as in one process (bit-identical for every dp), AdamW
- * on its own chunk of the fp32 master weights with its own chunk of m and v,
- * and an all-gather of the updated parameters. The final weights equal the
+ * Rank r runs the micro-batches ftc_coll_chunk(M, dp, r) of the step (the
+ * first M mod dp ranks take one more; virtual ranks split [r*M/dp,
+ * (r+1)*M/dp) instead: the exact sums make the bits equal, but
+ * inject_rank R's micro-batch may differ), sums their gradients exactly,
+ * and then, as ZeRO-1: reduce-scatter of the 128-bit sums (FTC_COLL_I128,
+ * exact), its own chunk (ftc_coll_chunk over the parameter count) converted
+ * to fp32 once, an all-gather of the fp32 gradient so that the clipping
+ * norm is the same in-order double sum as in one process (bit-identical for
+ * every dp), AdamW on its own chunk of the fp32 master weights with its own
+ * chunk of m and v, and an all-gather of the updated parameters. The final weights equal the
  * single-process (virtual) run bit for bit, for any dp (I5). Collective
  * failures (a dead peer: FTC_ETIMEDOUT / FTC_EFABRIC at coll_timeout_ms)
  * are returned by ftc_trainer_step with the communicator's message.
@@ -88,7 +90,9 @@
  * Numerical guard (docs/trainer.md "Numerical guard"): after forward and
  * backward and before the optimizer writes anything, a step whose loss or
  * gradient is not finite (every micro-batch is checked, so one poisoned
- * micro-batch on one DP rank suffices), or — when guard_spike_sigma > 0 — a
+ * micro-batch on one DP rank suffices; in deterministic mode a micro-batch
+ * gradient of L2 norm min(2^30, 2^31/M) or more too: the exact sums' range),
+ * or — when guard_spike_sigma > 0 — a
  * loss above the mean of the last guard_window accepted losses by more than
  * guard_spike_sigma standard deviations, is not applied. FTC_GUARD_SKIP moves
  * on to the next batch; FTC_GUARD_ROLLBACK restores the newest committed
@@ -99,7 +103,9 @@
  * rank decides on the same values. Skipped step indices are training state:
  * the checkpoint's metadata record keeps them (sorted, at most
  * FTC_GUARD_MAX_SKIPS; more is FTC_ERANGE: the run is diverging) with the
- * spike window, so a restore at any DP degree replays the same schedule. The
+ * spike window, so a restore at any DP degree replays the same schedule (a
+ * listed step before the restored one that the record does not skip was
+ * applied: ignored with a warning). The
  * data position stays a function of the step (a skipped batch is consumed
  * and not used); the learning rate and AdamW's bias correction count applied
  * updates only (step minus the skips before it), as Megatron-LM and DeepSpeed
@@ -123,8 +129,9 @@
 
 /* The guard's action on a non-finite loss or gradient, or a loss spike. */
 enum ftc_guard_mode {
-    FTC_GUARD_OFF = 0,      /* no check: a non-finite gradient fails the step (FTC_ERANGE) in
-                               deterministic mode, or reaches the weights in fp32 mode */
+    FTC_GUARD_OFF = 0,      /* no check (the spike window is still kept): a non-finite
+                               gradient fails the step (FTC_ERANGE) in deterministic mode,
+                               or reaches the weights in fp32 mode */
     FTC_GUARD_SKIP = 1,     /* do not apply the update; the next step takes the next batch */
     FTC_GUARD_ROLLBACK = 2, /* restore the newest committed version, then skip the batch */
 };
@@ -213,8 +220,9 @@ typedef struct ftc_train_stats {
                              snapshot started through the agent; false when the agent's
                              policy skipped it or it failed (a warning) */
     double ckpt_seconds;  /* its wall time (snapshot + persist) */
-    /* the guard: a skipped step applied no update (loss and norm are then the
-     * offending values, or 0 for a step skipped from the list) */
+    /* the guard: a skipped step applied no update (loss is then the offending
+     * value, or 0 for a step skipped from the list; grad_norm is 0 and lr the
+     * rate of the next applied update) */
     bool skipped;
     const char *guard;        /* NULL; "nan", "loss_spike" (detected) or "listed" */
     uint64_t rolled_back_to;  /* the step restored by a rollback, else UINT64_MAX */

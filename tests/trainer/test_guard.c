@@ -8,9 +8,17 @@
  *   - the skip list is training state: a run stopped after the skip and
  *     resumed from its checkpoint ends with the same bits (the learning rate
  *     counts applied updates, so a lost list would change them);
+ *   - a skip list naming a step the restored checkpoint already applied
+ *     (the list changed between runs): ignored, the bits of a run that
+ *     never listed it (the later listed step still skipped);
+ *   - a finite blow-up beyond the exact sums' range (an element past 2^30,
+ *     or a sum past 2^31) is skipped like a NaN, at virtual DP 1 and 2,
+ *     the parameters untouched; with the guard off it is FTC_ERANGE;
  *   - `rollback` through the persist tier: the newest committed step is
  *     restored, the batch skipped, same bits again;
  *   - a loss spike (`--guard-spike-sigma`) is skipped, a clean run has none;
+ *     the window is kept with the guard off too: a run resumed from a
+ *     guard-off checkpoint with spike detection skips the same spike;
  *   - `off`: the NaN reaches the exact sums (FTC_ERANGE); bad options;
  *   - real processes: DP = 2 with one rank's micro-batch poisoned, both
  *     ranks skip (the single-process bits); the same with `rollback` before
@@ -165,6 +173,96 @@ static void test_skip_list_in_checkpoint(void **state)
     free(dir);
 }
 
+/* A skip list that names a step the restored checkpoint already applied
+ * (the list changed between runs): that update is in the weights, so it is
+ * ignored (a warning), never counted as skipped: counting it moved the
+ * learning rate and AdamW's bias correction of every later step and wrote a
+ * false skip into the next checkpoint. The listed later step is skipped. */
+static void test_list_before_restored_step(void **state)
+{
+    (void)state;
+    char *dir = ftc_test_tmpdir("guard-past");
+    ftc_train_options_t o = opts();
+    uint64_t l7[1] = {7};
+    o.skip_steps = l7, o.n_skip_steps = 1;
+    uint64_t ref = run(&o, 0, NULL, NULL, NULL); /* fresh, skips 7 only */
+    o = opts();
+    o.ckpt_dir = dir, o.ckpt_every = 3;
+    ftc_trainer_t *t;
+    run(&o, 7, NULL, NULL, &t); /* checkpoints at 3 and 6; step 3 applied */
+    ftc_trainer_destroy(t);
+    uint64_t l37[2] = {3, 7};
+    o.skip_steps = l37, o.n_skip_steps = 2;
+    ftc_err_t err = {0};
+    t = ftc_trainer_create(&o, &err);
+    if (!t)
+        fail_msg("create: %s", err.msg);
+    assert_true(ftc_trainer_resumed_from(t) == 6);
+    const uint64_t *sk;
+    assert_int_equal(ftc_trainer_skips(t, &sk), 1);
+    assert_true(sk[0] == 7);
+    ftc_trainer_destroy(t);
+    uint32_t mask;
+    assert_true(run(&o, 0, &mask, NULL, NULL) == ref);
+    assert_int_equal(mask, 1u << 7);
+    ftc_test_rmrf(dir);
+    free(dir);
+}
+
+/* One step of a trainer whose final layernorm gain is set to `gain`: the
+ * gradients blow up but stay finite (1e12: elements past 2^30; 1e9: each
+ * below it, their sum past 2^31). Returns the step's code; *same says
+ * whether the parameters were left as they were. */
+static int blown_step(ftc_train_options_t *o, float gain, ftc_train_stats_t *st, bool *same,
+                      ftc_err_t *err)
+{
+    ftc_trainer_t *t = ftc_trainer_create(o, err);
+    if (!t)
+        fail_msg("create: %s", err->msg);
+    ftc_model_t *m = ftc_trainer_model(t);
+    const ftc_model_tensor_t *ts = ftc_model_tensors(m);
+    float *p = ftc_model_params(m); /* host memory: the cpu backend */
+    for (int i = 0; i < FTC_MODEL_NTENSORS; i++)
+        if (!strcmp(ts[i].name, "lnf.w"))
+            for (size_t j = 0; j < ts[i].numel; j++)
+                p[ts[i].offset + j] = gain;
+    uint64_t before = ftc_trainer_params_hash(t);
+    int rc = ftc_trainer_step(t, st, err);
+    *same = ftc_trainer_params_hash(t) == before;
+    ftc_trainer_destroy(t);
+    return rc;
+}
+
+/* A finite blow-up beyond the exact sums' range (gradsum.h) is a guarded
+ * event like a NaN: the step is skipped, the run goes on. It ended the run
+ * with FTC_ERANGE, guard or not. With the guard off it still does. */
+static void test_blowup_beyond_exact_range(void **state)
+{
+    (void)state;
+    const float gains[2] = {1e12f, 1e9f};
+    for (int g = 0; g < 2; g++) {
+        for (int dp = 1; dp <= 2; dp++) {
+            ftc_train_options_t o = opts();
+            o.dp = dp;
+            ftc_train_stats_t st;
+            ftc_err_t err = {0};
+            bool same = false;
+            int rc = blown_step(&o, gains[g], &st, &same, &err);
+            if (rc < 0)
+                fail_msg("gain %g, dp %d: %s", (double)gains[g], dp, err.msg);
+            assert_true(st.skipped);
+            assert_string_equal(st.guard, "nan");
+            assert_true(same);
+        }
+    }
+    ftc_train_options_t o = opts();
+    o.guard = FTC_GUARD_OFF;
+    ftc_train_stats_t st;
+    ftc_err_t err = {0};
+    bool same = false;
+    assert_int_equal(blown_step(&o, 1e12f, &st, &same, &err), FTC_ERANGE);
+}
+
 static void test_rollback_persist(void **state)
 {
     (void)state;
@@ -227,6 +325,34 @@ static void test_spike(void **state)
     o.steps = 12, o.inject_spike_step = 9;
     run(&o, 0, &mask, NULL, NULL);
     assert_int_equal(mask, 0);
+}
+
+/* The spike window is training state whatever the mode: a run that ran with
+ * the guard off and resumes with spike detection catches the spike the
+ * uninterrupted guarded run catches. With the guard off the window was not
+ * kept: the checkpoint held an empty one (or the stale one of an earlier
+ * guarded run, whose mean and sd then judged today's losses). */
+static void test_window_kept_guard_off(void **state)
+{
+    (void)state;
+    char *dir = ftc_test_tmpdir("guard-win");
+    ftc_train_options_t o = opts();
+    o.steps = 12;
+    o.guard_spike_sigma = 6.0, o.guard_window = 4;
+    o.inject_spike_step = 9;
+    uint32_t mask;
+    uint64_t ref = run(&o, 0, &mask, NULL, NULL);
+    assert_int_equal(mask, 1u << 9);
+    o.ckpt_dir = dir, o.ckpt_every = 8;
+    o.guard = FTC_GUARD_OFF;
+    ftc_trainer_t *t;
+    run(&o, 8, &mask, NULL, &t); /* checkpoint at 8: the window of steps 4..7 */
+    ftc_trainer_destroy(t);
+    o.guard = FTC_GUARD_SKIP;
+    assert_true(run(&o, 0, &mask, NULL, NULL) == ref);
+    assert_int_equal(mask, 1u << 9);
+    ftc_test_rmrf(dir);
+    free(dir);
 }
 
 static void test_off_and_options(void **state)
@@ -460,8 +586,11 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_skip_equals_list),
         cmocka_unit_test(test_skip_list_in_checkpoint),
+        cmocka_unit_test(test_list_before_restored_step),
+        cmocka_unit_test(test_blowup_beyond_exact_range),
         cmocka_unit_test(test_rollback_persist),
         cmocka_unit_test(test_spike),
+        cmocka_unit_test(test_window_kept_guard_off),
         cmocka_unit_test(test_off_and_options),
         cmocka_unit_test(test_dp2_one_rank_poisoned),
         cmocka_unit_test(test_dp2_rollback_stale_rank_dir),

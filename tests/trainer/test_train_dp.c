@@ -9,7 +9,8 @@
  *   - in-process ranks (ftc_dist_join + ftc_trainer_create with dp_coll) on
  *     a model of 5410 parameters (not divisible by 3 or 4: uneven ZeRO-1
  *     chunks) for DP = 3 and 4: the single-process bits, parameters and
- *     the gathered moments;
+ *     the gathered moments; the same stopped at step 2 at DP = 3 (4) and
+ *     resumed at DP = 2 (3): the uneven chunks re-partitioned, same bits;
  *   - DP = 2 stopped at step 2 (persist tier, one chunk per rank) and
  *     resumed to the end: the same bits; DP = 3 stopped at step 2 and
  *     resumed at DP = 2 (chunks re-partitioned): the same bits, the saved
@@ -124,9 +125,12 @@ static ftc_train_options_t odd_opts(void)
     return o;
 }
 
-/* Runs the odd model; writes the params and both full moments to `out`
- * (n floats each) by gathering the ranks' chunks. */
-static void odd_run(int n, const char *dir, float *out, size_t *np)
+/* Runs the odd model with n ranks (exchange directory dir) to step `until`
+ * (all when 0), checkpointing every step into ckpt when given; writes the
+ * params and both full moments to `out` (n floats each) by gathering the
+ * ranks' chunks. */
+static void odd_run_to(int n, const char *dir, const char *ckpt, uint64_t until, float *out,
+                       size_t *np)
 {
     size_t P = 5410;
     float *sh = mmap(NULL, 3 * P * sizeof(float), PROT_READ | PROT_WRITE,
@@ -148,12 +152,13 @@ static void odd_run(int n, const char *dir, float *out, size_t *np)
             }
             ftc_train_options_t o = odd_opts();
             o.dp_coll = d ? d->dp : NULL;
+            o.ckpt_dir = ckpt, o.ckpt_every = 1;
             ftc_trainer_t *t = ftc_trainer_create(&o, &err);
             if (!t) {
                 fprintf(stderr, "rank %d: %s\n", r, err.msg);
                 _exit(1);
             }
-            for (uint64_t s = 0; s < o.steps; s++)
+            while (ftc_trainer_steps_done(t) < (until ? until : o.steps))
                 if (ftc_trainer_step(t, NULL, &err) < 0) {
                     fprintf(stderr, "rank %d: %s\n", r, err.msg);
                     _exit(1);
@@ -185,6 +190,11 @@ static void odd_run(int n, const char *dir, float *out, size_t *np)
     *np = P;
 }
 
+static void odd_run(int n, const char *dir, float *out, size_t *np)
+{
+    odd_run_to(n, dir, NULL, 0, out, np);
+}
+
 static void test_uneven_chunks_in_process(void **state)
 {
     (void)state;
@@ -207,6 +217,43 @@ static void test_uneven_chunks_in_process(void **state)
         assert_memory_equal(base + P, got + P, 2 * P * sizeof(float));     /* m and v */
         print_message("DP=%d in-process ranks, %zu parameters (uneven chunks): identical\n", n,
                       P);
+    }
+    free(base);
+    free(got);
+    ftc_test_rmrf(dir);
+    free(dir);
+}
+
+/* ZeRO-1 chunks re-partitioned between uneven degrees (5410 parameters:
+ * chunks of 1804/1803/1803 -> 2705/2705, 1353/1353/1352/1352 ->
+ * 1804/1803/1803): stopped at step 2 of 3 at DP a, resumed at DP b from the
+ * persist tier, the parameters and both gathered moments equal the
+ * single-process run's. */
+static void test_uneven_repartition(void **state)
+{
+    (void)state;
+    char *dir = ftc_test_tmpdir("traindp");
+    size_t P = 5410, np = 0;
+    float *base = malloc(3 * P * sizeof(float)), *got = malloc(3 * P * sizeof(float));
+    assert_non_null(base);
+    assert_non_null(got);
+    odd_run(1, dir, base, &np);
+    static const int deg[2][2] = {{3, 2}, {4, 3}};
+    for (int k = 0; k < 2; k++) {
+        int a = deg[k][0], b = deg[k][1];
+        char x1[PATH_MAX], x2[PATH_MAX], ck[PATH_MAX];
+        snprintf(x1, sizeof x1, "%s/r%d-a", dir, k);
+        snprintf(x2, sizeof x2, "%s/r%d-b", dir, k);
+        snprintf(ck, sizeof ck, "%s/r%d-ck", dir, k);
+        assert_int_equal(mkdir(x1, 0700), 0);
+        assert_int_equal(mkdir(x2, 0700), 0);
+        odd_run_to(a, x1, ck, 2, got, &np);
+        odd_run_to(b, x2, ck, 0, got, &np);
+        assert_int_equal(np, P);
+        assert_memory_equal(base, got, P * sizeof(float));             /* parameters */
+        assert_memory_equal(base + P, got + P, 2 * P * sizeof(float)); /* m and v */
+        print_message("DP=%d -> %d, %zu parameters (uneven chunks re-partitioned): identical\n",
+                      a, b, P);
     }
     free(base);
     free(got);
@@ -631,6 +678,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dp_bit_identical),
         cmocka_unit_test(test_uneven_chunks_in_process),
+        cmocka_unit_test(test_uneven_repartition),
         cmocka_unit_test(test_stop_resume_dp2),
         cmocka_unit_test(test_cut_short_after_degree_change),
         cmocka_unit_test(test_other_kind_refused),
