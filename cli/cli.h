@@ -44,6 +44,7 @@ extern const ftc_cli_cmd_t ftc_cli_cmd_restore;
 extern const ftc_cli_cmd_t ftc_cli_cmd_status;
 extern const ftc_cli_cmd_t ftc_cli_cmd_events;
 extern const ftc_cli_cmd_t ftc_cli_cmd_redis;
+extern const ftc_cli_cmd_t ftc_cli_cmd_clean;
 extern const ftc_cli_cmd_t ftc_cli_cmd_agent;
 extern const ftc_cli_cmd_t ftc_cli_cmd_train;
 extern const ftc_cli_cmd_t ftc_cli_cmd_run;

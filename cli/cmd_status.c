@@ -1,8 +1,11 @@
 /*
- * cmd_status.c — `ftc status [--json] [--watch [--interval MS]]`: the job's
- * control plane at a glance (detect/status.c does the reading): members and
- * heartbeat ages, the leader, the generation, the committed step and recent
- * events. --watch redraws in place like top until interrupted.
+ * cmd_status.c — the commands on the job's Redis. `ftc status [--json]
+ * [--watch [--interval MS]]`: the job's control plane at a glance
+ * (detect/status.c does the reading): members and heartbeat ages, the
+ * leader, the generation, the committed step and recent events. --watch
+ * redraws in place like top until interrupted. `ftc events`: the event
+ * stream. `ftc redis`: the embedded Redis in the foreground. `ftc clean`:
+ * removes a finished job's keys (detect/control.c, ftc_ctl_clean).
  */
 #include "cli/cli.h"
 #include "detect/redis_server.h"
@@ -276,3 +279,54 @@ out:
 
 const ftc_cli_cmd_t ftc_cli_cmd_redis = {"redis", "run the job's embedded Redis in the foreground",
                                          ftc__redis_help, ftc__redis_run};
+
+/* ---- ftc clean --------------------------------------------------------------------- */
+
+static const char ftc__clean_help[] =
+    "usage: ftc clean [--force] [--redis URL] [--job ID]\n"
+    "\n"
+    "Removes every Redis key of the job (ftc:{ID}:*: members, generation, commit\n"
+    "records, failure reports, events, the linked flag, ...), so that the job id\n"
+    "starts afresh when used again. Files are not touched (the persist directory,\n"
+    "the job directory and its redis.url stay). Prints how many keys it removed.\n"
+    "Refuses (exit 1, nothing removed) while the job looks alive: a node's\n"
+    "heartbeat, an `ftc run` supervisor's lease or the leader lease exists; they\n"
+    "expire within seconds of the job's end.\n"
+    "\n"
+    "Options:\n"
+    "  --force                remove the keys even while the job looks alive\n";
+
+static int ftc__clean_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
+{
+    bool force = false;
+    const ftc_cli_opt_t opts[] = {{"--force", FTC_OPT_FLAG, &force, NULL}};
+    ftc_cli_args_t a;
+    int ec = ftc_cli_parse(cmd, argc, argv, opts, 1, 0, 0, &a);
+    if (ec != FTC_CLI_CONTINUE)
+        return ec;
+    FTC_CLI_WARN_IGNORED(cmd, &a, FTC_CLI_KEYS_REDIS); /* the job's Redis: all it reads */
+    ftc_ctl_t *c = ftc__ctl_open(cmd, &a, 2000, &ec);
+    if (!c)
+        goto out;
+    const char *job = ftc_config_str(a.cfg, FTC_CFG_JOB_ID);
+    ftc_ctl_clean_t res;
+    int rc = ftc_ctl_clean(c, force, &res);
+    if (rc == FTC_EINPROGRESS) {
+        ec = ftc_cli_fail(cmd, "%s; stop the job first (or use --force to remove its keys "
+                               "anyway)", ftc_ctl_errstr(c));
+    } else if (rc) {
+        ec = ftc_cli_fail(cmd, "%s (%llu keys of job %s removed before)", ftc_ctl_errstr(c),
+                          (unsigned long long)res.removed, job);
+    } else {
+        printf("removed %llu key%s of job %s\n", (unsigned long long)res.removed,
+               res.removed == 1 ? "" : "s", job);
+        ec = FTC_EXIT_OK;
+    }
+    ftc_ctl_destroy(c);
+out:
+    ftc_cli_args_free(&a);
+    return ec;
+}
+
+const ftc_cli_cmd_t ftc_cli_cmd_clean = {"clean", "remove a finished job's keys from Redis",
+                                         ftc__clean_help, ftc__clean_run};

@@ -11,8 +11,8 @@
 static const ftc_cli_cmd_t *const ftc__cmds[] = {
     &ftc_cli_cmd_inspect, &ftc_cli_cmd_verify, &ftc_cli_cmd_export,
     &ftc_cli_cmd_synth,   &ftc_cli_cmd_restore, &ftc_cli_cmd_status,
-    &ftc_cli_cmd_events,  &ftc_cli_cmd_redis,   &ftc_cli_cmd_agent,
-    &ftc_cli_cmd_train,   &ftc_cli_cmd_run,
+    &ftc_cli_cmd_events,  &ftc_cli_cmd_redis,   &ftc_cli_cmd_clean,
+    &ftc_cli_cmd_agent,   &ftc_cli_cmd_train,   &ftc_cli_cmd_run,
 };
 #define FTC__NCMDS ((int)(sizeof ftc__cmds / sizeof ftc__cmds[0]))
 

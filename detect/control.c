@@ -1047,3 +1047,217 @@ int ftc_ctl_linked(ftc_ctl_t *c, bool *linked)
     ftc_redis_reply_free(rep);
     return rc;
 }
+
+/* ---- removing a job's state ------------------------------------------------------------ */
+
+int ftc_ctl_glob_escape(const char *s, char *buf, size_t cap)
+{
+    size_t o = 0;
+    if (cap == 0)
+        return -1;
+    for (; *s; s++) {
+        size_t special = strchr("*?[]\\", *s) ? 1 : 0;
+        if (o + special + 2 > cap) { /* the character, its escape and the NUL */
+            buf[0] = '\0';
+            return -1;
+        }
+        if (special)
+            buf[o++] = '\\';
+        buf[o++] = *s;
+    }
+    buf[o] = '\0';
+    return (int)o;
+}
+
+#define FTC__CLEAN_NAMED 8 /* nodes named per kind in ftc_ctl_clean_t.live */
+#define FTC__CLEAN_LIST (FTC__CLEAN_NAMED * (FTC_CTL_NODE_MAX + 2))
+
+typedef struct ftc__clean_state {
+    ftc_ctl_clean_t *out;
+    size_t plen;                       /* strlen of the job's prefix */
+    char hb[FTC__CLEAN_LIST];          /* "A, B" */
+    char sup[FTC__CLEAN_LIST];
+    bool use_del;                      /* the server has no UNLINK */
+} ftc__clean_state_t;
+
+/* Called with each page of a scan: its n keys (strings). */
+typedef int (*ftc__page_fn)(ftc_ctl_t *c, ftc_redis_reply_t **keys, size_t n,
+                            ftc__clean_state_t *st);
+
+/* Walks the job's keys: SCAN MATCH (the prefix, its job id glob-escaped, then
+ * "*") COUNT 1000 from cursor 0 until the server gives 0 back, each page to
+ * fn. A key may come twice (SCAN's promise: every key there throughout comes
+ * at least once). */
+static int ftc__scan_job(ftc_ctl_t *c, ftc__page_fn fn, ftc__clean_state_t *st)
+{
+    char esc[2 * sizeof c->job], pat[sizeof esc + 16], cursor[32] = "0";
+    if (ftc_ctl_glob_escape(c->job, esc, sizeof esc) < 0) /* 63 characters fit, escaped */
+        return ftc_err_set(&c->err, FTC_EINVAL, "job id '%s' is too long to scan", c->job);
+    snprintf(pat, sizeof pat, "ftc:{%s}:*", esc);
+    do {
+        ftc_redis_reply_t *rep, **el, **keys;
+        size_t n, nk = 0, cl = 0;
+        const char *cur;
+        int rc = ftc_redis_cmdv(c->r, true, &rep, "SCAN", cursor, "MATCH", pat, "COUNT", "1000",
+                                NULL);
+        if (rc)
+            return ftc__rc(c, rc);
+        rc = ftc_redis_want_array(rep, "SCAN", 2, &el, &n, &c->err);
+        if (!rc)
+            rc = ftc_redis_want_str(el[0], "SCAN cursor", &cur, &cl, &c->err);
+        if (!rc && (cl == 0 || cl >= sizeof cursor))
+            rc = ftc_err_set(&c->err, FTC_EPROTO, "SCAN: a cursor of %zu bytes", cl);
+        if (!rc)
+            rc = ftc_redis_want_array(el[1], "SCAN keys", -1, &keys, &nk, &c->err);
+        for (size_t i = 0; !rc && i < nk; i++)
+            if (keys[i]->type != REDIS_REPLY_STRING || keys[i]->len < st->plen)
+                rc = ftc_err_set(&c->err, FTC_EPROTO, "SCAN %s: key %zu is no key of the job",
+                                 pat, i);
+        if (!rc) {
+            memcpy(cursor, cur, cl);
+            cursor[cl] = '\0';
+            if (nk)
+                rc = fn(c, keys, nk, st);
+        }
+        ftc_redis_reply_free(rep);
+        if (rc)
+            return rc;
+    } while (strcmp(cursor, "0"));
+    return 0;
+}
+
+/* Adds name (len bytes; anything but a printable character shown as '?') to
+ * the list, unless FTC__CLEAN_NAMED are named already (*count counts all). */
+static void ftc__clean_name(char *list, int *count, const char *name, size_t len)
+{
+    if ((*count)++ >= FTC__CLEAN_NAMED)
+        return;
+    size_t o = strlen(list);
+    if (o)
+        o += (size_t)snprintf(list + o, FTC__CLEAN_LIST - o, ", ");
+    for (size_t i = 0; i < len && i < FTC_CTL_NODE_MAX && o + 1 < FTC__CLEAN_LIST; i++)
+        list[o++] = isgraph((unsigned char)name[i]) ? name[i] : '?';
+    list[o] = '\0';
+}
+
+/* A page of the look before: heartbeat keys and supervisor leases. */
+static int ftc__clean_look(ftc_ctl_t *c, ftc_redis_reply_t **keys, size_t n,
+                           ftc__clean_state_t *st)
+{
+    (void)c;
+    for (size_t i = 0; i < n; i++) {
+        const char *k = keys[i]->str + st->plen;
+        size_t len = keys[i]->len - st->plen;
+        if (len > 3 && !memcmp(k, "hb:", 3))
+            ftc__clean_name(st->hb, &st->out->n_hb, k + 3, len - 3);
+        else if (len > 4 && !memcmp(k, "sup:", 4))
+            ftc__clean_name(st->sup, &st->out->n_sup, k + 4, len - 4);
+    }
+    return 0;
+}
+
+/* A page of the removal: one UNLINK (DEL once a server had none) of its keys. */
+static int ftc__clean_remove(ftc_ctl_t *c, ftc_redis_reply_t **keys, size_t n,
+                             ftc__clean_state_t *st)
+{
+    const char **argv = malloc((n + 1) * sizeof *argv);
+    size_t *lens = malloc((n + 1) * sizeof *lens);
+    if (!argv || !lens) {
+        free(argv);
+        free(lens);
+        return ftc_err_set(&c->err, FTC_ENOMEM, "clean: out of memory for %zu keys", n);
+    }
+    for (size_t i = 0; i < n; i++) {
+        argv[i + 1] = keys[i]->str;
+        lens[i + 1] = keys[i]->len;
+    }
+    ftc_redis_reply_t *rep = NULL;
+    int rc = FTC_EREDIS;
+    for (int attempt = 0; attempt < 2 && rc; attempt++) {
+        argv[0] = st->use_del ? "DEL" : "UNLINK";
+        lens[0] = strlen(argv[0]);
+        rc = ftc_redis_cmd(c->r, true, &rep, (int)n + 1, argv, lens);
+        if (rc && !st->use_del && ftc_redis_is_up(c->r) &&
+            strstr(ftc_redis_errstr(c->r), "unknown command"))
+            st->use_del = true; /* a server older than Redis 4 */
+        else
+            break;
+    }
+    free(argv);
+    free(lens);
+    if (rc)
+        return ftc__rc(c, rc);
+    long long removed;
+    rc = ftc_redis_want_int(rep, st->use_del ? "DEL" : "UNLINK", &removed, &c->err);
+    ftc_redis_reply_free(rep);
+    if (!rc && removed > 0)
+        st->out->removed += (uint64_t)removed;
+    return rc;
+}
+
+/* The leader lease: appends "leader lease held by H" to out->live when held. */
+static int ftc__clean_leader(ftc_ctl_t *c, ftc_ctl_clean_t *out)
+{
+    KEY(leader, "leader");
+    ftc_redis_reply_t *rep;
+    int rc = ftc_redis_cmdv(c->r, true, &rep, "GET", leader, NULL);
+    if (rc)
+        return ftc__rc(c, rc);
+    const char *v;
+    size_t len;
+    ftc_err_t ignored = {0};
+    rc = ftc_redis_want_str(rep, leader, &v, &len, &c->err);
+    if (rc == FTC_ENOENT) {
+        ftc_redis_reply_free(rep);
+        return 0;
+    }
+    if (!rc) {
+        char holder[FTC_CTL_NODE_MAX + 64] = "", shown[FTC_CTL_NODE_MAX + 64] = "";
+        uint64_t epoch;
+        if (ftc_ctl_leader_parse(v, len, leader, holder, sizeof holder, &epoch, &ignored))
+            ftc__clean_name(shown, &(int){0}, v, len); /* garbage: shown as it is */
+        else
+            snprintf(shown, sizeof shown, "%s", holder);
+        out->leader = true;
+        size_t o = strlen(out->live);
+        snprintf(out->live + o, sizeof out->live - o, "%sleader lease held by %s",
+                 o ? "; " : "", shown);
+    }
+    ftc_redis_reply_free(rep);
+    return rc;
+}
+
+/* "heartbeat of A" / "heartbeats of A, B and 3 more" into out->live. */
+static void ftc__clean_list(ftc_ctl_clean_t *out, const char *what, const char *list, int count)
+{
+    if (!count)
+        return;
+    size_t o = strlen(out->live);
+    char more[32] = "";
+    if (count > FTC__CLEAN_NAMED)
+        snprintf(more, sizeof more, " and %d more", count - FTC__CLEAN_NAMED);
+    snprintf(out->live + o, sizeof out->live - o, "%s%s%s of %s%s", o ? "; " : "", what,
+             count > 1 ? "s" : "", list, more);
+}
+
+int ftc_ctl_clean(ftc_ctl_t *c, bool force, ftc_ctl_clean_t *out)
+{
+    ftc_ctl_clean_t local;
+    if (!out)
+        out = &local;
+    memset(out, 0, sizeof *out);
+    ftc__clean_state_t st = {.out = out, .plen = strlen(c->prefix)};
+    int rc;
+    if (!force) {
+        if ((rc = ftc__scan_job(c, ftc__clean_look, &st)) != 0)
+            return rc;
+        ftc__clean_list(out, "heartbeat", st.hb, out->n_hb);
+        ftc__clean_list(out, "supervisor lease", st.sup, out->n_sup);
+        if ((rc = ftc__clean_leader(c, out)) != 0)
+            return rc;
+        if (out->live[0])
+            return ftc_err_set(&c->err, FTC_EINPROGRESS, "job %s looks alive: %s", c->job,
+                               out->live);
+    }
+    return ftc__scan_job(c, ftc__clean_remove, &st);
+}

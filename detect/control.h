@@ -228,6 +228,37 @@ int ftc_ctl_commit_aborted(ftc_ctl_t *c, uint64_t gen, int64_t step, bool *abort
  * reason into why (cap bytes; may be NULL). False when it is not one. */
 bool ftc_ctl_abort_marker_parse(const char *v, size_t len, uint32_t *rank, char *why, size_t cap);
 
+/* ---- removing a job's state --------------------------------------------------------- */
+
+/* What ftc_ctl_clean found and did. */
+typedef struct ftc_ctl_clean {
+    uint64_t removed; /* keys removed */
+    int n_hb;         /* heartbeat keys (hb:NODE) found */
+    int n_sup;        /* supervisor leases (sup:NODE) found */
+    bool leader;      /* the leader lease was held */
+    /* the signs of life in words, "" when none: "heartbeat of A, B; supervisor
+     * lease of S; leader lease held by A:12:1700000000000" (the first 8 nodes of
+     * each kind named, then "and N more") */
+    char live[640];
+} ftc_ctl_clean_t;
+
+/* Removes every key of the job (all of ftc:{job}:*, docs/redis-keys.md): a
+ * SCAN MATCH of the job's prefix (its job id glob-escaped) COUNT 1000, each
+ * page's keys removed with one UNLINK (DEL on a server without it). Unless
+ * force, it first looks for signs that the job is alive — a heartbeat key, a
+ * supervisor lease, the leader lease — and when it finds any removes nothing
+ * and returns FTC_EINPROGRESS, the error (and out->live) naming them (with
+ * force nothing is looked for). Keys of other jobs are never touched, not
+ * even those of a job whose id begins with this one's (the prefix ends in "}:").
+ * The check and the removal are not atomic: a job started meanwhile loses
+ * what it wrote (stop the job first). FTC_EREDIS / FTC_ETIMEDOUT when Redis
+ * fails (out->removed says how many went before). out may be NULL. */
+int ftc_ctl_clean(ftc_ctl_t *c, bool force, ftc_ctl_clean_t *out);
+/* Writes s into buf (cap bytes) with Redis's glob specials (* ? [ ] \)
+ * escaped by a backslash, for a literal part of a SCAN MATCH pattern (pure).
+ * Returns the length written, or -1 when it does not fit (buf then ""). */
+int ftc_ctl_glob_escape(const char *s, char *buf, size_t cap);
+
 #ifdef __cplusplus
 }
 #endif

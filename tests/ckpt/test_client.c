@@ -36,7 +36,9 @@
  *   - a caller waiting for the notifier waits out its whole budget (seal and
  *     SEALED, timeout_ms from the checkpoint) and gets its result; a seal
  *     still running after it is FTC_ETIMEDOUT for ftc_checkpoint, never
- *     FTC_EAGAIN (the test hooks ftc__hold_seal, ftc__hold_notify);
+ *     FTC_EAGAIN (the test hooks ftc__hold_seal, ftc__hold_notify); a
+ *     snapshot a caller gave up on (ftc_interrupt) has its late failure
+ *     recorded, not returned again by a later call;
  *   - an answer that comes after the context's timeout_ms (the agent frozen
  *     with SIGSTOP for longer, then SIGCONT) is dropped, not taken as the
  *     answer to the next request: the next ftc_fetch gets its own step's
@@ -738,6 +740,51 @@ static void test_notifier_within_the_callers_wait(void **state)
     teardown_env(e);
 }
 
+/* A caller that gave up waiting for the notifier (ftc_interrupt: FTC_ECANCELED, naming step 2)
+ * was told of that snapshot then (ckpt/client.c, gave_up_id): the notifier's late failure of it
+ * (its SEALED held past its budget, timeout_ms from the checkpoint) is recorded, not returned
+ * again as a later call's error. The next ftc_checkpoint gets the interrupted context's
+ * FTC_ECANCELED, not "step 3 was not checkpointed: ... telling the agent of its seal failed";
+ * the failure is still known: ftc_ckpt_status's failed is 2 and ftc_wait_committed(2) is
+ * FTC_EIO naming it; ftc_wait_snapshot has nothing to report. */
+static void test_given_up_snapshot_not_reported_again(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 1000);
+    fd_reset();
+    static float w[4096], h[256];
+    ftc_ctx_t *c = device_ctx(e, 4000, w, h);
+    assert_int_equal(ftc__hold_notify(c, true), 0);
+    assert_int_equal(ckpt_step(c, w, 4096, 2), 0);
+    ftc_interrupt(c);
+    int rc = ftc_wait_committed(c, 2); /* the notifier holds step 2's SEALED: given up */
+    print_message("ftc_wait_committed(2): %s: %s\n", ftc_errname(rc), ftc_last_error(c));
+    assert_int_equal(rc, FTC_ECANCELED);
+    assert_non_null(strstr(ftc_last_error(c), "snapshot of step 2 was being handed"));
+    /* the notifier fails step 2 at the end of its budget */
+    ftc_ckpt_status_t st = {.struct_size = sizeof st};
+    ftc_deadline_t d = ftc_deadline_in_ms(30000);
+    do {
+        ftc_sleep_ms(20);
+        ftc_ckpt_status(c, &st);
+    } while (st.in_flight >= 0 && !ftc_deadline_expired(d));
+    assert_int_equal(st.in_flight, -1);
+    rc = ckpt_step(c, w, 4096, 3);
+    assert_int_equal(rc, FTC_ECANCELED);
+    assert_null(strstr(ftc_last_error(c), "telling the agent"));
+    assert_int_equal(ftc_ckpt_status(c, &st), 0);
+    assert_int_equal(st.failed, 2);
+    rc = ftc_wait_committed(c, 2);
+    print_message("ftc_wait_committed(2) again: %s: %s\n", ftc_errname(rc), ftc_last_error(c));
+    assert_int_equal(rc, FTC_EIO);
+    assert_non_null(strstr(ftc_last_error(c), "telling the agent"));
+    assert_int_equal(ftc_wait_snapshot(c), 0);
+    assert_int_equal(ftc__hold_notify(c, false), 0);
+    ftc_destroy(c);
+    assert_int_equal(FD.closed, 1);
+    fd_done();
+    teardown_env(e);
+}
+
 static struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -855,6 +902,7 @@ int main(void)
         T(test_sync_deadline_is_the_contexts),
         T(test_still_sealing_is_not_a_skip),
         T(test_notifier_within_the_callers_wait),
+        T(test_given_up_snapshot_not_reported_again),
         T(test_destroy_has_one_deadline),
         T(test_destroy_leaves_a_hung_copy), /* each waits for its left-behind copy to end */
     };

@@ -72,7 +72,7 @@ expect 0 "ftc --help" -- "$FTC" --help
 grep_in out "inspect" "--help lists the commands"
 expect 0 "ftc --version" -- "$FTC" --version
 grep_in out "^ftc [0-9]+\.[0-9]+\.[0-9]+" "--version prints the version"
-for c in inspect verify export synth restore status events redis agent train run; do
+for c in inspect verify export synth restore status events redis clean agent train run; do
     n=$((n + 1))
     k=$("$FTC" help "$c" 2>&1 | grep -c "^Common options:")
     if [ "$k" = 1 ]; then echo "ok: ftc help $c: the common options once"; else
@@ -88,6 +88,8 @@ done <<'EOF'
 status|--interval MS +--watch's period \(default 1000, 50\.\.3600000\)
 status|--events N .*\(default 10, 0\.\.1000\)
 events|--count N +the last N events \(default 100, 1\.\.100000\); with --follow,
+clean|--force +remove the keys even while the job looks alive
+clean|^usage: ftc clean \[--force\] \[--redis URL\] \[--job ID\]
 synth|--steps N .*\(required, 1\.\.1000000\)
 synth|--ranks R .*\(default 1, 1\.\.4096\)
 agent|--nodes N +agents in the job \(1\.\.4096\)
@@ -137,6 +139,23 @@ expect 0 "synth --out=DIR --steps=1 --persist_keep=2 (underscores, =VALUE)" -- \
     "$FTC" synth --out="$T/us" --steps=1 --ranks=1 --bytes=64KiB --persist_keep=2
 expect 2 "an unknown option with underscores is still unknown" -- "$FTC" inspect --frob_nicate x
 grep_in err "unknown option '--frob_nicate'" "the unknown option is named as given"
+# ftc clean: listed by --help; a flag it does not take or an argument is a usage error (2), before
+# any Redis is asked; a Redis that does not answer is a failure (1) naming it, within its timeouts
+expect 0 "ftc --help" -- "$FTC" --help
+grep_in out "^  clean +remove a finished job's keys from Redis" "--help lists clean"
+expect 2 "ftc clean --frobnicate" -- \
+    timeout 60 "$FTC" clean --frobnicate --redis redis://127.0.0.1:1
+grep_in err "unknown option '--frobnicate'" "clean names the unknown flag"
+grep_in err "usage: ftc clean" "and prints its usage"
+expect 2 "ftc clean with an argument" -- timeout 60 "$FTC" clean myjob --redis redis://127.0.0.1:1
+expect 2 "ftc clean --force=1 (a flag takes no value)" -- \
+    timeout 60 "$FTC" clean --force=1 --redis redis://127.0.0.1:1
+expect 1 "ftc clean with nothing listening at --redis" -- \
+    timeout 60 "$FTC" clean --job clicl$$ --redis redis://127.0.0.1:1
+grep_in err "^ftc clean: .*unreachable" "its error says Redis is unreachable"
+expect 1 "ftc clean with no Redis known for the job" -- \
+    env -u FTC_REDIS_URL timeout 60 "$FTC" clean --job clicl$$ --job-dir "$T/cleanjob"
+grep_in err "^ftc clean: .*--redis URL" "its error says what to pass"
 expect 2 "export without a format" -- "$FTC" export a b
 expect 1 "inspect of a missing path" -- "$FTC" inspect "$T/nope"
 
@@ -188,6 +207,8 @@ done <<EOF
 1|status --persist-keep 4 --redis $RU --job-id x --job-dir $T/wj|--persist-keep (persist.keep)
 1|events --detect-ttl-ms 500 --redis $RU --job x --job-dir $T/wj|--detect-ttl-ms (detect.ttl_ms)
 1|redis --agent-timeout-ms 500 --job-id x --job-dir $T/wj|--agent-timeout-ms (agent.timeout_ms)
+1|clean --persist-keep 4 --force --redis $RU --job-id x \
+--job-dir $T/wj|--persist-keep (persist.keep)
 2|agent --ckptdir-quiet-ms 5 --redundancy 1 --persist-keep 2 --persist-every 3 \
 --agent-timeout-ms 500 --detect-ttl-ms 500 --fabric-provider tcp --job-id x --job-dir $T/wj \
 --redis $RU|--ckptdir-quiet-ms (ckptdir.quiet_ms)
@@ -386,6 +407,7 @@ while IFS='|' read -r envs args msg; do
 done <<'EOF'
 |status --redis notaurl|--redis
 |events --redis redis://127.0.0.1:99999|--redis
+|clean --redis notaurl|--redis
 FTC_REDIS_URL=notaurl|agent --nodes 1|FTC_REDIS_URL
 |run --redis notaurl -- /bin/true|--redis
 EOF

@@ -3,8 +3,9 @@
  * fenced by the lease epoch, lease expiry and takeover, commit atomicity
  * under many concurrent reporters (never backwards, never stale), failure
  * reports exactly once, reseeding after data loss, the set of committed
- * steps (at or before a step, newest first), and garbage planted in every
- * key kind getting a clear error.
+ * steps (at or before a step, newest first), garbage planted in every
+ * key kind getting a clear error, and ftc_ctl_clean removing a job's keys
+ * (only its own, and only once it looks dead, unless forced).
  */
 #include "redis_fixture.h"
 
@@ -718,6 +719,214 @@ static void test_lease_reacquire_by_holder_renews_ttl(void **state)
     ftc_ctl_destroy(b);
 }
 
+/* ---- ftc_ctl_clean ------------------------------------------------------------------- */
+
+static long long dbsize(ftc_ctl_t *c)
+{
+    ftc_redis_reply_t *rep;
+    long long n = -1;
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, &rep, "DBSIZE", NULL), 0);
+    assert_int_equal(ftc_redis_want_int(rep, "DBSIZE", &n, NULL), 0);
+    ftc_redis_reply_free(rep);
+    return n;
+}
+
+static bool key_exists(ftc_ctl_t *c, const char *key, size_t len)
+{
+    const char *argv[] = {"EXISTS", key};
+    const size_t lens[] = {6, len};
+    ftc_redis_reply_t *rep;
+    long long n = -1;
+    assert_int_equal(ftc_redis_cmd(ftc_ctl_redis(c), true, &rep, 2, argv, lens), 0);
+    assert_int_equal(ftc_redis_want_int(rep, "EXISTS", &n, NULL), 0);
+    ftc_redis_reply_free(rep);
+    return n == 1;
+}
+
+/* A job with a record of every kind the job writes most (members, generation, lease epoch,
+ * commit records, failures, events, linked, secret), 2500 more keys (several SCAN pages and
+ * UNLINK batches) and one whose name holds glob specials and a NUL byte. Returns the count. */
+static long long fill_job(ftc_ctl_t *c)
+{
+    ftc_redis_t *r = ftc_ctl_redis(c);
+    long long before = dbsize(c);
+    ftc_ctl_member_t m = {.node = "A", .host = "h", .pid = 1, .joined_ms = 2};
+    assert_int_equal(ftc_ctl_join(c, &m), 0);
+    uint64_t gen;
+    set_generation(c, 1, &gen); /* leader lease taken and released: gen, leader:epoch, events */
+    int64_t committed;
+    bool now;
+    assert_int_equal(ftc_ctl_commit_report(c, gen, 5, 0, 0xabc, &committed, &now), 0);
+    assert_true(now);
+    ftc_ctl_event_t e = {.kind = "node_lost", .node = "B", .rank = -1, .step = -1, .detail = ""};
+    assert_int_equal(ftc_ctl_report_job(c, "node_lost:B:1", &e, NULL), 0);
+    assert_int_equal(ftc_ctl_linked_set(c), 0);
+    uint8_t secret[16];
+    assert_int_equal(ftc_ctl_job_secret(c, secret, NULL), 0);
+    char key[128];
+    for (int i = 0; i < 2500; i++) {
+        char suffix[32];
+        snprintf(suffix, sizeof suffix, "junk:%d", i);
+        assert_int_equal(ftc_redis_cmdv(r, true, NULL, "SET", ftc_ctl_key(c, suffix, key,
+                                                                             sizeof key),
+                                        "x", NULL),
+                         0);
+    }
+    ftc_ctl_key(c, "we*?[ird]\\", key, sizeof key);
+    size_t klen = strlen(key);
+    memcpy(key + klen, "\0nul", 5);
+    klen += 4;
+    const char *argv[] = {"SET", key, "x"};
+    const size_t lens[] = {3, klen, 1};
+    assert_int_equal(ftc_redis_cmd(r, true, NULL, 3, argv, lens), 0);
+    assert_true(key_exists(c, key, klen));
+    return dbsize(c) - before;
+}
+
+static void test_clean_removes_the_jobs_keys_only(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_ctl_t *c = redis_fixture_ctl(f, "cj"), *x = redis_fixture_ctl(f, "cj.x"),
+              *y = redis_fixture_ctl(f, "cjx");
+    ftc_redis_t *r = ftc_ctl_redis(c);
+    ftc_ctl_member_t m = {.node = "X", .host = "h", .pid = 1, .joined_ms = 2};
+    assert_int_equal(ftc_ctl_join(x, &m), 0); /* other jobs, one whose id begins with cj */
+    assert_int_equal(ftc_ctl_join(y, &m), 0);
+    assert_int_equal(ftc_ctl_linked_set(y), 0);
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "SET", "ftc:{cj}", "x", NULL), 0);
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "SET", "ftc:{cj}x:y", "x", NULL), 0);
+    long long others = dbsize(c);
+    long long n = fill_job(c);
+    assert_true(n > 2500);
+
+    ftc_ctl_clean_t res;
+    assert_int_equal(ftc_ctl_clean(c, false, &res), 0); /* nothing alive */
+    assert_int_equal((long long)res.removed, n);
+    assert_string_equal(res.live, "");
+    assert_int_equal(dbsize(c), others);
+    uint64_t gen;
+    uint32_t world;
+    int64_t step;
+    bool linked;
+    assert_int_equal(ftc_ctl_generation(c, &gen, &world), 0);
+    assert_true(gen == 0 && world == 0);
+    assert_int_equal(ftc_ctl_committed(c, &step, &gen), 0);
+    assert_int_equal(step, -1);
+    assert_int_equal(ftc_ctl_linked(c, &linked), 0);
+    assert_false(linked);
+    assert_int_equal(ftc_ctl_linked(y, &linked), 0); /* the other jobs' keys stay */
+    assert_true(linked);
+    assert_true(key_exists(c, "ftc:{cj}", 8) && key_exists(c, "ftc:{cj}x:y", 11));
+    assert_true(key_exists(c, "ftc:{cj.x}:members", 18));
+
+    assert_int_equal(ftc_ctl_clean(c, false, &res), 0); /* again: nothing left */
+    assert_int_equal((long long)res.removed, 0);
+    assert_int_equal(ftc_ctl_clean(c, false, NULL), 0);
+    assert_int_equal(dbsize(c), others);
+    ftc_ctl_destroy(c);
+    ftc_ctl_destroy(x);
+    ftc_ctl_destroy(y);
+}
+
+/* A heartbeat, a supervisor lease or the leader lease: refused (FTC_EINPROGRESS naming
+ * them), nothing removed; with force, everything goes. */
+static void test_clean_refuses_a_live_job(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_ctl_t *c = redis_fixture_ctl(f, "cl");
+    ftc_redis_t *r = ftc_ctl_redis(c);
+    long long n = fill_job(c);
+    ftc_ctl_heartbeat_t hb = {.generation = 1, .step = 3, .wall_ms = ftc_wall_ms()};
+    ftc_ctl_clean_t res;
+
+    assert_int_equal(ftc_ctl_heartbeat(c, "A", &hb, 60000), 0); /* hb:A, and a deadline */
+    n += 2;
+    assert_int_equal(ftc_ctl_clean(c, false, &res), FTC_EINPROGRESS);
+    assert_int_equal(res.n_hb, 1);
+    assert_string_equal(res.live, "heartbeat of A");
+    assert_non_null(strstr(ftc_ctl_errstr(c), "job cl looks alive: heartbeat of A"));
+    assert_int_equal((long long)res.removed, 0);
+    assert_int_equal(dbsize(c), n);
+
+    assert_int_equal(ftc_ctl_leave(c, "A"), 0); /* hb, member record (the only one) and
+                                                    deadline gone */
+    n -= 3;
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "SET", "ftc:{cl}:sup:S", "h 1 2", "PX",
+                                    "60000", NULL),
+                     0);
+    n++;
+    assert_int_equal(ftc_ctl_clean(c, false, &res), FTC_EINPROGRESS);
+    assert_string_equal(res.live, "supervisor lease of S");
+    assert_int_equal(dbsize(c), n);
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "DEL", "ftc:{cl}:sup:S", NULL), 0);
+    n--;
+
+    bool held;
+    uint64_t ep;
+    assert_int_equal(ftc_ctl_lease_acquire(c, "A:1:2", 60000, &held, &ep), 0);
+    assert_true(held);
+    n++;
+    assert_int_equal(ftc_ctl_clean(c, false, &res), FTC_EINPROGRESS);
+    assert_true(res.leader);
+    assert_string_equal(res.live, "leader lease held by A:1:2");
+    assert_int_equal(dbsize(c), n);
+
+    /* ten nodes' heartbeats: eight named, and how many more */
+    for (int i = 0; i < 10; i++) {
+        char node[8];
+        snprintf(node, sizeof node, "n%d", i);
+        assert_int_equal(ftc_ctl_heartbeat(c, node, &hb, 60000), 0);
+    }
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "SET", "ftc:{cl}:sup:S", "h 1 2", "PX",
+                                    "60000", NULL),
+                     0);
+    n += 12; /* ten hb:, the deadline set again, sup:S */
+    assert_int_equal(ftc_ctl_clean(c, false, &res), FTC_EINPROGRESS);
+    assert_true(res.n_hb == 10 && res.n_sup == 1 && res.leader);
+    assert_non_null(strstr(res.live, " and 2 more; supervisor lease of S; leader lease held "
+                                     "by A:1:2"));
+    assert_non_null(strstr(res.live, "heartbeats of n"));
+    assert_int_equal(dbsize(c), n);
+
+    assert_int_equal(ftc_ctl_clean(c, true, &res), 0); /* --force */
+    assert_int_equal((long long)res.removed, n);
+    assert_int_equal(dbsize(c), 0);
+    ftc_ctl_destroy(c);
+}
+
+/* Redis gone: an error within the command deadline, never a hang. */
+static void test_clean_without_redis_fails(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_ctl_t *c = redis_fixture_ctl(f, "cd");
+    ftc_redis_server_stop(f->srv);
+    f->srv = NULL;
+    ftc_ctl_clean_t res;
+    int rc = ftc_ctl_clean(c, false, &res);
+    assert_true(rc == FTC_EREDIS || rc == FTC_ETIMEDOUT);
+    assert_non_null(strstr(ftc_ctl_errstr(c), "SCAN"));
+    assert_true(ftc_ctl_clean(c, true, &res) < 0);
+    ftc_ctl_destroy(c);
+}
+
+static void test_glob_escape(void **state)
+{
+    (void)state;
+    char buf[32];
+    assert_int_equal(ftc_ctl_glob_escape("job-1.a_b", buf, sizeof buf), 9);
+    assert_string_equal(buf, "job-1.a_b");
+    assert_int_equal(ftc_ctl_glob_escape("a*b?c[d]e\\f{g}", buf, sizeof buf), 19);
+    assert_string_equal(buf, "a\\*b\\?c\\[d\\]e\\\\f{g}");
+    assert_int_equal(ftc_ctl_glob_escape("", buf, sizeof buf), 0);
+    assert_string_equal(buf, "");
+    assert_int_equal(ftc_ctl_glob_escape("ab*", buf, 6), 4); /* exactly fits */
+    assert_string_equal(buf, "ab\\*");
+    assert_int_equal(ftc_ctl_glob_escape("ab*", buf, 4), -1); /* the escape does not fit */
+    assert_string_equal(buf, "");
+    assert_int_equal(ftc_ctl_glob_escape("abc", buf, 3), -1);
+    assert_int_equal(ftc_ctl_glob_escape("x", buf, 0), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -747,6 +956,13 @@ int main(void)
                                         redis_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_status_json_keeps_non_utf8, redis_fixture_setup,
                                         redis_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_clean_removes_the_jobs_keys_only,
+                                        redis_fixture_setup, redis_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_clean_refuses_a_live_job, redis_fixture_setup,
+                                        redis_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_clean_without_redis_fails, redis_fixture_setup,
+                                        redis_fixture_teardown),
+        cmocka_unit_test(test_glob_escape),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

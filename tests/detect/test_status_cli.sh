@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# test_status_cli.sh — `ftc redis`, `ftc status` and `ftc events` end to end:
+# test_status_cli.sh — `ftc redis`, `status`, `events` and `clean` end to end:
 # an embedded Redis started by `ftc redis`, two real agent processes, one
 # killed with SIGKILL; status shows members, leader and heartbeats (table and
 # JSON), events shows the node loss exactly once, and a bad --redis gets a
 # clear error; events --follow across a Redis stopped (SIGSTOP) until the
-# client and the agent both noticed; an event stream key of another type.
+# client and the agent both noticed; an event stream key of another type;
+# `ftc clean` refusing a live job and removing a dead one's keys.
 # No fixed sleeps: every wait polls for the state it expects, with a deadline
 # (WAIT_S) far above what it takes on a loaded machine, and a wait that runs
 # out is a failed check, not a silent fall-through.
@@ -61,6 +62,7 @@ apid=$!
 check "A took the lease" wait_for status_has "^leader A:"
 "$AGENT" "$T/job/redis.url" st B >"$T/B.out" 2>&1 &
 pids+=($!)
+bpid=$!
 check "B started" wait_for grep -q READY "$T/B.out"
 # B's first heartbeat is written after READY: wait until status shows it
 check "B's heartbeat shows" wait_for status_has "^B .*alive"
@@ -142,6 +144,53 @@ check "events on a stream key of another type fails (exit $rc)" test $rc -eq 1
 check "and names the key" grep -q "ftc:{stx}:events.*WRONGTYPE\|WRONGTYPE.*ftc:{stx}:events" "$T/evx.txt"
 "$FTC" status --job stx --redis "$(cat "$T/job/redis.url")" >"$T/stx.txt" 2>&1
 check "status shows it as a problem" grep -q "^PROBLEMS: .*WRONGTYPE" "$T/stx.txt"
+
+# ftc clean: refuses while the job looks alive (B's heartbeat and lease; a supervisor lease),
+# naming what it found and saying what to do, removing nothing; removes every key of a dead
+# job and only those (not another job's, even one whose id begins with the same letters)
+rcli() { redis-cli --no-auth-warning -p "$port" -a "$pw" "$@"; }
+nkeys() { rcli --scan --pattern "$1" | wc -l; } # nkeys PATTERN
+rcli SET 'ftc:{s}:members' keep >/dev/null
+rcli SET 'ftc:{st2}:members' keep >/dev/null
+st_before=$(nkeys 'ftc:{st}:*')
+"$FTC" clean "${J[@]}" >"$T/clean.txt" 2>&1
+rc=$?
+check "clean of a live job is refused (exit $rc)" test $rc -eq 1
+check "and names B's heartbeat and lease" grep -q \
+    "^ftc clean: job st looks alive: heartbeat of B; leader lease held by B:" "$T/clean.txt"
+check "and says to stop the job first or use --force" grep -q "stop the job first.*--force" \
+    "$T/clean.txt"
+check "and removes nothing ($st_before keys before)" test "$(nkeys 'ftc:{st}:*')" -ge "$st_before"
+rcli SET 'ftc:{stx}:sup:S' "h 1 2" PX 60000 >/dev/null
+"$FTC" clean --job stx --redis "$(cat "$T/job/redis.url")" >"$T/cleanx.txt" 2>&1
+rc=$?
+check "clean is refused while a supervisor lease exists (exit $rc)" test $rc -eq 1
+check "and names it" grep -q "looks alive: supervisor lease of S;" "$T/cleanx.txt"
+"$FTC" clean --job stx --redis "$(cat "$T/job/redis.url")" --force >"$T/cleanx.txt" 2>&1
+rc=$?
+check "clean --force removes it anyway (exit $rc)" test $rc -eq 0
+check "and says how many keys it removed" grep -qx "removed 2 keys of job stx" "$T/cleanx.txt"
+check "none of stx is left" test "$(nkeys 'ftc:{stx}:*')" -eq 0
+check "st's keys are all there" test "$(nkeys 'ftc:{st}:*')" -ge "$st_before"
+
+kill -9 "$bpid"
+wait "$bpid" 2>/dev/null
+clean_ok() { "$FTC" clean "${J[@]}" >"$T/clean.txt" 2>&1; }
+# B's heartbeat and lease expire (a TTL of 1 s and 2 s): then the clean goes through
+check "clean of the job once B is gone" wait_for clean_ok
+check "it says how many keys it removed" grep -Eqx "removed [1-9][0-9]* keys of job st" \
+    "$T/clean.txt"
+check "no key of st is left" test "$(nkeys 'ftc:{st}:*')" -eq 0
+check "the other jobs' keys stay" test "$(rcli EXISTS 'ftc:{s}:members' 'ftc:{st2}:members')" -eq 2
+"$FTC" status "${J[@]}" >"$T/status2.txt" 2>&1
+check "status of the cleaned job shows no member and no generation" \
+    bash -c "grep -q '^job st' '$T/status2.txt' && ! grep -Eq '^(A|B) ' '$T/status2.txt'"
+"$FTC" clean "${J[@]}" >"$T/clean.txt" 2>&1
+check "a second clean removes nothing (exit $?)" grep -qx "removed 0 keys of job st" "$T/clean.txt"
+"$FTC" clean --redis redis://127.0.0.1:1/0 --job st >"$T/bad.txt" 2>&1
+rc=$?
+check "clean with an unreachable --redis fails with exit 1 ($rc)" test $rc -eq 1
+check "and says it is unreachable" grep -q "^ftc clean: .*unreachable" "$T/bad.txt"
 
 "$FTC" status --redis redis://127.0.0.1:1/0 --job st >"$T/bad.txt" 2>&1
 rc=$?
