@@ -859,7 +859,10 @@ int ftc_persist_write(ftc_persist_t *p, uint64_t step, const void *const *shards
                 ftc_err_t e3 = {0};
                 int r3 = ftc__load_version(p, step, &l, &e3);
                 ftc_persist_loaded_free(l);
-                if (r3 != FTC_ECORRUPT && r3 != FTC_ENOENT) {
+                /* broken for good: a checksum that fails, a file that is gone,
+                 * cut short (ETRUNC) or longer than its manifest says (ERANGE) */
+                if (r3 != FTC_ECORRUPT && r3 != FTC_ENOENT && r3 != FTC_ETRUNC &&
+                    r3 != FTC_ERANGE) {
                     if (r3)
                         rc = ftc_err_set(err, FTC_EEXIST, "persist write: version %s is already "
                                          "committed (and could not be verified now: %s)", vn,

@@ -388,6 +388,32 @@ static void test_corrupt_committed_rewritten(void **state)
         fail_msg("load 1: %s", ftc_persist_errstr(p));
     check_loaded(l, 1, c1, &w);
     ftc_persist_loaded_free(l);
+    /* a shard file cut short (a lost tail) or grown (garbage appended) is as
+     * broken as a flipped byte: the step is written again, not refused as
+     * "already committed" (the load fails with FTC_ETRUNC / FTC_ERANGE) */
+    for (int k = 0; k < 2; k++) {
+        vfile(shard, sizeof shard, dir, 2, "shard-d1-t0-p0.ftcz");
+        struct stat st;
+        assert_int_equal(stat(shard, &st), 0);
+        if (k == 0) {
+            assert_int_equal(truncate(shard, st.st_size / 2), 0);
+        } else {
+            FILE *f = fopen(shard, "ab");
+            assert_non_null(f);
+            fputs("garbage", f);
+            fclose(f);
+        }
+        assert_int_not_equal(ftc_persist_load(p, 2, &l), 0);
+        free_copies(again);
+        rc = world_write(&w, p, 2, again);
+        if (rc)
+            fail_msg("write of step 2 over a %s v2: %s", k ? "grown" : "truncated",
+                     ftc_persist_errstr(p));
+        if (ftc_persist_load(p, 2, &l))
+            fail_msg("load 2: %s", ftc_persist_errstr(p));
+        check_loaded(l, 2, again, &w);
+        ftc_persist_loaded_free(l);
+    }
     free_copies(c1);
     free_copies(c2);
     free_copies(again);
