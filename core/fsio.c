@@ -174,7 +174,10 @@ int ftc_fs_read_file(const char *path, size_t max_len, uint8_t **out, size_t *le
 {
     *out = NULL;
     *len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO (a hostile or stray name in a checkpoint directory)
+     * opens at once and is refused below, instead of waiting for a writer
+     * forever; reads of a regular file never block on it */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return ftc_err_errno(err, errno, "open %s", path);
     struct stat st;

@@ -423,6 +423,55 @@ static void test_corrupt_committed_rewritten(void **state)
     free(dir);
 }
 
+/* A name in a version directory that is a FIFO (no writer) is no file: a
+ * load, a list or a write next to it used to block forever opening it for
+ * reading. The version is not usable (the load falls back); nothing waits.
+ * alarm: a hang fails the test, never blocks it. */
+static void test_fifo_not_waited_for(void **state)
+{
+    (void)state;
+    char *dir = ftc_test_tmpdir("persist-fifo");
+    ftc_err_t err = {0};
+    ftc_persist_options_t o = FTC_PERSIST_OPTIONS_INIT;
+    o.chunk_bytes = 16384;
+    ftc_persist_t *p = ftc_persist_open(dir, &o, &err);
+    assert_non_null(p);
+    world_t w;
+    world_init(&w, 32u << 10);
+    uint8_t *c1[NSH];
+    assert_int_equal(world_write(&w, p, 1, c1), 0);
+    assert_int_equal(world_write(&w, p, 2, NULL), 0);
+    assert_int_equal(world_write(&w, p, 3, NULL), 0);
+    const char *names[2] = {"shard-d1-t0-p0.ftcz", "COMMITTED"};
+    for (int k = 0; k < 2; k++) { /* v3's shard, then v2's marker */
+        char path[PATH_MAX];
+        vfile(path, sizeof path, dir, 3 - (uint64_t)k, names[k]);
+        assert_int_equal(unlink(path), 0);
+        assert_int_equal(mkfifo(path, 0600), 0);
+    }
+    alarm(120);
+    ftc_persist_loaded_t *l;
+    if (ftc_persist_load(p, FTC_PERSIST_NEWEST, &l))
+        fail_msg("load: %s", ftc_persist_errstr(p));
+    check_loaded(l, 1, c1, &w);
+    assert_int_equal(l->fallbacks, 2);
+    ftc_persist_loaded_free(l);
+    assert_int_not_equal(ftc_persist_verify(p, 3), 0);
+    assert_non_null(strstr(ftc_persist_errstr(p), "not a regular file"));
+    ftc_persist_version_t *vs;
+    int n;
+    assert_int_equal(ftc_persist_list(p, &vs, &n), 0);
+    assert_int_equal(n, 3);
+    free(vs);
+    assert_int_equal(world_write(&w, p, 4, NULL), 0); /* its retention reads them too */
+    alarm(0);
+    free_copies(c1);
+    world_free(&w);
+    ftc_persist_close(p);
+    ftc_test_rmrf(dir);
+    free(dir);
+}
+
 /* A version that exists but cannot be read right now (here its MANIFEST.json
  * is a directory: open succeeds, the read fails; the same path as EIO,
  * ENOMEM or EMFILE) may be committed and the base of others. A write of the
@@ -923,6 +972,7 @@ int main(void)
         cmocka_unit_test(test_retention_rollback),
         cmocka_unit_test(test_unreadable_version_kept),
         cmocka_unit_test(test_corrupt_committed_rewritten),
+        cmocka_unit_test(test_fifo_not_waited_for),
         cmocka_unit_test(test_drop_newer),
         cmocka_unit_test(test_fallback),
         cmocka_unit_test(test_broken_base),
