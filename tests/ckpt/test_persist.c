@@ -472,6 +472,74 @@ static void test_fifo_not_waited_for(void **state)
     free(dir);
 }
 
+/* Counts the plain files in dir. */
+static int count_files(const char *dir)
+{
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)))
+        n += de->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* A version name that is a symbolic link (a version kept elsewhere and
+ * linked in): retention and drop_newer remove the link, never the files it
+ * points to. They used to unlink COMMITTED and every file through the link,
+ * emptying a directory outside the persist directory. */
+static void test_linked_version_removed_not_followed(void **state)
+{
+    (void)state;
+    char *dir = ftc_test_tmpdir("persist-link");
+    char *ext = ftc_test_tmpdir("persist-link-ext");
+    ftc_err_t err = {0};
+    ftc_persist_options_t o = FTC_PERSIST_OPTIONS_INIT;
+    o.chunk_bytes = 16384;
+    o.keep = 1;
+    o.delta = false;
+    ftc_persist_t *p = ftc_persist_open(dir, &o, &err);
+    assert_non_null(p);
+    world_t w;
+    world_init(&w, 32u << 10);
+    char vd[PATH_MAX], away[PATH_MAX];
+    /* v1 moved out and linked back in; retention after v2 removes v1 */
+    assert_int_equal(world_write(&w, p, 1, NULL), 0);
+    vfile(vd, sizeof vd, dir, 1, "");
+    vd[strlen(vd) - 1] = '\0';
+    snprintf(away, sizeof away, "%s/v1", ext);
+    assert_int_equal(rename(vd, away), 0);
+    assert_int_equal(symlink(away, vd), 0);
+    assert_int_equal(world_write(&w, p, 2, NULL), 0);
+    struct stat st;
+    if (count_files(away) != NSH + 2) /* what the link pointed to is intact */
+        fail_msg("retention deleted %d of the %d files of %s, through the link %s",
+                 NSH + 2 - count_files(away), NSH + 2, away, vd);
+    assert_int_not_equal(lstat(vd, &st), 0); /* the link is gone */
+    /* v3 linked in the same way; drop_newer(2) drops it */
+    assert_int_equal(world_write(&w, p, 3, NULL), 0);
+    vfile(vd, sizeof vd, dir, 3, "");
+    vd[strlen(vd) - 1] = '\0';
+    snprintf(away, sizeof away, "%s/v3", ext);
+    assert_int_equal(rename(vd, away), 0);
+    assert_int_equal(symlink(away, vd), 0);
+    int dropped = 0;
+    if (ftc_persist_drop_newer(p, 2, &dropped))
+        fail_msg("drop: %s", ftc_persist_errstr(p));
+    assert_int_equal(dropped, 1);
+    if (count_files(away) != NSH + 2)
+        fail_msg("drop_newer deleted %d of the %d files of %s, through the link %s",
+                 NSH + 2 - count_files(away), NSH + 2, away, vd);
+    assert_int_not_equal(lstat(vd, &st), 0);
+    world_free(&w);
+    ftc_persist_close(p);
+    ftc_test_rmrf(dir);
+    ftc_test_rmrf(ext);
+    free(dir);
+    free(ext);
+}
+
 /* A version that exists but cannot be read right now (here its MANIFEST.json
  * is a directory: open succeeds, the read fails; the same path as EIO,
  * ENOMEM or EMFILE) may be committed and the base of others. A write of the
@@ -973,6 +1041,7 @@ int main(void)
         cmocka_unit_test(test_unreadable_version_kept),
         cmocka_unit_test(test_corrupt_committed_rewritten),
         cmocka_unit_test(test_fifo_not_waited_for),
+        cmocka_unit_test(test_linked_version_removed_not_followed),
         cmocka_unit_test(test_drop_newer),
         cmocka_unit_test(test_fallback),
         cmocka_unit_test(test_broken_base),
