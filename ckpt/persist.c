@@ -903,7 +903,8 @@ int ftc_persist_write(ftc_persist_t *p, uint64_t step, const void *const *shards
     }
 
     uint64_t t0 = ftc_now_ns(), comp_ns = 0;
-    FTC_CHECK_GOTO(ftc_fs_mkdirs(vdir, err), rc, undo_manifest);
+    /* (on a full disk this mkdir is what fails first: undo_dir says so) */
+    FTC_CHECK_GOTO(ftc_fs_mkdirs(vdir, err), rc, undo_dir);
     dir_made = true;
     FTC_CHECK_GOTO(ftc_fs_fsync_dir(p->dir, p->opts.fault, err), rc, undo_dir);
     uint64_t file_bytes = 0;
