@@ -1101,7 +1101,7 @@ int ftc_persist_drop_newer(ftc_persist_t *p, uint64_t step, int *dropped)
     if (p->reader)
         return ftc_err_set(err, FTC_EINVAL, "persist drop: %s was opened to read only", p->dir);
     uint64_t *steps = NULL;
-    int n = 0, rc = ftc__scan(p, &steps, &n, err);
+    int n = 0, n_dropped = 0, rc = ftc__scan(p, &steps, &n, err);
     if (rc < 0)
         return rc;
     /* the versions this handle wrote after step are gone: no delta against them */
@@ -1117,10 +1117,17 @@ int ftc_persist_drop_newer(ftc_persist_t *p, uint64_t step, int *dropped)
         snprintf(path, sizeof path, "%s/%s", p->dir, vn);
         if (ftc__remove_version(path, err) < 0)
             rc = ftc_err_wrap(err, "persist drop: removing version %s of %s", vn, p->dir);
-        else if (dropped)
-            (*dropped)++;
+        else
+            n_dropped++;
     }
     free(steps);
+    if (dropped)
+        *dropped = n_dropped;
+    /* durable before the caller goes on: after a power cut a dropped version
+     * (one the trainer abandoned) must not come back committed */
+    if (rc == 0 && n_dropped > 0 && ftc_fs_fsync_dir(p->dir, p->opts.fault, err) < 0)
+        rc = ftc_err_wrap(err, "persist drop: %d version(s) of %s removed, but not durably",
+                          n_dropped, p->dir);
     return rc;
 }
 

@@ -264,6 +264,41 @@ static void test_new_dir_durable(void **state)
     free(base);
 }
 
+/* ftc_persist_drop_newer makes its removals durable: the persist directory
+ * is fsync'd once versions are gone (it was not: after a power cut a dropped
+ * version, one the trainer abandoned, could come back committed), and a
+ * failing fsync fails the drop. Nothing dropped, nothing synced. */
+static void test_drop_durable(void **state)
+{
+    (void)state;
+    char *dir = ftc_test_tmpdir("pf-drop");
+    ftc_fault_t f;
+    ftc_err_t err = {0};
+    assert_int_equal(ftc_fault_parse(&f, "", &err), 0);
+    ftc_persist_options_t o = opts_with(&f);
+    ftc_persist_t *p = ftc_persist_open(dir, &o, &err);
+    assert_non_null(p);
+    for (uint64_t s = 1; s <= 3; s++)
+        assert_int_equal(write_version(p, s), 0);
+    f.op = FTC_FAULT_FSYNC;
+    f.at = INT64_MAX; /* counts without failing */
+    int dropped = 0;
+    assert_int_equal(ftc_persist_drop_newer(p, 3, &dropped), 0);
+    assert_int_equal(dropped, 0);
+    assert_int_equal(atomic_load(&f.count[FTC_FAULT_FSYNC]), 0);
+    assert_int_equal(ftc_persist_drop_newer(p, 2, &dropped), 0);
+    assert_int_equal(dropped, 1);
+    assert_int_equal(atomic_load(&f.count[FTC_FAULT_FSYNC]), 1);
+    assert_int_equal(ftc_fault_parse(&f, "fsync:1", &err), 0);
+    int rc = ftc_persist_drop_newer(p, 1, &dropped);
+    print_message("%s\n", ftc_persist_errstr(p));
+    assert_int_equal(rc, FTC_EIO);
+    assert_non_null(strstr(ftc_persist_errstr(p), "injected"));
+    ftc_persist_close(p);
+    ftc_test_rmrf(dir);
+    free(dir);
+}
+
 /* A real full file system, not an injected error: a tmpfs whose inodes run
  * out, mounted in a private mount namespace of a child (so nothing outlives
  * it). The first thing a version write does on a full disk is mkdir its
@@ -340,6 +375,7 @@ int main(void)
         cmocka_unit_test(test_crash_every_operation),
         cmocka_unit_test(test_new_dir_durable),
         cmocka_unit_test(test_full_disk_at_mkdir),
+        cmocka_unit_test(test_drop_durable),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
