@@ -2,7 +2,9 @@
  * several shards per version, retention with delta chains, fallback when a
  * marker, manifest or shard is bad, list states, hostile manifests, options,
  * dropping the versions newer than a restored step, a version that cannot
- * be read now kept, a corrupt committed one written again. */
+ * be read now kept, a corrupt (or cut short, or grown) committed one written
+ * again, a FIFO in a version not waited for, a linked version removed as the
+ * link. */
 #include "ftc_test.h"
 
 #include "ckpt/persist.h"

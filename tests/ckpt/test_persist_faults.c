@@ -1,7 +1,9 @@
 /* test_persist_faults.c — I3 for the persist tier: fail (EIO, ENOSPC) or
  * crash at every write, fsync and rename a version write performs; the
  * previous version (or, only once COMMITTED is durable, the new one) loads
- * byte-identical, and a fresh handle writes again with no temp files left. */
+ * byte-identical, and a fresh handle writes again with no temp files left.
+ * Also: a real full disk (a tmpfs) at the version's mkdir, and a durable
+ * drop_newer. */
 #include "ftc_test.h"
 
 #include "ckpt/persist.h"
