@@ -738,14 +738,30 @@ static bool ftc__same_layout(const uint8_t *a, uint64_t as, const uint8_t *b, ui
     return true;
 }
 
-/* Removes a failed version directory: the marker first, so that a crash
- * half-way never leaves a marker over missing shards that looks complete. */
+/* Removes version directory vdir: the marker first, so that a crash half-way
+ * never leaves a marker over missing shards that looks complete. A version
+ * name that is a symbolic link (a version kept elsewhere and linked in) loses
+ * the link only: removing through it would delete the files it points to,
+ * outside the persist directory. */
+static int ftc__remove_version(const char *vdir, ftc_err_t *err)
+{
+    struct stat st;
+    if (lstat(vdir, &st) == 0 && S_ISLNK(st.st_mode)) {
+        if (unlink(vdir) < 0 && errno != ENOENT)
+            return ftc_err_errno(err, errno, "removing the link %s", vdir);
+        return 0;
+    }
+    char mk[PATH_MAX];
+    snprintf(mk, sizeof mk, "%s/%s", vdir, FTC__MARKER);
+    if (unlink(mk) < 0 && errno != ENOENT)
+        return ftc_err_errno(err, errno, "removing %s", mk);
+    return ftc_fs_remove_dir(vdir, err);
+}
+
+/* Removes a failed or leftover version directory (best effort). */
 static void ftc__discard_version(const ftc_persist_t *p, const char *vdir)
 {
-    char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/%s", vdir, FTC__MARKER);
-    unlink(path);
-    ftc_fs_remove_dir(vdir, NULL);
+    ftc__remove_version(vdir, NULL);
     (void)p;
 }
 
@@ -859,7 +875,10 @@ int ftc_persist_write(ftc_persist_t *p, uint64_t step, const void *const *shards
                 ftc_err_t e3 = {0};
                 int r3 = ftc__load_version(p, step, &l, &e3);
                 ftc_persist_loaded_free(l);
-                if (r3 != FTC_ECORRUPT && r3 != FTC_ENOENT) {
+                /* broken for good: a checksum that fails, a file that is gone,
+                 * cut short (ETRUNC) or longer than its manifest says (ERANGE) */
+                if (r3 != FTC_ECORRUPT && r3 != FTC_ENOENT && r3 != FTC_ETRUNC &&
+                    r3 != FTC_ERANGE) {
                     if (r3)
                         rc = ftc_err_set(err, FTC_EEXIST, "persist write: version %s is already "
                                          "committed (and could not be verified now: %s)", vn,
@@ -884,7 +903,8 @@ int ftc_persist_write(ftc_persist_t *p, uint64_t step, const void *const *shards
     }
 
     uint64_t t0 = ftc_now_ns(), comp_ns = 0;
-    FTC_CHECK_GOTO(ftc_fs_mkdirs(vdir, err), rc, undo_manifest);
+    /* (on a full disk this mkdir is what fails first: undo_dir says so) */
+    FTC_CHECK_GOTO(ftc_fs_mkdirs(vdir, err), rc, undo_dir);
     dir_made = true;
     FTC_CHECK_GOTO(ftc_fs_fsync_dir(p->dir, p->opts.fault, err), rc, undo_dir);
     uint64_t file_bytes = 0;
@@ -1060,11 +1080,7 @@ static void ftc__retain(ftc_persist_t *p, uint64_t written)
         if (states[i] != FTC_PV_COMMITTED && steps[i] > newest_committed)
             continue; /* a newer write may still be in progress */
         ftc_err_t e = {0};
-        /* marker first: a half-removed version must not look committed */
-        char mk[PATH_MAX];
-        snprintf(mk, sizeof mk, "%s/%s", path, FTC__MARKER);
-        unlink(mk);
-        if (ftc_fs_remove_dir(path, &e) < 0)
+        if (ftc__remove_version(path, &e) < 0)
             FTC_WARN("persist", "retention: cannot remove %s: %s", path, ftc_err_str(&e));
         else
             FTC_DEBUG("persist", "retention: removed %s", vn);
@@ -1085,7 +1101,7 @@ int ftc_persist_drop_newer(ftc_persist_t *p, uint64_t step, int *dropped)
     if (p->reader)
         return ftc_err_set(err, FTC_EINVAL, "persist drop: %s was opened to read only", p->dir);
     uint64_t *steps = NULL;
-    int n = 0, rc = ftc__scan(p, &steps, &n, err);
+    int n = 0, n_dropped = 0, rc = ftc__scan(p, &steps, &n, err);
     if (rc < 0)
         return rc;
     /* the versions this handle wrote after step are gone: no delta against them */
@@ -1093,22 +1109,25 @@ int ftc_persist_drop_newer(ftc_persist_t *p, uint64_t step, int *dropped)
         ftc__prev_clear(p);
         p->chain = 0;
     }
-    char vn[32], path[PATH_MAX], mk[PATH_MAX];
+    char vn[32], path[PATH_MAX];
     for (int i = 0; i < n && rc == 0; i++) {
         if (steps[i] <= step)
             continue;
         ftc__vname(vn, sizeof vn, steps[i]);
         snprintf(path, sizeof path, "%s/%s", p->dir, vn);
-        /* marker first: a half-removed version must not look committed */
-        snprintf(mk, sizeof mk, "%s/%s", path, FTC__MARKER);
-        if (unlink(mk) < 0 && errno != ENOENT)
-            rc = ftc_err_errno(err, errno, "persist drop: removing %s", mk);
-        else if (ftc_fs_remove_dir(path, err) < 0)
+        if (ftc__remove_version(path, err) < 0)
             rc = ftc_err_wrap(err, "persist drop: removing version %s of %s", vn, p->dir);
-        else if (dropped)
-            (*dropped)++;
+        else
+            n_dropped++;
     }
     free(steps);
+    if (dropped)
+        *dropped = n_dropped;
+    /* durable before the caller goes on: after a power cut a dropped version
+     * (one the trainer abandoned) must not come back committed */
+    if (rc == 0 && n_dropped > 0 && ftc_fs_fsync_dir(p->dir, p->opts.fault, err) < 0)
+        rc = ftc_err_wrap(err, "persist drop: %d version(s) of %s removed, but not durably",
+                          n_dropped, p->dir);
     return rc;
 }
 

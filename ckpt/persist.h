@@ -155,8 +155,10 @@ void ftc_persist_loaded_free(ftc_persist_loaded_t *l); /* NULL is a no-op */
 /* Removes every version newer than `step`, committed or not (the COMMITTED
  * marker first, so a half-removed version never looks committed): what a
  * restore to `step` abandons, so that the steps after it can be written again
- * (a committed version is never overwritten). *dropped (may be NULL): how
- * many. FTC_EINVAL on a read-only handle, FTC_EIO naming the path. */
+ * (a committed version is never overwritten). Durable on return: the
+ * directory is fsync'd once versions are gone (through opts.fault). *dropped
+ * (may be NULL): how many. FTC_EINVAL on a read-only handle, FTC_EIO naming
+ * the path. */
 int ftc_persist_drop_newer(ftc_persist_t *p, uint64_t step, int *dropped);
 
 /* Fully verifies version `step` (as load does, without keeping the data).

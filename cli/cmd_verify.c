@@ -6,6 +6,8 @@
  */
 #include "cli/cli.h"
 
+#include "core/hash.h"
+
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -16,9 +18,10 @@ static const char ftc__verify_help[] =
     "Checks every checksum PATH carries and says what is wrong, with the byte offset\n"
     "or file, when something is:\n"
     "  a raw shard file      header, table, metadata and every tensor's xxh3\n"
-    "  a .ftcz file          every compressed chunk and the decoded shard; for a delta\n"
-    "                        file (which needs its base) only the header and chunk\n"
-    "                        table, and it says so\n"
+    "  a .ftcz file          every compressed chunk and the decoded shard; a delta file\n"
+    "                        in a version directory is decoded against its base (its\n"
+    "                        delta chain verified too); alone, only its header and\n"
+    "                        chunk table, and it says so\n"
     "  a version directory   that version, fully (marker, manifest, chunks, delta chain,\n"
     "                        reconstructed shards)\n"
     "  a persist directory   every committed version, one line each:\n"
@@ -30,11 +33,50 @@ static const char ftc__verify_help[] =
     "Exits 0 when everything checked is good, 1 when anything is corrupt (the reason\n"
     "goes to stderr) or when a persist directory holds no committed version.\n";
 
-/* A delta .ftcz decodes only with its base. Inside a version directory the
- * persist tier verifies it with its whole delta chain; alone, only the header
- * and chunk table can be checked (ftc_zshard_info), and the output says so. */
+/* Decodes the delta file itself against its base: the shard of version
+ * base_step (loaded and verified with its own chain) whose raw xxh3 the file
+ * names. The version's verify reads the files its manifest lists, not this
+ * one: a stray or copied file beside them was called verified unread. 0, or
+ * -1 with why. */
+static int ftc__verify_delta_file(ftc_persist_t *p, const uint8_t *file, size_t len,
+                                  const ftc_zshard_info_t *zi, char *why, size_t cap)
+{
+    ftc_persist_loaded_t *l = NULL;
+    if (ftc_persist_load(p, zi->base_step, &l) != 0) {
+        snprintf(why, cap, "its delta base, step %llu: %s", (unsigned long long)zi->base_step,
+                 ftc_persist_errstr(p));
+        return -1;
+    }
+    int rc = -1;
+    snprintf(why, cap, "no shard of its delta base, step %llu, has the raw xxh3 it names",
+             (unsigned long long)zi->base_step);
+    for (int i = 0; i < l->n_shards; i++) {
+        if (l->sizes[i] != zi->raw_size ||
+            ftc_xxh3(l->shards[i], l->sizes[i]) != zi->base_raw_xxh3)
+            continue;
+        uint8_t *raw = NULL;
+        uint64_t raw_size = 0;
+        ftc_err_t err = {0};
+        ftc_shard_view_t v;
+        if (ftc_zshard_decode(file, len, l->shards[i], l->sizes[i], &raw, &raw_size, &err) != 0)
+            snprintf(why, cap, "%s", ftc_err_str(&err));
+        else if (ftc_shard_open(&v, raw, raw_size, FTC_SHARD_VERIFY, &err) != 0)
+            snprintf(why, cap, "decoded shard: %s", ftc_err_str(&err));
+        else
+            rc = 0;
+        free(raw);
+        break;
+    }
+    ftc_persist_loaded_free(l);
+    return rc;
+}
+
+/* A delta .ftcz decodes only with its base. Inside a version directory it is
+ * decoded against its base, and the persist tier verifies the version with
+ * its whole delta chain; alone, only the header and chunk table can be
+ * checked (ftc_zshard_info), and the output says so. */
 static int ftc__verify_delta(const ftc_cli_cmd_t *cmd, const ftc_cli_args_t *a, const char *path,
-                             const ftc_zshard_info_t *zi)
+                             const uint8_t *file, size_t len, const ftc_zshard_info_t *zi)
 {
     char dir[4096];
     const char *base = NULL;
@@ -48,9 +90,12 @@ static int ftc__verify_delta(const ftc_cli_cmd_t *cmd, const ftc_cli_args_t *a, 
         ftc_persist_t *p = ftc_cli_persist_open(cp.persist_dir, a, &err);
         if (!p)
             return ftc_cli_fail(cmd, "%s: %s", cp.persist_dir, ftc_err_str(&err));
+        char why[FTC_ERR_MSG_MAX + 128];
         int rc = ftc_persist_verify(p, cp.step);
         if (rc)
             ftc_cli_fail(cmd, "%s: CORRUPT: %s", path, ftc_persist_errstr(p));
+        else if ((rc = ftc__verify_delta_file(p, file, len, zi, why, sizeof why)) != 0)
+            ftc_cli_fail(cmd, "%s: CORRUPT: %s", path, why);
         else
             printf("%s: ok (a delta against step %llu, verified with its version v%llu and its "
                    "delta chain)\n",
@@ -95,7 +140,7 @@ static int ftc__verify_file(const ftc_cli_cmd_t *cmd, const ftc_cli_args_t *a, c
         goto out;
     }
     if (zi.base_step != UINT64_MAX) {
-        ec = ftc__verify_delta(cmd, a, path, &zi);
+        ec = ftc__verify_delta(cmd, a, path, file, len, &zi);
         goto out;
     }
     if (ftc_zshard_decode(file, len, NULL, 0, &raw, &raw_size, &err) != 0) {

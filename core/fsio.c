@@ -174,7 +174,11 @@ int ftc_fs_read_file(const char *path, size_t max_len, uint8_t **out, size_t *le
 {
     *out = NULL;
     *len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO (a hostile or stray name in a checkpoint directory)
+     * opens at once and is refused below, instead of waiting for a writer
+     * forever; it is cleared again for a regular file (which a file system
+     * might otherwise answer with EAGAIN) */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return ftc_err_errno(err, errno, "open %s", path);
     struct stat st;
@@ -186,6 +190,11 @@ int ftc_fs_read_file(const char *path, size_t max_len, uint8_t **out, size_t *le
     }
     if (!S_ISREG(st.st_mode)) {
         rc = ftc_err_set(err, FTC_EINVAL, "%s: not a regular file", path);
+        goto out;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        rc = ftc_err_errno(err, errno, "fcntl %s", path);
         goto out;
     }
     if ((uint64_t)st.st_size > max_len) {

@@ -60,8 +60,10 @@ int ftc_fs_write_file_atomic(const char *dir, const char *name, const void *buf,
                              ftc_fault_t *f, ftc_err_t *err);
 
 /* Reads a whole regular file into a malloc'd buffer (caller frees). Refuses
- * files larger than max_len with FTC_ERANGE. *out gets a NUL after the data
- * so text can be parsed in place. */
+ * files larger than max_len with FTC_ERANGE, and anything that is not a
+ * regular file (a directory, a FIFO, a device) with FTC_EINVAL, without
+ * waiting (a FIFO with no writer is not waited for). *out gets a NUL after
+ * the data so text can be parsed in place. */
 int ftc_fs_read_file(const char *path, size_t max_len, uint8_t **out, size_t *len,
                      ftc_err_t *err);
 

@@ -2,7 +2,9 @@
  * several shards per version, retention with delta chains, fallback when a
  * marker, manifest or shard is bad, list states, hostile manifests, options,
  * dropping the versions newer than a restored step, a version that cannot
- * be read now kept, a corrupt committed one written again. */
+ * be read now kept, a corrupt (or cut short, or grown) committed one written
+ * again, a FIFO in a version not waited for, a linked version removed as the
+ * link. */
 #include "ftc_test.h"
 
 #include "ckpt/persist.h"
@@ -388,6 +390,32 @@ static void test_corrupt_committed_rewritten(void **state)
         fail_msg("load 1: %s", ftc_persist_errstr(p));
     check_loaded(l, 1, c1, &w);
     ftc_persist_loaded_free(l);
+    /* a shard file cut short (a lost tail) or grown (garbage appended) is as
+     * broken as a flipped byte: the step is written again, not refused as
+     * "already committed" (the load fails with FTC_ETRUNC / FTC_ERANGE) */
+    for (int k = 0; k < 2; k++) {
+        vfile(shard, sizeof shard, dir, 2, "shard-d1-t0-p0.ftcz");
+        struct stat st;
+        assert_int_equal(stat(shard, &st), 0);
+        if (k == 0) {
+            assert_int_equal(truncate(shard, st.st_size / 2), 0);
+        } else {
+            FILE *f = fopen(shard, "ab");
+            assert_non_null(f);
+            fputs("garbage", f);
+            fclose(f);
+        }
+        assert_int_not_equal(ftc_persist_load(p, 2, &l), 0);
+        free_copies(again);
+        rc = world_write(&w, p, 2, again);
+        if (rc)
+            fail_msg("write of step 2 over a %s v2: %s", k ? "grown" : "truncated",
+                     ftc_persist_errstr(p));
+        if (ftc_persist_load(p, 2, &l))
+            fail_msg("load 2: %s", ftc_persist_errstr(p));
+        check_loaded(l, 2, again, &w);
+        ftc_persist_loaded_free(l);
+    }
     free_copies(c1);
     free_copies(c2);
     free_copies(again);
@@ -395,6 +423,123 @@ static void test_corrupt_committed_rewritten(void **state)
     ftc_persist_close(p);
     ftc_test_rmrf(dir);
     free(dir);
+}
+
+/* A name in a version directory that is a FIFO (no writer) is no file: a
+ * load, a list or a write next to it used to block forever opening it for
+ * reading. The version is not usable (the load falls back); nothing waits.
+ * alarm: a hang fails the test, never blocks it. */
+static void test_fifo_not_waited_for(void **state)
+{
+    (void)state;
+    char *dir = ftc_test_tmpdir("persist-fifo");
+    ftc_err_t err = {0};
+    ftc_persist_options_t o = FTC_PERSIST_OPTIONS_INIT;
+    o.chunk_bytes = 16384;
+    ftc_persist_t *p = ftc_persist_open(dir, &o, &err);
+    assert_non_null(p);
+    world_t w;
+    world_init(&w, 32u << 10);
+    uint8_t *c1[NSH];
+    assert_int_equal(world_write(&w, p, 1, c1), 0);
+    assert_int_equal(world_write(&w, p, 2, NULL), 0);
+    assert_int_equal(world_write(&w, p, 3, NULL), 0);
+    const char *names[2] = {"shard-d1-t0-p0.ftcz", "COMMITTED"};
+    for (int k = 0; k < 2; k++) { /* v3's shard, then v2's marker */
+        char path[PATH_MAX];
+        vfile(path, sizeof path, dir, 3 - (uint64_t)k, names[k]);
+        assert_int_equal(unlink(path), 0);
+        assert_int_equal(mkfifo(path, 0600), 0);
+    }
+    alarm(120);
+    ftc_persist_loaded_t *l;
+    if (ftc_persist_load(p, FTC_PERSIST_NEWEST, &l))
+        fail_msg("load: %s", ftc_persist_errstr(p));
+    check_loaded(l, 1, c1, &w);
+    assert_int_equal(l->fallbacks, 2);
+    ftc_persist_loaded_free(l);
+    assert_int_not_equal(ftc_persist_verify(p, 3), 0);
+    assert_non_null(strstr(ftc_persist_errstr(p), "not a regular file"));
+    ftc_persist_version_t *vs;
+    int n;
+    assert_int_equal(ftc_persist_list(p, &vs, &n), 0);
+    assert_int_equal(n, 3);
+    free(vs);
+    assert_int_equal(world_write(&w, p, 4, NULL), 0); /* its retention reads them too */
+    alarm(0);
+    free_copies(c1);
+    world_free(&w);
+    ftc_persist_close(p);
+    ftc_test_rmrf(dir);
+    free(dir);
+}
+
+/* Counts the plain files in dir. */
+static int count_files(const char *dir)
+{
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)))
+        n += de->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* A version name that is a symbolic link (a version kept elsewhere and
+ * linked in): retention and drop_newer remove the link, never the files it
+ * points to. They used to unlink COMMITTED and every file through the link,
+ * emptying a directory outside the persist directory. */
+static void test_linked_version_removed_not_followed(void **state)
+{
+    (void)state;
+    char *dir = ftc_test_tmpdir("persist-link");
+    char *ext = ftc_test_tmpdir("persist-link-ext");
+    ftc_err_t err = {0};
+    ftc_persist_options_t o = FTC_PERSIST_OPTIONS_INIT;
+    o.chunk_bytes = 16384;
+    o.keep = 1;
+    o.delta = false;
+    ftc_persist_t *p = ftc_persist_open(dir, &o, &err);
+    assert_non_null(p);
+    world_t w;
+    world_init(&w, 32u << 10);
+    char vd[PATH_MAX], away[PATH_MAX];
+    /* v1 moved out and linked back in; retention after v2 removes v1 */
+    assert_int_equal(world_write(&w, p, 1, NULL), 0);
+    vfile(vd, sizeof vd, dir, 1, "");
+    vd[strlen(vd) - 1] = '\0';
+    snprintf(away, sizeof away, "%s/v1", ext);
+    assert_int_equal(rename(vd, away), 0);
+    assert_int_equal(symlink(away, vd), 0);
+    assert_int_equal(world_write(&w, p, 2, NULL), 0);
+    struct stat st;
+    if (count_files(away) != NSH + 2) /* what the link pointed to is intact */
+        fail_msg("retention deleted %d of the %d files of %s, through the link %s",
+                 NSH + 2 - count_files(away), NSH + 2, away, vd);
+    assert_int_not_equal(lstat(vd, &st), 0); /* the link is gone */
+    /* v3 linked in the same way; drop_newer(2) drops it */
+    assert_int_equal(world_write(&w, p, 3, NULL), 0);
+    vfile(vd, sizeof vd, dir, 3, "");
+    vd[strlen(vd) - 1] = '\0';
+    snprintf(away, sizeof away, "%s/v3", ext);
+    assert_int_equal(rename(vd, away), 0);
+    assert_int_equal(symlink(away, vd), 0);
+    int dropped = 0;
+    if (ftc_persist_drop_newer(p, 2, &dropped))
+        fail_msg("drop: %s", ftc_persist_errstr(p));
+    assert_int_equal(dropped, 1);
+    if (count_files(away) != NSH + 2)
+        fail_msg("drop_newer deleted %d of the %d files of %s, through the link %s",
+                 NSH + 2 - count_files(away), NSH + 2, away, vd);
+    assert_int_not_equal(lstat(vd, &st), 0);
+    world_free(&w);
+    ftc_persist_close(p);
+    ftc_test_rmrf(dir);
+    ftc_test_rmrf(ext);
+    free(dir);
+    free(ext);
 }
 
 /* A version that exists but cannot be read right now (here its MANIFEST.json
@@ -897,6 +1042,8 @@ int main(void)
         cmocka_unit_test(test_retention_rollback),
         cmocka_unit_test(test_unreadable_version_kept),
         cmocka_unit_test(test_corrupt_committed_rewritten),
+        cmocka_unit_test(test_fifo_not_waited_for),
+        cmocka_unit_test(test_linked_version_removed_not_followed),
         cmocka_unit_test(test_drop_newer),
         cmocka_unit_test(test_fallback),
         cmocka_unit_test(test_broken_base),

@@ -1,12 +1,16 @@
 /* test_persist_faults.c — I3 for the persist tier: fail (EIO, ENOSPC) or
  * crash at every write, fsync and rename a version write performs; the
  * previous version (or, only once COMMITTED is durable, the new one) loads
- * byte-identical, and a fresh handle writes again with no temp files left. */
+ * byte-identical, and a fresh handle writes again with no temp files left.
+ * Also: a real full disk (a tmpfs) at the version's mkdir, and a durable
+ * drop_newer. */
 #include "ftc_test.h"
 
 #include "ckpt/persist.h"
 
 #include <errno.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 
 #define NSH 2
@@ -262,12 +266,118 @@ static void test_new_dir_durable(void **state)
     free(base);
 }
 
+/* ftc_persist_drop_newer makes its removals durable: the persist directory
+ * is fsync'd once versions are gone (it was not: after a power cut a dropped
+ * version, one the trainer abandoned, could come back committed), and a
+ * failing fsync fails the drop. Nothing dropped, nothing synced. */
+static void test_drop_durable(void **state)
+{
+    (void)state;
+    char *dir = ftc_test_tmpdir("pf-drop");
+    ftc_fault_t f;
+    ftc_err_t err = {0};
+    assert_int_equal(ftc_fault_parse(&f, "", &err), 0);
+    ftc_persist_options_t o = opts_with(&f);
+    ftc_persist_t *p = ftc_persist_open(dir, &o, &err);
+    assert_non_null(p);
+    for (uint64_t s = 1; s <= 3; s++)
+        assert_int_equal(write_version(p, s), 0);
+    f.op = FTC_FAULT_FSYNC;
+    f.at = INT64_MAX; /* counts without failing */
+    int dropped = 0;
+    assert_int_equal(ftc_persist_drop_newer(p, 3, &dropped), 0);
+    assert_int_equal(dropped, 0);
+    assert_int_equal(atomic_load(&f.count[FTC_FAULT_FSYNC]), 0);
+    assert_int_equal(ftc_persist_drop_newer(p, 2, &dropped), 0);
+    assert_int_equal(dropped, 1);
+    assert_int_equal(atomic_load(&f.count[FTC_FAULT_FSYNC]), 1);
+    assert_int_equal(ftc_fault_parse(&f, "fsync:1", &err), 0);
+    int rc = ftc_persist_drop_newer(p, 1, &dropped);
+    print_message("%s\n", ftc_persist_errstr(p));
+    assert_int_equal(rc, FTC_EIO);
+    assert_non_null(strstr(ftc_persist_errstr(p), "injected"));
+    ftc_persist_close(p);
+    ftc_test_rmrf(dir);
+    free(dir);
+}
+
+/* A real full file system, not an injected error: a tmpfs whose inodes run
+ * out, mounted in a private mount namespace of a child (so nothing outlives
+ * it). The first thing a version write does on a full disk is mkdir its
+ * directory; that ENOSPC said only "mkdir ...: No space left on device",
+ * without the "disk is full ... free space there, keep fewer versions or move
+ * persist.dir" that a failed write, fsync or rename gets. Skipped where a
+ * mount namespace or tmpfs cannot be had (no privilege). */
+static void test_full_disk_at_mkdir(void **state)
+{
+    (void)state;
+    char *dir = ftc_test_tmpdir("pf-full");
+    char msg[FTC_ERR_MSG_MAX] = "";
+    int pfd[2];
+    assert_int_equal(pipe(pfd), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(pfd[0]);
+        if (unshare(CLONE_NEWNS) != 0 && unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0)
+            _exit(77);
+        if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+            mount("tmpfs", dir, "tmpfs", 0, "size=8m,nr_inodes=64") != 0)
+            _exit(77);
+        ftc_err_t err = {0};
+        ftc_persist_options_t o = opts_with(NULL);
+        char pd[PATH_MAX], junk[PATH_MAX];
+        snprintf(pd, sizeof pd, "%s/p", dir);
+        ftc_persist_t *p = ftc_persist_open(pd, &o, &err);
+        if (!p || write_version(p, 1) != 0)
+            _exit(1);
+        for (int i = 0; i < 1000; i++) { /* use up the inodes */
+            snprintf(junk, sizeof junk, "%s/junk%d", dir, i);
+            int fd = open(junk, O_CREAT | O_WRONLY, 0600);
+            if (fd < 0)
+                break;
+            close(fd);
+        }
+        int rc = write_version(p, 2);
+        if (write(pfd[1], ftc_persist_errstr(p), strlen(ftc_persist_errstr(p))) < 0)
+            _exit(3);
+        ftc_persist_loaded_t *l = NULL;
+        int lrc = ftc_persist_load(p, FTC_PERSIST_NEWEST, &l);
+        bool v1 = lrc == 0 && l->step == 1;
+        ftc_persist_loaded_free(l);
+        _exit(rc == FTC_ENOSPC && v1 ? 0 : 2);
+    }
+    close(pfd[1]);
+    ssize_t got = read(pfd[0], msg, sizeof msg - 1);
+    msg[got > 0 ? got : 0] = '\0';
+    close(pfd[0]);
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    ftc_test_rmrf(dir);
+    free(dir);
+    if (WEXITSTATUS(st) == 77) {
+        skip();
+        return;
+    }
+    print_message("%s\n", msg);
+    if (WEXITSTATUS(st) != 0)
+        fail_msg("child exited %d (want FTC_ENOSPC and version 1 loading): %s",
+                 WEXITSTATUS(st), msg);
+    if (!strstr(msg, "the disk is full") || !strstr(msg, "persist.keep") ||
+        !strstr(msg, "v00000000000000000002"))
+        fail_msg("no 'the disk is full ... what to do' in: %s", msg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fail_every_operation),
         cmocka_unit_test(test_crash_every_operation),
         cmocka_unit_test(test_new_dir_durable),
+        cmocka_unit_test(test_full_disk_at_mkdir),
+        cmocka_unit_test(test_drop_durable),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

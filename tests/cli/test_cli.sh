@@ -247,6 +247,17 @@ expect 0 "inspect full .ftcz" -- "$FTC" inspect "$V1/shard-d0-t0-p0.ftcz"
 grep_in out "delta +none" "full .ftcz is decoded"
 grep_in out "wte" "full .ftcz shows tensors"
 expect 0 "verify full .ftcz" -- "$FTC" verify "$V1/shard-d0-t0-p0.ftcz"
+# a delta .ftcz in a version directory is decoded itself, against its base:
+# a corrupt copy beside a good version (not in its manifest) was called "ok
+# (verified with its version)" because only the version's own files were read
+V2=$(ls -d "$P"/v*2 | head -1)
+expect 0 "verify delta .ftcz in its version dir" -- "$FTC" verify "$V2/shard-d0-t0-p0.ftcz"
+grep_in out "ok \(a delta against step 1, verified" "the delta is verified"
+cp "$V2/shard-d0-t0-p0.ftcz" "$V2/stray.ftcz"
+flip "$V2/stray.ftcz" $(($(stat -c %s "$V2/stray.ftcz") - 100))
+expect 1 "verify a corrupt delta .ftcz beside a good version" -- "$FTC" verify "$V2/stray.ftcz"
+grep_in err "stray.ftcz: CORRUPT: .*chunk [0-9]+" "it names the file and the chunk"
+rm -f "$V2/stray.ftcz"
 expect 0 "inspect version dir" -- "$FTC" inspect "$V1"
 grep_in out "shard-d1-t0-p0.ftcz" "version dir lists shard files"
 
