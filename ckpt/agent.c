@@ -1091,8 +1091,9 @@ static void ftc__on_slots(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
         }
         if (!r->slot[s].base) {
             mk[nmk] = names[s];
-            /* the third slot's memory is reserved at its first use: only
-             * when a version is still replicating at the next checkpoint */
+            /* the third slot's memory is reserved only once replication
+             * falls behind a step, in the background (ftc__slot_reserve_ahead),
+             * or at its first use at the latest */
             mkflags[nmk] = !restoring ? (s == NS - 1 ? FTC_SLOT_DEFER : 0)
                            : nmk == 0 ? FTC_SLOT_POPULATE
                                       : FTC_SLOT_DEFER;
@@ -1236,6 +1237,7 @@ static void ftc__on_begin(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
     int s = ftc__begin_slot(a, r);
     if (s >= 0) {
         ftc__send_begin_ok(r, s, m->step);
+        ftc__slot_reserve_ahead(a, r); /* after the answer: not on this checkpoint's path */
         return;
     }
     if (a->o.busy_policy == FTC_BUSY_WAIT) {

@@ -75,6 +75,33 @@ int ftc__slot_reserve(ftc__rank_t *r, int s, ftc_err_t *err)
     return rc;
 }
 
+/* Replication fell behind a step: a BEGIN of r was answered while another
+ * version of r is still sealed (not committed; checkpoint.inflight 2). The
+ * rank's next BEGIN, unless a commit frees a slot first, gets a slot whose
+ * memory is not reserved yet (its third): reserved from now on a thread at
+ * nice 19 (ftc_slot_reserve_background), so that this BEGIN finds its pages
+ * there instead of reserving them on this thread (90-550 ms per 256 MiB here,
+ * a stall of that checkpoint and of every other rank of the node). The slot
+ * stays unreserved, never written, until that BEGIN's ftc__slot_reserve,
+ * which reserves whatever the thread has not (never waiting for it). A rank
+ * whose versions commit before its next checkpoint never gets here: its
+ * third slot still costs no memory (nor with checkpoint.inflight 1). */
+void ftc__slot_reserve_ahead(const ftc_agent_t *a, ftc__rank_t *r)
+{
+    int sealed = -1;
+    for (int i = 0; i < NS; i++)
+        if (r->st[i] == SL_SEALED && (sealed < 0 || r->step[i] < r->step[sealed]))
+            sealed = i;
+    for (int i = 0; i < NS && sealed >= 0 && a->o.max_inflight != 1; i++) {
+        if (!r->slot[i].base || !r->slot[i].unreserved || r->slot[i].bg)
+            continue;
+        ftc_slot_reserve_background(&r->slot[i]);
+        FTC_DEBUG("agent", "rank %u: a checkpoint began while step %" PRIu64 " is not committed: "
+                  "slot %d being reserved in the background for the next one", r->rank,
+                  r->step[sealed], i);
+    }
+}
+
 void ftc__send_begin_ok(ftc__rank_t *r, int slot, uint64_t step)
 {
     ftc_err_t rerr = {0};

@@ -341,6 +341,7 @@ int ftc__free_slot(const ftc__rank_t *r);
 int ftc__begin_slot(const ftc_agent_t *a, const ftc__rank_t *r);
 int ftc__slot_reserve(ftc__rank_t *r, int s, ftc_err_t *err);
 void ftc__send_begin_ok(ftc__rank_t *r, int slot, uint64_t step);
+void ftc__slot_reserve_ahead(const ftc_agent_t *a, ftc__rank_t *r);
 void ftc__answer_begin(const ftc_agent_t *a, ftc__rank_t *r);
 void ftc__report_commit(ftc_agent_t *a, ftc__rank_t *r, int s);
 bool ftc__persist(ftc_agent_t *a, uint64_t step);

@@ -36,7 +36,8 @@ void ftc__restore_done(ftc_agent_t *a, ftc__rank_t *r, int s, bool verified)
      * cores the rank's copy (and the other ranks' restores) need nor this
      * thread, which serves the node's other ranks meanwhile; the rank's
      * first BEGIN into it reserves what is left (ftc__slot_reserve). The
-     * third waits for its first use, as at a start. */
+     * third waits for replication to fall behind a step, as at a start
+     * (ftc__slot_reserve_ahead). */
     int reserved = 0;
     for (int i = 0; i < NS; i++)
         reserved += r->slot[i].base && !r->slot[i].unreserved;

@@ -831,6 +831,64 @@ static void test_inflight_one(void **state)
     teardown_env(e);
 }
 
+/* Bytes the file of rank 0's slot idx on node 0 holds (st_blocks), and its size. */
+static uint64_t slot_held(env_t *e, int idx, uint64_t *size)
+{
+    char path[PATH_MAX];
+    struct stat sb;
+    snprintf(path, sizeof path, "/dev/shm/ftc.%s.n0.r0.s%d", e->job, idx);
+    assert_int_equal(stat(path, &sb), 0);
+    *size = (uint64_t)sb.st_size;
+    return (uint64_t)sb.st_blocks * 512;
+}
+
+/* The third slot (unreserved at a start) is reserved in the background once
+ * replication falls behind a step, before the checkpoint that first needs
+ * it: world 2 and only rank 0 checkpoints, so none of its versions commits.
+ * Step 1's BEGIN finds step 0 sealed; the third slot's pages then arrive
+ * without any request of the rank, and step 2 (slots 0 and 1 sealed) lands
+ * there. held: FTC_TEST_SLOT_RESERVE_DELAY_MS holds the agent's thread, and
+ * step 2's BEGIN reserves the slot itself (never written unreserved). */
+static void third_slot_ahead(void **state, bool held)
+{
+    if (held)
+        setenv("FTC_TEST_SLOT_RESERVE_DELAY_MS", "600000", 1); /* inherited by the agents */
+    env_t *e = setup_env(*state, 2, "1", 1000);
+    unsetenv("FTC_TEST_SLOT_RESERVE_DELAY_MS");
+    static float w0[1 << 18];
+    ftc_ctx_t *c0 = open_ctx(e, 0, 0, 2, w0, 1 << 18);
+    uint64_t size = 0;
+    assert_int_equal(ftc_checkpoint(c0, 0, NULL, 0), 0);
+    assert_int_equal(ftc_wait_snapshot(c0), 0);
+    assert_int_equal(slot_held(e, 2, &size), 0); /* commits in time: never reserved */
+    assert_int_equal(ftc_checkpoint(c0, 1, NULL, 0), 0);
+    assert_int_equal(ftc_wait_snapshot(c0), 0);
+    ftc_deadline_t d = ftc_deadline_in_ms(held ? 300 : 20000);
+    while (slot_held(e, 2, &size) < size && !ftc_deadline_expired(d))
+        ftc_sleep_ms(20);
+    print_message("before step 2's BEGIN the third slot holds %llu of %llu bytes\n",
+                  (unsigned long long)slot_held(e, 2, &size), (unsigned long long)size);
+    if (held)
+        assert_true(slot_held(e, 2, &size) < size);
+    else
+        assert_true(slot_held(e, 2, &size) >= size);
+    assert_int_equal(ftc_checkpoint(c0, 2, NULL, 0), 0);
+    assert_int_equal(ftc_wait_snapshot(c0), 0);
+    assert_true(slot_held(e, 2, &size) >= size);
+    ftc_destroy(c0);
+    teardown_env(e);
+}
+
+static void test_third_slot_reserved_ahead(void **state)
+{
+    third_slot_ahead(state, false);
+}
+
+static void test_third_slot_reserved_ahead_held(void **state)
+{
+    third_slot_ahead(state, true);
+}
+
 /* A BEGIN parked by checkpoint.inflight 1 behind a version whose parity
  * then fails is answered at the failure, not left for the client's
  * timeout: xor:2 on 3 nodes, only rank 0 of 3 checkpoints, so its encode
@@ -1727,6 +1785,8 @@ int main(void)
         T(test_busy_wait_policy),
         T(test_inflight_one),
         T(test_inflight_one_parity_failure),
+        T(test_third_slot_reserved_ahead),
+        T(test_third_slot_reserved_ahead_held),
         T(test_fetch_same_shard_twice),
         T(test_fetch_result_to_its_request),
         T(test_restore_first_holder_unreachable),
