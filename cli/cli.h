@@ -193,6 +193,14 @@ void ftc_cli_shards_free(ftc_cli_shards_t *s);
 int ftc_cli_split_path(const char *path, char *dir, size_t dlen, const char **base,
                        ftc_err_t *err);
 
+/* Checks OUT, the file export or restore writes (what names it: "--out" or
+ * "OUT"), before anything is read: FTC_CLI_CONTINUE, or the exit code after
+ * the message. A usage error when OUT is a directory, the input path itself,
+ * or lies in a version directory (a committed version's file replaced, or a
+ * foreign file among them); a failure when its directory does not exist. */
+int ftc_cli_check_out(const ftc_cli_cmd_t *cmd, const char *what, const char *out,
+                      const char *in);
+
 /* "64.0 MiB" style text for a byte count; buf of 32 bytes. */
 const char *ftc_cli_bytes(uint64_t n, char buf[32]);
 

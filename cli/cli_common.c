@@ -12,6 +12,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -336,6 +337,43 @@ int ftc_cli_split_path(const char *path, char *dir, size_t dlen, const char **ba
     return 0;
 }
 
+/* "v" + exactly 20 digits: the persist tier's own rule for a version directory */
+static bool ftc__cli_version_name(const char *base)
+{
+    return strlen(base) == 21 && base[0] == 'v' && strspn(base + 1, "0123456789") == 20;
+}
+
+int ftc_cli_check_out(const ftc_cli_cmd_t *cmd, const char *what, const char *out,
+                      const char *in)
+{
+    char dir[4096], real[PATH_MAX];
+    const char *name = NULL;
+    ftc_err_t err = {0};
+    if (!*out)
+        return ftc_cli_usage_error(cmd, "%s is empty: give a file name", what);
+    if (ftc_cli_split_path(out, dir, sizeof dir, &name, &err) != 0)
+        return ftc_cli_usage_error(cmd, "%s: %s", what, ftc_err_str(&err));
+    struct stat so, si;
+    if (stat(out, &so) == 0 && S_ISDIR(so.st_mode))
+        return ftc_cli_usage_error(cmd, "%s %s is a directory: give a file name (%s/NAME)",
+                                   what, out, out);
+    if (!realpath(dir, real))
+        return ftc_cli_fail(cmd, "%s %s: its directory %s: %s (create it first)", what, out,
+                            dir, strerror(errno));
+    const char *base = strrchr(real, '/');
+    if (ftc__cli_version_name(base ? base + 1 : real))
+        return ftc_cli_usage_error(cmd, "%s %s is in the version directory %s: writing there "
+                                        "would destroy or pollute a committed checkpoint; write "
+                                        "it outside every version directory",
+                                   what, out, real);
+    if (stat(out, &so) == 0 && stat(in, &si) == 0 && so.st_dev == si.st_dev &&
+        so.st_ino == si.st_ino)
+        return ftc_cli_usage_error(cmd, "%s %s is the input %s itself: writing it would destroy "
+                                        "what it is read from; give another path",
+                                   what, out, in);
+    return FTC_CLI_CONTINUE;
+}
+
 int ftc_cli_classify(const char *path, ftc_cli_path_t *out, ftc_err_t *err)
 {
     memset(out, 0, sizeof *out);
@@ -364,10 +402,9 @@ int ftc_cli_classify(const char *path, ftc_cli_path_t *out, ftc_err_t *err)
     buf[len] = '\0';
     const char *base = strrchr(buf, '/');
     base = base ? base + 1 : buf;
-    size_t bl = strlen(base);
     /* the persist tier's own rule (persist-format.md): "v" + exactly 20
      * digits; a persist directory that is merely named v2 is no version */
-    bool version = bl == 21 && base[0] == 'v' && strspn(base + 1, "0123456789") == 20;
+    bool version = ftc__cli_version_name(base);
     if (!version) {
         out->kind = FTC_KIND_PERSIST;
         memcpy(out->persist_dir, buf, len + 1);

@@ -272,6 +272,32 @@ kill "$WPID" 2>/dev/null
 wait "$WPID" 2>/dev/null
 rm -rf "$W4" "$P/.x.tmp.$WPID"
 
+# OUT of export / restore in a version directory, or the input itself: a committed version's
+# file was replaced (restore --out DIR/vN/shard-...ftcz: every version from vN on corrupt) and
+# export PATH PATH overwrote the shard it read; both are usage errors now, before any read
+V2=$P/v00000000000000000002
+expect 2 "restore --out onto a committed version's file" -- \
+    "$FTC" restore "$P" --out "$V2/shard-d0-t0-p0.ftcz"
+grep_in err "^ftc restore: --out .*shard-d0-t0-p0.ftcz is in the version directory .*v0+2: " \
+    "its error names --out and the version directory"
+expect 2 "export into a version directory" -- "$FTC" export --safetensors "$P" "$V2/m.safetensors"
+expect 0 "nothing was written there" -- test ! -e "$V2/m.safetensors"
+expect 0 "the persist directory still verifies" -- "$FTC" verify "$P"
+grep_in out "^v2: ok" "its v2 is intact"
+cp "$T/good.shard" "$T/self.shard"
+expect 2 "export of a shard onto itself" -- "$FTC" export --safetensors "$T/self.shard" \
+    "$T/self.shard"
+grep_in err "OUT .*self.shard is the input .*self.shard itself" "its error says OUT is the input"
+expect 0 "the shard still verifies" -- "$FTC" verify "$T/self.shard"
+expect 2 "restore --out a directory" -- "$FTC" restore "$P" --out "$T"
+grep_in err "^ftc restore: --out .* is a directory: give a file name" "its error says so"
+expect 2 "export to an empty OUT" -- "$FTC" export --safetensors "$P" ""
+grep_in err "^ftc export: OUT is empty: give a file name" "its error names OUT"
+expect 1 "export into a directory that does not exist" -- "$FTC" export --safetensors "$P" \
+    "$T/nodir/m.safetensors"
+grep_in err "^ftc export: OUT .*nodir/m.safetensors: its directory .*nodir: No such file or \
+directory \(create it first\)" "its error names OUT, the directory and what to do"
+
 # a persist directory named like v2 is a persist directory, not a version
 # (only "v" + 20 digits is one): it was read as version 2 of its parent
 expect 0 "synth into a directory named v2" -- "$FTC" synth --out "$T/exp/v2" --steps 1 --ranks 1 \
