@@ -415,6 +415,19 @@ done <<'EOF'
 FTC_REDIS_URL=notaurl|agent --nodes 1|FTC_REDIS_URL
 |run --redis notaurl -- /bin/true|--redis
 EOF
+# a job id that names no file, shm slot or Redis key is a usage error naming the setting and
+# where it came from, before anything starts: ftc run --job a/b failed with exit 1 naming the
+# job directory, --job '' in the node after the job's Redis had started
+while IFS='|' read -r envs args msg; do
+    read -ra jargv <<<"$args"
+    expect 2 "$envs ftc $args is a usage error" -- env $envs timeout 60 "$FTC" "${jargv[@]}"
+    grep_in err "^ftc ${jargv[0]}: $msg" "its error names job.id, the value and the source"
+done <<'EOF'
+|run --job a/b --simulate-nodes 1 -- /bin/true|config job\.id \(from --job-id\): 'a/b' is not a job id
+|run --job= --simulate-nodes 1 -- /bin/true|config job\.id \(from --job-id\): '' is not a job id
+FTC_JOB_ID=a:b|status --redis redis://127.0.0.1:1|environment: config job\.id \(from FTC_JOB_ID\)
+EOF
+
 # ftc agent's layout errors name the flag (or variable) that is wrong and its value: one
 # message listed --nodes, --index and --ranks-per-node whichever it was
 while IFS='|' read -r envs args msg; do
