@@ -354,6 +354,22 @@ expect 1 "ftc run of a failing binary with --max-restarts 0 fails" -- \
 grep_in err "ftc run: node 0: 1 failed generations" "it names the failed generations"
 once err "the supervisor's error says 'ftc run:' once"
 
+# a BINARY that cannot be executed is a usage error naming it and why, before anything starts:
+# the node started the job's Redis, its ranks failed with status 127 and "cannot execute the
+# training binary" (no name, no reason) --max-restarts + 1 times, and it exited 1
+printf 'echo hi\n' >"$T/noexec.sh"
+while IFS='|' read -r bin msg; do
+    expect 2 "ftc run -- $bin is a usage error" -- timeout 60 "$FTC" run --simulate-nodes 1 \
+        --job clibin$$ --job-dir "$T/binjob" -- "$bin"
+    grep_in err "^ftc run: BINARY '$bin' $msg" "its error names the binary and why"
+done <<EOF
+$T/nosuch|does not exist
+$T|is a directory
+$T/noexec.sh|is not executable: chmod \+x it
+nosuchprog$$|is not an executable on PATH: give its path
+EOF
+expect 1 "no node was started for it" -- grep -q "node 0 is pid" "$T/err"
+
 # a millisecond or count flag too big for the supervisor's int (it wrapped:
 # --grace-ms 3000000000 became a negative grace, read as no deadline at all,
 # and --max-restarts 4294967296 became 0) is a usage error naming the flag
