@@ -444,6 +444,24 @@ done <<'EOF'
 FTC_JOB_ID=a:b|status --redis redis://127.0.0.1:1|environment: config job\.id \(from FTC_JOB_ID\)
 EOF
 
+# a server on --redis's port that is no Redis (here one that answers as HTTP): the error said
+# only 'Protocol error, got "H" as reply type byte'; now it says what to check
+"$PY" -c '
+import socket, sys
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(8)
+print(s.getsockname()[1], flush=True)
+while True:
+    c, _ = s.accept(); c.recv(256); c.sendall(b"HTTP/1.0 400 Bad Request\r\n\r\n"); c.close()
+' >"$T/http.port" &
+HPID=$!
+for _ in $(seq 100); do [ -s "$T/http.port" ] && break; sleep 0.05; done
+HP=$(cat "$T/http.port")
+expect 1 "ftc status against an HTTP server" -- timeout 60 "$FTC" status --redis "redis://127.0.0.1:$HP"
+grep_in err "^ftc status: redis 127.0.0.1:$HP: PING: Protocol error.*does not speak Redis's \
+protocol: check the host and port of --redis" "its error says it is no Redis and what to check"
+kill "$HPID" 2>/dev/null
+wait "$HPID" 2>/dev/null
+
 # ftc agent's layout errors name the flag (or variable) that is wrong and its value: one
 # message listed --nodes, --index and --ranks-per-node whichever it was
 while IFS='|' read -r envs args msg; do

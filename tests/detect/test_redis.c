@@ -113,6 +113,19 @@ static void test_url_parsing(void **state)
     fclose(fp);
     assert_int_equal(ftc_redis_url_parse("redis://h:1", &u, &err), 0);
     assert_string_equal(u.password, "secret");
+    /* a directory (fopen takes it, fread fails) and an empty file were read as
+     * no password at all: the server's NOAUTH then said to put one in the URL */
+    setenv("FTC_REDIS_PASSWORD_FILE", dir, 1);
+    assert_int_not_equal(ftc_redis_url_parse("redis://h:1", &u, &err), 0);
+    assert_non_null(strstr(err.msg, "FTC_REDIS_PASSWORD_FILE"));
+    assert_non_null(strstr(err.msg, "directory"));
+    fp = fopen(path, "w");
+    assert_non_null(fp);
+    fputs("\nsecret\n", fp);
+    fclose(fp);
+    setenv("FTC_REDIS_PASSWORD_FILE", path, 1);
+    assert_int_not_equal(ftc_redis_url_parse("redis://h:1", &u, &err), 0);
+    assert_non_null(strstr(err.msg, "first line is empty"));
     unsetenv("FTC_REDIS_PASSWORD_FILE");
     ftc_test_rmrf(dir);
     free(dir);
