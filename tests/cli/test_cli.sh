@@ -310,6 +310,32 @@ grep_in out "restored step 1" "it restores its step 1"
 expect 0 "inspect a persist directory named v2" -- "$FTC" inspect "$T/exp/v2"
 grep_in out "^persist directory" "inspect lists it as a persist directory"
 
+# a version directory that cannot be read (no permission) was reported as "CORRUPT: COMMITTED
+# marker unreadable or not matching MANIFEST.json": now UNREADABLE, with the system's reason
+# (as a user without the permission: root reads it anyway, so root runs it as nobody)
+AS=()
+if [ "$(id -u)" = 0 ]; then
+    command -v setpriv >/dev/null && AS=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+fi
+if [ "$(id -u)" != 0 ] || [ ${#AS[@]} -gt 0 ]; then
+    PR=$T/permdir
+    mkdir -p "$PR"
+    cp -r "$P"/v*1 "$P"/v*2 "$PR"/
+    chmod a+rx "$T" && chmod -R a+rX "$PR" && chmod 000 "$PR"/v*2
+fi
+# (nobody must reach the directory and the binary: not so under a home directory of mode 700)
+if [ -d "${PR:-}" ] && "${AS[@]}" test -r "$PR"/v*1/MANIFEST.json -a -x "$FTC"; then
+    expect 1 "verify with a version directory it may not read" -- "${AS[@]}" "$FTC" verify "$PR"
+    grep_in out "^v2: UNREADABLE: .*v0+2/COMMITTED: Permission denied" \
+        "it says the version is unreadable, and why"
+    grep_in out "^v1: ok" "the other version verifies"
+    grep_in err "1 of 2 committed version\(s\) corrupt or unreadable" "the summary says so"
+else
+    echo "skip: unreadable version (root without setpriv, or the test directory out of reach)"
+fi
+
+[ -d "${PR:-}" ] && chmod -R u+rwX "$PR" && chmod 700 "$T"
+
 # ---- corrupt the newest version: verify names it, restore falls back ----------
 expect 0 "verify persist dir (all good)" -- "$FTC" verify "$P"
 grep_in out "^v3: ok" "v3 ok before corruption"
