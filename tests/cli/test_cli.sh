@@ -496,6 +496,7 @@ while IFS='|' read -r envs args msg; do
         timeout 60 "$FTC" agent "${aargv[@]}" --job cliag$$ --job-dir "$T/agjob"
     grep_in err "^ftc agent: $msg" "its error names ${msg%%[ =]*} and its value"
 done <<'EOF'
+|--index 0|--nodes N \(the agents in the job, 1\.\.4096\) is required$
 |--nodes 5000|--nodes 5000: must be 1\.\.4096
 |--nodes 2 --index 2|--index 2: must be below --nodes 2$
 NODE_RANK=3|--nodes 2|NODE_RANK=3: this node's index must be below --nodes 2
