@@ -193,6 +193,12 @@ void ftc_cli_shards_free(ftc_cli_shards_t *s);
 int ftc_cli_split_path(const char *path, char *dir, size_t dlen, const char **base,
                        ftc_err_t *err);
 
+/* Reads the file path whole (ftc_fs_read_file), unless its first 8 bytes
+ * are neither shard magic (FTCSHARD, FTCZSHRD): then only its first 128
+ * bytes, which the readers reject by their magic. A junk file of many GiB
+ * was read whole first, or failed as "cannot allocate N bytes". */
+int ftc_cli_read_file(const char *path, uint8_t **out, size_t *len, ftc_err_t *err);
+
 /* Checks OUT, the file export or restore writes (what names it: "--out" or
  * "OUT"), before anything is read: FTC_CLI_CONTINUE, or the exit code after
  * the message. A usage error when OUT is a directory, the input path itself,

@@ -7,6 +7,7 @@
  */
 #include "cli/cli.h"
 
+#include "ckpt/zshard.h"
 #include "core/log.h"
 
 #include <ctype.h>
@@ -437,13 +438,32 @@ ftc_persist_t *ftc_cli_persist_open_writer(const char *dir, const ftc_cli_args_t
     return ftc_persist_open(dir, &opts, err);
 }
 
+int ftc_cli_read_file(const char *path, uint8_t **out, size_t *len, ftc_err_t *err)
+{
+    uint8_t head[FTC_ZSHARD_HEADER_SIZE];
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return ftc_err_errno(err, errno, "open %s", path);
+    ssize_t n = read(fd, head, sizeof head);
+    close(fd);
+    if (n < 8 || !memcmp(head, "FTCSHARD", 8) || !memcmp(head, "FTCZSHRD", 8))
+        return ftc_fs_read_file(path, SIZE_MAX / 2, out, len, err);
+    /* neither magic: the readers reject the first bytes as they would the whole */
+    *out = malloc((size_t)n);
+    if (!*out)
+        return ftc_err_set(err, FTC_ENOMEM, "%s: out of memory", path);
+    memcpy(*out, head, (size_t)n);
+    *len = (size_t)n;
+    return 0;
+}
+
 /* Reads a file and validates it as a raw shard (every checksum). */
 static int ftc__cli_load_file(const char *path, int kind, uint8_t **buf, uint64_t *size,
                               ftc_err_t *err)
 {
     uint8_t *file = NULL;
     size_t len = 0;
-    int rc = ftc_fs_read_file(path, SIZE_MAX / 2, &file, &len, err);
+    int rc = ftc_cli_read_file(path, &file, &len, err);
     if (rc)
         return rc;
     if (kind == FTC_KIND_ZSHARD) {

@@ -74,7 +74,7 @@ static int ftc__verify_file(const ftc_cli_cmd_t *cmd, const ftc_cli_args_t *a, c
     ftc_err_t err = {0};
     ftc_shard_view_t v;
     int ec = FTC_EXIT_FAIL;
-    if (ftc_fs_read_file(path, SIZE_MAX / 2, &file, &len, &err) != 0)
+    if (ftc_cli_read_file(path, &file, &len, &err) != 0)
         return ftc_cli_fail(cmd, "%s", ftc_err_str(&err));
     if (kind == FTC_KIND_SHARD) {
         if (ftc_shard_open(&v, file, len, FTC_SHARD_VERIFY, &err) != 0) {

@@ -219,6 +219,21 @@ expect 1 "inspect header-corrupted shard" -- "$FTC" inspect "$T/bad-head.shard"
 printf 'not a shard at all' >"$T/junk.bin"
 expect 1 "verify a junk file" -- "$FTC" verify "$T/junk.bin"
 grep_in err "no FTCSHARD magic" "junk file: says it is not a shard"
+# a huge junk file (sparse, 1 TiB) was read whole first: "cannot allocate 1099511627776 bytes"
+# sent the user after memory; it is rejected by its first bytes, as the small one
+if truncate -s 1T "$T/huge.bin" 2>/dev/null; then
+    for c in inspect verify; do
+        expect 1 "$c a 1 TiB junk file" -- timeout 60 "$FTC" "$c" "$T/huge.bin"
+        grep_in err "huge.bin: .*not a valid .ftcz file: magic at offset 0 is wrong" \
+            "$c: says it is neither a shard nor an .ftcz, by its magic"
+    done
+    expect 1 "export a 1 TiB junk file" -- timeout 60 "$FTC" export --safetensors "$T/huge.bin" \
+        "$T/huge.safetensors"
+    grep_in err "huge.bin .*no FTCSHARD magic.*magic at offset 0 is wrong" "export: says so too"
+    rm -f "$T/huge.bin"
+else
+    echo "skip: a 1 TiB sparse file (the file system does not take it)"
+fi
 
 # ---- .ftcz files -------------------------------------------------------------
 V1=$(ls -d "$P"/v*1 | head -1)
