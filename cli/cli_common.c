@@ -233,6 +233,12 @@ static int ftc__cli_parse(const ftc_cli_cmd_t *cmd, int argc, char **argv,
                 goto fail;
             }
             i++;
+            if (is_config && config_file) { /* the first was dropped without a word */
+                ftc_cli_usage_error(cmd, "--config given twice ('%s', then '%s'): give one "
+                                         "file (put the settings of both in it)",
+                                    config_file, val);
+                goto fail;
+            }
             if (is_config)
                 config_file = val;
             else if (ftc__cli_set_opt(cmd, o, val) != 0)
@@ -441,7 +447,7 @@ ftc_persist_t *ftc_cli_persist_open_writer(const char *dir, const ftc_cli_args_t
 int ftc_cli_read_file(const char *path, uint8_t **out, size_t *len, ftc_err_t *err)
 {
     uint8_t head[FTC_ZSHARD_HEADER_SIZE];
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO: no wait for a writer */
     if (fd < 0)
         return ftc_err_errno(err, errno, "open %s", path);
     ssize_t n = read(fd, head, sizeof head);

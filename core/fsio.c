@@ -174,7 +174,9 @@ int ftc_fs_read_file(const char *path, size_t max_len, uint8_t **out, size_t *le
 {
     *out = NULL;
     *len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: the open of a FIFO (--config FIFO) waited for a writer,
+     * for ever; it is refused below as not a regular file. No effect on one. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return ftc_err_errno(err, errno, "open %s", path);
     struct stat st;

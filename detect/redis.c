@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 struct ftc_redis {
@@ -125,6 +126,10 @@ int ftc_redis_url_parse(const char *url, ftc_redis_url_t *out, ftc_err_t *err)
                 return ftc_err_set(err, FTC_ECONFIG, "FTC_REDIS_PASSWORD is too long");
             snprintf(out->password, sizeof out->password, "%s", pw);
         } else if (file && *file) {
+            struct stat st; /* a FIFO's fopen waits for a writer, for ever */
+            if (stat(file, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
+                return ftc_err_set(err, FTC_EINVAL, "FTC_REDIS_PASSWORD_FILE %s: not a regular "
+                                   "file", file);
             FILE *f = fopen(file, "r");
             if (!f)
                 return ftc_err_errno(err, errno, "FTC_REDIS_PASSWORD_FILE %s", file);

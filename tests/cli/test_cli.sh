@@ -128,6 +128,20 @@ grep_in err "kep" "bad config file names the key"
 expect 2 "a --config file that does not exist" -- "$FTC" synth --out "$T/x" --steps 1 \
     --config "$T/none.json"
 grep_in err "--config .*none.json: open" "a missing --config file names the flag"
+# a --config FIFO (or a password file that is one) waited for a writer for ever; a second
+# --config dropped the first without a word
+mkfifo "$T/fifo.json"
+expect 2 "a --config FIFO" -- timeout 20 "$FTC" verify "$T" --config "$T/fifo.json"
+grep_in err "^ftc verify: --config .*fifo.json: .*fifo.json: not a regular file" \
+    "it is refused at once, named"
+expect 1 "FTC_REDIS_PASSWORD_FILE naming a FIFO" -- env FTC_REDIS_PASSWORD_FILE="$T/fifo.json" \
+    timeout 20 "$FTC" status --redis redis://127.0.0.1:1
+grep_in err "^ftc status: FTC_REDIS_PASSWORD_FILE .*fifo.json: not a regular file" \
+    "it is refused at once, named"
+rm -f "$T/fifo.json"
+expect 2 "--config twice" -- "$FTC" verify "$T" --config "$T/cfg1.json" --config "$T/cfg2.json"
+grep_in err "^ftc verify: --config given twice \('.*cfg1.json', then '.*cfg2.json'\): give one" \
+    "its error names both files"
 expect 2 "synth without --steps" -- "$FTC" synth --out "$T/x"
 # torchrun's spellings, in the parser every command shares: underscores and --name=VALUE
 expect 2 "bad config flag value, spelled --persist_level=99" -- "$FTC" synth --out "$T/x" \
