@@ -193,6 +193,11 @@ void ftc_cli_shards_free(ftc_cli_shards_t *s);
 int ftc_cli_split_path(const char *path, char *dir, size_t dlen, const char **base,
                        ftc_err_t *err);
 
+/* The usage error of a --domain that ftc_agent_domain_valid refuses (%s: it). */
+#define FTC_CLI_DOMAIN_BAD                                                                         \
+    "--domain '%.80s': give 1..63 printable characters without spaces, not \"-\" (a label "    \
+    "like rack-a)"
+
 /* Reads the file path whole (ftc_fs_read_file), unless its first 8 bytes
  * are neither shard magic (FTCSHARD, FTCZSHRD): then only its first 128
  * bytes, which the readers reject by their magic. A junk file of many GiB

@@ -105,6 +105,10 @@ static int ftc__agent_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
         ec = ftc_cli_usage_error(cmd, "--nodes N (the agents in the job, 1..4096) is required");
         goto out;
     }
+    if (!ftc_agent_domain_valid(domain)) {
+        ec = ftc_cli_usage_error(cmd, FTC_CLI_DOMAIN_BAD, domain);
+        goto out;
+    }
     if (nodes < 1 || nodes > 4096) {
         ec = ftc_cli_usage_error(cmd, "--nodes %llu: must be 1..4096 (give --nodes N)",
                                  (unsigned long long)nodes);

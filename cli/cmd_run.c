@@ -774,6 +774,10 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
                                  (unsigned long long)simulate, mx);
         goto out;
     }
+    if (!ftc_agent_domain_valid(domain)) { /* the node's agent failed on it, after the start */
+        ec = ftc_cli_usage_error(cmd, FTC_CLI_DOMAIN_BAD, domain);
+        goto out;
+    }
     if (use_netns && (!simulate || simulate > FTC_NETNS_MAX_NODES)) {
         ec = ftc_cli_usage_error(cmd, "--netns needs --simulate-nodes N with N in 1..%d",
                                  FTC_NETNS_MAX_NODES);

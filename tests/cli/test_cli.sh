@@ -531,6 +531,16 @@ done <<'EOF'
 NODE_RANK=3|--nodes 2|NODE_RANK=3: this node's index must be below --nodes 2
 |--nodes 1 --ranks-per-node 65|--ranks-per-node 65: must be 1\.\.64$
 EOF
+# a --domain the agent refuses failed ftc run in the node (exit 1), after the job's Redis had
+# started; it is a usage error of ftc run and ftc agent, naming the value
+expect 2 "ftc run --domain 'a b' is a usage error" -- timeout 60 "$FTC" run --simulate-nodes 1 \
+    --domain "a b" --job clidom$$ --job-dir "$T/domjob" -- /bin/true
+grep_in err "^ftc run: --domain 'a b': give 1\.\.63 printable characters without spaces" \
+    "its error names --domain and its value"
+expect 2 "ftc agent --domain - is a usage error" -- timeout 60 "$FTC" agent --nodes 1 \
+    --domain - --redis redis://127.0.0.1:1 --job clidom$$ --job-dir "$T/domjob"
+grep_in err "^ftc agent: --domain '-': give 1\.\.63" "its error names --domain and its value"
+
 # ftc agent's --persist-every took any number (its own option, not the setting's flag):
 # 0, or 4294967296 cast to 0, left the persist tier never written, without a word
 for v in 0 4294967296; do
