@@ -609,6 +609,11 @@ int ftc_redis_reconnect(ftc_redis_t *r, ftc_deadline_t d)
         ftc_sleep_ms((uint64_t)(pause < left ? pause : left));
         r->backoff_ms = r->backoff_ms * 2 > r->o.backoff_max_ms ? r->o.backoff_max_ms
                                                                : r->backoff_ms * 2;
+        /* out of time: FTC_ETIMEDOUT as before (callers stop at it), with the
+         * last attempt's reason ("unreachable: Connection refused"), not the
+         * "deadline passed before connecting" of one more attempt */
+        if (ftc_deadline_remaining_ms(d) <= 0)
+            return r->err.code = FTC_ETIMEDOUT;
     }
 }
 

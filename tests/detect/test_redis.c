@@ -272,6 +272,13 @@ static void test_reconnect_after_restart(void **state)
     assert_non_null(r);
     assert_int_equal(ftc_redis_server_signal(f->srv, SIGKILL), 0);
     assert_true(ftc_redis_cmdv(r, true, NULL, "PING", NULL) < 0);
+    /* a reconnect that runs out of time names why the attempts failed: it said
+     * "deadline passed before connecting" (ftc status --watch, every redraw) */
+    for (int ms = 100; ms <= 400; ms += 150) {
+        assert_true(ftc_redis_reconnect(r, ftc_deadline_in_ms((uint64_t)ms)) != 0);
+        print_message("%s\n", ftc_redis_errstr(r));
+        assert_non_null(strstr(ftc_redis_errstr(r), "unreachable"));
+    }
     assert_int_equal(ftc_redis_server_restart(f->srv, &err), 0);
     assert_int_equal(ftc_redis_cmdv(r, true, NULL, "PING", NULL), 0);
     ftc_redis_close(r);
