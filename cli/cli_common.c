@@ -239,6 +239,10 @@ static int ftc__cli_parse(const ftc_cli_cmd_t *cmd, int argc, char **argv,
                                     config_file, val);
                 goto fail;
             }
+            if (is_config && !*val) { /* it said "--config : open : No such file ..." */
+                ftc_cli_usage_error(cmd, "--config is empty: give a JSON file");
+                goto fail;
+            }
             if (is_config)
                 config_file = val;
             else if (ftc__cli_set_opt(cmd, o, val) != 0)

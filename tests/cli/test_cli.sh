@@ -139,6 +139,8 @@ expect 1 "FTC_REDIS_PASSWORD_FILE naming a FIFO" -- env FTC_REDIS_PASSWORD_FILE=
 grep_in err "^ftc status: FTC_REDIS_PASSWORD_FILE .*fifo.json: not a regular file" \
     "it is refused at once, named"
 rm -f "$T/fifo.json"
+expect 2 "an empty --config" -- "$FTC" verify "$T" --config ""
+grep_in err "^ftc verify: --config is empty: give a JSON file" "its error says so"
 expect 2 "--config twice" -- "$FTC" verify "$T" --config "$T/cfg1.json" --config "$T/cfg2.json"
 grep_in err "^ftc verify: --config given twice \('.*cfg1.json', then '.*cfg2.json'\): give one" \
     "its error names both files"
