@@ -1661,6 +1661,19 @@ const char *ftc_agent_phase(void)
     return atomic_load(&ftc__phase);
 }
 
+bool ftc_agent_domain_valid(const char *domain)
+{
+    /* published as one word of "hexaddr node_id domain gen" in
+     * ftc:{J}:fabric, where "-" means none: anything else would be read
+     * back as another domain (other parity groups) by the peers, and as
+     * a stale entry by `ftc run` */
+    size_t dl = strlen(domain);
+    bool ok = dl < 64 && strcmp(domain, "-") != 0;
+    for (size_t i = 0; ok && i < dl; i++)
+        ok = (unsigned char)domain[i] > ' ' && (unsigned char)domain[i] < 0x7f;
+    return ok;
+}
+
 ftc_agent_t *ftc_agent_start(const ftc_agent_options_t *o, ftc_err_t *err)
 {
     if (!o->job || !o->dir || o->nodes < 1 || o->index >= o->nodes || o->ranks_per_node < 1 ||
@@ -1669,21 +1682,11 @@ ftc_agent_t *ftc_agent_start(const ftc_agent_options_t *o, ftc_err_t *err)
                                      "ranks_per_node >= 1 are required");
         return NULL;
     }
-    if (o->domain && *o->domain) {
-        /* published as one word of "hexaddr node_id domain gen" in
-         * ftc:{J}:fabric, where "-" means none: anything else would be read
-         * back as another domain (other parity groups) by the peers, and as
-         * a stale entry by `ftc run` */
-        size_t dl = strlen(o->domain);
-        bool ok = dl < 64 && strcmp(o->domain, "-") != 0;
-        for (size_t i = 0; ok && i < dl; i++)
-            ok = (unsigned char)o->domain[i] > ' ' && (unsigned char)o->domain[i] < 0x7f;
-        if (!ok) {
-            ftc_err_set(err, FTC_EINVAL, "agent: failure domain '%.80s' is not 1..63 printable "
-                        "characters without spaces (and not \"-\"): use a label like rack-a",
-                        o->domain);
-            return NULL;
-        }
+    if (o->domain && !ftc_agent_domain_valid(o->domain)) {
+        ftc_err_set(err, FTC_EINVAL, "agent: failure domain '%.80s' is not 1..63 printable "
+                    "characters without spaces (and not \"-\"): use a label like rack-a",
+                    o->domain);
+        return NULL;
     }
     ftc_agent_t *a = calloc(1, sizeof *a);
     if (!a) {

@@ -83,6 +83,10 @@ typedef struct ftc_agent ftc_agent_t;
  * for this generation (ftc:{J}:pargroups:GEN) are for another redundancy or
  * node count. */
 ftc_agent_t *ftc_agent_start(const ftc_agent_options_t *o, ftc_err_t *err);
+/* Whether a failure domain label is one ftc_agent_start takes: empty (its
+ * own), or 1..63 printable characters without spaces, not "-". For the
+ * command line to refuse it before anything starts. */
+bool ftc_agent_domain_valid(const char *domain);
 /* Serves until *stop becomes nonzero (a signal handler sets it). */
 int ftc_agent_run(ftc_agent_t *a, volatile sig_atomic_t *stop);
 /* Once ftc_agent_run has returned (the same thread, before ftc_agent_stop):

@@ -194,6 +194,25 @@ void ftc_cli_shards_free(ftc_cli_shards_t *s);
 int ftc_cli_split_path(const char *path, char *dir, size_t dlen, const char **base,
                        ftc_err_t *err);
 
+/* The usage error of a --domain that ftc_agent_domain_valid refuses (%s: it). */
+#define FTC_CLI_DOMAIN_BAD                                                                         \
+    "--domain '%.80s': give 1..63 printable characters without spaces, not \"-\" (a label "    \
+    "like rack-a)"
+
+/* Reads the file path whole (ftc_fs_read_file), unless its first 8 bytes
+ * are neither shard magic (FTCSHARD, FTCZSHRD): then only its first 128
+ * bytes, which the readers reject by their magic. A junk file of many GiB
+ * was read whole first, or failed as "cannot allocate N bytes". */
+int ftc_cli_read_file(const char *path, uint8_t **out, size_t *len, ftc_err_t *err);
+
+/* Checks OUT, the file export or restore writes (what names it: "--out" or
+ * "OUT"), before anything is read: FTC_CLI_CONTINUE, or the exit code after
+ * the message. A usage error when OUT is a directory, the input path itself,
+ * or lies in a version directory (a committed version's file replaced, or a
+ * foreign file among them); a failure when its directory does not exist. */
+int ftc_cli_check_out(const ftc_cli_cmd_t *cmd, const char *what, const char *out,
+                      const char *in);
+
 /* "64.0 MiB" style text for a byte count; buf of 32 bytes. */
 const char *ftc_cli_bytes(uint64_t n, char buf[32]);
 

@@ -7,11 +7,13 @@
  */
 #include "cli/cli.h"
 
+#include "ckpt/zshard.h"
 #include "core/log.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -231,6 +233,16 @@ static int ftc__cli_parse(const ftc_cli_cmd_t *cmd, int argc, char **argv,
                 goto fail;
             }
             i++;
+            if (is_config && config_file) { /* the first was dropped without a word */
+                ftc_cli_usage_error(cmd, "--config given twice ('%s', then '%s'): give one "
+                                         "file (put the settings of both in it)",
+                                    config_file, val);
+                goto fail;
+            }
+            if (is_config && !*val) { /* it said "--config : open : No such file ..." */
+                ftc_cli_usage_error(cmd, "--config is empty: give a JSON file");
+                goto fail;
+            }
             if (is_config)
                 config_file = val;
             else if (ftc__cli_set_opt(cmd, o, val) != 0)
@@ -336,6 +348,43 @@ int ftc_cli_split_path(const char *path, char *dir, size_t dlen, const char **ba
     return 0;
 }
 
+/* "v" + exactly 20 digits: the persist tier's own rule for a version directory */
+static bool ftc__cli_version_name(const char *base)
+{
+    return strlen(base) == 21 && base[0] == 'v' && strspn(base + 1, "0123456789") == 20;
+}
+
+int ftc_cli_check_out(const ftc_cli_cmd_t *cmd, const char *what, const char *out,
+                      const char *in)
+{
+    char dir[4096], real[PATH_MAX];
+    const char *name = NULL;
+    ftc_err_t err = {0};
+    if (!*out)
+        return ftc_cli_usage_error(cmd, "%s is empty: give a file name", what);
+    if (ftc_cli_split_path(out, dir, sizeof dir, &name, &err) != 0)
+        return ftc_cli_usage_error(cmd, "%s: %s", what, ftc_err_str(&err));
+    struct stat so, si;
+    if (stat(out, &so) == 0 && S_ISDIR(so.st_mode))
+        return ftc_cli_usage_error(cmd, "%s %s is a directory: give a file name (%s/NAME)",
+                                   what, out, out);
+    if (!realpath(dir, real))
+        return ftc_cli_fail(cmd, "%s %s: its directory %s: %s (create it first)", what, out,
+                            dir, strerror(errno));
+    const char *base = strrchr(real, '/');
+    if (ftc__cli_version_name(base ? base + 1 : real))
+        return ftc_cli_usage_error(cmd, "%s %s is in the version directory %s: writing there "
+                                        "would destroy or pollute a committed checkpoint; write "
+                                        "it outside every version directory",
+                                   what, out, real);
+    if (stat(out, &so) == 0 && stat(in, &si) == 0 && so.st_dev == si.st_dev &&
+        so.st_ino == si.st_ino)
+        return ftc_cli_usage_error(cmd, "%s %s is the input %s itself: writing it would destroy "
+                                        "what it is read from; give another path",
+                                   what, out, in);
+    return FTC_CLI_CONTINUE;
+}
+
 int ftc_cli_classify(const char *path, ftc_cli_path_t *out, ftc_err_t *err)
 {
     memset(out, 0, sizeof *out);
@@ -364,10 +413,9 @@ int ftc_cli_classify(const char *path, ftc_cli_path_t *out, ftc_err_t *err)
     buf[len] = '\0';
     const char *base = strrchr(buf, '/');
     base = base ? base + 1 : buf;
-    size_t bl = strlen(base);
     /* the persist tier's own rule (persist-format.md): "v" + exactly 20
      * digits; a persist directory that is merely named v2 is no version */
-    bool version = bl == 21 && base[0] == 'v' && strspn(base + 1, "0123456789") == 20;
+    bool version = ftc__cli_version_name(base);
     if (!version) {
         out->kind = FTC_KIND_PERSIST;
         memcpy(out->persist_dir, buf, len + 1);
@@ -400,13 +448,32 @@ ftc_persist_t *ftc_cli_persist_open_writer(const char *dir, const ftc_cli_args_t
     return ftc_persist_open(dir, &opts, err);
 }
 
+int ftc_cli_read_file(const char *path, uint8_t **out, size_t *len, ftc_err_t *err)
+{
+    uint8_t head[FTC_ZSHARD_HEADER_SIZE];
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO: no wait for a writer */
+    if (fd < 0)
+        return ftc_err_errno(err, errno, "open %s", path);
+    ssize_t n = read(fd, head, sizeof head);
+    close(fd);
+    if (n < 8 || !memcmp(head, "FTCSHARD", 8) || !memcmp(head, "FTCZSHRD", 8))
+        return ftc_fs_read_file(path, SIZE_MAX / 2, out, len, err);
+    /* neither magic: the readers reject the first bytes as they would the whole */
+    *out = malloc((size_t)n);
+    if (!*out)
+        return ftc_err_set(err, FTC_ENOMEM, "%s: out of memory", path);
+    memcpy(*out, head, (size_t)n);
+    *len = (size_t)n;
+    return 0;
+}
+
 /* Reads a file and validates it as a raw shard (every checksum). */
 static int ftc__cli_load_file(const char *path, int kind, uint8_t **buf, uint64_t *size,
                               ftc_err_t *err)
 {
     uint8_t *file = NULL;
     size_t len = 0;
-    int rc = ftc_fs_read_file(path, SIZE_MAX / 2, &file, &len, err);
+    int rc = ftc_cli_read_file(path, &file, &len, err);
     if (rc)
         return rc;
     if (kind == FTC_KIND_ZSHARD) {

@@ -72,6 +72,7 @@ static int ftc__env_u64(const char *a, const char *b, uint64_t def, uint64_t *ou
 static int ftc__agent_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
 {
     uint64_t nodes = 0, index = 0, rpn = 1;
+    bool nodes_seen = false;
     const char *index_var = NULL;
     bool index_bad = ftc__env_u64("FTC_NODE_RANK", "NODE_RANK", 0, &index, &index_var) != 0;
     const char *node_id = "", *domain = "";
@@ -79,7 +80,7 @@ static int ftc__agent_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
     /* --persist-every is the setting's own flag (persist.every, 1..1000000,
      * checked by the parser): an option of this command took any number, and
      * 0 (or 2^32, cast to 0) left a persist.dir silently never written */
-    const ftc_cli_opt_t opts[] = {{"--nodes", FTC_OPT_U64, &nodes, NULL},
+    const ftc_cli_opt_t opts[] = {{"--nodes", FTC_OPT_U64, &nodes, &nodes_seen},
                                   {"--index", FTC_OPT_U64, &index, &index_seen},
                                   {"--ranks-per-node", FTC_OPT_U64, &rpn, NULL},
                                   {"--node-id", FTC_OPT_STR, &node_id, NULL},
@@ -100,6 +101,14 @@ static int ftc__agent_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
         goto out;
     }
     /* each names itself and its value; an index from the environment, its variable */
+    if (!nodes_seen) { /* it said "--nodes 0: must be 1..4096", of a flag not given */
+        ec = ftc_cli_usage_error(cmd, "--nodes N (the agents in the job, 1..4096) is required");
+        goto out;
+    }
+    if (!ftc_agent_domain_valid(domain)) {
+        ec = ftc_cli_usage_error(cmd, FTC_CLI_DOMAIN_BAD, domain);
+        goto out;
+    }
     if (nodes < 1 || nodes > 4096) {
         ec = ftc_cli_usage_error(cmd, "--nodes %llu: must be 1..4096 (give --nodes N)",
                                  (unsigned long long)nodes);

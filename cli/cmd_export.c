@@ -46,6 +46,9 @@ static int ftc__export_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
     ftc_err_t err = {0};
     ftc_cli_shards_t sh;
     ftc_shard_view_t *views = NULL;
+    ec = ftc_cli_check_out(cmd, "OUT", out, path);
+    if (ec != FTC_CLI_CONTINUE)
+        goto out_args;
     if (ftc_cli_load_shards(path, step, &a, &sh, &err) != 0) {
         ec = ftc_cli_fail(cmd, "%s", ftc_err_str(&err));
         goto out_args;

@@ -200,7 +200,7 @@ static int ftc__inspect_zshard(const ftc_cli_cmd_t *cmd, const char *path, bool 
     uint64_t raw_size = 0;
     ftc_err_t err = {0};
     int ec;
-    if (ftc_fs_read_file(path, SIZE_MAX / 2, &file, &len, &err) != 0)
+    if (ftc_cli_read_file(path, &file, &len, &err) != 0)
         return ftc_cli_fail(cmd, "%s", ftc_err_str(&err));
     ftc_zshard_info_t zi;
     if (ftc_zshard_info(file, len, &zi, &err) != 0) {

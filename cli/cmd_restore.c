@@ -44,6 +44,9 @@ static int ftc__restore_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
         ec = ftc_cli_usage_error(cmd, "--out FILE is required");
         goto out_args;
     }
+    ec = ftc_cli_check_out(cmd, "--out", out, dir);
+    if (ec != FTC_CLI_CONTINUE)
+        goto out_args;
     if (ftc_cli_split_path(out, odir, sizeof odir, &oname, &err) != 0) {
         ec = ftc_cli_usage_error(cmd, "--out: %s", ftc_err_str(&err));
         goto out_args;

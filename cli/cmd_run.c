@@ -478,6 +478,39 @@ static bool ftc__on_path(const char *prog)
     return false;
 }
 
+/* NULL when BINARY can be executed as the ranks exec it (execvpe: a path,
+ * else the first regular executable file of that name on PATH), else why not. */
+static const char *ftc__not_executable(const char *prog)
+{
+    struct stat st;
+    if (!*prog)
+        return "is empty: give the training program";
+    if (strchr(prog, '/')) {
+        if (stat(prog, &st) != 0)
+            return errno == ENOENT ? "does not exist" : strerror(errno);
+        if (S_ISDIR(st.st_mode))
+            return "is a directory, not a program";
+        if (!S_ISREG(st.st_mode) || access(prog, X_OK) != 0)
+            return "is not executable: chmod +x it, or run it through its interpreter "
+                   "(a SCRIPT.py runs in python3)";
+        return NULL;
+    }
+    const char *path = getenv("PATH");
+    if (!path || !*path)
+        path = "/usr/local/bin:/usr/bin:/bin";
+    char buf[4200];
+    for (const char *p = path; *p;) {
+        size_t n = strcspn(p, ":");
+        snprintf(buf, sizeof buf, "%.*s/%s", (int)(n ? n : 1), n ? p : ".", prog);
+        if (stat(buf, &st) == 0 && S_ISREG(st.st_mode) && access(buf, X_OK) == 0)
+            return NULL;
+        p += n;
+        if (*p == ':')
+            p++;
+    }
+    return "is not an executable on PATH: give its path (./NAME for one here)";
+}
+
 static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
 {
     static const char *const nn_env[] = {"SLURM_NNODES", "SLURM_JOB_NUM_NODES", NULL};
@@ -728,12 +761,21 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
             pyargv[k++] = argv[i];
         bin_argv = pyargv;
     } else {
+        const char *why = ftc__not_executable(bin[0]);
+        if (why) { /* before anything starts: the ranks failed max-restarts times */
+            ftc_cli_usage_error(cmd, "BINARY '%s' %s", bin[0], why);
+            goto out;
+        }
         bin_argv = bin;
     }
     ec = FTC_EXIT_OK;
     if (simulate && (uint64_t)mx < simulate) {
         ec = ftc_cli_usage_error(cmd, "--simulate-nodes %llu is more than --nnodes MAX %d",
                                  (unsigned long long)simulate, mx);
+        goto out;
+    }
+    if (!ftc_agent_domain_valid(domain)) { /* the node's agent failed on it, after the start */
+        ec = ftc_cli_usage_error(cmd, FTC_CLI_DOMAIN_BAD, domain);
         goto out;
     }
     if (use_netns && (!simulate || simulate > FTC_NETNS_MAX_NODES)) {

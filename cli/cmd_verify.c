@@ -119,7 +119,7 @@ static int ftc__verify_file(const ftc_cli_cmd_t *cmd, const ftc_cli_args_t *a, c
     ftc_err_t err = {0};
     ftc_shard_view_t v;
     int ec = FTC_EXIT_FAIL;
-    if (ftc_fs_read_file(path, SIZE_MAX / 2, &file, &len, &err) != 0)
+    if (ftc_cli_read_file(path, &file, &len, &err) != 0)
         return ftc_cli_fail(cmd, "%s", ftc_err_str(&err));
     if (kind == FTC_KIND_SHARD) {
         if (ftc_shard_open(&v, file, len, FTC_SHARD_VERIFY, &err) != 0) {
@@ -168,7 +168,7 @@ static int ftc__verify_persist(const ftc_cli_cmd_t *cmd, const ftc_cli_args_t *a
     if (!p)
         return ftc_cli_fail(cmd, "%s: %s", cp->persist_dir, ftc_err_str(&err));
     ftc_persist_version_t *vs = NULL;
-    int n = 0, ec = FTC_EXIT_OK, committed = 0, corrupt = 0;
+    int n = 0, ec = FTC_EXIT_OK, committed = 0, corrupt = 0, unreadable = 0;
     char first[FTC_ERR_MSG_MAX + 64] = "";
     if (ftc_persist_list(p, &vs, &n) != 0) {
         ec = ftc_cli_fail(cmd, "%s: %s", cp->persist_dir, ftc_persist_errstr(p));
@@ -184,23 +184,30 @@ static int ftc__verify_persist(const ftc_cli_cmd_t *cmd, const ftc_cli_args_t *a
             continue;
         }
         committed++;
+        /* a bad marker is verified too, for the reason: "unreadable or not
+         * matching" called a directory without read permission CORRUPT */
         const char *why = NULL;
-        if (pv->state == FTC_PV_BAD_MARKER)
-            why = "COMMITTED marker unreadable or not matching MANIFEST.json";
-        else if (ftc_persist_verify(p, pv->step) != 0)
+        int vrc = ftc_persist_verify(p, pv->step);
+        if (vrc != 0)
             why = ftc_persist_errstr(p);
+        else if (pv->state == FTC_PV_BAD_MARKER)
+            why = "COMMITTED marker unreadable or not matching MANIFEST.json";
         if (!why) {
             printf("v%llu: ok\n", st);
             continue;
         }
-        printf("v%llu: CORRUPT: %s\n", st, why);
+        /* FTC_EIO: the system refused a read (permissions, a failing disk),
+         * which says nothing about the bytes */
+        const char *label = vrc == FTC_EIO ? "UNREADABLE" : "CORRUPT";
+        unreadable += vrc == FTC_EIO;
+        printf("v%llu: %s: %s\n", st, label, why);
         if (corrupt++ == 0)
             snprintf(first, sizeof first, "v%llu: %s", st, why);
     }
     fflush(stdout);
     if (corrupt) {
-        ec = ftc_cli_fail(cmd, "%s: %d of %d committed version(s) corrupt; first: %s", path,
-                          corrupt, committed, first);
+        ec = ftc_cli_fail(cmd, "%s: %d of %d committed version(s) %s; first: %s", path, corrupt,
+                          committed, unreadable ? "corrupt or unreadable" : "corrupt", first);
     } else if (committed == 0) {
         ec = ftc_cli_fail(cmd, "%s: no committed version%s found", path,
                           cp->kind == FTC_KIND_VERSION ? " with that step" : "");

@@ -165,6 +165,17 @@ static int ftc__cfg_assign_filter(ftc__cfg_val_t *v, const char *text, int sourc
     return 0;
 }
 
+static bool ftc__cfg_job_id_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 63)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && s[i] != '.' && s[i] != '_' && s[i] != '-')
+            return false;
+    return true;
+}
+
 /* Parses text into slot k; origin names where it came from for errors. */
 static int ftc__cfg_assign(ftc_config_t *cfg, int k, const char *text, int source,
                            const char *origin, ftc_err_t *err)
@@ -176,6 +187,13 @@ static int ftc__cfg_assign(ftc_config_t *cfg, int k, const char *text, int sourc
     int64_t num = 0;
     switch (d->type) {
     case FTC__T_STR: {
+        /* the job id names files, shm slots and Redis keys: checked here, as
+         * ftc_ctl_create and the rendezvous check it, not first in a node */
+        if (k == FTC_CFG_JOB_ID && !ftc__cfg_job_id_ok(text))
+            return ftc_err_set(err, FTC_ECONFIG,
+                               "config job.id (from %s): '%.80s' is not a job id; use 1..63 "
+                               "characters of A-Z a-z 0-9 . _ -",
+                               origin, text);
         char *s = strdup(text);
         if (!s)
             return ftc_err_set(err, FTC_ENOMEM, "config %s: out of memory", d->name);

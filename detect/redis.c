@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 struct ftc_redis {
@@ -125,15 +126,27 @@ int ftc_redis_url_parse(const char *url, ftc_redis_url_t *out, ftc_err_t *err)
                 return ftc_err_set(err, FTC_ECONFIG, "FTC_REDIS_PASSWORD is too long");
             snprintf(out->password, sizeof out->password, "%s", pw);
         } else if (file && *file) {
+            struct stat st; /* a FIFO's fopen waits for a writer, for ever */
+            if (stat(file, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
+                return ftc_err_set(err, FTC_EINVAL, "FTC_REDIS_PASSWORD_FILE %s: not a regular "
+                                   "file", file);
             FILE *f = fopen(file, "r");
             if (!f)
                 return ftc_err_errno(err, errno, "FTC_REDIS_PASSWORD_FILE %s", file);
             /* one byte more than fits: a longer password is an error, not cut */
             char buf[sizeof out->password + 1];
             size_t n = fread(buf, 1, sizeof buf - 1, f);
+            int rerr = ferror(f) ? errno : 0; /* a directory opens, and reads EISDIR */
             fclose(f);
+            if (rerr)
+                return ftc_err_errno(err, rerr, "FTC_REDIS_PASSWORD_FILE %s: read", file);
             buf[n] = '\0';
             buf[strcspn(buf, "\r\n")] = '\0';
+            if (!buf[0]) /* was no password at all, and the server's NOAUTH blamed the URL */
+                return ftc_err_set(err, FTC_EINVAL,
+                                   "FTC_REDIS_PASSWORD_FILE %s: its first line is empty; write "
+                                   "the password there, or unset the variable",
+                                   file);
             if (strlen(buf) >= sizeof out->password)
                 return ftc_err_set(err, FTC_ECONFIG,
                                    "FTC_REDIS_PASSWORD_FILE %s: the password is longer than %zu "
@@ -258,6 +271,16 @@ static redisReply *ftc__setup_cmd(redisContext *c, ftc_deadline_t d, const char 
         snprintf(c->errstr, sizeof c->errstr,
                  "did not answer in time (is redis-server stopped or overloaded?)");
     return rc ? NULL : rep;
+}
+
+/* What to add to a setup command's failure when what answered is no Redis
+ * (an HTTP server, another service on the port): hiredis says only
+ * "Protocol error, got "H" as reply type byte". */
+static const char *ftc__not_redis_hint(const redisContext *c)
+{
+    return c->err == REDIS_ERR_PROTOCOL ? " (what answers there does not speak Redis's protocol: "
+                                          "check the host and port of --redis / FTC_REDIS_URL)"
+                                        : "";
 }
 
 /* ---- name resolution with a deadline ---------------------------------------------- */
@@ -477,8 +500,8 @@ static int ftc__connect_once(ftc_redis_t *r, ftc_deadline_t d)
         else
             rep = ftc__setup_cmd(c, dc, "AUTH %s", r->url.password);
         if (!rep) {
-            ftc_err_set(&r->err, FTC_EREDIS, "redis %s:%d: AUTH: %s", r->url.host, r->url.port,
-                        c->errstr);
+            ftc_err_set(&r->err, FTC_EREDIS, "redis %s:%d: AUTH: %s%s", r->url.host,
+                        r->url.port, c->errstr, ftc__not_redis_hint(c));
             ftc__drop(r);
             return FTC_EREDIS;
         }
@@ -499,9 +522,10 @@ static int ftc__connect_once(ftc_redis_t *r, ftc_deadline_t d)
         int code = rep && rep->str && strstr(rep->str, "NOAUTH") ? FTC_EAUTH : FTC_EREDIS;
         ftc_err_set(&r->err, code, "redis %s:%d: %s: %s%s", r->url.host, r->url.port,
                     r->url.db ? "SELECT" : "PING", rep ? rep->str : c->errstr,
-                    code == FTC_EAUTH ? " (the server needs a password: put it in the URL or "
-                                        "FTC_REDIS_PASSWORD)"
-                                      : "");
+                    code == FTC_EAUTH ? " (the server needs a password: put it in the URL, "
+                                        "FTC_REDIS_PASSWORD or FTC_REDIS_PASSWORD_FILE)"
+                    : rep             ? ""
+                                      : ftc__not_redis_hint(c));
         if (rep)
             freeReplyObject(rep);
         ftc__drop(r);
@@ -585,6 +609,11 @@ int ftc_redis_reconnect(ftc_redis_t *r, ftc_deadline_t d)
         ftc_sleep_ms((uint64_t)(pause < left ? pause : left));
         r->backoff_ms = r->backoff_ms * 2 > r->o.backoff_max_ms ? r->o.backoff_max_ms
                                                                : r->backoff_ms * 2;
+        /* out of time: FTC_ETIMEDOUT as before (callers stop at it), with the
+         * last attempt's reason ("unreachable: Connection refused"), not the
+         * "deadline passed before connecting" of one more attempt */
+        if (ftc_deadline_remaining_ms(d) <= 0)
+            return r->err.code = FTC_ETIMEDOUT;
     }
 }
 

@@ -737,8 +737,11 @@ static pid_t ftc__spawn(char *const *argv, char **env, const ftc__io_t *io, ftc_
         if (io)
             ftc__child_io(io);
         execvpe(argv[0], argv, env);
-        static const char msg[] = "ftc run: cannot execute the training binary\n";
+        /* named (write only: this is a child of a threaded process) */
+        static const char msg[] = "ftc run: cannot execute the training binary '";
         ssize_t w = write(2, msg, sizeof msg - 1);
+        w = write(2, argv[0], strlen(argv[0]));
+        w = write(2, "'\n", 2);
         (void)w;
         _exit(127);
     }

@@ -130,6 +130,22 @@ grep_in err "kep" "bad config file names the key"
 expect 2 "a --config file that does not exist" -- "$FTC" synth --out "$T/x" --steps 1 \
     --config "$T/none.json"
 grep_in err "--config .*none.json: open" "a missing --config file names the flag"
+# a --config FIFO (or a password file that is one) waited for a writer for ever; a second
+# --config dropped the first without a word
+mkfifo "$T/fifo.json"
+expect 2 "a --config FIFO" -- timeout 20 "$FTC" verify "$T" --config "$T/fifo.json"
+grep_in err "^ftc verify: --config .*fifo.json: .*fifo.json: not a regular file" \
+    "it is refused at once, named"
+expect 1 "FTC_REDIS_PASSWORD_FILE naming a FIFO" -- env FTC_REDIS_PASSWORD_FILE="$T/fifo.json" \
+    timeout 20 "$FTC" status --redis redis://127.0.0.1:1
+grep_in err "^ftc status: FTC_REDIS_PASSWORD_FILE .*fifo.json: not a regular file" \
+    "it is refused at once, named"
+rm -f "$T/fifo.json"
+expect 2 "an empty --config" -- "$FTC" verify "$T" --config ""
+grep_in err "^ftc verify: --config is empty: give a JSON file" "its error says so"
+expect 2 "--config twice" -- "$FTC" verify "$T" --config "$T/cfg1.json" --config "$T/cfg2.json"
+grep_in err "^ftc verify: --config given twice \('.*cfg1.json', then '.*cfg2.json'\): give one" \
+    "its error names both files"
 expect 2 "synth without --steps" -- "$FTC" synth --out "$T/x"
 # torchrun's spellings, in the parser every command shares: underscores and --name=VALUE
 expect 2 "bad config flag value, spelled --persist_level=99" -- "$FTC" synth --out "$T/x" \
@@ -240,6 +256,21 @@ expect 1 "inspect header-corrupted shard" -- "$FTC" inspect "$T/bad-head.shard"
 printf 'not a shard at all' >"$T/junk.bin"
 expect 1 "verify a junk file" -- "$FTC" verify "$T/junk.bin"
 grep_in err "no FTCSHARD magic" "junk file: says it is not a shard"
+# a huge junk file (sparse, 1 TiB) was read whole first: "cannot allocate 1099511627776 bytes"
+# sent the user after memory; it is rejected by its first bytes, as the small one
+if truncate -s 1T "$T/huge.bin" 2>/dev/null; then
+    for c in inspect verify; do
+        expect 1 "$c a 1 TiB junk file" -- timeout 60 "$FTC" "$c" "$T/huge.bin"
+        grep_in err "huge.bin: .*not a valid .ftcz file: magic at offset 0 is wrong" \
+            "$c: says it is neither a shard nor an .ftcz, by its magic"
+    done
+    expect 1 "export a 1 TiB junk file" -- timeout 60 "$FTC" export --safetensors "$T/huge.bin" \
+        "$T/huge.safetensors"
+    grep_in err "huge.bin .*no FTCSHARD magic.*magic at offset 0 is wrong" "export: says so too"
+    rm -f "$T/huge.bin"
+else
+    echo "skip: a 1 TiB sparse file (the file system does not take it)"
+fi
 
 # ---- .ftcz files -------------------------------------------------------------
 V1=$(ls -d "$P"/v*1 | head -1)
@@ -304,6 +335,32 @@ kill "$WPID" 2>/dev/null
 wait "$WPID" 2>/dev/null
 rm -rf "$W4" "$P/.x.tmp.$WPID"
 
+# OUT of export / restore in a version directory, or the input itself: a committed version's
+# file was replaced (restore --out DIR/vN/shard-...ftcz: every version from vN on corrupt) and
+# export PATH PATH overwrote the shard it read; both are usage errors now, before any read
+V2=$P/v00000000000000000002
+expect 2 "restore --out onto a committed version's file" -- \
+    "$FTC" restore "$P" --out "$V2/shard-d0-t0-p0.ftcz"
+grep_in err "^ftc restore: --out .*shard-d0-t0-p0.ftcz is in the version directory .*v0+2: " \
+    "its error names --out and the version directory"
+expect 2 "export into a version directory" -- "$FTC" export --safetensors "$P" "$V2/m.safetensors"
+expect 0 "nothing was written there" -- test ! -e "$V2/m.safetensors"
+expect 0 "the persist directory still verifies" -- "$FTC" verify "$P"
+grep_in out "^v2: ok" "its v2 is intact"
+cp "$T/good.shard" "$T/self.shard"
+expect 2 "export of a shard onto itself" -- "$FTC" export --safetensors "$T/self.shard" \
+    "$T/self.shard"
+grep_in err "OUT .*self.shard is the input .*self.shard itself" "its error says OUT is the input"
+expect 0 "the shard still verifies" -- "$FTC" verify "$T/self.shard"
+expect 2 "restore --out a directory" -- "$FTC" restore "$P" --out "$T"
+grep_in err "^ftc restore: --out .* is a directory: give a file name" "its error says so"
+expect 2 "export to an empty OUT" -- "$FTC" export --safetensors "$P" ""
+grep_in err "^ftc export: OUT is empty: give a file name" "its error names OUT"
+expect 1 "export into a directory that does not exist" -- "$FTC" export --safetensors "$P" \
+    "$T/nodir/m.safetensors"
+grep_in err "^ftc export: OUT .*nodir/m.safetensors: its directory .*nodir: No such file or \
+directory \(create it first\)" "its error names OUT, the directory and what to do"
+
 # a persist directory named like v2 is a persist directory, not a version
 # (only "v" + 20 digits is one): it was read as version 2 of its parent
 expect 0 "synth into a directory named v2" -- "$FTC" synth --out "$T/exp/v2" --steps 1 --ranks 1 \
@@ -315,6 +372,32 @@ expect 0 "restore from a persist directory named v2" -- "$FTC" restore "$T/exp/v
 grep_in out "restored step 1" "it restores its step 1"
 expect 0 "inspect a persist directory named v2" -- "$FTC" inspect "$T/exp/v2"
 grep_in out "^persist directory" "inspect lists it as a persist directory"
+
+# a version directory that cannot be read (no permission) was reported as "CORRUPT: COMMITTED
+# marker unreadable or not matching MANIFEST.json": now UNREADABLE, with the system's reason
+# (as a user without the permission: root reads it anyway, so root runs it as nobody)
+AS=()
+if [ "$(id -u)" = 0 ]; then
+    command -v setpriv >/dev/null && AS=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+fi
+if [ "$(id -u)" != 0 ] || [ ${#AS[@]} -gt 0 ]; then
+    PR=$T/permdir
+    mkdir -p "$PR"
+    cp -r "$P"/v*1 "$P"/v*2 "$PR"/
+    chmod a+rx "$T" && chmod -R a+rX "$PR" && chmod 000 "$PR"/v*2
+fi
+# (nobody must reach the directory and the binary: not so under a home directory of mode 700)
+if [ -d "${PR:-}" ] && "${AS[@]}" test -r "$PR"/v*1/MANIFEST.json -a -x "$FTC"; then
+    expect 1 "verify with a version directory it may not read" -- "${AS[@]}" "$FTC" verify "$PR"
+    grep_in out "^v2: UNREADABLE: .*v0+2/COMMITTED: Permission denied" \
+        "it says the version is unreadable, and why"
+    grep_in out "^v1: ok" "the other version verifies"
+    grep_in err "1 of 2 committed version\(s\) corrupt or unreadable" "the summary says so"
+else
+    echo "skip: unreadable version (root without setpriv, or the test directory out of reach)"
+fi
+
+[ -d "${PR:-}" ] && chmod -R u+rwX "$PR" && chmod 700 "$T"
 
 # ---- corrupt the newest version: verify names it, restore falls back ----------
 expect 0 "verify persist dir (all good)" -- "$FTC" verify "$P"
@@ -359,6 +442,22 @@ expect 1 "ftc run of a failing binary with --max-restarts 0 fails" -- \
     --job-dir "$T/oncejob" -- /bin/false
 grep_in err "ftc run: node 0: 1 failed generations" "it names the failed generations"
 once err "the supervisor's error says 'ftc run:' once"
+
+# a BINARY that cannot be executed is a usage error naming it and why, before anything starts:
+# the node started the job's Redis, its ranks failed with status 127 and "cannot execute the
+# training binary" (no name, no reason) --max-restarts + 1 times, and it exited 1
+printf 'echo hi\n' >"$T/noexec.sh"
+while IFS='|' read -r bin msg; do
+    expect 2 "ftc run -- $bin is a usage error" -- timeout 60 "$FTC" run --simulate-nodes 1 \
+        --job clibin$$ --job-dir "$T/binjob" -- "$bin"
+    grep_in err "^ftc run: BINARY '$bin' $msg" "its error names the binary and why"
+done <<EOF
+$T/nosuch|does not exist
+$T|is a directory
+$T/noexec.sh|is not executable: chmod \+x it
+nosuchprog$$|is not an executable on PATH: give its path
+EOF
+expect 1 "no node was started for it" -- grep -q "node 0 is pid" "$T/err"
 
 # a millisecond or count flag too big for the supervisor's int (it wrapped:
 # --grace-ms 3000000000 became a negative grace, read as no deadline at all,
@@ -422,6 +521,37 @@ done <<'EOF'
 FTC_REDIS_URL=notaurl|agent --nodes 1|FTC_REDIS_URL
 |run --redis notaurl -- /bin/true|--redis
 EOF
+# a job id that names no file, shm slot or Redis key is a usage error naming the setting and
+# where it came from, before anything starts: ftc run --job a/b failed with exit 1 naming the
+# job directory, --job '' in the node after the job's Redis had started
+while IFS='|' read -r envs args msg; do
+    read -ra jargv <<<"$args"
+    expect 2 "$envs ftc $args is a usage error" -- env $envs timeout 60 "$FTC" "${jargv[@]}"
+    grep_in err "^ftc ${jargv[0]}: $msg" "its error names job.id, the value and the source"
+done <<'EOF'
+|run --job a/b --simulate-nodes 1 -- /bin/true|config job\.id \(from --job-id\): 'a/b' is not a job id
+|run --job= --simulate-nodes 1 -- /bin/true|config job\.id \(from --job-id\): '' is not a job id
+FTC_JOB_ID=a:b|status --redis redis://127.0.0.1:1|environment: config job\.id \(from FTC_JOB_ID\)
+EOF
+
+# a server on --redis's port that is no Redis (here one that answers as HTTP): the error said
+# only 'Protocol error, got "H" as reply type byte'; now it says what to check
+"$PY" -c '
+import socket, sys
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(8)
+print(s.getsockname()[1], flush=True)
+while True:
+    c, _ = s.accept(); c.recv(256); c.sendall(b"HTTP/1.0 400 Bad Request\r\n\r\n"); c.close()
+' >"$T/http.port" &
+HPID=$!
+for _ in $(seq 100); do [ -s "$T/http.port" ] && break; sleep 0.05; done
+HP=$(cat "$T/http.port")
+expect 1 "ftc status against an HTTP server" -- timeout 60 "$FTC" status --redis "redis://127.0.0.1:$HP"
+grep_in err "^ftc status: redis 127.0.0.1:$HP: PING: Protocol error.*does not speak Redis's \
+protocol: check the host and port of --redis" "its error says it is no Redis and what to check"
+kill "$HPID" 2>/dev/null
+wait "$HPID" 2>/dev/null
+
 # ftc agent's layout errors name the flag (or variable) that is wrong and its value: one
 # message listed --nodes, --index and --ranks-per-node whichever it was
 while IFS='|' read -r envs args msg; do
@@ -430,11 +560,22 @@ while IFS='|' read -r envs args msg; do
         timeout 60 "$FTC" agent "${aargv[@]}" --job cliag$$ --job-dir "$T/agjob"
     grep_in err "^ftc agent: $msg" "its error names ${msg%%[ =]*} and its value"
 done <<'EOF'
+|--index 0|--nodes N \(the agents in the job, 1\.\.4096\) is required$
 |--nodes 5000|--nodes 5000: must be 1\.\.4096
 |--nodes 2 --index 2|--index 2: must be below --nodes 2$
 NODE_RANK=3|--nodes 2|NODE_RANK=3: this node's index must be below --nodes 2
 |--nodes 1 --ranks-per-node 65|--ranks-per-node 65: must be 1\.\.64$
 EOF
+# a --domain the agent refuses failed ftc run in the node (exit 1), after the job's Redis had
+# started; it is a usage error of ftc run and ftc agent, naming the value
+expect 2 "ftc run --domain 'a b' is a usage error" -- timeout 60 "$FTC" run --simulate-nodes 1 \
+    --domain "a b" --job clidom$$ --job-dir "$T/domjob" -- /bin/true
+grep_in err "^ftc run: --domain 'a b': give 1\.\.63 printable characters without spaces" \
+    "its error names --domain and its value"
+expect 2 "ftc agent --domain - is a usage error" -- timeout 60 "$FTC" agent --nodes 1 \
+    --domain - --redis redis://127.0.0.1:1 --job clidom$$ --job-dir "$T/domjob"
+grep_in err "^ftc agent: --domain '-': give 1\.\.63" "its error names --domain and its value"
+
 # ftc agent's --persist-every took any number (its own option, not the setting's flag):
 # 0, or 4294967296 cast to 0, left the persist tier never written, without a word
 for v in 0 4294967296; do

@@ -118,6 +118,33 @@ static void test_errors_name_the_key(void **state)
     ftc_config_destroy(c);
 }
 
+/* job.id names files, shm slots and Redis keys: one that ftc_ctl_create and
+ * the rendezvous refuse was taken, and `ftc run --job a/b` failed late (exit 1,
+ * "cannot create the job directory /tmp/ftc-a/b") or in the node, after it had
+ * started the job's Redis; now it is an error naming the key and source */
+static void test_job_id_checked(void **state)
+{
+    (void)state;
+    ftc_err_t err = {0};
+    ftc_config_t *c = ftc_config_create();
+    const char *bad[] = {"a/b", "", "a b", "x:y", "job{1}",
+                         "a234567890123456789012345678901234567890123456789012345678901234"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(ftc_config_set(c, "job.id", bad[i], FTC_SRC_FLAG, &err), FTC_ECONFIG);
+        assert_non_null(strstr(err.msg, "job.id"));
+        assert_non_null(strstr(err.msg, "1..63 characters"));
+    }
+    assert_string_equal(ftc_config_str(c, FTC_CFG_JOB_ID), "ftc");
+    char *envp[] = {"FTC_JOB_ID=my job", NULL};
+    assert_int_equal(ftc_config_load_env(c, envp, &err), FTC_ECONFIG);
+    assert_non_null(strstr(err.msg, "FTC_JOB_ID"));
+    assert_non_null(strstr(err.msg, "'my job'"));
+    const char *ok = "a23456789012345678901234567890123456789012345678901234567890123";
+    assert_int_equal(ftc_config_set(c, "job.id", ok, FTC_SRC_FLAG, &err), 0);
+    assert_int_equal(ftc_config_set(c, "job.id", "run-7.b_x", FTC_SRC_FLAG, &err), 0);
+    ftc_config_destroy(c);
+}
+
 static void test_sizes(void **state)
 {
     (void)state;
@@ -350,6 +377,7 @@ int main(void)
         cmocka_unit_test(test_file_and_print), cmocka_unit_test(test_bare_boolean),
         cmocka_unit_test(test_file_key_twice), cmocka_unit_test(test_file_all_or_nothing),
         cmocka_unit_test(test_ints), cmocka_unit_test(test_int_keys_strict),
+        cmocka_unit_test(test_job_id_checked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

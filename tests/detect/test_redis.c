@@ -113,6 +113,19 @@ static void test_url_parsing(void **state)
     fclose(fp);
     assert_int_equal(ftc_redis_url_parse("redis://h:1", &u, &err), 0);
     assert_string_equal(u.password, "secret");
+    /* a directory (fopen takes it, fread fails) and an empty file were read as
+     * no password at all: the server's NOAUTH then said to put one in the URL */
+    setenv("FTC_REDIS_PASSWORD_FILE", dir, 1);
+    assert_int_not_equal(ftc_redis_url_parse("redis://h:1", &u, &err), 0);
+    assert_non_null(strstr(err.msg, "FTC_REDIS_PASSWORD_FILE"));
+    assert_non_null(strstr(err.msg, "directory"));
+    fp = fopen(path, "w");
+    assert_non_null(fp);
+    fputs("\nsecret\n", fp);
+    fclose(fp);
+    setenv("FTC_REDIS_PASSWORD_FILE", path, 1);
+    assert_int_not_equal(ftc_redis_url_parse("redis://h:1", &u, &err), 0);
+    assert_non_null(strstr(err.msg, "first line is empty"));
     unsetenv("FTC_REDIS_PASSWORD_FILE");
     ftc_test_rmrf(dir);
     free(dir);
@@ -259,6 +272,13 @@ static void test_reconnect_after_restart(void **state)
     assert_non_null(r);
     assert_int_equal(ftc_redis_server_signal(f->srv, SIGKILL), 0);
     assert_true(ftc_redis_cmdv(r, true, NULL, "PING", NULL) < 0);
+    /* a reconnect that runs out of time names why the attempts failed: it said
+     * "deadline passed before connecting" (ftc status --watch, every redraw) */
+    for (int ms = 100; ms <= 400; ms += 150) {
+        assert_true(ftc_redis_reconnect(r, ftc_deadline_in_ms((uint64_t)ms)) != 0);
+        print_message("%s\n", ftc_redis_errstr(r));
+        assert_non_null(strstr(ftc_redis_errstr(r), "unreachable"));
+    }
     assert_int_equal(ftc_redis_server_restart(f->srv, &err), 0);
     assert_int_equal(ftc_redis_cmdv(r, true, NULL, "PING", NULL), 0);
     ftc_redis_close(r);
