@@ -457,29 +457,9 @@ static bool ftc__is_local_addr(const char *host)
     return local;
 }
 
-/* An executable on PATH (or a path), for the Python interpreter. */
-static bool ftc__on_path(const char *prog)
-{
-    if (strchr(prog, '/'))
-        return access(prog, X_OK) == 0;
-    const char *path = getenv("PATH");
-    if (!path || !*path)
-        path = "/usr/local/bin:/usr/bin:/bin";
-    char buf[4200];
-    for (const char *p = path; *p;) {
-        size_t n = strcspn(p, ":");
-        snprintf(buf, sizeof buf, "%.*s/%s", (int)(n ? n : 1), n ? p : ".", prog);
-        if (access(buf, X_OK) == 0)
-            return true;
-        p += n;
-        if (*p == ':')
-            p++;
-    }
-    return false;
-}
-
-/* NULL when BINARY can be executed as the ranks exec it (execvpe: a path,
- * else the first regular executable file of that name on PATH), else why not. */
+/* NULL when BINARY (or the Python interpreter) can be executed as the ranks
+ * exec it (execvpe: a path, else the first regular executable file of that
+ * name on PATH), else why not. */
 static const char *ftc__not_executable(const char *prog)
 {
     struct stat st;
@@ -739,7 +719,7 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
         const char *python = getenv("PYTHON");
         if (!python || !*python)
             python = "python3";
-        if (!ftc__on_path(python)) {
+        if (ftc__not_executable(python)) {
             ftc_cli_usage_error(cmd, "%s %s needs Python: %s is not %s; set PYTHON to "
                                      "the interpreter%s",
                                      module ? "module" : "script", bin[0], python,
