@@ -201,6 +201,11 @@ static bool ftc__by_the_way(ftc_ctx_t *c, const ftc_ap_msg_t *m, uint64_t want_s
  * between and dropping late replies to earlier requests. */
 static int ftc__call(ftc_ctx_t *c, ftc_ap_msg_t *req, int want, ftc_ap_msg_t *rep)
 {
+    /* an interrupted context asks for nothing more (it would be handed a
+     * slot, or a restore, that it never takes) */
+    if (atomic_load(&c->interrupted))
+        return ftc_err_set(&c->err, FTC_ECANCELED, "interrupted (ftc_interrupt): this context "
+                           "asks the agent for nothing more; destroy it");
     req->seq = ++c->seq;
     int rc = ftc_ap_send(c->fd, req, c->o.timeout_ms, &c->err);
     if (rc)

@@ -246,7 +246,8 @@ int ftc_wait_committed(ftc_ctx_t *ctx, int64_t step);
 /* Makes every wait of ctx for its agent (ftc_checkpoint waiting for a free
  * slot, ftc_restore, ftc_fetch, ftc_wait_committed) end within ~50 ms with
  * FTC_ECANCELED, now and from then on: the context is then only fit for
- * ftc_destroy. Async-signal-safe (an atomic store) and callable from any
+ * ftc_destroy (a call after it, ftc_report included, returns FTC_ECANCELED
+ * without sending the agent anything). Async-signal-safe (an atomic store) and callable from any
  * thread: for a trainer told to leave its generation (`ftc run --in-process`,
  * docs/recovery.md) while blocked on the agent. */
 void ftc_interrupt(ftc_ctx_t *ctx);
@@ -300,7 +301,8 @@ int ftc_ckpt_status(ftc_ctx_t *ctx, ftc_ckpt_status_t *st);
  * the loss, and a detail that names the action ("rollback to step 40, batch
  * 42 skipped"). kind: 1..23 characters of [a-z0-9_]; detail: up to 300 bytes
  * (longer is cut). Returns once the agent has queued the event (it reaches
- * Redis shortly after, or when Redis is back). FTC_EINVAL on a bad kind. */
+ * Redis shortly after, or when Redis is back). FTC_EINVAL on a bad kind;
+ * FTC_ECANCELED after ftc_interrupt (nothing recorded). */
 int ftc_report(ftc_ctx_t *ctx, const char *kind, int64_t step, double value, const char *detail);
 
 /* ---- after a layout change (elastic shrink or grow) ----------------------------
