@@ -23,6 +23,16 @@
 
 #include "ckpt/shard.h"
 
+/* FTC_TEST_FILTER=glob runs only the matching tests of a test program
+ * (cmocka_set_test_filter: `*` and `?`), e.g.
+ * FTC_TEST_FILTER='test_restart_*' build/tests/ckpt/test_ckpt_agent. */
+__attribute__((constructor)) static void ftc_test_filter_from_env(void)
+{
+    const char *f = getenv("FTC_TEST_FILTER");
+    if (f && *f)
+        cmocka_set_test_filter(f);
+}
+
 /* A fresh directory for one test; the caller frees the string and removes it
  * with ftc_test_rmrf. */
 static inline char *ftc_test_tmpdir(const char *tag)

@@ -1155,6 +1155,44 @@ static void test_restore_first_holder_unreachable(void **state)
  * committed step now counts only when the commit set has it (its record's
  * checksum this version's) or a persist tier holds it committed: at most 3
  * is step 2. */
+/* A restarted agent that finds a committed version it had persisted
+ * before it died (its rank's slot survives) must not report the persist
+ * tier as failing: writing that step again is refused (FTC_EEXIST, it is
+ * committed there and verifies), which is the step being durable, not a
+ * persist_failed event. */
+static void test_restart_persisted_step_not_failed(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 1);
+    static float w[4096];
+    ftc_ctx_t *c = open_ctx(e, 0, 0, 1, w, 4096);
+    for (int64_t s = 0; s < 2; s++) {
+        fill(w, 0, s);
+        assert_int_equal(ftc_checkpoint(c, s, NULL, 0), 0);
+        assert_int_equal(ftc_wait_snapshot(c), 0);
+        if (ftc_wait_committed(c, s))
+            fail_msg("step %lld: %s", (long long)s, ftc_last_error(c));
+        wait_persisted(e, 0, (int)s);
+    }
+    ftc_destroy(c);
+    kill_agent(e, 0);
+    start_agent(e, 0);
+    c = open_ctx(e, 0, 0, 1, w, 4096);
+    int64_t got = -1;
+    if (ftc_restore(c, &got, NULL, NULL))
+        fail_msg("restore: %s", ftc_last_error(c));
+    assert_int_equal(got, 1);
+    fill(w, 0, 2);
+    assert_int_equal(ftc_checkpoint(c, 2, NULL, 0), 0);
+    assert_int_equal(ftc_wait_snapshot(c), 0);
+    if (ftc_wait_committed(c, 2))
+        fail_msg("step 2: %s", ftc_last_error(c));
+    wait_persisted(e, 0, 2);
+    ftc_destroy(c);
+    kill_agent(e, 0); /* its log is complete */
+    assert_false(agent_said(e, 0, "persisting step"));
+    teardown_env(e);
+}
+
 static void test_restart_never_committed_slot(void **state)
 {
     env_t *e = setup_env(*state, 2, "0", 1000);
@@ -1791,6 +1829,7 @@ int main(void)
         T(test_fetch_result_to_its_request),
         T(test_restore_first_holder_unreachable),
         T(test_restart_never_committed_slot),
+        T(test_restart_persisted_step_not_failed),
         T(test_failed_snapshot_abandons_step),
         T(test_failed_snapshot_other_node),
         T(test_failed_snapshot_stops_parity_gather),
