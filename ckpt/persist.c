@@ -40,6 +40,7 @@
 #define FTC__NUM_MAX (1ull << 62)    /* sizes in a manifest */
 #define FTC__STEP_MAX ((uint64_t)INT64_MAX)
 #define FTC__TRIED_MAX 2048
+#define FTC__RESCANS 3 /* ftc_persist_load(NEWEST): scans again after a version vanished */
 
 /* ---- names -------------------------------------------------------------------- */
 
@@ -1326,6 +1327,68 @@ undo_loaded:
     return rc;
 }
 
+void (*ftc__persist_scan_hook)(void *arg);
+void *ftc__persist_scan_hook_arg;
+
+/* One pass of ftc_persist_load(FTC_PERSIST_NEWEST) over the scanned steps,
+ * newest first: 0 with *out at the first that loads. Counts the versions
+ * skipped (*fallbacks) and those without a marker (*unfinished), appends
+ * each failure to tried, and sets *vanished when a version that failed is
+ * gone from the directory now (removed while it was read). */
+static int ftc__load_newest_pass(const ftc_persist_t *p, const uint64_t *steps, int n,
+                                 ftc_persist_loaded_t **out, int *fallbacks, int *unfinished,
+                                 bool *vanished, char *tried, size_t *tl)
+{
+    char vn[32];
+    for (int i = 0; i < n; i++) {
+        ftc_err_t e = {0};
+        ftc__vname(vn, sizeof vn, steps[i]);
+        /* no marker at all: a write in progress or one that crashed; such a
+         * version does not exist for readers, it is no failed one */
+        char mk[PATH_MAX];
+        struct stat mst;
+        snprintf(mk, sizeof mk, "%s/%s/%s", p->dir, vn, FTC__MARKER);
+        if (lstat(mk, &mst) != 0 && errno == ENOENT) {
+            char vdir[PATH_MAX];
+            snprintf(vdir, sizeof vdir, "%s/%s", p->dir, vn);
+            if (lstat(vdir, &mst) != 0 && errno == ENOENT) { /* removed since the scan */
+                *vanished = true;
+                continue;
+            }
+            FTC_DEBUG("persist", "%s in %s has no %s marker (unfinished): not a version", vn,
+                      p->dir, FTC__MARKER);
+            (*unfinished)++;
+            continue;
+        }
+        int rc = ftc__load_version(p, steps[i], out, &e);
+        if (rc == 0) {
+            (*out)->fallbacks = *fallbacks;
+            if (*fallbacks)
+                FTC_INFO("persist", "loaded %s after skipping %d newer version(s)", vn,
+                         *fallbacks);
+            return 0;
+        }
+        char vdir[PATH_MAX];
+        snprintf(vdir, sizeof vdir, "%s/%s", p->dir, vn);
+        if (lstat(vdir, &mst) != 0 && errno == ENOENT) {
+            FTC_DEBUG("persist", "%s in %s was removed while it was read", vn, p->dir);
+            *vanished = true;
+            continue;
+        }
+        FTC_WARN("persist", "version %s in %s not usable, trying an older one: %s", vn, p->dir,
+                 ftc_err_str(&e));
+        (*fallbacks)++;
+        if (*tl < FTC__TRIED_MAX - 1) {
+            int w = snprintf(tried + *tl, FTC__TRIED_MAX - *tl, "%s%s (%s)", *tl ? "; " : "", vn,
+                             ftc_err_str(&e));
+            *tl = w < 0 ? *tl : *tl + (size_t)w;
+            if (*tl > FTC__TRIED_MAX - 1)
+                *tl = FTC__TRIED_MAX - 1;
+        }
+    }
+    return FTC_ENOENT;
+}
+
 int ftc_persist_load(ftc_persist_t *p, uint64_t step, ftc_persist_loaded_t **out)
 {
     ftc_err_t *err = &p->err;
@@ -1348,48 +1411,40 @@ int ftc_persist_load(ftc_persist_t *p, uint64_t step, ftc_persist_loaded_t **out
             ftc_err_wrap(err, "persist %s/%s", p->dir, vn);
         return rc;
     }
+    /* another writer's retention may remove what the scan found (it keeps
+     * the newest versions, and a newer one may have committed since): a
+     * version that failed because it is gone sends the reader back to a
+     * fresh scan, a few times, instead of failing with newer ones there */
     char tried[FTC__TRIED_MAX];
     size_t tl = 0;
     tried[0] = '\0';
     int fallbacks = 0, unfinished = 0;
-    for (int i = 0; i < n; i++) {
-        ftc_err_t e = {0};
-        ftc__vname(vn, sizeof vn, steps[i]);
-        /* no marker at all: a write in progress or one that crashed; such a
-         * version does not exist for readers, it is no failed one */
-        char mk[PATH_MAX];
-        struct stat mst;
-        snprintf(mk, sizeof mk, "%s/%s/%s", p->dir, vn, FTC__MARKER);
-        if (lstat(mk, &mst) != 0 && errno == ENOENT) {
-            FTC_DEBUG("persist", "%s in %s has no %s marker (unfinished): not a version", vn,
-                      p->dir, FTC__MARKER);
-            unfinished++;
-            continue;
-        }
-        rc = ftc__load_version(p, steps[i], out, &e);
-        if (rc == 0) {
-            (*out)->fallbacks = fallbacks;
-            if (fallbacks)
-                FTC_INFO("persist", "loaded %s after skipping %d newer version(s)", vn, fallbacks);
-            free(steps);
+    if (ftc__persist_scan_hook)
+        ftc__persist_scan_hook(ftc__persist_scan_hook_arg);
+    for (int pass = 0;; pass++) {
+        bool vanished = false;
+        unfinished = fallbacks = 0;
+        tl = 0;
+        tried[0] = '\0';
+        rc = ftc__load_newest_pass(p, steps, n, out, &fallbacks, &unfinished, &vanished, tried,
+                                   &tl);
+        free(steps);
+        if (rc == 0)
             return 0;
-        }
-        FTC_WARN("persist", "version %s in %s not usable, trying an older one: %s", vn, p->dir,
-                 ftc_err_str(&e));
-        fallbacks++;
-        if (tl < sizeof tried - 1) {
-            int w = snprintf(tried + tl, sizeof tried - tl, "%s%s (%s)", tl ? "; " : "", vn,
-                             ftc_err_str(&e));
-            tl = w < 0 ? tl : tl + (size_t)w;
-            if (tl > sizeof tried - 1)
-                tl = sizeof tried - 1;
-        }
+        if (!vanished || pass == FTC__RESCANS)
+            break;
+        FTC_INFO("persist", "a version of %s was removed while it was read (another writer's "
+                 "retention): scanning again", p->dir);
+        if ((rc = ftc__scan(p, &steps, &n, err)) < 0)
+            return rc;
     }
-    free(steps);
     if (n == unfinished)
         return ftc_err_set(err, FTC_ENOENT, "persist %s: no committed version%s", p->dir,
                            unfinished ? " (only unfinished writes without a COMMITTED marker)"
                                       : "");
+    if (!tl)
+        return ftc_err_set(err, FTC_ENOENT, "persist %s: no committed version left (those "
+                           "found were removed while they were read)", p->dir);
     return ftc_err_set(err, FTC_ENOENT, "persist %s: no version verifies; tried %s", p->dir,
                        tried);
 }

@@ -292,6 +292,60 @@ static void test_retention_and_chains(void **state)
     free(dir);
 }
 
+/* A reader that loads the newest version races another writer (another
+ * node's agent on a shared persist directory) whose retention removes what
+ * the reader's scan found: step 2 commits and keep = 1 removes step 1
+ * between the scan and the load. The load used to fail ("no version
+ * verifies") with step 2 there; it scans again and returns step 2. */
+typedef struct race {
+    world_t *w;
+    ftc_persist_t *writer;
+    uint8_t *copies[NSH];
+    int calls;
+} race_t;
+
+static void race_write_between(void *arg)
+{
+    race_t *r = arg;
+    if (r->calls++ == 0)
+        assert_int_equal(world_write(r->w, r->writer, 2, r->copies), 0);
+}
+
+static void test_newest_rescans_after_retention(void **state)
+{
+    (void)state;
+    char *dir = ftc_test_tmpdir("persist-race");
+    ftc_err_t err = {0};
+    ftc_persist_options_t o = FTC_PERSIST_OPTIONS_INIT;
+    o.keep = 1;
+    o.full_every = 1;
+    ftc_persist_t *writer = ftc_persist_open(dir, &o, &err);
+    ftc_persist_t *reader = ftc_persist_open(dir, &o, &err);
+    assert_non_null(writer);
+    assert_non_null(reader);
+    world_t w;
+    world_init(&w, 16u << 10);
+    assert_int_equal(world_write(&w, writer, 1, NULL), 0);
+    race_t r = {.w = &w, .writer = writer};
+    ftc__persist_scan_hook_arg = &r;
+    ftc__persist_scan_hook = race_write_between;
+    ftc_persist_loaded_t *l = NULL;
+    int rc = ftc_persist_load(reader, FTC_PERSIST_NEWEST, &l);
+    ftc__persist_scan_hook = NULL;
+    assert_int_equal(r.calls, 1);
+    assert_false(version_exists(dir, 1)); /* removed under the reader */
+    if (rc)
+        fail_msg("load newest: %s", ftc_persist_errstr(reader));
+    check_loaded(l, 2, r.copies, &w);
+    ftc_persist_loaded_free(l);
+    free_copies(r.copies);
+    world_free(&w);
+    ftc_persist_close(reader);
+    ftc_persist_close(writer);
+    ftc_test_rmrf(dir);
+    free(dir);
+}
+
 /* ftc_persist_drop_newer: a restore to step 2 abandons 3 and 4 (committed or
  * not); those steps can then be written again, the handle's next write is not
  * a delta on a dropped version, and everything loads. */
@@ -1039,6 +1093,7 @@ int main(void)
         cmocka_unit_test(test_roundtrip_full_and_delta),
         cmocka_unit_test(test_options_variants),
         cmocka_unit_test(test_retention_and_chains),
+        cmocka_unit_test(test_newest_rescans_after_retention),
         cmocka_unit_test(test_retention_rollback),
         cmocka_unit_test(test_unreadable_version_kept),
         cmocka_unit_test(test_corrupt_committed_rewritten),
