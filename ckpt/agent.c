@@ -1688,6 +1688,14 @@ ftc_agent_t *ftc_agent_start(const ftc_agent_options_t *o, ftc_err_t *err)
                     o->domain);
         return NULL;
     }
+    if (o->node_id && *o->node_id && !ftc_ctl_node_id_valid(o->node_id)) {
+        /* the detector's join refuses it: the agent used to wait for a
+         * generation that never came and fail 30 s later, naming that */
+        ftc_err_set(err, FTC_EINVAL, "agent: node id '%.80s' is not 1..%d characters of "
+                    "A-Za-z0-9 . _ : / - (a name like node3 or host-a:0)", o->node_id,
+                    FTC_CTL_NODE_MAX);
+        return NULL;
+    }
     ftc_agent_t *a = calloc(1, sizeof *a);
     if (!a) {
         ftc_err_set(err, FTC_ENOMEM, "agent: out of memory");

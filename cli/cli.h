@@ -199,6 +199,10 @@ int ftc_cli_split_path(const char *path, char *dir, size_t dlen, const char **ba
     "--domain '%.80s': give 1..63 printable characters without spaces, not \"-\" (a label "    \
     "like rack-a)"
 
+/* The usage error of a --node-id that ftc_ctl_node_id_valid refuses (%s: it). */
+#define FTC_CLI_NODE_ID_BAD                                                                        \
+    "--node-id '%.80s': give 1..64 characters of A-Za-z0-9 . _ : / - (a name like node3)"
+
 /* Reads the file path whole (ftc_fs_read_file), unless its first 8 bytes
  * are neither shard magic (FTCSHARD, FTCZSHRD): then only its first 128
  * bytes, which the readers reject by their magic. A junk file of many GiB

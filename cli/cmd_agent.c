@@ -7,6 +7,7 @@
 #include "ckpt/agent.h"
 #include "cli/cli.h"
 #include "core/log.h"
+#include "detect/control.h"
 #include "detect/redis_server.h"
 
 #include <errno.h>
@@ -103,6 +104,10 @@ static int ftc__agent_run(const ftc_cli_cmd_t *cmd, int argc, char **argv)
     /* each names itself and its value; an index from the environment, its variable */
     if (!nodes_seen) { /* it said "--nodes 0: must be 1..4096", of a flag not given */
         ec = ftc_cli_usage_error(cmd, "--nodes N (the agents in the job, 1..4096) is required");
+        goto out;
+    }
+    if (*node_id && !ftc_ctl_node_id_valid(node_id)) {
+        ec = ftc_cli_usage_error(cmd, FTC_CLI_NODE_ID_BAD, node_id);
         goto out;
     }
     if (!ftc_agent_domain_valid(domain)) {

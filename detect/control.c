@@ -182,6 +182,11 @@ static bool ftc__valid_id(const char *s, size_t max)
     return true;
 }
 
+bool ftc_ctl_node_id_valid(const char *id)
+{
+    return id && ftc__valid_id(id, FTC_CTL_NODE_MAX);
+}
+
 ftc_ctl_t *ftc_ctl_create(ftc_redis_t *r, const char *job, ftc_err_t *err)
 {
     if (!job || !ftc__valid_id(job, 63) || strchr(job, ':') || strchr(job, '/')) {

@@ -30,6 +30,10 @@ extern "C" {
 
 typedef struct ftc_ctl ftc_ctl_t;
 
+/* Whether id is a valid node id: 1..FTC_CTL_NODE_MAX of [A-Za-z0-9._:/-]
+ * (a word of the job's records and a part of its Redis keys). */
+bool ftc_ctl_node_id_valid(const char *id);
+
 /* Binds a connection to a job (job ids: 1..63 of [A-Za-z0-9._-]). The handle
  * takes ownership of r. NULL with err on a bad job id. */
 ftc_ctl_t *ftc_ctl_create(ftc_redis_t *r, const char *job, ftc_err_t *err);

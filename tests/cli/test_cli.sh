@@ -575,6 +575,12 @@ grep_in err "^ftc run: --domain 'a b': give 1\.\.63 printable characters without
 expect 2 "ftc agent --domain - is a usage error" -- timeout 60 "$FTC" agent --nodes 1 \
     --domain - --redis redis://127.0.0.1:1 --job clidom$$ --job-dir "$T/domjob"
 grep_in err "^ftc agent: --domain '-': give 1\.\.63" "its error names --domain and its value"
+# a --node-id with a space (or over 64 bytes) was taken: the agent's Redis join refused it and
+# the agent waited 30 s for a generation, then failed naming that instead
+expect 2 "ftc agent --node-id 'a b' is a usage error" -- timeout 60 "$FTC" agent --nodes 1 \
+    --node-id "a b" --redis redis://127.0.0.1:1 --job clinid$$ --job-dir "$T/nidjob"
+grep_in err "^ftc agent: --node-id 'a b': give 1\.\.64 characters" \
+    "its error names --node-id and its value"
 
 # ftc agent's --persist-every took any number (its own option, not the setting's flag):
 # 0, or 4294967296 cast to 0, left the persist tier never written, without a word
