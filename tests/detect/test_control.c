@@ -830,6 +830,46 @@ static void test_clean_removes_the_jobs_keys_only(void **state)
 
 /* A heartbeat, a supervisor lease or the leader lease: refused (FTC_EINPROGRESS naming
  * them), nothing removed; with force, everything goes. */
+/* A server without UNLINK (older than Redis 4; here renamed away): the
+ * first page's "unknown command" switches the removal to DEL. */
+static int redis_no_unlink_setup(void **state)
+{
+    redis_fixture_t *f = calloc(1, sizeof *f);
+    f->dir = ftc_test_tmpdir("redis-nounlink");
+    char wrap[PATH_MAX];
+    snprintf(wrap, sizeof wrap, "%s/redis-no-unlink", f->dir);
+    FILE *w = fopen(wrap, "w");
+    assert_non_null(w);
+    fprintf(w, "#!/bin/sh\nexec redis-server \"$@\" --rename-command UNLINK \"\"\n");
+    fclose(w);
+    assert_int_equal(chmod(wrap, 0700), 0);
+    ftc_redis_server_options_t o = FTC_REDIS_SERVER_OPTIONS_INIT;
+    o.dir = f->dir;
+    o.binary = wrap;
+    ftc_err_t err = {0};
+    f->srv = ftc_redis_server_start(&o, &err);
+    if (!f->srv)
+        fail_msg("redis-server without UNLINK did not start: %s", err.msg);
+    *state = f;
+    return 0;
+}
+
+static void test_clean_without_unlink_uses_del(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_ctl_t *c = redis_fixture_ctl(f, "cd");
+    ftc_redis_reply_t *rep = NULL;
+    assert_true(ftc_redis_cmdv(ftc_ctl_redis(c), true, &rep, "UNLINK", "k", NULL) != 0);
+    assert_non_null(strstr(ftc_redis_errstr(ftc_ctl_redis(c)), "unknown command"));
+    long long others = dbsize(c);
+    long long n = fill_job(c);
+    ftc_ctl_clean_t res;
+    assert_int_equal(ftc_ctl_clean(c, false, &res), 0);
+    assert_int_equal((long long)res.removed, n);
+    assert_int_equal(dbsize(c), others);
+    ftc_ctl_destroy(c);
+}
+
 static void test_clean_refuses_a_live_job(void **state)
 {
     redis_fixture_t *f = *state;
@@ -958,6 +998,8 @@ int main(void)
                                         redis_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_clean_removes_the_jobs_keys_only,
                                         redis_fixture_setup, redis_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_clean_without_unlink_uses_del,
+                                        redis_no_unlink_setup, redis_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_clean_refuses_a_live_job, redis_fixture_setup,
                                         redis_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_clean_without_redis_fails, redis_fixture_setup,
