@@ -1656,9 +1656,9 @@ static int ftc__sharded_grads(ftc_trainer_t *t, ftc_err_t *err)
          * guard must decide the same on every TP rank, or one applies the
          * step and the other drops it and the replicated tensors part */
         float *fl = t->tp_flags;
-        for (int i = 0; i < M; i++)
+        for (int i = 0; i < M; i++) /* NaN, or -inf for a blow-up (its sum stays -inf) */
             fl[i] = (size_t)i >= lo && (size_t)i < lo + cnt && !isfinite(t->micro_loss[i])
-                        ? NAN : 0.0f;
+                        ? (t->micro_loss[i] == -INFINITY ? -INFINITY : NAN) : 0.0f;
         int rc = ftc_stage_coll(&t->stage, t->tp_ctx.coll, FTC_STAGE_ALL_REDUCE, fl, (size_t)M,
                                 FTC_COLL_F32, 0, FTC_STAGE_MEM_HOST, ftc__coll_dl(t));
         if (rc < 0)
@@ -1667,8 +1667,8 @@ static int ftc__sharded_grads(ftc_trainer_t *t, ftc_err_t *err)
                                (unsigned long long)t->step, t->tpr, t->tpn,
                                ftc_coll_errmsg(t->tp_ctx.coll));
         for (size_t i = lo; i < lo + cnt; i++)
-            if (isnan(fl[i]))
-                t->micro_loss[i] = NAN;
+            if (!isfinite(fl[i]))
+                t->micro_loss[i] = fl[i];
     }
     if (t->coll) { /* the exact sums are host memory */
         int rc = ftc_stage_coll(&t->stage, t->coll, FTC_STAGE_REDUCE_SCATTER,
@@ -2137,7 +2137,10 @@ static void ftc__guard_micro(ftc_trainer_t *t, int i)
                  "blow-up, dropped like a NaN", t->dpr, (unsigned long long)s, i, sqrt(ss),
                  sqrt(lim2), t->o.micro_steps);
     if (!isfinite(t->micro_loss[i]) || !(ss < lim2)) {
-        t->micro_loss[i] = NAN;
+        /* -inf marks a blow-up of a finite loss (a cross-entropy is never
+         * below 0): it reaches every DP rank with the micro-batch losses,
+         * so that the event names what happened */
+        t->micro_loss[i] = isfinite(t->micro_loss[i]) && isfinite(ss) ? -INFINITY : NAN;
         ftc_model_zero_grad(t->model);
     }
 }
@@ -2228,26 +2231,33 @@ static int ftc__guard_rollback(ftc_trainer_t *t, uint64_t *back, ftc_err_t *err)
     return 0;
 }
 
-/* A skipped step: kind 0 = on the list, 1 = not finite, 2 = spike. Records
+/* A skipped step: kind 0 = on the list, 1 = not finite, 2 = spike (1 is
+ * reported as 3 = grad_blowup when the micro-batch that made the step's
+ * loss not finite had a finite gradient beyond the exact sums' range). Records
  * the skip (after a rollback when asked), reports the event, moves on and
  * checkpoints when due, as a step does. */
 static int ftc__guard_act(ftc_trainer_t *t, int kind, double loss, ftc_train_stats_t *st,
                           uint64_t t0, ftc_err_t *err)
 {
-    static const char *const kinds[3] = {"listed", "nan", "loss_spike"};
+    static const char *const kinds[4] = {"listed", "nan", "loss_spike", "grad_blowup"};
     uint64_t k = t->step, back = UINT64_MAX;
     if (kind && !ftc__guard_listed(t, k) && t->nskips == FTC_GUARD_MAX_SKIPS)
         return ftc_err_set(err, FTC_ERANGE, "step %llu: %s, but %d steps were skipped already: "
                            "the run is diverging (lower --lr, raise --warmup, check the data) or "
                            "use --guard off", (unsigned long long)k,
-                           kind == 1 ? "loss or gradient not finite" : "loss spike",
+                           kind == 2 ? "loss spike" : "loss or gradient not finite",
                            FTC_GUARD_MAX_SKIPS);
     char what[200] = "", action[160];
     if (kind == 1) {
         int i = 0;
         while (i < t->o.micro_steps && isfinite(t->micro_loss[i]))
             i++;
-        if (i < t->o.micro_steps)
+        if (i < t->o.micro_steps && t->micro_loss[i] == -INFINITY) {
+            kind = 3;
+            snprintf(what, sizeof what, "the gradient of micro-batch %d (DP rank %d) at step "
+                     "%llu blew up (finite, beyond the exact sums' range)", i,
+                     ftc__guard_owner(t, i), (unsigned long long)k);
+        } else if (i < t->o.micro_steps)
             snprintf(what, sizeof what, "loss or gradient not finite in micro-batch %d (DP rank "
                      "%d) at step %llu", i, ftc__guard_owner(t, i), (unsigned long long)k);
         else
