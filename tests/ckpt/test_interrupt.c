@@ -21,18 +21,34 @@ static void *interrupt_later(void *arg)
     return NULL;
 }
 
-static void test_interrupt_blocked_checkpoint(void **state)
+static float g_w[4096];
+
+/* A context of rank 0 of node 0 with one tensor registered. */
+static ftc_ctx_t *open_ctx(env_t *e)
 {
-    env_t *e = setup_env(*state, 1, "0", 1000);
     char sock[PATH_MAX + 32];
     ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
     ftc_ctx_t *c = NULL;
-    assert_int_equal(ftc_create(&o, &c), 0);
-    static float w[4096];
+    if (ftc_create(&o, &c))
+        fail_msg("ftc_create: %s", ftc_last_error(c));
     int64_t shape[1] = {4096};
-    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, g_w, FTC_HOST), 0);
+    return c;
+}
+
+/* Opens a context and commits step 0 through it. */
+static ftc_ctx_t *open_committed(env_t *e)
+{
+    ftc_ctx_t *c = open_ctx(e);
     assert_int_equal(ftc_checkpoint(c, 0, NULL, 0), 0);
     assert_int_equal(ftc_wait_committed(c, 0), 0);
+    return c;
+}
+
+static void test_interrupt_blocked_checkpoint(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 1000);
+    ftc_ctx_t *c = open_committed(e);
     /* the agent freezes: the next BEGIN gets no answer */
     kill(e->agent[0], SIGSTOP);
     pthread_t tid;
@@ -60,23 +76,14 @@ static void test_interrupt_blocked_checkpoint(void **state)
 static void test_interrupted_context_sends_nothing(void **state)
 {
     env_t *e = setup_env(*state, 1, "0", 1000);
-    char sock[PATH_MAX + 32];
-    ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
-    ftc_ctx_t *c = NULL;
-    assert_int_equal(ftc_create(&o, &c), 0);
-    static float w[4096];
-    int64_t shape[1] = {4096};
-    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
-    assert_int_equal(ftc_checkpoint(c, 0, NULL, 0), 0);
-    assert_int_equal(ftc_wait_committed(c, 0), 0);
+    ftc_ctx_t *c = open_committed(e);
     ftc_interrupt(c);
     assert_int_equal(ftc_checkpoint(c, 0, NULL, 0), FTC_ECANCELED);
     assert_non_null(strstr(ftc_last_error(c), "interrupted"));
     ftc_destroy(c);
     /* the rank's next incarnation checkpoints: by its commit the agent has
      * read everything the interrupted context sent before it */
-    assert_int_equal(ftc_create(&o, &c), 0);
-    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    c = open_ctx(e);
     assert_int_equal(ftc_checkpoint(c, 2, NULL, 0), 0);
     assert_int_equal(ftc_wait_committed(c, 2), 0);
     ftc_destroy(c);
