@@ -4,7 +4,8 @@
  * fetched back; two agents pushing to each other at once; a receiver killed
  * with SIGKILL mid-push (the sender ends by its deadline, the receiver's
  * previous replica survives for a restarted process: I3); a bit flipped after
- * sealing (NACK, previous replica kept); a nonzero padding byte (a push
+ * sealing (NACK, previous replica kept; the refused bytes left in the slot
+ * are not served as a replica of their step); a nonzero padding byte (a push
  * NACKed, a fetch of a holder's replica whose padding changed refused);
  * senders with another secret or another job (refused, the receiver keeps
  * serving); a stale generation (refused, then accepted after the sender
@@ -171,18 +172,25 @@ static int push_wait(agent_t *a, uint32_t owner, const uint8_t *s, uint64_t size
     return st->rc;
 }
 
-/* Fetches (owner, newest) from peer; returns rc and the shard (caller frees). */
-static int fetch_wait(agent_t *a, uint32_t peer, uint32_t owner, uint8_t **out, uint64_t *size,
-                      ftc_repl_status_t *st)
+/* Fetches (owner, step) from peer; returns rc and the shard (caller frees). */
+static int fetch_step_wait(agent_t *a, uint32_t peer, uint32_t owner, uint64_t step,
+                           uint8_t **out, uint64_t *size, ftc_repl_status_t *st)
 {
     ftc_repl_xfer_t x;
-    CHECK(ftc_repl_fetch(a->r, peer, owner, UINT64_MAX, ftc_deadline_in_ms(30000), &x) == 0);
+    CHECK(ftc_repl_fetch(a->r, peer, owner, step, ftc_deadline_in_ms(30000), &x) == 0);
     run_xfer(a, x, st, 60);
     int rc = st->rc;
     if (rc == 0)
         CHECK(ftc_repl_take(a->r, x, out, size) == 0);
     ftc_repl_release(a->r, x);
     return rc;
+}
+
+/* Fetches (owner, newest) from peer. */
+static int fetch_wait(agent_t *a, uint32_t peer, uint32_t owner, uint8_t **out, uint64_t *size,
+                      ftc_repl_status_t *st)
+{
+    return fetch_step_wait(a, peer, owner, UINT64_MAX, out, size, st);
 }
 
 static void serve_until_quit(agent_t *a)
@@ -578,6 +586,60 @@ static void test_bit_flip(void **state)
     shards_free();
 }
 
+/* ---- a push refused after all its bytes landed is not a held replica ------------ */
+
+static int s9_refused(agent_t *a)
+{
+    ftc_repl_status_t st;
+    uint32_t peer = 1;
+    CHECK(push_wait(a, 0, g_s[0], g_n[0], &peer, 1, 60, &st) == 0);
+    CHECK(push_wait(a, 0, g_s[1], g_n[1], &peer, 1, 60, &st) == 0);
+    /* step 3, a bit flipped after sealing: every byte lands over the step-1
+     * replica, its head and footer intact, and the receiver refuses it */
+    CHECK(push_wait(a, 0, g_s[2], g_n[2], &peer, 1, 60, &st) == FTC_ECORRUPT);
+    uint8_t *back = NULL;
+    uint64_t n = 0;
+    int rc = fetch_step_wait(a, 1, 0, 3, &back, &n, &st);
+    printf("# %s: GET of the refused step 3: %s (%s)\n", g_prov, ftc_errname(rc), st.detail);
+    free(back);
+    CHECK(rc == FTC_ENOENT && strstr(st.detail, "not held") != NULL);
+    CHECK(fetch_wait(a, 1, 0, &back, &n, &st) == 0);
+    CHECK(n == g_n[1] && memcmp(back, g_s[1], n) == 0);
+    free(back);
+    return 0;
+}
+
+static int f9_refused(agent_t *a)
+{
+    const uint8_t *h = NULL;
+    uint64_t size = 0;
+    CHECK(ftc_repl_held_step(a->r, 0, 3, &h, &size) == FTC_ENOENT);
+    CHECK(ftc_repl_held_step(a->r, 0, 1, &h, &size) == FTC_ENOENT); /* written over */
+    CHECK(ftc_repl_held_step(a->r, 0, 2, &h, &size) == 0);
+    CHECK(size == g_n[1] && memcmp(h, g_s[1], size) == 0);
+    CHECK(held_equals(a, 0, g_s[1], g_n[1]));
+    return 0;
+}
+
+static void test_refused_not_held(void **state)
+{
+    (void)state;
+    new_job();
+    g_s[0] = ftc_test_make_shard(1, 0, 1 << 14, 91, &g_n[0]);
+    g_s[1] = ftc_test_make_shard(2, 0, 1 << 14, 92, &g_n[1]);
+    g_s[2] = ftc_test_make_shard(3, 0, 1 << 14, 93, &g_n[2]);
+    ftc_shard_view_t v;
+    ftc_err_t e = {0};
+    assert_int_equal(ftc_shard_open(&v, g_s[2], g_n[2], 0, &e), 0);
+    g_s[2][v.payload_offset + 123] ^= 0x10; /* after sealing */
+    agent_cfg_t cfg[2] = {{.script = s9_refused}, {.final = f9_refused}};
+    run_t R;
+    run_start(&R, 2, cfg);
+    run_end(&R);
+    unlink_slots();
+    shards_free();
+}
+
 /* ---- nonzero padding: refused by the receiver (push) and the fetcher ------- */
 
 /* The offset of a padding byte of shard s: one between two tensors, or
@@ -911,6 +973,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_peer_killed),
         cmocka_unit_test(test_bit_flip),
         cmocka_unit_test(test_nonzero_gap),
+        cmocka_unit_test(test_refused_not_held),
         cmocka_unit_test(test_wrong_key),
         cmocka_unit_test(test_stale_generation),
         cmocka_unit_test(test_parity),
