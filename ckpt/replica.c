@@ -746,9 +746,15 @@ static void store_adopt(ftc_repl_t *r, store_t *s)
             s->complete = i;
             s->step = v[i].info.step;
             s->size = v[i].size;
+        } else if (ok[i]) {
+            FTC_WARN("repl", "node %u: replica slot %d of owner %u (step %llu) does not "
+                     "verify: not adopted (%s)", r->self, i, s->owner,
+                     (unsigned long long)v[i].info.step, e.msg);
+            ok[i] = false; /* torn (a push that failed midway): never held, nor kept */
         }
     }
-    for (int i = 0; i < 2 && s->complete >= 0; i++) /* the other one is verified when served */
+    /* the other one (older, not hashed yet) is verified when served */
+    for (int i = 0; i < 2 && s->complete >= 0; i++)
         if (ok[i]) {
             s->held[i] = true;
             s->sstep[i] = v[i].info.step;

@@ -37,7 +37,8 @@
  * newest replica instead when that one is of another step and the other
  * slot holds the committed one (the newest was abandoned by its sender). A
  * restarted agent adopts the slots it finds: the one that verifies with the
- * highest step is its held replica.
+ * highest step is its held replica; a slot that fails verification (a push
+ * torn midway) is neither served nor kept by a push that says its step.
  *
  * Deadlines: each push and fetch has one; when it passes, the transfer ends
  * with FTC_ETIMEDOUT for the peers that had not acknowledged, its fabric

@@ -5,7 +5,9 @@
  * with SIGKILL mid-push (the sender ends by its deadline, the receiver's
  * previous replica survives for a restarted process: I3); a bit flipped after
  * sealing (NACK, previous replica kept; the refused bytes left in the slot
- * are not served as a replica of their step); a nonzero padding byte (a push
+ * are not served as a replica of their step); a restarted agent's torn slot
+ * (not adopted, not kept over a verified one by a push that says its step
+ * committed); a nonzero padding byte (a push
  * NACKed, a fetch of a holder's replica whose padding changed refused);
  * senders with another secret or another job (refused, the receiver keeps
  * serving); a stale generation (refused, then accepted after the sender
@@ -640,6 +642,69 @@ static void test_refused_not_held(void **state)
     shards_free();
 }
 
+/* ---- a restarted agent adopts only the replicas that verify ---------------------- */
+
+/* Writes shard s (n bytes) into node 1's replica slot k of owner 0, as an
+ * earlier process of that agent left it. */
+static void plant_slot(int k, const uint8_t *s, uint64_t n)
+{
+    char name[FTC_SLOT_NAME_MAX];
+    snprintf(name, sizeof name, "ftc.%s.n1.p0.s%d", g_job, k);
+    ftc_slot_t sl;
+    ftc_err_t e = {0};
+    assert_int_equal(ftc_slot_create(name, n, &sl, &e), 0);
+    memcpy(sl.base, s, n);
+    ftc_slot_close(&sl);
+}
+
+static int s10_keep(agent_t *a)
+{
+    /* the owner's step 2 committed; step 3 is pushed saying so */
+    ftc_repl_status_t st;
+    uint32_t peer = 1;
+    ftc_repl_xfer_t x;
+    CHECK(ftc_repl_push_keep(a->r, 0, 3, g_s[2], g_n[2], &peer, 1, 2,
+                             ftc_deadline_in_ms(60000), &x) == 0);
+    run_xfer(a, x, &st, 90);
+    ftc_repl_release(a->r, x);
+    CHECK(st.rc == 0 && st.acked == 1);
+    return 0;
+}
+
+static int f10_keep(agent_t *a)
+{
+    const uint8_t *h = NULL;
+    uint64_t size = 0;
+    CHECK(held_equals(a, 0, g_s[2], g_n[2]));
+    /* the torn step-2 slot was never a replica: neither kept nor served */
+    CHECK(ftc_repl_held_step(a->r, 0, 2, &h, &size) == FTC_ENOENT);
+    /* and the verified step 1 was not written over for it */
+    CHECK(ftc_repl_held_step(a->r, 0, 1, &h, &size) == 0);
+    CHECK(size == g_n[0] && memcmp(h, g_s[0], size) == 0);
+    return 0;
+}
+
+static void test_adopt_torn(void **state)
+{
+    (void)state;
+    new_job();
+    g_s[0] = ftc_test_make_shard(1, 0, 1 << 14, 101, &g_n[0]);
+    g_s[1] = ftc_test_make_shard(2, 0, 1 << 14, 102, &g_n[1]);
+    g_s[2] = ftc_test_make_shard(3, 0, 1 << 14, 103, &g_n[2]);
+    ftc_shard_view_t v;
+    ftc_err_t e = {0};
+    assert_int_equal(ftc_shard_open(&v, g_s[1], g_n[1], 0, &e), 0);
+    g_s[1][v.payload_offset + 77] ^= 0x01; /* torn: head and footer fine, a tensor not */
+    plant_slot(0, g_s[0], g_n[0]);
+    plant_slot(1, g_s[1], g_n[1]);
+    agent_cfg_t cfg[2] = {{.script = s10_keep}, {.final = f10_keep}};
+    run_t R;
+    run_start(&R, 2, cfg);
+    run_end(&R);
+    unlink_slots();
+    shards_free();
+}
+
 /* ---- nonzero padding: refused by the receiver (push) and the fetcher ------- */
 
 /* The offset of a padding byte of shard s: one between two tensors, or
@@ -974,6 +1039,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_bit_flip),
         cmocka_unit_test(test_nonzero_gap),
         cmocka_unit_test(test_refused_not_held),
+        cmocka_unit_test(test_adopt_torn),
         cmocka_unit_test(test_wrong_key),
         cmocka_unit_test(test_stale_generation),
         cmocka_unit_test(test_parity),
