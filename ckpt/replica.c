@@ -1190,10 +1190,15 @@ static void on_push_put(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
         goto refuse;
     }
     incoming_t *in = s->in;
-    if (in && (in->node != p->node || in->step != h->step || in->total != h->total)) {
+    if (in && (in->node != p->node || in->step != h->step || in->total != h->total ||
+               h->offset == 0)) {
         /* Another push of this owner is unfinished. The same sender starting
-         * anew means its old push ended (it never overlaps them); a newer
-         * generation wins; otherwise the first one keeps the slot. */
+         * anew means its old push ended (it never overlaps them): also a push
+         * of the same step, which starts at offset 0 again (a push sends each
+         * offset once, in order) — a sender that restarted, or retries after
+         * a lost connection; the old push's receives would wait for DATA
+         * that never comes. A newer generation wins; otherwise the first one
+         * keeps the slot. */
         if (in->node == p->node || h->generation > in->gen) {
             if (in->node != p->node) {
                 peer_t *op = peer_find(r, in->node);

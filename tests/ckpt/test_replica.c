@@ -7,7 +7,8 @@
  * sealing (NACK, previous replica kept; the refused bytes left in the slot
  * are not served as a replica of their step); a restarted agent's torn slot
  * (not adopted, not kept over a verified one by a push that says its step
- * committed); a nonzero padding byte (a push
+ * committed); a raw peer that starts a push of the same step anew (ACKed);
+ * a nonzero padding byte (a push
  * NACKed, a fetch of a holder's replica whose padding changed refused);
  * senders with another secret or another job (refused, the receiver keeps
  * serving); a stale generation (refused, then accepted after the sender
@@ -65,9 +66,12 @@ static void child_exit(int rc)
 
 typedef struct agent {
     ftc_fabric_t *fab;
-    ftc_repl_t *r;
+    ftc_repl_t *r;                  /* NULL for a raw peer */
     uint32_t self;
     int ctl;
+    ftc_fabric_peer_t fa[MAX_AGENTS]; /* raw peer: the others' addresses */
+    ftc_wire_key_t key;               /* raw peer: the job's key */
+    uint64_t seq;                     /* raw peer: next header seq */
 } agent_t;
 
 typedef int (*agent_fn)(agent_t *a);
@@ -79,6 +83,8 @@ typedef struct agent_cfg {
     agent_fn script;    /* runs first; its result byte goes to the parent */
     agent_fn final;     /* runs after the parent says quit */
     bool dies;          /* expected to die by SIGKILL */
+    bool raw;           /* no engine: the script speaks the wire protocol itself */
+    int serve_ms;       /* 0: 20000 */
 } agent_cfg_t;
 
 static const char *k_secret = "0123456789abcdef0123456789abcdef";
@@ -133,7 +139,7 @@ static ftc_repl_t *open_repl(ftc_fabric_t *f, uint32_t self, const agent_cfg_t *
     o.job = g_job;
     o.self = self;
     o.generation = c && c->gen ? c->gen : 1;
-    o.serve_timeout_ms = 20000;
+    o.serve_timeout_ms = c && c->serve_ms ? c->serve_ms : 20000;
     ftc_repl_t *r = ftc_repl_create(&o, &err);
     if (!r)
         fprintf(stderr, "agent %u: %s\n", self, err.msg);
@@ -204,7 +210,9 @@ static void serve_until_quit(agent_t *a)
             if (read(a->ctl, &c, 1) <= 0 || c == 'q')
                 return;
         }
-        if (ftc_repl_progress(a->r, ftc_deadline_in_ms(20), false) < 0)
+        if (!a->r)
+            ftc_sleep_ms(20); /* a raw peer: nothing to serve */
+        else if (ftc_repl_progress(a->r, ftc_deadline_in_ms(20), false) < 0)
             ftc_sleep_ms(20); /* broken endpoint: only wait for the parent */
     }
 }
@@ -236,7 +244,10 @@ static void child_main(int i, int n, int ctl, const agent_cfg_t *c)
     if (!a.fab)
         fprintf(stderr, "agent %d: %s\n", i, err.msg);
     CHECK(a.fab);
-    a.r = open_repl(a.fab, (uint32_t)i, c);
+    if (c->raw)
+        CHECK(ftc_wire_key_init(&a.key, "test-job", k_secret, strlen(k_secret), &err) == 0);
+    else
+        a.r = open_repl(a.fab, (uint32_t)i, c);
     uint8_t me[FTC_FABRIC_ADDR_MAX];
     size_t len = sizeof me;
     CHECK(ftc_fabric_getname(a.fab, me, &len) == 0);
@@ -248,7 +259,9 @@ static void child_main(int i, int n, int ctl, const agent_cfg_t *c)
         uint32_t ol;
         CHECK(read_all(ctl, &ol, 4) == 0 && ol <= sizeof other);
         CHECK(read_all(ctl, other, ol) == 0);
-        if (j != i)
+        if (j != i && c->raw)
+            CHECK(ftc_fabric_peer_add(a.fab, other, ol, &a.fa[j]) == 0);
+        else if (j != i)
             CHECK(ftc_repl_peer_add(a.r, (uint32_t)j, other, ol) == 0);
     }
     uint8_t res = 0;
@@ -635,6 +648,111 @@ static void test_refused_not_held(void **state)
     assert_int_equal(ftc_shard_open(&v, g_s[2], g_n[2], 0, &e), 0);
     g_s[2][v.payload_offset + 123] ^= 0x10; /* after sealing */
     agent_cfg_t cfg[2] = {{.script = s9_refused}, {.final = f9_refused}};
+    run_t R;
+    run_start(&R, 2, cfg);
+    run_end(&R);
+    unlink_slots();
+    shards_free();
+}
+
+/* ---- a raw peer: the wire protocol by hand (docs/wire-protocol.md) ------------- */
+
+static uint64_t raw_tag_hdr(uint32_t node)
+{
+    return (1ull << 62) | node;
+}
+
+static uint64_t raw_tag_data(uint32_t node, uint64_t seq)
+{
+    return (2ull << 62) | ((uint64_t)(node & 0xfffffu) << 40) | (seq & ((1ull << 40) - 1));
+}
+
+/* Sends header h (sender and seq filled in here) to node `to`; its seq. */
+static uint64_t raw_hdr(agent_t *a, uint32_t to, ftc_wire_hdr_t *h)
+{
+    uint8_t buf[FTC_WIRE_HDR];
+    ftc_err_t e = {0};
+    if (!a->seq)
+        a->seq = 1;
+    h->sender = a->self;
+    h->seq = a->seq++;
+    CHECK(ftc_wire_encode(&a->key, h, buf, &e) == 0);
+    CHECK(ftc_fabric_send(a->fab, a->fa[to], raw_tag_hdr(a->self), buf, sizeof buf,
+                          ftc_deadline_in_ms(5000)) == 0);
+    return h->seq;
+}
+
+/* A PUT of bytes [off, off+len) of shard s (owner 0) at generation gen:
+ * its header, then (with_data) its DATA. */
+static int raw_put(agent_t *a, uint32_t to, uint64_t gen, const uint8_t *s, uint64_t total,
+                   uint64_t step, uint64_t off, uint64_t len, bool with_data)
+{
+    ftc_wire_hdr_t h = {.type = FTC_MSG_PUT, .generation = gen, .owner = 0, .step = step,
+                        .offset = off, .length = len, .total = total};
+    uint64_t seq = raw_hdr(a, to, &h);
+    if (!with_data)
+        return 0;
+    return ftc_fabric_send(a->fab, a->fa[to], raw_tag_data(a->self, seq), s + off, len,
+                           ftc_deadline_in_ms(5000));
+}
+
+/* Pushes all of shard s (step) in chunks of `chunk` bytes, then its PUT_END. */
+static void raw_push(agent_t *a, uint32_t to, uint64_t gen, const uint8_t *s, uint64_t n,
+                     uint64_t step, uint64_t chunk)
+{
+    for (uint64_t off = 0; off < n; off += chunk)
+        CHECK(raw_put(a, to, gen, s, n, step, off, n - off < chunk ? n - off : chunk, true) == 0);
+    ftc_shard_view_t v;
+    ftc_err_t e = {0};
+    CHECK(ftc_shard_open(&v, s, n, 0, &e) == 0);
+    ftc_wire_hdr_t h = {.type = FTC_MSG_PUT_END, .generation = gen, .owner = 0, .step = step,
+                        .total = n, .payload_xxh3 = v.head_xxh3};
+    raw_hdr(a, to, &h);
+}
+
+/* Receives the next header from node `from` within ms: 0, or the error. */
+static int raw_recv(agent_t *a, uint32_t from, ftc_wire_hdr_t *h, int ms)
+{
+    uint8_t buf[256];
+    size_t got = 0;
+    ftc_err_t e = {0};
+    int rc = ftc_fabric_recv(a->fab, a->fa[from], raw_tag_hdr(from), 0, buf, sizeof buf, &got,
+                             NULL, ftc_deadline_in_ms((uint64_t)ms));
+    return rc ? rc : ftc_wire_decode(&a->key, buf, got, h, &e);
+}
+
+/* ---- a sender that starts a push of the same step anew ------------------------- */
+
+static int s11_repush(agent_t *a)
+{
+    /* the first attempt: one chunk in, the header of the next one out, and
+     * then nothing (its sender restarted, or gave up on a lost connection) */
+    uint64_t chunk = 256 << 10;
+    CHECK(raw_put(a, 1, 1, g_s[0], g_n[0], 1, 0, chunk, true) == 0);
+    CHECK(raw_put(a, 1, 1, g_s[0], g_n[0], 1, chunk, chunk, false) == 0);
+    /* the same step again, whole: the receiver must start over, not wait for
+     * the first attempt's chunk that never comes */
+    raw_push(a, 1, 1, g_s[0], g_n[0], 1, chunk);
+    ftc_wire_hdr_t h;
+    int rc = raw_recv(a, 1, &h, 10000);
+    printf("# %s: the push started anew: %s %s\n", g_prov, ftc_errname(rc),
+           rc ? "" : ftc_wire_type_name(h.type));
+    CHECK(rc == 0 && h.type == FTC_MSG_ACK && h.step == 1 && h.total == g_n[0]);
+    return 0;
+}
+
+static int f11_repush(agent_t *a)
+{
+    CHECK(held_equals(a, 0, g_s[0], g_n[0]));
+    return 0;
+}
+
+static void test_repush_same_step(void **state)
+{
+    (void)state;
+    new_job();
+    g_s[0] = ftc_test_make_shard(1, 0, 1 << 14, 111, &g_n[0]);
+    agent_cfg_t cfg[2] = {{.script = s11_repush, .raw = true}, {.final = f11_repush}};
     run_t R;
     run_start(&R, 2, cfg);
     run_end(&R);
@@ -1040,6 +1158,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_nonzero_gap),
         cmocka_unit_test(test_refused_not_held),
         cmocka_unit_test(test_adopt_torn),
+        cmocka_unit_test(test_repush_same_step),
         cmocka_unit_test(test_wrong_key),
         cmocka_unit_test(test_stale_generation),
         cmocka_unit_test(test_parity),
