@@ -134,6 +134,8 @@ typedef struct drain { /* a refused PUT's payload received to be thrown away */
     bool posted;            /* false: FTC_EAGAIN, retried until d */
     uint64_t next_try_ns;
     ftc_deadline_t d;
+    ftc_deadline_t live;    /* posted, its DATA not in by then (the sender died or gave
+                               up before sending it): cancelled, like an idle push */
     struct drain *next;
 } drain_t;
 
@@ -510,6 +512,7 @@ static void drain_put(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
     d->node = p->node;
     d->tag = tag_data(p->node, h->seq);
     d->d = ftc_deadline_in_ms(1000);
+    d->live = ftc_deadline_in_ms((uint64_t)r->serve_ms);
     int rc = ftc_fabric_irecv_try(r->fab, &d->req, p->fa, d->tag, 0, buf, d->len);
     if (rc < 0 && rc != FTC_EAGAIN) {
         free(buf);
@@ -528,6 +531,8 @@ static int pump_drains(ftc_repl_t *r)
     int ev = 0;
     for (drain_t **pd = &r->drains; *pd;) {
         drain_t *d = *pd;
+        if (pending(&d->req) && ftc_deadline_expired(d->live))
+            cancel_one(r, &d->req); /* else it held a drain and its buffer for ever */
         bool keep = pending(&d->req);
         if (!d->posted) {
             /* not posted yet (FTC_EAGAIN): retry until its deadline, then give

@@ -8,6 +8,7 @@
  * are not served as a replica of their step); a restarted agent's torn slot
  * (not adopted, not kept over a verified one by a push that says its step
  * committed); a raw peer that starts a push of the same step anew (ACKed);
+ * 32 refused PUTs whose DATA never comes, then one whose DATA does (drained);
  * a nonzero padding byte (a push
  * NACKed, a fetch of a holder's replica whose padding changed refused);
  * senders with another secret or another job (refused, the receiver keeps
@@ -760,6 +761,50 @@ static void test_repush_same_step(void **state)
     shards_free();
 }
 
+/* ---- refused PUTs whose DATA never comes do not use up the drains -------------- */
+
+#define DRAIN_MAX 32 /* FTC__MAX_DRAINS of replica.c */
+
+static int s12_drains(agent_t *a)
+{
+    /* stale PUTs (generation 3, the receiver is at 5): each one's DATA is
+     * to be drained, but its sender is gone before sending it */
+    uint64_t len = 1 << 20;
+    for (int i = 0; i < DRAIN_MAX; i++)
+        CHECK(raw_put(a, 1, 3, g_s[0], g_n[0], 1, 0, len, false) == 0);
+    ftc_sleep_ms(2500); /* the receiver's serve_timeout_ms, and then some */
+    /* a refused PUT whose sender is alive sends its DATA: it must be
+     * drained, else the rendezvous send never completes (and cannot be
+     * cancelled: the sender's endpoint breaks) */
+    int rc = raw_put(a, 1, 3, g_s[0], g_n[0], 1, 0, len, true);
+    printf("# %s: DATA of a refused PUT after %d undelivered ones: %s\n", g_prov, DRAIN_MAX,
+           ftc_errname(rc));
+    CHECK(rc == 0);
+    return 0;
+}
+
+static int f12_drains(agent_t *a)
+{
+    ftc_repl_counters_t c;
+    ftc_repl_counters(a->r, &c);
+    CHECK(c.refused >= DRAIN_MAX + 1);
+    return 0;
+}
+
+static void test_drain_expires(void **state)
+{
+    (void)state;
+    new_job();
+    g_s[0] = ftc_test_make_shard(1, 0, 1 << 15, 121, &g_n[0]); /* > 1 MiB */
+    agent_cfg_t cfg[2] = {{.script = s12_drains, .raw = true},
+                          {.final = f12_drains, .gen = 5, .serve_ms = 1500}};
+    run_t R;
+    run_start(&R, 2, cfg);
+    run_end(&R);
+    unlink_slots();
+    shards_free();
+}
+
 /* ---- a restarted agent adopts only the replicas that verify ---------------------- */
 
 /* Writes shard s (n bytes) into node 1's replica slot k of owner 0, as an
@@ -1159,6 +1204,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_refused_not_held),
         cmocka_unit_test(test_adopt_torn),
         cmocka_unit_test(test_repush_same_step),
+        cmocka_unit_test(test_drain_expires),
         cmocka_unit_test(test_wrong_key),
         cmocka_unit_test(test_stale_generation),
         cmocka_unit_test(test_parity),
