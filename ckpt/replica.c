@@ -495,22 +495,23 @@ static int pump_outbox(ftc_repl_t *r)
     return ev;
 }
 
-/* Receives a refused PUT's payload into a throw-away buffer so its sender's
- * send completes (see the top of the file). Best effort, bounded. */
-static void drain_put(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
+/* Receives the DATA (tag, len bytes) of a PUT from p into a throw-away
+ * buffer so its sender's send completes (see the top of the file). Best
+ * effort, bounded. */
+static void drain_tag(ftc_repl_t *r, peer_t *p, uint64_t tag, uint64_t len)
 {
-    if (h->type != FTC_MSG_PUT || h->length == 0 || r->broken || r->ndrains >= FTC__MAX_DRAINS)
+    if (len == 0 || r->broken || r->ndrains >= FTC__MAX_DRAINS)
         return;
     drain_t *d = calloc(1, sizeof *d);
-    uint8_t *buf = d ? malloc(h->length) : NULL;
+    uint8_t *buf = d ? malloc(len) : NULL;
     if (!buf) {
         free(d);
         return;
     }
     d->buf = buf;
-    d->len = h->length;
+    d->len = len;
     d->node = p->node;
-    d->tag = tag_data(p->node, h->seq);
+    d->tag = tag;
     d->d = ftc_deadline_in_ms(1000);
     d->live = ftc_deadline_in_ms((uint64_t)r->serve_ms);
     int rc = ftc_fabric_irecv_try(r->fab, &d->req, p->fa, d->tag, 0, buf, d->len);
@@ -524,6 +525,13 @@ static void drain_put(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
     d->next = r->drains;
     r->drains = d;
     r->ndrains++;
+}
+
+/* Drains a refused PUT's payload. */
+static void drain_put(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
+{
+    if (h->type == FTC_MSG_PUT)
+        drain_tag(r, p, tag_data(p->node, h->seq), h->length);
 }
 
 static int pump_drains(ftc_repl_t *r)
@@ -623,7 +631,9 @@ static size_t tp_pending(tx_peer_t *tp, int window, ftc_fabric_req_t **out)
     return n;
 }
 
-static void incoming_free(ftc_repl_t *r, incoming_t *in, bool cancel);
+/* How incoming_free treats the DATA receives still outstanding. */
+enum { IN_KEEP = 0, IN_CANCEL = 1, IN_DRAIN = 2 };
+static void incoming_free(ftc_repl_t *r, incoming_t *in, int how);
 
 /* Drops outbox message `id` if it is still waiting to be posted (nothing of
  * it is in libfabric's hands); true if it was. */
@@ -680,7 +690,7 @@ static void xfer_abort(ftc_repl_t *r, xfer_t *x, int rc, const char *why)
     }
     if (x->kind == XK_FETCH) {
         if (x->in) {
-            incoming_free(r, x->in, true);
+            incoming_free(r, x->in, IN_DRAIN); /* the holder may still be sending */
             x->in = NULL;
         }
         if (x->buf != x->dst)
@@ -843,9 +853,14 @@ static int store_prepare(ftc_repl_t *r, store_t *s, int idx, uint64_t size, ftc_
 
 /* ---- incoming transfers -------------------------------------------------------- */
 
-static void incoming_free(ftc_repl_t *r, incoming_t *in, bool cancel)
+/* Frees in. IN_CANCEL: its outstanding DATA receives are cancelled first;
+ * IN_DRAIN: also, those whose DATA has not come are drained (drain_tag): a
+ * sender still alive (a holder answering a fetch that gave up, a push
+ * superseded) then sees its sends complete; an unreceived rendezvous send
+ * can never complete or be cancelled and would break its endpoint. */
+static void incoming_free(ftc_repl_t *r, incoming_t *in, int how)
 {
-    if (cancel && in->outstanding && !r->broken) {
+    if (how != IN_KEEP && in->outstanding && !r->broken) {
         ftc_fabric_req_t **reqs = calloc((size_t)in->outstanding, sizeof *reqs);
         size_t n = 0;
         for (chunk_rx_t *c = in->chunks; reqs && c; c = c->next)
@@ -856,9 +871,13 @@ static void incoming_free(ftc_repl_t *r, incoming_t *in, bool cancel)
     }
     /* after a cancel, anything still pending belongs to a broken endpoint
      * that will never progress again (fabric.h), so freeing is safe */
+    peer_t *p = how == IN_DRAIN && !r->broken ? peer_find(r, in->node) : NULL;
     while (in->chunks) {
         chunk_rx_t *c = in->chunks;
         in->chunks = c->next;
+        if (p && (!c->posted || (c->req.state == FTC_FABRIC_REQ_DONE &&
+                                 c->req.status == FTC_ECANCELED)))
+            drain_tag(r, p, c->tag, c->len);
         free(c);
     }
     for (incoming_t **pi = &r->ins; *pi; pi = &(*pi)->next)
@@ -1084,7 +1103,7 @@ static void incoming_complete(ftc_repl_t *r, incoming_t *in)
             x->size = in->total;
         }
         xfer_finish(r, x);
-        incoming_free(r, in, false);
+        incoming_free(r, in, IN_KEEP);
         return;
     }
     store_t *s = in->st;
@@ -1093,7 +1112,7 @@ static void incoming_complete(ftc_repl_t *r, incoming_t *in)
                 (unsigned long long)in->step, in->node, e.msg);
         if (p)
             send_nack(r, p, in->owner, in->step, 0, rc, "%s", e.msg); /* the sender names both */
-        incoming_free(r, in, false);
+        incoming_free(r, in, IN_KEEP);
         return;
     }
     s->complete = in->slot;
@@ -1111,7 +1130,7 @@ static void incoming_complete(ftc_repl_t *r, incoming_t *in)
         h.total = in->total;
         (void)send_ctl(r, p, &h, NULL, NULL);
     }
-    incoming_free(r, in, false);
+    incoming_free(r, in, IN_KEEP);
 }
 
 static int pump_incoming(ftc_repl_t *r)
@@ -1170,7 +1189,7 @@ static int pump_incoming(ftc_repl_t *r)
             FTC_WARN("repl", "node %u: push of owner %u step %llu from node %u idle for %d ms: "
                      "abandoned (sender dead?)", r->self, in->owner, (unsigned long long)in->step,
                      in->node, r->serve_ms);
-            incoming_free(r, in, true);
+            incoming_free(r, in, IN_CANCEL);
             ev++;
         }
         if (r->broken)
@@ -1213,7 +1232,7 @@ static void on_push_put(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
                               p->node, (unsigned long long)h->step,
                               (unsigned long long)h->generation);
             }
-            incoming_free(r, in, true);
+            incoming_free(r, in, IN_DRAIN); /* its sender may be alive */
             in = NULL;
             if (r->broken)
                 return;
@@ -1878,7 +1897,7 @@ static void xfer_free(ftc_repl_t *r, xfer_t *x)
         free(x->tp[i].ch);
     free(x->tp);
     if (x->in)
-        incoming_free(r, x->in, true);
+        incoming_free(r, x->in, IN_CANCEL);
     if (x->buf != x->dst)
         free(x->buf);
     free(x);
@@ -2040,7 +2059,7 @@ void ftc_repl_destroy(ftc_repl_t *r)
         }
     free(r->xf);
     while (r->ins)
-        incoming_free(r, r->ins, false);
+        incoming_free(r, r->ins, IN_KEEP);
     while (r->outbox) {
         outmsg_t *m = r->outbox;
         r->outbox = m->next;
@@ -2142,7 +2161,20 @@ int ftc_repl_peer_remove(ftc_repl_t *r, uint32_t node)
     for (incoming_t *in = r->ins, *next; in; in = next) {
         next = in->next;
         if (in->node == node && !in->fx)
-            incoming_free(r, in, true);
+            incoming_free(r, in, IN_CANCEL);
+    }
+    for (drain_t **pd = &r->drains; *pd;) { /* its drains: nothing more comes from it */
+        drain_t *d = *pd;
+        if (d->node == node)
+            cancel_one(r, &d->req);
+        if (d->node != node || pending(&d->req)) { /* pending: broken, freed by destroy */
+            pd = &d->next;
+            continue;
+        }
+        *pd = d->next;
+        free(d->buf);
+        free(d);
+        r->ndrains--;
     }
     ftc_fabric_req_t *reqs[64];
     size_t n = 0;

@@ -9,6 +9,8 @@
  * (not adopted, not kept over a verified one by a push that says its step
  * committed); a raw peer that starts a push of the same step anew (ACKed);
  * 32 refused PUTs whose DATA never comes, then one whose DATA does (drained);
+ * a holder's DATA sent after the fetcher gave up, and an older push's DATA
+ * sent after a newer generation superseded it (both drained);
  * a nonzero padding byte (a push
  * NACKed, a fetch of a holder's replica whose padding changed refused);
  * senders with another secret or another job (refused, the receiver keeps
@@ -683,18 +685,26 @@ static uint64_t raw_hdr(agent_t *a, uint32_t to, ftc_wire_hdr_t *h)
     return h->seq;
 }
 
+#define RAW_F_FETCH 0x100 /* FTC__F_FETCH of replica.c: a PUT answering a GET */
+
 /* A PUT of bytes [off, off+len) of shard s (owner 0) at generation gen:
  * its header, then (with_data) its DATA. */
-static int raw_put(agent_t *a, uint32_t to, uint64_t gen, const uint8_t *s, uint64_t total,
-                   uint64_t step, uint64_t off, uint64_t len, bool with_data)
+static int raw_put_f(agent_t *a, uint32_t to, uint64_t gen, const uint8_t *s, uint64_t total,
+                     uint64_t step, uint64_t off, uint64_t len, bool with_data, uint16_t flags)
 {
-    ftc_wire_hdr_t h = {.type = FTC_MSG_PUT, .generation = gen, .owner = 0, .step = step,
-                        .offset = off, .length = len, .total = total};
+    ftc_wire_hdr_t h = {.type = FTC_MSG_PUT, .flags = flags, .generation = gen, .owner = 0,
+                        .step = step, .offset = off, .length = len, .total = total};
     uint64_t seq = raw_hdr(a, to, &h);
     if (!with_data)
         return 0;
     return ftc_fabric_send(a->fab, a->fa[to], raw_tag_data(a->self, seq), s + off, len,
                            ftc_deadline_in_ms(5000));
+}
+
+static int raw_put(agent_t *a, uint32_t to, uint64_t gen, const uint8_t *s, uint64_t total,
+                   uint64_t step, uint64_t off, uint64_t len, bool with_data)
+{
+    return raw_put_f(a, to, gen, s, total, step, off, len, with_data, 0);
 }
 
 /* Pushes all of shard s (step) in chunks of `chunk` bytes, then its PUT_END. */
@@ -800,6 +810,98 @@ static void test_drain_expires(void **state)
                           {.final = f12_drains, .gen = 5, .serve_ms = 1500}};
     run_t R;
     run_start(&R, 2, cfg);
+    run_end(&R);
+    unlink_slots();
+    shards_free();
+}
+
+/* ---- a fetch that gives up drains the DATA its holder still sends ------------- */
+
+static int s13_fetcher(agent_t *a)
+{
+    ftc_repl_xfer_t x;
+    ftc_repl_status_t st;
+    CHECK(ftc_repl_fetch(a->r, 1, 0, 1, ftc_deadline_in_ms(1000), &x) == 0);
+    run_xfer(a, x, &st, 30);
+    ftc_repl_release(a->r, x);
+    CHECK(st.rc == FTC_ETIMEDOUT);
+    return 0; /* and serves on: the holder's DATA comes after this */
+}
+
+static int s13_holder(agent_t *a)
+{
+    ftc_wire_hdr_t h;
+    CHECK(raw_recv(a, 0, &h, 10000) == 0 && h.type == FTC_MSG_GET && h.owner == 0);
+    /* the answer's first PUT: its header now, its DATA (1 MiB: a rendezvous
+     * send on rxm) after the fetcher gave up */
+    uint64_t len = 1 << 20;
+    CHECK(raw_put_f(a, 0, 1, g_s[0], g_n[0], 1, 0, len, false, RAW_F_FETCH) == 0);
+    ftc_sleep_ms(2500);
+    int rc = ftc_fabric_send(a->fab, a->fa[0], raw_tag_data(a->self, a->seq - 1), g_s[0], len,
+                             ftc_deadline_in_ms(5000));
+    printf("# %s: DATA sent after the fetcher gave up: %s\n", g_prov, ftc_errname(rc));
+    CHECK(rc == 0);
+    return 0;
+}
+
+static void test_fetch_abort_drains(void **state)
+{
+    (void)state;
+    new_job();
+    g_s[0] = ftc_test_make_shard(1, 0, 1 << 15, 131, &g_n[0]); /* > 1 MiB */
+    agent_cfg_t cfg[2] = {{.script = s13_fetcher}, {.script = s13_holder, .raw = true}};
+    run_t R;
+    run_start(&R, 2, cfg);
+    run_end(&R);
+    unlink_slots();
+    shards_free();
+}
+
+/* ---- a push superseded by a newer generation: its DATA still drained ----------- */
+
+static int s14_old(agent_t *a)
+{
+    /* generation 1: the first PUT's header, its DATA held back */
+    uint64_t len = 1 << 20;
+    CHECK(raw_put(a, 2, 1, g_s[0], g_n[0], 1, 0, len, false) == 0);
+    ftc_wire_hdr_t h;
+    CHECK(raw_recv(a, 2, &h, 20000) == 0);
+    printf("# %s: the older push: %s code %d\n", g_prov, ftc_wire_type_name(h.type),
+           -(int)(h.flags & 0xff));
+    CHECK(h.type == FTC_MSG_NACK && -(int)(h.flags & 0xff) == FTC_ECANCELED);
+    int rc = ftc_fabric_send(a->fab, a->fa[2], raw_tag_data(a->self, a->seq - 1), g_s[0], len,
+                             ftc_deadline_in_ms(5000));
+    printf("# %s: its DATA sent after it was superseded: %s\n", g_prov, ftc_errname(rc));
+    CHECK(rc == 0);
+    return 0;
+}
+
+static int s14_new(agent_t *a)
+{
+    ftc_sleep_ms(1500); /* after the older push's header (s14_old checks the order) */
+    ftc_repl_status_t st;
+    uint32_t peer = 2;
+    CHECK(push_wait(a, 0, g_s[1], g_n[1], &peer, 1, 60, &st) == 0);
+    return 0;
+}
+
+static int f14_holder(agent_t *a)
+{
+    CHECK(held_equals(a, 0, g_s[1], g_n[1]));
+    return 0;
+}
+
+static void test_superseded_drains(void **state)
+{
+    (void)state;
+    new_job();
+    g_s[0] = ftc_test_make_shard(1, 0, 1 << 15, 141, &g_n[0]); /* > 1 MiB */
+    g_s[1] = ftc_test_make_shard(2, 0, 1 << 14, 142, &g_n[1]);
+    agent_cfg_t cfg[3] = {{.script = s14_old, .raw = true},
+                          {.script = s14_new, .gen = 2},
+                          {.final = f14_holder}};
+    run_t R;
+    run_start(&R, 3, cfg);
     run_end(&R);
     unlink_slots();
     shards_free();
@@ -1205,6 +1307,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_adopt_torn),
         cmocka_unit_test(test_repush_same_step),
         cmocka_unit_test(test_drain_expires),
+        cmocka_unit_test(test_fetch_abort_drains),
+        cmocka_unit_test(test_superseded_drains),
         cmocka_unit_test(test_wrong_key),
         cmocka_unit_test(test_stale_generation),
         cmocka_unit_test(test_parity),
