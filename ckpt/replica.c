@@ -1475,10 +1475,13 @@ static void on_reply(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h, const ui
     if (code == 0 || code < FTC_ERANGE)
         code = FTC_EPROTO;
     if (h->flags & FTC__F_FETCH) {
+        /* a fetch NACK says the step its GET asked for (UINT64_MAX: newest):
+         * one of another step answers an earlier fetch that gave up */
         xfer_t *x = fetch_find(r, p->node, h->owner);
-        if (!x || h->type != FTC_MSG_NACK) {
-            refused(r, "unexpected fetch %s of owner %u from node %u",
-                    ftc_wire_type_name(h->type), h->owner, p->node);
+        if (!x || h->type != FTC_MSG_NACK || h->step != x->step) {
+            refused(r, "unexpected fetch %s of owner %u step %llu from node %u%s",
+                    ftc_wire_type_name(h->type), h->owner, (unsigned long long)h->step,
+                    p->node, x && h->step != x->step ? " (an earlier fetch's)" : "");
             return;
         }
         xfer_fail(x, code, "fetch of owner %u from peer %u: %s", h->owner, p->node, reason);

@@ -10,7 +10,8 @@
  * committed); a raw peer that starts a push of the same step anew (ACKed);
  * 32 refused PUTs whose DATA never comes, then one whose DATA does (drained);
  * a holder's DATA sent after the fetcher gave up, and an older push's DATA
- * sent after a newer generation superseded it (both drained);
+ * sent after a newer generation superseded it (both drained); a late NACK of
+ * an earlier fetch (refused: the next fetch from that holder succeeds);
  * a nonzero padding byte (a push
  * NACKed, a fetch of a holder's replica whose padding changed refused);
  * senders with another secret or another job (refused, the receiver keeps
@@ -907,6 +908,73 @@ static void test_superseded_drains(void **state)
     shards_free();
 }
 
+/* ---- a late NACK of an earlier fetch does not fail the next one ------------------ */
+
+static int s15_fetcher(agent_t *a)
+{
+    ftc_repl_xfer_t x;
+    ftc_repl_status_t st;
+    /* step 5: no answer by the deadline */
+    CHECK(ftc_repl_fetch(a->r, 1, 0, 5, ftc_deadline_in_ms(1000), &x) == 0);
+    run_xfer(a, x, &st, 30);
+    ftc_repl_release(a->r, x);
+    CHECK(st.rc == FTC_ETIMEDOUT);
+    /* then the step before it, from the same holder (as a restore that
+     * falls back to an older committed step does) */
+    uint8_t *got = NULL;
+    uint64_t n = 0;
+    int rc = fetch_step_wait(a, 1, 0, 1, &got, &n, &st);
+    printf("# %s: fetch of step 1 after the late NACK of step 5: %s (%s)\n", g_prov,
+           ftc_errname(rc), st.detail);
+    CHECK(rc == 0 && n == g_n[0] && memcmp(got, g_s[0], n) == 0);
+    free(got);
+    return 0;
+}
+
+static int s15_holder(agent_t *a)
+{
+    ftc_wire_hdr_t h;
+    CHECK(raw_recv(a, 0, &h, 10000) == 0 && h.type == FTC_MSG_GET && h.step == 5);
+    CHECK(raw_recv(a, 0, &h, 10000) == 0 && h.type == FTC_MSG_GET && h.step == 1);
+    /* the answer to the first GET comes late: after the second one */
+    const char *why = "not held: owner 0 step 5";
+    ftc_wire_hdr_t n = {.type = FTC_MSG_NACK, .flags = RAW_F_FETCH | (uint16_t)-FTC_ENOENT,
+                        .generation = 1, .owner = 0, .step = 5, .length = strlen(why),
+                        .payload_xxh3 = ftc_xxh3(why, strlen(why))};
+    uint8_t buf[FTC_WIRE_HDR + 64];
+    ftc_err_t e = {0};
+    n.sender = a->self;
+    n.seq = a->seq++;
+    CHECK(ftc_wire_encode(&a->key, &n, buf, &e) == 0);
+    memcpy(buf + FTC_WIRE_HDR, why, strlen(why));
+    CHECK(ftc_fabric_send(a->fab, a->fa[0], raw_tag_hdr(a->self), buf,
+                          FTC_WIRE_HDR + strlen(why), ftc_deadline_in_ms(5000)) == 0);
+    /* the answer to the second one: step 1, whole */
+    uint64_t chunk = 256 << 10;
+    for (uint64_t off = 0; off < g_n[0]; off += chunk)
+        CHECK(raw_put_f(a, 0, 1, g_s[0], g_n[0], 1, off,
+                        g_n[0] - off < chunk ? g_n[0] - off : chunk, true, RAW_F_FETCH) == 0);
+    ftc_shard_view_t v;
+    CHECK(ftc_shard_open(&v, g_s[0], g_n[0], 0, &e) == 0);
+    ftc_wire_hdr_t end = {.type = FTC_MSG_PUT_END, .flags = RAW_F_FETCH, .generation = 1,
+                          .owner = 0, .step = 1, .total = g_n[0], .payload_xxh3 = v.head_xxh3};
+    raw_hdr(a, 0, &end);
+    return 0;
+}
+
+static void test_late_fetch_nack(void **state)
+{
+    (void)state;
+    new_job();
+    g_s[0] = ftc_test_make_shard(1, 0, 1 << 14, 151, &g_n[0]);
+    agent_cfg_t cfg[2] = {{.script = s15_fetcher}, {.script = s15_holder, .raw = true}};
+    run_t R;
+    run_start(&R, 2, cfg);
+    run_end(&R);
+    unlink_slots();
+    shards_free();
+}
+
 /* ---- a restarted agent adopts only the replicas that verify ---------------------- */
 
 /* Writes shard s (n bytes) into node 1's replica slot k of owner 0, as an
@@ -1309,6 +1377,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_drain_expires),
         cmocka_unit_test(test_fetch_abort_drains),
         cmocka_unit_test(test_superseded_drains),
+        cmocka_unit_test(test_late_fetch_nack),
         cmocka_unit_test(test_wrong_key),
         cmocka_unit_test(test_stale_generation),
         cmocka_unit_test(test_parity),
