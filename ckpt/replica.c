@@ -173,6 +173,8 @@ typedef struct incoming { /* bytes arriving for a push (into a slot) or a fetch 
     bool end_seen;
     uint64_t head_xxh3;     /* from PUT_END */
     uint64_t last_ns;       /* last activity, for the idle timeout */
+    uint64_t next_off;      /* fetch: the offset of the answer's next PUT (a serve sends its
+                               chunks in order, from 0) */
     /* verification while the bytes arrive (incoming_hash) */
     uint64_t contig;        /* bytes [0, contig) have landed */
     landed_t *ahead;        /* landed ranges past contig, by offset */
@@ -1317,6 +1319,17 @@ static void on_fetch_put(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
         drain_put(r, p, h);
         return;
     }
+    uint64_t want = x->in ? x->in->next_off : 0;
+    if (h->offset != want) {
+        /* a serve sends its PUTs in order from offset 0: this one is the
+         * rest of the answer to an earlier fetch of the owner that gave up */
+        refused(r, "fetch PUT of owner %u step %llu at offset %llu from node %u: the answer "
+                "is at offset %llu (the rest of an earlier fetch's answer)", h->owner,
+                (unsigned long long)h->step, (unsigned long long)h->offset, p->node,
+                (unsigned long long)want);
+        drain_put(r, p, h);
+        return;
+    }
     if (!x->in) {
         /* straight into the caller's memory when it fits (no copy after) */
         bool into = x->dst && h->total <= x->dst_cap && h->total >= FTC_SHARD_HEADER_SIZE;
@@ -1341,6 +1354,8 @@ static void on_fetch_put(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
     }
     const char *why;
     int rc = incoming_post(r, p, x->in, h, &why);
+    if (rc == 0)
+        x->in->next_off = h->offset + h->length;
     if (rc < 0 && !r->broken) {
         drain_put(r, p, h);
         xfer_abort(r, x, rc, why);
@@ -1357,7 +1372,10 @@ static void on_put_end(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
         store_t *s = store_get(r, h->owner, false);
         in = s ? s->in : NULL;
     }
-    if (!in || in->node != p->node || in->step != h->step || in->total != h->total) {
+    /* a fetch's answer ends once all its PUTs came: else it is an earlier
+     * fetch's answer ending */
+    if (!in || in->node != p->node || in->step != h->step || in->total != h->total ||
+        (in->fx && in->next_off != in->total)) {
         refused(r, "PUT_END of owner %u step %llu from node %u matches no transfer", h->owner,
                 (unsigned long long)h->step, p->node);
         if (!(h->flags & FTC__F_FETCH))

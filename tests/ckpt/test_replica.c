@@ -11,7 +11,8 @@
  * 32 refused PUTs whose DATA never comes, then one whose DATA does (drained);
  * a holder's DATA sent after the fetcher gave up, and an older push's DATA
  * sent after a newer generation superseded it (both drained); a late NACK of
- * an earlier fetch (refused: the next fetch from that holder succeeds);
+ * an earlier fetch, and the rest of an earlier fetch's answer (refused: the
+ * next fetch from that holder succeeds);
  * a nonzero padding byte (a push
  * NACKed, a fetch of a holder's replica whose padding changed refused);
  * senders with another secret or another job (refused, the receiver keeps
@@ -975,6 +976,68 @@ static void test_late_fetch_nack(void **state)
     shards_free();
 }
 
+/* ---- the rest of an earlier fetch's answer is not taken for the next one -------- */
+
+static int s16_fetcher(agent_t *a)
+{
+    ftc_repl_xfer_t x;
+    ftc_repl_status_t st;
+    CHECK(ftc_repl_fetch(a->r, 1, 0, 1, ftc_deadline_in_ms(1000), &x) == 0);
+    run_xfer(a, x, &st, 30);
+    ftc_repl_release(a->r, x);
+    CHECK(st.rc == FTC_ETIMEDOUT);
+    uint8_t *got = NULL;
+    uint64_t n = 0;
+    int rc = fetch_step_wait(a, 1, 0, 1, &got, &n, &st);
+    printf("# %s: fetch after an earlier answer's tail: %s (%s)\n", g_prov, ftc_errname(rc),
+           st.detail);
+    CHECK(rc == 0 && n == g_n[0] && memcmp(got, g_s[0], n) == 0);
+    free(got);
+    return 0;
+}
+
+/* Serves g_s[0] from offset `from` on, as a fetch answer. */
+static void raw_serve(agent_t *a, uint64_t from, uint64_t chunk)
+{
+    for (uint64_t off = from; off < g_n[0]; off += chunk)
+        CHECK(raw_put_f(a, 0, 1, g_s[0], g_n[0], 1, off,
+                        g_n[0] - off < chunk ? g_n[0] - off : chunk, true, RAW_F_FETCH) == 0);
+    ftc_shard_view_t v;
+    ftc_err_t e = {0};
+    CHECK(ftc_shard_open(&v, g_s[0], g_n[0], 0, &e) == 0);
+    ftc_wire_hdr_t end = {.type = FTC_MSG_PUT_END, .flags = RAW_F_FETCH, .generation = 1,
+                          .owner = 0, .step = 1, .total = g_n[0], .payload_xxh3 = v.head_xxh3};
+    raw_hdr(a, 0, &end);
+}
+
+static int s16_holder(agent_t *a)
+{
+    ftc_wire_hdr_t h;
+    CHECK(raw_recv(a, 0, &h, 10000) == 0 && h.type == FTC_MSG_GET && h.step == 1);
+    CHECK(raw_recv(a, 0, &h, 10000) == 0 && h.type == FTC_MSG_GET && h.step == 1);
+    /* the answer to the first GET, from its second chunk on (its first one
+     * went before the fetcher gave up), then the answer to the second */
+    uint64_t chunk = 256 << 10;
+    raw_serve(a, chunk, chunk);
+    ftc_sleep_ms(1000); /* the fetcher is done with the first before the second starts
+                           (else their chunks happen to add up to a whole shard) */
+    raw_serve(a, 0, chunk);
+    return 0;
+}
+
+static void test_stale_answer_tail(void **state)
+{
+    (void)state;
+    new_job();
+    g_s[0] = ftc_test_make_shard(1, 0, 1 << 14, 161, &g_n[0]);
+    agent_cfg_t cfg[2] = {{.script = s16_fetcher}, {.script = s16_holder, .raw = true}};
+    run_t R;
+    run_start(&R, 2, cfg);
+    run_end(&R);
+    unlink_slots();
+    shards_free();
+}
+
 /* ---- a restarted agent adopts only the replicas that verify ---------------------- */
 
 /* Writes shard s (n bytes) into node 1's replica slot k of owner 0, as an
@@ -1378,6 +1441,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_fetch_abort_drains),
         cmocka_unit_test(test_superseded_drains),
         cmocka_unit_test(test_late_fetch_nack),
+        cmocka_unit_test(test_stale_answer_tail),
         cmocka_unit_test(test_wrong_key),
         cmocka_unit_test(test_stale_generation),
         cmocka_unit_test(test_parity),
