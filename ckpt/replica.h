@@ -181,7 +181,8 @@ int ftc_repl_held(ftc_repl_t *r, uint32_t owner, uint64_t *step, const uint8_t *
 void ftc_repl_serve_local(ftc_repl_t *r, const char *ns);
 
 /* The replica of (owner, step) this agent holds — the newest, or the one
- * before it while its slot is not being overwritten: FTC_ENOENT otherwise.
+ * before it while no push has started writing over its slot (one that
+ * failed leaves no replica there): FTC_ENOENT otherwise.
  * Same lifetime as ftc_repl_held. */
 int ftc_repl_held_step(ftc_repl_t *r, uint32_t owner, uint64_t step, const uint8_t **shard,
                        uint64_t *size);
