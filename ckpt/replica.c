@@ -134,6 +134,8 @@ typedef struct drain { /* a refused PUT's payload received to be thrown away */
     bool posted;            /* false: FTC_EAGAIN, retried until d */
     uint64_t next_try_ns;
     ftc_deadline_t d;
+    ftc_deadline_t live;    /* posted, its DATA not in by then (the sender died or gave
+                               up before sending it): cancelled, like an idle push */
     struct drain *next;
 } drain_t;
 
@@ -171,6 +173,8 @@ typedef struct incoming { /* bytes arriving for a push (into a slot) or a fetch 
     bool end_seen;
     uint64_t head_xxh3;     /* from PUT_END */
     uint64_t last_ns;       /* last activity, for the idle timeout */
+    uint64_t next_off;      /* fetch: the offset of the answer's next PUT (a serve sends its
+                               chunks in order, from 0) */
     /* verification while the bytes arrive (incoming_hash) */
     uint64_t contig;        /* bytes [0, contig) have landed */
     landed_t *ahead;        /* landed ranges past contig, by offset */
@@ -493,23 +497,25 @@ static int pump_outbox(ftc_repl_t *r)
     return ev;
 }
 
-/* Receives a refused PUT's payload into a throw-away buffer so its sender's
- * send completes (see the top of the file). Best effort, bounded. */
-static void drain_put(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
+/* Receives the DATA (tag, len bytes) of a PUT from p into a throw-away
+ * buffer so its sender's send completes (see the top of the file). Best
+ * effort, bounded. */
+static void drain_tag(ftc_repl_t *r, peer_t *p, uint64_t tag, uint64_t len)
 {
-    if (h->type != FTC_MSG_PUT || h->length == 0 || r->broken || r->ndrains >= FTC__MAX_DRAINS)
+    if (len == 0 || r->broken || r->ndrains >= FTC__MAX_DRAINS)
         return;
     drain_t *d = calloc(1, sizeof *d);
-    uint8_t *buf = d ? malloc(h->length) : NULL;
+    uint8_t *buf = d ? malloc(len) : NULL;
     if (!buf) {
         free(d);
         return;
     }
     d->buf = buf;
-    d->len = h->length;
+    d->len = len;
     d->node = p->node;
-    d->tag = tag_data(p->node, h->seq);
+    d->tag = tag;
     d->d = ftc_deadline_in_ms(1000);
+    d->live = ftc_deadline_in_ms((uint64_t)r->serve_ms);
     int rc = ftc_fabric_irecv_try(r->fab, &d->req, p->fa, d->tag, 0, buf, d->len);
     if (rc < 0 && rc != FTC_EAGAIN) {
         free(buf);
@@ -523,11 +529,20 @@ static void drain_put(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
     r->ndrains++;
 }
 
+/* Drains a refused PUT's payload. */
+static void drain_put(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
+{
+    if (h->type == FTC_MSG_PUT)
+        drain_tag(r, p, tag_data(p->node, h->seq), h->length);
+}
+
 static int pump_drains(ftc_repl_t *r)
 {
     int ev = 0;
     for (drain_t **pd = &r->drains; *pd;) {
         drain_t *d = *pd;
+        if (pending(&d->req) && ftc_deadline_expired(d->live))
+            cancel_one(r, &d->req); /* else it held a drain and its buffer for ever */
         bool keep = pending(&d->req);
         if (!d->posted) {
             /* not posted yet (FTC_EAGAIN): retry until its deadline, then give
@@ -618,7 +633,9 @@ static size_t tp_pending(tx_peer_t *tp, int window, ftc_fabric_req_t **out)
     return n;
 }
 
-static void incoming_free(ftc_repl_t *r, incoming_t *in, bool cancel);
+/* How incoming_free treats the DATA receives still outstanding. */
+enum { IN_KEEP = 0, IN_CANCEL = 1, IN_DRAIN = 2 };
+static void incoming_free(ftc_repl_t *r, incoming_t *in, int how);
 
 /* Drops outbox message `id` if it is still waiting to be posted (nothing of
  * it is in libfabric's hands); true if it was. */
@@ -675,7 +692,7 @@ static void xfer_abort(ftc_repl_t *r, xfer_t *x, int rc, const char *why)
     }
     if (x->kind == XK_FETCH) {
         if (x->in) {
-            incoming_free(r, x->in, true);
+            incoming_free(r, x->in, IN_DRAIN); /* the holder may still be sending */
             x->in = NULL;
         }
         if (x->buf != x->dst)
@@ -746,9 +763,15 @@ static void store_adopt(ftc_repl_t *r, store_t *s)
             s->complete = i;
             s->step = v[i].info.step;
             s->size = v[i].size;
+        } else if (ok[i]) {
+            FTC_WARN("repl", "node %u: replica slot %d of owner %u (step %llu) does not "
+                     "verify: not adopted (%s)", r->self, i, s->owner,
+                     (unsigned long long)v[i].info.step, e.msg);
+            ok[i] = false; /* torn (a push that failed midway): never held, nor kept */
         }
     }
-    for (int i = 0; i < 2 && s->complete >= 0; i++) /* the other one is verified when served */
+    /* the other one (older, not hashed yet) is verified when served */
+    for (int i = 0; i < 2 && s->complete >= 0; i++)
         if (ok[i]) {
             s->held[i] = true;
             s->sstep[i] = v[i].info.step;
@@ -832,9 +855,14 @@ static int store_prepare(ftc_repl_t *r, store_t *s, int idx, uint64_t size, ftc_
 
 /* ---- incoming transfers -------------------------------------------------------- */
 
-static void incoming_free(ftc_repl_t *r, incoming_t *in, bool cancel)
+/* Frees in. IN_CANCEL: its outstanding DATA receives are cancelled first;
+ * IN_DRAIN: also, those whose DATA has not come are drained (drain_tag): a
+ * sender still alive (a holder answering a fetch that gave up, a push
+ * superseded) then sees its sends complete; an unreceived rendezvous send
+ * can never complete or be cancelled and would break its endpoint. */
+static void incoming_free(ftc_repl_t *r, incoming_t *in, int how)
 {
-    if (cancel && in->outstanding && !r->broken) {
+    if (how != IN_KEEP && in->outstanding && !r->broken) {
         ftc_fabric_req_t **reqs = calloc((size_t)in->outstanding, sizeof *reqs);
         size_t n = 0;
         for (chunk_rx_t *c = in->chunks; reqs && c; c = c->next)
@@ -845,9 +873,13 @@ static void incoming_free(ftc_repl_t *r, incoming_t *in, bool cancel)
     }
     /* after a cancel, anything still pending belongs to a broken endpoint
      * that will never progress again (fabric.h), so freeing is safe */
+    peer_t *p = how == IN_DRAIN && !r->broken ? peer_find(r, in->node) : NULL;
     while (in->chunks) {
         chunk_rx_t *c = in->chunks;
         in->chunks = c->next;
+        if (p && (!c->posted || (c->req.state == FTC_FABRIC_REQ_DONE &&
+                                 c->req.status == FTC_ECANCELED)))
+            drain_tag(r, p, c->tag, c->len);
         free(c);
     }
     for (incoming_t **pi = &r->ins; *pi; pi = &(*pi)->next)
@@ -1073,7 +1105,7 @@ static void incoming_complete(ftc_repl_t *r, incoming_t *in)
             x->size = in->total;
         }
         xfer_finish(r, x);
-        incoming_free(r, in, false);
+        incoming_free(r, in, IN_KEEP);
         return;
     }
     store_t *s = in->st;
@@ -1082,7 +1114,7 @@ static void incoming_complete(ftc_repl_t *r, incoming_t *in)
                 (unsigned long long)in->step, in->node, e.msg);
         if (p)
             send_nack(r, p, in->owner, in->step, 0, rc, "%s", e.msg); /* the sender names both */
-        incoming_free(r, in, false);
+        incoming_free(r, in, IN_KEEP);
         return;
     }
     s->complete = in->slot;
@@ -1100,7 +1132,7 @@ static void incoming_complete(ftc_repl_t *r, incoming_t *in)
         h.total = in->total;
         (void)send_ctl(r, p, &h, NULL, NULL);
     }
-    incoming_free(r, in, false);
+    incoming_free(r, in, IN_KEEP);
 }
 
 static int pump_incoming(ftc_repl_t *r)
@@ -1159,7 +1191,7 @@ static int pump_incoming(ftc_repl_t *r)
             FTC_WARN("repl", "node %u: push of owner %u step %llu from node %u idle for %d ms: "
                      "abandoned (sender dead?)", r->self, in->owner, (unsigned long long)in->step,
                      in->node, r->serve_ms);
-            incoming_free(r, in, true);
+            incoming_free(r, in, IN_CANCEL);
             ev++;
         }
         if (r->broken)
@@ -1184,10 +1216,15 @@ static void on_push_put(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
         goto refuse;
     }
     incoming_t *in = s->in;
-    if (in && (in->node != p->node || in->step != h->step || in->total != h->total)) {
+    if (in && (in->node != p->node || in->step != h->step || in->total != h->total ||
+               h->offset == 0)) {
         /* Another push of this owner is unfinished. The same sender starting
-         * anew means its old push ended (it never overlaps them); a newer
-         * generation wins; otherwise the first one keeps the slot. */
+         * anew means its old push ended (it never overlaps them): also a push
+         * of the same step, which starts at offset 0 again (a push sends each
+         * offset once, in order) — a sender that restarted, or retries after
+         * a lost connection; the old push's receives would wait for DATA
+         * that never comes. A newer generation wins; otherwise the first one
+         * keeps the slot. */
         if (in->node == p->node || h->generation > in->gen) {
             if (in->node != p->node) {
                 peer_t *op = peer_find(r, in->node);
@@ -1197,7 +1234,7 @@ static void on_push_put(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
                               p->node, (unsigned long long)h->step,
                               (unsigned long long)h->generation);
             }
-            incoming_free(r, in, true);
+            incoming_free(r, in, IN_DRAIN); /* its sender may be alive */
             in = NULL;
             if (r->broken)
                 return;
@@ -1282,6 +1319,17 @@ static void on_fetch_put(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
         drain_put(r, p, h);
         return;
     }
+    uint64_t want = x->in ? x->in->next_off : 0;
+    if (h->offset != want) {
+        /* a serve sends its PUTs in order from offset 0: this one is the
+         * rest of the answer to an earlier fetch of the owner that gave up */
+        refused(r, "fetch PUT of owner %u step %llu at offset %llu from node %u: the answer "
+                "is at offset %llu (the rest of an earlier fetch's answer)", h->owner,
+                (unsigned long long)h->step, (unsigned long long)h->offset, p->node,
+                (unsigned long long)want);
+        drain_put(r, p, h);
+        return;
+    }
     if (!x->in) {
         /* straight into the caller's memory when it fits (no copy after) */
         bool into = x->dst && h->total <= x->dst_cap && h->total >= FTC_SHARD_HEADER_SIZE;
@@ -1306,6 +1354,8 @@ static void on_fetch_put(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
     }
     const char *why;
     int rc = incoming_post(r, p, x->in, h, &why);
+    if (rc == 0)
+        x->in->next_off = h->offset + h->length;
     if (rc < 0 && !r->broken) {
         drain_put(r, p, h);
         xfer_abort(r, x, rc, why);
@@ -1322,7 +1372,10 @@ static void on_put_end(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
         store_t *s = store_get(r, h->owner, false);
         in = s ? s->in : NULL;
     }
-    if (!in || in->node != p->node || in->step != h->step || in->total != h->total) {
+    /* a fetch's answer ends once all its PUTs came: else it is an earlier
+     * fetch's answer ending */
+    if (!in || in->node != p->node || in->step != h->step || in->total != h->total ||
+        (in->fx && in->next_off != in->total)) {
         refused(r, "PUT_END of owner %u step %llu from node %u matches no transfer", h->owner,
                 (unsigned long long)h->step, p->node);
         if (!(h->flags & FTC__F_FETCH))
@@ -1352,17 +1405,14 @@ static int held_slot(store_t *s, uint64_t step, uint64_t *size)
         *size = s->size;
         return s->complete;
     }
+    /* only a replica this store holds (held[]): a push refused after its
+     * bytes landed (a bad checksum) or abandoned midway leaves a shard in
+     * the slot whose head and footer may open fine, but it is no replica */
     int o = 1 - s->complete;
-    if (!s->slot[o].base || (s->in && s->in->slot == o))
+    if (!s->slot[o].base || !s->held[o] || s->sstep[o] != step || s->ssize[o] > s->slot[o].size ||
+        (s->in && s->in->slot == o))
         return -1;
-    ftc_shard_view_t v;
-    ftc_err_t e = {0};
-    uint64_t total;
-    if (ftc_shard_peek_size(s->slot[o].base, s->slot[o].size, &total, &e) < 0 ||
-        total > s->slot[o].size ||
-        ftc_shard_open(&v, s->slot[o].base, total, 0, &e) < 0 || v.info.step != step)
-        return -1;
-    *size = total;
+    *size = s->ssize[o];
     return o;
 }
 
@@ -1443,10 +1493,13 @@ static void on_reply(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h, const ui
     if (code == 0 || code < FTC_ERANGE)
         code = FTC_EPROTO;
     if (h->flags & FTC__F_FETCH) {
+        /* a fetch NACK says the step its GET asked for (UINT64_MAX: newest):
+         * one of another step answers an earlier fetch that gave up */
         xfer_t *x = fetch_find(r, p->node, h->owner);
-        if (!x || h->type != FTC_MSG_NACK) {
-            refused(r, "unexpected fetch %s of owner %u from node %u",
-                    ftc_wire_type_name(h->type), h->owner, p->node);
+        if (!x || h->type != FTC_MSG_NACK || h->step != x->step) {
+            refused(r, "unexpected fetch %s of owner %u step %llu from node %u%s",
+                    ftc_wire_type_name(h->type), h->owner, (unsigned long long)h->step,
+                    p->node, x && h->step != x->step ? " (an earlier fetch's)" : "");
             return;
         }
         xfer_fail(x, code, "fetch of owner %u from peer %u: %s", h->owner, p->node, reason);
@@ -1865,7 +1918,7 @@ static void xfer_free(ftc_repl_t *r, xfer_t *x)
         free(x->tp[i].ch);
     free(x->tp);
     if (x->in)
-        incoming_free(r, x->in, true);
+        incoming_free(r, x->in, IN_CANCEL);
     if (x->buf != x->dst)
         free(x->buf);
     free(x);
@@ -2027,7 +2080,7 @@ void ftc_repl_destroy(ftc_repl_t *r)
         }
     free(r->xf);
     while (r->ins)
-        incoming_free(r, r->ins, false);
+        incoming_free(r, r->ins, IN_KEEP);
     while (r->outbox) {
         outmsg_t *m = r->outbox;
         r->outbox = m->next;
@@ -2129,7 +2182,20 @@ int ftc_repl_peer_remove(ftc_repl_t *r, uint32_t node)
     for (incoming_t *in = r->ins, *next; in; in = next) {
         next = in->next;
         if (in->node == node && !in->fx)
-            incoming_free(r, in, true);
+            incoming_free(r, in, IN_CANCEL);
+    }
+    for (drain_t **pd = &r->drains; *pd;) { /* its drains: nothing more comes from it */
+        drain_t *d = *pd;
+        if (d->node == node)
+            cancel_one(r, &d->req);
+        if (d->node != node || pending(&d->req)) { /* pending: broken, freed by destroy */
+            pd = &d->next;
+            continue;
+        }
+        *pd = d->next;
+        free(d->buf);
+        free(d);
+        r->ndrains--;
     }
     ftc_fabric_req_t *reqs[64];
     size_t n = 0;

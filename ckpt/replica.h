@@ -37,7 +37,8 @@
  * newest replica instead when that one is of another step and the other
  * slot holds the committed one (the newest was abandoned by its sender). A
  * restarted agent adopts the slots it finds: the one that verifies with the
- * highest step is its held replica.
+ * highest step is its held replica; a slot that fails verification (a push
+ * torn midway) is neither served nor kept by a push that says its step.
  *
  * Deadlines: each push and fetch has one; when it passes, the transfer ends
  * with FTC_ETIMEDOUT for the peers that had not acknowledged, its fabric
@@ -180,7 +181,8 @@ int ftc_repl_held(ftc_repl_t *r, uint32_t owner, uint64_t *step, const uint8_t *
 void ftc_repl_serve_local(ftc_repl_t *r, const char *ns);
 
 /* The replica of (owner, step) this agent holds — the newest, or the one
- * before it while its slot is not being overwritten: FTC_ENOENT otherwise.
+ * before it while no push has started writing over its slot (one that
+ * failed leaves no replica there): FTC_ENOENT otherwise.
  * Same lifetime as ftc_repl_held. */
 int ftc_repl_held_step(ftc_repl_t *r, uint32_t owner, uint64_t step, const uint8_t **shard,
                        uint64_t *size);

@@ -4,7 +4,16 @@
  * fetched back; two agents pushing to each other at once; a receiver killed
  * with SIGKILL mid-push (the sender ends by its deadline, the receiver's
  * previous replica survives for a restarted process: I3); a bit flipped after
- * sealing (NACK, previous replica kept); a nonzero padding byte (a push
+ * sealing (NACK, previous replica kept; the refused bytes left in the slot
+ * are not served as a replica of their step); a restarted agent's torn slot
+ * (not adopted, not kept over a verified one by a push that says its step
+ * committed); a raw peer that starts a push of the same step anew (ACKed);
+ * 32 refused PUTs whose DATA never comes, then one whose DATA does (drained);
+ * a holder's DATA sent after the fetcher gave up, and an older push's DATA
+ * sent after a newer generation superseded it (both drained); a late NACK of
+ * an earlier fetch, and the rest of an earlier fetch's answer (refused: the
+ * next fetch from that holder succeeds);
+ * a nonzero padding byte (a push
  * NACKed, a fetch of a holder's replica whose padding changed refused);
  * senders with another secret or another job (refused, the receiver keeps
  * serving); a stale generation (refused, then accepted after the sender
@@ -62,9 +71,12 @@ static void child_exit(int rc)
 
 typedef struct agent {
     ftc_fabric_t *fab;
-    ftc_repl_t *r;
+    ftc_repl_t *r;                  /* NULL for a raw peer */
     uint32_t self;
     int ctl;
+    ftc_fabric_peer_t fa[MAX_AGENTS]; /* raw peer: the others' addresses */
+    ftc_wire_key_t key;               /* raw peer: the job's key */
+    uint64_t seq;                     /* raw peer: next header seq */
 } agent_t;
 
 typedef int (*agent_fn)(agent_t *a);
@@ -76,6 +88,8 @@ typedef struct agent_cfg {
     agent_fn script;    /* runs first; its result byte goes to the parent */
     agent_fn final;     /* runs after the parent says quit */
     bool dies;          /* expected to die by SIGKILL */
+    bool raw;           /* no engine: the script speaks the wire protocol itself */
+    int serve_ms;       /* 0: 20000 */
 } agent_cfg_t;
 
 static const char *k_secret = "0123456789abcdef0123456789abcdef";
@@ -130,7 +144,7 @@ static ftc_repl_t *open_repl(ftc_fabric_t *f, uint32_t self, const agent_cfg_t *
     o.job = g_job;
     o.self = self;
     o.generation = c && c->gen ? c->gen : 1;
-    o.serve_timeout_ms = 20000;
+    o.serve_timeout_ms = c && c->serve_ms ? c->serve_ms : 20000;
     ftc_repl_t *r = ftc_repl_create(&o, &err);
     if (!r)
         fprintf(stderr, "agent %u: %s\n", self, err.msg);
@@ -171,18 +185,25 @@ static int push_wait(agent_t *a, uint32_t owner, const uint8_t *s, uint64_t size
     return st->rc;
 }
 
-/* Fetches (owner, newest) from peer; returns rc and the shard (caller frees). */
-static int fetch_wait(agent_t *a, uint32_t peer, uint32_t owner, uint8_t **out, uint64_t *size,
-                      ftc_repl_status_t *st)
+/* Fetches (owner, step) from peer; returns rc and the shard (caller frees). */
+static int fetch_step_wait(agent_t *a, uint32_t peer, uint32_t owner, uint64_t step,
+                           uint8_t **out, uint64_t *size, ftc_repl_status_t *st)
 {
     ftc_repl_xfer_t x;
-    CHECK(ftc_repl_fetch(a->r, peer, owner, UINT64_MAX, ftc_deadline_in_ms(30000), &x) == 0);
+    CHECK(ftc_repl_fetch(a->r, peer, owner, step, ftc_deadline_in_ms(30000), &x) == 0);
     run_xfer(a, x, st, 60);
     int rc = st->rc;
     if (rc == 0)
         CHECK(ftc_repl_take(a->r, x, out, size) == 0);
     ftc_repl_release(a->r, x);
     return rc;
+}
+
+/* Fetches (owner, newest) from peer. */
+static int fetch_wait(agent_t *a, uint32_t peer, uint32_t owner, uint8_t **out, uint64_t *size,
+                      ftc_repl_status_t *st)
+{
+    return fetch_step_wait(a, peer, owner, UINT64_MAX, out, size, st);
 }
 
 static void serve_until_quit(agent_t *a)
@@ -194,7 +215,9 @@ static void serve_until_quit(agent_t *a)
             if (read(a->ctl, &c, 1) <= 0 || c == 'q')
                 return;
         }
-        if (ftc_repl_progress(a->r, ftc_deadline_in_ms(20), false) < 0)
+        if (!a->r)
+            ftc_sleep_ms(20); /* a raw peer: nothing to serve */
+        else if (ftc_repl_progress(a->r, ftc_deadline_in_ms(20), false) < 0)
             ftc_sleep_ms(20); /* broken endpoint: only wait for the parent */
     }
 }
@@ -226,7 +249,10 @@ static void child_main(int i, int n, int ctl, const agent_cfg_t *c)
     if (!a.fab)
         fprintf(stderr, "agent %d: %s\n", i, err.msg);
     CHECK(a.fab);
-    a.r = open_repl(a.fab, (uint32_t)i, c);
+    if (c->raw)
+        CHECK(ftc_wire_key_init(&a.key, "test-job", k_secret, strlen(k_secret), &err) == 0);
+    else
+        a.r = open_repl(a.fab, (uint32_t)i, c);
     uint8_t me[FTC_FABRIC_ADDR_MAX];
     size_t len = sizeof me;
     CHECK(ftc_fabric_getname(a.fab, me, &len) == 0);
@@ -238,7 +264,9 @@ static void child_main(int i, int n, int ctl, const agent_cfg_t *c)
         uint32_t ol;
         CHECK(read_all(ctl, &ol, 4) == 0 && ol <= sizeof other);
         CHECK(read_all(ctl, other, ol) == 0);
-        if (j != i)
+        if (j != i && c->raw)
+            CHECK(ftc_fabric_peer_add(a.fab, other, ol, &a.fa[j]) == 0);
+        else if (j != i)
             CHECK(ftc_repl_peer_add(a.r, (uint32_t)j, other, ol) == 0);
     }
     uint8_t res = 0;
@@ -571,6 +599,501 @@ static void test_bit_flip(void **state)
     assert_int_equal(ftc_shard_open(&v, g_s[1], g_n[1], 0, &e), 0);
     g_s[1][v.payload_offset + 12345] ^= 0x10; /* after sealing */
     agent_cfg_t cfg[2] = {{.script = s4_corrupt}, {.final = f4_kept}};
+    run_t R;
+    run_start(&R, 2, cfg);
+    run_end(&R);
+    unlink_slots();
+    shards_free();
+}
+
+/* ---- a push refused after all its bytes landed is not a held replica ------------ */
+
+static int s9_refused(agent_t *a)
+{
+    ftc_repl_status_t st;
+    uint32_t peer = 1;
+    CHECK(push_wait(a, 0, g_s[0], g_n[0], &peer, 1, 60, &st) == 0);
+    CHECK(push_wait(a, 0, g_s[1], g_n[1], &peer, 1, 60, &st) == 0);
+    /* step 3, a bit flipped after sealing: every byte lands over the step-1
+     * replica, its head and footer intact, and the receiver refuses it */
+    CHECK(push_wait(a, 0, g_s[2], g_n[2], &peer, 1, 60, &st) == FTC_ECORRUPT);
+    uint8_t *back = NULL;
+    uint64_t n = 0;
+    int rc = fetch_step_wait(a, 1, 0, 3, &back, &n, &st);
+    printf("# %s: GET of the refused step 3: %s (%s)\n", g_prov, ftc_errname(rc), st.detail);
+    free(back);
+    CHECK(rc == FTC_ENOENT && strstr(st.detail, "not held") != NULL);
+    CHECK(fetch_wait(a, 1, 0, &back, &n, &st) == 0);
+    CHECK(n == g_n[1] && memcmp(back, g_s[1], n) == 0);
+    free(back);
+    return 0;
+}
+
+static int f9_refused(agent_t *a)
+{
+    const uint8_t *h = NULL;
+    uint64_t size = 0;
+    CHECK(ftc_repl_held_step(a->r, 0, 3, &h, &size) == FTC_ENOENT);
+    CHECK(ftc_repl_held_step(a->r, 0, 1, &h, &size) == FTC_ENOENT); /* written over */
+    CHECK(ftc_repl_held_step(a->r, 0, 2, &h, &size) == 0);
+    CHECK(size == g_n[1] && memcmp(h, g_s[1], size) == 0);
+    CHECK(held_equals(a, 0, g_s[1], g_n[1]));
+    return 0;
+}
+
+static void test_refused_not_held(void **state)
+{
+    (void)state;
+    new_job();
+    g_s[0] = ftc_test_make_shard(1, 0, 1 << 14, 91, &g_n[0]);
+    g_s[1] = ftc_test_make_shard(2, 0, 1 << 14, 92, &g_n[1]);
+    g_s[2] = ftc_test_make_shard(3, 0, 1 << 14, 93, &g_n[2]);
+    ftc_shard_view_t v;
+    ftc_err_t e = {0};
+    assert_int_equal(ftc_shard_open(&v, g_s[2], g_n[2], 0, &e), 0);
+    g_s[2][v.payload_offset + 123] ^= 0x10; /* after sealing */
+    agent_cfg_t cfg[2] = {{.script = s9_refused}, {.final = f9_refused}};
+    run_t R;
+    run_start(&R, 2, cfg);
+    run_end(&R);
+    unlink_slots();
+    shards_free();
+}
+
+/* ---- a raw peer: the wire protocol by hand (docs/wire-protocol.md) ------------- */
+
+static uint64_t raw_tag_hdr(uint32_t node)
+{
+    return (1ull << 62) | node;
+}
+
+static uint64_t raw_tag_data(uint32_t node, uint64_t seq)
+{
+    return (2ull << 62) | ((uint64_t)(node & 0xfffffu) << 40) | (seq & ((1ull << 40) - 1));
+}
+
+/* Sends header h (sender and seq filled in here) to node `to`; its seq. */
+static uint64_t raw_hdr(agent_t *a, uint32_t to, ftc_wire_hdr_t *h)
+{
+    uint8_t buf[FTC_WIRE_HDR];
+    ftc_err_t e = {0};
+    if (!a->seq)
+        a->seq = 1;
+    h->sender = a->self;
+    h->seq = a->seq++;
+    CHECK(ftc_wire_encode(&a->key, h, buf, &e) == 0);
+    CHECK(ftc_fabric_send(a->fab, a->fa[to], raw_tag_hdr(a->self), buf, sizeof buf,
+                          ftc_deadline_in_ms(5000)) == 0);
+    return h->seq;
+}
+
+#define RAW_F_FETCH 0x100 /* FTC__F_FETCH of replica.c: a PUT answering a GET */
+
+/* A PUT of bytes [off, off+len) of shard s (owner 0) at generation gen:
+ * its header, then (with_data) its DATA. */
+static int raw_put_f(agent_t *a, uint32_t to, uint64_t gen, const uint8_t *s, uint64_t total,
+                     uint64_t step, uint64_t off, uint64_t len, bool with_data, uint16_t flags)
+{
+    ftc_wire_hdr_t h = {.type = FTC_MSG_PUT, .flags = flags, .generation = gen, .owner = 0,
+                        .step = step, .offset = off, .length = len, .total = total};
+    uint64_t seq = raw_hdr(a, to, &h);
+    if (!with_data)
+        return 0;
+    return ftc_fabric_send(a->fab, a->fa[to], raw_tag_data(a->self, seq), s + off, len,
+                           ftc_deadline_in_ms(5000));
+}
+
+static int raw_put(agent_t *a, uint32_t to, uint64_t gen, const uint8_t *s, uint64_t total,
+                   uint64_t step, uint64_t off, uint64_t len, bool with_data)
+{
+    return raw_put_f(a, to, gen, s, total, step, off, len, with_data, 0);
+}
+
+/* Pushes all of shard s (step) in chunks of `chunk` bytes, then its PUT_END. */
+static void raw_push(agent_t *a, uint32_t to, uint64_t gen, const uint8_t *s, uint64_t n,
+                     uint64_t step, uint64_t chunk)
+{
+    for (uint64_t off = 0; off < n; off += chunk)
+        CHECK(raw_put(a, to, gen, s, n, step, off, n - off < chunk ? n - off : chunk, true) == 0);
+    ftc_shard_view_t v;
+    ftc_err_t e = {0};
+    CHECK(ftc_shard_open(&v, s, n, 0, &e) == 0);
+    ftc_wire_hdr_t h = {.type = FTC_MSG_PUT_END, .generation = gen, .owner = 0, .step = step,
+                        .total = n, .payload_xxh3 = v.head_xxh3};
+    raw_hdr(a, to, &h);
+}
+
+/* Receives the next header from node `from` within ms: 0, or the error. */
+static int raw_recv(agent_t *a, uint32_t from, ftc_wire_hdr_t *h, int ms)
+{
+    uint8_t buf[256];
+    size_t got = 0;
+    ftc_err_t e = {0};
+    int rc = ftc_fabric_recv(a->fab, a->fa[from], raw_tag_hdr(from), 0, buf, sizeof buf, &got,
+                             NULL, ftc_deadline_in_ms((uint64_t)ms));
+    return rc ? rc : ftc_wire_decode(&a->key, buf, got, h, &e);
+}
+
+/* ---- a sender that starts a push of the same step anew ------------------------- */
+
+static int s11_repush(agent_t *a)
+{
+    /* the first attempt: one chunk in, the header of the next one out, and
+     * then nothing (its sender restarted, or gave up on a lost connection) */
+    uint64_t chunk = 256 << 10;
+    CHECK(raw_put(a, 1, 1, g_s[0], g_n[0], 1, 0, chunk, true) == 0);
+    CHECK(raw_put(a, 1, 1, g_s[0], g_n[0], 1, chunk, chunk, false) == 0);
+    /* the same step again, whole: the receiver must start over, not wait for
+     * the first attempt's chunk that never comes */
+    raw_push(a, 1, 1, g_s[0], g_n[0], 1, chunk);
+    ftc_wire_hdr_t h;
+    int rc = raw_recv(a, 1, &h, 10000);
+    printf("# %s: the push started anew: %s %s\n", g_prov, ftc_errname(rc),
+           rc ? "" : ftc_wire_type_name(h.type));
+    CHECK(rc == 0 && h.type == FTC_MSG_ACK && h.step == 1 && h.total == g_n[0]);
+    return 0;
+}
+
+static int f11_repush(agent_t *a)
+{
+    CHECK(held_equals(a, 0, g_s[0], g_n[0]));
+    return 0;
+}
+
+static void test_repush_same_step(void **state)
+{
+    (void)state;
+    new_job();
+    g_s[0] = ftc_test_make_shard(1, 0, 1 << 14, 111, &g_n[0]);
+    agent_cfg_t cfg[2] = {{.script = s11_repush, .raw = true}, {.final = f11_repush}};
+    run_t R;
+    run_start(&R, 2, cfg);
+    run_end(&R);
+    unlink_slots();
+    shards_free();
+}
+
+/* ---- refused PUTs whose DATA never comes do not use up the drains -------------- */
+
+#define DRAIN_MAX 32 /* FTC__MAX_DRAINS of replica.c */
+
+static int s12_drains(agent_t *a)
+{
+    /* stale PUTs (generation 3, the receiver is at 5): each one's DATA is
+     * to be drained, but its sender is gone before sending it */
+    uint64_t len = 1 << 20;
+    for (int i = 0; i < DRAIN_MAX; i++)
+        CHECK(raw_put(a, 1, 3, g_s[0], g_n[0], 1, 0, len, false) == 0);
+    ftc_sleep_ms(2500); /* the receiver's serve_timeout_ms, and then some */
+    /* a refused PUT whose sender is alive sends its DATA: it must be
+     * drained, else the rendezvous send never completes (and cannot be
+     * cancelled: the sender's endpoint breaks) */
+    int rc = raw_put(a, 1, 3, g_s[0], g_n[0], 1, 0, len, true);
+    printf("# %s: DATA of a refused PUT after %d undelivered ones: %s\n", g_prov, DRAIN_MAX,
+           ftc_errname(rc));
+    CHECK(rc == 0);
+    return 0;
+}
+
+static int f12_drains(agent_t *a)
+{
+    ftc_repl_counters_t c;
+    ftc_repl_counters(a->r, &c);
+    CHECK(c.refused >= DRAIN_MAX + 1);
+    return 0;
+}
+
+static void test_drain_expires(void **state)
+{
+    (void)state;
+    new_job();
+    g_s[0] = ftc_test_make_shard(1, 0, 1 << 15, 121, &g_n[0]); /* > 1 MiB */
+    agent_cfg_t cfg[2] = {{.script = s12_drains, .raw = true},
+                          {.final = f12_drains, .gen = 5, .serve_ms = 1500}};
+    run_t R;
+    run_start(&R, 2, cfg);
+    run_end(&R);
+    unlink_slots();
+    shards_free();
+}
+
+/* ---- a fetch that gives up drains the DATA its holder still sends ------------- */
+
+static int s13_fetcher(agent_t *a)
+{
+    ftc_repl_xfer_t x;
+    ftc_repl_status_t st;
+    CHECK(ftc_repl_fetch(a->r, 1, 0, 1, ftc_deadline_in_ms(1000), &x) == 0);
+    run_xfer(a, x, &st, 30);
+    ftc_repl_release(a->r, x);
+    CHECK(st.rc == FTC_ETIMEDOUT);
+    return 0; /* and serves on: the holder's DATA comes after this */
+}
+
+static int s13_holder(agent_t *a)
+{
+    ftc_wire_hdr_t h;
+    CHECK(raw_recv(a, 0, &h, 10000) == 0 && h.type == FTC_MSG_GET && h.owner == 0);
+    /* the answer's first PUT: its header now, its DATA (1 MiB: a rendezvous
+     * send on rxm) after the fetcher gave up */
+    uint64_t len = 1 << 20;
+    CHECK(raw_put_f(a, 0, 1, g_s[0], g_n[0], 1, 0, len, false, RAW_F_FETCH) == 0);
+    ftc_sleep_ms(2500);
+    int rc = ftc_fabric_send(a->fab, a->fa[0], raw_tag_data(a->self, a->seq - 1), g_s[0], len,
+                             ftc_deadline_in_ms(5000));
+    printf("# %s: DATA sent after the fetcher gave up: %s\n", g_prov, ftc_errname(rc));
+    CHECK(rc == 0);
+    return 0;
+}
+
+static void test_fetch_abort_drains(void **state)
+{
+    (void)state;
+    new_job();
+    g_s[0] = ftc_test_make_shard(1, 0, 1 << 15, 131, &g_n[0]); /* > 1 MiB */
+    agent_cfg_t cfg[2] = {{.script = s13_fetcher}, {.script = s13_holder, .raw = true}};
+    run_t R;
+    run_start(&R, 2, cfg);
+    run_end(&R);
+    unlink_slots();
+    shards_free();
+}
+
+/* ---- a push superseded by a newer generation: its DATA still drained ----------- */
+
+static int s14_old(agent_t *a)
+{
+    /* generation 1: the first PUT's header, its DATA held back */
+    uint64_t len = 1 << 20;
+    CHECK(raw_put(a, 2, 1, g_s[0], g_n[0], 1, 0, len, false) == 0);
+    ftc_wire_hdr_t h;
+    CHECK(raw_recv(a, 2, &h, 20000) == 0);
+    printf("# %s: the older push: %s code %d\n", g_prov, ftc_wire_type_name(h.type),
+           -(int)(h.flags & 0xff));
+    CHECK(h.type == FTC_MSG_NACK && -(int)(h.flags & 0xff) == FTC_ECANCELED);
+    int rc = ftc_fabric_send(a->fab, a->fa[2], raw_tag_data(a->self, a->seq - 1), g_s[0], len,
+                             ftc_deadline_in_ms(5000));
+    printf("# %s: its DATA sent after it was superseded: %s\n", g_prov, ftc_errname(rc));
+    CHECK(rc == 0);
+    return 0;
+}
+
+static int s14_new(agent_t *a)
+{
+    ftc_sleep_ms(1500); /* after the older push's header (s14_old checks the order) */
+    ftc_repl_status_t st;
+    uint32_t peer = 2;
+    CHECK(push_wait(a, 0, g_s[1], g_n[1], &peer, 1, 60, &st) == 0);
+    return 0;
+}
+
+static int f14_holder(agent_t *a)
+{
+    CHECK(held_equals(a, 0, g_s[1], g_n[1]));
+    return 0;
+}
+
+static void test_superseded_drains(void **state)
+{
+    (void)state;
+    new_job();
+    g_s[0] = ftc_test_make_shard(1, 0, 1 << 15, 141, &g_n[0]); /* > 1 MiB */
+    g_s[1] = ftc_test_make_shard(2, 0, 1 << 14, 142, &g_n[1]);
+    agent_cfg_t cfg[3] = {{.script = s14_old, .raw = true},
+                          {.script = s14_new, .gen = 2},
+                          {.final = f14_holder}};
+    run_t R;
+    run_start(&R, 3, cfg);
+    run_end(&R);
+    unlink_slots();
+    shards_free();
+}
+
+/* ---- a late NACK of an earlier fetch does not fail the next one ------------------ */
+
+static int s15_fetcher(agent_t *a)
+{
+    ftc_repl_xfer_t x;
+    ftc_repl_status_t st;
+    /* step 5: no answer by the deadline */
+    CHECK(ftc_repl_fetch(a->r, 1, 0, 5, ftc_deadline_in_ms(1000), &x) == 0);
+    run_xfer(a, x, &st, 30);
+    ftc_repl_release(a->r, x);
+    CHECK(st.rc == FTC_ETIMEDOUT);
+    /* then the step before it, from the same holder (as a restore that
+     * falls back to an older committed step does) */
+    uint8_t *got = NULL;
+    uint64_t n = 0;
+    int rc = fetch_step_wait(a, 1, 0, 1, &got, &n, &st);
+    printf("# %s: fetch of step 1 after the late NACK of step 5: %s (%s)\n", g_prov,
+           ftc_errname(rc), st.detail);
+    CHECK(rc == 0 && n == g_n[0] && memcmp(got, g_s[0], n) == 0);
+    free(got);
+    return 0;
+}
+
+static int s15_holder(agent_t *a)
+{
+    ftc_wire_hdr_t h;
+    CHECK(raw_recv(a, 0, &h, 10000) == 0 && h.type == FTC_MSG_GET && h.step == 5);
+    CHECK(raw_recv(a, 0, &h, 10000) == 0 && h.type == FTC_MSG_GET && h.step == 1);
+    /* the answer to the first GET comes late: after the second one */
+    const char *why = "not held: owner 0 step 5";
+    ftc_wire_hdr_t n = {.type = FTC_MSG_NACK, .flags = RAW_F_FETCH | (uint16_t)-FTC_ENOENT,
+                        .generation = 1, .owner = 0, .step = 5, .length = strlen(why),
+                        .payload_xxh3 = ftc_xxh3(why, strlen(why))};
+    uint8_t buf[FTC_WIRE_HDR + 64];
+    ftc_err_t e = {0};
+    n.sender = a->self;
+    n.seq = a->seq++;
+    CHECK(ftc_wire_encode(&a->key, &n, buf, &e) == 0);
+    memcpy(buf + FTC_WIRE_HDR, why, strlen(why));
+    CHECK(ftc_fabric_send(a->fab, a->fa[0], raw_tag_hdr(a->self), buf,
+                          FTC_WIRE_HDR + strlen(why), ftc_deadline_in_ms(5000)) == 0);
+    /* the answer to the second one: step 1, whole */
+    uint64_t chunk = 256 << 10;
+    for (uint64_t off = 0; off < g_n[0]; off += chunk)
+        CHECK(raw_put_f(a, 0, 1, g_s[0], g_n[0], 1, off,
+                        g_n[0] - off < chunk ? g_n[0] - off : chunk, true, RAW_F_FETCH) == 0);
+    ftc_shard_view_t v;
+    CHECK(ftc_shard_open(&v, g_s[0], g_n[0], 0, &e) == 0);
+    ftc_wire_hdr_t end = {.type = FTC_MSG_PUT_END, .flags = RAW_F_FETCH, .generation = 1,
+                          .owner = 0, .step = 1, .total = g_n[0], .payload_xxh3 = v.head_xxh3};
+    raw_hdr(a, 0, &end);
+    return 0;
+}
+
+static void test_late_fetch_nack(void **state)
+{
+    (void)state;
+    new_job();
+    g_s[0] = ftc_test_make_shard(1, 0, 1 << 14, 151, &g_n[0]);
+    agent_cfg_t cfg[2] = {{.script = s15_fetcher}, {.script = s15_holder, .raw = true}};
+    run_t R;
+    run_start(&R, 2, cfg);
+    run_end(&R);
+    unlink_slots();
+    shards_free();
+}
+
+/* ---- the rest of an earlier fetch's answer is not taken for the next one -------- */
+
+static int s16_fetcher(agent_t *a)
+{
+    ftc_repl_xfer_t x;
+    ftc_repl_status_t st;
+    CHECK(ftc_repl_fetch(a->r, 1, 0, 1, ftc_deadline_in_ms(1000), &x) == 0);
+    run_xfer(a, x, &st, 30);
+    ftc_repl_release(a->r, x);
+    CHECK(st.rc == FTC_ETIMEDOUT);
+    uint8_t *got = NULL;
+    uint64_t n = 0;
+    int rc = fetch_step_wait(a, 1, 0, 1, &got, &n, &st);
+    printf("# %s: fetch after an earlier answer's tail: %s (%s)\n", g_prov, ftc_errname(rc),
+           st.detail);
+    CHECK(rc == 0 && n == g_n[0] && memcmp(got, g_s[0], n) == 0);
+    free(got);
+    return 0;
+}
+
+/* Serves g_s[0] from offset `from` on, as a fetch answer. */
+static void raw_serve(agent_t *a, uint64_t from, uint64_t chunk)
+{
+    for (uint64_t off = from; off < g_n[0]; off += chunk)
+        CHECK(raw_put_f(a, 0, 1, g_s[0], g_n[0], 1, off,
+                        g_n[0] - off < chunk ? g_n[0] - off : chunk, true, RAW_F_FETCH) == 0);
+    ftc_shard_view_t v;
+    ftc_err_t e = {0};
+    CHECK(ftc_shard_open(&v, g_s[0], g_n[0], 0, &e) == 0);
+    ftc_wire_hdr_t end = {.type = FTC_MSG_PUT_END, .flags = RAW_F_FETCH, .generation = 1,
+                          .owner = 0, .step = 1, .total = g_n[0], .payload_xxh3 = v.head_xxh3};
+    raw_hdr(a, 0, &end);
+}
+
+static int s16_holder(agent_t *a)
+{
+    ftc_wire_hdr_t h;
+    CHECK(raw_recv(a, 0, &h, 10000) == 0 && h.type == FTC_MSG_GET && h.step == 1);
+    CHECK(raw_recv(a, 0, &h, 10000) == 0 && h.type == FTC_MSG_GET && h.step == 1);
+    /* the answer to the first GET, from its second chunk on (its first one
+     * went before the fetcher gave up), then the answer to the second */
+    uint64_t chunk = 256 << 10;
+    raw_serve(a, chunk, chunk);
+    ftc_sleep_ms(1000); /* the fetcher is done with the first before the second starts
+                           (else their chunks happen to add up to a whole shard) */
+    raw_serve(a, 0, chunk);
+    return 0;
+}
+
+static void test_stale_answer_tail(void **state)
+{
+    (void)state;
+    new_job();
+    g_s[0] = ftc_test_make_shard(1, 0, 1 << 14, 161, &g_n[0]);
+    agent_cfg_t cfg[2] = {{.script = s16_fetcher}, {.script = s16_holder, .raw = true}};
+    run_t R;
+    run_start(&R, 2, cfg);
+    run_end(&R);
+    unlink_slots();
+    shards_free();
+}
+
+/* ---- a restarted agent adopts only the replicas that verify ---------------------- */
+
+/* Writes shard s (n bytes) into node 1's replica slot k of owner 0, as an
+ * earlier process of that agent left it. */
+static void plant_slot(int k, const uint8_t *s, uint64_t n)
+{
+    char name[FTC_SLOT_NAME_MAX];
+    snprintf(name, sizeof name, "ftc.%s.n1.p0.s%d", g_job, k);
+    ftc_slot_t sl;
+    ftc_err_t e = {0};
+    assert_int_equal(ftc_slot_create(name, n, &sl, &e), 0);
+    memcpy(sl.base, s, n);
+    ftc_slot_close(&sl);
+}
+
+static int s10_keep(agent_t *a)
+{
+    /* the owner's step 2 committed; step 3 is pushed saying so */
+    ftc_repl_status_t st;
+    uint32_t peer = 1;
+    ftc_repl_xfer_t x;
+    CHECK(ftc_repl_push_keep(a->r, 0, 3, g_s[2], g_n[2], &peer, 1, 2,
+                             ftc_deadline_in_ms(60000), &x) == 0);
+    run_xfer(a, x, &st, 90);
+    ftc_repl_release(a->r, x);
+    CHECK(st.rc == 0 && st.acked == 1);
+    return 0;
+}
+
+static int f10_keep(agent_t *a)
+{
+    const uint8_t *h = NULL;
+    uint64_t size = 0;
+    CHECK(held_equals(a, 0, g_s[2], g_n[2]));
+    /* the torn step-2 slot was never a replica: neither kept nor served */
+    CHECK(ftc_repl_held_step(a->r, 0, 2, &h, &size) == FTC_ENOENT);
+    /* and the verified step 1 was not written over for it */
+    CHECK(ftc_repl_held_step(a->r, 0, 1, &h, &size) == 0);
+    CHECK(size == g_n[0] && memcmp(h, g_s[0], size) == 0);
+    return 0;
+}
+
+static void test_adopt_torn(void **state)
+{
+    (void)state;
+    new_job();
+    g_s[0] = ftc_test_make_shard(1, 0, 1 << 14, 101, &g_n[0]);
+    g_s[1] = ftc_test_make_shard(2, 0, 1 << 14, 102, &g_n[1]);
+    g_s[2] = ftc_test_make_shard(3, 0, 1 << 14, 103, &g_n[2]);
+    ftc_shard_view_t v;
+    ftc_err_t e = {0};
+    assert_int_equal(ftc_shard_open(&v, g_s[1], g_n[1], 0, &e), 0);
+    g_s[1][v.payload_offset + 77] ^= 0x01; /* torn: head and footer fine, a tensor not */
+    plant_slot(0, g_s[0], g_n[0]);
+    plant_slot(1, g_s[1], g_n[1]);
+    agent_cfg_t cfg[2] = {{.script = s10_keep}, {.final = f10_keep}};
     run_t R;
     run_start(&R, 2, cfg);
     run_end(&R);
@@ -911,6 +1434,14 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_peer_killed),
         cmocka_unit_test(test_bit_flip),
         cmocka_unit_test(test_nonzero_gap),
+        cmocka_unit_test(test_refused_not_held),
+        cmocka_unit_test(test_adopt_torn),
+        cmocka_unit_test(test_repush_same_step),
+        cmocka_unit_test(test_drain_expires),
+        cmocka_unit_test(test_fetch_abort_drains),
+        cmocka_unit_test(test_superseded_drains),
+        cmocka_unit_test(test_late_fetch_nack),
+        cmocka_unit_test(test_stale_answer_tail),
         cmocka_unit_test(test_wrong_key),
         cmocka_unit_test(test_stale_generation),
         cmocka_unit_test(test_parity),
