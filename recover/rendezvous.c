@@ -20,8 +20,9 @@
  * (ftc:{J}:hb:, detect/control.h: a survivor's agent keeps ftc:{J}:hb:NODE),
  * survivor_wait_ms.
  * Returns {0, registered, open, settled_ms} while waiting (or after a leave),
- * {2, gen, members, spares, prev} once the round after `after` closed (in either mode: a
- * leave that comes too late learns the round it is in). */
+ * {2, gen, members, spares, prev} once the round after `after` closed, while its generation
+ * is current (in either mode: a leave that comes too late learns the round it is in); past
+ * it, FTC_STALE. */
 static const char lua_join[] =
     "local t = redis.call('TIME')\n"
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
@@ -44,7 +45,10 @@ static const char lua_join[] =
     "end\n"
     "if g ~= after then\n"
     "  local o = redis.call('HMGET', KEYS[5], 'gen', 'members', 'spares', 'prev')\n"
-    "  if o[1] and o[2] then return {2, tonumber(o[1]) or -1, o[2], o[3] or '', "
+    /* the round's result only while its generation is current: a node that
+     * was in it but missed the close must not start work in a generation the
+     * others already left (it was returned however far the job had moved) */
+    "  if o[1] and o[2] and tonumber(o[1]) == g then return {2, g, o[2], o[3] or '', "
     "tonumber(o[4] or '0') or 0} end\n"
     "  return redis.error_reply('FTC_STALE generation is ' .. g .. ', not ' .. after .. "
     "': the round after ' .. after .. ' is gone; join the round after ' .. g)\n"

@@ -11,6 +11,7 @@
 
 #include "recover/rendezvous.h"
 
+#include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -699,6 +700,49 @@ static void test_data_loss_mid_round(void **state)
     ftc_redis_close(r);
 }
 
+/* A retried join gets its round back only while that round's generation is
+ * current: once the job moved on past it (the others made a later generation
+ * without this node), the old round is gone — FTC_ESTALE naming the current
+ * generation, not a membership of a dead generation. */
+static void test_retry_after_gen_moved_on_is_stale(void **state)
+{
+    redis_fixture_t *f = *state;
+    joiner_t j[2];
+    start(&j[0], f, "rmo", "mo-a", 2, 2, 50, 0, 0);
+    start(&j[1], f, "rmo", "mo-b", 2, 2, 50, 0, 0);
+    finish(j, 2);
+    same_round(j, 2, 2, 0);
+    assert_int_equal(j[0].round.generation, 1);
+    for (int i = 0; i < 2; i++)
+        ftc_rdzv_round_free(&j[i].round);
+    /* mo-a goes silent; mo-b makes generation 2 alone */
+    ftc_redis_t *r = conn(f);
+    ftc_err_t err = {0};
+    bool opened;
+    assert_int_equal(ftc_rdzv_request(r, "rmo", 1, "mo-a lost", &opened, &err), 0);
+    start(&j[1], f, "rmo", "mo-b", 1, 0, 50, 1, 0);
+    finish(&j[1], 1);
+    assert_int_equal(j[1].rc, 0);
+    assert_int_equal(j[1].round.generation, 2);
+    ftc_rdzv_round_free(&j[1].round);
+    /* mo-a comes back and retries its join of the round after 0 */
+    ftc_rdzv_options_t o = FTC_RDZV_OPTIONS_INIT;
+    o.job = "rmo";
+    o.node_id = "mo-a";
+    o.min_nodes = 2;
+    o.max_nodes = 2;
+    ftc_rdzv_round_t out;
+    int rc = ftc_rdzv_join(r, &o, 0, &out, ftc_deadline_in_ms(2000), NULL, &err);
+    if (rc == 0)
+        print_message("joined generation %" PRIu64 " (index %d) while generation 2 is current\n",
+                      out.generation, out.index);
+    ftc_rdzv_round_free(&out);
+    assert_int_equal(rc, FTC_ESTALE);
+    print_message("%s\n", err.msg);
+    assert_non_null(strstr(err.msg, "generation is 2"));
+    ftc_redis_close(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -713,6 +757,7 @@ int main(void)
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_wrong_type_key_fails_fast),
         cmocka_unit_test(test_data_loss_mid_round),
+        cmocka_unit_test(test_retry_after_gen_moved_on_is_stale),
     };
     return cmocka_run_group_tests(tests, redis_fixture_setup, redis_fixture_teardown);
 }
