@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* KEYS: gen, rdzv, reg, alive, out, roster, events.
+/* KEYS: gen, rdzv, reg, alive, out, roster, events, seen (every node that registered).
  * ARGV: node, after, min, max (0 = none), settle_ms, ttl_ms, events cap, mode (join|leave),
  * was_open (1 = the caller's last poll found the round open), heartbeat key prefix
  * (ftc:{J}:hb:, detect/control.h: a survivor's agent keeps ftc:{J}:hb:NODE),
@@ -71,10 +71,19 @@ static const char lua_join[] =
     "local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)\n"
     "for _, d in ipairs(dead) do redis.call('HDEL', KEYS[3], d) redis.call('ZREM', KEYS[4], d) "
     "end\n"
+    /* a node registered before (it withdrew when its deadline passed, or its
+     * entry expired) keeps its arrival number and is not a new arrival: a
+     * spare that joins again every 2 s restarted the settle time each time */
     "if redis.call('HEXISTS', KEYS[3], node) == 0 then\n"
-    "  seq = seq + 1 last = now\n"
-    "  redis.call('HSET', KEYS[3], node, seq)\n"
-    "  redis.call('HSET', KEYS[2], 'seq', seq, 'last_ms', now)\n"
+    "  local s0 = tonumber(redis.call('HGET', KEYS[8], node) or '')\n"
+    "  if s0 then redis.call('HSET', KEYS[3], node, s0)\n"
+    "  else\n"
+    "    seq = seq + 1 last = now\n"
+    "    redis.call('HSET', KEYS[3], node, seq)\n"
+    "    redis.call('HSET', KEYS[8], node, seq)\n"
+    "    redis.call('PEXPIRE', KEYS[8], 86400000)\n"
+    "    redis.call('HSET', KEYS[2], 'seq', seq, 'last_ms', now)\n"
+    "  end\n"
     "  redis.call('PEXPIRE', KEYS[3], 86400000)\n"
     "end\n"
     "redis.call('ZADD', KEYS[4], now + tonumber(ARGV[6]), node)\n"
@@ -136,7 +145,7 @@ static const char lua_join[] =
     "redis.call('HSET', KEYS[6], 'gen', g2, 'members', ms)\n"
     "redis.call('HSET', KEYS[2], 'round', g2, 'open', 0, 'opened_ms', 0, 'last_ms', 0, 'seq', 0, "
     "'reason', '')\n"
-    "redis.call('DEL', KEYS[3], KEYS[4])\n"
+    "redis.call('DEL', KEYS[3], KEYS[4], KEYS[8])\n"
     "local why = ''\n"
     "if reason ~= '' then why = ' (' .. reason .. ')' end\n"
     "redis.call('XADD', KEYS[7], 'MAXLEN', '~', ARGV[7], '*', 'kind', 'generation', 'node', node, "
@@ -352,7 +361,8 @@ static int parse_round(ftc_redis_reply_t **el, size_t cnt, const char *node, uin
 }
 
 typedef struct join_keys {
-    char gen[128], rdzv[128], reg[160], alive[160], out[160], roster[128], events[128];
+    char gen[128], rdzv[128], reg[160], alive[160], out[160], roster[128], events[128],
+        seen[160];
 } join_keys_t;
 
 static void make_keys(join_keys_t *k, const char *job, uint64_t after)
@@ -366,6 +376,8 @@ static void make_keys(join_keys_t *k, const char *job, uint64_t after)
     key(k->alive, sizeof k->alive, job, s);
     snprintf(s, sizeof s, "rdzv:%" PRIu64 ":out", after);
     key(k->out, sizeof k->out, job, s);
+    snprintf(s, sizeof s, "rdzv:%" PRIu64 ":seen", after);
+    key(k->seen, sizeof k->seen, job, s);
     key(k->roster, sizeof k->roster, job, "roster");
     key(k->events, sizeof k->events, job, "events");
 }
@@ -406,12 +418,12 @@ static void describe_live(ftc_redis_t *r, const join_keys_t *k, char *buf, size_
 static int withdraw(ftc_redis_t *r, const ftc_redis_script_t *s, const join_keys_t *k,
                     const char *const *args11, uint64_t after, ftc_rdzv_round_t *out)
 {
-    const char *keys[] = {k->gen, k->rdzv, k->reg, k->alive, k->out, k->roster, k->events};
+    const char *keys[] = {k->gen, k->rdzv, k->reg, k->alive, k->out, k->roster, k->events, k->seen};
     const char *args[11];
     memcpy(args, args11, sizeof args);
     args[7] = "leave";
     ftc_redis_reply_t *rep = NULL;
-    if (ftc_redis_eval(r, s, 7, keys, 11, args, &rep))
+    if (ftc_redis_eval(r, s, 8, keys, 11, args, &rep))
         return FTC_EREDIS;
     ftc_redis_reply_t **el;
     size_t cnt;
@@ -458,7 +470,7 @@ int ftc_rdzv_join(ftc_redis_t *r, const ftc_rdzv_options_t *o, uint64_t after_ge
 
     join_keys_t k;
     make_keys(&k, o->job, after_gen);
-    const char *keys[] = {k.gen, k.rdzv, k.reg, k.alive, k.out, k.roster, k.events};
+    const char *keys[] = {k.gen, k.rdzv, k.reg, k.alive, k.out, k.roster, k.events, k.seen};
     char a_after[24], a_min[16], a_max[16], a_settle[16], a_ttl[16];
     snprintf(a_after, sizeof a_after, "%" PRIu64, after_gen);
     snprintf(a_min, sizeof a_min, "%d", o->min_nodes);
@@ -497,7 +509,7 @@ int ftc_rdzv_join(ftc_redis_t *r, const ftc_rdzv_options_t *o, uint64_t after_ge
         }
         ftc_redis_reply_t *rep = NULL;
         a_open[0] = open ? '1' : '0';
-        rc = ftc_redis_eval(r, &s, 7, keys, 11, args, &rep);
+        rc = ftc_redis_eval(r, &s, 8, keys, 11, args, &rep);
         if (rc) {
             rc = script_rc(r, rc, "rendezvous", err);
             if (rc == FTC_ESTALE || rc == FTC_EPROTO || rc == FTC_EAUTH)

@@ -17,7 +17,9 @@
  *    registrants (arrival order kept), keeps a liveness entry that expires
  *    ttl_ms after its last refresh (the joiner refreshes it while it waits),
  *    and polls. A registrant whose entry expired (the process died or hung)
- *    is dropped before any count and is never a member.
+ *    is dropped before any count and is never a member. A node that
+ *    registers again for the same round (withdrawn at its deadline, or
+ *    expired) keeps its first arrival number and is not a new arrival.
  *  - close: any registrant's poll closes the round when it is open and
  *    either max_nodes live registrants are there, or at least min_nodes and
  *    settle_ms (Redis server clock) have passed since the last arrival (or

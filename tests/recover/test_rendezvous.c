@@ -743,6 +743,67 @@ static void test_retry_after_gen_moved_on_is_stale(void **state)
     ftc_redis_close(r);
 }
 
+typedef struct cycler {
+    redis_fixture_t *f;
+    atomic_int *stop;
+    int rc, tries;
+    ftc_rdzv_round_t round;
+    pthread_t tid;
+} cycler_t;
+
+/* A registrant that waits with a short deadline and joins again after each
+ * timeout, as a hot spare of `ftc run` does (2 s): its registration is
+ * withdrawn and made again every time. */
+static void *cycler_main(void *arg)
+{
+    cycler_t *c = arg;
+    ftc_redis_t *r = conn(c->f);
+    ftc_rdzv_options_t o = FTC_RDZV_OPTIONS_INIT;
+    o.job = "rcy";
+    o.node_id = "cy-spare";
+    o.min_nodes = 2;
+    o.settle_ms = 1500;
+    ftc_err_t err = {0};
+    ftc_deadline_t end = ftc_deadline_in_ms(15000);
+    do {
+        c->tries++;
+        c->rc = ftc_rdzv_join(r, &o, 0, &c->round, ftc_deadline_in_ms(300), NULL, &err);
+    } while (c->rc == FTC_ETIMEDOUT && !atomic_load(c->stop) && !ftc_deadline_expired(end));
+    if (c->rc)
+        print_message("cycler: %s\n", err.msg);
+    ftc_redis_close(r);
+    return NULL;
+}
+
+/* The settle time counts from the last new arrival: a registrant that
+ * withdrew (its deadline passed) and registers again is not a new arrival.
+ * It was: a node joining again every 300 ms restarted the 1.5 s settle time
+ * each time, and the round never closed (the other node timed out). */
+static void test_rejoin_does_not_restart_settle(void **state)
+{
+    redis_fixture_t *f = *state;
+    atomic_int stop = 0;
+    cycler_t c;
+    memset(&c, 0, sizeof c);
+    c.f = f;
+    c.stop = &stop;
+    assert_int_equal(pthread_create(&c.tid, NULL, cycler_main, &c), 0);
+    joiner_t j;
+    start(&j, f, "rcy", "cy-member", 2, 0, 1500, 0, 0);
+    finish(&j, 1);
+    atomic_store(&stop, 1);
+    pthread_join(c.tid, NULL);
+    print_message("the re-joining node made %d joins\n", c.tries);
+    assert_int_equal(j.rc, 0);
+    assert_int_equal(c.rc, 0);
+    assert_int_equal(j.round.generation, 1);
+    assert_int_equal(c.round.generation, 1);
+    assert_int_equal(j.round.nodes, 2);
+    assert_int_equal(c.round.nodes, 2);
+    ftc_rdzv_round_free(&j.round);
+    ftc_rdzv_round_free(&c.round);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -758,6 +819,7 @@ int main(void)
         cmocka_unit_test(test_wrong_type_key_fails_fast),
         cmocka_unit_test(test_data_loss_mid_round),
         cmocka_unit_test(test_retry_after_gen_moved_on_is_stale),
+        cmocka_unit_test(test_rejoin_does_not_restart_settle),
     };
     return cmocka_run_group_tests(tests, redis_fixture_setup, redis_fixture_teardown);
 }
