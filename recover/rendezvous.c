@@ -14,6 +14,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Reads the generation (KEYS[1] field gen) into g: absent is 0; anything but a decimal
+ * integer below 2^53 (exact in a Lua number; what control.c's strtoll reads the same way)
+ * is FTC_CORRUPT - Lua's tonumber alone took "1.5", "0x1", "1e0", " 1" or "-1", and the
+ * scripts then saw another generation than the C readers (or none they could join). */
+#define LUA_READ_GEN                                                                           \
+    "local raw = redis.call('HGET', KEYS[1], 'gen')\n"                                          \
+    "local g = 0\n"                                                                             \
+    "if raw then\n"                                                                             \
+    "  g = string.match(raw, '^%d+$') and tonumber(raw)\n"                                      \
+    "  if not g or g > 9007199254740991 then return redis.error_reply('FTC_CORRUPT ' .. "       \
+    "KEYS[1] .. ' field gen holds \"' .. string.sub(raw, 1, 40) .. '\" (not a decimal integer "  \
+    "below 2^53)') end\n"                                                                       \
+    "end\n"
+
 /* KEYS: gen, rdzv, reg, alive, out, roster, events, seen (every node that registered).
  * ARGV: node, after, min, max (0 = none), settle_ms, ttl_ms, events cap, mode (join|leave),
  * was_open (1 = the caller's last poll found the round open), heartbeat key prefix
@@ -26,10 +40,7 @@
 static const char lua_join[] =
     "local t = redis.call('TIME')\n"
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
-    "local raw = redis.call('HGET', KEYS[1], 'gen')\n"
-    "local g = tonumber(raw or '0')\n"
-    "if g == nil then return redis.error_reply('FTC_CORRUPT ' .. KEYS[1] .. ' field gen holds \"' "
-    ".. string.sub(raw, 1, 40) .. '\"') end\n"
+    LUA_READ_GEN
     "local after, node = tonumber(ARGV[2]), ARGV[1]\n"
     /* Redis lost the job's state (restart without persistence, FLUSHALL): the
      * caller was in generation `after`, so it exists; put it back (never
@@ -158,10 +169,7 @@ static const char lua_join[] =
 static const char lua_request[] =
     "local t = redis.call('TIME')\n"
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
-    "local raw = redis.call('HGET', KEYS[1], 'gen')\n"
-    "local g = tonumber(raw or '0')\n"
-    "if g == nil then return redis.error_reply('FTC_CORRUPT ' .. KEYS[1] .. ' field gen holds \"' "
-    ".. string.sub(raw, 1, 40) .. '\"') end\n"
+    LUA_READ_GEN
     "if g < tonumber(ARGV[1]) then\n"
     "  g = tonumber(ARGV[1])\n"
     "  redis.call('HSET', KEYS[1], 'gen', g, 'world', 0, 'at_ms', now, 'by', 'reseed')\n"
@@ -184,10 +192,7 @@ static const char lua_request[] =
 
 /* KEYS: gen, rdzv. Returns {gen, open}. */
 static const char lua_state[] =
-    "local raw = redis.call('HGET', KEYS[1], 'gen')\n"
-    "local g = tonumber(raw or '0')\n"
-    "if g == nil then return redis.error_reply('FTC_CORRUPT ' .. KEYS[1] .. ' field gen holds \"' "
-    ".. string.sub(raw, 1, 40) .. '\"') end\n"
+    LUA_READ_GEN
     "if g == 0 then return {0, 1} end\n"
     "local st = redis.call('HMGET', KEYS[2], 'round', 'open')\n"
     "if tonumber(st[1] or '-1') == g and st[2] == '1' then return {g, 1} end\n"
@@ -201,10 +206,7 @@ static const char lua_live[] =
 
 /* KEYS: gen. ARGV: gen, world. */
 static const char lua_world[] =
-    "local raw = redis.call('HGET', KEYS[1], 'gen')\n"
-    "local g = tonumber(raw or '0')\n"
-    "if g == nil then return redis.error_reply('FTC_CORRUPT ' .. KEYS[1] .. ' field gen holds \"' "
-    ".. string.sub(raw, 1, 40) .. '\"') end\n"
+    LUA_READ_GEN
     "if g ~= tonumber(ARGV[1]) then return redis.error_reply('FTC_STALE generation is ' .. g .. "
     "', not ' .. ARGV[1]) end\n"
     "local w = tonumber(redis.call('HGET', KEYS[1], 'world') or '0') or 0\n"

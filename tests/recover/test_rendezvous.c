@@ -804,6 +804,47 @@ static void test_rejoin_does_not_restart_settle(void **state)
     ftc_rdzv_round_free(&c.round);
 }
 
+/* The generation field holds a decimal integer, as the control plane reads
+ * it (strtoll): anything else Lua's tonumber would take ("1.5", hex, an
+ * exponent, blanks, more digits than a double holds) is garbage named, not a
+ * generation read one way here and another way there (a join of the round
+ * after 1 refused as stale for ever while the state said generation 1). */
+static void test_gen_not_an_integer(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_redis_t *r = conn(f);
+    ftc_err_t err = {0};
+    ftc_rdzv_options_t o = FTC_RDZV_OPTIONS_INIT;
+    o.job = "rgi";
+    o.node_id = "n";
+    o.settle_ms = 10;
+    static const char *const bad[] = {"1.5", "0x1", "1e0", " 1", "1 ", "-1",
+                                      "99999999999999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(
+            ftc_redis_cmdv(r, true, NULL, "HSET", "ftc:{rgi}:gen", "gen", bad[i], NULL), 0);
+        uint64_t gen = 0;
+        bool open = false;
+        ftc_rdzv_round_t out;
+        int rc = ftc_rdzv_state(r, "rgi", &gen, &open, &err);
+        print_message("gen '%s': state rc %d gen %" PRIu64 " (%s)\n", bad[i], rc, gen,
+                      rc ? err.msg : "");
+        assert_int_equal(rc, FTC_EPROTO);
+        rc = ftc_rdzv_join(r, &o, 1, &out, ftc_deadline_in_ms(2000), NULL, &err);
+        ftc_rdzv_round_free(&out);
+        assert_int_equal(rc, FTC_EPROTO);
+        assert_non_null(strstr(err.msg, "ftc:{rgi}:gen"));
+        assert_int_equal(ftc_rdzv_request(r, "rgi", 1, "x", &open, &err), FTC_EPROTO);
+        assert_int_equal(ftc_rdzv_set_world(r, "rgi", 1, 2, &err), FTC_EPROTO);
+    }
+    /* a plain integer works */
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", "ftc:{rgi}:gen", "gen", "1", NULL), 0);
+    bool opened = false;
+    assert_int_equal(ftc_rdzv_request(r, "rgi", 1, "x", &opened, &err), 0);
+    assert_true(opened);
+    ftc_redis_close(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -820,6 +861,7 @@ int main(void)
         cmocka_unit_test(test_data_loss_mid_round),
         cmocka_unit_test(test_retry_after_gen_moved_on_is_stale),
         cmocka_unit_test(test_rejoin_does_not_restart_settle),
+        cmocka_unit_test(test_gen_not_an_integer),
     };
     return cmocka_run_group_tests(tests, redis_fixture_setup, redis_fixture_teardown);
 }
