@@ -241,6 +241,17 @@ static int check_job(const char *job, ftc_err_t *err)
     return 0;
 }
 
+/* A generation the scripts hold exactly (a Lua number), else FTC_EINVAL. */
+static int check_gen(uint64_t gen, uint64_t max, const char *what, ftc_err_t *err)
+{
+    if (gen > max)
+        return ftc_err_set(err, FTC_EINVAL,
+                           "rendezvous: %s %" PRIu64 " is above %" PRIu64
+                           " (the scripts hold generations exactly only below 2^53)",
+                           what, gen, max);
+    return 0;
+}
+
 static void key(char *buf, size_t cap, const char *job, const char *suffix)
 {
     snprintf(buf, cap, "ftc:{%s}:%s", job, suffix);
@@ -465,6 +476,8 @@ int ftc_rdzv_join(ftc_redis_t *r, const ftc_rdzv_options_t *o, uint64_t after_ge
                            "settle_ms %d, ttl_ms %d, survivor_wait_ms %d (>= 0)",
                            o->min_nodes, o->max_nodes, o->settle_ms, o->ttl_ms,
                            o->survivor_wait_ms);
+    if ((rc = check_gen(after_gen, FTC_RDZV_GEN_MAX, "after_gen", err)))
+        return rc;
     int settle = o->settle_ms ? o->settle_ms : 1000, ttl = o->ttl_ms ? o->ttl_ms : 3000;
     int sv_wait = o->survivor_wait_ms ? o->survivor_wait_ms : settle;
     int poll_ms = settle / 10 < ttl / 4 ? settle / 10 : ttl / 4;
@@ -571,7 +584,7 @@ int ftc_rdzv_request(ftc_redis_t *r, const char *job, uint64_t seen_gen, const c
                      bool *opened, ftc_err_t *err)
 {
     int rc;
-    if ((rc = check_job(job, err)))
+    if ((rc = check_job(job, err)) || (rc = check_gen(seen_gen, FTC_RDZV_GEN_MAX, "seen_gen", err)))
         return rc;
     char g[128], st[128], ev[128], seen[24];
     key(g, sizeof g, job, "gen");
@@ -652,7 +665,7 @@ int ftc_rdzv_set_world(ftc_redis_t *r, const char *job, uint64_t gen, uint32_t w
                        ftc_err_t *err)
 {
     int rc;
-    if ((rc = check_job(job, err)))
+    if ((rc = check_job(job, err)) || (rc = check_gen(gen, FTC_RDZV_GEN_MAX + 1, "gen", err)))
         return rc;
     if (world < 1 || world > (1u << 24))
         return ftc_err_set(err, FTC_EINVAL, "rendezvous: world %u is not in 1..%u", world,

@@ -51,7 +51,7 @@
  *
  * Thread-safety: the functions use the connection they are given; a
  * connection is one thread's (detect/redis.h). Errors: FTC_EINVAL (bad
- * options), FTC_ESTALE (the generation moved past the caller), FTC_ETIMEDOUT
+ * options, a generation above FTC_RDZV_GEN_MAX), FTC_ESTALE (the generation moved past the caller), FTC_ETIMEDOUT
  * (the deadline passed: the message names how many registered and who),
  * FTC_ECANCELED (abort), FTC_EREDIS / FTC_EPROTO (Redis down or a key holding
  * garbage, named).
@@ -72,6 +72,9 @@ extern "C" {
 #endif
 
 #define FTC_RDZV_NODE_MAX 64 /* bytes of a node id: [A-Za-z0-9._:/-] */
+/* The largest generation after_gen / seen_gen may name (FTC_EINVAL above it): the scripts
+ * hold generations in Lua numbers, exact below 2^53, and the round makes after_gen + 1. */
+#define FTC_RDZV_GEN_MAX ((UINT64_C(1) << 53) - 2)
 
 typedef struct ftc_rdzv_options {
     uint32_t struct_size;

@@ -611,6 +611,25 @@ static void test_bad_input(void **state)
     assert_int_equal(ftc_rdzv_state(r, "rb", &gen, &open, &err), FTC_EPROTO);
     assert_int_equal(ftc_rdzv_request(r, "rb", 0, "x", &open, &err), FTC_EPROTO);
     assert_int_equal(ftc_rdzv_set_world(r, "rb", 0, 0, &err), FTC_EINVAL);
+    /* generations the scripts cannot hold exactly (Lua numbers: below 2^53,
+     * and the round's next one too) are refused before they reach Redis: a
+     * join or request above the generation would put it back there (the
+     * data-loss reseed) and leave a gen nothing reads any more */
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", "ftc:{rb}:gen", "gen", "5", NULL), 0);
+    static const uint64_t huge[] = {(1ull << 53) - 1, 1ull << 53, (1ull << 53) + 1, UINT64_MAX};
+    for (size_t i = 0; i < sizeof huge / sizeof huge[0]; i++) {
+        o.node_id = "n";
+        int rc = ftc_rdzv_join(r, &o, huge[i], &out, ftc_deadline_in_ms(300), NULL, &err);
+        print_message("join after %" PRIu64 ": rc %d %s\n", huge[i], rc, err.msg);
+        ftc_rdzv_round_free(&out);
+        assert_int_equal(rc, FTC_EINVAL);
+        assert_int_equal(ftc_rdzv_request(r, "rb", huge[i], "x", &open, &err), FTC_EINVAL);
+        /* (2^53 - 1 is a generation the round after 2^53 - 2 makes) */
+        assert_int_equal(ftc_rdzv_set_world(r, "rb", huge[i], 2, &err),
+                         i ? FTC_EINVAL : FTC_ESTALE);
+        assert_int_equal(ftc_rdzv_state(r, "rb", &gen, &open, &err), 0);
+        assert_int_equal(gen, 5);
+    }
     ftc_rdzv_round_free(NULL);
     /* a round's id lists: ids a node can join with (fuzz_records found a
      * NUL byte read as an empty member id) */
