@@ -269,6 +269,8 @@ static int script_rc(ftc_redis_t *r, int rc, const char *what, ftc_err_t *err)
         rc = FTC_EEXIST;
     else if (strstr(msg, "WRONGTYPE"))
         rc = FTC_EPROTO; /* a key of the round holds another type: waiting does not help */
+    else if (strstr(msg, "NOPERM"))
+        rc = FTC_EAUTH; /* the ACL user may not run the scripts or use the keys: nor here */
     return ftc_err_set(err, rc, "%s: %s", what, msg);
 }
 

@@ -864,6 +864,40 @@ static void test_gen_not_an_integer(void **state)
     ftc_redis_close(r);
 }
 
+/* A user whose ACL does not allow the scripts (NOPERM) is told so at the
+ * first poll, as a refused password is: waiting does not grant permissions.
+ * It was taken for Redis being away: retried until the deadline (ftc run's
+ * --join-timeout-ms, 2 min by default), then "Redis did not answer". */
+static void test_noperm_fails_fast(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_redis_t *admin = conn(f);
+    assert_int_equal(ftc_redis_cmdv(admin, true, NULL, "ACL", "SETUSER", "rdzv-ro", "on",
+                                    ">rdzv-pw", "~*", "&*", "+@all", "-evalsha", "-eval", NULL),
+                     0);
+    ftc_redis_url_t u = *ftc_redis_server_url(f->srv);
+    snprintf(u.user, sizeof u.user, "rdzv-ro");
+    snprintf(u.password, sizeof u.password, "rdzv-pw");
+    ftc_err_t err = {0};
+    ftc_redis_t *r = ftc_redis_connect(&u, NULL, &err);
+    if (!r)
+        fail_msg("connect as rdzv-ro: %s", err.msg);
+    ftc_rdzv_options_t o = FTC_RDZV_OPTIONS_INIT;
+    o.job = "rnp";
+    o.node_id = "np";
+    o.min_nodes = 2;
+    ftc_rdzv_round_t out;
+    int rc = ftc_rdzv_join(r, &o, 0, &out, ftc_deadline_in_ms(3000), NULL, &err);
+    print_message("join without EVALSHA permission: rc %d: %s\n", rc, err.msg);
+    assert_int_equal(rc, FTC_EAUTH);
+    assert_non_null(strstr(err.msg, "NOPERM"));
+    uint64_t gen;
+    bool open;
+    assert_int_equal(ftc_rdzv_state(r, "rnp", &gen, &open, &err), FTC_EAUTH);
+    ftc_redis_close(r);
+    ftc_redis_close(admin);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -881,6 +915,7 @@ int main(void)
         cmocka_unit_test(test_retry_after_gen_moved_on_is_stale),
         cmocka_unit_test(test_rejoin_does_not_restart_settle),
         cmocka_unit_test(test_gen_not_an_integer),
+        cmocka_unit_test(test_noperm_fails_fast),
     };
     return cmocka_run_group_tests(tests, redis_fixture_setup, redis_fixture_teardown);
 }
