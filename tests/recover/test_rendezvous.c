@@ -4,7 +4,9 @@
  * that is SIGKILLed): one round with the same order for all, settle with
  * min < max, hot spares beyond max, a dead registrant not counted, members
  * keeping their order across generations, concurrent and stale requests,
- * the world fence with commit records, deadline, abort, and bad input.
+ * the world fence with commit records, deadline, abort, and bad input; a
+ * retried join once the job moved on, a node that joins again and the settle
+ * time, a generation field that is not a decimal integer, and NOPERM.
  * No wall-clock assertions: waits are on observable Redis state, bounded.
  */
 #include "detect/redis_fixture.h"
