@@ -900,6 +900,42 @@ static void test_noperm_fails_fast(void **state)
     ftc_redis_close(admin);
 }
 
+/* Redis dies (SIGKILL) or hangs (SIGSTOP) while a joiner waits: the join
+ * ends at its deadline (plus at most a command timeout) with FTC_ETIMEDOUT
+ * saying Redis did not answer — never a hang, never a member list. The
+ * server is brought back for the tests after this one. */
+static void test_redis_gone_mid_round(void **state)
+{
+    redis_fixture_t *f = *state;
+    for (int hang = 0; hang < 2; hang++) {
+        const char *job = hang ? "rgh" : "rgk";
+        joiner_t j;
+        memset(&j, 0, sizeof j);
+        j.f = f;
+        j.job = job;
+        snprintf(j.node, sizeof j.node, "alone");
+        j.min = 2;
+        j.deadline_ms = 2000;
+        assert_int_equal(pthread_create(&j.tid, NULL, joiner_main, &j), 0);
+        await_waiting(f, job, 0, 1);
+        if (hang)
+            assert_int_equal(kill(ftc_redis_server_pid(f->srv), SIGSTOP), 0);
+        else
+            assert_int_equal(ftc_redis_server_signal(f->srv, SIGKILL), 0);
+        finish(&j, 1);
+        print_message("redis %s: %s\n", hang ? "stopped" : "killed", j.err.msg);
+        assert_int_equal(j.rc, FTC_ETIMEDOUT);
+        assert_non_null(strstr(j.err.msg, "Redis did not answer"));
+        assert_int_equal(j.round.nodes, 0);
+        if (hang) {
+            assert_int_equal(kill(ftc_redis_server_pid(f->srv), SIGCONT), 0);
+        } else {
+            ftc_err_t err = {0};
+            assert_int_equal(ftc_redis_server_restart(f->srv, &err), 0);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -918,6 +954,7 @@ int main(void)
         cmocka_unit_test(test_rejoin_does_not_restart_settle),
         cmocka_unit_test(test_gen_not_an_integer),
         cmocka_unit_test(test_noperm_fails_fast),
+        cmocka_unit_test(test_redis_gone_mid_round),
     };
     return cmocka_run_group_tests(tests, redis_fixture_setup, redis_fixture_teardown);
 }
