@@ -507,6 +507,15 @@ int ftc_rdzv_join(ftc_redis_t *r, const ftc_rdzv_options_t *o, uint64_t after_ge
     bool redis_ok = false;
     char last_redis[FTC_ERR_MSG_MAX] = "";
     for (bool last_try = false;; last_try = ftc_deadline_expired(dl)) {
+        if (abort && atomic_load(abort) && !redis_ok && last_redis[0])
+            /* Redis did not answer the last poll: describing and withdrawing
+             * would wait a command timeout each (seconds, not the few
+             * milliseconds an abort takes); the entry expires by itself */
+            return ftc_err_set(err, FTC_ECANCELED,
+                               "rendezvous after generation %" PRIu64
+                               " aborted while Redis did not answer (%s); the registration "
+                               "expires by itself within ttl_ms %d",
+                               after_gen, last_redis, ttl);
         if (abort && atomic_load(abort)) {
             char who[300];
             describe_live(r, &k, who, sizeof who);

@@ -118,7 +118,8 @@ int ftc_rdzv_split_ids(const char *s, size_t len, char (**out)[FTC_RDZV_NODE_MAX
  * a member or a spare. A join for a round that already closed returns that
  * round when this node was in it and its generation is still the current one
  * (a retry), else FTC_ESTALE naming the current generation (the job moved on
- * without this node). On timeout or abort the registration is withdrawn. */
+ * without this node). On timeout or abort the registration is withdrawn (an
+ * abort while Redis does not answer returns at once, leaving it to expire). */
 int ftc_rdzv_join(ftc_redis_t *r, const ftc_rdzv_options_t *o, uint64_t after_gen,
                   ftc_rdzv_round_t *out, ftc_deadline_t dl, const atomic_int *abort,
                   ftc_err_t *err);

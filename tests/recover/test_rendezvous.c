@@ -936,6 +936,38 @@ static void test_redis_gone_mid_round(void **state)
     }
 }
 
+/* An abort while Redis does not answer returns once the poll in flight gives
+ * up, saying so: it no longer spends a command timeout each on listing the
+ * registrants and withdrawing (about 5 s in all with the default 2 s, not
+ * the few milliseconds recovery.md promises); the entry expires by itself. */
+static void test_abort_while_redis_gone(void **state)
+{
+    redis_fixture_t *f = *state;
+    atomic_int abort_flag = 0;
+    joiner_t j;
+    memset(&j, 0, sizeof j);
+    j.f = f;
+    j.job = "rag";
+    snprintf(j.node, sizeof j.node, "alone");
+    j.min = 2;
+    j.deadline_ms = 60000;
+    j.abort = &abort_flag;
+    assert_int_equal(pthread_create(&j.tid, NULL, joiner_main, &j), 0);
+    await_waiting(f, "rag", 0, 1);
+    assert_int_equal(ftc_redis_server_signal(f->srv, SIGKILL), 0);
+    ftc_sleep_ms(1000); /* its next poll (100 ms apart) is failing */
+    uint64_t t0 = ftc_now_ns();
+    atomic_store(&abort_flag, 1);
+    pthread_join(j.tid, NULL);
+    print_message("abort with Redis gone: %.0f ms: %s\n", (double)(j.t_done_ns - t0) / 1e6,
+                  j.err.msg);
+    assert_int_equal(j.rc, FTC_ECANCELED);
+    assert_non_null(strstr(j.err.msg, "aborted while Redis did not answer"));
+    assert_non_null(strstr(j.err.msg, "expires by itself"));
+    ftc_err_t err = {0};
+    assert_int_equal(ftc_redis_server_restart(f->srv, &err), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -955,6 +987,7 @@ int main(void)
         cmocka_unit_test(test_gen_not_an_integer),
         cmocka_unit_test(test_noperm_fails_fast),
         cmocka_unit_test(test_redis_gone_mid_round),
+        cmocka_unit_test(test_abort_while_redis_gone),
     };
     return cmocka_run_group_tests(tests, redis_fixture_setup, redis_fixture_teardown);
 }
