@@ -51,11 +51,12 @@
  *
  * Thread-safety: the functions use the connection they are given; a
  * connection is one thread's (detect/redis.h). Errors: FTC_EINVAL (bad
- * options, a generation above FTC_RDZV_GEN_MAX), FTC_ESTALE (the generation moved past the caller), FTC_ETIMEDOUT
- * (the deadline passed: the message names how many registered and who),
- * FTC_ECANCELED (abort), FTC_EREDIS / FTC_EPROTO (Redis down or a key holding
- * garbage, named), FTC_EAUTH (a password refused, or NOPERM: the ACL user may not run
- * EVALSHA/EVAL or use the job's keys; a join returns it at once).
+ * options, a generation above FTC_RDZV_GEN_MAX), FTC_ESTALE (the generation
+ * moved past the caller), FTC_ETIMEDOUT (the deadline passed: the message
+ * names how many registered and who), FTC_ECANCELED (abort), FTC_EREDIS /
+ * FTC_EPROTO (Redis down or a key holding garbage, named), FTC_EAUTH (a
+ * password refused, or NOPERM: the ACL user may not run EVALSHA/EVAL or use
+ * the job's keys; a join returns it at once).
  */
 #ifndef FTC_RECOVER_RENDEZVOUS_H
 #define FTC_RECOVER_RENDEZVOUS_H
