@@ -6,7 +6,8 @@
  * keeping their order across generations, concurrent and stale requests,
  * the world fence with commit records, deadline, abort, and bad input; a
  * retried join once the job moved on, a node that joins again and the settle
- * time, a generation field that is not a decimal integer, and NOPERM.
+ * time, a generation field that is not a decimal integer, NOPERM, one id
+ * registered twice, and Redis killed or stopped under a join or an abort.
  * No wall-clock assertions: waits are on observable Redis state, bounded.
  */
 #include "detect/redis_fixture.h"
@@ -968,6 +969,45 @@ static void test_abort_while_redis_gone(void **state)
     assert_int_equal(ftc_redis_server_restart(f->srv, &err), 0);
 }
 
+/* A node that restarts with the same id while its old registration still
+ * lives (the old process hung, a new one took over) is one registrant, not
+ * two: two joiners with one id do not make a MIN 2 round, and with a third
+ * node the round has two members, the id once. */
+static void test_same_id_counted_once(void **state)
+{
+    redis_fixture_t *f = *state;
+    joiner_t j[3];
+    for (int i = 0; i < 2; i++) {
+        memset(&j[i], 0, sizeof j[i]);
+        j[i].f = f;
+        j[i].job = "rid";
+        snprintf(j[i].node, sizeof j[i].node, "twice");
+        j[i].min = 2;
+        j[i].settle = 50;
+        j[i].deadline_ms = 1000;
+        assert_int_equal(pthread_create(&j[i].tid, NULL, joiner_main, &j[i]), 0);
+    }
+    finish(j, 2);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(j[i].rc, FTC_ETIMEDOUT);
+    assert_non_null(strstr(j[0].err.msg, "min_nodes 2"));
+    for (int i = 0; i < 2; i++) {
+        j[i].deadline_ms = 10000;
+        assert_int_equal(pthread_create(&j[i].tid, NULL, joiner_main, &j[i]), 0);
+    }
+    await_waiting(f, "rid", 0, 1);
+    start(&j[2], f, "rid", "other", 2, 0, 50, 0, 0);
+    finish(j, 3);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(j[i].rc, 0);
+        assert_int_equal(j[i].round.nodes, 2);
+        assert_int_equal(j[i].round.spares, 0);
+    }
+    assert_string_not_equal(j[0].round.members[0], j[0].round.members[1]);
+    for (int i = 0; i < 3; i++)
+        ftc_rdzv_round_free(&j[i].round);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -977,6 +1017,7 @@ int main(void)
         cmocka_unit_test(test_spare_does_not_displace_survivor),
         cmocka_unit_test(test_grow_settle_waits_for_survivors),
         cmocka_unit_test(test_killed_registrant_not_counted),
+        cmocka_unit_test(test_same_id_counted_once),
         cmocka_unit_test(test_requests_fencing_and_world),
         cmocka_unit_test(test_deadline_and_abort),
         cmocka_unit_test(test_bad_input),
