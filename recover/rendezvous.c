@@ -543,6 +543,10 @@ int ftc_rdzv_join(ftc_redis_t *r, const ftc_rdzv_options_t *o, uint64_t after_ge
             /* Redis away: keep trying until the deadline (I6) */
             redis_ok = false;
             snprintf(last_redis, sizeof last_redis, "%s", ftc_err_str(err));
+            /* no last try after a poll that Redis left unanswered into the
+             * deadline: another would overrun it by a second command timeout */
+            if (ftc_deadline_expired(dl))
+                break;
         } else {
             ftc_redis_reply_t **el;
             size_t cnt;

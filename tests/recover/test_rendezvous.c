@@ -1008,6 +1008,54 @@ static void test_same_id_counted_once(void **state)
         ftc_rdzv_round_free(&j[i].round);
 }
 
+static long long connections_received(redis_fixture_t *f)
+{
+    ftc_redis_t *r = conn(f);
+    ftc_redis_reply_t *rep = NULL;
+    assert_int_equal(ftc_redis_cmdv(r, true, &rep, "INFO", "stats", NULL), 0);
+    const char *s;
+    size_t len;
+    ftc_err_t err = {0};
+    assert_int_equal(ftc_redis_want_str(rep, "INFO", &s, &len, &err), 0);
+    const char *p = strstr(s, "total_connections_received:");
+    assert_non_null(p);
+    long long n = atoll(p + strlen("total_connections_received:"));
+    ftc_redis_reply_free(rep);
+    ftc_redis_close(r);
+    return n;
+}
+
+/* A join whose deadline passes while Redis does not answer stops there: the
+ * overrun is at most the one command timeout recovery.md names. It made one
+ * more "last try" after the failed poll that ran into the deadline — a
+ * reconnect and another whole command timeout (a 300 ms deadline ended after
+ * 4 s, 2 x 2 s). Counted here as connections the hung server received. */
+static void test_deadline_while_redis_hangs(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_redis_t *r = conn(f);
+    ftc_rdzv_options_t o = FTC_RDZV_OPTIONS_INIT;
+    o.job = "rdh";
+    o.node_id = "n";
+    o.min_nodes = 2;
+    ftc_err_t err = {0};
+    ftc_rdzv_round_t out;
+    long long before = connections_received(f);
+    assert_int_equal(kill(ftc_redis_server_pid(f->srv), SIGSTOP), 0);
+    uint64_t t0 = ftc_now_ns();
+    int rc = ftc_rdzv_join(r, &o, 0, &out, ftc_deadline_in_ms(300), NULL, &err);
+    double ms = (double)(ftc_now_ns() - t0) / 1e6;
+    assert_int_equal(kill(ftc_redis_server_pid(f->srv), SIGCONT), 0);
+    long long after = connections_received(f);
+    /* after - before - 1: the connection that counted */
+    print_message("deadline 300 ms, Redis stopped: rc %d after %.0f ms, %lld reconnects: %s\n",
+                  rc, ms, after - before - 1, err.msg);
+    assert_int_equal(rc, FTC_ETIMEDOUT);
+    assert_non_null(strstr(err.msg, "Redis did not answer"));
+    assert_int_equal(after - before - 1, 0);
+    ftc_redis_close(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1029,6 +1077,7 @@ int main(void)
         cmocka_unit_test(test_noperm_fails_fast),
         cmocka_unit_test(test_redis_gone_mid_round),
         cmocka_unit_test(test_abort_while_redis_gone),
+        cmocka_unit_test(test_deadline_while_redis_hangs),
     };
     return cmocka_run_group_tests(tests, redis_fixture_setup, redis_fixture_teardown);
 }
