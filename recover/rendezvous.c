@@ -14,21 +14,33 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* KEYS: gen, rdzv, reg, alive, out, roster, events.
+/* Reads the generation (KEYS[1] field gen) into g: absent is 0; anything but a decimal
+ * integer below 2^53 (exact in a Lua number; what control.c's strtoll reads the same way)
+ * is FTC_CORRUPT - Lua's tonumber alone took "1.5", "0x1", "1e0", " 1" or "-1", and the
+ * scripts then saw another generation than the C readers (or none they could join). */
+#define LUA_READ_GEN                                                                           \
+    "local raw = redis.call('HGET', KEYS[1], 'gen')\n"                                          \
+    "local g = 0\n"                                                                             \
+    "if raw then\n"                                                                             \
+    "  g = string.match(raw, '^%d+$') and tonumber(raw)\n"                                      \
+    "  if not g or g > 9007199254740991 then return redis.error_reply('FTC_CORRUPT ' .. "       \
+    "KEYS[1] .. ' field gen holds \"' .. string.sub(raw, 1, 40) .. '\" (not a decimal integer "  \
+    "below 2^53)') end\n"                                                                       \
+    "end\n"
+
+/* KEYS: gen, rdzv, reg, alive, out, roster, events, seen (every node that registered).
  * ARGV: node, after, min, max (0 = none), settle_ms, ttl_ms, events cap, mode (join|leave),
  * was_open (1 = the caller's last poll found the round open), heartbeat key prefix
  * (ftc:{J}:hb:, detect/control.h: a survivor's agent keeps ftc:{J}:hb:NODE),
  * survivor_wait_ms.
  * Returns {0, registered, open, settled_ms} while waiting (or after a leave),
- * {2, gen, members, spares, prev} once the round after `after` closed (in either mode: a
- * leave that comes too late learns the round it is in). */
+ * {2, gen, members, spares, prev} once the round after `after` closed, while its generation
+ * is current (in either mode: a leave that comes too late learns the round it is in); past
+ * it, FTC_STALE. */
 static const char lua_join[] =
     "local t = redis.call('TIME')\n"
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
-    "local raw = redis.call('HGET', KEYS[1], 'gen')\n"
-    "local g = tonumber(raw or '0')\n"
-    "if g == nil then return redis.error_reply('FTC_CORRUPT ' .. KEYS[1] .. ' field gen holds \"' "
-    ".. string.sub(raw, 1, 40) .. '\"') end\n"
+    LUA_READ_GEN
     "local after, node = tonumber(ARGV[2]), ARGV[1]\n"
     /* Redis lost the job's state (restart without persistence, FLUSHALL): the
      * caller was in generation `after`, so it exists; put it back (never
@@ -44,7 +56,10 @@ static const char lua_join[] =
     "end\n"
     "if g ~= after then\n"
     "  local o = redis.call('HMGET', KEYS[5], 'gen', 'members', 'spares', 'prev')\n"
-    "  if o[1] and o[2] then return {2, tonumber(o[1]) or -1, o[2], o[3] or '', "
+    /* the round's result only while its generation is current: a node that
+     * was in it but missed the close must not start work in a generation the
+     * others already left (it was returned however far the job had moved) */
+    "  if o[1] and o[2] and tonumber(o[1]) == g then return {2, g, o[2], o[3] or '', "
     "tonumber(o[4] or '0') or 0} end\n"
     "  return redis.error_reply('FTC_STALE generation is ' .. g .. ', not ' .. after .. "
     "': the round after ' .. after .. ' is gone; join the round after ' .. g)\n"
@@ -67,10 +82,19 @@ static const char lua_join[] =
     "local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)\n"
     "for _, d in ipairs(dead) do redis.call('HDEL', KEYS[3], d) redis.call('ZREM', KEYS[4], d) "
     "end\n"
+    /* a node registered before (it withdrew when its deadline passed, or its
+     * entry expired) keeps its arrival number and is not a new arrival: a
+     * spare that joins again every 2 s restarted the settle time each time */
     "if redis.call('HEXISTS', KEYS[3], node) == 0 then\n"
-    "  seq = seq + 1 last = now\n"
-    "  redis.call('HSET', KEYS[3], node, seq)\n"
-    "  redis.call('HSET', KEYS[2], 'seq', seq, 'last_ms', now)\n"
+    "  local s0 = tonumber(redis.call('HGET', KEYS[8], node) or '')\n"
+    "  if s0 then redis.call('HSET', KEYS[3], node, s0)\n"
+    "  else\n"
+    "    seq = seq + 1 last = now\n"
+    "    redis.call('HSET', KEYS[3], node, seq)\n"
+    "    redis.call('HSET', KEYS[8], node, seq)\n"
+    "    redis.call('PEXPIRE', KEYS[8], 86400000)\n"
+    "    redis.call('HSET', KEYS[2], 'seq', seq, 'last_ms', now)\n"
+    "  end\n"
     "  redis.call('PEXPIRE', KEYS[3], 86400000)\n"
     "end\n"
     "redis.call('ZADD', KEYS[4], now + tonumber(ARGV[6]), node)\n"
@@ -132,7 +156,7 @@ static const char lua_join[] =
     "redis.call('HSET', KEYS[6], 'gen', g2, 'members', ms)\n"
     "redis.call('HSET', KEYS[2], 'round', g2, 'open', 0, 'opened_ms', 0, 'last_ms', 0, 'seq', 0, "
     "'reason', '')\n"
-    "redis.call('DEL', KEYS[3], KEYS[4])\n"
+    "redis.call('DEL', KEYS[3], KEYS[4], KEYS[8])\n"
     "local why = ''\n"
     "if reason ~= '' then why = ' (' .. reason .. ')' end\n"
     "redis.call('XADD', KEYS[7], 'MAXLEN', '~', ARGV[7], '*', 'kind', 'generation', 'node', node, "
@@ -145,10 +169,7 @@ static const char lua_join[] =
 static const char lua_request[] =
     "local t = redis.call('TIME')\n"
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
-    "local raw = redis.call('HGET', KEYS[1], 'gen')\n"
-    "local g = tonumber(raw or '0')\n"
-    "if g == nil then return redis.error_reply('FTC_CORRUPT ' .. KEYS[1] .. ' field gen holds \"' "
-    ".. string.sub(raw, 1, 40) .. '\"') end\n"
+    LUA_READ_GEN
     "if g < tonumber(ARGV[1]) then\n"
     "  g = tonumber(ARGV[1])\n"
     "  redis.call('HSET', KEYS[1], 'gen', g, 'world', 0, 'at_ms', now, 'by', 'reseed')\n"
@@ -171,10 +192,7 @@ static const char lua_request[] =
 
 /* KEYS: gen, rdzv. Returns {gen, open}. */
 static const char lua_state[] =
-    "local raw = redis.call('HGET', KEYS[1], 'gen')\n"
-    "local g = tonumber(raw or '0')\n"
-    "if g == nil then return redis.error_reply('FTC_CORRUPT ' .. KEYS[1] .. ' field gen holds \"' "
-    ".. string.sub(raw, 1, 40) .. '\"') end\n"
+    LUA_READ_GEN
     "if g == 0 then return {0, 1} end\n"
     "local st = redis.call('HMGET', KEYS[2], 'round', 'open')\n"
     "if tonumber(st[1] or '-1') == g and st[2] == '1' then return {g, 1} end\n"
@@ -188,10 +206,7 @@ static const char lua_live[] =
 
 /* KEYS: gen. ARGV: gen, world. */
 static const char lua_world[] =
-    "local raw = redis.call('HGET', KEYS[1], 'gen')\n"
-    "local g = tonumber(raw or '0')\n"
-    "if g == nil then return redis.error_reply('FTC_CORRUPT ' .. KEYS[1] .. ' field gen holds \"' "
-    ".. string.sub(raw, 1, 40) .. '\"') end\n"
+    LUA_READ_GEN
     "if g ~= tonumber(ARGV[1]) then return redis.error_reply('FTC_STALE generation is ' .. g .. "
     "', not ' .. ARGV[1]) end\n"
     "local w = tonumber(redis.call('HGET', KEYS[1], 'world') or '0') or 0\n"
@@ -226,6 +241,17 @@ static int check_job(const char *job, ftc_err_t *err)
     return 0;
 }
 
+/* A generation the scripts hold exactly (a Lua number), else FTC_EINVAL. */
+static int check_gen(uint64_t gen, uint64_t max, const char *what, ftc_err_t *err)
+{
+    if (gen > max)
+        return ftc_err_set(err, FTC_EINVAL,
+                           "rendezvous: %s %" PRIu64 " is above %" PRIu64
+                           " (the scripts hold generations exactly only below 2^53)",
+                           what, gen, max);
+    return 0;
+}
+
 static void key(char *buf, size_t cap, const char *job, const char *suffix)
 {
     snprintf(buf, cap, "ftc:{%s}:%s", job, suffix);
@@ -243,6 +269,8 @@ static int script_rc(ftc_redis_t *r, int rc, const char *what, ftc_err_t *err)
         rc = FTC_EEXIST;
     else if (strstr(msg, "WRONGTYPE"))
         rc = FTC_EPROTO; /* a key of the round holds another type: waiting does not help */
+    else if (strstr(msg, "NOPERM"))
+        rc = FTC_EAUTH; /* the ACL user may not run the scripts or use the keys: nor here */
     return ftc_err_set(err, rc, "%s: %s", what, msg);
 }
 
@@ -348,7 +376,8 @@ static int parse_round(ftc_redis_reply_t **el, size_t cnt, const char *node, uin
 }
 
 typedef struct join_keys {
-    char gen[128], rdzv[128], reg[160], alive[160], out[160], roster[128], events[128];
+    char gen[128], rdzv[128], reg[160], alive[160], out[160], roster[128], events[128],
+        seen[160];
 } join_keys_t;
 
 static void make_keys(join_keys_t *k, const char *job, uint64_t after)
@@ -362,6 +391,8 @@ static void make_keys(join_keys_t *k, const char *job, uint64_t after)
     key(k->alive, sizeof k->alive, job, s);
     snprintf(s, sizeof s, "rdzv:%" PRIu64 ":out", after);
     key(k->out, sizeof k->out, job, s);
+    snprintf(s, sizeof s, "rdzv:%" PRIu64 ":seen", after);
+    key(k->seen, sizeof k->seen, job, s);
     key(k->roster, sizeof k->roster, job, "roster");
     key(k->events, sizeof k->events, job, "events");
 }
@@ -402,12 +433,12 @@ static void describe_live(ftc_redis_t *r, const join_keys_t *k, char *buf, size_
 static int withdraw(ftc_redis_t *r, const ftc_redis_script_t *s, const join_keys_t *k,
                     const char *const *args11, uint64_t after, ftc_rdzv_round_t *out)
 {
-    const char *keys[] = {k->gen, k->rdzv, k->reg, k->alive, k->out, k->roster, k->events};
+    const char *keys[] = {k->gen, k->rdzv, k->reg, k->alive, k->out, k->roster, k->events, k->seen};
     const char *args[11];
     memcpy(args, args11, sizeof args);
     args[7] = "leave";
     ftc_redis_reply_t *rep = NULL;
-    if (ftc_redis_eval(r, s, 7, keys, 11, args, &rep))
+    if (ftc_redis_eval(r, s, 8, keys, 11, args, &rep))
         return FTC_EREDIS;
     ftc_redis_reply_t **el;
     size_t cnt;
@@ -447,6 +478,8 @@ int ftc_rdzv_join(ftc_redis_t *r, const ftc_rdzv_options_t *o, uint64_t after_ge
                            "settle_ms %d, ttl_ms %d, survivor_wait_ms %d (>= 0)",
                            o->min_nodes, o->max_nodes, o->settle_ms, o->ttl_ms,
                            o->survivor_wait_ms);
+    if ((rc = check_gen(after_gen, FTC_RDZV_GEN_MAX, "after_gen", err)))
+        return rc;
     int settle = o->settle_ms ? o->settle_ms : 1000, ttl = o->ttl_ms ? o->ttl_ms : 3000;
     int sv_wait = o->survivor_wait_ms ? o->survivor_wait_ms : settle;
     int poll_ms = settle / 10 < ttl / 4 ? settle / 10 : ttl / 4;
@@ -454,7 +487,7 @@ int ftc_rdzv_join(ftc_redis_t *r, const ftc_rdzv_options_t *o, uint64_t after_ge
 
     join_keys_t k;
     make_keys(&k, o->job, after_gen);
-    const char *keys[] = {k.gen, k.rdzv, k.reg, k.alive, k.out, k.roster, k.events};
+    const char *keys[] = {k.gen, k.rdzv, k.reg, k.alive, k.out, k.roster, k.events, k.seen};
     char a_after[24], a_min[16], a_max[16], a_settle[16], a_ttl[16];
     snprintf(a_after, sizeof a_after, "%" PRIu64, after_gen);
     snprintf(a_min, sizeof a_min, "%d", o->min_nodes);
@@ -474,6 +507,15 @@ int ftc_rdzv_join(ftc_redis_t *r, const ftc_rdzv_options_t *o, uint64_t after_ge
     bool redis_ok = false;
     char last_redis[FTC_ERR_MSG_MAX] = "";
     for (bool last_try = false;; last_try = ftc_deadline_expired(dl)) {
+        if (abort && atomic_load(abort) && !redis_ok && last_redis[0])
+            /* Redis did not answer the last poll: describing and withdrawing
+             * would wait a command timeout each (seconds, not the few
+             * milliseconds an abort takes); the entry expires by itself */
+            return ftc_err_set(err, FTC_ECANCELED,
+                               "rendezvous after generation %" PRIu64
+                               " aborted while Redis did not answer (%s); the registration "
+                               "expires by itself within ttl_ms %d",
+                               after_gen, last_redis, ttl);
         if (abort && atomic_load(abort)) {
             char who[300];
             describe_live(r, &k, who, sizeof who);
@@ -493,7 +535,7 @@ int ftc_rdzv_join(ftc_redis_t *r, const ftc_rdzv_options_t *o, uint64_t after_ge
         }
         ftc_redis_reply_t *rep = NULL;
         a_open[0] = open ? '1' : '0';
-        rc = ftc_redis_eval(r, &s, 7, keys, 11, args, &rep);
+        rc = ftc_redis_eval(r, &s, 8, keys, 11, args, &rep);
         if (rc) {
             rc = script_rc(r, rc, "rendezvous", err);
             if (rc == FTC_ESTALE || rc == FTC_EPROTO || rc == FTC_EAUTH)
@@ -501,6 +543,10 @@ int ftc_rdzv_join(ftc_redis_t *r, const ftc_rdzv_options_t *o, uint64_t after_ge
             /* Redis away: keep trying until the deadline (I6) */
             redis_ok = false;
             snprintf(last_redis, sizeof last_redis, "%s", ftc_err_str(err));
+            /* no last try after a poll that Redis left unanswered into the
+             * deadline: another would overrun it by a second command timeout */
+            if (ftc_deadline_expired(dl))
+                break;
         } else {
             ftc_redis_reply_t **el;
             size_t cnt;
@@ -553,7 +599,7 @@ int ftc_rdzv_request(ftc_redis_t *r, const char *job, uint64_t seen_gen, const c
                      bool *opened, ftc_err_t *err)
 {
     int rc;
-    if ((rc = check_job(job, err)))
+    if ((rc = check_job(job, err)) || (rc = check_gen(seen_gen, FTC_RDZV_GEN_MAX, "seen_gen", err)))
         return rc;
     char g[128], st[128], ev[128], seen[24];
     key(g, sizeof g, job, "gen");
@@ -634,7 +680,7 @@ int ftc_rdzv_set_world(ftc_redis_t *r, const char *job, uint64_t gen, uint32_t w
                        ftc_err_t *err)
 {
     int rc;
-    if ((rc = check_job(job, err)))
+    if ((rc = check_job(job, err)) || (rc = check_gen(gen, FTC_RDZV_GEN_MAX + 1, "gen", err)))
         return rc;
     if (world < 1 || world > (1u << 24))
         return ftc_err_set(err, FTC_EINVAL, "rendezvous: world %u is not in 1..%u", world,

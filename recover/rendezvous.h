@@ -17,7 +17,9 @@
  *    registrants (arrival order kept), keeps a liveness entry that expires
  *    ttl_ms after its last refresh (the joiner refreshes it while it waits),
  *    and polls. A registrant whose entry expired (the process died or hung)
- *    is dropped before any count and is never a member.
+ *    is dropped before any count and is never a member. A node that
+ *    registers again for the same round (withdrawn at its deadline, or
+ *    expired) keeps its first arrival number and is not a new arrival.
  *  - close: any registrant's poll closes the round when it is open and
  *    either max_nodes live registrants are there, or at least min_nodes and
  *    settle_ms (Redis server clock) have passed since the last arrival (or
@@ -49,10 +51,12 @@
  *
  * Thread-safety: the functions use the connection they are given; a
  * connection is one thread's (detect/redis.h). Errors: FTC_EINVAL (bad
- * options), FTC_ESTALE (the generation moved past the caller), FTC_ETIMEDOUT
- * (the deadline passed: the message names how many registered and who),
- * FTC_ECANCELED (abort), FTC_EREDIS / FTC_EPROTO (Redis down or a key holding
- * garbage, named).
+ * options, a generation above FTC_RDZV_GEN_MAX), FTC_ESTALE (the generation
+ * moved past the caller), FTC_ETIMEDOUT (the deadline passed: the message
+ * names how many registered and who), FTC_ECANCELED (abort), FTC_EREDIS /
+ * FTC_EPROTO (Redis down or a key holding garbage, named), FTC_EAUTH (a
+ * password refused, or NOPERM: the ACL user may not run EVALSHA/EVAL or use
+ * the job's keys; a join returns it at once).
  */
 #ifndef FTC_RECOVER_RENDEZVOUS_H
 #define FTC_RECOVER_RENDEZVOUS_H
@@ -70,6 +74,9 @@ extern "C" {
 #endif
 
 #define FTC_RDZV_NODE_MAX 64 /* bytes of a node id: [A-Za-z0-9._:/-] */
+/* The largest generation after_gen / seen_gen may name (FTC_EINVAL above it): the scripts
+ * hold generations in Lua numbers, exact below 2^53, and the round makes after_gen + 1. */
+#define FTC_RDZV_GEN_MAX ((UINT64_C(1) << 53) - 2)
 
 typedef struct ftc_rdzv_options {
     uint32_t struct_size;
@@ -110,8 +117,10 @@ int ftc_rdzv_split_ids(const char *s, size_t len, char (**out)[FTC_RDZV_NODE_MAX
  * deadline passes, or *abort becomes non-zero (abort may be NULL). On success
  * *out describes the round (free with ftc_rdzv_round_free), this node either
  * a member or a spare. A join for a round that already closed returns that
- * round when this node was in it (a retry), else FTC_ESTALE naming the
- * current generation. On timeout or abort the registration is withdrawn. */
+ * round when this node was in it and its generation is still the current one
+ * (a retry), else FTC_ESTALE naming the current generation (the job moved on
+ * without this node). On timeout or abort the registration is withdrawn (an
+ * abort while Redis does not answer returns at once, leaving it to expire). */
 int ftc_rdzv_join(ftc_redis_t *r, const ftc_rdzv_options_t *o, uint64_t after_gen,
                   ftc_rdzv_round_t *out, ftc_deadline_t dl, const atomic_int *abort,
                   ftc_err_t *err);

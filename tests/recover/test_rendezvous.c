@@ -4,13 +4,17 @@
  * that is SIGKILLed): one round with the same order for all, settle with
  * min < max, hot spares beyond max, a dead registrant not counted, members
  * keeping their order across generations, concurrent and stale requests,
- * the world fence with commit records, deadline, abort, and bad input.
+ * the world fence with commit records, deadline, abort, and bad input; a
+ * retried join once the job moved on, a node that joins again and the settle
+ * time, a generation field that is not a decimal integer, NOPERM, one id
+ * registered twice, and Redis killed or stopped under a join or an abort.
  * No wall-clock assertions: waits are on observable Redis state, bounded.
  */
 #include "detect/redis_fixture.h"
 
 #include "recover/rendezvous.h"
 
+#include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -610,6 +614,25 @@ static void test_bad_input(void **state)
     assert_int_equal(ftc_rdzv_state(r, "rb", &gen, &open, &err), FTC_EPROTO);
     assert_int_equal(ftc_rdzv_request(r, "rb", 0, "x", &open, &err), FTC_EPROTO);
     assert_int_equal(ftc_rdzv_set_world(r, "rb", 0, 0, &err), FTC_EINVAL);
+    /* generations the scripts cannot hold exactly (Lua numbers: below 2^53,
+     * and the round's next one too) are refused before they reach Redis: a
+     * join or request above the generation would put it back there (the
+     * data-loss reseed) and leave a gen nothing reads any more */
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", "ftc:{rb}:gen", "gen", "5", NULL), 0);
+    static const uint64_t huge[] = {(1ull << 53) - 1, 1ull << 53, (1ull << 53) + 1, UINT64_MAX};
+    for (size_t i = 0; i < sizeof huge / sizeof huge[0]; i++) {
+        o.node_id = "n";
+        int rc = ftc_rdzv_join(r, &o, huge[i], &out, ftc_deadline_in_ms(300), NULL, &err);
+        print_message("join after %" PRIu64 ": rc %d %s\n", huge[i], rc, err.msg);
+        ftc_rdzv_round_free(&out);
+        assert_int_equal(rc, FTC_EINVAL);
+        assert_int_equal(ftc_rdzv_request(r, "rb", huge[i], "x", &open, &err), FTC_EINVAL);
+        /* (2^53 - 1 is a generation the round after 2^53 - 2 makes) */
+        assert_int_equal(ftc_rdzv_set_world(r, "rb", huge[i], 2, &err),
+                         i ? FTC_EINVAL : FTC_ESTALE);
+        assert_int_equal(ftc_rdzv_state(r, "rb", &gen, &open, &err), 0);
+        assert_int_equal(gen, 5);
+    }
     ftc_rdzv_round_free(NULL);
     /* a round's id lists: ids a node can join with (fuzz_records found a
      * NUL byte read as an empty member id) */
@@ -699,6 +722,340 @@ static void test_data_loss_mid_round(void **state)
     ftc_redis_close(r);
 }
 
+/* A retried join gets its round back only while that round's generation is
+ * current: once the job moved on past it (the others made a later generation
+ * without this node), the old round is gone — FTC_ESTALE naming the current
+ * generation, not a membership of a dead generation. */
+static void test_retry_after_gen_moved_on_is_stale(void **state)
+{
+    redis_fixture_t *f = *state;
+    joiner_t j[2];
+    start(&j[0], f, "rmo", "mo-a", 2, 2, 50, 0, 0);
+    start(&j[1], f, "rmo", "mo-b", 2, 2, 50, 0, 0);
+    finish(j, 2);
+    same_round(j, 2, 2, 0);
+    assert_int_equal(j[0].round.generation, 1);
+    for (int i = 0; i < 2; i++)
+        ftc_rdzv_round_free(&j[i].round);
+    /* mo-a goes silent; mo-b makes generation 2 alone */
+    ftc_redis_t *r = conn(f);
+    ftc_err_t err = {0};
+    bool opened;
+    assert_int_equal(ftc_rdzv_request(r, "rmo", 1, "mo-a lost", &opened, &err), 0);
+    start(&j[1], f, "rmo", "mo-b", 1, 0, 50, 1, 0);
+    finish(&j[1], 1);
+    assert_int_equal(j[1].rc, 0);
+    assert_int_equal(j[1].round.generation, 2);
+    ftc_rdzv_round_free(&j[1].round);
+    /* mo-a comes back and retries its join of the round after 0 */
+    ftc_rdzv_options_t o = FTC_RDZV_OPTIONS_INIT;
+    o.job = "rmo";
+    o.node_id = "mo-a";
+    o.min_nodes = 2;
+    o.max_nodes = 2;
+    ftc_rdzv_round_t out;
+    int rc = ftc_rdzv_join(r, &o, 0, &out, ftc_deadline_in_ms(2000), NULL, &err);
+    if (rc == 0)
+        print_message("joined generation %" PRIu64 " (index %d) while generation 2 is current\n",
+                      out.generation, out.index);
+    ftc_rdzv_round_free(&out);
+    assert_int_equal(rc, FTC_ESTALE);
+    print_message("%s\n", err.msg);
+    assert_non_null(strstr(err.msg, "generation is 2"));
+    ftc_redis_close(r);
+}
+
+typedef struct cycler {
+    redis_fixture_t *f;
+    atomic_int *stop;
+    int rc, tries;
+    ftc_rdzv_round_t round;
+    pthread_t tid;
+} cycler_t;
+
+/* A registrant that waits with a short deadline and joins again after each
+ * timeout, as a hot spare of `ftc run` does (2 s): its registration is
+ * withdrawn and made again every time. */
+static void *cycler_main(void *arg)
+{
+    cycler_t *c = arg;
+    ftc_redis_t *r = conn(c->f);
+    ftc_rdzv_options_t o = FTC_RDZV_OPTIONS_INIT;
+    o.job = "rcy";
+    o.node_id = "cy-spare";
+    o.min_nodes = 2;
+    o.settle_ms = 1500;
+    ftc_err_t err = {0};
+    ftc_deadline_t end = ftc_deadline_in_ms(15000);
+    do {
+        c->tries++;
+        c->rc = ftc_rdzv_join(r, &o, 0, &c->round, ftc_deadline_in_ms(300), NULL, &err);
+    } while (c->rc == FTC_ETIMEDOUT && !atomic_load(c->stop) && !ftc_deadline_expired(end));
+    if (c->rc)
+        print_message("cycler: %s\n", err.msg);
+    ftc_redis_close(r);
+    return NULL;
+}
+
+/* The settle time counts from the last new arrival: a registrant that
+ * withdrew (its deadline passed) and registers again is not a new arrival.
+ * It was: a node joining again every 300 ms restarted the 1.5 s settle time
+ * each time, and the round never closed (the other node timed out). */
+static void test_rejoin_does_not_restart_settle(void **state)
+{
+    redis_fixture_t *f = *state;
+    atomic_int stop = 0;
+    cycler_t c;
+    memset(&c, 0, sizeof c);
+    c.f = f;
+    c.stop = &stop;
+    assert_int_equal(pthread_create(&c.tid, NULL, cycler_main, &c), 0);
+    joiner_t j;
+    start(&j, f, "rcy", "cy-member", 2, 0, 1500, 0, 0);
+    finish(&j, 1);
+    atomic_store(&stop, 1);
+    pthread_join(c.tid, NULL);
+    print_message("the re-joining node made %d joins\n", c.tries);
+    assert_int_equal(j.rc, 0);
+    assert_int_equal(c.rc, 0);
+    assert_int_equal(j.round.generation, 1);
+    assert_int_equal(c.round.generation, 1);
+    assert_int_equal(j.round.nodes, 2);
+    assert_int_equal(c.round.nodes, 2);
+    ftc_rdzv_round_free(&j.round);
+    ftc_rdzv_round_free(&c.round);
+}
+
+/* The generation field holds a decimal integer, as the control plane reads
+ * it (strtoll): anything else Lua's tonumber would take ("1.5", hex, an
+ * exponent, blanks, more digits than a double holds) is garbage named, not a
+ * generation read one way here and another way there (a join of the round
+ * after 1 refused as stale for ever while the state said generation 1). */
+static void test_gen_not_an_integer(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_redis_t *r = conn(f);
+    ftc_err_t err = {0};
+    ftc_rdzv_options_t o = FTC_RDZV_OPTIONS_INIT;
+    o.job = "rgi";
+    o.node_id = "n";
+    o.settle_ms = 10;
+    static const char *const bad[] = {"1.5", "0x1", "1e0", " 1", "1 ", "-1",
+                                      "99999999999999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(
+            ftc_redis_cmdv(r, true, NULL, "HSET", "ftc:{rgi}:gen", "gen", bad[i], NULL), 0);
+        uint64_t gen = 0;
+        bool open = false;
+        ftc_rdzv_round_t out;
+        int rc = ftc_rdzv_state(r, "rgi", &gen, &open, &err);
+        print_message("gen '%s': state rc %d gen %" PRIu64 " (%s)\n", bad[i], rc, gen,
+                      rc ? err.msg : "");
+        assert_int_equal(rc, FTC_EPROTO);
+        rc = ftc_rdzv_join(r, &o, 1, &out, ftc_deadline_in_ms(2000), NULL, &err);
+        ftc_rdzv_round_free(&out);
+        assert_int_equal(rc, FTC_EPROTO);
+        assert_non_null(strstr(err.msg, "ftc:{rgi}:gen"));
+        assert_int_equal(ftc_rdzv_request(r, "rgi", 1, "x", &open, &err), FTC_EPROTO);
+        assert_int_equal(ftc_rdzv_set_world(r, "rgi", 1, 2, &err), FTC_EPROTO);
+    }
+    /* a plain integer works */
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", "ftc:{rgi}:gen", "gen", "1", NULL), 0);
+    bool opened = false;
+    assert_int_equal(ftc_rdzv_request(r, "rgi", 1, "x", &opened, &err), 0);
+    assert_true(opened);
+    ftc_redis_close(r);
+}
+
+/* A user whose ACL does not allow the scripts (NOPERM) is told so at the
+ * first poll, as a refused password is: waiting does not grant permissions.
+ * It was taken for Redis being away: retried until the deadline (ftc run's
+ * --join-timeout-ms, 2 min by default), then "Redis did not answer". */
+static void test_noperm_fails_fast(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_redis_t *admin = conn(f);
+    assert_int_equal(ftc_redis_cmdv(admin, true, NULL, "ACL", "SETUSER", "rdzv-ro", "on",
+                                    ">rdzv-pw", "~*", "&*", "+@all", "-evalsha", "-eval", NULL),
+                     0);
+    ftc_redis_url_t u = *ftc_redis_server_url(f->srv);
+    snprintf(u.user, sizeof u.user, "rdzv-ro");
+    snprintf(u.password, sizeof u.password, "rdzv-pw");
+    ftc_err_t err = {0};
+    ftc_redis_t *r = ftc_redis_connect(&u, NULL, &err);
+    if (!r)
+        fail_msg("connect as rdzv-ro: %s", err.msg);
+    ftc_rdzv_options_t o = FTC_RDZV_OPTIONS_INIT;
+    o.job = "rnp";
+    o.node_id = "np";
+    o.min_nodes = 2;
+    ftc_rdzv_round_t out;
+    int rc = ftc_rdzv_join(r, &o, 0, &out, ftc_deadline_in_ms(3000), NULL, &err);
+    print_message("join without EVALSHA permission: rc %d: %s\n", rc, err.msg);
+    assert_int_equal(rc, FTC_EAUTH);
+    assert_non_null(strstr(err.msg, "NOPERM"));
+    uint64_t gen;
+    bool open;
+    assert_int_equal(ftc_rdzv_state(r, "rnp", &gen, &open, &err), FTC_EAUTH);
+    ftc_redis_close(r);
+    ftc_redis_close(admin);
+}
+
+/* Redis dies (SIGKILL) or hangs (SIGSTOP) while a joiner waits: the join
+ * ends at its deadline (plus at most a command timeout) with FTC_ETIMEDOUT
+ * saying Redis did not answer — never a hang, never a member list. The
+ * server is brought back for the tests after this one. */
+static void test_redis_gone_mid_round(void **state)
+{
+    redis_fixture_t *f = *state;
+    for (int hang = 0; hang < 2; hang++) {
+        const char *job = hang ? "rgh" : "rgk";
+        joiner_t j;
+        memset(&j, 0, sizeof j);
+        j.f = f;
+        j.job = job;
+        snprintf(j.node, sizeof j.node, "alone");
+        j.min = 2;
+        j.deadline_ms = 2000;
+        assert_int_equal(pthread_create(&j.tid, NULL, joiner_main, &j), 0);
+        await_waiting(f, job, 0, 1);
+        if (hang)
+            assert_int_equal(kill(ftc_redis_server_pid(f->srv), SIGSTOP), 0);
+        else
+            assert_int_equal(ftc_redis_server_signal(f->srv, SIGKILL), 0);
+        finish(&j, 1);
+        print_message("redis %s: %s\n", hang ? "stopped" : "killed", j.err.msg);
+        assert_int_equal(j.rc, FTC_ETIMEDOUT);
+        assert_non_null(strstr(j.err.msg, "Redis did not answer"));
+        assert_int_equal(j.round.nodes, 0);
+        if (hang) {
+            assert_int_equal(kill(ftc_redis_server_pid(f->srv), SIGCONT), 0);
+        } else {
+            ftc_err_t err = {0};
+            assert_int_equal(ftc_redis_server_restart(f->srv, &err), 0);
+        }
+    }
+}
+
+/* An abort while Redis does not answer returns once the poll in flight gives
+ * up, saying so: it no longer spends a command timeout each on listing the
+ * registrants and withdrawing (about 5 s in all with the default 2 s, not
+ * the few milliseconds recovery.md promises); the entry expires by itself. */
+static void test_abort_while_redis_gone(void **state)
+{
+    redis_fixture_t *f = *state;
+    atomic_int abort_flag = 0;
+    joiner_t j;
+    memset(&j, 0, sizeof j);
+    j.f = f;
+    j.job = "rag";
+    snprintf(j.node, sizeof j.node, "alone");
+    j.min = 2;
+    j.deadline_ms = 60000;
+    j.abort = &abort_flag;
+    assert_int_equal(pthread_create(&j.tid, NULL, joiner_main, &j), 0);
+    await_waiting(f, "rag", 0, 1);
+    assert_int_equal(ftc_redis_server_signal(f->srv, SIGKILL), 0);
+    ftc_sleep_ms(1000); /* its next poll (100 ms apart) is failing */
+    uint64_t t0 = ftc_now_ns();
+    atomic_store(&abort_flag, 1);
+    pthread_join(j.tid, NULL);
+    print_message("abort with Redis gone: %.0f ms: %s\n", (double)(j.t_done_ns - t0) / 1e6,
+                  j.err.msg);
+    assert_int_equal(j.rc, FTC_ECANCELED);
+    assert_non_null(strstr(j.err.msg, "aborted while Redis did not answer"));
+    assert_non_null(strstr(j.err.msg, "expires by itself"));
+    ftc_err_t err = {0};
+    assert_int_equal(ftc_redis_server_restart(f->srv, &err), 0);
+}
+
+/* A node that restarts with the same id while its old registration still
+ * lives (the old process hung, a new one took over) is one registrant, not
+ * two: two joiners with one id do not make a MIN 2 round, and with a third
+ * node the round has two members, the id once. */
+static void test_same_id_counted_once(void **state)
+{
+    redis_fixture_t *f = *state;
+    joiner_t j[3];
+    for (int i = 0; i < 2; i++) {
+        memset(&j[i], 0, sizeof j[i]);
+        j[i].f = f;
+        j[i].job = "rid";
+        snprintf(j[i].node, sizeof j[i].node, "twice");
+        j[i].min = 2;
+        j[i].settle = 50;
+        j[i].deadline_ms = 1000;
+        assert_int_equal(pthread_create(&j[i].tid, NULL, joiner_main, &j[i]), 0);
+    }
+    finish(j, 2);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(j[i].rc, FTC_ETIMEDOUT);
+    assert_non_null(strstr(j[0].err.msg, "min_nodes 2"));
+    for (int i = 0; i < 2; i++) {
+        j[i].deadline_ms = 10000;
+        assert_int_equal(pthread_create(&j[i].tid, NULL, joiner_main, &j[i]), 0);
+    }
+    await_waiting(f, "rid", 0, 1);
+    start(&j[2], f, "rid", "other", 2, 0, 50, 0, 0);
+    finish(j, 3);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(j[i].rc, 0);
+        assert_int_equal(j[i].round.nodes, 2);
+        assert_int_equal(j[i].round.spares, 0);
+    }
+    assert_string_not_equal(j[0].round.members[0], j[0].round.members[1]);
+    for (int i = 0; i < 3; i++)
+        ftc_rdzv_round_free(&j[i].round);
+}
+
+static long long connections_received(redis_fixture_t *f)
+{
+    ftc_redis_t *r = conn(f);
+    ftc_redis_reply_t *rep = NULL;
+    assert_int_equal(ftc_redis_cmdv(r, true, &rep, "INFO", "stats", NULL), 0);
+    const char *s;
+    size_t len;
+    ftc_err_t err = {0};
+    assert_int_equal(ftc_redis_want_str(rep, "INFO", &s, &len, &err), 0);
+    const char *p = strstr(s, "total_connections_received:");
+    assert_non_null(p);
+    long long n = atoll(p + strlen("total_connections_received:"));
+    ftc_redis_reply_free(rep);
+    ftc_redis_close(r);
+    return n;
+}
+
+/* A join whose deadline passes while Redis does not answer stops there: the
+ * overrun is at most the one command timeout recovery.md names. It made one
+ * more "last try" after the failed poll that ran into the deadline — a
+ * reconnect and another whole command timeout (a 300 ms deadline ended after
+ * 4 s, 2 x 2 s). Counted here as connections the hung server received. */
+static void test_deadline_while_redis_hangs(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_redis_t *r = conn(f);
+    ftc_rdzv_options_t o = FTC_RDZV_OPTIONS_INIT;
+    o.job = "rdh";
+    o.node_id = "n";
+    o.min_nodes = 2;
+    ftc_err_t err = {0};
+    ftc_rdzv_round_t out;
+    long long before = connections_received(f);
+    assert_int_equal(kill(ftc_redis_server_pid(f->srv), SIGSTOP), 0);
+    uint64_t t0 = ftc_now_ns();
+    int rc = ftc_rdzv_join(r, &o, 0, &out, ftc_deadline_in_ms(300), NULL, &err);
+    double ms = (double)(ftc_now_ns() - t0) / 1e6;
+    assert_int_equal(kill(ftc_redis_server_pid(f->srv), SIGCONT), 0);
+    long long after = connections_received(f);
+    /* after - before - 1: the connection that counted */
+    print_message("deadline 300 ms, Redis stopped: rc %d after %.0f ms, %lld reconnects: %s\n",
+                  rc, ms, after - before - 1, err.msg);
+    assert_int_equal(rc, FTC_ETIMEDOUT);
+    assert_non_null(strstr(err.msg, "Redis did not answer"));
+    assert_int_equal(after - before - 1, 0);
+    ftc_redis_close(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -708,11 +1065,19 @@ int main(void)
         cmocka_unit_test(test_spare_does_not_displace_survivor),
         cmocka_unit_test(test_grow_settle_waits_for_survivors),
         cmocka_unit_test(test_killed_registrant_not_counted),
+        cmocka_unit_test(test_same_id_counted_once),
         cmocka_unit_test(test_requests_fencing_and_world),
         cmocka_unit_test(test_deadline_and_abort),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_wrong_type_key_fails_fast),
         cmocka_unit_test(test_data_loss_mid_round),
+        cmocka_unit_test(test_retry_after_gen_moved_on_is_stale),
+        cmocka_unit_test(test_rejoin_does_not_restart_settle),
+        cmocka_unit_test(test_gen_not_an_integer),
+        cmocka_unit_test(test_noperm_fails_fast),
+        cmocka_unit_test(test_redis_gone_mid_round),
+        cmocka_unit_test(test_abort_while_redis_gone),
+        cmocka_unit_test(test_deadline_while_redis_hangs),
     };
     return cmocka_run_group_tests(tests, redis_fixture_setup, redis_fixture_teardown);
 }
