@@ -74,8 +74,8 @@ typedef struct ftc__job {
     uint64_t size;
     uint32_t peers[FTC_REPL_MAX_PEERS];
     int npeers;             /* PUSH: targets; FETCH: candidates, tried in order */
-    int64_t keep;           /* PUSH of a replica: the committed step when queued (peers keep
-                               its replica; -1 = not said, always for parity pushes) */
+    int64_t keep;           /* PUSH: the committed step when queued (peers keep its replica,
+                               or parity block: the encode's keep); -1 = not said */
     int next_peer;          /* FETCH: next candidate */
     int req_rix;            /* FETCH: the rank (index in a->ranks) whose request queued it */
     uint64_t req;           /* FETCH, and a rebuild's GATHER: that request (ftc__rank_t.req):

@@ -788,7 +788,10 @@ static void ftc__par_on_encoded(ftc_agent_t *a, ftc__par_task_t *t)
         }
         p->kind = JOB_PUSH;
         p->par = PAR_ENCODE;
-        p->keep = -1; /* parity blocks: their own double-buffering rule (not keep) */
+        /* the member keeps the block this encode's own store keeps (the newest
+         * committed step's): written over the older, that block was lost on
+         * every member once the version after it was abandoned (I2) */
+        p->keep = t->keep;
         p->rix = t->rix;
         p->owner = FTC_PAR_OWNER(t->local);
         p->step = t->step;

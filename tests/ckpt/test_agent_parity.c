@@ -40,6 +40,9 @@
  *     groups; shrunk below a group, it commits without parity;
  *   - a rebuild's result answers only the request that queued it (a rank
  *     that gave up and asked again is answered by its own rebuild).
+ *   - a member keeps the parity block of the newest committed version when
+ *     the version after it is abandoned (the next block goes over the
+ *     abandoned one), and a lost node's committed shard is rebuilt from it.
  * FTC_TEST_FILTER=NAME (cmocka pattern) runs only the matching tests.
  */
 #include "ftc_test.h"
@@ -49,6 +52,7 @@
 #include "ckpt/agent_parity.h"
 #include "ckpt/shard.h"
 #include "ckpt/slot.h"
+#include "detect/control.h"
 
 #include <inttypes.h>
 #include <poll.h>
@@ -1601,6 +1605,139 @@ static void test_bad_domain(void **state)
     }
 }
 
+/* Rank r of 4 (2 nodes x 2 local indices) in this process, for
+ * test_parity_keeps_committed. */
+static float kc_w[4][4096];
+
+static ftc_ctx_t *kc_ctx(env_t *e, int r, char *sock, size_t cap)
+{
+    ftc_options_t o = ctx_options(e, r / 2, r, 4, sock, cap);
+    o.timeout_ms = 30000;
+    ftc_ctx_t *c = NULL;
+    if (ftc_create(&o, &c))
+        fail_msg("ftc_create: %s", ftc_last_error(c));
+    int64_t shape[1] = {4096};
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, kc_w[r], FTC_HOST), 0);
+    return c;
+}
+
+typedef struct kc_ckpt {
+    ftc_ctx_t *c;
+    int64_t step;
+    int rc;
+} kc_ckpt_t;
+
+static void *kc_ckpt_main(void *arg)
+{
+    kc_ckpt_t *k = arg;
+    k->rc = ftc_checkpoint(k->c, k->step, NULL, 0);
+    if (!k->rc)
+        k->rc = ftc_wait_snapshot(k->c);
+    return NULL;
+}
+
+/* Checkpoints step of the ranks in rs[0..n) at once (a BEGIN may park). */
+static void kc_ckpt_all(ftc_ctx_t **c, const int *rs, int n, int64_t step)
+{
+    pthread_t tid[4];
+    kc_ckpt_t k[4];
+    for (int i = 0; i < n; i++) {
+        for (int x = 0; x < 4096; x++)
+            kc_w[rs[i]][x] = (float)(100 * rs[i]) + (float)step;
+        k[i] = (kc_ckpt_t){.c = c[rs[i]], .step = step, .rc = -1};
+        assert_int_equal(pthread_create(&tid[i], NULL, kc_ckpt_main, &k[i]), 0);
+    }
+    for (int i = 0; i < n; i++) {
+        pthread_join(tid[i], NULL);
+        if (k[i].rc)
+            fail_msg("rank %d step %lld: %s", rs[i], (long long)step, ftc_last_error(k[i].c));
+    }
+}
+
+/* Waits (20 s at most) until the commit record holds rank's report of step. */
+static void kc_wait_report(ftc_ctl_t *ctl, int64_t step, uint32_t rank)
+{
+    uint64_t gen = 0, ck = 0;
+    uint32_t world = 0;
+    assert_int_equal(ftc_ctl_generation(ctl, &gen, &world), 0);
+    ftc_deadline_t d = ftc_deadline_in_ms(20000);
+    for (bool found = false; !found; ftc_sleep_ms(10)) {
+        assert_int_equal(ftc_ctl_commit_checksum(ctl, gen, step, rank, &ck, &found), 0);
+        if (!found && ftc_deadline_expired(d))
+            fail_msg("rank %u's report of step %lld never reached the commit record", rank,
+                     (long long)step);
+    }
+}
+
+/* A member's parity block of the newest committed version survives the
+ * next encode (I2), as a replica does. xor:2 on 2 nodes (a mirror group),
+ * 2 ranks per node: stripe 0 is ranks 0 (node 0, its encoder) and 2 (node
+ * 1). Step 0 commits. Ranks 1 and 3 stop there, so no later step commits.
+ * Stripe 0's step 1 is encoded, pushed and reported; its step 2 waits for
+ * step 1's commit; step 3 parks for a slot until agent.timeout_ms abandons
+ * step 1; then step 2 is encoded and pushed. Node 1's store held stripe
+ * 0's blocks of steps 0 (committed) and 1 (newest, abandoned);
+ * the parity push went over the older one, the committed step 0's (pushed
+ * without the committed step, unlike a replica): node 0 lost, rank 0's
+ * step 0 could not be rebuilt. Now it goes over the abandoned step 1, and
+ * node 0's replacement rebuilds rank 0's step 0 from node 1's block. */
+static void test_parity_keeps_committed(void **state)
+{
+    env_t *e = prepare_env(*state, 2, "xor:2", 1000, NULL);
+    e->ranks_per_node = 2;
+    snprintf(e->timeout_ms, sizeof e->timeout_ms, "3000");
+    for (int i = 0; i < 2; i++)
+        start_agent(e, i);
+    ftc_ctl_t *ctl = redis_fixture_ctl(e->f, e->job);
+    char sock[4][PATH_MAX + 32];
+    ftc_ctx_t *c[4];
+    for (int r = 0; r < 4; r++)
+        c[r] = kc_ctx(e, r, sock[r], sizeof sock[r]);
+    const int all[4] = {0, 1, 2, 3}, stripe0[2] = {0, 2};
+    kc_ckpt_all(c, all, 4, 0);
+    for (int r = 0; r < 4; r++)
+        assert_int_equal(ftc_wait_committed(c[r], 0), 0);
+    kc_ckpt_all(c, stripe0, 2, 1);
+    kc_ckpt_all(c, stripe0, 2, 2); /* its encode waits for step 1's commit */
+    kc_wait_report(ctl, 1, 0);     /* node 1 acknowledged stripe 0's parity of step 1 */
+    kc_ckpt_all(c, stripe0, 2, 3); /* parked until step 1 is abandoned */
+    assert_true(agent_said(e, 0, "was not committed within"));
+    kc_wait_report(ctl, 2, 0); /* node 1 acknowledged stripe 0's parity of step 2 */
+    char prefix[128];
+    snprintf(prefix, sizeof prefix, "ftc.%s.n1.p%u.s", e->job, FTC_PAR_OWNER(0));
+    uint64_t size = 0;
+    uint8_t *held[3];
+    for (int s = 0; s < 3; s++)
+        held[s] = copy_shm_shard(prefix, (uint64_t)s, &size);
+    print_message("node 1 holds stripe 0's parity of steps:%s%s%s\n", held[0] ? " 0" : "",
+                  held[1] ? " 1" : "", held[2] ? " 2" : "");
+    assert_non_null(held[0]); /* the committed version's */
+    assert_non_null(held[2]);
+    for (int s = 0; s < 3; s++)
+        free(held[s]);
+    int64_t cstep = -1;
+    uint64_t cgen = 0;
+    assert_int_equal(ftc_ctl_committed(ctl, &cstep, &cgen), 0);
+    assert_int_equal(cstep, 0);
+    /* node 0 lost: rank 0's step 0 rebuilt from node 1's parity alone */
+    for (int r = 0; r < 4; r++)
+        ftc_destroy(c[r]);
+    lose_node(e, 0);
+    start_agent(e, 0);
+    c[0] = kc_ctx(e, 0, sock[0], sizeof sock[0]);
+    for (int x = 0; x < 4096; x++)
+        kc_w[0][x] = -1.0f;
+    int64_t step = -1;
+    if (ftc_restore(c[0], &step, NULL, NULL))
+        fail_msg("restore of rank 0: %s", ftc_last_error(c[0]));
+    assert_int_equal(step, 0);
+    assert_true(kc_w[0][0] == 0.0f && kc_w[0][4095] == 0.0f);
+    assert_true(agent_said(e, 0, "rebuilt from parity"));
+    ftc_destroy(c[0]);
+    ftc_ctl_destroy(ctl);
+    teardown_env(e);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, agent_fixture_teardown)
 
 int main(void)
@@ -1633,6 +1770,7 @@ int main(void)
         T(test_shrunk_below_a_group),
         T(test_unknown_plan_member),
         T(test_rebuild_result_to_its_request),
+        T(test_parity_keeps_committed),
     };
     /* FTC_TEST_FILTER=test_name (a cmocka pattern, * and ?) runs only those */
     if (getenv("FTC_TEST_FILTER"))
