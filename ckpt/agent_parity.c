@@ -409,6 +409,11 @@ int ftc__par_encode(const ftc__par_geo_t *geo, const char *job, uint64_t step, u
                                "parity encode: member %d's shard is of step %" PRIu64
                                ", not %" PRIu64,
                                i, v.info.step, step);
+        if (v.info.generation != gen) /* a slot an earlier generation left */
+            return ftc_err_set(err, FTC_ESTALE,
+                               "parity encode: member %d's shard of step %" PRIu64
+                               " is of generation %" PRIu64 ", not %" PRIu64,
+                               i, step, v.info.generation, gen);
         heads[i] = v.head_xxh3;
         mx = sizes[i] > mx ? sizes[i] : mx;
     }
@@ -998,6 +1003,27 @@ static void gather_local(ftc_repl_t *r, const ftc__gather_t *g, ftc__gitem_t *it
         snprintf(it->detail, sizeof it->detail, "%s", e.msg);
 }
 
+/* A fetched data shard of another generation than g->gen (when set): freed,
+ * it->rc FTC_ESTALE (asked again, like a shard not held yet). */
+static void gather_check_gen(const ftc__gather_t *g, ftc__gitem_t *it)
+{
+    ftc_shard_view_t v;
+    ftc_err_t e = {0};
+    if (!g->gen || it->wrapper || !it->buf ||
+        (ftc_shard_open(&v, it->buf, it->size, 0, &e) == 0 && v.info.generation == g->gen))
+        return;
+    it->rc = FTC_ESTALE;
+    if (e.code)
+        snprintf(it->detail, sizeof it->detail, "%s", e.msg);
+    else
+        snprintf(it->detail, sizeof it->detail, "node %u served its slot of step %" PRIu64
+                 " of generation %" PRIu64 ", not %" PRIu64 " (left by an earlier "
+                 "generation)", it->peer, g->step, v.info.generation, g->gen);
+    free(it->buf);
+    it->buf = NULL;
+    it->size = 0;
+}
+
 /* Whether g's step is one the agent knows aborted (g->stop). */
 static bool gather_stopped(const ftc__gather_t *g)
 {
@@ -1032,11 +1058,13 @@ bool ftc__gather_poll(ftc_repl_t *r, ftc__gather_t *g, bool broken)
             if (!broken && st.done) {
                 it->rc = st.rc;
                 snprintf(it->detail, sizeof it->detail, "%s", st.detail);
-                if (st.rc == 0)
+                if (st.rc == 0) {
                     ftc_repl_take(r, it->x, &it->buf, &it->size);
+                    gather_check_gen(g, it);
+                }
                 ftc_repl_release(r, it->x);
                 it->started = false;
-                if (st.rc == 0) {
+                if (it->rc == 0) {
                     it->done = true;
                     continue;
                 }

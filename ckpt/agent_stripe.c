@@ -648,6 +648,7 @@ bool ftc__par_try_push(ftc_agent_t *a, ftc__rank_t *r, int s)
      * gather ends once the step is known aborted, not at the deadline */
     ga->stop = a->aborted_stop;
     ga->nstop = FTC__ABORTED_KEEP;
+    ga->gen = a->generation; /* never a slot an earlier generation left with this step */
     for (int i = 0; i < g->n; i++) {
         uint32_t owner = ftc__par_rank(a, i, local);
         if (i == g->member || owner == FTC_PAR_IDLE)

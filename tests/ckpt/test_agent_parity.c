@@ -40,6 +40,8 @@
  *     groups; shrunk below a group, it commits without parity;
  *   - a rebuild's result answers only the request that queued it (a rank
  *     that gave up and asked again is answered by its own rebuild).
+ *   - an encode takes only shards of the current generation (a slot an
+ *     earlier generation left with the step is asked again, never encoded);
  *   - a member keeps the parity block of the newest committed version when
  *     the version after it is abandoned (the next block goes over the
  *     abandoned one), and a lost node's committed shard is rebuilt from it.
@@ -181,6 +183,21 @@ static void test_encode_rebuild(void **state)
     /* the wrong step: no parity block of it */
     assert_int_equal(ftc__par_rebuild(&g, 6, 0, 1, d3, sz, w3, ws, &out, &on, NULL, &e),
                      FTC_ENOENT);
+    /* a member's shard of another generation (a slot an earlier one left
+     * with this step) is never encoded */
+    uint64_t gsz;
+    uint8_t *oldgen = ftc_test_make_shard(5, 2, 1000 + 777 * 2, 92, &gsz);
+    ftc_shard_restamp(oldgen, 5, 7);
+    assert_int_equal(ftc_shard_seal(oldgen, gsz, 1, &e), 0);
+    const uint8_t *dg[4] = {sh[0], sh[1], oldgen, sh[3]};
+    uint8_t *wg[4];
+    uint64_t wgs[4];
+    assert_int_equal(ftc__par_encode(&g, "test-job", 5, 1, 0, dg, sz, ranks, wg, wgs, &e),
+                     FTC_ESTALE);
+    assert_non_null(strstr(e.msg, "member 2's shard of step 5 is of generation 7, not 1"));
+    for (int i = 0; i < 4; i++)
+        assert_null(wg[i]);
+    free(oldgen);
     free(other);
     free(bad);
     for (int i = 0; i < 4; i++) {
@@ -1609,9 +1626,9 @@ static void test_bad_domain(void **state)
  * test_parity_keeps_committed. */
 static float kc_w[4][4096];
 
-static ftc_ctx_t *kc_ctx(env_t *e, int r, char *sock, size_t cap)
+static ftc_ctx_t *kc_ctx_on(env_t *e, int r, int node, int world, char *sock, size_t cap)
 {
-    ftc_options_t o = ctx_options(e, r / 2, r, 4, sock, cap);
+    ftc_options_t o = ctx_options(e, node, r, world, sock, cap);
     o.timeout_ms = 30000;
     ftc_ctx_t *c = NULL;
     if (ftc_create(&o, &c))
@@ -1619,6 +1636,11 @@ static ftc_ctx_t *kc_ctx(env_t *e, int r, char *sock, size_t cap)
     int64_t shape[1] = {4096};
     assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, kc_w[r], FTC_HOST), 0);
     return c;
+}
+
+static ftc_ctx_t *kc_ctx(env_t *e, int r, char *sock, size_t cap)
+{
+    return kc_ctx_on(e, r, r / 2, 4, sock, cap);
 }
 
 typedef struct kc_ckpt {
@@ -1738,6 +1760,102 @@ static void test_parity_keeps_committed(void **state)
     teardown_env(e);
 }
 
+/* The head checksum of the shard of (step, generation) in an shm object
+ * whose name starts with prefix; false when none. */
+static bool shm_head_of(const char *prefix, uint64_t step, uint64_t gen, uint64_t *head)
+{
+    bool found = false;
+    DIR *d = opendir("/dev/shm");
+    assert_non_null(d);
+    struct dirent *de;
+    while (!found && (de = readdir(d))) {
+        if (strncmp(de->d_name, prefix, strlen(prefix)))
+            continue;
+        ftc_slot_t sl;
+        ftc_err_t err = {0};
+        if (ftc_slot_open(de->d_name, false, &sl, &err))
+            continue;
+        ftc_shard_view_t v;
+        uint64_t total = 0;
+        found = ftc_shard_peek_size(sl.base, sl.size, &total, &err) == 0 && total <= sl.size &&
+                ftc_shard_open(&v, sl.base, total, FTC_SHARD_VERIFY, &err) == 0 &&
+                v.info.step == step && v.info.generation == gen;
+        if (found)
+            *head = v.head_xxh3;
+        ftc_slot_close(&sl);
+    }
+    closedir(d);
+    return found;
+}
+
+/* An encode never takes a member's shard of an earlier generation. xor:2
+ * on 2 nodes, one rank each (node 0 encodes). Generation 1 commits step 0;
+ * rank 1 alone checkpoints step 1 (sealed on node 1, never encoded). The
+ * job moves to generation 2 (agents restarted, shared memory kept), both
+ * ranks restore step 0, rank 0 checkpoints step 1. Node 0's gather asked
+ * node 1 for rank 1's step 1 and node 1 served the slot generation 1 left:
+ * it verified, was encoded and its head reported for generation 2, so step
+ * 1 committed with the record naming a version rank 1 never wrote in
+ * generation 2 (its own step 1, written later, is refused at a restore, a
+ * rebuild gives the old one). Now the gather waits for generation 2's
+ * shard: once rank 1 checkpoints step 1 the record holds that one. */
+static void test_encode_skips_older_generation(void **state)
+{
+    env_t *e = prepare_env(*state, 2, "xor:2", 1000, NULL);
+    snprintf(e->timeout_ms, sizeof e->timeout_ms, "8000");
+    seed(e, "HSET", "gen", "gen", "1", "world", "2", "epoch", "0");
+    for (int i = 0; i < 2; i++)
+        start_agent(e, i);
+    ftc_ctl_t *ctl = redis_fixture_ctl(e->f, e->job);
+    char sock[2][PATH_MAX + 32];
+    ftc_ctx_t *c[2];
+    for (int r = 0; r < 2; r++)
+        c[r] = kc_ctx_on(e, r, r, 2, sock[r], sizeof sock[r]);
+    const int both[2] = {0, 1}, one[1] = {1}, zero[1] = {0};
+    kc_ckpt_all(c, both, 2, 0);
+    for (int r = 0; r < 2; r++)
+        assert_int_equal(ftc_wait_committed(c[r], 0), 0);
+    kc_ckpt_all(c, one, 1, 1); /* generation 1's step 1 of rank 1: never committed */
+    for (int r = 0; r < 2; r++)
+        ftc_destroy(c[r]);
+    for (int i = 0; i < 2; i++)
+        kill_agent(e, i);
+    seed(e, "HSET", "gen", "gen", "2", "world", "2", "epoch", "0");
+    for (int i = 0; i < 2; i++)
+        start_agent(e, i);
+    for (int r = 0; r < 2; r++) {
+        c[r] = kc_ctx_on(e, r, r, 2, sock[r], sizeof sock[r]);
+        int64_t step = -1;
+        if (ftc_restore(c[r], &step, NULL, NULL))
+            fail_msg("restore of rank %d: %s", r, ftc_last_error(c[r]));
+        assert_int_equal(step, 0);
+    }
+    kc_ckpt_all(c, zero, 1, 1);
+    /* the encode of a stale shard needs no more than this (not asserted) */
+    ftc_deadline_t d = ftc_deadline_in_ms(3000);
+    while (!agent_said(e, 0, "rank 0 step 1: parity") && !ftc_deadline_expired(d))
+        ftc_sleep_ms(50);
+    bool found = false;
+    uint64_t ck = 0, want = 0;
+    assert_int_equal(ftc_ctl_commit_checksum(ctl, 2, 1, 1, &ck, &found), 0);
+    print_message("before rank 1's step 1 of generation 2: its report %s\n",
+                  found ? "is in the record (a stale shard was encoded)" : "is not there");
+    assert_false(found);
+    kc_ckpt_all(c, one, 1, 1);
+    for (int r = 0; r < 2; r++)
+        assert_int_equal(ftc_wait_committed(c[r], 1), 0);
+    assert_int_equal(ftc_ctl_commit_checksum(ctl, 2, 1, 1, &ck, &found), 0);
+    assert_true(found);
+    char prefix[128];
+    snprintf(prefix, sizeof prefix, "ftc.%s.n1.r1.s", e->job);
+    assert_true(shm_head_of(prefix, 1, 2, &want));
+    assert_true(ck == want);
+    for (int r = 0; r < 2; r++)
+        ftc_destroy(c[r]);
+    ftc_ctl_destroy(ctl);
+    teardown_env(e);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, agent_fixture_teardown)
 
 int main(void)
@@ -1771,6 +1889,7 @@ int main(void)
         T(test_unknown_plan_member),
         T(test_rebuild_result_to_its_request),
         T(test_parity_keeps_committed),
+        T(test_encode_skips_older_generation),
     };
     /* FTC_TEST_FILTER=test_name (a cmocka pattern, * and ?) runs only those */
     if (getenv("FTC_TEST_FILTER"))
