@@ -736,5 +736,7 @@ void ftc__poll_commits(ftc_agent_t *a)
         if ((int64_t)newly > a->newest_local)
             a->newest_local = (int64_t)newly;
         ftc__persist_kick(a); /* else the writer is busy: ftc__persist_collect kicks */
+        if (a->par)
+            ftc__par_keep_keys(a); /* this generation's layout and groups outlive it */
     }
 }

@@ -318,6 +318,7 @@ struct ftc__agent_par {
     ftc__enc_t enc[FTC_AGENT_MAX_RANKS];
     ftc__where_t where[2];  /* cache: the current and the committed generation's */
     char where_why[240];    /* why the last ftc__where returned NULL */
+    uint64_t keys_ns;       /* the last renewal of this generation's keys (ftc__par_keep_keys) */
 };
 
 /* Shared by the agent's files; each is documented where it is defined. */
@@ -380,5 +381,6 @@ void ftc__par_rebuild_failed(ftc_agent_t *a, ftc__rank_t *r, const char *why,
 void ftc__par_on_rebuilt(ftc_agent_t *a, ftc__par_task_t *t);
 void ftc__par_on_gather_done(ftc_agent_t *a, ftc__job_t *j);
 void ftc__par_free(ftc_agent_t *a);
+void ftc__par_keep_keys(ftc_agent_t *a);
 
 #endif

@@ -42,6 +42,8 @@
  *     that gave up and asked again is answered by its own rebuild).
  *   - an encode takes only shards of the current generation (a slot an
  *     earlier generation left with the step is asked again, never encoded);
+ *   - a generation's plan and parity groups (24 h TTL) are renewed as it
+ *     commits: a rebuild in the next generation finds them after the TTL;
  *   - a member keeps the parity block of the newest committed version when
  *     the version after it is abandoned (the next block goes over the
  *     abandoned one), and a lost node's committed shard is rebuilt from it.
@@ -1856,6 +1858,51 @@ static void test_encode_skips_older_generation(void **state)
     teardown_env(e);
 }
 
+/* A generation's layout and parity groups outlive it by their TTL, however
+ * long it ran: a rebuild of its newest version after the next failure reads
+ * them. plan:1 and pargroups:1 are published with a 24 h TTL and were never
+ * renewed, so after a generation of more than a day they were gone when
+ * generation 2 needed them: the moved rank's rebuild failed (the layout read
+ * as "no plan", node-major, and no groups) and with nothing in the persist
+ * tier its restore failed. Here they are seeded with a 12 s TTL (a day,
+ * shortened); generation 1 commits, the TTL passes, node 1 is lost and
+ * generation 2 (xor:2 on 4 nodes, one group, world 2: nodes 2 and 3 idle)
+ * moves rank 1 to node 3, which rebuilds it from the group's parity: the
+ * agents renewed both keys as generation 1 committed. */
+static void test_generation_keys_renewed(void **state)
+{
+    env_t *e = prepare_env(*state, 4, "xor:2", 1000, NULL);
+    ftc_deadline_t ttl = ftc_deadline_in_ms(12500);
+    seed(e, "HSET", "gen", "gen", "1", "world", "2", "epoch", "0");
+    seed(e, "HSET", "plan:1", "members", "node0 node1 node2 node3", "ranks", "0:0 1:0",
+         "world", "2");
+    seed(e, "PEXPIRE", "plan:1", "12000", NULL, NULL, NULL, NULL, NULL);
+    seed(e, "SET", "pargroups:1", "xor:2 4 index 0,1,2,3", "PX", "12000", NULL, NULL, NULL);
+    for (int i = 0; i < e->nodes; i++)
+        start_agent(e, i);
+    static const int on1[2] = {0, 1}, on2[2] = {0, 3}, lost[1] = {1};
+    pid_t p[2];
+    char out[2][PATH_MAX + 32];
+    for (int r = 0; r < 2; r++) {
+        snprintf(out[r], sizeof out[r], "%s/rank%d.run.out", e->jobdir, r);
+        p[r] = start_rank_on(e, r, on1[r], 2, out[r], "--steps", "3", "--floats", "65536");
+    }
+    for (int r = 0; r < 2; r++) {
+        wait_rank(p[r], 60000);
+        assert_true(said(out[r], "COMMITTED 2"));
+    }
+    assert_true(agent_said(e, 0, "parity groups adopted from"));
+    while (!ftc_deadline_expired(ttl)) /* the shortened day */
+        ftc_sleep_ms(50);
+    bool gone[MAXN] = {false};
+    next_gen(e, 2, 2, gone, lost, 1, "node0 node2 node3", "0:0 2:0", on2, "0");
+    char rout[PATH_MAX + 48];
+    restore_out(e, 1, 2, rout, sizeof rout);
+    assert_true(said(rout, "RESTORED 2 OK"));
+    assert_true(agent_said(e, 3, "rank 1 restored step 2 rebuilt from parity"));
+    teardown_env(e);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, agent_fixture_teardown)
 
 int main(void)
@@ -1890,6 +1937,7 @@ int main(void)
         T(test_rebuild_result_to_its_request),
         T(test_parity_keeps_committed),
         T(test_encode_skips_older_generation),
+        T(test_generation_keys_renewed),
     };
     /* FTC_TEST_FILTER=test_name (a cmocka pattern, * and ?) runs only those */
     if (getenv("FTC_TEST_FILTER"))
