@@ -3,6 +3,7 @@
  */
 #include "ckpt/agent_parity.h"
 
+#include "ckpt/agent_proto.h"
 #include "ckpt/shard.h"
 #include "ckpt/slot.h"
 #include "core/hash.h"
@@ -730,12 +731,15 @@ int ftc__par_read_local(const char *ns, uint32_t owner, uint64_t step, uint8_t *
     *buf = NULL;
     *size = 0;
     char why[160] = "no slot";
-    for (int i = 0; i < 4; i++) {
+    /* a rank's slots (FTC_AP_SLOTS_PER_RANK: its committed shard may be in
+     * the third), then the previous layout's; a wrapper uses 0 and 1 */
+    for (int i = 0; i < 2 * FTC_AP_SLOTS_PER_RANK; i++) {
         char name[FTC_SLOT_NAME_MAX];
         ftc_err_t e = {0};
         ftc_slot_t s;
-        if ((i < 2 ? ftc_slot_name(ns, owner, i, name, sizeof name, &e)
-                   : ftc_slot_name_prev(ns, owner, i - 2, name, sizeof name, &e)) ||
+        int k = i % FTC_AP_SLOTS_PER_RANK;
+        if ((i < FTC_AP_SLOTS_PER_RANK ? ftc_slot_name(ns, owner, k, name, sizeof name, &e)
+                                       : ftc_slot_name_prev(ns, owner, k, name, sizeof name, &e)) ||
             ftc_slot_open(name, false, &s, &e))
             continue;
         ftc_shard_view_t v;

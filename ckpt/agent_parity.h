@@ -168,8 +168,8 @@ int ftc__par_store_local(const char *ns, uint32_t local, const uint8_t *wrap, ui
                          int64_t keep, ftc_err_t *err);
 
 /* A copy of this node's own piece of (owner, step): the slot
- * ftc_slot_name(ns, owner, 0|1) or, after a layout change,
- * ftc_slot_name_prev(ns, owner, 0|1) whose shard has that step — a data
+ * ftc_slot_name(ns, owner, 0..FTC_AP_SLOTS_PER_RANK-1) or, after a layout
+ * change, ftc_slot_name_prev(ns, owner, same) whose shard has that step — a data
  * shard (owner a rank) or a wrapper (FTC_PAR_OWNER(l)). A rebuild at
  * another position than the lost member's uses it for the pieces this node
  * holds itself (the replication engine fetches only from peers). The copy is

@@ -42,6 +42,9 @@
  *     that gave up and asked again is answered by its own rebuild).
  *   - an encode takes only shards of the current generation (a slot an
  *     earlier generation left with the step is asked again, never encoded);
+ *   - a rebuild reads this node's own pieces from every one of a rank's
+ *     slots (its committed shard may be in the third): a moved rank is
+ *     rebuilt on a member whose own rank's shard is there;
  *   - a generation's plan and parity groups (24 h TTL) are renewed as it
  *     commits: a rebuild in the next generation finds them after the TTL;
  *   - a member keeps the parity block of the newest committed version when
@@ -635,6 +638,44 @@ static void test_worker_pool(void **state)
     ftc_slot_unlink(sname, &e);
     for (int i = 0; i < 3; i++)
         free(sh[i]);
+}
+
+/* A rebuild takes this node's own data shard of the step from its slots
+ * (ftc__par_read_local): a rank has FTC_AP_SLOTS_PER_RANK (3) slots, and
+ * its committed shard is in the third whenever a checkpoint went out while
+ * the one before was still sealed (checkpoint.inflight 2). Only slots 0 and
+ * 1 (and the previous layout's 0 and 1) were read: the piece counted as
+ * missing. Each of the 3 slots and the 3 previous-layout slots is found. */
+static void test_read_local_every_slot(void **state)
+{
+    (void)state;
+    ftc_err_t e = {0};
+    char ns[64];
+    snprintf(ns, sizeof ns, "aparl%d.n0", (int)getpid());
+    uint64_t sz;
+    uint8_t *sh = ftc_test_make_shard(9, 1, 3000, 17, &sz);
+    for (int k = 0; k < 2 * FTC_AP_SLOTS_PER_RANK; k++) {
+        char name[FTC_SLOT_NAME_MAX];
+        int idx = k % FTC_AP_SLOTS_PER_RANK;
+        assert_int_equal(k < FTC_AP_SLOTS_PER_RANK
+                             ? ftc_slot_name(ns, 5, idx, name, sizeof name, &e)
+                             : ftc_slot_name_prev(ns, 5, idx, name, sizeof name, &e),
+                         0);
+        ftc_slot_t sl;
+        assert_int_equal(ftc_slot_create(name, sz, &sl, &e), 0);
+        memcpy(sl.base, sh, sz);
+        ftc_slot_close(&sl);
+        uint8_t *buf = NULL;
+        uint64_t n = 0;
+        int rc = ftc__par_read_local(ns, 5, 9, &buf, &n, &e);
+        print_message("%s: %s\n", name, rc ? e.msg : "found");
+        ftc_slot_unlink(name, &e);
+        assert_int_equal(rc, 0);
+        assert_int_equal(n, sz);
+        assert_memory_equal(buf, sh, sz);
+        free(buf);
+    }
+    free(sh);
 }
 
 /* The parity worker encodes what ftc__par_encode does, from the encoder's
@@ -1903,6 +1944,72 @@ static void test_generation_keys_renewed(void **state)
     teardown_env(e);
 }
 
+/* The same end to end: a moved rank rebuilt on a node of its group whose own
+ * rank's committed shard is in that rank's third slot. xor:2 on 3 nodes, 2
+ * local indices per node, generation 1's plan puts ranks 0, 1, 2 on nodes
+ * 0, 1, 2 (local 0). Rank 0 checkpoints steps 1 and 2 before ranks 1 and
+ * 2 do (step 2 then goes to its third slot); both commit. Node 1 is lost
+ * and generation 2 (nodes 0 and 2) moves rank 1 to node 0, local 1: node 0
+ * rebuilds rank 1's step 2 from its group of generation 1, with its own
+ * rank 0's shard (a row's data) read from its slots: that read skipped the
+ * third slot, the row lacked two pieces and, with nothing in the persist
+ * tier, rank 1's restore failed. */
+static void test_moved_rank_own_third_slot(void **state)
+{
+    env_t *e = prepare_env(*state, 3, "xor:2", 1000, NULL);
+    e->ranks_per_node = 2;
+    seed(e, "HSET", "gen", "gen", "1", "world", "3", "epoch", "0");
+    seed(e, "HSET", "plan:1", "members", "node0 node1 node2", "ranks", "0:0 1:0 2:0", "world",
+         "3");
+    for (int i = 0; i < 3; i++)
+        start_agent(e, i);
+    char sock[3][PATH_MAX + 32];
+    ftc_ctx_t *c[3];
+    for (int r = 0; r < 3; r++)
+        c[r] = kc_ctx_on(e, r, r, 3, sock[r], sizeof sock[r]);
+    const int all[3] = {0, 1, 2}, zero[1] = {0}, rest[2] = {1, 2};
+    kc_ckpt_all(c, all, 3, 0);
+    for (int r = 0; r < 3; r++)
+        assert_int_equal(ftc_wait_committed(c[r], 0), 0);
+    kc_ckpt_all(c, zero, 1, 1); /* sealed: its encode waits for ranks 1 and 2 */
+    kc_ckpt_all(c, zero, 1, 2); /* the third slot */
+    kc_ckpt_all(c, rest, 2, 1);
+    kc_ckpt_all(c, rest, 2, 2);
+    for (int r = 0; r < 3; r++)
+        assert_int_equal(ftc_wait_committed(c[r], 2), 0);
+    char name[FTC_SLOT_NAME_MAX], prefix[160];
+    ftc_err_t err = {0};
+    char ns[96];
+    snprintf(ns, sizeof ns, "%s.n0", e->job);
+    assert_int_equal(ftc_slot_name(ns, 0, 2, name, sizeof name, &err), 0);
+    snprintf(prefix, sizeof prefix, "%s", name);
+    uint64_t size = 0;
+    uint8_t *third = copy_shm_shard(prefix, 2, &size);
+    print_message("rank 0's step 2 in its third slot (%s): %s\n", name, third ? "yes" : "no");
+    assert_non_null(third);
+    free(third);
+    for (int r = 0; r < 3; r++)
+        ftc_destroy(c[r]);
+    lose_node(e, 1);
+    kill_agent(e, 0);
+    kill_agent(e, 2);
+    seed(e, "HSET", "gen", "gen", "2", "world", "3", "epoch", "0");
+    seed(e, "HSET", "plan:2", "members", "node0 node2", "ranks", "0:0 0:1 1:0", "world", "3");
+    start_agent(e, 0);
+    start_agent(e, 2);
+    c[1] = kc_ctx_on(e, 1, 0, 3, sock[1], sizeof sock[1]);
+    for (int x = 0; x < 4096; x++)
+        kc_w[1][x] = -1.0f;
+    int64_t step = -1;
+    if (ftc_restore(c[1], &step, NULL, NULL))
+        fail_msg("restore of rank 1 on node 0: %s", ftc_last_error(c[1]));
+    assert_int_equal(step, 2);
+    assert_true(kc_w[1][0] == 102.0f && kc_w[1][4095] == 102.0f);
+    assert_true(agent_said(e, 0, "rank 1 restored step 2 rebuilt from parity"));
+    ftc_destroy(c[1]);
+    teardown_env(e);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, agent_fixture_teardown)
 
 int main(void)
@@ -1914,6 +2021,7 @@ int main(void)
         cmocka_unit_test(test_domain_groups),
         cmocka_unit_test(test_worker),
         cmocka_unit_test(test_worker_pool),
+        cmocka_unit_test(test_read_local_every_slot),
         cmocka_unit_test(test_idle_members),
         cmocka_unit_test(test_rebuild_recorded_code),
         cmocka_unit_test(test_groups_text),
@@ -1938,6 +2046,7 @@ int main(void)
         T(test_parity_keeps_committed),
         T(test_encode_skips_older_generation),
         T(test_generation_keys_renewed),
+        T(test_moved_rank_own_third_slot),
     };
     /* FTC_TEST_FILTER=test_name (a cmocka pattern, * and ?) runs only those */
     if (getenv("FTC_TEST_FILTER"))
