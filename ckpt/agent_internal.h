@@ -288,6 +288,8 @@ typedef struct ftc__enc { /* one rank's encode in flight (this node is its strip
     uint64_t heads[FTC_PARITY_MAX];
     uint8_t *wraps[FTC_PARITY_MAX]; /* kept until the next encode: pushes read them */
     int64_t ok_step; /* newest step whose parity every member acknowledged (-1: none) */
+    uint32_t unreported; /* members of ok_step whose shard is not reported yet (bit i: member
+                            i; ftc__par_report_members) */
 } ftc__enc_t;
 
 /* Where the ranks of one generation live: from the plan `ftc run` publishes
@@ -382,5 +384,6 @@ void ftc__par_on_rebuilt(ftc_agent_t *a, ftc__par_task_t *t);
 void ftc__par_on_gather_done(ftc_agent_t *a, ftc__job_t *j);
 void ftc__par_free(ftc_agent_t *a);
 void ftc__par_keep_keys(ftc_agent_t *a);
+bool ftc__par_report_members(ftc_agent_t *a, ftc__rank_t *r, int s);
 
 #endif

@@ -824,6 +824,45 @@ void ftc__par_collect(ftc_agent_t *a)
     }
 }
 
+/* Reports to the commit record the other members' shards of the version in
+ * r's slot s that this node encoded and every member acknowledged
+ * (enc.unreported); true when none is left. A report that fails (Redis
+ * away) stays for the commit poll, which calls this before r's own report,
+ * as for r's own: dropped, that member's rank was never reported and the
+ * version never committed. */
+bool ftc__par_report_members(ftc_agent_t *a, ftc__rank_t *r, int s)
+{
+    ftc__enc_t *e = &a->par->enc[r - a->ranks];
+    if (!e->unreported || (int64_t)r->step[s] != e->ok_step)
+        return true;
+    if (a->redis_down)
+        return false; /* the commit poll reports once Redis answers */
+    for (int m = 0; m < a->par->geo.n && m < FTC_PARITY_MAX; m++) {
+        if (!(e->unreported & (1u << m)))
+            continue;
+        int64_t committed;
+        bool now;
+        int rc = ftc_ctl_commit_report(a->ctl, a->generation, (int64_t)r->step[s], e->ranks[m],
+                                       e->heads[m], &committed, &now);
+        if (rc == FTC_ECANCELED) { /* aborted: r's own report learns it */
+            e->unreported = 0;
+            return true;
+        }
+        if (rc) {
+            if (ftc__redis_outage(a, rc))
+                ftc__redis_seen(a, rc);
+            FTC_WARN("agent", "commit report of rank %u step %" PRIu64 " (parity): %s; made "
+                     "again by the commit poll", e->ranks[m], r->step[s],
+                     ftc_ctl_errstr(a->ctl));
+            return false;
+        }
+        e->unreported &= ~(1u << m);
+        if (committed > a->committed)
+            a->committed = committed;
+    }
+    return true;
+}
+
 /* A parity push finished (j NULL: check the encode of every rank). Once every
  * member holds its parity the encoder reports each member's shard. */
 void ftc__par_on_push_done(ftc_agent_t *a, ftc__job_t *j)
@@ -858,24 +897,14 @@ void ftc__par_on_push_done(ftc_agent_t *a, ftc__job_t *j)
             continue;
         }
         e->ok_step = (int64_t)e->step;
-        /* the other members' shards first: our own report may complete the step */
-        for (int m = 0; m < a->par->geo.n; m++) {
-            if (m == a->par->geo.member || e->ranks[m] == FTC_PAR_IDLE)
-                continue; /* an idle member has no rank to report */
-            int64_t committed;
-            bool now;
-            int rc = FTC_EIO;
-            for (int t = 0; t < 3 && rc && rc != FTC_ECANCELED; t++) /* not: aborted */
-                rc = ftc_ctl_commit_report(a->ctl, a->generation, (int64_t)e->step, e->ranks[m],
-                                           e->heads[m], &committed, &now);
-            if (rc)
-                FTC_WARN("agent", "commit report of rank %u step %" PRIu64 " (parity): %s",
-                         e->ranks[m], e->step, ftc_ctl_errstr(a->ctl));
-            else if (committed > a->committed)
-                a->committed = committed;
-        }
+        e->unreported = 0;
+        for (int m = 0; m < a->par->geo.n; m++)
+            if (m != a->par->geo.member && e->ranks[m] != FTC_PAR_IDLE)
+                e->unreported |= 1u << m; /* an idle member has no rank to report */
         r->acked[s] = true;
-        ftc__report_commit(a, r, s);
+        /* the other members' shards first: our own report may complete the step */
+        if (ftc__par_report_members(a, r, s))
+            ftc__report_commit(a, r, s);
         for (int o = 0; o < NS; o++) /* the next step may have waited for this encode */
             if (o != s)
                 ftc__try_push(a, r, o);

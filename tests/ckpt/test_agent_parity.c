@@ -42,6 +42,8 @@
  *     that gave up and asked again is answered by its own rebuild).
  *   - an encode takes only shards of the current generation (a slot an
  *     earlier generation left with the step is asked again, never encoded);
+ *   - the encoder's reports of the other members' shards that Redis did
+ *     not take (stopped) are made again once it answers: the step commits;
  *   - a rebuild reads this node's own pieces from every one of a rank's
  *     slots (its committed shard may be in the third): a moved rank is
  *     rebuilt on a member whose own rank's shard is there;
@@ -2010,6 +2012,51 @@ static void test_moved_rank_own_third_slot(void **state)
     teardown_env(e);
 }
 
+/* The encoder reports every member's shard once the parity is acknowledged;
+ * a report that Redis did not take is made again when Redis answers, as
+ * the rank's own is. xor:2 on 2 nodes (node 0 encodes), step 0 committed,
+ * rank 1 seals step 1, then Redis stops (SIGSTOP) and rank 0 seals step 1:
+ * the parity is encoded and acknowledged, and the reports fail. Rank 1's
+ * report was tried three times in a row (2 s each) and dropped, so step 1
+ * never committed once Redis was back (only rank 0's own was made again). */
+static void test_member_reports_retried(void **state)
+{
+    env_t *e = prepare_env(*state, 2, "xor:2", 1000, NULL);
+    snprintf(e->timeout_ms, sizeof e->timeout_ms, "3000");
+    for (int i = 0; i < 2; i++)
+        start_agent(e, i);
+    char sock[2][PATH_MAX + 32];
+    ftc_ctx_t *c[2];
+    for (int r = 0; r < 2; r++)
+        c[r] = kc_ctx_on(e, r, r, 2, sock[r], sizeof sock[r]);
+    const int both[2] = {0, 1}, one[1] = {1}, zero[1] = {0};
+    kc_ckpt_all(c, both, 2, 0);
+    for (int r = 0; r < 2; r++)
+        assert_int_equal(ftc_wait_committed(c[r], 0), 0);
+    kc_ckpt_all(c, one, 1, 1);
+    assert_int_equal(ftc_redis_server_signal(e->f->srv, SIGSTOP), 0);
+    kc_ckpt_all(c, zero, 1, 1);
+    /* encoded and pushed while Redis is stopped; then the reports fail: a
+     * pause (not asserted) longer than the three tries of 2 s each (the
+     * Redis command timeout) that dropped rank 1's report */
+    ftc_deadline_t d = ftc_deadline_in_ms(30000);
+    while (!agent_said(e, 0, "rank 0 step 1: parity of") && !ftc_deadline_expired(d))
+        ftc_sleep_ms(100);
+    ftc_sleep_ms(9000);
+    assert_int_equal(ftc_redis_server_signal(e->f->srv, SIGCONT), 0);
+    assert_true(agent_said(e, 0, "rank 0 step 1: parity of"));
+    for (int r = 0; r < 2; r++) {
+        int rc = ftc_wait_committed(c[r], 1);
+        if (rc)
+            print_message("rank %d waits for step 1: %s (%s)\n", r, ftc_errname(rc),
+                          ftc_last_error(c[r]));
+        assert_int_equal(rc, 0);
+    }
+    for (int r = 0; r < 2; r++)
+        ftc_destroy(c[r]);
+    teardown_env(e);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, agent_fixture_teardown)
 
 int main(void)
@@ -2047,6 +2094,7 @@ int main(void)
         T(test_encode_skips_older_generation),
         T(test_generation_keys_renewed),
         T(test_moved_rank_own_third_slot),
+        T(test_member_reports_retried),
     };
     /* FTC_TEST_FILTER=test_name (a cmocka pattern, * and ?) runs only those */
     if (getenv("FTC_TEST_FILTER"))
