@@ -657,7 +657,7 @@ static void *ftc__repl_main(void *arg)
             }
             ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)a->o.timeout_ms);
             int rc = ftc_repl_push_keep(a->repl, j->owner, j->step, j->shard, j->size, j->peers,
-                                        j->npeers, j->par ? -1 : j->keep, d, &j->x);
+                                        j->npeers, j->keep, d, &j->x);
             j->started = true;
             if (rc) {
                 j->rc = rc;

@@ -707,7 +707,7 @@ void ftc__poll_commits(ftc_agent_t *a)
                 continue;
             if (r->unchecked[s] && !ftc__survivor_recheck(a, r, s, &down))
                 continue;
-            if (r->acked[s] && !r->reported[s])
+            if (r->acked[s] && !r->reported[s] && (!a->par || ftc__par_report_members(a, r, s)))
                 ftc__report_commit(a, r, s); /* a report that failed earlier (Redis away) */
             if (!r->reported[s] || (int64_t)r->step[s] > a->committed)
                 continue;
@@ -736,5 +736,7 @@ void ftc__poll_commits(ftc_agent_t *a)
         if ((int64_t)newly > a->newest_local)
             a->newest_local = (int64_t)newly;
         ftc__persist_kick(a); /* else the writer is busy: ftc__persist_collect kicks */
+        if (a->par)
+            ftc__par_keep_keys(a); /* this generation's layout and groups outlive it */
     }
 }

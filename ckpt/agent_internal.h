@@ -74,8 +74,8 @@ typedef struct ftc__job {
     uint64_t size;
     uint32_t peers[FTC_REPL_MAX_PEERS];
     int npeers;             /* PUSH: targets; FETCH: candidates, tried in order */
-    int64_t keep;           /* PUSH of a replica: the committed step when queued (peers keep
-                               its replica; -1 = not said, always for parity pushes) */
+    int64_t keep;           /* PUSH: the committed step when queued (peers keep its replica,
+                               or parity block: the encode's keep); -1 = not said */
     int next_peer;          /* FETCH: next candidate */
     int req_rix;            /* FETCH: the rank (index in a->ranks) whose request queued it */
     uint64_t req;           /* FETCH, and a rebuild's GATHER: that request (ftc__rank_t.req):
@@ -288,6 +288,8 @@ typedef struct ftc__enc { /* one rank's encode in flight (this node is its strip
     uint64_t heads[FTC_PARITY_MAX];
     uint8_t *wraps[FTC_PARITY_MAX]; /* kept until the next encode: pushes read them */
     int64_t ok_step; /* newest step whose parity every member acknowledged (-1: none) */
+    uint32_t unreported; /* members of ok_step whose shard is not reported yet (bit i: member
+                            i; ftc__par_report_members) */
 } ftc__enc_t;
 
 /* Where the ranks of one generation live: from the plan `ftc run` publishes
@@ -318,6 +320,7 @@ struct ftc__agent_par {
     ftc__enc_t enc[FTC_AGENT_MAX_RANKS];
     ftc__where_t where[2];  /* cache: the current and the committed generation's */
     char where_why[240];    /* why the last ftc__where returned NULL */
+    uint64_t keys_ns;       /* the last renewal of this generation's keys (ftc__par_keep_keys) */
 };
 
 /* Shared by the agent's files; each is documented where it is defined. */
@@ -380,5 +383,7 @@ void ftc__par_rebuild_failed(ftc_agent_t *a, ftc__rank_t *r, const char *why,
 void ftc__par_on_rebuilt(ftc_agent_t *a, ftc__par_task_t *t);
 void ftc__par_on_gather_done(ftc_agent_t *a, ftc__job_t *j);
 void ftc__par_free(ftc_agent_t *a);
+void ftc__par_keep_keys(ftc_agent_t *a);
+bool ftc__par_report_members(ftc_agent_t *a, ftc__rank_t *r, int s);
 
 #endif

@@ -3,6 +3,7 @@
  */
 #include "ckpt/agent_parity.h"
 
+#include "ckpt/agent_proto.h"
 #include "ckpt/shard.h"
 #include "ckpt/slot.h"
 #include "core/hash.h"
@@ -409,6 +410,11 @@ int ftc__par_encode(const ftc__par_geo_t *geo, const char *job, uint64_t step, u
                                "parity encode: member %d's shard is of step %" PRIu64
                                ", not %" PRIu64,
                                i, v.info.step, step);
+        if (v.info.generation != gen) /* a slot an earlier generation left */
+            return ftc_err_set(err, FTC_ESTALE,
+                               "parity encode: member %d's shard of step %" PRIu64
+                               " is of generation %" PRIu64 ", not %" PRIu64,
+                               i, step, v.info.generation, gen);
         heads[i] = v.head_xxh3;
         mx = sizes[i] > mx ? sizes[i] : mx;
     }
@@ -725,12 +731,15 @@ int ftc__par_read_local(const char *ns, uint32_t owner, uint64_t step, uint8_t *
     *buf = NULL;
     *size = 0;
     char why[160] = "no slot";
-    for (int i = 0; i < 4; i++) {
+    /* a rank's slots (FTC_AP_SLOTS_PER_RANK: its committed shard may be in
+     * the third), then the previous layout's; a wrapper uses 0 and 1 */
+    for (int i = 0; i < 2 * FTC_AP_SLOTS_PER_RANK; i++) {
         char name[FTC_SLOT_NAME_MAX];
         ftc_err_t e = {0};
         ftc_slot_t s;
-        if ((i < 2 ? ftc_slot_name(ns, owner, i, name, sizeof name, &e)
-                   : ftc_slot_name_prev(ns, owner, i - 2, name, sizeof name, &e)) ||
+        int k = i % FTC_AP_SLOTS_PER_RANK;
+        if ((i < FTC_AP_SLOTS_PER_RANK ? ftc_slot_name(ns, owner, k, name, sizeof name, &e)
+                                       : ftc_slot_name_prev(ns, owner, k, name, sizeof name, &e)) ||
             ftc_slot_open(name, false, &s, &e))
             continue;
         ftc_shard_view_t v;
@@ -998,6 +1007,27 @@ static void gather_local(ftc_repl_t *r, const ftc__gather_t *g, ftc__gitem_t *it
         snprintf(it->detail, sizeof it->detail, "%s", e.msg);
 }
 
+/* A fetched data shard of another generation than g->gen (when set): freed,
+ * it->rc FTC_ESTALE (asked again, like a shard not held yet). */
+static void gather_check_gen(const ftc__gather_t *g, ftc__gitem_t *it)
+{
+    ftc_shard_view_t v;
+    ftc_err_t e = {0};
+    if (!g->gen || it->wrapper || !it->buf ||
+        (ftc_shard_open(&v, it->buf, it->size, 0, &e) == 0 && v.info.generation == g->gen))
+        return;
+    it->rc = FTC_ESTALE;
+    if (e.code)
+        snprintf(it->detail, sizeof it->detail, "%s", e.msg);
+    else
+        snprintf(it->detail, sizeof it->detail, "node %u served its slot of step %" PRIu64
+                 " of generation %" PRIu64 ", not %" PRIu64 " (left by an earlier "
+                 "generation)", it->peer, g->step, v.info.generation, g->gen);
+    free(it->buf);
+    it->buf = NULL;
+    it->size = 0;
+}
+
 /* Whether g's step is one the agent knows aborted (g->stop). */
 static bool gather_stopped(const ftc__gather_t *g)
 {
@@ -1032,11 +1062,13 @@ bool ftc__gather_poll(ftc_repl_t *r, ftc__gather_t *g, bool broken)
             if (!broken && st.done) {
                 it->rc = st.rc;
                 snprintf(it->detail, sizeof it->detail, "%s", st.detail);
-                if (st.rc == 0)
+                if (st.rc == 0) {
                     ftc_repl_take(r, it->x, &it->buf, &it->size);
+                    gather_check_gen(g, it);
+                }
                 ftc_repl_release(r, it->x);
                 it->started = false;
-                if (st.rc == 0) {
+                if (it->rc == 0) {
                     it->done = true;
                     continue;
                 }

@@ -133,7 +133,9 @@ const char *ftc__par_geo_str(const ftc__par_geo_t *geo, char *buf, size_t cap);
 int ftc__par_encoder(const ftc__par_geo_t *geo, uint32_t local, const bool *idle);
 
 /* Encodes one version: shards[i] (sizes[i] bytes, sealed, verified by the
- * caller) is member i's shard of `step`; ranks[i] its rank. An idle member
+ * caller) is member i's shard of `step`; ranks[i] its rank. A shard of
+ * another step is FTC_ECORRUPT, of another generation than `gen` (a slot an
+ * earlier generation left) FTC_ESTALE, naming the member. An idle member
  * (ranks[i] == FTC_PAR_IDLE) contributes the virtual zero shard: shards[i]
  * NULL and sizes[i] 0 (FTC_EINVAL otherwise). On success wraps[i]
  * (malloc'd, wrap_sizes[i] bytes) is the wrapper member i holds (idle
@@ -166,8 +168,8 @@ int ftc__par_store_local(const char *ns, uint32_t local, const uint8_t *wrap, ui
                          int64_t keep, ftc_err_t *err);
 
 /* A copy of this node's own piece of (owner, step): the slot
- * ftc_slot_name(ns, owner, 0|1) or, after a layout change,
- * ftc_slot_name_prev(ns, owner, 0|1) whose shard has that step — a data
+ * ftc_slot_name(ns, owner, 0..FTC_AP_SLOTS_PER_RANK-1) or, after a layout
+ * change, ftc_slot_name_prev(ns, owner, same) whose shard has that step — a data
  * shard (owner a rank) or a wrapper (FTC_PAR_OWNER(l)). A rebuild at
  * another position than the lost member's uses it for the pieces this node
  * holds itself (the replication engine fetches only from peers). The copy is
@@ -273,6 +275,9 @@ typedef struct ftc__gather {
                                      written by its control loop (NULL: none): a gather
                                      of one of them ends at once, FTC_ECANCELED */
     int nstop;
+    uint64_t gen;           /* data shards must be of this generation (0: any): another
+                               one's (a slot an earlier generation left with the step)
+                               counts as not held yet and is asked again */
     char ns[96];            /* this node's slot namespace (local items) */
     int n;
     ftc__gitem_t it[FTC_PAR_GATHER_MAX];

@@ -648,6 +648,7 @@ bool ftc__par_try_push(ftc_agent_t *a, ftc__rank_t *r, int s)
      * gather ends once the step is known aborted, not at the deadline */
     ga->stop = a->aborted_stop;
     ga->nstop = FTC__ABORTED_KEEP;
+    ga->gen = a->generation; /* never a slot an earlier generation left with this step */
     for (int i = 0; i < g->n; i++) {
         uint32_t owner = ftc__par_rank(a, i, local);
         if (i == g->member || owner == FTC_PAR_IDLE)
@@ -788,7 +789,10 @@ static void ftc__par_on_encoded(ftc_agent_t *a, ftc__par_task_t *t)
         }
         p->kind = JOB_PUSH;
         p->par = PAR_ENCODE;
-        p->keep = -1; /* parity blocks: their own double-buffering rule (not keep) */
+        /* the member keeps the block this encode's own store keeps (the newest
+         * committed step's): written over the older, that block was lost on
+         * every member once the version after it was abandoned (I2) */
+        p->keep = t->keep;
         p->rix = t->rix;
         p->owner = FTC_PAR_OWNER(t->local);
         p->step = t->step;
@@ -818,6 +822,45 @@ void ftc__par_collect(ftc_agent_t *a)
         ftc__par_task_free(t);
         t = next;
     }
+}
+
+/* Reports to the commit record the other members' shards of the version in
+ * r's slot s that this node encoded and every member acknowledged
+ * (enc.unreported); true when none is left. A report that fails (Redis
+ * away) stays for the commit poll, which calls this before r's own report,
+ * as for r's own: dropped, that member's rank was never reported and the
+ * version never committed. */
+bool ftc__par_report_members(ftc_agent_t *a, ftc__rank_t *r, int s)
+{
+    ftc__enc_t *e = &a->par->enc[r - a->ranks];
+    if (!e->unreported || (int64_t)r->step[s] != e->ok_step)
+        return true;
+    if (a->redis_down)
+        return false; /* the commit poll reports once Redis answers */
+    for (int m = 0; m < a->par->geo.n && m < FTC_PARITY_MAX; m++) {
+        if (!(e->unreported & (1u << m)))
+            continue;
+        int64_t committed;
+        bool now;
+        int rc = ftc_ctl_commit_report(a->ctl, a->generation, (int64_t)r->step[s], e->ranks[m],
+                                       e->heads[m], &committed, &now);
+        if (rc == FTC_ECANCELED) { /* aborted: r's own report learns it */
+            e->unreported = 0;
+            return true;
+        }
+        if (rc) {
+            if (ftc__redis_outage(a, rc))
+                ftc__redis_seen(a, rc);
+            FTC_WARN("agent", "commit report of rank %u step %" PRIu64 " (parity): %s; made "
+                     "again by the commit poll", e->ranks[m], r->step[s],
+                     ftc_ctl_errstr(a->ctl));
+            return false;
+        }
+        e->unreported &= ~(1u << m);
+        if (committed > a->committed)
+            a->committed = committed;
+    }
+    return true;
 }
 
 /* A parity push finished (j NULL: check the encode of every rank). Once every
@@ -854,24 +897,14 @@ void ftc__par_on_push_done(ftc_agent_t *a, ftc__job_t *j)
             continue;
         }
         e->ok_step = (int64_t)e->step;
-        /* the other members' shards first: our own report may complete the step */
-        for (int m = 0; m < a->par->geo.n; m++) {
-            if (m == a->par->geo.member || e->ranks[m] == FTC_PAR_IDLE)
-                continue; /* an idle member has no rank to report */
-            int64_t committed;
-            bool now;
-            int rc = FTC_EIO;
-            for (int t = 0; t < 3 && rc && rc != FTC_ECANCELED; t++) /* not: aborted */
-                rc = ftc_ctl_commit_report(a->ctl, a->generation, (int64_t)e->step, e->ranks[m],
-                                           e->heads[m], &committed, &now);
-            if (rc)
-                FTC_WARN("agent", "commit report of rank %u step %" PRIu64 " (parity): %s",
-                         e->ranks[m], e->step, ftc_ctl_errstr(a->ctl));
-            else if (committed > a->committed)
-                a->committed = committed;
-        }
+        e->unreported = 0;
+        for (int m = 0; m < a->par->geo.n; m++)
+            if (m != a->par->geo.member && e->ranks[m] != FTC_PAR_IDLE)
+                e->unreported |= 1u << m; /* an idle member has no rank to report */
         r->acked[s] = true;
-        ftc__report_commit(a, r, s);
+        /* the other members' shards first: our own report may complete the step */
+        if (ftc__par_report_members(a, r, s))
+            ftc__report_commit(a, r, s);
         for (int o = 0; o < NS; o++) /* the next step may have waited for this encode */
             if (o != s)
                 ftc__try_push(a, r, o);
@@ -1139,6 +1172,39 @@ void ftc__par_on_gather_done(ftc_agent_t *a, ftc__job_t *j)
             ftc__par_encode_done(a, r, s, j);
             return;
         }
+}
+
+/* A version of this generation committed here: the generation's layout
+ * (`plan:GEN`) and parity groups (`pargroups:GEN`) are published with a 24 h
+ * TTL, and a rebuild of its newest version after the next failure (in the
+ * next generation) reads both; a generation may last longer than a day, so
+ * their TTL is renewed from its commits, at most once a minute. A key that
+ * is not there (agents started by hand have no plan) stays absent; Redis
+ * away: tried at the next commit. */
+void ftc__par_keep_keys(ftc_agent_t *a)
+{
+    struct ftc__agent_par *p = a->par;
+    uint64_t now = ftc_now_ns();
+    if (a->redis_down || (p->keys_ns && now - p->keys_ns < 60000000000ull))
+        return;
+    static const char *const what[2] = {"plan", "pargroups"};
+    int rc = 0;
+    for (int i = 0; i < 2 && !rc; i++) {
+        char key[200], suffix[48];
+        snprintf(suffix, sizeof suffix, "%s:%" PRIu64, what[i], a->generation);
+        ftc_ctl_key(a->ctl, suffix, key, sizeof key);
+        ftc_redis_reply_t *rep = NULL;
+        rc = ftc_redis_cmdv(ftc_ctl_redis(a->ctl), true, &rep, "PEXPIRE", key, "86400000",
+                            NULL);
+        ftc_redis_reply_free(rep);
+    }
+    if (rc) {
+        FTC_DEBUG("agent", "renewing the TTL of generation %" PRIu64 "'s plan and parity "
+                  "groups: %s (tried at the next commit)", a->generation,
+                  ftc_redis_errstr(ftc_ctl_redis(a->ctl)));
+        return;
+    }
+    p->keys_ns = now;
 }
 
 void ftc__par_free(ftc_agent_t *a)

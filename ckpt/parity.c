@@ -37,9 +37,10 @@ int ftc_redundancy_parse(const char *s, ftc_redundancy_t *r, ftc_err_t *err)
         r->copies = (int)k;
         return 0;
     }
+    /* every number digits only (strtol also takes blanks and a sign) */
     if (!strncmp(s, "xor:", 4)) {
         long g = strtol(s + 4, &end, 10);
-        if (end == s + 4 || *end || g < 2 || g >= FTC_PARITY_MAX)
+        if (!isdigit((unsigned char)s[4]) || *end || g < 2 || g >= FTC_PARITY_MAX)
             goto bad;
         r->kind = FTC_RED_XOR;
         r->g = (int)g;
@@ -48,11 +49,11 @@ int ftc_redundancy_parse(const char *s, ftc_redundancy_t *r, ftc_err_t *err)
     }
     if (!strncmp(s, "rs:", 3)) {
         long g = strtol(s + 3, &end, 10);
-        if (end == s + 3 || *end != '+')
+        if (!isdigit((unsigned char)s[3]) || *end != '+' || !isdigit((unsigned char)end[1]))
             goto bad;
         char *e2;
         long m = strtol(end + 1, &e2, 10);
-        if (e2 == end + 1 || *e2 || g < 1 || m < 1 || g > FTC_PARITY_MAX || m > FTC_PARITY_MAX ||
+        if (*e2 || g < 1 || m < 1 || g > FTC_PARITY_MAX || m > FTC_PARITY_MAX ||
             g + m > FTC_PARITY_MAX)
             goto bad;
         r->kind = FTC_RED_RS;

@@ -114,7 +114,10 @@ static void test_redundancy_parse(void **state)
     assert_string_equal(ftc_redundancy_str(&r, buf, sizeof buf), "rs:6+2");
     const char *bad[] = {"", "x", "xor:", "xor:1", "xor:4x", "rs:4", "rs:4+", "rs:0+2", "rs:30+3",
                          "-1", "17", "rs:4+2junk", "rs:94+99999999999999999999999999",
-                         "xor:9223372036854775807", "rs:9223372036854775807+2"};
+                         "xor:9223372036854775807", "rs:9223372036854775807+2",
+                         /* digits only: strtol took a sign and leading blanks */
+                         "xor: 4", "xor:+4", "xor:\t4", "rs: 4+2", "rs:+4+2", "rs:4+ 2",
+                         "rs:4++2"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         if (ftc_redundancy_parse(bad[i], &r, &err) != FTC_ECONFIG)
             fail_msg("'%s' accepted", bad[i]);
