@@ -189,7 +189,8 @@ int main(int argc, char **argv)
                        (long long)got, t1 - t0, t1);
             const char *src = getenv("FTC_RESTORE_RANK");
             int64_t carried = sc - got * 1000;
-            int want = src && *src ? (int)num("FTC_RESTORE_RANK", src, 0, (1 << 24) - 1) : rank; /* whose shard was asked for */
+            /* whose shard was asked for */
+            int want = src && *src ? (int)num("FTC_RESTORE_RANK", src, 0, (1 << 24) - 1) : rank;
             if (carried >= 0 && carried < 1000)
                 ident = (int)carried;
             int ok = (carried == want || (src && *src)) &&
