@@ -279,7 +279,9 @@ int ftc_fabric_send(ftc_fabric_t *fab, ftc_fabric_peer_t peer, uint64_t tag, con
 
 /* Receives one message into buf (room cap); *got (may be NULL) gets its
  * length and *tag_out (may be NULL) its tag. FTC_ETRUNC if it was longer
- * than cap. */
+ * than cap (on shm only for a message within its inline size: a longer one
+ * makes libfabric 1.17 spin inside fi_cq_read past the deadline; give every
+ * receive room for the longest message the peer may send, docs/fabric.md). */
 int ftc_fabric_recv(ftc_fabric_t *fab, ftc_fabric_peer_t peer, uint64_t tag, uint64_t ignore,
                     void *buf, size_t cap, size_t *got, uint64_t *tag_out,
                     ftc_deadline_t deadline);

@@ -48,8 +48,8 @@
  *
  * Contract: every rank of the group calls the same collectives in the same
  * order with the same count, dtype and root (a mismatch is FTC_EPROTO or a
- * timeout). One thread at a time per communicator, except ftc_coll_abort().
- * No global state.
+ * timeout, never a truncated message). One thread at a time per
+ * communicator, except ftc_coll_abort(). No global state.
  */
 #ifndef FTC_TRAINER_COLL_H
 #define FTC_TRAINER_COLL_H

@@ -46,6 +46,8 @@ typedef struct cpu {
     uint32_t seq;
     uint8_t *scratch;
     size_t scratch_cap;
+    uint8_t *bounce; /* whole-segment rooms for receives' short last segments */
+    size_t bounce_cap;
 } cpu_t;
 
 /* One transfer: a contiguous range to or from one peer, as segments. */
@@ -58,6 +60,7 @@ typedef struct xfer {
     size_t seg0;    /* index of the first segment in the tag */
     size_t nseg, posted, done;
     ftc_fabric_req_t *reqs; /* window requests */
+    uint8_t *bounce; /* recv: room for a whole segment for a short last one */
 } xfer_t;
 
 static uint64_t mk_tag(uint32_t seq, unsigned step)
@@ -65,6 +68,32 @@ static uint64_t mk_tag(uint32_t seq, unsigned step)
     return TAG_MARK |
            ((uint64_t)(seq & ((1u << TAG_SEQ_BITS) - 1)) << (TAG_STEP_BITS + TAG_SEG_BITS)) |
            ((uint64_t)(step & ((1u << TAG_STEP_BITS) - 1)) << TAG_SEG_BITS);
+}
+
+/* Gives every receive whose last segment is shorter than seg a room of a
+ * whole segment for it (x[i].bounce), so that a longer message from a rank
+ * that called with another count is received whole and refused by its
+ * length, never truncated: libfabric 1.17's shm spins inside fi_cq_read,
+ * past any deadline, truncating a message above its inline size. The rooms
+ * are kept until destroy: after a failure the endpoint may still hold them. */
+static int bounce_rooms(ftc_coll_t *c, xfer_t *x, int nx)
+{
+    cpu_t *p = c->impl;
+    size_t nb = 0;
+    for (int i = 0; i < nx; i++)
+        nb += !x[i].send && x[i].len % p->seg;
+    if (nb > p->bounce_cap / p->seg) {
+        uint8_t *b = realloc(p->bounce, nb * p->seg);
+        if (!b)
+            return ftc_err_set(&c->err, FTC_ENOMEM, "coll rank %d: out of memory for %zu "
+                               "receive rooms of %zu bytes", c->rank, nb, p->seg);
+        p->bounce = b;
+        p->bounce_cap = nb * p->seg;
+    }
+    nb = 0;
+    for (int i = 0; i < nx; i++)
+        x[i].bounce = !x[i].send && x[i].len % p->seg ? p->bounce + nb++ * p->seg : NULL;
+    return 0;
 }
 
 /* Runs the transfers to completion, or fails (after cancelling) with the
@@ -81,6 +110,9 @@ static int run(ftc_coll_t *c, xfer_t *x, int nx, const char *op, ftc_deadline_t 
     }
     if (!total)
         return 0;
+    int brc = bounce_rooms(c, x, nx);
+    if (brc < 0)
+        return brc;
     ftc_fabric_req_t *reqs = calloc((size_t)nx * W, sizeof *reqs);
     ftc_fabric_req_t **rp = calloc((size_t)nx * W, sizeof *rp);
     if (!reqs || !rp) {
@@ -119,6 +151,8 @@ static int run(ftc_coll_t *c, xfer_t *x, int nx, const char *op, ftc_deadline_t 
                               "counts, dtypes or options?)";
                         break;
                     }
+                    if (want < p->seg)
+                        memcpy(t->ptr + off, t->bounce, want);
                 }
                 memset(r, 0, sizeof *r);
                 t->done++;
@@ -132,10 +166,13 @@ static int run(ftc_coll_t *c, xfer_t *x, int nx, const char *op, ftc_deadline_t 
                 size_t n = t->len - off < p->seg ? t->len - off : p->seg;
                 uint64_t tag =
                     t->tag | (uint64_t)((t->seg0 + t->posted) & ((1ull << TAG_SEG_BITS) - 1));
+                /* a short last segment is received into a whole segment's room */
                 int prc = t->send ? ftc_fabric_isend(p->fab, r, p->peers[t->peer], tag,
                                                      t->ptr + off, n, dl)
-                                  : ftc_fabric_irecv(p->fab, r, p->peers[t->peer], tag, 0,
-                                                     t->ptr + off, n, dl);
+                          : n < p->seg ? ftc_fabric_irecv(p->fab, r, p->peers[t->peer], tag, 0,
+                                                          t->bounce, p->seg, dl)
+                                       : ftc_fabric_irecv(p->fab, r, p->peers[t->peer], tag, 0,
+                                                          t->ptr + off, n, dl);
                 if (prc < 0) {
                     rc = prc, bad = i, why = "could not be posted";
                     break;
@@ -466,6 +503,7 @@ static void cpu_destroy(ftc_coll_t *c)
     ftc_fabric_close(p->fab); /* after this libfabric holds no caller buffer */
     free(p->peers);
     free(p->scratch);
+    free(p->bounce);
     free(p);
     c->impl = NULL;
 }
