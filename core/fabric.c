@@ -612,6 +612,15 @@ static int progress(ftc_fabric_t *fab)
             goto cq_failed;
         }
         ftc_fabric_req_t *req = ee.op_context;
+        if (!req) {
+            /* an error of the provider's own (ofi_rxm writes such entries
+             * without a context when its internal progress fails): no
+             * operation to complete, the endpoint is not trustworthy any more */
+            atomic_store(&fab->broken, 1);
+            return ftc_err_set(&fab->err, FTC_EFABRIC, "fabric %s: the provider reported an "
+                               "error of no operation: %s (provider errno %d)", fab->prov,
+                               fi_strerror(ee.err), ee.prov_errno);
+        }
         int status;
         if (ee.err == FI_ECANCELED) {
             /* the canceller left its reason in status */
