@@ -306,6 +306,40 @@ void ftc__persist_collect(ftc_agent_t *a)
             ftc__answer_begin(a, &a->ranks[i]);
 }
 
+/* A version of this generation committed here: the generation's layout
+ * (`plan:GEN`, from `ftc run`) and, with parity, its groups (`pargroups:GEN`)
+ * are published with a 24 h TTL, and the next generation reads both after a
+ * failure (`ftc run` plans from the committed generation's layout, which
+ * keeps ranks where their shards are and tells the trainer the previous
+ * world; a parity rebuild finds its pieces by them). A generation may last
+ * longer than a day, so their TTL is renewed from its commits, at most once
+ * a minute. A key that is not there (agents started by hand have no plan)
+ * stays absent; Redis away: tried at the next commit. */
+static void ftc__keep_generation_keys(ftc_agent_t *a)
+{
+    uint64_t now = ftc_now_ns();
+    if (a->redis_down || (a->gen_keys_ns && now - a->gen_keys_ns < 60000000000ull))
+        return;
+    static const char *const what[2] = {"plan", "pargroups"};
+    int rc = 0;
+    for (int i = 0; i < (a->par ? 2 : 1) && !rc; i++) {
+        char key[200], suffix[48];
+        snprintf(suffix, sizeof suffix, "%s:%" PRIu64, what[i], a->generation);
+        ftc_ctl_key(a->ctl, suffix, key, sizeof key);
+        ftc_redis_reply_t *rep = NULL;
+        rc = ftc_redis_cmdv(ftc_ctl_redis(a->ctl), true, &rep, "PEXPIRE", key, "86400000",
+                            NULL);
+        ftc_redis_reply_free(rep);
+    }
+    if (rc) {
+        FTC_DEBUG("agent", "renewing the TTL of generation %" PRIu64 "'s plan%s: %s (tried "
+                  "at the next commit)", a->generation, a->par ? " and parity groups" : "",
+                  ftc_redis_errstr(ftc_ctl_redis(a->ctl)));
+        return;
+    }
+    a->gen_keys_ns = now;
+}
+
 /* Moves SEALED+reported slots to COMMITTED once the commit record says so. */
 /* A sealed version this node reported, of a step older than the job's
  * committed step: committed only if the job's commit set has it. The
@@ -736,7 +770,6 @@ void ftc__poll_commits(ftc_agent_t *a)
         if ((int64_t)newly > a->newest_local)
             a->newest_local = (int64_t)newly;
         ftc__persist_kick(a); /* else the writer is busy: ftc__persist_collect kicks */
-        if (a->par)
-            ftc__par_keep_keys(a); /* this generation's layout and groups outlive it */
+        ftc__keep_generation_keys(a); /* its layout (and groups) outlive it */
     }
 }

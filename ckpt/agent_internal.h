@@ -264,6 +264,8 @@ struct ftc_agent {
     int64_t pwriting;        /* the step the writer has, -1 when idle */
     int64_t newest_local;    /* newest step committed in this node's slots, -1 before any */
     int64_t persisted;       /* newest step the persist writer wrote, -1 before any */
+    uint64_t gen_keys_ns;    /* the last renewal of this generation's plan (and parity
+                                groups) TTL: ftc__keep_generation_keys */
     int persist_rc;          /* the last write's result, its detail below */
     char persist_detail[512];
     uint64_t commits;        /* steps this node saw committed */
@@ -320,7 +322,6 @@ struct ftc__agent_par {
     ftc__enc_t enc[FTC_AGENT_MAX_RANKS];
     ftc__where_t where[2];  /* cache: the current and the committed generation's */
     char where_why[240];    /* why the last ftc__where returned NULL */
-    uint64_t keys_ns;       /* the last renewal of this generation's keys (ftc__par_keep_keys) */
 };
 
 /* Shared by the agent's files; each is documented where it is defined. */
@@ -383,7 +384,6 @@ void ftc__par_rebuild_failed(ftc_agent_t *a, ftc__rank_t *r, const char *why,
 void ftc__par_on_rebuilt(ftc_agent_t *a, ftc__par_task_t *t);
 void ftc__par_on_gather_done(ftc_agent_t *a, ftc__job_t *j);
 void ftc__par_free(ftc_agent_t *a);
-void ftc__par_keep_keys(ftc_agent_t *a);
 bool ftc__par_report_members(ftc_agent_t *a, ftc__rank_t *r, int s);
 
 #endif

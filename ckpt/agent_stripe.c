@@ -1174,39 +1174,6 @@ void ftc__par_on_gather_done(ftc_agent_t *a, ftc__job_t *j)
         }
 }
 
-/* A version of this generation committed here: the generation's layout
- * (`plan:GEN`) and parity groups (`pargroups:GEN`) are published with a 24 h
- * TTL, and a rebuild of its newest version after the next failure (in the
- * next generation) reads both; a generation may last longer than a day, so
- * their TTL is renewed from its commits, at most once a minute. A key that
- * is not there (agents started by hand have no plan) stays absent; Redis
- * away: tried at the next commit. */
-void ftc__par_keep_keys(ftc_agent_t *a)
-{
-    struct ftc__agent_par *p = a->par;
-    uint64_t now = ftc_now_ns();
-    if (a->redis_down || (p->keys_ns && now - p->keys_ns < 60000000000ull))
-        return;
-    static const char *const what[2] = {"plan", "pargroups"};
-    int rc = 0;
-    for (int i = 0; i < 2 && !rc; i++) {
-        char key[200], suffix[48];
-        snprintf(suffix, sizeof suffix, "%s:%" PRIu64, what[i], a->generation);
-        ftc_ctl_key(a->ctl, suffix, key, sizeof key);
-        ftc_redis_reply_t *rep = NULL;
-        rc = ftc_redis_cmdv(ftc_ctl_redis(a->ctl), true, &rep, "PEXPIRE", key, "86400000",
-                            NULL);
-        ftc_redis_reply_free(rep);
-    }
-    if (rc) {
-        FTC_DEBUG("agent", "renewing the TTL of generation %" PRIu64 "'s plan and parity "
-                  "groups: %s (tried at the next commit)", a->generation,
-                  ftc_redis_errstr(ftc_ctl_redis(a->ctl)));
-        return;
-    }
-    p->keys_ns = now;
-}
-
 void ftc__par_free(ftc_agent_t *a)
 {
     if (!a->par)

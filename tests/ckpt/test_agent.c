@@ -1838,8 +1838,5 @@ int main(void)
         T(test_abort_markers_redis_down),
         T(test_redis_error_reply_not_down),
     };
-    /* FTC_TEST_FILTER=test_name (a cmocka pattern, * and ?) runs only those */
-    if (getenv("FTC_TEST_FILTER"))
-        cmocka_set_test_filter(getenv("FTC_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

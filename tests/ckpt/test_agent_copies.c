@@ -596,8 +596,5 @@ int main(void)
         T(test_fetch_checks_record),
         T(test_persist_checks_record),
     };
-    /* FTC_TEST_FILTER=test_name (a cmocka pattern, * and ?) runs only those */
-    if (getenv("FTC_TEST_FILTER"))
-        cmocka_set_test_filter(getenv("FTC_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
