@@ -735,7 +735,15 @@ static pid_t ftc__spawn(char *const *argv, char **env, const ftc__io_t *io, ftc_
         prctl(PR_SET_PDEATHSIG, SIGKILL); /* a rank never outlives its supervisor */
         ftc_fs_close_from(3); /* not the agent's sockets, nor Redis connections */
         if (io)
-            ftc__child_io(io);
+            ftc__child_io(io); /* (its tee relay keeps SIGPIPE ignored: it drains the pipe) */
+        /* `ftc run` ignores SIGPIPE, and an ignored signal stays ignored
+         * through exec: the rank gets the default, as from a shell or
+         * torchrun (a `yes | head` of a wrapper script failed with "Broken
+         * pipe", and a writer that ignores write errors never ended) */
+        struct sigaction dfl;
+        memset(&dfl, 0, sizeof dfl);
+        dfl.sa_handler = SIG_DFL;
+        sigaction(SIGPIPE, &dfl, NULL);
         execvpe(argv[0], argv, env);
         /* named (write only: this is a child of a threaded process) */
         static const char msg[] = "ftc run: cannot execute the training binary '";

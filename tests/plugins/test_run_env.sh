@@ -20,7 +20,13 @@
 #   2. Slurm: no --nnodes / --node-rank, SLURM_NNODES=1 SLURM_NODEID=0 and
 #      --nproc-per-node 3: a job of one node, WORLD_SIZE 3;
 #   3. Slurm, two `ftc run` processes of one job (SLURM_NNODES=2,
-#      SLURM_NODEID 0 and 1): WORLD_SIZE 2, FTC_NODE_RANK = SLURM_NODEID.
+#      SLURM_NODEID 0 and 1): WORLD_SIZE 2, FTC_NODE_RANK = SLURM_NODEID;
+#   4. SIGPIPE: a rank (a bash script) runs `yes | head -n1` and gets the
+#      default disposition, as under a shell or torchrun: `yes` dies of
+#      SIGPIPE (status 141), and SIGPIPE is not in the rank's SigIgn (before,
+#      `ftc run`'s own SIG_IGN was inherited through exec: `yes` failed with
+#      "Broken pipe", status 1, and a writer that ignores write errors, such
+#      as `while :; do echo; done | head -n1`, never ended).
 #
 # usage: test_run_env.sh PATH/TO/ftc PATH/TO/envprobe_main
 set -u
@@ -43,7 +49,7 @@ trap cleanup EXIT
 unset FTC_NODE_RANK NODE_RANK SLURM_NNODES SLURM_JOB_NUM_NODES SLURM_NODEID
 export FTC_LOG_LEVEL=${FTC_LOG_LEVEL:-info}
 # FTC_RUN_ONLY=3 runs scenario 3 only (while debugging)
-want() { case ${FTC_RUN_ONLY:-123} in *$1*) return 0 ;; esac; return 1; }
+want() { case ${FTC_RUN_ONLY:-1234} in *$1*) return 0 ;; esac; return 1; }
 
 # v FILE RANK NAME: variable NAME as rank RANK saw it
 v() { sed -n "s/^PROBE RANK=$2 .*\b$3=\([^ ]*\).*/\1/p" "$1" | head -1; }
@@ -142,6 +148,36 @@ done
 check "3: one generation, one MASTER_PORT" \
     test "$(all "$f" FTC_GENERATION | wc -w)/$(all "$f" MASTER_PORT | wc -w)" = "1/1"
 [ $fails -eq $f0 ] || { echo "--- output of 3:"; tail -30 "$T/3.0.out"; tail -30 "$T/3.1.out"; }
+fi
+
+# ---- 4. SIGPIPE has its default disposition in the ranks -------------------------------------
+if want 4; then
+J4=env${tag}d
+f0=$fails
+cat >"$T/pipe.sh" <<'EOF2'
+#!/usr/bin/env bash
+yes | head -n1 >/dev/null
+st=${PIPESTATUS[0]}
+ign=$(sed -n 's/^SigIgn:[[:space:]]*//p' /proc/self/status)
+echo "PIPE RANK=$RANK yes=$st sigign=$ign"
+EOF2
+chmod +x "$T/pipe.sh"
+timeout 120 "$FTC" run --nproc-per-node 2 --job "$J4" --job-dir "$T/j4" --settle-ms 300 \
+    -- "$T/pipe.sh" >"$T/4.out" 2>&1
+rc=$?
+f=$T/4.out
+# pall NAME: the distinct values of NAME over the ranks' PIPE lines
+pall() { grep '^PIPE ' "$f" | sed -n "s/.*\b$1=\([^ ]*\).*/\1/p" | sort -u | tr '\n' ' ' | sed 's/ $//'; }
+check "4: ftc run finished (exit $rc)" test $rc -eq 0
+check "4: two ranks reported ($(count '^PIPE ' "$f"))" test "$(count '^PIPE ' "$f")" -eq 2
+check "4: \`yes | head -n1\` in a rank: yes died of SIGPIPE, 141 ($(pall yes))" \
+    test "$(pall yes)" = 141
+# SigIgn is a hex mask; SIGPIPE (13) is bit 12
+ign=$(pall sigign)
+check "4: SIGPIPE is not ignored in the ranks (SigIgn $ign)" \
+    bash -c "[ -n '$ign' ] || exit 1; for m in $ign; do (( (0x\$m >> 12) & 1 )) && exit 1; done; exit 0"
+check "4: no 'Broken pipe' from a rank" test "$(count 'Broken pipe' "$f")" -eq 0
+[ $fails -eq $f0 ] || { echo "--- output of 4:"; tail -30 "$f"; }
 fi
 
 if [ $fails -ne 0 ]; then
