@@ -591,10 +591,14 @@ static void ftc__agent_watch_answers(ftc__sup_t *s)
  * supervisor when they apply, and never passed on from its own environment
  * (an `ftc run` started from a restarted rank, or from a shell that once
  * exported them, would otherwise hand a fresh rank another job's restore
- * source, assignment file or rendezvous directory). */
+ * source, assignment file or rendezvous directory). The Redis password
+ * reaches a rank only as the supervisor's FTC_REDIS_PASSWORD_FILE (the job's
+ * Redis's: a stale FTC_REDIS_PASSWORD won over that file in the rank's
+ * client, and the embedded Redis has a password of its own). */
 static const char *const ftc__gen_vars[] = {"FTC_RESTORE_RANK", "FTC_PREV_WORLD_SIZE",
                                             "FTC_ASSIGN_FILE", "FTC_ASSIGN_TIMEOUT_MS",
-                                            "FTC_TRAIN_RDZV_DIR", NULL};
+                                            "FTC_TRAIN_RDZV_DIR", "FTC_REDIS_PASSWORD",
+                                            "FTC_REDIS_PASSWORD_FILE", NULL};
 
 static bool ftc__env_named(const char *entry, const char *name)
 {
@@ -1378,7 +1382,7 @@ static int ftc__start_ranks(ftc__sup_t *s, const char *master, int master_port, 
         FTC__SETENV("FTC_NODE_RANK=%u", o->node_index);
         FTC__SETENV("FTC_AGENT_SOCKET=%s", ftc_agent_socket(s->ag.agent));
         FTC__SETENV("FTC_REDIS_URL=%s", redis_url);
-        if (access(pwfile, R_OK) == 0)
+        if (o->redis.password[0] && access(pwfile, R_OK) == 0) /* (not a previous launch's) */
             FTC__SETENV("FTC_REDIS_PASSWORD_FILE=%s", pwfile);
         if (s->files)
             FTC__SETENV("FTC_CKPT_DIR=%s", ftc_filestore_dir(s->files));
