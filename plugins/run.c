@@ -726,6 +726,7 @@ static void ftc__child_io(const ftc__io_t *io)
 
 static pid_t ftc__spawn(char *const *argv, char **env, const ftc__io_t *io, ftc_err_t *err)
 {
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
         ftc_err_set(err, FTC_EIO, "fork: %s", strerror(errno));
@@ -737,6 +738,8 @@ static pid_t ftc__spawn(char *const *argv, char **env, const ftc__io_t *io, ftc_
          * process group, signalled together when the rank is stopped */
         setsid();
         prctl(PR_SET_PDEATHSIG, SIGKILL); /* a rank never outlives its supervisor */
+        if (getppid() != parent) /* it died before the prctl: no signal will come */
+            raise(SIGKILL);
         ftc_fs_close_from(3); /* not the agent's sockets, nor Redis connections */
         if (io)
             ftc__child_io(io); /* (its tee relay keeps SIGPIPE ignored: it drains the pipe) */

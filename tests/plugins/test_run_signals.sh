@@ -69,6 +69,12 @@
 #      was never registered and its exit was no event); (d) a rank found hung
 #      (SIGSTOP) and SIGKILLed by its supervisor has its hang event and no
 #      rank_exit (its SIGKILL was one, a second event of the same failure).
+#   a. the supervisor SIGKILLed while its rank is between fork and
+#      PR_SET_PDEATHSIG (held there by strace's delay injection on the
+#      child's setsid, which comes just before): the rank, which would never
+#      have been signalled, sees that its parent is gone and ends before its
+#      exec (before, it ran on, `sleep 300`, with no supervisor). Skipped
+#      without strace or where it cannot trace.
 #
 # usage: test_run_signals.sh PATH/TO/ftc PATH/TO/shmrank_main PATH/TO/holdexit_main
 #                            PATH/TO/rank_main
@@ -112,7 +118,7 @@ trap cleanup EXIT
 . "$(dirname "$0")/lib.sh" # check, count
 unset FTC_NODE_RANK NODE_RANK SLURM_NNODES SLURM_JOB_NUM_NODES SLURM_NODEID
 export FTC_LOG_LEVEL=${FTC_LOG_LEVEL:-info}
-want() { case ${FTC_RUN_ONLY:-123456789} in *$1*) return 0 ;; esac; return 1; }
+want() { case ${FTC_RUN_ONLY:-123456789a} in *$1*) return 0 ;; esac; return 1; }
 # until COMMAND succeeds, at most S seconds
 wait_for() {
     local end=$((SECONDS + $1))
@@ -560,6 +566,35 @@ kill -TERM "$runpid" 2>/dev/null
 check "9d: ftc run ended" wait_for 30 gone "$runpid"
 wait "$runpid"
 [ $fails -eq $f0 ] || { echo "--- output of 9d:"; tail -40 "$T/9d.out"; cat "$T/9d.events"; }
+fi
+
+# ---- a. the supervisor killed between its rank's fork and PR_SET_PDEATHSIG ---------------
+# gone or a zombie (an orphan's zombie is its new parent's to reap)
+ended() { gone "$1" || [ "$(sed -n 's/^[0-9]* ([^)]*) \(.\).*/\1/p' "/proc/$1/stat" 2>/dev/null)" = Z ]; }
+if want a && command -v strace >/dev/null 2>&1 &&
+    strace -f -qq -o /dev/null -e trace=setsid -e inject=setsid:delay_exit=1000 -- true \
+        >/dev/null 2>&1; then
+Ja=sig${tag}ka
+f0=$fails
+strace -f -qq --seccomp-bpf -o /dev/null -e trace=setsid -e inject=setsid:delay_exit=3000000 \
+    -- "$FTC" run --job "$Ja" --job-dir "$T/ja" --settle-ms 200 -- sleep 300 >"$T/a.out" 2>&1 &
+spid=$!
+pids+=($spid)
+check "a: rank 0 was forked" wait_for 60 grep -q 'rank 0 (local 0 of 1, world 1) is pid' "$T/a.out"
+rank=$(sed -n 's/.*rank 0 (local 0 of 1, world 1) is pid \([0-9]*\).*/\1/p' "$T/a.out" | head -1)
+sup=$(pgrep -P "$spid" | head -1)
+echo "${rank:-}" >>"$T/children" # (the cleanup's, if it runs on)
+check "a: found the supervisor (pid $sup) and its rank (pid $rank)" \
+    test -n "$sup" -a -n "$rank" -a "$(ps -o ppid= -p "${rank:-0}" 2>/dev/null | tr -d ' ')" = "$sup"
+[ -n "$sup" ] && kill -9 "$sup"
+check "a: the supervisor is gone" wait_for 10 ended "${sup:-0}"
+check "a: and so is its rank, held before PR_SET_PDEATHSIG when it was killed" \
+    wait_for 15 ended "${rank:-0}"
+kill -9 "${rank:-0}" 2>/dev/null
+check "a: strace ended with its tracees" wait_for 10 gone "$spid"
+[ $fails -eq $f0 ] || { echo "--- output of a:"; tail -30 "$T/a.out"; }
+elif want a; then
+    echo "skip: a: no strace, or it cannot trace here"
 fi
 
 if [ $fails -ne 0 ]; then
