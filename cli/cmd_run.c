@@ -165,7 +165,8 @@ static int ftc__parse_nnodes(const char *s, int *min, int *max)
 }
 
 /* --simulate-nodes: one supervisor process per node, this process waits. */
-static int ftc__simulate(const ftc_cli_cmd_t *cmd, ftc_run_options_t *o, int n, ftc_netns_t *net)
+static int ftc__simulate(const ftc_cli_cmd_t *cmd, ftc_run_options_t *o, int n, ftc_netns_t *net,
+                         ftc_redis_server_t *srv)
 {
     pid_t pids[4096];
     o->host = "127.0.0.1";
@@ -243,8 +244,15 @@ static int ftc__simulate(const ftc_cli_cmd_t *cmd, ftc_run_options_t *o, int n, 
         int i = 0;
         while (i < n && pids[i] != p)
             i++;
-        if (i == n)
-            continue; /* not a node: an orphan of a killed node's (its rank), or a helper */
+        if (i == n) { /* not a node: an orphan of a killed node's (its rank), or a helper */
+            /* the job's embedded Redis (this process's child) is reaped here when it
+             * dies: it is forgotten, so that its stop never signals the pid, free now */
+            if (ftc_redis_server_reaped(srv, p))
+                FTC_WARN("run", "the job's embedded redis-server (pid %d) exited (%s %d)",
+                         (int)p, WIFSIGNALED(st) ? "killed by signal" : "exit status",
+                         WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+            continue;
+        }
         left--;
         if (WIFSIGNALED(st)) {
             killed++;
@@ -262,8 +270,8 @@ static int ftc__simulate(const ftc_cli_cmd_t *cmd, ftc_run_options_t *o, int n, 
     }
     /* the orphans of killed nodes that have exited by now (PR_SET_PDEATHSIG
      * ends them at once); one still alive goes to init when we exit */
-    while (ftc_fabric_reap(-1, NULL, WNOHANG) > 0) {
-    }
+    for (pid_t p; (p = ftc_fabric_reap(-1, NULL, WNOHANG)) > 0;)
+        (void)ftc_redis_server_reaped(srv, p);
     printf("ftc run: %d nodes finished, %d failed, %d killed, %d cut off\n", ok, failed, killed,
            cut);
     return ok > 0 && failed == 0 ? FTC_EXIT_OK : FTC_EXIT_FAIL;
@@ -937,7 +945,7 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
     }
     signal(SIGPIPE, SIG_IGN);
     if (simulate) {
-        ec = ftc__simulate(cmd, &o, (int)simulate, net);
+        ec = ftc__simulate(cmd, &o, (int)simulate, net, srv);
     } else {
         char prefix[32];
         snprintf(prefix, sizeof prefix, "node%llu", (unsigned long long)node_rank);

@@ -75,6 +75,13 @@
 #      have been signalled, sees that its parent is gone and ends before its
 #      exec (before, it ran on, `sleep 300`, with no supervisor). Skipped
 #      without strace or where it cannot trace.
+#   b. `ftc run --simulate-nodes 1`, its embedded redis-server SIGKILLed
+#      mid-job: the launcher's wait for any child reaps it, and its pid is
+#      free; a `sleep` of the test takes that pid (a pid namespace of its
+#      own, ns_last_pid); when the node, cut off, has given up and the
+#      launcher stops its Redis, that `sleep` is not signalled (before, the
+#      launcher's SIGTERM, meant for its reaped redis-server, killed it).
+#      Root only (unshare --pid); skipped otherwise.
 #
 # usage: test_run_signals.sh PATH/TO/ftc PATH/TO/shmrank_main PATH/TO/holdexit_main
 #                            PATH/TO/rank_main
@@ -118,7 +125,7 @@ trap cleanup EXIT
 . "$(dirname "$0")/lib.sh" # check, count
 unset FTC_NODE_RANK NODE_RANK SLURM_NNODES SLURM_JOB_NUM_NODES SLURM_NODEID
 export FTC_LOG_LEVEL=${FTC_LOG_LEVEL:-info}
-want() { case ${FTC_RUN_ONLY:-123456789a} in *$1*) return 0 ;; esac; return 1; }
+want() { case ${FTC_RUN_ONLY:-123456789ab} in *$1*) return 0 ;; esac; return 1; }
 # until COMMAND succeeds, at most S seconds
 wait_for() {
     local end=$((SECONDS + $1))
@@ -595,6 +602,54 @@ check "a: strace ended with its tracees" wait_for 10 gone "$spid"
 [ $fails -eq $f0 ] || { echo "--- output of a:"; tail -30 "$T/a.out"; }
 elif want a; then
     echo "skip: a: no strace, or it cannot trace here"
+fi
+
+# ---- b. the launcher's reaped redis-server: its pid is not signalled ---------------------
+if want b && [ "$(id -u)" = 0 ] && command -v unshare >/dev/null 2>&1 &&
+    unshare --pid --fork --mount-proc true 2>/dev/null; then
+Jb=sig${tag}kb
+f0=$fails
+# run in a pid namespace of our own: pid 1 is this script (it reaps what is orphaned), and
+# only the job's processes take pids there, so a pid freed is ours to take
+cat >"$T/b.sh" <<EOF
+#!/usr/bin/env bash
+wait_for() { local end=\$((SECONDS + \$1)); shift
+    while [ \$SECONDS -lt \$end ]; do "\$@" && return 0; sleep 0.1; done; return 1; }
+"$FTC" run --simulate-nodes 1 --job "$Jb" --job-dir "$T/jb" --settle-ms 200 \\
+    --join-timeout-ms 3000 -- sleep 300 >"$T/b.out" 2>&1 &
+run=\$!
+wait_for 60 grep -q 'rank 0 (local 0 of 1, world 1) is pid' "$T/b.out" ||
+    { echo "B no-rank"; exit 0; }
+port=\$(sed -n 's/.*@[^:]*:\([0-9]*\).*/\1/p' "$T/jb/redis.url")
+rpid=\$(pgrep -f "redis-server 127.0.0.1:\$port\\\$" | head -1)
+[ -n "\$rpid" ] || { echo "B no-redis"; exit 0; }
+kill -9 "\$rpid"
+wait_for 10 test ! -e "/proc/\$rpid" || { echo "B not-reaped \$rpid"; exit 0; }
+took=
+for i in \$(seq 200); do
+    echo \$((rpid - 1)) >/proc/sys/kernel/ns_last_pid
+    sleep 120 &
+    if [ \$! = "\$rpid" ]; then took=\$!; break; fi
+    kill \$! 2>/dev/null
+done
+[ -n "\$took" ] || { echo "B no-pid \$rpid"; exit 0; }
+echo "B took \$rpid"
+wait_for 60 test ! -e "/proc/\$run"
+wait "\$run"
+echo "B run-exit \$?"
+if kill -0 "\$took" 2>/dev/null; then echo "B alive"; else echo "B killed"; fi
+kill "\$took" 2>/dev/null
+EOF
+chmod +x "$T/b.sh"
+timeout 120 unshare --pid --fork --mount-proc "$T/b.sh" >"$T/b.res" 2>&1
+check "b: the redis-server's pid was taken by a sleep ($(grep '^B ' "$T/b.res" | head -1))" \
+    grep -q '^B took' "$T/b.res"
+check "b: ftc run ended ($(grep '^B run-exit' "$T/b.res"))" grep -q '^B run-exit' "$T/b.res"
+check "b: the process with the reaped redis-server's pid was not signalled" \
+    grep -q '^B alive' "$T/b.res"
+[ $fails -eq $f0 ] || { echo "--- output of b:"; cat "$T/b.res"; tail -30 "$T/b.out"; }
+elif want b; then
+    echo "skip: b: not root, or no unshare --pid"
 fi
 
 if [ $fails -ne 0 ]; then
