@@ -921,10 +921,16 @@ static void ftc__reap_one(ftc__sup_t *s, pid_t pid, char state, pid_t pgid, cons
     if (state != 'Z' || ftc__not_orphan(s, pid))
         return;
     int st = 0;
-    if (ftc_fabric_reap(pid, &st, WNOHANG) == pid)
-        FTC_DEBUG("run", "reaped pid %d (%s), an orphan of a rank: %s %d", (int)pid, comm,
-                  WIFSIGNALED(st) ? "killed by signal" : "exit status",
-                  WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+    if (ftc_fabric_reap(pid, &st, WNOHANG) != pid)
+        return;
+    FTC_DEBUG("run", "reaped pid %d (%s), an orphan of a rank: %s %d", (int)pid, comm,
+              WIFSIGNALED(st) ? "killed by signal" : "exit status",
+              WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+    /* the last member of a reaped rank's group: the group is forgotten now,
+     * before its id, free from this reap on, can be another group's (a stop
+     * sent SIGTERM to -id of a group emptied long before) */
+    for (int l = 0; l < s->o->nproc; l++)
+        ftc__group_check(s, l);
 }
 
 /* Reaps the orphans of the ranks that have exited (and removes their shm

@@ -82,6 +82,12 @@
 #      launcher stops its Redis, that `sleep` is not signalled (before, the
 #      launcher's SIGTERM, meant for its reaped redis-server, killed it).
 #      Root only (unshare --pid); skipped otherwise.
+#   c. a rank that exits 0 leaving a `sleep 1` in its process group (the
+#      supervisor, a subreaper, reaps it): once the group is empty, a new
+#      group (setsid) of the test takes its id (pid namespace, ns_last_pid);
+#      SIGTERM to `ftc run` does not reach that group (before, the empty
+#      group's id stayed recorded and the stop sent SIGTERM to -id). Root
+#      only; skipped otherwise.
 #
 # usage: test_run_signals.sh PATH/TO/ftc PATH/TO/shmrank_main PATH/TO/holdexit_main
 #                            PATH/TO/rank_main
@@ -125,7 +131,7 @@ trap cleanup EXIT
 . "$(dirname "$0")/lib.sh" # check, count
 unset FTC_NODE_RANK NODE_RANK SLURM_NNODES SLURM_JOB_NUM_NODES SLURM_NODEID
 export FTC_LOG_LEVEL=${FTC_LOG_LEVEL:-info}
-want() { case ${FTC_RUN_ONLY:-123456789ab} in *$1*) return 0 ;; esac; return 1; }
+want() { case ${FTC_RUN_ONLY:-123456789abc} in *$1*) return 0 ;; esac; return 1; }
 # until COMMAND succeeds, at most S seconds
 wait_for() {
     local end=$((SECONDS + $1))
@@ -650,6 +656,63 @@ check "b: the process with the reaped redis-server's pid was not signalled" \
 [ $fails -eq $f0 ] || { echo "--- output of b:"; cat "$T/b.res"; tail -30 "$T/b.out"; }
 elif want b; then
     echo "skip: b: not root, or no unshare --pid"
+fi
+
+# ---- c. a rank's emptied process group: its id is not signalled -------------------------
+if want c && [ "$(id -u)" = 0 ] && command -v unshare >/dev/null 2>&1 &&
+    unshare --pid --fork --mount-proc true 2>/dev/null; then
+Jc=sig${tag}kc
+f0=$fails
+cat >"$T/c.rank.sh" <<EOF
+#!/bin/sh
+if [ "\$LOCAL_RANK" = 0 ]; then
+    sleep 1 &
+    echo \$\$ >"$T/c.rank0"
+    exit 0
+fi
+exec sleep 300
+EOF
+chmod +x "$T/c.rank.sh"
+cat >"$T/c.sh" <<EOF
+#!/usr/bin/env bash
+wait_for() { local end=\$((SECONDS + \$1)); shift
+    while [ \$SECONDS -lt \$end ]; do "\$@" && return 0; sleep 0.1; done; return 1; }
+"$FTC" run --nproc-per-node 2 --job "$Jc" --job-dir "$T/jc" --settle-ms 200 --grace-ms 1000 \\
+    -- "$T/c.rank.sh" >"$T/c.out" 2>&1 &
+run=\$!
+wait_for 60 test -s "$T/c.rank0" || { echo "C no-rank"; exit 0; }
+r0=\$(cat "$T/c.rank0")
+# rank 0 exited 0; its group lives while its \`sleep 1\` does (reaped by the supervisor)
+wait_for 20 grep -q 'rank 0 finished' "$T/c.out" || { echo "C not-finished"; exit 0; }
+wait_for 20 bash -c "! kill -0 -\$r0 2>/dev/null" || { echo "C group-stays \$r0"; exit 0; }
+took=
+for i in \$(seq 200); do
+    echo \$((r0 - 1)) >/proc/sys/kernel/ns_last_pid
+    setsid sleep 120 &
+    if [ \$! = "\$r0" ]; then took=\$!; break; fi
+    kill \$! 2>/dev/null
+done
+[ -n "\$took" ] || { echo "C no-pid \$r0"; exit 0; }
+wait_for 10 test "\$(ps -o pgid= -p "\$took" | tr -d ' ')" = "\$took" ||
+    { echo "C not-leader \$took"; exit 0; }
+echo "C took \$r0"
+kill -TERM "\$run"
+wait_for 60 test ! -e "/proc/\$run"
+wait "\$run"
+echo "C run-exit \$?"
+if kill -0 "\$took" 2>/dev/null; then echo "C alive"; else echo "C killed"; fi
+kill "\$took" 2>/dev/null
+EOF
+chmod +x "$T/c.sh"
+timeout 120 unshare --pid --fork --mount-proc "$T/c.sh" >"$T/c.res" 2>&1
+check "c: finished rank 0's group id taken by a new group ($(grep '^C ' "$T/c.res" | head -1))" \
+    grep -q '^C took' "$T/c.res"
+check "c: ftc run ended on SIGTERM ($(grep '^C run-exit' "$T/c.res"))" \
+    grep -q '^C run-exit' "$T/c.res"
+check "c: the new group with the old group's id was not signalled" grep -q '^C alive' "$T/c.res"
+[ $fails -eq $f0 ] || { echo "--- output of c:"; cat "$T/c.res"; tail -30 "$T/c.out"; }
+elif want c; then
+    echo "skip: c: not root, or no unshare --pid"
 fi
 
 if [ $fails -ne 0 ]; then
