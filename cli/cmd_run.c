@@ -236,7 +236,8 @@ static int ftc__simulate(const ftc_cli_cmd_t *cmd, ftc_run_options_t *o, int n, 
             if (errno == EINTR) {
                 if (ftc__run_stop)
                     for (int i = 0; i < n; i++)
-                        kill(pids[i], SIGTERM);
+                        if (pids[i] > 0) /* (0: reaped, its pid free for another process) */
+                            kill(pids[i], SIGTERM);
                 continue;
             }
             break;
@@ -254,6 +255,7 @@ static int ftc__simulate(const ftc_cli_cmd_t *cmd, ftc_run_options_t *o, int n, 
             continue;
         }
         left--;
+        pids[i] = 0; /* reaped: never signalled again */
         if (WIFSIGNALED(st)) {
             killed++;
             printf("ftc run: node %d was killed by signal %d\n", i, WTERMSIG(st));

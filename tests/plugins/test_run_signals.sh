@@ -88,6 +88,12 @@
 #      SIGTERM to `ftc run` does not reach that group (before, the empty
 #      group's id stayed recorded and the stop sent SIGTERM to -id). Root
 #      only; skipped otherwise.
+##   d. `ftc run --simulate-nodes 2 --nnodes 1:2`, node 1's supervisor
+#      SIGKILLed and reaped by the launcher, its pid then taken by a `sleep`
+#      of the test (pid namespace, ns_last_pid): SIGTERM to the launcher,
+#      which passes it on to its nodes, does not reach that `sleep` (before,
+#      the launcher signalled every node's pid, the reaped ones too). Root
+#      only; skipped otherwise.
 #
 # usage: test_run_signals.sh PATH/TO/ftc PATH/TO/shmrank_main PATH/TO/holdexit_main
 #                            PATH/TO/rank_main
@@ -131,7 +137,7 @@ trap cleanup EXIT
 . "$(dirname "$0")/lib.sh" # check, count
 unset FTC_NODE_RANK NODE_RANK SLURM_NNODES SLURM_JOB_NUM_NODES SLURM_NODEID
 export FTC_LOG_LEVEL=${FTC_LOG_LEVEL:-info}
-want() { case ${FTC_RUN_ONLY:-123456789abc} in *$1*) return 0 ;; esac; return 1; }
+want() { case ${FTC_RUN_ONLY:-123456789abcd} in *$1*) return 0 ;; esac; return 1; }
 # until COMMAND succeeds, at most S seconds
 wait_for() {
     local end=$((SECONDS + $1))
@@ -713,6 +719,51 @@ check "c: the new group with the old group's id was not signalled" grep -q '^C a
 [ $fails -eq $f0 ] || { echo "--- output of c:"; cat "$T/c.res"; tail -30 "$T/c.out"; }
 elif want c; then
     echo "skip: c: not root, or no unshare --pid"
+fi
+
+# ---- d. the launcher's reaped node: its pid is not signalled ------------------------------
+if want d && [ "$(id -u)" = 0 ] && command -v unshare >/dev/null 2>&1 &&
+    unshare --pid --fork --mount-proc true 2>/dev/null; then
+Jd=sig${tag}kd
+f0=$fails
+cat >"$T/d.sh" <<EOF
+#!/usr/bin/env bash
+wait_for() { local end=\$((SECONDS + \$1)); shift
+    while [ \$SECONDS -lt \$end ]; do "\$@" && return 0; sleep 0.1; done; return 1; }
+"$FTC" run --simulate-nodes 2 --nnodes 1:2 --job "$Jd" --job-dir "$T/jd" --settle-ms 200 \\
+    --grace-ms 1000 -- sleep 300 >"$T/d.out" 2>&1 &
+run=\$!
+up() { [ "\$(grep -c 'is pid' "$T/d.out")" -ge 4 ]; }
+wait_for 60 up || { echo "D no-ranks"; exit 0; }
+n1=\$(cat "$T/jd/node1.pid")
+kill -9 "\$n1"
+wait_for 20 grep -q 'node 1 was killed by signal 9' "$T/d.out" || { echo "D not-reaped"; exit 0; }
+took=
+for i in \$(seq 200); do
+    echo \$((n1 - 1)) >/proc/sys/kernel/ns_last_pid
+    sleep 120 &
+    if [ \$! = "\$n1" ]; then took=\$!; break; fi
+    kill \$! 2>/dev/null
+done
+[ -n "\$took" ] || { echo "D no-pid \$n1"; exit 0; }
+echo "D took \$n1"
+kill -TERM "\$run"
+wait_for 60 test ! -e "/proc/\$run"
+wait "\$run"
+echo "D run-exit \$?"
+if kill -0 "\$took" 2>/dev/null; then echo "D alive"; else echo "D killed"; fi
+kill "\$took" 2>/dev/null
+EOF
+chmod +x "$T/d.sh"
+timeout 120 unshare --pid --fork --mount-proc "$T/d.sh" >"$T/d.res" 2>&1
+check "d: killed node 1's pid taken by a sleep ($(grep '^D ' "$T/d.res" | head -1))" \
+    grep -q '^D took' "$T/d.res"
+check "d: ftc run ended on SIGTERM ($(grep '^D run-exit' "$T/d.res"))" \
+    grep -q '^D run-exit' "$T/d.res"
+check "d: the process with the reaped node's pid was not signalled" grep -q '^D alive' "$T/d.res"
+[ $fails -eq $f0 ] || { echo "--- output of d:"; cat "$T/d.res"; tail -30 "$T/d.out"; }
+elif want d; then
+    echo "skip: d: not root, or no unshare --pid"
 fi
 
 if [ $fails -ne 0 ]; then
