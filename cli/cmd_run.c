@@ -18,6 +18,7 @@
 #include "plugins/run.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <netdb.h>
 #include <signal.h>
@@ -501,8 +502,26 @@ static const char *ftc__not_executable(const char *prog)
     return "is not an executable on PATH: give its path (./NAME for one here)";
 }
 
+/* fds 0..2 open, on /dev/null where closed (`ftc run <&- 2>&-`, a daemon
+ * that closed them): a closed one was taken by this process's next socket
+ * (Redis, its agent) or file, and the ranks, which get 0..2 as they are,
+ * read from it and wrote their error output into it. */
+static void ftc__std_fds(void)
+{
+    for (int fd = 0; fd < 3; fd++) {
+        if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF)
+            continue;
+        int n = open("/dev/null", fd ? O_WRONLY : O_RDONLY);
+        if (n >= 0 && n != fd) {
+            dup2(n, fd);
+            close(n);
+        }
+    }
+}
+
 static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
 {
+    ftc__std_fds();
     static const char *const nn_env[] = {"SLURM_NNODES", "SLURM_JOB_NUM_NODES", NULL};
     static const char *const nr_env[] = {"FTC_NODE_RANK", "NODE_RANK", "SLURM_NODEID", NULL};
     const char *nnodes_var = NULL, *nnodes = ftc__env_first(nn_env, &nnodes_var);

@@ -36,7 +36,11 @@
 #      file: WRONGPASS); (b) the job launched again with the same job
 #      directory on a Redis without a password: it connects, and gets no
 #      FTC_REDIS_PASSWORD_FILE (before, JOB_DIR/redis.password, left by (a),
-#      was named: its AUTH failed).
+#      was named: its AUTH failed);
+#   6. `ftc run` started with stdin and stderr closed (<&- 2>&-): each
+#      rank's fd 0 and 2 are /dev/null (before, they were whatever the
+#      supervisor had opened on those numbers, sockets to Redis or its
+#      agent: a rank's error output went into them).
 #
 # usage: test_run_env.sh PATH/TO/ftc PATH/TO/envprobe_main
 set -u
@@ -59,7 +63,7 @@ trap cleanup EXIT
 unset FTC_NODE_RANK NODE_RANK SLURM_NNODES SLURM_JOB_NUM_NODES SLURM_NODEID
 export FTC_LOG_LEVEL=${FTC_LOG_LEVEL:-info}
 # FTC_RUN_ONLY=3 runs scenario 3 only (while debugging)
-want() { case ${FTC_RUN_ONLY:-12345} in *$1*) return 0 ;; esac; return 1; }
+want() { case ${FTC_RUN_ONLY:-123456} in *$1*) return 0 ;; esac; return 1; }
 
 # v FILE RANK NAME: variable NAME as rank RANK saw it
 v() { sed -n "s/^PROBE RANK=$2 .*\b$3=\([^ ]*\).*/\1/p" "$1" | head -1; }
@@ -246,6 +250,32 @@ if [ -n "$rport" ]; then
     wait "$rpid" 2>/dev/null
 fi
 [ $fails -eq $f0 ] || { echo "--- output of 5:"; tail -30 "$T/5a.out"; tail -30 "$T/5b.out"; }
+fi
+
+# ---- 6. ftc run started with stdin and stderr closed ----------------------------------------
+if want 6; then
+J6=env${tag}f
+f0=$fails
+cat >"$T/fds.sh" <<'EOF2'
+#!/bin/sh
+in=$(readlink /proc/self/fd/0 || echo closed)
+err=$(readlink /proc/self/fd/2 || echo closed)
+echo "FDS RANK=$RANK in=$in err=$err"
+EOF2
+chmod +x "$T/fds.sh"
+timeout 120 "$FTC" run --nproc-per-node 2 --job "$J6" --job-dir "$T/j6" --settle-ms 300 \
+    -- "$T/fds.sh" >"$T/6.out" <&- 2>&-
+rc=$?
+f=$T/6.out
+fall() { grep '^FDS ' "$f" | sed -n "s/.*\b$1=\([^ ]*\).*/\1/p" | sort -u | tr '\n' ' ' |
+    sed 's/ $//'; }
+check "6: ftc run with stdin and stderr closed finished (exit $rc)" test $rc -eq 0
+check "6: two ranks reported ($(count '^FDS ' "$f"))" test "$(count '^FDS ' "$f")" -eq 2
+check "6: the ranks' stdin is /dev/null, no fd of the supervisor ($(fall in))" \
+    test "$(fall in)" = /dev/null
+check "6: the ranks' stderr is /dev/null, no fd of the supervisor ($(fall err))" \
+    test "$(fall err)" = /dev/null
+[ $fails -eq $f0 ] || { echo "--- output of 6:"; tail -30 "$f"; }
 fi
 
 if [ $fails -ne 0 ]; then
