@@ -230,17 +230,26 @@ static int ftc__simulate(const ftc_cli_cmd_t *cmd, ftc_run_options_t *o, int n, 
     }
     fflush(stdout);
     int ok = 0, failed = 0, killed = 0, cut = 0, left = n;
+    bool passed_on = false;
     while (left > 0) {
+        /* a stop is looked for before each wait, which polls: a signal taken
+         * while this loop was not blocked (reaping, printing) interrupted no
+         * wait, and the stop was never passed on (the nodes ran on) */
+        if (ftc__run_stop && !passed_on) {
+            for (int i = 0; i < n; i++)
+                if (pids[i] > 0) /* (0: reaped, its pid free for another process) */
+                    kill(pids[i], SIGTERM);
+            passed_on = true;
+        }
         int st;
-        pid_t p = ftc_fabric_reap(-1, &st, 0); /* (and its shm regions) */
+        pid_t p = ftc_fabric_reap(-1, &st, WNOHANG); /* (and its shm regions) */
+        if (p == 0) {
+            ftc_sleep_ms(20);
+            continue;
+        }
         if (p < 0) {
-            if (errno == EINTR) {
-                if (ftc__run_stop)
-                    for (int i = 0; i < n; i++)
-                        if (pids[i] > 0) /* (0: reaped, its pid free for another process) */
-                            kill(pids[i], SIGTERM);
+            if (errno == EINTR)
                 continue;
-            }
             break;
         }
         int i = 0;

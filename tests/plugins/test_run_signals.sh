@@ -94,6 +94,12 @@
 #      which passes it on to its nodes, does not reach that `sleep` (before,
 #      the launcher signalled every node's pid, the reaped ones too). Root
 #      only; skipped otherwise.
+##   e. the launcher (`--simulate-nodes 2 --nnodes 1:2`, each reap of it
+#      delayed by strace) gets SIGTERM while it reaps killed node 1, not
+#      while it waits for a child: it still passes the stop on to node 0 and
+#      ends (before, the signal was taken where no wait was interrupted, the
+#      next wait blocked, and the job ran on, its stop lost). Skipped without
+#      strace.
 #
 # usage: test_run_signals.sh PATH/TO/ftc PATH/TO/shmrank_main PATH/TO/holdexit_main
 #                            PATH/TO/rank_main
@@ -137,7 +143,7 @@ trap cleanup EXIT
 . "$(dirname "$0")/lib.sh" # check, count
 unset FTC_NODE_RANK NODE_RANK SLURM_NNODES SLURM_JOB_NUM_NODES SLURM_NODEID
 export FTC_LOG_LEVEL=${FTC_LOG_LEVEL:-info}
-want() { case ${FTC_RUN_ONLY:-123456789abcd} in *$1*) return 0 ;; esac; return 1; }
+want() { case ${FTC_RUN_ONLY:-123456789abcde} in *$1*) return 0 ;; esac; return 1; }
 # until COMMAND succeeds, at most S seconds
 wait_for() {
     local end=$((SECONDS + $1))
@@ -764,6 +770,40 @@ check "d: the process with the reaped node's pid was not signalled" grep -q '^D 
 [ $fails -eq $f0 ] || { echo "--- output of d:"; cat "$T/d.res"; tail -30 "$T/d.out"; }
 elif want d; then
     echo "skip: d: not root, or no unshare --pid"
+fi
+
+# ---- e. a stop that comes while the launcher is not waiting is not lost --------------------
+if want e && command -v strace >/dev/null 2>&1 &&
+    strace -qq -o /dev/null -e trace=wait4 -e inject=wait4:delay_exit=1000 -- true \
+        >/dev/null 2>&1; then
+Je=sig${tag}ke
+f0=$fails
+# every reap (wait4) of the launcher (not of its nodes: no -f) takes 1.5 s more
+strace -qq -o /dev/null -e trace=wait4 \
+    -e inject=wait4:delay_exit=1500000 -- "$FTC" run --simulate-nodes 2 --nnodes 1:2 \
+    --job "$Je" --job-dir "$T/je" --settle-ms 200 --grace-ms 1000 -- sleep 300 \
+    >"$T/e.out" 2>&1 &
+spid=$!
+pids+=($spid)
+check "e: both nodes started" wait_for 60 test -s "$T/je/node1.pid"
+launcher=$(pgrep -P "$spid" | head -1)
+n0=$(cat "$T/je/node0.pid" 2>/dev/null)
+n1=$(cat "$T/je/node1.pid" 2>/dev/null)
+check "e: found the launcher (${launcher:-none}), nodes 0 (${n0:-none}) and 1 (${n1:-none})" \
+    test -n "$launcher" -a -n "$n0" -a -n "$n1"
+if [ -n "$launcher" ] && [ -n "$n0" ] && [ -n "$n1" ]; then
+    sleep 1
+    kill -9 "$n1"
+    sleep 0.5 # the launcher is in the wait4 that reaped node 1
+    kill -TERM "$launcher"
+    check "e: the launcher ended on its SIGTERM, passed on to node 0" \
+        wait_for 30 gone "$launcher"
+    check "e: node 0 stopped" wait_for 10 gone "$n0"
+    kill -9 "$launcher" "$n0" 2>/dev/null
+fi
+[ $fails -eq $f0 ] || { echo "--- output of e:"; tail -30 "$T/e.out"; }
+elif want e; then
+    echo "skip: e: no strace, or it cannot trace here"
 fi
 
 if [ $fails -ne 0 ]; then
