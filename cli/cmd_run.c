@@ -132,6 +132,8 @@ static void ftc__run_sig(int sig)
     ftc__run_stop = 1;
 }
 
+static void ftc__run_sig_none(int sig) { (void)sig; }
+
 /* The first of names set (non-empty) in the environment; its name in *which. */
 static const char *ftc__env_first(const char *const *names, const char **which)
 {
@@ -972,6 +974,21 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
         struct sigaction old;
         if (sigaction(more[k], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
             sigaction(more[k], &sa, NULL);
+    }
+    /* SIGUSR1/SIGUSR2 (Slurm's warning before the time limit or a preemption,
+     * `--signal=USR1@90`, sent to every process of the step) are the ranks'
+     * to act on: `ftc run` died of them (their default action), and its ranks,
+     * SIGKILLed by PR_SET_PDEATHSIG, never finished what they started on it.
+     * A handler, not SIG_IGN: the ranks get the default back at exec. */
+    struct sigaction none;
+    memset(&none, 0, sizeof none);
+    none.sa_handler = ftc__run_sig_none;
+    none.sa_flags = SA_RESTART;
+    int usr[] = {SIGUSR1, SIGUSR2};
+    for (size_t k = 0; k < sizeof usr / sizeof usr[0]; k++) {
+        struct sigaction old;
+        if (sigaction(usr[k], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+            sigaction(usr[k], &none, NULL);
     }
     signal(SIGPIPE, SIG_IGN);
     if (simulate) {

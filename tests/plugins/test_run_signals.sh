@@ -100,6 +100,11 @@
 #      ends (before, the signal was taken where no wait was interrupted, the
 #      next wait blocked, and the job ran on, its stop lost). Skipped without
 #      strace.
+##   f. SIGUSR1 to `ftc run` and its rank at once, as Slurm's warning signal
+#      (`sbatch --signal=USR1@90`) reaches every process of the step: the
+#      rank's handler saves (1 s) and exits 0, and `ftc run` ends with 0
+#      (before, `ftc run` died of SIGUSR1, its default action, and its rank,
+#      SIGKILLed by PR_SET_PDEATHSIG, never finished its save).
 #
 # usage: test_run_signals.sh PATH/TO/ftc PATH/TO/shmrank_main PATH/TO/holdexit_main
 #                            PATH/TO/rank_main
@@ -143,7 +148,7 @@ trap cleanup EXIT
 . "$(dirname "$0")/lib.sh" # check, count
 unset FTC_NODE_RANK NODE_RANK SLURM_NNODES SLURM_JOB_NUM_NODES SLURM_NODEID
 export FTC_LOG_LEVEL=${FTC_LOG_LEVEL:-info}
-want() { case ${FTC_RUN_ONLY:-123456789abcde} in *$1*) return 0 ;; esac; return 1; }
+want() { case ${FTC_RUN_ONLY:-123456789abcdef} in *$1*) return 0 ;; esac; return 1; }
 # until COMMAND succeeds, at most S seconds
 wait_for() {
     local end=$((SECONDS + $1))
@@ -804,6 +809,33 @@ fi
 [ $fails -eq $f0 ] || { echo "--- output of e:"; tail -30 "$T/e.out"; }
 elif want e; then
     echo "skip: e: no strace, or it cannot trace here"
+fi
+
+# ---- f. Slurm's warning signal (SIGUSR1 to every process of the step) --------------------
+if want f; then
+Jf=sig${tag}kf
+f0=$fails
+cat >"$T/f.rank.sh" <<EOF
+#!/usr/bin/env bash
+trap 'sleep 1; echo saved >"$T/f.saved"; exit 0' USR1
+echo \$\$ >"$T/f.rank"
+while :; do sleep 0.1; done
+EOF
+chmod +x "$T/f.rank.sh"
+"$FTC" run --job "$Jf" --job-dir "$T/jf" --settle-ms 200 --grace-ms 1000 -- "$T/f.rank.sh" \
+    >"$T/f.out" 2>&1 &
+runpid=$!
+pids+=($runpid)
+check "f: the rank runs" wait_for 60 test -s "$T/f.rank"
+rank=$(cat "$T/f.rank" 2>/dev/null)
+# as `sbatch --signal=USR1@90` does: the signal to every process of the step
+[ -n "$rank" ] && kill -USR1 "$runpid" "$rank"
+check "f: the rank's SIGUSR1 handler finished its save" wait_for 20 test -s "$T/f.saved"
+check "f: ftc run ended" wait_for 30 gone "$runpid"
+wait "$runpid"
+rc=$?
+check "f: with exit 0, the rank having exited 0 (exit $rc)" test $rc -eq 0
+[ $fails -eq $f0 ] || { echo "--- output of f:"; tail -30 "$T/f.out"; }
 fi
 
 if [ $fails -ne 0 ]; then
