@@ -18,6 +18,7 @@
 #include "plugins/run.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <netdb.h>
 #include <signal.h>
@@ -131,6 +132,8 @@ static void ftc__run_sig(int sig)
     ftc__run_stop = 1;
 }
 
+static void ftc__run_sig_none(int sig) { (void)sig; }
+
 /* The first of names set (non-empty) in the environment; its name in *which. */
 static const char *ftc__env_first(const char *const *names, const char **which)
 {
@@ -165,7 +168,8 @@ static int ftc__parse_nnodes(const char *s, int *min, int *max)
 }
 
 /* --simulate-nodes: one supervisor process per node, this process waits. */
-static int ftc__simulate(const ftc_cli_cmd_t *cmd, ftc_run_options_t *o, int n, ftc_netns_t *net)
+static int ftc__simulate(const ftc_cli_cmd_t *cmd, ftc_run_options_t *o, int n, ftc_netns_t *net,
+                         ftc_redis_server_t *srv)
 {
     pid_t pids[4096];
     o->host = "127.0.0.1";
@@ -228,24 +232,42 @@ static int ftc__simulate(const ftc_cli_cmd_t *cmd, ftc_run_options_t *o, int n, 
     }
     fflush(stdout);
     int ok = 0, failed = 0, killed = 0, cut = 0, left = n;
+    bool passed_on = false;
     while (left > 0) {
+        /* a stop is looked for before each wait, which polls: a signal taken
+         * while this loop was not blocked (reaping, printing) interrupted no
+         * wait, and the stop was never passed on (the nodes ran on) */
+        if (ftc__run_stop && !passed_on) {
+            for (int i = 0; i < n; i++)
+                if (pids[i] > 0) /* (0: reaped, its pid free for another process) */
+                    kill(pids[i], SIGTERM);
+            passed_on = true;
+        }
         int st;
-        pid_t p = ftc_fabric_reap(-1, &st, 0); /* (and its shm regions) */
+        pid_t p = ftc_fabric_reap(-1, &st, WNOHANG); /* (and its shm regions) */
+        if (p == 0) {
+            ftc_sleep_ms(20);
+            continue;
+        }
         if (p < 0) {
-            if (errno == EINTR) {
-                if (ftc__run_stop)
-                    for (int i = 0; i < n; i++)
-                        kill(pids[i], SIGTERM);
+            if (errno == EINTR)
                 continue;
-            }
             break;
         }
         int i = 0;
         while (i < n && pids[i] != p)
             i++;
-        if (i == n)
-            continue; /* not a node: an orphan of a killed node's (its rank), or a helper */
+        if (i == n) { /* not a node: an orphan of a killed node's (its rank), or a helper */
+            /* the job's embedded Redis (this process's child) is reaped here when it
+             * dies: it is forgotten, so that its stop never signals the pid, free now */
+            if (ftc_redis_server_reaped(srv, p))
+                FTC_WARN("run", "the job's embedded redis-server (pid %d) exited (%s %d)",
+                         (int)p, WIFSIGNALED(st) ? "killed by signal" : "exit status",
+                         WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+            continue;
+        }
         left--;
+        pids[i] = 0; /* reaped: never signalled again */
         if (WIFSIGNALED(st)) {
             killed++;
             printf("ftc run: node %d was killed by signal %d\n", i, WTERMSIG(st));
@@ -262,8 +284,8 @@ static int ftc__simulate(const ftc_cli_cmd_t *cmd, ftc_run_options_t *o, int n, 
     }
     /* the orphans of killed nodes that have exited by now (PR_SET_PDEATHSIG
      * ends them at once); one still alive goes to init when we exit */
-    while (ftc_fabric_reap(-1, NULL, WNOHANG) > 0) {
-    }
+    for (pid_t p; (p = ftc_fabric_reap(-1, NULL, WNOHANG)) > 0;)
+        (void)ftc_redis_server_reaped(srv, p);
     printf("ftc run: %d nodes finished, %d failed, %d killed, %d cut off\n", ok, failed, killed,
            cut);
     return ok > 0 && failed == 0 ? FTC_EXIT_OK : FTC_EXIT_FAIL;
@@ -491,8 +513,26 @@ static const char *ftc__not_executable(const char *prog)
     return "is not an executable on PATH: give its path (./NAME for one here)";
 }
 
+/* fds 0..2 open, on /dev/null where closed (`ftc run <&- 2>&-`, a daemon
+ * that closed them): a closed one was taken by this process's next socket
+ * (Redis, its agent) or file, and the ranks, which get 0..2 as they are,
+ * read from it and wrote their error output into it. */
+static void ftc__std_fds(void)
+{
+    for (int fd = 0; fd < 3; fd++) {
+        if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF)
+            continue;
+        int n = open("/dev/null", fd ? O_WRONLY : O_RDONLY);
+        if (n >= 0 && n != fd) {
+            dup2(n, fd);
+            close(n);
+        }
+    }
+}
+
 static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
 {
+    ftc__std_fds();
     static const char *const nn_env[] = {"SLURM_NNODES", "SLURM_JOB_NUM_NODES", NULL};
     static const char *const nr_env[] = {"FTC_NODE_RANK", "NODE_RANK", "SLURM_NODEID", NULL};
     const char *nnodes_var = NULL, *nnodes = ftc__env_first(nn_env, &nnodes_var);
@@ -935,9 +975,24 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
         if (sigaction(more[k], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
             sigaction(more[k], &sa, NULL);
     }
+    /* SIGUSR1/SIGUSR2 (Slurm's warning before the time limit or a preemption,
+     * `--signal=USR1@90`, sent to every process of the step) are the ranks'
+     * to act on: `ftc run` died of them (their default action), and its ranks,
+     * SIGKILLed by PR_SET_PDEATHSIG, never finished what they started on it.
+     * A handler, not SIG_IGN: the ranks get the default back at exec. */
+    struct sigaction none;
+    memset(&none, 0, sizeof none);
+    none.sa_handler = ftc__run_sig_none;
+    none.sa_flags = SA_RESTART;
+    int usr[] = {SIGUSR1, SIGUSR2};
+    for (size_t k = 0; k < sizeof usr / sizeof usr[0]; k++) {
+        struct sigaction old;
+        if (sigaction(usr[k], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+            sigaction(usr[k], &none, NULL);
+    }
     signal(SIGPIPE, SIG_IGN);
     if (simulate) {
-        ec = ftc__simulate(cmd, &o, (int)simulate, net);
+        ec = ftc__simulate(cmd, &o, (int)simulate, net, srv);
     } else {
         char prefix[32];
         snprintf(prefix, sizeof prefix, "node%llu", (unsigned long long)node_rank);

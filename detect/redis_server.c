@@ -264,6 +264,14 @@ int ftc_redis_server_signal(ftc_redis_server_t *s, int sig)
     return 0;
 }
 
+bool ftc_redis_server_reaped(ftc_redis_server_t *s, pid_t pid)
+{
+    if (!s || pid <= 0 || s->pid != pid)
+        return false;
+    s->pid = -1;
+    return true;
+}
+
 int ftc_redis_server_restart(ftc_redis_server_t *s, ftc_err_t *err)
 {
     if (s->pid > 0) {

@@ -55,6 +55,11 @@ pid_t ftc_redis_server_pid(const ftc_redis_server_t *s);
 int ftc_redis_server_signal(ftc_redis_server_t *s, int sig);
 /* Starts it again on the same port with the same password (after a kill). */
 int ftc_redis_server_restart(ftc_redis_server_t *s, ftc_err_t *err);
+/* The owner's wait for any child (waitpid(-1)) took pid: when it is the
+ * server's, s forgets it, so that no later call (ftc_redis_server_stop's
+ * SIGTERM) signals that pid, another process's once reused. True when it
+ * was the server's. NULL s: false. */
+bool ftc_redis_server_reaped(ftc_redis_server_t *s, pid_t pid);
 
 /* Where a job's Redis is, in this order: the redis.url setting (--redis,
  * FTC_REDIS_URL, config file); the URL file of the job directory (job.dir,

@@ -591,10 +591,14 @@ static void ftc__agent_watch_answers(ftc__sup_t *s)
  * supervisor when they apply, and never passed on from its own environment
  * (an `ftc run` started from a restarted rank, or from a shell that once
  * exported them, would otherwise hand a fresh rank another job's restore
- * source, assignment file or rendezvous directory). */
+ * source, assignment file or rendezvous directory). The Redis password
+ * reaches a rank only as the supervisor's FTC_REDIS_PASSWORD_FILE (the job's
+ * Redis's: a stale FTC_REDIS_PASSWORD won over that file in the rank's
+ * client, and the embedded Redis has a password of its own). */
 static const char *const ftc__gen_vars[] = {"FTC_RESTORE_RANK", "FTC_PREV_WORLD_SIZE",
                                             "FTC_ASSIGN_FILE", "FTC_ASSIGN_TIMEOUT_MS",
-                                            "FTC_TRAIN_RDZV_DIR", NULL};
+                                            "FTC_TRAIN_RDZV_DIR", "FTC_REDIS_PASSWORD",
+                                            "FTC_REDIS_PASSWORD_FILE", NULL};
 
 static bool ftc__env_named(const char *entry, const char *name)
 {
@@ -722,6 +726,7 @@ static void ftc__child_io(const ftc__io_t *io)
 
 static pid_t ftc__spawn(char *const *argv, char **env, const ftc__io_t *io, ftc_err_t *err)
 {
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
         ftc_err_set(err, FTC_EIO, "fork: %s", strerror(errno));
@@ -733,9 +738,19 @@ static pid_t ftc__spawn(char *const *argv, char **env, const ftc__io_t *io, ftc_
          * process group, signalled together when the rank is stopped */
         setsid();
         prctl(PR_SET_PDEATHSIG, SIGKILL); /* a rank never outlives its supervisor */
+        if (getppid() != parent) /* it died before the prctl: no signal will come */
+            raise(SIGKILL);
         ftc_fs_close_from(3); /* not the agent's sockets, nor Redis connections */
         if (io)
-            ftc__child_io(io);
+            ftc__child_io(io); /* (its tee relay keeps SIGPIPE ignored: it drains the pipe) */
+        /* `ftc run` ignores SIGPIPE, and an ignored signal stays ignored
+         * through exec: the rank gets the default, as from a shell or
+         * torchrun (a `yes | head` of a wrapper script failed with "Broken
+         * pipe", and a writer that ignores write errors never ended) */
+        struct sigaction dfl;
+        memset(&dfl, 0, sizeof dfl);
+        dfl.sa_handler = SIG_DFL;
+        sigaction(SIGPIPE, &dfl, NULL);
         execvpe(argv[0], argv, env);
         /* named (write only: this is a child of a threaded process) */
         static const char msg[] = "ftc run: cannot execute the training binary '";
@@ -906,10 +921,16 @@ static void ftc__reap_one(ftc__sup_t *s, pid_t pid, char state, pid_t pgid, cons
     if (state != 'Z' || ftc__not_orphan(s, pid))
         return;
     int st = 0;
-    if (ftc_fabric_reap(pid, &st, WNOHANG) == pid)
-        FTC_DEBUG("run", "reaped pid %d (%s), an orphan of a rank: %s %d", (int)pid, comm,
-                  WIFSIGNALED(st) ? "killed by signal" : "exit status",
-                  WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+    if (ftc_fabric_reap(pid, &st, WNOHANG) != pid)
+        return;
+    FTC_DEBUG("run", "reaped pid %d (%s), an orphan of a rank: %s %d", (int)pid, comm,
+              WIFSIGNALED(st) ? "killed by signal" : "exit status",
+              WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+    /* the last member of a reaped rank's group: the group is forgotten now,
+     * before its id, free from this reap on, can be another group's (a stop
+     * sent SIGTERM to -id of a group emptied long before) */
+    for (int l = 0; l < s->o->nproc; l++)
+        ftc__group_check(s, l);
 }
 
 /* Reaps the orphans of the ranks that have exited (and removes their shm
@@ -1370,7 +1391,7 @@ static int ftc__start_ranks(ftc__sup_t *s, const char *master, int master_port, 
         FTC__SETENV("FTC_NODE_RANK=%u", o->node_index);
         FTC__SETENV("FTC_AGENT_SOCKET=%s", ftc_agent_socket(s->ag.agent));
         FTC__SETENV("FTC_REDIS_URL=%s", redis_url);
-        if (access(pwfile, R_OK) == 0)
+        if (o->redis.password[0] && access(pwfile, R_OK) == 0) /* (not a previous launch's) */
             FTC__SETENV("FTC_REDIS_PASSWORD_FILE=%s", pwfile);
         if (s->files)
             FTC__SETENV("FTC_CKPT_DIR=%s", ftc_filestore_dir(s->files));

@@ -20,7 +20,27 @@
 #   2. Slurm: no --nnodes / --node-rank, SLURM_NNODES=1 SLURM_NODEID=0 and
 #      --nproc-per-node 3: a job of one node, WORLD_SIZE 3;
 #   3. Slurm, two `ftc run` processes of one job (SLURM_NNODES=2,
-#      SLURM_NODEID 0 and 1): WORLD_SIZE 2, FTC_NODE_RANK = SLURM_NODEID.
+#      SLURM_NODEID 0 and 1): WORLD_SIZE 2, FTC_NODE_RANK = SLURM_NODEID;
+#   4. SIGPIPE: a rank (a bash script) runs `yes | head -n1` and gets the
+#      default disposition, as under a shell or torchrun: `yes` dies of
+#      SIGPIPE (status 141), and SIGPIPE is not in the rank's SigIgn (before,
+#      `ftc run`'s own SIG_IGN was inherited through exec: `yes` failed with
+#      "Broken pipe", status 1, and a writer that ignores write errors, such
+#      as `while :; do echo; done | head -n1`, never ended);
+#   5. the Redis password reaches a rank only as the supervisor's
+#      FTC_REDIS_PASSWORD_FILE, the password of the job's Redis: a rank (a
+#      script) runs `ftc status`, a Redis client reading FTC_REDIS_URL,
+#      (a) with a stale FTC_REDIS_PASSWORD and FTC_REDIS_PASSWORD_FILE in
+#      `ftc run`'s environment, on the embedded Redis: it connects, and sees
+#      neither (before, FTC_REDIS_PASSWORD was passed on and won over the
+#      file: WRONGPASS); (b) the job launched again with the same job
+#      directory on a Redis without a password: it connects, and gets no
+#      FTC_REDIS_PASSWORD_FILE (before, JOB_DIR/redis.password, left by (a),
+#      was named: its AUTH failed);
+#   6. `ftc run` started with stdin and stderr closed (<&- 2>&-): each
+#      rank's fd 0 and 2 are /dev/null (before, they were whatever the
+#      supervisor had opened on those numbers, sockets to Redis or its
+#      agent: a rank's error output went into them).
 #
 # usage: test_run_env.sh PATH/TO/ftc PATH/TO/envprobe_main
 set -u
@@ -43,7 +63,7 @@ trap cleanup EXIT
 unset FTC_NODE_RANK NODE_RANK SLURM_NNODES SLURM_JOB_NUM_NODES SLURM_NODEID
 export FTC_LOG_LEVEL=${FTC_LOG_LEVEL:-info}
 # FTC_RUN_ONLY=3 runs scenario 3 only (while debugging)
-want() { case ${FTC_RUN_ONLY:-123} in *$1*) return 0 ;; esac; return 1; }
+want() { case ${FTC_RUN_ONLY:-123456} in *$1*) return 0 ;; esac; return 1; }
 
 # v FILE RANK NAME: variable NAME as rank RANK saw it
 v() { sed -n "s/^PROBE RANK=$2 .*\b$3=\([^ ]*\).*/\1/p" "$1" | head -1; }
@@ -142,6 +162,120 @@ done
 check "3: one generation, one MASTER_PORT" \
     test "$(all "$f" FTC_GENERATION | wc -w)/$(all "$f" MASTER_PORT | wc -w)" = "1/1"
 [ $fails -eq $f0 ] || { echo "--- output of 3:"; tail -30 "$T/3.0.out"; tail -30 "$T/3.1.out"; }
+fi
+
+# ---- 4. SIGPIPE has its default disposition in the ranks -------------------------------------
+if want 4; then
+J4=env${tag}d
+f0=$fails
+cat >"$T/pipe.sh" <<'EOF2'
+#!/usr/bin/env bash
+yes | head -n1 >/dev/null
+st=${PIPESTATUS[0]}
+ign=$(sed -n 's/^SigIgn:[[:space:]]*//p' /proc/self/status)
+echo "PIPE RANK=$RANK yes=$st sigign=$ign"
+EOF2
+chmod +x "$T/pipe.sh"
+timeout 120 "$FTC" run --nproc-per-node 2 --job "$J4" --job-dir "$T/j4" --settle-ms 300 \
+    -- "$T/pipe.sh" >"$T/4.out" 2>&1
+rc=$?
+f=$T/4.out
+# pall NAME: the distinct values of NAME over the ranks' PIPE lines
+pall() { grep '^PIPE ' "$f" | sed -n "s/.*\b$1=\([^ ]*\).*/\1/p" | sort -u | tr '\n' ' ' | sed 's/ $//'; }
+check "4: ftc run finished (exit $rc)" test $rc -eq 0
+check "4: two ranks reported ($(count '^PIPE ' "$f"))" test "$(count '^PIPE ' "$f")" -eq 2
+check "4: \`yes | head -n1\` in a rank: yes died of SIGPIPE, 141 ($(pall yes))" \
+    test "$(pall yes)" = 141
+# SigIgn is a hex mask; SIGPIPE (13) is bit 12
+ign=$(pall sigign)
+check "4: SIGPIPE is not ignored in the ranks (SigIgn $ign)" \
+    bash -c "[ -n '$ign' ] || exit 1; for m in $ign; do (( (0x\$m >> 12) & 1 )) && exit 1; done; exit 0"
+check "4: no 'Broken pipe' from a rank" test "$(count 'Broken pipe' "$f")" -eq 0
+[ $fails -eq $f0 ] || { echo "--- output of 4:"; tail -30 "$f"; }
+fi
+
+# ---- 5. the Redis password: the supervisor's file only ----------------------------------------
+if want 5; then
+J5=env${tag}e
+f0=$fails
+cat >"$T/rstat.sh" <<EOF2
+#!/usr/bin/env bash
+"$FTC" status --job "\$FTC_JOB_ID" >/dev/null 2>"$T/5.status.\$RANK"
+rc=\$?
+echo "RSTAT RANK=\$RANK rc=\$rc pw=\${FTC_REDIS_PASSWORD:--} pwfile=\${FTC_REDIS_PASSWORD_FILE:--}"
+EOF2
+chmod +x "$T/rstat.sh"
+echo stale-file-password >"$T/stale.pw"
+chmod 600 "$T/stale.pw"
+# rall FILE NAME: the distinct values of NAME over the ranks' RSTAT lines
+rall() { grep '^RSTAT ' "$1" | sed -n "s/.*\b$2=\([^ ]*\).*/\1/p" | sort -u | tr '\n' ' ' | sed 's/ $//'; }
+FTC_REDIS_PASSWORD=stale-password FTC_REDIS_PASSWORD_FILE=$T/stale.pw \
+timeout 120 "$FTC" run --nproc-per-node 2 --job "$J5" --job-dir "$T/j5" --settle-ms 300 \
+    -- "$T/rstat.sh" >"$T/5a.out" 2>&1
+rc=$?
+f=$T/5a.out
+check "5a: ftc run on the embedded Redis finished (exit $rc)" test $rc -eq 0
+check "5a: two ranks reported ($(count '^RSTAT ' "$f"))" test "$(count '^RSTAT ' "$f")" -eq 2
+check "5a: no rank got ftc run's FTC_REDIS_PASSWORD ($(rall "$f" pw))" test "$(rall "$f" pw)" = -
+check "5a: the password file is the job's ($(rall "$f" pwfile))" \
+    test "$(rall "$f" pwfile)" = "$T/j5/redis.password"
+check "5a: the ranks' \`ftc status\` connected ($(rall "$f" rc): $(head -c 200 "$T/5.status.0"))" \
+    test "$(rall "$f" rc)" = 0
+# (b) a Redis without a password, the job directory of (a) (its redis.password stays)
+rport=
+for try in $(seq 20); do
+    p=$((20000 + RANDOM % 30000))
+    (: <"/dev/tcp/127.0.0.1/$p") 2>/dev/null && continue
+    redis-server --port "$p" --bind 127.0.0.1 --save "" --appendonly no \
+        >"$T/5.redis.log" 2>&1 &
+    rpid=$!
+    pids+=($rpid)
+    for i in $(seq 50); do (: <"/dev/tcp/127.0.0.1/$p") 2>/dev/null && break; sleep 0.1; done
+    if kill -0 "$rpid" 2>/dev/null; then rport=$p; break; fi
+done
+check "5b: a redis-server without a password runs (port $rport)" test -n "$rport"
+if [ -n "$rport" ]; then
+    env -u FTC_REDIS_PASSWORD -u FTC_REDIS_PASSWORD_FILE \
+    timeout 120 "$FTC" run --nproc-per-node 2 --job "$J5" --job-dir "$T/j5" --settle-ms 300 \
+        --redis "redis://127.0.0.1:$rport/0" -- "$T/rstat.sh" >"$T/5b.out" 2>&1
+    rc=$?
+    f=$T/5b.out
+    check "5b: ftc run on the Redis without a password finished (exit $rc)" test $rc -eq 0
+    check "5b: two ranks reported ($(count '^RSTAT ' "$f"))" test "$(count '^RSTAT ' "$f")" -eq 2
+    check "5b: no FTC_REDIS_PASSWORD_FILE: there is no password ($(rall "$f" pwfile))" \
+        test "$(rall "$f" pwfile)" = -
+    check "5b: the ranks' \`ftc status\` connected ($(rall "$f" rc): $(head -c 200 "$T/5.status.0"))" \
+        test "$(rall "$f" rc)" = 0
+    kill "$rpid" 2>/dev/null
+    wait "$rpid" 2>/dev/null
+fi
+[ $fails -eq $f0 ] || { echo "--- output of 5:"; tail -30 "$T/5a.out"; tail -30 "$T/5b.out"; }
+fi
+
+# ---- 6. ftc run started with stdin and stderr closed ----------------------------------------
+if want 6; then
+J6=env${tag}f
+f0=$fails
+cat >"$T/fds.sh" <<'EOF2'
+#!/bin/sh
+in=$(readlink /proc/self/fd/0 || echo closed)
+err=$(readlink /proc/self/fd/2 || echo closed)
+echo "FDS RANK=$RANK in=$in err=$err"
+EOF2
+chmod +x "$T/fds.sh"
+timeout 120 "$FTC" run --nproc-per-node 2 --job "$J6" --job-dir "$T/j6" --settle-ms 300 \
+    -- "$T/fds.sh" >"$T/6.out" <&- 2>&-
+rc=$?
+f=$T/6.out
+fall() { grep '^FDS ' "$f" | sed -n "s/.*\b$1=\([^ ]*\).*/\1/p" | sort -u | tr '\n' ' ' |
+    sed 's/ $//'; }
+check "6: ftc run with stdin and stderr closed finished (exit $rc)" test $rc -eq 0
+check "6: two ranks reported ($(count '^FDS ' "$f"))" test "$(count '^FDS ' "$f")" -eq 2
+check "6: the ranks' stdin is /dev/null, no fd of the supervisor ($(fall in))" \
+    test "$(fall in)" = /dev/null
+check "6: the ranks' stderr is /dev/null, no fd of the supervisor ($(fall err))" \
+    test "$(fall err)" = /dev/null
+[ $fails -eq $f0 ] || { echo "--- output of 6:"; tail -30 "$f"; }
 fi
 
 if [ $fails -ne 0 ]; then

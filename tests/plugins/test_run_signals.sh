@@ -69,6 +69,42 @@
 #      was never registered and its exit was no event); (d) a rank found hung
 #      (SIGSTOP) and SIGKILLed by its supervisor has its hang event and no
 #      rank_exit (its SIGKILL was one, a second event of the same failure).
+#   a. the supervisor SIGKILLed while its rank is between fork and
+#      PR_SET_PDEATHSIG (held there by strace's delay injection on the
+#      child's setsid, which comes just before): the rank, which would never
+#      have been signalled, sees that its parent is gone and ends before its
+#      exec (before, it ran on, `sleep 300`, with no supervisor). Skipped
+#      without strace or where it cannot trace.
+#   b. `ftc run --simulate-nodes 1`, its embedded redis-server SIGKILLed
+#      mid-job: the launcher's wait for any child reaps it, and its pid is
+#      free; a `sleep` of the test takes that pid (a pid namespace of its
+#      own, ns_last_pid); when the node, cut off, has given up and the
+#      launcher stops its Redis, that `sleep` is not signalled (before, the
+#      launcher's SIGTERM, meant for its reaped redis-server, killed it).
+#      Root only (unshare --pid); skipped otherwise.
+#   c. a rank that exits 0 leaving a `sleep 1` in its process group (the
+#      supervisor, a subreaper, reaps it): once the group is empty, a new
+#      group (setsid) of the test takes its id (pid namespace, ns_last_pid);
+#      SIGTERM to `ftc run` does not reach that group (before, the empty
+#      group's id stayed recorded and the stop sent SIGTERM to -id). Root
+#      only; skipped otherwise.
+##   d. `ftc run --simulate-nodes 2 --nnodes 1:2`, node 1's supervisor
+#      SIGKILLed and reaped by the launcher, its pid then taken by a `sleep`
+#      of the test (pid namespace, ns_last_pid): SIGTERM to the launcher,
+#      which passes it on to its nodes, does not reach that `sleep` (before,
+#      the launcher signalled every node's pid, the reaped ones too). Root
+#      only; skipped otherwise.
+##   e. the launcher (`--simulate-nodes 2 --nnodes 1:2`, each reap of it
+#      delayed by strace) gets SIGTERM while it reaps killed node 1, not
+#      while it waits for a child: it still passes the stop on to node 0 and
+#      ends (before, the signal was taken where no wait was interrupted, the
+#      next wait blocked, and the job ran on, its stop lost). Skipped without
+#      strace.
+##   f. SIGUSR1 to `ftc run` and its rank at once, as Slurm's warning signal
+#      (`sbatch --signal=USR1@90`) reaches every process of the step: the
+#      rank's handler saves (1 s) and exits 0, and `ftc run` ends with 0
+#      (before, `ftc run` died of SIGUSR1, its default action, and its rank,
+#      SIGKILLed by PR_SET_PDEATHSIG, never finished its save).
 #
 # usage: test_run_signals.sh PATH/TO/ftc PATH/TO/shmrank_main PATH/TO/holdexit_main
 #                            PATH/TO/rank_main
@@ -112,7 +148,7 @@ trap cleanup EXIT
 . "$(dirname "$0")/lib.sh" # check, count
 unset FTC_NODE_RANK NODE_RANK SLURM_NNODES SLURM_JOB_NUM_NODES SLURM_NODEID
 export FTC_LOG_LEVEL=${FTC_LOG_LEVEL:-info}
-want() { case ${FTC_RUN_ONLY:-123456789} in *$1*) return 0 ;; esac; return 1; }
+want() { case ${FTC_RUN_ONLY:-123456789abcdef} in *$1*) return 0 ;; esac; return 1; }
 # until COMMAND succeeds, at most S seconds
 wait_for() {
     local end=$((SECONDS + $1))
@@ -560,6 +596,246 @@ kill -TERM "$runpid" 2>/dev/null
 check "9d: ftc run ended" wait_for 30 gone "$runpid"
 wait "$runpid"
 [ $fails -eq $f0 ] || { echo "--- output of 9d:"; tail -40 "$T/9d.out"; cat "$T/9d.events"; }
+fi
+
+# ---- a. the supervisor killed between its rank's fork and PR_SET_PDEATHSIG ---------------
+# gone or a zombie (an orphan's zombie is its new parent's to reap)
+ended() { gone "$1" || [ "$(sed -n 's/^[0-9]* ([^)]*) \(.\).*/\1/p' "/proc/$1/stat" 2>/dev/null)" = Z ]; }
+if want a && command -v strace >/dev/null 2>&1 &&
+    strace -f -qq -o /dev/null -e trace=setsid -e inject=setsid:delay_exit=1000 -- true \
+        >/dev/null 2>&1; then
+Ja=sig${tag}ka
+f0=$fails
+strace -f -qq --seccomp-bpf -o /dev/null -e trace=setsid -e inject=setsid:delay_exit=3000000 \
+    -- "$FTC" run --job "$Ja" --job-dir "$T/ja" --settle-ms 200 -- sleep 300 >"$T/a.out" 2>&1 &
+spid=$!
+pids+=($spid)
+check "a: rank 0 was forked" wait_for 60 grep -q 'rank 0 (local 0 of 1, world 1) is pid' "$T/a.out"
+rank=$(sed -n 's/.*rank 0 (local 0 of 1, world 1) is pid \([0-9]*\).*/\1/p' "$T/a.out" | head -1)
+sup=$(pgrep -P "$spid" | head -1)
+echo "${rank:-}" >>"$T/children" # (the cleanup's, if it runs on)
+check "a: found the supervisor (pid $sup) and its rank (pid $rank)" \
+    test -n "$sup" -a -n "$rank" -a "$(ps -o ppid= -p "${rank:-0}" 2>/dev/null | tr -d ' ')" = "$sup"
+[ -n "$sup" ] && kill -9 "$sup"
+check "a: the supervisor is gone" wait_for 10 ended "${sup:-0}"
+check "a: and so is its rank, held before PR_SET_PDEATHSIG when it was killed" \
+    wait_for 15 ended "${rank:-0}"
+kill -9 "${rank:-0}" 2>/dev/null
+check "a: strace ended with its tracees" wait_for 10 gone "$spid"
+[ $fails -eq $f0 ] || { echo "--- output of a:"; tail -30 "$T/a.out"; }
+elif want a; then
+    echo "skip: a: no strace, or it cannot trace here"
+fi
+
+# ---- b. the launcher's reaped redis-server: its pid is not signalled ---------------------
+if want b && [ "$(id -u)" = 0 ] && command -v unshare >/dev/null 2>&1 &&
+    unshare --pid --fork --mount-proc true 2>/dev/null; then
+Jb=sig${tag}kb
+f0=$fails
+# run in a pid namespace of our own: pid 1 is this script (it reaps what is orphaned), and
+# only the job's processes take pids there, so a pid freed is ours to take
+cat >"$T/b.sh" <<EOF
+#!/usr/bin/env bash
+wait_for() { local end=\$((SECONDS + \$1)); shift
+    while [ \$SECONDS -lt \$end ]; do "\$@" && return 0; sleep 0.1; done; return 1; }
+"$FTC" run --simulate-nodes 1 --job "$Jb" --job-dir "$T/jb" --settle-ms 200 \\
+    --join-timeout-ms 3000 -- sleep 300 >"$T/b.out" 2>&1 &
+run=\$!
+wait_for 60 grep -q 'rank 0 (local 0 of 1, world 1) is pid' "$T/b.out" ||
+    { echo "B no-rank"; exit 0; }
+port=\$(sed -n 's/.*@[^:]*:\([0-9]*\).*/\1/p' "$T/jb/redis.url")
+rpid=\$(pgrep -f "redis-server 127.0.0.1:\$port\\\$" | head -1)
+[ -n "\$rpid" ] || { echo "B no-redis"; exit 0; }
+kill -9 "\$rpid"
+wait_for 10 test ! -e "/proc/\$rpid" || { echo "B not-reaped \$rpid"; exit 0; }
+took=
+for i in \$(seq 200); do
+    echo \$((rpid - 1)) >/proc/sys/kernel/ns_last_pid
+    sleep 120 &
+    if [ \$! = "\$rpid" ]; then took=\$!; break; fi
+    kill \$! 2>/dev/null
+done
+[ -n "\$took" ] || { echo "B no-pid \$rpid"; exit 0; }
+echo "B took \$rpid"
+wait_for 60 test ! -e "/proc/\$run"
+wait "\$run"
+echo "B run-exit \$?"
+if kill -0 "\$took" 2>/dev/null; then echo "B alive"; else echo "B killed"; fi
+kill "\$took" 2>/dev/null
+EOF
+chmod +x "$T/b.sh"
+timeout 120 unshare --pid --fork --mount-proc "$T/b.sh" >"$T/b.res" 2>&1
+check "b: the redis-server's pid was taken by a sleep ($(grep '^B ' "$T/b.res" | head -1))" \
+    grep -q '^B took' "$T/b.res"
+check "b: ftc run ended ($(grep '^B run-exit' "$T/b.res"))" grep -q '^B run-exit' "$T/b.res"
+check "b: the process with the reaped redis-server's pid was not signalled" \
+    grep -q '^B alive' "$T/b.res"
+[ $fails -eq $f0 ] || { echo "--- output of b:"; cat "$T/b.res"; tail -30 "$T/b.out"; }
+elif want b; then
+    echo "skip: b: not root, or no unshare --pid"
+fi
+
+# ---- c. a rank's emptied process group: its id is not signalled -------------------------
+if want c && [ "$(id -u)" = 0 ] && command -v unshare >/dev/null 2>&1 &&
+    unshare --pid --fork --mount-proc true 2>/dev/null; then
+Jc=sig${tag}kc
+f0=$fails
+cat >"$T/c.rank.sh" <<EOF
+#!/bin/sh
+if [ "\$LOCAL_RANK" = 0 ]; then
+    sleep 1 &
+    echo \$\$ >"$T/c.rank0"
+    exit 0
+fi
+exec sleep 300
+EOF
+chmod +x "$T/c.rank.sh"
+cat >"$T/c.sh" <<EOF
+#!/usr/bin/env bash
+wait_for() { local end=\$((SECONDS + \$1)); shift
+    while [ \$SECONDS -lt \$end ]; do "\$@" && return 0; sleep 0.1; done; return 1; }
+"$FTC" run --nproc-per-node 2 --job "$Jc" --job-dir "$T/jc" --settle-ms 200 --grace-ms 1000 \\
+    -- "$T/c.rank.sh" >"$T/c.out" 2>&1 &
+run=\$!
+wait_for 60 test -s "$T/c.rank0" || { echo "C no-rank"; exit 0; }
+r0=\$(cat "$T/c.rank0")
+# rank 0 exited 0; its group lives while its \`sleep 1\` does (reaped by the supervisor)
+wait_for 20 grep -q 'rank 0 finished' "$T/c.out" || { echo "C not-finished"; exit 0; }
+wait_for 20 bash -c "! kill -0 -\$r0 2>/dev/null" || { echo "C group-stays \$r0"; exit 0; }
+took=
+for i in \$(seq 200); do
+    echo \$((r0 - 1)) >/proc/sys/kernel/ns_last_pid
+    setsid sleep 120 &
+    if [ \$! = "\$r0" ]; then took=\$!; break; fi
+    kill \$! 2>/dev/null
+done
+[ -n "\$took" ] || { echo "C no-pid \$r0"; exit 0; }
+wait_for 10 test "\$(ps -o pgid= -p "\$took" | tr -d ' ')" = "\$took" ||
+    { echo "C not-leader \$took"; exit 0; }
+echo "C took \$r0"
+kill -TERM "\$run"
+wait_for 60 test ! -e "/proc/\$run"
+wait "\$run"
+echo "C run-exit \$?"
+if kill -0 "\$took" 2>/dev/null; then echo "C alive"; else echo "C killed"; fi
+kill "\$took" 2>/dev/null
+EOF
+chmod +x "$T/c.sh"
+timeout 120 unshare --pid --fork --mount-proc "$T/c.sh" >"$T/c.res" 2>&1
+check "c: finished rank 0's group id taken by a new group ($(grep '^C ' "$T/c.res" | head -1))" \
+    grep -q '^C took' "$T/c.res"
+check "c: ftc run ended on SIGTERM ($(grep '^C run-exit' "$T/c.res"))" \
+    grep -q '^C run-exit' "$T/c.res"
+check "c: the new group with the old group's id was not signalled" grep -q '^C alive' "$T/c.res"
+[ $fails -eq $f0 ] || { echo "--- output of c:"; cat "$T/c.res"; tail -30 "$T/c.out"; }
+elif want c; then
+    echo "skip: c: not root, or no unshare --pid"
+fi
+
+# ---- d. the launcher's reaped node: its pid is not signalled ------------------------------
+if want d && [ "$(id -u)" = 0 ] && command -v unshare >/dev/null 2>&1 &&
+    unshare --pid --fork --mount-proc true 2>/dev/null; then
+Jd=sig${tag}kd
+f0=$fails
+cat >"$T/d.sh" <<EOF
+#!/usr/bin/env bash
+wait_for() { local end=\$((SECONDS + \$1)); shift
+    while [ \$SECONDS -lt \$end ]; do "\$@" && return 0; sleep 0.1; done; return 1; }
+"$FTC" run --simulate-nodes 2 --nnodes 1:2 --job "$Jd" --job-dir "$T/jd" --settle-ms 200 \\
+    --grace-ms 1000 -- sleep 300 >"$T/d.out" 2>&1 &
+run=\$!
+up() { [ "\$(grep -c 'is pid' "$T/d.out")" -ge 4 ]; }
+wait_for 60 up || { echo "D no-ranks"; exit 0; }
+n1=\$(cat "$T/jd/node1.pid")
+kill -9 "\$n1"
+wait_for 20 grep -q 'node 1 was killed by signal 9' "$T/d.out" || { echo "D not-reaped"; exit 0; }
+took=
+for i in \$(seq 200); do
+    echo \$((n1 - 1)) >/proc/sys/kernel/ns_last_pid
+    sleep 120 &
+    if [ \$! = "\$n1" ]; then took=\$!; break; fi
+    kill \$! 2>/dev/null
+done
+[ -n "\$took" ] || { echo "D no-pid \$n1"; exit 0; }
+echo "D took \$n1"
+kill -TERM "\$run"
+wait_for 60 test ! -e "/proc/\$run"
+wait "\$run"
+echo "D run-exit \$?"
+if kill -0 "\$took" 2>/dev/null; then echo "D alive"; else echo "D killed"; fi
+kill "\$took" 2>/dev/null
+EOF
+chmod +x "$T/d.sh"
+timeout 120 unshare --pid --fork --mount-proc "$T/d.sh" >"$T/d.res" 2>&1
+check "d: killed node 1's pid taken by a sleep ($(grep '^D ' "$T/d.res" | head -1))" \
+    grep -q '^D took' "$T/d.res"
+check "d: ftc run ended on SIGTERM ($(grep '^D run-exit' "$T/d.res"))" \
+    grep -q '^D run-exit' "$T/d.res"
+check "d: the process with the reaped node's pid was not signalled" grep -q '^D alive' "$T/d.res"
+[ $fails -eq $f0 ] || { echo "--- output of d:"; cat "$T/d.res"; tail -30 "$T/d.out"; }
+elif want d; then
+    echo "skip: d: not root, or no unshare --pid"
+fi
+
+# ---- e. a stop that comes while the launcher is not waiting is not lost --------------------
+if want e && command -v strace >/dev/null 2>&1 &&
+    strace -qq -o /dev/null -e trace=wait4 -e inject=wait4:delay_exit=1000 -- true \
+        >/dev/null 2>&1; then
+Je=sig${tag}ke
+f0=$fails
+# every reap (wait4) of the launcher (not of its nodes: no -f) takes 1.5 s more
+strace -qq -o /dev/null -e trace=wait4 \
+    -e inject=wait4:delay_exit=1500000 -- "$FTC" run --simulate-nodes 2 --nnodes 1:2 \
+    --job "$Je" --job-dir "$T/je" --settle-ms 200 --grace-ms 1000 -- sleep 300 \
+    >"$T/e.out" 2>&1 &
+spid=$!
+pids+=($spid)
+check "e: both nodes started" wait_for 60 test -s "$T/je/node1.pid"
+launcher=$(pgrep -P "$spid" | head -1)
+n0=$(cat "$T/je/node0.pid" 2>/dev/null)
+n1=$(cat "$T/je/node1.pid" 2>/dev/null)
+check "e: found the launcher (${launcher:-none}), nodes 0 (${n0:-none}) and 1 (${n1:-none})" \
+    test -n "$launcher" -a -n "$n0" -a -n "$n1"
+if [ -n "$launcher" ] && [ -n "$n0" ] && [ -n "$n1" ]; then
+    sleep 1
+    kill -9 "$n1"
+    sleep 0.5 # the launcher is in the wait4 that reaped node 1
+    kill -TERM "$launcher"
+    check "e: the launcher ended on its SIGTERM, passed on to node 0" \
+        wait_for 30 gone "$launcher"
+    check "e: node 0 stopped" wait_for 10 gone "$n0"
+    kill -9 "$launcher" "$n0" 2>/dev/null
+fi
+[ $fails -eq $f0 ] || { echo "--- output of e:"; tail -30 "$T/e.out"; }
+elif want e; then
+    echo "skip: e: no strace, or it cannot trace here"
+fi
+
+# ---- f. Slurm's warning signal (SIGUSR1 to every process of the step) --------------------
+if want f; then
+Jf=sig${tag}kf
+f0=$fails
+cat >"$T/f.rank.sh" <<EOF
+#!/usr/bin/env bash
+trap 'sleep 1; echo saved >"$T/f.saved"; exit 0' USR1
+echo \$\$ >"$T/f.rank"
+while :; do sleep 0.1; done
+EOF
+chmod +x "$T/f.rank.sh"
+"$FTC" run --job "$Jf" --job-dir "$T/jf" --settle-ms 200 --grace-ms 1000 -- "$T/f.rank.sh" \
+    >"$T/f.out" 2>&1 &
+runpid=$!
+pids+=($runpid)
+check "f: the rank runs" wait_for 60 test -s "$T/f.rank"
+rank=$(cat "$T/f.rank" 2>/dev/null)
+# as `sbatch --signal=USR1@90` does: the signal to every process of the step
+[ -n "$rank" ] && kill -USR1 "$runpid" "$rank"
+check "f: the rank's SIGUSR1 handler finished its save" wait_for 20 test -s "$T/f.saved"
+check "f: ftc run ended" wait_for 30 gone "$runpid"
+wait "$runpid"
+rc=$?
+check "f: with exit 0, the rank having exited 0 (exit $rc)" test $rc -eq 0
+[ $fails -eq $f0 ] || { echo "--- output of f:"; tail -30 "$T/f.out"; }
 fi
 
 if [ $fails -ne 0 ]; then
