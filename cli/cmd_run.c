@@ -13,6 +13,7 @@
 #include "core/fabric.h"
 #include "core/gpu.h"
 #include "core/log.h"
+#include "detect/control.h"
 #include "detect/redis_server.h"
 #include "plugins/netns.h"
 #include "plugins/run.h"
@@ -792,6 +793,10 @@ static int ftc__run_main(const ftc_cli_cmd_t *cmd, int argc, char **argv)
     if (simulate && (uint64_t)mx < simulate) {
         ec = ftc_cli_usage_error(cmd, "--simulate-nodes %llu is more than --nnodes MAX %d",
                                  (unsigned long long)simulate, mx);
+        goto out;
+    }
+    if (*node_id && !ftc_ctl_node_id_valid(node_id)) { /* its rendezvous failed on it */
+        ec = ftc_cli_usage_error(cmd, FTC_CLI_NODE_ID_BAD, node_id);
         goto out;
     }
     if (!ftc_agent_domain_valid(domain)) { /* the node's agent failed on it, after the start */

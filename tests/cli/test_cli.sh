@@ -581,6 +581,10 @@ expect 2 "ftc agent --node-id 'a b' is a usage error" -- timeout 60 "$FTC" agent
     --node-id "a b" --redis redis://127.0.0.1:1 --job clinid$$ --job-dir "$T/nidjob"
 grep_in err "^ftc agent: --node-id 'a b': give 1\.\.64 characters" \
     "its error names --node-id and its value"
+expect 2 "ftc run --node-id 'a b' is a usage error" -- timeout 60 "$FTC" run --simulate-nodes 1 \
+    --node-id "a b" --job clinid$$ --job-dir "$T/nidjob" -- /bin/true
+grep_in err "^ftc run: --node-id 'a b': give 1\.\.64 characters" \
+    "its error names --node-id and its value"
 
 # ftc agent's --persist-every took any number (its own option, not the setting's flag):
 # 0, or 4294967296 cast to 0, left the persist tier never written, without a word
