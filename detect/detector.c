@@ -1330,10 +1330,14 @@ static int ftc__scan(ftc_detector_t *d)
     /* Redis lost its data (a restart without persistence, FLUSHALL) while no
      * command of ours failed, so ftc__came_up never ran: the generation or the
      * committed step is gone though we know one. Put them back, else every
-     * commit_report of this generation is refused. */
+     * commit_report of this generation is refused. The same when they went
+     * back (a restart from a stale RDB or AOF, a failover to a lagging
+     * replica): generations and committed steps only grow, so a lower one is
+     * an older copy, not news; taking it, the heartbeats carried the old
+     * generation and nothing put the current one back. */
     bool lost = false;
     int rc = ftc_ctl_generation(d->ctl, &gen, &world);
-    if (rc == 0 && gen == 0 && d->st.generation > 0) {
+    if (rc == 0 && gen < d->st.generation) {
         lost = true; /* keep d->world: it is what reseed puts back */
     } else if (rc == 0) {
         pthread_mutex_lock(&d->mu);
@@ -1354,8 +1358,8 @@ static int ftc__scan(ftc_detector_t *d)
     if (ftc_ctl_committed(d->ctl, &cstep, &cgen) == 0) {
         if (cstep > d->committed)
             d->committed = cstep;
-        else if (cstep < 0 && d->committed >= 0)
-            lost = true;
+        else if (cstep < d->committed)
+            lost = true; /* gone, or an older copy: put back */
     }
     ftc_redis_reply_t *rep = NULL;
     rc = ftc_redis_cmdv(r, true, &rep, "HGETALL", members, NULL);
@@ -1410,8 +1414,9 @@ static int ftc__scan(ftc_detector_t *d)
         ftc__join(d);
     if (lost || !self_listed) {
         FTC_WARN("detect",
-                 "%s: redis lost the job's state without an outage (restart or flush): putting "
-                 "back generation %" PRIu64 " (world %u) and committed step %" PRId64,
+                 "%s: redis lost the job's state, or holds an older copy of it, without an outage "
+                 "(restart, flush or failover): putting back generation %" PRIu64 " (world %u) "
+                 "and committed step %" PRId64,
                  d->node, d->st.generation, d->world, d->committed);
         ftc_ctl_reseed(d->ctl, d->st.generation, d->world, d->committed);
         d->linked_told = false;

@@ -648,6 +648,62 @@ static void test_data_loss_without_outage_reseeded(void **state)
     ftc_ctl_destroy(c);
 }
 
+/* Redis comes back with an older copy of the job's state (a restart from a stale RDB or
+ * AOF, a failover to a lagging replica) without any command failing: the generation and
+ * the committed step went back. The agent must put back what it knows, as after a flush
+ * (and as a rendezvous does), not take the older generation for the current one: its
+ * heartbeats carried the old generation and every commit_report of the current one was
+ * refused as stale. */
+static void test_older_state_without_outage_put_back(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_ctl_t *c = redis_fixture_ctl(f, "jo");
+    ftc_redis_t *r = ftc_ctl_redis(c);
+    char gk[128], ck[128];
+    ftc_ctl_key(c, "gen", gk, sizeof gk);
+    ftc_ctl_key(c, "commit", ck, sizeof ck);
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", ck, "step", "10", "gen", "3", NULL), 0);
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", gk, "gen", "3", "world", "2", NULL), 0);
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    o.scan_ms = 100;
+    o.hang_min_ms = 100000;
+    ftc_detector_t *b = start_detector(f, "jo", "B", true, NULL, &o);
+    ftc_detector_stats_t ds;
+    ftc_deadline_t d = ftc_deadline_in_ms(5000);
+    do {
+        ftc_sleep_ms(20);
+        ftc_detector_stats(b, &ds);
+    } while (!(ds.generation == 3 && ds.leader) && !ftc_deadline_expired(d));
+    assert_int_equal(ds.generation, 3);
+    ftc_sleep_ms(300); /* a few more scans: the committed step is read too */
+    /* the older copy: generation 2 (world 3), committed step 7 */
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", gk, "gen", "2", "world", "3", NULL), 0);
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", ck, "step", "7", "gen", "2", NULL), 0);
+    uint64_t gen = 0, cgen = 0;
+    uint32_t world = 0;
+    int64_t step = -1;
+    d = ftc_deadline_in_ms(3000);
+    while (!ftc_deadline_expired(d)) {
+        assert_int_equal(ftc_ctl_generation(c, &gen, &world), 0);
+        assert_int_equal(ftc_ctl_committed(c, &step, &cgen), 0);
+        if (gen == 3 && step == 10)
+            break;
+        ftc_sleep_ms(20);
+    }
+    ftc_detector_stats(b, &ds);
+    print_message("after the older copy: gen %" PRIu64 " world %u committed %" PRId64
+                  "; detector's generation %" PRIu64 "\n", gen, world, step, ds.generation);
+    assert_int_equal(gen, 3);
+    assert_int_equal(world, 2);
+    assert_int_equal(step, 10);
+    assert_int_equal(ds.generation, 3);
+    int64_t committed = -1;
+    bool now = false;
+    assert_int_equal(ftc_ctl_commit_report(c, 3, 11, 0, 1, &committed, &now), 0);
+    ftc_detector_stop(b, true);
+    ftc_ctl_destroy(c);
+}
+
 /* A key of the job holding another type (a foreign or corrupt value) is an
  * error naming it, not an outage: the detector keeps detecting, and does not
  * log a redis_gap for every heartbeat. */
@@ -2119,7 +2175,8 @@ int main(void)
         T(test_paused_leader_steps_down),        T(test_redis_restart_survived),
         T(test_rank_exit_and_hang),              T(test_numerical_warnings),
         T(test_straggler_warning),               T(test_bad_redis_at_start),
-        T(test_data_loss_without_outage_reseeded), T(test_wrong_type_key_is_not_an_outage),
+        T(test_data_loss_without_outage_reseeded), T(test_older_state_without_outage_put_back),
+        T(test_wrong_type_key_is_not_an_outage),
         T(test_node_lost_once_across_generations), T(test_long_expired_key_not_cut_to_a_node),
         T(test_event_once_after_lost_reply), T(test_late_renewal_reply_does_not_extend_lease),
         T(test_no_loss_reported_right_after_own_outage),
