@@ -1634,15 +1634,26 @@ static void ftc__lease_expire_locally(ftc_detector_t *d)
     pthread_mutex_unlock(&d->mu);
 }
 
-static void ftc__publish(ftc_detector_t *d)
+/* Writes queued events to Redis until the queue is empty, or (until_ns > 0) until that
+ * moment of ftc_now_ns() has passed, with at least one event written: the heartbeats
+ * come from this thread too, and a queue refilled as fast as it drained (a rank
+ * reporting an event at every step of a fast job) kept it here, its heartbeat key
+ * expired and the others reported the node lost. Returns whether events are left. */
+static bool ftc__publish(ftc_detector_t *d, uint64_t until_ns)
 {
-    for (;;) {
+    for (bool first = true;; first = false) {
+        if (!first && until_ns && ftc_now_ns() >= until_ns) {
+            pthread_mutex_lock(&d->mu);
+            bool left = d->pub.len > 0;
+            pthread_mutex_unlock(&d->mu);
+            return left;
+        }
         ftc__ev_t e;
         pthread_mutex_lock(&d->mu);
         bool have = ftc__pop(&d->pub, &e);
         pthread_mutex_unlock(&d->mu);
         if (!have)
-            return;
+            return false;
         ftc_ctl_event_t ce = {e.kind, e.node, e.rank, e.gen, e.step, e.detail, e.t_fault_ms,
                               e.t_detect_ms};
         /* node_lost ids name the incarnation: once per job, not per generation
@@ -1672,7 +1683,7 @@ static void ftc__publish(ftc_detector_t *d)
             }
             pthread_mutex_unlock(&d->mu);
             ftc__went_down(d);
-            return;
+            return true;
         }
         pthread_mutex_lock(&d->mu);
         d->st.published++;
@@ -1773,8 +1784,8 @@ static void *ftc__redis_main(void *arg)
             if (ftc__scan(d) != 0)
                 ftc__failed(d);
         }
-        if (!d->down)
-            ftc__publish(d);
+        /* until the next heartbeat is due: what is left goes at the next turn, at once */
+        bool more = !d->down && ftc__publish(d, next_hb);
         if (!d->down)
             ftc__linked_tick(d);
         if (!d->down)
@@ -1785,7 +1796,7 @@ static void *ftc__redis_main(void *arg)
         if (leader && d->next_overdue < next)
             next = d->next_overdue;
         now = ftc_now_ns();
-        uint64_t wait_ms = next > now ? (next - now) / 1000000ull : 0;
+        uint64_t wait_ms = next > now && !more ? (next - now) / 1000000ull : 0;
         if (wait_ms > 50)
             wait_ms = 50;
         if (d->subscribed)
@@ -1901,7 +1912,7 @@ void ftc_detector_stop(ftc_detector_t *d, bool leave)
     if (d->redis_started)
         pthread_join(d->redis_tid, NULL);
     if (d->ctl && d->redis_started) {
-        ftc__publish(d);
+        ftc__publish(d, 0);
         if (d->st.leader)
             ftc_ctl_lease_release(d->ctl, d->holder, d->st.epoch);
         if (leave)

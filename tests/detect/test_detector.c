@@ -18,6 +18,7 @@
 #include <inttypes.h>
 
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -575,6 +576,53 @@ static void test_straggler_warning(void **state)
     for (int i = 0; i < 4; i++)
         ftc_detector_stop(d[i], true);
     assert_true(stream_count(f, "js", "straggler", "N3") >= 1);
+}
+
+typedef struct flood {
+    ftc_detector_t *d;
+    atomic_bool stop;
+    int64_t n;
+} flood_t;
+
+/* Reports an event of a new step as fast as it can (a rank's guard reporting a NaN at
+ * every step of a fast job). */
+static void *flood_main(void *arg)
+{
+    flood_t *fl = arg;
+    while (!atomic_load(&fl->stop)) {
+        ftc_detector_report(fl->d, "nan", 0, fl->n++, "loss is NaN");
+        if (fl->n % 64 == 0)
+            sched_yield();
+    }
+    return NULL;
+}
+
+/* Events reported faster than Redis takes them must not hold back the heartbeats: the
+ * publication drained the queue while it was non-empty, so a steady flood kept the
+ * Redis thread publishing, its heartbeat key expired and the others reported the node
+ * lost (it was alive and working). */
+static void test_event_flood_does_not_stop_heartbeats(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    o.hang_min_ms = 100000;
+    ftc_detector_t *a = start_detector(f, "jf", "A", false, NULL, &o);
+    flood_t fl = {.d = a};
+    ftc_detector_stats_t st0, st1;
+    ftc_sleep_ms(300);
+    ftc_detector_stats(a, &st0);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, flood_main, &fl), 0);
+    ftc_sleep_ms(2500); /* 2.5 TTLs: ten heartbeats are due */
+    ftc_detector_stats(a, &st1);
+    atomic_store(&fl.stop, true);
+    pthread_join(t, NULL);
+    print_message("flood of %" PRId64 " events: %" PRIu64 " heartbeats, %" PRIu64
+                  " published, %" PRIu64 " dropped\n", fl.n, st1.heartbeats - st0.heartbeats,
+                  st1.published - st0.published, st1.dropped - st0.dropped);
+    assert_true(st1.published > st0.published); /* the flood reached Redis */
+    assert_true(st1.heartbeats - st0.heartbeats >= 3);
+    ftc_detector_stop(a, true);
 }
 
 static void test_bad_redis_at_start(void **state)
@@ -2176,6 +2224,7 @@ int main(void)
         T(test_rank_exit_and_hang),              T(test_numerical_warnings),
         T(test_straggler_warning),               T(test_bad_redis_at_start),
         T(test_data_loss_without_outage_reseeded), T(test_older_state_without_outage_put_back),
+        T(test_event_flood_does_not_stop_heartbeats),
         T(test_wrong_type_key_is_not_an_outage),
         T(test_node_lost_once_across_generations), T(test_long_expired_key_not_cut_to_a_node),
         T(test_event_once_after_lost_reply), T(test_late_renewal_reply_does_not_extend_lease),
