@@ -1232,12 +1232,20 @@ static void ftc__node_lost(ftc_detector_t *d, const char *name, const char *how)
         return;
     if (!n->incarnation[0]) {
         /* not scanned yet (a notification came first): the dedupe id needs
-         * the incarnation every agent sees, so read it from the member record */
+         * the incarnation every agent sees, so read it from the member record.
+         * A read that failed (no answer, or an error reply) leaves the loss to
+         * the next scan or notification: reported under "node_lost:NAME:", an
+         * id no other agent uses, it was in the stream twice. No record at all
+         * is the same for every agent: reported without an incarnation. */
         char members[128];
         ftc_ctl_key(d->ctl, "members", members, sizeof members);
         ftc_redis_reply_t *rep = NULL;
-        if (ftc_redis_cmdv(ftc_ctl_redis(d->ctl), true, &rep, "HGET", members, name, NULL) == 0 &&
-            rep->type == REDIS_REPLY_STRING) {
+        if (ftc_redis_cmdv(ftc_ctl_redis(d->ctl), true, &rep, "HGET", members, name, NULL) != 0 ||
+            (rep->type != REDIS_REPLY_STRING && rep->type != REDIS_REPLY_NIL)) {
+            ftc_redis_reply_free(rep); /* the next command finds an outage (not here: */
+            return;                    /* ftc__read_pushes still reads d->sub) */
+        }
+        if (rep->type == REDIS_REPLY_STRING) {
             ftc_ctl_member_rec_t rec;
             if (ftc_ctl_member_parse(rep->str, &rec, NULL) == 0)
                 snprintf(n->incarnation, sizeof n->incarnation, "%s", rec.joined);

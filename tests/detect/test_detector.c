@@ -258,6 +258,44 @@ static void test_node_loss_reported_exactly_once(void **state)
     ftc_detector_stop(c, true);
 }
 
+/* An expiry notification for a member this agent has not scanned yet: the dedupe id of
+ * its node_lost names the incarnation, read from the member record. When that read
+ * failed (Redis did not answer it, or refused it), the agent reported the loss under
+ * "node_lost:X:" anyway, an id no other agent uses, and the stream had the loss twice.
+ * Now it leaves the loss to its scan, which reads the incarnation. Here the read is
+ * refused (the member hash replaced by a string) while the leader, which scanned X,
+ * reports it under its incarnation. */
+static void test_node_lost_not_reported_without_incarnation(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    o.hang_min_ms = 100000;
+    o.scan_ms = 100;
+    o.follower_scan_factor = 1000; /* A scans once, at its start: before X joins */
+    ftc_detector_t *a = start_detector(f, "jx", "A", false, NULL, &o);
+    ftc_sleep_ms(300);
+    o.follower_scan_factor = 1;
+    ftc_detector_t *b = start_detector(f, "jx", "B", true, NULL, &o);
+    ftc_detector_t *x = start_detector(f, "jx", "X", false, NULL, &o);
+    ftc_sleep_ms(500); /* B has scanned X */
+    ftc_detector_stop(x, false); /* no leave: its heartbeat expires */
+    ftc_ctl_t *c = redis_fixture_ctl(f, "jx");
+    char mk[128];
+    ftc_ctl_key(c, "members", mk, sizeof mk);
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, NULL, "DEL", mk, NULL), 0);
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, NULL, "SET", mk, "x", NULL), 0);
+    ftc_deadline_t d = ftc_deadline_in_ms(5000);
+    while (stream_count(f, "jx", "node_lost", "X") == 0 && !ftc_deadline_expired(d))
+        ftc_sleep_ms(20);
+    ftc_sleep_ms(1000); /* a second report would be there by now */
+    int n = stream_count(f, "jx", "node_lost", "X");
+    print_message("node_lost events for X: %d\n", n);
+    assert_int_equal(n, 1);
+    ftc_detector_stop(a, false);
+    ftc_detector_stop(b, false);
+    ftc_ctl_destroy(c);
+}
+
 static void test_leader_failover_on_kill(void **state)
 {
     redis_fixture_t *f = *state;
@@ -2225,6 +2263,7 @@ int main(void)
         T(test_straggler_warning),               T(test_bad_redis_at_start),
         T(test_data_loss_without_outage_reseeded), T(test_older_state_without_outage_put_back),
         T(test_event_flood_does_not_stop_heartbeats),
+        T(test_node_lost_not_reported_without_incarnation),
         T(test_wrong_type_key_is_not_an_outage),
         T(test_node_lost_once_across_generations), T(test_long_expired_key_not_cut_to_a_node),
         T(test_event_once_after_lost_reply), T(test_late_renewal_reply_does_not_extend_lease),
