@@ -27,6 +27,22 @@ struct ftc_ctl {
         s_report, s_commit, s_withdraw, s_abort, s_leave;
 };
 
+/* Lua: int(key, field, absent) reads a field of hash key as the rendezvous reads gen
+ * (recover/rendezvous.c): absent is `absent`; decimal digits below 2^53 (exact in a Lua
+ * number) are the number; anything else returns nil and an FTC_CORRUPT message naming the
+ * key, the field and its content. Plain tonumber took " 1", "0x1", "1e0" or "1.5" (and the
+ * C readers' strtoll " 1" or "+1"): the scripts saw a generation the rendezvous calls
+ * corrupt, and reseed took garbage for nothing and wrote over it. */
+#define FTC__LUA_INT                                                                               \
+    "local function int(key, field, absent)\n"                                                     \
+    "  local raw = redis.call('HGET', key, field)\n"                                               \
+    "  if not raw then return absent end\n"                                                        \
+    "  local v = string.match(raw, '^%d+$') and tonumber(raw)\n"                                   \
+    "  if v and v <= 9007199254740991 then return v end\n"                                         \
+    "  return nil, 'FTC_CORRUPT ' .. key .. ' field ' .. field .. ' holds \"' .. "                 \
+    "string.sub(raw, 1, 40) .. '\" (not a decimal integer below 2^53; fix or delete it)'\n"        \
+    "end\n"
+
 /* KEYS: members, hb, deadlines. ARGV: node. A member leaving: its record,
  * heartbeat and deadline go together (three commands left a deadline entry
  * behind when the caller died between them, and a later node_lost for a
@@ -48,8 +64,11 @@ static const char ftc__lua_lease_acquire[] =
     "  local h, ep = string.match(cur, '^(%S+) (%d+)$')\n"
     "  if not h then return redis.error_reply('FTC_CORRUPT leader key ' .. KEYS[1] .. "
     "' holds \"' .. string.sub(cur, 1, 40) .. '\" (expected \"holder epoch\"); delete it') end\n"
+    "  local e = tonumber(ep)\n"
+    "  if e > 9007199254740991 then return redis.error_reply('FTC_CORRUPT leader key ' .. "
+    "KEYS[1] .. ' holds epoch ' .. string.sub(ep, 1, 40) .. ' (not below 2^53); delete it') end\n"
     "  if h == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end\n"
-    "  return {h == ARGV[1] and 1 or 0, tonumber(ep), h}\n"
+    "  return {h == ARGV[1] and 1 or 0, e, h}\n"
     "end\n"
     "local ep = redis.call('INCR', KEYS[2])\n"
     "redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. ep, 'PX', ARGV[2])\n"
@@ -68,13 +87,12 @@ static const char ftc__lua_lease_release[] =
 
 /* KEYS: leader, gen, events. ARGV: holder, epoch, seen, world, reason, now_ms, cap. */
 static const char ftc__lua_gen_bump[] =
+    FTC__LUA_INT
     "if redis.call('GET', KEYS[1]) ~= ARGV[1] .. ' ' .. ARGV[2] then\n"
     "  return redis.error_reply('FTC_FENCED ' .. ARGV[1] .. ' epoch ' .. ARGV[2] .. "
     "' does not hold the leader lease') end\n"
-    "local raw = redis.call('HGET', KEYS[2], 'gen')\n"
-    "local g = tonumber(raw or '0')\n"
-    "if g == nil then return redis.error_reply('FTC_CORRUPT ' .. KEYS[2] .. ' field gen holds \"' "
-    ".. string.sub(raw, 1, 40) .. '\"') end\n"
+    "local g, bad = int(KEYS[2], 'gen', 0)\n"
+    "if bad then return redis.error_reply(bad) end\n"
     "if g ~= tonumber(ARGV[3]) then return redis.error_reply('FTC_STALE generation is ' .. g .. "
     "', not ' .. ARGV[3]) end\n"
     "g = g + 1\n"
@@ -86,14 +104,20 @@ static const char ftc__lua_gen_bump[] =
 
 /* KEYS: gen, commit. ARGV: gen, world, step. Never moves a value backwards. A
  * generation put back by a rendezvous (rdzv_join after Redis lost its data)
- * has world 0 (unknown): an agent of that generation fills it in. */
+ * has world 0 (unknown): an agent of that generation fills it in. Reads every
+ * field before it writes any: a field holding garbage is FTC_CORRUPT and
+ * nothing is written (it took garbage for 0 or -1 and wrote over it). */
 static const char ftc__lua_reseed[] =
-    "local g = tonumber(redis.call('HGET', KEYS[1], 'gen') or '0') or 0\n"
+    FTC__LUA_INT
+    "local g, bad = int(KEYS[1], 'gen', 0)\n"
+    "if bad then return redis.error_reply(bad) end\n"
+    "local w, bad2 = int(KEYS[1], 'world', 0)\n"
+    "if bad2 then return redis.error_reply(bad2) end\n"
+    "local s, bad3 = int(KEYS[2], 'step', -1)\n"
+    "if bad3 then return redis.error_reply(bad3) end\n"
     "if g < tonumber(ARGV[1]) then redis.call('HSET', KEYS[1], 'gen', ARGV[1], 'world', ARGV[2])\n"
-    "elseif g == tonumber(ARGV[1]) and tonumber(ARGV[2]) > 0 and "
-    "(tonumber(redis.call('HGET', KEYS[1], 'world') or '0') or 0) == 0 then\n"
+    "elseif g == tonumber(ARGV[1]) and tonumber(ARGV[2]) > 0 and w == 0 then\n"
     "  redis.call('HSET', KEYS[1], 'world', ARGV[2]) end\n"
-    "local s = tonumber(redis.call('HGET', KEYS[2], 'step') or '-1') or -1\n"
     "if tonumber(ARGV[3]) >= 0 and s < tonumber(ARGV[3]) then\n"
     "  redis.call('HSET', KEYS[2], 'step', ARGV[3], 'gen', ARGV[1]) end\n"
     "return 1\n";
@@ -114,12 +138,15 @@ static const char ftc__lua_report[] =
  * marker (commit_abort: a rank's snapshot of it failed) is refused, FTC_ABORTED, in the
  * same script: it never commits (I3), however many reports come. */
 static const char ftc__lua_commit[] =
-    "local raw = redis.call('HGET', KEYS[1], 'gen')\n"
-    "if not raw then return redis.error_reply('FTC_STALE no generation is set') end\n"
-    "local g = tonumber(raw)\n"
-    "local world = tonumber(redis.call('HGET', KEYS[1], 'world') or '')\n"
-    "if g == nil or world == nil or world < 0 then return redis.error_reply('FTC_CORRUPT ' .. "
-    "KEYS[1] .. ' has no valid gen/world fields') end\n"
+    FTC__LUA_INT
+    "local g, bad = int(KEYS[1], 'gen', false)\n"
+    "if bad then return redis.error_reply(bad) end\n"
+    "if not g then return redis.error_reply('FTC_STALE no generation is set') end\n"
+    "local world, bad2 = int(KEYS[1], 'world', false)\n"
+    "if bad2 then return redis.error_reply(bad2) end\n"
+    "if not world or world > 16777216 then return redis.error_reply('FTC_CORRUPT ' .. KEYS[1] .. "
+    "' has field gen but ' .. (world and ('world ' .. world .. ' (above 2^24)') or 'no field "
+    "world')) end\n"
     "if world == 0 and g == tonumber(ARGV[1]) then return redis.error_reply('FTC_STALE "
     "generation ' .. g .. ' has no world size yet (its rendezvous closed; the layout is not "
     "published: ftc_rdzv_set_world)') end\n"
@@ -127,9 +154,8 @@ static const char ftc__lua_commit[] =
     ".. ' is not the current ' .. g) end\n"
     "if tonumber(ARGV[3]) >= world then return redis.error_reply('FTC_RANGE rank ' .. ARGV[3] .. "
     "' is not below world size ' .. world) end\n"
-    "local cur = tonumber(redis.call('HGET', KEYS[3], 'step') or '-1')\n"
-    "if cur == nil then return redis.error_reply('FTC_CORRUPT ' .. KEYS[3] .. ' field step is not "
-    "a number') end\n"
+    "local cur, bad3 = int(KEYS[3], 'step', -1)\n"
+    "if bad3 then return redis.error_reply(bad3) end\n"
     "if cur >= tonumber(ARGV[2]) then return {2, cur} end\n"
     "local ab = redis.call('HGET', KEYS[2], 'abort')\n"
     "if ab then return redis.error_reply('FTC_ABORTED ' .. KEYS[2] .. ': step ' .. ARGV[2] .. "
@@ -150,9 +176,9 @@ static const char ftc__lua_commit[] =
  * unless the record is at or past the step already. Returns {state, committed}:
  * 1 = withdrawn (or there was none), 0 = the record is at or past the step. */
 static const char ftc__lua_withdraw[] =
-    "local cur = tonumber(redis.call('HGET', KEYS[2], 'step') or '-1')\n"
-    "if cur == nil then return redis.error_reply('FTC_CORRUPT ' .. KEYS[2] .. ' field step is not "
-    "a number') end\n"
+    FTC__LUA_INT
+    "local cur, bad = int(KEYS[2], 'step', -1)\n"
+    "if bad then return redis.error_reply(bad) end\n"
     "if cur >= tonumber(ARGV[1]) then return {0, cur} end\n"
     "redis.call('HDEL', KEYS[1], ARGV[2])\n"
     "return {1, cur}\n";
@@ -162,9 +188,9 @@ static const char ftc__lua_withdraw[] =
  * commit_report refuses the step from now on, unless the record is at or past the step
  * already. Returns {state, committed}: 1 = marked (or marked before), 0 = at or past. */
 static const char ftc__lua_abort[] =
-    "local cur = tonumber(redis.call('HGET', KEYS[2], 'step') or '-1')\n"
-    "if cur == nil then return redis.error_reply('FTC_CORRUPT ' .. KEYS[2] .. ' field step is not "
-    "a number') end\n"
+    FTC__LUA_INT
+    "local cur, bad = int(KEYS[2], 'step', -1)\n"
+    "if bad then return redis.error_reply(bad) end\n"
     "if cur >= tonumber(ARGV[1]) then return {0, cur} end\n"
     "redis.call('HSETNX', KEYS[1], 'abort', ARGV[2] .. ' ' .. ARGV[3])\n"
     "redis.call('PEXPIRE', KEYS[1], 3600000)\n"
@@ -288,6 +314,38 @@ static int ftc__hmget2(ftc_ctl_t *c, const char *key, const char *f1, const char
     }
     size_t n;
     return ftc_redis_want_array(*rep, key, 2, el, &n, &c->err);
+}
+
+/* The largest generation, world, committed step or generation the scripts read (Lua numbers
+ * hold integers exactly below 2^53; the rendezvous reads gen so). */
+#define FTC__INT_MAX 9007199254740991LL
+
+/* Reads field of hash key from element e of an HMGET reply as the scripts do (FTC__LUA_INT):
+ * decimal digits only, at most FTC__INT_MAX (strtoll took " 1", "+1" or a value the scripts
+ * call corrupt). FTC_EPROTO naming the key, the field and its content otherwise. */
+static int ftc__field_int(ftc_ctl_t *c, const ftc_redis_reply_t *e, const char *key,
+                          const char *field, long long *v)
+{
+    const char *s = "";
+    size_t len = 0;
+    if (e && e->type == REDIS_REPLY_NIL)
+        return ftc_err_set(&c->err, FTC_EPROTO, "%s has no field %s (fix or delete the key)", key,
+                           field);
+    int rc = ftc_redis_want_str(e, key, &s, &len, &c->err);
+    if (rc)
+        return rc;
+    long long x = 0;
+    bool ok = len > 0;
+    for (size_t i = 0; ok && i < len; i++) {
+        ok = s[i] >= '0' && s[i] <= '9' && x <= (FTC__INT_MAX - (s[i] - '0')) / 10;
+        x = x * 10 + (s[i] - '0');
+    }
+    if (!ok)
+        return ftc_err_set(&c->err, FTC_EPROTO, "%s field %s holds \"%.*s\" (not a decimal "
+                           "integer below 2^53; fix or delete it)", key, field,
+                           (int)(len > 40 ? 40 : len), s);
+    *v = x;
+    return 0;
 }
 
 #define KEY(var, ...)                                                                              \
@@ -451,14 +509,13 @@ int ftc_ctl_generation(ftc_ctl_t *c, uint64_t *gen, uint32_t *world)
     *world = 0;
     if (!rc && el[0]->type != REDIS_REPLY_NIL) {
         long long g, w;
-        if ((rc = ftc_redis_str_to_ll(el[0], "generation (field gen)", &g, &c->err)) == 0 &&
-            (rc = ftc_redis_str_to_ll(el[1], "generation (field world)", &w, &c->err)) == 0) {
-            if (g < 0 || w < 0 || w > (1 << 24))
-                rc = ftc_err_set(&c->err, FTC_EPROTO, "%s holds gen %lld world %lld", key, g, w);
+        if ((rc = ftc__field_int(c, el[0], key, "gen", &g)) == 0 &&
+            (rc = ftc__field_int(c, el[1], key, "world", &w)) == 0) {
+            if (w > (1 << 24))
+                rc = ftc_err_set(&c->err, FTC_EPROTO, "%s holds gen %lld world %lld (above 2^24)",
+                                 key, g, w);
             *gen = (uint64_t)g;
             *world = (uint32_t)w;
-        } else {
-            ftc_err_wrap(&c->err, "%s", key);
         }
     }
     ftc_redis_reply_free(rep);
@@ -741,14 +798,12 @@ int ftc_ctl_committed(ftc_ctl_t *c, int64_t *step, uint64_t *gen)
     *gen = 0;
     if (!rc && el[0]->type != REDIS_REPLY_NIL) {
         long long s, g = 0;
-        rc = ftc_redis_str_to_ll(el[0], "commit step", &s, &c->err);
+        rc = ftc__field_int(c, el[0], commit, "step", &s);
         if (!rc && el[1]->type != REDIS_REPLY_NIL)
-            rc = ftc_redis_str_to_ll(el[1], "commit gen", &g, &c->err);
+            rc = ftc__field_int(c, el[1], commit, "gen", &g);
         if (!rc) {
             *step = s;
             *gen = (uint64_t)g;
-        } else {
-            ftc_err_wrap(&c->err, "%s", commit);
         }
     }
     ftc_redis_reply_free(rep);

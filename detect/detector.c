@@ -1232,12 +1232,20 @@ static void ftc__node_lost(ftc_detector_t *d, const char *name, const char *how)
         return;
     if (!n->incarnation[0]) {
         /* not scanned yet (a notification came first): the dedupe id needs
-         * the incarnation every agent sees, so read it from the member record */
+         * the incarnation every agent sees, so read it from the member record.
+         * A read that failed (no answer, or an error reply) leaves the loss to
+         * the next scan or notification: reported under "node_lost:NAME:", an
+         * id no other agent uses, it was in the stream twice. No record at all
+         * is the same for every agent: reported without an incarnation. */
         char members[128];
         ftc_ctl_key(d->ctl, "members", members, sizeof members);
         ftc_redis_reply_t *rep = NULL;
-        if (ftc_redis_cmdv(ftc_ctl_redis(d->ctl), true, &rep, "HGET", members, name, NULL) == 0 &&
-            rep->type == REDIS_REPLY_STRING) {
+        if (ftc_redis_cmdv(ftc_ctl_redis(d->ctl), true, &rep, "HGET", members, name, NULL) != 0 ||
+            (rep->type != REDIS_REPLY_STRING && rep->type != REDIS_REPLY_NIL)) {
+            ftc_redis_reply_free(rep); /* the next command finds an outage (not here: */
+            return;                    /* ftc__read_pushes still reads d->sub) */
+        }
+        if (rep->type == REDIS_REPLY_STRING) {
             ftc_ctl_member_rec_t rec;
             if (ftc_ctl_member_parse(rep->str, &rec, NULL) == 0)
                 snprintf(n->incarnation, sizeof n->incarnation, "%s", rec.joined);
@@ -1330,10 +1338,14 @@ static int ftc__scan(ftc_detector_t *d)
     /* Redis lost its data (a restart without persistence, FLUSHALL) while no
      * command of ours failed, so ftc__came_up never ran: the generation or the
      * committed step is gone though we know one. Put them back, else every
-     * commit_report of this generation is refused. */
+     * commit_report of this generation is refused. The same when they went
+     * back (a restart from a stale RDB or AOF, a failover to a lagging
+     * replica): generations and committed steps only grow, so a lower one is
+     * an older copy, not news; taking it, the heartbeats carried the old
+     * generation and nothing put the current one back. */
     bool lost = false;
     int rc = ftc_ctl_generation(d->ctl, &gen, &world);
-    if (rc == 0 && gen == 0 && d->st.generation > 0) {
+    if (rc == 0 && gen < d->st.generation) {
         lost = true; /* keep d->world: it is what reseed puts back */
     } else if (rc == 0) {
         pthread_mutex_lock(&d->mu);
@@ -1354,8 +1366,8 @@ static int ftc__scan(ftc_detector_t *d)
     if (ftc_ctl_committed(d->ctl, &cstep, &cgen) == 0) {
         if (cstep > d->committed)
             d->committed = cstep;
-        else if (cstep < 0 && d->committed >= 0)
-            lost = true;
+        else if (cstep < d->committed)
+            lost = true; /* gone, or an older copy: put back */
     }
     ftc_redis_reply_t *rep = NULL;
     rc = ftc_redis_cmdv(r, true, &rep, "HGETALL", members, NULL);
@@ -1410,8 +1422,9 @@ static int ftc__scan(ftc_detector_t *d)
         ftc__join(d);
     if (lost || !self_listed) {
         FTC_WARN("detect",
-                 "%s: redis lost the job's state without an outage (restart or flush): putting "
-                 "back generation %" PRIu64 " (world %u) and committed step %" PRId64,
+                 "%s: redis lost the job's state, or holds an older copy of it, without an outage "
+                 "(restart, flush or failover): putting back generation %" PRIu64 " (world %u) "
+                 "and committed step %" PRId64,
                  d->node, d->st.generation, d->world, d->committed);
         ftc_ctl_reseed(d->ctl, d->st.generation, d->world, d->committed);
         d->linked_told = false;
@@ -1629,15 +1642,26 @@ static void ftc__lease_expire_locally(ftc_detector_t *d)
     pthread_mutex_unlock(&d->mu);
 }
 
-static void ftc__publish(ftc_detector_t *d)
+/* Writes queued events to Redis until the queue is empty, or (until_ns > 0) until that
+ * moment of ftc_now_ns() has passed, with at least one event written: the heartbeats
+ * come from this thread too, and a queue refilled as fast as it drained (a rank
+ * reporting an event at every step of a fast job) kept it here, its heartbeat key
+ * expired and the others reported the node lost. Returns whether events are left. */
+static bool ftc__publish(ftc_detector_t *d, uint64_t until_ns)
 {
-    for (;;) {
+    for (bool first = true;; first = false) {
+        if (!first && until_ns && ftc_now_ns() >= until_ns) {
+            pthread_mutex_lock(&d->mu);
+            bool left = d->pub.len > 0;
+            pthread_mutex_unlock(&d->mu);
+            return left;
+        }
         ftc__ev_t e;
         pthread_mutex_lock(&d->mu);
         bool have = ftc__pop(&d->pub, &e);
         pthread_mutex_unlock(&d->mu);
         if (!have)
-            return;
+            return false;
         ftc_ctl_event_t ce = {e.kind, e.node, e.rank, e.gen, e.step, e.detail, e.t_fault_ms,
                               e.t_detect_ms};
         /* node_lost ids name the incarnation: once per job, not per generation
@@ -1667,7 +1691,7 @@ static void ftc__publish(ftc_detector_t *d)
             }
             pthread_mutex_unlock(&d->mu);
             ftc__went_down(d);
-            return;
+            return true;
         }
         pthread_mutex_lock(&d->mu);
         d->st.published++;
@@ -1768,8 +1792,8 @@ static void *ftc__redis_main(void *arg)
             if (ftc__scan(d) != 0)
                 ftc__failed(d);
         }
-        if (!d->down)
-            ftc__publish(d);
+        /* until the next heartbeat is due: what is left goes at the next turn, at once */
+        bool more = !d->down && ftc__publish(d, next_hb);
         if (!d->down)
             ftc__linked_tick(d);
         if (!d->down)
@@ -1780,7 +1804,7 @@ static void *ftc__redis_main(void *arg)
         if (leader && d->next_overdue < next)
             next = d->next_overdue;
         now = ftc_now_ns();
-        uint64_t wait_ms = next > now ? (next - now) / 1000000ull : 0;
+        uint64_t wait_ms = next > now && !more ? (next - now) / 1000000ull : 0;
         if (wait_ms > 50)
             wait_ms = 50;
         if (d->subscribed)
@@ -1896,7 +1920,7 @@ void ftc_detector_stop(ftc_detector_t *d, bool leave)
     if (d->redis_started)
         pthread_join(d->redis_tid, NULL);
     if (d->ctl && d->redis_started) {
-        ftc__publish(d);
+        ftc__publish(d, 0);
         if (d->st.leader)
             ftc_ctl_lease_release(d->ctl, d->holder, d->st.epoch);
         if (leave)

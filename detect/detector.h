@@ -27,8 +27,11 @@
  *    members (the leader every scan_ms, others follower_scan_factor times
  *    less often; notifications are lost while a subscriber is away), straggler
  *    warnings (leader only: a node's step time above straggler_factor x the
- *    median for straggler_window scans), the generation, and publication of
- *    queued events. Each failure becomes exactly one event in the stream
+ *    median for straggler_window scans), the generation (one that went back in
+ *    Redis, an older copy after a restart or failover, is put back, never
+ *    taken), and publication of queued events, each turn only until the next
+ *    heartbeat is due (a queue refilled as fast as it drains does not hold
+ *    back the heartbeats). Each failure becomes exactly one event in the stream
  *    (ftc_ctl_report dedupes by id across all agents). When Redis goes away
  *    the detector keeps running, queues what it finds, and when Redis is back
  *    re-registers, reseeds what Redis lost and reports the gap as an event;

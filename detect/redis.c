@@ -10,6 +10,7 @@
 #include "core/log.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <hiredis/hiredis.h>
 #include <limits.h>
@@ -940,8 +941,10 @@ int ftc_redis_str_to_ll(const ftc_redis_reply_t *rep, const char *what, long lon
     buf[len] = '\0';
     char *end;
     errno = 0;
+    /* a whole number: strtoll alone took a leading space or '+' */
+    bool digit = isdigit((unsigned char)buf[buf[0] == '-']);
     long long x = strtoll(buf, &end, 10);
-    if (errno || *end)
+    if (!digit || errno || *end)
         return ftc_err_set(err, FTC_EPROTO, "%s: expected a number, got '%.20s'", what, buf);
     *v = x;
     return 0;

@@ -141,7 +141,8 @@ int ftc_redis_want_str(const ftc_redis_reply_t *rep, const char *what, const cha
 /* An array of exactly n elements (n < 0: any); *elems points into rep. */
 int ftc_redis_want_array(const ftc_redis_reply_t *rep, const char *what, long n,
                          ftc_redis_reply_t ***elems, size_t *count, ftc_err_t *err);
-/* Parses a bulk string holding a decimal integer (HGET results...). */
+/* Parses a bulk string holding a decimal integer (HGET results...): an optional '-' and
+ * digits only, in range (no leading space or '+'), else FTC_EPROTO. */
 int ftc_redis_str_to_ll(const ftc_redis_reply_t *rep, const char *what, long long *v,
                         ftc_err_t *err);
 

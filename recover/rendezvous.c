@@ -15,7 +15,8 @@
 #include <string.h>
 
 /* Reads the generation (KEYS[1] field gen) into g: absent is 0; anything but a decimal
- * integer below 2^53 (exact in a Lua number; what control.c's strtoll reads the same way)
+ * integer below 2^53 (exact in a Lua number; detect/control.c reads gen the same way, in its
+ * scripts, FTC__LUA_INT, and in C, ftc__field_int)
  * is FTC_CORRUPT - Lua's tonumber alone took "1.5", "0x1", "1e0", " 1" or "-1", and the
  * scripts then saw another generation than the C readers (or none they could join). */
 #define LUA_READ_GEN                                                                           \
@@ -204,12 +205,21 @@ static const char lua_live[] =
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
     "return redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')\n";
 
-/* KEYS: gen. ARGV: gen, world. */
+/* KEYS: gen. ARGV: gen, world. The world already there is read as strictly as gen (and
+ * at most 2^24, as control.c reads it): tonumber made 0 ("unset") of garbage, which was
+ * then overwritten, and 4 of " 4". */
 static const char lua_world[] =
     LUA_READ_GEN
     "if g ~= tonumber(ARGV[1]) then return redis.error_reply('FTC_STALE generation is ' .. g .. "
     "', not ' .. ARGV[1]) end\n"
-    "local w = tonumber(redis.call('HGET', KEYS[1], 'world') or '0') or 0\n"
+    "local rw = redis.call('HGET', KEYS[1], 'world')\n"
+    "local w = 0\n"
+    "if rw then\n"
+    "  w = string.match(rw, '^%d+$') and tonumber(rw)\n"
+    "  if not w or w > 16777216 then return redis.error_reply('FTC_CORRUPT ' .. KEYS[1] .. "
+    "' field world holds \"' .. string.sub(rw, 1, 40) .. '\" (not a decimal integer up to "
+    "2^24)') end\n"
+    "end\n"
     "if w ~= 0 and w ~= tonumber(ARGV[2]) then return redis.error_reply('FTC_CONFLICT generation "
     "' .. g .. ' already has world ' .. w .. ', not ' .. ARGV[2]) end\n"
     "redis.call('HSET', KEYS[1], 'world', ARGV[2])\n"

@@ -334,6 +334,126 @@ static void test_garbage_in_every_key_kind(void **state)
 }
 
 
+/* Asserts that the last call's error is FTC_CORRUPT-like: names key and the value. */
+static void assert_names(ftc_ctl_t *c, const char *key, const char *val, const char *what)
+{
+    const char *m = ftc_ctl_errstr(c);
+    if (!strstr(m, key) || !strstr(m, val))
+        fail_msg("%s: error '%s' does not name %s and '%s'", what, m, key, val);
+}
+
+/* Reads field of hash key back, to check that nothing overwrote it. */
+static void assert_field(ftc_redis_t *r, const char *key, const char *field, const char *want)
+{
+    ftc_redis_reply_t *rep;
+    assert_int_equal(ftc_redis_cmdv(r, true, &rep, "HGET", key, field, NULL), 0);
+    const char *s = "";
+    size_t len = 0;
+    ftc_err_t err = {0};
+    assert_int_equal(ftc_redis_want_str(rep, key, &s, &len, &err), 0);
+    if (len != strlen(want) || memcmp(s, want, len))
+        fail_msg("%s field %s is '%.*s', not '%s' (overwritten)", key, field, (int)len, s, want);
+    ftc_redis_reply_free(rep);
+}
+
+/* The generation (and the world, committed step and commit generation) are
+ * read as strictly as the rendezvous reads gen: decimal digits only, below
+ * 2^53. Anything else is FTC_EPROTO naming the key and its content, in the C
+ * readers and in every script, and no script overwrites it (reseed took
+ * garbage for 0 and wrote over it; tonumber and strtoll read " 1" or "+1" as 1
+ * where the rendezvous reports the key corrupt). */
+static void test_integer_fields_read_strictly(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_ctl_t *c = redis_fixture_ctl(f, "job9");
+    ftc_redis_t *r = ftc_ctl_redis(c);
+    char gk[64], ck[64];
+    ftc_ctl_key(c, "gen", gk, sizeof gk);
+    ftc_ctl_key(c, "commit", ck, sizeof ck);
+    const char *bad[] = {" 1", "+1", "1 ", "1.5", "0x1", "1e0", "-1", "seven", "",
+                         "9007199254740992", "99999999999999999999"};
+    uint64_t gen, ep, out;
+    uint32_t world;
+    int64_t step, committed;
+    bool held, now, flag;
+    assert_int_equal(ftc_ctl_lease_acquire(c, "n:1", 60000, &held, &ep), 0);
+    assert_true(held);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *v = bad[i];
+        print_message("gen '%s'\n", v);
+        assert_int_equal(ftc_redis_cmdv(r, true, NULL, "DEL", gk, ck, NULL), 0);
+        assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", gk, "gen", v, "world", "4", NULL),
+                         0);
+        assert_int_equal(ftc_ctl_generation(c, &gen, &world), FTC_EPROTO);
+        assert_names(c, gk, v, "generation");
+        assert_int_equal(ftc_ctl_generation_bump(c, "n:1", ep, 1, 4, "t", &out), FTC_EPROTO);
+        assert_names(c, gk, v, "generation_bump");
+        assert_int_equal(ftc_ctl_commit_report(c, 1, 1, 0, 1, &committed, &now), FTC_EPROTO);
+        assert_names(c, gk, v, "commit_report");
+        assert_int_equal(ftc_ctl_reseed(c, 5, 4, 3), FTC_EPROTO);
+        assert_names(c, gk, v, "reseed");
+        assert_field(r, gk, "gen", v);
+        assert_int_equal(ftc_ctl_committed(c, &step, &gen), 0); /* reseed wrote nothing */
+        assert_int_equal(step, -1);
+        /* the world beside a valid generation */
+        assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", gk, "gen", "1", "world", v, NULL),
+                         0);
+        assert_int_equal(ftc_ctl_generation(c, &gen, &world), FTC_EPROTO);
+        assert_names(c, gk, v, "generation world");
+        assert_int_equal(ftc_ctl_commit_report(c, 1, 1, 0, 1, &committed, &now), FTC_EPROTO);
+        assert_names(c, gk, v, "commit_report world");
+        assert_int_equal(ftc_ctl_reseed(c, 1, 4, -1), FTC_EPROTO);
+        assert_names(c, gk, v, "reseed world");
+        assert_field(r, gk, "world", v);
+        /* the commit record's step and generation */
+        assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", gk, "gen", "1", "world", "1", NULL),
+                         0);
+        assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", ck, "step", v, "gen", "1", NULL),
+                         0);
+        assert_int_equal(ftc_ctl_committed(c, &step, &gen), FTC_EPROTO);
+        assert_names(c, ck, v, "committed step");
+        assert_int_equal(ftc_ctl_commit_report(c, 1, 9, 0, 1, &committed, &now), FTC_EPROTO);
+        assert_names(c, ck, v, "commit_report step");
+        assert_int_equal(ftc_ctl_commit_withdraw(c, 1, 9, 0, &committed, &flag), FTC_EPROTO);
+        assert_names(c, ck, v, "commit_withdraw step");
+        assert_int_equal(ftc_ctl_commit_abort(c, 1, 9, 0, "x", &committed, &flag), FTC_EPROTO);
+        assert_names(c, ck, v, "commit_abort step");
+        assert_int_equal(ftc_ctl_reseed(c, 1, 1, 7), FTC_EPROTO);
+        assert_names(c, ck, v, "reseed step");
+        assert_field(r, ck, "step", v);
+        assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", ck, "step", "3", "gen", v, NULL),
+                         0);
+        assert_int_equal(ftc_ctl_committed(c, &step, &gen), FTC_EPROTO);
+        assert_names(c, ck, v, "committed gen");
+    }
+    /* leading zeros are still the number (as the rendezvous reads them), 2^53 - 1 the top */
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "DEL", ck, NULL), 0);
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", gk, "gen", "007", "world", "02", NULL),
+                     0);
+    assert_int_equal(ftc_ctl_generation(c, &gen, &world), 0);
+    assert_true(gen == 7 && world == 2);
+    assert_int_equal(ftc_ctl_generation_bump(c, "n:1", ep, 7, 2, "t", &out), 0);
+    assert_int_equal(out, 8);
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", gk, "gen", "9007199254740991", NULL),
+                     0);
+    assert_int_equal(ftc_ctl_generation(c, &gen, &world), 0);
+    assert_true(gen == 9007199254740991ull);
+    /* a world above 2^24 is no world, in the commit script as in ftc_ctl_generation */
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", gk, "gen", "1", "world", "16777217",
+                                    NULL), 0);
+    assert_int_equal(ftc_ctl_generation(c, &gen, &world), FTC_EPROTO);
+    assert_int_equal(ftc_ctl_commit_report(c, 1, 1, 0, 1, &committed, &now), FTC_EPROTO);
+    assert_names(c, gk, "16777217", "commit_report world 2^24 + 1");
+    /* a lease epoch the script cannot hold exactly */
+    char lk[64];
+    ftc_ctl_key(c, "leader", lk, sizeof lk);
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "SET", lk, "n:2 9007199254740993", NULL), 0);
+    assert_int_equal(ftc_ctl_lease_acquire(c, "n:1", 1000, &held, &ep), FTC_EPROTO);
+    assert_names(c, lk, "9007199254740993", "lease_acquire epoch");
+    ftc_ctl_destroy(c);
+}
+
+
 static void count_event(void *arg, const ftc_status_event_t *e)
 {
     int *n = arg;
@@ -981,6 +1101,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_reseed_after_data_loss, redis_fixture_setup,
                                         redis_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_garbage_in_every_key_kind, redis_fixture_setup,
+                                        redis_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_integer_fields_read_strictly, redis_fixture_setup,
                                         redis_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_commit_checksum_and_withdraw, redis_fixture_setup,
                                         redis_fixture_teardown),

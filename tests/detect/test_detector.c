@@ -18,6 +18,7 @@
 #include <inttypes.h>
 
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -255,6 +256,44 @@ static void test_node_loss_reported_exactly_once(void **state)
     assert_int_equal(stream_count(f, "jl", "node_lost", "B"), 0);
     ftc_detector_stop(b, true);
     ftc_detector_stop(c, true);
+}
+
+/* An expiry notification for a member this agent has not scanned yet: the dedupe id of
+ * its node_lost names the incarnation, read from the member record. When that read
+ * failed (Redis did not answer it, or refused it), the agent reported the loss under
+ * "node_lost:X:" anyway, an id no other agent uses, and the stream had the loss twice.
+ * Now it leaves the loss to its scan, which reads the incarnation. Here the read is
+ * refused (the member hash replaced by a string) while the leader, which scanned X,
+ * reports it under its incarnation. */
+static void test_node_lost_not_reported_without_incarnation(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    o.hang_min_ms = 100000;
+    o.scan_ms = 100;
+    o.follower_scan_factor = 1000; /* A scans once, at its start: before X joins */
+    ftc_detector_t *a = start_detector(f, "jx", "A", false, NULL, &o);
+    ftc_sleep_ms(300);
+    o.follower_scan_factor = 1;
+    ftc_detector_t *b = start_detector(f, "jx", "B", true, NULL, &o);
+    ftc_detector_t *x = start_detector(f, "jx", "X", false, NULL, &o);
+    ftc_sleep_ms(500); /* B has scanned X */
+    ftc_detector_stop(x, false); /* no leave: its heartbeat expires */
+    ftc_ctl_t *c = redis_fixture_ctl(f, "jx");
+    char mk[128];
+    ftc_ctl_key(c, "members", mk, sizeof mk);
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, NULL, "DEL", mk, NULL), 0);
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, NULL, "SET", mk, "x", NULL), 0);
+    ftc_deadline_t d = ftc_deadline_in_ms(5000);
+    while (stream_count(f, "jx", "node_lost", "X") == 0 && !ftc_deadline_expired(d))
+        ftc_sleep_ms(20);
+    ftc_sleep_ms(1000); /* a second report would be there by now */
+    int n = stream_count(f, "jx", "node_lost", "X");
+    print_message("node_lost events for X: %d\n", n);
+    assert_int_equal(n, 1);
+    ftc_detector_stop(a, false);
+    ftc_detector_stop(b, false);
+    ftc_ctl_destroy(c);
 }
 
 static void test_leader_failover_on_kill(void **state)
@@ -577,6 +616,53 @@ static void test_straggler_warning(void **state)
     assert_true(stream_count(f, "js", "straggler", "N3") >= 1);
 }
 
+typedef struct flood {
+    ftc_detector_t *d;
+    atomic_bool stop;
+    int64_t n;
+} flood_t;
+
+/* Reports an event of a new step as fast as it can (a rank's guard reporting a NaN at
+ * every step of a fast job). */
+static void *flood_main(void *arg)
+{
+    flood_t *fl = arg;
+    while (!atomic_load(&fl->stop)) {
+        ftc_detector_report(fl->d, "nan", 0, fl->n++, "loss is NaN");
+        if (fl->n % 64 == 0)
+            sched_yield();
+    }
+    return NULL;
+}
+
+/* Events reported faster than Redis takes them must not hold back the heartbeats: the
+ * publication drained the queue while it was non-empty, so a steady flood kept the
+ * Redis thread publishing, its heartbeat key expired and the others reported the node
+ * lost (it was alive and working). */
+static void test_event_flood_does_not_stop_heartbeats(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    o.hang_min_ms = 100000;
+    ftc_detector_t *a = start_detector(f, "jf", "A", false, NULL, &o);
+    flood_t fl = {.d = a};
+    ftc_detector_stats_t st0, st1;
+    ftc_sleep_ms(300);
+    ftc_detector_stats(a, &st0);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, flood_main, &fl), 0);
+    ftc_sleep_ms(2500); /* 2.5 TTLs: ten heartbeats are due */
+    ftc_detector_stats(a, &st1);
+    atomic_store(&fl.stop, true);
+    pthread_join(t, NULL);
+    print_message("flood of %" PRId64 " events: %" PRIu64 " heartbeats, %" PRIu64
+                  " published, %" PRIu64 " dropped\n", fl.n, st1.heartbeats - st0.heartbeats,
+                  st1.published - st0.published, st1.dropped - st0.dropped);
+    assert_true(st1.published > st0.published); /* the flood reached Redis */
+    assert_true(st1.heartbeats - st0.heartbeats >= 3);
+    ftc_detector_stop(a, true);
+}
+
 static void test_bad_redis_at_start(void **state)
 {
     redis_fixture_t *f = *state;
@@ -641,6 +727,62 @@ static void test_data_loss_without_outage_reseeded(void **state)
     assert_int_equal(world, 2);
     assert_int_equal(step, 10);
     /* and a commit of the generation is accepted again */
+    int64_t committed = -1;
+    bool now = false;
+    assert_int_equal(ftc_ctl_commit_report(c, 3, 11, 0, 1, &committed, &now), 0);
+    ftc_detector_stop(b, true);
+    ftc_ctl_destroy(c);
+}
+
+/* Redis comes back with an older copy of the job's state (a restart from a stale RDB or
+ * AOF, a failover to a lagging replica) without any command failing: the generation and
+ * the committed step went back. The agent must put back what it knows, as after a flush
+ * (and as a rendezvous does), not take the older generation for the current one: its
+ * heartbeats carried the old generation and every commit_report of the current one was
+ * refused as stale. */
+static void test_older_state_without_outage_put_back(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_ctl_t *c = redis_fixture_ctl(f, "jo");
+    ftc_redis_t *r = ftc_ctl_redis(c);
+    char gk[128], ck[128];
+    ftc_ctl_key(c, "gen", gk, sizeof gk);
+    ftc_ctl_key(c, "commit", ck, sizeof ck);
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", ck, "step", "10", "gen", "3", NULL), 0);
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", gk, "gen", "3", "world", "2", NULL), 0);
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    o.scan_ms = 100;
+    o.hang_min_ms = 100000;
+    ftc_detector_t *b = start_detector(f, "jo", "B", true, NULL, &o);
+    ftc_detector_stats_t ds;
+    ftc_deadline_t d = ftc_deadline_in_ms(5000);
+    do {
+        ftc_sleep_ms(20);
+        ftc_detector_stats(b, &ds);
+    } while (!(ds.generation == 3 && ds.leader) && !ftc_deadline_expired(d));
+    assert_int_equal(ds.generation, 3);
+    ftc_sleep_ms(300); /* a few more scans: the committed step is read too */
+    /* the older copy: generation 2 (world 3), committed step 7 */
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", gk, "gen", "2", "world", "3", NULL), 0);
+    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", ck, "step", "7", "gen", "2", NULL), 0);
+    uint64_t gen = 0, cgen = 0;
+    uint32_t world = 0;
+    int64_t step = -1;
+    d = ftc_deadline_in_ms(3000);
+    while (!ftc_deadline_expired(d)) {
+        assert_int_equal(ftc_ctl_generation(c, &gen, &world), 0);
+        assert_int_equal(ftc_ctl_committed(c, &step, &cgen), 0);
+        if (gen == 3 && step == 10)
+            break;
+        ftc_sleep_ms(20);
+    }
+    ftc_detector_stats(b, &ds);
+    print_message("after the older copy: gen %" PRIu64 " world %u committed %" PRId64
+                  "; detector's generation %" PRIu64 "\n", gen, world, step, ds.generation);
+    assert_int_equal(gen, 3);
+    assert_int_equal(world, 2);
+    assert_int_equal(step, 10);
+    assert_int_equal(ds.generation, 3);
     int64_t committed = -1;
     bool now = false;
     assert_int_equal(ftc_ctl_commit_report(c, 3, 11, 0, 1, &committed, &now), 0);
@@ -2119,7 +2261,10 @@ int main(void)
         T(test_paused_leader_steps_down),        T(test_redis_restart_survived),
         T(test_rank_exit_and_hang),              T(test_numerical_warnings),
         T(test_straggler_warning),               T(test_bad_redis_at_start),
-        T(test_data_loss_without_outage_reseeded), T(test_wrong_type_key_is_not_an_outage),
+        T(test_data_loss_without_outage_reseeded), T(test_older_state_without_outage_put_back),
+        T(test_event_flood_does_not_stop_heartbeats),
+        T(test_node_lost_not_reported_without_incarnation),
+        T(test_wrong_type_key_is_not_an_outage),
         T(test_node_lost_once_across_generations), T(test_long_expired_key_not_cut_to_a_node),
         T(test_event_once_after_lost_reply), T(test_late_renewal_reply_does_not_extend_lease),
         T(test_no_loss_reported_right_after_own_outage),

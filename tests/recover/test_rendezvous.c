@@ -14,6 +14,7 @@
 
 #include "recover/rendezvous.h"
 
+#include <hiredis/hiredis.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
@@ -536,6 +537,21 @@ static void test_requests_fencing_and_world(void **state)
     assert_int_equal(ftc_ctl_commit_report(c, 1, 0, 0, 7, &committed, &now), 0);
     assert_int_equal(ftc_ctl_commit_report(c, 1, 0, 1, 7, &committed, &now), 0);
     assert_true(now && committed == 0);
+    /* a world that is no whole number is FTC_CORRUPT, never taken for "unset" and
+     * overwritten (tonumber made 0 of "x"), nor for 4 (" 4") */
+    char gk[64];
+    ftc_ctl_key(c, "gen", gk, sizeof gk);
+    const char *bad[] = {"x", " 4", "4.0", "-1", "16777217"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", gk, "world", bad[i], NULL), 0);
+        if (ftc_rdzv_set_world(r, "rq", 1, 4, &err) != FTC_EPROTO)
+            fail_msg("world '%s': set_world did not refuse it (%s)", bad[i], err.msg);
+        assert_non_null(strstr(err.msg, gk));
+        ftc_redis_reply_t *rep;
+        assert_int_equal(ftc_redis_cmdv(r, true, &rep, "HGET", gk, "world", NULL), 0);
+        assert_string_equal(rep->str, bad[i]);
+        ftc_redis_reply_free(rep);
+    }
     ftc_ctl_destroy(c);
 }
 
