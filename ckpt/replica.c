@@ -54,6 +54,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define FTC__TAG_HDR (1ull << 62)
 #define FTC__TAG_DATA (2ull << 62)
@@ -1310,6 +1311,18 @@ static xfer_t *fetch_find(ftc_repl_t *r, uint32_t node, uint32_t owner)
     return NULL;
 }
 
+/* The largest fetch answer taken into a buffer of the engine's own: half of
+ * this node's memory (the default size of /dev/shm, where no larger replica
+ * could be held either). An answer claiming more (an authenticated but
+ * confused holder) is refused before anything is allocated and touched. */
+static uint64_t fetch_limit(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), pg = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || pg <= 0)
+        return (uint64_t)1 << 40;
+    return (uint64_t)pages * (uint64_t)pg / 2;
+}
+
 static void on_fetch_put(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
 {
     xfer_t *x = fetch_find(r, p->node, h->owner);
@@ -1333,6 +1346,15 @@ static void on_fetch_put(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
     if (!x->in) {
         /* straight into the caller's memory when it fits (no copy after) */
         bool into = x->dst && h->total <= x->dst_cap && h->total >= FTC_SHARD_HEADER_SIZE;
+        if (!into && h->total > fetch_limit()) {
+            drain_put(r, p, h);
+            xfer_fail(x, FTC_ERANGE, "fetch of owner %u from peer %u: the answer claims %llu "
+                      "bytes, more than half this node's memory (%llu bytes); refused",
+                      h->owner, p->node, (unsigned long long)h->total,
+                      (unsigned long long)fetch_limit());
+            xfer_finish(r, x);
+            return;
+        }
         uint8_t *buf = into ? x->dst
                             : h->total >= FTC_SHARD_HEADER_SIZE ? malloc(h->total) : NULL;
         if (buf && !into)

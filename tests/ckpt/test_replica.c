@@ -1038,6 +1038,44 @@ static void test_stale_answer_tail(void **state)
     shards_free();
 }
 
+/* ---- a fetch answer claiming a huge shard is refused before allocating --------- */
+
+static int s17_fetcher(agent_t *a)
+{
+    uint8_t *got = NULL;
+    uint64_t n = 0;
+    ftc_repl_status_t st;
+    int rc = fetch_step_wait(a, 1, 0, 1, &got, &n, &st);
+    printf("# %s: fetch answered with a PUT claiming 1 PiB: %s (%s)\n", g_prov,
+           ftc_errname(rc), st.detail);
+    CHECK(rc == FTC_ERANGE && strstr(st.detail, "1125899906842624 bytes"));
+    return 0;
+}
+
+static int s17_holder(agent_t *a)
+{
+    ftc_wire_hdr_t h;
+    CHECK(raw_recv(a, 0, &h, 10000) == 0 && h.type == FTC_MSG_GET && h.step == 1);
+    /* an authenticated holder's answer whose total no node could hold: the
+     * fetcher must refuse it, not allocate (and touch) that much; its DATA
+     * is still drained */
+    CHECK(raw_put_f(a, 0, 1, g_s[0], 1ull << 50, 1, 0, 4096, true, RAW_F_FETCH) == 0);
+    return 0;
+}
+
+static void test_fetch_huge_total(void **state)
+{
+    (void)state;
+    new_job();
+    g_s[0] = ftc_test_make_shard(1, 0, 1 << 14, 171, &g_n[0]);
+    agent_cfg_t cfg[2] = {{.script = s17_fetcher}, {.script = s17_holder, .raw = true}};
+    run_t R;
+    run_start(&R, 2, cfg);
+    run_end(&R);
+    unlink_slots();
+    shards_free();
+}
+
 /* ---- a restarted agent adopts only the replicas that verify ---------------------- */
 
 /* Writes shard s (n bytes) into node 1's replica slot k of owner 0, as an
@@ -1442,6 +1480,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_superseded_drains),
         cmocka_unit_test(test_late_fetch_nack),
         cmocka_unit_test(test_stale_answer_tail),
+        cmocka_unit_test(test_fetch_huge_total),
         cmocka_unit_test(test_wrong_key),
         cmocka_unit_test(test_stale_generation),
         cmocka_unit_test(test_parity),
