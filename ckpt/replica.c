@@ -66,6 +66,7 @@
 #define FTC__MSG_MAX 256     /* header + NACK reason */
 #define FTC__REASON_MAX (FTC__MSG_MAX - FTC_WIRE_HDR)
 #define FTC__MAX_CHUNKS_IN 512 /* DATA receives outstanding per incoming transfer */
+#define FTC__CANCEL_BATCH 512  /* requests cancelled per fabric call (cancel_batch_t) */
 #define FTC__MAX_DRAINS 32
 #define FTC__CTL_MS 10000      /* lifetime of a control send (ACK/NACK/GET) */
 /* How long a control message that the endpoint cannot take (FTC_EAGAIN) is
@@ -333,6 +334,30 @@ static void cancel_one(ftc_repl_t *r, ftc_fabric_req_t *q)
 {
     if (pending(q))
         cancel_reqs(r, &q, 1);
+}
+
+/* Requests to cancel, gathered in a fixed array and cancelled a batch at a
+ * time: no allocation, so running out of memory cannot skip the cancel of
+ * requests whose structures are freed right after (libfabric would complete
+ * them into freed memory). A whole incoming transfer fits in one batch. */
+typedef struct cancel_batch {
+    ftc_fabric_req_t *q[FTC__CANCEL_BATCH];
+    size_t n;
+} cancel_batch_t;
+
+static void batch_flush(ftc_repl_t *r, cancel_batch_t *b)
+{
+    cancel_reqs(r, b->q, b->n);
+    b->n = 0;
+}
+
+static void batch_add(ftc_repl_t *r, cancel_batch_t *b, ftc_fabric_req_t *q)
+{
+    if (!pending(q))
+        return;
+    if (b->n == FTC__CANCEL_BATCH)
+        batch_flush(r, b);
+    b->q[b->n++] = q;
 }
 
 /* ---- sending headers ----------------------------------------------------------- */
@@ -620,18 +645,13 @@ static void tp_fail(xfer_t *x, tx_peer_t *tp, int rc, const char *fmt, ...)
     }
 }
 
-static size_t tp_pending(tx_peer_t *tp, int window, ftc_fabric_req_t **out)
+static void tp_pending(ftc_repl_t *r, tx_peer_t *tp, cancel_batch_t *b)
 {
-    size_t n = 0;
-    for (int c = 0; c < window; c++) {
-        if (pending(&tp->ch[c].hreq))
-            out[n++] = &tp->ch[c].hreq;
-        if (pending(&tp->ch[c].dreq))
-            out[n++] = &tp->ch[c].dreq;
+    for (int c = 0; c < r->window; c++) {
+        batch_add(r, b, &tp->ch[c].hreq);
+        batch_add(r, b, &tp->ch[c].dreq);
     }
-    if (pending(&tp->ereq))
-        out[n++] = &tp->ereq;
-    return n;
+    batch_add(r, b, &tp->ereq);
 }
 
 /* How incoming_free treats the DATA receives still outstanding. */
@@ -678,13 +698,11 @@ static void xfer_abort(ftc_repl_t *r, xfer_t *x, int rc, const char *why)
     if (x->kind == XK_FETCH)
         xfer_fail(x, rc, "fetch of owner %u from peer %u: %s", x->owner, x->fpeer, why);
     if (x->ntp) {
-        ftc_fabric_req_t **reqs = calloc((size_t)x->ntp * ((size_t)r->window * 2 + 1),
-                                         sizeof *reqs);
-        size_t n = 0;
-        for (int i = 0; reqs && i < x->ntp; i++)
-            n += tp_pending(&x->tp[i], r->window, reqs + n);
-        cancel_reqs(r, reqs, n);
-        free(reqs);
+        cancel_batch_t b;
+        b.n = 0;
+        for (int i = 0; i < x->ntp; i++)
+            tp_pending(r, &x->tp[i], &b);
+        batch_flush(r, &b);
         for (int i = 0; i < x->ntp; i++) { /* cancelled: nothing in flight now */
             x->tp[i].inflight = 0;
             for (int c = 0; c < r->window; c++)
@@ -864,13 +882,11 @@ static int store_prepare(ftc_repl_t *r, store_t *s, int idx, uint64_t size, ftc_
 static void incoming_free(ftc_repl_t *r, incoming_t *in, int how)
 {
     if (how != IN_KEEP && in->outstanding && !r->broken) {
-        ftc_fabric_req_t **reqs = calloc((size_t)in->outstanding, sizeof *reqs);
-        size_t n = 0;
-        for (chunk_rx_t *c = in->chunks; reqs && c; c = c->next)
-            if (pending(&c->req))
-                reqs[n++] = &c->req;
-        cancel_reqs(r, reqs, n);
-        free(reqs);
+        cancel_batch_t b;
+        b.n = 0;
+        for (chunk_rx_t *c = in->chunks; c; c = c->next)
+            batch_add(r, &b, &c->req);
+        batch_flush(r, &b);
     }
     /* after a cancel, anything still pending belongs to a broken endpoint
      * that will never progress again (fabric.h), so freeing is safe */
@@ -2056,43 +2072,25 @@ void ftc_repl_destroy(ftc_repl_t *r)
 {
     if (!r)
         return;
-    /* Cancel everything still posted in one bounded call. */
+    /* Cancel everything still posted, a batch per bounded call (no
+     * allocation: nothing is freed below while libfabric may hold it). */
     if (!r->broken) {
-        size_t cap = 0;
+        cancel_batch_t b;
+        b.n = 0;
         for (int i = 0; i < FTC_REPL_MAX_PEERS; i++)
-            cap += r->peers[i].used ? (size_t)r->rx_per_peer : 0;
+            for (int j = 0; r->peers[i].used && j < r->rx_per_peer; j++)
+                batch_add(r, &b, &r->peers[i].rx[j].req);
         for (outmsg_t *m = r->outbox; m; m = m->next)
-            cap++;
+            batch_add(r, &b, &m->req);
         for (drain_t *d = r->drains; d; d = d->next)
-            cap++;
+            batch_add(r, &b, &d->req);
         for (incoming_t *in = r->ins; in; in = in->next)
-            cap += (size_t)in->outstanding;
+            for (chunk_rx_t *c = in->chunks; c; c = c->next)
+                batch_add(r, &b, &c->req);
         for (int i = 0; i < r->nxf; i++)
-            if (r->xf[i])
-                cap += (size_t)r->xf[i]->ntp * ((size_t)r->window * 2 + 1);
-        ftc_fabric_req_t **reqs = calloc(cap + 1, sizeof *reqs);
-        size_t n = 0;
-        if (reqs) {
-            for (int i = 0; i < FTC_REPL_MAX_PEERS; i++)
-                for (int j = 0; r->peers[i].used && j < r->rx_per_peer; j++)
-                    if (pending(&r->peers[i].rx[j].req))
-                        reqs[n++] = &r->peers[i].rx[j].req;
-            for (outmsg_t *m = r->outbox; m; m = m->next)
-                if (pending(&m->req))
-                    reqs[n++] = &m->req;
-            for (drain_t *d = r->drains; d; d = d->next)
-                if (pending(&d->req))
-                    reqs[n++] = &d->req;
-            for (incoming_t *in = r->ins; in; in = in->next)
-                for (chunk_rx_t *c = in->chunks; c; c = c->next)
-                    if (pending(&c->req))
-                        reqs[n++] = &c->req;
-            for (int i = 0; i < r->nxf; i++)
-                for (int j = 0; r->xf[i] && j < r->xf[i]->ntp; j++)
-                    n += tp_pending(&r->xf[i]->tp[j], r->window, reqs + n);
-            cancel_reqs(r, reqs, n);
-            free(reqs);
-        }
+            for (int j = 0; r->xf[i] && j < r->xf[i]->ntp; j++)
+                tp_pending(r, &r->xf[i]->tp[j], &b);
+        batch_flush(r, &b);
     }
     r->broken = true; /* no fabric call from here on */
     for (int i = 0; i < r->nxf; i++)
@@ -2188,9 +2186,10 @@ int ftc_repl_peer_remove(ftc_repl_t *r, uint32_t node)
             if (x->tp[j].node == node && x->tp[j].state != TP_OK) {
                 /* a failed peer too: a DATA held back (dwait) would only be
                  * retried while the peer exists, keeping the push open */
-                ftc_fabric_req_t *reqs[129];
-                size_t n = tp_pending(&x->tp[j], r->window, reqs);
-                cancel_reqs(r, reqs, n);
+                cancel_batch_t b;
+                b.n = 0;
+                tp_pending(r, &x->tp[j], &b);
+                batch_flush(r, &b);
                 x->tp[j].inflight = 0;
                 for (int c = 0; c < r->window; c++)
                     x->tp[j].ch[c].busy = x->tp[j].ch[c].dwait = false;
