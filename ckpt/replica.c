@@ -27,6 +27,9 @@
  *          and the step against the authenticated PUT_END, swap slots, ACK.
  *   fetch  GET (owner, step | UINT64_MAX) → the holder answers with PUTs and
  *          a PUT_END flagged FTC__F_FETCH (no ACK), or NACK "not held".
+ *   req    each push and each fetch has a request id (wire req) that its
+ *          PUTs/PUT_END or GET carry and every answer echoes: an answer with
+ *          another one (to an earlier request that gave up) is refused.
  *   refuse a header that fails decoding (HMAC, job, format) is counted and
  *          dropped: its sender is not known. An authenticated message that is
  *          refused (stale generation, busy, bad size) gets a NACK whose flags
@@ -177,6 +180,7 @@ typedef struct incoming { /* bytes arriving for a push (into a slot) or a fetch 
     uint64_t last_ns;       /* last activity, for the idle timeout */
     uint64_t next_off;      /* fetch: the offset of the answer's next PUT (a serve sends its
                                chunks in order, from 0) */
+    uint32_t req;           /* request id: the push's (its first PUT's), or the fetch's GET's */
     /* verification while the bytes arrive (incoming_hash) */
     uint64_t contig;        /* bytes [0, contig) have landed */
     landed_t *ahead;        /* landed ranges past contig, by offset */
@@ -238,6 +242,7 @@ typedef struct xfer {
     uint64_t size;
     uint64_t head_xxh3;
     uint64_t keep;          /* push: 1 + the owner's committed step (PUT's keep), 0 = none */
+    uint32_t req;           /* push, fetch: its request id; serve: the GET's it answers */
     ftc_deadline_t d;
     int ntp;
     tx_peer_t *tp;
@@ -263,6 +268,7 @@ struct ftc_repl {
     int window, rx_per_peer, serve_ms;
     uint64_t seq;                      /* next header seq */
     uint64_t msg_ids;                  /* last outmsg_t.id */
+    uint32_t req_ids;                  /* last request id given (wire req; never 0) */
     bool broken;                       /* the endpoint broke: no fabric call any more */
     peer_t peers[FTC_REPL_MAX_PEERS];
     store_t **stores;
@@ -373,6 +379,14 @@ static void hdr_init(ftc_repl_t *r, ftc_wire_hdr_t *h, int type, uint32_t owner,
     h->seq = r->seq++;
 }
 
+/* A new request id (a push's, a fetch's): every answer echoes it. */
+static uint32_t req_new(ftc_repl_t *r)
+{
+    if (++r->req_ids == 0)
+        ++r->req_ids;
+    return r->req_ids;
+}
+
 static bool retry_due(uint64_t next_ns)
 {
     return ftc_now_ns() >= next_ns;
@@ -444,10 +458,12 @@ static int send_ctl(ftc_repl_t *r, peer_t *p, ftc_wire_hdr_t *h, const char *rea
     return 0;
 }
 
-static void send_nack(ftc_repl_t *r, peer_t *p, uint32_t owner, uint64_t step, unsigned fetch,
-                      int code, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
-static void send_nack(ftc_repl_t *r, peer_t *p, uint32_t owner, uint64_t step, unsigned fetch,
-                      int code, const char *fmt, ...)
+/* A NACK of (owner, step) answering request id req. */
+static void send_nack(ftc_repl_t *r, peer_t *p, uint32_t owner, uint64_t step, uint32_t req,
+                      unsigned fetch, int code, const char *fmt, ...)
+    __attribute__((format(printf, 8, 9)));
+static void send_nack(ftc_repl_t *r, peer_t *p, uint32_t owner, uint64_t step, uint32_t req,
+                      unsigned fetch, int code, const char *fmt, ...)
 {
     char reason[FTC__REASON_MAX + 1];
     va_list ap;
@@ -456,6 +472,7 @@ static void send_nack(ftc_repl_t *r, peer_t *p, uint32_t owner, uint64_t step, u
     va_end(ap);
     ftc_wire_hdr_t h;
     hdr_init(r, &h, FTC_MSG_NACK, owner, step);
+    h.req = req;
     int c = -code;
     h.flags = (uint16_t)(fetch | (unsigned)((c > 0 && c <= 0xff) ? c : -FTC_EPROTO));
     FTC_INFO("repl", "node %u: NACK to node %u for owner %u step %llu: %s", r->self, p->node,
@@ -925,6 +942,7 @@ static incoming_t *incoming_new(ftc_repl_t *r, const peer_t *p, const ftc_wire_h
     in->step = h->step;
     in->total = h->total;
     in->gen = h->generation;
+    in->req = h->req;
     in->last_ns = ftc_now_ns();
     in->next = r->ins;
     r->ins = in;
@@ -1130,7 +1148,8 @@ static void incoming_complete(ftc_repl_t *r, incoming_t *in)
         refused(r, "replica of owner %u step %llu from node %u: %s", in->owner,
                 (unsigned long long)in->step, in->node, e.msg);
         if (p)
-            send_nack(r, p, in->owner, in->step, 0, rc, "%s", e.msg); /* the sender names both */
+            send_nack(r, p, in->owner, in->step, in->req, 0, rc, "%s",
+                      e.msg); /* the sender names both */
         incoming_free(r, in, IN_KEEP);
         return;
     }
@@ -1146,6 +1165,7 @@ static void incoming_complete(ftc_repl_t *r, incoming_t *in)
     if (p) {
         ftc_wire_hdr_t h;
         hdr_init(r, &h, FTC_MSG_ACK, in->owner, in->step);
+        h.req = in->req;
         h.total = in->total;
         (void)send_ctl(r, p, &h, NULL, NULL);
     }
@@ -1234,7 +1254,7 @@ static void on_push_put(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
     }
     incoming_t *in = s->in;
     if (in && (in->node != p->node || in->step != h->step || in->total != h->total ||
-               h->offset == 0)) {
+               in->req != h->req || h->offset == 0)) {
         /* Another push of this owner is unfinished. The same sender starting
          * anew means its old push ended (it never overlaps them): also a push
          * of the same step, which starts at offset 0 again (a push sends each
@@ -1246,7 +1266,7 @@ static void on_push_put(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
             if (in->node != p->node) {
                 peer_t *op = peer_find(r, in->node);
                 if (op)
-                    send_nack(r, op, in->owner, in->step, 0, FTC_ECANCELED,
+                    send_nack(r, op, in->owner, in->step, in->req, 0, FTC_ECANCELED,
                               "superseded by node %u's push of step %llu (generation %llu)",
                               p->node, (unsigned long long)h->step,
                               (unsigned long long)h->generation);
@@ -1290,7 +1310,7 @@ static void on_push_put(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
             refused(r, "PUT of owner %u step %llu from node %u: %s", h->owner,
                     (unsigned long long)h->step, p->node, e.msg);
             drain_put(r, p, h);
-            send_nack(r, p, h->owner, h->step, 0, rc, "cannot hold %llu bytes: %s",
+            send_nack(r, p, h->owner, h->step, h->req, 0, rc, "cannot hold %llu bytes: %s",
                       (unsigned long long)h->total, e.msg);
             return;
         }
@@ -1313,7 +1333,7 @@ refuse:
             (unsigned long long)h->step, (unsigned long long)h->offset,
             (unsigned long long)h->length, p->node, why);
     drain_put(r, p, h);
-    send_nack(r, p, h->owner, h->step, 0, code, "PUT at offset %llu: %s",
+    send_nack(r, p, h->owner, h->step, h->req, 0, code, "PUT at offset %llu: %s",
               (unsigned long long)h->offset, why);
 }
 
@@ -1342,9 +1362,10 @@ static uint64_t fetch_limit(void)
 static void on_fetch_put(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
 {
     xfer_t *x = fetch_find(r, p->node, h->owner);
-    if (!x || (x->step != UINT64_MAX && x->step != h->step)) {
-        refused(r, "unsolicited fetch PUT of owner %u step %llu from node %u", h->owner,
-                (unsigned long long)h->step, p->node);
+    if (!x || h->req != x->req || (x->step != UINT64_MAX && x->step != h->step)) {
+        refused(r, "unsolicited fetch PUT of owner %u step %llu from node %u (request %u%s)",
+                h->owner, (unsigned long long)h->step, p->node, h->req,
+                x && h->req != x->req ? ": an earlier fetch's" : "");
         drain_put(r, p, h);
         return;
     }
@@ -1413,11 +1434,11 @@ static void on_put_end(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
     /* a fetch's answer ends once all its PUTs came: else it is an earlier
      * fetch's answer ending */
     if (!in || in->node != p->node || in->step != h->step || in->total != h->total ||
-        (in->fx && in->next_off != in->total)) {
+        in->req != h->req || (in->fx && in->next_off != in->total)) {
         refused(r, "PUT_END of owner %u step %llu from node %u matches no transfer", h->owner,
                 (unsigned long long)h->step, p->node);
         if (!(h->flags & FTC__F_FETCH))
-            send_nack(r, p, h->owner, h->step, 0, FTC_EPROTO,
+            send_nack(r, p, h->owner, h->step, h->req, 0, FTC_EPROTO,
                       "PUT_END of step %llu without its PUTs (superseded or timed out here)",
                       (unsigned long long)h->step);
         return;
@@ -1427,8 +1448,10 @@ static void on_put_end(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
     in->last_ns = ftc_now_ns();
 }
 
-static int serve_start(ftc_repl_t *r, peer_t *p, store_t *s, int slot, uint64_t size);
-static int serve_start_buf(ftc_repl_t *r, peer_t *p, uint32_t owner, uint8_t *buf, uint64_t size);
+static int serve_start(ftc_repl_t *r, peer_t *p, store_t *s, int slot, uint64_t size,
+                       uint32_t req);
+static int serve_start_buf(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *get, uint8_t *buf,
+                           uint64_t size);
 
 /* The slot of s that holds step (UINT64_MAX: the newest), or -1. Besides the
  * newest complete replica, the other slot still holds the one before it
@@ -1489,7 +1512,7 @@ static int serve_local(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
         uint8_t *copy = malloc(best_size ? best_size : 1);
         if (copy) {
             memcpy(copy, sl[best].base, best_size);
-            rc = serve_start_buf(r, p, h->owner, copy, best_size);
+            rc = serve_start_buf(r, p, h, copy, best_size);
         }
     }
     for (int i = 0; i < 2 * FTC_AP_SLOTS_PER_RANK; i++)
@@ -1512,13 +1535,13 @@ static void on_get(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
         char want[32] = "newest";
         if (h->step != UINT64_MAX)
             snprintf(want, sizeof want, "%llu", (unsigned long long)h->step);
-        send_nack(r, p, h->owner, h->step, FTC__F_FETCH, FTC_ENOENT,
+        send_nack(r, p, h->owner, h->step, h->req, FTC__F_FETCH, FTC_ENOENT,
                   "not held: owner %u step %s (node %u holds %s)", h->owner, want, r->self, have);
         return;
     }
-    int rc = serve_start(r, p, s, slot, size);
+    int rc = serve_start(r, p, s, slot, size, h->req);
     if (rc < 0)
-        send_nack(r, p, h->owner, h->step, FTC__F_FETCH, rc, "cannot serve owner %u: %s",
+        send_nack(r, p, h->owner, h->step, h->req, FTC__F_FETCH, rc, "cannot serve owner %u: %s",
                   h->owner, r->err.msg);
 }
 
@@ -1531,13 +1554,13 @@ static void on_reply(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h, const ui
     if (code == 0 || code < FTC_ERANGE)
         code = FTC_EPROTO;
     if (h->flags & FTC__F_FETCH) {
-        /* a fetch NACK says the step its GET asked for (UINT64_MAX: newest):
-         * one of another step answers an earlier fetch that gave up */
+        /* a fetch NACK echoes its GET's request id: one with another
+         * answers an earlier fetch that gave up (even of the same step) */
         xfer_t *x = fetch_find(r, p->node, h->owner);
-        if (!x || h->type != FTC_MSG_NACK || h->step != x->step) {
-            refused(r, "unexpected fetch %s of owner %u step %llu from node %u%s",
+        if (!x || h->type != FTC_MSG_NACK || h->req != x->req) {
+            refused(r, "unexpected fetch %s of owner %u step %llu from node %u (request %u%s)",
                     ftc_wire_type_name(h->type), h->owner, (unsigned long long)h->step,
-                    p->node, x && h->step != x->step ? " (an earlier fetch's)" : "");
+                    p->node, h->req, x && h->req != x->req ? ": an earlier fetch's" : "");
             return;
         }
         xfer_fail(x, code, "fetch of owner %u from peer %u: %s", h->owner, p->node, reason);
@@ -1546,7 +1569,8 @@ static void on_reply(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h, const ui
     }
     for (int i = 0; i < r->nxf; i++) {
         xfer_t *x = r->xf[i];
-        if (!x || x->done || x->kind != XK_PUSH || x->owner != h->owner || x->step != h->step)
+        if (!x || x->done || x->kind != XK_PUSH || x->owner != h->owner || x->step != h->step ||
+            x->req != h->req) /* another request's: an earlier push that gave up */
             continue;
         for (int j = 0; j < x->ntp; j++) {
             tx_peer_t *tp = &x->tp[j];
@@ -1569,8 +1593,8 @@ static void on_reply(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h, const ui
             return;
         }
     }
-    refused(r, "%s of owner %u step %llu from node %u matches no push",
-            ftc_wire_type_name(h->type), h->owner, (unsigned long long)h->step, p->node);
+    refused(r, "%s of owner %u step %llu from node %u (request %u) matches no push",
+            ftc_wire_type_name(h->type), h->owner, (unsigned long long)h->step, p->node, h->req);
 }
 
 static void on_message(ftc_repl_t *r, peer_t *p, const uint8_t *buf, size_t len)
@@ -1606,7 +1630,7 @@ static void on_message(ftc_repl_t *r, peer_t *p, const uint8_t *buf, size_t len)
         if (h.type == FTC_MSG_PUT || h.type == FTC_MSG_PUT_END || h.type == FTC_MSG_GET) {
             drain_put(r, p, &h);
             if (h.type != FTC_MSG_PUT || h.offset == 0)
-                send_nack(r, p, h.owner, h.step, h.type == FTC_MSG_GET ? FTC__F_FETCH : 0,
+                send_nack(r, p, h.owner, h.step, h.req, h.type == FTC_MSG_GET ? FTC__F_FETCH : 0,
                           FTC_ESTALE, "stale generation %llu: node %u is at generation %llu",
                           (unsigned long long)h.generation, r->self,
                           (unsigned long long)r->gen);
@@ -1731,6 +1755,7 @@ static int tp_post_chunk(ftc_repl_t *r, xfer_t *x, tx_peer_t *tp, tx_chunk_t *c,
     hdr_init(r, &h, FTC_MSG_PUT, x->owner, x->step);
     h.flags = x->kind == XK_SERVE ? FTC__F_FETCH : 0;
     h.keep = x->kind == XK_PUSH ? x->keep : 0;
+    h.req = x->req;
     h.offset = tp->next_off;
     h.length = len;
     h.total = x->size;
@@ -1828,6 +1853,7 @@ static int pump_tp(ftc_repl_t *r, xfer_t *x, tx_peer_t *tp)
         ftc_wire_hdr_t h;
         hdr_init(r, &h, FTC_MSG_PUT_END, x->owner, x->step);
         h.flags = x->kind == XK_SERVE ? FTC__F_FETCH : 0;
+        h.req = x->req;
         h.total = x->size;
         h.payload_xxh3 = x->head_xxh3;
         ftc_err_t e = {0};
@@ -1962,7 +1988,8 @@ static void xfer_free(ftc_repl_t *r, xfer_t *x)
     free(x);
 }
 
-static int serve_start(ftc_repl_t *r, peer_t *p, store_t *s, int slot, uint64_t size)
+static int serve_start(ftc_repl_t *r, peer_t *p, store_t *s, int slot, uint64_t size,
+                       uint32_t req)
 {
     xfer_t *x = NULL;
     int id = xfer_new(r, XK_SERVE, 1, &x);
@@ -1978,6 +2005,7 @@ static int serve_start(ftc_repl_t *r, peer_t *p, store_t *s, int slot, uint64_t 
         return ftc_err_set(&r->err, FTC_ECORRUPT, "held replica no longer opens: %s", e.msg);
     }
     x->owner = s->owner;
+    x->req = req;
     x->step = v.info.step;
     x->src = src;
     x->size = size;
@@ -1990,8 +2018,10 @@ static int serve_start(ftc_repl_t *r, peer_t *p, store_t *s, int slot, uint64_t 
     return 0;
 }
 
-/* Serves buf (malloc'd; owned by the transfer from here on, even on error). */
-static int serve_start_buf(ftc_repl_t *r, peer_t *p, uint32_t owner, uint8_t *buf, uint64_t size)
+/* Serves buf (malloc'd; owned by the transfer from here on, even on error)
+ * in answer to GET get. */
+static int serve_start_buf(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *get, uint8_t *buf,
+                           uint64_t size)
 {
     ftc_shard_view_t v;
     ftc_err_t e = {0};
@@ -2005,7 +2035,8 @@ static int serve_start_buf(ftc_repl_t *r, peer_t *p, uint32_t owner, uint8_t *bu
         free(buf);
         return id;
     }
-    x->owner = owner;
+    x->owner = get->owner;
+    x->req = get->req;
     x->step = v.info.step;
     x->buf = buf; /* freed with the transfer */
     x->src = buf;
@@ -2065,6 +2096,7 @@ ftc_repl_t *ftc_repl_create(const ftc_repl_options_t *o, ftc_err_t *err)
     /* a restarted agent must not reuse seqs its peers have seen: start from
      * the wall clock in microseconds */
     r->seq = ftc_wall_ms() * 1000u;
+    r->req_ids = (uint32_t)r->seq; /* nor request ids, as far as it can help */
     return r;
 }
 
@@ -2292,6 +2324,7 @@ int ftc_repl_push_keep(ftc_repl_t *r, uint32_t owner, uint64_t step, const uint8
     x->size = size;
     x->head_xxh3 = v.head_xxh3;
     x->keep = committed >= 0 ? (uint64_t)committed + 1 : 0;
+    x->req = req_new(r);
     x->d = d;
     for (int i = 0; i < npeers; i++)
         x->tp[i].node = peers[i];
@@ -2329,6 +2362,8 @@ int ftc_repl_fetch_into(ftc_repl_t *r, uint32_t peer, uint32_t owner, uint64_t s
     x->dst_cap = dst ? cap : 0;
     ftc_wire_hdr_t h;
     hdr_init(r, &h, FTC_MSG_GET, owner, step);
+    x->req = req_new(r);
+    h.req = x->req;
     int rc = send_ctl(r, p, &h, NULL, &x->get_id);
     if (rc < 0) {
         r->xf[id] = NULL;
