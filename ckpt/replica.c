@@ -27,6 +27,9 @@
  *          and the step against the authenticated PUT_END, swap slots, ACK.
  *   fetch  GET (owner, step | UINT64_MAX) → the holder answers with PUTs and
  *          a PUT_END flagged FTC__F_FETCH (no ACK), or NACK "not held".
+ *   req    each push and each fetch has a request id (wire req) that its
+ *          PUTs/PUT_END or GET carry and every answer echoes: an answer with
+ *          another one (to an earlier request that gave up) is refused.
  *   refuse a header that fails decoding (HMAC, job, format) is counted and
  *          dropped: its sender is not known. An authenticated message that is
  *          refused (stale generation, busy, bad size) gets a NACK whose flags
@@ -54,6 +57,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define FTC__TAG_HDR (1ull << 62)
 #define FTC__TAG_DATA (2ull << 62)
@@ -65,6 +69,7 @@
 #define FTC__MSG_MAX 256     /* header + NACK reason */
 #define FTC__REASON_MAX (FTC__MSG_MAX - FTC_WIRE_HDR)
 #define FTC__MAX_CHUNKS_IN 512 /* DATA receives outstanding per incoming transfer */
+#define FTC__CANCEL_BATCH 512  /* requests cancelled per fabric call (cancel_batch_t) */
 #define FTC__MAX_DRAINS 32
 #define FTC__CTL_MS 10000      /* lifetime of a control send (ACK/NACK/GET) */
 /* How long a control message that the endpoint cannot take (FTC_EAGAIN) is
@@ -175,6 +180,7 @@ typedef struct incoming { /* bytes arriving for a push (into a slot) or a fetch 
     uint64_t last_ns;       /* last activity, for the idle timeout */
     uint64_t next_off;      /* fetch: the offset of the answer's next PUT (a serve sends its
                                chunks in order, from 0) */
+    uint32_t req;           /* request id: the push's (its first PUT's), or the fetch's GET's */
     /* verification while the bytes arrive (incoming_hash) */
     uint64_t contig;        /* bytes [0, contig) have landed */
     landed_t *ahead;        /* landed ranges past contig, by offset */
@@ -236,6 +242,7 @@ typedef struct xfer {
     uint64_t size;
     uint64_t head_xxh3;
     uint64_t keep;          /* push: 1 + the owner's committed step (PUT's keep), 0 = none */
+    uint32_t req;           /* push, fetch: its request id; serve: the GET's it answers */
     ftc_deadline_t d;
     int ntp;
     tx_peer_t *tp;
@@ -261,6 +268,7 @@ struct ftc_repl {
     int window, rx_per_peer, serve_ms;
     uint64_t seq;                      /* next header seq */
     uint64_t msg_ids;                  /* last outmsg_t.id */
+    uint32_t req_ids;                  /* last request id given (wire req; never 0) */
     bool broken;                       /* the endpoint broke: no fabric call any more */
     peer_t peers[FTC_REPL_MAX_PEERS];
     store_t **stores;
@@ -334,6 +342,30 @@ static void cancel_one(ftc_repl_t *r, ftc_fabric_req_t *q)
         cancel_reqs(r, &q, 1);
 }
 
+/* Requests to cancel, gathered in a fixed array and cancelled a batch at a
+ * time: no allocation, so running out of memory cannot skip the cancel of
+ * requests whose structures are freed right after (libfabric would complete
+ * them into freed memory). A whole incoming transfer fits in one batch. */
+typedef struct cancel_batch {
+    ftc_fabric_req_t *q[FTC__CANCEL_BATCH];
+    size_t n;
+} cancel_batch_t;
+
+static void batch_flush(ftc_repl_t *r, cancel_batch_t *b)
+{
+    cancel_reqs(r, b->q, b->n);
+    b->n = 0;
+}
+
+static void batch_add(ftc_repl_t *r, cancel_batch_t *b, ftc_fabric_req_t *q)
+{
+    if (!pending(q))
+        return;
+    if (b->n == FTC__CANCEL_BATCH)
+        batch_flush(r, b);
+    b->q[b->n++] = q;
+}
+
 /* ---- sending headers ----------------------------------------------------------- */
 
 static void hdr_init(ftc_repl_t *r, ftc_wire_hdr_t *h, int type, uint32_t owner, uint64_t step)
@@ -345,6 +377,14 @@ static void hdr_init(ftc_repl_t *r, ftc_wire_hdr_t *h, int type, uint32_t owner,
     h->owner = owner;
     h->step = step;
     h->seq = r->seq++;
+}
+
+/* A new request id (a push's, a fetch's): every answer echoes it. */
+static uint32_t req_new(ftc_repl_t *r)
+{
+    if (++r->req_ids == 0)
+        ++r->req_ids;
+    return r->req_ids;
 }
 
 static bool retry_due(uint64_t next_ns)
@@ -418,10 +458,12 @@ static int send_ctl(ftc_repl_t *r, peer_t *p, ftc_wire_hdr_t *h, const char *rea
     return 0;
 }
 
-static void send_nack(ftc_repl_t *r, peer_t *p, uint32_t owner, uint64_t step, unsigned fetch,
-                      int code, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
-static void send_nack(ftc_repl_t *r, peer_t *p, uint32_t owner, uint64_t step, unsigned fetch,
-                      int code, const char *fmt, ...)
+/* A NACK of (owner, step) answering request id req. */
+static void send_nack(ftc_repl_t *r, peer_t *p, uint32_t owner, uint64_t step, uint32_t req,
+                      unsigned fetch, int code, const char *fmt, ...)
+    __attribute__((format(printf, 8, 9)));
+static void send_nack(ftc_repl_t *r, peer_t *p, uint32_t owner, uint64_t step, uint32_t req,
+                      unsigned fetch, int code, const char *fmt, ...)
 {
     char reason[FTC__REASON_MAX + 1];
     va_list ap;
@@ -430,6 +472,7 @@ static void send_nack(ftc_repl_t *r, peer_t *p, uint32_t owner, uint64_t step, u
     va_end(ap);
     ftc_wire_hdr_t h;
     hdr_init(r, &h, FTC_MSG_NACK, owner, step);
+    h.req = req;
     int c = -code;
     h.flags = (uint16_t)(fetch | (unsigned)((c > 0 && c <= 0xff) ? c : -FTC_EPROTO));
     FTC_INFO("repl", "node %u: NACK to node %u for owner %u step %llu: %s", r->self, p->node,
@@ -619,18 +662,13 @@ static void tp_fail(xfer_t *x, tx_peer_t *tp, int rc, const char *fmt, ...)
     }
 }
 
-static size_t tp_pending(tx_peer_t *tp, int window, ftc_fabric_req_t **out)
+static void tp_pending(ftc_repl_t *r, tx_peer_t *tp, cancel_batch_t *b)
 {
-    size_t n = 0;
-    for (int c = 0; c < window; c++) {
-        if (pending(&tp->ch[c].hreq))
-            out[n++] = &tp->ch[c].hreq;
-        if (pending(&tp->ch[c].dreq))
-            out[n++] = &tp->ch[c].dreq;
+    for (int c = 0; c < r->window; c++) {
+        batch_add(r, b, &tp->ch[c].hreq);
+        batch_add(r, b, &tp->ch[c].dreq);
     }
-    if (pending(&tp->ereq))
-        out[n++] = &tp->ereq;
-    return n;
+    batch_add(r, b, &tp->ereq);
 }
 
 /* How incoming_free treats the DATA receives still outstanding. */
@@ -677,13 +715,11 @@ static void xfer_abort(ftc_repl_t *r, xfer_t *x, int rc, const char *why)
     if (x->kind == XK_FETCH)
         xfer_fail(x, rc, "fetch of owner %u from peer %u: %s", x->owner, x->fpeer, why);
     if (x->ntp) {
-        ftc_fabric_req_t **reqs = calloc((size_t)x->ntp * ((size_t)r->window * 2 + 1),
-                                         sizeof *reqs);
-        size_t n = 0;
-        for (int i = 0; reqs && i < x->ntp; i++)
-            n += tp_pending(&x->tp[i], r->window, reqs + n);
-        cancel_reqs(r, reqs, n);
-        free(reqs);
+        cancel_batch_t b;
+        b.n = 0;
+        for (int i = 0; i < x->ntp; i++)
+            tp_pending(r, &x->tp[i], &b);
+        batch_flush(r, &b);
         for (int i = 0; i < x->ntp; i++) { /* cancelled: nothing in flight now */
             x->tp[i].inflight = 0;
             for (int c = 0; c < r->window; c++)
@@ -863,13 +899,11 @@ static int store_prepare(ftc_repl_t *r, store_t *s, int idx, uint64_t size, ftc_
 static void incoming_free(ftc_repl_t *r, incoming_t *in, int how)
 {
     if (how != IN_KEEP && in->outstanding && !r->broken) {
-        ftc_fabric_req_t **reqs = calloc((size_t)in->outstanding, sizeof *reqs);
-        size_t n = 0;
-        for (chunk_rx_t *c = in->chunks; reqs && c; c = c->next)
-            if (pending(&c->req))
-                reqs[n++] = &c->req;
-        cancel_reqs(r, reqs, n);
-        free(reqs);
+        cancel_batch_t b;
+        b.n = 0;
+        for (chunk_rx_t *c = in->chunks; c; c = c->next)
+            batch_add(r, &b, &c->req);
+        batch_flush(r, &b);
     }
     /* after a cancel, anything still pending belongs to a broken endpoint
      * that will never progress again (fabric.h), so freeing is safe */
@@ -908,6 +942,7 @@ static incoming_t *incoming_new(ftc_repl_t *r, const peer_t *p, const ftc_wire_h
     in->step = h->step;
     in->total = h->total;
     in->gen = h->generation;
+    in->req = h->req;
     in->last_ns = ftc_now_ns();
     in->next = r->ins;
     r->ins = in;
@@ -1113,7 +1148,8 @@ static void incoming_complete(ftc_repl_t *r, incoming_t *in)
         refused(r, "replica of owner %u step %llu from node %u: %s", in->owner,
                 (unsigned long long)in->step, in->node, e.msg);
         if (p)
-            send_nack(r, p, in->owner, in->step, 0, rc, "%s", e.msg); /* the sender names both */
+            send_nack(r, p, in->owner, in->step, in->req, 0, rc, "%s",
+                      e.msg); /* the sender names both */
         incoming_free(r, in, IN_KEEP);
         return;
     }
@@ -1129,6 +1165,7 @@ static void incoming_complete(ftc_repl_t *r, incoming_t *in)
     if (p) {
         ftc_wire_hdr_t h;
         hdr_init(r, &h, FTC_MSG_ACK, in->owner, in->step);
+        h.req = in->req;
         h.total = in->total;
         (void)send_ctl(r, p, &h, NULL, NULL);
     }
@@ -1217,7 +1254,7 @@ static void on_push_put(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
     }
     incoming_t *in = s->in;
     if (in && (in->node != p->node || in->step != h->step || in->total != h->total ||
-               h->offset == 0)) {
+               in->req != h->req || h->offset == 0)) {
         /* Another push of this owner is unfinished. The same sender starting
          * anew means its old push ended (it never overlaps them): also a push
          * of the same step, which starts at offset 0 again (a push sends each
@@ -1229,7 +1266,7 @@ static void on_push_put(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
             if (in->node != p->node) {
                 peer_t *op = peer_find(r, in->node);
                 if (op)
-                    send_nack(r, op, in->owner, in->step, 0, FTC_ECANCELED,
+                    send_nack(r, op, in->owner, in->step, in->req, 0, FTC_ECANCELED,
                               "superseded by node %u's push of step %llu (generation %llu)",
                               p->node, (unsigned long long)h->step,
                               (unsigned long long)h->generation);
@@ -1273,7 +1310,7 @@ static void on_push_put(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
             refused(r, "PUT of owner %u step %llu from node %u: %s", h->owner,
                     (unsigned long long)h->step, p->node, e.msg);
             drain_put(r, p, h);
-            send_nack(r, p, h->owner, h->step, 0, rc, "cannot hold %llu bytes: %s",
+            send_nack(r, p, h->owner, h->step, h->req, 0, rc, "cannot hold %llu bytes: %s",
                       (unsigned long long)h->total, e.msg);
             return;
         }
@@ -1296,7 +1333,7 @@ refuse:
             (unsigned long long)h->step, (unsigned long long)h->offset,
             (unsigned long long)h->length, p->node, why);
     drain_put(r, p, h);
-    send_nack(r, p, h->owner, h->step, 0, code, "PUT at offset %llu: %s",
+    send_nack(r, p, h->owner, h->step, h->req, 0, code, "PUT at offset %llu: %s",
               (unsigned long long)h->offset, why);
 }
 
@@ -1310,12 +1347,25 @@ static xfer_t *fetch_find(ftc_repl_t *r, uint32_t node, uint32_t owner)
     return NULL;
 }
 
+/* The largest fetch answer taken into a buffer of the engine's own: half of
+ * this node's memory (the default size of /dev/shm, where no larger replica
+ * could be held either). An answer claiming more (an authenticated but
+ * confused holder) is refused before anything is allocated and touched. */
+static uint64_t fetch_limit(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), pg = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || pg <= 0)
+        return (uint64_t)1 << 40;
+    return (uint64_t)pages * (uint64_t)pg / 2;
+}
+
 static void on_fetch_put(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
 {
     xfer_t *x = fetch_find(r, p->node, h->owner);
-    if (!x || (x->step != UINT64_MAX && x->step != h->step)) {
-        refused(r, "unsolicited fetch PUT of owner %u step %llu from node %u", h->owner,
-                (unsigned long long)h->step, p->node);
+    if (!x || h->req != x->req || (x->step != UINT64_MAX && x->step != h->step)) {
+        refused(r, "unsolicited fetch PUT of owner %u step %llu from node %u (request %u%s)",
+                h->owner, (unsigned long long)h->step, p->node, h->req,
+                x && h->req != x->req ? ": an earlier fetch's" : "");
         drain_put(r, p, h);
         return;
     }
@@ -1333,6 +1383,15 @@ static void on_fetch_put(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
     if (!x->in) {
         /* straight into the caller's memory when it fits (no copy after) */
         bool into = x->dst && h->total <= x->dst_cap && h->total >= FTC_SHARD_HEADER_SIZE;
+        if (!into && h->total > fetch_limit()) {
+            drain_put(r, p, h);
+            xfer_fail(x, FTC_ERANGE, "fetch of owner %u from peer %u: the answer claims %llu "
+                      "bytes, more than half this node's memory (%llu bytes); refused",
+                      h->owner, p->node, (unsigned long long)h->total,
+                      (unsigned long long)fetch_limit());
+            xfer_finish(r, x);
+            return;
+        }
         uint8_t *buf = into ? x->dst
                             : h->total >= FTC_SHARD_HEADER_SIZE ? malloc(h->total) : NULL;
         if (buf && !into)
@@ -1375,11 +1434,11 @@ static void on_put_end(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
     /* a fetch's answer ends once all its PUTs came: else it is an earlier
      * fetch's answer ending */
     if (!in || in->node != p->node || in->step != h->step || in->total != h->total ||
-        (in->fx && in->next_off != in->total)) {
+        in->req != h->req || (in->fx && in->next_off != in->total)) {
         refused(r, "PUT_END of owner %u step %llu from node %u matches no transfer", h->owner,
                 (unsigned long long)h->step, p->node);
         if (!(h->flags & FTC__F_FETCH))
-            send_nack(r, p, h->owner, h->step, 0, FTC_EPROTO,
+            send_nack(r, p, h->owner, h->step, h->req, 0, FTC_EPROTO,
                       "PUT_END of step %llu without its PUTs (superseded or timed out here)",
                       (unsigned long long)h->step);
         return;
@@ -1389,8 +1448,10 @@ static void on_put_end(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
     in->last_ns = ftc_now_ns();
 }
 
-static int serve_start(ftc_repl_t *r, peer_t *p, store_t *s, int slot, uint64_t size);
-static int serve_start_buf(ftc_repl_t *r, peer_t *p, uint32_t owner, uint8_t *buf, uint64_t size);
+static int serve_start(ftc_repl_t *r, peer_t *p, store_t *s, int slot, uint64_t size,
+                       uint32_t req);
+static int serve_start_buf(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *get, uint8_t *buf,
+                           uint64_t size);
 
 /* The slot of s that holds step (UINT64_MAX: the newest), or -1. Besides the
  * newest complete replica, the other slot still holds the one before it
@@ -1451,7 +1512,7 @@ static int serve_local(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
         uint8_t *copy = malloc(best_size ? best_size : 1);
         if (copy) {
             memcpy(copy, sl[best].base, best_size);
-            rc = serve_start_buf(r, p, h->owner, copy, best_size);
+            rc = serve_start_buf(r, p, h, copy, best_size);
         }
     }
     for (int i = 0; i < 2 * FTC_AP_SLOTS_PER_RANK; i++)
@@ -1474,13 +1535,13 @@ static void on_get(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h)
         char want[32] = "newest";
         if (h->step != UINT64_MAX)
             snprintf(want, sizeof want, "%llu", (unsigned long long)h->step);
-        send_nack(r, p, h->owner, h->step, FTC__F_FETCH, FTC_ENOENT,
+        send_nack(r, p, h->owner, h->step, h->req, FTC__F_FETCH, FTC_ENOENT,
                   "not held: owner %u step %s (node %u holds %s)", h->owner, want, r->self, have);
         return;
     }
-    int rc = serve_start(r, p, s, slot, size);
+    int rc = serve_start(r, p, s, slot, size, h->req);
     if (rc < 0)
-        send_nack(r, p, h->owner, h->step, FTC__F_FETCH, rc, "cannot serve owner %u: %s",
+        send_nack(r, p, h->owner, h->step, h->req, FTC__F_FETCH, rc, "cannot serve owner %u: %s",
                   h->owner, r->err.msg);
 }
 
@@ -1493,13 +1554,13 @@ static void on_reply(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h, const ui
     if (code == 0 || code < FTC_ERANGE)
         code = FTC_EPROTO;
     if (h->flags & FTC__F_FETCH) {
-        /* a fetch NACK says the step its GET asked for (UINT64_MAX: newest):
-         * one of another step answers an earlier fetch that gave up */
+        /* a fetch NACK echoes its GET's request id: one with another
+         * answers an earlier fetch that gave up (even of the same step) */
         xfer_t *x = fetch_find(r, p->node, h->owner);
-        if (!x || h->type != FTC_MSG_NACK || h->step != x->step) {
-            refused(r, "unexpected fetch %s of owner %u step %llu from node %u%s",
+        if (!x || h->type != FTC_MSG_NACK || h->req != x->req) {
+            refused(r, "unexpected fetch %s of owner %u step %llu from node %u (request %u%s)",
                     ftc_wire_type_name(h->type), h->owner, (unsigned long long)h->step,
-                    p->node, x && h->step != x->step ? " (an earlier fetch's)" : "");
+                    p->node, h->req, x && h->req != x->req ? ": an earlier fetch's" : "");
             return;
         }
         xfer_fail(x, code, "fetch of owner %u from peer %u: %s", h->owner, p->node, reason);
@@ -1508,7 +1569,8 @@ static void on_reply(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h, const ui
     }
     for (int i = 0; i < r->nxf; i++) {
         xfer_t *x = r->xf[i];
-        if (!x || x->done || x->kind != XK_PUSH || x->owner != h->owner || x->step != h->step)
+        if (!x || x->done || x->kind != XK_PUSH || x->owner != h->owner || x->step != h->step ||
+            x->req != h->req) /* another request's: an earlier push that gave up */
             continue;
         for (int j = 0; j < x->ntp; j++) {
             tx_peer_t *tp = &x->tp[j];
@@ -1531,8 +1593,8 @@ static void on_reply(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *h, const ui
             return;
         }
     }
-    refused(r, "%s of owner %u step %llu from node %u matches no push",
-            ftc_wire_type_name(h->type), h->owner, (unsigned long long)h->step, p->node);
+    refused(r, "%s of owner %u step %llu from node %u (request %u) matches no push",
+            ftc_wire_type_name(h->type), h->owner, (unsigned long long)h->step, p->node, h->req);
 }
 
 static void on_message(ftc_repl_t *r, peer_t *p, const uint8_t *buf, size_t len)
@@ -1568,7 +1630,7 @@ static void on_message(ftc_repl_t *r, peer_t *p, const uint8_t *buf, size_t len)
         if (h.type == FTC_MSG_PUT || h.type == FTC_MSG_PUT_END || h.type == FTC_MSG_GET) {
             drain_put(r, p, &h);
             if (h.type != FTC_MSG_PUT || h.offset == 0)
-                send_nack(r, p, h.owner, h.step, h.type == FTC_MSG_GET ? FTC__F_FETCH : 0,
+                send_nack(r, p, h.owner, h.step, h.req, h.type == FTC_MSG_GET ? FTC__F_FETCH : 0,
                           FTC_ESTALE, "stale generation %llu: node %u is at generation %llu",
                           (unsigned long long)h.generation, r->self,
                           (unsigned long long)r->gen);
@@ -1693,6 +1755,7 @@ static int tp_post_chunk(ftc_repl_t *r, xfer_t *x, tx_peer_t *tp, tx_chunk_t *c,
     hdr_init(r, &h, FTC_MSG_PUT, x->owner, x->step);
     h.flags = x->kind == XK_SERVE ? FTC__F_FETCH : 0;
     h.keep = x->kind == XK_PUSH ? x->keep : 0;
+    h.req = x->req;
     h.offset = tp->next_off;
     h.length = len;
     h.total = x->size;
@@ -1790,6 +1853,7 @@ static int pump_tp(ftc_repl_t *r, xfer_t *x, tx_peer_t *tp)
         ftc_wire_hdr_t h;
         hdr_init(r, &h, FTC_MSG_PUT_END, x->owner, x->step);
         h.flags = x->kind == XK_SERVE ? FTC__F_FETCH : 0;
+        h.req = x->req;
         h.total = x->size;
         h.payload_xxh3 = x->head_xxh3;
         ftc_err_t e = {0};
@@ -1924,7 +1988,8 @@ static void xfer_free(ftc_repl_t *r, xfer_t *x)
     free(x);
 }
 
-static int serve_start(ftc_repl_t *r, peer_t *p, store_t *s, int slot, uint64_t size)
+static int serve_start(ftc_repl_t *r, peer_t *p, store_t *s, int slot, uint64_t size,
+                       uint32_t req)
 {
     xfer_t *x = NULL;
     int id = xfer_new(r, XK_SERVE, 1, &x);
@@ -1940,6 +2005,7 @@ static int serve_start(ftc_repl_t *r, peer_t *p, store_t *s, int slot, uint64_t 
         return ftc_err_set(&r->err, FTC_ECORRUPT, "held replica no longer opens: %s", e.msg);
     }
     x->owner = s->owner;
+    x->req = req;
     x->step = v.info.step;
     x->src = src;
     x->size = size;
@@ -1952,8 +2018,10 @@ static int serve_start(ftc_repl_t *r, peer_t *p, store_t *s, int slot, uint64_t 
     return 0;
 }
 
-/* Serves buf (malloc'd; owned by the transfer from here on, even on error). */
-static int serve_start_buf(ftc_repl_t *r, peer_t *p, uint32_t owner, uint8_t *buf, uint64_t size)
+/* Serves buf (malloc'd; owned by the transfer from here on, even on error)
+ * in answer to GET get. */
+static int serve_start_buf(ftc_repl_t *r, peer_t *p, const ftc_wire_hdr_t *get, uint8_t *buf,
+                           uint64_t size)
 {
     ftc_shard_view_t v;
     ftc_err_t e = {0};
@@ -1967,7 +2035,8 @@ static int serve_start_buf(ftc_repl_t *r, peer_t *p, uint32_t owner, uint8_t *bu
         free(buf);
         return id;
     }
-    x->owner = owner;
+    x->owner = get->owner;
+    x->req = get->req;
     x->step = v.info.step;
     x->buf = buf; /* freed with the transfer */
     x->src = buf;
@@ -2027,6 +2096,7 @@ ftc_repl_t *ftc_repl_create(const ftc_repl_options_t *o, ftc_err_t *err)
     /* a restarted agent must not reuse seqs its peers have seen: start from
      * the wall clock in microseconds */
     r->seq = ftc_wall_ms() * 1000u;
+    r->req_ids = (uint32_t)r->seq; /* nor request ids, as far as it can help */
     return r;
 }
 
@@ -2034,43 +2104,25 @@ void ftc_repl_destroy(ftc_repl_t *r)
 {
     if (!r)
         return;
-    /* Cancel everything still posted in one bounded call. */
+    /* Cancel everything still posted, a batch per bounded call (no
+     * allocation: nothing is freed below while libfabric may hold it). */
     if (!r->broken) {
-        size_t cap = 0;
+        cancel_batch_t b;
+        b.n = 0;
         for (int i = 0; i < FTC_REPL_MAX_PEERS; i++)
-            cap += r->peers[i].used ? (size_t)r->rx_per_peer : 0;
+            for (int j = 0; r->peers[i].used && j < r->rx_per_peer; j++)
+                batch_add(r, &b, &r->peers[i].rx[j].req);
         for (outmsg_t *m = r->outbox; m; m = m->next)
-            cap++;
+            batch_add(r, &b, &m->req);
         for (drain_t *d = r->drains; d; d = d->next)
-            cap++;
+            batch_add(r, &b, &d->req);
         for (incoming_t *in = r->ins; in; in = in->next)
-            cap += (size_t)in->outstanding;
+            for (chunk_rx_t *c = in->chunks; c; c = c->next)
+                batch_add(r, &b, &c->req);
         for (int i = 0; i < r->nxf; i++)
-            if (r->xf[i])
-                cap += (size_t)r->xf[i]->ntp * ((size_t)r->window * 2 + 1);
-        ftc_fabric_req_t **reqs = calloc(cap + 1, sizeof *reqs);
-        size_t n = 0;
-        if (reqs) {
-            for (int i = 0; i < FTC_REPL_MAX_PEERS; i++)
-                for (int j = 0; r->peers[i].used && j < r->rx_per_peer; j++)
-                    if (pending(&r->peers[i].rx[j].req))
-                        reqs[n++] = &r->peers[i].rx[j].req;
-            for (outmsg_t *m = r->outbox; m; m = m->next)
-                if (pending(&m->req))
-                    reqs[n++] = &m->req;
-            for (drain_t *d = r->drains; d; d = d->next)
-                if (pending(&d->req))
-                    reqs[n++] = &d->req;
-            for (incoming_t *in = r->ins; in; in = in->next)
-                for (chunk_rx_t *c = in->chunks; c; c = c->next)
-                    if (pending(&c->req))
-                        reqs[n++] = &c->req;
-            for (int i = 0; i < r->nxf; i++)
-                for (int j = 0; r->xf[i] && j < r->xf[i]->ntp; j++)
-                    n += tp_pending(&r->xf[i]->tp[j], r->window, reqs + n);
-            cancel_reqs(r, reqs, n);
-            free(reqs);
-        }
+            for (int j = 0; r->xf[i] && j < r->xf[i]->ntp; j++)
+                tp_pending(r, &r->xf[i]->tp[j], &b);
+        batch_flush(r, &b);
     }
     r->broken = true; /* no fabric call from here on */
     for (int i = 0; i < r->nxf; i++)
@@ -2166,9 +2218,10 @@ int ftc_repl_peer_remove(ftc_repl_t *r, uint32_t node)
             if (x->tp[j].node == node && x->tp[j].state != TP_OK) {
                 /* a failed peer too: a DATA held back (dwait) would only be
                  * retried while the peer exists, keeping the push open */
-                ftc_fabric_req_t *reqs[129];
-                size_t n = tp_pending(&x->tp[j], r->window, reqs);
-                cancel_reqs(r, reqs, n);
+                cancel_batch_t b;
+                b.n = 0;
+                tp_pending(r, &x->tp[j], &b);
+                batch_flush(r, &b);
                 x->tp[j].inflight = 0;
                 for (int c = 0; c < r->window; c++)
                     x->tp[j].ch[c].busy = x->tp[j].ch[c].dwait = false;
@@ -2271,6 +2324,7 @@ int ftc_repl_push_keep(ftc_repl_t *r, uint32_t owner, uint64_t step, const uint8
     x->size = size;
     x->head_xxh3 = v.head_xxh3;
     x->keep = committed >= 0 ? (uint64_t)committed + 1 : 0;
+    x->req = req_new(r);
     x->d = d;
     for (int i = 0; i < npeers; i++)
         x->tp[i].node = peers[i];
@@ -2308,6 +2362,8 @@ int ftc_repl_fetch_into(ftc_repl_t *r, uint32_t peer, uint32_t owner, uint64_t s
     x->dst_cap = dst ? cap : 0;
     ftc_wire_hdr_t h;
     hdr_init(r, &h, FTC_MSG_GET, owner, step);
+    x->req = req_new(r);
+    h.req = x->req;
     int rc = send_ctl(r, p, &h, NULL, &x->get_id);
     if (rc < 0) {
         r->xf[id] = NULL;

@@ -154,7 +154,8 @@ typedef struct ftc_repl_status {
 int ftc_repl_status(ftc_repl_t *r, ftc_repl_xfer_t x, ftc_repl_status_t *st);
 /* ftc_repl_fetch, the answer landing in dst (cap bytes, the caller's,
  * untouched by anything else until the fetch is done) when it fits, else in
- * a malloc'd buffer. A failed fetch may leave partial bytes in dst. */
+ * a malloc'd buffer of at most half this node's memory (a larger answer fails
+ * with FTC_ERANGE). A failed fetch may leave partial bytes in dst. */
 int ftc_repl_fetch_into(ftc_repl_t *r, uint32_t peer, uint32_t owner, uint64_t step,
                         uint8_t *dst, uint64_t cap, ftc_deadline_t d, ftc_repl_xfer_t *xid);
 /* Takes the result of a finished fetch: a verified shard, every checksum

@@ -3,7 +3,7 @@
  *
  *   0  magic "FTCW"      4   version u16   6  type u16    8  flags u16
  *   10 reserved u16 (0)  12  sender u32    16 job u64     24 generation u64
- *   32 owner u32         36  reserved u32 (0)             40 seq u64
+ *   32 owner u32         36  req u32 (version 2)          40 seq u64
  *   48 step u64          56  offset u64    64 length u64  72 total u64
  *   80 payload_xxh3 u64  88  keep u64 (PUT; 0 otherwise)
  *   96 mac[16]: HMAC-SHA256(secret, bytes 0..95), first 16 bytes
@@ -72,6 +72,7 @@ int ftc_wire_encode(const ftc_wire_key_t *k, const ftc_wire_hdr_t *h, uint8_t ou
     ftc_le_wr64(out + 16, k->job);
     ftc_le_wr64(out + 24, h->generation);
     ftc_le_wr32(out + 32, h->owner);
+    ftc_le_wr32(out + 36, h->req);
     ftc_le_wr64(out + 40, h->seq);
     ftc_le_wr64(out + 48, h->step);
     ftc_le_wr64(out + 56, h->offset);
@@ -94,8 +95,9 @@ int ftc_wire_decode(const ftc_wire_key_t *k, const uint8_t *buf, size_t len, ftc
     if (memcmp(buf, ftc__wire_magic, 4))
         return ftc_err_set(err, FTC_EPROTO, "wire: bad magic at offset 0 (not an ftc message)");
     if (ftc_le_rd16(buf + 4) != FTC_WIRE_VERSION)
-        return ftc_err_set(err, FTC_EPROTO, "wire: protocol version %u at offset 4; this agent "
-                                            "speaks %d", ftc_le_rd16(buf + 4), FTC_WIRE_VERSION);
+        return ftc_err_set(err, FTC_EPROTO, "wire: protocol version %u at offset 4 (an agent of "
+                           "another ftc release); this agent speaks version %d: run the same "
+                           "ftc release on every node", ftc_le_rd16(buf + 4), FTC_WIRE_VERSION);
     uint8_t mac[FTC_WIRE_MAC];
     int rc = ftc__mac(k, buf, mac, err);
     if (rc)
@@ -109,7 +111,7 @@ int ftc_wire_decode(const ftc_wire_key_t *k, const uint8_t *buf, size_t len, ftc
     h->type = ftc_le_rd16(buf + 6);
     if (h->type == 0 || h->type >= FTC_MSG__MAX)
         return ftc_err_set(err, FTC_EPROTO, "wire: unknown message type %u at offset 6", h->type);
-    if (ftc_le_rd16(buf + 10) || ftc_le_rd32(buf + 36) ||
+    if (ftc_le_rd16(buf + 10) ||
         (h->type != FTC_MSG_PUT && ftc_le_rd64(buf + 88)))
         return ftc_err_set(err, FTC_EPROTO, "wire: reserved header bytes are not zero");
     for (int i = 112; i < FTC_WIRE_HDR; i++)
@@ -121,6 +123,7 @@ int ftc_wire_decode(const ftc_wire_key_t *k, const uint8_t *buf, size_t len, ftc
     h->job = ftc_le_rd64(buf + 16);
     h->generation = ftc_le_rd64(buf + 24);
     h->owner = ftc_le_rd32(buf + 32);
+    h->req = ftc_le_rd32(buf + 36);
     h->seq = ftc_le_rd64(buf + 40);
     h->step = ftc_le_rd64(buf + 48);
     h->offset = ftc_le_rd64(buf + 56);

@@ -8,6 +8,10 @@
  *   sender   the sender's node index; seq, a per-sender counter (replays and
  *            reordering of control messages are refused by the receiver)
  *   owner rank, step, offset, length, total: which bytes of which shard
+ *   req      request id: a GET and a push's PUTs and PUT_END carry the
+ *            requester's; every answer (ACK, NACK, a fetch answer's PUTs and
+ *            PUT_END) echoes it, so a late answer to an earlier request is
+ *            told apart from the answer to the current one (version 2)
  *   payload_xxh3: checksum of the payload that follows (length bytes); the
  *            replication engine leaves it 0 on PUT chunks, whose bytes are
  *            verified through the shard's own checksums (each tensor's xxh3,
@@ -40,7 +44,7 @@
 extern "C" {
 #endif
 
-#define FTC_WIRE_VERSION 1
+#define FTC_WIRE_VERSION 2 /* 2: req at offset 36 (reserved in 1) */
 #define FTC_WIRE_HDR 128
 #define FTC_WIRE_MAC 16
 #define FTC_WIRE_MAX_PAYLOAD (64u << 20)
@@ -62,6 +66,7 @@ typedef struct ftc_wire_hdr {
     uint64_t generation;
     uint32_t sender;     /* node index */
     uint32_t owner;      /* rank whose shard this is */
+    uint32_t req;        /* request id (GET, push PUT/PUT_END) or the one answered; 0: none */
     uint64_t seq;
     uint64_t step;
     uint64_t offset;

@@ -34,8 +34,10 @@
 #include "core/clock.h"
 #include "core/fabric.h"
 #include "core/hash.h"
+#include "core/le.h"
 
 #include <errno.h>
+#include <openssl/evp.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -77,6 +79,7 @@ typedef struct agent {
     ftc_fabric_peer_t fa[MAX_AGENTS]; /* raw peer: the others' addresses */
     ftc_wire_key_t key;               /* raw peer: the job's key */
     uint64_t seq;                     /* raw peer: next header seq */
+    uint32_t req;                     /* raw peer: the request id raw_hdr answers (0: none) */
 } agent_t;
 
 typedef int (*agent_fn)(agent_t *a);
@@ -672,19 +675,54 @@ static uint64_t raw_tag_data(uint32_t node, uint64_t seq)
     return (2ull << 62) | ((uint64_t)(node & 0xfffffu) << 40) | (seq & ((1ull << 40) - 1));
 }
 
-/* Sends header h (sender and seq filled in here) to node `to`; its seq. */
-static uint64_t raw_hdr(agent_t *a, uint32_t to, ftc_wire_hdr_t *h)
+/* The request id (offset 36) of a received header, and a header sent with
+ * one: written into the encoded header and the MAC made again, so this test
+ * peer speaks whichever wire version the engine does (0: as encoded). */
+static int raw_recv_req(agent_t *a, uint32_t from, ftc_wire_hdr_t *h, uint32_t *req, int ms)
 {
-    uint8_t buf[FTC_WIRE_HDR];
+    uint8_t buf[256];
+    size_t got = 0;
     ftc_err_t e = {0};
+    int rc = ftc_fabric_recv(a->fab, a->fa[from], raw_tag_hdr(from), 0, buf, sizeof buf, &got,
+                             NULL, ftc_deadline_in_ms((uint64_t)ms));
+    if (rc == 0 && got >= FTC_WIRE_HDR)
+        *req = ftc_le_rd32(buf + 36);
+    return rc ? rc : ftc_wire_decode(&a->key, buf, got, h, &e);
+}
+
+static uint64_t raw_hdr_req(agent_t *a, uint32_t to, ftc_wire_hdr_t *h, uint32_t req,
+                            const char *reason)
+{
+    uint8_t buf[FTC_WIRE_HDR + 64];
+    size_t rl = reason ? strlen(reason) : 0;
+    ftc_err_t e = {0};
+    CHECK(rl <= 64);
     if (!a->seq)
         a->seq = 1;
     h->sender = a->self;
     h->seq = a->seq++;
+    h->length = rl ? rl : h->length;
+    h->payload_xxh3 = rl ? ftc_xxh3(reason, rl) : h->payload_xxh3;
     CHECK(ftc_wire_encode(&a->key, h, buf, &e) == 0);
-    CHECK(ftc_fabric_send(a->fab, a->fa[to], raw_tag_hdr(a->self), buf, sizeof buf,
+    if (req) {
+        uint8_t mac[32];
+        size_t n = 0;
+        ftc_le_wr32(buf + 36, req);
+        CHECK(EVP_Q_mac(NULL, "HMAC", NULL, "SHA256", NULL, a->key.secret, a->key.secret_len,
+                        buf, 96, mac, sizeof mac, &n) && n >= 16);
+        memcpy(buf + 96, mac, 16);
+    }
+    memcpy(buf + FTC_WIRE_HDR, reason ? reason : "", rl);
+    CHECK(ftc_fabric_send(a->fab, a->fa[to], raw_tag_hdr(a->self), buf, FTC_WIRE_HDR + rl,
                           ftc_deadline_in_ms(5000)) == 0);
     return h->seq;
+}
+
+/* Sends header h (sender and seq filled in here) to node `to`, answering
+ * request a->req; its seq. */
+static uint64_t raw_hdr(agent_t *a, uint32_t to, ftc_wire_hdr_t *h)
+{
+    return raw_hdr_req(a, to, h, a->req, NULL);
 }
 
 #define RAW_F_FETCH 0x100 /* FTC__F_FETCH of replica.c: a PUT answering a GET */
@@ -833,7 +871,8 @@ static int s13_fetcher(agent_t *a)
 static int s13_holder(agent_t *a)
 {
     ftc_wire_hdr_t h;
-    CHECK(raw_recv(a, 0, &h, 10000) == 0 && h.type == FTC_MSG_GET && h.owner == 0);
+    CHECK(raw_recv_req(a, 0, &h, &a->req, 10000) == 0 && h.type == FTC_MSG_GET &&
+          h.owner == 0);
     /* the answer's first PUT: its header now, its DATA (1 MiB: a rendezvous
      * send on rxm) after the fetcher gave up */
     uint64_t len = 1 << 20;
@@ -935,21 +974,15 @@ static int s15_fetcher(agent_t *a)
 static int s15_holder(agent_t *a)
 {
     ftc_wire_hdr_t h;
-    CHECK(raw_recv(a, 0, &h, 10000) == 0 && h.type == FTC_MSG_GET && h.step == 5);
-    CHECK(raw_recv(a, 0, &h, 10000) == 0 && h.type == FTC_MSG_GET && h.step == 1);
+    uint32_t q1 = 0;
+    CHECK(raw_recv_req(a, 0, &h, &q1, 10000) == 0 && h.type == FTC_MSG_GET && h.step == 5);
+    CHECK(raw_recv_req(a, 0, &h, &a->req, 10000) == 0 && h.type == FTC_MSG_GET &&
+          h.step == 1);
     /* the answer to the first GET comes late: after the second one */
-    const char *why = "not held: owner 0 step 5";
     ftc_wire_hdr_t n = {.type = FTC_MSG_NACK, .flags = RAW_F_FETCH | (uint16_t)-FTC_ENOENT,
-                        .generation = 1, .owner = 0, .step = 5, .length = strlen(why),
-                        .payload_xxh3 = ftc_xxh3(why, strlen(why))};
-    uint8_t buf[FTC_WIRE_HDR + 64];
+                        .generation = 1, .owner = 0, .step = 5};
+    raw_hdr_req(a, 0, &n, q1, "not held: owner 0 step 5");
     ftc_err_t e = {0};
-    n.sender = a->self;
-    n.seq = a->seq++;
-    CHECK(ftc_wire_encode(&a->key, &n, buf, &e) == 0);
-    memcpy(buf + FTC_WIRE_HDR, why, strlen(why));
-    CHECK(ftc_fabric_send(a->fab, a->fa[0], raw_tag_hdr(a->self), buf,
-                          FTC_WIRE_HDR + strlen(why), ftc_deadline_in_ms(5000)) == 0);
     /* the answer to the second one: step 1, whole */
     uint64_t chunk = 256 << 10;
     for (uint64_t off = 0; off < g_n[0]; off += chunk)
@@ -1013,14 +1046,17 @@ static void raw_serve(agent_t *a, uint64_t from, uint64_t chunk)
 static int s16_holder(agent_t *a)
 {
     ftc_wire_hdr_t h;
-    CHECK(raw_recv(a, 0, &h, 10000) == 0 && h.type == FTC_MSG_GET && h.step == 1);
-    CHECK(raw_recv(a, 0, &h, 10000) == 0 && h.type == FTC_MSG_GET && h.step == 1);
+    uint32_t q1 = 0, q2 = 0;
+    CHECK(raw_recv_req(a, 0, &h, &q1, 10000) == 0 && h.type == FTC_MSG_GET && h.step == 1);
+    CHECK(raw_recv_req(a, 0, &h, &q2, 10000) == 0 && h.type == FTC_MSG_GET && h.step == 1);
     /* the answer to the first GET, from its second chunk on (its first one
      * went before the fetcher gave up), then the answer to the second */
     uint64_t chunk = 256 << 10;
+    a->req = q1;
     raw_serve(a, chunk, chunk);
     ftc_sleep_ms(1000); /* the fetcher is done with the first before the second starts
                            (else their chunks happen to add up to a whole shard) */
+    a->req = q2;
     raw_serve(a, 0, chunk);
     return 0;
 }
@@ -1031,6 +1067,170 @@ static void test_stale_answer_tail(void **state)
     new_job();
     g_s[0] = ftc_test_make_shard(1, 0, 1 << 14, 161, &g_n[0]);
     agent_cfg_t cfg[2] = {{.script = s16_fetcher}, {.script = s16_holder, .raw = true}};
+    run_t R;
+    run_start(&R, 2, cfg);
+    run_end(&R);
+    unlink_slots();
+    shards_free();
+}
+
+/* ---- a fetch answer claiming a huge shard is refused before allocating --------- */
+
+static int s17_fetcher(agent_t *a)
+{
+    uint8_t *got = NULL;
+    uint64_t n = 0;
+    ftc_repl_status_t st;
+    int rc = fetch_step_wait(a, 1, 0, 1, &got, &n, &st);
+    printf("# %s: fetch answered with a PUT claiming 1 PiB: %s (%s)\n", g_prov,
+           ftc_errname(rc), st.detail);
+    CHECK(rc == FTC_ERANGE && strstr(st.detail, "1125899906842624 bytes"));
+    return 0;
+}
+
+static int s17_holder(agent_t *a)
+{
+    ftc_wire_hdr_t h;
+    CHECK(raw_recv_req(a, 0, &h, &a->req, 10000) == 0 && h.type == FTC_MSG_GET &&
+          h.step == 1);
+    /* an authenticated holder's answer whose total no node could hold: the
+     * fetcher must refuse it, not allocate (and touch) that much; its DATA
+     * is still drained */
+    CHECK(raw_put_f(a, 0, 1, g_s[0], 1ull << 50, 1, 0, 4096, true, RAW_F_FETCH) == 0);
+    return 0;
+}
+
+static void test_fetch_huge_total(void **state)
+{
+    (void)state;
+    new_job();
+    g_s[0] = ftc_test_make_shard(1, 0, 1 << 14, 171, &g_n[0]);
+    agent_cfg_t cfg[2] = {{.script = s17_fetcher}, {.script = s17_holder, .raw = true}};
+    run_t R;
+    run_start(&R, 2, cfg);
+    run_end(&R);
+    unlink_slots();
+    shards_free();
+}
+
+/* ---- answers tied to their request: a late answer of an earlier one refused ----- */
+
+static int s18_fetcher(agent_t *a)
+{
+    ftc_repl_xfer_t x;
+    ftc_repl_status_t st;
+    CHECK(ftc_repl_fetch(a->r, 1, 0, 1, ftc_deadline_in_ms(1000), &x) == 0);
+    run_xfer(a, x, &st, 30);
+    ftc_repl_release(a->r, x);
+    CHECK(st.rc == FTC_ETIMEDOUT);
+    uint8_t *got = NULL;
+    uint64_t n = 0;
+    int rc = fetch_step_wait(a, 1, 0, 1, &got, &n, &st);
+    printf("# %s: fetch of step 1 after a late NACK of the same step: %s (%s)\n", g_prov,
+           ftc_errname(rc), st.detail);
+    CHECK(rc == 0 && n == g_n[0] && memcmp(got, g_s[0], n) == 0);
+    free(got);
+    return 0;
+}
+
+static int s18_holder(agent_t *a)
+{
+    ftc_wire_hdr_t h;
+    uint32_t q1 = 0, q2 = 0;
+    CHECK(raw_recv_req(a, 0, &h, &q1, 10000) == 0 && h.type == FTC_MSG_GET && h.step == 1);
+    CHECK(raw_recv_req(a, 0, &h, &q2, 10000) == 0 && h.type == FTC_MSG_GET && h.step == 1);
+    /* the answer to the first GET comes late, after the second one: the
+     * same step, so only its request id tells it apart */
+    ftc_wire_hdr_t nk = {.type = FTC_MSG_NACK, .flags = RAW_F_FETCH | (uint16_t)-FTC_ENOENT,
+                         .generation = 1, .owner = 0, .step = 1};
+    raw_hdr_req(a, 0, &nk, q1, "not held: owner 0 step 1");
+    uint64_t chunk = 256 << 10;
+    for (uint64_t off = 0; off < g_n[0]; off += chunk) {
+        uint64_t len = g_n[0] - off < chunk ? g_n[0] - off : chunk;
+        ftc_wire_hdr_t p = {.type = FTC_MSG_PUT, .flags = RAW_F_FETCH, .generation = 1,
+                            .owner = 0, .step = 1, .offset = off, .length = len,
+                            .total = g_n[0]};
+        uint64_t seq = raw_hdr_req(a, 0, &p, q2, NULL);
+        CHECK(ftc_fabric_send(a->fab, a->fa[0], raw_tag_data(a->self, seq), g_s[0] + off, len,
+                              ftc_deadline_in_ms(5000)) == 0);
+    }
+    ftc_shard_view_t v;
+    ftc_err_t e = {0};
+    CHECK(ftc_shard_open(&v, g_s[0], g_n[0], 0, &e) == 0);
+    ftc_wire_hdr_t end = {.type = FTC_MSG_PUT_END, .flags = RAW_F_FETCH, .generation = 1,
+                          .owner = 0, .step = 1, .total = g_n[0], .payload_xxh3 = v.head_xxh3};
+    raw_hdr_req(a, 0, &end, q2, NULL);
+    return 0;
+}
+
+static void test_late_nack_same_step(void **state)
+{
+    (void)state;
+    new_job();
+    g_s[0] = ftc_test_make_shard(1, 0, 1 << 14, 181, &g_n[0]);
+    agent_cfg_t cfg[2] = {{.script = s18_fetcher}, {.script = s18_holder, .raw = true}};
+    run_t R;
+    run_start(&R, 2, cfg);
+    run_end(&R);
+    unlink_slots();
+    shards_free();
+}
+
+static int s19_pusher(agent_t *a)
+{
+    ftc_repl_status_t st;
+    uint32_t peer = 1;
+    /* the first attempt: no answer by its deadline */
+    CHECK(push_wait(a, 0, g_s[0], g_n[0], &peer, 1, 1, &st) == FTC_ETIMEDOUT);
+    /* the retry of the same (owner, step, size) */
+    int rc = push_wait(a, 0, g_s[0], g_n[0], &peer, 1, 30, &st);
+    printf("# %s: retried push after a late NACK of the first attempt: %s (%s)\n", g_prov,
+           ftc_errname(rc), st.detail);
+    CHECK(rc == 0 && st.acked == 1);
+    return 0;
+}
+
+/* Receives one push of node 0 (its PUTs, their DATA, the PUT_END); its
+ * request id. */
+static uint32_t raw_take_push(agent_t *a)
+{
+    uint32_t q = 0;
+    ftc_wire_hdr_t h;
+    for (;;) {
+        CHECK(raw_recv_req(a, 0, &h, &q, 10000) == 0);
+        if (h.type == FTC_MSG_PUT_END)
+            break;
+        CHECK(h.type == FTC_MSG_PUT);
+        uint8_t *buf = malloc(h.length);
+        CHECK(buf);
+        CHECK(ftc_fabric_recv(a->fab, a->fa[0], raw_tag_data(0, h.seq), 0, buf, h.length, NULL,
+                              NULL, ftc_deadline_in_ms(10000)) == 0);
+        free(buf);
+    }
+    return q;
+}
+
+static int s19_receiver(agent_t *a)
+{
+    uint32_t q1 = raw_take_push(a);
+    uint32_t q2 = raw_take_push(a);
+    /* the first attempt's answer comes late: a NACK for the same (owner,
+     * step, size), then the retry's ACK */
+    ftc_wire_hdr_t nk = {.type = FTC_MSG_NACK, .flags = (uint16_t)-FTC_ECORRUPT, .generation = 1,
+                         .owner = 0, .step = 1, .total = g_n[0]};
+    raw_hdr_req(a, 0, &nk, q1, "a late NACK of the first attempt");
+    ftc_wire_hdr_t ack = {.type = FTC_MSG_ACK, .generation = 1, .owner = 0, .step = 1,
+                          .total = g_n[0]};
+    raw_hdr_req(a, 0, &ack, q2, NULL);
+    return 0;
+}
+
+static void test_late_push_answer(void **state)
+{
+    (void)state;
+    new_job();
+    g_s[0] = ftc_test_make_shard(1, 0, 1 << 14, 191, &g_n[0]);
+    agent_cfg_t cfg[2] = {{.script = s19_pusher}, {.script = s19_receiver, .raw = true}};
     run_t R;
     run_start(&R, 2, cfg);
     run_end(&R);
@@ -1442,6 +1642,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_superseded_drains),
         cmocka_unit_test(test_late_fetch_nack),
         cmocka_unit_test(test_stale_answer_tail),
+        cmocka_unit_test(test_fetch_huge_total),
+        cmocka_unit_test(test_late_nack_same_step),
+        cmocka_unit_test(test_late_push_answer),
         cmocka_unit_test(test_wrong_key),
         cmocka_unit_test(test_stale_generation),
         cmocka_unit_test(test_parity),

@@ -49,7 +49,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (rc == 0)
             FUZZ_CHECK(h.type == f.type && h.generation == f.generation && h.owner == f.owner &&
                            h.step == f.step && h.offset == f.offset && h.total == f.total &&
-                           h.seq == f.seq && h.flags == f.flags && h.sender == f.sender,
+                           h.seq == f.seq && h.flags == f.flags && h.sender == f.sender &&
+                           h.req == f.req,
                        "signed header did not round-trip");
         if (rc == 0 && h.length == 0) {
             memset(&err, 0, sizeof err);
