@@ -60,7 +60,7 @@ test-asan: setup
 test-fuzz: setup
 	CC=clang cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFTC_FUZZ=ON -DFTC_WITH_CUDA=OFF -DBUILD_TESTING=ON
 	cmake --build $(FUZZ_BUILD) -j $(JOBS)
-	cd $(FUZZ_BUILD) && ctest -L fuzz $(CTEST_FLAGS)
+	cd $(FUZZ_BUILD) && ctest -j $(JOBS) -L fuzz $(CTEST_FLAGS)
 
 bench: build
 	$(BUILD)/bench/bench_persist
