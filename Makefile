@@ -59,7 +59,7 @@ test-asan: setup
 
 test-fuzz: setup
 	CC=clang cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFTC_FUZZ=ON -DFTC_WITH_CUDA=OFF -DBUILD_TESTING=ON
-	cmake --build $(FUZZ_BUILD) -j $(JOBS)
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target ftc_fuzz_targets
 	cd $(FUZZ_BUILD) && ctest -j $(JOBS) -L fuzz $(CTEST_FLAGS)
 
 bench: build
