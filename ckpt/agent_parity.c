@@ -694,6 +694,7 @@ int ftc__par_store_local(const char *ns, uint32_t local, const uint8_t *wrap, ui
     uint64_t newest = 0;
     bool any = false;
     int64_t held[2] = {-1, -1};
+    uint64_t have[2] = {0, 0};
     char name[2][FTC_SLOT_NAME_MAX];
     for (int i = 0; i < 2; i++) {
         if (ftc_slot_name(ns, FTC_PAR_OWNER(local), i, name[i], sizeof name[i], err))
@@ -702,6 +703,7 @@ int ftc__par_store_local(const char *ns, uint32_t local, const uint8_t *wrap, ui
         ftc_err_t e = {0};
         if (ftc_slot_open(name[i], false, &s, &e))
             continue;
+        have[i] = s.size;
         ftc_shard_view_t v;
         uint64_t total;
         if (ftc_shard_peek_size(s.base, s.size, &total, &e) == 0 && total <= s.size &&
@@ -717,6 +719,12 @@ int ftc__par_store_local(const char *ns, uint32_t local, const uint8_t *wrap, ui
     }
     if (keep >= 0 && held[target] == keep && held[1 - target] != keep)
         target = 1 - target;
+    /* another size (a layout change): a new file, not the old one resized
+     * in place, which would SIGBUS a thread that has it mapped (a read or
+     * a rebuild copying it) past its new end; the mapping keeps the old */
+    ftc_err_t ue = {0};
+    if (have[target] && have[target] != size)
+        ftc_slot_unlink(name[target], &ue);
     ftc_slot_t s;
     if (ftc_slot_create(name[target], size, &s, err))
         return err->code;

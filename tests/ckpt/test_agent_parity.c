@@ -680,6 +680,52 @@ static void test_read_local_every_slot(void **state)
     free(sh);
 }
 
+/* A wrapper of another size (a layout change: new shard sizes) is stored in
+ * a new slot file: the old one was ftruncated smaller in place, and a thread
+ * that had it mapped (ftc__par_read_local peeking it, a rebuild copying it)
+ * died of SIGBUS touching its old end. The mapping keeps the old bytes. */
+static void test_store_other_size_keeps_mappings(void **state)
+{
+    (void)state;
+    ftc_err_t e = {0};
+    char ns[64], pn[2][FTC_SLOT_NAME_MAX];
+    snprintf(ns, sizeof ns, "aparz%d.n0", (int)getpid());
+    uint64_t big, small;
+    uint8_t *w1 = ftc_test_make_shard(1, 0, 20000, 1, &big);
+    uint8_t *w2 = ftc_test_make_shard(2, 0, 20000, 2, &big);
+    uint8_t *w3 = ftc_test_make_shard(3, 0, 100, 3, &small);
+    assert_true(small < big / 4);
+    assert_int_equal(ftc__par_store_local(ns, 0, w1, big, -1, &e), 0);
+    assert_int_equal(ftc__par_store_local(ns, 0, w2, big, -1, &e), 0);
+    /* a reader maps the slot holding step 1: the one step 3 goes to */
+    ftc_slot_t rd = {0};
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(ftc_slot_name(ns, FTC_PAR_OWNER(0), i, pn[i], sizeof pn[i], &e), 0);
+        ftc_slot_t s;
+        assert_int_equal(ftc_slot_open(pn[i], false, &s, &e), 0);
+        if (!memcmp(s.base, w1, big))
+            rd = s;
+        else
+            ftc_slot_close(&s);
+    }
+    assert_non_null(rd.base);
+    assert_int_equal(ftc__par_store_local(ns, 0, w3, small, -1, &e), 0);
+    /* without the fix: SIGBUS here (the pages past the new size are gone) */
+    assert_memory_equal(rd.base, w1, big);
+    ftc_slot_close(&rd);
+    uint8_t *buf = NULL;
+    uint64_t n = 0;
+    assert_int_equal(ftc__par_read_local(ns, FTC_PAR_OWNER(0), 3, &buf, &n, &e), 0);
+    assert_int_equal(n, small);
+    assert_memory_equal(buf, w3, small);
+    free(buf);
+    for (int i = 0; i < 2; i++)
+        ftc_slot_unlink(pn[i], &e);
+    free(w1);
+    free(w2);
+    free(w3);
+}
+
 /* The parity worker encodes what ftc__par_encode does, from the encoder's
  * slot mapped by name; a slot that does not verify (or holds another step)
  * gives an error and no parity (I1). Its own wrapper lands in its slot, and
@@ -2112,6 +2158,7 @@ int main(void)
         cmocka_unit_test(test_worker),
         cmocka_unit_test(test_worker_pool),
         cmocka_unit_test(test_read_local_every_slot),
+        cmocka_unit_test(test_store_other_size_keeps_mappings),
         cmocka_unit_test(test_idle_members),
         cmocka_unit_test(test_rebuild_recorded_code),
         cmocka_unit_test(test_groups_text),
