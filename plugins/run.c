@@ -1928,8 +1928,13 @@ static bool ftc__grow_boundary(ftc__sup_t *s, const char *job, uint64_t gen)
 {
     int64_t c0 = -1, c = -1;
     uint64_t cg;
-    if (s->o->grow_wait_ms <= 0 || ftc_ctl_committed(s->ctl, &c0, &cg) != 0)
+    if (s->o->grow_wait_ms <= 0)
         return false;
+    if (ftc_ctl_committed(s->ctl, &c0, &cg) != 0) {
+        FTC_WARN("run", "the committed step could not be read (%s): asking for the grow round "
+                 "without waiting for a checkpoint boundary", ftc_ctl_errstr(s->ctl));
+        return false;
+    }
     uint64_t t0 = ftc_wall_ms(), next_look = 0;
     ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)s->o->grow_wait_ms);
     while (!ftc_deadline_expired(d) && !ftc__stopping(s)) {
@@ -2742,6 +2747,11 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
                     int rq = ftc_rdzv_request(rc_r, o->job, g, why, &opened, err);
                     if (rq && rq != FTC_ESTALE)
                         break;
+                    FTC_INFO("run", "generation %" PRIu64 ": %s; joining it (at most %d ms)", g,
+                             rq       ? "it ended meanwhile, a round follows"
+                             : opened ? "this node opened the grow round"
+                                      : "a round was open already",
+                             o->join_timeout_ms);
                 }
             }
             s->gen = g;
