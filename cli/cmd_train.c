@@ -776,10 +776,15 @@ const ftc_cli_cmd_t *cmd, int argc, char **argv)
         snprintf(assign_path, sizeof assign_path, "%s", assign);
         ftc_inproc_state_path(assign_path, state_path, sizeof state_path);
         signal(SIGPIPE, SIG_IGN); /* a restarted agent's socket */
-        if (ftc_inproc_install(ftc__ip_abort, NULL, &err) < 0) {
-            ec = ftc_cli_fail(cmd, "in-process: %s", ftc_err_str(&err));
-            goto out;
-        }
+    }
+    /* a rank of a launcher (either mode) catches SIGUSR1: only the
+     * supervisor's queued request (in-process) is acted on; a plain one
+     * (Slurm's --signal=USR1@N warning reaches every process of the step)
+     * is logged and ignored: it killed the rank (restart mode), or made
+     * every rank leave its generation (in-process) */
+    if (rank_mode && ftc_inproc_install(inproc ? ftc__ip_abort : NULL, NULL, &err) < 0) {
+        ec = ftc_cli_fail(cmd, "%s: %s", inproc ? "in-process" : "SIGUSR1", ftc_err_str(&err));
+        goto out;
     }
 generation:
     t_gen = ftc_now_ns();
@@ -1003,6 +1008,14 @@ generation:
         fflush(stdout);
     }
     while (ftc_trainer_steps_done(t) < stop) {
+        int usr1 = ftc_inproc_ignored_signal();
+        if (usr1) {
+            char from[32] = "an unknown sender";
+            if (usr1 > 0)
+                snprintf(from, sizeof from, "pid %d", usr1);
+            FTC_WARN("train", "rank %d: SIGUSR1 from %s ignored (a plain signal, not the "
+                     "supervisor's queued request)", rank, from);
+        }
         if (inproc && ftc_inproc_leave_requested()) {
             snprintf(why, sizeof why, "the supervisor asked (SIGUSR1) after step %llu",
                      (unsigned long long)ftc_trainer_steps_done(t));

@@ -241,11 +241,21 @@ static _Atomic uint64_t ftc__leave_gen; /* the newest generation asked to leave 
 static void (*ftc__on_leave)(void *);
 static void *ftc__on_leave_arg;
 
+static atomic_int ftc__other_usr1; /* the sender of an ignored SIGUSR1 (-1: unknown; 0: none) */
+
 static void ftc__usr1(int sig, siginfo_t *si, void *uc)
 {
     (void)sig, (void)uc;
+    /* only a queued request (the supervisor's sigqueue, with a generation)
+     * is one: a plain kill -USR1 is Slurm's warning (sbatch --signal=USR1@N
+     * reaches every process of the step) or an operator's, and it made
+     * every rank leave, failing the generation */
+    if (!si || si->si_code != SI_QUEUE) {
+        atomic_store(&ftc__other_usr1, si && si->si_pid > 0 ? (int)si->si_pid : -1);
+        return;
+    }
     uint64_t cur = atomic_load(&ftc__cur_gen);
-    uint64_t g = si && si->si_code == SI_QUEUE ? (uint64_t)(unsigned)si->si_value.sival_int : cur;
+    uint64_t g = (uint64_t)(unsigned)si->si_value.sival_int;
     if (g + 1 > atomic_load(&ftc__leave_gen))
         atomic_store(&ftc__leave_gen, g + 1);
     if (g >= cur && ftc__on_leave) /* (a newer one: this rank is behind, it goes too) */
@@ -272,6 +282,8 @@ bool ftc_inproc_leave_requested(void)
 {
     return atomic_load(&ftc__leave_gen) > atomic_load(&ftc__cur_gen);
 }
+
+int ftc_inproc_ignored_signal(void) { return atomic_exchange(&ftc__other_usr1, 0); }
 
 int ftc_inproc_signal(pid_t pid, uint64_t gen)
 {

@@ -26,8 +26,9 @@
  *
  * The supervisor tells a running rank to leave a generation with SIGUSR1,
  * queued (sigqueue) with the generation as its value: a rank only leaves
- * the generation named (a late signal never stops the next one); a plain
- * `kill -USR1` means the rank's current generation.
+ * the generation named (a late signal never stops the next one). A plain
+ * `kill -USR1` (not queued: Slurm's `--signal=USR1@N` warning, an operator)
+ * is not a request: it is ignored (ftc_inproc_ignored_signal says so).
  *
  * Error codes: FTC_EIO (file system), FTC_EPROTO (a malformed file),
  * FTC_ETIMEDOUT (no newer assignment before the deadline), FTC_EINVAL.
@@ -107,8 +108,12 @@ bool ftc_inproc_state_parse(const char *line, ftc_inproc_state_t *st);
  * the generation the supervisor asked to leave, and calls on_leave(arg)
  * (which must be async-signal-safe: e.g. ftc_coll_abort of the rank's
  * communicators) when that is the current generation or a newer one (the rank
- * is behind: it leaves too). */
+ * is behind: it leaves too). Only a queued SIGUSR1 (si_code SI_QUEUE) is a
+ * request; another is recorded and otherwise ignored. */
 int ftc_inproc_install(void (*on_leave)(void *arg), void *arg, ftc_err_t *err);
+/* The sender of a SIGUSR1 that was not a leave request (a plain kill), since
+ * the last call: its pid, -1 when unknown, 0 when there was none. */
+int ftc_inproc_ignored_signal(void);
 /* The generation the rank runs now (the handler compares against it). */
 void ftc_inproc_set_generation(uint64_t gen);
 /* Has the supervisor asked to leave the current generation (or a newer one)? */

@@ -32,7 +32,10 @@
 #   6. a setting flag that ftc train does not read (--agent-timeout-ms,
 #      --persist-keep) is a warning naming it, once, also under --nproc; job.id
 #      (read) and a setting from the environment are not;
-#   7. --nproc: a fork that fails (RLIMIT_NPROC, as user nobody; skipped
+#   7. a plain SIGUSR1 to a rank under a launcher (Slurm's warning signal) is
+#      logged and ignored (it killed the rank); only ftc run's queued request
+#      (in-process) makes a rank leave;
+#   8. --nproc: a fork that fails (RLIMIT_NPROC, as user nobody; skipped
 #      unless root with setpriv and prlimit) is an error naming the rank,
 #      and the ranks already started are given the same grace period, named
 #      as after a rank's failure (before, nothing said why they were killed).
@@ -310,6 +313,21 @@ rc=$?
 n=$(grep -c 'warning: --persist-keep (persist.keep) is ignored by ftc train' "$T/w2.out")
 check "--persist-keep to ftc train --nproc 2: exit $rc, warned once (got $n)" \
     test "$rc/$n" = "2/1"
+
+# ---- a plain SIGUSR1 to a rank (Slurm's --signal=USR1@N reaches every process of the step) ---
+# logged and ignored: it killed a restart-mode rank (the default action), and made every
+# in-process rank leave its generation; only the supervisor's queued request is one
+port=$((20000 + $$ % 20000))
+RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$FTC" train --model tiny \
+    --steps 100000 --micro-batch 1 --seq-len 16 --log-every 1 >"$T/usr1.out" 2>&1 &
+upid=$!
+for _ in $(seq 600); do grep -q '^step 2/' "$T/usr1.out" && break; sleep 0.05; done
+kill -USR1 "$upid"
+for _ in $(seq 600); do grep -q 'SIGUSR1 from pid' "$T/usr1.out" && break; sleep 0.05; done
+check "a plain SIGUSR1 to a rank: logged as ignored, the rank trains on" \
+    bash -c "kill -0 $upid && grep -q 'rank 0: SIGUSR1 from pid $$ ignored' '$T/usr1.out'"
+kill -KILL "$upid" 2>/dev/null
+wait "$upid" 2>/dev/null
 
 # ---- a fork of the launcher that fails -----------------------------------------------------
 if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null && command -v prlimit >/dev/null; then
