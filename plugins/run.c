@@ -594,11 +594,15 @@ static void ftc__agent_watch_answers(ftc__sup_t *s)
  * source, assignment file or rendezvous directory). The Redis password
  * reaches a rank only as the supervisor's FTC_REDIS_PASSWORD_FILE (the job's
  * Redis's: a stale FTC_REDIS_PASSWORD won over that file in the rank's
- * client, and the embedded Redis has a password of its own). */
+ * client, and the embedded Redis has a password of its own). FTC_CKPT_DIR
+ * is the replicated directory of --ckpt-dir only (a stale one was not
+ * replicated), TORCHELASTIC_ERROR_FILE another launch's error file (torchrun
+ * gives each rank its own; ftc run none). */
 static const char *const ftc__gen_vars[] = {"FTC_RESTORE_RANK", "FTC_PREV_WORLD_SIZE",
                                             "FTC_ASSIGN_FILE", "FTC_ASSIGN_TIMEOUT_MS",
                                             "FTC_TRAIN_RDZV_DIR", "FTC_REDIS_PASSWORD",
-                                            "FTC_REDIS_PASSWORD_FILE", NULL};
+                                            "FTC_REDIS_PASSWORD_FILE", "FTC_CKPT_DIR",
+                                            "TORCHELASTIC_ERROR_FILE", NULL};
 
 static bool ftc__env_named(const char *entry, const char *name)
 {
@@ -1381,6 +1385,10 @@ static int ftc__start_ranks(ftc__sup_t *s, const char *master, int master_port, 
         FTC__SETENV("TORCHELASTIC_RESTART_COUNT=%d", s->failures);
         FTC__SETENV("TORCHELASTIC_MAX_RESTARTS=%d", o->max_restarts);
         FTC__SETENV("TORCHELASTIC_RUN_ID=%s", o->job);
+        /* no TCPStore is hosted here: with a stale "True" (a shell or a
+         * torchrun that started ftc run), PyTorch's env:// rank 0 would not
+         * host it either, and every rank would wait for it */
+        FTC__SETENV("TORCHELASTIC_USE_AGENT_STORE=False");
         FTC__SETENV("FTC_RANK=%d", rank);
         FTC__SETENV("FTC_WORLD_SIZE=%d", world);
         FTC__SETENV("FTC_JOB_ID=%s", o->job);

@@ -22,7 +22,8 @@ int main(int argc, char **argv)
         "FTC_GENERATION", "FTC_NODE_RANK", "FTC_AGENT_SOCKET", "GROUP_WORLD_SIZE", "ROLE_NAME",
         "ROLE_WORLD_SIZE", "OMP_NUM_THREADS", "FTC_REDIS_URL", "FTC_REDIS_PASSWORD_FILE",
         "FTC_RESTORE_RANK", "FTC_PREV_WORLD_SIZE", "FTC_ASSIGN_FILE", "FTC_ASSIGN_TIMEOUT_MS",
-        "FTC_TRAIN_RDZV_DIR", NULL};
+        "FTC_TRAIN_RDZV_DIR", "FTC_CKPT_DIR", "TORCHELASTIC_ERROR_FILE",
+        "TORCHELASTIC_USE_AGENT_STORE", NULL};
     char line[8192];
     size_t n = (size_t)snprintf(line, sizeof line, "PROBE");
     for (int i = 0; names[i] && n < sizeof line; i++) {

@@ -16,7 +16,9 @@
 #      the per-generation variables FTC_RESTORE_RANK, FTC_PREV_WORLD_SIZE,
 #      FTC_ASSIGN_FILE, FTC_ASSIGN_TIMEOUT_MS and FTC_TRAIN_RDZV_DIR, set
 #      in ftc run's own environment, reach no rank of a fresh layout
-#      (before, they were passed on: a fresh rank restored rank 7's state);
+#      (before, they were passed on: a fresh rank restored rank 7's state),
+#      nor do FTC_CKPT_DIR (without --ckpt-dir) and TORCHELASTIC_ERROR_FILE;
+#      TORCHELASTIC_USE_AGENT_STORE is False (a stale True was passed on);
 #   2. Slurm: no --nnodes / --node-rank, SLURM_NNODES=1 SLURM_NODEID=0 and
 #      --nproc-per-node 3: a job of one node, WORLD_SIZE 3;
 #   3. Slurm, two `ftc run` processes of one job (SLURM_NNODES=2,
@@ -74,7 +76,8 @@ all() { grep '^PROBE ' "$1" | sed -n "s/.*\b$2=\([^ ]*\).*/\1/p" | sort -u | tr 
 if want 1; then
 J1=env${tag}a
 FTC_RESTORE_RANK=7 FTC_PREV_WORLD_SIZE=9 FTC_ASSIGN_FILE=$T/nofile FTC_ASSIGN_TIMEOUT_MS=5 \
-FTC_TRAIN_RDZV_DIR=$T/nodir \
+FTC_TRAIN_RDZV_DIR=$T/nodir FTC_CKPT_DIR=$T/nockpt TORCHELASTIC_ERROR_FILE=$T/err.json \
+TORCHELASTIC_USE_AGENT_STORE=True \
 timeout 120 "$FTC" run --simulate-nodes 2 --nproc-per-node 2 --job "$J1" --job-dir "$T/j1" \
     --settle-ms 300 -- "$PROBE" >"$T/1.out" 2>&1
 rc=$?
@@ -101,7 +104,7 @@ check "1: WORLD_SIZE and FTC_WORLD_SIZE 4, LOCAL_WORLD_SIZE 2 everywhere" \
     test "$(all "$f" WORLD_SIZE)/$(all "$f" FTC_WORLD_SIZE)/$(all "$f" LOCAL_WORLD_SIZE)" = "4/4/2"
 check "1: FTC_JOB_ID is the job ($(all "$f" FTC_JOB_ID))" test "$(all "$f" FTC_JOB_ID)" = "$J1"
 for n in FTC_RESTORE_RANK FTC_PREV_WORLD_SIZE FTC_ASSIGN_FILE FTC_ASSIGN_TIMEOUT_MS \
-    FTC_TRAIN_RDZV_DIR; do
+    FTC_TRAIN_RDZV_DIR FTC_CKPT_DIR TORCHELASTIC_ERROR_FILE; do
     check "1: $n of ftc run's own environment reaches no rank ($(all "$f" $n))" \
         test "$(all "$f" $n)" = "-"
 done
@@ -110,6 +113,9 @@ check "1: one generation, a number ($(all "$f" FTC_GENERATION))" \
 check "1: one MASTER_ADDR:MASTER_PORT ($(all "$f" MASTER_ADDR):$(all "$f" MASTER_PORT))" \
     bash -c "[[ '$(all "$f" MASTER_ADDR)' =~ ^[^\ ]+$ && '$(all "$f" MASTER_PORT)' =~ ^[1-9][0-9]*$ ]]"
 check "1: TORCHELASTIC_RESTART_COUNT 0" test "$(all "$f" TORCHELASTIC_RESTART_COUNT)" = 0
+# no agent store: a stale True made PyTorch's env:// rank 0 wait for a store nobody hosts
+check "1: TORCHELASTIC_USE_AGENT_STORE False ($(all "$f" TORCHELASTIC_USE_AGENT_STORE))" \
+    test "$(all "$f" TORCHELASTIC_USE_AGENT_STORE)" = False
 # the Redis URL without its password, which is in a file only the ranks' user reads
 pwf=$(all "$f" FTC_REDIS_PASSWORD_FILE)
 check "1: FTC_REDIS_URL has no password ($(all "$f" FTC_REDIS_URL))" \
