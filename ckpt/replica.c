@@ -91,6 +91,13 @@
  * from the trainer. The cost is at most this much latency at the start of
  * an incoming transfer; a busy engine spins as before. */
 #define FTC__IDLE_SLEEP_US 500
+/* A busy engine in which nothing has moved for this long (a dead sender's
+ * half push or an undelivered drain, waiting out serve_timeout_ms; a fetch
+ * from a peer that went mute) naps as an idle one does: it spun a whole
+ * core for up to serve_timeout_ms (60 s) after a node died mid-push, on a
+ * node whose cores the recovering trainer wants. A live transfer completes
+ * something far more often than this. */
+#define FTC__QUIET_NAP_NS (100ull * 1000 * 1000)
 
 static uint64_t tag_hdr(uint32_t sender) { return FTC__TAG_HDR | sender; }
 static uint64_t tag_data(uint32_t sender, uint64_t seq)
@@ -281,6 +288,7 @@ struct ftc_repl {
     int nxf;
     ftc_repl_counters_t ctr;
     int finished_now;                  /* user transfers finished in this progress call */
+    uint64_t moved_ns;                 /* when a progress call last moved something (0: never) */
     ftc_err_t err;
 };
 
@@ -2408,6 +2416,8 @@ int ftc_repl_progress(ftc_repl_t *r, ftc_deadline_t d, bool return_early)
 {
     r->finished_now = 0;
     int spins = 0;
+    if (!r->moved_ns)
+        r->moved_ns = ftc_now_ns();
     for (;;) {
         if (r->broken)
             return FTC_EFABRIC;
@@ -2434,11 +2444,18 @@ int ftc_repl_progress(ftc_repl_t *r, ftc_deadline_t d, bool return_early)
             return 0;
         if (ev) {
             spins = 0;
+            r->moved_ns = ftc_now_ns();
         } else if (engine_idle(r)) {
+            r->moved_ns = ftc_now_ns(); /* (quiet counts from the next transfer's start) */
             ftc_sleep_us(FTC__IDLE_SLEEP_US);
         } else if (++spins >= FTC__SPINS) {
             spins = 0;
-            sched_yield();
+            if (ftc_now_ns() - r->moved_ns >= FTC__QUIET_NAP_NS) {
+                r->ctr.quiet_naps++;
+                ftc_sleep_us(FTC__IDLE_SLEEP_US);
+            } else {
+                sched_yield();
+            }
         }
     }
 }

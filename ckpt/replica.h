@@ -202,6 +202,7 @@ int ftc_repl_adopt_all(ftc_repl_t *r, atomic_bool *stop);
 typedef struct ftc_repl_counters {
     uint64_t bytes_sent, bytes_received;
     uint64_t refused;   /* messages refused (auth, job, generation, bounds, checksum) */
+    uint64_t quiet_naps; /* naps of a busy engine in which nothing moved for 100 ms */
 } ftc_repl_counters_t;
 void ftc_repl_counters(ftc_repl_t *r, ftc_repl_counters_t *c);
 

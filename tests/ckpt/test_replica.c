@@ -838,6 +838,10 @@ static int f12_drains(agent_t *a)
     ftc_repl_counters_t c;
     ftc_repl_counters(a->r, &c);
     CHECK(c.refused >= DRAIN_MAX + 1);
+    /* the undelivered drains kept the engine busy for serve_timeout_ms with
+     * nothing moving: it napped (it spun a core the whole time) */
+    printf("# %s: %llu quiet naps\n", g_prov, (unsigned long long)c.quiet_naps);
+    CHECK(c.quiet_naps > 0);
     return 0;
 }
 
