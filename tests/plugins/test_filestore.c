@@ -690,6 +690,13 @@ static void lose_while_writing(node_t *n, uint32_t index, int writer, int writer
     forget_node(index);
 }
 
+/* Node 0 is lost, and a replacement of the same id (k=1) takes its place. */
+static node_t replace_node0(node_t *n0)
+{
+    lose(n0, 0);
+    return spawn(0, "n0", 1);
+}
+
 /* Flips the first byte of file 0 in every replica slot node `holder` has of
  * owner `owner`; returns how many slots were changed. */
 static int corrupt_replica(uint32_t holder, uint32_t owner)
@@ -1110,8 +1117,7 @@ static void test_crash(void **state)
     }
     /* the half-written bytes never left the node: a replacement of node 0
      * gets the last recorded version from node 1 */
-    lose(&n0, 0);
-    node_t r0 = spawn(0, "n0", 1);
+    node_t r0 = replace_node0(&n0);
     OK(&r0, "restore 4 n0 n1");
     OK(&r0, "check a.bin 55 100000");
     quit(&r0);
@@ -1141,8 +1147,7 @@ static void test_crashrestore(void **state)
     OK(&n0, "absent a.bin.new");
     OK(&n0, "rankwrite b.bin 63 1000"); /* the next rank's files count again */
     OK(&n0, "flush");
-    lose(&n0, 0);
-    node_t r0 = spawn(0, "n0", 1);
+    node_t r0 = replace_node0(&n0);
     OK(&r0, "restore 3 n0 n1");
     OK(&r0, "check a.bin 61 100000"); /* the half-written bytes never left the node */
     OK(&r0, "check b.bin 63 1000");
@@ -1184,8 +1189,7 @@ static void test_supcrash(void **state)
     OK(&r0, "restore 3 n0 n1");
     OK(&r0, "check c.bin 74 1000"); /* not in any version, newer: kept */
     OK(&r0, "check b.bin 73 1000");
-    lose(&r0, 0);
-    r0 = spawn(0, "n0", 1);
+    r0 = replace_node0(&r0);
     OK(&r0, "restore 4 n0 n1");
     OK(&r0, "check a.bin 71 100000"); /* the half-written bytes never left the node */
     OK(&r0, "check b.bin 73 1000");
@@ -1354,15 +1358,13 @@ static void test_delete(void **state)
     OK(&n0, "rm ckpt_1.bin");
     OK(&n0, "flush");
     assert_true(wait_pushed(&n0, 2));
-    lose(&n0, 0);
-    node_t r0 = spawn(0, "n0", 1);
+    node_t r0 = replace_node0(&n0);
     OK(&r0, "restore 2 n0 n1");
     OK(&r0, "check ckpt_2.bin 62 50000");
     OK(&r0, "absent ckpt_1.bin");
     OK(&r0, "rm ckpt_2.bin"); /* nothing left: an empty version */
     OK(&r0, "flush");
-    lose(&r0, 0);
-    node_t r1 = spawn(0, "n0", 1);
+    node_t r1 = replace_node0(&r0);
     OK(&r1, "restore 3 n0 n1");
     OK(&r1, "absent ckpt_2.bin");
     quit(&r1);
@@ -1818,8 +1820,7 @@ static void test_pending(void **state)
     OK(&n0, "write b.bin 72 20000");
     OK(&n0, "restore 2 n0 n1"); /* at once: b.bin is not packed yet */
     assert_true(wait_pushed(&n0, 2));
-    lose(&n0, 0);
-    node_t r0 = spawn(0, "n0", 1);
+    node_t r0 = replace_node0(&n0);
     OK(&r0, "restore 3 n0 n1");
     OK(&r0, "check a.bin 71 20000");
     OK(&r0, "check b.bin 72 20000");
@@ -2104,8 +2105,7 @@ static void test_symlinked_subdir(void **state)
     OK(&n0, "write sub/a.bin 101 3000");
     OK(&n0, "write b.bin 102 2000");
     OK(&n0, "flush");
-    lose(&n0, 0);
-    node_t r0 = spawn(0, "n0", 1);
+    node_t r0 = replace_node0(&n0);
     char outside[PATH_MAX], link[PATH_MAX + 8], moved[PATH_MAX + 16], msg[2048];
     snprintf(outside, sizeof outside, "/dev/shm/ftc.%s.outside", g_job);
     assert_int_equal(mkdir(outside, 0700), 0);
