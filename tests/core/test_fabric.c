@@ -59,6 +59,27 @@ static ftc_fabric_t *open_ep(size_t max_msg, ftc_err_t *err)
     return f;
 }
 
+/* An endpoint (default max_msg) and its own address, in me (FTC_FABRIC_ADDR_MAX bytes),
+ * *len bytes long. */
+static ftc_fabric_t *open_named(uint8_t *me, size_t *len)
+{
+    ftc_err_t err = {0};
+    ftc_fabric_t *f = open_ep(0, &err);
+    assert_non_null(f);
+    *len = FTC_FABRIC_ADDR_MAX;
+    assert_int_equal(ftc_fabric_getname(f, me, len), 0);
+    return f;
+}
+
+/* len bytes of ftc_test_fill's pattern for seed, on the heap (the caller frees them). */
+static uint8_t *filled(size_t len, uint64_t seed)
+{
+    uint8_t *buf = malloc(len);
+    assert_non_null(buf);
+    ftc_test_fill(buf, len, seed);
+    return buf;
+}
+
 static void write_all(int fd, const void *p, size_t n)
 {
     const uint8_t *b = p;
@@ -392,9 +413,7 @@ static void test_large_256m(void **state)
     (void)state;
     pair_t p;
     pair_start(&p, 0, child_recv_large);
-    uint8_t *buf = malloc(HUGE);
-    assert_non_null(buf);
-    ftc_test_fill(buf, HUGE, 3);
+    uint8_t *buf = filled(HUGE, 3);
     uint64_t want = ftc_xxh3(buf, HUGE);
     uint64_t t0 = ftc_now_ns();
     int rc = ftc_fabric_send_large(p.f, p.child, 77, buf, HUGE, secs(60));
@@ -444,9 +463,7 @@ static void test_large_length_mismatch(void **state)
     (void)state;
     pair_t p;
     pair_start(&p, MM_CHUNK, child_recv_mismatch);
-    uint8_t *buf = malloc(3 * MM_CHUNK);
-    assert_non_null(buf);
-    ftc_test_fill(buf, 3 * MM_CHUNK, 5);
+    uint8_t *buf = filled(3 * MM_CHUNK, 5);
     assert_int_equal(ftc_fabric_send_large(p.f, p.child, 82, buf, 2 * MM_CHUNK, secs(10)), 0);
     int s81 = ftc_fabric_send_large(p.f, p.child, 81, buf, 2 * MM_CHUNK, secs(3));
     int s80 = ftc_fabric_send_large(p.f, p.child, 80, buf, 3 * MM_CHUNK, secs(3));
@@ -507,9 +524,7 @@ static void test_large_partial_chunk_mismatch(void **state)
     (void)state;
     pair_t p;
     pair_start(&p, MM_CHUNK, child_recv_partial_mismatch);
-    uint8_t *buf = malloc(4 * MM_CHUNK);
-    assert_non_null(buf);
-    ftc_test_fill(buf, 4 * MM_CHUNK, 7);
+    uint8_t *buf = filled(4 * MM_CHUNK, 7);
     int s[4];
     s[0] = ftc_fabric_send_large(p.f, p.child, 84, buf, 3 * MM_CHUNK / 2, secs(60));
     s[1] = ftc_fabric_send_large(p.f, p.child, 85, buf, 13 * MM_CHUNK / 4, secs(60));
@@ -604,12 +619,9 @@ static int try_send_until(ftc_fabric_t *f, ftc_fabric_req_t *r, ftc_fabric_peer_
 static void test_try_post(void **state)
 {
     (void)state;
-    ftc_err_t err = {0};
-    ftc_fabric_t *f = open_ep(0, &err);
-    assert_non_null(f);
     uint8_t me[FTC_FABRIC_ADDR_MAX];
-    size_t len = sizeof me;
-    assert_int_equal(ftc_fabric_getname(f, me, &len), 0);
+    size_t len;
+    ftc_fabric_t *f = open_named(me, &len);
     ftc_fabric_peer_t self;
     assert_int_equal(ftc_fabric_peer_add(f, me, len, &self), 0);
 
@@ -632,11 +644,9 @@ static void test_try_post(void **state)
         ftc_fabric_close(f);
         return;
     }
-    ftc_fabric_t *gone = open_ep(0, &err);
-    assert_non_null(gone);
     uint8_t ga[FTC_FABRIC_ADDR_MAX];
-    size_t glen = sizeof ga;
-    assert_int_equal(ftc_fabric_getname(gone, ga, &glen), 0);
+    size_t glen;
+    ftc_fabric_t *gone = open_named(ga, &glen);
     ftc_fabric_close(gone); /* nobody listens at ga any more */
     ftc_fabric_peer_t dead;
     assert_int_equal(ftc_fabric_peer_add(f, ga, glen, &dead), 0);
@@ -807,12 +817,9 @@ static void test_stale_regions_only(void **state)
 static void test_peer_add_bad_address(void **state)
 {
     (void)state;
-    ftc_err_t err = {0};
-    ftc_fabric_t *f = open_ep(0, &err);
-    assert_non_null(f);
     uint8_t me[FTC_FABRIC_ADDR_MAX];
-    size_t len = sizeof me;
-    assert_int_equal(ftc_fabric_getname(f, me, &len), 0);
+    size_t len;
+    ftc_fabric_t *f = open_named(me, &len);
     ftc_fabric_peer_t p = 12345;
     assert_int_equal(ftc_fabric_peer_add(f, NULL, len, &p), FTC_EINVAL);
     assert_int_equal(ftc_fabric_peer_add(f, me, 0, &p), FTC_EINVAL);
@@ -846,12 +853,9 @@ static void test_peer_add_bad_address(void **state)
 static void test_many_peers(void **state)
 {
     (void)state;
-    ftc_err_t err = {0};
-    ftc_fabric_t *f = open_ep(0, &err);
-    assert_non_null(f);
     uint8_t me[FTC_FABRIC_ADDR_MAX];
-    size_t len = sizeof me;
-    assert_int_equal(ftc_fabric_getname(f, me, &len), 0);
+    size_t len;
+    ftc_fabric_t *f = open_named(me, &len);
     enum { N = 3000 };
     static ftc_fabric_peer_t peers[N];
     int added = 0, rc = 0;

@@ -15,6 +15,17 @@
 
 #include <pthread.h>
 
+/* Asserts that `want` ("": nobody) holds the lease of c's job; returns its TTL in ms. */
+static int64_t leader_ttl(ftc_ctl_t *c, const char *want)
+{
+    char holder[64];
+    int64_t ttl;
+    uint64_t ep;
+    assert_int_equal(ftc_ctl_leader(c, holder, sizeof holder, &ep, &ttl), 0);
+    assert_string_equal(holder, want);
+    return ttl;
+}
+
 static void test_lease_and_fenced_generations(void **state)
 {
     redis_fixture_t *f = *state;
@@ -29,11 +40,7 @@ static void test_lease_and_fenced_generations(void **state)
     assert_int_equal(ftc_ctl_lease_acquire(b, "node-b:1", 300, &held, &ep_b), 0);
     assert_false(held);
     assert_true(ep_b == ep_a);
-    char holder[64];
-    int64_t ttl;
-    uint64_t ep;
-    assert_int_equal(ftc_ctl_leader(b, holder, sizeof holder, &ep, &ttl), 0);
-    assert_string_equal(holder, "node-a:1");
+    int64_t ttl = leader_ttl(b, "node-a:1");
     assert_true(ttl > 0 && ttl <= 300);
     /* only the holder can bump, and only from the generation it saw */
     assert_int_equal(ftc_ctl_generation_bump(b, "node-b:1", ep_a, 0, 4, "test", &out), FTC_EAUTH);
@@ -58,8 +65,7 @@ static void test_lease_and_fenced_generations(void **state)
     assert_int_equal(gen, 2);
     assert_int_equal(world, 3);
     assert_int_equal(ftc_ctl_lease_release(b, "node-b:1", ep_b), 0);
-    assert_int_equal(ftc_ctl_leader(a, holder, sizeof holder, &ep, &ttl), 0);
-    assert_string_equal(holder, "");
+    leader_ttl(a, ""); /* nobody's */
     ftc_ctl_destroy(a);
     ftc_ctl_destroy(b);
 }
@@ -825,12 +831,7 @@ static void test_lease_reacquire_by_holder_renews_ttl(void **state)
     assert_int_equal(ftc_ctl_lease_acquire(a, "node-a:1", 60000, &held, &ep2), 0);
     assert_true(held);
     assert_true(ep2 == ep);
-    char holder[64];
-    int64_t ttl;
-    uint64_t e;
-    assert_int_equal(ftc_ctl_leader(b, holder, sizeof holder, &e, &ttl), 0);
-    assert_string_equal(holder, "node-a:1");
-    assert_true(ttl > 50); /* before: at most the 50 ms left */
+    assert_true(leader_ttl(b, "node-a:1") > 50); /* before: at most the 50 ms left */
     ftc_sleep_ms(200);     /* past the old TTL: the lease is still a's, b cannot take it */
     assert_int_equal(ftc_ctl_lease_acquire(b, "node-b:1", 60000, &held, &ep_b), 0);
     assert_false(held);

@@ -41,6 +41,13 @@ typedef struct seen {
     } ev[512];
 } seen_t;
 
+/* Empties s for a test (the seen_t of a test is static: too big for its stack). */
+static void seen_init(seen_t *s)
+{
+    memset(s, 0, sizeof *s);
+    pthread_mutex_init(&s->mu, NULL);
+}
+
 static void on_event(void *arg, const ftc_ctl_event_t *e)
 {
     seen_t *s = arg;
@@ -85,8 +92,11 @@ static bool wait_seen(seen_t *s, const char *kind, const char *node, int ms)
     return false;
 }
 
-static ftc_detector_t *start_detector(redis_fixture_t *f, const char *job, const char *node,
-                                      bool campaign, seen_t *s, ftc_detector_options_t *opt)
+/* Detector `node` of job on the Redis at url (opt: other options, or NULL); its
+ * events go to s unless s is NULL. */
+static ftc_detector_t *start_detector_at(const ftc_redis_url_t *url, const char *job,
+                                         const char *node, bool campaign, seen_t *s,
+                                         ftc_detector_options_t *opt)
 {
     ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
     if (opt)
@@ -97,10 +107,26 @@ static ftc_detector_t *start_detector(redis_fixture_t *f, const char *job, const
     o.on_event = s ? on_event : NULL;
     o.arg = s;
     ftc_err_t err = {0};
-    ftc_detector_t *d = ftc_detector_start(ftc_redis_server_url(f->srv), &o, &err);
+    ftc_detector_t *d = ftc_detector_start(url, &o, &err);
     if (!d)
         fail_msg("detector %s: %s", node, err.msg);
     return d;
+}
+
+static ftc_detector_t *start_detector(redis_fixture_t *f, const char *job, const char *node,
+                                      bool campaign, seen_t *s, ftc_detector_options_t *opt)
+{
+    return start_detector_at(ftc_redis_server_url(f->srv), job, node, campaign, s, opt);
+}
+
+/* Detector B of job, a follower watching ranks, its events in s (emptied here), no
+ * hang check in the way (hang_min_ms 100 s). */
+static ftc_detector_t *start_rank_watcher(redis_fixture_t *f, const char *job, seen_t *s)
+{
+    seen_init(s);
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    o.hang_min_ms = 100000;
+    return start_detector(f, job, "B", false, s, &o);
 }
 
 /* ---- agent processes ---------------------------------------------------------------- */
@@ -232,10 +258,8 @@ static void test_node_loss_reported_exactly_once(void **state)
 {
     redis_fixture_t *f = *state;
     static seen_t sb, sc;
-    memset(&sb, 0, sizeof sb);
-    memset(&sc, 0, sizeof sc);
-    pthread_mutex_init(&sb.mu, NULL);
-    pthread_mutex_init(&sc.mu, NULL);
+    seen_init(&sb);
+    seen_init(&sc);
     agent_t a;
     spawn_agent(f, &a, "jl", "A", "--no-campaign", NULL);
     ftc_detector_t *b = start_detector(f, "jl", "B", true, &sb, NULL);
@@ -296,15 +320,22 @@ static void test_node_lost_not_reported_without_incarnation(void **state)
     ftc_ctl_destroy(c);
 }
 
+/* Agent A of job, the leader (heartbeats every 100 ms), then detector B, which
+ * campaigns for a lease of 600 ms. */
+static ftc_detector_t *start_after_agent_leader(redis_fixture_t *f, agent_t *a, const char *job)
+{
+    spawn_agent(f, a, job, "A", "--hb-ms", "100");
+    assert_true(wait_leader_prefix(f, job, "A:", 3000));
+    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
+    o.lease_ttl_ms = 600;
+    return start_detector(f, job, "B", true, NULL, &o);
+}
+
 static void test_leader_failover_on_kill(void **state)
 {
     redis_fixture_t *f = *state;
     agent_t a;
-    spawn_agent(f, &a, "jk", "A", "--hb-ms", "100");
-    assert_true(wait_leader_prefix(f, "jk", "A:", 3000));
-    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
-    o.lease_ttl_ms = 600;
-    ftc_detector_t *b = start_detector(f, "jk", "B", true, NULL, &o);
+    ftc_detector_t *b = start_after_agent_leader(f, &a, "jk");
     ftc_sleep_ms(300);
     assert_false(ftc_detector_is_leader(b));
     uint64_t t0 = ftc_now_ns();
@@ -322,11 +353,7 @@ static void test_paused_leader_steps_down(void **state)
 {
     redis_fixture_t *f = *state;
     agent_t a;
-    spawn_agent(f, &a, "jp", "A", "--hb-ms", "100");
-    assert_true(wait_leader_prefix(f, "jp", "A:", 3000));
-    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
-    o.lease_ttl_ms = 600;
-    ftc_detector_t *b = start_detector(f, "jp", "B", true, NULL, &o);
+    ftc_detector_t *b = start_after_agent_leader(f, &a, "jp");
     kill_agent(&a, SIGSTOP);
     ftc_deadline_t d = ftc_deadline_in_ms(5000);
     while (!ftc_detector_is_leader(b) && !ftc_deadline_expired(d))
@@ -358,8 +385,7 @@ static void test_redis_restart_survived(void **state)
 {
     redis_fixture_t *f = *state;
     static seen_t s;
-    memset(&s, 0, sizeof s);
-    pthread_mutex_init(&s.mu, NULL);
+    seen_init(&s);
     ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
     o.redis_timeout_ms = 200;
     o.hang_min_ms = 100000;
@@ -413,8 +439,7 @@ static void test_rank_exit_and_hang(void **state)
 {
     redis_fixture_t *f = *state;
     static seen_t s;
-    memset(&s, 0, sizeof s);
-    pthread_mutex_init(&s.mu, NULL);
+    seen_init(&s);
     ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
     o.hang_min_ms = 300;
     ftc_detector_t *b = start_detector(f, "jh", "B", false, &s, &o);
@@ -500,7 +525,8 @@ static void reuse_hook(void *arg, const struct pollfd *pfd, int npfd)
         }
 }
 
-static pid_t fork_pause(void)
+/* A rank that waits for ever (killed with the test at the latest). */
+static pid_t fork_paused(void)
 {
     pid_t p = fork();
     assert_true(p >= 0);
@@ -508,6 +534,19 @@ static pid_t fork_pause(void)
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         pause();
         _exit(0);
+    }
+    return p;
+}
+
+/* A rank that spins for ever, busy on a CPU (a rank waiting in a collective). */
+static pid_t fork_spinning(void)
+{
+    pid_t p = fork();
+    assert_true(p >= 0);
+    if (p == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        for (volatile unsigned long x = 0;; x++) {
+        }
     }
     return p;
 }
@@ -520,12 +559,8 @@ static void test_stale_pidfd_event_not_charged_to_new_rank(void **state)
 {
     redis_fixture_t *f = *state;
     static seen_t s;
-    memset(&s, 0, sizeof s);
-    pthread_mutex_init(&s.mu, NULL);
-    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
-    o.hang_min_ms = 100000;
-    ftc_detector_t *b = start_detector(f, "js", "B", false, &s, &o);
-    pid_t a = fork_pause(), c = fork_pause();
+    ftc_detector_t *b = start_rank_watcher(f, "js", &s);
+    pid_t a = fork_paused(), c = fork_paused();
     assert_int_equal(ftc_detector_watch_pid(b, 0, a), 0);
     static reuse_t r;
     memset(&r, 0, sizeof r);
@@ -574,8 +609,7 @@ static void test_numerical_warnings(void **state)
 {
     redis_fixture_t *f = *state;
     static seen_t s;
-    memset(&s, 0, sizeof s);
-    pthread_mutex_init(&s.mu, NULL);
+    seen_init(&s);
     ftc_detector_t *b = start_detector(f, "jn", "B", false, &s, NULL);
     for (int i = 0; i < 60; i++)
         ftc_detector_loss(b, 0, i, 2.0 + 0.01 * ((i * 7) % 5));
@@ -593,8 +627,7 @@ static void test_straggler_warning(void **state)
 {
     redis_fixture_t *f = *state;
     static seen_t s;
-    memset(&s, 0, sizeof s);
-    pthread_mutex_init(&s.mu, NULL);
+    seen_init(&s);
     ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
     o.scan_ms = 100;
     o.straggler_window = 3;
@@ -682,14 +715,10 @@ static void test_bad_redis_at_start(void **state)
     assert_int_equal(err.code, FTC_EINVAL);
 }
 
-/* Redis loses its data without any command failing (FLUSHALL here; a restart
- * between two heartbeats looks the same: the next command reconnects inside
- * its deadline). The agent must put back the generation and the committed
- * step, else every commit_report is refused ("no generation is set"). */
-static void test_data_loss_without_outage_reseeded(void **state)
+/* Job `job` at generation 3 (world 2) with step 10 committed (through c), and its
+ * leader B (scans every 100 ms) once it has read both. */
+static ftc_detector_t *start_leader_of_gen3(redis_fixture_t *f, ftc_ctl_t *c, const char *job)
 {
-    redis_fixture_t *f = *state;
-    ftc_ctl_t *c = redis_fixture_ctl(f, "jd");
     ftc_redis_t *r = ftc_ctl_redis(c);
     char gk[128], ck[128];
     ftc_ctl_key(c, "gen", gk, sizeof gk);
@@ -699,7 +728,7 @@ static void test_data_loss_without_outage_reseeded(void **state)
     ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
     o.scan_ms = 100;
     o.hang_min_ms = 100000;
-    ftc_detector_t *b = start_detector(f, "jd", "B", true, NULL, &o);
+    ftc_detector_t *b = start_detector(f, job, "B", true, NULL, &o);
     ftc_detector_stats_t ds;
     ftc_deadline_t d = ftc_deadline_in_ms(5000);
     do {
@@ -708,19 +737,40 @@ static void test_data_loss_without_outage_reseeded(void **state)
     } while (!(ds.generation == 3 && ds.leader) && !ftc_deadline_expired(d));
     assert_int_equal(ds.generation, 3);
     ftc_sleep_ms(300); /* a few more scans: the committed step is read too */
+    return b;
+}
+
+/* Polls (up to ms) until the job's generation is 3 and its committed step 10 again;
+ * what it read last in *gen, *world and *step. */
+static void wait_gen3_put_back(ftc_ctl_t *c, int ms, uint64_t *gen, uint32_t *world,
+                               int64_t *step)
+{
+    uint64_t cgen = 0;
+    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)ms);
+    while (!ftc_deadline_expired(d)) {
+        assert_int_equal(ftc_ctl_generation(c, gen, world), 0);
+        assert_int_equal(ftc_ctl_committed(c, step, &cgen), 0);
+        if (*gen == 3 && *step == 10)
+            break;
+        ftc_sleep_ms(20);
+    }
+}
+
+/* Redis loses its data without any command failing (FLUSHALL here; a restart
+ * between two heartbeats looks the same: the next command reconnects inside
+ * its deadline). The agent must put back the generation and the committed
+ * step, else every commit_report is refused ("no generation is set"). */
+static void test_data_loss_without_outage_reseeded(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_ctl_t *c = redis_fixture_ctl(f, "jd");
+    ftc_redis_t *r = ftc_ctl_redis(c);
+    ftc_detector_t *b = start_leader_of_gen3(f, c, "jd");
     assert_int_equal(ftc_redis_cmdv(r, true, NULL, "FLUSHALL", NULL), 0);
     uint64_t gen = 0;
     uint32_t world = 0;
     int64_t step = -1;
-    uint64_t cgen = 0;
-    d = ftc_deadline_in_ms(5000);
-    while (!ftc_deadline_expired(d)) {
-        assert_int_equal(ftc_ctl_generation(c, &gen, &world), 0);
-        assert_int_equal(ftc_ctl_committed(c, &step, &cgen), 0);
-        if (gen == 3 && step == 10)
-            break;
-        ftc_sleep_ms(20);
-    }
+    wait_gen3_put_back(c, 5000, &gen, &world, &step);
     print_message("after FLUSHALL: gen %" PRIu64 " world %u committed %" PRId64 "\n", gen, world,
                   step);
     assert_int_equal(gen, 3);
@@ -748,34 +798,15 @@ static void test_older_state_without_outage_put_back(void **state)
     char gk[128], ck[128];
     ftc_ctl_key(c, "gen", gk, sizeof gk);
     ftc_ctl_key(c, "commit", ck, sizeof ck);
-    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", ck, "step", "10", "gen", "3", NULL), 0);
-    assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", gk, "gen", "3", "world", "2", NULL), 0);
-    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
-    o.scan_ms = 100;
-    o.hang_min_ms = 100000;
-    ftc_detector_t *b = start_detector(f, "jo", "B", true, NULL, &o);
-    ftc_detector_stats_t ds;
-    ftc_deadline_t d = ftc_deadline_in_ms(5000);
-    do {
-        ftc_sleep_ms(20);
-        ftc_detector_stats(b, &ds);
-    } while (!(ds.generation == 3 && ds.leader) && !ftc_deadline_expired(d));
-    assert_int_equal(ds.generation, 3);
-    ftc_sleep_ms(300); /* a few more scans: the committed step is read too */
+    ftc_detector_t *b = start_leader_of_gen3(f, c, "jo");
     /* the older copy: generation 2 (world 3), committed step 7 */
     assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", gk, "gen", "2", "world", "3", NULL), 0);
     assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", ck, "step", "7", "gen", "2", NULL), 0);
-    uint64_t gen = 0, cgen = 0;
+    uint64_t gen = 0;
     uint32_t world = 0;
     int64_t step = -1;
-    d = ftc_deadline_in_ms(3000);
-    while (!ftc_deadline_expired(d)) {
-        assert_int_equal(ftc_ctl_generation(c, &gen, &world), 0);
-        assert_int_equal(ftc_ctl_committed(c, &step, &cgen), 0);
-        if (gen == 3 && step == 10)
-            break;
-        ftc_sleep_ms(20);
-    }
+    wait_gen3_put_back(c, 3000, &gen, &world, &step);
+    ftc_detector_stats_t ds;
     ftc_detector_stats(b, &ds);
     print_message("after the older copy: gen %" PRIu64 " world %u committed %" PRId64
                   "; detector's generation %" PRIu64 "\n", gen, world, step, ds.generation);
@@ -850,10 +881,8 @@ static void test_node_lost_once_across_generations(void **state)
     o.scan_ms = 100;
     o.hang_min_ms = 100000;
     static seen_t sa, sb;
-    memset(&sa, 0, sizeof sa);
-    memset(&sb, 0, sizeof sb);
-    pthread_mutex_init(&sa.mu, NULL);
-    pthread_mutex_init(&sb.mu, NULL);
+    seen_init(&sa);
+    seen_init(&sb);
     ftc_detector_t *a = start_detector(f, "jg", "A", true, &sa, &o);
     assert_true(wait_seen(&sa, "node_lost", "X", 5000));
     ftc_detector_stop(a, true);
@@ -877,8 +906,7 @@ static void test_long_expired_key_not_cut_to_a_node(void **state)
     memset(nid, 'n', FTC_CTL_NODE_MAX);
     nid[FTC_CTL_NODE_MAX] = '\0';
     static seen_t s;
-    memset(&s, 0, sizeof s);
-    pthread_mutex_init(&s.mu, NULL);
+    seen_init(&s);
     ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
     o.hang_min_ms = 100000;
     ftc_detector_t *live = start_detector(f, "jt", nid, false, NULL, &o);
@@ -1046,13 +1074,8 @@ static void test_event_once_after_lost_reply(void **state)
     ftc_redis_url_t u = *ftc_redis_server_url(f->srv);
     u.port = px.port;
     ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
-    o.job = "je";
-    o.node = "B";
     o.hang_min_ms = 100000;
-    ftc_err_t err = {0};
-    ftc_detector_t *b = ftc_detector_start(&u, &o, &err);
-    if (!b)
-        fail_msg("detector: %s", err.msg);
+    ftc_detector_t *b = start_detector_at(&u, "je", "B", true, NULL, &o);
     ftc_deadline_t d = ftc_deadline_in_ms(10000);
     ftc_detector_stats_t ds;
     do {
@@ -1080,13 +1103,8 @@ static void test_late_renewal_reply_does_not_extend_lease(void **state)
     ftc_redis_url_t u = *ftc_redis_server_url(f->srv);
     u.port = px.port;
     ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
-    o.job = "jy";
-    o.node = "B";
     o.hang_min_ms = 100000;
-    ftc_err_t err = {0};
-    ftc_detector_t *b = ftc_detector_start(&u, &o, &err);
-    if (!b)
-        fail_msg("detector: %s", err.msg);
+    ftc_detector_t *b = start_detector_at(&u, "jy", "B", true, NULL, &o);
     ftc_deadline_t d = ftc_deadline_in_ms(10000);
     while (!ftc_detector_is_leader(b) && !ftc_deadline_expired(d))
         ftc_sleep_ms(10);
@@ -1128,8 +1146,7 @@ static void test_no_loss_reported_right_after_own_outage(void **state)
 {
     redis_fixture_t *f = *state;
     static seen_t s;
-    memset(&s, 0, sizeof s);
-    pthread_mutex_init(&s.mu, NULL);
+    seen_init(&s);
     agent_t b;
     spawn_agent(f, &b, "jo", "B", "--no-campaign", NULL);
     proxy_t px;
@@ -1137,15 +1154,8 @@ static void test_no_loss_reported_right_after_own_outage(void **state)
     ftc_redis_url_t u = *ftc_redis_server_url(f->srv);
     u.port = px.port;
     ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
-    o.job = "jo";
-    o.node = "A";
     o.hang_min_ms = 100000;
-    o.on_event = on_event;
-    o.arg = &s;
-    ftc_err_t err = {0};
-    ftc_detector_t *a = ftc_detector_start(&u, &o, &err);
-    if (!a)
-        fail_msg("detector: %s", err.msg);
+    ftc_detector_t *a = start_detector_at(&u, "jo", "A", true, &s, &o);
     ftc_deadline_t d = ftc_deadline_in_ms(10000);
     while (!ftc_detector_is_leader(a) && !ftc_deadline_expired(d))
         ftc_sleep_ms(10);
@@ -1325,8 +1335,7 @@ static void test_loss_after_pause_reported_again(void **state)
 {
     redis_fixture_t *f = *state;
     static seen_t sb;
-    memset(&sb, 0, sizeof sb);
-    pthread_mutex_init(&sb.mu, NULL);
+    seen_init(&sb);
     agent_t a;
     spawn_agent(f, &a, "jr", "A", "--no-campaign", NULL);
     ftc_detector_t *b = start_detector(f, "jr", "B", true, &sb, NULL);
@@ -1373,18 +1382,6 @@ static int seen_rank(seen_t *s, const char *kind, const char *node, int rank)
     return c;
 }
 
-static pid_t fork_paused(void)
-{
-    pid_t p = fork();
-    assert_true(p >= 0);
-    if (p == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        pause();
-        _exit(0);
-    }
-    return p;
-}
-
 /* The start-up limit. A rank's process that has finished no step had no
  * hang check at all (no step time: the soak found ranks SIGSTOPped before
  * their HELLO never detected, the others waiting 60 s in their group
@@ -1397,10 +1394,8 @@ static void test_start_up_limit(void **state)
 {
     redis_fixture_t *f = *state;
     static seen_t sb, sc;
-    memset(&sb, 0, sizeof sb);
-    memset(&sc, 0, sizeof sc);
-    pthread_mutex_init(&sb.mu, NULL);
-    pthread_mutex_init(&sc.mu, NULL);
+    seen_init(&sb);
+    seen_init(&sc);
     ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
     o.hang_min_ms = 100000;
     o.start_ms = 500;
@@ -1464,18 +1459,11 @@ static void test_hang_names_the_stuck_rank(void **state)
 {
     redis_fixture_t *f = *state;
     static seen_t s;
-    memset(&s, 0, sizeof s);
-    pthread_mutex_init(&s.mu, NULL);
+    seen_init(&s);
     ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
     o.hang_min_ms = 600;
     ftc_detector_t *b = start_detector(f, "jhs", "B", false, &s, &o);
-    pid_t spin = fork();
-    assert_true(spin >= 0);
-    if (spin == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        for (volatile unsigned long x = 0;; x++) {
-        }
-    }
+    pid_t spin = fork_spinning();
     pid_t stuck = fork_paused();
     assert_int_equal(ftc_detector_watch_pid(b, 0, spin), 0);
     assert_int_equal(ftc_detector_watch_pid(b, 1, stuck), 0);
@@ -1579,11 +1567,7 @@ static void test_exit_status(void **state)
 {
     redis_fixture_t *f = *state;
     static seen_t s;
-    memset(&s, 0, sizeof s);
-    pthread_mutex_init(&s.mu, NULL);
-    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
-    o.hang_min_ms = 100000;
-    ftc_detector_t *b = start_detector(f, "jxs", "B", false, &s, &o);
+    ftc_detector_t *b = start_rank_watcher(f, "jxs", &s);
     pid_t clean = fork_exit(300, 0), failed = fork_exit(300, 3), killed = fork_exit(60000, 0);
     pid_t linked = fork_exit(300, 0);
     assert_int_equal(ftc_detector_watch_pid(b, 0, clean), 0);
@@ -1647,11 +1631,7 @@ static void test_status_told_before_the_watch(void **state)
 {
     redis_fixture_t *f = *state;
     static seen_t s;
-    memset(&s, 0, sizeof s);
-    pthread_mutex_init(&s.mu, NULL);
-    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
-    o.hang_min_ms = 100000;
-    ftc_detector_t *b = start_detector(f, "jtb", "B", false, &s, &o);
+    ftc_detector_t *b = start_rank_watcher(f, "jtb", &s);
     pid_t clean = fork_exit(0, 0);
     siginfo_t si;
     assert_int_equal(waitid(P_PID, (id_t)clean, &si, WEXITED | WNOWAIT), 0); /* a zombie */
@@ -1693,8 +1673,7 @@ static void test_no_hang_after_the_watch_ended(void **state)
 {
     redis_fixture_t *f = *state;
     static seen_t s;
-    memset(&s, 0, sizeof s);
-    pthread_mutex_init(&s.mu, NULL);
+    seen_init(&s);
     ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
     o.hang_min_ms = 300;
     ftc_detector_t *b = start_detector(f, "jne", "B", false, &s, &o);
@@ -1741,20 +1720,13 @@ static void test_stopped_in_start_up_named(void **state)
 {
     redis_fixture_t *f = *state;
     static seen_t s;
-    memset(&s, 0, sizeof s);
-    pthread_mutex_init(&s.mu, NULL);
+    seen_init(&s);
     ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
     /* limit 3 s: the busy rank's grace (1.5 s) outlasts the stop's sampling (every 1 s) */
     o.hang_min_ms = 3000;
     o.start_ms = 100000;
     ftc_detector_t *b = start_detector(f, "jss", "B", false, &s, &o);
-    pid_t spin = fork();
-    assert_true(spin >= 0);
-    if (spin == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        for (volatile unsigned long x = 0;; x++) {
-        }
-    }
+    pid_t spin = fork_spinning();
     pid_t stuck = fork_paused();
     assert_int_equal(ftc_detector_watch_pid(b, 0, spin), 0);
     assert_int_equal(ftc_detector_watch_pid(b, 1, stuck), 0);
@@ -1825,8 +1797,7 @@ static void test_status_read_without_waitid_pidfd(void **state)
 {
     redis_fixture_t *f = *state;
     static seen_t s;
-    memset(&s, 0, sizeof s);
-    pthread_mutex_init(&s.mu, NULL);
+    seen_init(&s);
     ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
     o.hang_min_ms = 100000;
     o.job = "jnw";
@@ -1878,11 +1849,7 @@ static void test_bye_and_the_exit_status(void **state)
 {
     redis_fixture_t *f = *state;
     static seen_t s;
-    memset(&s, 0, sizeof s);
-    pthread_mutex_init(&s.mu, NULL);
-    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
-    o.hang_min_ms = 100000;
-    ftc_detector_t *b = start_detector(f, "jby", "B", false, &s, &o);
+    ftc_detector_t *b = start_rank_watcher(f, "jby", &s);
     ftc__detector_set_exit_wait_ms(b, 3000); /* the BYEs below come well within it */
     pid_t p[5] = {fork_exit(100, 0), fork_paused(), fork_paused(), fork_exit(300, 0),
                   fork_exit(100, 0)};
@@ -1929,8 +1896,7 @@ static void test_hang_checked_after_a_failed_watch(void **state)
 {
     redis_fixture_t *f = *state;
     static seen_t s;
-    memset(&s, 0, sizeof s);
-    pthread_mutex_init(&s.mu, NULL);
+    seen_init(&s);
     ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
     o.hang_min_ms = 300;
     ftc_detector_t *b = start_detector(f, "jfw", "B", false, &s, &o);
@@ -1973,11 +1939,7 @@ static void test_status_waited_for_when_not_the_parent(void **state)
 {
     redis_fixture_t *f = *state;
     static seen_t s;
-    memset(&s, 0, sizeof s);
-    pthread_mutex_init(&s.mu, NULL);
-    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
-    o.hang_min_ms = 100000;
-    ftc_detector_t *b = start_detector(f, "jwt", "B", false, &s, &o);
+    ftc_detector_t *b = start_rank_watcher(f, "jwt", &s);
     ftc__detector_set_exit_wait_ms(b, 3000); /* the statuses below come well within it */
     pid_t p0 = spawn_orphan(100, 7), p3 = spawn_orphan(100, 0);
     assert_int_equal(ftc_detector_watch_child(b, 0, p0), 0);
@@ -2047,11 +2009,7 @@ static void test_standalone_exit_not_held(void **state)
 {
     redis_fixture_t *f = *state;
     static seen_t s;
-    memset(&s, 0, sizeof s);
-    pthread_mutex_init(&s.mu, NULL);
-    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
-    o.hang_min_ms = 100000;
-    ftc_detector_t *b = start_detector(f, "jsa", "B", false, &s, &o);
+    ftc_detector_t *b = start_rank_watcher(f, "jsa", &s);
     ftc__detector_set_exit_wait_ms(b, 60000);
     pid_t early = spawn_orphan(300, 0), late = spawn_orphan(100, 0), bye = spawn_orphan(100, 0);
     pid_t never = spawn_orphan(100, 0);
@@ -2118,11 +2076,7 @@ static void test_exit_wait_not_counted_while_paused(void **state)
 {
     redis_fixture_t *f = *state;
     static seen_t s;
-    memset(&s, 0, sizeof s);
-    pthread_mutex_init(&s.mu, NULL);
-    ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
-    o.hang_min_ms = 100000;
-    ftc_detector_t *b = start_detector(f, "jpw", "B", false, &s, &o);
+    ftc_detector_t *b = start_rank_watcher(f, "jpw", &s);
     ftc__detector_set_exit_wait_ms(b, 1000);
     pid_t clean = fork_exit(100, 0), marker = fork_paused();
     assert_int_equal(ftc_detector_watch_pid(b, 0, clean), 0);
@@ -2193,8 +2147,7 @@ static void test_late_exit_keeps_its_generation(void **state)
     assert_int_equal(ftc_redis_cmdv(rc, true, NULL, "HSET", gk, "gen", "5", "world", "2", NULL),
                      0);
     static seen_t s;
-    memset(&s, 0, sizeof s);
-    pthread_mutex_init(&s.mu, NULL);
+    seen_init(&s);
     ftc_detector_options_t o = FTC_DETECTOR_OPTIONS_INIT;
     o.hang_min_ms = 100000;
     o.scan_ms = 100;

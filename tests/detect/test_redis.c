@@ -6,7 +6,7 @@
  * a kill and restart, checked reply types, scripts by SHA with EVAL fallback,
  * pipelined batches.
  */
-#include "ftc_test.h"
+#include "redis_fixture.h"
 
 #include "detect/redis.h"
 #include "detect/redis_server.h"
@@ -30,33 +30,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-typedef struct fixture {
-    char *dir;
-    ftc_redis_server_t *srv;
-} fixture_t;
-
-static int setup(void **state)
+/* A client of the fixture's server whose commands each have ms to answer. */
+static ftc_redis_t *connect_with_timeout(redis_fixture_t *f, int ms)
 {
-    fixture_t *f = calloc(1, sizeof *f);
-    f->dir = ftc_test_tmpdir("redis");
-    ftc_redis_server_options_t o = FTC_REDIS_SERVER_OPTIONS_INIT;
-    o.dir = f->dir;
     ftc_err_t err = {0};
-    f->srv = ftc_redis_server_start(&o, &err);
-    if (!f->srv)
-        fail_msg("embedded redis did not start: %s", err.msg);
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    fixture_t *f = *state;
-    ftc_redis_server_stop(f->srv);
-    ftc_test_rmrf(f->dir);
-    free(f->dir);
-    free(f);
-    return 0;
+    ftc_redis_options_t o = FTC_REDIS_OPTIONS_INIT;
+    o.command_timeout_ms = ms;
+    ftc_redis_t *r = ftc_redis_connect(ftc_redis_server_url(f->srv), &o, &err);
+    assert_non_null(r);
+    return r;
 }
 
 static void test_url_parsing(void **state)
@@ -136,7 +118,7 @@ static void test_url_parsing(void **state)
  * doubling), and so is a command without a name. */
 static void test_bad_options_and_empty_command(void **state)
 {
-    fixture_t *f = *state;
+    redis_fixture_t *f = *state;
     ftc_err_t err = {0};
     struct {
         int field, value;
@@ -168,7 +150,7 @@ static void test_bad_options_and_empty_command(void **state)
 
 static void test_commands_and_reply_types(void **state)
 {
-    fixture_t *f = *state;
+    redis_fixture_t *f = *state;
     ftc_err_t err = {0};
     ftc_redis_t *r = ftc_redis_connect(ftc_redis_server_url(f->srv), NULL, &err);
     assert_non_null(r);
@@ -227,7 +209,7 @@ static void test_commands_and_reply_types(void **state)
 
 static void test_auth_errors(void **state)
 {
-    fixture_t *f = *state;
+    redis_fixture_t *f = *state;
     ftc_err_t err = {0};
     ftc_redis_url_t u = *ftc_redis_server_url(f->srv);
     snprintf(u.password, sizeof u.password, "wrong");
@@ -256,12 +238,8 @@ static void test_unreachable(void **state)
 /* A stopped server: the command ends at its deadline with FTC_ETIMEDOUT. */
 static void test_deadline_on_stopped_server(void **state)
 {
-    fixture_t *f = *state;
-    ftc_err_t err = {0};
-    ftc_redis_options_t o = FTC_REDIS_OPTIONS_INIT;
-    o.command_timeout_ms = 300;
-    ftc_redis_t *r = ftc_redis_connect(ftc_redis_server_url(f->srv), &o, &err);
-    assert_non_null(r);
+    redis_fixture_t *f = *state;
+    ftc_redis_t *r = connect_with_timeout(f, 300);
     assert_int_equal(ftc_redis_server_signal(f->srv, SIGSTOP), 0);
     int rc = ftc_redis_cmdv(r, true, NULL, "PING", NULL);
     assert_int_equal(ftc_redis_server_signal(f->srv, SIGCONT), 0);
@@ -281,12 +259,9 @@ static void test_deadline_on_stopped_server(void **state)
 /* Killed and restarted: commands fail cleanly meanwhile, then work again. */
 static void test_reconnect_after_restart(void **state)
 {
-    fixture_t *f = *state;
+    redis_fixture_t *f = *state;
     ftc_err_t err = {0};
-    ftc_redis_options_t o = FTC_REDIS_OPTIONS_INIT;
-    o.command_timeout_ms = 200;
-    ftc_redis_t *r = ftc_redis_connect(ftc_redis_server_url(f->srv), &o, &err);
-    assert_non_null(r);
+    ftc_redis_t *r = connect_with_timeout(f, 200);
     assert_int_equal(ftc_redis_server_signal(f->srv, SIGKILL), 0);
     assert_true(ftc_redis_cmdv(r, true, NULL, "PING", NULL) < 0);
     /* a reconnect that runs out of time names why the attempts failed: it said
@@ -307,7 +282,7 @@ static void test_reconnect_after_restart(void **state)
  * 10 s) and the server is gone when the call returns. */
 static void test_sigterm_stopped_server(void **state)
 {
-    fixture_t *f = *state;
+    redis_fixture_t *f = *state;
     ftc_err_t err = {0};
     pid_t pid = ftc_redis_server_pid(f->srv);
     assert_true(pid > 0);
@@ -320,7 +295,7 @@ static void test_sigterm_stopped_server(void **state)
 
 static void test_scripts_sha_and_fallback(void **state)
 {
-    fixture_t *f = *state;
+    redis_fixture_t *f = *state;
     ftc_err_t err = {0};
     ftc_redis_t *r = ftc_redis_connect(ftc_redis_server_url(f->srv), NULL, &err);
     ftc_redis_script_t s;
@@ -362,7 +337,7 @@ static void test_scripts_sha_and_fallback(void **state)
 
 static void test_url_file(void **state)
 {
-    fixture_t *f = *state;
+    redis_fixture_t *f = *state;
     ftc_redis_url_t u;
     ftc_err_t err = {0};
     assert_int_equal(ftc_redis_url_file_read(ftc_redis_server_url_file(f->srv), &u, &err), 0);
@@ -378,12 +353,9 @@ static void test_url_file(void **state)
  * ends the batch at its deadline with nothing leaked. */
 static void test_pipeline(void **state)
 {
-    fixture_t *f = *state;
+    redis_fixture_t *f = *state;
     ftc_err_t err = {0};
-    ftc_redis_options_t o = FTC_REDIS_OPTIONS_INIT;
-    o.command_timeout_ms = 300;
-    ftc_redis_t *r = ftc_redis_connect(ftc_redis_server_url(f->srv), &o, &err);
-    assert_non_null(r);
+    ftc_redis_t *r = connect_with_timeout(f, 300);
     enum { N = 200 };
     static char keys[N][16], vals[N][16];
     static const char *argv[N][5];
@@ -543,7 +515,7 @@ static void trickle_stop(trickle_t *t)
  * the same. The setup (AUTH, PING: a few bytes) gets through. */
 static void test_deadline_on_trickling_reply(void **state)
 {
-    fixture_t *f = *state;
+    redis_fixture_t *f = *state;
     ftc_err_t err = {0};
     const ftc_redis_url_t *su = ftc_redis_server_url(f->srv);
     ftc_redis_t *direct = ftc_redis_connect(su, NULL, &err);
@@ -588,7 +560,7 @@ static void test_deadline_on_trickling_reply(void **state)
  * to keep the first 64 silently and send a truncated command). */
 static void test_cmdv_many_args(void **state)
 {
-    fixture_t *f = *state;
+    redis_fixture_t *f = *state;
     ftc_err_t err = {0};
     ftc_redis_t *r = ftc_redis_connect(ftc_redis_server_url(f->srv), NULL, &err);
     assert_non_null(r);
@@ -646,13 +618,10 @@ static void test_cmdv_many_args(void **state)
  * both lower bounds (the pause, the script's busy loop). */
 static void test_script_fallback_shares_deadline(void **state)
 {
-    fixture_t *f = *state;
+    redis_fixture_t *f = *state;
     ftc_err_t err = {0};
-    ftc_redis_options_t o = FTC_REDIS_OPTIONS_INIT;
-    o.command_timeout_ms = 1000;
-    ftc_redis_t *r = ftc_redis_connect(ftc_redis_server_url(f->srv), &o, &err);
+    ftc_redis_t *r = connect_with_timeout(f, 1000);
     ftc_redis_t *pauser = ftc_redis_connect(ftc_redis_server_url(f->srv), NULL, &err);
-    assert_non_null(r);
     assert_non_null(pauser);
     ftc_redis_script_t busy;
     ftc_redis_script_init(&busy, "busy",
@@ -674,10 +643,7 @@ static void test_script_fallback_shares_deadline(void **state)
     assert_int_equal(rc, FTC_ETIMEDOUT);
     assert_non_null(strstr(ftc_redis_errstr(r), "script busy"));
     /* the server is fine afterwards (once the script has run out) */
-    ftc_redis_options_t lo = FTC_REDIS_OPTIONS_INIT;
-    lo.command_timeout_ms = 5000;
-    ftc_redis_t *after = ftc_redis_connect(ftc_redis_server_url(f->srv), &lo, &err);
-    assert_non_null(after);
+    ftc_redis_t *after = connect_with_timeout(f, 5000);
     assert_int_equal(ftc_redis_cmdv(after, true, NULL, "PING", NULL), 0);
     ftc_redis_close(after);
     ftc_redis_close(pauser);
@@ -732,7 +698,7 @@ static void test_backoff_jitter_bounds(void **state)
  * seed draws what the pure function draws from it. */
 static void test_backoff_jitter_per_connection(void **state)
 {
-    fixture_t *f = *state;
+    redis_fixture_t *f = *state;
     ftc_err_t err = {0};
     enum { N = 16 };
     int a[N], b[N], c[N], p[N];
@@ -793,7 +759,7 @@ static void test_backoff_jitter_per_connection(void **state)
 /* A name that resolves (localhost, from /etc/hosts) still connects. */
 static void test_host_name_resolves(void **state)
 {
-    fixture_t *f = *state;
+    redis_fixture_t *f = *state;
     ftc_redis_url_t u = *ftc_redis_server_url(f->srv);
     snprintf(u.host, sizeof u.host, "localhost");
     ftc_err_t err = {0};
@@ -993,6 +959,9 @@ static void test_host_name_lookup_deadline(void **state)
     assert_true(res.threads <= 1 + 4); /* the main thread and 4 lookups */
 }
 
+/* A case with a redis-server of its own. */
+#define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, redis_fixture_teardown)
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1000,21 +969,21 @@ int main(void)
         cmocka_unit_test(test_unreachable),
         cmocka_unit_test(test_host_name_unknown),
         cmocka_unit_test(test_host_name_lookup_deadline),
-        cmocka_unit_test_setup_teardown(test_host_name_resolves, setup, teardown),
+        T(test_host_name_resolves),
         cmocka_unit_test(test_backoff_jitter_bounds),
-        cmocka_unit_test_setup_teardown(test_commands_and_reply_types, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bad_options_and_empty_command, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_cmdv_many_args, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_auth_errors, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_deadline_on_stopped_server, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_reconnect_after_restart, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_sigterm_stopped_server, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_backoff_jitter_per_connection, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_scripts_sha_and_fallback, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_script_fallback_shares_deadline, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_url_file, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_pipeline, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_deadline_on_trickling_reply, setup, teardown),
+        T(test_commands_and_reply_types),
+        T(test_bad_options_and_empty_command),
+        T(test_cmdv_many_args),
+        T(test_auth_errors),
+        T(test_deadline_on_stopped_server),
+        T(test_reconnect_after_restart),
+        T(test_sigterm_stopped_server),
+        T(test_backoff_jitter_per_connection),
+        T(test_scripts_sha_and_fallback),
+        T(test_script_fallback_shares_deadline),
+        T(test_url_file),
+        T(test_pipeline),
+        T(test_deadline_on_trickling_reply),
     };
     const char *only = getenv("FTC_TEST_FILTER"); /* e.g. "test_sigterm*" */
     if (only && *only)

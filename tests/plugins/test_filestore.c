@@ -533,6 +533,13 @@ static int cmd(node_t *n, char *out, size_t cap, const char *fmt, ...)
         if (rc_ != 0) fail_msg("node %s: '%s' -> %d %s", (n)->id, #__VA_ARGS__, rc_, msg_);        \
     } while (0)
 
+/* The same command to two nodes, a first, then b: each must answer 0. */
+#define OK_BOTH(a, b, ...)                                                                         \
+    do {                                                                                           \
+        OK((a), __VA_ARGS__);                                                                      \
+        OK((b), __VA_ARGS__);                                                                      \
+    } while (0)
+
 /* Removes the regions libfabric's shm provider named after process `pid`
  * ("/dev/shm/<pid>:<n>:<m>") and returns how many there were, naming each.
  * Call it while `pid` is a zombie of ours (waitid WNOWAIT): its number cannot
@@ -595,7 +602,6 @@ static void quit(node_t *n)
         fail_msg("node %s exited normally and left %d shm region(s) in /dev/shm", n->id, left);
 }
 
-/* Removes /dev/shm entries of the job whose name starts with ftc.<job>.<what>. */
 /* Nodes 0 and 1 (k=1), both told the members "n0 n1" of generation 1. */
 static void spawn_pair(node_t *n0, node_t *n1)
 {
@@ -605,6 +611,41 @@ static void spawn_pair(node_t *n0, node_t *n1)
     OK(n1, "members 1 n0 n1");
 }
 
+/* spawn_pair, with `name`=`value` in the environment of node `index` only (a
+ * store reads its FTC_TEST_FS_* hooks once, when it is created). */
+static void spawn_pair_env(node_t *n0, node_t *n1, uint32_t index, const char *name,
+                           const char *value)
+{
+    if (index == 0) assert_int_equal(setenv(name, value, 1), 0);
+    *n0 = spawn(0, "n0", 1);
+    unsetenv(name);
+    if (index == 1) assert_int_equal(setenv(name, value, 1), 0);
+    *n1 = spawn(1, "n1", 1);
+    unsetenv(name);
+    OK(n0, "members 1 n0 n1");
+    OK(n1, "members 1 n0 n1");
+}
+
+/* Nodes 0, 1 and 2 (k copies), all told the members "n0 n1 n2" of generation 1. */
+static void spawn_three(node_t *n0, node_t *n1, node_t *n2, int k)
+{
+    *n0 = spawn(0, "n0", k);
+    *n1 = spawn(1, "n1", k);
+    *n2 = spawn(2, "n2", k);
+    node_t *all[] = {n0, n1, n2};
+    for (int i = 0; i < 3; i++)
+        OK(all[i], "members 1 n0 n1 n2");
+}
+
+/* The mtime of file `name` in node n's directory, to the nanosecond. */
+static void get_mtime(node_t *n, const char *name, long long *sec, long long *nsec)
+{
+    char msg[2048];
+    assert_int_equal(cmd(n, msg, sizeof msg, "getmtime %s", name), 0);
+    assert_int_equal(sscanf(msg, "%lld %lld", sec, nsec), 2);
+}
+
+/* Removes /dev/shm entries of the job whose name starts with ftc.<job>.<what>. */
 static void shm_clean(const char *what)
 {
     char prefix[160];
@@ -636,6 +677,24 @@ static void lose(node_t *n, uint32_t index)
 {
     kill9(n);
     forget_node(index);
+}
+
+/* Node `index` is lost while processes of its rank still write its files
+ * (writer2 <= 0: one writer): the node is killed first, so that the
+ * writers' deaths make no version. */
+static void lose_while_writing(node_t *n, uint32_t index, int writer, int writer2)
+{
+    kill9(n);
+    if (writer > 0) kill(writer, SIGKILL);
+    if (writer2 > 0) kill(writer2, SIGKILL);
+    forget_node(index);
+}
+
+/* Node 0 is lost, and a replacement of the same id (k=1) takes its place. */
+static node_t replace_node0(node_t *n0)
+{
+    lose(n0, 0);
+    return spawn(0, "n0", 1);
 }
 
 /* Flips the first byte of file 0 in every replica slot node `holder` has of
@@ -686,10 +745,8 @@ static void test_union(void **state)
 {
     (void)state;
     g_prov = "tcp;ofi_rxm";
-    node_t n0 = spawn(0, "n0", 1), n1 = spawn(1, "n1", 1), n2 = spawn(2, "n2", 1);
-    node_t *all[] = {&n0, &n1, &n2};
-    for (int i = 0; i < 3; i++)
-        OK(all[i], "members 1 n0 n1 n2");
+    node_t n0, n1, n2;
+    spawn_three(&n0, &n1, &n2, 1);
     OK(&n0, "write a.bin 1 300000");
     OK(&n0, "mkdir sub");
     OK(&n0, "rename sub/b.bin 2 5243880"); /* > one 4 MiB chunk */
@@ -740,10 +797,8 @@ static void test_corrupt(void **state)
 {
     (void)state;
     g_prov = "tcp;ofi_rxm";
-    node_t n0 = spawn(0, "n0", 2), n1 = spawn(1, "n1", 2), n2 = spawn(2, "n2", 2);
-    node_t *all[] = {&n0, &n1, &n2};
-    for (int i = 0; i < 3; i++)
-        OK(all[i], "members 1 n0 n1 n2");
+    node_t n0, n1, n2;
+    spawn_three(&n0, &n1, &n2, 2);
     OK(&n0, "write a.bin 11 200000");
     OK(&n0, "flush");
     lose(&n0, 0);
@@ -914,10 +969,8 @@ static void test_stall(void **state)
 {
     (void)state;
     g_prov = "tcp;ofi_rxm";
-    node_t n0 = spawn(0, "n0", 2), n1 = spawn(1, "n1", 2), n2 = spawn(2, "n2", 2);
-    node_t *all[] = {&n0, &n1, &n2};
-    for (int i = 0; i < 3; i++)
-        OK(all[i], "members 1 n0 n1 n2");
+    node_t n0, n1, n2;
+    spawn_three(&n0, &n1, &n2, 2);
     OK(&n0, "limits 1073741824 120000"); /* a push deadline longer than this test */
     OK(&n0, "write a.bin 51 100000");
     OK(&n0, "flush");
@@ -944,10 +997,8 @@ static void test_leave(void **state)
 {
     (void)state;
     g_prov = "tcp;ofi_rxm";
-    node_t n0 = spawn(0, "n0", 1), n1 = spawn(1, "n1", 1), n2 = spawn(2, "n2", 1);
-    node_t *all[] = {&n0, &n1, &n2};
-    for (int i = 0; i < 3; i++)
-        OK(all[i], "members 1 n0 n1 n2");
+    node_t n0, n1, n2;
+    spawn_three(&n0, &n1, &n2, 1);
     OK(&n0, "limits 1073741824 120000"); /* a push deadline longer than this test */
     OK(&n0, "write a.bin 61 100000");
     OK(&n0, "flush"); /* to node 1, the next in the ring */
@@ -1066,8 +1117,7 @@ static void test_crash(void **state)
     }
     /* the half-written bytes never left the node: a replacement of node 0
      * gets the last recorded version from node 1 */
-    lose(&n0, 0);
-    node_t r0 = spawn(0, "n0", 1);
+    node_t r0 = replace_node0(&n0);
     OK(&r0, "restore 4 n0 n1");
     OK(&r0, "check a.bin 55 100000");
     quit(&r0);
@@ -1097,8 +1147,7 @@ static void test_crashrestore(void **state)
     OK(&n0, "absent a.bin.new");
     OK(&n0, "rankwrite b.bin 63 1000"); /* the next rank's files count again */
     OK(&n0, "flush");
-    lose(&n0, 0);
-    node_t r0 = spawn(0, "n0", 1);
+    node_t r0 = replace_node0(&n0);
     OK(&r0, "restore 3 n0 n1");
     OK(&r0, "check a.bin 61 100000"); /* the half-written bytes never left the node */
     OK(&r0, "check b.bin 63 1000");
@@ -1140,8 +1189,7 @@ static void test_supcrash(void **state)
     OK(&r0, "restore 3 n0 n1");
     OK(&r0, "check c.bin 74 1000"); /* not in any version, newer: kept */
     OK(&r0, "check b.bin 73 1000");
-    lose(&r0, 0);
-    r0 = spawn(0, "n0", 1);
+    r0 = replace_node0(&r0);
     OK(&r0, "restore 4 n0 n1");
     OK(&r0, "check a.bin 71 100000"); /* the half-written bytes never left the node */
     OK(&r0, "check b.bin 73 1000");
@@ -1160,12 +1208,8 @@ static void test_openedmidpack(void **state)
     g_prov = "tcp;ofi_rxm";
     /* node 0's store pauses 3 s between looking for writers and reading
      * (read once, when it is created) */
-    assert_int_equal(setenv("FTC_TEST_FS_PACK_DELAY_MS", "3000", 1), 0);
-    node_t n0 = spawn(0, "n0", 1);
-    unsetenv("FTC_TEST_FS_PACK_DELAY_MS");
-    node_t n1 = spawn(1, "n1", 1);
-    OK(&n0, "members 1 n0 n1");
-    OK(&n1, "members 1 n0 n1");
+    node_t n0, n1;
+    spawn_pair_env(&n0, &n1, 0, "FTC_TEST_FS_PACK_DELAY_MS", "3000");
     OK(&n0, "write a.bin 81 100000");
     OK(&n0, "flush"); /* version 1 */
     OK(&n0, "write b.bin 82 1000"); /* a change: packed once quiet (200 ms) ... */
@@ -1175,9 +1219,7 @@ static void test_openedmidpack(void **state)
     char msg[2048];
     int rc = cmd(&n0, msg, sizeof msg, "flush");
     printf("# flush with a.bin opened mid-pack: %d %s\n", rc, msg);
-    kill9(&n0); /* node 0 lost while a.bin is being written */
-    kill(hold, SIGKILL);
-    forget_node(0);
+    lose_while_writing(&n0, 0, hold, 0); /* node 0 lost while a.bin is being written */
     node_t r0 = spawn(0, "n0", 1);
     OK(&r0, "restore 2 n0 n1");
     OK(&r0, "check a.bin 81 100000"); /* the previous copy, not the half-written one */
@@ -1235,8 +1277,7 @@ static void test_heldopen(void **state)
     node_t n0 = spawn(0, "n0", 1);
     g_child_stderr = NULL;
     node_t n1 = spawn(1, "n1", 1);
-    OK(&n0, "members 1 n0 n1");
-    OK(&n1, "members 1 n0 n1");
+    OK_BOTH(&n0, &n1, "members 1 n0 n1");
     OK(&n0, "limits 1073741824 60000 1000"); /* busy_max_ms 1 s: the first warning's wait */
     OK(&n0, "write a.bin 161 1000");
     OK(&n0, "flush");
@@ -1317,15 +1358,13 @@ static void test_delete(void **state)
     OK(&n0, "rm ckpt_1.bin");
     OK(&n0, "flush");
     assert_true(wait_pushed(&n0, 2));
-    lose(&n0, 0);
-    node_t r0 = spawn(0, "n0", 1);
+    node_t r0 = replace_node0(&n0);
     OK(&r0, "restore 2 n0 n1");
     OK(&r0, "check ckpt_2.bin 62 50000");
     OK(&r0, "absent ckpt_1.bin");
     OK(&r0, "rm ckpt_2.bin"); /* nothing left: an empty version */
     OK(&r0, "flush");
-    lose(&r0, 0);
-    node_t r1 = spawn(0, "n0", 1);
+    node_t r1 = replace_node0(&r0);
     OK(&r1, "restore 3 n0 n1");
     OK(&r1, "absent ckpt_2.bin");
     quit(&r1);
@@ -1345,27 +1384,21 @@ static void test_gone(void **state)
     OK(&n0, "write a.bin 81 40000");
     OK(&n0, "write b.bin 82 40000");
     OK(&n0, "flush");
-    OK(&n0, "restore 1 n0 n1");
-    OK(&n1, "restore 1 n0 n1");
+    OK_BOTH(&n0, &n1, "restore 1 n0 n1");
     OK(&n1, "check a.bin 81 40000");
     OK(&n0, "rm a.bin");
     OK(&n0, "flush");
     OK(&n1, "write c.bin 83 1000"); /* node 1's next version, still holding a.bin */
     OK(&n1, "flush");
-    OK(&n0, "restore 1 n0 n1");
-    OK(&n1, "restore 1 n0 n1");
-    OK(&n0, "absent a.bin");
-    OK(&n1, "absent a.bin");
-    OK(&n0, "check b.bin 82 40000");
-    OK(&n1, "check b.bin 82 40000");
+    OK_BOTH(&n0, &n1, "restore 1 n0 n1");
+    OK_BOTH(&n0, &n1, "absent a.bin");
+    OK_BOTH(&n0, &n1, "check b.bin 82 40000");
     OK(&n0, "check c.bin 83 1000");
     /* the binary writes it again: the newer copy wins over the deletion */
     OK(&n0, "write a.bin 84 2000");
     OK(&n0, "flush");
-    OK(&n0, "restore 1 n0 n1");
-    OK(&n1, "restore 1 n0 n1");
-    OK(&n0, "check a.bin 84 2000");
-    OK(&n1, "check a.bin 84 2000");
+    OK_BOTH(&n0, &n1, "restore 1 n0 n1");
+    OK_BOTH(&n0, &n1, "check a.bin 84 2000");
     /* a rollback: b.bin deleted (packed), then put back as a copy that kept an
      * older mtime (cp -p): it stays, on both nodes; it was removed everywhere
      * (a copy no newer than the tombstone counted as the deleted one) */
@@ -1374,10 +1407,8 @@ static void test_gone(void **state)
     OK(&n0, "write b.bin 85 3000");
     OK(&n0, "aged b.bin 3600");
     OK(&n0, "flush");
-    OK(&n0, "restore 1 n0 n1");
-    OK(&n1, "restore 1 n0 n1");
-    OK(&n0, "check b.bin 85 3000");
-    OK(&n1, "check b.bin 85 3000");
+    OK_BOTH(&n0, &n1, "restore 1 n0 n1");
+    OK_BOTH(&n0, &n1, "check b.bin 85 3000");
     quit(&n0);
     quit(&n1);
 }
@@ -1446,10 +1477,8 @@ static void test_gonecap(void **state)
     OK(&n0, "flush"); /* 4096 tombstones */
     OK(&n0, "rm x.bin");
     OK(&n0, "flush"); /* one more, the newest deletion, of the oldest mtime */
-    OK(&n0, "restore 1 n0 n1");
-    OK(&n1, "restore 1 n0 n1");
-    OK(&n0, "absent x.bin");
-    OK(&n1, "absent x.bin");
+    OK_BOTH(&n0, &n1, "restore 1 n0 n1");
+    OK_BOTH(&n0, &n1, "absent x.bin");
     OK(&n0, "check c.bin 142 1000");
     quit(&n0);
     quit(&n1);
@@ -1469,12 +1498,9 @@ static void test_gonesame(void **state)
     spawn_pair(&n0, &n1);
     OK(&n0, "write x.bin 151 5000");
     OK(&n0, "flush");
-    OK(&n0, "restore 1 n0 n1");
-    OK(&n1, "restore 1 n0 n1"); /* node 1 has a copy */
-    char msg[2048];
+    OK_BOTH(&n0, &n1, "restore 1 n0 n1"); /* node 1 has a copy */
     long long sec = 0, nsec = 0;
-    assert_int_equal(cmd(&n0, msg, sizeof msg, "getmtime x.bin"), 0);
-    assert_int_equal(sscanf(msg, "%lld %lld", &sec, &nsec), 2);
+    get_mtime(&n0, "x.bin", &sec, &nsec);
     OK(&n0, "rm x.bin");
     OK(&n0, "flush"); /* the tombstone */
     OK(&n1, "restore 1 n0 n1"); /* node 1 applies it and carries it ... */
@@ -1485,18 +1511,14 @@ static void test_gonesame(void **state)
     OK(&n0, "write x.bin 153 5000");
     OK(&n0, "setmtime x.bin %lld %lld", sec, nsec);
     OK(&n0, "flush");
-    OK(&n0, "restore 1 n0 n1");
-    OK(&n1, "restore 1 n0 n1");
-    OK(&n0, "check x.bin 153 5000");
-    OK(&n1, "check x.bin 153 5000");
+    OK_BOTH(&n0, &n1, "restore 1 n0 n1");
+    OK_BOTH(&n0, &n1, "check x.bin 153 5000");
     OK(&n0, "check c.bin 152 1000");
     /* and deleted again: it stays deleted on both */
     OK(&n0, "rm x.bin");
     OK(&n0, "flush");
-    OK(&n0, "restore 1 n0 n1");
-    OK(&n1, "restore 1 n0 n1");
-    OK(&n0, "absent x.bin");
-    OK(&n1, "absent x.bin");
+    OK_BOTH(&n0, &n1, "restore 1 n0 n1");
+    OK_BOTH(&n0, &n1, "absent x.bin");
     quit(&n0);
     quit(&n1);
 }
@@ -1531,29 +1553,22 @@ static void test_gonenohash(void **state)
     OK(&n0, "write x.bin 181 5000");
     OK(&n0, "flush");
     OK(&n1, "restore 1 n0 n1"); /* node 1's copy, from node 0's version */
-    char msg[2048];
     long long sec = 0, nsec = 0;
-    assert_int_equal(cmd(&n0, msg, sizeof msg, "getmtime x.bin"), 0);
-    assert_int_equal(sscanf(msg, "%lld %lld", &sec, &nsec), 2);
+    get_mtime(&n0, "x.bin", &sec, &nsec);
     gone_unknown(&n1, "x.bin", sec, nsec, 185);
     OK(&n0, "write x.bin 183 7000");
     OK(&n0, "setmtime x.bin %lld %lld", sec, nsec);
     OK(&n0, "flush");
-    OK(&n0, "restore 1 n0 n1");
-    OK(&n1, "restore 1 n0 n1");
-    OK(&n0, "check x.bin 183 7000");
-    OK(&n1, "check x.bin 183 7000");
+    OK_BOTH(&n0, &n1, "restore 1 n0 n1");
+    OK_BOTH(&n0, &n1, "check x.bin 183 7000");
     /* the deleted copy itself stays deleted: its size matches */
     OK(&n0, "write y.bin 184 5000");
     OK(&n0, "flush");
     OK(&n1, "restore 1 n0 n1");
-    assert_int_equal(cmd(&n0, msg, sizeof msg, "getmtime y.bin"), 0);
-    assert_int_equal(sscanf(msg, "%lld %lld", &sec, &nsec), 2);
+    get_mtime(&n0, "y.bin", &sec, &nsec);
     gone_unknown(&n1, "y.bin", sec, nsec, 186);
-    OK(&n0, "restore 1 n0 n1");
-    OK(&n1, "restore 1 n0 n1");
-    OK(&n0, "absent y.bin");
-    OK(&n1, "absent y.bin");
+    OK_BOTH(&n0, &n1, "restore 1 n0 n1");
+    OK_BOTH(&n0, &n1, "absent y.bin");
     quit(&n0);
     quit(&n1);
 }
@@ -1576,16 +1591,14 @@ static void test_gonesamesize(void **state)
     OK(&n0, "write x.bin 221 5000");
     OK(&n0, "flush");
     OK(&n1, "restore 1 n0 n1"); /* node 1's copy, written by the restore */
-    assert_int_equal(cmd(&n0, msg, sizeof msg, "getmtime x.bin"), 0);
-    assert_int_equal(sscanf(msg, "%lld %lld", &xs, &xn), 2);
+    get_mtime(&n0, "x.bin", &xs, &xn);
     OK(&n1, "rm x.bin");
     OK(&n1, "flush"); /* node 1's first version: the tombstone */
     /* the same through a pack that failed (over the cap) before the deletion */
     OK(&n0, "write w.bin 222 5000");
     OK(&n0, "flush");
     OK(&n1, "restore 1 n0 n1");
-    assert_int_equal(cmd(&n0, msg, sizeof msg, "getmtime w.bin"), 0);
-    assert_int_equal(sscanf(msg, "%lld %lld", &ws, &wn), 2);
+    get_mtime(&n0, "w.bin", &ws, &wn);
     OK(&n1, "limits 100 60000");
     OK(&n1, "write z.bin 223 10");
     assert_int_not_equal(cmd(&n1, msg, sizeof msg, "flush"), 0);
@@ -1599,8 +1612,7 @@ static void test_gonesamesize(void **state)
     OK(&n0, "flush");
     OK(&n1, "restore 1 n0 n1");
     OK(&n1, "restore 1 n0 n1");
-    assert_int_equal(cmd(&n0, msg, sizeof msg, "getmtime v.bin"), 0);
-    assert_int_equal(sscanf(msg, "%lld %lld", &vs, &vn), 2);
+    get_mtime(&n0, "v.bin", &vs, &vn);
     OK(&n1, "rm v.bin");
     OK(&n1, "flush");
     /* node 0: other bytes, the same size, each deleted copy's mtime */
@@ -1611,14 +1623,10 @@ static void test_gonesamesize(void **state)
     OK(&n0, "write v.bin 228 5000");
     OK(&n0, "setmtime v.bin %lld %lld", vs, vn);
     OK(&n0, "flush");
-    OK(&n0, "restore 1 n0 n1");
-    OK(&n1, "restore 1 n0 n1");
-    OK(&n0, "check x.bin 224 5000");
-    OK(&n1, "check x.bin 224 5000");
-    OK(&n0, "check w.bin 225 5000");
-    OK(&n1, "check w.bin 225 5000");
-    OK(&n0, "check v.bin 228 5000");
-    OK(&n1, "check v.bin 228 5000");
+    OK_BOTH(&n0, &n1, "restore 1 n0 n1");
+    OK_BOTH(&n0, &n1, "check x.bin 224 5000");
+    OK_BOTH(&n0, &n1, "check w.bin 225 5000");
+    OK_BOTH(&n0, &n1, "check v.bin 228 5000");
     OK(&n1, "check z.bin 223 10");
     /* the deleted copy itself stays deleted */
     OK(&n0, "write y.bin 226 5000");
@@ -1626,10 +1634,8 @@ static void test_gonesamesize(void **state)
     OK(&n1, "restore 1 n0 n1");
     OK(&n1, "rm y.bin");
     OK(&n1, "flush");
-    OK(&n0, "restore 1 n0 n1");
-    OK(&n1, "restore 1 n0 n1");
-    OK(&n0, "absent y.bin");
-    OK(&n1, "absent y.bin");
+    OK_BOTH(&n0, &n1, "restore 1 n0 n1");
+    OK_BOTH(&n0, &n1, "absent y.bin");
     quit(&n0);
     quit(&n1);
 }
@@ -1722,10 +1728,8 @@ static void test_gonesamebytes(void **state)
     OK(&n0, "write x.bin 191 5000");
     OK(&n0, "flush");
     OK(&n1, "restore 1 n0 n1");
-    char msg[2048];
     long long sec = 0, nsec = 0;
-    assert_int_equal(cmd(&n0, msg, sizeof msg, "getmtime x.bin"), 0);
-    assert_int_equal(sscanf(msg, "%lld %lld", &sec, &nsec), 2);
+    get_mtime(&n0, "x.bin", &sec, &nsec);
     OK(&n0, "rm x.bin");
     OK(&n0, "flush"); /* the tombstone */
     OK(&n1, "restore 1 n0 n1"); /* node 1 applies it and carries it ... */
@@ -1735,10 +1739,8 @@ static void test_gonesamebytes(void **state)
     OK(&n0, "write x.bin 191 5000"); /* the same bytes, the same mtime */
     OK(&n0, "setmtime x.bin %lld %lld", sec, nsec);
     OK(&n0, "flush");
-    OK(&n0, "restore 1 n0 n1");
-    OK(&n1, "restore 1 n0 n1");
-    OK(&n0, "absent x.bin");
-    OK(&n1, "absent x.bin");
+    OK_BOTH(&n0, &n1, "restore 1 n0 n1");
+    OK_BOTH(&n0, &n1, "absent x.bin");
     OK(&n0, "check c.bin 192 1000");
     quit(&n0);
     quit(&n1);
@@ -1756,16 +1758,11 @@ static void test_goneraced(void **state)
     char hold[PATH_MAX], env[PATH_MAX + 16];
     snprintf(hold, sizeof hold, "%s/hold.%d", P_tmpdir, (int)getpid());
     snprintf(env, sizeof env, "remove:%s", hold);
-    node_t n0 = spawn(0, "n0", 1);
-    assert_int_equal(setenv("FTC_TEST_FS_HOLD", env, 1), 0);
-    node_t n1 = spawn(1, "n1", 1);
-    unsetenv("FTC_TEST_FS_HOLD");
-    OK(&n0, "members 1 n0 n1");
-    OK(&n1, "members 1 n0 n1");
+    node_t n0, n1;
+    spawn_pair_env(&n0, &n1, 1, "FTC_TEST_FS_HOLD", env);
     OK(&n0, "write a.bin 161 40000");
     OK(&n0, "flush");
-    OK(&n0, "restore 1 n0 n1");
-    OK(&n1, "restore 1 n0 n1"); /* node 1 has a copy */
+    OK_BOTH(&n0, &n1, "restore 1 n0 n1"); /* node 1 has a copy */
     OK(&n1, "check a.bin 161 40000");
     OK(&n0, "rm a.bin");
     OK(&n0, "flush"); /* the tombstone */
@@ -1789,12 +1786,8 @@ static void test_gonerescan(void **state)
     char hold[PATH_MAX], env[PATH_MAX + 16];
     snprintf(hold, sizeof hold, "%s/hold.%d", P_tmpdir, (int)getpid());
     snprintf(env, sizeof env, "rescan:%s", hold);
-    node_t n0 = spawn(0, "n0", 1);
-    assert_int_equal(setenv("FTC_TEST_FS_HOLD", env, 1), 0);
-    node_t n1 = spawn(1, "n1", 1);
-    unsetenv("FTC_TEST_FS_HOLD");
-    OK(&n0, "members 1 n0 n1");
-    OK(&n1, "members 1 n0 n1");
+    node_t n0, n1;
+    spawn_pair_env(&n0, &n1, 1, "FTC_TEST_FS_HOLD", env);
     OK(&n0, "write a.bin 171 40000");
     OK(&n0, "write b.bin 172 40000");
     OK(&n0, "flush");
@@ -1804,8 +1797,7 @@ static void test_gonerescan(void **state)
     OK(&n1, "check a.bin 171 40000");
     OK(&n1, "absent b.bin");
     OK(&n1, "flush"); /* the deletion's tombstone */
-    OK(&n0, "restore 1 n0 n1");
-    OK(&n1, "restore 1 n0 n1");
+    OK_BOTH(&n0, &n1, "restore 1 n0 n1");
     OK(&n1, "absent b.bin");
     OK(&n0, "absent b.bin");
     OK(&n0, "check a.bin 171 40000");
@@ -1828,8 +1820,7 @@ static void test_pending(void **state)
     OK(&n0, "write b.bin 72 20000");
     OK(&n0, "restore 2 n0 n1"); /* at once: b.bin is not packed yet */
     assert_true(wait_pushed(&n0, 2));
-    lose(&n0, 0);
-    node_t r0 = spawn(0, "n0", 1);
+    node_t r0 = replace_node0(&n0);
     OK(&r0, "restore 3 n0 n1");
     OK(&r0, "check a.bin 71 20000");
     OK(&r0, "check b.bin 72 20000");
@@ -1856,12 +1847,7 @@ static void test_busy(void **state)
     assert_true(app > 0 && hold > 0);
     OK(&n0, "write b.bin 93 50000"); /* a finished file: a change */
     bool pushed = wait_pushed(&n0, 2); /* never quiet: made once busy_max_ms passed */
-    /* node 0 lost while both files are still being written (the node
-     * first, so that the writers' deaths make no version) */
-    kill9(&n0);
-    kill(app, SIGKILL);
-    kill(hold, SIGKILL);
-    forget_node(0);
+    lose_while_writing(&n0, 0, app, hold); /* while both files are still being written */
     assert_true(pushed);
     node_t r0 = spawn(0, "n0", 1);
     OK(&r0, "restore 2 n0 n1");
@@ -1889,9 +1875,7 @@ static void test_quietopen(void **state)
     assert_true(hold > 0);
     OK(&n0, "write b.bin 97 50000"); /* a finished file: a change */
     bool pushed = wait_pushed(&n0, 2); /* the directory is quiet: a plain pack */
-    kill9(&n0);
-    kill(hold, SIGKILL);
-    forget_node(0);
+    lose_while_writing(&n0, 0, hold, 0);
     assert_true(pushed);
     node_t r0 = spawn(0, "n0", 1);
     OK(&r0, "restore 2 n0 n1");
@@ -1951,9 +1935,7 @@ static void test_prevcorrupt(void **state)
     assert_true(hold > 0);
     OK(&n0, "write b.bin 104 50000"); /* a finished file: a change */
     bool pushed = wait_pushed(&n0, 2);
-    kill9(&n0);
-    kill(hold, SIGKILL);
-    forget_node(0);
+    lose_while_writing(&n0, 0, hold, 0);
     assert_true(pushed);
     node_t r0 = spawn(0, "n0", 1);
     OK(&r0, "restore 2 n0 n1");
@@ -2123,8 +2105,7 @@ static void test_symlinked_subdir(void **state)
     OK(&n0, "write sub/a.bin 101 3000");
     OK(&n0, "write b.bin 102 2000");
     OK(&n0, "flush");
-    lose(&n0, 0);
-    node_t r0 = spawn(0, "n0", 1);
+    node_t r0 = replace_node0(&n0);
     char outside[PATH_MAX], link[PATH_MAX + 8], moved[PATH_MAX + 16], msg[2048];
     snprintf(outside, sizeof outside, "/dev/shm/ftc.%s.outside", g_job);
     assert_int_equal(mkdir(outside, 0700), 0);

@@ -118,6 +118,15 @@ mkdir -p "$BASE"
 T=$(mktemp -d "$BASE/runsig-XXXXXX")
 tag=$$
 pids=()
+# rank_regions_rm FILE [kill]: of the rank processes FILE lists ("PID NAME..." lines), with
+# kill each SIGKILLed first, removes the shm regions named after those that are gone
+rank_regions_rm() {
+    local p names n
+    [ -s "$1" ] && while read -r p names; do
+        [ -n "${2:-}" ] && kill -9 "$p" 2>/dev/null && wait_for 5 gone "$p"
+        gone "$p" && for n in $names; do case $n in "$p":*) rm -f "/dev/shm/$n" ;; esac; done
+    done <"$1"
+}
 cleanup() {
     for p in "${pids[@]}"; do kill -9 -- "$p" 2>/dev/null; done
     [ -s "$T/1.child" ] && kill -9 "$(cat "$T/1.child")" 2>/dev/null
@@ -126,22 +135,11 @@ cleanup() {
     rm -rf /dev/shm/ftc.sig"$tag"* 2>/dev/null
     # shm regions our scenario-5 ranks made, if a failure left them: those of
     # processes that are gone (a live one removes its own)
-    [ -s "$T/5.ranks" ] && while read -r p names; do
-        gone "$p" && for n in $names; do case $n in "$p":*) rm -f "/dev/shm/$n" ;; esac; done
-    done <"$T/5.ranks"
-    [ -s "$T/7.ranks" ] && while read -r p names; do
-        kill -9 "$p" 2>/dev/null && wait_for 5 gone "$p"
-        gone "$p" && for n in $names; do case $n in "$p":*) rm -f "/dev/shm/$n" ;; esac; done
-    done <"$T/7.ranks"
+    rank_regions_rm "$T/5.ranks"
+    rank_regions_rm "$T/7.ranks" kill
     [ -s "$T/7.escaped" ] && kill -9 "$(cat "$T/7.escaped")" 2>/dev/null
-    [ -s "$T/8.ranks" ] && while read -r p names; do
-        kill -9 "$p" 2>/dev/null && wait_for 5 gone "$p"
-        gone "$p" && for n in $names; do case $n in "$p":*) rm -f "/dev/shm/$n" ;; esac; done
-    done <"$T/8.ranks"
-    [ -s "$T/8b.ranks" ] && while read -r p names; do
-        kill -9 "$p" 2>/dev/null && wait_for 5 gone "$p"
-        gone "$p" && for n in $names; do case $n in "$p":*) rm -f "/dev/shm/$n" ;; esac; done
-    done <"$T/8b.ranks"
+    rank_regions_rm "$T/8.ranks" kill
+    rank_regions_rm "$T/8b.ranks" kill
     [ -n "${FTC_KEEP:-}" ] && echo "kept $T" || rm -rf "$T"
 }
 trap cleanup EXIT
@@ -627,17 +625,59 @@ elif want a; then
     echo "skip: a: no strace, or it cannot trace here"
 fi
 
+# ---- b, c, d: a pid or group id freed in a pid namespace of our own, taken by the test ----
+# root with unshare --pid only
+can_unshare_pid() {
+    [ "$(id -u)" = 0 ] && command -v unshare >/dev/null 2>&1 &&
+        unshare --pid --fork --mount-proc true 2>/dev/null
+}
+# sourced by the scripts of b, c and d, each run as pid 1 of its pid namespace
+cat >"$T/pidns.sh" <<'EOF'
+wait_for() { local end=$((SECONDS + $1)); shift
+    while [ $SECONDS -lt $end ]; do "$@" && return 0; sleep 0.1; done; return 1; }
+# take_pid PID [setsid]: `sleep 120` (with setsid: leading a group of its own) until one
+# gets pid PID (the namespace's last pid set to the one before); took: its pid, or empty
+take_pid() {
+    took=
+    for i in $(seq 200); do
+        echo $(($1 - 1)) >/proc/sys/kernel/ns_last_pid
+        ${2:-} sleep 120 &
+        if [ $! = "$1" ]; then took=$!; break; fi
+        kill $! 2>/dev/null
+    done
+}
+# run_ended X: once ftc run ($run) ended, says "X run-exit STATUS" and whether the process
+# that took the pid ($took) lives ("X alive") or was killed, and stops it
+run_ended() {
+    wait_for 60 test ! -e "/proc/$run"
+    wait "$run"
+    echo "$1 run-exit $?"
+    if kill -0 "$took" 2>/dev/null; then echo "$1 alive"; else echo "$1 killed"; fi
+    kill "$took" 2>/dev/null
+}
+EOF
+# in_pid_ns x TOOK ENDED SPARED: runs $T/x.sh in a pid namespace and checks its answers in
+# $T/x.res ("X took", "X run-exit", "X alive"); TOOK, ENDED, SPARED: what each check says
+in_pid_ns() {
+    local x=$1 X
+    X=$(printf %s "$x" | tr a-z A-Z)
+    chmod +x "$T/$x.sh"
+    timeout 120 unshare --pid --fork --mount-proc "$T/$x.sh" >"$T/$x.res" 2>&1
+    check "$x: $2 ($(grep "^$X " "$T/$x.res" | head -1))" grep -q "^$X took" "$T/$x.res"
+    check "$x: $3 ($(grep "^$X run-exit" "$T/$x.res"))" grep -q "^$X run-exit" "$T/$x.res"
+    check "$x: $4" grep -q "^$X alive" "$T/$x.res"
+    [ $fails -eq $f0 ] || { echo "--- output of $x:"; cat "$T/$x.res"; tail -30 "$T/$x.out"; }
+}
+
 # ---- b. the launcher's reaped redis-server: its pid is not signalled ---------------------
-if want b && [ "$(id -u)" = 0 ] && command -v unshare >/dev/null 2>&1 &&
-    unshare --pid --fork --mount-proc true 2>/dev/null; then
+if want b && can_unshare_pid; then
 Jb=sig${tag}kb
 f0=$fails
 # run in a pid namespace of our own: pid 1 is this script (it reaps what is orphaned), and
 # only the job's processes take pids there, so a pid freed is ours to take
 cat >"$T/b.sh" <<EOF
 #!/usr/bin/env bash
-wait_for() { local end=\$((SECONDS + \$1)); shift
-    while [ \$SECONDS -lt \$end ]; do "\$@" && return 0; sleep 0.1; done; return 1; }
+. "$T/pidns.sh"
 "$FTC" run --simulate-nodes 1 --job "$Jb" --job-dir "$T/jb" --settle-ms 200 \\
     --join-timeout-ms 3000 -- sleep 300 >"$T/b.out" 2>&1 &
 run=\$!
@@ -648,36 +688,19 @@ rpid=\$(pgrep -f "redis-server 127.0.0.1:\$port\\\$" | head -1)
 [ -n "\$rpid" ] || { echo "B no-redis"; exit 0; }
 kill -9 "\$rpid"
 wait_for 10 test ! -e "/proc/\$rpid" || { echo "B not-reaped \$rpid"; exit 0; }
-took=
-for i in \$(seq 200); do
-    echo \$((rpid - 1)) >/proc/sys/kernel/ns_last_pid
-    sleep 120 &
-    if [ \$! = "\$rpid" ]; then took=\$!; break; fi
-    kill \$! 2>/dev/null
-done
+take_pid "\$rpid"
 [ -n "\$took" ] || { echo "B no-pid \$rpid"; exit 0; }
 echo "B took \$rpid"
-wait_for 60 test ! -e "/proc/\$run"
-wait "\$run"
-echo "B run-exit \$?"
-if kill -0 "\$took" 2>/dev/null; then echo "B alive"; else echo "B killed"; fi
-kill "\$took" 2>/dev/null
+run_ended B
 EOF
-chmod +x "$T/b.sh"
-timeout 120 unshare --pid --fork --mount-proc "$T/b.sh" >"$T/b.res" 2>&1
-check "b: the redis-server's pid was taken by a sleep ($(grep '^B ' "$T/b.res" | head -1))" \
-    grep -q '^B took' "$T/b.res"
-check "b: ftc run ended ($(grep '^B run-exit' "$T/b.res"))" grep -q '^B run-exit' "$T/b.res"
-check "b: the process with the reaped redis-server's pid was not signalled" \
-    grep -q '^B alive' "$T/b.res"
-[ $fails -eq $f0 ] || { echo "--- output of b:"; cat "$T/b.res"; tail -30 "$T/b.out"; }
+in_pid_ns b "the redis-server's pid was taken by a sleep" "ftc run ended" \
+    "the process with the reaped redis-server's pid was not signalled"
 elif want b; then
     echo "skip: b: not root, or no unshare --pid"
 fi
 
 # ---- c. a rank's emptied process group: its id is not signalled -------------------------
-if want c && [ "$(id -u)" = 0 ] && command -v unshare >/dev/null 2>&1 &&
-    unshare --pid --fork --mount-proc true 2>/dev/null; then
+if want c && can_unshare_pid; then
 Jc=sig${tag}kc
 f0=$fails
 cat >"$T/c.rank.sh" <<EOF
@@ -692,8 +715,7 @@ EOF
 chmod +x "$T/c.rank.sh"
 cat >"$T/c.sh" <<EOF
 #!/usr/bin/env bash
-wait_for() { local end=\$((SECONDS + \$1)); shift
-    while [ \$SECONDS -lt \$end ]; do "\$@" && return 0; sleep 0.1; done; return 1; }
+. "$T/pidns.sh"
 "$FTC" run --nproc-per-node 2 --job "$Jc" --job-dir "$T/jc" --settle-ms 200 --grace-ms 1000 \\
     -- "$T/c.rank.sh" >"$T/c.out" 2>&1 &
 run=\$!
@@ -702,45 +724,27 @@ r0=\$(cat "$T/c.rank0")
 # rank 0 exited 0; its group lives while its \`sleep 1\` does (reaped by the supervisor)
 wait_for 20 grep -q 'rank 0 finished' "$T/c.out" || { echo "C not-finished"; exit 0; }
 wait_for 20 bash -c "! kill -0 -\$r0 2>/dev/null" || { echo "C group-stays \$r0"; exit 0; }
-took=
-for i in \$(seq 200); do
-    echo \$((r0 - 1)) >/proc/sys/kernel/ns_last_pid
-    setsid sleep 120 &
-    if [ \$! = "\$r0" ]; then took=\$!; break; fi
-    kill \$! 2>/dev/null
-done
+take_pid "\$r0" setsid
 [ -n "\$took" ] || { echo "C no-pid \$r0"; exit 0; }
 wait_for 10 test "\$(ps -o pgid= -p "\$took" | tr -d ' ')" = "\$took" ||
     { echo "C not-leader \$took"; exit 0; }
 echo "C took \$r0"
 kill -TERM "\$run"
-wait_for 60 test ! -e "/proc/\$run"
-wait "\$run"
-echo "C run-exit \$?"
-if kill -0 "\$took" 2>/dev/null; then echo "C alive"; else echo "C killed"; fi
-kill "\$took" 2>/dev/null
+run_ended C
 EOF
-chmod +x "$T/c.sh"
-timeout 120 unshare --pid --fork --mount-proc "$T/c.sh" >"$T/c.res" 2>&1
-check "c: finished rank 0's group id taken by a new group ($(grep '^C ' "$T/c.res" | head -1))" \
-    grep -q '^C took' "$T/c.res"
-check "c: ftc run ended on SIGTERM ($(grep '^C run-exit' "$T/c.res"))" \
-    grep -q '^C run-exit' "$T/c.res"
-check "c: the new group with the old group's id was not signalled" grep -q '^C alive' "$T/c.res"
-[ $fails -eq $f0 ] || { echo "--- output of c:"; cat "$T/c.res"; tail -30 "$T/c.out"; }
+in_pid_ns c "finished rank 0's group id taken by a new group" "ftc run ended on SIGTERM" \
+    "the new group with the old group's id was not signalled"
 elif want c; then
     echo "skip: c: not root, or no unshare --pid"
 fi
 
 # ---- d. the launcher's reaped node: its pid is not signalled ------------------------------
-if want d && [ "$(id -u)" = 0 ] && command -v unshare >/dev/null 2>&1 &&
-    unshare --pid --fork --mount-proc true 2>/dev/null; then
+if want d && can_unshare_pid; then
 Jd=sig${tag}kd
 f0=$fails
 cat >"$T/d.sh" <<EOF
 #!/usr/bin/env bash
-wait_for() { local end=\$((SECONDS + \$1)); shift
-    while [ \$SECONDS -lt \$end ]; do "\$@" && return 0; sleep 0.1; done; return 1; }
+. "$T/pidns.sh"
 "$FTC" run --simulate-nodes 2 --nnodes 1:2 --job "$Jd" --job-dir "$T/jd" --settle-ms 200 \\
     --grace-ms 1000 -- sleep 300 >"$T/d.out" 2>&1 &
 run=\$!
@@ -749,30 +753,14 @@ wait_for 60 up || { echo "D no-ranks"; exit 0; }
 n1=\$(cat "$T/jd/node1.pid")
 kill -9 "\$n1"
 wait_for 20 grep -q 'node 1 was killed by signal 9' "$T/d.out" || { echo "D not-reaped"; exit 0; }
-took=
-for i in \$(seq 200); do
-    echo \$((n1 - 1)) >/proc/sys/kernel/ns_last_pid
-    sleep 120 &
-    if [ \$! = "\$n1" ]; then took=\$!; break; fi
-    kill \$! 2>/dev/null
-done
+take_pid "\$n1"
 [ -n "\$took" ] || { echo "D no-pid \$n1"; exit 0; }
 echo "D took \$n1"
 kill -TERM "\$run"
-wait_for 60 test ! -e "/proc/\$run"
-wait "\$run"
-echo "D run-exit \$?"
-if kill -0 "\$took" 2>/dev/null; then echo "D alive"; else echo "D killed"; fi
-kill "\$took" 2>/dev/null
+run_ended D
 EOF
-chmod +x "$T/d.sh"
-timeout 120 unshare --pid --fork --mount-proc "$T/d.sh" >"$T/d.res" 2>&1
-check "d: killed node 1's pid taken by a sleep ($(grep '^D ' "$T/d.res" | head -1))" \
-    grep -q '^D took' "$T/d.res"
-check "d: ftc run ended on SIGTERM ($(grep '^D run-exit' "$T/d.res"))" \
-    grep -q '^D run-exit' "$T/d.res"
-check "d: the process with the reaped node's pid was not signalled" grep -q '^D alive' "$T/d.res"
-[ $fails -eq $f0 ] || { echo "--- output of d:"; cat "$T/d.res"; tail -30 "$T/d.out"; }
+in_pid_ns d "killed node 1's pid taken by a sleep" "ftc run ended on SIGTERM" \
+    "the process with the reaped node's pid was not signalled"
 elif want d; then
     echo "skip: d: not root, or no unshare --pid"
 fi

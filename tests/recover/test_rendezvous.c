@@ -90,6 +90,20 @@ static void start(joiner_t *j, redis_fixture_t *f, const char *job, const char *
     start_sw(j, f, job, node, min, max, settle, after, delay_ms, 0);
 }
 
+/* A joiner of the first round of job (min 2, deadline 60 s) that *abort_flag stops. */
+static void start_abortable(joiner_t *j, redis_fixture_t *f, const char *job, const char *node,
+                            atomic_int *abort_flag)
+{
+    memset(j, 0, sizeof *j);
+    j->f = f;
+    j->job = job;
+    snprintf(j->node, sizeof j->node, "%s", node);
+    j->min = 2;
+    j->abort = abort_flag;
+    j->deadline_ms = 60000;
+    assert_int_equal(pthread_create(&j->tid, NULL, joiner_main, j), 0);
+}
+
 static void finish(joiner_t *j, int n)
 {
     for (int i = 0; i < n; i++) {
@@ -97,6 +111,12 @@ static void finish(joiner_t *j, int n)
         if (j[i].rc)
             print_message("joiner %s: %s\n", j[i].node, j[i].err.msg);
     }
+}
+
+static void free_rounds(joiner_t *j, int n)
+{
+    for (int i = 0; i < n; i++)
+        ftc_rdzv_round_free(&j[i].round);
 }
 
 /* All joiners returned the same round; indices match their ids. */
@@ -154,8 +174,7 @@ static void test_four_join_and_stable_order(void **state)
     assert_int_equal(j[0].round.prev_nodes, 0);
     char order[4][FTC_RDZV_NODE_MAX + 1];
     memcpy(order, j[0].round.members, sizeof order);
-    for (int i = 0; i < 4; i++)
-        ftc_rdzv_round_free(&j[i].round);
+    free_rounds(j, 4);
 
     /* the generation is the control plane's one counter; world waits for the layout */
     ftc_ctl_t *c = redis_fixture_ctl(f, "r4");
@@ -185,8 +204,7 @@ static void test_four_join_and_stable_order(void **state)
     for (int k = 0; k < 4; k++)
         assert_string_equal(j[0].round.members[k], order[k]);
     assert_string_equal(j[0].round.members[4], "newcomer:0");
-    for (int i = 0; i < 5; i++)
-        ftc_rdzv_round_free(&j[i].round);
+    free_rounds(j, 5);
     assert_int_equal(ftc_rdzv_state(r, "r4", &gen, &open, &err), 0);
     assert_true(gen == 2 && !open);
     ftc_ctl_destroy(c);
@@ -204,8 +222,7 @@ static void test_settle_min_of_max(void **state)
     same_round(j, 3, 3, 0);
     print_message("3 of max 4 closed %.0f ms after the first start (settle 300 ms)\n",
                   (double)(j[0].t_done_ns - t0) / 1e6);
-    for (int i = 0; i < 3; i++)
-        ftc_rdzv_round_free(&j[i].round);
+    free_rounds(j, 3);
 }
 
 static void test_spare_and_deadline(void **state)
@@ -242,8 +259,7 @@ static void test_spare_and_deadline(void **state)
     uint64_t gen = j[0].round.generation;
     char sid[FTC_RDZV_NODE_MAX + 1];
     snprintf(sid, sizeof sid, "%s", j[spare].node);
-    for (int i = 0; i < 5; i++)
-        ftc_rdzv_round_free(&j[i].round);
+    free_rounds(j, 5);
     /* the spare waits for the next round, which nobody opens: its deadline passes */
     joiner_t s;
     memset(&s, 0, sizeof s);
@@ -318,8 +334,7 @@ static void test_spare_does_not_displace_survivor(void **state)
         assert_string_equal(j[0].round.members[k], order[k]);
     assert_string_equal(j[0].round.spare_ids[0], "sv-spare");
     assert_int_equal(j[3].round.index, -1);
-    for (int i = 0; i < 4; i++)
-        ftc_rdzv_round_free(&j[i].round);
+    free_rounds(j, 4);
 
     /* the last survivor is lost (its heartbeat expired): the spare takes its
      * place as soon as the two others are there (settle 60 s, deadline 20 s) */
@@ -405,8 +420,7 @@ static void test_grow_settle_waits_for_survivors(void **state)
     assert_string_equal(j[0].round.members[0], order[0]);
     assert_string_equal(j[0].round.members[1], order[1]);
     assert_string_equal(j[0].round.members[2], "gs-new");
-    for (int i = 0; i < 3; i++)
-        ftc_rdzv_round_free(&j[i].round);
+    free_rounds(j, 3);
 
     /* the newcomer is lost (no heartbeat): the survivors close on settle */
     heartbeat(f, "rgs", "gs-new", 0);
@@ -416,8 +430,7 @@ static void test_grow_settle_waits_for_survivors(void **state)
     finish(j, 2);
     same_round(j, 2, 2, 0);
     assert_int_equal(j[0].round.generation, 3);
-    for (int i = 0; i < 2; i++)
-        ftc_rdzv_round_free(&j[i].round);
+    free_rounds(j, 2);
     ftc_redis_close(r);
 }
 
@@ -458,8 +471,7 @@ static void test_killed_registrant_not_counted(void **state)
     same_round(j, 3, 3, 0);
     for (int k = 0; k < 3; k++)
         assert_string_not_equal(j[0].round.members[k], "doomed");
-    for (int i = 0; i < 3; i++)
-        ftc_rdzv_round_free(&j[i].round);
+    free_rounds(j, 3);
 }
 
 typedef struct requester {
@@ -576,14 +588,7 @@ static void test_deadline_and_abort(void **state)
 
     atomic_int abort_flag = 0;
     joiner_t j;
-    memset(&j, 0, sizeof j);
-    j.f = f;
-    j.job = "ra";
-    snprintf(j.node, sizeof j.node, "aborted");
-    j.min = 2;
-    j.abort = &abort_flag;
-    j.deadline_ms = 60000;
-    assert_int_equal(pthread_create(&j.tid, NULL, joiner_main, &j), 0);
+    start_abortable(&j, f, "ra", "aborted", &abort_flag);
     await_waiting(f, "ra", 0, 1);
     t0 = ftc_now_ns();
     atomic_store(&abort_flag, 1);
@@ -733,8 +738,7 @@ static void test_data_loss_mid_round(void **state)
     assert_true(opened);
     assert_int_equal(ftc_rdzv_state(r, "rf", &gen, &open, &err), 0);
     assert_true(gen == 4 && open);
-    for (int i = 0; i < 2; i++)
-        ftc_rdzv_round_free(&j[i].round);
+    free_rounds(j, 2);
     ftc_redis_close(r);
 }
 
@@ -751,8 +755,7 @@ static void test_retry_after_gen_moved_on_is_stale(void **state)
     finish(j, 2);
     same_round(j, 2, 2, 0);
     assert_int_equal(j[0].round.generation, 1);
-    for (int i = 0; i < 2; i++)
-        ftc_rdzv_round_free(&j[i].round);
+    free_rounds(j, 2);
     /* mo-a goes silent; mo-b makes generation 2 alone */
     ftc_redis_t *r = conn(f);
     ftc_err_t err = {0};
@@ -962,14 +965,7 @@ static void test_abort_while_redis_gone(void **state)
     redis_fixture_t *f = *state;
     atomic_int abort_flag = 0;
     joiner_t j;
-    memset(&j, 0, sizeof j);
-    j.f = f;
-    j.job = "rag";
-    snprintf(j.node, sizeof j.node, "alone");
-    j.min = 2;
-    j.deadline_ms = 60000;
-    j.abort = &abort_flag;
-    assert_int_equal(pthread_create(&j.tid, NULL, joiner_main, &j), 0);
+    start_abortable(&j, f, "rag", "alone", &abort_flag);
     await_waiting(f, "rag", 0, 1);
     assert_int_equal(ftc_redis_server_signal(f->srv, SIGKILL), 0);
     ftc_sleep_ms(1000); /* its next poll (100 ms apart) is failing */
@@ -1020,8 +1016,7 @@ static void test_same_id_counted_once(void **state)
         assert_int_equal(j[i].round.spares, 0);
     }
     assert_string_not_equal(j[0].round.members[0], j[0].round.members[1]);
-    for (int i = 0; i < 3; i++)
-        ftc_rdzv_round_free(&j[i].round);
+    free_rounds(j, 3);
 }
 
 static long long connections_received(redis_fixture_t *f)
