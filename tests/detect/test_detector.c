@@ -15,6 +15,7 @@
 #include "detect/detector_internal.h"
 
 #include <hiredis/hiredis.h>
+#include <errno.h>
 #include <inttypes.h>
 
 #include <pthread.h>
@@ -1532,7 +1533,10 @@ static pid_t fork_exit(int ms, int code)
 
 /* A process that is not our child (its parent exits at once: init or a
  * subreaper adopts it), exiting with code after ms; its pid. */
-static pid_t spawn_orphan(int ms, int code)
+/* An orphan whose ms count from the close of gate[1] (-1: from now): it
+ * blocks on gate[0] until then, so a loaded machine cannot let it exit
+ * before the test has set up what its exit is checked against. */
+static pid_t spawn_orphan_gated(int ms, int code, const int gate[2])
 {
     int fd[2];
     assert_int_equal(pipe(fd), 0);
@@ -1543,6 +1547,12 @@ static pid_t spawn_orphan(int ms, int code)
         if (g == 0) {
             close(fd[0]);
             close(fd[1]);
+            if (gate) {
+                char c;
+                close(gate[1]);
+                while (read(gate[0], &c, 1) < 0 && errno == EINTR)
+                    ;
+            }
             ftc_sleep_ms(ms);
             _exit(code);
         }
@@ -1556,6 +1566,8 @@ static pid_t spawn_orphan(int ms, int code)
     waitpid(p, NULL, 0);
     return g;
 }
+
+static pid_t spawn_orphan(int ms, int code) { return spawn_orphan_gated(ms, code, NULL); }
 
 /* rank_exit events carry the exit status, and a rank that never connected
  * (a binary without libftc) and ended with 0 has none: every job of such a
@@ -2011,8 +2023,10 @@ static void test_standalone_exit_not_held(void **state)
     static seen_t s;
     ftc_detector_t *b = start_rank_watcher(f, "jsa", &s);
     ftc__detector_set_exit_wait_ms(b, 60000);
-    pid_t early = spawn_orphan(300, 0), late = spawn_orphan(100, 0), bye = spawn_orphan(100, 0);
-    pid_t never = spawn_orphan(100, 0);
+    int gate[2]; /* the exits count from here on: all is linked, closed and said by then */
+    assert_int_equal(pipe(gate), 0);
+    pid_t early = spawn_orphan_gated(300, 0, gate), late = spawn_orphan_gated(100, 0, gate);
+    pid_t bye = spawn_orphan_gated(100, 0, gate), never = spawn_orphan_gated(100, 0, gate);
     assert_int_equal(ftc_detector_watch_pid(b, 0, early), 0);
     assert_int_equal(ftc_detector_watch_pid(b, 1, late), 0);
     assert_int_equal(ftc_detector_watch_pid(b, 2, bye), 0);
@@ -2022,6 +2036,8 @@ static void test_standalone_exit_not_held(void **state)
     ftc_detector_closed(b, 0, early); /* the agent read its close before its exit */
     ftc_detector_bye(b, 2, bye);
     ftc_detector_closed(b, 2, bye);
+    close(gate[1]);
+    close(gate[0]);
     wait_gone(late);
     wait_gone(bye);
     wait_gone(never);
