@@ -216,20 +216,6 @@ static void test_corrupt_own_slots_peer_replica(void **state)
     teardown_env(e);
 }
 
-/* Waits until node's persist directory has step committed. */
-static void wait_persisted(env_t *e, int node, int step)
-{
-    char marker[PATH_MAX + 64];
-    snprintf(marker, sizeof marker, "%s/node%d/v%020d/COMMITTED", e->persist, node, step);
-    ftc_deadline_t d = ftc_deadline_in_ms(20000);
-    struct stat st;
-    while (stat(marker, &st) != 0) {
-        if (ftc_deadline_expired(d))
-            fail_msg("%s never appeared", marker);
-        ftc_sleep_ms(20);
-    }
-}
-
 static void test_persist_tier_last_resort(void **state)
 {
     env_t *e = setup_env(*state, 2, "0", 1);
@@ -1132,9 +1118,7 @@ static void unreachable_holder(env_t *e, int node)
     ftc_redis_reply_free(rep);
     assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, NULL, "HSET", key, field, val, NULL),
                      0);
-    uint64_t gen = 0;
-    uint32_t world = 0;
-    assert_int_equal(ftc_ctl_generation(c, &gen, &world), 0);
+    uint64_t gen = job_generation(c);
     ftc_ctl_heartbeat_t hb = {.generation = gen, .step = -1, .wall_ms = ftc_wall_ms()};
     assert_int_equal(ftc_ctl_heartbeat(c, nid, &hb, 120000), 0);
     ftc_ctl_destroy(c);
