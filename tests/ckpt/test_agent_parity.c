@@ -101,6 +101,23 @@ static void test_geometry(void **state)
     assert_int_equal(ftc__par_geometry(&red, 2, NULL, 0, &g, &e), FTC_ECONFIG);
 }
 
+/* A rebuilt member (out, on bytes: freed here) is bit-exact its shard. */
+static void assert_rebuilt(uint8_t *out, uint64_t on, const uint8_t *shard, uint64_t size)
+{
+    assert_int_equal(on, size);
+    assert_memory_equal(out, shard, on);
+    free(out);
+}
+
+/* Frees the n members' shards and parity wrappers. */
+static void free_members(uint8_t **sh, uint8_t **w, int n)
+{
+    for (int i = 0; i < n; i++) {
+        free(sh[i]);
+        free(w[i]);
+    }
+}
+
 static void test_encode_rebuild(void **state)
 {
     (void)state;
@@ -137,9 +154,7 @@ static void test_encode_rebuild(void **state)
                 uint64_t on;
                 assert_int_equal(
                     ftc__par_rebuild(&g, 5, 0, lost, d, sz, wr, ws, &out, &on, NULL, &e), 0);
-                assert_int_equal(on, sz[lost]);
-                assert_memory_equal(out, sh[lost], on);
-                free(out);
+                assert_rebuilt(out, on, sh[lost], sz[lost]);
                 rebuilt++;
             }
         }
@@ -193,10 +208,7 @@ static void test_encode_rebuild(void **state)
     free(oldgen);
     free(other);
     free(bad);
-    for (int i = 0; i < 4; i++) {
-        free(sh[i]);
-        free(w[i]);
-    }
+    free_members(sh, w, 4);
 }
 
 /* Idle members (no rank at that node and local index): the encoder is the
@@ -260,9 +272,7 @@ static void test_idle_members(void **state)
                 uint64_t on;
                 assert_int_equal(
                     ftc__par_rebuild(&g, 3, 2, lost, d, dsz, wr, ws, &out, &on, NULL, &e), 0);
-                assert_int_equal(on, sz[lost]);
-                assert_memory_equal(out, sh[lost], on);
-                free(out);
+                assert_rebuilt(out, on, sh[lost], sz[lost]);
                 rebuilt++;
             }
         }
@@ -300,10 +310,7 @@ static void test_idle_members(void **state)
     printf("# rebuild task on the worker's code path: %.2f ms\n", t->ms);
     ftc__par_task_free(t);
     printf("# rs:2+2 with an idle member: %d rebuilds bit-exact; %s\n", rebuilt, e.msg);
-    for (int i = 0; i < 4; i++) {
-        free(sh[i]);
-        free(w[i]);
-    }
+    free_members(sh, w, 4);
 }
 
 /* xor:2 and rs:2+1 have the same geometry (3 members, one parity chunk per
@@ -346,14 +353,9 @@ static void test_rebuild_recorded_code(void **state)
                 print_message("%s parity rebuilt as %s: %s\n", reds[k], reds[1 - k], e.msg);
             assert_int_equal(rc, 0);
             assert_true(xc == ge.xor_code); /* it says so: the recorded code */
-            assert_int_equal(on, sz[lost]);
-            assert_memory_equal(out, sh[lost], on);
-            free(out);
+            assert_rebuilt(out, on, sh[lost], sz[lost]);
         }
-        for (int i = 0; i < 3; i++) {
-            free(sh[i]);
-            free(w[i]);
-        }
+        free_members(sh, w, 3);
     }
 }
 
