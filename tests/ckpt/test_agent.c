@@ -1312,6 +1312,35 @@ static void failed_step(ftc_ctx_t *c1, float *w1, int64_t step)
     print_message("rank 1, step %lld: %s\n", (long long)step, ftc_last_error(c1));
 }
 
+/* Ranks 0 and 1 (c[r] over w[r], rank 1 on the stand-in device), step 1
+ * committed: rank 1's snapshot of step 2 fails, then rank 0 seals step 2;
+ * rank 0 seals step 3 (its SEALED sent), then rank 1's snapshot of it
+ * fails. Rank 0's ftc_wait_committed of each ends FTC_EIO, step 2's naming
+ * rank 1's failure. */
+static void rank1_fails_steps_2_and_3(ftc_ctx_t *const *c, float (*w)[4096])
+{
+    /* step 2: rank 1 fails first, rank 0 seals after it */
+    failed_step(c[1], w[1], 2);
+    seal_step(c[0], w[0], 0, 2);
+    assert_int_equal(wait_committed_logged(c[0], 0, 2), FTC_EIO);
+    assert_non_null(strstr(ftc_last_error(c[0]), "rank 1's snapshot of it failed"));
+    /* step 3: rank 0 seals first (its SEALED sent), then rank 1 fails */
+    seal_step(c[0], w[0], 0, 3);
+    wait_sealed_sent(c[0]);
+    failed_step(c[1], w[1], 3);
+    assert_int_equal(wait_committed_logged(c[0], 0, 3), FTC_EIO);
+}
+
+/* The stream has checkpoint_failed (rank 1) and checkpoint_abandoned (rank
+ * 0) for each step from..to. */
+static void assert_failed_and_abandoned(env_t *e, int64_t from, int64_t to)
+{
+    for (int64_t s = from; s <= to; s++) {
+        assert_true(stream_has(e, "checkpoint_failed", 1, s));
+        assert_true(stream_has(e, "checkpoint_abandoned", 0, s));
+    }
+}
+
 /* One node, ranks 0 and 1 on it (--ranks-per-node 2), no replicas (each
  * sealed version is reported at once), agent.timeout_ms 60 s. Rank 1's
  * snapshot of step 2 fails (its device sync), then rank 0 checkpoints
@@ -1335,20 +1364,8 @@ static void test_failed_snapshot_abandons_step(void **state)
     ftc_ctx_t *c[2] = {open_ctx_dev(e, 0, 0, 2, w[0], 4096, false),
                        open_ctx_dev(e, 0, 1, 2, w[1], 4096, true)};
     all_commit(c, w, 2, 1);
-    /* step 2: rank 1 fails first, rank 0 seals after it */
-    failed_step(c[1], w[1], 2);
-    seal_step(c[0], w[0], 0, 2);
-    assert_int_equal(wait_committed_logged(c[0], 0, 2), FTC_EIO);
-    assert_non_null(strstr(ftc_last_error(c[0]), "rank 1's snapshot of it failed"));
-    /* step 3: rank 0 seals first (its SEALED sent), then rank 1 fails */
-    seal_step(c[0], w[0], 0, 3);
-    wait_sealed_sent(c[0]);
-    failed_step(c[1], w[1], 3);
-    assert_int_equal(wait_committed_logged(c[0], 0, 3), FTC_EIO);
-    for (int64_t s = 2; s <= 3; s++) {
-        assert_true(stream_has(e, "checkpoint_failed", 1, s));
-        assert_true(stream_has(e, "checkpoint_abandoned", 0, s));
-    }
+    rank1_fails_steps_2_and_3(c, w);
+    assert_failed_and_abandoned(e, 2, 3);
     /* I3: the committed step is still 1, and a later step commits for both */
     assert_int_equal(committed_step(e), 1);
     all_commit(c, w, 2, 4);
@@ -1381,21 +1398,10 @@ static void test_failed_snapshot_other_node(void **state)
     ftc_ctx_t *c[2] = {open_ctx_dev(e, 0, 0, 2, w[0], 4096, false),
                        open_ctx_dev(e, 1, 1, 2, w[1], 4096, true)};
     all_commit(c, w, 2, 1);
-    /* step 2: rank 1 fails first, rank 0 seals after it */
-    failed_step(c[1], w[1], 2);
-    seal_step(c[0], w[0], 0, 2);
-    assert_int_equal(wait_committed_logged(c[0], 0, 2), FTC_EIO);
+    rank1_fails_steps_2_and_3(c, w);
+    /* step 3's FTC_EIO names rank 1's failure too */
     assert_non_null(strstr(ftc_last_error(c[0]), "rank 1's snapshot of it failed"));
-    /* step 3: rank 0 seals first (its SEALED sent), then rank 1 fails */
-    seal_step(c[0], w[0], 0, 3);
-    wait_sealed_sent(c[0]);
-    failed_step(c[1], w[1], 3);
-    assert_int_equal(wait_committed_logged(c[0], 0, 3), FTC_EIO);
-    assert_non_null(strstr(ftc_last_error(c[0]), "rank 1's snapshot of it failed"));
-    for (int64_t s = 2; s <= 3; s++) {
-        assert_true(stream_has(e, "checkpoint_failed", 1, s));
-        assert_true(stream_has(e, "checkpoint_abandoned", 0, s));
-    }
+    assert_failed_and_abandoned(e, 2, 3);
     assert_int_equal(committed_step(e), 1); /* I3 */
     all_commit(c, w, 2, 4);
     ftc_destroy(c[0]);
