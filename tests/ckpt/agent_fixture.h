@@ -378,35 +378,126 @@ static inline void teardown_env(env_t *e)
     free(e);
 }
 
+/* The first shm object whose name starts with prefix and that holds a
+ * shard of step that verifies, of generation gen and with head checksum
+ * head (0: any); true with the object mapped in *sl (the caller closes it)
+ * and the shard's view in *v, false when none. */
+static inline bool open_shm_shard(const char *prefix, uint64_t step, uint64_t gen,
+                                  uint64_t head, ftc_slot_t *sl, ftc_shard_view_t *v)
+{
+    bool found = false;
+    DIR *d = opendir("/dev/shm");
+    assert_non_null(d);
+    struct dirent *de;
+    while (!found && (de = readdir(d))) {
+        if (strncmp(de->d_name, prefix, strlen(prefix)))
+            continue;
+        ftc_err_t err = {0};
+        if (ftc_slot_open(de->d_name, false, sl, &err))
+            continue;
+        uint64_t total = 0;
+        found = ftc_shard_peek_size(sl->base, sl->size, &total, &err) == 0 &&
+                total <= sl->size &&
+                ftc_shard_open(v, sl->base, total, FTC_SHARD_VERIFY, &err) == 0 &&
+                v->info.step == step && (!gen || v->info.generation == gen) &&
+                (!head || v->head_xxh3 == head);
+        if (!found)
+            ftc_slot_close(sl);
+    }
+    closedir(d);
+    return found;
+}
+
 /* A malloc'd copy of the first shm object starting with prefix that holds a
  * shard of step (*size: its bytes); NULL when none. */
 static inline uint8_t *copy_shm_shard(const char *prefix, uint64_t step, uint64_t *size)
 {
-    uint8_t *out = NULL;
-    DIR *d = opendir("/dev/shm");
-    assert_non_null(d);
-    struct dirent *de;
-    while (!out && (de = readdir(d))) {
-        if (strncmp(de->d_name, prefix, strlen(prefix)))
-            continue;
-        ftc_slot_t sl;
-        ftc_err_t err = {0};
-        if (ftc_slot_open(de->d_name, false, &sl, &err))
-            continue;
-        ftc_shard_view_t sv;
-        uint64_t total = 0;
-        if (ftc_shard_peek_size(sl.base, sl.size, &total, &err) == 0 && total <= sl.size &&
-            ftc_shard_open(&sv, sl.base, total, FTC_SHARD_VERIFY, &err) == 0 &&
-            sv.info.step == step) {
-            out = malloc(total);
-            assert_non_null(out);
-            memcpy(out, sl.base, total);
-            *size = total;
-        }
-        ftc_slot_close(&sl);
-    }
-    closedir(d);
+    ftc_slot_t sl;
+    ftc_shard_view_t v;
+    if (!open_shm_shard(prefix, step, 0, 0, &sl, &v))
+        return NULL;
+    uint8_t *out = malloc(v.size);
+    assert_non_null(out);
+    memcpy(out, sl.base, v.size);
+    *size = v.size;
+    ftc_slot_close(&sl);
     return out;
+}
+
+/* Waits (20 s at most) until node's persist directory has step committed. */
+static inline void wait_persisted(env_t *e, int node, int step)
+{
+    char marker[PATH_MAX + 64];
+    snprintf(marker, sizeof marker, "%s/node%d/v%020d/COMMITTED", e->persist, node, step);
+    ftc_deadline_t d = ftc_deadline_in_ms(20000);
+    struct stat st;
+    while (stat(marker, &st) != 0) {
+        if (ftc_deadline_expired(d))
+            fail_msg("%s never appeared", marker);
+        ftc_sleep_ms(20);
+    }
+}
+
+/* Opens (writable) rank 0's slot on node 0 that holds a shard of step, its
+ * checksums not checked: the slot in *sl (the caller closes it), the shard's
+ * view in *v; the slot's index, -1 when none holds it. */
+static inline int open_rank0_slot_of_step(env_t *e, uint64_t step, ftc_slot_t *sl,
+                                          ftc_shard_view_t *v)
+{
+    for (int k = 0; k < 3; k++) {
+        char name[FTC_SLOT_NAME_MAX];
+        snprintf(name, sizeof name, "ftc.%s.n0.r0.s%d", e->job, k);
+        ftc_err_t err = {0};
+        if (ftc_slot_open(name, true, sl, &err))
+            continue;
+        if (ftc_shard_open(v, sl->base, sl->size, 0, &err) == 0 && v->info.step == step)
+            return k;
+        ftc_slot_close(sl);
+    }
+    return -1;
+}
+
+/* Overwrites tensor 0 (floats) of the shard at base (size bytes, opened in
+ * v) with val and seals it again (generation 1): its content verifies, and
+ * it is another version of its step. */
+static inline void forge_tensor0(uint8_t *base, uint64_t size, const ftc_shard_view_t *v,
+                                 float val)
+{
+    ftc_shard_tensor_t tt;
+    ftc_shard_get(v, 0, &tt);
+    float *p = (float *)(uintptr_t)tt.data;
+    for (uint64_t i = 0; i < tt.length / sizeof(float); i++)
+        p[i] = val;
+    ftc_err_t err = {0};
+    assert_int_equal(ftc_shard_seal(base, size, 1, &err), 0);
+}
+
+/* The current generation of ctl's job. */
+static inline uint64_t job_generation(ftc_ctl_t *ctl)
+{
+    uint64_t gen = 0;
+    uint32_t world = 0;
+    assert_int_equal(ftc_ctl_generation(ctl, &gen, &world), 0);
+    return gen;
+}
+
+/* Waits (timeout_ms at most) until the commit record of ctl's job has
+ * rank's report of step; returns its checksum. */
+static inline uint64_t wait_commit_report(ftc_ctl_t *ctl, int64_t step, uint32_t rank,
+                                          int timeout_ms)
+{
+    uint64_t gen = job_generation(ctl), ck = 0;
+    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)timeout_ms);
+    for (;;) {
+        bool found = false;
+        assert_int_equal(ftc_ctl_commit_checksum(ctl, gen, step, rank, &ck, &found), 0);
+        if (found)
+            return ck;
+        if (ftc_deadline_expired(d))
+            fail_msg("rank %u's report of step %lld never reached the commit record", rank,
+                     (long long)step);
+        ftc_sleep_ms(10);
+    }
 }
 
 /* cmocka teardown of a test that uses envs: the envs it left (it failed

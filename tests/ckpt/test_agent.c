@@ -216,20 +216,6 @@ static void test_corrupt_own_slots_peer_replica(void **state)
     teardown_env(e);
 }
 
-/* Waits until node's persist directory has step committed. */
-static void wait_persisted(env_t *e, int node, int step)
-{
-    char marker[PATH_MAX + 64];
-    snprintf(marker, sizeof marker, "%s/node%d/v%020d/COMMITTED", e->persist, node, step);
-    ftc_deadline_t d = ftc_deadline_in_ms(20000);
-    struct stat st;
-    while (stat(marker, &st) != 0) {
-        if (ftc_deadline_expired(d))
-            fail_msg("%s never appeared", marker);
-        ftc_sleep_ms(20);
-    }
-}
-
 static void test_persist_tier_last_resort(void **state)
 {
     env_t *e = setup_env(*state, 2, "0", 1);
@@ -298,17 +284,33 @@ static void test_failure_domain_placement(void **state)
     teardown_env(e);
 }
 
-/* A libftc context in this process: rank `rank` of `world` on node `node`. */
-static ftc_ctx_t *open_ctx(env_t *e, int node, int rank, int world, float *w, int n)
+/* A libftc context in this process, no tensor registered yet: rank `rank`
+ * of `world` on node `node`, its timeout_ms (0: libftc's default). */
+static ftc_ctx_t *create_ctx(env_t *e, int node, int rank, int world, int timeout_ms)
 {
     char sock[PATH_MAX + 32];
     ftc_options_t o = ctx_options(e, node, rank, world, sock, sizeof sock);
-    o.timeout_ms = 30000;
+    if (timeout_ms)
+        o.timeout_ms = timeout_ms;
     ftc_ctx_t *c = NULL;
     if (ftc_create(&o, &c))
         fail_msg("ftc_create: %s", ftc_last_error(c));
+    return c;
+}
+
+/* Registers tensor "w" of c: n floats on the host. */
+static void register_w(ftc_ctx_t *c, float *w, int n)
+{
     int64_t shape[1] = {n};
     assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+}
+
+/* A libftc context in this process: rank `rank` of `world` on node `node`,
+ * timeout_ms 30 s, tensor "w" of n floats on the host. */
+static ftc_ctx_t *open_ctx(env_t *e, int node, int rank, int world, float *w, int n)
+{
+    ftc_ctx_t *c = create_ctx(e, node, rank, world, 30000);
+    register_w(c, w, n);
     return c;
 }
 
@@ -553,12 +555,7 @@ static void test_fetch_at_most_redis_down(void **state)
     snprintf(dir, sizeof dir, "%s/node0/v%020d", e->persist, 4);
     ftc_test_rmrf(dir);
     start_agent(e, 0);
-    char sock[PATH_MAX + 32];
-    ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
-    o.timeout_ms = 10000;
-    c = NULL;
-    if (ftc_create(&o, &c))
-        fail_msg("ftc_create: %s", ftc_last_error(c));
+    c = create_ctx(e, 0, 0, 1, 10000);
     assert_int_equal(ftc_redis_server_signal(e->f->srv, SIGSTOP), 0);
     int64_t got = fetch_at_most(c, 4);
     assert_int_equal(ftc_redis_server_signal(e->f->srv, SIGCONT), 0);
@@ -598,6 +595,32 @@ static void fill(float *w, int r, int64_t s)
 {
     for (int i = 0; i < 4096; i++)
         w[i] = (float)(r * 1000000 + s * 4096 + i);
+}
+
+/* Rank r (c over w) checkpoints step, and its snapshot is taken. */
+static void seal_step(ftc_ctx_t *c, float *w, int r, int64_t step)
+{
+    fill(w, r, step);
+    assert_int_equal(ftc_checkpoint(c, step, NULL, 0), 0);
+    assert_int_equal(ftc_wait_snapshot(c), 0);
+}
+
+/* Rank r (c over w) checkpoints step, and it commits. */
+static void commit_step(ftc_ctx_t *c, float *w, int r, int64_t step)
+{
+    seal_step(c, w, r, step);
+    if (ftc_wait_committed(c, step))
+        fail_msg("step %lld: %s", (long long)step, ftc_last_error(c));
+}
+
+/* Ranks 0 to n-1 (c[r] over w[r]) checkpoint step, and it commits for all. */
+static void all_commit(ftc_ctx_t *const *c, float (*w)[4096], int n, int64_t step)
+{
+    for (int r = 0; r < n; r++)
+        seal_step(c[r], w[r], r, step);
+    for (int r = 0; r < n; r++)
+        if (ftc_wait_committed(c[r], step))
+            fail_msg("step %lld: %s", (long long)step, ftc_last_error(c[r]));
 }
 
 /* I1 for ftc_fetch of an older step: two nodes, k = 0, every commit
@@ -918,13 +941,7 @@ static void test_inflight_one_parity_failure(void **state)
  * nothing (it only fetches). */
 static ftc_ctx_t *open_fetch_ctx(env_t *e, int node, int rank, int world)
 {
-    char sock[PATH_MAX + 32];
-    ftc_options_t o = ctx_options(e, node, rank, world, sock, sizeof sock);
-    o.timeout_ms = 30000;
-    ftc_ctx_t *c = NULL;
-    if (ftc_create(&o, &c))
-        fail_msg("ftc_create: %s", ftc_last_error(c));
-    return c;
+    return create_ctx(e, node, rank, world, 30000);
 }
 
 typedef struct {
@@ -975,16 +992,8 @@ static void test_fetch_same_shard_twice(void **state)
     ftc_ctx_t *c[3];
     for (int r = 0; r < 3; r++)
         c[r] = open_ctx(e, r, r, 3, w[r], 4096);
-    for (int64_t s = 0; s < 2; s++) {
-        for (int r = 0; r < 3; r++) {
-            fill(w[r], r, s);
-            assert_int_equal(ftc_checkpoint(c[r], s, NULL, 0), 0);
-            assert_int_equal(ftc_wait_snapshot(c[r]), 0);
-        }
-        for (int r = 0; r < 3; r++)
-            if (ftc_wait_committed(c[r], s))
-                fail_msg("step %lld: %s", (long long)s, ftc_last_error(c[r]));
-    }
+    for (int64_t s = 0; s < 2; s++)
+        all_commit(c, w, 3, s);
     ftc_destroy(c[0]);
     ftc_destroy(c[2]);
     bg_fetch_t b[2] = {{.c = open_fetch_ctx(e, 0, 0, 3), .src = 1, .step = 1, .rc = 1},
@@ -1052,14 +1061,7 @@ static void test_fetch_result_to_its_request(void **state)
     ftc_ctx_t *c[3];
     for (int r = 0; r < 3; r++)
         c[r] = open_ctx(e, r, r, 3, w[r], 4096);
-    for (int r = 0; r < 3; r++) {
-        fill(w[r], r, 1);
-        assert_int_equal(ftc_checkpoint(c[r], 1, NULL, 0), 0);
-        assert_int_equal(ftc_wait_snapshot(c[r]), 0);
-    }
-    for (int r = 0; r < 3; r++)
-        if (ftc_wait_committed(c[r], 1))
-            fail_msg("step 1: %s", ftc_last_error(c[r]));
+    all_commit(c, w, 3, 1);
     ftc_destroy(c[0]);
     ftc_destroy(c[2]);
     bg_fetch_t b[2] = {{.c = open_fetch_ctx(e, 0, 0, 3), .src = 1, .step = 1, .rc = 1},
@@ -1116,9 +1118,7 @@ static void unreachable_holder(env_t *e, int node)
     ftc_redis_reply_free(rep);
     assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, NULL, "HSET", key, field, val, NULL),
                      0);
-    uint64_t gen = 0;
-    uint32_t world = 0;
-    assert_int_equal(ftc_ctl_generation(c, &gen, &world), 0);
+    uint64_t gen = job_generation(c);
     ftc_ctl_heartbeat_t hb = {.generation = gen, .step = -1, .wall_ms = ftc_wall_ms()};
     assert_int_equal(ftc_ctl_heartbeat(c, nid, &hb, 120000), 0);
     ftc_ctl_destroy(c);
@@ -1166,11 +1166,7 @@ static void test_restart_persisted_step_not_failed(void **state)
     static float w[4096];
     ftc_ctx_t *c = open_ctx(e, 0, 0, 1, w, 4096);
     for (int64_t s = 0; s < 2; s++) {
-        fill(w, 0, s);
-        assert_int_equal(ftc_checkpoint(c, s, NULL, 0), 0);
-        assert_int_equal(ftc_wait_snapshot(c), 0);
-        if (ftc_wait_committed(c, s))
-            fail_msg("step %lld: %s", (long long)s, ftc_last_error(c));
+        commit_step(c, w, 0, s);
         wait_persisted(e, 0, (int)s);
     }
     ftc_destroy(c);
@@ -1181,11 +1177,7 @@ static void test_restart_persisted_step_not_failed(void **state)
     if (ftc_restore(c, &got, NULL, NULL))
         fail_msg("restore: %s", ftc_last_error(c));
     assert_int_equal(got, 1);
-    fill(w, 0, 2);
-    assert_int_equal(ftc_checkpoint(c, 2, NULL, 0), 0);
-    assert_int_equal(ftc_wait_snapshot(c), 0);
-    if (ftc_wait_committed(c, 2))
-        fail_msg("step 2: %s", ftc_last_error(c));
+    commit_step(c, w, 0, 2);
     wait_persisted(e, 0, 2);
     ftc_destroy(c);
     kill_agent(e, 0); /* its log is complete */
@@ -1271,12 +1263,7 @@ static bool stream_has(env_t *e, const char *kind, int rank, int64_t step)
 static ftc_ctx_t *open_ctx_dev(env_t *e, int node, int rank, int world, float *w, int n,
                                bool dev)
 {
-    char sock[PATH_MAX + 32];
-    ftc_options_t o = ctx_options(e, node, rank, world, sock, sizeof sock);
-    o.timeout_ms = 10000;
-    ftc_ctx_t *c = NULL;
-    if (ftc_create(&o, &c))
-        fail_msg("ftc_create: %s", ftc_last_error(c));
+    ftc_ctx_t *c = create_ctx(e, node, rank, world, 10000);
     if (dev)
         assert_int_equal(ftc__set_device_ops(c, fake_dev_ops()), 0);
     int64_t shape[1] = {n};
@@ -1305,17 +1292,13 @@ static int64_t committed_step(env_t *e)
     return cstep;
 }
 
-/* Ranks 0 and 1 (c[r] over w[r]) checkpoint step, and it commits for both. */
-static void both_commit(ftc_ctx_t *const *c, float *const *w, int64_t step)
+/* ftc_wait_committed of rank r's (c's) step, its answer logged. */
+static int wait_committed_logged(ftc_ctx_t *c, int r, int64_t step)
 {
-    for (int r = 0; r < 2; r++) {
-        fill(w[r], r, step);
-        assert_int_equal(ftc_checkpoint(c[r], step, NULL, 0), 0);
-        assert_int_equal(ftc_wait_snapshot(c[r]), 0);
-    }
-    for (int r = 0; r < 2; r++)
-        if (ftc_wait_committed(c[r], step))
-            fail_msg("step %lld: %s", (long long)step, ftc_last_error(c[r]));
+    int rc = ftc_wait_committed(c, step);
+    print_message("rank %d, step %lld: %s: %s\n", r, (long long)step, ftc_errname(rc),
+                  ftc_last_error(c));
+    return rc;
 }
 
 /* Rank 1 checkpoints step, its device sync failing: FTC_EIO from
@@ -1327,6 +1310,35 @@ static void failed_step(ftc_ctx_t *c1, float *w1, int64_t step)
     assert_int_equal(ftc_checkpoint(c1, step, NULL, 0), 0);
     assert_int_equal(ftc_wait_snapshot(c1), FTC_EIO);
     print_message("rank 1, step %lld: %s\n", (long long)step, ftc_last_error(c1));
+}
+
+/* Ranks 0 and 1 (c[r] over w[r], rank 1 on the stand-in device), step 1
+ * committed: rank 1's snapshot of step 2 fails, then rank 0 seals step 2;
+ * rank 0 seals step 3 (its SEALED sent), then rank 1's snapshot of it
+ * fails. Rank 0's ftc_wait_committed of each ends FTC_EIO, step 2's naming
+ * rank 1's failure. */
+static void rank1_fails_steps_2_and_3(ftc_ctx_t *const *c, float (*w)[4096])
+{
+    /* step 2: rank 1 fails first, rank 0 seals after it */
+    failed_step(c[1], w[1], 2);
+    seal_step(c[0], w[0], 0, 2);
+    assert_int_equal(wait_committed_logged(c[0], 0, 2), FTC_EIO);
+    assert_non_null(strstr(ftc_last_error(c[0]), "rank 1's snapshot of it failed"));
+    /* step 3: rank 0 seals first (its SEALED sent), then rank 1 fails */
+    seal_step(c[0], w[0], 0, 3);
+    wait_sealed_sent(c[0]);
+    failed_step(c[1], w[1], 3);
+    assert_int_equal(wait_committed_logged(c[0], 0, 3), FTC_EIO);
+}
+
+/* The stream has checkpoint_failed (rank 1) and checkpoint_abandoned (rank
+ * 0) for each step from..to. */
+static void assert_failed_and_abandoned(env_t *e, int64_t from, int64_t to)
+{
+    for (int64_t s = from; s <= to; s++) {
+        assert_true(stream_has(e, "checkpoint_failed", 1, s));
+        assert_true(stream_has(e, "checkpoint_abandoned", 0, s));
+    }
 }
 
 /* One node, ranks 0 and 1 on it (--ranks-per-node 2), no replicas (each
@@ -1347,40 +1359,18 @@ static void test_failed_snapshot_abandons_step(void **state)
     e->ranks_per_node = 2;
     snprintf(e->timeout_ms, sizeof e->timeout_ms, "60000");
     start_agent(e, 0);
-    static float w0[4096], w1[4096];
+    static float w[2][4096];
     fd_reset();
-    ftc_ctx_t *c0 = open_ctx_dev(e, 0, 0, 2, w0, 4096, false);
-    ftc_ctx_t *c1 = open_ctx_dev(e, 0, 1, 2, w1, 4096, true);
-    ftc_ctx_t *c[2] = {c0, c1};
-    float *w[2] = {w0, w1};
-    both_commit(c, w, 1);
-    /* step 2: rank 1 fails first, rank 0 seals after it */
-    failed_step(c1, w1, 2);
-    fill(w0, 0, 2);
-    assert_int_equal(ftc_checkpoint(c0, 2, NULL, 0), 0);
-    assert_int_equal(ftc_wait_snapshot(c0), 0);
-    int rc = ftc_wait_committed(c0, 2);
-    print_message("rank 0, step 2: %s: %s\n", ftc_errname(rc), ftc_last_error(c0));
-    assert_int_equal(rc, FTC_EIO);
-    assert_non_null(strstr(ftc_last_error(c0), "rank 1's snapshot of it failed"));
-    /* step 3: rank 0 seals first (its SEALED sent), then rank 1 fails */
-    fill(w0, 0, 3);
-    assert_int_equal(ftc_checkpoint(c0, 3, NULL, 0), 0);
-    assert_int_equal(ftc_wait_snapshot(c0), 0);
-    wait_sealed_sent(c0);
-    failed_step(c1, w1, 3);
-    rc = ftc_wait_committed(c0, 3);
-    print_message("rank 0, step 3: %s: %s\n", ftc_errname(rc), ftc_last_error(c0));
-    assert_int_equal(rc, FTC_EIO);
-    for (int64_t s = 2; s <= 3; s++) {
-        assert_true(stream_has(e, "checkpoint_failed", 1, s));
-        assert_true(stream_has(e, "checkpoint_abandoned", 0, s));
-    }
+    ftc_ctx_t *c[2] = {open_ctx_dev(e, 0, 0, 2, w[0], 4096, false),
+                       open_ctx_dev(e, 0, 1, 2, w[1], 4096, true)};
+    all_commit(c, w, 2, 1);
+    rank1_fails_steps_2_and_3(c, w);
+    assert_failed_and_abandoned(e, 2, 3);
     /* I3: the committed step is still 1, and a later step commits for both */
     assert_int_equal(committed_step(e), 1);
-    both_commit(c, w, 4);
-    ftc_destroy(c0);
-    ftc_destroy(c1);
+    all_commit(c, w, 2, 4);
+    ftc_destroy(c[0]);
+    ftc_destroy(c[1]);
     fd_done();
     teardown_env(e);
 }
@@ -1403,40 +1393,19 @@ static void test_failed_snapshot_other_node(void **state)
     snprintf(e->timeout_ms, sizeof e->timeout_ms, "60000");
     start_agent(e, 0);
     start_agent(e, 1);
-    static float w0[4096], w1[4096];
+    static float w[2][4096];
     fd_reset();
-    ftc_ctx_t *c0 = open_ctx_dev(e, 0, 0, 2, w0, 4096, false);
-    ftc_ctx_t *c1 = open_ctx_dev(e, 1, 1, 2, w1, 4096, true);
-    ftc_ctx_t *c[2] = {c0, c1};
-    float *w[2] = {w0, w1};
-    both_commit(c, w, 1);
-    /* step 2: rank 1 fails first, rank 0 seals after it */
-    failed_step(c1, w1, 2);
-    fill(w0, 0, 2);
-    assert_int_equal(ftc_checkpoint(c0, 2, NULL, 0), 0);
-    assert_int_equal(ftc_wait_snapshot(c0), 0);
-    int rc = ftc_wait_committed(c0, 2);
-    print_message("rank 0, step 2: %s: %s\n", ftc_errname(rc), ftc_last_error(c0));
-    assert_int_equal(rc, FTC_EIO);
-    assert_non_null(strstr(ftc_last_error(c0), "rank 1's snapshot of it failed"));
-    /* step 3: rank 0 seals first (its SEALED sent), then rank 1 fails */
-    fill(w0, 0, 3);
-    assert_int_equal(ftc_checkpoint(c0, 3, NULL, 0), 0);
-    assert_int_equal(ftc_wait_snapshot(c0), 0);
-    wait_sealed_sent(c0);
-    failed_step(c1, w1, 3);
-    rc = ftc_wait_committed(c0, 3);
-    print_message("rank 0, step 3: %s: %s\n", ftc_errname(rc), ftc_last_error(c0));
-    assert_int_equal(rc, FTC_EIO);
-    assert_non_null(strstr(ftc_last_error(c0), "rank 1's snapshot of it failed"));
-    for (int64_t s = 2; s <= 3; s++) {
-        assert_true(stream_has(e, "checkpoint_failed", 1, s));
-        assert_true(stream_has(e, "checkpoint_abandoned", 0, s));
-    }
+    ftc_ctx_t *c[2] = {open_ctx_dev(e, 0, 0, 2, w[0], 4096, false),
+                       open_ctx_dev(e, 1, 1, 2, w[1], 4096, true)};
+    all_commit(c, w, 2, 1);
+    rank1_fails_steps_2_and_3(c, w);
+    /* step 3's FTC_EIO names rank 1's failure too */
+    assert_non_null(strstr(ftc_last_error(c[0]), "rank 1's snapshot of it failed"));
+    assert_failed_and_abandoned(e, 2, 3);
     assert_int_equal(committed_step(e), 1); /* I3 */
-    both_commit(c, w, 4);
-    ftc_destroy(c0);
-    ftc_destroy(c1);
+    all_commit(c, w, 2, 4);
+    ftc_destroy(c[0]);
+    ftc_destroy(c[1]);
     fd_done();
     teardown_env(e);
 }
@@ -1461,36 +1430,18 @@ static void test_failed_snapshot_stops_parity_gather(void **state)
     ftc_ctx_t *c[3];
     for (int r = 0; r < 3; r++)
         c[r] = open_ctx_dev(e, r, r, 3, w[r], 4096, r == 1);
-    for (int r = 0; r < 3; r++) {
-        fill(w[r], r, 1);
-        assert_int_equal(ftc_checkpoint(c[r], 1, NULL, 0), 0);
-        assert_int_equal(ftc_wait_snapshot(c[r]), 0);
-    }
-    for (int r = 0; r < 3; r++)
-        if (ftc_wait_committed(c[r], 1))
-            fail_msg("step 1: %s", ftc_last_error(c[r]));
+    all_commit(c, w, 3, 1);
     for (int r = 0; r < 3; r += 2) {
-        fill(w[r], r, 2);
-        assert_int_equal(ftc_checkpoint(c[r], 2, NULL, 0), 0);
-        assert_int_equal(ftc_wait_snapshot(c[r]), 0);
+        seal_step(c[r], w[r], r, 2);
         wait_sealed_sent(c[r]);
     }
     failed_step(c[1], w[1], 2);
     for (int r = 0; r < 3; r += 2) {
-        int rc = ftc_wait_committed(c[r], 2);
-        print_message("rank %d, step 2: %s: %s\n", r, ftc_errname(rc), ftc_last_error(c[r]));
-        assert_int_equal(rc, FTC_EIO);
+        assert_int_equal(wait_committed_logged(c[r], r, 2), FTC_EIO);
         assert_non_null(strstr(ftc_last_error(c[r]), "rank 1's snapshot of it failed"));
     }
     assert_int_equal(committed_step(e), 1); /* I3 */
-    for (int r = 0; r < 3; r++) {
-        fill(w[r], r, 3);
-        assert_int_equal(ftc_checkpoint(c[r], 3, NULL, 0), 0);
-        assert_int_equal(ftc_wait_snapshot(c[r]), 0);
-    }
-    for (int r = 0; r < 3; r++)
-        if (ftc_wait_committed(c[r], 3))
-            fail_msg("step 3: %s", ftc_last_error(c[r]));
+    all_commit(c, w, 3, 3);
     for (int r = 0; r < 3; r++)
         ftc_destroy(c[r]);
     fd_done();
@@ -1515,19 +1466,9 @@ static void test_redis_down_reports_wait(void **state)
     env_t *e = setup_env(*state, 1, "0", 1000);
     unsetenv("FTC_CHECKPOINT_BUSY");
     static float w[4096];
-    char sock[PATH_MAX + 32];
-    ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
-    o.timeout_ms = 6000;
-    ftc_ctx_t *c = NULL;
-    if (ftc_create(&o, &c))
-        fail_msg("ftc_create: %s", ftc_last_error(c));
-    int64_t shape[1] = {4096};
-    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
-    fill(w, 0, 0);
-    assert_int_equal(ftc_checkpoint(c, 0, NULL, 0), 0);
-    assert_int_equal(ftc_wait_snapshot(c), 0);
-    if (ftc_wait_committed(c, 0))
-        fail_msg("step 0: %s", ftc_last_error(c));
+    ftc_ctx_t *c = create_ctx(e, 0, 0, 1, 6000);
+    register_w(c, w, 4096);
+    commit_step(c, w, 0, 0);
     assert_int_equal(ftc_redis_server_signal(e->f->srv, SIGSTOP), 0);
     int rc[4] = {0};
     for (int64_t s = 1; s <= 3; s++) {
@@ -1570,11 +1511,7 @@ static void test_abort_markers_redis_down(void **state)
     static float w1[4096];
     fd_reset();
     ftc_ctx_t *c1 = open_ctx_dev(e, 0, 0, 1, w1, 4096, true);
-    fill(w1, 0, 0);
-    assert_int_equal(ftc_checkpoint(c1, 0, NULL, 0), 0);
-    assert_int_equal(ftc_wait_snapshot(c1), 0);
-    if (ftc_wait_committed(c1, 0))
-        fail_msg("step 0: %s", ftc_last_error(c1));
+    commit_step(c1, w1, 0, 0);
     ftc_ctl_t *ctl = redis_fixture_ctl(e->f, e->job);
     int64_t cstep = -1;
     uint64_t gen = 0;
@@ -1622,18 +1559,9 @@ static void test_redis_error_reply_not_down(void **state)
 {
     env_t *e = setup_env(*state, 1, "0", 1000);
     static float w[4096];
-    char sock[PATH_MAX + 32];
-    ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
-    ftc_ctx_t *c = NULL;
-    if (ftc_create(&o, &c))
-        fail_msg("ftc_create: %s", ftc_last_error(c));
-    int64_t shape[1] = {4096};
-    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
-    fill(w, 0, 0);
-    assert_int_equal(ftc_checkpoint(c, 0, NULL, 0), 0);
-    assert_int_equal(ftc_wait_snapshot(c), 0);
-    if (ftc_wait_committed(c, 0))
-        fail_msg("step 0: %s", ftc_last_error(c));
+    ftc_ctx_t *c = create_ctx(e, 0, 0, 1, 0);
+    register_w(c, w, 4096);
+    commit_step(c, w, 0, 0);
     ftc_ctl_t *ctl = redis_fixture_ctl(e->f, e->job);
     char key[200];
     ftc_ctl_key(ctl, "fabric", key, sizeof key);
@@ -1647,11 +1575,7 @@ static void test_redis_error_reply_not_down(void **state)
     }
     if (agent_log_has(e, 0, "Redis does not answer"))
         fail_msg("a WRONGTYPE reply for %s made the agent take Redis for down", key);
-    fill(w, 0, 1);
-    assert_int_equal(ftc_checkpoint(c, 1, NULL, 0), 0);
-    assert_int_equal(ftc_wait_snapshot(c), 0);
-    if (ftc_wait_committed(c, 1))
-        fail_msg("step 1: %s", ftc_last_error(c));
+    commit_step(c, w, 0, 1);
     assert_false(agent_log_has(e, 0, "Redis does not answer"));
     ftc_ctl_destroy(ctl);
     ftc_destroy(c);

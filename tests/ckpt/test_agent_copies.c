@@ -45,26 +45,12 @@ static void fill(float *w, int n, float v)
  * that verifies (and, want != 0, whose head checksum is want). */
 static bool shm_holds(const char *prefix, uint64_t step, uint64_t want)
 {
-    bool found = false;
-    DIR *d = opendir("/dev/shm");
-    assert_non_null(d);
-    struct dirent *de;
-    while (!found && (de = readdir(d))) {
-        if (strncmp(de->d_name, prefix, strlen(prefix)))
-            continue;
-        ftc_slot_t sl;
-        ftc_err_t err = {0};
-        if (ftc_slot_open(de->d_name, false, &sl, &err))
-            continue;
-        ftc_shard_view_t v;
-        uint64_t total = 0;
-        found = ftc_shard_peek_size(sl.base, sl.size, &total, &err) == 0 && total <= sl.size &&
-                ftc_shard_open(&v, sl.base, total, FTC_SHARD_VERIFY, &err) == 0 &&
-                v.info.step == step && (!want || v.head_xxh3 == want);
-        ftc_slot_close(&sl);
-    }
-    closedir(d);
-    return found;
+    ftc_slot_t sl;
+    ftc_shard_view_t v;
+    if (!open_shm_shard(prefix, step, 0, want, &sl, &v))
+        return false;
+    ftc_slot_close(&sl);
+    return true;
 }
 
 /* Node `node` holds rank's own slot of step (checksum want, 0 = any). */
@@ -81,26 +67,6 @@ static bool node_replica_holds(env_t *e, int node, int owner, uint64_t step, uin
     char prefix[128];
     snprintf(prefix, sizeof prefix, "ftc.%s.n%d.p%d.s", e->job, node, owner);
     return shm_holds(prefix, step, want);
-}
-
-/* Waits (10 s at most) until the commit record has rank's report of step;
- * returns its checksum. */
-static uint64_t wait_report(ftc_ctl_t *ctl, int64_t step, uint32_t rank)
-{
-    uint64_t gen = 0, ck = 0;
-    uint32_t world = 0;
-    assert_int_equal(ftc_ctl_generation(ctl, &gen, &world), 0);
-    ftc_deadline_t d = ftc_deadline_in_ms(10000);
-    for (;;) {
-        bool found = false;
-        assert_int_equal(ftc_ctl_commit_checksum(ctl, gen, step, rank, &ck, &found), 0);
-        if (found)
-            return ck;
-        if (ftc_deadline_expired(d))
-            fail_msg("rank %u's report of step %lld never reached the commit record", rank,
-                     (long long)step);
-        ftc_sleep_ms(10);
-    }
 }
 
 /* Rank r (0..n-1) of an n-node job (two nodes with one replica, unless
@@ -175,6 +141,51 @@ static void both_commit(two_t *t, int64_t step)
     }
 }
 
+/* Every rank checkpoints step, and it commits for all. */
+static void commit_all(two_t *t, int64_t step)
+{
+    for (int r = 0; r < t->n; r++)
+        ckpt(t, r, step);
+    both_commit(t, step);
+}
+
+/* Rank 0's context anew (as after its agent's restart). */
+static void reopen_rank0(two_t *t)
+{
+    ftc_destroy(t->c[0]);
+    open_rank(t, 0);
+}
+
+/* ftc_restore of rank 0, its tensor overwritten first (-1): its answer,
+ * the step restored in *got. */
+static int restore_rank0(two_t *t, int64_t *got)
+{
+    *got = -1;
+    fill(w[0], N, -1.0f);
+    return ftc_restore(t->c[0], got, NULL, NULL);
+}
+
+/* The restore of rank 0 that answered rc succeeded. */
+static void assert_restored(two_t *t, int rc)
+{
+    if (rc)
+        print_message("%s\n", ftc_last_error(t->c[0]));
+    assert_int_equal(rc, 0);
+}
+
+/* Waits (10 s at most) until the record committed step or a later one;
+ * the committed step. */
+static int64_t wait_committed_step(two_t *t, int64_t step)
+{
+    int64_t cstep = -1;
+    uint64_t cgen = 0;
+    ftc_deadline_t d = ftc_deadline_in_ms(10000);
+    while (ftc_ctl_committed(t->ctl, &cstep, &cgen) == 0 && cstep < step &&
+           !ftc_deadline_expired(d))
+        ftc_sleep_ms(10);
+    return cstep;
+}
+
 /* Whatever the record committed, node 0 holds rank 0's copy of it, and node
  * 1 its replica: k + 1 = 2 copies (I2). */
 static void assert_committed_has_copies(two_t *t)
@@ -205,20 +216,18 @@ static void test_abandon_withdraws_report(void **state)
 {
     two_t t;
     two_start(&t, *state, "2000");
-    ckpt(&t, 0, 0);
-    ckpt(&t, 1, 0);
-    both_commit(&t, 0);
+    commit_all(&t, 0);
     ckpt(&t, 0, 1);
     ckpt(&t, 0, 2);
-    (void)wait_report(t.ctl, 1, 0);
+    (void)wait_commit_report(t.ctl, 1, 0, 10000);
     ckpt(&t, 0, 3); /* parked until the abandon (agent.timeout_ms) */
     assert_true(agent_said(t.e, 0, "was not committed within"));
     /* step 2 went out once step 1 was abandoned: replicated (reported) while
      * step 0 is still the committed one, whose replica node 1 kept */
-    (void)wait_report(t.ctl, 2, 0);
+    (void)wait_commit_report(t.ctl, 2, 0, 10000);
     assert_committed_has_copies(&t);
     ckpt(&t, 1, 1);
-    (void)wait_report(t.ctl, 1, 1);
+    (void)wait_commit_report(t.ctl, 1, 1, 10000);
     assert_committed_has_copies(&t);
     /* rank 1 catches up (its step 1 abandoned the same way) and step 2 commits */
     ckpt(&t, 1, 2);
@@ -231,6 +240,20 @@ static void test_abandon_withdraws_report(void **state)
     two_stop(&t);
 }
 
+/* Step 0 committed, rank 0's step 1 reported (its checksum returned), then
+ * node 0's agent killed and started again, rank 0 with a new context. */
+static uint64_t restart_with_step1_reported(two_t *t)
+{
+    commit_all(t, 0);
+    ckpt(t, 0, 1);
+    uint64_t ck1 = wait_commit_report(t->ctl, 1, 0, 10000);
+    kill_agent(t->e, 0);
+    ftc_destroy(t->c[0]);
+    start_agent(t->e, 0);
+    open_rank(t, 0);
+    return ck1;
+}
+
 /* (b) A restarted agent and a version reported, not committed yet: rank
  * 0's step 1 is reported when its agent is killed; the restarted agent
  * marked that slot empty, rank 0's next checkpoint (step 2) wrote over it,
@@ -239,31 +262,15 @@ static void test_restart_keeps_reported(void **state)
 {
     two_t t;
     two_start(&t, *state, "8000");
-    ckpt(&t, 0, 0);
-    ckpt(&t, 1, 0);
-    both_commit(&t, 0);
-    ckpt(&t, 0, 1);
-    uint64_t ck1 = wait_report(t.ctl, 1, 0);
-    kill_agent(t.e, 0);
-    ftc_destroy(t.c[0]);
-    start_agent(t.e, 0);
-    open_rank(&t, 0);
-    int64_t got = -1;
-    fill(w[0], N, -1.0f);
-    int rc = ftc_restore(t.c[0], &got, NULL, NULL);
-    if (rc)
-        print_message("%s\n", ftc_last_error(t.c[0]));
-    assert_int_equal(rc, 0);
+    uint64_t ck1 = restart_with_step1_reported(&t);
+    int64_t got;
+    assert_restored(&t, restore_rank0(&t, &got));
     assert_int_equal(got, 0);
     assert_true(w[0][0] == 0.0f && w[0][N - 1] == 0.0f);
     ckpt(&t, 0, 2);
     ckpt(&t, 1, 1);
-    int64_t cstep = -1;
-    uint64_t cgen = 0;
-    ftc_deadline_t d = ftc_deadline_in_ms(10000);
-    while (ftc_ctl_committed(t.ctl, &cstep, &cgen) == 0 && cstep < 1 && !ftc_deadline_expired(d))
-        ftc_sleep_ms(10);
-    assert_int_equal(cstep, 1); /* the report from before the restart counted */
+    /* the report from before the restart counted */
+    assert_int_equal(wait_committed_step(&t, 1), 1);
     assert_true(node_slot_holds(t.e, 0, 0, 1, ck1));
     assert_committed_has_copies(&t);
     assert_int_equal(ftc_wait_committed(t.c[0], 1), 0);
@@ -285,33 +292,18 @@ static void test_restart_redis_down_keeps_newer(void **state)
 {
     two_t t;
     two_start(&t, *state, "8000");
-    ckpt(&t, 0, 0);
-    ckpt(&t, 1, 0);
-    both_commit(&t, 0);
-    ckpt(&t, 0, 1);
-    uint64_t ck1 = wait_report(t.ctl, 1, 0);
-    kill_agent(t.e, 0);
-    ftc_destroy(t.c[0]);
-    start_agent(t.e, 0);
-    open_rank(&t, 0);
+    uint64_t ck1 = restart_with_step1_reported(&t);
     assert_int_equal(ftc_redis_server_signal(t.e->f->srv, SIGSTOP), 0);
-    int64_t got = -1;
-    fill(w[0], N, -1.0f);
-    int rc = ftc_restore(t.c[0], &got, NULL, NULL); /* SLOTS, then RESTORE: Redis stopped */
+    int64_t got;
+    int rc = restore_rank0(&t, &got); /* SLOTS, then RESTORE: Redis stopped */
     assert_int_equal(ftc_redis_server_signal(t.e->f->srv, SIGCONT), 0);
-    if (rc)
-        print_message("%s\n", ftc_last_error(t.c[0]));
-    assert_int_equal(rc, 0);
+    assert_restored(&t, rc);
     assert_int_equal(got, 0);
     assert_true(w[0][0] == 0.0f && w[0][N - 1] == 0.0f);
     ckpt(&t, 0, 2);
     ckpt(&t, 1, 1);
-    int64_t cstep = -1;
-    uint64_t cgen = 0;
-    ftc_deadline_t d = ftc_deadline_in_ms(10000);
-    while (ftc_ctl_committed(t.ctl, &cstep, &cgen) == 0 && cstep < 1 && !ftc_deadline_expired(d))
-        ftc_sleep_ms(10);
-    assert_int_equal(cstep, 1); /* the report from before the restart counted */
+    /* the report from before the restart counted */
+    assert_int_equal(wait_committed_step(&t, 1), 1);
     bool kept = node_slot_holds(t.e, 0, 0, 1, ck1);
     print_message("node 0 holds rank 0's committed step 1: %s\n", kept ? "yes" : "NO");
     assert_true(kept);
@@ -329,29 +321,16 @@ static void test_restart_redis_down_keeps_newer(void **state)
  * Returns the slot index, -1 when none holds it. */
 static int forge_slot_of_step(env_t *e, uint64_t step, float v)
 {
-    for (int k = 0; k < 3; k++) {
-        char name[FTC_SLOT_NAME_MAX];
-        snprintf(name, sizeof name, "ftc.%s.n0.r0.s%d", e->job, k);
-        ftc_slot_t sl;
-        ftc_err_t err = {0};
-        if (ftc_slot_open(name, true, &sl, &err))
-            continue;
-        ftc_shard_view_t sv;
-        bool hit = ftc_shard_open(&sv, sl.base, sl.size, 0, &err) == 0 && sv.info.step == step;
-        if (hit) {
-            ftc_shard_tensor_t tt;
-            ftc_shard_get(&sv, 0, &tt);
-            float *p = (float *)(uintptr_t)tt.data;
-            for (uint64_t i = 0; i < tt.length / sizeof(float); i++)
-                p[i] = v;
-            assert_int_equal(ftc_shard_seal(sl.base, sl.size, 1, &err), 0);
-            assert_int_equal(ftc_shard_open(&sv, sl.base, sl.size, FTC_SHARD_VERIFY, &err), 0);
-        }
-        ftc_slot_close(&sl);
-        if (hit)
-            return k;
-    }
-    return -1;
+    ftc_slot_t sl;
+    ftc_shard_view_t sv;
+    int k = open_rank0_slot_of_step(e, step, &sl, &sv);
+    if (k < 0)
+        return -1;
+    forge_tensor0(sl.base, sl.size, &sv, v);
+    ftc_err_t err = {0};
+    assert_int_equal(ftc_shard_open(&sv, sl.base, sl.size, FTC_SHARD_VERIFY, &err), 0);
+    ftc_slot_close(&sl);
+    return k;
 }
 
 /* (3) The local slot of the committed step verifies by its own checksums
@@ -361,28 +340,18 @@ static void test_restore_checks_record(void **state)
 {
     two_t t;
     two_start(&t, *state, "8000");
-    for (int64_t step = 0; step < 3; step++) {
-        ckpt(&t, 0, step);
-        ckpt(&t, 1, step);
-        both_commit(&t, step);
-    }
+    for (int64_t step = 0; step < 3; step++)
+        commit_all(&t, step);
     assert_true(forge_slot_of_step(t.e, 2, 99.0f) >= 0);
-    ftc_destroy(t.c[0]);
-    open_rank(&t, 0);
-    fill(w[0], N, -1.0f);
-    int64_t got = -1;
-    int rc = ftc_restore(t.c[0], &got, NULL, NULL);
-    if (rc)
-        print_message("%s\n", ftc_last_error(t.c[0]));
-    assert_int_equal(rc, 0);
+    reopen_rank0(&t);
+    int64_t got;
+    assert_restored(&t, restore_rank0(&t, &got));
     assert_int_equal(got, 2);
     print_message("restored step 2: w = %g (committed 2, forged 99)\n", w[0][0]);
     assert_true(w[0][0] == 2.0f && w[0][N - 1] == 2.0f);
     assert_true(agent_said(t.e, 0, "not the committed version's"));
     /* and training goes on from it */
-    ckpt(&t, 0, 3);
-    ckpt(&t, 1, 3);
-    both_commit(&t, 3);
+    commit_all(&t, 3);
     two_stop(&t);
 }
 
@@ -407,12 +376,7 @@ static int forge_shm(const char *prefix, uint64_t step, float val)
         uint64_t total = 0;
         if (ftc_shard_peek_size(sl.base, sl.size, &total, &err) == 0 && total <= sl.size &&
             ftc_shard_open(&sv, sl.base, total, 0, &err) == 0 && sv.info.step == step) {
-            ftc_shard_tensor_t tt;
-            ftc_shard_get(&sv, 0, &tt);
-            float *p = (float *)(uintptr_t)tt.data;
-            for (uint64_t i = 0; i < tt.length / sizeof(float); i++)
-                p[i] = val;
-            assert_int_equal(ftc_shard_seal(sl.base, total, 1, &err), 0);
+            forge_tensor0(sl.base, total, &sv, val);
             assert_int_equal(ftc_shard_open(&sv, sl.base, total, FTC_SHARD_VERIFY, &err), 0);
             n++;
         }
@@ -446,14 +410,9 @@ static void test_fetch_checks_record(void **state)
     snprintf(rep2, sizeof rep2, "ftc.%s.n2.p0.s", t.e->job);
     assert_true(forge_shm(local, 2, 99.0f) >= 1);
     assert_int_equal(forge_shm(rep1, 2, 77.0f), 1);
-    ftc_destroy(t.c[0]);
-    open_rank(&t, 0);
-    fill(w[0], N, -1.0f);
-    int64_t got = -1;
-    int rc = ftc_restore(t.c[0], &got, NULL, NULL);
-    if (rc)
-        print_message("%s\n", ftc_last_error(t.c[0]));
-    assert_int_equal(rc, 0);
+    reopen_rank0(&t);
+    int64_t got;
+    assert_restored(&t, restore_rank0(&t, &got));
     assert_int_equal(got, 2);
     print_message("restored step 2: w = %g (committed 2, forged 99 here, 77 on node 1)\n",
                   w[0][0]);
@@ -463,10 +422,8 @@ static void test_fetch_checks_record(void **state)
     /* no holder has it: an error, never another version */
     assert_true(forge_shm(local, 2, 99.0f) >= 1);
     assert_int_equal(forge_shm(rep2, 2, 55.0f), 1);
-    ftc_destroy(t.c[0]);
-    open_rank(&t, 0);
-    fill(w[0], N, -1.0f);
-    rc = ftc_restore(t.c[0], &got, NULL, NULL);
+    reopen_rank0(&t);
+    int rc = restore_rank0(&t, &got);
     print_message("with every replica forged: %s: %s (w = %g)\n", ftc_errname(rc),
                   ftc_last_error(t.c[0]), w[0][0]);
     assert_int_not_equal(rc, 0);
@@ -519,24 +476,13 @@ static void test_persist_checks_record(void **state)
 {
     two_t t;
     nodes_start(&t, *state, 2, "0", 1, "8000");
-    for (int64_t step = 0; step < 3; step++) {
-        ckpt(&t, 0, step);
-        ckpt(&t, 1, step);
-        both_commit(&t, step);
-    }
+    for (int64_t step = 0; step < 3; step++)
+        commit_all(&t, step);
     char ver[PATH_MAX + 64], forged[PATH_MAX + 64], fdir[PATH_MAX + 32], prefix[128];
     snprintf(ver, sizeof ver, "%s/node0/v%020d", t.e->persist, 2);
     snprintf(fdir, sizeof fdir, "%s/forged", t.e->jobdir);
     snprintf(forged, sizeof forged, "%s/v%020d", fdir, 2);
-    char marker[PATH_MAX + 80];
-    snprintf(marker, sizeof marker, "%s/COMMITTED", ver);
-    ftc_deadline_t d = ftc_deadline_in_ms(20000);
-    struct stat st;
-    while (stat(marker, &st) != 0) {
-        if (ftc_deadline_expired(d))
-            fail_msg("%s never appeared", marker);
-        ftc_sleep_ms(20);
-    }
+    wait_persisted(t.e, 0, 2);
     /* rank 0's step 2 with other values, written as step 2 of a persist
      * directory of its own, then put in place of node 0's */
     snprintf(prefix, sizeof prefix, "ftc.%s.n0.r0.s", t.e->job);
@@ -546,12 +492,7 @@ static void test_persist_checks_record(void **state)
     ftc_shard_view_t sv;
     ftc_err_t err = {0};
     assert_int_equal(ftc_shard_open(&sv, shard, size, 0, &err), 0);
-    ftc_shard_tensor_t tt;
-    ftc_shard_get(&sv, 0, &tt);
-    float *p = (float *)(uintptr_t)tt.data;
-    for (uint64_t i = 0; i < tt.length / sizeof(float); i++)
-        p[i] = 99.0f;
-    assert_int_equal(ftc_shard_seal(shard, size, 1, &err), 0);
+    forge_tensor0(shard, size, &sv, 99.0f);
     ftc_persist_options_t po = FTC_PERSIST_OPTIONS_INIT;
     po.threads = 1;
     ftc_persist_t *pt = ftc_persist_open(fdir, &po, &err);
@@ -569,12 +510,8 @@ static void test_persist_checks_record(void **state)
     assert_int_equal(rename(forged, ver), 0);
     start_agent(t.e, 0);
     open_rank(&t, 0);
-    fill(w[0], N, -1.0f);
-    int64_t got = -1;
-    int rc = ftc_restore(t.c[0], &got, NULL, NULL);
-    if (rc)
-        print_message("%s\n", ftc_last_error(t.c[0]));
-    assert_int_equal(rc, 0);
+    int64_t got;
+    assert_restored(&t, restore_rank0(&t, &got));
     print_message("restored step %lld: w = %g (committed 2, forged 99 in the persist tier)\n",
                   (long long)got, w[0][0]);
     assert_int_equal(got, 1);

@@ -67,6 +67,16 @@ static int raw_connect(env_t *e, int node)
     return fd;
 }
 
+/* A context of options o with tensor "w": n floats at w, on the host. */
+static ftc_ctx_t *ctx_with_w(const ftc_options_t *o, float *w, int64_t n)
+{
+    ftc_ctx_t *c = NULL;
+    assert_int_equal(ftc_create(o, &c), 0);
+    int64_t shape[1] = {n};
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    return c;
+}
+
 /* Sends m and receives the next message into rep (deadline ms): 0 or the
  * receive's error (FTC_ETIMEDOUT: no answer, FTC_EIO: connection closed). */
 static int raw_call(int fd, const ftc_ap_msg_t *m, ftc_ap_msg_t *rep, int ms)
@@ -166,11 +176,8 @@ static void test_unused_begins_keep_no_slot(void **state)
     ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
     o.meta_capacity = 64;
     o.timeout_ms = 5000;
-    ftc_ctx_t *c = NULL;
-    assert_int_equal(ftc_create(&o, &c), 0);
     static float w[4096];
-    int64_t shape[1] = {4096};
-    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    ftc_ctx_t *c = ctx_with_w(&o, w, 4096);
     static char meta[256];
     for (int64_t step = 0; step < 3; step++) {
         assert_int_equal(ftc_checkpoint(c, step, meta, sizeof meta), FTC_ERANGE);
@@ -189,13 +196,10 @@ static void test_refused_slots_then_restore(void **state)
     /* step 0 committed by libftc */
     char sock[PATH_MAX + 32];
     ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
-    ftc_ctx_t *c = NULL;
-    assert_int_equal(ftc_create(&o, &c), 0);
     static float w[4096];
-    int64_t shape[1] = {4096};
     for (int i = 0; i < 4096; i++)
         w[i] = (float)i;
-    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    ftc_ctx_t *c = ctx_with_w(&o, w, 4096);
     assert_int_equal(ftc_checkpoint(c, 0, NULL, 0), 0);
     assert_int_equal(ftc_wait_committed(c, 0), 0);
     ftc_destroy(c);
@@ -270,12 +274,9 @@ static void test_step_not_after_committed(void **state)
     char sock[PATH_MAX + 32];
     ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
     o.timeout_ms = 10000;
-    ftc_ctx_t *c = NULL;
-    assert_int_equal(ftc_create(&o, &c), 0);
     enum { N = 4096 };
     static float w[N];
-    int64_t shape[1] = {N};
-    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    ftc_ctx_t *c = ctx_with_w(&o, w, N);
     for (int64_t step = 0; step < 4; step++) {
         fill(w, N, (float)step);
         assert_int_equal(ftc_checkpoint(c, step, NULL, 0), 0);
@@ -297,9 +298,7 @@ static void test_step_not_after_committed(void **state)
     /* the restore (a new context: the old one's snapshots all announced)
      * returns what the commit record holds */
     ftc_destroy(c);
-    c = NULL;
-    assert_int_equal(ftc_create(&o, &c), 0);
-    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    c = ctx_with_w(&o, w, N);
     fill(w, N, -1.0f);
     int64_t got = -1;
     assert_int_equal(ftc_restore(c, &got, NULL, NULL), 0);
@@ -391,13 +390,10 @@ static void test_agent_killed_mid_checkpoint(void **state)
     char sock[PATH_MAX + 32];
     ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
     o.timeout_ms = 5000;
-    ftc_ctx_t *c = NULL;
-    assert_int_equal(ftc_create(&o, &c), 0);
     enum { N = 16 << 20 }; /* 64 MiB: the copy and its hashing outlast the kill */
     float *w = malloc((size_t)N * sizeof *w);
     assert_non_null(w);
-    int64_t shape[1] = {N};
-    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    ftc_ctx_t *c = ctx_with_w(&o, w, N);
     fill(w, N, 1.0f);
     assert_int_equal(ftc_checkpoint(c, 0, NULL, 0), 0);
     assert_int_equal(ftc_wait_committed(c, 0), 0);
@@ -419,9 +415,7 @@ static void test_agent_killed_mid_checkpoint(void **state)
     ftc_destroy(c);
     /* the agent again: step 0 as it was committed */
     start_agent(e, 0);
-    c = NULL;
-    assert_int_equal(ftc_create(&o, &c), 0);
-    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    c = ctx_with_w(&o, w, N);
     fill(w, N, -1.0f);
     int64_t got = -1;
     rc = ftc_restore(c, &got, NULL, NULL);
@@ -453,13 +447,10 @@ static void test_restore_during_snapshot(void **state)
     char sock[PATH_MAX + 32];
     ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
     o.threads = 1; /* a long copy */
-    ftc_ctx_t *c = NULL;
-    assert_int_equal(ftc_create(&o, &c), 0);
     enum { N = 32 << 20 }; /* 128 MiB */
     float *w = malloc((size_t)N * sizeof *w);
     assert_non_null(w);
-    int64_t shape[1] = {N};
-    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    ftc_ctx_t *c = ctx_with_w(&o, w, N);
     fill(w, N, 1.0f);
     assert_int_equal(ftc_checkpoint(c, 0, NULL, 0), 0);
     assert_int_equal(ftc_wait_committed(c, 0), 0);
@@ -473,9 +464,7 @@ static void test_restore_during_snapshot(void **state)
     assert_int_equal(ftc_wait_committed(c, 1), 0);
     ftc_destroy(c);
     /* step 1 as it was checkpointed */
-    c = NULL;
-    assert_int_equal(ftc_create(&o, &c), 0);
-    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    c = ctx_with_w(&o, w, N);
     fill(w, N, -1.0f);
     assert_int_equal(ftc_restore(c, &got, NULL, NULL), 0);
     assert_int_equal(got, 1);
@@ -492,22 +481,14 @@ static void test_restore_during_snapshot(void **state)
  * that holds `step`; returns its index, -1 if none does. */
 static int corrupt_slot_of_step(env_t *e, uint64_t step)
 {
-    for (int k = 0; k < 3; k++) {
-        char name[FTC_SLOT_NAME_MAX];
-        snprintf(name, sizeof name, "ftc.%s.n0.r0.s%d", e->job, k);
-        ftc_slot_t sl;
-        ftc_err_t err = {0};
-        if (ftc_slot_open(name, true, &sl, &err))
-            continue;
-        ftc_shard_view_t v;
-        bool hit = ftc_shard_open(&v, sl.base, sl.size, 0, &err) == 0 && v.info.step == step;
-        if (hit)
-            sl.base[sl.size - sl.size / 4] ^= 0x40;
+    ftc_slot_t sl;
+    ftc_shard_view_t v;
+    int k = open_rank0_slot_of_step(e, step, &sl, &v);
+    if (k >= 0) {
+        sl.base[sl.size - sl.size / 4] ^= 0x40;
         ftc_slot_close(&sl);
-        if (hit)
-            return k;
     }
-    return -1;
+    return k;
 }
 
 /* A restore that must fetch (the rank's committed slot is corrupt) while
@@ -523,14 +504,10 @@ static void test_restore_keeps_sealed_slots(void **state)
     ftc_options_t o0 = ctx_options(e, 0, 0, 2, s0, sizeof s0);
     ftc_options_t o1 = ctx_options(e, 1, 1, 2, s1, sizeof s1);
     o0.timeout_ms = o1.timeout_ms = 8000;
-    ftc_ctx_t *c0 = NULL, *c1 = NULL;
-    assert_int_equal(ftc_create(&o0, &c0), 0);
-    assert_int_equal(ftc_create(&o1, &c1), 0);
     enum { N = 1 << 16 };
     static float w0[N], w1[N];
-    int64_t shape[1] = {N};
-    assert_int_equal(ftc_register(c0, "w", FTC_DTYPE_F32, 1, shape, w0, FTC_HOST), 0);
-    assert_int_equal(ftc_register(c1, "w", FTC_DTYPE_F32, 1, shape, w1, FTC_HOST), 0);
+    ftc_ctx_t *c0 = ctx_with_w(&o0, w0, N);
+    ftc_ctx_t *c1 = ctx_with_w(&o1, w1, N);
     for (int64_t step = 0; step < 4; step++) {
         fill(w0, N, (float)step);
         fill(w1, N, (float)step);
@@ -582,12 +559,9 @@ static void test_wait_committed_older_failure(void **state)
     char sock[PATH_MAX + 32];
     ftc_options_t o = ctx_options(e, 0, 0, 2, sock, sizeof sock);
     o.timeout_ms = 15000;
-    ftc_ctx_t *c = NULL;
-    assert_int_equal(ftc_create(&o, &c), 0);
     enum { N = 1 << 14 };
     static float w[N];
-    int64_t shape[1] = {N};
-    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    ftc_ctx_t *c = ctx_with_w(&o, w, N);
     kill_agent(e, 1); /* the replica peer of node 0 */
     for (int64_t step = 0; step < 2; step++) {
         fill(w, N, (float)step);
@@ -619,13 +593,10 @@ static void test_layout_change_during_push(void **state)
     ftc_options_t o = ctx_options(e, 0, 0, 2, sock, sizeof sock);
     o.timeout_ms = 20000;
     for (int round = 0; round < 4; round++) {
-        ftc_ctx_t *c = NULL;
-        assert_int_equal(ftc_create(&o, &c), 0);
         int64_t n = (round % 2 ? 8 : 16) << 20; /* 32 or 64 MiB: a push that takes a while */
         float *w = calloc((size_t)n, sizeof *w);
         assert_non_null(w);
-        int64_t shape[1] = {n};
-        assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+        ftc_ctx_t *c = ctx_with_w(&o, w, n);
         int rc = ftc_checkpoint(c, round, NULL, 0);
         if (rc)
             print_message("round %d: %s\n", round, ftc_last_error(c));
@@ -635,11 +606,8 @@ static void test_layout_change_during_push(void **state)
         assert_agent_alive(e, 0);
     }
     /* the last push done, and the agent still there */
-    ftc_ctx_t *c = NULL;
-    assert_int_equal(ftc_create(&o, &c), 0);
     static float small[16];
-    int64_t shape[1] = {16};
-    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, small, FTC_HOST), 0);
+    ftc_ctx_t *c = ctx_with_w(&o, small, 16);
     assert_int_equal(ftc_checkpoint(c, 4, NULL, 0), 0);
     ftc_destroy(c);
     assert_agent_alive(e, 0);
@@ -655,12 +623,9 @@ static void test_restore_meta_too_small(void **state)
     env_t *e = setup_env(*state, 1, "0", 1000);
     char sock[PATH_MAX + 32];
     ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
-    ftc_ctx_t *c = NULL;
-    assert_int_equal(ftc_create(&o, &c), 0);
     enum { N = 4096 };
     static float w[N];
-    int64_t shape[1] = {N};
-    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    ftc_ctx_t *c = ctx_with_w(&o, w, N);
     fill(w, N, 7.0f);
     char meta[32];
     memset(meta, 'm', sizeof meta);
@@ -736,14 +701,12 @@ static void test_other_protocol_version(void **state)
 /* Commits step 0 of a world of 2 (rank r on node r, N floats of r + 1). */
 static uint64_t commit_two(env_t *e, float (*w)[1 << 18])
 {
-    int64_t shape[1] = {1 << 18};
     ftc_ctx_t *c[2] = {NULL, NULL};
     for (int r = 0; r < 2; r++) {
         char sock[PATH_MAX + 32];
         ftc_options_t o = ctx_options(e, r, r, 2, sock, sizeof sock);
-        assert_int_equal(ftc_create(&o, &c[r]), 0);
         fill(w[r], 1 << 18, (float)r + 1);
-        assert_int_equal(ftc_register(c[r], "w", FTC_DTYPE_F32, 1, shape, w[r], FTC_HOST), 0);
+        c[r] = ctx_with_w(&o, w[r], 1 << 18);
         assert_int_equal(ftc_checkpoint(c[r], 0, NULL, 0), 0);
     }
     for (int r = 0; r < 2; r++) {

@@ -76,20 +76,6 @@
 #define AGENT_FIXTURE_TIMEOUT_MS "30000"
 #include "ckpt/agent_fixture.h"
 
-/* Waits until node's persist directory has step committed. */
-static void wait_persisted(env_t *e, int node, int step)
-{
-    char marker[PATH_MAX + 64];
-    snprintf(marker, sizeof marker, "%s/node%d/v%020d/COMMITTED", e->persist, node, step);
-    ftc_deadline_t d = ftc_deadline_in_ms(20000);
-    struct stat st;
-    while (stat(marker, &st) != 0) {
-        if (ftc_deadline_expired(d))
-            fail_msg("%s never appeared", marker);
-        ftc_sleep_ms(20);
-    }
-}
-
 /* ---- the pure part ------------------------------------------------------------ */
 
 static void test_geometry(void **state)
@@ -113,6 +99,23 @@ static void test_geometry(void **state)
     assert_int_equal(ftc__par_geometry(&red, 4, NULL, 3, &g, &e), 0);
     assert_true(g.n == 4 && g.d == 2 && g.m == 2 && !g.xor_code);
     assert_int_equal(ftc__par_geometry(&red, 2, NULL, 0, &g, &e), FTC_ECONFIG);
+}
+
+/* A rebuilt member (out, on bytes: freed here) is bit-exact its shard. */
+static void assert_rebuilt(uint8_t *out, uint64_t on, const uint8_t *shard, uint64_t size)
+{
+    assert_int_equal(on, size);
+    assert_memory_equal(out, shard, on);
+    free(out);
+}
+
+/* Frees the n members' shards and parity wrappers. */
+static void free_members(uint8_t **sh, uint8_t **w, int n)
+{
+    for (int i = 0; i < n; i++) {
+        free(sh[i]);
+        free(w[i]);
+    }
 }
 
 static void test_encode_rebuild(void **state)
@@ -151,9 +154,7 @@ static void test_encode_rebuild(void **state)
                 uint64_t on;
                 assert_int_equal(
                     ftc__par_rebuild(&g, 5, 0, lost, d, sz, wr, ws, &out, &on, NULL, &e), 0);
-                assert_int_equal(on, sz[lost]);
-                assert_memory_equal(out, sh[lost], on);
-                free(out);
+                assert_rebuilt(out, on, sh[lost], sz[lost]);
                 rebuilt++;
             }
         }
@@ -207,10 +208,7 @@ static void test_encode_rebuild(void **state)
     free(oldgen);
     free(other);
     free(bad);
-    for (int i = 0; i < 4; i++) {
-        free(sh[i]);
-        free(w[i]);
-    }
+    free_members(sh, w, 4);
 }
 
 /* Idle members (no rank at that node and local index): the encoder is the
@@ -274,9 +272,7 @@ static void test_idle_members(void **state)
                 uint64_t on;
                 assert_int_equal(
                     ftc__par_rebuild(&g, 3, 2, lost, d, dsz, wr, ws, &out, &on, NULL, &e), 0);
-                assert_int_equal(on, sz[lost]);
-                assert_memory_equal(out, sh[lost], on);
-                free(out);
+                assert_rebuilt(out, on, sh[lost], sz[lost]);
                 rebuilt++;
             }
         }
@@ -314,10 +310,7 @@ static void test_idle_members(void **state)
     printf("# rebuild task on the worker's code path: %.2f ms\n", t->ms);
     ftc__par_task_free(t);
     printf("# rs:2+2 with an idle member: %d rebuilds bit-exact; %s\n", rebuilt, e.msg);
-    for (int i = 0; i < 4; i++) {
-        free(sh[i]);
-        free(w[i]);
-    }
+    free_members(sh, w, 4);
 }
 
 /* xor:2 and rs:2+1 have the same geometry (3 members, one parity chunk per
@@ -360,14 +353,9 @@ static void test_rebuild_recorded_code(void **state)
                 print_message("%s parity rebuilt as %s: %s\n", reds[k], reds[1 - k], e.msg);
             assert_int_equal(rc, 0);
             assert_true(xc == ge.xor_code); /* it says so: the recorded code */
-            assert_int_equal(on, sz[lost]);
-            assert_memory_equal(out, sh[lost], on);
-            free(out);
+            assert_rebuilt(out, on, sh[lost], sz[lost]);
         }
-        for (int i = 0; i < 3; i++) {
-            free(sh[i]);
-            free(w[i]);
-        }
+        free_members(sh, w, 3);
     }
 }
 
@@ -1068,9 +1056,7 @@ static void test_rebuild_result_to_its_request(void **state)
     assert_true(corrupt_shm(prefix) > 0);
     /* node 2 looks alive to node 1 while it is stopped */
     ftc_ctl_t *ctl = redis_fixture_ctl(e->f, e->job);
-    uint64_t gen = 0;
-    uint32_t world = 0;
-    assert_int_equal(ftc_ctl_generation(ctl, &gen, &world), 0);
+    uint64_t gen = job_generation(ctl);
     ftc_ctl_heartbeat_t hb = {.generation = gen, .step = -1, .wall_ms = ftc_wall_ms()};
     assert_int_equal(kill(e->agent[2], SIGSTOP), 0);
     assert_int_equal(ftc_ctl_heartbeat(ctl, "node2", &hb, 120000), 0);
@@ -1190,6 +1176,18 @@ static int replace_wrappers(env_t *e, int node, uint8_t *const *orig, uint8_t *c
     return hits;
 }
 
+/* Rank i's shard of step from node i's own slots (rank i on node i), for
+ * each of the n nodes: malloc'd copies in sh[i], their sizes in sz[i]. */
+static void copy_own_slots(env_t *e, uint64_t step, uint8_t **sh, uint64_t *sz, int n)
+{
+    for (int i = 0; i < n; i++) {
+        char prefix[64];
+        snprintf(prefix, sizeof prefix, "ftc.%s.n%d.r%d.s", e->job, i, i);
+        sh[i] = copy_shm_shard(prefix, step, &sz[i]);
+        assert_non_null(sh[i]);
+    }
+}
+
 /* A rebuild that verifies against its parity but is another version of the
  * committed step than the commit record's (the group's parity encoded
  * another version of rank 1's step 2: what parity left from an earlier
@@ -1204,28 +1202,16 @@ static void test_rebuild_checks_record(void **state)
     run_all(e, "3");
     uint8_t *sh[3], *fsh;
     uint64_t sz[3];
-    for (int i = 0; i < 3; i++) {
-        char prefix[64];
-        snprintf(prefix, sizeof prefix, "ftc.%s.n%d.r%d.s", e->job, i, i);
-        sh[i] = copy_shm_shard(prefix, 2, &sz[i]);
-        assert_non_null(sh[i]);
-    }
+    copy_own_slots(e, 2, sh, sz, 3);
     fsh = malloc(sz[1]);
     assert_non_null(fsh);
     memcpy(fsh, sh[1], sz[1]);
     ftc_shard_view_t v;
     ftc_err_t err = {0};
     assert_int_equal(ftc_shard_open(&v, fsh, sz[1], 0, &err), 0);
-    ftc_shard_tensor_t tt;
-    ftc_shard_get(&v, 0, &tt);
-    float *p = (float *)(uintptr_t)tt.data;
-    for (uint64_t i = 0; i < tt.length / sizeof(float); i++)
-        p[i] = 99.0f;
-    assert_int_equal(ftc_shard_seal(fsh, sz[1], 1, &err), 0);
+    forge_tensor0(fsh, sz[1], &v, 99.0f);
     ftc_ctl_t *c = redis_fixture_ctl(e->f, e->job);
-    uint64_t gen = 0;
-    uint32_t world = 0;
-    assert_int_equal(ftc_ctl_generation(c, &gen, &world), 0);
+    uint64_t gen = job_generation(c);
     ftc_ctl_destroy(c);
     ftc_redundancy_t red;
     assert_int_equal(ftc_redundancy_parse("xor:2", &red, &err), 0);
@@ -1268,16 +1254,9 @@ static void test_rebuild_names_recorded_code(void **state)
     run_all(e, "3");
     uint8_t *sh[3];
     uint64_t sz[3];
-    for (int i = 0; i < 3; i++) {
-        char prefix[64];
-        snprintf(prefix, sizeof prefix, "ftc.%s.n%d.r%d.s", e->job, i, i);
-        sh[i] = copy_shm_shard(prefix, 2, &sz[i]);
-        assert_non_null(sh[i]);
-    }
+    copy_own_slots(e, 2, sh, sz, 3);
     ftc_ctl_t *c = redis_fixture_ctl(e->f, e->job);
-    uint64_t gen = 0;
-    uint32_t world = 0;
-    assert_int_equal(ftc_ctl_generation(c, &gen, &world), 0);
+    uint64_t gen = job_generation(c);
     ftc_ctl_destroy(c);
     ftc_err_t err = {0};
     ftc_redundancy_t rs, xr;
@@ -1767,21 +1746,6 @@ static void kc_ckpt_all(ftc_ctx_t **c, const int *rs, int n, int64_t step)
     }
 }
 
-/* Waits (20 s at most) until the commit record holds rank's report of step. */
-static void kc_wait_report(ftc_ctl_t *ctl, int64_t step, uint32_t rank)
-{
-    uint64_t gen = 0, ck = 0;
-    uint32_t world = 0;
-    assert_int_equal(ftc_ctl_generation(ctl, &gen, &world), 0);
-    ftc_deadline_t d = ftc_deadline_in_ms(20000);
-    for (bool found = false; !found; ftc_sleep_ms(10)) {
-        assert_int_equal(ftc_ctl_commit_checksum(ctl, gen, step, rank, &ck, &found), 0);
-        if (!found && ftc_deadline_expired(d))
-            fail_msg("rank %u's report of step %lld never reached the commit record", rank,
-                     (long long)step);
-    }
-}
-
 /* A member's parity block of the newest committed version survives the
  * next encode (I2), as a replica does. xor:2 on 2 nodes (a mirror group),
  * 2 ranks per node: stripe 0 is ranks 0 (node 0, its encoder) and 2 (node
@@ -1812,10 +1776,10 @@ static void test_parity_keeps_committed(void **state)
         assert_int_equal(ftc_wait_committed(c[r], 0), 0);
     kc_ckpt_all(c, stripe0, 2, 1);
     kc_ckpt_all(c, stripe0, 2, 2); /* its encode waits for step 1's commit */
-    kc_wait_report(ctl, 1, 0);     /* node 1 acknowledged stripe 0's parity of step 1 */
+    wait_commit_report(ctl, 1, 0, 20000); /* node 1 acknowledged stripe 0's parity of step 1 */
     kc_ckpt_all(c, stripe0, 2, 3); /* parked until step 1 is abandoned */
     assert_true(agent_said(e, 0, "was not committed within"));
-    kc_wait_report(ctl, 2, 0); /* node 1 acknowledged stripe 0's parity of step 2 */
+    wait_commit_report(ctl, 2, 0, 20000); /* node 1 acknowledged stripe 0's parity of step 2 */
     char prefix[128];
     snprintf(prefix, sizeof prefix, "ftc.%s.n1.p%u.s", e->job, FTC_PAR_OWNER(0));
     uint64_t size = 0;
@@ -1855,28 +1819,13 @@ static void test_parity_keeps_committed(void **state)
  * whose name starts with prefix; false when none. */
 static bool shm_head_of(const char *prefix, uint64_t step, uint64_t gen, uint64_t *head)
 {
-    bool found = false;
-    DIR *d = opendir("/dev/shm");
-    assert_non_null(d);
-    struct dirent *de;
-    while (!found && (de = readdir(d))) {
-        if (strncmp(de->d_name, prefix, strlen(prefix)))
-            continue;
-        ftc_slot_t sl;
-        ftc_err_t err = {0};
-        if (ftc_slot_open(de->d_name, false, &sl, &err))
-            continue;
-        ftc_shard_view_t v;
-        uint64_t total = 0;
-        found = ftc_shard_peek_size(sl.base, sl.size, &total, &err) == 0 && total <= sl.size &&
-                ftc_shard_open(&v, sl.base, total, FTC_SHARD_VERIFY, &err) == 0 &&
-                v.info.step == step && v.info.generation == gen;
-        if (found)
-            *head = v.head_xxh3;
-        ftc_slot_close(&sl);
-    }
-    closedir(d);
-    return found;
+    ftc_slot_t sl;
+    ftc_shard_view_t v;
+    if (!open_shm_shard(prefix, step, gen, 0, &sl, &v))
+        return false;
+    *head = v.head_xxh3;
+    ftc_slot_close(&sl);
+    return true;
 }
 
 /* An encode never takes a member's shard of an earlier generation. xor:2

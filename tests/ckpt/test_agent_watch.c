@@ -115,13 +115,9 @@ static int connect_agent(const char *sock)
     return fd;
 }
 
-/* WATCH (rank, pid, world) as the supervisor sends it; the answer's type,
- * its status in *status. */
-static unsigned watch(agent_thread_t *t, const char *job, uint32_t rank, pid_t pid,
-                      uint32_t world, int *status)
+/* Sends WATCH (rank, pid, world) on fd as the supervisor does. */
+static void send_watch(int fd, const char *job, uint32_t rank, pid_t pid, uint32_t world)
 {
-    int fd = connect_agent(ftc_agent_socket(t->a));
-    assert_true(fd >= 0);
     ftc_ap_msg_t m;
     ftc_ap_init(&m, FTC_AP_WATCH);
     m.seq = 1;
@@ -131,6 +127,18 @@ static unsigned watch(agent_thread_t *t, const char *job, uint32_t rank, pid_t p
     snprintf(m.job, sizeof m.job, "%s", job);
     ftc_err_t err = {0};
     assert_int_equal(ftc_ap_send(fd, &m, 2000, &err), 0);
+}
+
+/* WATCH (rank, pid, world) as the supervisor sends it; the answer's type,
+ * its status in *status. */
+static unsigned watch(agent_thread_t *t, const char *job, uint32_t rank, pid_t pid,
+                      uint32_t world, int *status)
+{
+    int fd = connect_agent(ftc_agent_socket(t->a));
+    assert_true(fd >= 0);
+    send_watch(fd, job, rank, pid, world);
+    ftc_ap_msg_t m;
+    ftc_err_t err = {0};
     assert_int_equal(ftc_ap_recv(fd, &m, 10000, &err), 0);
     close(fd);
     if (m.type == FTC_AP_ERROR)
@@ -138,6 +146,48 @@ static unsigned watch(agent_thread_t *t, const char *job, uint32_t rank, pid_t p
                       m.text, ftc_errname(m.status));
     *status = m.status;
     return m.type;
+}
+
+/* In a rank's child: connects to the agent at sock as `rank` of 2 and says
+ * HELLO; the connection, once welcomed. Exits 2 when it cannot connect, 3
+ * when it is not welcomed. */
+static int child_hello(const char *sock, const char *job, uint32_t rank)
+{
+    int fd = connect_agent(sock);
+    if (fd < 0)
+        _exit(2);
+    ftc_ap_msg_t m;
+    ftc_ap_init(&m, FTC_AP_HELLO);
+    snprintf(m.job, sizeof m.job, "%s", job);
+    m.seq = 1;
+    m.rank = rank;
+    m.world = 2;
+    m.dp = 2, m.tp = m.pp = 1;
+    m.dp_rank = rank;
+    m.pid = (int32_t)getpid();
+    ftc_err_t err = {0};
+    if (ftc_ap_send(fd, &m, 5000, &err) || ftc_ap_recv(fd, &m, 10000, &err) ||
+        m.type != FTC_AP_WELCOME)
+        _exit(3);
+    return fd;
+}
+
+/* Says BYE on fd; 0 or the error of the send. */
+static int send_bye(int fd)
+{
+    ftc_ap_msg_t m;
+    ftc_ap_init(&m, FTC_AP_BYE);
+    ftc_err_t err = {0};
+    return ftc_ap_send(fd, &m, 5000, &err);
+}
+
+/* Reads fd until the agent closes it. */
+static void wait_closed(int fd)
+{
+    ftc_ap_msg_t m;
+    ftc_err_t err = {0};
+    while (ftc_ap_recv(fd, &m, 10000, &err) == 0)
+        ;
 }
 
 /* A child that waits for a byte on the pipe, then (hello) connects to the
@@ -156,28 +206,11 @@ static pid_t fork_rank(int *go, bool hello, const char *sock, const char *job, u
         if (read(p[0], &c, 1) != 1 || !hello)
             for (;;)
                 pause();
-        int fd = connect_agent(sock);
-        if (fd < 0)
-            _exit(2);
-        ftc_ap_msg_t m;
-        ftc_ap_init(&m, FTC_AP_HELLO);
-        snprintf(m.job, sizeof m.job, "%s", job);
-        m.seq = 1;
-        m.rank = rank;
-        m.world = 2;
-        m.dp = 2, m.tp = m.pp = 1;
-        m.dp_rank = rank;
-        m.pid = (int32_t)getpid();
-        ftc_err_t err = {0};
-        if (ftc_ap_send(fd, &m, 5000, &err) || ftc_ap_recv(fd, &m, 10000, &err) ||
-            m.type != FTC_AP_WELCOME)
-            _exit(3);
-        ftc_ap_init(&m, FTC_AP_BYE);
-        if (ftc_ap_send(fd, &m, 5000, &err))
+        int fd = child_hello(sock, job, rank);
+        if (send_bye(fd))
             _exit(4);
         /* the agent has read the BYE when it closes the connection */
-        while (ftc_ap_recv(fd, &m, 10000, &err) == 0)
-            ;
+        wait_closed(fd);
         _exit(0);
     }
     close(p[0]);
@@ -213,6 +246,25 @@ static int exits_of(redis_fixture_t *f, const char *job, int rank)
     return n;
 }
 
+/* Waits until the stream has rank's rank_exit event: exactly one. */
+static void wait_one_exit(redis_fixture_t *f, const char *job, int rank)
+{
+    ftc_deadline_t d = ftc_deadline_in_ms(20000);
+    while (exits_of(f, job, rank) < 1 && !ftc_deadline_expired(d))
+        ftc_sleep_ms(20);
+    assert_int_equal(exits_of(f, job, rank), 1);
+}
+
+/* pid exited with status 0; not reaped (WNOWAIT). */
+static void assert_exited_0(pid_t pid)
+{
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    assert_int_equal(waitid(P_PID, (id_t)pid, &si, WEXITED | WNOWAIT), 0);
+    assert_int_equal(si.si_code, CLD_EXITED);
+    assert_int_equal(si.si_status, 0);
+}
+
 static void kill_rank(pid_t pid, int go)
 {
     kill(pid, SIGKILL);
@@ -239,27 +291,10 @@ static pid_t fork_rank_staying(int *go, int *said, const char *sock, const char 
         char c;
         if (read(p[0], &c, 1) != 1)
             _exit(1);
-        int fd = connect_agent(sock);
-        if (fd < 0)
-            _exit(2);
-        ftc_ap_msg_t m;
-        ftc_ap_init(&m, FTC_AP_HELLO);
-        snprintf(m.job, sizeof m.job, "%s", job);
-        m.seq = 1;
-        m.rank = rank;
-        m.world = 2;
-        m.dp = 2, m.tp = m.pp = 1;
-        m.dp_rank = rank;
-        m.pid = (int32_t)getpid();
-        ftc_err_t err = {0};
-        if (ftc_ap_send(fd, &m, 5000, &err) || ftc_ap_recv(fd, &m, 10000, &err) ||
-            m.type != FTC_AP_WELCOME)
-            _exit(3);
-        ftc_ap_init(&m, FTC_AP_BYE);
-        if (ftc_ap_send(fd, &m, 5000, &err))
+        int fd = child_hello(sock, job, rank);
+        if (send_bye(fd))
             _exit(4);
-        while (ftc_ap_recv(fd, &m, 10000, &err) == 0)
-            ;
+        wait_closed(fd);
         if (write(q[1], "b", 1) != 1)
             _exit(5);
         for (;;)
@@ -331,10 +366,7 @@ static void test_watch_after_hello_status_told(void **state)
     assert_int_equal(atomic_load(&reap.pid), 0);
     ftc_agent_exit_status(t.a, 0, r0, SIGKILL); /* as the supervisor tells it */
     kill_rank(r1, go1);
-    d = ftc_deadline_in_ms(20000);
-    while (exits_of(f, job, 1) < 1 && !ftc_deadline_expired(d))
-        ftc_sleep_ms(20);
-    assert_int_equal(exits_of(f, job, 1), 1);
+    wait_one_exit(f, job, 1);
     int n0 = exits_of(f, job, 0);
     print_message("rank_exit events of rank 0 (HELLO, BYE, WATCH, killed, reaped first): %d\n",
                   n0);
@@ -367,26 +399,10 @@ static pid_t fork_rank_late_bye(int *go, int *go2, int *said, const char *sock,
         char c;
         if (read(p[0], &c, 1) != 1)
             _exit(1);
-        int fd = connect_agent(sock);
-        if (fd < 0)
-            _exit(2);
-        ftc_ap_msg_t m;
-        ftc_ap_init(&m, FTC_AP_HELLO);
-        snprintf(m.job, sizeof m.job, "%s", job);
-        m.seq = 1;
-        m.rank = rank;
-        m.world = 2;
-        m.dp = 2, m.tp = m.pp = 1;
-        m.dp_rank = rank;
-        m.pid = (int32_t)getpid();
-        ftc_err_t err = {0};
-        if (ftc_ap_send(fd, &m, 5000, &err) || ftc_ap_recv(fd, &m, 10000, &err) ||
-            m.type != FTC_AP_WELCOME)
-            _exit(3);
+        int fd = child_hello(sock, job, rank);
         if (write(q[1], "h", 1) != 1 || read(p2[0], &c, 1) != 1)
             _exit(4);
-        ftc_ap_init(&m, FTC_AP_BYE);
-        if (ftc_ap_send(fd, &m, 5000, &err))
+        if (send_bye(fd))
             _exit(5);
         _exit(0);
     }
@@ -429,26 +445,14 @@ static void test_bye_unread_when_the_loop_ends(void **state)
      * socket's queue is empty */
     int wfd = connect_agent(ftc_agent_socket(t.a));
     assert_true(wfd >= 0);
-    ftc_ap_msg_t m;
-    ftc_ap_init(&m, FTC_AP_WATCH);
-    m.seq = 1;
-    m.rank = 1;
-    m.world = 2;
-    m.pid = (int32_t)r1;
-    snprintf(m.job, sizeof m.job, "%s", job);
-    ftc_err_t err = {0};
-    assert_int_equal(ftc_ap_send(wfd, &m, 2000, &err), 0);
+    send_watch(wfd, job, 1, r1, 2);
     ftc_deadline_t d = ftc_deadline_in_ms(20000);
     int queued = 1;
     while (ioctl(wfd, SIOCOUTQ, &queued) == 0 && queued > 0 && !ftc_deadline_expired(d))
         ftc_sleep_ms(1);
     assert_int_equal(queued, 0);
     assert_int_equal(write(bye0, "b", 1), 1);
-    siginfo_t si;
-    memset(&si, 0, sizeof si);
-    assert_int_equal(waitid(P_PID, (id_t)r0, &si, WEXITED | WNOWAIT), 0);
-    assert_int_equal(si.si_code, CLD_EXITED);
-    assert_int_equal(si.si_status, 0);
+    assert_exited_0(r0);
     ftc_sleep_ms(100); /* its exit is seen */
     t.stop = 1; /* the loop ends after that WATCH */
     pthread_join(t.tid, NULL);
@@ -482,21 +486,14 @@ static void test_watch_after_bye(void **state)
     /* rank 0 says HELLO and BYE and exits before its supervisor's WATCH is
      * read; not reaped (the supervisor waits for the answer first) */
     assert_int_equal(write(go0, "g", 1), 1);
-    siginfo_t si;
-    memset(&si, 0, sizeof si);
-    assert_int_equal(waitid(P_PID, (id_t)r0, &si, WEXITED | WNOWAIT), 0);
-    assert_int_equal(si.si_code, CLD_EXITED);
-    assert_int_equal(si.si_status, 0);
+    assert_exited_0(r0);
     int st;
     assert_int_equal(watch(&t, job, 0, r0, 2, &st), FTC_AP_WATCH_OK);
     /* rank 1, watched from its start, is killed: its event is the marker
      * after which rank 0's would be in the stream too */
     assert_int_equal(watch(&t, job, 1, r1, 2, &st), FTC_AP_WATCH_OK);
     kill_rank(r1, go1);
-    ftc_deadline_t d = ftc_deadline_in_ms(20000);
-    while (exits_of(f, job, 1) < 1 && !ftc_deadline_expired(d))
-        ftc_sleep_ms(20);
-    assert_int_equal(exits_of(f, job, 1), 1);
+    wait_one_exit(f, job, 1);
     int n0 = exits_of(f, job, 0);
     print_message("rank_exit events of rank 0 (HELLO, BYE, exit 0, then WATCH): %d\n", n0);
     assert_int_equal(n0, 0);

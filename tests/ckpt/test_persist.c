@@ -106,16 +106,50 @@ static void flip_byte(const char *path, long off)
     fclose(f);
 }
 
+/* Opens the persist tier in dir (to write) with options o. */
+static ftc_persist_t *open_tier(const char *dir, const ftc_persist_options_t *o)
+{
+    ftc_err_t err = {0};
+    ftc_persist_t *p = ftc_persist_open(dir, o, &err);
+    assert_non_null(p);
+    return p;
+}
+
+/* Loads `which` (a step or FTC_PERSIST_NEWEST), which must succeed, and
+ * checks that it is version step with the shards copies of world w; its
+ * fallbacks. */
+static int load_check(ftc_persist_t *p, uint64_t which, uint64_t step, uint8_t *const *copies,
+                      world_t *w)
+{
+    ftc_persist_loaded_t *l;
+    int rc = ftc_persist_load(p, which, &l);
+    if (rc && which == FTC_PERSIST_NEWEST)
+        fail_msg("load newest: %s", ftc_persist_errstr(p));
+    if (rc)
+        fail_msg("load %llu: %s", (unsigned long long)which, ftc_persist_errstr(p));
+    check_loaded(l, step, copies, w);
+    int fallbacks = l->fallbacks;
+    ftc_persist_loaded_free(l);
+    return fallbacks;
+}
+
+/* The end of a test: its world, its handle and its directory. */
+static void finish(world_t *w, ftc_persist_t *p, char *dir)
+{
+    world_free(w);
+    ftc_persist_close(p);
+    ftc_test_rmrf(dir);
+    free(dir);
+}
+
 static void test_roundtrip_full_and_delta(void **state)
 {
     (void)state;
     char *dir = ftc_test_tmpdir("persist-rt");
-    ftc_err_t err = {0};
     ftc_persist_options_t o = FTC_PERSIST_OPTIONS_INIT;
     o.chunk_bytes = 4096;
     o.threads = 2;
-    ftc_persist_t *p = ftc_persist_open(dir, &o, &err);
-    assert_non_null(p);
+    ftc_persist_t *p = open_tier(dir, &o);
     world_t w;
     world_init(&w, 64u << 10);
     uint8_t *c1[NSH], *c2[NSH];
@@ -135,9 +169,7 @@ static void test_roundtrip_full_and_delta(void **state)
     assert_int_equal(l->fallbacks, 0);
     assert_int_equal(l->generation, 1);
     ftc_persist_loaded_free(l);
-    assert_int_equal(ftc_persist_load(p, 1, &l), 0);
-    check_loaded(l, 1, c1, &w);
-    ftc_persist_loaded_free(l);
+    load_check(p, 1, 1, c1, &w);
     assert_int_equal(ftc_persist_load(p, 77, &l), FTC_ENOENT);
     assert_null(l);
     assert_int_equal(ftc_persist_verify(p, 2), 0);
@@ -156,18 +188,13 @@ static void test_roundtrip_full_and_delta(void **state)
 
     /* a fresh handle (no delta memory) reads the same and writes a full version */
     ftc_persist_close(p);
-    p = ftc_persist_open(dir, &o, &err);
-    assert_non_null(p);
-    assert_int_equal(ftc_persist_load(p, FTC_PERSIST_NEWEST, &l), 0);
-    check_loaded(l, 2, c2, &w);
-    ftc_persist_loaded_free(l);
+    p = open_tier(dir, &o);
+    load_check(p, FTC_PERSIST_NEWEST, 2, c2, &w);
     uint8_t *c3[NSH];
     assert_int_equal(world_write(&w, p, 3, c3), 0);
     ftc_persist_last_stats(p, &st);
     assert_false(st.delta);
-    assert_int_equal(ftc_persist_load(p, 3, &l), 0);
-    check_loaded(l, 3, c3, &w);
-    ftc_persist_loaded_free(l);
+    load_check(p, 3, 3, c3, &w);
 
     /* a committed step is never overwritten */
     const void *sh[1] = {c3[0]};
@@ -180,10 +207,7 @@ static void test_roundtrip_full_and_delta(void **state)
     free_copies(c1);
     free_copies(c2);
     free_copies(c3);
-    world_free(&w);
-    ftc_persist_close(p);
-    ftc_test_rmrf(dir);
-    free(dir);
+    finish(&w, p, dir);
 }
 
 /* make_shard-built shards (tiny tensors, a 0-d scalar) with each filter
@@ -194,7 +218,6 @@ static void test_options_variants(void **state)
     (void)state;
     for (int variant = 0; variant < 4; variant++) {
         char *dir = ftc_test_tmpdir("persist-var");
-        ftc_err_t err = {0};
         ftc_persist_options_t o = FTC_PERSIST_OPTIONS_INIT;
         o.chunk_bytes = variant == 0 ? 4096 : variant == 1 ? 5000 : (1u << 20);
         o.shuffle = variant == 3 ? true : variant == 1 ? FTC_ZSHARD_FILTER_NONE
@@ -203,8 +226,7 @@ static void test_options_variants(void **state)
         o.level = variant == 2 ? 3 : 1;
         o.delta = variant != 2;
         o.threads = variant % 3;
-        ftc_persist_t *p = ftc_persist_open(dir, &o, &err);
-        assert_non_null(p);
+        ftc_persist_t *p = open_tier(dir, &o);
         for (uint64_t step = 1; step <= 3; step++) {
             uint64_t s0, s1;
             uint8_t *a = ftc_test_make_shard(step, 0, 200, step, &s0);
@@ -239,13 +261,11 @@ static void test_retention_and_chains(void **state)
 {
     (void)state;
     char *dir = ftc_test_tmpdir("persist-ret");
-    ftc_err_t err = {0};
     ftc_persist_options_t o = FTC_PERSIST_OPTIONS_INIT;
     o.full_every = 4;
     o.keep = 3;
     o.chunk_bytes = 16384;
-    ftc_persist_t *p = ftc_persist_open(dir, &o, &err);
-    assert_non_null(p);
+    ftc_persist_t *p = open_tier(dir, &o);
     world_t w;
     world_init(&w, 32u << 10);
     uint8_t *copies[11][NSH];
@@ -262,34 +282,21 @@ static void test_retention_and_chains(void **state)
     /* kept: 8, 9, 10 and the chain of 8 (7, 6, 5); gone: 1..4 */
     for (uint64_t s = 1; s <= 10; s++)
         assert_int_equal(version_exists(dir, s), s >= 5);
-    for (uint64_t s = 5; s <= 10; s++) {
-        ftc_persist_loaded_t *l;
-        int rc = ftc_persist_load(p, s, &l);
-        if (rc)
-            fail_msg("load %llu: %s", (unsigned long long)s, ftc_persist_errstr(p));
-        check_loaded(l, s, copies[s], &w);
-        ftc_persist_loaded_free(l);
-    }
+    for (uint64_t s = 5; s <= 10; s++)
+        load_check(p, s, s, copies[s], &w);
     /* keep 1 after another write (a delta on 10): 11 and its chain 10, 9 */
     ftc_persist_close(p);
     o.keep = 1;
-    p = ftc_persist_open(dir, &o, &err);
-    assert_non_null(p);
+    p = open_tier(dir, &o);
     uint8_t *c11[NSH];
     assert_int_equal(world_write(&w, p, 11, c11), 0); /* fresh handle: full */
     for (uint64_t s = 1; s <= 10; s++)
         assert_false(version_exists(dir, s));
-    ftc_persist_loaded_t *l;
-    assert_int_equal(ftc_persist_load(p, FTC_PERSIST_NEWEST, &l), 0);
-    check_loaded(l, 11, c11, &w);
-    ftc_persist_loaded_free(l);
+    load_check(p, FTC_PERSIST_NEWEST, 11, c11, &w);
     free_copies(c11);
     for (int s = 1; s <= 10; s++)
         free_copies(copies[s]);
-    world_free(&w);
-    ftc_persist_close(p);
-    ftc_test_rmrf(dir);
-    free(dir);
+    finish(&w, p, dir);
 }
 
 /* A reader that loads the newest version races another writer (another
@@ -357,8 +364,7 @@ static void test_drop_newer(void **state)
     ftc_persist_options_t o = FTC_PERSIST_OPTIONS_INIT;
     o.chunk_bytes = 16384;
     o.keep = 10; /* no retention here */
-    ftc_persist_t *p = ftc_persist_open(dir, &o, &err);
-    assert_non_null(p);
+    ftc_persist_t *p = open_tier(dir, &o);
     world_t w;
     world_init(&w, 32u << 10);
     uint8_t *copies[6][NSH];
@@ -385,13 +391,8 @@ static void test_drop_newer(void **state)
             assert_false(st.delta); /* its previous write (4) is gone */
         }
     }
-    for (uint64_t s = 1; s <= 5; s++) {
-        ftc_persist_loaded_t *l;
-        if (ftc_persist_load(p, s, &l))
-            fail_msg("load %llu: %s", (unsigned long long)s, ftc_persist_errstr(p));
-        check_loaded(l, s, copies[s], &w);
-        ftc_persist_loaded_free(l);
-    }
+    for (uint64_t s = 1; s <= 5; s++)
+        load_check(p, s, s, copies[s], &w);
     assert_int_equal(ftc_persist_drop_newer(p, 5, &dropped), 0);
     assert_int_equal(dropped, 0);
     ftc_persist_t *r = ftc_persist_open_reader(dir, &err);
@@ -401,10 +402,7 @@ static void test_drop_newer(void **state)
     ftc_persist_close(r);
     for (int s = 1; s <= 5; s++)
         free_copies(copies[s]);
-    world_free(&w);
-    ftc_persist_close(p);
-    ftc_test_rmrf(dir);
-    free(dir);
+    finish(&w, p, dir);
 }
 
 /* A committed version that is corrupt (a shard fails its checksum) can be
@@ -416,12 +414,10 @@ static void test_corrupt_committed_rewritten(void **state)
 {
     (void)state;
     char *dir = ftc_test_tmpdir("persist-rewrite");
-    ftc_err_t err = {0};
     ftc_persist_options_t o = FTC_PERSIST_OPTIONS_INIT;
     o.keep = 10;
     o.chunk_bytes = 16384;
-    ftc_persist_t *p = ftc_persist_open(dir, &o, &err);
-    assert_non_null(p);
+    ftc_persist_t *p = open_tier(dir, &o);
     world_t w;
     world_init(&w, 32u << 10);
     uint8_t *c1[NSH], *c2[NSH], *again[NSH];
@@ -436,14 +432,8 @@ static void test_corrupt_committed_rewritten(void **state)
     int rc = world_write(&w, p, 2, again);
     if (rc)
         fail_msg("write of step 2 over a corrupt v2: %s", ftc_persist_errstr(p));
-    if (ftc_persist_load(p, 2, &l))
-        fail_msg("load 2: %s", ftc_persist_errstr(p));
-    check_loaded(l, 2, again, &w);
-    ftc_persist_loaded_free(l);
-    if (ftc_persist_load(p, 1, &l))
-        fail_msg("load 1: %s", ftc_persist_errstr(p));
-    check_loaded(l, 1, c1, &w);
-    ftc_persist_loaded_free(l);
+    load_check(p, 2, 2, again, &w);
+    load_check(p, 1, 1, c1, &w);
     /* a shard file cut short (a lost tail) or grown (garbage appended) is as
      * broken as a flipped byte: the step is written again, not refused as
      * "already committed" (the load fails with FTC_ETRUNC / FTC_ERANGE) */
@@ -465,18 +455,12 @@ static void test_corrupt_committed_rewritten(void **state)
         if (rc)
             fail_msg("write of step 2 over a %s v2: %s", k ? "grown" : "truncated",
                      ftc_persist_errstr(p));
-        if (ftc_persist_load(p, 2, &l))
-            fail_msg("load 2: %s", ftc_persist_errstr(p));
-        check_loaded(l, 2, again, &w);
-        ftc_persist_loaded_free(l);
+        load_check(p, 2, 2, again, &w);
     }
     free_copies(c1);
     free_copies(c2);
     free_copies(again);
-    world_free(&w);
-    ftc_persist_close(p);
-    ftc_test_rmrf(dir);
-    free(dir);
+    finish(&w, p, dir);
 }
 
 /* A name in a version directory that is a FIFO (no writer) is no file: a
@@ -487,11 +471,9 @@ static void test_fifo_not_waited_for(void **state)
 {
     (void)state;
     char *dir = ftc_test_tmpdir("persist-fifo");
-    ftc_err_t err = {0};
     ftc_persist_options_t o = FTC_PERSIST_OPTIONS_INIT;
     o.chunk_bytes = 16384;
-    ftc_persist_t *p = ftc_persist_open(dir, &o, &err);
-    assert_non_null(p);
+    ftc_persist_t *p = open_tier(dir, &o);
     world_t w;
     world_init(&w, 32u << 10);
     uint8_t *c1[NSH];
@@ -506,12 +488,7 @@ static void test_fifo_not_waited_for(void **state)
         assert_int_equal(mkfifo(path, 0600), 0);
     }
     alarm(120);
-    ftc_persist_loaded_t *l;
-    if (ftc_persist_load(p, FTC_PERSIST_NEWEST, &l))
-        fail_msg("load: %s", ftc_persist_errstr(p));
-    check_loaded(l, 1, c1, &w);
-    assert_int_equal(l->fallbacks, 2);
-    ftc_persist_loaded_free(l);
+    assert_int_equal(load_check(p, FTC_PERSIST_NEWEST, 1, c1, &w), 2);
     assert_int_not_equal(ftc_persist_verify(p, 3), 0);
     assert_non_null(strstr(ftc_persist_errstr(p), "not a regular file"));
     ftc_persist_version_t *vs;
@@ -522,10 +499,7 @@ static void test_fifo_not_waited_for(void **state)
     assert_int_equal(world_write(&w, p, 4, NULL), 0); /* its retention reads them too */
     alarm(0);
     free_copies(c1);
-    world_free(&w);
-    ftc_persist_close(p);
-    ftc_test_rmrf(dir);
-    free(dir);
+    finish(&w, p, dir);
 }
 
 /* Counts the plain files in dir. */
@@ -550,13 +524,11 @@ static void test_linked_version_removed_not_followed(void **state)
     (void)state;
     char *dir = ftc_test_tmpdir("persist-link");
     char *ext = ftc_test_tmpdir("persist-link-ext");
-    ftc_err_t err = {0};
     ftc_persist_options_t o = FTC_PERSIST_OPTIONS_INIT;
     o.chunk_bytes = 16384;
     o.keep = 1;
     o.delta = false;
-    ftc_persist_t *p = ftc_persist_open(dir, &o, &err);
-    assert_non_null(p);
+    ftc_persist_t *p = open_tier(dir, &o);
     world_t w;
     world_init(&w, 32u << 10);
     char vd[PATH_MAX], away[PATH_MAX];
@@ -605,13 +577,11 @@ static void test_unreadable_version_kept(void **state)
 {
     (void)state;
     char *dir = ftc_test_tmpdir("persist-unread");
-    ftc_err_t err = {0};
     ftc_persist_options_t o = FTC_PERSIST_OPTIONS_INIT;
     o.full_every = 100;
     o.keep = 1;
     o.chunk_bytes = 16384;
-    ftc_persist_t *p = ftc_persist_open(dir, &o, &err);
-    assert_non_null(p);
+    ftc_persist_t *p = open_tier(dir, &o);
     world_t w;
     world_init(&w, 32u << 10);
     uint8_t *c1[NSH], *c2[NSH], *c3[NSH];
@@ -638,22 +608,12 @@ static void test_unreadable_version_kept(void **state)
     /* the manifest readable again: 3 -> 2 -> 1 loads, and so does 2 */
     assert_int_equal(rmdir(man), 0);
     assert_int_equal(rename(saved, man), 0);
-    ftc_persist_loaded_t *l;
-    if (ftc_persist_load(p, 3, &l))
-        fail_msg("load 3: %s", ftc_persist_errstr(p));
-    check_loaded(l, 3, c3, &w);
-    ftc_persist_loaded_free(l);
-    if (ftc_persist_load(p, 2, &l))
-        fail_msg("load 2: %s", ftc_persist_errstr(p));
-    check_loaded(l, 2, c2, &w);
-    ftc_persist_loaded_free(l);
+    load_check(p, 3, 3, c3, &w);
+    load_check(p, 2, 2, c2, &w);
     free_copies(c1);
     free_copies(c2);
     free_copies(c3);
-    world_free(&w);
-    ftc_persist_close(p);
-    ftc_test_rmrf(dir);
-    free(dir);
+    finish(&w, p, dir);
 }
 
 /* A job that went back to an older step (its newer versions do not load, or
@@ -665,12 +625,10 @@ static void test_retention_rollback(void **state)
 {
     (void)state;
     char *dir = ftc_test_tmpdir("persist-back");
-    ftc_err_t err = {0};
     ftc_persist_options_t o = FTC_PERSIST_OPTIONS_INIT;
     o.keep = 1;
     o.chunk_bytes = 4096;
-    ftc_persist_t *p = ftc_persist_open(dir, &o, &err);
-    assert_non_null(p);
+    ftc_persist_t *p = open_tier(dir, &o);
     world_t w;
     world_init(&w, 16u << 10);
     uint8_t *c10[NSH], *c20[NSH], *c15[NSH];
@@ -680,12 +638,9 @@ static void test_retention_rollback(void **state)
     char path[PATH_MAX];
     vfile(path, sizeof path, dir, 20, "shard-d1-t0-p0.ftcz");
     flip_byte(path, 300);
-    p = ftc_persist_open(dir, &o, &err);
-    assert_non_null(p);
+    p = open_tier(dir, &o);
     ftc_persist_loaded_t *l;
-    assert_int_equal(ftc_persist_load(p, FTC_PERSIST_NEWEST, &l), 0);
-    check_loaded(l, 10, c10, &w);
-    ftc_persist_loaded_free(l);
+    load_check(p, FTC_PERSIST_NEWEST, 10, c10, &w);
     /* the job goes on from 10 and persists 15 */
     world_t w2;
     world_init(&w2, 16u << 10);
@@ -729,11 +684,9 @@ static void test_live_temps(void **state)
 {
     (void)state;
     char *dir = ftc_test_tmpdir("persist-live");
-    ftc_err_t err = {0};
     ftc_persist_options_t o = FTC_PERSIST_OPTIONS_INIT;
     o.chunk_bytes = 4096;
-    ftc_persist_t *p = ftc_persist_open(dir, &o, &err);
-    assert_non_null(p);
+    ftc_persist_t *p = open_tier(dir, &o);
     world_t w;
     world_init(&w, 16u << 10);
     uint8_t *c1[NSH];
@@ -756,8 +709,7 @@ static void test_live_temps(void **state)
     touch(t1);
     touch(t2);
     touch(t3);
-    p = ftc_persist_open(dir, &o, &err);
-    assert_non_null(p);
+    p = open_tier(dir, &o);
     struct stat st;
     assert_int_equal(stat(t1, &st), 0);
     assert_int_equal(stat(t2, &st), 0);
@@ -765,8 +717,7 @@ static void test_live_temps(void **state)
     ftc_persist_close(p);
     kill(writer, SIGKILL);
     assert_int_equal(waitpid(writer, NULL, 0), writer);
-    p = ftc_persist_open(dir, &o, &err);
-    assert_non_null(p);
+    p = open_tier(dir, &o);
     assert_int_not_equal(stat(t1, &st), 0); /* its writer died: stale now */
     assert_int_not_equal(stat(t2, &st), 0);
     ftc_persist_close(p);
@@ -785,11 +736,9 @@ static void test_fallback(void **state)
                            "shard-flip",    "shard-missing",    "shard-truncated"};
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         char *dir = ftc_test_tmpdir("persist-fb");
-        ftc_err_t err = {0};
         ftc_persist_options_t o = FTC_PERSIST_OPTIONS_INIT;
         o.delta = false;
-        ftc_persist_t *p = ftc_persist_open(dir, &o, &err);
-        assert_non_null(p);
+        ftc_persist_t *p = open_tier(dir, &o);
         world_t w;
         world_init(&w, 16u << 10);
         uint8_t *c1[NSH], *c2[NSH];
@@ -819,13 +768,11 @@ static void test_fallback(void **state)
             vfile(path, sizeof path, dir, 2, "shard-d0-t0-p0.ftcz");
             assert_int_equal(truncate(path, 100), 0);
         }
-        ftc_persist_loaded_t *l;
-        assert_int_equal(ftc_persist_load(p, FTC_PERSIST_NEWEST, &l), 0);
-        check_loaded(l, 1, c1, &w);
+        int fallbacks = load_check(p, FTC_PERSIST_NEWEST, 1, c1, &w);
         /* no marker: an unfinished (or crashed) write, no version at all */
         bool unfinished = !strcmp(what, "marker-missing");
-        assert_int_equal(l->fallbacks, unfinished ? 0 : 1);
-        ftc_persist_loaded_free(l);
+        assert_int_equal(fallbacks, unfinished ? 0 : 1);
+        ftc_persist_loaded_t *l;
         /* asking for the bad version by step is an error naming it */
         assert_true(ftc_persist_load(p, 2, &l) < 0);
         assert_non_null(strstr(ftc_persist_errstr(p), "v00000000000000000002"));
@@ -854,10 +801,7 @@ static void test_fallback(void **state)
             assert_non_null(strstr(ftc_persist_errstr(p), "v00000000000000000002"));
         free_copies(c1);
         free_copies(c2);
-        world_free(&w);
-        ftc_persist_close(p);
-        ftc_test_rmrf(dir);
-        free(dir);
+        finish(&w, p, dir);
     }
 }
 
@@ -867,12 +811,10 @@ static void test_broken_base(void **state)
 {
     (void)state;
     char *dir = ftc_test_tmpdir("persist-base");
-    ftc_err_t err = {0};
     ftc_persist_options_t o = FTC_PERSIST_OPTIONS_INIT;
     o.full_every = 3;
     o.keep = 10;
-    ftc_persist_t *p = ftc_persist_open(dir, &o, &err);
-    assert_non_null(p);
+    ftc_persist_t *p = open_tier(dir, &o);
     world_t w;
     world_init(&w, 16u << 10);
     uint8_t *c[6][NSH];
@@ -882,18 +824,12 @@ static void test_broken_base(void **state)
     vfile(path, sizeof path, dir, 4, "shard-d0-t0-p0.ftcz");
     flip_byte(path, -40);
     ftc_persist_loaded_t *l;
-    assert_int_equal(ftc_persist_load(p, FTC_PERSIST_NEWEST, &l), 0);
-    check_loaded(l, 3, c[3], &w);
-    assert_int_equal(l->fallbacks, 2);
-    ftc_persist_loaded_free(l);
+    assert_int_equal(load_check(p, FTC_PERSIST_NEWEST, 3, c[3], &w), 2);
     assert_true(ftc_persist_load(p, 5, &l) < 0);
     assert_non_null(strstr(ftc_persist_errstr(p), "v00000000000000000004"));
     for (int s = 1; s <= 5; s++)
         free_copies(c[s]);
-    world_free(&w);
-    ftc_persist_close(p);
-    ftc_test_rmrf(dir);
-    free(dir);
+    finish(&w, p, dir);
 }
 
 static void test_manifest_hostile(void **state)

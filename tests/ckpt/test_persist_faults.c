@@ -48,6 +48,17 @@ static ftc_persist_options_t opts_with(ftc_fault_t *f)
     return o;
 }
 
+/* A persist tier in dir (opts_with(f)) whose fault f injects nothing yet. */
+static ftc_persist_t *open_with_faults(const char *dir, ftc_fault_t *f)
+{
+    ftc_err_t err = {0};
+    assert_int_equal(ftc_fault_parse(f, "", &err), 0);
+    ftc_persist_options_t o = opts_with(f);
+    ftc_persist_t *p = ftc_persist_open(dir, &o, &err);
+    assert_non_null(p);
+    return p;
+}
+
 /* Counts temp files in dir and its version directories. */
 static int count_temps(const char *dir)
 {
@@ -88,11 +99,7 @@ static void count_ops(int64_t counts[3])
     for (int op = 0; op < 3; op++) {
         char *dir = ftc_test_tmpdir("pf-count");
         ftc_fault_t f;
-        ftc_err_t err = {0};
-        assert_int_equal(ftc_fault_parse(&f, "", &err), 0);
-        ftc_persist_options_t o = opts_with(&f);
-        ftc_persist_t *p = ftc_persist_open(dir, &o, &err);
-        assert_non_null(p);
+        ftc_persist_t *p = open_with_faults(dir, &f);
         assert_int_equal(write_version(p, 1), 0);
         f.op = op;
         f.at = INT64_MAX; /* counts without ever failing */
@@ -166,11 +173,8 @@ static void test_fail_every_operation(void **state)
                          enospc ? ",enospc" : "");
                 char *dir = ftc_test_tmpdir("pf-fail");
                 ftc_fault_t f;
+                ftc_persist_t *p = open_with_faults(dir, &f);
                 ftc_err_t err = {0};
-                assert_int_equal(ftc_fault_parse(&f, "", &err), 0);
-                ftc_persist_options_t o = opts_with(&f);
-                ftc_persist_t *p = ftc_persist_open(dir, &o, &err);
-                assert_non_null(p);
                 assert_int_equal(write_version(p, 1), 0);
                 assert_int_equal(ftc_fault_parse(&f, spec, &err), 0);
                 int rc = write_version(p, 2);
@@ -275,11 +279,8 @@ static void test_drop_durable(void **state)
     (void)state;
     char *dir = ftc_test_tmpdir("pf-drop");
     ftc_fault_t f;
+    ftc_persist_t *p = open_with_faults(dir, &f);
     ftc_err_t err = {0};
-    assert_int_equal(ftc_fault_parse(&f, "", &err), 0);
-    ftc_persist_options_t o = opts_with(&f);
-    ftc_persist_t *p = ftc_persist_open(dir, &o, &err);
-    assert_non_null(p);
     for (uint64_t s = 1; s <= 3; s++)
         assert_int_equal(write_version(p, s), 0);
     f.op = FTC_FAULT_FSYNC;

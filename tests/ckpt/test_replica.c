@@ -413,6 +413,32 @@ static void shards_free(void)
     }
 }
 
+/* Starts agents 0..n-1 as cfg says, and ends them once each passed its
+ * script (run_end). */
+static void run_agents(int n, const agent_cfg_t *cfg)
+{
+    run_t R;
+    run_start(&R, n, cfg);
+    run_end(&R);
+}
+
+/* The end of each test's job: its replica slots and its shards. */
+static void end_job(void)
+{
+    unlink_slots();
+    shards_free();
+}
+
+/* Flips bits `mask` of payload byte `at` of shard g_s[i]: after sealing,
+ * so that only a verifying reader sees it. */
+static void flip_payload(int i, uint64_t at, uint8_t mask)
+{
+    ftc_shard_view_t v;
+    ftc_err_t e = {0};
+    assert_int_equal(ftc_shard_open(&v, g_s[i], g_n[i], 0, &e), 0);
+    g_s[i][v.payload_offset + at] ^= mask;
+}
+
 /* ---- 64 MiB to two peers, fetch back, GET of an owner not held ------------ */
 
 static int s1_push_fetch(agent_t *a)
@@ -452,11 +478,8 @@ static void test_push_fetch(void **state)
     g_s[0] = ftc_test_make_shard(1, 0, SCALE_64M, 11, &g_n[0]);
     agent_cfg_t cfg[3] = {{.script = s1_push_fetch}, {.final = f1_holds_s0},
                           {.final = f1_holds_s0}};
-    run_t R;
-    run_start(&R, 3, cfg);
-    run_end(&R);
-    unlink_slots();
-    shards_free();
+    run_agents(3, cfg);
+    end_job();
 }
 
 /* ---- two agents pushing to each other at once -------------------------------- */
@@ -485,11 +508,8 @@ static void test_cross_push(void **state)
     g_s[1] = ftc_test_make_shard(5, 1, SCALE_64M, 22, &g_n[1]);
     agent_cfg_t cfg[2] = {{.script = s2_cross, .final = f2_cross},
                           {.script = s2_cross, .final = f2_cross}};
-    run_t R;
-    run_start(&R, 2, cfg);
-    run_end(&R);
-    unlink_slots();
-    shards_free();
+    run_agents(2, cfg);
+    end_job();
 }
 
 /* ---- receiver killed mid-push: deadline, and its previous replica survives --- */
@@ -565,8 +585,7 @@ static void test_peer_killed(void **state)
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
     printf("# %s: restarted agent holds the intact step-1 replica\n", g_prov);
-    unlink_slots();
-    shards_free();
+    end_job();
 }
 
 /* ---- a bit flipped after sealing ------------------------------------------------ */
@@ -597,16 +616,10 @@ static void test_bit_flip(void **state)
     new_job();
     g_s[0] = ftc_test_make_shard(1, 0, 1 << 18, 41, &g_n[0]);
     g_s[1] = ftc_test_make_shard(2, 0, 1 << 18, 42, &g_n[1]);
-    ftc_shard_view_t v;
-    ftc_err_t e = {0};
-    assert_int_equal(ftc_shard_open(&v, g_s[1], g_n[1], 0, &e), 0);
-    g_s[1][v.payload_offset + 12345] ^= 0x10; /* after sealing */
+    flip_payload(1, 12345, 0x10);
     agent_cfg_t cfg[2] = {{.script = s4_corrupt}, {.final = f4_kept}};
-    run_t R;
-    run_start(&R, 2, cfg);
-    run_end(&R);
-    unlink_slots();
-    shards_free();
+    run_agents(2, cfg);
+    end_job();
 }
 
 /* ---- a push refused after all its bytes landed is not a held replica ------------ */
@@ -651,16 +664,10 @@ static void test_refused_not_held(void **state)
     g_s[0] = ftc_test_make_shard(1, 0, 1 << 14, 91, &g_n[0]);
     g_s[1] = ftc_test_make_shard(2, 0, 1 << 14, 92, &g_n[1]);
     g_s[2] = ftc_test_make_shard(3, 0, 1 << 14, 93, &g_n[2]);
-    ftc_shard_view_t v;
-    ftc_err_t e = {0};
-    assert_int_equal(ftc_shard_open(&v, g_s[2], g_n[2], 0, &e), 0);
-    g_s[2][v.payload_offset + 123] ^= 0x10; /* after sealing */
+    flip_payload(2, 123, 0x10);
     agent_cfg_t cfg[2] = {{.script = s9_refused}, {.final = f9_refused}};
-    run_t R;
-    run_start(&R, 2, cfg);
-    run_end(&R);
-    unlink_slots();
-    shards_free();
+    run_agents(2, cfg);
+    end_job();
 }
 
 /* ---- a raw peer: the wire protocol by hand (docs/wire-protocol.md) ------------- */
@@ -804,11 +811,8 @@ static void test_repush_same_step(void **state)
     new_job();
     g_s[0] = ftc_test_make_shard(1, 0, 1 << 14, 111, &g_n[0]);
     agent_cfg_t cfg[2] = {{.script = s11_repush, .raw = true}, {.final = f11_repush}};
-    run_t R;
-    run_start(&R, 2, cfg);
-    run_end(&R);
-    unlink_slots();
-    shards_free();
+    run_agents(2, cfg);
+    end_job();
 }
 
 /* ---- refused PUTs whose DATA never comes do not use up the drains -------------- */
@@ -852,23 +856,74 @@ static void test_drain_expires(void **state)
     g_s[0] = ftc_test_make_shard(1, 0, 1 << 15, 121, &g_n[0]); /* > 1 MiB */
     agent_cfg_t cfg[2] = {{.script = s12_drains, .raw = true},
                           {.final = f12_drains, .gen = 5, .serve_ms = 1500}};
-    run_t R;
-    run_start(&R, 2, cfg);
-    run_end(&R);
-    unlink_slots();
-    shards_free();
+    run_agents(2, cfg);
+    end_job();
 }
 
 /* ---- a fetch that gives up drains the DATA its holder still sends ------------- */
 
-static int s13_fetcher(agent_t *a)
+/* A fetch of (owner 0, step) from node 1 that gets no answer within its
+ * 1 s deadline. */
+static void fetch_times_out(agent_t *a, uint64_t step)
 {
     ftc_repl_xfer_t x;
     ftc_repl_status_t st;
-    CHECK(ftc_repl_fetch(a->r, 1, 0, 1, ftc_deadline_in_ms(1000), &x) == 0);
+    CHECK(ftc_repl_fetch(a->r, 1, 0, step, ftc_deadline_in_ms(1000), &x) == 0);
     run_xfer(a, x, &st, 30);
     ftc_repl_release(a->r, x);
     CHECK(st.rc == FTC_ETIMEDOUT);
+}
+
+/* A fetch of (owner 0, step 1) from node 1 that must bring back g_s[0]
+ * whole; `what` names it in the log. */
+static void fetch_s0_ok(agent_t *a, const char *what)
+{
+    uint8_t *got = NULL;
+    uint64_t n = 0;
+    ftc_repl_status_t st;
+    int rc = fetch_step_wait(a, 1, 0, 1, &got, &n, &st);
+    printf("# %s: %s: %s (%s)\n", g_prov, what, ftc_errname(rc), st.detail);
+    CHECK(rc == 0 && n == g_n[0] && memcmp(got, g_s[0], n) == 0);
+    free(got);
+}
+
+/* Receives node 0's next header, a GET of (owner 0) step; its request id. */
+static uint32_t raw_take_get(agent_t *a, uint64_t step)
+{
+    ftc_wire_hdr_t h;
+    uint32_t q = 0;
+    CHECK(raw_recv_req(a, 0, &h, &q, 10000) == 0 && h.type == FTC_MSG_GET && h.step == step);
+    return q;
+}
+
+/* Answers node 0's GET `req` of (owner 0, step) with a NACK "not held". */
+static void raw_nack_get(agent_t *a, uint32_t req, uint64_t step)
+{
+    char reason[64];
+    snprintf(reason, sizeof reason, "not held: owner 0 step %llu", (unsigned long long)step);
+    ftc_wire_hdr_t nk = {.type = FTC_MSG_NACK, .flags = RAW_F_FETCH | (uint16_t)-FTC_ENOENT,
+                         .generation = 1, .owner = 0, .step = step};
+    raw_hdr_req(a, 0, &nk, req, reason);
+}
+
+/* Serves g_s[0] (owner 0, step 1) from offset `from` on, in chunks of
+ * `chunk` bytes, as the answer to request a->req. */
+static void raw_serve(agent_t *a, uint64_t from, uint64_t chunk)
+{
+    for (uint64_t off = from; off < g_n[0]; off += chunk)
+        CHECK(raw_put_f(a, 0, 1, g_s[0], g_n[0], 1, off,
+                        g_n[0] - off < chunk ? g_n[0] - off : chunk, true, RAW_F_FETCH) == 0);
+    ftc_shard_view_t v;
+    ftc_err_t e = {0};
+    CHECK(ftc_shard_open(&v, g_s[0], g_n[0], 0, &e) == 0);
+    ftc_wire_hdr_t end = {.type = FTC_MSG_PUT_END, .flags = RAW_F_FETCH, .generation = 1,
+                          .owner = 0, .step = 1, .total = g_n[0], .payload_xxh3 = v.head_xxh3};
+    raw_hdr(a, 0, &end);
+}
+
+static int s13_fetcher(agent_t *a)
+{
+    fetch_times_out(a, 1);
     return 0; /* and serves on: the holder's DATA comes after this */
 }
 
@@ -895,11 +950,8 @@ static void test_fetch_abort_drains(void **state)
     new_job();
     g_s[0] = ftc_test_make_shard(1, 0, 1 << 15, 131, &g_n[0]); /* > 1 MiB */
     agent_cfg_t cfg[2] = {{.script = s13_fetcher}, {.script = s13_holder, .raw = true}};
-    run_t R;
-    run_start(&R, 2, cfg);
-    run_end(&R);
-    unlink_slots();
-    shards_free();
+    run_agents(2, cfg);
+    end_job();
 }
 
 /* ---- a push superseded by a newer generation: its DATA still drained ----------- */
@@ -945,58 +997,30 @@ static void test_superseded_drains(void **state)
     agent_cfg_t cfg[3] = {{.script = s14_old, .raw = true},
                           {.script = s14_new, .gen = 2},
                           {.final = f14_holder}};
-    run_t R;
-    run_start(&R, 3, cfg);
-    run_end(&R);
-    unlink_slots();
-    shards_free();
+    run_agents(3, cfg);
+    end_job();
 }
 
 /* ---- a late NACK of an earlier fetch does not fail the next one ------------------ */
 
 static int s15_fetcher(agent_t *a)
 {
-    ftc_repl_xfer_t x;
-    ftc_repl_status_t st;
     /* step 5: no answer by the deadline */
-    CHECK(ftc_repl_fetch(a->r, 1, 0, 5, ftc_deadline_in_ms(1000), &x) == 0);
-    run_xfer(a, x, &st, 30);
-    ftc_repl_release(a->r, x);
-    CHECK(st.rc == FTC_ETIMEDOUT);
+    fetch_times_out(a, 5);
     /* then the step before it, from the same holder (as a restore that
      * falls back to an older committed step does) */
-    uint8_t *got = NULL;
-    uint64_t n = 0;
-    int rc = fetch_step_wait(a, 1, 0, 1, &got, &n, &st);
-    printf("# %s: fetch of step 1 after the late NACK of step 5: %s (%s)\n", g_prov,
-           ftc_errname(rc), st.detail);
-    CHECK(rc == 0 && n == g_n[0] && memcmp(got, g_s[0], n) == 0);
-    free(got);
+    fetch_s0_ok(a, "fetch of step 1 after the late NACK of step 5");
     return 0;
 }
 
 static int s15_holder(agent_t *a)
 {
-    ftc_wire_hdr_t h;
-    uint32_t q1 = 0;
-    CHECK(raw_recv_req(a, 0, &h, &q1, 10000) == 0 && h.type == FTC_MSG_GET && h.step == 5);
-    CHECK(raw_recv_req(a, 0, &h, &a->req, 10000) == 0 && h.type == FTC_MSG_GET &&
-          h.step == 1);
+    uint32_t q1 = raw_take_get(a, 5);
+    a->req = raw_take_get(a, 1);
     /* the answer to the first GET comes late: after the second one */
-    ftc_wire_hdr_t n = {.type = FTC_MSG_NACK, .flags = RAW_F_FETCH | (uint16_t)-FTC_ENOENT,
-                        .generation = 1, .owner = 0, .step = 5};
-    raw_hdr_req(a, 0, &n, q1, "not held: owner 0 step 5");
-    ftc_err_t e = {0};
+    raw_nack_get(a, q1, 5);
     /* the answer to the second one: step 1, whole */
-    uint64_t chunk = 256 << 10;
-    for (uint64_t off = 0; off < g_n[0]; off += chunk)
-        CHECK(raw_put_f(a, 0, 1, g_s[0], g_n[0], 1, off,
-                        g_n[0] - off < chunk ? g_n[0] - off : chunk, true, RAW_F_FETCH) == 0);
-    ftc_shard_view_t v;
-    CHECK(ftc_shard_open(&v, g_s[0], g_n[0], 0, &e) == 0);
-    ftc_wire_hdr_t end = {.type = FTC_MSG_PUT_END, .flags = RAW_F_FETCH, .generation = 1,
-                          .owner = 0, .step = 1, .total = g_n[0], .payload_xxh3 = v.head_xxh3};
-    raw_hdr(a, 0, &end);
+    raw_serve(a, 0, 256 << 10);
     return 0;
 }
 
@@ -1006,53 +1030,23 @@ static void test_late_fetch_nack(void **state)
     new_job();
     g_s[0] = ftc_test_make_shard(1, 0, 1 << 14, 151, &g_n[0]);
     agent_cfg_t cfg[2] = {{.script = s15_fetcher}, {.script = s15_holder, .raw = true}};
-    run_t R;
-    run_start(&R, 2, cfg);
-    run_end(&R);
-    unlink_slots();
-    shards_free();
+    run_agents(2, cfg);
+    end_job();
 }
 
 /* ---- the rest of an earlier fetch's answer is not taken for the next one -------- */
 
 static int s16_fetcher(agent_t *a)
 {
-    ftc_repl_xfer_t x;
-    ftc_repl_status_t st;
-    CHECK(ftc_repl_fetch(a->r, 1, 0, 1, ftc_deadline_in_ms(1000), &x) == 0);
-    run_xfer(a, x, &st, 30);
-    ftc_repl_release(a->r, x);
-    CHECK(st.rc == FTC_ETIMEDOUT);
-    uint8_t *got = NULL;
-    uint64_t n = 0;
-    int rc = fetch_step_wait(a, 1, 0, 1, &got, &n, &st);
-    printf("# %s: fetch after an earlier answer's tail: %s (%s)\n", g_prov, ftc_errname(rc),
-           st.detail);
-    CHECK(rc == 0 && n == g_n[0] && memcmp(got, g_s[0], n) == 0);
-    free(got);
+    fetch_times_out(a, 1);
+    fetch_s0_ok(a, "fetch after an earlier answer's tail");
     return 0;
-}
-
-/* Serves g_s[0] from offset `from` on, as a fetch answer. */
-static void raw_serve(agent_t *a, uint64_t from, uint64_t chunk)
-{
-    for (uint64_t off = from; off < g_n[0]; off += chunk)
-        CHECK(raw_put_f(a, 0, 1, g_s[0], g_n[0], 1, off,
-                        g_n[0] - off < chunk ? g_n[0] - off : chunk, true, RAW_F_FETCH) == 0);
-    ftc_shard_view_t v;
-    ftc_err_t e = {0};
-    CHECK(ftc_shard_open(&v, g_s[0], g_n[0], 0, &e) == 0);
-    ftc_wire_hdr_t end = {.type = FTC_MSG_PUT_END, .flags = RAW_F_FETCH, .generation = 1,
-                          .owner = 0, .step = 1, .total = g_n[0], .payload_xxh3 = v.head_xxh3};
-    raw_hdr(a, 0, &end);
 }
 
 static int s16_holder(agent_t *a)
 {
-    ftc_wire_hdr_t h;
-    uint32_t q1 = 0, q2 = 0;
-    CHECK(raw_recv_req(a, 0, &h, &q1, 10000) == 0 && h.type == FTC_MSG_GET && h.step == 1);
-    CHECK(raw_recv_req(a, 0, &h, &q2, 10000) == 0 && h.type == FTC_MSG_GET && h.step == 1);
+    uint32_t q1 = raw_take_get(a, 1);
+    uint32_t q2 = raw_take_get(a, 1);
     /* the answer to the first GET, from its second chunk on (its first one
      * went before the fetcher gave up), then the answer to the second */
     uint64_t chunk = 256 << 10;
@@ -1071,11 +1065,8 @@ static void test_stale_answer_tail(void **state)
     new_job();
     g_s[0] = ftc_test_make_shard(1, 0, 1 << 14, 161, &g_n[0]);
     agent_cfg_t cfg[2] = {{.script = s16_fetcher}, {.script = s16_holder, .raw = true}};
-    run_t R;
-    run_start(&R, 2, cfg);
-    run_end(&R);
-    unlink_slots();
-    shards_free();
+    run_agents(2, cfg);
+    end_job();
 }
 
 /* ---- a fetch answer claiming a huge shard is refused before allocating --------- */
@@ -1094,9 +1085,7 @@ static int s17_fetcher(agent_t *a)
 
 static int s17_holder(agent_t *a)
 {
-    ftc_wire_hdr_t h;
-    CHECK(raw_recv_req(a, 0, &h, &a->req, 10000) == 0 && h.type == FTC_MSG_GET &&
-          h.step == 1);
+    a->req = raw_take_get(a, 1);
     /* an authenticated holder's answer whose total no node could hold: the
      * fetcher must refuse it, not allocate (and touch) that much; its DATA
      * is still drained */
@@ -1110,60 +1099,28 @@ static void test_fetch_huge_total(void **state)
     new_job();
     g_s[0] = ftc_test_make_shard(1, 0, 1 << 14, 171, &g_n[0]);
     agent_cfg_t cfg[2] = {{.script = s17_fetcher}, {.script = s17_holder, .raw = true}};
-    run_t R;
-    run_start(&R, 2, cfg);
-    run_end(&R);
-    unlink_slots();
-    shards_free();
+    run_agents(2, cfg);
+    end_job();
 }
 
 /* ---- answers tied to their request: a late answer of an earlier one refused ----- */
 
 static int s18_fetcher(agent_t *a)
 {
-    ftc_repl_xfer_t x;
-    ftc_repl_status_t st;
-    CHECK(ftc_repl_fetch(a->r, 1, 0, 1, ftc_deadline_in_ms(1000), &x) == 0);
-    run_xfer(a, x, &st, 30);
-    ftc_repl_release(a->r, x);
-    CHECK(st.rc == FTC_ETIMEDOUT);
-    uint8_t *got = NULL;
-    uint64_t n = 0;
-    int rc = fetch_step_wait(a, 1, 0, 1, &got, &n, &st);
-    printf("# %s: fetch of step 1 after a late NACK of the same step: %s (%s)\n", g_prov,
-           ftc_errname(rc), st.detail);
-    CHECK(rc == 0 && n == g_n[0] && memcmp(got, g_s[0], n) == 0);
-    free(got);
+    fetch_times_out(a, 1);
+    fetch_s0_ok(a, "fetch of step 1 after a late NACK of the same step");
     return 0;
 }
 
 static int s18_holder(agent_t *a)
 {
-    ftc_wire_hdr_t h;
-    uint32_t q1 = 0, q2 = 0;
-    CHECK(raw_recv_req(a, 0, &h, &q1, 10000) == 0 && h.type == FTC_MSG_GET && h.step == 1);
-    CHECK(raw_recv_req(a, 0, &h, &q2, 10000) == 0 && h.type == FTC_MSG_GET && h.step == 1);
+    uint32_t q1 = raw_take_get(a, 1);
+    uint32_t q2 = raw_take_get(a, 1);
     /* the answer to the first GET comes late, after the second one: the
      * same step, so only its request id tells it apart */
-    ftc_wire_hdr_t nk = {.type = FTC_MSG_NACK, .flags = RAW_F_FETCH | (uint16_t)-FTC_ENOENT,
-                         .generation = 1, .owner = 0, .step = 1};
-    raw_hdr_req(a, 0, &nk, q1, "not held: owner 0 step 1");
-    uint64_t chunk = 256 << 10;
-    for (uint64_t off = 0; off < g_n[0]; off += chunk) {
-        uint64_t len = g_n[0] - off < chunk ? g_n[0] - off : chunk;
-        ftc_wire_hdr_t p = {.type = FTC_MSG_PUT, .flags = RAW_F_FETCH, .generation = 1,
-                            .owner = 0, .step = 1, .offset = off, .length = len,
-                            .total = g_n[0]};
-        uint64_t seq = raw_hdr_req(a, 0, &p, q2, NULL);
-        CHECK(ftc_fabric_send(a->fab, a->fa[0], raw_tag_data(a->self, seq), g_s[0] + off, len,
-                              ftc_deadline_in_ms(5000)) == 0);
-    }
-    ftc_shard_view_t v;
-    ftc_err_t e = {0};
-    CHECK(ftc_shard_open(&v, g_s[0], g_n[0], 0, &e) == 0);
-    ftc_wire_hdr_t end = {.type = FTC_MSG_PUT_END, .flags = RAW_F_FETCH, .generation = 1,
-                          .owner = 0, .step = 1, .total = g_n[0], .payload_xxh3 = v.head_xxh3};
-    raw_hdr_req(a, 0, &end, q2, NULL);
+    raw_nack_get(a, q1, 1);
+    a->req = q2;
+    raw_serve(a, 0, 256 << 10);
     return 0;
 }
 
@@ -1173,11 +1130,8 @@ static void test_late_nack_same_step(void **state)
     new_job();
     g_s[0] = ftc_test_make_shard(1, 0, 1 << 14, 181, &g_n[0]);
     agent_cfg_t cfg[2] = {{.script = s18_fetcher}, {.script = s18_holder, .raw = true}};
-    run_t R;
-    run_start(&R, 2, cfg);
-    run_end(&R);
-    unlink_slots();
-    shards_free();
+    run_agents(2, cfg);
+    end_job();
 }
 
 static int s19_pusher(agent_t *a)
@@ -1235,11 +1189,8 @@ static void test_late_push_answer(void **state)
     new_job();
     g_s[0] = ftc_test_make_shard(1, 0, 1 << 14, 191, &g_n[0]);
     agent_cfg_t cfg[2] = {{.script = s19_pusher}, {.script = s19_receiver, .raw = true}};
-    run_t R;
-    run_start(&R, 2, cfg);
-    run_end(&R);
-    unlink_slots();
-    shards_free();
+    run_agents(2, cfg);
+    end_job();
 }
 
 /* ---- a restarted agent adopts only the replicas that verify ---------------------- */
@@ -1291,18 +1242,12 @@ static void test_adopt_torn(void **state)
     g_s[0] = ftc_test_make_shard(1, 0, 1 << 14, 101, &g_n[0]);
     g_s[1] = ftc_test_make_shard(2, 0, 1 << 14, 102, &g_n[1]);
     g_s[2] = ftc_test_make_shard(3, 0, 1 << 14, 103, &g_n[2]);
-    ftc_shard_view_t v;
-    ftc_err_t e = {0};
-    assert_int_equal(ftc_shard_open(&v, g_s[1], g_n[1], 0, &e), 0);
-    g_s[1][v.payload_offset + 77] ^= 0x01; /* torn: head and footer fine, a tensor not */
+    flip_payload(1, 77, 0x01); /* torn: head and footer fine, a tensor not */
     plant_slot(0, g_s[0], g_n[0]);
     plant_slot(1, g_s[1], g_n[1]);
     agent_cfg_t cfg[2] = {{.script = s10_keep}, {.final = f10_keep}};
-    run_t R;
-    run_start(&R, 2, cfg);
-    run_end(&R);
-    unlink_slots();
-    shards_free();
+    run_agents(2, cfg);
+    end_job();
 }
 
 /* ---- nonzero padding: refused by the receiver (push) and the fetcher ------- */
@@ -1385,11 +1330,8 @@ static void test_nonzero_gap(void **state)
     g_s[1] = ftc_test_make_shard(2, 0, 1 << 18, 82, &g_n[1]);
     g_s[1][gap_offset(g_s[1], g_n[1])] = 0x01; /* after sealing: no checksum sees it */
     agent_cfg_t cfg[2] = {{.script = s8_gaps}, {.final = f4_kept}};
-    run_t R;
-    run_start(&R, 2, cfg);
-    run_end(&R);
-    unlink_slots();
-    shards_free();
+    run_agents(2, cfg);
+    end_job();
 }
 
 /* ---- another secret, another job: refused; the receiver keeps serving ------ */
@@ -1465,8 +1407,7 @@ static void test_wrong_key(void **state)
         assert_true(WIFEXITED(st));
         assert_int_equal(WEXITSTATUS(st), 0);
     }
-    unlink_slots();
-    shards_free();
+    end_job();
 }
 
 /* ---- stale generation ---------------------------------------------------------- */
@@ -1497,11 +1438,8 @@ static void test_stale_generation(void **state)
     new_job();
     g_s[0] = ftc_test_make_shard(1, 0, 1 << 20, 61, &g_n[0]); /* ~70 MiB: many chunks */
     agent_cfg_t cfg[2] = {{.script = s6_stale, .gen = 3}, {.final = f6_fenced, .gen = 5}};
-    run_t R;
-    run_start(&R, 2, cfg);
-    run_end(&R);
-    unlink_slots();
-    shards_free();
+    run_agents(2, cfg);
+    end_job();
 }
 
 /* ---- XOR parity pushed like a shard; one data shard lost and rebuilt --------- */
@@ -1596,11 +1534,8 @@ static void test_parity(void **state)
         free(d[i]);
     free(par);
     agent_cfg_t cfg[3] = {{.script = s7_parity}, {0}, {0}};
-    run_t R;
-    run_start(&R, 3, cfg);
-    run_end(&R);
-    unlink_slots();
-    shards_free();
+    run_agents(3, cfg);
+    end_job();
 }
 
 /* ---- options ------------------------------------------------------------------- */

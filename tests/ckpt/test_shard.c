@@ -107,17 +107,28 @@ static void test_round_trip_every_dtype(void **state)
     ftc_shard_layout_destroy(l);
 }
 
+/* The shard layout l describes, written into a new buffer and sealed
+ * (generation 1); its size in *size. */
+static uint8_t *write_sealed(ftc_shard_layout_t *l, uint64_t *size)
+{
+    ftc_err_t err = {0};
+    *size = ftc_shard_layout_size(l);
+    uint8_t *r = calloc(1, *size);
+    assert_non_null(r);
+    assert_int_equal(ftc_shard_layout_write(l, r, *size, &err), 0);
+    assert_int_equal(ftc_shard_seal(r, *size, 1, &err), 0);
+    return r;
+}
+
 static void test_empty_shard(void **state)
 {
     (void)state;
     ftc_shard_info_t in = ftc_test_info(0, 0);
     ftc_shard_layout_t *l = ftc_shard_layout_create(&in);
     ftc_err_t err = {0};
-    uint64_t size = ftc_shard_layout_size(l);
+    uint64_t size;
+    uint8_t *r = write_sealed(l, &size);
     assert_int_equal(size, FTC_SHARD_HEADER_SIZE + FTC_SHARD_FOOTER_SIZE);
-    uint8_t *r = calloc(1, size);
-    assert_int_equal(ftc_shard_layout_write(l, r, size, &err), 0);
-    assert_int_equal(ftc_shard_seal(r, size, 1, &err), 0);
     ftc_shard_view_t v;
     assert_int_equal(ftc_shard_open(&v, r, size, FTC_SHARD_VERIFY, &err), 0);
     assert_int_equal(v.n_tensors, 0);
@@ -386,10 +397,8 @@ static void test_metadata_duplicates_and_padding(void **state)
     ftc_err_t err = {0};
     assert_int_equal(ftc_shard_layout_add_meta(l, "ka", "x", 1, &err), 0);
     assert_int_equal(ftc_shard_layout_add_meta(l, "kb", "y", 1, &err), 0);
-    uint64_t size = ftc_shard_layout_size(l);
-    uint8_t *r = calloc(1, size);
-    assert_int_equal(ftc_shard_layout_write(l, r, size, &err), 0);
-    assert_int_equal(ftc_shard_seal(r, size, 1, &err), 0);
+    uint64_t size;
+    uint8_t *r = write_sealed(l, &size);
     ftc_shard_view_t v;
     assert_int_equal(ftc_shard_open(&v, r, size, FTC_SHARD_VERIFY, &err), 0);
     uint64_t kb = ftc_shard_layout_meta_offset(l, "kb");

@@ -367,6 +367,28 @@ static void fill_shm(const char *name, uint64_t keep)
     CHILD_CHECK(ftc_shm_free(&free_b, &err) == 0 && free_b == keep);
 }
 
+/* Waits (60 s at most) for the child pid, which passes (exit 0) or is
+ * skipped (exit 77: `skip` says why); `what` names it when it does not end. */
+static void wait_child(pid_t pid, const char *what, const char *skip)
+{
+    ftc_deadline_t d = ftc_deadline_in_ms(60000);
+    int st = 0;
+    while (waitpid(pid, &st, WNOHANG) != pid) {
+        if (ftc_deadline_expired(d)) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            fail_msg("%s did not end within 60 s", what);
+        }
+        ftc_sleep_ms(10);
+    }
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 77) {
+        print_message("skipped: %s\n", skip);
+        return;
+    }
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 /* Runs fn in a child of its own mount namespace whose /dev/shm is a fresh
  * tmpfs of `pages` pages (shm_open finds its slots there); the child's
  * checks end it with status 1. Needs root (CAP_SYS_ADMIN): skipped
@@ -392,22 +414,7 @@ static void in_small_shm(void (*fn)(void), uint64_t pages)
         fn();
         _exit(0); /* the tmpfs goes with the namespace */
     }
-    ftc_deadline_t d = ftc_deadline_in_ms(60000);
-    int st = 0;
-    while (waitpid(pid, &st, WNOHANG) != pid) {
-        if (ftc_deadline_expired(d)) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &st, 0);
-            fail_msg("the child in a small /dev/shm did not end within 60 s");
-        }
-        ftc_sleep_ms(10);
-    }
-    if (WIFEXITED(st) && WEXITSTATUS(st) == 77) {
-        print_message("skipped: no private tmpfs on /dev/shm here\n");
-        return;
-    }
-    assert_true(WIFEXITED(st));
-    assert_int_equal(WEXITSTATUS(st), 0);
+    wait_child(pid, "the child in a small /dev/shm", "no private tmpfs on /dev/shm here");
 }
 
 /* Re-creating a slot counts the pages its file holds already, not its
@@ -595,22 +602,7 @@ static void test_statvfs_fails(void **state)
         statvfs_fails();
         _exit(0);
     }
-    ftc_deadline_t d = ftc_deadline_in_ms(60000);
-    int st = 0;
-    while (waitpid(pid, &st, WNOHANG) != pid) {
-        if (ftc_deadline_expired(d)) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &st, 0);
-            fail_msg("the child did not end within 60 s");
-        }
-        ftc_sleep_ms(10);
-    }
-    if (WIFEXITED(st) && WEXITSTATUS(st) == 77) {
-        print_message("skipped: no seccomp filter here\n");
-        return;
-    }
-    assert_true(WIFEXITED(st));
-    assert_int_equal(WEXITSTATUS(st), 0);
+    wait_child(pid, "the child", "no seccomp filter here");
 }
 
 int main(void)

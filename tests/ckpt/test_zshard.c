@@ -10,6 +10,21 @@
 #include "core/hash.h"
 #include "trainer/synth.h"
 
+/* The shard layout l describes, written into a new buffer and sealed
+ * (generation 1), its view in *v (for the caller to fill the tensors and
+ * seal again); its size in *size. */
+static uint8_t *write_sealed(ftc_shard_layout_t *l, uint64_t *size, ftc_shard_view_t *v)
+{
+    ftc_err_t err = {0};
+    *size = ftc_shard_layout_size(l);
+    uint8_t *r = calloc(1, *size);
+    assert_non_null(r);
+    assert_int_equal(ftc_shard_layout_write(l, r, *size, &err), 0);
+    assert_int_equal(ftc_shard_seal(r, *size, 1, &err), 0);
+    assert_int_equal(ftc_shard_open(v, r, *size, 0, &err), 0);
+    return r;
+}
+
 /* A shard whose tensors sit on and around chunk edges: 4120 bytes (just over
  * a 4096 chunk), exactly 4096, 8 KiB + 8, a 1-byte tensor, an empty tensor, a
  * 0-d scalar, 3 halves. */
@@ -29,13 +44,8 @@ static uint8_t *make_edge_shard(uint64_t step, uint64_t seed, uint64_t *size)
     assert_true(ftc_shard_layout_add_tensor(l, "f", FTC_DTYPE_F16, 1, f, &err) >= 0);
     uint64_t cursor = 42;
     assert_int_equal(ftc_shard_layout_add_meta(l, "data.cursor", &cursor, 8, &err), 0);
-    *size = ftc_shard_layout_size(l);
-    uint8_t *r = calloc(1, *size);
-    assert_non_null(r);
-    assert_int_equal(ftc_shard_layout_write(l, r, *size, &err), 0);
     ftc_shard_view_t v;
-    assert_int_equal(ftc_shard_seal(r, *size, 1, &err), 0);
-    assert_int_equal(ftc_shard_open(&v, r, *size, 0, &err), 0);
+    uint8_t *r = write_sealed(l, size, &v);
     for (uint32_t i = 0; i < v.n_tensors; i++) {
         ftc_shard_tensor_t t;
         ftc_shard_get(&v, i, &t);
@@ -173,13 +183,8 @@ static uint8_t *make_width_shard(uint64_t step, uint64_t seed, const uint8_t *li
             uint64_t shape[1] = {counts[c]};
             assert_true(ftc_shard_layout_add_tensor(l, name, dtypes[d], 1, shape, &err) >= 0);
         }
-    *size = ftc_shard_layout_size(l);
-    uint8_t *r = calloc(1, *size);
-    assert_non_null(r);
-    assert_int_equal(ftc_shard_layout_write(l, r, *size, &err), 0);
-    assert_int_equal(ftc_shard_seal(r, *size, 1, &err), 0);
     ftc_shard_view_t v;
-    assert_int_equal(ftc_shard_open(&v, r, *size, 0, &err), 0);
+    uint8_t *r = write_sealed(l, size, &v);
     for (uint32_t i = 0; i < v.n_tensors; i++) {
         ftc_shard_tensor_t t;
         ftc_shard_get(&v, i, &t);
