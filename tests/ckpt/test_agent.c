@@ -1800,6 +1800,33 @@ static void test_redis_down_no_plan_read(void **state)
     teardown_env(e);
 }
 
+/* This node's replica store holds a corrupt copy (a flipped byte: its head
+ * and the commit record's checksum still match) of the shard a rank fetches
+ * or continues: that copy fails verification, the shard comes from the
+ * live peer that wrote it, for ftc_fetch and for ftc_restore_from alike. */
+static void test_corrupt_local_replica_peer(void **state)
+{
+    env_t *e = setup_env(*state, 2, "1", 1000);
+    run_all(e, "3");
+    /* rank 1's replicas live on node 0 (ring order): this node's store */
+    char prefix[128], out[PATH_MAX + 32];
+    snprintf(prefix, sizeof prefix, "ftc.%s.n0.p1.", e->job);
+    assert_true(corrupt_shm(prefix) >= 1);
+    snprintf(out, sizeof out, "%s/rank0.fetch1.out", e->jobdir);
+    pid_t p = start_rank(e, 0, 2, out, "--steps", "0", "--fetch", "1");
+    wait_rank(p, 60000);
+    assert_true(said(out, "FETCHED 1 2 OK"));
+    assert_true(agent_said(e, 0, "this node's replica store: rank 1's shard of step 2 fails "
+                                 "verification"));
+    setenv("FTC_RESTORE_RANK", "1", 1);
+    snprintf(out, sizeof out, "%s/rank0.from1.out", e->jobdir);
+    p = start_rank(e, 0, 2, out, "--restore", "--steps", "0", NULL);
+    unsetenv("FTC_RESTORE_RANK");
+    wait_rank(p, 60000);
+    assert_true(said(out, "RESTORED 2 OK"));
+    teardown_env(e);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, agent_fixture_teardown)
 
 int main(void)
@@ -1837,6 +1864,7 @@ int main(void)
         T(test_redis_down_no_plan_read),
         T(test_abort_markers_redis_down),
         T(test_redis_error_reply_not_down),
+        T(test_corrupt_local_replica_peer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
