@@ -296,7 +296,8 @@ static bool ftc__restore_from_own_tier(ftc_agent_t *a, ftc__rank_t *r, bool olde
  * first; the restore step (older false), else the newest committed version
  * of each that is older (older true: the trainer brings every rank back to
  * one step). True once delivered. */
-static bool ftc__restore_from_other_tiers(ftc_agent_t *a, ftc__rank_t *r, bool older)
+static bool ftc__restore_from_other_tiers(ftc_agent_t *a, ftc__rank_t *r, bool older,
+                                          char *looked, size_t cap)
 {
     if (!a->o.persist_dir || !*a->o.persist_dir)
         return false;
@@ -308,6 +309,9 @@ static bool ftc__restore_from_other_tiers(ftc_agent_t *a, ftc__rank_t *r, bool o
             ftc_persist_t *p = ftc__node_persist(a, i);
             if (!p)
                 continue;
+            size_t ll = strlen(looked);
+            if (!older) /* (the older pass opens the same ones) */
+                snprintf(looked + ll, cap - ll, "%s%u", ll ? ", " : "", i);
             ftc_persist_loaded_t *l = NULL;
             char from[64], why[400];
             snprintf(from, sizeof from, "the persist tier of node %u", i);
@@ -328,21 +332,27 @@ static bool ftc__restore_from_other_tiers(ftc_agent_t *a, ftc__rank_t *r, bool o
  * the other tiers, a lost node's before a live node's exact step). */
 void ftc__restore_from_persist(ftc_agent_t *a, ftc__rank_t *r, const char *tried)
 {
-    char why[700] = "no persist tier configured";
+    char why[700] = "no persist tier configured", looked[120] = "";
     if (a->pw && ftc__restore_from_own_tier(a, r, false, why, sizeof why))
         return;
-    if (ftc__restore_from_other_tiers(a, r, false))
+    if (ftc__restore_from_other_tiers(a, r, false, looked, sizeof looked))
         return;
     if (!r->at_most) {
         char older[256] = "";
         if (a->pw && ftc__restore_from_own_tier(a, r, true, older, sizeof older))
             return;
-        if (ftc__restore_from_other_tiers(a, r, true))
+        if (ftc__restore_from_other_tiers(a, r, true, looked, sizeof looked))
             return;
         if (a->pw) {
             size_t wl = strlen(why);
             snprintf(why + wl, sizeof why - wl, "; older: %s", older);
         }
+    }
+    if (looked[0]) { /* where else it looked: first, the rank's error text is bounded */
+        char mine[700];
+        snprintf(mine, sizeof mine, "%s", why);
+        snprintf(why, sizeof why, "none in the tiers of node(s) %s; this node's: %s", looked,
+                 mine);
     }
     if (r->at_most && ftc__at_most_next(a, r, tried, why))
         return;

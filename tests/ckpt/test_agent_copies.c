@@ -610,7 +610,9 @@ static void fetch_rank1(two_t *t, int64_t ask, int64_t want)
  * an older step) must get step 3 from node 1's tier; it got the older step
  * 1 of the lost node's tier, taken before the live nodes' exact step. And
  * with node 2's tier gone, a fetch of step 4 (never persisted) gets node
- * 1's step 3; it got nothing, node 1's newest version (7) being newer. */
+ * 1's step 3; it got nothing, node 1's newest version (7) being newer.
+ * With none in any tier (step 0), the error names the other nodes' tiers
+ * it looked in (it named this node's alone). */
 static void test_other_tiers_exact_step_first(void **state)
 {
     two_t t;
@@ -664,6 +666,12 @@ static void test_other_tiers_exact_step_first(void **state)
     /* no tier has step 4: the newest older one of node 1's */
     assert_int_equal(system(cmd), 0);
     fetch_rank1(&t, 4, 3);
+    /* step 0 persisted nowhere: the error names the tiers it looked in */
+    ftc_shard_ref_t *ref = NULL;
+    int rc = ftc_fetch(t.c[0], 1, 0, &ref);
+    print_message("fetch of rank 1's step 0: %s: %s\n", ftc_errname(rc), ftc_last_error(t.c[0]));
+    assert_int_equal(rc, FTC_ENOENT);
+    assert_non_null(strstr(ftc_last_error(t.c[0]), "none in the tiers of node(s) 1; this node's:"));
     two_stop(&t);
 }
 
