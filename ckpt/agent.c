@@ -731,6 +731,8 @@ static void *ftc__repl_main(void *arg)
                 }
                 if (j->kind == JOB_FETCH && (j->rc == FTC_ENOENT || reason == j->refusal))
                     j->lacking++;
+                else if (j->kind == JOB_FETCH && j->rc == FTC_ETIMEDOUT)
+                    j->timedout++;
                 if (j->kind == JOB_FETCH && j->detail[0] && j->rc) { /* every candidate's reason */
                     size_t dl = strlen(j->detail);
                     snprintf(j->detail + dl, sizeof j->detail - dl, "; %s", reason);

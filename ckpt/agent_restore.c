@@ -945,9 +945,17 @@ void ftc__on_fetch_done(ftc_agent_t *a, ftc__job_t *j)
      * addresses, before the persist tier. Not when every candidate answered
      * that it lacks the version (not held, or another version of the step):
      * a holder's replicas only change with a new push, so another round
-     * would get the same answers. */
-    bool all_lack = j->npeers > 0 && j->lacking == j->npeers;
-    if (all_lack)
+     * would get the same answers; nor when the others reached their
+     * deadline (a hung holder): each round cost a full agent.timeout_ms per
+     * such holder, three of them more than the rank's call deadline (30 s
+     * and 60 s by default), so the restore failed before the persist tier
+     * was looked at. */
+    bool all_lack = j->npeers > 0 && j->lacking + j->timedout == j->npeers;
+    if (all_lack && j->timedout)
+        FTC_INFO("agent", "rank %u: every peer (%d) lacks rank %u's step %" PRIu64 " or did "
+                 "not answer by the deadline (%d) (%s): not asking them again", r->rank,
+                 j->npeers, r->src, j->step, j->timedout, j->detail);
+    else if (all_lack)
         FTC_INFO("agent", "rank %u: every peer (%d) lacks rank %u's step %" PRIu64 " (%s): "
                  "not asking them again", r->rank, j->npeers, r->src, j->step, j->detail);
     if (r->restore_attempts < 3 && !all_lack) {
