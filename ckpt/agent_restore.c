@@ -380,6 +380,17 @@ bool ftc__queue_fetch(ftc_agent_t *a, ftc__rank_t *r)
     j->rec_head = r->rec_head;
     j->rec_known = r->rec_known;
     j->dst_slot = -1;
+    for (uint32_t d = 1; d < a->o.nodes; d++) {
+        uint32_t node = (a->o.index + d) % a->o.nodes;
+        if (a->peers[node].known && a->peers[node].alive)
+            j->peers[j->npeers++] = node;
+    }
+    /* (before a slot is taken for it: a job never queued left its landing
+     * slot marked being written, one slot fewer for the rank for good) */
+    if (!j->npeers && a->par) {
+        free(j);
+        return false;
+    }
     /* a RESTORE: straight into a slot the rank may have overwritten anyway
      * (no buffer, no copy; the replication thread writes it, so it is marked
      * WRITING, and its mapping stays until the fetch is done) */
@@ -397,15 +408,6 @@ bool ftc__queue_fetch(ftc_agent_t *a, ftc__rank_t *r)
             ftc_mem_prefault(j->dst, j->dst_cap);
         j->dst_rix = (int)(r - a->ranks);
         j->dst_slot = s;
-    }
-    for (uint32_t d = 1; d < a->o.nodes; d++) {
-        uint32_t node = (a->o.index + d) % a->o.nodes;
-        if (a->peers[node].known && a->peers[node].alive)
-            j->peers[j->npeers++] = node;
-    }
-    if (!j->npeers && a->par) {
-        free(j);
-        return false;
     }
     r->restore_attempts++;
     FTC_DEBUG("agent", "rank %u: fetch of rank %u step %" PRIu64 " queued (request %" PRIu64 "), "
