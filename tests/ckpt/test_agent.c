@@ -51,7 +51,10 @@
  *     (no command timeout each) and made once Redis answers; with Redis
  *     known down a push does not read the generation's plan, and the abort
  *     markers of any number of ABORTs are written once Redis answers; an
- *     error reply (WRONGTYPE) is not taken for Redis down.
+ *     error reply (WRONGTYPE) is not taken for Redis down;
+ *   - a corrupt copy in this node's replica store is refused and the live
+ *     peer asked; a hung peer (alive by its heartbeat) is asked in one
+ *     round, not three, before the persist tier.
  * FTC_TEST_FILTER=NAME (cmocka pattern) runs only the matching tests.
  */
 #include "ftc_test.h"

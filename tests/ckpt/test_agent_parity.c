@@ -51,7 +51,9 @@
  *     commits: a rebuild in the next generation finds them after the TTL;
  *   - a member keeps the parity block of the newest committed version when
  *     the version after it is abandoned (the next block goes over the
- *     abandoned one), and a lost node's committed shard is rebuilt from it.
+ *     abandoned one), and a lost node's committed shard is rebuilt from it;
+ *   - a restore with no member alive and no live peer (the persist tier)
+ *     leaves the rank all three of its slots.
  * FTC_TEST_FILTER=NAME (cmocka pattern) runs only the matching tests.
  */
 #include "ftc_test.h"
