@@ -526,8 +526,10 @@ static void ftc__search(ftc_agent_t *a, ftc__rank_t *r, uint64_t gen, const char
     if (!a->par && ftc__queue_fetch(a, r))
         return;
     /* 2'. parity groups: rebuilt from the surviving members' shards and parity
-     * (a rank's own shard only) */
-    if (a->par && src == r->rank && !fetch && ftc__par_queue_rebuild(a, r))
+     * (a RESTORE: the rank's own shard, or the previous rank's it continues
+     * after a layout change, which used to go straight to the persist tier;
+     * a FETCH is not rebuilt) */
+    if (a->par && !fetch && ftc__par_queue_rebuild(a, r))
         return;
     if (a->par && ftc__queue_fetch(a, r)) /* serve_local: the subject's node may answer */
         return;

@@ -53,7 +53,9 @@
  *     the version after it is abandoned (the next block goes over the
  *     abandoned one), and a lost node's committed shard is rebuilt from it;
  *   - a restore with no member alive and no live peer (the persist tier)
- *     leaves the rank all three of its slots.
+ *     leaves the rank all three of its slots;
+ *   - a rank continuing a lost rank's state (FTC_RESTORE_RANK) gets that
+ *     rank's shard rebuilt from parity.
  * FTC_TEST_FILTER=NAME (cmocka pattern) runs only the matching tests.
  */
 #include "ftc_test.h"
@@ -2146,6 +2148,32 @@ static void test_restore_no_peer_keeps_slots(void **state)
     teardown_env(e);
 }
 
+/* xor:2 on 3 nodes, nothing persisted: node 2 is lost (agent killed,
+ * memory wiped, heartbeat gone) and rank 0 continues rank 2's state
+ * (FTC_RESTORE_RANK=2, as after a layout change): rank 2's shard is
+ * rebuilt from the group's survivors. A RESTORE of another rank's shard
+ * skipped the rebuild and, with nothing persisted, failed. */
+static void test_restore_from_lost_rank_rebuilt(void **state)
+{
+    env_t *e = setup_env(*state, 3, "xor:2", 1000);
+    run_all(e, "3");
+    lose_node(e, 2);
+    ftc_ctl_t *c = redis_fixture_ctl(e->f, e->job);
+    char key[200];
+    ftc_ctl_key(c, "hb:node2", key, sizeof key);
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, NULL, "DEL", key, NULL), 0);
+    ftc_ctl_destroy(c);
+    char out[PATH_MAX + 32];
+    snprintf(out, sizeof out, "%s/rank0.from2.out", e->jobdir);
+    setenv("FTC_RESTORE_RANK", "2", 1);
+    pid_t p = start_rank(e, 0, 3, out, "--restore", "--steps", "0", NULL);
+    unsetenv("FTC_RESTORE_RANK");
+    wait_rank(p, 60000);
+    assert_true(said(out, "RESTORED 2 OK"));
+    assert_true(agent_said(e, 0, "rebuilt from parity"));
+    teardown_env(e);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, agent_fixture_teardown)
 
 int main(void)
@@ -2186,6 +2214,7 @@ int main(void)
         T(test_moved_rank_own_third_slot),
         T(test_member_reports_retried),
         T(test_restore_no_peer_keeps_slots),
+        T(test_restore_from_lost_rank_rebuilt),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
