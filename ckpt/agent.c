@@ -500,6 +500,32 @@ static bool ftc__job_is_recorded(ftc__job_t *j, const uint8_t *buf, uint64_t siz
     return false;
 }
 
+/* FETCH (replication thread): whether the copy of j's shard in this node's
+ * replica store verifies (every tensor checksum). A store copy is not
+ * checked as it is handed out (a peer's bytes are, as they land): one
+ * corrupted since it landed (a flipped bit, an agent's restart adopting
+ * what an earlier one left) would go to the rank, whose own check then
+ * fails the restore or fetch although a live peer holds a good copy. If
+ * not: refused like another version (j->refused, j->refusal, passed_over),
+ * and the peers are asked. */
+static bool ftc__job_held_verifies(ftc__job_t *j, const uint8_t *buf, uint64_t size)
+{
+    ftc_shard_view_t v;
+    ftc_err_t err = {0};
+    if (ftc_shard_open(&v, buf, size, 0, &err) == 0 &&
+        ftc_shard_verify(&v, FTC__VERIFY_THREADS, &err) == 0)
+        return true;
+    snprintf(j->refusal, sizeof j->refusal, "this node's replica store: rank %u's shard of step "
+             "%" PRIu64 " fails verification (%.200s): refused", j->owner, j->step, err.msg);
+    FTC_WARN("agent", "fetch: %s", j->refusal);
+    j->refused = true;
+    size_t pl = strlen(j->passed_over);
+    if (pl + 3 < sizeof j->passed_over)
+        snprintf(j->passed_over + pl, sizeof j->passed_over - pl, "%s%s", pl ? "; " : "",
+                 j->refusal);
+    return false;
+}
+
 /* FETCH (replication thread): appends why candidate peer could not be
  * asked (its fetch did not start) to j's detail and passed_over. */
 static void ftc__fetch_not_started(ftc__job_t *j, uint32_t peer, const char *why)
@@ -624,11 +650,15 @@ static void *ftc__repl_main(void *arg)
                     hrc = FTC_ECORRUPT; /* another version of the step: the peers next */
                     snprintf(j->detail, sizeof j->detail, "%s", j->refusal);
                 }
+                if (hrc == 0 && !ftc__job_held_verifies(j, held, hsize)) {
+                    hrc = FTC_ECORRUPT; /* a corrupt copy: the peers next */
+                    snprintf(j->detail, sizeof j->detail, "%s", j->refusal);
+                }
                 if (hrc == 0 &&
                     (j->buf = j->dst && hsize <= j->dst_cap ? j->dst
                                                             : malloc(hsize ? hsize : 1)) != NULL) {
                     ftc_mem_prefault(j->buf, hsize);
-                    memcpy(j->buf, held, hsize); /* moved: the rank verifies its slot */
+                    memcpy(j->buf, held, hsize); /* verified above; the rank verifies its slot */
                     j->buf_size = hsize;
                     j->rc = 0;
                     j->x = -1;
@@ -701,6 +731,8 @@ static void *ftc__repl_main(void *arg)
                 }
                 if (j->kind == JOB_FETCH && (j->rc == FTC_ENOENT || reason == j->refusal))
                     j->lacking++;
+                else if (j->kind == JOB_FETCH && j->rc == FTC_ETIMEDOUT)
+                    j->timedout++;
                 if (j->kind == JOB_FETCH && j->detail[0] && j->rc) { /* every candidate's reason */
                     size_t dl = strlen(j->detail);
                     snprintf(j->detail + dl, sizeof j->detail - dl, "; %s", reason);

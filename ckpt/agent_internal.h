@@ -97,6 +97,8 @@ typedef struct ftc__job {
     int lacking;            /* FETCH: candidates that answered that they lack the version
                                (a NACK "not held", or a copy of another version): asking
                                them again cannot help, unlike one that did not answer */
+    int timedout;           /* FETCH: candidates whose fetch reached its deadline (a hung or
+                               cut-off holder, asked for a full agent.timeout_ms already) */
     uint8_t *buf;           /* FETCH: the verified shard (malloc'd, or dst) */
     uint64_t buf_size;
     uint8_t *dst;           /* FETCH for a RESTORE: the rank's slot it lands in, if it fits */

@@ -215,52 +215,6 @@ static ftc_persist_t *ftc__node_persist(const ftc_agent_t *a, uint32_t i)
     return ftc_persist_open_reader(dir, &err);
 }
 
-/* The persist tiers of the other nodes (persist.dir/node<I>, read-only: a
- * shared file system in a real job). A lost node's shards exist only there
- * once its memory is gone (a shrink gave its ranks to survivors); a live
- * node's hold its ranks' older steps, which a re-partition at an older
- * step needs once they left that node's slots. Nodes that are not alive
- * first, the restore step first in every tier, then the newest version of
- * each (older: the trainer brings every rank back to one step). True once
- * delivered. */
-static bool ftc__restore_from_other_tiers(ftc_agent_t *a, ftc__rank_t *r)
-{
-    if (!a->o.persist_dir || !*a->o.persist_dir)
-        return false;
-    for (int pass = 0; pass < 4; pass++) /* lost nodes, live ones; each: step, newest */
-        for (uint32_t i = 0; i < a->o.nodes; i++) {
-            bool alive = a->peers[i].known && a->peers[i].alive;
-            if (i == a->o.index || alive != (pass >= 2) || (r->at_most && pass % 2))
-                continue; /* (FETCH_AT_MOST: the exact step; older ones are candidates) */
-            ftc_persist_t *p = ftc__node_persist(a, i);
-            if (!p)
-                continue;
-            ftc_err_t err = {0};
-            ftc_persist_loaded_t *l = NULL;
-            if (ftc_persist_load(p, pass % 2 ? FTC_PERSIST_NEWEST : (uint64_t)r->restore_step,
-                                 &l) ==
-                0) {
-                for (int k = 0; k < l->n_shards; k++) {
-                    ftc_shard_view_t v;
-                    char from[64], why[400];
-                    snprintf(from, sizeof from, "the persist tier of node %u", i);
-                    if (ftc_shard_open(&v, l->shards[k], l->sizes[k], FTC_SHARD_VERIFY, &err) ==
-                            0 &&
-                        ftc__is_subject(&v, r) && l->step <= (uint64_t)r->restore_step &&
-                        ftc__copy_is_recorded(r, &v, from, why, sizeof why)) {
-                        ftc__deliver(a, r, l->shards[k], l->sizes[k], l->step, from);
-                        ftc_persist_loaded_free(l);
-                        ftc_persist_close(p);
-                        return true;
-                    }
-                }
-                ftc_persist_loaded_free(l);
-            }
-            ftc_persist_close(p);
-        }
-    return false;
-}
-
 /* Loads the newest committed version of p whose step is below want (the
  * persist tier lags the commits: every persist.every-th one), trying older
  * ones when a version fails to load. Never a newer step: a FETCH of an older
@@ -291,61 +245,114 @@ static int ftc__persist_load_at_most(ftc_persist_t *p, uint64_t want, ftc_persis
     return rc;
 }
 
+/* Delivers r's subject from persisted version l of `from` when l has its
+ * shard, verified, and it is the recorded version (ftc__copy_is_recorded);
+ * else false with why (cap bytes). l is freed either way. */
+static bool ftc__deliver_persisted(ftc_agent_t *a, ftc__rank_t *r, ftc_persist_loaded_t *l,
+                                   const char *from, char *why, size_t cap)
+{
+    bool done = false, found = false;
+    for (int k = 0; k < l->n_shards && !found; k++) {
+        ftc_shard_view_t v;
+        ftc_err_t err = {0};
+        if (ftc_shard_open(&v, l->shards[k], l->sizes[k], FTC_SHARD_VERIFY, &err) != 0 ||
+            !ftc__is_subject(&v, r))
+            continue;
+        found = true;
+        if (l->step <= r->restore_step && ftc__copy_is_recorded(r, &v, from, why, cap)) {
+            ftc__deliver(a, r, l->shards[k], l->sizes[k], l->step, from);
+            done = true;
+        }
+    }
+    if (!found)
+        snprintf(why, cap, "persisted step %" PRIu64 " has no shard for rank %u", l->step,
+                 r->src);
+    ftc_persist_loaded_free(l);
+    return done;
+}
+
+/* This node's persist tier (a->pw; locked: waits for a running write): the
+ * restore step (older false), else the newest committed version older than
+ * it (older true; never a newer one). True once delivered; else why (cap
+ * bytes) says what was found. */
+static bool ftc__restore_from_own_tier(ftc_agent_t *a, ftc__rank_t *r, bool older, char *why,
+                                       size_t cap)
+{
+    ftc_persist_loaded_t *l = NULL;
+    ftc_persist_t *p = ftc__persister_lock(a->pw);
+    int rc = older ? ftc__persist_load_at_most(p, r->restore_step, &l, why, cap)
+                   : ftc_persist_load(p, r->restore_step, &l);
+    if (rc && !older)
+        snprintf(why, cap, "%s", ftc_persist_errstr(p));
+    ftc__persister_unlock(a->pw);
+    return rc == 0 && ftc__deliver_persisted(a, r, l, "the persist tier", why, cap);
+}
+
+/* The persist tiers of the other nodes (persist.dir/node<I>, read-only: a
+ * shared file system in a real job). A lost node's shards exist only there
+ * once its memory is gone (a shrink gave its ranks to survivors); a live
+ * node's hold its ranks' older steps, which a re-partition at an older
+ * step needs once they left that node's slots. Nodes that are not alive
+ * first; the restore step (older false), else the newest committed version
+ * of each that is older (older true: the trainer brings every rank back to
+ * one step). True once delivered. */
+static bool ftc__restore_from_other_tiers(ftc_agent_t *a, ftc__rank_t *r, bool older,
+                                          char *looked, size_t cap)
+{
+    if (!a->o.persist_dir || !*a->o.persist_dir)
+        return false;
+    for (int pass = 0; pass < 2; pass++) /* lost nodes, then live ones */
+        for (uint32_t i = 0; i < a->o.nodes; i++) {
+            bool alive = a->peers[i].known && a->peers[i].alive;
+            if (i == a->o.index || alive != (pass == 1))
+                continue;
+            ftc_persist_t *p = ftc__node_persist(a, i);
+            if (!p)
+                continue;
+            size_t ll = strlen(looked);
+            if (!older) /* (the older pass opens the same ones) */
+                snprintf(looked + ll, cap - ll, "%s%u", ll ? ", " : "", i);
+            ftc_persist_loaded_t *l = NULL;
+            char from[64], why[400];
+            snprintf(from, sizeof from, "the persist tier of node %u", i);
+            int rc = older ? ftc__persist_load_at_most(p, r->restore_step, &l, why, sizeof why)
+                           : ftc_persist_load(p, r->restore_step, &l);
+            ftc_persist_close(p);
+            if (rc == 0 && ftc__deliver_persisted(a, r, l, from, why, sizeof why))
+                return true;
+        }
+    return false;
+}
+
+/* The persist tiers, last: the restore step in this node's, then in the
+ * other nodes'; only then (not for FETCH_AT_MOST, whose older committed
+ * steps are candidates of their own) the newest older version in this
+ * node's, then in the other nodes'. An older version in one tier used to
+ * be taken before the exact step in another (this node's older one before
+ * the other tiers, a lost node's before a live node's exact step). */
 void ftc__restore_from_persist(ftc_agent_t *a, ftc__rank_t *r, const char *tried)
 {
-    char why[700] = "no persist tier configured";
-    if (a->pw) {
-        uint64_t want = (uint64_t)r->restore_step;
-        /* pass 0: the restore step, else the newest older one; pass 1 (the
-         * restore step's version was not the committed one): the older */
-        for (int pass = 0; pass < 2; pass++) {
-            ftc_persist_loaded_t *l = NULL;
-            char older[256] = "";
-            ftc_persist_t *p = ftc__persister_lock(a->pw); /* waits for a running write */
-            int rc = pass ? -1 : ftc_persist_load(p, want, &l);
-            if (rc && !pass)
-                snprintf(why, sizeof why, "%s", ftc_persist_errstr(p));
-            if (rc && r->at_most) { /* the older committed steps are candidates of their own */
-                ftc__persister_unlock(a->pw);
-                break;
-            }
-            if (rc) /* the newest older one: never a newer step than asked for */
-                rc = ftc__persist_load_at_most(p, want, &l, pass ? older : why,
-                                               pass ? sizeof older : sizeof why);
-            ftc__persister_unlock(a->pw);
-            if (rc) {
-                if (pass) {
-                    size_t wl = strlen(why);
-                    snprintf(why + wl, sizeof why - wl, "; older: %s", older);
-                }
-                break;
-            }
-            int k = -1;
-            ftc_shard_view_t v;
-            for (int i = 0; i < l->n_shards && k < 0; i++) {
-                ftc_err_t err = {0};
-                if (ftc_shard_open(&v, l->shards[i], l->sizes[i], FTC_SHARD_VERIFY, &err) == 0 &&
-                    ftc__is_subject(&v, r))
-                    k = i;
-            }
-            if (k < 0) {
-                snprintf(why, sizeof why, "persisted step %" PRIu64 " has no shard for rank %u",
-                         l->step, r->src);
-                ftc_persist_loaded_free(l);
-                break;
-            }
-            if (!ftc__copy_is_recorded(r, &v, "the persist tier", why, sizeof why)) {
-                ftc_persist_loaded_free(l);
-                if (r->at_most)
-                    break; /* the older committed steps are candidates of their own */
-                continue; /* never restored: an older version, the other tiers */
-            }
-            ftc__deliver(a, r, l->shards[k], l->sizes[k], l->step, "the persist tier");
-            ftc_persist_loaded_free(l);
+    char why[700] = "no persist tier configured", looked[120] = "";
+    if (a->pw && ftc__restore_from_own_tier(a, r, false, why, sizeof why))
+        return;
+    if (ftc__restore_from_other_tiers(a, r, false, looked, sizeof looked))
+        return;
+    if (!r->at_most) {
+        char older[256] = "";
+        if (a->pw && ftc__restore_from_own_tier(a, r, true, older, sizeof older))
             return;
+        if (ftc__restore_from_other_tiers(a, r, true, looked, sizeof looked))
+            return;
+        if (a->pw) {
+            size_t wl = strlen(why);
+            snprintf(why + wl, sizeof why - wl, "; older: %s", older);
         }
-        if (ftc__restore_from_other_tiers(a, r))
-            return;
+    }
+    if (looked[0]) { /* where else it looked: first, the rank's error text is bounded */
+        char mine[700];
+        snprintf(mine, sizeof mine, "%s", why);
+        snprintf(why, sizeof why, "none in the tiers of node(s) %s; this node's: %s", looked,
+                 mine);
     }
     if (r->at_most && ftc__at_most_next(a, r, tried, why))
         return;
@@ -373,6 +380,17 @@ bool ftc__queue_fetch(ftc_agent_t *a, ftc__rank_t *r)
     j->rec_head = r->rec_head;
     j->rec_known = r->rec_known;
     j->dst_slot = -1;
+    for (uint32_t d = 1; d < a->o.nodes; d++) {
+        uint32_t node = (a->o.index + d) % a->o.nodes;
+        if (a->peers[node].known && a->peers[node].alive)
+            j->peers[j->npeers++] = node;
+    }
+    /* (before a slot is taken for it: a job never queued left its landing
+     * slot marked being written, one slot fewer for the rank for good) */
+    if (!j->npeers && a->par) {
+        free(j);
+        return false;
+    }
     /* a RESTORE: straight into a slot the rank may have overwritten anyway
      * (no buffer, no copy; the replication thread writes it, so it is marked
      * WRITING, and its mapping stays until the fetch is done) */
@@ -390,15 +408,6 @@ bool ftc__queue_fetch(ftc_agent_t *a, ftc__rank_t *r)
             ftc_mem_prefault(j->dst, j->dst_cap);
         j->dst_rix = (int)(r - a->ranks);
         j->dst_slot = s;
-    }
-    for (uint32_t d = 1; d < a->o.nodes; d++) {
-        uint32_t node = (a->o.index + d) % a->o.nodes;
-        if (a->peers[node].known && a->peers[node].alive)
-            j->peers[j->npeers++] = node;
-    }
-    if (!j->npeers && a->par) {
-        free(j);
-        return false;
     }
     r->restore_attempts++;
     FTC_DEBUG("agent", "rank %u: fetch of rank %u step %" PRIu64 " queued (request %" PRIu64 "), "
@@ -517,8 +526,10 @@ static void ftc__search(ftc_agent_t *a, ftc__rank_t *r, uint64_t gen, const char
     if (!a->par && ftc__queue_fetch(a, r))
         return;
     /* 2'. parity groups: rebuilt from the surviving members' shards and parity
-     * (a rank's own shard only) */
-    if (a->par && src == r->rank && !fetch && ftc__par_queue_rebuild(a, r))
+     * (a RESTORE: the rank's own shard, or the previous rank's it continues
+     * after a layout change, which used to go straight to the persist tier;
+     * a FETCH is not rebuilt) */
+    if (a->par && !fetch && ftc__par_queue_rebuild(a, r))
         return;
     if (a->par && ftc__queue_fetch(a, r)) /* serve_local: the subject's node may answer */
         return;
@@ -938,9 +949,17 @@ void ftc__on_fetch_done(ftc_agent_t *a, ftc__job_t *j)
      * addresses, before the persist tier. Not when every candidate answered
      * that it lacks the version (not held, or another version of the step):
      * a holder's replicas only change with a new push, so another round
-     * would get the same answers. */
-    bool all_lack = j->npeers > 0 && j->lacking == j->npeers;
-    if (all_lack)
+     * would get the same answers; nor when the others reached their
+     * deadline (a hung holder): each round cost a full agent.timeout_ms per
+     * such holder, three of them more than the rank's call deadline (30 s
+     * and 60 s by default), so the restore failed before the persist tier
+     * was looked at. */
+    bool all_lack = j->npeers > 0 && j->lacking + j->timedout == j->npeers;
+    if (all_lack && j->timedout)
+        FTC_INFO("agent", "rank %u: every peer (%d) lacks rank %u's step %" PRIu64 " or did "
+                 "not answer by the deadline (%d) (%s): not asking them again", r->rank,
+                 j->npeers, r->src, j->step, j->timedout, j->detail);
+    else if (all_lack)
         FTC_INFO("agent", "rank %u: every peer (%d) lacks rank %u's step %" PRIu64 " (%s): "
                  "not asking them again", r->rank, j->npeers, r->src, j->step, j->detail);
     if (r->restore_attempts < 3 && !all_lack) {

@@ -51,7 +51,10 @@
  *     (no command timeout each) and made once Redis answers; with Redis
  *     known down a push does not read the generation's plan, and the abort
  *     markers of any number of ABORTs are written once Redis answers; an
- *     error reply (WRONGTYPE) is not taken for Redis down.
+ *     error reply (WRONGTYPE) is not taken for Redis down;
+ *   - a corrupt copy in this node's replica store is refused and the live
+ *     peer asked; a hung peer (alive by its heartbeat) is asked in one
+ *     round, not three, before the persist tier.
  * FTC_TEST_FILTER=NAME (cmocka pattern) runs only the matching tests.
  */
 #include "ftc_test.h"
@@ -1724,6 +1727,65 @@ static void test_redis_down_no_plan_read(void **state)
     teardown_env(e);
 }
 
+/* This node's replica store holds a corrupt copy (a flipped byte: its head
+ * and the commit record's checksum still match) of the shard a rank fetches
+ * or continues: that copy fails verification, the shard comes from the
+ * live peer that wrote it, for ftc_fetch and for ftc_restore_from alike. */
+static void test_corrupt_local_replica_peer(void **state)
+{
+    env_t *e = setup_env(*state, 2, "1", 1000);
+    run_all(e, "3");
+    /* rank 1's replicas live on node 0 (ring order): this node's store */
+    char prefix[128], out[PATH_MAX + 32];
+    snprintf(prefix, sizeof prefix, "ftc.%s.n0.p1.", e->job);
+    assert_true(corrupt_shm(prefix) >= 1);
+    snprintf(out, sizeof out, "%s/rank0.fetch1.out", e->jobdir);
+    pid_t p = start_rank(e, 0, 2, out, "--steps", "0", "--fetch", "1");
+    wait_rank(p, 60000);
+    assert_true(said(out, "FETCHED 1 2 OK"));
+    assert_true(agent_said(e, 0, "this node's replica store: rank 1's shard of step 2 fails "
+                                 "verification"));
+    setenv("FTC_RESTORE_RANK", "1", 1);
+    snprintf(out, sizeof out, "%s/rank0.from1.out", e->jobdir);
+    p = start_rank(e, 0, 2, out, "--restore", "--steps", "0", NULL);
+    unsetenv("FTC_RESTORE_RANK");
+    wait_rank(p, 60000);
+    assert_true(said(out, "RESTORED 2 OK"));
+    teardown_env(e);
+}
+
+/* k = 1 on 2 nodes, every commit persisted, agent.timeout_ms 1500. Node 1's
+ * agent hangs (SIGSTOP) while it still looks alive (its heartbeat kept),
+ * and node 0 loses its memory. The fetch of rank 0's shard from node 1
+ * reaches its deadline; the agent asked node 1 again, two more rounds of a
+ * full agent.timeout_ms each (with the default 30 s, past the rank's own
+ * 60 s call deadline: the restore failed although the persist tier has
+ * the step). A holder that timed out is not asked again: the persist tier
+ * at once. */
+static void test_restore_hung_peer_persist(void **state)
+{
+    env_t *e = prepare_env(*state, 2, "1", 1, NULL);
+    snprintf(e->timeout_ms, sizeof e->timeout_ms, "1500");
+    for (int i = 0; i < 2; i++)
+        start_agent(e, i);
+    run_all(e, "3");
+    wait_persisted(e, 0, 2);
+    assert_int_equal(kill(e->agent[1], SIGSTOP), 0);
+    ftc_ctl_t *c = redis_fixture_ctl(e->f, e->job);
+    uint64_t gen = 0;
+    uint32_t world = 0;
+    assert_int_equal(ftc_ctl_generation(c, &gen, &world), 0);
+    ftc_ctl_heartbeat_t hb = {.generation = gen, .step = -1, .wall_ms = ftc_wall_ms()};
+    assert_int_equal(ftc_ctl_heartbeat(c, "node1", &hb, 120000), 0);
+    ftc_ctl_destroy(c);
+    lose_and_replace(e, (int[]){0}, 1);
+    restore_rank(e, 0, "RESTORED 2 OK");
+    assert_true(agent_said(e, 0, "restored step 2 from the persist tier"));
+    assert_false(agent_said(e, 0, "trying the peers again"));
+    assert_true(agent_said(e, 0, "or did not answer by the deadline (1)"));
+    teardown_env(e); /* (SIGKILL ends the stopped agent too) */
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, agent_fixture_teardown)
 
 int main(void)
@@ -1761,6 +1823,8 @@ int main(void)
         T(test_redis_down_no_plan_read),
         T(test_abort_markers_redis_down),
         T(test_redis_error_reply_not_down),
+        T(test_corrupt_local_replica_peer),
+        T(test_restore_hung_peer_persist),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -22,7 +22,9 @@
  *     verifies by its content but is another version of the step is
  *     refused and the next holder asked; with none left, an error;
  *   - and for the persist tier: a persisted version of the committed step
- *     that is not the recorded one is refused (an older one restores).
+ *     that is not the recorded one is refused (an older one restores);
+ *   - the persist tiers: the exact step in any of them (a live node's)
+ *     before an older version in another (a lost node's).
  * No wall-clock bound is asserted. FTC_TEST_FILTER=NAME (cmocka pattern) runs
  * only the matching tests.
  */
@@ -520,6 +522,96 @@ static void test_persist_checks_record(void **state)
     two_stop(&t);
 }
 
+/* rank 1's shard fetched by rank 0 at step `ask` must be step `want` (its
+ * values those ckpt wrote). */
+static void fetch_rank1(two_t *t, int64_t ask, int64_t want)
+{
+    ftc_shard_ref_t *ref = NULL;
+    if (ftc_fetch(t->c[0], 1, ask, &ref))
+        fail_msg("fetch of rank 1's step %lld: %s", (long long)ask, ftc_last_error(t->c[0]));
+    const void *data = NULL;
+    assert_int_equal(ftc_shard_tensor(ref, "w", &data, NULL, NULL), 0);
+    print_message("fetch of rank 1's step %lld: step %lld, w = %g\n", (long long)ask,
+                  (long long)ftc_shard_step(ref), (double)((const float *)data)[0]);
+    assert_int_equal(ftc_shard_step(ref), want);
+    assert_true(((const float *)data)[0] == (float)(10 + want));
+    ftc_shard_release(ref);
+}
+
+/* (6) The other nodes' persist tiers: the exact step first in every one.
+ * Three nodes, one rank each, every second commit persisted (steps 1, 3,
+ * 5, 7), no replicas; then node 2 is lost (its agent killed, its heartbeat
+ * gone) and its tier holds only rank 1's step 1 (rank 1 ran there in an
+ * earlier generation), while node 1's tier holds rank 1's persisted steps
+ * (its slots: only 5, 6, 7). A fetch of rank 1's step 3 (a re-partition at
+ * an older step) must get step 3 from node 1's tier; it got the older step
+ * 1 of the lost node's tier, taken before the live nodes' exact step. And
+ * with node 2's tier gone, a fetch of step 4 (never persisted) gets node
+ * 1's step 3; it got nothing, node 1's newest version (7) being newer.
+ * With none in any tier (step 0), the error names the other nodes' tiers
+ * it looked in (it named this node's alone). */
+static void test_other_tiers_exact_step_first(void **state)
+{
+    two_t t;
+    nodes_start(&t, *state, 3, "0", 2, "8000");
+    for (int64_t step = 0; step < 8; step++) {
+        for (int r = 0; r < 3; r++)
+            ckpt(&t, r, step);
+        both_commit(&t, step);
+    }
+    char marker[PATH_MAX + 80], dir[PATH_MAX + 32], key[200], cmd[PATH_MAX + 64];
+    snprintf(marker, sizeof marker, "%s/node1/v%020d/COMMITTED", t.e->persist, 7);
+    ftc_deadline_t d = ftc_deadline_in_ms(20000);
+    struct stat st;
+    while (stat(marker, &st) != 0) {
+        if (ftc_deadline_expired(d))
+            fail_msg("%s never appeared", marker);
+        ftc_sleep_ms(20);
+    }
+    /* node 2 lost */
+    ftc_destroy(t.c[2]);
+    t.c[2] = NULL;
+    kill_agent(t.e, 2);
+    wipe_node_shm(t.e, 2);
+    ftc_ctl_key(t.ctl, "hb:node2", key, sizeof key);
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(t.ctl), true, NULL, "DEL", key, NULL), 0);
+    /* its tier: rank 1's step 1, from node 1's tier */
+    ftc_err_t err = {0};
+    snprintf(dir, sizeof dir, "%s/node1", t.e->persist);
+    ftc_persist_t *p1 = ftc_persist_open_reader(dir, &err);
+    if (!p1)
+        fail_msg("%s", err.msg);
+    ftc_persist_loaded_t *l = NULL;
+    if (ftc_persist_load(p1, 1, &l))
+        fail_msg("%s", ftc_persist_errstr(p1));
+    assert_int_equal(l->n_shards, 1);
+    snprintf(dir, sizeof dir, "%s/node2", t.e->persist);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+    ftc_persist_options_t po = FTC_PERSIST_OPTIONS_INIT;
+    po.threads = 1;
+    ftc_persist_t *p2 = ftc_persist_open(dir, &po, &err);
+    if (!p2)
+        fail_msg("%s", err.msg);
+    const void *shards[1] = {l->shards[0]};
+    if (ftc_persist_write(p2, 1, shards, &l->sizes[0], 1))
+        fail_msg("%s", ftc_persist_errstr(p2));
+    ftc_persist_close(p2);
+    ftc_persist_loaded_free(l);
+    ftc_persist_close(p1);
+    fetch_rank1(&t, 3, 3);
+    /* no tier has step 4: the newest older one of node 1's */
+    assert_int_equal(system(cmd), 0);
+    fetch_rank1(&t, 4, 3);
+    /* step 0 persisted nowhere: the error names the tiers it looked in */
+    ftc_shard_ref_t *ref = NULL;
+    int rc = ftc_fetch(t.c[0], 1, 0, &ref);
+    print_message("fetch of rank 1's step 0: %s: %s\n", ftc_errname(rc), ftc_last_error(t.c[0]));
+    assert_int_equal(rc, FTC_ENOENT);
+    assert_non_null(strstr(ftc_last_error(t.c[0]), "none in the tiers of node(s) 1; this node's:"));
+    two_stop(&t);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, agent_fixture_teardown)
 
 int main(void)
@@ -532,6 +624,7 @@ int main(void)
         T(test_restore_checks_record),
         T(test_fetch_checks_record),
         T(test_persist_checks_record),
+        T(test_other_tiers_exact_step_first),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

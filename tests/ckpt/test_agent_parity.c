@@ -51,7 +51,11 @@
  *     commits: a rebuild in the next generation finds them after the TTL;
  *   - a member keeps the parity block of the newest committed version when
  *     the version after it is abandoned (the next block goes over the
- *     abandoned one), and a lost node's committed shard is rebuilt from it.
+ *     abandoned one), and a lost node's committed shard is rebuilt from it;
+ *   - a restore with no member alive and no live peer (the persist tier)
+ *     leaves the rank all three of its slots;
+ *   - a rank continuing a lost rank's state (FTC_RESTORE_RANK) gets that
+ *     rank's shard rebuilt from parity.
  * FTC_TEST_FILTER=NAME (cmocka pattern) runs only the matching tests.
  */
 #include "ftc_test.h"
@@ -2095,6 +2099,76 @@ static void test_member_reports_retried(void **state)
     teardown_env(e);
 }
 
+/* xor:2 on 3 nodes, every commit persisted, checkpoint.busy=skip. Nodes 1
+ * and 2 are lost (agents killed, heartbeats gone) and node 0 loses its
+ * memory: rank 0's shard cannot be rebuilt (no member alive) nor fetched
+ * (no live peer), and comes from the persist tier. The fetch that found no
+ * peer had already marked one of the rank's slots as being written into
+ * (the landing slot) and returned without its job: that slot stayed taken
+ * for good, and the rank, whose versions cannot commit now, skipped its
+ * second checkpoint after the restore instead of its third. */
+static void test_restore_no_peer_keeps_slots(void **state)
+{
+    setenv("FTC_CHECKPOINT_BUSY", "skip", 1); /* inherited by the agents */
+    env_t *e = setup_env(*state, 3, "xor:2", 1);
+    run_all(e, "3");
+    char marker[PATH_MAX + 80];
+    snprintf(marker, sizeof marker, "%s/node0/v%020d/COMMITTED", e->persist, 2);
+    ftc_deadline_t d = ftc_deadline_in_ms(20000);
+    struct stat st;
+    while (stat(marker, &st) != 0) {
+        if (ftc_deadline_expired(d))
+            fail_msg("%s never appeared", marker);
+        ftc_sleep_ms(20);
+    }
+    ftc_ctl_t *c = redis_fixture_ctl(e->f, e->job);
+    for (int i = 1; i < 3; i++) {
+        lose_node(e, i);
+        char key[200], suffix[32];
+        snprintf(suffix, sizeof suffix, "hb:node%d", i);
+        ftc_ctl_key(c, suffix, key, sizeof key);
+        assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, NULL, "DEL", key, NULL), 0);
+    }
+    ftc_ctl_destroy(c);
+    lose_and_replace(e, (int[]){0}, 1);
+    unsetenv("FTC_CHECKPOINT_BUSY");
+    char out[PATH_MAX + 32];
+    snprintf(out, sizeof out, "%s/rank0.alone.out", e->jobdir);
+    pid_t p = start_rank(e, 0, 3, out, "--restore", "--steps", "6", "--no-commit");
+    wait_rank(p, 60000);
+    assert_true(said(out, "RESTORED 2 OK"));
+    assert_true(agent_said(e, 0, "restored step 2 from the persist tier"));
+    /* slots: the restored step 2, steps 3 and 4 (not committed); 5 skipped */
+    assert_true(said(out, "CHECKPOINTED 3\nCHECKPOINTED 4\nSKIPPED 5\n"));
+    teardown_env(e);
+}
+
+/* xor:2 on 3 nodes, nothing persisted: node 2 is lost (agent killed,
+ * memory wiped, heartbeat gone) and rank 0 continues rank 2's state
+ * (FTC_RESTORE_RANK=2, as after a layout change): rank 2's shard is
+ * rebuilt from the group's survivors. A RESTORE of another rank's shard
+ * skipped the rebuild and, with nothing persisted, failed. */
+static void test_restore_from_lost_rank_rebuilt(void **state)
+{
+    env_t *e = setup_env(*state, 3, "xor:2", 1000);
+    run_all(e, "3");
+    lose_node(e, 2);
+    ftc_ctl_t *c = redis_fixture_ctl(e->f, e->job);
+    char key[200];
+    ftc_ctl_key(c, "hb:node2", key, sizeof key);
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, NULL, "DEL", key, NULL), 0);
+    ftc_ctl_destroy(c);
+    char out[PATH_MAX + 32];
+    snprintf(out, sizeof out, "%s/rank0.from2.out", e->jobdir);
+    setenv("FTC_RESTORE_RANK", "2", 1);
+    pid_t p = start_rank(e, 0, 3, out, "--restore", "--steps", "0", NULL);
+    unsetenv("FTC_RESTORE_RANK");
+    wait_rank(p, 60000);
+    assert_true(said(out, "RESTORED 2 OK"));
+    assert_true(agent_said(e, 0, "rebuilt from parity"));
+    teardown_env(e);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, agent_fixture_teardown)
 
 int main(void)
@@ -2135,6 +2209,8 @@ int main(void)
         T(test_plan_renewed_replicas),
         T(test_moved_rank_own_third_slot),
         T(test_member_reports_retried),
+        T(test_restore_no_peer_keeps_slots),
+        T(test_restore_from_lost_rank_rebuilt),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
