@@ -1922,10 +1922,10 @@ static long long key_pttl(env_t *e, const char *suffix)
  * renewed, so after a generation of more than a day they were gone when
  * generation 2 needed them: the moved rank's rebuild failed (the layout read
  * as "no plan", node-major, and no groups) and with nothing in the persist
- * tier its restore failed. Here they are seeded with a 12 s TTL (a day,
- * shortened); generation 1 commits, and both keys' TTL is back to ~24 h (the
- * agents renewed them as it committed: the test used to wait the 12 s out
- * instead, 12 s of CI per suite); node 1 is lost and generation 2 (xor:2 on
+ * tier its restore failed. Here they are seeded with a 120 s TTL (a day,
+ * shortened; 12 s ran out under load before the first commit); generation 1
+ * commits, and both keys' TTL is back to ~24 h (the agents renewed them as it
+ * committed: the test used to wait the TTL out instead); node 1 is lost and generation 2 (xor:2 on
  * 4 nodes, one group, world 2: nodes 2 and 3 idle) moves rank 1 to node 3,
  * which rebuilds it from the group's parity. */
 static void test_generation_keys_renewed(void **state)
@@ -1934,8 +1934,8 @@ static void test_generation_keys_renewed(void **state)
     seed(e, "HSET", "gen", "gen", "1", "world", "2", "epoch", "0");
     seed(e, "HSET", "plan:1", "members", "node0 node1 node2 node3", "ranks", "0:0 1:0",
          "world", "2");
-    seed(e, "PEXPIRE", "plan:1", "12000", NULL, NULL, NULL, NULL, NULL);
-    seed(e, "SET", "pargroups:1", "xor:2 4 index 0,1,2,3", "PX", "12000", NULL, NULL, NULL);
+    seed(e, "PEXPIRE", "plan:1", "120000", NULL, NULL, NULL, NULL, NULL);
+    seed(e, "SET", "pargroups:1", "xor:2 4 index 0,1,2,3", "PX", "120000", NULL, NULL, NULL);
     for (int i = 0; i < e->nodes; i++)
         start_agent(e, i);
     static const int on1[2] = {0, 1}, on2[2] = {0, 3}, lost[1] = {1};
@@ -1950,8 +1950,8 @@ static void test_generation_keys_renewed(void **state)
         assert_true(said(out[r], "COMMITTED 2"));
     }
     assert_true(agent_said(e, 0, "parity groups adopted from"));
-    assert_true(key_pttl(e, "plan:1") > 12000);
-    assert_true(key_pttl(e, "pargroups:1") > 12000);
+    assert_true(key_pttl(e, "plan:1") > 120000);
+    assert_true(key_pttl(e, "pargroups:1") > 120000);
     bool gone[MAXN] = {false};
     next_gen(e, 2, 2, gone, lost, 1, "node0 node2 node3", "0:0 2:0", on2, "0");
     char rout[PATH_MAX + 48];
@@ -1965,13 +1965,13 @@ static void test_generation_keys_renewed(void **state)
  * generation from the committed generation's plan (ranks stay where their
  * shards are; the trainer learns the previous world), and a generation that
  * ran past a day left none (replica mode renewed nothing). Generation 1's
- * plan seeded with a 12 s TTL; after a commit it is back to ~24 h. */
+ * plan seeded with a 120 s TTL; after a commit it is back to ~24 h. */
 static void test_plan_renewed_replicas(void **state)
 {
     env_t *e = prepare_env(*state, 2, "1", 1000, NULL);
     seed(e, "HSET", "gen", "gen", "1", "world", "2", "epoch", "0");
     seed(e, "HSET", "plan:1", "members", "node0 node1", "ranks", "0:0 1:0", "world", "2");
-    seed(e, "PEXPIRE", "plan:1", "12000", NULL, NULL, NULL, NULL, NULL);
+    seed(e, "PEXPIRE", "plan:1", "120000", NULL, NULL, NULL, NULL, NULL);
     for (int i = 0; i < e->nodes; i++)
         start_agent(e, i);
     pid_t p[2];
@@ -1984,7 +1984,7 @@ static void test_plan_renewed_replicas(void **state)
         wait_rank(p[r], 60000);
         assert_true(said(out[r], "COMMITTED 1"));
     }
-    assert_true(key_pttl(e, "plan:1") > 12000);
+    assert_true(key_pttl(e, "plan:1") > 120000);
     teardown_env(e);
 }
 
