@@ -802,6 +802,16 @@ static void ftc__on_hello(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
                          a->generation, a->world);
         return;
     }
+    /* one connection is one rank: welcomed as a second rank, both shared
+     * this fd, and its close left the other "connected" on a closed fd
+     * (polled, read and closed again once the number was reused) */
+    const ftc__rank_t *mine = ftc__rank_of_fd(a, fd);
+    if (mine && mine->rank != m->rank) {
+        ftc__reply_error(fd, m->seq, FTC_EPROTO, "HELLO as rank %u on the connection of rank %u "
+                         "(pid %d): one connection per rank; another rank needs a context of "
+                         "its own (ftc_create)", m->rank, mine->rank, mine->hello.pid);
+        return;
+    }
     ftc__rank_t *r = NULL, *free_r = NULL;
     for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++) {
         if (a->ranks[i].used && a->ranks[i].rank == m->rank)

@@ -5,7 +5,8 @@
  * Data never travels here: it is in the shm slots both sides map.
  *
  *   rank                          agent
- *   HELLO (job, rank, layout) ->
+ *   HELLO (job, rank, layout) ->  one rank per connection (a HELLO as another
+ *                                 rank on it: ERROR, FTC_EPROTO)
  *                             <- WELCOME (generation)
  *   SLOTS (size)              ->  creates / reuses three slots of size bytes
  *                             <- SLOTS_OK (names)
