@@ -88,6 +88,19 @@ void ftc_interrupt(ftc_ctx_t *c)
         atomic_store(&c->interrupted, 1);
 }
 
+/* rc of a send or a receive on the agent connection of a connected context
+ * (not its HELLO, which ftc_create words): when the connection broke
+ * (FTC_EIO: the agent exited or was killed), e says so, naming the socket
+ * and what to do, not only "Broken pipe" or "connection closed". */
+static int ftc__gone(const ftc_ctx_t *c, ftc_err_t *e, int rc)
+{
+    if (rc == FTC_EIO && c->snap)
+        ftc_err_wrap(e, "the agent at %s is gone (it exited or was killed: see its log); this "
+                     "context is of no further use: ftc_destroy it, and ftc_create another once "
+                     "`ftc agent` runs again", c->sock);
+    return rc;
+}
+
 /* Waits until the agent connection is readable, in 50 ms slices so that
  * ftc_interrupt (from a signal handler or another thread) ends the wait. */
 static int ftc__wait_readable(ftc_ctx_t *c, ftc_deadline_t d)
@@ -104,7 +117,8 @@ static int ftc__wait_readable(ftc_ctx_t *c, ftc_deadline_t d)
         if (r > 0)
             return 0;
         if (r < 0 && errno != EINTR)
-            return ftc_err_errno(&c->err, errno, "poll on the agent socket");
+            return ftc__gone(c, &c->err, ftc_err_errno(&c->err, errno, "poll on the agent "
+                                                       "socket"));
     }
 }
 
@@ -209,7 +223,7 @@ static int ftc__call(ftc_ctx_t *c, ftc_ap_msg_t *req, int want, ftc_ap_msg_t *re
     req->seq = ++c->seq;
     int rc = ftc_ap_send(c->fd, req, c->o.timeout_ms, &c->err);
     if (rc)
-        return rc;
+        return ftc__gone(c, &c->err, rc);
     ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)c->o.timeout_ms);
     for (;;) {
         int ms = ftc_deadline_remaining_ms(d);
@@ -225,7 +239,7 @@ static int ftc__call(ftc_ctx_t *c, ftc_ap_msg_t *req, int want, ftc_ap_msg_t *re
                          ftc_deadline_remaining_ms(d) > 0 ? ftc_deadline_remaining_ms(d) : 1,
                          &c->err);
         if (rc)
-            return rc;
+            return ftc__gone(c, &c->err, rc);
         if (ftc__by_the_way(c, rep, req->seq, true))
             continue;
         if (rep->seq != req->seq)
@@ -295,6 +309,7 @@ static void *ftc__notifier(void *arg)
             m.step = step;
             int ms = ftc_deadline_remaining_ms(sd);
             rc = ftc_ap_send(c->fd, &m, ms > 0 ? ms : 0, &err); /* spent: one try */
+            ftc__gone(c, &err, rc);
         }
         pthread_mutex_lock(&c->mu);
         if (rc) {
@@ -764,11 +779,12 @@ int ftc_ckpt_status(ftc_ctx_t *c, ftc_ckpt_status_t *st)
         if (poll(&p, 1, 0) <= 0)
             break;
         if (p.revents & (POLLHUP | POLLERR) && !(p.revents & POLLIN)) {
-            rc = ftc_err_set(&c->err, FTC_EIO, "the agent closed the connection");
+            rc = ftc__gone(c, &c->err, ftc_err_set(&c->err, FTC_EIO, "the agent closed the "
+                                                   "connection"));
             break;
         }
         ftc_ap_msg_t m;
-        if ((rc = ftc_ap_recv(c->fd, &m, 1000, &c->err)) != 0)
+        if ((rc = ftc__gone(c, &c->err, ftc_ap_recv(c->fd, &m, 1000, &c->err))) != 0)
             break;
         if (!ftc__by_the_way(c, &m, 0, false)) {
             rc = ftc_err_set(&c->err, FTC_EPROTO, "the agent sent type %u unasked", m.type);
@@ -873,7 +889,7 @@ int ftc_wait_committed(ftc_ctx_t *c, int64_t step)
         ftc_ap_msg_t rep;
         rc = ftc__wait_readable(c, d);
         if (rc == 0)
-            rc = ftc_ap_recv(c->fd, &rep, ms, &c->err);
+            rc = ftc__gone(c, &c->err, ftc_ap_recv(c->fd, &rep, ms, &c->err));
         if (rc == FTC_ETIMEDOUT)
             continue;
         if (rc)

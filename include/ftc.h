@@ -113,7 +113,11 @@ ftc_dtype_t ftc_dtype_parse(const char *s);
  * A rank's handle on its node's agent: the agent owns the shared-memory slots
  * (so they survive this process), replicates them to peers, commits and
  * persists them. One context per rank process. A context is used by one
- * thread at a time (the trainer's); it runs one helper thread of its own. */
+ * thread at a time (the trainer's); it runs one helper thread of its own.
+ * A call that finds its agent gone (the agent exited or was killed: the
+ * connection broke) returns FTC_EIO, its message naming the agent's socket:
+ * the context is then only fit for ftc_destroy (a restarted agent is a new
+ * connection: ftc_create another). */
 
 #define FTC_HOST (-1) /* device of a host tensor; CUDA device ids are >= 0 */
 
@@ -238,7 +242,8 @@ int ftc_wait_snapshot(ftc_ctx_t *ctx);
  * whether an earlier call reported that failure or this one does;
  * FTC_ETIMEDOUT after the context's timeout_ms (no rank checkpointed it, or
  * its replication is still going); FTC_ECANCELED after ftc_interrupt; a
- * socket error (FTC_EIO, FTC_EPROTO) when the agent is gone; the error of a
+ * socket error (FTC_EIO, its message naming the agent's socket: see above;
+ * FTC_EPROTO) when the agent is gone; the error of a
  * failed snapshot of an earlier step that no call reported yet (reported
  * here, once); FTC_EINVAL on a NULL or unconnected context. The context's
  * thread only. */

@@ -43,7 +43,9 @@
  *     with SIGSTOP for longer, then SIGCONT) is dropped, not taken as the
  *     answer to the next request: the next ftc_fetch gets its own step's
  *     shard, a checkpoint after it its BEGIN_OK, and the dropped FETCH_OK's
- *     shm copy is not left in /dev/shm.
+ *     shm copy is not left in /dev/shm;
+ *   - the agent killed under a connected context: each call that talks to
+ *     it says that the agent at its socket is gone and what to do.
  */
 #include "ftc_test.h"
 
@@ -886,6 +888,44 @@ static void test_destroy_leaves_a_hung_copy(void **state)
     teardown_env(e);
 }
 
+/* Whether the last error says the agent at sock is gone and what to do. */
+static void says_agent_gone(ftc_ctx_t *c, const char *call, int rc, const char *sock)
+{
+    print_message("%s: %s (%s)\n", call, ftc_errname(rc), ftc_last_error(c));
+    assert_true(rc < 0);
+    assert_non_null(strstr(ftc_last_error(c), sock));
+    assert_non_null(strstr(ftc_last_error(c), "is gone"));
+    assert_non_null(strstr(ftc_last_error(c), "ftc_destroy"));
+}
+
+/* The agent killed under a connected context: each call that talks to it
+ * says that the agent at its socket is gone and what to do (destroy the
+ * context, create another once the agent runs again), not only "agent
+ * socket send: Broken pipe" or "connection closed by the other side". */
+static void test_agent_gone_says_so(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 1000);
+    char sock[PATH_MAX + 32];
+    ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
+    o.timeout_ms = 5000;
+    ftc_ctx_t *c = NULL;
+    assert_int_equal(ftc_create(&o, &c), 0);
+    static float w[4096];
+    int64_t shape[1] = {4096};
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    assert_int_equal(ckpt_step(c, w, 4096, 0), 0);
+    commits(c, 0);
+    kill_agent(e, 0);
+    says_agent_gone(c, "ftc_wait_committed", ftc_wait_committed(c, 1), sock);
+    ftc_ckpt_status_t st = {.struct_size = sizeof st};
+    says_agent_gone(c, "ftc_ckpt_status", ftc_ckpt_status(c, &st), sock);
+    says_agent_gone(c, "ftc_checkpoint", ftc_checkpoint(c, 1, NULL, 0), sock);
+    int64_t step = -1;
+    says_agent_gone(c, "ftc_restore", ftc_restore(c, &step, NULL, NULL), sock);
+    ftc_destroy(c);
+    teardown_env(e);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, agent_fixture_teardown)
 
 int main(void)
@@ -905,6 +945,7 @@ int main(void)
         T(test_given_up_snapshot_not_reported_again),
         T(test_destroy_has_one_deadline),
         T(test_destroy_leaves_a_hung_copy), /* each waits for its left-behind copy to end */
+        T(test_agent_gone_says_so),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
