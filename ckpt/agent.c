@@ -820,7 +820,10 @@ static void ftc__on_hello(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
             free_r = &a->ranks[i];
     }
     if (r && r->fd >= 0 && r->fd != fd) {
-        ftc__reply_error(fd, m->seq, FTC_EEXIST, "rank %u is already connected (pid %d)", m->rank,
+        ftc__reply_error(fd, m->seq, FTC_EEXIST, "rank %u is already connected (pid %d, whose "
+                         "context is not destroyed yet): one context per rank; check this "
+                         "process's FTC_RANK (or RANK), or end pid %d first (a process it "
+                         "forked may still hold its connection)", m->rank, r->hello.pid,
                          r->hello.pid);
         return;
     }

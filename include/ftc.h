@@ -155,7 +155,8 @@ typedef struct ftc_ctx ftc_ctx_t;
  * but is no whole decimal number in its range (" 2", "1x", "-1"): the
  * message names the variable, its value and the range, and no agent is
  * asked (unset or empty: the default); FTC_ENOMEM; an agent that refuses
- * the HELLO: its code. *ctx is set even on failure (for ftc_last_error) and must be
+ * the HELLO: its code (FTC_EEXIST: another context of this rank is connected,
+ * the message naming its pid). *ctx is set even on failure (for ftc_last_error) and must be
  * freed with ftc_destroy; every other call on it returns FTC_EINVAL ("not
  * connected"). Thread-safe (each call makes its own context). */
 int ftc_create(const ftc_options_t *opts, ftc_ctx_t **ctx);

@@ -46,6 +46,8 @@
  *     shm copy is not left in /dev/shm;
  *   - the agent killed under a connected context: each call that talks to
  *     it says that the agent at its socket is gone and what to do.
+ *   - a second context of a connected rank: FTC_EEXIST naming the pid that
+ *     holds the rank and what to check; the first one goes on.
  */
 #include "ftc_test.h"
 
@@ -926,6 +928,37 @@ static void test_agent_gone_says_so(void **state)
     teardown_env(e);
 }
 
+/* A second context of a rank whose first is connected: FTC_EEXIST, the
+ * message naming the pid that holds the rank and what to do (it said only
+ * "rank 0 is already connected"); the first context is not disturbed, and
+ * once it is destroyed the rank connects again. */
+static void test_rank_connected_twice(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 1000);
+    char sock[PATH_MAX + 32];
+    ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
+    o.timeout_ms = 5000;
+    ftc_ctx_t *c = NULL, *c2 = NULL;
+    assert_int_equal(ftc_create(&o, &c), 0);
+    assert_int_equal(ftc_create(&o, &c2), FTC_EEXIST);
+    print_message("%s\n", ftc_last_error(c2));
+    char pid[32];
+    snprintf(pid, sizeof pid, "pid %d", (int)getpid());
+    assert_non_null(strstr(ftc_last_error(c2), pid));
+    assert_non_null(strstr(ftc_last_error(c2), "FTC_RANK"));
+    ftc_destroy(c2);
+    static float w[4096];
+    int64_t shape[1] = {4096};
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    assert_int_equal(ckpt_step(c, w, 4096, 0), 0);
+    commits(c, 0);
+    ftc_destroy(c);
+    c = NULL;
+    assert_int_equal(ftc_create(&o, &c), 0);
+    ftc_destroy(c);
+    teardown_env(e);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, agent_fixture_teardown)
 
 int main(void)
@@ -946,6 +979,7 @@ int main(void)
         T(test_destroy_has_one_deadline),
         T(test_destroy_leaves_a_hung_copy), /* each waits for its left-behind copy to end */
         T(test_agent_gone_says_so),
+        T(test_rank_connected_twice),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
