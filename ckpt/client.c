@@ -101,9 +101,10 @@ static int ftc__gone(const ftc_ctx_t *c, ftc_err_t *e, int rc)
     return rc;
 }
 
-/* Waits until the agent connection is readable, in 50 ms slices so that
- * ftc_interrupt (from a signal handler or another thread) ends the wait. */
-static int ftc__wait_readable(ftc_ctx_t *c, ftc_deadline_t d)
+/* Waits until the agent connection is ready for ev (POLLIN, POLLOUT), in
+ * 50 ms slices so that ftc_interrupt (from a signal handler or another
+ * thread) ends the wait. FTC_ETIMEDOUT (no message) at d. */
+static int ftc__wait_ready(ftc_ctx_t *c, ftc_deadline_t d, short ev)
 {
     for (;;) {
         if (atomic_load(&c->interrupted))
@@ -112,7 +113,7 @@ static int ftc__wait_readable(ftc_ctx_t *c, ftc_deadline_t d)
         int ms = ftc_deadline_remaining_ms(d);
         if (ms <= 0)
             return FTC_ETIMEDOUT;
-        struct pollfd p = {c->fd, POLLIN, 0};
+        struct pollfd p = {c->fd, ev, 0};
         int r = poll(&p, 1, ms < 50 ? ms : 50);
         if (r > 0)
             return 0;
@@ -120,6 +121,11 @@ static int ftc__wait_readable(ftc_ctx_t *c, ftc_deadline_t d)
             return ftc__gone(c, &c->err, ftc_err_errno(&c->err, errno, "poll on the agent "
                                                        "socket"));
     }
+}
+
+static int ftc__wait_readable(ftc_ctx_t *c, ftc_deadline_t d)
+{
+    return ftc__wait_ready(c, d, POLLIN);
 }
 
 /* Records a step that will not commit (a NOT_COMMITTED notice, a snapshot
@@ -221,10 +227,20 @@ static int ftc__call(ftc_ctx_t *c, ftc_ap_msg_t *req, int want, ftc_ap_msg_t *re
         return ftc_err_set(&c->err, FTC_ECANCELED, "interrupted (ftc_interrupt): this context "
                            "asks the agent for nothing more; destroy it");
     req->seq = ++c->seq;
-    int rc = ftc_ap_send(c->fd, req, c->o.timeout_ms, &c->err);
+    /* a socket the agent reads nothing from (stopped, overloaded) is full:
+     * the send waits, interruptibly like the answer's wait */
+    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)c->o.timeout_ms);
+    int rc = ftc__wait_ready(c, d, POLLOUT);
+    if (rc == FTC_ETIMEDOUT)
+        return ftc_err_set(&c->err, rc, "the agent at %s has read none of this rank's requests "
+                           "for %d ms (is it stopped or overloaded?)", c->sock,
+                           c->o.timeout_ms);
+    if (rc)
+        return rc;
+    rc = ftc_ap_send(c->fd, req, 0, &c->err); /* (writable: no wait) */
     if (rc)
         return ftc__gone(c, &c->err, rc);
-    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)c->o.timeout_ms);
+    d = ftc_deadline_in_ms((uint64_t)c->o.timeout_ms);
     for (;;) {
         int ms = ftc_deadline_remaining_ms(d);
         if (ms <= 0)

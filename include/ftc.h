@@ -250,7 +250,8 @@ int ftc_wait_snapshot(ftc_ctx_t *ctx);
  * thread only. */
 int ftc_wait_committed(ftc_ctx_t *ctx, int64_t step);
 /* Makes every wait of ctx for its agent (ftc_checkpoint waiting for a free
- * slot, ftc_restore, ftc_fetch, ftc_wait_committed) end within ~50 ms with
+ * slot, ftc_restore, ftc_fetch, ftc_wait_committed, a request waiting for
+ * room on the agent's socket) end within ~50 ms with
  * FTC_ECANCELED, now and from then on: the context is then only fit for
  * ftc_destroy (a call after it, ftc_report included, returns FTC_ECANCELED
  * without sending the agent anything). Async-signal-safe (an atomic store) and callable from any
