@@ -306,8 +306,9 @@ int ftc_ckpt_status(ftc_ctx_t *ctx, ftc_ckpt_status_t *st);
  * step), with this context's rank. The reference trainer's numerical guard
  * reports kind "nan" (a non-finite loss or gradient) and "loss_spike", value
  * the loss, and a detail that names the action ("rollback to step 40, batch
- * 42 skipped"). kind: 1..23 characters of [a-z0-9_]; detail: up to 300 bytes
- * (longer is cut). Returns once the agent has queued the event (it reaches
+ * 42 skipped"). kind: 1..23 characters of [a-z0-9_]; detail: the event's
+ * detail is "loss VALUE; " then detail, 255 bytes in all (about 240 of
+ * detail; longer is cut). Returns once the agent has queued the event (it reaches
  * Redis shortly after, or when Redis is back). FTC_EINVAL on a bad kind;
  * FTC_ECANCELED after ftc_interrupt (nothing recorded). */
 int ftc_report(ftc_ctx_t *ctx, const char *kind, int64_t step, double value, const char *detail);
