@@ -2002,6 +2002,17 @@ int ftc_agent_run(ftc_agent_t *a, volatile sig_atomic_t *stop)
                         if (a->clients[i] < 0)
                             slot = i;
                     if (slot < 0) {
+                        /* said, to it and in the log: it was closed silently,
+                         * and its libftc blamed another ftc build */
+                        FTC_WARN("agent", "a connection refused: %d connections that said no "
+                                 "HELLO are open (at most %d; a process that connects and "
+                                 "says nothing holds one)", FTC_AGENT_MAX_CLIENTS,
+                                 FTC_AGENT_MAX_CLIENTS);
+                        ftc__reply_error(fd, 0, FTC_EAGAIN, "this agent has %d connections "
+                                         "open that said no HELLO (at most %d): a process "
+                                         "that connects to its socket and says nothing holds "
+                                         "them; retry once they close", FTC_AGENT_MAX_CLIENTS,
+                                         FTC_AGENT_MAX_CLIENTS);
                         close(fd);
                     } else {
                         a->clients[slot] = fd;

@@ -256,6 +256,9 @@ static int ftc__call(ftc_ctx_t *c, ftc_ap_msg_t *req, int want, ftc_ap_msg_t *re
                          &c->err);
         if (rc)
             return ftc__gone(c, &c->err, rc);
+        if (rep->type == FTC_AP_ERROR && rep->seq == 0) /* the connection's, not a request's */
+            return ftc_err_set(&c->err, rep->status < 0 ? rep->status : FTC_EIO, "agent at %s: "
+                               "%s", c->sock, rep->text);
         if (ftc__by_the_way(c, rep, req->seq, true))
             continue;
         if (rep->seq != req->seq)
@@ -532,6 +535,18 @@ int ftc_create(const ftc_options_t *opts, ftc_ctx_t **out)
     m.dp_rank = c->dp_rank, m.tp_rank = c->tp_rank, m.pp_rank = c->pp_rank;
     m.pid = (int32_t)getpid();
     int rc = ftc__call(c, &m, FTC_AP_WELCOME, &rep);
+    /* an agent that refuses the connection itself (seq 0: full, another
+     * protocol version) says why before it closes it: read after the reset
+     * that its close leaves (it did not read the HELLO) */
+    for (int k = 0; rc == FTC_EIO && k < 4; k++) {
+        ftc_err_t e = {0};
+        int qrc = ftc_ap_recv(c->fd, &rep, 0, &e);
+        if (qrc == 0 && rep.type == FTC_AP_ERROR && rep.seq == 0)
+            return ftc_err_set(&c->err, rep.status < 0 ? rep.status : FTC_EIO, "agent at %s: "
+                               "%s", c->sock, rep.text);
+        if (qrc != FTC_EIO)
+            break;
+    }
     if (rc == FTC_EIO)
         /* an agent of another protocol version closes the connection at
          * once, its log naming both versions (a newer one answers ERROR) */

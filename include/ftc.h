@@ -156,7 +156,9 @@ typedef struct ftc_ctx ftc_ctx_t;
  * message names the variable, its value and the range, and no agent is
  * asked (unset or empty: the default); FTC_ENOMEM; an agent that refuses
  * the HELLO: its code (FTC_EEXIST: another context of this rank is connected,
- * the message naming its pid). *ctx is set even on failure (for ftc_last_error) and must be
+ * the message naming its pid; FTC_EAGAIN: the agent holds as many
+ * connections that said no HELLO as it keeps, retry once they close).
+ * *ctx is set even on failure (for ftc_last_error) and must be
  * freed with ftc_destroy; every other call on it returns FTC_EINVAL ("not
  * connected"). Thread-safe (each call makes its own context). */
 int ftc_create(const ftc_options_t *opts, ftc_ctx_t **ctx);

@@ -48,6 +48,8 @@
  *     it says that the agent at its socket is gone and what to do.
  *   - a second context of a connected rank: FTC_EEXIST naming the pid that
  *     holds the rank and what to check; the first one goes on.
+ *   - an agent full of connections that said no HELLO: ftc_create is told
+ *     so (FTC_EAGAIN), not left to guess at another ftc build.
  */
 #include "ftc_test.h"
 
@@ -55,6 +57,9 @@
 #include "ckpt/client_internal.h"
 #include "ckpt/fake_device.h"
 #include "ftc.h"
+
+#include <sys/socket.h>
+#include <sys/un.h>
 
 static void test_create_without_agent(void **state)
 {
@@ -959,6 +964,50 @@ static void test_rank_connected_twice(void **state)
     teardown_env(e);
 }
 
+/* An agent with as many connections that said no HELLO as it keeps (a
+ * process that connects and says nothing): the next rank's ftc_create is
+ * told so by the agent (FTC_EAGAIN, the message naming the limit), which
+ * logs it; it was closed without a word, and the rank's error blamed
+ * another ftc build. Once they close, the rank connects. */
+static void test_agent_full_says_so(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 1000);
+    char sock[PATH_MAX + 32];
+    ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
+    o.timeout_ms = 5000;
+    enum { N = 128 }; /* FTC_AGENT_MAX_CLIENTS */
+    static int fds[N];
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock);
+    for (int i = 0; i < N; i++) {
+        fds[i] = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        assert_true(fds[i] >= 0);
+        assert_int_equal(connect(fds[i], (struct sockaddr *)&sa, sizeof sa), 0);
+    }
+    ftc_ctx_t *c = NULL;
+    int rc = ftc_create(&o, &c);
+    print_message("ftc_create: %s (%s)\n", ftc_errname(rc), ftc_last_error(c));
+    assert_int_equal(rc, FTC_EAGAIN);
+    assert_non_null(strstr(ftc_last_error(c), "said no HELLO"));
+    ftc_destroy(c);
+    assert_true(agent_said(e, 0, "said no HELLO"));
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+    /* the agent has seen them close once it answers a rank */
+    c = NULL;
+    for (int tries = 0; tries < 100; tries++) {
+        rc = ftc_create(&o, &c);
+        if (rc != FTC_EAGAIN)
+            break;
+        ftc_destroy(c);
+        c = NULL;
+        ftc_sleep_ms(20);
+    }
+    assert_int_equal(rc, 0);
+    ftc_destroy(c);
+    teardown_env(e);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, agent_fixture_teardown)
 
 int main(void)
@@ -980,6 +1029,7 @@ int main(void)
         T(test_destroy_leaves_a_hung_copy), /* each waits for its left-behind copy to end */
         T(test_agent_gone_says_so),
         T(test_rank_connected_twice),
+        T(test_agent_full_says_so),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
