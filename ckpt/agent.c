@@ -834,6 +834,16 @@ static void ftc__on_hello(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
                          a->generation, a->world);
         return;
     }
+    /* one connection is one rank: welcomed as a second rank, both shared
+     * this fd, and its close left the other "connected" on a closed fd
+     * (polled, read and closed again once the number was reused) */
+    const ftc__rank_t *mine = ftc__rank_of_fd(a, fd);
+    if (mine && mine->rank != m->rank) {
+        ftc__reply_error(fd, m->seq, FTC_EPROTO, "HELLO as rank %u on the connection of rank %u "
+                         "(pid %d): one connection per rank; another rank needs a context of "
+                         "its own (ftc_create)", m->rank, mine->rank, mine->hello.pid);
+        return;
+    }
     ftc__rank_t *r = NULL, *free_r = NULL;
     for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++) {
         if (a->ranks[i].used && a->ranks[i].rank == m->rank)
@@ -842,7 +852,10 @@ static void ftc__on_hello(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
             free_r = &a->ranks[i];
     }
     if (r && r->fd >= 0 && r->fd != fd) {
-        ftc__reply_error(fd, m->seq, FTC_EEXIST, "rank %u is already connected (pid %d)", m->rank,
+        ftc__reply_error(fd, m->seq, FTC_EEXIST, "rank %u is already connected (pid %d, whose "
+                         "context is not destroyed yet): one context per rank; check this "
+                         "process's FTC_RANK (or RANK), or end pid %d first (a process it "
+                         "forked may still hold its connection)", m->rank, r->hello.pid,
                          r->hello.pid);
         return;
     }
@@ -859,6 +872,7 @@ static void ftc__on_hello(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
             r->slot[s].fd = -1;
     }
     r->fd = fd;
+    r->full = false;
     r->rank = m->rank;
     r->src = m->rank;
     r->hello = *m;
@@ -1571,6 +1585,7 @@ static void ftc__disconnect(ftc_agent_t *a, int fd)
             r->fetch_name[0] = 0;
         }
         r->fd = -1;
+        r->full = false;
         r->begin_waiting = false;
         r->restoring = false;
         for (int s = 0; s < NS; s++)
@@ -1620,8 +1635,48 @@ static void ftc__on_report(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m
     ftc_ap_send(r->fd, &ok_msg, 1000, &err);
 }
 
+/* The flag of fd's connection whose socket is full (ftc__rank_t.full);
+ * NULL for no connection of this loop's. */
+static bool *ftc__full_flag(ftc_agent_t *a, int fd)
+{
+    ftc__rank_t *r = ftc__rank_of_fd(a, fd);
+    if (r)
+        return &r->full;
+    for (int i = 0; i < FTC_AGENT_MAX_CLIENTS; i++)
+        if (a->clients[i] == fd)
+            return &a->clients_full[i];
+    return NULL;
+}
+
+/* Whether fd's peer reads its answers: false when the socket holds as many
+ * unread as it takes (a peer that sends requests and reads no answer; libftc
+ * reads each before its next request, its notices are a few per step). Its
+ * requests are then left unread until it reads (the loop polls it for
+ * POLLOUT): each answer that could not be sent blocked this loop, which
+ * serves every rank of the node, for a second, and was lost. A peer that
+ * hung up is read (its answers fail at once). */
+static bool ftc__reads_answers(ftc_agent_t *a, int fd)
+{
+    struct pollfd p = {fd, POLLOUT, 0};
+    if (poll(&p, 1, 0) != 0)
+        return true;
+    bool *full = ftc__full_flag(a, fd);
+    if (full && !*full) {
+        const ftc__rank_t *r = ftc__rank_of_fd(a, fd);
+        FTC_WARN("agent", "%s %u (pid %d) reads none of the answers to its requests: its "
+                 "socket is full, and its next requests are read once it reads them",
+                 r ? "rank" : "unidentified connection", r ? r->rank : (unsigned)fd,
+                 r ? r->hello.pid : 0);
+    }
+    if (full)
+        *full = true;
+    return !full; /* (no flag: a connection of no one's, read as before) */
+}
+
 static void ftc__on_message(ftc_agent_t *a, int fd)
 {
+    if (!ftc__reads_answers(a, fd))
+        return;
     ftc_ap_msg_t m;
     memset(&m, 0, sizeof m); /* (a short message leaves the rest as it was) */
     ftc_err_t err = {0};
@@ -1958,12 +2013,15 @@ int ftc_agent_run(ftc_agent_t *a, volatile sig_atomic_t *stop)
         int n = 0;
         pfd[n++] = (struct pollfd){a->listen_fd, POLLIN, 0};
         pfd[n++] = (struct pollfd){a->evfd, POLLIN, 0};
+        /* a connection whose socket is full is read again once it is not */
         for (int i = 0; i < FTC_AGENT_MAX_RANKS; i++)
             if (a->ranks[i].used && a->ranks[i].fd >= 0)
-                pfd[n++] = (struct pollfd){a->ranks[i].fd, POLLIN, 0};
+                pfd[n++] = (struct pollfd){a->ranks[i].fd,
+                                           a->ranks[i].full ? POLLOUT : POLLIN, 0};
         for (int i = 0; i < FTC_AGENT_MAX_CLIENTS; i++)
             if (a->clients[i] >= 0)
-                pfd[n++] = (struct pollfd){a->clients[i], POLLIN, 0};
+                pfd[n++] = (struct pollfd){a->clients[i],
+                                           a->clients_full[i] ? POLLOUT : POLLIN, 0};
         int pr = poll(pfd, (nfds_t)n, 20);
         if (pr < 0 && errno != EINTR)
             return ftc_err_errno(&a->err, errno, "agent poll");
@@ -1975,10 +2033,23 @@ int ftc_agent_run(ftc_agent_t *a, volatile sig_atomic_t *stop)
                     for (int i = 0; i < FTC_AGENT_MAX_CLIENTS && slot < 0; i++)
                         if (a->clients[i] < 0)
                             slot = i;
-                    if (slot < 0)
+                    if (slot < 0) {
+                        /* said, to it and in the log: it was closed silently,
+                         * and its libftc blamed another ftc build */
+                        FTC_WARN("agent", "a connection refused: %d connections that said no "
+                                 "HELLO are open (at most %d; a process that connects and "
+                                 "says nothing holds one)", FTC_AGENT_MAX_CLIENTS,
+                                 FTC_AGENT_MAX_CLIENTS);
+                        ftc__reply_error(fd, 0, FTC_EAGAIN, "this agent has %d connections "
+                                         "open that said no HELLO (at most %d): a process "
+                                         "that connects to its socket and says nothing holds "
+                                         "them; retry once they close", FTC_AGENT_MAX_CLIENTS,
+                                         FTC_AGENT_MAX_CLIENTS);
                         close(fd);
-                    else
+                    } else {
                         a->clients[slot] = fd;
+                        a->clients_full[slot] = false;
+                    }
                 }
             }
             if (pfd[1].revents & POLLIN) {
@@ -1990,9 +2061,13 @@ int ftc_agent_run(ftc_agent_t *a, volatile sig_atomic_t *stop)
                 if (rp && ftc__publish_address(a, &perr))
                     FTC_WARN("agent", "%s", perr.msg);
             }
-            for (int i = 2; i < n; i++)
+            for (int i = 2; i < n; i++) {
+                bool *full = pfd[i].events == POLLOUT ? ftc__full_flag(a, pfd[i].fd) : NULL;
+                if (full && (pfd[i].revents & POLLOUT))
+                    *full = false; /* it read: its requests are read again */
                 if (pfd[i].revents & (POLLIN | POLLHUP | POLLERR))
                     ftc__on_message(a, pfd[i].fd);
+            }
         }
         ftc__persist_collect(a);
         uint64_t now = ftc_now_ns();

@@ -120,6 +120,8 @@ typedef struct ftc__job {
 typedef struct ftc__rank {
     bool used;
     int fd;                 /* its connection, -1 when gone */
+    bool full;              /* its socket holds answers it has not read, as many as it
+                               takes: its requests are not read until it reads them */
     uint32_t rank;
     ftc_ap_msg_t hello;     /* identity and layout */
     uint64_t size;          /* bytes per slot (0 before SLOTS) */
@@ -195,6 +197,7 @@ struct ftc_agent {
     char ns[96];             /* slot namespace: JOB.n<index> */
     int listen_fd, evfd;
     int clients[FTC_AGENT_MAX_CLIENTS]; /* connected fds not yet identified, -1 */
+    bool clients_full[FTC_AGENT_MAX_CLIENTS]; /* ... whose socket is full (ftc__rank_t) */
     ftc__rank_t ranks[FTC_AGENT_MAX_RANKS];
     ftc_ctl_t *ctl;          /* control loop's Redis connection */
     ftc_detector_t *det;

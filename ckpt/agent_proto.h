@@ -5,7 +5,8 @@
  * Data never travels here: it is in the shm slots both sides map.
  *
  *   rank                          agent
- *   HELLO (job, rank, layout) ->
+ *   HELLO (job, rank, layout) ->  one rank per connection (a HELLO as another
+ *                                 rank on it: ERROR, FTC_EPROTO)
  *                             <- WELCOME (generation)
  *   SLOTS (size)              ->  creates / reuses three slots of size bytes
  *                             <- SLOTS_OK (names)
@@ -81,7 +82,9 @@
  *
  * Both sides check magic, version, type and every string's termination
  * before using a message; an invalid one closes the connection with an error
- * logged, never crashes the agent. magic, version and type keep their offsets
+ * logged, never crashes the agent. A connection that reads none of the
+ * agent's answers is not read from while its socket is full (the agent
+ * never waits for it). magic, version and type keep their offsets
  * (0, 4, 6) and the message its size in every version, so that a side of
  * another version is told which one (the agent answers a HELLO of another
  * version with an ERROR naming both; the rank says so) instead of "a message

@@ -88,9 +88,23 @@ void ftc_interrupt(ftc_ctx_t *c)
         atomic_store(&c->interrupted, 1);
 }
 
-/* Waits until the agent connection is readable, in 50 ms slices so that
- * ftc_interrupt (from a signal handler or another thread) ends the wait. */
-static int ftc__wait_readable(ftc_ctx_t *c, ftc_deadline_t d)
+/* rc of a send or a receive on the agent connection of a connected context
+ * (not its HELLO, which ftc_create words): when the connection broke
+ * (FTC_EIO: the agent exited or was killed), e says so, naming the socket
+ * and what to do, not only "Broken pipe" or "connection closed". */
+static int ftc__gone(const ftc_ctx_t *c, ftc_err_t *e, int rc)
+{
+    if (rc == FTC_EIO && c->snap)
+        ftc_err_wrap(e, "the agent at %s is gone (it exited or was killed: see its log); this "
+                     "context is of no further use: ftc_destroy it, and ftc_create another once "
+                     "`ftc agent` runs again", c->sock);
+    return rc;
+}
+
+/* Waits until the agent connection is ready for ev (POLLIN, POLLOUT), in
+ * 50 ms slices so that ftc_interrupt (from a signal handler or another
+ * thread) ends the wait. FTC_ETIMEDOUT (no message) at d. */
+static int ftc__wait_ready(ftc_ctx_t *c, ftc_deadline_t d, short ev)
 {
     for (;;) {
         if (atomic_load(&c->interrupted))
@@ -99,13 +113,19 @@ static int ftc__wait_readable(ftc_ctx_t *c, ftc_deadline_t d)
         int ms = ftc_deadline_remaining_ms(d);
         if (ms <= 0)
             return FTC_ETIMEDOUT;
-        struct pollfd p = {c->fd, POLLIN, 0};
+        struct pollfd p = {c->fd, ev, 0};
         int r = poll(&p, 1, ms < 50 ? ms : 50);
         if (r > 0)
             return 0;
         if (r < 0 && errno != EINTR)
-            return ftc_err_errno(&c->err, errno, "poll on the agent socket");
+            return ftc__gone(c, &c->err, ftc_err_errno(&c->err, errno, "poll on the agent "
+                                                       "socket"));
     }
+}
+
+static int ftc__wait_readable(ftc_ctx_t *c, ftc_deadline_t d)
+{
+    return ftc__wait_ready(c, d, POLLIN);
 }
 
 /* Records a step that will not commit (a NOT_COMMITTED notice, a snapshot
@@ -207,10 +227,20 @@ static int ftc__call(ftc_ctx_t *c, ftc_ap_msg_t *req, int want, ftc_ap_msg_t *re
         return ftc_err_set(&c->err, FTC_ECANCELED, "interrupted (ftc_interrupt): this context "
                            "asks the agent for nothing more; destroy it");
     req->seq = ++c->seq;
-    int rc = ftc_ap_send(c->fd, req, c->o.timeout_ms, &c->err);
+    /* a socket the agent reads nothing from (stopped, overloaded) is full:
+     * the send waits, interruptibly like the answer's wait */
+    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)c->o.timeout_ms);
+    int rc = ftc__wait_ready(c, d, POLLOUT);
+    if (rc == FTC_ETIMEDOUT)
+        return ftc_err_set(&c->err, rc, "the agent at %s has read none of this rank's requests "
+                           "for %d ms (is it stopped or overloaded?)", c->sock,
+                           c->o.timeout_ms);
     if (rc)
         return rc;
-    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)c->o.timeout_ms);
+    rc = ftc_ap_send(c->fd, req, 0, &c->err); /* (writable: no wait) */
+    if (rc)
+        return ftc__gone(c, &c->err, rc);
+    d = ftc_deadline_in_ms((uint64_t)c->o.timeout_ms);
     for (;;) {
         int ms = ftc_deadline_remaining_ms(d);
         if (ms <= 0)
@@ -225,7 +255,10 @@ static int ftc__call(ftc_ctx_t *c, ftc_ap_msg_t *req, int want, ftc_ap_msg_t *re
                          ftc_deadline_remaining_ms(d) > 0 ? ftc_deadline_remaining_ms(d) : 1,
                          &c->err);
         if (rc)
-            return rc;
+            return ftc__gone(c, &c->err, rc);
+        if (rep->type == FTC_AP_ERROR && rep->seq == 0) /* the connection's, not a request's */
+            return ftc_err_set(&c->err, rep->status < 0 ? rep->status : FTC_EIO, "agent at %s: "
+                               "%s", c->sock, rep->text);
         if (ftc__by_the_way(c, rep, req->seq, true))
             continue;
         if (rep->seq != req->seq)
@@ -295,6 +328,7 @@ static void *ftc__notifier(void *arg)
             m.step = step;
             int ms = ftc_deadline_remaining_ms(sd);
             rc = ftc_ap_send(c->fd, &m, ms > 0 ? ms : 0, &err); /* spent: one try */
+            ftc__gone(c, &err, rc);
         }
         pthread_mutex_lock(&c->mu);
         if (rc) {
@@ -501,6 +535,18 @@ int ftc_create(const ftc_options_t *opts, ftc_ctx_t **out)
     m.dp_rank = c->dp_rank, m.tp_rank = c->tp_rank, m.pp_rank = c->pp_rank;
     m.pid = (int32_t)getpid();
     int rc = ftc__call(c, &m, FTC_AP_WELCOME, &rep);
+    /* an agent that refuses the connection itself (seq 0: full, another
+     * protocol version) says why before it closes it: read after the reset
+     * that its close leaves (it did not read the HELLO) */
+    for (int k = 0; rc == FTC_EIO && k < 4; k++) {
+        ftc_err_t e = {0};
+        int qrc = ftc_ap_recv(c->fd, &rep, 0, &e);
+        if (qrc == 0 && rep.type == FTC_AP_ERROR && rep.seq == 0)
+            return ftc_err_set(&c->err, rep.status < 0 ? rep.status : FTC_EIO, "agent at %s: "
+                               "%s", c->sock, rep.text);
+        if (qrc != FTC_EIO)
+            break;
+    }
     if (rc == FTC_EIO)
         /* an agent of another protocol version closes the connection at
          * once, its log naming both versions (a newer one answers ERROR) */
@@ -764,11 +810,12 @@ int ftc_ckpt_status(ftc_ctx_t *c, ftc_ckpt_status_t *st)
         if (poll(&p, 1, 0) <= 0)
             break;
         if (p.revents & (POLLHUP | POLLERR) && !(p.revents & POLLIN)) {
-            rc = ftc_err_set(&c->err, FTC_EIO, "the agent closed the connection");
+            rc = ftc__gone(c, &c->err, ftc_err_set(&c->err, FTC_EIO, "the agent closed the "
+                                                   "connection"));
             break;
         }
         ftc_ap_msg_t m;
-        if ((rc = ftc_ap_recv(c->fd, &m, 1000, &c->err)) != 0)
+        if ((rc = ftc__gone(c, &c->err, ftc_ap_recv(c->fd, &m, 1000, &c->err))) != 0)
             break;
         if (!ftc__by_the_way(c, &m, 0, false)) {
             rc = ftc_err_set(&c->err, FTC_EPROTO, "the agent sent type %u unasked", m.type);
@@ -873,7 +920,7 @@ int ftc_wait_committed(ftc_ctx_t *c, int64_t step)
         ftc_ap_msg_t rep;
         rc = ftc__wait_readable(c, d);
         if (rc == 0)
-            rc = ftc_ap_recv(c->fd, &rep, ms, &c->err);
+            rc = ftc__gone(c, &c->err, ftc_ap_recv(c->fd, &rep, ms, &c->err));
         if (rc == FTC_ETIMEDOUT)
             continue;
         if (rc)

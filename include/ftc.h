@@ -113,7 +113,11 @@ ftc_dtype_t ftc_dtype_parse(const char *s);
  * A rank's handle on its node's agent: the agent owns the shared-memory slots
  * (so they survive this process), replicates them to peers, commits and
  * persists them. One context per rank process. A context is used by one
- * thread at a time (the trainer's); it runs one helper thread of its own. */
+ * thread at a time (the trainer's); it runs one helper thread of its own.
+ * A call that finds its agent gone (the agent exited or was killed: the
+ * connection broke) returns FTC_EIO, its message naming the agent's socket:
+ * the context is then only fit for ftc_destroy (a restarted agent is a new
+ * connection: ftc_create another). */
 
 #define FTC_HOST (-1) /* device of a host tensor; CUDA device ids are >= 0 */
 
@@ -151,7 +155,10 @@ typedef struct ftc_ctx ftc_ctx_t;
  * but is no whole decimal number in its range (" 2", "1x", "-1"): the
  * message names the variable, its value and the range, and no agent is
  * asked (unset or empty: the default); FTC_ENOMEM; an agent that refuses
- * the HELLO: its code. *ctx is set even on failure (for ftc_last_error) and must be
+ * the HELLO: its code (FTC_EEXIST: another context of this rank is connected,
+ * the message naming its pid; FTC_EAGAIN: the agent holds as many
+ * connections that said no HELLO as it keeps, retry once they close).
+ * *ctx is set even on failure (for ftc_last_error) and must be
  * freed with ftc_destroy; every other call on it returns FTC_EINVAL ("not
  * connected"). Thread-safe (each call makes its own context). */
 int ftc_create(const ftc_options_t *opts, ftc_ctx_t **ctx);
@@ -238,13 +245,15 @@ int ftc_wait_snapshot(ftc_ctx_t *ctx);
  * whether an earlier call reported that failure or this one does;
  * FTC_ETIMEDOUT after the context's timeout_ms (no rank checkpointed it, or
  * its replication is still going); FTC_ECANCELED after ftc_interrupt; a
- * socket error (FTC_EIO, FTC_EPROTO) when the agent is gone; the error of a
+ * socket error (FTC_EIO, its message naming the agent's socket: see above;
+ * FTC_EPROTO) when the agent is gone; the error of a
  * failed snapshot of an earlier step that no call reported yet (reported
  * here, once); FTC_EINVAL on a NULL or unconnected context. The context's
  * thread only. */
 int ftc_wait_committed(ftc_ctx_t *ctx, int64_t step);
 /* Makes every wait of ctx for its agent (ftc_checkpoint waiting for a free
- * slot, ftc_restore, ftc_fetch, ftc_wait_committed) end within ~50 ms with
+ * slot, ftc_restore, ftc_fetch, ftc_wait_committed, a request waiting for
+ * room on the agent's socket) end within ~50 ms with
  * FTC_ECANCELED, now and from then on: the context is then only fit for
  * ftc_destroy (a call after it, ftc_report included, returns FTC_ECANCELED
  * without sending the agent anything). Async-signal-safe (an atomic store) and callable from any
@@ -299,8 +308,9 @@ int ftc_ckpt_status(ftc_ctx_t *ctx, ftc_ckpt_status_t *st);
  * step), with this context's rank. The reference trainer's numerical guard
  * reports kind "nan" (a non-finite loss or gradient) and "loss_spike", value
  * the loss, and a detail that names the action ("rollback to step 40, batch
- * 42 skipped"). kind: 1..23 characters of [a-z0-9_]; detail: up to 300 bytes
- * (longer is cut). Returns once the agent has queued the event (it reaches
+ * 42 skipped"). kind: 1..23 characters of [a-z0-9_]; detail: the event's
+ * detail is "loss VALUE; " then detail, 255 bytes in all (about 240 of
+ * detail; longer is cut). Returns once the agent has queued the event (it reaches
  * Redis shortly after, or when Redis is back). FTC_EINVAL on a bad kind;
  * FTC_ECANCELED after ftc_interrupt (nothing recorded). */
 int ftc_report(ftc_ctx_t *ctx, const char *kind, int64_t step, double value, const char *detail);

@@ -44,6 +44,11 @@
  *     in a message that rank can read (same size, version where it was),
  *     then closes the connection; a rank reading a message of another
  *     version says the same (it said "a message of N bytes").
+ *   - a HELLO as a second rank on a rank's connection: refused, the
+ *     connection stays the first rank's (both shared it, fd and all).
+ *   - a rank that sends requests and reads none of the answers: its
+ *     requests wait until it reads, none is lost (each answer blocked
+ *     the agent's loop for a second, then was dropped).
  * No wall-clock bound is asserted: a lost slot shows as a BEGIN that gets no
  * answer within the test's receive deadline.
  */
@@ -801,6 +806,83 @@ static void test_restart_adopts_replicas_at_start(void **state)
     teardown_env(e);
 }
 
+/* One connection is one rank: a connection that said HELLO as rank 0 and
+ * then says HELLO as rank 1 is refused (FTC_EPROTO naming rank 0) and
+ * stays rank 0's. It was welcomed as rank 1 too: two ranks then shared one
+ * fd, whose close left rank 1 "connected" on a closed (later reused) fd,
+ * polled and read as rank 1's, and closed a second time. After it, rank 1
+ * connects as usual and rank 0's connection still works. */
+static void test_hello_as_another_rank(void **state)
+{
+    env_t *e = prepare_env(*state, 1, "0", 1000, NULL);
+    e->ranks_per_node = 2;
+    start_agent(e, 0);
+    int fd = raw_hello(e, 0, 2);
+    ftc_ap_msg_t m, rep;
+    ftc_ap_init(&m, FTC_AP_HELLO);
+    snprintf(m.job, sizeof m.job, "%s", e->job);
+    m.rank = 1, m.world = 2, m.dp = 2, m.tp = m.pp = 1, m.dp_rank = 1;
+    m.pid = (int32_t)getpid();
+    m.seq = 7;
+    assert_int_equal(raw_call(fd, &m, &rep, 5000), 0);
+    assert_int_equal(rep.type, FTC_AP_ERROR);
+    assert_int_equal(rep.status, FTC_EPROTO);
+    assert_int_equal(rep.seq, 7);
+    assert_non_null(strstr(rep.text, "rank 0"));
+    /* still rank 0's: its SLOTS is answered with rank 0's slot names */
+    rep = raw_slots(fd, 1 << 16);
+    assert_int_equal(rep.type, FTC_AP_SLOTS_OK);
+    /* rank 1 on a connection of its own, with rank 0's still open */
+    int fd1 = raw_hello(e, 1, 2);
+    close(fd1);
+    close(fd);
+    fd1 = raw_hello(e, 1, 2);
+    close(fd1);
+    assert_agent_alive(e, 0);
+    teardown_env(e);
+}
+
+/* A rank that sends requests and reads none of the answers (not libftc,
+ * which reads each answer before its next request): once its socket holds
+ * as many unread answers as it takes, the agent reads its next requests
+ * only when it has read (a warning names it), and none is lost. Each answer
+ * the agent could not send used to block its loop, which serves every rank
+ * of the node, for a second, and was then dropped: a rank that kept sending
+ * kept the agent waiting, and lost answers. */
+static void test_rank_reads_no_answers(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 1000);
+    int fd = raw_hello(e, 0, 1);
+    ftc_ap_msg_t m, rep;
+    ftc_ap_init(&m, FTC_AP_WELCOME); /* no request: each is answered with an ERROR */
+    int sent = 0;
+    for (int i = 0; i < 2000; i++) { /* ~2 s of tries, a send each time the agent read one */
+        ftc_err_t err = {0};
+        m.seq = (uint64_t)sent + 1;
+        if (ftc_ap_send(fd, &m, 0, &err) == 0)
+            sent++;
+        else
+            ftc_sleep_ms(1); /* the agent reads no more of them */
+    }
+    /* each request has its answer, in order, once the rank reads */
+    int answers = 0;
+    ftc_err_t err = {0};
+    while (answers < sent && ftc_ap_recv(fd, &rep, 5000, &err) == 0) {
+        assert_int_equal(rep.type, FTC_AP_ERROR);
+        assert_int_equal(rep.seq, (uint64_t)answers + 1);
+        answers++;
+    }
+    print_message("%d requests sent, %d answered\n", sent, answers);
+    assert_int_equal(answers, sent);
+    assert_true(agent_said(e, 0, "reads none of the answers"));
+    /* and the connection serves as before */
+    rep = raw_slots(fd, 1 << 16);
+    assert_int_equal(rep.type, FTC_AP_SLOTS_OK);
+    close(fd);
+    assert_agent_alive(e, 0);
+    teardown_env(e);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, agent_fixture_teardown)
 
 int main(void)
@@ -820,6 +902,8 @@ int main(void)
         T(test_restore_reserves_in_background),
         T(test_restart_adopts_replicas_at_start),
         T(test_other_protocol_version),
+        T(test_hello_as_another_rank),
+        T(test_rank_reads_no_answers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

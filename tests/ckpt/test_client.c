@@ -43,7 +43,13 @@
  *     with SIGSTOP for longer, then SIGCONT) is dropped, not taken as the
  *     answer to the next request: the next ftc_fetch gets its own step's
  *     shard, a checkpoint after it its BEGIN_OK, and the dropped FETCH_OK's
- *     shm copy is not left in /dev/shm.
+ *     shm copy is not left in /dev/shm;
+ *   - the agent killed under a connected context: each call that talks to
+ *     it says that the agent at its socket is gone and what to do.
+ *   - a second context of a connected rank: FTC_EEXIST naming the pid that
+ *     holds the rank and what to check; the first one goes on.
+ *   - an agent full of connections that said no HELLO: ftc_create is told
+ *     so (FTC_EAGAIN), not left to guess at another ftc build.
  */
 #include "ftc_test.h"
 
@@ -51,6 +57,9 @@
 #include "ckpt/client_internal.h"
 #include "ckpt/fake_device.h"
 #include "ftc.h"
+
+#include <sys/socket.h>
+#include <sys/un.h>
 
 static void test_create_without_agent(void **state)
 {
@@ -886,6 +895,119 @@ static void test_destroy_leaves_a_hung_copy(void **state)
     teardown_env(e);
 }
 
+/* Whether the last error says the agent at sock is gone and what to do. */
+static void says_agent_gone(ftc_ctx_t *c, const char *call, int rc, const char *sock)
+{
+    print_message("%s: %s (%s)\n", call, ftc_errname(rc), ftc_last_error(c));
+    assert_true(rc < 0);
+    assert_non_null(strstr(ftc_last_error(c), sock));
+    assert_non_null(strstr(ftc_last_error(c), "is gone"));
+    assert_non_null(strstr(ftc_last_error(c), "ftc_destroy"));
+}
+
+/* The agent killed under a connected context: each call that talks to it
+ * says that the agent at its socket is gone and what to do (destroy the
+ * context, create another once the agent runs again), not only "agent
+ * socket send: Broken pipe" or "connection closed by the other side". */
+static void test_agent_gone_says_so(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 1000);
+    char sock[PATH_MAX + 32];
+    ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
+    o.timeout_ms = 5000;
+    ftc_ctx_t *c = NULL;
+    assert_int_equal(ftc_create(&o, &c), 0);
+    static float w[4096];
+    int64_t shape[1] = {4096};
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    assert_int_equal(ckpt_step(c, w, 4096, 0), 0);
+    commits(c, 0);
+    kill_agent(e, 0);
+    says_agent_gone(c, "ftc_wait_committed", ftc_wait_committed(c, 1), sock);
+    ftc_ckpt_status_t st = {.struct_size = sizeof st};
+    says_agent_gone(c, "ftc_ckpt_status", ftc_ckpt_status(c, &st), sock);
+    says_agent_gone(c, "ftc_checkpoint", ftc_checkpoint(c, 1, NULL, 0), sock);
+    int64_t step = -1;
+    says_agent_gone(c, "ftc_restore", ftc_restore(c, &step, NULL, NULL), sock);
+    ftc_destroy(c);
+    teardown_env(e);
+}
+
+/* A second context of a rank whose first is connected: FTC_EEXIST, the
+ * message naming the pid that holds the rank and what to do (it said only
+ * "rank 0 is already connected"); the first context is not disturbed, and
+ * once it is destroyed the rank connects again. */
+static void test_rank_connected_twice(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 1000);
+    char sock[PATH_MAX + 32];
+    ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
+    o.timeout_ms = 5000;
+    ftc_ctx_t *c = NULL, *c2 = NULL;
+    assert_int_equal(ftc_create(&o, &c), 0);
+    assert_int_equal(ftc_create(&o, &c2), FTC_EEXIST);
+    print_message("%s\n", ftc_last_error(c2));
+    char pid[32];
+    snprintf(pid, sizeof pid, "pid %d", (int)getpid());
+    assert_non_null(strstr(ftc_last_error(c2), pid));
+    assert_non_null(strstr(ftc_last_error(c2), "FTC_RANK"));
+    ftc_destroy(c2);
+    static float w[4096];
+    int64_t shape[1] = {4096};
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    assert_int_equal(ckpt_step(c, w, 4096, 0), 0);
+    commits(c, 0);
+    ftc_destroy(c);
+    c = NULL;
+    assert_int_equal(ftc_create(&o, &c), 0);
+    ftc_destroy(c);
+    teardown_env(e);
+}
+
+/* An agent with as many connections that said no HELLO as it keeps (a
+ * process that connects and says nothing): the next rank's ftc_create is
+ * told so by the agent (FTC_EAGAIN, the message naming the limit), which
+ * logs it; it was closed without a word, and the rank's error blamed
+ * another ftc build. Once they close, the rank connects. */
+static void test_agent_full_says_so(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 1000);
+    char sock[PATH_MAX + 32];
+    ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
+    o.timeout_ms = 5000;
+    enum { N = 128 }; /* FTC_AGENT_MAX_CLIENTS */
+    static int fds[N];
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock);
+    for (int i = 0; i < N; i++) {
+        fds[i] = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        assert_true(fds[i] >= 0);
+        assert_int_equal(connect(fds[i], (struct sockaddr *)&sa, sizeof sa), 0);
+    }
+    ftc_ctx_t *c = NULL;
+    int rc = ftc_create(&o, &c);
+    print_message("ftc_create: %s (%s)\n", ftc_errname(rc), ftc_last_error(c));
+    assert_int_equal(rc, FTC_EAGAIN);
+    assert_non_null(strstr(ftc_last_error(c), "said no HELLO"));
+    ftc_destroy(c);
+    assert_true(agent_said(e, 0, "said no HELLO"));
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+    /* the agent has seen them close once it answers a rank */
+    c = NULL;
+    for (int tries = 0; tries < 100; tries++) {
+        rc = ftc_create(&o, &c);
+        if (rc != FTC_EAGAIN)
+            break;
+        ftc_destroy(c);
+        c = NULL;
+        ftc_sleep_ms(20);
+    }
+    assert_int_equal(rc, 0);
+    ftc_destroy(c);
+    teardown_env(e);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, agent_fixture_teardown)
 
 int main(void)
@@ -905,6 +1027,9 @@ int main(void)
         T(test_given_up_snapshot_not_reported_again),
         T(test_destroy_has_one_deadline),
         T(test_destroy_leaves_a_hung_copy), /* each waits for its left-behind copy to end */
+        T(test_agent_gone_says_so),
+        T(test_rank_connected_twice),
+        T(test_agent_full_says_so),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,14 +5,19 @@
  * thread must make ftc_checkpoint return FTC_ECANCELED instead of waiting out
  * its 60 s deadline (`ftc run --in-process` relies on it: a rank told to
  * leave its generation may be blocked on the agent). No wall-clock bound is
- * asserted: a broken interrupt shows as the deadline's FTC_ETIMEDOUT.
+ * asserted: a broken interrupt shows as the deadline's FTC_ETIMEDOUT. The
+ * same holds for a checkpoint blocked in sending its BEGIN (the frozen
+ * agent's socket full).
  */
 #include "ftc_test.h"
 
 #include "ckpt/agent_fixture.h"
+#include "ckpt/agent_proto.h"
 #include "ftc.h"
 
 #include <pthread.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 
 static void *interrupt_later(void *arg)
 {
@@ -91,6 +96,59 @@ static void test_interrupted_context_sends_nothing(void **state)
     teardown_env(e);
 }
 
+/* The descriptor of the connection of this process to the agent at sock
+ * (bound as sock.PID, then renamed). */
+static int agent_conn_fd(const char *sock)
+{
+    for (int fd = 3; fd < 4096; fd++) {
+        int type = 0;
+        socklen_t tl = sizeof type;
+        struct sockaddr_un sa;
+        socklen_t sl = sizeof sa;
+        if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) == 0 && type == SOCK_SEQPACKET &&
+            getpeername(fd, (struct sockaddr *)&sa, &sl) == 0 &&
+            !strncmp(sa.sun_path, sock, strlen(sock)))
+            return fd;
+    }
+    return -1;
+}
+
+/* A frozen agent whose socket is full (the rank's earlier requests, unread):
+ * a checkpoint blocked in sending its BEGIN ends at ftc_interrupt too. The
+ * send waited out timeout_ms whatever ftc_interrupt said (FTC_ETIMEDOUT). */
+static void test_interrupt_blocked_send(void **state)
+{
+    env_t *e = setup_env(*state, 1, "0", 1000);
+    char sock[PATH_MAX + 32];
+    ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
+    o.timeout_ms = 5000;
+    ftc_ctx_t *c = NULL;
+    assert_int_equal(ftc_create(&o, &c), 0);
+    int64_t shape[1] = {4096};
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, g_w, FTC_HOST), 0);
+    assert_int_equal(ftc_checkpoint(c, 0, NULL, 0), 0);
+    assert_int_equal(ftc_wait_committed(c, 0), 0);
+    kill(e->agent[0], SIGSTOP);
+    /* what a rank that timed out on request after request leaves there (each
+     * of these closes the connection once the agent reads it again) */
+    int fd = agent_conn_fd(sock);
+    assert_true(fd >= 0);
+    static char junk[sizeof(ftc_ap_msg_t)];
+    int queued = 0;
+    while (send(fd, junk, sizeof junk, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)sizeof junk)
+        queued++;
+    print_message("%d messages queued\n", queued);
+    pthread_t tid;
+    assert_int_equal(pthread_create(&tid, NULL, interrupt_later, c), 0);
+    int rc = ftc_checkpoint(c, 1, NULL, 0);
+    pthread_join(tid, NULL);
+    print_message("ftc_checkpoint: %s (%s)\n", ftc_errname(rc), ftc_last_error(c));
+    assert_int_equal(rc, FTC_ECANCELED);
+    kill(e->agent[0], SIGCONT);
+    ftc_destroy(c);
+    teardown_env(e);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, agent_fixture_teardown)
 
 int main(void)
@@ -99,6 +157,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         T(test_interrupt_blocked_checkpoint),
         T(test_interrupted_context_sends_nothing),
+        T(test_interrupt_blocked_send),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
