@@ -239,8 +239,8 @@ static int ftc__persist_load_at_most(ftc_persist_t *p, uint64_t want, ftc_persis
             snprintf(why, cap, "%s", ftc_persist_errstr(p));
     }
     if (rc && !tried)
-        snprintf(why, cap, "no persisted version at or before step %" PRIu64 " (%d version(s), "
-                 "all newer or unfinished)", want, n);
+        snprintf(why, cap, "no persisted version before step %" PRIu64 " (%d version(s), "
+                 "none older and committed)", want, n);
     free(v);
     return rc;
 }

@@ -332,8 +332,9 @@ int ftc_restore_from(ftc_ctx_t *ctx, int src_rank, int64_t *step, void *meta,
 typedef struct ftc_shard_ref ftc_shard_ref_t;
 
 /* Fetches rank src_rank's shard of committed step `step` (-1: the newest
- * committed) wherever it is (this node, a peer, parity, persist tier), every
- * byte checksum-verified (I1). FTC_ENOENT when no copy exists (the message
+ * committed) wherever it is (this node, a peer, the persist tier), every
+ * byte checksum-verified (I1). Under parity redundancy a lost node's shard
+ * is not rebuilt for a fetch (ftc_restore_from rebuilds it). FTC_ENOENT when no copy exists (the message
  * names where the agent looked) or when the step was never committed
  * (skipped or abandoned: the message names the newest committed step before
  * it), FTC_EREDIS when whether an older step was committed cannot be read
