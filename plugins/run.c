@@ -1907,16 +1907,11 @@ static bool ftc__fabric_current(ftc__sup_t *s, int *missing)
     return all;
 }
 
-static bool ftc__node_key_exists(ftc__sup_t *s, const char *node, bool sup_too);
+static bool ftc__hb_exists(ftc__sup_t *s, const char *node);
 
-/* Whether a member of generation gen's plan heartbeats, or its supervisor
- * holds its lease: the job is running (true too when the plan cannot be
- * read: then it may be). The lease counts too: between a round's close and
- * its agents' start (seconds on a loaded node) no member heartbeats, and a
- * returning node took the generation for dead, joining at once instead of
- * at a checkpoint boundary. False for a job whose every node is gone, e.g.
- * a whole job started again on its Redis (its leases expire as its
- * heartbeats do). */
+/* Whether a member of generation gen's plan heartbeats: the job is running
+ * (true too when the plan cannot be read: then it may be). False for a job
+ * whose every node is gone, e.g. a whole job started again on its Redis. */
 static bool ftc__gen_running(ftc__sup_t *s, uint64_t gen)
 {
     char *members = NULL, *ranks = NULL;
@@ -1925,7 +1920,7 @@ static bool ftc__gen_running(ftc__sup_t *s, uint64_t gen)
     bool alive = false;
     for (char *sv = NULL, *t = strtok_r(members, " ", &sv); t && !alive;
          t = strtok_r(NULL, " ", &sv))
-        alive = ftc__node_key_exists(s, t, true);
+        alive = ftc__hb_exists(s, t);
     free(members);
     free(ranks);
     return alive;
@@ -2041,27 +2036,18 @@ static bool ftc__gen_done(ftc__sup_t *s, uint64_t gen)
     return done;
 }
 
-/* Whether node's heartbeat key exists now (false on a Redis error too);
- * with sup_too, or its supervisor's lease (ftc:{J}:sup:NODE). */
-static bool ftc__node_key_exists(ftc__sup_t *s, const char *node, bool sup_too)
-{
-    char key[2][256], suffix[FTC_CTL_NODE_MAX + 8];
-    snprintf(suffix, sizeof suffix, "hb:%s", node);
-    ftc_ctl_key(s->ctl, suffix, key[0], sizeof key[0]);
-    snprintf(suffix, sizeof suffix, "sup:%s", node);
-    ftc_ctl_key(s->ctl, suffix, key[1], sizeof key[1]);
-    ftc_redis_reply_t *rep = NULL;
-    long long n = 0;
-    bool yes = ftc_redis_cmdv(ftc_ctl_redis(s->ctl), true, &rep, "EXISTS", key[0],
-                              sup_too ? key[1] : NULL, NULL) == 0 &&
-               ftc_redis_want_int(rep, "EXISTS", &n, NULL) == 0 && n >= 1;
-    ftc_redis_reply_free(rep);
-    return yes;
-}
-
+/* Whether node's heartbeat key exists now (false on a Redis error too). */
 static bool ftc__hb_exists(ftc__sup_t *s, const char *node)
 {
-    return ftc__node_key_exists(s, node, false);
+    char key[256], suffix[FTC_CTL_NODE_MAX + 8];
+    snprintf(suffix, sizeof suffix, "hb:%s", node);
+    ftc_ctl_key(s->ctl, suffix, key, sizeof key);
+    ftc_redis_reply_t *rep = NULL;
+    long long n = 0;
+    bool yes = ftc_redis_cmdv(ftc_ctl_redis(s->ctl), true, &rep, "EXISTS", key, NULL) == 0 &&
+               ftc_redis_want_int(rep, "EXISTS", &n, NULL) == 0 && n == 1;
+    ftc_redis_reply_free(rep);
+    return yes;
 }
 
 /* Whether member `who` (round index) has lost its supervisor: its lease
