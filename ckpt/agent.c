@@ -471,6 +471,20 @@ static int ftc__generation(ftc_agent_t *a, ftc_err_t *err)
 
 /* ---- replication thread ------------------------------------------------------------------- */
 
+/* FETCH (replication thread): j's copy at hand is refused for j->refusal
+ * (already written): warned, marked (j->refused) and added to passed_over.
+ * False, for the caller to return. */
+static bool ftc__job_refuse(ftc__job_t *j)
+{
+    FTC_WARN("agent", "fetch: %s", j->refusal);
+    j->refused = true;
+    size_t pl = strlen(j->passed_over);
+    if (pl + 3 < sizeof j->passed_over)
+        snprintf(j->passed_over + pl, sizeof j->passed_over - pl, "%s%s", pl ? "; " : "",
+                 j->refusal);
+    return false;
+}
+
 /* FETCH (replication thread): whether buf, a shard that verified by its
  * content (as it landed, or in this node's replica store), is the version
  * the commit record holds (j->rec_head, when known). Another version of the
@@ -491,13 +505,7 @@ static bool ftc__job_is_recorded(ftc__job_t *j, const uint8_t *buf, uint64_t siz
              "checksum %016" PRIx64 ", not the committed version's %016" PRIx64 " (another "
              "version of that step): refused", where, j->owner, j->step, v.head_xxh3,
              j->rec_head);
-    FTC_WARN("agent", "fetch: %s", j->refusal);
-    j->refused = true;
-    size_t pl = strlen(j->passed_over);
-    if (pl + 3 < sizeof j->passed_over)
-        snprintf(j->passed_over + pl, sizeof j->passed_over - pl, "%s%s", pl ? "; " : "",
-                 j->refusal);
-    return false;
+    return ftc__job_refuse(j);
 }
 
 /* FETCH (replication thread): whether the copy of j's shard in this node's
@@ -517,13 +525,7 @@ static bool ftc__job_held_verifies(ftc__job_t *j, const uint8_t *buf, uint64_t s
         return true;
     snprintf(j->refusal, sizeof j->refusal, "this node's replica store: rank %u's shard of step "
              "%" PRIu64 " fails verification (%.200s): refused", j->owner, j->step, err.msg);
-    FTC_WARN("agent", "fetch: %s", j->refusal);
-    j->refused = true;
-    size_t pl = strlen(j->passed_over);
-    if (pl + 3 < sizeof j->passed_over)
-        snprintf(j->passed_over + pl, sizeof j->passed_over - pl, "%s%s", pl ? "; " : "",
-                 j->refusal);
-    return false;
+    return ftc__job_refuse(j);
 }
 
 /* FETCH (replication thread): appends why candidate peer could not be

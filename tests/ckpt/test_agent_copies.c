@@ -559,15 +559,8 @@ static void test_other_tiers_exact_step_first(void **state)
             ckpt(&t, r, step);
         both_commit(&t, step);
     }
-    char marker[PATH_MAX + 80], dir[PATH_MAX + 32], key[200], cmd[PATH_MAX + 64];
-    snprintf(marker, sizeof marker, "%s/node1/v%020d/COMMITTED", t.e->persist, 7);
-    ftc_deadline_t d = ftc_deadline_in_ms(20000);
-    struct stat st;
-    while (stat(marker, &st) != 0) {
-        if (ftc_deadline_expired(d))
-            fail_msg("%s never appeared", marker);
-        ftc_sleep_ms(20);
-    }
+    char dir[PATH_MAX + 32], key[200], cmd[PATH_MAX + 64];
+    wait_persisted(t.e, 1, 7);
     /* node 2 lost */
     ftc_destroy(t.c[2]);
     t.c[2] = NULL;
