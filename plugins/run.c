@@ -462,6 +462,8 @@ static int ftc__agent_start(ftc__sup_t *s, ftc_err_t *err)
     uint64_t t0 = ftc_now_ns();
     bool had = s->ag.agent != NULL;
     ftc__agent_stop(&s->ag, false);
+    /* (a slow start, as on a loaded node: no agent of this node heartbeats) */
+    ftc__test_delay(s, "FTC_TEST_RUN_AGENT_DELAY_MS");
     uint64_t t1 = ftc_now_ns();
     ftc_agent_options_t ao = s->o->agent;
     ao.struct_size = sizeof ao;
@@ -1327,8 +1329,13 @@ static int ftc__plan(ftc__sup_t *s, ftc_err_t *err)
         snprintf(suffix, sizeof suffix, "plan:%" PRIu64, s->gen);
         ftc_ctl_key(s->ctl, suffix, key, sizeof key);
         snprintf(ws, sizeof ws, "%d", l.world);
+        /* and this member's supervisor ("sup:NODE": its lease's value, host
+         * pid start): ftc__gen_running tells this generation's supervisors
+         * from those of a whole job started again under the same names */
+        char supf[FTC_CTL_NODE_MAX + 8];
+        snprintf(supf, sizeof supf, "sup:%s", s->node_id);
         ftc_redis_cmdv(ftc_ctl_redis(s->ctl), true, NULL, "HSET", key, "members", members,
-                       "ranks", ranks, "world", ws, NULL);
+                       "ranks", ranks, "world", ws, supf, s->lease.val, NULL);
         ftc_redis_cmdv(ftc_ctl_redis(s->ctl), true, NULL, "EXPIRE", key, "86400", NULL);
     }
     free(ranks), free(members);
@@ -1907,11 +1914,44 @@ static bool ftc__fabric_current(ftc__sup_t *s, int *missing)
     return all;
 }
 
-static bool ftc__hb_exists(ftc__sup_t *s, const char *node);
+/* Whether member node of generation gen lives: its heartbeat is there, or
+ * its supervisor holds its lease (ftc:{J}:sup:NODE) with the value it
+ * recorded in gen's plan (field sup:NODE, ftc__plan). Between a round's close
+ * and its agents' start (seconds on a loaded node) no member heartbeats;
+ * the lease's value tells the supervisor that ran gen from a new one of a
+ * whole job started again on its Redis under the same node names. */
+static bool ftc__member_live(ftc__sup_t *s, uint64_t gen, const char *node)
+{
+    char keys[3][256], suffix[FTC_CTL_NODE_MAX + 8], field[FTC_CTL_NODE_MAX + 8];
+    snprintf(suffix, sizeof suffix, "hb:%s", node);
+    ftc_ctl_key(s->ctl, suffix, keys[0], sizeof keys[0]);
+    snprintf(suffix, sizeof suffix, "sup:%s", node);
+    ftc_ctl_key(s->ctl, suffix, keys[1], sizeof keys[1]);
+    snprintf(suffix, sizeof suffix, "plan:%" PRIu64, gen);
+    ftc_ctl_key(s->ctl, suffix, keys[2], sizeof keys[2]);
+    snprintf(field, sizeof field, "sup:%s", node);
+    const char *av0[] = {"EXISTS", keys[0]}, *av1[] = {"GET", keys[1]},
+               *av2[] = {"HGET", keys[2], field};
+    const char **const avs[] = {av0, av1, av2};
+    const int ac[] = {2, 2, 3};
+    ftc_redis_reply_t *reps[3] = {NULL, NULL, NULL};
+    long long hb = 0;
+    const char *held = NULL, *rec = NULL;
+    size_t hl = 0, rl = 0;
+    bool live = ftc_redis_pipeline(ftc_ctl_redis(s->ctl), true, 3, ac, avs, NULL, reps) == 0 &&
+                ftc_redis_want_int(reps[0], "EXISTS hb", &hb, NULL) == 0 &&
+                (hb == 1 || (ftc_redis_want_str(reps[1], "GET sup", &held, &hl, NULL) == 0 &&
+                             ftc_redis_want_str(reps[2], "HGET plan", &rec, &rl, NULL) == 0 &&
+                             hl == rl && hl > 0 && !memcmp(held, rec, hl)));
+    for (int i = 0; i < 3; i++)
+        ftc_redis_reply_free(reps[i]);
+    return live;
+}
 
-/* Whether a member of generation gen's plan heartbeats: the job is running
- * (true too when the plan cannot be read: then it may be). False for a job
- * whose every node is gone, e.g. a whole job started again on its Redis. */
+/* Whether a member of generation gen's plan lives (ftc__member_live): the
+ * job is running (true too when the plan cannot be read: then it may be).
+ * False for a job whose every node is gone, e.g. a whole job started again
+ * on its Redis. */
 static bool ftc__gen_running(ftc__sup_t *s, uint64_t gen)
 {
     char *members = NULL, *ranks = NULL;
@@ -1920,7 +1960,7 @@ static bool ftc__gen_running(ftc__sup_t *s, uint64_t gen)
     bool alive = false;
     for (char *sv = NULL, *t = strtok_r(members, " ", &sv); t && !alive;
          t = strtok_r(NULL, " ", &sv))
-        alive = ftc__hb_exists(s, t);
+        alive = ftc__member_live(s, gen, t);
     free(members);
     free(ranks);
     return alive;
@@ -2826,7 +2866,6 @@ int ftc_run_node(const ftc_run_options_t *o, volatile sig_atomic_t *stop, ftc_er
             err->code != FTC_ESTALE)
             break;
         /* 2. the agent of this generation (slots in /dev/shm survive) */
-        ftc__test_delay(s, "FTC_TEST_RUN_AGENT_DELAY_MS");
         if (ftc__agent_start(s, err))
             break;
         ftc__recovery_phase(s, "agent", NULL);

@@ -11,7 +11,12 @@
 #   2. a node is lost (its supervisor, agent and ranks killed with SIGKILL and
 #      its shared memory wiped): the two survivors shrink to a world of 2, the
 #      rank that moved restores its shard from a peer's memory, and the lost
-#      node comes back (a new `ftc run --node-rank 1`) and the job grows back;
+#      node comes back (a new `ftc run --node-rank 1`) and the job grows back,
+#      at a checkpoint boundary: it arrives while the survivors replace their
+#      agents (the old ones stopped, the new ones 3 s late:
+#      FTC_TEST_RUN_AGENT_DELAY_MS), when no member heartbeats, and their
+#      supervisors' leases, with the values recorded in the generation's plan,
+#      say the generation runs (it took it for dead and joined at once);
 #   3. a rank stopped with SIGSTOP is found hung, killed and the job recovers
 #      (--keep-shm: the slots stay after the end);
 #   4. an unmodified binary (tests/plugins/ckptfile_main: rank 0 saves its
@@ -138,6 +143,10 @@ fi
 if want 2; then
 J2=run${tag}b
 f0=$fails
+# (each generation's agents start 3 s after the old ones stopped, as on a loaded node: the
+# returning node arrives meanwhile, while no member heartbeats; it took the generation for
+# dead and joined at once, "no live member", instead of waiting for a checkpoint boundary)
+FTC_TEST_RUN_AGENT_DELAY_MS=3000 \
 "$FTC" run --simulate-nodes 3 --nnodes 2:3 --job "$J2" --job-dir "$T/j2" --max-restarts 4 \
     --settle-ms 500 -- "$RANK" --steps 160 --step-ms 40 --floats 4096 --restore --strict \
     >"$T/2.out" 2>&1 &
@@ -167,6 +176,8 @@ check "2: the returning node joined a 3-node generation" bash -c \
 grep -q 'a round is open' "$T/2b.out" ||
     check "2: it asked for the grow at a checkpoint boundary (the next commit, or after the wait)" \
         grep -q 'joining at the checkpoint boundary: step [0-9]* committed\|joining without a checkpoint boundary: no commit in' "$T/2b.out"
+check "2: it did not take the starting generation (supervisors' leases, no heartbeat yet) for dead" \
+    bash -c "! grep -q 'has no live member' '$T/2b.out'"
 wait $runpid
 rc=$?
 wait $back
