@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <time.h>
 
 uint64_t ftc_now_ns(void)
@@ -12,11 +13,19 @@ uint64_t ftc_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+static _Atomic int64_t ftc__wall_skew_ms;
+
 uint64_t ftc_wall_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000ull + (uint64_t)ts.tv_nsec / 1000000ull;
+    return (uint64_t)ts.tv_sec * 1000ull + (uint64_t)ts.tv_nsec / 1000000ull +
+           (uint64_t)atomic_load_explicit(&ftc__wall_skew_ms, memory_order_relaxed);
+}
+
+void ftc_wall_skew_for_test(int64_t ms)
+{
+    atomic_store(&ftc__wall_skew_ms, ms);
 }
 
 ftc_deadline_t ftc_deadline_in_ms(uint64_t ms)

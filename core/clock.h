@@ -25,6 +25,10 @@ typedef struct ftc_deadline {
 
 uint64_t ftc_now_ns(void);        /* CLOCK_MONOTONIC */
 uint64_t ftc_wall_ms(void);       /* CLOCK_REALTIME, for records and events */
+/* Test knob: ftc_wall_ms of this process reads ms more (less when negative),
+ * as after a step of the wall clock (NTP, an operator). Durations must not
+ * change with it: they count on ftc_now_ns. 0 puts the clock back. */
+void ftc_wall_skew_for_test(int64_t ms);
 ftc_deadline_t ftc_deadline_in_ms(uint64_t ms);
 bool ftc_deadline_expired(ftc_deadline_t d);
 /* Milliseconds left, 0 once expired, INT64_MAX-ish for FTC_DEADLINE_NONE;

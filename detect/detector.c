@@ -162,8 +162,9 @@ struct ftc_detector {
     uint64_t joined_ms;
     uint32_t world;
     int64_t committed;
-    bool down;               /* Redis unreachable since down_ms */
-    uint64_t down_ms;
+    bool down;               /* Redis unreachable since down_ms (wall, for the event's
+                                t_fault_ms) = down_ns (monotonic, for its duration) */
+    uint64_t down_ms, down_ns;
     uint64_t lease_ok_ns;    /* last successful acquire/renew */
     uint64_t hb_ok_ns;       /* when the last successful heartbeat was answered */
     bool self_expired;       /* our own heartbeat key expired (its notification came) */
@@ -1087,6 +1088,7 @@ static void ftc__went_down(ftc_detector_t *d)
     if (!d->down) {
         d->down = true;
         d->down_ms = ftc_wall_ms();
+        d->down_ns = ftc_now_ns();
         FTC_WARN("detect", "%s: redis unreachable (%s); training continues, events are queued",
                  d->node, ftc_ctl_errstr(d->ctl));
     }
@@ -1127,7 +1129,7 @@ static void ftc__came_up(ftc_detector_t *d)
      * backoff (at most 1 s) to come back before reporting any of them lost;
      * a node still missing then is found by the next scan or deadline poll. */
     d->quiet_until_ns = ftc_now_ns() + ((uint64_t)d->o.ttl_ms + 1000u) * 1000000ull;
-    uint64_t now = ftc_wall_ms();
+    uint64_t now = ftc_wall_ms(), gap_ms = (ftc_now_ns() - d->down_ns) / 1000000u;
     ftc__join(d);
     ftc_ctl_reseed(d->ctl, d->st.generation, d->world, d->committed);
     d->linked_told = false; /* ftc:{J}:linked may be gone with the rest: said again */
@@ -1140,7 +1142,7 @@ static void ftc__came_up(ftc_detector_t *d)
     snprintf(e.detail, sizeof e.detail,
              "redis was unreachable for %" PRIu64 " ms (from %" PRIu64 " to %" PRIu64
              " wall ms); detection resumed",
-             now - d->down_ms, d->down_ms, now);
+             gap_ms, d->down_ms, now);
     e.rank = -1;
     e.step = -1;
     e.gen = d->st.generation;
@@ -1150,7 +1152,7 @@ static void ftc__came_up(ftc_detector_t *d)
     ftc__push(&d->local, &e);
     ftc__wake(d);
     pthread_mutex_unlock(&d->mu);
-    FTC_INFO("detect", "%s: redis is back after %" PRIu64 " ms", d->node, now - d->down_ms);
+    FTC_INFO("detect", "%s: redis is back after %" PRIu64 " ms", d->node, gap_ms);
 }
 
 /* Our heartbeat expired (we were paused or cut off past the TTL): the others

@@ -1983,13 +1983,13 @@ static bool ftc__grow_boundary(ftc__sup_t *s, const char *job, uint64_t gen)
                  "without waiting for a checkpoint boundary", ftc_ctl_errstr(s->ctl));
         return false;
     }
-    uint64_t t0 = ftc_wall_ms(), next_look = 0;
+    uint64_t t0 = ftc_now_ns() / 1000000u, next_look = 0; /* monotonic ms */
     ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)s->o->grow_wait_ms);
     while (!ftc_deadline_expired(d) && !ftc__stopping(s)) {
         /* every 250 ms: is anybody still running generation gen? (the
          * heartbeats of a job killed just before expire within their TTL) */
-        if (ftc_wall_ms() >= next_look) {
-            next_look = ftc_wall_ms() + 250;
+        if (ftc_now_ns() / 1000000u >= next_look) {
+            next_look = ftc_now_ns() / 1000000u + 250;
             if (!ftc__gen_running(s, gen)) {
                 FTC_INFO("run", "generation %" PRIu64 " has no live member: joining at once "
                          "(no checkpoint boundary to wait for)", gen);
@@ -2007,7 +2007,8 @@ static bool ftc__grow_boundary(ftc__sup_t *s, const char *job, uint64_t gen)
         }
         if (ftc_ctl_committed(s->ctl, &c, &cg) == 0 && c > c0) {
             FTC_INFO("run", "joining at the checkpoint boundary: step %" PRId64
-                     " committed %" PRIu64 " ms after this node arrived", c, ftc_wall_ms() - t0);
+                     " committed %" PRIu64 " ms after this node arrived", c,
+                     ftc_now_ns() / 1000000u - t0);
             return false;
         }
     }
