@@ -38,6 +38,8 @@ struct ftc_redis {
     int backoff_ms;         /* next pause before a reconnect attempt (before jitter) */
     uint64_t rng;           /* this connection's jitter PRNG (splitmix64 state) */
     ftc_err_t err;          /* last error */
+    char reply_err[24];     /* first word of the error reply the last command got ("READONLY");
+                               "" when it got none (success, or no reply: connection failed) */
 };
 
 /* ---- URLs ------------------------------------------------------------------- */
@@ -680,6 +682,71 @@ void ftc_redis_reply_free(ftc_redis_reply_t *r)
         freeReplyObject(r);
 }
 
+/* ---- error replies ---------------------------------------------------------------- */
+
+/* Keeps the first word of an error reply (its code: "READONLY", "WRONGTYPE", or a script's
+ * own "FTC_STALE"), what ftc_redis_transient and ftc_redis_hint go by. */
+static void ftc__reply_err_word(ftc_redis_t *r, const char *str)
+{
+    size_t n = strcspn(str ? str : "", " \r\n");
+    if (n >= sizeof r->reply_err)
+        n = sizeof r->reply_err - 1;
+    memcpy(r->reply_err, str ? str : "", n);
+    r->reply_err[n] = '\0';
+}
+
+const char *ftc_redis_reply_error(const ftc_redis_t *r) { return r->reply_err; }
+
+/* Error replies that name a state the server leaves by itself: retrying later succeeds. */
+static const char *const ftc__transient_words[] = {
+    "LOADING",     /* loading its data set after a restart */
+    "BUSY",        /* a script or module command runs past busy-reply-threshold */
+    "TRYAGAIN",    /* cluster: keys of one slot moving */
+    "CLUSTERDOWN", /* cluster: slots not served (a failover) */
+    "MASTERDOWN",  /* a replica that lost its primary (replica-serve-stale-data no) */
+    "NOREPLICAS",  /* min-replicas-to-write not met: replicas reconnecting */
+};
+
+bool ftc_redis_transient(const ftc_redis_t *r)
+{
+    if (r->err.code != FTC_EREDIS && r->err.code != FTC_ETIMEDOUT)
+        return false; /* FTC_EAUTH (a password refused, NOAUTH), FTC_EINVAL, FTC_ENOMEM... */
+    if (!r->reply_err[0])
+        return true; /* no reply: the connection failed or timed out */
+    for (size_t i = 0; i < sizeof ftc__transient_words / sizeof ftc__transient_words[0]; i++)
+        if (!strcmp(r->reply_err, ftc__transient_words[i]))
+            return true;
+    return false;
+}
+
+const char *ftc_redis_hint(const ftc_redis_t *r)
+{
+    static const struct {
+        const char *word, *hint;
+    } hints[] = {
+        {"READONLY", "the URL names a read-only replica: point --redis / FTC_REDIS_URL at the "
+                     "primary"},
+        {"OOM", "Redis is at its maxmemory: raise maxmemory or free memory on it"},
+        {"MISCONF", "Redis refuses writes because it cannot save its snapshot: fix its disk "
+                    "or persistence settings (see its log)"},
+        {"WRONGTYPE", "delete that key or use another job id"},
+        {"NOPERM", "the ACL user may not run a command ftc needs (EVALSHA, EVAL) or use the "
+                   "job's keys (ftc:{JOB}:*): grant them"},
+        {"NOAUTH", "the server needs a password: put it in the URL, FTC_REDIS_PASSWORD or "
+                   "FTC_REDIS_PASSWORD_FILE"},
+        {"WRONGPASS", "check the user and password in the URL, FTC_REDIS_PASSWORD or "
+                      "FTC_REDIS_PASSWORD_FILE"},
+        {"NOSCRIPT", "the server does not keep scripts loaded with EVAL (a proxy in front of "
+                     "Redis?): point the URL at Redis itself"},
+        {"ERR", "the server refused the command (a Lua error in a script: a Redis version "
+                "ftc does not support, or a bug): see Redis's message"},
+    };
+    for (size_t i = 0; i < sizeof hints / sizeof hints[0]; i++)
+        if (!strcmp(r->reply_err, hints[i].word))
+            return hints[i].hint;
+    return "";
+}
+
 /* ---- commands ------------------------------------------------------------------- */
 
 /* ftc_redis_cmd by the deadline d (a script's EVALSHA and its EVAL fallback
@@ -697,6 +764,7 @@ static int ftc__cmd_by(ftc_redis_t *r, ftc_deadline_t d, bool idempotent,
     char cmdname[32];
     snprintf(cmdname, sizeof cmdname, "%.*s", (int)(lens ? (lens[0] < 31 ? lens[0] : 31) : 31),
              name);
+    r->reply_err[0] = '\0';
     for (int attempt = 0;; attempt++) {
         if (!r->c) {
             int rc = ftc_redis_reconnect(r, d);
@@ -727,6 +795,7 @@ static int ftc__cmd_by(ftc_redis_t *r, ftc_deadline_t d, bool idempotent,
         r->up = true;
         if (rep->type == REDIS_REPLY_ERROR) {
             int code = strncmp(rep->str, "NOAUTH", 6) == 0 ? FTC_EAUTH : FTC_EREDIS;
+            ftc__reply_err_word(r, rep->str);
             if (strstr(rep->str, "WRONGTYPE") && argc > 1 && strncasecmp(cmdname, "EVAL", 4))
                 /* a key holding another type: say which one (scripts: ftc_redis_eval) */
                 ftc_err_set(&r->err, code, "%s %.*s: redis error: %.300s", cmdname,
@@ -813,6 +882,7 @@ int ftc_redis_pipeline(ftc_redis_t *r, bool idempotent, int n, const int *argcs,
     if (n == 0)
         return 0;
     ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)r->o.command_timeout_ms);
+    r->reply_err[0] = '\0';
     for (int attempt = 0;; attempt++) {
         if (!r->c) {
             int rc = ftc_redis_reconnect(r, d);
@@ -855,6 +925,7 @@ int ftc_redis_pipeline(ftc_redis_t *r, bool idempotent, int n, const int *argcs,
             r->up = true;
             if (rp->type == REDIS_REPLY_ERROR && first_err < 0) {
                 first_err = i;
+                ftc__reply_err_word(r, rp->str);
                 err_code = strncmp(rp->str, "NOAUTH", 6) == 0 ? FTC_EAUTH : FTC_EREDIS;
                 ftc_err_set(&r->err, err_code, "command %d of %d (%.*s): redis error: %.300s", i,
                             n, (int)(lens && lens[i] ? (lens[i][0] < 31 ? lens[i][0] : 31) : 31),
@@ -868,6 +939,7 @@ int ftc_redis_pipeline(ftc_redis_t *r, bool idempotent, int n, const int *argcs,
         if (!failed)
             return first_err < 0 ? 0 : err_code;
         /* the connection's state is unknown: throw it away with what was read */
+        r->reply_err[0] = '\0';
         ftc__replies_free(replies, n);
         ftc__drop(r);
         if (!idempotent || ftc_deadline_expired(d) || attempt > 16)

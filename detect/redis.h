@@ -89,6 +89,24 @@ uint64_t ftc_redis_reconnects(const ftc_redis_t *r);
 uint64_t ftc_redis_round_trips(const ftc_redis_t *r);
 /* True while the last command reached the server. */
 bool ftc_redis_is_up(const ftc_redis_t *r);
+/* Whether the last failure of r may pass by itself, so that a caller with a deadline
+ * should retry it: true when no error reply came (the connection failed or timed out,
+ * FTC_EREDIS / FTC_ETIMEDOUT) or when the server answered with a state it leaves on its
+ * own: LOADING, BUSY, TRYAGAIN, CLUSTERDOWN, MASTERDOWN, NOREPLICAS. False for every other
+ * error reply — WRONGTYPE, NOAUTH, WRONGPASS, NOPERM, READONLY, OOM, MISCONF, NOSCRIPT (after
+ * the EVAL fallback), a script's error (ERR ..., or a script's own code) — and for the
+ * other codes (FTC_EAUTH: a password refused; FTC_EINVAL...): the same command gets the
+ * same answer until someone changes the server or its data. Meaningful after a failed
+ * call. Not thread-safe (the connection's thread). */
+bool ftc_redis_transient(const ftc_redis_t *r);
+/* The code of the error reply the last command (or pipeline) got: the reply's first word
+ * ("READONLY", "WRONGTYPE", a script's "FTC_STALE"), at most 23 bytes; "" when the last
+ * command got no error reply. Never NULL. */
+const char *ftc_redis_reply_error(const ftc_redis_t *r);
+/* What to do about the last error reply, one sentence for an error message (READONLY:
+ * "point the URL at the primary", OOM, MISCONF, WRONGTYPE, NOPERM, NOAUTH, WRONGPASS,
+ * NOSCRIPT, ERR); "" when there is none to give. Static; never NULL. */
+const char *ftc_redis_hint(const ftc_redis_t *r);
 
 /* A reply, owned by the caller: free with ftc_redis_reply_free. It is
  * hiredis's redisReply; use the accessors below rather than its fields. */

@@ -7,6 +7,8 @@
  */
 #include "recover/rendezvous.h"
 
+#include "core/log.h"
+
 #include <ctype.h>
 #include <hiredis/hiredis.h>
 #include <inttypes.h>
@@ -267,21 +269,28 @@ static void key(char *buf, size_t cap, const char *job, const char *suffix)
     snprintf(buf, cap, "ftc:{%s}:%s", job, suffix);
 }
 
-/* Maps a failed script call to an FTC_E* code with the server's words. */
+/* Maps a failed script call to an FTC_E* code with the server's words, by the code of its
+ * error reply (detect/redis.h: ftc_redis_reply_error): the scripts' own refusals
+ * (FTC_STALE, FTC_CORRUPT, FTC_CONFLICT), WRONGTYPE (a key of the round holds another type)
+ * and NOPERM (the ACL user may not run the scripts or use the keys). A refusal from the
+ * server that waiting does not cure (ftc_redis_transient false: READONLY, OOM, a script
+ * error...) gets the hint of what to do. */
 static int script_rc(ftc_redis_t *r, int rc, const char *what, ftc_err_t *err)
 {
-    const char *msg = ftc_redis_errstr(r);
-    if (strstr(msg, "FTC_STALE"))
+    const char *msg = ftc_redis_errstr(r), *word = ftc_redis_reply_error(r);
+    bool own = !strncmp(word, "FTC_", 4);
+    if (!strcmp(word, "FTC_STALE"))
         rc = FTC_ESTALE;
-    else if (strstr(msg, "FTC_CORRUPT"))
+    else if (!strcmp(word, "FTC_CORRUPT"))
         rc = FTC_EPROTO;
-    else if (strstr(msg, "FTC_CONFLICT"))
+    else if (!strcmp(word, "FTC_CONFLICT"))
         rc = FTC_EEXIST;
-    else if (strstr(msg, "WRONGTYPE"))
-        rc = FTC_EPROTO; /* a key of the round holds another type: waiting does not help */
-    else if (strstr(msg, "NOPERM"))
-        rc = FTC_EAUTH; /* the ACL user may not run the scripts or use the keys: nor here */
-    return ftc_err_set(err, rc, "%s: %s", what, msg);
+    else if (!strcmp(word, "WRONGTYPE"))
+        rc = FTC_EPROTO;
+    else if (!strcmp(word, "NOPERM"))
+        rc = FTC_EAUTH;
+    const char *hint = own || ftc_redis_transient(r) ? "" : ftc_redis_hint(r);
+    return ftc_err_set(err, rc, "%s: %s%s%s", what, msg, hint[0] ? "; " : "", hint);
 }
 
 void ftc_rdzv_round_free(ftc_rdzv_round_t *r)
@@ -514,8 +523,11 @@ int ftc_rdzv_join(ftc_redis_t *r, const ftc_rdzv_options_t *o, uint64_t after_ge
     ftc_redis_script_init(&s, "rdzv_join", lua_join);
 
     long long registered = 0, open = 0;
-    bool redis_ok = false;
-    char last_redis[FTC_ERR_MSG_MAX] = "";
+    bool redis_ok = false, warned = false;
+    char last_redis[FTC_ERR_MSG_MAX] = "", last_word[24] = "";
+    char what[256];
+    snprintf(what, sizeof what, "rendezvous after generation %" PRIu64 " (job %s, round %s)",
+             after_gen, o->job, k.rdzv);
     for (bool last_try = false;; last_try = ftc_deadline_expired(dl)) {
         if (abort && atomic_load(abort) && !redis_ok && last_redis[0])
             /* Redis did not answer the last poll: describing and withdrawing
@@ -547,12 +559,20 @@ int ftc_rdzv_join(ftc_redis_t *r, const ftc_rdzv_options_t *o, uint64_t after_ge
         a_open[0] = open ? '1' : '0';
         rc = ftc_redis_eval(r, &s, 8, keys, 11, args, &rep);
         if (rc) {
-            rc = script_rc(r, rc, "rendezvous", err);
-            if (rc == FTC_ESTALE || rc == FTC_EPROTO || rc == FTC_EAUTH)
+            rc = script_rc(r, rc, what, err);
+            /* a refusal that waiting does not cure (a stale generation, a key holding
+             * garbage, a password or permission refused, READONLY, OOM, a script error):
+             * at once, not as a timeout after the whole deadline */
+            if (!ftc_redis_transient(r))
                 return rc;
-            /* Redis away: keep trying until the deadline (I6) */
+            /* Redis away or busy (LOADING, BUSY...): keep trying until the deadline (I6) */
             redis_ok = false;
             snprintf(last_redis, sizeof last_redis, "%s", ftc_err_str(err));
+            snprintf(last_word, sizeof last_word, "%s", ftc_redis_reply_error(r));
+            if (!warned)
+                FTC_WARN("rdzv", "%s; retrying until the deadline (%d ms left)", last_redis,
+                         ftc_deadline_remaining_ms(dl));
+            warned = true;
             /* no last try after a poll that Redis left unanswered into the
              * deadline: another would overrun it by a second command timeout */
             if (ftc_deadline_expired(dl))
@@ -587,6 +607,11 @@ int ftc_rdzv_join(ftc_redis_t *r, const ftc_rdzv_options_t *o, uint64_t after_ge
             ftc_sleep_ms((uint64_t)(left < 5 ? left : 5));
         }
     }
+    if (!redis_ok && last_word[0])
+        return ftc_err_set(err, FTC_ETIMEDOUT,
+                           "rendezvous after generation %" PRIu64
+                           ": deadline passed while Redis answered %s (%s)",
+                           after_gen, last_word, last_redis);
     if (!redis_ok)
         return ftc_err_set(err, FTC_ETIMEDOUT,
                            "rendezvous after generation %" PRIu64

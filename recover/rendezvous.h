@@ -56,7 +56,11 @@
  * names how many registered and who), FTC_ECANCELED (abort), FTC_EREDIS /
  * FTC_EPROTO (Redis down or a key holding garbage, named), FTC_EAUTH (a
  * password refused, or NOPERM: the ACL user may not run EVALSHA/EVAL or use
- * the job's keys; a join returns it at once).
+ * the job's keys; a join returns it at once). A join retries until its
+ * deadline only what passes by itself (ftc_redis_transient: Redis away,
+ * LOADING, BUSY...); any other refusal returns at the first poll (WRONGTYPE:
+ * FTC_EPROTO; READONLY, OOM, MISCONF, a script error: FTC_EREDIS), the
+ * message naming the round's key, Redis's words and what to do.
  */
 #ifndef FTC_RECOVER_RENDEZVOUS_H
 #define FTC_RECOVER_RENDEZVOUS_H

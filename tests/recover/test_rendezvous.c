@@ -6,8 +6,9 @@
  * keeping their order across generations, concurrent and stale requests,
  * the world fence with commit records, deadline, abort, and bad input; a
  * retried join once the job moved on, a node that joins again and the settle
- * time, a generation field that is not a decimal integer, NOPERM, one id
- * registered twice, and Redis killed or stopped under a join or an abort.
+ * time, a generation field that is not a decimal integer, NOPERM, READONLY and
+ * OOM (at once) and BUSY (waited out), one id registered twice, and Redis
+ * killed or stopped under a join or an abort.
  * No wall-clock assertions: waits are on observable Redis state, bounded.
  */
 #include "detect/redis_fixture.h"
@@ -20,6 +21,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 typedef struct joiner {
     redis_fixture_t *f;
@@ -920,6 +922,125 @@ static void test_noperm_fails_fast(void **state)
     ftc_redis_close(admin);
 }
 
+/* A join that Redis refuses for a reason waiting does not cure — a read-only replica
+ * (READONLY), a server at its maxmemory (OOM) — ends at the first poll with FTC_EREDIS naming
+ * the round's key, Redis's words and what to do. Both were taken for Redis being away and
+ * retried until the deadline (ftc run's --join-timeout-ms, 2 min by default), then "Redis did
+ * not answer". The joins get a 60 s deadline; the alarm fails the test if one waits it out. */
+static void test_permanent_refusal_fails_fast(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_redis_t *admin = conn(f), *r = conn(f);
+    static const struct {
+        const char *set[5], *undo[5], *word, *hint;
+    } cases[] = {
+        {{"REPLICAOF", "127.0.0.1", "1", NULL}, {"REPLICAOF", "NO", "ONE", NULL}, "READONLY",
+         "primary"},
+        {{"CONFIG", "SET", "maxmemory", "1", NULL}, {"CONFIG", "SET", "maxmemory", "0", NULL},
+         "OOM", "maxmemory"},
+    };
+    ftc_rdzv_options_t o = FTC_RDZV_OPTIONS_INIT;
+    o.job = "rpr";
+    o.node_id = "n0";
+    o.min_nodes = 2;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *argv[5];
+        int n = 0;
+        for (; cases[i].set[n]; n++)
+            argv[n] = cases[i].set[n];
+        assert_int_equal(ftc_redis_cmd(admin, false, NULL, n, argv, NULL), 0);
+        ftc_err_t err = {0};
+        ftc_rdzv_round_t out;
+        alarm(20); /* a join that waits for its deadline fails the test (SIGALRM) */
+        int rc = ftc_rdzv_join(r, &o, 0, &out, ftc_deadline_in_ms(60000), NULL, &err);
+        alarm(0);
+        print_message("%s: rc %d: %s\n", cases[i].word, rc, err.msg);
+        for (n = 0; cases[i].undo[n]; n++)
+            argv[n] = cases[i].undo[n];
+        assert_int_equal(ftc_redis_cmd(admin, false, NULL, n, argv, NULL), 0);
+        assert_int_equal(rc, FTC_EREDIS);
+        assert_false(ftc_redis_transient(r));
+        assert_string_equal(ftc_redis_reply_error(r), cases[i].word);
+        assert_non_null(strstr(err.msg, cases[i].word));
+        assert_non_null(strstr(err.msg, "ftc:{rpr}:rdzv"));
+        assert_non_null(strstr(err.msg, cases[i].hint));
+    }
+    /* with the server writable again the round closes as usual */
+    o.min_nodes = 1;
+    o.settle_ms = 10;
+    ftc_err_t err = {0};
+    ftc_rdzv_round_t out;
+    assert_int_equal(ftc_rdzv_join(r, &o, 0, &out, ftc_deadline_in_ms(5000), NULL, &err), 0);
+    assert_int_equal(out.nodes, 1);
+    ftc_rdzv_round_free(&out);
+    ftc_redis_close(r);
+    ftc_redis_close(admin);
+}
+
+typedef struct busy_script {
+    redis_fixture_t *f;
+    int rc;
+} busy_script_t;
+
+/* Runs a script that keeps the server busy for 800 ms (Redis time). */
+static void *busy_main(void *arg)
+{
+    busy_script_t *b = arg;
+    ftc_redis_t *r = conn(b->f);
+    b->rc = ftc_redis_cmdv(r, false, NULL, "EVAL",
+                           "local t = redis.call('TIME') "
+                           "local t0 = t[1] * 1000000 + t[2] "
+                           "repeat t = redis.call('TIME') "
+                           "until t[1] * 1000000 + t[2] - t0 > 800000 "
+                           "return 1",
+                           "0", NULL);
+    ftc_redis_close(r);
+    return NULL;
+}
+
+/* A server busy running a script (BUSY) is a state it leaves by itself: the join keeps
+ * polling and closes its round once the script ended, as after a lost connection. */
+static void test_busy_is_waited_out(void **state)
+{
+    redis_fixture_t *f = *state;
+    ftc_redis_t *admin = conn(f), *r = conn(f);
+    assert_int_equal(ftc_redis_cmdv(admin, true, NULL, "CONFIG", "SET", "busy-reply-threshold",
+                                    "50", NULL), 0);
+    busy_script_t b = {f, -1};
+    pthread_t tid;
+    assert_int_equal(pthread_create(&tid, NULL, busy_main, &b), 0);
+    /* wait (bounded) until the server answers BUSY */
+    ftc_deadline_t d = ftc_deadline_in_ms(5000);
+    int prc = 0;
+    while (!ftc_deadline_expired(d)) {
+        prc = ftc_redis_cmdv(admin, true, NULL, "PING", NULL);
+        if (prc)
+            break;
+        ftc_sleep_ms(5);
+    }
+    assert_int_equal(prc, FTC_EREDIS);
+    assert_string_equal(ftc_redis_reply_error(admin), "BUSY");
+    assert_true(ftc_redis_transient(admin));
+    ftc_rdzv_options_t o = FTC_RDZV_OPTIONS_INIT;
+    o.job = "rbz";
+    o.node_id = "n0";
+    o.settle_ms = 10;
+    ftc_err_t err = {0};
+    ftc_rdzv_round_t out;
+    int rc = ftc_rdzv_join(r, &o, 0, &out, ftc_deadline_in_ms(20000), NULL, &err);
+    if (rc)
+        print_message("join while BUSY: rc %d: %s\n", rc, err.msg);
+    assert_int_equal(rc, 0);
+    assert_int_equal(out.nodes, 1);
+    ftc_rdzv_round_free(&out);
+    pthread_join(tid, NULL);
+    assert_int_equal(b.rc, 0);
+    assert_int_equal(ftc_redis_cmdv(admin, true, NULL, "CONFIG", "SET", "busy-reply-threshold",
+                                    "5000", NULL), 0);
+    ftc_redis_close(r);
+    ftc_redis_close(admin);
+}
+
 /* Redis dies (SIGKILL) or hangs (SIGSTOP) while a joiner waits: the join
  * ends at its deadline (plus at most a command timeout) with FTC_ETIMEDOUT
  * saying Redis did not answer — never a hang, never a member list. The
@@ -1086,6 +1207,8 @@ int main(void)
         cmocka_unit_test(test_rejoin_does_not_restart_settle),
         cmocka_unit_test(test_gen_not_an_integer),
         cmocka_unit_test(test_noperm_fails_fast),
+        cmocka_unit_test(test_permanent_refusal_fails_fast),
+        cmocka_unit_test(test_busy_is_waited_out),
         cmocka_unit_test(test_redis_gone_mid_round),
         cmocka_unit_test(test_abort_while_redis_gone),
         cmocka_unit_test(test_deadline_while_redis_hangs),
