@@ -155,6 +155,16 @@ void ftc__persister_wait(ftc__persister_t *w)
     pthread_mutex_unlock(&w->mu);
 }
 
+bool ftc__persister_busy(ftc__persister_t *w, uint64_t *step)
+{
+    pthread_mutex_lock(&w->mu);
+    bool busy = w->state == PW_QUEUED || w->state == PW_WRITING;
+    if (busy && step)
+        *step = w->step;
+    pthread_mutex_unlock(&w->mu);
+    return busy;
+}
+
 bool ftc__persister_poll(ftc__persister_t *w, ftc__persist_result_t *res)
 {
     pthread_mutex_lock(&w->mu);

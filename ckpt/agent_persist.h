@@ -54,10 +54,14 @@ void ftc__persister_stop(ftc__persister_t *w);
 bool ftc__persister_submit(ftc__persister_t *w, uint64_t step, const void *const *shards,
                            const uint64_t *sizes, int n);
 /* Waits until no write is queued or running (its result still to be
- * polled): before unmapping slots that may be pinned. A write cannot be
+ * polled): before unmapping slots that may be pinned, at flush and stop
+ * (never in the control loop: ftc__persister_busy). A write cannot be
  * abandoned halfway while it reads the slots, so this waits as long as the
  * write takes (bounded by the persist tier's own I/O). */
 void ftc__persister_wait(ftc__persister_t *w);
+/* Whether a write is queued or running (*step, may be NULL: its step), without
+ * waiting: the control loop answers FTC_EAGAIN instead of waiting for it. */
+bool ftc__persister_busy(ftc__persister_t *w, uint64_t *step);
 /* true (and *res filled) once when a submitted write has ended. */
 bool ftc__persister_poll(ftc__persister_t *w, ftc__persist_result_t *res);
 
