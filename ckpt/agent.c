@@ -1086,12 +1086,26 @@ static void ftc__on_slots(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
         }
     if (r->size && r->size != m->size) {
         /* a new layout: the old slots hold another layout's state; a persist
-         * write reading them must end before they are unmapped */
-        bool pinned = false;
-        for (int s = 0; s < NS; s++)
+         * write reading them must end before they are unmapped. Not waited
+         * for here: the write lasts as long as the file system takes (a slow
+         * or hung one), and the control loop waiting for it answered no rank
+         * and committed nothing meanwhile; the rank asks again (its own
+         * deadline bounds that). Slots pinned only for due steps not handed
+         * to the writer yet are not being read: unpinned now. */
+        bool pinned = false, read = false;
+        for (int s = 0; s < NS; s++) {
             pinned = pinned || r->pinned[s];
+            read = read || (r->pinned[s] && a->pwriting >= 0 &&
+                            (int64_t)r->step[s] == a->pwriting);
+        }
+        uint64_t ws = 0;
+        if (read && ftc__persister_busy(a->pw, &ws)) {
+            ftc__reply_error(r->fd, m->seq, FTC_EAGAIN, "rank %u's step %" PRIu64 " (the "
+                             "previous layout) is being written to this node's persist tier: "
+                             "retry SLOTS once it is done", r->rank, ws);
+            return;
+        }
         if (pinned) {
-            ftc__persister_wait(a->pw);
             for (int s = 0; s < NS; s++) { /* gone for the persist tier too */
                 r->pinned[s] = false;
                 r->st[s] = SL_EMPTY;

@@ -2,17 +2,21 @@
  * agent_persist.c — see agent_persist.h.
  *
  * One thread, one job at a time: IDLE -> (submit) QUEUED -> (thread)
- * WRITING -> DONE -> (poll) IDLE. The handle's mutex (hmu) is held by the
- * writer for the whole write, and by lock() for a load.
+ * WRITING -> DONE -> (poll) IDLE. The persist handle is this thread's
+ * alone: loads open the directory read-only (ftc_persist_open_reader), so
+ * none waits for a write.
  */
 #include "ckpt/agent_persist.h"
 
 #include "core/clock.h"
+#include "core/log.h"
 
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 enum { PW_IDLE = 0, PW_QUEUED = 1, PW_WRITING = 2, PW_DONE = 3 };
 
@@ -21,7 +25,6 @@ struct ftc__persister {
     pthread_t tid;
     pthread_mutex_t mu;  /* state and the job below */
     pthread_cond_t cv;
-    pthread_mutex_t hmu; /* the persist handle */
     int state;           /* PW_* */
     bool stop;
     uint64_t step;
@@ -29,7 +32,30 @@ struct ftc__persister {
     uint64_t sizes[FTC__PERSIST_MAX_SHARDS];
     int n;
     ftc__persist_result_t res;
+    char *hold; /* FTC_TEST_PERSIST_HOLD (tests only): NULL when unset */
 };
+
+/* Tests only (FTC_TEST_PERSIST_HOLD=PATH, read at start): before each write
+ * the writer waits while PATH exists (60 s at most, and not past a stop),
+ * as a write to a slow or hung file system would: a test holds the writer
+ * busy at a known point without a slow disk. */
+static void ftc__persister_hold(ftc__persister_t *w, uint64_t step)
+{
+    struct stat st;
+    if (!w->hold || stat(w->hold, &st) != 0)
+        return;
+    FTC_INFO("agent", "persist writer: holding step %" PRIu64 " while %s exists "
+             "(FTC_TEST_PERSIST_HOLD, a test knob)", step, w->hold);
+    ftc_deadline_t d = ftc_deadline_in_ms(60000);
+    for (;;) {
+        pthread_mutex_lock(&w->mu);
+        bool stop = w->stop;
+        pthread_mutex_unlock(&w->mu);
+        if (stop || stat(w->hold, &st) != 0 || ftc_deadline_expired(d))
+            break;
+        ftc_sleep_ms(10);
+    }
+}
 
 static void *ftc__persister_main(void *arg)
 {
@@ -44,11 +70,10 @@ static void *ftc__persister_main(void *arg)
         pthread_mutex_unlock(&w->mu);
         ftc__persist_result_t res = {.step = w->step, .n_shards = w->n};
         uint64_t t0 = ftc_now_ns();
-        pthread_mutex_lock(&w->hmu);
+        ftc__persister_hold(w, w->step);
         res.rc = ftc_persist_write(w->p, w->step, w->shards, w->sizes, w->n);
         if (res.rc)
             snprintf(res.detail, sizeof res.detail, "%s", ftc_persist_errstr(w->p));
-        pthread_mutex_unlock(&w->hmu);
         res.ms = (double)(ftc_now_ns() - t0) / 1e6;
         pthread_mutex_lock(&w->mu);
         w->res = res;
@@ -67,14 +92,19 @@ ftc__persister_t *ftc__persister_start(ftc_persist_t *p, ftc_err_t *err)
         return NULL;
     }
     w->p = p;
+    const char *hold = getenv("FTC_TEST_PERSIST_HOLD"); /* tests only */
+    if (hold && *hold && !(w->hold = strdup(hold))) {
+        ftc_err_set(err, FTC_ENOMEM, "agent: out of memory (persist writer)");
+        free(w);
+        return NULL;
+    }
     pthread_mutex_init(&w->mu, NULL);
-    pthread_mutex_init(&w->hmu, NULL);
     pthread_cond_init(&w->cv, NULL);
     if (pthread_create(&w->tid, NULL, ftc__persister_main, w) != 0) {
         ftc_err_set(err, FTC_ENOMEM, "agent: cannot start the persist thread");
         pthread_mutex_destroy(&w->mu);
-        pthread_mutex_destroy(&w->hmu);
         pthread_cond_destroy(&w->cv);
+        free(w->hold);
         free(w);
         return NULL;
     }
@@ -93,8 +123,8 @@ void ftc__persister_stop(ftc__persister_t *w)
     pthread_mutex_unlock(&w->mu);
     pthread_join(w->tid, NULL);
     pthread_mutex_destroy(&w->mu);
-    pthread_mutex_destroy(&w->hmu);
     pthread_cond_destroy(&w->cv);
+    free(w->hold);
     free(w);
 }
 
@@ -125,6 +155,16 @@ void ftc__persister_wait(ftc__persister_t *w)
     pthread_mutex_unlock(&w->mu);
 }
 
+bool ftc__persister_busy(ftc__persister_t *w, uint64_t *step)
+{
+    pthread_mutex_lock(&w->mu);
+    bool busy = w->state == PW_QUEUED || w->state == PW_WRITING;
+    if (busy && step)
+        *step = w->step;
+    pthread_mutex_unlock(&w->mu);
+    return busy;
+}
+
 bool ftc__persister_poll(ftc__persister_t *w, ftc__persist_result_t *res)
 {
     pthread_mutex_lock(&w->mu);
@@ -135,15 +175,4 @@ bool ftc__persister_poll(ftc__persister_t *w, ftc__persist_result_t *res)
     }
     pthread_mutex_unlock(&w->mu);
     return done;
-}
-
-ftc_persist_t *ftc__persister_lock(ftc__persister_t *w)
-{
-    pthread_mutex_lock(&w->hmu);
-    return w->p;
-}
-
-void ftc__persister_unlock(ftc__persister_t *w)
-{
-    pthread_mutex_unlock(&w->hmu);
 }

@@ -246,8 +246,14 @@ static int ftc__persist_load_at_most(ftc_persist_t *p, uint64_t want, ftc_persis
 }
 
 /* Delivers r's subject from persisted version l of `from` when l has its
- * shard, verified, and it is the recorded version (ftc__copy_is_recorded);
- * else false with why (cap bytes). l is freed either way. */
+ * shard and it is the recorded version (ftc__copy_is_recorded); else false
+ * with why (cap bytes). l is freed either way. Its shards were verified by
+ * ftc_persist_load (every tensor's xxh3, ftc_shard_open FTC_SHARD_VERIFY,
+ * after the file, chunk and raw-shard checksums), and these are the same
+ * bytes in this process's memory: opened here without verifying them again
+ * (a second full pass over every shard of the version until the subject's,
+ * which caught nothing the first did not). The rank still verifies what
+ * lands in its slot (the copy into shared memory). */
 static bool ftc__deliver_persisted(ftc_agent_t *a, ftc__rank_t *r, ftc_persist_loaded_t *l,
                                    const char *from, char *why, size_t cap)
 {
@@ -255,7 +261,7 @@ static bool ftc__deliver_persisted(ftc_agent_t *a, ftc__rank_t *r, ftc_persist_l
     for (int k = 0; k < l->n_shards && !found; k++) {
         ftc_shard_view_t v;
         ftc_err_t err = {0};
-        if (ftc_shard_open(&v, l->shards[k], l->sizes[k], FTC_SHARD_VERIFY, &err) != 0 ||
+        if (ftc_shard_open(&v, l->shards[k], l->sizes[k], 0, &err) != 0 ||
             !ftc__is_subject(&v, r))
             continue;
         found = true;
@@ -271,20 +277,43 @@ static bool ftc__deliver_persisted(ftc_agent_t *a, ftc__rank_t *r, ftc_persist_l
     return done;
 }
 
-/* This node's persist tier (a->pw; locked: waits for a running write): the
- * restore step (older false), else the newest committed version older than
- * it (older true; never a newer one). True once delivered; else why (cap
- * bytes) says what was found. */
+/* This node's persist tier (a->pw's directory), opened read-only as the
+ * other nodes' tiers are: a load never waits for the persist thread, whose
+ * write of a whole version (zstd, fsync) lasts as long as a slow or hung
+ * file system makes it. The control loop used to take the writer's handle
+ * and so waited for the write, answering no rank and committing nothing,
+ * and the restore failed at the rank's deadline although the tier held an
+ * older step. The version being written has no COMMITTED marker yet, so it
+ * is not seen; one the writer's retention removes while it is read fails to
+ * load like any bad version. NULL with why (cap bytes) when it cannot be
+ * opened. */
+static ftc_persist_t *ftc__own_persist(const ftc_agent_t *a, char *why, size_t cap)
+{
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/node%u", a->o.persist_dir, a->o.index);
+    ftc_err_t err = {0};
+    ftc_persist_t *p = ftc_persist_open_reader(dir, &err);
+    if (!p && why)
+        snprintf(why, cap, "this node's persist tier cannot be read: %s", err.msg);
+    return p;
+}
+
+/* This node's persist tier (ftc__own_persist): the restore step (older
+ * false), else the newest committed version older than it (older true;
+ * never a newer one). True once delivered; else why (cap bytes) says what
+ * was found. */
 static bool ftc__restore_from_own_tier(ftc_agent_t *a, ftc__rank_t *r, bool older, char *why,
                                        size_t cap)
 {
     ftc_persist_loaded_t *l = NULL;
-    ftc_persist_t *p = ftc__persister_lock(a->pw);
+    ftc_persist_t *p = ftc__own_persist(a, why, cap);
+    if (!p)
+        return false;
     int rc = older ? ftc__persist_load_at_most(p, r->restore_step, &l, why, cap)
                    : ftc_persist_load(p, r->restore_step, &l);
     if (rc && !older)
         snprintf(why, cap, "%s", ftc_persist_errstr(p));
-    ftc__persister_unlock(a->pw);
+    ftc_persist_close(p);
     return rc == 0 && ftc__deliver_persisted(a, r, l, "the persist tier", why, cap);
 }
 
@@ -568,16 +597,16 @@ static void ftc__cand_add(ftc__rank_t *r, uint64_t step, uint64_t gen)
     r->ncand = n + 1;
 }
 
-/* Calls visit on each persist tier: this node's (locked: waits for a
- * running write), then the other nodes' (read-only), until it returns true;
- * whether one did. */
+/* Calls visit on each persist tier, read-only: this node's (never waiting
+ * for a running write, ftc__own_persist), then the other nodes', until it
+ * returns true; whether one did. */
 bool ftc__each_persist(ftc_agent_t *a, bool (*visit)(ftc_persist_t *, void *), void *arg)
 {
     bool done = false;
-    if (a->pw) {
-        ftc_persist_t *p = ftc__persister_lock(a->pw);
-        done = visit(p, arg);
-        ftc__persister_unlock(a->pw);
+    ftc_persist_t *own = a->pw ? ftc__own_persist(a, NULL, 0) : NULL;
+    if (own) {
+        done = visit(own, arg);
+        ftc_persist_close(own);
     }
     for (uint32_t i = 0; !done && a->o.persist_dir && *a->o.persist_dir && i < a->o.nodes; i++) {
         if (i == a->o.index)

@@ -1754,6 +1754,104 @@ static void test_corrupt_local_replica_peer(void **state)
     teardown_env(e);
 }
 
+/* One node, k = 0, every commit persisted. The persist writer is held
+ * busy on step 2 (FTC_TEST_PERSIST_HOLD: a write to a slow or hung file
+ * system) and the rank's slots fail verification: its RESTORE must come
+ * from the steps the node's persist tier already holds (step 1) while the
+ * write runs. The control loop used to take the writer's handle for the
+ * load, so it waited for the whole write, answering no rank meanwhile,
+ * and the restore failed at the rank's deadline. */
+static void test_restore_persist_writer_busy(void **state)
+{
+    env_t *e = prepare_env(*state, 1, "0", 1, NULL);
+    char hold[PATH_MAX + 32];
+    snprintf(hold, sizeof hold, "%s/persist.hold", e->jobdir);
+    setenv("FTC_TEST_PERSIST_HOLD", hold, 1);
+    start_agent(e, 0);
+    unsetenv("FTC_TEST_PERSIST_HOLD");
+    static float w[4096];
+    ftc_ctx_t *c = open_ctx(e, 0, 0, 1, w, 4096);
+    for (int64_t s = 0; s < 2; s++)
+        commit_step(c, w, 0, s);
+    wait_persisted(e, 0, 1);
+    FILE *h = fopen(hold, "w");
+    assert_non_null(h);
+    fclose(h);
+    commit_step(c, w, 0, 2);
+    ftc_deadline_t d = ftc_deadline_in_ms(20000);
+    while (!agent_log_has(e, 0, "holding step 2")) {
+        if (ftc_deadline_expired(d))
+            fail_msg("the persist writer never held step 2");
+        ftc_sleep_ms(20);
+    }
+    ftc_destroy(c);
+    char prefix[128];
+    snprintf(prefix, sizeof prefix, "ftc.%s.n0.r0.", e->job);
+    assert_true(corrupt_shm(prefix) >= 3);
+    c = create_ctx(e, 0, 0, 1, 5000);
+    register_w(c, w, 4096);
+    memset(w, 0, sizeof w);
+    int64_t got = -1;
+    if (ftc_restore(c, &got, NULL, NULL))
+        fail_msg("restore while the persist writer is busy: %s", ftc_last_error(c));
+    assert_int_equal(got, 1);
+    static float want[4096];
+    fill(want, 0, 1);
+    assert_memory_equal(w, want, sizeof w);
+    assert_true(agent_said(e, 0, "rank 0 restored step 1 from the persist tier"));
+    assert_true(agent_log_has(e, 0, "holding step 2")); /* still: not finished */
+    assert_false(agent_log_has(e, 0, "persisted step 2"));
+    unlink(hold);
+    ftc_destroy(c);
+    teardown_env(e);
+}
+
+/* The same held writer (step 2, one node, k = 0) and a new layout: the
+ * rank comes back with another tensor size while the write reads its
+ * previous layout's slot. The agent used to wait for that write inside the
+ * SLOTS handler (the control loop blocked for as long as the file system
+ * took: the rank's call reached its deadline with "agent did not answer");
+ * it answers FTC_EAGAIN naming the write, which the rank retries until its
+ * deadline, and once the write is done the new slots are made. */
+static void test_slots_persist_writer_busy(void **state)
+{
+    env_t *e = prepare_env(*state, 1, "0", 1, NULL);
+    char hold[PATH_MAX + 32];
+    snprintf(hold, sizeof hold, "%s/persist.hold", e->jobdir);
+    setenv("FTC_TEST_PERSIST_HOLD", hold, 1);
+    start_agent(e, 0);
+    unsetenv("FTC_TEST_PERSIST_HOLD");
+    static float w[4096];
+    ftc_ctx_t *c = open_ctx(e, 0, 0, 1, w, 4096);
+    commit_step(c, w, 0, 0);
+    wait_persisted(e, 0, 0);
+    FILE *h = fopen(hold, "w");
+    assert_non_null(h);
+    fclose(h);
+    commit_step(c, w, 0, 1);
+    ftc_deadline_t d = ftc_deadline_in_ms(20000);
+    while (!agent_log_has(e, 0, "holding step 1")) {
+        if (ftc_deadline_expired(d))
+            fail_msg("the persist writer never held step 1");
+        ftc_sleep_ms(20);
+    }
+    ftc_destroy(c);
+    c = create_ctx(e, 0, 0, 1, 1000);
+    register_w(c, w, 2048); /* a new layout */
+    assert_int_not_equal(ftc_checkpoint(c, 2, NULL, 0), 0);
+    if (!strstr(ftc_last_error(c), "being written to this node's persist tier"))
+        fail_msg("SLOTS while the persist writer reads the old slots: %s", ftc_last_error(c));
+    ftc_destroy(c);
+    unlink(hold);
+    wait_persisted(e, 0, 1);
+    c = open_ctx(e, 0, 0, 1, w, 2048);
+    assert_int_equal(ftc_checkpoint(c, 2, NULL, 0), 0);
+    if (ftc_wait_committed(c, 2))
+        fail_msg("step 2 in the new layout: %s", ftc_last_error(c));
+    ftc_destroy(c);
+    teardown_env(e);
+}
+
 /* k = 1 on 2 nodes, every commit persisted, agent.timeout_ms 1500. Node 1's
  * agent hangs (SIGSTOP) while it still looks alive (its heartbeat kept),
  * and node 0 loses its memory. The fetch of rank 0's shard from node 1
@@ -1825,6 +1923,8 @@ int main(void)
         T(test_redis_error_reply_not_down),
         T(test_corrupt_local_replica_peer),
         T(test_restore_hung_peer_persist),
+        T(test_restore_persist_writer_busy),
+        T(test_slots_persist_writer_busy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
