@@ -759,6 +759,54 @@ static int ftc__remove_version(const char *vdir, ftc_err_t *err)
     return ftc_fs_remove_dir(vdir, err);
 }
 
+static int ftc__find_shard(const ftc__manifest_t *m, const ftc__mshard_t *like);
+
+/* Whether shard `like` (its coordinates and raw_size) of committed version
+ * step, with raw bytes hashing to raw_xxh3, can still be rebuilt from the
+ * directory as far as markers and manifests tell: each version down its delta
+ * chain is committed and holds that shard with the expected raw xxh3 and
+ * size, in a regular file of the manifest's size. No shard file is read
+ * (what load checks beyond this costs a decode), so this is cheap enough for
+ * every delta write. *why gets the first failure. */
+static bool ftc__chain_intact(const ftc_persist_t *p, uint64_t step, const ftc__mshard_t *like,
+                              uint64_t raw_xxh3, ftc_err_t *why)
+{
+    for (int links = 0; links <= FTC__MAX_CHAIN; links++) {
+        ftc__manifest_t m;
+        int state;
+        char vn[32], path[PATH_MAX];
+        ftc__vname(vn, sizeof vn, step);
+        if (ftc__read_version(p, step, &m, &state, why) != 0) {
+            ftc__manifest_free(&m);
+            ftc_err_wrap(why, "%s", vn);
+            return false;
+        }
+        int j = ftc__find_shard(&m, like);
+        if (j < 0 || m.s[j].raw_xxh3 != raw_xxh3 || m.s[j].raw_size != like->raw_size) {
+            ftc__manifest_free(&m);
+            ftc_err_set(why, FTC_ECORRUPT, "%s holds no such shard (%s) as was written there", vn,
+                        like->file);
+            return false;
+        }
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s/%s", p->dir, vn, m.s[j].file);
+        if (stat(path, &st) != 0 || !S_ISREG(st.st_mode) ||
+            (uint64_t)st.st_size != m.s[j].file_size) {
+            ftc__manifest_free(&m);
+            ftc_err_set(why, FTC_ECORRUPT, "%s is gone or not the size its manifest says", path);
+            return false;
+        }
+        uint64_t b = m.s[j].base_step;
+        raw_xxh3 = m.s[j].base_raw_xxh3;
+        ftc__manifest_free(&m);
+        if (b == UINT64_MAX)
+            return true;
+        step = b;
+    }
+    ftc_err_set(why, FTC_ECORRUPT, "delta chain longer than %d", FTC__MAX_CHAIN);
+    return false;
+}
+
 /* Removes a failed or leftover version directory (best effort). */
 static void ftc__discard_version(const ftc_persist_t *p, const char *vdir)
 {
@@ -848,9 +896,21 @@ int ftc_persist_write(ftc_persist_t *p, uint64_t step, const void *const *shards
             if (pv->dp_rank == s->dp_rank && pv->tp_rank == s->tp_rank &&
                 pv->pp_rank == s->pp_rank &&
                 ftc__same_layout(pv->raw, pv->size, shards[i], sizes[i])) {
+                /* the base must still be on disk as this handle wrote it
+                 * (another writer's retention, an operator or a failing
+                 * disk may have removed or replaced it): a delta on a base
+                 * that is gone can never load, and retention would then
+                 * remove the older versions that still do */
+                uint64_t bx = ftc_xxh3(pv->raw, pv->size);
+                ftc_err_t why = {0};
+                if (!ftc__chain_intact(p, p->prev_step, s, bx, &why)) {
+                    FTC_WARN("persist", "%s/%s: written in full, not as a delta: its base is "
+                             "not intact (%s)", vn, s->file, ftc_err_str(&why));
+                    break;
+                }
                 base_of[i] = j;
                 s->base_step = p->prev_step;
-                s->base_raw_xxh3 = ftc_xxh3(pv->raw, pv->size);
+                s->base_raw_xxh3 = bx;
                 any_delta = true;
                 break;
             }

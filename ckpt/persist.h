@@ -94,7 +94,8 @@ const char *ftc_persist_errstr(const ftc_persist_t *p);
 /* Writes and commits one version made of n sealed shards (each is a whole
  * shard region, e.g. a shm slot; their steps must equal step and their
  * coordinates must differ). Deltas are taken against the previous version
- * this handle wrote when layouts match. Returns 0 once COMMITTED is durable;
+ * this handle wrote when layouts match and that version's chain is still on
+ * disk as written (else that shard is full). Returns 0 once COMMITTED is durable;
  * on error nothing committed before is touched. Applies retention after a
  * successful commit. */
 int ftc_persist_write(ftc_persist_t *p, uint64_t step, const void *const *shards,
