@@ -814,11 +814,12 @@ static void ftc__discard_version(const ftc_persist_t *p, const char *vdir)
     (void)p;
 }
 
-static void ftc__retain(ftc_persist_t *p, uint64_t written);
+static int ftc__retain(ftc_persist_t *p, uint64_t written, uint64_t below);
 static int ftc__load_version(const ftc_persist_t *p, uint64_t step, ftc_persist_loaded_t **out,
                              ftc_err_t *err);
 
-int ftc_persist_write(ftc_persist_t *p, uint64_t step, const void *const *shards,
+/* One attempt of ftc_persist_write. */
+static int ftc__write(ftc_persist_t *p, uint64_t step, const void *const *shards,
                       const uint64_t *sizes, int n)
 {
     ftc_err_t *err = &p->err;
@@ -1031,7 +1032,7 @@ int ftc_persist_write(ftc_persist_t *p, uint64_t step, const void *const *shards
     free(mtext);
     free(base_of);
     ftc__manifest_free(&m);
-    ftc__retain(p, step);
+    ftc__retain(p, step, 0);
     return 0;
 
 undo_dir:
@@ -1054,6 +1055,30 @@ undo_manifest:
     return rc;
 }
 
+int ftc_persist_write(ftc_persist_t *p, uint64_t step, const void *const *shards,
+                      const uint64_t *sizes, int n)
+{
+    int rc = ftc__write(p, step, shards, sizes, n);
+    if (rc != FTC_ENOSPC)
+        return rc;
+    /* The disk is full. Retention runs after a commit, and no commit comes
+     * while the disk is full: what retention would remove (versions beyond
+     * persist.keep, say after keep was lowered) and what a crashed write left
+     * (an unfinished version, newer than the newest committed one, that only
+     * a later commit would have removed) stayed for good, and every write
+     * failed. Remove them now (the newest committed versions, their bases
+     * and this handle's delta base stay) and try once more. */
+    int removed = ftc__retain(p, p->n_prev > 0 ? p->prev_step : UINT64_MAX, step);
+    if (removed <= 0)
+        return rc;
+    char vn[32];
+    ftc__vname(vn, sizeof vn, step);
+    FTC_WARN("persist", "the disk of %s was full writing %s: removed %d version(s) beyond "
+             "persist.keep %d or left unfinished; writing it again", p->dir, vn, removed,
+             p->opts.keep);
+    return ftc__write(p, step, shards, sizes, n);
+}
+
 /* ---- retention -------------------------------------------------------------------- */
 
 static bool ftc__has(const uint64_t *v, int n, uint64_t x)
@@ -1064,17 +1089,35 @@ static bool ftc__has(const uint64_t *v, int n, uint64_t x)
     return false;
 }
 
+/* Whether a temp file of a live writer lies in dir. */
+static bool ftc__has_live_temp(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return false;
+    bool live = false;
+    struct dirent *de;
+    while (!live && (de = readdir(d)))
+        live = ftc__is_temp(de->d_name) && ftc__temp_live(de->d_name);
+    closedir(d);
+    return live;
+}
+
 /* Keeps the newest opts.keep committed versions, the version just written
  * (written: a job that went back to an older step, past newer versions that
  * do not load, writes below them) and every base their delta chains need;
  * removes older committed versions, uncommitted ones older than the newest
- * committed, and temp files. Failures are logged, not returned: the version
- * is committed already. */
-static void ftc__retain(ftc_persist_t *p, uint64_t written)
+ * committed, and temp files. below (0 after a commit): uncommitted versions
+ * older than below go too, newer than the newest committed or not, unless a
+ * live writer's temp file is in them (a write that fails for a full disk
+ * makes room so, below its own step: an unfinished write older than the one
+ * being written is one that crashed). Failures are logged, not returned: the
+ * version is committed already. Returns how many versions were removed. */
+static int ftc__retain(ftc_persist_t *p, uint64_t written, uint64_t below)
 {
     uint64_t *steps = NULL, *keep = NULL;
     int *states = NULL;
-    int n = 0, nkeep = 0;
+    int n = 0, nkeep = 0, removed = 0;
     if (ftc__scan(p, &steps, &n, NULL) < 0 || n == 0)
         goto out;
     states = calloc((size_t)n, sizeof *states);
@@ -1107,7 +1150,7 @@ static void ftc__retain(ftc_persist_t *p, uint64_t written)
             keep[nkeep++] = steps[i];
         }
     }
-    if (!any_committed)
+    if (!any_committed && below == 0)
         goto out;
     /* close over delta bases (keep grows while we walk it) */
     for (int k = 0; k < nkeep; k++) {
@@ -1130,6 +1173,26 @@ static void ftc__retain(ftc_persist_t *p, uint64_t written)
         }
         ftc__manifest_free(&m);
     }
+    /* Making room before a commit (below > 0): no new version vouches for
+     * the data yet, so committed versions go only while a kept one loads.
+     * Otherwise (the newest are committed but corrupt, and the handle has
+     * written none of its own) the one that would go may be the last that
+     * loads, and the write may still fail. */
+    bool drop_committed = true;
+    for (int i = 0; below > 0 && drop_committed && i < n; i++) {
+        if (states[i] != FTC_PV_COMMITTED || ftc__has(keep, nkeep, steps[i]))
+            continue;
+        drop_committed = false;
+        for (int k = 0; k < nkeep && !drop_committed; k++) {
+            ftc_persist_loaded_t *l = NULL;
+            ftc_err_t e = {0};
+            drop_committed = ftc__load_version(p, keep[k], &l, &e) == 0;
+            ftc_persist_loaded_free(l);
+        }
+        if (!drop_committed)
+            FTC_WARN("persist", "%s: no version kept by persist.keep %d loads: older "
+                     "committed versions are not removed to make room", p->dir, p->opts.keep);
+    }
     char vn[32], path[PATH_MAX];
     for (int i = 0; i < n; i++) {
         ftc__vname(vn, sizeof vn, steps[i]);
@@ -1138,19 +1201,25 @@ static void ftc__retain(ftc_persist_t *p, uint64_t written)
             ftc__clean_temps(path);
             continue;
         }
-        if (states[i] != FTC_PV_COMMITTED && steps[i] > newest_committed)
+        if (states[i] == FTC_PV_COMMITTED && !drop_committed)
+            continue;
+        if (states[i] != FTC_PV_COMMITTED && (!any_committed || steps[i] > newest_committed) &&
+            (steps[i] >= below || ftc__has_live_temp(path)))
             continue; /* a newer write may still be in progress */
         ftc_err_t e = {0};
-        if (ftc__remove_version(path, &e) < 0)
+        if (ftc__remove_version(path, &e) < 0) {
             FTC_WARN("persist", "retention: cannot remove %s: %s", path, ftc_err_str(&e));
-        else
+        } else {
             FTC_DEBUG("persist", "retention: removed %s", vn);
+            removed++;
+        }
     }
     ftc__clean_temps(p->dir);
 out:
     free(steps);
     free(states);
     free(keep);
+    return removed;
 }
 
 int ftc_persist_drop_newer(ftc_persist_t *p, uint64_t step, int *dropped)
