@@ -453,7 +453,12 @@ static void ftc__clean_temps(const char *dir)
     closedir(d);
 }
 
-/* Every version directory, newest first. *steps is malloc'd. */
+/* Every version directory, newest first. *steps is malloc'd. A name that
+ * is there but not a directory (a stray file; stat follows a link, so a
+ * version linked in counts, and a dangling link stays listed, to be removed
+ * as the link) is no version: reading a COMMITTED inside it fails with
+ * ENOTDIR, which says "cannot be read now", and retention would stop for
+ * good. */
 static int ftc__scan(const ftc_persist_t *p, uint64_t **steps, int *n, ftc_err_t *err)
 {
     *steps = NULL;
@@ -468,6 +473,11 @@ static int ftc__scan(const ftc_persist_t *p, uint64_t **steps, int *n, ftc_err_t
         uint64_t s;
         if (ftc__vparse(de->d_name, &s) != 0)
             continue;
+        struct stat st;
+        if (fstatat(dirfd(d), de->d_name, &st, 0) == 0 && !S_ISDIR(st.st_mode)) {
+            FTC_DEBUG("persist", "%s/%s is not a directory: not a version", p->dir, de->d_name);
+            continue;
+        }
         if (cnt == cap) {
             int nc = cap ? cap * 2 : 16;
             uint64_t *nv = realloc(v, (size_t)nc * sizeof *nv);
