@@ -453,7 +453,12 @@ static void ftc__clean_temps(const char *dir)
     closedir(d);
 }
 
-/* Every version directory, newest first. *steps is malloc'd. */
+/* Every version directory, newest first. *steps is malloc'd. A name that
+ * is there but not a directory (a stray file; stat follows a link, so a
+ * version linked in counts, and a dangling link stays listed, to be removed
+ * as the link) is no version: reading a COMMITTED inside it fails with
+ * ENOTDIR, which says "cannot be read now", and retention would stop for
+ * good. */
 static int ftc__scan(const ftc_persist_t *p, uint64_t **steps, int *n, ftc_err_t *err)
 {
     *steps = NULL;
@@ -468,6 +473,11 @@ static int ftc__scan(const ftc_persist_t *p, uint64_t **steps, int *n, ftc_err_t
         uint64_t s;
         if (ftc__vparse(de->d_name, &s) != 0)
             continue;
+        struct stat st;
+        if (fstatat(dirfd(d), de->d_name, &st, 0) == 0 && !S_ISDIR(st.st_mode)) {
+            FTC_DEBUG("persist", "%s/%s is not a directory: not a version", p->dir, de->d_name);
+            continue;
+        }
         if (cnt == cap) {
             int nc = cap ? cap * 2 : 16;
             uint64_t *nv = realloc(v, (size_t)nc * sizeof *nv);
@@ -759,6 +769,54 @@ static int ftc__remove_version(const char *vdir, ftc_err_t *err)
     return ftc_fs_remove_dir(vdir, err);
 }
 
+static int ftc__find_shard(const ftc__manifest_t *m, const ftc__mshard_t *like);
+
+/* Whether shard `like` (its coordinates and raw_size) of committed version
+ * step, with raw bytes hashing to raw_xxh3, can still be rebuilt from the
+ * directory as far as markers and manifests tell: each version down its delta
+ * chain is committed and holds that shard with the expected raw xxh3 and
+ * size, in a regular file of the manifest's size. No shard file is read
+ * (what load checks beyond this costs a decode), so this is cheap enough for
+ * every delta write. *why gets the first failure. */
+static bool ftc__chain_intact(const ftc_persist_t *p, uint64_t step, const ftc__mshard_t *like,
+                              uint64_t raw_xxh3, ftc_err_t *why)
+{
+    for (int links = 0; links <= FTC__MAX_CHAIN; links++) {
+        ftc__manifest_t m;
+        int state;
+        char vn[32], path[PATH_MAX];
+        ftc__vname(vn, sizeof vn, step);
+        if (ftc__read_version(p, step, &m, &state, why) != 0) {
+            ftc__manifest_free(&m);
+            ftc_err_wrap(why, "%s", vn);
+            return false;
+        }
+        int j = ftc__find_shard(&m, like);
+        if (j < 0 || m.s[j].raw_xxh3 != raw_xxh3 || m.s[j].raw_size != like->raw_size) {
+            ftc__manifest_free(&m);
+            ftc_err_set(why, FTC_ECORRUPT, "%s holds no such shard (%s) as was written there", vn,
+                        like->file);
+            return false;
+        }
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s/%s", p->dir, vn, m.s[j].file);
+        if (stat(path, &st) != 0 || !S_ISREG(st.st_mode) ||
+            (uint64_t)st.st_size != m.s[j].file_size) {
+            ftc__manifest_free(&m);
+            ftc_err_set(why, FTC_ECORRUPT, "%s is gone or not the size its manifest says", path);
+            return false;
+        }
+        uint64_t b = m.s[j].base_step;
+        raw_xxh3 = m.s[j].base_raw_xxh3;
+        ftc__manifest_free(&m);
+        if (b == UINT64_MAX)
+            return true;
+        step = b;
+    }
+    ftc_err_set(why, FTC_ECORRUPT, "delta chain longer than %d", FTC__MAX_CHAIN);
+    return false;
+}
+
 /* Removes a failed or leftover version directory (best effort). */
 static void ftc__discard_version(const ftc_persist_t *p, const char *vdir)
 {
@@ -766,11 +824,12 @@ static void ftc__discard_version(const ftc_persist_t *p, const char *vdir)
     (void)p;
 }
 
-static void ftc__retain(ftc_persist_t *p, uint64_t written);
+static int ftc__retain(ftc_persist_t *p, uint64_t written, uint64_t below);
 static int ftc__load_version(const ftc_persist_t *p, uint64_t step, ftc_persist_loaded_t **out,
                              ftc_err_t *err);
 
-int ftc_persist_write(ftc_persist_t *p, uint64_t step, const void *const *shards,
+/* One attempt of ftc_persist_write. */
+static int ftc__write(ftc_persist_t *p, uint64_t step, const void *const *shards,
                       const uint64_t *sizes, int n)
 {
     ftc_err_t *err = &p->err;
@@ -848,9 +907,21 @@ int ftc_persist_write(ftc_persist_t *p, uint64_t step, const void *const *shards
             if (pv->dp_rank == s->dp_rank && pv->tp_rank == s->tp_rank &&
                 pv->pp_rank == s->pp_rank &&
                 ftc__same_layout(pv->raw, pv->size, shards[i], sizes[i])) {
+                /* the base must still be on disk as this handle wrote it
+                 * (another writer's retention, an operator or a failing
+                 * disk may have removed or replaced it): a delta on a base
+                 * that is gone can never load, and retention would then
+                 * remove the older versions that still do */
+                uint64_t bx = ftc_xxh3(pv->raw, pv->size);
+                ftc_err_t why = {0};
+                if (!ftc__chain_intact(p, p->prev_step, s, bx, &why)) {
+                    FTC_WARN("persist", "%s/%s: written in full, not as a delta: its base is "
+                             "not intact (%s)", vn, s->file, ftc_err_str(&why));
+                    break;
+                }
                 base_of[i] = j;
                 s->base_step = p->prev_step;
-                s->base_raw_xxh3 = ftc_xxh3(pv->raw, pv->size);
+                s->base_raw_xxh3 = bx;
                 any_delta = true;
                 break;
             }
@@ -971,7 +1042,7 @@ int ftc_persist_write(ftc_persist_t *p, uint64_t step, const void *const *shards
     free(mtext);
     free(base_of);
     ftc__manifest_free(&m);
-    ftc__retain(p, step);
+    ftc__retain(p, step, 0);
     return 0;
 
 undo_dir:
@@ -994,6 +1065,30 @@ undo_manifest:
     return rc;
 }
 
+int ftc_persist_write(ftc_persist_t *p, uint64_t step, const void *const *shards,
+                      const uint64_t *sizes, int n)
+{
+    int rc = ftc__write(p, step, shards, sizes, n);
+    if (rc != FTC_ENOSPC)
+        return rc;
+    /* The disk is full. Retention runs after a commit, and no commit comes
+     * while the disk is full: what retention would remove (versions beyond
+     * persist.keep, say after keep was lowered) and what a crashed write left
+     * (an unfinished version, newer than the newest committed one, that only
+     * a later commit would have removed) stayed for good, and every write
+     * failed. Remove them now (the newest committed versions, their bases
+     * and this handle's delta base stay) and try once more. */
+    int removed = ftc__retain(p, p->n_prev > 0 ? p->prev_step : UINT64_MAX, step);
+    if (removed <= 0)
+        return rc;
+    char vn[32];
+    ftc__vname(vn, sizeof vn, step);
+    FTC_WARN("persist", "the disk of %s was full writing %s: removed %d version(s) beyond "
+             "persist.keep %d or left unfinished; writing it again", p->dir, vn, removed,
+             p->opts.keep);
+    return ftc__write(p, step, shards, sizes, n);
+}
+
 /* ---- retention -------------------------------------------------------------------- */
 
 static bool ftc__has(const uint64_t *v, int n, uint64_t x)
@@ -1004,17 +1099,35 @@ static bool ftc__has(const uint64_t *v, int n, uint64_t x)
     return false;
 }
 
+/* Whether a temp file of a live writer lies in dir. */
+static bool ftc__has_live_temp(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return false;
+    bool live = false;
+    struct dirent *de;
+    while (!live && (de = readdir(d)))
+        live = ftc__is_temp(de->d_name) && ftc__temp_live(de->d_name);
+    closedir(d);
+    return live;
+}
+
 /* Keeps the newest opts.keep committed versions, the version just written
  * (written: a job that went back to an older step, past newer versions that
  * do not load, writes below them) and every base their delta chains need;
  * removes older committed versions, uncommitted ones older than the newest
- * committed, and temp files. Failures are logged, not returned: the version
- * is committed already. */
-static void ftc__retain(ftc_persist_t *p, uint64_t written)
+ * committed, and temp files. below (0 after a commit): uncommitted versions
+ * older than below go too, newer than the newest committed or not, unless a
+ * live writer's temp file is in them (a write that fails for a full disk
+ * makes room so, below its own step: an unfinished write older than the one
+ * being written is one that crashed). Failures are logged, not returned: the
+ * version is committed already. Returns how many versions were removed. */
+static int ftc__retain(ftc_persist_t *p, uint64_t written, uint64_t below)
 {
     uint64_t *steps = NULL, *keep = NULL;
     int *states = NULL;
-    int n = 0, nkeep = 0;
+    int n = 0, nkeep = 0, removed = 0;
     if (ftc__scan(p, &steps, &n, NULL) < 0 || n == 0)
         goto out;
     states = calloc((size_t)n, sizeof *states);
@@ -1047,7 +1160,7 @@ static void ftc__retain(ftc_persist_t *p, uint64_t written)
             keep[nkeep++] = steps[i];
         }
     }
-    if (!any_committed)
+    if (!any_committed && below == 0)
         goto out;
     /* close over delta bases (keep grows while we walk it) */
     for (int k = 0; k < nkeep; k++) {
@@ -1070,6 +1183,26 @@ static void ftc__retain(ftc_persist_t *p, uint64_t written)
         }
         ftc__manifest_free(&m);
     }
+    /* Making room before a commit (below > 0): no new version vouches for
+     * the data yet, so committed versions go only while a kept one loads.
+     * Otherwise (the newest are committed but corrupt, and the handle has
+     * written none of its own) the one that would go may be the last that
+     * loads, and the write may still fail. */
+    bool drop_committed = true;
+    for (int i = 0; below > 0 && drop_committed && i < n; i++) {
+        if (states[i] != FTC_PV_COMMITTED || ftc__has(keep, nkeep, steps[i]))
+            continue;
+        drop_committed = false;
+        for (int k = 0; k < nkeep && !drop_committed; k++) {
+            ftc_persist_loaded_t *l = NULL;
+            ftc_err_t e = {0};
+            drop_committed = ftc__load_version(p, keep[k], &l, &e) == 0;
+            ftc_persist_loaded_free(l);
+        }
+        if (!drop_committed)
+            FTC_WARN("persist", "%s: no version kept by persist.keep %d loads: older "
+                     "committed versions are not removed to make room", p->dir, p->opts.keep);
+    }
     char vn[32], path[PATH_MAX];
     for (int i = 0; i < n; i++) {
         ftc__vname(vn, sizeof vn, steps[i]);
@@ -1078,19 +1211,25 @@ static void ftc__retain(ftc_persist_t *p, uint64_t written)
             ftc__clean_temps(path);
             continue;
         }
-        if (states[i] != FTC_PV_COMMITTED && steps[i] > newest_committed)
+        if (states[i] == FTC_PV_COMMITTED && !drop_committed)
+            continue;
+        if (states[i] != FTC_PV_COMMITTED && (!any_committed || steps[i] > newest_committed) &&
+            (steps[i] >= below || ftc__has_live_temp(path)))
             continue; /* a newer write may still be in progress */
         ftc_err_t e = {0};
-        if (ftc__remove_version(path, &e) < 0)
+        if (ftc__remove_version(path, &e) < 0) {
             FTC_WARN("persist", "retention: cannot remove %s: %s", path, ftc_err_str(&e));
-        else
+        } else {
             FTC_DEBUG("persist", "retention: removed %s", vn);
+            removed++;
+        }
     }
     ftc__clean_temps(p->dir);
 out:
     free(steps);
     free(states);
     free(keep);
+    return removed;
 }
 
 int ftc_persist_drop_newer(ftc_persist_t *p, uint64_t step, int *dropped)

@@ -22,7 +22,8 @@
  * shards, manifest, COMMITTED. A version without a valid COMMITTED marker does
  * not exist for readers. A crash or an I/O error at any point leaves every
  * earlier committed version loadable (I3); tests prove it by failing the N-th
- * write, fsync and rename through opts.fault.
+ * write, fsync and rename through opts.fault. (A write that fails for a full
+ * disk first removes what retention would, while a version it keeps loads.)
  *
  * Loading takes the newest committed version whose marker, manifest and every
  * checksum (compressed chunks, the reconstructed shard, its tensors, and each
@@ -94,9 +95,13 @@ const char *ftc_persist_errstr(const ftc_persist_t *p);
 /* Writes and commits one version made of n sealed shards (each is a whole
  * shard region, e.g. a shm slot; their steps must equal step and their
  * coordinates must differ). Deltas are taken against the previous version
- * this handle wrote when layouts match. Returns 0 once COMMITTED is durable;
- * on error nothing committed before is touched. Applies retention after a
- * successful commit. */
+ * this handle wrote when layouts match and that version's chain is still on
+ * disk as written (else that shard is full). Returns 0 once COMMITTED is
+ * durable; on error nothing committed before is touched, but for what
+ * retention removes on a full disk. Applies retention after a successful
+ * commit, and on a full disk (FTC_ENOSPC) before one more try: that pass
+ * removes committed versions only while one it keeps loads
+ * (docs/persist-format.md, Retention). */
 int ftc_persist_write(ftc_persist_t *p, uint64_t step, const void *const *shards,
                       const uint64_t *sizes, int n);
 

@@ -4,7 +4,7 @@
  * dropping the versions newer than a restored step, a version that cannot
  * be read now kept, a corrupt (or cut short, or grown) committed one written
  * again, a FIFO in a version not waited for, a linked version removed as the
- * link. */
+ * link, a delta base gone from the disk, a stray file named like a version. */
 #include "ftc_test.h"
 
 #include "ckpt/persist.h"
@@ -832,6 +832,98 @@ static void test_broken_base(void **state)
     finish(&w, p, dir);
 }
 
+/* The handle's delta base is no longer on disk as it wrote it (another
+ * writer's retention, an operator): the next version is written in full.
+ * It used to be a delta on the missing base, committed but never loadable,
+ * and with keep 1 its retention then removed version 1, the last one that
+ * loaded: nothing loaded at all. Both the base itself gone (2) and a base
+ * further down its chain gone (1) are caught. */
+static void test_delta_base_gone(void **state)
+{
+    (void)state;
+    for (int gone = 2; gone >= 1; gone--) {
+        char *dir = ftc_test_tmpdir("persist-gone");
+        ftc_persist_options_t o = FTC_PERSIST_OPTIONS_INIT;
+        o.keep = 1;
+        o.chunk_bytes = 16384;
+        ftc_persist_t *p = open_tier(dir, &o);
+        world_t w;
+        world_init(&w, 16u << 10);
+        uint8_t *c1[NSH], *c2[NSH], *c3[NSH];
+        assert_int_equal(world_write(&w, p, 1, c1), 0); /* full */
+        assert_int_equal(world_write(&w, p, 2, c2), 0); /* delta on 1: both kept */
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/v%020d", dir, gone);
+        ftc_test_rmrf(path);
+        assert_int_equal(world_write(&w, p, 3, c3), 0);
+        ftc_persist_stats_t st;
+        ftc_persist_last_stats(p, &st);
+        ftc_persist_loaded_t *l;
+        int rc = ftc_persist_load(p, FTC_PERSIST_NEWEST, &l);
+        if (rc)
+            fail_msg("v%d removed, 3 written (%s): nothing loads: %s", gone,
+                     st.delta ? "a delta" : "full", ftc_persist_errstr(p));
+        check_loaded(l, 3, c3, &w);
+        ftc_persist_loaded_free(l);
+        assert_false(st.delta);
+        free_copies(c1);
+        free_copies(c2);
+        free_copies(c3);
+        finish(&w, p, dir);
+    }
+}
+
+/* A file that is not a directory under a version's name (a stray copy, an
+ * operator's note "v00000000000000000000") is no version. Reading its
+ * COMMITTED failed with ENOTDIR, taken for "cannot be read now, may be
+ * committed", so every retention pass was skipped for good and the disk
+ * filled; it was also listed as a version with a bad marker. */
+static void test_stray_file_not_a_version(void **state)
+{
+    (void)state;
+    char *dir = ftc_test_tmpdir("persist-stray");
+    ftc_persist_options_t o = FTC_PERSIST_OPTIONS_INIT;
+    o.keep = 1;
+    o.full_every = 1;
+    o.chunk_bytes = 16384;
+    ftc_persist_t *p = open_tier(dir, &o);
+    world_t w;
+    world_init(&w, 16u << 10);
+    char stray[PATH_MAX];
+    snprintf(stray, sizeof stray, "%s/v%020d", dir, 0);
+    FILE *f = fopen(stray, "w");
+    assert_non_null(f);
+    fputs("not a version\n", f);
+    fclose(f);
+    uint8_t *c1[NSH], *c2[NSH];
+    assert_int_equal(world_write(&w, p, 1, c1), 0);
+    assert_int_equal(world_write(&w, p, 2, c2), 0);
+    if (version_exists(dir, 1))
+        fail_msg("retention kept v1 (keep 1) beside the file %s", stray);
+    ftc_persist_version_t *v;
+    int n;
+    assert_int_equal(ftc_persist_list(p, &v, &n), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(v[0].step, 2);
+    free(v);
+    load_check(p, FTC_PERSIST_NEWEST, 2, c2, &w);
+    struct stat st;
+    assert_int_equal(stat(stray, &st), 0); /* not ours: left alone */
+    /* one named after a newer step: drop_newer failed on it ("removing
+     * .../COMMITTED: Not a directory"), so no restore could drop anything */
+    char stray9[PATH_MAX];
+    snprintf(stray9, sizeof stray9, "%s/v%020d", dir, 9);
+    assert_int_equal(rename(stray, stray9), 0);
+    int dropped = -1;
+    if (ftc_persist_drop_newer(p, 1, &dropped) != 0)
+        fail_msg("drop_newer beside the file %s: %s", stray9, ftc_persist_errstr(p));
+    assert_int_equal(dropped, 1); /* v2 */
+    assert_int_equal(stat(stray9, &st), 0);
+    free_copies(c1);
+    free_copies(c2);
+    finish(&w, p, dir);
+}
+
 static void test_manifest_hostile(void **state)
 {
     (void)state;
@@ -1038,6 +1130,8 @@ int main(void)
         cmocka_unit_test(test_drop_newer),
         cmocka_unit_test(test_fallback),
         cmocka_unit_test(test_broken_base),
+        cmocka_unit_test(test_delta_base_gone),
+        cmocka_unit_test(test_stray_file_not_a_version),
         cmocka_unit_test(test_manifest_hostile),
         cmocka_unit_test(test_options_from_config),
         cmocka_unit_test(test_reader),

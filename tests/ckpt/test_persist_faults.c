@@ -3,7 +3,7 @@
  * previous version (or, only once COMMITTED is durable, the new one) loads
  * byte-identical, and a fresh handle writes again with no temp files left.
  * Also: a real full disk (a tmpfs) at the version's mkdir, and a durable
- * drop_newer. */
+ * drop_newer, and room made on a full disk. */
 #include "ftc_test.h"
 
 #include "ckpt/persist.h"
@@ -371,6 +371,191 @@ static void test_full_disk_at_mkdir(void **state)
         fail_msg("no 'the disk is full ... what to do' in: %s", msg);
 }
 
+/* Writes version step of two shards of about 70 scale bytes each. */
+static int write_scaled(ftc_persist_t *p, uint64_t step, uint64_t scale)
+{
+    uint8_t *sh[NSH];
+    uint64_t sz[NSH];
+    for (int i = 0; i < NSH; i++)
+        sh[i] = ftc_test_make_shard(step, (uint32_t)i, scale, step * 10 + (uint64_t)i, &sz[i]);
+    int rc = ftc_persist_write(p, step, (const void *const *)sh, sz, NSH);
+    free_version(sh);
+    return rc;
+}
+
+/* Two shards of about 70 KiB each. */
+static int write_big(ftc_persist_t *p, uint64_t step)
+{
+    return write_scaled(p, step, 1000);
+}
+
+/* Fills the file system of dir to the last page, then frees slack bytes. */
+static int fill_disk(const char *dir, int idx, long slack)
+{
+    char junk[PATH_MAX];
+    snprintf(junk, sizeof junk, "%s/junk%d", dir, idx);
+    int fd = open(junk, O_CREAT | O_WRONLY | O_TRUNC, 0600);
+    if (fd < 0)
+        return -1;
+    static char buf[4096];
+    memset(buf, 0x5a, sizeof buf);
+    long n = 0;
+    for (ssize_t w; (w = write(fd, buf, sizeof buf)) > 0;)
+        n += w;
+    int rc = n > slack && ftruncate(fd, n - slack) == 0 ? 0 : -1;
+    close(fd);
+    return rc;
+}
+
+/* The child of test_full_disk_makes_room, in its own tmpfs: 0 or the check
+ * that failed; msg gets the last persist error. */
+static int full_disk_child(const char *dir, char *msg, size_t cap)
+{
+    ftc_err_t err = {0};
+    char pd[PATH_MAX], v2m[PATH_MAX + 64];
+    snprintf(pd, sizeof pd, "%s/p", dir);
+    ftc_persist_options_t o = opts_with(NULL);
+    o.delta = false;
+    o.keep = 2;
+    ftc_persist_t *p = ftc_persist_open(pd, &o, &err);
+    if (!p || write_big(p, 1) != 0 || write_big(p, 2) != 0)
+        return 10;
+    /* a write of 2 that crashed before its COMMITTED: an unfinished version
+     * newer than the newest committed one */
+    snprintf(v2m, sizeof v2m, "%s/v%020d/COMMITTED", pd, 2);
+    if (unlink(v2m) != 0 || fill_disk(dir, 0, 16384) != 0)
+        return 11;
+    int rc = write_big(p, 3);
+    snprintf(msg, cap, "%s", ftc_persist_errstr(p));
+    if (rc != 0)
+        return 12; /* v2's files took the room v3 needs, for good */
+    /* full again, keep 2 (1 and 3): nothing to remove, a clear error */
+    if (fill_disk(dir, 1, 0) != 0)
+        return 13;
+    rc = write_big(p, 4);
+    snprintf(msg, cap, "%s", ftc_persist_errstr(p));
+    if (rc != FTC_ENOSPC || !strstr(msg, "the disk is full"))
+        return 14;
+    /* persist.keep lowered to 1 (the advice of that error): room for 4 */
+    ftc_persist_close(p);
+    o.keep = 1;
+    p = ftc_persist_open(pd, &o, &err);
+    if (!p)
+        return 15;
+    rc = write_big(p, 4);
+    snprintf(msg, cap, "%s", ftc_persist_errstr(p));
+    if (rc != 0)
+        return 16;
+    ftc_persist_loaded_t *l = NULL;
+    rc = ftc_persist_load(p, FTC_PERSIST_NEWEST, &l);
+    bool v4 = rc == 0 && l->step == 4;
+    ftc_persist_loaded_free(l);
+    ftc_persist_close(p);
+    return v4 ? 0 : 17;
+}
+
+/* The child of test_full_disk_keeps_loadable: v1 (small) loads, v2 is
+ * committed but corrupt; keep lowered to 1, the disk full, a fresh handle
+ * writes a bigger v3. */
+static int keeps_loadable_child(const char *dir, char *msg, size_t cap)
+{
+    ftc_err_t err = {0};
+    char pd[PATH_MAX], shard[PATH_MAX + 64];
+    snprintf(pd, sizeof pd, "%s/p", dir);
+    ftc_persist_options_t o = opts_with(NULL);
+    o.delta = false;
+    ftc_persist_t *p = ftc_persist_open(pd, &o, &err);
+    if (!p || write_scaled(p, 1, 100) != 0 || write_big(p, 2) != 0)
+        return 10;
+    ftc_persist_close(p);
+    snprintf(shard, sizeof shard, "%s/v%020d/shard-d0-t0-p0.ftcz", pd, 2);
+    int fd = open(shard, O_RDWR);
+    if (fd < 0 || pwrite(fd, "\xff\xff\xff\xff", 4, 1000) != 4 || close(fd) != 0)
+        return 11;
+    if (fill_disk(dir, 0, 16384) != 0)
+        return 12;
+    o.keep = 1;
+    p = ftc_persist_open(pd, &o, &err);
+    if (!p)
+        return 13;
+    int rc = write_big(p, 3); /* removing v1 would not make room enough */
+    snprintf(msg, cap, "%s", ftc_persist_errstr(p));
+    if (rc != FTC_ENOSPC)
+        return 14;
+    ftc_persist_loaded_t *l = NULL;
+    rc = ftc_persist_load(p, FTC_PERSIST_NEWEST, &l);
+    if (rc != 0)
+        snprintf(msg, cap, "%s", ftc_persist_errstr(p));
+    bool v1 = rc == 0 && l->step == 1;
+    ftc_persist_loaded_free(l);
+    ftc_persist_close(p);
+    return v1 ? 0 : 15;
+}
+
+/* Runs child(dir) in a private mount namespace with a tmpfs of `size` on
+ * dir; 77 when that cannot be had. */
+static void run_on_tmpfs(const char *name, const char *size,
+                         int (*child)(const char *dir, char *msg, size_t cap))
+{
+    char *dir = ftc_test_tmpdir(name);
+    char msg[FTC_ERR_MSG_MAX] = "";
+    int pfd[2];
+    assert_int_equal(pipe(pfd), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(pfd[0]);
+        if (unshare(CLONE_NEWNS) != 0 && unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0)
+            _exit(77);
+        if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+            mount("tmpfs", dir, "tmpfs", 0, size) != 0)
+            _exit(77);
+        int rc = child(dir, msg, sizeof msg);
+        if (write(pfd[1], msg, strlen(msg)) < 0)
+            _exit(3);
+        _exit(rc);
+    }
+    close(pfd[1]);
+    ssize_t got = read(pfd[0], msg, sizeof msg - 1);
+    msg[got > 0 ? got : 0] = '\0';
+    close(pfd[0]);
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    ftc_test_rmrf(dir);
+    free(dir);
+    if (WEXITSTATUS(st) == 77) {
+        skip();
+        return;
+    }
+    if (WEXITSTATUS(st) != 0)
+        fail_msg("check %d failed: %s", WEXITSTATUS(st), msg);
+}
+
+/* A full disk (a real tmpfs, as in test_full_disk_at_mkdir) is made room on:
+ * retention ran only after a commit, and no commit came while the disk was
+ * full, so an unfinished version a crash left (newer than the newest
+ * committed: only a later commit would remove it) or the versions beyond a
+ * lowered persist.keep stayed, and every later write failed with ENOSPC. The
+ * write now removes what retention would (and unfinished versions older
+ * than its step) and tries once more. */
+static void test_full_disk_makes_room(void **state)
+{
+    (void)state;
+    run_on_tmpfs("pf-room", "size=2m", full_disk_child);
+}
+
+/* Making room before a commit removes no committed version unless one that
+ * stays loads: with the newest (kept) version committed but corrupt, the
+ * older one that would go is the last that loads, and the write may fail
+ * all the same (here it does: that version is too small to make room). */
+static void test_full_disk_keeps_loadable(void **state)
+{
+    (void)state;
+    run_on_tmpfs("pf-keep", "size=2m", keeps_loadable_child);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -378,6 +563,8 @@ int main(void)
         cmocka_unit_test(test_crash_every_operation),
         cmocka_unit_test(test_new_dir_durable),
         cmocka_unit_test(test_full_disk_at_mkdir),
+        cmocka_unit_test(test_full_disk_makes_room),
+        cmocka_unit_test(test_full_disk_keeps_loadable),
         cmocka_unit_test(test_drop_durable),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
