@@ -85,6 +85,10 @@
 #define FS_HOLDERS_MAX (FTC_REPL_MAX_PEERS * FS_HOLDER_MAX + 1)
 _Static_assert(FS_MAX_NODES <= 10000, "FS_HOLDER_MAX counts 4 digits of a node index");
 #define FS_MAX_RANKS 256 /* watched ranks of one node */
+/* the most bytes a version holds, whatever max_bytes says: a tensor of a
+ * shard holds less than 2^62 bytes (ckpt/shard.c), and the layout's sum of
+ * them and its head must not wrap */
+#define FS_BYTES_MAX ((uint64_t)1 << 61)
 #define FS_LIMIT_MAX_MS 86400000 /* each time limit: a day */
 #define FS_CRASHED_PREFIX FS_TMP_PREFIX "crashed." /* files moved aside after a crash */
 /* In the directory while a store runs; removed when it ends with nothing a
@@ -290,6 +294,14 @@ static void to_hex(const uint8_t *b, size_t n, char *out)
     for (size_t i = 0; i < n; i++)
         snprintf(out + 2 * i, 3, "%02x", b[i]);
     out[2 * n] = 0;
+}
+
+/* a + b, or UINT64_MAX where that wraps: a directory's byte count (each
+ * size a file's st_size, which a sparse file makes anything up to 2^63)
+ * never wraps to a small number under the cap */
+static uint64_t add_sat(uint64_t a, uint64_t b)
+{
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
 }
 
 static uint64_t ts_ns(const struct timespec *t)
@@ -859,7 +871,7 @@ static int scan_dir(ftc_filestore_t *fs, fs_scan_t *s, const char *rel, int dept
         f->mode = (uint32_t)(st.st_mode & 07777);
         f->busy = busy_has(fs, sub);
         f->from = NULL;
-        s->bytes += f->size;
+        s->bytes = add_sat(s->bytes, f->size);
         s->n++;
     }
     closedir(d);
@@ -1411,7 +1423,6 @@ static void fs_take_previous(ftc_filestore_t *fs, fs_scan_t *sc, char *list, siz
                 ll +=
                     (size_t)snprintf(list + ll, cap - ll, "%s%s (%s)", ll ? ", " : "", f.name, why);
             if (ll >= cap) ll = cap - 1;
-            sc->bytes -= f.size;
             if (t < 0) {
                 free(f.name);
                 continue;
@@ -1422,11 +1433,13 @@ static void fs_take_previous(ftc_filestore_t *fs, fs_scan_t *sc, char *list, siz
             f.from = tt.data;
             f.mtime_ns = ftc_le_rd64(m + 16 * t);
             f.mode = ftc_le_rd32(m + 16 * t + 8);
-            sc->bytes += f.size;
         }
         sc->f[out++] = f;
     }
     sc->n = out;
+    sc->bytes = 0; /* counted again (add_sat: no -= on a saturated count) */
+    for (size_t i = 0; i < sc->n; i++)
+        sc->bytes = add_sat(sc->bytes, sc->f[i].size);
 }
 
 /* Packs the directory into the free own slot and starts pushing it. Files
@@ -1462,11 +1475,15 @@ static void fs_start_push(ftc_filestore_t *fs, bool busy)
         goto fail;
     }
     if (fs->nbusy) fs_take_previous(fs, &sc, carried, sizeof carried);
-    if (sc.bytes > lim.max_bytes) {
+    /* FS_BYTES_MAX too: the shard's layout adds its head and alignment to
+     * the bytes, which must not wrap either, whatever the cap */
+    if (sc.bytes > lim.max_bytes || sc.bytes > FS_BYTES_MAX) {
         rc = ftc_err_set(&err, FTC_ERANGE,
-                         "%s holds %" PRIu64 " bytes in %zu files, over the cap of %" PRIu64
+                         "%s holds %s%" PRIu64 " bytes in %zu files, over the cap of %" PRIu64
                          " bytes: not replicated (write less per node, or raise the cap)",
-                         fs->dir, sc.bytes, sc.n, lim.max_bytes);
+                         fs->dir, sc.bytes == UINT64_MAX ? "more than " : "", sc.bytes, sc.n,
+                         sc.bytes > FS_BYTES_MAX && lim.max_bytes > FS_BYTES_MAX ? FS_BYTES_MAX
+                                                                               : lim.max_bytes);
         ftc_ctl_event_t ev = {.kind = "ckptdir_too_big",
                               .node = fs->node_id,
                               .rank = -1,

@@ -68,7 +68,8 @@
  * snapshot would replace the last whole copy; docs/recovery.md). Keep files
  * that stay open (logs) outside the directory.
  *
- * Limits: the files together must fit max_bytes (default 4 GiB) or the
+ * Limits: the files together must fit max_bytes (default 4 GiB; 2^61 at
+ * most, whatever the cap; sizes added without wrapping) or the
  * version is refused (FTC_ERANGE, a log line and a ckptdir_too_big event);
  * symbolic links and special files are skipped with a warning; names are
  * relative paths of at most 1024 bytes without "." or ".." components

@@ -14,6 +14,8 @@
  *   deadpeer   a directory over the cap is refused (FTC_ERANGE); a push to a
  *              SIGKILLed peer ends at its deadline; a replacement peer gets the
  *              next push (the endpoint was rebuilt if it broke)
+ *   capwrap    sparse files whose sizes add up past 2^64 are over the cap (the
+ *              sum wrapped under it, and the pack overran its slot)
  *   shm        write-temp-then-rename, kill, restore on the shm provider; the
  *              survivor's endpoint breaks (its send to the killed node cannot
  *              be cancelled) and is abandoned, yet once it stops normally no
@@ -366,6 +368,13 @@ static void child_main(int fd, uint32_t index, const char *id, int k, const ftc_
             struct timespec ts[2] = {{.tv_nsec = UTIME_OMIT},
                                      {.tv_sec = (time_t)seed, .tv_nsec = (long)len}};
             say(fd, "%d", utimensat(AT_FDCWD, path, ts, 0) == 0 ? 0 : -errno);
+        } else if (sscanf(line, "sparse %255s %llu", name, &len) == 2) {
+            /* a sparse file of len bytes (ftruncate: no page written) */
+            snprintf(path, sizeof path, "%s/%s", dir, name);
+            int a = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+            int rc = a < 0 || ftruncate(a, (off_t)len) != 0 ? -errno : 0;
+            if (a >= 0) close(a);
+            say(fd, "%d", rc);
         } else if (sscanf(line, "rm %255s", name) == 1) {
             snprintf(path, sizeof path, "%s/%s", dir, name);
             say(fd, "%d", unlink(path) == 0 ? 0 : -errno);
@@ -861,6 +870,32 @@ static void test_deadpeer(void **state)
     printf("# node 0 stats (pushed failures restored rebuilds): %s\n", msg);
     quit(&n0);
     quit(&r1);
+}
+
+/* The cap counts every byte: sparse files whose sizes add up past 2^64
+ * (four of 2^62 - 64 bytes and one of 300) wrapped the sum to 44 bytes,
+ * under any cap, and the pack laid the files out in a slot of that wrapped
+ * size and read 2^62 bytes into it. */
+static void test_capwrap(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0, n1;
+    spawn_pair(&n0, &n1);
+    OK(&n0, "limits 1048576 3000");
+    for (int i = 0; i < 4; i++)
+        OK(&n0, "sparse big%d.bin %llu", i, (1ull << 62) - 64);
+    OK(&n0, "write small.bin 1 300");
+    char msg[2048];
+    int rc = cmd(&n0, msg, sizeof msg, "flush");
+    printf("# sizes adding up past 2^64: %d %s\n", rc, msg);
+    assert_int_equal(rc, FTC_ERANGE);
+    assert_non_null(strstr(msg, "over the cap"));
+    for (int i = 0; i < 4; i++)
+        OK(&n0, "rm big%d.bin", i);
+    OK(&n0, "flush"); /* the store is still whole */
+    quit(&n0);
+    quit(&n1);
 }
 
 static void test_shm(void **state)
@@ -2289,6 +2324,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_union, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corrupt, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deadpeer, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_capwrap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shm, setup, teardown),
         cmocka_unit_test_setup_teardown(test_selfslot, setup, teardown),
         cmocka_unit_test_setup_teardown(test_norecord, setup, teardown),
