@@ -2107,11 +2107,22 @@ static int fs_write_file(ftc_filestore_t *fs, fs_cand_t *c, bool *written, ftc_e
     char *slash = strrchr(parent, '/');
     *slash = 0;
     if (ftc_fs_mkdirs(parent, err)) return err->code;
+    /* a new file (O_EXCL): a name of ours already there (a hard link to a
+     * file outside the directory, planted by the binary) is never written
+     * through; the next number is tried */
     static atomic_uint counter;
-    snprintf(tmp, sizeof tmp, "%s/" FS_TMP_PREFIX "%d.%u", parent, (int)getpid(), /* fs_reap_tmp */
-             atomic_fetch_add(&counter, 1));
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0) return ftc_err_errno(err, errno, "filestore: create %s", tmp);
+    int fd = -1;
+    for (int i = 0; fd < 0 && i < 16; i++) {
+        snprintf(tmp, sizeof tmp, "%s/" FS_TMP_PREFIX "%d.%u", parent, (int)getpid(),
+                 atomic_fetch_add(&counter, 1)); /* fs_reap_tmp */
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0 && errno != EEXIST) break;
+    }
+    if (fd < 0)
+        return ftc_err_errno(err, errno, "filestore: create %s%s", tmp,
+                             errno == EEXIST ? " (16 names of the store's temporaries taken: "
+                                               "remove the .ftc-tmp.* files of this directory)"
+                                             : "");
     int rc = ftc_fs_write_all(fd, t.data, t.length, NULL, err, tmp);
     if (!rc && fchmod(fd, (mode_t)(c->mode & 0777)) != 0) /* no set-id bits from a peer */
         rc = ftc_err_errno(err, errno, "filestore: chmod %s", tmp);

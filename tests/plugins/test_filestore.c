@@ -79,6 +79,8 @@
  *   overflow   the store's inotify queue overflows while its process is
  *              stopped (SIGSTOP) and a subdirectory is made meanwhile (its
  *              event dropped): a file later written in it is still replicated
+ *   tmplink    the names of a restore's temporaries taken by hard links to a
+ *              file outside the directory: nothing is written through them
  *   records    (no Redis) the parsers of the records another node wrote take
  *              whole numbers and whole words only: "5 4096 1x h" is no
  *              record (was generation 1 with holders "x"), "1x:n" no holder
@@ -2162,6 +2164,49 @@ static void test_symlinked_subdir(void **state)
     quit(&n1);
 }
 
+/* A restore writes a temporary beside the file and renames it into place;
+ * a name of that temporary already in the directory (planted by a binary:
+ * a hard link to a file outside) is not written through: it truncated and
+ * overwrote the file outside, and the restored file was that inode. */
+static void test_tmplink(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0, n1;
+    spawn_pair(&n0, &n1);
+    OK(&n0, "write a.bin 111 3000");
+    OK(&n0, "flush");
+    node_t r0 = replace_node0(&n0);
+    char outside[PATH_MAX], lnk[PATH_MAX + 32], msg[2048];
+    snprintf(outside, sizeof outside, "/dev/shm/ftc.%s.outside", g_job);
+    int fd = open(outside, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "keep", 4), 4);
+    close(fd);
+    /* the names of the restore's first temporaries: .ftc-tmp.PID.N, N from 0 */
+    for (int i = 0; i < 4; i++) {
+        snprintf(lnk, sizeof lnk, "%s/.ftc-tmp.%d.%d", r0.dir, (int)r0.pid, i);
+        assert_int_equal(link(outside, lnk), 0);
+    }
+    int rc = cmd(&r0, msg, sizeof msg, "restore 2 n0 n1");
+    printf("# restore with its temporaries' names taken: %d %s\n", rc, msg);
+    uint8_t *got = NULL;
+    size_t glen = 0;
+    ftc_err_t e = {0};
+    assert_int_equal(ftc_fs_read_file(outside, 1u << 20, &got, &glen, &e), 0);
+    printf("# the file outside: %zu bytes\n", glen);
+    assert_true(glen == 4 && !memcmp(got, "keep", 4)); /* nothing written outside */
+    free(got);
+    assert_int_equal(rc, 0);
+    OK(&r0, "check a.bin 111 3000");
+    struct stat st;
+    snprintf(lnk, sizeof lnk, "%s/a.bin", r0.dir);
+    assert_int_equal(stat(lnk, &st), 0);
+    assert_int_equal(st.st_nlink, 1); /* its own inode */
+    quit(&r0);
+    quit(&n1);
+}
+
 static void test_records(void **state)
 {
     (void)state;
@@ -2357,6 +2402,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_longholders, setup, teardown),
         cmocka_unit_test_setup_teardown(test_overflow, setup, teardown),
         cmocka_unit_test_setup_teardown(test_symlinked_subdir, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tmplink, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
