@@ -2089,6 +2089,10 @@ static int fs_write_file(ftc_filestore_t *fs, fs_cand_t *c, bool *written, ftc_e
     ftc_shard_get(&c->rec->v, c->tensor, &t);
     struct stat st;
     if (lstat(path, &st) == 0) {
+        if (S_ISDIR(st.st_mode)) /* (rename said "Is a directory", after the whole write) */
+            return ftc_err_set(err, FTC_EINVAL, "%s is a directory: the recorded file %s is not "
+                               "restored over it; remove the directory (or rename it) to have "
+                               "the file restored", path, rel);
         if (S_ISREG(st.st_mode) && ts_ns(&st.st_mtim) > c->mtime_ns) {
             if (!fs->suspect) {
                 FTC_INFO(FS_MOD, "%s: the local file is newer than every recorded copy: kept",

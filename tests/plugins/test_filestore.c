@@ -81,6 +81,8 @@
  *              event dropped): a file later written in it is still replicated
  *   tmplink    the names of a restore's temporaries taken by hard links to a
  *              file outside the directory: nothing is written through them
+ *   dirclash   a recorded file whose name is now a directory: the restore's
+ *              error names the directory and says to remove it
  *   records    (no Redis) the parsers of the records another node wrote take
  *              whole numbers and whole words only: "5 4096 1x h" is no
  *              record (was generation 1 with holders "x"), "1x:n" no holder
@@ -2207,6 +2209,33 @@ static void test_tmplink(void **state)
     quit(&n1);
 }
 
+/* A recorded file whose name the binary has since made a directory: the
+ * restore fails naming the directory and saying what to do (it said
+ * "rename ...: Is a directory"); the rest is restored. */
+static void test_dirclash(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0, n1;
+    spawn_pair(&n0, &n1);
+    OK(&n0, "write ckpt 121 2000");
+    OK(&n0, "write b.bin 122 1000");
+    OK(&n0, "flush");
+    node_t r0 = replace_node0(&n0);
+    OK(&r0, "mkdir ckpt");
+    OK(&r0, "write ckpt/new.bin 123 500");
+    char msg[2048];
+    int rc = cmd(&r0, msg, sizeof msg, "restore 2 n0 n1");
+    printf("# restore over a directory of the file's name: %d %s\n", rc, msg);
+    assert_true(rc != 0);
+    assert_non_null(strstr(msg, "is a directory"));
+    assert_non_null(strstr(msg, "remove the directory"));
+    OK(&r0, "check b.bin 122 1000");
+    OK(&r0, "check ckpt/new.bin 123 500"); /* the binary's directory is kept */
+    quit(&r0);
+    quit(&n1);
+}
+
 static void test_records(void **state)
 {
     (void)state;
@@ -2403,6 +2432,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_overflow, setup, teardown),
         cmocka_unit_test_setup_teardown(test_symlinked_subdir, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tmplink, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dirclash, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
