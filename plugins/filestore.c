@@ -227,9 +227,10 @@ struct ftc_filestore {
     uint64_t unreported_ns; /* a watched rank reaped but not reported since */
     int pack_delay_ms;      /* tests: FTC_TEST_FS_PACK_DELAY_MS, read once at create */
     /* tests: FTC_TEST_FS_HOLD=STAGE:PATH, read once at create: at STAGE of a
-     * restore, when PATH exists, the store renames it to PATH.held and waits
-     * (10 s at most) until it is gone, so that a test plays a surviving rank
-     * at that very point */
+     * restore ("remove", "rescan") or of a pack ("read": its files scanned,
+     * not yet read), when PATH exists, the store renames it to PATH.held and
+     * waits (10 s at most) until it is gone, so that a test plays a surviving
+     * rank (or a binary changing a file) at that very point */
     char hold_stage[8];
     char hold_path[PATH_MAX];
     bool reap_own; /* the scan at create: this process's temporaries are leftovers too */
@@ -1154,12 +1155,14 @@ static int fs_hash_fd(int fd, uint64_t size, uint64_t ctime_ns, uint64_t *out)
     return rc;
 }
 
-/* fs_hash_fd of the file at path. */
+/* fs_hash_fd of the file at path (a regular file: O_NONBLOCK, a FIFO put
+ * in its place since the scan must not hold the thread in open). */
 static int fs_hash_file(const char *path, uint64_t size, uint64_t ctime_ns, uint64_t *out)
 {
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
     if (fd < 0) return -1;
-    int rc = fs_hash_fd(fd, size, ctime_ns, out);
+    int rc = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? fs_hash_fd(fd, size, ctime_ns, out) : -1;
     close(fd);
     return rc;
 }
@@ -1305,17 +1308,24 @@ static void own_slot_name(const ftc_filestore_t *fs, int i, char *buf, size_t ca
 }
 
 /* Reads one file into dst (exactly f->size bytes), checking it did not
- * change meanwhile. FTC_EAGAIN when it did (or vanished): pack later. */
+ * change meanwhile. FTC_EAGAIN when it did (or vanished, or is no longer a
+ * regular file): pack later. O_NONBLOCK: a FIFO the binary put in its
+ * place since the scan held the thread in open() for good (I6). */
 static int read_one(ftc_filestore_t *fs, const fs_file_t *f, uint8_t *dst, ftc_err_t *err)
 {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/%s", fs->dir, f->name);
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)
         return errno == ENOENT ? ftc_err_set(err, FTC_EAGAIN, "%s vanished while packing", path)
                                : ftc_err_errno(err, errno, "filestore: open %s", path);
     uint64_t got = 0;
     int rc = 0;
+    struct stat st0;
+    if (fstat(fd, &st0) != 0 || !S_ISREG(st0.st_mode)) {
+        close(fd);
+        return ftc_err_set(err, FTC_EAGAIN, "%s is no longer a regular file", path);
+    }
     while (got < f->size) {
         ssize_t r = read(fd, dst + got, f->size - got > (1u << 30) ? (1u << 30) : f->size - got);
         if (r < 0 && errno == EINTR) continue;
@@ -1442,6 +1452,8 @@ static void fs_take_previous(ftc_filestore_t *fs, fs_scan_t *sc, char *list, siz
         sc->bytes = add_sat(sc->bytes, sc->f[i].size);
 }
 
+static void fs_test_hold(ftc_filestore_t *fs, const char *stage);
+
 /* Packs the directory into the free own slot and starts pushing it. Files
  * being written (held open for writing; busy: also those that changed while
  * read) are taken as the previous version held them. busy: the directory
@@ -1470,6 +1482,7 @@ static void fs_start_push(ftc_filestore_t *fs, bool busy)
     if (rc) goto fail;
     if (sc.n) /* (an empty directory is a version too: every file deleted) */
         qsort(sc.f, sc.n, sizeof *sc.f, cmp_file);
+    fs_test_hold(fs, "read");
     if ((rc = fs_note_gone(fs, &sc))) {
         ftc_err_set(&err, rc, "filestore: out of memory packing %s", fs->dir);
         goto fail;
@@ -2984,11 +2997,12 @@ ftc_filestore_t *ftc_filestore_create(const char *job, uint32_t index, const cha
         const char *colon = strchr(hold, ':');
         size_t sl = colon ? (size_t)(colon - hold) : 0;
         if (!colon || !((sl == 6 && !strncmp(hold, "remove", 6)) ||
-                        (sl == 6 && !strncmp(hold, "rescan", 6))) ||
+                        (sl == 6 && !strncmp(hold, "rescan", 6)) ||
+                        (sl == 4 && !strncmp(hold, "read", 4))) ||
             colon[1] != '/' || strlen(colon + 1) >= PATH_MAX) {
             ftc_err_set(err, FTC_EINVAL,
-                        "filestore: FTC_TEST_FS_HOLD='%.60s' is not remove:/PATH or "
-                        "rescan:/PATH (a test hook: unset it)",
+                        "filestore: FTC_TEST_FS_HOLD='%.60s' is not remove:/PATH, "
+                        "rescan:/PATH or read:/PATH (a test hook: unset it)",
                         hold);
             return NULL;
         }

@@ -83,6 +83,9 @@
  *              file outside the directory: nothing is written through them
  *   dirclash   a recorded file whose name is now a directory: the restore's
  *              error names the directory and says to remove it
+ *   fifoswap   a file the pack scanned is replaced by a FIFO before it is read
+ *              (FTC_TEST_FS_HOLD=read:PATH): the pack is made again without
+ *              it; the store's thread no longer hangs in open()
  *   records    (no Redis) the parsers of the records another node wrote take
  *              whole numbers and whole words only: "5 4096 1x h" is no
  *              record (was generation 1 with holders "x"), "1x:n" no holder
@@ -2236,6 +2239,52 @@ static void test_dirclash(void **state)
     quit(&n1);
 }
 
+/* A file the scan found regular and the binary replaced by a FIFO before
+ * the pack read it: the pack's open waited for a writer that never came,
+ * and the store's thread hung for good (every flush and restore timed out,
+ * and its destroy never returned). Now it is a file that changed while
+ * read: the pack is made again, without it. */
+static void test_fifoswap(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    char hold[PATH_MAX], held[PATH_MAX + 8], env[PATH_MAX + 16], path[PATH_MAX], msg[2048];
+    snprintf(hold, sizeof hold, "%s/hold.%d", P_tmpdir, (int)getpid());
+    snprintf(held, sizeof held, "%s.held", hold);
+    snprintf(env, sizeof env, "read:%s", hold);
+    node_t n0, n1;
+    spawn_pair_env(&n0, &n1, 0, "FTC_TEST_FS_HOLD", env);
+    OK(&n0, "write a.bin 131 2000");
+    OK(&n0, "flush");
+    int arm = open(hold, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    assert_true(arm >= 0);
+    close(arm);
+    OK(&n0, "write b.bin 132 1000");
+    struct stat st;
+    int i = 0;
+    for (; i < 1000 && stat(held, &st) != 0; i++) /* the pack scanned b.bin */
+        ftc_sleep_ms(10);
+    assert_true(i < 1000);
+    snprintf(path, sizeof path, "%s/b.bin", n0.dir);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    assert_int_equal(unlink(held), 0); /* the pack goes on: it reads b.bin */
+    int rc = cmd(&n0, msg, sizeof msg, "flush");
+    printf("# b.bin made a FIFO while packed: %d %s\n", rc, msg);
+    assert_int_equal(rc, 0);
+    OK(&n0, "rm b.bin");
+    OK(&n0, "write c.bin 133 3000");
+    OK(&n0, "flush"); /* the store still works */
+    node_t r0 = replace_node0(&n0);
+    OK(&r0, "restore 2 n0 n1");
+    OK(&r0, "check a.bin 131 2000");
+    OK(&r0, "check c.bin 133 3000");
+    OK(&r0, "absent b.bin");
+    unlink(hold);
+    quit(&r0);
+    quit(&n1);
+}
+
 static void test_records(void **state)
 {
     (void)state;
@@ -2433,6 +2482,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_symlinked_subdir, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tmplink, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dirclash, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fifoswap, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
