@@ -85,6 +85,7 @@
 #define FS_HOLDERS_MAX (FTC_REPL_MAX_PEERS * FS_HOLDER_MAX + 1)
 _Static_assert(FS_MAX_NODES <= 10000, "FS_HOLDER_MAX counts 4 digits of a node index");
 #define FS_MAX_RANKS 256 /* watched ranks of one node */
+#define FS_VERSION_MAX ((uint64_t)1 << 63) /* versions (ms stamps) stay below */
 /* the most bytes a version holds, whatever max_bytes says: a tensor of a
  * shard holds less than 2^62 bytes (ckpt/shard.c), and the layout's sum of
  * them and its head must not wrap */
@@ -3068,12 +3069,15 @@ ftc_filestore_t *ftc_filestore_create(const char *job, uint32_t index, const cha
             /* the version from the whole record (strtoull took "5x" for 5) */
             uint64_t a, b, c;
             char *h = NULL;
-            if (ftc__fs_rec_parse(s, sl, &a, &b, &c, &h) == 0) {
+            /* a version is a wall-clock ms stamp: one of 2^63 or more is no
+             * version to go above (2^64 - 1 + 1 wrapped to 0, "no version") */
+            if (ftc__fs_rec_parse(s, sl, &a, &b, &c, &h) == 0 && a < FS_VERSION_MAX) {
                 fs->last_version = recorded = a;
                 snprintf(fs->own_holders, sizeof fs->own_holders, "%s", h);
             } else {
                 FTC_WARN(FS_MOD, "%s: field %s holds garbage (%.*s): not this node's "
-                         "recorded version", key, field, (int)(sl > 80 ? 80 : sl), s);
+                         "recorded version (its next version replaces it)", key, field,
+                         (int)(sl > 80 ? 80 : sl), s);
             }
             free(h);
         }

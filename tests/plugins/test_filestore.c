@@ -86,6 +86,8 @@
  *   fifoswap   a file the pack scanned is replaced by a FIFO before it is read
  *              (FTC_TEST_FS_HOLD=read:PATH): the pack is made again without
  *              it; the store's thread no longer hangs in open()
+ *   verwrap    a recorded version of 2^64 - 1 for this node's index is not
+ *              gone above (version + 1 wrapped to 0, "no version")
  *   records    (no Redis) the parsers of the records another node wrote take
  *              whole numbers and whole words only: "5 4096 1x h" is no
  *              record (was generation 1 with holders "x"), "1x:n" no holder
@@ -2056,6 +2058,42 @@ static void test_longholders(void **state)
     quit(&n1);
 }
 
+/* A record of this node's index whose version is 2^64 - 1 (garbage, or
+ * written by a faulty store) is not taken as the version to go above:
+ * version + 1 wrapped to 0, a version the store takes for "none". */
+static void test_verwrap(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    char key[160];
+    snprintf(key, sizeof key, "ftc:{%s}:files", g_job);
+    ftc_ctl_t *c = redis_fixture_ctl(g_fix, g_job);
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, NULL, "HSET", key, "0",
+                                    "18446744073709551615 100 1 1:n1", NULL),
+                     0);
+    node_t n0, n1;
+    spawn_pair(&n0, &n1);
+    OK(&n0, "write a.bin 141 5000");
+    OK(&n0, "flush");
+    ftc_redis_reply_t *rep = NULL;
+    const char *s;
+    size_t sl;
+    ftc_err_t e = {0};
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, &rep, "HGET", key, "0", NULL), 0);
+    assert_int_equal(ftc_redis_want_str(rep, key, &s, &sl, &e), 0);
+    unsigned long long ver = 0;
+    assert_int_equal(sscanf(s, "%llu", &ver), 1);
+    printf("# recorded after the push: %.*s\n", (int)sl, s);
+    ftc_redis_reply_free(rep);
+    ftc_ctl_destroy(c);
+    assert_true(ver > 0 && ver < (1ull << 63));
+    node_t r0 = replace_node0(&n0);
+    OK(&r0, "restore 2 n0 n1");
+    OK(&r0, "check a.bin 141 5000");
+    quit(&r0);
+    quit(&n1);
+}
+
 /* The events of the flood below that one inotify queue holds. */
 static long max_queued_events(void)
 {
@@ -2483,6 +2521,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_tmplink, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dirclash, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fifoswap, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_verwrap, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
