@@ -717,9 +717,41 @@ static void held_sweep(ftc_filestore_t *fs, uint64_t now)
     fs->nheld = out;
 }
 
+/* Marks the files of the directory (realpath dir, dl bytes) that process
+ * pid maps shared and writable ("rw-s" in /proc/PID/maps): a binary that
+ * writes a file through a mapping (open, ftruncate, mmap, close) holds no
+ * descriptor of it (the file's IN_CLOSE_WRITE comes when it is unmapped). */
+static void fs_find_mappers(ftc_filestore_t *fs, const char *pid, const char *dir, size_t dl,
+                            uint64_t since, uint64_t first_warn_ns)
+{
+    char p[300];
+    snprintf(p, sizeof p, "/proc/%s/maps", pid);
+    FILE *f = fopen(p, "re");
+    if (!f) return;
+    char line[PATH_MAX + 128];
+    while (fgets(line, sizeof line, f)) {
+        size_t ll = strlen(line);
+        if (ll && line[ll - 1] == '\n') line[--ll] = 0;
+        char perms[8];
+        int at = 0;
+        if (sscanf(line, "%*s %7s %*s %*s %*s %n", perms, &at) != 1 || at <= 0 ||
+            strlen(perms) < 4 || perms[1] != 'w' || perms[3] != 's')
+            continue;
+        const char *path = line + at;
+        size_t pl = strlen(path);
+        if (pl <= dl + 1 || strncmp(path, dir, dl) || path[dl] != '/' ||
+            (pl > 10 && !strcmp(path + pl - 10, " (deleted)")))
+            continue;
+        busy_add(fs, path + dl + 1);
+        held_mark(fs, path + dl + 1, pid, since, first_warn_ns);
+    }
+    fclose(f);
+}
+
 /* Adds to the busy set every file of the directory that some process holds
  * open for writing: for each /proc/PID/fd link into the directory, the
- * access mode in /proc/PID/fdinfo/FD. Processes this one may not look into
+ * access mode in /proc/PID/fdinfo/FD; and each file a process maps shared
+ * and writable (fs_find_mappers). Processes this one may not look into
  * are passed over. Tracks how long each has been held open (held_sweep). */
 static void fs_find_writers(ftc_filestore_t *fs, uint64_t since_hint)
 {
@@ -768,6 +800,7 @@ static void fs_find_writers(ftc_filestore_t *fs, uint64_t since_hint)
             }
         }
         closedir(fdd);
+        fs_find_mappers(fs, pe->d_name, dir, dl, since_hint ? since_hint : now, first_warn_ns);
     }
     closedir(proc);
     held_sweep(fs, now);

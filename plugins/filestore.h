@@ -56,7 +56,8 @@
  * version is packed anyway, and so is one a flush asks for before the quiet
  * period: then a file that changes while it is read is still being written.
  * Such a file, and in every pack (quiet or not) a file some process holds
- * open for writing (/proc/PID/fdinfo; looked for before the files are read
+ * open for writing (/proc/PID/fdinfo) or maps shared and writable
+ * (/proc/PID/maps: written through a mapping; looked for before the files are read
  * and again after: one opened meanwhile postpones the pack), goes into the
  * version as the previous own version held it, or is left out when no
  * version had it (a warning names such files). A half-written file is never packed, even when its

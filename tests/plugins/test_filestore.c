@@ -73,6 +73,9 @@
  *              the held file as the previous version had it and without the log
  *   quietopen  a file half-written and held open while the directory is quiet
  *              (another file finished): the version has its previous copy
+ *   mmapwrite  a file rewritten through a shared mapping whose descriptor was
+ *              closed, the writer halfway, another file finished: the
+ *              version has its previous copy, not the torn one
  *   prevcorrupt  a byte of a file flipped in the node's own slot of the
  *              previous version, then the file held open for a pack: the
  *              corrupt copy is left out, never sealed anew and spread
@@ -118,6 +121,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/inotify.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -449,6 +453,34 @@ static void child_main(int fd, uint32_t index, const char *id, int k, const ftc_
                  i++)
                 ftc_sleep_ms(10);
             say(fd, "%d", (int)r);
+        } else if (sscanf(line, "mmapwrite %255s %llu %llu", name, &seed, &len) == 3) {
+            /* a process rewriting the file through a shared mapping (open,
+             * ftruncate, mmap, close: no descriptor left), halfway, paused */
+            snprintf(path, sizeof path, "%s/%s", dir, name);
+            uint8_t *half = malloc(len ? len : 1);
+            ftc_test_fill(half, len, seed);
+            int pfd[2];
+            if (pipe(pfd) != 0) child_exit(3);
+            fflush(NULL);
+            pid_t r = fork();
+            if (r == 0) {
+                int a = open(path, O_RDWR | O_TRUNC | O_CREAT, 0600);
+                if (a < 0 || ftruncate(a, (off_t)len) != 0) _exit(3);
+                uint8_t *map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, a, 0);
+                if (map == MAP_FAILED) _exit(3);
+                close(a);
+                memcpy(map, half, len / 2);
+                if (write(pfd[1], "x", 1) != 1) _exit(3);
+                pause();
+                _exit(0);
+            }
+            free(half);
+            close(pfd[1]);
+            char x;
+            struct pollfd pf = {pfd[0], POLLIN, 0};
+            int ok = poll(&pf, 1, 10000) == 1 && read(pfd[0], &x, 1) == 1;
+            close(pfd[0]);
+            say(fd, "%d", ok ? (int)r : -1);
         } else if (sscanf(line, "limits %llu %llu", &seed, &len) == 2) {
             ftc_filestore_limits_t l = FTC_FILESTORE_LIMITS_INIT;
             int busy_ms = -1, quiet_ms = -1;
@@ -1929,6 +1961,33 @@ static void test_quietopen(void **state)
     quit(&n1);
 }
 
+/* A file rewritten through a shared mapping (open, ftruncate, mmap, close:
+ * no descriptor is left for the look for writers, and the file's
+ * IN_CLOSE_WRITE comes only when it is unmapped): its writer halfway, a
+ * pack made for another file's change read it as it stood and replicated
+ * it torn. The mapping now counts as a writer: the version has the
+ * previous copy. */
+static void test_mmapwrite(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0, n1;
+    spawn_pair(&n0, &n1);
+    OK(&n0, "write a.bin 95 50000");
+    OK(&n0, "flush"); /* version 1 */
+    int hold = cmd(&n0, NULL, 0, "mmapwrite a.bin 96 50000"); /* half written, mapped */
+    assert_true(hold > 0);
+    OK(&n0, "write b.bin 97 50000");
+    OK(&n0, "flush");
+    lose_while_writing(&n0, 0, hold, 0);
+    node_t r0 = spawn(0, "n0", 1);
+    OK(&r0, "restore 2 n0 n1");
+    OK(&r0, "check a.bin 95 50000"); /* the previous version's, not the torn one */
+    OK(&r0, "check b.bin 97 50000");
+    quit(&r0);
+    quit(&n1);
+}
+
 /* A byte of a file's data flipped in the node's own slot of its previous
  * version (a stray write, a bit flip in /dev/shm), then a pack with that
  * file held open for writing: the pack used to copy the corrupt bytes from
@@ -2514,6 +2573,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_pending, setup, teardown),
         cmocka_unit_test_setup_teardown(test_busy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_quietopen, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mmapwrite, setup, teardown),
         cmocka_unit_test_setup_teardown(test_prevcorrupt, setup, teardown),
         cmocka_unit_test_setup_teardown(test_longholders, setup, teardown),
         cmocka_unit_test_setup_teardown(test_overflow, setup, teardown),
