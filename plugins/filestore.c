@@ -166,6 +166,7 @@ struct ftc_filestore {
     int flush_rc;                  /* first push error since the previous flush */
     ftc_err_t flush_err;
     uint64_t restore_req, restore_ack;
+    uint64_t restore_req_ns; /* when the newest restore was asked (ftc_now_ns) */
     int restore_rc;
     ftc_err_t restore_err;
     /* the supervisor's ranks (ftc_filestore_watch_ranks) and the exits it
@@ -2398,13 +2399,23 @@ static void fs_seen_carry(fs_stamps_t *seen, const fs_stamps_t *old)
     }
 }
 
-static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
+/* req_ns: when the restore was asked (ftc_now_ns). Its deadlines count
+ * from then, not from when this thread took it up (a pack may have held
+ * it): the fetches end at restore_timeout_ms, the writes of files
+ * min(restore_timeout_ms / 2, 10 s) later, so that the restore has ended
+ * before its requester stops waiting (restore_timeout_ms + 15 s) and
+ * starts the ranks: before, the writes had no deadline, and a restore
+ * still writing then wrote under the new ranks (and, after a rank's death,
+ * replaced their new files and moved them aside). */
+static int fs_do_restore(ftc_filestore_t *fs, uint64_t req_ns, ftc_err_t *err)
 {
     ftc_filestore_limits_t lim;
     pthread_mutex_lock(&fs->mu);
     lim = fs->lim;
     pthread_mutex_unlock(&fs->mu);
-    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)lim.restore_timeout_ms);
+    uint64_t tmo_ns = (uint64_t)lim.restore_timeout_ms * 1000000ull;
+    uint64_t slack_ns = tmo_ns / 2 < 10000000000ull ? tmo_ns / 2 : 10000000000ull;
+    ftc_deadline_t d = {req_ns + tmo_ns}, dw = {req_ns + tmo_ns + slack_ns};
     fs_refresh_peers(fs);
     char key[160];
     ftc_redis_reply_t *rep = NULL;
@@ -2566,10 +2577,15 @@ static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
     for (size_t i = 0; i < gone.n; i++)
         removed_n += fs_remove_gone(fs, &gone.e[i]);
     uint64_t written_n = 0;
+    size_t late = 0; /* files not written: the deadline passed */
     for (size_t i = 0; i < nc; i++) {
         if (i + 1 < nc && c[i + 1].name_len == c[i].name_len &&
             !memcmp(c[i + 1].name, c[i].name, c[i].name_len))
             continue; /* a newer copy follows */
+        if (ftc_deadline_expired(dw)) {
+            late++;
+            continue;
+        }
         ftc_err_t e = {0};
         bool w = false;
         int r = fs_write_file(fs, &c[i], &w, &e);
@@ -2579,6 +2595,16 @@ static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
             fs_log(fs, FTC_LOG_ERROR, "restore: %s", e.msg);
             if (!first) first = ftc_err_set(err, r, "%s", e.msg);
         }
+    }
+    if (late) {
+        ftc_err_t e = {0};
+        ftc_err_set(&e, FTC_ETIMEDOUT, "filestore: restore of %s: its deadline passed "
+                    "(restore_timeout_ms %d, and %" PRIu64 " ms more to write) with %zu file(s) "
+                    "not written; the ranks start without them (raise restore_timeout_ms, or "
+                    "keep less in the directory)", fs->dir, lim.restore_timeout_ms,
+                    (uint64_t)(slack_ns / 1000000u), late);
+        fs_log(fs, FTC_LOG_ERROR, "restore: %s", e.msg);
+        if (!first) first = ftc_err_set(err, FTC_ETIMEDOUT, "%s", e.msg);
     }
     if (fs->suspect) { /* a rank died: what no version holds may be half-written */
         ftc_err_t e = {0};
@@ -2867,7 +2893,7 @@ static void *fs_main(void *arg)
         fs_apply_members(fs);
         pthread_mutex_lock(&fs->mu);
         bool restore = fs->restore_req > fs->restore_ack;
-        uint64_t restore_no = fs->restore_req;
+        uint64_t restore_no = fs->restore_req, restore_ns = fs->restore_req_ns;
         bool flush = fs->flush_req > fs->flush_ack;
         uint64_t flush_no = fs->flush_req;
         int quiet_ms = fs->lim.quiet_ms;
@@ -2886,7 +2912,7 @@ static void *fs_main(void *arg)
                 fs_crash_discard(fs);
             struct timespec t0;
             clock_gettime(CLOCK_REALTIME_COARSE, &t0); /* the clock of mtimes */
-            int rc = fs_do_restore(fs, &e);
+            int rc = fs_do_restore(fs, restore_ns, &e);
             if (fs->suspect) /* a rank died: the recorded files are the truth now */
                 fs->dirty = false;
             else if (fs_written_since(fs, ts_ns(&t0))) /* by a rank, during the restore */
@@ -3393,6 +3419,7 @@ int ftc_filestore_restore(ftc_filestore_t *fs, uint64_t gen, const char (*member
     if (rc) return rc;
     pthread_mutex_lock(&fs->mu);
     uint64_t no = ++fs->restore_req;
+    fs->restore_req_ns = ftc_now_ns();
     int timeout_ms = fs->lim.restore_timeout_ms + 15000; /* the thread ends it first */
     pthread_mutex_unlock(&fs->mu);
     fs_wake(fs);

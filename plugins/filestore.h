@@ -162,7 +162,8 @@ typedef struct ftc_filestore_limits {
                                ckptdir_too_big event) */
     int quiet_ms;           /* the directory must be quiet this long before a pack (200) */
     int push_timeout_ms;    /* deadline of one push (60000) */
-    int restore_timeout_ms; /* deadline of a whole restore (120000) */
+    int restore_timeout_ms; /* deadline of a restore's fetches, from its request (120000);
+                               its file writes end min(half of it, 10 s) later */
     int busy_max_ms;        /* a change waits at most this long for a quiet period,
                                then is packed without the files being written (30000;
                                0: wait for quiet as long as it takes) */

@@ -84,6 +84,9 @@
  *              event dropped): a file later written in it is still replicated
  *   tmplink    the names of a restore's temporaries taken by hard links to a
  *              file outside the directory: nothing is written through them
+ *   restorelate  a restore held (FTC_TEST_FS_HOLD) past its deadline writes no
+ *              more files: it ends before its requester stops waiting and
+ *              starts the ranks, not under them
  *   dirclash   a recorded file whose name is now a directory: the restore's
  *              error names the directory and says to remove it
  *   fifoswap   a file the pack scanned is replaced by a FIFO before it is read
@@ -320,6 +323,8 @@ static void child_main(int fd, uint32_t index, const char *id, int k, const ftc_
                 int rc = 0;
                 if (!strcmp(act, "rm")) {
                     rc = unlink(path);
+                } else if (!strcmp(act, "late")) { /* holds the restore past its deadline */
+                    ftc_sleep_ms(len);
                 } else {
                     int a = open(path, O_WRONLY | O_TRUNC);
                     rc = a < 0 || write(a, buf, len) != (ssize_t)len || close(a) != 0;
@@ -483,13 +488,13 @@ static void child_main(int fd, uint32_t index, const char *id, int k, const ftc_
             say(fd, "%d", ok ? (int)r : -1);
         } else if (sscanf(line, "limits %llu %llu", &seed, &len) == 2) {
             ftc_filestore_limits_t l = FTC_FILESTORE_LIMITS_INIT;
-            int busy_ms = -1, quiet_ms = -1;
-            int got = sscanf(line, "limits %*u %*u %d %d", &busy_ms, &quiet_ms);
+            int busy_ms = -1, quiet_ms = -1, restore_ms = 30000;
+            int got = sscanf(line, "limits %*u %*u %d %d %d", &busy_ms, &quiet_ms, &restore_ms);
             if (got >= 1) l.busy_max_ms = busy_ms;
-            if (got == 2) l.quiet_ms = quiet_ms;
+            if (got >= 2) l.quiet_ms = quiet_ms;
             l.max_bytes = seed;
             l.push_timeout_ms = (int)len;
-            l.restore_timeout_ms = 30000;
+            l.restore_timeout_ms = restore_ms;
             int rc = ftc_filestore_set_limits(fs, &l, &err);
             say(fd, "%d %s", rc, rc ? err.msg : "");
         } else if (!strcmp(line, "flush")) {
@@ -2309,6 +2314,44 @@ static void test_tmplink(void **state)
     quit(&n1);
 }
 
+/* A restore's writes had no deadline: one still writing when its
+ * requester stopped waiting (restore_timeout_ms + 15 s; ftc run then
+ * starts the ranks) wrote under the new ranks. Now the writes end
+ * min(restore_timeout_ms / 2, 10 s) after the fetches' deadline: the
+ * restore, held in its removal of a deleted copy past that, writes no more
+ * files and says so (FTC_ETIMEDOUT); the next restore writes them. */
+static void test_restorelate(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    char hold[PATH_MAX], env[PATH_MAX + 16], msg[2048];
+    snprintf(hold, sizeof hold, "%s/hold.%d", P_tmpdir, (int)getpid());
+    snprintf(env, sizeof env, "remove:%s", hold);
+    node_t n0, n1;
+    spawn_pair_env(&n0, &n1, 1, "FTC_TEST_FS_HOLD", env);
+    OK(&n0, "write a.bin 181 4000");
+    OK(&n0, "flush");
+    OK_BOTH(&n0, &n1, "restore 1 n0 n1"); /* node 1 has a copy */
+    OK(&n0, "rm a.bin");
+    OK(&n0, "write c.bin 182 3000");
+    OK(&n0, "flush"); /* c.bin and the tombstone of a.bin */
+    OK(&n1, "limits 1073741824 60000 30000 200 300"); /* restore_timeout_ms 300 */
+    OK(&n1, "survivor a.bin %s 0 700 late", hold); /* holds the removal 700 ms */
+    int rc = cmd(&n1, msg, sizeof msg, "restore 1 n0 n1");
+    printf("# restore held past its deadline: %d %s\n", rc, msg);
+    OK(&n1, "survwait");
+    assert_int_equal(rc, FTC_ETIMEDOUT);
+    assert_non_null(strstr(msg, "deadline passed"));
+    OK(&n1, "absent c.bin"); /* not written after the deadline */
+    OK(&n1, "absent a.bin"); /* the deleted copy is removed all the same */
+    OK(&n1, "limits 1073741824 60000 30000 200 30000");
+    OK(&n1, "restore 1 n0 n1");
+    OK(&n1, "check c.bin 182 3000");
+    unlink(hold);
+    quit(&n0);
+    quit(&n1);
+}
+
 /* A recorded file whose name the binary has since made a directory: the
  * restore fails naming the directory and saying what to do (it said
  * "rename ...: Is a directory"); the rest is restored. */
@@ -2579,6 +2622,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_overflow, setup, teardown),
         cmocka_unit_test_setup_teardown(test_symlinked_subdir, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tmplink, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_restorelate, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dirclash, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fifoswap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_verwrap, setup, teardown),
