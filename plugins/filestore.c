@@ -85,6 +85,11 @@
 #define FS_HOLDERS_MAX (FTC_REPL_MAX_PEERS * FS_HOLDER_MAX + 1)
 _Static_assert(FS_MAX_NODES <= 10000, "FS_HOLDER_MAX counts 4 digits of a node index");
 #define FS_MAX_RANKS 256 /* watched ranks of one node */
+#define FS_VERSION_MAX ((uint64_t)1 << 63) /* versions (ms stamps) stay below */
+/* the most bytes a version holds, whatever max_bytes says: a tensor of a
+ * shard holds less than 2^62 bytes (ckpt/shard.c), and the layout's sum of
+ * them and its head must not wrap */
+#define FS_BYTES_MAX ((uint64_t)1 << 61)
 #define FS_LIMIT_MAX_MS 86400000 /* each time limit: a day */
 #define FS_CRASHED_PREFIX FS_TMP_PREFIX "crashed." /* files moved aside after a crash */
 /* In the directory while a store runs; removed when it ends with nothing a
@@ -161,6 +166,7 @@ struct ftc_filestore {
     int flush_rc;                  /* first push error since the previous flush */
     ftc_err_t flush_err;
     uint64_t restore_req, restore_ack;
+    uint64_t restore_req_ns; /* when the newest restore was asked (ftc_now_ns) */
     int restore_rc;
     ftc_err_t restore_err;
     /* the supervisor's ranks (ftc_filestore_watch_ranks) and the exits it
@@ -223,9 +229,10 @@ struct ftc_filestore {
     uint64_t unreported_ns; /* a watched rank reaped but not reported since */
     int pack_delay_ms;      /* tests: FTC_TEST_FS_PACK_DELAY_MS, read once at create */
     /* tests: FTC_TEST_FS_HOLD=STAGE:PATH, read once at create: at STAGE of a
-     * restore, when PATH exists, the store renames it to PATH.held and waits
-     * (10 s at most) until it is gone, so that a test plays a surviving rank
-     * at that very point */
+     * restore ("remove", "rescan") or of a pack ("read": its files scanned,
+     * not yet read), when PATH exists, the store renames it to PATH.held and
+     * waits (10 s at most) until it is gone, so that a test plays a surviving
+     * rank (or a binary changing a file) at that very point */
     char hold_stage[8];
     char hold_path[PATH_MAX];
     bool reap_own; /* the scan at create: this process's temporaries are leftovers too */
@@ -290,6 +297,14 @@ static void to_hex(const uint8_t *b, size_t n, char *out)
     for (size_t i = 0; i < n; i++)
         snprintf(out + 2 * i, 3, "%02x", b[i]);
     out[2 * n] = 0;
+}
+
+/* a + b, or UINT64_MAX where that wraps: a directory's byte count (each
+ * size a file's st_size, which a sparse file makes anything up to 2^63)
+ * never wraps to a small number under the cap */
+static uint64_t add_sat(uint64_t a, uint64_t b)
+{
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
 }
 
 static uint64_t ts_ns(const struct timespec *t)
@@ -703,9 +718,41 @@ static void held_sweep(ftc_filestore_t *fs, uint64_t now)
     fs->nheld = out;
 }
 
+/* Marks the files of the directory (realpath dir, dl bytes) that process
+ * pid maps shared and writable ("rw-s" in /proc/PID/maps): a binary that
+ * writes a file through a mapping (open, ftruncate, mmap, close) holds no
+ * descriptor of it (the file's IN_CLOSE_WRITE comes when it is unmapped). */
+static void fs_find_mappers(ftc_filestore_t *fs, const char *pid, const char *dir, size_t dl,
+                            uint64_t since, uint64_t first_warn_ns)
+{
+    char p[300];
+    snprintf(p, sizeof p, "/proc/%s/maps", pid);
+    FILE *f = fopen(p, "re");
+    if (!f) return;
+    char line[PATH_MAX + 128];
+    while (fgets(line, sizeof line, f)) {
+        size_t ll = strlen(line);
+        if (ll && line[ll - 1] == '\n') line[--ll] = 0;
+        char perms[8];
+        int at = 0;
+        if (sscanf(line, "%*s %7s %*s %*s %*s %n", perms, &at) != 1 || at <= 0 ||
+            strlen(perms) < 4 || perms[1] != 'w' || perms[3] != 's')
+            continue;
+        const char *path = line + at;
+        size_t pl = strlen(path);
+        if (pl <= dl + 1 || strncmp(path, dir, dl) || path[dl] != '/' ||
+            (pl > 10 && !strcmp(path + pl - 10, " (deleted)")))
+            continue;
+        busy_add(fs, path + dl + 1);
+        held_mark(fs, path + dl + 1, pid, since, first_warn_ns);
+    }
+    fclose(f);
+}
+
 /* Adds to the busy set every file of the directory that some process holds
  * open for writing: for each /proc/PID/fd link into the directory, the
- * access mode in /proc/PID/fdinfo/FD. Processes this one may not look into
+ * access mode in /proc/PID/fdinfo/FD; and each file a process maps shared
+ * and writable (fs_find_mappers). Processes this one may not look into
  * are passed over. Tracks how long each has been held open (held_sweep). */
 static void fs_find_writers(ftc_filestore_t *fs, uint64_t since_hint)
 {
@@ -754,6 +801,7 @@ static void fs_find_writers(ftc_filestore_t *fs, uint64_t since_hint)
             }
         }
         closedir(fdd);
+        fs_find_mappers(fs, pe->d_name, dir, dl, since_hint ? since_hint : now, first_warn_ns);
     }
     closedir(proc);
     held_sweep(fs, now);
@@ -859,7 +907,7 @@ static int scan_dir(ftc_filestore_t *fs, fs_scan_t *s, const char *rel, int dept
         f->mode = (uint32_t)(st.st_mode & 07777);
         f->busy = busy_has(fs, sub);
         f->from = NULL;
-        s->bytes += f->size;
+        s->bytes = add_sat(s->bytes, f->size);
         s->n++;
     }
     closedir(d);
@@ -1142,12 +1190,14 @@ static int fs_hash_fd(int fd, uint64_t size, uint64_t ctime_ns, uint64_t *out)
     return rc;
 }
 
-/* fs_hash_fd of the file at path. */
+/* fs_hash_fd of the file at path (a regular file: O_NONBLOCK, a FIFO put
+ * in its place since the scan must not hold the thread in open). */
 static int fs_hash_file(const char *path, uint64_t size, uint64_t ctime_ns, uint64_t *out)
 {
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
     if (fd < 0) return -1;
-    int rc = fs_hash_fd(fd, size, ctime_ns, out);
+    int rc = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? fs_hash_fd(fd, size, ctime_ns, out) : -1;
     close(fd);
     return rc;
 }
@@ -1293,17 +1343,24 @@ static void own_slot_name(const ftc_filestore_t *fs, int i, char *buf, size_t ca
 }
 
 /* Reads one file into dst (exactly f->size bytes), checking it did not
- * change meanwhile. FTC_EAGAIN when it did (or vanished): pack later. */
+ * change meanwhile. FTC_EAGAIN when it did (or vanished, or is no longer a
+ * regular file): pack later. O_NONBLOCK: a FIFO the binary put in its
+ * place since the scan held the thread in open() for good (I6). */
 static int read_one(ftc_filestore_t *fs, const fs_file_t *f, uint8_t *dst, ftc_err_t *err)
 {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/%s", fs->dir, f->name);
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)
         return errno == ENOENT ? ftc_err_set(err, FTC_EAGAIN, "%s vanished while packing", path)
                                : ftc_err_errno(err, errno, "filestore: open %s", path);
     uint64_t got = 0;
     int rc = 0;
+    struct stat st0;
+    if (fstat(fd, &st0) != 0 || !S_ISREG(st0.st_mode)) {
+        close(fd);
+        return ftc_err_set(err, FTC_EAGAIN, "%s is no longer a regular file", path);
+    }
     while (got < f->size) {
         ssize_t r = read(fd, dst + got, f->size - got > (1u << 30) ? (1u << 30) : f->size - got);
         if (r < 0 && errno == EINTR) continue;
@@ -1411,7 +1468,6 @@ static void fs_take_previous(ftc_filestore_t *fs, fs_scan_t *sc, char *list, siz
                 ll +=
                     (size_t)snprintf(list + ll, cap - ll, "%s%s (%s)", ll ? ", " : "", f.name, why);
             if (ll >= cap) ll = cap - 1;
-            sc->bytes -= f.size;
             if (t < 0) {
                 free(f.name);
                 continue;
@@ -1422,12 +1478,16 @@ static void fs_take_previous(ftc_filestore_t *fs, fs_scan_t *sc, char *list, siz
             f.from = tt.data;
             f.mtime_ns = ftc_le_rd64(m + 16 * t);
             f.mode = ftc_le_rd32(m + 16 * t + 8);
-            sc->bytes += f.size;
         }
         sc->f[out++] = f;
     }
     sc->n = out;
+    sc->bytes = 0; /* counted again (add_sat: no -= on a saturated count) */
+    for (size_t i = 0; i < sc->n; i++)
+        sc->bytes = add_sat(sc->bytes, sc->f[i].size);
 }
+
+static void fs_test_hold(ftc_filestore_t *fs, const char *stage);
 
 /* Packs the directory into the free own slot and starts pushing it. Files
  * being written (held open for writing; busy: also those that changed while
@@ -1457,16 +1517,21 @@ static void fs_start_push(ftc_filestore_t *fs, bool busy)
     if (rc) goto fail;
     if (sc.n) /* (an empty directory is a version too: every file deleted) */
         qsort(sc.f, sc.n, sizeof *sc.f, cmp_file);
+    fs_test_hold(fs, "read");
     if ((rc = fs_note_gone(fs, &sc))) {
         ftc_err_set(&err, rc, "filestore: out of memory packing %s", fs->dir);
         goto fail;
     }
     if (fs->nbusy) fs_take_previous(fs, &sc, carried, sizeof carried);
-    if (sc.bytes > lim.max_bytes) {
+    /* FS_BYTES_MAX too: the shard's layout adds its head and alignment to
+     * the bytes, which must not wrap either, whatever the cap */
+    if (sc.bytes > lim.max_bytes || sc.bytes > FS_BYTES_MAX) {
         rc = ftc_err_set(&err, FTC_ERANGE,
-                         "%s holds %" PRIu64 " bytes in %zu files, over the cap of %" PRIu64
+                         "%s holds %s%" PRIu64 " bytes in %zu files, over the cap of %" PRIu64
                          " bytes: not replicated (write less per node, or raise the cap)",
-                         fs->dir, sc.bytes, sc.n, lim.max_bytes);
+                         fs->dir, sc.bytes == UINT64_MAX ? "more than " : "", sc.bytes, sc.n,
+                         sc.bytes > FS_BYTES_MAX && lim.max_bytes > FS_BYTES_MAX ? FS_BYTES_MAX
+                                                                               : lim.max_bytes);
         ftc_ctl_event_t ev = {.kind = "ckptdir_too_big",
                               .node = fs->node_id,
                               .rank = -1,
@@ -2072,6 +2137,10 @@ static int fs_write_file(ftc_filestore_t *fs, fs_cand_t *c, bool *written, ftc_e
     ftc_shard_get(&c->rec->v, c->tensor, &t);
     struct stat st;
     if (lstat(path, &st) == 0) {
+        if (S_ISDIR(st.st_mode)) /* (rename said "Is a directory", after the whole write) */
+            return ftc_err_set(err, FTC_EINVAL, "%s is a directory: the recorded file %s is not "
+                               "restored over it; remove the directory (or rename it) to have "
+                               "the file restored", path, rel);
         if (S_ISREG(st.st_mode) && ts_ns(&st.st_mtim) > c->mtime_ns) {
             if (!fs->suspect) {
                 FTC_INFO(FS_MOD, "%s: the local file is newer than every recorded copy: kept",
@@ -2090,11 +2159,22 @@ static int fs_write_file(ftc_filestore_t *fs, fs_cand_t *c, bool *written, ftc_e
     char *slash = strrchr(parent, '/');
     *slash = 0;
     if (ftc_fs_mkdirs(parent, err)) return err->code;
+    /* a new file (O_EXCL): a name of ours already there (a hard link to a
+     * file outside the directory, planted by the binary) is never written
+     * through; the next number is tried */
     static atomic_uint counter;
-    snprintf(tmp, sizeof tmp, "%s/" FS_TMP_PREFIX "%d.%u", parent, (int)getpid(), /* fs_reap_tmp */
-             atomic_fetch_add(&counter, 1));
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0) return ftc_err_errno(err, errno, "filestore: create %s", tmp);
+    int fd = -1;
+    for (int i = 0; fd < 0 && i < 16; i++) {
+        snprintf(tmp, sizeof tmp, "%s/" FS_TMP_PREFIX "%d.%u", parent, (int)getpid(),
+                 atomic_fetch_add(&counter, 1)); /* fs_reap_tmp */
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0 && errno != EEXIST) break;
+    }
+    if (fd < 0)
+        return ftc_err_errno(err, errno, "filestore: create %s%s", tmp,
+                             errno == EEXIST ? " (16 names of the store's temporaries taken: "
+                                               "remove the .ftc-tmp.* files of this directory)"
+                                             : "");
     int rc = ftc_fs_write_all(fd, t.data, t.length, NULL, err, tmp);
     if (!rc && fchmod(fd, (mode_t)(c->mode & 0777)) != 0) /* no set-id bits from a peer */
         rc = ftc_err_errno(err, errno, "filestore: chmod %s", tmp);
@@ -2319,13 +2399,23 @@ static void fs_seen_carry(fs_stamps_t *seen, const fs_stamps_t *old)
     }
 }
 
-static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
+/* req_ns: when the restore was asked (ftc_now_ns). Its deadlines count
+ * from then, not from when this thread took it up (a pack may have held
+ * it): the fetches end at restore_timeout_ms, the writes of files
+ * min(restore_timeout_ms / 2, 10 s) later, so that the restore has ended
+ * before its requester stops waiting (restore_timeout_ms + 15 s) and
+ * starts the ranks: before, the writes had no deadline, and a restore
+ * still writing then wrote under the new ranks (and, after a rank's death,
+ * replaced their new files and moved them aside). */
+static int fs_do_restore(ftc_filestore_t *fs, uint64_t req_ns, ftc_err_t *err)
 {
     ftc_filestore_limits_t lim;
     pthread_mutex_lock(&fs->mu);
     lim = fs->lim;
     pthread_mutex_unlock(&fs->mu);
-    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)lim.restore_timeout_ms);
+    uint64_t tmo_ns = (uint64_t)lim.restore_timeout_ms * 1000000ull;
+    uint64_t slack_ns = tmo_ns / 2 < 10000000000ull ? tmo_ns / 2 : 10000000000ull;
+    ftc_deadline_t d = {req_ns + tmo_ns}, dw = {req_ns + tmo_ns + slack_ns};
     fs_refresh_peers(fs);
     char key[160];
     ftc_redis_reply_t *rep = NULL;
@@ -2487,10 +2577,15 @@ static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
     for (size_t i = 0; i < gone.n; i++)
         removed_n += fs_remove_gone(fs, &gone.e[i]);
     uint64_t written_n = 0;
+    size_t late = 0; /* files not written: the deadline passed */
     for (size_t i = 0; i < nc; i++) {
         if (i + 1 < nc && c[i + 1].name_len == c[i].name_len &&
             !memcmp(c[i + 1].name, c[i].name, c[i].name_len))
             continue; /* a newer copy follows */
+        if (ftc_deadline_expired(dw)) {
+            late++;
+            continue;
+        }
         ftc_err_t e = {0};
         bool w = false;
         int r = fs_write_file(fs, &c[i], &w, &e);
@@ -2500,6 +2595,16 @@ static int fs_do_restore(ftc_filestore_t *fs, ftc_err_t *err)
             fs_log(fs, FTC_LOG_ERROR, "restore: %s", e.msg);
             if (!first) first = ftc_err_set(err, r, "%s", e.msg);
         }
+    }
+    if (late) {
+        ftc_err_t e = {0};
+        ftc_err_set(&e, FTC_ETIMEDOUT, "filestore: restore of %s: its deadline passed "
+                    "(restore_timeout_ms %d, and %" PRIu64 " ms more to write) with %zu file(s) "
+                    "not written; the ranks start without them (raise restore_timeout_ms, or "
+                    "keep less in the directory)", fs->dir, lim.restore_timeout_ms,
+                    (uint64_t)(slack_ns / 1000000u), late);
+        fs_log(fs, FTC_LOG_ERROR, "restore: %s", e.msg);
+        if (!first) first = ftc_err_set(err, FTC_ETIMEDOUT, "%s", e.msg);
     }
     if (fs->suspect) { /* a rank died: what no version holds may be half-written */
         ftc_err_t e = {0};
@@ -2788,7 +2893,7 @@ static void *fs_main(void *arg)
         fs_apply_members(fs);
         pthread_mutex_lock(&fs->mu);
         bool restore = fs->restore_req > fs->restore_ack;
-        uint64_t restore_no = fs->restore_req;
+        uint64_t restore_no = fs->restore_req, restore_ns = fs->restore_req_ns;
         bool flush = fs->flush_req > fs->flush_ack;
         uint64_t flush_no = fs->flush_req;
         int quiet_ms = fs->lim.quiet_ms;
@@ -2807,7 +2912,7 @@ static void *fs_main(void *arg)
                 fs_crash_discard(fs);
             struct timespec t0;
             clock_gettime(CLOCK_REALTIME_COARSE, &t0); /* the clock of mtimes */
-            int rc = fs_do_restore(fs, &e);
+            int rc = fs_do_restore(fs, restore_ns, &e);
             if (fs->suspect) /* a rank died: the recorded files are the truth now */
                 fs->dirty = false;
             else if (fs_written_since(fs, ts_ns(&t0))) /* by a rank, during the restore */
@@ -2952,11 +3057,12 @@ ftc_filestore_t *ftc_filestore_create(const char *job, uint32_t index, const cha
         const char *colon = strchr(hold, ':');
         size_t sl = colon ? (size_t)(colon - hold) : 0;
         if (!colon || !((sl == 6 && !strncmp(hold, "remove", 6)) ||
-                        (sl == 6 && !strncmp(hold, "rescan", 6))) ||
+                        (sl == 6 && !strncmp(hold, "rescan", 6)) ||
+                        (sl == 4 && !strncmp(hold, "read", 4))) ||
             colon[1] != '/' || strlen(colon + 1) >= PATH_MAX) {
             ftc_err_set(err, FTC_EINVAL,
-                        "filestore: FTC_TEST_FS_HOLD='%.60s' is not remove:/PATH or "
-                        "rescan:/PATH (a test hook: unset it)",
+                        "filestore: FTC_TEST_FS_HOLD='%.60s' is not remove:/PATH, "
+                        "rescan:/PATH or read:/PATH (a test hook: unset it)",
                         hold);
             return NULL;
         }
@@ -3022,12 +3128,15 @@ ftc_filestore_t *ftc_filestore_create(const char *job, uint32_t index, const cha
             /* the version from the whole record (strtoull took "5x" for 5) */
             uint64_t a, b, c;
             char *h = NULL;
-            if (ftc__fs_rec_parse(s, sl, &a, &b, &c, &h) == 0) {
+            /* a version is a wall-clock ms stamp: one of 2^63 or more is no
+             * version to go above (2^64 - 1 + 1 wrapped to 0, "no version") */
+            if (ftc__fs_rec_parse(s, sl, &a, &b, &c, &h) == 0 && a < FS_VERSION_MAX) {
                 fs->last_version = recorded = a;
                 snprintf(fs->own_holders, sizeof fs->own_holders, "%s", h);
             } else {
                 FTC_WARN(FS_MOD, "%s: field %s holds garbage (%.*s): not this node's "
-                         "recorded version", key, field, (int)(sl > 80 ? 80 : sl), s);
+                         "recorded version (its next version replaces it)", key, field,
+                         (int)(sl > 80 ? 80 : sl), s);
             }
             free(h);
         }
@@ -3310,6 +3419,7 @@ int ftc_filestore_restore(ftc_filestore_t *fs, uint64_t gen, const char (*member
     if (rc) return rc;
     pthread_mutex_lock(&fs->mu);
     uint64_t no = ++fs->restore_req;
+    fs->restore_req_ns = ftc_now_ns();
     int timeout_ms = fs->lim.restore_timeout_ms + 15000; /* the thread ends it first */
     pthread_mutex_unlock(&fs->mu);
     fs_wake(fs);

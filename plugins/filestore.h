@@ -56,7 +56,8 @@
  * version is packed anyway, and so is one a flush asks for before the quiet
  * period: then a file that changes while it is read is still being written.
  * Such a file, and in every pack (quiet or not) a file some process holds
- * open for writing (/proc/PID/fdinfo; looked for before the files are read
+ * open for writing (/proc/PID/fdinfo) or maps shared and writable
+ * (/proc/PID/maps: written through a mapping; looked for before the files are read
  * and again after: one opened meanwhile postpones the pack), goes into the
  * version as the previous own version held it, or is left out when no
  * version had it (a warning names such files). A half-written file is never packed, even when its
@@ -68,7 +69,8 @@
  * snapshot would replace the last whole copy; docs/recovery.md). Keep files
  * that stay open (logs) outside the directory.
  *
- * Limits: the files together must fit max_bytes (default 4 GiB) or the
+ * Limits: the files together must fit max_bytes (default 4 GiB; 2^61 at
+ * most, whatever the cap; sizes added without wrapping) or the
  * version is refused (FTC_ERANGE, a log line and a ckptdir_too_big event);
  * symbolic links and special files are skipped with a warning; names are
  * relative paths of at most 1024 bytes without "." or ".." components
@@ -160,7 +162,8 @@ typedef struct ftc_filestore_limits {
                                ckptdir_too_big event) */
     int quiet_ms;           /* the directory must be quiet this long before a pack (200) */
     int push_timeout_ms;    /* deadline of one push (60000) */
-    int restore_timeout_ms; /* deadline of a whole restore (120000) */
+    int restore_timeout_ms; /* deadline of a restore's fetches, from its request (120000);
+                               its file writes end min(half of it, 10 s) later */
     int busy_max_ms;        /* a change waits at most this long for a quiet period,
                                then is packed without the files being written (30000;
                                0: wait for quiet as long as it takes) */

@@ -14,6 +14,8 @@
  *   deadpeer   a directory over the cap is refused (FTC_ERANGE); a push to a
  *              SIGKILLed peer ends at its deadline; a replacement peer gets the
  *              next push (the endpoint was rebuilt if it broke)
+ *   capwrap    sparse files whose sizes add up past 2^64 are over the cap (the
+ *              sum wrapped under it, and the pack overran its slot)
  *   shm        write-temp-then-rename, kill, restore on the shm provider; the
  *              survivor's endpoint breaks (its send to the killed node cannot
  *              be cancelled) and is abandoned, yet once it stops normally no
@@ -71,12 +73,27 @@
  *              the held file as the previous version had it and without the log
  *   quietopen  a file half-written and held open while the directory is quiet
  *              (another file finished): the version has its previous copy
+ *   mmapwrite  a file rewritten through a shared mapping whose descriptor was
+ *              closed, the writer halfway, another file finished: the
+ *              version has its previous copy, not the torn one
  *   prevcorrupt  a byte of a file flipped in the node's own slot of the
  *              previous version, then the file held open for a pack: the
  *              corrupt copy is left out, never sealed anew and spread
  *   overflow   the store's inotify queue overflows while its process is
  *              stopped (SIGSTOP) and a subdirectory is made meanwhile (its
  *              event dropped): a file later written in it is still replicated
+ *   tmplink    the names of a restore's temporaries taken by hard links to a
+ *              file outside the directory: nothing is written through them
+ *   restorelate  a restore held (FTC_TEST_FS_HOLD) past its deadline writes no
+ *              more files: it ends before its requester stops waiting and
+ *              starts the ranks, not under them
+ *   dirclash   a recorded file whose name is now a directory: the restore's
+ *              error names the directory and says to remove it
+ *   fifoswap   a file the pack scanned is replaced by a FIFO before it is read
+ *              (FTC_TEST_FS_HOLD=read:PATH): the pack is made again without
+ *              it; the store's thread no longer hangs in open()
+ *   verwrap    a recorded version of 2^64 - 1 for this node's index is not
+ *              gone above (version + 1 wrapped to 0, "no version")
  *   records    (no Redis) the parsers of the records another node wrote take
  *              whole numbers and whole words only: "5 4096 1x h" is no
  *              record (was generation 1 with holders "x"), "1x:n" no holder
@@ -107,6 +124,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/inotify.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -305,6 +323,8 @@ static void child_main(int fd, uint32_t index, const char *id, int k, const ftc_
                 int rc = 0;
                 if (!strcmp(act, "rm")) {
                     rc = unlink(path);
+                } else if (!strcmp(act, "late")) { /* holds the restore past its deadline */
+                    ftc_sleep_ms(len);
                 } else {
                     int a = open(path, O_WRONLY | O_TRUNC);
                     rc = a < 0 || write(a, buf, len) != (ssize_t)len || close(a) != 0;
@@ -366,6 +386,13 @@ static void child_main(int fd, uint32_t index, const char *id, int k, const ftc_
             struct timespec ts[2] = {{.tv_nsec = UTIME_OMIT},
                                      {.tv_sec = (time_t)seed, .tv_nsec = (long)len}};
             say(fd, "%d", utimensat(AT_FDCWD, path, ts, 0) == 0 ? 0 : -errno);
+        } else if (sscanf(line, "sparse %255s %llu", name, &len) == 2) {
+            /* a sparse file of len bytes (ftruncate: no page written) */
+            snprintf(path, sizeof path, "%s/%s", dir, name);
+            int a = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+            int rc = a < 0 || ftruncate(a, (off_t)len) != 0 ? -errno : 0;
+            if (a >= 0) close(a);
+            say(fd, "%d", rc);
         } else if (sscanf(line, "rm %255s", name) == 1) {
             snprintf(path, sizeof path, "%s/%s", dir, name);
             say(fd, "%d", unlink(path) == 0 ? 0 : -errno);
@@ -431,15 +458,43 @@ static void child_main(int fd, uint32_t index, const char *id, int k, const ftc_
                  i++)
                 ftc_sleep_ms(10);
             say(fd, "%d", (int)r);
+        } else if (sscanf(line, "mmapwrite %255s %llu %llu", name, &seed, &len) == 3) {
+            /* a process rewriting the file through a shared mapping (open,
+             * ftruncate, mmap, close: no descriptor left), halfway, paused */
+            snprintf(path, sizeof path, "%s/%s", dir, name);
+            uint8_t *half = malloc(len ? len : 1);
+            ftc_test_fill(half, len, seed);
+            int pfd[2];
+            if (pipe(pfd) != 0) child_exit(3);
+            fflush(NULL);
+            pid_t r = fork();
+            if (r == 0) {
+                int a = open(path, O_RDWR | O_TRUNC | O_CREAT, 0600);
+                if (a < 0 || ftruncate(a, (off_t)len) != 0) _exit(3);
+                uint8_t *map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, a, 0);
+                if (map == MAP_FAILED) _exit(3);
+                close(a);
+                memcpy(map, half, len / 2);
+                if (write(pfd[1], "x", 1) != 1) _exit(3);
+                pause();
+                _exit(0);
+            }
+            free(half);
+            close(pfd[1]);
+            char x;
+            struct pollfd pf = {pfd[0], POLLIN, 0};
+            int ok = poll(&pf, 1, 10000) == 1 && read(pfd[0], &x, 1) == 1;
+            close(pfd[0]);
+            say(fd, "%d", ok ? (int)r : -1);
         } else if (sscanf(line, "limits %llu %llu", &seed, &len) == 2) {
             ftc_filestore_limits_t l = FTC_FILESTORE_LIMITS_INIT;
-            int busy_ms = -1, quiet_ms = -1;
-            int got = sscanf(line, "limits %*u %*u %d %d", &busy_ms, &quiet_ms);
+            int busy_ms = -1, quiet_ms = -1, restore_ms = 30000;
+            int got = sscanf(line, "limits %*u %*u %d %d %d", &busy_ms, &quiet_ms, &restore_ms);
             if (got >= 1) l.busy_max_ms = busy_ms;
-            if (got == 2) l.quiet_ms = quiet_ms;
+            if (got >= 2) l.quiet_ms = quiet_ms;
             l.max_bytes = seed;
             l.push_timeout_ms = (int)len;
-            l.restore_timeout_ms = 30000;
+            l.restore_timeout_ms = restore_ms;
             int rc = ftc_filestore_set_limits(fs, &l, &err);
             say(fd, "%d %s", rc, rc ? err.msg : "");
         } else if (!strcmp(line, "flush")) {
@@ -861,6 +916,32 @@ static void test_deadpeer(void **state)
     printf("# node 0 stats (pushed failures restored rebuilds): %s\n", msg);
     quit(&n0);
     quit(&r1);
+}
+
+/* The cap counts every byte: sparse files whose sizes add up past 2^64
+ * (four of 2^62 - 64 bytes and one of 300) wrapped the sum to 44 bytes,
+ * under any cap, and the pack laid the files out in a slot of that wrapped
+ * size and read 2^62 bytes into it. */
+static void test_capwrap(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0, n1;
+    spawn_pair(&n0, &n1);
+    OK(&n0, "limits 1048576 3000");
+    for (int i = 0; i < 4; i++)
+        OK(&n0, "sparse big%d.bin %llu", i, (1ull << 62) - 64);
+    OK(&n0, "write small.bin 1 300");
+    char msg[2048];
+    int rc = cmd(&n0, msg, sizeof msg, "flush");
+    printf("# sizes adding up past 2^64: %d %s\n", rc, msg);
+    assert_int_equal(rc, FTC_ERANGE);
+    assert_non_null(strstr(msg, "over the cap"));
+    for (int i = 0; i < 4; i++)
+        OK(&n0, "rm big%d.bin", i);
+    OK(&n0, "flush"); /* the store is still whole */
+    quit(&n0);
+    quit(&n1);
 }
 
 static void test_shm(void **state)
@@ -1885,6 +1966,33 @@ static void test_quietopen(void **state)
     quit(&n1);
 }
 
+/* A file rewritten through a shared mapping (open, ftruncate, mmap, close:
+ * no descriptor is left for the look for writers, and the file's
+ * IN_CLOSE_WRITE comes only when it is unmapped): its writer halfway, a
+ * pack made for another file's change read it as it stood and replicated
+ * it torn. The mapping now counts as a writer: the version has the
+ * previous copy. */
+static void test_mmapwrite(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0, n1;
+    spawn_pair(&n0, &n1);
+    OK(&n0, "write a.bin 95 50000");
+    OK(&n0, "flush"); /* version 1 */
+    int hold = cmd(&n0, NULL, 0, "mmapwrite a.bin 96 50000"); /* half written, mapped */
+    assert_true(hold > 0);
+    OK(&n0, "write b.bin 97 50000");
+    OK(&n0, "flush");
+    lose_while_writing(&n0, 0, hold, 0);
+    node_t r0 = spawn(0, "n0", 1);
+    OK(&r0, "restore 2 n0 n1");
+    OK(&r0, "check a.bin 95 50000"); /* the previous version's, not the torn one */
+    OK(&r0, "check b.bin 97 50000");
+    quit(&r0);
+    quit(&n1);
+}
+
 /* A byte of a file's data flipped in the node's own slot of its previous
  * version (a stray write, a bit flip in /dev/shm), then a pack with that
  * file held open for writing: the pack used to copy the corrupt bytes from
@@ -2014,6 +2122,42 @@ static void test_longholders(void **state)
     quit(&n1);
 }
 
+/* A record of this node's index whose version is 2^64 - 1 (garbage, or
+ * written by a faulty store) is not taken as the version to go above:
+ * version + 1 wrapped to 0, a version the store takes for "none". */
+static void test_verwrap(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    char key[160];
+    snprintf(key, sizeof key, "ftc:{%s}:files", g_job);
+    ftc_ctl_t *c = redis_fixture_ctl(g_fix, g_job);
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, NULL, "HSET", key, "0",
+                                    "18446744073709551615 100 1 1:n1", NULL),
+                     0);
+    node_t n0, n1;
+    spawn_pair(&n0, &n1);
+    OK(&n0, "write a.bin 141 5000");
+    OK(&n0, "flush");
+    ftc_redis_reply_t *rep = NULL;
+    const char *s;
+    size_t sl;
+    ftc_err_t e = {0};
+    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, &rep, "HGET", key, "0", NULL), 0);
+    assert_int_equal(ftc_redis_want_str(rep, key, &s, &sl, &e), 0);
+    unsigned long long ver = 0;
+    assert_int_equal(sscanf(s, "%llu", &ver), 1);
+    printf("# recorded after the push: %.*s\n", (int)sl, s);
+    ftc_redis_reply_free(rep);
+    ftc_ctl_destroy(c);
+    assert_true(ver > 0 && ver < (1ull << 63));
+    node_t r0 = replace_node0(&n0);
+    OK(&r0, "restore 2 n0 n1");
+    OK(&r0, "check a.bin 141 5000");
+    quit(&r0);
+    quit(&n1);
+}
+
 /* The events of the flood below that one inotify queue holds. */
 static long max_queued_events(void)
 {
@@ -2123,6 +2267,160 @@ static void test_symlinked_subdir(void **state)
     assert_int_equal(unlink(link), 0);
     OK(&r0, "restore 3 n0 n1");
     OK(&r0, "check sub/a.bin 101 3000");
+    quit(&r0);
+    quit(&n1);
+}
+
+/* A restore writes a temporary beside the file and renames it into place;
+ * a name of that temporary already in the directory (planted by a binary:
+ * a hard link to a file outside) is not written through: it truncated and
+ * overwrote the file outside, and the restored file was that inode. */
+static void test_tmplink(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0, n1;
+    spawn_pair(&n0, &n1);
+    OK(&n0, "write a.bin 111 3000");
+    OK(&n0, "flush");
+    node_t r0 = replace_node0(&n0);
+    char outside[PATH_MAX], lnk[PATH_MAX + 32], msg[2048];
+    snprintf(outside, sizeof outside, "/dev/shm/ftc.%s.outside", g_job);
+    int fd = open(outside, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "keep", 4), 4);
+    close(fd);
+    /* the names of the restore's first temporaries: .ftc-tmp.PID.N, N from 0 */
+    for (int i = 0; i < 4; i++) {
+        snprintf(lnk, sizeof lnk, "%s/.ftc-tmp.%d.%d", r0.dir, (int)r0.pid, i);
+        assert_int_equal(link(outside, lnk), 0);
+    }
+    int rc = cmd(&r0, msg, sizeof msg, "restore 2 n0 n1");
+    printf("# restore with its temporaries' names taken: %d %s\n", rc, msg);
+    uint8_t *got = NULL;
+    size_t glen = 0;
+    ftc_err_t e = {0};
+    assert_int_equal(ftc_fs_read_file(outside, 1u << 20, &got, &glen, &e), 0);
+    printf("# the file outside: %zu bytes\n", glen);
+    assert_true(glen == 4 && !memcmp(got, "keep", 4)); /* nothing written outside */
+    free(got);
+    assert_int_equal(rc, 0);
+    OK(&r0, "check a.bin 111 3000");
+    struct stat st;
+    snprintf(lnk, sizeof lnk, "%s/a.bin", r0.dir);
+    assert_int_equal(stat(lnk, &st), 0);
+    assert_int_equal(st.st_nlink, 1); /* its own inode */
+    quit(&r0);
+    quit(&n1);
+}
+
+/* A restore's writes had no deadline: one still writing when its
+ * requester stopped waiting (restore_timeout_ms + 15 s; ftc run then
+ * starts the ranks) wrote under the new ranks. Now the writes end
+ * min(restore_timeout_ms / 2, 10 s) after the fetches' deadline: the
+ * restore, held in its removal of a deleted copy past that, writes no more
+ * files and says so (FTC_ETIMEDOUT); the next restore writes them. */
+static void test_restorelate(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    char hold[PATH_MAX], env[PATH_MAX + 16], msg[2048];
+    snprintf(hold, sizeof hold, "%s/hold.%d", P_tmpdir, (int)getpid());
+    snprintf(env, sizeof env, "remove:%s", hold);
+    node_t n0, n1;
+    spawn_pair_env(&n0, &n1, 1, "FTC_TEST_FS_HOLD", env);
+    OK(&n0, "write a.bin 181 4000");
+    OK(&n0, "flush");
+    OK_BOTH(&n0, &n1, "restore 1 n0 n1"); /* node 1 has a copy */
+    OK(&n0, "rm a.bin");
+    OK(&n0, "write c.bin 182 3000");
+    OK(&n0, "flush"); /* c.bin and the tombstone of a.bin */
+    OK(&n1, "limits 1073741824 60000 30000 200 300"); /* restore_timeout_ms 300 */
+    OK(&n1, "survivor a.bin %s 0 700 late", hold); /* holds the removal 700 ms */
+    int rc = cmd(&n1, msg, sizeof msg, "restore 1 n0 n1");
+    printf("# restore held past its deadline: %d %s\n", rc, msg);
+    OK(&n1, "survwait");
+    assert_int_equal(rc, FTC_ETIMEDOUT);
+    assert_non_null(strstr(msg, "deadline passed"));
+    OK(&n1, "absent c.bin"); /* not written after the deadline */
+    OK(&n1, "absent a.bin"); /* the deleted copy is removed all the same */
+    OK(&n1, "limits 1073741824 60000 30000 200 30000");
+    OK(&n1, "restore 1 n0 n1");
+    OK(&n1, "check c.bin 182 3000");
+    unlink(hold);
+    quit(&n0);
+    quit(&n1);
+}
+
+/* A recorded file whose name the binary has since made a directory: the
+ * restore fails naming the directory and saying what to do (it said
+ * "rename ...: Is a directory"); the rest is restored. */
+static void test_dirclash(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    node_t n0, n1;
+    spawn_pair(&n0, &n1);
+    OK(&n0, "write ckpt 121 2000");
+    OK(&n0, "write b.bin 122 1000");
+    OK(&n0, "flush");
+    node_t r0 = replace_node0(&n0);
+    OK(&r0, "mkdir ckpt");
+    OK(&r0, "write ckpt/new.bin 123 500");
+    char msg[2048];
+    int rc = cmd(&r0, msg, sizeof msg, "restore 2 n0 n1");
+    printf("# restore over a directory of the file's name: %d %s\n", rc, msg);
+    assert_true(rc != 0);
+    assert_non_null(strstr(msg, "is a directory"));
+    assert_non_null(strstr(msg, "remove the directory"));
+    OK(&r0, "check b.bin 122 1000");
+    OK(&r0, "check ckpt/new.bin 123 500"); /* the binary's directory is kept */
+    quit(&r0);
+    quit(&n1);
+}
+
+/* A file the scan found regular and the binary replaced by a FIFO before
+ * the pack read it: the pack's open waited for a writer that never came,
+ * and the store's thread hung for good (every flush and restore timed out,
+ * and its destroy never returned). Now it is a file that changed while
+ * read: the pack is made again, without it. */
+static void test_fifoswap(void **state)
+{
+    (void)state;
+    g_prov = "tcp;ofi_rxm";
+    char hold[PATH_MAX], held[PATH_MAX + 8], env[PATH_MAX + 16], path[PATH_MAX], msg[2048];
+    snprintf(hold, sizeof hold, "%s/hold.%d", P_tmpdir, (int)getpid());
+    snprintf(held, sizeof held, "%s.held", hold);
+    snprintf(env, sizeof env, "read:%s", hold);
+    node_t n0, n1;
+    spawn_pair_env(&n0, &n1, 0, "FTC_TEST_FS_HOLD", env);
+    OK(&n0, "write a.bin 131 2000");
+    OK(&n0, "flush");
+    int arm = open(hold, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    assert_true(arm >= 0);
+    close(arm);
+    OK(&n0, "write b.bin 132 1000");
+    struct stat st;
+    int i = 0;
+    for (; i < 1000 && stat(held, &st) != 0; i++) /* the pack scanned b.bin */
+        ftc_sleep_ms(10);
+    assert_true(i < 1000);
+    snprintf(path, sizeof path, "%s/b.bin", n0.dir);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    assert_int_equal(unlink(held), 0); /* the pack goes on: it reads b.bin */
+    int rc = cmd(&n0, msg, sizeof msg, "flush");
+    printf("# b.bin made a FIFO while packed: %d %s\n", rc, msg);
+    assert_int_equal(rc, 0);
+    OK(&n0, "rm b.bin");
+    OK(&n0, "write c.bin 133 3000");
+    OK(&n0, "flush"); /* the store still works */
+    node_t r0 = replace_node0(&n0);
+    OK(&r0, "restore 2 n0 n1");
+    OK(&r0, "check a.bin 131 2000");
+    OK(&r0, "check c.bin 133 3000");
+    OK(&r0, "absent b.bin");
+    unlink(hold);
     quit(&r0);
     quit(&n1);
 }
@@ -2289,6 +2587,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_union, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corrupt, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deadpeer, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_capwrap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shm, setup, teardown),
         cmocka_unit_test_setup_teardown(test_selfslot, setup, teardown),
         cmocka_unit_test_setup_teardown(test_norecord, setup, teardown),
@@ -2317,10 +2616,16 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_pending, setup, teardown),
         cmocka_unit_test_setup_teardown(test_busy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_quietopen, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mmapwrite, setup, teardown),
         cmocka_unit_test_setup_teardown(test_prevcorrupt, setup, teardown),
         cmocka_unit_test_setup_teardown(test_longholders, setup, teardown),
         cmocka_unit_test_setup_teardown(test_overflow, setup, teardown),
         cmocka_unit_test_setup_teardown(test_symlinked_subdir, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tmplink, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_restorelate, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dirclash, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fifoswap, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_verwrap, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
