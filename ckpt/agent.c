@@ -2008,6 +2008,39 @@ static void ftc__read_last_byes(ftc_agent_t *a)
     }
 }
 
+/* Connections that said no HELLO within agent.timeout_ms of their accept
+ * are closed, with an ERROR (request id 0, which ftc_create reads) and a
+ * WARN naming the peer's pid: each holds one of the FTC_AGENT_MAX_CLIENTS
+ * places, and a process that connects and says nothing held its place for
+ * ever (that many of them locked every rank out). libftc says HELLO right
+ * after its connect. Not this process's own connections: the supervisor
+ * (`ftc run`, whose thread this agent is) sends WATCHes on one connection
+ * that says no HELLO, at its own pace. Runs after the pass that read what
+ * was ready, so a HELLO that arrived in time (the agent was busy, or
+ * stopped) is read first. */
+static void ftc__expire_silent(ftc_agent_t *a)
+{
+    uint64_t now = ftc_now_ns();
+    uint64_t limit = (uint64_t)a->o.timeout_ms * 1000000ull;
+    for (int i = 0; i < FTC_AGENT_MAX_CLIENTS; i++) {
+        if (a->clients[i] < 0 || a->clients_pid[i] == getpid() ||
+            now - a->clients_since_ns[i] <= limit)
+            continue;
+        int fd = a->clients[i];
+        FTC_WARN("agent", "closed a connection (pid %d) that said no HELLO within %d ms "
+                 "(agent.timeout_ms) of connecting: its place is free for a rank",
+                 a->clients_pid[i], a->o.timeout_ms);
+        ftc_ap_msg_t m;
+        ftc_ap_init(&m, FTC_AP_ERROR);
+        m.status = FTC_ETIMEDOUT;
+        snprintf(m.text, sizeof m.text, "this agent closed the connection: it said no HELLO "
+                 "within %d ms (agent.timeout_ms) of connecting", a->o.timeout_ms);
+        ftc_err_t err = {0};
+        ftc_ap_send(fd, &m, 0, &err); /* never waited for: dropped when its socket is full */
+        ftc__disconnect(a, fd);
+    }
+}
+
 int ftc_agent_run(ftc_agent_t *a, volatile sig_atomic_t *stop)
 {
     struct pollfd pfd[2 + FTC_AGENT_MAX_RANKS + FTC_AGENT_MAX_CLIENTS];
@@ -2040,17 +2073,25 @@ int ftc_agent_run(ftc_agent_t *a, volatile sig_atomic_t *stop)
                          * and its libftc blamed another ftc build */
                         FTC_WARN("agent", "a connection refused: %d connections that said no "
                                  "HELLO are open (at most %d; a process that connects and "
-                                 "says nothing holds one)", FTC_AGENT_MAX_CLIENTS,
-                                 FTC_AGENT_MAX_CLIENTS);
+                                 "says nothing holds one until it is closed, %d ms after "
+                                 "its connect)", FTC_AGENT_MAX_CLIENTS, FTC_AGENT_MAX_CLIENTS,
+                                 a->o.timeout_ms);
                         ftc__reply_error(fd, 0, FTC_EAGAIN, "this agent has %d connections "
                                          "open that said no HELLO (at most %d): a process "
                                          "that connects to its socket and says nothing holds "
-                                         "them; retry once they close", FTC_AGENT_MAX_CLIENTS,
-                                         FTC_AGENT_MAX_CLIENTS);
+                                         "one, until the agent closes it %d ms "
+                                         "(agent.timeout_ms) after its connect; retry then",
+                                         FTC_AGENT_MAX_CLIENTS, FTC_AGENT_MAX_CLIENTS,
+                                         a->o.timeout_ms);
                         close(fd);
                     } else {
+                        struct ucred cr;
+                        socklen_t cl = sizeof cr;
                         a->clients[slot] = fd;
                         a->clients_full[slot] = false;
+                        a->clients_since_ns[slot] = ftc_now_ns();
+                        a->clients_pid[slot] =
+                            getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) == 0 ? cr.pid : 0;
                     }
                 }
             }
@@ -2072,6 +2113,7 @@ int ftc_agent_run(ftc_agent_t *a, volatile sig_atomic_t *stop)
             }
         }
         ftc__persist_collect(a);
+        ftc__expire_silent(a);
         uint64_t now = ftc_now_ns();
         /* Redis not answering: nothing can commit, and no peer address can
          * be learned; asked once per FTC__REDIS_PROBE_NS, not every pass */

@@ -6,7 +6,9 @@
  *
  *   rank                          agent
  *   HELLO (job, rank, layout) ->  one rank per connection (a HELLO as another
- *                                 rank on it: ERROR, FTC_EPROTO)
+ *                                 rank on it: ERROR, FTC_EPROTO); a connection
+ *                                 that says none within agent.timeout_ms of
+ *                                 its connect: ERROR (FTC_ETIMEDOUT), closed
  *                             <- WELCOME (generation)
  *   SLOTS (size)              ->  creates / reuses three slots of size bytes
  *                             <- SLOTS_OK (names)
