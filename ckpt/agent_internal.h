@@ -340,6 +340,7 @@ bool ftc__redis_outage(const ftc_agent_t *a, int rc);
 int ftc__redis_seen(ftc_agent_t *a, int rc);
 void ftc__event(ftc_agent_t *a, const ftc_ctl_event_t *e);
 void ftc__queue(ftc_agent_t *a, ftc__job_t *j);
+void ftc__send(int fd, const ftc_ap_msg_t *m);
 void ftc__reply_error(int fd, uint64_t seq, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 void ftc__not_committed(int fd, int code, uint64_t step, const char *fmt, ...)
