@@ -52,17 +52,21 @@
  *     owed past the point where the agent stops reading it (a second
  *     answer, a notice) are sent without waiting, none lost, the node's
  *     other rank served meanwhile (such a message held the loop a second
- *     and was dropped).
+ *     and was dropped); on a socket with no room at all, the agent's send
+ *     shuts the connection down (its peer reads what was sent, then the
+ *     end), never waits.
  * No wall-clock bound is asserted: a lost slot shows as a BEGIN that gets no
  * answer within the test's receive deadline.
  */
 #include "ftc_test.h"
 
 #include "ckpt/agent_fixture.h"
+#include "ckpt/agent_internal.h"
 #include "ckpt/agent_proto.h"
 #include "ckpt/slot.h"
 #include "ftc.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 
@@ -993,6 +997,49 @@ static void test_rank_reads_no_notices(void **state)
     teardown_env(e);
 }
 
+/* The agent's send (ftc__send) on a socket that no longer polls writable
+ * (a quarter of its buffer unread) sends at once; on one with no room at
+ * all it shuts the connection down (its peer reads what was sent, then the
+ * end) instead of waiting or dropping the message silently. No agent. */
+static void test_agent_send_never_waits(void **state)
+{
+    (void)state;
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+    ftc_ap_msg_t m;
+    ftc_ap_init(&m, FTC_AP_COMMITTED);
+    int sent = 0, writable = -1;
+    for (;;) {
+        struct pollfd p = {sv[0], POLLOUT, 0};
+        if (writable < 0 && poll(&p, 1, 0) == 0)
+            writable = sent; /* what ftc_ap_send waited on, up to its timeout */
+        ftc_err_t err = {0};
+        m.step = (uint64_t)sent;
+        int rc = ftc_ap_send_now(sv[0], &m, &err);
+        if (rc) {
+            assert_int_equal(rc, FTC_EAGAIN);
+            break;
+        }
+        sent++;
+    }
+    print_message("the socket polls writable up to %d unread messages, holds %d\n", writable,
+                  sent);
+    assert_true(writable >= 0 && sent > writable); /* room past the point reads stop */
+    m.step = (uint64_t)sent;
+    ftc__send(sv[0], &m); /* no room: shut down, never waited for */
+    int got = 0;
+    ftc_ap_msg_t rep;
+    ftc_err_t err = {0};
+    while (ftc_ap_recv(sv[1], &rep, 1000, &err) == 0) {
+        assert_int_equal(rep.step, (uint64_t)got);
+        got++;
+    }
+    assert_int_equal(err.code, FTC_EIO); /* the end, not a timeout */
+    assert_int_equal(got, sent);
+    close(sv[0]);
+    close(sv[1]);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, agent_fixture_teardown)
 
 int main(void)
@@ -1015,6 +1062,7 @@ int main(void)
         T(test_hello_as_another_rank),
         T(test_rank_reads_no_answers),
         T(test_rank_reads_no_notices),
+        cmocka_unit_test(test_agent_send_never_waits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
