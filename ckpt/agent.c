@@ -130,6 +130,35 @@ void ftc__queue(ftc_agent_t *a, ftc__job_t *j)
     pthread_mutex_unlock(&a->mu);
 }
 
+/* Every message the agent sends a local connection (a rank, the
+ * supervisor, a connection that said no HELLO yet) goes out without
+ * waiting: the loop serves every rank of the node, and a message it waited
+ * for (up to a second, for the socket to poll writable) was then dropped.
+ * The socket's buffer is the connection's outbound queue. It never fills:
+ * the loop reads none of a connection's requests once a quarter of it is
+ * unread (ftc__reads_answers), and what is owed beyond that is a few
+ * messages (a request's answers, one notice per slot, a parked BEGIN's
+ * answer), where the buffer takes three times as many more (about 70 on
+ * Linux's defaults). Should it fill all the same (a net.core.wmem_default
+ * far below Linux's default), the connection is shut down with a WARN: its
+ * rank then gets FTC_EIO from its next call instead of a silent loss (a lost
+ * COMMITTED left ftc_wait_committed waiting out its timeout), and the loop
+ * reads its end and closes it. A peer that is gone is the loop's too. */
+void ftc__send(int fd, const ftc_ap_msg_t *m)
+{
+    ftc_err_t err = {0};
+    if (fd < 0 || ftc_ap_send_now(fd, m, &err) != FTC_EAGAIN)
+        return;
+    struct ucred cr = {0};
+    socklen_t cl = sizeof cr;
+    (void)getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl);
+    FTC_WARN("agent", "closing the local connection of pid %d: its socket is full (it has read "
+             "none of as many messages as the socket holds) and the agent does not wait for it; "
+             "a message of type %u (step %" PRIu64 ") could not be sent (is net.core.wmem_default "
+             "far below Linux's default of 212992?)", (int)cr.pid, m->type, m->step);
+    shutdown(fd, SHUT_RDWR);
+}
+
 /* An ERROR answer to the request whose id is seq (agent_proto.h). */
 void ftc__reply_error(int fd, uint64_t seq, int code, const char *fmt, ...)
 {
@@ -141,8 +170,7 @@ void ftc__reply_error(int fd, uint64_t seq, int code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(m.text, sizeof m.text, fmt, ap);
     va_end(ap);
-    ftc_err_t err = {0};
-    ftc_ap_send(fd, &m, 1000, &err);
+    ftc__send(fd, &m);
 }
 
 /* Tells a rank, asynchronously, that a sealed step will not be committed. */
@@ -156,9 +184,8 @@ void ftc__not_committed(int fd, int code, uint64_t step, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(m.text, sizeof m.text, fmt, ap);
     va_end(ap);
-    ftc_err_t err = {0};
     if (fd >= 0)
-        ftc_ap_send(fd, &m, 1000, &err);
+        ftc__send(fd, &m);
 }
 
 static ftc__rank_t *ftc__rank_of_fd(ftc_agent_t *a, int fd)
@@ -890,8 +917,7 @@ static void ftc__on_hello(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
     w.seq = m->seq;
     w.generation = a->generation;
     w.world = a->world;
-    ftc_err_t err = {0};
-    ftc_ap_send(fd, &w, 1000, &err);
+    ftc__send(fd, &w);
     FTC_INFO("agent", "rank %u (pid %d) connected", m->rank, m->pid);
     if (a->det && m->pid > 0 && /* its exit becomes a rank_exit event at once */
         ftc_detector_watch_pid(a->det, (int)m->rank, (pid_t)m->pid) == 0)
@@ -1006,8 +1032,7 @@ static void ftc__on_watch(ftc_agent_t *a, int fd, const ftc_ap_msg_t *m)
     ok.seq = m->seq;
     ok.rank = m->rank;
     ok.pid = m->pid;
-    ftc_err_t err = {0};
-    ftc_ap_send(fd, &ok, 1000, &err);
+    ftc__send(fd, &ok);
 }
 
 /* SLOTS of a restarted agent: whether the version v that survived in rank
@@ -1234,8 +1259,7 @@ static void ftc__on_slots(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
               nmk && r->slot[mkslot[0]].populated ? ", the first one prefaulted" : "");
     r->size = m->size;
     ok.size = m->size;
-    ftc_err_t err = {0};
-    ftc_ap_send(r->fd, &ok, 1000, &err);
+    ftc__send(r->fd, &ok);
 }
 
 static void ftc__on_begin(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
@@ -1273,12 +1297,11 @@ static void ftc__on_begin(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
         again = again || ((r->st[i] == SL_SEALED || r->st[i] == SL_COMMITTED) &&
                           r->step[i] == m->step);
     if ((a->committed >= 0 && m->step <= (uint64_t)a->committed) || again) {
-        ftc_err_t err = {0};
         if (a->committed >= 0) {
             ftc_ap_msg_t cm;
             ftc_ap_init(&cm, FTC_AP_COMMITTED);
             cm.step = (uint64_t)a->committed;
-            ftc_ap_send(r->fd, &cm, 1000, &err);
+            ftc__send(r->fd, &cm);
         }
         ftc_ap_msg_t sk;
         ftc_ap_init(&sk, FTC_AP_SKIP);
@@ -1293,7 +1316,7 @@ static void ftc__on_begin(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
                      "to an older one), "
                      "so it could never commit", m->step, a->committed);
         FTC_INFO("agent", "rank %u: %s", r->rank, sk.text);
-        ftc_ap_send(r->fd, &sk, 1000, &err);
+        ftc__send(r->fd, &sk);
         return;
     }
     int s = ftc__begin_slot(a, r);
@@ -1323,8 +1346,7 @@ static void ftc__on_begin(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m)
              "step %" PRIu64 " skipped: the previous checkpoint is still replicating (policy "
              "skip)",
              m->step);
-    ftc_err_t err = {0};
-    ftc_ap_send(r->fd, &sk, 1000, &err);
+    ftc__send(r->fd, &sk);
     ftc_ctl_event_t e = {.kind = "checkpoint_skipped", .node = a->node_id, .rank = (int)r->rank,
                          .generation = a->generation, .step = (int64_t)m->step,
                          .detail = "previous checkpoint still replicating (policy skip)"};
@@ -1647,8 +1669,7 @@ static void ftc__on_report(ftc_agent_t *a, ftc__rank_t *r, const ftc_ap_msg_t *m
     ftc_ap_init(&ok_msg, FTC_AP_REPORT_OK);
     ok_msg.seq = m->seq;
     ok_msg.step = m->step;
-    ftc_err_t err = {0};
-    ftc_ap_send(r->fd, &ok_msg, 1000, &err);
+    ftc__send(r->fd, &ok_msg);
 }
 
 /* The flag of fd's connection whose socket is full (ftc__rank_t.full);
@@ -1664,13 +1685,14 @@ static bool *ftc__full_flag(ftc_agent_t *a, int fd)
     return NULL;
 }
 
-/* Whether fd's peer reads its answers: false when the socket holds as many
- * unread as it takes (a peer that sends requests and reads no answer; libftc
- * reads each before its next request, its notices are a few per step). Its
- * requests are then left unread until it reads (the loop polls it for
- * POLLOUT): each answer that could not be sent blocked this loop, which
- * serves every rank of the node, for a second, and was lost. A peer that
- * hung up is read (its answers fail at once). */
+/* Whether fd's peer reads its answers: false when the socket no longer
+ * polls writable, a quarter of its buffer unread (a peer that sends
+ * requests and reads no answer; libftc reads each before its next request,
+ * its notices are a few per step). Its requests are then left unread until
+ * it reads (the loop polls it for POLLOUT), so that what it is owed stays
+ * well within the buffer (ftc__send): each answer that could not be sent
+ * blocked this loop, which serves every rank of the node, for a second, and
+ * was lost. A peer that hung up is read (its answers fail at once). */
 static bool ftc__reads_answers(ftc_agent_t *a, int fd)
 {
     struct pollfd p = {fd, POLLOUT, 0};
@@ -2022,6 +2044,39 @@ static void ftc__read_last_byes(ftc_agent_t *a)
     }
 }
 
+/* Connections that said no HELLO within agent.timeout_ms of their accept
+ * are closed, with an ERROR (request id 0, which ftc_create reads) and a
+ * WARN naming the peer's pid: each holds one of the FTC_AGENT_MAX_CLIENTS
+ * places, and a process that connects and says nothing held its place for
+ * ever (that many of them locked every rank out). libftc says HELLO right
+ * after its connect. Not this process's own connections: the supervisor
+ * (`ftc run`, whose thread this agent is) sends WATCHes on one connection
+ * that says no HELLO, at its own pace. Runs after the pass that read what
+ * was ready, so a HELLO that arrived in time (the agent was busy, or
+ * stopped) is read first. */
+static void ftc__expire_silent(ftc_agent_t *a)
+{
+    uint64_t now = ftc_now_ns();
+    uint64_t limit = (uint64_t)a->o.timeout_ms * 1000000ull;
+    for (int i = 0; i < FTC_AGENT_MAX_CLIENTS; i++) {
+        if (a->clients[i] < 0 || a->clients_pid[i] == getpid() ||
+            now - a->clients_since_ns[i] <= limit)
+            continue;
+        int fd = a->clients[i];
+        FTC_WARN("agent", "closed a connection (pid %d) that said no HELLO within %d ms "
+                 "(agent.timeout_ms) of connecting: its place is free for a rank",
+                 a->clients_pid[i], a->o.timeout_ms);
+        ftc_ap_msg_t m;
+        ftc_ap_init(&m, FTC_AP_ERROR);
+        m.status = FTC_ETIMEDOUT;
+        snprintf(m.text, sizeof m.text, "this agent closed the connection: it said no HELLO "
+                 "within %d ms (agent.timeout_ms) of connecting", a->o.timeout_ms);
+        ftc_err_t err = {0};
+        ftc_ap_send_now(fd, &m, &err); /* (no room: closed all the same) */
+        ftc__disconnect(a, fd);
+    }
+}
+
 int ftc_agent_run(ftc_agent_t *a, volatile sig_atomic_t *stop)
 {
     struct pollfd pfd[2 + FTC_AGENT_MAX_RANKS + FTC_AGENT_MAX_CLIENTS];
@@ -2054,17 +2109,25 @@ int ftc_agent_run(ftc_agent_t *a, volatile sig_atomic_t *stop)
                          * and its libftc blamed another ftc build */
                         FTC_WARN("agent", "a connection refused: %d connections that said no "
                                  "HELLO are open (at most %d; a process that connects and "
-                                 "says nothing holds one)", FTC_AGENT_MAX_CLIENTS,
-                                 FTC_AGENT_MAX_CLIENTS);
+                                 "says nothing holds one until it is closed, %d ms after "
+                                 "its connect)", FTC_AGENT_MAX_CLIENTS, FTC_AGENT_MAX_CLIENTS,
+                                 a->o.timeout_ms);
                         ftc__reply_error(fd, 0, FTC_EAGAIN, "this agent has %d connections "
                                          "open that said no HELLO (at most %d): a process "
                                          "that connects to its socket and says nothing holds "
-                                         "them; retry once they close", FTC_AGENT_MAX_CLIENTS,
-                                         FTC_AGENT_MAX_CLIENTS);
+                                         "one, until the agent closes it %d ms "
+                                         "(agent.timeout_ms) after its connect; retry then",
+                                         FTC_AGENT_MAX_CLIENTS, FTC_AGENT_MAX_CLIENTS,
+                                         a->o.timeout_ms);
                         close(fd);
                     } else {
+                        struct ucred cr;
+                        socklen_t cl = sizeof cr;
                         a->clients[slot] = fd;
                         a->clients_full[slot] = false;
+                        a->clients_since_ns[slot] = ftc_now_ns();
+                        a->clients_pid[slot] =
+                            getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) == 0 ? cr.pid : 0;
                     }
                 }
             }
@@ -2086,6 +2149,7 @@ int ftc_agent_run(ftc_agent_t *a, volatile sig_atomic_t *stop)
             }
         }
         ftc__persist_collect(a);
+        ftc__expire_silent(a);
         uint64_t now = ftc_now_ns();
         /* Redis not answering: nothing can commit, and no peer address can
          * be learned; asked once per FTC__REDIS_PROBE_NS, not every pass */

@@ -70,7 +70,8 @@ typedef struct ftc_agent_options {
     const char *persist_dir;    /* "" = no persist tier */
     int persist_every;          /* persist every M commits (>= 1) */
     ftc_persist_options_t persist;
-    int timeout_ms;             /* deadline of one replication or fetch (default 30000) */
+    int timeout_ms;             /* deadline of one replication or fetch (default 30000); a
+                                   local connection that says no HELLO within it is closed */
     const void *secret;         /* job secret (16..32 bytes); NULL = shared through Redis */
     size_t secret_len;
 } ftc_agent_options_t;

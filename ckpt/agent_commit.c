@@ -119,8 +119,7 @@ void ftc__send_begin_ok(ftc__rank_t *r, int slot, uint64_t step)
     m.seq = r->begin_seq;
     m.slot = (uint32_t)slot;
     m.step = step;
-    ftc_err_t err = {0};
-    ftc_ap_send(r->fd, &m, 1000, &err);
+    ftc__send(r->fd, &m);
 }
 
 /* Answers r's parked BEGIN when a slot has become free (a commit superseded
@@ -759,8 +758,7 @@ void ftc__poll_commits(ftc_agent_t *a)
                 ftc_ap_init(&m, FTC_AP_COMMITTED);
                 m.step = r->step[s];
                 m.slot = (uint32_t)s;
-                ftc_err_t err = {0};
-                ftc_ap_send(r->fd, &m, 1000, &err);
+                ftc__send(r->fd, &m);
             }
             ftc__answer_begin(a, r);
         }

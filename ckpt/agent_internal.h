@@ -198,6 +198,10 @@ struct ftc_agent {
     int listen_fd, evfd;
     int clients[FTC_AGENT_MAX_CLIENTS]; /* connected fds not yet identified, -1 */
     bool clients_full[FTC_AGENT_MAX_CLIENTS]; /* ... whose socket is full (ftc__rank_t) */
+    uint64_t clients_since_ns[FTC_AGENT_MAX_CLIENTS]; /* ... accepted then: one that says no
+                               HELLO within agent.timeout_ms is closed (ftc__expire_silent) */
+    int clients_pid[FTC_AGENT_MAX_CLIENTS]; /* ... its peer's pid (SO_PEERCRED, 0: unknown);
+                               this process's own (the supervisor's WATCHes) never expires */
     ftc__rank_t ranks[FTC_AGENT_MAX_RANKS];
     ftc_ctl_t *ctl;          /* control loop's Redis connection */
     ftc_detector_t *det;
@@ -336,6 +340,7 @@ bool ftc__redis_outage(const ftc_agent_t *a, int rc);
 int ftc__redis_seen(ftc_agent_t *a, int rc);
 void ftc__event(ftc_agent_t *a, const ftc_ctl_event_t *e);
 void ftc__queue(ftc_agent_t *a, ftc__job_t *j);
+void ftc__send(int fd, const ftc_ap_msg_t *m);
 void ftc__reply_error(int fd, uint64_t seq, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 void ftc__not_committed(int fd, int code, uint64_t step, const char *fmt, ...)

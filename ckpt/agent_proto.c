@@ -77,6 +77,21 @@ int ftc_ap_send(int fd, const ftc_ap_msg_t *m, int timeout_ms, ftc_err_t *err)
     }
 }
 
+int ftc_ap_send_now(int fd, const ftc_ap_msg_t *m, ftc_err_t *err)
+{
+    for (;;) {
+        ssize_t n = send(fd, m, sizeof *m, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n == (ssize_t)sizeof *m)
+            return 0;
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return ftc_err_set(err, FTC_EAGAIN, "agent socket send: no room (its peer has not "
+                               "read as much as the socket holds)");
+        return ftc_err_errno(err, n < 0 ? errno : EIO, "agent socket send");
+    }
+}
+
 int ftc_ap_recv(int fd, ftc_ap_msg_t *m, int timeout_ms, ftc_err_t *err)
 {
     int rc = ftc__wait(fd, POLLIN, timeout_ms, err, "agent socket receive");

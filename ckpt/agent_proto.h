@@ -6,7 +6,9 @@
  *
  *   rank                          agent
  *   HELLO (job, rank, layout) ->  one rank per connection (a HELLO as another
- *                                 rank on it: ERROR, FTC_EPROTO)
+ *                                 rank on it: ERROR, FTC_EPROTO); a connection
+ *                                 that says none within agent.timeout_ms of
+ *                                 its connect: ERROR (FTC_ETIMEDOUT), closed
  *                             <- WELCOME (generation)
  *   SLOTS (size)              ->  creates / reuses three slots of size bytes
  *                             <- SLOTS_OK (names)
@@ -84,7 +86,8 @@
  * before using a message; an invalid one closes the connection with an error
  * logged, never crashes the agent. A connection that reads none of the
  * agent's answers is not read from while its socket is full (the agent
- * never waits for it). magic, version and type keep their offsets
+ * never waits for it: it sends without waiting, the socket's buffer holding
+ * what is owed, four times what stops the reads). magic, version and type keep their offsets
  * (0, 4, 6) and the message its size in every version, so that a side of
  * another version is told which one (the agent answers a HELLO of another
  * version with an ERROR naming both; the rank says so) instead of "a message
@@ -171,5 +174,10 @@ int ftc_ap_check(const ftc_ap_msg_t *m, size_t len, ftc_err_t *err);
  * returns FTC_EIO ("connection closed") at end of stream. */
 int ftc_ap_send(int fd, const ftc_ap_msg_t *m, int timeout_ms, ftc_err_t *err);
 int ftc_ap_recv(int fd, ftc_ap_msg_t *m, int timeout_ms, ftc_err_t *err);
+/* Sends one message without waiting (the agent's sends): FTC_EAGAIN when the
+ * socket has no room for it. Unlike ftc_ap_send it does not wait for the
+ * socket to poll writable, which a Unix socket stops being once a quarter of
+ * its buffer is unread (about 24 messages of about 93 on Linux's defaults). */
+int ftc_ap_send_now(int fd, const ftc_ap_msg_t *m, ftc_err_t *err);
 
 #endif

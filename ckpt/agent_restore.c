@@ -29,8 +29,7 @@ void ftc__restore_done(ftc_agent_t *a, ftc__rank_t *r, int s, bool verified)
     ok.slot = (uint32_t)s;
     ok.step = r->step[s];
     ok.status = verified ? FTC_AP_OK_VERIFIED : 0;
-    ftc_err_t err = {0};
-    ftc_ap_send(r->fd, &ok, 1000, &err);
+    ftc__send(r->fd, &ok);
     /* a second slot that deferred its reservation, while the rank copies:
      * on a thread at the lowest priority, so that it takes neither the
      * cores the rank's copy (and the other ranks' restores) need nor this
@@ -169,7 +168,7 @@ static void ftc__fetch_reply(ftc_agent_t *a, ftc__rank_t *r, const uint8_t *buf,
     snprintf(ok.name[0], sizeof ok.name[0], "%s", name);
     FTC_INFO("agent", "rank %u fetched rank %u's shard of step %" PRIu64 " (%" PRIu64
              " bytes) from %s", r->rank, r->src, step, size, from);
-    ftc_ap_send(r->fd, &ok, 1000, &err);
+    ftc__send(r->fd, &ok);
 }
 
 /* Hands a verified shard of r's subject to r: into one of its slots

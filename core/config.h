@@ -83,7 +83,7 @@
       "libfabric provider (default: "                                                              \
       "FI_PROVIDER, else tcp;ofi_rxm)")                                                            \
     X(AGENT_TIMEOUT, "agent.timeout_ms", INT, "30000", 100, 3600000,                               \
-      "deadline of one replication or fetch")                                                      \
+      "deadline of one replication or fetch, and of a local connection's HELLO")                   \
     X(CKPTDIR_MAX_BYTES, "ckptdir.max_bytes", SIZE, "4GiB", 1, (1ll << 50),                        \
       "ftc run --ckpt-dir: the node's files together may be this big (a bigger directory is "      \
       "not replicated: an error and a ckptdir_too_big event)")                                     \

@@ -48,17 +48,25 @@
  *     connection stays the first rank's (both shared it, fd and all).
  *   - a rank that sends requests and reads none of the answers: its
  *     requests wait until it reads, none is lost (each answer blocked
- *     the agent's loop for a second, then was dropped).
+ *     the agent's loop for a second, then was dropped); the messages it is
+ *     owed past the point where the agent stops reading it (a second
+ *     answer, a notice) are sent without waiting, none lost, the node's
+ *     other rank served meanwhile (such a message held the loop a second
+ *     and was dropped); on a socket with no room at all, the agent's send
+ *     shuts the connection down (its peer reads what was sent, then the
+ *     end), never waits.
  * No wall-clock bound is asserted: a lost slot shows as a BEGIN that gets no
  * answer within the test's receive deadline.
  */
 #include "ftc_test.h"
 
 #include "ckpt/agent_fixture.h"
+#include "ckpt/agent_internal.h"
 #include "ckpt/agent_proto.h"
 #include "ckpt/slot.h"
 #include "ftc.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 
@@ -883,6 +891,155 @@ static void test_rank_reads_no_answers(void **state)
     teardown_env(e);
 }
 
+/* Sends rank fd BEGINs of step 0, already committed (each answered with
+ * COMMITTED, then SKIP: two messages per request), without reading, as long
+ * as the agent reads them (~0.3 s of tries), after `junk` SEALEDs of no slot
+ * (a NOT_COMMITTED each). Returns the BEGINs sent; the first has id *seq + 1,
+ * *seq is the last's. */
+static int begins_unread(int fd, uint64_t *seq, int junk)
+{
+    ftc_ap_msg_t m;
+    ftc_err_t err = {0};
+    ftc_ap_init(&m, FTC_AP_SEALED);
+    m.step = 1000;
+    for (int i = 0; i < junk; i++)
+        assert_int_equal(ftc_ap_send(fd, &m, 2000, &err), 0);
+    ftc_ap_init(&m, FTC_AP_BEGIN);
+    int sent = 0;
+    for (int i = 0; i < 300; i++) {
+        m.seq = *seq + 1;
+        if (ftc_ap_send(fd, &m, 0, &err) == 0) {
+            ++*seq;
+            sent++;
+        } else {
+            ftc_sleep_ms(1); /* the agent reads no more of them */
+        }
+    }
+    return sent;
+}
+
+/* Reads what begins_unread(fd, ..., junk) that sent `sent` BEGINs, the last
+ * with id last, is owed: each BEGIN has both messages, its SKIP with its id,
+ * in order, none lost. */
+static void read_owed(int fd, int junk, int sent, uint64_t last)
+{
+    int notices = 0, committed = 0, skips = 0;
+    uint64_t first = last + 1 - (uint64_t)sent;
+    while (notices < junk || committed < sent || skips < sent) {
+        ftc_ap_msg_t rep;
+        ftc_err_t err = {0};
+        if (ftc_ap_recv(fd, &rep, 3000, &err)) {
+            print_message("after %d of %d SKIPs, %d of %d COMMITTED: %s\n", skips, sent,
+                          committed, sent, err.msg);
+            break;
+        }
+        if (rep.type == FTC_AP_NOT_COMMITTED) {
+            notices++;
+        } else if (rep.type == FTC_AP_COMMITTED) {
+            committed++;
+        } else {
+            assert_int_equal(rep.type, FTC_AP_SKIP);
+            assert_int_equal(rep.seq, first + (uint64_t)skips); /* in order, none lost */
+            skips++;
+        }
+    }
+    print_message("%d junk SEALEDs and %d BEGINs sent unread: %d NOT_COMMITTED, %d COMMITTED, "
+                  "%d SKIP\n", junk, sent, notices, committed, skips);
+    assert_int_equal(notices, junk);
+    assert_int_equal(committed, sent);
+    assert_int_equal(skips, sent);
+}
+
+/* A rank that reads none of the agent's messages (stopped, stuck in
+ * compute, or sending without reading) while they keep coming: the agent
+ * never waits on its socket, no message is lost, and the node's other rank
+ * is served meanwhile (rank 1 reads only after rank 0's calls returned).
+ * The agent sent each message only once the socket polled writable, which
+ * it stops being at a quarter of what the socket holds (about 24
+ * messages): exactly where the agent stops reading a rank that reads
+ * nothing. A message owed past that point (the second answer of a request,
+ * a notice that comes later) waited up to a second in the agent's loop,
+ * which serves every rank of the node (rank 0's calls waited too), and was
+ * then dropped: here a SKIP, the answer to a BEGIN. Both parities of the
+ * count of unread messages are tried (a junk SEALED first, then none). */
+static void test_rank_reads_no_notices(void **state)
+{
+    env_t *e = prepare_env(*state, 1, "0", 1000, NULL);
+    e->ranks_per_node = 2;
+    start_agent(e, 0);
+    char sock[PATH_MAX + 32];
+    ftc_options_t o0 = ctx_options(e, 0, 0, 2, sock, sizeof sock);
+    ftc_options_t o1 = ctx_options(e, 0, 1, 2, sock, sizeof sock);
+    o0.timeout_ms = o1.timeout_ms = 20000;
+    static float w[2][1024];
+    ftc_ctx_t *c0 = ctx_with_w(&o0, w[0], 1024), *c1 = ctx_with_w(&o1, w[1], 1024);
+    assert_int_equal(ftc_checkpoint(c0, 0, NULL, 0), 0);
+    assert_int_equal(ftc_checkpoint(c1, 0, NULL, 0), 0);
+    assert_int_equal(ftc_wait_committed(c0, 0), 0);
+    assert_int_equal(ftc_wait_committed(c1, 0), 0);
+    ftc_destroy(c1);
+    /* rank 1 comes back as a raw rank that reads nothing */
+    int fd = raw_hello(e, 1, 2);
+    assert_int_equal(raw_slots(fd, 1 << 16).type, FTC_AP_SLOTS_OK);
+    uint64_t seq = 100;
+    for (int junk = 1; junk >= 0; junk--) {
+        int sent = begins_unread(fd, &seq, junk);
+        /* rank 0 is served while rank 1 has read nothing */
+        for (int i = 0; i < 5; i++)
+            assert_int_equal(ftc_report(c0, "nan", i, 0.0, "served"), 0);
+        read_owed(fd, junk, sent, seq);
+    }
+    assert_int_equal(ftc_checkpoint(c0, 1, NULL, 0), 0);
+    assert_int_equal(ftc_wait_snapshot(c0), 0);
+    ftc_destroy(c0);
+    close(fd);
+    assert_agent_alive(e, 0);
+    teardown_env(e);
+}
+
+/* The agent's send (ftc__send) on a socket that no longer polls writable
+ * (a quarter of its buffer unread) sends at once; on one with no room at
+ * all it shuts the connection down (its peer reads what was sent, then the
+ * end) instead of waiting or dropping the message silently. No agent. */
+static void test_agent_send_never_waits(void **state)
+{
+    (void)state;
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+    ftc_ap_msg_t m;
+    ftc_ap_init(&m, FTC_AP_COMMITTED);
+    int sent = 0, writable = -1;
+    for (;;) {
+        struct pollfd p = {sv[0], POLLOUT, 0};
+        if (writable < 0 && poll(&p, 1, 0) == 0)
+            writable = sent; /* what ftc_ap_send waited on, up to its timeout */
+        ftc_err_t err = {0};
+        m.step = (uint64_t)sent;
+        int rc = ftc_ap_send_now(sv[0], &m, &err);
+        if (rc) {
+            assert_int_equal(rc, FTC_EAGAIN);
+            break;
+        }
+        sent++;
+    }
+    print_message("the socket polls writable up to %d unread messages, holds %d\n", writable,
+                  sent);
+    assert_true(writable >= 0 && sent > writable); /* room past the point reads stop */
+    m.step = (uint64_t)sent;
+    ftc__send(sv[0], &m); /* no room: shut down, never waited for */
+    int got = 0;
+    ftc_ap_msg_t rep;
+    ftc_err_t err = {0};
+    while (ftc_ap_recv(sv[1], &rep, 1000, &err) == 0) {
+        assert_int_equal(rep.step, (uint64_t)got);
+        got++;
+    }
+    assert_int_equal(err.code, FTC_EIO); /* the end, not a timeout */
+    assert_int_equal(got, sent);
+    close(sv[0]);
+    close(sv[1]);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, agent_fixture_teardown)
 
 int main(void)
@@ -904,6 +1061,8 @@ int main(void)
         T(test_other_protocol_version),
         T(test_hello_as_another_rank),
         T(test_rank_reads_no_answers),
+        T(test_rank_reads_no_notices),
+        cmocka_unit_test(test_agent_send_never_waits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

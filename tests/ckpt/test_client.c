@@ -49,15 +49,19 @@
  *   - a second context of a connected rank: FTC_EEXIST naming the pid that
  *     holds the rank and what to check; the first one goes on.
  *   - an agent full of connections that said no HELLO: ftc_create is told
- *     so (FTC_EAGAIN), not left to guess at another ftc build.
+ *     so (FTC_EAGAIN), not left to guess at another ftc build; the agent
+ *     closes each such connection agent.timeout_ms after its connect (they
+ *     held their places for ever), and a rank connects then.
  */
 #include "ftc_test.h"
 
 #include "ckpt/agent_fixture.h"
+#include "ckpt/agent_proto.h"
 #include "ckpt/client_internal.h"
 #include "ckpt/fake_device.h"
 #include "ftc.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 
@@ -1008,6 +1012,68 @@ static void test_agent_full_says_so(void **state)
     teardown_env(e);
 }
 
+/* Connections that say nothing (no HELLO) are closed by the agent
+ * agent.timeout_ms after their connect (500 ms here), with an ERROR saying
+ * why and a WARN: FTC_AGENT_MAX_CLIENTS of them held every place for ever,
+ * and no rank could connect again. The bound waited for is generous. */
+static void test_silent_connections_closed(void **state)
+{
+    env_t *e = prepare_env(*state, 1, "0", 1000, NULL);
+    snprintf(e->timeout_ms, sizeof e->timeout_ms, "500");
+    start_agent(e, 0);
+    char sock[PATH_MAX + 32];
+    ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
+    o.timeout_ms = 5000;
+    enum { N = 128 }; /* FTC_AGENT_MAX_CLIENTS: the agent's table is full */
+    static struct pollfd p[N + 1];
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock);
+    for (int i = 0; i < N + 1; i++) {
+        p[i] = (struct pollfd){socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0), POLLIN, 0};
+        assert_true(p[i].fd >= 0);
+        assert_int_equal(connect(p[i].fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    }
+    /* the one past the table: refused (FTC_EAGAIN), or, on a machine slow
+     * enough that the first ones were closed meanwhile, closed in its turn */
+    ftc_ap_msg_t m;
+    ftc_err_t err = {0};
+    assert_int_equal(ftc_ap_recv(p[N].fd, &m, 10000, &err), 0);
+    print_message("connection %d: %s (%s)\n", N + 1, m.text, ftc_errname(m.status));
+    assert_int_equal(m.type, FTC_AP_ERROR);
+    assert_true(m.status == FTC_EAGAIN || m.status == FTC_ETIMEDOUT);
+    assert_non_null(strstr(m.text, "said no HELLO"));
+    /* the agent closes all of them, each with an ERROR saying why */
+    int closed = 0;
+    ftc_deadline_t d = ftc_deadline_in_ms(10000);
+    while (closed < N && !ftc_deadline_expired(d)) {
+        assert_true(poll(p, N, 100) >= 0);
+        closed = 0;
+        for (int i = 0; i < N; i++)
+            closed += (p[i].revents & POLLHUP) != 0;
+    }
+    print_message("%d of %d silent connections closed by the agent\n", closed, N);
+    assert_int_equal(closed, N);
+    assert_int_equal(ftc_ap_recv(p[0].fd, &m, 0, &err), 0);
+    assert_int_equal(m.type, FTC_AP_ERROR);
+    assert_int_equal(m.status, FTC_ETIMEDOUT);
+    assert_non_null(strstr(m.text, "said no HELLO within 500 ms"));
+    assert_true(agent_said(e, 0, "said no HELLO within 500 ms"));
+    /* a rank connects at once, and works */
+    ftc_ctx_t *c = NULL;
+    int rc = ftc_create(&o, &c);
+    print_message("ftc_create: %s (%s)\n", ftc_errname(rc), rc ? ftc_last_error(c) : "");
+    assert_int_equal(rc, 0);
+    static float w[1024];
+    int64_t shape[1] = {1024};
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    assert_int_equal(ftc_checkpoint(c, 0, NULL, 0), 0);
+    assert_int_equal(ftc_wait_committed(c, 0), 0);
+    ftc_destroy(c);
+    for (int i = 0; i < N + 1; i++)
+        close(p[i].fd);
+    teardown_env(e);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, redis_fixture_setup, agent_fixture_teardown)
 
 int main(void)
@@ -1030,6 +1096,7 @@ int main(void)
         T(test_agent_gone_says_so),
         T(test_rank_connected_twice),
         T(test_agent_full_says_so),
+        T(test_silent_connections_closed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
