@@ -173,6 +173,9 @@ typedef struct ftc__rank {
     char fetch_name[FTC_SLOT_NAME_MAX]; /* shm object of the last FETCH_OK ("" = none) */
     uint64_t fetches;       /* FETCH_OKs so far: names the next object */
     uint64_t rebuild_gen;   /* parity rebuild: the layout (generation) of the version */
+    bool rebuild_later;     /* no rebuild: the subject's node looked alive, so its shard is
+                               fetched from there; rebuilt if that fetch fails (the node may
+                               be lost with its heartbeat not expired yet, or cut off) */
     uint32_t rebuild_local; /* parity rebuild: the stripe (local index) it sits in */
     ftc__par_geo_t rebuild_geo; /* parity rebuild: the subject's group in that layout, its
                                    member the lost one (not this node's when the rank moved) */
@@ -388,7 +391,7 @@ int ftc__par_resolve(ftc_agent_t *a);
 bool ftc__par_try_push(ftc_agent_t *a, ftc__rank_t *r, int s);
 void ftc__par_collect(ftc_agent_t *a);
 void ftc__par_on_push_done(ftc_agent_t *a, ftc__job_t *j);
-bool ftc__par_queue_rebuild(ftc_agent_t *a, ftc__rank_t *r);
+bool ftc__par_queue_rebuild(ftc_agent_t *a, ftc__rank_t *r, bool force);
 void ftc__par_rebuild_failed(ftc_agent_t *a, ftc__rank_t *r, const char *why,
                              const char *looked);
 void ftc__par_on_rebuilt(ftc_agent_t *a, ftc__par_task_t *t);

@@ -456,6 +456,7 @@ static void ftc__search(ftc_agent_t *a, ftc__rank_t *r, uint64_t gen, const char
     bool fetch = r->fetch;
     uint32_t src = r->src;
     int64_t step = (int64_t)r->restore_step;
+    r->rebuild_later = false;
     /* The checksum the commit record holds for the subject's shard of the
      * committed step: a copy whose content verifies but is another version
      * of that step (a snapshot that was never committed, a stale one, a
@@ -557,7 +558,7 @@ static void ftc__search(ftc_agent_t *a, ftc__rank_t *r, uint64_t gen, const char
      * (a RESTORE: the rank's own shard, or the previous rank's it continues
      * after a layout change, which used to go straight to the persist tier;
      * a FETCH is not rebuilt) */
-    if (a->par && !fetch && ftc__par_queue_rebuild(a, r))
+    if (a->par && !fetch && ftc__par_queue_rebuild(a, r, false))
         return;
     if (a->par && ftc__queue_fetch(a, r)) /* serve_local: the subject's node may answer */
         return;
@@ -1008,6 +1009,17 @@ void ftc__on_fetch_done(ftc_agent_t *a, ftc__job_t *j)
                              .generation = a->generation, .step = (int64_t)j->step,
                              .detail = j->passed_over};
         ftc__event(a, &e);
+    }
+    /* the subject's node looked alive, so no rebuild was tried: its fetch
+     * failed (a node lost whose heartbeat had not expired yet, or one cut
+     * off from this node), so the surviving members' pieces are gathered
+     * now, before the persist tier */
+    if (r->rebuild_later && !r->fetch) {
+        FTC_INFO("agent", "rank %u: rank %u's node did not serve its step %" PRIu64 " (%s): "
+                 "rebuilding it from parity", r->rank, r->src, j->step,
+                 j->detail[0] ? j->detail : "no replica");
+        if (ftc__par_queue_rebuild(a, r, true))
+            return;
     }
     char tried[900];
     snprintf(tried, sizeof tried, "not in this node's slots; peers (%d round%s): %s",

@@ -920,8 +920,9 @@ void ftc__par_on_push_done(ftc_agent_t *a, ftc__job_t *j)
  * False when there is nothing to gather here (the caller tries a fetch,
  * then the persist tier); true when queued, or when it failed and the
  * restore already went on to the persist tier naming what was missing. */
-bool ftc__par_queue_rebuild(ftc_agent_t *a, ftc__rank_t *r)
+bool ftc__par_queue_rebuild(ftc_agent_t *a, ftc__rank_t *r, bool force)
 {
+    r->rebuild_later = false;
     /* the subject's stripe position in the layout of the committed version */
     int64_t cstep = -1;
     uint64_t cgen = a->generation;
@@ -940,10 +941,11 @@ bool ftc__par_queue_rebuild(ftc_agent_t *a, ftc__rank_t *r)
         return false;
     }
     bool moved = at_node != a->o.index;
-    if (moved && a->peers[at_node].known && a->peers[at_node].alive) {
+    if (moved && !force && a->peers[at_node].known && a->peers[at_node].alive) {
         FTC_INFO("agent", "rank %u: rank %u was on node %u in generation %" PRIu64 ", which is "
-                 "alive: fetching its shard from there (no rebuild)", r->rank, r->src, at_node,
-                 cgen);
+                 "alive: fetching its shard from there (rebuilt only if that fails)", r->rank,
+                 r->src, at_node, cgen);
+        r->rebuild_later = true;
         return false; /* ftc__queue_fetch: the subject's node serves its slot */
     }
     ftc__par_geo_t geo;
