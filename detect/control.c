@@ -300,22 +300,6 @@ static int ftc__eval_pair(ftc_ctl_t *c, const ftc_redis_script_t *script, const 
     return rc;
 }
 
-/* HMGET of two fields of hash key. *rep is NULL when Redis did not answer
- * (the error returned); else it holds the reply, which the caller frees, and
- * unless an error is returned *el holds its two elements, nil where a field
- * (or the whole hash) is missing. */
-static int ftc__hmget2(ftc_ctl_t *c, const char *key, const char *f1, const char *f2,
-                       ftc_redis_reply_t **rep, ftc_redis_reply_t ***el)
-{
-    int rc = ftc_redis_cmdv(c->r, true, rep, "HMGET", key, f1, f2, NULL);
-    if (rc) {
-        *rep = NULL;
-        return ftc__rc(c, rc);
-    }
-    size_t n;
-    return ftc_redis_want_array(*rep, key, 2, el, &n, &c->err);
-}
-
 /* The largest generation, world, committed step or generation the scripts read (Lua numbers
  * hold integers exactly below 2^53; the rendezvous reads gen so). */
 #define FTC__INT_MAX 9007199254740991LL
@@ -346,6 +330,32 @@ static int ftc__field_int(ftc_ctl_t *c, const ftc_redis_reply_t *e, const char *
                            (int)(len > 40 ? 40 : len), s);
     *v = x;
     return 0;
+}
+
+/* Integer fields f1 and f2 of hash key, one HMGET read by ftc__field_int. *got is -1 when Redis
+ * did not answer, else how many fields were read: 0 when the hash or f1 is missing or on an
+ * error, 1 when f2 is missing and optional (!need2), 2 for both. *v1 and *v2 may be written
+ * even when 0 is counted: use them as *got says. */
+static int ftc__hget_ints(ftc_ctl_t *c, const char *key, const char *f1, const char *f2,
+                          bool need2, long long *v1, long long *v2, int *got)
+{
+    ftc_redis_reply_t *rep, **el;
+    size_t n;
+    *got = -1;
+    int rc = ftc_redis_cmdv(c->r, true, &rep, "HMGET", key, f1, f2, NULL);
+    if (rc)
+        return ftc__rc(c, rc);
+    *got = 0;
+    rc = ftc_redis_want_array(rep, key, 2, &el, &n, &c->err);
+    if (!rc && el[0]->type != REDIS_REPLY_NIL) {
+        bool two = need2 || el[1]->type != REDIS_REPLY_NIL;
+        rc = ftc__field_int(c, el[0], key, f1, v1);
+        if (!rc && two)
+            rc = ftc__field_int(c, el[1], key, f2, v2);
+        *got = rc ? 0 : two ? 2 : 1;
+    }
+    ftc_redis_reply_free(rep);
+    return rc;
 }
 
 #define KEY(var, ...)                                                                              \
@@ -501,24 +511,20 @@ int ftc_ctl_member_parse(const char *text, ftc_ctl_member_rec_t *m, ftc_err_t *e
 int ftc_ctl_generation(ftc_ctl_t *c, uint64_t *gen, uint32_t *world)
 {
     KEY(key, "gen");
-    ftc_redis_reply_t *rep, **el;
-    int rc = ftc__hmget2(c, key, "gen", "world", &rep, &el);
-    if (!rep)
+    long long g = 0, w = 0;
+    int got;
+    int rc = ftc__hget_ints(c, key, "gen", "world", true, &g, &w, &got);
+    if (got < 0)
         return rc;
     *gen = 0;
     *world = 0;
-    if (!rc && el[0]->type != REDIS_REPLY_NIL) {
-        long long g, w;
-        if ((rc = ftc__field_int(c, el[0], key, "gen", &g)) == 0 &&
-            (rc = ftc__field_int(c, el[1], key, "world", &w)) == 0) {
-            if (w > (1 << 24))
-                rc = ftc_err_set(&c->err, FTC_EPROTO, "%s holds gen %lld world %lld (above 2^24)",
-                                 key, g, w);
-            *gen = (uint64_t)g;
-            *world = (uint32_t)w;
-        }
+    if (got) {
+        if (w > (1 << 24))
+            rc = ftc_err_set(&c->err, FTC_EPROTO, "%s holds gen %lld world %lld (above 2^24)",
+                             key, g, w);
+        *gen = (uint64_t)g;
+        *world = (uint32_t)w;
     }
-    ftc_redis_reply_free(rep);
     return rc;
 }
 
@@ -790,23 +796,13 @@ int ftc_ctl_commit_report(ftc_ctl_t *c, uint64_t gen, int64_t step, uint32_t ran
 int ftc_ctl_committed(ftc_ctl_t *c, int64_t *step, uint64_t *gen)
 {
     KEY(commit, "commit");
-    ftc_redis_reply_t *rep, **el;
-    int rc = ftc__hmget2(c, commit, "step", "gen", &rep, &el);
-    if (!rep)
+    long long s = -1, g = 0; /* gen stays 0 when the record has none */
+    int got;
+    int rc = ftc__hget_ints(c, commit, "step", "gen", false, &s, &g, &got);
+    if (got < 0)
         return rc;
-    *step = -1;
-    *gen = 0;
-    if (!rc && el[0]->type != REDIS_REPLY_NIL) {
-        long long s, g = 0;
-        rc = ftc__field_int(c, el[0], commit, "step", &s);
-        if (!rc && el[1]->type != REDIS_REPLY_NIL)
-            rc = ftc__field_int(c, el[1], commit, "gen", &g);
-        if (!rc) {
-            *step = s;
-            *gen = (uint64_t)g;
-        }
-    }
-    ftc_redis_reply_free(rep);
+    *step = got ? s : -1;
+    *gen = got ? (uint64_t)g : 0;
     return rc;
 }
 
