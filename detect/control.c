@@ -300,6 +300,19 @@ static int ftc__eval_pair(ftc_ctl_t *c, const ftc_redis_script_t *script, const 
     return rc;
 }
 
+/* Runs script (name in errors), whose reply is one integer, into *v. */
+static int ftc__eval_int(ftc_ctl_t *c, const ftc_redis_script_t *script, const char *name,
+                         int nkeys, const char **keys, int nargs, const char **args, long long *v)
+{
+    ftc_redis_reply_t *rep;
+    int rc = ftc_redis_eval(c->r, script, nkeys, keys, nargs, args, &rep);
+    if (rc)
+        return ftc__rc(c, rc);
+    rc = ftc_redis_want_int(rep, name, v, &c->err);
+    ftc_redis_reply_free(rep);
+    return rc;
+}
+
 /* The largest generation, world, committed step or generation the scripts read (Lua numbers
  * hold integers exactly below 2^53; the rendezvous reads gen so). */
 #define FTC__INT_MAX 9007199254740991LL
@@ -542,13 +555,8 @@ int ftc_ctl_generation_bump(ftc_ctl_t *c, const char *holder, uint64_t epoch, ui
     snprintf(now, sizeof now, "%" PRIu64, ftc_wall_ms());
     snprintf(cap, sizeof cap, "%d", FTC_CTL_EVENTS_CAP);
     const char *args[] = {holder, ep, sn, wd, reason ? reason : "", now, cap};
-    ftc_redis_reply_t *rep;
-    int rc = ftc_redis_eval(c->r, &c->s_gen_bump, 3, keys, 7, args, &rep);
-    if (rc)
-        return ftc__rc(c, rc);
     long long g;
-    rc = ftc_redis_want_int(rep, "generation_bump", &g, &c->err);
-    ftc_redis_reply_free(rep);
+    int rc = ftc__eval_int(c, &c->s_gen_bump, "generation_bump", 3, keys, 7, args, &g);
     if (!rc)
         *out = (uint64_t)g;
     return rc;
@@ -609,13 +617,8 @@ int ftc_ctl_lease_renew(ftc_ctl_t *c, const char *holder, uint64_t epoch, int tt
     snprintf(ep, sizeof ep, "%" PRIu64, epoch);
     snprintf(ttl, sizeof ttl, "%d", ttl_ms);
     const char *args[] = {holder, ep, ttl};
-    ftc_redis_reply_t *rep;
-    int rc = ftc_redis_eval(c->r, &c->s_lease_renew, 1, keys, 3, args, &rep);
-    if (rc)
-        return ftc__rc(c, rc);
     long long v;
-    rc = ftc_redis_want_int(rep, "lease_renew", &v, &c->err);
-    ftc_redis_reply_free(rep);
+    int rc = ftc__eval_int(c, &c->s_lease_renew, "lease_renew", 1, keys, 3, args, &v);
     if (!rc)
         *held = v == 1;
     return rc;
@@ -727,13 +730,8 @@ static int ftc__report(ftc_ctl_t *c, const char *reports, const char *ttl_ms, co
     snprintf(cap, sizeof cap, "%d", FTC_CTL_EVENTS_CAP);
     args[0] = id, args[1] = now, args[2] = cap, args[3] = ttl_ms;
     ftc__event_fields(e, args + 4, num);
-    ftc_redis_reply_t *rep;
-    int rc = ftc_redis_eval(c->r, &c->s_report, 2, keys, 20, args, &rep);
-    if (rc)
-        return ftc__rc(c, rc);
     long long v;
-    rc = ftc_redis_want_int(rep, "report", &v, &c->err);
-    ftc_redis_reply_free(rep);
+    int rc = ftc__eval_int(c, &c->s_report, "report", 2, keys, 20, args, &v);
     if (!rc && first)
         *first = v == 1;
     return rc;
