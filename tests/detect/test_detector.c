@@ -755,20 +755,37 @@ static ftc_detector_t *start_leader_of_gen3(redis_fixture_t *f, ftc_ctl_t *c, co
     return b;
 }
 
-/* Polls (up to ms) until the job's generation is 3 and its committed step 10 again;
- * what it read last in *gen, *world and *step. */
-static void wait_gen3_put_back(ftc_ctl_t *c, int ms, uint64_t *gen, uint32_t *world,
-                               int64_t *step)
+/* Polls (up to ms) until the job's generation is 3 and its committed step 10 again, then
+ * asserts generation 3 of world 2 and committed step 10 (what it read last, printed after
+ * `what`). */
+static void assert_gen3_put_back(ftc_ctl_t *c, int ms, const char *what)
 {
-    uint64_t cgen = 0;
+    uint64_t gen = 0, cgen = 0;
+    uint32_t world = 0;
+    int64_t step = -1;
     ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)ms);
     while (!ftc_deadline_expired(d)) {
-        assert_int_equal(ftc_ctl_generation(c, gen, world), 0);
-        assert_int_equal(ftc_ctl_committed(c, step, &cgen), 0);
-        if (*gen == 3 && *step == 10)
+        assert_int_equal(ftc_ctl_generation(c, &gen, &world), 0);
+        assert_int_equal(ftc_ctl_committed(c, &step, &cgen), 0);
+        if (gen == 3 && step == 10)
             break;
         ftc_sleep_ms(20);
     }
+    print_message("after %s: gen %" PRIu64 " world %u committed %" PRId64 "\n", what, gen, world,
+                  step);
+    assert_int_equal(gen, 3);
+    assert_int_equal(world, 2);
+    assert_int_equal(step, 10);
+}
+
+/* A commit of generation 3 is accepted again; stops leader b and destroys c. */
+static void assert_commits_then_stop(ftc_ctl_t *c, ftc_detector_t *b)
+{
+    int64_t committed = -1;
+    bool now = false;
+    assert_int_equal(ftc_ctl_commit_report(c, 3, 11, 0, 1, &committed, &now), 0);
+    ftc_detector_stop(b, true);
+    ftc_ctl_destroy(c);
 }
 
 /* Redis loses its data without any command failing (FLUSHALL here; a restart
@@ -782,21 +799,8 @@ static void test_data_loss_without_outage_reseeded(void **state)
     ftc_redis_t *r = ftc_ctl_redis(c);
     ftc_detector_t *b = start_leader_of_gen3(f, c, "jd");
     assert_int_equal(ftc_redis_cmdv(r, true, NULL, "FLUSHALL", NULL), 0);
-    uint64_t gen = 0;
-    uint32_t world = 0;
-    int64_t step = -1;
-    wait_gen3_put_back(c, 5000, &gen, &world, &step);
-    print_message("after FLUSHALL: gen %" PRIu64 " world %u committed %" PRId64 "\n", gen, world,
-                  step);
-    assert_int_equal(gen, 3);
-    assert_int_equal(world, 2);
-    assert_int_equal(step, 10);
-    /* and a commit of the generation is accepted again */
-    int64_t committed = -1;
-    bool now = false;
-    assert_int_equal(ftc_ctl_commit_report(c, 3, 11, 0, 1, &committed, &now), 0);
-    ftc_detector_stop(b, true);
-    ftc_ctl_destroy(c);
+    assert_gen3_put_back(c, 5000, "FLUSHALL");
+    assert_commits_then_stop(c, b); /* and a commit of the generation is accepted again */
 }
 
 /* Redis comes back with an older copy of the job's state (a restart from a stale RDB or
@@ -817,23 +821,12 @@ static void test_older_state_without_outage_put_back(void **state)
     /* the older copy: generation 2 (world 3), committed step 7 */
     assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", gk, "gen", "2", "world", "3", NULL), 0);
     assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", ck, "step", "7", "gen", "2", NULL), 0);
-    uint64_t gen = 0;
-    uint32_t world = 0;
-    int64_t step = -1;
-    wait_gen3_put_back(c, 3000, &gen, &world, &step);
+    assert_gen3_put_back(c, 3000, "the older copy");
     ftc_detector_stats_t ds;
     ftc_detector_stats(b, &ds);
-    print_message("after the older copy: gen %" PRIu64 " world %u committed %" PRId64
-                  "; detector's generation %" PRIu64 "\n", gen, world, step, ds.generation);
-    assert_int_equal(gen, 3);
-    assert_int_equal(world, 2);
-    assert_int_equal(step, 10);
+    print_message("detector's generation %" PRIu64 "\n", ds.generation);
     assert_int_equal(ds.generation, 3);
-    int64_t committed = -1;
-    bool now = false;
-    assert_int_equal(ftc_ctl_commit_report(c, 3, 11, 0, 1, &committed, &now), 0);
-    ftc_detector_stop(b, true);
-    ftc_ctl_destroy(c);
+    assert_commits_then_stop(c, b);
 }
 
 /* A key of the job holding another type (a foreign or corrupt value) is an
