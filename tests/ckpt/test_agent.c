@@ -700,29 +700,16 @@ static void *bg_checkpoint(void *arg)
  * when there is none. */
 static int64_t stream_event_step(env_t *e, const char *kind, int rank)
 {
-    ftc_ctl_t *c = redis_fixture_ctl(e->f, e->job);
-    char key[128];
     int64_t step = -1;
-    ftc_redis_reply_t *rep;
-    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, &rep, "XRANGE",
-                                    ftc_ctl_key(c, "events", key, sizeof key), "-", "+", NULL), 0);
+    ftc_redis_reply_t *rep = redis_fixture_events(e->f, e->job);
     for (size_t i = 0; i < rep->elements && step < 0; i++) {
-        ftc_redis_reply_t *fields = rep->element[i]->element[1];
-        const char *k = NULL, *s = NULL, *r = NULL;
-        for (size_t j = 0; j + 1 < fields->elements; j += 2) {
-            const char *name = fields->element[j]->str, *v = fields->element[j + 1]->str;
-            if (!strcmp(name, "kind"))
-                k = v;
-            else if (!strcmp(name, "step"))
-                s = v;
-            else if (!strcmp(name, "rank"))
-                r = v;
-        }
+        const char *k = redis_fixture_event_field(rep, i, "kind");
+        const char *s = redis_fixture_event_field(rep, i, "step");
+        const char *r = redis_fixture_event_field(rep, i, "rank");
         if (k && s && !strcmp(k, kind) && (!r || atoi(r) == rank))
             step = strtoll(s, NULL, 10);
     }
     ftc_redis_reply_free(rep);
-    ftc_ctl_destroy(c);
     return step;
 }
 
@@ -1215,28 +1202,16 @@ static void test_restart_never_committed_slot(void **state)
 /* Whether the job's event stream has an entry of kind for rank and step. */
 static bool stream_has(env_t *e, const char *kind, int rank, int64_t step)
 {
-    ftc_ctl_t *c = redis_fixture_ctl(e->f, e->job);
-    char key[128];
     bool found = false;
-    ftc_redis_reply_t *rep;
-    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, &rep, "XRANGE",
-                                    ftc_ctl_key(c, "events", key, sizeof key), "-", "+", NULL), 0);
+    ftc_redis_reply_t *rep = redis_fixture_events(e->f, e->job);
     for (size_t i = 0; i < rep->elements && !found; i++) {
-        ftc_redis_reply_t *fields = rep->element[i]->element[1];
-        const char *k = "", *s = "-1", *r = "-1";
-        for (size_t j = 0; j + 1 < fields->elements; j += 2) {
-            const char *name = fields->element[j]->str, *v = fields->element[j + 1]->str;
-            if (!strcmp(name, "kind"))
-                k = v;
-            else if (!strcmp(name, "step"))
-                s = v;
-            else if (!strcmp(name, "rank"))
-                r = v;
-        }
-        found = !strcmp(k, kind) && atoi(r) == rank && strtoll(s, NULL, 10) == step;
+        const char *k = redis_fixture_event_field(rep, i, "kind");
+        const char *s = redis_fixture_event_field(rep, i, "step");
+        const char *r = redis_fixture_event_field(rep, i, "rank");
+        found = k && !strcmp(k, kind) && atoi(r ? r : "-1") == rank &&
+                strtoll(s ? s : "-1", NULL, 10) == step;
     }
     ftc_redis_reply_free(rep);
-    ftc_ctl_destroy(c);
     return found;
 }
 

@@ -212,26 +212,15 @@ static void kill_agent(agent_t *a, int sig)
 /* Stream entries of a kind about a node. */
 static int stream_count(redis_fixture_t *f, const char *job, const char *kind, const char *node)
 {
-    ftc_ctl_t *c = redis_fixture_ctl(f, job);
-    char key[128];
-    ftc_redis_reply_t *rep;
-    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, &rep, "XRANGE",
-                                    ftc_ctl_key(c, "events", key, sizeof key), "-", "+", NULL), 0);
+    ftc_redis_reply_t *rep = redis_fixture_events(f, job);
     int n = 0;
     for (size_t i = 0; i < rep->elements; i++) {
-        ftc_redis_reply_t *fields = rep->element[i]->element[1];
-        const char *k = NULL, *nd = NULL;
-        for (size_t j = 0; j + 1 < fields->elements; j += 2) {
-            if (!strcmp(fields->element[j]->str, "kind"))
-                k = fields->element[j + 1]->str;
-            if (!strcmp(fields->element[j]->str, "node"))
-                nd = fields->element[j + 1]->str;
-        }
+        const char *k = redis_fixture_event_field(rep, i, "kind");
+        const char *nd = redis_fixture_event_field(rep, i, "node");
         if (k && !strcmp(k, kind) && (!node || (nd && !strcmp(nd, node))))
             n++;
     }
     ftc_redis_reply_free(rep);
-    ftc_ctl_destroy(c);
     return n;
 }
 
