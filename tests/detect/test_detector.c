@@ -1379,6 +1379,14 @@ static int seen_rank(seen_t *s, const char *kind, const char *node, int rank)
     return c;
 }
 
+/* Waits (ms at most) until s has an event of kind about (node, rank); the caller asserts. */
+static void wait_seen_rank(seen_t *s, const char *kind, const char *node, int rank, int ms)
+{
+    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)ms);
+    while (seen_rank(s, kind, node, rank) == 0 && !ftc_deadline_expired(d))
+        ftc_sleep_ms(10);
+}
+
 /* The start-up limit. A rank's process that has finished no step had no
  * hang check at all (no step time: the soak found ranks SIGSTOPped before
  * their HELLO never detected, the others waiting 60 s in their group
@@ -1471,9 +1479,7 @@ static void test_hang_names_the_stuck_rank(void **state)
         ftc_sleep_ms(20);
     }
     kill(stuck, SIGSTOP);
-    ftc_deadline_t d = ftc_deadline_in_ms(8000);
-    while (seen_rank(&s, "hang", "B", 0) == 0 && !ftc_deadline_expired(d))
-        ftc_sleep_ms(10);
+    wait_seen_rank(&s, "hang", "B", 0, 8000);
     assert_int_equal(seen_rank(&s, "hang", "B", 1), 1);
     assert_int_equal(seen_rank(&s, "hang", "B", 0), 1);
     pthread_mutex_lock(&s.mu);
@@ -1656,9 +1662,7 @@ static void test_status_told_before_the_watch(void **state)
     ftc__detector_set_poll_hook(b, NULL, NULL);
     pid_t failed = fork_exit(0, 5);
     assert_int_equal(ftc_detector_watch_pid(b, 1, failed), 0);
-    d = ftc_deadline_in_ms(5000);
-    while (seen_rank(&s, "rank_exit", "B", 1) == 0 && !ftc_deadline_expired(d))
-        ftc_sleep_ms(10);
+    wait_seen_rank(&s, "rank_exit", "B", 1, 5000);
     char det[256];
     seen_detail(&s, "rank_exit", "B", 1, det, sizeof det);
     assert_non_null(strstr(det, "exited (status 5) after step"));
@@ -1700,9 +1704,7 @@ static void test_no_hang_after_the_watch_ended(void **state)
         ftc_detector_progress(b, 2, i, 10000);
         ftc_sleep_ms(10);
     }
-    ftc_deadline_t d = ftc_deadline_in_ms(5000);
-    while (seen_rank(&s, "hang", "B", 2) == 0 && !ftc_deadline_expired(d))
-        ftc_sleep_ms(10);
+    wait_seen_rank(&s, "hang", "B", 2, 5000);
     assert_int_equal(seen_rank(&s, "hang", "B", 2), 1);
     print_message("hangs of the rank that said BYE: %d, of the one that exited: %d\n",
                   seen_rank(&s, "hang", "B", 0), seen_rank(&s, "hang", "B", 1));
@@ -1745,9 +1747,7 @@ static void test_stopped_in_start_up_named(void **state)
         ftc_sleep_ms(20);
     }
     kill(stuck, SIGSTOP);
-    ftc_deadline_t d = ftc_deadline_in_ms(12000);
-    while (seen_rank(&s, "hang", "B", 0) == 0 && !ftc_deadline_expired(d))
-        ftc_sleep_ms(10);
+    wait_seen_rank(&s, "hang", "B", 0, 12000);
     pthread_mutex_lock(&s.mu);
     int first = -1, i1 = -1;
     for (int i = 0; i < s.n; i++)
@@ -1822,16 +1822,12 @@ static void test_status_read_without_waitid_pidfd(void **state)
     pid_t failed = fork_exit(100, 3);
     assert_int_equal(ftc_detector_watch_pid(b, 0, failed), 0);
     ftc_detector_linked(b, 0); /* connected: reported, with a status or without */
-    ftc_deadline_t d = ftc_deadline_in_ms(5000);
-    while (seen_rank(&s, "rank_exit", "B", 0) == 0 && !ftc_deadline_expired(d))
-        ftc_sleep_ms(10);
+    wait_seen_rank(&s, "rank_exit", "B", 0, 5000);
     pid_t killed = fork_exit(60000, 0);
     assert_int_equal(ftc_detector_watch_pid(b, 1, killed), 0);
     ftc_detector_linked(b, 1);
     kill(killed, SIGKILL);
-    d = ftc_deadline_in_ms(5000);
-    while (seen_rank(&s, "rank_exit", "B", 1) == 0 && !ftc_deadline_expired(d))
-        ftc_sleep_ms(10);
+    wait_seen_rank(&s, "rank_exit", "B", 1, 5000);
     char det[256];
     seen_detail(&s, "rank_exit", "B", 0, det, sizeof det);
     print_message("without waitid(P_PIDFD): %s\n", det);
@@ -1875,9 +1871,7 @@ static void test_bye_and_the_exit_status(void **state)
     ftc_sleep_ms(300); /* the detector saw both exits: their BYEs are read after */
     ftc_detector_bye(b, 0, p[0]);
     ftc_detector_bye(b, 2, p[2]);
-    ftc_deadline_t d = ftc_deadline_in_ms(10000);
-    while (seen_rank(&s, "rank_exit", "B", 4) == 0 && !ftc_deadline_expired(d))
-        ftc_sleep_ms(10);
+    wait_seen_rank(&s, "rank_exit", "B", 4, 10000);
     print_message("rank_exit events: BYE read after a clean end %d, killed after its BYE %d, "
                   "BYE read after a kill %d, BYE then a clean end %d, no BYE %d\n",
                   seen_rank(&s, "rank_exit", "B", 0), seen_rank(&s, "rank_exit", "B", 1),
@@ -1924,9 +1918,7 @@ static void test_hang_checked_after_a_failed_watch(void **state)
         ftc_detector_progress(b, 0, i, 10000);
         ftc_sleep_ms(10);
     }
-    ftc_deadline_t d = ftc_deadline_in_ms(5000);
-    while (seen_rank(&s, "hang", "B", 0) == 0 && !ftc_deadline_expired(d))
-        ftc_sleep_ms(10);
+    wait_seen_rank(&s, "hang", "B", 0, 5000);
     print_message("hangs of the process whose watch failed: %d\n", seen_rank(&s, "hang", "B", 0));
     assert_int_equal(seen_rank(&s, "hang", "B", 0), 1);
     assert_int_equal(seen_rank(&s, "rank_exit", "B", 0), 1);
@@ -1977,9 +1969,7 @@ static void test_status_waited_for_when_not_the_parent(void **state)
     pid_t p4 = spawn_orphan(100, 0);
     assert_int_equal(ftc_detector_watch_child(b, 4, p4), 0);
     ftc_detector_linked(b, 4);
-    ftc_deadline_t d = ftc_deadline_in_ms(10000);
-    while (seen_rank(&s, "rank_exit", "B", 4) == 0 && !ftc_deadline_expired(d))
-        ftc_sleep_ms(10);
+    wait_seen_rank(&s, "rank_exit", "B", 4, 10000);
     char want[64];
     print_message("rank_exit events: connected, told late: %d with its status; two processes "
                   "never connected: %d (%d of the first); two connected ones: %d with their "
@@ -2110,9 +2100,7 @@ static void test_exit_wait_not_counted_while_paused(void **state)
     assert_int_equal(atomic_load(&p.done), 1);
     ftc_detector_bye(b, 0, clean); /* the agent's loop runs again */
     kill(marker, SIGKILL);
-    d = ftc_deadline_in_ms(10000);
-    while (seen_rank(&s, "rank_exit", "B", 1) == 0 && !ftc_deadline_expired(d))
-        ftc_sleep_ms(10);
+    wait_seen_rank(&s, "rank_exit", "B", 1, 10000);
     assert_int_equal(seen_rank(&s, "rank_exit", "B", 1), 1);
     print_message("rank_exit events of a clean end whose BYE was read after a pause: %d\n",
                   seen_rank(&s, "rank_exit", "B", 0));
