@@ -31,14 +31,21 @@ static void ftc__cli_usage(const ftc_cli_cmd_t *cmd, FILE *out)
     fprintf(out, "Run 'ftc help %s' for details.\n", cmd->name);
 }
 
+/* "ftc CMD: " and the formatted message, one line on stderr. */
+static void __attribute__((format(printf, 2, 0)))
+ftc__cli_vsay(const ftc_cli_cmd_t *cmd, const char *fmt, va_list ap)
+{
+    fprintf(stderr, "ftc %s: ", cmd->name);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+}
+
 int ftc_cli_usage_error(const ftc_cli_cmd_t *cmd, const char *fmt, ...)
 {
     va_list ap;
-    fprintf(stderr, "ftc %s: ", cmd->name);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    ftc__cli_vsay(cmd, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
     ftc__cli_usage(cmd, stderr);
     return FTC_EXIT_USAGE;
 }
@@ -46,11 +53,9 @@ int ftc_cli_usage_error(const ftc_cli_cmd_t *cmd, const char *fmt, ...)
 int ftc_cli_fail(const ftc_cli_cmd_t *cmd, const char *fmt, ...)
 {
     va_list ap;
-    fprintf(stderr, "ftc %s: ", cmd->name);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    ftc__cli_vsay(cmd, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
     return FTC_EXIT_FAIL;
 }
 

@@ -300,20 +300,17 @@ static int ftc__eval_pair(ftc_ctl_t *c, const ftc_redis_script_t *script, const 
     return rc;
 }
 
-/* HMGET of two fields of hash key. *rep is NULL when Redis did not answer
- * (the error returned); else it holds the reply, which the caller frees, and
- * unless an error is returned *el holds its two elements, nil where a field
- * (or the whole hash) is missing. */
-static int ftc__hmget2(ftc_ctl_t *c, const char *key, const char *f1, const char *f2,
-                       ftc_redis_reply_t **rep, ftc_redis_reply_t ***el)
+/* Runs script (name in errors), whose reply is one integer, into *v. */
+static int ftc__eval_int(ftc_ctl_t *c, const ftc_redis_script_t *script, const char *name,
+                         int nkeys, const char **keys, int nargs, const char **args, long long *v)
 {
-    int rc = ftc_redis_cmdv(c->r, true, rep, "HMGET", key, f1, f2, NULL);
-    if (rc) {
-        *rep = NULL;
+    ftc_redis_reply_t *rep;
+    int rc = ftc_redis_eval(c->r, script, nkeys, keys, nargs, args, &rep);
+    if (rc)
         return ftc__rc(c, rc);
-    }
-    size_t n;
-    return ftc_redis_want_array(*rep, key, 2, el, &n, &c->err);
+    rc = ftc_redis_want_int(rep, name, v, &c->err);
+    ftc_redis_reply_free(rep);
+    return rc;
 }
 
 /* The largest generation, world, committed step or generation the scripts read (Lua numbers
@@ -346,6 +343,32 @@ static int ftc__field_int(ftc_ctl_t *c, const ftc_redis_reply_t *e, const char *
                            (int)(len > 40 ? 40 : len), s);
     *v = x;
     return 0;
+}
+
+/* Integer fields f1 and f2 of hash key, one HMGET read by ftc__field_int. *got is -1 when Redis
+ * did not answer, else how many fields were read: 0 when the hash or f1 is missing or on an
+ * error, 1 when f2 is missing and optional (!need2), 2 for both. *v1 and *v2 may be written
+ * even when 0 is counted: use them as *got says. */
+static int ftc__hget_ints(ftc_ctl_t *c, const char *key, const char *f1, const char *f2,
+                          bool need2, long long *v1, long long *v2, int *got)
+{
+    ftc_redis_reply_t *rep, **el;
+    size_t n;
+    *got = -1;
+    int rc = ftc_redis_cmdv(c->r, true, &rep, "HMGET", key, f1, f2, NULL);
+    if (rc)
+        return ftc__rc(c, rc);
+    *got = 0;
+    rc = ftc_redis_want_array(rep, key, 2, &el, &n, &c->err);
+    if (!rc && el[0]->type != REDIS_REPLY_NIL) {
+        bool two = need2 || el[1]->type != REDIS_REPLY_NIL;
+        rc = ftc__field_int(c, el[0], key, f1, v1);
+        if (!rc && two)
+            rc = ftc__field_int(c, el[1], key, f2, v2);
+        *got = rc ? 0 : two ? 2 : 1;
+    }
+    ftc_redis_reply_free(rep);
+    return rc;
 }
 
 #define KEY(var, ...)                                                                              \
@@ -501,24 +524,20 @@ int ftc_ctl_member_parse(const char *text, ftc_ctl_member_rec_t *m, ftc_err_t *e
 int ftc_ctl_generation(ftc_ctl_t *c, uint64_t *gen, uint32_t *world)
 {
     KEY(key, "gen");
-    ftc_redis_reply_t *rep, **el;
-    int rc = ftc__hmget2(c, key, "gen", "world", &rep, &el);
-    if (!rep)
+    long long g = 0, w = 0;
+    int got;
+    int rc = ftc__hget_ints(c, key, "gen", "world", true, &g, &w, &got);
+    if (got < 0)
         return rc;
     *gen = 0;
     *world = 0;
-    if (!rc && el[0]->type != REDIS_REPLY_NIL) {
-        long long g, w;
-        if ((rc = ftc__field_int(c, el[0], key, "gen", &g)) == 0 &&
-            (rc = ftc__field_int(c, el[1], key, "world", &w)) == 0) {
-            if (w > (1 << 24))
-                rc = ftc_err_set(&c->err, FTC_EPROTO, "%s holds gen %lld world %lld (above 2^24)",
-                                 key, g, w);
-            *gen = (uint64_t)g;
-            *world = (uint32_t)w;
-        }
+    if (got) {
+        if (w > (1 << 24))
+            rc = ftc_err_set(&c->err, FTC_EPROTO, "%s holds gen %lld world %lld (above 2^24)",
+                             key, g, w);
+        *gen = (uint64_t)g;
+        *world = (uint32_t)w;
     }
-    ftc_redis_reply_free(rep);
     return rc;
 }
 
@@ -536,13 +555,8 @@ int ftc_ctl_generation_bump(ftc_ctl_t *c, const char *holder, uint64_t epoch, ui
     snprintf(now, sizeof now, "%" PRIu64, ftc_wall_ms());
     snprintf(cap, sizeof cap, "%d", FTC_CTL_EVENTS_CAP);
     const char *args[] = {holder, ep, sn, wd, reason ? reason : "", now, cap};
-    ftc_redis_reply_t *rep;
-    int rc = ftc_redis_eval(c->r, &c->s_gen_bump, 3, keys, 7, args, &rep);
-    if (rc)
-        return ftc__rc(c, rc);
     long long g;
-    rc = ftc_redis_want_int(rep, "generation_bump", &g, &c->err);
-    ftc_redis_reply_free(rep);
+    int rc = ftc__eval_int(c, &c->s_gen_bump, "generation_bump", 3, keys, 7, args, &g);
     if (!rc)
         *out = (uint64_t)g;
     return rc;
@@ -603,13 +617,8 @@ int ftc_ctl_lease_renew(ftc_ctl_t *c, const char *holder, uint64_t epoch, int tt
     snprintf(ep, sizeof ep, "%" PRIu64, epoch);
     snprintf(ttl, sizeof ttl, "%d", ttl_ms);
     const char *args[] = {holder, ep, ttl};
-    ftc_redis_reply_t *rep;
-    int rc = ftc_redis_eval(c->r, &c->s_lease_renew, 1, keys, 3, args, &rep);
-    if (rc)
-        return ftc__rc(c, rc);
     long long v;
-    rc = ftc_redis_want_int(rep, "lease_renew", &v, &c->err);
-    ftc_redis_reply_free(rep);
+    int rc = ftc__eval_int(c, &c->s_lease_renew, "lease_renew", 1, keys, 3, args, &v);
     if (!rc)
         *held = v == 1;
     return rc;
@@ -721,13 +730,8 @@ static int ftc__report(ftc_ctl_t *c, const char *reports, const char *ttl_ms, co
     snprintf(cap, sizeof cap, "%d", FTC_CTL_EVENTS_CAP);
     args[0] = id, args[1] = now, args[2] = cap, args[3] = ttl_ms;
     ftc__event_fields(e, args + 4, num);
-    ftc_redis_reply_t *rep;
-    int rc = ftc_redis_eval(c->r, &c->s_report, 2, keys, 20, args, &rep);
-    if (rc)
-        return ftc__rc(c, rc);
     long long v;
-    rc = ftc_redis_want_int(rep, "report", &v, &c->err);
-    ftc_redis_reply_free(rep);
+    int rc = ftc__eval_int(c, &c->s_report, "report", 2, keys, 20, args, &v);
     if (!rc && first)
         *first = v == 1;
     return rc;
@@ -790,23 +794,13 @@ int ftc_ctl_commit_report(ftc_ctl_t *c, uint64_t gen, int64_t step, uint32_t ran
 int ftc_ctl_committed(ftc_ctl_t *c, int64_t *step, uint64_t *gen)
 {
     KEY(commit, "commit");
-    ftc_redis_reply_t *rep, **el;
-    int rc = ftc__hmget2(c, commit, "step", "gen", &rep, &el);
-    if (!rep)
+    long long s = -1, g = 0; /* gen stays 0 when the record has none */
+    int got;
+    int rc = ftc__hget_ints(c, commit, "step", "gen", false, &s, &g, &got);
+    if (got < 0)
         return rc;
-    *step = -1;
-    *gen = 0;
-    if (!rc && el[0]->type != REDIS_REPLY_NIL) {
-        long long s, g = 0;
-        rc = ftc__field_int(c, el[0], commit, "step", &s);
-        if (!rc && el[1]->type != REDIS_REPLY_NIL)
-            rc = ftc__field_int(c, el[1], commit, "gen", &g);
-        if (!rc) {
-            *step = s;
-            *gen = (uint64_t)g;
-        }
-    }
-    ftc_redis_reply_free(rep);
+    *step = got ? s : -1;
+    *gen = got ? (uint64_t)g : 0;
     return rc;
 }
 

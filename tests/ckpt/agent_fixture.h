@@ -366,6 +366,35 @@ static inline ftc_options_t ctx_options(env_t *e, int node, int rank, int world,
     return o;
 }
 
+/* A libftc context in this process (ctx_options; the socket path in sock, cap
+ * bytes), its timeout_ms (0: libftc's default), no tensor registered yet;
+ * fails the test when ftc_create does. */
+static inline ftc_ctx_t *create_ctx_at(env_t *e, int node, int rank, int world, int timeout_ms,
+                                       char *sock, size_t cap)
+{
+    ftc_options_t o = ctx_options(e, node, rank, world, sock, cap);
+    if (timeout_ms)
+        o.timeout_ms = timeout_ms;
+    ftc_ctx_t *c = NULL;
+    if (ftc_create(&o, &c))
+        fail_msg("ftc_create: %s", ftc_last_error(c));
+    return c;
+}
+
+/* create_ctx_at when the test needs no socket path. */
+static inline ftc_ctx_t *create_ctx(env_t *e, int node, int rank, int world, int timeout_ms)
+{
+    char sock[PATH_MAX + 32];
+    return create_ctx_at(e, node, rank, world, timeout_ms, sock, sizeof sock);
+}
+
+/* Registers tensor "w" of c: n floats on the host. */
+static inline void register_w(ftc_ctx_t *c, float *w, int64_t n)
+{
+    int64_t shape[1] = {n};
+    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+}
+
 static inline void teardown_env(env_t *e)
 {
     for (int i = 0; i < e->nodes; i++) {

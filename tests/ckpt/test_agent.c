@@ -287,27 +287,6 @@ static void test_failure_domain_placement(void **state)
     teardown_env(e);
 }
 
-/* A libftc context in this process, no tensor registered yet: rank `rank`
- * of `world` on node `node`, its timeout_ms (0: libftc's default). */
-static ftc_ctx_t *create_ctx(env_t *e, int node, int rank, int world, int timeout_ms)
-{
-    char sock[PATH_MAX + 32];
-    ftc_options_t o = ctx_options(e, node, rank, world, sock, sizeof sock);
-    if (timeout_ms)
-        o.timeout_ms = timeout_ms;
-    ftc_ctx_t *c = NULL;
-    if (ftc_create(&o, &c))
-        fail_msg("ftc_create: %s", ftc_last_error(c));
-    return c;
-}
-
-/* Registers tensor "w" of c: n floats on the host. */
-static void register_w(ftc_ctx_t *c, float *w, int n)
-{
-    int64_t shape[1] = {n};
-    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
-}
-
 /* A libftc context in this process: rank `rank` of `world` on node `node`,
  * timeout_ms 30 s, tensor "w" of n floats on the host. */
 static ftc_ctx_t *open_ctx(env_t *e, int node, int rank, int world, float *w, int n)
@@ -721,29 +700,16 @@ static void *bg_checkpoint(void *arg)
  * when there is none. */
 static int64_t stream_event_step(env_t *e, const char *kind, int rank)
 {
-    ftc_ctl_t *c = redis_fixture_ctl(e->f, e->job);
-    char key[128];
     int64_t step = -1;
-    ftc_redis_reply_t *rep;
-    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, &rep, "XRANGE",
-                                    ftc_ctl_key(c, "events", key, sizeof key), "-", "+", NULL), 0);
+    ftc_redis_reply_t *rep = redis_fixture_events(e->f, e->job);
     for (size_t i = 0; i < rep->elements && step < 0; i++) {
-        ftc_redis_reply_t *fields = rep->element[i]->element[1];
-        const char *k = NULL, *s = NULL, *r = NULL;
-        for (size_t j = 0; j + 1 < fields->elements; j += 2) {
-            const char *name = fields->element[j]->str, *v = fields->element[j + 1]->str;
-            if (!strcmp(name, "kind"))
-                k = v;
-            else if (!strcmp(name, "step"))
-                s = v;
-            else if (!strcmp(name, "rank"))
-                r = v;
-        }
+        const char *k = redis_fixture_event_field(rep, i, "kind");
+        const char *s = redis_fixture_event_field(rep, i, "step");
+        const char *r = redis_fixture_event_field(rep, i, "rank");
         if (k && s && !strcmp(k, kind) && (!r || atoi(r) == rank))
             step = strtoll(s, NULL, 10);
     }
     ftc_redis_reply_free(rep);
-    ftc_ctl_destroy(c);
     return step;
 }
 
@@ -1236,28 +1202,16 @@ static void test_restart_never_committed_slot(void **state)
 /* Whether the job's event stream has an entry of kind for rank and step. */
 static bool stream_has(env_t *e, const char *kind, int rank, int64_t step)
 {
-    ftc_ctl_t *c = redis_fixture_ctl(e->f, e->job);
-    char key[128];
     bool found = false;
-    ftc_redis_reply_t *rep;
-    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, &rep, "XRANGE",
-                                    ftc_ctl_key(c, "events", key, sizeof key), "-", "+", NULL), 0);
+    ftc_redis_reply_t *rep = redis_fixture_events(e->f, e->job);
     for (size_t i = 0; i < rep->elements && !found; i++) {
-        ftc_redis_reply_t *fields = rep->element[i]->element[1];
-        const char *k = "", *s = "-1", *r = "-1";
-        for (size_t j = 0; j + 1 < fields->elements; j += 2) {
-            const char *name = fields->element[j]->str, *v = fields->element[j + 1]->str;
-            if (!strcmp(name, "kind"))
-                k = v;
-            else if (!strcmp(name, "step"))
-                s = v;
-            else if (!strcmp(name, "rank"))
-                r = v;
-        }
-        found = !strcmp(k, kind) && atoi(r) == rank && strtoll(s, NULL, 10) == step;
+        const char *k = redis_fixture_event_field(rep, i, "kind");
+        const char *s = redis_fixture_event_field(rep, i, "step");
+        const char *r = redis_fixture_event_field(rep, i, "rank");
+        found = k && !strcmp(k, kind) && atoi(r ? r : "-1") == rank &&
+                strtoll(s ? s : "-1", NULL, 10) == step;
     }
     ftc_redis_reply_free(rep);
-    ftc_ctl_destroy(c);
     return found;
 }
 
@@ -1344,6 +1298,34 @@ static void assert_failed_and_abandoned(env_t *e, int64_t from, int64_t to)
     }
 }
 
+/* The two tests below: rank 0 on node 0, rank 1 (whose snapshots of
+ * steps 2 and 3 fail) on node `nodes` - 1, agent.timeout_ms 60 s. */
+static void failed_snapshot_of_rank1(void **state, int nodes)
+{
+    env_t *e = prepare_env(*state, nodes, "0", 1000, NULL);
+    if (nodes == 1)
+        e->ranks_per_node = 2;
+    snprintf(e->timeout_ms, sizeof e->timeout_ms, "60000");
+    for (int i = 0; i < nodes; i++)
+        start_agent(e, i);
+    static float w[2][4096];
+    fd_reset();
+    ftc_ctx_t *c[2] = {open_ctx_dev(e, 0, 0, 2, w[0], 4096, false),
+                       open_ctx_dev(e, nodes - 1, 1, 2, w[1], 4096, true)};
+    all_commit(c, w, 2, 1);
+    rank1_fails_steps_2_and_3(c, w);
+    if (nodes > 1) /* step 3's FTC_EIO names rank 1's failure too */
+        assert_non_null(strstr(ftc_last_error(c[0]), "rank 1's snapshot of it failed"));
+    assert_failed_and_abandoned(e, 2, 3);
+    /* I3: the committed step is still 1, and a later step commits for both */
+    assert_int_equal(committed_step(e), 1);
+    all_commit(c, w, 2, 4);
+    ftc_destroy(c[0]);
+    ftc_destroy(c[1]);
+    fd_done();
+    teardown_env(e);
+}
+
 /* One node, ranks 0 and 1 on it (--ranks-per-node 2), no replicas (each
  * sealed version is reported at once), agent.timeout_ms 60 s. Rank 1's
  * snapshot of step 2 fails (its device sync), then rank 0 checkpoints
@@ -1358,24 +1340,7 @@ static void assert_failed_and_abandoned(env_t *e, int64_t from, int64_t to)
  * 4 commits for both. */
 static void test_failed_snapshot_abandons_step(void **state)
 {
-    env_t *e = prepare_env(*state, 1, "0", 1000, NULL);
-    e->ranks_per_node = 2;
-    snprintf(e->timeout_ms, sizeof e->timeout_ms, "60000");
-    start_agent(e, 0);
-    static float w[2][4096];
-    fd_reset();
-    ftc_ctx_t *c[2] = {open_ctx_dev(e, 0, 0, 2, w[0], 4096, false),
-                       open_ctx_dev(e, 0, 1, 2, w[1], 4096, true)};
-    all_commit(c, w, 2, 1);
-    rank1_fails_steps_2_and_3(c, w);
-    assert_failed_and_abandoned(e, 2, 3);
-    /* I3: the committed step is still 1, and a later step commits for both */
-    assert_int_equal(committed_step(e), 1);
-    all_commit(c, w, 2, 4);
-    ftc_destroy(c[0]);
-    ftc_destroy(c[1]);
-    fd_done();
-    teardown_env(e);
+    failed_snapshot_of_rank1(state, 1);
 }
 
 /* Two nodes, rank 0 on node 0 and rank 1 on node 1, no replicas (each
@@ -1392,25 +1357,7 @@ static void test_failed_snapshot_abandons_step(void **state)
  * step 4 commits for both. */
 static void test_failed_snapshot_other_node(void **state)
 {
-    env_t *e = prepare_env(*state, 2, "0", 1000, NULL);
-    snprintf(e->timeout_ms, sizeof e->timeout_ms, "60000");
-    start_agent(e, 0);
-    start_agent(e, 1);
-    static float w[2][4096];
-    fd_reset();
-    ftc_ctx_t *c[2] = {open_ctx_dev(e, 0, 0, 2, w[0], 4096, false),
-                       open_ctx_dev(e, 1, 1, 2, w[1], 4096, true)};
-    all_commit(c, w, 2, 1);
-    rank1_fails_steps_2_and_3(c, w);
-    /* step 3's FTC_EIO names rank 1's failure too */
-    assert_non_null(strstr(ftc_last_error(c[0]), "rank 1's snapshot of it failed"));
-    assert_failed_and_abandoned(e, 2, 3);
-    assert_int_equal(committed_step(e), 1); /* I3 */
-    all_commit(c, w, 2, 4);
-    ftc_destroy(c[0]);
-    ftc_destroy(c[1]);
-    fd_done();
-    teardown_env(e);
+    failed_snapshot_of_rank1(state, 2);
 }
 
 /* Parity xor:2 on three nodes (one group, node 0 the encoder of the stripe),

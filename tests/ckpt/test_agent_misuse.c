@@ -85,8 +85,7 @@ static ftc_ctx_t *ctx_with_w(const ftc_options_t *o, float *w, int64_t n)
 {
     ftc_ctx_t *c = NULL;
     assert_int_equal(ftc_create(o, &c), 0);
-    int64_t shape[1] = {n};
-    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    register_w(c, w, n);
     return c;
 }
 

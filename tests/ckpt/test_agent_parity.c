@@ -554,6 +554,25 @@ static ftc__par_task_t *encode_task(const char *ns, const char *sname, uint64_t 
     return t;
 }
 
+/* Asserts that task t's three wrappers are what ftc__par_encode gives for
+ * step (generation 1) and t's local index from shards sh. */
+static void assert_wraps_encoded(const ftc__par_task_t *t, const ftc__par_geo_t *g,
+                                 uint64_t step, uint8_t *const *sh, const uint64_t *sz,
+                                 const uint32_t *ranks)
+{
+    ftc_err_t e = {0};
+    uint8_t *ref[3];
+    uint64_t rs[3];
+    assert_int_equal(ftc__par_encode(g, "test-job", step, 1, t->local, (const uint8_t *const *)sh,
+                                     sz, ranks, ref, rs, &e),
+                     0);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(t->wsizes[i], rs[i]);
+        assert_memory_equal(t->wraps[i], ref[i], rs[i]);
+        free(ref[i]);
+    }
+}
+
 /* The parity worker is a pool: 3 threads, the stripes of 4 local indices
  * (4 tasks over one encoder slot) queued at once; every task comes back
  * exactly once with the parity ftc__par_encode gives for its local index,
@@ -602,16 +621,7 @@ static void test_worker_pool(void **state)
             assert_true(t->local < NT && !seen[t->local]);
             seen[t->local] = true;
             got++;
-            uint8_t *ref[3];
-            uint64_t rs[3];
-            assert_int_equal(ftc__par_encode(&g, "test-job", 9, 1, t->local,
-                                             (const uint8_t *const *)sh, sz, ranks, ref, rs, &e),
-                             0);
-            for (int i = 0; i < 3; i++) {
-                assert_int_equal(t->wsizes[i], rs[i]);
-                assert_memory_equal(t->wraps[i], ref[i], rs[i]);
-                free(ref[i]);
-            }
+            assert_wraps_encoded(t, &g, 9, sh, sz, ranks);
             ftc__par_task_free(t);
         }
     }
@@ -760,15 +770,7 @@ static void test_worker(void **state)
         assert_null(t->next);
         if (round == 0) {
             assert_int_equal(t->rc, 0);
-            uint8_t *ref[3];
-            uint64_t rs[3];
-            assert_int_equal(ftc__par_encode(&g, "test-job", 7, 1, 0, (const uint8_t *const *)sh,
-                                             sz, ranks, ref, rs, &e), 0);
-            for (int i = 0; i < 3; i++) {
-                assert_int_equal(t->wsizes[i], rs[i]);
-                assert_memory_equal(t->wraps[i], ref[i], rs[i]);
-                free(ref[i]);
-            }
+            assert_wraps_encoded(t, &g, 7, sh, sz, ranks); /* local index 0 */
             printf("# parity worker: xor:2 of %llu-byte shards in %.2f ms\n",
                    (unsigned long long)sz[2], t->ms);
         } else {
@@ -1013,14 +1015,9 @@ static float bg_w[65536], bg_m[65536];
 static int64_t bg_sc;
 static ftc_ctx_t *rank1_ctx(env_t *e, int timeout_ms)
 {
-    char sock[PATH_MAX + 32];
-    ftc_options_t o = ctx_options(e, 1, 1, 3, sock, sizeof sock);
-    o.timeout_ms = timeout_ms;
-    ftc_ctx_t *c = NULL;
-    if (ftc_create(&o, &c))
-        fail_msg("ftc_create: %s", ftc_last_error(c));
+    ftc_ctx_t *c = create_ctx(e, 1, 1, 3, timeout_ms);
+    register_w(c, bg_w, 65536);
     int64_t shape[1] = {65536};
-    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, bg_w, FTC_HOST), 0);
     assert_int_equal(ftc_register(c, "optim.m", FTC_DTYPE_F32, 1, shape, bg_m, FTC_HOST), 0);
     assert_int_equal(ftc_register(c, "step", FTC_DTYPE_I64, 0, NULL, &bg_sc, FTC_HOST), 0);
     return c;
@@ -1702,13 +1699,8 @@ static float kc_w[4][4096];
 
 static ftc_ctx_t *kc_ctx_on(env_t *e, int r, int node, int world, char *sock, size_t cap)
 {
-    ftc_options_t o = ctx_options(e, node, r, world, sock, cap);
-    o.timeout_ms = 30000;
-    ftc_ctx_t *c = NULL;
-    if (ftc_create(&o, &c))
-        fail_msg("ftc_create: %s", ftc_last_error(c));
-    int64_t shape[1] = {4096};
-    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, kc_w[r], FTC_HOST), 0);
+    ftc_ctx_t *c = create_ctx_at(e, node, r, world, 30000, sock, cap);
+    register_w(c, kc_w[r], 4096);
     return c;
 }
 

@@ -221,28 +221,17 @@ static pid_t fork_rank(int *go, bool hello, const char *sock, const char *job, u
 /* rank_exit events of `rank` in the job's stream. */
 static int exits_of(redis_fixture_t *f, const char *job, int rank)
 {
-    ftc_ctl_t *c = redis_fixture_ctl(f, job);
-    char key[128], want[16];
+    char want[16];
     snprintf(want, sizeof want, "%d", rank);
-    ftc_redis_reply_t *rep;
-    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, &rep, "XRANGE",
-                                    ftc_ctl_key(c, "events", key, sizeof key), "-", "+", NULL), 0);
+    ftc_redis_reply_t *rep = redis_fixture_events(f, job);
     int n = 0;
     for (size_t i = 0; i < rep->elements; i++) {
-        ftc_redis_reply_t *fields = rep->element[i]->element[1];
-        const char *k = NULL, *r = NULL;
-        for (size_t j = 0; j + 1 < fields->elements; j += 2) {
-            if (!strcmp(fields->element[j]->str, "kind"))
-                k = fields->element[j + 1]->str;
-            if (!strcmp(fields->element[j]->str, "rank"))
-                r = fields->element[j + 1]->str;
-        }
+        const char *k = redis_fixture_event_field(rep, i, "kind");
+        const char *r = redis_fixture_event_field(rep, i, "rank");
         if (k && r && !strcmp(k, "rank_exit") && !strcmp(r, want))
             n++;
-
     }
     ftc_redis_reply_free(rep);
-    ftc_ctl_destroy(c);
     return n;
 }
 

@@ -241,13 +241,9 @@ static void test_create_env_strict(void **state)
 static void test_restore_rank_strict(void **state)
 {
     env_t *e = setup_env(*state, 1, "0", 1000);
-    char sock[PATH_MAX + 32];
-    ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
-    ftc_ctx_t *c = NULL;
-    assert_int_equal(ftc_create(&o, &c), 0);
+    ftc_ctx_t *c = create_ctx(e, 0, 0, 1, 0);
     static float w[16];
-    int64_t shape[1] = {16};
-    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    register_w(c, w, 16);
     static const char *bad[] = {"1x", " 1", "-1", "16777216", "+"};
     int64_t step = -1;
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -381,10 +377,9 @@ static void test_slots_all_or_none(void **state)
     assert_true(fcntl(0, F_GETFD) >= 0);
     close(probe);
     static float w[4096];
-    int64_t shape[1] = {4096};
     c = NULL;
     assert_int_equal(ftc_create(&o, &c), 0);
-    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    register_w(c, w, 4096);
     assert_int_equal(ftc_checkpoint(c, 0, NULL, 0), 0);
     assert_int_equal(ftc_wait_committed(c, 0), 0);
     ftc_destroy(c);
@@ -398,7 +393,7 @@ static void test_slots_all_or_none(void **state)
     assert_int_equal(ftruncate(fd, 4096), 0);
     c = NULL;
     assert_int_equal(ftc_create(&o, &c), 0);
-    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    register_w(c, w, 4096);
     for (int i = 0; i < 2; i++) {
         int rc = ftc_checkpoint(c, 1, NULL, 0);
         print_message("checkpoint with a shrunk slot: %s (%s)\n", ftc_errname(rc),
@@ -471,15 +466,9 @@ static int fetch_step(ftc_ctx_t *c, int64_t step, int64_t *got)
 static void test_late_answer_dropped(void **state)
 {
     env_t *e = setup_env(*state, 1, "0", 1000);
-    char sock[PATH_MAX + 32];
-    ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
-    o.timeout_ms = 3000;
-    ftc_ctx_t *c = NULL;
-    if (ftc_create(&o, &c))
-        fail_msg("ftc_create: %s", ftc_last_error(c));
+    ftc_ctx_t *c = create_ctx(e, 0, 0, 1, 3000);
     static float w[4096];
-    int64_t shape[1] = {4096};
-    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    register_w(c, w, 4096);
     for (int64_t s = 1; s <= 3; s++) {
         for (int i = 0; i < 4096; i++)
             w[i] = (float)(s * 4096 + i);
@@ -552,13 +541,8 @@ static void next_sync_fails(void)
 static void test_failed_snapshot_not_sticky(void **state)
 {
     env_t *e = setup_env(*state, 1, "0", 1000);
-    char sock[PATH_MAX + 32];
-    ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
-    o.timeout_ms = 8000;
     fd_reset();
-    ftc_ctx_t *c = NULL;
-    if (ftc_create(&o, &c))
-        fail_msg("ftc_create: %s", ftc_last_error(c));
+    ftc_ctx_t *c = create_ctx(e, 0, 0, 1, 8000);
     assert_int_equal(ftc__set_device_ops(c, fake_dev_ops()), 0);
     static float w[4096], h[256];
     int64_t sw[1] = {4096}, sh[1] = {256};
@@ -632,12 +616,7 @@ static void test_failed_snapshot_not_sticky(void **state)
  * device (fd_reset first) and "h" on the host, step 1 committed. */
 static ftc_ctx_t *device_ctx(env_t *e, int timeout_ms, float *w, float *h)
 {
-    char sock[PATH_MAX + 32];
-    ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
-    o.timeout_ms = timeout_ms;
-    ftc_ctx_t *c = NULL;
-    if (ftc_create(&o, &c))
-        fail_msg("ftc_create: %s", ftc_last_error(c));
+    ftc_ctx_t *c = create_ctx(e, 0, 0, 1, timeout_ms);
     assert_int_equal(ftc__set_device_ops(c, fake_dev_ops()), 0);
     int64_t sw[1] = {4096}, sh[1] = {256};
     assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, sw, w, 0), 0);
@@ -917,13 +896,9 @@ static void test_agent_gone_says_so(void **state)
 {
     env_t *e = setup_env(*state, 1, "0", 1000);
     char sock[PATH_MAX + 32];
-    ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
-    o.timeout_ms = 5000;
-    ftc_ctx_t *c = NULL;
-    assert_int_equal(ftc_create(&o, &c), 0);
+    ftc_ctx_t *c = create_ctx_at(e, 0, 0, 1, 5000, sock, sizeof sock);
     static float w[4096];
-    int64_t shape[1] = {4096};
-    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    register_w(c, w, 4096);
     assert_int_equal(ckpt_step(c, w, 4096, 0), 0);
     commits(c, 0);
     kill_agent(e, 0);
@@ -957,8 +932,7 @@ static void test_rank_connected_twice(void **state)
     assert_non_null(strstr(ftc_last_error(c2), "FTC_RANK"));
     ftc_destroy(c2);
     static float w[4096];
-    int64_t shape[1] = {4096};
-    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, w, FTC_HOST), 0);
+    register_w(c, w, 4096);
     assert_int_equal(ckpt_step(c, w, 4096, 0), 0);
     commits(c, 0);
     ftc_destroy(c);

@@ -31,13 +31,8 @@ static float g_w[4096];
 /* A context of rank 0 of node 0 with one tensor registered. */
 static ftc_ctx_t *open_ctx(env_t *e)
 {
-    char sock[PATH_MAX + 32];
-    ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
-    ftc_ctx_t *c = NULL;
-    if (ftc_create(&o, &c))
-        fail_msg("ftc_create: %s", ftc_last_error(c));
-    int64_t shape[1] = {4096};
-    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, g_w, FTC_HOST), 0);
+    ftc_ctx_t *c = create_ctx(e, 0, 0, 1, 0);
+    register_w(c, g_w, 4096);
     return c;
 }
 
@@ -120,12 +115,8 @@ static void test_interrupt_blocked_send(void **state)
 {
     env_t *e = setup_env(*state, 1, "0", 1000);
     char sock[PATH_MAX + 32];
-    ftc_options_t o = ctx_options(e, 0, 0, 1, sock, sizeof sock);
-    o.timeout_ms = 5000;
-    ftc_ctx_t *c = NULL;
-    assert_int_equal(ftc_create(&o, &c), 0);
-    int64_t shape[1] = {4096};
-    assert_int_equal(ftc_register(c, "w", FTC_DTYPE_F32, 1, shape, g_w, FTC_HOST), 0);
+    ftc_ctx_t *c = create_ctx_at(e, 0, 0, 1, 5000, sock, sizeof sock);
+    register_w(c, g_w, 4096);
     assert_int_equal(ftc_checkpoint(c, 0, NULL, 0), 0);
     assert_int_equal(ftc_wait_committed(c, 0), 0);
     kill(e->agent[0], SIGSTOP);

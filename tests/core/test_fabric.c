@@ -11,6 +11,7 @@
  * deadline with the right code (ctest's TIMEOUT is the backstop for a hang).
  */
 #include "ftc_test.h"
+#include "fabric_test.h"
 
 #include "core/clock.h"
 #include "core/fabric.h"
@@ -1066,32 +1067,11 @@ static void test_bad_provider(void **state)
     ftc_fabric_close(NULL);
 }
 
-static bool provider_present(const char *prov)
-{
-    struct fi_info *hints = fi_allocinfo(), *info = NULL;
-    if (!hints)
-        return false;
-    hints->fabric_attr->prov_name = strdup(prov);
-    int rc = fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), NULL, NULL, 0, hints,
-                        &info);
-    fi_freeinfo(info);
-    fi_freeinfo(hints);
-    return rc == 0;
-}
-
 int main(int argc, char **argv)
 {
-    const char *which = argc > 1 ? argv[1] : "tcp";
-    g_prov = !strcmp(which, "tcp") ? "tcp;ofi_rxm" : which;
-    /* libfabric filters providers by FI_PROVIDER: this test names its own */
-    unsetenv("FI_PROVIDER");
-    if (!provider_present(g_prov)) {
-        printf("SKIPPED: libfabric provider '%s' is absent from fi_getinfo\n", g_prov);
+    g_prov = ftc_test_fabric_args(argc, argv);
+    if (!g_prov)
         return 77;
-    }
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    if (argc > 2)
-        cmocka_set_test_filter(argv[2]); /* e.g. "test_large*" */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_provider),
         cmocka_unit_test(test_recv_timeout),

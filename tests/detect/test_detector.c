@@ -212,26 +212,15 @@ static void kill_agent(agent_t *a, int sig)
 /* Stream entries of a kind about a node. */
 static int stream_count(redis_fixture_t *f, const char *job, const char *kind, const char *node)
 {
-    ftc_ctl_t *c = redis_fixture_ctl(f, job);
-    char key[128];
-    ftc_redis_reply_t *rep;
-    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, &rep, "XRANGE",
-                                    ftc_ctl_key(c, "events", key, sizeof key), "-", "+", NULL), 0);
+    ftc_redis_reply_t *rep = redis_fixture_events(f, job);
     int n = 0;
     for (size_t i = 0; i < rep->elements; i++) {
-        ftc_redis_reply_t *fields = rep->element[i]->element[1];
-        const char *k = NULL, *nd = NULL;
-        for (size_t j = 0; j + 1 < fields->elements; j += 2) {
-            if (!strcmp(fields->element[j]->str, "kind"))
-                k = fields->element[j + 1]->str;
-            if (!strcmp(fields->element[j]->str, "node"))
-                nd = fields->element[j + 1]->str;
-        }
+        const char *k = redis_fixture_event_field(rep, i, "kind");
+        const char *nd = redis_fixture_event_field(rep, i, "node");
         if (k && !strcmp(k, kind) && (!node || (nd && !strcmp(nd, node))))
             n++;
     }
     ftc_redis_reply_free(rep);
-    ftc_ctl_destroy(c);
     return n;
 }
 
@@ -755,20 +744,37 @@ static ftc_detector_t *start_leader_of_gen3(redis_fixture_t *f, ftc_ctl_t *c, co
     return b;
 }
 
-/* Polls (up to ms) until the job's generation is 3 and its committed step 10 again;
- * what it read last in *gen, *world and *step. */
-static void wait_gen3_put_back(ftc_ctl_t *c, int ms, uint64_t *gen, uint32_t *world,
-                               int64_t *step)
+/* Polls (up to ms) until the job's generation is 3 and its committed step 10 again, then
+ * asserts generation 3 of world 2 and committed step 10 (what it read last, printed after
+ * `what`). */
+static void assert_gen3_put_back(ftc_ctl_t *c, int ms, const char *what)
 {
-    uint64_t cgen = 0;
+    uint64_t gen = 0, cgen = 0;
+    uint32_t world = 0;
+    int64_t step = -1;
     ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)ms);
     while (!ftc_deadline_expired(d)) {
-        assert_int_equal(ftc_ctl_generation(c, gen, world), 0);
-        assert_int_equal(ftc_ctl_committed(c, step, &cgen), 0);
-        if (*gen == 3 && *step == 10)
+        assert_int_equal(ftc_ctl_generation(c, &gen, &world), 0);
+        assert_int_equal(ftc_ctl_committed(c, &step, &cgen), 0);
+        if (gen == 3 && step == 10)
             break;
         ftc_sleep_ms(20);
     }
+    print_message("after %s: gen %" PRIu64 " world %u committed %" PRId64 "\n", what, gen, world,
+                  step);
+    assert_int_equal(gen, 3);
+    assert_int_equal(world, 2);
+    assert_int_equal(step, 10);
+}
+
+/* A commit of generation 3 is accepted again; stops leader b and destroys c. */
+static void assert_commits_then_stop(ftc_ctl_t *c, ftc_detector_t *b)
+{
+    int64_t committed = -1;
+    bool now = false;
+    assert_int_equal(ftc_ctl_commit_report(c, 3, 11, 0, 1, &committed, &now), 0);
+    ftc_detector_stop(b, true);
+    ftc_ctl_destroy(c);
 }
 
 /* Redis loses its data without any command failing (FLUSHALL here; a restart
@@ -782,21 +788,8 @@ static void test_data_loss_without_outage_reseeded(void **state)
     ftc_redis_t *r = ftc_ctl_redis(c);
     ftc_detector_t *b = start_leader_of_gen3(f, c, "jd");
     assert_int_equal(ftc_redis_cmdv(r, true, NULL, "FLUSHALL", NULL), 0);
-    uint64_t gen = 0;
-    uint32_t world = 0;
-    int64_t step = -1;
-    wait_gen3_put_back(c, 5000, &gen, &world, &step);
-    print_message("after FLUSHALL: gen %" PRIu64 " world %u committed %" PRId64 "\n", gen, world,
-                  step);
-    assert_int_equal(gen, 3);
-    assert_int_equal(world, 2);
-    assert_int_equal(step, 10);
-    /* and a commit of the generation is accepted again */
-    int64_t committed = -1;
-    bool now = false;
-    assert_int_equal(ftc_ctl_commit_report(c, 3, 11, 0, 1, &committed, &now), 0);
-    ftc_detector_stop(b, true);
-    ftc_ctl_destroy(c);
+    assert_gen3_put_back(c, 5000, "FLUSHALL");
+    assert_commits_then_stop(c, b); /* and a commit of the generation is accepted again */
 }
 
 /* Redis comes back with an older copy of the job's state (a restart from a stale RDB or
@@ -817,23 +810,12 @@ static void test_older_state_without_outage_put_back(void **state)
     /* the older copy: generation 2 (world 3), committed step 7 */
     assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", gk, "gen", "2", "world", "3", NULL), 0);
     assert_int_equal(ftc_redis_cmdv(r, true, NULL, "HSET", ck, "step", "7", "gen", "2", NULL), 0);
-    uint64_t gen = 0;
-    uint32_t world = 0;
-    int64_t step = -1;
-    wait_gen3_put_back(c, 3000, &gen, &world, &step);
+    assert_gen3_put_back(c, 3000, "the older copy");
     ftc_detector_stats_t ds;
     ftc_detector_stats(b, &ds);
-    print_message("after the older copy: gen %" PRIu64 " world %u committed %" PRId64
-                  "; detector's generation %" PRIu64 "\n", gen, world, step, ds.generation);
-    assert_int_equal(gen, 3);
-    assert_int_equal(world, 2);
-    assert_int_equal(step, 10);
+    print_message("detector's generation %" PRIu64 "\n", ds.generation);
     assert_int_equal(ds.generation, 3);
-    int64_t committed = -1;
-    bool now = false;
-    assert_int_equal(ftc_ctl_commit_report(c, 3, 11, 0, 1, &committed, &now), 0);
-    ftc_detector_stop(b, true);
-    ftc_ctl_destroy(c);
+    assert_commits_then_stop(c, b);
 }
 
 /* A key of the job holding another type (a foreign or corrupt value) is an
@@ -1397,6 +1379,14 @@ static int seen_rank(seen_t *s, const char *kind, const char *node, int rank)
     return c;
 }
 
+/* Waits (ms at most) until s has an event of kind about (node, rank); the caller asserts. */
+static void wait_seen_rank(seen_t *s, const char *kind, const char *node, int rank, int ms)
+{
+    ftc_deadline_t d = ftc_deadline_in_ms((uint64_t)ms);
+    while (seen_rank(s, kind, node, rank) == 0 && !ftc_deadline_expired(d))
+        ftc_sleep_ms(10);
+}
+
 /* The start-up limit. A rank's process that has finished no step had no
  * hang check at all (no step time: the soak found ranks SIGSTOPped before
  * their HELLO never detected, the others waiting 60 s in their group
@@ -1489,9 +1479,7 @@ static void test_hang_names_the_stuck_rank(void **state)
         ftc_sleep_ms(20);
     }
     kill(stuck, SIGSTOP);
-    ftc_deadline_t d = ftc_deadline_in_ms(8000);
-    while (seen_rank(&s, "hang", "B", 0) == 0 && !ftc_deadline_expired(d))
-        ftc_sleep_ms(10);
+    wait_seen_rank(&s, "hang", "B", 0, 8000);
     assert_int_equal(seen_rank(&s, "hang", "B", 1), 1);
     assert_int_equal(seen_rank(&s, "hang", "B", 0), 1);
     pthread_mutex_lock(&s.mu);
@@ -1674,9 +1662,7 @@ static void test_status_told_before_the_watch(void **state)
     ftc__detector_set_poll_hook(b, NULL, NULL);
     pid_t failed = fork_exit(0, 5);
     assert_int_equal(ftc_detector_watch_pid(b, 1, failed), 0);
-    d = ftc_deadline_in_ms(5000);
-    while (seen_rank(&s, "rank_exit", "B", 1) == 0 && !ftc_deadline_expired(d))
-        ftc_sleep_ms(10);
+    wait_seen_rank(&s, "rank_exit", "B", 1, 5000);
     char det[256];
     seen_detail(&s, "rank_exit", "B", 1, det, sizeof det);
     assert_non_null(strstr(det, "exited (status 5) after step"));
@@ -1718,9 +1704,7 @@ static void test_no_hang_after_the_watch_ended(void **state)
         ftc_detector_progress(b, 2, i, 10000);
         ftc_sleep_ms(10);
     }
-    ftc_deadline_t d = ftc_deadline_in_ms(5000);
-    while (seen_rank(&s, "hang", "B", 2) == 0 && !ftc_deadline_expired(d))
-        ftc_sleep_ms(10);
+    wait_seen_rank(&s, "hang", "B", 2, 5000);
     assert_int_equal(seen_rank(&s, "hang", "B", 2), 1);
     print_message("hangs of the rank that said BYE: %d, of the one that exited: %d\n",
                   seen_rank(&s, "hang", "B", 0), seen_rank(&s, "hang", "B", 1));
@@ -1763,9 +1747,7 @@ static void test_stopped_in_start_up_named(void **state)
         ftc_sleep_ms(20);
     }
     kill(stuck, SIGSTOP);
-    ftc_deadline_t d = ftc_deadline_in_ms(12000);
-    while (seen_rank(&s, "hang", "B", 0) == 0 && !ftc_deadline_expired(d))
-        ftc_sleep_ms(10);
+    wait_seen_rank(&s, "hang", "B", 0, 12000);
     pthread_mutex_lock(&s.mu);
     int first = -1, i1 = -1;
     for (int i = 0; i < s.n; i++)
@@ -1840,16 +1822,12 @@ static void test_status_read_without_waitid_pidfd(void **state)
     pid_t failed = fork_exit(100, 3);
     assert_int_equal(ftc_detector_watch_pid(b, 0, failed), 0);
     ftc_detector_linked(b, 0); /* connected: reported, with a status or without */
-    ftc_deadline_t d = ftc_deadline_in_ms(5000);
-    while (seen_rank(&s, "rank_exit", "B", 0) == 0 && !ftc_deadline_expired(d))
-        ftc_sleep_ms(10);
+    wait_seen_rank(&s, "rank_exit", "B", 0, 5000);
     pid_t killed = fork_exit(60000, 0);
     assert_int_equal(ftc_detector_watch_pid(b, 1, killed), 0);
     ftc_detector_linked(b, 1);
     kill(killed, SIGKILL);
-    d = ftc_deadline_in_ms(5000);
-    while (seen_rank(&s, "rank_exit", "B", 1) == 0 && !ftc_deadline_expired(d))
-        ftc_sleep_ms(10);
+    wait_seen_rank(&s, "rank_exit", "B", 1, 5000);
     char det[256];
     seen_detail(&s, "rank_exit", "B", 0, det, sizeof det);
     print_message("without waitid(P_PIDFD): %s\n", det);
@@ -1893,9 +1871,7 @@ static void test_bye_and_the_exit_status(void **state)
     ftc_sleep_ms(300); /* the detector saw both exits: their BYEs are read after */
     ftc_detector_bye(b, 0, p[0]);
     ftc_detector_bye(b, 2, p[2]);
-    ftc_deadline_t d = ftc_deadline_in_ms(10000);
-    while (seen_rank(&s, "rank_exit", "B", 4) == 0 && !ftc_deadline_expired(d))
-        ftc_sleep_ms(10);
+    wait_seen_rank(&s, "rank_exit", "B", 4, 10000);
     print_message("rank_exit events: BYE read after a clean end %d, killed after its BYE %d, "
                   "BYE read after a kill %d, BYE then a clean end %d, no BYE %d\n",
                   seen_rank(&s, "rank_exit", "B", 0), seen_rank(&s, "rank_exit", "B", 1),
@@ -1942,9 +1918,7 @@ static void test_hang_checked_after_a_failed_watch(void **state)
         ftc_detector_progress(b, 0, i, 10000);
         ftc_sleep_ms(10);
     }
-    ftc_deadline_t d = ftc_deadline_in_ms(5000);
-    while (seen_rank(&s, "hang", "B", 0) == 0 && !ftc_deadline_expired(d))
-        ftc_sleep_ms(10);
+    wait_seen_rank(&s, "hang", "B", 0, 5000);
     print_message("hangs of the process whose watch failed: %d\n", seen_rank(&s, "hang", "B", 0));
     assert_int_equal(seen_rank(&s, "hang", "B", 0), 1);
     assert_int_equal(seen_rank(&s, "rank_exit", "B", 0), 1);
@@ -1995,9 +1969,7 @@ static void test_status_waited_for_when_not_the_parent(void **state)
     pid_t p4 = spawn_orphan(100, 0);
     assert_int_equal(ftc_detector_watch_child(b, 4, p4), 0);
     ftc_detector_linked(b, 4);
-    ftc_deadline_t d = ftc_deadline_in_ms(10000);
-    while (seen_rank(&s, "rank_exit", "B", 4) == 0 && !ftc_deadline_expired(d))
-        ftc_sleep_ms(10);
+    wait_seen_rank(&s, "rank_exit", "B", 4, 10000);
     char want[64];
     print_message("rank_exit events: connected, told late: %d with its status; two processes "
                   "never connected: %d (%d of the first); two connected ones: %d with their "
@@ -2128,9 +2100,7 @@ static void test_exit_wait_not_counted_while_paused(void **state)
     assert_int_equal(atomic_load(&p.done), 1);
     ftc_detector_bye(b, 0, clean); /* the agent's loop runs again */
     kill(marker, SIGKILL);
-    d = ftc_deadline_in_ms(10000);
-    while (seen_rank(&s, "rank_exit", "B", 1) == 0 && !ftc_deadline_expired(d))
-        ftc_sleep_ms(10);
+    wait_seen_rank(&s, "rank_exit", "B", 1, 10000);
     assert_int_equal(seen_rank(&s, "rank_exit", "B", 1), 1);
     print_message("rank_exit events of a clean end whose BYE was read after a pause: %d\n",
                   seen_rank(&s, "rank_exit", "B", 0));

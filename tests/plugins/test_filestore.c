@@ -666,6 +666,13 @@ static void spawn_pair(node_t *n0, node_t *n1)
     OK(n1, "members 1 n0 n1");
 }
 
+/* spawn_pair over tcp;ofi_rxm (g_prov: the nodes a test spawns later use it too). */
+static void spawn_tcp_pair(node_t *n0, node_t *n1)
+{
+    g_prov = "tcp;ofi_rxm";
+    spawn_pair(n0, n1);
+}
+
 /* spawn_pair, with `name`=`value` in the environment of node `index` only (a
  * store reads its FTC_TEST_FS_* hooks once, when it is created). */
 static void spawn_pair_env(node_t *n0, node_t *n1, uint32_t index, const char *name,
@@ -888,9 +895,8 @@ static void test_corrupt(void **state)
 static void test_deadpeer(void **state)
 {
     (void)state;
-    g_prov = "tcp;ofi_rxm";
     node_t n0, n1;
-    spawn_pair(&n0, &n1);
+    spawn_tcp_pair(&n0, &n1);
     OK(&n0, "limits 1048576 3000");
     OK(&n0, "write big.bin 1 2000000");
     char msg[2048];
@@ -964,9 +970,8 @@ static void test_shm(void **state)
 static void test_selfslot(void **state)
 {
     (void)state;
-    g_prov = "tcp;ofi_rxm";
     node_t n0, n1;
-    spawn_pair(&n0, &n1);
+    spawn_tcp_pair(&n0, &n1);
     OK(&n0, "limits 1073741824 3000");
     OK(&n0, "write a.bin 31 100000");
     OK(&n0, "flush"); /* version 1: acknowledged by node 1, recorded */
@@ -999,9 +1004,8 @@ static void test_selfslot(void **state)
 static void test_norecord(void **state)
 {
     (void)state;
-    g_prov = "tcp;ofi_rxm";
     node_t n0, n1;
-    spawn_pair(&n0, &n1);
+    spawn_tcp_pair(&n0, &n1);
     OK(&n0, "limits 1073741824 3000");
     OK(&n0, "write a.bin 41 100000");
     OK(&n0, "flush"); /* version 1: acknowledged and recorded */
@@ -1166,9 +1170,8 @@ static void test_older(void **state)
 static void test_crash(void **state)
 {
     (void)state;
-    g_prov = "tcp;ofi_rxm";
     node_t n0, n1;
-    spawn_pair(&n0, &n1);
+    spawn_tcp_pair(&n0, &n1);
     OK(&n0, "rankwrite a.bin 51 100000");
     OK(&n0, "flush"); /* version 1, recorded */
     char msg[2048];
@@ -1216,9 +1219,8 @@ static void test_crash(void **state)
 static void test_crashrestore(void **state)
 {
     (void)state;
-    g_prov = "tcp;ofi_rxm";
     node_t n0, n1;
-    spawn_pair(&n0, &n1);
+    spawn_tcp_pair(&n0, &n1);
     OK(&n0, "limits 1073741824 60000 30000");
     OK(&n0, "rankwrite a.bin 61 100000");
     OK(&n0, "flush"); /* version 1, recorded */
@@ -1247,9 +1249,8 @@ static void test_crashrestore(void **state)
 static void test_supcrash(void **state)
 {
     (void)state;
-    g_prov = "tcp;ofi_rxm";
     node_t n0, n1;
-    spawn_pair(&n0, &n1);
+    spawn_tcp_pair(&n0, &n1);
     OK(&n0, "limits 1073741824 60000 30000");
     OK(&n0, "rankwrite a.bin 71 100000");
     OK(&n0, "flush"); /* version 1, recorded */
@@ -1318,9 +1319,8 @@ static void test_openedmidpack(void **state)
 static void test_crashlongname(void **state)
 {
     (void)state;
-    g_prov = "tcp;ofi_rxm";
     node_t n0, n1;
-    spawn_pair(&n0, &n1);
+    spawn_tcp_pair(&n0, &n1);
     char name[252];
     memset(name, 'x', 250);
     memcpy(name + 246, ".bin", 5); /* 250 bytes; its ".new" 254 */
@@ -1430,9 +1430,8 @@ static void test_limits(void **state)
 static void test_delete(void **state)
 {
     (void)state;
-    g_prov = "tcp;ofi_rxm";
     node_t n0, n1;
-    spawn_pair(&n0, &n1);
+    spawn_tcp_pair(&n0, &n1);
     OK(&n0, "write ckpt_1.bin 61 50000");
     OK(&n0, "write ckpt_2.bin 62 50000");
     OK(&n0, "flush");
@@ -1459,9 +1458,8 @@ static void test_delete(void **state)
 static void test_gone(void **state)
 {
     (void)state;
-    g_prov = "tcp;ofi_rxm";
     node_t n0, n1;
-    spawn_pair(&n0, &n1);
+    spawn_tcp_pair(&n0, &n1);
     OK(&n0, "write a.bin 81 40000");
     OK(&n0, "write b.bin 82 40000");
     OK(&n0, "flush");
@@ -1502,9 +1500,8 @@ static void test_gone(void **state)
 static void test_goneunrecorded(void **state)
 {
     (void)state;
-    g_prov = "tcp;ofi_rxm";
     node_t n0, n1;
-    spawn_pair(&n0, &n1);
+    spawn_tcp_pair(&n0, &n1);
     OK(&n0, "limits 1073741824 3000");
     OK(&n0, "write a.bin 121 40000");
     OK(&n0, "write b.bin 122 40000");
@@ -1544,9 +1541,8 @@ static void test_goneunrecorded(void **state)
 static void test_gonecap(void **state)
 {
     (void)state;
-    g_prov = "tcp;ofi_rxm";
     node_t n0, n1;
-    spawn_pair(&n0, &n1);
+    spawn_tcp_pair(&n0, &n1);
     OK(&n0, "many f 4096");
     OK(&n0, "write x.bin 141 3000");
     OK(&n0, "aged x.bin 3600"); /* put back by cp -p: an hour old */
@@ -1574,9 +1570,8 @@ static void test_gonecap(void **state)
 static void test_gonesame(void **state)
 {
     (void)state;
-    g_prov = "tcp;ofi_rxm";
     node_t n0, n1;
-    spawn_pair(&n0, &n1);
+    spawn_tcp_pair(&n0, &n1);
     OK(&n0, "write x.bin 151 5000");
     OK(&n0, "flush");
     OK_BOTH(&n0, &n1, "restore 1 n0 n1"); /* node 1 has a copy */
@@ -1628,9 +1623,8 @@ static void gone_unknown(node_t *n1, const char *name, long long sec, long long 
 static void test_gonenohash(void **state)
 {
     (void)state;
-    g_prov = "tcp;ofi_rxm";
     node_t n0, n1;
-    spawn_pair(&n0, &n1);
+    spawn_tcp_pair(&n0, &n1);
     OK(&n0, "write x.bin 181 5000");
     OK(&n0, "flush");
     OK(&n1, "restore 1 n0 n1"); /* node 1's copy, from node 0's version */
@@ -1664,9 +1658,8 @@ static void test_gonenohash(void **state)
 static void test_gonesamesize(void **state)
 {
     (void)state;
-    g_prov = "tcp;ofi_rxm";
     node_t n0, n1;
-    spawn_pair(&n0, &n1);
+    spawn_tcp_pair(&n0, &n1);
     char msg[2048];
     long long xs = 0, xn = 0, ws = 0, wn = 0;
     OK(&n0, "write x.bin 221 5000");
@@ -1741,9 +1734,8 @@ static pid_t dead_pid(void)
 static void test_tmpleftover(void **state)
 {
     (void)state;
-    g_prov = "tcp;ofi_rxm";
     node_t n0, n1;
-    spawn_pair(&n0, &n1);
+    spawn_tcp_pair(&n0, &n1);
     int dead = (int)dead_pid(), live = (int)getpid();
     OK(&n0, "write a.bin 201 1000");
     OK(&n0, "flush");
@@ -1803,9 +1795,8 @@ static void test_tmpleftover(void **state)
 static void test_gonesamebytes(void **state)
 {
     (void)state;
-    g_prov = "tcp;ofi_rxm";
     node_t n0, n1;
-    spawn_pair(&n0, &n1);
+    spawn_tcp_pair(&n0, &n1);
     OK(&n0, "write x.bin 191 5000");
     OK(&n0, "flush");
     OK(&n1, "restore 1 n0 n1");
@@ -1893,9 +1884,8 @@ static void test_gonerescan(void **state)
 static void test_pending(void **state)
 {
     (void)state;
-    g_prov = "tcp;ofi_rxm";
     node_t n0, n1;
-    spawn_pair(&n0, &n1);
+    spawn_tcp_pair(&n0, &n1);
     OK(&n0, "write a.bin 71 20000");
     OK(&n0, "flush"); /* version 1 */
     OK(&n0, "write b.bin 72 20000");
@@ -1917,9 +1907,8 @@ static void test_pending(void **state)
 static void test_busy(void **state)
 {
     (void)state;
-    g_prov = "tcp;ofi_rxm";
     node_t n0, n1;
-    spawn_pair(&n0, &n1);
+    spawn_tcp_pair(&n0, &n1);
     OK(&n0, "limits 1073741824 60000 1000"); /* busy_max_ms 1 s */
     OK(&n0, "write a.bin 91 50000");
     OK(&n0, "flush"); /* version 1 */
@@ -1947,9 +1936,8 @@ static void test_busy(void **state)
 static void test_quietopen(void **state)
 {
     (void)state;
-    g_prov = "tcp;ofi_rxm";
     node_t n0, n1;
-    spawn_pair(&n0, &n1);
+    spawn_tcp_pair(&n0, &n1);
     OK(&n0, "write a.bin 95 50000");
     OK(&n0, "flush"); /* version 1 */
     int hold = cmd(&n0, NULL, 0, "holdwrite a.bin 96 50000"); /* half written, then a pause */
@@ -2002,9 +1990,8 @@ static void test_mmapwrite(void **state)
 static void test_prevcorrupt(void **state)
 {
     (void)state;
-    g_prov = "tcp;ofi_rxm";
     node_t n0, n1;
-    spawn_pair(&n0, &n1);
+    spawn_tcp_pair(&n0, &n1);
     OK(&n0, "write a.bin 101 50000");
     OK(&n0, "write c.bin 103 50000");
     OK(&n0, "flush"); /* version 1, in one of node 0's own slots */
@@ -2173,9 +2160,8 @@ static long max_queued_events(void)
 static void test_overflow(void **state)
 {
     (void)state;
-    g_prov = "tcp;ofi_rxm";
     node_t n0, n1;
-    spawn_pair(&n0, &n1);
+    spawn_tcp_pair(&n0, &n1);
     OK(&n0, "write a.bin 91 1000");
     OK(&n0, "flush");
     /* a queue of our own beside the store's, with the same limit, never read
@@ -2242,9 +2228,8 @@ static void test_overflow(void **state)
 static void test_symlinked_subdir(void **state)
 {
     (void)state;
-    g_prov = "tcp;ofi_rxm";
     node_t n0, n1;
-    spawn_pair(&n0, &n1);
+    spawn_tcp_pair(&n0, &n1);
     OK(&n0, "mkdir sub");
     OK(&n0, "write sub/a.bin 101 3000");
     OK(&n0, "write b.bin 102 2000");

@@ -18,6 +18,7 @@
  * 2-core machine) and ctest's TIMEOUT is the backstop for a hang.
  */
 #include "ftc_test.h"
+#include "fabric_test.h"
 
 #include "core/clock.h"
 #include "core/fabric.h"
@@ -132,38 +133,7 @@ static void spawn(int n, const spawn_opts_t *so, rank_fn fn, void *arg, int *st)
             exit(0); /* not _exit: lets LeakSanitizer check the rank */
         }
     }
-    uint64_t t0 = ftc_now_ns();
-    for (int r = 0; r < n; r++) {
-        for (;;) {
-            pid_t w = waitpid(pids[r], &st[r], WNOHANG);
-            if (w == pids[r])
-                break;
-            if (ftc_now_ns() - t0 > 240ull * 1000000000ull) { /* backstop */
-                for (int q = 0; q < n; q++)
-                    kill(pids[q], SIGKILL);
-                waitpid(pids[r], &st[r], 0);
-                break;
-            }
-            ftc_sleep_ms(5);
-        }
-    }
-    /* shm names a region after each endpoint; a killed rank leaves it */
-    if (!strncmp(g_prov, "shm", 3)) {
-        for (int r = 0; r < n; r++) {
-            char p[PATH_MAX], a[FTC_FABRIC_ADDR_MAX + 1] = {0};
-            snprintf(p, sizeof p, "%s/%d.addr", dir, r);
-            FILE *f = fopen(p, "rb");
-            if (!f)
-                continue;
-            size_t got = fread(a, 1, FTC_FABRIC_ADDR_MAX, f);
-            fclose(f);
-            a[got < FTC_FABRIC_ADDR_MAX ? got : FTC_FABRIC_ADDR_MAX] = 0;
-            const char *nm = strstr(a, "://");
-            snprintf(p, sizeof p, "/dev/shm/%s", nm ? nm + 3 : a);
-            unlink(p);
-        }
-    }
-    ftc_test_rmrf(dir);
+    ftc_test_reap_ranks(pids, n, st, dir, g_prov);
     free(dir);
 }
 
@@ -615,31 +585,11 @@ static void test_exchange_timeout_and_args(void **s)
     assert_int_equal(len, 0);
 }
 
-static bool provider_present(const char *prov)
-{
-    struct fi_info *hints = fi_allocinfo(), *info = NULL;
-    if (!hints)
-        return false;
-    hints->fabric_attr->prov_name = strdup(prov);
-    int rc = fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), NULL, NULL, 0, hints,
-                        &info);
-    fi_freeinfo(info);
-    fi_freeinfo(hints);
-    return rc == 0;
-}
-
 int main(int argc, char **argv)
 {
-    const char *which = argc > 1 ? argv[1] : "tcp";
-    g_prov = !strcmp(which, "tcp") ? "tcp;ofi_rxm" : which;
-    unsetenv("FI_PROVIDER");
-    if (!provider_present(g_prov)) {
-        printf("SKIPPED: libfabric provider '%s' is absent from fi_getinfo\n", g_prov);
+    g_prov = ftc_test_fabric_args(argc, argv);
+    if (!g_prov)
         return 77;
-    }
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    if (argc > 2)
-        cmocka_set_test_filter(argv[2]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exchange_timeout_and_args),
         cmocka_unit_test(test_create_seg_too_large),

@@ -480,30 +480,18 @@ static void test_dp2_rollback_stale_rank_dir(void **state)
 /* The detail of the first stream entry of kind `kind` (malloc'd), or NULL. */
 static char *stream_detail(redis_fixture_t *f, const char *job, const char *kind, int64_t *step)
 {
-    ftc_ctl_t *c = redis_fixture_ctl(f, job);
-    char key[128], *found = NULL;
-    ftc_redis_reply_t *rep;
-    assert_int_equal(ftc_redis_cmdv(ftc_ctl_redis(c), true, &rep, "XRANGE",
-                                    ftc_ctl_key(c, "events", key, sizeof key), "-", "+", NULL), 0);
+    char *found = NULL;
+    ftc_redis_reply_t *rep = redis_fixture_events(f, job);
     for (size_t i = 0; i < rep->elements && !found; i++) {
-        ftc_redis_reply_t *fields = rep->element[i]->element[1];
-        const char *k = NULL, *d = NULL, *s = NULL;
-        for (size_t j = 0; j + 1 < fields->elements; j += 2) {
-            const char *name = fields->element[j]->str, *v = fields->element[j + 1]->str;
-            if (!strcmp(name, "kind"))
-                k = v;
-            else if (!strcmp(name, "detail"))
-                d = v;
-            else if (!strcmp(name, "step"))
-                s = v;
-        }
+        const char *k = redis_fixture_event_field(rep, i, "kind");
+        const char *d = redis_fixture_event_field(rep, i, "detail");
+        const char *s = redis_fixture_event_field(rep, i, "step");
         if (k && d && !strcmp(k, kind)) {
             found = strdup(d);
             *step = s ? strtoll(s, NULL, 10) : -1;
         }
     }
     ftc_redis_reply_free(rep);
-    ftc_ctl_destroy(c);
     return found;
 }
 

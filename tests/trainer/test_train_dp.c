@@ -59,6 +59,25 @@
 
 static uint64_t g_base; /* the single-process run of 4 steps */
 
+/* Sets g_base unless test_dp_bit_identical has (a test run alone, FTC_TEST_FILTER). */
+static void ensure_base(const char *dir)
+{
+    if (!g_base) {
+        const char *one[] = {COMMON, "--steps", "4", "--deterministic", NULL};
+        g_base = run_ok(dir, "dp1", NULL, one, 4);
+    }
+}
+
+/* Runs nproc DP ranks for 4 steps, checkpointing every step in ck, to a clean
+ * end or to --stop-at stop_at (NULL: none); the parameter hash after steps. */
+static uint64_t run_dp_ckpt(const char *dir, const char *tag, const char *nproc, const char *ck,
+                            const char *stop_at, int steps)
+{
+    const char *a[] = {COMMON, "--steps", "4", "--nproc", nproc, "--ckpt-dir", ck,
+                       "--ckpt-every", "1", stop_at ? "--stop-at" : NULL, stop_at, NULL};
+    return run_ok(dir, tag, NULL, a, steps);
+}
+
 static void test_dp_bit_identical(void **state)
 {
     (void)state;
@@ -267,19 +286,12 @@ static void test_stop_resume_dp2(void **state)
     char *dir = ftc_test_tmpdir("traindp");
     char ck[PATH_MAX];
     snprintf(ck, sizeof ck, "%s/ckpt", dir);
-    if (!g_base) {
-        const char *one[] = {COMMON, "--steps", "4", "--deterministic", NULL};
-        g_base = run_ok(dir, "dp1", NULL, one, 4);
-    }
-    const char *a1[] = {COMMON, "--steps", "4", "--nproc", "2", "--ckpt-dir", ck,
-                        "--ckpt-every", "1", "--stop-at", "2", NULL};
-    run_ok(dir, "first", NULL, a1, 2);
+    ensure_base(dir);
+    run_dp_ckpt(dir, "first", "2", ck, "2", 2);
     char f[PATH_MAX + 64];
     snprintf(f, sizeof f, "%s/rank-d1/v%020d/shard-d1-t0-p0.ftcz", ck, 2);
     assert_true(access(f, R_OK) == 0); /* each rank persisted its own chunk */
-    const char *a2[] = {COMMON, "--steps", "4", "--nproc", "2", "--ckpt-dir", ck,
-                        "--ckpt-every", "1", NULL};
-    uint64_t h = run_ok(dir, "resumed", NULL, a2, 4);
+    uint64_t h = run_dp_ckpt(dir, "resumed", "2", ck, NULL, 4);
     char out[PATH_MAX + 32];
     snprintf(out, sizeof out, "%s/resumed.out", dir);
     assert_true(expect_said(out, "restored step 2"));
@@ -289,9 +301,7 @@ static void test_stop_resume_dp2(void **state)
      * gathered and re-split), the same bits at the end */
     char ck3[PATH_MAX + 8];
     snprintf(ck3, sizeof ck3, "%s/ckpt3", dir);
-    const char *b1[] = {COMMON, "--steps", "4", "--nproc", "3", "--ckpt-dir", ck3,
-                        "--ckpt-every", "1", "--stop-at", "2", NULL};
-    run_ok(dir, "first3", NULL, b1, 2);
+    run_dp_ckpt(dir, "first3", "3", ck3, "2", 2);
     /* rank-d2 is read by the ranks of the new degree, never written: a temp
      * file there (of a writer they cannot tell from a dead one: another node's,
      * on a shared file system) stays (ftc_persist_open_reader) */
@@ -300,9 +310,7 @@ static void test_stop_resume_dp2(void **state)
     FILE *fp = fopen(tmpf, "w");
     assert_non_null(fp);
     fclose(fp);
-    const char *b2[] = {COMMON, "--steps", "4", "--nproc", "2", "--ckpt-dir", ck3,
-                        "--ckpt-every", "1", NULL};
-    uint64_t h2 = run_ok(dir, "resumed2", NULL, b2, 4);
+    uint64_t h2 = run_dp_ckpt(dir, "resumed2", "2", ck3, NULL, 4);
     snprintf(out, sizeof out, "%s/resumed2.out", dir);
     assert_true(expect_said(out, "re-partitioned from 3 DP ranks"));
     assert_true(h2 == g_base);
@@ -325,22 +333,13 @@ static void test_cut_short_after_degree_change(void **state)
     char *dir = ftc_test_tmpdir("traindp");
     char ck[PATH_MAX];
     snprintf(ck, sizeof ck, "%s/ckpt", dir);
-    if (!g_base) {
-        const char *one[] = {COMMON, "--steps", "4", "--deterministic", NULL};
-        g_base = run_ok(dir, "dp1", NULL, one, 4);
-    }
-    const char *a1[] = {COMMON, "--steps", "4", "--nproc", "3", "--ckpt-dir", ck,
-                        "--ckpt-every", "1", "--stop-at", "1", NULL};
-    run_ok(dir, "first3", NULL, a1, 1);
-    const char *a2[] = {COMMON, "--steps", "4", "--nproc", "2", "--ckpt-dir", ck,
-                        "--ckpt-every", "1", "--stop-at", "2", NULL};
-    run_ok(dir, "then2", NULL, a2, 2);
+    ensure_base(dir);
+    run_dp_ckpt(dir, "first3", "3", ck, "1", 1);
+    run_dp_ckpt(dir, "then2", "2", ck, "2", 2);
     char f[PATH_MAX + 64];
     snprintf(f, sizeof f, "%s/rank-d1/v%020d/COMMITTED", ck, 2);
     assert_int_equal(unlink(f), 0); /* rank 1 never committed step 2 */
-    const char *a3[] = {COMMON, "--steps", "4", "--nproc", "2", "--ckpt-dir", ck,
-                        "--ckpt-every", "1", NULL};
-    uint64_t h = run_ok(dir, "resumed", NULL, a3, 4);
+    uint64_t h = run_dp_ckpt(dir, "resumed", "2", ck, NULL, 4);
     char out[PATH_MAX + 32];
     snprintf(out, sizeof out, "%s/resumed.out", dir);
     assert_true(expect_said(out, "restored step 1 from"));
@@ -363,13 +362,8 @@ static void test_lone_first_checkpoint(void **state)
     char *dir = ftc_test_tmpdir("traindp");
     char ck[PATH_MAX];
     snprintf(ck, sizeof ck, "%s/ckpt", dir);
-    if (!g_base) {
-        const char *one[] = {COMMON, "--steps", "4", "--deterministic", NULL};
-        g_base = run_ok(dir, "dp1", NULL, one, 4);
-    }
-    const char *a1[] = {COMMON, "--steps", "4", "--nproc", "2", "--ckpt-dir", ck,
-                        "--ckpt-every", "1", "--stop-at", "1", NULL};
-    run_ok(dir, "first", NULL, a1, 1);
+    ensure_base(dir);
+    run_dp_ckpt(dir, "first", "2", ck, "1", 1);
     char f[PATH_MAX + 64];
     snprintf(f, sizeof f, "%s/rank-d0/v%020d/COMMITTED", ck, 1);
     assert_int_equal(unlink(f), 0); /* rank 0 never committed its first checkpoint */
@@ -382,9 +376,7 @@ static void test_lone_first_checkpoint(void **state)
     assert_false(said(p.out, "step 1/4"));
     snprintf(f, sizeof f, "%s/rank-d1/v%020d/COMMITTED", ck, 1);
     assert_true(access(f, F_OK) == 0);
-    const char *a2[] = {COMMON, "--steps", "4", "--nproc", "2", "--ckpt-dir", ck,
-                        "--ckpt-every", "1", NULL};
-    uint64_t h = run_ok(dir, "fresh", NULL, a2, 4);
+    uint64_t h = run_dp_ckpt(dir, "fresh", "2", ck, NULL, 4);
     char out[PATH_MAX + 32];
     snprintf(out, sizeof out, "%s/fresh.out", dir);
     assert_true(expect_said(out, "committed by rank-d1 only"));
@@ -410,9 +402,7 @@ static void test_other_kind_refused(void **state)
     char ck[PATH_MAX], ck1[PATH_MAX + 8];
     snprintf(ck, sizeof ck, "%s/ckpt", dir);
     snprintf(ck1, sizeof ck1, "%s/ckpt1", dir);
-    const char *chunks[] = {COMMON, "--steps", "4", "--nproc", "2", "--ckpt-dir", ck,
-                            "--ckpt-every", "1", "--stop-at", "2", NULL};
-    run_ok(dir, "chunks", NULL, chunks, 2);
+    run_dp_ckpt(dir, "chunks", "2", ck, "2", 2);
     const char *one[] = {COMMON, "--steps", "4", "--deterministic", "--ckpt-dir", ck, NULL};
     proc_t p;
     run_rc(dir, "one-on-chunks", NULL, one, 2, &p); /* FTC_ECONFIG: exit 2 */
