@@ -118,6 +118,8 @@ static uint64_t ftc__config_hash(const ftc_trainer_t *t)
 }
 
 static int ftc__newest(const char *dir, uint64_t *step, ftc_err_t *err);
+static int ftc__shard_persist_restore_in(ftc_trainer_t *t, uint64_t *all, uint64_t *oks,
+                                         int world, ftc_err_t *err);
 static int ftc__guard_check_options(const ftc_train_options_t *o, ftc_err_t *err);
 static bool ftc__guard_add_skip(ftc_trainer_t *t, uint64_t step);
 static int ftc__guard_from_meta(ftc_trainer_t *t, const ftc__train_meta_t *meta,
@@ -409,6 +411,25 @@ static int ftc__gather_u64(ftc_trainer_t *t, uint64_t mine, uint64_t *all, ftc_e
     int rc = ftc_stage_coll(&t->stage, t->coll, FTC_STAGE_ALL_GATHER, all, (size_t)t->dpn * 8,
                             FTC_COLL_U8, 0, FTC_STAGE_MEM_HOST, ftc__coll_dl(t));
     return rc < 0 ? ftc__coll_fail(t, rc, "exchanging restart steps", err) : 0;
+}
+
+/* Every rank of the job gets every rank's 8-byte value: all[tp_rank * dp +
+ * dp_rank] (dp x tp entries), the DP group's gather, then the TP group's of
+ * those blocks. The persist path's restore decides with it: the TP ranks
+ * must resume the same step as the DP ranks must (each TP rank's series is
+ * written on its own, and a checkpoint cut short leaves them apart). */
+static int ftc__gather_u64_world(ftc_trainer_t *t, uint64_t mine, uint64_t *all, ftc_err_t *err)
+{
+    int rc = ftc__gather_u64(t, mine, all + (size_t)t->tpr * (size_t)t->dpn, err);
+    if (rc < 0 || t->tpn == 1)
+        return rc;
+    rc = ftc_stage_coll(&t->stage, t->o.tp_coll, FTC_STAGE_ALL_GATHER, all,
+                        (size_t)t->tpn * (size_t)t->dpn * 8, FTC_COLL_U8, 0, FTC_STAGE_MEM_HOST,
+                        ftc__coll_dl(t));
+    return rc < 0 ? ftc_err_set(err, rc, "exchanging restart steps over TP (TP rank %d of %d, "
+                                "DP rank %d): %s; a peer rank probably died: restart the job",
+                                t->tpr, t->tpn, t->dpr, ftc_coll_errmsg(t->o.tp_coll))
+                  : 0;
 }
 
 /* The parameter chunks of every rank to every rank (after an update or a restore). */
@@ -1074,6 +1095,15 @@ static void ftc__rank_dir(const ftc_trainer_t *t, int q, char *buf, size_t size)
         snprintf(buf, size, "%s/rank-d%d", t->o.ckpt_dir, q);
 }
 
+/* The persist directory of DP rank q in TP rank tr's series. */
+static void ftc__rank_dir_tp(const ftc_trainer_t *t, int q, int tr, char *buf, size_t size)
+{
+    if (t->tpn > 1)
+        snprintf(buf, size, "%s/rank-d%d-t%d", t->o.ckpt_dir, q, tr);
+    else
+        snprintf(buf, size, "%s/rank-d%d", t->o.ckpt_dir, q);
+}
+
 /* The shard header of version `step` in the persist directory dir. */
 static int ftc__saved_info(const char *dir, uint64_t step, ftc_shard_info_t *info, ftc_err_t *err)
 {
@@ -1318,13 +1348,19 @@ static int ftc__repartition(ftc_trainer_t *t, ftc_err_t *err)
                      "trying an older one", t->dpr, (unsigned long long)steps[i], d0, s);
             continue;
         }
+        /* committed by every DP rank of that degree in every TP rank's
+         * series: the TP ranks resume the same step (each reads the same
+         * files, so all choose alike) */
         bool all = true;
-        for (int q = 1; q < s && all; q++) {
-            char dq[4200];
-            ftc__rank_dir(t, q, dq, sizeof dq);
-            if (ftc__has_committed(dq, steps[i], &all, &e) < 0)
-                all = false;
-        }
+        for (int tr = 0; tr < t->tpn && all; tr++)
+            for (int q = 0; q < s && all; q++) {
+                char dq[4200];
+                if (q == 0 && tr == t->tpr)
+                    continue; /* rank-d0 itself */
+                ftc__rank_dir_tp(t, q, tr, dq, sizeof dq);
+                if (ftc__has_committed(dq, steps[i], &all, &e) < 0)
+                    all = false;
+            }
         if (all)
             S = s, step = steps[i];
         else
@@ -1385,22 +1421,39 @@ static int ftc__repartition(ftc_trainer_t *t, ftc_err_t *err)
 }
 
 /* Persist-tier restore of a DP rank: when every rank's newest committed step
- * is the same and of this DP degree, each loads its own chunk; otherwise (a
- * different saved DP degree, or a checkpoint cut short on some rank) every
- * rank re-partitions from the saved chunks. Then the parameters are
+ * — every rank of the job, DP x TP: the TP ranks' series are written
+ * independently too — is the same and of this DP degree, each loads its own
+ * chunk; otherwise (a different saved DP degree, or a checkpoint cut short on
+ * some rank) every rank re-partitions from the saved chunks, from the newest
+ * step every rank of every TP series committed. Then the parameters are
  * all-gathered. */
 static int ftc__shard_persist_restore(ftc_trainer_t *t, ftc_err_t *err)
 {
-    uint64_t mine = 0, all[FTC__MAX_DP];
     int rc = ftc__tp_layout_check(t, err);
     if (rc < 0)
         return rc;
+    /* every rank's newest step and fast-path verdict, DP x TP of them */
+    int world = t->dpn * t->tpn;
+    uint64_t *all = calloc(2 * (size_t)world, sizeof *all);
+    if (!all)
+        return ftc_err_set(err, FTC_ENOMEM, "restore: out of memory");
+    rc = ftc__shard_persist_restore_in(t, all, all + world, world, err);
+    free(all);
+    return rc;
+}
+
+/* ftc__shard_persist_restore with all and oks of world (DP x TP) entries. */
+static int ftc__shard_persist_restore_in(ftc_trainer_t *t, uint64_t *all, uint64_t *oks,
+                                         int world, ftc_err_t *err)
+{
+    uint64_t mine = 0;
+    int rc;
     if ((rc = ftc__newest(t->rank_dir, &mine, err)) < 0)
         return rc;
-    if ((rc = ftc__gather_u64(t, mine, all, err)) < 0)
+    if ((rc = ftc__gather_u64_world(t, mine, all, err)) < 0)
         return rc;
     bool same = true, any = false;
-    for (int r = 0; r < t->dpn; r++)
+    for (int r = 0; r < world; r++)
         same = same && all[r] == mine, any = any || all[r];
     if (!any) {
         /* nothing committed by this degree's ranks: rank-d0 (a rank of every
@@ -1434,7 +1487,7 @@ static int ftc__shard_persist_restore(ftc_trainer_t *t, ftc_err_t *err)
                                (unsigned long long)whole, t->dpn, t->tpn);
         return 0;
     }
-    uint64_t ok = 0, oks[FTC__MAX_DP];
+    uint64_t ok = 0;
     ftc_err_t e_fast = {0};
     if (same && mine) {
         ftc_persist_loaded_t *l = NULL;
@@ -1448,9 +1501,9 @@ static int ftc__shard_persist_restore(ftc_trainer_t *t, ftc_err_t *err)
             mlen == sizeof meta && ftc__meta_dp(&meta) == (uint64_t)t->dpn && got == mine)
             ok = 1;
         ftc_persist_loaded_free(l);
-        if ((rc = ftc__gather_u64(t, ok, oks, err)) < 0)
+        if ((rc = ftc__gather_u64_world(t, ok, oks, err)) < 0)
             return rc;
-        for (int r = 0; r < t->dpn; r++)
+        for (int r = 0; r < world; r++)
             ok = ok && oks[r];
         if (ok) {
             if ((rc = ftc__meta_apply(t, &meta, mlen, got, (uint64_t)t->dpn, t->rank_dir, err)) < 0)

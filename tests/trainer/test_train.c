@@ -8,7 +8,8 @@
  *     parameters and AdamW moments (memcmp) after N steps;
  *   - stop at step k, restore from the persist tier, continue to N: the
  *     same bits as the uninterrupted run to N — also when the DP degree
- *     changes at the restart (an elastic shrink 3 -> 2);
+ *     changes at the restart (an elastic shrink 3 -> 2); in fp32 mode too, and
+ *     from a checkpoint inside the warmup (also across a DP change);
  *   - a checkpoint of another configuration is refused; the exact
  *     accumulator refuses non-finite gradients and reports overflow;
  *   - a DP group larger than the trainer carries (64 ranks) is refused, and
@@ -204,6 +205,58 @@ static void test_resume_bit_identical(void **state)
     free(dir);
 }
 
+/* The whole-state restore outside test_resume_bit_identical's case (a
+ * deterministic run stopped in the cosine part): the fp32 mode, whose
+ * micro-batch gradients accumulate in fp32, and stops inside the warmup
+ * (step 1 of 3), where the learning rate and the bias correction move
+ * fastest, also across a DP change. Each resumed run ends with the bits of
+ * the uninterrupted one: the schedule, the moments and the data position
+ * are restored exactly. */
+static void test_resume_fp32_and_warmup(void **state)
+{
+    (void)state;
+    ftc_err_t err = {0};
+    char *dir = ftc_test_tmpdir("trwarm");
+    static const struct { bool det; int dp, dp2; uint64_t stop; } cases[] = {
+        {false, 1, 1, 1}, {false, 1, 1, 4}, {true, 3, 2, 1}, {true, 2, 4, 2},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        ftc_train_options_t o = det_opts(cases[c].dp);
+        o.deterministic = cases[c].det;
+        o.steps = 6;
+        state_t ref = run(&o, o.steps, NULL);
+        char sub[PATH_MAX];
+        snprintf(sub, sizeof sub, "%s/c%zu", dir, c);
+        o.ckpt_dir = sub;
+        o.ckpt_every = (int)cases[c].stop;
+        ftc_trainer_t *t = ftc_trainer_create(&o, &err);
+        if (!t)
+            fail_msg("create: %s", err.msg);
+        ftc_train_stats_t st;
+        while (ftc_trainer_steps_done(t) < cases[c].stop)
+            assert_int_equal(ftc_trainer_step(t, &st, &err), 0);
+        ftc_trainer_destroy(t);
+        o.dp = cases[c].dp2;
+        t = ftc_trainer_create(&o, &err);
+        if (!t)
+            fail_msg("restore: %s", err.msg);
+        assert_int_equal(ftc_trainer_resumed_from(t), cases[c].stop);
+        while (ftc_trainer_steps_done(t) < o.steps)
+            assert_int_equal(ftc_trainer_step(t, &st, &err), 0);
+        state_t s = grab(t);
+        ftc_trainer_destroy(t);
+        char what[96];
+        snprintf(what, sizeof what, "%s, dp %d -> %d, resumed at step %llu",
+                 cases[c].det ? "deterministic" : "fp32", cases[c].dp, cases[c].dp2,
+                 (unsigned long long)cases[c].stop);
+        same(&ref, &s, what);
+        drop(&s);
+        drop(&ref);
+    }
+    ftc_test_rmrf(dir);
+    free(dir);
+}
+
 static void test_gradsum_limits(void **state)
 {
     (void)state;
@@ -293,6 +346,7 @@ int main(void)
         cmocka_unit_test(test_steps_bound),
         cmocka_unit_test(test_virtual_dp_bit_identical),
         cmocka_unit_test(test_resume_bit_identical),
+        cmocka_unit_test(test_resume_fp32_and_warmup),
         cmocka_unit_test(test_loss_falls),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

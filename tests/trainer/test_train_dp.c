@@ -11,6 +11,8 @@
  *     chunks) for DP = 3 and 4: the single-process bits, parameters and
  *     the gathered moments; the same stopped at step 2 at DP = 3 (4) and
  *     resumed at DP = 2 (3): the uneven chunks re-partitioned, same bits;
+ *     with a listed skip and a loss spike, stopped at DP = 2 and resumed at
+ *     DP = 3: the guard's skip list and spike window cross the re-partition;
  *   - DP = 2 stopped at step 2 (persist tier, one chunk per rank) and
  *     resumed to the end: the same bits; DP = 3 stopped at step 2 and
  *     resumed at DP = 2 (chunks re-partitioned): the same bits, the saved
@@ -128,6 +130,11 @@ static void test_dp_bit_identical(void **state)
 
 /* ---- uneven chunks, in-process ranks ------------------------------------- */
 
+/* odd_opts' guard case (the forked ranks inherit it): batch 1 skipped from
+ * the list and a loss spike injected at step 3 (sigma 1, a window of 2), 5
+ * steps; false: neither, 3 steps. */
+static bool g_odd_guard;
+
 static ftc_train_options_t odd_opts(void)
 {
     ftc_train_options_t o = FTC_TRAIN_OPTIONS_INIT;
@@ -141,6 +148,12 @@ static ftc_train_options_t odd_opts(void)
     o.corpus_bytes = 40000;
     o.deterministic = true;
     o.job_id = "test-odd";
+    if (g_odd_guard) {
+        static const uint64_t skip[1] = {1};
+        o.steps = 5;
+        o.skip_steps = skip, o.n_skip_steps = 1;
+        o.inject_spike_step = 3, o.guard_spike_sigma = 1.0, o.guard_window = 2;
+    }
     return o;
 }
 
@@ -274,6 +287,42 @@ static void test_uneven_repartition(void **state)
         print_message("DP=%d -> %d, %zu parameters (uneven chunks re-partitioned): identical\n",
                       a, b, P);
     }
+    free(base);
+    free(got);
+    ftc_test_rmrf(dir);
+    free(dir);
+}
+
+/* The guard's state crosses a ZeRO-1 re-partition: a run stopped at step 2
+ * at DP = 2 (batch 1 skipped from the list; the spike window holds step 0's
+ * loss) and resumed at DP = 3 still counts the skip in its learning rate and
+ * bias correction, and judges step 3's spike by the restored window (an
+ * empty one would let the spike through): the single-process bits,
+ * parameters and both moments. */
+static void test_guard_state_repartition(void **state)
+{
+    (void)state;
+    char *dir = ftc_test_tmpdir("traindp");
+    size_t P = 5410, np = 0;
+    float *base = malloc(3 * P * sizeof(float)), *got = malloc(3 * P * sizeof(float));
+    assert_non_null(base);
+    assert_non_null(got);
+    char x0[PATH_MAX], x1[PATH_MAX], x2[PATH_MAX], ck[PATH_MAX];
+    snprintf(x0, sizeof x0, "%s/x0", dir);
+    snprintf(x1, sizeof x1, "%s/x1", dir);
+    snprintf(x2, sizeof x2, "%s/x2", dir);
+    snprintf(ck, sizeof ck, "%s/ck", dir);
+    assert_int_equal(mkdir(x0, 0700), 0);
+    assert_int_equal(mkdir(x1, 0700), 0);
+    assert_int_equal(mkdir(x2, 0700), 0);
+    g_odd_guard = true;
+    odd_run_to(1, x0, NULL, 0, base, &np);
+    odd_run_to(2, x1, ck, 2, got, &np);
+    odd_run_to(3, x2, ck, 0, got, &np);
+    g_odd_guard = false;
+    assert_int_equal(np, P);
+    assert_memory_equal(base, got, P * sizeof(float));             /* parameters */
+    assert_memory_equal(base + P, got + P, 2 * P * sizeof(float)); /* m and v */
     free(base);
     free(got);
     ftc_test_rmrf(dir);
@@ -669,6 +718,7 @@ int main(void)
         cmocka_unit_test(test_dp_bit_identical),
         cmocka_unit_test(test_uneven_chunks_in_process),
         cmocka_unit_test(test_uneven_repartition),
+        cmocka_unit_test(test_guard_state_repartition),
         cmocka_unit_test(test_stop_resume_dp2),
         cmocka_unit_test(test_cut_short_after_degree_change),
         cmocka_unit_test(test_other_kind_refused),

@@ -19,6 +19,9 @@
  *     re-partitioned): the uninterrupted bits;
  *   - the guard: a NaN in one TP rank's gradient slice only is dropped by
  *     both TP ranks (the bits of a run given that step to skip);
+ *   - a checkpoint cut short between the TP ranks (DP = 1 x TP = 2 in-process
+ *     ranks, TP rank 0's newest version missing): both resume at the step
+ *     every TP rank committed, the uninterrupted bits;
  *   - refused: that checkpoint at TP = 1 and at TP = 4 (FTC_ECONFIG, naming
  *     the saved layout); --tp not dividing the ranks or the heads (usage
  *     errors before any rank starts);
@@ -117,6 +120,11 @@ static ftc_train_options_t tol_opts(void)
  * skipped from the list (-1: none). */
 static int64_t g_nan_step = -1, g_nan_tp = -1;
 static int64_t g_skip = -1;
+/* tp_run's checkpoints (every step into g_ckpt when set), its last step
+ * (g_until; 0: STEPS) and collective deadline (g_coll_ms; 0: 30 s) */
+static const char *g_ckpt;
+static uint64_t g_until;
+static int g_coll_ms;
 
 /* `world` ranks of DP x tp (tp 1 and world 1: one process, no communicator)
  * run STEPS steps; rank 0 writes the full parameters to out (P floats), and
@@ -146,7 +154,8 @@ static void tp_run(int world, int tp, const char *dir, float *out, float *init)
             o.dp_coll = d ? d->dp : NULL;
             o.tp_coll = d ? d->tp : NULL;
             o.tp = tp;
-            o.coll_timeout_ms = 30000;
+            o.coll_timeout_ms = g_coll_ms ? g_coll_ms : 30000;
+            o.ckpt_dir = g_ckpt, o.ckpt_every = 1;
             uint64_t skip = (uint64_t)g_skip;
             o.inject_nan_step = g_nan_step;
             o.inject_tp_rank = (int)g_nan_tp;
@@ -158,7 +167,7 @@ static void tp_run(int world, int tp, const char *dir, float *out, float *init)
                 _exit(1);
             }
             int rc = ftc_trainer_full_params(t, NULL, r == 0 ? sh + P : NULL, &err);
-            for (uint64_t s = 0; rc == 0 && s < o.steps; s++)
+            while (rc == 0 && ftc_trainer_steps_done(t) < (g_until ? g_until : o.steps))
                 rc = ftc_trainer_step(t, NULL, &err);
             /* every rank of a TP group gathers; rank 0 keeps the result */
             if (rc == 0)
@@ -207,6 +216,42 @@ static void test_tp_guard_one_slice(void **state)
     g_nan_step = -1, g_nan_tp = -1, g_skip = 2;
     tp_run(2, 2, d2, b, NULL);
     g_skip = -1;
+    assert_memory_equal(a, b, P * sizeof(float));
+    free(a), free(b);
+    ftc_test_rmrf(dir);
+    free(dir);
+}
+
+/* A checkpoint cut short between the TP ranks: DP = 1 x TP = 2 through the
+ * persist tier, stopped after step 2, with TP rank 0's version of step 2
+ * gone (killed before it committed; TP rank 1's is committed). Each TP rank
+ * chose its own series' newest step (TP rank 0 step 1, TP rank 1 step 2):
+ * they trained on at different steps, their all-reduces pairing up across
+ * steps, and nothing noticed until the end (the replicated tensors differed,
+ * FTC_ECORRUPT). Now the ranks agree on step 1, which every series
+ * committed: the uninterrupted bits. */
+static void test_tp_cut_short_checkpoint(void **state)
+{
+    (void)state;
+    ftc_train_options_t o0 = tol_opts();
+    size_t P = ftc_model_param_count(&o0.model);
+    float *a = malloc(P * sizeof(float)), *b = malloc(P * sizeof(float));
+    char *dir = ftc_test_tmpdir("tpcut");
+    char d[3][PATH_MAX + 8], ck[PATH_MAX + 8], v2[2 * PATH_MAX];
+    for (int i = 0; i < 3; i++) {
+        snprintf(d[i], sizeof d[i], "%s/x%d", dir, i);
+        assert_int_equal(mkdir(d[i], 0700), 0);
+    }
+    snprintf(ck, sizeof ck, "%s/ck", dir);
+    tp_run(2, 2, d[0], a, NULL); /* uninterrupted */
+    g_ckpt = ck, g_until = 2, g_coll_ms = 5000;
+    tp_run(2, 2, d[1], b, NULL);
+    snprintf(v2, sizeof v2, "%s/rank-d0-t0/v%020d", ck, 2);
+    assert_int_equal(access(v2, F_OK), 0);
+    ftc_test_rmrf(v2);
+    g_until = 0;
+    tp_run(2, 2, d[2], b, NULL);
+    g_ckpt = NULL, g_coll_ms = 0;
     assert_memory_equal(a, b, P * sizeof(float));
     free(a), free(b);
     ftc_test_rmrf(dir);
@@ -398,6 +443,7 @@ int main(void)
         cmocka_unit_test(test_dp_x_tp_bit_identical),
         cmocka_unit_test(test_tp2_vs_tp1_tolerance),
         cmocka_unit_test(test_tp_guard_one_slice),
+        cmocka_unit_test(test_tp_cut_short_checkpoint),
         cmocka_unit_test(test_stop_resume_and_repartition),
         cmocka_unit_test_setup_teardown(test_agent_tp_kill_restart, redis_fixture_setup,
                                         agent_teardown),
