@@ -69,7 +69,9 @@ int ftc_shm_free(uint64_t *free_bytes, ftc_err_t *err);
  * pages, less what the slot's file holds already (st_blocks). When the free
  * space cannot be read (statvfs fails) the check is skipped with a warning
  * and err stays clear. A refused slot's file is unlinked only when this call
- * created it. */
+ * created it. An existing file is reused only when it is this user's own
+ * regular file with no group or other access (as ftc makes them, 0600):
+ * FTC_EEXIST naming its owner and mode otherwise, the file left alone. */
 int ftc_slot_create(const char *name, uint64_t size, ftc_slot_t *s, ftc_err_t *err);
 /* ftc_slot_create with flags (FTC_SLOT_POPULATE, FTC_SLOT_DEFER). */
 int ftc_slot_create_ex(const char *name, uint64_t size, unsigned flags, ftc_slot_t *s,
@@ -107,7 +109,9 @@ void ftc_slot_reserve_background(ftc_slot_t *s);
 /* Whether s's background reservation (ftc_slot_reserve_background) has
  * reserved every page; s stays unreserved until ftc_slot_reserve. */
 bool ftc_slot_reserved_background(const ftc_slot_t *s);
-/* Maps an existing slot (its size is the object's size). */
+/* Maps an existing slot (its size is the object's size): FTC_EAUTH, naming
+ * its owner and mode, when it is not this user's own regular file with no
+ * group or other access (anyone may create files in /dev/shm). */
 int ftc_slot_open(const char *name, bool writable, ftc_slot_t *s, ftc_err_t *err);
 /* Maps n existing slots at once (ftc_slot_open each), each of exactly size
  * bytes (0: any size). All or nothing: on failure every slot of slots[] is
