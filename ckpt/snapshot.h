@@ -100,7 +100,9 @@ int ftc_snap_set_device_ops(ftc_snap_t *s, const ftc_snap_device_ops_t *ops, ftc
 
 /* Registers a tensor (before the first begin). device FTC_SNAP_HOST or a
  * CUDA device id (FTC_EUNSUPPORTED without device ops: a build without
- * CUDA). */
+ * CUDA). FTC_ERANGE when the host tensors together would pass 2^30 copy
+ * pieces of 4 MiB (4 PiB), or the shard its limits; a refused tensor
+ * leaves nothing behind. */
 int ftc_snap_add(ftc_snap_t *s, const char *name, int dtype, uint32_t ndim, const uint64_t *shape,
                  const void *ptr, int device, ftc_err_t *err);
 /* Shard bytes the registered tensors need (fixes the layout). */
