@@ -59,7 +59,8 @@ int ftc_slot_name_prev(const char *job, uint32_t rank, int idx, char *buf, size_
                        ftc_err_t *err);
 /* Renames slot `name` to `prev` when it exists with a size other than size
  * (replacing an older prev). 0 (also when there is nothing to keep), or an
- * errno-based error. */
+ * errno-based error; FTC_EEXIST, the file left alone, when it is not this
+ * user's own private regular file (see ftc_slot_create). */
 int ftc_slot_keep_other_size(const char *name, const char *prev, uint64_t size, ftc_err_t *err);
 /* Bytes free in the file system behind shm (usually /dev/shm). */
 int ftc_shm_free(uint64_t *free_bytes, ftc_err_t *err);

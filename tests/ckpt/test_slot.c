@@ -537,8 +537,9 @@ static void test_refused_keeps_existing_empty(void **state)
  * writable by all): one of mode 0666 of this user, and, as root, one of
  * mode 0600 of another user (uid 65534) made first under the name. Both
  * were adopted by ftc_slot_create (its contents, readable and writable by
- * others, trusted as this rank's slot) and mapped by ftc_slot_open. Now
- * both refuse it, naming owner and mode, and leave the file alone. */
+ * others, trusted as this rank's slot) and mapped by ftc_slot_open, and
+ * ftc_slot_keep_other_size renamed it away (its stat followed links too).
+ * Now all three refuse it, naming owner and mode, and leave it alone. */
 static void test_foreign_file_refused(void **state)
 {
     (void)state;
@@ -575,6 +576,13 @@ static void test_foreign_file_refused(void **state)
         if (rc == 0)
             ftc_slot_close(&s);
         assert_int_equal(rc, FTC_EAUTH);
+        /* nor kept (renamed) as the previous layout's slot: another size */
+        char prev[FTC_SLOT_NAME_MAX];
+        snprintf(prev, sizeof prev, "ftc.foreign-test-%d.r0.p0", (int)getpid());
+        rc = ftc_slot_keep_other_size(name, prev, 2 * size, &e2);
+        print_message("pass %d: keep %s '%s'\n", pass, ftc_errname(rc), e2.msg);
+        ftc_slot_unlink(prev, &err);
+        assert_int_equal(rc, FTC_EEXIST);
         struct stat st;
         char full[FTC_SLOT_NAME_MAX + 16];
         snprintf(full, sizeof full, "/dev/shm/%s", name);
