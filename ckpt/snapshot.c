@@ -764,6 +764,20 @@ int ftc_snap_restore(ftc_snap_t *s, const uint8_t *region, uint64_t size, uint64
 int ftc_snap_restore_ex(ftc_snap_t *s, const uint8_t *region, uint64_t size, unsigned flags,
                         uint64_t *step, void *meta, uint32_t *meta_len, ftc_err_t *err)
 {
+    /* a snapshot still copying reads the very tensors a restore writes: its
+     * seal would hash a mix of both states into checksums that verify. Its
+     * copy ends first (the owner's deadline); one that does not is this
+     * restore's FTC_ETIMEDOUT, every tensor left as it was. A failed one is
+     * not running any more: its error is its waiter's, not the restore's */
+    pthread_mutex_lock(&s->mu);
+    ftc_deadline_t cd = ftc_deadline_in_ms((uint64_t)s->timeout_ms);
+    pthread_mutex_unlock(&s->mu);
+    ftc_err_t cerr = {0};
+    if (ftc__snap_wait(s, PH_COPIED, cd, &cerr) == FTC_ETIMEDOUT)
+        return ftc_err_set(err, FTC_ETIMEDOUT,
+                           "restore: the snapshot in flight still reads the tensors (%s): "
+                           "nothing restored",
+                           cerr.msg);
     ftc_shard_view_t v;
     uint64_t t0 = ftc_now_ns();
     int rc = ftc_shard_open(&v, region, size, 0, err);

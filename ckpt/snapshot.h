@@ -127,7 +127,10 @@ bool ftc_snap_busy(ftc_snap_t *s);
  * FTC_ERANGE, before any tensor is written, when the metadata does not fit.
  * The
  * region is verified (every checksum, on the snapshot's threads) before a
- * byte is copied; the host copies run on the snapshot's threads too. */
+ * byte is copied; the host copies run on the snapshot's threads too. A
+ * snapshot still copying the tensors is waited for first (the timeout of
+ * ftc_snap_set_timeout): FTC_ETIMEDOUT, nothing written, when it does not
+ * end. */
 int ftc_snap_restore(ftc_snap_t *s, const uint8_t *region, uint64_t size, uint64_t *step,
                      void *meta, uint32_t *meta_len, ftc_err_t *err);
 
