@@ -100,6 +100,7 @@ struct ftc_shard_layout {
     uint8_t *meta; /* encoded records */
     uint64_t meta_len, meta_cap;
     uint64_t names_size;
+    uint64_t payload_max; /* the tensors' bytes, each aligned: at most FTC__SHARD_MAX_PAYLOAD */
     /* planned offsets (valid when planned) */
     bool planned;
     uint64_t meta_offset, payload_offset, payload_size, total;
@@ -125,6 +126,13 @@ void ftc_shard_layout_destroy(ftc_shard_layout_t *l)
     free(l->meta);
     free(l);
 }
+
+/* The most payload a layout plans (2^62 bytes, the limit of one tensor):
+ * the tensors' lengths, each up to 2^62 bytes, are summed into 64-bit
+ * offsets, and four of them wrapped the shard's size to a few KiB. With the
+ * head (at most FTC_SHARD_MAX_TENSORS entries and names, FTC_SHARD_META_MAX
+ * of metadata) and the footer the total stays far below 2^64. */
+#define FTC__SHARD_MAX_PAYLOAD (UINT64_MAX >> 2)
 
 /* Bytes of a tensor of this dtype and shape, or an error on overflow. */
 static int ftc__tensor_bytes(int dtype, uint32_t ndim, const uint64_t *shape, uint64_t *out)
@@ -163,6 +171,13 @@ int ftc_shard_layout_add_tensor(ftc_shard_layout_t *l, const char *name, int dty
     uint64_t bytes;
     if (ftc__tensor_bytes(dtype, ndim, shape, &bytes) != 0)
         return ftc_err_set(err, FTC_ERANGE, "tensor '%s': shape overflows 64-bit size", name);
+    uint64_t aligned = align_up(bytes, FTC_SHARD_ALIGN); /* bytes < 2^62: no wrap */
+    if (aligned > FTC__SHARD_MAX_PAYLOAD - l->payload_max)
+        return ftc_err_set(err, FTC_ERANGE,
+                           "tensor '%s' of %llu bytes: the shard's tensors together would exceed "
+                           "%llu bytes (a shape gone wrong?)",
+                           name, (unsigned long long)bytes,
+                           (unsigned long long)FTC__SHARD_MAX_PAYLOAD);
     if (l->n == l->cap) {
         uint32_t cap = l->cap ? l->cap * 2 : 16;
         ftc__tensor_desc_t *t = realloc(l->t, cap * sizeof *t);
@@ -182,6 +197,7 @@ int ftc_shard_layout_add_tensor(ftc_shard_layout_t *l, const char *name, int dty
     for (uint32_t k = 0; k < ndim; k++)
         d->shape[k] = shape[k];
     d->length = bytes;
+    l->payload_max += aligned;
     l->names_size += nlen;
     l->planned = false;
     return (int)l->n++;

@@ -90,7 +90,9 @@ typedef struct ftc_shard_layout ftc_shard_layout_t;
 ftc_shard_layout_t *ftc_shard_layout_create(const ftc_shard_info_t *info);
 void ftc_shard_layout_destroy(ftc_shard_layout_t *l); /* NULL is a no-op */
 /* Adds a tensor; returns its index (>= 0) or an error (bad dtype, ndim,
- * duplicate name, overflowing size). shape may be NULL when ndim is 0. */
+ * duplicate name, overflowing size; FTC_ERANGE too when the tensors together
+ * would pass 2^62 bytes, which their 64-bit offsets could wrap). shape may
+ * be NULL when ndim is 0. */
 int ftc_shard_layout_add_tensor(ftc_shard_layout_t *l, const char *name, int dtype, uint32_t ndim,
                                 const uint64_t *shape, ftc_err_t *err);
 /* Adds a metadata record; key is 1..255 bytes and unique. */

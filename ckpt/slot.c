@@ -49,14 +49,39 @@ int ftc_slot_name_prev(const char *job, uint32_t rank, int idx, char *buf, size_
     return 0;
 }
 
+/* A slot file found by name is trusted only when it is what this process
+ * would have made: a regular file of this user, with no access for group
+ * or others (ftc creates them 0600). /dev/shm is writable by everyone, so
+ * the name alone proves nothing: another user (or an earlier job of
+ * another user with the same job id) may have made it first, readable or
+ * writable by all. 0, or code naming the slot, its owner and mode. */
+static int ftc__slot_trusted(const char *name, const struct stat *st, int code, ftc_err_t *err)
+{
+    if (S_ISREG(st->st_mode) && st->st_uid == geteuid() && (st->st_mode & 077) == 0)
+        return 0;
+    return ftc_err_set(err, code,
+                       "slot %s in %s is not this user's own (owner uid %u, mode %04o; this "
+                       "process runs as uid %u and makes its slots 0600): refused, it could be "
+                       "read or rewritten by others; remove it (rm %s/%s) or use another job id",
+                       name, FTC_SHM_DIR, (unsigned)st->st_uid, (unsigned)(st->st_mode & 07777),
+                       (unsigned)geteuid(), FTC_SHM_DIR, name);
+}
+
 int ftc_slot_keep_other_size(const char *name, const char *prev, uint64_t size, ftc_err_t *err)
 {
     char from[FTC_SLOT_NAME_MAX + 16], to[FTC_SLOT_NAME_MAX + 16];
     snprintf(from, sizeof from, FTC_SHM_DIR "/%s", name);
     snprintf(to, sizeof to, FTC_SHM_DIR "/%s", prev);
     struct stat st;
-    if (stat(from, &st) != 0 || (uint64_t)st.st_size == size)
+    /* lstat: a link by the name is not followed (nor kept) */
+    if (lstat(from, &st) != 0 || (S_ISREG(st.st_mode) && (uint64_t)st.st_size == size))
         return 0;
+    /* only this user's own slot is kept: another's file (root may rename
+     * it in the sticky /dev/shm) is left where it is, for ftc_slot_create
+     * to refuse by name */
+    int rc = ftc__slot_trusted(name, &st, FTC_EEXIST, err);
+    if (rc)
+        return rc;
     if (rename(from, to) != 0)
         return ftc_err_errno(err, errno, "keeping slot %s as %s", name, prev);
     return 0;
@@ -220,6 +245,13 @@ int ftc_slot_create_ex(const char *name, uint64_t size, unsigned flags, ftc_slot
         if (created)
             shm_unlink(path);
         return ftc_err_errno(err, e, "fstat slot %s", name);
+    }
+    /* an existing file is adopted (its size, its pages, its contents) only
+     * when it is this user's own, private slot */
+    int trc = created ? 0 : ftc__slot_trusted(name, &st, FTC_EEXIST, err);
+    if (trc) {
+        close(fd);
+        return trc;
     }
     uint64_t have = (uint64_t)st.st_size, held = (uint64_t)st.st_blocks * 512;
     bool reserve = have != size;
@@ -509,6 +541,11 @@ int ftc_slot_open(const char *name, bool writable, ftc_slot_t *s, ftc_err_t *err
     if (fstat(fd, &st) != 0 || st.st_size <= 0) {
         close(fd);
         return ftc_err_set(err, FTC_ENOENT, "slot %s is empty", name);
+    }
+    int trc = ftc__slot_trusted(name, &st, FTC_EAUTH, err);
+    if (trc) {
+        close(fd);
+        return trc;
     }
     s->fd = fd;
     s->size = (uint64_t)st.st_size;

@@ -59,7 +59,8 @@ int ftc_slot_name_prev(const char *job, uint32_t rank, int idx, char *buf, size_
                        ftc_err_t *err);
 /* Renames slot `name` to `prev` when it exists with a size other than size
  * (replacing an older prev). 0 (also when there is nothing to keep), or an
- * errno-based error. */
+ * errno-based error; FTC_EEXIST, the file left alone, when it is not this
+ * user's own private regular file (see ftc_slot_create). */
 int ftc_slot_keep_other_size(const char *name, const char *prev, uint64_t size, ftc_err_t *err);
 /* Bytes free in the file system behind shm (usually /dev/shm). */
 int ftc_shm_free(uint64_t *free_bytes, ftc_err_t *err);
@@ -69,7 +70,9 @@ int ftc_shm_free(uint64_t *free_bytes, ftc_err_t *err);
  * pages, less what the slot's file holds already (st_blocks). When the free
  * space cannot be read (statvfs fails) the check is skipped with a warning
  * and err stays clear. A refused slot's file is unlinked only when this call
- * created it. */
+ * created it. An existing file is reused only when it is this user's own
+ * regular file with no group or other access (as ftc makes them, 0600):
+ * FTC_EEXIST naming its owner and mode otherwise, the file left alone. */
 int ftc_slot_create(const char *name, uint64_t size, ftc_slot_t *s, ftc_err_t *err);
 /* ftc_slot_create with flags (FTC_SLOT_POPULATE, FTC_SLOT_DEFER). */
 int ftc_slot_create_ex(const char *name, uint64_t size, unsigned flags, ftc_slot_t *s,
@@ -107,7 +110,9 @@ void ftc_slot_reserve_background(ftc_slot_t *s);
 /* Whether s's background reservation (ftc_slot_reserve_background) has
  * reserved every page; s stays unreserved until ftc_slot_reserve. */
 bool ftc_slot_reserved_background(const ftc_slot_t *s);
-/* Maps an existing slot (its size is the object's size). */
+/* Maps an existing slot (its size is the object's size): FTC_EAUTH, naming
+ * its owner and mode, when it is not this user's own regular file with no
+ * group or other access (anyone may create files in /dev/shm). */
 int ftc_slot_open(const char *name, bool writable, ftc_slot_t *s, ftc_err_t *err);
 /* Maps n existing slots at once (ftc_slot_open each), each of exactly size
  * bytes (0: any size). All or nothing: on failure every slot of slots[] is

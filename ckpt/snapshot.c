@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #define FTC_SNAP_PIECE (4u << 20)
+#define FTC_SNAP_MAX_PIECES (1u << 30) /* 4 PiB of host tensors: far from wrapping 32 bits */
 #define FTC_SNAP_MAX_THREADS 16
 #define FTC_SNAP_MAX_DEVICES 16
 #define FTC_SNAP_MAX_PINNED 4 /* regions registered with the device (a rank's slots: 3) */
@@ -78,6 +79,7 @@ struct ftc_snap {
     int threads;
     bool frozen;       /* layout fixed */
     bool has_dev;      /* a device tensor is registered: the coordinator syncs and seals */
+    uint64_t host_pieces; /* FTC_SNAP_PIECE pieces of the host tensors registered */
     uint64_t size;
     const ftc_snap_device_ops_t *dev; /* NULL in a build without CUDA */
     void *dev_state;                  /* dev's state, opened on the first device tensor */
@@ -442,6 +444,23 @@ int ftc_snap_add(ftc_snap_t *s, const char *name, int dtype, uint32_t ndim, cons
         if (n)
             return ftc_err_set(err, FTC_EINVAL, "tensor '%s': NULL data pointer", name ? name : "");
     }
+    /* the host tensors' pieces are counted and indexed in 32 bits (their
+     * counters run a little past the count): a tensor of 2^61 bytes, within
+     * the shard's limits, made 2^39 pieces whose count wrapped to 0 and
+     * overran the piece table. The layout refuses an overflowing shape. */
+    uint64_t bytes = ftc_dtype_size(dtype);
+    bool ovf = false;
+    for (uint32_t k = 0; k < ndim && k < FTC_SHARD_MAX_DIMS && shape && !ovf; k++) {
+        ovf = shape[k] && bytes > UINT64_MAX / shape[k];
+        bytes *= shape[k];
+    }
+    uint64_t pieces = bytes / FTC_SNAP_PIECE + 1;
+    if (!ovf && device == FTC_SNAP_HOST && pieces > FTC_SNAP_MAX_PIECES - s->host_pieces)
+        return ftc_err_set(err, FTC_ERANGE,
+                           "tensor '%s' of %llu bytes: the host tensors together would make more "
+                           "than %u copy pieces of %u MiB (a shape gone wrong?)",
+                           name ? name : "", (unsigned long long)bytes, FTC_SNAP_MAX_PIECES,
+                           FTC_SNAP_PIECE >> 20);
     if (s->nt == s->capt) {
         uint32_t cap = s->capt ? s->capt * 2 : 16;
         ftc__snap_tensor_t *t = realloc(s->t, cap * sizeof *t);
@@ -472,6 +491,8 @@ int ftc_snap_add(ftc_snap_t *s, const char *name, int dtype, uint32_t ndim, cons
         t->shape[k] = shape[k];
     if (device != FTC_SNAP_HOST)
         s->dev_used[device] = s->has_dev = true;
+    else
+        s->host_pieces += pieces;
     return 0;
 }
 
@@ -743,6 +764,20 @@ int ftc_snap_restore(ftc_snap_t *s, const uint8_t *region, uint64_t size, uint64
 int ftc_snap_restore_ex(ftc_snap_t *s, const uint8_t *region, uint64_t size, unsigned flags,
                         uint64_t *step, void *meta, uint32_t *meta_len, ftc_err_t *err)
 {
+    /* a snapshot still copying reads the very tensors a restore writes: its
+     * seal would hash a mix of both states into checksums that verify. Its
+     * copy ends first (the owner's deadline); one that does not is this
+     * restore's FTC_ETIMEDOUT, every tensor left as it was. A failed one is
+     * not running any more: its error is its waiter's, not the restore's */
+    pthread_mutex_lock(&s->mu);
+    ftc_deadline_t cd = ftc_deadline_in_ms((uint64_t)s->timeout_ms);
+    pthread_mutex_unlock(&s->mu);
+    ftc_err_t cerr = {0};
+    if (ftc__snap_wait(s, PH_COPIED, cd, &cerr) == FTC_ETIMEDOUT)
+        return ftc_err_set(err, FTC_ETIMEDOUT,
+                           "restore: the snapshot in flight still reads the tensors (%s): "
+                           "nothing restored",
+                           cerr.msg);
     ftc_shard_view_t v;
     uint64_t t0 = ftc_now_ns();
     int rc = ftc_shard_open(&v, region, size, 0, err);

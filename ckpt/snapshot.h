@@ -100,7 +100,9 @@ int ftc_snap_set_device_ops(ftc_snap_t *s, const ftc_snap_device_ops_t *ops, ftc
 
 /* Registers a tensor (before the first begin). device FTC_SNAP_HOST or a
  * CUDA device id (FTC_EUNSUPPORTED without device ops: a build without
- * CUDA). */
+ * CUDA). FTC_ERANGE when the host tensors together would pass 2^30 copy
+ * pieces of 4 MiB (4 PiB), or the shard its limits; a refused tensor
+ * leaves nothing behind. */
 int ftc_snap_add(ftc_snap_t *s, const char *name, int dtype, uint32_t ndim, const uint64_t *shape,
                  const void *ptr, int device, ftc_err_t *err);
 /* Shard bytes the registered tensors need (fixes the layout). */
@@ -125,7 +127,10 @@ bool ftc_snap_busy(ftc_snap_t *s);
  * FTC_ERANGE, before any tensor is written, when the metadata does not fit.
  * The
  * region is verified (every checksum, on the snapshot's threads) before a
- * byte is copied; the host copies run on the snapshot's threads too. */
+ * byte is copied; the host copies run on the snapshot's threads too. A
+ * snapshot still copying the tensors is waited for first (the timeout of
+ * ftc_snap_set_timeout): FTC_ETIMEDOUT, nothing written, when it does not
+ * end. */
 int ftc_snap_restore(ftc_snap_t *s, const uint8_t *region, uint64_t size, uint64_t *step,
                      void *meta, uint32_t *meta_len, ftc_err_t *err);
 

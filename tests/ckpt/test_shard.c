@@ -279,6 +279,38 @@ static void test_layout_errors(void **state)
     free(r);
 }
 
+/* Tensors each within the 2^62-byte limit of one tensor whose sum wraps
+ * the 64-bit shard size: four of 2^62 - 64 bytes. The layout took them all
+ * and planned a shard of a few KiB (offsets past the wrap), so a region of
+ * that size was written 2^64 bytes past its end. Now the tensor that takes
+ * the shard past 2^62 bytes is refused (FTC_ERANGE naming it) and the
+ * layout stays what it was. */
+static void test_layout_total_overflow(void **state)
+{
+    (void)state;
+    ftc_shard_info_t in = ftc_test_info(0, 0);
+    ftc_shard_layout_t *l = ftc_shard_layout_create(&in);
+    ftc_err_t err = {0};
+    uint64_t shape[1] = {(1ull << 62) - 64};
+    int rc = 0;
+    uint32_t added = 0;
+    for (int i = 0; i < 4 && rc >= 0; i++) {
+        char name[8];
+        snprintf(name, sizeof name, "t%d", i);
+        rc = ftc_shard_layout_add_tensor(l, name, FTC_DTYPE_U8, 1, shape, &err);
+        if (rc >= 0)
+            added++;
+    }
+    uint64_t size = ftc_shard_layout_size(l);
+    print_message("%u tensors taken, layout of %llu bytes: %s\n", added,
+                  (unsigned long long)size, rc < 0 ? err.msg : "no error");
+    assert_int_equal(rc, FTC_ERANGE);
+    assert_non_null(strstr(err.msg, "t1"));
+    assert_int_equal(ftc_shard_layout_count(l), 1);
+    assert_true(size > shape[0]);
+    ftc_shard_layout_destroy(l);
+}
+
 /* A tensor whose bytes start past 4 GiB: the region is a sparse file mapped
  * into memory, so the test needs no 4 GiB of RAM. */
 static void test_offsets_past_4gib(void **state)
@@ -427,6 +459,7 @@ int main(void)
         cmocka_unit_test(test_truncation_at_every_length),
         cmocka_unit_test(test_hostile_fields_named),
         cmocka_unit_test(test_layout_errors),
+        cmocka_unit_test(test_layout_total_overflow),
         cmocka_unit_test(test_offsets_past_4gib),
         cmocka_unit_test(test_peek_size),
         cmocka_unit_test(test_peek_arriving),

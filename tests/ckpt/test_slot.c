@@ -16,7 +16,9 @@
  * check counts whole pages and what an existing slot's file holds already;
  * a space check that cannot be made (statvfs failing, a seccomp filter in a
  * child) is a warning and leaves err clear; a refused slot whose empty file
- * existed before the call keeps it.
+ * existed before the call keeps it; a file by a slot's name that is not this
+ * user's own private file (another owner, group or other access) is refused
+ * by create and open.
  */
 #include "ftc_test.h"
 
@@ -531,6 +533,65 @@ static void test_refused_keeps_existing_empty(void **state)
     assert_true(shm_open(path, O_RDONLY | O_CLOEXEC, 0) < 0 && errno == ENOENT);
 }
 
+/* A file by a slot's name that ftc did not make for this user (/dev/shm is
+ * writable by all): one of mode 0666 of this user, and, as root, one of
+ * mode 0600 of another user (uid 65534) made first under the name. Both
+ * were adopted by ftc_slot_create (its contents, readable and writable by
+ * others, trusted as this rank's slot) and mapped by ftc_slot_open, and
+ * ftc_slot_keep_other_size renamed it away (its stat followed links too).
+ * Now all three refuse it, naming owner and mode, and leave it alone. */
+static void test_foreign_file_refused(void **state)
+{
+    (void)state;
+    char name[FTC_SLOT_NAME_MAX], path[FTC_SLOT_NAME_MAX + 16];
+    snprintf(name, sizeof name, "ftc.foreign-test-%d.r0.s0", (int)getpid());
+    snprintf(path, sizeof path, "/%s", name);
+    const uint64_t size = 1 << 16;
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1 && geteuid() != 0) {
+            print_message("not root: the other user's file is not tried\n");
+            break;
+        }
+        int fd = shm_open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        assert_true(fd >= 0);
+        assert_int_equal(ftruncate(fd, (off_t)size), 0);
+        assert_int_equal(posix_fallocate(fd, 0, (off_t)size), 0);
+        if (pass == 0)
+            assert_int_equal(fchmod(fd, 0666), 0);
+        else
+            assert_int_equal(fchown(fd, 65534, 65534), 0);
+        close(fd);
+        ftc_slot_t s;
+        ftc_err_t err = {0};
+        int rc = ftc_slot_create(name, size, &s, &err);
+        print_message("pass %d: create %s '%s'\n", pass, ftc_errname(rc), err.msg);
+        if (rc == 0)
+            ftc_slot_close(&s);
+        assert_int_equal(rc, FTC_EEXIST);
+        assert_non_null(strstr(err.msg, name));
+        assert_non_null(strstr(err.msg, pass == 0 ? "mode 0666" : "owner uid 65534"));
+        ftc_err_t e2 = {0};
+        rc = ftc_slot_open(name, true, &s, &e2);
+        print_message("pass %d: open %s '%s'\n", pass, ftc_errname(rc), e2.msg);
+        if (rc == 0)
+            ftc_slot_close(&s);
+        assert_int_equal(rc, FTC_EAUTH);
+        /* nor kept (renamed) as the previous layout's slot: another size */
+        char prev[FTC_SLOT_NAME_MAX];
+        snprintf(prev, sizeof prev, "ftc.foreign-test-%d.r0.p0", (int)getpid());
+        rc = ftc_slot_keep_other_size(name, prev, 2 * size, &e2);
+        print_message("pass %d: keep %s '%s'\n", pass, ftc_errname(rc), e2.msg);
+        ftc_slot_unlink(prev, &err);
+        assert_int_equal(rc, FTC_EEXIST);
+        struct stat st;
+        char full[FTC_SLOT_NAME_MAX + 16];
+        snprintf(full, sizeof full, "/dev/shm/%s", name);
+        assert_int_equal(stat(full, &st), 0); /* left alone */
+        assert_int_equal((uint64_t)st.st_size, size);
+        assert_int_equal(ftc_slot_unlink(name, &err), 0);
+    }
+}
+
 /* From now on every statfs of this process fails with EIO (a seccomp
  * filter; statvfs is statfs): false if the filter cannot be installed. */
 static bool fail_statfs(void)
@@ -619,6 +680,7 @@ int main(void)
         cmocka_unit_test(test_refused_by_page_rounding),
         cmocka_unit_test(test_refused_keeps_existing_empty),
         cmocka_unit_test(test_statvfs_fails),
+        cmocka_unit_test(test_foreign_file_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -437,6 +437,96 @@ static void test_add_refused_leaves_no_tensor(void **state)
     fd_done();
 }
 
+/* A host tensor of 2^61 bytes (a shape gone wrong): within the shard's
+ * limits, but its 2^39 pieces of 4 MiB wrapped the engine's 32-bit piece
+ * count to 0, and ftc_snap_size wrote 2^39 pieces into a table of one (a
+ * heap overflow, before any slot was asked for). Now ftc_snap_add refuses
+ * it (FTC_ERANGE naming it) and leaves nothing behind. */
+static void test_add_huge_host_tensor_refused(void **state)
+{
+    (void)state;
+    ftc_err_t err = {0};
+    ftc_shard_info_t in = ftc_test_info(0, 0);
+    ftc_snap_t *s = ftc_snap_create(&in, 1, 0, &err);
+    assert_non_null(s);
+    float w[16];
+    ftc_test_fill(w, sizeof w, 6);
+    uint64_t huge[1] = {1ull << 61}, s16[1] = {16};
+    int rc = ftc_snap_add(s, "huge", FTC_DTYPE_U8, 1, huge, w, FTC_SNAP_HOST, &err);
+    print_message("add of 2^61 bytes: %s '%s'\n", ftc_errname(rc), err.msg);
+    if (rc == 0)
+        print_message("size %llu\n", (unsigned long long)ftc_snap_size(s)); /* crashed */
+    assert_int_equal(rc, FTC_ERANGE);
+    assert_non_null(strstr(err.msg, "huge"));
+    assert_int_equal(ftc_snap_add(s, "w", FTC_DTYPE_F32, 1, s16, w, FTC_SNAP_HOST, &err), 0);
+    uint64_t size = ftc_snap_size(s);
+    assert_true(size > 0 && size < (1u << 20));
+    uint8_t *region = malloc(size);
+    assert_int_equal(ftc_snap_format(s, region, &err), 0);
+    assert_int_equal(ftc_snap_begin(s, region, 3, 1, NULL, 0, &err), 0);
+    assert_int_equal(ftc_snap_wait_sealed(s, ftc_deadline_in_ms(30000), &err), 0);
+    ftc_shard_view_t v;
+    assert_int_equal(ftc_shard_open(&v, region, size, FTC_SHARD_VERIFY, &err), 0);
+    assert_int_equal(v.n_tensors, 1);
+    ftc_snap_destroy(s);
+    free(region);
+}
+
+/* A restore while a snapshot still copies the same tensors (a trainer whose
+ * wait for its snapshot timed out, recovering next): the restore wrote the
+ * tensors the copy reads, and the snapshot sealed a mix of both states with
+ * checksums that verify. Now the restore waits for the copy (the engine's
+ * timeout): a copy that does not end within it makes the restore
+ * FTC_ETIMEDOUT with nothing written; once it ends, the restore runs. */
+static void test_restore_waits_for_copy(void **state)
+{
+    (void)state;
+    fd_reset();
+    ftc_err_t err = {0};
+    ftc_shard_info_t in = ftc_test_info(0, 0);
+    ftc_snap_t *s = ftc_snap_create(&in, 2, 0, &err);
+    assert_non_null(s);
+    assert_int_equal(ftc_snap_set_device_ops(s, fake_dev_ops(), &err), 0);
+    enum { NW = 4096 };
+    float *w = malloc(NW * 4), *want = malloc(NW * 4);
+    uint64_t sw[1] = {NW};
+    assert_int_equal(ftc_snap_add(s, "dev.w", FTC_DTYPE_F32, 1, sw, w, 0, &err), 0);
+    uint64_t size = ftc_snap_size(s);
+    uint8_t *a = calloc(1, size), *b = calloc(1, size);
+    assert_int_equal(ftc_snap_format(s, a, &err), 0);
+    assert_int_equal(ftc_snap_format(s, b, &err), 0);
+    ftc_test_fill(w, NW * 4, 1);
+    assert_int_equal(ftc_snap_begin(s, a, 1, 1, NULL, 0, &err), 0);
+    assert_int_equal(ftc_snap_wait_sealed(s, ftc_deadline_in_ms(30000), &err), 0);
+    /* step 2 into b, its device sync held: still copying */
+    ftc_test_fill(w, NW * 4, 2);
+    memcpy(want, w, NW * 4);
+    fake_set_hold(true);
+    assert_int_equal(ftc_snap_begin(s, b, 2, 1, NULL, 0, &err), 0);
+    ftc_snap_set_timeout(s, 100);
+    uint64_t st = 0;
+    uint64_t t0 = ftc_now_ns();
+    int rc = ftc_snap_restore(s, a, size, &st, NULL, NULL, &err);
+    print_message("restore during the copy: %s after %.0f ms '%s'\n", ftc_errname(rc),
+                  (double)(ftc_now_ns() - t0) / 1e6, err.msg);
+    bool untouched = memcmp(w, want, NW * 4) == 0;
+    fake_set_hold(false);
+    assert_int_equal(rc, FTC_ETIMEDOUT);
+    assert_true(untouched);
+    ftc_snap_set_timeout(s, 30000);
+    assert_int_equal(ftc_snap_wait_sealed(s, ftc_deadline_in_ms(30000), &err), 0);
+    assert_int_equal(ftc_snap_restore(s, a, size, &st, NULL, NULL, &err), 0);
+    assert_int_equal(st, 1);
+    ftc_test_fill(want, NW * 4, 1);
+    assert_memory_equal(w, want, NW * 4);
+    ftc_snap_destroy(s);
+    free(a);
+    free(b);
+    free(w);
+    free(want);
+    fd_done();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -444,9 +534,11 @@ int main(void)
         cmocka_unit_test(test_restore_layout_mismatch),
         cmocka_unit_test(test_restore_names_dtypes_shapes),
         cmocka_unit_test(test_add_refused_leaves_no_tensor),
+        cmocka_unit_test(test_add_huge_host_tensor_refused),
         cmocka_unit_test(test_device_path),
         cmocka_unit_test(test_failed_sync_waits_for_copy_threads),
         cmocka_unit_test(test_resnapshot_invalid_while_copying),
+        cmocka_unit_test(test_restore_waits_for_copy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
