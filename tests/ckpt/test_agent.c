@@ -1701,6 +1701,37 @@ static void test_corrupt_local_replica_peer(void **state)
     teardown_env(e);
 }
 
+/* One node, k = 0, every commit persisted: starts its agent with the
+ * persist writer's test hold (FTC_TEST_PERSIST_HOLD=hold, a path in the job
+ * directory, cap bytes), commits steps 0 .. held - 1 (the last one
+ * persisted), creates the hold file and commits step held, whose write the
+ * writer then holds (a slow or hung file system). Returns rank 0's context
+ * (tensor w of 4096 floats). */
+static ftc_ctx_t *held_persist_writer(env_t *e, float *w, int64_t held, char *hold, size_t cap)
+{
+    snprintf(hold, cap, "%s/persist.hold", e->jobdir);
+    setenv("FTC_TEST_PERSIST_HOLD", hold, 1);
+    start_agent(e, 0);
+    unsetenv("FTC_TEST_PERSIST_HOLD");
+    ftc_ctx_t *c = open_ctx(e, 0, 0, 1, w, 4096);
+    for (int64_t s = 0; s < held; s++)
+        commit_step(c, w, 0, s);
+    wait_persisted(e, 0, held - 1);
+    FILE *h = fopen(hold, "w");
+    assert_non_null(h);
+    fclose(h);
+    commit_step(c, w, 0, held);
+    char line[64];
+    snprintf(line, sizeof line, "holding step %lld", (long long)held);
+    ftc_deadline_t d = ftc_deadline_in_ms(20000);
+    while (!agent_log_has(e, 0, line)) {
+        if (ftc_deadline_expired(d))
+            fail_msg("the persist writer never held step %lld", (long long)held);
+        ftc_sleep_ms(20);
+    }
+    return c;
+}
+
 /* One node, k = 0, every commit persisted. The persist writer is held
  * busy on step 2 (FTC_TEST_PERSIST_HOLD: a write to a slow or hung file
  * system) and the rank's slots fail verification: its RESTORE must come
@@ -1712,25 +1743,8 @@ static void test_restore_persist_writer_busy(void **state)
 {
     env_t *e = prepare_env(*state, 1, "0", 1, NULL);
     char hold[PATH_MAX + 32];
-    snprintf(hold, sizeof hold, "%s/persist.hold", e->jobdir);
-    setenv("FTC_TEST_PERSIST_HOLD", hold, 1);
-    start_agent(e, 0);
-    unsetenv("FTC_TEST_PERSIST_HOLD");
     static float w[4096];
-    ftc_ctx_t *c = open_ctx(e, 0, 0, 1, w, 4096);
-    for (int64_t s = 0; s < 2; s++)
-        commit_step(c, w, 0, s);
-    wait_persisted(e, 0, 1);
-    FILE *h = fopen(hold, "w");
-    assert_non_null(h);
-    fclose(h);
-    commit_step(c, w, 0, 2);
-    ftc_deadline_t d = ftc_deadline_in_ms(20000);
-    while (!agent_log_has(e, 0, "holding step 2")) {
-        if (ftc_deadline_expired(d))
-            fail_msg("the persist writer never held step 2");
-        ftc_sleep_ms(20);
-    }
+    ftc_ctx_t *c = held_persist_writer(e, w, 2, hold, sizeof hold);
     ftc_destroy(c);
     char prefix[128];
     snprintf(prefix, sizeof prefix, "ftc.%s.n0.r0.", e->job);
@@ -1764,24 +1778,8 @@ static void test_slots_persist_writer_busy(void **state)
 {
     env_t *e = prepare_env(*state, 1, "0", 1, NULL);
     char hold[PATH_MAX + 32];
-    snprintf(hold, sizeof hold, "%s/persist.hold", e->jobdir);
-    setenv("FTC_TEST_PERSIST_HOLD", hold, 1);
-    start_agent(e, 0);
-    unsetenv("FTC_TEST_PERSIST_HOLD");
     static float w[4096];
-    ftc_ctx_t *c = open_ctx(e, 0, 0, 1, w, 4096);
-    commit_step(c, w, 0, 0);
-    wait_persisted(e, 0, 0);
-    FILE *h = fopen(hold, "w");
-    assert_non_null(h);
-    fclose(h);
-    commit_step(c, w, 0, 1);
-    ftc_deadline_t d = ftc_deadline_in_ms(20000);
-    while (!agent_log_has(e, 0, "holding step 1")) {
-        if (ftc_deadline_expired(d))
-            fail_msg("the persist writer never held step 1");
-        ftc_sleep_ms(20);
-    }
+    ftc_ctx_t *c = held_persist_writer(e, w, 1, hold, sizeof hold);
     ftc_destroy(c);
     c = create_ctx(e, 0, 0, 1, 1000);
     register_w(c, w, 2048); /* a new layout */
